@@ -1,0 +1,3 @@
+from cookmind.cli import main
+
+raise SystemExit(main())

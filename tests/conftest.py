@@ -1,0 +1,48 @@
+"""Shared test fixtures. Area-specific helpers live in the test files that use them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("COOKMIND_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The read-only real data beside the project (../shared/data); skip when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data folder {SHARED_DATA} is absent (a fresh clone has no ../shared)")
+    return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _seed_everything():
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    yield
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs CUDA; run on the device machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
