@@ -1,0 +1,202 @@
+"""The sampling pipeline: a chain of small steps from raw logits to a chosen token.
+
+Every step works on a batch of rows, each row with its own parameters (continuous batching
+mixes requests with different settings in one decode step):
+
+    logits ─► penalties ─► temperature ─► top-k ─► top-p ─► min-p ─► sample (or argmax)
+
+A step receives float32 logits of shape (B, V) and returns logits of the same shape where
+removed tokens are set to -inf; no step renormalises, sampling does that once at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class SamplingParams:
+    """Per-request sampling settings (the OpenAI names where one exists)."""
+
+    temperature: float = 1.0  # 0 -> greedy
+    top_k: int = 0  # 0 -> off
+    top_p: float = 1.0  # 1 -> off
+    min_p: float = 0.0  # 0 -> off
+    repetition_penalty: float = 1.0  # 1 -> off; CTRL-style, over prompt + output
+    presence_penalty: float = 0.0  # OpenAI: over output tokens seen at least once
+    frequency_penalty: float = 0.0  # OpenAI: times each output token was seen
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the bad field and its allowed range."""
+        checks = [
+            ("temperature", self.temperature >= 0, ">= 0"),
+            ("top_k", self.top_k >= 0, ">= 0 (0 turns it off)"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+            ("min_p", 0 <= self.min_p <= 1, "in [0, 1]"),
+            ("repetition_penalty", self.repetition_penalty > 0, "> 0 (1 turns it off)"),
+            ("presence_penalty", -2 <= self.presence_penalty <= 2, "in [-2, 2]"),
+            ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "in [-2, 2]"),
+            ("top_logprobs", 0 <= self.top_logprobs <= 20, "in [0, 20]"),
+        ]
+        for name, ok, allowed in checks:
+            if not ok:
+                raise ValueError(f"sampling parameter {name}={getattr(self, name)!r} is out of range: must be {allowed}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class SamplingBatch:
+    """The per-row parameters of one decode step, as tensors on the logits' device."""
+
+    temperature: torch.Tensor  # (B,) float
+    top_k: torch.Tensor  # (B,) long, 0 = off
+    top_p: torch.Tensor  # (B,) float
+    min_p: torch.Tensor  # (B,) float
+    repetition_penalty: torch.Tensor  # (B,) float
+    presence_penalty: torch.Tensor  # (B,) float
+    frequency_penalty: torch.Tensor  # (B,) float
+    generators: list[torch.Generator | None] = field(default_factory=list)
+
+    @classmethod
+    def from_params(
+        cls, params: list[SamplingParams], device: torch.device | str = "cpu", generators=None
+    ) -> "SamplingBatch":
+        """Stack a list of per-request params into tensors (one row each)."""
+
+        def col(name, dtype=torch.float32):
+            return torch.tensor([getattr(p, name) for p in params], dtype=dtype, device=device)
+
+        return cls(
+            temperature=col("temperature"),
+            top_k=col("top_k", torch.long),
+            top_p=col("top_p"),
+            min_p=col("min_p"),
+            repetition_penalty=col("repetition_penalty"),
+            presence_penalty=col("presence_penalty"),
+            frequency_penalty=col("frequency_penalty"),
+            generators=list(generators) if generators is not None else [None] * len(params),
+        )
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """CTRL penalty on tokens already seen: l -> l / p if l > 0 else l * p.
+
+    seen: (B, V) bool, True where the token occurs in the prompt or the output so far.
+    """
+    p = penalty[:, None]
+    penalised = torch.where(logits > 0, logits / p, logits * p)
+    return torch.where(seen, penalised, logits)
+
+
+def apply_presence_frequency(
+    logits: torch.Tensor, counts: torch.Tensor, presence: torch.Tensor, frequency: torch.Tensor
+) -> torch.Tensor:
+    """OpenAI's penalties: l -> l - count * frequency - [count > 0] * presence.
+
+    counts: (B, V) how often each token occurs in the output so far.
+    """
+    c = counts.to(logits.dtype)
+    return logits - c * frequency[:, None] - (c > 0).to(logits.dtype) * presence[:, None]
+
+
+def apply_temperature(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """l -> l / T; rows with T == 0 (greedy) are left as they are."""
+    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    return logits / t[:, None]
+
+
+def apply_top_k(logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Keep each row's k largest logits (k = 0 keeps all); ties at the k-th value are kept."""
+    vocab = logits.shape[-1]
+    k = torch.where((top_k > 0) & (top_k < vocab), top_k, torch.full_like(top_k, vocab))
+    sorted_desc = logits.sort(dim=-1, descending=True).values
+    kth = sorted_desc.gather(-1, (k - 1)[:, None])  # the k-th largest value of each row
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def apply_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Nucleus: keep the smallest set of most likely tokens whose probability sum reaches p.
+
+    In descending order a token is kept when the mass strictly before it is < p, so the
+    most likely token is always kept.
+    """
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs  # sum of probabilities ranked above each token
+    remove_sorted = mass_before >= top_p[:, None]
+    remove_sorted[:, 0] = False
+    remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, NEG_INF)
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Keep tokens with probability >= min_p * (the row's largest probability)."""
+    probs = logits.softmax(dim=-1)
+    threshold = min_p[:, None] * probs.max(dim=-1, keepdim=True).values
+    return logits.masked_fill(probs < threshold, NEG_INF)
+
+
+def process_logits(
+    logits: torch.Tensor,
+    batch: SamplingBatch,
+    seen: torch.Tensor | None = None,
+    counts: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Run every step of the chain; steps that are off for all rows are skipped (cheap path)."""
+    logits = logits.float()
+    if seen is not None and bool((batch.repetition_penalty != 1).any()):
+        logits = apply_repetition_penalty(logits, seen, batch.repetition_penalty)
+    if counts is not None and bool(((batch.presence_penalty != 0) | (batch.frequency_penalty != 0)).any()):
+        logits = apply_presence_frequency(logits, counts, batch.presence_penalty, batch.frequency_penalty)
+    logits = apply_temperature(logits, batch.temperature)
+    if bool((batch.top_k > 0).any()):
+        logits = apply_top_k(logits, batch.top_k)
+    if bool((batch.top_p < 1).any()):
+        logits = apply_top_p(logits, batch.top_p)
+    if bool((batch.min_p > 0).any()):
+        logits = apply_min_p(logits, batch.min_p)
+    return logits
+
+
+def sample_from_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Draw one token per row from softmax(logits); greedy rows (T == 0) take the argmax.
+
+    Sampling uses the exponential race: argmax_i p_i / E_i with E_i ~ Exp(1) picks i with
+    probability p_i, and lets each row draw its noise from its own seeded generator.
+    """
+    greedy_tokens = logits.argmax(dim=-1)
+    greedy_rows = batch.temperature == 0
+    if bool(greedy_rows.all()):
+        return greedy_tokens
+    probs = logits.softmax(dim=-1)
+    noise = torch.empty_like(probs)
+    shared = [i for i, g in enumerate(batch.generators) if g is None]
+    if shared:
+        noise[shared] = torch.empty((len(shared), probs.shape[-1]), device=probs.device).exponential_()
+    for i, gen in enumerate(batch.generators):
+        if gen is not None:
+            noise[i].exponential_(generator=gen)
+    sampled = (probs / noise).argmax(dim=-1)
+    return torch.where(greedy_rows, greedy_tokens, sampled)
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """A generator for a request's seed (None -> share the global RNG)."""
+    if seed is None:
+        return None
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+    return gen
