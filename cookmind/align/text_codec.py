@@ -1,0 +1,46 @@
+"""One way to turn text into ids for any tokenizer we meet: ours or a Hugging Face one.
+
+Ours exposes ``encode(text) -> list[int]``; a Hugging Face tokenizer adds BOS/EOS from
+``encode`` unless told not to, which would put special tokens in the middle of a
+prompt+response join, so we ask it not to.
+"""
+
+from __future__ import annotations
+
+
+def is_hf_tokenizer(tokenizer) -> bool:
+    """True for a transformers tokenizer (it has ``add_special_tokens`` semantics)."""
+    return hasattr(tokenizer, "convert_tokens_to_ids") and hasattr(tokenizer, "pad_token_id")
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    """Ids for ``text`` with no special tokens added."""
+    if is_hf_tokenizer(tokenizer):
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer.encode(text))
+
+
+def decode_ids(tokenizer, ids) -> str:
+    """Text for ``ids``; special tokens kept so tags such as ``</answer>`` survive."""
+    ids = [int(i) for i in ids]
+    if is_hf_tokenizer(tokenizer):
+        return tokenizer.decode(ids, skip_special_tokens=False)
+    return tokenizer.decode(ids)
+
+
+def pad_id_of(tokenizer) -> int:
+    """The padding id: ours ``pad_id``, else Hugging Face's pad, else EOS, else 0."""
+    for name in ("pad_id", "pad_token_id", "eos_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def eos_id_of(tokenizer) -> int | None:
+    """The end-of-text id, or None when the tokenizer has none."""
+    for name in ("eos_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            return value
+    return None
