@@ -1,0 +1,38 @@
+"""The pre-norm Transformer block."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from cookmind.model.attention import Attention
+from cookmind.model.moe import MoE
+from cookmind.model.rmsnorm import RMSNorm
+from cookmind.model.swiglu import SwiGLU
+
+
+class Block(nn.Module):
+    """h = x + Attn(RMSNorm(x)); y = h + FFN(RMSNorm(h)). Names match HF decoder layers."""
+
+    def __init__(self, cfg, layer_idx: int):
+        super().__init__()
+        # residual-branch outputs start smaller so the residual stream's variance stays O(1) with depth (GPT-2)
+        out_std = cfg.initializer_range / math.sqrt(2 * cfg.num_hidden_layers)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer_idx, out_std=out_std)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        if cfg.num_experts > 0:
+            self.mlp = MoE(cfg, out_std=out_std)
+        else:
+            self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range, out_std)
+        self.is_moe = cfg.num_experts > 0
+
+    def forward(self, x, cos, sin, attention_mask=None, kv_cache=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Returns (hidden states, MoE balance loss or None)."""
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, attention_mask, kv_cache)
+        if self.is_moe:
+            ffn, aux = self.mlp(self.post_attention_layernorm(h))
+            return h + ffn, aux
+        return h + self.mlp(self.post_attention_layernorm(h)), None

@@ -1,0 +1,110 @@
+"""CookMindLM: the decoder-only language model (Llama/Qwen3 layout)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from cookmind.model.block import Block
+from cookmind.model.config import CookMindConfig
+from cookmind.model.cross_entropy import cross_entropy
+from cookmind.model.embedding import Embedding
+from cookmind.model.linear import Linear
+from cookmind.model.rmsnorm import RMSNorm
+from cookmind.model.rope import RotaryEmbedding
+
+
+@dataclass
+class LMOutput:
+    """logits (B, T, V) fp32; loss: mean next-token CE (+ MoE aux) or None; aux_loss: MoE balance loss or None."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None
+
+
+class CookMindBackbone(nn.Module):
+    """Embeddings, blocks and final norm; lives at ``model.`` so weight names match HF."""
+
+    def __init__(self, cfg: CookMindConfig):
+        super().__init__()
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, std=cfg.initializer_range)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling)
+
+
+class CookMindLM(nn.Module):
+    """Token ids -> next-token logits. See docs/INTERFACES.md for the forward contract."""
+
+    def __init__(self, cfg: CookMindConfig):
+        super().__init__()
+        cfg.validate()
+        self.config = cfg
+        self.model = CookMindBackbone(cfg)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, std=cfg.initializer_range)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight  # one matrix reads and writes tokens
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                kv_cache=None) -> LMOutput:
+        """input_ids (B, T) -> LMOutput. labels are shifted inside (logit t predicts labels t+1)."""
+        b, t = input_ids.shape
+        if position_ids is None:
+            start = kv_cache.seq_len if kv_cache is not None else 0
+            position_ids = torch.arange(start, start + t, device=input_ids.device).expand(b, t)
+        h = self.model.embed_tokens(input_ids)
+        cos, sin = self.model.rotary_emb(position_ids, h.dtype)
+        aux_total = None
+        for layer in self.model.layers:
+            h, aux = layer(h, cos, sin, attention_mask, kv_cache)
+            if aux is not None:
+                aux_total = aux if aux_total is None else aux_total + aux
+        if kv_cache is not None:
+            kv_cache.advance(t)
+        logits = self.lm_head(self.model.norm(h)).float()
+
+        aux_loss = None if aux_total is None else self.config.moe_aux_loss_coef * aux_total
+        loss = None
+        if labels is not None:
+            # shift the targets, not the logits: no copy of the (B, T, V) tensor
+            targets = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1)
+            loss = cross_entropy(logits, targets, ignore_index=-100)
+            if aux_loss is not None:
+                loss = loss + aux_loss
+        return LMOutput(logits=logits, loss=loss, aux_loss=aux_loss)
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """Distinct parameters (a tied embedding counts once); optionally without the token embedding."""
+        n = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            n -= self.model.embed_tokens.weight.numel()
+        return n
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token (forward + backward) for MFU: 6 N_active + 12 L H D T.
+
+        N_active counts weights used in matmuls (the LM head even when tied; only the top-k routed experts
+        of an MoE layer), as in the PaLM appendix and nanoGPT; attention scores are counted non-causally.
+        """
+        cfg = self.config
+
+        def matmul_weights(module: nn.Module) -> int:
+            return sum(m.weight.numel() for m in module.modules() if isinstance(m, Linear))
+
+        n = 0
+        for block in self.model.layers:
+            n += matmul_weights(block.self_attn)
+            if block.is_moe:
+                moe = block.mlp
+                n += matmul_weights(moe.gate) + moe.top_k * matmul_weights(moe.experts[0])
+                if moe.shared_expert is not None:
+                    n += matmul_weights(moe.shared_expert)
+            else:
+                n += matmul_weights(block.mlp)
+        n += self.lm_head.weight.numel()
+        attn = 12 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.resolved_head_dim * seq_len
+        return float(6 * n + attn)

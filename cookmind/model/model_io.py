@@ -1,0 +1,125 @@
+"""save_model / load_model: config.json + model.safetensors, written atomically, loaded with clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from cookmind.model.config import CookMindConfig
+from cookmind.model.lm import CookMindLM
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+
+def model_state_dict(model: CookMindLM) -> dict[str, torch.Tensor]:
+    """Weights to save, HF-named; a tied lm_head is left out (HF ties it back from embed_tokens)."""
+    sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)
+    return sd
+
+
+def _write_files(directory: Path, model: CookMindLM) -> None:
+    """Write each file under a temporary name inside `directory`, then rename it into place."""
+    config_tmp = directory / (CONFIG_NAME + ".tmp")
+    config_tmp.write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
+    weights_tmp = directory / (WEIGHTS_NAME + ".tmp")
+    save_file(model_state_dict(model), str(weights_tmp), metadata={"format": "pt"})
+    os.replace(weights_tmp, directory / WEIGHTS_NAME)
+    os.replace(config_tmp, directory / CONFIG_NAME)
+
+
+def save_model(directory: str | os.PathLike, model: CookMindLM) -> Path:
+    """Save config.json and model.safetensors to `directory`.
+
+    A new directory is built under a temporary sibling name and renamed, so a crash never leaves a half
+    model. When `directory` already exists (e.g. a checkpoint the trainer is assembling), each file is
+    written to a temporary name inside it and renamed, leaving the other files alone.
+    """
+    directory = Path(directory)
+    if directory.is_dir():
+        _write_files(directory, model)
+        return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        _write_files(tmp, model)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+class ModelLoadError(ValueError):
+    """A saved model cannot be loaded: names the file and what does not match."""
+
+
+def load_config(directory: str | os.PathLike) -> CookMindConfig:
+    """Read `directory`/config.json into a CookMindConfig, with errors naming the file."""
+    path = Path(directory) / CONFIG_NAME
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: missing; a CookMind model directory needs {CONFIG_NAME} and {WEIGHTS_NAME}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc}); the file is truncated or corrupt") from exc
+    try:
+        return CookMindConfig.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: {exc}") from exc
+
+
+def read_weights(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """All tensors of a safetensors file; a missing or truncated file raises ModelLoadError naming it."""
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: missing weights file")
+    try:
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
+            return {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError, RuntimeError) as exc:
+        raise ModelLoadError(f"{path}: cannot read safetensors ({exc}); the file is truncated or corrupt") from exc
+
+
+def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> None:
+    """Raise one ModelLoadError listing missing, unexpected and wrongly-shaped tensors of `path`."""
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    wrong = [f"{k}: file {tuple(found[k].shape)} vs config {tuple(expected[k].shape)}"
+             for k in sorted(set(expected) & set(found)) if found[k].shape != expected[k].shape]
+    if missing or unexpected or wrong:
+        parts = []
+        if wrong:
+            parts.append(f"shape mismatch in {len(wrong)} tensors: " + "; ".join(wrong[:5]))
+        if missing:
+            parts.append(f"missing {len(missing)} tensors: {missing[:5]}")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} tensors: {unexpected[:5]}")
+        raise ModelLoadError(f"{path}: does not match {path.parent / CONFIG_NAME}: " + " | ".join(parts))
+
+
+def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu",
+               dtype: torch.dtype | None = None) -> CookMindLM:
+    """Load a model saved by save_model (or the model part of a training checkpoint).
+
+    dtype=None keeps the dtype stored in the file. Errors name the file and the mismatch.
+    """
+    directory = Path(directory)
+    cfg = load_config(directory)
+    weights_path = directory / WEIGHTS_NAME
+    found = read_weights(weights_path)
+    model = CookMindLM(cfg)
+    expected = model_state_dict(model)
+    check_state_dict(weights_path, expected, found)
+    if dtype is None:
+        dtype = next(iter(found.values())).dtype if found else torch.float32
+    model.load_state_dict(found, strict=not cfg.tie_word_embeddings)
+    return model.to(device=device, dtype=dtype)

@@ -1,0 +1,95 @@
+"""Rotary position embedding (RoPE) with explicit positions, in Hugging Face's rotate-half layout, and YaRN.
+
+Each head vector x of width D is split into halves (x1, x2); pair i = (x1[i], x2[i]) is rotated by angle
+pos * inv_freq[i], inv_freq[i] = theta^(-2i/D). This "rotate-half" pairing is the one HF Llama/Qwen use, so
+q_proj/k_proj weights copy across with no permutation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def default_inv_freq(dim: int, theta: float) -> torch.Tensor:
+    """inv_freq[i] = theta^(-2i/dim), i = 0..dim/2-1."""
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+
+
+def yarn_inv_freq(dim: int, theta: float, rs: dict[str, Any]) -> tuple[torch.Tensor, float]:
+    """YaRN (Peng et al. 2023): interpolate low frequencies by 1/factor, keep high ones, ramp between.
+
+    A dimension pair that turns fewer than beta_slow times over the original context is interpolated
+    (divided by factor); more than beta_fast times, extrapolated (kept). Returns (inv_freq, attention_factor),
+    where attention_factor = 0.1 ln(factor) + 1 scales cos/sin (so q.k scales by its square: the paper's
+    temperature sqrt(1/t)).
+    """
+    factor = float(rs["factor"])
+    orig = int(rs["original_max_position_embeddings"])
+    beta_fast = float(rs.get("beta_fast") or 32)
+    beta_slow = float(rs.get("beta_slow") or 1)
+    truncate = bool(rs.get("truncate", True))
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention_factor = rs.get("attention_factor")
+    if attention_factor is None:
+        if rs.get("mscale") and rs.get("mscale_all_dim"):
+            attention_factor = mscale(factor, rs["mscale"]) / mscale(factor, rs["mscale_all_dim"])
+        else:
+            attention_factor = mscale(factor)
+
+    # dimension index d whose wavelength turns `rotations` times over the original context:
+    # orig / (2 pi theta^(2d/dim)) = rotations  ->  d = dim ln(orig / (2 pi rotations)) / (2 ln theta)
+    def dim_for(rotations: float) -> float:
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dim_for(beta_fast), dim_for(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # avoid a zero-width ramp
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # 0 = keep, 1 = interp
+    extrap = default_inv_freq(dim, theta)
+    interp = extrap / factor
+    inv_freq = extrap * (1 - ramp) + interp * ramp
+    return inv_freq, float(attention_factor)
+
+
+class RotaryEmbedding(nn.Module):
+    """Produces cos/sin for explicit positions: position_ids (B, T) -> cos, sin (B, T, D)."""
+
+    def __init__(self, head_dim: int, theta: float = 10000.0, rope_scaling: dict[str, Any] | None = None):
+        super().__init__()
+        rope_type = (rope_scaling or {}).get("rope_type", (rope_scaling or {}).get("type", "default"))
+        if rope_type == "default":
+            inv_freq, self.attention_factor = default_inv_freq(head_dim, theta), 1.0
+        elif rope_type == "yarn":
+            inv_freq, self.attention_factor = yarn_inv_freq(head_dim, theta, rope_scaling)
+        else:
+            raise ValueError(f"RotaryEmbedding: unsupported rope_type {rope_type!r} (supported: default, yarn)")
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # derived from config, never saved
+
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        # angle[b, t, i] = pos[b, t] * inv_freq[i], in fp32: bf16 positions lose integer precision past 256
+        angles = position_ids.float()[..., None] * self.inv_freq.float()
+        emb = torch.cat((angles, angles), dim=-1)  # rotate-half layout: the same angle for i and i + D/2
+        cos, sin = emb.cos() * self.attention_factor, emb.sin() * self.attention_factor
+        return cos.to(dtype), sin.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) over the last dim's halves."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x (B, H, T, D) by per-position angles: x cos + rotate_half(x) sin; cos/sin (B, T, D)."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # broadcast over heads
+    return x * cos + rotate_half(x) * sin
