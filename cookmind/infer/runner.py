@@ -1,0 +1,82 @@
+"""ModelRunner: the forward pass of a CookMindLM over a slot KV cache, for serving.
+
+It reuses the model's own modules (embedding, norms, projections, MLP, RoPE math) and only
+changes where keys and values live: each request's slot in a ``SlotKVCache``, at its own
+positions. That lets one decode step serve requests of different lengths, lets a finished
+request leave without touching the others, and keeps every shape static for CUDA graphs.
+Tests check its logits against the model's plain forward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from cookmind.infer.slot_cache import SlotKVCache
+from cookmind.model.rope import apply_rope
+
+
+class ModelRunner:
+    """Prefill one slot or decode a contiguous run of slots; returns float32 logits."""
+
+    def __init__(self, model, num_slots: int, max_seq_len: int | None = None, device=None, dtype=None):
+        cfg = model.config
+        self.model = model.eval()
+        self.config = cfg
+        param = next(model.parameters())
+        self.device = torch.device(device) if device is not None else param.device
+        self.dtype = dtype or param.dtype
+        self.max_seq_len = int(max_seq_len or cfg.max_position_embeddings)
+        inner = model.model
+        self.embed, self.layers, self.norm = inner.embed_tokens, inner.layers, inner.norm
+        self.lm_head_weight = model.lm_head.weight  # the embedding itself when tied
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = cfg.resolved_head_dim
+        self.rope = inner.rotary_emb  # the model's own cos/sin (YaRN included)
+        self.cache = SlotKVCache(len(self.layers), num_slots, self.n_kv, self.max_seq_len, self.head_dim,
+                                 self.device, self.dtype)
+
+    @property
+    def num_slots(self) -> int:
+        return self.cache.num_slots
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slot_start: int, attn_len: int,
+                last_only: bool = True) -> torch.Tensor:
+        """tokens, positions: (B, T) for slots slot_start.. slot_start+B-1; each row attends to its
+        slot's columns 0..position. Writes the new keys/values into the cache.
+        Returns logits (B, V) of each row's last token, or (B, T, V) when last_only is False."""
+        b, t = tokens.shape
+        h = self.embed(tokens)
+        cos, sin = self.rope(positions, h.dtype)
+        cols = torch.arange(attn_len, device=tokens.device)
+        mask = (cols[None, None, :] <= positions[:, :, None])[:, None]  # (B, 1, T, L): causal per slot
+        for i, layer in enumerate(self.layers):
+            h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, positions, mask,
+                                    i, slot_start, attn_len)
+            mlp_out = layer.mlp(layer.post_attention_layernorm(h))
+            h = h + (mlp_out[0] if isinstance(mlp_out, tuple) else mlp_out)
+        h = self.norm(h[:, -1] if last_only else h)
+        return (h @ self.lm_head_weight.t()).float()
+
+    def _attention(self, attn, x, cos, sin, positions, mask, layer_idx, slot_start, attn_len):
+        b, t, _ = x.shape
+        q = attn.q_proj(x).view(b, t, self.n_heads, self.head_dim)
+        k = attn.k_proj(x).view(b, t, self.n_kv, self.head_dim)
+        v = attn.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        if getattr(attn, "q_norm", None) is not None:
+            q, k = attn.q_norm(q), attn.k_norm(k)  # QK-norm: per head, over head_dim
+        q, k = apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin)
+        self.cache.write(layer_idx, slot_start, positions, k, v)
+        keys, values = self.cache.view(layer_idx, slot_start, b, attn_len)
+        group = self.n_heads // self.n_kv
+        if t == 1 and group > 1:
+            # decode with grouped-query attention: the group's heads become G queries of one kv head
+            q = q.reshape(b, self.n_kv, group, self.head_dim)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, Hkv, G, D)
+            out = out.reshape(b, self.n_heads, 1, self.head_dim)
+        else:
+            if group > 1:
+                keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        return attn.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
