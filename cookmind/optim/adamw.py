@@ -1,0 +1,104 @@
+"""AdamW (Loshchilov & Hutter): Adam with weight decay decoupled from the gradient."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from cookmind.model.embedding import Embedding
+
+
+class AdamW(torch.optim.Optimizer):
+    """Per step t, for each parameter p with gradient g:
+
+        p <- p (1 - lr wd)                                   decoupled decay, independent of g
+        m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
+        p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+
+    ``foreach=True`` runs the same math as multi-tensor ops (one kernel per op for all parameters of a
+    group), which is what makes it fast on GPUs with many small tensors.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, foreach: bool = True):
+        if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+            raise ValueError(f"AdamW: invalid hyper-parameters lr={lr} betas={betas} eps={eps} wd={weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+            if group["foreach"]:
+                self._foreach_update(group, params)
+            else:
+                for p in params:
+                    self._single_update(group, p)
+        return loss
+
+    def _single_update(self, group, p):
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        state = self.state[p]
+        m, v, t = state["exp_avg"], state["exp_avg_sq"], state["step"]
+        g = p.grad
+        p.mul_(1 - lr * wd)
+        m.lerp_(g, 1 - b1)  # m + (1 - b1)(g - m) = b1 m + (1 - b1) g
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        denom = (v.sqrt() / math.sqrt(1 - b2 ** t)).add_(eps)
+        p.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))
+
+    def _foreach_update(self, group, params):
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        # parameters of one group can sit at different step counts (e.g. late-joining grads): bucket by step
+        by_step: dict[int, list[torch.Tensor]] = {}
+        for p in params:
+            by_step.setdefault(self.state[p]["step"], []).append(p)
+        for t, ps in by_step.items():
+            grads = [p.grad for p in ps]
+            ms = [self.state[p]["exp_avg"] for p in ps]
+            vs = [self.state[p]["exp_avg_sq"] for p in ps]
+            if wd != 0:
+                torch._foreach_mul_(ps, 1 - lr * wd)
+            torch._foreach_lerp_(ms, grads, 1 - b1)
+            torch._foreach_mul_(vs, b2)
+            torch._foreach_addcmul_(vs, grads, grads, value=1 - b2)
+            denom = torch._foreach_sqrt(vs)
+            torch._foreach_div_(denom, math.sqrt(1 - b2 ** t))
+            torch._foreach_add_(denom, eps)
+            torch._foreach_addcdiv_(ps, ms, denom, value=-lr / (1 - b1 ** t))
+
+
+def param_groups(model: nn.Module, weight_decay: float, no_decay_embeddings: bool = True) -> list[dict]:
+    """Split trainable parameters into a decayed group (matrices) and an undecayed one.
+
+    By default no decay on norms and biases (1-D tensors) nor on embeddings (a tied LM head is the same
+    tensor, so it is not decayed either): shrinking them toward 0 only fights the normalisation.
+    """
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, (Embedding, nn.Embedding))}
+    decay, no_decay, seen = [], [], set()
+    for _name, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p.ndim < 2 or (no_decay_embeddings and id(p) in embedding_ids):
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]

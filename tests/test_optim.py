@@ -1,0 +1,120 @@
+"""Optimizers, schedule and clipping against PyTorch's own and hand-computed values."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from cookmind.model import CookMindConfig, CookMindLM
+from cookmind.optim import SGD, AdamW, CosineWarmupScheduler, clip_grad_norm, cosine_with_warmup, param_groups
+
+
+def _toy_params():
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(8, 5, generator=g, requires_grad=True), torch.randn(5, generator=g, requires_grad=True)]
+
+
+def _run(opt_cls, params, steps, **kw):
+    opt = opt_cls(params, **kw)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = sum(((p - torch.randn(p.shape, generator=g)) ** 2).sum() * 0.5 for p in params)
+        loss = loss + sum((p ** 4).sum() * 0.01 for p in params)  # not quadratic: moments matter
+        loss.backward()
+        opt.step()
+    return params
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+def test_adamw_matches_torch_over_1000_steps(foreach):
+    ours, ref = _toy_params(), [p.detach().clone().requires_grad_() for p in _toy_params()]
+    kw = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    _run(lambda ps, **k: AdamW(ps, foreach=foreach, **k), ours, 1000, **kw)
+    _run(torch.optim.AdamW, ref, 1000, **kw)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_state_dict_resumes_identically():
+    a = _toy_params()
+    opt = AdamW(a, lr=1e-2)
+    _run(lambda ps, **k: opt, a, 5)
+    b = [p.detach().clone().requires_grad_() for p in a]
+    opt_b = AdamW(b, lr=1e-2)
+    opt_b.load_state_dict(copy.deepcopy(opt.state_dict()))
+    _run(lambda ps, **k: opt, a, 3)
+    _run(lambda ps, **k: opt_b, b, 3)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_with_decay_matches_torch(momentum):
+    ours, ref = _toy_params(), [p.detach().clone().requires_grad_() for p in _toy_params()]
+    _run(SGD, ours, 200, lr=1e-2, momentum=momentum, weight_decay=0.05)
+    _run(torch.optim.SGD, ref, 200, lr=1e-2, momentum=momentum, weight_decay=0.05)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_param_groups_skip_norms_biases_and_embeddings():
+    for tied in (True, False):
+        model = CookMindLM(CookMindConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, num_key_value_heads=1, qk_norm=True,
+                                          attention_bias=True, tie_word_embeddings=tied))
+        decay, no_decay = param_groups(model, weight_decay=0.1)
+        assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+        names = {id(p): n for n, p in model.named_parameters()}
+        nd = {names[id(p)] for p in no_decay["params"]}
+        d = {names[id(p)] for p in decay["params"]}
+        assert "model.embed_tokens.weight" in nd and "model.norm.weight" in nd
+        assert "model.layers.0.self_attn.q_proj.bias" in nd and "model.layers.0.self_attn.q_norm.weight" in nd
+        assert "model.layers.0.self_attn.q_proj.weight" in d and "model.layers.0.mlp.down_proj.weight" in d
+        assert ("lm_head.weight" in d) == (not tied)
+        assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_cosine_schedule_hand_computed():
+    f = lambda s: cosine_with_warmup(s, max_lr=1.0, warmup_steps=4, total_steps=14, min_lr=0.1)  # noqa: E731
+    assert [f(s) for s in range(4)] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert f(4) == pytest.approx(1.0)  # cosine starts at the peak
+    assert f(9) == pytest.approx(0.1 + 0.9 * 0.5)  # half way: cos(pi/2) = 0
+    assert f(6) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.2)))
+    assert f(14) == pytest.approx(0.1) and f(1000) == pytest.approx(0.1)
+
+
+def test_cosine_scheduler_drives_optimizer_and_resumes():
+    p = nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=2.0)
+    sched = CosineWarmupScheduler(opt, warmup_steps=4, total_steps=14, min_lr_ratio=0.05)
+    seen = []
+    for _ in range(16):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    expect = [cosine_with_warmup(s, 2.0, 4, 14, 0.1) for s in range(16)]
+    assert seen == pytest.approx(expect)
+    opt2 = torch.optim.SGD([p], lr=2.0)
+    sched2 = CosineWarmupScheduler(opt2, warmup_steps=4, total_steps=14, min_lr_ratio=0.05)
+    sched2.load_state_dict(sched.state_dict())
+    assert sched2.get_last_lr() == pytest.approx(sched.get_last_lr())
+
+
+def test_clip_grad_norm_matches_torch():
+    g = torch.Generator().manual_seed(3)
+    a = [torch.randn(4, 3, generator=g, requires_grad=True) for _ in range(3)]
+    b = [p.detach().clone().requires_grad_() for p in a]
+    for max_norm in (0.5, 1e3):
+        for x, y in zip(a, b):
+            x.grad = torch.randn(x.shape, generator=g) * 3
+            y.grad = x.grad.clone()
+        ours = clip_grad_norm(a, max_norm)
+        ref = torch.nn.utils.clip_grad_norm_(b, max_norm)
+        torch.testing.assert_close(ours, ref)
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x.grad, y.grad)
