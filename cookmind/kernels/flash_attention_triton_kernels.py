@@ -1,0 +1,304 @@
+"""Triton kernels for FlashAttention-2 (forward; backward as delta, dK/dV and dQ kernels).
+
+Imported only when the Triton path is used, so ``cookmind.kernels`` loads on machines without
+Triton. Layout: every tensor is (B, heads, T, D) with arbitrary strides; one program handles one
+tile of rows for one (batch, head). Softmax runs in base 2: scores are multiplied by
+qk_scale = log2(e) / sqrt(D) so exp2 replaces exp, and L is stored in log2 units.
+
+Causal tiles come in three kinds: fully visible (no mask), on the diagonal (masked) and fully
+hidden (skipped). Queries are aligned to the last keys: row i sees key j iff j <= i + (Tk - Tq).
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+# COOKMIND_FLASH_AUTOTUNE=1 lets Triton time a few tile shapes per (head dim, causal, length);
+# otherwise each kernel uses the first (Hopper-tuned) config and compiles once.
+_AUTOTUNE = os.environ.get("COOKMIND_FLASH_AUTOTUNE", "0") == "1"
+
+
+def _configs(candidates):
+    chosen = candidates if _AUTOTUNE else candidates[:1]
+    return [
+        triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in chosen
+    ]
+
+
+def _prune_fwd(configs, named_args, **kwargs):
+    # hd 128 with 128x128 tiles spills registers at 4 warps; small head dims do not need 8 warps
+    d = named_args.get("HEAD_D", kwargs.get("HEAD_D", 64))
+    keep = [c for c in configs if not (d > 64 and c.kwargs["BLOCK_N"] == 128 and c.num_warps < 8)]
+    if d < 64:  # tiny head dims: smaller tiles keep the grid full
+        keep = [c for c in keep if c.kwargs["BLOCK_M"] <= 64] or keep
+    return keep or configs[:1]
+
+
+_FWD = _configs([(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4), (128, 128, 8, 4), (64, 64, 4, 3)])
+_BWD = _configs([(64, 64, 4, 3), (64, 128, 8, 3), (128, 64, 8, 3), (32, 64, 4, 3), (64, 64, 8, 4)])
+_DQ = _configs([(64, 64, 4, 3), (128, 64, 8, 3), (64, 128, 8, 3), (128, 32, 4, 3), (64, 64, 8, 4)])
+_KEY = ["HEAD_D", "IS_CAUSAL", "Tq", "Tk"]
+
+
+@triton.jit
+def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, lo, hi, Tk, offset,
+              qk_scale, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr):
+    """Online softmax over key tiles [lo, hi); MASKED tiles apply the causal and length masks."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kt_ptrs = k_base + offs_n[None, :] * stride_kt + offs_d[:, None]  # K^T tile (D, BLOCK_N)
+        v_ptrs = v_base + offs_n[:, None] * stride_vt + offs_d[None, :]
+        if MASKED:
+            kt = tl.load(kt_ptrs, mask=offs_n[None, :] < Tk, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < Tk, other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+            v = tl.load(v_ptrs)
+        s = tl.dot(q, kt) * qk_scale  # S = Q K^T * log2(e) / sqrt(D)
+        if MASKED:
+            visible = offs_n[None, :] < Tk
+            if IS_CAUSAL:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None] + offset)
+            s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old max
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.autotune(configs=_FWD, key=_KEY, prune_configs_by={"early_config_prune": _prune_fwd})
+@triton.jit
+def flash_fwd_kernel(Q, K, V, O, L,
+                     stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
+                     stride_vb, stride_vh, stride_vt, stride_ob, stride_oh, stride_ot,
+                     H, GROUP, Tq, Tk, qk_scale,
+                     IS_CAUSAL: tl.constexpr, HEAD_D: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """O = softmax(Q K^T / sqrt(D)) V and L = log2-sum-exp2 of each scaled score row."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP  # the shared K/V head of this query head (GQA)
+    offset = Tk - Tq
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < Tq, other=0.0)
+    k_base = K + b * stride_kb + hk * stride_kh
+    v_base = V + b * stride_vb + hk * stride_vh
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+    even_end = (Tk // BLOCK_N) * BLOCK_N  # key tiles that need no length mask
+    if IS_CAUSAL:
+        # a key tile is fully visible to this row block iff its last key <= start_m + offset
+        full_end = tl.minimum(tl.maximum(start_m + offset + 1, 0) // BLOCK_N * BLOCK_N, even_end)
+        hi = tl.minimum(Tk, start_m + BLOCK_M + offset)
+    else:
+        full_end = even_end
+        hi = Tk
+    acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, 0, full_end,
+                              Tk, offset, qk_scale, False, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+    acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, full_end, hi,
+                              Tk, offset, qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+    acc = acc / l_i[:, None]  # O = diag(l)^-1 acc
+    o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=offs_m[:, None] < Tq)
+    tl.store(L + bh * Tq + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < Tq)  # L = m + log2(l)
+
+
+@triton.jit
+def flash_bwd_delta_kernel(O, DO, Delta, stride_ob, stride_oh, stride_ot, stride_db, stride_dh, stride_dt,
+                           H, Tq, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Delta_i = rowsum(dO_i * O_i), the softmax-backward correction term."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    row_ok = offs_m[:, None] < Tq
+    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :],
+                mask=row_ok, other=0.0).to(tl.float32)
+    do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_dt + offs_d[None, :],
+                 mask=row_ok, other=0.0).to(tl.float32)
+    tl.store(Delta + bh * Tq + offs_m, tl.sum(o * do, 1), mask=offs_m < Tq)
+
+
+@triton.jit
+def _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n, lo, hi,
+               Tq, offset, qk_scale, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr):
+    """Accumulate dK, dV of one key tile over query tiles [lo, hi), working on transposed scores."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_D)
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        qt_ptrs = q_base + offs_m[None, :] * stride_qt + offs_d[:, None]  # Q^T (D, BLOCK_M)
+        do_ptrs = do_base + offs_m[:, None] * stride_dt + offs_d[None, :]
+        if MASKED:
+            qt = tl.load(qt_ptrs, mask=offs_m[None, :] < Tq, other=0.0)
+            do = tl.load(do_ptrs, mask=offs_m[:, None] < Tq, other=0.0)
+            l = tl.load(l_base + offs_m, mask=offs_m < Tq, other=0.0)
+            delta = tl.load(delta_base + offs_m, mask=offs_m < Tq, other=0.0)
+        else:
+            qt = tl.load(qt_ptrs)
+            do = tl.load(do_ptrs)
+            l = tl.load(l_base + offs_m)
+            delta = tl.load(delta_base + offs_m)
+        st = tl.dot(k, qt) * qk_scale  # S^T (BLOCK_N, BLOCK_M)
+        pt = tl.math.exp2(st - l[None, :])  # P^T recomputed from L
+        if MASKED:
+            visible = offs_m[None, :] < Tq
+            if IS_CAUSAL:
+                visible = visible & (offs_n[:, None] <= offs_m[None, :] + offset)
+            pt = tl.where(visible, pt, 0.0)
+        dv += tl.dot(pt.to(do.dtype), do)  # dV += P^T dO
+        dpt = tl.dot(v, tl.trans(do))  # dP^T = V dO^T
+        dst = pt * (dpt - delta[None, :])  # dS^T = P^T * (dP^T - Delta)
+        dk += tl.dot(dst.to(qt.dtype), tl.trans(qt))  # dK += dS^T Q  (scaled once at the end)
+    return dk, dv
+
+
+@triton.autotune(configs=_BWD, key=_KEY)
+@triton.jit
+def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
+                          stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
+                          stride_vb, stride_vh, stride_vt, stride_db, stride_dh, stride_dt,
+                          stride_dkb, stride_dkh, stride_dkt, stride_dvb, stride_dvh, stride_dvt,
+                          H, GROUP, Tq, Tk, qk_scale, sm_scale,
+                          IS_CAUSAL: tl.constexpr, HEAD_D: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dK, dV for one key tile of one K/V head, summed over its GROUP query heads (no atomics)."""
+    start_n = tl.program_id(0) * BLOCK_N
+    bhk = tl.program_id(1)
+    hkv = H // GROUP
+    b = bhk // hkv
+    hk = bhk % hkv
+    offset = Tk - Tq
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_D)
+    n_ok = offs_n[:, None] < Tk
+    k = tl.load(K + b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kt + offs_d[None, :],
+                mask=n_ok, other=0.0)
+    v = tl.load(V + b * stride_vb + hk * stride_vh + offs_n[:, None] * stride_vt + offs_d[None, :],
+                mask=n_ok, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
+    even_end = (Tq // BLOCK_M) * BLOCK_M
+    if IS_CAUSAL:
+        # rows before lo see none of this tile; rows from diag_end on see all of it
+        lo = tl.maximum(start_n - offset, 0) // BLOCK_M * BLOCK_M
+        diag_end = tl.minimum((tl.maximum(start_n + BLOCK_N - 1 - offset, 0) + BLOCK_M - 1) // BLOCK_M * BLOCK_M,
+                              even_end)
+        diag_end = tl.maximum(diag_end, lo)
+    else:
+        lo = 0
+        diag_end = 0
+    for g in range(0, GROUP):
+        h = hk * GROUP + g
+        q_base = Q + b * stride_qb + h * stride_qh
+        do_base = DO + b * stride_db + h * stride_dh
+        l_base = L + (b * H + h) * Tq
+        delta_base = Delta + (b * H + h) * Tq
+        # masked tiles: the causal diagonal, then the unmasked body, then the ragged tail of Tq
+        dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n,
+                            lo, diag_end, Tq, offset, qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+        dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n,
+                            tl.maximum(diag_end, lo), even_end, Tq, offset, qk_scale, False, IS_CAUSAL,
+                            BLOCK_M, BLOCK_N, HEAD_D)
+        dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n,
+                            tl.maximum(even_end, lo), Tq, Tq, offset, qk_scale, True, IS_CAUSAL,
+                            BLOCK_M, BLOCK_N, HEAD_D)
+    dk = dk * sm_scale  # dK = dS^T Q / sqrt(D)
+    tl.store(DK + b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkt + offs_d[None, :],
+             dk.to(DK.dtype.element_ty), mask=n_ok)
+    tl.store(DV + b * stride_dvb + hk * stride_dvh + offs_n[:, None] * stride_dvt + offs_d[None, :],
+             dv.to(DV.dtype.element_ty), mask=n_ok)
+
+
+@triton.jit
+def _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m, lo, hi, Tk, offset, qk_scale,
+             MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr):
+    """Accumulate dQ of one query tile over key tiles [lo, hi)."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kt_ptrs = k_base + offs_n[None, :] * stride_kt + offs_d[:, None]
+        vt_ptrs = v_base + offs_n[None, :] * stride_vt + offs_d[:, None]
+        if MASKED:
+            kt = tl.load(kt_ptrs, mask=offs_n[None, :] < Tk, other=0.0)
+            vt = tl.load(vt_ptrs, mask=offs_n[None, :] < Tk, other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+            vt = tl.load(vt_ptrs)
+        s = tl.dot(q, kt) * qk_scale
+        p = tl.math.exp2(s - l[:, None])
+        if MASKED:
+            visible = offs_n[None, :] < Tk
+            if IS_CAUSAL:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None] + offset)
+            p = tl.where(visible, p, 0.0)
+        dp = tl.dot(do, vt)  # dP = dO V^T
+        ds = p * (dp - delta[:, None])  # dS = P * (dP - Delta)
+        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt))  # dQ += dS K
+    return dq
+
+
+@triton.autotune(configs=_DQ, key=_KEY)
+@triton.jit
+def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
+                        stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
+                        stride_vb, stride_vh, stride_vt, stride_db, stride_dh, stride_dt,
+                        stride_dqb, stride_dqh, stride_dqt,
+                        H, GROUP, Tq, Tk, qk_scale, sm_scale,
+                        IS_CAUSAL: tl.constexpr, HEAD_D: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dQ for one query tile of one head; same tile walk as the forward pass."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    offset = Tk - Tq
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    m_ok = offs_m[:, None] < Tq
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :],
+                mask=m_ok, other=0.0)
+    do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_dt + offs_d[None, :],
+                 mask=m_ok, other=0.0)
+    l = tl.load(L + bh * Tq + offs_m, mask=offs_m < Tq, other=0.0)
+    delta = tl.load(Delta + bh * Tq + offs_m, mask=offs_m < Tq, other=0.0)
+    k_base = K + b * stride_kb + hk * stride_kh
+    v_base = V + b * stride_vb + hk * stride_vh
+    dq = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+    even_end = (Tk // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        full_end = tl.minimum(tl.maximum(start_m + offset + 1, 0) // BLOCK_N * BLOCK_N, even_end)
+        hi = tl.minimum(Tk, start_m + BLOCK_M + offset)
+    else:
+        full_end = even_end
+        hi = Tk
+    dq = _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m, 0, full_end, Tk, offset,
+                  qk_scale, False, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+    dq = _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m, full_end, hi, Tk, offset,
+                  qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+    dq = dq * sm_scale  # dQ = dS K / sqrt(D)
+    tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
+             dq.to(DQ.dtype.element_ty), mask=m_ok)

@@ -1,0 +1,32 @@
+"""Input checks shared by the attention kernels: one clear error per way the shapes can be wrong."""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool):
+    """Validate q (B, H, Tq, D), k/v (B, Hkv, Tk, D); return (B, H, Tq, D, Hkv, Tk)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"attention expects 4-D tensors (B, H, T, D); got q{tuple(q.shape)}, k{tuple(k.shape)}, "
+            f"v{tuple(v.shape)}. Transpose (B, T, H, D) inputs with .transpose(1, 2) first."
+        )
+    b, h, tq, d = q.shape
+    bk, hkv, tk, dk = k.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k{tuple(k.shape)} and v{tuple(v.shape)} must have the same shape")
+    if bk != b or dk != d:
+        raise ValueError(f"batch/head-dim mismatch: q{tuple(q.shape)} vs k{tuple(k.shape)}")
+    if hkv == 0 or h % hkv != 0:
+        raise ValueError(
+            f"query heads ({h}) must be a multiple of key/value heads ({hkv}) for grouped-query attention"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}; cast them to one dtype")
+    if is_causal and tq > tk:
+        raise ValueError(
+            f"causal attention needs at least as many keys as queries (Tq={tq} > Tk={tk}); "
+            "queries are aligned to the last keys"
+        )
+    return b, h, tq, d, hkv, tk
