@@ -1,0 +1,235 @@
+"""From-scratch building blocks against PyTorch's own ops and naive formulas written here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cookmind.model import CookMindConfig, CookMindLM, KVCache
+from cookmind.model.activations import silu, softmax
+from cookmind.model.cross_entropy import cross_entropy
+from cookmind.model.embedding import Embedding
+from cookmind.model.linear import Linear
+from cookmind.model.moe import MoE
+from cookmind.model.rmsnorm import RMSNorm
+from cookmind.model.rope import RotaryEmbedding, apply_rope
+from cookmind.model.sdpa import scaled_dot_product_attention
+from cookmind.model.swiglu import SwiGLU
+
+
+def test_linear_matches_f_linear_and_init_is_truncated():
+    lin = Linear(300, 200, std=0.02)
+    x = torch.randn(2, 3, 300)
+    torch.testing.assert_close(lin(x), F.linear(x, lin.weight), rtol=1e-5, atol=1e-6)
+    assert lin.bias is None
+    w = lin.weight.detach()
+    assert w.abs().max() <= 0.06 + 1e-7  # truncated at 3 std
+    assert abs(w.std().item() - 0.02) < 0.002  # truncation at 3 sigma shrinks std by ~1.3% only
+    biased = Linear(4, 3, bias=True)
+    torch.testing.assert_close(biased(x[..., :4]), F.linear(x[..., :4], biased.weight, biased.bias))
+
+
+def test_embedding_matches_f_embedding():
+    emb = Embedding(50, 8)
+    ids = torch.randint(0, 50, (3, 7))
+    torch.testing.assert_close(emb(ids), F.embedding(ids, emb.weight), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rmsnorm_matches_nn_rmsnorm(dtype):
+    ours, ref = RMSNorm(48, eps=1e-5), nn.RMSNorm(48, eps=1e-5)
+    with torch.no_grad():
+        w = torch.randn(48)
+        ours.weight.copy_(w)
+        ref.weight.copy_(w)
+    x = torch.randn(4, 9, 48) * 5
+    torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
+    xb, ob, rb = x.to(dtype), ours.to(dtype), ref.to(dtype)
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(ob(xb).float(), rb(xb).float(), rtol=tol, atol=tol)
+
+
+def test_silu_and_stable_softmax():
+    x = torch.randn(1000) * 10
+    torch.testing.assert_close(silu(x), F.silu(x), rtol=1e-6, atol=1e-6)
+    big = torch.tensor([[1000.0, 1001.0, 999.0], [-1e4, 0.0, float("-inf")]])
+    out = softmax(big, dim=-1)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, torch.softmax(big, dim=-1))
+    y = torch.randn(3, 4, 5)
+    torch.testing.assert_close(softmax(y, dim=1), torch.softmax(y, dim=1))
+
+
+def test_swiglu_formula():
+    ffn = SwiGLU(16, 40)
+    x = torch.randn(2, 5, 16)
+    ref = F.linear(F.silu(F.linear(x, ffn.gate_proj.weight)) * F.linear(x, ffn.up_proj.weight), ffn.down_proj.weight)
+    torch.testing.assert_close(ffn(x), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3), (2, 2, 2)])
+def test_sdpa_matches_torch_with_bool_mask_and_leading_dims(lead):
+    t, s, d = 5, 7, 8
+    q, k, v = torch.randn(*lead, t, d), torch.randn(*lead, s, d), torch.randn(*lead, s, d)
+    mask = torch.rand(*lead, t, s) > 0.4
+    mask[..., 0] = True  # every query may attend somewhere
+    ours = scaled_dot_product_attention(q, k, v, mask)
+    ref_lead = (1,) if not lead else lead  # torch's op wants at least one batch dim
+    ref = F.scaled_dot_product_attention(q.reshape(*ref_lead, t, d), k.reshape(*ref_lead, s, d),
+                                         v.reshape(*ref_lead, s, d), attn_mask=mask.reshape(*ref_lead, t, s))
+    torch.testing.assert_close(ours, ref.reshape(ours.shape), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v),
+                               F.scaled_dot_product_attention(q.reshape(*ref_lead, t, d), k.reshape(*ref_lead, s, d),
+                                                              v.reshape(*ref_lead, s, d)).reshape(ours.shape),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_rope_rotates_pairs_by_position_times_frequency():
+    d, theta = 8, 10000.0
+    rope = RotaryEmbedding(d, theta)
+    x = torch.randn(2, 3, 4, d)  # (B, H, T, D)
+    pos = torch.tensor([[0, 1, 2, 3], [7, 3, 100, 5]])
+    cos, sin = rope(pos, torch.float32)
+    ours = apply_rope(x, cos, sin)
+    # naive: pair (x[i], x[i + d/2]) is the complex number x[i] + j x[i+d/2], multiplied by e^{j pos w_i}
+    ref = torch.empty_like(x)
+    for b in range(2):
+        for t in range(4):
+            for i in range(d // 2):
+                ang = pos[b, t].item() * theta ** (-2 * i / d)
+                z = torch.complex(x[b, :, t, i], x[b, :, t, i + d // 2]) * complex(math.cos(ang), math.sin(ang))
+                ref[b, :, t, i], ref[b, :, t, i + d // 2] = z.real, z.imag
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+    # relative: q.k depends only on the position difference
+    q, k = torch.randn(1, 1, 1, d), torch.randn(1, 1, 1, d)
+
+    def score(pq, pk):
+        cq, sq = rope(torch.tensor([[pq]]), torch.float32)
+        ck, sk = rope(torch.tensor([[pk]]), torch.float32)
+        return (apply_rope(q, cq, sq) * apply_rope(k, ck, sk)).sum()
+
+    torch.testing.assert_close(score(10, 3), score(57, 50), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rs", [
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 128, "beta_fast": 16, "beta_slow": 2,
+     "truncate": False},
+    {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32, "attention_factor": 1.3},
+])
+def test_yarn_matches_transformers(rs):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    d, theta = 16, 10000.0
+    hf_cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=d, max_position_embeddings=512,
+                         rope_parameters={"rope_theta": theta, **rs})
+    inv_ref, att_ref = ROPE_INIT_FUNCTIONS["yarn"](hf_cfg, "cpu")
+    rope = RotaryEmbedding(d, theta, rs)
+    torch.testing.assert_close(rope.inv_freq, inv_ref.float(), rtol=1e-6, atol=1e-9)
+    assert rope.attention_factor == pytest.approx(att_ref)
+    if "attention_factor" not in rs:
+        assert rope.attention_factor == pytest.approx(0.1 * math.log(rs["factor"]) + 1)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_attention_backends_agree_with_mask_cache_and_gqa(qk_norm, kv_heads):
+    base = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=kv_heads, qk_norm=qk_norm, max_position_embeddings=64)
+    naive = CookMindLM(CookMindConfig(**base, attn_backend="naive")).eval()
+    sdpa = CookMindLM(CookMindConfig(**base, attn_backend="sdpa")).eval()
+    sdpa.load_state_dict(naive.state_dict())
+    ids = torch.randint(0, 61, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(naive(ids).logits, sdpa(ids).logits, rtol=1e-5, atol=1e-5)
+        # left padding: row 0 has 3 pad slots that nobody may attend to; explicit positions skip them
+        mask = torch.tril(torch.ones(9, 9, dtype=torch.bool)).expand(2, 1, 9, 9).clone()
+        mask[0, :, :, :3] = False
+        mask[0, :, :3, :3] = torch.eye(3, dtype=torch.bool)  # pad queries see themselves only
+        pos = torch.stack([torch.clamp(torch.arange(9) - 3, min=0), torch.arange(9)])
+        outs = []
+        for m in (naive, sdpa):
+            cache = KVCache(m.config, 2, 12)
+            a = m(ids[:, :7], position_ids=pos[:, :7], attention_mask=mask[:, :, :7, :7], kv_cache=cache).logits
+            b = m(ids[:, 7:], position_ids=pos[:, 7:], attention_mask=mask[:, :, 7:, :9], kv_cache=cache).logits
+            full = m(ids, position_ids=pos, attention_mask=mask).logits
+            torch.testing.assert_close(torch.cat([a, b], 1), full, rtol=1e-5, atol=1e-5)
+            outs.append(full)
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+        # the padded row's real tokens equal the unpadded sequence on its own
+        alone = naive(ids[:1, 3:]).logits
+        torch.testing.assert_close(outs[0][:1, 3:], alone, rtol=1e-4, atol=1e-4)
+
+
+def test_flash_triton_backend_is_a_clear_error_on_cpu():
+    model = CookMindLM(CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2, attn_backend="flash-triton"))
+    with pytest.raises(RuntimeError, match="flash-triton.*CUDA"):
+        model(torch.randint(0, 31, (1, 4)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_entropy_matches_torch(dtype):
+    logits = (torch.randn(4, 6, 33) * 4).to(dtype)
+    targets = torch.randint(0, 33, (4, 6))
+    targets[1, 2:] = -100
+    ours = cross_entropy(logits, targets)
+    assert ours.dtype == torch.float32
+    ref = F.cross_entropy(logits.float().reshape(-1, 33), targets.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(cross_entropy(logits, targets, reduction="sum"),
+                               F.cross_entropy(logits.float().reshape(-1, 33), targets.reshape(-1), reduction="sum"),
+                               rtol=1e-6, atol=1e-5)
+    assert cross_entropy(logits, torch.full_like(targets, -100)) == 0  # all ignored: 0, not NaN
+
+
+def test_moe_with_one_expert_equals_dense_ffn():
+    cfg = CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, num_experts=1, num_experts_per_tok=1)
+    moe = MoE(cfg)
+    dense = SwiGLU(16, 24)
+    dense.load_state_dict(moe.experts[0].state_dict())
+    x = torch.randn(3, 5, 16)
+    y, aux = moe(x)
+    torch.testing.assert_close(y, dense(x), rtol=1e-6, atol=1e-6)
+    assert aux.item() == pytest.approx(1.0)  # E * f * P = 1 * 1 * 1
+
+
+def test_moe_topk_routing_and_balance_loss_match_naive_loop():
+    cfg = CookMindConfig(vocab_size=31, hidden_size=8, intermediate_size=12, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                         moe_shared_expert=True)
+    moe = MoE(cfg)
+    x = torch.randn(2, 6, 8)
+    y, aux = moe(x)
+    xf = x.reshape(-1, 8)
+    probs = torch.softmax(xf @ moe.gate.weight.t(), dim=-1)
+    ref = torch.zeros_like(xf)
+    counts = torch.zeros(4)
+    for n in range(xf.shape[0]):
+        top = torch.argsort(probs[n], descending=True)[:2]
+        w = probs[n, top] / probs[n, top].sum()
+        for j, e in enumerate(top.tolist()):
+            ref[n] += w[j] * moe.experts[e](xf[n:n + 1])[0]
+            counts[e] += 1
+        ref[n] += moe.shared_expert(xf[n:n + 1])[0]
+    torch.testing.assert_close(y.reshape(-1, 8), ref, rtol=1e-5, atol=1e-6)
+    ref_aux = 4 * ((counts / counts.sum()) * probs.mean(0)).sum()
+    torch.testing.assert_close(aux, ref_aux, rtol=1e-5, atol=1e-6)
+
+
+def test_moe_model_loss_includes_aux_and_trains():
+    cfg = CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, num_experts=3, num_experts_per_tok=2)
+    model = CookMindLM(cfg)
+    ids = torch.randint(0, 31, (2, 8))
+    out = model(ids, labels=ids)
+    ce = F.cross_entropy(out.logits[:, :-1].reshape(-1, 31), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(out.loss, ce + out.aux_loss)
+    out.loss.backward()
+    assert model.model.layers[0].mlp.gate.weight.grad.abs().sum() > 0  # router learns through the weights
