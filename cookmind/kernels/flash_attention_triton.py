@@ -60,9 +60,9 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
     def grid(meta):
         return (triton_cdiv(tq, meta["BLOCK_M"]), b * h)
 
-    kernels.flash_fwd_kernel[grid](
-        q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        h, h // hkv, tq, tk, qk_scale, IS_CAUSAL=is_causal, HEAD_D=d,
+    kernels.flash_fwd(
+        grid, q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+        h, h // hkv, tq, tk, qk_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=q.element_size(),
     )
     return o, lse
 
@@ -83,13 +83,16 @@ def flash_backward(q, k, v, o, lse, do, is_causal: bool):
     qk_scale = LOG2_E / math.sqrt(d)
     sm_scale = 1.0 / math.sqrt(d)
     common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
-    kernels.flash_bwd_dkdv_kernel[lambda meta: (triton_cdiv(tk, meta["BLOCK_N"]), b * hkv)](
+    size = q.element_size()
+    kernels.flash_bwd_dkdv(
+        lambda meta: (triton_cdiv(tk, meta["BLOCK_N"]), b * hkv),
         q, k, v, do, lse, delta, dk, dv, *common, *dk.stride()[:3], *dv.stride()[:3],
-        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d,
+        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size,
     )
-    kernels.flash_bwd_dq_kernel[lambda meta: (triton_cdiv(tq, meta["BLOCK_M"]), b * h)](
+    kernels.flash_bwd_dq(
+        lambda meta: (triton_cdiv(tq, meta["BLOCK_M"]), b * h),
         q, k, v, do, lse, delta, dq, *common, *dq.stride()[:3],
-        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d,
+        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size,
     )
     return dq, dk, dv
 

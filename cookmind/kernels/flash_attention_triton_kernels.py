@@ -16,31 +16,62 @@ import os
 import triton
 import triton.language as tl
 
-# COOKMIND_FLASH_AUTOTUNE=1 lets Triton time a few tile shapes per (head dim, causal, length);
-# otherwise each kernel uses the first (Hopper-tuned) config and compiles once.
+# COOKMIND_FLASH_AUTOTUNE=1 lets Triton time every tile shape that fits per (head dim, causal,
+# lengths); otherwise each kernel takes the first candidate that fits and compiles once.
 _AUTOTUNE = os.environ.get("COOKMIND_FLASH_AUTOTUNE", "0") == "1"
+_SMEM_BUDGET = 200 * 1024  # bytes; Hopper gives a block up to 227 KB, the rest is Triton's own scratch
 
-
-def _configs(candidates):
-    chosen = candidates if _AUTOTUNE else candidates[:1]
-    return [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in chosen
-    ]
-
-
-def _prune_fwd(configs, named_args, **kwargs):
-    # hd 128 with 128x128 tiles spills registers at 4 warps; small head dims do not need 8 warps
-    d = named_args.get("HEAD_D", kwargs.get("HEAD_D", 64))
-    keep = [c for c in configs if not (d > 64 and c.kwargs["BLOCK_N"] == 128 and c.num_warps < 8)]
-    if d < 64:  # tiny head dims: smaller tiles keep the grid full
-        keep = [c for c in keep if c.kwargs["BLOCK_M"] <= 64] or keep
-    return keep or configs[:1]
-
-
-_FWD = _configs([(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4), (128, 128, 8, 4), (64, 64, 4, 3)])
-_BWD = _configs([(64, 64, 4, 3), (64, 128, 8, 3), (128, 64, 8, 3), (32, 64, 4, 3), (64, 64, 8, 4)])
-_DQ = _configs([(64, 64, 4, 3), (128, 64, 8, 3), (64, 128, 8, 3), (128, 32, 4, 3), (64, 64, 8, 4)])
+# (BLOCK_M, BLOCK_N, num_warps, num_stages), best guess first; the small ones catch fp32 and old GPUs
+_FWD = [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 4), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2)]
+_BWD = [(64, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2), (32, 32, 4, 2)]
+_DQ = [(128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 8, 3), (128, 32, 4, 3), (64, 64, 4, 2), (32, 32, 4, 2)]
 _KEY = ["HEAD_D", "IS_CAUSAL", "Tq", "Tk"]
+
+
+def _smem_bytes(cfg, streamed: int, resident: int, d: int, size: int) -> int:
+    """Shared memory of two pipelined tiles (x num_stages) plus two resident tiles, in bytes."""
+    m, n, _, stages = cfg
+    rows = {0: m, 1: n}
+    return (stages * 2 * rows[streamed] + 2 * rows[resident]) * d * size
+
+
+class Launcher:
+    """Launch one kernel with a tile config: the first candidate that fits, or Triton's autotuner.
+
+    streamed/resident: which block axis (0 = BLOCK_M, 1 = BLOCK_N) the per-step tiles and the
+    held tiles use, for the shared-memory estimate.
+    """
+
+    def __init__(self, fn, candidates, streamed: int, resident: int):
+        self.fn, self.candidates, self.streamed, self.resident = fn, candidates, streamed, resident
+        self.tuned = None
+        if _AUTOTUNE:
+            configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+                       for m, n, w, s in candidates]
+            self.tuned = triton.autotune(configs=configs, key=_KEY,
+                                         prune_configs_by={"early_config_prune": self._prune})(fn)
+
+    def fitting(self, d: int, size: int):
+        fit = [c for c in self.candidates if _smem_bytes(c, self.streamed, self.resident, d, size) <= _SMEM_BUDGET]
+        return fit or self.candidates[-1:]
+
+    def _prune(self, configs, named_args, **kwargs):
+        d, size = kwargs["HEAD_D"], named_args["Q"].element_size()
+        keep = {(m, n) for m, n, _, _ in self.fitting(d, size)}
+        return [c for c in configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) in keep] or configs[-1:]
+
+    def __call__(self, grid, *args, HEAD_D: int, IS_CAUSAL: bool, element_size: int):
+        """grid: meta-dict -> launch grid, as Triton's autotuner expects."""
+        if self.tuned is not None:
+            return self.tuned[grid](*args, HEAD_D=HEAD_D, IS_CAUSAL=IS_CAUSAL)
+        m, n, w, s = self.fitting(HEAD_D, element_size)[0]
+        meta = {"BLOCK_M": m, "BLOCK_N": n}
+        return self.fn[grid(meta)](*args, HEAD_D=HEAD_D, IS_CAUSAL=IS_CAUSAL, BLOCK_M=m, BLOCK_N=n,
+                                   num_warps=w, num_stages=s)
+
+    def chosen(self) -> dict:
+        """Autotuned picks so far, {key: config string} (empty without autotune)."""
+        return {str(k): str(v) for k, v in (self.tuned.cache.items() if self.tuned is not None else [])}
 
 
 @triton.jit
@@ -76,7 +107,6 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, l
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=_FWD, key=_KEY, prune_configs_by={"early_config_prune": _prune_fwd})
 @triton.jit
 def flash_fwd_kernel(Q, K, V, O, L,
                      stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
@@ -172,7 +202,6 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, str
     return dk, dv
 
 
-@triton.autotune(configs=_BWD, key=_KEY)
 @triton.jit
 def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
                           stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
@@ -260,7 +289,6 @@ def _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m,
     return dq
 
 
-@triton.autotune(configs=_DQ, key=_KEY)
 @triton.jit
 def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
                         stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
@@ -302,3 +330,8 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
     dq = dq * sm_scale  # dQ = dS K / sqrt(D)
     tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=m_ok)
+
+
+flash_fwd = Launcher(flash_fwd_kernel, _FWD, streamed=1, resident=0)  # streams K, V; holds Q, O
+flash_bwd_dkdv = Launcher(flash_bwd_dkdv_kernel, _BWD, streamed=0, resident=1)  # streams Q, dO; holds K, V
+flash_bwd_dq = Launcher(flash_bwd_dq_kernel, _DQ, streamed=1, resident=0)  # streams K, V; holds Q, dO
