@@ -1,0 +1,46 @@
+"""RL data for GRPO: prompts with reference answers (online) or scored responses (offline)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from cookmind.store import TokenStore
+
+
+class GRPODataset(Dataset):
+    """Online items ``{"prompt_ids": (P,), "answer": str}``; an offline store adds
+    ``"response_ids"``, ``"response_mask"`` and a float ``"reward"``.
+
+    Prompts are never cut (a cut prompt asks another question): a prompt longer than
+    ``window_size`` is dropped and counted in ``num_dropped``. Offline responses are
+    truncated so that prompt + response fits the window.
+    """
+
+    def __init__(self, store: TokenStore, window_size: int):
+        if window_size <= 0:
+            raise ValueError(f"window_size must be positive, got {window_size}")
+        self.store, self.window_size = store, window_size
+        self.offline = "responses" in store.keys
+        lengths = store.lengths("prompts")
+        # offline needs room for at least one response token after the prompt
+        limit = window_size - 1 if self.offline else window_size
+        self.indices = np.nonzero(lengths <= limit)[0].astype(np.int64)
+        self.num_dropped = len(store) - len(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> dict:
+        r = int(self.indices[i])
+        prompt = self.store.record("prompts", r).astype(np.int64)
+        item = {"prompt_ids": torch.from_numpy(prompt)}
+        if not self.offline:
+            item["answer"] = bytes(self.store.record("answers", r)).decode("utf-8")
+            return item
+        room = self.window_size - len(prompt)
+        item["response_ids"] = torch.from_numpy(self.store.record("responses", r)[:room].astype(np.int64))
+        item["response_mask"] = torch.from_numpy(self.store.record("masks", r)[:room].astype(np.int64))
+        item["reward"] = torch.tensor(float(self.store.record("rewards", r)[0]), dtype=torch.float32)
+        return item

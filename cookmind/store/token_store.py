@@ -1,0 +1,115 @@
+"""``TokenStore``: one read-only view over all shards of a store, whatever its backend.
+
+Records are numbered globally across shards. For seq stores the records (documents) also
+form one token stream, and ``stream(key, start, stop)`` reads any span of it, stitching
+across shard boundaries, so windows never care where a shard ends.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from cookmind.store.factory import StoreFactory, detect_format
+from cookmind.store.layout import META_NAME, StoreError, check_keys
+
+
+class TokenStore:
+    """Open the store at ``path`` (format detected unless ``storage_type`` is given)."""
+
+    def __init__(self, path, storage_type: str | None = None):
+        self.path = Path(path)
+        found = detect_format(self.path)
+        if storage_type is not None and storage_type != found:
+            raise StoreError(f"{self.path}: asked for a {storage_type!r} store but it is {found!r}")
+        self.format = found
+        backend = StoreFactory.create(found)
+        if self.path.is_file():  # a lone .h5 shard
+            self.shards = [backend.open_shard(self.path)]
+            self.meta = dict(self.shards[0].meta)
+        else:
+            self.meta = json.loads((self.path / META_NAME).read_text(encoding="utf-8"))
+            if "shards" in self.meta:
+                self.shards = [backend.open_shard(self.path / s["name"]) for s in self.meta["shards"]]
+            else:  # a single .bin shard directory opened on its own
+                self.shards = [backend.open_shard(self.path)]
+        self.train_type = self.meta.get("train_type")
+        self.keys = check_keys(self.train_type, self.shards[0].keys)
+        for s in self.shards:
+            if set(s.keys) != set(self.keys):
+                raise StoreError(f"{s.path}: keys {sorted(s.keys)} differ from the store's {sorted(self.keys)}")
+        counts = [len(s.offsets(self.keys[0])) - 1 for s in self.shards]
+        self._record_starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._lengths: dict[str, np.ndarray] = {}
+        self._stream_starts: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return int(self._record_starts[-1])
+
+    @property
+    def tokenizer_fingerprint(self) -> str | None:
+        tok = self.meta.get("tokenizer") or {}
+        return tok.get("fingerprint") if isinstance(tok, dict) else None
+
+    def check_tokenizer(self, fingerprint: str) -> None:
+        """Raise when the store was packed with a different tokenizer than ``fingerprint``."""
+        mine = self.tokenizer_fingerprint
+        if mine is not None and fingerprint is not None and mine != fingerprint:
+            raise StoreError(f"{self.path} was packed by tokenizer {mine[:16]}…, not {fingerprint[:16]}…; "
+                             "re-pack it with this tokenizer (`cookmind pack --tokenizer ...`)")
+
+    def record(self, key: str, i: int) -> np.ndarray:
+        """Record ``i`` (global index) of ``key`` as a numpy array."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"record {i} out of range for a store of {n} records")
+        i %= n
+        s = int(np.searchsorted(self._record_starts, i, side="right")) - 1
+        shard = self.shards[s]
+        off = shard.offsets(key)
+        j = i - int(self._record_starts[s])
+        return shard.array(key)[off[j]:off[j + 1]]
+
+    def lengths(self, key: str) -> np.ndarray:
+        """Length of every record of ``key`` (int64, one per record)."""
+        if key not in self._lengths:
+            self._lengths[key] = np.concatenate([np.diff(s.offsets(key)) for s in self.shards]).astype(np.int64)
+        return self._lengths[key]
+
+    def stream_starts(self, key: str) -> np.ndarray:
+        """Where each shard's array begins in the concatenated stream of ``key`` (n_shards + 1 ints)."""
+        if key not in self._stream_starts:
+            sizes = [int(s.offsets(key)[-1]) for s in self.shards]
+            self._stream_starts[key] = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        return self._stream_starts[key]
+
+    def stream_length(self, key: str) -> int:
+        return int(self.stream_starts(key)[-1])
+
+    def document_starts(self, key: str) -> np.ndarray:
+        """Stream position where each record (document) of ``key`` begins."""
+        parts = [s.offsets(key)[:-1] + base for s, base in zip(self.shards, self.stream_starts(key)[:-1])]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    def stream(self, key: str, start: int, stop: int) -> np.ndarray:
+        """Tokens ``start:stop`` of the concatenated stream of ``key`` (copied into a new array)."""
+        starts = self.stream_starts(key)
+        if not 0 <= start <= stop <= starts[-1]:
+            raise IndexError(f"span {start}:{stop} outside the stream of {int(starts[-1])} {key} tokens")
+        first = int(np.searchsorted(starts, start, side="right")) - 1
+        pieces, pos, s = [], start, first
+        while pos < stop:
+            lo, hi = pos - int(starts[s]), min(stop, int(starts[s + 1])) - int(starts[s])
+            pieces.append(np.asarray(self.shards[s].array(key)[lo:hi]))
+            pos = int(starts[s]) + hi
+            s += 1
+        if len(pieces) == 1:
+            return np.array(pieces[0])
+        return np.concatenate(pieces) if pieces else np.zeros(0, self.shards[0].array(key).dtype)
+
+    def share_memory(self) -> None:
+        """Make the data shareable with forked DataLoader workers without copies (h5: shared tensors)."""
+        for s in self.shards:
+            s.share_memory()

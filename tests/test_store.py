@@ -1,0 +1,124 @@
+"""Token stores: round trips through both backends, meta.json contract, atomic writes, errors."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from cookmind.store import StoreError, StoreFactory, StoreWriter, TokenStore, detect_format, write_store
+
+
+def _docs(n=9, seed=0, vocab=500):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, vocab, size=int(rng.integers(1, 12))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("fmt", ["bin", "h5"])
+def test_round_trip_records_and_stream_across_shards(tmp_path, fmt):
+    docs = _docs()
+    out = write_store(tmp_path / "s", "seq", [{"sequence": d} for d in docs], vocab_size=500,
+                      storage_type=fmt, shard_tokens=15)
+    store = TokenStore(out)
+    assert len(store.shards) > 2, "shard_tokens=15 should cut several shards"
+    assert len(store) == len(docs)
+    for i, d in enumerate(docs):
+        np.testing.assert_array_equal(store.record("sequence", i), d)
+    flat = np.concatenate(docs)  # naive reference: the documents back to back
+    for start, stop in [(0, len(flat)), (3, 29), (14, 16), (len(flat) - 1, len(flat))]:
+        np.testing.assert_array_equal(store.stream("sequence", start, stop), flat[start:stop])
+    np.testing.assert_array_equal(store.document_starts("sequence"), np.cumsum([0] + [len(d) for d in docs[:-1]]))
+    np.testing.assert_array_equal(store.lengths("sequence"), [len(d) for d in docs])
+    assert detect_format(out) == fmt
+
+
+def test_bin_meta_json_contract_and_raw_little_endian_arrays(tmp_path):
+    recs = [{"sequence": np.array([1, 2, 3]), "loss_mask": np.array([0, 1, 1])},
+            {"sequence": np.array([70000 - 1, 5]), "loss_mask": np.array([1, 1])}]
+    out = write_store(tmp_path / "sft", "sft", recs, vocab_size=70000, storage_type="bin",
+                      meta={"tokenizer": {"fingerprint": "abc"}})
+    top = json.loads((out / "meta.json").read_text())
+    assert top["format_version"] == 1 and top["format"] == "bin" and top["train_type"] == "sft"
+    assert top["keys"]["sequence"]["dtype"] == "<u4", "vocab 70000 does not fit uint16"
+    assert top["keys"]["loss_mask"]["dtype"] == "|u1"
+    assert top["num_documents"] == 2 and top["num_tokens"] == 5 and top["tokenizer"]["fingerprint"] == "abc"
+    shard = out / top["shards"][0]["name"]
+    meta = json.loads((shard / "meta.json").read_text())
+    assert meta["keys"]["sequence"]["offsets"] == [0, 3, 5]
+    assert meta["keys"]["sequence"]["shape"] == [5]
+    raw = (shard / "sequence.bin").read_bytes()
+    assert raw == np.array([1, 2, 3, 69999, 5], dtype="<u4").tobytes()  # independent little-endian encoding
+
+
+def test_uint16_chosen_when_vocab_fits(tmp_path):
+    out = write_store(tmp_path / "s", "seq", [{"sequence": np.array([65535, 0])}], vocab_size=65536)
+    assert json.loads((out / "meta.json").read_text())["keys"]["sequence"]["dtype"] == "<u2"
+    assert TokenStore(out).record("sequence", 0).tolist() == [65535, 0]
+
+
+def test_h5_has_one_dataset_per_key_and_shares_memory(tmp_path):
+    recs = [{"chosen": np.array([1, 2]), "rejected": np.array([3]), "chosen_mask": np.array([0, 1]),
+             "rejected_mask": np.array([1])}] * 3
+    out = write_store(tmp_path / "d", "dpo", recs, vocab_size=10, storage_type="h5")
+    shard_file = out / json.loads((out / "meta.json").read_text())["shards"][0]["name"]
+    with h5py.File(shard_file, "r") as f:
+        assert {"chosen", "rejected", "chosen_mask", "rejected_mask"} <= set(f.keys())
+        assert f["chosen"][...].tolist() == [1, 2, 1, 2, 1, 2]
+        assert f["offsets/rejected"][...].tolist() == [0, 1, 2, 3]
+    store = TokenStore(out)
+    store.share_memory()
+    assert all(t.is_shared() for t in store.shards[0]._tensors.values())
+    assert isinstance(store.shards[0].tensor("chosen"), torch.Tensor)
+    assert TokenStore(shard_file).record("chosen_mask", 2).tolist() == [0, 1]  # a lone shard opens too
+
+
+def test_grpo_stores_answers_and_rewards(tmp_path):
+    online = [{"prompts": np.array([4, 5]), "answers": np.frombuffer("72".encode(), np.uint8)}]
+    store = TokenStore(write_store(tmp_path / "on", "grpo", online, vocab_size=10))
+    assert bytes(store.record("answers", 0)).decode() == "72"
+    offline = [{"prompts": np.array([1]), "responses": np.array([2, 3]), "masks": np.array([1, 1]),
+                "rewards": np.array([0.5])}]
+    store = TokenStore(write_store(tmp_path / "off", "grpo", offline, vocab_size=10, storage_type="h5"))
+    assert store.record("rewards", 0).dtype == np.float32 and store.record("rewards", 0)[0] == 0.5
+
+
+def test_failed_write_leaves_nothing_that_loads(tmp_path):
+    out = tmp_path / "s"
+    with pytest.raises(RuntimeError):
+        with StoreWriter(out, "seq", vocab_size=10, shard_tokens=2) as w:
+            w.add({"sequence": np.array([1, 2, 3])})  # one shard already on disk in the temp dir
+            raise RuntimeError("crash mid-pack")
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [], "the temporary directory must be removed"
+    # a directory whose top-level meta.json never got written is refused with a clear message
+    (tmp_path / "half").mkdir()
+    with pytest.raises(StoreError, match="incomplete"):
+        TokenStore(tmp_path / "half")
+
+
+def test_errors_name_the_problem(tmp_path):
+    with pytest.raises(StoreError, match="unknown store format 'zip'"):
+        StoreFactory.create("zip")
+    with pytest.raises(StoreError, match="no such store"):
+        detect_format(tmp_path / "nope")
+    with pytest.raises(StoreError, match="do not form a sft store"):
+        write_store(tmp_path / "x", "sft", [{"sequence": np.array([1])}], vocab_size=10)
+    with pytest.raises(ValueError, match="out of range"):
+        write_store(tmp_path / "y", "seq", [{"sequence": np.array([10])}], vocab_size=10)
+    out = write_store(tmp_path / "z", "seq", [{"sequence": np.array([1])}], vocab_size=10)
+    with pytest.raises(StoreError, match="asked for a 'h5' store but it is 'bin'"):
+        TokenStore(out, storage_type="h5")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        write_store(out, "seq", [{"sequence": np.array([2])}], vocab_size=10)
+    write_store(out, "seq", [{"sequence": np.array([2])}], vocab_size=10, overwrite=True)
+    assert TokenStore(out).record("sequence", 0).tolist() == [2]
+    (out / "shard_0000" / "sequence.bin").write_bytes(b"\x00")  # truncated array
+    with pytest.raises(StoreError, match="expected 2 bytes"):
+        TokenStore(out)
+    store_fp = write_store(tmp_path / "fp", "seq", [{"sequence": np.array([1])}], vocab_size=10,
+                           meta={"tokenizer": {"fingerprint": "aaaa"}})
+    with pytest.raises(StoreError, match="re-pack"):
+        TokenStore(store_fp).check_tokenizer("bbbb")
