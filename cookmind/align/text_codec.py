@@ -44,3 +44,12 @@ def eos_id_of(tokenizer) -> int | None:
         if isinstance(value, int):
             return value
     return None
+
+
+def decode_response(tokenizer, ids) -> str:
+    """A generated response as text, without the end-of-text token it may stop on."""
+    ids = [int(i) for i in ids]
+    eos = eos_id_of(tokenizer)
+    if ids and eos is not None and ids[-1] == eos:
+        ids = ids[:-1]
+    return decode_ids(tokenizer, ids)

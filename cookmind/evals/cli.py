@@ -1,0 +1,80 @@
+"""`cookmind eval {gsm8k,mmlu,ppl}`: accuracy on GSM8K / MMLU, perplexity and bits per byte."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Subcommands gsm8k, mmlu and ppl, each taking --model (CookMind checkpoint or HF folder)."""
+    sub = parser.add_subparsers(dest="task", required=True, metavar="{gsm8k,mmlu,ppl}")
+
+    def common(p):
+        p.add_argument("--model", required=True, help="CookMind checkpoint dir or Hugging Face model folder")
+        p.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the model dir)")
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--out", default=None, help="write the per-item JSONL here (metrics JSON beside it)")
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    g = sub.add_parser("gsm8k", help="GSM8K accuracy, greedy or sampled, with pass@k")
+    common(g)
+    g.add_argument("--data", default="../shared/data/gsm8k/test.jsonl", help="GSM8K-shaped JSONL")
+    g.add_argument("--limit", type=int, default=None, help="first N problems only")
+    g.add_argument("--template", default="r1_zero", help="r1_zero | compact | plain | a string with {question}")
+    g.add_argument("--num-samples", type=int, default=1)
+    g.add_argument("--k", type=int, nargs="*", default=[1], help="pass@k values to report")
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--max-new-tokens", type=int, default=256)
+    g.add_argument("--batch-size", type=int, default=32)
+    g.add_argument("--seed", type=int, default=0)
+
+    m = sub.add_parser("mmlu", help="MMLU accuracy per subject and macro-averaged")
+    common(m)
+    m.add_argument("--data", default="../shared/data/mmlu", help="MMLU root with dev/val/test folders")
+    m.add_argument("--split", default="test", choices=["dev", "val", "test"])
+    m.add_argument("--subjects", nargs="*", default=None)
+    m.add_argument("--limit-per-subject", type=int, default=None)
+    m.add_argument("--scoring", default="letter", choices=["letter", "option", "generate"])
+    m.add_argument("--batch-size", type=int, default=8)
+
+    p = sub.add_parser("ppl", help="perplexity and bits per byte on a text file or token store")
+    common(p)
+    p.add_argument("--data", required=True, help="a UTF-8 text file, or a token store (.bin dir / .h5)")
+    p.add_argument("--window", type=int, default=256)
+    p.add_argument("--stride", type=int, default=None)
+    p.add_argument("--max-bytes", type=int, default=None, help="text files: evaluate only the first N bytes")
+    p.add_argument("--max-windows", type=int, default=None, help="stores: evaluate only the first N windows")
+
+
+def main(args) -> int:
+    """Run the chosen evaluation, print its metrics as one JSON object, optionally save them."""
+    from cookmind.evals.atomic_io import write_json
+    from cookmind.evals.load import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(args.model, args.tokenizer, args.device)
+    progress = not args.quiet
+    if args.task == "gsm8k":
+        from cookmind.evals.gsm8k import evaluate_gsm8k, load_gsm8k
+
+        problems = load_gsm8k(args.data, args.limit)
+        metrics = evaluate_gsm8k(model, tokenizer, problems, args.out, args.template, args.num_samples, tuple(args.k),
+                                 args.temperature, args.max_new_tokens, args.seed, args.batch_size, progress=progress)
+    elif args.task == "mmlu":
+        from cookmind.evals.mmlu import evaluate_mmlu, load_mmlu
+
+        rows = load_mmlu(args.data, args.split, args.subjects, args.limit_per_subject)
+        metrics = evaluate_mmlu(model, tokenizer, rows, args.scoring, args.out, args.batch_size, progress=progress)
+    else:
+        from cookmind.evals.perplexity import evaluate_store, evaluate_text_file
+
+        data = Path(args.data)
+        if data.is_file() and data.suffix not in (".h5", ".hdf5"):
+            metrics = evaluate_text_file(model, tokenizer, data, args.window, args.stride, args.max_bytes, progress)
+        else:
+            metrics = evaluate_store(model, tokenizer, data, args.window, args.max_windows, progress)
+    print(json.dumps(metrics))
+    if args.out:
+        write_json(Path(args.out).with_suffix(".metrics.json"), metrics)
+    return 0

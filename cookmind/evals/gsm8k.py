@@ -1,0 +1,116 @@
+"""GSM8K accuracy: greedy or sampled decoding, pass@k, and a JSONL of every problem, prompt, output and grade."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tqdm import tqdm
+
+from cookmind.align.grading import extract_answer, extract_gold
+from cookmind.align.prompts import R1_ZERO_STOP, format_prompt
+from cookmind.align.rewards import plain_reward_fn, r1_zero_reward_fn
+from cookmind.align.rollout import SamplingParams, generate_ids
+from cookmind.align.text_codec import decode_response, encode_text, eos_id_of
+from cookmind.evals.atomic_io import read_jsonl, write_jsonl
+from cookmind.evals.passk import pass_at_k
+
+
+def load_gsm8k(path, limit: int | None = None) -> list[dict]:
+    """Problems from a GSM8K-shaped JSONL ({"question", "answer" ending in ``#### N``})."""
+    rows = read_jsonl(path, limit)
+    for i, row in enumerate(rows):
+        if "question" not in row or "answer" not in row:
+            raise ValueError(f"{path}: record {i + 1} lacks 'question' or 'answer'; GSM8K records need both")
+    return rows
+
+
+def as_problem(p) -> dict:
+    """A problem as {"question", "answer"}, from a dict or an object with those attributes."""
+    if isinstance(p, dict):
+        return {"question": p["question"], "answer": p["answer"]}
+    return {"question": p.question, "answer": p.answer}
+
+
+def reward_fn_for(template: str):
+    """Tag-based grading when the prompt opens a <think> block, last-number grading otherwise."""
+    from cookmind.align.prompts import PROMPTS
+
+    return r1_zero_reward_fn if PROMPTS.get(template, template).rstrip().endswith("<think>") else plain_reward_fn
+
+
+def evaluate_gsm8k(
+    model,
+    tokenizer,
+    problems,
+    out_path=None,
+    template: str = "r1_zero",
+    num_samples: int = 1,
+    ks: tuple[int, ...] = (1,),
+    temperature: float = 0.0,
+    max_new_tokens: int = 256,
+    seed: int = 0,
+    batch_size: int = 64,
+    stop_strings: tuple[str, ...] | None = None,
+    progress: bool = True,
+) -> dict:
+    """Generate ``num_samples`` answers per problem and grade them.
+
+    Returns {"accuracy" (mean over all samples), "pass@k" for each k <= num_samples,
+    "format_rate", "num_problems"}; with ``out_path`` writes one JSONL record per problem.
+    Greedy decoding (temperature 0) with num_samples > 1 would repeat itself, so it is refused.
+    """
+    if temperature <= 0 and num_samples > 1:
+        raise ValueError("evaluate_gsm8k: greedy decoding gives the same answer every time; set temperature > 0 for num_samples > 1")
+    problems = [as_problem(p) for p in problems]
+    reward_fn = reward_fn_for(template)
+    if stop_strings is None:
+        stop_strings = R1_ZERO_STOP if reward_fn is r1_zero_reward_fn else ()
+    stops = tuple(stop_strings)
+    eos = eos_id_of(tokenizer)
+    params = SamplingParams(
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        stop_token_ids=(eos,) if eos is not None else (),
+        stop_strings=stops,
+        seed=seed,
+        batch_size=batch_size,
+    )
+    prompts = [format_prompt(p["question"], template) for p in problems]
+    records = []
+    chunk = max(1, batch_size // num_samples)
+    bar = tqdm(total=len(problems), desc="gsm8k", unit="problem", disable=not progress)
+    for start in range(0, len(problems), chunk):
+        part = range(start, min(start + chunk, len(problems)))
+        ids = [encode_text(tokenizer, prompts[i]) for i in part for _ in range(num_samples)]
+        params.seed = seed + start
+        outs = generate_ids(model, ids, params, tokenizer)
+        for j, i in enumerate(part):
+            texts = [decode_response(tokenizer, o) for o in outs[j * num_samples : (j + 1) * num_samples]]
+            scores = [reward_fn(t, problems[i]["answer"]) for t in texts]
+            records.append(
+                {
+                    "index": i,
+                    "question": problems[i]["question"],
+                    "reference": extract_gold(problems[i]["answer"]),
+                    "prompt": prompts[i],
+                    "outputs": texts,
+                    "extracted": [extract_answer(t) for t in texts],
+                    "format_rewards": [s["format_reward"] for s in scores],
+                    "grades": [s["answer_reward"] for s in scores],
+                }
+            )
+        bar.update(len(part))
+    bar.close()
+    n = max(1, len(records))
+    metrics = {
+        "num_problems": len(records),
+        "num_samples": num_samples,
+        "accuracy": sum(sum(r["grades"]) / num_samples for r in records) / n,
+        "format_rate": sum(sum(r["format_rewards"]) / num_samples for r in records) / n,
+    }
+    for k in ks:
+        if k <= num_samples:
+            metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, int(sum(r["grades"])), k) for r in records) / n
+    if out_path is not None:
+        write_jsonl(Path(out_path), records)
+    return metrics

@@ -1,0 +1,39 @@
+"""Load what to evaluate: a CookMind checkpoint or a Hugging Face causal LM from a local folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def is_hf_folder(path) -> bool:
+    """A Hugging Face model folder: its config.json names a ``model_type`` (ours does not)."""
+    cfg = Path(path) / "config.json"
+    if not cfg.is_file():
+        return False
+    try:
+        return "model_type" in json.loads(cfg.read_text())
+    except json.JSONDecodeError:
+        return False
+
+
+def load_model_and_tokenizer(model_path, tokenizer_path=None, device: str = "cpu"):
+    """(model in eval mode, tokenizer). Hugging Face folders load with transformers (offline);
+    anything else with ``cookmind.model.load_model`` and our ``Tokenizer.load``."""
+    model_path = Path(model_path)
+    if not model_path.is_dir():
+        raise FileNotFoundError(f"model folder {model_path} not found; pass a CookMind checkpoint or a Hugging Face model folder")
+    tok_path = Path(tokenizer_path) if tokenizer_path else model_path
+    if is_hf_folder(model_path):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True).to(device)
+        tokenizer = AutoTokenizer.from_pretrained(tok_path, local_files_only=True)
+    else:
+        from cookmind.model import load_model
+        from cookmind.tokenizer import Tokenizer
+
+        model = load_model(model_path, device=device)
+        tokenizer = Tokenizer.load(tok_path)
+    model.eval()
+    return model, tokenizer

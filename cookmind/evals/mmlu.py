@@ -1,0 +1,125 @@
+"""MMLU: option log-likelihood or generation scoring, accuracy per subject and macro-averaged.
+
+Scoring modes:
+  letter     argmax_X log p(" X" | prompt)          for X in A..D (the prompt lists the options)
+  option     argmax_i log p(" option_i" | prompt) / len  (length-normalised continuation)
+  generate   decode greedily and read the letter with ``parse_mmlu_response``
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from cookmind.align.log_probs import get_response_log_probs
+from cookmind.align.parse import LETTERS, parse_mmlu_response
+from cookmind.align.rollout import SamplingParams, generate_ids
+from cookmind.align.text_codec import decode_response, encode_text, eos_id_of
+from cookmind.align.tokenize_pairs import tokenize_prompt_and_output
+from cookmind.evals.atomic_io import write_jsonl
+
+SCORINGS = ("letter", "option", "generate")
+
+
+def load_mmlu(root, split: str = "test", subjects: list[str] | None = None, limit_per_subject: int | None = None) -> list[dict]:
+    """Rows {"subject", "question", "options": [4], "answer": "A".."D"} from ``root/split/<subject>_<split>.csv``."""
+    folder = Path(root) / split
+    if not folder.is_dir():
+        raise FileNotFoundError(f"MMLU split folder {folder} not found; expected {root}/{{dev,val,test}}/*.csv")
+    rows = []
+    suffix = f"_{split}.csv"
+    files = sorted(folder.glob(f"*{suffix}"))
+    found = {f.name[: -len(suffix)] for f in files}
+    if subjects:
+        missing = sorted(set(subjects) - found)
+        if missing:
+            raise ValueError(f"MMLU subjects {missing} not in {folder}; known: {', '.join(sorted(found)[:8])}, ...")
+    for f in files:
+        subject = f.name[: -len(suffix)]
+        if subjects and subject not in subjects:
+            continue
+        with open(f, newline="", encoding="utf-8") as fh:
+            for lineno, rec in enumerate(csv.reader(fh), 1):
+                if limit_per_subject is not None and lineno > limit_per_subject:
+                    break
+                if len(rec) != 6 or rec[5].strip() not in LETTERS:
+                    raise ValueError(f"{f}:{lineno}: expected question,A,B,C,D,answer with answer in A-D")
+                rows.append({"subject": subject, "question": rec[0], "options": rec[1:5], "answer": rec[5].strip()})
+    return rows
+
+
+def mmlu_prompt(row: dict) -> str:
+    """The zero-shot prompt: subject line, question, lettered options, then "Answer:"."""
+    subject = row["subject"].replace("_", " ")
+    lines = [f"The following is a multiple choice question about {subject}.", "", row["question"].strip()]
+    lines += [f"{letter}. {opt}" for letter, opt in zip(LETTERS, row["options"])]
+    return "\n".join(lines) + "\nAnswer:"
+
+
+def _policy(model):
+    """A logits callable over (B, T) ids for either our model or a Hugging Face one."""
+    return lambda ids: model(ids)
+
+
+@torch.no_grad()
+def _continuation_log_probs(model, tokenizer, prompts: list[str], conts: list[str], normalise: bool) -> torch.Tensor:
+    batch = tokenize_prompt_and_output(prompts, conts, tokenizer)
+    lp = get_response_log_probs(_policy(model), batch["input_ids"], batch["labels"])["log_probs"]
+    mask = batch["response_mask"].float()
+    total = (lp * mask).sum(-1)
+    return total / mask.sum(-1).clamp(min=1) if normalise else total
+
+
+def evaluate_mmlu(
+    model, tokenizer, rows: list[dict], scoring: str = "letter", out_path=None, batch_size: int = 8, max_new_tokens: int = 16, progress: bool = True
+) -> dict:
+    """Accuracy per subject, macro average (mean of subjects) and micro average (mean of questions)."""
+    if scoring not in SCORINGS:
+        raise ValueError(f"unknown MMLU scoring {scoring!r}; choose one of {SCORINGS}")
+    device = next(model.parameters()).device
+    records = []
+    bar = tqdm(total=len(rows), desc=f"mmlu/{scoring}", unit="q", disable=not progress)
+    for start in range(0, len(rows), batch_size):
+        part = rows[start : start + batch_size]
+        prompts = [mmlu_prompt(r) for r in part]
+        if scoring == "generate":
+            eos = eos_id_of(tokenizer)
+            params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=(eos,) if eos is not None else (), stop_strings=("\n",))
+            outs = generate_ids(model, [encode_text(tokenizer, p) for p in prompts], params, tokenizer)
+            texts = [decode_response(tokenizer, o) for o in outs]
+            preds = [parse_mmlu_response(r, t) for r, t in zip(part, texts)]
+            scores = [None] * len(part)
+        else:
+            rep_prompts = [p for p in prompts for _ in LETTERS]
+            if scoring == "letter":
+                conts = [f" {letter}" for _ in part for letter in LETTERS]
+            else:
+                conts = [f" {opt}" for r in part for opt in r["options"]]
+            s = _continuation_log_probs(model, tokenizer, rep_prompts, conts, normalise=scoring == "option").to(device)
+            s = s.view(len(part), len(LETTERS))
+            preds = [LETTERS[int(i)] for i in s.argmax(-1)]
+            scores = s.tolist()
+            texts = [None] * len(part)
+        for r, p, t, sc in zip(part, preds, texts, scores):
+            records.append({"subject": r["subject"], "question": r["question"], "answer": r["answer"], "predicted": p,
+                            "correct": p == r["answer"], "output": t, "scores": sc})
+        bar.update(len(part))
+    bar.close()
+    per_subject: dict[str, list[bool]] = defaultdict(list)
+    for rec in records:
+        per_subject[rec["subject"]].append(rec["correct"])
+    subject_acc = {s: sum(v) / len(v) for s, v in sorted(per_subject.items())}
+    metrics = {
+        "scoring": scoring,
+        "num_questions": len(records),
+        "macro_accuracy": sum(subject_acc.values()) / max(1, len(subject_acc)),
+        "micro_accuracy": sum(r["correct"] for r in records) / max(1, len(records)),
+        "per_subject": subject_acc,
+    }
+    if out_path is not None:
+        write_jsonl(out_path, records)
+    return metrics

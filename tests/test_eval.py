@@ -1,0 +1,158 @@
+"""Evaluations: pass@k, GSM8K, MMLU, perplexity / bits per byte, and `cookmind eval`."""
+
+import itertools
+import json
+import math
+
+import pytest
+import torch
+from test_align_fixtures import CharTok, OracleLM, gsm8k_gold, tiny_hf_model, tiny_hf_tokenizer
+
+from cookmind.evals import evaluate_gsm8k, evaluate_mmlu, evaluate_text, load_gsm8k, load_mmlu, pass_at_k, sequence_nll
+
+
+@pytest.mark.parametrize("n, c, k", [(5, 2, 1), (5, 2, 2), (6, 1, 3), (4, 0, 2), (4, 4, 3), (5, 3, 3)])
+def test_pass_at_k_matches_enumeration(n, c, k):
+    samples = [1] * c + [0] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    expect = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+    assert pass_at_k(n, c, k) == pytest.approx(expect)
+
+
+def test_gsm8k_eval_grades_real_problems_and_writes_jsonl(shared_data, tmp_path):
+    problems = load_gsm8k(shared_data / "gsm8k" / "test.jsonl", limit=4)
+    gold = {p["question"].strip(): gsm8k_gold(p["answer"]) for p in problems}
+    wrong_on = {problems[1]["question"].strip(), problems[3]["question"].strip()}
+
+    def respond(prompt):
+        q = prompt.split("User: ")[1].split("\nAssistant:")[0]
+        value = int(gold[q]) + (1 if q in wrong_on else 0)
+        return f" I add things up. </think> <answer> {value:,} </answer>"
+
+    out = tmp_path / "gsm8k.jsonl"
+    metrics = evaluate_gsm8k(OracleLM(respond), CharTok(), problems, out, max_new_tokens=60, progress=False)
+    assert metrics["accuracy"] == 0.5 and metrics["pass@1"] == 0.5 and metrics["format_rate"] == 1.0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["grades"] for r in records] == [[1.0], [0.0], [1.0], [0.0]]
+    assert records[0]["prompt"].endswith("<think>") and records[0]["outputs"][0].endswith("</answer>")  # stopped there
+
+
+def test_gsm8k_sampled_pass_at_k(tmp_path):
+    problems = [{"question": "What is 2+2?", "answer": "#### 4"}]
+    # a two-token coin: after the prompt, "4" or "5" with equal probability, then EOS
+    class Coin(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, ids):
+            logits = torch.full((ids.shape[0], ids.shape[1], 256), -30.0)
+            last = ids[:, -1]
+            logits[:, -1, CharTok.eos_id] = torch.where(last == ord(">"), -30.0, 30.0)
+            logits[:, -1, ord("4")] = torch.where(last == ord(">"), 0.0, -30.0)
+            logits[:, -1, ord("5")] = torch.where(last == ord(">"), 0.0, -30.0)
+            return logits
+
+    m = evaluate_gsm8k(Coin(), CharTok(), problems, template="Q {question} A>", num_samples=8, ks=(1, 8),
+                       temperature=1.0, max_new_tokens=3, seed=1, progress=False)
+    c = round(m["accuracy"] * 8)
+    assert 0 < c < 8  # both outcomes appear in 8 fair draws with this seed
+    assert m["pass@1"] == pytest.approx(c / 8) and m["pass@8"] == 1.0
+    with pytest.raises(ValueError, match="temperature"):
+        evaluate_gsm8k(Coin(), CharTok(), problems, num_samples=2, temperature=0.0)
+
+
+class Bigram(torch.nn.Module):
+    """logits[t] = table[ids[t]]: a model whose choices a test can set by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.zeros(256, 256))
+
+    def forward(self, ids):
+        return self.table[ids]
+
+
+def test_mmlu_letter_scoring_per_subject_and_macro(shared_data):
+    rows = load_mmlu(shared_data / "mmlu", "dev", ["astronomy", "virology"], limit_per_subject=5)
+    assert len(rows) == 10 and {r["subject"] for r in rows} == {"astronomy", "virology"}
+    model = Bigram()
+    with torch.no_grad():
+        model.table[ord(" "), ord("B")] = 10.0  # after a space, "B" is by far the likeliest
+    m = evaluate_mmlu(model, CharTok(), rows, scoring="letter", progress=False)
+    per = {s: sum(r["answer"] == "B" for r in rows if r["subject"] == s) / 5 for s in ("astronomy", "virology")}
+    assert m["per_subject"] == pytest.approx(per)
+    assert m["macro_accuracy"] == pytest.approx(sum(per.values()) / 2)
+
+
+def test_mmlu_option_and_generate_scoring():
+    rows = [{"subject": "toy", "question": "Pick.", "options": ["xx", "zz", "qq", "ww"], "answer": "B"}]
+    model = Bigram()
+    with torch.no_grad():
+        model.table[ord(" "), ord("z")] = 5.0
+        model.table[ord("z"), ord("z")] = 5.0
+    assert evaluate_mmlu(model, CharTok(), rows, scoring="option", progress=False)["micro_accuracy"] == 1.0
+    oracle = OracleLM(lambda p: " The answer is B", marker="Answer:")
+    assert evaluate_mmlu(oracle, CharTok(), rows, scoring="generate", progress=False)["micro_accuracy"] == 1.0
+
+
+def test_mmlu_letter_scores_match_hf_log_softmax(tmp_path):
+    tok, model = tiny_hf_tokenizer(tmp_path), tiny_hf_model()
+    rows = [{"subject": "toy", "question": "2+2?", "options": ["3", "4", "5", "6"], "answer": "B"}]
+    m = evaluate_mmlu(model, tok, rows, scoring="letter", out_path=tmp_path / "m.jsonl", progress=False)
+    rec = json.loads((tmp_path / "m.jsonl").read_text())
+    from cookmind.evals.mmlu import mmlu_prompt
+
+    prompt_ids = tok.encode(mmlu_prompt(rows[0]), add_special_tokens=False)
+    for i, letter in enumerate("ABCD"):
+        cont = tok.encode(" " + letter, add_special_tokens=False)
+        ids = torch.tensor([prompt_ids + cont])
+        lp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+        expect = sum(lp[len(prompt_ids) - 1 + j, cont[j]].item() for j in range(len(cont)))
+        assert rec["scores"][i] == pytest.approx(expect, abs=1e-4)
+    assert m["num_questions"] == 1
+
+
+def test_perplexity_matches_hf_loss_and_bits_per_byte(shared_data, tmp_path):
+    tok, model = tiny_hf_tokenizer(tmp_path), tiny_hf_model()
+    text = (shared_data / "text" / "tinystories_sample.txt").read_text()[:300]
+    ids = tok.encode(text, add_special_tokens=False)
+    hf_loss = model(torch.tensor([ids]), labels=torch.tensor([ids])).loss.item()  # mean NLL, shifted inside
+    r = evaluate_text(model, tok, text, window=len(ids))
+    assert r["nll_per_token"] == pytest.approx(hf_loss, rel=1e-5)
+    assert r["perplexity"] == pytest.approx(math.exp(hf_loss), rel=1e-5)
+    n_bytes = len(text.encode()) - len(tok.decode(ids[:1]).encode())
+    assert r["bytes"] == n_bytes and r["bits_per_byte"] == pytest.approx(hf_loss * r["tokens"] / math.log(2) / n_bytes, rel=1e-5)
+    # windows: stride == window scores chunk k's targets ids[kw+1 .. kw+w] with only that chunk as context
+    w = 64
+    nll, count = sequence_nll(model, ids, window=w)
+    naive = 0.0
+    for start in range(0, len(ids) - 1, w):
+        chunk = torch.tensor([ids[start : start + w + 1]])
+        naive += model(chunk, labels=chunk).loss.item() * (chunk.shape[1] - 1)
+    assert count == len(ids) - 1 and nll == pytest.approx(naive, rel=1e-5)
+    nll_s, count_s = sequence_nll(model, ids, window=w, stride=16)  # overlapping: each token still once
+    assert count_s == len(ids) - 1
+
+
+def test_cookmind_eval_cli_on_hf_folder(shared_data, tmp_path, capsys):
+    from cookmind.cli import main
+
+    tiny_hf_tokenizer(tmp_path / "hf")
+    tiny_hf_model(tmp_path / "hf")
+    out = tmp_path / "g.jsonl"
+    rc = main(["eval", "gsm8k", "--model", str(tmp_path / "hf"), "--data", str(shared_data / "gsm8k" / "test.jsonl"),
+               "--limit", "2", "--template", "compact", "--max-new-tokens", "4", "--quiet", "--out", str(out)])
+    assert rc == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert metrics["num_problems"] == 2 and 0.0 <= metrics["accuracy"] <= 1.0
+    assert len(out.read_text().splitlines()) == 2 and out.with_suffix(".metrics.json").is_file()
+    rc = main(["eval", "mmlu", "--model", str(tmp_path / "hf"), "--data", str(shared_data / "mmlu"), "--split", "dev",
+               "--subjects", "virology", "--limit-per-subject", "2", "--quiet"])
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and metrics["num_questions"] == 2 and set(metrics["per_subject"]) == {"virology"}
+    text = tmp_path / "t.txt"
+    text.write_text("hello world, hello tiny model")
+    rc = main(["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8", "--quiet"])
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and metrics["tokens"] == len("hello world, hello tiny model") - 1
