@@ -33,7 +33,9 @@ class ModelRunner:
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = cfg.resolved_head_dim
         self.rope = inner.rotary_emb  # the model's own cos/sin (YaRN included)
-        self.cache = SlotKVCache(len(self.layers), num_slots, self.n_kv, self.max_seq_len, self.head_dim,
+        # one extra column: rows that only fill a batch (padding, idle slots) write there, never read
+        self.scratch_col = self.max_seq_len
+        self.cache = SlotKVCache(len(self.layers), num_slots, self.n_kv, self.max_seq_len + 1, self.head_dim,
                                  self.device, self.dtype)
 
     @property
@@ -42,24 +44,29 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slot_start: int, attn_len: int,
-                last_only: bool = True) -> torch.Tensor:
+                last_only: bool = True, write_cols: torch.Tensor | None = None,
+                last_index: torch.Tensor | None = None) -> torch.Tensor:
         """tokens, positions: (B, T) for slots slot_start.. slot_start+B-1; each row attends to its
-        slot's columns 0..position. Writes the new keys/values into the cache.
-        Returns logits (B, V) of each row's last token, or (B, T, V) when last_only is False."""
+        slot's columns 0..position. Writes the new keys/values at write_cols (default: positions;
+        padding rows pass ``scratch_col``). Returns logits (B, V) of each row's last token (or of
+        ``last_index`` (B,)), or (B, T, V) when last_only is False."""
         b, t = tokens.shape
+        write_cols = positions if write_cols is None else write_cols
         h = self.embed(tokens)
         cos, sin = self.rope(positions, h.dtype)
         cols = torch.arange(attn_len, device=tokens.device)
         mask = (cols[None, None, :] <= positions[:, :, None])[:, None]  # (B, 1, T, L): causal per slot
         for i, layer in enumerate(self.layers):
-            h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, positions, mask,
+            h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, write_cols, mask,
                                     i, slot_start, attn_len)
             mlp_out = layer.mlp(layer.post_attention_layernorm(h))
             h = h + (mlp_out[0] if isinstance(mlp_out, tuple) else mlp_out)
-        h = self.norm(h[:, -1] if last_only else h)
+        if last_only:
+            h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
+        h = self.norm(h)
         return (h @ self.lm_head_weight.t()).float()
 
-    def _attention(self, attn, x, cos, sin, positions, mask, layer_idx, slot_start, attn_len):
+    def _attention(self, attn, x, cos, sin, write_cols, mask, layer_idx, slot_start, attn_len):
         b, t, _ = x.shape
         q = attn.q_proj(x).view(b, t, self.n_heads, self.head_dim)
         k = attn.k_proj(x).view(b, t, self.n_kv, self.head_dim)
@@ -67,7 +74,7 @@ class ModelRunner:
         if getattr(attn, "q_norm", None) is not None:
             q, k = attn.q_norm(q), attn.k_norm(k)  # QK-norm: per head, over head_dim
         q, k = apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin)
-        self.cache.write(layer_idx, slot_start, positions, k, v)
+        self.cache.write(layer_idx, slot_start, write_cols, k, v)
         keys, values = self.cache.view(layer_idx, slot_start, b, attn_len)
         group = self.n_heads // self.n_kv
         if t == 1 and group > 1:

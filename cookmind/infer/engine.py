@@ -1,0 +1,384 @@
+"""The generation engine: continuous batching over a slot KV cache.
+
+Each iteration of ``step()``:
+  1. drops cancelled requests (their slots free at once) and admits waiting ones into free slots;
+  2. prefills new requests, a bounded number of prompt tokens per iteration (long prompts are
+     chunked), batching requests that sit in neighbouring slots;
+  3. runs one decode step for every request that is generating, each with its own sampling
+     parameters and seed, and emits one token event per request.
+Requests therefore join and leave the running batch between decode steps. The engine works
+on token ids only; text (detokenizing, stop strings, reasoning) is the caller's business, and
+a caller that sees a stop string simply cancels the request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from cookmind.infer.cuda_graphs import CudaGraphDecoder
+from cookmind.infer.runner import ModelRunner
+from cookmind.infer.sampling import SamplingBatch, SamplingParams, make_generator, process_logits, sample_from_logits
+from cookmind.infer.slot_cache import SlotKVCache
+
+
+@dataclass
+class TokenEvent:
+    """One generated token; logprob fields are filled when the request asked for logprobs."""
+
+    token_id: int
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None
+
+
+@dataclass
+class FinishEvent:
+    """The last event of a request: reason is "stop", "length", "cancelled" or "error"."""
+
+    reason: str
+    error: str | None = None
+
+
+class QueueFullError(RuntimeError):
+    """The engine's waiting queue is full; the server answers 429."""
+
+
+_ids = itertools.count()
+
+
+class EngineRequest:
+    """A request inside the engine; consumers read its events (``events()`` or their own sink)."""
+
+    def __init__(self, prompt_ids: list[int], params: SamplingParams, max_new_tokens: int,
+                 stop_token_ids=(), sink: Callable[[object], None] | None = None, device="cpu"):
+        self.id = next(_ids)
+        self.prompt_ids = [int(t) for t in prompt_ids]
+        self.params = params
+        self.max_new_tokens = int(max_new_tokens)
+        self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
+        self._queue: queue.Queue | None = None
+        if sink is None:
+            self._queue = queue.Queue()
+            sink = self._queue.put
+        self.sink = sink
+        self.generator = make_generator(params.seed, device)
+        self.output_ids: list[int] = []
+        self.state = "waiting"  # waiting -> prefill -> decode -> done
+        self.slot: int | None = None
+        self.prefilled = 0
+        self.cancelled = False
+        self.finish_reason: str | None = None
+        self.submitted_at = time.perf_counter()
+        self.first_token_at: float | None = None
+
+    def events(self, timeout: float | None = None) -> Iterator[TokenEvent | FinishEvent]:
+        """Blocking iterator over this request's events (only without a custom sink)."""
+        if self._queue is None:
+            raise RuntimeError("this request was submitted with its own sink; read events there")
+        while True:
+            ev = self._queue.get(timeout=timeout)
+            yield ev
+            if isinstance(ev, FinishEvent):
+                return
+
+
+class Engine:
+    """Continuous-batching generation over ``num_slots`` concurrent requests.
+
+    Use ``start()`` for a background thread (the server), or call ``step()`` / ``run_until_idle()``
+    yourself (benchmarks, tests). ``submit`` and ``cancel`` are thread-safe.
+    """
+
+    def __init__(self, model, num_slots: int | None = None, max_seq_len: int | None = None,
+                 kv_budget_bytes: int | None = None, max_waiting: int = 256, prefill_chunk: int = 512,
+                 cuda_graphs: bool | None = None):
+        cfg = model.config
+        param = next(model.parameters())
+        self.device = param.device
+        self.max_seq_len = int(max_seq_len or cfg.max_position_embeddings)
+        if num_slots is None:
+            budget = kv_budget_bytes if kv_budget_bytes is not None else 256 * 2**20
+            num_slots = min(256, SlotKVCache.slots_for_budget(
+                budget, cfg.num_hidden_layers, cfg.num_key_value_heads, self.max_seq_len + 1,
+                cfg.resolved_head_dim, param.dtype))
+        self.runner = ModelRunner(model, num_slots, self.max_seq_len)
+        self.vocab_size = cfg.vocab_size
+        self.max_waiting = max_waiting
+        self.prefill_chunk = prefill_chunk
+        use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self.graphs = CudaGraphDecoder(self.runner) if use_graphs else None
+        self.slots: list[EngineRequest | None] = [None] * num_slots
+        self.waiting: deque[EngineRequest] = deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._running = False
+        self._seen: torch.Tensor | None = None  # (slots, V) bool, for the repetition penalty
+        self._counts: torch.Tensor | None = None  # (slots, V) long, for presence/frequency
+        self._batch_key: tuple | None = None
+        self._batch: SamplingBatch | None = None
+        # metrics
+        self.requests_total = 0
+        self.requests_finished = 0
+        self.tokens_generated = 0
+        self.prompt_tokens = 0
+        self._recent: deque[tuple[float, int]] = deque()
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.slots)
+
+    # ---- public API -------------------------------------------------------------------------
+    def submit(self, prompt_ids: list[int], params: SamplingParams | None = None, max_new_tokens: int = 64,
+               stop_token_ids=(), sink: Callable[[object], None] | None = None) -> EngineRequest:
+        """Queue a request; raises QueueFullError when the waiting queue is full and ValueError
+        when the prompt leaves no room in the context."""
+        params = params or SamplingParams()
+        if len(prompt_ids) == 0:
+            raise ValueError("the prompt is empty: it needs at least one token")
+        if len(prompt_ids) >= self.max_seq_len:
+            raise ValueError(f"the prompt has {len(prompt_ids)} tokens but the context holds {self.max_seq_len}; "
+                             "shorten the prompt")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
+        req = EngineRequest(prompt_ids, params, max_new_tokens, stop_token_ids, sink, self.device)
+        with self._cond:
+            if len(self.waiting) >= self.max_waiting:
+                raise QueueFullError(f"the request queue is full ({self.max_waiting} waiting); retry later")
+            self.waiting.append(req)
+            self.requests_total += 1
+            self._cond.notify()
+        return req
+
+    def cancel(self, req: EngineRequest) -> None:
+        """Stop a request; its slot is freed at the start of the next step."""
+        with self._cond:
+            req.cancelled = True
+            self._cond.notify()
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or any(r is not None for r in self.slots)
+
+    def run_until_idle(self) -> None:
+        while self.has_work():
+            self.step()
+
+    def start(self) -> None:
+        """Run steps in a background thread until ``stop()``."""
+        if self._thread is not None:
+            return
+        self._running = True
+        self._thread = threading.Thread(target=self._loop, name="cookmind-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._running = False
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def metrics(self) -> dict:
+        now = time.perf_counter()
+        while self._recent and now - self._recent[0][0] > 10.0:
+            self._recent.popleft()
+        recent = sum(n for _, n in self._recent)
+        return {
+            "requests_total": self.requests_total,
+            "requests_finished": self.requests_finished,
+            "requests_running": sum(r is not None for r in self.slots),
+            "queue_depth": len(self.waiting),
+            "prompt_tokens_total": self.prompt_tokens,
+            "generated_tokens_total": self.tokens_generated,
+            "tokens_per_second": recent / 10.0,  # over the last 10 s
+            "slots": self.num_slots,
+        }
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._running and not self.has_work():
+                    self._cond.wait()
+                if not self._running:
+                    break
+            try:
+                self.step()
+            except Exception as exc:  # a failing step must not hang every client
+                for req in [r for r in self.slots if r is not None]:
+                    self._finish(req, "error", f"{type(exc).__name__}: {exc}")
+        for req in [r for r in self.slots if r is not None] + list(self.waiting):
+            self._finish(req, "cancelled")
+        self.waiting.clear()
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        """One iteration: cancel, admit, prefill a chunk, decode one token for every generating request."""
+        self._admit()
+        self._prefill()
+        self._decode()
+
+    def _admit(self) -> None:
+        with self._cond:
+            for req in [r for r in self.slots if r is not None and r.cancelled]:
+                self._finish(req, "cancelled")
+            for req in [r for r in self.waiting if r.cancelled]:
+                self.waiting.remove(req)
+                self._finish(req, "cancelled")
+            free = [i for i, r in enumerate(self.slots) if r is None]
+            while self.waiting and free:
+                req = self.waiting.popleft()
+                req.slot, req.state = free.pop(0), "prefill"
+                self.slots[req.slot] = req
+                self.prompt_tokens += len(req.prompt_ids)
+                self._init_penalty_rows(req)
+
+    def _init_penalty_rows(self, req: EngineRequest) -> None:
+        p = req.params
+        if p.repetition_penalty != 1 or p.presence_penalty != 0 or p.frequency_penalty != 0:
+            if self._seen is None:
+                self._seen = torch.zeros((self.num_slots, self.vocab_size), dtype=torch.bool, device=self.device)
+                self._counts = torch.zeros((self.num_slots, self.vocab_size), dtype=torch.long, device=self.device)
+        if self._seen is not None:
+            self._seen[req.slot] = False
+            self._seen[req.slot, torch.tensor(req.prompt_ids, device=self.device)] = True
+            self._counts[req.slot] = 0
+
+    def _prefill(self) -> None:
+        pending = sorted((r for r in self.slots if r is not None and r.state == "prefill"), key=lambda r: r.slot)
+        chosen, budget = [], self.prefill_chunk
+        for req in pending:
+            n = min(len(req.prompt_ids) - req.prefilled, self.prefill_chunk)
+            if chosen and n > budget:
+                break
+            chosen.append((req, n))
+            budget -= n
+        # neighbouring slots share one forward; a gap starts a new run
+        runs: list[list[tuple[EngineRequest, int]]] = []
+        for item in chosen:
+            if runs and runs[-1][-1][0].slot + 1 == item[0].slot:
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        for run in runs:
+            self._prefill_run(run)
+
+    def _prefill_run(self, run: list[tuple[EngineRequest, int]]) -> None:
+        b, t = len(run), max(n for _, n in run)
+        scratch = self.runner.scratch_col
+        tokens = torch.zeros((b, t), dtype=torch.long)
+        positions = torch.zeros((b, t), dtype=torch.long)
+        write_cols = torch.full((b, t), scratch, dtype=torch.long)
+        last = torch.zeros(b, dtype=torch.long)
+        for i, (req, n) in enumerate(run):
+            chunk = req.prompt_ids[req.prefilled : req.prefilled + n]
+            tokens[i, :n] = torch.tensor(chunk)
+            positions[i] = torch.arange(req.prefilled, req.prefilled + t)
+            write_cols[i, :n] = positions[i, :n]
+            last[i] = n - 1
+        attn_len = min(int(positions.max()) + 1, self.max_seq_len)
+        dev = self.device
+        logits = self.runner.forward(tokens.to(dev), positions.clamp(max=self.max_seq_len - 1).to(dev),
+                                     run[0][0].slot, attn_len, write_cols=write_cols.to(dev), last_index=last.to(dev))
+        done_rows = []
+        for i, (req, n) in enumerate(run):
+            req.prefilled += n
+            if req.prefilled == len(req.prompt_ids):
+                done_rows.append(i)
+        if done_rows:
+            reqs = [run[i][0] for i in done_rows]
+            for req in reqs:
+                req.state = "decode"
+            self._sample_and_emit(reqs, logits[done_rows])
+
+    def _decode(self) -> None:
+        active = [r for r in self.slots if r is not None and r.state == "decode" and r.output_ids]
+        if not active:
+            return
+        b = max(r.slot for r in active) + 1
+        tokens = torch.zeros((b, 1), dtype=torch.long)
+        positions = torch.zeros((b, 1), dtype=torch.long)
+        write_cols = torch.full((b, 1), self.runner.scratch_col, dtype=torch.long)
+        for r in active:
+            pos = len(r.prompt_ids) + len(r.output_ids) - 1  # where the newest token goes
+            tokens[r.slot, 0], positions[r.slot, 0], write_cols[r.slot, 0] = r.output_ids[-1], pos, pos
+        dev = self.device
+        if self.graphs is not None and b <= self.graphs.buckets[-1]:
+            logits = self.graphs.decode(tokens.to(dev), positions.to(dev), write_cols.to(dev))
+        else:
+            attn_len = int(positions.max()) + 1
+            logits = self.runner.forward(tokens.to(dev), positions.to(dev), 0, attn_len, write_cols=write_cols.to(dev))
+        rows = [r.slot for r in active]
+        self._sample_and_emit(active, logits if rows == list(range(b)) else logits[rows])
+
+    def _sampling_batch(self, reqs: list[EngineRequest]) -> SamplingBatch:
+        key = tuple(r.id for r in reqs)
+        if key != self._batch_key:  # rebuilt only when the batch changes
+            self._batch = SamplingBatch.from_params([r.params for r in reqs], self.device,
+                                                    [r.generator for r in reqs])
+            self._batch_key = key
+        return self._batch
+
+    def _sample_and_emit(self, reqs: list[EngineRequest], logits: torch.Tensor) -> None:
+        batch = self._sampling_batch(reqs)
+        slots = torch.tensor([r.slot for r in reqs], device=self.device)
+        seen = counts = None
+        if self._seen is not None:
+            seen, counts = self._seen[slots], self._counts[slots]
+        next_tokens = sample_from_logits(process_logits(logits, batch, seen, counts), batch)
+        if self._seen is not None:
+            self._seen[slots, next_tokens] = True
+            self._counts[slots, next_tokens] += 1
+        want_lp = [r.params.logprobs for r in reqs]
+        lp_rows = chosen_lp = top = None
+        if any(want_lp):
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            chosen_lp = logp.gather(-1, next_tokens[:, None])[:, 0].tolist()
+            k = max(r.params.top_logprobs for r in reqs)
+            if k:
+                vals, idx = logp.topk(k, dim=-1)
+                top = (vals.tolist(), idx.tolist())
+            lp_rows = True
+        now = time.perf_counter()
+        emitted = 0
+        for i, (req, tok) in enumerate(zip(reqs, next_tokens.tolist())):
+            if req.first_token_at is None:
+                req.first_token_at = now
+            if req.cancelled:
+                self._finish(req, "cancelled")
+                continue
+            if tok in req.stop_token_ids:
+                self._finish(req, "stop")
+                continue
+            req.output_ids.append(tok)
+            emitted += 1
+            ev = TokenEvent(tok)
+            if lp_rows and req.params.logprobs:
+                ev.logprob = chosen_lp[i]
+                if top is not None and req.params.top_logprobs:
+                    n = req.params.top_logprobs
+                    ev.top_logprobs = list(zip(top[1][i][:n], top[0][i][:n]))
+            req.sink(ev)
+            if len(req.output_ids) >= req.max_new_tokens or len(req.prompt_ids) + len(req.output_ids) >= self.max_seq_len:
+                self._finish(req, "length")
+        self.tokens_generated += emitted
+        self._recent.append((now, emitted))
+
+    def _finish(self, req: EngineRequest, reason: str, error: str | None = None) -> None:
+        if req.state == "done":
+            return
+        if req.slot is not None and self.slots[req.slot] is req:
+            self.slots[req.slot] = None
+        req.state, req.finish_reason = "done", reason
+        self.requests_finished += 1
+        req.sink(FinishEvent(reason, error))
