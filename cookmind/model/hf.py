@@ -1,0 +1,245 @@
+"""Hugging Face interop: export a CookMind model as Llama/Qwen2/Qwen3, import those back.
+
+Weight names and the RoPE layout are already Hugging Face's, so both directions copy tensors by name;
+only the config is translated. transformers >= 5 keeps RoPE settings in ``rope_parameters`` (theta inside);
+older files use ``rope_theta`` + ``rope_scaling``; both are read, and export writes whatever the installed
+transformers' config class expects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from cookmind.model.config import CookMindConfig
+from cookmind.model.lm import CookMindLM
+from cookmind.model.model_io import (CONFIG_NAME, WEIGHTS_NAME, ModelLoadError, check_state_dict, load_config,
+                                     model_state_dict, read_weights)
+
+SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                   "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json",
+                   "tokenizer.model", "generation_config.json")
+
+
+class HFInteropError(ValueError):
+    """A checkpoint cannot be translated to or from Hugging Face format; says what and why."""
+
+
+def _expected_shapes(cfg: CookMindConfig) -> dict[str, torch.Tensor]:
+    """State dict (tied lm_head left out) of a model of this config, on the meta device: shapes, no memory."""
+    with torch.device("meta"):
+        return model_state_dict(CookMindLM(cfg))
+
+
+def hf_architecture(cfg: CookMindConfig) -> str:
+    """The HF class a CookMind config exports as: Qwen3 with QK-norm, Qwen2 with q/k/v biases, else Llama."""
+    if cfg.num_experts > 0:
+        raise HFInteropError("export --hf: mixture-of-experts models are not supported (num_experts="
+                             f"{cfg.num_experts}); export a dense model (num_experts=0)")
+    if cfg.qk_norm and cfg.attention_bias:
+        raise HFInteropError("export --hf: QK-norm together with q/k/v biases has no Hugging Face equivalent "
+                             "(Qwen3's attention_bias also adds an o_proj bias)")
+    if cfg.qk_norm:
+        return "Qwen3ForCausalLM"
+    if cfg.attention_bias:
+        return "Qwen2ForCausalLM"
+    return "LlamaForCausalLM"
+
+
+def _rope_parameters(cfg: CookMindConfig) -> dict[str, Any]:
+    params: dict[str, Any] = {"rope_type": "default", "rope_theta": float(cfg.rope_theta)}
+    if cfg.rope_scaling is not None:
+        rs = {k: v for k, v in cfg.rope_scaling.items() if k != "type" and v is not None}
+        params.update(rs)
+        params["rope_type"] = cfg.rope_scaling.get("rope_type", cfg.rope_scaling.get("type"))
+    return params
+
+
+def to_hf_config(cfg: CookMindConfig, dtype: torch.dtype = torch.float32):
+    """A transformers config object equivalent to `cfg` (class chosen by hf_architecture)."""
+    import transformers
+
+    arch = hf_architecture(cfg)
+    config_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen2ForCausalLM": transformers.Qwen2Config,
+                  "Qwen3ForCausalLM": transformers.Qwen3Config}[arch]
+    kwargs: dict[str, Any] = dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.resolved_head_dim, hidden_act="silu",
+        max_position_embeddings=cfg.max_position_embeddings, rms_norm_eps=cfg.rms_norm_eps,
+        tie_word_embeddings=cfg.tie_word_embeddings, initializer_range=cfg.initializer_range,
+        bos_token_id=cfg.bos_token_id, eos_token_id=cfg.eos_token_id, pad_token_id=cfg.pad_token_id,
+        architectures=[arch],
+    )
+    if arch == "LlamaForCausalLM":
+        kwargs.update(attention_bias=False, mlp_bias=False)
+    if arch == "Qwen3ForCausalLM":
+        kwargs.update(attention_bias=False)
+    if arch != "LlamaForCausalLM":
+        kwargs.update(use_sliding_window=False)
+    rope = _rope_parameters(cfg)
+    if "rope_parameters" in config_cls().to_dict():  # transformers >= 5
+        kwargs["rope_parameters"] = rope
+    else:  # transformers 4.x: theta beside a rope_scaling dict
+        kwargs["rope_theta"] = rope.pop("rope_theta")
+        kwargs["rope_scaling"] = None if rope["rope_type"] == "default" else rope
+    hf = config_cls(**kwargs)
+    if "dtype" in hf.to_dict():  # transformers 5 renamed torch_dtype
+        hf.dtype = dtype
+    else:
+        hf.torch_dtype = dtype
+    return hf
+
+
+def _copy_tokenizer_files(src: Path, dst: Path) -> list[str]:
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+            copied.append(name)
+    return copied
+
+
+def _atomic_dir(out: Path, fill) -> Path:
+    """Build `out` under a temporary sibling name with fill(tmp), then rename it into place."""
+    if out.exists():
+        raise HFInteropError(f"{out}: already exists; choose a new output directory or remove it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        fill(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
+    """Write `out_dir` with config.json + model.safetensors (+ tokenizer files found in `ckpt_dir`).
+
+    The result loads strictly with transformers.AutoModelForCausalLM.from_pretrained(out_dir).
+    dtype=None keeps the checkpoint's dtype.
+    """
+    ckpt_dir, out_dir = Path(ckpt_dir), Path(out_dir)
+    cfg = load_config(ckpt_dir)
+    arch = hf_architecture(cfg)
+    weights_path = ckpt_dir / WEIGHTS_NAME
+    tensors = read_weights(weights_path)
+    check_state_dict(weights_path, _expected_shapes(cfg), tensors)
+    if dtype is not None:
+        tensors = {k: v.to(dtype) for k, v in tensors.items()}
+    file_dtype = next(iter(tensors.values())).dtype
+    hf_config = to_hf_config(cfg, file_dtype)
+
+    def fill(tmp: Path) -> None:
+        hf_config.save_pretrained(tmp)
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        _copy_tokenizer_files(ckpt_dir, tmp)
+
+    _atomic_dir(out_dir, fill)
+    assert json.loads((out_dir / CONFIG_NAME).read_text())["architectures"] == [arch]
+    return out_dir
+
+
+def _rope_from_hf(d: dict[str, Any], path: Path) -> tuple[float, dict[str, Any] | None]:
+    """(rope_theta, rope_scaling) from either the 5.x rope_parameters dict or 4.x rope_theta/rope_scaling."""
+    params = dict(d.get("rope_parameters") or {})
+    if params and all(isinstance(v, dict) for v in params.values()):
+        raise HFInteropError(f"{path}: per-layer-type rope_parameters {sorted(params)} are not supported")
+    legacy = d.get("rope_scaling") or {}
+    merged = {**legacy, **params}
+    theta = merged.pop("rope_theta", d.get("rope_theta", 10000.0))
+    rope_type = merged.pop("rope_type", merged.pop("type", "default"))
+    merged.pop("type", None)
+    if merged.pop("partial_rotary_factor", 1.0) not in (1, 1.0, None):
+        raise HFInteropError(f"{path}: partial_rotary_factor != 1 is not supported")
+    if rope_type == "default":
+        return float(theta), None
+    if rope_type == "yarn":
+        merged.setdefault("original_max_position_embeddings",
+                          d.get("original_max_position_embeddings", d["max_position_embeddings"]))
+        return float(theta), {"rope_type": "yarn", **merged}
+    raise HFInteropError(f"{path}: rope type {rope_type!r} is not supported (supported: default, yarn); "
+                         "importing it would silently change the model's positions")
+
+
+def from_hf_config(d: dict[str, Any], path: Path) -> CookMindConfig:
+    """Translate a HF Llama/Qwen2/Qwen3 config.json dict into a CookMindConfig; unsupported options raise."""
+    archs = d.get("architectures") or []
+    arch = archs[0] if archs else None
+    family = SUPPORTED_ARCHITECTURES.get(arch) if arch else {"llama": "llama", "qwen2": "qwen2",
+                                                            "qwen3": "qwen3"}.get(d.get("model_type"))
+    if family is None:
+        raise HFInteropError(f"{path}: architecture {arch or d.get('model_type')!r} is not supported; "
+                             f"supported: {sorted(SUPPORTED_ARCHITECTURES)}")
+    if d.get("hidden_act", "silu") != "silu":
+        raise HFInteropError(f"{path}: hidden_act={d['hidden_act']!r} is not supported (only silu / SwiGLU)")
+    if d.get("mlp_bias"):
+        raise HFInteropError(f"{path}: mlp_bias=true is not supported")
+    if d.get("use_sliding_window"):
+        raise HFInteropError(f"{path}: use_sliding_window=true is not supported (CookMind attends globally)")
+    if family in ("llama", "qwen3") and d.get("attention_bias"):
+        raise HFInteropError(f"{path}: attention_bias=true ({family} puts a bias on o_proj too) is not supported")
+    if d.get("pretraining_tp", 1) not in (1, None):
+        raise HFInteropError(f"{path}: pretraining_tp={d['pretraining_tp']} is not supported")
+    theta, rope_scaling = _rope_from_hf(d, path)
+    heads = d["num_attention_heads"]
+    head_dim = d.get("head_dim") or d["hidden_size"] // heads
+    try:
+        return CookMindConfig(
+            vocab_size=d["vocab_size"], hidden_size=d["hidden_size"], intermediate_size=d["intermediate_size"],
+            num_hidden_layers=d["num_hidden_layers"], num_attention_heads=heads,
+            num_key_value_heads=d.get("num_key_value_heads") or heads,
+            head_dim=None if head_dim * heads == d["hidden_size"] else head_dim,
+            max_position_embeddings=d["max_position_embeddings"], rope_theta=theta, rope_scaling=rope_scaling,
+            rms_norm_eps=d.get("rms_norm_eps", 1e-6), tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            qk_norm=family == "qwen3", attention_bias=family == "qwen2",
+            initializer_range=d.get("initializer_range", 0.02), bos_token_id=d.get("bos_token_id"),
+            eos_token_id=d.get("eos_token_id"), pad_token_id=d.get("pad_token_id"))
+    except (KeyError, ValueError) as exc:
+        raise HFInteropError(f"{path}: cannot translate to a CookMind config: {exc}") from exc
+
+
+def _read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
+    index = hf_dir / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        tensors: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            tensors.update(read_weights(hf_dir / shard))
+        return tensors
+    if not (hf_dir / WEIGHTS_NAME).is_file() and any(hf_dir.glob("*.bin")):
+        raise HFInteropError(f"{hf_dir}: only pickle .bin weights found; convert to safetensors first "
+                             "(cookmind never unpickles untrusted files)")
+    return read_weights(hf_dir / WEIGHTS_NAME)
+
+
+def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
+    """Convert a HF Llama/Qwen2/Qwen3 directory into a CookMind model directory (+ its tokenizer files)."""
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    config_path = hf_dir / CONFIG_NAME
+    if not config_path.is_file():
+        raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
+    cfg = from_hf_config(json.loads(config_path.read_text()), config_path)
+    tensors = _read_hf_weights(hf_dir)
+    if cfg.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
+    check_state_dict(hf_dir / WEIGHTS_NAME, _expected_shapes(cfg), tensors)
+    if dtype is not None:
+        tensors = {k: v.to(dtype) for k, v in tensors.items()}
+
+    def fill(tmp: Path) -> None:
+        (tmp / CONFIG_NAME).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        _copy_tokenizer_files(hf_dir, tmp)
+
+    return _atomic_dir(out_dir, fill)

@@ -1,0 +1,250 @@
+"""LoRA (Hu et al. 2021): a frozen projection plus a trainable low-rank update.
+
+    y = x W^T + (alpha / r) * B(A(dropout(x)))        A: (r, in), B: (out, r), B = 0 at init
+
+so the adapted model starts exactly equal to the base. Targets are chosen by module name (the
+last component of the qualified name: ``q_proj``, ``down_proj``, ...), never by shape. A wrapped
+projection keeps its ``weight`` (and ``bias``) under the same name and adds ``lora_A.weight`` /
+``lora_B.weight`` beside it, which is exactly the layout PEFT uses; ``save_adapter`` writes
+``adapter_model.safetensors`` (keys prefixed ``base_model.model.``) and ``adapter_config.json``
+so ``peft.PeftModel.from_pretrained`` loads it onto the exported Hugging Face model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from cookmind.model.linear import Linear
+
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+PEFT_PREFIX = "base_model.model."
+
+
+class LoRALinear(nn.Module):
+    """A frozen projection (same ``weight`` name as before) with a rank-r update that trains."""
+
+    def __init__(self, base: nn.Module, r: int, alpha: float, dropout: float = 0.0):
+        super().__init__()
+        if r < 1:
+            raise ValueError(f"LoRA rank r must be >= 1, got {r}")
+        self.in_features, self.out_features = base.weight.shape[1], base.weight.shape[0]
+        self.weight = base.weight
+        self.weight.requires_grad_(False)
+        self.bias = getattr(base, "bias", None)
+        if self.bias is not None:
+            self.bias.requires_grad_(False)
+        self.r, self.alpha, self.scaling = r, alpha, alpha / r
+        dev, dt = base.weight.device, base.weight.dtype
+        self.lora_A = nn.Linear(self.in_features, r, bias=False, device=dev, dtype=dt)
+        self.lora_B = nn.Linear(r, self.out_features, bias=False, device=dev, dtype=dt)
+        self.lora_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        # A as nn.Linear's default (Kaiming-uniform, a=sqrt(5)), B = 0: the update starts at zero.
+        nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B.weight)
+        self.merged = False
+        self.disabled = False
+
+    def delta_weight(self) -> torch.Tensor:
+        """The update the adapter adds to W: (alpha / r) * B A, shape (out, in)."""
+        return self.scaling * (self.lora_B.weight @ self.lora_A.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x @ self.weight.t()
+        if self.bias is not None:
+            y = y + self.bias
+        if self.merged:
+            if self.disabled:
+                raise RuntimeError("cannot disable a merged LoRA adapter; unmerge it first")
+            return y
+        if self.disabled:
+            return y
+        return y + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
+
+    @torch.no_grad()
+    def merge(self) -> None:
+        """W <- W + (alpha / r) B A; the forward then skips the low-rank path."""
+        if not self.merged:
+            self.weight.add_(self.delta_weight().to(self.weight.dtype))
+            self.merged = True
+
+    @torch.no_grad()
+    def unmerge(self) -> None:
+        """W <- W - (alpha / r) B A, undoing ``merge`` (equal up to rounding)."""
+        if self.merged:
+            self.weight.sub_(self.delta_weight().to(self.weight.dtype))
+            self.merged = False
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, r={self.r}, alpha={self.alpha}, merged={self.merged}"
+
+
+def _matches(name: str, targets: tuple[str, ...] | list[str]) -> bool:
+    return name.rsplit(".", 1)[-1] in targets
+
+
+def apply_lora(model: nn.Module, r: int = 8, alpha: float = 16.0, dropout: float = 0.0,
+               targets: tuple[str, ...] | list[str] = DEFAULT_TARGETS) -> list[str]:
+    """Wrap every projection whose name ends in one of ``targets``; freeze everything else.
+
+    Returns the wrapped module names. Raises if no module matches (a typo in a target name).
+    """
+    if has_lora(model):
+        raise ValueError("model already has LoRA adapters")
+    found = [(n, m) for n, m in model.named_modules() if _matches(n, targets) and isinstance(m, (Linear, nn.Linear))]
+    if not found:
+        names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, (Linear, nn.Linear))})
+        raise ValueError(f"LoRA targets {list(targets)} match no linear layer; linear layer names are {names}")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for name, module in found:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, LoRALinear(module, r, alpha, dropout))
+    model.lora_config = {"r": r, "alpha": alpha, "dropout": dropout, "targets": sorted({n.rsplit(".", 1)[-1]
+                                                                                         for n, _ in found})}
+    return [n for n, _ in found]
+
+
+def lora_modules(model: nn.Module) -> Iterator[tuple[str, LoRALinear]]:
+    """(name, module) for every LoRA-wrapped projection."""
+    for name, m in model.named_modules():
+        if isinstance(m, LoRALinear):
+            yield name, m
+
+
+def has_lora(model: nn.Module) -> bool:
+    """True when any projection of ``model`` is LoRA-wrapped."""
+    return any(True for _ in lora_modules(model))
+
+
+def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Only the adapter weights, named as in the model (``...q_proj.lora_A.weight``)."""
+    return {k: v for k, v in model.state_dict().items() if ".lora_A." in k or ".lora_B." in k}
+
+
+def merge_lora(model: nn.Module) -> None:
+    """Fold every adapter into its base weight."""
+    for _, m in lora_modules(model):
+        m.merge()
+
+
+def unmerge_lora(model: nn.Module) -> None:
+    """Take every merged adapter back out of its base weight."""
+    for _, m in lora_modules(model):
+        m.unmerge()
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Module) -> Iterator[nn.Module]:
+    """Within the block the model computes as its base (the DPO reference without a second copy)."""
+    mods = [m for _, m in lora_modules(model)]
+    before = [m.disabled for m in mods]
+    for m in mods:
+        m.disabled = True
+    try:
+        yield model
+    finally:
+        for m, b in zip(mods, before):
+            m.disabled = b
+
+
+def merged_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` with adapters folded in and plain ``Linear`` layers back (saves HF-named)."""
+    out = copy.deepcopy(model)
+    for name, m in list(lora_modules(out)):
+        w = m.weight.detach() + (0 if m.merged else m.delta_weight().detach().to(m.weight.dtype))
+        plain = Linear(m.in_features, m.out_features, bias=m.bias is not None, device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            plain.weight.copy_(w)
+            if m.bias is not None:
+                plain.bias.copy_(m.bias)
+        parent_name, _, child = name.rpartition(".")
+        setattr(out.get_submodule(parent_name) if parent_name else out, child, plain)
+    for p in out.parameters():
+        p.requires_grad_(True)
+    if hasattr(out, "lora_config"):
+        del out.lora_config
+    return out
+
+
+def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path: str | None = None) -> Path:
+    """Write ``adapter_model.safetensors`` + ``adapter_config.json`` (PEFT LoRA format) into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    cfg = getattr(model, "lora_config", None)
+    if cfg is None or not has_lora(model):
+        raise ValueError("save_adapter: the model has no LoRA adapters (call apply_lora first)")
+    tensors = {PEFT_PREFIX + k: v.detach().contiguous().cpu() for k, v in lora_state_dict(model).items()}
+    peft_cfg = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": cfg["r"],
+        "lora_alpha": cfg["alpha"],
+        "lora_dropout": cfg["dropout"],
+        "target_modules": list(cfg["targets"]),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "use_rslora": False,
+        "use_dora": False,
+        "modules_to_save": None,
+        "base_model_name_or_path": base_model_path,
+    }
+    weights_tmp = directory / (ADAPTER_WEIGHTS + ".tmp")
+    save_file(tensors, str(weights_tmp), metadata={"format": "pt"})
+    config_tmp = directory / (ADAPTER_CONFIG + ".tmp")
+    config_tmp.write_text(json.dumps(peft_cfg, indent=2) + "\n")
+    os.replace(weights_tmp, directory / ADAPTER_WEIGHTS)
+    os.replace(config_tmp, directory / ADAPTER_CONFIG)
+    return directory
+
+
+def read_adapter_config(directory: str | os.PathLike) -> dict:
+    """r, alpha, dropout and targets from a PEFT ``adapter_config.json``."""
+    f = Path(directory) / ADAPTER_CONFIG
+    if not f.is_file():
+        raise FileNotFoundError(f"{f}: missing; {directory} holds no LoRA adapter")
+    c = json.loads(f.read_text())
+    if c.get("peft_type") != "LORA":
+        raise ValueError(f"{f}: peft_type is {c.get('peft_type')!r}, only LORA adapters are supported")
+    targets = c["target_modules"]
+    targets = [targets] if isinstance(targets, str) else list(targets)
+    return {"r": int(c["r"]), "alpha": float(c["lora_alpha"]), "dropout": float(c.get("lora_dropout", 0.0)),
+            "targets": targets}
+
+
+def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
+    """Load an adapter into ``model``: wraps the targets first if the model has no adapters yet."""
+    directory = Path(directory)
+    if not has_lora(model):
+        c = read_adapter_config(directory)
+        apply_lora(model, c["r"], c["alpha"], c["dropout"], c["targets"])
+    f = directory / ADAPTER_WEIGHTS
+    if not f.is_file():
+        raise FileNotFoundError(f"{f}: missing; {directory} holds no LoRA adapter weights")
+    saved = {k[len(PEFT_PREFIX):] if k.startswith(PEFT_PREFIX) else k: v for k, v in load_file(str(f)).items()}
+    # PEFT may name weights with the adapter name (lora_A.default.weight); accept both.
+    saved = {k.replace(".default.", "."): v for k, v in saved.items()}
+    own = lora_state_dict(model)
+    if set(saved) != set(own):
+        raise ValueError(f"{f}: adapter tensors do not match the model's LoRA layers (missing "
+                         f"{sorted(set(own) - set(saved))[:4]}, unexpected {sorted(set(saved) - set(own))[:4]})")
+    with torch.no_grad():
+        for k, v in saved.items():
+            if own[k].shape != v.shape:
+                raise ValueError(f"{f}: {k} has shape {tuple(v.shape)}, the model expects {tuple(own[k].shape)}")
+            own[k].copy_(v)
+    return model

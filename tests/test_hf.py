@@ -1,0 +1,131 @@
+"""Hugging Face interop: exported models load strictly in transformers with equal logits; imports round-trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from cookmind.cli import main as cli_main
+from cookmind.model import CookMindConfig, CookMindLM, load_model, save_model
+from cookmind.model.hf import HFInteropError, export_hf, import_hf
+
+transformers = pytest.importorskip("transformers")
+
+BASE = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=128)
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+
+
+def _randomize(model: torch.nn.Module) -> torch.nn.Module:
+    """Non-trivial norm weights and biases so a wrongly mapped one would show in the logits."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+    return model
+
+
+def _hf_load(path):
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(str(path), output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
+    return model.eval()
+
+
+CASES = {
+    "mha-tied": (dict(num_key_value_heads=4, tie_word_embeddings=True), "LlamaForCausalLM"),
+    "gqa-untied": (dict(num_key_value_heads=2, tie_word_embeddings=False), "LlamaForCausalLM"),
+    "gqa-qknorm-tied": (dict(num_key_value_heads=2, qk_norm=True), "Qwen3ForCausalLM"),
+    "mqa-qknorm-yarn-untied": (dict(num_key_value_heads=1, qk_norm=True, tie_word_embeddings=False,
+                                    rope_scaling=YARN), "Qwen3ForCausalLM"),
+    "gqa-yarn-tied": (dict(num_key_value_heads=2, rope_scaling=YARN, head_dim=16), "LlamaForCausalLM"),
+    "qkv-bias": (dict(num_key_value_heads=2, attention_bias=True), "Qwen2ForCausalLM"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_export_loads_strictly_with_equal_logits(tmp_path, case):
+    kw, arch = CASES[case]
+    model = _randomize(CookMindLM(CookMindConfig(**BASE, **kw))).eval()
+    save_model(tmp_path / "ckpt", model)
+    export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [arch]
+    hf = _hf_load(tmp_path / "hf")
+    assert type(hf).__name__ == arch
+    ids = torch.randint(0, 97, (2, 100))  # past original_max_position_embeddings: YaRN scaling is exercised
+    with torch.no_grad():
+        diff = (hf(ids).logits.float() - model(ids).logits).abs().max().item()
+    assert diff < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"])
+def test_import_matches_transformers_logits(tmp_path, arch):
+    cls = getattr(transformers, arch)
+    config_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen2ForCausalLM": transformers.Qwen2Config,
+                  "Qwen3ForCausalLM": transformers.Qwen3Config}[arch]
+    hf_cfg = config_cls(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
+                        tie_word_embeddings=arch == "Qwen2ForCausalLM", rms_norm_eps=1e-5,
+                        rope_parameters={"rope_type": "default", "rope_theta": 5000.0})
+    torch.manual_seed(1)
+    hf = _randomize(cls(hf_cfg)).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer.json").write_text("{}")
+    import_hf(tmp_path / "hf", tmp_path / "ours")
+    assert (tmp_path / "ours" / "tokenizer.json").is_file()
+    ours = load_model(tmp_path / "ours")
+    assert ours.config.rope_theta == 5000.0 and ours.config.qk_norm == (arch == "Qwen3ForCausalLM")
+    ids = torch.randint(0, 97, (2, 20))
+    with torch.no_grad():
+        diff = (hf(ids).logits.float() - ours(ids).logits).abs().max().item()
+    assert diff < 1e-4
+
+
+def _write_hf_config(path, **overrides):
+    path.mkdir()
+    d = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=97, hidden_size=32,
+             intermediate_size=48, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+             max_position_embeddings=64, rope_theta=10000.0, rope_scaling=None)
+    d.update(overrides)
+    (path / "config.json").write_text(json.dumps(d))
+
+
+def test_import_rejects_unsupported_architecture_and_rope(tmp_path):
+    _write_hf_config(tmp_path / "gpt2", architectures=["GPT2LMHeadModel"], model_type="gpt2")
+    with pytest.raises(HFInteropError, match="GPT2LMHeadModel.*not supported"):
+        import_hf(tmp_path / "gpt2", tmp_path / "o1")
+    _write_hf_config(tmp_path / "dyn", rope_scaling={"type": "dynamic", "factor": 2.0})
+    with pytest.raises(HFInteropError, match="rope type 'dynamic' is not supported"):
+        import_hf(tmp_path / "dyn", tmp_path / "o2")
+    _write_hf_config(tmp_path / "lin", rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4})
+    with pytest.raises(HFInteropError, match="rope type 'linear'"):
+        import_hf(tmp_path / "lin", tmp_path / "o3")
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_export_moe_is_a_clear_error(tmp_path):
+    save_model(tmp_path / "moe", CookMindLM(CookMindConfig(**BASE, num_key_value_heads=2, num_experts=2)))
+    with pytest.raises(HFInteropError, match="mixture-of-experts.*not supported"):
+        export_hf(tmp_path / "moe", tmp_path / "out")
+
+
+def test_cli_export_copies_tokenizer_files_and_import_round_trips(tmp_path, capsys):
+    model = _randomize(CookMindLM(CookMindConfig(**BASE, num_key_value_heads=2, qk_norm=True)))
+    save_model(tmp_path / "ckpt", model)
+    (tmp_path / "ckpt" / "tokenizer.json").write_text('{"model": {}}')
+    (tmp_path / "ckpt" / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "ckpt" / "optimizer.pt").write_bytes(b"not for export")
+    assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf"), "--dtype", "bf16"]) == 0
+    names = sorted(p.name for p in (tmp_path / "hf").iterdir())
+    assert names == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    assert "Qwen3ForCausalLM" in capsys.readouterr().out
+    assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "back")]) == 0
+    back = load_model(tmp_path / "back")
+    assert back.lm_head.weight.dtype == torch.bfloat16
+    for name, p in model.state_dict().items():
+        torch.testing.assert_close(back.state_dict()[name].float(), p.to(torch.bfloat16).float(), rtol=0, atol=0)
+    assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf")]) == 2  # exists: refused
+    assert "already exists" in capsys.readouterr().err
