@@ -1,0 +1,106 @@
+"""Arithmetic word problems in GSM8K's answer format: a short worked solution, then ``#### N``.
+
+Level 1 is one addition or subtraction with small numbers (a tiny model can learn it in
+minutes); level 2 adds multiplication of small factors; level 3 chains two operations.
+Answers are never negative. ``extract_answer`` is the grader's parser for ``#### N``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+from cookmind.synthetic.rng import make_rng
+from cookmind.synthetic.vocabulary import ITEMS, NAMES
+
+_ANSWER = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One word problem: ``answer`` text ends in ``#### <value>``, GSM8K style."""
+
+    question: str
+    answer: str
+    value: int
+
+    def to_dict(self) -> dict:
+        """GSM8K's JSONL record: {"question", "answer"}."""
+        return {"question": self.question, "answer": self.answer}
+
+
+def extract_answer(text: str) -> int | None:
+    """The number after the first ``####`` in ``text`` (commas allowed), or None when absent."""
+    m = _ANSWER.search(text)
+    if not m:
+        return None
+    try:
+        value = float(m.group(1).replace(",", ""))
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() else None
+
+
+def _add(rng: random.Random, hi: int) -> Problem:
+    (name, he), item = rng.choice(NAMES), rng.choice(ITEMS)
+    a, b = rng.randint(1, hi), rng.randint(1, hi)
+    verb = rng.choice(["gets", "finds", "buys", "is given"])
+    q = f"{name} has {a} {item}. {he.capitalize()} {verb} {b} more. How many {item} does {name} have now?"
+    return Problem(q, f"{a} + {b} = {a + b}\n#### {a + b}", a + b)
+
+
+def _sub(rng: random.Random, hi: int) -> Problem:
+    (name, he), (friend, _) = rng.sample(NAMES, 2)
+    item = rng.choice(ITEMS)
+    a = rng.randint(2, hi)
+    b = rng.randint(1, a)
+    verb = rng.choice([f"gives {b} to {friend}", f"loses {b}", f"eats {b}" if item in ("apples", "cookies", "oranges",
+                       "candies", "eggs") else f"sells {b}"])
+    q = f"{name} has {a} {item}. {he.capitalize()} {verb}. How many {item} does {name} have left?"
+    return Problem(q, f"{a} - {b} = {a - b}\n#### {a - b}", a - b)
+
+
+def _mul(rng: random.Random, hi: int) -> Problem:
+    (name, _), item = rng.choice(NAMES), rng.choice(ITEMS)
+    a, b = rng.randint(2, max(2, min(hi, 9))), rng.randint(2, max(2, min(hi, 9)))
+    q = f"{name} has {a} bags. Each bag has {b} {item}. How many {item} does {name} have in total?"
+    return Problem(q, f"{a} * {b} = {a * b}\n#### {a * b}", a * b)
+
+
+def _two_step(rng: random.Random, hi: int) -> Problem:
+    (name, he), item = rng.choice(NAMES), rng.choice(ITEMS)
+    a, b = rng.randint(1, hi), rng.randint(1, hi)
+    c = rng.randint(1, a + b)
+    q = (f"{name} has {a} {item}. {he.capitalize()} gets {b} more and then gives away {c}. "
+         f"How many {item} does {name} have left?")
+    return Problem(q, f"{a} + {b} = {a + b}\n{a + b} - {c} = {a + b - c}\n#### {a + b - c}", a + b - c)
+
+
+_LEVELS = {1: (_add, _sub), 2: (_add, _sub, _mul), 3: (_add, _sub, _mul, _two_step)}
+
+
+def make_problem(rng: random.Random, level: int = 1, max_number: int = 20) -> Problem:
+    """One problem drawn from ``rng``: operations up to ``level``, operands in 1..``max_number``."""
+    if level not in _LEVELS:
+        raise ValueError(f"arithmetic level must be one of {sorted(_LEVELS)}, got {level}")
+    return rng.choice(_LEVELS[level])(rng, max_number)
+
+
+def arithmetic_problems(n: int, seed: int = 0, level: int = 1, max_number: int = 20,
+                        exclude: set[str] | None = None) -> list[Problem]:
+    """``n`` distinct problems from ``seed``; questions in ``exclude`` are skipped (held-out sets)."""
+    rng = make_rng(seed, f"arithmetic-{level}-{max_number}")
+    seen: set[str] = set(exclude or ())
+    out: list[Problem] = []
+    tries = 0
+    while len(out) < n:
+        p = make_problem(rng, level, max_number)
+        tries += 1
+        if p.question in seen:
+            if tries > 50 * n + 1000:
+                raise ValueError(f"cannot draw {n} distinct problems at level {level}, max_number {max_number}")
+            continue
+        seen.add(p.question)
+        out.append(p)
+    return out

@@ -1,0 +1,137 @@
+"""Build the parts of a run from its config: model (+ LoRA), objective, datasets, optimizer.
+
+Kept apart from the loop so a caller (the demo, a test, GRPO) can pass any part ready-made.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from cookmind.train.config import TrainConfig
+from cookmind.train.objectives import DPOObjective, Objective, PretrainObjective, SFTObjective
+
+# Objectives that live above the train package register a factory here (or are imported lazily):
+# name -> module exposing ``build_objective(cfg: TrainConfig, trainer) -> Objective``.
+OBJECTIVE_PLUGINS: dict[str, str] = {"grpo": "cookmind.align.objective"}
+_FACTORIES: dict[str, Callable[[TrainConfig, Any], Objective]] = {}
+
+
+def register_objective(name: str, factory: Callable[[TrainConfig, Any], Objective]) -> None:
+    """Make ``train.objective: name`` build its objective with ``factory(cfg, trainer)``."""
+    _FACTORIES[name] = factory
+
+
+def load_tokenizer(path: str | None):
+    """The run's tokenizer (cookmind.tokenizer.Tokenizer) or None."""
+    if not path:
+        return None
+    from cookmind.tokenizer import Tokenizer
+
+    return Tokenizer.load(path)
+
+
+def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
+    """A fresh CookMindLM from ``cfg.model``, or the weights at ``train.init_from``; LoRA applied if enabled."""
+    from cookmind.model import CookMindConfig, CookMindLM, load_model
+
+    if cfg.train.init_from:
+        model = load_model(_model_dir(cfg.train.init_from), device="cpu")
+        if cfg.model:
+            differs = {k: v for k, v in cfg.model.items() if getattr(model.config, k, None) != v}
+            if differs:
+                raise ValueError(f"model settings {differs} differ from the model at train.init_from="
+                                 f"{cfg.train.init_from}; drop them from the config (the loaded model fixes its shape)")
+    else:
+        fields = dict(cfg.model)
+        if "vocab_size" not in fields:
+            if tokenizer is None:
+                raise ValueError("model.vocab_size is not set and there is no tokenizer (data.tokenizer) to take it from")
+            fields["vocab_size"] = tokenizer.vocab_size
+        if tokenizer is not None:
+            fields.setdefault("eos_token_id", tokenizer.eos_id)
+            fields.setdefault("pad_token_id", tokenizer.pad_id)
+        model = CookMindLM(CookMindConfig.from_dict(fields))
+    if cfg.lora.enabled:
+        from cookmind.model.lora import apply_lora
+
+        apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
+    return model
+
+
+def _model_dir(path: str) -> str:
+    """A checkpoint root (with step_* dirs) -> its newest checkpoint; a model/checkpoint dir -> itself."""
+    from cookmind.train.checkpoint import find_latest_checkpoint
+
+    p = Path(path)
+    if (p / "model.safetensors").is_file():
+        return str(p)
+    latest = find_latest_checkpoint(p)
+    if latest is None:
+        raise FileNotFoundError(f"train.init_from={path}: no model.safetensors and no checkpoint under it")
+    return str(latest)
+
+
+def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
+    """The objective named by ``train.objective``."""
+    name = cfg.train.objective
+    if name == "pretrain":
+        return PretrainObjective()
+    if name == "sft":
+        return SFTObjective()
+    if name == "dpo":
+        d = cfg.dpo
+        if d.reference is None and cfg.lora.enabled:
+            from cookmind.model.lora import adapters_disabled
+
+            return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference_context=adapters_disabled)
+        ref_path = d.reference or cfg.train.init_from
+        if ref_path is None:
+            raise ValueError("DPO needs a frozen reference: set dpo.reference or train.init_from (or use LoRA, whose "
+                             "base model is the reference)")
+        from cookmind.model import load_model
+
+        ref = load_model(_model_dir(ref_path), device=str(trainer.device)).eval()
+        ref.requires_grad_(False)
+        return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference=ref)
+    if name not in _FACTORIES and name in OBJECTIVE_PLUGINS:
+        try:
+            module = importlib.import_module(OBJECTIVE_PLUGINS[name])
+        except ImportError as exc:
+            raise ValueError(f"train.objective={name!r} needs {OBJECTIVE_PLUGINS[name]}, which is not available "
+                             f"({exc})") from exc
+        _FACTORIES[name] = module.build_objective
+    if name in _FACTORIES:
+        return _FACTORIES[name](cfg, trainer)
+    raise ValueError(f"unknown train.objective {name!r}; known: pretrain, sft, dpo, {', '.join(OBJECTIVE_PLUGINS)}")
+
+
+def build_dataset(cfg: TrainConfig, path: str, train_type: str):
+    """A dataset over the store at ``path`` for ``train_type``."""
+    from cookmind.data import DatasetFactory
+
+    stride = cfg.data.stride if train_type == "seq" else None
+    return DatasetFactory.load(train_type, path, cfg.data.window_size, stride=stride,
+                               storage_type=cfg.data.storage_type)
+
+
+def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, zero1_group: Any = None):
+    """AdamW over the trainable parameters (no decay on norms/biases/embeddings); ZeRO-1 when asked."""
+    from cookmind.optim import AdamW, param_groups
+
+    o = cfg.optim
+    groups = param_groups(model, o.weight_decay)
+    if not groups:
+        raise ValueError("the model has no trainable parameters (LoRA targets matched nothing trainable?)")
+    kwargs = {"lr": o.lr, "betas": (o.beta1, o.beta2), "eps": o.eps, "weight_decay": o.weight_decay}
+    if cfg.parallel.zero1:
+        try:
+            from cookmind.parallel import ShardedOptimizer
+        except ImportError as exc:
+            raise RuntimeError("parallel.zero1=true needs cookmind.parallel.ShardedOptimizer, which is not available "
+                               "in this build; set parallel.zero1=false") from exc
+        return ShardedOptimizer(groups, AdamW, **kwargs)
+    return AdamW(groups, **kwargs)

@@ -1,0 +1,110 @@
+"""Training callbacks: hooks at step begin, after each micro-batch and after the optimizer step.
+
+Metrics, evaluation and checkpoints hang on ``on_step_end``, which runs after the optimizer step
+it names, so what they record is the state after that step. A callback may call
+``trainer.request_stop(reason)``; the Trainer then saves a checkpoint and returns.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cookmind.train.trainer import Trainer
+
+
+class Callback:
+    """Override the hooks you need; all are no-ops by default."""
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        """Before the first step (after resume)."""
+
+    def on_step_begin(self, trainer: Trainer, step: int) -> None:
+        """Before the micro-batches of optimizer step ``step`` (1-based: the step about to run)."""
+
+    def on_micro_batch_end(self, trainer: Trainer, micro_step: int, loss: Any, metrics: dict[str, Any]) -> None:
+        """After one micro-batch's backward, inside the accumulation block."""
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
+        """After optimizer step ``step``; ``metrics`` holds loss, lr, grad_norm, tokens, ..."""
+
+    def on_train_end(self, trainer: Trainer, status: str) -> None:
+        """After the last step (status: completed, stopped or diverged)."""
+
+
+class MetricsCallback(Callback):
+    """Writes a metrics.jsonl line every ``log_every`` steps (and the last step)."""
+
+    def __init__(self, log_every: int):
+        self.log_every = max(1, log_every)
+        self._t0 = None
+        self._tokens0 = 0
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        self._t0, self._tokens0 = time.perf_counter(), trainer.tokens_seen
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
+        if step % self.log_every and step != trainer.cfg.train.max_steps:
+            return
+        trainer.metrics_writer.write({"step": step, **metrics})
+
+
+class EvalCallback(Callback):
+    """Validation loss/perplexity (and samples) every ``every`` steps and at the end."""
+
+    def __init__(self, every: int):
+        self.every = every
+        self.last_step = -1
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
+        if self.every > 0 and step % self.every == 0:
+            trainer.evaluate(step)
+            self.last_step = step
+
+    def on_train_end(self, trainer: Trainer, status: str) -> None:
+        if status == "completed" and self.last_step != trainer.step:
+            trainer.evaluate(trainer.step)
+
+
+class CheckpointCallback(Callback):
+    """A checkpoint every ``every`` steps (0 = only at the end / on stop)."""
+
+    def __init__(self, every: int):
+        self.every = every
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
+        if self.every > 0 and step % self.every == 0:
+            trainer.save_checkpoint()
+
+
+class ProgressCallback(Callback):
+    """A tqdm bar: loss, lr, tokens/s, MFU (on GPU) and ETA."""
+
+    def __init__(self, enabled: bool = True, desc: str = "train"):
+        self.enabled, self.desc = enabled, desc
+        self.bar = None
+        self._last = None
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        if not self.enabled:
+            return
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=trainer.cfg.train.max_steps, initial=trainer.step, desc=self.desc, unit="step",
+                        dynamic_ncols=True, leave=True)
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
+        if self.bar is None:
+            return
+        post = {"loss": f"{metrics['loss']:.4f}", "lr": f"{metrics['lr']:.2e}",
+                "tok/s": f"{metrics['tokens_per_s']:.0f}"}
+        if metrics.get("mfu") is not None and math.isfinite(metrics["mfu"]):
+            post["mfu"] = f"{100 * metrics['mfu']:.1f}%"
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(1)
+
+    def on_train_end(self, trainer: Trainer, status: str) -> None:
+        if self.bar is not None:
+            self.bar.close()

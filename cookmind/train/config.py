@@ -1,0 +1,318 @@
+"""The one typed training config: sections as dataclasses, YAML presets, dotted overrides.
+
+    cfg = TrainConfig.load("tiny-cpu", overrides=["optim.lr=3e-4", "train.max_steps=100"])
+
+A preset is a name from ``cookmind/configs/`` or a path to a YAML file. Every key must be a
+field of the schema: an unknown key is an error that names it and lists the valid ones, so a
+typo never silently trains with a default. The resolved config is saved in the run directory
+(``config.yaml``) and inside every checkpoint's ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+@dataclass
+class DataConfig:
+    """Where the tokens come from; ``train_type`` picks the dataset (seq, sft, dpo, grpo)."""
+
+    train_path: str | None = None
+    val_path: str | None = None
+    train_type: str | None = None  # None -> the objective's natural type
+    window_size: int = 256
+    stride: int | None = None
+    storage_type: str | None = None  # None -> detect (.bin dir or .h5)
+    num_workers: int = 0
+    shuffle: bool = True
+    tokenizer: str | None = None  # tokenizer dir copied into checkpoints and used for samples
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with a cosine schedule: lr rises linearly for ``warmup_steps``, then falls to ``min_lr_ratio * lr``."""
+
+    lr: float = 3e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 0
+    schedule: str = "cosine"  # cosine | constant
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # <= 0 disables clipping (the norm is still logged)
+
+
+@dataclass
+class TrainLoopConfig:
+    """The loop itself: steps, batch shape, precision and speed options."""
+
+    objective: str = "pretrain"  # pretrain | sft | dpo | grpo
+    max_steps: int = 100
+    micro_batch_size: int = 8
+    grad_accum_steps: int = 1
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    seed: int = 0
+    init_from: str | None = None  # checkpoint or model dir to start from (SFT/DPO after pretrain)
+    compile: bool = False
+    activation_checkpointing: bool = False
+    max_bad_steps: int = 10  # consecutive non-finite losses/gradients before the run stops
+
+
+@dataclass
+class DPOConfig:
+    """Direct preference optimisation (Rafailov et al. 2023) and its IPO / conservative variants."""
+
+    beta: float = 0.1
+    reduction: str = "sum"  # sum | mean  (of the response token log-probs)
+    loss: str = "sigmoid"  # sigmoid | ipo
+    label_smoothing: float = 0.0
+    reference: str | None = None  # None -> the starting model (or the LoRA base with adapters off)
+
+
+@dataclass
+class LoRAConfig:
+    """Low-rank adapters W + (alpha / r) * B A on the named projections; only A and B train."""
+
+    enabled: bool = False
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpoints every ``every`` steps (0 = only at the end / on a signal), keeping the last ``keep_last``."""
+
+    dir: str | None = None  # default: <run_dir>/checkpoints
+    every: int = 0
+    keep_last: int = 2
+    resume: str | None = None  # None | auto | a checkpoint path
+
+
+@dataclass
+class EvalConfig:
+    """Validation loss/perplexity every ``every`` steps plus greedy samples from fixed prompts."""
+
+    every: int = 0  # 0 = only at the end (when a val set is given)
+    max_batches: int = 20
+    prompts: list[str] = field(default_factory=list)
+    max_new_tokens: int = 48
+
+
+@dataclass
+class LoggingConfig:
+    """Run directory, metrics cadence and the progress bar."""
+
+    run_dir: str = "runs/default"
+    log_every: int = 10
+    progress: bool = True
+    tensorboard: bool = False
+    report: bool = True
+
+
+@dataclass
+class ParallelConfig:
+    """Data parallelism: PyTorch DDP or cookmind's own (cookmind.parallel), with optional ZeRO-1."""
+
+    ddp: str = "torch"  # torch | ours
+    zero1: bool = False
+    backend: str = "auto"  # auto (nccl on GPU, gloo on CPU) | gloo | nccl
+    bucket_mb: float = 25.0
+
+
+@dataclass
+class TrainConfig:
+    """The whole run. ``model`` holds CookMindConfig fields (validated when the model is built)."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "<dict>") -> TrainConfig:
+        """Build from a nested dict; unknown sections/keys and wrong types raise ValueError naming them."""
+        cfg = cls()
+        cfg.update(d, source)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def load(cls, preset: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+        """Load a preset (name in cookmind/configs or a YAML path), then apply ``a.b=value`` overrides."""
+        cfg = cls()
+        if preset:
+            path = resolve_preset(preset)
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+            if not isinstance(data, dict):
+                raise ValueError(f"{path}: a config file must be a mapping of sections, got {type(data).__name__}")
+            cfg.update(data, str(path))
+        for item in overrides or []:
+            cfg.set_dotted(item)
+        cfg.validate()
+        return cfg
+
+    def update(self, d: dict[str, Any], source: str = "<dict>") -> None:
+        """Merge a nested dict into this config (only the keys given change)."""
+        for section, values in d.items():
+            if section not in _section_names():
+                raise ValueError(_unknown(source, "section", section, _section_names()))
+            if section == "model":
+                if not isinstance(values, dict):
+                    raise ValueError(f"{source}: section 'model' must be a mapping, got {values!r}")
+                self.model.update(values)
+                continue
+            if not isinstance(values, dict):
+                raise ValueError(f"{source}: section '{section}' must be a mapping, got {values!r}")
+            obj = getattr(self, section)
+            for key, value in values.items():
+                _set_field(obj, section, key, value, source)
+
+    def set_dotted(self, item: str) -> None:
+        """Apply one ``section.key=value`` override; the value is parsed as YAML (3e-4, true, [a, b])."""
+        if "=" not in item:
+            raise ValueError(f"override {item!r}: expected section.key=value, e.g. optim.lr=3e-4")
+        dotted, raw = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        if len(parts) != 2:
+            raise ValueError(f"override {item!r}: expected exactly one dot (section.key), e.g. train.max_steps=100")
+        value = yaml.safe_load(raw) if raw.strip() != "" else None
+        self.update({parts[0]: {parts[1]: value}}, source=f"override {item!r}")
+
+    def validate(self) -> None:
+        """Check choices and ranges that a type alone cannot express."""
+        _choice("train.objective", self.train.objective, ("pretrain", "sft", "dpo", "grpo"))
+        _choice("train.precision", self.train.precision, ("fp32", "bf16", "fp16"))
+        _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
+        _choice("dpo.reduction", self.dpo.reduction, ("sum", "mean"))
+        _choice("dpo.loss", self.dpo.loss, ("sigmoid", "ipo"))
+        _choice("parallel.ddp", self.parallel.ddp, ("torch", "ours"))
+        _choice("parallel.backend", self.parallel.backend, ("auto", "gloo", "nccl"))
+        if self.data.train_type is not None:
+            _choice("data.train_type", self.data.train_type, ("seq", "sft", "dpo", "grpo"))
+        for name, value in (
+            ("train.max_steps", self.train.max_steps),
+            ("train.micro_batch_size", self.train.micro_batch_size),
+            ("train.grad_accum_steps", self.train.grad_accum_steps),
+            ("data.window_size", self.data.window_size),
+            ("lora.r", self.lora.r),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not 0.0 <= self.dpo.label_smoothing < 0.5:
+            raise ValueError(f"dpo.label_smoothing must be in [0, 0.5), got {self.dpo.label_smoothing}")
+        if self.dpo.beta <= 0:
+            raise ValueError(f"dpo.beta must be > 0, got {self.dpo.beta}")
+
+    # -- output -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain nested dict (JSON/YAML-safe)."""
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        """Write the resolved config as YAML, atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        tmp.replace(path)
+
+
+def resolve_preset(preset: str | Path) -> Path:
+    """A preset name (``tiny-cpu``) or a YAML path -> the file; a clear error listing presets otherwise."""
+    p = Path(preset)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    candidate = CONFIG_DIR / f"{preset}.yaml"
+    if candidate.exists():
+        return candidate
+    names = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
+    raise FileNotFoundError(f"config preset {str(preset)!r} not found: give a YAML path or one of {names}")
+
+
+def _section_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+def _unknown(source: str, what: str, name: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{source}: unknown {what} {name!r}{hint}; valid: {', '.join(valid)}"
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def _set_field(obj: Any, section: str, key: str, value: Any, source: str) -> None:
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    if key not in fields:
+        raise ValueError(_unknown(source, f"key in section '{section}'", key, list(fields)))
+    hints = typing.get_type_hints(type(obj))
+    setattr(obj, key, _coerce(value, hints[key], f"{source}: {section}.{key}"))
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check/convert a YAML value to the field's annotated type (int -> float allowed)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], where)
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], where) for v in value] if args else list(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ValueError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):
+                try:
+                    return float(value)
+                except ValueError:
+                    pass
+            raise ValueError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ValueError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    return value

@@ -1,0 +1,67 @@
+"""Training metrics: ``metrics.jsonl`` (one JSON object per line) and model FLOP utilisation.
+
+MFU = achieved FLOP/s / peak FLOP/s, with achieved = tokens/s x FLOPs per token
+(6 N + 12 L H D T for forward + backward, from ``CookMindLM.flops_per_token``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Dense bf16 tensor-core peaks (no sparsity), FLOP/s.
+_PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "4090": 165e12}
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The device's bf16 peak FLOP/s, or None when unknown (CPUs)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, value in _PEAK_BF16.items():
+        if key in name:
+            return value
+    return None
+
+
+def to_float(v: Any) -> Any:
+    """A JSON-friendly scalar from a tensor/number (non-finite floats stay, as NaN/Infinity)."""
+    if torch.is_tensor(v):
+        return float(v.detach().float().item()) if v.numel() == 1 else v.detach().float().mean().item()
+    return v
+
+
+class MetricsWriter:
+    """Append JSON lines to ``<run_dir>/metrics.jsonl`` (rank 0 only)."""
+
+    def __init__(self, path: str | Path, enabled: bool = True):
+        self.path = Path(path)
+        self.enabled = enabled
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """One line; floats rounded to 6 significant digits to keep the file readable."""
+        if not self.enabled:
+            return
+        clean = {k: _round(to_float(v)) for k, v in record.items()}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(clean) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a metrics.jsonl (missing file -> [])."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def _round(v: Any) -> Any:
+    if isinstance(v, float) and math.isfinite(v) and v != 0:
+        return float(f"{v:.6g}")
+    return v

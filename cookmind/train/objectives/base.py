@@ -1,0 +1,53 @@
+"""The objective seam: a small object that turns a batch into a loss.
+
+    loss, metrics = objective(model, batch)
+
+The Trainer owns everything else (precision, accumulation, DDP, checkpoints). An objective
+that must act before the loss — GRPO generating rollouts with the current policy — overrides
+``prepare(model, batch)``, which the Trainer calls once per micro-batch before the forward pass,
+outside autocast and without gradients. ``setup(trainer)`` runs once before the first step
+(reference models, tokenizers); ``state_dict`` / ``load_state_dict`` carry any objective state
+(e.g. running reward statistics) through checkpoints so resume stays exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class Objective:
+    """Base class; subclasses set ``train_type`` (the dataset they read) and implement ``__call__``."""
+
+    train_type: str = "seq"
+
+    def setup(self, trainer: Any) -> None:
+        """Called once by the Trainer before training (after the model is built and wrapped)."""
+
+    def prepare(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, Any]:
+        """Turn a data batch into a loss batch (default: unchanged). Runs under no_grad."""
+        return batch
+
+    def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+        raise NotImplementedError
+
+    def num_tokens(self, batch: dict[str, Any]) -> int:
+        """Tokens processed by one forward pass over ``batch`` (for tokens/s and MFU)."""
+        return int(sum(v.numel() for k, v in batch.items() if k.endswith("input_ids") and torch.is_tensor(v)))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Objective state to checkpoint (JSON-serialisable)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The bare model under DDP / torch.compile wrappers."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if inner is None:
+            return model
+        model = inner

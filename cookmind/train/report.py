@@ -1,0 +1,80 @@
+"""The run report: ``report.md`` with loss and learning-rate curves (PNG) and sample generations."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from cookmind.train.metrics import read_metrics
+
+
+def plot_series(path: Path, series: dict[str, tuple[list[float], list[float]]], ylabel: str,
+                logy: bool = False) -> Path:
+    """One PNG with a line per named (x, y) series, written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    for name, (xs, ys) in series.items():
+        if xs:
+            ax.plot(xs, ys, label=name, marker="o" if len(xs) < 20 else None, markersize=3)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    if len(series) > 1:
+        ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def write_report(run_dir: str | Path, title: str, summary: dict[str, Any], samples: list[dict[str, str]] | None = None,
+                 config: dict[str, Any] | None = None) -> Path:
+    """Write ``<run_dir>/report.md`` (+ ``loss.png``, ``lr.png``) from ``metrics.jsonl``."""
+    run_dir = Path(run_dir)
+    records = read_metrics(run_dir / "metrics.jsonl")
+    train = [r for r in records if r.get("split", "train") == "train" and "loss" in r]
+    val = [r for r in records if r.get("split") == "val" and "val_loss" in r]
+    lines = [f"# {title}", ""]
+    if summary:
+        lines += ["| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {_fmt(v)} |" for k, v in summary.items()]
+        lines.append("")
+    if train:
+        series = {"train": ([r["step"] for r in train], [r["loss"] for r in train])}
+        if val:
+            series["val"] = ([r["step"] for r in val], [r["val_loss"] for r in val])
+        plot_series(run_dir / "loss.png", series, "loss")
+        plot_series(run_dir / "lr.png", {"lr": ([r["step"] for r in train], [r["lr"] for r in train])}, "learning rate")
+        lines += ["## Curves", "", "![loss](loss.png)", "", "![learning rate](lr.png)", ""]
+    if val:
+        lines += ["## Validation", "", "| step | loss | perplexity |", "|---|---|---|"]
+        lines += [f"| {r['step']} | {_fmt(r['val_loss'])} | {_fmt(r.get('val_ppl'))} |" for r in val]
+        lines.append("")
+    if samples:
+        lines += ["## Samples", ""]
+        for s in samples:
+            lines += [f"**Prompt:** `{s['prompt']}`", "", "```", s["completion"], "```", ""]
+    if config:
+        import yaml
+
+        lines += ["## Config", "", "```yaml", yaml.safe_dump(config, sort_keys=False).rstrip(), "```", ""]
+    out = run_dir / "report.md"
+    tmp = run_dir / "report.md.tmp"
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, out)
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)

@@ -1,0 +1,424 @@
+"""The one training loop: pretrain, SFT, DPO (and GRPO) differ only in their objective and data.
+
+One optimizer step:
+
+    for each of grad_accum_steps micro-batches:
+        batch = objective.prepare(model, next(data))        # e.g. GRPO rollouts; no grad
+        with autocast: loss, metrics = objective(model, batch)
+        backward(loss / grad_accum_steps)                   # DDP syncs on the last micro-step only
+    unscale (fp16) -> clip global norm -> skip if loss/grad non-finite -> lr from cosine -> optimizer.step
+
+Checkpoints are saved after the optimizer step they name (every N steps, at the end, and when a
+SIGTERM/SIGINT or ``request_stop`` arrives), and resuming one continues exactly: the model,
+optimizer, sampler position and every RNG come back, so on CPU an interrupted-and-resumed run
+ends with the same weights bit for bit as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cookmind.train import build as B
+from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
+from cookmind.train.checkpoint import find_latest_checkpoint, load_checkpoint, save_checkpoint
+from cookmind.train.config import TrainConfig
+from cookmind.train.distributed import (all_reduce_flag, barrier, finish_gradient_sync, init_distributed, no_sync,
+                                        wrap_model)
+from cookmind.train.metrics import MetricsWriter, peak_flops, to_float
+from cookmind.train.objectives.base import Objective, unwrap
+from cookmind.train.precision import autocast_context, make_grad_scaler
+from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many consecutive non-finite losses or gradients."""
+
+
+class Trainer:
+    """Owns the loop; everything else (model, objective, data) is built from ``cfg`` or passed in."""
+
+    def __init__(self, cfg: TrainConfig, model: torch.nn.Module | None = None, objective: Objective | None = None,
+                 train_dataset=None, val_dataset=None, tokenizer=None, callbacks: list[Callback] | None = None):
+        cfg.validate()
+        self.cfg = cfg
+        self.dist = init_distributed(cfg.train.device, cfg.parallel.backend)
+        self.device = self.dist.device
+        seed_everything(cfg.train.seed)
+        self.run_dir = Path(cfg.logging.run_dir)
+        self.ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            cfg.save(self.run_dir / "config.yaml")
+        self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
+        self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
+
+        # Model: fp32 master weights on this rank's device, then speed options, then DDP from outside.
+        if model is None:
+            model = B.build_model(cfg, self.tokenizer)
+        elif cfg.lora.enabled:
+            from cookmind.model.lora import apply_lora, has_lora
+
+            if not has_lora(model):
+                apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
+        self.bare_model = model.to(self.device)
+        if cfg.train.activation_checkpointing:
+            enable_activation_checkpointing(self.bare_model)
+        self.compiled = torch.compile(self.bare_model) if cfg.train.compile else self.bare_model
+        self.model = wrap_model(self.compiled, self.dist, cfg.parallel.ddp, cfg.parallel.bucket_mb)
+        self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device)
+        self.scaler = make_grad_scaler(cfg.train.precision, self.device)
+
+        self.objective = objective if objective is not None else B.build_objective(cfg, self)
+        self.train_type = cfg.data.train_type or self.objective.train_type
+        self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
+        self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
+
+        self.step = 0
+        self.tokens_seen = 0
+        self.skipped_steps = 0
+        self.consecutive_bad = 0
+        self.last_saved_step = -1
+        self.last_eval: dict[str, float] = {}
+        self.samples: list[dict[str, str]] = []
+        self._stop_reason: str | None = None
+        self._iter = None
+        self._rng_to_restore = None
+        self.peak = peak_flops(self.device)
+        self.flops_per_token = self._flops_per_token()
+        self.callbacks: list[Callback] = [
+            MetricsCallback(cfg.logging.log_every),
+            EvalCallback(cfg.eval.every),
+            CheckpointCallback(cfg.checkpoint.every),
+            ProgressCallback(cfg.logging.progress and self.dist.is_main, desc=cfg.train.objective),
+            *(callbacks or []),
+        ]
+        self.objective.setup(self)
+        self._maybe_resume()
+
+    # -- data -------------------------------------------------------------------------------
+
+    def _loader(self, dataset, path: str | None, shuffle: bool, train: bool):
+        from cookmind.data import build_dataloader
+
+        if dataset is None:
+            if path is None:
+                if train and not hasattr(self.objective, "next_batch"):
+                    raise ValueError("no training data: set data.train_path (a token store) or pass train_dataset")
+                return None
+            dataset = B.build_dataset(self.cfg, path, self.train_type)
+        if len(dataset) == 0:
+            raise ValueError(f"the {'training' if train else 'validation'} dataset at {path} is empty "
+                             f"(window_size {self.cfg.data.window_size} longer than the data?)")
+        world = self.dist.world_size if train else 1
+        rank = self.dist.rank if train else 0
+        pad = self.tokenizer.pad_id if self.tokenizer is not None else 0
+        loader = build_dataloader(dataset, self.train_type, self.cfg.train.micro_batch_size, pad, num_replicas=world,
+                                  rank=rank, shuffle=shuffle, seed=self.cfg.train.seed, drop_last=train,
+                                  num_workers=self.cfg.data.num_workers if train else 0,
+                                  pin_memory=self.device.type == "cuda")
+        if train and len(loader) == 0:
+            raise ValueError(f"the training set ({len(dataset)} items) is smaller than one micro-batch per rank "
+                             f"({self.cfg.train.micro_batch_size} x {world}); lower train.micro_batch_size")
+        # A private generator: creating a loader iterator must not draw from the global RNG (exact resume).
+        loader.loader.generator = torch.Generator()
+        return loader
+
+    def _next_batch(self) -> dict[str, Any]:
+        if hasattr(self.objective, "next_batch"):
+            return self.objective.next_batch(self)
+        while True:
+            if self._iter is None:
+                s = self.train_loader.sampler
+                left = (s.num_samples_total - s.consumed) // s.num_replicas
+                if left < self.cfg.train.micro_batch_size:  # the epoch ended exactly at a checkpoint
+                    s.set_epoch(s.epoch + 1)
+                self._iter = iter(self.train_loader)
+            try:
+                return next(self._iter)
+            except StopIteration:
+                self._iter = None
+                self.train_loader.sampler.set_epoch(self.train_loader.sampler.epoch + 1)
+
+    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        nb = self.device.type == "cuda"
+        return {k: v.to(self.device, non_blocking=nb) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for 0-based optimizer step ``step``: linear warmup then cosine to min_lr_ratio * lr."""
+        from cookmind.optim import cosine_with_warmup
+
+        o = self.cfg.optim
+        if o.schedule == "constant":
+            return o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
+        return cosine_with_warmup(step, o.lr, o.warmup_steps, self.cfg.train.max_steps, o.lr * o.min_lr_ratio)
+
+    def request_stop(self, reason: str = "requested") -> None:
+        """Stop after the current step, saving a checkpoint first."""
+        self._stop_reason = reason
+
+    def fit(self) -> dict[str, Any]:
+        """Train to ``train.max_steps`` (or a stop); returns a summary dict."""
+        cfg = self.cfg
+        old_handlers = self._install_signal_handlers()
+        t_start = time.perf_counter()
+        status = "completed"
+        if self._rng_to_restore is not None:
+            restore_rng(self._rng_to_restore)  # last, after everything that draws at start-up
+            self._rng_to_restore = None
+        for cb in self.callbacks:
+            cb.on_train_begin(self)
+        try:
+            while self.step < cfg.train.max_steps:
+                metrics = self._train_step()
+                for cb in self.callbacks:
+                    cb.on_step_end(self, self.step, metrics)
+                if self.consecutive_bad > cfg.train.max_bad_steps:
+                    status = "diverged"
+                    break
+                if all_reduce_flag(self._stop_reason is not None, self.dist):
+                    status = "stopped"
+                    break
+        finally:
+            self._restore_signal_handlers(old_handlers)
+        if self.last_saved_step != self.step:
+            self.save_checkpoint()
+        for cb in self.callbacks:
+            cb.on_train_end(self, status)
+        summary = {"status": status, "steps": self.step, "tokens": self.tokens_seen,
+                   "skipped_steps": self.skipped_steps, "seconds": round(time.perf_counter() - t_start, 2),
+                   **self.last_eval}
+        if self.dist.is_main and cfg.logging.report:
+            from cookmind.train.report import write_report
+
+            write_report(self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict())
+        barrier(self.dist)
+        if status == "diverged":
+            raise TrainingDiverged(
+                f"{self.consecutive_bad} consecutive steps had a non-finite loss or gradient (limit "
+                f"train.max_bad_steps={cfg.train.max_bad_steps}); stopped at step {self.step} and saved a checkpoint "
+                f"in {self.ckpt_dir}. Lower optim.lr, use precision=bf16/fp32, or check the data.")
+        return summary
+
+    def _train_step(self) -> dict[str, Any]:
+        cfg = self.cfg
+        accum = cfg.train.grad_accum_steps
+        t0 = time.perf_counter()
+        for cb in self.callbacks:
+            cb.on_step_begin(self, self.step + 1)
+        self.model.train()
+        loss_sum = torch.zeros((), device=self.device)
+        sums: dict[str, Any] = {}
+        tokens = 0
+        for micro in range(accum):
+            batch = self._to_device(self._next_batch())
+            with torch.no_grad():
+                batch = self.objective.prepare(self.model, batch)
+            tokens += self.objective.num_tokens(batch)
+            with no_sync(self.model, sync=micro == accum - 1):
+                with autocast_context(cfg.train.precision, self.device):
+                    loss, m = self.objective(self.model, batch)
+                scaled = loss / accum  # the mean over micro-batches: each contributes 1/accum
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            loss_sum = loss_sum + loss.detach().float()
+            for k, v in m.items():
+                if k != "loss":
+                    sums[k] = sums.get(k, 0.0) + (v.detach().float() if torch.is_tensor(v) else v)
+            for cb in self.callbacks:
+                cb.on_micro_batch_end(self, micro, loss, m)
+        finish_gradient_sync(self.model)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.bare_model.parameters() if p.requires_grad]
+        from cookmind.optim import clip_grad_norm
+
+        grad_norm = clip_grad_norm(params, cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
+        lr = self.lr_at(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_scale", 1.0)
+        loss_val, norm_val = torch.stack([loss_sum / accum, grad_norm.float().to(self.device)]).tolist()
+        finite = math.isfinite(loss_val) and math.isfinite(norm_val)
+        if self.scaler is not None:
+            # fp16: the scaler skips steps with inf/nan gradients itself (and lowers its scale).
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            if not math.isfinite(loss_val):
+                self.consecutive_bad += 1
+                self.skipped_steps += 1
+            else:
+                self.consecutive_bad = 0
+        elif finite:
+            self.optimizer.step()
+            self.consecutive_bad = 0
+        else:
+            self.skipped_steps += 1
+            self.consecutive_bad += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        step_tokens = tokens * self.dist.world_size
+        self.tokens_seen += step_tokens
+        dt = max(time.perf_counter() - t0, 1e-9)
+        tps = step_tokens / dt
+        metrics = {"split": "train", "loss": loss_val, "lr": lr, "grad_norm": norm_val, "tokens": self.tokens_seen,
+                   "tokens_per_s": tps, "step_time_s": dt, "skipped_steps": self.skipped_steps}
+        if self.peak is not None and self.flops_per_token:
+            metrics["mfu"] = tps * self.flops_per_token / (self.peak * self.dist.world_size)
+        for k, v in sums.items():
+            metrics[k] = to_float(v) / accum
+        return metrics
+
+    def _flops_per_token(self) -> float | None:
+        fn = getattr(self.bare_model, "flops_per_token", None)
+        return float(fn(self.cfg.data.window_size)) if fn is not None else None
+
+    # -- evaluation -------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Validation loss (and perplexity for seq/sft) on up to ``eval.max_batches`` batches; samples."""
+        if not self.dist.is_main:
+            return {}
+        model = self.compiled
+        was_training = model.training
+        model.eval()
+        out: dict[str, float] = {}
+        if self.val_loader is not None:
+            total, n = 0.0, 0
+            sums: dict[str, float] = {}
+            for i, batch in enumerate(self.val_loader.loader):
+                if i >= self.cfg.eval.max_batches:
+                    break
+                batch = self._to_device(batch)
+                with autocast_context(self.cfg.train.precision, self.device):
+                    loss, m = self.objective(model, batch)
+                total += float(loss)
+                n += 1
+                for k, v in m.items():
+                    if k != "loss":
+                        sums[k] = sums.get(k, 0.0) + float(to_float(v))
+            if n:
+                out["val_loss"] = total / n
+                if self.train_type in ("seq", "sft"):
+                    out["val_ppl"] = math.exp(min(out["val_loss"], 50.0))
+                out.update({f"val_{k}": v / n for k, v in sums.items()})
+        self.samples = self.generate_samples()
+        if was_training:
+            model.train()
+        if out:
+            self.metrics_writer.write({"step": step, "split": "val", **out})
+            self.last_eval = out
+        return out
+
+    def generate_samples(self) -> list[dict[str, str]]:
+        """Greedy continuations of ``eval.prompts`` (chat-formatted for sft/dpo) via cookmind.infer."""
+        if not self.cfg.eval.prompts or self.tokenizer is None:
+            return []
+        try:
+            from cookmind.infer import GenerationConfig, generate
+        except ImportError:
+            return []
+        tok = self.tokenizer
+        chat = self.cfg.train.objective != "pretrain" and hasattr(tok, "render")
+        prompts = []
+        for p in self.cfg.eval.prompts:
+            if chat:
+                prompts.append(list(tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]))
+            else:
+                prompts.append(tok.encode(p))
+        stops = tuple(i for i in (tok.eos_id, getattr(tok, "im_end_id", None)) if i is not None)
+        gcfg = GenerationConfig(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)
+        outs = generate(self.bare_model, prompts, gcfg, tokenizer=tok)
+        return [{"prompt": p, "completion": tok.decode([t for t in o if t not in stops])}
+                for p, o in zip(self.cfg.eval.prompts, outs)]
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> Path | None:
+        """Save ``<ckpt_dir>/step_<step>`` on rank 0 (the state after optimizer step ``step``)."""
+        self.last_saved_step = self.step
+        if not self.dist.is_main:
+            return None
+        meta = {
+            "tokens_seen": self.tokens_seen,
+            "sampler": self.train_loader.state_dict() if self.train_loader is not None else None,
+            "rng": capture_rng(),
+            "world_size": self.dist.world_size,
+            "skipped_steps": self.skipped_steps,
+            "consecutive_bad": self.consecutive_bad,
+            "objective": self.objective.state_dict(),
+            "last_eval": self.last_eval,
+            "config": self.cfg.to_dict(),
+        }
+        return save_checkpoint(self.ckpt_dir, self.step, self.model, self.optimizer, meta,
+                               tokenizer_dir=self.cfg.data.tokenizer, keep_last=self.cfg.checkpoint.keep_last,
+                               scaler=self.scaler)
+
+    def _maybe_resume(self) -> None:
+        spec = self.cfg.checkpoint.resume
+        if not spec:
+            return
+        path = find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec)
+        if path is None:
+            if spec == "auto":
+                return  # nothing saved yet: a fresh start
+            raise FileNotFoundError(f"checkpoint.resume={spec}: no complete checkpoint there")
+        meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
+        self.step = int(meta["step"])
+        self.tokens_seen = int(meta.get("tokens_seen", 0))
+        self.skipped_steps = int(meta.get("skipped_steps", 0))
+        self.consecutive_bad = int(meta.get("consecutive_bad", 0))
+        self.last_eval = meta.get("last_eval") or {}
+        self.last_saved_step = self.step
+        if meta.get("sampler") is not None and self.train_loader is not None:
+            self.train_loader.load_state_dict(meta["sampler"])
+        self.objective.load_state_dict(meta.get("objective") or {})
+        self._rng_to_restore = meta.get("rng")
+
+    # -- signals ----------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> dict:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        old = {}
+
+        def handler(signum, frame):
+            if self._stop_reason is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C stops at once
+            self.request_stop(f"signal {signal.Signals(signum).name}")
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, handler)
+        return old
+
+    @staticmethod
+    def _restore_signal_handlers(old: dict) -> None:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Recompute each Transformer block's activations in backward instead of storing them."""
+    from torch.utils.checkpoint import checkpoint
+
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise ValueError("activation checkpointing needs a model with model.layers (a CookMindLM)")
+    for layer in layers:
+        inner = layer.forward
+
+        def forward(*args, _inner=inner, **kwargs):
+            cache = kwargs.get("kv_cache", args[4] if len(args) > 4 else None)
+            if not torch.is_grad_enabled() or cache is not None:
+                return _inner(*args, **kwargs)
+            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = forward
