@@ -16,6 +16,8 @@ transformers = pytest.importorskip("transformers")
 BASE = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
             max_position_embeddings=128)
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 32}
 
 
 def _randomize(model: torch.nn.Module) -> torch.nn.Module:
@@ -43,6 +45,9 @@ CASES = {
                                     rope_scaling=YARN), "Qwen3ForCausalLM"),
     "gqa-yarn-tied": (dict(num_key_value_heads=2, rope_scaling=YARN, head_dim=16), "LlamaForCausalLM"),
     "qkv-bias": (dict(num_key_value_heads=2, attention_bias=True), "Qwen2ForCausalLM"),
+    "gqa-llama3-rope": (dict(num_key_value_heads=2, rope_scaling=LLAMA3, rope_theta=500000.0), "LlamaForCausalLM"),
+    "linear-rope": (dict(num_key_value_heads=4, rope_scaling={"rope_type": "linear", "factor": 2.0}),
+                    "LlamaForCausalLM"),
 }
 
 
@@ -100,9 +105,13 @@ def test_import_rejects_unsupported_architecture_and_rope(tmp_path):
     _write_hf_config(tmp_path / "dyn", rope_scaling={"type": "dynamic", "factor": 2.0})
     with pytest.raises(HFInteropError, match="rope type 'dynamic' is not supported"):
         import_hf(tmp_path / "dyn", tmp_path / "o2")
-    _write_hf_config(tmp_path / "lin", rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4})
-    with pytest.raises(HFInteropError, match="rope type 'linear'"):
-        import_hf(tmp_path / "lin", tmp_path / "o3")
+    _write_hf_config(tmp_path / "long", rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                                         "short_factor": [1.0], "long_factor": [2.0]})
+    with pytest.raises(HFInteropError, match="rope type 'longrope'"):
+        import_hf(tmp_path / "long", tmp_path / "o3")
+    _write_hf_config(tmp_path / "l3", rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4})
+    with pytest.raises(HFInteropError, match="llama3 needs.*low_freq_factor"):
+        import_hf(tmp_path / "l3", tmp_path / "o4")
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
 
 

@@ -136,6 +136,24 @@ def test_yarn_matches_transformers(rs):
         assert rope.attention_factor == pytest.approx(0.1 * math.log(rs["factor"]) + 1)
 
 
+@pytest.mark.parametrize("rs", [
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64},
+    {"rope_type": "linear", "factor": 3.0},
+])
+def test_llama3_and_linear_rope_match_transformers(rs):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    d, theta = 32, 500000.0
+    hf_cfg = LlamaConfig(hidden_size=128, num_attention_heads=4, head_dim=d, max_position_embeddings=512,
+                         rope_parameters={"rope_theta": theta, **rs})
+    inv_ref, att_ref = ROPE_INIT_FUNCTIONS[rs["rope_type"]](hf_cfg, "cpu")
+    rope = RotaryEmbedding(d, theta, rs)
+    torch.testing.assert_close(rope.inv_freq, inv_ref.float(), rtol=1e-6, atol=1e-12)
+    assert rope.attention_factor == att_ref == 1.0
+
+
 @pytest.mark.parametrize("qk_norm", [False, True])
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
 def test_attention_backends_agree_with_mask_cache_and_gqa(qk_norm, kv_heads):

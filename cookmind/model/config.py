@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ATTN_BACKENDS = ("naive", "sdpa", "flash-triton")
-ROPE_TYPES = ("default", "yarn")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 @dataclass
@@ -17,7 +17,9 @@ class CookMindConfig:
     Field names follow Hugging Face Llama/Qwen3 configs so export is a rename-free copy.
     ``head_dim=None`` means ``hidden_size // num_attention_heads``.
     ``rope_scaling`` is None or ``{"rope_type": "yarn", "factor": s, "original_max_position_embeddings": n,
-    "beta_fast": 32, "beta_slow": 1, "attention_factor": None, "truncate": True}``.
+    "beta_fast": 32, "beta_slow": 1, "attention_factor": None, "truncate": True}``; "linear" ({"factor"}) and
+    "llama3" ({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) are
+    accepted too, so Llama-3 checkpoints import.
     ``attention_bias`` adds biases to the q/k/v projections (Qwen2 style; needed to import Qwen2).
     """
 
@@ -97,8 +99,19 @@ class CookMindConfig:
             for key in ("factor", "original_max_position_embeddings"):
                 if rs.get(key) is None:
                     raise ValueError(f"CookMindConfig.rope_scaling: yarn needs {key!r}")
-            if float(rs["factor"]) < 1.0:
-                raise ValueError(f"CookMindConfig.rope_scaling: yarn factor must be >= 1, got {rs['factor']}")
+        if rope_type == "linear":
+            unknown = sorted(set(rs) - {"rope_type", "type", "factor"})
+            if unknown or rs.get("factor") is None:
+                raise ValueError(f"CookMindConfig.rope_scaling: linear takes exactly 'factor' (unknown: {unknown})")
+        if rope_type == "llama3":
+            needed = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
+            unknown = sorted(set(rs) - needed - {"rope_type", "type"})
+            missing = sorted(k for k in needed if rs.get(k) is None)
+            if unknown or missing:
+                raise ValueError(f"CookMindConfig.rope_scaling: llama3 needs {sorted(needed)}; "
+                                 f"missing {missing}, unknown {unknown}")
+        if rope_type != "default" and float(rs["factor"]) < 1.0:
+            raise ValueError(f"CookMindConfig.rope_scaling: {rope_type} factor must be >= 1, got {rs['factor']}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field."""

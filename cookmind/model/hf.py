@@ -164,11 +164,17 @@ def _rope_from_hf(d: dict[str, Any], path: Path) -> tuple[float, dict[str, Any] 
         raise HFInteropError(f"{path}: partial_rotary_factor != 1 is not supported")
     if rope_type == "default":
         return float(theta), None
-    if rope_type == "yarn":
+    if rope_type in ("yarn", "llama3"):
         merged.setdefault("original_max_position_embeddings",
                           d.get("original_max_position_embeddings", d["max_position_embeddings"]))
-        return float(theta), {"rope_type": "yarn", **merged}
-    raise HFInteropError(f"{path}: rope type {rope_type!r} is not supported (supported: default, yarn); "
+    if rope_type in ("yarn", "llama3", "linear"):
+        try:
+            CookMindConfig._validate_rope_scaling({"rope_type": rope_type, **merged})
+        except ValueError as exc:
+            raise HFInteropError(f"{path}: {exc}") from exc
+        return float(theta), {"rope_type": rope_type, **merged}
+    raise HFInteropError(f"{path}: rope type {rope_type!r} is not supported (supported: default, linear, "
+                         "llama3, yarn); "
                          "importing it would silently change the model's positions")
 
 

@@ -61,18 +61,39 @@ def yarn_inv_freq(dim: int, theta: float, rs: dict[str, Any]) -> tuple[torch.Ten
     return inv_freq, float(attention_factor)
 
 
+def llama3_inv_freq(dim: int, theta: float, rs: dict[str, Any]) -> torch.Tensor:
+    """Llama 3.1 scaling: wavelengths shorter than orig/high_freq_factor are kept, longer than
+    orig/low_freq_factor divided by factor, and those between blended linearly in orig/wavelength."""
+    factor, low, high = float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
+    orig = float(rs["original_max_position_embeddings"])
+    inv_freq = default_inv_freq(dim, theta)
+    wavelen = 2 * math.pi / inv_freq
+    smooth = ((orig / wavelen - low) / (high - low)).clamp(0, 1)  # 0 -> fully scaled, 1 -> kept
+    return (1 - smooth) * inv_freq / factor + smooth * inv_freq
+
+
+def rope_inv_freq(head_dim: int, theta: float, rope_scaling: dict[str, Any] | None) -> tuple[torch.Tensor, float]:
+    """(inv_freq, attention_factor) for a config's rope_scaling (None = plain RoPE)."""
+    rs = rope_scaling or {}
+    rope_type = rs.get("rope_type", rs.get("type", "default"))
+    if rope_type == "default":
+        return default_inv_freq(head_dim, theta), 1.0
+    if rope_type == "linear":  # position interpolation: pos / factor
+        return default_inv_freq(head_dim, theta) / float(rs["factor"]), 1.0
+    if rope_type == "llama3":
+        return llama3_inv_freq(head_dim, theta, rs), 1.0
+    if rope_type == "yarn":
+        return yarn_inv_freq(head_dim, theta, rs)
+    raise ValueError(f"RotaryEmbedding: unsupported rope_type {rope_type!r} (supported: default, linear, "
+                     "llama3, yarn)")
+
+
 class RotaryEmbedding(nn.Module):
     """Produces cos/sin for explicit positions: position_ids (B, T) -> cos, sin (B, T, D)."""
 
     def __init__(self, head_dim: int, theta: float = 10000.0, rope_scaling: dict[str, Any] | None = None):
         super().__init__()
-        rope_type = (rope_scaling or {}).get("rope_type", (rope_scaling or {}).get("type", "default"))
-        if rope_type == "default":
-            inv_freq, self.attention_factor = default_inv_freq(head_dim, theta), 1.0
-        elif rope_type == "yarn":
-            inv_freq, self.attention_factor = yarn_inv_freq(head_dim, theta, rope_scaling)
-        else:
-            raise ValueError(f"RotaryEmbedding: unsupported rope_type {rope_type!r} (supported: default, yarn)")
+        inv_freq, self.attention_factor = rope_inv_freq(head_dim, theta, rope_scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # derived from config, never saved
 
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
