@@ -1,0 +1,121 @@
+"""Hugging Face formats: export tokenizer.json + tokenizer_config.json, import GPT-2 vocab.json + merges.txt.
+
+The export is a byte-level BPE: Split(pattern, isolated) then ByteLevel (no regex) pre-tokenizers,
+the BPE model with our merges, specials as added tokens (never split, never normalized) and
+the ChatML Jinja template, so `transformers.AutoTokenizer.from_pretrained(dir)` encodes and
+renders chats exactly as we do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
+from cookmind.tokenizer.chat_template import ENDOFTEXT, jinja_template
+from cookmind.tokenizer.errors import TokenizerError
+
+if TYPE_CHECKING:
+    from cookmind.tokenizer.tokenizer import Tokenizer
+
+
+def _added(tok: Tokenizer) -> list[dict]:
+    return [
+        {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+         "special": True}
+        for s, i in sorted(tok.special_tokens.items(), key=lambda x: x[1])
+    ]
+
+
+def hf_tokenizer_json(tok: Tokenizer) -> dict:
+    """The tokenizer.json document for `tokenizers` / transformers."""
+    vocab: dict[str, int] = {}
+    for i in sorted(tok.vocab):
+        vocab.setdefault(token_to_str(tok.vocab[i]), i)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added(tok),
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            ],
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [[token_to_str(a), token_to_str(b)] for a, b in tok.merges],
+        },
+    }
+
+
+def hf_tokenizer_config(tok: Tokenizer) -> dict:
+    """tokenizer_config.json: the tokenizer class, special-token roles and the Jinja chat_template."""
+    inv = {i: s for s, i in tok.special_tokens.items()}
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 1_000_000,
+        "clean_up_tokenization_spaces": False,
+        "bos_token": None,
+        "eos_token": inv.get(tok.eos_id) if tok.eos_id is not None else None,
+        "pad_token": inv.get(tok.pad_id) if tok.pad_id is not None else None,
+        "unk_token": None,
+        "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in _added(tok)},
+        "chat_template": jinja_template(),
+    }
+
+
+def load_gpt2_files(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
+                    special_tokens: Sequence[str] | None = None, pattern: str = "gpt2") -> Tokenizer:
+    """Import a GPT-2 style vocab.json (printable token -> id) and merges.txt ("a b" per line).
+
+    special_tokens defaults to <|endoftext|> when vocab.json has it.
+    """
+    from cookmind.tokenizer.tokenizer import Tokenizer
+
+    vocab_path, merges_path = Path(vocab_path), Path(merges_path)
+    for p in (vocab_path, merges_path):
+        if not p.is_file():
+            raise TokenizerError(f"{p} does not exist; pass a GPT-2 style vocab.json and merges.txt")
+    try:
+        table = json.loads(vocab_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TokenizerError(f"{vocab_path}: not a JSON object of token -> id ({exc})") from None
+    if special_tokens is None:
+        special_tokens = [ENDOFTEXT] if ENDOFTEXT in table else []
+    vocab: dict[int, bytes] = {}
+    for t, i in table.items():
+        try:
+            vocab[int(i)] = t.encode("utf-8") if t in special_tokens else str_to_token(t)
+        except KeyError:
+            raise TokenizerError(f"{vocab_path}: token {t!r} (id {i}) is not in GPT-2's byte-to-unicode form") from None
+    merges = []
+    with open(merges_path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line or (lineno == 1 and line.startswith("#version")):
+                continue
+            parts = line.split(" ")
+            if len(parts) != 2:
+                raise TokenizerError(f"{merges_path}:{lineno}: expected two tokens separated by one space, got {line!r}")
+            try:
+                merges.append((str_to_token(parts[0]), str_to_token(parts[1])))
+            except KeyError:
+                raise TokenizerError(f"{merges_path}:{lineno}: {line!r} is not in GPT-2's byte-to-unicode form") from None
+    return Tokenizer(vocab, merges, list(special_tokens), pattern)

@@ -1,0 +1,209 @@
+"""Count pre-tokens of a corpus once, streaming, in parallel over chunks cut at safe places.
+
+The text is split on special tokens (so no merge crosses one), then into pre-tokens by the
+pattern. Files are cut into chunks of about `chunk_bytes` at safe newlines (see patterns.py),
+each worker reads and counts its own chunk, and only the counts travel back, so memory is
+bounded by the number of distinct pre-tokens, not by the corpus size.
+
+Inside a chunk, text is cut further into lines at safe cuts and identical pieces are
+pre-tokenized once and weighted by their count: web text repeats boilerplate lines, and the
+result is exactly the same as pre-tokenizing every line.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import regex
+
+from cookmind.tokenizer.errors import TokenizerError
+from cookmind.tokenizer.patterns import is_safe_end, safe_cut_kind, safe_end_bytes
+
+_WINDOW = 1 << 20
+
+
+def special_split_regex(special_tokens: Iterable[str]) -> regex.Pattern | None:
+    """A regex matching any special token; the longest wins where several start at one place."""
+    specials = sorted(set(special_tokens), key=len, reverse=True)
+    if not specials:
+        return None
+    return regex.compile("|".join(regex.escape(s) for s in specials))
+
+
+def safe_pieces(doc: str, kind: str | None) -> list[str]:
+    """Cut a special-free text before newlines that follow a safe character; the pieces concatenate to `doc`."""
+    if kind is None or "\n" not in doc:
+        return [doc]
+    lines = doc.split("\n")
+    out: list[str] = []
+    cur = [lines[0]]
+    prev = lines[0]
+    for line in lines[1:]:
+        if prev and is_safe_end(prev[-1], kind):
+            out.append("\n".join(cur))
+            cur = ["", line]  # the next piece starts with the newline
+        else:
+            cur.append(line)
+        prev = line
+    out.append("\n".join(cur))
+    return out
+
+
+def count_text(text: str, pattern: regex.Pattern, special_re: regex.Pattern | None, kind: str | None,
+               counts: Counter) -> None:
+    """Add the pre-token counts of `text` to `counts` (identical safe pieces are split once)."""
+    docs = special_re.split(text) if special_re is not None else [text]
+    pieces: Counter = Counter()
+    for doc in docs:
+        if doc:
+            pieces.update(safe_pieces(doc, kind))
+    singles: list[str] = []
+    findall = pattern.findall
+    for piece, n in pieces.items():
+        if n == 1:
+            singles.extend(findall(piece))
+        else:
+            for tok in findall(piece):
+                counts[tok] += n
+    counts.update(singles)
+
+
+def _line_of(path: str, offset: int) -> int:
+    """1-based line number of a byte offset, for error messages."""
+    line = 1
+    with open(path, "rb") as f:
+        done = 0
+        while done < offset:
+            block = f.read(min(_WINDOW, offset - done))
+            if not block:
+                break
+            line += block.count(b"\n")
+            done += len(block)
+    return line
+
+
+def decode_chunk(data: bytes, path: str, start: int, utf8_errors: str) -> str:
+    """Decode UTF-8; on bad bytes under the strict policy, raise naming file:line and the byte offset."""
+    try:
+        return data.decode("utf-8", errors=utf8_errors)
+    except UnicodeDecodeError as exc:
+        offset = start + exc.start
+        raise TokenizerError(
+            f"{path}:{_line_of(path, offset)}: byte offset {offset} (0x{data[exc.start]:02x}) is not valid UTF-8. "
+            "Tokenizer input must be UTF-8 text: convert it (e.g. `iconv -f latin1 -t utf-8`) or pass "
+            "--utf8-errors replace (utf8_errors='replace') to read bad bytes as U+FFFD."
+        ) from None
+
+
+def _count_chunk(task: tuple) -> tuple[Counter, int]:
+    path, start, end, pattern_str, specials, utf8_errors = task
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    text = decode_chunk(data, path, start, utf8_errors)
+    counts: Counter = Counter()
+    count_text(text, regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str), counts)
+    return counts, end - start
+
+
+def _next_cut(f, pos: int, size: int, specials: Sequence[bytes], safe: frozenset[int]) -> int | None:
+    """First safe byte position >= pos: before a newline that follows a safe ASCII byte, spanned by no special token."""
+    if not safe:
+        return None
+    margin = max((len(s) for s in specials), default=1)
+    while pos < size:
+        base = max(0, pos - margin)
+        f.seek(base)
+        buf = f.read(pos - base + _WINDOW + margin)
+        i = buf.find(b"\n", pos - base)
+        while i != -1 and base + i < size:
+            cut = i
+            if cut >= 2 and buf[cut - 1] == 0x0D:  # cut before "\r\n"
+                cut -= 1
+            if cut >= 1 and buf[cut - 1] in safe and not any(
+                buf.find(s, max(0, cut - len(s) + 1), cut + len(s) - 1) != -1 for s in specials
+            ):
+                return base + cut
+            i = buf.find(b"\n", i + 1)
+        pos = base + max(len(buf) - margin, pos - base + 1)
+    return None
+
+
+def chunk_file(path: str, chunk_bytes: int, specials: Sequence[str], pattern: str) -> list[tuple[int, int]]:
+    """Cut a file into (start, end) byte ranges of about chunk_bytes, each ending at a safe cut."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return []
+    safe = safe_end_bytes(safe_cut_kind(pattern))
+    sp = [s.encode("utf-8") for s in specials]
+    bounds = [0]
+    with open(path, "rb") as f:
+        while bounds[-1] + chunk_bytes < size:
+            cut = _next_cut(f, bounds[-1] + chunk_bytes, size, sp, safe)
+            if cut is None or cut <= bounds[-1]:
+                break
+            bounds.append(cut)
+    bounds.append(size)
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def check_inputs(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """Resolve input paths, failing clearly on a missing or unreadable one."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = []
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            raise TokenizerError(f"input file {path} does not exist; pass existing text files with --input")
+        if not path.is_file():
+            raise TokenizerError(f"input {path} is not a regular file; pass text files, not directories")
+        if not os.access(path, os.R_OK):
+            raise TokenizerError(f"input file {path} is not readable (permissions)")
+        out.append(str(path))
+    if not out:
+        raise TokenizerError("no input files given; pass at least one text file")
+    return out
+
+
+def _mp_context():
+    # fork starts workers in milliseconds and shares the imported modules; spawn elsewhere.
+    return mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+
+
+def count_pretokens(paths: Sequence[str | os.PathLike] | str | os.PathLike, special_tokens: Sequence[str],
+                    pattern: str, *, workers: int | None = None, chunk_bytes: int = 4 << 20,
+                    utf8_errors: str = "strict", progress: bool | None = None) -> Counter:
+    """Pre-token (str) -> count over all files, splitting on special tokens first.
+
+    workers: processes to use (default: all CPUs); chunk_bytes: work unit per process.
+    utf8_errors: "strict" (default: bad bytes are an error naming file:line) or "replace" (U+FFFD).
+    """
+    from tqdm import tqdm
+
+    if utf8_errors not in ("strict", "replace"):
+        raise TokenizerError(f"utf8_errors must be 'strict' or 'replace', got {utf8_errors!r}")
+    files = check_inputs(paths)
+    tasks = [(p, s, e, pattern, list(special_tokens), utf8_errors)
+             for p in files for s, e in chunk_file(p, chunk_bytes, special_tokens, pattern)]
+    total = sum(e - s for _, s, e, *_ in tasks)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks) or 1))
+    counts: Counter = Counter()
+    with tqdm(total=total, unit="B", unit_scale=True, desc="pre-tokenize", disable=True if progress is False else None,
+              leave=False) as bar:
+        if workers == 1:
+            results: Iterable = map(_count_chunk, tasks)
+            for part, n in results:
+                counts.update(part)
+                bar.update(n)
+        else:
+            with _mp_context().Pool(workers) as pool:
+                for part, n in pool.imap_unordered(_count_chunk, tasks):
+                    counts.update(part)
+                    bar.update(n)
+    return counts

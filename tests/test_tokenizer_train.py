@@ -1,0 +1,163 @@
+"""BPE training: exact against a naive reference trainer, parallel == serial, and clear errors."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+import regex
+
+from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, GPT4_PATTERN, TokenizerError, train_bpe
+
+
+def naive_train(text: str, vocab_size: int, specials: list[str], pattern: str = GPT2_PATTERN):
+    """The textbook trainer: recount every pair each step, merge the max (count, (bytes_a, bytes_b))."""
+    docs = regex.split("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True)), text) \
+        if specials else [text]
+    words = Counter()
+    for d in docs:
+        for t in regex.findall(pattern, d):
+            words[tuple(bytes([b]) for b in t.encode("utf-8"))] += 1
+    vocab = [bytes([i]) for i in range(256)] + [s.encode() for s in specials]
+    known = set(vocab[:256])
+    merges = []
+    while len(vocab) < vocab_size:
+        pairs = Counter()
+        for w, n in words.items():
+            for p in zip(w, w[1:]):
+                pairs[p] += n
+        if not pairs:
+            break
+        best = max(pairs, key=lambda p: (pairs[p], p))
+        merges.append(best)
+        new = best[0] + best[1]
+        if new not in known:  # an existing byte string keeps its id (no new vocab entry)
+            known.add(new)
+            vocab.append(new)
+        out = Counter()
+        for w, n in words.items():
+            nw, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    nw.append(new)
+                    i += 2
+                else:
+                    nw.append(w[i])
+                    i += 1
+            out[tuple(nw)] += n
+        words = out
+    return dict(enumerate(vocab)), merges
+
+
+def multilingual(seed: int, n: int) -> str:
+    rng = random.Random(seed)
+    words = ["the", "cat", "naïve", "café", "Straße", "日本語", "テキスト", "русский", "язык", "مرحبا",
+             "123", "4567", "it's", "we'll", "I'M", "😀", "ok!", "--", "\t", "  "]
+    lines = []
+    for _ in range(n):
+        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) + rng.choice([".", "", " ", "!?"]))
+    return "\n".join(lines) + "\n"
+
+
+def corpora(shared):
+    out = {
+        "multilingual": (multilingual(0, 300), 420),
+        "specials": ("hello<|endoftext|>world <|im_start|>user\nhi<|im_end|>\n" * 5 + multilingual(1, 60), 330),
+        "aaaa": ("aaaa aaa aa a aaaaaa b" * 3 + "\n", 270),
+    }
+    if shared is not None:
+        out["corpus.en"] = ((shared / "text/corpus.en").read_text()[:12000], 600)
+        out["tinystories"] = ((shared / "text/tinystories_sample.txt").read_text(), 500)
+    return out
+
+
+@pytest.fixture(scope="module")
+def shared_or_none(request):
+    from tests.conftest import SHARED_DATA
+
+    return SHARED_DATA if SHARED_DATA.is_dir() else None
+
+
+@pytest.mark.parametrize("name", ["multilingual", "specials", "aaaa", "corpus.en", "tinystories"])
+def test_merges_equal_naive_reference(tmp_path, shared_or_none, name):
+    table = corpora(shared_or_none)
+    if name not in table:
+        pytest.skip("../shared/data is absent")
+    text, vocab_size = table[name]
+    path = tmp_path / "in.txt"
+    path.write_text(text, encoding="utf-8")
+    specials = DEFAULT_SPECIAL_TOKENS
+    vocab, merges = train_bpe(path, vocab_size, specials, workers=1, progress=False)
+    ref_vocab, ref_merges = naive_train(text, vocab_size, specials)
+    assert merges == ref_merges
+    assert vocab == ref_vocab
+    assert len(vocab) <= vocab_size
+
+
+def test_gpt4_pattern_equals_naive(tmp_path):
+    text = multilingual(2, 150) + "x = 12345678; y=foo.bar()\r\n" * 4
+    path = tmp_path / "in.txt"
+    path.write_text(text, encoding="utf-8")
+    _, merges = train_bpe(path, 350, ["<|endoftext|>"], pattern="gpt4", workers=1, progress=False)
+    assert merges == naive_train(text, 350, ["<|endoftext|>"], GPT4_PATTERN)[1]
+
+
+def test_parallel_chunks_equal_one_chunk(tmp_path, shared_or_none):
+    # tiny chunks force many cuts (at safe newlines) across two worker processes and two files
+    text = multilingual(3, 400)
+    if shared_or_none is not None:
+        text += (shared_or_none / "text/corpus.en").read_text()[:20000]
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text(text[: len(text) // 2] + "<|endoftext|>", encoding="utf-8")
+    b.write_text(text[len(text) // 2:], encoding="utf-8")
+    one = train_bpe([a, b], 500, DEFAULT_SPECIAL_TOKENS, workers=1, chunk_bytes=1 << 30, progress=False)
+    many = train_bpe([a, b], 500, DEFAULT_SPECIAL_TOKENS, workers=2, chunk_bytes=2000, progress=False)
+    assert one == many
+
+
+def test_special_tokens_are_never_merged_across(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("ab<|endoftext|>" * 20 + "ab", encoding="utf-8")
+    vocab, merges = train_bpe(path, 300, ["<|endoftext|>"], workers=1, progress=False)
+    assert vocab[256] == b"<|endoftext|>"
+    assert merges == [(b"a", b"b")]  # the only pair inside the text between specials
+    assert all(b"<|" not in a + b for a, b in merges)
+
+
+def test_vocab_ids_are_bytes_then_specials_then_merges(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("low lower lowest " * 10, encoding="utf-8")
+    vocab, merges = train_bpe(path, 270, ["<|endoftext|>", "<|im_start|>"], workers=1, progress=False)
+    assert [vocab[i] for i in (0, 65, 255)] == [b"\x00", b"A", b"\xff"]
+    assert (vocab[256], vocab[257]) == (b"<|endoftext|>", b"<|im_start|>")
+    assert [vocab[258 + k] for k in range(len(vocab) - 258)] == [a + b for a, b in merges]
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(TokenizerError, match="does not exist"):
+        train_bpe(tmp_path / "nope.txt", 300, [])
+
+
+def test_empty_corpus_is_a_clear_error(tmp_path):
+    (tmp_path / "e.txt").write_text("")
+    with pytest.raises(TokenizerError, match="no text"):
+        train_bpe(tmp_path / "e.txt", 300, [])
+    (tmp_path / "s.txt").write_text("<|endoftext|><|endoftext|>")
+    with pytest.raises(TokenizerError, match="no text"):
+        train_bpe(tmp_path / "s.txt", 300, ["<|endoftext|>"])
+
+
+def test_vocab_size_too_small(tmp_path):
+    (tmp_path / "a.txt").write_text("hello")
+    with pytest.raises(TokenizerError, match=r"too small.*>= 261"):
+        train_bpe(tmp_path / "a.txt", 260, DEFAULT_SPECIAL_TOKENS)
+
+
+def test_non_utf8_strict_names_line_and_replace_policy(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"good line\nsecond \xff\xfe line\n")
+    with pytest.raises(TokenizerError, match=r"bad.txt:2: byte offset 17"):
+        train_bpe(path, 300, [], workers=1)
+    vocab, merges = train_bpe(path, 300, [], workers=1, utf8_errors="replace", progress=False)
+    assert naive_train("good line\nsecond \ufffd\ufffd line\n", 300, [])[1] == merges
