@@ -1,0 +1,152 @@
+"""``pack``: tokenize input files into a sharded token store, in parallel, never half-written.
+
+Items are read in order, cut into chunks, tokenized by a process pool (``imap`` keeps the
+order, so the store is the same for any number of workers), and written by one
+``StoreWriter``. A bad item stops the pack with ``file:line: reason`` — nothing is left on
+disk — unless ``skip_bad`` is set, in which case it is counted in ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing as mp
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from cookmind.store.records import BadRecord, RecordOptions, make_record, make_seq, parse, reason_kind
+from cookmind.store.sources import iter_items
+from cookmind.store.writer import StoreWriter
+
+CHUNK = 64
+MAX_EXAMPLES = 20
+
+_worker: dict = {}
+
+
+class PackError(ValueError):
+    """A bad input line stopped the pack; the message names file:line and the reason."""
+
+
+def _load_tokenizer(tokenizer):
+    if isinstance(tokenizer, (str, Path)):
+        from cookmind.tokenizer import Tokenizer
+
+        return Tokenizer.load(tokenizer)
+    return tokenizer
+
+
+def _init_worker(tokenizer, opts: RecordOptions) -> None:
+    _worker["tok"] = _load_tokenizer(tokenizer)
+    _worker["opts"] = opts
+
+
+def _encode_chunk(items) -> list[tuple]:
+    """(source, line, record or None, reason or None) for each item of a chunk."""
+    tok, opts = _worker["tok"], _worker["opts"]
+    out: list[tuple] = []
+    if opts.train_type == "seq":  # batch the encoder over the chunk's texts
+        texts, where = [], []
+        for it in items:
+            try:
+                texts.append(make_seq(parse(it), tok, opts))
+                where.append(len(out))
+                out.append((it.source, it.line, None, None))
+            except BadRecord as exc:
+                out.append((it.source, it.line, None, str(exc)))
+        for k, ids in zip(where, tok.encode_batch(texts) if texts else []):
+            src, line, _, _ = out[k]
+            out[k] = (src, line, {"sequence": np.asarray(list(ids) + [tok.eos_id], dtype=np.int64)}, None)
+        return out
+    for it in items:
+        try:
+            out.append((it.source, it.line, make_record(it, tok, opts), None))
+        except BadRecord as exc:
+            out.append((it.source, it.line, None, str(exc)))
+    return out
+
+
+def _chunks(iterable, size):
+    it = iter(iterable)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def pack(inputs, out, tokenizer, train_type: str, storage_type: str = "bin", text_field: str = "text",
+         skip_bad: bool = False, workers: int = 0, shard_tokens: int = 100_000_000, overwrite: bool = False,
+         separator: str = "<|endoftext|>", one_per_line: bool = False, prompt_template: str = "chat",
+         add_system_ratio: float = 0.0, drop_empty_think_ratio: float = 0.0, seed: int = 0,
+         progress: bool = True) -> dict:
+    """Pack ``inputs`` into a ``train_type`` store at ``out``; return the store's ``meta.json`` dict.
+
+    ``tokenizer`` is a tokenizer directory (loaded with ``Tokenizer.load``) or a tokenizer
+    object. ``workers`` > 1 tokenizes in that many processes.
+    """
+    inputs = [Path(p) for p in inputs]
+    for p in inputs:
+        if not p.is_file():
+            raise FileNotFoundError(f"input {p} does not exist")
+    opts = RecordOptions(train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed)
+    tok = _load_tokenizer(tokenizer)
+    tok_meta = {"fingerprint": tok.fingerprint(), "vocab_size": int(tok.vocab_size), "eos_id": int(tok.eos_id),
+                "pad_id": int(getattr(tok, "pad_id", tok.eos_id))}
+    if isinstance(tokenizer, (str, Path)):
+        tok_meta["path"] = str(Path(tokenizer).resolve())
+    items = itertools.chain.from_iterable(iter_items(p, separator, one_per_line) for p in inputs)
+    chunks = _chunks(items, CHUNK)
+
+    per_source = Counter()
+    bad_reasons, bad_examples = Counter(), []
+    writer = StoreWriter(out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite,
+                         meta={"tokenizer": tok_meta})
+    pool = None
+    start = time.perf_counter()
+    bar = tqdm(desc=f"pack {train_type}", unit="doc", disable=not progress, dynamic_ncols=True)
+    try:
+        if workers > 1:
+            ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+            pool = ctx.Pool(workers, initializer=_init_worker, initargs=(tokenizer, opts))
+            results = pool.imap(_encode_chunk, chunks)
+        else:
+            _init_worker(tok, opts)
+            results = map(_encode_chunk, chunks)
+        for chunk in results:
+            for source, line, record, reason in chunk:
+                if reason is not None:
+                    where = f"{source}:{line}: {reason}"
+                    if not skip_bad:
+                        raise PackError(f"{where}\n  fix the line, or pass --skip-bad to skip and count bad lines")
+                    bad_reasons[reason_kind(reason)] += 1
+                    if len(bad_examples) < MAX_EXAMPLES:
+                        bad_examples.append(where)
+                    continue
+                try:
+                    writer.add(record)
+                except ValueError as exc:
+                    raise PackError(f"{source}:{line}: {exc}") from None
+                per_source[source] += 1
+            bar.update(len(chunk))
+            elapsed = time.perf_counter() - start
+            bar.set_postfix_str(f"{(writer.num_tokens + writer._buf_tokens) / max(elapsed, 1e-9):,.0f} tok/s")
+        seconds = time.perf_counter() - start
+        meta = {
+            "sources": [{"path": str(p), "records": per_source.get(str(p), 0)} for p in inputs],
+            "skipped": {"count": sum(bad_reasons.values()), "by_reason": dict(bad_reasons), "examples": bad_examples},
+            "pack": {"seconds": round(seconds, 3), "workers": workers, "text_field": text_field,
+                     "prompt_template": prompt_template, "add_system_ratio": add_system_ratio,
+                     "drop_empty_think_ratio": drop_empty_think_ratio, "seed": seed},
+        }
+        writer.close(meta)
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    return json.loads((Path(out) / "meta.json").read_text(encoding="utf-8"))

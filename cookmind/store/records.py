@@ -1,0 +1,269 @@
+"""Turn one input item into one store record for a train type, or say why it is bad.
+
+Every check raises ``BadRecord(reason)``; the packer adds ``file:line`` and either stops or
+(with ``--skip-bad``) counts the reason in ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from cookmind.store.sources import Item
+
+ROLES = ("system", "user", "assistant", "tool")
+
+# The seed's light SFT augmentation: a system prompt for conversations without one.
+SYSTEM_PROMPTS = (
+    "You are a helpful assistant.",
+    "You are a friendly and knowledgeable assistant.",
+    "You are a careful assistant. Answer clearly and correctly.",
+    "You are CookMind, a small and helpful language model.",
+    "You are a concise assistant; answer the question directly.",
+)
+EMPTY_THINK = re.compile(r"^\s*<think>\s*</think>\s*")
+
+
+class BadRecord(ValueError):
+    """An input item that cannot become a record; the message is the reason."""
+
+
+REASON_KINDS = ("invalid JSON", "missing field", "roles out of order", "empty text")
+
+
+def reason_kind(reason: str) -> str:
+    """The category a bad-line reason is counted under in ``meta.json``."""
+    return next((k for k in REASON_KINDS if reason.startswith(k)), "invalid record")
+
+
+@dataclass
+class RecordOptions:
+    """How items become records (everything except the tokenizer)."""
+
+    train_type: str
+    text_field: str = "text"
+    prompt_template: str = "chat"  # "chat": the chat template with a generation prompt; else a str with {question}
+    add_system_ratio: float = 0.0
+    drop_empty_think_ratio: float = 0.0
+    seed: int = 0
+
+
+def parse(item: Item) -> object:
+    """The item's payload as a Python object (JSON lines are parsed here, in the worker)."""
+    if item.kind != "json":
+        return item.payload
+    try:
+        return json.loads(item.payload)
+    except json.JSONDecodeError as exc:
+        raise BadRecord(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def _field(obj: dict, *names: str):
+    for name in names:
+        if name in obj:
+            return obj[name]
+    raise BadRecord(f"missing field: expected one of {list(names)}, found {sorted(obj)}")
+
+
+def _text(value, what: str) -> str:
+    if not isinstance(value, str):
+        raise BadRecord(f"{what} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise BadRecord(f"empty text in {what}")
+    return value
+
+
+def check_messages(messages, need_assistant: bool = True, end_with_assistant: bool = False) -> list[dict]:
+    """Validate a chat: known roles, system only first, user opens, turns alternate sensibly."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRecord("conversation must be a non-empty list of messages")
+    prev = None
+    for k, m in enumerate(messages, 1):
+        if not isinstance(m, dict) or "role" not in m:
+            raise BadRecord(f"message {k} is not an object with a 'role'")
+        role = m["role"]
+        if role not in ROLES:
+            raise BadRecord(f"message {k} has unknown role {role!r}; expected one of {list(ROLES)}")
+        content = m.get("content")
+        if role == "assistant" and m.get("tool_calls") and content in (None, ""):
+            pass  # a pure tool call has no text
+        elif not isinstance(content, str) or not content.strip():
+            raise BadRecord(f"empty text in message {k} ({role})")
+        allowed = {
+            "system": (None,),
+            "user": (None, "system", "assistant", "tool"),
+            "assistant": ("user", "tool"),
+            "tool": ("assistant", "tool"),
+        }[role]
+        if prev not in allowed:
+            after = "at the start" if prev is None else f"after {prev}"
+            raise BadRecord(f"roles out of order: message {k} is {role} {after}")
+        prev = role
+    if need_assistant and not any(m["role"] == "assistant" for m in messages):
+        raise BadRecord("no assistant message to learn from")
+    if end_with_assistant and messages[-1]["role"] != "assistant":
+        raise BadRecord(f"roles out of order: the last message must be the assistant's, not {messages[-1]['role']}")
+    return messages
+
+
+def _messages(obj) -> list[dict]:
+    """A chat from conversations/messages, question/answer (GSM8K) or prompt/response fields."""
+    if not isinstance(obj, dict):
+        raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
+    for key in ("conversations", "messages"):
+        if key in obj:
+            return obj[key]
+    if "question" in obj:
+        return [{"role": "user", "content": obj["question"]}, {"role": "assistant", "content": _field(obj, "answer")}]
+    if "prompt" in obj:
+        return [{"role": "user", "content": obj["prompt"]},
+                {"role": "assistant", "content": _field(obj, "response", "completion")}]
+    raise BadRecord(f"missing field: expected 'conversations', 'messages', question/answer or prompt/response, found {sorted(obj)}")
+
+
+def _augment(messages: list[dict], opts: RecordOptions, rng: random.Random) -> list[dict]:
+    """Seeded: maybe add a system prompt, maybe drop empty <think></think> blocks."""
+    messages = [dict(m) for m in messages]
+    if opts.add_system_ratio > 0 and messages[0]["role"] != "system" and rng.random() < opts.add_system_ratio:
+        messages.insert(0, {"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
+    if opts.drop_empty_think_ratio > 0:
+        for m in messages:
+            if m["role"] != "assistant":
+                continue
+            empty_reasoning = "reasoning_content" in m and not str(m["reasoning_content"]).strip()
+            empty_block = isinstance(m.get("content"), str) and EMPTY_THINK.match(m["content"])
+            if (empty_reasoning or empty_block) and rng.random() < opts.drop_empty_think_ratio:
+                m.pop("reasoning_content", None)
+                if empty_block:
+                    m["content"] = EMPTY_THINK.sub("", m["content"], count=1)
+    return messages
+
+
+def _render(tok, messages, tools=None, add_generation_prompt=False) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        ids, mask = tok.render(messages, add_generation_prompt=add_generation_prompt, tools=tools)
+    except BadRecord:
+        raise
+    except ValueError as exc:  # the chat template refused the messages (e.g. a malformed tool call)
+        raise BadRecord(f"invalid record: {exc}") from None
+    return np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=np.uint8)
+
+
+def last_turn_mask(tok, messages: list[dict], ids: np.ndarray, mask: np.ndarray, tools=None) -> np.ndarray:
+    """The assistant mask kept only on the last assistant message (the response of a preference pair)."""
+    prefix, _ = _render(tok, messages[:-1], tools=tools)
+    out = mask.copy()
+    if len(prefix) <= len(ids) and np.array_equal(ids[: len(prefix)], prefix):
+        out[: len(prefix)] = 0
+        return out
+    # template not prefix-stable: keep the last contiguous run of ones
+    ones = np.nonzero(mask)[0]
+    if len(ones):
+        gaps = np.nonzero(np.diff(ones) > 1)[0]
+        start = ones[gaps[-1] + 1] if len(gaps) else ones[0]
+        out[:start] = 0
+    return out
+
+
+def reference_answer(answer) -> str:
+    """GSM8K style: the text after ``####`` when present, else the whole answer, stripped."""
+    answer = _text(answer if not isinstance(answer, (int, float)) else str(answer), "answer")
+    return answer.split("####")[-1].strip() if "####" in answer else answer.strip()
+
+
+def make_seq(obj, tok, opts: RecordOptions) -> str:
+    """The text of one pretraining document (tokenized in batches by the caller)."""
+    if isinstance(obj, str):
+        return obj
+    if not isinstance(obj, dict):
+        raise BadRecord(f"expected a JSON object with a {opts.text_field!r} field, got {type(obj).__name__}")
+    if opts.text_field not in obj:
+        raise BadRecord(f"missing field {opts.text_field!r} (found {sorted(obj)}); choose it with --text-field")
+    return _text(obj[opts.text_field], f"field {opts.text_field!r}")
+
+
+def make_sft(obj, tok, opts: RecordOptions, rng: random.Random) -> dict[str, np.ndarray]:
+    messages = check_messages(_messages(obj))
+    messages = _augment(messages, opts, rng)
+    ids, mask = _render(tok, messages, tools=obj.get("tools") if isinstance(obj, dict) else None)
+    if not mask.any():
+        raise BadRecord("the chat template marked no assistant token")
+    return {"sequence": ids, "loss_mask": mask}
+
+
+def _preference_side(obj: dict, side: str) -> list[dict]:
+    value = _field(obj, side)
+    if isinstance(value, list):
+        return value
+    prompt = _field(obj, "prompt")
+    head = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    return head + [{"role": "assistant", "content": value}]
+
+
+def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
+    if not isinstance(obj, dict):
+        raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
+    record = {}
+    for side in ("chosen", "rejected"):
+        messages = check_messages(_preference_side(obj, side), end_with_assistant=True)
+        ids, mask = _render(tok, messages, tools=obj.get("tools"))
+        record[side] = ids
+        record[f"{side}_mask"] = last_turn_mask(tok, messages, ids, mask, tools=obj.get("tools"))
+        if not record[f"{side}_mask"].any():
+            raise BadRecord(f"{side}: the chat template marked no response token")
+    return record
+
+
+def _prompt_ids(question, tok, opts: RecordOptions) -> np.ndarray:
+    if isinstance(question, list):
+        messages = check_messages(question, need_assistant=False)
+        return _render(tok, messages, add_generation_prompt=True)[0]
+    question = _text(question, "prompt")
+    if opts.prompt_template == "chat":
+        return _render(tok, [{"role": "user", "content": question}], add_generation_prompt=True)[0]
+    return np.asarray(tok.encode(opts.prompt_template.replace("{question}", question.strip())), dtype=np.int64)
+
+
+def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
+    if not isinstance(obj, dict):
+        raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
+    question = _field(obj, "question", "prompt")
+    prompt = _prompt_ids(question, tok, opts)
+    if "response" not in obj:  # online: prompt + reference answer
+        answer = reference_answer(_field(obj, "answer", "reference_answer", "ground_truth"))
+        return {"prompts": prompt, "answers": np.frombuffer(answer.encode("utf-8"), dtype=np.uint8)}
+    response = _text(obj["response"], "response")
+    reward = _field(obj, "reward")
+    if not isinstance(reward, (int, float)) or isinstance(reward, bool):
+        raise BadRecord(f"reward must be a number, got {reward!r}")
+    if opts.prompt_template == "chat" and not isinstance(question, list):
+        ids, mask = _render(tok, [{"role": "user", "content": question}, {"role": "assistant", "content": response}])
+        n = len(prompt)
+        resp, resp_mask = ids[n:], mask[n:]
+    else:
+        resp = np.asarray(tok.encode(response) + [tok.eos_id], dtype=np.int64)
+        resp_mask = np.ones(len(resp), dtype=np.uint8)
+    return {"prompts": prompt, "responses": resp, "masks": resp_mask, "rewards": np.array([reward], dtype=np.float32)}
+
+
+def item_rng(opts: RecordOptions, item: Item) -> random.Random:
+    """One RNG per item, so augmentation does not depend on worker count or order."""
+    return random.Random(f"{opts.seed}:{item.source}:{item.line}")
+
+
+def make_record(item: Item, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
+    """The store record for one item (seq returns ids with the end-of-text id appended)."""
+    obj = parse(item)
+    if opts.train_type == "seq":
+        return {"sequence": np.asarray(tok.encode(make_seq(obj, tok, opts)) + [tok.eos_id], dtype=np.int64)}
+    if opts.train_type == "sft":
+        return make_sft(obj, tok, opts, item_rng(opts, item))
+    if opts.train_type == "dpo":
+        return make_dpo(obj, tok, opts)
+    if opts.train_type == "grpo":
+        return make_grpo(obj, tok, opts)
+    raise ValueError(f"unknown train type {opts.train_type!r}")

@@ -1,0 +1,203 @@
+"""`cookmind pack`: every input kind and train type, checked against the tokenizer's own encode/render;
+bad lines reported as file:line and never leaving a half store; real GSM8K through the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from cookmind.data import DatasetFactory
+from cookmind.store import TokenStore
+from cookmind.store import cli as pack_cli
+from cookmind.store.packer import PackError, pack
+from cookmind.store.records import SYSTEM_PROMPTS
+from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+CORPUS = ("The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
+          "A small model learns to answer questions about numbers and recipes.\n") * 20
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tok")
+    (d / "corpus.txt").write_text(CORPUS)
+    vocab, merges = train_bpe(d / "corpus.txt", 320, DEFAULT_SPECIAL_TOKENS, progress=False)
+    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def tok(tok_dir):
+    return Tokenizer.load(tok_dir)
+
+
+def _jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def _records(path, key):
+    store = TokenStore(path)
+    return [store.record(key, i).tolist() for i in range(len(store))]
+
+
+DOCS = ["The cook stirs the soup.", "Tom has 3 apples.\nHe buys 4 more.", "Numbers and recipes!"]
+
+
+def test_seq_from_text_jsonl_and_parquet_give_the_same_documents(tmp_path, tok, tok_dir):
+    want = [tok.encode(d) + [tok.eos_id] for d in DOCS]
+    txt = tmp_path / "a.txt"
+    txt.write_text("<|endoftext|>".join(DOCS) + "<|endoftext|>\n")
+    pack([txt], tmp_path / "t", tok_dir, "seq", progress=False)
+    assert _records(tmp_path / "t", "sequence") == want
+    lines = tmp_path / "l.txt"
+    lines.write_text("\n\n".join(d.replace("\n", " ") for d in DOCS))
+    meta = pack([lines], tmp_path / "l", tok_dir, "seq", one_per_line=True, progress=False)
+    assert _records(tmp_path / "l", "sequence") == [tok.encode(d.replace("\n", " ")) + [tok.eos_id] for d in DOCS]
+    jl = _jsonl(tmp_path / "a.jsonl", [{"body": d} for d in DOCS])
+    meta = pack([jl], tmp_path / "j", tok_dir, "seq", text_field="body", storage_type="h5", workers=2,
+                progress=False)
+    assert _records(tmp_path / "j", "sequence") == want
+    assert meta["num_tokens"] == sum(map(len, want)) and meta["tokenizer"]["fingerprint"] == tok.fingerprint()
+    assert meta["sources"] == [{"path": str(jl), "records": 3}]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": DOCS}), tmp_path / "a.parquet")
+    pack([tmp_path / "a.parquet"], tmp_path / "p", tok_dir, "seq", shard_tokens=5, progress=False)
+    assert _records(tmp_path / "p", "sequence") == want
+    assert len(TokenStore(tmp_path / "p").shards) == 3
+
+
+CHAT = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tom has 3 apples?"},
+                     {"role": "assistant", "content": "He has 7 apples.", "reasoning_content": "3 + 4 = 7"},
+                     {"role": "user", "content": "And the cook?"}, {"role": "assistant", "content": "The soup."}]}
+
+
+def test_sft_chats_render_with_assistant_only_labels(tmp_path, tok, tok_dir):
+    conv = {"conversations": CHAT["messages"][1:3]}
+    src = _jsonl(tmp_path / "chat.jsonl", [CHAT, conv])
+    pack([src], tmp_path / "s", tok_dir, "sft", progress=False)
+    for i, row in enumerate([CHAT, conv]):
+        messages = row.get("messages") or row["conversations"]
+        ids, mask = tok.render(messages)
+        assert _records(tmp_path / "s", "sequence")[i] == ids
+        assert _records(tmp_path / "s", "loss_mask")[i] == mask
+    item = DatasetFactory.load("sft", tmp_path / "s", 512)[0]
+    learned = tok.decode(item["input_ids"][item["labels"] != -100].tolist())
+    assert learned == "<think>\n3 + 4 = 7\n</think>\n\nHe has 7 apples.<|im_end|>The soup.<|im_end|>"
+
+
+def test_sft_augmentation_is_seeded_and_optional(tmp_path, tok, tok_dir):
+    rows = [{"messages": [{"role": "user", "content": f"q{k}"},
+                          {"role": "assistant", "content": "<think>\n</think>\nok", }]} for k in range(6)]
+    src = _jsonl(tmp_path / "c.jsonl", rows)
+    pack([src], tmp_path / "plain", tok_dir, "sft", progress=False)
+    pack([src], tmp_path / "aug", tok_dir, "sft", add_system_ratio=1.0, drop_empty_think_ratio=1.0, progress=False)
+    for plain, aug in zip(_records(tmp_path / "plain", "sequence"), _records(tmp_path / "aug", "sequence")):
+        assert "<think>" in tok.decode(plain) and "system" not in tok.decode(plain)
+        text = tok.decode(aug)
+        assert "<think>" not in text
+        head = text.split("<|im_end|>")[0]
+        assert head.startswith("<|im_start|>system\n") and head.split("\n", 1)[1] in SYSTEM_PROMPTS
+    pack([src], tmp_path / "aug2", tok_dir, "sft", add_system_ratio=0.5, workers=2, progress=False)
+    pack([src], tmp_path / "aug3", tok_dir, "sft", add_system_ratio=0.5, progress=False)
+    assert _records(tmp_path / "aug2", "sequence") == _records(tmp_path / "aug3", "sequence")
+
+
+def test_dpo_masks_cover_only_the_final_response(tmp_path, tok, tok_dir):
+    prompt = [{"role": "user", "content": "Tom has 3 apples?"}, {"role": "assistant", "content": "Yes."},
+              {"role": "user", "content": "How many now?"}]
+    rows = [{"chosen": prompt + [{"role": "assistant", "content": "7 apples."}],
+             "rejected": prompt + [{"role": "assistant", "content": "3 soup."}]},
+            {"prompt": "The cook?", "chosen": "Stirs the soup.", "rejected": "No."}]
+    pack([_jsonl(tmp_path / "p.jsonl", rows)], tmp_path / "d", tok_dir, "dpo", progress=False)
+    ds = DatasetFactory.load("dpo", tmp_path / "d", 512)
+    picked = [tok.decode(ds[i][f"{s}_input_ids"][ds[i][f"{s}_labels"] != -100].tolist())
+              for i in range(2) for s in ("chosen", "rejected")]
+    assert picked == ["7 apples.<|im_end|>", "3 soup.<|im_end|>", "Stirs the soup.<|im_end|>", "No.<|im_end|>"]
+    full, _ = tok.render(rows[0]["chosen"])
+    assert ds[0]["chosen_input_ids"].tolist() == full
+
+
+def test_grpo_online_prompt_template_and_offline(tmp_path, tok, tok_dir):
+    src = _jsonl(tmp_path / "g.jsonl", [{"question": "Tom has 3 apples and buys 4. How many?",
+                                         "answer": "3 + 4 = <<3+4=7>>7\n#### 7"}])
+    pack([src], tmp_path / "g", tok_dir, "grpo", prompt_template="Q: {question}\nA:", progress=False)
+    item = DatasetFactory.load("grpo", tmp_path / "g", 256)[0]
+    assert item["answer"] == "7"
+    assert item["prompt_ids"].tolist() == tok.encode("Q: Tom has 3 apples and buys 4. How many?\nA:")
+    off = _jsonl(tmp_path / "o.jsonl", [{"prompt": "3 + 4?", "response": "7", "reward": 1.0},
+                                        {"prompt": "3 + 4?", "response": "8", "reward": 0}])
+    pack([off], tmp_path / "o", tok_dir, "grpo", progress=False)
+    ds = DatasetFactory.load("grpo", tmp_path / "o", 256)
+    prompt_ids = tok.render([{"role": "user", "content": "3 + 4?"}], add_generation_prompt=True)[0]
+    assert ds[0]["prompt_ids"].tolist() == prompt_ids
+    resp = ds[1]["response_ids"][ds[1]["response_mask"] == 1].tolist()
+    assert tok.decode(resp) == "8<|im_end|>" and ds[1]["reward"].item() == 0.0
+
+
+BAD = [
+    ('{"text": "fine"}', None),
+    ('{"text": "broken', "invalid JSON"),
+    ('{"body": "x"}', "missing field 'text'"),
+    ('{"text": "   "}', "empty text"),
+]
+
+
+@pytest.mark.parametrize("line,reason", [b for b in BAD if b[1]])
+def test_bad_line_stops_with_file_line_and_reason_and_leaves_no_store(tmp_path, tok_dir, line, reason):
+    src = _jsonl(tmp_path / "in.jsonl", ['{"text": "ok"}', line])
+    with pytest.raises(PackError) as exc:
+        pack([src], tmp_path / "out", tok_dir, "seq", progress=False)
+    assert f"{src}:2: {reason}" in str(exc.value) and "--skip-bad" in str(exc.value)
+    assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_chat_roles_out_of_order_and_skip_bad_counts(tmp_path, tok_dir, capsys):
+    rows = [CHAT,
+            {"messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "q"}]},
+            {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]},
+            "not json",
+            {"messages": [{"role": "user", "content": "q"}]}]
+    src = _jsonl(tmp_path / "c.jsonl", rows)
+    args = ["--tokenizer", str(tok_dir), "--train-type", "sft", "--input", str(src), "--out", str(tmp_path / "s"),
+            "--quiet"]
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    assert pack_cli.main(parser.parse_args(args)) == 1
+    err = capsys.readouterr().err
+    assert f"{src}:2: roles out of order: message 1 is assistant at the start" in err
+    assert pack_cli.main(parser.parse_args(args + ["--skip-bad"])) == 0
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    assert meta["num_records"] == 1
+    assert meta["skipped"]["count"] == 4
+    assert meta["skipped"]["by_reason"] == {"roles out of order": 1, "empty text": 1, "invalid JSON": 1,
+                                            "invalid record": 1}
+    assert meta["skipped"]["examples"][3] == f"{src}:5: no assistant message to learn from"
+
+
+def test_gsm8k_packs_as_grpo_and_sft_through_the_cli(tmp_path, tok, tok_dir, shared_data):
+    gsm = shared_data / "gsm8k" / "test.jsonl"
+    rows = [json.loads(line) for line in gsm.read_text().splitlines()]
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    base = ["--tokenizer", str(tok_dir), "--input", str(gsm), "--quiet"]
+    assert pack_cli.main(parser.parse_args(base + ["--train-type", "grpo", "--out", str(tmp_path / "g")])) == 0
+    ds = DatasetFactory.load("grpo", tmp_path / "g", 4096, tokenizer_fingerprint=tok.fingerprint())
+    assert len(ds) == len(rows) == 1319
+    for k in (0, 700, 1318):
+        assert ds[k]["answer"] == rows[k]["answer"].split("####")[1].strip()
+        assert tok.decode(ds[k]["prompt_ids"].tolist()) == (
+            f"<|im_start|>user\n{rows[k]['question']}<|im_end|>\n<|im_start|>assistant\n")
+    assert pack_cli.main(parser.parse_args(base + ["--train-type", "sft", "--out", str(tmp_path / "s"),
+                                                   "--format", "h5", "--workers", "2"])) == 0
+    sft = DatasetFactory.load("sft", tmp_path / "s", 4096)
+    item = sft[5]
+    assert tok.decode(item["input_ids"][item["labels"] != -100].tolist()) == rows[5]["answer"] + "<|im_end|>"
+    assert np.array_equal(TokenStore(tmp_path / "s").record("sequence", 5),
+                          tok.render([{"role": "user", "content": rows[5]["question"]},
+                                      {"role": "assistant", "content": rows[5]["answer"]}])[0])
