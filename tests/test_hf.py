@@ -122,14 +122,17 @@ def test_export_moe_is_a_clear_error(tmp_path):
 
 
 def test_cli_export_copies_tokenizer_files_and_import_round_trips(tmp_path, capsys):
-    model = _randomize(CookMindLM(CookMindConfig(**BASE, num_key_value_heads=2, qk_norm=True)))
+    model = _randomize(CookMindLM(CookMindConfig(**BASE, num_key_value_heads=2, qk_norm=True, eos_token_id=3)))
     save_model(tmp_path / "ckpt", model)
     (tmp_path / "ckpt" / "tokenizer.json").write_text('{"model": {}}')
     (tmp_path / "ckpt" / "tokenizer_config.json").write_text("{}")
     (tmp_path / "ckpt" / "optimizer.pt").write_bytes(b"not for export")
     assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf"), "--dtype", "bf16"]) == 0
     names = sorted(p.name for p in (tmp_path / "hf").iterdir())
-    assert names == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    assert names == ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                     "tokenizer_config.json"]
+    gen = transformers.GenerationConfig.from_pretrained(str(tmp_path / "hf"))
+    assert gen.eos_token_id == 3
     assert "Qwen3ForCausalLM" in capsys.readouterr().out
     assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "back")]) == 0
     back = load_model(tmp_path / "back")

@@ -82,6 +82,20 @@ def test_save_load_roundtrip(tmp_path):
     assert bf16.lm_head.weight.dtype == torch.bfloat16
 
 
+def test_save_model_into_existing_dir_keeps_other_files_and_unwraps(tmp_path):
+    model = CookMindLM(CookMindConfig(**TINY))
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "meta.json").write_text("{}")
+    wrapped = torch.nn.Module()
+    wrapped.module = model  # the DDP-style wrapper shape
+    save_model(tmp_path / "ckpt", wrapped)
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "meta.json", "model.safetensors"]
+    ids = torch.randint(0, 97, (1, 5))
+    torch.testing.assert_close(load_model(tmp_path / "ckpt")(ids).logits, model(ids).logits, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="expected a CookMindLM"):
+        save_model(tmp_path / "x", torch.nn.Linear(2, 2))
+
+
 def test_load_errors_name_file_and_mismatch(tmp_path):
     save_model(tmp_path / "a", CookMindLM(CookMindConfig(**TINY)))
     save_model(tmp_path / "b", CookMindLM(CookMindConfig(**{**TINY, "hidden_size": 48})))

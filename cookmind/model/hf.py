@@ -26,7 +26,7 @@ from cookmind.model.model_io import (CONFIG_NAME, WEIGHTS_NAME, ModelLoadError, 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json",
-                   "tokenizer.model", "generation_config.json")
+                   "tokenizer.model", "generation_config.json", "cookmind_tokenizer.json")
 
 
 class HFInteropError(ValueError):
@@ -143,7 +143,12 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
     def fill(tmp: Path) -> None:
         hf_config.save_pretrained(tmp)
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        _copy_tokenizer_files(ckpt_dir, tmp)
+        copied = _copy_tokenizer_files(ckpt_dir, tmp)
+        if "generation_config.json" not in copied and cfg.eos_token_id is not None:
+            # lets HF generate / vLLM stop at our end-of-text token without extra flags
+            gen = {k: getattr(cfg, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+                   if getattr(cfg, k) is not None}
+            (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
 
     _atomic_dir(out_dir, fill)
     assert json.loads((out_dir / CONFIG_NAME).read_text())["architectures"] == [arch]

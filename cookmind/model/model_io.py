@@ -27,12 +27,26 @@ def model_state_dict(model: CookMindLM) -> dict[str, torch.Tensor]:
     return sd
 
 
+def unwrap_model(model) -> CookMindLM:
+    """The CookMindLM inside torch.compile (``_orig_mod``) or DDP-style (``module``) wrappers."""
+    seen = 0
+    while not isinstance(model, CookMindLM) and seen < 8:
+        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        if inner is None:
+            break
+        model, seen = inner, seen + 1
+    if not isinstance(model, CookMindLM):
+        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), got {type(model).__name__}")
+    return model
+
+
 def _write_files(directory: Path, model: CookMindLM) -> None:
     """Write each file under a temporary name inside `directory`, then rename it into place."""
     config_tmp = directory / (CONFIG_NAME + ".tmp")
     config_tmp.write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
     weights_tmp = directory / (WEIGHTS_NAME + ".tmp")
-    save_file(model_state_dict(model), str(weights_tmp), metadata={"format": "pt"})
+    tensors = {k: v.cpu() for k, v in model_state_dict(model).items()}
+    save_file(tensors, str(weights_tmp), metadata={"format": "pt"})
     os.replace(weights_tmp, directory / WEIGHTS_NAME)
     os.replace(config_tmp, directory / CONFIG_NAME)
 
@@ -45,6 +59,7 @@ def save_model(directory: str | os.PathLike, model: CookMindLM) -> Path:
     written to a temporary name inside it and renamed, leaving the other files alone.
     """
     directory = Path(directory)
+    model = unwrap_model(model)
     if directory.is_dir():
         _write_files(directory, model)
         return directory
