@@ -1,0 +1,218 @@
+"""`cookmind tokenizer train|encode|decode|export|import|info`: train, use and convert byte-level BPE tokenizers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS
+from cookmind.tokenizer.errors import TokenizerError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Build the nested subcommands."""
+    sub = parser.add_subparsers(dest="action", metavar="<action>", required=True)
+
+    t = sub.add_parser("train", help="learn a byte-level BPE from UTF-8 text files")
+    t.add_argument("--input", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
+    t.add_argument("--vocab-size", type=int, required=True, help="final vocabulary size (bytes + specials + merges)")
+    t.add_argument("--special-token", nargs="*", default=None, metavar="TOK",
+                   help=f"special tokens kept whole, ids 256.. in this order (default: {' '.join(DEFAULT_SPECIAL_TOKENS)})")
+    t.add_argument("--pattern", default="gpt2", help="pre-tokenization regex: gpt2, gpt4 or a regex (default gpt2)")
+    t.add_argument("--out", required=True, help="output directory (our JSON + Hugging Face files)")
+    t.add_argument("--workers", type=int, default=None, help="processes for pre-tokenization (default: all CPUs)")
+    t.add_argument("--chunk-mb", type=float, default=4.0, help="work unit per process in MB (default 4)")
+    t.add_argument("--utf8-errors", choices=["strict", "replace"], default="strict",
+                   help="non-UTF-8 bytes: strict = error naming file:line (default); replace = read as U+FFFD")
+    t.add_argument("--overwrite", action="store_true", help="replace a tokenizer already in --out")
+
+    e = sub.add_parser("encode", help="text -> token ids")
+    e.add_argument("--tokenizer", required=True, help="tokenizer directory")
+    src = e.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="text to encode")
+    src.add_argument("--input", help="UTF-8 file to encode, streamed")
+    e.add_argument("--output", help="write ids here: .bin = raw little-endian uint32, else text; default stdout")
+    e.add_argument("--reference", action="store_true", help="use the pure-Python reference encoder")
+
+    d = sub.add_parser("decode", help="token ids -> text")
+    d.add_argument("--tokenizer", required=True)
+    d.add_argument("ids", nargs="+", type=int)
+
+    x = sub.add_parser("export", help="write the tokenizer in another format")
+    x.add_argument("--tokenizer", required=True)
+    x.add_argument("--out", required=True)
+    x.add_argument("--format", choices=["hf", "tiktoken", "gpt2"], default="hf",
+                   help="hf: tokenizer.json + tokenizer_config.json; tiktoken: ranks file; gpt2: vocab.json + merges.txt")
+
+    i = sub.add_parser("import", help="import GPT-2 style vocab.json + merges.txt into our format")
+    i.add_argument("--vocab", required=True)
+    i.add_argument("--merges", required=True)
+    i.add_argument("--special-token", nargs="*", default=None, metavar="TOK")
+    i.add_argument("--pattern", default="gpt2")
+    i.add_argument("--out", required=True)
+
+    n = sub.add_parser("info", help="print vocabulary size, specials and fingerprint")
+    n.add_argument("--tokenizer", required=True)
+
+
+def _save_new(tok, out: Path, overwrite: bool) -> None:
+    """Save into a fresh temporary directory, then move it into place: no half-written tokenizer."""
+    if (out / "cookmind_tokenizer.json").exists() and not overwrite:
+        raise TokenizerError(f"{out} already holds a tokenizer; pass --overwrite or another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        tok.save(tmp)
+        if not out.exists():
+            os.rename(tmp, out)
+            return
+        for f in tmp.iterdir():
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _train(args) -> int:
+    from cookmind.tokenizer.bpe_train import train_bpe
+    from cookmind.tokenizer.tokenizer import Tokenizer
+
+    specials = DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token
+    out = Path(args.out)
+    if (out / "cookmind_tokenizer.json").exists() and not args.overwrite:
+        raise TokenizerError(f"{out} already holds a tokenizer; pass --overwrite or another --out")
+    t0 = time.perf_counter()
+    vocab, merges = train_bpe(args.input, args.vocab_size, specials, pattern=args.pattern, workers=args.workers,
+                              chunk_bytes=int(args.chunk_mb * (1 << 20)), utf8_errors=args.utf8_errors)
+    tok = Tokenizer(vocab, merges, specials, args.pattern)
+    _save_new(tok, out, args.overwrite)
+    print(json.dumps({"out": str(out), "vocab_size": tok.vocab_size, "merges": len(merges),
+                      "specials": tok.special_tokens, "seconds": round(time.perf_counter() - t0, 3),
+                      "fingerprint": tok.fingerprint()}))
+    if tok.vocab_size < args.vocab_size:
+        print(f"note: the corpus ran out of pairs at {tok.vocab_size} tokens (asked for {args.vocab_size})",
+              file=sys.stderr)
+    return 0
+
+
+def _read_stream(path: str):
+    if not Path(path).is_file():
+        raise TokenizerError(f"input file {path} does not exist")
+    with open(path, encoding="utf-8", newline="") as f:
+        try:
+            yield from f
+        except UnicodeDecodeError as exc:
+            raise TokenizerError(f"{path}: not valid UTF-8 near byte {exc.start} of a block; convert it to UTF-8") from None
+
+
+def _encode(args) -> int:
+    import numpy as np
+
+    from cookmind.tokenizer.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer)
+    if args.reference:
+        tok._fast, tok._fast_checked = None, True
+    t0 = time.perf_counter()
+    source = [args.text] if args.text is not None else _read_stream(args.input)
+    n = 0
+    if args.output and args.output.endswith(".bin"):
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                buf: list[int] = []
+                for i in tok.encode_iterable(source):
+                    buf.append(i)
+                    if len(buf) >= 1 << 20:
+                        f.write(np.asarray(buf, dtype="<u4").tobytes())
+                        n += len(buf)
+                        buf = []
+                f.write(np.asarray(buf, dtype="<u4").tobytes())
+                n += len(buf)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    else:
+        ids = list(tok.encode_iterable(source))
+        n = len(ids)
+        text = " ".join(map(str, ids)) + "\n"
+        if args.output:
+            from cookmind.tokenizer.atomic import atomic_write_text
+
+            atomic_write_text(args.output, text)
+        else:
+            sys.stdout.write(text)
+    print(json.dumps({"tokens": n, "seconds": round(time.perf_counter() - t0, 3)}), file=sys.stderr)
+    return 0
+
+
+def _export(args) -> int:
+    from cookmind.tokenizer.atomic import atomic_write_text
+    from cookmind.tokenizer.bytes_unicode import token_to_str
+    from cookmind.tokenizer.fast_encode import tiktoken_file_text
+    from cookmind.tokenizer.hf_format import hf_tokenizer_config, hf_tokenizer_json
+    from cookmind.tokenizer.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer)
+    out = Path(args.out)
+    if args.format == "hf":
+        files = {"tokenizer.json": json.dumps(hf_tokenizer_json(tok), ensure_ascii=False),
+                 "tokenizer_config.json": json.dumps(hf_tokenizer_config(tok), ensure_ascii=False, indent=2)}
+    elif args.format == "tiktoken":
+        files = {"tokenizer.tiktoken": tiktoken_file_text(tok),
+                 "tiktoken_config.json": json.dumps({"pat_str": tok.pattern, "special_tokens": tok.special_tokens},
+                                                    ensure_ascii=False, indent=2)}
+    else:
+        vocab = {}
+        for i in sorted(tok.vocab):
+            vocab.setdefault(tok.vocab[i].decode("utf-8") if i in tok.special_tokens.values()
+                             else token_to_str(tok.vocab[i]), i)
+        files = {"vocab.json": json.dumps(vocab, ensure_ascii=False),
+                 "merges.txt": "#version: 0.2\n" + "".join(f"{token_to_str(a)} {token_to_str(b)}\n" for a, b in tok.merges)}
+    for name, text in files.items():
+        atomic_write_text(out / name, text)
+    print(json.dumps({"out": str(out), "format": args.format, "files": sorted(files)}))
+    return 0
+
+
+def _import(args) -> int:
+    from cookmind.tokenizer.hf_format import load_gpt2_files
+
+    tok = load_gpt2_files(args.vocab, args.merges, args.special_token, args.pattern)
+    _save_new(tok, Path(args.out), overwrite=True)
+    print(json.dumps({"out": args.out, "vocab_size": tok.vocab_size, "merges": len(tok.merges),
+                      "fingerprint": tok.fingerprint()}))
+    return 0
+
+
+def main(args) -> int:
+    """Run one tokenizer action; bad input prints a one-line error and returns 2."""
+    from cookmind.tokenizer.tokenizer import Tokenizer
+
+    try:
+        if args.action == "train":
+            return _train(args)
+        if args.action == "encode":
+            return _encode(args)
+        if args.action == "decode":
+            sys.stdout.write(Tokenizer.load(args.tokenizer).decode(args.ids) + "\n")
+            return 0
+        if args.action == "export":
+            return _export(args)
+        if args.action == "import":
+            return _import(args)
+        tok = Tokenizer.load(args.tokenizer)
+        print(json.dumps({"vocab_size": tok.vocab_size, "merges": len(tok.merges), "pattern": tok.pattern,
+                          "special_tokens": tok.special_tokens, "fingerprint": tok.fingerprint(),
+                          "fast_path": tok.fast_encoding is not None}, ensure_ascii=False))
+        return 0
+    except TokenizerError as exc:
+        print(f"cookmind tokenizer {args.action}: error: {exc}", file=sys.stderr)
+        return 2

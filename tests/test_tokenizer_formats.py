@@ -1,0 +1,208 @@
+"""Persistence and ecosystem formats: our JSON, Hugging Face (AutoTokenizer + chat template), tiktoken, GPT-2."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, TokenizerError, load_gpt2_files, train_bpe
+from cookmind.tokenizer.cli import add_arguments, main
+
+TEXT_WORDS = ["the", "cat", "naïve", "日本語", "русский", "مرحبا", "123", "it's", "😀", "ok!", "  ", "\n", "\t",
+              "<|endoftext|>", "<think>", "</think>", "<|im_end|>", "<|", "\r\n", "x=1;"]
+
+
+def random_text(seed: int, n: int) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(TEXT_WORDS) + rng.choice([" ", "", "\n", ". "]) for _ in range(n))
+
+
+@pytest.fixture(scope="module", params=["gpt2", "gpt4"])
+def tok(request, tmp_path_factory) -> Tokenizer:
+    path = tmp_path_factory.mktemp("corpus") / "c.txt"
+    path.write_text(random_text(0, 3000), encoding="utf-8")
+    vocab, merges = train_bpe(path, 700, DEFAULT_SPECIAL_TOKENS, pattern=request.param, workers=1, progress=False)
+    return Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS, pattern=request.param)
+
+
+CHATS = [
+    [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello."}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "4", "reasoning_content": "two plus two is four"},
+     {"role": "user", "content": " and 3+3 ?\n\n"}, {"role": "assistant", "content": "\n\n6 <|endoftext|>"}],
+    [{"role": "user", "content": "Weather in Zürich?"},
+     {"role": "assistant", "content": None,
+      "tool_calls": [{"type": "function", "function": {"name": "weather", "arguments": {"city": "Zürich"}}},
+                     {"type": "function", "function": {"name": "time", "arguments": '{"tz": "CET"}'}}]},
+     {"role": "tool", "content": "{\"temp\": 3}"},
+     {"role": "assistant", "content": "3 °C.", "reasoning_content": ""}],
+    [{"role": "system", "content": ""}, {"role": "user", "content": "x"}],
+]
+TOOLS = [{"type": "function", "function": {"name": "weather", "description": "Current weather",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+def test_save_load_roundtrip_and_fingerprint(tok, tmp_path):
+    tok.save(tmp_path)
+    back = Tokenizer.load(tmp_path)
+    text = random_text(1, 500)
+    assert back.encode(text) == tok.encode(text)
+    assert back.special_tokens == tok.special_tokens and back.pattern == tok.pattern
+    assert back.fingerprint() == tok.fingerprint()
+    fewer = Tokenizer(tok.vocab, tok.merges[:-1], tok.special_tokens, tok.pattern)
+    assert fewer.fingerprint() != tok.fingerprint()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_load_errors_are_clear(tmp_path):
+    with pytest.raises(TokenizerError, match="no tokenizer in"):
+        Tokenizer.load(tmp_path)
+    (tmp_path / "cookmind_tokenizer.json").write_text("{\n  oops")
+    with pytest.raises(TokenizerError, match=r"cookmind_tokenizer.json:2: not valid JSON"):
+        Tokenizer.load(tmp_path)
+
+
+def test_transformers_autotokenizer_encodes_identically(tok, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok.save(tmp_path)
+    hf = AutoTokenizer.from_pretrained(tmp_path)
+    for seed in range(4):
+        text = random_text(seed + 10, 300)
+        ids = tok.encode(text)
+        assert hf.encode(text, add_special_tokens=False) == ids
+        assert hf.decode(ids) == text
+    assert hf.eos_token_id == tok.eos_id and hf.pad_token_id == tok.pad_id
+
+
+def test_chat_template_matches_transformers(tok, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok.save(tmp_path)
+    hf = AutoTokenizer.from_pretrained(tmp_path)
+    for msgs in CHATS:
+        for gen in (False, True):
+            for tools in (None, TOOLS):
+                ours = tok.apply_chat_template(msgs, add_generation_prompt=gen, tools=tools)
+                theirs = hf.apply_chat_template(msgs, add_generation_prompt=gen, tools=tools, tokenize=False)
+                assert ours == theirs
+                assert tok.render(msgs, add_generation_prompt=gen, tools=tools)[0] == \
+                    hf.encode(theirs, add_special_tokens=False)
+
+
+def test_chat_template_string_by_hand(tok):
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+            {"role": "assistant", "content": "A", "reasoning_content": "R"}]
+    assert tok.apply_chat_template(msgs, add_generation_prompt=False) == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\nR\n</think>\n\nA<|im_end|>\n")
+    assert tok.apply_chat_template(msgs[:2]).endswith("<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_render_mask_covers_assistant_content_and_im_end(tok):
+    msgs = CHATS[1]
+    ids, mask = tok.render(msgs)
+    assert len(ids) == len(mask) and ids == tok.encode(tok.apply_chat_template(msgs, add_generation_prompt=False))
+    target = tok.decode([i for i, m in zip(ids, mask) if m])
+    # the two assistant turns: think block + content + <|im_end|>; content starting with "\n\n" pulls in the
+    # header's newline because they form one pre-token
+    assert target == ("<think>\ntwo plus two is four\n</think>\n\n4<|im_end|>" "\n\n\n6 <|endoftext|><|im_end|>")
+    im_end_masked = [m for i, m in zip(ids, mask) if i == tok.im_end_id]
+    assert im_end_masked == [0, 0, 1, 0, 1]  # system, user, assistant, user, assistant
+    prompt_ids, prompt_mask = tok.render(msgs[:1], add_generation_prompt=True)
+    assert not any(prompt_mask) and tok.decode(prompt_ids).endswith("<|im_start|>assistant\n")
+
+
+def test_render_rejects_bad_messages(tok):
+    with pytest.raises(TokenizerError, match=r"messages\[1\]"):
+        tok.render([{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}])
+    with pytest.raises(TokenizerError, match="name and arguments"):
+        tok.render([{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f"}}]}])
+
+
+def test_tiktoken_rank_file_loads_in_tiktoken(tok, tmp_path):
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    ns = _cli(["export", "--tokenizer", str(_saved(tok, tmp_path)), "--out", str(tmp_path / "tt"),
+               "--format", "tiktoken"])
+    assert main(ns) == 0
+    ranks = load_tiktoken_bpe(str(tmp_path / "tt/tokenizer.tiktoken"))
+    cfg = json.loads((tmp_path / "tt/tiktoken_config.json").read_text())
+    enc = tiktoken.Encoding("x", pat_str=cfg["pat_str"], mergeable_ranks=ranks, special_tokens=cfg["special_tokens"])
+    text = random_text(5, 400)
+    assert enc.encode(text, allowed_special="all") == tok.encode_reference(text)
+
+
+def test_gpt2_export_import_roundtrip(tok, tmp_path):
+    assert main(_cli(["export", "--tokenizer", str(_saved(tok, tmp_path)), "--out", str(tmp_path / "g"),
+                      "--format", "gpt2"])) == 0
+    back = load_gpt2_files(tmp_path / "g/vocab.json", tmp_path / "g/merges.txt", DEFAULT_SPECIAL_TOKENS, tok.pattern)
+    text = random_text(6, 400)
+    assert back.encode_reference(text) == tok.encode_reference(text)
+
+
+def test_gpt2_files_load_from_directory(shared_data):
+    tok = Tokenizer.load(shared_data / "gpt2")
+    assert tok.encode("Hello world") == [15496, 995] and tok.eos_id == 50256
+
+
+def test_gpt2_import_errors(tmp_path):
+    (tmp_path / "vocab.json").write_text(json.dumps({"a": 0}))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\na b c\n")
+    with pytest.raises(TokenizerError, match=r"merges.txt:2: expected two tokens"):
+        load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    with pytest.raises(TokenizerError, match="does not exist"):
+        load_gpt2_files(tmp_path / "nope.json", tmp_path / "merges.txt")
+
+
+def _cli(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _saved(tok, tmp_path):
+    d = tmp_path / "tok"
+    tok.save(d)
+    return d
+
+
+def test_cli_train_encode_decode(tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(random_text(7, 2000), encoding="utf-8")
+    out = tmp_path / "tok"
+    assert main(_cli(["train", "--input", str(corpus), "--vocab-size", "400", "--out", str(out), "--workers", "1"])) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["vocab_size"] == 400 and report["specials"]["<|im_start|>"] == 257
+    vocab, merges = train_bpe(corpus, 400, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
+    assert Tokenizer.load(out).merges == merges
+    text = "the cat <|endoftext|> 日本語"
+    assert main(_cli(["encode", "--tokenizer", str(out), "--text", text])) == 0
+    ids = [int(x) for x in capsys.readouterr().out.split()]
+    assert ids == Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).encode_reference(text)
+    assert main(_cli(["decode", "--tokenizer", str(out), *map(str, ids)])) == 0
+    assert capsys.readouterr().out == text + "\n"
+    (tmp_path / "in.txt").write_text(text * 50, encoding="utf-8")
+    assert main(_cli(["encode", "--tokenizer", str(out), "--input", str(tmp_path / "in.txt"),
+                      "--output", str(tmp_path / "ids.bin")])) == 0
+    import numpy as np
+
+    assert np.fromfile(tmp_path / "ids.bin", dtype="<u4").tolist() == Tokenizer.load(out).encode(text * 50)
+
+
+def test_cli_bad_input_leaves_no_output(tmp_path, capsys):
+    out = tmp_path / "tok"
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok\n\xc3\x28 latin\n")
+    assert main(_cli(["train", "--input", str(bad), "--vocab-size", "300", "--out", str(out)])) == 2
+    assert "bad.txt:2" in capsys.readouterr().err and not out.exists()
+    (tmp_path / "empty.txt").write_text("")
+    assert main(_cli(["train", "--input", str(tmp_path / "empty.txt"), "--vocab-size", "300", "--out", str(out)])) == 2
+    assert main(_cli(["train", "--input", str(bad), "--vocab-size", "100", "--out", str(out)])) == 2
+    assert "too small" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "empty.txt"]
