@@ -4,7 +4,7 @@
         model.safetensors, config.json   weights via cookmind.model.save_model (LoRA runs: merged)
         adapter_model.safetensors,       LoRA runs only: the trainable adapter, PEFT names
         adapter_config.json
-        tokenizer/                       the run's tokenizer, when it has one
+        cookmind_tokenizer.json, ...     the run's tokenizer files, when it has one
         optimizer.pt                     optimizer (+ grad scaler) state, loaded with weights_only=True
         meta.json                        step, tokens, sampler position, RNG states, world size, config
 
@@ -55,7 +55,10 @@ def save_checkpoint(root: str | Path, step: int, model: torch.nn.Module, optimiz
     else:
         save_model(tmp, bare)
     if tokenizer_dir is not None:
-        shutil.copytree(tokenizer_dir, tmp / "tokenizer")
+        # Beside the weights (cookmind_tokenizer.json, tokenizer.json, ...), where export/generate look.
+        for f in Path(tokenizer_dir).iterdir():
+            if f.is_file() and not (tmp / f.name).exists():
+                shutil.copy2(f, tmp / f.name)
     if optimizer is not None:
         state = {"optimizer": optimizer.state_dict()}
         if scaler is not None:

@@ -1,0 +1,89 @@
+"""LoRA: starts equal to the base, merge/unmerge equal, only adapters train, PEFT loads our adapter."""
+
+import pytest
+import torch
+
+from cookmind.model import CookMindConfig, CookMindLM, save_model
+from cookmind.model.lora import (adapters_disabled, apply_lora, lora_modules, merge_lora, merged_copy, save_adapter,
+                                 unmerge_lora)
+
+
+def _cfg(**kw):
+    base = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=64)
+    base.update(kw)
+    return CookMindConfig(**base)
+
+
+def _randomize_b(model):
+    for _, m in lora_modules(model):
+        torch.nn.init.normal_(m.lora_B.weight, std=0.05)
+
+
+def test_b_zero_init_keeps_the_model_unchanged_and_only_adapters_train():
+    model = CookMindLM(_cfg())
+    ids = torch.randint(0, 64, (2, 12))
+    before = model(ids).logits
+    names = apply_lora(model, r=4, alpha=8)
+    assert len(names) == 2 * 7  # q k v o gate up down in 2 layers
+    assert torch.equal(model(ids).logits, before)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    # the update is (alpha / r) * B A, applied beside the frozen W
+    _, m = next(lora_modules(model))
+    assert m.scaling == pytest.approx(8 / 4)
+    x = torch.randn(3, m.in_features)
+    torch.nn.init.normal_(m.lora_B.weight)
+    want = x @ m.weight.t() + 2.0 * (x @ m.lora_A.weight.t() @ m.lora_B.weight.t())
+    assert torch.allclose(m(x), want, atol=1e-5)
+
+
+def test_merge_unmerge_and_disable():
+    model = CookMindLM(_cfg())
+    ids = torch.randint(0, 64, (2, 12))
+    base = model(ids).logits
+    w0 = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    apply_lora(model, r=4, alpha=16, targets=["q_proj", "v_proj", "down_proj"])
+    _randomize_b(model)
+    adapted = model(ids).logits
+    assert not torch.allclose(adapted, base, atol=1e-4)
+    with adapters_disabled(model):
+        assert torch.allclose(model(ids).logits, base, atol=1e-6)
+    merge_lora(model)
+    assert torch.allclose(model(ids).logits, adapted, atol=1e-5)
+    assert torch.allclose(merged_copy(model)(ids).logits, adapted, atol=1e-5)
+    unmerge_lora(model)
+    assert torch.allclose(model.model.layers[0].self_attn.q_proj.weight, w0, atol=1e-6)
+    assert torch.allclose(model(ids).logits, adapted, atol=1e-5)
+
+
+def test_unknown_target_is_a_clear_error():
+    with pytest.raises(ValueError, match="match no linear layer.*q_proj"):
+        apply_lora(CookMindLM(_cfg()), targets=["query"])
+
+
+@pytest.mark.parametrize("gqa_tied", [(2, True), (4, False)])
+def test_peft_loads_our_adapter_onto_the_exported_hf_model(tmp_path, gqa_tied):
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    from cookmind.model.hf import export_hf
+
+    kv, tied = gqa_tied
+    model = CookMindLM(_cfg(num_key_value_heads=kv, tie_word_embeddings=tied)).eval()
+    save_model(tmp_path / "base", model)
+    export_hf(tmp_path / "base", tmp_path / "hf")
+    apply_lora(model, r=4, alpha=8)
+    _randomize_b(model)
+    save_adapter(tmp_path / "adapter", model)
+    ids = torch.randint(0, 64, (2, 12))
+    ours = model(ids).logits
+
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", torch_dtype=torch.float32)
+    peft_model = peft.PeftModel.from_pretrained(hf, tmp_path / "adapter").eval()
+    with torch.no_grad():
+        theirs = peft_model(input_ids=ids).logits
+    assert (ours - theirs).abs().max().item() < 1e-4
+    # and the adapter really changes the output (not a vacuous equality)
+    with torch.no_grad(), peft_model.disable_adapter():
+        assert (peft_model(input_ids=ids).logits - theirs).abs().max().item() > 1e-3

@@ -1,0 +1,49 @@
+"""The typed config: presets load, dotted overrides convert types, unknown keys are errors."""
+
+import pytest
+import yaml
+
+from cookmind.train.config import CONFIG_DIR, TrainConfig
+
+
+def test_every_preset_loads_and_validates():
+    names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    assert {"tiny-cpu", "demo", "gpt2-small", "minimind"} <= set(names)
+    for name in names:
+        cfg = TrainConfig.load(name)
+        assert cfg.train.max_steps >= 1
+
+
+def test_dotted_overrides_are_typed():
+    cfg = TrainConfig.load("tiny-cpu", ["optim.lr=3e-4", "train.max_steps=7", "train.compile=true",
+                                        "lora.targets=[q_proj, v_proj]", "model.hidden_size=48"])
+    assert cfg.optim.lr == pytest.approx(3e-4) and isinstance(cfg.optim.lr, float)
+    assert cfg.train.max_steps == 7 and cfg.train.compile is True
+    assert cfg.lora.targets == ["q_proj", "v_proj"]
+    assert cfg.model["hidden_size"] == 48
+
+
+@pytest.mark.parametrize("override, match", [
+    ("optim.lrr=1", "unknown key in section 'optim' 'lrr'.*did you mean 'lr'"),
+    ("optimizer.lr=1", "unknown section 'optimizer'"),
+    ("train.max_steps=abc", "expected an integer"),
+    ("train.precision=fp8", "train.precision must be one of"),
+    ("train.max_steps", "expected section.key=value"),
+])
+def test_bad_overrides_are_clear_errors(override, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig.load("tiny-cpu", [override])
+
+
+def test_unknown_key_in_a_yaml_file_names_the_file(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("train:\n  max_step: 3\n")
+    with pytest.raises(ValueError, match=r"bad.yaml.*max_step.*did you mean 'max_steps'"):
+        TrainConfig.load(str(f))
+
+
+def test_saved_config_round_trips(tmp_path):
+    cfg = TrainConfig.load("tiny-cpu", ["optim.lr=0.01"])
+    cfg.save(tmp_path / "config.yaml")
+    again = TrainConfig.from_dict(yaml.safe_load((tmp_path / "config.yaml").read_text()))
+    assert again.to_dict() == cfg.to_dict()
