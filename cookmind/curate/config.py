@@ -1,0 +1,78 @@
+"""The curation config: which stages run, in which order, with which options, and the output format."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+# Cheap and certain first, heavy judgements last. Language id runs before the Gopher rules
+# because those are English rules (stop words); dedup runs before the classifiers to save
+# their work, and MinHash before exact-line dedup so an exact copy of a page does not erase
+# both copies' lines.
+DEFAULT_STAGES: list[dict] = [
+    {"extract": {"main_content": True}},
+    {"langid": {"languages": ["en"], "threshold": 0.65}},
+    {"gopher": {}},
+    {"minhash": {"num_hashes": 128, "num_bands": 16, "ngrams": 5, "jaccard_threshold": 0.8, "seed": 0}},
+    {"exact_lines": {"num_partitions": 16, "min_words_after": 1}},
+    {"pii": {"emails": True, "phones": True, "ips": True}},
+    {"nsfw": {"min_hits": 3, "min_ratio": 0.01}},
+    {"toxic": {"threshold": 0.5, "line_threshold": 0.9, "max_toxic_line_share": 0.1}},
+]
+
+
+@dataclasses.dataclass
+class CurateConfig:
+    """``stages``: a list of one-key mappings ``{stage_name: {options}}`` in run order."""
+
+    stages: list = dataclasses.field(default_factory=lambda: [dict(s) for s in DEFAULT_STAGES])
+    output_format: str = "jsonl.gz"
+    workers: int = 1
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> "CurateConfig":
+        """Validate and build; unknown keys and malformed stage entries are errors naming ``source``."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown key(s) {unknown}; known: {sorted(known)}")
+        cfg = cls(**d)
+        cfg.stages = [_stage_entry(s, source, i) for i, s in enumerate(cfg.stages)]
+        from cookmind.curate.shards import shard_suffix
+
+        shard_suffix(cfg.output_format)
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "CurateConfig":
+        """Read a YAML file (the keys of this dataclass)."""
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping at the top level")
+        return cls.from_dict(data, source=str(path))
+
+    def stage_list(self) -> list[tuple[str, dict]]:
+        return [next(iter(s.items())) for s in self.stages]
+
+    def fingerprint(self) -> str:
+        """Stable hash of the stages and format (a resumed run must use the same ones)."""
+        body = json.dumps({"stages": self.stages, "output_format": self.output_format}, sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _stage_entry(entry, source: str, i: int) -> dict:
+    if isinstance(entry, str):
+        return {entry: {}}
+    if isinstance(entry, dict) and "name" in entry:
+        opts = {k: v for k, v in entry.items() if k != "name"}
+        return {entry["name"]: opts}
+    if isinstance(entry, dict) and len(entry) == 1:
+        name, opts = next(iter(entry.items()))
+        if opts is not None and not isinstance(opts, dict):
+            raise ValueError(f"{source}: stages[{i}] ({name}): options must be a mapping, got {opts!r}")
+        return {name: dict(opts or {})}
+    raise ValueError(f"{source}: stages[{i}] must be a stage name or a one-key mapping {{name: {{options}}}}, got {entry!r}")

@@ -1,0 +1,92 @@
+"""Harmful-content and quality classifiers, each ``(text) -> (label, score)``.
+
+- toxicity: alt-profanity-check's linear SVM (its model ships inside the wheel: offline), or a
+  classifier trained by ``cookmind curate train-classifier``;
+- NSFW: a transparent lexicon scorer (the words are listed below, the score is a share);
+- quality: a classifier trained by ``cookmind curate train-classifier`` (label "good" vs others).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from cookmind.curate.classifier import load_classifier
+
+# Explicit sexual-content terms; a page is NSFW when they are a noticeable share of its words.
+NSFW_LEXICON = frozenset("""
+porn porno pornography pornographic xxx nsfw nude nudes naked hardcore erotic erotica sex sexy
+hentai camgirl camgirls webcam escort escorts milf fetish orgasm horny stripper strippers
+blowjob dildo vibrator threesome orgy hookup hookups onlyfans playboy lingerie explicit
+""".split())
+
+_WORD = re.compile(r"[a-z]+")
+
+
+def nsfw_score(text: str) -> tuple[int, float]:
+    """(lexicon hits, hits / words)."""
+    words = _WORD.findall(text.lower())
+    hits = sum(w in NSFW_LEXICON for w in words)
+    return hits, hits / max(1, len(words))
+
+
+def classify_nsfw(text: str, min_hits: int = 3, min_ratio: float = 0.01) -> tuple[str, float]:
+    """("nsfw" | "non_nsfw", score) from the lexicon above.
+
+    NSFW when at least ``min_hits`` lexicon words make up at least ``min_ratio`` of the words.
+    score = min(1, (hits / words) / (2 * min_ratio)), so the ratio threshold sits at 0.5.
+    """
+    hits, ratio = nsfw_score(text)
+    score = min(1.0, ratio / (2 * min_ratio))
+    label = "nsfw" if hits >= min_hits and ratio >= min_ratio else "non_nsfw"
+    return label, score
+
+
+@functools.lru_cache(maxsize=1)
+def _profanity():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sklearn version chatter on unpickling
+        import profanity_check
+    return profanity_check
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_classifier(path: str):
+    return load_classifier(path)
+
+
+def classify_toxic_speech(text: str, threshold: float = 0.5, model: str | None = None) -> tuple[str, float]:
+    """("toxic" | "non_toxic", probability of toxic).
+
+    Default model: alt-profanity-check (offline). ``model``: a classifier of ours with a "toxic" label.
+    """
+    if model:
+        p = _cached_classifier(str(model)).prob(text, "toxic")
+    else:
+        p = float(_profanity().predict_prob([text])[0])
+    return ("toxic" if p >= threshold else "non_toxic"), p
+
+
+def toxic_line_share(text: str, threshold: float = 0.5) -> float:
+    """Share of non-empty lines alt-profanity-check calls toxic (one long clean page can hide a rant)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return 0.0
+    probs = _profanity().predict_prob(lines)
+    return float((probs >= threshold).mean())
+
+
+def classify_quality(text: str, model: str | None = None, good_label: str = "good") -> tuple[str, float]:
+    """(label, probability of ``good_label``) from a classifier trained by `cookmind curate train-classifier`.
+
+    Without a model there is nothing to judge by: raise, naming the command that makes one.
+    """
+    if not model:
+        raise ValueError("classify_quality needs a model: train one with `cookmind curate train-classifier "
+                         "--input labelled.jsonl --output quality.npz` and pass model=...")
+    clf = _cached_classifier(str(model))
+    p = clf.prob(text, good_label)
+    label = good_label if p >= 0.5 else next((x for x in clf.labels if x != good_label), "bad")
+    return label, p

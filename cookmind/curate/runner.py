@@ -1,0 +1,180 @@
+"""The curation runner: shards in, shards out, resumable by shard, with a per-stage report.
+
+Consecutive document stages run together in one pass over each shard; a corpus stage (dedup)
+is a barrier with a scan pass, a reduce in the driver and an apply pass. Every finished task
+leaves a ``.done`` file (holding its stats) under ``OUTPUT/_work``; a rerun skips those tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+from cookmind.curate.config import CurateConfig
+from cookmind.curate.executors import make_executor
+from cookmind.curate.shards import iter_shard, plan_input_shards, shard_suffix, write_shard
+from cookmind.curate.stages import build_stage
+from cookmind.curate.stats import StageStats, text_bytes, write_report
+
+WORK = "_work"
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What a run did: per-stage stats in order, output shard paths, tasks run and skipped."""
+
+    stages: list[StageStats]
+    outputs: list[Path]
+    tasks_run: int
+    tasks_skipped: int
+    report_json: Path
+    report_md: Path
+
+
+def run_doc_shard(stages, shard, out_path: str, done_path: str, fmt: str) -> list[dict]:
+    """One shard through consecutive document stages; writes the kept documents and the done file."""
+    stats = [StageStats(s.name) for s in stages]
+
+    def kept():
+        for doc in iter_shard(shard):
+            for stage, st in zip(stages, stats):
+                t0 = time.process_time()
+                st.docs_in += 1
+                st.bytes_in += text_bytes(doc)
+                ok = stage.process(doc, st)
+                st.seconds += time.process_time() - t0
+                if not ok:
+                    break
+                st.docs_out += 1
+                st.bytes_out += text_bytes(doc)
+            else:
+                yield doc
+
+    write_shard(kept(), out_path, fmt)
+    result = [s.to_dict() for s in stats]
+    _write_json(Path(done_path), result)
+    return result
+
+
+def run_scan(stage, shard, scratch: str, idx: int, done_path: str) -> None:
+    """Pass 1 of a corpus stage on one shard."""
+    t0 = time.process_time()
+    stage.scan(shard, Path(scratch), idx)
+    _write_json(Path(done_path), {"seconds": time.process_time() - t0})
+
+
+def run_apply(stage, shard, out_path: str, scratch: str, idx: int, fmt: str, done_path: str) -> list[dict]:
+    """Pass 2 of a corpus stage on one shard; the done file holds the shard's stats."""
+    stats = stage.apply(shard, Path(out_path), Path(scratch), idx, fmt)
+    result = [stats.to_dict()]
+    _write_json(Path(done_path), result)
+    return result
+
+
+def _segments(stages) -> list[list]:
+    """Consecutive document stages grouped; each corpus stage alone."""
+    segs: list[list] = []
+    for s in stages:
+        if s.corpus or not segs or segs[-1][0].corpus:
+            segs.append([s])
+        else:
+            segs[-1].append(s)
+    return segs
+
+
+def run_pipeline(config: CurateConfig, inputs: list[str], output: str | os.PathLike, executor: str = "local",
+                 workers: int | None = None, ray_address: str | None = None, restart: bool = False,
+                 progress: bool = True) -> RunResult:
+    """Run ``config``'s stages over ``inputs`` into ``output`` (shard-NNNNN.<format> + report.{json,md})."""
+    output = Path(output)
+    work = output / WORK
+    stages = [build_stage(name, opts) for name, opts in config.stage_list()]
+    if not stages:
+        raise ValueError("the config lists no stages")
+    plan = plan_input_shards(inputs)
+    _check_resume(work, config, plan, restart)
+    ex = make_executor(executor, workers or config.workers, ray_address, progress)
+    suffix = shard_suffix(config.output_format)
+    segs = _segments(stages)
+    specs: list = plan
+    totals: list[StageStats] = []
+    run = skipped = 0
+    for k, seg in enumerate(segs):
+        last = k == len(segs) - 1
+        seg_dir = work / f"{k:02d}-{'+'.join(s.name for s in seg)}"
+        seg_dir.mkdir(parents=True, exist_ok=True)
+        fmt = config.output_format if last else "jsonl.gz"
+        outs = [str((output if last else seg_dir) / f"shard-{i:05d}{suffix if last else '.jsonl.gz'}")
+                for i in range(len(specs))]
+        if not seg[0].corpus:
+            dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
+            todo = [(seg, specs[i], outs[i], str(dones[i]), fmt) for i in range(len(specs))
+                    if not (dones[i].exists() and Path(outs[i]).exists())]
+            ex.map(run_doc_shard, todo, desc=f"curate {'+'.join(s.name for s in seg)}")
+        else:
+            stage = seg[0]
+            scratch = seg_dir / "scratch"
+            scratch.mkdir(exist_ok=True)
+            scan_dones = [seg_dir / f"scan-{i:05d}.done" for i in range(len(specs))]
+            todo_scan = [(stage, specs[i], str(scratch), i, str(scan_dones[i])) for i in range(len(specs))
+                         if not scan_dones[i].exists()]
+            ex.map(run_scan, todo_scan, desc=f"curate {stage.name} scan")
+            reduce_done = seg_dir / "reduce.done"
+            if todo_scan or not reduce_done.exists():
+                t0 = time.process_time()
+                stage.reduce(scratch, len(specs))
+                _write_json(reduce_done, {"seconds": time.process_time() - t0})
+            dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
+            todo = [(stage, specs[i], outs[i], str(scratch), i, fmt, str(dones[i])) for i in range(len(specs))
+                    if todo_scan or not (dones[i].exists() and Path(outs[i]).exists())]
+            ex.map(run_apply, todo, desc=f"curate {stage.name} apply")
+            extra = sum(json.loads(d.read_text())["seconds"] for d in scan_dones)
+            extra += json.loads(reduce_done.read_text())["seconds"]
+        run += len(todo)
+        skipped += len(specs) - len(todo)
+        seg_stats = [StageStats(s.name) for s in seg]
+        for d in dones:
+            for st, rec in zip(seg_stats, json.loads(d.read_text())):
+                st.merge(StageStats.from_dict(rec))
+        if seg[0].corpus:
+            seg_stats[0].seconds += extra
+        totals += seg_stats
+        specs = outs
+    report_json, report_md = write_report(totals, output)
+    return RunResult(totals, [Path(p) for p in specs], run, skipped, report_json, report_md)
+
+
+def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool) -> None:
+    """Refuse to mix a resumed run with another config or other inputs (or wipe it with ``restart``)."""
+    import shutil
+
+    stamp = {"config": config.fingerprint(), "plan": plan}
+    path = work / "run.json"
+    if restart and work.exists():
+        shutil.rmtree(work)
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old != json.loads(json.dumps(stamp)):
+            raise ValueError(f"{work} holds a run with another config or other inputs; pass --restart to "
+                             "start over, or choose another --output")
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    _write_json(path, stamp)
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+def read_outputs(paths: list[Path]):
+    """Iterate the documents of output shards in order."""
+    for p in paths:
+        yield from iter_shard(str(p))
+
+
+__all__ = ["RunResult", "run_pipeline", "read_outputs", "text_bytes"]

@@ -1,0 +1,167 @@
+"""Reading inputs (HTML files and folders, WARC/WET, JSONL(.gz), Parquet) and writing shards.
+
+A document is a dict with "id" and either "text" or "html" (decoded with the detected encoding);
+other fields ride along untouched. Shards are written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+HTML_SUFFIXES = (".html", ".htm", ".xhtml")
+WARC_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz", ".arc", ".arc.gz")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")
+PARQUET_SUFFIXES = (".parquet",)
+HTML_FILES_PER_SHARD = 256
+SIDE_FILE_SUFFIXES = (".json", ".md", ".done", ".npz", ".npy", ".yaml", ".yml")
+
+
+def kind_of(path: Path) -> str:
+    """"html" | "warc" | "jsonl" | "parquet" | "text" by file name."""
+    name = path.name.lower()
+    for kind, suffixes in (("warc", WARC_SUFFIXES), ("jsonl", JSONL_SUFFIXES), ("parquet", PARQUET_SUFFIXES),
+                           ("html", HTML_SUFFIXES)):
+        if name.endswith(suffixes):
+            return kind
+    return "text"
+
+
+def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
+    """Group input paths into shards: each WARC/JSONL/Parquet file is one; HTML/text files go 256 to a shard."""
+    shards: list[list[str]] = []
+    loose: list[str] = []
+    for raw in inputs:
+        path = Path(raw)
+        if path.is_dir():
+            # a folder's side files (manifests, reports, markers) are not documents
+            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
+                           and not p.name.endswith(SIDE_FILE_SUFFIXES))
+        elif path.is_file():
+            files = [path]
+        else:
+            raise FileNotFoundError(f"input {path} does not exist (give files or folders of HTML, WARC, JSONL, Parquet)")
+        for f in files:
+            if kind_of(f) in ("html", "text"):
+                loose.append(str(f))
+            else:
+                shards.append([str(f)])
+    for i in range(0, len(loose), HTML_FILES_PER_SHARD):
+        shards.append(loose[i:i + HTML_FILES_PER_SHARD])
+    if not shards:
+        raise ValueError(f"no input files found in {list(map(str, inputs))}")
+    return shards
+
+
+def iter_source(path: str) -> Iterator[dict]:
+    """Documents of one input file."""
+    p = Path(path)
+    kind = kind_of(p)
+    if kind == "jsonl":
+        yield from read_jsonl(p)
+    elif kind == "parquet":
+        yield from read_parquet(p)
+    elif kind == "warc":
+        yield from read_warc(p)
+    elif kind == "html":
+        from cookmind.curate.extract import decode_html
+
+        yield {"id": str(p), "html": decode_html(p.read_bytes())}
+    else:
+        yield {"id": str(p), "text": p.read_text(encoding="utf-8", errors="replace")}
+
+
+def iter_shard(spec: str | list[str]) -> Iterator[dict]:
+    """Documents of a shard: one intermediate/output file, or a list of input files."""
+    paths = [spec] if isinstance(spec, str) else spec
+    for path in paths:
+        for i, doc in enumerate(iter_source(path)):
+            doc.setdefault("id", f"{path}#{i}")
+            yield doc
+
+
+def _open_text(path: Path):
+    if path.name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    """Records of a JSONL(.gz) file; a bad line is an error naming file:line."""
+    with _open_text(Path(path)) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            yield rec
+
+
+def read_parquet(path: Path) -> Iterator[dict]:
+    """Rows of a Parquet file as dicts."""
+    import pyarrow.parquet as pq
+
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+        yield from batch.to_pylist()
+
+
+def read_warc(path: Path) -> Iterator[dict]:
+    """HTML responses (as "html") and WET conversions (as "text") of a WARC/WET file, via fastwarc."""
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+    from cookmind.curate.extract import decode_html
+
+    types = WarcRecordType.response | WarcRecordType.resource | WarcRecordType.conversion
+    with open(path, "rb") as f:
+        for rec in ArchiveIterator(f, record_types=types, parse_http=True):
+            url = rec.headers.get("WARC-Target-URI", "")
+            rid = rec.headers.get("WARC-Record-ID", "") or url
+            body = rec.reader.read()
+            if rec.record_type == WarcRecordType.conversion:
+                yield {"id": rid, "url": url, "text": body.decode("utf-8", errors="replace")}
+                continue
+            ctype = (rec.http_headers.get("Content-Type", "") if rec.http_headers else "") or ""
+            if ctype and "html" not in ctype.lower():
+                continue
+            yield {"id": rid, "url": url, "html": decode_html(body)}
+
+
+def write_shard(docs: Iterable[dict], path: str | os.PathLike, fmt: str | None = None) -> int:
+    """Write documents to ``path`` (JSONL, JSONL.gz or Parquet by ``fmt`` or suffix) atomically; returns count."""
+    path = Path(path)
+    fmt = fmt or ("parquet" if path.name.endswith(".parquet") else "jsonl.gz" if path.name.endswith(".gz") else "jsonl")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    n = 0
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = list(docs)
+        n = len(rows)
+        pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({"id": pa.array([], pa.string()),
+                                                                        "text": pa.array([], pa.string())}), tmp)
+    else:
+        raw = gzip.open(tmp, "wb", compresslevel=3) if fmt == "jsonl.gz" else open(tmp, "wb")
+        with raw:
+            for doc in docs:
+                raw.write(json.dumps(doc, ensure_ascii=False).encode("utf-8") + b"\n")
+                n += 1
+    os.replace(tmp, path)
+    return n
+
+
+def shard_suffix(fmt: str) -> str:
+    """File suffix of an output format."""
+    suffixes = {"jsonl.gz": ".jsonl.gz", "jsonl": ".jsonl", "parquet": ".parquet"}
+    if fmt not in suffixes:
+        raise ValueError(f"unknown output format {fmt!r}; use one of {sorted(suffixes)}")
+    return suffixes[fmt]

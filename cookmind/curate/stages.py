@@ -1,0 +1,339 @@
+"""Pipeline stages: each wraps one plain function of the package.
+
+A document stage decides on one document at a time (``process(doc, stats) -> keep?``) and may
+edit its text. A corpus stage (the two dedups) needs every shard: it ``scan``s each shard,
+``reduce``s what the scans wrote, then ``apply``s the decision shard by shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from cookmind.curate import exact_lines, minhash
+from cookmind.curate.extract import extract_text
+from cookmind.curate.gopher import GopherConfig, gopher_reasons
+from cookmind.curate.shards import iter_shard, write_shard
+from cookmind.curate.stats import StageStats, text_bytes
+
+
+class DocStage:
+    """A per-document stage; subclasses set ``name`` and implement ``process``."""
+
+    name = "stage"
+    corpus = False
+
+    def process(self, doc: dict, stats: StageStats) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class ExtractStage(DocStage):
+    """HTML -> main-content text (documents that arrive as text pass through)."""
+
+    name = "extract"
+
+    def __init__(self, main_content: bool = True):
+        self.main_content = main_content
+
+    def process(self, doc, stats):
+        if "html" not in doc:
+            return bool(doc.get("text"))
+        text = extract_text(doc.pop("html"), main_content=self.main_content)
+        if text is None:
+            stats.reasons["no_text"] += 1
+            return False
+        doc["text"] = text
+        return True
+
+
+class GopherStage(DocStage):
+    """The Gopher rules; the first failed rule is the removal reason, every failed rule is counted."""
+
+    name = "gopher"
+
+    def __init__(self, **options):
+        self.cfg = GopherConfig.from_dict(options)
+
+    def process(self, doc, stats):
+        reasons = gopher_reasons(doc["text"], self.cfg)
+        for r in reasons:
+            stats.counters[f"failed:{r}"] += 1
+        if reasons:
+            stats.reasons[reasons[0]] += 1
+        return not reasons
+
+
+class LangIdStage(DocStage):
+    """Keep documents in ``languages`` identified with at least ``threshold`` confidence."""
+
+    name = "langid"
+
+    def __init__(self, languages=("en",), threshold: float = 0.65):
+        self.languages = set(languages)
+        self.threshold = float(threshold)
+
+    def process(self, doc, stats):
+        from cookmind.curate.langid import identify_language
+
+        lang, score = identify_language(doc["text"])
+        doc["lang"], doc["lang_score"] = lang, round(score, 4)
+        if lang not in self.languages:
+            stats.reasons[f"lang:{lang}"] += 1
+            return False
+        if score < self.threshold:
+            stats.reasons["low_confidence"] += 1
+            return False
+        return True
+
+
+class PiiStage(DocStage):
+    """Mask e-mails, IPs and phone numbers; counts what was masked; removes nothing."""
+
+    name = "pii"
+
+    def __init__(self, emails: bool = True, phones: bool = True, ips: bool = True):
+        self.emails, self.phones, self.ips = emails, phones, ips
+
+    def process(self, doc, stats):
+        from cookmind.curate.pii import mask_emails, mask_ips, mask_phone_numbers
+
+        text = doc["text"]
+        for enabled, fn, key in ((self.emails, mask_emails, "emails"), (self.ips, mask_ips, "ips"),
+                                 (self.phones, mask_phone_numbers, "phones")):
+            if enabled:
+                text, n = fn(text)
+                stats.counters[f"{key}_masked"] += n
+                stats.counters[f"docs_with_{key}"] += int(n > 0)
+        doc["text"] = text
+        return True
+
+
+class NsfwStage(DocStage):
+    """Remove documents the NSFW lexicon scorer flags."""
+
+    name = "nsfw"
+
+    def __init__(self, min_hits: int = 3, min_ratio: float = 0.01):
+        self.min_hits, self.min_ratio = int(min_hits), float(min_ratio)
+
+    def process(self, doc, stats):
+        from cookmind.curate.harmful import classify_nsfw
+
+        label, _ = classify_nsfw(doc["text"], self.min_hits, self.min_ratio)
+        if label == "nsfw":
+            stats.reasons["nsfw"] += 1
+            return False
+        return True
+
+
+class ToxicStage(DocStage):
+    """Remove toxic documents: whole-document probability, or the share of clearly toxic lines.
+
+    Lines need a higher bar (``line_threshold``) than documents: short lines such as a title
+    "My favourite roast chicken" score around 0.6 with alt-profanity-check, real abuse near 1.0.
+    """
+
+    name = "toxic"
+
+    def __init__(self, threshold: float = 0.5, line_threshold: float = 0.9, max_toxic_line_share: float = 0.1,
+                 model: str | None = None):
+        self.threshold = float(threshold)
+        self.line_threshold = float(line_threshold)
+        self.max_share = float(max_toxic_line_share)
+        self.model = model
+
+    def process(self, doc, stats):
+        from cookmind.curate.harmful import classify_toxic_speech, toxic_line_share
+
+        label, _ = classify_toxic_speech(doc["text"], self.threshold, self.model)
+        if label == "toxic":
+            stats.reasons["toxic"] += 1
+            return False
+        if self.model is None and toxic_line_share(doc["text"], self.line_threshold) > self.max_share:
+            stats.reasons["toxic_lines"] += 1
+            return False
+        return True
+
+
+class QualityStage(DocStage):
+    """Keep documents the quality classifier scores at least ``threshold`` for ``good_label``."""
+
+    name = "quality"
+
+    def __init__(self, model: str | None = None, threshold: float = 0.5, good_label: str = "good"):
+        if not model:
+            raise ValueError("stage quality: needs `model:` (train one with `cookmind curate train-classifier`)")
+        if not os.path.isfile(model):
+            raise FileNotFoundError(f"stage quality: model {model} does not exist; train one with "
+                                    "`cookmind curate train-classifier --input labelled.jsonl --output MODEL`")
+        self.model, self.threshold, self.good_label = str(model), float(threshold), good_label
+
+    def process(self, doc, stats):
+        from cookmind.curate.harmful import classify_quality
+
+        _, p = classify_quality(doc["text"], self.model, self.good_label)
+        doc["quality"] = round(p, 4)
+        if p < self.threshold:
+            stats.reasons["low_quality"] += 1
+            return False
+        return True
+
+
+class CorpusStage:
+    """A stage that must see the whole corpus: scan every shard, reduce, apply to every shard."""
+
+    name = "corpus"
+    corpus = True
+
+    def scan(self, shard: str | list[str], scratch: Path, idx: int) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def reduce(self, scratch: Path, num_shards: int) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def keep(self, doc: dict, local_idx: int, state: Any, stats: StageStats) -> bool:  # pragma: no cover
+        raise NotImplementedError
+
+    def load_state(self, scratch: Path, idx: int) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def apply(self, shard, out_path: Path, scratch: Path, idx: int, fmt: str) -> StageStats:
+        """Pass 2: write the shard's kept (and edited) documents; return this shard's stats."""
+        stats = StageStats(self.name)
+        state = self.load_state(scratch, idx)
+        t0 = time.process_time()
+
+        def kept():
+            for i, doc in enumerate(iter_shard(shard)):
+                stats.docs_in += 1
+                stats.bytes_in += text_bytes(doc)
+                if self.keep(doc, i, state, stats):
+                    stats.docs_out += 1
+                    stats.bytes_out += text_bytes(doc)
+                    yield doc
+
+        write_shard(kept(), out_path, fmt)
+        stats.seconds += time.process_time() - t0
+        return stats
+
+
+class MinHashStage(CorpusStage):
+    """Near- and exact-duplicate documents: one kept per MinHash/LSH cluster (see minhash.py)."""
+
+    name = "minhash"
+
+    def __init__(self, num_hashes: int = 128, num_bands: int = 16, ngrams: int = 5,
+                 jaccard_threshold: float = 0.8, seed: int = 0):
+        if num_hashes % num_bands:
+            raise ValueError(f"stage minhash: num_hashes {num_hashes} is not divisible by num_bands {num_bands}")
+        self.num_hashes, self.num_bands, self.ngrams = int(num_hashes), int(num_bands), int(ngrams)
+        self.threshold, self.seed = float(jaccard_threshold), int(seed)
+
+    def scan(self, shard, scratch, idx):
+        a, b = minhash.permutations(self.num_hashes, self.seed)
+        sets, sigs, text_ids = [], [], []
+        for doc in iter_shard(shard):
+            s = minhash.shingles(doc["text"], self.ngrams)
+            sets.append(s)
+            sigs.append(minhash.signature(s, a, b))
+            text_ids.append(xxhash.xxh64_intdigest(doc["text"].encode()))
+        lengths = np.array([len(s) for s in sets], dtype=np.int64)
+        _savez(scratch / f"scan-{idx:05d}.npz",
+               sigs=np.stack(sigs) if sigs else np.zeros((0, self.num_hashes), np.uint64),
+               shingles=np.concatenate(sets) if sets else np.zeros(0, np.uint64),
+               lengths=lengths, text_ids=np.array(text_ids, dtype=np.uint64))
+
+    def reduce(self, scratch, num_shards):
+        sigs, sets, text_ids, owner = [], [], [], []
+        for idx in range(num_shards):
+            with np.load(scratch / f"scan-{idx:05d}.npz") as z:
+                sigs.append(z["sigs"])
+                text_ids.append(z["text_ids"])
+                ends = np.cumsum(z["lengths"])
+                sh = z["shingles"]
+                sets += [sh[e - n:e] for e, n in zip(ends, z["lengths"])]
+                owner += [(idx, i) for i in range(len(z["lengths"]))]
+        all_sigs = np.concatenate(sigs) if sigs else np.zeros((0, self.num_hashes), np.uint64)
+        all_text = np.concatenate(text_ids) if text_ids else np.zeros(0, np.uint64)
+        keep = minhash.duplicate_clusters(sets, all_sigs, self.num_bands, self.threshold)
+        removed: dict[int, dict[str, str]] = {idx: {} for idx in range(num_shards)}
+        for g, root in enumerate(keep):
+            if root != g:
+                shard_idx, local = owner[g]
+                removed[shard_idx][str(local)] = "exact_duplicate" if all_text[g] == all_text[root] else "near_duplicate"
+        for idx, rem in removed.items():
+            _write_json(scratch / f"remove-{idx:05d}.json", rem)
+
+    def load_state(self, scratch, idx):
+        return json.loads((scratch / f"remove-{idx:05d}.json").read_text())
+
+    def keep(self, doc, local_idx, state, stats):
+        reason = state.get(str(local_idx))
+        if reason:
+            stats.reasons[reason] += 1
+            return False
+        return True
+
+
+class ExactLinesStage(CorpusStage):
+    """Lines seen more than once in the corpus are removed (see exact_lines.py)."""
+
+    name = "exact_lines"
+
+    def __init__(self, num_partitions: int = 16, min_words_after: int = 1):
+        self.num_partitions, self.min_words_after = int(num_partitions), int(min_words_after)
+
+    def scan(self, shard, scratch, idx):
+        hashes = [exact_lines.line_hashes(doc["text"]) for doc in iter_shard(shard)]
+        flat = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+        exact_lines.write_partitions(flat, scratch / f"scan-{idx:05d}", self.num_partitions)
+
+    def reduce(self, scratch, num_shards):
+        dirs = [scratch / f"scan-{idx:05d}" for idx in range(num_shards)]
+        dup = np.sort(np.concatenate([exact_lines.count_partition(dirs, p) for p in range(self.num_partitions)]))
+        exact_lines._save_npy(scratch / "duplicated.npy", dup)
+
+    def load_state(self, scratch, idx):
+        return np.load(scratch / "duplicated.npy")
+
+    def keep(self, doc, local_idx, state, stats):
+        text, n = exact_lines.remove_lines(doc["text"], state)
+        stats.counters["lines_removed"] += n
+        stats.counters["docs_edited"] += int(n > 0)
+        if len(text.split()) < self.min_words_after:
+            stats.reasons["empty_after_line_dedup"] += 1
+            return False
+        doc["text"] = text
+        return True
+
+
+STAGES: dict[str, type] = {cls.name: cls for cls in (ExtractStage, GopherStage, LangIdStage, PiiStage, NsfwStage,
+                                                      ToxicStage, QualityStage, MinHashStage, ExactLinesStage)}
+
+
+def build_stage(name: str, options: dict | None):
+    """A stage object from its name and options; unknown names/options are errors naming them."""
+    if name not in STAGES:
+        raise ValueError(f"unknown curate stage {name!r}; known stages: {sorted(STAGES)}")
+    try:
+        return STAGES[name](**(options or {}))
+    except TypeError as exc:
+        raise ValueError(f"stage {name}: bad options {sorted((options or {}).keys())}: {exc}") from None
+
+
+def _savez(path: Path, **arrays) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
