@@ -201,3 +201,28 @@ def test_gsm8k_packs_as_grpo_and_sft_through_the_cli(tmp_path, tok, tok_dir, sha
     assert np.array_equal(TokenStore(tmp_path / "s").record("sequence", 5),
                           tok.render([{"role": "user", "content": rows[5]["question"]},
                                       {"role": "assistant", "content": rows[5]["answer"]}])[0])
+
+
+def test_synthetic_chats_and_preferences_pack_through_the_command_line(tmp_path, tok, tok_dir):
+    import subprocess
+    import sys
+
+    from cookmind.synthetic.chats import chats
+    from cookmind.synthetic.preferences import preference_pairs
+
+    convs = chats(40, seed=3)
+    src = _jsonl(tmp_path / "chats.jsonl", [{"messages": m} for m in convs])
+    prefs = _jsonl(tmp_path / "prefs.jsonl", preference_pairs(10, seed=3))
+    cmd = [sys.executable, "-m", "cookmind", "pack", "--tokenizer", str(tok_dir), "--train-type", "sft",
+           "--input", str(src), "--out", str(tmp_path / "s"), "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "packed 40 sft records" in proc.stdout
+    ds = DatasetFactory.load("sft", tmp_path / "s", 1024)
+    assert len(ds) == 40 and ds.num_dropped == 0
+    for k in (0, 39):
+        item = ds[k]
+        want = "".join(m["content"] + "<|im_end|>" for m in convs[k] if m["role"] == "assistant")
+        assert tok.decode(item["input_ids"][item["labels"] != -100].tolist()) == want
+    meta = pack([prefs], tmp_path / "d", tok_dir, "dpo", storage_type="h5", progress=False)
+    assert meta["num_records"] == 10 and meta["format"] == "h5"

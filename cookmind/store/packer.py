@@ -22,7 +22,7 @@ from cookmind.store.records import BadRecord, RecordOptions, make_record, make_s
 from cookmind.store.sources import iter_items
 from cookmind.store.writer import StoreWriter
 
-CHUNK = 64
+CHUNK = 256
 MAX_EXAMPLES = 20
 
 _worker: dict = {}
