@@ -31,5 +31,12 @@ class IncrementalDetokenizer:
         self._prefix, self._read = self._read, len(self.ids)
         return delta
 
+    def flush(self) -> str:
+        """At the end: whatever is still held back (an incomplete character becomes U+FFFD)."""
+        prefix_text = self.tokenizer.decode(self.ids[self._prefix : self._read])
+        full_text = self.tokenizer.decode(self.ids[self._prefix :])
+        self._prefix = self._read = len(self.ids)
+        return full_text[len(prefix_text) :]
+
     def text(self) -> str:
         return self.tokenizer.decode(self.ids)

@@ -126,6 +126,7 @@ class Engine:
         # metrics
         self.requests_total = 0
         self.requests_finished = 0
+        self.finished_by_reason: dict[str, int] = {}
         self.tokens_generated = 0
         self.prompt_tokens = 0
         self._recent: deque[tuple[float, int]] = deque()
@@ -202,6 +203,7 @@ class Engine:
             "generated_tokens_total": self.tokens_generated,
             "tokens_per_second": recent / 10.0,  # over the last 10 s
             "slots": self.num_slots,
+            **{f"requests_finished_{k}": v for k, v in sorted(self.finished_by_reason.items())},
         }
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -381,4 +383,5 @@ class Engine:
             self.slots[req.slot] = None
         req.state, req.finish_reason = "done", reason
         self.requests_finished += 1
+        self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
         req.sink(FinishEvent(reason, error))

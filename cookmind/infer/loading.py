@@ -1,0 +1,91 @@
+"""Load a model and its tokenizer for inference from a cookmind checkpoint or a Hugging Face directory."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+class HFTokenizerAdapter:
+    """A transformers tokenizer (tokenizer.json + tokenizer_config.json) behind cookmind's Tokenizer API."""
+
+    def __init__(self, directory: str | Path):
+        from transformers import AutoTokenizer
+
+        self.hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        vocab = self.hf.get_vocab()
+        self.special_tokens = {t: vocab[t] for t in self.hf.all_special_tokens if t in vocab}
+        for name in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>"):
+            if name in vocab:
+                self.special_tokens.setdefault(name, vocab[name])
+        self.vocab_size = len(self.hf)
+        self.eos_id = self.hf.eos_token_id
+        self.im_start_id = self.special_tokens.get("<|im_start|>")
+        self.im_end_id = self.special_tokens.get("<|im_end|>")
+        self.pad_id = self.hf.pad_token_id if self.hf.pad_token_id is not None else self.eos_id
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False)
+
+    def decode(self, ids) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
+        return self.hf.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                           tokenize=False)
+
+    def render(self, messages, add_generation_prompt: bool = False, tools=None):
+        ids = self.encode(self.apply_chat_template(messages, add_generation_prompt, tools))
+        return ids, [0] * len(ids)
+
+
+def is_hf_dir(path: Path) -> bool:
+    """A Hugging Face model directory names its architecture in config.json; ours does not."""
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        return False
+    d = json.loads(cfg.read_text())
+    return "architectures" in d or "model_type" in d
+
+
+def load_tokenizer(path: str | Path):
+    """cookmind's tokenizer when its files are there, else the Hugging Face tokenizer.json."""
+    from cookmind.tokenizer import Tokenizer, TokenizerError
+
+    path = Path(path)
+    try:
+        return Tokenizer.load(path)
+    except TokenizerError:
+        if (path / "tokenizer.json").is_file():
+            return HFTokenizerAdapter(path)
+        raise
+
+
+def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | None = None,
+                       tokenizer_path: str | Path | None = None):
+    """(model in eval mode, tokenizer) from a cookmind checkpoint/model dir or a HF Llama/Qwen dir."""
+    from cookmind.model import load_model
+    from cookmind.model.hf import import_hf
+
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such model directory (give a cookmind checkpoint or a HF model dir)")
+    torch_dtype = None
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
+        torch_dtype = DTYPES[dtype]
+    if is_hf_dir(path):
+        with tempfile.TemporaryDirectory(prefix="cookmind-import-") as tmp:
+            import_hf(path, Path(tmp) / "model")
+            model = load_model(Path(tmp) / "model", device=device, dtype=torch_dtype)
+    else:
+        model = load_model(path, device=device, dtype=torch_dtype)
+    tokenizer = load_tokenizer(tokenizer_path or path)
+    return model.eval(), tokenizer

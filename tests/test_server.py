@@ -1,0 +1,236 @@
+"""The OpenAI-compatible server, driven by the official `openai` package over a loopback port.
+
+A tiny random-weight CookMindLM and a tokenizer trained here on a little text; every answer is
+checked against generate() (the model's own KV-cache path) decoded with the tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import torch
+import uvicorn
+
+from cookmind.infer import GenerationConfig, generate
+from cookmind.infer.engine import Engine
+from cookmind.infer.reasoning import split_reasoning
+from cookmind.infer.server import create_app
+from cookmind.model import CookMindConfig, CookMindLM
+from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+TEXT = ("The cook stirs the soup. The soup is hot and the bread is fresh. "
+        "A cook bakes bread every morning; the kitchen smells of bread and soup.\n") * 20
+API_KEY = "test-key"
+MODEL = "tiny-cook"
+
+
+def make_tokenizer(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tok")
+    (d / "corpus.txt").write_text(TEXT)
+    vocab, merges = train_bpe(d / "corpus.txt", 300, DEFAULT_SPECIAL_TOKENS, progress=False)
+    return Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
+
+
+def make_model(vocab_size, max_pos=2048):
+    torch.manual_seed(0)
+    cfg = CookMindConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_pos)
+    model = CookMindLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(8)
+    return model
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """uvicorn in a thread on a loopback port."""
+
+    def __init__(self, app):
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            if time.time() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tok = make_tokenizer(tmp_path_factory)
+    model = make_model(tok.vocab_size)
+    engine = Engine(model, num_slots=8, max_seq_len=2048, max_waiting=64)
+    app = create_app(engine, tok, MODEL, api_key=API_KEY)
+    server = LiveServer(app)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+    yield {"tok": tok, "model": model, "engine": engine, "server": server, "client": client}
+    server.close()
+
+
+def reference(setup, prompt_ids, max_tokens, **kw):
+    tok = setup["tok"]
+    ids = generate(setup["model"], [prompt_ids],
+                   GenerationConfig(max_new_tokens=max_tokens, stop_token_ids=(tok.eos_id, tok.im_end_id), **kw))[0]
+    return ids, tok.decode(ids)
+
+
+MESSAGES = [{"role": "system", "content": "You are a cook."}, {"role": "user", "content": "What is in the soup?"}]
+
+
+def chat_prompt(setup, messages=MESSAGES):
+    return setup["tok"].render(messages, add_generation_prompt=True)[0]
+
+
+def test_chat_completion_equals_generate(setup):
+    r = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=12, temperature=0)
+    ids, text = reference(setup, chat_prompt(setup), 12)
+    reasoning, content = split_reasoning(text)
+    choice = r.choices[0]
+    assert choice.message.content == content
+    assert choice.finish_reason == ("length" if len(ids) == 12 else "stop")
+    assert r.usage.prompt_tokens == len(chat_prompt(setup))
+    assert r.usage.completion_tokens == len(ids) and r.usage.total_tokens == r.usage.prompt_tokens + len(ids)
+    assert r.model == MODEL and r.object == "chat.completion"
+
+
+def test_chat_streaming_chunks_and_usage(setup):
+    stream = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=12, temperature=0,
+                                                     stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    ids, text = reference(setup, chat_prompt(setup), 12)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == split_reasoning(text)[1]
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == ["length" if len(ids) == 12 else "stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(ids)
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+
+
+def test_completion_stop_string_is_cut_and_not_returned(setup):
+    tok = setup["tok"]
+    prompt = "The cook"
+    ids, text = reference(setup, tok.encode(prompt), 30)
+    stop = text[6:9]
+    assert len(stop) == 3
+    r = setup["client"].completions.create(model=MODEL, prompt=prompt, max_tokens=30, temperature=0, stop=[stop])
+    assert r.choices[0].text == text[: text.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
+    # streamed: the same cut, the partial stop string never shown
+    s = setup["client"].completions.create(model=MODEL, prompt=prompt, max_tokens=30, temperature=0, stop=stop,
+                                           stream=True)
+    assert "".join(c.choices[0].text for c in s if c.choices) == text[: text.index(stop)]
+
+
+def test_n_choices_and_seed(setup):
+    c = setup["client"]
+    r = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, n=3, temperature=1.0, seed=5)
+    assert [ch.index for ch in r.choices] == [0, 1, 2]
+    again = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, n=3, temperature=1.0, seed=5)
+    assert [ch.message.content for ch in r.choices] == [ch.message.content for ch in again.choices]
+    # choice i uses seed + i: choice 0 equals generate() with that seed
+    _, text = reference(setup, chat_prompt(setup), 8, temperature=1.0, seed=5)
+    assert r.choices[0].message.content == split_reasoning(text)[1]
+
+
+def test_logprobs_match_the_model(setup):
+    tok = setup["tok"]
+    r = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0,
+                                                logprobs=True, top_logprobs=2)
+    seq = chat_prompt(setup)
+    for entry in r.choices[0].logprobs.content:
+        with torch.no_grad():
+            logp = torch.log_softmax(setup["model"](torch.tensor([seq])).logits[0, -1], -1)
+        best = int(logp.argmax())
+        assert entry.token == tok.decode([best])
+        assert entry.logprob == pytest.approx(logp[best].item(), abs=1e-4)
+        assert len(entry.top_logprobs) == 2
+        seq.append(best)
+
+
+def test_models_health_metrics(setup):
+    c = setup["client"]
+    assert [m.id for m in c.models.list().data] == [MODEL]
+    url = setup["server"].url
+    assert httpx.get(url + "/health").json()["status"] == "ok"
+    metrics = httpx.get(url + "/metrics").text
+    assert "cookmind_generated_tokens_total" in metrics and "cookmind_queue_depth" in metrics
+
+
+def test_errors_are_openai_json_with_right_status(setup):
+    c = setup["client"]
+    with pytest.raises(openai.NotFoundError) as e:
+        c.chat.completions.create(model="nope", messages=MESSAGES)
+    assert e.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=5000)
+    assert e.value.body["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model=MODEL, messages=[])
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=MODEL, messages=MESSAGES, temperature="hot")
+    assert "temperature" in e.value.body["message"]
+    bad_key = openai.OpenAI(base_url=setup["server"].url + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad_key.models.list()
+    r = httpx.post(setup["server"].url + "/v1/chat/completions", content=b"{not json",
+                   headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_full_queue_answers_429(setup):
+    # an engine whose loop is not running keeps its queue full; the server must refuse, not wait
+    engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=1)
+    engine.submit([1, 2], None, 1)
+    server = LiveServer(create_app(engine, setup["tok"], MODEL, manage_engine=False))
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        with pytest.raises(openai.RateLimitError) as e:
+            client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)
+        assert e.value.status_code == 429 and e.value.body["code"] == "rate_limit_exceeded"
+    finally:
+        server.close()
+
+
+def test_disconnect_cancels_generation(setup):
+    engine = setup["engine"]
+    before = engine.finished_by_reason.get("cancelled", 0)
+    body = {"model": MODEL, "prompt": "The cook", "max_tokens": 2000, "temperature": 1.0, "stream": True}
+    with httpx.Client(timeout=30) as h:
+        with h.stream("POST", setup["server"].url + "/v1/completions", json=body,
+                      headers={"Authorization": f"Bearer {API_KEY}"}) as r:
+            lines = r.iter_lines()
+            got = [next(lines) for _ in range(3)]
+    assert got[0].startswith("data: ")
+    deadline = time.time() + 20
+    while engine.finished_by_reason.get("cancelled", 0) == before and time.time() < deadline:
+        time.sleep(0.05)
+    assert engine.finished_by_reason.get("cancelled", 0) == before + 1
+    assert engine.finished_by_reason.get("length", 0) >= 0 and all(s is None for s in engine.slots)
+
+
+def test_chat_with_tools_renders_and_answers(setup):
+    tools = [{"type": "function", "function": {"name": "get_recipe", "parameters": {"type": "object"}}}]
+    r = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0,
+                                                tools=tools)
+    assert r.usage.prompt_tokens == len(setup["tok"].render(MESSAGES, add_generation_prompt=True, tools=tools)[0])
