@@ -76,3 +76,17 @@ def test_triton_kernel_refuses_cpu_tensors():
     q = torch.randn(1, 2, 8, 64)
     with pytest.raises((ValueError, RuntimeError)):
         FlashAttentionTriton.apply(q, q, q, True)
+
+
+def test_pytorch_flash_under_autocast_casts_like_sdpa():
+    # mixed fp32 q/k and bf16 v, as a model under autocast produces them: computed in bf16, grads in input dtypes
+    q = torch.randn(1, 2, 40, 16, requires_grad=True)
+    k = torch.randn(1, 2, 40, 16, requires_grad=True)
+    v = torch.randn(1, 2, 40, 16, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = FlashAttentionPytorch.apply(q, k, v, True)
+    assert out.dtype == torch.bfloat16
+    ref = naive_attention(q.double(), k.double(), v.double(), True)
+    assert _rel(out, ref) < 2e-2
+    out.float().sum().backward()
+    assert q.grad.dtype == torch.float32 and v.grad.dtype == torch.bfloat16

@@ -44,3 +44,38 @@ def test_triton_flash_non_contiguous_inputs():
     out = FlashAttentionTriton.apply(q, k, v, True)
     ref = naive_attention(q.double(), k.double(), v.double(), True)
     assert ((out.double() - ref).norm() / ref.norm()).item() < 3e-2
+
+
+def test_triton_flash_under_torch_compile():
+    from tests.test_kernels import naive_attention
+
+    q, k, v = (torch.randn(2, 8, 600, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    fn = torch.compile(lambda q, k, v: FlashAttentionTriton.apply(q, k, v, True) * 2.0, fullgraph=True)
+    out = fn(q, k, v)
+    out.sum().backward()
+    ref = naive_attention(q.double(), k.double(), v.double(), True) * 2.0
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 3e-2
+    qd = q.detach().double().requires_grad_()
+    (naive_attention(qd, k.detach().double(), v.detach().double(), True) * 2.0).sum().backward()
+    assert ((q.grad.double() - qd.grad).norm() / qd.grad.norm()).item() < 3e-2
+
+
+def test_model_flash_triton_backend_matches_sdpa():
+    from cookmind.model import CookMindConfig, CookMindLM
+
+    cfg = dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=512)
+    torch.manual_seed(0)
+    ref_model = CookMindLM(CookMindConfig(**cfg, attn_backend="sdpa")).cuda()
+    model = CookMindLM(CookMindConfig(**cfg, attn_backend="flash-triton")).cuda()
+    model.load_state_dict(ref_model.state_dict())
+    ids = torch.randint(0, 256, (2, 300), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ref = ref_model(ids, labels=ids).loss
+        got = model(ids, labels=ids).loss
+    ref.backward()
+    got.backward()
+    assert abs(got.item() - ref.item()) < 1e-2
+    g_ref = ref_model.model.layers[0].self_attn.q_proj.weight.grad
+    g = model.model.layers[0].self_attn.q_proj.weight.grad
+    assert ((g - g_ref).norm() / g_ref.norm()).item() < 5e-2

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from .shapes import check_attention_inputs
+from .shapes import autocast_inputs, check_attention_inputs
 
 BLOCK_M = 64  # query rows per tile
 BLOCK_N = 64  # key columns per tile
@@ -38,6 +38,8 @@ class FlashAttentionPytorch(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False):
+        ctx.in_dtypes = (q.dtype, k.dtype, v.dtype)  # gradients go back in these
+        q, k, v = autocast_inputs(q, k, v)
         b, h, tq, d, hkv, tk = check_attention_inputs(q, k, v, is_causal)
         g = h // hkv
         scale = 1.0 / math.sqrt(d)
@@ -103,4 +105,5 @@ class FlashAttentionPytorch(torch.autograd.Function):
                 ds = p * (dp - delta[..., i0:i1, None])  # dS = P * (dP - D)
                 dq[..., i0:i1, :] += ds @ kj * scale  # dQ = dS K / sqrt(D)
                 dk[:, :, j0:j1] += (ds.transpose(-1, -2) @ qi).sum(2) * scale  # dK = dS^T Q / sqrt(D)
-        return dq.reshape(b, hkv * g, tq, d).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None
+        dt_q, dt_k, dt_v = ctx.in_dtypes
+        return dq.reshape(b, hkv * g, tq, d).to(dt_q), dk.to(dt_k), dv.to(dt_v), None

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from .shapes import check_attention_inputs
+from .shapes import autocast_inputs, check_attention_inputs
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2(e))
@@ -52,8 +52,8 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
     b, h, tq, d, hkv, tk = check_attention_inputs(q, k, v, is_causal)
     _check_device(q, d)
     kernels = _kernels()
+    o = torch.empty_like(q)  # keeps q's strides, so the fake kernel below can promise the same
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
-    o = torch.empty_like(q)
     lse = torch.empty(b * h, tq, device=q.device, dtype=torch.float32)
     qk_scale = LOG2_E / math.sqrt(d)
 
@@ -62,7 +62,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
 
     kernels.flash_fwd(
         grid, q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        h, h // hkv, tq, tk, qk_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=q.element_size(),
+        h, h // hkv, tq, tk, qk_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=q.element_size(), Tk=tk,
     )
     return o, lse
 
@@ -72,14 +72,14 @@ def flash_backward(q, k, v, o, lse, do, is_causal: bool):
     b, h, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     kernels = _kernels()
-    do = _unit_last(do)
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    q, k, v, o, do = (_unit_last(x) for x in (q, k, v, o, do))
     delta = torch.empty_like(lse)
     kernels.flash_bwd_delta_kernel[(triton_cdiv(tq, _DELTA_BLOCK), b * h)](
         o, do, delta, *o.stride()[:3], *do.stride()[:3], h, tq, HEAD_D=d, BLOCK_M=_DELTA_BLOCK,
     )
-    dq = torch.empty_like(q)
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
     qk_scale = LOG2_E / math.sqrt(d)
     sm_scale = 1.0 / math.sqrt(d)
     common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
@@ -87,12 +87,12 @@ def flash_backward(q, k, v, o, lse, do, is_causal: bool):
     kernels.flash_bwd_dkdv(
         lambda meta: (triton_cdiv(tk, meta["BLOCK_N"]), b * hkv),
         q, k, v, do, lse, delta, dk, dv, *common, *dk.stride()[:3], *dv.stride()[:3],
-        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size,
+        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size, Tk=tk,
     )
     kernels.flash_bwd_dq(
         lambda meta: (triton_cdiv(tq, meta["BLOCK_M"]), b * h),
         q, k, v, do, lse, delta, dq, *common, *dq.stride()[:3],
-        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size,
+        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size, Tk=tk,
     )
     return dq, dk, dv
 
@@ -102,12 +102,39 @@ def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
+# Custom ops make the kernels opaque to torch.compile (it traces around them instead of into Triton's
+# launcher); the fake functions tell the compiler the output shapes.
+@torch.library.custom_op("cookmind::flash_attn_fwd", mutates_args=())
+def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward kernel as a PyTorch op: (O, L)."""
+    return flash_forward(q, k, v, is_causal)
+
+
+@flash_attn_fwd_op.register_fake
+def _(q, k, v, is_causal):
+    return torch.empty_like(q), q.new_empty(q.shape[0] * q.shape[1], q.shape[2], dtype=torch.float32)
+
+
+@torch.library.custom_op("cookmind::flash_attn_bwd", mutates_args=())
+def flash_attn_bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                      do: torch.Tensor, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward kernels as a PyTorch op: (dQ, dK, dV)."""
+    return flash_backward(q, k, v, o, lse, do, is_causal)
+
+
+@flash_attn_bwd_op.register_fake
+def _(q, k, v, o, lse, do, is_causal):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 class FlashAttentionTriton(torch.autograd.Function):
     """Fused attention on CUDA: ``FlashAttentionTriton.apply(q, k, v, is_causal) -> o``."""
 
     @staticmethod
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False):
-        o, lse = flash_forward(q, k, v, is_causal)
+        ctx.in_dtypes = (q.dtype, k.dtype, v.dtype)  # gradients go back in these
+        q, k, v = autocast_inputs(q, k, v)
+        o, lse = flash_attn_fwd_op(q, k, v, is_causal)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.is_causal = is_causal
         return o
@@ -115,5 +142,6 @@ class FlashAttentionTriton(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = flash_backward(q, k, v, o, lse, grad_out, ctx.is_causal)
-        return dq, dk, dv, None
+        dq, dk, dv = flash_attn_bwd_op(q, k, v, o, lse, grad_out, ctx.is_causal)
+        dt_q, dt_k, dt_v = ctx.in_dtypes
+        return dq.to(dt_q), dk.to(dt_k), dv.to(dt_v), None

@@ -42,8 +42,9 @@ class Launcher:
     held tiles use, for the shared-memory estimate.
     """
 
-    def __init__(self, fn, candidates, streamed: int, resident: int):
+    def __init__(self, fn, candidates, streamed: int, resident: int, prefer=None):
         self.fn, self.candidates, self.streamed, self.resident = fn, candidates, streamed, resident
+        self.prefer = prefer  # (head_dim, Tk) -> config measured best there, tried first
         self.tuned = None
         if _AUTOTUNE:
             configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
@@ -51,8 +52,12 @@ class Launcher:
             self.tuned = triton.autotune(configs=configs, key=_KEY,
                                          prune_configs_by={"early_config_prune": self._prune})(fn)
 
-    def fitting(self, d: int, size: int):
-        fit = [c for c in self.candidates if _smem_bytes(c, self.streamed, self.resident, d, size) <= _SMEM_BUDGET]
+    def fitting(self, d: int, size: int, tk: int = 0):
+        order = self.candidates
+        if self.prefer is not None:
+            best = self.prefer(d, tk)
+            order = [best] + [c for c in self.candidates if c != best]
+        fit = [c for c in order if _smem_bytes(c, self.streamed, self.resident, d, size) <= _SMEM_BUDGET]
         return fit or self.candidates[-1:]
 
     def _prune(self, configs, named_args, **kwargs):
@@ -60,11 +65,11 @@ class Launcher:
         keep = {(m, n) for m, n, _, _ in self.fitting(d, size)}
         return [c for c in configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) in keep] or configs[-1:]
 
-    def __call__(self, grid, *args, HEAD_D: int, IS_CAUSAL: bool, element_size: int):
+    def __call__(self, grid, *args, HEAD_D: int, IS_CAUSAL: bool, element_size: int, Tk: int = 0):
         """grid: meta-dict -> launch grid, as Triton's autotuner expects."""
         if self.tuned is not None:
             return self.tuned[grid](*args, HEAD_D=HEAD_D, IS_CAUSAL=IS_CAUSAL)
-        m, n, w, s = self.fitting(HEAD_D, element_size)[0]
+        m, n, w, s = self.fitting(HEAD_D, element_size, Tk)[0]
         meta = {"BLOCK_M": m, "BLOCK_N": n}
         return self.fn[grid(meta)](*args, HEAD_D=HEAD_D, IS_CAUSAL=IS_CAUSAL, BLOCK_M=m, BLOCK_N=n,
                                    num_warps=w, num_stages=s)
@@ -332,6 +337,22 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
              dq.to(DQ.dtype.element_ty), mask=m_ok)
 
 
-flash_fwd = Launcher(flash_fwd_kernel, _FWD, streamed=1, resident=0)  # streams K, V; holds Q, O
-flash_bwd_dkdv = Launcher(flash_bwd_dkdv_kernel, _BWD, streamed=0, resident=1)  # streams Q, dO; holds K, V
-flash_bwd_dq = Launcher(flash_bwd_dq_kernel, _DQ, streamed=1, resident=0)  # streams K, V; holds Q, dO
+# Picks from autotuning on one H200 (bf16, causal, 16k tokens a batch; bench/bench_attention.py
+# --autotune): short sequences prefer smaller tiles, which waste less on the causal diagonal.
+def _prefer_fwd(d, tk):
+    return (64, 64, 4, 3) if tk <= 1024 or (d >= 128 and tk <= 4096) else (128, 64, 8, 3)
+
+
+def _prefer_dkdv(d, tk):
+    if d <= 64:
+        return (32, 64, 4, 3)
+    return (64, 64, 4, 2) if tk <= 4096 else (64, 128, 8, 3)
+
+
+def _prefer_dq(d, tk):
+    return (64, 64, 4, 3 if d <= 64 else 2) if tk <= 1024 else (128, 64, 8, 3)
+
+
+flash_fwd = Launcher(flash_fwd_kernel, _FWD, 1, 0, _prefer_fwd)  # streams K, V; holds Q, O
+flash_bwd_dkdv = Launcher(flash_bwd_dkdv_kernel, _BWD, 0, 1, _prefer_dkdv)  # streams Q, dO; holds K, V
+flash_bwd_dq = Launcher(flash_bwd_dq_kernel, _DQ, 1, 0, _prefer_dq)  # streams K, V; holds Q, dO

@@ -30,3 +30,12 @@ def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is
             "queries are aligned to the last keys"
         )
     return b, h, tq, d, hkv, tk
+
+
+def autocast_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """Cast q, k, v to the autocast dtype when autocast is on (as SDPA does), else require one dtype."""
+    device_type = q.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+        return q.to(dtype), k.to(dtype), v.to(dtype)
+    return q, k, v
