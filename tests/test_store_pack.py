@@ -226,3 +226,17 @@ def test_synthetic_chats_and_preferences_pack_through_the_command_line(tmp_path,
         assert tok.decode(item["input_ids"][item["labels"] != -100].tolist()) == want
     meta = pack([prefs], tmp_path / "d", tok_dir, "dpo", storage_type="h5", progress=False)
     assert meta["num_records"] == 10 and meta["format"] == "h5"
+
+
+def test_invalid_utf8_is_a_bad_line_in_jsonl_and_an_error_in_text(tmp_path, tok_dir):
+    src = tmp_path / "u.jsonl"
+    src.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n{"text": "fine"}\n')
+    with pytest.raises(PackError, match=f"{src}:2: invalid UTF-8"):
+        pack([src], tmp_path / "a", tok_dir, "seq", progress=False)
+    meta = pack([src], tmp_path / "b", tok_dir, "seq", skip_bad=True, progress=False)
+    assert meta["num_records"] == 2 and meta["skipped"]["by_reason"] == {"invalid UTF-8": 1}
+    txt = tmp_path / "u.txt"
+    txt.write_bytes(b"line one\nline two \xff\n")
+    with pytest.raises(ValueError, match=f"{txt}:2: invalid UTF-8"):
+        pack([txt], tmp_path / "c", tok_dir, "seq", workers=2, progress=False)
+    assert not (tmp_path / "c").exists()

@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from cookmind.store.records import BadRecord, RecordOptions, make_record, make_seq, parse, reason_kind
-from cookmind.store.sources import iter_items
+from cookmind.store.sources import estimate_items, iter_items
 from cookmind.store.writer import StoreWriter
 
 CHUNK = 256
@@ -105,7 +105,8 @@ def pack(inputs, out, tokenizer, train_type: str, storage_type: str = "bin", tex
                          meta={"tokenizer": tok_meta})
     pool = None
     start = time.perf_counter()
-    bar = tqdm(desc=f"pack {train_type}", unit="doc", disable=not progress, dynamic_ncols=True)
+    total = sum(estimate_items(p, separator, one_per_line) for p in inputs) if progress else None
+    bar = tqdm(desc=f"pack {train_type}", unit="doc", total=total, disable=not progress, dynamic_ncols=True)
     try:
         if workers > 1:
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
@@ -141,6 +142,8 @@ def pack(inputs, out, tokenizer, train_type: str, storage_type: str = "bin", tex
                      "drop_empty_think_ratio": drop_empty_think_ratio, "seed": seed},
         }
         writer.close(meta)
+        bar.total = bar.n  # the estimate counted lines; show the true end
+        bar.refresh()
     except BaseException:
         writer.abort()
         raise

@@ -32,7 +32,7 @@ class BadRecord(ValueError):
     """An input item that cannot become a record; the message is the reason."""
 
 
-REASON_KINDS = ("invalid JSON", "missing field", "roles out of order", "empty text")
+REASON_KINDS = ("invalid UTF-8", "invalid JSON", "missing field", "roles out of order", "empty text")
 
 
 def reason_kind(reason: str) -> str:
@@ -54,6 +54,8 @@ class RecordOptions:
 
 def parse(item: Item) -> object:
     """The item's payload as a Python object (JSON lines are parsed here, in the worker)."""
+    if item.kind == "bad":
+        raise BadRecord(item.payload)
     if item.kind != "json":
         return item.payload
     try:

@@ -19,7 +19,8 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 @dataclass
 class Item:
-    """One input record: ``kind`` is "text" (payload str), "json" (payload: the raw line) or "row" (a dict)."""
+    """One input record: ``kind`` is "text" (payload str), "json" (payload: the raw line), "row" (a dict)
+    or "bad" (payload: why the line could not even be read, e.g. invalid UTF-8)."""
 
     source: str
     line: int
@@ -44,22 +45,27 @@ def iter_items(path, separator: str = "<|endoftext|>", one_per_line: bool = Fals
     kind = source_kind(path)
     if kind == "parquet":
         yield from _parquet_rows(path)
-    elif kind == "json":
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
+    elif kind == "json" or one_per_line:
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield Item(str(path), n, "bad", f"invalid UTF-8 at byte {exc.start} of the line")
+                    continue
                 if line.strip():  # blank lines separate nothing; skip them quietly
-                    yield Item(str(path), n, "json", line)
-    elif one_per_line:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    yield Item(str(path), n, "text", line.rstrip("\n"))
+                    yield Item(str(path), n, kind, line if kind == "json" else line.rstrip("\r\n"))
     else:
         yield from _separated_documents(path, separator)
 
 
 def _separated_documents(path: Path, separator: str) -> Iterator[Item]:
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(f"{path}:{line}: invalid UTF-8 at byte {exc.start}; fix or re-encode the file as UTF-8") from None
     line = 1
     for doc in text.split(separator) if separator else [text]:
         stripped = doc.strip()
@@ -77,3 +83,22 @@ def _parquet_rows(path: Path) -> Iterator[Item]:
         for row in batch.to_pylist():
             n += 1
             yield Item(str(path), n, "row", row)
+
+
+def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = False) -> int:
+    """About how many items ``iter_items`` will yield (for the progress bar's ETA)."""
+    path = Path(path)
+    kind = source_kind(path)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    count = 0
+    needle = b"\n" if kind == "json" or one_per_line or not separator else separator.encode("utf-8")
+    with open(path, "rb") as f:
+        tail = b""
+        while block := f.read(1 << 22):
+            block = tail + block
+            count += block.count(needle)
+            tail = block[-(len(needle) - 1):] if len(needle) > 1 else b""
+    return count + 1
