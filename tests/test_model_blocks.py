@@ -184,6 +184,35 @@ def test_attention_backends_agree_with_mask_cache_and_gqa(qk_norm, kv_heads):
         torch.testing.assert_close(outs[0][:1, 3:], alone, rtol=1e-4, atol=1e-4)
 
 
+def test_prenorm_block_composes_attention_and_ffn():
+    from cookmind.model.block import Block
+
+    cfg = CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)
+    block = Block(cfg, 0)
+    with torch.no_grad():
+        block.input_layernorm.weight.uniform_(0.5, 1.5)
+        block.post_attention_layernorm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 5, 16)
+    cos, sin = RotaryEmbedding(8)(torch.arange(5).expand(2, 5), torch.float32)
+    y, aux = block(x, cos, sin)
+    rms = lambda t, w: t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * w  # noqa: E731
+    h = x + block.self_attn(rms(x, block.input_layernorm.weight), cos, sin)
+    torch.testing.assert_close(y, h + block.mlp(rms(h, block.post_attention_layernorm.weight)), rtol=1e-5, atol=1e-6)
+    assert aux is None
+
+
+def test_kv_cache_rejects_a_mask_shorter_than_the_cache():
+    cfg = CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)
+    model = CookMindLM(cfg)
+    cache = KVCache(cfg, 1, 8)
+    model(torch.zeros(1, 3, dtype=torch.long), kv_cache=cache)
+    with pytest.raises(ValueError, match="attention_mask covers 3 key slots"):
+        model(torch.zeros(1, 1, dtype=torch.long), attention_mask=torch.ones(1, 1, 1, 3, dtype=torch.bool),
+              kv_cache=cache)
+
+
 def test_flash_triton_backend_is_a_clear_error_on_cpu():
     model = CookMindLM(CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                       num_attention_heads=2, num_key_value_heads=2, attn_backend="flash-triton"))

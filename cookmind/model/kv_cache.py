@@ -36,6 +36,10 @@ class KVCache:
         self.k[layer][:, :, start:start + t] = k
         self.v[layer][:, :, start:start + t] = v
         end = start + t if kv_len is None else kv_len
+        if not start + t <= end <= self.max_seq_len:
+            raise ValueError(f"KVCache: attention_mask covers {end} key slots but the cache holds {start + t} "
+                             f"tokens after this step (max {self.max_seq_len}); the mask's last dim must be "
+                             "between those")
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
     def advance(self, n: int) -> None:
