@@ -146,3 +146,20 @@ def test_factory_rejects_mismatches_with_clear_messages(tmp_path):
         DatasetFactory.load("sft", sft, 4, stride=2)
     with pytest.raises(ValueError, match="doc_mask needs position_ids"):
         collate_for("sft", 0, doc_mask=True)([DatasetFactory.load("sft", sft, 4)[0]])
+
+
+def test_supervised_record_filter_matches_naive_scan_across_shards_and_blocks(tmp_path):
+    from cookmind.data.sft_dataset import supervised_records
+    from cookmind.store import TokenStore
+
+    rng = np.random.default_rng(0)
+    recs = []
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        recs.append({"sequence": rng.integers(0, 50, n), "loss_mask": (rng.random(n) < 0.1).astype(np.uint8)})
+    store = TokenStore(write_store(tmp_path / "s", "sft", recs, 50, shard_tokens=400))
+    assert len(store.shards) > 3
+    for window in (1, 5, 17):
+        naive = [i for i, r in enumerate(recs) if r["loss_mask"][:window].any()]
+        for block in (1, 7, 1 << 16):
+            assert supervised_records(store, "loss_mask", window, block).tolist() == naive

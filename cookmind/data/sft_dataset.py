@@ -16,16 +16,24 @@ def supervised_labels(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask.astype(bool), ids.astype(np.int64), IGNORE_INDEX)
 
 
-def supervised_records(store: TokenStore, mask_key: str, window_size: int) -> np.ndarray:
-    """Indices of records that still hold a supervised token after truncation to ``window_size``."""
+def supervised_records(store: TokenStore, mask_key: str, window_size: int, block: int = 1 << 16) -> np.ndarray:
+    """Indices of records that still hold a supervised token after truncation to ``window_size``.
+
+    Works through each shard ``block`` records at a time, so memory stays bounded on large stores.
+    """
     keep = []
     base = 0
     for shard in store.shards:
         off = shard.offsets(mask_key)
-        m = np.asarray(shard.array(mask_key), dtype=np.int64)
-        cs = np.concatenate([[0], np.cumsum(m)])  # cs[k] = sum(m[:k])
-        stop = np.minimum(off[:-1] + window_size, off[1:])
-        keep.append(np.nonzero(cs[stop] - cs[off[:-1]] > 0)[0] + base)
+        m = shard.array(mask_key)
+        for b0 in range(0, len(off) - 1, block):
+            b1 = min(b0 + block, len(off) - 1)
+            lo = off[b0]
+            span = np.asarray(m[lo:off[b1]])
+            cs = np.concatenate([[0], np.cumsum(span, dtype=np.int64)])  # cs[k] = sum(span[:k])
+            starts = off[b0:b1] - lo
+            stops = np.minimum(starts + window_size, off[b0 + 1:b1 + 1] - lo)
+            keep.append(np.nonzero(cs[stops] - cs[starts] > 0)[0] + base + b0)
         base += len(off) - 1
     return np.concatenate(keep).astype(np.int64) if keep else np.zeros(0, np.int64)
 
