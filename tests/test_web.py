@@ -1,0 +1,121 @@
+"""The web chat page in headless Chromium (Debian's chromium driven by Playwright's Python API).
+
+Against a live server with a tiny model: send a message, see tokens stream in, press Stop
+(the server cancels the generation), keep a screenshot in test-artifacts/. A second test
+feeds the page a fixed SSE stream to check the collapsible reasoning block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cookmind.infer.engine import Engine
+from cookmind.infer.server import create_app
+from test_server import LiveServer, make_model, make_tokenizer
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path("test-artifacts")
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    tok = make_tokenizer(tmp_path_factory)
+    model = make_model(tok.vocab_size, max_pos=4096)
+    with torch.no_grad():  # never end early: the end-of-turn tokens get logit 0 against large others
+        model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.clone())
+        model.config.tie_word_embeddings = False
+        for t in (tok.eos_id, tok.im_end_id):
+            model.lm_head.weight[t] = 0
+    engine = Engine(model, num_slots=4, max_seq_len=4096)
+    server = LiveServer(create_app(engine, tok, "tiny-cook"))
+    yield server, engine
+    server.close()
+
+
+def test_send_stream_stop_screenshot(browser, live):
+    server, engine = live
+    page = browser.new_page()
+    posted = []
+    page.on("request", lambda r: posted.append(r.post_data) if r.url.endswith("/chat/completions") else None)
+    page.goto(server.url + "/")
+    page.wait_for_function("document.getElementById('model-name').textContent.includes('tiny-cook')")
+    page.fill("#system", "You are a cook.")
+    page.fill("#max-tokens", "4000")
+    page.locator("#temperature").fill("0.5")
+    page.fill("#input", "What is in the soup?")
+    cancelled_before = engine.finished_by_reason.get("cancelled", 0)
+    page.click("#send")
+    content = page.locator(".msg.assistant .content").last
+    page.wait_for_function("document.querySelector('.msg.assistant .content').textContent.length > 0")
+    first = len(content.text_content())
+    page.wait_for_function(f"document.querySelector('.msg.assistant .content').textContent.length > {first}")
+    assert page.is_enabled("#stop") and not page.is_enabled("#send")  # still streaming: tokens arrive in pieces
+    page.click("#stop")
+    page.wait_for_function("document.getElementById('status').textContent === 'stopped'")
+    deadline = time.time() + 20
+    while engine.finished_by_reason.get("cancelled", 0) == cancelled_before and time.time() < deadline:
+        time.sleep(0.05)
+    assert engine.finished_by_reason.get("cancelled", 0) == cancelled_before + 1  # Stop cancelled the generation
+    stopped_len = len(content.text_content())
+    time.sleep(0.3)
+    assert len(content.text_content()) == stopped_len  # nothing arrives after Stop
+    body = json.loads(posted[0])
+    assert body["messages"][0] == {"role": "system", "content": "You are a cook."}
+    assert body["messages"][1] == {"role": "user", "content": "What is in the soup?"}
+    assert body["temperature"] == 0.5 and body["stream"] is True and body["max_tokens"] == 4000
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "web_chat.png"), full_page=True)
+    # history survives a reload (localStorage)
+    page.reload()
+    page.wait_for_selector(".msg.user")
+    assert page.locator(".msg.user .content").first.text_content() == "What is in the soup?"
+    page.close()
+
+
+def test_reasoning_is_collapsible(browser, live):
+    server, _ = live
+    page = browser.new_page()
+
+    def chunk(delta, finish=None):
+        return "data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n"
+
+    sse = (chunk({"role": "assistant", "content": ""}) + chunk({"reasoning_content": "Soup needs "}) +
+           chunk({"reasoning_content": "salt."}) + chunk({"content": "Add salt."}) + chunk({}, "stop") +
+           "data: [DONE]\n\n")
+    page.route("**/v1/chat/completions", lambda route: route.fulfill(status=200, body=sse,
+                                                                     headers={"Content-Type": "text/event-stream"}))
+    page.goto(server.url + "/")
+    page.evaluate("localStorage.clear()")
+    page.click("#new-chat")
+    page.fill("#input", "How do I fix bland soup?")
+    page.click("#send")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+    msg = page.locator(".msg.assistant").last
+    assert msg.locator(".content").text_content() == "Add salt."
+    details = msg.locator("details.reasoning")
+    assert details.is_visible() and details.get_attribute("open") is None  # shown, collapsed
+    assert not msg.locator(".reasoning-text").is_visible()
+    details.locator("summary").click()
+    assert msg.locator(".reasoning-text").text_content() == "Soup needs salt."
+    assert msg.locator(".reasoning-text").is_visible()
+    page.close()
