@@ -240,3 +240,25 @@ def test_invalid_utf8_is_a_bad_line_in_jsonl_and_an_error_in_text(tmp_path, tok_
     with pytest.raises(ValueError, match=f"{txt}:2: invalid UTF-8"):
         pack([txt], tmp_path / "c", tok_dir, "seq", workers=2, progress=False)
     assert not (tmp_path / "c").exists()
+
+
+def test_sft_from_parquet_with_tools_and_tool_calls(tmp_path, tok, tok_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tools = [{"name": "add", "parameters": {"type": "object"}}]
+    call = [{"name": "add", "arguments": "{\"a\": 3, \"b\": 4}"}]
+    messages = [{"role": "user", "content": "3 + 4?"},
+                {"role": "assistant", "content": "", "tool_calls": call},
+                {"role": "tool", "content": "7"},
+                {"role": "assistant", "content": "It is 7."}]
+    pq.write_table(pa.table({"conversations": [messages]}), tmp_path / "c.parquet")  # nested structs
+    pack([tmp_path / "c.parquet"], tmp_path / "s", tok_dir, "sft", progress=False)
+    got = TokenStore(tmp_path / "s").record("sequence", 0).tolist()
+    assert got == tok.render(messages)[0]
+    # tools as a JSON line field
+    src = _jsonl(tmp_path / "t.jsonl", [{"conversations": messages, "tools": tools}])
+    pack([src], tmp_path / "t", tok_dir, "sft", progress=False)
+    ids, mask = tok.render(messages, tools=tools)
+    assert TokenStore(tmp_path / "t").record("sequence", 0).tolist() == ids
+    assert "add" in tok.decode(ids) and sum(mask) > 0

@@ -188,10 +188,20 @@ def make_seq(obj, tok, opts: RecordOptions) -> str:
     return _text(obj[opts.text_field], f"field {opts.text_field!r}")
 
 
+def _tools(obj, messages: list[dict]):
+    """Tool schemas: a top-level ``tools`` field, else ``tools`` on the first (system) message."""
+    tools = obj.get("tools") if isinstance(obj, dict) else None
+    if tools is None and messages and isinstance(messages[0], dict):
+        tools = messages[0].get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise BadRecord(f"tools must be a list of function schemas, got {type(tools).__name__}")
+    return tools or None
+
+
 def make_sft(obj, tok, opts: RecordOptions, rng: random.Random) -> dict[str, np.ndarray]:
     messages = check_messages(_messages(obj))
     messages = _augment(messages, opts, rng)
-    ids, mask = _render(tok, messages, tools=obj.get("tools") if isinstance(obj, dict) else None)
+    ids, mask = _render(tok, messages, tools=_tools(obj, messages))
     if not mask.any():
         raise BadRecord("the chat template marked no assistant token")
     return {"sequence": ids, "loss_mask": mask}
