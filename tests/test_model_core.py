@@ -39,6 +39,11 @@ def test_forward_shapes_and_loss_matches_torch_cross_entropy():
     torch.testing.assert_close(out.loss, ref, rtol=1e-6, atol=1e-6)
     out.loss.backward()
     assert model.model.embed_tokens.weight.grad is not None
+    lean = model(ids, labels=labels, return_logits=False)
+    assert lean.logits is None
+    torch.testing.assert_close(lean.loss, out.loss, rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model(ids).logits.dtype == torch.float32  # fp32 whatever the matmul dtype
 
 
 def test_tied_embeddings_share_one_matrix():

@@ -20,7 +20,7 @@ from cookmind.model.rope import RotaryEmbedding
 class LMOutput:
     """logits (B, T, V) fp32; loss: mean next-token CE (+ MoE aux) or None; aux_loss: MoE balance loss or None."""
 
-    logits: torch.Tensor
+    logits: torch.Tensor | None
     loss: torch.Tensor | None = None
     aux_loss: torch.Tensor | None = None
 
@@ -50,8 +50,12 @@ class CookMindLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                kv_cache=None) -> LMOutput:
-        """input_ids (B, T) -> LMOutput. labels are shifted inside (logit t predicts labels t+1)."""
+                kv_cache=None, return_logits: bool = True) -> LMOutput:
+        """input_ids (B, T) -> LMOutput. labels are shifted inside (logit t predicts labels t+1).
+
+        return_logits=False (with labels) skips materialising the fp32 (B, T, V) logits: the loss upcasts
+        inside its own reduction, which torch.compile fuses; out.logits is then None. For pretraining speed.
+        """
         b, t = input_ids.shape
         if position_ids is None:
             start = kv_cache.seq_len if kv_cache is not None else 0
@@ -65,7 +69,7 @@ class CookMindLM(nn.Module):
                 aux_total = aux if aux_total is None else aux_total + aux
         if kv_cache is not None:
             kv_cache.advance(t)
-        logits = self.lm_head(self.model.norm(h)).float()
+        logits = self.lm_head(self.model.norm(h))  # matmul dtype (bf16 under autocast)
 
         aux_loss = None if aux_total is None else self.config.moe_aux_loss_coef * aux_total
         loss = None
@@ -75,7 +79,9 @@ class CookMindLM(nn.Module):
             loss = cross_entropy(logits, targets, ignore_index=-100)
             if aux_loss is not None:
                 loss = loss + aux_loss
-        return LMOutput(logits=logits, loss=loss, aux_loss=aux_loss)
+        if not return_logits and labels is None:
+            raise ValueError("CookMindLM.forward: return_logits=False needs labels (there would be no output)")
+        return LMOutput(logits=logits.float() if return_logits else None, loss=loss, aux_loss=aux_loss)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Distinct parameters (a tied embedding counts once); optionally without the token embedding."""
