@@ -1,0 +1,76 @@
+"""A chat conversation with a model: history, system prompt, streamed replies split into reasoning and content."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from cookmind.infer.detokenize import IncrementalDetokenizer
+from cookmind.infer.generate import stream
+from cookmind.infer.generation_config import GenerationConfig
+from cookmind.infer.reasoning import ReasoningSplitter
+from cookmind.infer.stop import StopStringMatcher
+
+
+class ChatSession:
+    """Keeps the messages; ``send(text)`` streams ("reasoning" | "content", piece) and records the reply."""
+
+    def __init__(self, model, tokenizer, cfg: GenerationConfig, system: str | None = None):
+        self.model, self.tokenizer = model, tokenizer
+        stops = tuple(t for t in (tokenizer.eos_id, tokenizer.im_end_id) if t is not None)
+        self.cfg = cfg if cfg.stop_token_ids else GenerationConfig(**{**cfg.__dict__, "stop_token_ids": stops})
+        self.system = system
+        self.history: list[dict] = []
+
+    def reset(self) -> None:
+        """Forget the conversation (the system prompt stays)."""
+        self.history = []
+
+    def set_system(self, text: str | None) -> None:
+        self.system = text or None
+
+    def messages(self) -> list[dict]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + self.history
+
+    def send(self, text: str) -> Iterator[tuple[str, str]]:
+        self.history.append({"role": "user", "content": text})
+        prompt = self.tokenizer.render(self.messages(), add_generation_prompt=True)[0]
+        room = self.model.config.max_position_embeddings - len(prompt)
+        if room < 1:
+            self.history.pop()
+            raise ValueError(f"the conversation ({len(prompt)} tokens) fills the model's context; /reset to start over")
+        cfg = GenerationConfig(**{**self.cfg.__dict__, "max_new_tokens": min(self.cfg.max_new_tokens, room),
+                                  "stop_strings": ()})
+        detok = IncrementalDetokenizer(self.tokenizer)
+        stopper = StopStringMatcher(list(self.cfg.stop_strings))
+        splitter = ReasoningSplitter()
+        reasoning, content = [], []
+
+        def route(piece: str):
+            r, c = splitter.feed(piece)
+            reasoning.append(r)
+            content.append(c)
+            return r, c
+
+        for tok in stream(self.model, prompt, cfg):
+            piece, hit = stopper.feed(detok.add(tok))
+            for kind, s in zip(("reasoning", "content"), route(piece)):
+                if s:
+                    yield kind, s
+            if hit:
+                break
+        else:
+            piece, _ = stopper.feed(detok.flush())
+            for kind, s in zip(("reasoning", "content"), route(piece + stopper.flush())):
+                if s:
+                    yield kind, s
+        r, c = splitter.flush()
+        reasoning.append(r)
+        content.append(c)
+        for kind, s in (("reasoning", r), ("content", c)):
+            if s:
+                yield kind, s
+        reply = {"role": "assistant", "content": "".join(content)}
+        if "".join(reasoning).strip():
+            reply["reasoning_content"] = "".join(reasoning).strip("\n")
+        self.history.append(reply)

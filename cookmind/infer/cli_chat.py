@@ -1,0 +1,85 @@
+"""`cookmind chat CHECKPOINT`: a terminal chat with streaming, history, /reset and /system."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = """commands:
+  /reset          forget the conversation
+  /system TEXT    set the system prompt (empty: none) and start over
+  /history        show the conversation
+  /quit           leave (or Ctrl-D)"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a cookmind checkpoint/model directory or a Hugging Face directory")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the checkpoint)")
+    parser.add_argument("--system", default=None, help="system prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--repetition-penalty", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None)
+
+
+def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> None:
+    """The read-eval-print loop over text streams (so tests can drive it)."""
+    dim, reset = ("\033[2m", "\033[0m") if color else ("", "")
+    print(f"cookmind chat — type a message, /help for commands", file=stdout, flush=True)
+    while True:
+        print("you> ", end="", file=stdout, flush=True)
+        line = stdin.readline()
+        if not line:
+            print(file=stdout)
+            return
+        line = line.rstrip("\n")
+        if not line.strip():
+            continue
+        if line.startswith("/"):
+            cmd, _, arg = line.partition(" ")
+            if cmd in ("/quit", "/exit"):
+                return
+            if cmd == "/reset":
+                session.reset()
+                print("(conversation cleared)", file=stdout)
+            elif cmd == "/system":
+                session.set_system(arg.strip())
+                session.reset()
+                print(f"(system prompt {'set' if arg.strip() else 'cleared'}; conversation cleared)", file=stdout)
+            elif cmd == "/history":
+                for m in session.messages():
+                    print(f"[{m['role']}] {m['content']}", file=stdout)
+            else:
+                print(HELP, file=stdout)
+            continue
+        print("bot> ", end="", file=stdout, flush=True)
+        kind_before = None
+        try:
+            for kind, piece in session.send(line):
+                if kind != kind_before and kind_before == "reasoning":
+                    print(reset + "\n", end="", file=stdout)
+                if kind == "reasoning" and kind_before != "reasoning":
+                    print(dim + "[thinking] ", end="", file=stdout)
+                print(piece, end="", file=stdout, flush=True)
+                kind_before = kind
+        except ValueError as exc:
+            print(f"(error: {exc})", end="", file=stdout)
+        except KeyboardInterrupt:
+            print(" (interrupted)", end="", file=stdout)
+        print(reset if kind_before == "reasoning" else "", file=stdout, flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    from cookmind.infer.chat_session import ChatSession
+    from cookmind.infer.generation_config import GenerationConfig
+    from cookmind.infer.loading import load_for_inference
+
+    model, tok = load_for_inference(args.checkpoint, args.device or "cpu", args.dtype, args.tokenizer)
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                           top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed)
+    run(ChatSession(model, tok, cfg, args.system), color=sys.stdout.isatty())
+    return 0

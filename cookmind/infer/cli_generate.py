@@ -1,0 +1,66 @@
+"""`cookmind generate --checkpoint DIR --prompt TEXT`: stream a completion with the KV cache."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="a cookmind checkpoint/model directory or a HF directory")
+    parser.add_argument("--prompt", action="append", required=True,
+                        help="prompt text; repeat for a batch (printed one after another)")
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the chat template")
+    parser.add_argument("--system", default=None, help="system prompt (with --chat)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the checkpoint)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--min-p", type=float, default=0.0)
+    parser.add_argument("--repetition-penalty", type=float, default=1.0)
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable; not printed)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None)
+
+
+def main(args: argparse.Namespace) -> int:
+    from cookmind.infer.detokenize import IncrementalDetokenizer
+    from cookmind.infer.generate import generate, stream
+    from cookmind.infer.generation_config import GenerationConfig
+    from cookmind.infer.loading import load_for_inference
+    from cookmind.infer.stop import StopStringMatcher
+
+    model, tok = load_for_inference(args.checkpoint, args.device or "cpu", args.dtype, args.tokenizer)
+    stops = tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                           top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                           stop_token_ids=stops, seed=args.seed)
+    prompts = []
+    for text in args.prompt:
+        if args.chat:
+            msgs = ([{"role": "system", "content": args.system}] if args.system else []) + [
+                {"role": "user", "content": text}]
+            prompts.append(tok.render(msgs, add_generation_prompt=True)[0])
+        else:
+            prompts.append(tok.encode(text))
+    if len(prompts) > 1:  # a batch: generate together, print each
+        outs = generate(model, prompts, cfg)
+        for text, out in zip(args.prompt, outs):
+            completion = tok.decode(out)
+            for s in args.stop:
+                completion = completion.split(s, 1)[0]
+            print(f"=== {text}\n{completion}")
+        return 0
+    detok, stopper = IncrementalDetokenizer(tok), StopStringMatcher(args.stop)
+    for token in stream(model, prompts[0], cfg):
+        piece, hit = stopper.feed(detok.add(token))
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+        if hit:
+            break
+    else:
+        sys.stdout.write(stopper.feed(detok.flush())[0] + stopper.flush())
+    sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,69 @@
+"""Terminal chat (ChatSession + the REPL) and `cookmind generate`, on a saved tiny checkpoint."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from cookmind.cli import main as cli_main
+from cookmind.infer import GenerationConfig, generate
+from cookmind.infer.chat_session import ChatSession
+from cookmind.infer.cli_chat import run
+from cookmind.infer.reasoning import split_reasoning
+from cookmind.model import save_model
+from test_server import make_model, make_tokenizer
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    tok = make_tokenizer(tmp_path_factory)
+    model = make_model(tok.vocab_size, max_pos=256)
+    d = tmp_path_factory.mktemp("ckpt") / "tiny"
+    save_model(d, model)
+    tok.save(d)
+    return d, model, tok
+
+
+def reference_reply(model, tok, messages, n):
+    ids = tok.render(messages, add_generation_prompt=True)[0]
+    out = generate(model, [ids], GenerationConfig(max_new_tokens=n, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
+    return split_reasoning(tok.decode(out))
+
+
+def test_session_keeps_history_and_system(ckpt):
+    _, model, tok = ckpt
+    s = ChatSession(model, tok, GenerationConfig(max_new_tokens=6), system="You are a cook.")
+    first = "".join(p for k, p in s.send("Hi there") if k == "content")
+    msgs = [{"role": "system", "content": "You are a cook."}, {"role": "user", "content": "Hi there"}]
+    assert first == reference_reply(model, tok, msgs, 6)[1]
+    second = "".join(p for k, p in s.send("And the soup?") if k == "content")
+    msgs += [s.history[1], {"role": "user", "content": "And the soup?"}]
+    assert second == reference_reply(model, tok, msgs, 6)[1]
+    assert [m["role"] for m in s.messages()] == ["system", "user", "assistant", "user", "assistant"]
+    s.reset()
+    assert s.messages() == [{"role": "system", "content": "You are a cook."}]
+
+
+def test_repl_commands(ckpt):
+    _, model, tok = ckpt
+    s = ChatSession(model, tok, GenerationConfig(max_new_tokens=4))
+    out = io.StringIO()
+    run(s, io.StringIO("/system Be brief.\nhello\n/history\n/reset\n/history\n/quit\n"), out)
+    text = out.getvalue()
+    assert "(system prompt set; conversation cleared)" in text
+    assert "[system] Be brief.\n[user] hello\n[assistant]" in text
+    assert "(conversation cleared)" in text
+    # after /reset only the system prompt remains in /history
+    assert text.rsplit("(conversation cleared)", 1)[1].count("[user]") == 0
+    reply = reference_reply(model, tok, [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "hello"}], 4)[1]
+    assert "bot> " + reply in text
+
+
+def test_cookmind_generate_cli(ckpt, capsys):
+    d, model, tok = ckpt
+    assert cli_main(["generate", "--checkpoint", str(d), "--prompt", "The cook", "--max-new-tokens", "7"]) == 0
+    out = generate(model, [tok.encode("The cook")],
+                   GenerationConfig(max_new_tokens=7, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
+    assert capsys.readouterr().out == tok.decode(out) + "\n"
