@@ -86,25 +86,29 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
         merges.append((vocab[a], vocab[b]))
         delta: dict[tuple[int, int], int] = defaultdict(int)
         for wi in pair_words.pop((a, b), ()):
-            w = words[wi]
-            new: list[int] = []
-            i, n = 0, len(w)
-            while i < n:
-                if i + 1 < n and w[i] == a and w[i + 1] == b:
-                    new.append(c)
-                    i += 2
-                else:
-                    new.append(w[i])
-                    i += 1
-            if len(new) == n:
-                continue  # index entry left over from an earlier merge in this word
-            f = freqs[wi]
-            for p in zip(w, w[1:]):
-                delta[p] -= f
-            for p in zip(new, new[1:]):
-                delta[p] += f
-                pair_words[p].add(wi)
-            words[wi] = new
+            w, f = words[wi], freqs[wi]
+            i = 0
+            while True:
+                try:
+                    i = w.index(a, i)
+                except ValueError:
+                    break
+                if i + 1 < len(w) and w[i + 1] == b:
+                    # only the neighbours change: (prev, a) -> (prev, c) and (b, next) -> (c, next)
+                    delta[(a, b)] -= f
+                    if i > 0:
+                        prev = w[i - 1]
+                        delta[(prev, a)] -= f
+                        delta[(prev, c)] += f
+                        pair_words[(prev, c)].add(wi)
+                    if i + 2 < len(w):
+                        nxt = w[i + 2]
+                        delta[(b, nxt)] -= f
+                        delta[(c, nxt)] += f
+                        pair_words[(c, nxt)].add(wi)
+                    w[i] = c
+                    del w[i + 1]
+                i += 1
         for p, d in delta.items():
             if d:
                 cnt = pair_counts[p] + d
