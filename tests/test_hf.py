@@ -141,3 +141,13 @@ def test_cli_export_copies_tokenizer_files_and_import_round_trips(tmp_path, caps
         torch.testing.assert_close(back.state_dict()[name].float(), p.to(torch.bfloat16).float(), rtol=0, atol=0)
     assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf")]) == 2  # exists: refused
     assert "already exists" in capsys.readouterr().err
+
+
+def test_cli_export_of_a_run_directory_takes_the_newest_checkpoint(tmp_path):
+    old, new = (CookMindLM(CookMindConfig(**BASE, num_key_value_heads=2)) for _ in range(2))
+    for step, model in ((10, old), (20, new)):
+        save_model(tmp_path / "run" / f"step_{step:08d}", model)
+        (tmp_path / "run" / f"step_{step:08d}" / "meta.json").write_text(json.dumps({"step": step}))
+    assert cli_main(["export", "--hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
+    hf = _hf_load(tmp_path / "hf")
+    torch.testing.assert_close(hf.model.embed_tokens.weight, new.model.embed_tokens.weight, rtol=0, atol=0)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the export stage."""
     parser.add_argument("--hf", action="store_true", required=True,
                         help="export to Hugging Face format (config.json + model.safetensors + tokenizer files)")
-    parser.add_argument("checkpoint", help="CookMind checkpoint or model directory (config.json, model.safetensors)")
+    parser.add_argument("checkpoint", help="CookMind checkpoint or model directory (config.json, model.safetensors), "
+                                           "or a run directory: its newest complete checkpoint is used")
     parser.add_argument("out", help="output directory (must not exist; written atomically)")
     parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
 
@@ -21,8 +23,9 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.model.hf import HFInteropError, export_hf
     from cookmind.model.model_io import ModelLoadError
 
+    ckpt = _resolve_checkpoint(Path(args.checkpoint))
     try:
-        out = export_hf(args.checkpoint, args.out, dtype=parse_dtype(args.dtype))
+        out = export_hf(ckpt, args.out, dtype=parse_dtype(args.dtype))
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
         print(f"cookmind export: {exc}", file=sys.stderr)
         return 2
@@ -30,6 +33,17 @@ def main(args: argparse.Namespace) -> int:
 
     arch = json.loads((out / "config.json").read_text())["architectures"][0]
     files = sorted(p.name for p in out.iterdir())
-    print(f"exported {args.checkpoint} -> {out} as {arch} ({', '.join(files)}); "
+    print(f"exported {ckpt} -> {out} as {arch} ({', '.join(files)}); "
           f"load with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
     return 0
+
+
+def _resolve_checkpoint(path: Path) -> Path:
+    """A model directory as given; a training run directory -> its newest complete checkpoint."""
+    if (path / "config.json").is_file() or not path.is_dir():
+        return path
+    try:
+        from cookmind.train.checkpoint import find_latest_checkpoint
+    except ImportError:
+        return path
+    return find_latest_checkpoint(path) or path

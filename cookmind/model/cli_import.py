@@ -10,7 +10,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the import stage."""
     parser.add_argument("--hf", action="store_true", required=True,
                         help="import from Hugging Face format (config.json + safetensors weights)")
-    parser.add_argument("hf_dir", help="Hugging Face model directory (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
+    parser.add_argument("hf_dir", help="Hugging Face model directory "
+                                       "(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
     parser.add_argument("out", help="output CookMind model directory (must not exist; written atomically)")
     parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
 

@@ -36,7 +36,8 @@ def unwrap_model(model) -> CookMindLM:
             break
         model, seen = inner, seen + 1
     if not isinstance(model, CookMindLM):
-        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), got {type(model).__name__}")
+        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), "
+                        f"got {type(model).__name__}")
     return model
 
 
