@@ -109,15 +109,7 @@ class FastTextClassifier:
             for start in range(0, len(order), cfg.batch_size):
                 batch = order[start:start + cfg.batch_size]
                 lr = cfg.lr * (1 - step / total_steps)  # fastText's linear decay to zero
-                H, flat, lengths = self._hidden([ids_list[i] for i in batch])
-                P = _softmax(H @ self.W.T)
-                epoch_loss += float(-np.log(P[np.arange(len(batch)), y[batch]] + 1e-12).sum())
-                G = P
-                G[np.arange(len(batch)), y[batch]] -= 1.0   # dLoss/dlogits = p - onehot(y)
-                dH = G @ self.W                             # (B, dim)
-                self.W -= lr * (G.T @ H).astype(np.float32)
-                # each feature row of document b receives dH_b / n_b (the mean's gradient)
-                np.add.at(self.E, flat, (-lr * np.repeat(dH / lengths[:, None], lengths, axis=0)).astype(np.float32))
+                epoch_loss += self.sgd_step([ids_list[i] for i in batch], y[batch], lr)
                 step += 1
                 if bar is not None:
                     bar.update(1)
@@ -125,6 +117,20 @@ class FastTextClassifier:
         if bar is not None:
             bar.close()
         return losses
+
+    def sgd_step(self, ids_list: list[np.ndarray], y: np.ndarray, lr: float) -> float:
+        """One SGD step on the summed cross-entropy of a batch; returns that sum (before the step)."""
+        H, flat, lengths = self._hidden(ids_list)
+        P = _softmax(H @ self.W.T)
+        rows = np.arange(len(ids_list))
+        loss = float(-np.log(P[rows, y] + 1e-12).sum())
+        G = P
+        G[rows, y] -= 1.0                      # dLoss/dlogits = p - onehot(y)
+        dH = G @ self.W                        # (B, dim), taken before W moves
+        self.W -= (lr * (G.T @ H)).astype(np.float32)
+        # each feature row of document b receives dH_b / n_b (the gradient of the mean)
+        np.add.at(self.E, flat, (-lr * np.repeat(dH / lengths[:, None], lengths, axis=0)).astype(np.float32))
+        return loss
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write an ``.npz`` (tables + labels + config) atomically."""

@@ -58,7 +58,8 @@ def mask_ips(text: str) -> tuple[str, int]:
     def sub6(m: re.Match) -> str:
         nonlocal n6
         candidate = m.group(0)
-        if candidate.count(":") < 2 or not any(c.isalnum() for c in candidate):
+        # a digit is required: "a::b" (C++ scopes, ratios) parses as IPv6 but never is one on the web
+        if candidate.count(":") < 2 or not any(c.isdigit() for c in candidate):
             return candidate
         try:
             ipaddress.IPv6Address(candidate)

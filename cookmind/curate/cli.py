@@ -1,0 +1,171 @@
+"""`cookmind curate ...`: run the pipeline, train a classifier, make the synthetic crawl, dedup files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Subcommands: run, train-classifier, crawl, dedup, default-config, demo."""
+    sub = parser.add_subparsers(dest="curate_command", metavar="<command>", required=True)
+
+    p = sub.add_parser("run", help="run the curation pipeline over input shards")
+    p.add_argument("--config", type=Path, help="YAML config (stages, output_format, workers); default: built-in")
+    p.add_argument("--input", nargs="+", required=True, help="HTML files/folders, WARC/WET, JSONL(.gz), Parquet")
+    p.add_argument("--output", type=Path, required=True, help="output folder (shards + report.md/json)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local")
+    p.add_argument("--workers", type=int, default=None, help="local processes (or local Ray CPUs)")
+    p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (default: start a local one)")
+    p.add_argument("--format", dest="output_format", choices=["jsonl.gz", "jsonl", "parquet"], default=None)
+    p.add_argument("--restart", action="store_true", help="discard finished shards in --output and start over")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    p = sub.add_parser("train-classifier", help="train a fastText-style classifier from labelled JSONL")
+    p.add_argument("--input", nargs="+", required=True, help="JSONL(.gz) with a text (or html) and a label field")
+    p.add_argument("--output", type=Path, required=True, help="model file (.npz)")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--label-field", default="label")
+    p.add_argument("--html-field", default="html", help="used (through extract) when a record has no text field")
+    p.add_argument("--dim", type=int, default=16)
+    p.add_argument("--bucket", type=int, default=1 << 16, help="hashed feature rows (model size = bucket * dim)")
+    p.add_argument("--word-ngrams", type=int, default=2)
+    p.add_argument("--epoch", type=int, default=10)
+    p.add_argument("--lr", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--valid-fraction", type=float, default=0.1, help="held out to report accuracy")
+
+    p = sub.add_parser("crawl", help="write the seeded synthetic web crawl (and labelled pages for a classifier)")
+    p.add_argument("--output", type=Path, required=True)
+    p.add_argument("--num-pages", type=int, default=600)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--labelled", type=Path, default=None, help="also write labelled JSONL (good vs spam) here")
+
+    p = sub.add_parser("dedup", help="exact-line or MinHash dedup of text files (one document per file)")
+    p.add_argument("--method", choices=["lines", "minhash"], required=True)
+    p.add_argument("--input", nargs="+", required=True)
+    p.add_argument("--output", type=Path, required=True)
+    p.add_argument("--num-hashes", type=int, default=128)
+    p.add_argument("--num-bands", type=int, default=16)
+    p.add_argument("--ngrams", type=int, default=5)
+    p.add_argument("--jaccard-threshold", type=float, default=0.8)
+
+    sub.add_parser("default-config", help="print the built-in pipeline config as YAML")
+
+    p = sub.add_parser("demo", help="synthetic crawl -> curated text, with the report")
+    p.add_argument("--workdir", type=Path, required=True)
+    p.add_argument("--num-pages", type=int, default=600)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Dispatch to the subcommand; errors in input are printed as one clear line."""
+    try:
+        return _COMMANDS[args.curate_command](args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"cookmind curate {args.curate_command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.runner import run_pipeline
+
+    cfg = CurateConfig.from_yaml(args.config) if args.config else CurateConfig()
+    if args.output_format:
+        cfg.output_format = args.output_format
+    result = run_pipeline(cfg, args.input, args.output, executor=args.executor, workers=args.workers,
+                          ray_address=args.ray_address, restart=args.restart, progress=not args.quiet)
+    print(result.report_md.read_text())
+    print(f"{len(result.outputs)} shards in {args.output} ({result.tasks_run} tasks run, "
+          f"{result.tasks_skipped} already done); report: {result.report_md}")
+    return 0
+
+
+def _train_classifier(args) -> int:
+    import numpy as np
+
+    from cookmind.curate.classifier import ClassifierConfig, train_classifier
+    from cookmind.curate.extract import extract_text
+    from cookmind.curate.shards import iter_source
+
+    records = []
+    for path in args.input:
+        for i, rec in enumerate(iter_source(path)):
+            if args.text_field not in rec and args.html_field in rec:
+                rec = {args.text_field: extract_text(rec[args.html_field]) or "", **rec}
+            if args.text_field not in rec or args.label_field not in rec:
+                raise ValueError(f"{path}: record {i + 1} lacks {args.text_field!r} (or {args.html_field!r}) "
+                                 f"or {args.label_field!r}; its keys are {sorted(rec)}")
+            records.append({"text": rec[args.text_field], "label": str(rec[args.label_field])})
+    rng = np.random.default_rng(args.seed)
+    order = rng.permutation(len(records))
+    n_valid = int(len(records) * args.valid_fraction)
+    valid = [records[i] for i in order[:n_valid]]
+    train = [records[i] for i in order[n_valid:]]
+    cfg = ClassifierConfig(dim=args.dim, bucket=args.bucket, word_ngrams=args.word_ngrams, epoch=args.epoch,
+                           lr=args.lr, seed=args.seed)
+    model = train_classifier(train, cfg=cfg, progress=True)
+    path = model.save(args.output)
+    summary = {"model": str(path), "labels": model.labels, "train": len(train), "valid": len(valid)}
+    if valid:
+        probs = model.predict_proba([r["text"] for r in valid])
+        pred = [model.labels[k] for k in probs.argmax(axis=1)]
+        summary["valid_accuracy"] = round(sum(p == r["label"] for p, r in zip(pred, valid)) / len(valid), 4)
+    print(json.dumps(summary))
+    return 0
+
+
+def _crawl(args) -> int:
+    from cookmind.synthetic.crawl import labelled_pages, write_crawl
+
+    manifest = write_crawl(args.output, args.num_pages, args.seed, args.shards)
+    if args.labelled:
+        from cookmind.curate.shards import write_shard
+
+        write_shard(labelled_pages(args.num_pages, seed=args.seed + 1000), args.labelled)
+    print(json.dumps(manifest))
+    return 0
+
+
+def _dedup(args) -> int:
+    if args.method == "lines":
+        from cookmind.curate.exact_lines import exact_line_dedup
+
+        written = exact_line_dedup(args.input, args.output)
+    else:
+        from cookmind.curate.minhash import minhash_dedup
+
+        written = minhash_dedup(args.input, args.num_hashes, args.num_bands, args.ngrams, args.jaccard_threshold,
+                                args.output)
+    print(json.dumps({"input_files": len(args.input), "written": len(written), "output": str(args.output)}))
+    return 0
+
+
+def _default_config(args) -> int:
+    import yaml
+
+    from cookmind.curate.config import CurateConfig
+
+    cfg = CurateConfig()
+    print(yaml.safe_dump({"stages": cfg.stages, "output_format": cfg.output_format, "workers": cfg.workers},
+                         sort_keys=False), end="")
+    return 0
+
+
+def _demo(args) -> int:
+    from cookmind.curate.demo import demo_stage
+
+    out = demo_stage(args.workdir, seed=args.seed, num_pages=args.num_pages, workers=args.workers)
+    print(Path(out["report_md"]).read_text())
+    print(f"clean text: {out['text_path']} ({out['docs_out']} documents, {out['bytes_out'] / 1e3:.0f} kB, "
+          f"{out['seconds']} s)")
+    return 0
+
+
+_COMMANDS = {"run": _run, "train-classifier": _train_classifier, "crawl": _crawl, "dedup": _dedup,
+             "default-config": _default_config, "demo": _demo}

@@ -1,0 +1,79 @@
+"""The fastText-style classifier: one SGD step equals PyTorch autograd's; training separates the crawl."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from cookmind.curate.classifier import ClassifierConfig, FastTextClassifier, feature_ids, load_classifier, train_classifier
+from cookmind.curate.harmful import classify_quality
+
+
+def test_sgd_step_matches_torch_autograd():
+    cfg = ClassifierConfig(dim=8, bucket=64, seed=3)
+    model = FastTextClassifier(["a", "b", "c"], cfg)
+    rng = np.random.default_rng(0)
+    model.W = rng.normal(size=model.W.shape).astype(np.float32)
+    ids = [rng.integers(0, 64, size=n) for n in (3, 7, 1, 5)]
+    y = np.array([0, 2, 1, 2])
+    E = torch.tensor(model.E, dtype=torch.float64, requires_grad=True)
+    W = torch.tensor(model.W, dtype=torch.float64, requires_grad=True)
+    H = torch.stack([E[torch.tensor(x)].mean(0) for x in ids])           # mean of the feature embeddings
+    loss = torch.nn.functional.cross_entropy(H @ W.T, torch.tensor(y), reduction="sum")
+    loss.backward()
+    lr = 0.3
+    got_loss = model.sgd_step(ids, y, lr)
+    assert got_loss == pytest.approx(loss.item(), rel=1e-5)
+    np.testing.assert_allclose(model.W, (W - lr * W.grad).detach().numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(model.E, (E - lr * E.grad).detach().numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_feature_ids_are_hashed_unigrams_and_bigrams():
+    cfg = ClassifierConfig(bucket=1000, word_ngrams=2)
+    ids = feature_ids("Hello, hello world!", cfg)
+    assert len(ids) == 3 + 2 and ids.max() < 1000 and ids[0] == ids[1]  # "hello" twice, 2 bigrams
+
+
+def test_train_separates_crawl_pages_and_round_trips(tmp_path):
+    from cookmind.curate.extract import extract_text
+    from cookmind.synthetic.crawl import labelled_pages
+
+    train = [{"text": extract_text(r["html"]), "label": r["label"]} for r in labelled_pages(150, seed=11)]
+    test = [{"text": extract_text(r["html"]), "label": r["label"]} for r in labelled_pages(80, seed=12)]
+    model = train_classifier(train, cfg=ClassifierConfig(bucket=1 << 12, seed=0))
+    probs = model.predict_proba([r["text"] for r in test])
+    pred = [model.labels[k] for k in probs.argmax(1)]
+    assert np.mean([p == r["label"] for p, r in zip(pred, test)]) >= 0.95
+    path = model.save(tmp_path / "q.npz")
+    loaded = load_classifier(path)
+    np.testing.assert_allclose(loaded.predict_proba([test[0]["text"]]), probs[:1], atol=1e-2)  # E saved as fp16
+    label, p = classify_quality(test[0]["text"], model=str(path))
+    assert (label == "good") == (p >= 0.5)
+
+
+def test_train_needs_two_labels_and_fields():
+    with pytest.raises(ValueError, match="two labels"):
+        train_classifier([{"text": "a", "label": "x"}, {"text": "b", "label": "x"}])
+    with pytest.raises(ValueError, match="record 1 lacks"):
+        train_classifier([{"text": "a", "label": "x"}, {"txt": "b"}])
+
+
+def test_quality_without_model_is_a_clear_error():
+    with pytest.raises(ValueError, match="train-classifier"):
+        classify_quality("some text")
+
+
+def test_cli_train_classifier(tmp_path):
+    from cookmind.cli import main
+
+    rows = [{"text": f"buy cheap pills now deal {i}", "label": "spam"} for i in range(30)]
+    rows += [{"text": f"the soup simmered while we talked about the garden {i}", "label": "good"} for i in range(30)]
+    (tmp_path / "l.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    assert main(["curate", "train-classifier", "--input", str(tmp_path / "l.jsonl"), "--output",
+                 str(tmp_path / "m.npz"), "--bucket", "4096"]) == 0
+    m = load_classifier(tmp_path / "m.npz")
+    assert m.predict("cheap pills deal")[0] == "spam"
+    assert m.predict("we talked in the garden")[0] == "good"
