@@ -53,28 +53,33 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
     """Merge pairs until `vocab` holds vocab_size tokens; mutates `vocab`, returns the merges in order."""
     from tqdm import tqdm
 
+    # A pair (a, b) is keyed by the int a << SHIFT | b: cheaper to hash than a tuple.
+    shift = max(vocab_size, len(vocab), 256).bit_length()
+    mask = (1 << shift) - 1
     words: list[list[int]] = [list(w) for w in word_counts]  # byte values are the byte tokens' ids
     freqs: list[int] = list(word_counts.values())
-    pair_counts: dict[tuple[int, int], int] = defaultdict(int)
-    pair_words: dict[tuple[int, int], set[int]] = defaultdict(set)
+    pair_counts: dict[int, int] = defaultdict(int)
+    pair_words: dict[int, set[int]] = defaultdict(set)
     for wi, w in enumerate(words):
         f = freqs[wi]
-        for p in zip(w, w[1:]):
+        for x, y in zip(w, w[1:]):
+            p = x << shift | y
             pair_counts[p] += f
             pair_words[p].add(wi)
     key = {i: _desc(b) for i, b in vocab.items()}
-    heap = [(-c, key[a], key[b], a, b) for (a, b), c in pair_counts.items()]
+    heap = [(-c, key[p >> shift], key[p & mask], p) for p, c in pair_counts.items()]
     heapq.heapify(heap)
     by_bytes = {b: i for i, b in vocab.items() if i < 256}
     by_bytes.update({b: i for i, b in vocab.items() if i >= 256 and b not in by_bytes})
-    specials = {i for i in range(256, len(vocab))}
+    specials = set(range(256, len(vocab)))
     merges: list[Merge] = []
     bar = tqdm(total=max(0, vocab_size - len(vocab)), desc="merges", unit="merge",
                disable=True if progress is False else None, leave=False)
     while len(vocab) < vocab_size and heap:
-        negc, _, _, a, b = heapq.heappop(heap)
-        if pair_counts.get((a, b), 0) != -negc or negc == 0:
+        negc, _, _, ab = heapq.heappop(heap)
+        if negc == 0 or pair_counts.get(ab, 0) != -negc:
             continue  # stale heap entry
+        a, b = ab >> shift, ab & mask
         new_bytes = vocab[a] + vocab[b]
         c = by_bytes.get(new_bytes)
         if c is None or c in specials:
@@ -84,8 +89,9 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
             key[c] = _desc(new_bytes)
             bar.update(1)
         merges.append((vocab[a], vocab[b]))
-        delta: dict[tuple[int, int], int] = defaultdict(int)
-        for wi in pair_words.pop((a, b), ()):
+        c_hi = c << shift
+        delta: dict[int, int] = defaultdict(int)
+        for wi in pair_words.pop(ab, ()):
             w, f = words[wi], freqs[wi]
             i = 0
             while True:
@@ -95,17 +101,17 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
                     break
                 if i + 1 < len(w) and w[i + 1] == b:
                     # only the neighbours change: (prev, a) -> (prev, c) and (b, next) -> (c, next)
-                    delta[(a, b)] -= f
+                    delta[ab] -= f
                     if i > 0:
-                        prev = w[i - 1]
-                        delta[(prev, a)] -= f
-                        delta[(prev, c)] += f
-                        pair_words[(prev, c)].add(wi)
+                        prev = w[i - 1] << shift
+                        delta[prev | a] -= f
+                        delta[prev | c] += f
+                        pair_words[prev | c].add(wi)
                     if i + 2 < len(w):
                         nxt = w[i + 2]
-                        delta[(b, nxt)] -= f
-                        delta[(c, nxt)] += f
-                        pair_words[(c, nxt)].add(wi)
+                        delta[(b << shift) | nxt] -= f
+                        delta[c_hi | nxt] += f
+                        pair_words[c_hi | nxt].add(wi)
                     w[i] = c
                     del w[i + 1]
                 i += 1
@@ -114,7 +120,7 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
                 cnt = pair_counts[p] + d
                 if cnt > 0:
                     pair_counts[p] = cnt
-                    heapq.heappush(heap, (-cnt, key[p[0]], key[p[1]], p[0], p[1]))
+                    heapq.heappush(heap, (-cnt, key[p >> shift], key[p & mask], p))
                 else:
                     del pair_counts[p]
                     pair_words.pop(p, None)

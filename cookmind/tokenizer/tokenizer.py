@@ -175,7 +175,15 @@ class Tokenizer:
         texts = list(texts)
         fast = self.fast_encoding
         if fast is not None:
-            return fast.encode_batch(texts, num_threads=num_threads or os.cpu_count() or 1, allowed_special="all")
+            # one task per thread over a contiguous slice: per-text futures cost more than short texts do
+            from concurrent.futures import ThreadPoolExecutor
+
+            n = max(1, min(num_threads or os.cpu_count() or 1, len(texts)))
+            step = -(-len(texts) // n) if texts else 1
+            groups = [texts[i:i + step] for i in range(0, len(texts), step)]
+            with ThreadPoolExecutor(n) as ex:
+                parts = ex.map(lambda g: [fast.encode(t, allowed_special="all") for t in g], groups)
+            return [ids for part in parts for ids in part]
         if sum(len(t) for t in texts) < (1 << 20):
             return [self.encode_reference(t) for t in texts]
         from cookmind.tokenizer.pretokenize import _mp_context
