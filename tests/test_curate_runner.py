@@ -1,0 +1,110 @@
+"""The runner on the synthetic crawl: per-stage removals match the crawl's manifest, resume, Ray == local."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from cookmind.curate.config import CurateConfig
+from cookmind.curate.runner import read_outputs, run_pipeline
+from cookmind.synthetic.crawl import write_crawl
+
+# stage -> the crawl kinds it alone should remove
+EXPECTED = {"langid": ["foreign"], "gopher": ["spam"], "minhash": ["exact_dup", "near_dup"], "nsfw": ["nsfw"],
+            "toxic": ["toxic"], "quality": ["seo_spam"], "extract": [], "exact_lines": [], "pii": []}
+
+LIGHT = [{"extract": {}}, {"langid": {}}, {"gopher": {}}, {"minhash": {"num_hashes": 64, "num_bands": 8}},
+         {"exact_lines": {"num_partitions": 4}}, {"pii": {}}]
+
+
+def test_demo_stage_removes_what_the_crawl_planted(tmp_path):
+    from cookmind.curate import demo_stage
+
+    out = demo_stage(tmp_path, seed=3, num_pages=160, progress=False)
+    manifest = out["manifest"]
+    stats = {s["name"]: s for s in out["stages"]}
+    assert list(stats) == ["extract", "langid", "gopher", "minhash", "exact_lines", "pii", "nsfw", "toxic", "quality"]
+    for name, kinds in EXPECTED.items():
+        assert stats[name]["removed"] == sum(manifest["kinds"].get(k, 0) for k in kinds), name
+    assert stats["minhash"]["reasons"] == {"exact_duplicate": manifest["kinds"]["exact_dup"],
+                                           "near_duplicate": manifest["kinds"]["near_dup"]}
+    for kind in ("emails", "phones", "ips"):
+        assert stats["pii"]["counters"][f"{kind}_masked"] == manifest["pii"].get(kind, 0)
+    assert stats["exact_lines"]["counters"]["lines_removed"] > 0   # the repeated newsletter line and titles
+    # what is left is exactly the good pages, masked
+    kept = list(read_outputs(sorted((tmp_path / "curated").glob("shard-*.jsonl.gz"))))
+    assert len(kept) == out["docs_out"] == manifest["kinds"]["good"]
+    # one page per duplicate cluster survives: the first in corpus order, sometimes the copy
+    assert {d["kind"] for d in kept} <= {"good", "exact_dup", "near_dup"}
+    lines = Path(out["text_path"]).read_text().splitlines()
+    assert len(lines) == len(kept)
+    text = " ".join(json.loads(x)["text"] for x in lines)
+    assert "@" not in text and not re.search(r"\(\d{3}\) \d{3}-\d{4}", text)
+    assert "Subscribe to our newsletter" not in text
+    report = json.loads(Path(out["report_json"]).read_text())
+    assert report["output_docs"] == len(kept)
+    assert "| minhash |" in Path(out["report_md"]).read_text()
+
+
+def _read_all(out: Path) -> list[dict]:
+    return list(read_outputs(sorted(out.glob("shard-*"))))
+
+
+def test_resume_skips_finished_shards_and_matches_a_clean_run(tmp_path):
+    write_crawl(tmp_path / "in", num_pages=90, seed=5, num_shards=3)
+    cfg = CurateConfig(stages=LIGHT)
+    bad = tmp_path / "in" / "crawl-00002.jsonl.gz"
+    good_bytes = bad.read_bytes()
+    with gzip.open(bad, "ab") as f:
+        f.write(b"{not json\n")
+    with pytest.raises(ValueError, match=r"crawl-00002.jsonl.gz:\d+: not valid JSON"):
+        run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "out", progress=False)
+    first = tmp_path / "out" / "_work" / "00-extract+langid+gopher"
+    done = {p.name: p.stat().st_mtime_ns for p in first.glob("*.done")}
+    assert sorted(done) == ["shard-00000.done", "shard-00001.done"]
+    bad.write_bytes(good_bytes)
+    result = run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "out", progress=False)
+    assert {p.name: p.stat().st_mtime_ns for p in first.glob("*.done") if p.name in done} == done  # not redone
+    assert result.tasks_skipped == 2
+    again = run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "out", progress=False)
+    assert again.tasks_run == 0
+    fresh = run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "fresh", progress=False)
+    assert _read_all(tmp_path / "out") == _read_all(tmp_path / "fresh")
+    assert [s.to_dict()["removed"] for s in result.stages] == [s.to_dict()["removed"] for s in fresh.stages]
+    with pytest.raises(ValueError, match="another config"):
+        run_pipeline(CurateConfig(stages=LIGHT[:2]), [str(tmp_path / "in")], tmp_path / "out", progress=False)
+
+
+def test_parquet_output_and_config_errors(tmp_path):
+    write_crawl(tmp_path / "in", num_pages=40, seed=6, num_shards=2)
+    cfg = CurateConfig(stages=LIGHT[:3], output_format="parquet")
+    result = run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "out", progress=False)
+    assert [p.suffix for p in result.outputs] == [".parquet", ".parquet"]
+    assert len(_read_all(tmp_path / "out")) == result.stages[-1].docs_out > 0
+    with pytest.raises(ValueError, match="unknown curate stage 'dedupe'"):
+        run_pipeline(CurateConfig(stages=[{"dedupe": {}}]), [str(tmp_path / "in")], tmp_path / "o2", progress=False)
+    with pytest.raises(ValueError, match="unknown key"):
+        CurateConfig.from_dict({"stagez": []})
+
+
+def test_ray_executor_equals_local(tmp_path):
+    ray = pytest.importorskip("ray")
+    write_crawl(tmp_path / "in", num_pages=40, seed=7, num_shards=2)
+    cfg = CurateConfig(stages=LIGHT)
+    local = run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "local", progress=False)
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    repo = str(Path(__file__).resolve().parents[1])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": repo, "RAY_AUTH_MODE": "disabled"}})
+    try:
+        remote = run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "ray", executor="ray", progress=False)
+    finally:
+        ray.shutdown()
+    assert _read_all(tmp_path / "ray") == _read_all(tmp_path / "local")
+    strip = [{k: v for k, v in s.to_dict().items() if k != "seconds"} for s in local.stages]
+    assert [{k: v for k, v in s.to_dict().items() if k != "seconds"} for s in remote.stages] == strip
