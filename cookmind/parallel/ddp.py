@@ -98,8 +98,10 @@ class DDP(nn.Module):
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float = 25.0, reduce_dtype: torch.dtype | None = None,
-                 process_group=None):
+                 process_group=None, bucket_cap_mb: float | None = None):
         super().__init__()
+        if bucket_cap_mb is not None:  # torch DDP's name for the same knob
+            bucket_size_mb = bucket_cap_mb
         if not dist.is_initialized():
             raise RuntimeError("DDP needs an initialised process group: call cookmind.parallel.init_distributed() "
                                "under torchrun first")
