@@ -21,6 +21,7 @@ class Embedding(nn.Module):
         nn.init.trunc_normal_(self.weight, mean=0.0, std=self.std, a=-3 * self.std, b=3 * self.std)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Look up the embedding row of every id."""
         return self.weight[ids]  # row lookup; gradient scatters back into the rows used
 
     def extra_repr(self) -> str:

@@ -25,6 +25,7 @@ class Linear(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Project the last dim of x from in_features to out_features."""
         y = x @ self.weight.t()  # (..., in) @ (in, out) -> (..., out)
         return y if self.bias is None else y + self.bias
 

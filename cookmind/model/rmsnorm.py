@@ -15,6 +15,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise the last dim of x to unit RMS and scale it by the learned weight."""
         x32 = x.float()  # bf16 squares lose too much precision
         normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return self.weight * normed.to(x.dtype)

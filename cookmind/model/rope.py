@@ -97,6 +97,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # derived from config, never saved
 
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin (B, T, D) of each position's angles, scaled by the attention factor, in `dtype`."""
         # angle[b, t, i] = pos[b, t] * inv_freq[i], in fp32: bf16 positions lose integer precision past 256
         angles = position_ids.float()[..., None] * self.inv_freq.float()
         emb = torch.cat((angles, angles), dim=-1)  # rotate-half layout: the same angle for i and i + D/2

@@ -19,4 +19,5 @@ class SwiGLU(nn.Module):
         self.down_proj = Linear(intermediate_size, hidden_size, std=std if out_std is None else out_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Gate, activate, project down: (..., hidden) -> (..., hidden)."""
         return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))

@@ -37,6 +37,7 @@ class CosineWarmupScheduler(torch.optim.lr_scheduler.LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
+        """Each group's lr at the current step (last_epoch counts optimizer steps taken)."""
         step = self.last_epoch
         return [cosine_with_warmup(step, base, self.warmup_steps, self.total_steps, base * self.min_lr_ratio)
                 for base in self.base_lrs]
