@@ -1,0 +1,236 @@
+"""Training throughput: cookmind's Trainer vs a nanoGPT-style reference, measured in the same run.
+
+    python bench/bench_train.py --device cpu                 # tiny-cpu preset shape, fp32
+    python bench/bench_train.py --device cuda                # GPT-2-small shape, B=12, T=1024, bf16, compiled
+
+Each figure is one JSON line. The peer is a nanoGPT-style GPT (LayerNorm, GELU MLP 4x, learned
+positions, tied embeddings, F.scaled_dot_product_attention, torch.optim.AdamW fused) written
+below, trained on the same random tokens with the same batch, precision and compile setting.
+MFU = tokens/s x FLOPs/token / peak, FLOPs/token = 6 N_matmul + 12 L H D T for both models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+# -- the peer: a nanoGPT-style GPT, written here ------------------------------------------------
+
+
+class RefAttention(nn.Module):
+    def __init__(self, d: int, h: int):
+        super().__init__()
+        self.h = h
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class RefBlock(nn.Module):
+    def __init__(self, d: int, h: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d, bias=False), nn.LayerNorm(d, bias=False)
+        self.attn = RefAttention(d, h)
+        self.fc, self.out = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class RefGPT(nn.Module):
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, ctx: int):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList(RefBlock(d, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d, bias=False)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        self.cfg = (vocab, d, layers, heads, ctx)
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    def flops_per_token(self, t: int) -> float:
+        vocab, d, layers, heads, _ = self.cfg
+        n = layers * (3 * d * d + d * d + 8 * d * d) + vocab * d
+        return 6 * n + 12 * layers * heads * (d // heads) * t
+
+
+def bench_reference(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
+                    compile_: bool) -> dict:
+    """tokens/s of the nanoGPT-style loop: forward, backward, clip, fused AdamW."""
+    torch.manual_seed(0)
+    model = RefGPT(shape["vocab_size"], shape["hidden_size"], shape["num_hidden_layers"],
+                   shape["num_attention_heads"], seq).to(device)
+    fused = device.type == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
+    fwd = torch.compile(model) if compile_ else model
+    data = torch.randint(0, shape["vocab_size"], (64, seq + 1), device=device)
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else _null()
+
+    def step(i):
+        rows = torch.arange(i * batch, (i + 1) * batch, device=device) % data.shape[0]
+        x, y = data[rows, :-1], data[rows, 1:]
+        with ctx:
+            loss = fwd(x, y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss, norm
+
+    t0 = time.perf_counter()
+    for i in range(warmup):
+        step(i)
+    _sync(device)
+    warm_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for i in range(steps):
+        loss, norm = step(i)
+        torch.stack([loss.detach().float(), norm.float()]).tolist()  # one host sync per step, like our loop
+    _sync(device)
+    dt = time.perf_counter() - t0
+    return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": model.flops_per_token(seq),
+            "warmup_s": round(warm_s, 1), "params": sum(p.numel() for p in model.parameters())}
+
+
+# -- ours: the real Trainer on an in-memory dataset --------------------------------------------
+
+
+class RandomTokens(torch.utils.data.Dataset):
+    """Seq-dataset items over fixed random tokens (no disk, so the loop itself is measured)."""
+
+    def __init__(self, vocab: int, seq: int, n: int = 4096):
+        g = torch.Generator().manual_seed(0)
+        self.data = torch.randint(0, vocab, (n, seq), generator=g)
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        ids = self.data[i]
+        return {"input_ids": ids, "labels": ids}
+
+
+def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
+                   compile_: bool, run_dir: str) -> dict:
+    """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape."""
+    from cookmind.train import Callback, TrainConfig, Trainer
+
+    class Timer(Callback):
+        def __init__(self):
+            self.marks = {}
+
+        def on_step_end(self, trainer, step, metrics):
+            if step in (warmup, warmup + steps):
+                _sync(device)
+                self.marks[step] = time.perf_counter()
+
+    cfg = TrainConfig.from_dict({
+        "model": dict(shape),
+        "data": {"window_size": seq},
+        "train": {"max_steps": warmup + steps, "micro_batch_size": batch, "precision": precision,
+                  "compile": compile_, "device": str(device)},
+        "optim": {"lr": 6e-4, "warmup_steps": 10},
+        "checkpoint": {"every": 0},
+        "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
+    })
+    timer = Timer()
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg, train_dataset=RandomTokens(shape["vocab_size"], seq), callbacks=[timer])
+    trainer.save_checkpoint = lambda: None  # measure the loop, not the final checkpoint write
+    trainer.fit()
+    dt = timer.marks[warmup + steps] - timer.marks[warmup]
+    return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": trainer.flops_per_token,
+            "warmup_s": round(timer.marks[warmup] - t0, 1), "params": trainer.bare_model.num_parameters()}
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+GPT2_SMALL = dict(vocab_size=50304, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                  num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=1024,
+                  tie_word_embeddings=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--eager-too", action="store_true", help="also measure both without torch.compile")
+    ap.add_argument("--run-dir", default="/tmp/cookmind-bench-train")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        shape, batch, seq, precision = GPT2_SMALL, 12, 1024, "bf16"
+        steps, warmup = args.steps or 30, args.warmup or 10
+        from cookmind.train.metrics import peak_flops
+
+        peak = peak_flops(device) or 989e12
+        modes = [not args.no_compile] + ([False] if args.eager_too and not args.no_compile else [])
+    else:
+        from cookmind.train.config import TrainConfig
+
+        tiny = TrainConfig.load("tiny-cpu")
+        shape = dict(tiny.model, vocab_size=4096)
+        batch, seq, precision = tiny.train.micro_batch_size, tiny.data.window_size, "fp32"
+        steps, warmup = args.steps or 20, args.warmup or 3
+        peak, modes = None, [False]
+    for compiled in modes:
+        ref = bench_reference(shape, batch, seq, steps, warmup, device, precision, compiled)
+        ours = bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compiled, args.run_dir)
+        common = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                  "threads": torch.get_num_threads(), "batch": batch, "seq": seq, "precision": precision,
+                  "compiled": compiled, "torch": torch.__version__,
+                  "shape": f"{shape['num_hidden_layers']}L-{shape['hidden_size']}d-{shape['num_attention_heads']}h-"
+                           f"v{shape['vocab_size']}"}
+        for name, r in (("nanogpt-style reference", ref), ("cookmind Trainer", ours)):
+            line = {"figure": "train tokens/s", "impl": name, **common, "tokens_per_s": round(r["tokens_per_s"]),
+                    "params": r["params"], "warmup_s": r["warmup_s"]}
+            if peak:
+                line["mfu"] = round(r["tokens_per_s"] * r["flops_per_token"] / peak, 4)
+            print(json.dumps(line), flush=True)
+        print(json.dumps({"figure": "train speedup vs reference", **common,
+                          "ratio": round(ours["tokens_per_s"] / ref["tokens_per_s"], 3)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

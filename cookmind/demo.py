@@ -1,0 +1,484 @@
+"""`cookmind demo`: every stage end to end on the embedded synthetic data, on a laptop CPU.
+
+    [curate] -> data -> tokenizer -> pack -> pretrain -> eval -> SFT -> eval -> DPO (LoRA) -> eval
+             -> [GRPO] -> sample chats -> report
+
+The demo is a list of stage functions ``stage(ctx) -> dict`` run in order over one
+``DemoContext``; a later issue appends a stage (``STAGES.insert``, or a plugin module that
+exposes ``demo_stage``). Each stage records what it did in ``ctx.results[name]`` and the
+final report (``<workdir>/report.md``) shows whether each stage did its job: loss fell,
+SFT taught the answer format, accuracy on 200 held-out arithmetic problems moved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+DEMO_PROMPTS = [
+    "Tom has 5 apples. He gets 3 more. How many apples does Tom have now?",
+    "Lily has 12 stickers. She gives 4 to Sam. How many stickers does Lily have left?",
+    "What color is the sky?",
+    "Tell me a short story about a cat.",
+]
+
+
+@dataclass
+class DemoSizes:
+    """How much data and how many steps each stage gets (``quick`` shrinks all of it for tests)."""
+
+    stories: int = 5000
+    pretrain_problems: int = 3000
+    sft_chats: int = 4000
+    dpo_pairs: int = 800
+    val_items: int = 200
+    eval_problems: int = 200
+    vocab_size: int = 1024
+    max_number: int = 20
+    pretrain_steps: int = 400
+    sft_steps: int = 300
+    dpo_steps: int = 60
+    crawl_pages: int = 300
+    model: dict[str, Any] = field(default_factory=lambda: dict(
+        hidden_size=128, intermediate_size=352, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=256, tie_word_embeddings=True))
+
+    @classmethod
+    def quick(cls) -> DemoSizes:
+        """A smoke-test size: every stage runs, in well under a minute."""
+        return cls(stories=150, pretrain_problems=100, sft_chats=120, dpo_pairs=40, val_items=20, eval_problems=20,
+                   vocab_size=300, pretrain_steps=6, sft_steps=4, dpo_steps=3, crawl_pages=40,
+                   model=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                              num_key_value_heads=1, max_position_embeddings=128, tie_word_embeddings=True))
+
+
+@dataclass
+class DemoContext:
+    """Everything the stages share: where files go, what each stage produced."""
+
+    workdir: Path
+    seed: int = 0
+    sizes: DemoSizes = field(default_factory=DemoSizes)
+    progress: bool = True
+    skip_curate: bool = False
+    paths: dict[str, Path] = field(default_factory=dict)  # corpus, tokenizer, stores, eval set
+    checkpoints: dict[str, Path] = field(default_factory=dict)  # stage -> its final checkpoint
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def policy(self) -> Path | None:
+        """The newest trained model (the last stage's checkpoint)."""
+        return list(self.checkpoints.values())[-1] if self.checkpoints else None
+
+    def say(self, msg: str) -> None:
+        """A progress line."""
+        if self.progress:
+            print(f"[demo] {msg}", flush=True)
+
+
+Stage = tuple[str, Callable[[DemoContext], dict[str, Any]]]
+
+
+# -- stages ----------------------------------------------------------------------------------
+
+
+def stage_curate(ctx: DemoContext) -> dict[str, Any]:
+    """Curate a synthetic web crawl (cookmind.curate) into clean text for pretraining, when available."""
+    if ctx.skip_curate:
+        return {"skipped": "--skip-curate"}
+    try:
+        from cookmind.curate import demo_stage
+    except ImportError as exc:
+        ctx.notes.append(f"curation stage skipped: cookmind.curate.demo_stage is not available ({exc})")
+        return {"skipped": str(exc)}
+    out = demo_stage(ctx.workdir / "curate", seed=ctx.seed, num_pages=ctx.sizes.crawl_pages,
+                     progress=ctx.progress)
+    ctx.paths["curated"] = Path(out["text_path"])
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in out.items()
+            if k in ("text_path", "docs_in", "docs_out", "bytes_out", "seconds", "report_md")}
+
+
+def stage_data(ctx: DemoContext) -> dict[str, Any]:
+    """Write the synthetic corpora: stories + worked problems (pretrain), chats (SFT), pairs (DPO), eval set."""
+    from cookmind.synthetic import arithmetic_problems, chats, preference_pairs, problem_chat, stories
+
+    s, d = ctx.sizes, ctx.workdir / "data"
+    d.mkdir(parents=True, exist_ok=True)
+    # The held-out problems come first; every training set excludes their questions.
+    held_out = arithmetic_problems(s.eval_problems, seed=ctx.seed + 1, max_number=s.max_number)
+    exclude = {p.question for p in held_out}
+    _write_jsonl(d / "eval_problems.jsonl", [p.to_dict() | {"value": p.value} for p in held_out])
+
+    texts = stories(s.stories + s.val_items, seed=ctx.seed)
+    problems = arithmetic_problems(s.pretrain_problems, seed=ctx.seed + 2, max_number=s.max_number, exclude=exclude)
+    docs = texts[: s.stories] + [f"Question: {p.question}\nAnswer: {p.answer}" for p in problems]
+    _shuffle(docs, ctx.seed)
+    _write_jsonl(d / "pretrain.jsonl", [{"text": t} for t in docs])
+    _write_jsonl(d / "pretrain_val.jsonl", [{"text": t} for t in texts[s.stories:]])
+
+    sft = chats(s.sft_chats + s.val_items, seed=ctx.seed + 3, max_number=s.max_number, exclude=exclude)
+    _write_jsonl(d / "sft.jsonl", [{"messages": m} for m in sft[: s.sft_chats]])
+    _write_jsonl(d / "sft_val.jsonl", [{"messages": m} for m in sft[s.sft_chats:]])
+
+    pairs = preference_pairs(s.dpo_pairs + s.val_items // 2, seed=ctx.seed + 4, max_number=s.max_number,
+                             exclude=exclude)
+    _write_jsonl(d / "dpo.jsonl", pairs[: s.dpo_pairs])
+    _write_jsonl(d / "dpo_val.jsonl", pairs[s.dpo_pairs:])
+
+    # Tokenizer corpus: everything the model will read, in plain text.
+    corpus = d / "corpus.txt"
+    parts = docs + [m["content"] for c in sft for m in c] + _curated_texts(ctx)
+    _atomic_text(corpus, "\n".join(parts))
+    ctx.paths.update(data=d, corpus=corpus, eval_problems=d / "eval_problems.jsonl")
+    example = problem_chat(held_out[0])
+    return {"stories": s.stories, "pretrain_problems": len(problems), "sft_chats": s.sft_chats,
+            "dpo_pairs": s.dpo_pairs, "held_out_problems": len(held_out), "corpus_bytes": corpus.stat().st_size,
+            "example_problem": example[0]["content"], "example_answer": example[1]["content"]}
+
+
+def stage_tokenizer(ctx: DemoContext) -> dict[str, Any]:
+    """Train a byte-level BPE on the corpus (cookmind.tokenizer)."""
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    vocab, merges = train_bpe(ctx.paths["corpus"], ctx.sizes.vocab_size, DEFAULT_SPECIAL_TOKENS,
+                              progress=ctx.progress)
+    tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
+    out = ctx.workdir / "tokenizer"
+    tok.save(out)
+    ctx.paths["tokenizer"] = out
+    sample = "Tom has 12 apples. 12 + 7 = 19"
+    return {"vocab_size": tok.vocab_size, "merges": len(merges), "example": sample,
+            "example_tokens": [tok.decode([i]) for i in tok.encode(sample)]}
+
+
+def stage_pack(ctx: DemoContext) -> dict[str, Any]:
+    """Tokenize the corpora into token stores (cookmind.store.packer)."""
+    from cookmind.store.packer import pack
+
+    d, stores = ctx.paths["data"], ctx.workdir / "stores"
+    plan = {"pretrain": ("seq", ["pretrain.jsonl"]), "pretrain_val": ("seq", ["pretrain_val.jsonl"]),
+            "sft": ("sft", ["sft.jsonl"]), "sft_val": ("sft", ["sft_val.jsonl"]),
+            "dpo": ("dpo", ["dpo.jsonl"]), "dpo_val": ("dpo", ["dpo_val.jsonl"])}
+    out = {}
+    for name, (train_type, files) in plan.items():
+        inputs = [d / f for f in files]
+        if name == "pretrain" and "curated" in ctx.paths:
+            inputs.append(ctx.paths["curated"])
+        meta = pack(inputs, stores / f"{name}.bin", str(ctx.paths["tokenizer"]), train_type, overwrite=True,
+                    progress=False)
+        ctx.paths[f"store_{name}"] = stores / f"{name}.bin"
+        out[name] = {"records": meta["num_records"], "tokens": meta["num_tokens"]}
+    return out
+
+
+def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Run one Trainer stage from the demo preset plus ``overrides``; record its checkpoint."""
+    from cookmind.train import TrainConfig, Trainer
+
+    cfg = TrainConfig.load("demo")
+    cfg.model = dict(ctx.sizes.model)
+    run_dir = ctx.workdir / "runs" / name
+    base = {
+        "data": {"tokenizer": str(ctx.paths["tokenizer"])},
+        "train": {"seed": ctx.seed},
+        "logging": {"run_dir": str(run_dir), "progress": ctx.progress, "log_every": 10},
+        "checkpoint": {"keep_last": 1},
+    }
+    for section, values in overrides.items():
+        base.setdefault(section, {}).update(values)
+    if "init_from" in base["train"]:
+        cfg.model = {}
+    cfg.update(base, source=f"demo stage {name}")
+    cfg.validate()
+    ctx.say(f"{name}: {cfg.train.max_steps} steps, objective {cfg.train.objective}"
+            + (" with LoRA" if cfg.lora.enabled else ""))
+    trainer = Trainer(cfg)
+    params = sum(p.numel() for p in trainer.bare_model.parameters() if p.requires_grad)
+    summary = trainer.fit()
+    if summary["status"] != "completed":
+        raise SystemExit(f"cookmind demo: the {name} stage was interrupted ({summary['status']} at step "
+                         f"{summary['steps']}); its checkpoint is in {trainer.ckpt_dir}")
+    from cookmind.train.checkpoint import find_latest_checkpoint
+    from cookmind.train.metrics import read_metrics
+
+    ctx.checkpoints[name] = find_latest_checkpoint(trainer.ckpt_dir)
+    train_losses = [r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r.get("split") == "train"]
+    return {"trainable_params": params, "first_loss": train_losses[0] if train_losses else None,
+            "last_loss": train_losses[-1] if train_losses else None, "report": str(run_dir / "report.md"),
+            "train_seconds": summary["seconds"],
+            **{k: v for k, v in summary.items() if k in ("steps", "tokens", "val_loss", "val_ppl",
+                                                          "val_reward_accuracy", "val_reward_margin")}}
+
+
+def stage_pretrain(ctx: DemoContext) -> dict[str, Any]:
+    """Pretrain a small CookMind on stories, worked problems (and curated web text)."""
+    return _train(ctx, "pretrain", {
+        "train": {"objective": "pretrain", "max_steps": ctx.sizes.pretrain_steps},
+        "data": {"train_path": str(ctx.paths["store_pretrain"]), "val_path": str(ctx.paths["store_pretrain_val"])},
+        "eval": {"every": 0, "prompts": ["Once upon a time", "Question: Tom has 3 apples."]},
+    })
+
+
+def stage_sft(ctx: DemoContext) -> dict[str, Any]:
+    """Supervised fine-tuning on chats: only the assistant's tokens are trained."""
+    return _train(ctx, "sft", {
+        "train": {"objective": "sft", "max_steps": ctx.sizes.sft_steps, "init_from": str(ctx.checkpoints["pretrain"])},
+        "data": {"train_path": str(ctx.paths["store_sft"]), "val_path": str(ctx.paths["store_sft_val"])},
+        "optim": {"lr": 1e-3, "warmup_steps": 10},
+        "eval": {"every": 0, "prompts": DEMO_PROMPTS[:2]},
+    })
+
+
+def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
+    """DPO with LoRA adapters: correct answers preferred over wrong ones; the base is the reference."""
+    return _train(ctx, "dpo", {
+        "train": {"objective": "dpo", "max_steps": ctx.sizes.dpo_steps, "init_from": str(ctx.checkpoints["sft"]),
+                  "micro_batch_size": 8},
+        "data": {"train_path": str(ctx.paths["store_dpo"]), "val_path": str(ctx.paths["store_dpo_val"])},
+        "optim": {"lr": 2e-3, "warmup_steps": 5, "weight_decay": 0.0},
+        "lora": {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0},
+        "dpo": {"beta": 0.1, "reduction": "sum"},
+        "eval": {"every": 0, "prompts": DEMO_PROMPTS[:2]},
+    })
+
+
+def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, batch_size: int = 100) -> dict[str, Any]:
+    """Exact-answer accuracy on the held-out problems: greedy chat answer, ``#### N`` must equal the truth."""
+    from cookmind.infer import GenerationConfig, generate
+    from cookmind.model import load_model
+    from cookmind.synthetic import extract_answer
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(ctx.paths["tokenizer"])
+    model = load_model(checkpoint).eval()
+    problems = [json.loads(line) for line in ctx.paths["eval_problems"].read_text().splitlines()]
+    stops = tuple(i for i in (tok.im_end_id, tok.eos_id) if i is not None)
+    gcfg = GenerationConfig(max_new_tokens=32, temperature=0.0, stop_token_ids=stops)
+    correct = formatted = 0
+    examples = []
+    with torch.no_grad():
+        for i in range(0, len(problems), batch_size):
+            chunk = problems[i: i + batch_size]
+            prompts = [list(tok.render([{"role": "user", "content": p["question"]}], add_generation_prompt=True)[0])
+                       for p in chunk]
+            for p, out in zip(chunk, generate(model, prompts, gcfg, tokenizer=tok)):
+                text = tok.decode(out)
+                got = extract_answer(text)
+                formatted += got is not None
+                correct += got == p["value"]
+                if len(examples) < 3:
+                    examples.append({"question": p["question"], "answer": text, "truth": p["value"]})
+    n = len(problems)
+    return {"accuracy": correct / n, "answered_in_format": formatted / n, "n": n, "examples": examples}
+
+
+def _eval_stage(name: str, source: str) -> Stage:
+    def stage(ctx: DemoContext) -> dict[str, Any]:
+        res = arithmetic_accuracy(ctx, ctx.checkpoints[source])
+        ctx.say(f"accuracy after {source}: {100 * res['accuracy']:.1f}% "
+                f"({100 * res['answered_in_format']:.0f}% answered in the '#### N' format)")
+        return res
+
+    stage.__doc__ = f"Exact-answer accuracy on the held-out arithmetic problems after {source}."
+    return name, stage
+
+
+def stage_chat(ctx: DemoContext) -> dict[str, Any]:
+    """A few sample chats with the final model."""
+    from cookmind.infer import GenerationConfig, generate
+    from cookmind.model import load_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(ctx.paths["tokenizer"])
+    model = load_model(ctx.policy).eval()
+    stops = tuple(i for i in (tok.im_end_id, tok.eos_id) if i is not None)
+    prompts = [list(tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]) for p in DEMO_PROMPTS]
+    outs = generate(model, prompts, GenerationConfig(max_new_tokens=80, temperature=0.0, stop_token_ids=stops))
+    chats = [{"user": p, "assistant": tok.decode(o)} for p, o in zip(DEMO_PROMPTS, outs)]
+    if ctx.progress:
+        for c in chats:
+            print(f"\n  user:      {c['user']}\n  assistant: {c['assistant']}")
+        print()
+    return {"chats": chats}
+
+
+def stage_report(ctx: DemoContext) -> dict[str, Any]:
+    """Write ``<workdir>/report.md`` (and ``results.json``)."""
+    path = write_demo_report(ctx)
+    return {"report": str(path)}
+
+
+def _plugin_stage(name: str, module: str, before: str | None = None) -> Stage:
+    """A stage provided by another package (``module.demo_stage(ctx) -> dict``), skipped when absent."""
+
+    def stage(ctx: DemoContext) -> dict[str, Any]:
+        try:
+            fn = importlib.import_module(module).demo_stage
+        except (ImportError, AttributeError) as exc:
+            ctx.notes.append(f"{name} stage skipped: {module}.demo_stage is not available ({exc})")
+            return {"skipped": str(exc)}
+        out = fn(ctx)
+        if isinstance(out, dict) and out.get("checkpoint"):
+            ctx.checkpoints[name] = Path(out["checkpoint"])
+        return out
+
+    stage.__doc__ = f"{name} (from {module}.demo_stage, when installed)."
+    return name, stage
+
+
+STAGES: list[Stage] = [
+    ("curate", stage_curate),
+    ("data", stage_data),
+    ("tokenizer", stage_tokenizer),
+    ("pack", stage_pack),
+    ("pretrain", stage_pretrain),
+    _eval_stage("eval_pretrain", "pretrain"),
+    ("sft", stage_sft),
+    _eval_stage("eval_sft", "sft"),
+    ("dpo", stage_dpo),
+    _eval_stage("eval_dpo", "dpo"),
+    _plugin_stage("grpo", "cookmind.align.demo"),
+    ("chat", stage_chat),
+    ("report", stage_report),
+]
+
+
+def run_demo(ctx: DemoContext, stages: list[Stage] | None = None) -> DemoContext:
+    """Run ``stages`` (default ``STAGES``) in order; each result lands in ``ctx.results[name]``."""
+    stages = STAGES if stages is None else stages
+    t_all = time.perf_counter()
+    for i, (name, fn) in enumerate(stages, 1):
+        ctx.say(f"stage {i}/{len(stages)}: {name} — {(fn.__doc__ or '').strip().splitlines()[0]}")
+        t0 = time.perf_counter()
+        result = fn(ctx) or {}
+        result.setdefault("seconds", round(time.perf_counter() - t0, 2))
+        ctx.results[name] = result
+        ctx.say(f"{name} done in {result['seconds']:.1f}s (total {time.perf_counter() - t_all:.0f}s)")
+    ctx.results["total_seconds"] = {"seconds": round(time.perf_counter() - t_all, 1)}
+    if any(name == "report" for name, _ in stages):
+        write_demo_report(ctx)  # again, now with the total time
+    return ctx
+
+
+def write_demo_report(ctx: DemoContext) -> Path:
+    """Markdown report: per-stage table, accuracy before/after, sample chats, notes; plus results.json."""
+    r = ctx.results
+    lines = ["# cookmind demo", "", f"Work directory: `{ctx.workdir}` · seed {ctx.seed}", ""]
+    lines += ["## Stages", "", "| stage | seconds | what happened |", "|---|---|---|"]
+    for name, res in r.items():
+        if name == "total_seconds":
+            continue
+        lines.append(f"| {name} | {res.get('seconds', '')} | {_describe(name, res)} |")
+    if "total_seconds" in r:
+        lines.append(f"| **total** | {r['total_seconds']['seconds']} | |")
+    acc = [(n, r[n]) for n in ("eval_pretrain", "eval_sft", "eval_dpo", "grpo") if n in r and "accuracy" in r[n]]
+    if acc:
+        lines += ["", "## Held-out arithmetic (exact answer)", "", "| after | accuracy | in `#### N` format |",
+                  "|---|---|---|"]
+        lines += [f"| {n.replace('eval_', '')} | {100 * a['accuracy']:.1f}% | "
+                  f"{100 * a.get('answered_in_format', 0):.0f}% |" for n, a in acc]
+    if "chat" in r:
+        lines += ["", "## Sample chats", ""]
+        for c in r["chat"].get("chats", []):
+            lines += [f"**user:** {c['user']}", "", "```", c["assistant"], "```", ""]
+    stage_reports = [(n, res["report"]) for n, res in r.items() if isinstance(res, dict) and "report" in res
+                     and n != "report"]
+    if stage_reports:
+        lines += ["", "## Training reports (loss and lr curves)", ""]
+        lines += [f"- {n}: `{p}`" for n, p in stage_reports]
+    if ctx.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in ctx.notes]
+    out = ctx.workdir / "report.md"
+    _atomic_text(out, "\n".join(lines) + "\n")
+    _atomic_text(ctx.workdir / "results.json", json.dumps(r, indent=1, default=str))
+    return out
+
+
+def _describe(name: str, res: dict[str, Any]) -> str:
+    if "skipped" in res:
+        return f"skipped ({res['skipped']})"[:120]
+    if "accuracy" in res:
+        return f"accuracy {100 * res['accuracy']:.1f}%, in format {100 * res.get('answered_in_format', 0):.0f}%"
+    if "last_loss" in res:
+        v = f", val loss {res['val_loss']:.3f}" if res.get("val_loss") is not None else ""
+        return (f"loss {res['first_loss']:.3f} → {res['last_loss']:.3f}{v}, {res.get('steps')} steps, "
+                f"{res.get('trainable_params')} trainable params")
+    if name == "curate" and "docs_in" in res:
+        return f"{res['docs_in']} pages in → {res['docs_out']} clean documents"
+    if name == "tokenizer":
+        return f"vocab {res['vocab_size']}: `{'|'.join(res['example_tokens'])}`"
+    if name == "pack":
+        return ", ".join(f"{k}: {v['tokens']} tokens" for k, v in res.items() if isinstance(v, dict))
+    if name == "data":
+        return f"{res['stories']} stories, {res['sft_chats']} chats, {res['dpo_pairs']} pairs, {res['held_out_problems']} held out"
+    return ""
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    _atomic_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _shuffle(items: list, seed: int) -> None:
+    import random
+
+    random.Random(seed).shuffle(items)
+
+
+def _curated_texts(ctx: DemoContext) -> list[str]:
+    p = ctx.paths.get("curated")
+    if not p:
+        return []
+    return [json.loads(line)["text"] for line in Path(p).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# -- CLI -------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`cookmind demo` options."""
+    parser.add_argument("--workdir", default="runs/demo", help="where data, models and the report go")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of every stage in seconds")
+    parser.add_argument("--skip-curate", action="store_true", help="skip the web-curation stage")
+    parser.add_argument("--pretrain-steps", type=int, help="override the pretraining steps")
+    parser.add_argument("--sft-steps", type=int, help="override the SFT steps")
+    parser.add_argument("--dpo-steps", type=int, help="override the DPO steps")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the demo and print where the report is."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sizes = DemoSizes.quick() if args.quick else DemoSizes()
+    for name in ("pretrain_steps", "sft_steps", "dpo_steps"):
+        if getattr(args, name) is not None:
+            setattr(sizes, name, getattr(args, name))
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    ctx = DemoContext(workdir=workdir, seed=args.seed, sizes=sizes, progress=not args.quiet,
+                      skip_curate=args.skip_curate)
+    run_demo(ctx)
+    acc = {n: ctx.results[n]["accuracy"] for n in ("eval_pretrain", "eval_sft", "eval_dpo") if n in ctx.results}
+    print(json.dumps({"report": str(workdir / "report.md"), "seconds": ctx.results["total_seconds"]["seconds"],
+                      "accuracy": acc}))
+    return 0

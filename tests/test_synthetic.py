@@ -1,0 +1,67 @@
+"""Synthetic generators: seeded, arithmetic answers correct in GSM8K's format, held-out sets disjoint."""
+
+import json
+import re
+
+from cookmind.synthetic import (arithmetic_problems, chats, extract_answer, preference_pairs, stories)
+
+
+def _gsm8k_answer(text):
+    """GSM8K's own convention: the number after '####', commas removed."""
+    return int(text.split("####")[-1].strip().replace(",", ""))
+
+
+def test_seeded_and_reproducible():
+    assert stories(5, seed=1) == stories(5, seed=1)
+    assert stories(5, seed=1) != stories(5, seed=2)
+    assert arithmetic_problems(20, seed=3, level=3) == arithmetic_problems(20, seed=3, level=3)
+    assert chats(10, seed=4) == chats(10, seed=4)
+
+
+def test_worked_solutions_are_arithmetically_right_and_in_gsm8k_format():
+    for level in (1, 2, 3):
+        for p in arithmetic_problems(300, seed=level, level=level, max_number=20):
+            assert p.answer.splitlines()[-1] == f"#### {p.value}"
+            assert _gsm8k_answer(p.answer) == p.value == extract_answer(p.answer)
+            assert p.value >= 0
+            for line in p.answer.splitlines()[:-1]:  # every "a op b = c" step checks out
+                lhs, rhs = line.split("=")
+                a, op, b = lhs.split()
+                want = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
+                assert want == int(rhs)
+            numbers = [int(n) for n in re.findall(r"\d+", p.question)]
+            assert numbers and max(numbers) <= (20 if level < 3 else 40)  # level 3 gives away up to a + b
+
+
+def test_held_out_questions_never_appear_in_training_sets():
+    held = arithmetic_problems(200, seed=1)
+    exclude = {p.question for p in held}
+    assert len(exclude) == 200
+    train = arithmetic_problems(2000, seed=2, exclude=exclude)
+    assert not exclude & {p.question for p in train}
+    sft_questions = {c[-2]["content"] for c in chats(500, seed=3, exclude=exclude)}
+    assert not exclude & sft_questions
+    dpo_questions = {r["chosen"][0]["content"] for r in preference_pairs(300, seed=4, exclude=exclude)}
+    assert not exclude & dpo_questions
+
+
+def test_preference_pairs_prefer_the_correct_answer():
+    for r in preference_pairs(200, seed=0):
+        assert r["chosen"][:-1] == r["rejected"][:-1]
+        truth = extract_answer(r["chosen"][-1]["content"])
+        assert truth is not None
+        assert extract_answer(r["rejected"][-1]["content"]) != truth
+
+
+def test_chats_are_well_formed():
+    for c in chats(200, seed=0):
+        assert c[-1]["role"] == "assistant" and c[-2]["role"] == "user"
+        assert all(m["content"].strip() for m in c)
+        assert {m["role"] for m in c} <= {"system", "user", "assistant"}
+
+
+def test_extract_answer_agrees_with_gsm8k_on_real_data(shared_data):
+    rows = [json.loads(line) for line in (shared_data / "gsm8k" / "test.jsonl").read_text().splitlines()[:300]]
+    for row in rows:
+        assert extract_answer(row["answer"]) == _gsm8k_answer(row["answer"])
+    assert extract_answer("no answer here") is None
