@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+import torch
 
 from cookmind.cli import main as cli_main
 from cookmind.infer import GenerationConfig, generate
@@ -13,6 +14,16 @@ from cookmind.infer.cli_chat import run
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.model import save_model
 from test_server import make_model, make_tokenizer
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,16 @@ from cookmind.infer.sampling import SamplingParams
 from cookmind.model import CookMindConfig, CookMindLM
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+
 def tiny_model(**overrides):
     torch.manual_seed(0)
     kw = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

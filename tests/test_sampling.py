@@ -22,6 +22,15 @@ from cookmind.infer.sampling import (
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def naive_nucleus(logits_row: list[float], p: float) -> set[int]:
     """The smallest set of most likely tokens whose probability sum reaches p."""
     z = max(logits_row)

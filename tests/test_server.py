@@ -24,6 +24,16 @@ from cookmind.infer.server import create_app
 from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 TEXT = ("The cook stirs the soup. The soup is hot and the bread is fresh. "
         "A cook bakes bread every morning; the kitchen smells of bread and soup.\n") * 20
 API_KEY = "test-key"

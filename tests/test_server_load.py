@@ -15,12 +15,23 @@ from pathlib import Path
 
 import openai
 import pytest
+import torch
 
 from cookmind.infer import GenerationConfig, generate
 from cookmind.infer.engine import Engine
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
 from test_server import LiveServer, make_model, make_tokenizer
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
 
 CLIENTS, PER_CLIENT, MAX_TOKENS = 64, 4, 6
 QUESTIONS = ["soup?", "What is hot?", "Who bakes the bread every morning?", "kitchen", "The cook stirs",

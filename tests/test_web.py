@@ -19,6 +19,16 @@ from cookmind.infer.engine import Engine
 from cookmind.infer.server import create_app
 from test_server import LiveServer, make_model, make_tokenizer
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -308,18 +308,18 @@ class Engine:
         if not active:
             return
         b = max(r.slot for r in active) + 1
-        tokens = torch.zeros((b, 1), dtype=torch.long)
-        positions = torch.zeros((b, 1), dtype=torch.long)
-        write_cols = torch.full((b, 1), self.runner.scratch_col, dtype=torch.long)
+        # rows of idle slots feed token 0 at position 0 and write only to the scratch column
+        host = [[0] * b, [0] * b, [self.runner.scratch_col] * b]  # tokens, positions, write columns
         for r in active:
             pos = len(r.prompt_ids) + len(r.output_ids) - 1  # where the newest token goes
-            tokens[r.slot, 0], positions[r.slot, 0], write_cols[r.slot, 0] = r.output_ids[-1], pos, pos
-        dev = self.device
+            host[0][r.slot], host[1][r.slot], host[2][r.slot] = r.output_ids[-1], pos, pos
+        packed = torch.tensor(host, dtype=torch.long).to(self.device, non_blocking=True)  # one copy to the device
+        tokens, positions, write_cols = packed[0, :, None], packed[1, :, None], packed[2, :, None]
         if self.graphs is not None and b <= self.graphs.buckets[-1]:
-            logits = self.graphs.decode(tokens.to(dev), positions.to(dev), write_cols.to(dev))
+            logits = self.graphs.decode(tokens, positions, write_cols)
         else:
-            attn_len = int(positions.max()) + 1
-            logits = self.runner.forward(tokens.to(dev), positions.to(dev), 0, attn_len, write_cols=write_cols.to(dev))
+            attn_len = max(host[1]) + 1
+            logits = self.runner.forward(tokens, positions, 0, attn_len, write_cols=write_cols)
         rows = [r.slot for r in active]
         self._sample_and_emit(active, logits if rows == list(range(b)) else logits[rows])
 

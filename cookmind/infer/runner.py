@@ -59,8 +59,7 @@ class ModelRunner:
         for i, layer in enumerate(self.layers):
             h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, write_cols, mask,
                                     i, slot_start, attn_len)
-            mlp_out = layer.mlp(layer.post_attention_layernorm(h))
-            h = h + (mlp_out[0] if isinstance(mlp_out, tuple) else mlp_out)
+            h = h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
         if last_only:
             h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
         h = self.norm(h)
@@ -68,9 +67,9 @@ class ModelRunner:
 
     def _attention(self, attn, x, cos, sin, write_cols, mask, layer_idx, slot_start, attn_len):
         b, t, _ = x.shape
-        q = attn.q_proj(x).view(b, t, self.n_heads, self.head_dim)
-        k = attn.k_proj(x).view(b, t, self.n_kv, self.head_dim)
-        v = attn.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        q = _linear(attn.q_proj, x).view(b, t, self.n_heads, self.head_dim)
+        k = _linear(attn.k_proj, x).view(b, t, self.n_kv, self.head_dim)
+        v = _linear(attn.v_proj, x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         if getattr(attn, "q_norm", None) is not None:
             q, k = attn.q_norm(q), attn.k_norm(k)  # QK-norm: per head, over head_dim
         q, k = apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin)
@@ -86,4 +85,17 @@ class ModelRunner:
             if group > 1:
                 keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        return attn.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+        return _linear(attn.o_proj, out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+
+    @staticmethod
+    def _mlp(mlp, x):
+        if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
+            # SwiGLU: W_down (silu(W_gate x) * W_up x)
+            return _linear(mlp.down_proj, F.silu(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
+        out = mlp(x)  # mixture of experts: (output, aux loss)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def _linear(module, x):
+    """y = x W^T (+ b) with the module's own weights, through F.linear (one fused GEMM call)."""
+    return F.linear(x, module.weight, getattr(module, "bias", None))

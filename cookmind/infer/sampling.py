@@ -69,6 +69,8 @@ class SamplingBatch:
     presence_penalty: torch.Tensor  # (B,) float
     frequency_penalty: torch.Tensor  # (B,) float
     generators: list[torch.Generator | None] = field(default_factory=list)
+    # which steps any row uses, known on the host so the chain never waits on the device to find out
+    flags: dict[str, bool] | None = None
 
     @classmethod
     def from_params(
@@ -88,7 +90,31 @@ class SamplingBatch:
             presence_penalty=col("presence_penalty"),
             frequency_penalty=col("frequency_penalty"),
             generators=list(generators) if generators is not None else [None] * len(params),
+            flags={
+                "repetition": any(p.repetition_penalty != 1 for p in params),
+                "presence_frequency": any(p.presence_penalty != 0 or p.frequency_penalty != 0 for p in params),
+                "temperature": any(p.temperature not in (0.0, 1.0) for p in params),
+                "top_k": any(p.top_k > 0 for p in params),
+                "top_p": any(p.top_p < 1 for p in params),
+                "min_p": any(p.min_p > 0 for p in params),
+                "all_greedy": all(p.temperature == 0 for p in params),
+            },
         )
+
+    def uses(self, step: str) -> bool:
+        """Does any row use this step? From host-side flags when known, else from the tensors."""
+        if self.flags is not None:
+            return self.flags[step]
+        checks = {
+            "repetition": lambda: (self.repetition_penalty != 1).any(),
+            "presence_frequency": lambda: ((self.presence_penalty != 0) | (self.frequency_penalty != 0)).any(),
+            "temperature": lambda: ((self.temperature != 0) & (self.temperature != 1)).any(),
+            "top_k": lambda: (self.top_k > 0).any(),
+            "top_p": lambda: (self.top_p < 1).any(),
+            "min_p": lambda: (self.min_p > 0).any(),
+            "all_greedy": lambda: (self.temperature == 0).all(),
+        }
+        return bool(checks[step]())
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
@@ -157,16 +183,19 @@ def process_logits(
 ) -> torch.Tensor:
     """Run every step of the chain; steps that are off for all rows are skipped (cheap path)."""
     logits = logits.float()
-    if seen is not None and bool((batch.repetition_penalty != 1).any()):
+    if seen is not None and batch.uses("repetition"):
         logits = apply_repetition_penalty(logits, seen, batch.repetition_penalty)
-    if counts is not None and bool(((batch.presence_penalty != 0) | (batch.frequency_penalty != 0)).any()):
+    if counts is not None and batch.uses("presence_frequency"):
         logits = apply_presence_frequency(logits, counts, batch.presence_penalty, batch.frequency_penalty)
-    logits = apply_temperature(logits, batch.temperature)
-    if bool((batch.top_k > 0).any()):
+    if batch.uses("all_greedy"):
+        return logits  # argmax ignores temperature and every filter (each keeps the top token)
+    if batch.uses("temperature"):
+        logits = apply_temperature(logits, batch.temperature)
+    if batch.uses("top_k"):
         logits = apply_top_k(logits, batch.top_k)
-    if bool((batch.top_p < 1).any()):
+    if batch.uses("top_p"):
         logits = apply_top_p(logits, batch.top_p)
-    if bool((batch.min_p > 0).any()):
+    if batch.uses("min_p"):
         logits = apply_min_p(logits, batch.min_p)
     return logits
 
@@ -178,9 +207,9 @@ def sample_from_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tens
     probability p_i, and lets each row draw its noise from its own seeded generator.
     """
     greedy_tokens = logits.argmax(dim=-1)
-    greedy_rows = batch.temperature == 0
-    if bool(greedy_rows.all()):
+    if batch.uses("all_greedy"):
         return greedy_tokens
+    greedy_rows = batch.temperature == 0
     probs = logits.softmax(dim=-1)
     noise = torch.empty_like(probs)
     shared = [i for i, g in enumerate(batch.generators) if g is None]

@@ -1,0 +1,194 @@
+"""Decode benchmark: cookmind's engine vs Hugging Face transformers `generate`, same weights.
+
+cookmind: the continuous-batching engine (slot KV cache, CUDA graphs for decode steps).
+peer:     transformers `generate` with a static cache, which auto-compiles decoding with
+          torch.compile (mode "reduce-overhead") on CUDA, on the same random weights exported
+          with cookmind's HF export (`cookmind export --hf`).
+
+Workload: B prompts of P random tokens, N new tokens each, greedy, no early stop.
+Figures (one JSON line each): decode tokens/s = B*N / (wall time of the whole generation,
+prefill included) at each batch size; time to first token at batch 1; greedy agreement.
+
+    python bench/bench_decode.py                       # GPT-2-small-sized Llama shape, CUDA, bf16
+    python bench/bench_decode.py --tiny --device cpu   # a seconds-long smoke run on CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cookmind.infer.engine import Engine, TokenEvent  # noqa: E402
+from cookmind.infer.sampling import SamplingParams  # noqa: E402
+from cookmind.model import CookMindConfig, CookMindLM, load_model, save_model  # noqa: E402
+from cookmind.model.hf import export_hf  # noqa: E402
+
+
+def emit(**kw) -> None:
+    print(json.dumps(kw), flush=True)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def build_weights(args, tmp: Path) -> tuple[Path, Path]:
+    torch.manual_seed(0)
+    cfg = CookMindConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
+                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                         num_key_value_heads=args.kv_heads, max_position_embeddings=args.max_pos,
+                         tie_word_embeddings=True)
+    model = CookMindLM(cfg)
+    n_params = model.num_parameters()
+    ckpt = save_model(tmp / "ckpt", model)
+    hf_dir = export_hf(ckpt, tmp / "hf", dtype=args.torch_dtype)
+    emit(figure="model", params=n_params, layers=args.layers, hidden=args.hidden, heads=args.heads,
+         kv_heads=args.kv_heads, vocab=args.vocab, dtype=args.dtype, device=args.device)
+    return ckpt, hf_dir
+
+
+def run_cookmind(engine: Engine, prompts: list[list[int]], n_new: int):
+    """Submit every prompt, step until idle; (seconds, mean TTFT seconds, outputs)."""
+    sync(str(engine.device))
+    t0 = time.perf_counter()
+    reqs = [engine.submit(p, SamplingParams(temperature=0.0), n_new) for p in prompts]
+    engine.run_until_idle()
+    sync(str(engine.device))
+    wall = time.perf_counter() - t0
+    outs = [[ev.token_id for ev in r.events(timeout=0) if isinstance(ev, TokenEvent)] for r in reqs]
+    assert all(len(o) == n_new for o in outs), "a request ended early"
+    ttft = statistics.mean(r.first_token_at - r.submitted_at for r in reqs)
+    return wall, ttft, outs
+
+
+def bench_cookmind(args, ckpt: Path, prompts_by_b: dict[int, list[list[int]]]):
+    model = load_model(ckpt, device=args.device, dtype=args.torch_dtype).eval()
+    t0 = time.perf_counter()
+    max_b = max(prompts_by_b)
+    engine = Engine(model, num_slots=max_b, max_seq_len=args.prompt_len + args.new_tokens + 1,
+                    prefill_chunk=max_b * args.prompt_len, cuda_graphs=args.device.startswith("cuda"))
+    emit(figure="cookmind_setup_s", seconds=round(time.perf_counter() - t0, 2),
+         cuda_graph_buckets=engine.graphs.buckets if engine.graphs else None)
+    results, first_out = {}, None
+    for b, prompts in prompts_by_b.items():
+        run_cookmind(engine, prompts, args.new_tokens)  # warm-up
+        walls, ttfts = [], []
+        for _ in range(args.repeats):
+            wall, ttft, outs = run_cookmind(engine, prompts, args.new_tokens)
+            walls.append(wall)
+            ttfts.append(ttft)
+        results[b] = (min(walls), min(ttfts))
+        if b == min(prompts_by_b):
+            first_out = outs[0]
+    ttft_b1 = []
+    for _ in range(5):
+        _, ttft, _ = run_cookmind(engine, prompts_by_b[min(prompts_by_b)][:1], 1)
+        ttft_b1.append(ttft)
+    del engine, model
+    if args.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return results, statistics.median(ttft_b1), first_out
+
+
+def bench_hf(args, hf_dir: Path, prompts_by_b: dict[int, list[list[int]]]):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=args.torch_dtype).to(args.device).eval()
+    gc = model.generation_config
+    gc.eos_token_id, gc.pad_token_id, gc.bos_token_id = None, 0, None
+    gc.cache_implementation = "static"  # compileable cache: generate compiles decoding on CUDA
+    gc.do_sample = False
+    if args.no_compile:
+        gc.disable_compile = True
+
+    def run(prompts, n_new):
+        ids = torch.tensor(prompts, device=args.device)
+        sync(args.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new,
+                                 min_new_tokens=n_new, do_sample=False)
+        sync(args.device)
+        return time.perf_counter() - t0, out[:, ids.shape[1]:].tolist()
+
+    results, first_out = {}, None
+    for b, prompts in prompts_by_b.items():
+        t0 = time.perf_counter()
+        for _ in range(2):  # compile and record its graphs for this shape
+            run(prompts, args.new_tokens)
+        emit(figure="hf_warmup_s", batch=b, seconds=round(time.perf_counter() - t0, 2))
+        walls = []
+        for _ in range(args.repeats):
+            wall, outs = run(prompts, args.new_tokens)
+            walls.append(wall)
+        results[b] = min(walls)
+        if b == min(prompts_by_b):
+            first_out = outs[0]
+    ttfts = [run(prompts_by_b[min(prompts_by_b)][:1], 1)[0] for _ in range(5)]
+    return results, statistics.median(ttfts), first_out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default=None, help="bfloat16 on CUDA, float32 on CPU by default")
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--hidden", type=int, default=768)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--kv-heads", type=int, default=12)
+    p.add_argument("--intermediate", type=int, default=2048)
+    p.add_argument("--vocab", type=int, default=50304)
+    p.add_argument("--max-pos", type=int, default=1024)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--batch-sizes", default="1,64")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--skip-hf", action="store_true")
+    p.add_argument("--no-compile", action="store_true", help="peer without torch.compile (eager)")
+    p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.layers, args.hidden, args.heads, args.kv_heads, args.intermediate, args.vocab = 2, 64, 4, 2, 128, 512
+        args.prompt_len, args.new_tokens, args.batch_sizes, args.repeats = 8, 8, "1,4", 1
+    args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+    args.torch_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
+    batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
+    gen = torch.Generator().manual_seed(1)
+    prompts_by_b = {b: torch.randint(0, args.vocab, (b, args.prompt_len), generator=gen).tolist()
+                    for b in batch_sizes}
+    with tempfile.TemporaryDirectory(prefix="bench-decode-") as tmp:
+        ckpt, hf_dir = build_weights(args, Path(tmp))
+        ours, ours_ttft, ours_first = bench_cookmind(args, ckpt, prompts_by_b)
+        peer, peer_ttft, peer_first = (None, None, None) if args.skip_hf else bench_hf(args, hf_dir, prompts_by_b)
+    peer_name = "hf_generate_static_eager" if args.no_compile else "hf_generate_static_compile"
+    for b in batch_sizes:
+        tps = b * args.new_tokens / ours[b][0]
+        row = dict(figure="decode_tokens_per_s", batch=b, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+                   cookmind=round(tps, 1))
+        if peer:
+            peer_tps = b * args.new_tokens / peer[b]
+            row.update({peer_name: round(peer_tps, 1), "speedup": round(tps / peer_tps, 2)})
+        emit(**row)
+    row = dict(figure="ttft_ms", batch=1, prompt_len=args.prompt_len, cookmind=round(ours_ttft * 1e3, 2))
+    if peer:
+        row.update({peer_name: round(peer_ttft * 1e3, 2), "speedup": round(peer_ttft / ours_ttft, 2)})
+    emit(**row)
+    if peer:
+        agree = next((i for i, (a, c) in enumerate(zip(ours_first, peer_first)) if a != c), len(ours_first))
+        emit(figure="greedy_agreement", batch=1, same_prefix_tokens=agree, of=len(ours_first),
+             note="bf16 rounding can make near-tied argmaxes diverge" if args.dtype != "float32" else "")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
