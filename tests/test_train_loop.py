@@ -1,0 +1,153 @@
+"""The loop's mechanics: accumulation, non-finite skips, SIGTERM checkpoints, activation checkpointing, outputs."""
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from cookmind.store import write_store
+from cookmind.train import Callback, PretrainObjective, TrainConfig, Trainer, TrainingDiverged
+from cookmind.train.checkpoint import find_latest_checkpoint
+
+MODEL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def store(tmp_path):
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=80)} for _ in range(8)], vocab_size=64)
+    return tmp_path / "seq"
+
+
+def _cfg(tmp_path, store, name, **sections):
+    d = {"model": MODEL, "data": {"train_path": str(store), "window_size": 16},
+         "train": {"max_steps": 4, "micro_batch_size": 4, "seed": 1},
+         "optim": {"lr": 1e-2, "warmup_steps": 1},
+         "logging": {"run_dir": str(tmp_path / name), "progress": False, "log_every": 1}}
+    for k, v in sections.items():
+        d.setdefault(k, {}).update(v)
+    return TrainConfig.from_dict(d)
+
+
+def _weights(trainer):
+    return {k: v.clone() for k, v in trainer.bare_model.state_dict().items()}
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path, store):
+    a = Trainer(_cfg(tmp_path, store, "a", train={"micro_batch_size": 8, "grad_accum_steps": 1}))
+    a.fit()
+    b = Trainer(_cfg(tmp_path, store, "b", train={"micro_batch_size": 2, "grad_accum_steps": 4}))
+    b.fit()
+    wa, wb = _weights(a), _weights(b)
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-5), k
+
+
+def test_activation_checkpointing_gives_the_same_training(tmp_path, store):
+    a = Trainer(_cfg(tmp_path, store, "a"))
+    a.fit()
+    b = Trainer(_cfg(tmp_path, store, "b", train={"activation_checkpointing": True}))
+    b.fit()
+    wa, wb = _weights(a), _weights(b)
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+
+
+class NaNAt(PretrainObjective):
+    """A loss that turns NaN on chosen (1-based) steps."""
+
+    def __init__(self, bad_steps):
+        self.bad_steps, self.calls = set(bad_steps), 0
+
+    def __call__(self, model, batch):
+        self.calls += 1
+        loss, m = super().__call__(model, batch)
+        return (loss * float("nan"), m) if self.calls in self.bad_steps else (loss, m)
+
+
+def test_non_finite_step_is_skipped_and_counted(tmp_path, store):
+    t = Trainer(_cfg(tmp_path, store, "nan"), objective=NaNAt({2}))
+    before = {}
+
+    class Snap(Callback):
+        def on_step_end(self, trainer, step, metrics):
+            before[step] = _weights(trainer)
+
+    t.callbacks.append(Snap())
+    summary = t.fit()
+    assert summary["skipped_steps"] == 1 and summary["steps"] == 4
+    for k in before[1]:  # step 2 changed nothing
+        assert torch.equal(before[1][k], before[2][k])
+    assert any(not torch.equal(before[2][k], before[3][k]) for k in before[2])
+    assert all(torch.isfinite(v).all() for v in _weights(t).values())
+
+
+def test_too_many_bad_steps_stop_with_a_checkpoint(tmp_path, store):
+    t = Trainer(_cfg(tmp_path, store, "div", train={"max_bad_steps": 2, "max_steps": 10}),
+                objective=NaNAt(range(1, 100)))
+    with pytest.raises(TrainingDiverged, match="consecutive steps had a non-finite loss"):
+        t.fit()
+    assert find_latest_checkpoint(tmp_path / "div" / "checkpoints").name == "step_00000003"
+
+
+def test_sigterm_saves_a_checkpoint_of_the_step_it_names(tmp_path, store):
+    class Kill(Callback):
+        def on_step_end(self, trainer, step, metrics):
+            if step == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    t = Trainer(_cfg(tmp_path, store, "sig", train={"max_steps": 10}), callbacks=[Kill()])
+    summary = t.fit()
+    assert summary["status"] == "stopped" and summary["steps"] == 2
+    ckpt = find_latest_checkpoint(tmp_path / "sig" / "checkpoints")
+    meta = json.loads((ckpt / "meta.json").read_text())
+    assert ckpt.name == "step_00000002" and meta["step"] == 2 and meta["sampler"]["consumed"] == 2 * 4
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+def test_run_outputs_metrics_eval_report_and_config(tmp_path, store):
+    t = Trainer(_cfg(tmp_path, store, "out", data={"val_path": str(store)}, eval={"every": 2},
+                     optim={"grad_clip": 0.5}))
+    summary = t.fit()
+    run = tmp_path / "out"
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in recs if r["split"] == "train"]
+    val = [r for r in recs if r["split"] == "val"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4] and [r["step"] for r in val] == [2, 4]
+    assert all(r["grad_norm"] > 0 for r in train)
+    assert val[-1]["val_ppl"] == pytest.approx(np.exp(val[-1]["val_loss"]), rel=1e-4)
+    assert summary["val_loss"] == pytest.approx(val[-1]["val_loss"], rel=1e-4)
+    # lr follows warmup + cosine: step 0 -> lr (1 warmup step), last -> towards min_lr
+    assert train[0]["lr"] == pytest.approx(1e-2) and train[-1]["lr"] < train[1]["lr"]
+    for f in ("report.md", "loss.png", "lr.png", "config.yaml"):
+        assert (run / f).is_file(), f
+    assert TrainConfig.load(str(run / "config.yaml")).to_dict() == t.cfg.to_dict()
+
+
+def test_bf16_autocast_on_cpu_trains(tmp_path, store):
+    t = Trainer(_cfg(tmp_path, store, "bf16", train={"precision": "bf16", "max_steps": 3}))
+    summary = t.fit()
+    assert summary["skipped_steps"] == 0
+    assert all(v.dtype == torch.float32 for v in t.bare_model.state_dict().values())  # fp32 master weights
+
+
+def test_cli_print_config_and_errors(capsys):
+    from cookmind.cli import main
+
+    assert main(["train", "--config", "tiny-cpu", "--print-config", "optim.lr=0.5", "--objective", "sft"]) == 0
+    out = capsys.readouterr().out
+    assert "lr: 0.5" in out and "objective: sft" in out
+    with pytest.raises(SystemExit, match="unknown key"):
+        main(["train", "--config", "tiny-cpu", "optim.learning_rate=1"])
