@@ -169,6 +169,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-decode-") as tmp:
         ckpt, hf_dir = build_weights(args, Path(tmp))
         ours, ours_ttft, ours_first = bench_cookmind(args, ckpt, prompts_by_b)
+        for b in batch_sizes:  # printed now too, so they survive a peer that fails or runs out of time
+            emit(figure="cookmind_only", batch=b, tokens_per_s=round(b * args.new_tokens / ours[b][0], 1),
+                 ttft_ms_b1=round(ours_ttft * 1e3, 2))
         peer, peer_ttft, peer_first = (None, None, None) if args.skip_hf else bench_hf(args, hf_dir, prompts_by_b)
     peer_name = "hf_generate_static_eager" if args.no_compile else "hf_generate_static_compile"
     for b in batch_sizes:
