@@ -18,14 +18,17 @@ class AdamW(torch.optim.Optimizer):
         p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 
     ``foreach=True`` runs the same math as multi-tensor ops (one kernel per op for all parameters of a
-    group), which is what makes it fast on GPUs with many small tensors.
+    group), which is what makes it fast on GPUs with many small tensors. ``fused=True`` is the fast path
+    beside it: PyTorch's single fused AdamW kernel (``torch._fused_adamw_``), one pass over memory instead
+    of about ten; tests show all three give torch.optim.AdamW's parameters.
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01, foreach: bool = True):
+                 weight_decay: float = 0.01, foreach: bool = True, fused: bool = False):
         if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"AdamW: invalid hyper-parameters lr={lr} betas={betas} eps={eps} wd={weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach))
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach,
+                                      fused=fused))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -38,12 +41,17 @@ class AdamW(torch.optim.Optimizer):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
+            if group.get("fused"):
+                self._fused_update(group, params)
+                continue
             for p in params:
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                elif isinstance(state["step"], torch.Tensor):  # state saved by the fused path
+                    state["step"] = int(state["step"].item())
                 state["step"] += 1
             if group["foreach"]:
                 self._foreach_update(group, params)
@@ -82,6 +90,28 @@ class AdamW(torch.optim.Optimizer):
             torch._foreach_div_(denom, math.sqrt(1 - b2 ** t))
             torch._foreach_add_(denom, eps)
             torch._foreach_addcdiv_(ps, ms, denom, value=-lr / (1 - b1 ** t))
+
+
+    def _fused_update(self, group, params):
+        (b1, b2) = group["betas"]
+        buckets: dict[tuple, list[torch.Tensor]] = {}
+        for p in params:
+            state = self.state[p]
+            if not state:
+                # the fused kernel reads the step count from a float tensor on the parameter's device
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif not isinstance(state["step"], torch.Tensor):  # state saved by the foreach/single path
+                state["step"] = torch.tensor(float(state["step"]), device=p.device)
+            buckets.setdefault((p.device, p.dtype), []).append(p)
+        for ps in buckets.values():
+            steps = [self.state[p]["step"] for p in ps]
+            torch._foreach_add_(steps, 1)
+            torch._fused_adamw_(ps, [p.grad for p in ps], [self.state[p]["exp_avg"] for p in ps],
+                                [self.state[p]["exp_avg_sq"] for p in ps], [], steps, amsgrad=False,
+                                lr=group["lr"], beta1=b1, beta2=b2, weight_decay=group["weight_decay"],
+                                eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
 
 
 def param_groups(model: nn.Module, weight_decay: float, no_decay_embeddings: bool = True) -> list[dict]:
