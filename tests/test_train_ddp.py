@@ -1,4 +1,4 @@
-"""Two processes over gloo (torchrun, PyTorch DDP) reach the same weights as one process with the same global batch."""
+"""Two processes over gloo (torchrun; PyTorch DDP, or ours + ZeRO-1) reach the same weights as one process with the same global batch."""
 
 import json
 import socket
@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from cookmind.model import load_model
@@ -24,7 +25,8 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_gloo_processes_equal_one_process(tmp_path):
+@pytest.mark.parametrize("ddp, zero1", [("torch", False), ("ours", True)])
+def test_two_gloo_processes_equal_one_process(tmp_path, ddp, zero1):
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(12)], vocab_size=64)
     common = [f"data.train_path={tmp_path / 'seq'}", "data.window_size=16", "train.max_steps=5", "train.seed=3",
@@ -36,7 +38,8 @@ def test_two_gloo_processes_equal_one_process(tmp_path):
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(_free_port()), "-m", "cookmind", "train", "--config", str(cfg_file),
-           "--run-dir", str(tmp_path / "ddp"), "train.micro_batch_size=2", *common]
+           "--run-dir", str(tmp_path / "ddp"), "train.micro_batch_size=2", f"parallel.ddp={ddp}",
+           f"parallel.zero1={str(zero1).lower()}", *common]
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

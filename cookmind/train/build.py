@@ -127,7 +127,9 @@ def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.devi
     if not groups:
         raise ValueError("the model has no trainable parameters (LoRA targets matched nothing trainable?)")
     kwargs = {"lr": o.lr, "betas": (o.beta1, o.beta2), "eps": o.eps, "weight_decay": o.weight_decay}
-    if cfg.parallel.zero1:
+    import torch.distributed as dist
+
+    if cfg.parallel.zero1 and dist.is_initialized() and dist.get_world_size() > 1:
         try:
             from cookmind.parallel import ShardedOptimizer
         except ImportError as exc:

@@ -37,8 +37,12 @@ def checkpoint_name(step: int) -> str:
 
 def save_checkpoint(root: str | Path, step: int, model: torch.nn.Module, optimizer: Any | None,
                     meta: dict[str, Any], tokenizer_dir: str | Path | None = None, keep_last: int = 0,
-                    scaler: Any | None = None) -> Path:
-    """Write ``<root>/step_<step>`` atomically and prune to the newest ``keep_last`` (0 = keep all)."""
+                    scaler: Any | None = None, optimizer_state: dict[str, Any] | None = None) -> Path:
+    """Write ``<root>/step_<step>`` atomically and prune to the newest ``keep_last`` (0 = keep all).
+
+    ``optimizer_state`` replaces ``optimizer.state_dict()`` when the caller gathered it already
+    (a sharded optimizer's state_dict is collective: every rank calls it, rank 0 saves).
+    """
     from cookmind.model import save_model
     from cookmind.model.lora import has_lora, merged_copy, save_adapter
 
@@ -59,8 +63,8 @@ def save_checkpoint(root: str | Path, step: int, model: torch.nn.Module, optimiz
         for f in Path(tokenizer_dir).iterdir():
             if f.is_file() and not (tmp / f.name).exists():
                 shutil.copy2(f, tmp / f.name)
-    if optimizer is not None:
-        state = {"optimizer": optimizer.state_dict()}
+    if optimizer is not None or optimizer_state is not None:
+        state = {"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict()}
         if scaler is not None:
             state["scaler"] = scaler.state_dict()
         torch.save(state, tmp / "optimizer.pt")

@@ -77,7 +77,7 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, ddp: str = "torch", bucke
         except ImportError as exc:
             raise RuntimeError("parallel.ddp=ours needs cookmind.parallel.DDP, which is not available in this "
                                "build; use parallel.ddp=torch") from exc
-        return OurDDP(model, bucket_cap_mb=bucket_mb)
+        return OurDDP(model, bucket_size_mb=bucket_mb)
     raise ValueError(f"parallel.ddp must be 'torch' or 'ours', got {ddp!r}")
 
 

@@ -343,6 +343,8 @@ class Trainer:
     def save_checkpoint(self) -> Path | None:
         """Save ``<ckpt_dir>/step_<step>`` on rank 0 (the state after optimizer step ``step``)."""
         self.last_saved_step = self.step
+        # A sharded optimizer gathers its full state collectively: every rank takes part.
+        gathered = self.optimizer.state_dict() if self.dist.enabled and self.cfg.parallel.zero1 else None
         if not self.dist.is_main:
             return None
         meta = {
@@ -358,7 +360,7 @@ class Trainer:
         }
         return save_checkpoint(self.ckpt_dir, self.step, self.model, self.optimizer, meta,
                                tokenizer_dir=self.cfg.data.tokenizer, keep_last=self.cfg.checkpoint.keep_last,
-                               scaler=self.scaler)
+                               scaler=self.scaler, optimizer_state=gathered)
 
     def _maybe_resume(self) -> None:
         spec = self.cfg.checkpoint.resume
