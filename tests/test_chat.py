@@ -78,3 +78,19 @@ def test_cookmind_generate_cli(ckpt, capsys):
     out = generate(model, [tok.encode("The cook")],
                    GenerationConfig(max_new_tokens=7, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
     assert capsys.readouterr().out == tok.decode(out) + "\n"
+
+
+def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
+    from cookmind.infer.loading import load_for_inference
+    from cookmind.model.hf import export_hf
+
+    d, model, tok = ckpt
+    hf_dir = export_hf(d, tmp_path / "hf")
+    ids = torch.tensor([tok.encode("The cook stirs the soup.")])
+    with torch.no_grad():
+        ref = model(ids).logits
+    for path in (d, hf_dir):
+        loaded, loaded_tok = load_for_inference(path)
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(ids).logits, ref, atol=1e-5, rtol=1e-5)
+        assert loaded_tok.encode("soup and bread") == tok.encode("soup and bread")

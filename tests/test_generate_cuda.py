@@ -37,9 +37,9 @@ def test_graph_replay_equals_eager_forward():
         runner.forward(torch.tensor([seq], device="cuda"), torch.arange(len(seq), device="cuda")[None], slot,
                        attn_len=len(seq))
     b = len(PROMPTS)
-    toks = torch.tensor([[s[-1]] for s in PROMPTS], device="cuda")
-    pos = torch.tensor([[len(s)] for s in PROMPTS], device="cuda")
-    replayed = graphs.decode(toks, pos, pos).clone()  # bucket 8 > 5 rows: idle rows must not disturb
+    lengths = [len(s) for s in PROMPTS]
+    # 5 rows run in the bucket of 8: the idle rows must not disturb them
+    replayed = graphs.decode([s[-1] for s in PROMPTS], lengths, lengths).clone()
     for slot, seq in enumerate(PROMPTS):
         with torch.no_grad():
             ref = model(torch.tensor([seq + [seq[-1]]], device="cuda")).logits[0, -1]

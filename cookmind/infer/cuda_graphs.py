@@ -29,9 +29,10 @@ class CudaGraphDecoder:
         if self.buckets[-1] > runner.num_slots:
             raise ValueError(f"graph bucket {self.buckets[-1]} exceeds the cache's {runner.num_slots} slots")
         n, dev = self.buckets[-1], runner.device
-        self.tokens = torch.zeros((n, 1), dtype=torch.long, device=dev)
-        self.positions = torch.zeros((n, 1), dtype=torch.long, device=dev)
-        self.write_cols = torch.full((n, 1), runner.scratch_col, dtype=torch.long, device=dev)
+        # one static buffer for the three inputs, so a step needs a single host-to-device copy
+        self.inputs = torch.zeros((3, n, 1), dtype=torch.long, device=dev)
+        self.inputs[2].fill_(runner.scratch_col)
+        self.tokens, self.positions, self.write_cols = self.inputs[0], self.inputs[1], self.inputs[2]
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self._capture()
@@ -56,17 +57,20 @@ class CudaGraphDecoder:
             self.graphs[b] = graph
         torch.cuda.synchronize()
 
-    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, write_cols: torch.Tensor) -> torch.Tensor:
-        """tokens/positions/write_cols (B, 1) for slots 0..B-1 -> logits (B, V) (a view: copy to keep)."""
-        b = tokens.shape[0]
-        bucket = next((x for x in self.buckets if x >= b), None)
+    def bucket_for(self, b: int) -> int | None:
+        """The smallest captured batch size that holds b rows (None: too many)."""
+        return next((x for x in self.buckets if x >= b), None)
+
+    def decode(self, tokens: list[int], positions: list[int], write_cols: list[int]) -> torch.Tensor:
+        """Host lists for slots 0..B-1 -> logits (B, V) (a view into the graph's output: use it before
+        the next replay). Rows between B and the bucket size are idle: they write the scratch column."""
+        b = len(tokens)
+        bucket = self.bucket_for(b)
         if bucket is None:
             raise ValueError(f"decode batch {b} exceeds the largest captured bucket {self.buckets[-1]}")
-        self.tokens[:b].copy_(tokens)
-        self.positions[:b].copy_(positions)
-        self.write_cols[:b].copy_(write_cols)
-        if bucket > b:  # rows past the batch are idle: write to the scratch column only
-            self.positions[b:bucket].zero_()
-            self.write_cols[b:bucket].fill_(self.runner.scratch_col)
+        pad = bucket - b
+        host = torch.tensor([tokens + [0] * pad, positions + [0] * pad, write_cols + [self.runner.scratch_col] * pad],
+                            dtype=torch.long)
+        self.inputs[:, :bucket, 0].copy_(host)
         self.graphs[bucket].replay()
         return self.outputs[bucket][:b]

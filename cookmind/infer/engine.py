@@ -313,13 +313,12 @@ class Engine:
         for r in active:
             pos = len(r.prompt_ids) + len(r.output_ids) - 1  # where the newest token goes
             host[0][r.slot], host[1][r.slot], host[2][r.slot] = r.output_ids[-1], pos, pos
-        packed = torch.tensor(host, dtype=torch.long).to(self.device, non_blocking=True)  # one copy to the device
-        tokens, positions, write_cols = packed[0, :, None], packed[1, :, None], packed[2, :, None]
-        if self.graphs is not None and b <= self.graphs.buckets[-1]:
-            logits = self.graphs.decode(tokens, positions, write_cols)
+        if self.graphs is not None and self.graphs.bucket_for(b) is not None:
+            logits = self.graphs.decode(*host)
         else:
-            attn_len = max(host[1]) + 1
-            logits = self.runner.forward(tokens, positions, 0, attn_len, write_cols=write_cols)
+            packed = torch.tensor(host, dtype=torch.long).to(self.device)  # one copy to the device
+            logits = self.runner.forward(packed[0, :, None], packed[1, :, None], 0, max(host[1]) + 1,
+                                         write_cols=packed[2, :, None])
         rows = [r.slot for r in active]
         self._sample_and_emit(active, logits if rows == list(range(b)) else logits[rows])
 
@@ -333,9 +332,9 @@ class Engine:
 
     def _sample_and_emit(self, reqs: list[EngineRequest], logits: torch.Tensor) -> None:
         batch = self._sampling_batch(reqs)
-        slots = torch.tensor([r.slot for r in reqs], device=self.device)
         seen = counts = None
         if self._seen is not None:
+            slots = torch.tensor([r.slot for r in reqs], device=self.device)
             seen, counts = self._seen[slots], self._counts[slots]
         next_tokens = sample_from_logits(process_logits(logits, batch, seen, counts), batch)
         if self._seen is not None:

@@ -72,21 +72,21 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
     stop_ids = sorted({t for t in (getattr(tokenizer, "eos_id", None), getattr(tokenizer, "im_end_id", None))
                        if t is not None})
     created = int(time.time())
-    stats = {"http_requests": 0, "http_errors": 0, "rejected_429": 0, "started": time.time()}
+    stats = {"requests": 0, "errors": 0, "rejected_429": 0, "started": time.time()}
 
     @app.middleware("http")
     async def _auth_and_count(request: Request, call_next):
-        stats["http_requests"] += 1
+        stats["requests"] += 1
         if api_key and request.url.path.startswith("/v1/"):
             header = request.headers.get("authorization", "")
             token = header[7:] if header.lower().startswith("bearer ") else ""
             if not secrets.compare_digest(token.encode(), api_key.encode()):
-                stats["http_errors"] += 1
+                stats["errors"] += 1
                 return _error_response(APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer KEY'",
                                                 "invalid_request_error", code="invalid_api_key"))
         response = await call_next(request)
         if response.status_code >= 400:
-            stats["http_errors"] += 1
+            stats["errors"] += 1
         return response
 
     @app.exception_handler(APIError)
