@@ -168,3 +168,12 @@ def test_gpt2_import_equals_tiktoken_gpt2(shared_data, tmp_path, monkeypatch):
     assert gpt2.encode_reference(text) == expected
     assert gpt2.encode(text) == expected
     assert gpt2.decode(expected) == text
+
+
+def test_custom_pattern_streams_at_special_tokens():
+    vocab = {i: bytes([i]) for i in range(256)}
+    tok = Tokenizer(vocab, [(b"a", b"b"), (b"ab", b"c")], ["<|endoftext|>"], pattern=r"\S+|\s+")
+    text = "abc abcc <|endoftext|>xabc\n" * 20
+    chunks = [text[i:i + 7] for i in range(0, len(text), 7)]
+    assert list(tok.encode_iterable(chunks)) == tok.encode(text) == tok.encode_reference(text)
+    assert tok.encode("abc") == [258]

@@ -119,7 +119,8 @@ def _next_cut(f, pos: int, size: int, specials: Sequence[bytes], safe: frozenset
     while pos < size:
         base = max(0, pos - margin)
         f.seek(base)
-        buf = f.read(pos - base + _WINDOW + margin)
+        want = pos - base + _WINDOW + margin
+        buf = f.read(want)
         i = buf.find(b"\n", pos - base)
         while i != -1 and base + i < size:
             cut = i
@@ -130,7 +131,9 @@ def _next_cut(f, pos: int, size: int, specials: Sequence[bytes], safe: frozenset
             ):
                 return base + cut
             i = buf.find(b"\n", i + 1)
-        pos = base + max(len(buf) - margin, pos - base + 1)
+        if len(buf) < want:
+            return None  # reached the end of the file without a safe cut
+        pos = base + len(buf) - margin  # overlap by `margin` so a special token across windows is seen whole
     return None
 
 

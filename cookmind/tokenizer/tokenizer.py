@@ -79,8 +79,9 @@ class Tokenizer:
             if not isinstance(s, str) or not s:
                 raise TokenizerError(f"special token {s!r} must be a non-empty string")
             sb = s.encode("utf-8")
-            # a special already in the vocabulary keeps its id (the highest one, after the byte tokens)
-            found = [i for i, b in self.vocab.items() if b == sb and (i >= 256 or len(sb) > 1)]
+            # a special already in the vocabulary (e.g. GPT-2's <|endoftext|>) keeps its id; a one-byte
+            # special never takes over a byte token
+            found = [i for i, b in self.vocab.items() if b == sb and len(b) > 1]
             if found:
                 out[s] = max(found)
             else:
