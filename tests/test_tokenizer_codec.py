@@ -171,9 +171,9 @@ def test_gpt2_import_equals_tiktoken_gpt2(shared_data, tmp_path, monkeypatch):
 
 
 def test_custom_pattern_streams_at_special_tokens():
-    vocab = {i: bytes([i]) for i in range(256)}
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"abc"}
     tok = Tokenizer(vocab, [(b"a", b"b"), (b"ab", b"c")], ["<|endoftext|>"], pattern=r"\S+|\s+")
     text = "abc abcc <|endoftext|>xabc\n" * 20
     chunks = [text[i:i + 7] for i in range(0, len(text), 7)]
     assert list(tok.encode_iterable(chunks)) == tok.encode(text) == tok.encode_reference(text)
-    assert tok.encode("abc") == [258]
+    assert tok.encode("abc") == [257] and tok.eos_id == 258
