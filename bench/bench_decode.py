@@ -115,9 +115,8 @@ def bench_hf(args, hf_dir: Path, prompts_by_b: dict[int, list[list[int]]]):
         ids = torch.tensor(prompts, device=args.device)
         sync(args.device)
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new,
-                                 min_new_tokens=n_new, do_sample=False)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new,
+                             min_new_tokens=n_new, do_sample=False)  # generate runs under no_grad itself
         sync(args.device)
         return time.perf_counter() - t0, out[:, ids.shape[1]:].tolist()
 

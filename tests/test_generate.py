@@ -126,3 +126,26 @@ def test_slot_runner_matches_model_forward(overrides):
             with torch.no_grad():
                 ref = model(torch.tensor([seqs[slot]])).logits[0, -1]
             torch.testing.assert_close(logits[slot], ref, atol=1e-4, rtol=1e-4)
+
+
+def test_tiny_model_trained_on_repeated_text_reproduces_it_through_generate():
+    text = "the cook stirs the soup and bakes the bread. "
+    data = torch.tensor(list((text * 6).encode()))
+    torch.manual_seed(0)
+    model = CookMindLM(CookMindConfig(vocab_size=256, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    window = 64
+    for step in range(250):
+        starts = torch.randint(0, len(data) - window, (8,))
+        batch = torch.stack([data[s : s + window] for s in starts])
+        loss = model(batch, labels=batch).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    prompt = list(text[:8].encode())
+    # stay inside the trained window: positions past it were never seen
+    out = generate(model, [prompt], GenerationConfig(max_new_tokens=window - len(prompt)))[0]
+    assert len(out) > len(text)
+    assert bytes(prompt + out).decode() == (text * 3)[: len(prompt) + len(out)]
