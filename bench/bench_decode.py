@@ -75,8 +75,12 @@ def bench_cookmind(args, ckpt: Path, prompts_by_b: dict[int, list[list[int]]]):
     model = load_model(ckpt, device=args.device, dtype=args.torch_dtype).eval()
     t0 = time.perf_counter()
     max_b = max(prompts_by_b)
-    engine = Engine(model, num_slots=max_b, max_seq_len=args.prompt_len + args.new_tokens + 1,
-                    prefill_chunk=max_b * args.prompt_len, cuda_graphs=args.device.startswith("cuda"))
+    kw = dict(num_slots=max_b, max_seq_len=args.prompt_len + args.new_tokens + 1, prefill_chunk=max_b * args.prompt_len)
+    try:
+        engine = Engine(model, cuda_graphs=args.device.startswith("cuda"), **kw)
+    except Exception as exc:  # report, then measure the eager path rather than nothing
+        emit(figure="cuda_graphs_failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        engine = Engine(model, cuda_graphs=False, **kw)
     emit(figure="cookmind_setup_s", seconds=round(time.perf_counter() - t0, 2),
          cuda_graph_buckets=engine.graphs.buckets if engine.graphs else None)
     results, first_out = {}, None
@@ -171,7 +175,12 @@ def main(argv=None) -> int:
         for b in batch_sizes:  # printed now too, so they survive a peer that fails or runs out of time
             emit(figure="cookmind_only", batch=b, tokens_per_s=round(b * args.new_tokens / ours[b][0], 1),
                  ttft_ms_b1=round(ours_ttft * 1e3, 2))
-        peer, peer_ttft, peer_first = (None, None, None) if args.skip_hf else bench_hf(args, hf_dir, prompts_by_b)
+        peer, peer_ttft, peer_first = None, None, None
+        if not args.skip_hf:
+            try:
+                peer, peer_ttft, peer_first = bench_hf(args, hf_dir, prompts_by_b)
+            except Exception as exc:
+                emit(figure="peer_failed", error=f"{type(exc).__name__}: {exc}"[:500])
     peer_name = "hf_generate_static_eager" if args.no_compile else "hf_generate_static_compile"
     for b in batch_sizes:
         tps = b * args.new_tokens / ours[b][0]
