@@ -61,8 +61,11 @@ class _Bucket:
         return all(self.arrived)
 
     def launch(self, group) -> None:
-        flags = torch.tensor(self.has_grad, dtype=self.buffer.dtype)
-        self.buffer[self.numel:].copy_(flags, non_blocking=True)
+        flags = self.buffer[self.numel:]
+        flags.fill_(1)  # set on the device: a host-to-device copy here would stall backward
+        for i, has in enumerate(self.has_grad):
+            if not has:
+                flags[i].fill_(0)
         self.work = dist.all_reduce(self.buffer, op=dist.ReduceOp.SUM, group=group, async_op=True)
 
     def finish(self, world_size: int) -> None:
