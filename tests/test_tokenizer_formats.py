@@ -115,6 +115,21 @@ def test_render_mask_covers_assistant_content_and_im_end(tok):
     assert not any(prompt_mask) and tok.decode(prompt_ids).endswith("<|im_start|>assistant\n")
 
 
+def test_render_ids_equal_encode_on_random_chats(tok):
+    rng = random.Random(4)
+    for k in range(30):
+        msgs = [{"role": "system", "content": random_text(k, 5)}] if k % 2 else []
+        for turn in range(3):
+            msgs.append({"role": "user", "content": random_text(100 * k + turn, rng.randint(0, 8))})
+            reply = {"role": "assistant", "content": random_text(200 * k + turn, rng.randint(0, 8))}
+            if rng.random() < 0.5:
+                reply["reasoning_content"] = random_text(300 * k + turn, rng.randint(0, 4))
+            msgs.append(reply)
+        ids, mask = tok.render(msgs, tools=TOOLS if k % 3 == 0 else None)
+        assert ids == tok.encode_reference(tok.apply_chat_template(msgs, False, TOOLS if k % 3 == 0 else None))
+        assert mask.count(1) > 0 and len(mask) == len(ids)
+
+
 def test_render_rejects_bad_messages(tok):
     with pytest.raises(TokenizerError, match=r"messages\[1\]"):
         tok.render([{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}])

@@ -7,6 +7,7 @@ tokens (tests prove them equal). `encode` uses the fast path whenever the vocabu
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -260,8 +261,12 @@ class Tokenizer:
         segs = chat_segments(messages, add_generation_prompt, tools)
         text = "".join(t for t, _ in segs)
         charmask = bytearray()
+        changes: list[int] = []  # char positions where the target flag flips
         for t, target in segs:
+            if charmask and charmask[-1] != target:
+                changes.append(len(charmask))
             charmask += (b"\x01" if target else b"\x00") * len(t)
+        fast = self.fast_encoding if safe_cut_kind(self.pattern) is not None else None
         ids: list[int] = []
         mask: list[int] = []
         for s, e, special in self._segments(text):
@@ -269,11 +274,28 @@ class Tokenizer:
                 ids.append(self.special_tokens[text[s:e]])
                 mask.append(charmask[s])
                 continue
+            cuts = changes[bisect.bisect_right(changes, s):bisect.bisect_left(changes, e)]
+            if fast is not None and all(self._header_cut_is_safe(text, s, q) for q in cuts):
+                for a, b in zip([s, *cuts], [*cuts, e]):
+                    piece_ids = fast.encode_ordinary(text[a:b])
+                    ids.extend(piece_ids)
+                    mask.extend([charmask[a]] * len(piece_ids))
+                continue
             for m in self._pat.finditer(text, s, e):
                 piece_ids = self._encode_pretoken(m.group())
                 ids.extend(piece_ids)
                 mask.extend([1 if any(charmask[m.start():m.end()]) else 0] * len(piece_ids))
         return ids, mask
+
+    @staticmethod
+    def _header_cut_is_safe(text: str, start: int, q: int) -> bool:
+        """Is q (just after a role header's single newline, before non-space content) a pre-token boundary?
+
+        For the GPT-2 and GPT-4 patterns a lone "\n" after a non-space (or a special token) and before a
+        non-space is its own pre-token, so both sides split the same alone as together.
+        """
+        return (text[q - 1] == "\n" and not text[q].isspace()
+                and (q - 2 < start or not text[q - 2].isspace()))
 
     # ---- identity and persistence ------------------------------------------------------------
     def to_dict(self) -> dict:
