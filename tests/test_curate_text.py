@@ -168,3 +168,17 @@ def test_classify_toxic_speech():
     assert label == "toxic" and p > 0.9
     label, p = classify_toxic_speech(PROSE)
     assert label == "non_toxic" and p < 0.5
+
+
+def test_toxic_stage_batch_equals_one_by_one():
+    from cookmind.curate.stages import ToxicStage
+    from cookmind.curate.stats import StageStats
+
+    thread = PROSE + "\nYou are a stupid idiot.\nShut up, moron, this is garbage.\nWhat a damn pathetic loser."
+    docs = [{"text": t} for t in (PROSE, thread, "You are a stupid idiot and a moron.", PROSE + "\nMy favourite roast chicken")]
+    stage = ToxicStage()
+    one, batch = StageStats("toxic"), StageStats("toxic")
+    flags = [stage.process(dict(d), one) for d in docs]
+    assert flags == [True, False, False, True]
+    assert stage.process_batch([dict(d) for d in docs], batch) == flags
+    assert one.reasons == batch.reasons and sum(one.reasons.values()) == 2

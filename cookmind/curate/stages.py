@@ -32,6 +32,10 @@ class DocStage:
     def process(self, doc: dict, stats: StageStats) -> bool:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def process_batch(self, docs: list[dict], stats: StageStats) -> list[bool]:
+        """Keep-flags for a batch; stages whose model has a per-call cost override this."""
+        return [self.process(doc, stats) for doc in docs]
+
 
 class ExtractStage(DocStage):
     """HTML -> main-content text (documents that arrive as text pass through)."""
@@ -159,6 +163,29 @@ class ToxicStage(DocStage):
             stats.reasons["toxic_lines"] += 1
             return False
         return True
+
+    def process_batch(self, docs, stats):
+        """One call of the linear model for every document and line of the batch (its per-call cost dominates)."""
+        if self.model is not None:
+            return [self.process(doc, stats) for doc in docs]
+        from cookmind.curate.harmful import _profanity
+
+        lines = [[line for line in d["text"].splitlines() if line.strip()] for d in docs]
+        flat = [d["text"] for d in docs] + [line for ls in lines for line in ls]
+        probs = _profanity().predict_prob(flat) if flat else []
+        keep, k = [], len(docs)
+        for i, ls in enumerate(lines):
+            line_probs = probs[k:k + len(ls)]
+            k += len(ls)
+            if probs[i] >= self.threshold:
+                stats.reasons["toxic"] += 1
+                keep.append(False)
+            elif ls and float((line_probs >= self.line_threshold).mean()) > self.max_share:
+                stats.reasons["toxic_lines"] += 1
+                keep.append(False)
+            else:
+                keep.append(True)
+        return keep
 
 
 class QualityStage(DocStage):
