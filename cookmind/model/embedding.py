@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cookmind.model.init import truncated_normal_
+
 
 class Embedding(nn.Module):
     """E[ids]: (...,) long -> (..., dim). Weight shape (num_embeddings, dim)."""
@@ -18,7 +20,7 @@ class Embedding(nn.Module):
 
     def reset_parameters(self) -> None:
         """Rows ~ N(0, std^2) truncated at +-3 std."""
-        nn.init.trunc_normal_(self.weight, mean=0.0, std=self.std, a=-3 * self.std, b=3 * self.std)
+        truncated_normal_(self.weight, self.std)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Look up the embedding row of every id."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cookmind.model.init import truncated_normal_
+
 
 class Linear(nn.Module):
     """y = x W^T (+ b). W has shape (out_features, in_features), as in torch and Hugging Face."""
@@ -20,7 +22,7 @@ class Linear(nn.Module):
 
     def reset_parameters(self) -> None:
         """W ~ N(0, std^2) truncated at +-3 std: no rare huge weights at init."""
-        nn.init.trunc_normal_(self.weight, mean=0.0, std=self.std, a=-3 * self.std, b=3 * self.std)
+        truncated_normal_(self.weight, self.std)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
+from cookmind.model.rope import RotaryEmbedding
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -132,10 +133,17 @@ def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu",
     cfg = load_config(directory)
     weights_path = directory / WEIGHTS_NAME
     found = read_weights(weights_path)
-    model = CookMindLM(cfg)
-    expected = model_state_dict(model)
-    check_state_dict(weights_path, expected, found)
+    with torch.device("meta"):  # shapes only: no random init of weights about to be overwritten
+        model = CookMindLM(cfg)
+    check_state_dict(weights_path, model_state_dict(model), found)
     if dtype is None:
         dtype = next(iter(found.values())).dtype if found else torch.float32
-    model.load_state_dict(found, strict=not cfg.tie_word_embeddings)
+    model.load_state_dict(found, strict=not cfg.tie_word_embeddings, assign=True)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight  # assign=True replaced the shared tensor
+    # derived, unsaved buffers (RoPE frequencies) are rebuilt for real
+    model.model.rotary_emb = RotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling)
+    left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
+    if left:
+        raise ModelLoadError(f"{weights_path}: internal error: {left[:5]} were not loaded")
     return model.to(device=device, dtype=dtype)
