@@ -33,6 +33,19 @@ def test_linear_matches_f_linear_and_init_is_truncated():
     torch.testing.assert_close(biased(x[..., :4]), F.linear(x[..., :4], biased.weight, biased.bias))
 
 
+def test_truncated_normal_init_matches_the_analytic_distribution():
+    from cookmind.model.init import truncated_normal_
+
+    w = truncated_normal_(torch.empty(1_000_000), std=0.5)
+    phi = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+    mass = math.erf(3 / math.sqrt(2))  # P(|z| <= 3)
+    expected_std = 0.5 * math.sqrt(1 - 6 * phi(3) / mass)  # variance of N(0,1) truncated to [-3, 3]
+    assert w.abs().max() <= 1.5
+    assert abs(w.std().item() - expected_std) < 0.003
+    within_1 = (w.abs() <= 0.5).float().mean().item()
+    assert abs(within_1 - math.erf(1 / math.sqrt(2)) / mass) < 0.002
+
+
 def test_embedding_matches_f_embedding():
     emb = Embedding(50, 8)
     ids = torch.randint(0, 50, (3, 7))
