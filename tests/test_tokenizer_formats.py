@@ -159,6 +159,32 @@ def test_gpt2_export_import_roundtrip(tok, tmp_path):
     assert back.encode_reference(text) == tok.encode_reference(text)
 
 
+def test_hf_tokenizer_json_import(tok, tmp_path, shared_data):
+    from cookmind.tokenizer import load_hf_tokenizer_json
+
+    tok.save(tmp_path)
+    back = load_hf_tokenizer_json(tmp_path / "tokenizer.json")
+    text = random_text(8, 400)
+    assert back.encode_reference(text) == tok.encode(text) and back.special_tokens == tok.special_tokens
+    # a tokenizer.json written by `tokenizers` itself (GPT-2: ByteLevel with its built-in regex)
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as HFTokenizer
+
+    hf = HFTokenizer(models.BPE.from_file(str(shared_data / "gpt2/vocab.json"), str(shared_data / "gpt2/merges.txt")))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=False)])
+    hf.save(str(tmp_path / "gpt2.json"))
+    gpt2 = load_hf_tokenizer_json(tmp_path / "gpt2.json")
+    text = (shared_data / "text/tinystories_sample.txt").read_text()
+    assert gpt2.eos_id == 50256 and gpt2.encode(text) == hf.encode(text).ids
+    doc = json.loads((tmp_path / "tokenizer.json").read_text())
+    doc["model"]["ignore_merges"] = True
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(TokenizerError, match="ignore_merges"):
+        load_hf_tokenizer_json(tmp_path / "bad.json")
+
+
 def test_gpt2_files_load_from_directory(shared_data):
     tok = Tokenizer.load(shared_data / "gpt2")
     assert tok.encode("Hello world") == [15496, 995] and tok.eos_id == 50256

@@ -8,9 +8,9 @@
 from cookmind.tokenizer.bpe_train import train_bpe
 from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS
 from cookmind.tokenizer.errors import TokenizerError
-from cookmind.tokenizer.hf_format import load_gpt2_files
+from cookmind.tokenizer.hf_format import load_gpt2_files, load_hf_tokenizer_json
 from cookmind.tokenizer.patterns import GPT2_PATTERN, GPT4_PATTERN, PATTERNS
 from cookmind.tokenizer.tokenizer import Tokenizer
 
 __all__ = ["DEFAULT_SPECIAL_TOKENS", "GPT2_PATTERN", "GPT4_PATTERN", "PATTERNS", "Tokenizer", "TokenizerError",
-           "load_gpt2_files", "train_bpe"]
+           "load_gpt2_files", "load_hf_tokenizer_json", "train_bpe"]

@@ -50,9 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     x.add_argument("--format", choices=["hf", "tiktoken", "gpt2"], default="hf",
                    help="hf: tokenizer.json + tokenizer_config.json; tiktoken: ranks file; gpt2: vocab.json + merges.txt")
 
-    i = sub.add_parser("import", help="import GPT-2 style vocab.json + merges.txt into our format")
-    i.add_argument("--vocab", required=True)
-    i.add_argument("--merges", required=True)
+    i = sub.add_parser("import", help="import GPT-2 vocab.json + merges.txt, or a byte-level tokenizer.json")
+    i.add_argument("--vocab", help="GPT-2 style vocab.json (with --merges)")
+    i.add_argument("--merges", help="GPT-2 style merges.txt (with --vocab)")
+    i.add_argument("--tokenizer-json", help="a Hugging Face byte-level BPE tokenizer.json")
     i.add_argument("--special-token", nargs="*", default=None, metavar="TOK")
     i.add_argument("--pattern", default="gpt2")
     i.add_argument("--out", required=True)
@@ -183,9 +184,14 @@ def _export(args) -> int:
 
 
 def _import(args) -> int:
-    from cookmind.tokenizer.hf_format import load_gpt2_files
+    from cookmind.tokenizer.hf_format import load_gpt2_files, load_hf_tokenizer_json
 
-    tok = load_gpt2_files(args.vocab, args.merges, args.special_token, args.pattern)
+    if args.tokenizer_json:
+        tok = load_hf_tokenizer_json(args.tokenizer_json)
+    elif args.vocab and args.merges:
+        tok = load_gpt2_files(args.vocab, args.merges, args.special_token, args.pattern)
+    else:
+        raise TokenizerError("pass --vocab and --merges, or --tokenizer-json")
     _save_new(tok, Path(args.out), overwrite=True)
     print(json.dumps({"out": args.out, "vocab_size": tok.vocab_size, "merges": len(tok.merges),
                       "fingerprint": tok.fingerprint()}))

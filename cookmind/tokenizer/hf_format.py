@@ -119,3 +119,68 @@ def load_gpt2_files(vocab_path: str | os.PathLike, merges_path: str | os.PathLik
             except KeyError:
                 raise TokenizerError(f"{merges_path}:{lineno}: {line!r} is not in GPT-2's byte-to-unicode form") from None
     return Tokenizer(vocab, merges, list(special_tokens), pattern)
+
+
+def _pattern_from_pre_tokenizer(pre: dict | None, where: str) -> str:
+    """The split regex of a byte-level pre-tokenizer: Split(regex) + ByteLevel, or ByteLevel(use_regex)."""
+    from cookmind.tokenizer.patterns import GPT2_PATTERN
+
+    if pre is None:
+        raise TokenizerError(f"{where}: no pre_tokenizer; only byte-level BPE tokenizers can be imported")
+    steps = pre["pretokenizers"] if pre.get("type") == "Sequence" else [pre]
+    pattern = None
+    for step in steps:
+        if step.get("type") == "Split" and "Regex" in step.get("pattern", {}) and step.get("behavior") == "Isolated" \
+                and not step.get("invert"):
+            pattern = step["pattern"]["Regex"]
+        elif step.get("type") == "ByteLevel":
+            if step.get("add_prefix_space"):
+                raise TokenizerError(f"{where}: ByteLevel add_prefix_space=true is not supported")
+            if step.get("use_regex", True):
+                pattern = pattern or GPT2_PATTERN
+        else:
+            raise TokenizerError(f"{where}: pre-tokenizer step {step.get('type')!r} is not supported "
+                                 "(expected Split(regex, isolated) and ByteLevel)")
+    if pattern is None:
+        raise TokenizerError(f"{where}: found no split regex in the pre_tokenizer")
+    return pattern
+
+
+def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
+    """Import a byte-level BPE tokenizer.json (GPT-2, Qwen-style, or our own export).
+
+    Added tokens become special tokens with their ids. Normalizers, byte fallback, dropout and
+    ignore_merges change what the merges mean, so such files are refused with a clear error.
+    """
+    from cookmind.tokenizer.tokenizer import Tokenizer
+
+    path = Path(path)
+    if not path.is_file():
+        raise TokenizerError(f"{path} does not exist")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TokenizerError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    model = doc.get("model") or {}
+    if model.get("type") != "BPE":
+        raise TokenizerError(f"{path}: model type {model.get('type')!r} is not BPE")
+    for key in ("byte_fallback", "ignore_merges", "dropout", "continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            raise TokenizerError(f"{path}: model.{key}={model[key]!r} is not supported by cookmind's byte-level BPE")
+    if doc.get("normalizer"):
+        raise TokenizerError(f"{path}: a normalizer ({doc['normalizer'].get('type')}) is not supported")
+    pattern = _pattern_from_pre_tokenizer(doc.get("pre_tokenizer"), str(path))
+    specials = {a["content"]: int(a["id"]) for a in doc.get("added_tokens", [])}
+    vocab: dict[int, bytes] = {i: s.encode("utf-8") for s, i in specials.items()}
+    for t, i in model["vocab"].items():
+        if int(i) in vocab:
+            continue
+        try:
+            vocab[int(i)] = str_to_token(t)
+        except KeyError:
+            raise TokenizerError(f"{path}: token {t!r} is not in GPT-2's byte-to-unicode form") from None
+    merges = []
+    for m in model["merges"]:
+        a, b = m if isinstance(m, list) else m.split(" ")
+        merges.append((str_to_token(a), str_to_token(b)))
+    return Tokenizer(vocab, merges, specials, pattern)

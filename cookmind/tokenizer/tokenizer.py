@@ -346,7 +346,7 @@ class Tokenizer:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Tokenizer:
-        """Load our format from a directory (or a GPT-2 style vocab.json + merges.txt pair found there)."""
+        """Load our format from a directory, else a GPT-2 style vocab.json + merges.txt, else a byte-level tokenizer.json."""
         directory = Path(directory)
         path = directory / FILE_NAME
         if path.is_file():
@@ -359,5 +359,9 @@ class Tokenizer:
             from cookmind.tokenizer.hf_format import load_gpt2_files
 
             return load_gpt2_files(directory / "vocab.json", directory / "merges.txt")
-        raise TokenizerError(f"no tokenizer in {directory}: expected {FILE_NAME} (or vocab.json + merges.txt); "
+        if (directory / "tokenizer.json").is_file():
+            from cookmind.tokenizer.hf_format import load_hf_tokenizer_json
+
+            return load_hf_tokenizer_json(directory / "tokenizer.json")
+        raise TokenizerError(f"no tokenizer in {directory}: expected {FILE_NAME} (or tokenizer.json, or vocab.json + merges.txt); "
                              "train one with `cookmind tokenizer train`")
