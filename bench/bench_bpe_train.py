@@ -83,9 +83,9 @@ def run_hf(path: str, vocab: int, threads: int) -> dict:
     os.environ["RAYON_NUM_THREADS"] = str(threads)
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-    from_pattern = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    pattern = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
     tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(from_pattern), behavior="isolated"),
+    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS, show_progress=False,
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet())

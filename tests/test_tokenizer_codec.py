@@ -177,3 +177,12 @@ def test_custom_pattern_streams_at_special_tokens():
     chunks = [text[i:i + 7] for i in range(0, len(text), 7)]
     assert list(tok.encode_iterable(chunks)) == tok.encode(text) == tok.encode_reference(text)
     assert tok.encode("abc") == [257] and tok.eos_id == 258
+
+
+def test_tokenizer_pickles_for_worker_processes(tok):
+    import pickle
+
+    text = random_text(12, 200)
+    tok.encode(text)  # builds the tiktoken encoding, which stays behind
+    back = pickle.loads(pickle.dumps(tok))
+    assert back.encode(text) == tok.encode(text) and back.fingerprint() == tok.fingerprint()

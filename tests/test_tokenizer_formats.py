@@ -247,3 +247,12 @@ def test_cli_bad_input_leaves_no_output(tmp_path, capsys):
     assert main(_cli(["train", "--input", str(bad), "--vocab-size", "100", "--out", str(out)])) == 2
     assert "too small" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "empty.txt"]
+
+
+def test_cli_encode_names_the_bad_line(tmp_path, capsys, shared_data):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\n" * 3000 + "é".encode() * 3 + b" \xe9t\xe9\n")
+    argv = ["encode", "--tokenizer", str(shared_data / "gpt2"), "--input", str(bad), "--output", str(tmp_path / "o.bin")]
+    assert main(_cli(argv)) == 2
+    assert "bad.txt:3001: byte offset 15007 is not valid UTF-8" in capsys.readouterr().err
+    assert not (tmp_path / "o.bin").exists()

@@ -102,13 +102,24 @@ def _train(args) -> int:
 
 
 def _read_stream(path: str):
+    """Yield the file's lines (newlines kept) with a progress bar in bytes."""
+    from tqdm import tqdm
+
     if not Path(path).is_file():
         raise TokenizerError(f"input file {path} does not exist")
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8", newline="") as f, \
+            tqdm(total=Path(path).stat().st_size, unit="B", unit_scale=True, desc="encode", leave=False) as bar:
+        lineno = 0
         try:
-            yield from f
-        except UnicodeDecodeError as exc:
-            raise TokenizerError(f"{path}: not valid UTF-8 near byte {exc.start} of a block; convert it to UTF-8") from None
+            for lineno, line in enumerate(f, 1):
+                bar.update(len(line.encode("utf-8")))
+                yield line
+        except UnicodeDecodeError:
+            from cookmind.tokenizer.pretokenize import first_bad_utf8
+
+            offset, line = first_bad_utf8(path) or (-1, lineno + 1)
+            raise TokenizerError(f"{path}:{line}: byte offset {offset} is not valid UTF-8; "
+                                 "convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
 
 
 def _encode(args) -> int:

@@ -87,6 +87,27 @@ def _line_of(path: str, offset: int) -> int:
     return line
 
 
+def first_bad_utf8(path: str) -> tuple[int, int] | None:
+    """(byte offset, 1-based line) of the first byte that is not valid UTF-8 in a file, or None."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")()
+    done, line = 0, 1
+    with open(path, "rb") as f:
+        while block := f.read(_WINDOW):
+            try:
+                dec.decode(block)
+            except UnicodeDecodeError as exc:
+                # exc.start counts from the undecoded tail the decoder kept (at most 3 bytes) plus this block
+                pending = len(exc.object) - len(block)
+                offset = done - pending + exc.start
+                return offset, line + block[: max(0, exc.start - pending)].count(b"\n")
+            done += len(block)
+            line += block.count(b"\n")
+    pending = len(dec.getstate()[0])  # a sequence cut off by the end of the file
+    return (done - pending, line) if pending else None
+
+
 def decode_chunk(data: bytes, path: str, start: int, utf8_errors: str) -> str:
     """Decode UTF-8; on bad bytes under the strict policy, raise naming file:line and the byte offset."""
     try:

@@ -65,6 +65,12 @@ class Tokenizer:
         self._fast = None
         self._fast_checked = False
 
+    def __getstate__(self) -> dict:
+        # the tiktoken encoding and the pre-token cache are rebuilt on demand in the receiving process
+        state = dict(self.__dict__)
+        state.update(_fast=None, _fast_checked=False, _cache={})
+        return state
+
     def _resolve_specials(self, specials) -> dict[str, int]:
         if specials is None:
             return {}
