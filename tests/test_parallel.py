@@ -111,7 +111,7 @@ def _scenario_ddp(rank):
     return out
 
 
-def _scenario_sharded(rank):
+def _scenario_sharded(rank):  # noqa: C901 - one training run with checks at fixed steps
     from cookmind.parallel import ShardedOptimizer
 
     torch.manual_seed(3)
@@ -126,6 +126,9 @@ def _scenario_sharded(rank):
     xs = torch.randn(12, 8, 12, generator=g)
     for step in range(12):
         if step == 10:  # checkpoint round trip: a fresh sharded optimizer resumes from the full state
+            opt.consolidate_state_dict()  # collective; then state_dict() on one rank alone needs no peers
+            full = opt.state_dict() if rank == 0 else None
+            consolidated_cached = rank != 0 or opt.state_dict() is full
             full = opt.state_dict()
             ref_full = ref_opt.state_dict()
             state_match = all(
@@ -155,9 +158,30 @@ def _scenario_sharded(rank):
         "total_state_numel": total,
         "largest_param": largest,
         "state_dict_matches_unsharded": state_match,
+        "consolidated_cached": consolidated_cached,
         "full_state_entries": len(full["state"]),
         "n_params": len(list(net.parameters())),
     }
+
+
+def _scenario_sharded_groups(rank):
+    """cookmind's own AdamW with decay / no-decay groups, as the trainer builds it."""
+    from cookmind.optim import AdamW, param_groups
+    from cookmind.parallel import ShardedOptimizer
+
+    torch.manual_seed(4)
+    net = Toy()
+    ref = copy.deepcopy(net)
+    kw = dict(lr=0.02, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = ShardedOptimizer(param_groups(net, 0.1), AdamW, **kw)
+    ref_opt = AdamW(param_groups(ref, 0.1), **kw)
+    x = _data(1, 1, 4)[0, 0]
+    for _ in range(3):
+        for model, o in ((net, opt), (ref, ref_opt)):
+            _loss(model, x, use_branch=True).backward()
+            o.step()
+            o.zero_grad()
+    return {"diff": _max_param_diff(net, ref), "groups": len(opt.param_groups)}
 
 
 def _worker(rank, port, out_dir):
@@ -165,7 +189,8 @@ def _worker(rank, port, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        result = {"ddp": _scenario_ddp(rank), "sharded": _scenario_sharded(rank)}
+        result = {"ddp": _scenario_ddp(rank), "sharded": _scenario_sharded(rank),
+                  "sharded_groups": _scenario_sharded_groups(rank)}
     finally:
         dist.destroy_process_group()
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -212,6 +237,7 @@ def test_sharded_optimizer_state_dict_and_resume(results):
     for rank in range(WORLD):
         r = results[rank]["sharded"]
         assert r["state_dict_matches_unsharded"]
+        assert r["consolidated_cached"]
         assert r["full_state_entries"] == r["n_params"]
         assert r["diff_after_resume"] < 1e-6
 
@@ -223,3 +249,10 @@ def test_sharded_optimizer_holds_about_one_nth_of_state(results):
     for n in locals_:
         assert abs(n - total / WORLD) <= 2 * results[0]["sharded"]["largest_param"]  # 2 moments per param
         assert n < total
+
+
+def test_sharded_optimizer_with_param_groups_and_cookmind_adamw(results):
+    for rank in range(WORLD):
+        r = results[rank]["sharded_groups"]
+        assert r["groups"] == 2
+        assert r["diff"] < 1e-6, f"rank {rank}: {r['diff']}"

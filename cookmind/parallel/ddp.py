@@ -33,13 +33,14 @@ class _Bucket:
             total += p.numel()
         self.numel = total
         self.buffer = torch.zeros(total + len(params), dtype=dtype, device=device)  # grads, then flags
+        self.views = [self.buffer[o:o + p.numel()].view_as(p) for o, p in zip(self.offsets, params)]
         self.has_grad = [False] * len(params)
         self.arrived = [False] * len(params)
+        self.n_arrived = 0
         self.work = None
 
     def view(self, i: int) -> torch.Tensor:
-        p = self.params[i]
-        return self.buffer[self.offsets[i]:self.offsets[i] + p.numel()].view_as(p)
+        return self.views[i]
 
     def add(self, i: int, grad: torch.Tensor | None) -> None:
         """Take parameter i's gradient (None: contributes zeros)."""
@@ -49,7 +50,8 @@ class _Bucket:
                 "finish_gradient_synchronization() after each backward outside no_sync()"
             )
         self.arrived[i] = True
-        dst = self.view(i)
+        self.n_arrived += 1
+        dst = self.views[i]
         if grad is None:
             dst.zero_()
         else:
@@ -58,7 +60,7 @@ class _Bucket:
                 dst.copy_(grad)
 
     def full(self) -> bool:
-        return all(self.arrived)
+        return self.n_arrived == len(self.params)
 
     def launch(self, group) -> None:
         flags = self.buffer[self.numel:]
@@ -88,6 +90,7 @@ class _Bucket:
                 p.grad = g.to(p.dtype)
         self.has_grad = [False] * len(self.params)
         self.arrived = [False] * len(self.params)
+        self.n_arrived = 0
         self.work = None
 
 

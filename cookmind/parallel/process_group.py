@@ -51,7 +51,9 @@ def init_distributed(backend: str | None = None, device_type: str | None = None)
         if var not in os.environ:
             raise RuntimeError(f"WORLD_SIZE={world_size} but {var} is unset; launch with torchrun --nproc_per_node N")
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
-    dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    # device_id binds NCCL to this rank's GPU up front (no guessing from the rank)
+    kwargs = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **kwargs)
     return DistInfo(rank, world_size, local_rank, device, backend)
 
 

@@ -43,6 +43,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._owner: dict[torch.Tensor, int] = {}
         self._load = [0] * self.world_size  # elements owned per rank
         self._local: torch.optim.Optimizer | None = None
+        self._consolidated: dict | None = None
         super().__init__(params, defaults=kwargs)  # calls add_param_group for each group
 
     @property
@@ -85,6 +86,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._sync_hyperparameters()
         self._local.step()
         self._broadcast_parameters()
+        self._consolidated = None  # a gathered state is stale after a step
         return loss
 
     def _global_rank(self, rank: int) -> int:
@@ -110,8 +112,21 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def _global_index(self) -> dict[torch.Tensor, int]:
         return {p: i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
 
+    def consolidate_state_dict(self) -> None:
+        """Gather the full state now (collective, every rank); a later ``state_dict()`` on any rank alone returns it.
+
+        For checkpoint code that saves on rank 0 only: call this on every rank first.
+        """
+        self._consolidated = None
+        self._consolidated = self.state_dict()
+
     def state_dict(self) -> dict:
-        """Full optimizer state (collective): {"state": {index: {...}}, "param_groups": [...]}, indices as unsharded."""
+        """Full optimizer state: {"state": {index: {...}}, "param_groups": [...]}, indexed as unsharded.
+
+        Collective (every rank must call it) unless ``consolidate_state_dict()`` ran since the last step.
+        """
+        if self._consolidated is not None:
+            return self._consolidated
         self._sync_hyperparameters()  # a scheduler may have changed lr since the last step
         index = self._global_index()
         local_params = [p for g in self._local.param_groups for p in g["params"]]
@@ -164,6 +179,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 n += 1
             local_groups.append({**hyper, "params": ids})
         self._local.load_state_dict({"state": local_state, "param_groups": local_groups})
+        self._consolidated = None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear gradients of every parameter (all ranks hold all gradients)."""
