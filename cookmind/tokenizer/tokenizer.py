@@ -329,10 +329,14 @@ class Tokenizer:
 
     def fingerprint(self) -> str:
         """Stable SHA-256 of vocab + merges + specials + pattern (token stores record it)."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is not None:
+            return cached
         d = self.to_dict()
         blob = json.dumps([d["pattern"], sorted(d["special_tokens"].items()), d["vocab"], d["merges"]],
                           ensure_ascii=False, separators=(",", ":"))
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        self._fingerprint = hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return self._fingerprint
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write cookmind_tokenizer.json plus Hugging Face tokenizer.json and tokenizer_config.json into directory.
