@@ -94,3 +94,20 @@ def test_pretrain_and_sft_losses_equal_cross_entropy_on_shifted_targets():
     want = F.cross_entropy(logits[:, :-1].reshape(-1, 32), labels[:, 1:].reshape(-1), ignore_index=-100)
     assert sft.item() == pytest.approx(want.item(), abs=1e-5)
     assert int(m["supervised_tokens"]) == 2 * 3
+
+
+def test_dpo_nll_weight_adds_the_chosen_token_cross_entropy():
+    torch.manual_seed(0)
+    policy, ref = _tiny(), _tiny()
+    chosen = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 0]])
+    rejected = torch.tensor([[1, 2, 3, 11, 12], [6, 7, 8, 13, 0]])
+    lc, lr = chosen.clone(), rejected.clone()
+    lc[:, :3], lr[:, :3] = -100, -100
+    lc[1, 4], lr[1, 4] = -100, -100  # padding
+    batch = {"chosen_input_ids": chosen, "chosen_labels": lc, "rejected_input_ids": rejected, "rejected_labels": lr}
+    plain, _ = DPOObjective(beta=0.3, reference=ref)(policy, batch)
+    with_nll, m = DPOObjective(beta=0.3, reference=ref, nll_weight=0.5)(policy, batch)
+    logits = policy(chosen).logits
+    ce = F.cross_entropy(logits[:, :-1].reshape(-1, 32), lc[:, 1:].reshape(-1), ignore_index=-100)
+    assert with_nll.item() == pytest.approx(plain.item() + 0.5 * ce.item(), abs=1e-5)
+    assert float(m["chosen_nll"]) == pytest.approx(ce.item(), abs=1e-5)

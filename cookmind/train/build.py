@@ -87,7 +87,8 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
         if d.reference is None and cfg.lora.enabled:
             from cookmind.model.lora import adapters_disabled
 
-            return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference_context=adapters_disabled)
+            return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference_context=adapters_disabled,
+                                nll_weight=d.nll_weight)
         ref_path = d.reference or cfg.train.init_from
         if ref_path is None:
             raise ValueError("DPO needs a frozen reference: set dpo.reference or train.init_from (or use LoRA, whose "
@@ -96,7 +97,7 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
 
         ref = load_model(_model_dir(ref_path), device=str(trainer.device)).eval()
         ref.requires_grad_(False)
-        return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference=ref)
+        return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference=ref, nll_weight=d.nll_weight)
     if name not in _FACTORIES and name in OBJECTIVE_PLUGINS:
         try:
             module = importlib.import_module(OBJECTIVE_PLUGINS[name])

@@ -3,6 +3,9 @@
 With h = [log pi(y_w|x) - log pi(y_l|x)] - [log ref(y_w|x) - log ref(y_l|x)]:
     sigmoid (DPO, cDPO with label smoothing e):  L = -(1-e) log sigma(beta h) - e log sigma(-beta h)
     ipo     (Azar et al. 2023):                  L = (h - 1/(2 beta))^2
+With ``nll_weight`` w > 0 the loss adds w * (mean token NLL of the chosen response), as in
+RPO / iterative reasoning preference optimisation (Pang et al. 2024): it keeps the chosen
+answer's likelihood from falling while the margin grows.
 log pi(y|x) sums (or averages, ``reduction="mean"``) the response tokens' log-probs; the prompt
 and padding carry label -100 and count for nothing. Reference log-probs are computed under
 no_grad, either by a frozen reference model or — for LoRA runs — by the policy itself with its
@@ -60,8 +63,10 @@ class DPOObjective(Objective):
 
     def __init__(self, beta: float = 0.1, reduction: str = "sum", loss_type: str = "sigmoid",
                  label_smoothing: float = 0.0, reference: torch.nn.Module | None = None,
-                 reference_context: Callable[[torch.nn.Module], contextlib.AbstractContextManager] | None = None):
+                 reference_context: Callable[[torch.nn.Module], contextlib.AbstractContextManager] | None = None,
+                 nll_weight: float = 0.0):
         self.beta, self.reduction, self.loss_type, self.label_smoothing = beta, reduction, loss_type, label_smoothing
+        self.nll_weight = nll_weight
         self.reference = reference
         # For LoRA: a context that turns the policy into the reference (adapters off).
         self.reference_context = reference_context
@@ -88,9 +93,16 @@ class DPOObjective(Objective):
         ids, labels = self._inputs(batch)
         n = batch["chosen_input_ids"].shape[0]
         ref = self.reference_log_probs(model, ids, labels)
-        policy = sequence_log_probs(model(ids).logits, labels, self.reduction)
+        logits = model(ids).logits
+        policy = sequence_log_probs(logits, labels, self.reduction)
         losses = dpo_loss(policy[:n], policy[n:], ref[:n], ref[n:], self.beta, self.loss_type, self.label_smoothing)
         loss = losses.mean()
+        nll = None
+        if self.nll_weight > 0:
+            # mean NLL per chosen response token: -sum log p / number of supervised tokens
+            tokens = (labels[:n, 1:] != -100).sum().clamp(min=1)
+            nll = -sequence_log_probs(logits[:n], labels[:n], "sum").sum() / tokens
+            loss = loss + self.nll_weight * nll
         with torch.no_grad():
             reward_chosen = self.beta * (policy[:n] - ref[:n])
             reward_rejected = self.beta * (policy[n:] - ref[n:])
@@ -101,4 +113,6 @@ class DPOObjective(Objective):
                 "reward_margin": (reward_chosen - reward_rejected).mean(),
                 "reward_accuracy": (reward_chosen > reward_rejected).float().mean(),
             }
+            if nll is not None:
+                metrics["chosen_nll"] = nll.detach()
         return loss, metrics
