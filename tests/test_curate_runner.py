@@ -108,3 +108,47 @@ def test_ray_executor_equals_local(tmp_path):
     assert _read_all(tmp_path / "ray") == _read_all(tmp_path / "local")
     strip = [{k: v for k, v in s.to_dict().items() if k != "seconds"} for s in local.stages]
     assert [{k: v for k, v in s.to_dict().items() if k != "seconds"} for s in remote.stages] == strip
+
+
+def _warc_record(rtype: str, url: str, payload: bytes, content_type: str) -> bytes:
+    head = (f"WARC/1.0\r\nWARC-Type: {rtype}\r\nWARC-Target-URI: {url}\r\nWARC-Record-ID: <urn:uuid:{abs(hash(url))}>\r\n"
+            f"WARC-Date: 2026-01-01T00:00:00Z\r\nContent-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n\r\n")
+    return head.encode() + payload + b"\r\n\r\n"
+
+
+def test_warc_and_html_inputs(tmp_path):
+    from cookmind.curate.shards import iter_shard, plan_input_shards
+
+    html = b"<html><body><main><p>Hello from a WARC response, a page about soup.</p></main></body></html>"
+    http = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: " + \
+        str(len(html)).encode() + b"\r\n\r\n" + html
+    warc = _warc_record("response", "https://a.example/", http, "application/http; msgtype=response")
+    warc += _warc_record("conversion", "https://b.example/", b"Plain text from a WET record.", "text/plain")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.warc").write_bytes(warc)
+    (tmp_path / "in" / "page.html").write_bytes(html)
+    (tmp_path / "in" / "manifest.json").write_text("{}")  # a side file, not a document
+    plan = plan_input_shards([tmp_path / "in"])
+    docs = [d for shard in plan for d in iter_shard(shard)]
+    assert [d.get("url") for d in docs] == ["https://a.example/", "https://b.example/", None]
+    assert "WARC response" in docs[0]["html"] and docs[1]["text"] == "Plain text from a WET record."
+    result = run_pipeline(CurateConfig(stages=[{"extract": {}}]), [str(tmp_path / "in")], tmp_path / "out",
+                          progress=False)
+    texts = sorted(d["text"] for d in _read_all(tmp_path / "out"))
+    assert texts == ["Hello from a WARC response, a page about soup.", "Hello from a WARC response, a page about soup.",
+                     "Plain text from a WET record."]
+    assert result.stages[0].docs_in == 3
+
+
+def test_cli_crawl_run_and_bad_config(tmp_path, capsys):
+    from cookmind.cli import main
+
+    assert main(["curate", "crawl", "--output", str(tmp_path / "in"), "--num-pages", "40", "--shards", "2"]) == 0
+    (tmp_path / "c.yaml").write_text("stages:\n  - extract\n  - gopher: {min_words: 40}\noutput_format: jsonl\n")
+    assert main(["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", str(tmp_path / "in"),
+                 "--output", str(tmp_path / "out"), "--quiet"]) == 0
+    assert (tmp_path / "out" / "report.md").exists() and (tmp_path / "out" / "shard-00001.jsonl").exists()
+    (tmp_path / "bad.yaml").write_text("stages:\n  - gopher: {min_wordz: 3}\n")
+    assert main(["curate", "run", "--config", str(tmp_path / "bad.yaml"), "--input", str(tmp_path / "in"),
+                 "--output", str(tmp_path / "out2"), "--quiet"]) == 2
+    assert "min_wordz" in capsys.readouterr().err

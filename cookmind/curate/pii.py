@@ -29,6 +29,8 @@ _IPV6_CANDIDATE = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0
 
 def mask_emails(text: str) -> tuple[str, int]:
     """Replace e-mail addresses with |||EMAIL_ADDRESS|||; return (text, how many)."""
+    if "@" not in text:  # most documents: skip the regex scan
+        return text, 0
     return _EMAIL.subn(EMAIL_TOKEN, text)
 
 
@@ -54,6 +56,8 @@ def mask_ips(text: str) -> tuple[str, int]:
     """Replace IPv4 and IPv6 addresses with |||IP_ADDRESS|||; return (text, how many)."""
     text, n4 = _IPV4.subn(IP_TOKEN, text)
     n6 = 0
+    if "::" not in text and text.count(":") < 7:  # no IPv6 form is possible: skip that scan
+        return text, n4
 
     def sub6(m: re.Match) -> str:
         nonlocal n6
