@@ -47,15 +47,20 @@ def make_tokenizer(tmp_path_factory):
     return Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
 
 
-def make_model(vocab_size, max_pos=2048):
+def make_model(vocab_size, max_pos=2048, rare_ids=()):
+    """Random weights scaled up (sharp distributions). rare_ids get logit 0 against large others, so a
+    long generation is not cut short by a random end-of-turn token."""
     torch.manual_seed(0)
     cfg = CookMindConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_pos)
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_pos,
+                         tie_word_embeddings=not rare_ids)
     model = CookMindLM(cfg).eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
                 p.mul_(8)
+        for t in rare_ids:
+            model.lm_head.weight[t] = 0
     return model
 
 
@@ -88,7 +93,7 @@ class LiveServer:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     tok = make_tokenizer(tmp_path_factory)
-    model = make_model(tok.vocab_size)
+    model = make_model(tok.vocab_size, rare_ids=(tok.eos_id, tok.im_end_id))
     engine = Engine(model, num_slots=8, max_seq_len=2048, max_waiting=64)
     app = create_app(engine, tok, MODEL, api_key=API_KEY)
     server = LiveServer(app)
@@ -236,7 +241,7 @@ def test_disconnect_cancels_generation(setup):
     while engine.finished_by_reason.get("cancelled", 0) == before and time.time() < deadline:
         time.sleep(0.05)
     assert engine.finished_by_reason.get("cancelled", 0) == before + 1
-    assert engine.finished_by_reason.get("length", 0) >= 0 and all(s is None for s in engine.slots)
+    assert all(s is None for s in engine.slots)
 
 
 def test_chat_with_tools_renders_and_answers(setup):

@@ -49,12 +49,7 @@ def browser():
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     tok = make_tokenizer(tmp_path_factory)
-    model = make_model(tok.vocab_size, max_pos=4096)
-    with torch.no_grad():  # never end early: the end-of-turn tokens get logit 0 against large others
-        model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.clone())
-        model.config.tie_word_embeddings = False
-        for t in (tok.eos_id, tok.im_end_id):
-            model.lm_head.weight[t] = 0
+    model = make_model(tok.vocab_size, max_pos=4096, rare_ids=(tok.eos_id, tok.im_end_id))  # never ends early
     engine = Engine(model, num_slots=4, max_seq_len=4096)
     server = LiveServer(create_app(engine, tok, "tiny-cook"))
     yield server, engine

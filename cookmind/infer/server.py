@@ -158,12 +158,15 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
     async def _events(queue_, procs, handles, request: Request | None):
         """Yield (choice index, Delta) until every choice has finished; cancel on stop strings."""
         remaining = len(procs)
+        last_check = time.monotonic()
         while remaining:
-            try:
-                i, ev = await asyncio.wait_for(queue_.get(), timeout=1.0)
-            except asyncio.TimeoutError:
-                if request is not None and await request.is_disconnected():
+            if request is not None and time.monotonic() - last_check > 0.5:
+                last_check = time.monotonic()  # a non-streaming client may leave while tokens still flow
+                if await request.is_disconnected():
                     raise asyncio.CancelledError("client disconnected")
+            try:
+                i, ev = await asyncio.wait_for(queue_.get(), timeout=0.5)
+            except asyncio.TimeoutError:
                 continue
             if procs[i].finish_reason is not None:
                 continue  # events after a stop string, or the engine's own finish of a cancelled request
