@@ -77,3 +77,19 @@ def test_cli_train_classifier(tmp_path):
     m = load_classifier(tmp_path / "m.npz")
     assert m.predict("cheap pills deal")[0] == "spam"
     assert m.predict("we talked in the garden")[0] == "good"
+
+
+def test_harmful_classifiers_load_a_trained_model(tmp_path):
+    from cookmind.curate.harmful import classify_nsfw, classify_toxic_speech
+
+    rows = [{"text": f"xxx hot nude webcam {i}", "label": "nsfw"} for i in range(20)]
+    rows += [{"text": f"bake the bread slowly in the oven {i}", "label": "ok"} for i in range(20)]
+    path = train_classifier(rows, cfg=ClassifierConfig(bucket=1024)).save(tmp_path / "nsfw.npz")
+    label, p = classify_nsfw("hot webcam xxx", model=str(path))
+    assert label == "nsfw" and p > 0.5
+    assert classify_nsfw("bread in the oven", model=str(path))[0] == "non_nsfw"
+    rows = [{"text": f"you idiot moron {i}", "label": "toxic"} for i in range(20)]
+    rows += [{"text": f"thanks for the lovely soup {i}", "label": "fine"} for i in range(20)]
+    path = train_classifier(rows, cfg=ClassifierConfig(bucket=1024)).save(tmp_path / "tox.npz")
+    assert classify_toxic_speech("moron idiot", model=str(path))[0] == "toxic"
+    assert classify_toxic_speech("lovely soup", model=str(path))[0] == "non_toxic"

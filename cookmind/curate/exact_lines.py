@@ -49,7 +49,10 @@ def count_partition(shard_dirs: Iterable[Path], p: int) -> np.ndarray:
 
 
 def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int]:
-    """``text`` without the lines whose hash is in the sorted array ``duplicated``; (text, lines removed)."""
+    """``text`` without the lines whose hash is in the sorted array ``duplicated``; (text, lines removed).
+
+    Runs of blank lines left behind collapse to one blank line, and the result is stripped.
+    """
     lines = text.split("\n")
     hashes = np.array([xxhash.xxh64_intdigest(line.rstrip().encode()) for line in lines], dtype=np.uint64)
     idx = np.searchsorted(duplicated, hashes)

@@ -30,12 +30,17 @@ def nsfw_score(text: str) -> tuple[int, float]:
     return hits, hits / max(1, len(words))
 
 
-def classify_nsfw(text: str, min_hits: int = 3, min_ratio: float = 0.01) -> tuple[str, float]:
-    """("nsfw" | "non_nsfw", score) from the lexicon above.
+def classify_nsfw(text: str, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None,
+                  threshold: float = 0.5) -> tuple[str, float]:
+    """("nsfw" | "non_nsfw", score) from the lexicon above, or from ``model`` when given.
 
-    NSFW when at least ``min_hits`` lexicon words make up at least ``min_ratio`` of the words.
-    score = min(1, (hits / words) / (2 * min_ratio)), so the ratio threshold sits at 0.5.
+    Lexicon: NSFW when at least ``min_hits`` lexicon words make up at least ``min_ratio`` of the
+    words; score = min(1, (hits / words) / (2 * min_ratio)), so the ratio threshold sits at 0.5.
+    Model: a classifier of ours (or a fastText .bin) with an "nsfw" label; score = P(nsfw).
     """
+    if model:
+        p = _cached_classifier(str(model)).prob(text, "nsfw")
+        return ("nsfw" if p >= threshold else "non_nsfw"), p
     hits, ratio = nsfw_score(text)
     score = min(1.0, ratio / (2 * min_ratio))
     label = "nsfw" if hits >= min_hits and ratio >= min_ratio else "non_nsfw"

@@ -119,17 +119,18 @@ class PiiStage(DocStage):
 
 
 class NsfwStage(DocStage):
-    """Remove documents the NSFW lexicon scorer flags."""
+    """Remove documents the NSFW lexicon scorer (or a trained classifier, ``model``) flags."""
 
     name = "nsfw"
 
-    def __init__(self, min_hits: int = 3, min_ratio: float = 0.01):
+    def __init__(self, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None, threshold: float = 0.5):
         self.min_hits, self.min_ratio = int(min_hits), float(min_ratio)
+        self.model, self.threshold = model, float(threshold)
 
     def process(self, doc, stats):
         from cookmind.curate.harmful import classify_nsfw
 
-        label, _ = classify_nsfw(doc["text"], self.min_hits, self.min_ratio)
+        label, _ = classify_nsfw(doc["text"], self.min_hits, self.min_ratio, self.model, self.threshold)
         if label == "nsfw":
             stats.reasons["nsfw"] += 1
             return False
