@@ -135,6 +135,7 @@ def bench_hf(args, hf_dir: Path, prompts_by_b: dict[int, list[list[int]]]):
             wall, outs = run(prompts, args.new_tokens)
             walls.append(wall)
         results[b] = min(walls)
+        emit(figure="peer_only", batch=b, tokens_per_s=round(b * args.new_tokens / results[b], 1))
         if b == min(prompts_by_b):
             first_out = outs[0]
     ttfts = [run(prompts_by_b[min(prompts_by_b)][:1], 1)[0] for _ in range(5)]
