@@ -94,3 +94,16 @@ def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
         with torch.no_grad():
             torch.testing.assert_close(loaded(ids).logits, ref, atol=1e-5, rtol=1e-5)
         assert loaded_tok.encode("soup and bread") == tok.encode("soup and bread")
+
+
+def test_hf_tokenizer_adapter_matches_ours(ckpt, tmp_path):
+    from cookmind.infer.loading import HFTokenizerAdapter
+    from cookmind.model.hf import export_hf
+
+    d, _, tok = ckpt
+    hf = HFTokenizerAdapter(export_hf(d, tmp_path / "hf"))  # transformers reading tokenizer.json
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is in the soup?"}]
+    assert hf.render(msgs, add_generation_prompt=True)[0] == tok.render(msgs, add_generation_prompt=True)[0]
+    assert (hf.eos_id, hf.im_end_id) == (tok.eos_id, tok.im_end_id)
+    ids = tok.encode("soup <think>x</think> bread")
+    assert hf.decode(ids) == tok.decode(ids)
