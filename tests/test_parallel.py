@@ -51,7 +51,7 @@ def _data(steps, accum, per_rank):
     return torch.randint(0, 16, (steps, accum, WORLD * per_rank, 6), generator=g)
 
 
-def _train_ddp(rank, bucket_mb, steps=3, accum=2, per_rank=2):
+def _train_ddp(rank, bucket_mb, steps=3, accum=2, per_rank=2, set_to_none=True):
     """Our DDP, with accumulation, rank 0 alone using the branch; returns (model, reference)."""
     from cookmind.parallel import DDP
 
@@ -63,24 +63,30 @@ def _train_ddp(rank, bucket_mb, steps=3, accum=2, per_rank=2):
     opt = torch.optim.AdamW(model.parameters(), lr=0.05)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.05)
     data = _data(steps, accum, per_rank)
+    grad_diff = 0.0
     for step in range(steps):
         for micro in range(accum):
             batch = data[step, micro]
-            mine = batch[rank * per_rank:(rank + 1) * per_rank]
+            # reference: the full batch's mean loss = mean of the ranks' equal-sized shard means
+            shards = [batch[r * per_rank:(r + 1) * per_rank] for r in range(WORLD)]
+            ref_loss = sum(_loss(ref, s, use_branch=r == 0) for r, s in enumerate(shards)) / WORLD
+            (ref_loss / accum).backward()
+            mine = shards[rank]
             if micro < accum - 1:
                 with ddp.no_sync():
                     (_loss(ddp, mine, use_branch=rank == 0) / accum).backward()
             else:
                 (_loss(ddp, mine, use_branch=rank == 0) / accum).backward()
                 ddp.finish_gradient_synchronization()
-            # reference: the full batch's mean loss = mean of the ranks' equal-sized shard means
-            shards = [batch[r * per_rank:(r + 1) * per_rank] for r in range(WORLD)]
-            ref_loss = sum(_loss(ref, s, use_branch=r == 0) for r, s in enumerate(shards)) / WORLD
-            (ref_loss / accum).backward()
+        for p, q in zip(model.parameters(), ref.parameters()):  # the averaged gradients themselves
+            assert (p.grad is None) == (q.grad is None), "DDP and reference disagree on which grads exist"
+            if p.grad is not None:
+                grad_diff = max(grad_diff, (p.grad - q.grad).abs().max().item())
         opt.step()
         ref_opt.step()
-        opt.zero_grad()
-        ref_opt.zero_grad()
+        opt.zero_grad(set_to_none=set_to_none)  # False: grads stay views of the buckets and accumulate there
+        ref_opt.zero_grad(set_to_none=set_to_none)
+    ddp.max_grad_diff = grad_diff
     return ddp, model, ref
 
 
@@ -90,10 +96,12 @@ def _max_param_diff(a, b):
 
 def _scenario_ddp(rank):
     out = {}
-    for name, mb in BUCKET_SIZES_MB.items():
-        ddp, model, ref = _train_ddp(rank, mb)
+    runs = [(name, mb, True) for name, mb in BUCKET_SIZES_MB.items()] + [("grads_kept_as_bucket_views", 3e-4, False)]
+    for name, mb, set_to_none in runs:
+        ddp, model, ref = _train_ddp(rank, mb, set_to_none=set_to_none)
         out[name] = {
             "max_diff": _max_param_diff(model, ref),
+            "max_grad_diff": ddp.max_grad_diff,
             "n_buckets": len(ddp.bucket_params),
             "n_params": sum(len(b) for b in ddp.bucket_params),
             "unused_grad_none": model.unused.weight.grad is None,
@@ -102,6 +110,12 @@ def _scenario_ddp(rank):
     # the branch is used on rank 0 only: after a synced backward both ranks hold the same averaged grad
     ddp, model, _ = _train_ddp(rank, 1e-9, steps=1, accum=1)
     x = _data(1, 1, 2)[0, 0][rank * 2:(rank + 1) * 2]
+    with ddp.no_sync():  # accumulation step: nothing sent, each rank keeps its own gradient
+        _loss(ddp, x, use_branch=rank == 0).backward()
+    local = model.hidden.weight.grad.clone()
+    gathered = [torch.empty_like(local) for _ in range(WORLD)]
+    dist.all_gather(gathered, local)
+    out["no_sync_sends_nothing"] = all(b.work is None for b in ddp._buckets) and not torch.equal(*gathered)
     _loss(ddp, x, use_branch=rank == 0).backward()
     ddp.finish_gradient_synchronization()
     g = model.branch.weight.grad.clone()
@@ -206,10 +220,11 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("bucketing", list(BUCKET_SIZES_MB))
+@pytest.mark.parametrize("bucketing", list(BUCKET_SIZES_MB) + ["grads_kept_as_bucket_views"])
 def test_ddp_equals_single_process_full_batch(results, bucketing):
     for rank in range(WORLD):
         r = results[rank]["ddp"][bucketing]
+        assert r["max_grad_diff"] < 1e-6, f"rank {rank}: grads differ from full-batch grads by {r['max_grad_diff']}"
         assert r["max_diff"] < 1e-5, f"rank {rank}: params differ from full-batch training by {r['max_diff']}"
         assert r["unused_grad_none"] and r["frozen_unchanged"]
 
@@ -256,3 +271,7 @@ def test_sharded_optimizer_with_param_groups_and_cookmind_adamw(results):
         r = results[rank]["sharded_groups"]
         assert r["groups"] == 2
         assert r["diff"] < 1e-6, f"rank {rank}: {r['diff']}"
+
+
+def test_ddp_no_sync_keeps_local_gradients(results):
+    assert all(results[r]["ddp"]["no_sync_sends_nothing"] for r in range(WORLD))
