@@ -39,7 +39,7 @@ def test_graph_replay_equals_eager_forward():
     b = len(PROMPTS)
     lengths = [len(s) for s in PROMPTS]
     # 5 rows run in the bucket of 8: the idle rows must not disturb them
-    replayed = graphs.decode([s[-1] for s in PROMPTS], lengths, lengths).clone()
+    replayed = graphs.decode(torch.tensor([s[-1] for s in PROMPTS], device="cuda"), lengths, lengths).clone()
     for slot, seq in enumerate(PROMPTS):
         with torch.no_grad():
             ref = model(torch.tensor([seq + [seq[-1]]], device="cuda")).logits[0, -1]
@@ -47,9 +47,10 @@ def test_graph_replay_equals_eager_forward():
     assert replayed.shape[0] == b
 
 
-def test_engine_with_graphs_equals_generate():
+@pytest.mark.parametrize("overlap", [True, False])
+def test_engine_with_graphs_equals_generate(overlap):
     model = tiny_cuda_model()
-    engine = Engine(model, num_slots=4, max_seq_len=48, cuda_graphs=True)
+    engine = Engine(model, num_slots=4, max_seq_len=48, cuda_graphs=True, overlap=overlap)
     assert engine.graphs is not None
     reqs = [engine.submit(p, SamplingParams(temperature=0), 9) for p in PROMPTS]
     engine.run_until_idle()

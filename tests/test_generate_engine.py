@@ -46,9 +46,10 @@ def collect(req):
     return toks, fin
 
 
-def test_requests_join_and_leave_between_steps_greedy_equals_generate():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_requests_join_and_leave_between_steps_greedy_equals_generate(overlap):
     model = tiny_model()
-    engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=4)
+    engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=4, overlap=overlap)
     lens = [6, 3, 9, 5]
     reqs = [engine.submit(PROMPTS[0], SamplingParams(temperature=0), lens[0])]
     engine.step()
@@ -64,19 +65,21 @@ def test_requests_join_and_leave_between_steps_greedy_equals_generate():
     assert all(s is None for s in engine.slots)
 
 
-def test_stop_token_finishes_with_stop():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_stop_token_finishes_with_stop(overlap):
     model = tiny_model()
     free = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8))[0]
-    engine = Engine(model, num_slots=2, max_seq_len=48)
+    engine = Engine(model, num_slots=2, max_seq_len=48, overlap=overlap)
     req = engine.submit(PROMPTS[1], SamplingParams(temperature=0), 8, stop_token_ids=[free[4]])
     engine.run_until_idle()
     toks, fin = collect(req)
     assert toks == free[: free.index(free[4])] and fin.reason == "stop"
 
 
-def test_cancel_frees_the_slot_for_the_next_request():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_cancel_frees_the_slot_for_the_next_request(overlap):
     model = tiny_model()
-    engine = Engine(model, num_slots=1, max_seq_len=48)
+    engine = Engine(model, num_slots=1, max_seq_len=48, overlap=overlap)
     a = engine.submit(PROMPTS[0], SamplingParams(temperature=0), 40)
     b = engine.submit(PROMPTS[2], SamplingParams(temperature=0), 4)
     for _ in range(3):
@@ -96,8 +99,8 @@ def test_per_request_seed_is_independent_of_batch_companions():
     model = tiny_model()
     p = SamplingParams(temperature=1.0, top_k=20, seed=11)
 
-    def run(with_companions):
-        engine = Engine(model, num_slots=4, max_seq_len=48)
+    def run(with_companions, overlap=False):
+        engine = Engine(model, num_slots=4, max_seq_len=48, overlap=overlap)
         if with_companions:
             engine.submit(PROMPTS[1], SamplingParams(temperature=0.7, top_p=0.8, seed=3), 10)
             engine.submit(PROMPTS[3], SamplingParams(temperature=0), 10)
@@ -105,14 +108,15 @@ def test_per_request_seed_is_independent_of_batch_companions():
         engine.run_until_idle()
         return collect(req)[0]
 
-    assert run(False) == run(True)
+    assert run(False) == run(True) == run(True, overlap=True)
     assert run(False) == generate(model, [PROMPTS[0]], GenerationConfig(max_new_tokens=10, temperature=1.0,
                                                                         top_k=20, seed=11))[0]
 
 
-def test_penalty_matches_generate():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_penalty_matches_generate(overlap):
     model = tiny_model()
-    engine = Engine(model, num_slots=2, max_seq_len=48)
+    engine = Engine(model, num_slots=2, max_seq_len=48, overlap=overlap)
     req = engine.submit(PROMPTS[3], SamplingParams(temperature=0, repetition_penalty=3.0, frequency_penalty=1.0), 8)
     other = engine.submit(PROMPTS[0], SamplingParams(temperature=0), 8)
     engine.run_until_idle()
@@ -161,3 +165,19 @@ def test_background_thread_serves_requests():
         engine.stop()
     assert outs == generate(model, PROMPTS, GenerationConfig(max_new_tokens=5))
     assert engine.metrics()["generated_tokens_total"] == 20
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_slot_reused_after_a_stop_in_flight(overlap):
+    """With overlap, the step after a stop token is already running when the stop is read; the next
+    request in that slot must not see its leftovers."""
+    model = tiny_model()
+    free = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8))[0]
+    engine = Engine(model, num_slots=1, max_seq_len=48, overlap=overlap)
+    a = engine.submit(PROMPTS[1], SamplingParams(temperature=0), 8, stop_token_ids=[free[3]])
+    b = engine.submit(PROMPTS[0], SamplingParams(temperature=0), 6)
+    c = engine.submit(PROMPTS[3], SamplingParams(temperature=0), 5)
+    engine.run_until_idle()
+    assert collect(a)[0] == free[: free.index(free[3])]
+    assert collect(b)[0] == generate(model, [PROMPTS[0]], GenerationConfig(max_new_tokens=6))[0]
+    assert collect(c)[0] == generate(model, [PROMPTS[3]], GenerationConfig(max_new_tokens=5))[0]

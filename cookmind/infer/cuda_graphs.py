@@ -61,16 +61,17 @@ class CudaGraphDecoder:
         """The smallest captured batch size that holds b rows (None: too many)."""
         return next((x for x in self.buckets if x >= b), None)
 
-    def decode(self, tokens: list[int], positions: list[int], write_cols: list[int]) -> torch.Tensor:
-        """Host lists for slots 0..B-1 -> logits (B, V) (a view into the graph's output: use it before
-        the next replay). Rows between B and the bucket size are idle: they write the scratch column."""
-        b = len(tokens)
+    def decode(self, tokens: torch.Tensor, positions: list[int], write_cols: list[int]) -> torch.Tensor:
+        """tokens: device tensor (B,) for slots 0..B-1 (it never visits the host); positions and write
+        columns: host lists. Returns logits (B, V), a view into the graph's output: use it before the
+        next replay. Rows between B and the bucket size are idle: they write the scratch column."""
+        b = len(positions)
         bucket = self.bucket_for(b)
         if bucket is None:
             raise ValueError(f"decode batch {b} exceeds the largest captured bucket {self.buckets[-1]}")
         pad = bucket - b
-        host = torch.tensor([tokens + [0] * pad, positions + [0] * pad, write_cols + [self.runner.scratch_col] * pad],
-                            dtype=torch.long)
-        self.inputs[:, :bucket, 0].copy_(host)
+        host = torch.tensor([positions + [0] * pad, write_cols + [self.runner.scratch_col] * pad], dtype=torch.long)
+        self.inputs[1:, :bucket, 0].copy_(host)
+        self.inputs[0, :b, 0].copy_(tokens)
         self.graphs[bucket].replay()
         return self.outputs[bucket][:b]

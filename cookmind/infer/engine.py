@@ -70,6 +70,7 @@ class EngineRequest:
         self.sink = sink
         self.generator = make_generator(params.seed, device)
         self.output_ids: list[int] = []
+        self.n_sampled = 0  # tokens drawn so far (ahead of output_ids while a step is in flight)
         self.state = "waiting"  # waiting -> prefill -> decode -> done
         self.slot: int | None = None
         self.prefilled = 0
@@ -98,7 +99,7 @@ class Engine:
 
     def __init__(self, model, num_slots: int | None = None, max_seq_len: int | None = None,
                  kv_budget_bytes: int | None = None, max_waiting: int = 256, prefill_chunk: int = 512,
-                 cuda_graphs: bool | None = None):
+                 cuda_graphs: bool | None = None, overlap: bool | None = None):
         cfg = model.config
         param = next(model.parameters())
         self.device = param.device
@@ -114,6 +115,14 @@ class Engine:
         self.prefill_chunk = prefill_chunk
         use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
         self.graphs = CudaGraphDecoder(self.runner) if use_graphs else None
+        # overlap: launch decode step k+1 before reading step k's tokens back, so the host's
+        # bookkeeping runs while the device computes (a request that stopped at step k wastes one row)
+        self.overlap = (self.device.type == "cuda") if overlap is None else overlap
+        self._last_tok = torch.zeros(num_slots, dtype=torch.long, device=self.device)  # newest sampled token
+        pin = self.device.type == "cuda"
+        self._host_bufs = [torch.zeros(num_slots, dtype=torch.long, pin_memory=pin) for _ in range(2)]
+        self._buf_turn = 0
+        self._pending: tuple | None = None  # a launched decode step whose tokens are not yet emitted
         self.slots: list[EngineRequest | None] = [None] * num_slots
         self.waiting: deque[EngineRequest] = deque()
         self._cond = threading.Condition()
@@ -167,7 +176,7 @@ class Engine:
             self._cond.notify()
 
     def has_work(self) -> bool:
-        return bool(self.waiting) or any(r is not None for r in self.slots)
+        return bool(self.waiting) or self._pending is not None or any(r is not None for r in self.slots)
 
     def run_until_idle(self) -> None:
         while self.has_work():
@@ -217,18 +226,28 @@ class Engine:
             try:
                 self.step()
             except Exception as exc:  # a failing step must not hang every client
+                self._pending = None
                 for req in [r for r in self.slots if r is not None]:
                     self._finish(req, "error", f"{type(exc).__name__}: {exc}")
         for req in [r for r in self.slots if r is not None] + list(self.waiting):
             self._finish(req, "cancelled")
         self.waiting.clear()
+        self._pending = None
 
     @torch.inference_mode()
     def step(self) -> None:
         """One iteration: cancel, admit, prefill a chunk, decode one token for every generating request."""
         self._admit()
         self._prefill()
-        self._decode()
+        launched = self._decode()
+        if self._pending is not None:
+            self._emit_record(self._pending)
+        self._pending = None
+        if launched is not None:
+            if self.overlap:
+                self._pending = launched  # emitted after the next step is launched
+            else:
+                self._emit_record(launched)
 
     def _admit(self) -> None:
         with self._cond:
@@ -301,26 +320,27 @@ class Engine:
             reqs = [run[i][0] for i in done_rows]
             for req in reqs:
                 req.state = "decode"
-            self._sample_and_emit(reqs, logits[done_rows])
+            self._emit_record(self._sample(reqs, logits[done_rows]))
 
-    def _decode(self) -> None:
-        active = [r for r in self.slots if r is not None and r.state == "decode" and r.output_ids]
+    def _decode(self) -> tuple | None:
+        """Launch one decode step for every generating request; return its (unread) record."""
+        active = [r for r in self.slots if r is not None and r.state == "decode" and 0 < r.n_sampled < r.max_new_tokens
+                  and len(r.prompt_ids) + r.n_sampled < self.max_seq_len]
         if not active:
-            return
+            return None
         b = max(r.slot for r in active) + 1
-        # rows of idle slots feed token 0 at position 0 and write only to the scratch column
-        host = [[0] * b, [0] * b, [self.runner.scratch_col] * b]  # tokens, positions, write columns
+        # rows of idle slots sit at position 0 and write only to the scratch column
+        positions, write_cols = [0] * b, [self.runner.scratch_col] * b
         for r in active:
-            pos = len(r.prompt_ids) + len(r.output_ids) - 1  # where the newest token goes
-            host[0][r.slot], host[1][r.slot], host[2][r.slot] = r.output_ids[-1], pos, pos
+            positions[r.slot] = write_cols[r.slot] = len(r.prompt_ids) + r.n_sampled - 1  # the newest token's place
+        tokens = self._last_tok[:b]  # sampled on the device last step; never visits the host
         if self.graphs is not None and self.graphs.bucket_for(b) is not None:
-            logits = self.graphs.decode(*host)
+            logits = self.graphs.decode(tokens, positions, write_cols)
         else:
-            packed = torch.tensor(host, dtype=torch.long).to(self.device)  # one copy to the device
-            logits = self.runner.forward(packed[0, :, None], packed[1, :, None], 0, max(host[1]) + 1,
-                                         write_cols=packed[2, :, None])
+            pw = torch.tensor([positions, write_cols], dtype=torch.long).to(self.device)
+            logits = self.runner.forward(tokens[:, None], pw[0, :, None], 0, max(positions) + 1, write_cols=pw[1, :, None])
         rows = [r.slot for r in active]
-        self._sample_and_emit(active, logits if rows == list(range(b)) else logits[rows])
+        return self._sample(active, logits if rows == list(range(b)) else logits[rows], deferred=self.overlap)
 
     def _sampling_batch(self, reqs: list[EngineRequest]) -> SamplingBatch:
         key = tuple(r.id for r in reqs)
@@ -330,29 +350,57 @@ class Engine:
             self._batch_key = key
         return self._batch
 
-    def _sample_and_emit(self, reqs: list[EngineRequest], logits: torch.Tensor) -> None:
+    def _sample(self, reqs: list[EngineRequest], logits: torch.Tensor, deferred: bool = False) -> tuple:
+        """Draw each request's next token on the device. deferred: start an asynchronous copy of the
+        tokens into a pinned host buffer (two alternate: one pending step is read while the next fills)."""
         batch = self._sampling_batch(reqs)
+        slot_list = [r.slot for r in reqs]
+        contiguous = slot_list == list(range(slot_list[0], slot_list[0] + len(slot_list)))
+        slots = None if contiguous and self._seen is None else torch.tensor(slot_list, device=self.device)
         seen = counts = None
         if self._seen is not None:
-            slots = torch.tensor([r.slot for r in reqs], device=self.device)
             seen, counts = self._seen[slots], self._counts[slots]
         next_tokens = sample_from_logits(process_logits(logits, batch, seen, counts), batch)
         if self._seen is not None:
             self._seen[slots, next_tokens] = True
             self._counts[slots, next_tokens] += 1
-        want_lp = [r.params.logprobs for r in reqs]
-        lp_rows = chosen_lp = top = None
-        if any(want_lp):
+        if contiguous:
+            self._last_tok[slot_list[0] : slot_list[0] + len(slot_list)].copy_(next_tokens)
+        else:
+            self._last_tok[slots] = next_tokens
+        for r in reqs:
+            r.n_sampled += 1
+        lp = None
+        if any(r.params.logprobs for r in reqs):
             logp = torch.log_softmax(logits.float(), dim=-1)
-            chosen_lp = logp.gather(-1, next_tokens[:, None])[:, 0].tolist()
+            chosen = logp.gather(-1, next_tokens[:, None])[:, 0].tolist()
             k = max(r.params.top_logprobs for r in reqs)
+            top = None
             if k:
                 vals, idx = logp.topk(k, dim=-1)
                 top = (vals.tolist(), idx.tolist())
-            lp_rows = True
+            lp = (chosen, top)
+        if not deferred:
+            return reqs, next_tokens, None, lp  # read at once
+        host = self._host_bufs[self._buf_turn][: len(reqs)]
+        self._buf_turn ^= 1
+        host.copy_(next_tokens, non_blocking=self.device.type == "cuda")
+        event = None
+        if self.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+        return reqs, host, event, lp
+
+    def _emit_record(self, record: tuple) -> None:
+        """Wait for a step's tokens to reach the host; emit events and finish requests."""
+        reqs, host, event, lp = record
+        if event is not None:
+            event.synchronize()
         now = time.perf_counter()
         emitted = 0
-        for i, (req, tok) in enumerate(zip(reqs, next_tokens.tolist())):
+        for i, (req, tok) in enumerate(zip(reqs, host.tolist())):
+            if req.state == "done":
+                continue  # it stopped at the step before: this row was computed in flight, not used
             if req.first_token_at is None:
                 req.first_token_at = now
             if req.cancelled:
@@ -364,11 +412,11 @@ class Engine:
             req.output_ids.append(tok)
             emitted += 1
             ev = TokenEvent(tok)
-            if lp_rows and req.params.logprobs:
-                ev.logprob = chosen_lp[i]
-                if top is not None and req.params.top_logprobs:
+            if lp is not None and req.params.logprobs:
+                ev.logprob = lp[0][i]
+                if lp[1] is not None and req.params.top_logprobs:
                     n = req.params.top_logprobs
-                    ev.top_logprobs = list(zip(top[1][i][:n], top[0][i][:n]))
+                    ev.top_logprobs = list(zip(lp[1][1][i][:n], lp[1][0][i][:n]))
             req.sink(ev)
             if len(req.output_ids) >= req.max_new_tokens or len(req.prompt_ids) + len(req.output_ids) >= self.max_seq_len:
                 self._finish(req, "length")
