@@ -95,8 +95,8 @@ def bench_cookmind(args, ckpt: Path, prompts_by_b: dict[int, list[list[int]]]):
         if b == min(prompts_by_b):
             first_out = outs[0]
     ttft_b1 = []
-    for _ in range(5):
-        _, ttft, _ = run_cookmind(engine, prompts_by_b[min(prompts_by_b)][:1], 1)
+    for _ in range(3):  # batch 1, full length, like the peer's measurement
+        _, ttft, _ = run_cookmind(engine, prompts_by_b[min(prompts_by_b)][:1], args.new_tokens)
         ttft_b1.append(ttft)
     del engine, model
     if args.device.startswith("cuda"):
@@ -138,7 +138,31 @@ def bench_hf(args, hf_dir: Path, prompts_by_b: dict[int, list[list[int]]]):
         emit(figure="peer_only", batch=b, tokens_per_s=round(b * args.new_tokens / results[b], 1))
         if b == min(prompts_by_b):
             first_out = outs[0]
-    ttfts = [run(prompts_by_b[min(prompts_by_b)][:1], 1)[0] for _ in range(5)]
+    # time to first token inside a normal call (same cache shape: nothing recompiles): a streamer
+    # notes when generate hands out its first new token (its first put() is the prompt)
+    from transformers.generation.streamers import BaseStreamer
+
+    class FirstToken(BaseStreamer):
+        def __init__(self):
+            self.calls, self.at = 0, None
+
+        def put(self, value):
+            self.calls += 1
+            if self.calls == 2 and self.at is None:
+                self.at = time.perf_counter()
+
+        def end(self):
+            pass
+
+    ttfts = []
+    ids = torch.tensor(prompts_by_b[min(prompts_by_b)][:1], device=args.device)
+    for _ in range(3):
+        streamer = FirstToken()
+        sync(args.device)
+        t0 = time.perf_counter()
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
+                       min_new_tokens=args.new_tokens, do_sample=False, streamer=streamer)
+        ttfts.append(streamer.at - t0)
     return results, statistics.median(ttfts), first_out
 
 

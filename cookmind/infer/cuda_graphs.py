@@ -33,6 +33,10 @@ class CudaGraphDecoder:
         self.inputs = torch.zeros((3, n, 1), dtype=torch.long, device=dev)
         self.inputs[2].fill_(runner.scratch_col)
         self.tokens, self.positions, self.write_cols = self.inputs[0], self.inputs[1], self.inputs[2]
+        # pinned staging buffers, so the copy is asynchronous and the host never waits for the device here;
+        # two alternate: a buffer is refilled only after the engine has read back the step that used it
+        self._staging = [torch.zeros((2, n), dtype=torch.long, pin_memory=True) for _ in range(2)]
+        self._turn = 0
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self._capture()
@@ -70,8 +74,10 @@ class CudaGraphDecoder:
         if bucket is None:
             raise ValueError(f"decode batch {b} exceeds the largest captured bucket {self.buckets[-1]}")
         pad = bucket - b
-        host = torch.tensor([positions + [0] * pad, write_cols + [self.runner.scratch_col] * pad], dtype=torch.long)
-        self.inputs[1:, :bucket, 0].copy_(host)
+        stage = self._staging[self._turn][:, :bucket]
+        self._turn ^= 1
+        stage.copy_(torch.tensor([positions + [0] * pad, write_cols + [self.runner.scratch_col] * pad]))
+        self.inputs[1:, :bucket, 0].copy_(stage, non_blocking=True)
         self.inputs[0, :b, 0].copy_(tokens)
         self.graphs[bucket].replay()
         return self.outputs[bucket][:b]
