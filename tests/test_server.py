@@ -249,3 +249,17 @@ def test_chat_with_tools_renders_and_answers(setup):
     r = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0,
                                                 tools=tools)
     assert r.usage.prompt_tokens == len(setup["tok"].render(MESSAGES, add_generation_prompt=True, tools=tools)[0])
+
+
+def test_streaming_n_choices_do_not_interleave(setup):
+    stream = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=10, temperature=0,
+                                                     n=3, stream=True)
+    texts, finals = {}, {}
+    for chunk in stream:
+        for ch in chunk.choices:
+            texts[ch.index] = texts.get(ch.index, "") + (ch.delta.content or "")
+            if ch.finish_reason:
+                finals[ch.index] = ch.finish_reason
+    _, text = reference(setup, chat_prompt(setup), 10)
+    assert texts == {i: split_reasoning(text)[1] for i in range(3)}
+    assert set(finals) == {0, 1, 2}
