@@ -215,21 +215,31 @@ def main() -> None:
         steps, warmup = args.steps or 20, args.warmup or 3
         peak, modes = None, [False]
     for compiled in modes:
-        ref = bench_reference(shape, batch, seq, steps, warmup, device, precision, compiled)
-        ours = bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compiled, args.run_dir)
+        results = {}
+        for name, fn in (("nanogpt-style reference", bench_reference), ("cookmind Trainer", bench_cookmind)):
+            extra = (args.run_dir,) if fn is bench_cookmind else ()
+            try:
+                results[name] = fn(shape, batch, seq, steps, warmup, device, precision, compiled, *extra)
+            except Exception as exc:  # report and go on: one failure must not lose the other figures
+                print(json.dumps({"figure": "train tokens/s", "impl": name, "compiled": compiled,
+                                  "error": f"{type(exc).__name__}: {exc}"[:500]}), flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         common = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                   "threads": torch.get_num_threads(), "batch": batch, "seq": seq, "precision": precision,
                   "compiled": compiled, "torch": torch.__version__,
                   "shape": f"{shape['num_hidden_layers']}L-{shape['hidden_size']}d-{shape['num_attention_heads']}h-"
                            f"v{shape['vocab_size']}"}
-        for name, r in (("nanogpt-style reference", ref), ("cookmind Trainer", ours)):
+        for name, r in results.items():
             line = {"figure": "train tokens/s", "impl": name, **common, "tokens_per_s": round(r["tokens_per_s"]),
                     "params": r["params"], "warmup_s": r["warmup_s"]}
             if peak:
                 line["mfu"] = round(r["tokens_per_s"] * r["flops_per_token"] / peak, 4)
             print(json.dumps(line), flush=True)
-        print(json.dumps({"figure": "train speedup vs reference", **common,
-                          "ratio": round(ours["tokens_per_s"] / ref["tokens_per_s"], 3)}), flush=True)
+        if len(results) == 2:
+            ours, ref = results["cookmind Trainer"], results["nanogpt-style reference"]
+            print(json.dumps({"figure": "train speedup vs reference", **common,
+                              "ratio": round(ours["tokens_per_s"] / ref["tokens_per_s"], 3)}), flush=True)
 
 
 if __name__ == "__main__":

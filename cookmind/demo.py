@@ -238,6 +238,32 @@ def stage_sft(ctx: DemoContext) -> dict[str, Any]:
     })
 
 
+def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
+    """Preference pairs from the SFT model's own mistakes: the correct answer over the model's wrong one."""
+    from cookmind.store.packer import pack
+    from cookmind.synthetic import extract_answer
+
+    rows = [json.loads(line) for line in (ctx.paths["data"] / "dpo.jsonl").read_text().splitlines()]
+    questions = [r["chosen"][0]["content"] for r in rows]
+    answers = _greedy_answers(ctx, ctx.checkpoints["sft"], questions)
+    pairs, mined = [], 0
+    for row, answer in zip(rows, answers):
+        truth = extract_answer(row["chosen"][-1]["content"])
+        if extract_answer(answer) != truth and answer.strip():
+            # on-policy: push down exactly what the model says when it is wrong
+            row = {"chosen": row["chosen"], "rejected": row["chosen"][:-1] + [{"role": "assistant", "content": answer}]}
+            mined += 1
+        pairs.append(row)
+    path = ctx.paths["data"] / "dpo_mined.jsonl"
+    _write_jsonl(path, pairs)
+    store = ctx.workdir / "stores" / "dpo_mined.bin"
+    meta = pack([path], store, str(ctx.paths["tokenizer"]), "dpo", overwrite=True, progress=False)
+    ctx.paths["store_dpo"] = store
+    ctx.say(f"{mined} of {len(rows)} DPO prompts answered wrongly by the SFT model: those answers become the rejected side")
+    return {"pairs": len(pairs), "from_model_mistakes": mined, "synthetic_wrong": len(pairs) - mined,
+            "tokens": meta["num_tokens"]}
+
+
 def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
     """DPO with LoRA adapters: correct answers preferred over wrong ones; the base is the reference."""
     return _train(ctx, "dpo", {
@@ -251,32 +277,40 @@ def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
     })
 
 
-def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, batch_size: int = 100) -> dict[str, Any]:
-    """Exact-answer accuracy on the held-out problems: greedy chat answer, ``#### N`` must equal the truth."""
+def _greedy_answers(ctx: DemoContext, checkpoint: Path, questions: list[str], batch_size: int = 100,
+                    max_new_tokens: int = 32) -> list[str]:
+    """The model's greedy chat answer to each question (batched, KV-cached generation)."""
     from cookmind.infer import GenerationConfig, generate
     from cookmind.model import load_model
-    from cookmind.synthetic import extract_answer
     from cookmind.tokenizer import Tokenizer
 
     tok = Tokenizer.load(ctx.paths["tokenizer"])
     model = load_model(checkpoint).eval()
-    problems = [json.loads(line) for line in ctx.paths["eval_problems"].read_text().splitlines()]
     stops = tuple(i for i in (tok.im_end_id, tok.eos_id) if i is not None)
-    gcfg = GenerationConfig(max_new_tokens=32, temperature=0.0, stop_token_ids=stops)
+    gcfg = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops)
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(questions), batch_size):
+            prompts = [list(tok.render([{"role": "user", "content": q}], add_generation_prompt=True)[0])
+                       for q in questions[i: i + batch_size]]
+            out += [tok.decode(o) for o in generate(model, prompts, gcfg, tokenizer=tok)]
+    return out
+
+
+def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, batch_size: int = 100) -> dict[str, Any]:
+    """Exact-answer accuracy on the held-out problems: greedy chat answer, ``#### N`` must equal the truth."""
+    from cookmind.synthetic import extract_answer
+
+    problems = [json.loads(line) for line in ctx.paths["eval_problems"].read_text().splitlines()]
+    answers = _greedy_answers(ctx, checkpoint, [p["question"] for p in problems], batch_size)
     correct = formatted = 0
     examples = []
-    with torch.no_grad():
-        for i in range(0, len(problems), batch_size):
-            chunk = problems[i: i + batch_size]
-            prompts = [list(tok.render([{"role": "user", "content": p["question"]}], add_generation_prompt=True)[0])
-                       for p in chunk]
-            for p, out in zip(chunk, generate(model, prompts, gcfg, tokenizer=tok)):
-                text = tok.decode(out)
-                got = extract_answer(text)
-                formatted += got is not None
-                correct += got == p["value"]
-                if len(examples) < 3:
-                    examples.append({"question": p["question"], "answer": text, "truth": p["value"]})
+    for p, text in zip(problems, answers):
+        got = extract_answer(text)
+        formatted += got is not None
+        correct += got == p["value"]
+        if len(examples) < 3:
+            examples.append({"question": p["question"], "answer": text, "truth": p["value"]})
     n = len(problems)
     return {"accuracy": correct / n, "answered_in_format": formatted / n, "n": n, "examples": examples}
 
@@ -344,6 +378,7 @@ STAGES: list[Stage] = [
     _eval_stage("eval_pretrain", "pretrain"),
     ("sft", stage_sft),
     _eval_stage("eval_sft", "sft"),
+    ("mine_pairs", stage_mine_pairs),
     ("dpo", stage_dpo),
     _eval_stage("eval_dpo", "dpo"),
     _plugin_stage("grpo", "cookmind.align.demo"),
@@ -418,6 +453,8 @@ def _describe(name: str, res: dict[str, Any]) -> str:
         return f"vocab {res['vocab_size']}: `{'|'.join(res['example_tokens'])}`"
     if name == "pack":
         return ", ".join(f"{k}: {v['tokens']} tokens" for k, v in res.items() if isinstance(v, dict))
+    if name == "mine_pairs":
+        return f"{res['from_model_mistakes']} of {res['pairs']} pairs reject the SFT model's own wrong answer"
     if name == "data":
         return f"{res['stories']} stories, {res['sft_chats']} chats, {res['dpo_pairs']} pairs, {res['held_out_problems']} held out"
     return ""

@@ -31,7 +31,7 @@ from cookmind.train.config import TrainConfig
 from cookmind.train.distributed import (all_reduce_flag, barrier, finish_gradient_sync, init_distributed, no_sync,
                                         wrap_model)
 from cookmind.train.metrics import MetricsWriter, peak_flops, to_float
-from cookmind.train.objectives.base import Objective, unwrap
+from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
 from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
 
