@@ -59,13 +59,15 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
     words: list[list[int]] = [list(w) for w in word_counts]  # byte values are the byte tokens' ids
     freqs: list[int] = list(word_counts.values())
     pair_counts: dict[int, int] = defaultdict(int)
-    pair_words: dict[int, set[int]] = defaultdict(set)
+    # pair -> indices of words that contain it (may repeat, may be stale: checked when used); lists are
+    # far smaller than sets and most pairs occur in few words
+    pair_words: dict[int, list[int]] = defaultdict(list)
     for wi, w in enumerate(words):
         f = freqs[wi]
         for x, y in zip(w, w[1:]):
             p = x << shift | y
             pair_counts[p] += f
-            pair_words[p].add(wi)
+            pair_words[p].append(wi)
     key = {i: _desc(b) for i, b in vocab.items()}
     heap = [(-c, key[p >> shift], key[p & mask], p) for p, c in pair_counts.items()]
     heapq.heapify(heap)
@@ -91,7 +93,7 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
         merges.append((vocab[a], vocab[b]))
         c_hi = c << shift
         delta: dict[int, int] = defaultdict(int)
-        for wi in pair_words.pop(ab, ()):
+        for wi in dict.fromkeys(pair_words.pop(ab, ())):  # unique, in first-seen order
             w, f = words[wi], freqs[wi]
             i = 0
             while True:
@@ -106,12 +108,12 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
                         prev = w[i - 1] << shift
                         delta[prev | a] -= f
                         delta[prev | c] += f
-                        pair_words[prev | c].add(wi)
+                        pair_words[prev | c].append(wi)
                     if i + 2 < len(w):
                         nxt = w[i + 2]
                         delta[(b << shift) | nxt] -= f
                         delta[c_hi | nxt] += f
-                        pair_words[c_hi | nxt].add(wi)
+                        pair_words[c_hi | nxt].append(wi)
                     w[i] = c
                     del w[i + 1]
                 i += 1
@@ -124,6 +126,9 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
                 else:
                     del pair_counts[p]
                     pair_words.pop(p, None)
+        if len(heap) > 4 * len(pair_counts) + 100_000:  # mostly stale entries: rebuild to bound memory
+            heap = [(-cnt, key[p >> shift], key[p & mask], p) for p, cnt in pair_counts.items()]
+            heapq.heapify(heap)
     bar.close()
     return merges
 

@@ -62,11 +62,14 @@ def count_text(text: str, pattern: regex.Pattern, special_re: regex.Pattern | No
     for doc in docs:
         if doc:
             pieces.update(safe_pieces(doc, kind))
-    singles: list[str] = []
+    singles: list[str] = []  # pre-tokens of pieces seen once, counted in C in batches
     findall = pattern.findall
     for piece, n in pieces.items():
         if n == 1:
             singles.extend(findall(piece))
+            if len(singles) > 65536:
+                counts.update(singles)
+                singles.clear()
         else:
             for tok in findall(piece):
                 counts[tok] += n
