@@ -44,7 +44,7 @@ class DemoSizes:
     vocab_size: int = 1024
     max_number: int = 20
     pretrain_steps: int = 400
-    sft_steps: int = 300
+    sft_steps: int = 900
     dpo_steps: int = 60
     crawl_pages: int = 300
     model: dict[str, Any] = field(default_factory=lambda: dict(
@@ -270,9 +270,10 @@ def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
         "train": {"objective": "dpo", "max_steps": ctx.sizes.dpo_steps, "init_from": str(ctx.checkpoints["sft"]),
                   "micro_batch_size": 8},
         "data": {"train_path": str(ctx.paths["store_dpo"]), "val_path": str(ctx.paths["store_dpo_val"])},
-        "optim": {"lr": 2e-3, "warmup_steps": 5, "weight_decay": 0.0},
+        "optim": {"lr": 5e-4, "warmup_steps": 5, "weight_decay": 0.0},
         "lora": {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0},
-        "dpo": {"beta": 0.1, "reduction": "sum"},
+        # the chosen-answer NLL term keeps DPO from lowering the likelihood of right answers (RPO)
+        "dpo": {"beta": 0.1, "reduction": "sum", "nll_weight": 1.0},
         "eval": {"every": 0, "prompts": DEMO_PROMPTS[:2]},
     })
 

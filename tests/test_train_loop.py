@@ -151,3 +151,14 @@ def test_cli_print_config_and_errors(capsys):
     assert "lr: 0.5" in out and "objective: sft" in out
     with pytest.raises(SystemExit, match="unknown key"):
         main(["train", "--config", "tiny-cpu", "optim.learning_rate=1"])
+
+
+def test_tensorboard_option_is_clear_when_the_package_is_missing(tmp_path, store):
+    try:
+        import torch.utils.tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.raises(RuntimeError, match="pip install tensorboard"):
+            Trainer(_cfg(tmp_path, store, "tb", logging={"tensorboard": True}))
+        return
+    Trainer(_cfg(tmp_path, store, "tb", logging={"tensorboard": True}, train={"max_steps": 2})).fit()
+    assert any((tmp_path / "tb" / "tensorboard").iterdir())

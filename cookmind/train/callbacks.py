@@ -108,3 +108,27 @@ class ProgressCallback(Callback):
     def on_train_end(self, trainer: Trainer, status: str) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class TensorBoardCallback(Callback):
+    """Scalars to ``<run_dir>/tensorboard`` (rank 0); needs the optional ``tensorboard`` package."""
+
+    def __init__(self, log_dir, log_every: int):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as exc:
+            raise RuntimeError("logging.tensorboard=true needs the tensorboard package: pip install tensorboard "
+                               "(or set logging.tensorboard=false; metrics.jsonl has the same numbers)") from exc
+        self.writer = SummaryWriter(str(log_dir))
+        self.log_every = max(1, log_every)
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
+        if step % self.log_every == 0:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self.writer.add_scalar(f"train/{k}", v, step)
+            for k, v in trainer.last_eval.items():
+                self.writer.add_scalar(f"val/{k.removeprefix('val_')}", v, step)
+
+    def on_train_end(self, trainer: Trainer, status: str) -> None:
+        self.writer.close()

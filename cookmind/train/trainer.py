@@ -98,6 +98,10 @@ class Trainer:
             ProgressCallback(cfg.logging.progress and self.dist.is_main, desc=cfg.train.objective),
             *(callbacks or []),
         ]
+        if cfg.logging.tensorboard and self.dist.is_main:
+            from cookmind.train.callbacks import TensorBoardCallback
+
+            self.callbacks.append(TensorBoardCallback(self.run_dir / "tensorboard", cfg.logging.log_every))
         self.objective.setup(self)
         self._maybe_resume()
 
