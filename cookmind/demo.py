@@ -499,7 +499,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pretrain-steps", type=int, help="override the pretraining steps")
     parser.add_argument("--sft-steps", type=int, help="override the SFT steps")
     parser.add_argument("--dpo-steps", type=int, help="override the DPO steps")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    # One thread by default: this model's small matmuls gain little from a second thread, and a
+    # thread pool that spins while other processes share the cores can run several times slower.
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
