@@ -25,12 +25,25 @@ PROMPTS = {"r1_zero": R1_ZERO_PROMPT, "compact": COMPACT_PROMPT, "plain": PLAIN_
 R1_ZERO_STOP = ("</answer>",)
 
 
-def format_prompt(question: str, template: str = "r1_zero") -> str:
-    """``template`` (a name in PROMPTS or a string with ``{question}``) filled with the question."""
+def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> str:
+    """``template`` (a name in PROMPTS or a string with ``{question}``) filled with the question.
+
+    ``"chat"`` renders the question as a user turn with the tokenizer's chat template and opens
+    the assistant turn (for models SFT'd on chats, graded by ``#### N``).
+    """
+    if template == "chat":
+        if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
+            raise ValueError("the 'chat' template needs a tokenizer with apply_chat_template")
+        return tokenizer.apply_chat_template([{"role": "user", "content": question.strip()}], add_generation_prompt=True)
     text = PROMPTS.get(template, template)
     if "{question}" not in text:
         raise ValueError(f"prompt template {template!r} is neither one of {sorted(PROMPTS)} nor a string with {{question}}")
     return text.replace("{question}", question.strip())
+
+
+def uses_think_tags(template: str) -> bool:
+    """True when the prompt opens a <think> block (graded by <answer> tags), else graded by ``#### N``/last number."""
+    return template != "chat" and PROMPTS.get(template, template).rstrip().endswith("<think>")
 
 
 def r1_zero_target(reasoning: str, answer: str) -> str:

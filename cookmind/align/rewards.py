@@ -36,6 +36,30 @@ def r1_zero_reward_fn(response: str, ground_truth: str, format_weight: float = 0
     return {"format_reward": fmt, "answer_reward": ans, "reward": ans * fmt + format_weight * fmt}
 
 
+_HASH_RE = re.compile(r"####\s*[-+$]?\s*\d")
+
+
+def hash_reward_fn(response: str, ground_truth: str, format_weight: float = 0.0) -> dict[str, float]:
+    """GSM8K's own format: the answer follows ``#### ``; format reward 1 when that line is present.
+
+    reward = answer_reward * format_reward + format_weight * format_reward.
+    """
+    fmt = 1.0 if _HASH_RE.search(response) else 0.0
+    ans = answer_reward(response, ground_truth) if fmt else 0.0
+    return {"format_reward": fmt, "answer_reward": ans, "reward": ans * fmt + format_weight * fmt}
+
+
+def reward_fn_for_template(template: str, format_weight: float = 0.0):
+    """r1-zero tags for prompts that open <think>; ``#### N`` for chat; the last number otherwise."""
+    from cookmind.align.prompts import uses_think_tags
+
+    if uses_think_tags(template):
+        return lambda r, g: r1_zero_reward_fn(r, g, format_weight)
+    if template == "chat":
+        return lambda r, g: hash_reward_fn(r, g, format_weight)
+    return plain_reward_fn
+
+
 def plain_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
     """For models not taught the tags: the final answer (####, \\boxed, last number) against the reference."""
     ans = answer_reward(response, ground_truth)

@@ -4,7 +4,7 @@ Prompts are bucketed by length so a batch needs no padding and no attention mask
 of a bucket sits at the same position, which is what lets one simple loop drive a KV cache on
 both our ``CookMindLM`` and a Hugging Face causal LM. GRPO repeats each prompt ``group_size``
 times, so its buckets are full. When our generation engine (``cookmind.infer.generate``) is
-installed and the model is a ``CookMindLM``, ``engine="auto"`` hands the work to it.
+installed and the model is a ``CookMindLM``, ``engine="auto"`` hands greedy decoding to it.
 """
 
 from __future__ import annotations
@@ -137,7 +137,10 @@ def generate_ids(model, prompts: list[list[int]], params: SamplingParams, tokeni
         raise ValueError("generate_ids: an empty prompt has nothing to condition on; give every prompt at least one token")
     if params.engine not in ("auto", "builtin", "cookmind"):
         raise ValueError(f"unknown engine {params.engine!r}; choose auto, builtin or cookmind")
-    if params.engine == "cookmind" or (params.engine == "auto" and _kind(model) == "cookmind"):
+    # auto: our engine for greedy decoding of a CookMindLM. Sampled rollouts stay on the built-in
+    # loop: it draws every row from one generator (our engine seeds each row alike, so a group of
+    # identical prompts would get identical samples) and it keeps the stop token GRPO trains on.
+    if params.engine == "cookmind" or (params.engine == "auto" and _kind(model) == "cookmind" and params.temperature <= 0):
         engine = _cookmind_engine() if params.engine == "auto" else _cookmind_engine(required=True)
         if engine is not None:
             return engine(model, prompts, params, tokenizer)

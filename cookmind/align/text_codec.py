@@ -46,10 +46,20 @@ def eos_id_of(tokenizer) -> int | None:
     return None
 
 
+def stop_ids_of(tokenizer) -> tuple[int, ...]:
+    """Ids that end a response: end-of-text, and end-of-turn (<|im_end|>) for chat tokenizers."""
+    ids = [eos_id_of(tokenizer)]
+    for name in ("im_end_id",):
+        ids.append(getattr(tokenizer, name, None))
+    if is_hf_tokenizer(tokenizer):
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ids.append(im_end if im_end != getattr(tokenizer, "unk_token_id", None) else None)
+    return tuple(dict.fromkeys(i for i in ids if isinstance(i, int)))
+
+
 def decode_response(tokenizer, ids) -> str:
-    """A generated response as text, without the end-of-text token it may stop on."""
+    """A generated response as text, without the end-of-text / end-of-turn token it may stop on."""
     ids = [int(i) for i in ids]
-    eos = eos_id_of(tokenizer)
-    if ids and eos is not None and ids[-1] == eos:
+    if ids and ids[-1] in stop_ids_of(tokenizer):
         ids = ids[:-1]
     return decode_ids(tokenizer, ids)

@@ -19,12 +19,16 @@ def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], t
         raise ValueError(
             f"tokenize_prompt_and_output: {len(prompt_strs)} prompts but {len(output_strs)} outputs; pass one output per prompt"
         )
-    pad = pad_id_of(tokenizer)
-    joined, masks = [], []
-    for prompt, output in zip(prompt_strs, output_strs):
-        p_ids, o_ids = encode_text(tokenizer, prompt), encode_text(tokenizer, output)
-        joined.append(p_ids + o_ids)
-        masks.append([0] * len(p_ids) + [1] * len(o_ids))
+    prompts = [encode_text(tokenizer, p) for p in prompt_strs]
+    outputs = [encode_text(tokenizer, o) for o in output_strs]
+    return pack_prompt_and_output(prompts, outputs, pad_id_of(tokenizer))
+
+
+def pack_prompt_and_output(prompt_ids: list[list[int]], output_ids: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
+    """``tokenize_prompt_and_output`` for text already tokenized (rollouts keep their sampled ids:
+    re-encoding decoded text can give other ids than the ones the policy chose)."""
+    joined = [list(p) + list(o) for p, o in zip(prompt_ids, output_ids)]
+    masks = [[0] * len(p) + [1] * len(o) for p, o in zip(prompt_ids, output_ids)]
     width = max(len(ids) for ids in joined)
     if width < 2:
         raise ValueError("tokenize_prompt_and_output: every prompt+output is shorter than 2 tokens; nothing to predict")

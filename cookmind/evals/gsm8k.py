@@ -7,10 +7,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cookmind.align.grading import extract_answer, extract_gold
-from cookmind.align.prompts import R1_ZERO_STOP, format_prompt
-from cookmind.align.rewards import plain_reward_fn, r1_zero_reward_fn
+from cookmind.align.prompts import R1_ZERO_STOP, format_prompt, uses_think_tags
 from cookmind.align.rollout import SamplingParams, generate_ids
-from cookmind.align.text_codec import decode_response, encode_text, eos_id_of
+from cookmind.align.text_codec import decode_response, encode_text, stop_ids_of
 from cookmind.evals.atomic_io import read_jsonl, write_jsonl
 from cookmind.evals.passk import pass_at_k
 
@@ -32,10 +31,10 @@ def as_problem(p) -> dict:
 
 
 def reward_fn_for(template: str):
-    """Tag-based grading when the prompt opens a <think> block, last-number grading otherwise."""
-    from cookmind.align.prompts import PROMPTS
+    """Tag-based grading when the prompt opens a <think> block, ``#### N`` for chat, else the last number."""
+    from cookmind.align.rewards import reward_fn_for_template
 
-    return r1_zero_reward_fn if PROMPTS.get(template, template).rstrip().endswith("<think>") else plain_reward_fn
+    return reward_fn_for_template(template)
 
 
 def evaluate_gsm8k(
@@ -64,18 +63,17 @@ def evaluate_gsm8k(
     problems = [as_problem(p) for p in problems]
     reward_fn = reward_fn_for(template)
     if stop_strings is None:
-        stop_strings = R1_ZERO_STOP if reward_fn is r1_zero_reward_fn else ()
+        stop_strings = R1_ZERO_STOP if uses_think_tags(template) else ()
     stops = tuple(stop_strings)
-    eos = eos_id_of(tokenizer)
     params = SamplingParams(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
-        stop_token_ids=(eos,) if eos is not None else (),
+        stop_token_ids=stop_ids_of(tokenizer),
         stop_strings=stops,
         seed=seed,
         batch_size=batch_size,
     )
-    prompts = [format_prompt(p["question"], template) for p in problems]
+    prompts = [format_prompt(p["question"], template, tokenizer) for p in problems]
     records = []
     chunk = max(1, batch_size // num_samples)
     bar = tqdm(total=len(problems), desc="gsm8k", unit="problem", disable=not progress)

@@ -1,0 +1,40 @@
+"""Reward and accuracy curves of a GRPO run as one PNG."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def plot_grpo_curves(history: list[dict], path, before: float | None = None, title: str = "GRPO") -> Path:
+    """Left: mean reward and rollout accuracy per step. Right: held-out accuracy at eval steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    steps = [h["step"] for h in history]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    a.plot(steps, [h["reward"] for h in history], label="reward", lw=1)
+    a.plot(steps, [h["accuracy"] for h in history], label="rollout accuracy", lw=1)
+    if any("format_reward" in h for h in history):
+        a.plot(steps, [h.get("format_reward", float("nan")) for h in history], label="format reward", lw=1, alpha=0.6)
+    a.set_xlabel("step")
+    a.set_ylim(-0.02, 1.02)
+    a.set_title("training rollouts")
+    a.legend(loc="lower right", fontsize=8)
+    ev = [(h["step"], h["eval_accuracy"]) for h in history if "eval_accuracy" in h]
+    xs, ys = ([0] if before is not None else []) + [s for s, _ in ev], ([before] if before is not None else []) + [v for _, v in ev]
+    b.plot(xs, ys, marker="o")
+    b.set_xlabel("step")
+    b.set_ylim(-0.02, 1.02)
+    b.set_title("held-out exact accuracy (greedy)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,51 @@
+"""A rollout batch: group_size samples per prompt, their rewards and group-normalised advantages."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from cookmind.align.advantages import compute_group_normalized_rewards
+from cookmind.align.rollout import SamplingParams, generate_ids
+from cookmind.align.text_codec import decode_response, pad_id_of
+from cookmind.align.tokenize_pairs import pack_prompt_and_output
+
+
+def collect_rollouts(
+    model,
+    tokenizer,
+    prompt_ids: list[list[int]],
+    answers: list[str],
+    group_size: int,
+    params: SamplingParams,
+    reward_fn: Callable[[str, str], dict[str, float]],
+    advantage_eps: float = 1e-6,
+    normalize_by_std: bool = True,
+) -> dict:
+    """Sample ``group_size`` responses per prompt, score them, and lay them out for training.
+
+    Returns input_ids / labels / response_mask (B*G, T), advantages and raw_rewards (B*G,),
+    the response texts and token lists, and reward metadata (means of reward, format reward, accuracy).
+    """
+    if len(prompt_ids) != len(answers):
+        raise ValueError(f"collect_rollouts: {len(prompt_ids)} prompts but {len(answers)} answers")
+    rep_prompts = [list(p) for p in prompt_ids for _ in range(group_size)]
+    rep_answers = [a for a in answers for _ in range(group_size)]
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        responses = generate_ids(model, rep_prompts, params, tokenizer)
+    finally:
+        if was_training:
+            model.train()
+    # an empty response still needs one target for the tensors; it scores as whatever the grader says of ""
+    responses = [r if r else [pad_id_of(tokenizer)] for r in responses]
+    texts = [decode_response(tokenizer, r) for r in responses]
+    advantages, raw, meta = compute_group_normalized_rewards(reward_fn, texts, rep_answers, group_size, advantage_eps, normalize_by_std)
+    batch = pack_prompt_and_output(rep_prompts, responses, pad_id_of(tokenizer))
+    meta["response_length"] = sum(len(r) for r in responses) / len(responses)
+    batch.update({"advantages": advantages, "raw_rewards": raw, "responses": texts, "response_ids": responses,
+                  "answers": rep_answers, "metadata": meta})
+    return batch

@@ -1,0 +1,127 @@
+"""Rollout sampling, the GRPO driver, its Trainer objective and expert iteration on tiny models."""
+
+import torch
+from test_align_fixtures import tiny_hf_model
+
+from cookmind.align.expert_iteration import ExpertIterationConfig, run_expert_iteration
+from cookmind.align.grpo import GRPOConfig, run_grpo
+from cookmind.align.objective import GRPOObjective
+from cookmind.align.rollout import SamplingParams, generate_ids
+
+
+class XYZ:
+    """A 5-token language: 0 'x', 1 'y', 2 'z', 3 end, 4 '?'."""
+
+    eos_id = 3
+    pad_id = 3
+
+    def encode(self, text):
+        return ["xyz\x03?".index(c) for c in text]
+
+    def decode(self, ids):
+        return "".join("xyz\x03?"[i] for i in ids)
+
+
+def x_fraction(response, _truth):
+    """Reward: the share of 'x' in the response; 'correct' when it is all x."""
+    r = response.count("x") / max(1, len(response))
+    return {"reward": r, "format_reward": 1.0, "answer_reward": float(r == 1.0)}
+
+
+PROBLEMS = [{"question": "?", "answer": ""}, {"question": "??", "answer": ""}, {"question": "???", "answer": ""}]
+
+
+def test_builtin_greedy_matches_hf_generate():
+    model = tiny_hf_model(vocab_size=40)
+    model.generation_config.eos_token_id = None
+    prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9, 10, 11]]
+    ours = generate_ids(model, prompts, SamplingParams(max_new_tokens=6, temperature=0.0, engine="builtin"))
+    for p, o in zip(prompts, ours):
+        ref = model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False, pad_token_id=0)[0, len(p):].tolist()
+        assert o == ref
+
+
+def test_sampling_gives_distinct_rows_and_stops_on_string_and_token():
+    model = tiny_hf_model(vocab_size=5)
+    tok = XYZ()
+    prompts = [[4]] * 16  # one prompt repeated, as in a GRPO group
+    outs = generate_ids(model, prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=0, stop_token_ids=(3,),
+                                                       stop_strings=("zz",)), tok)
+    assert len({tuple(o) for o in outs}) > 4  # a group must not be 16 copies of one sample
+    for o in outs:
+        text = tok.decode(o)
+        # ends on the first stop token or the first completed "zz", else runs to max_new_tokens
+        assert 3 not in o[:-1] and "zz" not in text[:-1]
+        assert o[-1] == 3 or text.endswith("zz") or len(o) == 8
+
+
+def test_grpo_raises_reward_on_hf_model_from_local_folder(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    tiny_hf_model(tmp_path / "m", vocab_size=5)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "m", local_files_only=True)
+    cfg = GRPOConfig(n_steps=10, rollout_batch_size=24, group_size=8, train_batch_size=24, learning_rate=1e-2,
+                     max_new_tokens=5, template="{question}", stop_strings=(), eval_every=0)
+    hist = run_grpo(model, XYZ(), PROBLEMS, cfg, reward_fn=x_fraction, progress=False)
+    first, last = hist[0]["reward"], sum(h["reward"] for h in hist[-3:]) / 3
+    assert last > first + 0.25, (first, last)
+    for key in ("reward", "format_reward", "accuracy", "response_length", "entropy", "clip_fraction", "grad_norm", "loss"):
+        assert key in hist[-1]
+
+
+def test_grpo_off_policy_epochs_resume_equals_uninterrupted(tmp_path):
+    cfg = GRPOConfig(n_steps=4, rollout_batch_size=16, group_size=4, train_batch_size=8, epochs_per_rollout_batch=2,
+                     learning_rate=1e-2, max_new_tokens=4, template="{question}", stop_strings=(), eval_every=0,
+                     kl_coef=0.1, reference="copy")
+    straight = tiny_hf_model(vocab_size=5)
+    h1 = run_grpo(straight, XYZ(), PROBLEMS, cfg, reward_fn=x_fraction, progress=False)
+    assert any(h["clip_fraction"] > 0 for h in h1) and all(h["kl"] >= 0 for h in h1)  # the ratio really moved off 1
+    part = tiny_hf_model(vocab_size=5)
+    from dataclasses import replace
+
+    run_grpo(part, XYZ(), PROBLEMS, replace(cfg, n_steps=2), reward_fn=x_fraction, workdir=tmp_path, progress=False)
+    resumed = tiny_hf_model(vocab_size=5, seed=123)  # different init: everything must come from the checkpoint
+    h2 = run_grpo(resumed, XYZ(), PROBLEMS, cfg, reward_fn=x_fraction, workdir=tmp_path, resume=True, progress=False)
+    assert [h["step"] for h in h2] == [1, 2, 3, 4]
+    for a, b in zip(straight.state_dict().values(), resumed.state_dict().values()):
+        torch.testing.assert_close(a, b)
+
+
+def test_grpo_objective_loss_matches_manual_and_counts_calls():
+    model = tiny_hf_model(vocab_size=5)
+    obj = GRPOObjective(GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=(), loss_type="grpo_clip"),
+                        tokenizer=XYZ(), reward_fn=x_fraction)
+    batch = {"prompt_ids": torch.tensor([[4, 4], [4, 3]]), "prompt_lengths": torch.tensor([2, 1]), "answer": ["", ""]}
+    loss_batch = obj.prepare(model, batch)
+    assert loss_batch["input_ids"].shape[0] == 8 and obj.state_dict() == {"calls": 1}
+    loss, metrics = obj(model, loss_batch)
+    loss.backward()
+    ours = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    # on-policy grpo_clip has the gradient of -A * log p per token, mean over each response, then over the batch
+    logits = model(loss_batch["input_ids"]).logits
+    lp = torch.log_softmax(logits, -1).gather(-1, loss_batch["labels"][..., None])[..., 0]
+    m = loss_batch["response_mask"].float()
+    manual = ((-loss_batch["advantages"][:, None] * lp * m).sum(-1) / m.sum(-1)).mean()
+    manual.backward()
+    for g, p in zip(ours, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-7)
+    assert any(g.abs().sum() > 0 for g in ours)
+    assert 0.0 <= metrics["reward"] <= 1.0 and metrics["clip_fraction"] == 0.0
+    obj2 = GRPOObjective(obj.cfg, tokenizer=XYZ(), reward_fn=x_fraction)
+    obj2.load_state_dict(obj.state_dict())
+    assert obj2.calls == 1
+
+
+def test_expert_iteration_keeps_only_correct_and_improves():
+    model = tiny_hf_model(vocab_size=5)
+
+    def reward(resp, _t):  # correct: a response that starts with "x"
+        ok = float(resp.startswith("x"))
+        return {"reward": ok, "format_reward": 1.0, "answer_reward": ok}
+
+    cfg = ExpertIterationConfig(n_rounds=3, questions_per_round=3, samples_per_question=16, batch_size=8, learning_rate=1e-2,
+                                sft_epochs=4, max_new_tokens=2, template="{question}")
+    hist = run_expert_iteration(model, XYZ(), PROBLEMS, cfg, reward_fn=reward, progress=False)
+    assert all(h["kept"] <= round(h["sample_accuracy"] * 48) for h in hist)
+    assert hist[-1]["sample_accuracy"] > hist[0]["sample_accuracy"] + 0.2
