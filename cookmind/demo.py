@@ -45,7 +45,7 @@ class DemoSizes:
     max_number: int = 20
     pretrain_steps: int = 400
     sft_steps: int = 900
-    dpo_steps: int = 60
+    dpo_steps: int = 100
     crawl_pages: int = 300
     model: dict[str, Any] = field(default_factory=lambda: dict(
         hidden_size=128, intermediate_size=352, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -270,7 +270,7 @@ def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
         "train": {"objective": "dpo", "max_steps": ctx.sizes.dpo_steps, "init_from": str(ctx.checkpoints["sft"]),
                   "micro_batch_size": 8},
         "data": {"train_path": str(ctx.paths["store_dpo"]), "val_path": str(ctx.paths["store_dpo_val"])},
-        "optim": {"lr": 5e-4, "warmup_steps": 5, "weight_decay": 0.0},
+        "optim": {"lr": 1e-3, "warmup_steps": 5, "weight_decay": 0.0},
         "lora": {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0},
         # the chosen-answer NLL term keeps DPO from lowering the likelihood of right answers (RPO)
         "dpo": {"beta": 0.1, "reduction": "sum", "nll_weight": 1.0},
