@@ -137,7 +137,8 @@ class ParallelConfig:
 
 @dataclass
 class TrainConfig:
-    """The whole run. ``model`` holds CookMindConfig fields (validated when the model is built)."""
+    """The whole run. ``model`` holds CookMindConfig fields (validated when the model is built) and
+    ``grpo`` the GRPO objective's settings (validated by cookmind.align when that objective is built)."""
 
     model: dict[str, Any] = field(default_factory=dict)
     data: DataConfig = field(default_factory=DataConfig)
@@ -149,6 +150,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields (validated by cookmind.align)
 
     # -- construction -------------------------------------------------------------------
 
@@ -181,10 +183,10 @@ class TrainConfig:
         for section, values in d.items():
             if section not in _section_names():
                 raise ValueError(_unknown(source, "section", section, _section_names()))
-            if section == "model":
+            if section in _FREE_SECTIONS:  # checked by their owner (CookMindConfig, GRPOConfig)
                 if not isinstance(values, dict):
-                    raise ValueError(f"{source}: section 'model' must be a mapping, got {values!r}")
-                self.model.update(values)
+                    raise ValueError(f"{source}: section '{section}' must be a mapping, got {values!r}")
+                getattr(self, section).update(values)
                 continue
             if not isinstance(values, dict):
                 raise ValueError(f"{source}: section '{section}' must be a mapping, got {values!r}")
@@ -241,6 +243,9 @@ class TrainConfig:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
         tmp.replace(path)
+
+
+_FREE_SECTIONS = ("model", "grpo")
 
 
 def resolve_preset(preset: str | Path) -> Path:
