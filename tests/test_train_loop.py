@@ -162,3 +162,23 @@ def test_tensorboard_option_is_clear_when_the_package_is_missing(tmp_path, store
         return
     Trainer(_cfg(tmp_path, store, "tb", logging={"tensorboard": True}, train={"max_steps": 2})).fit()
     assert any((tmp_path / "tb" / "tensorboard").iterdir())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_on_cuda_learns_with_fp32_master_weights(tmp_path, store, precision):
+    t = Trainer(_cfg(tmp_path, store, precision, train={"precision": precision, "device": "cuda", "max_steps": 30},
+                     optim={"lr": 3e-3, "warmup_steps": 2}, data={"val_path": str(store)}))
+    first = None
+
+    class First(Callback):
+        def on_step_end(self, trainer, step, metrics):
+            nonlocal first
+            first = metrics["loss"] if first is None else first
+
+    t.callbacks.append(First())
+    summary = t.fit()
+    assert summary["val_loss"] < first - 0.1
+    assert all(p.dtype == torch.float32 for p in t.bare_model.parameters())
+    meta = json.loads((find_latest_checkpoint(tmp_path / precision / "checkpoints") / "meta.json").read_text())
+    assert "cuda" in meta["rng"]
