@@ -1,0 +1,59 @@
+"""GRPO inside the one training loop: `train.objective: grpo` on a packed grpo store, and exact resume."""
+
+import json
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def grpo_run_inputs(tmp_path_factory):
+    pytest.importorskip("cookmind.train")
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    root = tmp_path_factory.mktemp("grpo_train")
+    problems = [{"question": f"Tom has {a} apples. He gets {b} more. How many?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
+                for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (6, 3), (4, 4), (7, 1), (3, 3)]]
+    (root / "corpus.txt").write_text("\n".join(p["question"] + "\n" + p["answer"] for p in problems) * 4)
+    vocab, merges = train_bpe(root / "corpus.txt", 300, DEFAULT_SPECIAL_TOKENS)
+    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(root / "tok")
+    (root / "problems.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    pack([root / "problems.jsonl"], root / "grpo.bin", str(root / "tok"), "grpo", overwrite=True, progress=False)
+    return root
+
+
+def _trainer(root, run_dir, max_steps, resume=None):
+    from cookmind.align.grpo import GRPOConfig
+    from cookmind.align.objective import GRPOObjective
+    from cookmind.train import TrainConfig, Trainer
+
+    cfg = TrainConfig.from_dict({
+        "model": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                  "num_key_value_heads": 1, "max_position_embeddings": 128},
+        "data": {"train_path": str(root / "grpo.bin"), "tokenizer": str(root / "tok"), "window_size": 64},
+        "train": {"objective": "grpo", "max_steps": max_steps, "micro_batch_size": 2, "device": "cpu", "seed": 0},
+        "optim": {"lr": 3e-3, "warmup_steps": 0},
+        "checkpoint": {"every": 1, "keep_last": 2, "resume": resume},
+        "logging": {"run_dir": str(run_dir), "progress": False, "report": False, "log_every": 1},
+    })
+    objective = GRPOObjective(GRPOConfig(template="chat", group_size=4, max_new_tokens=6))
+    return Trainer(cfg, objective=objective)
+
+
+def test_grpo_objective_trains_in_trainer_and_resumes_exactly(grpo_run_inputs, tmp_path):
+    root = grpo_run_inputs
+    straight = _trainer(root, tmp_path / "a", 2)
+    start = {k: v.clone() for k, v in straight.bare_model.state_dict().items()}
+    straight.fit()
+    assert straight.objective.calls == 2
+    assert any(not torch.equal(v, start[k]) for k, v in straight.bare_model.state_dict().items())
+    _trainer(root, tmp_path / "b", 1).fit()
+    resumed = _trainer(root, tmp_path / "b", 2, resume="auto")
+    assert resumed.objective.calls == 1  # the rollout counter came back with the checkpoint
+    resumed.fit()
+    for (k, a), b in zip(straight.bare_model.state_dict().items(), resumed.bare_model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=lambda m: f"{k}: {m}")
+    rows = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r.get("split") == "train"]
+    assert train_rows and all(k in train_rows[-1] for k in ("reward", "accuracy", "response_length", "entropy"))
