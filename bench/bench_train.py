@@ -111,7 +111,8 @@ def bench_reference(shape: dict, batch: int, seq: int, steps: int, warmup: int, 
     t0 = time.perf_counter()
     for i in range(steps):
         loss, norm = step(i)
-        torch.stack([loss.detach().float(), norm.float()]).tolist()  # one host sync per step: nanoGPT logs every step (log_interval=1), our loop checks finiteness
+        # one host sync per step: nanoGPT logs every step (log_interval=1); our loop checks finiteness
+        torch.stack([loss.detach().float(), norm.float()]).tolist()
     _sync(device)
     dt = time.perf_counter() - t0
     return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": model.flops_per_token(seq),
