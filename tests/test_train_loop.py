@@ -182,3 +182,12 @@ def test_mixed_precision_on_cuda_learns_with_fp32_master_weights(tmp_path, store
     assert all(p.dtype == torch.float32 for p in t.bare_model.parameters())
     meta = json.loads((find_latest_checkpoint(tmp_path / precision / "checkpoints") / "meta.json").read_text())
     assert "cuda" in meta["rng"]
+
+
+def test_fp16_uses_a_loss_scaler_whose_state_is_checkpointed(tmp_path, store):
+    t = Trainer(_cfg(tmp_path, store, "fp16", train={"precision": "fp16", "max_steps": 3}))
+    t.fit()
+    assert t.scaler is not None and t.scaler.get_scale() > 1
+    state = torch.load(find_latest_checkpoint(tmp_path / "fp16" / "checkpoints") / "optimizer.pt", weights_only=True)
+    assert state["scaler"]["scale"] == t.scaler.get_scale()
+    assert all(p.dtype == torch.float32 for p in t.bare_model.parameters())
