@@ -196,6 +196,8 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--eager-too", action="store_true", help="also measure both without torch.compile")
     ap.add_argument("--run-dir", default="/tmp/cookmind-bench-train")
+    ap.add_argument("--extra-backends", default="", help="also time our model with these attn_backend values "
+                    "(comma-separated, e.g. flash-triton), after the main figures")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -217,30 +219,36 @@ def main() -> None:
         peak, modes = None, [False]
     for compiled in modes:
         results = {}
-        for name, fn in (("nanogpt-style reference", bench_reference), ("cookmind Trainer", bench_cookmind)):
-            extra = (args.run_dir,) if fn is bench_cookmind else ()
-            try:
-                results[name] = fn(shape, batch, seq, steps, warmup, device, precision, compiled, *extra)
-            except Exception as exc:  # report and go on: one failure must not lose the other figures
-                print(json.dumps({"figure": "train tokens/s", "impl": name, "compiled": compiled,
-                                  "error": f"{type(exc).__name__}: {exc}"[:500]}), flush=True)
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
         common = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                   "threads": torch.get_num_threads(), "batch": batch, "seq": seq, "precision": precision,
                   "compiled": compiled, "torch": torch.__version__,
                   "shape": f"{shape['num_hidden_layers']}L-{shape['hidden_size']}d-{shape['num_attention_heads']}h-"
                            f"v{shape['vocab_size']}"}
-        for name, r in results.items():
-            line = {"figure": "train tokens/s", "impl": name, **common, "tokens_per_s": round(r["tokens_per_s"]),
-                    "params": r["params"], "warmup_s": r["warmup_s"]}
-            if peak:
-                line["mfu"] = round(r["tokens_per_s"] * r["flops_per_token"] / peak, 4)
-            print(json.dumps(line), flush=True)
-        if len(results) == 2:
-            ours, ref = results["cookmind Trainer"], results["nanogpt-style reference"]
-            print(json.dumps({"figure": "train speedup vs reference", **common,
-                              "ratio": round(ours["tokens_per_s"] / ref["tokens_per_s"], 3)}), flush=True)
+        runs = [("nanogpt-style reference", bench_reference, shape), ("cookmind Trainer", bench_cookmind, shape)]
+        if compiled == modes[0]:
+            runs += [(f"cookmind Trainer, attn_backend={b}", bench_cookmind, dict(shape, attn_backend=b))
+                     for b in args.extra_backends.split(",") if b]
+        for name, fn, shp in runs:
+            extra = (args.run_dir,) if fn is bench_cookmind else ()
+            try:
+                results[name] = fn(shp, batch, seq, steps, warmup, device, precision, compiled, *extra)
+            except Exception as exc:  # report and go on: one failure must not lose the other figures
+                print(json.dumps({"figure": "train tokens/s", "impl": name, "compiled": compiled,
+                                  "error": f"{type(exc).__name__}: {exc}"[:500]}), flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            if name in results:
+                r = results[name]
+                line = {"figure": "train tokens/s", "impl": name, **common, "tokens_per_s": round(r["tokens_per_s"]),
+                        "params": r["params"], "warmup_s": r["warmup_s"]}
+                if peak:
+                    line["mfu"] = round(r["tokens_per_s"] * r["flops_per_token"] / peak, 4)
+                print(json.dumps(line), flush=True)
+        ref = results.get("nanogpt-style reference")
+        for name, ours in results.items():
+            if ref is not None and name != "nanogpt-style reference":
+                print(json.dumps({"figure": "train speedup vs reference", "impl": name, **common,
+                                  "ratio": round(ours["tokens_per_s"] / ref["tokens_per_s"], 3)}), flush=True)
 
 
 if __name__ == "__main__":
