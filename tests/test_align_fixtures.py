@@ -77,3 +77,15 @@ def tiny_hf_model(folder=None, vocab_size=257, seed=0):
 
 def gsm8k_gold(text):
     return re.search(r"####\s*(\S+)", text).group(1).replace(",", "")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one thread; on a shared 2-core machine more threads only spin."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -1,7 +1,7 @@
 """Rollout sampling, the GRPO driver, its Trainer objective and expert iteration on tiny models."""
 
 import torch
-from test_align_fixtures import tiny_hf_model
+from test_align_fixtures import one_torch_thread, tiny_hf_model  # noqa: F401
 
 from cookmind.align.expert_iteration import ExpertIterationConfig, run_expert_iteration
 from cookmind.align.grpo import GRPOConfig, run_grpo

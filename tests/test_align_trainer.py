@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from test_align_fixtures import one_torch_thread  # noqa: F401
 
 
 @pytest.fixture(scope="module")

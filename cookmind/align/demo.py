@@ -35,6 +35,7 @@ DEMO_GRPO = GRPOConfig(
     temperature=1.0,
     eval_every=10,
     eval_size=100,
+    save_every=0,  # the stage saves the final model; no per-step resume state
 )
 
 

@@ -72,6 +72,7 @@ class GRPOConfig:
     eval_max_new_tokens: int | None = None
     seed: int = 0
     engine: str = "auto"
+    save_every: int = 1  # with a workdir: resume state every N steps (0: never)
     rollout_chunk: int = 64  # generation batch size
     extra: dict = field(default_factory=dict)
 
@@ -323,7 +324,8 @@ def run_grpo(
             state_path.parent.mkdir(parents=True, exist_ok=True)
             with open(state_path.with_name("grpo_log.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
-            _save_state(state_path, model, optimizer, scheduler, reference, step + 1, history)
+            if cfg.save_every and (step + 1) % cfg.save_every == 0:
+                _save_state(state_path, model, optimizer, scheduler, reference, step + 1, history)
         if time_budget_s is not None and time.perf_counter() - t_start > time_budget_s:
             break
     bar.close()
