@@ -22,21 +22,26 @@ import torch
 from cookmind.align.curves import plot_grpo_curves
 from cookmind.align.grpo import GRPOConfig, config_dict, evaluate_accuracy, run_grpo
 
-# Tuned on the demo's model (4 layers x 128 wide, ~1M parameters) on 2 CPU cores.
+# Chosen on the demo's model (4 layers x 128 wide, ~1M parameters, SFT to ~32% held-out) on 2 CPU
+# cores: higher learning rates (1e-4 and up) lowered held-out accuracy, temperature 1.0 wasted most
+# rollouts (sampled accuracy ~13% against ~33% greedy), 0.7 keeps them informative.
 DEMO_GRPO = GRPOConfig(
     template="chat",
-    n_steps=400,  # the time budget ends the run first
+    n_steps=1000,  # the time budget ends the run first
     rollout_batch_size=64,
     group_size=8,
     train_batch_size=64,
     learning_rate=3e-5,
+    warmup_steps=5,
     loss_type="grpo_clip",
     max_new_tokens=24,
-    temperature=1.0,
-    eval_every=10,
+    temperature=0.7,
+    eval_every=25,
     eval_size=100,
     save_every=0,  # the stage saves the final model; no per-step resume state
 )
+QUICK_GRPO = replace(DEMO_GRPO, n_steps=2, rollout_batch_size=8, group_size=4, train_batch_size=8, max_new_tokens=8,
+                     eval_every=0)
 
 
 def _from_context(ctx) -> dict[str, Any]:
@@ -50,7 +55,7 @@ def _from_context(ctx) -> dict[str, Any]:
     quick = sizes.sft_steps < 50  # the smoke-test sizes: show the stage runs, nothing more
     train = [p.to_dict() for p in arithmetic_problems(200 if quick else 3000, seed=ctx.seed + 5,
                                                       max_number=sizes.max_number, exclude=exclude)]
-    budget = float(os.environ.get("COOKMIND_GRPO_SECONDS", 15 if quick else 150))
+    budget = float(os.environ.get("COOKMIND_GRPO_SECONDS", 10 if quick else 120))
     return {
         "model": load_model(ctx.policy, device="cpu"),
         "tokenizer": Tokenizer.load(ctx.paths["tokenizer"]),
@@ -59,13 +64,13 @@ def _from_context(ctx) -> dict[str, Any]:
         "workdir": Path(ctx.workdir) / "grpo",
         "seed": ctx.seed,
         "time_budget_s": budget,
-        "cfg": replace(DEMO_GRPO, n_steps=3, rollout_batch_size=16, train_batch_size=16, eval_every=0) if quick else None,
+        "cfg": QUICK_GRPO if quick else None,
         "progress": ctx.progress,
     }
 
 
 def demo_stage(model_or_ctx, tokenizer=None, train_problems=None, heldout_problems=None, workdir=None, seed: int = 0,
-               time_budget_s: float = 150.0, cfg: GRPOConfig | None = None, progress: bool = True) -> dict[str, Any]:
+               time_budget_s: float = 120.0, cfg: GRPOConfig | None = None, progress: bool = True) -> dict[str, Any]:
     """GRPO on arithmetic; returns held-out accuracy before/after, the gain in points, curves PNG, checkpoint."""
     if hasattr(model_or_ctx, "checkpoints") and hasattr(model_or_ctx, "paths"):
         args = _from_context(model_or_ctx)
