@@ -156,3 +156,41 @@ def test_cookmind_eval_cli_on_hf_folder(shared_data, tmp_path, capsys):
     rc = main(["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8", "--quiet"])
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and metrics["tokens"] == len("hello world, hello tiny model") - 1
+
+
+def test_perplexity_on_a_token_store_matches_bigram_by_hand(shared_data, tmp_path):
+    pytest.importorskip("cookmind.store")
+    from cookmind.data import DatasetFactory
+    from cookmind.evals import evaluate_store
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    src = shared_data / "text" / "tinystories_sample.txt"
+    vocab, merges = train_bpe(src, 300, DEFAULT_SPECIAL_TOKENS)
+    tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
+    tok.save(tmp_path / "tok")
+    (tmp_path / "t.jsonl").write_text(json.dumps({"text": src.read_text()[:1500]}) + "\n")
+    pack([tmp_path / "t.jsonl"], tmp_path / "s.bin", str(tmp_path / "tok"), "seq", overwrite=True, progress=False)
+    torch.manual_seed(0)
+    table = torch.randn(tok.vocab_size, tok.vocab_size)
+
+    class TableLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t = torch.nn.Parameter(table.clone())
+
+        def forward(self, ids):
+            return self.t[ids]
+
+    r = evaluate_store(TableLM(), tok, tmp_path / "s.bin", window=32, progress=False)
+    ds = DatasetFactory.load("seq", str(tmp_path / "s.bin"), 32)
+    nll, n, n_bytes = 0.0, 0, 0
+    for i in range(len(ds)):
+        ids = ds[i]["input_ids"].tolist()
+        for prev, nxt in zip(ids[:-1], ids[1:]):
+            nll -= torch.log_softmax(table[prev], -1)[nxt].item()
+        n += len(ids) - 1
+        n_bytes += len(tok.decode(ids[1:]).encode())
+    assert r["tokens"] == n and r["bytes"] == n_bytes
+    assert r["nll_per_token"] == pytest.approx(nll / n, rel=1e-5)
+    assert r["bits_per_byte"] == pytest.approx(nll / math.log(2) / n_bytes, rel=1e-5)

@@ -20,7 +20,7 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -28,7 +28,6 @@ import torch
 from tqdm import tqdm
 
 from cookmind.align.log_probs import get_response_log_probs
-from cookmind.align.masked import masked_mean
 from cookmind.align.prompts import R1_ZERO_STOP, format_prompt, uses_think_tags
 from cookmind.align.reference import Reference
 from cookmind.align.rewards import reward_fn_for_template
@@ -74,7 +73,6 @@ class GRPOConfig:
     engine: str = "auto"
     save_every: int = 1  # with a workdir: resume state every N steps (0: never)
     rollout_chunk: int = 64  # generation batch size
-    extra: dict = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict) -> "GRPOConfig":

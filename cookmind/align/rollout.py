@@ -9,7 +9,7 @@ installed and the model is a ``CookMindLM``, ``engine="auto"`` hands greedy deco
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -29,7 +29,6 @@ class SamplingParams:
     seed: int | None = None
     batch_size: int = 64
     engine: str = "auto"  # auto | builtin | cookmind
-    extra: dict = field(default_factory=dict)
 
 
 def _kind(model) -> str:

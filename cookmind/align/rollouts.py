@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
 
 from cookmind.align.advantages import compute_group_normalized_rewards
 from cookmind.align.rollout import SamplingParams, generate_ids
