@@ -24,7 +24,8 @@ from cookmind.align.grpo import GRPOConfig, config_dict, evaluate_accuracy, run_
 
 # Chosen on the demo's model (4 layers x 128 wide, ~1M parameters, SFT to ~32% held-out) on 2 CPU
 # cores: higher learning rates (1e-4 and up) lowered held-out accuracy, temperature 1.0 wasted most
-# rollouts (sampled accuracy ~13% against ~33% greedy), 0.7 keeps them informative.
+# rollouts (sampled accuracy ~13% against ~33% greedy), 0.7 keeps them informative. Measured in
+# 120 s (~155 steps): from the SFT model 32.5% -> 33.5%; from the DPO model 17% -> 30%.
 DEMO_GRPO = GRPOConfig(
     template="chat",
     n_steps=1000,  # the time budget ends the run first
@@ -37,7 +38,7 @@ DEMO_GRPO = GRPOConfig(
     max_new_tokens=24,
     temperature=0.7,
     eval_every=25,
-    eval_size=100,
+    eval_size=200,  # the whole held-out set, so the curve and before/after are one measure
     save_every=0,  # the stage saves the final model; no per-step resume state
 )
 QUICK_GRPO = replace(DEMO_GRPO, n_steps=2, rollout_batch_size=8, group_size=4, train_batch_size=8, max_new_tokens=8,

@@ -129,7 +129,12 @@ class GRPOObjective(Objective):
 
 
 def build_objective(cfg, trainer) -> GRPOObjective:
-    """The Trainer's plugin hook: GRPO settings from ``cfg.grpo`` when the config has that section."""
+    """The Trainer's plugin hook: GRPO settings from ``cfg.grpo`` when the config has that section.
+
+    Without one, the template is "chat" (grading ``#### N``), matching ``cookmind pack``'s default
+    grpo prompt template.
+    """
     section = getattr(cfg, "grpo", None)
     values = dict(section) if isinstance(section, dict) else (vars(section).copy() if section is not None else {})
-    return GRPOObjective(GRPOConfig.from_dict(values) if values else GRPOConfig())
+    values.setdefault("template", "chat")
+    return GRPOObjective(GRPOConfig.from_dict(values))
