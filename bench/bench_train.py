@@ -12,6 +12,7 @@ MFU = tokens/s x FLOPs/token / peak, FLOPs/token = 6 N_matmul + 12 L H D T for b
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -119,6 +120,45 @@ def bench_reference(shape: dict, batch: int, seq: int, steps: int, warmup: int, 
             "warmup_s": round(warm_s, 1), "params": sum(p.numel() for p in model.parameters())}
 
 
+def bench_raw_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
+                       compile_: bool) -> dict:
+    """CookMindLM + our AdamW + our clipping in a bare loop (no Trainer): separates model cost from loop cost."""
+    from cookmind.model import CookMindConfig, CookMindLM
+    from cookmind.optim import AdamW, clip_grad_norm, param_groups
+
+    torch.manual_seed(0)
+    model = CookMindLM(CookMindConfig.from_dict(dict(shape))).to(device)
+    opt = AdamW(param_groups(model, 0.1), lr=6e-4, betas=(0.9, 0.95))
+    fwd = torch.compile(model) if compile_ else model
+    data = torch.randint(0, shape["vocab_size"], (64, seq), device=device)
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else _null()
+
+    def step(i):
+        rows = torch.arange(i * batch, (i + 1) * batch, device=device) % data.shape[0]
+        x = data[rows]
+        with ctx:
+            loss = fwd(x, labels=x).loss
+        loss.backward()
+        norm = clip_grad_norm(list(model.parameters()), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss, norm
+
+    t0 = time.perf_counter()
+    for i in range(warmup):
+        step(i)
+    _sync(device)
+    warm_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for i in range(steps):
+        loss, norm = step(i)
+        torch.stack([loss.detach().float(), norm.float()]).tolist()
+    _sync(device)
+    dt = time.perf_counter() - t0
+    return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": model.flops_per_token(seq),
+            "warmup_s": round(warm_s, 1), "params": model.num_parameters()}
+
+
 # -- ours: the real Trainer on an in-memory dataset --------------------------------------------
 
 
@@ -138,7 +178,7 @@ class RandomTokens(torch.utils.data.Dataset):
 
 
 def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
-                   compile_: bool, run_dir: str) -> dict:
+                   compile_: bool, run_dir: str, optim_impl: str = "cookmind") -> dict:
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape."""
     from cookmind.train import Callback, TrainConfig, Trainer
 
@@ -156,7 +196,7 @@ def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, d
         "data": {"window_size": seq},
         "train": {"max_steps": warmup + steps, "micro_batch_size": batch, "precision": precision,
                   "compile": compile_, "device": str(device)},
-        "optim": {"lr": 6e-4, "warmup_steps": 10},
+        "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
         "checkpoint": {"every": 0},
         "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
     })
@@ -198,6 +238,8 @@ def main() -> None:
     ap.add_argument("--run-dir", default="/tmp/cookmind-bench-train")
     ap.add_argument("--extra-backends", default="", help="also time our model with these attn_backend values "
                     "(comma-separated, e.g. flash-triton), after the main figures")
+    ap.add_argument("--variants", default="", help="comma-separated extra figures after the main ones: "
+                    "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -228,8 +270,14 @@ def main() -> None:
         if compiled == modes[0]:
             runs += [(f"cookmind Trainer, attn_backend={b}", bench_cookmind, dict(shape, attn_backend=b))
                      for b in args.extra_backends.split(",") if b]
+            variants = [v for v in args.variants.split(",") if v]
+            if "raw" in variants:
+                runs.append(("cookmind model, bare loop", bench_raw_cookmind, shape))
+            if "torch-adamw" in variants:
+                runs.append(("cookmind Trainer, optim.impl=torch", functools.partial(bench_cookmind,
+                                                                                      optim_impl="torch"), shape))
         for name, fn, shp in runs:
-            extra = (args.run_dir,) if fn is bench_cookmind else ()
+            extra = (args.run_dir,) if getattr(fn, "func", fn) is bench_cookmind else ()
             try:
                 results[name] = fn(shp, batch, seq, steps, warmup, device, precision, compiled, *extra)
             except Exception as exc:  # report and go on: one failure must not lose the other figures

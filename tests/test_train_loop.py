@@ -191,3 +191,15 @@ def test_fp16_uses_a_loss_scaler_whose_state_is_checkpointed(tmp_path, store):
     state = torch.load(find_latest_checkpoint(tmp_path / "fp16" / "checkpoints") / "optimizer.pt", weights_only=True)
     assert state["scaler"]["scale"] == t.scaler.get_scale()
     assert all(p.dtype == torch.float32 for p in t.bare_model.parameters())
+
+
+def test_torch_adamw_fast_path_trains_the_same_as_ours(tmp_path, store):
+    a = Trainer(_cfg(tmp_path, store, "ours", optim={"weight_decay": 0.1}))
+    a.fit()
+    b = Trainer(_cfg(tmp_path, store, "lib", optim={"weight_decay": 0.1, "impl": "torch"}))
+    assert isinstance(b.optimizer, torch.optim.AdamW)
+    b.fit()
+    wa, wb = _weights(a), _weights(b)
+    assert any(not torch.equal(wa[k], Trainer(_cfg(tmp_path, store, "x")).bare_model.state_dict()[k]) for k in wa)
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-6), k

@@ -136,5 +136,8 @@ def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.devi
         except ImportError as exc:
             raise RuntimeError("parallel.zero1=true needs cookmind.parallel.ShardedOptimizer, which is not available "
                                "in this build; set parallel.zero1=false") from exc
-        return ShardedOptimizer(groups, AdamW, **kwargs)
+        return ShardedOptimizer(groups, torch.optim.AdamW if o.impl == "torch" else AdamW, **kwargs)
+    if o.impl == "torch":
+        # The library's fused kernel: the same AdamW update (tests/test_optim compares ours to it).
+        return torch.optim.AdamW(groups, fused=device.type == "cuda", **kwargs)
     return AdamW(groups, **kwargs)

@@ -50,6 +50,7 @@ class OptimConfig:
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0  # <= 0 disables clipping (the norm is still logged)
+    impl: str = "cookmind"  # cookmind (our AdamW) | torch (torch.optim.AdamW, fused on GPU: same math, fast path)
 
 
 @dataclass
@@ -210,6 +211,7 @@ class TrainConfig:
         _choice("train.objective", self.train.objective, ("pretrain", "sft", "dpo", "grpo"))
         _choice("train.precision", self.train.precision, ("fp32", "bf16", "fp16"))
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
+        _choice("optim.impl", self.optim.impl, ("cookmind", "torch"))
         _choice("dpo.reduction", self.dpo.reduction, ("sum", "mean"))
         _choice("dpo.loss", self.dpo.loss, ("sigmoid", "ipo"))
         _choice("parallel.ddp", self.parallel.ddp, ("torch", "ours"))
