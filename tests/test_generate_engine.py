@@ -46,10 +46,11 @@ def collect(req):
     return toks, fin
 
 
-@pytest.mark.parametrize("overlap", [False, True])
-def test_requests_join_and_leave_between_steps_greedy_equals_generate(overlap):
+@pytest.mark.parametrize("overlap,graphs", [(False, False), (True, False), (False, True), (True, True)])
+def test_requests_join_and_leave_between_steps_greedy_equals_generate(overlap, graphs):
+    """graphs=True on CPU runs the graph decoder's step eagerly: its self-advancing state is what is tested."""
     model = tiny_model()
-    engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=4, overlap=overlap)
+    engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=4, overlap=overlap, cuda_graphs=graphs)
     lens = [6, 3, 9, 5]
     reqs = [engine.submit(PROMPTS[0], SamplingParams(temperature=0), lens[0])]
     engine.step()
@@ -100,7 +101,7 @@ def test_per_request_seed_is_independent_of_batch_companions():
     p = SamplingParams(temperature=1.0, top_k=20, seed=11)
 
     def run(with_companions, overlap=False):
-        engine = Engine(model, num_slots=4, max_seq_len=48, overlap=overlap)
+        engine = Engine(model, num_slots=4, max_seq_len=48, overlap=overlap, cuda_graphs=overlap)
         if with_companions:
             engine.submit(PROMPTS[1], SamplingParams(temperature=0.7, top_p=0.8, seed=3), 10)
             engine.submit(PROMPTS[3], SamplingParams(temperature=0), 10)
@@ -116,7 +117,7 @@ def test_per_request_seed_is_independent_of_batch_companions():
 @pytest.mark.parametrize("overlap", [False, True])
 def test_penalty_matches_generate(overlap):
     model = tiny_model()
-    engine = Engine(model, num_slots=2, max_seq_len=48, overlap=overlap)
+    engine = Engine(model, num_slots=2, max_seq_len=48, overlap=overlap, cuda_graphs=overlap)
     req = engine.submit(PROMPTS[3], SamplingParams(temperature=0, repetition_penalty=3.0, frequency_penalty=1.0), 8)
     other = engine.submit(PROMPTS[0], SamplingParams(temperature=0), 8)
     engine.run_until_idle()
@@ -126,9 +127,10 @@ def test_penalty_matches_generate(overlap):
     assert collect(other)[0] == generate(model, [PROMPTS[0]], GenerationConfig(max_new_tokens=8))[0]
 
 
-def test_logprobs_equal_model_log_softmax():
+@pytest.mark.parametrize("graphs", [False, True])
+def test_logprobs_equal_model_log_softmax(graphs):
     model = tiny_model()
-    engine = Engine(model, num_slots=1, max_seq_len=48)
+    engine = Engine(model, num_slots=1, max_seq_len=48, cuda_graphs=graphs)
     req = engine.submit(PROMPTS[0], SamplingParams(temperature=0, logprobs=True, top_logprobs=3), 3)
     engine.run_until_idle()
     seq = list(PROMPTS[0])
@@ -167,13 +169,13 @@ def test_background_thread_serves_requests():
     assert engine.metrics()["generated_tokens_total"] == 20
 
 
-@pytest.mark.parametrize("overlap", [False, True])
-def test_slot_reused_after_a_stop_in_flight(overlap):
+@pytest.mark.parametrize("overlap,graphs", [(False, False), (True, False), (True, True)])
+def test_slot_reused_after_a_stop_in_flight(overlap, graphs):
     """With overlap, the step after a stop token is already running when the stop is read; the next
     request in that slot must not see its leftovers."""
     model = tiny_model()
     free = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8))[0]
-    engine = Engine(model, num_slots=1, max_seq_len=48, overlap=overlap)
+    engine = Engine(model, num_slots=1, max_seq_len=48, overlap=overlap, cuda_graphs=graphs)
     a = engine.submit(PROMPTS[1], SamplingParams(temperature=0), 8, stop_token_ids=[free[3]])
     b = engine.submit(PROMPTS[0], SamplingParams(temperature=0), 6)
     c = engine.submit(PROMPTS[3], SamplingParams(temperature=0), 5)

@@ -113,14 +113,17 @@ class Engine:
         self.vocab_size = cfg.vocab_size
         self.max_waiting = max_waiting
         self.prefill_chunk = prefill_chunk
+        self._last_tok = torch.zeros(num_slots, dtype=torch.long, device=self.device)  # newest sampled token
         use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
-        self.graphs = CudaGraphDecoder(self.runner) if use_graphs else None
+        # on CPU the graph decoder runs the same steps eagerly (tests use it there)
+        self.graphs = CudaGraphDecoder(self.runner, self._last_tok) if use_graphs else None
+        self._graph_key: tuple | None = None  # the batch the graph state was loaded for
         # overlap: launch decode step k+1 before reading step k's tokens back, so the host's
         # bookkeeping runs while the device computes (a request that stopped at step k wastes one row)
         self.overlap = (self.device.type == "cuda") if overlap is None else overlap
-        self._last_tok = torch.zeros(num_slots, dtype=torch.long, device=self.device)  # newest sampled token
-        pin = self.device.type == "cuda"
-        self._host_bufs = [torch.zeros(num_slots, dtype=torch.long, pin_memory=pin) for _ in range(2)]
+        cuda = self.device.type == "cuda"
+        self._host_bufs = [torch.zeros(num_slots, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
+        self._events = [torch.cuda.Event() for _ in range(2)] if cuda else [None, None]
         self._buf_turn = 0
         self._pending: tuple | None = None  # a launched decode step whose tokens are not yet emitted
         self.slots: list[EngineRequest | None] = [None] * num_slots
@@ -333,14 +336,45 @@ class Engine:
         positions, write_cols = [0] * b, [self.runner.scratch_col] * b
         for r in active:
             positions[r.slot] = write_cols[r.slot] = len(r.prompt_ids) + r.n_sampled - 1  # the newest token's place
-        tokens = self._last_tok[:b]  # sampled on the device last step; never visits the host
+        rows = [r.slot for r in active]
         if self.graphs is not None and self.graphs.bucket_for(b) is not None:
-            logits = self.graphs.decode(tokens, positions, write_cols)
+            key = (b, tuple((r.slot, r.id) for r in active))
+            if key != self._graph_key:  # requests joined or left: tell the graph state; else it advanced itself
+                flags = [0] * b
+                for r in active:
+                    flags[r.slot] = 1
+                self.graphs.load(positions, flags)
+                self._graph_key = key
+            logits = self.graphs.decode(b)
+            batch = self._sampling_batch(active)
+            if batch.uses("all_greedy") and not batch.uses("repetition") and not batch.uses("presence_frequency") \
+                    and not any(r.params.logprobs for r in active):
+                return self._greedy_record(active, b)  # the graph already took the argmax into _last_tok
         else:
+            self._graph_key = None  # the graph state is stale after an eager step
+            tokens = self._last_tok[:b]  # sampled on the device last step; never visits the host
             pw = torch.tensor([positions, write_cols], dtype=torch.long).to(self.device)
             logits = self.runner.forward(tokens[:, None], pw[0, :, None], 0, max(positions) + 1, write_cols=pw[1, :, None])
-        rows = [r.slot for r in active]
         return self._sample(active, logits if rows == list(range(b)) else logits[rows], deferred=self.overlap)
+
+    def _copy_to_host(self, values: torch.Tensor, deferred: bool):
+        """Start copying values into a pinned buffer (two alternate); returns (host tensor, event)."""
+        if not deferred:
+            return values, None
+        turn = self._buf_turn
+        self._buf_turn ^= 1
+        host = self._host_bufs[turn][: values.shape[0]]
+        host.copy_(values, non_blocking=self.device.type == "cuda")
+        event = self._events[turn]
+        if event is not None:
+            event.record()
+        return host, event
+
+    def _greedy_record(self, reqs: list[EngineRequest], b: int) -> tuple:
+        for r in reqs:
+            r.n_sampled += 1
+        host, event = self._copy_to_host(self._last_tok[:b], self.overlap)
+        return reqs, host, event, None, True
 
     def _sampling_batch(self, reqs: list[EngineRequest]) -> SamplingBatch:
         key = tuple(r.id for r in reqs)
@@ -380,25 +414,19 @@ class Engine:
                 vals, idx = logp.topk(k, dim=-1)
                 top = (vals.tolist(), idx.tolist())
             lp = (chosen, top)
-        if not deferred:
-            return reqs, next_tokens, None, lp  # read at once
-        host = self._host_bufs[self._buf_turn][: len(reqs)]
-        self._buf_turn ^= 1
-        host.copy_(next_tokens, non_blocking=self.device.type == "cuda")
-        event = None
-        if self.device.type == "cuda":
-            event = torch.cuda.Event()
-            event.record()
-        return reqs, host, event, lp
+        host, event = self._copy_to_host(next_tokens, deferred)
+        return reqs, host, event, lp, False
 
     def _emit_record(self, record: tuple) -> None:
         """Wait for a step's tokens to reach the host; emit events and finish requests."""
-        reqs, host, event, lp = record
+        reqs, host, event, lp, by_slot = record
         if event is not None:
             event.synchronize()
         now = time.perf_counter()
         emitted = 0
-        for i, (req, tok) in enumerate(zip(reqs, host.tolist())):
+        values = host.tolist()
+        tokens = [values[r.slot] for r in reqs] if by_slot else values
+        for i, (req, tok) in enumerate(zip(reqs, tokens)):
             if req.state == "done":
                 continue  # it stopped at the step before: this row was computed in flight, not used
             if req.first_token_at is None:
