@@ -97,6 +97,15 @@ def test_seeded_sampling_reproducible():
     assert generate(model, PROMPTS, cfg) == generate(model, PROMPTS, cfg)
 
 
+def test_seeded_repeated_prompts_sample_differently():
+    """A group of identical prompts (as GRPO sends) must not share one sample stream."""
+    model = tiny_model()
+    cfg = GenerationConfig(max_new_tokens=12, temperature=1.0, seed=7)
+    rows = generate(model, [PROMPTS[0]] * 4, cfg)
+    assert len({tuple(r) for r in rows}) > 1
+    assert rows == generate(model, [PROMPTS[0]] * 4, cfg)
+
+
 def test_prompt_filling_context_is_an_error():
     model = tiny_model()
     with pytest.raises(ValueError, match="context"):

@@ -57,7 +57,9 @@ def generate_steps(model, prompts: list[list[int]], cfg: GenerationConfig
     logits = model(ids, position_ids=positions, attention_mask=mask, kv_cache=cache).logits[:, -1]
 
     params = [cfg.sampling_params()] * b
-    batch = SamplingBatch.from_params(params, device, [make_generator(cfg.seed, device) for _ in range(b)])
+    # row i draws from seed + i: repeated prompts (a GRPO group) get distinct, reproducible samples
+    seeds = [None if cfg.seed is None else cfg.seed + i for i in range(b)]
+    batch = SamplingBatch.from_params(params, device, [make_generator(s, device) for s in seeds])
     vocab = logits.shape[-1]
     seen = torch.zeros((b, vocab), dtype=torch.bool, device=device)
     for i, prompt in enumerate(prompts):
