@@ -178,8 +178,22 @@ class RandomTokens(torch.utils.data.Dataset):
 
 
 def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
-                   compile_: bool, run_dir: str, optim_impl: str = "cookmind") -> dict:
-    """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape."""
+                   compile_: bool, run_dir: str, optim_impl: str = "cookmind", fast_paths: bool = True) -> dict:
+    """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
+
+    fast_paths=False times the model's readable paths (cookmind.model.fused): the "before" figure.
+    """
+    from cookmind.model.fused import fast_paths_enabled, set_fast_paths
+
+    before = fast_paths_enabled()
+    set_fast_paths(fast_paths)
+    try:
+        return _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl)
+    finally:
+        set_fast_paths(before)
+
+
+def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl):
     from cookmind.train import Callback, TrainConfig, Trainer
 
     class Timer(Callback):
@@ -239,7 +253,8 @@ def main() -> None:
     ap.add_argument("--extra-backends", default="", help="also time our model with these attn_backend values "
                     "(comma-separated, e.g. flash-triton), after the main figures")
     ap.add_argument("--variants", default="", help="comma-separated extra figures after the main ones: "
-                    "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch)")
+                    "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch), "
+                    "readable (Trainer with the model's fast paths off: the before figure)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -276,6 +291,9 @@ def main() -> None:
             if "torch-adamw" in variants:
                 runs.append(("cookmind Trainer, optim.impl=torch", functools.partial(bench_cookmind,
                                                                                       optim_impl="torch"), shape))
+            if "readable" in variants:
+                runs.append(("cookmind Trainer, model fast paths off", functools.partial(bench_cookmind,
+                                                                                          fast_paths=False), shape))
         for name, fn, shp in runs:
             extra = (args.run_dir,) if getattr(fn, "func", fn) is bench_cookmind else ()
             try:
@@ -292,11 +310,10 @@ def main() -> None:
                 if peak:
                     line["mfu"] = round(r["tokens_per_s"] * r["flops_per_token"] / peak, 4)
                 print(json.dumps(line), flush=True)
-        ref = results.get("nanogpt-style reference")
-        for name, ours in results.items():
-            if ref is not None and name != "nanogpt-style reference":
-                print(json.dumps({"figure": "train speedup vs reference", "impl": name, **common,
-                                  "ratio": round(ours["tokens_per_s"] / ref["tokens_per_s"], 3)}), flush=True)
+                ref = results.get("nanogpt-style reference")
+                if ref is not None and name != "nanogpt-style reference":  # printed at once: a cut run keeps it
+                    print(json.dumps({"figure": "train speedup vs reference", "impl": name, **common,
+                                      "ratio": round(r["tokens_per_s"] / ref["tokens_per_s"], 3)}), flush=True)
 
 
 if __name__ == "__main__":

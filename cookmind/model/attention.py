@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cookmind.model.fused import fused_linear
 from cookmind.model.linear import Linear
 from cookmind.model.rmsnorm import RMSNorm
 from cookmind.model.rope import apply_rope
@@ -39,9 +40,11 @@ class Attention(nn.Module):
                 attention_mask: torch.Tensor | None = None, kv_cache=None) -> torch.Tensor:
         """x (B, T, C) -> (B, T, C). attention_mask: bool (B, 1, T, S), True = may attend; else causal."""
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim)
-        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim)
+        qkv = fused_linear(x, [self.q_proj, self.k_proj, self.v_proj])  # one GEMM; None -> separate ones
+        q, k, v = qkv if qkv is not None else (self.q_proj(x), self.k_proj(x), self.v_proj(x))
+        q = q.view(b, t, self.n_heads, self.head_dim)
+        k = k.view(b, t, self.n_kv_heads, self.head_dim)
+        v = v.view(b, t, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)

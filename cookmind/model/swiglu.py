@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from cookmind.model.activations import silu
+from cookmind.model.fused import fused_linear
 from cookmind.model.linear import Linear
 
 
@@ -20,4 +21,6 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Gate, activate, project down: (..., hidden) -> (..., hidden)."""
-        return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))
+        gu = fused_linear(x, [self.gate_proj, self.up_proj])  # one GEMM for both; None -> separate ones
+        g, u = gu if gu is not None else (self.gate_proj(x), self.up_proj(x))
+        return self.down_proj(silu(g) * u)
