@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module, one-line help), in pipeline order.
@@ -70,7 +71,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stage_parser, module = _stage_parser(argv[0])
     args = stage_parser.parse_args(argv[1:])
-    result = module.main(args)
+    try:
+        result = module.main(args)
+    except (ValueError, OSError) as exc:
+        # Bad input (a missing file, a wrong shape, a bad line) is reported as one clear line;
+        # COOKMIND_DEBUG=1 shows the traceback instead.
+        if os.environ.get("COOKMIND_DEBUG"):
+            raise
+        print(f"cookmind {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

@@ -14,3 +14,26 @@ def test_unknown_stage_is_an_error():
     proc = subprocess.run([sys.executable, "-m", "cookmind", "no-such-stage"], capture_output=True, text=True)
     assert proc.returncode != 0
     assert "invalid choice" in proc.stderr
+
+
+def test_resolve_model_dir_picks_the_newest_checkpoint_of_a_run(tmp_path):
+    from cookmind.model import resolve_model_dir
+
+    run = tmp_path / "run"
+    for step in (9, 10, 2):  # numeric order, not string order: step_10 is newest
+        d = run / "checkpoints" / f"step_{step}"
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"")
+        (d / "config.json").write_text("{}")
+    (run / "checkpoints" / "step_11").mkdir()  # no weights: not a model
+    assert resolve_model_dir(run) == run / "checkpoints" / "step_10"
+    assert resolve_model_dir(run / "checkpoints" / "step_2") == run / "checkpoints" / "step_2"
+    assert resolve_model_dir(tmp_path / "absent") == tmp_path / "absent"
+
+
+def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "cookmind", "generate", "--checkpoint", str(tmp_path / "nope"),
+                           "--prompt", "hi"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert str(tmp_path / "nope") in proc.stderr

@@ -20,7 +20,9 @@ def is_hf_folder(path) -> bool:
 def load_model_and_tokenizer(model_path, tokenizer_path=None, device: str = "cpu"):
     """(model in eval mode, tokenizer). Hugging Face folders load with transformers (offline);
     anything else with ``cookmind.model.load_model`` and our ``Tokenizer.load``."""
-    model_path = Path(model_path)
+    from cookmind.model import resolve_model_dir
+
+    model_path = resolve_model_dir(model_path)
     if not model_path.is_dir():
         raise FileNotFoundError(f"model folder {model_path} not found; pass a CookMind checkpoint or a Hugging Face model folder")
     tok_path = Path(tokenizer_path) if tokenizer_path else model_path

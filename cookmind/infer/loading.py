@@ -70,10 +70,10 @@ def load_tokenizer(path: str | Path):
 def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | None = None,
                        tokenizer_path: str | Path | None = None):
     """(model in eval mode, tokenizer) from a cookmind checkpoint/model dir or a HF Llama/Qwen dir."""
-    from cookmind.model import load_model
+    from cookmind.model import load_model, resolve_model_dir
     from cookmind.model.hf import import_hf
 
-    path = Path(path)
+    path = resolve_model_dir(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such model directory (give a cookmind checkpoint or a HF model dir)")
     torch_dtype = None

@@ -21,9 +21,9 @@ def main(args: argparse.Namespace) -> int:
     """Run the export; print where it went and which HF class loads it."""
     from cookmind.model.cli_dtype import parse_dtype
     from cookmind.model.hf import HFInteropError, export_hf
-    from cookmind.model.model_io import ModelLoadError
+    from cookmind.model.model_io import ModelLoadError, resolve_model_dir
 
-    ckpt = _resolve_checkpoint(Path(args.checkpoint))
+    ckpt = resolve_model_dir(Path(args.checkpoint))
     try:
         out = export_hf(ckpt, args.out, dtype=parse_dtype(args.dtype))
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
@@ -38,12 +38,3 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve_checkpoint(path: Path) -> Path:
-    """A model directory as given; a training run directory -> its newest complete checkpoint."""
-    if (path / "config.json").is_file() or not path.is_dir():
-        return path
-    try:
-        from cookmind.train.checkpoint import find_latest_checkpoint
-    except ImportError:
-        return path
-    return find_latest_checkpoint(path) or path

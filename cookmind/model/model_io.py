@@ -80,6 +80,23 @@ class ModelLoadError(ValueError):
     """A saved model cannot be loaded: names the file and what does not match."""
 
 
+def resolve_model_dir(path: str | os.PathLike) -> Path:
+    """A model directory as given; a training run (or its ``checkpoints/``) -> the newest checkpoint.
+
+    Training checkpoints are ``step_N`` directories written atomically, so the one with the largest N
+    that holds weights is the newest complete one. Anything else is returned unchanged, for the
+    loader to report.
+    """
+    path = Path(path)
+    if (path / CONFIG_NAME).is_file() or not path.is_dir():
+        return path
+    for root in (path, path / "checkpoints"):
+        steps = [d for d in root.glob("step_*") if d.name[5:].isdigit() and (d / WEIGHTS_NAME).is_file()]
+        if steps:
+            return max(steps, key=lambda d: int(d.name[5:]))
+    return path
+
+
 def load_config(directory: str | os.PathLike) -> CookMindConfig:
     """Read `directory`/config.json into a CookMindConfig, with errors naming the file."""
     path = Path(directory) / CONFIG_NAME
