@@ -103,8 +103,10 @@ def stage_curate(ctx: DemoContext) -> dict[str, Any]:
     out = demo_stage(ctx.workdir / "curate", seed=ctx.seed, num_pages=ctx.sizes.crawl_pages,
                      progress=ctx.progress)
     ctx.paths["curated"] = Path(out["text_path"])
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in out.items()
-            if k in ("text_path", "docs_in", "docs_out", "bytes_out", "seconds", "report_md")}
+    res = {k: (str(v) if isinstance(v, Path) else v) for k, v in out.items()
+           if k in ("text_path", "docs_in", "docs_out", "bytes_out", "seconds", "report_md")}
+    res["planted"] = out["manifest"]["kinds"]  # what the crawl contains, to read the removals against
+    return res
 
 
 def stage_data(ctx: DemoContext) -> dict[str, Any]:
@@ -422,6 +424,11 @@ def write_demo_report(ctx: DemoContext) -> Path:
                   "|---|---|---|"]
         lines += [f"| {n.replace('eval_', '')} | {100 * a['accuracy']:.1f}% | "
                   f"{100 * a.get('answered_in_format', 0):.0f}% |" for n, a in acc]
+    curate_md = Path(r.get("curate", {}).get("report_md", "")) if "report_md" in r.get("curate", {}) else None
+    if curate_md is not None and curate_md.is_file():
+        # the curation stage's own table: what each filter removed, and why
+        body = curate_md.read_text().replace("# Curation report", "").replace("## ", "### ").strip()
+        lines += ["", "## Curation: what each stage removed", "", body]
     if "chat" in r:
         lines += ["", "## Sample chats", ""]
         for c in r["chat"].get("chats", []):
