@@ -178,15 +178,15 @@ class RandomTokens(torch.utils.data.Dataset):
 
 
 def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
-                   compile_: bool, run_dir: str, optim_impl: str = "cookmind", fast_paths: bool = True) -> dict:
+                   compile_: bool, run_dir: str, optim_impl: str = "cookmind", fast_paths: bool | None = None) -> dict:
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
 
-    fast_paths=False times the model's readable paths (cookmind.model.fused): the "before" figure.
+    fast_paths True/False times the model with its fast paths (cookmind.model.fused) on/off; None keeps the default.
     """
     from cookmind.model.fused import fast_paths_enabled, set_fast_paths
 
     before = fast_paths_enabled()
-    set_fast_paths(fast_paths)
+    set_fast_paths(before if fast_paths is None else fast_paths)
     try:
         return _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl)
     finally:
@@ -254,7 +254,7 @@ def main() -> None:
                     "(comma-separated, e.g. flash-triton), after the main figures")
     ap.add_argument("--variants", default="", help="comma-separated extra figures after the main ones: "
                     "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch), "
-                    "readable (Trainer with the model's fast paths off: the before figure)")
+                    "fast (Trainer with the model's fast paths on), readable (fast paths off)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -291,6 +291,9 @@ def main() -> None:
             if "torch-adamw" in variants:
                 runs.append(("cookmind Trainer, optim.impl=torch", functools.partial(bench_cookmind,
                                                                                       optim_impl="torch"), shape))
+            if "fast" in variants:
+                runs.append(("cookmind Trainer, model fast paths on", functools.partial(bench_cookmind,
+                                                                                         fast_paths=True), shape))
             if "readable" in variants:
                 runs.append(("cookmind Trainer, model fast paths off", functools.partial(bench_cookmind,
                                                                                           fast_paths=False), shape))

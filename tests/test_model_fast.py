@@ -17,9 +17,18 @@ TINY = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_laye
 
 @pytest.fixture
 def readable():
-    """Run a block with the fast paths off, restoring the switch afterwards."""
+    """Run a test with the fast paths off, restoring the switch afterwards."""
     before = fast_paths_enabled()
     set_fast_paths(False)
+    yield
+    set_fast_paths(before)
+
+
+@pytest.fixture
+def fast():
+    """Run a test with the fast paths on, restoring the switch afterwards."""
+    before = fast_paths_enabled()
+    set_fast_paths(True)
     yield
     set_fast_paths(before)
 
@@ -38,7 +47,7 @@ def _run(model, ids, fast: bool, **kw):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_fused_linear_equals_torch_linear_per_layer(bias):
+def test_fused_linear_equals_torch_linear_per_layer(bias, fast):
     torch.manual_seed(0)
     layers = [Linear(16, 24, bias=bias), Linear(16, 8, bias=bias), Linear(16, 8, bias=bias)]
     if bias:
@@ -79,7 +88,7 @@ def test_model_fast_path_equals_readable_path_forward_and_grads(extra):
         torch.testing.assert_close(grads_f[name], grads_r[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_lazy_fp32_logits_under_bf16_autocast():
+def test_lazy_fp32_logits_under_bf16_autocast(fast):
     torch.manual_seed(0)
     model = CookMindLM(CookMindConfig(**TINY))
     ids = torch.randint(0, 97, (2, 10))

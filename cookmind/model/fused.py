@@ -6,6 +6,11 @@ x [W_q; W_k; W_v]^T = [x W_q^T, x W_k^T, x W_v^T]: the input is read once, the G
 instead of three small ones, and the backward's dX is one GEMM instead of three plus a sum. The weights stay
 separate parameters, so names, checkpoints, HF export and LoRA (which swaps the modules) are untouched.
 tests/test_model_fast.py checks every fast path equals the readable one.
+
+Off by default: on the H200 (2026-11-29, bench/bench_train.py) the Trainer with these paths on ran at
+0.80x the nanoGPT-style reference in the same run, against 0.84x measured for the readable paths in an
+earlier run, so no speed-up is shown yet. Measure both in one run with
+``bench/bench_train.py --device cuda --variants fast`` before turning the default on.
 """
 
 from __future__ import annotations
@@ -14,11 +19,11 @@ import torch
 
 from cookmind.model.linear import Linear
 
-_enabled = True
+_enabled = False  # see the module docstring: not yet shown faster on the GPU
 
 
 def fast_paths_enabled() -> bool:
-    """Whether the model uses its fast paths (default True); the readable paths otherwise."""
+    """Whether the model uses its fast paths (default False); the readable paths otherwise."""
     return _enabled
 
 
