@@ -15,5 +15,7 @@ class PretrainObjective(Objective):
     train_type = "seq"
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
-        out = model(batch["input_ids"], labels=batch["labels"], position_ids=batch.get("position_ids"))
+        # only the loss is read: the model need not write out the (B, T, V) logits
+        out = model(batch["input_ids"], labels=batch["labels"], position_ids=batch.get("position_ids"),
+                    return_logits=False)
         return out.loss, {"loss": out.loss.detach()}
