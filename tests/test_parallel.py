@@ -8,6 +8,7 @@ ranks report.
 from __future__ import annotations
 
 import copy
+import gc
 import os
 
 import pytest
@@ -205,6 +206,8 @@ def _worker(rank, port, out_dir):
     try:
         result = {"ddp": _scenario_ddp(rank), "sharded": _scenario_sharded(rank),
                   "sharded_groups": _scenario_sharded_groups(rank)}
+        gc.collect()  # drop the scenarios' DDP objects (and their finished work handles) first
+        dist.barrier()  # neither rank tears the group down while the other still talks to it
     finally:
         dist.destroy_process_group()
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
