@@ -151,3 +151,17 @@ def test_cli_export_of_a_run_directory_takes_the_newest_checkpoint(tmp_path):
     assert cli_main(["export", "--hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
     hf = _hf_load(tmp_path / "hf")
     torch.testing.assert_close(hf.model.embed_tokens.weight, new.model.embed_tokens.weight, rtol=0, atol=0)
+
+
+def test_hf_dirs_are_told_from_cookmind_dirs(tmp_path):
+    """HF configs name a model_type/architectures; ours (and damaged or absent ones) do not count."""
+    from cookmind.model.hf import is_hf_model_dir
+
+    cases = {"hf": '{"model_type": "llama"}', "hf2": '{"architectures": ["Qwen3ForCausalLM"]}',
+             "ours": '{"vocab_size": 10, "hidden_size": 8}', "broken": '{"model_type": '}
+    for name, text in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(text)
+    assert is_hf_model_dir(tmp_path / "hf") and is_hf_model_dir(tmp_path / "hf2")
+    assert not is_hf_model_dir(tmp_path / "ours") and not is_hf_model_dir(tmp_path / "broken")
+    assert not is_hf_model_dir(tmp_path / "absent")

@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-
-def is_hf_folder(path) -> bool:
-    """A Hugging Face model folder: its config.json names a ``model_type`` (ours does not)."""
-    cfg = Path(path) / "config.json"
-    if not cfg.is_file():
-        return False
-    try:
-        return "model_type" in json.loads(cfg.read_text())
-    except json.JSONDecodeError:
-        return False
 
 
 def load_model_and_tokenizer(model_path, tokenizer_path=None, device: str = "cpu"):
     """(model in eval mode, tokenizer). Hugging Face folders load with transformers (offline);
     anything else with ``cookmind.model.load_model`` and our ``Tokenizer.load``."""
     from cookmind.model import resolve_model_dir
+    from cookmind.model.hf import is_hf_model_dir
 
     model_path = resolve_model_dir(model_path)
     if not model_path.is_dir():
         raise FileNotFoundError(f"model folder {model_path} not found; pass a CookMind checkpoint or a Hugging Face model folder")
     tok_path = Path(tokenizer_path) if tokenizer_path else model_path
-    if is_hf_folder(model_path):
+    if is_hf_model_dir(model_path):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True).to(device)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -45,15 +44,6 @@ class HFTokenizerAdapter:
         return ids, [0] * len(ids)
 
 
-def is_hf_dir(path: Path) -> bool:
-    """A Hugging Face model directory names its architecture in config.json; ours does not."""
-    cfg = path / "config.json"
-    if not cfg.is_file():
-        return False
-    d = json.loads(cfg.read_text())
-    return "architectures" in d or "model_type" in d
-
-
 def load_tokenizer(path: str | Path):
     """cookmind's tokenizer when its files are there, else the Hugging Face tokenizer.json."""
     from cookmind.tokenizer import Tokenizer, TokenizerError
@@ -71,7 +61,7 @@ def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | None 
                        tokenizer_path: str | Path | None = None):
     """(model in eval mode, tokenizer) from a cookmind checkpoint/model dir or a HF Llama/Qwen dir."""
     from cookmind.model import load_model, resolve_model_dir
-    from cookmind.model.hf import import_hf
+    from cookmind.model.hf import import_hf, is_hf_model_dir
 
     path = resolve_model_dir(path)
     if not path.is_dir():
@@ -81,7 +71,7 @@ def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | None 
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
         torch_dtype = DTYPES[dtype]
-    if is_hf_dir(path):
+    if is_hf_model_dir(path):
         with tempfile.TemporaryDirectory(prefix="cookmind-import-") as tmp:
             import_hf(path, Path(tmp) / "model")
             model = load_model(Path(tmp) / "model", device=device, dtype=torch_dtype)

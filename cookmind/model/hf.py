@@ -39,6 +39,18 @@ def _expected_shapes(cfg: CookMindConfig) -> dict[str, torch.Tensor]:
         return model_state_dict(CookMindLM(cfg))
 
 
+def is_hf_model_dir(path: str | os.PathLike) -> bool:
+    """A Hugging Face model directory: its config.json names a model_type or architectures (ours names neither)."""
+    cfg = Path(path) / CONFIG_NAME
+    if not cfg.is_file():
+        return False
+    try:
+        d = json.loads(cfg.read_text())
+    except json.JSONDecodeError:
+        return False
+    return "model_type" in d or "architectures" in d
+
+
 def hf_architecture(cfg: CookMindConfig) -> str:
     """The HF class a CookMind config exports as: Qwen3 with QK-norm, Qwen2 with q/k/v biases, else Llama."""
     if cfg.num_experts > 0:
