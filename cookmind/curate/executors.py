@@ -7,6 +7,7 @@ with a progress bar (tasks done, rate, ETA).
 from __future__ import annotations
 
 import os
+import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Sequence
@@ -29,7 +30,9 @@ class LocalExecutor:
                 results[i] = fn(*args)
                 bar.update(1)
         else:
-            with ProcessPoolExecutor(max_workers=min(self.workers, len(args_list))) as pool:
+            # forkserver, not fork: a fork of a threaded caller can deadlock in the child
+            ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+            with ProcessPoolExecutor(max_workers=min(self.workers, len(args_list)), mp_context=ctx) as pool:
                 futures = {pool.submit(fn, *args): i for i, args in enumerate(args_list)}
                 for fut in as_completed(futures):
                     results[futures[fut]] = fut.result()

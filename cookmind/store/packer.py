@@ -109,7 +109,8 @@ def pack(inputs, out, tokenizer, train_type: str, storage_type: str = "bin", tex
     bar = tqdm(desc=f"pack {train_type}", unit="doc", total=total, disable=not progress, dynamic_ncols=True)
     try:
         if workers > 1:
-            ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+            # not fork: a fork of a threaded caller can deadlock (see tokenizer.pretokenize._mp_context)
+            ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
             pool = ctx.Pool(workers, initializer=_init_worker, initargs=(tokenizer, opts))
             results = pool.imap(_encode_chunk, chunks)
         else:

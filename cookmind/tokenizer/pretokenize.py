@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -199,8 +198,9 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> list[str]:
 
 
 def _mp_context():
-    # fork starts workers in milliseconds and shares the imported modules; spawn elsewhere.
-    return mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    # forkserver: workers fork from a clean single-threaded server, not from the caller, whose
+    # threads (torch/OpenMP, servers, thread pools) can leave a lock held in a forked child forever.
+    return mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
 def count_pretokens(paths: Sequence[str | os.PathLike] | str | os.PathLike, special_tokens: Sequence[str],
