@@ -178,7 +178,8 @@ class RandomTokens(torch.utils.data.Dataset):
 
 
 def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
-                   compile_: bool, run_dir: str, optim_impl: str = "cookmind", fast_paths: bool | None = None) -> dict:
+                   compile_: bool, run_dir: str, optim_impl: str = "cookmind", fast_paths: bool | None = None,
+                   compile_mode: str = "default") -> dict:
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
 
     fast_paths True/False times the model with its fast paths (cookmind.model.fused) on/off; None keeps the default.
@@ -188,12 +189,14 @@ def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, d
     before = fast_paths_enabled()
     set_fast_paths(before if fast_paths is None else fast_paths)
     try:
-        return _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl)
+        return _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl,
+                               compile_mode)
     finally:
         set_fast_paths(before)
 
 
-def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl):
+def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl,
+                    compile_mode="default"):
     from cookmind.train import Callback, TrainConfig, Trainer
 
     class Timer(Callback):
@@ -209,7 +212,7 @@ def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile
         "model": dict(shape),
         "data": {"window_size": seq},
         "train": {"max_steps": warmup + steps, "micro_batch_size": batch, "precision": precision,
-                  "compile": compile_, "device": str(device)},
+                  "compile": compile_, "compile_mode": compile_mode, "device": str(device)},
         "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
         "checkpoint": {"every": 0},
         "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
@@ -254,7 +257,8 @@ def main() -> None:
                     "(comma-separated, e.g. flash-triton), after the main figures")
     ap.add_argument("--variants", default="", help="comma-separated extra figures after the main ones: "
                     "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch), "
-                    "fast (Trainer with the model's fast paths on), readable (fast paths off)")
+                    "fast (Trainer with the model's fast paths on), readable (fast paths off), "
+                    "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -294,6 +298,10 @@ def main() -> None:
             if "fast" in variants:
                 runs.append(("cookmind Trainer, model fast paths on", functools.partial(bench_cookmind,
                                                                                          fast_paths=True), shape))
+            for mode in ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+                if mode in variants:
+                    runs.append((f"cookmind Trainer, compile_mode={mode}",
+                                 functools.partial(bench_cookmind, compile_mode=mode), shape))
             if "readable" in variants:
                 runs.append(("cookmind Trainer, model fast paths off", functools.partial(bench_cookmind,
                                                                                           fast_paths=False), shape))

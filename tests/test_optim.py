@@ -120,3 +120,24 @@ def test_clip_grad_norm_matches_torch():
         torch.testing.assert_close(ours, ref)
         for x, y in zip(a, b):
             torch.testing.assert_close(x.grad, y.grad)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_adamw_found_inf_skips_the_step_entirely(fused):
+    # a step flagged found_inf=1 must be a no-op (params, moments and step count), so the run continues
+    # exactly as if that step never happened: compare against a run that simply omits it
+    torch.manual_seed(0)
+    w0 = torch.randn(5, 3)
+    grads = [torch.randn(5, 3) for _ in range(3)]
+    a, b = w0.clone().requires_grad_(), w0.clone().requires_grad_()
+    opt_a, opt_b = AdamW([a], lr=1e-2, fused=fused), AdamW([b], lr=1e-2, fused=fused)
+    for i, g in enumerate(grads):
+        a.grad = g.clone()
+        opt_a.step(found_inf=torch.tensor(1.0 if i == 1 else 0.0))
+        if i != 1:
+            b.grad = g.clone()
+            opt_b.step()
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    sa, sb = opt_a.state[a], opt_b.state[b]
+    assert float(sa["step"]) == float(sb["step"]) == 2
+    torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=0, atol=0)

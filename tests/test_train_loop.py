@@ -77,8 +77,13 @@ class NaNAt(PretrainObjective):
         return (loss * float("nan"), m) if self.calls in self.bad_steps else (loss, m)
 
 
-def test_non_finite_step_is_skipped_and_counted(tmp_path, store):
+@pytest.mark.parametrize("on_device", [False, True])
+def test_non_finite_step_is_skipped_and_counted(tmp_path, store, on_device):
     t = Trainer(_cfg(tmp_path, store, "nan"), objective=NaNAt({2}))
+    if on_device:  # the GPU path: fused AdamW reads the skip flag itself, no host decision (runs on CPU too)
+        for g in t.optimizer.param_groups:
+            g["fused"] = True
+        t._skip_on_device = True
     before = {}
 
     class Snap(Callback):

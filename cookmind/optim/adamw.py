@@ -31,18 +31,25 @@ class AdamW(torch.optim.Optimizer):
                                       fused=fused))
 
     @torch.no_grad()
-    def step(self, closure=None):
-        """One update of every parameter that has a gradient."""
+    def step(self, closure=None, found_inf: torch.Tensor | None = None):
+        """One update of every parameter that has a gradient.
+
+        found_inf: an optional 0-dim float tensor; nonzero means "skip this step" (a non-finite loss or
+        gradient). The fused path reads it on the device, so the caller need not wait for the GPU to decide;
+        the other paths read it on the host.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if found_inf is not None and not any(g.get("fused") for g in self.param_groups) and found_inf.item():
+            return loss
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
             if group.get("fused"):
-                self._fused_update(group, params)
+                self._fused_update(group, params, found_inf)
                 continue
             for p in params:
                 state = self.state[p]
@@ -92,7 +99,7 @@ class AdamW(torch.optim.Optimizer):
             torch._foreach_addcdiv_(ps, ms, denom, value=-lr / (1 - b1 ** t))
 
 
-    def _fused_update(self, group, params):
+    def _fused_update(self, group, params, found_inf=None):
         (b1, b2) = group["betas"]
         buckets: dict[tuple, list[torch.Tensor]] = {}
         for p in params:
@@ -111,7 +118,9 @@ class AdamW(torch.optim.Optimizer):
             torch._fused_adamw_(ps, [p.grad for p in ps], [self.state[p]["exp_avg"] for p in ps],
                                 [self.state[p]["exp_avg_sq"] for p in ps], [], steps, amsgrad=False,
                                 lr=group["lr"], beta1=b1, beta2=b2, weight_decay=group["weight_decay"],
-                                eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
+                                eps=group["eps"], maximize=False, grad_scale=None, found_inf=found_inf)
+            if found_inf is not None:  # a skipped step leaves the moments and params; undo the count too
+                torch._foreach_sub_(steps, [found_inf] * len(steps))
 
 
 def param_groups(model: nn.Module, weight_decay: float, no_decay_embeddings: bool = True) -> list[dict]:

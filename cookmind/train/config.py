@@ -66,6 +66,9 @@ class TrainLoopConfig:
     seed: int = 0
     init_from: str | None = None  # checkpoint or model dir to start from (SFT/DPO after pretrain)
     compile: bool = False
+    # torch.compile mode when compile is on: default | reduce-overhead (CUDA graphs: no per-kernel launch cost)
+    # | max-autotune (also benchmarks GEMM/Triton choices at start-up: minutes) | max-autotune-no-cudagraphs
+    compile_mode: str = "default"
     activation_checkpointing: bool = False
     max_bad_steps: int = 10  # consecutive non-finite losses/gradients before the run stops
 
@@ -210,6 +213,8 @@ class TrainConfig:
         """Check choices and ranges that a type alone cannot express."""
         _choice("train.objective", self.train.objective, ("pretrain", "sft", "dpo", "grpo"))
         _choice("train.precision", self.train.precision, ("fp32", "bf16", "fp16"))
+        _choice("train.compile_mode", self.train.compile_mode,
+                ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
         _choice("optim.impl", self.optim.impl, ("cookmind", "torch"))
         _choice("dpo.reduction", self.dpo.reduction, ("sum", "mean"))

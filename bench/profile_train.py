@@ -1,0 +1,116 @@
+"""Where a training step's time goes on the GPU: top kernels and idle time, ours vs the nanoGPT-style peer.
+
+    python bench/profile_train.py                 # GPT-2-small shape, B=12, T=1024, bf16, compiled (CUDA)
+    python bench/profile_train.py --variant fast  # the model's fast paths on
+
+Prints JSON lines: per implementation, the wall time per step, the GPU-busy time per step (the union of
+kernel intervals: what is left is host-side stall) and the 25 kernels that take the most time. A tool to
+decide what to optimise; the figures to report come from bench/bench_train.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_train import GPT2_SMALL, RandomTokens, RefGPT  # noqa: E402
+
+
+def busy_union(intervals: list[tuple[float, float]]) -> float:
+    """Total length of the union of [start, end) intervals (µs): the time at least one kernel ran."""
+    total, end = 0.0, -1.0
+    for s, e in sorted(intervals):
+        if s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def profile(step, steps: int, name: str) -> None:
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(steps):
+            step(i)
+        torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / steps
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    spans = [(e.time_range.start, e.time_range.end) for e in kernels]
+    busy = busy_union(spans) / steps / 1e3  # ms per step
+    per: dict[str, list[float]] = {}
+    for e in kernels:
+        per.setdefault(e.name[:90], []).append(e.time_range.elapsed_us())
+    top = sorted(per.items(), key=lambda kv: -sum(kv[1]))[:25]
+    print(json.dumps({"figure": "profile", "impl": name, "wall_ms_per_step_profiled": round(wall * 1e3, 2),
+                      "gpu_busy_ms_per_step": round(busy, 2), "kernels_per_step": len(kernels) // steps}), flush=True)
+    for k, v in top:
+        print(json.dumps({"impl": name, "kernel": k, "ms_per_step": round(sum(v) / steps / 1e3, 3),
+                          "calls_per_step": len(v) // steps}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", default="default", help="default | fast (model fast paths on)")
+    ap.add_argument("--which", default="ref,ours")
+    ap.add_argument("--attn", default="sdpa")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dev = torch.device("cuda")
+    batch, seq = 12, 1024
+    if "ref" in args.which:
+        torch.manual_seed(0)
+        model = RefGPT(50304, 768, 12, 12, seq).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
+        fwd = torch.compile(model)
+        data = torch.randint(0, 50304, (64, seq + 1), device=dev)
+
+        def ref_step(i):
+            rows = data[(i * batch) % 48:(i * batch) % 48 + batch]
+            x, y = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = fwd(x, y)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            torch.stack([loss.detach().float(), norm.float()]).tolist()
+
+        for i in range(8):
+            ref_step(i)
+        profile(ref_step, 5, "nanogpt-style reference")
+        del model, opt, fwd
+        torch.cuda.empty_cache()
+    if "ours" in args.which:
+        from cookmind.model.fused import set_fast_paths
+        from cookmind.train import TrainConfig, Trainer
+
+        set_fast_paths(args.variant == "fast")
+        cfg = TrainConfig.from_dict({
+            "model": dict(GPT2_SMALL, attn_backend=args.attn), "data": {"window_size": seq},
+            "train": {"max_steps": 10**6, "micro_batch_size": batch, "precision": "bf16", "compile": True,
+                      "device": "cuda"},
+            "optim": {"lr": 6e-4, "warmup_steps": 10},
+            "checkpoint": {"every": 0},
+            "logging": {"run_dir": "/tmp/cookmind-profile", "progress": False, "report": False, "log_every": 1000},
+        })
+        trainer = Trainer(cfg, train_dataset=RandomTokens(50304, seq))
+        for _ in range(8):
+            trainer._train_step()
+        profile(lambda i: trainer._train_step(), 5, f"cookmind Trainer ({args.variant}, {args.attn})")
+
+
+if __name__ == "__main__":
+    main()
