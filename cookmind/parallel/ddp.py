@@ -7,8 +7,8 @@ contribute zeros), waits, and leaves the mean gradients in ``.grad``:
 
     grad = (1 / world_size) * sum over ranks of that rank's grad
 
-Gradients live in the buckets (``param.grad`` is a view of a flat buffer, attached at forward),
-so autograd accumulates into them and nothing is copied back. Buckets start in the same order
+Gradients end in the buckets (``param.grad`` is a view of a flat buffer), so nothing is copied
+back per parameter, and kept gradients are accumulated by autograd in the bucket itself. Buckets start in the same order
 on every rank (bucket i waits for buckets < i), as collectives must match across ranks; after
 the first synchronised backward they are rebuilt in the order gradients actually arrived there
 (rank 0's order, so all ranks agree), which puts e.g. a tied embedding, ready last, last.
@@ -60,6 +60,7 @@ class DDP(nn.Module):
         self.bucket_bytes = bucket_size_mb * 2**20
         self.first_bucket_bytes = None if first_bucket_mb is None else first_bucket_mb * 2**20
         self.require_backward_grad_sync = True
+        self._use_avg = dist.get_backend(process_group) == "nccl"  # NCCL averages inside the reduction
         self._broadcast_from_rank0()
         self._params = [p for p in dict.fromkeys(module.parameters()) if p.requires_grad]  # tied weights once
         self._buckets: list[GradBucket] = []
@@ -88,9 +89,6 @@ class DDP(nn.Module):
         self._order = list(order)
 
     def forward(self, *args, **kwargs):
-        if torch.is_grad_enabled():  # gradients will come: let autograd write them into the buckets
-            for bucket in self._buckets:
-                bucket.attach_grads()
         return self.module(*args, **kwargs)
 
     @contextmanager
@@ -104,10 +102,9 @@ class DDP(nn.Module):
             self.require_backward_grad_sync = previous
 
     def _grad_ready(self, p: nn.Parameter) -> None:
-        bucket, i = self._where[p]
         if not self.require_backward_grad_sync:
-            bucket.grad_accumulated(i)
             return
+        bucket, i = self._where[p]
         if self._ready_log is not None:
             self._ready_log.append(self._index[p])
         bucket.grad_ready(i)
@@ -117,7 +114,7 @@ class DDP(nn.Module):
     def _launch_ready(self) -> None:
         # launch in bucket order only, so every rank issues the same sequence of collectives
         while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
-            self._buckets[self._next_launch].launch(self.world_size, self.process_group)
+            self._buckets[self._next_launch].launch(self.world_size, self.process_group, self._use_avg)
             self._next_launch += 1
 
     def finish_gradient_synchronization(self) -> None:
