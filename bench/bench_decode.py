@@ -1,6 +1,9 @@
 """Decode benchmark: cookmind's engine vs Hugging Face transformers `generate`, same weights.
 
-cookmind: the continuous-batching engine (slot KV cache, CUDA graphs for decode steps).
+cookmind: the continuous-batching engine (paged KV cache, CUDA graphs of a torch.compile'd decode
+          step, attention over length buckets). --variants adds others in the same run:
+          paged (default engine), slots (slot cache), graphs-eager (CUDA graphs of the uncompiled
+          step, slot cache: the engine before compilation).
 peer:     transformers `generate` with a static cache, which auto-compiles decoding with
           torch.compile (mode "reduce-overhead") on CUDA, on the same random weights exported
           with cookmind's HF export (`cookmind export --hf`).
@@ -71,18 +74,47 @@ def run_cookmind(engine: Engine, prompts: list[list[int]], n_new: int):
     return wall, ttft, outs
 
 
-def bench_cookmind(args, ckpt: Path, prompts_by_b: dict[int, list[list[int]]]):
+VARIANTS = {  # name -> Engine options (cuda_graphs is on for CUDA in all)
+    "paged": dict(kv_cache="paged"),
+    "slots": dict(kv_cache="slots"),
+    "graphs-eager": dict(kv_cache="slots", compile=False),
+}
+
+
+def replay_ms(engine: Engine, b: int, length: int, reps: int = 50) -> float | None:
+    """Device time of one replayed decode step (all rows idle: same kernels, no state change), ms."""
+    graphs = engine.graphs
+    if graphs is None or not graphs.capture:
+        return None
+    bucket, n = graphs.bucket_for(b), graphs.length_for(length)
+    graph = graphs.graphs[(bucket, n)]
+    graphs.load([0] * bucket, [0] * bucket)  # idle rows: positions 0, writes go to the scratch column
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    engine._graph_key = None  # the engine reloads its rows at its next step
+    return start.elapsed_time(end) / reps
+
+
+def bench_cookmind(args, ckpt: Path, prompts_by_b: dict[int, list[list[int]]], variant: str = "paged"):
     model = load_model(ckpt, device=args.device, dtype=args.torch_dtype).eval()
     t0 = time.perf_counter()
     max_b = max(prompts_by_b)
-    kw = dict(num_slots=max_b, max_seq_len=args.prompt_len + args.new_tokens + 1, prefill_chunk=max_b * args.prompt_len)
+    kw = dict(num_slots=max_b, max_seq_len=args.prompt_len + args.new_tokens + 1, prefill_chunk=max_b * args.prompt_len,
+              **VARIANTS[variant])
     try:
         engine = Engine(model, cuda_graphs=args.device.startswith("cuda"), **kw)
     except Exception as exc:  # report, then measure the eager path rather than nothing
-        emit(figure="cuda_graphs_failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        emit(figure="cuda_graphs_failed", variant=variant, error=f"{type(exc).__name__}: {exc}"[:500])
         engine = Engine(model, cuda_graphs=False, **kw)
-    emit(figure="cookmind_setup_s", seconds=round(time.perf_counter() - t0, 2),
-         cuda_graph_buckets=engine.graphs.buckets if engine.graphs else None)
+    emit(figure="cookmind_setup_s", variant=variant, seconds=round(time.perf_counter() - t0, 2),
+         cuda_graph_buckets=engine.graphs.buckets if engine.graphs else None,
+         length_buckets=engine.graphs.length_buckets if engine.graphs else None,
+         compiled=engine.runner.compiled, compile_error=engine.runner.compile_error)
     results, first_out = {}, None
     for b, prompts in prompts_by_b.items():
         run_cookmind(engine, prompts, args.new_tokens)  # warm-up
@@ -98,6 +130,12 @@ def bench_cookmind(args, ckpt: Path, prompts_by_b: dict[int, list[list[int]]]):
     for _ in range(3):  # batch 1, full length, like the peer's measurement
         _, ttft, _ = run_cookmind(engine, prompts_by_b[min(prompts_by_b)][:1], args.new_tokens)
         ttft_b1.append(ttft)
+    for b in prompts_by_b:
+        for length in sorted({args.prompt_len + 1, args.prompt_len + args.new_tokens}):
+            ms = replay_ms(engine, b, length)
+            if ms is not None:
+                emit(figure="decode_step_device_ms", variant=variant, batch=b, attn_len=engine.graphs.length_for(length),
+                     ms=round(ms, 4), compiled=engine.runner.compiled)
     del engine, model
     if args.device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -183,6 +221,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--skip-hf", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="peer without torch.compile (eager)")
+    p.add_argument("--variants", default="paged",
+                   help=f"cookmind engines to time, comma-separated, the first is compared: {', '.join(VARIANTS)}")
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
     if args.tiny:
@@ -196,10 +236,17 @@ def main(argv=None) -> int:
                     for b in batch_sizes}
     with tempfile.TemporaryDirectory(prefix="bench-decode-") as tmp:
         ckpt, hf_dir = build_weights(args, Path(tmp))
-        ours, ours_ttft, ours_first = bench_cookmind(args, ckpt, prompts_by_b)
-        for b in batch_sizes:  # printed now too, so they survive a peer that fails or runs out of time
-            emit(figure="cookmind_only", batch=b, tokens_per_s=round(b * args.new_tokens / ours[b][0], 1),
-                 ttft_ms_b1=round(ours_ttft * 1e3, 2))
+        variants = args.variants.split(",")
+        for v in variants:
+            if v not in VARIANTS:
+                p.error(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+        for i, v in enumerate(variants):
+            res, ttft, first = bench_cookmind(args, ckpt, prompts_by_b, v)
+            if i == 0:
+                ours, ours_ttft, ours_first = res, ttft, first
+            for b in batch_sizes:  # printed now too, so they survive a peer that fails or runs out of time
+                emit(figure="cookmind_only", variant=v, batch=b, tokens_per_s=round(b * args.new_tokens / res[b][0], 1),
+                     ttft_ms_b1=round(ttft * 1e3, 2), same_tokens_as_first_variant=first == ours_first)
         peer, peer_ttft, peer_first = None, None, None
         if not args.skip_hf:
             try:
@@ -210,7 +257,7 @@ def main(argv=None) -> int:
     for b in batch_sizes:
         tps = b * args.new_tokens / ours[b][0]
         row = dict(figure="decode_tokens_per_s", batch=b, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
-                   cookmind=round(tps, 1))
+                   variant=variants[0], cookmind=round(tps, 1))
         if peer:
             peer_tps = b * args.new_tokens / peer[b]
             row.update({peer_name: round(peer_tps, 1), "speedup": round(tps / peer_tps, 2)})

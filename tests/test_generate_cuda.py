@@ -61,3 +61,47 @@ def test_engine_with_graphs_equals_generate(overlap):
     for req, prompt in zip(reqs, PROMPTS):
         toks = [ev.token_id for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)]
         assert toks == generate(model, [prompt], GenerationConfig(max_new_tokens=9))[0]
+
+
+def long_cuda_model():
+    torch.manual_seed(0)
+    cfg = CookMindConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = CookMindLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(8)
+    return model.cuda()
+
+
+@pytest.mark.parametrize("kv_cache", ["paged", "slots"])
+def test_compiled_graphs_over_length_buckets_equal_generate(kv_cache):
+    """Compiled layers captured in graphs, rows crossing the 64 -> 128 length bucket and 16-token blocks."""
+    model = long_cuda_model()
+    engine = Engine(model, num_slots=4, max_seq_len=160, cuda_graphs=True, compile=True, kv_cache=kv_cache)
+    assert engine.runner.compiled and engine.runner.compile_error is None
+    assert engine.graphs.length_buckets == [64, 128, 160]
+    lens = [90, 70, 100, 85, 60]
+    reqs = [engine.submit(p, SamplingParams(temperature=0), n) for p, n in zip(PROMPTS, lens)]  # 5 through 4 rows
+    engine.run_until_idle()
+    for req, prompt, n in zip(reqs, PROMPTS, lens):
+        toks = [ev.token_id for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)]
+        assert toks == generate(model, [prompt], GenerationConfig(max_new_tokens=n))[0]
+    if kv_cache == "paged":
+        blocks = engine.kv_blocks()
+        assert blocks["kv_blocks_free"] == blocks["kv_blocks_total"] == blocks["kv_blocks_unreserved"]
+
+
+def test_compiled_logits_close_to_eager():
+    model = long_cuda_model()
+    eager = Engine(model, num_slots=2, max_seq_len=160, cuda_graphs=False, compile=False)
+    fast = Engine(model, num_slots=2, max_seq_len=160, cuda_graphs=True, compile=True)
+    outs = []
+    for engine in (eager, fast):
+        req = engine.submit(PROMPTS[1], SamplingParams(temperature=0, logprobs=True, top_logprobs=2), 20)
+        engine.run_until_idle()
+        outs.append([(ev.token_id, ev.logprob) for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)])
+    assert [t for t, _ in outs[0]] == [t for t, _ in outs[1]]
+    torch.testing.assert_close(torch.tensor([lp for _, lp in outs[1]]), torch.tensor([lp for _, lp in outs[0]]),
+                               atol=1e-3, rtol=1e-3)

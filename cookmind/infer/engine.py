@@ -1,7 +1,8 @@
-"""The generation engine: continuous batching over a slot KV cache.
+"""The generation engine: continuous batching over a paged (or slot) KV cache.
 
 Each iteration of ``step()``:
-  1. drops cancelled requests (their slots free at once) and admits waiting ones into free slots;
+  1. drops cancelled requests (their rows and KV blocks free at once) and admits waiting ones into
+     free rows, while the block pool can still hold them (else they wait in the queue);
   2. prefills new requests, a bounded number of prompt tokens per iteration (long prompts are
      chunked), batching requests that sit in neighbouring slots;
   3. runs one decode step for every request that is generating, each with its own sampling
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from cookmind.infer.cuda_graphs import CudaGraphDecoder
+from cookmind.infer.paged_cache import blocks_for_budget
 from cookmind.infer.runner import ModelRunner
 from cookmind.infer.sampling import SamplingBatch, SamplingParams, make_generator, process_logits, sample_from_logits
 from cookmind.infer.slot_cache import SlotKVCache
@@ -73,6 +75,8 @@ class EngineRequest:
         self.n_sampled = 0  # tokens drawn so far (ahead of output_ids while a step is in flight)
         self.state = "waiting"  # waiting -> prefill -> decode -> done
         self.slot: int | None = None
+        self.blocks: list[int] = []  # paged cache: KV blocks held, in position order
+        self.reserved_blocks = 0  # paged cache: blocks set aside at admission for the whole request
         self.prefilled = 0
         self.cancelled = False
         self.finish_reason: str | None = None
@@ -93,29 +97,51 @@ class EngineRequest:
 class Engine:
     """Continuous-batching generation over ``num_slots`` concurrent requests.
 
+    kv_cache="paged" (default): keys/values live in blocks of ``block_size`` positions from one pool
+    sized by ``kv_budget_bytes`` (default 256 MiB). A request is admitted when the pool can set aside
+    the blocks its prompt plus max_new_tokens can fill (so it never runs out mid-way and nobody is
+    preempted); it takes them one at a time as it grows and returns them all when it ends.
+    kv_cache="slots": every row owns the whole context (``num_slots`` from the budget when not given).
+    On CUDA, decode steps replay CUDA graphs of a torch.compile'd step (``cuda_graphs``, ``compile``).
+
     Use ``start()`` for a background thread (the server), or call ``step()`` / ``run_until_idle()``
     yourself (benchmarks, tests). ``submit`` and ``cancel`` are thread-safe.
     """
 
     def __init__(self, model, num_slots: int | None = None, max_seq_len: int | None = None,
                  kv_budget_bytes: int | None = None, max_waiting: int = 256, prefill_chunk: int = 512,
-                 cuda_graphs: bool | None = None, overlap: bool | None = None):
+                 cuda_graphs: bool | None = None, overlap: bool | None = None, kv_cache: str = "paged",
+                 block_size: int = 16, compile: bool | None = None):
         cfg = model.config
         param = next(model.parameters())
         self.device = param.device
         self.max_seq_len = int(max_seq_len or cfg.max_position_embeddings)
-        if num_slots is None:
-            budget = kv_budget_bytes if kv_budget_bytes is not None else 256 * 2**20
+        budget = kv_budget_bytes if kv_budget_bytes is not None else 256 * 2**20
+        num_blocks = None
+        if kv_cache == "paged":
+            if kv_budget_bytes is None and num_slots is not None:  # as much as num_slots full contexts
+                num_blocks = num_slots * -(-self.max_seq_len // block_size) + 1
+            else:
+                num_blocks = blocks_for_budget(budget, cfg.num_hidden_layers, cfg.num_key_value_heads, block_size,
+                                               cfg.resolved_head_dim, param.dtype)
+            num_slots = num_slots or min(256, num_blocks - 1)
+        elif num_slots is None:
             num_slots = min(256, SlotKVCache.slots_for_budget(
                 budget, cfg.num_hidden_layers, cfg.num_key_value_heads, self.max_seq_len + 1,
                 cfg.resolved_head_dim, param.dtype))
-        self.runner = ModelRunner(model, num_slots, self.max_seq_len)
+        self.runner = ModelRunner(model, num_slots, self.max_seq_len, kv_cache=kv_cache, num_blocks=num_blocks,
+                                  block_size=block_size)
+        self.paged = self.runner.paged
+        self.block_size = block_size
+        self._unreserved = self.runner.cache.allocator.capacity if self.paged else 0  # blocks free to promise
         self.vocab_size = cfg.vocab_size
         self.max_waiting = max_waiting
         self.prefill_chunk = prefill_chunk
         self._last_tok = torch.zeros(num_slots, dtype=torch.long, device=self.device)  # newest sampled token
         use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
         # on CPU the graph decoder runs the same steps eagerly (tests use it there)
+        if self.device.type == "cuda" if compile is None else compile:
+            self.runner.set_compiled(True)
         self.graphs = CudaGraphDecoder(self.runner, self._last_tok) if use_graphs else None
         self._graph_key: tuple | None = None  # the batch the graph state was loaded for
         # overlap: launch decode step k+1 before reading step k's tokens back, so the host's
@@ -164,6 +190,12 @@ class Engine:
         if bad:
             raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
         req = EngineRequest(prompt_ids, params, max_new_tokens, stop_token_ids, sink, self.device)
+        if self.paged:
+            req.reserved_blocks = self._blocks_needed(req)
+            capacity = self.runner.cache.allocator.capacity
+            if req.reserved_blocks > capacity:
+                raise ValueError(f"the request can fill {req.reserved_blocks} KV blocks but the pool holds {capacity}; "
+                                 "lower max_tokens or raise the KV cache budget")
         with self._cond:
             if len(self.waiting) >= self.max_waiting:
                 raise QueueFullError(f"the request queue is full ({self.max_waiting} waiting); retry later")
@@ -215,6 +247,7 @@ class Engine:
             "generated_tokens_total": self.tokens_generated,
             "tokens_per_second": recent / 10.0,  # over the last 10 s
             "slots": self.num_slots,
+            **self.kv_blocks(),
             **{f"requests_finished_{k}": v for k, v in sorted(self.finished_by_reason.items())},
         }
 
@@ -261,11 +294,37 @@ class Engine:
                 self._finish(req, "cancelled")
             free = [i for i, r in enumerate(self.slots) if r is None]
             while self.waiting and free:
+                if self.paged:  # first come, first served: the head waits until the pool can hold it
+                    if self.waiting[0].reserved_blocks > self._unreserved:
+                        break
+                    self._unreserved -= self.waiting[0].reserved_blocks
                 req = self.waiting.popleft()
                 req.slot, req.state = free.pop(0), "prefill"
                 self.slots[req.slot] = req
                 self.prompt_tokens += len(req.prompt_ids)
                 self._init_penalty_rows(req)
+
+    def _blocks_needed(self, req: EngineRequest) -> int:
+        """Blocks the request can fill: its prompt plus every token it may generate, within the context."""
+        positions = min(len(req.prompt_ids) + req.max_new_tokens, self.max_seq_len)
+        return -(-positions // self.block_size)  # ceil
+
+    def _grow(self, req: EngineRequest, last_position: int) -> None:
+        """Paged cache: take blocks (from the request's reservation) until position last_position has a place."""
+        cache = self.runner.cache
+        if len(req.blocks) * self.block_size > last_position:
+            return
+        while len(req.blocks) * self.block_size <= last_position:
+            req.blocks.append(cache.allocator.allocate())
+        cache.set_row(req.slot, req.blocks)
+
+    def kv_blocks(self) -> dict:
+        """Paged cache accounting: pool size, blocks free, blocks promised to running requests."""
+        if not self.paged:
+            return {}
+        alloc = self.runner.cache.allocator
+        return {"kv_blocks_total": alloc.capacity, "kv_blocks_free": alloc.num_free,
+                "kv_blocks_unreserved": self._unreserved, "kv_block_size": self.block_size}
 
     def _init_penalty_rows(self, req: EngineRequest) -> None:
         p = req.params
@@ -312,6 +371,10 @@ class Engine:
             last[i] = n - 1
         attn_len = min(int(positions.max()) + 1, self.max_seq_len)
         dev = self.device
+        if self.paged:
+            for req, n in run:
+                self._grow(req, req.prefilled + n - 1)
+            self.runner.cache.sync_tables()
         logits = self.runner.forward(tokens.to(dev), positions.clamp(max=self.max_seq_len - 1).to(dev),
                                      run[0][0].slot, attn_len, write_cols=write_cols.to(dev), last_index=last.to(dev))
         done_rows = []
@@ -337,6 +400,11 @@ class Engine:
         for r in active:
             positions[r.slot] = write_cols[r.slot] = len(r.prompt_ids) + r.n_sampled - 1  # the newest token's place
         rows = [r.slot for r in active]
+        if self.paged:
+            for r in active:
+                self._grow(r, positions[r.slot])
+            self.runner.cache.sync_tables()
+        length = max(positions) + 1  # columns the longest row attends to
         if self.graphs is not None and self.graphs.bucket_for(b) is not None:
             key = (b, tuple((r.slot, r.id) for r in active))
             if key != self._graph_key:  # requests joined or left: tell the graph state; else it advanced itself
@@ -345,7 +413,7 @@ class Engine:
                     flags[r.slot] = 1
                 self.graphs.load(positions, flags)
                 self._graph_key = key
-            logits = self.graphs.decode(b)
+            logits = self.graphs.decode(b, length)
             batch = self._sampling_batch(active)
             if batch.uses("all_greedy") and not batch.uses("repetition") and not batch.uses("presence_frequency") \
                     and not any(r.params.logprobs for r in active):
@@ -354,7 +422,7 @@ class Engine:
             self._graph_key = None  # the graph state is stale after an eager step
             tokens = self._last_tok[:b]  # sampled on the device last step; never visits the host
             pw = torch.tensor([positions, write_cols], dtype=torch.long).to(self.device)
-            logits = self.runner.forward(tokens[:, None], pw[0, :, None], 0, max(positions) + 1, write_cols=pw[1, :, None])
+            logits = self.runner.forward(tokens[:, None], pw[0, :, None], 0, length, write_cols=pw[1, :, None])
         return self._sample(active, logits if rows == list(range(b)) else logits[rows], deferred=self.overlap)
 
     def _copy_to_host(self, values: torch.Tensor, deferred: bool):
@@ -456,6 +524,12 @@ class Engine:
             return
         if req.slot is not None and self.slots[req.slot] is req:
             self.slots[req.slot] = None
+            if self.paged:  # every block back to the pool at once (a step in flight still writes its
+                # old row, but stream order puts that before any later owner's writes)
+                self.runner.cache.allocator.free(req.blocks)
+                self.runner.cache.set_row(req.slot, [])
+                req.blocks = []
+                self._unreserved += req.reserved_blocks
         req.state, req.finish_reason = "done", reason
         self.requests_finished += 1
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1

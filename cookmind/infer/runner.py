@@ -1,7 +1,8 @@
-"""ModelRunner: the forward pass of a CookMindLM over a slot KV cache, for serving.
+"""ModelRunner: the forward pass of a CookMindLM over a serving KV cache (slots or paged blocks).
 
 It reuses the model's own modules (embedding, norms, projections, MLP, RoPE math) and only
-changes where keys and values live: each request's slot in a ``SlotKVCache``, at its own
+changes where keys and values live: each request's row of a ``SlotKVCache`` (a slot of the
+whole context) or of a ``PagedKVCache`` (blocks found through the row's block table), at its own
 positions. That lets one decode step serve requests of different lengths, lets a finished
 request leave without touching the others, and keeps every shape static for CUDA graphs.
 Tests check its logits against the model's plain forward.
@@ -9,17 +10,27 @@ Tests check its logits against the model's plain forward.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+import warnings
 
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+from torch.fx.experimental import _config as fx_config
+
+from cookmind.infer.paged_cache import PagedKVCache
 from cookmind.infer.slot_cache import SlotKVCache
 from cookmind.model.rope import apply_rope
 
 
 class ModelRunner:
-    """Prefill one slot or decode a contiguous run of slots; returns float32 logits."""
+    """Prefill or decode a contiguous run of rows (slots); returns float32 logits.
 
-    def __init__(self, model, num_slots: int, max_seq_len: int | None = None, device=None, dtype=None):
+    kv_cache="slots": every row owns max_seq_len columns. kv_cache="paged": rows own blocks of
+    block_size positions from a pool of num_blocks (see paged_cache.py); the caller assigns them.
+    """
+
+    def __init__(self, model, num_slots: int, max_seq_len: int | None = None, device=None, dtype=None,
+                 kv_cache: str = "slots", num_blocks: int | None = None, block_size: int = 16):
         cfg = model.config
         self.model = model.eval()
         self.config = cfg
@@ -35,15 +46,43 @@ class ModelRunner:
         self.rope = inner.rotary_emb  # the model's own cos/sin (YaRN included)
         # one extra column: rows that only fill a batch (padding, idle slots) write there, never read
         self.scratch_col = self.max_seq_len
-        self.cache = SlotKVCache(len(self.layers), num_slots, self.n_kv, self.max_seq_len + 1, self.head_dim,
-                                 self.device, self.dtype)
+        if kv_cache == "slots":
+            self.cache = SlotKVCache(len(self.layers), num_slots, self.n_kv, self.max_seq_len + 1, self.head_dim,
+                                     self.device, self.dtype)
+        elif kv_cache == "paged":
+            if num_blocks is None:
+                raise ValueError("kv_cache='paged' needs num_blocks (see paged_cache.blocks_for_budget)")
+            self.cache = PagedKVCache(len(self.layers), num_blocks, block_size, self.n_kv, self.head_dim, num_slots,
+                                      self.max_seq_len, self.device, self.dtype)
+        else:
+            raise ValueError(f"kv_cache must be 'slots' or 'paged', got {kv_cache!r}")
+        self.paged = kv_cache == "paged"
+        self.compiled = False
+        self._layer_fn, self._head_fn = self._layer, self._head
+        self.compile_error: str | None = None
 
     @property
     def num_slots(self) -> int:
         return self.cache.num_slots
 
+    def set_compiled(self, enabled: bool) -> None:
+        """Run each decoder layer through torch.compile (inductor fuses the norms, RoPE, cache writes,
+        SwiGLU and residual adds). Every layer has the same code and shapes, so one compiled layer serves
+        them all: compile time is one layer's, not the model's. dynamic: batch, length and positions
+        vary without recompiling (sizes 1 get their own specialisation)."""
+        self.compiled = bool(enabled)
+        if enabled:  # a few specialisations per runner (prefill/decode, batch 1/more, each cache layout);
+            # past dynamo's limit (8) it would silently run the layer uncompiled
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self._layer_fn = torch.compile(self._layer, dynamic=True) if enabled else self._layer
+        self._head_fn = torch.compile(self._head, dynamic=True) if enabled else self._head
+
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slot_start: int, attn_len: int,
+    def forward(self, *args, **kwargs) -> torch.Tensor:
+        """See ``compute``; runs it under inference mode."""
+        return self.compute(*args, **kwargs)
+
+    def compute(self, tokens: torch.Tensor, positions: torch.Tensor, slot_start: int, attn_len: int,
                 last_only: bool = True, write_cols: torch.Tensor | None = None,
                 last_index: torch.Tensor | None = None) -> torch.Tensor:
         """tokens, positions: (B, T) for slots slot_start.. slot_start+B-1; each row attends to its
@@ -54,18 +93,53 @@ class ModelRunner:
         write_cols = positions if write_cols is None else write_cols
         h = self.embed(tokens)
         cos, sin = self.rope(positions, h.dtype)
-        cols = torch.arange(attn_len, device=tokens.device)
-        mask = (cols[None, None, :] <= positions[:, :, None])[:, None]  # (B, 1, T, L): causal per slot
+        mask = self._attention_bias(positions, attn_len, h.dtype)
+        step = self.cache.step(slot_start, b, write_cols, attn_len)  # shared by every layer
         for i, layer in enumerate(self.layers):
-            h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, write_cols, mask,
-                                    i, slot_start, attn_len)
-            h = h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
+            h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, mask, self.cache.keys[i],
+                               self.cache.values[i], step)
         if last_only:
             h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
-        h = self.norm(h)
-        return (h @ self.lm_head_weight.t()).float()
+        return self._compiled(self._head_fn, self._head, h)
 
-    def _attention(self, attn, x, cos, sin, write_cols, mask, layer_idx, slot_start, attn_len):
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm and the LM head: float32 logits."""
+        return (self.norm(h) @ self.lm_head_weight.t()).float()
+
+    @staticmethod
+    def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask (B, 1, T, L): 0 where column <= the query's position (causal per row), -inf after.
+        Built once per forward; its rows are padded to a multiple of 16 elements, the alignment the
+        memory-efficient attention kernel needs, so no layer copies it again. The padding is never
+        zero, so the mask is always a strided view (one compiled layer serves every length)."""
+        b, t = positions.shape
+        padded = (length // 16 + 1) * 16
+        cols = torch.arange(padded, device=positions.device)
+        bias = torch.zeros((b, 1, t, padded), dtype=dtype, device=positions.device)
+        bias.masked_fill_((cols[None, None, :] > positions[:, :, None])[:, None], float("-inf"))
+        return bias[..., :length]
+
+    def _compiled(self, fast, plain, *args):
+        """fast(*args) when compiled, else plain(*args); a compile failure turns compilation off for good."""
+        if self.compiled:
+            try:
+                # no duck sizing: a batch, length or stride that happens to equal another size must not
+                # become a guard (each coincidence would cost a recompile)
+                with fx_config.patch(use_duck_shape=False):
+                    return fast(*args)
+            except Exception as exc:  # the compiler could not take this model: stay correct, run eagerly
+                self.compile_error = f"{type(exc).__name__}: {exc}"[:500]
+                warnings.warn(f"torch.compile of the serving forward failed ({self.compile_error}); running eagerly",
+                              stacklevel=2)
+                self.set_compiled(False)
+        return plain(*args)
+
+    def _layer(self, layer, h, cos, sin, mask, keys, values, step):
+        """One decoder layer: h + attn(norm(h)), then + mlp(norm(h)); keys/values are this layer's cache."""
+        h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, mask, keys, values, step)
+        return h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
+
+    def _attention(self, attn, x, cos, sin, mask, cache_k, cache_v, step):
         b, t, _ = x.shape
         q = _linear(attn.q_proj, x).view(b, t, self.n_heads, self.head_dim)
         k = _linear(attn.k_proj, x).view(b, t, self.n_kv, self.head_dim)
@@ -73,8 +147,8 @@ class ModelRunner:
         if getattr(attn, "q_norm", None) is not None:
             q, k = attn.q_norm(q), attn.k_norm(k)  # QK-norm: per head, over head_dim
         q, k = apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin)
-        self.cache.write(layer_idx, slot_start, write_cols, k, v)
-        keys, values = self.cache.view(layer_idx, slot_start, b, attn_len)
+        self.cache.write(cache_k, cache_v, step, k, v)
+        keys, values = self.cache.view(cache_k, cache_v, step)
         group = self.n_heads // self.n_kv
         if t == 1 and group > 1:
             # decode with grouped-query attention: the group's heads become G queries of one kv head

@@ -8,6 +8,8 @@ change, which is what CUDA graphs need.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -19,7 +21,7 @@ class SlotKVCache:
         shape = (num_slots, num_kv_heads, max_seq_len, head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
-        self.num_slots, self.max_seq_len = num_slots, max_seq_len
+        self.num_rows, self.max_seq_len = num_slots, max_seq_len
 
     @staticmethod
     def slots_for_budget(budget_bytes: int, num_layers: int, num_kv_heads: int, max_seq_len: int, head_dim: int,
@@ -34,14 +36,36 @@ class SlotKVCache:
                 f"({per_slot / 2**20:.1f} MiB each): raise the budget or lower max_seq_len")
         return int(slots)
 
-    def write(self, layer: int, slot_start: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store k, v (B, kv_heads, T, D) of slots slot_start..slot_start+B-1 at per-row positions (B, T)."""
-        b, h, t, d = k.shape
-        index = positions[:, None, :, None].expand(b, h, t, d)
-        self.keys[layer][slot_start : slot_start + b].scatter_(2, index, k.to(self.keys[layer].dtype))
-        self.values[layer][slot_start : slot_start + b].scatter_(2, index, v.to(self.values[layer].dtype))
+    @property
+    def num_slots(self) -> int:
+        return self.num_rows
 
-    def view(self, layer: int, slot_start: int, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of a contiguous run of slots, first `length` columns (no copy)."""
-        sl = slice(slot_start, slot_start + batch)
-        return self.keys[layer][sl, :, :length], self.values[layer][sl, :, :length]
+    def step(self, slot_start: int, batch: int, write_cols: torch.Tensor, length: int) -> SlotStep:
+        """Where one forward writes (write_cols (B, T) of slots slot_start..) and how far it reads (length)."""
+        return SlotStep(slot_start, batch, write_cols, length)
+
+    @staticmethod
+    def write(keys: torch.Tensor, values: torch.Tensor, step: SlotStep, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store k, v (B, kv_heads, T, D) of the step's slots at its per-row columns, in one layer's
+        keys/values (self.keys[layer], self.values[layer])."""
+        b, h, t, d = k.shape
+        index = step.write_cols[:, None, :, None].expand(b, h, t, d)
+        sl = slice(step.slot_start, step.slot_start + b)
+        keys[sl].scatter_(2, index, k.to(keys.dtype))
+        values[sl].scatter_(2, index, v.to(values.dtype))
+
+    @staticmethod
+    def view(keys: torch.Tensor, values: torch.Tensor, step: SlotStep) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's keys and values (B, kv_heads, L, D) of the step's run of slots, first L columns (no copy)."""
+        sl = slice(step.slot_start, step.slot_start + step.batch)
+        return keys[sl, :, : step.length], values[sl, :, : step.length]
+
+
+@dataclass
+class SlotStep:
+    """One forward's rows (a contiguous run of slots), write columns (B, T) and read length."""
+
+    slot_start: int
+    batch: int
+    write_cols: torch.Tensor
+    length: int
