@@ -263,3 +263,65 @@ def test_streaming_n_choices_do_not_interleave(setup):
     _, text = reference(setup, chat_prompt(setup), 10)
     assert texts == {i: split_reasoning(text)[1] for i in range(3)}
     assert set(finals) == {0, 1, 2}
+
+
+def prompt_logprobs_reference(model, ids, k):
+    """Plain forward + log_softmax: entry i scores token i given tokens < i (none for i = 0)."""
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)  # (T, V)
+    chosen = [None] + [logp[i - 1, ids[i]].item() for i in range(1, len(ids))]
+    tops = [None] + [logp[i - 1].topk(k).indices.tolist() for i in range(1, len(ids))]
+    return chosen, tops
+
+
+def test_completion_echo_logprobs_score_the_prompt(setup):
+    tok, model, c = setup["tok"], setup["model"], setup["client"]
+    prompt = "The cook stirs the soup. The bread"
+    ids = tok.encode(prompt)
+    chosen, tops = prompt_logprobs_reference(model, ids, 2)
+    out_ids, out_text = reference(setup, ids, 3)
+    r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=0, echo=True, logprobs=2)
+    ch = r.choices[0]
+    assert ch.text == prompt + out_text
+    lp = ch.logprobs
+    n = len(ids)
+    assert lp.tokens[:n] == [tok.decode([t]) for t in ids]
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None  # OpenAI: the first token has no context
+    for i in range(1, n):
+        assert lp.token_logprobs[i] == pytest.approx(chosen[i], abs=1e-4)
+        assert set(lp.top_logprobs[i]) == {tok.decode([t]) for t in tops[i]}
+    assert lp.tokens[n:] == [tok.decode([t]) for t in out_ids]  # then the completion's own tokens
+    assert lp.text_offset[0] == 0 and lp.text_offset[n] == len("".join(tok.decode([t]) for t in ids))
+    # max_tokens=0: the prompt scored alone
+    r0 = c.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True, logprobs=0)
+    assert r0.choices[0].text == prompt and r0.choices[0].finish_reason == "length"
+    assert r0.usage.completion_tokens == 0 and r0.usage.prompt_tokens == n
+    assert r0.choices[0].logprobs.token_logprobs[1:] == pytest.approx(chosen[1:], abs=1e-4)
+    # streamed: the echo arrives with its logprobs, then the completion
+    chunks = list(c.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=0, echo=True,
+                                       logprobs=1, stream=True))
+    assert "".join(x.choices[0].text for x in chunks if x.choices) == prompt + out_text
+    first = chunks[0].choices[0]
+    assert first.text == prompt and first.logprobs.token_logprobs[0] is None
+    assert first.logprobs.token_logprobs[1:] == pytest.approx(chosen[1:], abs=1e-4)
+
+
+def test_completion_list_of_prompts_orders_choices_like_openai(setup):
+    tok, c = setup["tok"], setup["client"]
+    prompts = ["The cook", "The soup is hot and", "A cook bakes"]
+    refs = [reference(setup, tok.encode(p), 5)[1] for p in prompts]
+    r = c.completions.create(model=MODEL, prompt=prompts, max_tokens=5, temperature=0, n=2)
+    assert [ch.index for ch in r.choices] == list(range(6))
+    # choice index = prompt index * n + j
+    assert [ch.text for ch in r.choices] == [refs[0], refs[0], refs[1], refs[1], refs[2], refs[2]]
+    assert r.usage.prompt_tokens == sum(len(tok.encode(p)) for p in prompts)
+    # token-id prompts, streamed: each index gets its own prompt's text
+    s = c.completions.create(model=MODEL, prompt=[tok.encode(p) for p in prompts[:2]], max_tokens=5, temperature=0,
+                             stream=True)
+    texts = ["", ""]
+    for chunk in s:
+        for ch in chunk.choices:
+            texts[ch.index] += ch.text
+    assert texts == refs[:2]
+    with pytest.raises(openai.BadRequestError):  # one prompt too long: nothing is submitted
+        c.completions.create(model=MODEL, prompt=["The cook", "soup " * 3000], max_tokens=5)

@@ -41,6 +41,16 @@ class TokenEvent:
 
 
 @dataclass
+class PromptLogprobsEvent:
+    """Log-probabilities of the prompt's own tokens, sent once after prefill when asked for:
+    logprobs[i] = log p(prompt[i] | prompt[:i]) under the raw model (None for i = 0, which has no
+    context), and top[i] the top-k (token, logprob) pairs at that place (None for i = 0)."""
+
+    logprobs: list[float | None]
+    top: list[list[tuple[int, float]] | None]
+
+
+@dataclass
 class FinishEvent:
     """The last event of a request: reason is "stop", "length", "cancelled" or "error"."""
 
@@ -59,12 +69,16 @@ class EngineRequest:
     """A request inside the engine; consumers read its events (``events()`` or their own sink)."""
 
     def __init__(self, prompt_ids: list[int], params: SamplingParams, max_new_tokens: int,
-                 stop_token_ids=(), sink: Callable[[object], None] | None = None, device="cpu"):
+                 stop_token_ids=(), sink: Callable[[object], None] | None = None, device="cpu",
+                 prompt_logprobs: int | None = None):
         self.id = next(_ids)
         self.prompt_ids = [int(t) for t in prompt_ids]
         self.params = params
         self.max_new_tokens = int(max_new_tokens)
         self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
+        self.prompt_logprobs = prompt_logprobs  # None: not asked; k: chosen token's and the top k's
+        self._prompt_lp: list[float | None] = [None]
+        self._prompt_top: list[list[tuple[int, float]] | None] = [None]
         self._queue: queue.Queue | None = None
         if sink is None:
             self._queue = queue.Queue()
@@ -175,21 +189,26 @@ class Engine:
 
     # ---- public API -------------------------------------------------------------------------
     def submit(self, prompt_ids: list[int], params: SamplingParams | None = None, max_new_tokens: int = 64,
-               stop_token_ids=(), sink: Callable[[object], None] | None = None) -> EngineRequest:
+               stop_token_ids=(), sink: Callable[[object], None] | None = None,
+               prompt_logprobs: int | None = None) -> EngineRequest:
         """Queue a request; raises QueueFullError when the waiting queue is full and ValueError
-        when the prompt leaves no room in the context."""
+        when the prompt leaves no room in the context. prompt_logprobs=k: send a PromptLogprobsEvent
+        (the prompt's tokens scored, with the top k at each place) before the first token.
+        max_new_tokens=0 only prefills (with prompt_logprobs: scoring a text) and finishes "length"."""
         params = params or SamplingParams()
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty: it needs at least one token")
         if len(prompt_ids) >= self.max_seq_len:
             raise ValueError(f"the prompt has {len(prompt_ids)} tokens but the context holds {self.max_seq_len}; "
                              "shorten the prompt")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if prompt_logprobs is not None and prompt_logprobs < 0:
+            raise ValueError(f"prompt_logprobs must be >= 0 (top-k per prompt token), got {prompt_logprobs}")
         bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
         if bad:
             raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
-        req = EngineRequest(prompt_ids, params, max_new_tokens, stop_token_ids, sink, self.device)
+        req = EngineRequest(prompt_ids, params, max_new_tokens, stop_token_ids, sink, self.device, prompt_logprobs)
         if self.paged:
             req.reserved_blocks = self._blocks_needed(req)
             capacity = self.runner.cache.allocator.capacity
@@ -375,18 +394,47 @@ class Engine:
             for req, n in run:
                 self._grow(req, req.prefilled + n - 1)
             self.runner.cache.sync_tables()
+        scored = any(req.prompt_logprobs is not None for req, _ in run)
+        last = last.to(dev)
         logits = self.runner.forward(tokens.to(dev), positions.clamp(max=self.max_seq_len - 1).to(dev),
-                                     run[0][0].slot, attn_len, write_cols=write_cols.to(dev), last_index=last.to(dev))
+                                     run[0][0].slot, attn_len, write_cols=write_cols.to(dev), last_index=last,
+                                     last_only=not scored)
+        if scored:  # (B, T, V): every place's prediction; the last real one of each row samples
+            for i, (req, n) in enumerate(run):
+                if req.prompt_logprobs is not None:
+                    self._score_prompt(req, logits[i, :n])
+            logits = logits[torch.arange(b, device=dev), last]
         done_rows = []
         for i, (req, n) in enumerate(run):
             req.prefilled += n
             if req.prefilled == len(req.prompt_ids):
-                done_rows.append(i)
+                if req.prompt_logprobs is not None:
+                    req.sink(PromptLogprobsEvent(req._prompt_lp, req._prompt_top))
+                if req.max_new_tokens == 0:  # prefill only
+                    self._finish(req, "length")
+                else:
+                    done_rows.append(i)
         if done_rows:
             reqs = [run[i][0] for i in done_rows]
             for req in reqs:
                 req.state = "decode"
             self._emit_record(self._sample(reqs, logits[done_rows]))
+
+    def _score_prompt(self, req: EngineRequest, logits: torch.Tensor) -> None:
+        """Prompt logprobs from one prefill chunk: logits (n, V) at places s..s+n-1 predict tokens s+1..s+n."""
+        start = req.prefilled
+        m = min(logits.shape[0], len(req.prompt_ids) - 1 - start)  # the last prompt token predicts no prompt token
+        if m <= 0:
+            return
+        logp = torch.log_softmax(logits[:m].float(), dim=-1)  # log p(x_{j+1} | x_{<=j})
+        targets = torch.tensor(req.prompt_ids[start + 1 : start + 1 + m], device=logp.device)
+        req._prompt_lp.extend(logp.gather(-1, targets[:, None])[:, 0].tolist())
+        k = req.prompt_logprobs
+        if k:
+            vals, idx = logp.topk(k, dim=-1)
+            req._prompt_top.extend([list(zip(i, v)) for i, v in zip(idx.tolist(), vals.tolist())])
+        else:
+            req._prompt_top.extend([[] for _ in range(m)])
 
     def _decode(self) -> tuple | None:
         """Launch one decode step for every generating request; return its (unread) record."""

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from cookmind.infer.detokenize import IncrementalDetokenizer
-from cookmind.infer.engine import FinishEvent, TokenEvent
+from cookmind.infer.engine import FinishEvent, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.reasoning import ReasoningSplitter
 from cookmind.infer.stop import StopStringMatcher
 
@@ -25,6 +25,7 @@ class Delta:
     content: str = ""
     reasoning: str = ""
     logprobs: list[dict] = field(default_factory=list)  # per token: token, logprob, top
+    prompt_logprobs: list[dict] | None = None  # per prompt token (echo): token, logprob (None first), top
     finish_reason: str | None = None
     error: str | None = None
 
@@ -32,8 +33,9 @@ class Delta:
 class OutputProcessor:
     """Feed engine events of one choice; get Deltas. ``stopped_by_string`` tells the caller to cancel."""
 
-    def __init__(self, tokenizer, stop_strings=(), split_reasoning: bool = True):
+    def __init__(self, tokenizer, stop_strings=(), split_reasoning: bool = True, prompt_ids: list[int] | None = None):
         self.tokenizer = tokenizer
+        self.prompt_ids = prompt_ids  # for naming the tokens of a PromptLogprobsEvent
         self.detok = IncrementalDetokenizer(tokenizer)
         self.stop = StopStringMatcher(list(stop_strings))
         self.reasoning = ReasoningSplitter() if split_reasoning else None
@@ -43,12 +45,16 @@ class OutputProcessor:
         self.content_parts: list[str] = []
         self.reasoning_parts: list[str] = []
         self.logprob_entries: list[dict] = []
+        self.prompt_logprob_entries: list[dict] | None = None
 
     def feed(self, ev) -> Delta:
         if self.finish_reason is not None:
             return Delta()
         if isinstance(ev, FinishEvent):
             return self._finish(ev.reason, ev.error)
+        if isinstance(ev, PromptLogprobsEvent):
+            self.prompt_logprob_entries = self.prompt_entries(ev)
+            return Delta(prompt_logprobs=self.prompt_logprob_entries)
         assert isinstance(ev, TokenEvent)
         self.completion_tokens += 1
         delta = Delta()
@@ -66,6 +72,13 @@ class OutputProcessor:
             delta.reasoning += tail.reasoning
             delta.finish_reason = "stop"
         return delta
+
+    def prompt_entries(self, ev: PromptLogprobsEvent) -> list[dict]:
+        """The prompt's tokens as logprob entries; the first has logprob and top None (no context)."""
+        ids = self.prompt_ids or []
+        return [{"id": t, "token": self.tokenizer.decode([t]), "logprob": lp,
+                 "top": None if top is None else [(k, self.tokenizer.decode([k]), v) for k, v in top]}
+                for t, lp, top in zip(ids, ev.logprobs, ev.top)]
 
     def _route(self, text: str, delta: Delta) -> None:
         if not text:

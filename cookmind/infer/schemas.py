@@ -92,7 +92,7 @@ class ChatCompletionRequest(_SamplingFields):
 
 class CompletionRequest(_SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(16, ge=0)  # 0 with echo + logprobs scores the prompt alone
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool = False
 

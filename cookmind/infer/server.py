@@ -137,14 +137,17 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
                               frequency_penalty=req.frequency_penalty,
                               seed=None if req.seed is None else req.seed + i, logprobs=logprobs, top_logprobs=top)
 
-    def _submit(prompt_ids, req, n, logprobs, top, queue_, loop):
-        """Submit n engine requests; all or none (a full queue cancels the ones already in)."""
+    def _submit(prompt_ids, req, n, logprobs, top, queue_, loop, first: int = 0, prompt_logprobs=None, handles=None):
+        """Submit n engine requests (choices first..first+n-1); all or none (a full queue cancels the
+        ones already in, including those in ``handles`` from earlier prompts of the same call)."""
         max_new = _max_new(req, len(prompt_ids))
-        handles = []
+        handles = [] if handles is None else handles
         try:
-            for i in range(n):
+            for j in range(n):
+                i = first + j
                 sink = (lambda ev, i=i: loop.call_soon_threadsafe(queue_.put_nowait, (i, ev)))
-                handles.append(engine.submit(prompt_ids, _params(req, i, logprobs, top), max_new, stop_ids, sink))
+                handles.append(engine.submit(prompt_ids, _params(req, j, logprobs, top), max_new, stop_ids, sink,
+                                             prompt_logprobs=prompt_logprobs))
         except QueueFullError as exc:
             for h in handles:
                 engine.cancel(h)
@@ -193,7 +196,8 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
             offsets.append(pos)
             pos += len(e["token"])
         return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-                "top_logprobs": [{s: lp for _, s, lp in e["top"]} for e in entries], "text_offset": offsets}
+                "top_logprobs": [None if e["top"] is None else {s: lp for _, s, lp in e["top"]} for e in entries],
+                "text_offset": offsets}
 
     def _finish_reason(proc, tool_calls) -> str:
         if proc.finish_reason == "error":
@@ -318,24 +322,31 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
     async def completions(request: Request):
         req = await _parse(request, CompletionRequest)
         _check_model(req.model)
-        prompt = req.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
-            if len(prompt) != 1:
-                raise APIError(400, "batched prompts are not supported: send one prompt per request", param="prompt")
-            prompt = prompt[0]
-        prompt_ids = list(prompt) if isinstance(prompt, list) else tokenizer.encode(prompt)
-        prompt_text = prompt if isinstance(prompt, str) else tokenizer.decode(prompt_ids)
-        if not prompt_ids:
-            raise APIError(400, "the prompt is empty", param="prompt")
+        prompt = req.prompt  # one string / token list, or a list of them: one group of n choices each
+        batch = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)) else [prompt]
+        prompts = []
+        for k, p in enumerate(batch):
+            ids = list(p) if isinstance(p, list) else tokenizer.encode(p)
+            if not ids:
+                raise APIError(400, f"prompt {k} is empty", param="prompt")
+            _max_new(req, len(ids))  # every prompt fits before any is submitted
+            prompts.append((ids, p if isinstance(p, str) else tokenizer.decode(ids)))
         top = req.logprobs or 0
+        # echo with logprobs scores the prompt too (first token None), as OpenAI does
+        prompt_lp = top if (req.echo and req.logprobs is not None) else None
         loop = asyncio.get_running_loop()
         queue_: asyncio.Queue = asyncio.Queue()
-        handles = _submit(prompt_ids, req, req.n, req.logprobs is not None, top, queue_, loop)
-        procs = [OutputProcessor(tokenizer, req.stop_list(), split_reasoning=False) for _ in range(req.n)]
+        handles, procs, echoes = [], [], []
+        for k, (ids, text) in enumerate(prompts):  # choice index = prompt index * n + j, OpenAI's order
+            _submit(ids, req, req.n, req.logprobs is not None, top, queue_, loop, first=k * req.n,
+                    prompt_logprobs=prompt_lp, handles=handles)
+            procs += [OutputProcessor(tokenizer, req.stop_list(), split_reasoning=False, prompt_ids=ids)
+                      for _ in range(req.n)]
+            echoes += [text if req.echo else ""] * req.n
+        prompt_tokens = sum(len(ids) for ids, _ in prompts)
         rid, now = "cmpl-" + uuid.uuid4().hex, int(time.time())
-        echo = prompt_text if req.echo else ""
         if req.stream:
-            return StreamingResponse(_completion_stream(req, rid, now, queue_, procs, handles, len(prompt_ids), echo),
+            return StreamingResponse(_completion_stream(req, rid, now, queue_, procs, handles, prompt_tokens, echoes),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             async for _ in _events(queue_, procs, handles, request):
@@ -343,13 +354,18 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
         finally:
             for h in handles:
                 engine.cancel(h)
-        choices = [{"index": i, "text": echo + p.content,
-                    "logprobs": _completion_logprobs(p.logprob_entries, len(echo)) if req.logprobs is not None else None,
-                    "finish_reason": _finish_reason(p, [])} for i, p in enumerate(procs)]
+        choices = []
+        for i, p in enumerate(procs):
+            lp = None
+            if req.logprobs is not None:
+                entries = (p.prompt_logprob_entries or []) + p.logprob_entries if req.echo else p.logprob_entries
+                lp = _completion_logprobs(entries, 0 if req.echo else len(echoes[i]))
+            choices.append({"index": i, "text": echoes[i] + p.content, "logprobs": lp,
+                            "finish_reason": _finish_reason(p, [])})
         return {"id": rid, "object": "text_completion", "created": now, "model": model_name, "choices": choices,
-                "usage": _usage(len(prompt_ids), procs)}
+                "usage": _usage(prompt_tokens, procs)}
 
-    async def _completion_stream(req, rid, now, queue_, procs, handles, prompt_len, echo):
+    async def _completion_stream(req, rid, now, queue_, procs, handles, prompt_len, echoes):
         def chunk(choices, usage=None):
             body = {"id": rid, "object": "text_completion", "created": now, "model": model_name, "choices": choices}
             if usage is not None:
@@ -357,12 +373,17 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
             return f"data: {json.dumps(body)}\n\n"
 
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        offsets = [len(echo)] * len(procs)
+        offsets = [len(e) for e in echoes]
+        scored = req.echo and req.logprobs is not None  # the echo goes out with its logprobs, after prefill
         try:
-            if echo:
-                for i in range(len(procs)):
+            if req.echo and not scored:
+                for i, echo in enumerate(echoes):
                     yield chunk([{"index": i, "text": echo, "logprobs": None, "finish_reason": None}])
             async for i, d in _events(queue_, procs, handles, None):
+                if d.prompt_logprobs is not None:
+                    yield chunk([{"index": i, "text": echoes[i], "finish_reason": None,
+                                  "logprobs": _completion_logprobs(d.prompt_logprobs, 0)}])
+                    continue
                 lp = None
                 if req.logprobs is not None and d.logprobs:
                     lp = _completion_logprobs(d.logprobs, offsets[i])
