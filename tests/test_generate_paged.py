@@ -1,0 +1,136 @@
+"""The paged KV cache: budget arithmetic, block accounting, waiting for blocks, and the same tokens as
+the slot cache and as generate() (the model's own KV-cache path)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cookmind.infer import GenerationConfig, generate
+from cookmind.infer.engine import Engine, FinishEvent, PromptLogprobsEvent, TokenEvent
+from cookmind.infer.paged_cache import BlockAllocator, blocks_for_budget
+from cookmind.infer.sampling import SamplingParams
+from cookmind.model import CookMindConfig, CookMindLM
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    cfg = CookMindConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = CookMindLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(8)
+    return model
+
+
+PROMPTS = [[5, 9, 11], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [42], [7, 7, 7, 7, 7, 7], [8, 1, 2, 8]]
+LENS = [9, 5, 14, 3, 11]
+# per block: 2 (K, V) * 2 layers * 2 kv heads * 4 positions * 8 head dim * 4 bytes (fp32) = 1024 bytes
+BLOCK_BYTES = 2 * 2 * 2 * 4 * 8 * 4
+
+
+def tokens(req):
+    return [ev.token_id for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)]
+
+
+def test_blocks_for_budget_hand_computed():
+    assert BLOCK_BYTES == 1024
+    assert blocks_for_budget(10 * 1024 + 1023, 2, 2, 4, 8, torch.float32) == 10
+    assert blocks_for_budget(10 * 1024, 2, 2, 4, 8, torch.bfloat16) == 20  # half the bytes per element
+    # GPT-2-small shape, bf16, 16-token blocks: 2*12*12*16*64*2 = 589,824 bytes -> 455 blocks in 256 MiB
+    assert blocks_for_budget(256 * 2**20, 12, 12, 16, 64, torch.bfloat16) == 455
+    with pytest.raises(ValueError, match="at least 2"):
+        blocks_for_budget(1500, 2, 2, 4, 8, torch.float32)
+    engine = Engine(tiny_model(), max_seq_len=48, kv_budget_bytes=50 * 1024, block_size=4)
+    assert engine.kv_blocks()["kv_blocks_total"] == 49  # 50 blocks, one of them scratch
+
+
+def test_allocator_rejects_double_free():
+    alloc = BlockAllocator(4)
+    a, b = alloc.allocate(), alloc.allocate()
+    assert {a, b} <= {1, 2, 3} and alloc.num_free == 1
+    alloc.free([a])
+    with pytest.raises(RuntimeError, match="twice"):
+        alloc.free([a, a])
+    with pytest.raises(ValueError, match="not a pool block"):
+        alloc.free([0])
+
+
+@pytest.mark.parametrize("overlap,graphs", [(False, False), (True, True)])
+def test_paged_equals_slots_and_generate_mixed_lengths(overlap, graphs):
+    model = tiny_model()
+    outs = {}
+    for kv in ("paged", "slots"):
+        engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=5, block_size=4, kv_cache=kv,
+                        overlap=overlap, cuda_graphs=graphs)
+        reqs = [engine.submit(p, SamplingParams(temperature=0), n) for p, n in zip(PROMPTS, LENS)]
+        engine.run_until_idle()  # 5 requests through 3 rows, prompts chunked, many block boundaries
+        outs[kv] = [tokens(r) for r in reqs]
+    assert outs["paged"] == outs["slots"]
+    assert outs["paged"] == [generate(model, [p], GenerationConfig(max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
+
+
+def test_blocks_grow_with_the_sequence_and_all_return_after_finish_and_cancel():
+    model = tiny_model()
+    engine = Engine(model, num_slots=3, max_seq_len=48, block_size=4, kv_budget_bytes=40 * BLOCK_BYTES, overlap=False)
+    total = engine.kv_blocks()["kv_blocks_total"]
+    a = engine.submit(PROMPTS[1], SamplingParams(temperature=0), 20)  # 14 + 20 = 34 positions: 9 blocks reserved
+    b = engine.submit(PROMPTS[0], SamplingParams(temperature=0), 30)
+    c = engine.submit(PROMPTS[2], SamplingParams(temperature=0), 5)
+    engine.step()  # a and b prefill and sample one token each
+    for _ in range(4):
+        engine.step()
+    # a holds its 14 prompt positions + 4 decoded ones = 18 positions -> ceil(18/4) = 5 blocks, not 9
+    assert len(a.blocks) == 5 and len(b.blocks) == -(-(3 + 4) // 4)
+    assert engine.kv_blocks()["kv_blocks_free"] == total - len(a.blocks) - len(b.blocks) - len(c.blocks)
+    engine.cancel(b)
+    engine.cancel(c)
+    engine.run_until_idle()
+    assert tokens(a) == generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=20))[0]
+    blocks = engine.kv_blocks()
+    assert blocks["kv_blocks_free"] == blocks["kv_blocks_unreserved"] == total
+    assert all(len(r.blocks) == 0 for r in (a, b, c))
+
+
+def test_request_that_cannot_get_blocks_waits_in_the_queue():
+    model = tiny_model()
+    # 10 blocks, 9 usable; each request can fill 3 + 13 = 16 positions = 4 blocks: two run at once
+    engine = Engine(model, num_slots=4, max_seq_len=48, block_size=4, kv_budget_bytes=10 * BLOCK_BYTES)
+    prompts = [PROMPTS[0], PROMPTS[4][:3], [11, 12, 13], [20, 21, 22]]
+    reqs = [engine.submit(p, SamplingParams(temperature=0), 13) for p in prompts]
+    engine.step()
+    running = [r for r in engine.slots if r is not None]
+    assert len(running) == 2 and len(engine.waiting) == 2  # rows are free; blocks are not
+    engine.run_until_idle()
+    assert [tokens(r) for r in reqs] == [generate(model, [p], GenerationConfig(max_new_tokens=13))[0] for p in prompts]
+    assert engine.kv_blocks()["kv_blocks_free"] == 9
+    with pytest.raises(ValueError, match="pool holds 9"):
+        engine.submit(PROMPTS[1], None, 30)  # could fill 44 positions = 11 blocks: never fits
+
+
+def test_prompt_logprobs_across_prefill_chunks():
+    model = tiny_model()
+    engine = Engine(model, num_slots=2, max_seq_len=48, prefill_chunk=4, block_size=4)
+    prompt = PROMPTS[1]
+    req = engine.submit(prompt, SamplingParams(temperature=0), 0, prompt_logprobs=3)  # scoring only
+    engine.run_until_idle()
+    events = list(req.events(timeout=0))
+    assert isinstance(events[0], PromptLogprobsEvent) and isinstance(events[-1], FinishEvent)
+    assert events[-1].reason == "length" and len(events) == 2
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([prompt])).logits[0].double(), -1)
+    ev = events[0]
+    assert ev.logprobs[0] is None and ev.top[0] is None and len(ev.logprobs) == len(prompt)
+    for i in range(1, len(prompt)):
+        assert ev.logprobs[i] == pytest.approx(logp[i - 1, prompt[i]].item(), abs=1e-4)
+        assert [t for t, _ in ev.top[i]] == logp[i - 1].topk(3).indices.tolist()
