@@ -73,7 +73,9 @@ class ModelRunner:
         self.compiled = bool(enabled)
         if enabled:  # a few specialisations per runner (prefill/decode, batch 1/more, each cache layout);
             # past dynamo's limit (8) it would silently run the layer uncompiled
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            cfg = torch._dynamo.config
+            name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"  # older torch
+            setattr(cfg, name, max(getattr(cfg, name), 64))
         self._layer_fn = torch.compile(self._layer, dynamic=True) if enabled else self._layer
         self._head_fn = torch.compile(self._head, dynamic=True) if enabled else self._head
 
