@@ -21,7 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-cache-mb", type=int, default=1024, help="KV cache memory budget in MiB")
     parser.add_argument("--max-seq-len", type=int, default=None, help="context length (default: the model's)")
     parser.add_argument("--max-queue", type=int, default=256, help="waiting requests before answering 429")
+    parser.add_argument("--kv-layout", choices=["paged", "slots"], default="paged",
+                        help="paged: blocks from one pool, taken as sequences grow (default); slots: a whole context "
+                             "per sequence")
+    parser.add_argument("--block-size", type=int, default=16, help="positions per KV block (paged)")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
+    parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
 
 
 def build_app(args: argparse.Namespace):
@@ -37,7 +42,8 @@ def build_app(args: argparse.Namespace):
     model, tokenizer = load_for_inference(args.model, device, dtype, args.tokenizer)
     engine = Engine(model, num_slots=args.max_batch, max_seq_len=args.max_seq_len,
                     kv_budget_bytes=args.kv_cache_mb * 2**20, max_waiting=args.max_queue,
-                    cuda_graphs=False if args.no_cuda_graphs else None)
+                    cuda_graphs=False if args.no_cuda_graphs else None, kv_cache=args.kv_layout,
+                    block_size=args.block_size, compile=False if args.no_compile else None)
     name = args.model_name or Path(args.model).resolve().name
     return create_app(engine, tokenizer, name, api_key=args.api_key), engine
 
@@ -47,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
 
     app, engine = build_app(args)
     print(f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
-          f"({engine.num_slots} slots x {engine.max_seq_len} tokens; web chat at /)", flush=True)
+          f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache "
+          f"{engine.kv_blocks() or ''}; web chat at /)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
