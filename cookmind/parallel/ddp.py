@@ -31,17 +31,19 @@ from .grad_bucket import GradBucket
 
 
 class DDP(nn.Module):
-    """Data-parallel wrapper: ``DDP(module, bucket_size_mb=25, reduce_dtype=None, first_bucket_mb=1)``.
+    """Data-parallel wrapper: ``DDP(module, bucket_size_mb=25, reduce_dtype=None, first_bucket_mb=None)``.
 
     After each synchronised backward call ``finish_gradient_synchronization()`` before the
     optimizer step; wrap accumulation micro-steps in ``with ddp.no_sync():`` (or set
     ``ddp.require_backward_grad_sync = False``) and nothing is communicated for them.
     reduce_dtype=torch.bfloat16 halves the bytes sent (the user accepts bf16 rounding of grads).
+    first_bucket_mb: a smaller first bucket, so communication starts after the first few gradients
+    (helps eager models whose gradients trickle in; per-block compiled blocks hand theirs over at once).
     rebuild_buckets=False keeps the initial order (reverse registration order) for good.
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float = 25.0, reduce_dtype: torch.dtype | None = None,
-                 process_group=None, bucket_cap_mb: float | None = None, first_bucket_mb: float | None = 1.0,
+                 process_group=None, bucket_cap_mb: float | None = None, first_bucket_mb: float | None = None,
                  rebuild_buckets: bool = True):
         super().__init__()
         if bucket_cap_mb is not None:  # torch DDP's name for the same knob
@@ -102,14 +104,19 @@ class DDP(nn.Module):
             self.require_backward_grad_sync = previous
 
     def _grad_ready(self, p: nn.Parameter) -> None:
+        # runs once per parameter per backward on autograd's thread, the busiest one: keep it tiny
         if not self.require_backward_grad_sync:
             return
         bucket, i = self._where[p]
-        if self._ready_log is not None:
-            self._ready_log.append(self._index[p])
-        bucket.grad_ready(i)
+        if bucket.arrived[i]:
+            raise RuntimeError("DDP: a parameter's gradient arrived twice in one synchronised backward; call "
+                               "finish_gradient_synchronization() after each backward outside no_sync()")
+        bucket.arrived[i] = True
+        bucket.pending -= 1
         if bucket.pending == 0:
             self._launch_ready()
+        if self._ready_log is not None:
+            self._ready_log.append(self._index[p])
 
     def _launch_ready(self) -> None:
         # launch in bucket order only, so every rank issues the same sequence of collectives

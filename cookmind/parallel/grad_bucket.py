@@ -43,8 +43,9 @@ class GradBucket:
         self.views = [v.view_as(p) for v, p in zip(self.grad_buffer.split(sizes), params)]
         self.comm_views = list(self.comm_buffer[:self.numel].split(sizes))
         self.separate_comm = reduce_dtype != dtype
+        self._ones = torch.ones(n, dtype=reduce_dtype, device=device)
         self.has_grad = [False] * n  # this rank holds a gradient for the parameter this step
-        self.arrived = [False] * n  # ready in the current synchronised backward
+        self.arrived = [False] * n  # ready in the current synchronised backward (set by DDP's hook)
         self.pending = n
         self.work = None
 
@@ -53,36 +54,31 @@ class GradBucket:
         """Bytes sent per all_reduce (gradients and flags, in the reduce dtype)."""
         return self.comm_buffer.numel() * self.comm_buffer.element_size()
 
-    def grad_ready(self, i: int) -> None:
-        """Parameter i's gradient is final for this backward (from its post-accumulate-grad hook)."""
-        if self.arrived[i]:
-            raise RuntimeError(
-                "DDP: a parameter's gradient arrived twice in one synchronised backward; call "
-                "finish_gradient_synchronization() after each backward outside no_sync()"
-            )
-        self.arrived[i] = True
-        self.has_grad[i] = True
-        self.pending -= 1
-
     def fill_missing(self) -> None:
         """At the end of backward: parameters not used in it send what they hold (earlier micro-steps) or zeros."""
-        for i, p in enumerate(self.params):
+        for i in range(len(self.params)):
             if not self.arrived[i]:
                 self.arrived[i] = True
-                self.has_grad[i] = p.grad is not None
                 self.pending -= 1
 
     @torch.no_grad()
     def _gather(self) -> None:
-        """Bring every gradient into the comm buffer (one multi-tensor copy; zeros where there is none)."""
+        """Bring every gradient and its flag into the comm buffer: one multi-tensor copy for the bucket."""
         src, dst = [], []
         for i, p in enumerate(self.params):
             g = p.grad
+            self.has_grad[i] = g is not None
             if g is None:
                 self.comm_views[i].zero_()
             elif self.separate_comm or g is not self.views[i]:
                 src.append(g.reshape(-1))
                 dst.append(self.comm_views[i])
+        flags = self.comm_buffer[self.numel:]
+        if all(self.has_grad):
+            src.append(self._ones)  # the flags ride in the same copy: no extra kernel
+            dst.append(flags)
+        else:
+            flags.copy_(torch.tensor(self.has_grad, dtype=flags.dtype), non_blocking=True)
         if src:
             torch._foreach_copy_(dst, src)  # casts to the reduce dtype on the way
         if not self.separate_comm:  # the stolen gradients are in the bucket now: point .grad at it
@@ -93,11 +89,6 @@ class GradBucket:
     def launch(self, world_size: int, group=None, use_avg: bool = False) -> None:
         """Start the asynchronous mean over ranks (use_avg: the backend averages itself, as NCCL does)."""
         self._gather()
-        flags = self.comm_buffer[self.numel:]
-        flags.fill_(1)  # set on the device: a host-to-device copy here would stall backward
-        for i, has in enumerate(self.has_grad):
-            if not has:
-                flags[i].fill_(0)
         if use_avg:
             op = dist.ReduceOp.AVG  # the 1/world_size scaling happens inside the reduction
         else:
