@@ -13,8 +13,10 @@ Launch on 2 GPUs:
 A setup is NAME[:key=value...]. NAME: 1gpu | torch | torch-bf16 | ours | ours-bf16 | ours-bf16-zero1,
 optionally ending in -whole. Keys: bucket (MB), first (our first bucket, MB; 0 = none),
 hp=1 (communicate on a high-priority CUDA stream: a new NCCL group), ctas=N (at most N CTAs per
-NCCL kernel, same group), rebuild=0 (ours: keep the initial bucket order), prof=1 (trace 3 steps
-on rank 0 into --out). Prints one JSON line per setup: ms/step, tokens/s over all GPUs and
+NCCL kernel, same group), rebuild=0 (ours: keep the initial bucket order), gc=1 (gc.freeze() after
+warm-up), prof=1 (trace 3 steps on rank 0 into --out). Prints one JSON line per setup: ms/step
+(mean over all timed steps; also the median step by CUDA events, and the host time to issue a
+step: near ms/step means the host, not the GPU, sets the pace), tokens/s over all GPUs and
 scaling efficiency (one-GPU step time / N-GPU step time at the same per-GPU batch), then a table.
 --bw first prints all_reduce bandwidth (bf16) at a few sizes.
 """
@@ -27,6 +29,7 @@ import gzip
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -43,7 +46,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=1, help="time each setup this many times, report the best")
+    p.add_argument("--repeats", type=int, default=1, help="timed windows of --steps steps per round")
+    p.add_argument("--rounds", type=int, default=3, help="passes over all setups; ms is the mean over rounds")
     p.add_argument("--batch", type=int, default=12)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--layers", type=int, default=12)
@@ -63,7 +67,7 @@ from cookmind.model.cross_entropy import cross_entropy as _CROSS_ENTROPY  # noqa
 
 def parse_setup(text: str) -> tuple[str, dict]:
     name, *opts = text.split(":")
-    known = {"bucket", "first", "hp", "ctas", "rebuild", "prof"}
+    known = {"bucket", "first", "hp", "ctas", "rebuild", "prof", "gc"}
     kv = {}
     for o in opts:
         k, _, v = o.partition("=")
@@ -136,12 +140,10 @@ def summarize_trace(path: Path, steps: int) -> dict:
 
     busy_compute = union(compute)
     busy_all = union(kernels)
-    steps_cpu = [e["dur"] for e in events if e.get("name", "").startswith("ProfilerStep#")]
     return {"span_ms_per_step": round(span / steps / 1e3, 2),
             "compute_busy_ms_per_step": round(busy_compute / steps / 1e3, 2),
             "nccl_ms_per_step": round(sum(e["dur"] for e in nccl) / steps / 1e3, 2),
             "nccl_alone_ms_per_step": round((busy_all - busy_compute) / steps / 1e3, 2),
-            "cpu_ms_per_step": [round(d / 1e3, 2) for d in steps_cpu],
             "kernels_per_step": len(compute) // steps,
             "streams": {str(k): round(sum(e["dur"] for e in v) / steps / 1e3, 2) for k, v in by_stream.items()}}
 
@@ -154,37 +156,42 @@ def run_setup(text, args, device, rank, world, shared):
     single = name.startswith("1gpu")
     if single and rank != 0:
         return None
-    group = None if single else comm_group(opts, device)
-    if whole or args.no_compile or shared.get("model") is None:
-        model = build_model(args, device, whole)
-        if not whole:
-            shared["model"], shared["init"] = model, {k: v.clone() for k, v in model.state_dict().items()}
-    else:
-        model = shared["model"]
-    if not whole:
-        model.load_state_dict(shared["init"])
-        for p in model.parameters():
-            p.grad = None
-    bare = model
     kind = name.split("-")[0]
     bf16 = "bf16" in name
     bucket_mb = opts.get("bucket", args.bucket_mb)
-    if kind == "torch":
-        if whole and not args.no_compile:
-            model = torch.compile(model)
-        ids = [device.index] if device.type == "cuda" else None
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=bucket_mb,
-                                                          gradient_as_bucket_view=True, process_group=group)
-        if bf16:
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    # per-block setups share one compiled model (wrapped afresh each time, so torch DDP must not
+    # re-split those graphs: same kernels for everyone); whole-model setups keep their own, wrapped once
+    torch._dynamo.config.optimize_ddp = whole
+    cached = shared.get(text) if whole else None
+    if cached is not None:
+        bare, model, group, init = cached
+    else:
+        group = None if single else comm_group(opts, device)
+        if whole or args.no_compile or shared.get("model") is None:
+            bare = build_model(args, device, whole)
+            init = {k: v.clone() for k, v in bare.state_dict().items()}
+            if not whole:
+                shared["model"], shared["init"] = bare, init
+        else:
+            bare, init = shared["model"], shared["init"]
+        model = torch.compile(bare) if whole and not args.no_compile else bare
+        if kind == "torch":
+            ids = [device.index] if device.type == "cuda" else None
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=bucket_mb,
+                                                              gradient_as_bucket_view=True, process_group=group)
+            if bf16:
+                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-            model.register_comm_hook(group, default_hooks.bf16_compress_hook)
-    elif kind == "ours":
-        first = opts.get("first", 1.0)
-        model = DDP(model, bucket_size_mb=bucket_mb, reduce_dtype=torch.bfloat16 if bf16 else None,
-                    process_group=group, first_bucket_mb=first or None, rebuild_buckets=bool(opts.get("rebuild", 1)))
-    elif whole and not args.no_compile:
-        model = torch.compile(model)
+                model.register_comm_hook(group, default_hooks.bf16_compress_hook)
+        elif kind == "ours":
+            model = DDP(model, bucket_size_mb=bucket_mb, reduce_dtype=torch.bfloat16 if bf16 else None,
+                        process_group=group, first_bucket_mb=opts.get("first") or None,
+                        rebuild_buckets=bool(opts.get("rebuild", 1)))
+        if whole:
+            shared[text] = (bare, model, group, init)
+    bare.load_state_dict(init)  # every setup and round starts from the same weights
+    for p in bare.parameters():
+        p.grad = None
     params = [p for p in model.parameters() if p.requires_grad]
     if "zero1" in name:
         opt = ShardedOptimizer(params, torch.optim.AdamW, lr=6e-4, weight_decay=0.1, fused=device.type == "cuda")
@@ -208,35 +215,49 @@ def run_setup(text, args, device, rank, world, shared):
         loss = step()
     sync(device)
     warm_s = time.time() - t0
-    times = []
+    if opts.get("gc"):
+        gc.collect()
+        gc.freeze()  # compiled graphs' many objects leave the collector's scans
+    times, cpu_ms, step_ms = [], [], []
     for _ in range(args.repeats):
         if world > 1 and not single:
             dist.barrier(group=group)
         sync(device)
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps + 1)] if device.type == "cuda" else []
         t0 = time.time()
-        for _ in range(args.steps):
+        for k in range(args.steps):
+            if events:
+                events[k].record()
+            c0 = time.perf_counter()
             loss = step()
+            cpu_ms.append((time.perf_counter() - c0) * 1000)
+        if events:
+            events[-1].record()
         sync(device)
         times.append((time.time() - t0) / args.steps * 1000)
-    ms = min(times)
-    r = {"ms": ms, "ms_all": [round(t, 2) for t in times]}
+        step_ms += [a.elapsed_time(b) for a, b in zip(events[:-1], events[1:])]
+    if opts.get("gc"):
+        gc.unfreeze()
+    ms = sum(times) / len(times)
+    r = {"ms": ms, "ms_windows": [round(t, 2) for t in times],
+         "step_ms_median": round(statistics.median(step_ms), 2) if step_ms else None,
+         "step_ms_p90": round(statistics.quantiles(step_ms, n=10)[-1], 2) if len(step_ms) > 1 else None,
+         "cpu_issue_ms_median": round(statistics.median(cpu_ms), 2)}
     if opts.get("prof") and rank == 0 and device.type == "cuda":
-        from torch.profiler import ProfilerActivity, profile, schedule
+        from torch.profiler import ProfilerActivity, profile
 
         trace = Path(args.out) / f"trace_{text.replace(':', '_').replace('=', '')}.json"
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                     schedule=schedule(wait=0, warmup=1, active=3)) as prof:
-            for _ in range(4):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
                 loss = step()
-                prof.step()
-        sync(device)
+            sync(device)
         prof.export_chrome_trace(str(trace))
         r["profile"] = summarize_trace(trace, 3)
         with open(trace, "rb") as src, gzip.open(str(trace) + ".gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
         trace.unlink()
     elif opts.get("prof") and world > 1 and not single:
-        for _ in range(4):  # the peer runs the same steps while rank 0 traces
+        for _ in range(3):  # the peer runs the same steps while rank 0 traces
             loss = step()
         sync(device)
     n_gpus = 1 if single else world
@@ -247,16 +268,15 @@ def run_setup(text, args, device, rank, world, shared):
         dist.all_reduce(lo, op=dist.ReduceOp.MIN)
         dist.all_reduce(hi, op=dist.ReduceOp.MAX)
         same = bool(((hi - lo).abs() <= 1e-6 * hi.abs().clamp(min=1.0)).all().item())
-    if isinstance(model, DDP):
-        model.remove_hooks()
-    model = opt = None  # noqa: F841 - drop the wrapper (and torch DDP's hooks) before the next setup
+    if not whole:  # the shared model goes on to the next setup bare
+        if isinstance(model, DDP):
+            model.remove_hooks()
+        model = opt = None  # noqa: F841 - drop the wrapper (and torch DDP's hooks) before the next setup
+        gc.collect()  # torch DDP's reducer removes its autograd hooks when collected
+        if group is not None:
+            dist.destroy_process_group(group)
     for p in bare.parameters():
         p.grad = None
-    gc.collect()  # torch DDP's reducer removes its autograd hooks when collected
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    if group is not None:
-        dist.destroy_process_group(group)
     return {**r, "gpus": n_gpus, "tokens_per_s": n_gpus * args.batch * args.seq / ms * 1000,
             "loss": round(loss.item(), 4), "warmup_s": round(warm_s, 1), "weights_equal_across_ranks": same}
 
@@ -280,6 +300,42 @@ def all_reduce_bandwidth(device, rank) -> None:
                               "busbw_GBps": round(mb * 2**20 * 2 * (world - 1) / world / s / 1e9, 1)}), flush=True)
 
 
+def report(rows: dict, args, device) -> None:
+    """One JSON line per setup (means over rounds; efficiency against the one-GPU setup of its kind), then a table."""
+    base = {}
+    for text, rs in rows.items():
+        name = text.split(":")[0]
+        if name in ("1gpu", "1gpu-whole") and name not in base and all("ms" in r for r in rs):
+            base[name] = [r["ms"] for r in rs]
+    table = []
+    for text, rs in rows.items():
+        name = text.split(":")[0]
+        ok = [r for r in rs if "ms" in r]
+        out = {"bench": "ddp", "setup": text, "batch_per_gpu": args.batch, "seq": args.seq,
+               "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__}
+        if not ok:
+            print(json.dumps({**out, "error": rs[0].get("error")}), flush=True)
+            continue
+        ms = statistics.mean(r["ms"] for r in ok)
+        out.update(ms=round(ms, 2), ms_rounds=[round(r["ms"], 2) for r in ok], gpus=ok[0]["gpus"],
+                   tokens_per_s=round(ok[0]["gpus"] * args.batch * args.seq / ms * 1000),
+                   step_ms_median=ok[-1]["step_ms_median"], cpu_issue_ms_median=ok[-1]["cpu_issue_ms_median"],
+                   loss=ok[-1]["loss"], warmup_s=ok[0]["warmup_s"],
+                   weights_equal_across_ranks=all(r["weights_equal_across_ranks"] for r in ok))
+        ref = base.get("1gpu-whole" if name.endswith("-whole") else "1gpu")
+        if ref and out["gpus"] > 1 and len(ref) == len(ok):
+            out["scaling_efficiency"] = round(statistics.mean(ref) / ms, 3)
+            out["efficiency_rounds"] = [round(b / r["ms"], 3) for b, r in zip(ref, ok)]
+        if "profile" in ok[0]:
+            out["profile"] = ok[0]["profile"]
+        print(json.dumps(out), flush=True)
+        table.append(out)
+    print(f"\n{'setup':>34} {'gpus':>4} {'ms/step':>8} {'tok/s':>10} {'eff':>6}")
+    for r in table:
+        print(f"{r['setup']:>34} {r['gpus']:>4} {r['ms']:>8.1f} {r['tokens_per_s']:>10.0f} "
+              f"{r.get('scaling_efficiency', float('nan')):>6.2f}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from cookmind.parallel import init_distributed
@@ -290,31 +346,21 @@ def main(argv=None) -> int:
     rank, world, device = info.rank, info.world_size, info.device
     if args.bw and world > 1:
         all_reduce_bandwidth(device, rank)
-    results, shared = {}, {}
-    for text in args.setups:
-        name = text.split(":")[0]
-        if world > 1:
-            dist.barrier()
-        try:
-            r = run_setup(text, args, device, rank, world, shared)
-        except Exception as exc:  # report and go on to the next setup
-            r = {"error": repr(exc)[:300]}
-        if world > 1:
-            dist.barrier()
-        if rank == 0 and r is not None:
-            base = results.get("1gpu-whole" if name.endswith("-whole") else "1gpu", {}).get("ms")
-            if "ms" in r and base and r["gpus"] > 1:
-                r["scaling_efficiency"] = round(base / r["ms"], 3)
-            r = {"bench": "ddp", "setup": text, "batch_per_gpu": args.batch, "seq": args.seq,
-                 "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__, **r}
-            results[name if name.startswith("1gpu") else text] = r
-            print(json.dumps(r), flush=True)
+    rows, shared = {}, {}
+    for _ in range(args.rounds):  # interleaved rounds: a slow spell of the host hits every setup alike
+        for text in args.setups:
+            if world > 1:
+                dist.barrier()
+            try:
+                r = run_setup(text, args, device, rank, world, shared)
+            except Exception as exc:  # report and go on to the next setup
+                r = {"error": repr(exc)[:300]}
+            if world > 1:
+                dist.barrier()
+            if rank == 0 and r is not None:
+                rows.setdefault(text, []).append(r)
     if rank == 0:
-        print(f"\n{'setup':>34} {'gpus':>4} {'ms/step':>8} {'tok/s':>10} {'eff':>6}")
-        for name, r in results.items():
-            if "ms" in r:
-                print(f"{name:>34} {r['gpus']:>4} {r['ms']:>8.1f} {r['tokens_per_s']:>10.0f} "
-                      f"{r.get('scaling_efficiency', float('nan')):>6.2f}")
+        report(rows, args, device)
     if world > 1:
         dist.destroy_process_group()
     return 0
