@@ -81,10 +81,11 @@ class GradBucket:
             flags.copy_(torch.tensor(self.has_grad, dtype=flags.dtype), non_blocking=True)
         if src:
             torch._foreach_copy_(dst, src)  # casts to the reduce dtype on the way
-        if not self.separate_comm:  # the stolen gradients are in the bucket now: point .grad at it
-            for i, p in enumerate(self.params):
-                if p.grad is not None and p.grad is not self.views[i]:
-                    p.grad = self.views[i]
+        # the gradients autograd allocated are in the bucket now: point .grad at its slice and let them go
+        # (with a separate comm buffer the slice is filled at finish(); nothing reads .grad before that)
+        for i, p in enumerate(self.params):
+            if p.grad is not None and p.grad is not self.views[i]:
+                p.grad = self.views[i]
 
     def launch(self, world_size: int, group=None, use_avg: bool = False) -> None:
         """Start the asynchronous mean over ranks (use_avg: the backend averages itself, as NCCL does)."""
