@@ -347,7 +347,7 @@ def main(argv=None) -> int:
     if args.bw and world > 1:
         all_reduce_bandwidth(device, rank)
     rows, shared = {}, {}
-    for _ in range(args.rounds):  # interleaved rounds: a slow spell of the host hits every setup alike
+    for rnd in range(args.rounds):  # interleaved rounds: a slow spell of the host hits every setup alike
         for text in args.setups:
             if world > 1:
                 dist.barrier()
@@ -359,6 +359,8 @@ def main(argv=None) -> int:
                 dist.barrier()
             if rank == 0 and r is not None:
                 rows.setdefault(text, []).append(r)
+                brief = {k: r[k] for k in ("ms", "step_ms_median", "cpu_issue_ms_median", "error") if k in r}
+                print(json.dumps({"bench": "ddp-round", "round": rnd, "setup": text, **brief}), flush=True)
     if rank == 0:
         report(rows, args, device)
     if world > 1:
