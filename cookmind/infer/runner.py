@@ -17,6 +17,7 @@ import torch._dynamo
 import torch.nn.functional as F
 from torch.fx.experimental import _config as fx_config
 
+from cookmind.infer.decode_attention import decode_attention
 from cookmind.infer.paged_cache import PagedKVCache
 from cookmind.infer.slot_cache import SlotKVCache
 from cookmind.model.rope import apply_rope
@@ -152,7 +153,9 @@ class ModelRunner:
         self.cache.write(cache_k, cache_v, step, k, v)
         keys, values = self.cache.view(cache_k, cache_v, step)
         group = self.n_heads // self.n_kv
-        if t == 1 and group > 1:
+        if t == 1 and self.compiled:
+            out = decode_attention(q, keys, values, mask)  # fused by the compiler (see decode_attention.py)
+        elif t == 1 and group > 1:
             # decode with grouped-query attention: the group's heads become G queries of one kv head
             q = q.reshape(b, self.n_kv, group, self.head_dim)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, Hkv, G, D)
