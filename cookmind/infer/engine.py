@@ -157,6 +157,8 @@ class Engine:
         if self.device.type == "cuda" if compile is None else compile:
             self.runner.set_compiled(True)
         self.graphs = CudaGraphDecoder(self.runner, self._last_tok) if use_graphs else None
+        if self.runner.compiled:
+            self._warm_prefill()
         self._graph_key: tuple | None = None  # the batch the graph state was loaded for
         # overlap: launch decode step k+1 before reading step k's tokens back, so the host's
         # bookkeeping runs while the device computes (a request that stopped at step k wastes one row)
@@ -182,6 +184,18 @@ class Engine:
         self.tokens_generated = 0
         self.prompt_tokens = 0
         self._recent: deque[tuple[float, int]] = deque()
+
+    @torch.inference_mode()
+    def _warm_prefill(self) -> None:
+        """Compile the prefill shapes (one row, several rows) now rather than inside the first request.
+        Every write goes to the scratch column (slots) or the scratch block (paged): no state changes."""
+        t = min(8, self.max_seq_len)
+        for b in sorted({1, min(2, self.runner.num_slots)}):
+            dev = self.device
+            positions = torch.arange(t, device=dev).expand(b, t)
+            cols = torch.full((b, t), self.runner.scratch_col, dtype=torch.long, device=dev)
+            self.runner.forward(torch.zeros((b, t), dtype=torch.long, device=dev), positions, 0, t, write_cols=cols,
+                                last_index=torch.full((b,), t - 1, dtype=torch.long, device=dev))
 
     @property
     def num_slots(self) -> int:
