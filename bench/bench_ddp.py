@@ -87,17 +87,28 @@ def build_model(args, device, whole: bool):
                          tie_word_embeddings=True, attn_backend="sdpa")
     torch.manual_seed(0)
     model = CookMindLM(cfg).to(device)
-    if args.no_compile:
-        return model
+    if not whole and not args.no_compile:  # per-block graphs: a block's gradients are final as its backward ends
+        compile_blocks(model)
+    return model
+
+
+_COMPILED_LOSS = []
+
+
+def use_loss(args, whole: bool) -> None:
+    """Per-block setups compute the loss over 50k logits (the largest piece outside the blocks) compiled
+    on its own; a whole-model graph holds it already and must see the very function it was traced with.
+
+    Set before every setup: the loss is a module global of cookmind.model.lm, shared by all setups.
+    """
     import cookmind.model.lm as lm_module
 
-    if not whole:  # per-block graphs: each block's gradients are final as soon as its backward ends
-        compile_blocks(model)
-        # the loss over 50k logits is the largest piece left outside the blocks: compile it on its own
-        lm_module.cross_entropy = torch.compile(_CROSS_ENTROPY)
-    else:
+    if whole or args.no_compile:
         lm_module.cross_entropy = _CROSS_ENTROPY
-    return model
+        return
+    if not _COMPILED_LOSS:
+        _COMPILED_LOSS.append(torch.compile(_CROSS_ENTROPY))
+    lm_module.cross_entropy = _COMPILED_LOSS[0]
 
 
 def sync(device):
@@ -162,6 +173,7 @@ def run_setup(text, args, device, rank, world, shared):
     # per-block setups share one compiled model (wrapped afresh each time, so torch DDP must not
     # re-split those graphs: same kernels for everyone); whole-model setups keep their own, wrapped once
     torch._dynamo.config.optimize_ddp = whole
+    use_loss(args, whole)
     cached = shared.get(text) if whole else None
     if cached is not None:
         bare, model, group, init = cached
@@ -281,6 +293,20 @@ def run_setup(text, args, device, rank, world, shared):
             "loss": round(loss.item(), 4), "warmup_s": round(warm_s, 1), "weights_equal_across_ranks": same}
 
 
+def warm_shared_model(args, device, shared) -> None:
+    """Every rank compiles the shared per-block model before anything is timed (rank 1 runs no one-GPU setup)."""
+    use_loss(args, whole=False)
+    model = build_model(args, device, whole=False)
+    shared["model"], shared["init"] = model, {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randint(0, args.vocab, (args.batch, args.seq), device=device)
+    for _ in range(2):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            model(x, labels=x, return_logits=False).loss.backward()
+    for p in model.parameters():
+        p.grad = None
+    sync(device)
+
+
 def all_reduce_bandwidth(device, rank) -> None:
     """Bus bandwidth of one all_reduce at a few sizes (bf16): bytes * 2 (n-1) / n / time."""
     world = dist.get_world_size()
@@ -347,6 +373,8 @@ def main(argv=None) -> int:
     if args.bw and world > 1:
         all_reduce_bandwidth(device, rank)
     rows, shared = {}, {}
+    if any(not t.split(":")[0].endswith("-whole") for t in args.setups):
+        warm_shared_model(args, device, shared)
     for rnd in range(args.rounds):  # interleaved rounds: a slow spell of the host hits every setup alike
         for text in args.setups:
             if world > 1:
