@@ -2,8 +2,9 @@
 
 cookmind: the continuous-batching engine (paged KV cache, CUDA graphs of a torch.compile'd decode
           step, attention over length buckets). --variants adds others in the same run:
-          paged (default engine), slots (slot cache), graphs-eager (CUDA graphs of the uncompiled
-          step, slot cache: the engine before compilation).
+          paged (the default engine: compiled layer halves around eager attention, paged cache),
+          paged-fused (attention compiled too), slots (slot cache), graphs-eager (CUDA graphs of the
+          uncompiled step, slot cache: the engine before compilation).
 peer:     transformers `generate` with a static cache, which auto-compiles decoding with
           torch.compile (mode "reduce-overhead") on CUDA, on the same random weights exported
           with cookmind's HF export (`cookmind export --hf`).
@@ -76,6 +77,7 @@ def run_cookmind(engine: Engine, prompts: list[list[int]], n_new: int):
 
 VARIANTS = {  # name -> Engine options (cuda_graphs is on for CUDA in all)
     "paged": dict(kv_cache="paged"),
+    "paged-fused": dict(kv_cache="paged", compile_attention=True),
     "slots": dict(kv_cache="slots"),
     "graphs-eager": dict(kv_cache="slots", compile=False),
 }

@@ -159,22 +159,3 @@ def test_tiny_model_trained_on_repeated_text_reproduces_it_through_generate():
     assert len(out) > len(text)
     assert bytes(prompt + out).decode() == (text * 3)[: len(prompt) + len(out)]
 
-
-@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (8, 2)])
-def test_decode_attention_equals_sdpa(heads, kv_heads):
-    """The compiler-friendly decode attention against PyTorch's SDPA (kv heads repeated for GQA),
-    on strided cache views with a causal bias that hides different lengths per row."""
-    from cookmind.infer.decode_attention import decode_attention
-
-    torch.manual_seed(0)
-    b, d, L = 3, 16, 11
-    q = torch.randn(b, heads, 1, d)
-    cache = torch.randn(b, kv_heads, L + 5, d)
-    keys, values = cache[:, :, :L], torch.randn(b, kv_heads, L + 5, d)[:, :, :L]
-    lengths = torch.tensor([11, 4, 1])
-    bias = torch.zeros(b, 1, 1, L).masked_fill(torch.arange(L)[None, None, None] >= lengths[:, None, None, None],
-                                                float("-inf"))
-    g = heads // kv_heads
-    ref = torch.nn.functional.scaled_dot_product_attention(
-        q, keys.repeat_interleave(g, 1), values.repeat_interleave(g, 1), attn_mask=bias)
-    torch.testing.assert_close(decode_attention(q, keys, values, bias), ref, atol=1e-5, rtol=1e-5)

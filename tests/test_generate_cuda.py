@@ -75,11 +75,12 @@ def long_cuda_model():
     return model.cuda()
 
 
-@pytest.mark.parametrize("kv_cache", ["paged", "slots"])
-def test_compiled_graphs_over_length_buckets_equal_generate(kv_cache):
+@pytest.mark.parametrize("kv_cache,compile_attention", [("paged", False), ("slots", False), ("paged", True)])
+def test_compiled_graphs_over_length_buckets_equal_generate(kv_cache, compile_attention):
     """Compiled layers captured in graphs, rows crossing the 64 -> 128 length bucket and 16-token blocks."""
     model = long_cuda_model()
-    engine = Engine(model, num_slots=4, max_seq_len=160, cuda_graphs=True, compile=True, kv_cache=kv_cache)
+    engine = Engine(model, num_slots=4, max_seq_len=160, cuda_graphs=True, compile=True, kv_cache=kv_cache,
+                    compile_attention=compile_attention)
     assert engine.runner.compiled and engine.runner.compile_error is None
     assert engine.graphs.length_buckets == [64, 128, 160]
     lens = [90, 70, 100, 85, 60]

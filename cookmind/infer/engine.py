@@ -116,7 +116,8 @@ class Engine:
     the blocks its prompt plus max_new_tokens can fill (so it never runs out mid-way and nobody is
     preempted); it takes them one at a time as it grows and returns them all when it ends.
     kv_cache="slots": every row owns the whole context (``num_slots`` from the budget when not given).
-    On CUDA, decode steps replay CUDA graphs of a torch.compile'd step (``cuda_graphs``, ``compile``).
+    On CUDA, decode steps replay CUDA graphs (``cuda_graphs``) of a forward whose layers run through
+    torch.compile around eager attention (``compile``; ``compile_attention`` compiles attention too).
 
     Use ``start()`` for a background thread (the server), or call ``step()`` / ``run_until_idle()``
     yourself (benchmarks, tests). ``submit`` and ``cancel`` are thread-safe.
@@ -125,7 +126,7 @@ class Engine:
     def __init__(self, model, num_slots: int | None = None, max_seq_len: int | None = None,
                  kv_budget_bytes: int | None = None, max_waiting: int = 256, prefill_chunk: int = 512,
                  cuda_graphs: bool | None = None, overlap: bool | None = None, kv_cache: str = "paged",
-                 block_size: int = 16, compile: bool | None = None):
+                 block_size: int = 16, compile: bool | None = None, compile_attention: bool = False):
         cfg = model.config
         param = next(model.parameters())
         self.device = param.device
@@ -155,7 +156,7 @@ class Engine:
         use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
         # on CPU the graph decoder runs the same steps eagerly (tests use it there)
         if self.device.type == "cuda" if compile is None else compile:
-            self.runner.set_compiled(True)
+            self.runner.set_compiled(True, attention=compile_attention)
         self.graphs = CudaGraphDecoder(self.runner, self._last_tok) if use_graphs else None
         if self.runner.compiled:
             self._warm_prefill()

@@ -17,7 +17,6 @@ import torch._dynamo
 import torch.nn.functional as F
 from torch.fx.experimental import _config as fx_config
 
-from cookmind.infer.decode_attention import decode_attention
 from cookmind.infer.paged_cache import PagedKVCache
 from cookmind.infer.slot_cache import SlotKVCache
 from cookmind.model.rope import apply_rope
@@ -59,26 +58,37 @@ class ModelRunner:
             raise ValueError(f"kv_cache must be 'slots' or 'paged', got {kv_cache!r}")
         self.paged = kv_cache == "paged"
         self.compiled = False
-        self._layer_fn, self._head_fn = self._layer, self._head
+        self.compile_attention = False
+        self._layer_fn, self._pre_fn, self._post_fn, self._head_fn = self._layer, self._pre, self._post, self._head
         self.compile_error: str | None = None
 
     @property
     def num_slots(self) -> int:
         return self.cache.num_slots
 
-    def set_compiled(self, enabled: bool) -> None:
-        """Run each decoder layer through torch.compile (inductor fuses the norms, RoPE, cache writes,
-        SwiGLU and residual adds). Every layer has the same code and shapes, so one compiled layer serves
-        them all: compile time is one layer's, not the model's. dynamic: batch, length and positions
-        vary without recompiling (sizes 1 get their own specialisation)."""
+    def set_compiled(self, enabled: bool, attention: bool = False) -> None:
+        """Run the decoder layers through torch.compile: inductor fuses the norms, projections' neighbours,
+        RoPE, SwiGLU's gate and the residual adds. Every layer has the same code and shapes, so one
+        compiled function serves them all: compile time is one layer's, not the model's. dynamic: batch,
+        length and positions vary without recompiling (sizes 1 get their own specialisation).
+
+        attention=False (default): the cache write, the cache read and SDPA between the two compiled
+        halves of a layer stay eager. On the H200 (bench_decode, 2026-11-29) attention inside the
+        compiled graph made a batch-64 step slower than the whole eager step (1.82 vs 1.63 ms at
+        length 256), while compiling the rest took batch 1 from 1.30 to 0.77 ms; attention=True is
+        kept for that comparison."""
         self.compiled = bool(enabled)
+        self.compile_attention = bool(attention)
         if enabled:  # a few specialisations per runner (prefill/decode, batch 1/more, each cache layout);
             # past dynamo's limit (8) it would silently run the layer uncompiled
             cfg = torch._dynamo.config
             name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"  # older torch
             setattr(cfg, name, max(getattr(cfg, name), 64))
-        self._layer_fn = torch.compile(self._layer, dynamic=True) if enabled else self._layer
-        self._head_fn = torch.compile(self._head, dynamic=True) if enabled else self._head
+        def fast(fn):
+            return torch.compile(fn, dynamic=True) if enabled else fn
+
+        self._layer_fn, self._pre_fn, self._post_fn = fast(self._layer), fast(self._pre), fast(self._post)
+        self._head_fn = fast(self._head)
 
     @torch.inference_mode()
     def forward(self, *args, **kwargs) -> torch.Tensor:
@@ -99,8 +109,13 @@ class ModelRunner:
         mask = self._attention_bias(positions, attn_len, h.dtype)
         step = self.cache.step(slot_start, b, write_cols, attn_len)  # shared by every layer
         for i, layer in enumerate(self.layers):
-            h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, mask, self.cache.keys[i],
-                               self.cache.values[i], step)
+            keys, values = self.cache.keys[i], self.cache.values[i]
+            if self.compiled and not self.compile_attention:  # compiled halves around eager attention
+                q, k, v = self._compiled(self._pre_fn, self._pre, layer, h, cos, sin)
+                out = self._attend(q, k, v, mask, keys, values, step)
+                h = self._compiled(self._post_fn, self._post, layer, h, out)
+            else:
+                h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, mask, keys, values, step)
         if last_only:
             h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
         return self._compiled(self._head_fn, self._head, h)
@@ -139,23 +154,27 @@ class ModelRunner:
 
     def _layer(self, layer, h, cos, sin, mask, keys, values, step):
         """One decoder layer: h + attn(norm(h)), then + mlp(norm(h)); keys/values are this layer's cache."""
-        h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, mask, keys, values, step)
-        return h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
+        q, k, v = self._pre(layer, h, cos, sin)
+        return self._post(layer, h, self._attend(q, k, v, mask, keys, values, step))
 
-    def _attention(self, attn, x, cos, sin, mask, cache_k, cache_v, step):
+    def _pre(self, layer, h, cos, sin):
+        """The attention's inputs: q, k, v (B, heads, T, D) from norm(h), with QK-norm and RoPE."""
+        attn, x = layer.self_attn, layer.input_layernorm(h)
         b, t, _ = x.shape
         q = _linear(attn.q_proj, x).view(b, t, self.n_heads, self.head_dim)
         k = _linear(attn.k_proj, x).view(b, t, self.n_kv, self.head_dim)
         v = _linear(attn.v_proj, x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         if getattr(attn, "q_norm", None) is not None:
             q, k = attn.q_norm(q), attn.k_norm(k)  # QK-norm: per head, over head_dim
-        q, k = apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin)
+        return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v
+
+    def _attend(self, q, k, v, mask, cache_k, cache_v, step):
+        """Store k, v in the cache, attend q to the row's cached keys; (B, T, heads * D)."""
+        b, _, t, _ = q.shape
         self.cache.write(cache_k, cache_v, step, k, v)
         keys, values = self.cache.view(cache_k, cache_v, step)
         group = self.n_heads // self.n_kv
-        if t == 1 and self.compiled:
-            out = decode_attention(q, keys, values, mask)  # fused by the compiler (see decode_attention.py)
-        elif t == 1 and group > 1:
+        if t == 1 and group > 1:
             # decode with grouped-query attention: the group's heads become G queries of one kv head
             q = q.reshape(b, self.n_kv, group, self.head_dim)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, Hkv, G, D)
@@ -164,7 +183,12 @@ class ModelRunner:
             if group > 1:
                 keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        return _linear(attn.o_proj, out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+        return out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
+
+    def _post(self, layer, h, attn_out):
+        """h + o_proj(attention output), then + mlp(norm(h))."""
+        h = h + _linear(layer.self_attn.o_proj, attn_out)
+        return h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
 
     @staticmethod
     def _mlp(mlp, x):
