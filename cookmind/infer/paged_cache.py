@@ -89,7 +89,7 @@ class PagedKVCache:
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
         self.block_tables = torch.zeros((num_rows, self.max_blocks), dtype=torch.long, device=device)
         self._host_tables = torch.zeros((num_rows, self.max_blocks), dtype=torch.long)  # edited here, copied over
-        self._dirty = False
+        self._dirty: set[int] = set()  # rows edited since the last sync
         self.allocator = BlockAllocator(num_blocks)
 
     @property
@@ -103,14 +103,18 @@ class PagedKVCache:
         self._host_tables[row].zero_()
         if blocks:
             self._host_tables[row, : len(blocks)] = torch.tensor(blocks, dtype=torch.long)
-        self._dirty = True
+        self._dirty.add(row)
 
     def sync_tables(self) -> None:
         """Copy edited tables to the device before the next forward. From pageable memory the copy is
-        staged at once, so later edits cannot leak into it, and the host does not wait for the device."""
-        if self._dirty:
+        staged at once, so later edits cannot leak into it, and the host does not wait for the device.
+        A few edited rows go one by one (a long context makes the whole table large); many, all at once."""
+        if len(self._dirty) > 8:
             self.block_tables.copy_(self._host_tables, non_blocking=True)
-            self._dirty = False
+        else:
+            for row in self._dirty:
+                self.block_tables[row].copy_(self._host_tables[row], non_blocking=True)
+        self._dirty.clear()
 
     def step(self, slot_start: int, batch: int, write_cols: torch.Tensor, length: int) -> PagedStep:
         """Indices for rows slot_start.. slot_start+batch-1 writing at write_cols (B, T), reading columns < length."""
