@@ -66,3 +66,37 @@ def _compare_with_one_process(tmp_path, cfg_file, common):
     assert moved > 1e-3, "training must have changed the weights"
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), f"{k}: max diff {(a[k] - b[k]).abs().max()}"
+
+
+@pytest.mark.parametrize("ddp", ["torch", "ours"])
+@pytest.mark.parametrize("reduce_dtype", ["fp32", "bf16"])
+def test_parallel_reduce_dtype_reaches_the_all_reduce(tmp_path, ddp, reduce_dtype):
+    # One gloo process: the all-reduce average is the gradient itself, after a round trip through the wire
+    # dtype. So bf16 reduction must leave exactly the bf16-rounded gradient, fp32 the gradient untouched.
+    import torch.distributed as dist
+
+    from cookmind.model import CookMindConfig, CookMindLM
+    from cookmind.train.distributed import DistInfo, finish_gradient_sync, wrap_model
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = CookMindLM(CookMindConfig(**MODEL))
+        ref = CookMindLM(CookMindConfig(**MODEL))
+        ref.load_state_dict(model.state_dict())
+        if ddp == "torch" and reduce_dtype == "bf16":  # torch's bf16 hook is NCCL-only: a clear error on gloo
+            with pytest.raises(ValueError, match="needs the NCCL backend"):
+                wrap_model(model, DistInfo(world_size=2), ddp, 25.0, reduce_dtype)
+            return
+        wrapped = wrap_model(model, DistInfo(world_size=2), ddp, 25.0, reduce_dtype)  # world_size>1: wrap
+        ids = torch.randint(0, 64, (2, 16))
+        wrapped(ids, labels=ids).loss.backward()
+        finish_gradient_sync(wrapped)
+        ref(ids, labels=ids).loss.backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            want = q.grad.to(torch.bfloat16).float() if reduce_dtype == "bf16" else q.grad
+            torch.testing.assert_close(p.grad, want, rtol=0, atol=0, msg=name)
+        if reduce_dtype == "bf16":  # and the rounding was visible: the test can tell the two apart
+            assert any(not torch.equal(q.grad, q.grad.to(torch.bfloat16).float()) for q in ref.parameters())
+    finally:
+        dist.destroy_process_group()

@@ -137,6 +137,7 @@ class ParallelConfig:
     zero1: bool = False
     backend: str = "auto"  # auto (nccl on GPU, gloo on CPU) | gloo | nccl
     bucket_mb: float = 25.0
+    reduce_dtype: str = "fp32"  # fp32 | bf16: gradients all-reduced in bf16 (half the bytes; ours, or torch's hook)
 
 
 @dataclass
@@ -213,6 +214,7 @@ class TrainConfig:
         """Check choices and ranges that a type alone cannot express."""
         _choice("train.objective", self.train.objective, ("pretrain", "sft", "dpo", "grpo"))
         _choice("train.precision", self.train.precision, ("fp32", "bf16", "fp16"))
+        _choice("parallel.reduce_dtype", self.parallel.reduce_dtype, ("fp32", "bf16"))
         _choice("train.compile_mode", self.train.compile_mode,
                 ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))

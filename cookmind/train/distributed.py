@@ -62,22 +62,35 @@ def init_distributed(device_name: str = "auto", backend: str = "auto") -> DistIn
     return DistInfo(rank, world, local, device)
 
 
-def wrap_model(model: torch.nn.Module, info: DistInfo, ddp: str = "torch", bucket_mb: float = 25.0) -> torch.nn.Module:
-    """Wrap for data parallelism (identity for one process)."""
+def wrap_model(model: torch.nn.Module, info: DistInfo, ddp: str = "torch", bucket_mb: float = 25.0,
+               reduce_dtype: str = "fp32") -> torch.nn.Module:
+    """Wrap for data parallelism (identity for one process). reduce_dtype "bf16" all-reduces gradients in bf16."""
     if not info.enabled:
         return model
     if ddp == "torch":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
+        import torch.distributed as dist
+
+        if reduce_dtype == "bf16" and dist.get_backend() != "nccl":
+            raise ValueError("parallel.reduce_dtype=bf16 with parallel.ddp=torch needs the NCCL backend (torch's "
+                             f"bf16 hook), this job runs {dist.get_backend()}; use parallel.ddp=ours, which "
+                             "reduces in bf16 on any backend, or parallel.reduce_dtype=fp32")
         ids = [info.device.index] if info.device.type == "cuda" else None
-        return DDP(model, device_ids=ids, bucket_cap_mb=bucket_mb)
+        wrapped = DDP(model, device_ids=ids, bucket_cap_mb=bucket_mb)
+        if reduce_dtype == "bf16":
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+            wrapped.register_comm_hook(None, bf16_compress_hook)
+        return wrapped
     if ddp == "ours":
         try:
             from cookmind.parallel import DDP as OurDDP
         except ImportError as exc:
             raise RuntimeError("parallel.ddp=ours needs cookmind.parallel.DDP, which is not available in this "
                                "build; use parallel.ddp=torch") from exc
-        return OurDDP(model, bucket_size_mb=bucket_mb)
+        return OurDDP(model, bucket_size_mb=bucket_mb,
+                      reduce_dtype=torch.bfloat16 if reduce_dtype == "bf16" else None)
     raise ValueError(f"parallel.ddp must be 'torch' or 'ours', got {ddp!r}")
 
 

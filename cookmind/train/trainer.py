@@ -71,7 +71,8 @@ class Trainer:
             enable_activation_checkpointing(self.bare_model)
         mode = None if cfg.train.compile_mode == "default" else cfg.train.compile_mode
         self.compiled = torch.compile(self.bare_model, mode=mode) if cfg.train.compile else self.bare_model
-        self.model = wrap_model(self.compiled, self.dist, cfg.parallel.ddp, cfg.parallel.bucket_mb)
+        self.model = wrap_model(self.compiled, self.dist, cfg.parallel.ddp, cfg.parallel.bucket_mb,
+                                cfg.parallel.reduce_dtype)
         self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device)
         self.scaler = make_grad_scaler(cfg.train.precision, self.device)
         self._skip_on_device = _skips_on_device(self.optimizer) and self.scaler is None
