@@ -14,15 +14,10 @@ from cookmind.infer.cli_chat import run
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.model import save_model
 from test_server import make_model, make_tokenizer
+from lm_fixtures import one_cpu_thread
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread():
-    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
 
 

@@ -10,7 +10,7 @@ from cookmind.infer.cuda_graphs import CudaGraphDecoder
 from cookmind.infer.engine import Engine, TokenEvent
 from cookmind.infer.runner import ModelRunner
 from cookmind.infer.sampling import SamplingParams
-from cookmind.model import CookMindConfig, CookMindLM
+from lm_fixtures import sharp_tiny_lm
 
 pytestmark = pytest.mark.gpu
 
@@ -18,15 +18,7 @@ PROMPTS = [[5, 9, 11], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], [42], [7, 7, 7, 7], [8, 1
 
 
 def tiny_cuda_model():
-    torch.manual_seed(0)
-    cfg = CookMindConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    model = CookMindLM(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(8)
-    return model.cuda()
+    return sharp_tiny_lm(hidden_size=64, intermediate_size=128).cuda()
 
 
 def test_graph_replay_equals_eager_forward():
@@ -64,15 +56,7 @@ def test_engine_with_graphs_equals_generate(overlap):
 
 
 def long_cuda_model():
-    torch.manual_seed(0)
-    cfg = CookMindConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    model = CookMindLM(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(8)
-    return model.cuda()
+    return sharp_tiny_lm(hidden_size=64, intermediate_size=128, max_position_embeddings=256).cuda()
 
 
 @pytest.mark.parametrize("kv_cache,compile_attention", [("paged", False), ("slots", False), ("paged", True)])

@@ -8,30 +8,14 @@ import torch
 from cookmind.infer import GenerationConfig, generate
 from cookmind.infer.engine import Engine, FinishEvent, QueueFullError, TokenEvent
 from cookmind.infer.sampling import SamplingParams
-from cookmind.model import CookMindConfig, CookMindLM
+from lm_fixtures import one_cpu_thread, sharp_tiny_lm
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread():
-    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
 
 
-def tiny_model(**overrides):
-    torch.manual_seed(0)
-    kw = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=64)
-    kw.update(overrides)
-    model = CookMindLM(CookMindConfig(**kw)).eval()
-    with torch.no_grad():  # larger weights: sharper, more varied next-token distributions
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(8)
-    return model
+tiny_model = sharp_tiny_lm
 
 PROMPTS = [[5, 9, 11], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], [42], [7, 7, 7, 7]]
 

@@ -10,27 +10,13 @@ from cookmind.infer import GenerationConfig, generate
 from cookmind.infer.engine import Engine, FinishEvent, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.paged_cache import BlockAllocator, blocks_for_budget
 from cookmind.infer.sampling import SamplingParams
-from cookmind.model import CookMindConfig, CookMindLM
+from lm_fixtures import one_cpu_thread, sharp_tiny_lm
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
 
-def tiny_model():
-    torch.manual_seed(0)
-    cfg = CookMindConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    model = CookMindLM(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(8)
-    return model
+tiny_model = sharp_tiny_lm
 
 
 PROMPTS = [[5, 9, 11], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [42], [7, 7, 7, 7, 7, 7], [8, 1, 2, 8]]

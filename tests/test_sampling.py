@@ -20,15 +20,10 @@ from cookmind.infer.sampling import (
     process_logits,
     sample_from_logits,
 )
+from lm_fixtures import one_cpu_thread
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread():
-    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
 
 def naive_nucleus(logits_row: list[float], p: float) -> set[int]:

@@ -6,7 +6,6 @@ checked against generate() (the model's own KV-cache path) decoded with the toke
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -23,15 +22,10 @@ from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
 from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+from lm_fixtures import one_cpu_thread
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread():
-    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
 
 TEXT = ("The cook stirs the soup. The soup is hot and the bread is fresh. "

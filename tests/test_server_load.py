@@ -15,22 +15,16 @@ from pathlib import Path
 
 import openai
 import pytest
-import torch
 
 from cookmind.infer import GenerationConfig, generate
 from cookmind.infer.engine import Engine
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
 from test_server import LiveServer, make_model, make_tokenizer
+from lm_fixtures import one_cpu_thread
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread():
-    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
 
 CLIENTS, PER_CLIENT, MAX_TOKENS = 64, 4, 6
