@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 DEMO_PROMPTS = [
-    "Tom has 5 apples. He gets 3 more. How many apples does Tom have now?",
+    "Tom has 5 apples. He gets 3 more, gives away 2, and then finds 4 more. How many apples does Tom have now?",
     "Lily has 12 stickers. She gives 4 to Sam. How many stickers does Lily have left?",
     "What color is the sky?",
     "Tell me a short story about a cat.",
@@ -37,14 +37,19 @@ class DemoSizes:
 
     stories: int = 5000
     pretrain_problems: int = 3000
-    sft_chats: int = 4000
+    sft_chats: int = 1400
     dpo_pairs: int = 800
     val_items: int = 200
     eval_problems: int = 200
     vocab_size: int = 1024
-    max_number: int = 20
+    level: int = 5  # three-step word problems (cookmind.synthetic.arithmetic)
+    max_number: int = 10
+    # Pretraining text shows its working (as worked solutions on the web do); the chat demonstrations
+    # are few (~1000) and mostly terse: only this share of them writes the steps out. GRPO then
+    # finds out, from the verifier alone, that writing the steps pays (cookmind/align/demo.py).
+    worked_fraction: float = 0.3
     pretrain_steps: int = 400
-    sft_steps: int = 900
+    sft_steps: int = 500
     dpo_steps: int = 100
     crawl_pages: int = 300
     model: dict[str, Any] = field(default_factory=lambda: dict(
@@ -116,23 +121,25 @@ def stage_data(ctx: DemoContext) -> dict[str, Any]:
     s, d = ctx.sizes, ctx.workdir / "data"
     d.mkdir(parents=True, exist_ok=True)
     # The held-out problems come first; every training set excludes their questions.
-    held_out = arithmetic_problems(s.eval_problems, seed=ctx.seed + 1, max_number=s.max_number)
+    held_out = arithmetic_problems(s.eval_problems, seed=ctx.seed + 1, level=s.level, max_number=s.max_number)
     exclude = {p.question for p in held_out}
     _write_jsonl(d / "eval_problems.jsonl", [p.to_dict() | {"value": p.value} for p in held_out])
 
     texts = stories(s.stories + s.val_items, seed=ctx.seed)
-    problems = arithmetic_problems(s.pretrain_problems, seed=ctx.seed + 2, max_number=s.max_number, exclude=exclude)
+    problems = arithmetic_problems(s.pretrain_problems, seed=ctx.seed + 2, level=s.level, max_number=s.max_number,
+                                   exclude=exclude)
     docs = texts[: s.stories] + [f"Question: {p.question}\nAnswer: {p.answer}" for p in problems]
     _shuffle(docs, ctx.seed)
     _write_jsonl(d / "pretrain.jsonl", [{"text": t} for t in docs])
     _write_jsonl(d / "pretrain_val.jsonl", [{"text": t} for t in texts[s.stories:]])
 
-    sft = chats(s.sft_chats + s.val_items, seed=ctx.seed + 3, max_number=s.max_number, exclude=exclude)
+    sft = chats(s.sft_chats + s.val_items, seed=ctx.seed + 3, level=s.level, max_number=s.max_number, exclude=exclude,
+                worked_fraction=s.worked_fraction)
     _write_jsonl(d / "sft.jsonl", [{"messages": m} for m in sft[: s.sft_chats]])
     _write_jsonl(d / "sft_val.jsonl", [{"messages": m} for m in sft[s.sft_chats:]])
 
-    pairs = preference_pairs(s.dpo_pairs + s.val_items // 2, seed=ctx.seed + 4, max_number=s.max_number,
-                             exclude=exclude)
+    pairs = preference_pairs(s.dpo_pairs + s.val_items // 2, seed=ctx.seed + 4, level=s.level,
+                             max_number=s.max_number, exclude=exclude, worked_fraction=s.worked_fraction)
     _write_jsonl(d / "dpo.jsonl", pairs[: s.dpo_pairs])
     _write_jsonl(d / "dpo_val.jsonl", pairs[s.dpo_pairs:])
 
@@ -281,7 +288,7 @@ def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
 
 
 def _greedy_answers(ctx: DemoContext, checkpoint: Path, questions: list[str], batch_size: int = 100,
-                    max_new_tokens: int = 32) -> list[str]:
+                    max_new_tokens: int = 40) -> list[str]:
     """The model's greedy chat answer to each question (batched, KV-cached generation)."""
     from cookmind.infer import GenerationConfig, generate
     from cookmind.model import load_model
@@ -302,20 +309,23 @@ def _greedy_answers(ctx: DemoContext, checkpoint: Path, questions: list[str], ba
 
 def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, batch_size: int = 100) -> dict[str, Any]:
     """Exact-answer accuracy on the held-out problems: greedy chat answer, ``#### N`` must equal the truth."""
+    from cookmind.align.demo import shows_working
     from cookmind.synthetic import extract_answer
 
     problems = [json.loads(line) for line in ctx.paths["eval_problems"].read_text().splitlines()]
     answers = _greedy_answers(ctx, checkpoint, [p["question"] for p in problems], batch_size)
-    correct = formatted = 0
+    correct = formatted = worked = 0
     examples = []
     for p, text in zip(problems, answers):
         got = extract_answer(text)
         formatted += got is not None
+        worked += shows_working(text)
         correct += got == p["value"]
         if len(examples) < 3:
             examples.append({"question": p["question"], "answer": text, "truth": p["value"]})
     n = len(problems)
-    return {"accuracy": correct / n, "answered_in_format": formatted / n, "n": n, "examples": examples}
+    return {"accuracy": correct / n, "answered_in_format": formatted / n, "shows_working": worked / n, "n": n,
+            "examples": examples}
 
 
 def _eval_stage(name: str, source: str) -> Stage:
@@ -420,10 +430,13 @@ def write_demo_report(ctx: DemoContext) -> Path:
         lines.append(f"| **total** | {r['total_seconds']['seconds']} | |")
     acc = [(n, r[n]) for n in ("eval_pretrain", "eval_sft", "eval_dpo", "grpo") if n in r and "accuracy" in r[n]]
     if acc:
-        lines += ["", "## Held-out arithmetic (exact answer)", "", "| after | accuracy | in `#### N` format |",
-                  "|---|---|---|"]
+        lines += ["", f"## Held-out arithmetic ({acc[0][1].get('n', r.get('grpo', {}).get('heldout_problems', ''))} "
+                  "problems, exact answer, greedy)", "",
+                  "| after | accuracy | in `#### N` format | shows its working |", "|---|---|---|---|"]
         lines += [f"| {n.replace('eval_', '')} | {100 * a['accuracy']:.1f}% | "
-                  f"{100 * a.get('answered_in_format', 0):.0f}% |" for n, a in acc]
+                  f"{100 * a.get('answered_in_format', 0):.0f}% | {_pct(a.get('shows_working'))} |" for n, a in acc]
+    if "accuracy_before" in r.get("grpo", {}):
+        lines += _grpo_section(r["grpo"], r.get("eval_sft", {}).get("accuracy"), ctx.workdir)
     curate_md = Path(r.get("curate", {}).get("report_md", "")) if "report_md" in r.get("curate", {}) else None
     if curate_md is not None and curate_md.is_file():
         # the curation stage's own table: what each filter removed, and why
@@ -444,6 +457,35 @@ def write_demo_report(ctx: DemoContext) -> Path:
     _atomic_text(out, "\n".join(lines) + "\n")
     _atomic_text(ctx.workdir / "results.json", json.dumps(r, indent=1, default=str))
     return out
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.0f}%"
+
+
+def _grpo_section(g: dict[str, Any], sft_accuracy: float | None, workdir: Path) -> list[str]:
+    """The RL stage: what it trained on, the curves, before/after, and whether the safety guard fired."""
+    cfg = g.get("config", {})
+    lines = ["", "## RL stage: GRPO on fresh problems", "",
+             f"{g['steps']} steps of {cfg.get('rollout_batch_size', 0) // max(1, cfg.get('group_size', 1))} fresh "
+             f"problems x {cfg.get('group_size')} samples ({g['rollouts']} rollouts; "
+             f"{g.get('train_problems_seen')} problems, none held out, none seen by an earlier stage, none repeated). "
+             "The reward is the verifier only: 1 when `#### N` equals the truth.", "",
+             f"- held-out accuracy: {100 * g['accuracy_before']:.1f}% before → **{100 * g['accuracy']:.1f}%** after "
+             f"({g['gain_points']:+.1f} points)"
+             + (f"; {100 * (g['accuracy'] - sft_accuracy):+.1f} points over SFT" if sft_accuracy is not None else ""),
+             f"- answers that show their working: {_pct(g.get('shows_working_before'))} → {_pct(g.get('shows_working'))}; "
+             f"mean answer length {g.get('response_length_before', 0):.1f} → {g.get('response_length', 0):.1f} tokens",
+             f"- mean rollout reward, first 20 steps → last 20: {g.get('reward_first') or 0:.3f} → "
+             f"{g.get('reward_last') or 0:.3f}",
+             "- held-out accuracy by step: " + ", ".join(f"{c['step']}: {100 * c['eval_accuracy']:.1f}%"
+                                                      for c in g.get("curve", [])),
+             ("- **stopped early**: the safety guard fired" if g.get("stopped_early") else
+              f"- fixed {g['steps']} steps (deterministic under the seed); the wall-clock guard did not fire"),
+             "", f"![GRPO curves]({os.path.relpath(g['curves_png'], workdir)})", ""]
+    for ex in g.get("examples", [])[:2]:
+        lines += [f"**{ex['question']}**", "", "before:", "```", ex["before"], "```", "after:", "```", ex["after"], "```", ""]
+    return lines
 
 
 def _describe(name: str, res: dict[str, Any]) -> str:
@@ -525,7 +567,8 @@ def main(args: argparse.Namespace) -> int:
     ctx = DemoContext(workdir=workdir, seed=args.seed, sizes=sizes, progress=not args.quiet,
                       skip_curate=args.skip_curate)
     run_demo(ctx)
-    acc = {n: ctx.results[n]["accuracy"] for n in ("eval_pretrain", "eval_sft", "eval_dpo") if n in ctx.results}
+    acc = {n: ctx.results[n]["accuracy"] for n in ("eval_pretrain", "eval_sft", "eval_dpo", "grpo")
+           if "accuracy" in ctx.results.get(n, {})}
     print(json.dumps({"report": str(workdir / "report.md"), "seconds": ctx.results["total_seconds"]["seconds"],
                       "accuracy": acc}))
     return 0

@@ -125,3 +125,37 @@ def test_expert_iteration_keeps_only_correct_and_improves():
     hist = run_expert_iteration(model, XYZ(), PROBLEMS, cfg, reward_fn=reward, progress=False)
     assert all(h["kept"] <= round(h["sample_accuracy"] * 48) for h in hist)
     assert hist[-1]["sample_accuracy"] > hist[0]["sample_accuracy"] + 0.2
+
+
+def test_stream_order_takes_each_problem_once_in_order():
+    """prompt_order='stream': step k uses problems [k*P, (k+1)*P), each group_size times; none twice."""
+    problems = [{"question": "?" * (i + 1), "answer": str(i)} for i in range(8)]
+    seen = []
+
+    def reward(resp, truth):
+        seen.append(int(truth))
+        return x_fraction(resp, truth)
+
+    cfg = GRPOConfig(n_steps=3, rollout_batch_size=8, group_size=4, train_batch_size=8, learning_rate=1e-3,
+                     max_new_tokens=3, template="{question}", stop_strings=(), eval_every=0, prompt_order="stream")
+    run_grpo(tiny_hf_model(vocab_size=5), XYZ(), problems, cfg, reward_fn=reward, progress=False)
+    assert seen == [i for i in range(6) for _ in range(4)]
+
+
+def test_grpo_run_is_deterministic_under_its_seed():
+    """Same seed, same start: equal rewards, losses and weights (the demo's fixed-step RL stage relies on it)."""
+    cfg = GRPOConfig(n_steps=3, rollout_batch_size=16, group_size=4, train_batch_size=16, learning_rate=1e-2,
+                     max_new_tokens=4, template="{question}", stop_strings=(), eval_every=0, seed=7)
+    runs = []
+    for _ in range(2):
+        model = tiny_hf_model(vocab_size=5)
+        hist = run_grpo(model, XYZ(), PROBLEMS, cfg, reward_fn=x_fraction, progress=False)
+        runs.append(([(h["reward"], h["loss"], h["response_length"]) for h in hist], model.state_dict()))
+    assert runs[0][0] == runs[1][0]
+    for a, b in zip(runs[0][1].values(), runs[1][1].values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    other = tiny_hf_model(vocab_size=5)
+    from dataclasses import replace
+
+    hist = run_grpo(other, XYZ(), PROBLEMS, replace(cfg, seed=8), reward_fn=x_fraction, progress=False)
+    assert [(h["reward"], h["loss"], h["response_length"]) for h in hist] != runs[0][0]  # the seed matters

@@ -3,7 +3,7 @@
 import json
 import re
 
-from cookmind.synthetic import (arithmetic_problems, chats, extract_answer, preference_pairs, stories)
+from cookmind.synthetic import (arithmetic_problems, chats, direct_answer, extract_answer, preference_pairs, stories)
 
 
 def _gsm8k_answer(text):
@@ -19,7 +19,7 @@ def test_seeded_and_reproducible():
 
 
 def test_worked_solutions_are_arithmetically_right_and_in_gsm8k_format():
-    for level in (1, 2, 3):
+    for level in (1, 2, 3, 4, 5):
         for p in arithmetic_problems(300, seed=level, level=level, max_number=20):
             assert p.answer.splitlines()[-1] == f"#### {p.value}"
             assert _gsm8k_answer(p.answer) == p.value == extract_answer(p.answer)
@@ -29,6 +29,11 @@ def test_worked_solutions_are_arithmetically_right_and_in_gsm8k_format():
                 a, op, b = lhs.split()
                 want = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
                 assert want == int(rhs)
+            if level >= 4:  # multi-step: each step starts from the result of the one before
+                steps = p.answer.splitlines()[:-1]
+                assert len(steps) == level - 2
+                for prev, line in zip(steps, steps[1:]):
+                    assert line.split()[0] == prev.split("=")[1].strip()
             numbers = [int(n) for n in re.findall(r"\d+", p.question)]
             assert numbers and max(numbers) <= (20 if level < 3 else 40)  # level 3 gives away up to a + b
 
@@ -65,3 +70,20 @@ def test_extract_answer_agrees_with_gsm8k_on_real_data(shared_data):
     for row in rows:
         assert extract_answer(row["answer"]) == _gsm8k_answer(row["answer"])
     assert extract_answer("no answer here") is None
+
+
+def test_direct_answers_and_the_worked_share():
+    """A terse demonstration has the same ``#### N`` but no working; worked_fraction sets how many show it."""
+    for p in arithmetic_problems(100, seed=5, level=5, max_number=10):
+        d = direct_answer(p)
+        assert extract_answer(d) == p.value and "=" not in d
+    assert chats(300, seed=4) == chats(300, seed=4, worked_fraction=1.0)  # the default is the old data
+    math = [c for c in chats(1000, seed=4, level=5, max_number=10, worked_fraction=0.3) if "####" in c[-1]["content"]]
+    worked = sum("=" in c[-1]["content"] for c in math) / len(math)
+    assert 0.25 < worked < 0.35, worked
+    pairs = preference_pairs(400, seed=4, level=5, max_number=10, worked_fraction=0.3)
+    chosen_worked = sum("=" in r["chosen"][-1]["content"] for r in pairs) / len(pairs)
+    assert 0.22 < chosen_worked < 0.38, chosen_worked
+    for r in pairs:  # terse or not, the chosen answer is the right one and the rejected one is not
+        truth = extract_answer(r["chosen"][-1]["content"])
+        assert truth is not None and extract_answer(r["rejected"][-1]["content"]) != truth

@@ -6,8 +6,10 @@ import os
 from pathlib import Path
 
 
-def plot_grpo_curves(history: list[dict], path, before: float | None = None, title: str = "GRPO") -> Path:
-    """Left: mean reward and rollout accuracy per step. Right: held-out accuracy at eval steps."""
+def plot_grpo_curves(history: list[dict], path, before: float | None = None, title: str = "GRPO",
+                     before_length: float | None = None) -> Path:
+    """Left: mean reward and rollout accuracy per step. Middle: held-out accuracy at eval steps.
+    Right: response length in tokens (rollouts per step; held-out greedy answers at eval steps)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -15,7 +17,7 @@ def plot_grpo_curves(history: list[dict], path, before: float | None = None, tit
 
     path = Path(path)
     steps = [h["step"] for h in history]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 3.6))
     a.plot(steps, [h["reward"] for h in history], label="reward", lw=1)
     a.plot(steps, [h["accuracy"] for h in history], label="rollout accuracy", lw=1)
     if any("format_reward" in h for h in history):
@@ -30,6 +32,16 @@ def plot_grpo_curves(history: list[dict], path, before: float | None = None, tit
     b.set_xlabel("step")
     b.set_ylim(-0.02, 1.02)
     b.set_title("held-out exact accuracy (greedy)")
+    c.plot(steps, [h["response_length"] for h in history], label="rollouts", lw=1)
+    ev_len = [(h["step"], h["eval_response_length"]) for h in history if "eval_response_length" in h]
+    if ev_len:
+        xs = ([0] if before_length is not None else []) + [s for s, _ in ev_len]
+        ys = ([before_length] if before_length is not None else []) + [v for _, v in ev_len]
+        c.plot(xs, ys, marker="o", label="held-out (greedy)")
+    c.set_xlabel("step")
+    c.set_ylim(bottom=0)
+    c.set_title("response length (tokens)")
+    c.legend(loc="lower right", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

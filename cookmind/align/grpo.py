@@ -1,7 +1,7 @@
 """The GRPO driver: sample prompts, roll out groups, score, normalise, and step the policy.
 
     for step in 1..n_steps:
-        prompts  <- n_prompts problems drawn with seed (seed, step)
+        prompts  <- n_prompts problems: drawn with seed (seed, step), or the next ones in order ("stream")
         rollouts <- group_size samples per prompt from the current policy (no grad)
         A        <- (r - mean_group r) / (std_group r + eps)
         old      <- log pi_old(rollouts)                      (only when reused over epochs)
@@ -70,6 +70,10 @@ class GRPOConfig:
     eval_size: int = 64
     eval_max_new_tokens: int | None = None
     seed: int = 0
+    # random: each step draws its prompts from the list with seed (seed, step), so they repeat;
+    # stream: each step takes the next prompts in list order, so a list as long as the run
+    # (e.g. fresh problems from a seeded generator) never shows a prompt twice
+    prompt_order: str = "random"
     engine: str = "auto"
     save_every: int = 1  # with a workdir: resume state every N steps (0: never)
     rollout_chunk: int = 64  # generation batch size
@@ -92,6 +96,8 @@ class GRPOConfig:
             raise ValueError(f"train_batch_size {self.train_batch_size} must be a multiple of gradient_accumulation_steps {self.gradient_accumulation_steps}")
         if self.kl_coef and self.reference == "none":
             raise ValueError("kl_coef > 0 needs a reference: set reference='copy' (or 'base' under LoRA)")
+        if self.prompt_order not in ("random", "stream"):
+            raise ValueError(f"unknown prompt_order {self.prompt_order!r}; choose random or stream")
         if self.loss_type not in ("no_baseline", "reinforce_with_baseline", "grpo_clip"):
             raise ValueError(f"unknown loss_type {self.loss_type!r}; choose no_baseline, reinforce_with_baseline or grpo_clip")
 
@@ -197,7 +203,7 @@ def _sampling(cfg: GRPOConfig, tokenizer, seed: int, greedy: bool = False) -> Sa
 
 
 def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=None) -> dict:
-    """Greedy exact accuracy and format rate on ``problems`` with the run's prompt template."""
+    """Greedy exact accuracy, format rate and mean response length (tokens) on ``problems``, with the responses."""
     from cookmind.align.rollout import generate_ids
     from cookmind.align.text_codec import decode_response
 
@@ -209,9 +215,11 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
     outs = generate_ids(model, ids, _sampling(cfg, tokenizer, cfg.seed, greedy=True), tokenizer)
     if was_training:
         model.train()
-    scores = [reward_fn(decode_response(tokenizer, o), p["answer"]) for o, p in zip(outs, problems)]
+    texts = [decode_response(tokenizer, o) for o in outs]
+    scores = [reward_fn(t, p["answer"]) for t, p in zip(texts, problems)]
     n = max(1, len(scores))
-    return {"accuracy": sum(s["answer_reward"] for s in scores) / n, "format_rate": sum(s["format_reward"] for s in scores) / n}
+    return {"accuracy": sum(s["answer_reward"] for s in scores) / n, "format_rate": sum(s["format_reward"] for s in scores) / n,
+            "response_length": sum(len(o) for o in outs) / n, "responses": texts}
 
 
 def _save_state(path: Path, model, optimizer, scheduler, reference, step: int, history: list) -> None:
@@ -281,8 +289,12 @@ def run_grpo(
     bar = tqdm(range(start_step, cfg.n_steps), initial=start_step, total=cfg.n_steps, desc="grpo", unit="step", disable=not progress or rank != 0)
     for step in bar:
         t0 = time.perf_counter()
-        rng = random.Random(cfg.seed * 1_000_003 + step)
-        chosen = rng.sample(range(len(problems)), min(len(problems), n_prompts_local * world))
+        n_global = n_prompts_local * world
+        if cfg.prompt_order == "stream":  # the next prompts in order, wrapping after the last
+            chosen = [(step * n_global + i) % len(problems) for i in range(min(len(problems), n_global))]
+        else:
+            rng = random.Random(cfg.seed * 1_000_003 + step)
+            chosen = rng.sample(range(len(problems)), min(len(problems), n_global))
         chosen = chosen[rank * n_prompts_local : (rank + 1) * n_prompts_local]
         ids = []
         for i in chosen:
@@ -314,6 +326,7 @@ def run_grpo(
         if eval_problems is not None and cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.n_steps):
             ev = evaluate_accuracy(model, tokenizer, list(eval_problems)[: cfg.eval_size], cfg, reward_fn)
             row["eval_accuracy"], row["eval_format_rate"] = ev["accuracy"], ev["format_rate"]
+            row["eval_response_length"] = ev["response_length"]
         history.append(row)
         if on_step is not None:
             on_step(row)

@@ -1,8 +1,11 @@
 """Arithmetic word problems in GSM8K's answer format: a short worked solution, then ``#### N``.
 
 Level 1 is one addition or subtraction with small numbers (a tiny model can learn it in
-minutes); level 2 adds multiplication of small factors; level 3 chains two operations.
-Answers are never negative. ``extract_answer`` is the grader's parser for ``#### N``.
+minutes); level 2 adds multiplication of small factors; level 3 chains two operations;
+level 4 is only two-step problems (add then take away, or take away then add), the demo's
+RL task: the worked solution computes the intermediate result on its own line.
+Answers are never negative. ``extract_answer`` is the grader's parser for ``#### N``;
+``direct_answer`` is the same problem answered without the working.
 """
 
 from __future__ import annotations
@@ -77,7 +80,43 @@ def _two_step(rng: random.Random, hi: int) -> Problem:
     return Problem(q, f"{a} + {b} = {a + b}\n{a + b} - {c} = {a + b - c}\n#### {a + b - c}", a + b - c)
 
 
-_LEVELS = {1: (_add, _sub), 2: (_add, _sub, _mul), 3: (_add, _sub, _mul, _two_step)}
+def _take_then_add(rng: random.Random, hi: int) -> Problem:
+    (name, he), item = rng.choice(NAMES), rng.choice(ITEMS)
+    a = rng.randint(2, hi)
+    b, c = rng.randint(1, a), rng.randint(1, hi)
+    q = (f"{name} has {a} {item}. {he.capitalize()} gives away {b} and then gets {c} more. "
+         f"How many {item} does {name} have now?")
+    return Problem(q, f"{a} - {b} = {a - b}\n{a - b} + {c} = {a - b + c}\n#### {a - b + c}", a - b + c)
+
+
+def _three_step(rng: random.Random, hi: int) -> Problem:
+    (name, he), item = rng.choice(NAMES), rng.choice(ITEMS)
+    a, b = rng.randint(1, hi), rng.randint(1, hi)
+    c, d = rng.randint(1, a + b), rng.randint(1, hi)
+    s, t = a + b, a + b - c
+    q = (f"{name} has {a} {item}. {he.capitalize()} gets {b} more, gives away {c}, and then finds {d} more. "
+         f"How many {item} does {name} have now?")
+    return Problem(q, f"{a} + {b} = {s}\n{s} - {c} = {t}\n{t} + {d} = {t + d}\n#### {t + d}", t + d)
+
+
+def _three_step_take(rng: random.Random, hi: int) -> Problem:
+    (name, he), item = rng.choice(NAMES), rng.choice(ITEMS)
+    a = rng.randint(2, hi)
+    b, c = rng.randint(1, a), rng.randint(1, hi)
+    d = rng.randint(1, a - b + c)
+    s, t = a - b, a - b + c
+    q = (f"{name} has {a} {item}. {he.capitalize()} gives away {b}, gets {c} more, and then loses {d}. "
+         f"How many {item} does {name} have left?")
+    return Problem(q, f"{a} - {b} = {s}\n{s} + {c} = {t}\n{t} - {d} = {t - d}\n#### {t - d}", t - d)
+
+
+_LEVELS = {1: (_add, _sub), 2: (_add, _sub, _mul), 3: (_add, _sub, _mul, _two_step), 4: (_two_step, _take_then_add),
+           5: (_three_step, _three_step_take)}
+
+
+def direct_answer(p: Problem) -> str:
+    """The answer without the working: what a demonstrator who skips the steps writes."""
+    return f"The answer is {p.value}.\n#### {p.value}"
 
 
 def make_problem(rng: random.Random, level: int = 1, max_number: int = 20) -> Problem:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from cookmind.synthetic.arithmetic import Problem, arithmetic_problems
+from cookmind.synthetic.arithmetic import Problem, arithmetic_problems, direct_answer
 from cookmind.synthetic.rng import make_rng
 
 
@@ -27,15 +27,20 @@ def wrong_answer(p: Problem, rng: random.Random) -> str:
 
 
 def preference_pairs(n: int, seed: int = 0, level: int = 1, max_number: int = 20,
-                     exclude: set[str] | None = None) -> list[dict]:
-    """``n`` records ``{"prompt", "chosen", "rejected"}`` (message lists, as the dpo packer takes)."""
+                     exclude: set[str] | None = None, worked_fraction: float = 1.0) -> list[dict]:
+    """``n`` records ``{"chosen", "rejected"}`` (message lists, as the dpo packer takes).
+
+    ``worked_fraction`` of the chosen answers show the working, the rest give only the answer.
+    """
     rng = make_rng(seed, "preferences")
+    style = make_rng(seed, "preferences-style")  # own stream: the default leaves the pairs as before
     problems = arithmetic_problems(n, seed=seed + 104729, level=level, max_number=max_number, exclude=exclude)
     out = []
     for p in problems:
         user = [{"role": "user", "content": p.question}]
         out.append({
-            "chosen": user + [{"role": "assistant", "content": p.answer}],
+            "chosen": user + [{"role": "assistant", "content": p.answer if style.random() < worked_fraction
+                               else direct_answer(p)}],
             "rejected": user + [{"role": "assistant", "content": wrong_answer(p, rng)}],
         })
     return out
