@@ -476,6 +476,8 @@ def _grpo_section(g: dict[str, Any], sft_accuracy: float | None, workdir: Path) 
              + (f"; {100 * (g['accuracy'] - sft_accuracy):+.1f} points over SFT" if sft_accuracy is not None else ""),
              f"- answers that show their working: {_pct(g.get('shows_working_before'))} → {_pct(g.get('shows_working'))}; "
              f"mean answer length {g.get('response_length_before', 0):.1f} → {g.get('response_length', 0):.1f} tokens",
+             f"- held-out answers wrong before and right after: {g.get('heldout_fixed')}; right before and wrong after: "
+             f"{g.get('heldout_broken')}",
              f"- mean rollout reward, first 20 steps → last 20: {g.get('reward_first') or 0:.3f} → "
              f"{g.get('reward_last') or 0:.3f}",
              "- held-out accuracy by step: " + ", ".join(f"{c['step']}: {100 * c['eval_accuracy']:.1f}%"
@@ -484,7 +486,9 @@ def _grpo_section(g: dict[str, Any], sft_accuracy: float | None, workdir: Path) 
               f"- fixed {g['steps']} steps (deterministic under the seed); the wall-clock guard did not fire"),
              "", f"![GRPO curves]({os.path.relpath(g['curves_png'], workdir)})", ""]
     for ex in g.get("examples", [])[:2]:
-        lines += [f"**{ex['question']}**", "", "before:", "```", ex["before"], "```", "after:", "```", ex["after"], "```", ""]
+        what = {"fixed": "wrong before, right after", "broken": "right before, wrong after"}.get(ex.get("kind"), "")
+        lines += [f"**{ex['question']}** ({what})", "", "before:", "```", ex["before"], "```", "after:", "```",
+                  ex["after"], "```", ""]
     return lines
 
 

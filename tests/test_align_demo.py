@@ -32,6 +32,8 @@ def test_demo_stage_contract(tmp_path):
     assert res["steps"] == 2 and 0.0 <= res["accuracy_before"] <= 1.0 and 0.0 <= res["accuracy"] <= 1.0
     assert res["stopped_early"] is False and res["train_problems_seen"] == 4  # stream: 2 steps x 2 fresh problems
     assert [c["step"] for c in res["curve"]] == [0, 1, 2]
+    # wrong->right minus right->wrong is the accuracy change, counted problem by problem
+    assert res["heldout_fixed"] - res["heldout_broken"] == round(4 * (res["accuracy"] - res["accuracy_before"]))
     assert res["gain_points"] == pytest.approx(100 * (res["accuracy"] - res["accuracy_before"]))
     png = (tmp_path / "grpo" / "grpo_curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -50,6 +52,11 @@ def test_demo_stage_contract(tmp_path):
     assert [{k: v for k, v in r.items() if k not in strip} for r in log2] == \
         [{k: v for k, v in r.items() if k not in strip} for r in log]
     assert again["accuracy"] == res["accuracy"] and again["curve"] == res["curve"]
+
+    # the wall-clock guard is a safety stop: when it fires, the result says so
+    cut = demo_stage(fresh_model(), tok, problems[:8], problems[8:], tmp_path / "grpo3", seed=0, time_budget_s=0.0,
+                     cfg=cfg, progress=False)
+    assert cut["steps"] == 1 and cut["stopped_early"] is True
 
     # the demo report carries the RL section: before/after, the curves PNG, the guard
     from cookmind.demo import DemoContext, write_demo_report

@@ -20,6 +20,11 @@ def plot_grpo_curves(history: list[dict], path, before: float | None = None, tit
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 3.6))
     a.plot(steps, [h["reward"] for h in history], label="reward", lw=1)
     a.plot(steps, [h["accuracy"] for h in history], label="rollout accuracy", lw=1)
+    rewards = [h["reward"] for h in history]
+    w = 10  # a 10-step moving average: one step's 8 problems are a noisy sample
+    if len(rewards) >= w:
+        avg = [sum(rewards[i - w + 1: i + 1]) / w for i in range(w - 1, len(rewards))]
+        a.plot(steps[w - 1:], avg, label=f"reward, {w}-step mean", lw=2, color="black")
     if any("format_reward" in h for h in history):
         a.plot(steps, [h.get("format_reward", float("nan")) for h in history], label="format reward", lw=1, alpha=0.6)
     a.set_xlabel("step")

@@ -172,8 +172,7 @@ def demo_stage(model_or_ctx, tokenizer=None, train_problems=None, heldout_proble
         "reward_last": _mean([h["reward"] for h in history[-20:]]),
         "curve": [{"step": 0, "eval_accuracy": before["accuracy"]}]
         + [{"step": h["step"], "eval_accuracy": h["eval_accuracy"]} for h in history if "eval_accuracy" in h],
-        "examples": [{"question": p["question"], "before": b, "after": a}
-                     for p, b, a in zip(heldout_problems[:3], before["responses"], after["responses"])],
+        **_flips(heldout_problems, before["responses"], after["responses"], cfg),
         "curves_png": str(png),
         "log": str(log),
         "config": config_dict(cfg),
@@ -198,6 +197,24 @@ def demo_stage(model_or_ctx, tokenizer=None, train_problems=None, heldout_proble
 
     write_json(workdir / "grpo_result.json", result)
     return result
+
+
+def _flips(problems, before: list[str], after: list[str], cfg: GRPOConfig) -> dict[str, Any]:
+    """How many held-out answers went wrong -> right and right -> wrong, with the first of each as examples."""
+    from cookmind.align.grpo import _problem
+    from cookmind.align.rewards import reward_fn_for_template
+
+    grade = reward_fn_for_template(cfg.template, cfg.format_weight)
+    examples, counts = [], {"fixed": 0, "broken": 0}
+    for p, b, a in zip(map(_problem, problems), before, after):
+        ok_b, ok_a = grade(b, p["answer"])["answer_reward"], grade(a, p["answer"])["answer_reward"]
+        kind = "fixed" if ok_a > ok_b else "broken" if ok_b > ok_a else None
+        if kind is None:
+            continue
+        counts[kind] += 1
+        if not any(e["kind"] == kind for e in examples):
+            examples.append({"kind": kind, "question": p["question"], "before": b, "after": a})
+    return {"heldout_fixed": counts["fixed"], "heldout_broken": counts["broken"], "examples": examples}
 
 
 def _mean(xs: list[float]) -> float | None:
