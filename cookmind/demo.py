@@ -474,6 +474,10 @@ def _grpo_section(g: dict[str, Any], sft_accuracy: float | None, workdir: Path) 
              f"- held-out accuracy: {100 * g['accuracy_before']:.1f}% before → **{100 * g['accuracy']:.1f}%** after "
              f"({g['gain_points']:+.1f} points)"
              + (f"; {100 * (g['accuracy'] - sft_accuracy):+.1f} points over SFT" if sft_accuracy is not None else ""),
+             f"- sampled at temperature {cfg.get('temperature')}, {cfg.get('group_size')} answers per held-out problem: "
+             f"pass@{cfg.get('group_size')} {_pct(g.get('pass_at_k_before'))} → {_pct(g.get('pass_at_k'))}, "
+             f"one sample right {_pct(g.get('sampled_accuracy_before'))} → {_pct(g.get('sampled_accuracy'))} "
+             "(pass@k far above greedy accuracy is the room RL has)",
              f"- answers that show their working: {_pct(g.get('shows_working_before'))} → {_pct(g.get('shows_working'))}; "
              f"mean answer length {g.get('response_length_before', 0):.1f} → {g.get('response_length', 0):.1f} tokens",
              f"- held-out answers wrong before and right after: {g.get('heldout_fixed')}; right before and wrong after: "
@@ -495,6 +499,9 @@ def _grpo_section(g: dict[str, Any], sft_accuracy: float | None, workdir: Path) 
 def _describe(name: str, res: dict[str, Any]) -> str:
     if "skipped" in res:
         return f"skipped ({res['skipped']})"[:120]
+    if "accuracy_before" in res:
+        return (f"held-out accuracy {100 * res['accuracy_before']:.1f}% → {100 * res['accuracy']:.1f}%, "
+                f"{res['steps']} steps, {res['rollouts']} rollouts on fresh problems")
     if "accuracy" in res:
         return f"accuracy {100 * res['accuracy']:.1f}%, in format {100 * res.get('answered_in_format', 0):.0f}%"
     if "last_loss" in res:

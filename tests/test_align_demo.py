@@ -53,6 +53,15 @@ def test_demo_stage_contract(tmp_path):
         [{k: v for k, v in r.items() if k not in strip} for r in log]
     assert again["accuracy"] == res["accuracy"] and again["curve"] == res["curve"]
 
+    assert 0.0 <= res["sampled_accuracy"] <= res["pass_at_k"] <= 1.0
+    # at temperature 0 every one of the k samples is the greedy answer: pass@k is the greedy accuracy
+    from cookmind.align.demo import pass_at_k
+    from cookmind.align.grpo import evaluate_accuracy
+
+    greedy = replace(cfg, temperature=0.0)
+    sampled = pass_at_k(model, tok, problems[8:], greedy, k=3)
+    assert sampled["pass_at_k"] == sampled["pass_at_1"] == evaluate_accuracy(model, tok, problems[8:], greedy)["accuracy"]
+
     # the wall-clock guard is a safety stop: when it fires, the result says so
     cut = demo_stage(fresh_model(), tok, problems[:8], problems[8:], tmp_path / "grpo3", seed=0, time_budget_s=0.0,
                      cfg=cfg, progress=False)

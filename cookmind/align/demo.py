@@ -138,12 +138,14 @@ def demo_stage(model_or_ctx, tokenizer=None, train_problems=None, heldout_proble
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     before = evaluate_accuracy(model, tokenizer, heldout_problems, cfg)
+    sampled_before = pass_at_k(model, tokenizer, heldout_problems, cfg, k=cfg.group_size)
     log = workdir / "grpo_log.jsonl"
     if log.exists():
         log.unlink()  # a fresh run: the log is appended per step
     history = run_grpo(model, tokenizer, train_problems, cfg, eval_problems=heldout_problems, workdir=workdir,
                        time_budget_s=time_budget_s, progress=progress)
     after = evaluate_accuracy(model, tokenizer, heldout_problems, cfg)
+    sampled_after = pass_at_k(model, tokenizer, heldout_problems, cfg, k=cfg.group_size)
     if history:
         history[-1]["eval_accuracy"], history[-1]["eval_format_rate"] = after["accuracy"], after["format_rate"]
         history[-1]["eval_response_length"] = after["response_length"]
@@ -157,6 +159,11 @@ def demo_stage(model_or_ctx, tokenizer=None, train_problems=None, heldout_proble
         "gain_points": 100 * (after["accuracy"] - before["accuracy"]),
         "format_before": before["format_rate"],
         "answered_in_format": after["format_rate"],
+        # sampled at the rollout temperature, group_size samples per held-out problem
+        "pass_at_k_before": sampled_before["pass_at_k"],
+        "pass_at_k": sampled_after["pass_at_k"],
+        "sampled_accuracy_before": sampled_before["pass_at_1"],
+        "sampled_accuracy": sampled_after["pass_at_1"],
         "shows_working_before": sum(map(shows_working, before["responses"])) / len(before["responses"]),
         "shows_working": sum(map(shows_working, after["responses"])) / len(after["responses"]),
         "response_length_before": before["response_length"],
@@ -197,6 +204,30 @@ def demo_stage(model_or_ctx, tokenizer=None, train_problems=None, heldout_proble
 
     write_json(workdir / "grpo_result.json", result)
     return result
+
+
+def pass_at_k(model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int = 12345) -> dict[str, float]:
+    """Sampled accuracy at the run's temperature: pass@k (share of problems with >= 1 of k samples right) and pass@1.
+
+    pass@k well above the greedy accuracy is the room RL has: right answers the policy already
+    samples, which the reward can make its first choice.
+    """
+    from cookmind.align.grpo import _problem, _sampling
+    from cookmind.align.prompts import format_prompt
+    from cookmind.align.rewards import reward_fn_for_template
+    from cookmind.align.rollout import generate_ids
+    from cookmind.align.text_codec import decode_response, encode_text
+
+    grade = reward_fn_for_template(cfg.template, cfg.format_weight)
+    problems = [_problem(p) for p in problems]
+    ids = [encode_text(tokenizer, format_prompt(p["question"], cfg.template, tokenizer)) for p in problems]
+    was_training = model.training
+    model.eval()
+    outs = generate_ids(model, [x for x in ids for _ in range(k)], _sampling(cfg, tokenizer, seed), tokenizer)
+    model.train(was_training)
+    right = [grade(decode_response(tokenizer, o), problems[i // k]["answer"])["answer_reward"] for i, o in enumerate(outs)]
+    per_problem = [max(right[i * k:(i + 1) * k]) for i in range(len(problems))]
+    return {"pass_at_k": sum(per_problem) / len(problems), "pass_at_1": sum(right) / len(right), "k": k}
 
 
 def _flips(problems, before: list[str], after: list[str], cfg: GRPOConfig) -> dict[str, Any]:
