@@ -7,6 +7,10 @@ One optimizer step:
         with autocast: loss, metrics = objective(model, batch)
         backward(loss / grad_accum_steps)                   # DDP syncs on the last micro-step only
     unscale (fp16) -> clip global norm -> skip if loss/grad non-finite -> lr from cosine -> optimizer.step
+    prefetch the next batch, then read loss and norm (the step's one host sync)
+
+On CUDA the skip decision stays on the device (fused AdamW takes a found_inf flag), so the host queues the
+update and loads the next batch while the GPU still runs the step; elsewhere the host decides after the sync.
 
 Checkpoints are saved after the optimizer step they name (every N steps, at the end, and when a
 SIGTERM/SIGINT or ``request_stop`` arrives), and resuming one continues exactly: the model,
