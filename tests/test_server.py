@@ -319,3 +319,25 @@ def test_completion_list_of_prompts_orders_choices_like_openai(setup):
     assert texts == refs[:2]
     with pytest.raises(openai.BadRequestError):  # one prompt too long: nothing is submitted
         c.completions.create(model=MODEL, prompt=["The cook", "soup " * 3000], max_tokens=5)
+
+
+def test_usage_reports_cached_tokens_with_the_prefix_cache(setup):
+    tok = setup["tok"]
+    assert setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2,
+                                                   temperature=0).usage.prompt_tokens_details is None  # cache off
+    engine = Engine(setup["model"], num_slots=2, max_seq_len=256, block_size=4, prefix_cache=True)
+    server = LiveServer(create_app(engine, tok, MODEL))
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        prompt = chat_prompt(setup)
+        first, second = [client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=6, temperature=0)
+                         for _ in range(2)]
+        assert first.usage.prompt_tokens_details.cached_tokens == 0
+        # every full 4-token block before the last prompt token was cached by the first request
+        assert second.usage.prompt_tokens_details.cached_tokens == (len(prompt) - 1) // 4 * 4 > 0
+        assert second.choices[0].message.content == first.choices[0].message.content
+        assert first.choices[0].message.content == split_reasoning(reference(setup, prompt, 6)[1])[1]
+        text = httpx.get(server.url + "/metrics").text
+        assert f"cookmind_prefix_cache_hit_tokens {(len(prompt) - 1) // 4 * 4}" in text
+    finally:
+        server.close()

@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="paged: blocks from one pool, taken as sequences grow (default); slots: a whole context "
                              "per sequence")
     parser.add_argument("--block-size", type=int, default=16, help="positions per KV block (paged)")
+    parser.add_argument("--prefix-cache", action="store_true",
+                        help="share full KV blocks of common prompt prefixes between requests (paged; off by default)")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
     parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
 
@@ -43,7 +45,8 @@ def build_app(args: argparse.Namespace):
     engine = Engine(model, num_slots=args.max_batch, max_seq_len=args.max_seq_len,
                     kv_budget_bytes=args.kv_cache_mb * 2**20, max_waiting=args.max_queue,
                     cuda_graphs=False if args.no_cuda_graphs else None, kv_cache=args.kv_layout,
-                    block_size=args.block_size, compile=False if args.no_compile else None)
+                    block_size=args.block_size, compile=False if args.no_compile else None,
+                    prefix_cache=args.prefix_cache)
     name = args.model_name or Path(args.model).resolve().name
     return create_app(engine, tokenizer, name, api_key=args.api_key), engine
 

@@ -26,6 +26,7 @@ import torch
 
 from cookmind.infer.cuda_graphs import CudaGraphDecoder
 from cookmind.infer.paged_cache import blocks_for_budget
+from cookmind.infer.prefix_cache import PrefixCache, chain_keys
 from cookmind.infer.runner import ModelRunner
 from cookmind.infer.sampling import SamplingBatch, SamplingParams, make_generator, process_logits, sample_from_logits
 from cookmind.infer.slot_cache import SlotKVCache
@@ -92,6 +93,8 @@ class EngineRequest:
         self.blocks: list[int] = []  # paged cache: KV blocks held, in position order
         self.reserved_blocks = 0  # paged cache: blocks set aside at admission for the whole request
         self.prefilled = 0
+        self.cached_tokens = 0  # prefix cache: prompt tokens found cached at admission (not computed)
+        self.block_keys: list[tuple] = []  # prefix cache: (key, parent key, tokens) of each full prompt block
         self.cancelled = False
         self.finish_reason: str | None = None
         self.submitted_at = time.perf_counter()
@@ -116,6 +119,9 @@ class Engine:
     the blocks its prompt plus max_new_tokens can fill (so it never runs out mid-way and nobody is
     preempted); it takes them one at a time as it grows and returns them all when it ends.
     kv_cache="slots": every row owns the whole context (``num_slots`` from the budget when not given).
+    prefix_cache=True (paged only, off by default): full prompt blocks are kept after their request ends
+    and shared by later requests that start with the same tokens, whose prefill then starts after them
+    (see prefix_cache.py); cached blocks nobody holds count as free and are evicted LRU when needed.
     On CUDA, decode steps replay CUDA graphs (``cuda_graphs``) of a forward whose layers run through
     torch.compile around eager attention (``compile``; ``compile_attention`` compiles attention too).
 
@@ -126,7 +132,8 @@ class Engine:
     def __init__(self, model, num_slots: int | None = None, max_seq_len: int | None = None,
                  kv_budget_bytes: int | None = None, max_waiting: int = 256, prefill_chunk: int = 512,
                  cuda_graphs: bool | None = None, overlap: bool | None = None, kv_cache: str = "paged",
-                 block_size: int = 16, compile: bool | None = None, compile_attention: bool = False):
+                 block_size: int = 16, compile: bool | None = None, compile_attention: bool = False,
+                 prefix_cache: bool = False):
         cfg = model.config
         param = next(model.parameters())
         self.device = param.device
@@ -149,6 +156,9 @@ class Engine:
         self.paged = self.runner.paged
         self.block_size = block_size
         self._unreserved = self.runner.cache.allocator.capacity if self.paged else 0  # blocks free to promise
+        if prefix_cache and not self.paged:
+            raise ValueError("prefix_cache=True needs kv_cache='paged' (blocks are what requests share)")
+        self.prefix = PrefixCache(self.runner.cache.allocator, block_size) if prefix_cache else None
         self.vocab_size = cfg.vocab_size
         self.max_waiting = max_waiting
         self.prefill_chunk = prefill_chunk
@@ -282,6 +292,7 @@ class Engine:
             "tokens_per_second": recent / 10.0,  # over the last 10 s
             "slots": self.num_slots,
             **self.kv_blocks(),
+            **(self.prefix.metrics() if self.prefix is not None else {}),
             **{f"requests_finished_{k}": v for k, v in sorted(self.finished_by_reason.items())},
         }
 
@@ -299,6 +310,8 @@ class Engine:
                 self._pending = None
                 for req in [r for r in self.slots if r is not None]:
                     self._finish(req, "error", f"{type(exc).__name__}: {exc}")
+                if self.prefix is not None:  # what a failed step wrote is not trusted
+                    self.prefix.forget_all()
         for req in [r for r in self.slots if r is not None] + list(self.waiting):
             self._finish(req, "cancelled")
         self.waiting.clear()
@@ -328,7 +341,10 @@ class Engine:
                 self._finish(req, "cancelled")
             free = [i for i, r in enumerate(self.slots) if r is None]
             while self.waiting and free:
-                if self.paged:  # first come, first served: the head waits until the pool can hold it
+                if self.prefix is not None:
+                    if not self._reserve_with_prefix(self.waiting[0]):
+                        break
+                elif self.paged:  # first come, first served: the head waits until the pool can hold it
                     if self.waiting[0].reserved_blocks > self._unreserved:
                         break
                     self._unreserved -= self.waiting[0].reserved_blocks
@@ -337,6 +353,33 @@ class Engine:
                 self.slots[req.slot] = req
                 self.prompt_tokens += len(req.prompt_ids)
                 self._init_penalty_rows(req)
+
+    def _reserve_with_prefix(self, req: EngineRequest) -> bool:
+        """Prefix cache: admit req if the pool can hold it, sharing its longest cached prefix.
+
+        It needs its private blocks (all it can fill minus the hit) plus the hit blocks that are idle
+        now (holding them takes them out of the evictable set); idle cached blocks count as free.
+        Prompt-logprob requests look nothing up: every prompt place needs its logits."""
+        hits = self.prefix.match(req.prompt_ids) if req.prompt_logprobs is None else []
+        private = self._blocks_needed(req) - len(hits)
+        cost = private + self.prefix.pinned_by(hits)
+        if cost > self._unreserved:
+            return False
+        self._unreserved -= cost
+        self.prefix.acquire(hits, len(req.prompt_ids))
+        req.reserved_blocks = private  # from here on, the blocks it will take from the pool
+        req.blocks = list(hits)
+        req.prefilled = req.cached_tokens = len(hits) * self.block_size
+        req.block_keys = chain_keys(req.prompt_ids, self.block_size, len(req.prompt_ids) // self.block_size)
+        return True
+
+    def _register_prompt_blocks(self, req: EngineRequest, before: int) -> None:
+        """Prefix cache: the full prompt blocks this chunk completed (positions before..prefilled-1) become
+        cached blocks; each one registered moves from the request's reservation to the cache's held count."""
+        for i in range(before // self.block_size, min(req.prefilled // self.block_size, len(req.block_keys))):
+            key, parent, tokens = req.block_keys[i]
+            if self.prefix.register(req.blocks[i], key, parent, tokens):
+                req.reserved_blocks -= 1
 
     def _blocks_needed(self, req: EngineRequest) -> int:
         """Blocks the request can fill: its prompt plus every token it may generate, within the context."""
@@ -348,8 +391,9 @@ class Engine:
         cache = self.runner.cache
         if len(req.blocks) * self.block_size > last_position:
             return
+        allocate = cache.allocator.allocate if self.prefix is None else self.prefix.allocate  # may evict
         while len(req.blocks) * self.block_size <= last_position:
-            req.blocks.append(cache.allocator.allocate())
+            req.blocks.append(allocate())
         cache.set_row(req.slot, req.blocks)
 
     def kv_blocks(self) -> dict:
@@ -357,8 +401,12 @@ class Engine:
         if not self.paged:
             return {}
         alloc = self.runner.cache.allocator
-        return {"kv_blocks_total": alloc.capacity, "kv_blocks_free": alloc.num_free,
-                "kv_blocks_unreserved": self._unreserved, "kv_block_size": self.block_size}
+        out = {"kv_blocks_total": alloc.capacity, "kv_blocks_free": alloc.num_free,
+               "kv_blocks_unreserved": self._unreserved, "kv_block_size": self.block_size}
+        if self.prefix is not None:  # free + cached (idle) + used == total
+            out["kv_blocks_cached"] = self.prefix.num_idle
+            out["kv_blocks_used"] = alloc.capacity - alloc.num_free - self.prefix.num_idle
+        return out
 
     def _init_penalty_rows(self, req: EngineRequest) -> None:
         p = req.params
@@ -422,6 +470,8 @@ class Engine:
         done_rows = []
         for i, (req, n) in enumerate(run):
             req.prefilled += n
+            if self.prefix is not None:
+                self._register_prompt_blocks(req, req.prefilled - n)
             if req.prefilled == len(req.prompt_ids):
                 if req.prompt_logprobs is not None:
                     req.sink(PromptLogprobsEvent(req._prompt_lp, req._prompt_top))
@@ -587,7 +637,13 @@ class Engine:
             return
         if req.slot is not None and self.slots[req.slot] is req:
             self.slots[req.slot] = None
-            if self.paged:  # every block back to the pool at once (a step in flight still writes its
+            if self.prefix is not None:  # cached blocks lose a reference (kept for later hits), the rest
+                # go back to the pool; blocks that became idle are free to promise again
+                self._unreserved += self.prefix.release(req.blocks)
+                self.runner.cache.set_row(req.slot, [])
+                req.blocks = []
+                self._unreserved += req.reserved_blocks
+            elif self.paged:  # every block back to the pool at once (a step in flight still writes its
                 # old row, but stream order puts that before any later owner's writes)
                 self.runner.cache.allocator.free(req.blocks)
                 self.runner.cache.set_row(req.slot, [])

@@ -180,10 +180,13 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
                 remaining -= 1
             yield i, delta
 
-    def _usage(prompt_len: int, procs) -> dict:
+    def _usage(prompt_len: int, procs, handles, n: int) -> dict:
         completion = sum(p.completion_tokens for p in procs)
-        return {"prompt_tokens": prompt_len, "completion_tokens": completion,
-                "total_tokens": prompt_len + completion}
+        usage = {"prompt_tokens": prompt_len, "completion_tokens": completion, "total_tokens": prompt_len + completion}
+        if getattr(engine, "prefix", None) is not None:  # prompt tokens read from the prefix cache, as OpenAI
+            # reports them; a prompt is counted once, like prompt_tokens (the first of its n choices)
+            usage["prompt_tokens_details"] = {"cached_tokens": sum(h.cached_tokens for h in handles[::n])}
+        return usage
 
     def _chat_logprobs(entries):
         return {"content": [{"token": e["token"], "logprob": e["logprob"], "bytes": list(e["token"].encode()),
@@ -272,7 +275,7 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
             choices.append({"index": i, "message": msg, "logprobs": _chat_logprobs(p.logprob_entries) if req.logprobs
                             else None, "finish_reason": _finish_reason(p, calls)})
         return {"id": rid, "object": "chat.completion", "created": now, "model": model_name, "choices": choices,
-                "usage": _usage(len(prompt_ids), procs)}
+                "usage": _usage(len(prompt_ids), procs, handles, req.n)}
 
     async def _chat_stream(req, rid, now, queue_, procs, handles, prompt_len, request):
         def chunk(choices, usage=None):
@@ -312,7 +315,7 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
                     reason = "error" if procs[i].finish_reason == "error" else _finish_reason(procs[i], calls)
                     yield chunk([{"index": i, "delta": {}, "logprobs": None, "finish_reason": reason}])
             if include_usage:
-                yield chunk([], _usage(prompt_len, procs))
+                yield chunk([], _usage(prompt_len, procs, handles, req.n))
             yield "data: [DONE]\n\n"
         finally:  # also runs when the client disconnects and the response is cancelled
             for h in handles:
@@ -363,7 +366,7 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
             choices.append({"index": i, "text": echoes[i] + p.content, "logprobs": lp,
                             "finish_reason": _finish_reason(p, [])})
         return {"id": rid, "object": "text_completion", "created": now, "model": model_name, "choices": choices,
-                "usage": _usage(prompt_tokens, procs)}
+                "usage": _usage(prompt_tokens, procs, handles, req.n)}
 
     async def _completion_stream(req, rid, now, queue_, procs, handles, prompt_len, echoes):
         def chunk(choices, usage=None):
@@ -394,7 +397,7 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
                     reason = "error" if procs[i].finish_reason == "error" else _finish_reason(procs[i], [])
                     yield chunk([{"index": i, "text": "", "logprobs": None, "finish_reason": reason}])
             if include_usage:
-                yield chunk([], _usage(prompt_len, procs))
+                yield chunk([], _usage(prompt_len, procs, handles, req.n))
             yield "data: [DONE]\n\n"
         finally:
             for h in handles:
