@@ -270,6 +270,20 @@ def test_cross_entropy_gradient_matches_torch(dtype, reduction):
     assert ours_in.grad[0, :2].abs().max() == 0  # ignored positions get no gradient
 
 
+def test_cross_entropy_compiled_form_matches_torch():
+    # under torch.compile the loss takes its other spelling (logsumexp + one-hot backward): same values
+    logits = torch.randn(6, 19) * 3
+    targets = torch.randint(0, 19, (6,))
+    targets[1] = -100
+    ours_in, ref_in = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    loss = torch.compile(cross_entropy, backend="aot_eager", fullgraph=True)(ours_in, targets)
+    loss.backward()
+    ref = F.cross_entropy(ref_in, targets)
+    ref.backward()
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ours_in.grad, ref_in.grad, rtol=1e-6, atol=1e-6)
+
+
 def test_moe_with_one_expert_equals_dense_ffn():
     cfg = CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=2, num_experts=1, num_experts_per_tok=1)

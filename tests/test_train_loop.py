@@ -51,8 +51,10 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, store):
     b = Trainer(_cfg(tmp_path, store, "b", train={"micro_batch_size": 2, "grad_accum_steps": 4}))
     b.fit()
     wa, wb = _weights(a), _weights(b)
+    # Equal up to summation order: the gradients differ by ~1e-9, which AdamW (lr 1e-2, dividing by sqrt(v))
+    # can turn into ~2e-5 on near-zero components after 4 steps; a wrong micro-batch moves them by ~lr per step.
     for k in wa:
-        assert torch.allclose(wa[k], wb[k], atol=1e-5), k
+        assert torch.allclose(wa[k], wb[k], atol=1e-4), (k, (wa[k] - wb[k]).abs().max().item())
 
 
 def test_activation_checkpointing_gives_the_same_training(tmp_path, store):
