@@ -87,13 +87,15 @@ def test_prefix_cache_needs_the_paged_layout():
         Engine(sharp_tiny_lm(), num_slots=2, max_seq_len=32, kv_cache="slots", prefix_cache=True)
 
 
-@pytest.mark.parametrize("mode", ["sequential", "interleaved"])
-def test_greedy_and_seeded_outputs_equal_without_prefix_cache(mode):
+@pytest.mark.parametrize("mode,overlap", [("sequential", False), ("interleaved", False), ("interleaved", True)])
+def test_greedy_and_seeded_outputs_equal_without_prefix_cache(mode, overlap):
     model = sharp_tiny_lm()
     params = [SamplingParams(temperature=0)] * 4 + [SamplingParams(temperature=0.9, top_p=0.9, seed=s) for s in (1, 2, 3)]
     outs, engines = {}, {}
     for prefix in (False, True):
-        eng = engines[prefix] = engine(model, prefix)
+        # overlap: a decode step is launched before the last one's tokens are read, through the graph decoder's
+        # eager steps (what CUDA runs, minus capture): finished requests release blocks with a step in flight
+        eng = engines[prefix] = engine(model, prefix, overlap=overlap, cuda_graphs=overlap)
         reqs = []
         for p, n, sp in zip(PROMPTS, LENS, params):
             reqs.append(eng.submit(p, sp, n))
@@ -200,3 +202,30 @@ def test_eviction_takes_the_least_recently_used_chain_from_its_end():
     assert eng.metrics()["prefix_cache_evictions"] == 2
     assert len(pc.match(a)) == 3  # the recently used chain survives
     assert pc.match(b) == b_blocks[:1]  # b lost its last two blocks, tail first
+
+
+def test_a_failed_step_forgets_the_cache_and_returns_every_block():
+    model = sharp_tiny_lm()
+    eng = engine(model, True)
+    eng.submit(PROMPTS[0], SamplingParams(temperature=0), 2)
+    eng.run_until_idle()
+    assert eng.kv_blocks()["kv_blocks_cached"] == 6
+    forward = eng.runner.forward
+
+    def failing(*args, **kwargs):  # a device error in the middle of a prefill
+        eng.runner.forward = forward
+        raise RuntimeError("injected failure")
+
+    eng.runner.forward = failing
+    eng.start()
+    try:
+        failed = eng.submit(PROMPTS[1], SamplingParams(temperature=0), 3)
+        assert list(failed.events(timeout=30))[-1].reason == "error"
+        kv = eng.kv_blocks()  # what the failed step wrote is not trusted: nothing cached, every block free
+        assert kv["kv_blocks_cached"] == kv["kv_blocks_used"] == 0 and kv["kv_blocks_free"] == kv["kv_blocks_total"]
+        again = eng.submit(PROMPTS[1], SamplingParams(temperature=0), 3)
+        assert [e.token_id for e in again.events(timeout=30) if isinstance(e, TokenEvent)] == \
+            generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=3))[0]
+        assert again.cached_tokens == 0
+    finally:
+        eng.stop()

@@ -308,10 +308,10 @@ class Engine:
                 self.step()
             except Exception as exc:  # a failing step must not hang every client
                 self._pending = None
-                for req in [r for r in self.slots if r is not None]:
-                    self._finish(req, "error", f"{type(exc).__name__}: {exc}")
                 if self.prefix is not None:  # what a failed step wrote is not trusted
                     self.prefix.forget_all()
+                for req in [r for r in self.slots if r is not None]:
+                    self._finish(req, "error", f"{type(exc).__name__}: {exc}")
         for req in [r for r in self.slots if r is not None] + list(self.waiting):
             self._finish(req, "cancelled")
         self.waiting.clear()

@@ -39,6 +39,7 @@ class _Entry:
     parent: int
     tokens: tuple[int, ...]
     refcount: int = 0
+    forgotten: bool = False  # dropped by forget_all while held: freed, not kept, when its last holder ends
 
 
 def chain_keys(tokens: list[int], block_size: int, num_blocks: int) -> list[tuple[int, int, tuple[int, ...]]]:
@@ -137,7 +138,7 @@ class PrefixCache:
 
     def release(self, blocks: list[int]) -> int:
         """A request ends: cached blocks lose one reference (idle at zero, kept for later hits), private
-        blocks go back to the free list. Returns how many cached blocks became idle.
+        blocks go back to the free list. Returns how many cached blocks nobody holds any more.
         The tail goes into the LRU order first, so a chain is evicted from its end, never its start."""
         became_idle, private = 0, []
         for b in reversed(blocks):
@@ -147,23 +148,27 @@ class PrefixCache:
                 continue
             entry.refcount -= 1
             if entry.refcount == 0:
-                self._idle[b] = None
                 self.num_held -= 1
                 became_idle += 1
+                if entry.forgotten:
+                    del self._entries[b]
+                    private.append(b)
+                else:
+                    self._idle[b] = None
         if private:
             self.allocator.free(private[::-1])
         return became_idle
 
     def forget_all(self) -> None:
-        """Drop every idle cached entry and return its block (after a failed step the cached contents are
-        not trusted). Call it when no request holds a cached block (the engine ends them all first)."""
-        if self.num_held:
-            raise RuntimeError(f"{self.num_held} cached blocks are still held by requests: end them first")
+        """Drop every cached entry (after a failed step the cached contents are not trusted): nothing can
+        be hit any more, idle blocks go back to the free list, held ones when their last holder ends."""
         idle = list(self._idle)
         self._idle.clear()
         self._by_key.clear()
-        self._entries.clear()
-        self.num_held = 0
+        for b in idle:
+            del self._entries[b]
+        for entry in self._entries.values():
+            entry.forgotten = True
         if idle:
             self.allocator.free(idle)
 
