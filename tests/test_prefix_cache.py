@@ -229,3 +229,27 @@ def test_a_failed_step_forgets_the_cache_and_returns_every_block():
         assert again.cached_tokens == 0
     finally:
         eng.stop()
+
+
+@pytest.mark.gpu
+def test_cuda_compiled_graphs_with_prefix_cache_equal_generate():
+    """On CUDA with the serving defaults (compiled layers, CUDA graphs, overlapped steps): the same tokens
+    with and without the prefix cache, and as generate(). Written without a GPU to run it on this session."""
+    model = sharp_tiny_lm(hidden_size=64, intermediate_size=128, max_position_embeddings=256).cuda()
+    system = [(7 * i + 3) % 97 for i in range(70)]  # 4 full 16-token blocks
+    prompts = [system + [i, i + 1, i + 2] for i in range(6)] + [system[:64], system[:40]]
+    outs, hits = {}, {}
+    for prefix in (False, True):
+        eng = Engine(model, num_slots=4, max_seq_len=160, prefix_cache=prefix)
+        assert eng.graphs is not None and eng.runner.compiled and eng.overlap
+        first = eng.submit(prompts[0], SamplingParams(temperature=0), 20)
+        eng.run_until_idle()
+        reqs = [first] + [eng.submit(p, SamplingParams(temperature=0), 20) for p in prompts[1:]]
+        eng.run_until_idle()
+        outs[prefix] = [tokens(r) for r in reqs]
+        hits[prefix] = eng.metrics().get("prefix_cache_hit_tokens", 0)
+        kv = eng.kv_blocks()
+        assert kv["kv_blocks_unreserved"] == kv["kv_blocks_total"]
+    assert outs[True] == outs[False]
+    assert outs[True] == [generate(model, [p], GenerationConfig(max_new_tokens=20))[0] for p in prompts]
+    assert hits[True] == 16 * (4 * 5 + 3 + 2)  # five full hits, the 64-token prompt recomputes its last block
