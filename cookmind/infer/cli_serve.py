@@ -57,6 +57,6 @@ def main(args: argparse.Namespace) -> int:
     app, engine = build_app(args)
     print(f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
           f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache "
-          f"{engine.kv_blocks() or ''}; web chat at /)", flush=True)
+          f"{engine.kv_blocks() or ''}{', prefix cache on' if args.prefix_cache else ''}; web chat at /)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
