@@ -101,10 +101,11 @@ def _generate_bucket(model, prompts: list[list[int]], params: SamplingParams, de
     ids = torch.tensor(prompts, dtype=torch.long, device=device)
     b, p = ids.shape
     step = _Stepper(model, b, p + params.max_new_tokens, device)
-    out = torch.empty((b, 0), dtype=torch.long, device=device)
-    done = torch.zeros(b, dtype=torch.bool, device=device)
+    rows: list[list[int]] = [[] for _ in range(b)]  # on the host: stop checks never touch the device
+    done = [False] * b
     ends = [params.max_new_tokens] * b
     logits = step(ids)
+    stop_set = set(params.stop_token_ids)
     stop_ids = torch.tensor(list(params.stop_token_ids), dtype=torch.long, device=device)
     tail = max((len(x) for x in params.stop_strings), default=0) + 4  # tokens are >= 1 char, mostly
     for t in range(params.max_new_tokens):
@@ -112,20 +113,18 @@ def _generate_bucket(model, prompts: list[list[int]], params: SamplingParams, de
             logits = logits.clone()
             logits[:, stop_ids] = float("-inf")  # min_new_tokens: no ending before then
         nxt = _sample_next(logits, params, gen)
-        out = torch.cat([out, nxt[:, None]], dim=1)
-        newly = torch.isin(nxt, stop_ids) & ~done if len(stop_ids) else torch.zeros_like(done)
-        if params.stop_strings and decode is not None:
+        for r, tok in enumerate(nxt.tolist()):  # the step's one device-to-host copy
+            rows[r].append(tok)
+            if done[r]:
+                continue
             # a stop string spans at most len(stop) tokens: decode only that tail
-            for r in range(b):
-                if not done[r] and not newly[r] and _stopped(decode(out[r, -tail:].tolist()), params.stop_strings):
-                    newly[r] = True
-        for r in newly.nonzero().flatten().tolist():
-            ends[r] = t + 1
-        done |= newly
-        if bool(done.all()) or t + 1 == params.max_new_tokens:
+            if tok in stop_set or (params.stop_strings and decode is not None
+                                   and _stopped(decode(rows[r][-tail:]), params.stop_strings)):
+                done[r], ends[r] = True, t + 1
+        if all(done) or t + 1 == params.max_new_tokens:
             break
         logits = step(nxt[:, None])
-    return [row[:end] for row, end in zip(out.tolist(), ends)]
+    return [row[:end] for row, end in zip(rows, ends)]
 
 
 def generate_ids(model, prompts: list[list[int]], params: SamplingParams, tokenizer=None) -> list[list[int]]:
