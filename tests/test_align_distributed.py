@@ -6,22 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-
-class XYZ:
-    eos_id = 3
-    pad_id = 3
-
-    def encode(self, text):
-        return ["xyz\x03?".index(c) for c in text]
-
-    def decode(self, ids):
-        return "".join("xyz\x03?"[i] for i in ids)
-
-
-def _x_fraction(response, _truth):
-    r = response.count("x") / max(1, len(response))
-    return {"reward": r, "format_reward": 1.0, "answer_reward": float(r == 1.0)}
+from test_align_fixtures import XYZ, x_fraction
 
 
 def _worker(rank, world, init_file, out_dir):
@@ -47,7 +32,7 @@ def _worker(rank, world, init_file, out_dir):
         return real(model, tokenizer, prompt_ids, *args, **kw)
 
     grpo.collect_rollouts = spy
-    hist = run_grpo(model, XYZ(), problems, cfg, reward_fn=_x_fraction, progress=False)
+    hist = run_grpo(model, XYZ(), problems, cfg, reward_fn=x_fraction, progress=False)
     torch.save({"state": model.state_dict(), "start": start, "seen": seen, "hist": hist}, os.path.join(out_dir, f"r{rank}.pt"))
     dist.destroy_process_group()
 

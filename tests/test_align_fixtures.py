@@ -89,3 +89,22 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+class XYZ:
+    """A 5-token language: 0 'x', 1 'y', 2 'z', 3 end, 4 '?'."""
+
+    eos_id = 3
+    pad_id = 3
+
+    def encode(self, text):
+        return ["xyz\x03?".index(c) for c in text]
+
+    def decode(self, ids):
+        return "".join("xyz\x03?"[i] for i in ids)
+
+
+def x_fraction(response, _truth):
+    """Reward: the share of 'x' in the response; 'correct' when it is all x."""
+    r = response.count("x") / max(1, len(response))
+    return {"reward": r, "format_reward": 1.0, "answer_reward": float(r == 1.0)}

@@ -1,7 +1,7 @@
 """Rollout sampling, the GRPO driver, its Trainer objective and expert iteration on tiny models."""
 
 import torch
-from test_align_fixtures import one_torch_thread, tiny_hf_model  # noqa: F401
+from test_align_fixtures import XYZ, one_torch_thread, tiny_hf_model, x_fraction  # noqa: F401
 
 from cookmind.align.expert_iteration import ExpertIterationConfig, run_expert_iteration
 from cookmind.align.grpo import GRPOConfig, run_grpo
@@ -9,23 +9,6 @@ from cookmind.align.objective import GRPOObjective
 from cookmind.align.rollout import SamplingParams, generate_ids
 
 
-class XYZ:
-    """A 5-token language: 0 'x', 1 'y', 2 'z', 3 end, 4 '?'."""
-
-    eos_id = 3
-    pad_id = 3
-
-    def encode(self, text):
-        return ["xyz\x03?".index(c) for c in text]
-
-    def decode(self, ids):
-        return "".join("xyz\x03?"[i] for i in ids)
-
-
-def x_fraction(response, _truth):
-    """Reward: the share of 'x' in the response; 'correct' when it is all x."""
-    r = response.count("x") / max(1, len(response))
-    return {"reward": r, "format_reward": 1.0, "answer_reward": float(r == 1.0)}
 
 
 PROBLEMS = [{"question": "?", "answer": ""}, {"question": "??", "answer": ""}, {"question": "???", "answer": ""}]
