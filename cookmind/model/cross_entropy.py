@@ -29,22 +29,22 @@ class _NLL(torch.autograd.Function):
         z = logits.float()
         ctx.compiled = torch.compiler.is_compiling()
         if ctx.compiled:
-            lse = torch.logsumexp(z, dim=-1)  # (N,)
+            lse = torch.logsumexp(z, dim=-1)  # (N,), kept for the backward's exp(z - lse)
             nll = lse - z.gather(-1, targets[:, None]).squeeze(-1)
+            ctx.save_for_backward(logits, targets, keep, lse)
         else:
-            logp = torch.log_softmax(z, dim=-1)  # z - lse, one pass
+            logp = torch.log_softmax(z, dim=-1)  # z - lse, one pass; the backward recomputes softmax
             nll = -logp.gather(-1, targets[:, None]).squeeze(-1)
-            lse = z[:, 0] - logp[:, 0]  # recover lse for the backward without keeping logp
-        nll = torch.where(keep, nll, torch.zeros_like(nll))
-        ctx.save_for_backward(logits, targets, keep, lse)
-        return nll
+            ctx.save_for_backward(logits, targets, keep)
+        return torch.where(keep, nll, torch.zeros_like(nll))
 
     @staticmethod
     def backward(ctx, grad_nll):
-        logits, targets, keep, lse = ctx.saved_tensors
+        logits, targets, keep = ctx.saved_tensors[:3]
         z = logits.float()
         g = torch.where(keep, grad_nll, torch.zeros_like(grad_nll))[:, None]  # (N, 1)
         if ctx.compiled:
+            lse = ctx.saved_tensors[3]
             onehot = torch.arange(z.shape[-1], device=z.device)[None, :] == targets[:, None]  # (N, V), no scatter
             grad = (torch.exp(z - lse[:, None]) - onehot.to(z.dtype)) * g  # (softmax - onehot) * upstream
         else:
