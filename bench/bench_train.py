@@ -104,6 +104,13 @@ def bench_reference(shape: dict, batch: int, seq: int, steps: int, warmup: int, 
         opt.zero_grad(set_to_none=True)
         return loss, norm
 
+    dt, warm_s = _time_loop(step, steps, warmup, device)
+    return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": model.flops_per_token(seq),
+            "warmup_s": round(warm_s, 1), "params": sum(p.numel() for p in model.parameters())}
+
+
+def _time_loop(step, steps: int, warmup: int, device) -> tuple[float, float]:
+    """(seconds for ``steps`` timed steps, seconds of warm-up) of a bare loop; step(i) -> (loss, grad norm)."""
     t0 = time.perf_counter()
     for i in range(warmup):
         step(i)
@@ -115,9 +122,7 @@ def bench_reference(shape: dict, batch: int, seq: int, steps: int, warmup: int, 
         # one host sync per step: nanoGPT logs every step (log_interval=1); our loop checks finiteness
         torch.stack([loss.detach().float(), norm.float()]).tolist()
     _sync(device)
-    dt = time.perf_counter() - t0
-    return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": model.flops_per_token(seq),
-            "warmup_s": round(warm_s, 1), "params": sum(p.numel() for p in model.parameters())}
+    return time.perf_counter() - t0, warm_s
 
 
 def bench_raw_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
@@ -128,7 +133,7 @@ def bench_raw_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: in
 
     torch.manual_seed(0)
     model = CookMindLM(CookMindConfig.from_dict(dict(shape))).to(device)
-    opt = AdamW(param_groups(model, 0.1), lr=6e-4, betas=(0.9, 0.95))
+    opt = AdamW(param_groups(model, 0.1), lr=6e-4, betas=(0.9, 0.95), fused=device.type == "cuda")  # as the Trainer
     fwd = torch.compile(model) if compile_ else model
     data = torch.randint(0, shape["vocab_size"], (64, seq), device=device)
     ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else _null()
@@ -144,17 +149,7 @@ def bench_raw_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: in
         opt.zero_grad(set_to_none=True)
         return loss, norm
 
-    t0 = time.perf_counter()
-    for i in range(warmup):
-        step(i)
-    _sync(device)
-    warm_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for i in range(steps):
-        loss, norm = step(i)
-        torch.stack([loss.detach().float(), norm.float()]).tolist()
-    _sync(device)
-    dt = time.perf_counter() - t0
+    dt, warm_s = _time_loop(step, steps, warmup, device)
     return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": model.flops_per_token(seq),
             "warmup_s": round(warm_s, 1), "params": model.num_parameters()}
 
