@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -87,9 +88,11 @@ def run_cookmind(engine: Engine, prompts: list[list[int]], n_new: int):
     return wall, ttft, outs
 
 
-VARIANTS = {  # name -> Engine options (cuda_graphs is on for CUDA in all)
-    "paged": dict(kv_cache="paged"),
-    "paged-fused": dict(kv_cache="paged", compile_attention=True),
+VARIANTS = {  # name -> Engine options (cuda_graphs is on for CUDA in all); "env" sets variables while it runs
+    "paged": dict(kv_cache="paged"),  # the default: the paged decode kernel on CUDA
+    "kernel-nosplit": dict(kv_cache="paged", decode_attention="kernel", env={"COOKMIND_DECODE_SPLITS": "1"}),
+    "gather": dict(kv_cache="paged", decode_attention="gather"),
+    "paged-fused": dict(kv_cache="paged", decode_attention="gather", compile_attention=True),
     "slots": dict(kv_cache="slots"),
     "graphs-eager": dict(kv_cache="slots", compile=False),
 }
@@ -102,7 +105,15 @@ def replay_ms(engine: Engine, b: int, length: int, reps: int = 50) -> float | No
         return None
     bucket, n = graphs.bucket_for(b), graphs.length_for(length)
     graph = graphs.graphs[(bucket, n)]
-    graphs.load([0] * bucket, [0] * bucket)  # idle rows: positions 0, writes go to the scratch column
+    cache = engine.runner.cache
+    paged = hasattr(cache, "set_row")
+    if paged:  # every row gets its own real blocks, so the decode kernel reads `length` distinct positions
+        per_row = -(-length // cache.block_size)
+        for row in range(bucket):
+            cache.set_row(row, list(range(1 + row * per_row, 1 + (row + 1) * per_row)))
+        cache.sync_tables()
+    # idle rows at the given length: nothing advances and writes go to the scratch column
+    graphs.load([length - 1] * bucket, [0] * bucket)
     graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -110,16 +121,35 @@ def replay_ms(engine: Engine, b: int, length: int, reps: int = 50) -> float | No
         graph.replay()
     end.record()
     end.synchronize()
+    if paged:
+        for row in range(bucket):
+            cache.set_row(row, [])
+        cache.sync_tables()
     engine._graph_key = None  # the engine reloads its rows at its next step
     return start.elapsed_time(end) / reps
 
 
 def bench_cookmind(args, ckpt: Path, prompts_by_b: dict[int, list[list[int]]], variant: str = "paged"):
     model = load_model(ckpt, device=args.device, dtype=args.torch_dtype).eval()
+    options = dict(VARIANTS[variant])
+    env = options.pop("env", {})
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return _bench_engine(args, model, prompts_by_b, variant, options)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _bench_engine(args, model, prompts_by_b, variant, options):
     t0 = time.perf_counter()
     max_b = max(prompts_by_b)
     kw = dict(num_slots=max_b, max_seq_len=args.prompt_len + args.new_tokens + 1, prefill_chunk=max_b * args.prompt_len,
-              **VARIANTS[variant])
+              **options)
     try:
         engine = Engine(model, cuda_graphs=args.device.startswith("cuda"), **kw)
     except Exception as exc:  # report, then measure the eager path rather than nothing

@@ -59,14 +59,18 @@ def long_cuda_model():
     return sharp_tiny_lm(hidden_size=64, intermediate_size=128, max_position_embeddings=256).cuda()
 
 
-@pytest.mark.parametrize("kv_cache,compile_attention", [("paged", False), ("slots", False), ("paged", True)])
-def test_compiled_graphs_over_length_buckets_equal_generate(kv_cache, compile_attention):
-    """Compiled layers captured in graphs, rows crossing the 64 -> 128 length bucket and 16-token blocks."""
+@pytest.mark.parametrize("kv_cache,decode_attention,compile_attention",
+                         [("paged", "kernel", False), ("paged", "gather", False), ("slots", "gather", False),
+                          ("paged", "gather", True)])
+def test_compiled_graphs_equal_generate(kv_cache, decode_attention, compile_attention):
+    """Compiled layers captured in graphs, 16-token blocks, and (gather path) rows crossing the 64 -> 128
+    length bucket; the paged decode kernel needs one graph per batch size."""
     model = long_cuda_model()
     engine = Engine(model, num_slots=4, max_seq_len=160, cuda_graphs=True, compile=True, kv_cache=kv_cache,
-                    compile_attention=compile_attention)
+                    compile_attention=compile_attention, decode_attention=decode_attention)
     assert engine.runner.compiled and engine.runner.compile_error is None
-    assert engine.graphs.length_buckets == [64, 128, 160]
+    assert engine.runner.decode_attention == decode_attention
+    assert engine.graphs.length_buckets == ([160] if decode_attention == "kernel" else [64, 128, 160])
     lens = [90, 70, 100, 85, 60]
     reqs = [engine.submit(p, SamplingParams(temperature=0), n) for p, n in zip(PROMPTS, lens)]  # 5 through 4 rows
     engine.run_until_idle()

@@ -66,6 +66,63 @@ def test_paged_equals_slots_and_generate_mixed_lengths(overlap, graphs):
     assert outs["paged"] == [generate(model, [p], GenerationConfig(max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
 
 
+@pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}, {"head_dim": 16}])
+def test_decode_kernel_path_equals_generate(overrides):
+    """decode_attention="kernel" (fused projections, deferred residual, RoPE + cache write + attention in
+    paged_decode_attention; its PyTorch twin on CPU) gives generate()'s greedy tokens, with and without
+    graphs' self-advancing state, for MHA, GQA with QK-norm, and a head dim the Triton kernel takes."""
+    model = tiny_model(**overrides)
+    want = [generate(model, [p], GenerationConfig(max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
+    for graphs in (False, True):
+        engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=5, block_size=4, cuda_graphs=graphs,
+                        decode_attention="kernel")
+        assert engine.runner.decode_attention == "kernel" and engine.runner.fused[0].qkv is not None
+        reqs = [engine.submit(p, SamplingParams(temperature=0), n) for p, n in zip(PROMPTS, LENS)]
+        engine.run_until_idle()
+        assert [tokens(r) for r in reqs] == want
+
+
+def test_decode_kernel_logits_equal_gather_logits():
+    """One decode step of rows at different lengths: the kernel path's logits equal the gather + SDPA path's."""
+    from cookmind.infer.runner import ModelRunner
+
+    model = tiny_model(head_dim=16)
+    logits = {}
+    for mode in ("gather", "kernel"):
+        runner = ModelRunner(model, 2, 48, kv_cache="paged", num_blocks=30, block_size=4, decode_attention=mode)
+        runner.cache.set_row(0, [3, 7, 1, 9, 2])
+        runner.cache.set_row(1, [5, 4, 6])
+        runner.cache.sync_tables()
+        prompts = torch.tensor([PROMPTS[1][:13], PROMPTS[1][:9] + [0] * 4])
+        pos = torch.arange(13).expand(2, 13)
+        cols = pos.clone()
+        cols[1, 9:] = runner.scratch_col  # row 1's prompt is 9 tokens: padding writes go to scratch
+        runner.forward(prompts, pos, 0, 13, write_cols=cols)
+        step = torch.tensor([[13], [9]])
+        logits[mode] = runner.forward(torch.tensor([[4], [8]]), step, 0, 14)
+    torch.testing.assert_close(logits["kernel"], logits["gather"], rtol=1e-5, atol=1e-5)
+
+
+def test_fused_projections_leave_the_model_unchanged_and_savable(tmp_path):
+    """The runner re-points q/k/v and gate/up weights at rows of fused tensors: the model's own forward,
+    its parameters' identity and save_model/load_model round trips are unaffected."""
+    from cookmind.model import load_model, save_model
+
+    model = tiny_model()
+    x = torch.tensor([PROMPTS[1]])
+    before = model(x).logits if hasattr(model(x), "logits") else model(x)
+    q_param = model.model.layers[0].self_attn.q_proj.weight
+    engine = Engine(model, num_slots=2, max_seq_len=48, block_size=4, decode_attention="kernel")
+    fused = engine.runner.fused[0]
+    assert model.model.layers[0].self_attn.q_proj.weight is q_param
+    assert q_param.untyped_storage().data_ptr() == fused.qkv.untyped_storage().data_ptr()
+    after = model(x).logits if hasattr(model(x), "logits") else model(x)
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
+    loaded = load_model(save_model(tmp_path / "ckpt", model))
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
 def test_blocks_grow_with_the_sequence_and_all_return_after_finish_and_cancel():
     model = tiny_model()
     engine = Engine(model, num_slots=3, max_seq_len=48, block_size=4, kv_budget_bytes=40 * BLOCK_BYTES, overlap=False)

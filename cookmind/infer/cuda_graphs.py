@@ -13,9 +13,11 @@ Two things make the captured step itself short:
   ``torch.compile`` (inductor); warm-up compiles before capture, so the graphs hold fused
   kernels (RMSNorm, RoPE, cache writes, SwiGLU's gate, residual adds) instead of ~40 small ones
   per layer. The eager step is the same code, unfused, and is what CPU tests run.
-- Attention reads only the first L columns of the cache, where L is the smallest length bucket
-  (64, 128, 256, ... up to max_seq_len) that holds the longest running request, instead of
-  the whole context every step.
+- With the paged decode kernel (the default on CUDA) each row's attention reads only that row's
+  positions, so one graph per batch size serves every length. Otherwise (gather + SDPA)
+  attention reads the first L columns of the cache, where L is the smallest length bucket
+  (64, 128, 256, ... up to max_seq_len) that holds the longest running request, and each
+  (batch, length) pair gets its own graph.
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ class CudaGraphDecoder:
         self.buckets = sorted(buckets or default_buckets(runner.num_slots))
         if self.buckets[-1] > runner.num_slots:
             raise ValueError(f"graph bucket {self.buckets[-1]} exceeds the cache's {runner.num_slots} slots")
-        self.length_buckets = sorted(length_buckets or default_length_buckets(runner.max_seq_len))
+        if length_buckets is None:  # the paged decode kernel reads each row's own length: one bucket serves all
+            length_buckets = [runner.max_seq_len] if getattr(runner, "decode_attention", "gather") == "kernel" \
+                else default_length_buckets(runner.max_seq_len)
+        self.length_buckets = sorted(length_buckets)
         if self.length_buckets[-1] != runner.max_seq_len:
             raise ValueError(f"the largest length bucket must be max_seq_len={runner.max_seq_len}, "
                              f"got {self.length_buckets[-1]}")

@@ -123,7 +123,8 @@ class Engine:
     and shared by later requests that start with the same tokens, whose prefill then starts after them
     (see prefix_cache.py); cached blocks nobody holds count as free and are evicted LRU when needed.
     On CUDA, decode steps replay CUDA graphs (``cuda_graphs``) of a forward whose layers run through
-    torch.compile around eager attention (``compile``; ``compile_attention`` compiles attention too).
+    torch.compile (``compile``) around the paged decode-attention kernel (``decode_attention``, see
+    runner.py; "gather" keeps the gather + SDPA path, where ``compile_attention`` compiles attention too).
 
     Use ``start()`` for a background thread (the server), or call ``step()`` / ``run_until_idle()``
     yourself (benchmarks, tests). ``submit`` and ``cancel`` are thread-safe.
@@ -133,7 +134,7 @@ class Engine:
                  kv_budget_bytes: int | None = None, max_waiting: int = 256, prefill_chunk: int = 512,
                  cuda_graphs: bool | None = None, overlap: bool | None = None, kv_cache: str = "paged",
                  block_size: int = 16, compile: bool | None = None, compile_attention: bool = False,
-                 prefix_cache: bool = False):
+                 prefix_cache: bool = False, decode_attention: str = "auto"):
         cfg = model.config
         param = next(model.parameters())
         self.device = param.device
@@ -152,7 +153,7 @@ class Engine:
                 budget, cfg.num_hidden_layers, cfg.num_key_value_heads, self.max_seq_len + 1,
                 cfg.resolved_head_dim, param.dtype))
         self.runner = ModelRunner(model, num_slots, self.max_seq_len, kv_cache=kv_cache, num_blocks=num_blocks,
-                                  block_size=block_size)
+                                  block_size=block_size, decode_attention=decode_attention)
         self.paged = self.runner.paged
         self.block_size = block_size
         self._unreserved = self.runner.cache.allocator.capacity if self.paged else 0  # blocks free to promise

@@ -72,7 +72,8 @@ class PagedStep:
     """Physical indices of one forward, computed once and shared by every layer."""
 
     write_index: torch.Tensor  # (B*T,) where each new token's key/value goes
-    read_index: torch.Tensor  # (B, L) where each row's columns 0..L-1 live
+    read_index: torch.Tensor | None  # (B, L) where each row's columns 0..L-1 live (None: a kernel reads in place)
+    table: torch.Tensor  # (B, max_blocks) the rows' block tables
 
 
 class PagedKVCache:
@@ -116,17 +117,20 @@ class PagedKVCache:
                 self.block_tables[row].copy_(self._host_tables[row], non_blocking=True)
         self._dirty.clear()
 
-    def step(self, slot_start: int, batch: int, write_cols: torch.Tensor, length: int) -> PagedStep:
-        """Indices for rows slot_start.. slot_start+batch-1 writing at write_cols (B, T), reading columns < length."""
+    def step(self, slot_start: int, batch: int, write_cols: torch.Tensor, length: int, read: bool = True) -> PagedStep:
+        """Indices for rows slot_start.. slot_start+batch-1 writing at write_cols (B, T), reading columns < length
+        (read=False: no read indices, for the decode kernel that follows the block tables itself)."""
         bs = self.block_size
         table = self.block_tables[slot_start : slot_start + batch]
         # the scratch column (== max_seq_len) may fall past the table: send it to the scratch block
         blk = (write_cols // bs).clamp(max=self.max_blocks - 1)
         phys_block = torch.where(write_cols < self.max_seq_len, table.gather(1, blk), torch.zeros_like(blk))
         write_index = (phys_block * bs + write_cols % bs).reshape(-1)
+        if not read:
+            return PagedStep(write_index, None, table)
         cols = torch.arange(length, device=table.device)
         read_index = table[:, cols // bs] * bs + cols % bs  # (B, L)
-        return PagedStep(write_index, read_index)
+        return PagedStep(write_index, read_index, table)
 
     @staticmethod
     def write(keys: torch.Tensor, values: torch.Tensor, step: PagedStep, k: torch.Tensor, v: torch.Tensor) -> None:

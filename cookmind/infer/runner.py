@@ -19,7 +19,10 @@ from torch.fx.experimental import _config as fx_config
 
 from cookmind.infer.paged_cache import PagedKVCache
 from cookmind.infer.slot_cache import SlotKVCache
+from cookmind.kernels.paged_decode import kernel_available, paged_decode_attention
 from cookmind.model.rope import apply_rope
+
+DECODE_ATTENTION = ("auto", "kernel", "gather")
 
 
 class ModelRunner:
@@ -27,10 +30,19 @@ class ModelRunner:
 
     kv_cache="slots": every row owns max_seq_len columns. kv_cache="paged": rows own blocks of
     block_size positions from a pool of num_blocks (see paged_cache.py); the caller assigns them.
+
+    decode_attention (paged cache, one new token per row): "kernel" runs each layer as two fused
+    halves around ``paged_decode_attention``, which applies RoPE, stores the new key/value and
+    attends over the rows' blocks in place (the Triton kernel on CUDA, its PyTorch twin elsewhere);
+    the halves use one QKV and one gate/up projection (the model's weights become views into
+    them), and each layer's last residual add joins the next layer's norm. "gather" copies the
+    rows' keys into a contiguous tensor and runs SDPA under a length mask, as prefill does.
+    "auto": "kernel" where the Triton kernel runs (CUDA, head dim a power of two), else "gather".
     """
 
     def __init__(self, model, num_slots: int, max_seq_len: int | None = None, device=None, dtype=None,
-                 kv_cache: str = "slots", num_blocks: int | None = None, block_size: int = 16):
+                 kv_cache: str = "slots", num_blocks: int | None = None, block_size: int = 16,
+                 decode_attention: str = "auto"):
         cfg = model.config
         self.model = model.eval()
         self.config = cfg
@@ -57,9 +69,18 @@ class ModelRunner:
         else:
             raise ValueError(f"kv_cache must be 'slots' or 'paged', got {kv_cache!r}")
         self.paged = kv_cache == "paged"
+        if decode_attention not in DECODE_ATTENTION:
+            raise ValueError(f"decode_attention must be one of {', '.join(DECODE_ATTENTION)}, got {decode_attention!r}")
+        if decode_attention == "auto":
+            decode_attention = "kernel" if self.paged and kernel_available(self.device, self.head_dim) else "gather"
+        if decode_attention == "kernel" and not self.paged:
+            raise ValueError("decode_attention='kernel' reads paged blocks: it needs kv_cache='paged'")
+        self.decode_attention = decode_attention
+        self.fused = [_fuse_layer(layer) for layer in self.layers] if decode_attention == "kernel" else None
         self.compiled = False
         self.compile_attention = False
         self._layer_fn, self._pre_fn, self._post_fn, self._head_fn = self._layer, self._pre, self._post, self._head
+        self._dpre_fn, self._dpost_fn = self._decode_pre, self._decode_post
         self.compile_error: str | None = None
 
     @property
@@ -89,6 +110,7 @@ class ModelRunner:
 
         self._layer_fn, self._pre_fn, self._post_fn = fast(self._layer), fast(self._pre), fast(self._post)
         self._head_fn = fast(self._head)
+        self._dpre_fn, self._dpost_fn = fast(self._decode_pre), fast(self._decode_post)
 
     @torch.inference_mode()
     def forward(self, *args, **kwargs) -> torch.Tensor:
@@ -106,6 +128,8 @@ class ModelRunner:
         write_cols = positions if write_cols is None else write_cols
         h = self.embed(tokens)
         cos, sin = self.rope(positions, h.dtype)
+        if t == 1 and self.decode_attention == "kernel":
+            return self._decode_kernel_layers(h, positions[:, 0], cos[:, 0], sin[:, 0], slot_start, write_cols)
         mask = self._attention_bias(positions, attn_len, h.dtype)
         step = self.cache.step(slot_start, b, write_cols, attn_len)  # shared by every layer
         for i, layer in enumerate(self.layers):
@@ -120,9 +144,52 @@ class ModelRunner:
             h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
         return self._compiled(self._head_fn, self._head, h)
 
-    def _head(self, h: torch.Tensor) -> torch.Tensor:
-        """Final norm and the LM head: float32 logits."""
+    def _head(self, h: torch.Tensor, delta: torch.Tensor | None = None) -> torch.Tensor:
+        """Final norm (of h + delta: the last layer's pending residual) and the LM head: float32 logits."""
+        if delta is not None:
+            h = h + delta
         return (self.norm(h) @ self.lm_head_weight.t()).float()
+
+    def _decode_kernel_layers(self, h, positions, cos, sin, slot_start, write_cols) -> torch.Tensor:
+        """One new token per row through every layer with the paged decode kernel; logits (B, V)."""
+        b = h.shape[0]
+        step = self.cache.step(slot_start, b, write_cols, 0, read=False)
+        delta = None
+        for i, layer in enumerate(self.layers):
+            fused = self.fused[i]
+            h, q, k, v = self._compiled(self._dpre_fn, self._decode_pre, layer, fused.qkv, fused.qkv_bias, h, delta)
+            out = paged_decode_attention(q, k, v, self.cache.keys[i], self.cache.values[i], step.table, positions,
+                                         step.write_index, self.cache.block_size, cos, sin)
+            h, delta = self._compiled(self._dpost_fn, self._decode_post, layer, fused.gate_up, h, out)
+        return self._compiled(self._head_fn, self._head, h[:, 0], delta[:, 0])
+
+    def _decode_pre(self, layer, qkv_weight, qkv_bias, h, delta):
+        """h + delta (the previous layer's MLP output), then q, k, v (B, heads, D) of its norm, QK-normed
+        but not yet rotated (the kernel applies RoPE); returns (h, q, k, v)."""
+        if delta is not None:
+            h = h + delta
+        attn, x = layer.self_attn, layer.input_layernorm(h)
+        b = x.shape[0]
+        nq, nkv = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+        if qkv_weight is not None:
+            qkv = F.linear(x, qkv_weight, qkv_bias).view(b, -1)
+            q, k, v = qkv[:, :nq], qkv[:, nq : nq + nkv], qkv[:, nq + nkv :]
+        else:
+            q, k, v = (_linear(m, x).view(b, -1) for m in (attn.q_proj, attn.k_proj, attn.v_proj))
+        q, k = q.view(b, self.n_heads, self.head_dim), k.view(b, self.n_kv, self.head_dim)
+        if getattr(attn, "q_norm", None) is not None:
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        return h, q, k, v.view(b, self.n_kv, self.head_dim)
+
+    def _decode_post(self, layer, gate_up_weight, h, attn_out):
+        """h + o_proj(attention output); returns (h, mlp(norm(h))), the MLP output added by the next layer."""
+        b = h.shape[0]
+        h = h + _linear(layer.self_attn.o_proj, attn_out.reshape(b, 1, -1))
+        x = layer.post_attention_layernorm(h)
+        if gate_up_weight is not None:
+            gate, up = F.linear(x, gate_up_weight).chunk(2, dim=-1)
+            return h, _linear(layer.mlp.down_proj, F.silu(gate) * up)
+        return h, self._mlp(layer.mlp, x)
 
     @staticmethod
     def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
@@ -197,6 +264,46 @@ class ModelRunner:
             return _linear(mlp.down_proj, F.silu(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
         out = mlp(x)  # mixture of experts: (output, aux loss)
         return out[0] if isinstance(out, tuple) else out
+
+
+class _Fused:
+    """A layer's fused projection weights (None where the layer's modules do not allow it)."""
+
+    def __init__(self, qkv, qkv_bias, gate_up):
+        self.qkv, self.qkv_bias, self.gate_up = qkv, qkv_bias, gate_up
+
+
+def _fuse_rows(modules) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Stack the modules' weights (and biases) into one tensor each and re-point every module's
+    weight at its rows of it: one GEMM computes all their outputs and no memory is added. The
+    modules compute exactly what they did; their Parameters keep their identity. (None, None)
+    when they cannot share one GEMM (not plain linear weights, mixed biases, dtypes or widths)."""
+    weights = [getattr(m, "weight", None) for m in modules]
+    biases = [getattr(m, "bias", None) for m in modules]
+    if any(w is None or w.dim() != 2 for w in weights) or len({(w.dtype, w.device, w.shape[1]) for w in weights}) > 1:
+        return None, None
+    if any(hasattr(m, "lora_A") for m in modules) or len({b is None for b in biases}) > 1:
+        return None, None
+    with torch.no_grad():
+        fused = torch.cat([w.detach() for w in weights])
+        fused_bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+        start = 0
+        for w, b in zip(weights, biases):
+            n = w.shape[0]
+            w.data = fused[start : start + n]
+            if b is not None:
+                b.data = fused_bias[start : start + n]
+            start += n
+    return fused, fused_bias
+
+
+def _fuse_layer(layer) -> _Fused:
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv, qkv_bias = _fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])
+    gate_up = None
+    if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")) and mlp.gate_proj.bias is None:
+        gate_up, _ = _fuse_rows([mlp.gate_proj, mlp.up_proj])
+    return _Fused(qkv, qkv_bias, gate_up)
 
 
 def _linear(module, x):

@@ -24,6 +24,7 @@ projection work as they are); pools (num_blocks * block_size, Hkv, D); block_tab
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -47,9 +48,18 @@ def kernel_available(device: torch.device, head_dim: int) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=None)
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
 def default_splits(batch: int, heads: int, device: torch.device) -> int:
-    """Splits per row so that batch * heads * splits fills the GPU's SMs once (1, 2, 4, 8 or 16)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    """Splits per row so that batch * heads * splits fills the GPU's SMs once (1, 2, 4, 8 or 16);
+    COOKMIND_DECODE_SPLITS=N fixes it (for benchmarks)."""
+    fixed = os.environ.get("COOKMIND_DECODE_SPLITS")
+    if fixed:
+        return int(fixed)
+    sms = _num_sms(device)
     splits = 1
     while splits < 16 and batch * heads * splits * 2 <= sms:
         splits *= 2

@@ -25,6 +25,13 @@ def model_state_dict(model: CookMindLM) -> dict[str, torch.Tensor]:
     sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_word_embeddings:
         sd.pop("lm_head.weight", None)
+    storages: set[int] = set()
+    for k, v in sd.items():  # weights that are views into one fused tensor (the serving runner makes
+        # them) share a storage, which safetensors refuses: each gets its own copy
+        ptr = v.untyped_storage().data_ptr()
+        if ptr in storages:
+            sd[k] = v.clone()
+        storages.add(ptr)
     return sd
 
 
