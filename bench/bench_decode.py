@@ -129,6 +129,25 @@ def replay_ms(engine: Engine, b: int, length: int, reps: int = 50) -> float | No
     return start.elapsed_time(end) / reps
 
 
+@torch.inference_mode()
+def prefill_ms(engine: Engine, prompt: list[int], reps: int = 10) -> float:
+    """Median wall time of the runner's forward over one prompt (what TTFT spends on the model), ms.
+    Every write goes to the scratch column: the cache is unchanged."""
+    runner, dev = engine.runner, engine.device
+    t = len(prompt)
+    tokens = torch.tensor([prompt], device=dev)
+    positions = torch.arange(t, device=dev)[None]
+    cols = torch.full((1, t), runner.scratch_col, dtype=torch.long, device=dev)
+    times = []
+    for _ in range(reps):
+        sync(str(dev))
+        t0 = time.perf_counter()
+        runner.forward(tokens, positions, 0, t, write_cols=cols)
+        sync(str(dev))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
 def bench_cookmind(args, ckpt: Path, prompts_by_b: dict[int, list[list[int]]], variant: str = "paged"):
     model = load_model(ckpt, device=args.device, dtype=args.torch_dtype).eval()
     options = dict(VARIANTS[variant])
@@ -174,6 +193,21 @@ def _bench_engine(args, model, prompts_by_b, variant, options):
     for _ in range(3):  # batch 1, full length, like the peer's measurement
         _, ttft, _ = run_cookmind(engine, prompts_by_b[min(prompts_by_b)][:1], args.new_tokens)
         ttft_b1.append(ttft)
+    emit(figure="prefill_forward_ms", variant=variant, batch=1, prompt_len=args.prompt_len,
+         ms=round(prefill_ms(engine, prompts_by_b[min(prompts_by_b)][0]), 3))
+    if args.profile_ttft:  # where the first step of a lone request spends its time (host view)
+        import cProfile
+        import pstats
+
+        req = engine.submit(prompts_by_b[min(prompts_by_b)][0], SamplingParams(temperature=0.0), args.new_tokens)
+        prof = cProfile.Profile()
+        prof.enable()
+        engine.step()
+        sync(str(engine.device))
+        prof.disable()
+        engine.run_until_idle()
+        emit(figure="profiled_ttft_ms", variant=variant, ms=round((req.first_token_at - req.submitted_at) * 1e3, 2))
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     for b in prompts_by_b:
         for length in sorted({args.prompt_len + 1, args.prompt_len + args.new_tokens}):
             ms = replay_ms(engine, b, length)
@@ -267,6 +301,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-compile", action="store_true", help="peer without torch.compile (eager)")
     p.add_argument("--variants", default="paged",
                    help=f"cookmind engines to time, comma-separated, the first is compared: {', '.join(VARIANTS)}")
+    p.add_argument("--profile-ttft", action="store_true", help="print a cProfile of a lone request's first step")
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
     if args.tiny:

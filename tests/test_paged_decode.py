@@ -95,7 +95,7 @@ def test_kernel_matches_reference(splits, dtype, rope):
                                                       lengths=lengths, dtype=dtype, device=dev, seed=3)
     cos = sin = None
     if rope:
-        cos, sin = RotaryEmbedding(64)(positions[:, None], dtype)
+        cos, sin = RotaryEmbedding(64).to(dev)(positions[:, None], dtype)
         cos, sin = cos[:, 0], sin[:, 0]
     kc2, vc2 = kc.clone(), vc.clone()
     out = paged_decode_attention(q, k, v, kc, vc, tables, positions, write, 16, cos, sin, num_splits=splits)
