@@ -1,10 +1,11 @@
 """Decode benchmark: cookmind's engine vs Hugging Face transformers `generate`, same weights.
 
 cookmind: the continuous-batching engine (paged KV cache, CUDA graphs of a torch.compile'd decode
-          step, attention over length buckets). --variants adds others in the same run:
-          paged (the default engine: compiled layer halves around eager attention, paged cache),
-          paged-fused (attention compiled too), slots (slot cache), graphs-eager (CUDA graphs of the
-          uncompiled step, slot cache: the engine before compilation).
+          step around the Triton paged decode-attention kernel). --variants adds others in the same run:
+          paged (the default engine), kernel-nosplit (the kernel with one program per row and head),
+          gather (gather the rows' blocks, SDPA under a length mask, graphs per length bucket),
+          paged-fused (gather with attention compiled too), slots (slot cache), graphs-eager (CUDA
+          graphs of the uncompiled step, slot cache).
 peer:     transformers `generate` with a static cache, which auto-compiles decoding with
           torch.compile (mode "reduce-overhead") on CUDA, on the same random weights exported
           with cookmind's HF export (`cookmind export --hf`).
@@ -14,19 +15,20 @@ Figures (one JSON line each): decode tokens/s = B*N / (wall time of the whole ge
 prefill included) at each batch size; time to first token at batch 1; greedy agreement.
 
     python bench/bench_decode.py                       # GPT-2-small-sized Llama shape, CUDA, bf16
-    python bench/bench_decode.py --variants paged,paged-fused,slots,graphs-eager   # the A/B below
+    python bench/bench_decode.py --variants paged,gather,kernel-nosplit   # the A/B below
     python bench/bench_decode.py --tiny --device cpu   # a seconds-long smoke run on CPU
 
-Measured on one H200 (torch 2.11, 2026-11-29), prompt 128, 256 new tokens; device ms per decode step
-(graph replay, attention length 256 / 385) and tokens/s:
+Measured on one H200 (torch 2.11), prompt 128, 256 new tokens; device ms per decode step (graph replay,
+attention length 129 / 385) and tokens/s:
+  2026-11-29, before the kernel:
   graphs-eager (slots, nothing compiled)         b1 1.30 / 1.31 ms   744 tok/s;  b64 1.63 / 1.74 ms  36.5k
   paged-fused  (whole layers compiled, SDPA in)  b1 0.77 / 0.79 ms  1202 tok/s;  b64 1.82 / 2.34 ms  29.3k
   slots, whole layers compiled                   b1 0.77 / 0.78 ms  1191 tok/s;  b64 3.35 / 3.47 ms  18.4k
-  paged-fused with attention as products/sums    b1 0.76 / 0.80 ms  1235 tok/s;  b64 2.03 / 2.71 ms  25.5k
-  peer in the same run as the first three: 518 tok/s at b1, 34.4k at b64; TTFT 8.8 ms vs 13.4 ms.
-Compiling took batch 1 to 2.3x the peer, but attention inside the compiled graph made batch 64 slower
-than eager, so the default engine now compiles each layer's two halves around eager attention
-(variant "paged"), which was not yet measured on the GPU when this was written.
+  2026-11-30:
+  gather (halves compiled around eager SDPA)     b1 0.79 / 0.80 ms  1127 tok/s;  b64 1.26 / 1.58 ms  40.7k
+  paged (the kernel, split over programs)        b1 0.46 / 0.46 ms  1879 tok/s;  b64 0.56 / 0.81 ms  72.6k
+  kernel-nosplit                                 b1 0.47 / 0.62 ms  1669 tok/s;  b64 0.56 / 0.81 ms  82.7k
+  (the last two rows from different runs; tokens/s moves by ~10% between runs of the same engine)
 """
 
 from __future__ import annotations
@@ -212,7 +214,9 @@ def _bench_engine(args, model, prompts_by_b, variant, options):
         for length in sorted({args.prompt_len + 1, args.prompt_len + args.new_tokens}):
             ms = replay_ms(engine, b, length)
             if ms is not None:
-                emit(figure="decode_step_device_ms", variant=variant, batch=b, attn_len=engine.graphs.length_for(length),
+                kernel = engine.runner.decode_attention == "kernel"  # reads each row's length, not a bucket's
+                emit(figure="decode_step_device_ms", variant=variant, batch=b,
+                     attn_len=length if kernel else engine.graphs.length_for(length),
                      ms=round(ms, 4), compiled=engine.runner.compiled)
     del engine, model
     if args.device.startswith("cuda"):
