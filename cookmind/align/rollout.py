@@ -3,8 +3,9 @@
 Prompts are bucketed by length so a batch needs no padding and no attention mask: every row
 of a bucket sits at the same position, which is what lets one simple loop drive a KV cache on
 both our ``CookMindLM`` and a Hugging Face causal LM. GRPO repeats each prompt ``group_size``
-times, so its buckets are full. When our generation engine (``cookmind.infer.generate``) is
-installed and the model is a ``CookMindLM``, ``engine="auto"`` hands greedy decoding to it.
+times, so its buckets are full. For a ``CookMindLM``, ``engine="auto"`` hands decoding to the
+serving engine on CUDA (engine_rollout.py), and greedy decoding to ``cookmind.infer.generate``
+on CPU.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class SamplingParams:
     stop_strings: tuple[str, ...] = ()
     seed: int | None = None
     batch_size: int = 64
-    engine: str = "auto"  # auto | builtin | cookmind
+    engine: str = "auto"  # auto | builtin | cookmind | serving (see generate_ids)
 
 
 def _kind(model) -> str:
@@ -133,11 +134,21 @@ def generate_ids(model, prompts: list[list[int]], params: SamplingParams, tokeni
         return []
     if any(len(p) == 0 for p in prompts):
         raise ValueError("generate_ids: an empty prompt has nothing to condition on; give every prompt at least one token")
-    if params.engine not in ("auto", "builtin", "cookmind"):
-        raise ValueError(f"unknown engine {params.engine!r}; choose auto, builtin or cookmind")
-    # auto: our engine for greedy decoding of a CookMindLM. Sampled rollouts stay on the built-in
-    # loop: it draws every row from one generator (our engine seeds each row alike, so a group of
-    # identical prompts would get identical samples) and it keeps the stop token GRPO trains on.
+    if params.engine not in ("auto", "builtin", "cookmind", "serving"):
+        raise ValueError(f"unknown engine {params.engine!r}; choose auto, builtin, cookmind or serving")
+    # serving: the continuous-batching engine (engine_rollout.py), kept per model, row i seeded seed + i.
+    # auto picks it for a CookMindLM on CUDA, where it decodes several times faster. On CPU, auto keeps
+    # what it always did (the demo's numbers depend on it): `cookmind.infer.generate` for greedy decoding,
+    # the built-in loop for sampling (one generator for every row).
+    if params.engine == "serving" or (params.engine == "auto" and _kind(model) == "cookmind"
+                                      and next(model.parameters()).device.type == "cuda"):
+        from cookmind.align import engine_rollout
+
+        if engine_rollout.supports(model, params):
+            return engine_rollout.engine_generate_ids(model, prompts, params, tokenizer)
+        if params.engine == "serving":
+            raise ValueError("engine='serving' needs a CookMindLM without LoRA modules and min_new_tokens=0; "
+                             "use engine='builtin'")
     if params.engine == "cookmind" or (params.engine == "auto" and _kind(model) == "cookmind" and params.temperature <= 0):
         engine = _cookmind_engine() if params.engine == "auto" else _cookmind_engine(required=True)
         if engine is not None:

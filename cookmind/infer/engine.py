@@ -97,6 +97,7 @@ class EngineRequest:
         self.block_keys: list[tuple] = []  # prefix cache: (key, parent key, tokens) of each full prompt block
         self.cancelled = False
         self.finish_reason: str | None = None
+        self.stop_token: int | None = None  # the stop token that ended it (finish reason "stop")
         self.submitted_at = time.perf_counter()
         self.first_token_at: float | None = None
 
@@ -134,7 +135,7 @@ class Engine:
                  kv_budget_bytes: int | None = None, max_waiting: int = 256, prefill_chunk: int = 512,
                  cuda_graphs: bool | None = None, overlap: bool | None = None, kv_cache: str = "paged",
                  block_size: int = 16, compile: bool | None = None, compile_attention: bool = False,
-                 prefix_cache: bool = False, decode_attention: str = "auto"):
+                 prefix_cache: bool = False, decode_attention: str = "auto", fuse_projections: bool = True):
         cfg = model.config
         param = next(model.parameters())
         self.device = param.device
@@ -153,7 +154,8 @@ class Engine:
                 budget, cfg.num_hidden_layers, cfg.num_key_value_heads, self.max_seq_len + 1,
                 cfg.resolved_head_dim, param.dtype))
         self.runner = ModelRunner(model, num_slots, self.max_seq_len, kv_cache=kv_cache, num_blocks=num_blocks,
-                                  block_size=block_size, decode_attention=decode_attention)
+                                  block_size=block_size, decode_attention=decode_attention,
+                                  fuse_projections=fuse_projections)
         self.paged = self.runner.paged
         self.block_size = block_size
         self._unreserved = self.runner.cache.allocator.capacity if self.paged else 0  # blocks free to promise
@@ -617,6 +619,7 @@ class Engine:
                 self._finish(req, "cancelled")
                 continue
             if tok in req.stop_token_ids:
+                req.stop_token = tok  # not emitted as text; callers that train on it (GRPO) read it here
                 self._finish(req, "stop")
                 continue
             req.output_ids.append(tok)

@@ -35,14 +35,15 @@ class ModelRunner:
     halves around ``paged_decode_attention``, which applies RoPE, stores the new key/value and
     attends over the rows' blocks in place (the Triton kernel on CUDA, its PyTorch twin elsewhere);
     the halves use one QKV and one gate/up projection (the model's weights become views into
-    them), and each layer's last residual add joins the next layer's norm. "gather" copies the
+    them; fuse_projections=False keeps separate GEMMs and leaves the weights alone), and each
+    layer's last residual add joins the next layer's norm. "gather" copies the
     rows' keys into a contiguous tensor and runs SDPA under a length mask, as prefill does.
     "auto": "kernel" where the Triton kernel runs (CUDA, head dim a power of two), else "gather".
     """
 
     def __init__(self, model, num_slots: int, max_seq_len: int | None = None, device=None, dtype=None,
                  kv_cache: str = "slots", num_blocks: int | None = None, block_size: int = 16,
-                 decode_attention: str = "auto"):
+                 decode_attention: str = "auto", fuse_projections: bool = True):
         cfg = model.config
         self.model = model.eval()
         self.config = cfg
@@ -76,7 +77,9 @@ class ModelRunner:
         if decode_attention == "kernel" and not self.paged:
             raise ValueError("decode_attention='kernel' reads paged blocks: it needs kv_cache='paged'")
         self.decode_attention = decode_attention
-        self.fused = [_fuse_layer(layer) for layer in self.layers] if decode_attention == "kernel" else None
+        self.fused = None
+        if decode_attention == "kernel":  # fuse_projections=False: a model under training keeps its weights' storage
+            self.fused = [_fuse_layer(layer) if fuse_projections else _Fused(None, None, None) for layer in self.layers]
         self.compiled = False
         self.compile_attention = False
         self._layer_fn, self._pre_fn, self._post_fn, self._head_fn = self._layer, self._pre, self._post, self._head
