@@ -3,6 +3,11 @@
 Metrics, evaluation and checkpoints hang on ``on_step_end``, which runs after the optimizer step
 it names, so what they record is the state after that step. A callback may call
 ``trainer.request_stop(reason)``; the Trainer then saves a checkpoint and returns.
+
+On CUDA the Trainer may call ``on_step_end(step)`` only after it has queued step ``step + 1`` (so
+the GPU never waits for the host between steps), unless a callback's ``needs_state_at(step)`` says
+it must see the model and optimizer as they are right after ``step``. The default says so at every
+step; callbacks that only log the metrics they are given say they need nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +35,17 @@ class Callback:
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
         """After optimizer step ``step``; ``metrics`` holds loss, lr, grad_norm, tokens, ..."""
 
+    def needs_state_at(self, trainer: Trainer, step: int) -> bool:
+        """Whether ``on_step_end(step)`` must see the trainer exactly as it is right after step ``step``.
+
+        True (the default, safe for any callback) makes the Trainer read step ``step`` before it queues the next
+        one. False lets it queue step ``step + 1`` first: ``on_step_end(step)`` then runs after
+        ``on_step_begin(step + 1)``, with ``trainer.step == step + 1`` and that step's update possibly applied
+        to the weights, and a ``request_stop`` from it takes effect after step ``step + 1``. Say False only
+        where the hook uses nothing but ``step`` and ``metrics`` (logging).
+        """
+        return True
+
     def on_train_end(self, trainer: Trainer, status: str) -> None:
         """After the last step (status: completed, stopped or diverged)."""
 
@@ -41,6 +57,9 @@ class MetricsCallback(Callback):
         self.log_every = max(1, log_every)
         self._t0 = None
         self._tokens0 = 0
+
+    def needs_state_at(self, trainer: Trainer, step: int) -> bool:
+        return False
 
     def on_train_begin(self, trainer: Trainer) -> None:
         self._t0, self._tokens0 = time.perf_counter(), trainer.tokens_seen
@@ -58,6 +77,9 @@ class EvalCallback(Callback):
         self.every = every
         self.last_step = -1
 
+    def needs_state_at(self, trainer: Trainer, step: int) -> bool:
+        return self.every > 0 and step % self.every == 0
+
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
         if self.every > 0 and step % self.every == 0:
             trainer.evaluate(step)
@@ -74,6 +96,9 @@ class CheckpointCallback(Callback):
     def __init__(self, every: int):
         self.every = every
 
+    def needs_state_at(self, trainer: Trainer, step: int) -> bool:
+        return self.every > 0 and step % self.every == 0
+
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
         if self.every > 0 and step % self.every == 0:
             trainer.save_checkpoint()
@@ -86,6 +111,9 @@ class ProgressCallback(Callback):
         self.enabled, self.desc = enabled, desc
         self.bar = None
         self._last = None
+
+    def needs_state_at(self, trainer: Trainer, step: int) -> bool:
+        return False
 
     def on_train_begin(self, trainer: Trainer) -> None:
         if not self.enabled:
@@ -121,6 +149,9 @@ class TensorBoardCallback(Callback):
                                "(or set logging.tensorboard=false; metrics.jsonl has the same numbers)") from exc
         self.writer = SummaryWriter(str(log_dir))
         self.log_every = max(1, log_every)
+
+    def needs_state_at(self, trainer: Trainer, step: int) -> bool:
+        return False  # trainer.last_eval changes only at evaluation steps, which are never deferred
 
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
         if step % self.log_every == 0:

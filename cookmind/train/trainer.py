@@ -11,6 +11,12 @@ One optimizer step:
 
 On CUDA the skip decision stays on the device (fused AdamW takes a found_inf flag), so the host queues the
 update and loads the next batch while the GPU still runs the step; elsewhere the host decides after the sync.
+On that device-side path the read itself is deferred too (``train.defer_metrics``): the host queues step k+1
+first, then reads step k's loss and norm (copied to pinned memory behind step k) and runs its callbacks, so
+the GPU never idles waiting for the host. A step is read before the next one is queued when a callback needs
+the state at that step (``Callback.needs_state_at``: checkpoints, evaluation, any callback that does not say
+otherwise), at the last step, and when it could be the step that ends a diverging run, so the results are the
+same bit for bit with and without deferral.
 
 Checkpoints are saved after the optimizer step they name (every N steps, at the end, and when a
 SIGTERM/SIGINT or ``request_stop`` arrives), and resuming one continues exactly: the model,
@@ -20,9 +26,11 @@ ends with the same weights bit for bit as an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +50,28 @@ from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
 
 class TrainingDiverged(RuntimeError):
     """Too many consecutive non-finite losses or gradients."""
+
+
+@dataclass
+class _QueuedStep:
+    """One optimizer step as the host queued it; its loss, norm and tensor metrics may still be on the device.
+
+    ``readout`` is ``[loss, grad_norm, *tensor metrics]``: on the host already, or a pinned buffer that an
+    async copy fills once the GPU reaches the end of the step (``ready`` is recorded right after that copy).
+    """
+
+    step: int  # 1-based: the optimizer step this is
+    t_launch: float  # perf_counter when the host began to queue it
+    lr: float
+    step_tokens: int  # tokens of this step over all ranks
+    tokens_seen: int  # the run's token count after this step
+    readout: torch.Tensor
+    slots: dict[str, int]  # tensor metric name -> its index in readout
+    sums: dict[str, Any]  # the objective's metrics summed over micro-batches (tensors read through readout)
+    ready: Any = None  # a torch.cuda.Event when readout is filled asynchronously
+    values: list[float] | None = field(default=None)  # readout on the host, once read
+    t_queued: float = 0.0  # perf_counter when the host had queued it all
+    t_read: float = 0.0  # perf_counter when values reached the host
 
 
 class Trainer:
@@ -90,6 +120,7 @@ class Trainer:
         self.tokens_seen = 0
         self.skipped_steps = 0
         self.consecutive_bad = 0
+        self.deferred_steps = 0  # steps read after the next step was queued (this process, this fit)
         self.last_saved_step = -1
         self.last_eval: dict[str, float] = {}
         self.samples: list[dict[str, str]] = []
@@ -98,6 +129,7 @@ class Trainer:
         self._prefetched: dict[str, Any] | None = None  # next step's first micro-batch, already on the device
         self._sampler_before_prefetch: dict | None = None
         self._rng_to_restore = None
+        self._last_step_end: float | None = None  # when the last step read had been queued and read (step_time_s)
         self.peak = peak_flops(self.device)
         self.flops_per_token = self._flops_per_token()
         self.callbacks: list[Callback] = [
@@ -214,17 +246,35 @@ class Trainer:
             self._rng_to_restore = None
         for cb in self.callbacks:
             cb.on_train_begin(self)
+        self.deferred_steps, self._last_step_end = 0, None
+        behind: _QueuedStep | None = None  # a step queued but not read yet: read once the next one is queued
         try:
             while self.step < cfg.train.max_steps:
-                metrics = self._train_step()
-                for cb in self.callbacks:
-                    cb.on_step_end(self, self.step, metrics)
+                queued = self._launch_step()
+                if behind is not None:
+                    done, behind = behind, None
+                    self._end_step(done)
+                if self._may_defer(queued.step):
+                    behind = queued
+                    self.deferred_steps += 1
+                else:
+                    self._end_step(queued)
+                # A deferred step never ends a run (see _may_defer), so these see the same counts as without one.
                 if self.consecutive_bad > cfg.train.max_bad_steps:
                     status = "diverged"
                     break
+                # No step is queued after a stop (a signal, request_stop, another rank's) is seen here.
                 if all_reduce_flag(self._stop_reason is not None, self.dist):
                     status = "stopped"
                     break
+            if behind is not None:  # stopped with the last queued step unread
+                done, behind = behind, None
+                self._end_step(done)
+        except BaseException:
+            if behind is not None:  # keep that step's metrics row if its stats can still be read
+                with contextlib.suppress(Exception):  # the error being raised is the one to report
+                    self._end_step(behind)
+            raise
         finally:
             self._restore_signal_handlers(old_handlers)
         if self.last_saved_step != self.step:
@@ -246,7 +296,40 @@ class Trainer:
                 f"in {self.ckpt_dir}. Lower optim.lr, use precision=bf16/fp32, or check the data.")
         return summary
 
+    def _may_defer(self, step: int) -> bool:
+        """Whether step ``step`` (just queued) may be read after step ``step + 1`` is queued.
+
+        Only where the device decides the skip (nothing about step ``step + 1`` depends on step ``step``'s
+        numbers on the host), never at the last step, never where a callback must see the state at this step
+        (a checkpoint, an evaluation, a callback that does not say otherwise), and never when this step could
+        be the one that ends a diverging run: ``consecutive_bad`` counts up to step ``step - 1`` here, and only
+        past ``max_bad_steps`` does the run stop, so the stop comes at the same step as without deferral.
+        The answer depends on the step number, the config, the callbacks and ``consecutive_bad``, which every
+        rank shares (the norm is of the all-reduced gradients; the divergence stop relies on that already), so
+        all ranks queue their collectives in the same order.
+        """
+        if not (self.cfg.train.defer_metrics and self._skip_on_device) or step >= self.cfg.train.max_steps:
+            return False
+        if self.consecutive_bad >= self.cfg.train.max_bad_steps:
+            return False
+        return not any(cb.needs_state_at(self, step) for cb in self.callbacks)
+
+    def _end_step(self, queued: _QueuedStep) -> None:
+        """Read a queued step's stats, count it and run the callbacks' ``on_step_end`` for it."""
+        metrics = self._read_step(queued)
+        for cb in self.callbacks:
+            cb.on_step_end(self, queued.step, metrics)
+
     def _train_step(self) -> dict[str, Any]:
+        """One optimizer step, read at once (no callbacks' on_step_end): the loop body without deferral."""
+        return self._read_step(self._launch_step())
+
+    def _launch_step(self) -> _QueuedStep:
+        """Queue optimizer step ``self.step + 1`` (micro-batches, clip, update, next batch's prefetch).
+
+        With the device-side skip nothing here waits for the GPU: the stats are copied to pinned memory behind
+        the step and read later (``_read_step``). Otherwise the host reads them here to decide the update.
+        """
         cfg = self.cfg
         accum = cfg.train.grad_accum_steps
         t0 = time.perf_counter()
@@ -289,33 +372,74 @@ class Trainer:
             self.optimizer.step(found_inf=(~torch.isfinite(stats).all()).float())
             self.optimizer.zero_grad(set_to_none=True)
         self._prefetch_batch()
-        loss_val, norm_val = stats.tolist()  # the one host sync of the step
-        finite = math.isfinite(loss_val) and math.isfinite(norm_val)
-        if self.scaler is not None:
-            # fp16: the scaler skips steps with inf/nan gradients itself (and lowers its scale).
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            finite = math.isfinite(loss_val)
-        elif finite and not self._skip_on_device:
-            self.optimizer.step()
+        # Tensor metrics ride along with loss and norm: one copy to the host per step, and no .item() that
+        # would wait for whatever the host queued after this step. (A mean, as to_float takes of a vector.)
+        slots = {k: 2 + i for i, k in enumerate(k for k, v in sums.items() if torch.is_tensor(v))}
+        readout = torch.cat([stats, *((v if v.numel() == 1 else v.mean()).reshape(1).to(stats.device)
+                                      for v in sums.values() if torch.is_tensor(v))])
+        ready = None
+        if self._skip_on_device and readout.device.type == "cuda":
+            host = torch.empty(readout.shape, dtype=readout.dtype, pin_memory=True)
+            host.copy_(readout, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
+            readout = host
+        step_tokens = tokens * self.dist.world_size
+        queued = _QueuedStep(step=self.step + 1, t_launch=t0, lr=lr, step_tokens=step_tokens,
+                             tokens_seen=self.tokens_seen + step_tokens, readout=readout, slots=slots, sums=sums,
+                             ready=ready)
+        if not self._skip_on_device:
+            loss_val, norm_val = self._stats(queued)[:2]  # the one host sync of the step
+            if self.scaler is not None:
+                # fp16: the scaler skips steps with inf/nan gradients itself (and lowers its scale).
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            elif math.isfinite(loss_val) and math.isfinite(norm_val):
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.step = queued.step
+        self.tokens_seen = queued.tokens_seen
+        queued.t_queued = time.perf_counter()
+        return queued
+
+    def _stats(self, queued: _QueuedStep) -> list[float]:
+        """A queued step's readout as floats, waiting for the GPU to get there if it has not yet."""
+        if queued.values is None:
+            if queued.ready is not None:
+                queued.ready.synchronize()
+            queued.values = queued.readout.tolist()
+            queued.t_read = time.perf_counter()
+        return queued.values
+
+    def _read_step(self, queued: _QueuedStep) -> dict[str, Any]:
+        """Count a queued step as skipped or not and build its metrics row.
+
+        A step ends when the host has both queued it and read its stats. ``step_time_s`` runs from when the host
+        began to queue the step, or from the previous step's end if that was later, to this step's end: without
+        deferral as before (queue, wait, update), with it the time between consecutive reads, which in steady
+        state is the GPU's time per step. ``tokens_per_s`` and ``mfu`` follow from it.
+        """
+        values = self._stats(queued)
+        loss_val, norm_val = values[0], values[1]
+        # fp16: the scaler skips on inf/nan gradients; a step counts as bad on a non-finite loss.
+        finite = math.isfinite(loss_val) and (self.scaler is not None or math.isfinite(norm_val))
         if finite:
             self.consecutive_bad = 0
-        else:  # skipped: by the device-side flag, the scaler, or not stepped above
+        else:  # skipped: by the device-side flag, the scaler, or not stepped in _launch_step
             self.skipped_steps += 1
             self.consecutive_bad += 1
-        if not self._skip_on_device:
-            self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        step_tokens = tokens * self.dist.world_size
-        self.tokens_seen += step_tokens
-        dt = max(time.perf_counter() - t0, 1e-9)
-        tps = step_tokens / dt
-        metrics = {"split": "train", "loss": loss_val, "lr": lr, "grad_norm": norm_val, "tokens": self.tokens_seen,
-                   "tokens_per_s": tps, "step_time_s": dt, "skipped_steps": self.skipped_steps}
+        prev, end = self._last_step_end, max(queued.t_queued, queued.t_read)
+        dt = max(end - (queued.t_launch if prev is None else max(queued.t_launch, prev)), 1e-9)
+        self._last_step_end = end
+        tps = queued.step_tokens / dt
+        metrics = {"split": "train", "loss": loss_val, "lr": queued.lr, "grad_norm": norm_val,
+                   "tokens": queued.tokens_seen, "tokens_per_s": tps, "step_time_s": dt,
+                   "skipped_steps": self.skipped_steps}
         if self.peak is not None and self.flops_per_token:
             metrics["mfu"] = tps * self.flops_per_token / (self.peak * self.dist.world_size)
-        for k, v in sums.items():
-            metrics[k] = to_float(v) / accum
+        accum = self.cfg.train.grad_accum_steps
+        for k, v in queued.sums.items():
+            metrics[k] = (values[queued.slots[k]] if k in queued.slots else to_float(v)) / accum
         return metrics
 
     def _flops_per_token(self) -> float | None:
