@@ -329,3 +329,68 @@ def test_on_cuda_the_deferred_run_matches_the_synchronous_one(tmp_path, store):
     ra, rb = _rows(tmp_path, "cudaFalse"), _rows(tmp_path, "cudaTrue")
     assert [json.loads(r)["step"] for r in ra] == [json.loads(r)["step"] for r in rb] == list(range(1, 7))
     assert json.loads(ra[0])["loss"] == json.loads(rb[0])["loss"]
+
+
+_DDP_SCRIPT = '''
+import hashlib, json, os, sys
+from cookmind.train import Callback, TrainConfig, Trainer
+
+base, out = json.loads(sys.argv[1]), sys.argv[2]
+
+
+class StopOnRankZero(Callback):
+    """A stop that only rank 0 sees, while step 3 is being queued (as a signal to one process may)."""
+
+    def needs_state_at(self, trainer, step):
+        return False
+
+    def on_step_begin(self, trainer, step):
+        if step == 3 and trainer.dist.rank == 0:
+            trainer.request_stop("rank 0 only")
+
+
+res = {}
+for defer in (False, True):
+    for stop in (False, True):
+        d = json.loads(json.dumps(base))
+        d["train"]["defer_metrics"] = defer
+        d["logging"]["run_dir"] = f"{out}/run_{defer}_{stop}"
+        t = Trainer(TrainConfig.from_dict(d), callbacks=[StopOnRankZero()] if stop else [])
+        for g in t.optimizer.param_groups:
+            g["fused"] = True
+        t._skip_on_device = True
+        summary = t.fit()
+        digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in t.bare_model.state_dict().values()))
+        res[f"defer={defer} stop={stop}"] = {"status": summary["status"], "steps": t.step,
+                                             "deferred": t.deferred_steps, "weights": digest.hexdigest()}
+with open(f"{out}/rank{t.dist.rank}.json", "w") as f:
+    json.dump(res, f)
+'''
+
+
+def test_two_gloo_ranks_defer_alike_and_match_the_synchronous_run(tmp_path, store):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_train_ddp import _free_port
+
+    base = _cfg(tmp_path, store, "unused", train={"max_steps": 6, "micro_batch_size": 2, "device": "cpu"},
+                checkpoint={"every": 2}, logging={"report": False}).to_dict()
+    (tmp_path / "ddp.py").write_text(_DDP_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), str(tmp_path / "ddp.py"), json.dumps(base), str(tmp_path)]
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for res in ranks:
+        for stop in (False, True):
+            sync, deferred = res[f"defer=False stop={stop}"], res[f"defer=True stop={stop}"]
+            assert sync["weights"] == deferred["weights"] and sync["steps"] == deferred["steps"]
+            assert sync["deferred"] == 0
+        assert res["defer=True stop=False"] == {**res["defer=False stop=False"], "deferred": 3}  # steps 1, 3, 5
+        # one rank's stop ends both ranks' runs after the same step, with the same weights
+        assert res["defer=True stop=True"]["status"] == "stopped" and res["defer=True stop=True"]["steps"] == 3
+        assert res["defer=True stop=True"]["deferred"] == 2  # 1 and 3 (2 is a checkpoint step)
+    assert ranks[0] == ranks[1]

@@ -73,7 +73,7 @@ class TrainLoopConfig:
     max_bad_steps: int = 10  # consecutive non-finite losses/gradients before the run stops
     # Where the skip decision stays on the device (CUDA, fused AdamW): read step k's loss/grad-norm and run its
     # callbacks after step k+1 is queued, so the GPU never waits for the host. Same results; false reads each
-    # step before queuing the next (the CPU path always does).
+    # step before queuing the next (the CPU path always does; so does max_bad_steps=0, where any bad step stops).
     defer_metrics: bool = True
 
 
