@@ -174,10 +174,11 @@ class RandomTokens(torch.utils.data.Dataset):
 
 def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
                    compile_: bool, run_dir: str, optim_impl: str = "cookmind", fast_paths: bool | None = None,
-                   compile_mode: str = "default") -> dict:
+                   compile_mode: str = "default", defer_metrics: bool = True) -> dict:
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
 
     fast_paths True/False times the model with its fast paths (cookmind.model.fused) on/off; None keeps the default.
+    defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics).
     """
     from cookmind.model.fused import fast_paths_enabled, set_fast_paths
 
@@ -185,18 +186,21 @@ def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, d
     set_fast_paths(before if fast_paths is None else fast_paths)
     try:
         return _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl,
-                               compile_mode)
+                               compile_mode, defer_metrics)
     finally:
         set_fast_paths(before)
 
 
 def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl,
-                    compile_mode="default"):
+                    compile_mode="default", defer_metrics=True):
     from cookmind.train import Callback, TrainConfig, Trainer
 
     class Timer(Callback):
         def __init__(self):
             self.marks = {}
+
+        def needs_state_at(self, trainer, step):  # its marks sync; the steps between may be deferred
+            return step == warmup
 
         def on_step_end(self, trainer, step, metrics):
             if step in (warmup, warmup + steps):
@@ -207,7 +211,8 @@ def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile
         "model": dict(shape),
         "data": {"window_size": seq},
         "train": {"max_steps": warmup + steps, "micro_batch_size": batch, "precision": precision,
-                  "compile": compile_, "compile_mode": compile_mode, "device": str(device)},
+                  "compile": compile_, "compile_mode": compile_mode, "device": str(device),
+                  "defer_metrics": defer_metrics},
         "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
         "checkpoint": {"every": 0},
         "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
@@ -253,7 +258,8 @@ def main() -> None:
     ap.add_argument("--variants", default="", help="comma-separated extra figures after the main ones: "
                     "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch), "
                     "fast (Trainer with the model's fast paths on), readable (fast paths off), "
-                    "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode)")
+                    "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode), "
+                    "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -297,6 +303,9 @@ def main() -> None:
                 if mode in variants:
                     runs.append((f"cookmind Trainer, compile_mode={mode}",
                                  functools.partial(bench_cookmind, compile_mode=mode), shape))
+            if "sync-metrics" in variants:
+                runs.append(("cookmind Trainer, train.defer_metrics=false",
+                             functools.partial(bench_cookmind, defer_metrics=False), shape))
             if "readable" in variants:
                 runs.append(("cookmind Trainer, model fast paths off", functools.partial(bench_cookmind,
                                                                                           fast_paths=False), shape))
