@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int, default=16, help="positions per KV block (paged)")
     parser.add_argument("--prefix-cache", action="store_true",
                         help="share full KV blocks of common prompt prefixes between requests (paged; off by default)")
+    parser.add_argument("--decode-attention", choices=["auto", "kernel", "gather"], default="auto",
+                        help="kernel: the Triton paged decode-attention kernel (auto picks it on CUDA); gather: "
+                             "copy each row's blocks and run SDPA")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
     parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
 
@@ -46,7 +49,7 @@ def build_app(args: argparse.Namespace):
                     kv_budget_bytes=args.kv_cache_mb * 2**20, max_waiting=args.max_queue,
                     cuda_graphs=False if args.no_cuda_graphs else None, kv_cache=args.kv_layout,
                     block_size=args.block_size, compile=False if args.no_compile else None,
-                    prefix_cache=args.prefix_cache)
+                    prefix_cache=args.prefix_cache, decode_attention=args.decode_attention)
     name = args.model_name or Path(args.model).resolve().name
     return create_app(engine, tokenizer, name, api_key=args.api_key), engine
 
