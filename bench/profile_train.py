@@ -2,6 +2,7 @@
 
     python bench/profile_train.py                 # GPT-2-small shape, B=12, T=1024, bf16, compiled (CUDA)
     python bench/profile_train.py --variant fast  # the model's fast paths on
+    python bench/profile_train.py --shape minimind --seq 340 --host-top 20   # MiniMind-3 shape, B=32; host ops
 
 Prints JSON lines: per implementation, the wall time per step, the GPU-busy time per step (the union of
 kernel intervals: what is left is host-side stall) and the 25 kernels that take the most time. A tool to
@@ -21,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_train import GPT2_SMALL, RandomTokens, RefGPT  # noqa: E402
+from bench_train import GPT2_SMALL, MINIMIND, RandomTokens, RefGPT  # noqa: E402
 
 
 def busy_union(intervals: list[tuple[float, float]]) -> float:
@@ -37,7 +38,7 @@ def busy_union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def profile(step, steps: int, name: str) -> None:
+def profile(step, steps: int, name: str, host_top: int = 0) -> None:
     from torch.profiler import ProfilerActivity, profile as tprofile
 
     torch.cuda.synchronize()
@@ -59,6 +60,12 @@ def profile(step, steps: int, name: str) -> None:
     for k, v in top:
         print(json.dumps({"impl": name, "kernel": k, "ms_per_step": round(sum(v) / steps / 1e3, 3),
                           "calls_per_step": len(v) // steps}), flush=True)
+    if host_top:  # where the host's time goes (the step is host-bound when wall >> GPU busy)
+        rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:host_top]
+        for e in rows:
+            print(json.dumps({"impl": name, "host_op": e.key[:90], "self_cpu_ms_per_step":
+                              round(e.self_cpu_time_total / steps / 1e3, 3), "calls_per_step": e.count // steps}),
+                  flush=True)
 
 
 def main() -> None:
@@ -66,19 +73,25 @@ def main() -> None:
     ap.add_argument("--variant", default="default", help="default | fast (model fast paths on)")
     ap.add_argument("--which", default="ref,ours")
     ap.add_argument("--attn", default="sdpa")
+    ap.add_argument("--shape", default="gpt2-small", choices=["gpt2-small", "minimind"])
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--host-top", type=int, default=0, help="also print the N host ops with the most self CPU time")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = torch.device("cuda")
-    batch, seq = 12, 1024
+    shape = MINIMIND if args.shape == "minimind" else GPT2_SMALL
+    batch, seq = (32 if args.shape == "minimind" else 12), args.seq
+    vocab = shape["vocab_size"]
     if "ref" in args.which:
         torch.manual_seed(0)
-        model = RefGPT(50304, 768, 12, 12, seq).to(dev)
+        model = RefGPT(vocab, shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"],
+                       seq).to(dev)
         opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
         fwd = torch.compile(model)
-        data = torch.randint(0, 50304, (64, seq + 1), device=dev)
+        data = torch.randint(0, vocab, (4 * batch, seq + 1), device=dev)
 
         def ref_step(i):
-            rows = data[(i * batch) % 48:(i * batch) % 48 + batch]
+            rows = data[(i * batch) % (3 * batch):(i * batch) % (3 * batch) + batch]
             x, y = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = fwd(x, y)
@@ -90,7 +103,7 @@ def main() -> None:
 
         for i in range(8):
             ref_step(i)
-        profile(ref_step, 5, "nanogpt-style reference")
+        profile(ref_step, 5, "nanogpt-style reference", args.host_top)
         del model, opt, fwd
         torch.cuda.empty_cache()
     if "ours" in args.which:
@@ -99,17 +112,17 @@ def main() -> None:
 
         set_fast_paths(args.variant == "fast")
         cfg = TrainConfig.from_dict({
-            "model": dict(GPT2_SMALL, attn_backend=args.attn), "data": {"window_size": seq},
+            "model": dict(shape, attn_backend=args.attn), "data": {"window_size": seq},
             "train": {"max_steps": 10**6, "micro_batch_size": batch, "precision": "bf16", "compile": True,
                       "device": "cuda"},
             "optim": {"lr": 6e-4, "warmup_steps": 10},
             "checkpoint": {"every": 0},
             "logging": {"run_dir": "/tmp/cookmind-profile", "progress": False, "report": False, "log_every": 1000},
         })
-        trainer = Trainer(cfg, train_dataset=RandomTokens(50304, seq))
+        trainer = Trainer(cfg, train_dataset=RandomTokens(vocab, seq))
         for _ in range(8):
             trainer._train_step()
-        profile(lambda i: trainer._train_step(), 5, f"cookmind Trainer ({args.variant}, {args.attn})")
+        profile(lambda i: trainer._train_step(), 5, f"cookmind Trainer ({args.variant}, {args.attn})", args.host_top)
 
 
 if __name__ == "__main__":

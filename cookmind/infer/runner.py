@@ -137,12 +137,16 @@ class ModelRunner:
         step = self.cache.step(slot_start, b, write_cols, attn_len)  # shared by every layer
         for i, layer in enumerate(self.layers):
             keys, values = self.cache.keys[i], self.cache.values[i]
+            # fused projections (when the runner made them) are passed as tensors: a compiled function that read
+            # the layer's q/k/v weights, views of one tensor, would get aliased inputs and slow wrappers
+            qkv_w, qkv_b, gate_up = self._fused_weights(i)
             if self.compiled and not self.compile_attention:  # compiled halves around eager attention
-                q, k, v = self._compiled(self._pre_fn, self._pre, layer, h, cos, sin)
+                q, k, v = self._compiled(self._pre_fn, self._pre, layer, h, cos, sin, qkv_w, qkv_b)
                 out = self._attend(q, k, v, mask, keys, values, step)
-                h = self._compiled(self._post_fn, self._post, layer, h, out)
+                h = self._compiled(self._post_fn, self._post, layer, h, out, gate_up)
             else:
-                h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, mask, keys, values, step)
+                h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, mask, keys, values, step,
+                                   qkv_w, qkv_b, gate_up)
         if last_only:
             h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
         return self._compiled(self._head_fn, self._head, h)
@@ -173,12 +177,7 @@ class ModelRunner:
             h = h + delta
         attn, x = layer.self_attn, layer.input_layernorm(h)
         b = x.shape[0]
-        nq, nkv = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-        if qkv_weight is not None:
-            qkv = F.linear(x, qkv_weight, qkv_bias).view(b, -1)
-            q, k, v = qkv[:, :nq], qkv[:, nq : nq + nkv], qkv[:, nq + nkv :]
-        else:
-            q, k, v = (_linear(m, x).view(b, -1) for m in (attn.q_proj, attn.k_proj, attn.v_proj))
+        q, k, v = self._project_qkv(attn, x.view(b, -1), qkv_weight, qkv_bias)
         q, k = q.view(b, self.n_heads, self.head_dim), k.view(b, self.n_kv, self.head_dim)
         if getattr(attn, "q_norm", None) is not None:
             q, k = attn.q_norm(q), attn.k_norm(k)
@@ -188,11 +187,7 @@ class ModelRunner:
         """h + o_proj(attention output); returns (h, mlp(norm(h))), the MLP output added by the next layer."""
         b = h.shape[0]
         h = h + _linear(layer.self_attn.o_proj, attn_out.reshape(b, 1, -1))
-        x = layer.post_attention_layernorm(h)
-        if gate_up_weight is not None:
-            gate, up = F.linear(x, gate_up_weight).chunk(2, dim=-1)
-            return h, _linear(layer.mlp.down_proj, F.silu(gate) * up)
-        return h, self._mlp(layer.mlp, x)
+        return h, self._mlp(layer.mlp, layer.post_attention_layernorm(h), gate_up_weight)
 
     @staticmethod
     def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
@@ -222,18 +217,34 @@ class ModelRunner:
                 self.set_compiled(False)
         return plain(*args)
 
-    def _layer(self, layer, h, cos, sin, mask, keys, values, step):
-        """One decoder layer: h + attn(norm(h)), then + mlp(norm(h)); keys/values are this layer's cache."""
-        q, k, v = self._pre(layer, h, cos, sin)
-        return self._post(layer, h, self._attend(q, k, v, mask, keys, values, step))
+    def _fused_weights(self, i: int) -> tuple:
+        """Layer i's fused QKV weight and bias and gate/up weight (Nones where there are none)."""
+        if self.fused is None:
+            return None, None, None
+        f = self.fused[i]
+        return f.qkv, f.qkv_bias, f.gate_up
 
-    def _pre(self, layer, h, cos, sin):
+    def _layer(self, layer, h, cos, sin, mask, keys, values, step, qkv_weight=None, qkv_bias=None, gate_up=None):
+        """One decoder layer: h + attn(norm(h)), then + mlp(norm(h)); keys/values are this layer's cache."""
+        q, k, v = self._pre(layer, h, cos, sin, qkv_weight, qkv_bias)
+        return self._post(layer, h, self._attend(q, k, v, mask, keys, values, step), gate_up)
+
+    def _project_qkv(self, attn, x, qkv_weight, qkv_bias):
+        """q, k, v (..., heads * D) of x: one GEMM with the fused weight when given, else three."""
+        if qkv_weight is None:
+            return _linear(attn.q_proj, x), _linear(attn.k_proj, x), _linear(attn.v_proj, x)
+        nq, nkv = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+        qkv = F.linear(x, qkv_weight, qkv_bias)
+        return qkv[..., :nq], qkv[..., nq : nq + nkv], qkv[..., nq + nkv :]
+
+    def _pre(self, layer, h, cos, sin, qkv_weight=None, qkv_bias=None):
         """The attention's inputs: q, k, v (B, heads, T, D) from norm(h), with QK-norm and RoPE."""
         attn, x = layer.self_attn, layer.input_layernorm(h)
         b, t, _ = x.shape
-        q = _linear(attn.q_proj, x).view(b, t, self.n_heads, self.head_dim)
-        k = _linear(attn.k_proj, x).view(b, t, self.n_kv, self.head_dim)
-        v = _linear(attn.v_proj, x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        q, k, v = self._project_qkv(attn, x, qkv_weight, qkv_bias)
+        q = q.reshape(b, t, self.n_heads, self.head_dim)
+        k = k.reshape(b, t, self.n_kv, self.head_dim)
+        v = v.reshape(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         if getattr(attn, "q_norm", None) is not None:
             q, k = attn.q_norm(q), attn.k_norm(k)  # QK-norm: per head, over head_dim
         return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v
@@ -255,13 +266,17 @@ class ModelRunner:
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
 
-    def _post(self, layer, h, attn_out):
+    def _post(self, layer, h, attn_out, gate_up=None):
         """h + o_proj(attention output), then + mlp(norm(h))."""
         h = h + _linear(layer.self_attn.o_proj, attn_out)
-        return h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
+        return h + self._mlp(layer.mlp, layer.post_attention_layernorm(h), gate_up)
 
     @staticmethod
-    def _mlp(mlp, x):
+    def _mlp(mlp, x, gate_up=None):
+        """The layer's MLP of x; SwiGLU with one GEMM for gate and up when their fused weight is given."""
+        if gate_up is not None:
+            gate, up = F.linear(x, gate_up).chunk(2, dim=-1)
+            return _linear(mlp.down_proj, F.silu(gate) * up)
         if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
             # SwiGLU: W_down (silu(W_gate x) * W_up x)
             return _linear(mlp.down_proj, F.silu(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
