@@ -118,6 +118,10 @@ def test_fused_projections_leave_the_model_unchanged_and_savable(tmp_path):
     assert q_param.untyped_storage().data_ptr() == fused.qkv.untyped_storage().data_ptr()
     after = model(x).logits if hasattr(model(x), "logits") else model(x)
     torch.testing.assert_close(after, before, rtol=0, atol=0)
+    again = Engine(model, num_slots=2, max_seq_len=48, block_size=4, decode_attention="kernel")
+    shared = again.runner.fused[0].qkv  # a second runner shares the fused memory: no copy to go stale
+    assert shared.data_ptr() == fused.qkv.data_ptr() and torch.equal(shared, fused.qkv)
+    assert again.runner.fused[0].gate_up.data_ptr() == fused.gate_up.data_ptr()
     loaded = load_model(save_model(tmp_path / "ckpt", model))
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(a, b), name

@@ -302,6 +302,11 @@ def _fuse_rows(modules) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         return None, None
     if any(hasattr(m, "lora_A") for m in modules) or len({b is None for b in biases}) > 1:
         return None, None
+    fused = _rows_in_place([w.detach() for w in weights])
+    if fused is not None:  # an earlier runner fused them already: share that memory (a copy would go stale)
+        fused_bias = None if biases[0] is None else _rows_in_place([b.detach() for b in biases])
+        if biases[0] is None or fused_bias is not None:
+            return fused, fused_bias
     with torch.no_grad():
         fused = torch.cat([w.detach() for w in weights])
         fused_bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
@@ -315,11 +320,27 @@ def _fuse_rows(modules) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     return fused, fused_bias
 
 
+def _rows_in_place(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """One tensor over the memory of `parts` when they already lie back to back in one storage (in
+    order, contiguous), else None."""
+    first = parts[0]
+    storage, offset = first.untyped_storage(), first.storage_offset()
+    rows = 0
+    for p in parts:
+        if p.untyped_storage().data_ptr() != storage.data_ptr() or not p.is_contiguous() or \
+                p.storage_offset() != offset + rows * (p[0].numel() if p.dim() > 1 else 1):
+            return None
+        rows += p.shape[0]
+    shape = (rows, *first.shape[1:])
+    return torch.empty(0, dtype=first.dtype, device=first.device).set_(storage, offset, shape,
+                                                                       torch.empty(shape, device="meta").stride())
+
+
 def _fuse_layer(layer) -> _Fused:
     attn, mlp = layer.self_attn, layer.mlp
     qkv, qkv_bias = _fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])
     gate_up = None
-    if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")) and mlp.gate_proj.bias is None:
+    if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")) and getattr(mlp.gate_proj, "bias", None) is None:
         gate_up, _ = _fuse_rows([mlp.gate_proj, mlp.up_proj])
     return _Fused(qkv, qkv_bias, gate_up)
 
