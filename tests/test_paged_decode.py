@@ -109,6 +109,23 @@ def test_kernel_matches_reference(splits, dtype, rope):
 @needs_kernel
 @pytest.mark.gpu
 @pytest.mark.triton_interpretable
+@pytest.mark.parametrize("h,hkv,d,block,splits", [(8, 1, 128, 32, 16), (4, 4, 32, 12, 4), (6, 2, 16, 16, 2)])
+def test_kernel_shapes(h, hkv, d, block, splits):
+    """Head dim 128 with 8:1 GQA and 16 splits, a block size that is not a power of two, a 3:1 group."""
+    dev = _kernel_device()
+    lengths = (700, 1, 333)
+    q, k, v, kc, vc, tables, positions, write = _case(b=3, h=h, hkv=hkv, d=d, block=block, num_blocks=120,
+                                                      lengths=lengths, device=dev, seed=11)
+    kc2, vc2 = kc.clone(), vc.clone()
+    out = paged_decode_attention(q, k, v, kc, vc, tables, positions, write, block, num_splits=splits)
+    want = paged_decode_reference(q, k, v, kc2, vc2, tables, positions, write, block)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(kc, kc2)
+
+
+@needs_kernel
+@pytest.mark.gpu
+@pytest.mark.triton_interpretable
 def test_kernel_reads_strided_views_of_a_fused_projection():
     """q, k, v as column slices of one (B, (H + 2 Hkv) D) projection output, as the serving runner passes them."""
     dev = _kernel_device()
