@@ -180,6 +180,16 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
                 remaining -= 1
             yield i, delta
 
+    async def _drain(queue_, procs, handles, request: Request) -> None:
+        """Feed every event of a non-streamed request to its processors; however that ends (done, a client
+        that left, an error), none of its generations runs on."""
+        try:
+            async for _ in _events(queue_, procs, handles, request):
+                pass
+        finally:
+            for h in handles:
+                engine.cancel(h)
+
     def _usage(prompt_len: int, procs, handles, n: int) -> dict:
         completion = sum(p.completion_tokens for p in procs)
         usage = {"prompt_tokens": prompt_len, "completion_tokens": completion, "total_tokens": prompt_len + completion}
@@ -258,12 +268,7 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
         if req.stream:
             return StreamingResponse(_chat_stream(req, rid, now, queue_, procs, handles, len(prompt_ids), request),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        try:
-            async for _ in _events(queue_, procs, handles, request):
-                pass
-        finally:
-            for h in handles:
-                engine.cancel(h)
+        await _drain(queue_, procs, handles, request)
         choices = []
         for i, p in enumerate(procs):
             content, calls = extract_tool_calls(p.content) if req.tools else (p.content, [])
@@ -351,12 +356,7 @@ def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None =
         if req.stream:
             return StreamingResponse(_completion_stream(req, rid, now, queue_, procs, handles, prompt_tokens, echoes),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        try:
-            async for _ in _events(queue_, procs, handles, request):
-                pass
-        finally:
-            for h in handles:
-                engine.cancel(h)
+        await _drain(queue_, procs, handles, request)
         choices = []
         for i, p in enumerate(procs):
             lp = None
