@@ -109,18 +109,23 @@ def test_kernel_matches_reference(splits, dtype, rope):
 @needs_kernel
 @pytest.mark.gpu
 @pytest.mark.triton_interpretable
-@pytest.mark.parametrize("h,hkv,d,block,splits", [(8, 1, 128, 32, 16), (4, 4, 32, 12, 4), (6, 2, 16, 16, 2)])
+@pytest.mark.parametrize("h,hkv,d,block,splits", [(8, 1, 128, 32, 16), (4, 4, 32, 12, 4), (6, 2, 16, 16, 2),
+                                                   (8, 4, 96, 16, 4), (2, 2, 80, 16, 1)])
 def test_kernel_shapes(h, hkv, d, block, splits):
-    """Head dim 128 with 8:1 GQA and 16 splits, a block size that is not a power of two, a 3:1 group."""
+    """Head dim 128 with 8:1 GQA and 16 splits, a block size that is not a power of two, a 3:1 group, and head
+    dims that are not powers of two (96: the MiniMind-3 shape; 80), whose padded lanes are masked."""
     dev = _kernel_device()
     lengths = (700, 1, 333)
     q, k, v, kc, vc, tables, positions, write = _case(b=3, h=h, hkv=hkv, d=d, block=block, num_blocks=120,
                                                       lengths=lengths, device=dev, seed=11)
     kc2, vc2 = kc.clone(), vc.clone()
-    out = paged_decode_attention(q, k, v, kc, vc, tables, positions, write, block, num_splits=splits)
-    want = paged_decode_reference(q, k, v, kc2, vc2, tables, positions, write, block)
+    cos, sin = RotaryEmbedding(d).to(dev)(positions[:, None], torch.float32)
+    out = paged_decode_attention(q, k, v, kc, vc, tables, positions, write, block, cos[:, 0], sin[:, 0],
+                                 num_splits=splits)
+    want = paged_decode_reference(q, k, v, kc2, vc2, tables, positions, write, block, cos[:, 0], sin[:, 0])
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(kc, kc2)
+    torch.testing.assert_close(vc, vc2)
 
 
 @needs_kernel
@@ -137,3 +142,29 @@ def test_kernel_reads_strided_views_of_a_fused_projection():
     out = paged_decode_attention(qv, kv_, vv, kc, vc, tables, positions, write, 16, num_splits=2)
     want = paged_decode_reference(q, k, v, kc2, vc2, tables, positions, write, 16)
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+
+
+@needs_kernel
+@pytest.mark.gpu
+@pytest.mark.triton_interpretable
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_self_check_passes_on_a_working_kernel(dtype):
+    from cookmind.kernels.paged_decode import self_check
+
+    assert self_check(_kernel_device(), dtype, 8, 4, 96, 16) is None
+
+
+def test_runner_falls_back_to_gather_when_the_kernel_fails_its_self_check(monkeypatch):
+    """auto: a kernel that fails its self-check (wrong numbers, or no compiler) is not used, with a warning;
+    asked for explicitly, the runner refuses to start."""
+    import cookmind.infer.runner as runner_mod
+    from lm_fixtures import sharp_tiny_lm
+
+    monkeypatch.setattr(runner_mod, "kernel_available", lambda device, head_dim: True)
+    monkeypatch.setattr(runner_mod, "self_check", lambda *a: "largest difference from the reference 3 (tolerance 0.001)")
+    model = sharp_tiny_lm(head_dim=16)
+    with pytest.warns(UserWarning, match="failed its self-check"):
+        runner = runner_mod.ModelRunner(model, 2, 32, kv_cache="paged", num_blocks=20, block_size=4)
+    assert runner.decode_attention == "gather" and runner.fused is None
+    with pytest.raises(RuntimeError, match="self-check"):
+        runner_mod.ModelRunner(model, 2, 32, kv_cache="paged", num_blocks=20, block_size=4, decode_attention="kernel")

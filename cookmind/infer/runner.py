@@ -19,7 +19,7 @@ from torch.fx.experimental import _config as fx_config
 
 from cookmind.infer.paged_cache import PagedKVCache
 from cookmind.infer.slot_cache import SlotKVCache
-from cookmind.kernels.paged_decode import kernel_available, paged_decode_attention
+from cookmind.kernels.paged_decode import kernel_available, paged_decode_attention, self_check
 from cookmind.model.rope import apply_rope
 
 DECODE_ATTENTION = ("auto", "kernel", "gather")
@@ -38,7 +38,8 @@ class ModelRunner:
     them; fuse_projections=False keeps separate GEMMs and leaves the weights alone), and each
     layer's last residual add joins the next layer's norm. "gather" copies the
     rows' keys into a contiguous tensor and runs SDPA under a length mask, as prefill does.
-    "auto": "kernel" where the Triton kernel runs (CUDA, head dim a power of two), else "gather".
+    "auto": "kernel" where the Triton kernel runs (CUDA, an even head dim of 16..256) and passes a
+    self-check against its reference on this device, else "gather".
     """
 
     def __init__(self, model, num_slots: int, max_seq_len: int | None = None, device=None, dtype=None,
@@ -72,10 +73,19 @@ class ModelRunner:
         self.paged = kv_cache == "paged"
         if decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"decode_attention must be one of {', '.join(DECODE_ATTENTION)}, got {decode_attention!r}")
+        requested = decode_attention
         if decode_attention == "auto":
             decode_attention = "kernel" if self.paged and kernel_available(self.device, self.head_dim) else "gather"
         if decode_attention == "kernel" and not self.paged:
             raise ValueError("decode_attention='kernel' reads paged blocks: it needs kv_cache='paged'")
+        if decode_attention == "kernel" and kernel_available(self.device, self.head_dim):
+            problem = self_check(self.device, self.dtype, self.n_heads, self.n_kv, self.head_dim, block_size)
+            if problem is not None and requested == "kernel":
+                raise RuntimeError(f"the paged decode kernel failed its self-check on {self.device}: {problem}")
+            if problem is not None:  # auto: serve correctly on the slower path rather than not at all
+                warnings.warn(f"the paged decode kernel failed its self-check ({problem}); decoding with "
+                              "decode_attention='gather'", stacklevel=2)
+                decode_attention = "gather"
         self.decode_attention = decode_attention
         self.fused = None
         if decode_attention == "kernel":  # fuse_projections=False: a model under training keeps its weights' storage
