@@ -179,7 +179,8 @@ def _bench_engine(args, model, prompts_by_b, variant, options):
     emit(figure="cookmind_setup_s", variant=variant, seconds=round(time.perf_counter() - t0, 2),
          cuda_graph_buckets=engine.graphs.buckets if engine.graphs else None,
          length_buckets=engine.graphs.length_buckets if engine.graphs else None,
-         compiled=engine.runner.compiled, compile_error=engine.runner.compile_error)
+         compiled=engine.runner.compiled, compile_error=engine.runner.compile_error,
+         decode_attention=engine.runner.decode_attention)
     results, first_out = {}, None
     for b, prompts in prompts_by_b.items():
         run_cookmind(engine, prompts, args.new_tokens)  # warm-up
