@@ -38,8 +38,8 @@ class ModelRunner:
     them; fuse_projections=False keeps separate GEMMs and leaves the weights alone), and each
     layer's last residual add joins the next layer's norm. "gather" copies the
     rows' keys into a contiguous tensor and runs SDPA under a length mask, as prefill does.
-    "auto": "kernel" where the Triton kernel runs (CUDA, an even head dim of 16..256) and passes a
-    self-check against its reference on this device, else "gather".
+    "auto": "kernel" where the Triton kernel runs (CUDA, a power-of-two head dim of 16..256) and
+    passes a self-check against its reference on this device, else "gather".
     """
 
     def __init__(self, model, num_slots: int, max_seq_len: int | None = None, device=None, dtype=None,

@@ -36,8 +36,8 @@ BLOCK_N = 64  # cached positions per loop iteration
 
 def kernel_available(device: torch.device, head_dim: int) -> bool:
     """Whether the Triton kernel can run here: CUDA (or Triton's interpreter), Triton importable,
-    and an even head dim from 16 to 256 (RoPE rotates halves; lanes past the head dim are masked)."""
-    if head_dim < 16 or head_dim > 256 or head_dim % 2:
+    and a power-of-two head dim from 16 to 256."""
+    if head_dim < 16 or head_dim > 256 or head_dim & (head_dim - 1):
         return False
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return False
@@ -46,11 +46,6 @@ def kernel_available(device: torch.device, head_dim: int) -> bool:
     except ImportError:
         return False
     return True
-
-
-def _pow2(n: int) -> int:
-    """The smallest power of two >= n."""
-    return 1 << (n - 1).bit_length()
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,25 +104,23 @@ def self_check(device, dtype: torch.dtype, n_heads: int, n_kv: int, head_dim: in
     """Run the Triton kernel once on a small random case of this layout against the reference;
     None when they agree, else what went wrong (a compile error, or the largest difference). Lets a
     caller fall back to another attention path instead of serving wrong tokens or crashing mid-request."""
-    g = torch.Generator().manual_seed(0)
-    lengths = (2 * block_size + 3, 1)
-    blocks = [list(range(1, 4)), [4]]
-    tables = torch.tensor([blocks[0], blocks[1] + [0, 0]], device=device)
-    positions = torch.tensor([n - 1 for n in lengths], device=device)
-    write = torch.tensor([2 * block_size + 2 + block_size, 4 * block_size], device=device)
-    pool = (5 * block_size, n_kv, head_dim)
-    kc = torch.randn(pool, generator=g).to(device, dtype)
-    vc = torch.randn(pool, generator=g).to(device, dtype)
-    q = torch.randn(2, n_heads, head_dim, generator=g).to(device, dtype)
-    k, v = (torch.randn(2, n_kv, head_dim, generator=g).to(device, dtype) for _ in range(2))
-    cos, sin = (torch.rand(2, head_dim, generator=g).to(device, dtype) for _ in range(2))
-    kc2, vc2 = kc.clone(), vc.clone()
-    try:
+    try:  # all of it: whatever goes wrong here must turn into a fallback, not a server that cannot start
+        g = torch.Generator().manual_seed(0)
+        tables = torch.tensor([[1, 2, 3], [4, 0, 0]], device=device)  # row 0: 2 blocks + 3 positions; row 1: 1
+        positions = torch.tensor([2 * block_size + 2, 0], device=device)
+        write = torch.tensor([3 * block_size + 2, 4 * block_size], device=device)  # each row's newest position
+        pool = (5 * block_size, n_kv, head_dim)
+        kc = torch.randn(pool, generator=g).to(device, dtype)
+        vc = torch.randn(pool, generator=g).to(device, dtype)
+        q = torch.randn(2, n_heads, head_dim, generator=g).to(device, dtype)
+        k, v = (torch.randn(2, n_kv, head_dim, generator=g).to(device, dtype) for _ in range(2))
+        cos, sin = (torch.rand(2, head_dim, generator=g).to(device, dtype) for _ in range(2))
+        kc2, vc2 = kc.clone(), vc.clone()
         out = paged_decode_attention(q, k, v, kc, vc, tables, positions, write, block_size, cos, sin, num_splits=2)
+        want = paged_decode_reference(q, k, v, kc2, vc2, tables, positions, write, block_size, cos, sin)
+        err = (out.float() - want.float()).abs().max().item()
     except Exception as exc:  # Triton could not compile or launch it here
         return f"{type(exc).__name__}: {exc}"[:300]
-    want = paged_decode_reference(q, k, v, kc2, vc2, tables, positions, write, block_size, cos, sin)
-    err = (out.float() - want.float()).abs().max().item()
     tol = 1e-3 if dtype == torch.float32 else 5e-2
     return None if err <= tol else f"largest difference from the reference {err:.3g} (tolerance {tol})"
 
@@ -167,8 +160,8 @@ def paged_decode_attention(q, k, v, key_cache, value_cache, block_tables, positi
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         key_cache.stride(0), key_cache.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
         cos_t.stride(0) if rope else 0, scale * LOG2_E,
-        GROUP=h // hkv, D=d, DP=_pow2(d), BS=block_size, BLOCK_N=BLOCK_N, SPLITS=splits, ROPE=rope, num_warps=4)
+        GROUP=h // hkv, D=d, BS=block_size, BLOCK_N=BLOCK_N, SPLITS=splits, ROPE=rope, num_warps=4)
     if splits > 1:
         kernels.merge_splits[(b, h)](part_ml, part_acc, out, out.stride(0), out.stride(1),
-                                     D=d, DP=_pow2(d), SPLITS=splits, num_warps=1)
+                                     D=d, SPLITS=splits, num_warps=1)
     return out
