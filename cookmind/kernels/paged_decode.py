@@ -24,6 +24,7 @@ projection work as they are); pools (num_blocks * block_size, Hkv, D); block_tab
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -155,13 +156,15 @@ def paged_decode_attention(q, k, v, key_cache, value_cache, block_tables, positi
         part_acc = torch.empty((b, h, splits, d), dtype=torch.float32, device=q.device)
     else:
         part_ml = part_acc = out
-    kernels.paged_decode[(b, h, splits)](
-        q, k, v, key_cache, value_cache, block_tables, positions, write_index, cos_t, sin_t, out, part_ml, part_acc,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        key_cache.stride(0), key_cache.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
-        cos_t.stride(0) if rope else 0, scale * LOG2_E,
-        GROUP=h // hkv, D=d, BS=block_size, BLOCK_N=BLOCK_N, SPLITS=splits, ROPE=rope, num_warps=4)
-    if splits > 1:
-        kernels.merge_splits[(b, h)](part_ml, part_acc, out, out.stride(0), out.stride(1),
-                                     D=d, SPLITS=splits, num_warps=1)
+    # Triton launches on the current device: make it the tensors' one (a model on cuda:1 in a process on cuda:0)
+    with torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext():
+        kernels.paged_decode[(b, h, splits)](
+            q, k, v, key_cache, value_cache, block_tables, positions, write_index, cos_t, sin_t, out, part_ml,
+            part_acc, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            key_cache.stride(0), key_cache.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
+            cos_t.stride(0) if rope else 0, scale * LOG2_E,
+            GROUP=h // hkv, D=d, BS=block_size, BLOCK_N=BLOCK_N, SPLITS=splits, ROPE=rope, num_warps=4)
+        if splits > 1:
+            kernels.merge_splits[(b, h)](part_ml, part_acc, out, out.stride(0), out.stride(1),
+                                         D=d, SPLITS=splits, num_warps=1)
     return out
