@@ -251,6 +251,10 @@ GPT2_SMALL = dict(vocab_size=50304, hidden_size=768, intermediate_size=2048, num
 MINIMIND = dict(vocab_size=6400, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
                 num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=True)
 MINIMIND_PEER = {340: 609e3, 1024: 859e3}
+# A model too small to compute anything: its step time on the CPU is the loop's own host work (Python,
+# dispatch, optimizer and clipping bookkeeping), what a GPU waits on when the real model is small or short.
+HOST_BOUND = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=8, num_attention_heads=2,
+                  num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=True)
 
 
 def main() -> None:
@@ -261,8 +265,10 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--eager-too", action="store_true", help="also measure both without torch.compile")
     ap.add_argument("--run-dir", default="/tmp/cookmind-bench-train")
-    ap.add_argument("--shape", default="gpt2-small", choices=["gpt2-small", "minimind"],
-                    help="CUDA shape: gpt2-small (B=12, T=1024) or minimind (the MiniMind-3 shape, B=32, T=--seq)")
+    ap.add_argument("--shape", default=None, choices=["gpt2-small", "minimind", "host"],
+                    help="CUDA: gpt2-small (default; B=12, T=1024) or minimind (the MiniMind-3 shape, B=32, T=--seq); "
+                         "CPU: the tiny-cpu preset (default) or host (8 layers 16 wide, B=1, T=8: the loop's host "
+                         "overhead per step; compare with --variants raw)")
     ap.add_argument("--seq", type=int, default=None, help="sequence length (minimind: 340 or 1024; default 1024)")
     ap.add_argument("--extra-backends", default="", help="also time our model with these attn_backend values "
                     "(comma-separated, e.g. flash-triton), after the main figures")
@@ -292,6 +298,9 @@ def main() -> None:
         shape = dict(tiny.model, vocab_size=4096)
         batch, seq, precision = tiny.train.micro_batch_size, tiny.data.window_size, "fp32"
         steps, warmup = args.steps or 20, args.warmup or 3
+        if args.shape == "host":
+            shape, batch, seq = HOST_BOUND, 1, 8
+            steps, warmup = args.steps or 300, args.warmup or 50
         peak, modes = None, [False]
     for compiled in modes:
         results = {}
@@ -335,7 +344,8 @@ def main() -> None:
             if name in results:
                 r = results[name]
                 line = {"figure": "train tokens/s", "impl": name, **common, "tokens_per_s": round(r["tokens_per_s"]),
-                        "params": r["params"], "warmup_s": r["warmup_s"]}
+                        "ms_per_step": round(batch * seq / r["tokens_per_s"] * 1e3, 3), "params": r["params"],
+                        "warmup_s": r["warmup_s"]}
                 if peak:
                     line["mfu"] = round(r["tokens_per_s"] * r["flops_per_token"] / peak, 4)
                 print(json.dumps(line), flush=True)
