@@ -8,13 +8,11 @@ ranks report.
 from __future__ import annotations
 
 import copy
-import gc
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_fixtures import run_on_gloo_ranks
 from torch import nn
 
 WORLD = 2
@@ -199,27 +197,14 @@ def _scenario_sharded_groups(rank):
     return {"diff": _max_param_diff(net, ref), "groups": len(opt.param_groups)}
 
 
-def _worker(rank, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        result = {"ddp": _scenario_ddp(rank), "sharded": _scenario_sharded(rank),
-                  "sharded_groups": _scenario_sharded_groups(rank)}
-        gc.collect()  # drop the scenarios' DDP objects (and their finished work handles) first
-        dist.barrier()  # neither rank tears the group down while the other still talks to it
-    finally:
-        dist.destroy_process_group()
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+def _scenarios(rank):
+    return {"ddp": _scenario_ddp(rank), "sharded": _scenario_sharded(rank),
+            "sharded_groups": _scenario_sharded_groups(rank)}
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    from cookmind.parallel import find_free_port
-
-    out = tmp_path_factory.mktemp("parallel")
-    mp.spawn(_worker, args=(find_free_port(), str(out)), nprocs=WORLD, join=True)
-    return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
+    return run_on_gloo_ranks(_scenarios, WORLD, tmp_path_factory.mktemp("parallel"))
 
 
 @pytest.mark.timeout(120)

@@ -5,13 +5,10 @@ plus the bucket planner and block finder on their own (no processes).
 
 from __future__ import annotations
 
-import gc
-import os
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_fixtures import run_on_gloo_ranks
 from torch import nn
 
 from cookmind.parallel import find_blocks, plan_buckets
@@ -106,27 +103,14 @@ def _train_compiled_blocks(rank, per_rank=2):
     return max((p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), ref.parameters()))
 
 
-def _worker(rank, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        result = {"fp32": _train(rank), "bf16": _train(rank, torch.bfloat16),
-                  "compiled_blocks_grad_diff": _train_compiled_blocks(rank)}
-        gc.collect()
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+def _scenarios(rank):
+    return {"fp32": _train(rank), "bf16": _train(rank, torch.bfloat16),
+            "compiled_blocks_grad_diff": _train_compiled_blocks(rank)}
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    from cookmind.parallel import find_free_port
-
-    out = tmp_path_factory.mktemp("overlap")
-    mp.spawn(_worker, args=(find_free_port(), str(out)), nprocs=WORLD, join=True)
-    return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
+    return run_on_gloo_ranks(_scenarios, WORLD, tmp_path_factory.mktemp("overlap"))
 
 
 @pytest.mark.timeout(120)

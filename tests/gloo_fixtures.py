@@ -1,0 +1,33 @@
+"""Run a function on N gloo ranks in spawned processes and collect what each rank returns (no tests here)."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _rank_main(rank: int, fn, world: int, port: int, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        result = fn(rank)
+        gc.collect()  # drop the scenarios' DDP objects (and their finished work handles) first
+        dist.barrier()  # neither rank tears the group down while the other still talks to it
+    finally:
+        dist.destroy_process_group()
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def run_on_gloo_ranks(fn, world: int, out_dir) -> list:
+    """fn(rank) on `world` spawned processes joined in one gloo group; each rank's return value, in rank
+    order. fn must be a module-level function (the children import it)."""
+    from cookmind.parallel import find_free_port
+
+    mp.spawn(_rank_main, args=(fn, world, find_free_port(), str(out_dir)), nprocs=world, join=True)
+    return [torch.load(Path(out_dir) / f"rank{r}.pt") for r in range(world)]
