@@ -279,6 +279,9 @@ def main() -> None:
                     "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false)")
     args = ap.parse_args()
     device = torch.device(args.device)
+    fits = {"cuda": ("gpt2-small", "minimind"), "cpu": ("host",)}.get(device.type, ())
+    if args.shape is not None and args.shape not in fits:
+        ap.error(f"--shape {args.shape} does not run on {device.type}; there choose from {', '.join(fits) or 'none'}")
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

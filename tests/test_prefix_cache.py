@@ -4,7 +4,6 @@ accounting, LRU eviction, and prompt tokens that are really not computed again."
 from __future__ import annotations
 
 import pytest
-import torch
 
 from cookmind.infer import GenerationConfig, generate
 from cookmind.infer.engine import Engine, PromptLogprobsEvent, TokenEvent

@@ -57,7 +57,7 @@ class CudaGraphDecoder:
         if self.buckets[-1] > runner.num_slots:
             raise ValueError(f"graph bucket {self.buckets[-1]} exceeds the cache's {runner.num_slots} slots")
         if length_buckets is None:  # the paged decode kernel reads each row's own length: one bucket serves all
-            length_buckets = [runner.max_seq_len] if getattr(runner, "decode_attention", "gather") == "kernel" \
+            length_buckets = [runner.max_seq_len] if runner.decode_attention == "kernel" \
                 else default_length_buckets(runner.max_seq_len)
         self.length_buckets = sorted(length_buckets)
         if self.length_buckets[-1] != runner.max_seq_len:

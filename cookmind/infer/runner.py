@@ -173,11 +173,11 @@ class ModelRunner:
         step = self.cache.step(slot_start, b, write_cols, 0, read=False)
         delta = None
         for i, layer in enumerate(self.layers):
-            fused = self.fused[i]
-            h, q, k, v = self._compiled(self._dpre_fn, self._decode_pre, layer, fused.qkv, fused.qkv_bias, h, delta)
+            qkv_w, qkv_b, gate_up = self._fused_weights(i)
+            h, q, k, v = self._compiled(self._dpre_fn, self._decode_pre, layer, qkv_w, qkv_b, h, delta)
             out = paged_decode_attention(q, k, v, self.cache.keys[i], self.cache.values[i], step.table, positions,
                                          step.write_index, self.cache.block_size, cos, sin)
-            h, delta = self._compiled(self._dpost_fn, self._decode_post, layer, fused.gate_up, h, out)
+            h, delta = self._compiled(self._dpost_fn, self._decode_post, layer, gate_up, h, out)
         return self._compiled(self._head_fn, self._head, h[:, 0], delta[:, 0])
 
     def _decode_pre(self, layer, qkv_weight, qkv_bias, h, delta):

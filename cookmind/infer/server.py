@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Str
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cookmind.infer.engine import Engine, FinishEvent, QueueFullError
+from cookmind.infer.engine import Engine, QueueFullError
 from cookmind.infer.output import OutputProcessor, extract_tool_calls
 from cookmind.infer.sampling import SamplingParams
 from cookmind.infer.schemas import ChatCompletionRequest, CompletionRequest, error_body

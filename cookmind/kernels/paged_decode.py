@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import math
 import os
 
@@ -42,11 +43,13 @@ def kernel_available(device: torch.device, head_dim: int) -> bool:
         return False
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return False
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return _triton_importable()
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_importable() -> bool:
+    """Checked once: the eager decode path asks for every layer of every step."""
+    return importlib.util.find_spec("triton") is not None
 
 
 @functools.lru_cache(maxsize=None)
@@ -127,8 +130,7 @@ def self_check(device, dtype: torch.dtype, n_heads: int, n_kv: int, head_dim: in
 
 
 def paged_decode_attention(q, k, v, key_cache, value_cache, block_tables, positions, write_index, block_size: int,
-                           cos=None, sin=None, scale: float | None = None, num_splits: int | None = None,
-                           out: torch.Tensor | None = None) -> torch.Tensor:
+                           cos=None, sin=None, scale: float | None = None, num_splits: int | None = None) -> torch.Tensor:
     """Store the new k, v and attend; returns (B, H, D) in q's dtype (see the module docstring).
 
     positions (B,): each row's new token's position (= cached tokens before it); write_index (B,):
@@ -147,7 +149,7 @@ def paged_decode_attention(q, k, v, key_cache, value_cache, block_tables, positi
     if splits & (splits - 1):
         raise ValueError(f"num_splits must be a power of two, got {splits}")
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    out = torch.empty((b, h, d), dtype=q.dtype, device=q.device) if out is None else out
+    out = torch.empty((b, h, d), dtype=q.dtype, device=q.device)
     rope = cos is not None
     cos_t = cos if rope else q  # placeholders the kernel never reads
     sin_t = sin if rope else q
