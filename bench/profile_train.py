@@ -5,7 +5,7 @@
     python bench/profile_train.py --shape minimind --seq 340 --host-top 20   # MiniMind-3 shape, B=32; host ops
 
 Prints JSON lines: per implementation, the wall time per step, the GPU-busy time per step (the union of
-kernel intervals: what is left is host-side stall) and the 25 kernels that take the most time. A tool to
+kernel intervals: what is left is host-side stall) and the 40 kernels that take the most time, and the time by kernel category. A tool to
 decide what to optimise; the figures to report come from bench/bench_train.py.
 """
 
@@ -38,7 +38,29 @@ def busy_union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def profile(step, steps: int, name: str, host_top: int = 0) -> None:
+def kernel_category(name: str) -> str:
+    """A coarse bucket for a CUDA kernel's name: where a step's GPU time goes at a glance."""
+    n = name.lower()
+    if "flash" in n or "fmha" in n or "sdpa" in n or "attention" in n or "cudnn" in n:
+        return "attention"
+    if "gemm" in n or "nvjet" in n or "xmma" in n or "cutlass" in n or "sm90" in n or "ampere" in n:
+        return "gemm"
+    if "adam" in n:
+        return "optimizer"
+    if "norm" in n and "multi_tensor" in n:
+        return "grad-norm"
+    if "multi_tensor" in n or "foreach" in n:
+        return "multi-tensor"
+    if n.startswith("triton_"):
+        return "triton-reduction" if ("_red_" in n or "_per_" in n) else "triton-pointwise"
+    if "memcpy" in n or "memset" in n or "fill" in n or "copy" in n:
+        return "copy/fill"
+    if "embedding" in n or "index" in n or "scatter" in n or "gather" in n:
+        return "embedding/index"
+    return "other"
+
+
+def profile(step, steps: int, name: str, host_top: int = 0, top_n: int = 40) -> None:
     from torch.profiler import ProfilerActivity, profile as tprofile
 
     torch.cuda.synchronize()
@@ -54,9 +76,14 @@ def profile(step, steps: int, name: str, host_top: int = 0) -> None:
     per: dict[str, list[float]] = {}
     for e in kernels:
         per.setdefault(e.name[:90], []).append(e.time_range.elapsed_us())
-    top = sorted(per.items(), key=lambda kv: -sum(kv[1]))[:25]
+    top = sorted(per.items(), key=lambda kv: -sum(kv[1]))[:top_n]
+    cats: dict[str, float] = {}
+    for k, v in per.items():
+        cats[kernel_category(k)] = cats.get(kernel_category(k), 0.0) + sum(v) / steps / 1e3
     print(json.dumps({"figure": "profile", "impl": name, "wall_ms_per_step_profiled": round(wall * 1e3, 2),
-                      "gpu_busy_ms_per_step": round(busy, 2), "kernels_per_step": len(kernels) // steps}), flush=True)
+                      "gpu_busy_ms_per_step": round(busy, 2), "kernels_per_step": len(kernels) // steps,
+                      "ms_by_category": {c: round(t, 3) for c, t in sorted(cats.items(), key=lambda kv: -kv[1])}}),
+          flush=True)
     for k, v in top:
         print(json.dumps({"impl": name, "kernel": k, "ms_per_step": round(sum(v) / steps / 1e3, 3),
                           "calls_per_step": len(v) // steps}), flush=True)
@@ -72,7 +99,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", default="default", help="default | fast (model fast paths on)")
     ap.add_argument("--which", default="ref,ours")
-    ap.add_argument("--attn", default="sdpa")
+    ap.add_argument("--attn", default="sdpa", help="our model's attn_backend (sdpa, cudnn, flash-triton)")
+    ap.add_argument("--compile-mode", default="default", help="our Trainer's train.compile_mode")
     ap.add_argument("--shape", default="gpt2-small", choices=["gpt2-small", "minimind"])
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--host-top", type=int, default=0, help="also print the N host ops with the most self CPU time")
@@ -114,7 +142,7 @@ def main() -> None:
         cfg = TrainConfig.from_dict({
             "model": dict(shape, attn_backend=args.attn), "data": {"window_size": seq},
             "train": {"max_steps": 10**6, "micro_batch_size": batch, "precision": "bf16", "compile": True,
-                      "device": "cuda"},
+                      "compile_mode": args.compile_mode, "device": "cuda"},
             "optim": {"lr": 6e-4, "warmup_steps": 10},
             "checkpoint": {"every": 0},
             "logging": {"run_dir": "/tmp/cookmind-profile", "progress": False, "report": False, "log_every": 1000},
@@ -122,7 +150,7 @@ def main() -> None:
         trainer = Trainer(cfg, train_dataset=RandomTokens(vocab, seq))
         for _ in range(8):
             trainer._train_step()
-        profile(lambda i: trainer._train_step(), 5, f"cookmind Trainer ({args.variant}, {args.attn})", args.host_top)
+        profile(lambda i: trainer._train_step(), 5, f"cookmind Trainer ({args.variant}, {args.attn}, {args.compile_mode})", args.host_top)
 
 
 if __name__ == "__main__":

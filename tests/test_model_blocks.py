@@ -175,9 +175,12 @@ def test_attention_backends_agree_with_mask_cache_and_gqa(qk_norm, kv_heads):
     naive = CookMindLM(CookMindConfig(**base, attn_backend="naive")).eval()
     sdpa = CookMindLM(CookMindConfig(**base, attn_backend="sdpa")).eval()
     sdpa.load_state_dict(naive.state_dict())
+    cudnn = CookMindLM(CookMindConfig(**base, attn_backend="cudnn")).eval()  # on CPU: PyTorch's own order
+    cudnn.load_state_dict(naive.state_dict())
     ids = torch.randint(0, 61, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(naive(ids).logits, sdpa(ids).logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(naive(ids).logits, cudnn(ids).logits, rtol=1e-5, atol=1e-5)
         # left padding: row 0 has 3 pad slots that nobody may attend to; explicit positions skip them
         mask = torch.tril(torch.ones(9, 9, dtype=torch.bool)).expand(2, 1, 9, 9).clone()
         mask[0, :, :, :3] = False

@@ -53,7 +53,7 @@ def test_tied_embeddings_share_one_matrix():
     assert untied.num_parameters() - tied.num_parameters() == 97 * 32
 
 
-@pytest.mark.parametrize("backend", ["naive", "sdpa"])
+@pytest.mark.parametrize("backend", ["naive", "sdpa", "cudnn"])
 def test_kv_cache_decoding_equals_full_forward(backend):
     cfg = CookMindConfig(**TINY, attn_backend=backend)
     model = CookMindLM(cfg).eval()

@@ -19,7 +19,7 @@ def _pair(backend_a, backend_b, dtype, **kw):
     return a, b
 
 
-@pytest.mark.parametrize("backend", ["naive", "flash-triton"])
+@pytest.mark.parametrize("backend", ["naive", "flash-triton", "cudnn"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_backends_match_sdpa_on_cuda(backend, dtype):
     ref, other = _pair("sdpa", backend, dtype, qk_norm=True)
@@ -42,3 +42,20 @@ def test_flash_triton_model_decodes_with_cache():
         parts = [flash(ids[:, :30], kv_cache=cache).logits]
         parts += [flash(ids[:, i:i + 1], kv_cache=cache).logits for i in range(30, 40)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_cudnn_backend_runs_cudnn_kernels(kv_heads):
+    """attn_backend="cudnn" really reaches cuDNN's attention (the profile names its kernels), MHA and GQA."""
+    if not torch.backends.cudnn.is_available():
+        pytest.skip("cuDNN is not available")
+    from torch.profiler import ProfilerActivity, profile
+
+    _, model = _pair("sdpa", "cudnn", torch.bfloat16, num_key_value_heads=kv_heads)
+    ids = torch.randint(0, 211, (2, 256), device="cuda")
+    model(ids, labels=ids).loss.backward()  # warm-up
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model(ids, labels=ids).loss.backward()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    assert any("cudnn" in n.lower() or "sdpa" in n.lower() for n in names), sorted(names)[:40]

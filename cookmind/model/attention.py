@@ -1,10 +1,11 @@
-"""Causal grouped-query self-attention with RoPE, optional QK-norm, KV cache and three backends."""
+"""Causal grouped-query self-attention with RoPE, optional QK-norm, KV cache and four backends."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cookmind.model.fused import fused_linear
 from cookmind.model.linear import Linear
@@ -80,7 +81,10 @@ class Attention(nn.Module):
         t, s = q.shape[2], k.shape[2]
         gqa = self.n_heads != self.n_kv_heads
         if mask is None and start == 0 and s == t:
-            # plain causal: is_causal lets PyTorch pick its flash kernel
+            # plain causal: is_causal lets PyTorch pick its flash kernel (or cuDNN's first, backend "cudnn")
+            if self.backend == "cudnn":
+                with sdpa_kernel(_CUDNN_FIRST, set_priority=True):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         if mask is None and t == 1:
             return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)  # one new token sees every key
@@ -90,6 +94,12 @@ class Attention(nn.Module):
             k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
             v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+# backend "cudnn": SDPA tries cuDNN's fused attention first (faster than the flash backend on Hopper,
+# README "Attention"), then PyTorch's usual order for calls cuDNN cannot take (CPU, unsupported shapes)
+_CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                SDPBackend.MATH]
 
 
 def _flash_triton(q, k, v):

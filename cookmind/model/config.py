@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-ATTN_BACKENDS = ("naive", "sdpa", "flash-triton")
+ATTN_BACKENDS = ("naive", "sdpa", "cudnn", "flash-triton")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
