@@ -332,3 +332,23 @@ def test_moe_model_loss_includes_aux_and_trains():
     torch.testing.assert_close(out.loss, ce + out.aux_loss)
     out.loss.backward()
     assert model.model.layers[0].mlp.gate.weight.grad.abs().sum() > 0  # router learns through the weights
+
+
+def test_rope_prefix_tables_equal_computed_positions():
+    """RotaryEmbedding.prefix (the fp32 tables the compiled step slices) gives exactly forward's cos/sin,
+    inside the tables, past their end (computed), and after the tables were cast away from fp32."""
+    rope = RotaryEmbedding(16, 10000.0, None, max_positions=32)
+    assert rope.cos_table.shape == (32, 16) and "cos_table" not in rope.state_dict()
+    for start, length in [(0, 1), (0, 32), (5, 20), (30, 10)]:  # the last one runs past the table
+        pos = torch.arange(start, start + length)[None]
+        for dtype in (torch.float32, torch.bfloat16):
+            cos, sin = rope(pos, dtype)
+            pcos, psin = rope.prefix(start, length, dtype, torch.device("cpu"))
+            assert pcos.shape == (1, length, 16) and pcos.dtype == dtype
+            assert torch.equal(pcos, cos) and torch.equal(psin, sin)
+    # an independent check of one entry: position 3, pair 1 turns by 3 * 10000^(-2/16)
+    angle = torch.tensor(3 * 10000.0 ** (-2 / 16))
+    assert torch.allclose(rope.prefix(3, 1, torch.float32, torch.device("cpu"))[0][0, 0, 1], angle.cos())
+    rope.to(torch.bfloat16)  # tables no longer fp32: prefix computes, as forward does
+    cos, _ = rope(torch.arange(4)[None], torch.float32)
+    assert torch.equal(rope.prefix(0, 4, torch.float32, torch.device("cpu"))[0], cos)

@@ -52,7 +52,8 @@ class CookMindBackbone(nn.Module):
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, std=cfg.initializer_range)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling)
+        self.rotary_emb = RotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling,
+                                          max_positions=cfg.max_position_embeddings)
 
 
 class CookMindLM(nn.Module):
@@ -76,13 +77,12 @@ class CookMindLM(nn.Module):
         inside its own reduction, which torch.compile fuses; out.logits is then None. For pretraining speed.
         """
         b, t = input_ids.shape
-        if position_ids is None:
-            start = kv_cache.seq_len if kv_cache is not None else 0
-            position_ids = torch.arange(start, start + t, device=input_ids.device)[None]  # (1, T)
-            if not fast_paths_enabled():
-                position_ids = position_ids.expand(b, t)  # the readable path: one row per sequence
         h = self.model.embed_tokens(input_ids)
-        cos, sin = self.model.rotary_emb(position_ids, h.dtype)
+        if position_ids is None:  # consecutive positions from the cache's length: a slice of the RoPE tables
+            start = kv_cache.seq_len if kv_cache is not None else 0
+            cos, sin = self.model.rotary_emb.prefix(start, t, h.dtype, input_ids.device)  # (1, T, D)
+        else:
+            cos, sin = self.model.rotary_emb(position_ids, h.dtype)
         aux_total = None
         for layer in self.model.layers:
             h, aux = layer(h, cos, sin, attention_mask, kv_cache)

@@ -166,7 +166,8 @@ def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu",
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight  # assign=True replaced the shared tensor
     # derived, unsaved buffers (RoPE frequencies) are rebuilt for real
-    model.model.rotary_emb = RotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling)
+    model.model.rotary_emb = RotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling,
+                                             max_positions=cfg.max_position_embeddings)
     left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
     if left:
         raise ModelLoadError(f"{weights_path}: internal error: {left[:5]} were not loaded")
