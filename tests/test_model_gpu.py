@@ -11,8 +11,8 @@ pytestmark = pytest.mark.gpu
 
 
 def _pair(backend_a, backend_b, dtype, **kw):
-    base = dict(vocab_size=211, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=1024, **kw)
+    base = dict(dict(vocab_size=211, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024), **kw)
     a = CookMindLM(CookMindConfig(**base, attn_backend=backend_a)).cuda().to(dtype)
     b = CookMindLM(CookMindConfig(**base, attn_backend=backend_b)).cuda().to(dtype)
     b.load_state_dict(a.state_dict())
