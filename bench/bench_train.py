@@ -175,7 +175,7 @@ class RandomTokens(torch.utils.data.Dataset):
 
 def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
                    compile_: bool, run_dir: str, optim_impl: str = "cookmind", fast_paths: bool | None = None,
-                   compile_mode: str = "default", defer_metrics: bool = True) -> dict:
+                   compile_mode: str = "default", defer_metrics: bool = True, cuda_graph: bool = False) -> dict:
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
 
     fast_paths True/False times the model with its fast paths (cookmind.model.fused) on/off; None keeps the default.
@@ -187,13 +187,13 @@ def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, d
     set_fast_paths(before if fast_paths is None else fast_paths)
     try:
         return _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl,
-                               compile_mode, defer_metrics)
+                               compile_mode, defer_metrics, cuda_graph)
     finally:
         set_fast_paths(before)
 
 
 def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl,
-                    compile_mode="default", defer_metrics=True):
+                    compile_mode="default", defer_metrics=True, cuda_graph=False):
     from cookmind.train import Callback, TrainConfig, Trainer
 
     class Timer(Callback):
@@ -213,7 +213,7 @@ def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile
         "data": {"window_size": seq},
         "train": {"max_steps": warmup + steps, "micro_batch_size": batch, "precision": precision,
                   "compile": compile_, "compile_mode": compile_mode, "device": str(device),
-                  "defer_metrics": defer_metrics},
+                  "defer_metrics": defer_metrics, "cuda_graph": cuda_graph},
         "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
         "checkpoint": {"every": 0},
         "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
@@ -276,7 +276,9 @@ def main() -> None:
                     "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch), "
                     "fast (Trainer with the model's fast paths on), readable (fast paths off), "
                     "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode), "
-                    "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false)")
+                    "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false), "
+                    "cuda-graph (Trainer with train.cuda_graph=true: the whole step one CUDA graph), cuda-graph-fast "
+                    "(that with the model's fast paths on)")
     args = ap.parse_args()
     device = torch.device(args.device)
     fits = {"cuda": ("gpt2-small", "minimind"), "cpu": ("host",)}.get(device.type, ())
@@ -329,6 +331,12 @@ def main() -> None:
                 if mode in variants:
                     runs.append((f"cookmind Trainer, compile_mode={mode}",
                                  functools.partial(bench_cookmind, compile_mode=mode), shape))
+            if "cuda-graph" in variants:
+                runs.append(("cookmind Trainer, train.cuda_graph=true",
+                             functools.partial(bench_cookmind, cuda_graph=True), shape))
+            if "cuda-graph-fast" in variants:
+                runs.append(("cookmind Trainer, train.cuda_graph=true, model fast paths on",
+                             functools.partial(bench_cookmind, cuda_graph=True, fast_paths=True), shape))
             if "sync-metrics" in variants:
                 runs.append(("cookmind Trainer, train.defer_metrics=false",
                              functools.partial(bench_cookmind, defer_metrics=False), shape))

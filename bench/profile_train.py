@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--which", default="ref,ours")
     ap.add_argument("--attn", default="sdpa", help="our model's attn_backend (sdpa, cudnn, flash-triton)")
     ap.add_argument("--compile-mode", default="default", help="our Trainer's train.compile_mode")
+    ap.add_argument("--cuda-graph", action="store_true", help="our Trainer with train.cuda_graph=true")
     ap.add_argument("--shape", default="gpt2-small", choices=["gpt2-small", "minimind"])
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--host-top", type=int, default=0, help="also print the N host ops with the most self CPU time")
@@ -142,7 +143,7 @@ def main() -> None:
         cfg = TrainConfig.from_dict({
             "model": dict(shape, attn_backend=args.attn), "data": {"window_size": seq},
             "train": {"max_steps": 10**6, "micro_batch_size": batch, "precision": "bf16", "compile": True,
-                      "compile_mode": args.compile_mode, "device": "cuda"},
+                      "compile_mode": args.compile_mode, "device": "cuda", "cuda_graph": args.cuda_graph},
             "optim": {"lr": 6e-4, "warmup_steps": 10},
             "checkpoint": {"every": 0},
             "logging": {"run_dir": "/tmp/cookmind-profile", "progress": False, "report": False, "log_every": 1000},
@@ -150,7 +151,8 @@ def main() -> None:
         trainer = Trainer(cfg, train_dataset=RandomTokens(vocab, seq))
         for _ in range(8):
             trainer._train_step()
-        profile(lambda i: trainer._train_step(), 5, f"cookmind Trainer ({args.variant}, {args.attn}, {args.compile_mode})", args.host_top)
+        profile(lambda i: trainer._train_step(), 5, f"cookmind Trainer ({args.variant}, {args.attn}, {args.compile_mode}"
+                f"{', cuda graph' if args.cuda_graph else ''})", args.host_top)
 
 
 if __name__ == "__main__":

@@ -117,10 +117,34 @@ class AdamW(torch.optim.Optimizer):
             torch._foreach_add_(steps, 1)
             torch._fused_adamw_(ps, [p.grad for p in ps], [self.state[p]["exp_avg"] for p in ps],
                                 [self.state[p]["exp_avg_sq"] for p in ps], [], steps, amsgrad=False,
-                                lr=group["lr"], beta1=b1, beta2=b2, weight_decay=group["weight_decay"],
+                                lr=self._device_lr(group, ps[0].device), beta1=b1, beta2=b2,
+                                weight_decay=group["weight_decay"],
                                 eps=group["eps"], maximize=False, grad_scale=None, found_inf=found_inf)
             if found_inf is not None:  # a skipped step leaves the moments and params; undo the count too
                 torch._foreach_sub_(steps, [found_inf] * len(steps))
+
+
+    def _device_lr(self, group: dict, device: torch.device) -> torch.Tensor:
+        """The group's lr as a 0-dim fp32 tensor on ``device``, which the fused kernel reads from memory.
+
+        Refilled from ``group["lr"]`` here, except while a CUDA graph is being captured: a captured step
+        (``train.cuda_graph``) must read the schedule's value of each replay, so the trainer refills the
+        tensors before every replay (``refill_device_lr``) and the graph holds only the read. The kernel
+        rounds a float lr to fp32 as well, so both spellings give the same update.
+        """
+        tensors = self.__dict__.setdefault("_lr_tensors", {})
+        key = (id(group), device)
+        if key not in tensors:
+            tensors[key] = (group, torch.zeros((), dtype=torch.float32, device=device))
+        lr = tensors[key][1]
+        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            lr.fill_(group["lr"])
+        return lr
+
+    def refill_device_lr(self) -> None:
+        """Copy every group's current lr into its device tensor (before replaying a captured step)."""
+        for group, lr in self.__dict__.get("_lr_tensors", {}).values():
+            lr.fill_(group["lr"])
 
 
 def param_groups(model: nn.Module, weight_decay: float, no_decay_embeddings: bool = True) -> list[dict]:

@@ -75,6 +75,9 @@ class TrainLoopConfig:
     # callbacks after step k+1 is queued, so the GPU never waits for the host. Same results; false reads each
     # step before queuing the next (the CPU path always does; so does max_bad_steps=0, where any bad step stops).
     defer_metrics: bool = True
+    # CUDA, one process: capture the whole step (forward, backward, clip, AdamW) once after a few eager steps and
+    # replay it, so the host launches one graph per step instead of hundreds of kernels (cookmind.train.cuda_graph)
+    cuda_graph: bool = False
 
 
 @dataclass

@@ -74,6 +74,17 @@ class _QueuedStep:
     t_read: float = 0.0  # perf_counter when values reached the host
 
 
+@dataclass
+class StepOutputs:
+    """What one step's GPU work hands back: ``readout`` = [loss, grad norm, *tensor metrics] on the device."""
+
+    readout: torch.Tensor
+    slots: dict[str, int]  # tensor metric name -> its index in readout
+    sums: dict[str, Any]  # the objective's metrics summed over micro-batches
+    tokens: int  # tokens of this step on this rank
+    micro_outputs: list = field(default_factory=list)  # (loss, metrics) per micro-batch, when captured
+
+
 class Trainer:
     """Owns the loop; everything else (model, objective, data) is built from ``cfg`` or passed in."""
 
@@ -146,6 +157,11 @@ class Trainer:
             self.callbacks.append(TensorBoardCallback(self.run_dir / "tensorboard", cfg.logging.log_every))
         self.objective.setup(self)
         self._maybe_resume()
+        self._graph = None  # train.cuda_graph: the step captured once and replayed (cookmind.train.cuda_graph)
+        if cfg.train.cuda_graph:
+            from cookmind.train.cuda_graph import GraphedStep
+
+            self._graph = GraphedStep(self)
 
     # -- data -------------------------------------------------------------------------------
 
@@ -331,6 +347,7 @@ class Trainer:
 
         With the device-side skip nothing here waits for the GPU: the stats are copied to pinned memory behind
         the step and read later (``_read_step``). Otherwise the host reads them here to decide the update.
+        With ``train.cuda_graph`` the step after the warm-up ones is captured once and then replayed.
         """
         cfg = self.cfg
         accum = cfg.train.grad_accum_steps
@@ -339,49 +356,26 @@ class Trainer:
             cb.on_step_begin(self, self.step + 1)
         if not (self.model.training and self.bare_model.training):  # .train() walks every module: only if needed
             self.model.train()
-        loss_sum = torch.zeros((), device=self.device)
-        sums: dict[str, Any] = {}
-        tokens = 0
-        for micro in range(accum):
-            batch = self._take_batch()
-            with torch.no_grad():
-                batch = self.objective.prepare(self.model, batch)
-            tokens += self.objective.num_tokens(batch)
-            with no_sync(self.model, sync=micro == accum - 1):
-                with autocast_context(cfg.train.precision, self.device):
-                    loss, m = self.objective(self.model, batch)
-                scaled = loss / accum  # the mean over micro-batches: each contributes 1/accum
-                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
-            loss_sum = loss_sum + loss.detach().float()
-            for k, v in m.items():
-                if k != "loss":
-                    sums[k] = sums.get(k, 0.0) + (v.detach().float() if torch.is_tensor(v) else v)
-            for cb in self.callbacks:
-                cb.on_micro_batch_end(self, micro, loss, m)
-        finish_gradient_sync(self.model)
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
         if self._trainable is None:  # walking the module tree each step costs the host ~0.5 ms on 8 layers
             self._trainable = [p for p in self.bare_model.parameters() if p.requires_grad]
-        params = self._trainable
-        from cookmind.optim import clip_grad_norm
-
-        grad_norm = clip_grad_norm(params, cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
         lr = self.lr_at(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
-        stats = torch.stack([loss_sum / accum, grad_norm.float().to(self.device)])
-        if self._skip_on_device:
-            # The optimizer reads "skip" from the device: nothing here waits for the GPU, so the host can
-            # queue the update and fetch the next batch while this step still runs (a GPU win of several %).
-            self.optimizer.step(found_inf=(~torch.isfinite(stats).all()).float())
-            self.optimizer.zero_grad(set_to_none=True)
+        out = None
+        if self._graph is not None and self._graph.wants_step():
+            batches = [self._take_batch() for _ in range(accum)]
+            out = self._graph.run(batches)  # None: this batch does not fit the captured shapes; run it eagerly
+            if out is None:
+                self.optimizer.zero_grad(set_to_none=True)  # the graph's gradients must not accumulate into it
+                out = self._step_body(batches.__getitem__)
+            else:
+                for micro, (loss, m) in enumerate(out.micro_outputs):
+                    for cb in self.callbacks:
+                        cb.on_micro_batch_end(self, micro, loss, m)
+        else:
+            out = self._step_body(lambda micro: self._take_batch())
         self._prefetch_batch()
-        # Tensor metrics ride along with loss and norm: one copy to the host per step, and no .item() that
-        # would wait for whatever the host queued after this step. (A mean, as to_float takes of a vector.)
-        slots = {k: 2 + i for i, k in enumerate(k for k, v in sums.items() if torch.is_tensor(v))}
-        readout = torch.cat([stats, *((v if v.numel() == 1 else v.mean()).reshape(1).to(stats.device)
-                                      for v in sums.values() if torch.is_tensor(v))])
+        readout = out.readout
         ready = None
         if self._skip_on_device and readout.device.type == "cuda":
             host = torch.empty(readout.shape, dtype=readout.dtype, pin_memory=True)
@@ -389,10 +383,10 @@ class Trainer:
             ready = torch.cuda.Event()
             ready.record()
             readout = host
-        step_tokens = tokens * self.dist.world_size
+        step_tokens = out.tokens * self.dist.world_size
         queued = _QueuedStep(step=self.step + 1, t_launch=t0, lr=lr, step_tokens=step_tokens,
-                             tokens_seen=self.tokens_seen + step_tokens, readout=readout, slots=slots, sums=sums,
-                             ready=ready)
+                             tokens_seen=self.tokens_seen + step_tokens, readout=readout, slots=out.slots,
+                             sums=out.sums, ready=ready)
         if not self._skip_on_device:
             loss_val, norm_val = self._stats(queued)[:2]  # the one host sync of the step
             if self.scaler is not None:
@@ -406,6 +400,59 @@ class Trainer:
         self.tokens_seen = queued.tokens_seen
         queued.t_queued = time.perf_counter()
         return queued
+
+    def _step_body(self, take_batch, in_graph: bool = False) -> StepOutputs:
+        """The GPU work of one optimizer step: micro-batches' forward and backward, clip, and (where the device
+        decides the skip) the update. ``take_batch(micro)`` gives micro-batch ``micro``.
+
+        Shared by the eager path and the CUDA-graph capture (``in_graph``), where the host-side parts behave
+        differently: callbacks see each micro-batch after a replay instead, and the gradients are not set to
+        None (the graph rewrites the same memory each replay).
+        """
+        cfg = self.cfg
+        accum = cfg.train.grad_accum_steps
+        loss_sum = torch.zeros((), device=self.device)
+        sums: dict[str, Any] = {}
+        tokens = 0
+        micro_outputs = []
+        for micro in range(accum):
+            batch = take_batch(micro)
+            with torch.no_grad():
+                batch = self.objective.prepare(self.model, batch)
+            tokens += self.objective.num_tokens(batch)
+            with no_sync(self.model, sync=micro == accum - 1):
+                with autocast_context(cfg.train.precision, self.device):
+                    loss, m = self.objective(self.model, batch)
+                scaled = loss / accum  # the mean over micro-batches: each contributes 1/accum
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            loss_sum = loss_sum + loss.detach().float()
+            for k, v in m.items():
+                if k != "loss":
+                    sums[k] = sums.get(k, 0.0) + (v.detach().float() if torch.is_tensor(v) else v)
+            if in_graph:
+                micro_outputs.append((loss.detach(), m))
+            else:
+                for cb in self.callbacks:
+                    cb.on_micro_batch_end(self, micro, loss, m)
+        finish_gradient_sync(self.model)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        from cookmind.optim import clip_grad_norm
+
+        grad_norm = clip_grad_norm(self._trainable, cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
+        stats = torch.stack([loss_sum / accum, grad_norm.float().to(self.device)])
+        if self._skip_on_device:
+            # The optimizer reads "skip" from the device: nothing here waits for the GPU, so the host can
+            # queue the update and fetch the next batch while this step still runs (a GPU win of several %).
+            self.optimizer.step(found_inf=(~torch.isfinite(stats).all()).float())
+            if not in_graph:
+                self.optimizer.zero_grad(set_to_none=True)
+        # Tensor metrics ride along with loss and norm: one copy to the host per step, and no .item() that
+        # would wait for whatever the host queued after this step. (A mean, as to_float takes of a vector.)
+        slots = {k: 2 + i for i, k in enumerate(k for k, v in sums.items() if torch.is_tensor(v))}
+        readout = torch.cat([stats, *((v if v.numel() == 1 else v.mean()).reshape(1).to(stats.device)
+                                      for v in sums.values() if torch.is_tensor(v))])
+        return StepOutputs(readout, slots, sums, tokens, micro_outputs)
 
     def _stats(self, queued: _QueuedStep) -> list[float]:
         """A queued step's readout as floats, waiting for the GPU to get there if it has not yet."""

@@ -1,0 +1,85 @@
+"""train.cuda_graph: the whole step captured once and replayed gives the eager run's training.
+
+The reference is the same Trainer without the graph (its kernels launched one by one from Python), on the same
+data and seed: weights, per-step losses and grad norms, skipped-step counts, with gradient accumulation and
+with torch.compile. The refusals are tested on CPU.
+"""
+
+import json
+
+import pytest
+import torch
+
+from cookmind.train import PretrainObjective, Trainer
+from test_train_loop import _cfg, _weights, store  # noqa: F401
+
+
+def _run(tmp_path, store, name, graph, objective=None, **train):
+    t = Trainer(_cfg(tmp_path, store, name, train={"device": "cuda", "max_steps": 9, "precision": "bf16",
+                                                   "cuda_graph": graph, **train}), objective=objective)
+    t.fit()
+    rows = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    return t, [(r["step"], r["loss"], r["grad_norm"]) for r in rows if r.get("split") == "train"]
+
+
+class NaNOnSomeBatches(PretrainObjective):
+    """A non-finite loss decided by the batch's content, so a replayed graph sees it too (not a Python counter)."""
+
+    def __call__(self, model, batch):
+        loss, m = super().__call__(model, batch)
+        bad = batch["input_ids"].sum() % 3 == 0
+        loss = loss * torch.where(bad, torch.tensor(float("nan"), device=loss.device), torch.ones((), device=loss.device))
+        return loss, {**m, "loss": loss.detach()}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("accum,compile_", [(1, False), (2, False), (1, True)])
+def test_graph_replays_train_like_the_eager_loop(tmp_path, store, accum, compile_):
+    eager, rows_e = _run(tmp_path, store, "eager", False, grad_accum_steps=accum, micro_batch_size=2,
+                         compile=compile_)
+    graph, rows_g = _run(tmp_path, store, "graph", True, grad_accum_steps=accum, micro_batch_size=2,
+                         compile=compile_)
+    assert graph._graph.replays == 9 - graph._graph.WARMUP  # the captured step and every later one replayed
+    assert [r[0] for r in rows_g] == list(range(1, 10))
+    for (s, le, ne), (_, lg, ng) in zip(rows_e, rows_g):
+        assert lg == pytest.approx(le, rel=1e-5, abs=1e-6), s  # metrics.jsonl keeps 6 significant digits
+        assert ng == pytest.approx(ne, rel=1e-5, abs=1e-6), s
+    we, wg = _weights(eager), _weights(graph)
+    for k in we:  # the same kernels on the same data; a tolerance only for non-deterministic backward kernels
+        torch.testing.assert_close(wg[k], we[k], atol=1e-5, rtol=0, msg=k)
+
+
+@pytest.mark.gpu
+def test_graph_skips_non_finite_steps_on_the_device(tmp_path, store):
+    eager, _ = _run(tmp_path, store, "eager", False, objective=NaNOnSomeBatches())
+    graph, _ = _run(tmp_path, store, "graph", True, objective=NaNOnSomeBatches())
+    assert graph._graph.replays == 9 - graph._graph.WARMUP
+    assert eager.skipped_steps > 0 and graph.skipped_steps == eager.skipped_steps
+    we, wg = _weights(eager), _weights(graph)
+    for k in we:
+        assert torch.isfinite(wg[k]).all(), k
+        torch.testing.assert_close(wg[k], we[k], atol=1e-5, rtol=0, msg=k)
+
+
+@pytest.mark.gpu
+def test_a_batch_of_another_shape_runs_eagerly(tmp_path, store):
+    t = Trainer(_cfg(tmp_path, store, "mixed", train={"device": "cuda", "max_steps": 6, "precision": "bf16",
+                                                      "cuda_graph": True}))
+    t.fit()  # 3 eager warm-up steps, then 3 replays
+    assert t._graph.replays == 3
+    before = _weights(t)
+    short = {"input_ids": torch.randint(1, 64, (4, 8), device="cuda")}
+    short["labels"] = short["input_ids"].clone()
+    t._prefetched = short  # the next step takes this batch (T=8, not the captured 16)
+    t.cfg.train.max_steps = 7
+    t._read_step(t._launch_step())
+    assert t._graph.replays == 3  # ran eagerly, then the graph stays usable
+    assert any(not torch.equal(before[k], v) for k, v in _weights(t).items())
+    t.cfg.train.max_steps = 8
+    t._read_step(t._launch_step())
+    assert t._graph.replays == 4
+
+
+def test_cuda_graph_is_refused_with_a_reason_on_cpu(tmp_path, store):
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        Trainer(_cfg(tmp_path, store, "cpu", train={"cuda_graph": True}))
