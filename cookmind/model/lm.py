@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cookmind.kernels.linear_ce import kernel_available, linear_cross_entropy
 from cookmind.model.block import Block
 from cookmind.model.config import CookMindConfig
 from cookmind.model.cross_entropy import cross_entropy
@@ -13,6 +14,16 @@ from cookmind.model.fused import fast_paths_enabled
 from cookmind.model.linear import Linear
 from cookmind.model.rmsnorm import RMSNorm
 from cookmind.model.rope import RotaryEmbedding
+
+
+def fused_loss_applies(lm_head: nn.Module, device: torch.device) -> bool:
+    """Whether the training loss may skip the logits: the LM head + cross-entropy as one fused op.
+
+    Only for a plain cookmind Linear head without bias (a LoRA-wrapped head adds its update in its own
+    forward) and where the Triton kernel runs on CUDA; the CPU path stays the unfused one, bit for bit.
+    """
+    return (device.type == "cuda" and type(lm_head) is Linear and lm_head.bias is None
+            and kernel_available(device))
 
 
 class LMOutput:
@@ -75,6 +86,8 @@ class CookMindLM(nn.Module):
 
         return_logits=False (with labels) skips materialising the fp32 (B, T, V) logits: the loss upcasts
         inside its own reduction, which torch.compile fuses; out.logits is then None. For pretraining speed.
+        On CUDA it goes further where ``fused_loss_applies``: the LM head and the loss run as one
+        ``linear_cross_entropy`` that never hands out the logits (cookmind/kernels/linear_ce.py).
         """
         b, t = input_ids.shape
         h = self.model.embed_tokens(input_ids)
@@ -90,14 +103,19 @@ class CookMindLM(nn.Module):
                 aux_total = aux if aux_total is None else aux_total + aux
         if kv_cache is not None:
             kv_cache.advance(t)
-        logits = self.lm_head(self.model.norm(h))  # matmul dtype (bf16 under autocast)
+        h = self.model.norm(h)
+        fused = labels is not None and not return_logits and fused_loss_applies(self.lm_head, h.device)
+        logits = None if fused else self.lm_head(h)  # matmul dtype (bf16 under autocast)
 
         aux_loss = None if aux_total is None else self.config.moe_aux_loss_coef * aux_total
         loss = None
         if labels is not None:
             # shift the targets, not the logits: no copy of the (B, T, V) tensor
             targets = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1)
-            loss = cross_entropy(logits, targets, ignore_index=-100)
+            if fused:
+                loss = linear_cross_entropy(h, self.lm_head.weight, targets, ignore_index=-100)
+            else:
+                loss = cross_entropy(logits, targets, ignore_index=-100)
             if aux_loss is not None:
                 loss = loss + aux_loss
         if not return_logits and labels is None:
