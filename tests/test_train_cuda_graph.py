@@ -28,7 +28,8 @@ class NaNOnSomeBatches(PretrainObjective):
     def __call__(self, model, batch):
         loss, m = super().__call__(model, batch)
         bad = batch["input_ids"].sum() % 3 == 0
-        loss = loss * torch.where(bad, torch.tensor(float("nan"), device=loss.device), torch.ones((), device=loss.device))
+        nan = torch.full((), float("nan"), device=loss.device)  # made on the device: a capture cannot copy from the host
+        loss = loss * torch.where(bad, nan, torch.ones((), device=loss.device))
         return loss, {**m, "loss": loss.detach()}
 
 
@@ -80,6 +81,11 @@ def test_a_batch_of_another_shape_runs_eagerly(tmp_path, store):
     assert t._graph.replays == 4
 
 
-def test_cuda_graph_is_refused_with_a_reason_on_cpu(tmp_path, store):
+def test_cuda_graph_is_refused_with_a_reason_on_cpu_and_auto_stays_off(tmp_path, store):
     with pytest.raises(ValueError, match="needs a CUDA device"):
         Trainer(_cfg(tmp_path, store, "cpu", train={"cuda_graph": True}))
+    t = Trainer(_cfg(tmp_path, store, "auto", train={"cuda_graph": "auto"}))  # CPU: off, no error
+    assert t._graph is None and t.cfg.train.cuda_graph == "auto"
+    with pytest.raises(ValueError, match="train.cuda_graph"):
+        _cfg(tmp_path, store, "bad", train={"cuda_graph": "sometimes"})
+    assert _cfg(tmp_path, store, "yaml-bool", train={"cuda_graph": False}).train.cuda_graph == "false"

@@ -129,8 +129,8 @@ class AdamW(torch.optim.Optimizer):
 
         Refilled from ``group["lr"]`` here, except while a CUDA graph is being captured: a captured step
         (``train.cuda_graph``) must read the schedule's value of each replay, so the trainer refills the
-        tensors before every replay (``refill_device_lr``) and the graph holds only the read. The kernel
-        rounds a float lr to fp32 as well, so both spellings give the same update.
+        tensors before every replay (``refill_device_lr``) and the graph holds only the read. (The lr is
+        rounded to fp32 on the way: a relative change below 6e-8.)
         """
         tensors = self.__dict__.setdefault("_lr_tensors", {})
         key = (id(group), device)

@@ -75,9 +75,10 @@ class TrainLoopConfig:
     # callbacks after step k+1 is queued, so the GPU never waits for the host. Same results; false reads each
     # step before queuing the next (the CPU path always does; so does max_bad_steps=0, where any bad step stops).
     defer_metrics: bool = True
-    # CUDA, one process: capture the whole step (forward, backward, clip, AdamW) once after a few eager steps and
-    # replay it, so the host launches one graph per step instead of hundreds of kernels (cookmind.train.cuda_graph)
-    cuda_graph: bool = False
+    # Capture the whole step (forward, backward, clip, AdamW) once after a few eager steps and replay it, so the
+    # host launches one graph per step instead of hundreds of kernels (cookmind.train.cuda_graph): false | true
+    # (an error where it cannot: CPU, torchrun, fp16, GRPO) | auto (on where it can, silently off elsewhere)
+    cuda_graph: str = "false"
 
 
 @dataclass
@@ -224,6 +225,7 @@ class TrainConfig:
         _choice("parallel.reduce_dtype", self.parallel.reduce_dtype, ("fp32", "bf16"))
         _choice("train.compile_mode", self.train.compile_mode,
                 ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+        _choice("train.cuda_graph", self.train.cuda_graph, ("false", "true", "auto"))
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
         _choice("optim.impl", self.optim.impl, ("cookmind", "torch"))
         _choice("dpo.reduction", self.dpo.reduction, ("sum", "mean"))
@@ -334,6 +336,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ValueError(f"{where}: expected a number, got {value!r}")
         return float(value)
     if tp is str:
+        if isinstance(value, bool) and where.endswith("cuda_graph"):  # false | true | auto: YAML reads two as bools
+            return "true" if value else "false"
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ValueError(f"{where}: expected a string, got {value!r}")
         return str(value)

@@ -21,8 +21,8 @@ The replayed kernels are the ones the eager step launches, on the same data, so 
 (tests/test_train_cuda_graph.py compares weights after N steps). With dropout the random numbers differ
 from an eager run's: the graph draws them from its own offsets of the CUDA generator.
 
-Limits (each refused with a message at start-up, or, for what shows only at capture, run eagerly after a
-warning): CUDA, one process, our fused AdamW (precision bf16 or fp32: fp16's grad scaler decides on the host),
+Limits (``graph_problems``: refused with a message at start-up under ``true``, silently off under ``auto``;
+what shows only at capture runs eagerly after a warning): CUDA, one process, our fused AdamW (precision bf16 or fp32: fp16's grad scaler decides on the host),
 objectives that read batches from the data loader (GRPO makes its own), no host synchronisation inside the
 step (an ``.item()`` in an objective cannot be captured), and tensor-valued metrics (a Python number would be
 the captured step's forever). A batch whose shapes differ from the captured one (a shorter last batch, SFT
@@ -37,29 +37,31 @@ from typing import Any
 import torch
 
 
+def graph_problems(trainer) -> list[str]:
+    """Why the trainer's step cannot be captured (empty when it can): what ``train.cuda_graph`` checks first."""
+    cfg = trainer.cfg
+    problems = []
+    if trainer.device.type != "cuda":
+        problems.append(f"it needs a CUDA device (train.device is {trainer.device})")
+    if trainer.dist.world_size > 1:
+        problems.append(f"it runs one process (this is a torchrun job of {trainer.dist.world_size}); the "
+                        "data-parallel reduction is not captured")
+    if not trainer._skip_on_device:
+        problems.append("it needs the optimizer to decide the non-finite skip on the device: optim.impl=cookmind "
+                        "(fused AdamW) with precision bf16 or fp32, not fp16")
+    if hasattr(trainer.objective, "next_batch"):
+        problems.append(f"the {cfg.train.objective} objective makes its own batches (rollouts) each step")
+    if cfg.train.compile and cfg.train.compile_mode == "reduce-overhead":
+        problems.append("train.compile_mode=reduce-overhead already uses CUDA graphs of its own")
+    return problems
+
+
 class GraphedStep:
     """Captures ``trainer._step_body`` once and replays it; see the module docstring."""
 
     WARMUP = 3  # eager steps before the capture
 
     def __init__(self, trainer):
-        cfg = trainer.cfg
-        problems = []
-        if trainer.device.type != "cuda":
-            problems.append(f"it needs a CUDA device (train.device is {trainer.device})")
-        if trainer.dist.world_size > 1:
-            problems.append("it runs one process (this is a torchrun job of "
-                            f"{trainer.dist.world_size}); the data-parallel reduction is not captured")
-        if not trainer._skip_on_device:
-            problems.append("it needs the optimizer to decide the non-finite skip on the device: optim.impl=cookmind "
-                            "(fused AdamW) with precision bf16 or fp32, not fp16")
-        if hasattr(trainer.objective, "next_batch"):
-            problems.append(f"the {cfg.train.objective} objective makes its own batches (rollouts) each step")
-        if cfg.train.compile and cfg.train.compile_mode == "reduce-overhead":
-            problems.append("train.compile_mode=reduce-overhead already uses CUDA graphs of its own")
-        if problems:
-            raise ValueError("train.cuda_graph=true cannot be used here: " + "; ".join(problems) +
-                             ". Set train.cuda_graph=false.")
         self.trainer = trainer
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: list[dict[str, Any]] | None = None

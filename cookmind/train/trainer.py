@@ -158,10 +158,14 @@ class Trainer:
         self.objective.setup(self)
         self._maybe_resume()
         self._graph = None  # train.cuda_graph: the step captured once and replayed (cookmind.train.cuda_graph)
-        if cfg.train.cuda_graph:
-            from cookmind.train.cuda_graph import GraphedStep
+        if cfg.train.cuda_graph != "false":
+            from cookmind.train.cuda_graph import GraphedStep, graph_problems
 
-            self._graph = GraphedStep(self)
+            problems = graph_problems(self)
+            if problems and cfg.train.cuda_graph == "true":
+                raise ValueError("train.cuda_graph=true cannot be used here: " + "; ".join(problems) +
+                                 ". Set train.cuda_graph=false (or auto: on only where it can be).")
+            self._graph = None if problems else GraphedStep(self)
 
     # -- data -------------------------------------------------------------------------------
 
