@@ -74,6 +74,7 @@ def main(argv=None) -> int:
     figures, grads = {}, {}
     for name, fn in providers.items():
         try:
+            h.grad = w.grad = None  # the last provider's timing loop leaves its gradients behind
             fwd_bwd(fn)  # compile outside the timing
             grads[name] = (fwd(fn).detach(), h.grad.clone(), w.grad.clone())
             h.grad = w.grad = None
