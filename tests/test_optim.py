@@ -141,3 +141,29 @@ def test_adamw_found_inf_skips_the_step_entirely(fused):
     sa, sb = opt_a.state[a], opt_b.state[b]
     assert float(sa["step"]) == float(sb["step"]) == 2
     torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["foreach", "single", "fused"])
+@pytest.mark.parametrize("max_norm", [0.05, 1e6])  # clipping every step; never clipping
+def test_adamw_grad_divisor_is_torch_clipping_then_adamw(mode, max_norm):
+    """step(grad_divisor=clip_divisor(||g||, max_norm)) == torch's clip_grad_norm_ then torch's AdamW."""
+    from cookmind.optim import clip_divisor, global_grad_norm
+
+    ours, ref = _toy_params(), [p.detach().clone().requires_grad_() for p in _toy_params()]
+    kw = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    opt = AdamW(ours, foreach=mode == "foreach", fused=mode == "fused", **kw)
+    opt_ref = torch.optim.AdamW(ref, **kw)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(50):
+        targets = [torch.randn(p.shape, generator=g) for p in ours]
+        for params, o in ((ours, opt), (ref, opt_ref)):
+            o.zero_grad()
+            sum(((p - t) ** 2).sum() * 0.5 + (p ** 4).sum() * 0.01 for p, t in zip(params, targets)).backward()
+        total = global_grad_norm(ours)
+        torch.testing.assert_close(total, torch.nn.utils.get_total_norm([p.grad for p in ref]))
+        opt.step(grad_divisor=clip_divisor(total, max_norm))
+        torch.nn.utils.clip_grad_norm_(ref, max_norm)
+        opt_ref.step()
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)  # the clipped gradients are left behind

@@ -210,3 +210,24 @@ def test_torch_adamw_fast_path_trains_the_same_as_ours(tmp_path, store):
     assert any(not torch.equal(wa[k], Trainer(_cfg(tmp_path, store, "x")).bare_model.state_dict()[k]) for k in wa)
     for k in wa:
         assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+
+
+def test_device_side_clipping_trains_like_the_host_side_clipping(tmp_path, store):
+    """On the fused path the clip factor is divided out inside AdamW's kernel (grad_divisor); the weights must
+    match the plain path, which clips the gradients in place first, with clipping active at every step."""
+    runs = {}
+    for on_device in (False, True):
+        t = Trainer(_cfg(tmp_path, store, f"clip{on_device}", optim={"grad_clip": 0.05}))
+        if on_device:
+            for g in t.optimizer.param_groups:
+                g["fused"] = True
+            t._skip_on_device = True
+        summary = t.fit()
+        runs[on_device] = (t, summary)
+    (host, s_host), (dev, s_dev) = runs[False], runs[True]
+    rows = (tmp_path / "clipFalse" / "metrics.jsonl").read_text()
+    assert '"grad_norm"' in rows and all(float(x.split('"grad_norm": ')[1].split(",")[0]) > 0.05
+                                         for x in rows.splitlines() if '"split": "train"' in x)  # clipped
+    wh, wd = _weights(host), _weights(dev)
+    for k in wh:
+        torch.testing.assert_close(wd[k], wh[k], rtol=1e-5, atol=1e-6, msg=k)

@@ -31,12 +31,15 @@ class AdamW(torch.optim.Optimizer):
                                       fused=fused))
 
     @torch.no_grad()
-    def step(self, closure=None, found_inf: torch.Tensor | None = None):
+    def step(self, closure=None, found_inf: torch.Tensor | None = None, grad_divisor: torch.Tensor | None = None):
         """One update of every parameter that has a gradient.
 
         found_inf: an optional 0-dim float tensor; nonzero means "skip this step" (a non-finite loss or
         gradient). The fused path reads it on the device, so the caller need not wait for the GPU to decide;
         the other paths read it on the host.
+        grad_divisor: an optional 0-dim fp32 tensor the gradients are divided by first (gradient clipping,
+        ``clip_divisor``). The fused kernel divides as it reads them (and writes the divided gradients back),
+        so clipping costs no pass of its own; the other paths divide in place first.
         """
         loss = None
         if closure is not None:
@@ -49,8 +52,10 @@ class AdamW(torch.optim.Optimizer):
             if not params:
                 continue
             if group.get("fused"):
-                self._fused_update(group, params, found_inf)
+                self._fused_update(group, params, found_inf, grad_divisor)
                 continue
+            if grad_divisor is not None:
+                torch._foreach_div_([p.grad for p in params], grad_divisor)
             for p in params:
                 state = self.state[p]
                 if not state:
@@ -99,7 +104,7 @@ class AdamW(torch.optim.Optimizer):
             torch._foreach_addcdiv_(ps, ms, denom, value=-lr / (1 - b1 ** t))
 
 
-    def _fused_update(self, group, params, found_inf=None):
+    def _fused_update(self, group, params, found_inf=None, grad_divisor=None):
         (b1, b2) = group["betas"]
         buckets: dict[tuple, list[torch.Tensor]] = {}
         for p in params:
@@ -119,7 +124,7 @@ class AdamW(torch.optim.Optimizer):
                                 [self.state[p]["exp_avg_sq"] for p in ps], [], steps, amsgrad=False,
                                 lr=self._device_lr(group, ps[0].device), beta1=b1, beta2=b2,
                                 weight_decay=group["weight_decay"],
-                                eps=group["eps"], maximize=False, grad_scale=None, found_inf=found_inf)
+                                eps=group["eps"], maximize=False, grad_scale=grad_divisor, found_inf=found_inf)
             if found_inf is not None:  # a skipped step leaves the moments and params; undo the count too
                 torch._foreach_sub_(steps, [found_inf] * len(steps))
 

@@ -7,10 +7,10 @@ from collections.abc import Iterable
 import torch
 
 
-def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float, eps: float = 1e-6) -> torch.Tensor:
-    """Scale all gradients by min(1, max_norm / (||g|| + eps)), ||g|| = sqrt(sum_p ||g_p||^2).
+def global_grad_norm(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
+    """||g|| = sqrt(sum_p ||g_p||^2) over the parameters that have a gradient, as a 0-dim fp32 tensor.
 
-    Returns the total norm before clipping as a tensor (no .item(): no host sync, compile friendly).
+    No .item(): no host sync, compile and CUDA-graph friendly. 0 (on the CPU) when no parameter has one.
     """
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
@@ -18,7 +18,30 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float, eps: flo
     if not grads:
         return torch.tensor(0.0)
     norms = torch._foreach_norm(grads)  # one L2 norm per gradient tensor
-    total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
-    scale = (max_norm / (total + eps)).clamp(max=1.0)  # only ever shrink
-    torch._foreach_mul_(grads, scale)
+    return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+
+
+def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float, eps: float = 1e-6) -> torch.Tensor:
+    """Scale all gradients by min(1, max_norm / (||g|| + eps)), ||g|| = sqrt(sum_p ||g_p||^2).
+
+    Returns the total norm before clipping as a tensor (no .item(): no host sync, compile friendly).
+    """
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    parameters = list(parameters)
+    total = global_grad_norm(parameters)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if grads:
+        scale = (max_norm / (total + eps)).clamp(max=1.0)  # only ever shrink
+        torch._foreach_mul_(grads, scale)
     return total
+
+
+def clip_divisor(total_norm: torch.Tensor, max_norm: float, eps: float = 1e-6) -> torch.Tensor:
+    """max(1, (||g|| + eps) / max_norm): dividing the gradients by it is ``clip_grad_norm``'s scaling.
+
+    For an optimizer that divides inside its own kernel (``AdamW.step(grad_divisor=...)``, the fused path):
+    the clipped gradient is then never written as a separate pass over every gradient (0.5 GB read and
+    written per step for a 124M model in fp32).
+    """
+    return ((total_norm + eps) / max_norm).clamp(min=1.0)

@@ -441,14 +441,20 @@ class Trainer:
         finish_gradient_sync(self.model)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        from cookmind.optim import clip_grad_norm
+        from cookmind.optim import clip_divisor, clip_grad_norm, global_grad_norm
 
-        grad_norm = clip_grad_norm(self._trainable, cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
+        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+        divisor = None
+        if self._skip_on_device:  # fused AdamW clips as it reads the gradients: no separate pass over them
+            grad_norm = global_grad_norm(self._trainable)
+            divisor = clip_divisor(grad_norm.float().to(self.device), max_norm)
+        else:
+            grad_norm = clip_grad_norm(self._trainable, max_norm)
         stats = torch.stack([loss_sum / accum, grad_norm.float().to(self.device)])
         if self._skip_on_device:
             # The optimizer reads "skip" from the device: nothing here waits for the GPU, so the host can
             # queue the update and fetch the next batch while this step still runs (a GPU win of several %).
-            self.optimizer.step(found_inf=(~torch.isfinite(stats).all()).float())
+            self.optimizer.step(found_inf=(~torch.isfinite(stats).all()).float(), grad_divisor=divisor)
             if not in_graph:
                 self.optimizer.zero_grad(set_to_none=True)
         # Tensor metrics ride along with loss and norm: one copy to the host per step, and no .item() that
