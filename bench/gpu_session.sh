@@ -23,7 +23,10 @@ for part in "${parts[@]}"; do
     case $part in
         # only the files that hold GPU tests: others import packages the GPU machines lack (fastapi, openai, ...)
         tests) run gpu-tests 420 python3 -m pytest -q -rs -m gpu $(grep -l "pytest.mark.gpu" tests/test_*.py) ;;
-        train) CUDA_VISIBLE_DEVICES=0 run train 300 python3 bench/bench_train.py --device cuda --variants reduce-overhead ;;
+        train) CUDA_VISIBLE_DEVICES=0 run train 240 python3 bench/bench_train.py --device cuda --variants cuda-graph
+               CUDA_VISIBLE_DEVICES=0 run train-minimind 200 python3 bench/bench_train.py --device cuda --shape minimind \
+                --seq 340 --variants cuda-graph
+               CUDA_VISIBLE_DEVICES=0 run linear-ce 120 python3 bench/bench_linear_ce.py --no-sweep ;;
         decode) CUDA_VISIBLE_DEVICES=0 run decode 300 python3 bench/bench_decode.py
                 CUDA_VISIBLE_DEVICES=0 run prefix 120 python3 bench/bench_prefix_cache.py --device cuda ;;
         rl) CUDA_VISIBLE_DEVICES=0 run rollout 150 python3 -m cookmind.align.bench --preset gpt2-small --prompts 8 \
