@@ -4,8 +4,6 @@ loss through the fused path against the unfused one."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.model.cross_entropy import cross_entropy
 from cookmind.model.linear import Linear
 from cookmind.model.lora import LoRALinear
+from triton_fixtures import kernel_device, needs_kernel
 
 TINY = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
@@ -126,16 +125,6 @@ def test_compiles_without_graph_breaks():
     torch.testing.assert_close(w.grad, w2.grad, rtol=1e-5, atol=1e-6)
 
 
-def _kernel_device() -> str | None:
-    if torch.cuda.is_available():
-        return "cuda"
-    if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None:
-        return "cpu"
-    return None
-
-
-needs_kernel = pytest.mark.skipif(_kernel_device() is None,
-                                  reason="the Triton kernel needs CUDA, or TRITON_INTERPRET=1 with triton installed")
 
 
 def _logits(n, v, dtype, device, seed=0):
@@ -164,7 +153,7 @@ def _assert_rows_match(nll, grad, want_nll, want_grad, dtype):
     (50304, 1, None, 2),  # GPT-2's padded vocabulary with training's defaults
 ])
 def test_kernel_matches_reference(dtype, v, block_m, block_v, programs_per_sm):
-    z, y = _logits(37, v, dtype, _kernel_device())
+    z, y = _logits(37, v, dtype, kernel_device())
     want_nll, want_grad = cross_entropy_rows_reference(z, y)
     nll = cross_entropy_rows_triton(z, y, block_m=block_m, block_v=block_v, programs_per_sm=programs_per_sm)
     _assert_rows_match(nll, z, want_nll, want_grad, dtype)  # z now holds G
@@ -176,7 +165,7 @@ def test_kernel_matches_reference(dtype, v, block_m, block_v, programs_per_sm):
 @pytest.mark.triton_interpretable
 def test_kernel_writes_with_the_row_stride():
     """Logits as a column slice of a wider buffer: G lands in the slice, the rest of each row is untouched."""
-    dev = _kernel_device()
+    dev = kernel_device()
     z, y = _logits(9, 1003, torch.bfloat16, dev, seed=2)
     buf = torch.full((9, 1003 + 29), 7.0, dtype=torch.bfloat16, device=dev)
     buf[:, :1003] = z
@@ -190,7 +179,7 @@ def test_kernel_writes_with_the_row_stride():
 @pytest.mark.gpu
 @pytest.mark.triton_interpretable
 def test_kernel_out_of_range_target_gives_nan():
-    z, y = _logits(6, 100, torch.float32, _kernel_device())
+    z, y = _logits(6, 100, torch.float32, kernel_device())
     y[1], y[2] = 100, -3
     nll = cross_entropy_rows_triton(z, y)
     assert nll[1:3].isnan().all() and nll[3:].isfinite().all()
@@ -202,7 +191,7 @@ def test_kernel_out_of_range_target_gives_nan():
 @pytest.mark.parametrize("autocast", [False, True])
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_linear_cross_entropy_kernel_matches_reference(autocast, reduction):
-    dev = _kernel_device()
+    dev = kernel_device()
     h, w, y = _case(n=(5, 9), c=32, v=1003, device=dev, seed=4)
     h2, w2 = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
     with torch.autocast(dev, dtype=torch.bfloat16, enabled=autocast):

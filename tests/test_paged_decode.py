@@ -3,9 +3,7 @@ kernel (CUDA, or Triton's interpreter on CPU) against the reference."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 
 import pytest
 import torch
@@ -13,6 +11,7 @@ import torch.nn.functional as F
 
 from cookmind.kernels.paged_decode import paged_decode_attention, paged_decode_reference
 from cookmind.model.rope import RotaryEmbedding, apply_rope
+from triton_fixtures import kernel_device, needs_kernel
 
 
 def _case(b=3, h=4, hkv=2, d=16, block=4, num_blocks=40, lengths=(1, 7, 23), dtype=torch.float32, device="cpu",
@@ -70,16 +69,6 @@ def test_reference_without_rope_is_plain_softmax_attention():
         torch.testing.assert_close(out[row], torch.einsum("hn,nhd->hd", scores.softmax(-1), values))
 
 
-def _kernel_device() -> str | None:
-    if torch.cuda.is_available():
-        return "cuda"
-    if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None:
-        return "cpu"
-    return None
-
-
-needs_kernel = pytest.mark.skipif(_kernel_device() is None,
-                                  reason="the Triton kernel needs CUDA, or TRITON_INTERPRET=1 with triton installed")
 
 
 @needs_kernel
@@ -89,7 +78,7 @@ needs_kernel = pytest.mark.skipif(_kernel_device() is None,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rope", [True, False])
 def test_kernel_matches_reference(splits, dtype, rope):
-    dev = _kernel_device()
+    dev = kernel_device()
     lengths = (1, 64, 65, 200, 3)
     q, k, v, kc, vc, tables, positions, write = _case(b=5, h=8, hkv=2, d=64, block=16, num_blocks=64,
                                                       lengths=lengths, dtype=dtype, device=dev, seed=3)
@@ -112,7 +101,7 @@ def test_kernel_matches_reference(splits, dtype, rope):
 @pytest.mark.parametrize("h,hkv,d,block,splits", [(8, 1, 128, 32, 16), (4, 4, 32, 12, 4), (6, 2, 16, 16, 2)])
 def test_kernel_shapes(h, hkv, d, block, splits):
     """Head dim 128 with 8:1 GQA and 16 splits, a block size that is not a power of two, a 3:1 group."""
-    dev = _kernel_device()
+    dev = kernel_device()
     lengths = (700, 1, 333)
     q, k, v, kc, vc, tables, positions, write = _case(b=3, h=h, hkv=hkv, d=d, block=block, num_blocks=120,
                                                       lengths=lengths, device=dev, seed=11)
@@ -131,7 +120,7 @@ def test_kernel_shapes(h, hkv, d, block, splits):
 @pytest.mark.triton_interpretable
 def test_kernel_reads_strided_views_of_a_fused_projection():
     """q, k, v as column slices of one (B, (H + 2 Hkv) D) projection output, as the serving runner passes them."""
-    dev = _kernel_device()
+    dev = kernel_device()
     q, k, v, kc, vc, tables, positions, write = _case(b=2, h=4, hkv=2, d=32, block=16, num_blocks=16,
                                                       lengths=(30, 70), device=dev, seed=5)
     fused = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], dim=1)
@@ -149,7 +138,7 @@ def test_kernel_reads_strided_views_of_a_fused_projection():
 def test_self_check_passes_on_a_working_kernel(dtype):
     from cookmind.kernels.paged_decode import self_check
 
-    assert self_check(_kernel_device(), dtype, 8, 4, 64, 16) is None
+    assert self_check(kernel_device(), dtype, 8, 4, 64, 16) is None
 
 
 def test_runner_falls_back_to_gather_when_the_kernel_fails_its_self_check(monkeypatch):
