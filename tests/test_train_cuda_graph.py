@@ -89,3 +89,19 @@ def test_cuda_graph_is_refused_with_a_reason_on_cpu_and_auto_stays_off(tmp_path,
     with pytest.raises(ValueError, match="train.cuda_graph"):
         _cfg(tmp_path, store, "bad", train={"cuda_graph": "sometimes"})
     assert _cfg(tmp_path, store, "yaml-bool", train={"cuda_graph": False}).train.cuda_graph == "false"
+
+
+def test_graph_takes_only_batches_of_the_captured_layout():
+    """A replay reads the captured buffers, so only batches of the same keys, shapes, dtypes and plain values fit."""
+    from cookmind.train.cuda_graph import GraphedStep
+
+    g = GraphedStep(trainer=None)
+    ids = torch.zeros(2, 8, dtype=torch.long)
+    g.static = [{"input_ids": ids, "labels": ids, "tag": "a"}]
+    same = [{"input_ids": torch.ones(2, 8, dtype=torch.long), "labels": ids.clone(), "tag": "a"}]
+    assert g._fits(same)
+    assert not g._fits([dict(same[0], input_ids=torch.zeros(2, 9, dtype=torch.long))])  # another length
+    assert not g._fits([dict(same[0], labels=ids.int())])  # another dtype
+    assert not g._fits([dict(same[0], tag="b")])  # another plain value
+    assert not g._fits([dict(same[0], extra=ids)])  # another key
+    assert not g._fits(same + same)  # another number of micro-batches
