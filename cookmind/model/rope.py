@@ -98,7 +98,7 @@ class RotaryEmbedding(nn.Module):
     element; on the H200 GPT-2-small step that was 1.3 ms of 25.8. A table slice is a plain load.
     """
 
-    TABLE_LIMIT = 1 << 24  # elements per table (64 MB in fp32); longer contexts compute cos/sin per forward
+    TABLE_LIMIT = 1 << 22  # elements per table (16 MB in fp32: 32k positions at D=128); past it, computed per call
 
     def __init__(self, head_dim: int, theta: float = 10000.0, rope_scaling: dict[str, Any] | None = None,
                  max_positions: int | None = None):
