@@ -29,6 +29,7 @@ class AdamW(torch.optim.Optimizer):
             raise ValueError(f"AdamW: invalid hyper-parameters lr={lr} betas={betas} eps={eps} wd={weight_decay}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach,
                                       fused=fused))
+        self._lr_tensors: dict[tuple, tuple[dict, torch.Tensor]] = {}  # (group id, device) -> (group, lr tensor)
 
     @torch.no_grad()
     def step(self, closure=None, found_inf: torch.Tensor | None = None, grad_divisor: torch.Tensor | None = None):
@@ -137,18 +138,17 @@ class AdamW(torch.optim.Optimizer):
         tensors before every replay (``refill_device_lr``) and the graph holds only the read. (The lr is
         rounded to fp32 on the way: a relative change below 6e-8.)
         """
-        tensors = self.__dict__.setdefault("_lr_tensors", {})
         key = (id(group), device)
-        if key not in tensors:
-            tensors[key] = (group, torch.zeros((), dtype=torch.float32, device=device))
-        lr = tensors[key][1]
+        if key not in self._lr_tensors:
+            self._lr_tensors[key] = (group, torch.zeros((), dtype=torch.float32, device=device))
+        lr = self._lr_tensors[key][1]
         if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             lr.fill_(group["lr"])
         return lr
 
     def refill_device_lr(self) -> None:
         """Copy every group's current lr into its device tensor (before replaying a captured step)."""
-        for group, lr in self.__dict__.get("_lr_tensors", {}).values():
+        for group, lr in self._lr_tensors.values():
             lr.fill_(group["lr"])
 
 

@@ -12,13 +12,7 @@ def global_grad_norm(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
 
     No .item(): no host sync, compile and CUDA-graph friendly. 0 (on the CPU) when no parameter has one.
     """
-    if isinstance(parameters, torch.Tensor):
-        parameters = [parameters]
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return torch.tensor(0.0)
-    norms = torch._foreach_norm(grads)  # one L2 norm per gradient tensor
-    return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+    return _norm_of(_grads(parameters))
 
 
 def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float, eps: float = 1e-6) -> torch.Tensor:
@@ -26,15 +20,25 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float, eps: flo
 
     Returns the total norm before clipping as a tensor (no .item(): no host sync, compile friendly).
     """
-    if isinstance(parameters, torch.Tensor):
-        parameters = [parameters]
-    parameters = list(parameters)
-    total = global_grad_norm(parameters)
-    grads = [p.grad for p in parameters if p.grad is not None]
+    grads = _grads(parameters)
+    total = _norm_of(grads)
     if grads:
         scale = (max_norm / (total + eps)).clamp(max=1.0)  # only ever shrink
         torch._foreach_mul_(grads, scale)
     return total
+
+
+def _grads(parameters: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    return [p.grad for p in parameters if p.grad is not None]
+
+
+def _norm_of(grads: list[torch.Tensor]) -> torch.Tensor:
+    if not grads:
+        return torch.tensor(0.0)
+    norms = torch._foreach_norm(grads)  # one L2 norm per gradient tensor
+    return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
 
 
 def clip_divisor(total_norm: torch.Tensor, max_norm: float, eps: float = 1e-6) -> torch.Tensor:

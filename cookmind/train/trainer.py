@@ -446,8 +446,8 @@ class Trainer:
         max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
         divisor = None
         if self._skip_on_device:  # fused AdamW clips as it reads the gradients: no separate pass over them
-            grad_norm = global_grad_norm(self._trainable)
-            divisor = clip_divisor(grad_norm.float().to(self.device), max_norm)
+            grad_norm = global_grad_norm(self._trainable).to(self.device)
+            divisor = clip_divisor(grad_norm, max_norm)
         else:
             grad_norm = clip_grad_norm(self._trainable, max_norm)
         stats = torch.stack([loss_sum / accum, grad_norm.float().to(self.device)])
