@@ -58,4 +58,4 @@ def test_cudnn_backend_runs_cudnn_kernels(kv_heads):
         model(ids, labels=ids).loss.backward()
         torch.cuda.synchronize()
     names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
-    assert any("cudnn" in n.lower() or "sdpa" in n.lower() for n in names), sorted(names)[:40]
+    assert any("cudnn" in n.lower() for n in names), sorted(names)[:40]
