@@ -8,6 +8,7 @@ Providers, each under torch.compile with bf16 autocast and fp32 weights (as the 
   current      h @ W^T then cookmind.model.cross_entropy (what CookMindLM computed before the fused path)
   torch        F.linear then F.cross_entropy
   fused-eager  linear_cross_entropy without torch.compile
+  fused-fp8    linear_cross_entropy(fp8=True): the three GEMMs in FP8 (cookmind/kernels/linear_ce_fp8.py)
 and two floors: "gemms" (the three bf16 GEMMs every provider runs) and "copy" (one read + one write of the
 bf16 (N, V) logits, about what the kernel's one pass should cost). One JSON line per figure; ratio is
 against "current". Then the Triton pass alone over a grid of tile/grid settings (--no-sweep skips it), with
@@ -62,6 +63,7 @@ def main(argv=None) -> int:
         "current": torch.compile(lambda h, w, y: cross_entropy(h @ w.t(), y)),
         "torch": torch.compile(lambda h, w, y: F.cross_entropy(F.linear(h, w), y, ignore_index=-100)),
         "fused-eager": lambda h, w, y: linear_cross_entropy(h, w, y),
+        "fused-fp8": torch.compile(lambda h, w, y: linear_cross_entropy(h, w, y, fp8=True)),
     }
 
     def fwd(fn):
@@ -109,6 +111,17 @@ def main(argv=None) -> int:
             if mode == "fwd+bwd" and "peak_gb" in fig:
                 row["peak_extra_gb"] = round(fig["peak_gb"], 3)
             print(json.dumps(row), flush=True)
+
+    # every provider's error against the same loss in fp32 throughout (no autocast)
+    h.grad = w.grad = None
+    exact = torch.nn.functional.cross_entropy(h @ w.t(), y, ignore_index=-100)
+    exact.backward()
+    exact = (exact.detach(), h.grad.clone(), w.grad.clone())
+    h.grad = w.grad = None
+    for name, got in grads.items():
+        errs = {label: round(((a.float() - b.float()).norm() / b.float().norm()).item(), 6)
+                for label, a, b in zip(("loss", "grad_h", "grad_w"), got, exact)}
+        print(json.dumps({"bench": "linear_ce", "check": f"{name} vs fp32", "rel_err": errs}), flush=True)
 
     if "fused" in grads and "current" in grads:
         for ref in ("current", "torch"):

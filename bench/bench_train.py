@@ -278,7 +278,8 @@ def main() -> None:
                     "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode), "
                     "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false), "
                     "cuda-graph (Trainer with train.cuda_graph=true: the whole step one CUDA graph), cuda-graph-fast "
-                    "(that with the model's fast paths on)")
+                    "(that with the model's fast paths on), fp8-head (cuda-graph with model.lm_head_fp8=true: the LM head's "
+                    "GEMMs in FP8)")
     args = ap.parse_args()
     device = torch.device(args.device)
     fits = {"cuda": ("gpt2-small", "minimind"), "cpu": ("host",)}.get(device.type, ())
@@ -337,6 +338,9 @@ def main() -> None:
             if "cuda-graph-fast" in variants:
                 runs.append(("cookmind Trainer, train.cuda_graph=true, model fast paths on",
                              functools.partial(bench_cookmind, cuda_graph=True, fast_paths=True), shape))
+            if "fp8-head" in variants:
+                runs.append(("cookmind Trainer, train.cuda_graph=true, model.lm_head_fp8=true",
+                             functools.partial(bench_cookmind, cuda_graph=True), dict(shape, lm_head_fp8=True)))
             if "sync-metrics" in variants:
                 runs.append(("cookmind Trainer, train.defer_metrics=false",
                              functools.partial(bench_cookmind, defer_metrics=False), shape))

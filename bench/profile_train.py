@@ -102,6 +102,7 @@ def main() -> None:
     ap.add_argument("--attn", default="sdpa", help="our model's attn_backend (sdpa, cudnn, flash-triton)")
     ap.add_argument("--compile-mode", default="default", help="our Trainer's train.compile_mode")
     ap.add_argument("--cuda-graph", action="store_true", help="our Trainer with train.cuda_graph=true")
+    ap.add_argument("--fp8-head", action="store_true", help="our model with model.lm_head_fp8=true")
     ap.add_argument("--shape", default="gpt2-small", choices=["gpt2-small", "minimind"])
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--host-top", type=int, default=0, help="also print the N host ops with the most self CPU time")
@@ -141,7 +142,7 @@ def main() -> None:
 
         set_fast_paths(args.variant == "fast")
         cfg = TrainConfig.from_dict({
-            "model": dict(shape, attn_backend=args.attn), "data": {"window_size": seq},
+            "model": dict(shape, attn_backend=args.attn, lm_head_fp8=args.fp8_head), "data": {"window_size": seq},
             "train": {"max_steps": 10**6, "micro_batch_size": batch, "precision": "bf16", "compile": True,
                       "compile_mode": args.compile_mode, "device": "cuda", "cuda_graph": args.cuda_graph},
             "optim": {"lr": 6e-4, "warmup_steps": 10},
@@ -152,7 +153,7 @@ def main() -> None:
         for _ in range(8):
             trainer._train_step()
         profile(lambda i: trainer._train_step(), 5, f"cookmind Trainer ({args.variant}, {args.attn}, {args.compile_mode}"
-                f"{', cuda graph' if args.cuda_graph else ''})", args.host_top)
+                f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''})", args.host_top)
 
 
 if __name__ == "__main__":

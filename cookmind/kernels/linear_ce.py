@@ -102,8 +102,8 @@ def cross_entropy_rows_triton(logits: torch.Tensor, targets: torch.Tensor, ignor
     grid = blocks if programs_per_sm is None else min(blocks, programs_per_sm * _num_sms(logits.device))
     # Triton launches on the current device: make it the tensors' one
     with torch.cuda.device(logits.device) if logits.is_cuda else contextlib.nullcontext():
-        kernels.cross_entropy_rows[(grid,)](logits, targets.contiguous(), nll, n, v, logits.stride(0), ignore_index,
-                                            BLOCK_M=block_m, BLOCK_V=block_v, num_warps=num_warps)
+        kernels.cross_entropy_rows[(grid,)](logits, targets.contiguous(), nll, nll, n, v, logits.stride(0),
+                                            ignore_index, BLOCK_M=block_m, BLOCK_V=block_v, num_warps=num_warps)
     return nll
 
 
@@ -149,7 +149,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_h, grad_w, None, None, None, None
 
 
-def _check_inputs(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, reduction: str, impl: str) -> None:
+def _check_inputs(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, reduction: str, impl: str,
+                  same_dtype: bool = True) -> None:
     if reduction not in REDUCTIONS:
         raise ValueError(f"linear_cross_entropy: reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if impl not in IMPLS:
@@ -162,7 +163,7 @@ def _check_inputs(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, 
                          f"{tuple(h.shape[:-1])} (one target per row of h)")
     if targets.dtype != torch.long:
         raise ValueError(f"linear_cross_entropy: targets must be int64 (torch.long), got {targets.dtype}")
-    if h.dtype != weight.dtype:
+    if same_dtype and h.dtype != weight.dtype:
         raise ValueError(f"linear_cross_entropy: h is {h.dtype} but weight is {weight.dtype}; cast them to one "
                          "dtype or run under torch.autocast")
     if not (h.device == weight.device == targets.device):
@@ -171,7 +172,7 @@ def _check_inputs(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, 
 
 
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
-                         reduction: str = "mean", impl: str = "auto") -> torch.Tensor:
+                         reduction: str = "mean", impl: str = "auto", fp8: bool = False) -> torch.Tensor:
     """cross_entropy(h @ weight^T, targets) without a second pass over the logits (see the module docstring).
 
     h (..., C), weight (V, C) (the LM head's, as nn.Linear stores it), targets (...) int64. reduction
@@ -180,17 +181,35 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.T
     with a differentiable ``.to``, so fp32 master weights get fp32 gradients as through nn.Linear.
     impl: "auto" (the Triton kernel where ``kernel_available``, else the PyTorch reference), "triton"
     or "reference".
+    fp8=True runs the three GEMMs in FP8 (``linear_ce_fp8``; CUDA with compute capability >= 8.9); where
+    N, C or V is not a multiple of 16 (FP8 GEMMs need it) it runs this bf16 path instead.
     """
     if not (h.is_floating_point() and weight.is_floating_point()):
         raise ValueError(f"linear_cross_entropy: h and weight must be floating point, got {h.dtype}, {weight.dtype}")
     device_type = h.device.type
+    if fp8:
+        from .linear_ce_fp8 import fp8_supported, shapes_fit
+
+        if not fp8_supported(h.device):
+            raise ValueError(f"linear_cross_entropy: fp8=True needs a CUDA GPU with FP8 tensor cores (compute "
+                             f"capability >= 8.9: Ada, Hopper) and triton; got {h.device}"
+                             + (f" (capability {torch.cuda.get_device_capability(h.device)})" if h.is_cuda else "")
+                             + "; use fp8=False")
+        fp8 = shapes_fit(targets.numel(), h.shape[-1], weight.shape[0])
     if torch.is_autocast_enabled(device_type):
         dtype = torch.get_autocast_dtype(device_type)
-        h, weight = h.to(dtype), weight.to(dtype)
-    _check_inputs(h, weight, targets, reduction, impl)
+        h = h.to(dtype)
+        if not fp8:  # the FP8 path quantises the fp32 master weight itself
+            weight = weight.to(dtype)
+    _check_inputs(h, weight, targets, reduction, impl, same_dtype=not fp8)
     y = targets.reshape(-1)
     keep = y != ignore_index
-    nll = _LinearCrossEntropy.apply(h.reshape(-1, h.shape[-1]), weight, y, keep, ignore_index, impl)
+    if fp8:
+        from .linear_ce_fp8 import LinearCrossEntropyFP8
+
+        nll = LinearCrossEntropyFP8.apply(h.reshape(-1, h.shape[-1]), weight, y, keep, ignore_index)
+    else:
+        nll = _LinearCrossEntropy.apply(h.reshape(-1, h.shape[-1]), weight, y, keep, ignore_index, impl)
     if reduction == "none":
         return nll.view(targets.shape)
     if reduction == "sum":

@@ -21,6 +21,9 @@ class CookMindConfig:
     "llama3" ({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) are
     accepted too, so Llama-3 checkpoints import.
     ``attention_bias`` adds biases to the q/k/v projections (Qwen2 style; needed to import Qwen2).
+    ``lm_head_fp8`` runs the LM head's GEMMs in FP8 in the fused training loss (cookmind/kernels/
+    linear_ce_fp8.py): CUDA with compute capability >= 8.9 only; elsewhere, and for logits, the head is unchanged.
+    Like ``attn_backend`` it is how the model runs, not what it is: the Hugging Face export leaves it out.
     """
 
     vocab_size: int = 512
@@ -38,6 +41,7 @@ class CookMindConfig:
     qk_norm: bool = False
     attention_bias: bool = False
     attn_backend: str = "sdpa"
+    lm_head_fp8: bool = False
     num_experts: int = 0
     num_experts_per_tok: int = 2
     moe_shared_expert: bool = False
@@ -74,6 +78,8 @@ class CookMindConfig:
             raise ValueError(f"CookMindConfig: head_dim={self.resolved_head_dim} must be even for RoPE")
         if self.attn_backend not in ATTN_BACKENDS:
             raise ValueError(f"CookMindConfig.attn_backend={self.attn_backend!r}: choose one of {ATTN_BACKENDS}")
+        if not isinstance(self.lm_head_fp8, bool):
+            raise ValueError(f"CookMindConfig.lm_head_fp8 must be true or false, got {self.lm_head_fp8!r}")
         if self.num_experts < 0 or self.num_experts_per_tok <= 0:
             raise ValueError(
                 f"CookMindConfig: num_experts={self.num_experts} must be >= 0 (0 = dense) and "

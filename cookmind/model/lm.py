@@ -113,7 +113,8 @@ class CookMindLM(nn.Module):
             # shift the targets, not the logits: no copy of the (B, T, V) tensor
             targets = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1)
             if fused:
-                loss = linear_cross_entropy(h, self.lm_head.weight, targets, ignore_index=-100)
+                loss = linear_cross_entropy(h, self.lm_head.weight, targets, ignore_index=-100,
+                                            fp8=self.config.lm_head_fp8)
             else:
                 loss = cross_entropy(logits, targets, ignore_index=-100)
             if aux_loss is not None:

@@ -1,0 +1,123 @@
+"""The fused LM head + cross-entropy with FP8 GEMMs (opt-in: ``model.lm_head_fp8``), for Hopper/Ada GPUs.
+
+The same computation as ``linear_ce`` (read its docstring first), with the three GEMMs of the LM head in
+FP8 through ``torch._scaled_mm``. At the GPT-2-small training shape (N=12288, C=768, V=50304) those GEMMs
+are the largest in the step (about 30% of its GEMM time, in bf16), and their FLOPs run twice as fast on
+FP8 tensor cores.
+
+    forward   z = (h8 W8^T) * s_h * s_w          h, W in e4m3, one scale per tensor: s = amax / 448
+              lse, nll per row                   (cross_entropy_rows, WRITE_GRAD=False: z is not overwritten)
+              G8 = fp8(S * (softmax(z) - onehot(y)))   and its transpose, one tiled pass
+    backward  grad_h = g * (G8 W8) / S * s_w                 grad_W = (G8^T (g h)8) / S * s_gh
+
+G lies in [-1, 1], so its scale S is a constant (no amax pass over the (N, V) tensor): GRAD_SCALE maps
+|G| = 1 to 256 in e4m3 (largest finite 448). Hopper's FP8 GEMMs want both operands K-major, and the
+backward's two GEMMs reduce over V (grad_h) and over N (grad_W), so the tiled pass writes G both ways:
+1 + 1 bytes per element, what the bf16 path writes in place. h's rows are scaled by the upstream grad g
+before their quantisation, so any per-row upstream (reduction "none") is exact up to rounding.
+
+Rounding: e4m3 keeps 3 mantissa bits, so each quantised value is within 2^-4 relative (6%) of its input;
+the GEMMs accumulate in fp32. bench/bench_linear_ce.py reports the resulting errors against an fp32
+reference next to the bf16 path's, and tests bound them. The weight is quantised from its fp32 master
+directly and its gradient comes out of the GEMM in fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .linear_ce import kernel_available
+
+E4M3 = torch.float8_e4m3fn if hasattr(torch, "float8_e4m3fn") else None
+E4M3_MAX = 448.0
+GRAD_DTYPE = E4M3
+GRAD_SCALE = 256.0  # |G| <= 1 -> |S G| <= 256 < 448; a power of two, so the scaling itself is exact
+TILE_M, TILE_V, TILE_WARPS = 64, 128, 4  # the gradient pass's tile: 0.91 ms at N=12288, V=50304 on the H200 (8 warps 1.05)
+
+
+def fp8_supported(device: torch.device) -> bool:
+    """Whether FP8 GEMMs and the Triton passes run on ``device``: CUDA compute capability >= 8.9 (Ada, Hopper)."""
+    return (E4M3 is not None and device.type == "cuda" and kernel_available(device)
+            and torch.cuda.get_device_capability(device) >= (8, 9))
+
+
+def shapes_fit(n: int, c: int, v: int) -> bool:
+    """_scaled_mm needs every reduced and every output-column dimension a multiple of 16: N, C and V."""
+    return n % 16 == 0 and c % 16 == 0 and v % 16 == 0 and n > 0
+
+
+def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x8 e4m3, s) with x ~= x8 * s, s = amax|x| / 448 as a 0-dim fp32 tensor (no host sync)."""
+    amax = x.detach().abs().amax().float().clamp(min=1e-12)
+    x8 = (x.float() * (E4M3_MAX / amax)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return x8, amax / E4M3_MAX
+
+
+def _col_major(x8: torch.Tensor) -> torch.Tensor:
+    """The same (R, C) matrix stored column-major, as _scaled_mm wants its second operand."""
+    return x8.t().contiguous().t()
+
+
+@torch.library.custom_op("cookmind::linear_cross_entropy_fp8_forward", mutates_args=())
+def _forward_op(h8: torch.Tensor, w8: torch.Tensor, scale_h: torch.Tensor, scale_w: torch.Tensor,
+                targets: torch.Tensor, ignore_index: int, grad_scale: float
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """z = (h8 W8^T) s_h s_w in bf16, then (nll, S G, (S G)^T) from the two Triton passes; z is dropped."""
+    import triton
+
+    from . import linear_ce_kernels as kernels
+    from .linear_ce import CHUNK_BYTES, NUM_WARPS
+
+    n, v = h8.shape[0], w8.shape[0]
+    logits = torch._scaled_mm(h8, w8.t(), scale_a=scale_h, scale_b=scale_w, out_dtype=torch.bfloat16)
+    nll = torch.empty(n, dtype=torch.float32, device=h8.device)
+    lse = torch.empty(n, dtype=torch.float32, device=h8.device)
+    grad = torch.empty(n, v, dtype=GRAD_DTYPE, device=h8.device)
+    grad_t = torch.empty(v, n, dtype=GRAD_DTYPE, device=h8.device)
+    targets = targets.contiguous()
+    block_v = min(CHUNK_BYTES // logits.element_size(), triton.next_power_of_2(v))
+    with torch.cuda.device(h8.device) if h8.is_cuda else contextlib.nullcontext():
+        kernels.cross_entropy_rows[(n,)](logits, targets, nll, lse, n, v, logits.stride(0), ignore_index,
+                                         BLOCK_M=1, BLOCK_V=block_v, WRITE_GRAD=False, num_warps=NUM_WARPS)
+        kernels.cross_entropy_grad_tiles[(triton.cdiv(n, TILE_M), triton.cdiv(v, TILE_V))](
+            logits, lse, targets, grad, grad_t, n, v, logits.stride(0), ignore_index, grad_scale,
+            BLOCK_M=TILE_M, BLOCK_V=TILE_V, num_warps=TILE_WARPS)
+    return nll, grad, grad_t
+
+
+@_forward_op.register_fake
+def _(h8, w8, scale_h, scale_w, targets, ignore_index, grad_scale):
+    n, v = h8.shape[0], w8.shape[0]
+    return (h8.new_empty(n, dtype=torch.float32), h8.new_empty(n, v, dtype=GRAD_DTYPE),
+            h8.new_empty(v, n, dtype=GRAD_DTYPE))
+
+
+class LinearCrossEntropyFP8(torch.autograd.Function):
+    """(h (N, C), weight (V, C), targets (N,), keep (N,)) -> nll (N,) fp32, the head's GEMMs in FP8."""
+
+    @staticmethod
+    def forward(ctx, h, weight, targets, keep, ignore_index: int):
+        h8, scale_h = quantize(h)
+        w8, scale_w = quantize(weight)
+        nll, grad, grad_t = _forward_op(h8, w8, scale_h, scale_w, targets, ignore_index, GRAD_SCALE)
+        ctx.save_for_backward(grad, grad_t, h, w8, scale_w, keep)
+        ctx.weight_dtype = weight.dtype
+        return nll
+
+    @staticmethod
+    def backward(ctx, grad_nll):
+        grad, grad_t, h, w8, scale_w, keep = ctx.saved_tensors
+        g = torch.where(keep, grad_nll, 0.0)[:, None]  # (N, 1); where, not *: a nan upstream on an ignored row stays out
+        unscale = torch.full((), 1.0 / GRAD_SCALE, dtype=torch.float32, device=grad.device)
+        grad_h = grad_w = None
+        if ctx.needs_input_grad[0]:
+            gw = torch._scaled_mm(grad, _col_major(w8), scale_a=unscale, scale_b=scale_w, out_dtype=torch.float32)
+            grad_h = (gw * g).to(h.dtype)
+        if ctx.needs_input_grad[1]:
+            hg8, scale_hg = quantize(h.float() * g)
+            out = ctx.weight_dtype if ctx.weight_dtype in (torch.float32, torch.bfloat16) else torch.float32
+            grad_w = torch._scaled_mm(grad_t, _col_major(hg8), scale_a=unscale, scale_b=scale_hg,
+                                      out_dtype=out).to(ctx.weight_dtype)
+        return grad_h, grad_w, None, None, None

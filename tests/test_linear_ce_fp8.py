@@ -1,0 +1,179 @@
+"""The FP8 LM head + cross-entropy (cookmind/kernels/linear_ce_fp8.py): the tiled gradient pass against
+fp32 math rounded by torch's own fp8 cast, the whole op against an emulation in fp32 of the same quantised
+operands, its error against the exact fp32 loss next to the bf16 path's, and the model's switch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cookmind.kernels.linear_ce import linear_cross_entropy
+from cookmind.model import CookMindConfig, CookMindLM
+
+FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+needs_fp8 = pytest.mark.skipif(not FP8_GPU, reason="needs a CUDA GPU with FP8 (capability >= 8.9); run on the device machine")
+
+
+def _case(n, c, v, seed=0, device="cuda"):
+    g = torch.Generator().manual_seed(seed)
+    h = (torch.randn(n, c, generator=g) * 2).to(device).requires_grad_()
+    w = (torch.randn(v, c, generator=g) * 0.05).to(device).requires_grad_()
+    y = torch.randint(0, v, (n,), generator=g)
+    y[::5] = -100
+    return h, w, y.to(device)
+
+
+def _rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def test_fp8_on_the_cpu_raises_a_clear_error():
+    h, w, y = _case(16, 16, 32, device="cpu")
+    with pytest.raises(ValueError, match="fp8=True needs a CUDA GPU with FP8"):
+        linear_cross_entropy(h, w, y, fp8=True)
+
+
+def test_config_flag_must_be_a_bool():
+    with pytest.raises(ValueError, match="lm_head_fp8 must be true or false"):
+        CookMindConfig(lm_head_fp8="yes")
+
+
+@pytest.mark.gpu
+@needs_fp8
+@pytest.mark.parametrize("n,v", [(64, 512), (200, 1000)])
+def test_grad_pass_matches_fp32_math_rounded_to_fp8(n, v):
+    import triton
+
+    from cookmind.kernels import linear_ce_kernels as kernels
+    from cookmind.kernels.linear_ce_fp8 import GRAD_DTYPE, GRAD_SCALE
+
+    g = torch.Generator().manual_seed(1)
+    z = (torch.randn(n, v, generator=g) * 4).cuda().bfloat16()
+    y = torch.randint(0, v, (n,), generator=g).cuda()
+    y[::7] = -100
+    nll = torch.empty(n, device="cuda")
+    lse = torch.empty(n, device="cuda")
+    kernels.cross_entropy_rows[(n,)](z, y, nll, lse, n, v, z.stride(0), -100, BLOCK_M=1, BLOCK_V=256,
+                                     WRITE_GRAD=False)
+    zf = z.float()
+    torch.testing.assert_close(lse, torch.logsumexp(zf, -1), rtol=1e-5, atol=1e-5)
+    grad = torch.empty(n, v, dtype=GRAD_DTYPE, device="cuda")
+    grad_t = torch.empty(v, n, dtype=GRAD_DTYPE, device="cuda")
+    kernels.cross_entropy_grad_tiles[(triton.cdiv(n, 64), triton.cdiv(v, 128))](
+        z, lse, y, grad, grad_t, n, v, z.stride(0), -100, GRAD_SCALE, BLOCK_M=64, BLOCK_V=128)
+    keep = y != -100
+    want = torch.softmax(zf, -1)
+    want[torch.arange(n, device="cuda")[keep], y[keep]] -= 1.0
+    want[~keep] = 0.0
+    want = want * GRAD_SCALE
+    got = grad.float()
+    assert torch.equal(grad_t.float(), got.t()), "the transposed copy differs from G"
+    # round-to-nearest: within half a step of e4m3 at each value (2^-4 relative; 2^-10 among subnormals)
+    bound = want.abs() * 2.0 ** -4 * 1.001 + 2.0 ** -10 + 1e-6
+    assert ((got - want).abs() <= bound).all(), (got - want).abs().max()
+    exact = (got == want.to(GRAD_DTYPE).float()).float().mean().item()
+    assert exact > 0.999, f"only {exact:.4%} equal torch's own rounding"
+    assert (got[~keep] == 0).all()
+
+
+def _emulated(h, w, y):
+    """The FP8 algorithm in fp32 from the same quantised operands: (nll, grad_h, grad_w), mean reduction."""
+    from cookmind.kernels.linear_ce_fp8 import GRAD_DTYPE, GRAD_SCALE, quantize
+
+    h = h.detach().bfloat16()  # what autocast hands the op; the weight is quantised from fp32
+    h8, sh = quantize(h)
+    w8, sw = quantize(w.detach())
+    z = ((h8.float() * sh) @ (w8.float() * sw).t()).bfloat16().float()
+    keep = y != -100
+    lse = torch.logsumexp(z, -1)
+    ys = torch.where(keep, y, 0)
+    nll = torch.where(keep, lse - z.gather(1, ys[:, None])[:, 0], 0.0)
+    G = torch.softmax(z, -1)
+    G[torch.arange(len(y), device=y.device)[keep], y[keep]] -= 1.0
+    G[~keep] = 0.0
+    G8 = (G * GRAD_SCALE).to(GRAD_DTYPE).float() / GRAD_SCALE
+    gscale = 1.0 / keep.sum()
+    grad_h = (G8 @ (w8.float() * sw)) * gscale
+    hg8, shg = quantize(h.float() * gscale)
+    grad_w = G8.t() @ (hg8.float() * shg)
+    return nll.sum() * gscale, grad_h, grad_w
+
+
+@pytest.mark.gpu
+@needs_fp8
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fp8_op_matches_an_fp32_emulation_of_the_same_quantisation(compiled):
+    h, w, y = _case(512, 256, 4096)
+    fn = (lambda h, w, y: linear_cross_entropy(h, w, y, fp8=True))
+    run = torch.compile(fn, fullgraph=True) if compiled else fn
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = run(h, w, y)
+    loss.backward()
+    assert w.grad.dtype == torch.float32 and h.grad.dtype == torch.float32
+    want_loss, want_gh, want_gw = _emulated(h, w, y)
+    torch.testing.assert_close(loss, want_loss, rtol=1e-4, atol=1e-4)
+    # the GEMMs' fp32 sums run in another order, and exp2 vs exp can move a value across a rounding step
+    assert _rel(h.grad, want_gh) < 5e-3 and _rel(w.grad, want_gw) < 5e-3, (_rel(h.grad, want_gh), _rel(w.grad, want_gw))
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_fp8_error_against_fp32_is_bounded_and_above_the_bf16_paths():
+    h, w, y = _case(1024, 256, 8192, seed=3)
+    h32, w32 = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(h32 @ w32.t(), y, ignore_index=-100)  # fp32 throughout
+    ref.backward()
+    errs = {}
+    for fp8 in (False, True):
+        h.grad = w.grad = None
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = linear_cross_entropy(h, w, y, fp8=fp8)
+        loss.backward()
+        errs[fp8] = (abs(loss.item() - ref.item()) / ref.item(), _rel(h.grad, h32.grad), _rel(w.grad, w32.grad))
+    loss_err, gh_err, gw_err = errs[True]
+    assert loss_err < 1e-2 and gh_err < 0.1 and gw_err < 0.1, errs
+    assert errs[False][1] < gh_err, "FP8 should not beat bf16 here: is the FP8 path really running?"
+
+
+def test_shapes_off_the_16_grid_take_the_bf16_path():
+    from cookmind.kernels.linear_ce_fp8 import shapes_fit
+
+    assert shapes_fit(12288, 768, 50304)
+    assert not shapes_fit(12287, 768, 50304) and not shapes_fit(16, 770, 64) and not shapes_fit(16, 64, 1003)
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_shapes_off_the_16_grid_give_the_bf16_result_on_cuda():
+    h, w, y = _case(100, 64, 1003)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        a = linear_cross_entropy(h, w, y, fp8=True)
+        b = linear_cross_entropy(h, w, y, fp8=False)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_model_with_fp8_head_trains_like_the_bf16_head():
+    """GPT-style model, a few AdamW steps on one repeated batch: both heads drive the loss down alike."""
+    cfg = dict(vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=4, max_position_embeddings=128)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 2048, (8, 128), generator=g).cuda()
+    losses = {}
+    for fp8 in (False, True):
+        torch.manual_seed(0)
+        model = CookMindLM(CookMindConfig(**cfg, lm_head_fp8=fp8)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        run = []
+        for _ in range(30):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(ids, labels=ids, return_logits=False).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            run.append(loss.item())
+        losses[fp8] = run
+    assert losses[True][0] == pytest.approx(losses[False][0], rel=1e-2)
+    assert losses[True][-1] < 0.5 * losses[True][0], losses[True]
+    assert losses[True][-1] == pytest.approx(losses[False][-1], rel=0.1), (losses[False][-1], losses[True][-1])
