@@ -177,3 +177,17 @@ def test_model_with_fp8_head_trains_like_the_bf16_head():
     assert losses[True][0] == pytest.approx(losses[False][0], rel=1e-2)
     assert losses[True][-1] < 0.5 * losses[True][0], losses[True]
     assert losses[True][-1] == pytest.approx(losses[False][-1], rel=0.1), (losses[False][-1], losses[True][-1])
+
+
+def test_trainer_on_the_cpu_warns_that_the_fp8_head_does_not_apply(tmp_path):
+    from cookmind.train import TrainConfig, Trainer
+
+    from test_train_loop import MODEL
+
+    cfg = TrainConfig.from_dict({
+        "model": dict(MODEL, lm_head_fp8=True), "data": {"window_size": 16},
+        "train": {"max_steps": 1, "micro_batch_size": 2, "device": "cpu"},
+        "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "report": False}})
+    data = [{"input_ids": torch.arange(16), "labels": torch.arange(16)} for _ in range(4)]
+    with pytest.warns(UserWarning, match="lm_head_fp8 runs only in the fused loss on a CUDA GPU"):
+        Trainer(cfg, train_dataset=data)

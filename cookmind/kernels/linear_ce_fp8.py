@@ -43,6 +43,17 @@ def fp8_supported(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device) >= (8, 9))
 
 
+def fp8_head_problem(device: torch.device) -> str | None:
+    """Why ``model.lm_head_fp8`` cannot run on ``device`` (None when it can): for the Trainer's early check."""
+    if device.type != "cuda":
+        return (f"model.lm_head_fp8 runs only in the fused loss on a CUDA GPU; on {device.type} the LM head "
+                "keeps the training precision")
+    if not fp8_supported(device):
+        return (f"model.lm_head_fp8 needs FP8 tensor cores (compute capability >= 8.9: Ada, Hopper) and triton; "
+                f"{torch.cuda.get_device_name(device)} has capability {torch.cuda.get_device_capability(device)}")
+    return None
+
+
 def shapes_fit(n: int, c: int, v: int) -> bool:
     """_scaled_mm needs every reduced and every output-column dimension a multiple of 16: N, C and V."""
     return n % 16 == 0 and c % 16 == 0 and v % 16 == 0 and n > 0

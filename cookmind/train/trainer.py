@@ -112,6 +112,7 @@ class Trainer:
             if not has_lora(model):
                 apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
         self.bare_model = model.to(self.device)
+        _check_fp8_head(self.bare_model, self.device)
         if cfg.train.activation_checkpointing:
             enable_activation_checkpointing(self.bare_model)
         mode = None if cfg.train.compile_mode == "default" else cfg.train.compile_mode
@@ -661,3 +662,20 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> None:
             return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
 
         layer.forward = forward
+
+
+def _check_fp8_head(model: torch.nn.Module, device: torch.device) -> None:
+    """model.lm_head_fp8: warn where it cannot apply (CPU), refuse on a CUDA GPU without FP8 tensor cores."""
+    config = getattr(model, "config", None)
+    if not getattr(config, "lm_head_fp8", False):
+        return
+    from cookmind.kernels.linear_ce_fp8 import fp8_head_problem
+
+    problem = fp8_head_problem(device)
+    if problem is None:
+        return
+    if device.type == "cuda":
+        raise ValueError(problem + "; set model.lm_head_fp8=false")
+    import warnings
+
+    warnings.warn(problem, stacklevel=3)
