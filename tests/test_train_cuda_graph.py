@@ -105,3 +105,27 @@ def test_graph_takes_only_batches_of_the_captured_layout():
     assert not g._fits([dict(same[0], tag="b")])  # another plain value
     assert not g._fits([dict(same[0], extra=ids)])  # another key
     assert not g._fits(same + same)  # another number of micro-batches
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["sft", "dpo", "dpo-lora"])
+def test_graph_trains_sft_and_dpo_like_the_eager_loop(tmp_path, case):
+    """The presets turn the graph on (auto) for every objective but GRPO: SFT's masked loss, DPO's frozen
+    reference forward and LoRA's adapters replay to the eager run's weights too (accumulation 2, as in the
+    resume tests' configs)."""
+    from test_train_resume import _config, _stores
+
+    _stores(tmp_path)
+    runs = {}
+    for graph in (False, True):
+        cfg = _config(tmp_path, case, tmp_path / f"{case}-{graph}")
+        cfg.train.device, cfg.train.precision, cfg.train.cuda_graph = "cuda", "bf16", str(graph).lower()
+        cfg.lora.dropout = 0.0  # a graph draws its own dropout masks (module docstring): compare without
+        trainer = Trainer(cfg)
+        assert trainer.fit()["status"] == "completed"
+        runs[graph] = trainer
+    graphed = runs[True]._graph
+    assert graphed is not None and graphed.replays >= 1, "no step went through the graph"
+    we, wg = _weights(runs[False]), _weights(runs[True])
+    for k in we:
+        torch.testing.assert_close(wg[k], we[k], atol=1e-5, rtol=0, msg=k)
