@@ -134,6 +134,7 @@ def main(argv=None) -> int:
 
     if not args.no_sweep:
         sweep(cross_entropy_rows_triton, z, y, args.rep, do_bench, meta)
+        sweep_fp8_tiles(z, y, args.rep, do_bench, meta)
     return 0
 
 
@@ -155,6 +156,32 @@ def sweep(rows_fn, z, y, rep, do_bench, meta):
         print(json.dumps({"bench": "linear_ce_kernel", "block_m": block_m, "block_v": block_v, "num_warps": warps,
                           "programs_per_sm": per_sm, "ms": round(ms, 4), "gb_per_s": round(gb / ms * 1e3, 1),
                           "rows": meta["rows"], "vocab": meta["vocab"], "gpu": meta["gpu"]}), flush=True)
+
+
+def sweep_fp8_tiles(z, y, rep, do_bench, meta):
+    """The FP8 head's gradient pass (linear_ce_kernels.cross_entropy_grad_tiles) per tile shape and warps;
+    TB/s counts a read of the bf16 logits and two fp8 writes (G and its transpose)."""
+    import torch
+    import triton
+
+    from cookmind.kernels import linear_ce_kernels as kernels
+    from cookmind.kernels.linear_ce_fp8 import GRAD_DTYPE, GRAD_SCALE, fp8_supported
+
+    if not fp8_supported(z.device):
+        return
+    n, v = z.shape
+    lse = torch.logsumexp(z.float(), -1)
+    grad = torch.empty(n, v, dtype=GRAD_DTYPE, device=z.device)
+    grad_t = torch.empty(v, n, dtype=GRAD_DTYPE, device=z.device)
+    for bm, bv, warps in [(64, 128, 4), (64, 128, 8), (64, 256, 8), (128, 128, 8), (128, 64, 4), (32, 256, 4),
+                          (128, 256, 8), (64, 64, 4)]:
+        def run():
+            kernels.cross_entropy_grad_tiles[(triton.cdiv(n, bm), triton.cdiv(v, bv))](
+                z, lse, y, grad, grad_t, n, v, z.stride(0), -100, GRAD_SCALE, BLOCK_M=bm, BLOCK_V=bv, num_warps=warps)
+        ms = do_bench(run, rep=rep // 4, return_mode="median")
+        print(json.dumps({"bench": "linear_ce_fp8_grad_pass", "block_m": bm, "block_v": bv, "num_warps": warps,
+                          "ms": round(ms, 4), "tb_per_s": round(n * v * 4 / ms / 1e9, 2), "rows": n, "vocab": v,
+                          "gpu": meta["gpu"]}), flush=True)
 
 
 if __name__ == "__main__":
