@@ -11,48 +11,67 @@ import json
 
 import torch
 
-torch.manual_seed(0)
-dev = "cuda"
-M = 12288
-# (K, N, count per step)
-shapes = {"qkv": (768, 2304, 12), "proj": (768, 768, 12), "gateup": (768, 4096, 12), "down": (2048, 768, 12),
-          "head": (768, 50304, 1)}
+M = 12 * 1024  # tokens per step
+# name: (K in, N out, how many per step)
+GEMMS = {"qkv": (768, 2304, 12), "proj": (768, 768, 12), "gateup": (768, 4096, 12), "down": (2048, 768, 12),
+         "head": (768, 50304, 1)}
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 
-def timeit(fn, n=30):
-    for _ in range(5): fn()
+
+def timeit(fn, n: int = 30) -> float:
+    """Mean ms per call over n calls after 5 warm-up calls, by CUDA events."""
+    for _ in range(5):
+        fn()
     torch.cuda.synchronize()
-    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-    s.record()
-    for _ in range(n): fn()
-    e.record(); torch.cuda.synchronize()
-    return s.elapsed_time(e) / n
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / n
 
-def to8(t, dt):
+
+def to8(t: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(t in fp8, the scale that undoes it): one amax scale for the whole tensor."""
     amax = t.abs().amax().float().clamp(min=1e-12)
-    scale = torch.finfo(dt).max / amax
-    return (t.float() * scale).to(dt), scale.reciprocal()
+    scale = torch.finfo(dtype).max / amax
+    return (t.float() * scale).to(dtype), scale.reciprocal()
 
-tot = {"bf16": 0.0, "fp8": 0.0, "cast": 0.0}
-for name, (K, N, cnt) in shapes.items():
-    x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
-    w = torch.randn(N, K, device=dev, dtype=torch.bfloat16) * 0.02
-    go = torch.randn(M, N, device=dev, dtype=torch.bfloat16)
-    # bf16: fwd x@w.T, bwd dx = go@w, dw = go.T@x
-    b_f = timeit(lambda: x @ w.t()); b_dx = timeit(lambda: go @ w); b_dw = timeit(lambda: go.t() @ x)
-    x8, sx = to8(x, E4); w8, sw = to8(w, E4); g8, sg = to8(go, E5)
-    # _scaled_mm wants A row-major, B column-major
-    wT = w8.t()                              # [K,N] column-major view of row-major w8
-    f_f = timeit(lambda: torch._scaled_mm(x8, wT, scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16))
-    w8t = w8.t().contiguous().t()            # [N,K]... need B=[N,K] col-major for go@w: w [N,K] col-major = w.t().contiguous().t()
-    f_dx = timeit(lambda: torch._scaled_mm(g8, w8t, scale_a=sg, scale_b=sw, out_dtype=torch.bfloat16))
-    g8t = g8.t().contiguous()                # [N,M] row-major
-    x8c = x8.t().contiguous().t()            # [M,K] col-major
-    f_dw = timeit(lambda: torch._scaled_mm(g8t, x8c, scale_a=sg, scale_b=sx, out_dtype=torch.bfloat16))
-    c = timeit(lambda: to8(x, E4)) + timeit(lambda: to8(go, E5)) + timeit(lambda: g8.t().contiguous()) + timeit(lambda: x8.t().contiguous())
-    row = {"gemm": name, "K": K, "N": N, "bf16_ms": round(b_f + b_dx + b_dw, 4), "fp8_ms": round(f_f + f_dx + f_dw, 4),
-           "fwd": [round(b_f, 4), round(f_f, 4)], "dx": [round(b_dx, 4), round(f_dx, 4)], "dw": [round(b_dw, 4), round(f_dw, 4)],
-           "eager_cast_ms": round(c, 4)}
-    print(json.dumps(row), flush=True)
-    tot["bf16"] += cnt * (b_f + b_dx + b_dw); tot["fp8"] += cnt * (f_f + f_dx + f_dw); tot["cast"] += cnt * c
-print(json.dumps({k: round(v, 3) for k, v in tot.items()}))
+
+def col_major(t: torch.Tensor) -> torch.Tensor:
+    """The same matrix stored column-major: _scaled_mm wants A row-major and B column-major."""
+    return t.t().contiguous().t()
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    dev = "cuda"
+    total = {"bf16": 0.0, "fp8": 0.0, "cast": 0.0}
+    for name, (k, n, count) in GEMMS.items():
+        x = torch.randn(M, k, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
+        go = torch.randn(M, n, device=dev, dtype=torch.bfloat16)
+        # bf16: forward x W^T, grad-input go W, grad-weight go^T x
+        bf16 = [timeit(lambda: x @ w.t()), timeit(lambda: go @ w), timeit(lambda: go.t() @ x)]
+        x8, sx = to8(x, E4)
+        w8, sw = to8(w, E4)
+        g8, sg = to8(go, E5)
+        w8_cm, g8_t, x8_cm = col_major(w8), g8.t().contiguous(), col_major(x8)
+        fp8 = [timeit(lambda: torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)),
+               timeit(lambda: torch._scaled_mm(g8, w8_cm, scale_a=sg, scale_b=sw, out_dtype=torch.bfloat16)),
+               timeit(lambda: torch._scaled_mm(g8_t, x8_cm, scale_a=sg, scale_b=sx, out_dtype=torch.bfloat16))]
+        # what feeds them, run eagerly: quantise x and go, and the transposed copies grad-weight needs
+        cast = (timeit(lambda: to8(x, E4)) + timeit(lambda: to8(go, E5)) + timeit(lambda: g8.t().contiguous())
+                + timeit(lambda: x8.t().contiguous()))
+        print(json.dumps({"gemm": name, "K": k, "N": n, "bf16_ms": round(sum(bf16), 4), "fp8_ms": round(sum(fp8), 4),
+                          **{part: [round(b, 4), round(f, 4)] for part, b, f in zip(("fwd", "dx", "dw"), bf16, fp8)},
+                          "eager_cast_ms": round(cast, 4)}), flush=True)
+        total["bf16"] += count * sum(bf16)
+        total["fp8"] += count * sum(fp8)
+        total["cast"] += count * cast
+    print(json.dumps({"per_step_ms": {key: round(v, 3) for key, v in total.items()}}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

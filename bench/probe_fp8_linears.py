@@ -22,21 +22,28 @@ import cookmind.model.linear as L  # noqa: E402
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 
-def q(x, dt):
-    fmax = torch.finfo(dt).max
-    amax = x.detach().abs().amax().float().clamp(min=1e-12)
-    return (x.float() * (fmax / amax)).clamp(-fmax, fmax).to(dt), amax / fmax
 
-def colmaj(t):
+def quantize(x: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x in fp8, the scale that undoes it): one amax scale for the whole tensor."""
+    fmax = torch.finfo(dtype).max
+    amax = x.detach().abs().amax().float().clamp(min=1e-12)
+    return (x.float() * (fmax / amax)).clamp(-fmax, fmax).to(dtype), amax / fmax
+
+
+def col_major(t: torch.Tensor) -> torch.Tensor:
+    """The same matrix stored column-major: _scaled_mm wants A row-major and B column-major."""
     return t.t().contiguous().t()
 
-class F8(torch.autograd.Function):
+
+class FP8Linear(torch.autograd.Function):
+    """y = x W^T with the forward and grad-input GEMMs in FP8; grad-weight in FP8 too when dw_fp8."""
+
     @staticmethod
-    def forward(ctx, x, w, dw_fp8):
+    def forward(ctx, x, w, dw_fp8: bool):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        x8, sx = q(x2, E4)
-        w8, sw = q(w, E4)
+        x8, sx = quantize(x2, E4)
+        w8, sw = quantize(w, E4)
         y = torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
         ctx.save_for_backward(x8 if dw_fp8 else x2.to(torch.bfloat16), sx, w8, sw)
         ctx.dw_fp8, ctx.shape = dw_fp8, shape
@@ -44,30 +51,42 @@ class F8(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, go):
-        xs, sx, w8, sw = ctx.saved_tensors
+        x_saved, sx, w8, sw = ctx.saved_tensors
         go2 = go.reshape(-1, go.shape[-1])
-        g8, sg = q(go2, E5)
-        dx = torch._scaled_mm(g8, colmaj(w8), scale_a=sg, scale_b=sw, out_dtype=torch.bfloat16)
+        g8, sg = quantize(go2, E5)
+        dx = torch._scaled_mm(g8, col_major(w8), scale_a=sg, scale_b=sw, out_dtype=torch.bfloat16)
         if ctx.dw_fp8:
-            dw = torch._scaled_mm(g8.t().contiguous(), colmaj(xs), scale_a=sg, scale_b=sx, out_dtype=torch.float32)
+            dw = torch._scaled_mm(g8.t().contiguous(), col_major(x_saved), scale_a=sg, scale_b=sx,
+                                  out_dtype=torch.float32)
         else:
-            dw = (go2.to(torch.bfloat16).t() @ xs).float()
+            dw = (go2.to(torch.bfloat16).t() @ x_saved).float()
         return dx.view(ctx.shape), dw, None
 
-def patch(dw_fp8):
-    orig = L.Linear.forward
-    def fwd(self, x):
+
+def patch_linear(dw_fp8: bool) -> None:
+    """cookmind's Linear (bias-free, dims multiples of 16, on CUDA) through FP8Linear, in this process."""
+    readable = L.Linear.forward
+
+    def forward(self, x):
         if x.is_cuda and self.bias is None and x.shape[-1] % 16 == 0 and self.out_features % 16 == 0:
-            return F8.apply(x.to(torch.bfloat16), self.weight, dw_fp8)
-        return orig(self, x)
-    L.Linear.forward = fwd
+            return FP8Linear.apply(x.to(torch.bfloat16), self.weight, dw_fp8)
+        return readable(self, x)
+
+    L.Linear.forward = forward
+
+
+def main() -> None:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if mode not in ("none", "dx", "all"):
+        raise SystemExit(f"probe_fp8_linears: mode must be none, dx or all, got {mode!r}")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    if mode != "none":
+        patch_linear(dw_fp8=mode == "all")
+    shape = dict(BT.GPT2_SMALL, lm_head_fp8=True)
+    r = BT.bench_cookmind(shape, 12, 1024, 30, 10, torch.device("cuda"), "bf16", True, "/tmp/f8run", cuda_graph=True)
+    print(json.dumps({"fp8_linears": mode, "tokens_per_s": round(r["tokens_per_s"]),
+                      "ms_per_step": round(12 * 1024 / r["tokens_per_s"] * 1e3, 3)}), flush=True)
+
 
 if __name__ == "__main__":
-    mode = sys.argv[1]
-    torch.backends.cuda.matmul.allow_tf32 = True
-    dev = torch.device("cuda")
-    if mode != "none":
-        patch(mode == "all")
-    shape = dict(BT.GPT2_SMALL, lm_head_fp8=True)
-    r = BT.bench_cookmind(shape, 12, 1024, 30, 10, dev, "bf16", True, "/tmp/f8run", cuda_graph=True)
-    print(json.dumps({"fp8_linears": mode, "tokens_per_s": round(r["tokens_per_s"]), "ms_per_step": round(12 * 1024 / r["tokens_per_s"] * 1e3, 3)}), flush=True)
+    main()
