@@ -26,6 +26,7 @@ def test_dotted_overrides_are_typed():
 @pytest.mark.parametrize("override, match", [
     ("optim.lrr=1", "unknown key in section 'optim' 'lrr'.*did you mean 'lr'"),
     ("optimizer.lr=1", "unknown section 'optimizer'"),
+    ("model.lm_head_fb8=true", "unknown key in section 'model' 'lm_head_fb8'.*did you mean 'lm_head_fp8'"),
     ("train.max_steps=abc", "expected an integer"),
     ("train.precision=fp8", "train.precision must be one of"),
     ("train.max_steps", "expected section.key=value"),

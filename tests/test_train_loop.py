@@ -230,3 +230,24 @@ def test_device_side_clipping_trains_like_the_host_side_clipping(tmp_path, store
     wh, wd = _weights(runs[False]), _weights(runs[True])
     for k in wh:
         torch.testing.assert_close(wd[k], wh[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_init_from_takes_runtime_options_and_refuses_shape_changes(tmp_path, store):
+    """A loaded model's weights fix its shape, but how it runs (attention kernel, FP8 head) may change."""
+    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.train.build import build_model
+
+    save_model(tmp_path / "init", CookMindLM(CookMindConfig(**MODEL)))
+    cfg = _cfg(tmp_path, store, "r", train={"init_from": str(tmp_path / "init")})
+    cfg.model = {"attn_backend": "naive", "lm_head_fp8": True, "hidden_size": MODEL["hidden_size"]}
+    model = build_model(cfg)
+    assert model.config.attn_backend == "naive" and model.config.lm_head_fp8 is True
+    assert all(layer.self_attn.backend == "naive" for layer in model.model.layers)
+    cfg.model = {"hidden_size": 64}
+    with pytest.raises(ValueError, match=r"differ from the model at train.init_from.*only attn_backend, lm_head_fp8"):
+        build_model(cfg)
+    cfg.model = {"attn_backend": "fastest"}
+    with pytest.raises(ValueError, match="attn_backend='fastest': choose one of"):
+        build_model(cfg)
+    with pytest.raises(ValueError, match="not runtime options"):
+        model.set_runtime_options(num_hidden_layers=3)

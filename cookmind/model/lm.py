@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -14,6 +16,9 @@ from cookmind.model.fused import fast_paths_enabled
 from cookmind.model.linear import Linear
 from cookmind.model.rmsnorm import RMSNorm
 from cookmind.model.rope import RotaryEmbedding
+
+
+RUNTIME_OPTIONS = ("attn_backend", "lm_head_fp8")  # config fields that choose kernels, not weights
 
 
 def fused_loss_applies(lm_head: nn.Module, device: torch.device) -> bool:
@@ -124,6 +129,19 @@ class CookMindLM(nn.Module):
         if return_logits and not fast_paths_enabled():
             logits = logits.float()  # the readable path: fp32 logits written by the forward itself
         return LMOutput(logits=logits if return_logits else None, loss=loss, aux_loss=aux_loss)
+
+    def set_runtime_options(self, **options) -> None:
+        """Change how the model runs, not what it is: ``attn_backend``, ``lm_head_fp8`` (RUNTIME_OPTIONS).
+
+        For a model loaded from disk (``train.init_from``), whose shape its weights fix: the options are
+        validated as a CookMindConfig and take effect from the next forward.
+        """
+        unknown = sorted(set(options) - set(RUNTIME_OPTIONS))
+        if unknown:
+            raise ValueError(f"set_runtime_options: {unknown} are not runtime options; those are {RUNTIME_OPTIONS}")
+        self.config = dataclasses.replace(self.config, **options)  # validates
+        for layer in self.model.layers:
+            layer.self_attn.backend = self.config.attn_backend
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Distinct parameters (a tied embedding counts once); optionally without the token embedding."""

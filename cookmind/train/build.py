@@ -41,10 +41,17 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
     if cfg.train.init_from:
         model = load_model(_model_dir(cfg.train.init_from), device="cpu")
         if cfg.model:
-            differs = {k: v for k, v in cfg.model.items() if getattr(model.config, k, None) != v}
+            from cookmind.model.lm import RUNTIME_OPTIONS
+
+            differs = {k: v for k, v in cfg.model.items()
+                       if k not in RUNTIME_OPTIONS and getattr(model.config, k, None) != v}
             if differs:
                 raise ValueError(f"model settings {differs} differ from the model at train.init_from="
-                                 f"{cfg.train.init_from}; drop them from the config (the loaded model fixes its shape)")
+                                 f"{cfg.train.init_from}; drop them from the config (the loaded model fixes its shape; "
+                                 f"only {', '.join(RUNTIME_OPTIONS)} may change)")
+            runtime = {k: v for k, v in cfg.model.items() if k in RUNTIME_OPTIONS}
+            if runtime:
+                model.set_runtime_options(**runtime)
     else:
         fields = dict(cfg.model)
         if "vocab_size" not in fields:

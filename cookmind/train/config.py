@@ -234,6 +234,12 @@ class TrainConfig:
         _choice("parallel.backend", self.parallel.backend, ("auto", "gloo", "nccl"))
         if self.data.train_type is not None:
             _choice("data.train_type", self.data.train_type, ("seq", "sft", "dpo", "grpo"))
+        from cookmind.model.config import CookMindConfig
+
+        known = sorted(f.name for f in dataclasses.fields(CookMindConfig))
+        for key in self.model:  # caught here, not when the model is built after the data and tokenizer load
+            if key not in known:
+                raise ValueError(_unknown("config", "key in section 'model'", key, known))
         for name, value in (
             ("train.max_steps", self.train.max_steps),
             ("train.micro_batch_size", self.train.micro_batch_size),
