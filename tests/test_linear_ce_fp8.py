@@ -9,6 +9,7 @@ import torch
 
 from cookmind.kernels.linear_ce import linear_cross_entropy
 from cookmind.model import CookMindConfig, CookMindLM
+from triton_fixtures import kernel_device, needs_kernel
 
 FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 needs_fp8 = pytest.mark.skipif(not FP8_GPU, reason="needs a CUDA GPU with FP8 (capability >= 8.9); run on the device machine")
@@ -38,6 +39,28 @@ def test_config_flag_must_be_a_bool():
         CookMindConfig(lm_head_fp8="yes")
 
 
+@needs_kernel
+@pytest.mark.parametrize("block_v", [256, None])
+def test_row_pass_in_lse_mode_leaves_the_logits_and_gives_logsumexp(block_v):
+    """The FP8 head's first pass: cross_entropy_rows_triton(lse=...) writes each row's logsumexp and the
+    nll, and does not overwrite the logits with G (the tiled pass still has to read them)."""
+    from cookmind.kernels.linear_ce import cross_entropy_rows_reference, cross_entropy_rows_triton
+
+    device = kernel_device()
+    g = torch.Generator().manual_seed(2)
+    z = (torch.randn(37, 1000, generator=g) * 4).to(device, torch.bfloat16)
+    y = torch.randint(0, 1000, (37,), generator=g).to(device)
+    y[::6] = -100
+    before = z.clone()
+    lse = torch.empty(37, device=device)
+    nll = cross_entropy_rows_triton(z, y, lse=lse, block_v=block_v)
+    assert torch.equal(z, before), "the lse mode overwrote the logits"
+    torch.testing.assert_close(lse, torch.logsumexp(z.float(), -1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(nll, cross_entropy_rows_reference(z, y)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="lse must be a contiguous"):
+        cross_entropy_rows_triton(z, y, lse=torch.empty(36, device=device))
+
+
 @pytest.mark.gpu
 @needs_fp8
 @pytest.mark.parametrize("n,v", [(64, 512), (200, 1000)])
@@ -51,12 +74,8 @@ def test_grad_pass_matches_fp32_math_rounded_to_fp8(n, v):
     z = (torch.randn(n, v, generator=g) * 4).cuda().bfloat16()
     y = torch.randint(0, v, (n,), generator=g).cuda()
     y[::7] = -100
-    nll = torch.empty(n, device="cuda")
-    lse = torch.empty(n, device="cuda")
-    kernels.cross_entropy_rows[(n,)](z, y, nll, lse, n, v, z.stride(0), -100, BLOCK_M=1, BLOCK_V=256,
-                                     WRITE_GRAD=False)
     zf = z.float()
-    torch.testing.assert_close(lse, torch.logsumexp(zf, -1), rtol=1e-5, atol=1e-5)
+    lse = torch.logsumexp(zf, -1)
     grad = torch.empty(n, v, dtype=GRAD_DTYPE, device="cuda")
     grad_t = torch.empty(v, n, dtype=GRAD_DTYPE, device="cuda")
     kernels.cross_entropy_grad_tiles[(triton.cdiv(n, 64), triton.cdiv(v, 128))](

@@ -74,8 +74,11 @@ def cross_entropy_rows_reference(logits: torch.Tensor, targets: torch.Tensor,
 
 def cross_entropy_rows_triton(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, *,
                               block_m: int = 1, block_v: int | None = None, num_warps: int = NUM_WARPS,
-                              programs_per_sm: int | None = PROGRAMS_PER_SM) -> torch.Tensor:
+                              programs_per_sm: int | None = PROGRAMS_PER_SM,
+                              lse: torch.Tensor | None = None) -> torch.Tensor:
     """The Triton pass: returns nll (N,) fp32 and overwrites ``logits`` with G (see the module docstring).
+    Given ``lse`` ((N,) fp32), it instead leaves ``logits`` as they are and writes each row's logsumexp
+    there (the first half of the FP8 head's passes, linear_ce_fp8).
 
     logits (N, V) with unit column stride (any row stride: a view into a wider buffer works); targets (N,)
     long. A kept target outside [0, V) gives nll = nan (checking for it here would cost a device sync).
@@ -94,6 +97,9 @@ def cross_entropy_rows_triton(logits: torch.Tensor, targets: torch.Tensor, ignor
         raise ValueError(f"cross_entropy_rows_triton: targets must be ({n},) int64, "
                          f"got {tuple(targets.shape)} {targets.dtype}")
     nll = torch.empty(n, dtype=torch.float32, device=logits.device)
+    if lse is not None and (lse.shape != (n,) or lse.dtype != torch.float32 or not lse.is_contiguous()):
+        raise ValueError(f"cross_entropy_rows_triton: lse must be a contiguous ({n},) fp32 tensor, "
+                         f"got {tuple(lse.shape)} {lse.dtype}")
     if n == 0:
         return nll
     if block_v is None:
@@ -102,8 +108,9 @@ def cross_entropy_rows_triton(logits: torch.Tensor, targets: torch.Tensor, ignor
     grid = blocks if programs_per_sm is None else min(blocks, programs_per_sm * _num_sms(logits.device))
     # Triton launches on the current device: make it the tensors' one
     with torch.cuda.device(logits.device) if logits.is_cuda else contextlib.nullcontext():
-        kernels.cross_entropy_rows[(grid,)](logits, targets.contiguous(), nll, nll, n, v, logits.stride(0),
-                                            ignore_index, BLOCK_M=block_m, BLOCK_V=block_v, num_warps=num_warps)
+        kernels.cross_entropy_rows[(grid,)](logits, targets.contiguous(), nll, nll if lse is None else lse, n, v,
+                                            logits.stride(0), ignore_index, BLOCK_M=block_m, BLOCK_V=block_v,
+                                            WRITE_GRAD=lse is None, num_warps=num_warps)
     return nll
 
 

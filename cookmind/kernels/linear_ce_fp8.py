@@ -6,7 +6,7 @@ are the largest in the step (about 30% of its GEMM time, in bf16), and FP8 tenso
 fast (3.9 ms -> 2.4 ms on the H200, bench/probe_fp8_gemms.py).
 
     forward   z = (h8 W8^T) * s_h * s_w          h, W in e4m3, one scale per tensor: s = amax / 448
-              lse, nll per row                   (cross_entropy_rows, WRITE_GRAD=False: z is not overwritten)
+              lse, nll per row                   (cross_entropy_rows_triton(lse=...): z is not overwritten)
               G8 = fp8(S * (softmax(z) - onehot(y)))   and its transpose, one tiled pass
     backward  grad_h = g * (G8 W8) / S * s_w                 grad_W = (G8^T (g h)8) / S * s_gh
 
@@ -35,8 +35,8 @@ E4M3 = torch.float8_e4m3fn if hasattr(torch, "float8_e4m3fn") else None
 E4M3_MAX = 448.0
 GRAD_DTYPE = E4M3
 GRAD_SCALE = 256.0  # |G| <= 1 -> |S G| <= 256 < 448; a power of two, so the scaling itself is exact
-# the gradient pass's tile (rows, columns) and warps: 0.91 ms at N=12288, V=50304 on the H200, the best of 8
-# shapes tried (8 warps: 1.05 ms; that sweep is now sweep_fp8_tiles in bench/bench_linear_ce.py)
+# the gradient pass's tile (rows, columns) and warps: 0.91 ms at N=12288, V=50304 on the H200, the best of
+# bench/bench_linear_ce.py's sweep_fp8_tiles (8 warps: 1.05 ms)
 TILE_M, TILE_V, TILE_WARPS = 64, 128, 4
 
 
@@ -82,19 +82,16 @@ def _forward_op(h8: torch.Tensor, w8: torch.Tensor, scale_h: torch.Tensor, scale
     import triton
 
     from . import linear_ce_kernels as kernels
-    from .linear_ce import CHUNK_BYTES, NUM_WARPS
+    from .linear_ce import cross_entropy_rows_triton
 
     n, v = h8.shape[0], w8.shape[0]
     logits = torch._scaled_mm(h8, w8.t(), scale_a=scale_h, scale_b=scale_w, out_dtype=torch.bfloat16)
-    nll = torch.empty(n, dtype=torch.float32, device=h8.device)
     lse = torch.empty(n, dtype=torch.float32, device=h8.device)
+    targets = targets.contiguous()
+    nll = cross_entropy_rows_triton(logits, targets, ignore_index, lse=lse)
     grad = torch.empty(n, v, dtype=GRAD_DTYPE, device=h8.device)
     grad_t = torch.empty(v, n, dtype=GRAD_DTYPE, device=h8.device)
-    targets = targets.contiguous()
-    block_v = min(CHUNK_BYTES // logits.element_size(), triton.next_power_of_2(v))
     with torch.cuda.device(h8.device) if h8.is_cuda else contextlib.nullcontext():
-        kernels.cross_entropy_rows[(n,)](logits, targets, nll, lse, n, v, logits.stride(0), ignore_index,
-                                         BLOCK_M=1, BLOCK_V=block_v, WRITE_GRAD=False, num_warps=NUM_WARPS)
         kernels.cross_entropy_grad_tiles[(triton.cdiv(n, TILE_M), triton.cdiv(v, TILE_V))](
             logits, lse, targets, grad, grad_t, n, v, logits.stride(0), ignore_index, grad_scale,
             BLOCK_M=TILE_M, BLOCK_V=TILE_V, num_warps=TILE_WARPS)
