@@ -1,18 +1,51 @@
-"""Rollout sampling, the GRPO driver, its Trainer objective and expert iteration on tiny models."""
+"""Rollout sampling, GRPO through the Trainer (stream data source, resume, held-out eval) and expert iteration."""
+
+import json
 
 import pytest
 import torch
 from test_align_fixtures import XYZ, one_torch_thread, tiny_hf_model, x_fraction  # noqa: F401
 
 from cookmind.align.expert_iteration import ExpertIterationConfig, run_expert_iteration
-from cookmind.align.grpo import GRPOConfig, run_grpo
-from cookmind.align.objective import GRPOObjective
+from cookmind.align.objective import GRPOConfig, GRPOObjective
 from cookmind.align.rollout import SamplingParams, generate_ids
 
+PROBLEMS = [{"question": "?" * k, "answer": ""} for k in range(1, 4)]
 
 
+def _tiny_cookmind(vocab_size=5, seed=0):
+    from cookmind.model import CookMindConfig, CookMindLM
 
-PROBLEMS = [{"question": "?", "answer": ""}, {"question": "??", "answer": ""}, {"question": "???", "answer": ""}]
+    torch.manual_seed(seed)
+    return CookMindLM(CookMindConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=48))
+
+
+def _train_cfg(run_dir, max_steps, prompts_per_step, lr=1e-2, **sections):
+    from cookmind.train import TrainConfig
+
+    d = {"train": {"objective": "grpo", "max_steps": max_steps, "micro_batch_size": prompts_per_step, "device": "cpu",
+                   "seed": 0},
+         "optim": {"lr": lr, "warmup_steps": 0, "schedule": "constant", "weight_decay": 0.0},
+         "checkpoint": {"every": 0, "keep_last": 5},
+         "logging": {"run_dir": str(run_dir), "progress": False, "report": False, "log_every": 1}}
+    for k, v in sections.items():
+        d.setdefault(k, {}).update(v)
+    return TrainConfig.from_dict(d)
+
+
+def _grpo_trainer(run_dir, max_steps, problems=PROBLEMS, prompts_per_step=3, gcfg=None, reward_fn=x_fraction,
+                  eval_problems=None, **sections):
+    from cookmind.train import Trainer
+
+    gcfg = gcfg or GRPOConfig(group_size=8, max_new_tokens=5, template="{question}", stop_strings=())
+    objective = GRPOObjective(gcfg, reward_fn=reward_fn, problems=problems, eval_problems=eval_problems)
+    return Trainer(_train_cfg(run_dir, max_steps, prompts_per_step, **sections), model=_tiny_cookmind(),
+                   objective=objective, tokenizer=XYZ())
+
+
+def _rows(run_dir, split="train"):
+    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r.get("split") == split]
 
 
 def test_builtin_greedy_matches_hf_generate():
@@ -39,45 +72,82 @@ def test_sampling_gives_distinct_rows_and_stops_on_string_and_token():
         assert o[-1] == 3 or text.endswith("zz") or len(o) == 8
 
 
-def test_grpo_raises_reward_on_hf_model_from_local_folder(tmp_path):
-    from transformers import AutoModelForCausalLM
-
-    tiny_hf_model(tmp_path / "m", vocab_size=5)
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "m", local_files_only=True)
-    cfg = GRPOConfig(n_steps=10, rollout_batch_size=24, group_size=8, train_batch_size=24, learning_rate=1e-2,
-                     max_new_tokens=5, template="{question}", stop_strings=(), eval_every=0)
-    hist = run_grpo(model, XYZ(), PROBLEMS, cfg, reward_fn=x_fraction, progress=False)
-    first, last = hist[0]["reward"], sum(h["reward"] for h in hist[-3:]) / 3
+def test_grpo_through_trainer_raises_reward_and_logs_rl_metrics(tmp_path):
+    trainer = _grpo_trainer(tmp_path, 12, problems=[{"question": "?" * (1 + k % 3), "answer": ""} for k in range(36)])
+    trainer.fit()
+    rows = _rows(tmp_path)
+    first, last = rows[0]["reward"], sum(r["reward"] for r in rows[-3:]) / 3
     assert last > first + 0.25, (first, last)
-    for key in ("reward", "format_reward", "accuracy", "response_length", "entropy", "clip_fraction", "grad_norm", "loss"):
-        assert key in hist[-1]
+    for key in ("reward", "format_reward", "accuracy", "response_length", "entropy", "clip_fraction", "grad_norm",
+                "loss", "frac_zero_std_groups"):
+        assert key in rows[-1]
 
 
-def test_grpo_off_policy_epochs_resume_equals_uninterrupted(tmp_path):
-    cfg = GRPOConfig(n_steps=4, rollout_batch_size=16, group_size=4, train_batch_size=8, epochs_per_rollout_batch=2,
-                     learning_rate=1e-2, max_new_tokens=4, template="{question}", stop_strings=(), eval_every=0,
-                     kl_coef=0.1, reference="copy")
-    straight = tiny_hf_model(vocab_size=5)
-    h1 = run_grpo(straight, XYZ(), PROBLEMS, cfg, reward_fn=x_fraction, progress=False)
-    assert any(h["clip_fraction"] > 0 for h in h1) and all(h["kl"] >= 0 for h in h1)  # the ratio really moved off 1
-    part = tiny_hf_model(vocab_size=5)
-    from dataclasses import replace
+def test_stream_takes_each_problem_once_in_order_and_warns_on_wrap(tmp_path):
+    """Step k trains on problems [k*P, (k+1)*P), each group_size times; past the end it wraps and says so."""
+    problems = [{"question": "?" * (i + 1), "answer": str(i)} for i in range(5)]
+    seen = []
 
-    run_grpo(part, XYZ(), PROBLEMS, replace(cfg, n_steps=2), reward_fn=x_fraction, workdir=tmp_path, progress=False)
-    resumed = tiny_hf_model(vocab_size=5, seed=123)  # different init: everything must come from the checkpoint
-    h2 = run_grpo(resumed, XYZ(), PROBLEMS, cfg, reward_fn=x_fraction, workdir=tmp_path, resume=True, progress=False)
-    assert [h["step"] for h in h2] == [1, 2, 3, 4]
-    for a, b in zip(straight.state_dict().values(), resumed.state_dict().values()):
-        torch.testing.assert_close(a, b)
+    def reward(resp, truth):
+        seen.append(int(truth))
+        return x_fraction(resp, truth)
+
+    gcfg = GRPOConfig(group_size=4, max_new_tokens=3, template="{question}", stop_strings=())
+    trainer = _grpo_trainer(tmp_path, 2, problems=problems, prompts_per_step=2, gcfg=gcfg, reward_fn=reward)
+    trainer.fit()
+    assert seen == [i for i in range(4) for _ in range(4)]
+    assert trainer.objective.state_dict() == {"calls": 2, "position": 4}
+    with pytest.warns(UserWarning, match="has 5 problems and the run has used 4"):
+        trainer.objective.next_batch(trainer)
+
+
+def test_grpo_resume_through_trainer_equals_uninterrupted_bit_for_bit(tmp_path):
+    """Interrupted after 2 of 4 steps and resumed (KL to a frozen copy of the start, Dr. GRPO normalisation): the
+    same weights, bit for bit, and the same rows as the straight run."""
+    gcfg = GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=(), kl_coef=0.1,
+                      reference="copy", length_normalization="constant")
+    problems = [{"question": "?" * k, "answer": ""} for k in range(1, 9)]
+    straight = _grpo_trainer(tmp_path / "a", 4, problems=problems, prompts_per_step=2, gcfg=gcfg)
+    straight.fit()
+    _grpo_trainer(tmp_path / "b", 2, problems=problems, prompts_per_step=2, gcfg=gcfg).fit()
+    resumed = _grpo_trainer(tmp_path / "b", 4, problems=problems, prompts_per_step=2, gcfg=gcfg,
+                            checkpoint={"resume": "auto"})
+    assert resumed.step == 2 and resumed.objective.state_dict() == {"calls": 2, "position": 4}
+    resumed.fit()
+    for (k, a), b in zip(straight.bare_model.state_dict().items(), resumed.bare_model.state_dict().values()):
+        assert torch.equal(a, b), k
+    assert any(r["kl"] > 0 for r in _rows(tmp_path / "a"))  # the KL term was live
+    keys = ("reward", "loss", "kl", "response_length")
+    assert [[r[k] for k in keys] for r in _rows(tmp_path / "a")[2:]] == [[r[k] for k in keys] for r in _rows(tmp_path / "b")[2:]]
+
+
+def test_held_out_accuracy_is_reported_by_trainer_evaluations(tmp_path):
+    """eval_problems: each evaluation (eval.every and the end) adds greedy held-out accuracy as val_accuracy."""
+    held = [{"question": "?", "answer": "x"}, {"question": "??", "answer": "x"}]
+
+    def exact(resp, truth):
+        ok = float(resp.strip() == truth)
+        return {"reward": ok, "format_reward": 1.0, "answer_reward": ok}
+
+    gcfg = GRPOConfig(group_size=4, max_new_tokens=1, template="{question}", stop_strings=())
+    trainer = _grpo_trainer(tmp_path, 2, problems=PROBLEMS * 2, gcfg=gcfg, eval_problems=held, reward_fn=exact, eval={"every": 1})
+    summary = trainer.fit()
+    val = _rows(tmp_path, "val")
+    assert [r["step"] for r in val] == [1, 2]
+    # independent reference: greedy first token of each held-out prompt, graded by hand
+    model = trainer.bare_model.eval()
+    want = sum(model(torch.tensor([XYZ().encode(p["question"])])).logits[0, -1].argmax().item() == 0 for p in held) / 2
+    assert val[-1]["val_accuracy"] == summary["val_accuracy"] == want
+    assert 0.0 <= val[-1]["val_response_length"] <= 1.0
 
 
 def test_grpo_objective_loss_matches_manual_and_counts_calls():
     model = tiny_hf_model(vocab_size=5)
-    obj = GRPOObjective(GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=(), loss_type="grpo_clip"),
-                        tokenizer=XYZ(), reward_fn=x_fraction)
+    obj = GRPOObjective(GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=(),
+                                   loss_type="grpo_clip"), tokenizer=XYZ(), reward_fn=x_fraction)
     batch = {"prompt_ids": torch.tensor([[4, 4], [4, 3]]), "prompt_lengths": torch.tensor([2, 1]), "answer": ["", ""]}
     loss_batch = obj.prepare(model, batch)
-    assert loss_batch["input_ids"].shape[0] == 8 and obj.state_dict() == {"calls": 1}
+    assert loss_batch["input_ids"].shape[0] == 8 and obj.state_dict() == {"calls": 1, "position": 0}
     loss, metrics = obj(model, loss_batch)
     loss.backward()
     ours = [p.grad.clone() for p in model.parameters()]
@@ -97,64 +167,39 @@ def test_grpo_objective_loss_matches_manual_and_counts_calls():
     assert obj2.calls == 1
 
 
-def test_expert_iteration_keeps_only_correct_and_improves():
-    model = tiny_hf_model(vocab_size=5)
+def test_grpo_config_refuses_loop_knobs_and_bad_values():
+    with pytest.raises(ValueError, match="unknown keys \\['learning_rate'\\].*optim"):
+        GRPOConfig.from_dict({"learning_rate": 1e-5})
+    with pytest.raises(ValueError, match="kl_coef > 0 needs a reference"):
+        GRPOConfig.from_dict({"kl_coef": 0.1})
+    with pytest.raises(ValueError, match="length_normalization"):
+        GRPOConfig.from_dict({"length_normalization": "tokens"})
+
+
+def test_expert_iteration_keeps_only_correct_and_improves(tmp_path):
+    model = _tiny_cookmind()
 
     def reward(resp, _t):  # correct: a response that starts with "x"
         ok = float(resp.startswith("x"))
         return {"reward": ok, "format_reward": 1.0, "answer_reward": ok}
 
-    cfg = ExpertIterationConfig(n_rounds=3, questions_per_round=3, samples_per_question=16, batch_size=8, learning_rate=1e-2,
-                                sft_epochs=4, max_new_tokens=2, template="{question}")
-    hist = run_expert_iteration(model, XYZ(), PROBLEMS, cfg, reward_fn=reward, progress=False)
+    train_cfg = _train_cfg(tmp_path, 1, 8, lr=1e-2)
+    cfg = ExpertIterationConfig(n_rounds=3, questions_per_round=3, samples_per_question=16, sft_epochs=4,
+                                max_new_tokens=2, template="{question}")
+    hist = run_expert_iteration(model, XYZ(), PROBLEMS, train_cfg, cfg, reward_fn=reward)
     assert all(h["kept"] <= round(h["sample_accuracy"] * 48) for h in hist)
     assert hist[-1]["sample_accuracy"] > hist[0]["sample_accuracy"] + 0.2
+    assert (tmp_path / "round_1" / "metrics.jsonl").is_file()  # the SFT rounds ran through the Trainer
 
 
-def test_stream_order_takes_each_problem_once_in_order():
-    """prompt_order='stream': step k uses problems [k*P, (k+1)*P), each group_size times; none twice."""
-    problems = [{"question": "?" * (i + 1), "answer": str(i)} for i in range(8)]
-    seen = []
-
-    def reward(resp, truth):
-        seen.append(int(truth))
-        return x_fraction(resp, truth)
-
-    cfg = GRPOConfig(n_steps=3, rollout_batch_size=8, group_size=4, train_batch_size=8, learning_rate=1e-3,
-                     max_new_tokens=3, template="{question}", stop_strings=(), eval_every=0, prompt_order="stream")
-    run_grpo(tiny_hf_model(vocab_size=5), XYZ(), problems, cfg, reward_fn=reward, progress=False)
-    assert seen == [i for i in range(6) for _ in range(4)]
-
-
-def test_grpo_run_is_deterministic_under_its_seed():
-    """Same seed, same start: equal rewards, losses and weights (the demo's fixed-step RL stage relies on it)."""
-    cfg = GRPOConfig(n_steps=3, rollout_batch_size=16, group_size=4, train_batch_size=16, learning_rate=1e-2,
-                     max_new_tokens=4, template="{question}", stop_strings=(), eval_every=0, seed=7)
-    runs = []
-    for _ in range(2):
-        model = tiny_hf_model(vocab_size=5)
-        hist = run_grpo(model, XYZ(), PROBLEMS, cfg, reward_fn=x_fraction, progress=False)
-        runs.append(([(h["reward"], h["loss"], h["response_length"]) for h in hist], model.state_dict()))
-    assert runs[0][0] == runs[1][0]
-    for a, b in zip(runs[0][1].values(), runs[1][1].values()):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-    other = tiny_hf_model(vocab_size=5)
-    from dataclasses import replace
-
-    hist = run_grpo(other, XYZ(), PROBLEMS, replace(cfg, seed=8), reward_fn=x_fraction, progress=False)
-    assert [(h["reward"], h["loss"], h["response_length"]) for h in hist] != runs[0][0]  # the seed matters
-
-
-def _tiny_cookmind(vocab_size=5):
+def _sharp_cookmind(vocab_size=5):
     from lm_fixtures import sharp_tiny_lm
 
     return sharp_tiny_lm(vocab_size=vocab_size, max_position_embeddings=48)
-
-
 def test_serving_engine_greedy_equals_builtin_loop_with_stop_token_kept():
     """engine="serving" (the continuous-batching engine) gives the built-in loop's greedy responses,
     prompts of mixed lengths, stop token included at the end where it was hit."""
-    model = _tiny_cookmind(vocab_size=11)
+    model = _sharp_cookmind(vocab_size=11)
     prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9, 10, 1], [2], [9, 9]]
     base = dict(max_new_tokens=12, temperature=0.0)
     plain = generate_ids(model, prompts, SamplingParams(engine="builtin", **base))
@@ -169,7 +214,7 @@ def test_serving_engine_greedy_equals_builtin_loop_with_stop_token_kept():
 def test_serving_engine_samples_distinct_reproducible_rows_and_stops_on_strings():
     from cookmind.align import engine_rollout
 
-    model = _tiny_cookmind()
+    model = _sharp_cookmind()
     tok = XYZ()
     prompts = [[4]] * 16
     params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5, stop_token_ids=(3,), stop_strings=("zz",),
@@ -190,7 +235,7 @@ def test_serving_engine_samples_distinct_reproducible_rows_and_stops_on_strings(
 def test_serving_engine_sees_weight_updates_in_place(device):
     """The engine is kept across calls; an in-place update of the weights (an optimizer step) changes its
     next rollout exactly as it changes the built-in loop's (on CUDA: through compiled, graph-replayed steps)."""
-    model = _tiny_cookmind(vocab_size=11).to(device)
+    model = _sharp_cookmind(vocab_size=11).to(device)
     prompts = [[1, 2, 3], [5]]
     params = dict(max_new_tokens=6, temperature=0.0)
     generate_ids(model, prompts, SamplingParams(engine="serving", **params))

@@ -1,7 +1,7 @@
-"""Alignment with verifiable rewards: building blocks, rewards, GRPO and expert iteration.
+"""Alignment with verifiable rewards: building blocks, rewards, the GRPO objective and expert iteration.
 
-Heavier pieces (the GRPO driver, the demo stage) are imported lazily so that
-``import cookmind.align`` stays cheap.
+GRPO and expert iteration train through ``cookmind.train.Trainer``; those heavier pieces are imported
+lazily so that ``import cookmind.align`` stays cheap.
 """
 
 from cookmind.align.advantages import compute_group_normalized_rewards
@@ -17,11 +17,11 @@ from cookmind.align.tokenize_pairs import tokenize_prompt_and_output
 from cookmind.align.train_step import aggregate_token_loss, grpo_microbatch_train_step, sft_microbatch_train_step
 
 _LAZY = {
-    "GRPOConfig": "cookmind.align.grpo",
-    "run_grpo": "cookmind.align.grpo",
+    "GRPOConfig": "cookmind.align.objective",
     "GRPOObjective": "cookmind.align.objective",
+    "evaluate_accuracy": "cookmind.align.objective",
+    "ExpertIterationConfig": "cookmind.align.expert_iteration",
     "run_expert_iteration": "cookmind.align.expert_iteration",
-    "demo_stage": "cookmind.align.demo",
 }
 
 

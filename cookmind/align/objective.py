@@ -1,68 +1,224 @@
 """GRPO as an objective of the one training loop (``cookmind train`` with ``train.objective: grpo``).
 
-The Trainer calls ``prepare(model, batch)`` under no_grad before each forward: here that samples
-``group_size`` rollouts per prompt with the current policy, scores them and computes group-
-normalised advantages. ``__call__(model, batch)`` then returns the policy-gradient loss; the
-Trainer does backward, accumulation, DDP sync and the optimizer step as for every objective.
-Each rollout batch gets one optimizer step (on-policy: the ratio is 1 and grpo_clip equals
-REINFORCE with a baseline); off-policy epochs live in ``run_grpo``.
-Sampling seeds come from a call counter kept in ``state_dict``, so resume replays the same rollouts.
+    for each optimizer step (the Trainer's loop):
+        prompts  <- the next micro-batch: from a grpo token store, or the next fresh problems of a stream
+        rollouts <- group_size samples per prompt from the current policy (prepare, no grad)
+        A        <- (r - mean_group r) / (std_group r + eps)
+        loss     <- PG loss (no_baseline | reinforce_with_baseline | grpo_clip) [+ kl_coef * k3 KL to the reference],
+                    reduced per ``length_normalization`` (constant = Dr. GRPO)
+
+The Trainer does backward, accumulation, clipping, DDP sync, the optimizer step, checkpoints and exact resume as
+for every objective. Each rollout batch gets one optimizer step (on-policy: the ratio is 1 and grpo_clip equals
+REINFORCE with a baseline). Sampling seeds come from ``train.seed`` and a rollout counter kept in ``state_dict``;
+the stream position is kept there too, so a resumed run replays the same prompts and rollouts. With held-out
+problems (``eval_problems``) every Trainer evaluation (``eval.every`` and the end) adds greedy exact accuracy,
+format rate and answer length as ``val_accuracy``, ``val_format_rate``, ``val_response_length``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
-from cookmind.align.grpo import GRPOConfig, _sampling
 from cookmind.align.log_probs import get_response_log_probs
 from cookmind.align.masked import masked_mean
 from cookmind.align.pg_loss import compute_policy_gradient_loss
+from cookmind.align.prompts import R1_ZERO_STOP, format_prompt, uses_think_tags
 from cookmind.align.reference import Reference
 from cookmind.align.rewards import reward_fn_for_template
+from cookmind.align.rollout import SamplingParams, generate_ids
 from cookmind.align.rollouts import collect_rollouts
-from cookmind.align.text_codec import pad_id_of
+from cookmind.align.text_codec import decode_response, encode_text, pad_id_of, stop_ids_of
 from cookmind.align.tokenize_pairs import pack_prompt_and_output
-from cookmind.align.train_step import aggregate_token_loss
+from cookmind.align.train_step import LENGTH_NORMALIZATIONS, aggregate_token_loss
+from cookmind.train.objectives.base import Objective, unwrap
 
-try:  # the Trainer's seam; a plain object works the same when the train package is absent
-    from cookmind.train.objectives.base import Objective, unwrap
-except ImportError:  # pragma: no cover
-    Objective = object
+LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip")
 
-    def unwrap(model):
-        return getattr(model, "module", model)
+
+@dataclass
+class GRPOConfig:
+    """The objective's knobs; the loop's (lr, steps, batch, clipping, seed, cadence) are ``TrainConfig``'s."""
+
+    group_size: int = 8  # samples per prompt; a micro-batch of P prompts rolls out P * group_size responses
+    loss_type: str = "grpo_clip"
+    cliprange: float = 0.2
+    advantage_eps: float = 1e-6
+    normalize_by_std: bool = True
+    length_normalization: str = "sequence"  # sequence | token | constant (Dr. GRPO: divide by max_new_tokens)
+    kl_coef: float = 0.0
+    reference: str = "none"  # none | copy | base (LoRA base with adapters off)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    min_new_tokens: int = 0
+    stop_strings: tuple[str, ...] | None = None  # None: "</answer>" for <think> templates, none otherwise
+    template: str = "r1_zero"  # r1_zero | compact | chat | plain | a string with {question}
+    format_weight: float = 0.0
+    engine: str = "auto"
+    rollout_chunk: int = 64  # generation batch size
+    # A JSONL of {"question", "answer"} taken in order, each once (e.g. fresh problems from a seeded generator),
+    # instead of data.train_path: step k trains on problems [k * P * world, (k + 1) * P * world).
+    problems: str | None = None
+    eval_problems: str | None = None  # a held-out JSONL graded greedily at every evaluation
+    eval_size: int = 0  # 0: all of eval_problems
+    eval_max_new_tokens: int | None = None  # None: max_new_tokens
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GRPOConfig:
+        """Build from a dict, refusing unknown keys (typos must not pass silently)."""
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"grpo: unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}. Loop settings "
+                             "(lr, steps, batch size, warmup, clipping, seed, eval/save cadence) belong to "
+                             "optim.* / train.* / eval.* / checkpoint.*")
+        values = dict(d)
+        if isinstance(values.get("stop_strings"), list):
+            values["stop_strings"] = tuple(values["stop_strings"])
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        """Settings that cannot work are refused with the fix in the message."""
+        if self.group_size < 1:
+            raise ValueError(f"grpo.group_size={self.group_size}: need at least 1 sample per prompt")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"grpo.loss_type={self.loss_type!r}; choose one of {', '.join(LOSS_TYPES)}")
+        if self.length_normalization not in LENGTH_NORMALIZATIONS:
+            raise ValueError(f"grpo.length_normalization={self.length_normalization!r}; "
+                             f"choose one of {', '.join(LENGTH_NORMALIZATIONS)}")
+        if self.reference not in ("none", "copy", "base"):
+            raise ValueError(f"grpo.reference={self.reference!r}; choose none, copy or base")
+        if self.kl_coef and self.reference == "none":
+            raise ValueError("grpo.kl_coef > 0 needs a reference: set grpo.reference=copy (or base under LoRA)")
+
+
+def sampling_params(cfg: GRPOConfig, tokenizer, seed: int | None, greedy: bool = False) -> SamplingParams:
+    """How rollouts (or, with ``greedy``, held-out answers) are decoded: the one place these are built."""
+    stops = cfg.stop_strings if cfg.stop_strings is not None else (R1_ZERO_STOP if uses_think_tags(cfg.template) else ())
+    return SamplingParams(
+        max_new_tokens=(cfg.eval_max_new_tokens or cfg.max_new_tokens) if greedy else cfg.max_new_tokens,
+        min_new_tokens=0 if greedy else cfg.min_new_tokens,
+        temperature=0.0 if greedy else cfg.temperature,
+        top_p=cfg.top_p,
+        stop_token_ids=stop_ids_of(tokenizer),
+        stop_strings=tuple(stops),
+        seed=seed,
+        batch_size=cfg.rollout_chunk,
+        engine=cfg.engine,
+    )
+
+
+def as_problem(p) -> dict[str, str]:
+    """A ``{"question", "answer"}`` dict from a dict or an object with those attributes."""
+    if isinstance(p, dict):
+        return {"question": p["question"], "answer": p["answer"]}
+    return {"question": p.question, "answer": p.answer}
+
+
+def load_problems(path: str | Path) -> list[dict[str, str]]:
+    """``{"question", "answer"}`` rows of a JSONL file; a bad line is an error naming file:line."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(as_problem(json.loads(line)))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{n}: expected a JSON object with 'question' and 'answer' ({exc})") from exc
+    if not rows:
+        raise ValueError(f"{path}: no problems in the file")
+    return rows
+
+
+def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=None) -> dict[str, Any]:
+    """Greedy exact accuracy, format rate and mean response length (tokens) on ``problems``, with the responses."""
+    reward_fn = reward_fn or reward_fn_for_template(cfg.template, cfg.format_weight)
+    problems = [as_problem(p) for p in problems]
+    ids = [encode_text(tokenizer, format_prompt(p["question"], cfg.template, tokenizer)) for p in problems]
+    was_training = model.training
+    model.eval()
+    outs = generate_ids(model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer)
+    model.train(was_training)
+    texts = [decode_response(tokenizer, o) for o in outs]
+    scores = [reward_fn(t, p["answer"]) for t, p in zip(texts, problems)]
+    n = max(1, len(scores))
+    return {"accuracy": sum(s["answer_reward"] for s in scores) / n,
+            "format_rate": sum(s["format_reward"] for s in scores) / n,
+            "response_length": sum(len(o) for o in outs) / n, "responses": texts}
 
 
 class GRPOObjective(Objective):
-    """Online GRPO on {"prompt_ids", "prompt_lengths", "answer"} batches (or offline scored responses)."""
+    """Online GRPO on {"prompt_ids", "prompt_lengths", "answer"} batches (or offline scored responses).
+
+    ``problems`` (a list of {"question", "answer"}) makes the objective its own data source: the Trainer then
+    draws each micro-batch from it in order (``next_batch``) instead of from ``data.train_path``.
+    ``eval_problems`` adds held-out accuracy to the Trainer's evaluations.
+    """
 
     train_type = "grpo"
 
-    def __init__(self, cfg: GRPOConfig | None = None, tokenizer=None, reward_fn=None, reference: Reference | None = None, rank: int = 0):
+    def __init__(self, cfg: GRPOConfig | None = None, tokenizer=None, reward_fn: Callable | None = None,
+                 reference: Reference | None = None, problems=None, eval_problems=None, seed: int = 0):
         self.cfg = cfg or GRPOConfig()
+        self.cfg.validate()
         self.tokenizer = tokenizer
         self.reward_fn = reward_fn or reward_fn_for_template(self.cfg.template, self.cfg.format_weight)
         self.reference = reference
-        self.rank = rank
-        self.calls = 0
+        self.rank, self.world = 0, 1
+        self.seed = seed
+        self.calls = 0  # rollout batches drawn so far: seeds the sampling
+        self.position = 0  # problems of the stream used so far, over all ranks
+        self.problems = [as_problem(p) for p in problems] if problems is not None else None
+        self.eval_problems = [as_problem(p) for p in eval_problems] if eval_problems is not None else None
+        if self.problems is not None:
+            if not self.problems:
+                raise ValueError("GRPOObjective: the problem stream is empty")
+            self.next_batch = self._next_problems  # the Trainer draws batches from the stream instead of a store
+        self._wrapped = False
 
     def setup(self, trainer: Any) -> None:
-        """Take the run's tokenizer; build the frozen reference when the KL penalty is on."""
+        """Take the run's tokenizer, rank and seed; build the frozen reference (the start) when the KL is on."""
         if self.tokenizer is None:
             self.tokenizer = getattr(trainer, "tokenizer", None)
         if self.tokenizer is None:
             raise ValueError("the grpo objective needs a tokenizer to decode rollouts: set data.tokenizer")
         dist = getattr(trainer, "dist", None)
-        self.rank = getattr(dist, "rank", 0) if dist is not None else 0
+        if dist is not None:
+            self.rank, self.world = dist.rank, dist.world_size
+        self.seed = trainer.cfg.train.seed
         if self.cfg.kl_coef and self.reference is None:
-            self.reference = Reference(trainer.bare_model, self.cfg.reference if self.cfg.reference != "none" else "copy")
+            self.reference = Reference(trainer.bare_model, self.cfg.reference)
+
+    def _next_problems(self, trainer: Any) -> dict[str, Any]:
+        """This rank's share of the next ``micro_batch_size * world`` problems of the stream, as prompt ids."""
+        per_rank = trainer.cfg.train.micro_batch_size
+        n = len(self.problems)
+        start = self.position + self.rank * per_rank
+        if self.position + per_rank * self.world > n and not self._wrapped:
+            self._wrapped = True
+            warnings.warn(f"grpo: the problem stream has {n} problems and the run has used {self.position}; "
+                          "it starts again from the first (problems now repeat)", stacklevel=2)
+        chosen = [self.problems[(start + i) % n] for i in range(per_rank)]
+        self.position += per_rank * self.world
+        prompts = [encode_text(self.tokenizer, format_prompt(p["question"], self.cfg.template, self.tokenizer))
+                   for p in chosen]
+        width = max(map(len, prompts))
+        pad = pad_id_of(self.tokenizer)
+        ids = torch.tensor([p + [pad] * (width - len(p)) for p in prompts], dtype=torch.long)
+        return {"prompt_ids": ids, "prompt_lengths": torch.tensor([len(p) for p in prompts]),
+                "answer": [p["answer"] for p in chosen]}
 
     def _prompts(self, batch: dict[str, Any]) -> list[list[int]]:
-        ids = batch["prompt_ids"]
+        rows = batch["prompt_ids"].tolist()
         lengths = batch.get("prompt_lengths")
-        rows = ids.tolist()
         if lengths is None:
             return rows
         return [row[: int(n)] for row, n in zip(rows, lengths.tolist())]
@@ -72,18 +228,19 @@ class GRPOObjective(Objective):
         """Roll out, score and lay out the loss batch (online); or pack stored responses (offline)."""
         device = batch["prompt_ids"].device
         prompts = self._prompts(batch)
+        pad = pad_id_of(self.tokenizer)
         if "response_ids" in batch:  # offline: responses and rewards were stored; REINFORCE on the reward
-            resp = batch["response_ids"].tolist()
-            masks = batch["response_mask"].tolist()
-            responses = [[t for t, m in zip(r, mk) if m] or [pad_id_of(self.tokenizer)] for r, mk in zip(resp, masks)]
-            out = pack_prompt_and_output(prompts, responses, pad_id_of(self.tokenizer))
+            resp, masks = batch["response_ids"].tolist(), batch["response_mask"].tolist()
+            responses = [[t for t, m in zip(r, mk) if m] or [pad] for r, mk in zip(resp, masks)]
+            out = pack_prompt_and_output(prompts, responses, pad)
             reward = batch["reward"].float()
             out.update(advantages=reward - reward.mean(), raw_rewards=reward,
-                       metadata={"reward_mean": reward.mean().item(), "response_length": sum(map(len, responses)) / len(responses)})
+                       metadata={"reward_mean": reward.mean().item(),
+                                 "response_length": sum(map(len, responses)) / len(responses)})
         else:
-            params = _sampling(self.cfg, self.tokenizer, seed=(self.cfg.seed * 1_000_003 + self.calls) * 101 + self.rank)
-            out = collect_rollouts(unwrap(model), self.tokenizer, prompts, list(batch["answer"]), self.cfg.group_size, params,
-                                   self.reward_fn, self.cfg.advantage_eps, self.cfg.normalize_by_std)
+            params = sampling_params(self.cfg, self.tokenizer, seed=(self.seed * 1_000_003 + self.calls) * 101 + self.rank)
+            out = collect_rollouts(unwrap(model), self.tokenizer, prompts, list(batch["answer"]), self.cfg.group_size,
+                                   params, self.reward_fn, self.cfg.advantage_eps, self.cfg.normalize_by_std)
         self.calls += 1
         loss_batch = {k: out[k].to(device) for k in ("input_ids", "labels", "response_mask", "advantages", "raw_rewards")}
         if self.reference is not None:
@@ -96,8 +253,9 @@ class GRPOObjective(Objective):
         out = get_response_log_probs(model, batch["input_ids"], batch["labels"], return_token_entropy=True)
         lp, mask = out["log_probs"], batch["response_mask"]
         per_token, meta = compute_policy_gradient_loss(
-            lp, self.cfg.loss_type, raw_rewards=batch["raw_rewards"].unsqueeze(-1), advantages=batch["advantages"].unsqueeze(-1),
-            old_log_probs=lp.detach(), cliprange=self.cfg.cliprange, ref_log_probs=batch.get("ref_log_probs"), kl_coef=self.cfg.kl_coef,
+            lp, self.cfg.loss_type, raw_rewards=batch["raw_rewards"].unsqueeze(-1),
+            advantages=batch["advantages"].unsqueeze(-1), old_log_probs=lp.detach(), cliprange=self.cfg.cliprange,
+            ref_log_probs=batch.get("ref_log_probs"), kl_coef=self.cfg.kl_coef,
         )
         loss = aggregate_token_loss(per_token, mask, self.cfg.length_normalization, float(self.cfg.max_new_tokens))
         rm = batch.get("rollout_metrics", {})
@@ -107,6 +265,7 @@ class GRPOObjective(Objective):
             "format_reward": rm.get("format_reward_mean", 0.0),
             "accuracy": rm.get("answer_reward_mean", 0.0),
             "response_length": rm.get("response_length", 0.0),
+            "frac_zero_std_groups": rm.get("frac_zero_std_groups", 0.0),
             "entropy": masked_mean(out["token_entropy"].detach(), mask).item(),
         }
         if "clipped" in meta:
@@ -115,26 +274,37 @@ class GRPOObjective(Objective):
             metrics["kl"] = masked_mean(meta["kl"], mask).item()
         return loss, metrics
 
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        """Greedy held-out accuracy, format rate and answer length (the Trainer prefixes them with ``val_``)."""
+        if not self.eval_problems:
+            return {}
+        problems = self.eval_problems[: self.cfg.eval_size] if self.cfg.eval_size else self.eval_problems
+        res = evaluate_accuracy(unwrap(model), self.tokenizer, problems, self.cfg, self.reward_fn)
+        return {k: res[k] for k in ("accuracy", "format_rate", "response_length")}
+
     def num_tokens(self, batch: dict[str, Any]) -> int:
         """Prompt + response tokens of the rollouts."""
         return int(batch["input_ids"].numel())
 
     def state_dict(self) -> dict[str, Any]:
-        """The rollout counter (it seeds sampling, so resume replays the same rollouts)."""
-        return {"calls": self.calls}
+        """The rollout counter and stream position (they fix the next prompts and sampling seeds on resume)."""
+        return {"calls": self.calls, "position": self.position}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the rollout counter."""
+        """Restore the rollout counter and stream position."""
         self.calls = int(state.get("calls", 0))
+        self.position = int(state.get("position", 0))
 
 
 def build_objective(cfg, trainer) -> GRPOObjective:
-    """The Trainer's plugin hook: GRPO settings from ``cfg.grpo`` when the config has that section.
+    """The Trainer's plugin hook: GRPO settings from ``cfg.grpo``; ``grpo.problems`` / ``grpo.eval_problems`` are read.
 
-    Without one, the template is "chat" (grading ``#### N``), matching ``cookmind pack``'s default
+    Without a template the prompt is "chat" (grading ``#### N``), matching ``cookmind pack``'s default
     grpo prompt template.
     """
-    section = getattr(cfg, "grpo", None)
-    values = dict(section) if isinstance(section, dict) else (vars(section).copy() if section is not None else {})
+    values = dict(getattr(cfg, "grpo", None) or {})
     values.setdefault("template", "chat")
-    return GRPOObjective(GRPOConfig.from_dict(values))
+    gcfg = GRPOConfig.from_dict(values)
+    problems = load_problems(gcfg.problems) if gcfg.problems else None
+    held_out = load_problems(gcfg.eval_problems) if gcfg.eval_problems else None
+    return GRPOObjective(gcfg, problems=problems, eval_problems=held_out, seed=cfg.train.seed)

@@ -539,6 +539,9 @@ class Trainer:
                 if self.train_type in ("seq", "sft"):
                     out["val_ppl"] = math.exp(min(out["val_loss"], 50.0))
                 out.update({f"val_{k}": v / n for k, v in sums.items()})
+        held_out = getattr(self.objective, "evaluate", None)  # e.g. GRPO's greedy accuracy on held-out problems
+        if held_out is not None:
+            out.update({f"val_{k}": v for k, v in held_out(self.bare_model).items()})
         self.samples = self.generate_samples()
         if was_training:
             model.train()
