@@ -1,52 +1,62 @@
-"""GRPO under torch.distributed: two gloo processes split the rollouts and stay in sync."""
+"""GRPO through the Trainer under torch.distributed: two gloo processes split the stream and stay in sync."""
 
 import os
+import socket
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from test_align_fixtures import XYZ, x_fraction
 
 
-def _worker(rank, world, init_file, out_dir):
+def _worker(rank, world, port, out_dir):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    from cookmind.align.grpo import GRPOConfig, run_grpo
+    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    from cookmind.align.objective import GRPOConfig, GRPOObjective
     from cookmind.model import CookMindConfig, CookMindLM
+    from cookmind.train import TrainConfig, Trainer
 
     torch.manual_seed(0)  # the same start on every rank
     model = CookMindLM(CookMindConfig(vocab_size=5, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32))
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    cfg = GRPOConfig(n_steps=2, rollout_batch_size=16, group_size=4, train_batch_size=16, learning_rate=1e-2,
-                     max_new_tokens=4, template="{question}", stop_strings=(), eval_every=0)
-    problems = [{"question": "?" * k, "answer": ""} for k in range(1, 5)]
+    problems = [{"question": "?" * k, "answer": ""} for k in range(1, 9)]
     seen = []
-    import cookmind.align.grpo as grpo
 
-    real = grpo.collect_rollouts
+    objective = GRPOObjective(GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=()),
+                              reward_fn=x_fraction, problems=problems)
+    real = objective._next_problems
 
-    def spy(model, tokenizer, prompt_ids, *args, **kw):  # record which prompts this rank rolled out
-        seen.append([len(p) for p in prompt_ids])
-        return real(model, tokenizer, prompt_ids, *args, **kw)
+    def spy(trainer):
+        batch = real(trainer)
+        seen.append(batch["prompt_lengths"].tolist())
+        return batch
 
-    grpo.collect_rollouts = spy
-    hist = run_grpo(model, XYZ(), problems, cfg, reward_fn=x_fraction, progress=False)
-    torch.save({"state": model.state_dict(), "start": start, "seen": seen, "hist": hist}, os.path.join(out_dir, f"r{rank}.pt"))
+    objective.next_batch = spy
+    cfg = TrainConfig.from_dict({
+        "train": {"objective": "grpo", "max_steps": 2, "micro_batch_size": 2, "device": "cpu", "seed": 0},
+        "optim": {"lr": 1e-2, "schedule": "constant"}, "parallel": {"backend": "gloo"},
+        "logging": {"run_dir": os.path.join(out_dir, "run"), "progress": False, "report": False, "log_every": 1}})
+    trainer = Trainer(cfg, model=model, objective=objective, tokenizer=XYZ())
+    trainer.fit()
+    torch.save({"state": trainer.bare_model.state_dict(), "start": start, "seen": seen},
+               os.path.join(out_dir, f"r{rank}.pt"))
     dist.destroy_process_group()
 
 
-@pytest.mark.timeout(120)
-def test_grpo_two_gloo_ranks_split_rollouts_and_sync_gradients(tmp_path):
-    pytest.importorskip("cookmind.model")
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+@pytest.mark.timeout(180)
+def test_grpo_two_gloo_ranks_split_the_stream_and_sync_gradients(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
     r0, r1 = torch.load(tmp_path / "r0.pt"), torch.load(tmp_path / "r1.pt")
-    # each step, the 4 prompts are split 2 + 2 across ranks, never overlapping
-    for a, b in zip(r0["seen"], r1["seen"]):
-        assert len(a) == 2 and len(b) == 2 and not set(a) & set(b)
+    # step k: rank 0 takes problems [4k, 4k+2), rank 1 [4k+2, 4k+4): the stream's 8 problems once each
+    assert r0["seen"] == [[1, 2], [5, 6]] and r1["seen"] == [[3, 4], [7, 8]]
     # gradients were averaged: both ranks hold the same weights, and they moved
     for k in r0["state"]:
-        torch.testing.assert_close(r0["state"][k], r1["state"][k])
+        torch.testing.assert_close(r0["state"][k], r1["state"][k], rtol=0, atol=0)
     assert any(not torch.equal(r0["state"][k], r0["start"][k]) for k in r0["state"])
-    assert r0["hist"][-1]["reward"] == pytest.approx(r1["hist"][-1]["reward"])  # metrics reduced over ranks
