@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cookmind.curate import demo as curate_demo  # noqa: E402
+from cookmind.demo import curate as curate_demo  # noqa: E402
 from cookmind.curate import exact_lines, minhash  # noqa: E402
 from cookmind.curate.extract import extract_text  # noqa: E402
 from cookmind.curate.gopher import gopher_reasons  # noqa: E402

@@ -29,7 +29,7 @@ for part in "${parts[@]}"; do
                CUDA_VISIBLE_DEVICES=0 run linear-ce 120 python3 bench/bench_linear_ce.py --no-sweep ;;
         decode) CUDA_VISIBLE_DEVICES=0 run decode 300 python3 bench/bench_decode.py
                 CUDA_VISIBLE_DEVICES=0 run prefix 120 python3 bench/bench_prefix_cache.py --device cuda ;;
-        rl) CUDA_VISIBLE_DEVICES=0 run rollout 150 python3 -m cookmind.align.bench --preset gpt2-small --prompts 8 \
+        rl) CUDA_VISIBLE_DEVICES=0 run rollout 150 python3 bench/bench_rollouts.py --preset gpt2-small --prompts 8 \
                 --group-size 8 --new-tokens 256 ;;
         ddp) run ddp 420 torchrun --standalone --nproc_per_node 2 bench/bench_ddp.py --rounds 3 --bw \
                 --setups 1gpu-whole ours-bf16-whole torch-bf16-whole torch-whole ;;

@@ -1,84 +1,114 @@
-"""The demo's RL stage on a tiny model: its outputs (before/after, curves PNG, loadable checkpoint, report)."""
+"""The demo's RL stage (cookmind/demo/rl.py) on a tiny model: it runs through the Trainer and leaves before/after,
+curves, a loadable checkpoint and its report section; it is deterministic; its problems are fresh."""
 
+import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from test_align_fixtures import one_torch_thread  # noqa: F401
 
 
-def test_demo_stage_contract(tmp_path):
-    pytest.importorskip("cookmind.model")
-    from dataclasses import replace
+@pytest.fixture(scope="module")
+def quick_ctx(tmp_path_factory):
+    """A quick DemoContext with data, tokenizer and a small random 'policy' checkpoint (no pretrain/SFT needed)."""
+    from cookmind.demo import DemoContext, DemoSizes
+    from cookmind.demo.pipeline import stage_data, stage_tokenizer
+    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.tokenizer import Tokenizer
 
-    from cookmind.align.demo import QUICK_GRPO, demo_stage
-    from cookmind.model import CookMindConfig, CookMindLM, load_model
-    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+    root = tmp_path_factory.mktemp("rl_demo")
+    ctx = DemoContext(workdir=root / "a", sizes=DemoSizes.quick(), progress=False)
+    ctx.workdir.mkdir()
+    stage_data(ctx)
+    stage_tokenizer(ctx)
+    torch.manual_seed(0)
+    vocab = Tokenizer.load(ctx.paths["tokenizer"]).vocab_size
+    save_model(root / "m", CookMindLM(CookMindConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32,
+                                                     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                                     max_position_embeddings=128)))
+    ctx.checkpoints["sft"] = root / "m"
+    return ctx
 
-    problems = [{"question": f"Ann has {a} pens. She gets {b} more. How many?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
-                for a in range(1, 5) for b in range(1, 4)]
-    (tmp_path / "c.txt").write_text("\n".join(p["question"] + " " + p["answer"] for p in problems))
-    vocab, merges = train_bpe(tmp_path / "c.txt", 290, DEFAULT_SPECIAL_TOKENS)
-    tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
-    def fresh_model():
-        torch.manual_seed(0)
-        return CookMindLM(CookMindConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128))
 
-    model = fresh_model()
-    cfg = replace(QUICK_GRPO, eval_every=1, eval_size=4)
-    res = demo_stage(model, tok, problems[:8], problems[8:], tmp_path / "grpo", seed=0, time_budget_s=60, cfg=cfg,
-                     progress=False)
-    assert res["steps"] == 2 and 0.0 <= res["accuracy_before"] <= 1.0 and 0.0 <= res["accuracy"] <= 1.0
-    assert res["stopped_early"] is False and res["train_problems_seen"] == 4  # stream: 2 steps x 2 fresh problems
-    assert [c["step"] for c in res["curve"]] == [0, 1, 2]
+def _fork(ctx, workdir):
+    other = copy.deepcopy(ctx)
+    other.workdir = Path(workdir)
+    other.workdir.mkdir(parents=True)
+    return other
+
+
+def test_demo_rl_stage_runs_through_the_trainer(quick_ctx, tmp_path):
+    from cookmind.demo.rl import QUICK_GRPO, QUICK_LOOP, demo_stage
+    from cookmind.model import load_model
+
+    ctx = _fork(quick_ctx, tmp_path / "a")
+    res = demo_stage(ctx)
+    assert res["steps"] == QUICK_LOOP["steps"] == 2 and res["stopped_early"] is False
+    assert 0.0 <= res["accuracy_before"] <= 1.0 and 0.0 <= res["accuracy"] <= 1.0
+    assert res["train_problems_seen"] == 4 and res["rollouts"] == 2 * 2 * QUICK_GRPO.group_size
     # wrong->right minus right->wrong is the accuracy change, counted problem by problem
-    assert res["heldout_fixed"] - res["heldout_broken"] == round(4 * (res["accuracy"] - res["accuracy_before"]))
+    n = res["heldout_problems"]
+    assert res["heldout_fixed"] - res["heldout_broken"] == round(n * (res["accuracy"] - res["accuracy_before"]))
     assert res["gain_points"] == pytest.approx(100 * (res["accuracy"] - res["accuracy_before"]))
-    png = (tmp_path / "grpo" / "grpo_curves.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    log = [json.loads(line) for line in (tmp_path / "grpo" / "grpo_log.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in log] == [1, 2] and all("eval_accuracy" in r for r in log)
-    saved = load_model(res["checkpoint"])
-    for a, b in zip(saved.state_dict().values(), model.state_dict().values()):
-        torch.testing.assert_close(a, b)
-    assert json.loads((tmp_path / "grpo" / "grpo_result.json").read_text())["accuracy"] == res["accuracy"]
+    assert (tmp_path / "a" / "grpo" / "grpo_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the Trainer ran it: its config says objective grpo, its metrics carry the RL columns, its checkpoint is the policy
+    run = tmp_path / "a" / "runs" / "grpo"
+    assert "objective: grpo" in (run / "config.yaml").read_text()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r.get("split") == "train"]
+    assert [r["step"] for r in train] == [1, 2] and all("reward" in r for r in train)
+    val = [r for r in rows if r.get("split") == "val"]
+    assert val and val[-1]["val_accuracy"] == res["accuracy"]  # the Trainer's held-out eval = the stage's after
+    assert ctx.checkpoints["grpo"] == Path(res["checkpoint"]) and load_model(res["checkpoint"]) is not None
+    assert json.loads((tmp_path / "a" / "grpo" / "grpo_result.json").read_text())["accuracy"] == res["accuracy"]
 
     # a fixed number of steps under one seed: a second run gives the same rollouts, rewards and accuracy
-    again = demo_stage(fresh_model(), tok, problems[:8], problems[8:], tmp_path / "grpo2", seed=0, time_budget_s=60,
-                       cfg=cfg, progress=False)
-    log2 = [json.loads(line) for line in (tmp_path / "grpo2" / "grpo_log.jsonl").read_text().splitlines()]
-    strip = ("seconds", "rollout_s")
-    assert [{k: v for k, v in r.items() if k not in strip} for r in log2] == \
-        [{k: v for k, v in r.items() if k not in strip} for r in log]
+    again = demo_stage(_fork(quick_ctx, tmp_path / "b"))
+    rows2 = [json.loads(line) for line in (tmp_path / "b" / "runs" / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    keep = ("step", "loss", "reward", "accuracy", "response_length", "grad_norm", "val_accuracy")
+    assert [{k: r.get(k) for k in keep} for r in rows2] == [{k: r.get(k) for k in keep} for r in rows]
     assert again["accuracy"] == res["accuracy"] and again["curve"] == res["curve"]
 
-    assert 0.0 <= res["sampled_accuracy"] <= res["pass_at_k"] <= 1.0
-    # at temperature 0 every one of the k samples is the greedy answer: pass@k is the greedy accuracy
-    from cookmind.align.demo import pass_at_k
-    from cookmind.align.grpo import evaluate_accuracy
-
-    greedy = replace(cfg, temperature=0.0)
-    sampled = pass_at_k(model, tok, problems[8:], greedy, k=3)
-    assert sampled["pass_at_k"] == sampled["pass_at_1"] == evaluate_accuracy(model, tok, problems[8:], greedy)["accuracy"]
-
-    # the wall-clock guard is a safety stop: when it fires, the result says so
-    cut = demo_stage(fresh_model(), tok, problems[:8], problems[8:], tmp_path / "grpo3", seed=0, time_budget_s=0.0,
-                     cfg=cfg, progress=False)
-    assert cut["steps"] == 1 and cut["stopped_early"] is True
-
     # the demo report carries the RL section: before/after, the curves PNG, the guard
-    from cookmind.demo import DemoContext, write_demo_report
+    from cookmind.demo import write_demo_report
 
-    ctx = DemoContext(workdir=tmp_path, progress=False)
-    ctx.results = {"eval_sft": {"accuracy": 0.25, "answered_in_format": 1.0, "shows_working": 0.1, "n": 4}, "grpo": res}
+    ctx.results = {"eval_sft": {"accuracy": 0.25, "answered_in_format": 1.0, "shows_working": 0.1, "n": 4},
+                   "grpo": res}
     report = write_demo_report(ctx).read_text()
     assert "## RL stage: GRPO on fresh problems" in report and "![GRPO curves](grpo/grpo_curves.png)" in report
     assert f"{100 * res['accuracy']:.1f}%" in report and "the wall-clock guard did not fire" in report
 
 
+def test_demo_rl_guard_stops_early_and_says_so(quick_ctx, tmp_path, monkeypatch):
+    from cookmind.demo.rl import demo_stage
+
+    monkeypatch.setenv("COOKMIND_GRPO_SECONDS", "0")
+    ctx = _fork(quick_ctx, tmp_path / "c")
+    cut = demo_stage(ctx)
+    assert cut["steps"] == 1 and cut["stopped_early"] is True
+    assert any("safety guard fired after 1 of 2 steps" in n for n in ctx.notes)
+
+
+def test_pass_at_k_at_temperature_zero_is_greedy_accuracy(quick_ctx):
+    from dataclasses import replace
+
+    from cookmind.align.objective import evaluate_accuracy
+    from cookmind.demo.rl import QUICK_GRPO, pass_at_k
+    from cookmind.model import load_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(quick_ctx.paths["tokenizer"])
+    model = load_model(quick_ctx.checkpoints["sft"])
+    problems = [json.loads(line) for line in quick_ctx.paths["eval_problems"].read_text().splitlines()][:6]
+    greedy = replace(QUICK_GRPO, temperature=0.0)
+    sampled = pass_at_k(model, tok, problems, greedy, k=3)
+    assert sampled["pass_at_k"] == sampled["pass_at_1"] == evaluate_accuracy(model, tok, problems, greedy)["accuracy"]
+
+
 def test_shows_working_spots_a_written_step():
-    from cookmind.align.demo import shows_working
+    from cookmind.demo.rl import shows_working
 
     assert shows_working("3 + 4 = 7\n7 - 2 = 5\n#### 5")
     assert shows_working("12 * 3 = 36\n#### 36")
@@ -86,24 +116,15 @@ def test_shows_working_spots_a_written_step():
     assert not shows_working("#### 5")
 
 
-def test_demo_grpo_problems_are_fresh(tmp_path):
+def test_demo_grpo_problems_are_fresh(quick_ctx, tmp_path):
     """The stream the demo's GRPO trains on holds no held-out question, none an earlier stage trained on, no repeat."""
-    from cookmind.align.demo import _from_context
-    from cookmind.demo import DemoContext, DemoSizes, stage_data, stage_tokenizer
-    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.demo.rl import DEMO_LOOP, write_fresh_problems
 
-    ctx = DemoContext(workdir=tmp_path, sizes=DemoSizes.quick(), progress=False)
-    stage_data(ctx)
-    stage_tokenizer(ctx)
-    save_model(tmp_path / "m", CookMindLM(CookMindConfig(vocab_size=ctx.sizes.vocab_size + 16, hidden_size=16,
-                                                         intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                                         num_key_value_heads=1, max_position_embeddings=64)))
-    ctx.checkpoints["sft"] = tmp_path / "m"
-    args = _from_context(ctx)
-    stream = [p["question"] for p in args["train_problems"]]
-    cfg = args["cfg"]
-    assert len(stream) == cfg.n_steps * cfg.rollout_batch_size // cfg.group_size == len(set(stream))
-    d = tmp_path / "data"
+    n = DEMO_LOOP["steps"] * DEMO_LOOP["prompts_per_step"]
+    assert write_fresh_problems(quick_ctx, tmp_path / "p.jsonl", n) == n
+    stream = [json.loads(line)["question"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(stream) == n == len(set(stream))
+    d = quick_ctx.paths["data"]
     held = {json.loads(line)["question"] for line in (d / "eval_problems.jsonl").read_text().splitlines()}
     trained = set()
     for name in ("sft.jsonl", "dpo.jsonl", "pretrain.jsonl"):

@@ -7,21 +7,18 @@ import torch
 from cookmind.demo import STAGES, DemoContext, DemoSizes, run_demo
 
 
-OURS = [(name, fn) for name, fn in STAGES if name != "grpo"]
-
-
 def test_quick_demo_runs_every_stage(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        # the GRPO stage belongs to cookmind.align and is tested there; curation likewise
+        # curation is tested below; the RL stage in detail in test_align_demo.py
         ctx = run_demo(DemoContext(workdir=tmp_path, seed=0, sizes=DemoSizes.quick(), progress=False,
-                                   skip_curate=True), stages=OURS)
+                                   skip_curate=True))
     finally:
         torch.set_num_threads(threads)
-    for name, _ in OURS:
+    for name, _ in STAGES:
         assert name in ctx.results, f"stage {name} left no result"
-    for stage in ("pretrain", "sft", "dpo"):
+    for stage in ("pretrain", "sft", "dpo", "grpo"):
         assert (ctx.checkpoints[stage] / "model.safetensors").is_file()
     # the DPO stage trained LoRA only and saved a PEFT adapter beside the merged weights
     assert (ctx.checkpoints["dpo"] / "adapter_model.safetensors").is_file()
@@ -29,7 +26,8 @@ def test_quick_demo_runs_every_stage(tmp_path):
     for stage in ("eval_pretrain", "eval_sft", "eval_dpo"):
         assert 0.0 <= ctx.results[stage]["accuracy"] <= 1.0 and ctx.results[stage]["n"] == ctx.sizes.eval_problems
     report = (tmp_path / "report.md").read_text()
-    assert "Held-out arithmetic" in report and "Sample chats" in report
+    assert "Held-out arithmetic" in report and "Sample chats" in report and "RL stage: GRPO" in report
+    assert ctx.policy == ctx.checkpoints["grpo"]  # the chat stage talks to the RL stage's model
     assert json.loads((tmp_path / "results.json").read_text())["pack"]["sft"]["tokens"] > 0
     assert (tmp_path / "runs" / "pretrain" / "loss.png").is_file()
     assert ctx.results["mine_pairs"]["pairs"] == ctx.sizes.dpo_pairs

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from cookmind.curate.classifier import FastTextClassifier, load_classifier, train_classifier
 from cookmind.curate.config import CurateConfig
-from cookmind.curate.demo import demo_stage
 from cookmind.curate.exact_lines import exact_line_dedup
 from cookmind.curate.extract import extract_text
 from cookmind.curate.gopher import GopherConfig, gopher_quality_filter, gopher_reasons
@@ -19,6 +18,6 @@ from cookmind.curate.pii import mask_emails, mask_ips, mask_phone_numbers, mask_
 from cookmind.curate.runner import run_pipeline
 
 __all__ = ["CurateConfig", "FastTextClassifier", "GopherConfig", "classify_nsfw", "classify_quality",
-           "classify_toxic_speech", "demo_stage", "exact_line_dedup", "extract_text", "gopher_quality_filter",
+           "classify_toxic_speech", "exact_line_dedup", "extract_text", "gopher_quality_filter",
            "gopher_reasons", "identify_language", "load_classifier", "mask_emails", "mask_ips",
            "mask_phone_numbers", "mask_pii", "minhash_dedup", "run_pipeline", "train_classifier"]

@@ -158,7 +158,7 @@ def _default_config(args) -> int:
 
 
 def _demo(args) -> int:
-    from cookmind.curate.demo import demo_stage
+    from cookmind.demo.curate import demo_stage
 
     out = demo_stage(args.workdir, seed=args.seed, num_pages=args.num_pages, workers=args.workers)
     print(Path(out["report_md"]).read_text())

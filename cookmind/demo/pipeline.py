@@ -13,7 +13,6 @@ SFT taught the answer format, accuracy on 200 held-out arithmetic problems moved
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import time
@@ -46,7 +45,7 @@ class DemoSizes:
     max_number: int = 10
     # Pretraining text shows its working (as worked solutions on the web do); the chat demonstrations
     # are few (~1000) and mostly terse: only this share of them writes the steps out. GRPO then
-    # finds out, from the verifier alone, that writing the steps pays (cookmind/align/demo.py).
+    # finds out, from the verifier alone, that writing the steps pays (cookmind/demo/rl.py).
     worked_fraction: float = 0.3
     pretrain_steps: int = 400
     sft_steps: int = 500
@@ -97,14 +96,11 @@ Stage = tuple[str, Callable[[DemoContext], dict[str, Any]]]
 
 
 def stage_curate(ctx: DemoContext) -> dict[str, Any]:
-    """Curate a synthetic web crawl (cookmind.curate) into clean text for pretraining, when available."""
+    """Curate a synthetic web crawl (cookmind.curate) into clean text for pretraining."""
     if ctx.skip_curate:
         return {"skipped": "--skip-curate"}
-    try:
-        from cookmind.curate import demo_stage
-    except ImportError as exc:
-        ctx.notes.append(f"curation stage skipped: cookmind.curate.demo_stage is not available ({exc})")
-        return {"skipped": str(exc)}
+    from cookmind.demo.curate import demo_stage
+
     out = demo_stage(ctx.workdir / "curate", seed=ctx.seed, num_pages=ctx.sizes.crawl_pages,
                      progress=ctx.progress)
     ctx.paths["curated"] = Path(out["text_path"])
@@ -189,8 +185,12 @@ def stage_pack(ctx: DemoContext) -> dict[str, Any]:
     return out
 
 
-def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Run one Trainer stage from the demo preset plus ``overrides``; record its checkpoint."""
+def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]], callbacks: list | None = None,
+           stop_ok: bool = False) -> dict[str, Any]:
+    """Run one Trainer stage from the demo preset plus ``overrides``; record its checkpoint.
+
+    ``stop_ok``: a run stopped by one of ``callbacks`` (a safety guard) is a result, not an interruption.
+    """
     from cookmind.train import TrainConfig, Trainer
 
     cfg = TrainConfig.load("demo")
@@ -210,10 +210,10 @@ def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]]) ->
     cfg.validate()
     ctx.say(f"{name}: {cfg.train.max_steps} steps, objective {cfg.train.objective}"
             + (" with LoRA" if cfg.lora.enabled else ""))
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, callbacks=callbacks)
     params = sum(p.numel() for p in trainer.bare_model.parameters() if p.requires_grad)
     summary = trainer.fit()
-    if summary["status"] != "completed":
+    if summary["status"] != "completed" and not (stop_ok and summary["status"] == "stopped"):
         raise SystemExit(f"cookmind demo: the {name} stage was interrupted ({summary['status']} at step "
                          f"{summary['steps']}); its checkpoint is in {trainer.ckpt_dir}")
     from cookmind.train.checkpoint import find_latest_checkpoint
@@ -223,7 +223,7 @@ def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]]) ->
     train_losses = [r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r.get("split") == "train"]
     return {"trainable_params": params, "first_loss": train_losses[0] if train_losses else None,
             "last_loss": train_losses[-1] if train_losses else None, "report": str(run_dir / "report.md"),
-            "train_seconds": summary["seconds"],
+            "train_seconds": summary["seconds"], "status": summary["status"], "run_dir": str(run_dir),
             **{k: v for k, v in summary.items() if k in ("steps", "tokens", "val_loss", "val_ppl",
                                                           "val_reward_accuracy", "val_reward_margin")}}
 
@@ -309,7 +309,7 @@ def _greedy_answers(ctx: DemoContext, checkpoint: Path, questions: list[str], ba
 
 def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, batch_size: int = 100) -> dict[str, Any]:
     """Exact-answer accuracy on the held-out problems: greedy chat answer, ``#### N`` must equal the truth."""
-    from cookmind.align.demo import shows_working
+    from cookmind.demo.rl import shows_working
     from cookmind.synthetic import extract_answer
 
     problems = [json.loads(line) for line in ctx.paths["eval_problems"].read_text().splitlines()]
@@ -364,22 +364,11 @@ def stage_report(ctx: DemoContext) -> dict[str, Any]:
     return {"report": str(path)}
 
 
-def _plugin_stage(name: str, module: str, before: str | None = None) -> Stage:
-    """A stage provided by another package (``module.demo_stage(ctx) -> dict``), skipped when absent."""
+def stage_grpo(ctx: DemoContext) -> dict[str, Any]:
+    """GRPO on fresh problems through the Trainer (cookmind train's grpo objective); held-out accuracy moves."""
+    from cookmind.demo.rl import demo_stage
 
-    def stage(ctx: DemoContext) -> dict[str, Any]:
-        try:
-            fn = importlib.import_module(module).demo_stage
-        except (ImportError, AttributeError) as exc:
-            ctx.notes.append(f"{name} stage skipped: {module}.demo_stage is not available ({exc})")
-            return {"skipped": str(exc)}
-        out = fn(ctx)
-        if isinstance(out, dict) and out.get("checkpoint"):
-            ctx.checkpoints[name] = Path(out["checkpoint"])
-        return out
-
-    stage.__doc__ = f"{name} (from {module}.demo_stage, when installed)."
-    return name, stage
+    return demo_stage(ctx)
 
 
 STAGES: list[Stage] = [
@@ -394,7 +383,7 @@ STAGES: list[Stage] = [
     ("mine_pairs", stage_mine_pairs),
     ("dpo", stage_dpo),
     _eval_stage("eval_dpo", "dpo"),
-    _plugin_stage("grpo", "cookmind.align.demo"),
+    ("grpo", stage_grpo),
     ("chat", stage_chat),
     ("report", stage_report),
 ]
@@ -467,10 +456,12 @@ def _grpo_section(g: dict[str, Any], sft_accuracy: float | None, workdir: Path) 
     """The RL stage: what it trained on, the curves, before/after, and whether the safety guard fired."""
     cfg = g.get("config", {})
     lines = ["", "## RL stage: GRPO on fresh problems", "",
-             f"{g['steps']} steps of {cfg.get('rollout_batch_size', 0) // max(1, cfg.get('group_size', 1))} fresh "
+             f"{g['steps']} steps of {cfg.get('prompts_per_step')} fresh "
              f"problems x {cfg.get('group_size')} samples ({g['rollouts']} rollouts; "
              f"{g.get('train_problems_seen')} problems, none held out, none seen by an earlier stage, none repeated). "
-             "The reward is the verifier only: 1 when `#### N` equals the truth.", "",
+             "The reward is the verifier only: 1 when `#### N` equals the truth. The stage is `cookmind train` with "
+             "`train.objective: grpo` (the Trainer and its GRPO objective; run report: "
+             f"`{os.path.relpath(g['report'], workdir) if g.get('report') else ''}`).", "",
              f"- held-out accuracy: {100 * g['accuracy_before']:.1f}% before → **{100 * g['accuracy']:.1f}%** after "
              f"({g['gain_points']:+.1f} points)"
              + (f"; {100 * (g['accuracy'] - sft_accuracy):+.1f} points over SFT" if sft_accuracy is not None else ""),

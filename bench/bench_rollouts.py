@@ -1,6 +1,6 @@
 """GRPO throughput: rollout tokens/s and optimizer-step time, one JSON line per figure.
 
-    python -m cookmind.align.bench --preset gpt2-small --group-size 8 --prompts 8 --new-tokens 256
+    python bench/bench_rollouts.py --preset gpt2-small --group-size 8 --prompts 8 --new-tokens 256
 
 The peer, measured in the same run, is Hugging Face ``generate`` on the same weights exported to
 a ``LlamaForCausalLM`` (sampling, KV cache), when transformers is installed.
@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PRESETS = {
     # GPT-2-small-sized Llama-shaped model (12 x 768, 12 heads, vocab 50304)
