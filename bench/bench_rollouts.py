@@ -43,9 +43,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--micro-batch", type=int, default=16)
     args = ap.parse_args(argv)
-    from cookmind.align.log_probs import get_response_log_probs
+    from cookmind.align.losses import get_response_log_probs, grpo_microbatch_train_step
     from cookmind.align.rollout import SamplingParams, generate_ids
-    from cookmind.align.train_step import grpo_microbatch_train_step
     from cookmind.model import CookMindConfig, CookMindLM
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -25,8 +25,7 @@ def grpo_run_inputs(tmp_path_factory):
 
 
 def _trainer(root, run_dir, max_steps, resume=None):
-    from cookmind.align.objective import GRPOConfig
-    from cookmind.align.objective import GRPOObjective
+    from cookmind.align.objective import GRPOConfig, GRPOObjective
     from cookmind.train import TrainConfig, Trainer
 
     cfg = TrainConfig.from_dict({

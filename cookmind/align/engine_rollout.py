@@ -73,7 +73,7 @@ def engine_generate_ids(model, prompts: list[list[int]], params: SamplingParams,
     engine = _engine_for(model, slots, need)
     if params.stop_strings and tokenizer is None:
         raise ValueError("stop_strings need a tokenizer to decode the responses; pass tokenizer=")
-    from cookmind.align.text_codec import decode_ids
+    from cookmind.align.prompts import decode_ids
 
     tail = max((len(x) for x in params.stop_strings), default=0) + 4
     outs: list[list[int]] = [[] for _ in prompts]

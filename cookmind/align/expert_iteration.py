@@ -21,10 +21,9 @@ from pathlib import Path
 import torch
 
 from cookmind.align.objective import GRPOConfig, as_problem, evaluate_accuracy, sampling_params
-from cookmind.align.prompts import format_prompt
+from cookmind.align.prompts import decode_response, encode_text, format_prompt
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import generate_ids
-from cookmind.align.text_codec import decode_response, encode_text
 
 
 @dataclass

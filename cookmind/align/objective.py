@@ -19,23 +19,34 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from cookmind.align.log_probs import get_response_log_probs
-from cookmind.align.masked import masked_mean
-from cookmind.align.pg_loss import compute_policy_gradient_loss
-from cookmind.align.prompts import R1_ZERO_STOP, format_prompt, uses_think_tags
+from cookmind.align.losses import (
+    LENGTH_NORMALIZATIONS,
+    aggregate_token_loss,
+    compute_policy_gradient_loss,
+    get_response_log_probs,
+    masked_mean,
+    pack_prompt_and_output,
+)
+from cookmind.align.prompts import (
+    R1_ZERO_STOP,
+    decode_response,
+    encode_text,
+    format_prompt,
+    pad_id_of,
+    stop_ids_of,
+    uses_think_tags,
+)
 from cookmind.align.reference import Reference
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import SamplingParams, generate_ids
 from cookmind.align.rollouts import collect_rollouts
-from cookmind.align.text_codec import decode_response, encode_text, pad_id_of, stop_ids_of
-from cookmind.align.tokenize_pairs import pack_prompt_and_output
-from cookmind.align.train_step import LENGTH_NORMALIZATIONS, aggregate_token_loss
 from cookmind.train.objectives.base import Objective, unwrap
 
 LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip")
@@ -101,7 +112,9 @@ class GRPOConfig:
 
 def sampling_params(cfg: GRPOConfig, tokenizer, seed: int | None, greedy: bool = False) -> SamplingParams:
     """How rollouts (or, with ``greedy``, held-out answers) are decoded: the one place these are built."""
-    stops = cfg.stop_strings if cfg.stop_strings is not None else (R1_ZERO_STOP if uses_think_tags(cfg.template) else ())
+    stops = cfg.stop_strings
+    if stops is None:
+        stops = R1_ZERO_STOP if uses_think_tags(cfg.template) else ()
     return SamplingParams(
         max_new_tokens=(cfg.eval_max_new_tokens or cfg.max_new_tokens) if greedy else cfg.max_new_tokens,
         min_new_tokens=0 if greedy else cfg.min_new_tokens,

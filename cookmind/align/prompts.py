@@ -1,6 +1,12 @@
-"""Prompt templates for reasoning with verifiable answers."""
+"""Prompt templates for reasoning with verifiable answers, and one way to turn text into ids for any tokenizer
+we meet (ours or a Hugging Face one: it adds BOS/EOS from ``encode`` unless told not to, which would put special
+tokens in the middle of a prompt+response join, so we ask it not to).
+"""
 
 from __future__ import annotations
+
+# -- Prompt templates for reasoning with verifiable answers ---------------------------------------------------------
+
 
 # The R1-Zero template (DeepSeek-R1 paper): the model writes its reasoning, closes </think>,
 # then puts the answer in <answer> tags; the prompt ends inside <think> so generation starts there.
@@ -46,6 +52,62 @@ def uses_think_tags(template: str) -> bool:
     return template != "chat" and PROMPTS.get(template, template).rstrip().endswith("<think>")
 
 
-def r1_zero_target(reasoning: str, answer: str) -> str:
-    """The response an r1-zero prompt expects: reasoning, </think>, then the answer in tags."""
-    return f" {reasoning.strip()} </think> <answer> {answer.strip()} </answer>"
+
+# -- One way to turn text into ids for any tokenizer we meet: ours or a Hugging Face one ----------------------------
+
+
+def is_hf_tokenizer(tokenizer) -> bool:
+    """True for a transformers tokenizer (it has ``add_special_tokens`` semantics)."""
+    return hasattr(tokenizer, "convert_tokens_to_ids") and hasattr(tokenizer, "pad_token_id")
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    """Ids for ``text`` with no special tokens added."""
+    if is_hf_tokenizer(tokenizer):
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer.encode(text))
+
+
+def decode_ids(tokenizer, ids) -> str:
+    """Text for ``ids``; special tokens kept so tags such as ``</answer>`` survive."""
+    ids = [int(i) for i in ids]
+    if is_hf_tokenizer(tokenizer):
+        return tokenizer.decode(ids, skip_special_tokens=False)
+    return tokenizer.decode(ids)
+
+
+def pad_id_of(tokenizer) -> int:
+    """The padding id: ours ``pad_id``, else Hugging Face's pad, else EOS, else 0."""
+    for name in ("pad_id", "pad_token_id", "eos_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def eos_id_of(tokenizer) -> int | None:
+    """The end-of-text id, or None when the tokenizer has none."""
+    for name in ("eos_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def stop_ids_of(tokenizer) -> tuple[int, ...]:
+    """Ids that end a response: end-of-text, and end-of-turn (<|im_end|>) for chat tokenizers."""
+    ids = [eos_id_of(tokenizer)]
+    for name in ("im_end_id",):
+        ids.append(getattr(tokenizer, name, None))
+    if is_hf_tokenizer(tokenizer):
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ids.append(im_end if im_end != getattr(tokenizer, "unk_token_id", None) else None)
+    return tuple(dict.fromkeys(i for i in ids if isinstance(i, int)))
+
+
+def decode_response(tokenizer, ids) -> str:
+    """A generated response as text, without the end-of-text / end-of-turn token it may stop on."""
+    ids = [int(i) for i in ids]
+    if ids and ids[-1] in stop_ids_of(tokenizer):
+        ids = ids[:-1]
+    return decode_ids(tokenizer, ids)

@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from cookmind.align.log_probs import get_response_log_probs
+from cookmind.align.losses import get_response_log_probs
 
 
 def _adapters_off(model):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cookmind.align.log_probs import logits_of
+from cookmind.align.losses import logits_of
 
 
 @dataclass
@@ -153,7 +153,7 @@ def generate_ids(model, prompts: list[list[int]], params: SamplingParams, tokeni
         engine = _cookmind_engine() if params.engine == "auto" else _cookmind_engine(required=True)
         if engine is not None:
             return engine(model, prompts, params, tokenizer)
-    from cookmind.align.text_codec import decode_ids
+    from cookmind.align.prompts import decode_ids
 
     decode = (lambda ids: decode_ids(tokenizer, ids)) if tokenizer is not None else None
     gen = None

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-
-from cookmind.align.advantages import compute_group_normalized_rewards
+from cookmind.align.losses import compute_group_normalized_rewards, pack_prompt_and_output
+from cookmind.align.prompts import decode_response, pad_id_of
 from cookmind.align.rollout import SamplingParams, generate_ids
-from cookmind.align.text_codec import decode_response, pad_id_of
-from cookmind.align.tokenize_pairs import pack_prompt_and_output
 
 
 def collect_rollouts(

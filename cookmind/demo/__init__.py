@@ -6,8 +6,18 @@
     curves.py    the RL stage's reward / accuracy / length curves
 """
 
-from cookmind.demo.pipeline import (STAGES, DemoContext, DemoSizes, add_arguments, arithmetic_accuracy, main,
-                                    run_demo, stage_curate, stage_report, write_demo_report)
+from cookmind.demo.pipeline import (
+                                    STAGES,
+                                    DemoContext,
+                                    DemoSizes,
+                                    add_arguments,
+                                    arithmetic_accuracy,
+                                    main,
+                                    run_demo,
+                                    stage_curate,
+                                    stage_report,
+                                    write_demo_report,
+)
 
 __all__ = ["STAGES", "DemoContext", "DemoSizes", "add_arguments", "arithmetic_accuracy", "main", "run_demo",
            "stage_curate", "stage_report", "write_demo_report"]

@@ -207,10 +207,9 @@ def pass_at_k(model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int
     pass@k well above the greedy accuracy is the room RL has: right answers the policy already
     samples, which the reward can make its first choice.
     """
-    from cookmind.align.prompts import format_prompt
+    from cookmind.align.prompts import decode_response, encode_text, format_prompt
     from cookmind.align.rewards import reward_fn_for_template
     from cookmind.align.rollout import generate_ids
-    from cookmind.align.text_codec import decode_response, encode_text
 
     grade = reward_fn_for_template(cfg.template, cfg.format_weight)
     problems = [as_problem(p) for p in problems]

@@ -15,11 +15,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from cookmind.align.log_probs import get_response_log_probs
-from cookmind.align.parse import LETTERS, parse_mmlu_response
+from cookmind.align.losses import get_response_log_probs, tokenize_prompt_and_output
+from cookmind.align.prompts import decode_response, encode_text, stop_ids_of
+from cookmind.align.rewards import LETTERS, parse_mmlu_response
 from cookmind.align.rollout import SamplingParams, generate_ids
-from cookmind.align.text_codec import decode_response, encode_text, stop_ids_of
-from cookmind.align.tokenize_pairs import tokenize_prompt_and_output
 from cookmind.evals.atomic_io import write_jsonl
 
 SCORINGS = ("letter", "option", "generate")

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from cookmind.align.log_probs import gather_log_probs, logits_of
-from cookmind.align.text_codec import decode_ids, encode_text
+from cookmind.align.losses import gather_log_probs, logits_of
+from cookmind.align.prompts import decode_ids, encode_text
 
 
 @torch.no_grad()
