@@ -47,6 +47,9 @@ class DemoSizes:
     # are few (~1000) and mostly terse: only this share of them writes the steps out. GRPO then
     # finds out, from the verifier alone, that writing the steps pays (cookmind/demo/rl.py).
     worked_fraction: float = 0.3
+    # The preference pairs prefer a correct worked answer (this share shows the steps) over a wrong one, which
+    # mining replaces by the SFT model's own wrong answer where it has one (stage_mine_pairs).
+    dpo_worked_fraction: float = 1.0
     pretrain_steps: int = 400
     sft_steps: int = 500
     dpo_steps: int = 100
@@ -135,7 +138,7 @@ def stage_data(ctx: DemoContext) -> dict[str, Any]:
     _write_jsonl(d / "sft_val.jsonl", [{"messages": m} for m in sft[s.sft_chats:]])
 
     pairs = preference_pairs(s.dpo_pairs + s.val_items // 2, seed=ctx.seed + 4, level=s.level,
-                             max_number=s.max_number, exclude=exclude, worked_fraction=s.worked_fraction)
+                             max_number=s.max_number, exclude=exclude, worked_fraction=s.dpo_worked_fraction)
     _write_jsonl(d / "dpo.jsonl", pairs[: s.dpo_pairs])
     _write_jsonl(d / "dpo_val.jsonl", pairs[s.dpo_pairs:])
 
@@ -248,43 +251,56 @@ def stage_sft(ctx: DemoContext) -> dict[str, Any]:
 
 
 def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
-    """Preference pairs from the SFT model's own mistakes: the correct answer over the model's wrong one."""
+    """Preference pairs from the SFT model's own mistakes: the correct answer over the model's wrong one.
+
+    The validation pairs are mined the same way, so DPO's held-out reward accuracy measures what it was trained
+    for: preferring the right answer over what this model says when it is wrong, on questions it never trained on.
+    """
     from cookmind.store.packer import pack
     from cookmind.synthetic import extract_answer
 
-    rows = [json.loads(line) for line in (ctx.paths["data"] / "dpo.jsonl").read_text().splitlines()]
-    questions = [r["chosen"][0]["content"] for r in rows]
-    answers = _greedy_answers(ctx, ctx.checkpoints["sft"], questions)
-    pairs, mined = [], 0
-    for row, answer in zip(rows, answers):
-        truth = extract_answer(row["chosen"][-1]["content"])
-        if extract_answer(answer) != truth and answer.strip():
-            # on-policy: push down exactly what the model says when it is wrong
-            row = {"chosen": row["chosen"], "rejected": row["chosen"][:-1] + [{"role": "assistant", "content": answer}]}
-            mined += 1
-        pairs.append(row)
-    path = ctx.paths["data"] / "dpo_mined.jsonl"
-    _write_jsonl(path, pairs)
-    store = ctx.workdir / "stores" / "dpo_mined.bin"
-    meta = pack([path], store, str(ctx.paths["tokenizer"]), "dpo", overwrite=True, progress=False)
-    ctx.paths["store_dpo"] = store
-    ctx.say(f"{mined} of {len(rows)} DPO prompts answered wrongly by the SFT model: those answers become the rejected side")
-    return {"pairs": len(pairs), "from_model_mistakes": mined, "synthetic_wrong": len(pairs) - mined,
-            "tokens": meta["num_tokens"]}
+    out: dict[str, Any] = {}
+    for name in ("dpo", "dpo_val"):
+        rows = [json.loads(line) for line in (ctx.paths["data"] / f"{name}.jsonl").read_text().splitlines()]
+        answers = _greedy_answers(ctx, ctx.checkpoints["sft"], [r["chosen"][0]["content"] for r in rows])
+        pairs, mined = [], 0
+        for row, answer in zip(rows, answers):
+            truth = extract_answer(row["chosen"][-1]["content"])
+            if extract_answer(answer) != truth and answer.strip():
+                # on-policy: push down exactly what the model says when it is wrong
+                row = {"chosen": row["chosen"], "rejected": row["chosen"][:-1] + [{"role": "assistant", "content": answer}]}
+                mined += 1
+            pairs.append(row)
+        path = ctx.paths["data"] / f"{name}_mined.jsonl"
+        _write_jsonl(path, pairs)
+        store = ctx.workdir / "stores" / f"{name}_mined.bin"
+        meta = pack([path], store, str(ctx.paths["tokenizer"]), "dpo", overwrite=True, progress=False)
+        ctx.paths[f"store_{name}"] = store
+        out[name] = {"pairs": len(pairs), "from_model_mistakes": mined, "tokens": meta["num_tokens"]}
+    ctx.say(f"{out['dpo']['from_model_mistakes']} of {out['dpo']['pairs']} DPO prompts answered wrongly by the SFT "
+            "model: those answers become the rejected side")
+    return {"pairs": out["dpo"]["pairs"], "from_model_mistakes": out["dpo"]["from_model_mistakes"],
+            "synthetic_wrong": out["dpo"]["pairs"] - out["dpo"]["from_model_mistakes"], "tokens": out["dpo"]["tokens"],
+            "val_pairs": out["dpo_val"]["pairs"], "val_from_model_mistakes": out["dpo_val"]["from_model_mistakes"]}
+
+
+# DPO's loop and loss settings (LoRA on the SFT model; the base with adapters off is the reference).
+DPO_SETTINGS: dict[str, dict[str, Any]] = {
+    "train": {"micro_batch_size": 8},
+    "optim": {"lr": 1e-3, "warmup_steps": 5, "weight_decay": 0.0},
+    "lora": {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0},
+    # the chosen-answer NLL term keeps DPO from lowering the likelihood of right answers (RPO)
+    "dpo": {"beta": 0.1, "reduction": "sum", "nll_weight": 1.0},
+}
 
 
 def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
     """DPO with LoRA adapters: correct answers preferred over wrong ones; the base is the reference."""
-    return _train(ctx, "dpo", {
-        "train": {"objective": "dpo", "max_steps": ctx.sizes.dpo_steps, "init_from": str(ctx.checkpoints["sft"]),
-                  "micro_batch_size": 8},
-        "data": {"train_path": str(ctx.paths["store_dpo"]), "val_path": str(ctx.paths["store_dpo_val"])},
-        "optim": {"lr": 1e-3, "warmup_steps": 5, "weight_decay": 0.0},
-        "lora": {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0},
-        # the chosen-answer NLL term keeps DPO from lowering the likelihood of right answers (RPO)
-        "dpo": {"beta": 0.1, "reduction": "sum", "nll_weight": 1.0},
-        "eval": {"every": 0, "prompts": DEMO_PROMPTS[:2]},
-    })
+    overrides = {k: dict(v) for k, v in DPO_SETTINGS.items()}
+    overrides["train"].update(objective="dpo", max_steps=ctx.sizes.dpo_steps, init_from=str(ctx.checkpoints["sft"]))
+    overrides["data"] = {"train_path": str(ctx.paths["store_dpo"]), "val_path": str(ctx.paths["store_dpo_val"])}
+    overrides["eval"] = {"every": 0, "prompts": DEMO_PROMPTS[:2]}
+    return _train(ctx, "dpo", overrides)
 
 
 def _greedy_answers(ctx: DemoContext, checkpoint: Path, questions: list[str], batch_size: int = 100,
