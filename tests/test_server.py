@@ -182,7 +182,7 @@ def test_models_health_metrics(setup):
     assert [m.id for m in c.models.list().data] == [MODEL]
     url = setup["server"].url
     assert httpx.get(url + "/health").json()["status"] == "ok"
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {API_KEY}"}).text
     assert "cookmind_generated_tokens_total" in metrics and "cookmind_queue_depth" in metrics
 
 
