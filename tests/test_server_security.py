@@ -93,26 +93,6 @@ def test_api_key_guards_metrics_and_openapi_too(keyed_server):
     assert client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2).choices
 
 
-def test_api_key_from_the_environment(monkeypatch, tmp_path, tok, model):
-    import argparse
-
-    from cookmind.infer import cli_serve
-    from cookmind.model import save_model
-
-    save_model(tmp_path / "m", model)
-    tok.save(tmp_path / "m")
-    parser = argparse.ArgumentParser()
-    cli_serve.add_arguments(parser)
-    monkeypatch.setenv("COOKMIND_API_KEY", "from-env")
-    app, _ = cli_serve.build_app(parser.parse_args(["--model", str(tmp_path / "m"), "--device", "cpu"]))
-    server = LiveServer(app)
-    try:
-        assert httpx.get(server.url + "/v1/models").status_code == 401
-        assert httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer from-env"}).status_code == 200
-    finally:
-        server.close()
-
-
 def _raw_exchange(port: int, head: bytes, body: bytes = b"", timeout: float = 5.0) -> bytes:
     """Send raw bytes, return what the server answers (first read) or b"" on a timeout."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
