@@ -7,11 +7,11 @@ import argparse
 
 import httpx
 import pytest
+from lm_fixtures import one_cpu_thread
+from test_server import LiveServer, make_model, make_tokenizer
 
 from cookmind.infer import cli_serve
 from cookmind.model import save_model
-from lm_fixtures import one_cpu_thread
-from test_server import LiveServer, make_model, make_tokenizer
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 

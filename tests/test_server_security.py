@@ -12,11 +12,11 @@ import time
 import httpx
 import openai
 import pytest
+from lm_fixtures import one_cpu_thread
+from test_server import LiveServer, make_model, make_tokenizer
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server import create_app
-from lm_fixtures import one_cpu_thread
-from test_server import LiveServer, make_model, make_tokenizer
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
@@ -99,12 +99,12 @@ def _raw_exchange(port: int, head: bytes, body: bytes = b"", timeout: float = 5.
         s.sendall(head + body)
         try:
             return s.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             return b""
 
 
 def test_body_limit_answers_413_before_reading_the_body(open_server):
-    server, engine = open_server
+    server, _ = open_server
     # 100 MB announced, 10 bytes sent: the answer must come without waiting for the rest
     head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {100 * 2**20}\r\n\r\n").encode()
@@ -152,10 +152,12 @@ def test_tokenizing_does_not_stall_other_requests(tok, model, route):
     server = LiveServer(create_app(engine, SlowTokenizer(tok), MODEL))
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
     try:
-        if route == "chat":
-            call = lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=1)  # noqa: E731
-        else:
-            call = lambda: client.completions.create(model=MODEL, prompt="The cook", max_tokens=1)  # noqa: E731
+        def call():
+            if route == "chat":
+                client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=1)
+            else:
+                client.completions.create(model=MODEL, prompt="The cook", max_tokens=1)
+
         worker = threading.Thread(target=call)
         worker.start()
         time.sleep(0.3)  # the request is inside the tokenizer now

@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from lm_fixtures import one_cpu_thread
+from test_server import LiveServer, make_model, make_tokenizer
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server import create_app
-from test_server import LiveServer, make_model, make_tokenizer
-from lm_fixtures import one_cpu_thread
-
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 

@@ -7,14 +7,14 @@ import asyncio
 import time
 import uuid
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from cookmind.infer.output import extract_tool_calls
 from cookmind.infer.schemas import ChatCompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
 from cookmind.infer.server.generation import Generation, finish_reason, sse, stream_finish_reason
-from cookmind.infer.server.state import ServerState, get_state
+from cookmind.infer.server.state import ServerState, State
 
 router = APIRouter()
 TOOL_OPEN = "<tool_call>"
@@ -52,7 +52,7 @@ def _logprobs(entries) -> dict:
 
 
 @router.post("/v1/chat/completions")
-async def chat_completions(request: Request, state: ServerState = Depends(get_state)):
+async def chat_completions(request: Request, state: State):
     req = await parse_request(request, ChatCompletionRequest)
     state.check_model(req.model)
     top = req.top_logprobs or 0

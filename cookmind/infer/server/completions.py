@@ -7,13 +7,13 @@ import asyncio
 import time
 import uuid
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from cookmind.infer.schemas import CompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
 from cookmind.infer.server.generation import Generation, finish_reason, max_new_tokens, sse, stream_finish_reason
-from cookmind.infer.server.state import ServerState, get_state
+from cookmind.infer.server.state import ServerState, State
 
 router = APIRouter()
 
@@ -53,7 +53,7 @@ def _logprobs(entries, offset0: int) -> dict:
 
 
 @router.post("/v1/completions")
-async def completions(request: Request, state: ServerState = Depends(get_state)):
+async def completions(request: Request, state: State):
     req = await parse_request(request, CompletionRequest)
     state.check_model(req.model)
     prompts = await asyncio.to_thread(_prompts, state, req)  # tokenizing off the event loop

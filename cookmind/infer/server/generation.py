@@ -58,8 +58,7 @@ class Generation:
         max_new = max_new_tokens(self.state, req, len(ids))
         try:
             for j in range(req.n):
-                i = len(self.handles)
-                sink = (lambda ev, i=i: self.loop.call_soon_threadsafe(self.queue.put_nowait, (i, ev)))
+                sink = self._sink(len(self.handles))
                 self.handles.append(engine.submit(ids, sampling_params(req, j, logprobs, top), max_new,
                                                   self.state.stop_ids, sink, prompt_logprobs=prompt_logprobs))
                 self.procs.append(OutputProcessor(self.state.tokenizer, req.stop_list(), **processor_kw))
@@ -69,6 +68,12 @@ class Generation:
         except ValueError as exc:
             self.cancel()
             raise APIError(400, str(exc)) from exc
+
+    def _sink(self, choice: int):
+        """The engine thread's callback for one choice: hand its events to the event loop's queue."""
+        def sink(ev):
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (choice, ev))
+        return sink
 
     def cancel(self) -> None:
         for h in self.handles:
@@ -86,7 +91,7 @@ class Generation:
                     raise asyncio.CancelledError("client disconnected")
             try:
                 i, ev = await asyncio.wait_for(self.queue.get(), timeout=DISCONNECT_POLL_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
             proc = self.procs[i]
             if proc.finish_reason is not None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from importlib import resources
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
-from cookmind.infer.server.state import ServerState, get_state
+from cookmind.infer.server.state import State
 
 router = APIRouter()
 
@@ -19,12 +19,12 @@ async def index():
 
 
 @router.get("/health")
-async def health(state: ServerState = Depends(get_state)):
+async def health(state: State):
     return {"status": "ok", "model": state.model_name}
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-async def metrics(state: ServerState = Depends(get_state)):
+async def metrics(state: State):
     lines = [f"cookmind_{k} {v}" for k, v in state.engine.metrics().items()]
     lines += [f"cookmind_http_{k} {v}" for k, v in state.stats.items()]
     lines.append(f"cookmind_uptime_seconds {time.time() - state.started:.1f}")
@@ -32,7 +32,7 @@ async def metrics(state: ServerState = Depends(get_state)):
 
 
 @router.get("/v1/models")
-async def models(state: ServerState = Depends(get_state)):
+async def models(state: State):
     # max_model_len as vLLM reports it: the web page sizes its max-tokens default from it
     return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
                                         "owned_by": "cookmind", "max_model_len": state.engine.max_seq_len}]}

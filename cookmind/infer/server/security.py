@@ -13,8 +13,9 @@ import ipaddress
 import secrets
 from collections.abc import Iterable
 
-from cookmind.infer.schemas import error_body
 from fastapi.responses import JSONResponse
+
+from cookmind.infer.schemas import error_body
 
 LOCAL_NAMES = ("localhost",)
 OPEN_PATHS = ("/", "/health")  # the page asks for the key itself; load balancers probe /health

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server.errors import APIError
@@ -41,3 +42,6 @@ class ServerState:
 def get_state(request: Request) -> ServerState:
     """FastAPI dependency: the app's ServerState."""
     return request.app.state.server
+
+
+State = Annotated[ServerState, Depends(get_state)]  # a route's parameter type for the app's ServerState
