@@ -15,6 +15,7 @@ import openai
 import pytest
 import torch
 import uvicorn
+from lm_fixtures import one_cpu_thread
 
 from cookmind.infer import GenerationConfig, generate
 from cookmind.infer.engine import Engine
@@ -22,8 +23,6 @@ from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
 from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-from lm_fixtures import one_cpu_thread
-
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
@@ -182,7 +181,7 @@ def test_models_health_metrics(setup):
     assert [m.id for m in c.models.list().data] == [MODEL]
     url = setup["server"].url
     assert httpx.get(url + "/health").json()["status"] == "ok"
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {API_KEY}"}).text
     assert "cookmind_generated_tokens_total" in metrics and "cookmind_queue_depth" in metrics
 
 

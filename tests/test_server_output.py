@@ -6,7 +6,7 @@ import json
 
 from cookmind.infer.engine import FinishEvent, TokenEvent
 from cookmind.infer.output import OutputProcessor, extract_tool_calls
-from cookmind.infer.server import _hold_tool_calls
+from cookmind.infer.server.chat import _hold_tool_calls
 
 
 class ByteTok:

@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from lm_fixtures import one_cpu_thread
+from test_server import LiveServer, make_model, make_tokenizer
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server import create_app
-from test_server import LiveServer, make_model, make_tokenizer
-from lm_fixtures import one_cpu_thread
-
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
@@ -118,3 +117,39 @@ def test_reasoning_is_collapsible(browser, live):
     assert msg.locator(".reasoning-text").text_content() == "Soup needs salt."
     assert msg.locator(".reasoning-text").is_visible()
     page.close()
+
+
+def test_small_context_first_message_and_server_errors(browser, tmp_path_factory):
+    tok = make_tokenizer(tmp_path_factory)
+    engine = Engine(make_model(tok.vocab_size, max_pos=64), num_slots=2, max_seq_len=64)
+    server = LiveServer(create_app(engine, tok, "small-cook"))
+    page = browser.new_page()
+    try:
+        page.goto(server.url + "/")
+        # a max-tokens value saved while a bigger model was served (the old default 512) cannot fit 64 tokens
+        page.evaluate("localStorage.setItem('cookmind-chat', JSON.stringify({history: [], max_tokens: '512'}))")
+        page.reload()
+        page.wait_for_function("document.getElementById('model-name').textContent.includes('small-cook')")
+        assert page.input_value("#max-tokens") == ""
+        assert "64" in page.get_attribute("#max-tokens", "placeholder")
+        page.fill("#input", "What is in the soup?")
+        page.click("#send")
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+        # a request the server refuses: its message is shown in the reply bubble, nothing of it is kept
+        page.fill("#max-tokens", "500")
+        page.fill("#input", "And the bread?")
+        page.click("#send")
+        page.wait_for_function("document.getElementById('status').textContent === 'error'")
+        failed = page.locator(".msg.assistant").last
+        assert "maximum context length is 64 tokens" in failed.locator(".content").text_content()
+        assert "failed" in failed.get_attribute("class")
+        assert page.input_value("#input") == "And the bread?"  # back in the box to send again
+        stored = page.evaluate("JSON.parse(localStorage.getItem('cookmind-chat')).history")
+        assert [m["role"] for m in stored] == ["user", "assistant"]
+        assert stored[0]["content"] == "What is in the soup?"
+        page.reload()
+        page.wait_for_selector(".msg.user")
+        assert page.locator(".msg.user").count() == 1 and page.locator(".msg.assistant").count() == 1
+    finally:
+        page.close()
+        server.close()

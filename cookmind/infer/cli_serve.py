@@ -1,4 +1,5 @@
-"""`cookmind serve CHECKPOINT_OR_HF_DIR`: the OpenAI-compatible server and web chat page."""
+"""`cookmind serve --model CHECKPOINT_OR_HF_DIR` (or the directory as the positional argument): the
+OpenAI-compatible server and web chat page."""
 
 from __future__ import annotations
 
@@ -6,19 +7,35 @@ import argparse
 import os
 from pathlib import Path
 
+API_KEY_ENV = "COOKMIND_API_KEY"
+DEFAULT_SLOTS = 32  # concurrent sequences when --max-batch is not given
+KV_CAP_BYTES = 1024 * 2**20  # the default KV pool never exceeds this; --kv-cache-mb overrides
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a cookmind checkpoint/model directory or a Hugging Face Llama/Qwen directory")
+    parser.add_argument("model", nargs="?", default=None,
+                        help="a cookmind checkpoint/model directory or a Hugging Face Llama/Qwen directory")
+    parser.add_argument("--model", dest="model_flag", default=None, metavar="DIR",
+                        help="the same as the positional argument")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", default=os.environ.get("COOKMIND_API_KEY"),
-                        help="require 'Authorization: Bearer KEY' on /v1 (default: $COOKMIND_API_KEY, else none)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"require 'Authorization: Bearer KEY' on everything but the web page and /health; prefer "
+                             f"the environment variable {API_KEY_ENV} (argv is visible to other local users)")
+    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                        help="a Host name to serve besides the bind address, localhost and IP addresses (e.g. the "
+                             "machine's DNS name behind a proxy); repeatable; '*' serves any (no DNS-rebinding check)")
+    parser.add_argument("--max-body-mb", type=float, default=4.0,
+                        help="larger request bodies are refused with 413 (default 4)")
     parser.add_argument("--model-name", default=None, help="the model id clients send (default: the directory name)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA)")
-    parser.add_argument("--max-batch", type=int, default=None, help="concurrent sequences (default: from the KV budget)")
-    parser.add_argument("--kv-cache-mb", type=int, default=1024, help="KV cache memory budget in MiB")
+    parser.add_argument("--max-batch", type=int, default=None,
+                        help=f"concurrent sequences (default {DEFAULT_SLOTS}, or what --kv-cache-mb holds)")
+    parser.add_argument("--kv-cache-mb", type=int, default=None,
+                        help=f"KV cache memory budget in MiB (default: room for every sequence's whole context, at "
+                             f"most {KV_CAP_BYTES // 2**20})")
     parser.add_argument("--max-seq-len", type=int, default=None, help="context length (default: the model's)")
     parser.add_argument("--max-queue", type=int, default=256, help="waiting requests before answering 429")
     parser.add_argument("--kv-layout", choices=["paged", "slots"], default="paged",
@@ -34,6 +51,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
 
 
+def model_dir(args: argparse.Namespace) -> str:
+    """The model directory from --model or the positional argument."""
+    if args.model_flag and args.model and args.model_flag != args.model:
+        raise ValueError(f"serve: two models given ({args.model!r} and --model {args.model_flag!r}); give one")
+    path = args.model_flag or args.model
+    if not path:
+        raise ValueError("serve: no model given; pass --model DIR (a cookmind checkpoint or a HF model directory)")
+    return path
+
+
+def kv_sizing(model, args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """(num_slots, kv_budget_bytes) for the Engine. By default every sequence can hold the whole context,
+    capped at KV_CAP_BYTES (the pool then admits fewer long sequences at once); --kv-cache-mb overrides."""
+    if args.kv_cache_mb is not None:
+        return args.max_batch, args.kv_cache_mb * 2**20
+    cfg = model.config
+    slots = args.max_batch or DEFAULT_SLOTS
+    context = args.max_seq_len or cfg.max_position_embeddings
+    elem = next(model.parameters()).element_size()
+    per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.resolved_head_dim * elem  # K and V
+    per_block = per_token * args.block_size
+    blocks = slots * -(-context // args.block_size) + 1  # + the scratch block
+    if blocks * per_block <= KV_CAP_BYTES:
+        return slots, blocks * per_block
+    return slots, KV_CAP_BYTES
+
+
 def build_app(args: argparse.Namespace):
     """Load the model and return (FastAPI app, engine)."""
     import torch
@@ -42,24 +86,30 @@ def build_app(args: argparse.Namespace):
     from cookmind.infer.loading import load_for_inference
     from cookmind.infer.server import create_app
 
+    path = model_dir(args)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else None)
-    model, tokenizer = load_for_inference(args.model, device, dtype, args.tokenizer)
-    engine = Engine(model, num_slots=args.max_batch, max_seq_len=args.max_seq_len,
-                    kv_budget_bytes=args.kv_cache_mb * 2**20, max_waiting=args.max_queue,
-                    cuda_graphs=False if args.no_cuda_graphs else None, kv_cache=args.kv_layout,
-                    block_size=args.block_size, compile=False if args.no_compile else None,
+    model, tokenizer = load_for_inference(path, device, dtype, args.tokenizer)
+    num_slots, kv_bytes = kv_sizing(model, args)
+    engine = Engine(model, num_slots=num_slots, max_seq_len=args.max_seq_len, kv_budget_bytes=kv_bytes,
+                    max_waiting=args.max_queue, cuda_graphs=False if args.no_cuda_graphs else None,
+                    kv_cache=args.kv_layout, block_size=args.block_size, compile=False if args.no_compile else None,
                     prefix_cache=args.prefix_cache, decode_attention=args.decode_attention)
-    name = args.model_name or Path(args.model).resolve().name
-    return create_app(engine, tokenizer, name, api_key=args.api_key), engine
+    name = args.model_name or Path(path).resolve().name
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    app = create_app(engine, tokenizer, name, api_key=api_key, allowed_hosts=[args.host, *args.allowed_host],
+                     max_body_bytes=int(args.max_body_mb * 2**20))
+    return app, engine
 
 
 def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     app, engine = build_app(args)
-    print(f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
-          f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache "
-          f"{engine.kv_blocks() or ''}{', prefix cache on' if args.prefix_cache else ''}; web chat at /)", flush=True)
+    kv = engine.kv_blocks()
+    pool = f"{kv['kv_blocks_total']} blocks of {kv['kv_block_size']}" if kv else "one context per sequence"
+    print(f"cookmind serve: {model_dir(args)} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
+          f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache: {pool}"
+          f"{', prefix cache on' if args.prefix_cache else ''}; web chat at /)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

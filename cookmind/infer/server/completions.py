@@ -1,0 +1,117 @@
+"""POST /v1/completions: a text or token-id prompt (or a list of them, n choices each) continued as plain
+text, answered whole or streamed as text_completion events; echo and prompt logprobs as OpenAI does them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from cookmind.infer.schemas import CompletionRequest
+from cookmind.infer.server.errors import APIError, parse_request
+from cookmind.infer.server.generation import Generation, finish_reason, max_new_tokens, sse, stream_finish_reason
+from cookmind.infer.server.state import ServerState, State
+
+router = APIRouter()
+
+
+def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[list[int], str]]:
+    """(ids, text) of every prompt, each checked to fit before any is submitted. Text is encoded as plain
+    text (no special tokens from it); token ids must lie in the vocabulary."""
+    prompt = req.prompt
+    batch = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)) else [prompt]
+    tok, vocab = state.tokenizer, state.vocab_size
+    prompts = []
+    for k, p in enumerate(batch):
+        where = "prompt" if len(batch) == 1 else f"prompt[{k}]"
+        if isinstance(p, str):
+            ids = tok.encode(p)
+        else:
+            ids = list(p)
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                raise APIError(400, f"{where}: token ids {bad[:5]} are outside the vocabulary [0, {vocab})",
+                               param="prompt")
+        if not ids:
+            raise APIError(400, f"{where} is empty", param="prompt")
+        max_new_tokens(state, req, len(ids))
+        prompts.append((ids, p if isinstance(p, str) else tok.decode(ids)))
+    return prompts
+
+
+def _logprobs(entries, offset0: int) -> dict:
+    offsets, pos = [], offset0
+    for e in entries:
+        offsets.append(pos)
+        pos += len(e["token"])
+    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [None if e["top"] is None else {s: lp for _, s, lp in e["top"]} for e in entries],
+            "text_offset": offsets}
+
+
+@router.post("/v1/completions")
+async def completions(request: Request, state: State):
+    req = await parse_request(request, CompletionRequest)
+    state.check_model(req.model)
+    prompts = await asyncio.to_thread(_prompts, state, req)  # tokenizing off the event loop
+    top = req.logprobs or 0
+    prompt_lp = top if (req.echo and req.logprobs is not None) else None  # echo + logprobs scores the prompt
+    gen, echoes = Generation(state), []
+    for ids, text in prompts:
+        gen.submit(ids, req, req.logprobs is not None, top, prompt_logprobs=prompt_lp, split_reasoning=False,
+                   prompt_ids=ids)
+        echoes += [text if req.echo else ""] * req.n
+    prompt_tokens = sum(len(ids) for ids, _ in prompts)
+    rid, now = "cmpl-" + uuid.uuid4().hex, int(time.time())
+    if req.stream:
+        return StreamingResponse(_stream(state, req, gen, rid, now, prompt_tokens, echoes),
+                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    await gen.run_to_end(request)
+    choices = []
+    for i, p in enumerate(gen.procs):
+        lp = None
+        if req.logprobs is not None:
+            entries = (p.prompt_logprob_entries or []) + p.logprob_entries if req.echo else p.logprob_entries
+            lp = _logprobs(entries, 0 if req.echo else len(echoes[i]))
+        choices.append({"index": i, "text": echoes[i] + p.content, "logprobs": lp, "finish_reason": finish_reason(p)})
+    return {"id": rid, "object": "text_completion", "created": now, "model": state.model_name, "choices": choices,
+            "usage": gen.usage(prompt_tokens, req.n)}
+
+
+async def _stream(state: ServerState, req: CompletionRequest, gen: Generation, rid: str, now: int, prompt_len: int,
+                  echoes: list[str]):
+    def chunk(choices, usage=None):
+        body = {"id": rid, "object": "text_completion", "created": now, "model": state.model_name,
+                "choices": choices}
+        if usage is not None:
+            body["usage"] = usage
+        return sse(body)
+
+    offsets = [len(e) for e in echoes]
+    scored = req.echo and req.logprobs is not None  # the echo goes out with its logprobs, after prefill
+    try:
+        if req.echo and not scored:
+            for i, echo in enumerate(echoes):
+                yield chunk([{"index": i, "text": echo, "logprobs": None, "finish_reason": None}])
+        async for i, d in gen.events():
+            if d.prompt_logprobs is not None:
+                yield chunk([{"index": i, "text": echoes[i], "finish_reason": None,
+                              "logprobs": _logprobs(d.prompt_logprobs, 0)}])
+                continue
+            lp = None
+            if req.logprobs is not None and d.logprobs:
+                lp = _logprobs(d.logprobs, offsets[i])
+                offsets[i] += sum(len(e["token"]) for e in d.logprobs)
+            if d.content or lp:
+                yield chunk([{"index": i, "text": d.content, "logprobs": lp, "finish_reason": None}])
+            if d.finish_reason is not None:
+                yield chunk([{"index": i, "text": "", "logprobs": None,
+                              "finish_reason": stream_finish_reason(gen.procs[i])}])
+        if req.stream_options and req.stream_options.include_usage:
+            yield chunk([], gen.usage(prompt_len, req.n))
+        yield "data: [DONE]\n\n"
+    finally:  # also runs when the client disconnects and the response is cancelled
+        gen.cancel()

@@ -1,0 +1,141 @@
+"""One HTTP call's generations: its engine requests (n choices per prompt), their output processors, and the
+asyncio queue the engine thread feeds. However the call ends (done, a stop string, a client that left, an
+error), ``cancel()`` leaves none of its generations running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+
+from cookmind.infer.engine import QueueFullError
+from cookmind.infer.output import Delta, OutputProcessor
+from cookmind.infer.sampling import SamplingParams
+from cookmind.infer.server.errors import APIError
+from cookmind.infer.server.state import ServerState
+
+DISCONNECT_POLL_S = 0.5
+
+
+def max_new_tokens(state: ServerState, req, prompt_len: int) -> int:
+    """The request's max_tokens, or the rest of the context; 400 when the prompt plus it do not fit."""
+    limit = state.engine.max_seq_len
+    room = limit - prompt_len
+    wanted = req.max_new_tokens()
+    if room < 1 or (wanted is not None and wanted > room):
+        raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you requested "
+                            f"{prompt_len + (wanted or 0)} tokens ({prompt_len} in the prompt, {wanted or 0} for the "
+                            "completion). Reduce the prompt or max_tokens.",
+                       param="max_tokens" if wanted else "messages", code="context_length_exceeded")
+    return wanted if wanted is not None else room
+
+
+def sampling_params(req, choice: int, logprobs: bool, top: int) -> SamplingParams:
+    """The request's sampling fields; choice i of n samples with seed + i."""
+    return SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+                          repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
+                          frequency_penalty=req.frequency_penalty,
+                          seed=None if req.seed is None else req.seed + choice, logprobs=logprobs, top_logprobs=top)
+
+
+class Generation:
+    """Choices submitted to the engine for one HTTP call; choice index = prompt index * n + j, OpenAI's order."""
+
+    def __init__(self, state: ServerState):
+        self.state = state
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.handles: list = []
+        self.procs: list[OutputProcessor] = []
+
+    def submit(self, ids: list[int], req, logprobs: bool, top: int, prompt_logprobs: int | None = None,
+               **processor_kw) -> None:
+        """Submit req.n choices for one prompt; all or none: a refusal cancels every choice of this call."""
+        engine = self.state.engine
+        max_new = max_new_tokens(self.state, req, len(ids))
+        try:
+            for j in range(req.n):
+                sink = self._sink(len(self.handles))
+                self.handles.append(engine.submit(ids, sampling_params(req, j, logprobs, top), max_new,
+                                                  self.state.stop_ids, sink, prompt_logprobs=prompt_logprobs))
+                self.procs.append(OutputProcessor(self.state.tokenizer, req.stop_list(), **processor_kw))
+        except QueueFullError as exc:
+            self.cancel()
+            raise APIError(429, str(exc), "rate_limit_error", code="rate_limit_exceeded") from exc
+        except ValueError as exc:
+            self.cancel()
+            raise APIError(400, str(exc)) from exc
+
+    def _sink(self, choice: int):
+        """The engine thread's callback for one choice: hand its events to the event loop's queue."""
+        def sink(ev):
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (choice, ev))
+        return sink
+
+    def cancel(self) -> None:
+        for h in self.handles:
+            self.state.engine.cancel(h)
+
+    async def events(self, request: Request | None = None) -> AsyncIterator[tuple[int, Delta]]:
+        """Yield (choice index, Delta) until every choice has finished; a stop string cancels its choice.
+        With ``request`` (non-streamed calls) a client that disconnects raises CancelledError."""
+        remaining = len(self.procs)
+        last_check = time.monotonic()
+        while remaining:
+            if request is not None and time.monotonic() - last_check > DISCONNECT_POLL_S:
+                last_check = time.monotonic()
+                if await request.is_disconnected():
+                    raise asyncio.CancelledError("client disconnected")
+            try:
+                i, ev = await asyncio.wait_for(self.queue.get(), timeout=DISCONNECT_POLL_S)
+            except TimeoutError:
+                continue
+            proc = self.procs[i]
+            if proc.finish_reason is not None:
+                continue  # events after a stop string, or the engine's own finish of a cancelled request
+            delta = proc.feed(ev)
+            if proc.stopped_by_string:
+                self.state.engine.cancel(self.handles[i])
+            if delta.finish_reason is not None:
+                remaining -= 1
+            yield i, delta
+
+    async def run_to_end(self, request: Request) -> None:
+        """Feed every event to the processors (a non-streamed answer); cancel whatever is left however it ends."""
+        try:
+            async for _ in self.events(request):
+                pass
+        finally:
+            self.cancel()
+
+    def usage(self, prompt_tokens: int, n: int) -> dict:
+        """OpenAI's usage; with the prefix cache, the prompt tokens read from it (once per prompt, like
+        prompt_tokens: the first of its n choices)."""
+        completion = sum(p.completion_tokens for p in self.procs)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                 "total_tokens": prompt_tokens + completion}
+        if getattr(self.state.engine, "prefix", None) is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": sum(h.cached_tokens for h in self.handles[::n])}
+        return usage
+
+
+def finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
+    """OpenAI's finish_reason for a finished choice; a failed generation is a 500 for non-streamed calls."""
+    if proc.finish_reason == "error":
+        raise APIError(500, "generation failed", "server_error")
+    if tool_calls:
+        return "tool_calls"
+    return "length" if proc.finish_reason == "length" else "stop"
+
+
+def stream_finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
+    """As finish_reason, but a failed generation says "error" in its last chunk (the status is already sent)."""
+    return "error" if proc.finish_reason == "error" else finish_reason(proc, tool_calls)
+
+
+def sse(body: dict) -> str:
+    """One server-sent event carrying a JSON chunk."""
+    return f"data: {json.dumps(body)}\n\n"

@@ -1,0 +1,38 @@
+"""GET routes: the web chat page, /health, /metrics (Prometheus text) and /v1/models."""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse, PlainTextResponse
+
+from cookmind.infer.server.state import State
+
+router = APIRouter()
+
+
+@router.get("/", response_class=HTMLResponse)
+async def index():
+    return HTMLResponse(resources.files("cookmind.infer").joinpath("static/index.html").read_text())
+
+
+@router.get("/health")
+async def health(state: State):
+    return {"status": "ok", "model": state.model_name}
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+async def metrics(state: State):
+    lines = [f"cookmind_{k} {v}" for k, v in state.engine.metrics().items()]
+    lines += [f"cookmind_http_{k} {v}" for k, v in state.stats.items()]
+    lines.append(f"cookmind_uptime_seconds {time.time() - state.started:.1f}")
+    return "\n".join(lines) + "\n"
+
+
+@router.get("/v1/models")
+async def models(state: State):
+    # max_model_len as vLLM reports it: the web page sizes its max-tokens default from it
+    return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
+                                        "owned_by": "cookmind", "max_model_len": state.engine.max_seq_len}]}

@@ -1,0 +1,47 @@
+"""What every route reads: the engine, the tokenizer, the served model's name and the HTTP counters."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from cookmind.infer.engine import Engine
+from cookmind.infer.server.errors import APIError
+
+
+@dataclass
+class ServerState:
+    engine: Engine
+    tokenizer: object
+    model_name: str
+    created: int = field(default_factory=lambda: int(time.time()))
+    started: float = field(default_factory=time.time)
+    stats: dict = field(default_factory=lambda: {"requests": 0, "errors": 0, "rejected_429": 0})
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """End-of-text and end-of-turn: a generation stops at either."""
+        tok = self.tokenizer
+        return sorted({t for t in (getattr(tok, "eos_id", None), getattr(tok, "im_end_id", None)) if t is not None})
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids a prompt may hold: known to both the model and the tokenizer."""
+        tok_size = getattr(self.tokenizer, "vocab_size", None)
+        return self.engine.vocab_size if tok_size is None else min(self.engine.vocab_size, tok_size)
+
+    def check_model(self, name: str) -> None:
+        if name != self.model_name:
+            raise APIError(404, f"The model '{name}' does not exist; this server serves '{self.model_name}'",
+                           param="model", code="model_not_found")
+
+
+def get_state(request: Request) -> ServerState:
+    """FastAPI dependency: the app's ServerState."""
+    return request.app.state.server
+
+
+State = Annotated[ServerState, Depends(get_state)]  # a route's parameter type for the app's ServerState

@@ -1,0 +1,64 @@
+"""`cookmind serve` argument handling: the model by --model or position, the API key from the environment,
+and a KV pool sized from the model (a tiny model must not take a gigabyte)."""
+
+from __future__ import annotations
+
+import argparse
+
+import httpx
+import pytest
+from lm_fixtures import one_cpu_thread
+from test_server import LiveServer, make_model, make_tokenizer
+
+from cookmind.infer import cli_serve
+from cookmind.model import save_model
+
+one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    tok = make_tokenizer(tmp_path_factory)
+    d = tmp_path_factory.mktemp("serve") / "tiny-cook"
+    save_model(d, make_model(tok.vocab_size, max_pos=256))  # 2 layers, 2 KV heads of 8, fp32
+    tok.save(d)
+    return d
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    cli_serve.add_arguments(parser)
+    return parser.parse_args([str(a) for a in argv])
+
+
+def test_default_kv_pool_is_sized_from_the_model(model_dir):
+    _, engine = cli_serve.build_app(parse("--model", model_dir, "--device", "cpu"))
+    # 32 sequences x 256 positions = 32 x 16 blocks of 16; one more is the scratch block
+    assert engine.num_slots == 32 and engine.kv_blocks()["kv_blocks_total"] == 32 * 16  # 2.1 MB, not 1 GiB
+    per_block = 2 * 2 * 2 * 16 * 8 * 4  # K and V x layers x kv heads x block x head dim x fp32 bytes
+    # --kv-cache-mb still decides; --max-batch alone sizes the pool for that many whole contexts
+    _, engine = cli_serve.build_app(parse(model_dir, "--device", "cpu", "--kv-cache-mb", "1"))
+    assert engine.kv_blocks()["kv_blocks_total"] == 2**20 // per_block - 1
+    _, engine = cli_serve.build_app(parse(model_dir, "--device", "cpu", "--max-batch", "3"))
+    assert engine.num_slots == 3 and engine.kv_blocks()["kv_blocks_total"] == 3 * 16
+
+
+def test_model_by_flag_or_position(model_dir):
+    assert cli_serve.model_dir(parse(model_dir)) == str(model_dir)
+    assert cli_serve.model_dir(parse("--model", model_dir)) == str(model_dir)
+    with pytest.raises(ValueError, match="no model given"):
+        cli_serve.model_dir(parse())
+    with pytest.raises(ValueError, match="two models"):
+        cli_serve.model_dir(parse("a", "--model", "b"))
+
+
+def test_api_key_from_the_environment(monkeypatch, model_dir):
+    monkeypatch.setenv("COOKMIND_API_KEY", "from-env")
+    app, _ = cli_serve.build_app(parse("--model", model_dir, "--device", "cpu", "--max-batch", "1"))
+    server = LiveServer(app)
+    try:
+        assert httpx.get(server.url + "/v1/models").status_code == 401
+        assert httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer from-env"}).status_code == 200
+        assert app.state.model_name == "tiny-cook"
+    finally:
+        server.close()
