@@ -213,14 +213,13 @@ def pass_at_k(model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int
     samples, which the reward can make its first choice.
     """
     from cookmind.align.grpo import _problem, _sampling
-    from cookmind.align.prompts import format_prompt
     from cookmind.align.rewards import reward_fn_for_template
     from cookmind.align.rollout import generate_ids
-    from cookmind.align.text_codec import decode_response, encode_text
+    from cookmind.align.text_codec import decode_response, encode_prompt
 
     grade = reward_fn_for_template(cfg.template, cfg.format_weight)
     problems = [_problem(p) for p in problems]
-    ids = [encode_text(tokenizer, format_prompt(p["question"], cfg.template, tokenizer)) for p in problems]
+    ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
     outs = generate_ids(model, [x for x in ids for _ in range(k)], _sampling(cfg, tokenizer, seed), tokenizer)

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 import torch
 
 from cookmind.align.grpo import _problem, _sampling, GRPOConfig, evaluate_accuracy
-from cookmind.align.prompts import format_prompt
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import generate_ids
 from cookmind.align.sft_pairs import sft_on_pairs
-from cookmind.align.text_codec import decode_response, encode_text, pad_id_of
+from cookmind.align.text_codec import decode_response, encode_prompt, pad_id_of
 
 
 @dataclass
@@ -50,7 +49,7 @@ def run_expert_iteration(model, tokenizer, train_problems, cfg: ExpertIterationC
         t0 = time.perf_counter()
         rng = random.Random(cfg.seed * 7919 + rnd)
         chosen = rng.sample(range(len(problems)), min(cfg.questions_per_round, len(problems)))
-        prompts = [encode_text(tokenizer, format_prompt(problems[i]["question"], cfg.template, tokenizer)) for i in chosen]
+        prompts = [encode_prompt(tokenizer, problems[i]["question"], cfg.template) for i in chosen]
         rep = [p for p in prompts for _ in range(cfg.samples_per_question)]
         model.eval()
         outs = generate_ids(model, rep, _sampling(gcfg, tokenizer, seed=cfg.seed * 7919 + rnd), tokenizer)

@@ -28,12 +28,12 @@ import torch
 from tqdm import tqdm
 
 from cookmind.align.log_probs import get_response_log_probs
-from cookmind.align.prompts import R1_ZERO_STOP, format_prompt, uses_think_tags
+from cookmind.align.prompts import R1_ZERO_STOP, uses_think_tags
 from cookmind.align.reference import Reference
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import SamplingParams
 from cookmind.align.rollouts import collect_rollouts
-from cookmind.align.text_codec import encode_text, stop_ids_of
+from cookmind.align.text_codec import encode_prompt, stop_ids_of
 from cookmind.align.train_step import grpo_microbatch_train_step
 
 
@@ -209,7 +209,7 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
 
     reward_fn = reward_fn or reward_fn_for_template(cfg.template, cfg.format_weight)
     problems = [_problem(p) for p in problems]
-    ids = [encode_text(tokenizer, format_prompt(p["question"], cfg.template, tokenizer)) for p in problems]
+    ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
     outs = generate_ids(model, ids, _sampling(cfg, tokenizer, cfg.seed, greedy=True), tokenizer)
@@ -299,7 +299,7 @@ def run_grpo(
         ids = []
         for i in chosen:
             if i not in prompt_cache:
-                prompt_cache[i] = encode_text(tokenizer, format_prompt(problems[i]["question"], cfg.template, tokenizer))
+                prompt_cache[i] = encode_prompt(tokenizer, problems[i]["question"], cfg.template)
             ids.append(prompt_cache[i])
         params = _sampling(cfg, tokenizer, seed=(cfg.seed * 1_000_003 + step) * 101 + rank)
         batch = collect_rollouts(model, tokenizer, ids, [problems[i]["answer"] for i in chosen], cfg.group_size, params,

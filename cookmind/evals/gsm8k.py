@@ -9,7 +9,7 @@ from tqdm import tqdm
 from cookmind.align.grading import extract_answer, extract_gold
 from cookmind.align.prompts import R1_ZERO_STOP, format_prompt, uses_think_tags
 from cookmind.align.rollout import SamplingParams, generate_ids
-from cookmind.align.text_codec import decode_response, encode_text, stop_ids_of
+from cookmind.align.text_codec import decode_response, encode_prompt, stop_ids_of
 from cookmind.evals.atomic_io import read_jsonl, write_jsonl
 from cookmind.evals.passk import pass_at_k
 
@@ -79,7 +79,7 @@ def evaluate_gsm8k(
     bar = tqdm(total=len(problems), desc="gsm8k", unit="problem", disable=not progress)
     for start in range(0, len(problems), chunk):
         part = range(start, min(start + chunk, len(problems)))
-        ids = [encode_text(tokenizer, prompts[i]) for i in part for _ in range(num_samples)]
+        ids = [encode_prompt(tokenizer, problems[i]["question"], template) for i in part for _ in range(num_samples)]
         params.seed = seed + start
         outs = generate_ids(model, ids, params, tokenizer)
         for j, i in enumerate(part):

@@ -25,8 +25,7 @@ import regex
 from cookmind.tokenizer.atomic import atomic_write_text
 from cookmind.tokenizer.bpe_encode import Ranks, bpe_merge
 from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
-from cookmind.tokenizer.chat_template import (ENDOFTEXT, IM_END, IM_START, chat_segments, jinja_template,
-                                              render_text)
+from cookmind.tokenizer.chat_template import ENDOFTEXT, IM_END, IM_START, chat_segments, render_text
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import is_safe_end, resolve_pattern, safe_cut_kind
 from cookmind.tokenizer.pretokenize import special_split_regex
