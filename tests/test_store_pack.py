@@ -108,6 +108,20 @@ def test_sft_augmentation_is_seeded_and_optional(tmp_path, tok, tok_dir):
     assert _records(tmp_path / "aug2", "sequence") == _records(tmp_path / "aug3", "sequence")
 
 
+def test_a_reply_opening_with_a_think_block_becomes_reasoning(tmp_path, tok, tok_dir):
+    """`<think>..</think>answer` in a reply is the dataset's reasoning: the template writes the think tokens; a
+    `<think>` typed by the user or in the middle of a reply stays text (#17)."""
+    rows = [{"messages": [{"role": "user", "content": "Why <think>?"},
+                          {"role": "assistant", "content": "<think>\n3 + 4 = 7\n</think>\n\n7 <think> x"}]}]
+    pack([_jsonl(tmp_path / "c.jsonl", rows)], tmp_path / "s", tok_dir, "sft", progress=False)
+    want = tok.render([{"role": "user", "content": "Why <think>?"},
+                       {"role": "assistant", "content": "7 <think> x", "reasoning_content": "3 + 4 = 7"}])
+    (ids,) = _records(tmp_path / "s", "sequence")
+    assert ids == want[0] and ids.count(tok.special_tokens["<think>"]) == 1
+    assert tok.decode(ids) == ("<|im_start|>user\nWhy <think>?<|im_end|>\n<|im_start|>assistant\n"
+                               "<think>\n3 + 4 = 7\n</think>\n\n7 <think> x<|im_end|>\n")
+
+
 def test_dpo_masks_cover_only_the_final_response(tmp_path, tok, tok_dir):
     prompt = [{"role": "user", "content": "Tom has 3 apples?"}, {"role": "assistant", "content": "Yes."},
               {"role": "user", "content": "How many now?"}]

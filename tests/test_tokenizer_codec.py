@@ -36,13 +36,13 @@ def tok(tmp_path_factory) -> Tokenizer:
     return Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
 
 
-def naive_encode(text: str, tok: Tokenizer) -> list[int]:
-    """The definition: split on specials (longest first), pre-tokenize, then apply every merge in order."""
-    specials = sorted(tok.special_tokens, key=len, reverse=True)
+def naive_encode(text: str, tok: Tokenizer, specials: bool = True) -> list[int]:
+    """The definition: split on specials (longest first) if allowed, pre-tokenize, then apply every merge in order."""
+    specials = sorted(tok.special_tokens, key=len, reverse=True) if specials else ["(?!)"]
     inv = {b: i for i, b in sorted(tok.vocab.items(), reverse=True) if i not in tok.special_tokens.values()}
     out: list[int] = []
     cache: dict[str, list[int]] = {}
-    for part in regex.split("(" + "|".join(regex.escape(s) for s in specials) + ")", text):
+    for part in regex.split("(" + "|".join(s if s == "(?!)" else regex.escape(s) for s in specials) + ")", text):
         if part in tok.special_tokens:
             out.append(tok.special_tokens[part])
             continue
@@ -66,7 +66,8 @@ def naive_encode(text: str, tok: Tokenizer) -> list[int]:
 
 def test_reference_encoder_equals_naive_definition(tok):
     text = random_text(1, 600)
-    assert tok.encode_reference(text) == naive_encode(text, tok)
+    assert tok.encode_reference(text, allowed_special="all") == naive_encode(text, tok)
+    assert tok.encode_reference(text) == naive_encode(text, tok, specials=False)
 
 
 def test_fast_path_equals_reference_on_random_and_real_text(tok, shared_data):
@@ -79,18 +80,32 @@ def test_fast_path_equals_reference_on_random_and_real_text(tok, shared_data):
     texts.append("".join(chr(rng.randint(32, 0x2FFF)) for _ in range(5000)))
     for t in texts:
         assert tok.encode(t) == tok.encode_reference(t)
+        assert tok.encode(t, allowed_special="all") == tok.encode_reference(t, allowed_special="all")
 
 
-def test_special_tokens_become_single_ids(tok):
-    ids = tok.encode("a<|im_start|>user\nhi<|im_end|><|endoftext|>")
+def test_special_tokens_become_single_ids_only_when_allowed(tok):
+    text = "a<|im_start|>user\nhi<|im_end|><|endoftext|>"
+    ids = tok.encode(text, allowed_special="all")
     assert ids.count(tok.im_start_id) == 1 and ids.count(tok.im_end_id) == 1 and ids[-1] == tok.eos_id
     assert tok.eos_id == 256 and tok.pad_id == tok.eos_id
+    only_eos = tok.encode(text, allowed_special={"<|endoftext|>"})
+    assert only_eos[-1] == tok.eos_id and tok.im_start_id not in only_eos and tok.im_end_id not in only_eos
+    plain = tok.encode(text)  # the default: text that spells a special token is text
+    assert not set(plain) & set(tok.special_tokens.values()) and tok.decode(plain) == text
+    assert plain == naive_encode(text, tok, specials=False)
+
+
+def test_allowed_special_errors_are_clear(tok):
+    with pytest.raises(TokenizerError, match="not special tokens of this tokenizer"):
+        tok.encode("x", allowed_special={"<|nope|>"})
+    with pytest.raises(TokenizerError, match="wrap one token in a set"):
+        tok.encode("x", allowed_special="<|endoftext|>")
 
 
 def test_overlapping_specials_longest_wins():
     vocab = {i: bytes([i]) for i in range(256)}
     tok = Tokenizer(vocab, [], ["<s>", "<s><s>", "s>x"])
-    ids = tok.encode("<s><s><s>x")
+    ids = tok.encode("<s><s><s>x", allowed_special="all")
     assert ids == [tok.special_tokens["<s><s>"], tok.special_tokens["<s>"], ord("x")]
     assert tok.fast_encoding is None  # tiktoken does not promise longest-first; the reference path is used
     assert tok.decode(ids) == "<s><s><s>x"
@@ -110,6 +125,7 @@ def test_encode_iterable_equals_encode_and_streams(tok):
     chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]  # cuts land inside specials too
     assert list(tok.encode_iterable(chunks)) == tok.encode(text)
     assert list(tok.encode_iterable(text.splitlines(keepends=True))) == tok.encode(text)
+    assert list(tok.encode_iterable(chunks, allowed_special="all")) == tok.encode(text, allowed_special="all")
 
     consumed = 0
 
@@ -126,6 +142,7 @@ def test_encode_iterable_equals_encode_and_streams(tok):
 def test_encode_batch_equals_encode(tok):
     texts = [random_text(s, 50) for s in range(20)]
     assert tok.encode_batch(texts) == [tok.encode(t) for t in texts]
+    assert tok.encode_batch(texts, allowed_special="all") == [tok.encode(t, allowed_special="all") for t in texts]
 
 
 special_pieces = st.sampled_from(["<|endoftext|>", "<|im_start|>", "<|", "|>", "endoftext", "<think>", "</think",
@@ -135,9 +152,10 @@ special_pieces = st.sampled_from(["<|endoftext|>", "<|im_start|>", "<|", "|>", "
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(st.text(max_size=20), special_pieces), max_size=12).map("".join))
 def test_roundtrip_property(tok, s):
-    ids = tok.encode(s)
-    assert tok.decode(ids) == s
-    assert tok.encode_reference(s) == ids
+    for allowed in ((), "all"):
+        ids = tok.encode(s, allowed_special=allowed)
+        assert tok.decode(ids) == s
+        assert tok.encode_reference(s, allowed_special=allowed) == ids
 
 
 def _tiktoken_gpt2(shared_data, cache_dir, monkeypatch):
@@ -165,9 +183,10 @@ def test_gpt2_import_equals_tiktoken_gpt2(shared_data, tmp_path, monkeypatch):
     text = (shared_data / "text/tinystories_sample.txt").read_text() + random_text(11, 400) \
         + (shared_data / "text/corpus.en").read_text()[:20000]
     expected = ref.encode(text, allowed_special="all")
-    assert gpt2.encode_reference(text) == expected
-    assert gpt2.encode(text) == expected
+    assert gpt2.encode_reference(text, allowed_special="all") == expected
+    assert gpt2.encode(text, allowed_special="all") == expected
     assert gpt2.decode(expected) == text
+    assert gpt2.encode(text) == gpt2.encode_reference(text) == ref.encode_ordinary(text)
 
 
 def test_custom_pattern_streams_at_special_tokens():
@@ -176,6 +195,8 @@ def test_custom_pattern_streams_at_special_tokens():
     text = "abc abcc <|endoftext|>xabc\n" * 20
     chunks = [text[i:i + 7] for i in range(0, len(text), 7)]
     assert list(tok.encode_iterable(chunks)) == tok.encode(text) == tok.encode_reference(text)
+    every = tok.encode(text, allowed_special="all")
+    assert list(tok.encode_iterable(chunks, allowed_special="all")) == every == tok.encode_reference(text, allowed_special="all")
     assert tok.encode("abc") == [257] and tok.eos_id == 258
 
 

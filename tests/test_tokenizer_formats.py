@@ -71,9 +71,11 @@ def test_transformers_autotokenizer_encodes_identically(tok, tmp_path):
     hf = AutoTokenizer.from_pretrained(tmp_path)
     for seed in range(4):
         text = random_text(seed + 10, 300)
-        ids = tok.encode(text)
+        ids = tok.encode(text, allowed_special="all")
         assert hf.encode(text, add_special_tokens=False) == ids
         assert hf.decode(ids) == text
+        # our default reads every special token's spelling as text, as transformers does when told to
+        assert hf.encode(text, add_special_tokens=False, split_special_tokens=True) == tok.encode(text)
     assert hf.eos_token_id == tok.eos_id and hf.pad_token_id == tok.pad_id
 
 
@@ -88,7 +90,9 @@ def test_chat_template_matches_transformers(tok, tmp_path):
                 ours = tok.apply_chat_template(msgs, add_generation_prompt=gen, tools=tools)
                 theirs = hf.apply_chat_template(msgs, add_generation_prompt=gen, tools=tools, tokenize=False)
                 assert ours == theirs
-                assert tok.render(msgs, add_generation_prompt=gen, tools=tools)[0] == \
+                assert tok.render(msgs, add_generation_prompt=gen, tools=tools)[0] == hf.apply_chat_template(
+                    msgs, add_generation_prompt=gen, tools=tools, sanitize_control_tokens=True, return_dict=False)
+                assert tok.render(msgs, add_generation_prompt=gen, tools=tools, allow_special_in_content=True)[0] == \
                     hf.encode(theirs, add_special_tokens=False)
 
 
@@ -104,7 +108,8 @@ def test_chat_template_string_by_hand(tok):
 def test_render_mask_covers_assistant_content_and_im_end(tok):
     msgs = CHATS[1]
     ids, mask = tok.render(msgs)
-    assert len(ids) == len(mask) and ids == tok.encode(tok.apply_chat_template(msgs, add_generation_prompt=False))
+    assert len(ids) == len(mask) and tok.decode(ids) == tok.apply_chat_template(msgs, add_generation_prompt=False)
+    assert tok.eos_id not in ids  # the <|endoftext|> typed in the last reply is text
     target = tok.decode([i for i, m in zip(ids, mask) if m])
     # the two assistant turns: think block + content + <|im_end|>; content starting with "\n\n" pulls in the
     # header's newline because they form one pre-token
@@ -125,8 +130,9 @@ def test_render_ids_equal_encode_on_random_chats(tok):
             if rng.random() < 0.5:
                 reply["reasoning_content"] = random_text(300 * k + turn, rng.randint(0, 4))
             msgs.append(reply)
-        ids, mask = tok.render(msgs, tools=TOOLS if k % 3 == 0 else None)
-        assert ids == tok.encode_reference(tok.apply_chat_template(msgs, False, TOOLS if k % 3 == 0 else None))
+        ids, mask = tok.render(msgs, tools=TOOLS if k % 3 == 0 else None, allow_special_in_content=True)
+        text = tok.apply_chat_template(msgs, False, TOOLS if k % 3 == 0 else None)
+        assert ids == tok.encode_reference(text, allowed_special="all")
         assert mask.count(1) > 0 and len(mask) == len(ids)
 
 
@@ -148,7 +154,8 @@ def test_tiktoken_rank_file_loads_in_tiktoken(tok, tmp_path):
     cfg = json.loads((tmp_path / "tt/tiktoken_config.json").read_text())
     enc = tiktoken.Encoding("x", pat_str=cfg["pat_str"], mergeable_ranks=ranks, special_tokens=cfg["special_tokens"])
     text = random_text(5, 400)
-    assert enc.encode(text, allowed_special="all") == tok.encode_reference(text)
+    assert enc.encode(text, allowed_special="all") == tok.encode_reference(text, allowed_special="all")
+    assert enc.encode_ordinary(text) == tok.encode(text)
 
 
 def test_gpt2_export_import_roundtrip(tok, tmp_path):
@@ -177,7 +184,7 @@ def test_hf_tokenizer_json_import(tok, tmp_path, shared_data):
     hf.save(str(tmp_path / "gpt2.json"))
     gpt2 = load_hf_tokenizer_json(tmp_path / "gpt2.json")
     text = (shared_data / "text/tinystories_sample.txt").read_text()
-    assert gpt2.eos_id == 50256 and gpt2.encode(text) == hf.encode(text).ids
+    assert gpt2.eos_id == 50256 and gpt2.encode(text, allowed_special="all") == hf.encode(text).ids
     doc = json.loads((tmp_path / "tokenizer.json").read_text())
     doc["model"]["ignore_merges"] = True
     (tmp_path / "bad.json").write_text(json.dumps(doc))

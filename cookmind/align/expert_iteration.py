@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from cookmind.align.objective import GRPOConfig, as_problem, evaluate_accuracy, sampling_params
-from cookmind.align.prompts import decode_response, encode_text, format_prompt
+from cookmind.align.prompts import decode_response, encode_prompt
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import generate_ids
 
@@ -74,7 +74,7 @@ def run_expert_iteration(model, tokenizer, train_problems, train_cfg, cfg: Exper
         t0 = time.perf_counter()
         rng = random.Random(cfg.seed * 7919 + rnd)
         chosen = rng.sample(range(len(problems)), min(cfg.questions_per_round, len(problems)))
-        prompts = [encode_text(tokenizer, format_prompt(problems[i]["question"], cfg.template, tokenizer))
+        prompts = [encode_prompt(tokenizer, problems[i]["question"], cfg.template)
                    for i in chosen]
         rep = [p for p in prompts for _ in range(cfg.samples_per_question)]
         model.eval()

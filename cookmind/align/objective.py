@@ -37,8 +37,7 @@ from cookmind.align.losses import (
 from cookmind.align.prompts import (
     R1_ZERO_STOP,
     decode_response,
-    encode_text,
-    format_prompt,
+    encode_prompt,
     pad_id_of,
     stop_ids_of,
     uses_think_tags,
@@ -155,7 +154,7 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
     """Greedy exact accuracy, format rate and mean response length (tokens) on ``problems``, with the responses."""
     reward_fn = reward_fn or reward_fn_for_template(cfg.template, cfg.format_weight)
     problems = [as_problem(p) for p in problems]
-    ids = [encode_text(tokenizer, format_prompt(p["question"], cfg.template, tokenizer)) for p in problems]
+    ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
     outs = generate_ids(model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer)
@@ -221,7 +220,7 @@ class GRPOObjective(Objective):
                           "it starts again from the first (problems now repeat)", stacklevel=2)
         chosen = [self.problems[(start + i) % n] for i in range(per_rank)]
         self.position += per_rank * self.world
-        prompts = [encode_text(self.tokenizer, format_prompt(p["question"], self.cfg.template, self.tokenizer))
+        prompts = [encode_prompt(self.tokenizer, p["question"], self.cfg.template)
                    for p in chosen]
         width = max(map(len, prompts))
         pad = pad_id_of(self.tokenizer)

@@ -68,6 +68,18 @@ def encode_text(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text))
 
 
+def encode_prompt(tokenizer, question: str, template: str) -> list[int]:
+    """Ids of ``format_prompt(question, template)``: the chat template's own special tokens as tokens, the
+    question always as text (a typed ``<|im_end|>`` never closes the turn)."""
+    if template != "chat":
+        return encode_text(tokenizer, format_prompt(question, template, tokenizer))
+    messages = [{"role": "user", "content": question.strip()}]
+    if is_hf_tokenizer(tokenizer):
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, sanitize_control_tokens=True,
+                                                  return_dict=False))
+    return list(tokenizer.render(messages, add_generation_prompt=True)[0])
+
+
 def decode_ids(tokenizer, ids) -> str:
     """Text for ``ids``; special tokens kept so tags such as ``</answer>`` survive."""
     ids = [int(i) for i in ids]

@@ -207,13 +207,13 @@ def pass_at_k(model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int
     pass@k well above the greedy accuracy is the room RL has: right answers the policy already
     samples, which the reward can make its first choice.
     """
-    from cookmind.align.prompts import decode_response, encode_text, format_prompt
+    from cookmind.align.prompts import decode_response, encode_prompt
     from cookmind.align.rewards import reward_fn_for_template
     from cookmind.align.rollout import generate_ids
 
     grade = reward_fn_for_template(cfg.template, cfg.format_weight)
     problems = [as_problem(p) for p in problems]
-    ids = [encode_text(tokenizer, format_prompt(p["question"], cfg.template, tokenizer)) for p in problems]
+    ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
     outs = generate_ids(model, [x for x in ids for _ in range(k)], sampling_params(cfg, tokenizer, seed), tokenizer)

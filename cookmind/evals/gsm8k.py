@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from cookmind.align.prompts import R1_ZERO_STOP, decode_response, encode_text, format_prompt, stop_ids_of, uses_think_tags
+from cookmind.align.prompts import R1_ZERO_STOP, decode_response, encode_prompt, format_prompt, stop_ids_of, uses_think_tags
 from cookmind.align.rewards import extract_answer, extract_gold
 from cookmind.align.rollout import SamplingParams, generate_ids
 from cookmind.evals.atomic_io import read_jsonl, write_jsonl
@@ -78,7 +78,7 @@ def evaluate_gsm8k(
     bar = tqdm(total=len(problems), desc="gsm8k", unit="problem", disable=not progress)
     for start in range(0, len(problems), chunk):
         part = range(start, min(start + chunk, len(problems)))
-        ids = [encode_text(tokenizer, prompts[i]) for i in part for _ in range(num_samples)]
+        ids = [encode_prompt(tokenizer, problems[i]["question"], template) for i in part for _ in range(num_samples)]
         params.seed = seed + start
         outs = generate_ids(model, ids, params, tokenizer)
         for j, i in enumerate(part):

@@ -25,7 +25,8 @@ SYSTEM_PROMPTS = (
     "You are CookMind, a small and helpful language model.",
     "You are a concise assistant; answer the question directly.",
 )
-EMPTY_THINK = re.compile(r"^\s*<think>\s*</think>\s*")
+# A reply written as "<think>reasoning</think>answer" (a common dataset form); see reasoning_from_content.
+LEADING_THINK = re.compile(r"\s*<think>(.*?)</think>\s*", re.DOTALL)
 
 
 class BadRecord(ValueError):
@@ -127,21 +128,33 @@ def _messages(obj) -> list[dict]:
     raise BadRecord(f"missing field: expected 'conversations', 'messages', question/answer or prompt/response, found {sorted(obj)}")
 
 
+def reasoning_from_content(messages: list[dict]) -> list[dict]:
+    """Assistant replies that open with <think>...</think> get it as reasoning_content, the rest as content.
+
+    The chat template then writes the think tokens itself; `<think>` typed anywhere else (a user message,
+    the middle of a reply) stays text, like every other special token in data.
+    """
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if m.get("role") == "assistant" and m.get("reasoning_content") is None and isinstance(content, str):
+            hit = LEADING_THINK.match(content)
+            if hit:
+                m = {**m, "reasoning_content": hit.group(1).strip("\n"), "content": content[hit.end():]}
+        out.append(m)
+    return out
+
+
 def _augment(messages: list[dict], opts: RecordOptions, rng: random.Random) -> list[dict]:
-    """Seeded: maybe add a system prompt, maybe drop empty <think></think> blocks."""
+    """Seeded: maybe add a system prompt, maybe drop empty think blocks (empty reasoning_content)."""
     messages = [dict(m) for m in messages]
     if opts.add_system_ratio > 0 and messages[0]["role"] != "system" and rng.random() < opts.add_system_ratio:
         messages.insert(0, {"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
     if opts.drop_empty_think_ratio > 0:
         for m in messages:
-            if m["role"] != "assistant":
-                continue
             empty_reasoning = "reasoning_content" in m and not str(m["reasoning_content"]).strip()
-            empty_block = isinstance(m.get("content"), str) and EMPTY_THINK.match(m["content"])
-            if (empty_reasoning or empty_block) and rng.random() < opts.drop_empty_think_ratio:
-                m.pop("reasoning_content", None)
-                if empty_block:
-                    m["content"] = EMPTY_THINK.sub("", m["content"], count=1)
+            if m["role"] == "assistant" and empty_reasoning and rng.random() < opts.drop_empty_think_ratio:
+                m.pop("reasoning_content")
     return messages
 
 
@@ -199,7 +212,7 @@ def _tools(obj, messages: list[dict]):
 
 
 def make_sft(obj, tok, opts: RecordOptions, rng: random.Random) -> dict[str, np.ndarray]:
-    messages = check_messages(_messages(obj))
+    messages = reasoning_from_content(check_messages(_messages(obj)))
     messages = _augment(messages, opts, rng)
     ids, mask = _render(tok, messages, tools=_tools(obj, messages))
     if not mask.any():
@@ -221,7 +234,7 @@ def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
     record = {}
     for side in ("chosen", "rejected"):
-        messages = check_messages(_preference_side(obj, side), end_with_assistant=True)
+        messages = reasoning_from_content(check_messages(_preference_side(obj, side), end_with_assistant=True))
         ids, mask = _render(tok, messages, tools=obj.get("tools"))
         record[side] = ids
         record[f"{side}_mask"] = last_turn_mask(tok, messages, ids, mask, tools=obj.get("tools"))
@@ -253,7 +266,8 @@ def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
     if not isinstance(reward, (int, float)) or isinstance(reward, bool):
         raise BadRecord(f"reward must be a number, got {reward!r}")
     if opts.prompt_template == "chat" and not isinstance(question, list):
-        ids, mask = _render(tok, [{"role": "user", "content": question}, {"role": "assistant", "content": response}])
+        chat = [{"role": "user", "content": question}, {"role": "assistant", "content": response}]
+        ids, mask = _render(tok, reasoning_from_content(chat))
         n = len(prompt)
         resp, resp_mask = ids[n:], mask[n:]
     else:

@@ -10,7 +10,9 @@ The system turn appears when the first message is a system message or tools are 
 are listed one JSON object per line. The think block appears when an assistant message has
 `reasoning_content` (not None). Tool calls accept OpenAI's {"function": {"name", "arguments"}}
 or a bare {"name", "arguments"}; string arguments are written verbatim, others as JSON.
-`chat_segments` marks the assistant spans (content through <|im_end|>) that SFT/DPO train on.
+`chat_segments` marks the assistant spans (content through <|im_end|>) that SFT/DPO train on, and
+which pieces are data (message content, reasoning, tool names, arguments and schemas) rather than
+template: special tokens come only from the template; one typed into data is encoded as text.
 """
 
 from __future__ import annotations
@@ -46,49 +48,64 @@ def _check(messages: Sequence[dict]) -> None:
             raise TokenizerError(f"messages[{i}].content must be a string (or None), got {type(m['content']).__name__}")
 
 
-def _tool_call(tc: dict) -> str:
+def _tool_call(tc: dict, first: bool) -> list[tuple[str, bool]]:
+    """(text, is_data) pieces of one tool call; `first` with no content before it means no leading newline."""
     f = tc.get("function", tc) if isinstance(tc, dict) else None
     if not isinstance(f, dict) or "name" not in f or "arguments" not in f:
         raise TokenizerError(f"tool call {tc!r:.200} needs a name and arguments (OpenAI form: {{'function': {{...}}}})")
     args = f["arguments"]
     args = args if isinstance(args, str) else _tojson(args)
-    return '<tool_call>\n{"name": "' + f["name"] + '", "arguments": ' + args + "}\n</tool_call>"
+    return [("" if first else "\n", False), ('<tool_call>\n{"name": "', False), (str(f["name"]), True),
+            ('", "arguments": ', False), (args, True), ("}\n</tool_call>", False)]
 
 
 def chat_segments(messages: Sequence[dict], add_generation_prompt: bool = False,
-                  tools: Sequence[dict] | None = None) -> list[tuple[str, bool]]:
-    """The rendered conversation as (text, is_assistant_target) pieces; their concatenation is the prompt string."""
+                  tools: Sequence[dict] | None = None) -> list[tuple[str, bool, bool]]:
+    """The rendered conversation as (text, is_assistant_target, is_data) pieces; they concatenate to the prompt.
+
+    is_data marks text that came from the caller (content, reasoning, tool names, arguments, tool schemas):
+    the template's own special tokens are in pieces with is_data False.
+    """
     _check(messages)
-    segs: list[tuple[str, bool]] = []
+    segs: list[tuple[str, bool, bool]] = []
+
+    def add(target: bool, *pieces: tuple[str, bool]) -> None:
+        segs.extend((t, target, data) for t, data in pieces if t)
+
     start = 0
     has_system = bool(messages) and messages[0]["role"] == "system"
     if tools or has_system:
         body = (messages[0].get("content") or "") if has_system else ""
         start = 1 if has_system else 0
+        add(False, (f"{IM_START}system\n", False), (body, True))
         if tools:
-            body = (body + "\n\n" if body else "") + TOOLS_INTRO + "".join("\n" + _tojson(t) for t in tools) + TOOLS_OUTRO
-        segs.append((f"{IM_START}system\n{body}{IM_END}\n", False))
+            add(False, ("\n\n" if body else "", False), (TOOLS_INTRO, False))
+            for t in tools:
+                add(False, ("\n", False), (_tojson(t), True))
+            add(False, (TOOLS_OUTRO, False))
+        add(False, (f"{IM_END}\n", False))
     for m in messages[start:]:
         role, content = m["role"], m.get("content") or ""
         if role != "assistant":
-            segs.append((f"{IM_START}{role}\n{content}{IM_END}\n", False))
+            add(False, (f"{IM_START}{role}\n", False), (content, True), (f"{IM_END}\n", False))
             continue
-        body = ""
+        add(False, (f"{IM_START}assistant\n", False))
         if m.get("reasoning_content") is not None:
-            body += f"{THINK}\n{m['reasoning_content']}\n{END_THINK}\n\n"
-        body += content
+            add(True, (f"{THINK}\n", False), (str(m["reasoning_content"]), True), (f"\n{END_THINK}\n\n", False))
+        add(True, (content, True))
         for k, tc in enumerate(m.get("tool_calls") or []):
-            body += ("\n" if content or k else "") + _tool_call(tc)
-        segs += [(f"{IM_START}assistant\n", False), (body + IM_END, True), ("\n", False)]
+            add(True, *_tool_call(tc, first=not (content or k)))
+        add(True, (IM_END, False))
+        add(False, ("\n", False))
     if add_generation_prompt:
-        segs.append((f"{IM_START}assistant\n", False))
+        add(False, (f"{IM_START}assistant\n", False))
     return segs
 
 
 def render_text(messages: Sequence[dict], add_generation_prompt: bool = False,
                 tools: Sequence[dict] | None = None) -> str:
     """The prompt string for a conversation."""
-    return "".join(t for t, _ in chat_segments(messages, add_generation_prompt, tools))
+    return "".join(t for t, _, _ in chat_segments(messages, add_generation_prompt, tools))
 
 
 def jinja_template() -> str:

@@ -3,6 +3,12 @@
 Two encoders give the same ids: the reference (pure Python greedy merge replay, the
 definition) and a fast path through tiktoken built from the same ranks, pattern and special
 tokens (tests prove them equal). `encode` uses the fast path whenever the vocabulary allows it.
+
+Special tokens are control syntax, so text never turns into them by default: `encode(text)` reads
+`<|im_end|>` as the ten characters it is, and `render` takes special tokens only from the chat
+template, never from message content. A caller that trusts its text opts in with
+`encode(text, allowed_special="all")` (or a set of token strings) or
+`render(..., allow_special_in_content=True)`.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import bisect
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import regex
@@ -19,8 +25,7 @@ import regex
 from cookmind.tokenizer.atomic import atomic_write_text
 from cookmind.tokenizer.bpe_encode import Ranks, bpe_merge
 from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
-from cookmind.tokenizer.chat_template import (ENDOFTEXT, IM_END, IM_START, chat_segments, jinja_template,
-                                              render_text)
+from cookmind.tokenizer.chat_template import ENDOFTEXT, IM_END, IM_START, chat_segments, render_text
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import is_safe_end, resolve_pattern, safe_cut_kind
 from cookmind.tokenizer.pretokenize import special_split_regex
@@ -60,6 +65,7 @@ class Tokenizer:
             ranks.setdefault(ids[:2], (r, ids[2]))
         self._ranks = ranks
         self._special_re = special_split_regex(self.special_tokens)
+        self._special_res: dict[frozenset[str], regex.Pattern | None] = {}
         self._max_special = max((len(s) for s in self.special_tokens), default=0)
         self._cache: dict[str, list[int]] = {}
         self._fast = None
@@ -68,7 +74,7 @@ class Tokenizer:
     def __getstate__(self) -> dict:
         # the tiktoken encoding and the pre-token cache are rebuilt on demand in the receiving process
         state = dict(self.__dict__)
-        state.update(_fast=None, _fast_checked=False, _cache={})
+        state.update(_fast=None, _fast_checked=False, _cache={}, _special_res={})
         return state
 
     def _resolve_specials(self, specials) -> dict[str, int]:
@@ -135,28 +141,51 @@ class Tokenizer:
             self._cache[piece] = ids
         return ids
 
-    def _segments(self, text: str) -> Iterator[tuple[int, int, bool]]:
-        """(start, end, is_special) spans covering text; specials found leftmost, longest first."""
-        pos = 0
-        if self._special_re is not None:
-            for m in self._special_re.finditer(text):
+    def _allowed_re(self, allowed_special: str | Collection[str]) -> regex.Pattern | None:
+        """The regex of the special tokens a caller lets the text contain (None: no special tokens)."""
+        if allowed_special == "all":
+            return self._special_re
+        if isinstance(allowed_special, str):
+            raise TokenizerError(f"allowed_special must be 'all' or a collection of special-token strings, "
+                                 f"got the string {allowed_special!r}; wrap one token in a set: {{{allowed_special!r}}}")
+        key = frozenset(allowed_special)
+        if key not in self._special_res:
+            unknown = sorted(key - set(self.special_tokens))
+            if unknown:
+                raise TokenizerError(f"allowed_special names {unknown}, which are not special tokens of this tokenizer "
+                                     f"(it has {list(self.special_tokens)})")
+            self._special_res[key] = special_split_regex(key)
+        return self._special_res[key]
+
+    @staticmethod
+    def _segments(text: str, special_re: regex.Pattern | None, start: int = 0,
+                  end: int | None = None) -> Iterator[tuple[int, int, bool]]:
+        """(start, end, is_special) spans covering text[start:end]; specials found leftmost, longest first."""
+        pos, end = start, len(text) if end is None else end
+        if special_re is not None:
+            for m in special_re.finditer(text, start, end):
                 if m.start() > pos:
                     yield pos, m.start(), False
                 yield m.start(), m.end(), True
                 pos = m.end()
-        if pos < len(text):
-            yield pos, len(text), False
+        if pos < end:
+            yield pos, end, False
 
-    def encode_reference(self, text: str) -> list[int]:
-        """Encode with the pure-Python reference: split on specials, pre-tokenize, replay merges."""
+    def encode_reference(self, text: str, *, allowed_special: str | Collection[str] = ()) -> list[int]:
+        """Encode with the pure-Python reference: split on allowed specials, pre-tokenize, replay merges."""
         ids: list[int] = []
-        for s, e, special in self._segments(text):
+        for s, e, special in self._segments(text, self._allowed_re(allowed_special)):
             if special:
                 ids.append(self.special_tokens[text[s:e]])
             else:
                 for piece in self._pat.findall(text, s, e):
                     ids.extend(self._encode_pretoken(piece))
         return ids
+
+    def _encode_ordinary(self, text: str) -> list[int]:
+        """Text -> ids with no special tokens at all."""
+        fast = self.fast_encoding
+        return fast.encode_ordinary(text) if fast is not None else self.encode_reference(text)
 
     # ---- fast path --------------------------------------------------------------------------
     @property
@@ -169,18 +198,28 @@ class Tokenizer:
             self._fast_checked = True
         return self._fast
 
-    def encode(self, text: str) -> list[int]:
-        """Text -> ids. Special tokens in the text become their ids; everything else is byte-level BPE."""
+    def encode(self, text: str, *, allowed_special: str | Collection[str] = ()) -> list[int]:
+        """Text -> byte-level BPE ids. Text that spells a special token (`<|im_end|>`) is encoded as that text.
+
+        allowed_special: "all" or the special-token strings that may become their ids; use it only for
+        text you wrote yourself, never for text from a user or a file.
+        """
         if not isinstance(text, str):
             raise TokenizerError(f"encode expects str, got {type(text).__name__}")
+        special_re = self._allowed_re(allowed_special)
         fast = self.fast_encoding
         if fast is None:
-            return self.encode_reference(text)
-        return fast.encode(text, allowed_special="all")
+            return self.encode_reference(text, allowed_special=allowed_special)
+        if special_re is None:
+            return fast.encode_ordinary(text)
+        allowed = set(self.special_tokens) if allowed_special == "all" else set(allowed_special)
+        return fast.encode(text, allowed_special=allowed, disallowed_special=())
 
-    def encode_batch(self, texts: Sequence[str], num_threads: int | None = None) -> list[list[int]]:
-        """Encode many texts in parallel (tiktoken threads release the GIL; otherwise a process pool)."""
+    def encode_batch(self, texts: Sequence[str], num_threads: int | None = None, *,
+                     allowed_special: str | Collection[str] = ()) -> list[list[int]]:
+        """Encode many texts in parallel like `encode` (tiktoken threads release the GIL; else a process pool)."""
         texts = list(texts)
+        self._allowed_re(allowed_special)  # a bad allowed_special fails here, not in a worker
         fast = self.fast_encoding
         if fast is not None:
             # one task per thread over a contiguous slice: per-text futures cost more than short texts do
@@ -190,17 +229,23 @@ class Tokenizer:
             step = -(-len(texts) // n) if texts else 1
             groups = [texts[i:i + step] for i in range(0, len(texts), step)]
             with ThreadPoolExecutor(n) as ex:
-                parts = ex.map(lambda g: [fast.encode(t, allowed_special="all") for t in g], groups)
+                parts = ex.map(lambda g: [self.encode(t, allowed_special=allowed_special) for t in g], groups)
             return [ids for part in parts for ids in part]
         if sum(len(t) for t in texts) < (1 << 20):
-            return [self.encode_reference(t) for t in texts]
+            return [self.encode_reference(t, allowed_special=allowed_special) for t in texts]
+        from functools import partial
+
         from cookmind.tokenizer.pretokenize import _mp_context
 
         with _mp_context().Pool(num_threads or os.cpu_count() or 1) as pool:
-            return pool.map(self.encode_reference, texts, chunksize=max(1, len(texts) // 64))
+            return pool.map(partial(self.encode_reference, allowed_special=allowed_special), texts,
+                            chunksize=max(1, len(texts) // 64))
 
-    def _last_safe_cut(self, buf: str) -> int:
-        """Largest p such that encode(buf[:p]) + encode(buf[p:] + more) == encode(buf + more); 0 if none."""
+    def _last_safe_cut(self, buf: str, special_re: regex.Pattern | None) -> int:
+        """Largest p such that encode(buf[:p]) + encode(buf[p:] + more) == encode(buf + more); 0 if none.
+
+        special_re: the special tokens the text may contain (a cut right after one of them is safe).
+        """
         limit = len(buf) - max(0, self._max_special - 1)
         best = 0
         kind = safe_cut_kind(self.pattern)
@@ -215,26 +260,28 @@ class Tokenizer:
                     break
                 p = max(buf.rfind("\n", 0, p), buf.rfind(" ", 0, p))
                 tries += 1
-        if self._special_re is not None and best < limit:
-            for m in self._special_re.finditer(buf, best):
+        if special_re is not None and best < limit:
+            for m in special_re.finditer(buf, best):
                 if m.start() + self._max_special <= len(buf):  # no longer special could still start here
                     best = max(best, m.end())
         return best
 
-    def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
-        """Yield ids for a stream of strings (e.g. a file's lines) with memory independent of its length.
+    def encode_iterable(self, iterable: Iterable[str], *,
+                        allowed_special: str | Collection[str] = ()) -> Iterator[int]:
+        """Yield `encode`'s ids for a stream of strings (e.g. a file's lines) with memory independent of its length.
 
         Text is held back only up to the last cut that cannot change the ids (see patterns.py).
         """
+        special_re = self._allowed_re(allowed_special)
         buf = ""
         for chunk in iterable:
             buf += chunk
-            cut = self._last_safe_cut(buf)
+            cut = self._last_safe_cut(buf, special_re)
             if cut:
-                yield from self.encode(buf[:cut])
+                yield from self.encode(buf[:cut], allowed_special=allowed_special)
                 buf = buf[cut:]
         if buf:
-            yield from self.encode(buf)
+            yield from self.encode(buf, allowed_special=allowed_special)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text; byte sequences that are not valid UTF-8 become U+FFFD."""
@@ -254,8 +301,14 @@ class Tokenizer:
         return render_text(messages, add_generation_prompt, tools)
 
     def render(self, messages: Sequence[dict], add_generation_prompt: bool = False,
-               tools: Sequence[dict] | None = None) -> tuple[list[int], list[int]]:
-        """(ids, assistant_mask) for a conversation; ids == encode(apply_chat_template(...)).
+               tools: Sequence[dict] | None = None, *,
+               allow_special_in_content: bool = False) -> tuple[list[int], list[int]]:
+        """(ids, assistant_mask) for a conversation.
+
+        Special tokens come only from the template. Text in the messages and tools that spells one
+        (`<|im_start|>`) is encoded as text, on its own, the way transformers' `apply_chat_template(...,
+        sanitize_control_tokens=True)` does; for chats without such text, ids == encode(apply_chat_template(...),
+        allowed_special="all"). allow_special_in_content=True reads them as special tokens (trusted text only).
 
         mask[i] = 1 for tokens of assistant content (reasoning, text, tool calls) and its <|im_end|>;
         a pre-token that straddles the start of assistant content (content that begins with
@@ -265,17 +318,33 @@ class Tokenizer:
             raise TokenizerError(f"this tokenizer has no {IM_START}/{IM_END} special tokens; "
                                  "train it with --special-token for both to render chats")
         segs = chat_segments(messages, add_generation_prompt, tools)
-        text = "".join(t for t, _ in segs)
+        text = "".join(t for t, _, _ in segs)
         charmask = bytearray()
         changes: list[int] = []  # char positions where the target flag flips
-        for t, target in segs:
+        typed: list[tuple[int, int]] = []  # spans of special-token text inside data, encoded as text
+        for t, target, data in segs:
             if charmask and charmask[-1] != target:
                 changes.append(len(charmask))
+            if data and not allow_special_in_content and self._special_re is not None:
+                typed += [(len(charmask) + m.start(), len(charmask) + m.end()) for m in self._special_re.finditer(t)]
             charmask += (b"\x01" if target else b"\x00") * len(t)
-        fast = self.fast_encoding if safe_cut_kind(self.pattern) is not None else None
         ids: list[int] = []
         mask: list[int] = []
-        for s, e, special in self._segments(text):
+        pos = 0
+        for a, b in [*typed, (len(text), len(text))]:
+            self._render_span(text, pos, a, charmask, changes, ids, mask)
+            if a < b:
+                piece_ids = self._encode_ordinary(text[a:b])
+                ids.extend(piece_ids)
+                mask.extend([charmask[a]] * len(piece_ids))
+            pos = b
+        return ids, mask
+
+    def _render_span(self, text: str, start: int, end: int, charmask: bytearray, changes: list[int],
+                     ids: list[int], mask: list[int]) -> None:
+        """Append ids and mask for text[start:end], reading special tokens in it as their ids."""
+        fast = self.fast_encoding if safe_cut_kind(self.pattern) is not None else None
+        for s, e, special in self._segments(text, self._special_re, start, end):
             if special:
                 ids.append(self.special_tokens[text[s:e]])
                 mask.append(charmask[s])
@@ -291,7 +360,6 @@ class Tokenizer:
                 piece_ids = self._encode_pretoken(m.group())
                 ids.extend(piece_ids)
                 mask.extend([1 if any(charmask[m.start():m.end()]) else 0] * len(piece_ids))
-        return ids, mask
 
     @staticmethod
     def _header_cut_is_safe(text: str, start: int, q: int) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import time
@@ -144,7 +145,13 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: Any | N
         f = path / "optimizer.pt"
         if not f.is_file():
             raise FileNotFoundError(f"{f}: missing; cannot resume the optimizer (use train.init_from to start fresh)")
-        state = torch.load(f, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:  # torch advises turning weights_only off: that would run the file's code
+            why = next((ln.strip() for ln in str(exc).splitlines() if "global" in ln.lower()), "an unsupported object")
+            raise ValueError(f"{f}: refused to load: it holds Python objects other than tensors and plain data "
+                             f"({why}); only resume from checkpoints cookmind wrote, or start fresh with "
+                             "train.init_from") from None
         optimizer.load_state_dict(state["optimizer"])
         if scaler is not None and "scaler" in state:
             scaler.load_state_dict(state["scaler"])
