@@ -119,7 +119,7 @@ class PiiStage(DocStage):
 
 
 class NsfwStage(DocStage):
-    """Remove documents the NSFW lexicon scorer (or a trained classifier, ``model``) flags."""
+    """Remove documents the NSFW check (learned model + lexicon, or a trained classifier ``model``) flags."""
 
     name = "nsfw"
 
@@ -169,10 +169,11 @@ class ToxicStage(DocStage):
         """One call of the linear model for every document and line of the batch (its per-call cost dominates)."""
         if self.model is not None:
             return [self.process(doc, stats) for doc in docs]
-        from cookmind.curate.harmful import _profanity
+        from cookmind.curate.harmful import _profanity, plain_text
 
-        lines = [[line for line in d["text"].splitlines() if line.strip()] for d in docs]
-        flat = [d["text"] for d in docs] + [line for ls in lines for line in ls]
+        texts = [plain_text(d["text"]) for d in docs]
+        lines = [[line for line in t.splitlines() if line.strip()] for t in texts]
+        flat = texts + [line for ls in lines for line in ls]
         probs = _profanity().predict_prob(flat) if flat else []
         keep, k = [], len(docs)
         for i, ls in enumerate(lines):
