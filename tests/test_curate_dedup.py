@@ -7,6 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import xxhash
 
 from cookmind.curate import exact_line_dedup, minhash_dedup
 from cookmind.curate.minhash import UnionFind, jaccard, permutations, shingles, signature
@@ -138,3 +139,68 @@ def test_union_find_joins_transitively_and_keeps_smallest():
     uf.union(2, 5)
     uf.union(0, 1)
     assert [uf.find(i) for i in range(6)] == [0, 0, 2, 3, 2, 2]
+
+
+def _naive_remove(text: str, duplicated: set[str]) -> str:
+    """Reference for remove_lines: drop the duplicated lines; a blank run that the removal joins to another
+    blank run (or to the start or end of the document) goes with them; every other byte stays."""
+    body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")
+    lines = body.split("\n")
+    out: list[str] = []
+    gap = False      # a line was removed since the last kept line
+    for line in lines:
+        if line.strip() and line.rstrip() in duplicated:
+            gap = True
+            continue
+        if not line.strip() and gap and (not out or not out[-1].strip()):
+            continue
+        out.append(line)
+        gap = False
+    if gap:          # the document ended inside a removal: drop the blank lines before it
+        while out and not out[-1].strip():
+            out.pop()
+    return "\n".join(out) + end if out else ""
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("keep me\nshared line\n", "keep me\n"),                     # the final newline stays
+    ("keep me\nalso kept\n", "keep me\nalso kept\n"),            # nothing removed: byte-identical
+    ("a para\r\nshared line\r\nend\r\n", "a para\r\nend\r\n"),   # CRLF stays CRLF
+    ("  indented\nshared line\n\n\nafter\n", "  indented\n\n\nafter\n"),  # blank runs it did not join stay
+    ("p1\n\nshared line\n\np2\n", "p1\n\np2\n"),                 # a joined blank run becomes one
+    ("shared line\n\np2", "p2"),                                 # a removed first paragraph takes its gap
+    ("p1\n\nshared line", "p1"),                                 # a removed last paragraph takes its gap
+    ("p1\n\nshared line\n", "p1\n"),
+    ("p1\r\n\r\nshared line\r\n", "p1\r\n"),
+    ("shared line\n", ""),
+])
+def test_remove_lines_keeps_every_byte_but_the_removed_lines(text, expected):
+    from cookmind.curate.exact_lines import remove_lines
+
+    dup = np.sort(np.array([xxhash.xxh64_intdigest(b"shared line")], dtype=np.uint64))
+    got, n = remove_lines(text, dup)
+    assert got == expected == _naive_remove(text, {"shared line"})
+    assert n == text.count("shared line")
+
+
+def test_exact_line_dedup_files_keep_final_newline_crlf_and_bytes(tmp_path):
+    docs = {"a.txt": b"Title A\r\nshared footer\r\n", "b.txt": b"Title B\nshared footer\n",
+            "c.txt": b"Only mine \xff here\n\n", "d.txt": b"no final newline"}
+    for name, body in docs.items():
+        (tmp_path / "in").mkdir(exist_ok=True)
+        (tmp_path / "in" / name).write_bytes(body)
+    out = exact_line_dedup(sorted((tmp_path / "in").iterdir()), tmp_path / "out", num_partitions=2)
+    got = {p.name: p.read_bytes() for p in out}
+    assert got == {"a.txt": b"Title A\r\n", "b.txt": b"Title B\n", "c.txt": b"Only mine \xff here\n\n",
+                   "d.txt": b"no final newline"}
+
+
+def test_minhash_dedup_copies_kept_files_byte_for_byte(tmp_path):
+    (tmp_path / "in").mkdir()
+    bodies = [b"first page \xff with\r\nwindows lines and more words here\r\n", b"another page entirely different\n"]
+    paths = []
+    for i, body in enumerate(bodies):
+        paths.append(tmp_path / "in" / f"d{i}.txt")
+        paths[-1].write_bytes(body)
+    out = minhash_dedup(paths, 64, 8, 3, 0.8, tmp_path / "out")
+    assert [p.read_bytes() for p in out] == bodies

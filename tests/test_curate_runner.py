@@ -152,3 +152,13 @@ def test_cli_crawl_run_and_bad_config(tmp_path, capsys):
     assert main(["curate", "run", "--config", str(tmp_path / "bad.yaml"), "--input", str(tmp_path / "in"),
                  "--output", str(tmp_path / "out2"), "--quiet"]) == 2
     assert "min_wordz" in capsys.readouterr().err
+
+
+def test_text_documents_pass_through_byte_for_byte(tmp_path):
+    """A plain-text input keeps its CRLF line ends and final newline through reading and the no-op stages."""
+    (tmp_path / "in").mkdir()
+    body = "First line of a note\r\nsecond line, with a Windows ending\r\n\r\nlast paragraph\r\n"
+    (tmp_path / "in" / "note.txt").write_bytes(body.encode())
+    result = run_pipeline(CurateConfig(stages=[{"extract": {}}, {"exact_lines": {"num_partitions": 2}}],
+                                       output_format="jsonl"), [str(tmp_path / "in")], tmp_path / "out", progress=False)
+    assert [d["text"] for d in read_outputs(result.outputs)] == [body]

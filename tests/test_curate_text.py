@@ -163,6 +163,51 @@ def test_classify_nsfw_lexicon_score():
     assert classify_nsfw(PROSE + " nude")[0] == "non_nsfw"   # one hit is not enough
 
 
+@pytest.mark.parametrize("text", [
+    "This is F*CKING great", "what a C*CK", "you piece of $h1t", "f u c k you all", "fuuuuck this place",
+    "Shut up you stupid b1tch!", "F.U.C.K this", "hot p0rn and s*x chat with horny singles, pu$$y pics",
+])
+def test_classify_nsfw_catches_disguised_words(text):
+    assert classify_nsfw(text)[0] == "nsfw", text
+
+
+@pytest.mark.parametrize("text", [
+    PROSE, "Scunthorpe United won the cup at home.", "Order a cocktail at the bar before dinner.",
+    "The assessment is due on Friday, so the class will revise.", "Peacock feathers and a cockpit photo.",
+    "Call me Ishmael. Moby-Dick is a novel by Herman Melville.", "The sex of the chick is hard to tell at birth.",
+    "Sussex and Essex are counties; Middlesex was one.", "Grade: A+, 100% on the quiz, C++ and mp3 files, $5 off.",
+])
+def test_classify_nsfw_leaves_clean_text(text):
+    assert classify_nsfw(text)[0] == "non_nsfw", text
+
+
+@pytest.mark.parametrize("text, plain", [
+    ("This is F*CKING great", "This is fucking great"), ("C*CK", "cock"), ("$h1t!", "shit!"), ("sh!t", "shit"),
+    ("f u c k you", "fuck you"), ("f-u-c-k", "fuck"), ("fuuuuck", "fuck"), ("P0RN", "porn"), ("xxxx", "xxx"),
+    ("f**k", "fuck"),
+])
+def test_deobfuscate_writes_disguised_words_plainly(text, plain):
+    from cookmind.curate.harmful import NSFW_LEXICON
+    from cookmind.curate.obfuscation import deobfuscate
+
+    assert deobfuscate(text, NSFW_LEXICON) == (plain, 1)
+
+
+@pytest.mark.parametrize("text", [
+    "Scunthorpe cocktail assessment", "100 mp3 files at $5 and 3*4=12", "a b c d and x.y.z", "C++ and e-mail",
+    "Sooo good, brrr cold", "***", "b00ks and h3ll0", "I said: wow!!!", "2*x + y*z", "US$ 40",
+])
+def test_deobfuscate_leaves_clean_text(text):
+    from cookmind.curate.harmful import NSFW_LEXICON
+    from cookmind.curate.obfuscation import deobfuscate
+
+    assert deobfuscate(text, NSFW_LEXICON) == (text, 0)
+
+
+def test_toxic_check_sees_disguised_words():
+    assert classify_toxic_speech("you piece of $h1t")[0] == "toxic"
+
+
 def test_classify_toxic_speech():
     label, p = classify_toxic_speech("You are a stupid idiot and nobody cares about your crap opinion.")
     assert label == "toxic" and p > 0.9

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from cookmind.kernels import FlashAttentionTriton
-from tests.test_kernels import _check
+from tests.test_kernels import SHAPES, _check, check_against_sdpa
 
 pytestmark = pytest.mark.gpu
 
-TOL = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 3e-2}  # fp32 dots run as tf32
+TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 3e-2}  # fp32: full-precision dots by default
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -79,3 +79,20 @@ def test_model_flash_triton_backend_matches_sdpa():
     g_ref = ref_model.model.layers[0].self_attn.q_proj.weight.grad
     g = model.model.layers[0].self_attn.q_proj.weight.grad
     assert ((g - g_ref).norm() / g_ref.norm()).item() < 5e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("q_shape, kv_shape, causal", SHAPES)
+def test_triton_flash_any_leading_dims_matches_sdpa_cuda(q_shape, kv_shape, causal, dtype):
+    """(T, D), (B, T, D), (B, H, T, D), 5-D and GQA shapes; the saved logsumexp has q's leading shape."""
+    check_against_sdpa(FlashAttentionTriton, q_shape, kv_shape, causal, dtype, "cuda", TOL[dtype])
+
+
+def test_triton_flash_fp32_tf32_when_allowed():
+    """torch.set_float32_matmul_precision("high") lets fp32 dots run as TF32, as it does for torch.matmul."""
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        check_against_sdpa(FlashAttentionTriton, (2, 4, 700, 64), (2, 2, 700, 64), True, torch.float32, "cuda", 1e-2)
+    finally:
+        torch.set_float32_matmul_precision(old)

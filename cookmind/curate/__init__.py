@@ -1,5 +1,6 @@
 """Web-text curation: HTML -> text, language id, Gopher rules, PII masking, harmful-content and
-quality classifiers, exact-line and MinHash dedup, and a shard runner (local processes or Ray).
+quality classifiers, exact-line and MinHash dedup, decontamination against eval sets, and a shard
+runner (local processes or Ray).
 
 Heavy dependencies (fastText, scikit-learn, Ray) load only when the function that needs them runs.
 """

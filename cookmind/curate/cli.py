@@ -154,7 +154,19 @@ def _default_config(args) -> int:
     cfg = CurateConfig()
     print(yaml.safe_dump({"stages": cfg.stages, "output_format": cfg.output_format, "workers": cfg.workers},
                          sort_keys=False), end="")
+    print(DECONTAMINATE_HELP, end="")
     return 0
+
+
+# Printed under the default config: the optional stages a user adds by hand, with their options.
+DECONTAMINATE_HELP = """\
+# Optional stages (add them to `stages:` above):
+# - decontaminate:        # drop documents sharing a word 13-gram with an eval set (GSM8K, MMLU, any JSONL/CSV)
+#     eval_sets: {gsm8k: data/gsm8k/test.jsonl, mmlu: data/mmlu/test}
+#     ngram: 13           # n-gram length in lower-case words (punctuation and spacing ignored)
+#     min_matches: 1      # distinct shared n-grams that make a document contaminated
+# - quality: {model: quality.npz, threshold: 0.5}   # from `cookmind curate train-classifier`
+"""
 
 
 def _demo(args) -> int:

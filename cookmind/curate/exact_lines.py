@@ -3,13 +3,13 @@
 Two passes over 64-bit line hashes, memory bounded: pass 1 writes each shard's hashes into
 ``num_partitions`` files by hash range; each partition is then counted on its own
 (np.unique), so the largest array in memory is one partition, never the corpus. Pass 2 drops
-the lines whose hash was counted more than once. Blank lines are kept (they mark paragraphs).
+the lines whose hash was counted more than once. Blank lines are kept (they mark paragraphs), and
+every byte of a document but its removed lines stays as it was.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -17,13 +17,10 @@ from typing import Iterable, Sequence
 import numpy as np
 import xxhash
 
-_BLANK_RUN = re.compile(r"\n{3,}")
-
 
 def line_hashes(text: str) -> np.ndarray:
     """xxh64 of every non-blank line (trailing whitespace ignored)."""
-    lines = [line.rstrip() for line in text.split("\n")]
-    return np.array([xxhash.xxh64_intdigest(line.encode()) for line in lines if line], dtype=np.uint64)
+    return np.array([_hash(line) for line in text.split("\n") if line.strip()], dtype=np.uint64)
 
 
 def partition_of(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
@@ -51,16 +48,35 @@ def count_partition(shard_dirs: Iterable[Path], p: int) -> np.ndarray:
 def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int]:
     """``text`` without the lines whose hash is in the sorted array ``duplicated``; (text, lines removed).
 
-    Runs of blank lines left behind collapse to one blank line, and the result is stripped.
+    Every other byte stays (line endings, indentation, the final newline), except blank lines the removal
+    strands: a blank run that a removal joins to another blank run, or to the start or end of the text.
     """
-    lines = text.split("\n")
-    hashes = np.array([xxhash.xxh64_intdigest(line.rstrip().encode()) for line in lines], dtype=np.uint64)
-    idx = np.searchsorted(duplicated, hashes)
-    hit = (idx < len(duplicated)) & (duplicated[np.minimum(idx, len(duplicated) - 1)] == hashes) \
-        if len(duplicated) else np.zeros(len(lines), bool)
-    hit &= np.array([bool(line.strip()) for line in lines])
-    kept = "\n".join(line for line, h in zip(lines, hit) if not h)
-    return _BLANK_RUN.sub("\n\n", kept).strip(), int(hit.sum())
+    body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")  # the final newline is no line
+    lines = body.split("\n")
+    blank = [not line.strip() for line in lines]
+    hit = np.zeros(len(lines), bool)
+    if len(duplicated):
+        hashes = np.array([_hash(line) for line in lines], dtype=np.uint64)
+        idx = np.minimum(np.searchsorted(duplicated, hashes), len(duplicated) - 1)
+        hit = (duplicated[idx] == hashes) & ~np.array(blank)
+    if not hit.any():
+        return text, 0
+    kept: list[str] = []
+    gap = False  # a line was removed since the last kept one
+    for line, is_blank, removed in zip(lines, blank, hit):
+        if removed:
+            gap = True
+        elif not (is_blank and gap and (not kept or not kept[-1].strip())):
+            kept.append(line)
+            gap = False
+    while gap and kept and not kept[-1].strip():  # the text ended inside a removal
+        kept.pop()
+    return ("\n".join(kept) + end if kept else ""), int(hit.sum())
+
+
+def _hash(line: str) -> int:
+    # surrogatepass: undecodable bytes (kept as surrogates) hash too, the same way in both passes
+    return xxhash.xxh64_intdigest(line.rstrip().encode("utf-8", "surrogatepass"))
 
 
 def exact_line_dedup(input_files: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
@@ -72,18 +88,25 @@ def exact_line_dedup(input_files: Sequence[str | os.PathLike], output_dir: str |
         shard_dirs = []
         for i, path in enumerate(input_files):  # pass 1: hashes to partitions, one file at a time
             d = Path(scratch) / f"{i:06d}"
-            write_partitions(line_hashes(Path(path).read_text(encoding="utf-8", errors="replace")), d, num_partitions)
+            write_partitions(line_hashes(_read(path)), d, num_partitions)
             shard_dirs.append(d)
         duplicated = np.sort(np.concatenate([count_partition(shard_dirs, p) for p in range(num_partitions)]))
         written = []
         for path in input_files:  # pass 2: drop duplicated lines
-            text, _ = remove_lines(Path(path).read_text(encoding="utf-8", errors="replace"), duplicated)
+            text, _ = remove_lines(_read(path), duplicated)
             out = output_dir / Path(path).name
             tmp = out.with_name(out.name + ".tmp")
-            tmp.write_text(text, encoding="utf-8")
+            with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+                f.write(text)
             os.replace(tmp, out)
             written.append(out)
     return written
+
+
+def _read(path) -> str:
+    """The file's text with its bytes intact: no newline translation, undecodable bytes kept as surrogates."""
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        return f.read()
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:

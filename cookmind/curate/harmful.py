@@ -2,8 +2,12 @@
 
 - toxicity: alt-profanity-check's linear SVM (its model ships inside the wheel: offline), or a
   classifier trained by ``cookmind curate train-classifier``;
-- NSFW: a transparent lexicon scorer (the words are listed below, the score is a share);
+- NSFW: the same learned model, confirmed by a lexicon of sexual and obscene words, with the lexicon
+  alone as a backstop for explicit pages the model scores low; or a trained classifier;
 - quality: a classifier trained by ``cookmind curate train-classifier`` (label "good" vs others).
+
+Both harmful-content checks first undo disguised lexicon words ("F*CKING", "$h1t", "f u c k"; see
+obfuscation.py), so the model and the lexicon see the plain word.
 """
 
 from __future__ import annotations
@@ -12,39 +16,59 @@ import functools
 import re
 
 from cookmind.curate.classifier import load_classifier
+from cookmind.curate.obfuscation import deobfuscate
 
 # Explicit sexual-content terms; a page is NSFW when they are a noticeable share of its words.
-NSFW_LEXICON = frozenset("""
+SEXUAL_TERMS = frozenset("""
 porn porno pornography pornographic xxx nsfw nude nudes naked hardcore erotic erotica sex sexy
 hentai camgirl camgirls webcam escort escorts milf fetish orgasm horny stripper strippers
-blowjob dildo vibrator threesome orgy hookup hookups onlyfans playboy lingerie explicit
+blowjob blowjobs handjob dildo vibrator threesome orgy hookup hookups onlyfans playboy lingerie explicit
 """.split())
+# Obscene words, each form listed (no prefix matching: "cocktail", "Scunthorpe" and "assessment" are clean).
+# Words that are also names or everyday words ("dick", "ass", "butt") are left to the learned model.
+OBSCENE_TERMS = frozenset("""
+fuck fucks fucked fucker fuckers fucking fuckin motherfucker motherfuckers motherfucking
+shit shits shitty shitting bullshit bitch bitches cunt cunts cock cocks pussy pussies
+slut sluts slutty whore whores tits titties boobs boobies cum cumshot
+""".split())
+NSFW_LEXICON = SEXUAL_TERMS | OBSCENE_TERMS
 
 _WORD = re.compile(r"[a-z]+")
 
 
 def nsfw_score(text: str) -> tuple[int, float]:
-    """(lexicon hits, hits / words)."""
+    """(lexicon hits, hits / words), on the text as given."""
     words = _WORD.findall(text.lower())
     hits = sum(w in NSFW_LEXICON for w in words)
     return hits, hits / max(1, len(words))
 
 
+def plain_text(text: str) -> str:
+    """``text`` with disguised lexicon words written plainly, as both harmful-content checks see it."""
+    return deobfuscate(text, NSFW_LEXICON)[0]
+
+
 def classify_nsfw(text: str, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None,
                   threshold: float = 0.5) -> tuple[str, float]:
-    """("nsfw" | "non_nsfw", score) from the lexicon above, or from ``model`` when given.
+    """("nsfw" | "non_nsfw", score), judged on the text with disguised words undone.
 
-    Lexicon: NSFW when at least ``min_hits`` lexicon words make up at least ``min_ratio`` of the
-    words; score = min(1, (hits / words) / (2 * min_ratio)), so the ratio threshold sits at 0.5.
-    Model: a classifier of ours (or a fastText .bin) with an "nsfw" label; score = P(nsfw).
+    Default: NSFW when alt-profanity-check scores the text at least ``threshold`` and it holds an obscene
+    word (the model alone also flags plain insults, which the toxicity check owns, and a lone "sex" or
+    "naked" in a clean sentence), or, as a backstop, when at least ``min_hits`` lexicon words make up at
+    least ``min_ratio`` of its words. score = the larger of the model's probability (0 without an obscene
+    word) and min(1, (hits / words) / (2 * min_ratio)).
+    ``model``: a classifier of ours (or a fastText .bin) with an "nsfw" label; score = P(nsfw).
     """
+    text = plain_text(text)
     if model:
         p = _cached_classifier(str(model)).prob(text, "nsfw")
         return ("nsfw" if p >= threshold else "non_nsfw"), p
     hits, ratio = nsfw_score(text)
-    score = min(1.0, ratio / (2 * min_ratio))
-    label = "nsfw" if hits >= min_hits and ratio >= min_ratio else "non_nsfw"
-    return label, score
+    backstop = min(1.0, ratio / (2 * min_ratio))
+    obscene = any(w in OBSCENE_TERMS for w in _WORD.findall(text.lower()))
+    p = float(_profanity().predict_prob([text])[0]) if obscene else 0.0
+    label = "nsfw" if p >= threshold or (hits >= min_hits and ratio >= min_ratio) else "non_nsfw"
+    return label, max(p, backstop)
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,10 +87,11 @@ def _cached_classifier(path: str):
 
 
 def classify_toxic_speech(text: str, threshold: float = 0.5, model: str | None = None) -> tuple[str, float]:
-    """("toxic" | "non_toxic", probability of toxic).
+    """("toxic" | "non_toxic", probability of toxic), judged on the text with disguised words undone.
 
     Default model: alt-profanity-check (offline). ``model``: a classifier of ours with a "toxic" label.
     """
+    text = plain_text(text)
     if model:
         p = _cached_classifier(str(model)).prob(text, "toxic")
     else:
@@ -76,7 +101,7 @@ def classify_toxic_speech(text: str, threshold: float = 0.5, model: str | None =
 
 def toxic_line_share(text: str, threshold: float = 0.5) -> float:
     """Share of non-empty lines alt-profanity-check calls toxic (one long clean page can hide a rant)."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in plain_text(text).splitlines() if line.strip()]
     if not lines:
         return 0.0
     probs = _profanity().predict_prob(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -140,20 +141,20 @@ def minhash_dedup(input_files: Sequence[str | os.PathLike], num_hashes: int, num
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    texts = [Path(p).read_text(encoding="utf-8", errors="replace") for p in input_files]
-    sets = [shingles(t, ngrams) for t in texts]
+    sets = [shingles(Path(p).read_bytes().decode("utf-8", errors="replace"), ngrams) for p in input_files]
     a, b = permutations(num_hashes, seed)
     sigs = np.stack([signature(s, a, b) for s in sets]) if sets else np.zeros((0, num_hashes), np.uint64)
     keep = duplicate_clusters(sets, sigs, num_bands, jaccard_threshold)
     written = []
-    for i, (path, text) in enumerate(zip(input_files, texts)):
+    for i, path in enumerate(input_files):
         if keep[i] == i:
-            written.append(_write_atomic(output_dir / Path(path).name, text))
+            written.append(_copy_atomic(Path(path), output_dir / Path(path).name))
     return written
 
 
-def _write_atomic(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+def _copy_atomic(src: Path, dst: Path) -> Path:
+    """Copy ``src`` byte for byte (a kept document is not rewritten)."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+    return dst

@@ -72,7 +72,7 @@ def iter_source(path: str) -> Iterator[dict]:
 
         yield {"id": str(p), "html": decode_html(p.read_bytes())}
     else:
-        yield {"id": str(p), "text": p.read_text(encoding="utf-8", errors="replace")}
+        yield {"id": str(p), "text": p.read_bytes().decode("utf-8", errors="replace")}  # line ends as they are
 
 
 def iter_shard(spec: str | list[str]) -> Iterator[dict]:

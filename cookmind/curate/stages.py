@@ -119,7 +119,7 @@ class PiiStage(DocStage):
 
 
 class NsfwStage(DocStage):
-    """Remove documents the NSFW lexicon scorer (or a trained classifier, ``model``) flags."""
+    """Remove documents the NSFW check (learned model + lexicon, or a trained classifier ``model``) flags."""
 
     name = "nsfw"
 
@@ -169,10 +169,11 @@ class ToxicStage(DocStage):
         """One call of the linear model for every document and line of the batch (its per-call cost dominates)."""
         if self.model is not None:
             return [self.process(doc, stats) for doc in docs]
-        from cookmind.curate.harmful import _profanity
+        from cookmind.curate.harmful import _profanity, plain_text
 
-        lines = [[line for line in d["text"].splitlines() if line.strip()] for d in docs]
-        flat = [d["text"] for d in docs] + [line for ls in lines for line in ls]
+        texts = [plain_text(d["text"]) for d in docs]
+        lines = [[line for line in t.splitlines() if line.strip()] for t in texts]
+        flat = texts + [line for ls in lines for line in ls]
         probs = _profanity().predict_prob(flat) if flat else []
         keep, k = [], len(docs)
         for i, ls in enumerate(lines):
@@ -209,6 +210,56 @@ class QualityStage(DocStage):
         doc["quality"] = round(p, 4)
         if p < self.threshold:
             stats.reasons["low_quality"] += 1
+            return False
+        return True
+
+
+class DecontaminateStage(DocStage):
+    """Remove documents that share a long word n-gram with an evaluation set (see decontaminate.py).
+
+    ``eval_sets``: {name: path} (or a list of paths, each named by its last two path parts); ``ngram``: the
+    n-gram length in normalised words; ``min_matches``: distinct shared n-grams that make a document
+    contaminated. The removal reason names the first eval set matched; ``docs_matching:NAME`` counts every
+    set a removed document matched.
+    """
+
+    name = "decontaminate"
+
+    def __init__(self, eval_sets: dict | list | None = None, ngram: int = 13, min_matches: int = 1):
+        import sys
+
+        from cookmind.curate.decontaminate import load_eval_set
+
+        if isinstance(eval_sets, (str, os.PathLike)):
+            eval_sets = [eval_sets]
+        if isinstance(eval_sets, (list, tuple)):
+            eval_sets = {"/".join(Path(p).with_suffix("").parts[-2:]): p for p in eval_sets}
+        if not eval_sets:
+            raise ValueError("stage decontaminate: names no eval sets; give eval_sets: {gsm8k: "
+                             "path/to/gsm8k/test.jsonl, mmlu: path/to/mmlu/test}")
+        if int(ngram) < 1 or int(min_matches) < 1:
+            raise ValueError(f"stage decontaminate: ngram ({ngram}) and min_matches ({min_matches}) must be >= 1")
+        self.ngram, self.min_matches = int(ngram), int(min_matches)
+        self.sets = []
+        for set_name, path in eval_sets.items():
+            try:
+                es = load_eval_set(str(set_name), path, self.ngram)
+            except (FileNotFoundError, ValueError) as exc:
+                raise type(exc)(f"stage decontaminate: eval set {set_name}: {exc}") from None
+            self.sets.append(es)
+            note = f"; {es.short} shorter than {self.ngram} words cannot match" if es.short else ""
+            print(f"decontaminate: {set_name} ({path}): {es.items} items, {len(es.hashes)} distinct "
+                  f"{self.ngram}-grams{note}", file=sys.stderr)
+
+    def process(self, doc, stats):
+        from cookmind.curate.decontaminate import ngram_hashes
+
+        hashes = ngram_hashes(doc["text"], self.ngram)
+        hit = [es.name for es in self.sets if es.matches(hashes) >= self.min_matches]
+        for set_name in hit:
+            stats.counters[f"docs_matching:{set_name}"] += 1
+        if hit:
+            stats.reasons[f"eval:{hit[0]}"] += 1
             return False
         return True
 
@@ -342,7 +393,8 @@ class ExactLinesStage(CorpusStage):
 
 
 STAGES: dict[str, type] = {cls.name: cls for cls in (ExtractStage, GopherStage, LangIdStage, PiiStage, NsfwStage,
-                                                      ToxicStage, QualityStage, MinHashStage, ExactLinesStage)}
+                                                      ToxicStage, QualityStage, DecontaminateStage, MinHashStage,
+                                                      ExactLinesStage)}
 
 
 def build_stage(name: str, options: dict | None):

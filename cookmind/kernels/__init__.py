@@ -1,7 +1,7 @@
 """Attention kernels: FlashAttention-2 as a tiled PyTorch reference and as Triton kernels.
 
-Both are autograd Functions called as ``Kernel.apply(q, k, v, is_causal)`` with q (B, H, T, D)
-and k, v (B, Hkv, T, D). Importing this package never imports Triton; the Triton kernels are
+Both are autograd Functions called as ``Kernel.apply(q, k, v, is_causal)`` with q (..., H, T, D)
+and k, v (..., Hkv, T, D): any leading dims, as F.scaled_dot_product_attention takes them. Importing this package never imports Triton; the Triton kernels are
 compiled on the first CUDA call.
 """
 

@@ -4,9 +4,11 @@ Never builds the full (T x T) score matrix. The forward pass walks key tiles wit
 softmax and keeps only the output O and the per-row logsumexp L; the backward pass recomputes
 each probability tile from Q, K and L (Dao, "FlashAttention-2", 2023, Algorithms 1 and 2).
 
-Shapes: q (B, H, Tq, D); k, v (B, Hkv, Tk, D) with H a multiple of Hkv (grouped-query
-attention). The G = H / Hkv query heads that share one K/V head are viewed as an extra axis,
-so K and V are broadcast, never repeated in memory.
+Shapes: q (..., H, Tq, D); k, v (..., Hkv, Tk, D) with H a multiple of Hkv (grouped-query
+attention), any leading dims as in F.scaled_dot_product_attention: (B, T, D) and (T, D) too.
+The G = H / Hkv query heads that share one K/V head are viewed as an extra axis, so K and V are
+broadcast, never repeated in memory. The saved logsumexp L (natural log) has q's leading shape,
+q.shape[:-1]: (B, Tq) for 3-D input.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import math
 
 import torch
 
-from .shapes import autocast_inputs, check_attention_inputs
+from .shapes import as_heads, autocast_inputs, check_attention_inputs
 
 BLOCK_M = 64  # query rows per tile
 BLOCK_N = 64  # key columns per tile
@@ -39,7 +41,9 @@ class FlashAttentionPytorch(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False):
         ctx.in_dtypes = (q.dtype, k.dtype, v.dtype)  # gradients go back in these
-        q, k, v = autocast_inputs(q, k, v)
+        ctx.in_shapes = (q.shape, k.shape, v.shape)
+        q_shape = q.shape
+        q, k, v = as_heads(*autocast_inputs(q, k, v))
         b, h, tq, d, hkv, tk = check_attention_inputs(q, k, v, is_causal)
         g = h // hkv
         scale = 1.0 / math.sqrt(d)
@@ -68,9 +72,9 @@ class FlashAttentionPytorch(torch.autograd.Function):
                 m = m_new
             out[..., i0:i1, :] = (acc / l[..., None]).to(q.dtype)  # O = diag(l)^-1 acc
             lse[..., i0:i1] = m + torch.log(l)  # L = m + log(l)
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.save_for_backward(q, k, v, out, lse.reshape(q_shape[:-1]))
         ctx.is_causal = is_causal
-        return out.reshape(b, h, tq, d)
+        return out.reshape(q_shape)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
@@ -78,6 +82,7 @@ class FlashAttentionPytorch(torch.autograd.Function):
         is_causal = ctx.is_causal
         b, hkv, g, tq, d = out.shape
         tk = k.shape[2]
+        lse = lse.reshape(b, hkv, g, tq)
         scale = 1.0 / math.sqrt(d)
         offset = tk - tq
         qg = q.reshape(b, hkv, g, tq, d)
@@ -105,5 +110,5 @@ class FlashAttentionPytorch(torch.autograd.Function):
                 ds = p * (dp - delta[..., i0:i1, None])  # dS = P * (dP - D)
                 dq[..., i0:i1, :] += ds @ kj * scale  # dQ = dS K / sqrt(D)
                 dk[:, :, j0:j1] += (ds.transpose(-1, -2) @ qi).sum(2) * scale  # dK = dS^T Q / sqrt(D)
-        dt_q, dt_k, dt_v = ctx.in_dtypes
-        return dq.reshape(b, hkv * g, tq, d).to(dt_q), dk.to(dt_k), dv.to(dt_v), None
+        (dt_q, dt_k, dt_v), (sq, sk, sv) = ctx.in_dtypes, ctx.in_shapes
+        return dq.reshape(sq).to(dt_q), dk.reshape(sk).to(dt_k), dv.reshape(sv).to(dt_v), None

@@ -1,8 +1,12 @@
 """FlashAttention-2 as a Triton kernel behind a torch.autograd.Function.
 
-``FlashAttentionTriton.apply(q, k, v, is_causal)`` with q (B, H, T, D) and k, v (B, Hkv, T, D)
+``FlashAttentionTriton.apply(q, k, v, is_causal)`` with q (..., H, T, D) and k, v (..., Hkv, T, D)
 (H a multiple of Hkv: grouped-query attention reads the shared K/V head, never a repeated
-copy). CUDA only; Triton is imported on first use so this module loads on CPU-only machines.
+copy), any leading dims as in F.scaled_dot_product_attention: (B, T, D) and (T, D) too. The saved
+logsumexp L (natural log, fp32) has q's leading shape q.shape[:-1]. bf16/fp16 run the dots in
+their dtype; fp32 runs them in full fp32 unless torch.set_float32_matmul_precision allows TF32
+("high"/"medium"), as torch.matmul does. Softmax statistics and accumulators are fp32 always.
+CUDA only; Triton is imported on first use so this module loads on CPU-only machines.
 The kernels live in flash_attention_triton_kernels.py; the algorithm is the one written out
 in plain PyTorch in flash_attention_pytorch.py.
 """
@@ -14,7 +18,7 @@ import os
 
 import torch
 
-from .shapes import autocast_inputs, check_attention_inputs
+from .shapes import as_heads, autocast_inputs, check_attention_inputs
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2(e))
@@ -47,8 +51,15 @@ def _unit_last(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def dot_precision(dtype: torch.dtype) -> str:
+    """tl.dot's input_precision for fp32 inputs: "ieee" under torch's default "highest", else "tf32"."""
+    if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+        return "ieee"
+    return "tf32"
+
+
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool):
-    """Run the forward kernel; return (O, L) with L the per-row log2-sum-exp2, shape (B*H, Tq) fp32."""
+    """Run the forward kernel; return (O, L) with L the per-row logsumexp (natural log), shape (B*H, Tq) fp32."""
     b, h, tq, d, hkv, tk = check_attention_inputs(q, k, v, is_causal)
     _check_device(q, d)
     kernels = _kernels()
@@ -63,6 +74,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
     kernels.flash_fwd(
         grid, q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         h, h // hkv, tq, tk, qk_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=q.element_size(), Tk=tk,
+        PRECISION=dot_precision(q.dtype),
     )
     return o, lse
 
@@ -83,16 +95,18 @@ def flash_backward(q, k, v, o, lse, do, is_causal: bool):
     qk_scale = LOG2_E / math.sqrt(d)
     sm_scale = 1.0 / math.sqrt(d)
     common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
-    size = q.element_size()
+    size, precision = q.element_size(), dot_precision(q.dtype)
     kernels.flash_bwd_dkdv(
         lambda meta: (triton_cdiv(tk, meta["BLOCK_N"]), b * hkv),
         q, k, v, do, lse, delta, dk, dv, *common, *dk.stride()[:3], *dv.stride()[:3],
         h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size, Tk=tk,
+        PRECISION=precision,
     )
     kernels.flash_bwd_dq(
         lambda meta: (triton_cdiv(tq, meta["BLOCK_M"]), b * h),
         q, k, v, do, lse, delta, dq, *common, *dq.stride()[:3],
         h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size, Tk=tk,
+        PRECISION=precision,
     )
     return dq, dk, dv
 
@@ -133,15 +147,18 @@ class FlashAttentionTriton(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False):
         ctx.in_dtypes = (q.dtype, k.dtype, v.dtype)  # gradients go back in these
-        q, k, v = autocast_inputs(q, k, v)
+        ctx.in_shapes = (q.shape, k.shape, v.shape)
+        q_shape = q.shape
+        q, k, v = as_heads(*autocast_inputs(q, k, v))
         o, lse = flash_attn_fwd_op(q, k, v, is_causal)
-        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.save_for_backward(q, k, v, o, lse.view(q_shape[:-1]))
         ctx.is_causal = is_causal
-        return o
+        return o.reshape(q_shape)  # a view: o has q's (leading-dims-flattened) layout
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = flash_attn_bwd_op(q, k, v, o, lse, grad_out, ctx.is_causal)
-        dt_q, dt_k, dt_v = ctx.in_dtypes
-        return dq.to(dt_q), dk.to(dt_k), dv.to(dt_v), None
+        grad_out = grad_out.reshape(o.shape)
+        dq, dk, dv = flash_attn_bwd_op(q, k, v, o, lse.view(-1, q.shape[2]), grad_out, ctx.is_causal)
+        (dt_q, dt_k, dt_v), (sq, sk, sv) = ctx.in_dtypes, ctx.in_shapes
+        return dq.reshape(sq).to(dt_q), dk.reshape(sk).to(dt_k), dv.reshape(sv).to(dt_v), None

@@ -3,7 +3,9 @@
 Imported only when the Triton path is used, so ``cookmind.kernels`` loads on machines without
 Triton. Layout: every tensor is (B, heads, T, D) with arbitrary strides; one program handles one
 tile of rows for one (batch, head). Softmax runs in base 2: scores are multiplied by
-qk_scale = log2(e) / sqrt(D) so exp2 replaces exp, and L is stored in log2 units.
+qk_scale = log2(e) / sqrt(D) so exp2 replaces exp; L is stored in natural-log units (the
+logsumexp callers expect) and turned back into log2 units where the backward kernels load it.
+PRECISION is tl.dot's input_precision ("ieee" or "tf32"; it matters only for fp32 inputs).
 
 Causal tiles come in three kinds: fully visible (no mask), on the diagonal (masked) and fully
 hidden (skipped). Queries are aligned to the last keys: row i sees key j iff j <= i + (Tk - Tq).
@@ -15,6 +17,9 @@ import os
 
 import triton
 import triton.language as tl
+
+LN2: tl.constexpr = 0.6931471805599453  # log(x) = log2(x) * ln(2)
+LOG2_E: tl.constexpr = 1.4426950408889634
 
 # COOKMIND_FLASH_AUTOTUNE=1 lets Triton time every tile shape that fits per (head dim, causal,
 # lengths); otherwise each kernel takes the first candidate that fits and compiles once.
@@ -65,14 +70,15 @@ class Launcher:
         keep = {(m, n) for m, n, _, _ in self.fitting(d, size)}
         return [c for c in configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) in keep] or configs[-1:]
 
-    def __call__(self, grid, *args, HEAD_D: int, IS_CAUSAL: bool, element_size: int, Tk: int = 0):
+    def __call__(self, grid, *args, HEAD_D: int, IS_CAUSAL: bool, element_size: int, Tk: int = 0,
+                 PRECISION: str = "tf32"):
         """grid: meta-dict -> launch grid, as Triton's autotuner expects."""
         if self.tuned is not None:
-            return self.tuned[grid](*args, HEAD_D=HEAD_D, IS_CAUSAL=IS_CAUSAL)
+            return self.tuned[grid](*args, HEAD_D=HEAD_D, IS_CAUSAL=IS_CAUSAL, PRECISION=PRECISION)
         m, n, w, s = self.fitting(HEAD_D, element_size, Tk)[0]
         meta = {"BLOCK_M": m, "BLOCK_N": n}
         return self.fn[grid(meta)](*args, HEAD_D=HEAD_D, IS_CAUSAL=IS_CAUSAL, BLOCK_M=m, BLOCK_N=n,
-                                   num_warps=w, num_stages=s)
+                                   PRECISION=PRECISION, num_warps=w, num_stages=s)
 
     def chosen(self) -> dict:
         """Autotuned picks so far, {key: config string} (empty without autotune)."""
@@ -82,7 +88,7 @@ class Launcher:
 @triton.jit
 def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, lo, hi, Tk, offset,
               qk_scale, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr):
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, PRECISION: tl.constexpr):
     """Online softmax over key tiles [lo, hi); MASKED tiles apply the causal and length masks."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
@@ -97,7 +103,7 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, l
         else:
             kt = tl.load(kt_ptrs)
             v = tl.load(v_ptrs)
-        s = tl.dot(q, kt) * qk_scale  # S = Q K^T * log2(e) / sqrt(D)
+        s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale  # S = Q K^T * log2(e) / sqrt(D)
         if MASKED:
             visible = offs_n[None, :] < Tk
             if IS_CAUSAL:
@@ -107,7 +113,7 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, l
         p = tl.math.exp2(s - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old max
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
 
@@ -118,8 +124,8 @@ def flash_fwd_kernel(Q, K, V, O, L,
                      stride_vb, stride_vh, stride_vt, stride_ob, stride_oh, stride_ot,
                      H, GROUP, Tq, Tk, qk_scale,
                      IS_CAUSAL: tl.constexpr, HEAD_D: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """O = softmax(Q K^T / sqrt(D)) V and L = log2-sum-exp2 of each scaled score row."""
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+    """O = softmax(Q K^T / sqrt(D)) V and L = logsumexp of each score row (natural log)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b = bh // H
@@ -144,13 +150,13 @@ def flash_fwd_kernel(Q, K, V, O, L,
         full_end = even_end
         hi = Tk
     acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, 0, full_end,
-                              Tk, offset, qk_scale, False, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+                              Tk, offset, qk_scale, False, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
     acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, full_end, hi,
-                              Tk, offset, qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+                              Tk, offset, qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
     acc = acc / l_i[:, None]  # O = diag(l)^-1 acc
     o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :]
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=offs_m[:, None] < Tq)
-    tl.store(L + bh * Tq + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < Tq)  # L = m + log2(l)
+    tl.store(L + bh * Tq + offs_m, (m_i + tl.math.log2(l_i)) * LN2, mask=offs_m < Tq)  # L = (m + log2(l)) ln 2
 
 
 @triton.jit
@@ -174,7 +180,7 @@ def flash_bwd_delta_kernel(O, DO, Delta, stride_ob, stride_oh, stride_ot, stride
 @triton.jit
 def _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n, lo, hi,
                Tq, offset, qk_scale, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr):
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate dK, dV of one key tile over query tiles [lo, hi), working on transposed scores."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
@@ -193,17 +199,18 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, str
             do = tl.load(do_ptrs)
             l = tl.load(l_base + offs_m)
             delta = tl.load(delta_base + offs_m)
-        st = tl.dot(k, qt) * qk_scale  # S^T (BLOCK_N, BLOCK_M)
-        pt = tl.math.exp2(st - l[None, :])  # P^T recomputed from L
+        st = tl.dot(k, qt, input_precision=PRECISION) * qk_scale  # S^T (BLOCK_N, BLOCK_M)
+        pt = tl.math.exp2(st - l[None, :] * LOG2_E)  # P^T recomputed from L
         if MASKED:
             visible = offs_m[None, :] < Tq
             if IS_CAUSAL:
                 visible = visible & (offs_n[:, None] <= offs_m[None, :] + offset)
             pt = tl.where(visible, pt, 0.0)
-        dv += tl.dot(pt.to(do.dtype), do)  # dV += P^T dO
-        dpt = tl.dot(v, tl.trans(do))  # dP^T = V dO^T
+        dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)  # dV += P^T dO
+        dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # dP^T = V dO^T
         dst = pt * (dpt - delta[None, :])  # dS^T = P^T * (dP^T - Delta)
-        dk += tl.dot(dst.to(qt.dtype), tl.trans(qt))  # dK += dS^T Q  (scaled once at the end)
+        # dK += dS^T Q (scaled once at the end)
+        dk += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PRECISION)
     return dk, dv
 
 
@@ -214,7 +221,7 @@ def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
                           stride_dkb, stride_dkh, stride_dkt, stride_dvb, stride_dvh, stride_dvt,
                           H, GROUP, Tq, Tk, qk_scale, sm_scale,
                           IS_CAUSAL: tl.constexpr, HEAD_D: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
     """dK, dV for one key tile of one K/V head, summed over its GROUP query heads (no atomics)."""
     start_n = tl.program_id(0) * BLOCK_N
     bhk = tl.program_id(1)
@@ -249,13 +256,14 @@ def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
         delta_base = Delta + (b * H + h) * Tq
         # masked tiles: the causal diagonal, then the unmasked body, then the ragged tail of Tq
         dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n,
-                            lo, diag_end, Tq, offset, qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+                            lo, diag_end, Tq, offset, qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D,
+                            PRECISION)
         dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n,
                             tl.maximum(diag_end, lo), even_end, Tq, offset, qk_scale, False, IS_CAUSAL,
-                            BLOCK_M, BLOCK_N, HEAD_D)
+                            BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
         dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n,
                             tl.maximum(even_end, lo), Tq, Tq, offset, qk_scale, True, IS_CAUSAL,
-                            BLOCK_M, BLOCK_N, HEAD_D)
+                            BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
     dk = dk * sm_scale  # dK = dS^T Q / sqrt(D)
     tl.store(DK + b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkt + offs_d[None, :],
              dk.to(DK.dtype.element_ty), mask=n_ok)
@@ -266,7 +274,7 @@ def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
 @triton.jit
 def _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m, lo, hi, Tk, offset, qk_scale,
              MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate dQ of one query tile over key tiles [lo, hi)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
@@ -281,16 +289,16 @@ def _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m,
         else:
             kt = tl.load(kt_ptrs)
             vt = tl.load(vt_ptrs)
-        s = tl.dot(q, kt) * qk_scale
+        s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale
         p = tl.math.exp2(s - l[:, None])
         if MASKED:
             visible = offs_n[None, :] < Tk
             if IS_CAUSAL:
                 visible = visible & (offs_n[None, :] <= offs_m[:, None] + offset)
             p = tl.where(visible, p, 0.0)
-        dp = tl.dot(do, vt)  # dP = dO V^T
+        dp = tl.dot(do, vt, input_precision=PRECISION)  # dP = dO V^T
         ds = p * (dp - delta[:, None])  # dS = P * (dP - Delta)
-        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt))  # dQ += dS K
+        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=PRECISION)  # dQ += dS K
     return dq
 
 
@@ -301,7 +309,7 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
                         stride_dqb, stride_dqh, stride_dqt,
                         H, GROUP, Tq, Tk, qk_scale, sm_scale,
                         IS_CAUSAL: tl.constexpr, HEAD_D: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
     """dQ for one query tile of one head; same tile walk as the forward pass."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -316,7 +324,7 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
                 mask=m_ok, other=0.0)
     do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_dt + offs_d[None, :],
                  mask=m_ok, other=0.0)
-    l = tl.load(L + bh * Tq + offs_m, mask=offs_m < Tq, other=0.0)
+    l = tl.load(L + bh * Tq + offs_m, mask=offs_m < Tq, other=0.0) * LOG2_E  # to log2 units
     delta = tl.load(Delta + bh * Tq + offs_m, mask=offs_m < Tq, other=0.0)
     k_base = K + b * stride_kb + hk * stride_kh
     v_base = V + b * stride_vb + hk * stride_vh
@@ -329,9 +337,9 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
         full_end = even_end
         hi = Tk
     dq = _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m, 0, full_end, Tk, offset,
-                  qk_scale, False, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+                  qk_scale, False, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
     dq = _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m, full_end, hi, Tk, offset,
-                  qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D)
+                  qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
     dq = dq * sm_scale  # dQ = dS K / sqrt(D)
     tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=m_ok)

@@ -5,12 +5,30 @@ from __future__ import annotations
 import torch
 
 
+def as_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """Views of q (..., H, Tq, D) and k, v (..., Hkv, Tk, D) as 4-D (B, H, T, D), the way
+    F.scaled_dot_product_attention reads its inputs: (B, T, D) is B heads of one batch (the same
+    thing as B batches of one head), (T, D) one head, and the dims before the head dim are flattened
+    into B (they must match between q and k/v). Head dims may differ: grouped-query attention.
+    """
+    if q.dim() < 2 or not (q.dim() == k.dim() == v.dim()):
+        raise ValueError(
+            f"attention expects q, k, v with the same number of dims (..., T, D); got q{tuple(q.shape)}, "
+            f"k{tuple(k.shape)}, v{tuple(v.shape)}. (B, T, H, D) inputs need .transpose(1, 2) first."
+        )
+    if q.shape[:-3] != k.shape[:-3] or k.shape[:-3] != v.shape[:-3]:
+        raise ValueError(f"the batch dims before (H, T, D) differ: q{tuple(q.shape)}, k{tuple(k.shape)}, "
+                         f"v{tuple(v.shape)}")
+    return tuple(x.reshape(-1, *x.shape[-3:]) if x.dim() > 4 else x.reshape((1,) * (4 - x.dim()) + x.shape)
+                 for x in (q, k, v))
+
+
 def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool):
-    """Validate q (B, H, Tq, D), k/v (B, Hkv, Tk, D); return (B, H, Tq, D, Hkv, Tk)."""
+    """Validate q (B, H, Tq, D), k/v (B, Hkv, Tk, D) (see as_heads for other ranks); return (B, H, Tq, D, Hkv, Tk)."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(
-            f"attention expects 4-D tensors (B, H, T, D); got q{tuple(q.shape)}, k{tuple(k.shape)}, "
-            f"v{tuple(v.shape)}. Transpose (B, T, H, D) inputs with .transpose(1, 2) first."
+            f"attention expects 4-D tensors (B, H, T, D) here; got q{tuple(q.shape)}, k{tuple(k.shape)}, "
+            f"v{tuple(v.shape)}. Pass other ranks through as_heads first."
         )
     b, h, tq, d = q.shape
     bk, hkv, tk, dk = k.shape
