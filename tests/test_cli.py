@@ -37,3 +37,105 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert str(tmp_path / "nope") in proc.stderr
+
+
+# --- the seams between stages (#17.12, #17.16) ---
+
+import gzip  # noqa: E402
+import json  # noqa: E402
+
+import pytest  # noqa: E402
+
+from cookmind.cli import main as cli_main  # noqa: E402
+
+CORPUS = ("The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
+          "A small model learns to answer questions about numbers and recipes.\n") * 20
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    d = tmp_path_factory.mktemp("tok")
+    (d / "corpus.txt").write_text(CORPUS)
+    vocab, merges = train_bpe(d / "corpus.txt", 300, DEFAULT_SPECIAL_TOKENS, progress=False)
+    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(d)
+    return d
+
+
+def _store_texts(store_dir, tok_dir):
+    """The documents of a seq store, decoded (each record ends with the end-of-text id)."""
+    from cookmind.store import TokenStore
+    from cookmind.tokenizer import Tokenizer
+
+    tok, store = Tokenizer.load(tok_dir), TokenStore(store_dir)
+    return [tok.decode(store.record("sequence", i).tolist()[:-1]) for i in range(len(store))]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl.gz", "parquet"])
+def test_pack_reads_curate_output(tmp_path, tok_dir, fmt, capsys):
+    """`curate run` (default jsonl.gz, or parquet) -> `pack` of its folder and of its files: every document packed."""
+    assert cli_main(["curate", "crawl", "--output", str(tmp_path / "crawl"), "--num-pages", "40", "--shards", "2"]) == 0
+    assert cli_main(["curate", "run", "--input", str(tmp_path / "crawl"), "--output", str(tmp_path / "cur"),
+                     "--format", fmt, "--workers", "1", "--quiet"]) == 0
+    shards = sorted((tmp_path / "cur").glob("shard-*"))
+    assert shards and all(s.name.endswith(fmt) for s in shards)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        expect = [t for s in shards for t in pq.read_table(s).column("text").to_pylist()]
+    else:
+        expect = [json.loads(line)["text"] for s in shards for line in gzip.open(s, "rt", encoding="utf-8")]
+    assert len(expect) > 3
+    for inputs in ([str(tmp_path / "cur")], [str(s) for s in shards]):
+        out = tmp_path / f"store{len(inputs)}"
+        capsys.readouterr()
+        assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", *inputs,
+                         "--out", str(out), "--quiet"]) == 0
+        assert f"packed {len(expect)} seq records" in capsys.readouterr().out
+        assert _store_texts(out, tok_dir) == [t.strip() for t in expect]
+
+
+def test_pack_reads_gzip_text_and_jsonl_even_without_the_suffix(tmp_path, tok_dir):
+    docs = ["The cook stirs the soup.", "Tom has 3 apples."]
+    (tmp_path / "a.txt.gz").write_bytes(gzip.compress("<|endoftext|>".join(docs).encode()))
+    (tmp_path / "b.jsonl").write_bytes(gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in docs).encode()))
+    assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "a.txt.gz"),
+                     str(tmp_path / "b.jsonl"), "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    assert _store_texts(tmp_path / "s", tok_dir) == docs * 2
+
+
+def test_pack_a_folder_without_shards_is_a_clear_error(tmp_path, tok_dir, capsys):
+    (tmp_path / "d").mkdir()
+    rc = cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "d"),
+                   "--out", str(tmp_path / "s"), "--quiet"])
+    assert rc != 0 and "holds no shard-* files" in capsys.readouterr().err
+
+
+def _help(*stage):
+    return subprocess.run([sys.executable, "-m", "cookmind", *stage, "--help"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_pack_help_examples_pack(tmp_path, tok_dir):
+    """Every example line `pack --help` shows is accepted by its train type (one record each)."""
+    from cookmind.store import TokenStore
+
+    text = _help("pack")
+    section, examples = None, {}
+    for line in text.split("what each --train-type reads")[1].splitlines():
+        head = line[2:8].strip()
+        if head in ("seq", "sft", "dpo", "grpo"):
+            section = head
+        elif line.startswith(" " * 10) and section:
+            examples.setdefault(section, []).append(line.strip())
+    assert set(examples) == {"seq", "sft", "dpo", "grpo"}
+    for train_type, lines in examples.items():
+        for k, line in enumerate(lines):
+            src = tmp_path / (f"{train_type}{k}.jsonl" if line.startswith("{") else f"{train_type}{k}.txt")
+            src.write_text(line + "\n")
+            out = tmp_path / f"{train_type}{k}-store"
+            assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", train_type, "--input", str(src),
+                             "--out", str(out), "--quiet"]) == 0, line
+            expect = 2 if "<|endoftext|>" in line else 1
+            assert len(TokenStore(out)) == expect, line
