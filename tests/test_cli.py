@@ -139,3 +139,44 @@ def test_pack_help_examples_pack(tmp_path, tok_dir):
                              "--out", str(out), "--quiet"]) == 0, line
             expect = 2 if "<|endoftext|>" in line else 1
             assert len(TokenStore(out)) == expect, line
+
+
+def _parse(stage, *argv):
+    from cookmind.cli import _stage_parser, parse_stage_args
+
+    parser, _ = _stage_parser(stage)
+    return parse_stage_args(parser, list(argv))
+
+
+@pytest.mark.parametrize("stage, extra", [("generate", ["--prompt", "hi"]), ("chat", []), ("serve", ["--port", "1"]),
+                                          ("eval", None)])
+def test_the_model_is_named_one_way_everywhere(stage, extra):
+    """--model DIR, its old spelling --checkpoint, and a positional MODEL all name the model (#17.16)."""
+    head = ["eval", "gsm8k"] if extra is None else [stage]
+    extra = ["--limit", "1"] if extra is None else extra
+    for spelling in (["--model", "m/dir"], ["--checkpoint", "m/dir"], ["m/dir"]):
+        assert _parse(*head, *spelling, *extra).model == "m/dir", spelling
+        assert _parse(*head, *extra, *spelling).model == "m/dir", spelling
+    assert "--model" in _help(*head)
+    with pytest.raises(SystemExit):  # none given
+        _parse(*head, *extra)
+    with pytest.raises(SystemExit):  # two different ones
+        _parse(*head, "--model", "a", "b", *extra)
+
+
+@pytest.mark.parametrize("stage", ["export", "import"])
+def test_export_and_import_take_model_and_out_as_flags_or_arguments(stage):
+    from cookmind.model.cli_export import model_and_out
+
+    for argv in (["--model", "a", "--out", "b"], ["a", "b"], ["--model", "a", "b"], ["--out", "b", "a"]):
+        assert model_and_out(_parse(stage, "--hf", *argv), stage) == ("a", "b"), argv
+    with pytest.raises(SystemExit):
+        model_and_out(_parse(stage, "--hf", "a"), stage)
+    assert "--model" in _help(stage) and "--out" in _help(stage)
+
+
+def test_train_overrides_work_wherever_they_stand(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "cookmind", "train", "optim.lr=0.00123", "--run-dir", str(tmp_path),
+                           "train.max_steps=7", "--print-config"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "lr: 0.00123" in proc.stdout and "max_steps: 7" in proc.stdout

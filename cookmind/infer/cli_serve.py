@@ -1,4 +1,4 @@
-"""`cookmind serve CHECKPOINT_OR_HF_DIR`: the OpenAI-compatible server and web chat page."""
+"""`cookmind serve MODEL` (or `--model MODEL`): the OpenAI-compatible server and web chat page."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a cookmind checkpoint/model directory or a Hugging Face Llama/Qwen directory")
+    from cookmind.cli import add_model_argument
+
+    add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=os.environ.get("COOKMIND_API_KEY"),
