@@ -1,7 +1,15 @@
+import gzip
+import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from cookmind.cli import COMMANDS
+from cookmind.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_help_lists_every_stage():
@@ -41,13 +49,6 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
 
 # --- the seams between stages (#17.12, #17.16) ---
 
-import gzip  # noqa: E402
-import json  # noqa: E402
-
-import pytest  # noqa: E402
-
-from cookmind.cli import main as cli_main  # noqa: E402
-
 CORPUS = ("The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
           "A small model learns to answer questions about numbers and recipes.\n") * 20
 
@@ -85,7 +86,8 @@ def test_pack_reads_curate_output(tmp_path, tok_dir, fmt, capsys):
 
         expect = [t for s in shards for t in pq.read_table(s).column("text").to_pylist()]
     else:
-        expect = [json.loads(line)["text"] for s in shards for line in gzip.open(s, "rt", encoding="utf-8")]
+        lines = [line for s in shards for line in gzip.decompress(s.read_bytes()).decode().splitlines()]
+        expect = [json.loads(line)["text"] for line in lines]
     assert len(expect) > 3
     for inputs in ([str(tmp_path / "cur")], [str(s) for s in shards]):
         out = tmp_path / f"store{len(inputs)}"
@@ -177,6 +179,43 @@ def test_export_and_import_take_model_and_out_as_flags_or_arguments(stage):
 
 def test_train_overrides_work_wherever_they_stand(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cookmind", "train", "optim.lr=0.00123", "--run-dir", str(tmp_path),
-                           "train.max_steps=7", "--print-config"], capture_output=True, text=True)
+                           "train.max_steps=7", "--print-config"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "lr: 0.00123" in proc.stdout and "max_steps: 7" in proc.stdout
+
+
+def test_readme_shows_the_same_input_formats_as_pack_help():
+    from cookmind.store.cli import INPUT_FORMATS
+
+    readme = (ROOT / "README.md").read_text()
+    lines = [line.strip() for line in INPUT_FORMATS.splitlines() if line.strip().startswith("{")]
+    assert len(lines) >= 7
+    for line in lines:
+        assert line.replace("\\\\", "\\") in readme, line
+
+
+def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
+    """Every `cookmind eval` line of the README runs as written on a tiny model (the data cut short) (#17.13)."""
+    import shlex
+
+    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    save_model(tmp_path / "ckpt", CookMindLM(CookMindConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=512, eos_token_id=tok.eos_id)))
+    tok.save(tmp_path / "ckpt")
+    (tmp_path / "text.txt").write_text(CORPUS)
+    lines = [line.split("#")[0] for line in (ROOT / "README.md").read_text().splitlines()
+             if line.startswith("cookmind eval ")]
+    assert {shlex.split(line)[2] for line in lines} == {"gsm8k", "mmlu", "ppl"}
+    shorten = {"gsm8k": ["--limit", "2", "--max-new-tokens", "3"], "mmlu": ["--subjects", "virology",
+                                                                             "--limit-per-subject", "2"], "ppl": []}
+    for line in lines:
+        argv = [str(tmp_path / "ckpt") if a in ("CKPT", "HF_OR_CKPT") else
+                str(tmp_path / a) if a in ("text.txt", "gsm8k.jsonl") else
+                a.replace("../shared/data", str(shared_data)) for a in shlex.split(line)[1:]]
+        assert cli_main(argv + shorten[argv[1]] + ["--quiet"]) == 0, line
+        metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert metrics.get("num_problems", metrics.get("num_questions", metrics.get("tokens"))), line

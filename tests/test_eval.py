@@ -232,5 +232,5 @@ def test_mmlu_skips_and_counts_questions_longer_than_the_context():
 def test_perplexity_window_beyond_the_context_is_an_error():
     with pytest.raises(ValueError, match="exceeds the model's context of 16 tokens"):
         sequence_nll(_tiny_cookmind(16), list(range(40)), window=32)
-    nll, n = sequence_nll(_tiny_cookmind(16), list(range(40)), window=16)
+    _, n = sequence_nll(_tiny_cookmind(16), list(range(40)), window=16)
     assert n == 39
