@@ -60,6 +60,45 @@ def _stage_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
     return parser, module
 
 
+MODEL_HELP = "the model: a cookmind checkpoint/model directory, a run directory (its newest checkpoint) or a " \
+             "Hugging Face folder"
+
+
+def add_model_argument(parser: argparse.ArgumentParser, help_text: str = MODEL_HELP, positional: bool = True) -> None:
+    """The model, named the same way in every stage: ``--model DIR`` (old spelling ``--checkpoint``) or,
+    with ``positional``, as the first positional argument. ``finish_model_argument`` merges the two."""
+    parser.add_argument("--model", "--checkpoint", dest="model_flag", metavar="DIR", default=None,
+                        help=help_text + (" (or give it as the first argument)" if positional else ""))
+    if positional:
+        parser.add_argument("model", nargs="?", default=None, metavar="MODEL", help="the same as --model DIR")
+    parser.set_defaults(model=None, _model_argument=True)
+
+
+def finish_model_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Set ``args.model`` from ``--model``/``--checkpoint`` or the positional; exactly one model is required."""
+    if not getattr(args, "_model_argument", False):
+        return
+    flag, pos = getattr(args, "model_flag", None), args.model
+    if flag is not None and pos is not None and flag != pos:
+        parser.error(f"two models given ({flag!r} with --model and {pos!r} as an argument); give one")
+    args.model = flag if flag is not None else pos
+    if args.model is None:
+        parser.error("the model is missing: give --model DIR (a checkpoint, run or Hugging Face directory)")
+
+
+def _has_subcommands(parser: argparse.ArgumentParser) -> bool:
+    return any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+
+
+def parse_stage_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse a stage's arguments; options and positionals (``section.key=value`` overrides) may be interleaved."""
+    # parse_args stops filling a nargs="*" positional at the first option; intermixed parsing does not
+    # (argparse cannot intermix across subcommands, so stages with subcommands parse plainly)
+    args = parser.parse_args(argv) if _has_subcommands(parser) else parser.parse_intermixed_args(argv)
+    finish_model_argument(parser, args)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -70,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv)  # prints usage / --help / unknown-stage error and exits
         return 0
     stage_parser, module = _stage_parser(argv[0])
-    args = stage_parser.parse_args(argv[1:])
+    args = parse_stage_args(stage_parser, argv[1:])
     try:
         result = module.main(args)
     except (ValueError, OSError) as exc:

@@ -1,7 +1,15 @@
+import gzip
+import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from cookmind.cli import COMMANDS
+from cookmind.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_help_lists_every_stage():
@@ -37,3 +45,177 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert str(tmp_path / "nope") in proc.stderr
+
+
+# --- the seams between stages (#17.12, #17.16) ---
+
+CORPUS = ("The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
+          "A small model learns to answer questions about numbers and recipes.\n") * 20
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    d = tmp_path_factory.mktemp("tok")
+    (d / "corpus.txt").write_text(CORPUS)
+    vocab, merges = train_bpe(d / "corpus.txt", 300, DEFAULT_SPECIAL_TOKENS, progress=False)
+    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(d)
+    return d
+
+
+def _store_texts(store_dir, tok_dir):
+    """The documents of a seq store, decoded (each record ends with the end-of-text id)."""
+    from cookmind.store import TokenStore
+    from cookmind.tokenizer import Tokenizer
+
+    tok, store = Tokenizer.load(tok_dir), TokenStore(store_dir)
+    return [tok.decode(store.record("sequence", i).tolist()[:-1]) for i in range(len(store))]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl.gz", "parquet"])
+def test_pack_reads_curate_output(tmp_path, tok_dir, fmt, capsys):
+    """`curate run` (default jsonl.gz, or parquet) -> `pack` of its folder and of its files: every document packed."""
+    assert cli_main(["curate", "crawl", "--output", str(tmp_path / "crawl"), "--num-pages", "40", "--shards", "2"]) == 0
+    assert cli_main(["curate", "run", "--input", str(tmp_path / "crawl"), "--output", str(tmp_path / "cur"),
+                     "--format", fmt, "--workers", "1", "--quiet"]) == 0
+    shards = sorted((tmp_path / "cur").glob("shard-*"))
+    assert shards and all(s.name.endswith(fmt) for s in shards)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        expect = [t for s in shards for t in pq.read_table(s).column("text").to_pylist()]
+    else:
+        lines = [line for s in shards for line in gzip.decompress(s.read_bytes()).decode().splitlines()]
+        expect = [json.loads(line)["text"] for line in lines]
+    assert len(expect) > 3
+    for inputs in ([str(tmp_path / "cur")], [str(s) for s in shards]):
+        out = tmp_path / f"store{len(inputs)}"
+        capsys.readouterr()
+        assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", *inputs,
+                         "--out", str(out), "--quiet"]) == 0
+        assert f"packed {len(expect)} seq records" in capsys.readouterr().out
+        assert _store_texts(out, tok_dir) == [t.strip() for t in expect]
+
+
+def test_pack_reads_gzip_text_and_jsonl_even_without_the_suffix(tmp_path, tok_dir):
+    docs = ["The cook stirs the soup.", "Tom has 3 apples."]
+    (tmp_path / "a.txt.gz").write_bytes(gzip.compress("<|endoftext|>".join(docs).encode()))
+    (tmp_path / "b.jsonl").write_bytes(gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in docs).encode()))
+    assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "a.txt.gz"),
+                     str(tmp_path / "b.jsonl"), "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    assert _store_texts(tmp_path / "s", tok_dir) == docs * 2
+
+
+def test_pack_a_folder_without_shards_is_a_clear_error(tmp_path, tok_dir, capsys):
+    (tmp_path / "d").mkdir()
+    rc = cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "d"),
+                   "--out", str(tmp_path / "s"), "--quiet"])
+    assert rc != 0 and "holds no shard-* files" in capsys.readouterr().err
+
+
+def _help(*stage):
+    return subprocess.run([sys.executable, "-m", "cookmind", *stage, "--help"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_pack_help_examples_pack(tmp_path, tok_dir):
+    """Every example line `pack --help` shows is accepted by its train type (one record each)."""
+    from cookmind.store import TokenStore
+
+    text = _help("pack")
+    section, examples = None, {}
+    for line in text.split("what each --train-type reads")[1].splitlines():
+        head = line[2:8].strip()
+        if head in ("seq", "sft", "dpo", "grpo"):
+            section = head
+        elif line.startswith(" " * 10) and section:
+            examples.setdefault(section, []).append(line.strip())
+    assert set(examples) == {"seq", "sft", "dpo", "grpo"}
+    for train_type, lines in examples.items():
+        for k, line in enumerate(lines):
+            src = tmp_path / (f"{train_type}{k}.jsonl" if line.startswith("{") else f"{train_type}{k}.txt")
+            src.write_text(line + "\n")
+            out = tmp_path / f"{train_type}{k}-store"
+            assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", train_type, "--input", str(src),
+                             "--out", str(out), "--quiet"]) == 0, line
+            expect = 2 if "<|endoftext|>" in line else 1
+            assert len(TokenStore(out)) == expect, line
+
+
+def _parse(stage, *argv):
+    from cookmind.cli import _stage_parser, parse_stage_args
+
+    parser, _ = _stage_parser(stage)
+    return parse_stage_args(parser, list(argv))
+
+
+@pytest.mark.parametrize("stage, extra", [("generate", ["--prompt", "hi"]), ("chat", []), ("serve", ["--port", "1"]),
+                                          ("eval", None)])
+def test_the_model_is_named_one_way_everywhere(stage, extra):
+    """--model DIR, its old spelling --checkpoint, and a positional MODEL all name the model (#17.16)."""
+    head = ["eval", "gsm8k"] if extra is None else [stage]
+    extra = ["--limit", "1"] if extra is None else extra
+    for spelling in (["--model", "m/dir"], ["--checkpoint", "m/dir"], ["m/dir"]):
+        assert _parse(*head, *spelling, *extra).model == "m/dir", spelling
+        assert _parse(*head, *extra, *spelling).model == "m/dir", spelling
+    assert "--model" in _help(*head)
+    with pytest.raises(SystemExit):  # none given
+        _parse(*head, *extra)
+    with pytest.raises(SystemExit):  # two different ones
+        _parse(*head, "--model", "a", "b", *extra)
+
+
+@pytest.mark.parametrize("stage", ["export", "import"])
+def test_export_and_import_take_model_and_out_as_flags_or_arguments(stage):
+    from cookmind.model.cli_export import model_and_out
+
+    for argv in (["--model", "a", "--out", "b"], ["a", "b"], ["--model", "a", "b"], ["--out", "b", "a"]):
+        assert model_and_out(_parse(stage, "--hf", *argv), stage) == ("a", "b"), argv
+    with pytest.raises(SystemExit):
+        model_and_out(_parse(stage, "--hf", "a"), stage)
+    assert "--model" in _help(stage) and "--out" in _help(stage)
+
+
+def test_train_overrides_work_wherever_they_stand(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "cookmind", "train", "optim.lr=0.00123", "--run-dir", str(tmp_path),
+                           "train.max_steps=7", "--print-config"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "lr: 0.00123" in proc.stdout and "max_steps: 7" in proc.stdout
+
+
+def test_readme_shows_the_same_input_formats_as_pack_help():
+    from cookmind.store.cli import INPUT_FORMATS
+
+    readme = (ROOT / "README.md").read_text()
+    lines = [line.strip() for line in INPUT_FORMATS.splitlines() if line.strip().startswith("{")]
+    assert len(lines) >= 7
+    for line in lines:
+        assert line.replace("\\\\", "\\") in readme, line
+
+
+def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
+    """Every `cookmind eval` line of the README runs as written on a tiny model (the data cut short) (#17.13)."""
+    import shlex
+
+    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    save_model(tmp_path / "ckpt", CookMindLM(CookMindConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=512, eos_token_id=tok.eos_id)))
+    tok.save(tmp_path / "ckpt")
+    (tmp_path / "text.txt").write_text(CORPUS)
+    lines = [line.split("#")[0] for line in (ROOT / "README.md").read_text().splitlines()
+             if line.startswith("cookmind eval ")]
+    assert {shlex.split(line)[2] for line in lines} == {"gsm8k", "mmlu", "ppl"}
+    shorten = {"gsm8k": ["--limit", "2", "--max-new-tokens", "3"], "mmlu": ["--subjects", "virology",
+                                                                             "--limit-per-subject", "2"], "ppl": []}
+    for line in lines:
+        argv = [str(tmp_path / "ckpt") if a in ("CKPT", "HF_OR_CKPT") else
+                str(tmp_path / a) if a in ("text.txt", "gsm8k.jsonl") else
+                a.replace("../shared/data", str(shared_data)) for a in shlex.split(line)[1:]]
+        assert cli_main(argv + shorten[argv[1]] + ["--quiet"]) == 0, line
+        metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert metrics.get("num_problems", metrics.get("num_questions", metrics.get("tokens"))), line

@@ -9,6 +9,7 @@ import torch
 from test_align_fixtures import CharTok, OracleLM, gsm8k_gold, one_torch_thread, tiny_hf_model, tiny_hf_tokenizer  # noqa: F401
 
 from cookmind.evals import evaluate_gsm8k, evaluate_mmlu, evaluate_text, load_gsm8k, load_mmlu, pass_at_k, sequence_nll
+from cookmind.evals.mmlu import mmlu_prompt
 
 
 @pytest.mark.parametrize("n, c, k", [(5, 2, 1), (5, 2, 2), (6, 1, 3), (4, 0, 2), (4, 4, 3), (5, 3, 3)])
@@ -194,3 +195,42 @@ def test_perplexity_on_a_token_store_matches_bigram_by_hand(shared_data, tmp_pat
     assert r["tokens"] == n and r["bytes"] == n_bytes
     assert r["nll_per_token"] == pytest.approx(nll / n, rel=1e-5)
     assert r["bits_per_byte"] == pytest.approx(nll / math.log(2) / n_bytes, rel=1e-5)
+
+
+def _tiny_cookmind(context, vocab=256):
+    from cookmind.model import CookMindConfig, CookMindLM
+
+    torch.manual_seed(0)
+    cfg = CookMindConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=context)
+    return CookMindLM(cfg).eval()
+
+
+def test_gsm8k_skips_and_counts_prompts_longer_than_the_context(tmp_path):
+    """A question that fills the context is skipped, counted and recorded; the rest are still graded (#17.13)."""
+    short = {"question": "1+1?", "answer": "#### 2"}
+    long = {"question": "Tom has many apples. " * 6, "answer": "#### 3"}  # 126 characters = tokens with CharTok
+    out = tmp_path / "g.jsonl"
+    m = evaluate_gsm8k(_tiny_cookmind(64), CharTok(), [short, long, short], out, template="plain",
+                       max_new_tokens=4, progress=False)
+    assert m["num_problems"] == 2 and m["num_skipped_too_long"] == 1 and m["context"] == 64
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2]
+    assert "outputs" not in records[1] and "fills the model's context of 64" in records[1]["skipped"]
+    assert all(len(r["outputs"]) == 1 for r in (records[0], records[2]))
+
+
+def test_mmlu_skips_and_counts_questions_longer_than_the_context():
+    rows = [{"subject": "virology", "question": q, "options": ["a", "b", "c", "d"], "answer": "A"}
+            for q in ("Short?", "Very long question. " * 10)]
+    n_short = len(CharTok().encode(mmlu_prompt(rows[0]) + " A")) - 1  # the model's input: prompt + letter - 1
+    for scoring in ("letter", "generate"):
+        m = evaluate_mmlu(_tiny_cookmind(n_short + 1), CharTok(), rows, scoring=scoring, progress=False)
+        assert m["num_questions"] == 1 and m["num_skipped_too_long"] == 1, scoring
+
+
+def test_perplexity_window_beyond_the_context_is_an_error():
+    with pytest.raises(ValueError, match="exceeds the model's context of 16 tokens"):
+        sequence_nll(_tiny_cookmind(16), list(range(40)), window=32)
+    _, n = sequence_nll(_tiny_cookmind(16), list(range(40)), window=16)
+    assert n == 39

@@ -165,3 +165,59 @@ def test_hf_dirs_are_told_from_cookmind_dirs(tmp_path):
     assert is_hf_model_dir(tmp_path / "hf") and is_hf_model_dir(tmp_path / "hf2")
     assert not is_hf_model_dir(tmp_path / "ours") and not is_hf_model_dir(tmp_path / "broken")
     assert not is_hf_model_dir(tmp_path / "absent")
+
+
+def _turn_taking_model(vocab_size, im_end, after_im_end, eos):
+    """A 1-layer model whose next token depends only on the current one: <|im_end|> after any token but
+    <|im_end|>, then ``after_im_end`` (attention and MLP outputs zeroed, so the residual is the embedding)."""
+    model = CookMindLM(CookMindConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      tie_word_embeddings=False, eos_token_id=eos))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+        emb, head = model.model.embed_tokens.weight, model.lm_head.weight
+        emb[:, 0] = 1.0
+        emb[im_end] = 0.0
+        emb[im_end, 1] = 1.0
+        head[im_end, 0] = 10.0
+        head[after_im_end, 1] = 10.0
+    return model.eval()
+
+
+def test_exported_model_stops_at_im_end_in_transformers_generate(tmp_path):
+    """generation_config.json lists <|im_end|> beside <|endoftext|>, so transformers' generate ends the assistant
+    turn where cookmind does (#17.14); checked with the exported tokenizer's own chat template."""
+    from cookmind.infer.generate import generate
+    from cookmind.infer.generation_config import GenerationConfig
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    (tmp_path / "c.txt").write_text("the cook stirs the soup and tastes it. " * 40)
+    tok = Tokenizer(*train_bpe(tmp_path / "c.txt", 280, DEFAULT_SPECIAL_TOKENS, progress=False), DEFAULT_SPECIAL_TOKENS)
+    letter = tok.encode("a")[0]
+    model = _turn_taking_model(tok.vocab_size, tok.im_end_id, letter, tok.eos_id)
+    save_model(tmp_path / "ckpt", model)
+    tok.save(tmp_path / "ckpt")
+    assert cli_main(["export", "--hf", "--model", str(tmp_path / "ckpt"), "--out", str(tmp_path / "hf")]) == 0
+
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    hf_model = _hf_load(tmp_path / "hf")
+    text = hf_tok.apply_chat_template([{"role": "user", "content": "the soup"}], add_generation_prompt=True,
+                                      tokenize=False)
+    assert text.endswith("<|im_start|>assistant\n")
+    ids = torch.tensor([hf_tok(text, add_special_tokens=False)["input_ids"]])
+    out = hf_model.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1]:].tolist()
+    assert out == [tok.im_end_id]
+    # the construction: with only <|endoftext|> as eos (the old generation_config) generate runs on past the turn
+    runs_on = hf_model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=tok.eos_id)
+    assert runs_on[0, ids.shape[1]:].tolist() == [tok.im_end_id, letter, tok.im_end_id, letter]
+    # cookmind's own generate follows the same path and ends at the same token (it leaves the stop token out)
+    prompt = [ids[0].tolist()]
+    assert generate(model, prompt, GenerationConfig(max_new_tokens=4, stop_token_ids=(tok.eos_id,))) == [
+        runs_on[0, ids.shape[1]:].tolist()]
+    assert generate(model, prompt, GenerationConfig(max_new_tokens=6, stop_token_ids=(tok.eos_id, tok.im_end_id))) == [[]]
+    gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == [tok.eos_id, tok.im_end_id]

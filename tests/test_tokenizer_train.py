@@ -83,7 +83,7 @@ def shared_or_none(request):
 def test_merges_equal_naive_reference(tmp_path, shared_or_none, name):
     table = corpora(shared_or_none)
     if name not in table:
-        pytest.skip("../shared/data is absent")
+        pytest.skip("../shared/data is absent: set COOKMIND_SHARED_DATA=/path/to/data to run this case")
     text, vocab_size = table[name]
     path = tmp_path / "in.txt"
     path.write_text(text, encoding="utf-8")

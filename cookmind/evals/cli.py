@@ -8,11 +8,13 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Subcommands gsm8k, mmlu and ppl, each taking --model (CookMind checkpoint or HF folder)."""
+    """Subcommands gsm8k, mmlu and ppl, each taking --model (CookMind checkpoint or HF folder) or MODEL."""
+    from cookmind.cli import add_model_argument
+
     sub = parser.add_subparsers(dest="task", required=True, metavar="{gsm8k,mmlu,ppl}")
 
     def common(p):
-        p.add_argument("--model", required=True, help="CookMind checkpoint dir or Hugging Face model folder")
+        add_model_argument(p)
         p.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the model dir)")
         p.add_argument("--device", default="cpu")
         p.add_argument("--out", default=None, help="write the per-item JSONL here (metrics JSON beside it)")
@@ -22,10 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common(g)
     g.add_argument("--data", default="../shared/data/gsm8k/test.jsonl", help="GSM8K-shaped JSONL")
     g.add_argument("--limit", type=int, default=None, help="first N problems only")
-    g.add_argument("--template", default="r1_zero", help="r1_zero | compact | plain | a string with {question}")
-    g.add_argument("--num-samples", type=int, default=1)
+    g.add_argument("--template", default="r1_zero",
+                   help="r1_zero | compact | plain (graded by <answer> tags or the last number) | chat (the "
+                        "tokenizer's chat template, for a model SFT'd on chats; graded by '#### N') | a string "
+                        "with {question} (default r1_zero)")
+    g.add_argument("--num-samples", type=int, default=1, help="answers per problem (> 1 needs --temperature > 0)")
     g.add_argument("--k", type=int, nargs="*", default=[1], help="pass@k values to report")
-    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--max-new-tokens", type=int, default=256)
     g.add_argument("--batch-size", type=int, default=32)
     g.add_argument("--seed", type=int, default=0)
@@ -42,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("ppl", help="perplexity and bits per byte on a text file or token store")
     common(p)
     p.add_argument("--data", required=True, help="a UTF-8 text file, or a token store (.bin dir / .h5)")
-    p.add_argument("--window", type=int, default=256)
+    p.add_argument("--window", type=int, default=None,
+                   help="tokens per window (default: the model's context; more than that is an error)")
     p.add_argument("--stride", type=int, default=None)
     p.add_argument("--max-bytes", type=int, default=None, help="text files: evaluate only the first N bytes")
     p.add_argument("--max-windows", type=int, default=None, help="stores: evaluate only the first N windows")
@@ -67,13 +73,20 @@ def main(args) -> int:
         rows = load_mmlu(args.data, args.split, args.subjects, args.limit_per_subject)
         metrics = evaluate_mmlu(model, tokenizer, rows, args.scoring, args.out, args.batch_size, progress=progress)
     else:
+        from cookmind.evals.gsm8k import context_length
         from cookmind.evals.perplexity import evaluate_store, evaluate_text_file
 
+        args.window = args.window or context_length(model) or 256
         data = Path(args.data)
         if data.is_file() and data.suffix not in (".h5", ".hdf5"):
             metrics = evaluate_text_file(model, tokenizer, data, args.window, args.stride, args.max_bytes, progress)
         else:
             metrics = evaluate_store(model, tokenizer, data, args.window, args.max_windows, progress)
+    skipped = metrics.get("num_skipped_too_long", 0)
+    if skipped:
+        total = skipped + metrics.get("num_problems", metrics.get("num_questions", 0))
+        print(f"cookmind eval {args.task}: skipped {skipped} of {total} items whose prompt does not fit the model's "
+              f"context of {metrics['context']} tokens (num_skipped_too_long; not in the accuracy)")
     print(json.dumps(metrics))
     if args.out:
         write_json(Path(args.out).with_suffix(".metrics.json"), metrics)

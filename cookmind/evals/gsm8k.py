@@ -29,6 +29,19 @@ def as_problem(p) -> dict:
     return {"question": p.question, "answer": p.answer}
 
 
+def context_length(model) -> int | None:
+    """The model's context in tokens (``config.max_position_embeddings``), or None when it does not say."""
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def too_long(prompt_len: int, context: int | None) -> str | None:
+    """Why a prompt cannot be answered (it leaves no room for one new token), or None when it fits."""
+    if context is not None and prompt_len >= context:
+        return f"prompt of {prompt_len} tokens fills the model's context of {context} tokens"
+    return None
+
+
 def reward_fn_for(template: str):
     """Tag-based grading when the prompt opens a <think> block, ``#### N`` for chat, else the last number."""
     from cookmind.align.rewards import reward_fn_for_template
@@ -54,11 +67,14 @@ def evaluate_gsm8k(
     """Generate ``num_samples`` answers per problem and grade them.
 
     Returns {"accuracy" (mean over all samples), "pass@k" for each k <= num_samples,
-    "format_rate", "num_problems"}; with ``out_path`` writes one JSONL record per problem.
+    "format_rate", "num_problems" (graded), "num_skipped_too_long"}; with ``out_path`` writes one
+    JSONL record per problem. A problem whose prompt fills the model's context is not generated:
+    it is counted in ``num_skipped_too_long``, left out of the scores, and its record says why.
     Greedy decoding (temperature 0) with num_samples > 1 would repeat itself, so it is refused.
     """
     if temperature <= 0 and num_samples > 1:
-        raise ValueError("evaluate_gsm8k: greedy decoding gives the same answer every time; set temperature > 0 for num_samples > 1")
+        raise ValueError("evaluate_gsm8k: greedy decoding gives the same answer every time; set temperature > 0 "
+                         "(--temperature 0.7) for num_samples > 1")
     problems = [as_problem(p) for p in problems]
     reward_fn = reward_fn_for(template)
     if stop_strings is None:
@@ -73,14 +89,23 @@ def evaluate_gsm8k(
         batch_size=batch_size,
     )
     prompts = [format_prompt(p["question"], template, tokenizer) for p in problems]
+    prompt_ids = [encode_prompt(tokenizer, p["question"], template) for p in problems]
+    context = context_length(model)
+    skipped = {i: why for i, ids in enumerate(prompt_ids) if (why := too_long(len(ids), context))}
     records = []
     chunk = max(1, batch_size // num_samples)
     bar = tqdm(total=len(problems), desc="gsm8k", unit="problem", disable=not progress)
     for start in range(0, len(problems), chunk):
-        part = range(start, min(start + chunk, len(problems)))
-        ids = [encode_prompt(tokenizer, problems[i]["question"], template) for i in part for _ in range(num_samples)]
+        span = range(start, min(start + chunk, len(problems)))
+        for i in span:
+            if i in skipped:
+                records.append({"index": i, "question": problems[i]["question"],
+                                "reference": extract_gold(problems[i]["answer"]), "prompt": prompts[i],
+                                "skipped": skipped[i]})
+        part = [i for i in span if i not in skipped]
+        ids = [prompt_ids[i] for i in part for _ in range(num_samples)]
         params.seed = seed + start
-        outs = generate_ids(model, ids, params, tokenizer)
+        outs = generate_ids(model, ids, params, tokenizer) if ids else []
         for j, i in enumerate(part):
             texts = [decode_response(tokenizer, o) for o in outs[j * num_samples : (j + 1) * num_samples]]
             scores = [reward_fn(t, problems[i]["answer"]) for t in texts]
@@ -96,18 +121,21 @@ def evaluate_gsm8k(
                     "grades": [s["answer_reward"] for s in scores],
                 }
             )
-        bar.update(len(part))
+        bar.update(len(span))
     bar.close()
-    n = max(1, len(records))
+    graded = [r for r in records if "skipped" not in r]
+    n = max(1, len(graded))
     metrics = {
-        "num_problems": len(records),
+        "num_problems": len(graded),
+        "num_skipped_too_long": len(skipped),
+        "context": context,
         "num_samples": num_samples,
-        "accuracy": sum(sum(r["grades"]) / num_samples for r in records) / n,
-        "format_rate": sum(sum(r["format_rewards"]) / num_samples for r in records) / n,
+        "accuracy": sum(sum(r["grades"]) / num_samples for r in graded) / n,
+        "format_rate": sum(sum(r["format_rewards"]) / num_samples for r in graded) / n,
     }
     for k in ks:
         if k <= num_samples:
-            metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, int(sum(r["grades"])), k) for r in records) / n
+            metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, int(sum(r["grades"])), k) for r in graded) / n
     if out_path is not None:
-        write_jsonl(Path(out_path), records)
+        write_jsonl(Path(out_path), sorted(records, key=lambda r: r["index"]))
     return metrics

@@ -20,6 +20,7 @@ from cookmind.align.prompts import decode_response, encode_text, stop_ids_of
 from cookmind.align.rewards import LETTERS, parse_mmlu_response
 from cookmind.align.rollout import SamplingParams, generate_ids
 from cookmind.evals.atomic_io import write_jsonl
+from cookmind.evals.gsm8k import context_length, too_long
 
 SCORINGS = ("letter", "option", "generate")
 
@@ -73,13 +74,35 @@ def _continuation_log_probs(model, tokenizer, prompts: list[str], conts: list[st
     return total / mask.sum(-1).clamp(min=1) if normalise else total
 
 
+def _why_too_long(row: dict, scoring: str, tokenizer, context: int | None) -> str | None:
+    """Why ``row`` cannot be scored within the model's context, or None when it fits."""
+    if context is None:
+        return None
+    prompt = len(encode_text(tokenizer, mmlu_prompt(row)))
+    if scoring == "generate":
+        return too_long(prompt, context)
+    conts = [f" {x}" for x in (LETTERS if scoring == "letter" else row["options"])]
+    longest = prompt + max(len(encode_text(tokenizer, c)) for c in conts) - 1  # the last token is only a target
+    if longest > context:
+        return f"prompt and option of {longest} tokens exceed the model's context of {context} tokens"
+    return None
+
+
 def evaluate_mmlu(
     model, tokenizer, rows: list[dict], scoring: str = "letter", out_path=None, batch_size: int = 8, max_new_tokens: int = 16, progress: bool = True
 ) -> dict:
-    """Accuracy per subject, macro average (mean of subjects) and micro average (mean of questions)."""
+    """Accuracy per subject, macro average (mean of subjects) and micro average (mean of questions).
+
+    A question whose prompt (with its longest option) does not fit the model's context is not
+    scored: it is counted in ``num_skipped_too_long`` and left out of the accuracies.
+    """
     if scoring not in SCORINGS:
         raise ValueError(f"unknown MMLU scoring {scoring!r}; choose one of {SCORINGS}")
     device = next(model.parameters()).device
+    context = context_length(model)
+    why = [_why_too_long(r, scoring, tokenizer, context) for r in rows]
+    skipped = sum(w is not None for w in why)
+    rows = [r for r, w in zip(rows, why) if w is None]
     records = []
     bar = tqdm(total=len(rows), desc=f"mmlu/{scoring}", unit="q", disable=not progress)
     for start in range(0, len(rows), batch_size):
@@ -114,6 +137,8 @@ def evaluate_mmlu(
     metrics = {
         "scoring": scoring,
         "num_questions": len(records),
+        "num_skipped_too_long": skipped,
+        "context": context,
         "macro_accuracy": sum(subject_acc.values()) / max(1, len(subject_acc)),
         "micro_accuracy": sum(r["correct"] for r in records) / max(1, len(records)),
         "per_subject": subject_acc,

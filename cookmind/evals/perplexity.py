@@ -25,6 +25,10 @@ def sequence_nll(model, ids: list[int], window: int, stride: int | None = None, 
     The first token has no context and is not scored.
     """
     stride = stride or window
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(context, int) and window > context:
+        raise ValueError(f"perplexity: a window of {window} tokens exceeds the model's context of {context} tokens "
+                         f"(positions past it are meaningless); use --window {context} or less")
     if not 0 < stride <= window:
         raise ValueError(f"perplexity: stride {stride} must be in 1..window ({window})")
     device = next(model.parameters()).device if hasattr(model, "parameters") else torch.device("cpu")

@@ -1,4 +1,4 @@
-"""`cookmind chat CHECKPOINT`: a terminal chat with streaming, history, /reset and /system."""
+"""`cookmind chat MODEL` (or `--model MODEL`): a terminal chat with streaming, history, /reset and /system."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ HELP = """commands:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a cookmind checkpoint/model directory or a Hugging Face directory")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the checkpoint)")
+    from cookmind.cli import add_model_argument
+
+    add_model_argument(parser)
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
     parser.add_argument("--system", default=None, help="system prompt")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--temperature", type=float, default=0.7)
@@ -78,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.infer.generation_config import GenerationConfig
     from cookmind.infer.loading import load_for_inference
 
-    model, tok = load_for_inference(args.checkpoint, args.device or "cpu", args.dtype, args.tokenizer)
+    model, tok = load_for_inference(args.model, args.device or "cpu", args.dtype, args.tokenizer)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                            top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed)
     run(ChatSession(model, tok, cfg, args.system), color=sys.stdout.isatty())

@@ -1,4 +1,4 @@
-"""`cookmind generate --checkpoint DIR --prompt TEXT`: stream a completion with the KV cache."""
+"""`cookmind generate --model DIR --prompt TEXT`: stream a completion with the KV cache."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="a cookmind checkpoint/model directory or a HF directory")
+    from cookmind.cli import add_model_argument
+
+    add_model_argument(parser)
     parser.add_argument("--prompt", action="append", required=True,
                         help="prompt text; repeat for a batch (printed one after another)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the chat template")
     parser.add_argument("--system", default=None, help="system prompt (with --chat)")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the checkpoint)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--top-k", type=int, default=0)
@@ -32,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.infer.loading import load_for_inference
     from cookmind.infer.stop import StopStringMatcher
 
-    model, tok = load_for_inference(args.checkpoint, args.device or "cpu", args.dtype, args.tokenizer)
+    model, tok = load_for_inference(args.model, args.device or "cpu", args.dtype, args.tokenizer)
     stops = tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                            top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,

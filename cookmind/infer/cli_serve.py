@@ -1,5 +1,4 @@
-"""`cookmind serve --model CHECKPOINT_OR_HF_DIR` (or the directory as the positional argument): the
-OpenAI-compatible server and web chat page."""
+"""`cookmind serve MODEL` (or `--model MODEL`): the OpenAI-compatible server and web chat page."""
 
 from __future__ import annotations
 
@@ -13,10 +12,9 @@ KV_CAP_BYTES = 1024 * 2**20  # the default KV pool never exceeds this; --kv-cach
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", nargs="?", default=None,
-                        help="a cookmind checkpoint/model directory or a Hugging Face Llama/Qwen directory")
-    parser.add_argument("--model", dest="model_flag", default=None, metavar="DIR",
-                        help="the same as the positional argument")
+    from cookmind.cli import add_model_argument
+
+    add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=None,
@@ -53,9 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def model_dir(args: argparse.Namespace) -> str:
     """The model directory from --model or the positional argument."""
-    if args.model_flag and args.model and args.model_flag != args.model:
-        raise ValueError(f"serve: two models given ({args.model!r} and --model {args.model_flag!r}); give one")
-    path = args.model_flag or args.model
+    path = args.model
     if not path:
         raise ValueError("serve: no model given; pass --model DIR (a cookmind checkpoint or a HF model directory)")
     return path

@@ -1,4 +1,5 @@
-"""`cookmind export --hf CKPT OUT`: write a checkpoint as a Hugging Face Llama/Qwen2/Qwen3 model."""
+"""`cookmind export --hf --model CKPT --out OUT` (or `export --hf CKPT OUT`): write a checkpoint as a Hugging Face
+Llama/Qwen2/Qwen3 model."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the export stage."""
     parser.add_argument("--hf", action="store_true", required=True,
                         help="export to Hugging Face format (config.json + model.safetensors + tokenizer files)")
-    parser.add_argument("checkpoint", help="CookMind checkpoint or model directory (config.json, model.safetensors), "
-                                           "or a run directory: its newest complete checkpoint is used")
-    parser.add_argument("out", help="output directory (must not exist; written atomically)")
+    parser.add_argument("--model", "--checkpoint", dest="model_flag", metavar="DIR", default=None,
+                        help="CookMind checkpoint or model directory (config.json, model.safetensors), or a run "
+                             "directory: its newest complete checkpoint is used")
+    parser.add_argument("--out", dest="out_flag", metavar="DIR", default=None,
+                        help="output directory (must not exist; written atomically)")
+    parser.add_argument("paths", nargs="*", metavar="MODEL OUT", help="the same as --model MODEL --out OUT")
     parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
 
 
@@ -23,9 +27,10 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.model.hf import HFInteropError, export_hf
     from cookmind.model.model_io import ModelLoadError, resolve_model_dir
 
-    ckpt = resolve_model_dir(Path(args.checkpoint))
+    model, out_dir = model_and_out(args, "export")
+    ckpt = resolve_model_dir(Path(model))
     try:
-        out = export_hf(ckpt, args.out, dtype=parse_dtype(args.dtype))
+        out = export_hf(ckpt, out_dir, dtype=parse_dtype(args.dtype))
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
         print(f"cookmind export: {exc}", file=sys.stderr)
         return 2
@@ -38,3 +43,13 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_and_out(args: argparse.Namespace, stage: str) -> tuple[str, str]:
+    """(model, out) from --model/--out and the positionals (MODEL OUT, or only the ones the flags left out)."""
+    paths = list(args.paths)
+    model = args.model_flag if args.model_flag is not None else (paths.pop(0) if paths else None)
+    out = args.out_flag if args.out_flag is not None else (paths.pop(0) if paths else None)
+    if model is None or out is None or paths:
+        raise SystemExit(f"cookmind {stage}: error: give the model and the output directory: "
+                         f"--model DIR --out DIR (or the two as arguments); got model={model!r}, out={out!r}"
+                         + (f", and extra {paths}" if paths else ""))
+    return model, out

@@ -1,4 +1,5 @@
-"""`cookmind import --hf DIR OUT`: convert a Hugging Face Llama/Qwen2/Qwen3 model into a CookMind model."""
+"""`cookmind import --hf --model HF_DIR --out OUT` (or `import --hf HF_DIR OUT`): convert a Hugging Face
+Llama/Qwen2/Qwen3 model into a CookMind model."""
 
 from __future__ import annotations
 
@@ -10,24 +11,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the import stage."""
     parser.add_argument("--hf", action="store_true", required=True,
                         help="import from Hugging Face format (config.json + safetensors weights)")
-    parser.add_argument("hf_dir", help="Hugging Face model directory "
-                                       "(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
-    parser.add_argument("out", help="output CookMind model directory (must not exist; written atomically)")
+    parser.add_argument("--model", dest="model_flag", metavar="DIR", default=None,
+                        help="Hugging Face model directory (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
+    parser.add_argument("--out", dest="out_flag", metavar="DIR", default=None,
+                        help="output CookMind model directory (must not exist; written atomically)")
+    parser.add_argument("paths", nargs="*", metavar="HF_DIR OUT", help="the same as --model HF_DIR --out OUT")
     parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the import; print the resulting model's size."""
     from cookmind.model.cli_dtype import parse_dtype
+    from cookmind.model.cli_export import model_and_out
     from cookmind.model.hf import HFInteropError, import_hf
     from cookmind.model.model_io import ModelLoadError, load_config
 
+    hf_dir, out_dir = model_and_out(args, "import")
     try:
-        out = import_hf(args.hf_dir, args.out, dtype=parse_dtype(args.dtype))
+        out = import_hf(hf_dir, out_dir, dtype=parse_dtype(args.dtype))
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
         print(f"cookmind import: {exc}", file=sys.stderr)
         return 2
     cfg = load_config(out)
-    print(f"imported {args.hf_dir} -> {out}: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
+    print(f"imported {hf_dir} -> {out}: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
           f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} heads, vocab {cfg.vocab_size}")
     return 0

@@ -27,6 +27,8 @@ SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwe
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json",
                    "tokenizer.model", "generation_config.json", "cookmind_tokenizer.json")
+# the chat template's end of an assistant turn: cookmind's generate/chat/serve stop there too
+TURN_END_TOKENS = ("<|im_end|>",)
 
 
 class HFInteropError(ValueError):
@@ -111,6 +113,18 @@ def to_hf_config(cfg: CookMindConfig, dtype: torch.dtype = torch.float32):
     return hf
 
 
+def _added_token_ids(folder: Path, names: tuple[str, ...]) -> list[int]:
+    """Ids of the added (special) tokens ``names`` in ``folder/tokenizer.json``, in that order; [] without one."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return []
+    try:
+        added = {t["content"]: int(t["id"]) for t in json.loads(path.read_text()).get("added_tokens", [])}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise HFInteropError(f"{path}: not a readable tokenizer.json ({exc}); re-save the tokenizer") from None
+    return [added[n] for n in names if n in added]
+
+
 def _copy_tokenizer_files(src: Path, dst: Path) -> list[str]:
     copied = []
     for name in TOKENIZER_FILES:
@@ -157,9 +171,12 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         copied = _copy_tokenizer_files(ckpt_dir, tmp)
         if "generation_config.json" not in copied and cfg.eos_token_id is not None:
-            # lets HF generate / vLLM stop at our end-of-text token without extra flags
+            # lets HF generate / vLLM stop where cookmind does (end of text, and end of a chat turn) without flags
             gen = {k: getattr(cfg, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")
                    if getattr(cfg, k) is not None}
+            stops = [cfg.eos_token_id] + [i for i in _added_token_ids(tmp, TURN_END_TOKENS) if i != cfg.eos_token_id]
+            if len(stops) > 1:
+                gen["eos_token_id"] = stops
             (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
 
     _atomic_dir(out_dir, fill)

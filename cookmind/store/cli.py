@@ -12,17 +12,43 @@ import sys
 
 from cookmind.store.layout import TRAIN_TYPE_KEYS
 
+INPUT_FORMATS = """\
+input files: plain text (any other suffix), JSON lines (.jsonl/.json/.ndjson: one object a line) or Parquet
+(.parquet: one row an item, columns as the JSON fields); each may be gzip-compressed (.gz, e.g. the
+shard-00000.jsonl.gz files of `cookmind curate run`). A folder stands for its shard-* files (curate's output).
+
+what each --train-type reads (one example line each):
+  seq   plain text: documents separated by --separator (default <|endoftext|>), or one a line (--one-per-line)
+          Once upon a time there was a cat.<|endoftext|>The next story starts here.
+        JSON lines / Parquet: the --text-field (default "text", the field curate writes)
+          {"text": "Once upon a time there was a cat."}
+  sft   a chat as "messages" (or "conversations"), roles system/user/assistant/tool; optional "tools"
+          {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}
+        or question/answer (GSM8K), or prompt/response (or prompt/completion): one user and one assistant turn
+          {"question": "What is 2+3?", "answer": "2+3=5\\n#### 5"}
+          {"prompt": "Say hi", "response": "Hi!"}
+  dpo   a prompt and two answers (strings), or chosen/rejected as whole chats ending with the assistant
+          {"prompt": "Say hi", "chosen": "Hi!", "rejected": "Go away."}
+  grpo  a question (or prompt) and its reference answer (or reference_answer/ground_truth; GSM8K's "#### N" is read)
+          {"question": "What is 2+3?", "answer": "#### 5"}
+        or an offline rollout with its reward
+          {"prompt": "What is 2+3?", "response": "5", "reward": 1.0}
+"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``cookmind pack``."""
+    """Arguments of ``cookmind pack``; the help's epilog shows every accepted input format."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = INPUT_FORMATS
     parser.add_argument("--tokenizer", required=True, help="tokenizer directory (from `cookmind tokenizer train`)")
     parser.add_argument("--train-type", required=True, choices=sorted(TRAIN_TYPE_KEYS),
                         help="seq: text windows; sft: chats; dpo: preference pairs; grpo: RL prompts")
     parser.add_argument("--input", required=True, nargs="+", metavar="FILE",
-                        help="text (.txt), JSON lines (.jsonl) or Parquet (.parquet) files")
+                        help="text, JSON lines (.jsonl) or Parquet (.parquet) files, optionally .gz; or a curate "
+                             "output folder (formats below)")
     parser.add_argument("--out", required=True, help="store directory to create")
     parser.add_argument("--format", default="bin", choices=["bin", "h5"], help="store backend (default bin)")
-    parser.add_argument("--text-field", default="text", help="JSON field holding a document's text (seq)")
+    parser.add_argument("--text-field", default="text", help="seq: JSON/Parquet field holding a document's text (default text, as curate writes)")
     parser.add_argument("--separator", default="<|endoftext|>", help="document separator in plain text files")
     parser.add_argument("--one-per-line", action="store_true", help="plain text: one document per line")
     parser.add_argument("--prompt-template", default="chat",
@@ -41,11 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Pack, then print a one-line summary; a bad line prints file:line and the reason and returns 1."""
-    from cookmind.store.packer import PackError, pack
     from cookmind.store.layout import StoreError
+    from cookmind.store.packer import PackError, pack
+    from cookmind.store.sources import expand_inputs
 
     try:
-        meta = pack(args.input, args.out, args.tokenizer, args.train_type, storage_type=args.format,
+        meta = pack(expand_inputs(args.input), args.out, args.tokenizer, args.train_type, storage_type=args.format,
                     text_field=args.text_field, skip_bad=args.skip_bad, workers=args.workers,
                     shard_tokens=args.shard_tokens, overwrite=args.overwrite, separator=args.separator,
                     one_per_line=args.one_per_line, prompt_template=args.prompt_template,

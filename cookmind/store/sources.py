@@ -4,17 +4,21 @@
   ``<|endoftext|>`` (a file without one is one document), or one document per line;
 - JSON lines (``.jsonl``/``.json``): one JSON object per line, parsed later by the workers so
   that parse errors are reported as ``file:line``;
-- Parquet: one row per item, the row number standing in for the line.
+- Parquet: one row per item, the row number standing in for the line;
+- any of the above gzip-compressed (``.gz``, or gzip's magic bytes), e.g. ``cookmind curate``'s
+  default output ``shard-00000.jsonl.gz``; a curate output folder stands for its ``shard-*`` files.
 """
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass
@@ -28,8 +32,23 @@ class Item:
     payload: object
 
 
+def is_gzip(path: Path) -> bool:
+    """True for a gzip file: by its ``.gz`` suffix or, whatever its name, by its first two bytes."""
+    path = Path(path)
+    if path.suffix.lower() == ".gz":
+        return True
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def _open_bytes(path: Path):
+    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+
+
 def source_kind(path: Path) -> str:
-    suffix = Path(path).suffix.lower()
+    """"json", "parquet" or "text" by the file name, a ``.gz`` suffix looked through."""
+    path = Path(path)
+    suffix = Path(path.stem).suffix.lower() if path.suffix.lower() == ".gz" else path.suffix.lower()
     if suffix in JSON_SUFFIXES:
         return "json"
     if suffix in PARQUET_SUFFIXES:
@@ -46,7 +65,7 @@ def iter_items(path, separator: str = "<|endoftext|>", one_per_line: bool = Fals
     if kind == "parquet":
         yield from _parquet_rows(path)
     elif kind == "json" or one_per_line:
-        with open(path, "rb") as f:
+        with _open_bytes(path) as f:
             for n, raw in enumerate(f, 1):
                 try:
                     line = raw.decode("utf-8")
@@ -60,7 +79,8 @@ def iter_items(path, separator: str = "<|endoftext|>", one_per_line: bool = Fals
 
 
 def _separated_documents(path: Path, separator: str) -> Iterator[Item]:
-    data = path.read_bytes()
+    with _open_bytes(path) as f:
+        data = f.read()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -95,10 +115,26 @@ def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = 
         return pq.ParquetFile(path).metadata.num_rows
     count = 0
     needle = b"\n" if kind == "json" or one_per_line or not separator else separator.encode("utf-8")
-    with open(path, "rb") as f:
+    with _open_bytes(path) as f:
         tail = b""
         while block := f.read(1 << 22):
             block = tail + block
             count += block.count(needle)
             tail = block[-(len(needle) - 1):] if len(needle) > 1 else b""
     return count + 1
+
+
+def expand_inputs(inputs) -> list[Path]:
+    """Input paths with each folder replaced by its ``shard-*`` files (``cookmind curate run``'s output), sorted."""
+    out: list[Path] = []
+    for raw in inputs:
+        path = Path(raw)
+        if not path.is_dir():
+            out.append(path)
+            continue
+        shards = sorted(p for p in path.glob("shard-*") if p.is_file() and not p.name.endswith(".done"))
+        if not shards:
+            raise FileNotFoundError(f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
+                                    f" name the files to pack instead, e.g. {path}/*.jsonl")
+        out.extend(shards)
+    return out
