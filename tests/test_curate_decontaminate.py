@@ -113,13 +113,15 @@ def test_pipeline_reports_removals_per_eval_set(tmp_path):
     docs = [{"id": str(i), "text": t} for i, t in enumerate([PROSE, "Copied: " + QUESTION, PROSE + " more"])]
     inp.write_text("".join(json.dumps(d) + "\n" for d in docs))
     cfg_path = tmp_path / "curate.yaml"
-    cfg_path.write_text(yaml.safe_dump({"stages": [{"decontaminate": {"eval_sets": {"gsm8k": str(evals)}}}],
+    (tmp_path / "none.csv").write_text("a question that no document of this corpus shares with it at all,A,B,C,D,A\n")
+    eval_sets = {"gsm8k": str(evals), "none": str(tmp_path / "none.csv")}
+    cfg_path.write_text(yaml.safe_dump({"stages": [{"decontaminate": {"eval_sets": eval_sets}}],
                                         "output_format": "jsonl"}))
     result = run_pipeline(CurateConfig.from_yaml(cfg_path), [str(inp)], tmp_path / "out", progress=False)
     assert [d["id"] for d in read_outputs(result.outputs)] == ["0", "2"]
     report = json.loads(result.report_json.read_text())
-    assert report["stages"][0]["reasons"] == {"eval:gsm8k": 1}
-    assert "eval:gsm8k: 1" in result.report_md.read_text()
+    assert report["stages"][0]["reasons"] == {"eval:gsm8k": 1, "eval:none": 0}
+    assert "eval:gsm8k: 1, eval:none: 0" in result.report_md.read_text()
 
 
 def test_real_gsm8k_and_mmlu_test_sets(shared_data):

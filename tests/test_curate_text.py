@@ -176,6 +176,8 @@ def test_classify_nsfw_catches_disguised_words(text):
     "The assessment is due on Friday, so the class will revise.", "Peacock feathers and a cockpit photo.",
     "Call me Ishmael. Moby-Dick is a novel by Herman Melville.", "The sex of the chick is hard to tell at birth.",
     "Sussex and Essex are counties; Middlesex was one.", "Grade: A+, 100% on the quiz, C++ and mp3 files, $5 off.",
+    "The cock crowed at dawn on the farm.", "Great tits and blue tits are small birds that visit feeders.",
+    "Our bitch had six puppies this spring.", "She graduated magna cum laude.", "Dick Smith reviewed Moby Dick.",
 ])
 def test_classify_nsfw_leaves_clean_text(text):
     assert classify_nsfw(text)[0] == "non_nsfw", text

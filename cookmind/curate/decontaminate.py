@@ -84,7 +84,7 @@ def eval_files(path: str | Path) -> list[Path]:
     """``path`` itself, or the eval files (JSONL, JSON, CSV, Parquet, text) under the folder ``path``."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"eval set path {p} does not exist (give a GSM8K test.jsonl, an MMLU test/ "
+        raise FileNotFoundError(f"{p} does not exist (give a GSM8K test.jsonl, an MMLU test/ "
                                 "folder of CSVs, or any JSONL/CSV/Parquet/text file or folder)")
     if p.is_file():
         return [p]

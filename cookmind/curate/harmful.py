@@ -25,13 +25,15 @@ hentai camgirl camgirls webcam escort escorts milf fetish orgasm horny stripper 
 blowjob blowjobs handjob dildo vibrator threesome orgy hookup hookups onlyfans playboy lingerie explicit
 """.split())
 # Obscene words, each form listed (no prefix matching: "cocktail", "Scunthorpe" and "assessment" are clean).
-# Words that are also names or everyday words ("dick", "ass", "butt") are left to the learned model.
+# Words that are also names ("dick") or everyday words ("ass", "butt") are left to the learned model.
 OBSCENE_TERMS = frozenset("""
 fuck fucks fucked fucker fuckers fucking fuckin motherfucker motherfuckers motherfucking
-shit shits shitty shitting bullshit bitch bitches cunt cunts cock cocks pussy pussies
-slut sluts slutty whore whores tits titties boobs boobies cum cumshot
+shit shits shitty shitting bullshit cunt cunts slut sluts slutty whore whores titties boobs cumshot
 """.split())
-NSFW_LEXICON = SEXUAL_TERMS | OBSCENE_TERMS
+# Obscene in one sense, clean in another (a rooster, a bird, a female dog, a cat, "magna cum laude"):
+# they count as obscene only when disguised ("C*CK"; nobody stars out a rooster), and always for the backstop.
+DOUBLE_SENSE_TERMS = frozenset("cock cocks tits bitch bitches pussy pussies cum boobies".split())
+NSFW_LEXICON = SEXUAL_TERMS | OBSCENE_TERMS | DOUBLE_SENSE_TERMS
 
 _WORD = re.compile(r"[a-z]+")
 
@@ -53,19 +55,19 @@ def classify_nsfw(text: str, min_hits: int = 3, min_ratio: float = 0.01, model: 
     """("nsfw" | "non_nsfw", score), judged on the text with disguised words undone.
 
     Default: NSFW when alt-profanity-check scores the text at least ``threshold`` and it holds an obscene
-    word (the model alone also flags plain insults, which the toxicity check owns, and a lone "sex" or
-    "naked" in a clean sentence), or, as a backstop, when at least ``min_hits`` lexicon words make up at
-    least ``min_ratio`` of its words. score = the larger of the model's probability (0 without an obscene
-    word) and min(1, (hits / words) / (2 * min_ratio)).
+    word or a disguised lexicon word (the model alone also flags plain insults, which the toxicity check
+    owns, and a lone "sex" or "naked" in a clean sentence), or, as a backstop, when at least ``min_hits``
+    lexicon words make up at least ``min_ratio`` of its words. score = the larger of the model's
+    probability (0 without such a word) and min(1, (hits / words) / (2 * min_ratio)).
     ``model``: a classifier of ours (or a fastText .bin) with an "nsfw" label; score = P(nsfw).
     """
-    text = plain_text(text)
+    text, disguised = deobfuscate(text, NSFW_LEXICON)
     if model:
         p = _cached_classifier(str(model)).prob(text, "nsfw")
         return ("nsfw" if p >= threshold else "non_nsfw"), p
     hits, ratio = nsfw_score(text)
     backstop = min(1.0, ratio / (2 * min_ratio))
-    obscene = any(w in OBSCENE_TERMS for w in _WORD.findall(text.lower()))
+    obscene = disguised > 0 or any(w in OBSCENE_TERMS for w in _WORD.findall(text.lower()))
     p = float(_profanity().predict_prob([text])[0]) if obscene else 0.0
     label = "nsfw" if p >= threshold or (hits >= min_hits and ratio >= min_ratio) else "non_nsfw"
     return label, max(p, backstop)

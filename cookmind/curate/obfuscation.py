@@ -15,9 +15,10 @@ import re
 _LOOKALIKE = {"@": "a", "4": "a", "$": "s", "5": "s", "0": "o", "1": "[il]", "!": "[il]", "|": "[il]", "3": "e",
               "7": "t", "*": "[a-z]", "#": "[a-z]"}
 
-# A candidate token: letters and disguise characters, with at least one letter.
-_TOKEN = re.compile(r"(?<![\w@$*#!|])[a-z0-9@$*#!|]*[a-z][a-z0-9@$*#!|]*(?![\w@$*#!|])", re.IGNORECASE)
-_DISGUISED = re.compile(r"[0-9@$*#!|]|([a-z])\1\1", re.IGNORECASE)
+# Where a disguised token may be: a letter beside a disguise character, or a run of three equal letters.
+# Only these spots are grown into tokens and looked at in Python; plain words are never visited.
+_HINT = re.compile(r"[a-z][0-9@$*#!|]|[0-9@$*#!|][a-z]|([a-z])\1\1", re.IGNORECASE)
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@$*#!|")
 # Single characters split by one separator each, three or more of them: "f u c k", "s.e.x", "f-u-c-k".
 _SPACED = re.compile(r"(?<![\w@$*#])(?:[a-z0-9@$*#][ .\-_]){2,}[a-z0-9@$*#](?![\w@$*#])", re.IGNORECASE)
 
@@ -32,20 +33,34 @@ def deobfuscate(text: str, vocabulary: frozenset[str]) -> tuple[str, int]:
         count += word is not None
         return word or m.group(0)
 
-    def token(m: re.Match) -> str:
-        nonlocal count
-        tok = m.group(0)
+    text = _SPACED.sub(spaced, text)
+    spans = []
+    for m in _HINT.finditer(text):
+        a, b = m.start(), m.end()
+        if spans and a < spans[-1][1]:
+            continue  # inside the token just taken
+        while a > 0 and text[a - 1] in _TOKEN_CHARS:
+            a -= 1
+        while b < len(text) and text[b] in _TOKEN_CHARS:
+            b += 1
+        if _in_word(text[a - 1:a]) or _in_word(text[b:b + 1]):
+            continue  # part of a longer word (non-ASCII letters, underscores): not a token of its own
+        spans.append((a, b))
+    parts, last = [], 0
+    for a, b in spans:
+        tok = text[a:b]
         core = tok.rstrip("!")  # a trailing "!" is punctuation, not an "i"
-        if not _DISGUISED.search(core):
-            return tok
         word = _resolve(core.lower(), vocabulary)
         if word is None or word == core.lower():
-            return tok
+            continue
         count += 1
-        return word + tok[len(core):]
+        parts += [text[last:a], word, tok[len(core):]]
+        last = b
+    return "".join(parts) + text[last:], count
 
-    text = _SPACED.sub(spaced, text)
-    return _TOKEN.sub(token, text), count
+
+def _in_word(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 def _resolve(token: str, vocabulary: frozenset[str]) -> str | None:
