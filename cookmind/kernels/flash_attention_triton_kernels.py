@@ -18,7 +18,7 @@ import os
 import triton
 import triton.language as tl
 
-LN2: tl.constexpr = 0.6931471805599453  # log(x) = log2(x) * ln(2)
+LN2 = tl.constexpr(0.6931471805599453)  # log(x) = log2(x) * ln(2); a global a kernel reads must be a constexpr object
 LOG2_E: tl.constexpr = 1.4426950408889634
 
 # COOKMIND_FLASH_AUTOTUNE=1 lets Triton time every tile shape that fits per (head dim, causal,
