@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 LN2 = tl.constexpr(0.6931471805599453)  # log(x) = log2(x) * ln(2); a global a kernel reads must be a constexpr object
-LOG2_E: tl.constexpr = 1.4426950408889634
+LOG2_E = tl.constexpr(1.4426950408889634)
 
 # COOKMIND_FLASH_AUTOTUNE=1 lets Triton time every tile shape that fits per (head dim, causal,
 # lengths); otherwise each kernel takes the first candidate that fits and compiles once.
