@@ -195,11 +195,6 @@ def test_non_streaming_client_that_leaves_cancels_its_request(tok, model):
         server.close()
 
 
-XFAIL_17_5 = pytest.mark.xfail(strict=True, reason="#17.5: passes once the tokenizer helper's plain-text "
-                                                   "encode/render is merged; then delete this mark")
-
-
-@XFAIL_17_5
 def test_chat_content_never_becomes_a_control_token(tok, model):
     engine = Engine(model, num_slots=1, max_seq_len=256)  # not started: the prompt stays readable in the queue
     server = LiveServer(create_app(engine, tok, MODEL, manage_engine=False))
@@ -217,7 +212,6 @@ def test_chat_content_never_becomes_a_control_token(tok, model):
     assert "<|im_start|>system" in tok.decode(ids)  # the typed text is still there, as plain text
 
 
-@XFAIL_17_5
 def test_completion_text_prompt_is_plain_text(open_server, tok):
     server, _ = open_server
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
