@@ -108,6 +108,9 @@ def test_exported_tokenizer_renders_the_same_ids_in_transformers(tok, tok_dir):
     forged = hf.apply_chat_template(chats[0], return_dict=False)
     assert forged.count(tok.im_start_id) == 3  # transformers' default: the typed turn is forged
     assert forged == tok.render(chats[0], allow_special_in_content=True)[0]
+    # and split_special_tokens=True in the config is no way out: it splits the template's own tokens too
+    split = AutoTokenizer.from_pretrained(tok_dir, split_special_tokens=True)
+    assert tok.im_start_id not in split.apply_chat_template(chats[0], return_dict=False)
 
 
 def test_transformers_leaves_dict_keys_unsanitized(tok, tok_dir):
