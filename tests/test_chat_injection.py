@@ -108,6 +108,9 @@ def test_exported_tokenizer_renders_the_same_ids_in_transformers(tok, tok_dir):
     forged = hf.apply_chat_template(chats[0], return_dict=False)
     assert forged.count(tok.im_start_id) == 3  # transformers' default: the typed turn is forged
     assert forged == tok.render(chats[0], allow_special_in_content=True)[0]
+    # and split_special_tokens=True in the config is no way out: it splits the template's own tokens too
+    split = AutoTokenizer.from_pretrained(tok_dir, split_special_tokens=True)
+    assert tok.im_start_id not in split.apply_chat_template(chats[0], return_dict=False)
 
 
 def test_transformers_leaves_dict_keys_unsanitized(tok, tok_dir):
@@ -175,3 +178,18 @@ def test_eval_and_grpo_chat_prompts_keep_the_template_tokens_and_the_question_as
     assert tok.decode(ids) == f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
     assert encode_prompt(AutoTokenizer.from_pretrained(tok_dir), question, "chat") == ids
     assert _special_ids(tok, encode_prompt(tok, question, "compact")) == []  # "Q: {question}\nA: <think>": all text
+
+
+def test_a_hugging_face_tokenizer_folder_renders_and_encodes_the_same(tok, tok_dir, tmp_path):
+    import shutil
+
+    from cookmind.infer.loading import HFTokenizerAdapter, load_tokenizer
+
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tok_dir / name, tmp_path / name)
+    assert load_tokenizer(tmp_path).render([{"role": "user", "content": FORGED}]) == \
+        tok.render([{"role": "user", "content": FORGED}])  # our importer reads tokenizer.json
+    hf = HFTokenizerAdapter(tmp_path)  # used for tokenizer.json files our importer cannot read
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": FORGED}]
+    assert hf.render(msgs, add_generation_prompt=True)[0] == tok.render(msgs, add_generation_prompt=True)[0]
+    assert hf.encode(FORGED) == tok.encode(FORGED)

@@ -11,7 +11,14 @@ import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, Tokenizer, TokenizerError, load_gpt2_files, train_bpe
+from cookmind.tokenizer import (
+    DEFAULT_SPECIAL_TOKENS,
+    GPT2_PATTERN,
+    Tokenizer,
+    TokenizerError,
+    load_gpt2_files,
+    train_bpe,
+)
 
 WORDS = ["the", "cat", "naïve", "café", "Straße", "日本語", "テキスト", "русский", "язык", "مرحبا", "123", "4567",
          "it's", "we'll", "I'M", "😀", "ok!", "--", "\t", "  ", "<|", "|>", "endoftext", "<think", "\n\n", "\r\n"]

@@ -30,7 +30,8 @@ class HFTokenizerAdapter:
         self.pad_id = self.hf.pad_token_id if self.hf.pad_token_id is not None else self.eos_id
 
     def encode(self, text: str) -> list[int]:
-        return self.hf.encode(text, add_special_tokens=False)
+        # text that spells a special token stays text, as with cookmind's Tokenizer
+        return self.hf.encode(text, add_special_tokens=False, split_special_tokens=True)
 
     def decode(self, ids) -> str:
         return self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -40,7 +41,9 @@ class HFTokenizerAdapter:
                                            tokenize=False)
 
     def render(self, messages, add_generation_prompt: bool = False, tools=None):
-        ids = self.encode(self.apply_chat_template(messages, add_generation_prompt, tools))
+        # special tokens only from the template: transformers wraps those typed in the messages and encodes them as text
+        ids = list(self.hf.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                               sanitize_control_tokens=True, return_dict=False))
         return ids, [0] * len(ids)
 
 

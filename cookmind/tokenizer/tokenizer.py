@@ -297,7 +297,11 @@ class Tokenizer:
     # ---- chat -------------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
                             tools: Sequence[dict] | None = None) -> str:
-        """The ChatML prompt string (identical to the Jinja chat_template in tokenizer_config.json)."""
+        """The ChatML prompt string (identical to the Jinja chat_template in tokenizer_config.json).
+
+        For display and logs: encoding it cannot tell special tokens typed in the messages from the template's;
+        `render` gives the ids.
+        """
         return render_text(messages, add_generation_prompt, tools)
 
     def render(self, messages: Sequence[dict], add_generation_prompt: bool = False,
