@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import torch
 
+from cookmind.atomic import write_text
+
 DEMO_PROMPTS = [
     "Tom has 5 apples. He gets 3 more, gives away 2, and then finds 4 more. How many apples does Tom have now?",
     "Lily has 12 stickers. She gives 4 to Sam. How many stickers does Lily have left?",
@@ -529,9 +531,7 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, text)
 
 
 def _shuffle(items: list, seed: int) -> None:

@@ -200,7 +200,7 @@ def demo_stage(model_or_ctx, tokenizer=None, train_problems=None, heldout_proble
     state = workdir / "grpo_state.pt"
     if state.exists():
         state.unlink()  # resume state for a crashed run; the model is saved above
-    from cookmind.evals.atomic_io import write_json
+    from cookmind.atomic import write_json
 
     write_json(workdir / "grpo_result.json", result)
     return result

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -35,6 +34,7 @@ from cookmind.align.rollout import SamplingParams
 from cookmind.align.rollouts import collect_rollouts
 from cookmind.align.text_codec import encode_text, stop_ids_of
 from cookmind.align.train_step import grpo_microbatch_train_step
+from cookmind.atomic import temp_path
 
 
 @dataclass
@@ -223,13 +223,12 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
 
 
 def _save_state(path: Path, model, optimizer, scheduler, reference, step: int, history: list) -> None:
-    tmp = path.with_name(path.name + ".tmp")
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
              "step": step, "history": history}
     if reference is not None and reference.kind == "copy":
         state["reference"] = reference.model.state_dict()
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with temp_path(path) as tmp:
+        torch.save(state, tmp)
 
 
 def run_grpo(

@@ -17,6 +17,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import xxhash
 
+from cookmind.atomic import write_text, writing
+
 _BLANK_RUN = re.compile(r"\n{3,}")
 
 
@@ -79,14 +81,11 @@ def exact_line_dedup(input_files: Sequence[str | os.PathLike], output_dir: str |
         for path in input_files:  # pass 2: drop duplicated lines
             text, _ = remove_lines(Path(path).read_text(encoding="utf-8", errors="replace"), duplicated)
             out = output_dir / Path(path).name
-            tmp = out.with_name(out.name + ".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, out)
+            write_text(out, text)
             written.append(out)
     return written
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, arr)
-    os.replace(tmp, path)
+    with writing(path, "wb") as f:  # a file object: np.save would add ".npy" to a temporary name
+        np.save(f, arr)

@@ -19,6 +19,8 @@ from typing import Sequence
 import numpy as np
 import xxhash
 
+from cookmind.atomic import write_text
+
 MERSENNE_31 = np.uint64((1 << 31) - 1)
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MAX_ALL_PAIRS = 64  # buckets larger than this are joined as a star (first vs rest), not all pairs
@@ -153,7 +155,4 @@ def minhash_dedup(input_files: Sequence[str | os.PathLike], num_hashes: int, num
 
 
 def _write_atomic(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text(path, text)

@@ -13,6 +13,7 @@ import os
 import time
 from pathlib import Path
 
+from cookmind.atomic import write_json
 from cookmind.curate.config import CurateConfig
 from cookmind.curate.executors import make_executor
 from cookmind.curate.shards import iter_shard, plan_input_shards, shard_suffix, write_shard
@@ -179,9 +180,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool) -
 
 
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    write_json(path, obj, indent=None)
 
 
 def read_outputs(paths: list[Path]):

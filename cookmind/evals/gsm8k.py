@@ -10,7 +10,8 @@ from cookmind.align.grading import extract_answer, extract_gold
 from cookmind.align.prompts import R1_ZERO_STOP, format_prompt, uses_think_tags
 from cookmind.align.rollout import SamplingParams, generate_ids
 from cookmind.align.text_codec import decode_response, encode_text, stop_ids_of
-from cookmind.evals.atomic_io import read_jsonl, write_jsonl
+from cookmind.atomic import write_jsonl
+from cookmind.evals.atomic_io import read_jsonl
 from cookmind.evals.passk import pass_at_k
 
 

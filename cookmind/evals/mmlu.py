@@ -20,7 +20,7 @@ from cookmind.align.parse import LETTERS, parse_mmlu_response
 from cookmind.align.rollout import SamplingParams, generate_ids
 from cookmind.align.text_codec import decode_response, encode_text, stop_ids_of
 from cookmind.align.tokenize_pairs import tokenize_prompt_and_output
-from cookmind.evals.atomic_io import write_jsonl
+from cookmind.atomic import write_jsonl
 
 SCORINGS = ("letter", "option", "generate")
 

@@ -263,10 +263,9 @@ class TrainConfig:
     def save(self, path: str | Path) -> None:
         """Write the resolved config as YAML, atomically."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
-        tmp.replace(path)
+        from cookmind.atomic import write_text
+
+        write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
 _FREE_SECTIONS = ("model", "grpo")
