@@ -202,7 +202,7 @@ def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]]) ->
         "data": {"tokenizer": str(ctx.paths["tokenizer"])},
         "train": {"seed": ctx.seed},
         "logging": {"run_dir": str(run_dir), "progress": ctx.progress, "log_every": 10},
-        "checkpoint": {"keep_last": 1},
+        "checkpoint": {"keep_last": 1, "overwrite": True},  # the demo owns its work directory
     }
     for section, values in overrides.items():
         base.setdefault(section, {}).update(values)
