@@ -136,15 +136,17 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
     """THE rule for "the newest complete checkpoint", used by resume, load, export, eval and generate.
 
     ``path`` is a checkpoint itself (returned as is), a checkpoint root with ``step_N`` directories, or a run
-    directory with ``checkpoints/``. The newest ``step_N`` holding ``meta.json`` (written last) whose files
-    are whole and which was not saved by a diverged run wins; each newer one passed over is named in a
-    CheckpointWarning. ``need_optimizer`` (resume) also requires a readable ``optimizer.pt``.
+    directory with ``checkpoints/``. The newest ``step_N`` holding ``meta.json`` (a training checkpoint's
+    last file) or a saved model (config.json + weights), whose files are whole and which was not saved by a
+    diverged run, wins; each newer one passed over is named in a CheckpointWarning. ``need_optimizer``
+    (resume) also requires a readable ``optimizer.pt``.
     """
     path = Path(path)
     if (path / META_NAME).is_file() or (path / CONFIG_NAME).is_file():
         return path
     for root in (path, path / "checkpoints"):
-        complete = [d for _, d in step_dirs(root) if (d / META_NAME).is_file()]
+        complete = [d for _, d in step_dirs(root) if (d / META_NAME).is_file()
+                    or ((d / CONFIG_NAME).is_file() and (d / WEIGHTS_NAME).is_file())]
         for d in reversed(complete):
             problem = checkpoint_problem(d, need_optimizer)
             if problem is None:
