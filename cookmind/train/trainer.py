@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -116,11 +117,16 @@ class Trainer:
             clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
         barrier(self.dist)
         self.run_id = uuid.uuid4().hex  # marks this run's checkpoints: only those are ever pruned
+        if tokenizer is None and not cfg.data.tokenizer:
+            cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
+            if cfg.data.tokenizer and self.dist.is_main:
+                print(f"cookmind train: data.tokenizer not set; using {cfg.data.tokenizer}", file=sys.stderr)
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             cfg.save(self.run_dir / "config.yaml")
         self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
         self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
+        B.check_init_tokenizer(cfg, self.tokenizer)
 
         # Model: fp32 master weights on this rank's device, then speed options, then DDP from outside.
         if model is None:
@@ -203,7 +209,7 @@ class Trainer:
                 if train and not hasattr(self.objective, "next_batch"):
                     raise ValueError("no training data: set data.train_path (a token store) or pass train_dataset")
                 return None
-            dataset = B.build_dataset(self.cfg, path, self.train_type)
+            dataset = B.build_dataset(self.cfg, path, self.train_type, self.tokenizer)
         if len(dataset) == 0:
             raise ValueError(f"the {'training' if train else 'validation'} dataset at {path} is empty "
                              f"(window_size {self.cfg.data.window_size} longer than the data?)")
