@@ -129,6 +129,17 @@ def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
                                tokenizer_path=cfg.data.tokenizer)
 
 
+def window_for_store(path: str, train_type: str, max_positions: int) -> int:
+    """A window that truncates nothing in the sft/dpo store at ``path``: its longest record, at most
+    ``max_positions`` (the model's context)."""
+    from cookmind.store import TokenStore
+
+    store = TokenStore(path)
+    keys = ("sequence",) if train_type == "sft" else ("chosen", "rejected")
+    longest = max(int(store.lengths(k).max()) if len(store) else 1 for k in keys)
+    return max(1, min(longest, max_positions))
+
+
 def find_tokenizer(cfg: TrainConfig) -> str | None:
     """The tokenizer a run without ``data.tokenizer`` should use: the one a checkpoint at ``train.init_from``
     carries, else the one the training store recorded at pack time (when that folder still exists)."""

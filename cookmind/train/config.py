@@ -30,6 +30,9 @@ class DataConfig:
     train_path: str | None = None
     val_path: str | None = None
     train_type: str | None = None  # None -> the objective's natural type
+    # Tokens per training window. For sft/dpo, when neither the user's config file nor an override sets it
+    # (a built-in preset's value does not count), the run sizes it from the store: its longest record,
+    # capped by the model's max_position_embeddings.
     window_size: int = 256
     stride: int | None = None
     storage_type: str | None = None  # None -> detect (.bin dir or .h5)
@@ -193,15 +196,19 @@ class TrainConfig:
                 data = yaml.safe_load(f) or {}
             if not isinstance(data, dict):
                 raise ValueError(f"{path}: a config file must be a mapping of sections, got {type(data).__name__}")
-            cfg.update(data, str(path))
+            builtin = path.resolve().parent == CONFIG_DIR
+            cfg.update(data, str(path), user=not builtin)
         for item in overrides or []:
             cfg.set_dotted(item)
         cfg.validate()
         return cfg
 
-    def update(self, d: dict[str, Any], source: str = "<dict>") -> None:
-        """Merge a nested dict into this config (only the keys given change)."""
+    def update(self, d: dict[str, Any], source: str = "<dict>", user: bool = True) -> None:
+        """Merge a nested dict into this config (only the keys given change); ``user`` records the keys as set
+        by the user (``is_user_set``), as opposed to a built-in preset's defaults."""
         for section, values in d.items():
+            if user and isinstance(values, dict):
+                self.__dict__.setdefault("_user_keys", set()).update(f"{section}.{k}" for k in values)
             if section not in _section_names():
                 raise ValueError(_unknown(source, "section", section, _section_names()))
             if section in _FREE_SECTIONS:  # checked by their owner (CookMindConfig, GRPOConfig)
@@ -214,6 +221,10 @@ class TrainConfig:
             obj = getattr(self, section)
             for key, value in values.items():
                 _set_field(obj, section, key, value, source)
+
+    def is_user_set(self, dotted: str) -> bool:
+        """Whether ``section.key`` was set by the user (a dict, their YAML file, an override), not a preset."""
+        return dotted in self.__dict__.get("_user_keys", set())
 
     def set_dotted(self, item: str) -> None:
         """Apply one ``section.key=value`` override; the value is parsed as YAML (3e-4, true, [a, b])."""
@@ -275,7 +286,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {value}")
         self._validate_numbers()
         max_pos = self.model.get("max_position_embeddings")
-        if isinstance(max_pos, int) and self.data.window_size > max_pos:
+        sized_later = (self.data.train_type or self.train.objective) in ("sft", "dpo") \
+            and not self.is_user_set("data.window_size")  # the run sizes it from the store, within the context
+        if isinstance(max_pos, int) and self.data.window_size > max_pos and not sized_later:
             raise ValueError(f"data.window_size={self.data.window_size} is longer than the model's context "
                              f"(model.max_position_embeddings={max_pos}); lower data.window_size")
         if not 0.0 <= self.dpo.label_smoothing < 0.5:

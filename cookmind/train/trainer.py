@@ -63,6 +63,7 @@ class TrainingDiverged(RuntimeError):
 
 
 LOSS_WINDOW = 10  # steps averaged for the best-loss reference of the divergence check
+TRUNCATION_WARN = 0.05  # warn when more than this share of sft/dpo records is truncated or dropped
 
 
 @dataclass
@@ -138,7 +139,14 @@ class Trainer:
                 apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
         self.bare_model = model.to(self.device)
         max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
-        if max_pos is not None and cfg.data.window_size > max_pos:
+        kind = cfg.data.train_type or {"sft": "sft", "dpo": "dpo"}.get(cfg.train.objective)
+        if train_dataset is None and kind in ("sft", "dpo") and cfg.data.train_path and max_pos is not None \
+                and not cfg.is_user_set("data.window_size"):
+            cfg.data.window_size = B.window_for_store(cfg.data.train_path, kind, max_pos)
+            if self.dist.is_main:
+                print(f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size}",
+                      file=sys.stderr)
+        elif max_pos is not None and cfg.data.window_size > max_pos:
             raise ValueError(f"data.window_size={cfg.data.window_size} is longer than the model's context "
                              f"(max_position_embeddings={max_pos}); lower data.window_size")
         _check_fp8_head(self.bare_model, self.device)
@@ -154,6 +162,7 @@ class Trainer:
 
         self.objective = objective if objective is not None else B.build_objective(cfg, self)
         self.train_type = cfg.data.train_type or self.objective.train_type
+        self.data_stats: dict[str, int] = {}
         self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
         self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
 
@@ -210,6 +219,8 @@ class Trainer:
                     raise ValueError("no training data: set data.train_path (a token store) or pass train_dataset")
                 return None
             dataset = B.build_dataset(self.cfg, path, self.train_type, self.tokenizer)
+        if train:
+            self._report_truncation(dataset)
         if len(dataset) == 0:
             raise ValueError(f"the {'training' if train else 'validation'} dataset at {path} is empty "
                              f"(window_size {self.cfg.data.window_size} longer than the data?)")
@@ -226,6 +237,27 @@ class Trainer:
         # A private generator: creating a loader iterator must not draw from the global RNG (exact resume).
         loader.loader.generator = torch.Generator()
         return loader
+
+    def _report_truncation(self, dataset) -> None:
+        """Count, print and keep (for metrics and report.md) the records the window cut short or dropped."""
+        truncated, dropped = getattr(dataset, "num_truncated", None), getattr(dataset, "num_dropped", None)
+        if truncated is None or dropped is None:
+            return
+        total = len(dataset.store) if hasattr(dataset, "store") else len(dataset) + dropped
+        self.data_stats = {"data_records": total, "data_truncated": truncated, "data_dropped": dropped}
+        if not self.dist.is_main:
+            return
+        share = (truncated + dropped) / max(total, 1)
+        line = (f"{self.train_type} data: {total} records; {truncated} truncated to data.window_size="
+                f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)")
+        print(f"cookmind train: {line}", file=sys.stderr)
+        if share > TRUNCATION_WARN:
+            import warnings
+
+            warnings.warn(f"{share:.0%} of the {self.train_type} records are cut short or dropped: the model will "
+                          f"rarely see a whole answer or its end of turn. Raise data.window_size (and the model's "
+                          f"max_position_embeddings) or pack shorter records.", stacklevel=3)
+            print(f"cookmind train: WARNING: {share:.0%} of the records are truncated or dropped", file=sys.stderr)
 
     def _next_batch(self) -> dict[str, Any]:
         if hasattr(self.objective, "next_batch"):
@@ -302,6 +334,8 @@ class Trainer:
         if self._rng_to_restore is not None:
             restore_rng(self._rng_to_restore)  # last, after everything that draws at start-up
             self._rng_to_restore = None
+        if self.data_stats:
+            self.metrics_writer.write({"step": self.step, "split": "data", **self.data_stats})
         for cb in self.callbacks:
             cb.on_train_begin(self)
         self.deferred_steps, self._last_step_end = 0, None
@@ -344,7 +378,7 @@ class Trainer:
             cb.on_train_end(self, status)
         summary = {"status": status, "steps": self.step, "tokens": self.tokens_seen,
                    "skipped_steps": self.skipped_steps, "seconds": round(time.perf_counter() - t_start, 2),
-                   **self.last_eval}
+                   **self.data_stats, **self.last_eval}
         if self.dist.is_main and cfg.logging.report:
             from cookmind.train.report import write_report
 
