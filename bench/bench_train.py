@@ -213,9 +213,10 @@ def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile
         "data": {"window_size": seq},
         "train": {"max_steps": warmup + steps, "micro_batch_size": batch, "precision": precision,
                   "compile": compile_, "compile_mode": compile_mode, "device": str(device),
-                  "defer_metrics": defer_metrics, "cuda_graph": cuda_graph},
+                  "defer_metrics": defer_metrics, "cuda_graph": cuda_graph,
+                  "threads": 0},  # torch's default thread count, as the baselines it is compared with use
         "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
-        "checkpoint": {"every": 0},
+        "checkpoint": {"every": 0, "overwrite": True},  # one scratch run directory for every measurement
         "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
     })
     timer = Timer()
