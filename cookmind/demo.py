@@ -200,7 +200,7 @@ def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]]) ->
     run_dir = ctx.workdir / "runs" / name
     base = {
         "data": {"tokenizer": str(ctx.paths["tokenizer"])},
-        "train": {"seed": ctx.seed},
+        "train": {"seed": ctx.seed, "threads": 0},  # the demo's own --threads decides
         "logging": {"run_dir": str(run_dir), "progress": ctx.progress, "log_every": 10},
         "checkpoint": {"keep_last": 1, "overwrite": True},  # the demo owns its work directory
     }
