@@ -168,6 +168,9 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool) -
     stamp = {"config": config.fingerprint(), "plan": plan}
     path = work / "run.json"
     if restart and work.exists():
+        if not path.is_file():  # --restart deletes only what a curate run made
+            raise ValueError(f"{work} was not made by cookmind curate (it has no run.json); --restart deletes only "
+                             "a curate run's work folder: move it away or choose another --output")
         shutil.rmtree(work)
     if path.exists():
         old = json.loads(path.read_text())
