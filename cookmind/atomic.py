@@ -115,10 +115,9 @@ def writing(path: str | os.PathLike, mode: str = "w", **open_kwargs: Any) -> Ite
     """Yield an open file whose contents appear at ``path`` only once the block ends without error."""
     if "b" not in mode:
         open_kwargs.setdefault("encoding", "utf-8")
-    with temp_path(path) as tmp:
-        with open(tmp, mode, **open_kwargs) as f:
-            yield f
-            f.flush()
+    with temp_path(path) as tmp, open(tmp, mode, **open_kwargs) as f:
+        yield f
+        f.flush()
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -26,10 +26,9 @@ def test_write_helpers_leave_only_the_final_file(tmp_path):
 def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path):
     target = tmp_path / "keep.txt"
     target.write_text("old")
-    with pytest.raises(RuntimeError, match="boom"):
-        with atomic.writing(target) as f:
-            f.write("half")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), atomic.writing(target) as f:
+        f.write("half")
+        raise RuntimeError("boom")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
 
@@ -58,7 +57,7 @@ def test_replace_dir_replaces_only_what_the_caller_recognises(tmp_path):
 
 
 def test_stale_temporaries_of_dead_writers_are_removed_live_ones_kept(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     dead_pid = int(dead.stdout)
     host = atomic.temp_name(tmp_path / "x").name.split("@", 1)[1]
     stale = tmp_path / f".step_00000010.tmp-{dead_pid}@{host}"
@@ -76,10 +75,9 @@ def test_stale_temporaries_of_dead_writers_are_removed_live_ones_kept(tmp_path):
 
 def test_a_full_disk_is_one_line_naming_the_path(tmp_path):
     target = tmp_path / "big.bin"
-    with pytest.raises(atomic.DiskFullError) as info:
-        with atomic.temp_path(target) as tmp:
-            tmp.write_bytes(b"partial")
-            raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(atomic.DiskFullError) as info, atomic.temp_path(target) as tmp:
+        tmp.write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
     message = str(info.value)
     assert "no space left on device" in message and str(target) in message and "\n" not in message
     assert list(tmp_path.iterdir()) == []

@@ -131,7 +131,7 @@ def test_a_killed_packs_temporary_store_is_removed_by_the_next_write(tmp_path):
     from cookmind.atomic import temp_name
 
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True).stdout)
+                              text=True, check=True).stdout)
     host = temp_name(tmp_path / "x").name.split("@", 1)[1]
     stale = tmp_path / f".store.tmp-{dead}@{host}"
     (stale / "shard_0000").mkdir(parents=True)

@@ -187,7 +187,7 @@ def test_stale_temporary_checkpoints_of_a_dead_run_are_removed(tmp_path, store):
     from cookmind.atomic import temp_name
 
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True).stdout)
+                              text=True, check=True).stdout)
     ckpts = tmp_path / "s" / "checkpoints"
     ckpts.mkdir(parents=True)
     host = temp_name(ckpts / "x").name.split("@", 1)[1]
