@@ -104,3 +104,28 @@ def test_train_threads_is_honoured_on_cpu(tmp_path, store):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(n)
+
+
+def test_cookmind_train_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(tmp_path, store, monkeypatch,
+                                                                                request):
+    n = torch.get_num_threads()
+    torch.set_num_threads(2)  # what a user's process may start with: `cookmind train` pins train.threads=1
+    request.addfinalizer(lambda: torch.set_num_threads(n))
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    steps = ["train.max_steps=4", "checkpoint.every=2"]
+    assert _run(store, "--run-dir", str(full), *steps) == 0
+    launch = Trainer._launch_step
+
+    def kill_after_two(self):
+        if self.step == 2 and not hasattr(self, "_killed"):
+            self._killed = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return launch(self)
+
+    monkeypatch.setattr(Trainer, "_launch_step", kill_after_two)
+    assert _run(store, "--run-dir", str(cut), *steps) == 128 + signal.SIGTERM
+    monkeypatch.setattr(Trainer, "_launch_step", launch)
+    assert _run(store, "--run-dir", str(cut), "--resume", "auto", *steps) == 0
+    a = (full / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
+    b = (cut / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
+    assert a == b
