@@ -213,15 +213,16 @@ def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile
         "data": {"window_size": seq},
         "train": {"max_steps": warmup + steps, "micro_batch_size": batch, "precision": precision,
                   "compile": compile_, "compile_mode": compile_mode, "device": str(device),
-                  "defer_metrics": defer_metrics, "cuda_graph": cuda_graph},
+                  "defer_metrics": defer_metrics, "cuda_graph": cuda_graph,
+                  "threads": 0},  # torch's default thread count, as the baselines it is compared with use
         "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
-        "checkpoint": {"every": 0},
+        "checkpoint": {"every": 0, "overwrite": True},  # one scratch run directory for every measurement
         "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
     })
     timer = Timer()
     t0 = time.perf_counter()
     trainer = Trainer(cfg, train_dataset=RandomTokens(shape["vocab_size"], seq), callbacks=[timer])
-    trainer.save_checkpoint = lambda: None  # measure the loop, not the final checkpoint write
+    trainer.save_checkpoint = lambda **_: None  # measure the loop, not the final checkpoint write
     trainer.fit()
     dt = timer.marks[warmup + steps] - timer.marks[warmup]
     return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": trainer.flops_per_token,

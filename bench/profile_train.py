@@ -146,7 +146,7 @@ def main() -> None:
             "train": {"max_steps": 10**6, "micro_batch_size": batch, "precision": "bf16", "compile": True,
                       "compile_mode": args.compile_mode, "device": "cuda", "cuda_graph": args.cuda_graph},
             "optim": {"lr": 6e-4, "warmup_steps": 10},
-            "checkpoint": {"every": 0},
+            "checkpoint": {"every": 0, "overwrite": True},  # a scratch run directory, reused
             "logging": {"run_dir": "/tmp/cookmind-profile", "progress": False, "report": False, "log_every": 1000},
         })
         trainer = Trainer(cfg, train_dataset=RandomTokens(vocab, seq))

@@ -25,13 +25,16 @@ def test_unknown_stage_is_an_error():
 
 
 def test_resolve_model_dir_picks_the_newest_checkpoint_of_a_run(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
     from cookmind.model import resolve_model_dir
 
     run = tmp_path / "run"
     for step in (9, 10, 2):  # numeric order, not string order: step_10 is newest
         d = run / "checkpoints" / f"step_{step}"
         d.mkdir(parents=True)
-        (d / "model.safetensors").write_bytes(b"")
+        save_file({"w": torch.zeros(2)}, str(d / "model.safetensors"))
         (d / "config.json").write_text("{}")
     (run / "checkpoints" / "step_11").mkdir()  # no weights: not a model
     assert resolve_model_dir(run) == run / "checkpoints" / "step_10"

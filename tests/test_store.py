@@ -122,3 +122,19 @@ def test_errors_name_the_problem(tmp_path):
                            meta={"tokenizer": {"fingerprint": "aaaa"}})
     with pytest.raises(StoreError, match="re-pack"):
         TokenStore(store_fp).check_tokenizer("bbbb")
+
+
+def test_a_killed_packs_temporary_store_is_removed_by_the_next_write(tmp_path):
+    import subprocess
+    import sys
+
+    from cookmind.atomic import temp_name
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+    host = temp_name(tmp_path / "x").name.split("@", 1)[1]
+    stale = tmp_path / f".store.tmp-{dead}@{host}"
+    (stale / "shard_0000").mkdir(parents=True)
+    (stale / "shard_0000" / "sequence.bin").write_bytes(b"\0" * 4096)
+    write_store(tmp_path / "other", "seq", [{"sequence": np.array([1, 2])}], vocab_size=10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]

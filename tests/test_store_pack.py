@@ -276,3 +276,27 @@ def test_sft_from_parquet_with_tools_and_tool_calls(tmp_path, tok, tok_dir):
     ids, mask = tok.render(messages, tools=tools)
     assert TokenStore(tmp_path / "t").record("sequence", 0).tolist() == ids
     assert "add" in tok.decode(ids) and sum(mask) > 0
+
+
+def test_overwrite_replaces_only_a_token_store(tmp_path, tok_dir):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    corpus = folder / "corpus.txt"
+    corpus.write_text(CORPUS)
+    (folder / "notes.md").write_text("mine")
+    for out in (folder, corpus):  # a user's folder (the input's own) and a file: never replaced
+        with pytest.raises((FileExistsError, PackError), match="--out|not a token store"):
+            pack([corpus], out, tok_dir, "seq", overwrite=True, progress=False)
+    assert sorted(p.name for p in folder.iterdir()) == ["corpus.txt", "notes.md"]
+    assert corpus.read_text() == CORPUS
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    (elsewhere / "data.txt").write_text("keep")
+    with pytest.raises(FileExistsError, match="not a token store"):
+        pack([corpus], elsewhere, tok_dir, "seq", overwrite=True, progress=False)
+    assert (elsewhere / "data.txt").read_text() == "keep"
+    store = tmp_path / "s"
+    pack([corpus], store, tok_dir, "seq", progress=False)
+    meta = pack([corpus], store, tok_dir, "seq", overwrite=True, separator="\n", progress=False)
+    assert TokenStore(store).meta["num_records"] == meta["num_records"] > 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "other", "s"]

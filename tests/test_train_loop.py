@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 
 from cookmind.store import write_store
 from cookmind.train import Callback, PretrainObjective, TrainConfig, Trainer, TrainingDiverged
-from cookmind.train.checkpoint import find_latest_checkpoint
+from cookmind.train.checkpoint import find_latest_checkpoint, list_checkpoints
 
 MODEL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64)
@@ -101,12 +102,124 @@ def test_non_finite_step_is_skipped_and_counted(tmp_path, store, on_device):
     assert all(torch.isfinite(v).all() for v in _weights(t).values())
 
 
-def test_too_many_bad_steps_stop_with_a_checkpoint(tmp_path, store):
+def test_too_many_bad_steps_stop_with_a_checkpoint_marked_diverged(tmp_path, store):
     t = Trainer(_cfg(tmp_path, store, "div", train={"max_bad_steps": 2, "max_steps": 10}),
                 objective=NaNAt(range(1, 100)))
-    with pytest.raises(TrainingDiverged, match="consecutive steps had a non-finite loss"):
+    with pytest.raises(TrainingDiverged, match="consecutive steps had a non-finite or exploding loss"):
         t.fit()
-    assert find_latest_checkpoint(tmp_path / "div" / "checkpoints").name == "step_00000003"
+    [saved] = list_checkpoints(tmp_path / "div" / "checkpoints")
+    assert saved.name == "step_00000003" and json.loads((saved / "meta.json").read_text())["diverged"] is True
+    with pytest.warns(UserWarning, match="diverged run"):
+        assert find_latest_checkpoint(tmp_path / "div" / "checkpoints") is None
+
+
+class ExplodeFrom(PretrainObjective):
+    """A finite loss multiplied by 100 from step ``start`` (1-based) on: an exploding run."""
+
+    def __init__(self, start):
+        self.start, self.calls = start, 0
+
+    def __call__(self, model, batch):
+        self.calls += 1
+        loss, m = super().__call__(model, batch)
+        return (loss * 100.0 if self.calls >= self.start else loss), m
+
+
+def test_an_exploding_loss_stops_the_run_and_keeps_the_good_checkpoints(tmp_path, store):
+    cfg = _cfg(tmp_path, store, "boom", train={"max_steps": 40, "max_bad_steps": 3},
+               checkpoint={"every": 5, "keep_last": 1})
+    t = Trainer(cfg, objective=ExplodeFrom(21))
+    with pytest.raises(TrainingDiverged, match="exploding"):
+        t.fit()
+    assert t.step == 24  # steps 21..24 exploded: the 4th bad step is past max_bad_steps=3
+    names = [p.name for p in list_checkpoints(tmp_path / "boom" / "checkpoints")]
+    assert names == ["step_00000020", "step_00000024"]  # step 20 (good) was not pruned for the bad one
+    assert find_latest_checkpoint(tmp_path / "boom" / "checkpoints").name == "step_00000020"
+
+
+def test_a_fresh_run_refuses_a_used_run_dir_and_never_prunes_another_runs_checkpoints(tmp_path, store):
+    first = Trainer(_cfg(tmp_path, store, "run", train={"max_steps": 6}, checkpoint={"every": 2, "keep_last": 2}))
+    first.fit()
+    ckpts = tmp_path / "run" / "checkpoints"
+    assert [p.name for p in list_checkpoints(ckpts)] == ["step_00000004", "step_00000006"]
+    with pytest.raises(FileExistsError, match="already holds another run.*--resume auto"):
+        Trainer(_cfg(tmp_path, store, "run", train={"max_steps": 2}, checkpoint={"every": 1, "keep_last": 1}))
+    assert [p.name for p in list_checkpoints(ckpts)] == ["step_00000004", "step_00000006"]
+    # resuming continues the same run and prunes its own
+    resumed = Trainer(_cfg(tmp_path, store, "run", train={"max_steps": 8},
+                           checkpoint={"every": 2, "keep_last": 2, "resume": "auto"}))
+    resumed.fit()
+    assert [p.name for p in list_checkpoints(ckpts)] == ["step_00000006", "step_00000008"]
+    # a checkpoint of another run in the directory (copied in by hand) is never pruned
+    other = ckpts / "step_00000001"
+    shutil.copytree(ckpts / "step_00000006", other)
+    meta = json.loads((other / "meta.json").read_text())
+    (other / "meta.json").write_text(json.dumps({**meta, "run_id": "someone-else", "step": 1}))
+    Trainer(_cfg(tmp_path, store, "run", train={"max_steps": 12},
+                 checkpoint={"every": 2, "keep_last": 1, "resume": "auto"})).fit()
+    assert [p.name for p in list_checkpoints(ckpts)] == ["step_00000001", "step_00000012"]
+    # an explicit overwrite deletes the old run and starts afresh
+    Trainer(_cfg(tmp_path, store, "run", train={"max_steps": 2}, checkpoint={"overwrite": True})).fit()
+    assert [p.name for p in list_checkpoints(ckpts)] == ["step_00000002"]
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, store):
+    Trainer(_cfg(tmp_path, store, "c", train={"max_steps": 4}, checkpoint={"every": 2, "keep_last": 0})).fit()
+    ckpts = tmp_path / "c" / "checkpoints"
+    opt = ckpts / "step_00000004" / "optimizer.pt"
+    opt.write_bytes(opt.read_bytes()[: opt.stat().st_size // 2])  # a kill mid-write of an older version
+    with pytest.warns(UserWarning, match="step_00000004.*optimizer.pt is missing or truncated"):
+        t = Trainer(_cfg(tmp_path, store, "c", train={"max_steps": 6}, checkpoint={"resume": "auto"}))
+    assert t.step == 2
+    from cookmind.model import resolve_model_dir
+
+    assert resolve_model_dir(tmp_path / "c").name == "step_00000004"  # loading weights needs no optimizer
+    w = ckpts / "step_00000004" / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:-10])
+    with pytest.warns(UserWarning, match="step_00000004.*model.safetensors is truncated"):
+        assert resolve_model_dir(tmp_path / "c").name == "step_00000002"
+
+
+def test_stale_temporary_checkpoints_of_a_dead_run_are_removed(tmp_path, store):
+    import subprocess
+    import sys
+
+    from cookmind.atomic import temp_name
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+    ckpts = tmp_path / "s" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    host = temp_name(ckpts / "x").name.split("@", 1)[1]
+    stale = ckpts / f".step_00000002.tmp-{dead}@{host}"
+    stale.mkdir()
+    (stale / "optimizer.pt").write_bytes(b"0" * 1000)
+    Trainer(_cfg(tmp_path, store, "s", train={"max_steps": 1}, checkpoint={"resume": "auto"})).fit()
+    assert not stale.exists() and [p.name for p in ckpts.iterdir()] == ["step_00000001"]
+
+
+def test_a_full_disk_while_saving_is_one_line_and_leaves_no_temporary(tmp_path, store, monkeypatch):
+    import errno
+
+    t = Trainer(_cfg(tmp_path, store, "full", train={"max_steps": 1}))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(OSError, match="no space left on device while writing .*step_00000001"):
+        t.fit()
+    assert list((tmp_path / "full" / "checkpoints").iterdir()) == []
+
+
+def test_config_numbers_are_validated_at_load():
+    for override, field in (("optim.lr=nan", "optim.lr"), ("optim.lr=inf", "optim.lr"), ("optim.lr=-1", "optim.lr"),
+                            ("train.max_steps=-5", "train.max_steps"), ("optim.warmup_steps=-1", "optim.warmup_steps"),
+                            ("optim.grad_clip=.nan", "optim.grad_clip"), ("optim.beta2=1.5", "optim.beta2"),
+                            ("checkpoint.keep_last=-1", "checkpoint.keep_last"),
+                            ("data.window_size=512", "data.window_size")):  # tiny-cpu's context is 256
+        with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+            TrainConfig.load("tiny-cpu", [override])
 
 
 def test_sigterm_saves_a_checkpoint_of_the_step_it_names(tmp_path, store):

@@ -22,6 +22,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import xxhash
 
+from cookmind.atomic import writing
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -136,11 +138,10 @@ class FastTextClassifier:
         """Write an ``.npz`` (tables + labels + config) atomically."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.npz")
         meta = json.dumps({"format": "cookmind-fasttext-v1", "labels": self.labels,
                            "config": dataclasses.asdict(self.cfg)})
-        np.savez(tmp, E=self.E.astype(np.float16), W=self.W, meta=np.array(meta))
-        os.replace(tmp, path)
+        with writing(path, "wb") as f:  # a file object: np.savez would add ".npz" to a temporary name
+            np.savez(f, E=self.E.astype(np.float16), W=self.W, meta=np.array(meta))
         return path
 
     @classmethod

@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import xxhash
 
+from cookmind.atomic import writing
 
 def line_hashes(text: str) -> np.ndarray:
     """xxh64 of every non-blank line (trailing whitespace ignored)."""
@@ -95,10 +96,8 @@ def exact_line_dedup(input_files: Sequence[str | os.PathLike], output_dir: str |
         for path in input_files:  # pass 2: drop duplicated lines
             text, _ = remove_lines(_read(path), duplicated)
             out = output_dir / Path(path).name
-            tmp = out.with_name(out.name + ".tmp")
-            with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            with writing(out, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
                 f.write(text)
-            os.replace(tmp, out)
             written.append(out)
     return written
 
@@ -110,6 +109,5 @@ def _read(path) -> str:
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, arr)
-    os.replace(tmp, path)
+    with writing(path, "wb") as f:  # a file object: np.save would add ".npy" to a temporary name
+        np.save(f, arr)

@@ -20,6 +20,8 @@ from typing import Sequence
 import numpy as np
 import xxhash
 
+from cookmind.atomic import writing
+
 MERSENNE_31 = np.uint64((1 << 31) - 1)
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MAX_ALL_PAIRS = 64  # buckets larger than this are joined as a star (first vs rest), not all pairs
@@ -154,7 +156,6 @@ def minhash_dedup(input_files: Sequence[str | os.PathLike], num_hashes: int, num
 
 def _copy_atomic(src: Path, dst: Path) -> Path:
     """Copy ``src`` byte for byte (a kept document is not rewritten)."""
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    with writing(dst, "wb") as f, open(src, "rb") as g:
+        shutil.copyfileobj(g, f)
     return dst

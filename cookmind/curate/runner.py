@@ -13,6 +13,7 @@ import os
 import time
 from pathlib import Path
 
+from cookmind.atomic import write_json
 from cookmind.curate.config import CurateConfig
 from cookmind.curate.executors import make_executor
 from cookmind.curate.shards import iter_shard, plan_input_shards, shard_suffix, write_shard
@@ -167,6 +168,9 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool) -
     stamp = {"config": config.fingerprint(), "plan": plan}
     path = work / "run.json"
     if restart and work.exists():
+        if not path.is_file():  # --restart deletes only what a curate run made
+            raise ValueError(f"{work} was not made by cookmind curate (it has no run.json); --restart deletes only "
+                             "a curate run's work folder: move it away or choose another --output")
         shutil.rmtree(work)
     if path.exists():
         old = json.loads(path.read_text())
@@ -179,9 +183,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool) -
 
 
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    write_json(path, obj, indent=None)
 
 
 def read_outputs(paths: list[Path]):

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from cookmind.atomic import temp_path
+
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 WARC_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz", ".arc", ".arc.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")
@@ -139,23 +141,22 @@ def write_shard(docs: Iterable[dict], path: str | os.PathLike, fmt: str | None =
     path = Path(path)
     fmt = fmt or ("parquet" if path.name.endswith(".parquet") else "jsonl.gz" if path.name.endswith(".gz") else "jsonl")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
     n = 0
-    if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    with temp_path(path) as tmp:
+        if fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        rows = list(docs)
-        n = len(rows)
-        pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({"id": pa.array([], pa.string()),
-                                                                        "text": pa.array([], pa.string())}), tmp)
-    else:
-        raw = gzip.open(tmp, "wb", compresslevel=3) if fmt == "jsonl.gz" else open(tmp, "wb")
-        with raw:
-            for doc in docs:
-                raw.write(json.dumps(doc, ensure_ascii=False).encode("utf-8") + b"\n")
-                n += 1
-    os.replace(tmp, path)
+            rows = list(docs)
+            n = len(rows)
+            pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({"id": pa.array([], pa.string()),
+                                                                            "text": pa.array([], pa.string())}), tmp)
+        else:
+            raw = gzip.open(tmp, "wb", compresslevel=3) if fmt == "jsonl.gz" else open(tmp, "wb")
+            with raw:
+                for doc in docs:
+                    raw.write(json.dumps(doc, ensure_ascii=False).encode("utf-8") + b"\n")
+                    n += 1
     return n
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from cookmind.atomic import write_json, writing
 from cookmind.curate import exact_lines, minhash
 from cookmind.curate.extract import extract_text
 from cookmind.curate.gopher import GopherConfig, gopher_reasons
@@ -414,12 +415,9 @@ def build_stage(name: str, options: dict | None):
 
 
 def _savez(path: Path, **arrays) -> None:
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    with writing(path, "wb") as f:  # a file object: np.savez would add ".npz" to a temporary name
+        np.savez(f, **arrays)
 
 
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    write_json(path, obj, indent=None)

@@ -8,6 +8,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from cookmind.atomic import write_text
+
 
 @dataclasses.dataclass
 class StageStats:
@@ -82,8 +84,6 @@ def write_report(stages: list[StageStats], out_dir: str | os.PathLike) -> tuple[
                "output_docs": stages[-1].docs_out if stages else 0}
     paths = []
     for name, body in (("report.json", json.dumps(payload, indent=2) + "\n"), ("report.md", render_markdown(stages))):
-        tmp = out_dir / f".{name}.tmp"
-        tmp.write_text(body, encoding="utf-8")
-        os.replace(tmp, out_dir / name)
+        write_text(out_dir / name, body)
         paths.append(out_dir / name)
     return paths[0], paths[1]

@@ -15,7 +15,8 @@ class DPODataset(Dataset):
 
     Each side is truncated to ``window_size``; labels are -100 outside the response
     (``chosen_mask`` / ``rejected_mask``). A pair where either side loses its whole response
-    to truncation is dropped and counted in ``num_dropped``.
+    to truncation is dropped and counted in ``num_dropped``; ``num_truncated`` counts kept pairs
+    with a side cut short.
     """
 
     def __init__(self, store: TokenStore, window_size: int):
@@ -26,6 +27,8 @@ class DPODataset(Dataset):
                               supervised_records(store, "rejected_mask", window_size))
         self.indices = keep
         self.num_dropped = len(store) - len(keep)
+        longest = np.maximum(store.lengths("chosen")[keep], store.lengths("rejected")[keep])
+        self.num_truncated = int((longest > window_size).sum())
 
     def __len__(self) -> int:
         return len(self.indices)

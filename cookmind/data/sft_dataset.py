@@ -42,7 +42,7 @@ class SFTDataset(Dataset):
     """Items ``{"input_ids", "labels"}`` of one conversation truncated to ``window_size``.
 
     A conversation whose supervised tokens all fall past the window is dropped; ``num_dropped``
-    counts them. ``pad_to_window`` right-pads every item to ``window_size`` with ``pad_id``
+    counts them, and ``num_truncated`` the kept ones that lose their tail to the window. ``pad_to_window`` right-pads every item to ``window_size`` with ``pad_id``
     (labels -100); otherwise items keep their length and ``collate_for("sft", pad_id)`` pads the
     batch. ``packing=True`` fills each window with whole conversations in order (first fit)
     and adds ``position_ids`` that restart per conversation, so attention can be kept to one
@@ -57,6 +57,7 @@ class SFTDataset(Dataset):
         self.pad_to_window, self.pad_id = pad_to_window, pad_id
         self.indices = supervised_records(store, "loss_mask", window_size)
         self.num_dropped = len(store) - len(self.indices)
+        self.num_truncated = int((store.lengths("sequence")[self.indices] > window_size).sum())
         self.bins = self._pack(store.lengths("sequence")[self.indices]) if packing else None
 
     def _pack(self, lengths: np.ndarray) -> list[np.ndarray]:

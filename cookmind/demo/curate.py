@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
+from cookmind.atomic import writing
 from cookmind.curate.classifier import ClassifierConfig, train_classifier
 from cookmind.curate.config import DEFAULT_STAGES, CurateConfig
 from cookmind.curate.extract import extract_text
@@ -46,14 +46,12 @@ def demo_stage(workdir: Path, seed: int = 0, num_pages: int = 600, workers: int 
     result = run_pipeline(demo_config(model), [str(crawl_dir)], out_dir, executor="local", workers=workers,
                           restart=True, progress=progress)
     text_path = workdir / "curated.jsonl"
-    tmp = workdir / ".curated.jsonl.tmp"
     n = nbytes = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    with writing(text_path) as f:
         for doc in read_outputs(result.outputs):
             f.write(json.dumps({"text": doc["text"]}, ensure_ascii=False) + "\n")
             n += 1
             nbytes += len(doc["text"].encode("utf-8"))
-    os.replace(tmp, text_path)
     return {"text_path": text_path, "report_md": result.report_md, "report_json": result.report_json,
             "stages": [s.to_dict() for s in result.stages], "manifest": manifest,
             "docs_in": result.stages[0].docs_in, "docs_out": n, "bytes_out": nbytes,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from cookmind.atomic import writing
 
 
 def plot_grpo_curves(history: list[dict], path, before: float | None = None, title: str = "GRPO",
@@ -50,8 +51,7 @@ def plot_grpo_curves(history: list[dict], path, before: float | None = None, tit
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=100)
+    with writing(path, "wb") as f:
+        fig.savefig(f, dpi=100, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
-    os.replace(tmp, path)
     return path

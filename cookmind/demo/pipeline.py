@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import torch
 
+from cookmind.atomic import write_text
+
 DEMO_PROMPTS = [
     "Tom has 5 apples. He gets 3 more, gives away 2, and then finds 4 more. How many apples does Tom have now?",
     "Lily has 12 stickers. She gives 4 to Sam. How many stickers does Lily have left?",
@@ -201,9 +203,9 @@ def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]], ca
     run_dir = ctx.workdir / "runs" / name
     base = {
         "data": {"tokenizer": str(ctx.paths["tokenizer"])},
-        "train": {"seed": ctx.seed},
+        "train": {"seed": ctx.seed, "threads": 0},  # the demo's own --threads decides
         "logging": {"run_dir": str(run_dir), "progress": ctx.progress, "log_every": 10},
-        "checkpoint": {"keep_last": 1},
+        "checkpoint": {"keep_last": 1, "overwrite": True},  # the demo owns its work directory
     }
     for section, values in overrides.items():
         base.setdefault(section, {}).update(values)
@@ -536,9 +538,7 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, text)
 
 
 def _shuffle(items: list, seed: int) -> None:

@@ -1,32 +1,8 @@
-"""Write result files under a temporary name and rename, so a crash never leaves half a file."""
+"""Read result and data files (JSONL); writes go through ``cookmind.atomic``."""
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
-
-
-def write_jsonl(path, records) -> Path:
-    """One JSON object per line, written to ``path.tmp`` then renamed over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
-def write_json(path, obj) -> Path:
-    """``obj`` as indented JSON, atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
 
 
 def read_jsonl(path, limit: int | None = None) -> list[dict]:

@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     """Run the chosen evaluation, print its metrics as one JSON object, optionally save them."""
-    from cookmind.evals.atomic_io import write_json
+    from cookmind.atomic import write_json
     from cookmind.evals.load import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(args.model, args.tokenizer, args.device)

@@ -9,7 +9,8 @@ from tqdm import tqdm
 from cookmind.align.prompts import R1_ZERO_STOP, decode_response, encode_prompt, format_prompt, stop_ids_of, uses_think_tags
 from cookmind.align.rewards import extract_answer, extract_gold
 from cookmind.align.rollout import SamplingParams, generate_ids
-from cookmind.evals.atomic_io import read_jsonl, write_jsonl
+from cookmind.atomic import write_jsonl
+from cookmind.evals.atomic_io import read_jsonl
 from cookmind.evals.passk import pass_at_k
 
 

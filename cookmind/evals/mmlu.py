@@ -19,7 +19,7 @@ from cookmind.align.losses import get_response_log_probs, tokenize_prompt_and_ou
 from cookmind.align.prompts import decode_response, encode_text, stop_ids_of
 from cookmind.align.rewards import LETTERS, parse_mmlu_response
 from cookmind.align.rollout import SamplingParams, generate_ids
-from cookmind.evals.atomic_io import write_jsonl
+from cookmind.atomic import write_jsonl
 from cookmind.evals.gsm8k import context_length, too_long
 
 SCORINGS = ("letter", "option", "generate")

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
+from cookmind.atomic import building_dir
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.model_io import (CONFIG_NAME, WEIGHTS_NAME, ModelLoadError, check_state_dict, load_config,
@@ -138,14 +138,8 @@ def _atomic_dir(out: Path, fill) -> Path:
     """Build `out` under a temporary sibling name with fill(tmp), then rename it into place."""
     if out.exists():
         raise HFInteropError(f"{out}: already exists; choose a new output directory or remove it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with building_dir(out) as tmp:
         fill(tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

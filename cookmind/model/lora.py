@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from cookmind.atomic import temp_path, write_json
 from cookmind.model.linear import Linear
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -203,12 +204,9 @@ def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path
         "modules_to_save": None,
         "base_model_name_or_path": base_model_path,
     }
-    weights_tmp = directory / (ADAPTER_WEIGHTS + ".tmp")
-    save_file(tensors, str(weights_tmp), metadata={"format": "pt"})
-    config_tmp = directory / (ADAPTER_CONFIG + ".tmp")
-    config_tmp.write_text(json.dumps(peft_cfg, indent=2) + "\n")
-    os.replace(weights_tmp, directory / ADAPTER_WEIGHTS)
-    os.replace(config_tmp, directory / ADAPTER_CONFIG)
+    with temp_path(directory / ADAPTER_WEIGHTS) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    write_json(directory / ADAPTER_CONFIG, peft_cfg, indent=2)
     return directory
 
 

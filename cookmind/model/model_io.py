@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
+import re
+import warnings
+import zipfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.rope import RotaryEmbedding
@@ -51,13 +53,10 @@ def unwrap_model(model) -> CookMindLM:
 
 def _write_files(directory: Path, model: CookMindLM) -> None:
     """Write each file under a temporary name inside `directory`, then rename it into place."""
-    config_tmp = directory / (CONFIG_NAME + ".tmp")
-    config_tmp.write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
-    weights_tmp = directory / (WEIGHTS_NAME + ".tmp")
     tensors = {k: v.cpu() for k, v in model_state_dict(model).items()}
-    save_file(tensors, str(weights_tmp), metadata={"format": "pt"})
-    os.replace(weights_tmp, directory / WEIGHTS_NAME)
-    os.replace(config_tmp, directory / CONFIG_NAME)
+    with temp_path(directory / WEIGHTS_NAME) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    write_json(directory / CONFIG_NAME, model.config.to_dict(), indent=2)
 
 
 def save_model(directory: str | os.PathLike, model: CookMindLM) -> Path:
@@ -72,14 +71,8 @@ def save_model(directory: str | os.PathLike, model: CookMindLM) -> Path:
     if directory.is_dir():
         _write_files(directory, model)
         return directory
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-    try:
+    with building_dir(directory) as tmp:
         _write_files(tmp, model)
-        os.replace(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory
 
 
@@ -87,21 +80,89 @@ class ModelLoadError(ValueError):
     """A saved model cannot be loaded: names the file and what does not match."""
 
 
-def resolve_model_dir(path: str | os.PathLike) -> Path:
-    """A model directory as given; a training run (or its ``checkpoints/``) -> the newest checkpoint.
+class CheckpointWarning(UserWarning):
+    """A checkpoint was passed over (damaged, or saved by a diverged run) for an older one."""
 
-    Training checkpoints are ``step_N`` directories written atomically, so the one with the largest N
-    that holds weights is the newest complete one. Anything else is returned unchanged, for the
-    loader to report.
+
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+META_NAME = "meta.json"  # a training checkpoint's last-written file: its presence marks a complete one
+OPTIMIZER_NAME = "optimizer.pt"
+
+
+def step_dirs(root: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(step, dir)`` of every ``step_N`` directory directly under ``root``, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), d) for d in root.iterdir() if (m := _STEP_DIR.match(d.name)) and d.is_dir()]
+    return sorted(found)
+
+
+def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | None:
+    """Why ``directory`` cannot be used as a checkpoint (missing or truncated files), or None.
+
+    Cheap: reads the safetensors header and checks the file holds every byte it promises, and opens the
+    optimizer's zip directory (at the file's end, so a truncated file fails), without loading tensors.
+    """
+    meta = directory / META_NAME
+    try:
+        info = json.loads(meta.read_text()) if meta.is_file() else {}
+    except (OSError, ValueError):
+        return f"{meta} is damaged"
+    if info.get("diverged"):
+        return "it was saved by a diverged run"
+    weights = directory / WEIGHTS_NAME
+    if not weights.is_file() or not (directory / CONFIG_NAME).is_file():
+        return f"{weights} or {CONFIG_NAME} is missing"
+    try:
+        with open(weights, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        if weights.stat().st_size < 8 + n + end:
+            return f"{weights} is truncated"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{weights} is damaged"
+    if need_optimizer:
+        opt = directory / OPTIMIZER_NAME
+        try:
+            zipfile.ZipFile(opt).close()
+        except (OSError, zipfile.BadZipFile):
+            return f"{opt} is missing or truncated"
+    return None
+
+
+def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> Path | None:
+    """THE rule for "the newest complete checkpoint", used by resume, load, export, eval and generate.
+
+    ``path`` is a checkpoint itself (returned as is), a checkpoint root with ``step_N`` directories, or a run
+    directory with ``checkpoints/``. The newest ``step_N`` holding ``meta.json`` (a training checkpoint's
+    last file) or a saved model (config.json + weights), whose files are whole and which was not saved by a
+    diverged run, wins; each newer one passed over is named in a CheckpointWarning. ``need_optimizer``
+    (resume) also requires a readable ``optimizer.pt``.
     """
     path = Path(path)
-    if (path / CONFIG_NAME).is_file() or not path.is_dir():
+    if (path / META_NAME).is_file() or (path / CONFIG_NAME).is_file():
         return path
     for root in (path, path / "checkpoints"):
-        steps = [d for d in root.glob("step_*") if d.name[5:].isdigit() and (d / WEIGHTS_NAME).is_file()]
-        if steps:
-            return max(steps, key=lambda d: int(d.name[5:]))
-    return path
+        complete = [d for _, d in step_dirs(root) if (d / META_NAME).is_file()
+                    or ((d / CONFIG_NAME).is_file() and (d / WEIGHTS_NAME).is_file())]
+        for d in reversed(complete):
+            problem = checkpoint_problem(d, need_optimizer)
+            if problem is None:
+                return d
+            warnings.warn(f"skipping checkpoint {d}: {problem}; using an older one", CheckpointWarning,
+                          stacklevel=2)
+        if complete:
+            return None
+    return None
+
+
+def resolve_model_dir(path: str | os.PathLike) -> Path:
+    """A model directory as given; a training run (or its ``checkpoints/``) -> its newest complete checkpoint
+    (``latest_checkpoint``). Anything else is returned unchanged, for the loader to report."""
+    found = latest_checkpoint(path)
+    return found if found is not None else Path(path)
 
 
 def load_config(directory: str | os.PathLike) -> CookMindConfig:

@@ -5,13 +5,11 @@ so DataLoader workers share the bytes through the OS page cache instead of copyi
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
-from cookmind.store.atomic import temp_sibling, write_json_atomic
+from cookmind.atomic import building_dir, write_json
 from cookmind.store.layout import FORMAT_VERSION, META_NAME, StoreError
 
 
@@ -24,20 +22,15 @@ class BinBackend:
     @staticmethod
     def write_shard(path: Path, arrays: dict[str, np.ndarray], offsets: dict[str, np.ndarray], meta: dict) -> None:
         """Write one shard to a temporary directory, then rename it to ``path``."""
-        path = Path(path)
-        tmp = temp_sibling(path)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        keys = {}
-        for key, arr in arrays.items():
-            arr = np.ascontiguousarray(arr)
-            with open(tmp / f"{key}.bin", "wb") as f:
-                f.write(arr.tobytes())  # dtype is already little-endian ('<u2', '<f4', ...)
-                f.flush()
-                os.fsync(f.fileno())
-            keys[key] = {"dtype": arr.dtype.str, "shape": list(arr.shape), "offsets": [int(o) for o in offsets[key]]}
-        write_json_atomic(tmp / META_NAME, {"format_version": FORMAT_VERSION, "format": "bin", **meta, "keys": keys})
-        os.replace(tmp, path)
+        with building_dir(path) as tmp:
+            keys = {}
+            for key, arr in arrays.items():
+                arr = np.ascontiguousarray(arr)
+                with open(tmp / f"{key}.bin", "wb") as f:
+                    f.write(arr.tobytes())  # dtype is already little-endian ('<u2', '<f4', ...)
+                keys[key] = {"dtype": arr.dtype.str, "shape": list(arr.shape),
+                             "offsets": [int(o) for o in offsets[key]]}
+            write_json(tmp / META_NAME, {"format_version": FORMAT_VERSION, "format": "bin", **meta, "keys": keys})
 
     @staticmethod
     def open_shard(path: Path) -> "BinShard":

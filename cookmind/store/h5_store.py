@@ -6,14 +6,13 @@ copying them (h5py handles themselves must not cross a fork)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import h5py
 import numpy as np
 import torch
 
-from cookmind.store.atomic import temp_sibling
+from cookmind.atomic import temp_path
 from cookmind.store.bin_store import _check_version
 from cookmind.store.layout import FORMAT_VERSION, StoreError
 
@@ -27,16 +26,11 @@ class H5Backend:
     @staticmethod
     def write_shard(path: Path, arrays: dict[str, np.ndarray], offsets: dict[str, np.ndarray], meta: dict) -> None:
         """Write one shard to a temporary file, then rename it to ``path``."""
-        path = Path(path)
-        tmp = temp_sibling(path)
-        with h5py.File(tmp, "w") as f:
+        with temp_path(path) as tmp, h5py.File(tmp, "w") as f:
             for key, arr in arrays.items():
                 f.create_dataset(key, data=np.ascontiguousarray(arr))
                 f.create_dataset(f"offsets/{key}", data=np.asarray(offsets[key], dtype=np.int64))
             f.attrs["meta"] = json.dumps({"format_version": FORMAT_VERSION, "format": "h5", **meta})
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
 
     @staticmethod
     def open_shard(path: Path) -> "H5Shard":

@@ -90,6 +90,8 @@ def pack(inputs, out, tokenizer, train_type: str, storage_type: str = "bin", tex
     for p in inputs:
         if not p.is_file():
             raise FileNotFoundError(f"input {p} does not exist")
+        if p.resolve().is_relative_to(Path(out).resolve()):
+            raise PackError(f"input {p} lies inside --out {out}, which packing replaces; write the store elsewhere")
     opts = RecordOptions(train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed)
     tok = _load_tokenizer(tokenizer)
     tok_meta = {"fingerprint": tok.fingerprint(), "vocab_size": int(tok.vocab_size), "eos_id": int(tok.eos_id),

@@ -53,12 +53,15 @@ class TokenStore:
         tok = self.meta.get("tokenizer") or {}
         return tok.get("fingerprint") if isinstance(tok, dict) else None
 
-    def check_tokenizer(self, fingerprint: str) -> None:
-        """Raise when the store was packed with a different tokenizer than ``fingerprint``."""
+    def check_tokenizer(self, fingerprint: str, tokenizer_path: str | None = None) -> None:
+        """Raise when the store was packed with a different tokenizer than ``fingerprint``, naming both."""
         mine = self.tokenizer_fingerprint
         if mine is not None and fingerprint is not None and mine != fingerprint:
-            raise StoreError(f"{self.path} was packed by tokenizer {mine[:16]}…, not {fingerprint[:16]}…; "
-                             "re-pack it with this tokenizer (`cookmind pack --tokenizer ...`)")
+            packed_with = self.meta.get("tokenizer", {}).get("path") or "an unrecorded path"
+            given = tokenizer_path or "the given tokenizer"
+            raise StoreError(f"{self.path} was packed with tokenizer {packed_with} (fingerprint {mine[:16]}), "
+                             f"not {given} (fingerprint {fingerprint[:16]}); train with the store's tokenizer or "
+                             "re-pack the store with this one (`cookmind pack --tokenizer ...`)")
 
     def record(self, key: str, i: int) -> np.ndarray:
         """Record ``i`` (global index) of ``key`` as a numpy array."""

@@ -2,17 +2,19 @@
 
 Everything goes into a hidden temporary directory beside ``out``; only ``close()`` renames it
 into place, after the last shard and the top-level ``meta.json`` are on disk. A crash or a
-bad input line therefore never leaves a store that loads.
+bad input line therefore never leaves a store that loads. ``overwrite`` replaces only a token
+store: any other file or directory at ``out`` is refused before any work starts.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 
-from cookmind.store.atomic import replace_dir, temp_sibling, write_json_atomic
+from cookmind.atomic import check_replaceable, clean_stale_temps, replace_dir, temp_name, write_json
 from cookmind.store.factory import StoreFactory
 from cookmind.store.layout import FORMAT_VERSION, META_NAME, SHARD_PREFIX, check_keys, is_token_key, key_dtype, token_dtype
 
@@ -35,9 +37,12 @@ class StoreWriter:
         self.overwrite = overwrite
         self.meta = dict(meta or {})
         self.keys: tuple[str, ...] | None = None
-        self.tmp = temp_sibling(self.out)
+        check_replaceable(self.out, overwrite, is_token_store, "token store")
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temps(self.out.parent)  # what a killed pack left behind
+        self.tmp = temp_name(self.out)
         shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp.mkdir(parents=True)
+        self.tmp.mkdir()
         self.shards: list[dict] = []
         self.num_records = 0
         self.num_tokens = 0
@@ -105,8 +110,8 @@ class StoreWriter:
             **self.meta,
             **(extra_meta or {}),
         }
-        write_json_atomic(self.tmp / META_NAME, meta)
-        replace_dir(self.tmp, self.out, self.overwrite)
+        write_json(self.tmp / META_NAME, meta)
+        replace_dir(self.tmp, self.out, self.overwrite, is_token_store, "token store")
         return self.out
 
     def abort(self) -> None:
@@ -120,6 +125,18 @@ class StoreWriter:
         if exc_type is not None:
             self.abort()
         return False
+
+
+def is_token_store(path: Path) -> bool:
+    """Whether ``path`` is a directory that ``StoreWriter`` made (a ``meta.json`` naming format and shards)."""
+    meta = Path(path) / META_NAME
+    if not Path(path).is_dir() or not meta.is_file():
+        return False
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"format_version", "train_type", "shards"} <= set(data)
 
 
 def write_store(out, train_type: str, records, vocab_size: int, storage_type: str = "bin", **kwargs) -> Path:

@@ -18,6 +18,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
+from cookmind.atomic import temp_path, write_json
+
 # Share of each page kind; "good" takes the rest.
 MIX = {"foreign": 0.08, "spam": 0.08, "exact_dup": 0.05, "near_dup": 0.05, "seo_spam": 0.06,
        "nsfw": 0.03, "toxic": 0.03}
@@ -289,15 +291,11 @@ def write_crawl(out_dir: str | os.PathLike, num_pages: int = 600, seed: int = 0,
     pages, manifest = make_crawl(num_pages, seed)
     for s in range(num_shards):
         path = out_dir / f"crawl-{s:05d}.jsonl.gz"
-        tmp = out_dir / f".crawl-{s:05d}.jsonl.gz.tmp"
-        with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
+        with temp_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
             for i in range(s, len(pages), num_shards):
                 p = pages[i]
                 f.write(json.dumps({"id": f"page-{i:06d}", "url": p.url, "html": p.html, "kind": p.kind}) + "\n")
-        os.replace(tmp, path)
-    tmp = out_dir / ".manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2))
-    os.replace(tmp, out_dir / "manifest.json")
+    write_json(out_dir / "manifest.json", manifest, indent=2)
     return manifest
 
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from cookmind.atomic import building_dir, check_replaceable, write_text, writing
 from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS
 from cookmind.tokenizer.errors import TokenizerError
 
@@ -30,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--chunk-mb", type=float, default=4.0, help="work unit per process in MB (default 4)")
     t.add_argument("--utf8-errors", choices=["strict", "replace"], default="strict",
                    help="non-UTF-8 bytes: strict = error naming file:line (default); replace = read as U+FFFD")
-    t.add_argument("--overwrite", action="store_true", help="replace a tokenizer already in --out")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)")
 
     e = sub.add_parser("encode", help="text -> token ids")
     e.add_argument("--tokenizer", required=True, help="tokenizer directory")
@@ -49,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     x.add_argument("--out", required=True)
     x.add_argument("--format", choices=["hf", "tiktoken", "gpt2"], default="hf",
                    help="hf: tokenizer.json + tokenizer_config.json; tiktoken: ranks file; gpt2: vocab.json + merges.txt")
+    x.add_argument("--overwrite", action="store_true", help="replace files of these names already in --out")
 
     i = sub.add_parser("import", help="import GPT-2 vocab.json + merges.txt, or a byte-level tokenizer.json")
     i.add_argument("--vocab", help="GPT-2 style vocab.json (with --merges)")
@@ -57,26 +57,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     i.add_argument("--special-token", nargs="*", default=None, metavar="TOK")
     i.add_argument("--pattern", default="gpt2")
     i.add_argument("--out", required=True)
+    i.add_argument("--overwrite", action="store_true",
+                   help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)")
 
     n = sub.add_parser("info", help="print vocabulary size, specials and fingerprint")
     n.add_argument("--tokenizer", required=True)
 
 
-def _save_new(tok, out: Path, overwrite: bool) -> None:
-    """Save into a fresh temporary directory, then move it into place: no half-written tokenizer."""
-    if (out / "cookmind_tokenizer.json").exists() and not overwrite:
-        raise TokenizerError(f"{out} already holds a tokenizer; pass --overwrite or another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+# What Tokenizer.save writes: a folder holding only these is a tokenizer that --overwrite may replace.
+SAVED_FILES = frozenset({"cookmind_tokenizer.json", "tokenizer.json", "tokenizer_config.json"})
+
+
+def is_saved_tokenizer(path: Path) -> bool:
+    """Whether ``path`` is a folder that ``Tokenizer.save`` made (our files and nothing else)."""
+    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    return "cookmind_tokenizer.json" in names and names <= SAVED_FILES
+
+
+def check_out(out: Path, overwrite: bool, inputs=()) -> None:
+    """Refuse an --out that holds anything but an empty folder, unless --overwrite and it is one of our tokenizers."""
+    for p in inputs:
+        if p and Path(p).resolve().is_relative_to(out.resolve()):
+            raise TokenizerError(f"input {p} lies inside --out {out}, which would be replaced; choose another --out")
+    if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
+        return
     try:
+        check_replaceable(out, overwrite, is_saved_tokenizer, "tokenizer folder")
+    except FileExistsError as exc:
+        raise TokenizerError(str(exc)) from None
+
+
+def _save_new(tok, out: Path, overwrite: bool) -> None:
+    """Save into a fresh temporary directory, then rename it into place: no half-written tokenizer."""
+    check_out(out, overwrite)
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()  # an empty folder the user made for us
+    with building_dir(out, replace=overwrite, is_ours=is_saved_tokenizer, what="tokenizer folder") as tmp:
         tok.save(tmp)
-        if not out.exists():
-            os.rename(tmp, out)
-            return
-        for f in tmp.iterdir():
-            os.replace(f, out / f.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _train(args) -> int:
@@ -85,8 +102,7 @@ def _train(args) -> int:
 
     specials = DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token
     out = Path(args.out)
-    if (out / "cookmind_tokenizer.json").exists() and not args.overwrite:
-        raise TokenizerError(f"{out} already holds a tokenizer; pass --overwrite or another --out")
+    check_out(out, args.overwrite, args.input)  # before the (long) training
     t0 = time.perf_counter()
     vocab, merges = train_bpe(args.input, args.vocab_size, specials, pattern=args.pattern, workers=args.workers,
                               chunk_bytes=int(args.chunk_mb * (1 << 20)), utf8_errors=args.utf8_errors)
@@ -134,31 +150,22 @@ def _encode(args) -> int:
     source = [args.text] if args.text is not None else _read_stream(args.input)
     n = 0
     if args.output and args.output.endswith(".bin"):
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                buf: list[int] = []
-                for i in tok.encode_iterable(source):
-                    buf.append(i)
-                    if len(buf) >= 1 << 20:
-                        f.write(np.asarray(buf, dtype="<u4").tobytes())
-                        n += len(buf)
-                        buf = []
-                f.write(np.asarray(buf, dtype="<u4").tobytes())
-                n += len(buf)
-            os.replace(tmp, out)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with writing(args.output, "wb") as f:
+            buf: list[int] = []
+            for i in tok.encode_iterable(source):
+                buf.append(i)
+                if len(buf) >= 1 << 20:
+                    f.write(np.asarray(buf, dtype="<u4").tobytes())
+                    n += len(buf)
+                    buf = []
+            f.write(np.asarray(buf, dtype="<u4").tobytes())
+            n += len(buf)
     else:
         ids = list(tok.encode_iterable(source))
         n = len(ids)
         text = " ".join(map(str, ids)) + "\n"
         if args.output:
-            from cookmind.tokenizer.atomic import atomic_write_text
-
-            atomic_write_text(args.output, text)
+            write_text(args.output, text)
         else:
             sys.stdout.write(text)
     print(json.dumps({"tokens": n, "seconds": round(time.perf_counter() - t0, 3)}), file=sys.stderr)
@@ -166,7 +173,6 @@ def _encode(args) -> int:
 
 
 def _export(args) -> int:
-    from cookmind.tokenizer.atomic import atomic_write_text
     from cookmind.tokenizer.bytes_unicode import token_to_str
     from cookmind.tokenizer.fast_encode import tiktoken_file_text
     from cookmind.tokenizer.hf_format import hf_tokenizer_config, hf_tokenizer_json
@@ -188,8 +194,11 @@ def _export(args) -> int:
                              else token_to_str(tok.vocab[i]), i)
         files = {"vocab.json": json.dumps(vocab, ensure_ascii=False),
                  "merges.txt": "#version: 0.2\n" + "".join(f"{token_to_str(a)} {token_to_str(b)}\n" for a, b in tok.merges)}
+    taken = [name for name in files if (out / name).exists()]
+    if taken and not args.overwrite:
+        raise TokenizerError(f"{out} already holds {', '.join(taken)}; pass --overwrite to replace them")
     for name, text in files.items():
-        atomic_write_text(out / name, text)
+        write_text(out / name, text)
     print(json.dumps({"out": str(out), "format": args.format, "files": sorted(files)}))
     return 0
 
@@ -203,7 +212,8 @@ def _import(args) -> int:
         tok = load_gpt2_files(args.vocab, args.merges, args.special_token, args.pattern)
     else:
         raise TokenizerError("pass --vocab and --merges, or --tokenizer-json")
-    _save_new(tok, Path(args.out), overwrite=True)
+    check_out(Path(args.out), args.overwrite, (args.vocab, args.merges, args.tokenizer_json))
+    _save_new(tok, Path(args.out), args.overwrite)
     print(json.dumps({"out": args.out, "vocab_size": tok.vocab_size, "merges": len(tok.merges),
                       "fingerprint": tok.fingerprint()}))
     return 0

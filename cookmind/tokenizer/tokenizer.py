@@ -22,7 +22,7 @@ from pathlib import Path
 
 import regex
 
-from cookmind.tokenizer.atomic import atomic_write_text
+from cookmind.atomic import write_text
 from cookmind.tokenizer.bpe_encode import Ranks, bpe_merge
 from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
 from cookmind.tokenizer.chat_template import ENDOFTEXT, IM_END, IM_START, chat_segments, render_text
@@ -424,7 +424,7 @@ class Tokenizer:
             "tokenizer_config.json": json.dumps(hf_tokenizer_config(self), ensure_ascii=False, indent=2),
         }
         for name, text in files.items():
-            atomic_write_text(directory / name, text)
+            write_text(directory / name, text)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Tokenizer:

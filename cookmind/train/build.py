@@ -117,13 +117,67 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
     raise ValueError(f"unknown train.objective {name!r}; known: pretrain, sft, dpo, {', '.join(OBJECTIVE_PLUGINS)}")
 
 
-def build_dataset(cfg: TrainConfig, path: str, train_type: str):
-    """A dataset over the store at ``path`` for ``train_type``."""
+def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
+    """A dataset over the store at ``path`` for ``train_type``; a store packed by another tokenizer than
+    ``tokenizer`` (the run's) is refused, naming both."""
     from cookmind.data import DatasetFactory
 
     stride = cfg.data.stride if train_type == "seq" else None
+    fingerprint = tokenizer.fingerprint() if tokenizer is not None and hasattr(tokenizer, "fingerprint") else None
     return DatasetFactory.load(train_type, path, cfg.data.window_size, stride=stride,
-                               storage_type=cfg.data.storage_type)
+                               storage_type=cfg.data.storage_type, tokenizer_fingerprint=fingerprint,
+                               tokenizer_path=cfg.data.tokenizer)
+
+
+def window_for_store(path: str, train_type: str, max_positions: int) -> int:
+    """A window that truncates nothing in the sft/dpo store at ``path``: its longest record, at most
+    ``max_positions`` (the model's context)."""
+    from cookmind.store import TokenStore
+
+    store = TokenStore(path)
+    keys = ("sequence",) if train_type == "sft" else ("chosen", "rejected")
+    longest = max(int(store.lengths(k).max()) if len(store) else 1 for k in keys)
+    return max(1, min(longest, max_positions))
+
+
+def find_tokenizer(cfg: TrainConfig) -> str | None:
+    """The tokenizer a run without ``data.tokenizer`` should use: the one a checkpoint at ``train.init_from``
+    carries, else the one the training store recorded at pack time (when that folder still exists)."""
+    import json
+
+    if cfg.train.init_from:
+        try:
+            d = Path(_model_dir(cfg.train.init_from))
+        except FileNotFoundError:
+            d = None
+        if d is not None and (d / "cookmind_tokenizer.json").is_file():
+            return str(d)
+    if cfg.data.train_path:
+        meta = Path(cfg.data.train_path) / "meta.json"
+        try:
+            recorded = json.loads(meta.read_text()).get("tokenizer", {}).get("path")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if recorded and Path(recorded).is_dir():
+            return recorded
+    return None
+
+
+def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
+    """Refuse to fine-tune a checkpoint (``train.init_from``) with another tokenizer than the one it carries."""
+    if not cfg.train.init_from or tokenizer is None or not hasattr(tokenizer, "fingerprint"):
+        return
+    try:
+        d = Path(_model_dir(cfg.train.init_from))
+    except FileNotFoundError:
+        return  # build_model reports it
+    if not (d / "cookmind_tokenizer.json").is_file():
+        return
+    theirs = load_tokenizer(str(d)).fingerprint()
+    if theirs != tokenizer.fingerprint():
+        raise ValueError(f"train.init_from={cfg.train.init_from} was trained with the tokenizer in {d} (fingerprint "
+                         f"{theirs[:16]}), not data.tokenizer={cfg.data.tokenizer} (fingerprint "
+                         f"{tokenizer.fingerprint()[:16]}); drop --tokenizer to use the checkpoint's")
 
 
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, zero1_group: Any = None):

@@ -8,17 +8,18 @@
         optimizer.pt                     optimizer (+ grad scaler) state, loaded with weights_only=True
         meta.json                        step, tokens, sampler position, RNG states, world size, config
 
-A checkpoint is saved after the optimizer step it names. It is written under a temporary name
-and renamed, so a crash mid-save never leaves a directory that looks complete; ``meta.json`` is
-the last file written and marks completeness.
+A checkpoint is saved after the optimizer step it names. It is built under a temporary name that
+carries our PID (``cookmind.atomic``) and renamed, so a crash mid-save never leaves a directory that
+looks complete (the next save removes a dead writer's leftovers); ``meta.json`` is the last file
+written and marks completeness. Each run has a ``run_id``: pruning (``keep_last``) removes only the
+run's own checkpoints, never while its loss is misbehaving, and never another run's. Which checkpoint
+is "the newest" is decided in one place, ``cookmind.model.model_io.latest_checkpoint``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import re
 import shutil
 import time
 from pathlib import Path
@@ -26,9 +27,9 @@ from typing import Any
 
 import torch
 
+from cookmind.atomic import building_dir, temp_path, write_json
+from cookmind.model.model_io import META_NAME, OPTIMIZER_NAME, latest_checkpoint, step_dirs
 from cookmind.train.objectives.base import unwrap
-
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 def checkpoint_name(step: int) -> str:
@@ -39,67 +40,89 @@ def checkpoint_name(step: int) -> str:
 def save_checkpoint(root: str | Path, step: int, model: torch.nn.Module, optimizer: Any | None,
                     meta: dict[str, Any], tokenizer_dir: str | Path | None = None, keep_last: int = 0,
                     scaler: Any | None = None, optimizer_state: dict[str, Any] | None = None) -> Path:
-    """Write ``<root>/step_<step>`` atomically and prune to the newest ``keep_last`` (0 = keep all).
+    """Write ``<root>/step_<step>`` atomically, then prune the run's own checkpoints to the newest ``keep_last``.
 
-    ``optimizer_state`` replaces ``optimizer.state_dict()`` when the caller gathered it already
-    (a sharded optimizer's state_dict is collective: every rank calls it, rank 0 saves).
+    ``meta["run_id"]`` names the run: only its checkpoints are pruned (0 = keep all), and none when
+    ``meta`` says the run is diverged or its last steps were bad (``consecutive_bad`` > 0), so a good
+    checkpoint is never dropped for a doubtful one. ``optimizer_state`` replaces ``optimizer.state_dict()``
+    when the caller gathered it already (a sharded optimizer's state_dict is collective: every rank calls
+    it, rank 0 saves).
     """
     from cookmind.model import save_model
     from cookmind.model.lora import has_lora, merged_copy, save_adapter
 
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(step)
-    tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     bare = unwrap(model)
-    if has_lora(bare):
-        save_model(tmp, merged_copy(bare))
-        save_adapter(tmp, bare)
-    else:
-        save_model(tmp, bare)
-    if tokenizer_dir is not None:
-        # Beside the weights (cookmind_tokenizer.json, tokenizer.json, ...), where export/generate look.
-        for f in Path(tokenizer_dir).iterdir():
-            if f.is_file() and not (tmp / f.name).exists():
-                shutil.copy2(f, tmp / f.name)
-    if optimizer is not None or optimizer_state is not None:
-        state = {"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict()}
-        if scaler is not None:
-            state["scaler"] = scaler.state_dict()
-        torch.save(state, tmp / "optimizer.pt")
-    meta = {**meta, "step": step, "saved_at": time.time(), "complete": True}
-    _write_json(tmp / "meta.json", meta)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    if keep_last > 0:
-        for old in list_checkpoints(root)[:-keep_last]:
+    with building_dir(final, replace=True, is_ours=_is_checkpoint, what="cookmind checkpoint") as tmp:
+        if has_lora(bare):
+            save_model(tmp, merged_copy(bare))
+            save_adapter(tmp, bare)
+        else:
+            save_model(tmp, bare)
+        if tokenizer_dir is not None:
+            # Beside the weights (cookmind_tokenizer.json, tokenizer.json, ...), where export/generate look.
+            for f in Path(tokenizer_dir).iterdir():
+                if f.is_file() and not (tmp / f.name).exists():
+                    shutil.copy2(f, tmp / f.name)
+        if optimizer is not None or optimizer_state is not None:
+            state = {"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict()}
+            if scaler is not None:
+                state["scaler"] = scaler.state_dict()
+            with temp_path(tmp / OPTIMIZER_NAME) as opt:
+                torch.save(state, opt)
+        meta = {**meta, "step": step, "saved_at": time.time(), "complete": True}
+        write_json(tmp / META_NAME, meta)
+    doubtful = meta.get("diverged") or meta.get("consecutive_bad", 0) > 0
+    if keep_last > 0 and not doubtful:
+        own = [d for d in list_checkpoints(root) if d != final and _run_id(d) == meta.get("run_id")]
+        for old in own[:max(0, len(own) - (keep_last - 1))]:
             shutil.rmtree(old, ignore_errors=True)
     return final
 
 
+def _is_checkpoint(path: Path) -> bool:
+    return (path / META_NAME).is_file() or not any(path.iterdir())
+
+
+def _run_id(path: Path) -> str | None:
+    try:
+        return json.loads((path / META_NAME).read_text()).get("run_id")
+    except (OSError, ValueError):
+        return None
+
+
 def list_checkpoints(root: str | Path) -> list[Path]:
     """Complete checkpoints under ``root``, oldest first (a directory without meta.json is ignored)."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = []
-    for d in root.iterdir():
-        m = _STEP_DIR.match(d.name)
-        if m and d.is_dir() and (d / "meta.json").is_file():
-            found.append((int(m.group(1)), d))
-    return [d for _, d in sorted(found)]
+    return [d for _, d in step_dirs(root) if (d / META_NAME).is_file()]
 
 
-def find_latest_checkpoint(root: str | Path) -> Path | None:
-    """The newest complete checkpoint under ``root`` (or ``root`` itself if it is one), else None."""
-    root = Path(root)
-    if (root / "meta.json").is_file():
-        return root
-    found = list_checkpoints(root)
-    return found[-1] if found else None
+def find_latest_checkpoint(root: str | Path, need_optimizer: bool = False) -> Path | None:
+    """The newest usable checkpoint under ``root`` (or ``root`` itself if it is one), else None.
+
+    The one rule, ``cookmind.model.model_io.latest_checkpoint``: damaged or diverged ones are passed over
+    with a warning.
+    """
+    return latest_checkpoint(root, need_optimizer)
+
+
+def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None, overwrite: bool) -> None:
+    """Refuse to start a fresh run where another run left checkpoints or metrics (``--resume`` continues it).
+
+    With ``overwrite`` the old run's checkpoints and metrics are deleted first: the user asked for that.
+    """
+    ckpt_dir, run_dir = Path(ckpt_dir), Path(run_dir)
+    old = [d for _, d in step_dirs(ckpt_dir)]
+    metrics = run_dir / "metrics.jsonl"
+    if resume or not (old or metrics.exists()):
+        return
+    if not overwrite:
+        what = f"checkpoints {', '.join(d.name for d in old[-3:])}" if old else "metrics.jsonl"
+        raise FileExistsError(f"{run_dir} already holds another run ({what}); continue it with --resume auto, "
+                              f"choose another --run-dir, or pass --overwrite to delete that run's checkpoints")
+    for d in old:
+        shutil.rmtree(d)
+    metrics.unlink(missing_ok=True)
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -121,6 +144,8 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: Any | N
 
     path = Path(path)
     meta = read_meta(path)
+    if meta.get("diverged"):
+        raise ValueError(f"{path}: saved by a diverged run; resume from an earlier checkpoint")
     bare = unwrap(model)
     if has_lora(bare):
         # The base weights are frozen and rebuilt from train.init_from; only the adapter trained.
@@ -157,8 +182,3 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: Any | N
             scaler.load_state_dict(state["scaler"])
     return meta
 
-
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)

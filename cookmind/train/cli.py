@@ -3,12 +3,20 @@
     cookmind train --config tiny-cpu --train-data data/seq.bin optim.lr=3e-4 train.max_steps=500
     cookmind train --config demo train.objective=sft train.init_from=runs/pre/checkpoints --resume auto
     torchrun --nproc_per_node 2 -m cookmind train --config gpt2-small --train-data ...   # DDP
+
+Without --run-dir each run gets its own directory, ``<preset's logging.run_dir>-<UTC time>`` (printed at the
+start); ``--resume auto`` without --run-dir continues the newest of those. Exit status: 0 completed,
+2 bad input or a diverged run, 128 + N stopped by signal N (checkpoint saved; resume with --resume auto).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
+import time
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-from", help="start from this model/checkpoint (= train.init_from)")
     parser.add_argument("--run-dir", help="where metrics, report and checkpoints go (= logging.run_dir)")
     parser.add_argument("--resume", help="'auto' (newest checkpoint in the run) or a checkpoint path")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start afresh in a --run-dir that holds another run, deleting its checkpoints "
+                             "(= checkpoint.overwrite=true)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
 
 
@@ -36,7 +47,28 @@ def resolve_config(args: argparse.Namespace):
              "resume": "checkpoint.resume"}
     items = [f"{key}={json.dumps(getattr(args, name))}" for name, key in flags.items()
              if getattr(args, name, None) is not None]
-    return TrainConfig.load(args.config, items + list(args.overrides))
+    if getattr(args, "overwrite", False):
+        items.append("checkpoint.overwrite=true")
+    cfg = TrainConfig.load(args.config, items + list(args.overrides))
+    if getattr(args, "run_dir", None) is None and not any(o.strip().startswith("logging.run_dir=")
+                                                         for o in getattr(args, "overrides", [])):
+        cfg.logging.run_dir = default_run_dir(cfg.logging.run_dir, resume=bool(cfg.checkpoint.resume))
+    return cfg
+
+
+def default_run_dir(base: str, resume: bool, now: float | None = None) -> str:
+    """``<base>-<UTC time>``, unique, for a fresh run; for ``--resume`` the newest such directory (or a new one)."""
+    base_path = Path(base)
+    if resume:
+        runs = sorted(p for p in base_path.parent.glob(base_path.name + "-*") if (p / "checkpoints").is_dir())
+        if runs:
+            return str(runs[-1])
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    candidate, n = Path(f"{base}-{stamp}"), 1
+    while candidate.exists():
+        n += 1
+        candidate = Path(f"{base}-{stamp}-{n}")
+    return str(candidate)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -52,11 +84,12 @@ def main(args: argparse.Namespace) -> int:
     if args.print_config:
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         return 0
+    print(f"cookmind train: run directory {cfg.logging.run_dir}", file=sys.stderr)
     trainer = Trainer(cfg)
     try:
         summary = trainer.fit()
     except TrainingDiverged as exc:
-        print(f"cookmind train: {exc}")
+        print(f"cookmind train: {exc}", file=sys.stderr)
         return 2
     finally:
         from cookmind.train.distributed import shutdown
@@ -64,4 +97,11 @@ def main(args: argparse.Namespace) -> int:
         shutdown(trainer.dist)
     if trainer.dist.is_main:
         print(json.dumps({"run_dir": str(trainer.run_dir), **summary}))
+    if summary["status"] == "stopped":
+        # Not 0: `cookmind train && cookmind export` must not export a half-trained model.
+        reason = trainer.stop_reason or "a stop request"
+        print(f"cookmind train: stopped by {reason} at step {summary['steps']}; checkpoint saved, continue with "
+              f"--resume auto --run-dir {trainer.run_dir}", file=sys.stderr)
+        signum = getattr(signal, reason.removeprefix("signal "), None) if reason.startswith("signal ") else None
+        return 128 + int(signum) if signum is not None else 3
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,9 @@ class DataConfig:
     train_path: str | None = None
     val_path: str | None = None
     train_type: str | None = None  # None -> the objective's natural type
+    # Tokens per training window. For sft/dpo, when neither the user's config file nor an override sets it
+    # (a built-in preset's value does not count), the run sizes it from the store: its longest record,
+    # capped by the model's max_position_embeddings.
     window_size: int = 256
     stride: int | None = None
     storage_type: str | None = None  # None -> detect (.bin dir or .h5)
@@ -70,7 +74,13 @@ class TrainLoopConfig:
     # | max-autotune (also benchmarks GEMM/Triton choices at start-up: minutes) | max-autotune-no-cudagraphs
     compile_mode: str = "default"
     activation_checkpointing: bool = False
-    max_bad_steps: int = 10  # consecutive non-finite losses/gradients before the run stops
+    max_bad_steps: int = 10  # consecutive non-finite (or exploding) losses/gradients before the run stops
+    # A finite loss above this many times the run's best 10-step mean loss (and above it by > 1) counts as a
+    # bad step too, so an exploding run stops instead of finishing "completed"; 0 = off; not for GRPO.
+    diverge_loss_ratio: float = 3.0
+    # CPU threads (torch.set_num_threads) for a CPU run: 1 makes runs and resumes bit-reproducible; N > 1 is
+    # faster and reproducible only with the same N on the same machine (not guaranteed); 0 = torch's default.
+    threads: int = 1
     # Where the skip decision stays on the device (CUDA, fused AdamW): read step k's loss/grad-norm and run its
     # callbacks after step k+1 is queued, so the GPU never waits for the host. Same results; false reads each
     # step before queuing the next (the CPU path always does; so does max_bad_steps=0, where any bad step stops).
@@ -112,8 +122,9 @@ class CheckpointConfig:
 
     dir: str | None = None  # default: <run_dir>/checkpoints
     every: int = 0
-    keep_last: int = 2
+    keep_last: int = 2  # of this run's own checkpoints; another run's are never pruned
     resume: str | None = None  # None | auto | a checkpoint path
+    overwrite: bool = False  # a fresh run in a directory holding another run: delete that run's checkpoints
 
 
 @dataclass
@@ -185,15 +196,19 @@ class TrainConfig:
                 data = yaml.safe_load(f) or {}
             if not isinstance(data, dict):
                 raise ValueError(f"{path}: a config file must be a mapping of sections, got {type(data).__name__}")
-            cfg.update(data, str(path))
+            builtin = path.resolve().parent == CONFIG_DIR
+            cfg.update(data, str(path), user=not builtin)
         for item in overrides or []:
             cfg.set_dotted(item)
         cfg.validate()
         return cfg
 
-    def update(self, d: dict[str, Any], source: str = "<dict>") -> None:
-        """Merge a nested dict into this config (only the keys given change)."""
+    def update(self, d: dict[str, Any], source: str = "<dict>", user: bool = True) -> None:
+        """Merge a nested dict into this config (only the keys given change); ``user`` records the keys as set
+        by the user (``is_user_set``), as opposed to a built-in preset's defaults."""
         for section, values in d.items():
+            if user and isinstance(values, dict):
+                self.__dict__.setdefault("_user_keys", set()).update(f"{section}.{k}" for k in values)
             if section not in _section_names():
                 raise ValueError(_unknown(source, "section", section, _section_names()))
             if section in _FREE_SECTIONS:  # checked by their owner (CookMindConfig, GRPOConfig)
@@ -206,6 +221,10 @@ class TrainConfig:
             obj = getattr(self, section)
             for key, value in values.items():
                 _set_field(obj, section, key, value, source)
+
+    def is_user_set(self, dotted: str) -> bool:
+        """Whether ``section.key`` was set by the user (a dict, their YAML file, an override), not a preset."""
+        return dotted in self.__dict__.get("_user_keys", set())
 
     def set_dotted(self, item: str) -> None:
         """Apply one ``section.key=value`` override; the value is parsed as YAML (3e-4, true, [a, b])."""
@@ -246,13 +265,63 @@ class TrainConfig:
             ("train.grad_accum_steps", self.train.grad_accum_steps),
             ("data.window_size", self.data.window_size),
             ("lora.r", self.lora.r),
+            ("logging.log_every", self.logging.log_every),
+            ("eval.max_batches", self.eval.max_batches),
+            ("eval.max_new_tokens", self.eval.max_new_tokens),
+            ("data.stride", 1 if self.data.stride is None else self.data.stride),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        for name, value in (
+            ("optim.warmup_steps", self.optim.warmup_steps),
+            ("train.max_bad_steps", self.train.max_bad_steps),
+            ("train.seed", self.train.seed),
+            ("train.threads", self.train.threads),
+            ("data.num_workers", self.data.num_workers),
+            ("checkpoint.every", self.checkpoint.every),
+            ("checkpoint.keep_last", self.checkpoint.keep_last),
+            ("eval.every", self.eval.every),
+        ):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        self._validate_numbers()
+        max_pos = self.model.get("max_position_embeddings")
+        sized_later = (self.data.train_type or self.train.objective) in ("sft", "dpo") \
+            and not self.is_user_set("data.window_size")  # the run sizes it from the store, within the context
+        if isinstance(max_pos, int) and self.data.window_size > max_pos and not sized_later:
+            raise ValueError(f"data.window_size={self.data.window_size} is longer than the model's context "
+                             f"(model.max_position_embeddings={max_pos}); lower data.window_size")
         if not 0.0 <= self.dpo.label_smoothing < 0.5:
             raise ValueError(f"dpo.label_smoothing must be in [0, 0.5), got {self.dpo.label_smoothing}")
         if self.dpo.beta <= 0:
             raise ValueError(f"dpo.beta must be > 0, got {self.dpo.beta}")
+
+    def _validate_numbers(self) -> None:
+        """Every float field finite (nan/inf would train NaN weights), then the ranges each one needs."""
+        for section in _section_names():
+            obj = getattr(self, section)
+            if not dataclasses.is_dataclass(obj):
+                continue
+            for f in dataclasses.fields(obj):
+                value = getattr(obj, f.name)
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"{section}.{f.name} must be a finite number, got {value}")
+        o = self.optim
+        for name, value, ok, rule in (
+            ("optim.lr", o.lr, o.lr > 0, "> 0"),
+            ("optim.min_lr_ratio", o.min_lr_ratio, 0 <= o.min_lr_ratio <= 1, "in [0, 1]"),
+            ("optim.weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0"),
+            ("optim.beta1", o.beta1, 0 <= o.beta1 < 1, "in [0, 1)"),
+            ("optim.beta2", o.beta2, 0 <= o.beta2 < 1, "in [0, 1)"),
+            ("optim.eps", o.eps, o.eps > 0, "> 0"),
+            ("train.diverge_loss_ratio", self.train.diverge_loss_ratio,
+             self.train.diverge_loss_ratio == 0 or self.train.diverge_loss_ratio > 1, "0 (off) or > 1"),
+            ("lora.alpha", self.lora.alpha, self.lora.alpha > 0, "> 0"),
+            ("lora.dropout", self.lora.dropout, 0 <= self.lora.dropout < 1, "in [0, 1)"),
+            ("parallel.bucket_mb", self.parallel.bucket_mb, self.parallel.bucket_mb > 0, "> 0"),
+        ):
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {value}")
 
     # -- output -------------------------------------------------------------------------
 
@@ -263,10 +332,9 @@ class TrainConfig:
     def save(self, path: str | Path) -> None:
         """Write the resolved config as YAML, atomically."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
-        tmp.replace(path)
+        from cookmind.atomic import write_text
+
+        write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
 _FREE_SECTIONS = ("model", "grpo")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from cookmind.atomic import write_text, writing
 from cookmind.train.metrics import read_metrics
 
 
@@ -29,10 +29,9 @@ def plot_series(path: Path, series: dict[str, tuple[list[float], list[float]]], 
     if len(series) > 1:
         ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp)
+    with writing(path, "wb") as f:
+        fig.savefig(f, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 
@@ -68,9 +67,7 @@ def write_report(run_dir: str | Path, title: str, summary: dict[str, Any], sampl
 
         lines += ["## Config", "", "```yaml", yaml.safe_dump(config, sort_keys=False).rstrip(), "```", ""]
     out = run_dir / "report.md"
-    tmp = run_dir / "report.md.tmp"
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, out)
+    write_text(out, "\n".join(lines))
     return out
 
 

@@ -20,8 +20,15 @@ same bit for bit with and without deferral.
 
 Checkpoints are saved after the optimizer step they name (every N steps, at the end, and when a
 SIGTERM/SIGINT or ``request_stop`` arrives), and resuming one continues exactly: the model,
-optimizer, sampler position and every RNG come back, so on CPU an interrupted-and-resumed run
-ends with the same weights bit for bit as an uninterrupted one.
+optimizer, sampler position and every RNG come back, so on CPU (with the same ``train.threads``; the
+default 1 is bit-reproducible) an interrupted-and-resumed run ends with the same weights bit for bit as
+an uninterrupted one.
+
+A fresh run refuses a run directory that holds another run (``checkpoint.resume`` continues it,
+``checkpoint.overwrite`` deletes it). A run whose loss stays non-finite or exploding (above
+``train.diverge_loss_ratio`` times its best) for more than ``train.max_bad_steps`` steps stops: its state
+is saved marked ``diverged`` (never chosen as "the newest checkpoint", never a reason to prune a good one)
+and ``fit`` raises TrainingDiverged.
 """
 
 from __future__ import annotations
@@ -29,16 +36,19 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from cookmind.atomic import clean_stale_temps
 from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
-from cookmind.train.checkpoint import find_latest_checkpoint, load_checkpoint, save_checkpoint
+from cookmind.train.checkpoint import check_run_dir, find_latest_checkpoint, load_checkpoint, save_checkpoint
 from cookmind.train.config import TrainConfig
 from cookmind.train.distributed import (all_reduce_flag, barrier, finish_gradient_sync, init_distributed, no_sync,
                                         wrap_model)
@@ -49,7 +59,11 @@ from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
 
 
 class TrainingDiverged(RuntimeError):
-    """Too many consecutive non-finite losses or gradients."""
+    """Too many consecutive non-finite or exploding losses (or non-finite gradients)."""
+
+
+LOSS_WINDOW = 10  # steps averaged for the best-loss reference of the divergence check
+TRUNCATION_WARN = 0.05  # warn when more than this share of sft/dpo records is truncated or dropped
 
 
 @dataclass
@@ -94,14 +108,26 @@ class Trainer:
         self.cfg = cfg
         self.dist = init_distributed(cfg.train.device, cfg.parallel.backend)
         self.device = self.dist.device
+        if self.device.type == "cpu" and cfg.train.threads > 0:
+            torch.set_num_threads(cfg.train.threads)  # bit-reproducible CPU runs need the same count each time
         seed_everything(cfg.train.seed)
         self.run_dir = Path(cfg.logging.run_dir)
         self.ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
+        if self.dist.is_main or not cfg.checkpoint.overwrite:  # every rank refuses alike; rank 0 deletes
+            check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite)
+            clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
+        barrier(self.dist)
+        self.run_id = uuid.uuid4().hex  # marks this run's checkpoints: only those are ever pruned
+        if tokenizer is None and not cfg.data.tokenizer:
+            cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
+            if cfg.data.tokenizer and self.dist.is_main:
+                print(f"cookmind train: data.tokenizer not set; using {cfg.data.tokenizer}", file=sys.stderr)
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             cfg.save(self.run_dir / "config.yaml")
         self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
         self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
+        B.check_init_tokenizer(cfg, self.tokenizer)
 
         # Model: fp32 master weights on this rank's device, then speed options, then DDP from outside.
         if model is None:
@@ -112,6 +138,17 @@ class Trainer:
             if not has_lora(model):
                 apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
         self.bare_model = model.to(self.device)
+        max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
+        kind = cfg.data.train_type or {"sft": "sft", "dpo": "dpo"}.get(cfg.train.objective)
+        if train_dataset is None and kind in ("sft", "dpo") and cfg.data.train_path and max_pos is not None \
+                and not cfg.is_user_set("data.window_size"):
+            cfg.data.window_size = B.window_for_store(cfg.data.train_path, kind, max_pos)
+            if self.dist.is_main:
+                print(f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size}",
+                      file=sys.stderr)
+        elif max_pos is not None and cfg.data.window_size > max_pos:
+            raise ValueError(f"data.window_size={cfg.data.window_size} is longer than the model's context "
+                             f"(max_position_embeddings={max_pos}); lower data.window_size")
         _check_fp8_head(self.bare_model, self.device)
         if cfg.train.activation_checkpointing:
             enable_activation_checkpointing(self.bare_model)
@@ -125,6 +162,7 @@ class Trainer:
 
         self.objective = objective if objective is not None else B.build_objective(cfg, self)
         self.train_type = cfg.data.train_type or self.objective.train_type
+        self.data_stats: dict[str, int] = {}
         self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
         self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
 
@@ -132,6 +170,8 @@ class Trainer:
         self.tokens_seen = 0
         self.skipped_steps = 0
         self.consecutive_bad = 0
+        self.recent_losses: list[float] = []  # the last LOSS_WINDOW finite losses
+        self.best_loss: float | None = None  # the lowest mean of LOSS_WINDOW consecutive finite losses
         self.deferred_steps = 0  # steps read after the next step was queued (this process, this fit)
         self.last_saved_step = -1
         self.last_eval: dict[str, float] = {}
@@ -178,7 +218,9 @@ class Trainer:
                 if train and not hasattr(self.objective, "next_batch"):
                     raise ValueError("no training data: set data.train_path (a token store) or pass train_dataset")
                 return None
-            dataset = B.build_dataset(self.cfg, path, self.train_type)
+            dataset = B.build_dataset(self.cfg, path, self.train_type, self.tokenizer)
+        if train:
+            self._report_truncation(dataset)
         if len(dataset) == 0:
             raise ValueError(f"the {'training' if train else 'validation'} dataset at {path} is empty "
                              f"(window_size {self.cfg.data.window_size} longer than the data?)")
@@ -195,6 +237,27 @@ class Trainer:
         # A private generator: creating a loader iterator must not draw from the global RNG (exact resume).
         loader.loader.generator = torch.Generator()
         return loader
+
+    def _report_truncation(self, dataset) -> None:
+        """Count, print and keep (for metrics and report.md) the records the window cut short or dropped."""
+        truncated, dropped = getattr(dataset, "num_truncated", None), getattr(dataset, "num_dropped", None)
+        if truncated is None or dropped is None:
+            return
+        total = len(dataset.store) if hasattr(dataset, "store") else len(dataset) + dropped
+        self.data_stats = {"data_records": total, "data_truncated": truncated, "data_dropped": dropped}
+        if not self.dist.is_main:
+            return
+        share = (truncated + dropped) / max(total, 1)
+        line = (f"{self.train_type} data: {total} records; {truncated} truncated to data.window_size="
+                f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)")
+        print(f"cookmind train: {line}", file=sys.stderr)
+        if share > TRUNCATION_WARN:
+            import warnings
+
+            warnings.warn(f"{share:.0%} of the {self.train_type} records are cut short or dropped: the model will "
+                          f"rarely see a whole answer or its end of turn. Raise data.window_size (and the model's "
+                          f"max_position_embeddings) or pack shorter records.", stacklevel=3)
+            print(f"cookmind train: WARNING: {share:.0%} of the records are truncated or dropped", file=sys.stderr)
 
     def _next_batch(self) -> dict[str, Any]:
         if hasattr(self.objective, "next_batch"):
@@ -257,6 +320,11 @@ class Trainer:
         """Stop after the current step, saving a checkpoint first."""
         self._stop_reason = reason
 
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run was asked to stop (``"signal SIGTERM"``, ...), or None."""
+        return self._stop_reason
+
     def fit(self) -> dict[str, Any]:
         """Train to ``train.max_steps`` (or a stop); returns a summary dict."""
         cfg = self.cfg
@@ -266,6 +334,8 @@ class Trainer:
         if self._rng_to_restore is not None:
             restore_rng(self._rng_to_restore)  # last, after everything that draws at start-up
             self._rng_to_restore = None
+        if self.data_stats:
+            self.metrics_writer.write({"step": self.step, "split": "data", **self.data_stats})
         for cb in self.callbacks:
             cb.on_train_begin(self)
         self.deferred_steps, self._last_step_end = 0, None
@@ -300,23 +370,27 @@ class Trainer:
             raise
         finally:
             self._restore_signal_handlers(old_handlers)
-        if self.last_saved_step != self.step:
+        if status == "diverged":
+            self.save_checkpoint(diverged=True)
+        elif self.last_saved_step != self.step:
             self.save_checkpoint()
         for cb in self.callbacks:
             cb.on_train_end(self, status)
         summary = {"status": status, "steps": self.step, "tokens": self.tokens_seen,
                    "skipped_steps": self.skipped_steps, "seconds": round(time.perf_counter() - t_start, 2),
-                   **self.last_eval}
+                   **self.data_stats, **self.last_eval}
         if self.dist.is_main and cfg.logging.report:
             from cookmind.train.report import write_report
 
             write_report(self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict())
         barrier(self.dist)
         if status == "diverged":
+            good = find_latest_checkpoint(self.ckpt_dir) if self.dist.is_main else None
             raise TrainingDiverged(
-                f"{self.consecutive_bad} consecutive steps had a non-finite loss or gradient (limit "
-                f"train.max_bad_steps={cfg.train.max_bad_steps}); stopped at step {self.step} and saved a checkpoint "
-                f"in {self.ckpt_dir}. Lower optim.lr, use precision=bf16/fp32, or check the data.")
+                f"{self.consecutive_bad} consecutive steps had a non-finite or exploding loss (limit "
+                f"train.max_bad_steps={cfg.train.max_bad_steps}); stopped at step {self.step} (saved, marked "
+                f"diverged); last good checkpoint: {good or 'none'}. Lower optim.lr, use precision=bf16/fp32, "
+                f"or check the data.")
         return summary
 
     def _may_defer(self, step: int) -> bool:
@@ -486,11 +560,13 @@ class Trainer:
         loss_val, norm_val = values[0], values[1]
         # fp16: the scaler skips on inf/nan gradients; a step counts as bad on a non-finite loss.
         finite = math.isfinite(loss_val) and (self.scaler is not None or math.isfinite(norm_val))
-        if finite:
-            self.consecutive_bad = 0
-        else:  # skipped: by the device-side flag, the scaler, or not stepped in _launch_step
+        if not finite:  # skipped: by the device-side flag, the scaler, or not stepped in _launch_step
             self.skipped_steps += 1
             self.consecutive_bad += 1
+        elif self._exploding(loss_val):  # stepped, but counts toward the divergence stop
+            self.consecutive_bad += 1
+        else:
+            self.consecutive_bad = 0
         prev, end = self._last_step_end, max(queued.t_queued, queued.t_read)
         dt = max(end - (queued.t_launch if prev is None else max(queued.t_launch, prev)), 1e-9)
         self._last_step_end = end
@@ -504,6 +580,20 @@ class Trainer:
         for k, v in queued.sums.items():
             metrics[k] = (values[queued.slots[k]] if k in queued.slots else to_float(v)) / accum
         return metrics
+
+    def _exploding(self, loss: float) -> bool:
+        """Whether a finite ``loss`` exceeds ``train.diverge_loss_ratio`` x the run's best windowed mean loss
+        (and that best by at least 1). Only for non-negative losses (not GRPO's); 0 turns it off."""
+        ratio = self.cfg.train.diverge_loss_ratio
+        if ratio <= 0 or loss < 0 or self.cfg.train.objective == "grpo":
+            return False
+        if self.best_loss is not None and loss > max(ratio * self.best_loss, self.best_loss + 1.0):
+            return True
+        self.recent_losses = (self.recent_losses + [loss])[-LOSS_WINDOW:]
+        if len(self.recent_losses) == LOSS_WINDOW:
+            mean = sum(self.recent_losses) / LOSS_WINDOW
+            self.best_loss = mean if self.best_loss is None else min(self.best_loss, mean)
+        return False
 
     def _flops_per_token(self) -> float | None:
         fn = getattr(self.bare_model, "flops_per_token", None)
@@ -574,8 +664,9 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    def save_checkpoint(self) -> Path | None:
-        """Save ``<ckpt_dir>/step_<step>`` on rank 0 (the state after optimizer step ``step``)."""
+    def save_checkpoint(self, diverged: bool = False) -> Path | None:
+        """Save ``<ckpt_dir>/step_<step>`` on rank 0 (the state after optimizer step ``step``); ``diverged``
+        marks it so that no rule picks it as the newest checkpoint."""
         self.last_saved_step = self.step
         # A sharded optimizer gathers its full state collectively: every rank takes part.
         gathered = self.optimizer.state_dict() if self.dist.enabled and self.cfg.parallel.zero1 else None
@@ -588,6 +679,10 @@ class Trainer:
             "world_size": self.dist.world_size,
             "skipped_steps": self.skipped_steps,
             "consecutive_bad": self.consecutive_bad,
+            "recent_losses": self.recent_losses,
+            "best_loss": self.best_loss,
+            "run_id": self.run_id,
+            "diverged": diverged,
             "objective": self.objective.state_dict(),
             "last_eval": self.last_eval,
             "config": self.cfg.to_dict(),
@@ -600,12 +695,15 @@ class Trainer:
         spec = self.cfg.checkpoint.resume
         if not spec:
             return
-        path = find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec)
+        path = find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
         if path is None:
             if spec == "auto":
                 return  # nothing saved yet: a fresh start
             raise FileNotFoundError(f"checkpoint.resume={spec}: no complete checkpoint there")
         meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
+        self.run_id = meta.get("run_id") or self.run_id
+        self.recent_losses = list(meta.get("recent_losses") or [])
+        self.best_loss = meta.get("best_loss")
         self.step = int(meta["step"])
         self.tokens_seen = int(meta.get("tokens_seen", 0))
         self.skipped_steps = int(meta.get("skipped_steps", 0))

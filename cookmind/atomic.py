@@ -1,0 +1,231 @@
+"""Atomic writes for every file and directory cookmind makes: a temporary name, fsync, rename.
+
+A reader never sees half a file, a crash never leaves one under the final name, and a disk that
+fills up gives one line naming the path instead of a traceback. Temporary names carry our PID and
+host (``.NAME.tmp-PID@HOST``), so the next run can remove the ones whose writer died
+(``clean_stale_temps``) without touching a live writer's. Nothing here imports other cookmind
+packages: every layer may use it.
+
+    write_text(path, text) / write_bytes / write_json / write_jsonl     one call
+    with writing(path) as f: ...                                        a file written in pieces
+    with temp_path(path) as tmp: torch.save(obj, tmp)                   a library that wants a path
+    with building_dir(path, replace=is_ours) as tmp: ...               a directory built whole
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import shutil
+import socket
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+_HOST = socket.gethostname().split(".")[0] or "host"
+_TEMP = re.compile(r"^\..+\.(?:tmp|old)-(\d+)@(.+)$")
+_LOW_SPACE = 1 << 20  # below this many free bytes a failed write is taken for a full disk
+
+
+class DiskFullError(OSError):
+    """The disk filled up while writing: the message names the path and says what to do."""
+
+
+def temp_name(path: str | os.PathLike, tag: str = "tmp") -> Path:
+    """A hidden sibling of ``path`` that names this process (same directory, so the rename is atomic)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{tag}-{os.getpid()}@{_HOST}")
+
+
+def is_disk_full(exc: BaseException, path: str | os.PathLike) -> bool:
+    """Whether ``exc`` (from writing under ``path``) came from a full disk.
+
+    Libraries report it differently (OSError ENOSPC; torch.save a RuntimeError "file write failed"),
+    so a failed write also counts when the filesystem has under 1 MiB free.
+    """
+    if isinstance(exc, DiskFullError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if "no space left" in str(exc).lower():
+        return True
+    if not isinstance(exc, (OSError, RuntimeError)):
+        return False
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free < _LOW_SPACE
+    except OSError:
+        return False
+
+
+def disk_full_error(path: str | os.PathLike) -> DiskFullError:
+    """The one-line error for a full disk while writing ``path``."""
+    return DiskFullError(errno.ENOSPC, f"no space left on device while writing {path}; free some space "
+                                       f"(old checkpoints, stores) or write somewhere else")
+
+
+@contextlib.contextmanager
+def _disk_full_as_error(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        if is_disk_full(exc, path):
+            raise disk_full_error(path) from exc
+        raise
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every platform/filesystem lets a directory be fsynced
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def temp_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path for a writer that wants a file name (torch.save, np.savez, save_file);
+    on success it is fsynced and renamed to ``path``, on failure removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(path)
+    try:
+        with _disk_full_as_error(path):
+            yield tmp
+            _fsync_file(tmp)
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike, mode: str = "w", **open_kwargs: Any) -> Iterator[Any]:
+    """Yield an open file whose contents appear at ``path`` only once the block ends without error."""
+    if "b" not in mode:
+        open_kwargs.setdefault("encoding", "utf-8")
+    with temp_path(path) as tmp, open(tmp, mode, **open_kwargs) as f:
+        yield f
+        f.flush()
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    with writing(path, "wb") as f:
+        f.write(data)
+    return Path(path)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with writing(path, "w", newline="") as f:
+        f.write(text)
+    return Path(path)
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Path:
+    """Write ``obj`` as JSON (non-ASCII kept) to ``path`` atomically."""
+    return write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> Path:
+    """One JSON object per line, atomically."""
+    with writing(path) as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return Path(path)
+
+
+def replace_dir(tmp_dir: str | os.PathLike, final: str | os.PathLike, replace: bool = False,
+                is_ours: Callable[[Path], bool] | None = None, what: str = "output") -> None:
+    """Rename the finished ``tmp_dir`` to ``final``.
+
+    Something already at ``final`` is replaced only when ``replace`` is set *and* ``is_ours(final)`` says
+    it is a ``what`` (a token store, a tokenizer, ...): we never delete what we did not make.
+    """
+    tmp_dir, final = Path(tmp_dir), Path(final)
+    for f in tmp_dir.rglob("*"):
+        if f.is_file():
+            _fsync_file(f)
+    if final.exists() or final.is_symlink():
+        check_replaceable(final, replace, is_ours, what)
+        old = temp_name(final, "old")
+        os.replace(final, old)
+        os.replace(tmp_dir, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp_dir, final)
+    _fsync_dir(final.parent)
+
+
+def check_replaceable(final: Path, replace: bool, is_ours: Callable[[Path], bool] | None, what: str) -> None:
+    """Raise FileExistsError unless ``final`` may be replaced (see ``replace_dir``); call it before long work."""
+    final = Path(final)
+    if not (final.exists() or final.is_symlink()):
+        return
+    if not replace:
+        raise FileExistsError(f"{final} already exists; choose another output path or pass --overwrite")
+    if is_ours is None or final.is_symlink() or not is_ours(final):
+        raise FileExistsError(f"{final} exists and is not a {what}; --overwrite only replaces a {what}, "
+                              f"so move it away or choose another output path")
+
+
+@contextlib.contextmanager
+def building_dir(final: str | os.PathLike, replace: bool = False, is_ours: Callable[[Path], bool] | None = None,
+                 what: str = "output") -> Iterator[Path]:
+    """Yield an empty temporary directory beside ``final``; renamed into place when the block succeeds.
+
+    An existing ``final`` is checked first (``check_replaceable``), so a refusal comes before the work.
+    """
+    final = Path(final)
+    check_replaceable(final, replace, is_ours, what)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(final.parent)
+    tmp = temp_name(final)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        with _disk_full_as_error(final):
+            yield tmp
+            replace_dir(tmp, final, replace, is_ours, what)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_stale_temps(directory: str | os.PathLike) -> list[Path]:
+    """Remove our temporary files and folders in ``directory`` whose writer (same host) is dead; return them."""
+    directory = Path(directory)
+    removed = []
+    if not directory.is_dir():
+        return removed
+    for entry in directory.iterdir():
+        m = _TEMP.match(entry.name)
+        if not m or m.group(2) != _HOST or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed

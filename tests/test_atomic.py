@@ -1,0 +1,83 @@
+"""cookmind.atomic: temporary names that carry our PID, rename into place, refusals, stale clean-up, full disk."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cookmind import atomic
+
+
+def test_write_helpers_leave_only_the_final_file(tmp_path):
+    atomic.write_text(tmp_path / "a.txt", "héllo\n")
+    atomic.write_json(tmp_path / "b.json", {"x": [1, 2]})
+    atomic.write_jsonl(tmp_path / "c.jsonl", [{"i": 0}, {"i": 1}])
+    assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "héllo\n"
+    assert json.loads((tmp_path / "b.json").read_text()) == {"x": [1, 2]}
+    assert [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()] == [{"i": 0}, {"i": 1}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.json", "c.jsonl"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "keep.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError, match="boom"), atomic.writing(target) as f:
+        f.write("half")
+        raise RuntimeError("boom")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_temp_names_carry_our_pid(tmp_path):
+    assert f".x.tmp-{os.getpid()}@" in atomic.temp_name(tmp_path / "x").name
+
+
+def test_replace_dir_replaces_only_what_the_caller_recognises(tmp_path):
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "user.txt").write_text("precious")
+
+    def build():
+        with atomic.building_dir(final, replace=True, is_ours=lambda p: (p / "ours").is_file(), what="thing") as t:
+            (t / "ours").write_text("new")
+
+    with pytest.raises(FileExistsError, match="is not a thing"):
+        build()
+    assert (final / "user.txt").read_text() == "precious"
+    (final / "user.txt").unlink()
+    (final / "ours").write_text("old")
+    build()
+    assert (final / "ours").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_stale_temporaries_of_dead_writers_are_removed_live_ones_kept(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead_pid = int(dead.stdout)
+    host = atomic.temp_name(tmp_path / "x").name.split("@", 1)[1]
+    stale = tmp_path / f".step_00000010.tmp-{dead_pid}@{host}"
+    stale.mkdir()
+    (stale / "optimizer.pt").write_bytes(b"x" * 100)
+    live = tmp_path / f".store.tmp-{os.getppid()}@{host}"  # our parent is alive
+    live.mkdir()
+    other_host = tmp_path / f".store.tmp-{dead_pid}@not-{host}"  # maybe alive elsewhere on a shared disk
+    other_host.mkdir()
+    user = tmp_path / ".tmp-notes"
+    user.mkdir()
+    assert atomic.clean_stale_temps(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and other_host.exists() and user.exists()
+
+
+def test_a_full_disk_is_one_line_naming_the_path(tmp_path):
+    target = tmp_path / "big.bin"
+    with pytest.raises(atomic.DiskFullError) as info, atomic.temp_path(target) as tmp:
+        tmp.write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    message = str(info.value)
+    assert "no space left on device" in message and str(target) in message and "\n" not in message
+    assert list(tmp_path.iterdir()) == []

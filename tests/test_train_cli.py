@@ -1,0 +1,131 @@
+"""`cookmind train` as a user runs it: run directories, exit status, one-line errors (issue #17.2, .4, .10)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from cookmind.store import write_store
+from cookmind.train import cli
+from cookmind.train.trainer import Trainer
+
+TINY = ["model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=1", "model.vocab_size=64",
+        "data.window_size=16", "train.micro_batch_size=2", "logging.progress=false", "eval.every=0",
+        "checkpoint.every=0"]
+
+
+@pytest.fixture
+def store(tmp_path):
+    rng = np.random.default_rng(0)
+    return write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=40)} for _ in range(4)],
+                       vocab_size=64)
+
+
+def _args(*argv):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def _run(store, *argv):
+    from cookmind.cli import main
+
+    n = torch.get_num_threads()
+    try:
+        return main(["train", "--train-data", str(store), *argv, *TINY])
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_default_run_dirs_are_unique_and_resume_finds_the_newest(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    a = cli.resolve_config(_args("train.max_steps=1")).logging.run_dir
+    assert a.startswith("runs/tiny-cpu-") and a != "runs/tiny-cpu"
+    os.makedirs(a)
+    b = cli.resolve_config(_args("train.max_steps=1")).logging.run_dir
+    assert b != a and b.startswith("runs/tiny-cpu-")
+    os.makedirs(os.path.join(a, "checkpoints"))
+    assert cli.resolve_config(_args("--resume", "auto")).logging.run_dir == a
+    assert cli.resolve_config(_args("--run-dir", "mine")).logging.run_dir == "mine"
+
+
+def test_a_second_fresh_run_into_the_same_dir_is_refused_in_one_line(tmp_path, store, capsys):
+    run = str(tmp_path / "run")
+    assert _run(store, "--run-dir", run, "train.max_steps=2") == 0
+    assert "run directory " + run in capsys.readouterr().err
+    assert _run(store, "--run-dir", run, "train.max_steps=1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "cookmind train: run directory " + run and len(err) == 2
+    assert "already holds another run" in err[1] and "--resume auto" in err[1]
+    assert os.listdir(os.path.join(run, "checkpoints")) == ["step_00000002"]
+    assert _run(store, "--run-dir", run, "--overwrite", "train.max_steps=1") == 0
+    assert os.listdir(os.path.join(run, "checkpoints")) == ["step_00000001"]
+
+
+def test_sigterm_saves_and_exits_non_zero(tmp_path, store, monkeypatch, capsys):
+    launch = Trainer._launch_step
+
+    def launch_and_kill(self):
+        if self.step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return launch(self)
+
+    monkeypatch.setattr(Trainer, "_launch_step", launch_and_kill)
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=50") == 128 + signal.SIGTERM
+    assert "stopped by signal SIGTERM at step 2" in capsys.readouterr().err
+    assert os.listdir(run / "checkpoints") == ["step_00000002"]
+
+
+def test_a_full_disk_is_one_line_no_traceback(tmp_path, store, monkeypatch, capsys):
+    def full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:595] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr("cookmind.atomic._LOW_SPACE", 1 << 62)  # this filesystem "has no space left"
+    assert _run(store, "--run-dir", str(tmp_path / "run"), "train.max_steps=1") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "no space left on device while writing" in err and "step_00000001" in err
+
+
+def test_train_threads_is_honoured_on_cpu(tmp_path, store):
+    from cookmind.train.config import TrainConfig
+
+    cfg = TrainConfig.load("tiny-cpu", [f"data.train_path={store}", f"logging.run_dir={tmp_path / 'r'}",
+                                        "train.threads=2", *TINY])
+    n = torch.get_num_threads()
+    try:
+        Trainer(cfg)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_cookmind_train_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(tmp_path, store, monkeypatch,
+                                                                                request):
+    n = torch.get_num_threads()
+    torch.set_num_threads(2)  # what a user's process may start with: `cookmind train` pins train.threads=1
+    request.addfinalizer(lambda: torch.set_num_threads(n))
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    steps = ["train.max_steps=4", "checkpoint.every=2"]
+    assert _run(store, "--run-dir", str(full), *steps) == 0
+    launch = Trainer._launch_step
+
+    def kill_after_two(self):
+        if self.step == 2 and not hasattr(self, "_killed"):
+            self._killed = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return launch(self)
+
+    monkeypatch.setattr(Trainer, "_launch_step", kill_after_two)
+    assert _run(store, "--run-dir", str(cut), *steps) == 128 + signal.SIGTERM
+    monkeypatch.setattr(Trainer, "_launch_step", launch)
+    assert _run(store, "--run-dir", str(cut), "--resume", "auto", *steps) == 0
+    a = (full / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
+    b = (cut / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
+    assert a == b

@@ -1,0 +1,72 @@
+"""SFT never truncates or drops records silently; its window is sized from the store when unset (issue #17.8)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from cookmind.store import write_store
+from cookmind.train import TrainConfig, Trainer
+
+MODEL = ["model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=1", "model.vocab_size=64",
+         "model.max_position_embeddings=64"]
+
+
+@pytest.fixture
+def sft_store(tmp_path):
+    """Chats of 10..90 tokens; the assistant part is the second half of each."""
+    rng = np.random.default_rng(0)
+    records = []
+    for n in (10, 20, 30, 40, 50, 60, 70, 80, 90, 12):
+        mask = np.zeros(n, np.uint8)
+        mask[n // 2:] = 1
+        records.append({"sequence": rng.integers(1, 64, size=n), "loss_mask": mask})
+    return write_store(tmp_path / "sft", "sft", records, vocab_size=64), records
+
+
+def _cfg(tmp_path, store, *overrides):
+    return TrainConfig.load("tiny-cpu", [f"data.train_path={store}", f"logging.run_dir={tmp_path / 'run'}",
+                                         "train.objective=sft", "train.max_steps=1", "train.micro_batch_size=2",
+                                         "logging.progress=false", "eval.every=0", *MODEL, *overrides])
+
+
+def test_truncated_and_dropped_records_are_counted_printed_and_reported(tmp_path, sft_store, capsys):
+    store, records = sft_store
+    window = 24
+    # naive reference: a record is dropped when no supervised token lies in its first `window` tokens
+    dropped = sum(1 for r in records if r["loss_mask"][:window].sum() == 0)
+    truncated = sum(1 for r in records if len(r["sequence"]) > window and r["loss_mask"][:window].sum() > 0)
+    assert dropped > 0 and truncated > 0
+    n = torch.get_num_threads()
+    try:
+        with pytest.warns(UserWarning, match="cut short or dropped"):
+            t = Trainer(_cfg(tmp_path, store, f"data.window_size={window}"))
+        summary = t.fit()
+    finally:
+        torch.set_num_threads(n)
+    err = capsys.readouterr().err
+    assert f"{len(records)} records; {truncated} truncated to data.window_size={window} and {dropped} dropped" in err
+    assert "WARNING" in err
+    assert summary["data_truncated"] == truncated and summary["data_dropped"] == dropped
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert f"| data_truncated | {truncated} |" in report and f"| data_dropped | {dropped} |" in report
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert {"split": "data", "step": 0, "data_records": len(records), "data_truncated": truncated,
+            "data_dropped": dropped}.items() <= rows[0].items()
+
+
+def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_path, sft_store, capsys):
+    store, records = sft_store
+    n = torch.get_num_threads()
+    try:
+        t = Trainer(_cfg(tmp_path, store))  # tiny-cpu's preset window (128) is not the user's choice
+        assert t.cfg.data.window_size == 64  # the longest record (90) capped by max_position_embeddings=64
+        t2 = Trainer(_cfg(tmp_path, store, "model.max_position_embeddings=128", f"logging.run_dir={tmp_path / 'b'}"))
+        assert t2.cfg.data.window_size == max(len(r["sequence"]) for r in records) == 90
+        assert t2.data_stats["data_truncated"] == t2.data_stats["data_dropped"] == 0
+    finally:
+        torch.set_num_threads(n)
+    assert "sized from the store to 90" in capsys.readouterr().err

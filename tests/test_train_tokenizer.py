@@ -1,0 +1,58 @@
+"""The run's tokenizer and its stores agree, or training refuses naming both (issues #16.4, #17.9)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cookmind.store import StoreError
+from cookmind.store.packer import pack
+from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+from cookmind.train import TrainConfig, Trainer
+
+TEXT_A = "the cook stirs the soup and tastes it. " * 30
+TEXT_B = "numbers like 12 and 345 add up: 12 + 345 = 357. " * 30
+MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "max_position_embeddings": 64}
+
+
+def _tokenizer(tmp_path, name, text):
+    (tmp_path / f"{name}.txt").write_text(text)
+    vocab, merges = train_bpe(tmp_path / f"{name}.txt", 275, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
+    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(tmp_path / name)
+    return tmp_path / name
+
+
+def _cfg(tmp_path, store, run, tokenizer=None, **train):
+    data = {"train_path": str(store), "window_size": 16}
+    if tokenizer is not None:
+        data["tokenizer"] = str(tokenizer)
+    return TrainConfig.from_dict({"model": {} if train.get("init_from") else MODEL, "data": data,
+                                  "train": {"max_steps": 1, "micro_batch_size": 2, **train},
+                                  "logging": {"run_dir": str(tmp_path / run), "progress": False}})
+
+
+def test_a_store_packed_by_another_tokenizer_is_refused_naming_both(tmp_path):
+    tok_a, tok_b = _tokenizer(tmp_path, "tok_a", TEXT_A), _tokenizer(tmp_path, "tok_b", TEXT_B)
+    assert Tokenizer.load(tok_a).vocab_size == Tokenizer.load(tok_b).vocab_size  # same size: no IndexError to hint
+    pack([tmp_path / "tok_b.txt"], tmp_path / "store_b", tok_b, "seq", separator="\n", progress=False)
+    with pytest.raises(StoreError) as info:
+        Trainer(_cfg(tmp_path, tmp_path / "store_b", "r1", tokenizer=tok_a))
+    message = str(info.value)
+    assert str(tok_a) in message and str(tok_b.resolve()) in message
+    assert Tokenizer.load(tok_a).fingerprint()[:16] in message and Tokenizer.load(tok_b).fingerprint()[:16] in message
+
+
+def test_tokenizer_can_be_omitted_when_the_store_or_checkpoint_records_it(tmp_path):
+    tok_a, tok_b = _tokenizer(tmp_path, "tok_a", TEXT_A), _tokenizer(tmp_path, "tok_b", TEXT_B)
+    pack([tmp_path / "tok_a.txt"], tmp_path / "store_a", tok_a, "seq", separator="\n", progress=False)
+    t = Trainer(_cfg(tmp_path, tmp_path / "store_a", "pre"))
+    assert t.cfg.data.tokenizer == str(tok_a.resolve())
+    assert t.tokenizer.fingerprint() == Tokenizer.load(tok_a).fingerprint()
+    t.fit()
+    ckpt = tmp_path / "pre" / "checkpoints" / "step_00000001"
+    assert (ckpt / "cookmind_tokenizer.json").is_file()
+    # fine-tuning from the checkpoint: its tokenizer is used; another one is refused naming both
+    ft = Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft", init_from=str(tmp_path / "pre")))
+    assert ft.cfg.data.tokenizer == str(ckpt)
+    with pytest.raises(ValueError, match=f"trained with the tokenizer in {ckpt}.*data.tokenizer={tok_b}"):
+        Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft2", tokenizer=tok_b, init_from=str(tmp_path / "pre")))
