@@ -99,7 +99,7 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
              "eval.every=0", "train.max_steps=2"]
     _run(capsys, "train", "--config", "tiny-cpu", "--train-data", tmp_path / "pre", "--tokenizer", tok_dir,
          "--run-dir", tmp_path / "runs" / "pre", "data.window_size=128", *shape)
-    out = _run(capsys, "train", "--config", "tiny-cpu", "--objective", "sft", "--init-from", tmp_path / "runs" / "pre" / "checkpoints",
+    out = _run(capsys, "train", "--config", "tiny-cpu", "--objective", "sft", "--init-from", tmp_path / "runs" / "pre",
                "--train-data", tmp_path / "sft", "--tokenizer", tok_dir, "--run-dir", tmp_path / "runs" / "sft",
                f"data.window_size={CONTEXT}", *shape)
     summary = json.loads(out.strip().splitlines()[-1])
