@@ -171,9 +171,9 @@ def test_export_and_import_take_model_and_out_as_flags_or_arguments(stage):
     from cookmind.model.cli_export import model_and_out
 
     for argv in (["--model", "a", "--out", "b"], ["a", "b"], ["--model", "a", "b"], ["--out", "b", "a"]):
-        assert model_and_out(_parse(stage, "--hf", *argv), stage) == ("a", "b"), argv
-    with pytest.raises(SystemExit):
-        model_and_out(_parse(stage, "--hf", "a"), stage)
+        assert model_and_out(_parse(stage, "--hf", *argv)) == ("a", "b"), argv
+    with pytest.raises(ValueError, match="give the model and the output directory"):
+        model_and_out(_parse(stage, "--hf", "a"))
     assert "--model" in _help(stage) and "--out" in _help(stage)
 
 
