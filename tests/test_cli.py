@@ -219,3 +219,24 @@ def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
         assert cli_main(argv + shorten[argv[1]] + ["--quiet"]) == 0, line
         metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert metrics.get("num_problems", metrics.get("num_questions", metrics.get("tokens"))), line
+
+
+def test_eval_gsm8k_cli_reports_skipped_over_long_questions(tmp_path, tok_dir, capsys):
+    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    save_model(tmp_path / "m", CookMindLM(CookMindConfig(
+        vocab_size=tok.vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64, eos_token_id=tok.eos_id)))
+    tok.save(tmp_path / "m")
+    rows = [{"question": "Tom has 3 apples.", "answer": "#### 3"}, {"question": CORPUS[:2000], "answer": "#### 7"}]
+    (tmp_path / "g.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli_main(["eval", "gsm8k", str(tmp_path / "m"), "--data", str(tmp_path / "g.jsonl"), "--template", "chat",
+                     "--max-new-tokens", "2", "--quiet", "--out", str(tmp_path / "out.jsonl")]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "skipped 1 of 2 items" in out[-2] and "context of 64 tokens" in out[-2]
+    metrics = json.loads(out[-1])
+    assert metrics["num_problems"] == 1 and metrics["num_skipped_too_long"] == 1
+    saved = json.loads((tmp_path / "out.metrics.json").read_text())
+    assert saved["num_skipped_too_long"] == 1
