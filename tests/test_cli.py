@@ -240,3 +240,22 @@ def test_eval_gsm8k_cli_reports_skipped_over_long_questions(tmp_path, tok_dir, c
     assert metrics["num_problems"] == 1 and metrics["num_skipped_too_long"] == 1
     saved = json.loads((tmp_path / "out.metrics.json").read_text())
     assert saved["num_skipped_too_long"] == 1
+
+
+def test_pack_reads_a_json_array_file_like_json_lines(tmp_path, tok_dir):
+    from cookmind.store import TokenStore
+
+    rows = [{"question": "Tom has 3 apples. How many?", "answer": "#### 3"}, {"prompt": "Say hi", "response": "Hi!"}]
+    (tmp_path / "a.json").write_text(json.dumps(rows, indent=2))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name in ("a.json", "b.jsonl"):
+        assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "sft", "--input", str(tmp_path / name),
+                         "--out", str(tmp_path / f"{name}.store"), "--quiet"]) == 0
+    a, b = TokenStore(tmp_path / "a.json.store"), TokenStore(tmp_path / "b.jsonl.store")
+    assert len(a) == len(b) == 2
+    assert all(a.record("sequence", i).tolist() == b.record("sequence", i).tolist() for i in range(2))
+    (tmp_path / "bad.json").write_text('[{"prompt": "x", "response": "y"},\n oops]')
+    with pytest.raises(ValueError, match=r"bad.json:2: the file opens a JSON array but is not valid JSON"):
+        from cookmind.store.sources import iter_items
+
+        list(iter_items(tmp_path / "bad.json"))
