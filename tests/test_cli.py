@@ -114,9 +114,17 @@ def test_pack_a_folder_without_shards_is_a_clear_error(tmp_path, tok_dir, capsys
     assert rc != 0 and "holds no shard-* files" in capsys.readouterr().err
 
 
-def _help(*stage):
-    return subprocess.run([sys.executable, "-m", "cookmind", *stage, "--help"], capture_output=True, text=True,
-                          check=True).stdout
+def _help(stage, *sub):
+    """What `cookmind STAGE [SUB] --help` prints (built in this process: no interpreter start per call)."""
+    import argparse
+
+    from cookmind.cli import _stage_parser
+
+    parser, _ = _stage_parser(stage)
+    for name in sub:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser.format_help()
 
 
 def test_pack_help_examples_pack(tmp_path, tok_dir):
@@ -178,10 +186,13 @@ def test_export_and_import_take_model_and_out_as_flags_or_arguments(stage):
 
 
 def test_train_overrides_work_wherever_they_stand(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cookmind", "train", "optim.lr=0.00123", "--run-dir", str(tmp_path),
-                           "train.max_steps=7", "--print-config"], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "lr: 0.00123" in proc.stdout and "max_steps: 7" in proc.stdout
+    from cookmind.train.cli import resolve_config
+
+    for argv in (["optim.lr=0.00123", "--run-dir", str(tmp_path), "train.max_steps=7"],
+                 ["--run-dir", str(tmp_path), "optim.lr=0.00123", "train.max_steps=7"],
+                 ["optim.lr=0.00123", "train.max_steps=7", "--run-dir", str(tmp_path)]):
+        cfg = resolve_config(_parse("train", *argv))
+        assert (cfg.optim.lr, cfg.train.max_steps, cfg.logging.run_dir) == (0.00123, 7, str(tmp_path)), argv
 
 
 def test_readme_shows_the_same_input_formats_as_pack_help():
