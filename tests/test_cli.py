@@ -117,9 +117,17 @@ def test_pack_a_folder_without_shards_is_a_clear_error(tmp_path, tok_dir, capsys
     assert rc != 0 and "holds no shard-* files" in capsys.readouterr().err
 
 
-def _help(*stage):
-    return subprocess.run([sys.executable, "-m", "cookmind", *stage, "--help"], capture_output=True, text=True,
-                          check=True).stdout
+def _help(stage, *sub):
+    """What `cookmind STAGE [SUB] --help` prints (built in this process: no interpreter start per call)."""
+    import argparse
+
+    from cookmind.cli import _stage_parser
+
+    parser, _ = _stage_parser(stage)
+    for name in sub:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser.format_help()
 
 
 def test_pack_help_examples_pack(tmp_path, tok_dir):
@@ -174,17 +182,20 @@ def test_export_and_import_take_model_and_out_as_flags_or_arguments(stage):
     from cookmind.model.cli_export import model_and_out
 
     for argv in (["--model", "a", "--out", "b"], ["a", "b"], ["--model", "a", "b"], ["--out", "b", "a"]):
-        assert model_and_out(_parse(stage, "--hf", *argv), stage) == ("a", "b"), argv
-    with pytest.raises(SystemExit):
-        model_and_out(_parse(stage, "--hf", "a"), stage)
+        assert model_and_out(_parse(stage, "--hf", *argv)) == ("a", "b"), argv
+    with pytest.raises(ValueError, match="give the model and the output directory"):
+        model_and_out(_parse(stage, "--hf", "a"))
     assert "--model" in _help(stage) and "--out" in _help(stage)
 
 
 def test_train_overrides_work_wherever_they_stand(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cookmind", "train", "optim.lr=0.00123", "--run-dir", str(tmp_path),
-                           "train.max_steps=7", "--print-config"], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "lr: 0.00123" in proc.stdout and "max_steps: 7" in proc.stdout
+    from cookmind.train.cli import resolve_config
+
+    for argv in (["optim.lr=0.00123", "--run-dir", str(tmp_path), "train.max_steps=7"],
+                 ["--run-dir", str(tmp_path), "optim.lr=0.00123", "train.max_steps=7"],
+                 ["optim.lr=0.00123", "train.max_steps=7", "--run-dir", str(tmp_path)]):
+        cfg = resolve_config(_parse("train", *argv))
+        assert (cfg.optim.lr, cfg.train.max_steps, cfg.logging.run_dir) == (0.00123, 7, str(tmp_path)), argv
 
 
 def test_readme_shows_the_same_input_formats_as_pack_help():
@@ -222,3 +233,43 @@ def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
         assert cli_main(argv + shorten[argv[1]] + ["--quiet"]) == 0, line
         metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert metrics.get("num_problems", metrics.get("num_questions", metrics.get("tokens"))), line
+
+
+def test_eval_gsm8k_cli_reports_skipped_over_long_questions(tmp_path, tok_dir, capsys):
+    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    save_model(tmp_path / "m", CookMindLM(CookMindConfig(
+        vocab_size=tok.vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64, eos_token_id=tok.eos_id)))
+    tok.save(tmp_path / "m")
+    rows = [{"question": "Tom has 3 apples.", "answer": "#### 3"}, {"question": CORPUS[:2000], "answer": "#### 7"}]
+    (tmp_path / "g.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli_main(["eval", "gsm8k", str(tmp_path / "m"), "--data", str(tmp_path / "g.jsonl"), "--template", "chat",
+                     "--max-new-tokens", "2", "--quiet", "--out", str(tmp_path / "out.jsonl")]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "skipped 1 of 2 items" in out[-2] and "context of 64 tokens" in out[-2]
+    metrics = json.loads(out[-1])
+    assert metrics["num_problems"] == 1 and metrics["num_skipped_too_long"] == 1
+    saved = json.loads((tmp_path / "out.metrics.json").read_text())
+    assert saved["num_skipped_too_long"] == 1
+
+
+def test_pack_reads_a_json_array_file_like_json_lines(tmp_path, tok_dir):
+    from cookmind.store import TokenStore
+
+    rows = [{"question": "Tom has 3 apples. How many?", "answer": "#### 3"}, {"prompt": "Say hi", "response": "Hi!"}]
+    (tmp_path / "a.json").write_text(json.dumps(rows, indent=2))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name in ("a.json", "b.jsonl"):
+        assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "sft", "--input", str(tmp_path / name),
+                         "--out", str(tmp_path / f"{name}.store"), "--quiet"]) == 0
+    a, b = TokenStore(tmp_path / "a.json.store"), TokenStore(tmp_path / "b.jsonl.store")
+    assert len(a) == len(b) == 2
+    assert all(a.record("sequence", i).tolist() == b.record("sequence", i).tolist() for i in range(2))
+    (tmp_path / "bad.json").write_text('[{"prompt": "x", "response": "y"},\n oops]')
+    with pytest.raises(ValueError, match=r"bad.json:2: the file opens a JSON array but is not valid JSON"):
+        from cookmind.store.sources import iter_items
+
+        list(iter_items(tmp_path / "bad.json"))

@@ -234,3 +234,8 @@ def test_perplexity_window_beyond_the_context_is_an_error():
         sequence_nll(_tiny_cookmind(16), list(range(40)), window=32)
     _, n = sequence_nll(_tiny_cookmind(16), list(range(40)), window=16)
     assert n == 39
+
+
+def test_gsm8k_missing_file_says_which_flag_to_pass(tmp_path):
+    with pytest.raises(FileNotFoundError, match="pass --data PATH"):
+        load_gsm8k(tmp_path / "absent.jsonl")

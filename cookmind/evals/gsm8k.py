@@ -16,6 +16,9 @@ from cookmind.evals.passk import pass_at_k
 
 def load_gsm8k(path, limit: int | None = None) -> list[dict]:
     """Problems from a GSM8K-shaped JSONL ({"question", "answer" ending in ``#### N``})."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"GSM8K file {path} not found; pass --data PATH to a JSONL of "
+                                '{"question": ..., "answer": "... #### N"} records (e.g. GSM8K\'s test.jsonl)')
     rows = read_jsonl(path, limit)
     for i, row in enumerate(rows):
         if "question" not in row or "answer" not in row:

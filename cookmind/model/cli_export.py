@@ -27,7 +27,7 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.model.hf import HFInteropError, export_hf
     from cookmind.model.model_io import ModelLoadError, resolve_model_dir
 
-    model, out_dir = model_and_out(args, "export")
+    model, out_dir = model_and_out(args)
     ckpt = resolve_model_dir(Path(model))
     try:
         out = export_hf(ckpt, out_dir, dtype=parse_dtype(args.dtype))
@@ -43,13 +43,12 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def model_and_out(args: argparse.Namespace, stage: str) -> tuple[str, str]:
+def model_and_out(args: argparse.Namespace) -> tuple[str, str]:
     """(model, out) from --model/--out and the positionals (MODEL OUT, or only the ones the flags left out)."""
     paths = list(args.paths)
     model = args.model_flag if args.model_flag is not None else (paths.pop(0) if paths else None)
     out = args.out_flag if args.out_flag is not None else (paths.pop(0) if paths else None)
     if model is None or out is None or paths:
-        raise SystemExit(f"cookmind {stage}: error: give the model and the output directory: "
-                         f"--model DIR --out DIR (or the two as arguments); got model={model!r}, out={out!r}"
-                         + (f", and extra {paths}" if paths else ""))
+        raise ValueError(f"give the model and the output directory: --model DIR --out DIR (or the two as "
+                         f"arguments); got model={model!r}, out={out!r}" + (f", and extra {paths}" if paths else ""))
     return model, out

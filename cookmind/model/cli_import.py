@@ -26,7 +26,7 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.model.hf import HFInteropError, import_hf
     from cookmind.model.model_io import ModelLoadError, load_config
 
-    hf_dir, out_dir = model_and_out(args, "import")
+    hf_dir, out_dir = model_and_out(args)
     try:
         out = import_hf(hf_dir, out_dir, dtype=parse_dtype(args.dtype))
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:

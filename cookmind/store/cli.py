@@ -13,9 +13,10 @@ import sys
 from cookmind.store.layout import TRAIN_TYPE_KEYS
 
 INPUT_FORMATS = """\
-input files: plain text (any other suffix), JSON lines (.jsonl/.json/.ndjson: one object a line) or Parquet
-(.parquet: one row an item, columns as the JSON fields); each may be gzip-compressed (.gz, e.g. the
-shard-00000.jsonl.gz files of `cookmind curate run`). A folder stands for its shard-* files (curate's output).
+input files: plain text (any other suffix), JSON lines (.jsonl/.json/.ndjson: one object a line; a .json file
+may instead hold one JSON array of objects) or Parquet (.parquet: one row an item, columns as the JSON fields);
+each may be gzip-compressed (.gz, e.g. the shard-00000.jsonl.gz files of `cookmind curate run`).
+A folder stands for its shard-* files (curate's output).
 
 what each --train-type reads (one example line each):
   seq   plain text: documents separated by --separator (default <|endoftext|>), or one a line (--one-per-line)

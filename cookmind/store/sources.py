@@ -3,7 +3,8 @@
 - plain text (any suffix but .jsonl/.json/.parquet): documents split by a separator such as
   ``<|endoftext|>`` (a file without one is one document), or one document per line;
 - JSON lines (``.jsonl``/``.json``): one JSON object per line, parsed later by the workers so
-  that parse errors are reported as ``file:line``;
+  that parse errors are reported as ``file:line``; a ``.json`` file holding one JSON array (how many
+  datasets are shared) gives one item per element, numbered from 1 in place of the line;
 - Parquet: one row per item, the row number standing in for the line;
 - any of the above gzip-compressed (``.gz``, or gzip's magic bytes), e.g. ``cookmind curate``'s
   default output ``shard-00000.jsonl.gz``; a curate output folder stands for its ``shard-*`` files.
@@ -12,9 +13,9 @@
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -64,6 +65,8 @@ def iter_items(path, separator: str = "<|endoftext|>", one_per_line: bool = Fals
     kind = source_kind(path)
     if kind == "parquet":
         yield from _parquet_rows(path)
+    elif kind == "json" and _is_json_array(path):
+        yield from _json_array_items(path)
     elif kind == "json" or one_per_line:
         with _open_bytes(path) as f:
             for n, raw in enumerate(f, 1):
@@ -95,6 +98,28 @@ def _separated_documents(path: Path, separator: str) -> Iterator[Item]:
         line += doc.count("\n") + separator.count("\n")
 
 
+def _is_json_array(path: Path) -> bool:
+    """True when the file's first non-blank byte opens a JSON array (JSON lines start each line with ``{``)."""
+    with _open_bytes(path) as f:
+        head = f.read(4096).lstrip()
+    return head.startswith(b"[")
+
+
+def _json_array_items(path: Path) -> Iterator[Item]:
+    import json
+
+    with _open_bytes(path) as f:
+        data = f.read()
+    try:
+        rows = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        line = exc.lineno if isinstance(exc, json.JSONDecodeError) else data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(f"{path}:{line}: the file opens a JSON array but is not valid JSON ({exc}); "
+                         "fix it, or write one JSON object per line (.jsonl)") from None
+    for n, row in enumerate(rows, 1):
+        yield Item(str(path), n, "row", row)
+
+
 def _parquet_rows(path: Path) -> Iterator[Item]:
     import pyarrow.parquet as pq
 
@@ -113,6 +138,8 @@ def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = 
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(path).metadata.num_rows
+    if kind == "json" and _is_json_array(path):
+        return 0  # unknown until parsed; the bar counts up without an ETA
     count = 0
     needle = b"\n" if kind == "json" or one_per_line or not separator else separator.encode("utf-8")
     with _open_bytes(path) as f:

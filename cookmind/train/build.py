@@ -70,13 +70,14 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
 
 
 def _model_dir(path: str) -> str:
-    """A checkpoint root (with step_* dirs) -> its newest checkpoint; a model/checkpoint dir -> itself."""
+    """A run directory or a checkpoint root (with step_* dirs) -> its newest checkpoint, as export, eval, generate
+    and serve read it; a model/checkpoint dir -> itself."""
     from cookmind.train.checkpoint import find_latest_checkpoint
 
     p = Path(path)
     if (p / "model.safetensors").is_file():
         return str(p)
-    latest = find_latest_checkpoint(p)
+    latest = find_latest_checkpoint(p) or find_latest_checkpoint(p / "checkpoints")
     if latest is None:
         raise FileNotFoundError(f"train.init_from={path}: no model.safetensors and no checkpoint under it")
     return str(latest)
