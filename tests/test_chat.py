@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cookmind.cli import main as cli_main
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import SamplingParams, generate
 from cookmind.infer.chat_session import ChatSession
 from cookmind.infer.cli_chat import run
 from cookmind.infer.reasoning import split_reasoning
@@ -33,13 +33,13 @@ def ckpt(tmp_path_factory):
 
 def reference_reply(model, tok, messages, n):
     ids = tok.render(messages, add_generation_prompt=True)[0]
-    out = generate(model, [ids], GenerationConfig(max_new_tokens=n, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
+    out = generate(model, [ids], SamplingParams(temperature=0, max_new_tokens=n, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
     return split_reasoning(tok.decode(out))
 
 
 def test_session_keeps_history_and_system(ckpt):
     _, model, tok = ckpt
-    s = ChatSession(model, tok, GenerationConfig(max_new_tokens=6), system="You are a cook.")
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=6), system="You are a cook.")
     first = "".join(p for k, p in s.send("Hi there") if k == "content")
     msgs = [{"role": "system", "content": "You are a cook."}, {"role": "user", "content": "Hi there"}]
     assert first == reference_reply(model, tok, msgs, 6)[1]
@@ -53,7 +53,7 @@ def test_session_keeps_history_and_system(ckpt):
 
 def test_repl_commands(ckpt):
     _, model, tok = ckpt
-    s = ChatSession(model, tok, GenerationConfig(max_new_tokens=4))
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
     out = io.StringIO()
     run(s, io.StringIO("/system Be brief.\nhello\n/history\n/reset\n/history\n/quit\n"), out)
     text = out.getvalue()
@@ -71,7 +71,7 @@ def test_cookmind_generate_cli(ckpt, capsys):
     d, model, tok = ckpt
     assert cli_main(["generate", "--checkpoint", str(d), "--prompt", "The cook", "--max-new-tokens", "7"]) == 0
     out = generate(model, [tok.encode("The cook")],
-                   GenerationConfig(max_new_tokens=7, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
+                   SamplingParams(temperature=0, max_new_tokens=7, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
     assert capsys.readouterr().out == tok.decode(out) + "\n"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cookmind.infer import GenerationConfig, generate, generate_steps, stream
+from cookmind.infer import SamplingParams, generate, generate_steps, stream
 from cookmind.infer.runner import ModelRunner
 from cookmind.model import CookMindConfig, CookMindLM
 from lm_fixtures import one_cpu_thread, sharp_tiny_lm
@@ -24,7 +24,7 @@ PROMPTS = [[5, 9, 11], [3, 1, 4, 1, 5, 9, 2, 6], [42]]
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 4, "tie_word_embeddings": False}])
 def test_cached_logits_equal_full_recompute(overrides):
     model = tiny_model(**overrides)
-    cfg = GenerationConfig(max_new_tokens=6)
+    cfg = SamplingParams(temperature=0, max_new_tokens=6)
     steps = list(generate_steps(model, PROMPTS, cfg))
     for row, prompt in enumerate(PROMPTS):
         seq = list(prompt)
@@ -37,7 +37,7 @@ def test_cached_logits_equal_full_recompute(overrides):
 
 def test_batched_equals_one_at_a_time_greedy():
     model = tiny_model()
-    cfg = GenerationConfig(max_new_tokens=8)
+    cfg = SamplingParams(temperature=0, max_new_tokens=8)
     batched = generate(model, PROMPTS, cfg)
     alone = [generate(model, [p], cfg)[0] for p in PROMPTS]
     assert batched == alone
@@ -51,14 +51,14 @@ def test_greedy_matches_naive_argmax_loop():
     for _ in range(5):
         with torch.no_grad():
             seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-    assert generate(model, [PROMPTS[0]], GenerationConfig(max_new_tokens=5))[0] == seq[len(PROMPTS[0]):]
+    assert generate(model, [PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=5))[0] == seq[len(PROMPTS[0]):]
 
 
 def test_stop_token_ends_row_and_is_not_returned():
     model = tiny_model()
-    free = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8))[0]
+    free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8))[0]
     stop = free[3]
-    out = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8, stop_token_ids=(stop,)))[0]
+    out = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8, stop_token_ids=(stop,)))[0]
     assert out == free[: free.index(stop)]
 
 
@@ -69,23 +69,23 @@ class CharTok:
 
 def test_stop_string_ends_after_completing_token():
     model = tiny_model()
-    free = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8))[0]
+    free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8))[0]
     text = CharTok().decode(free)
     stop = text[4:6]
-    out = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8, stop_strings=(stop,)), CharTok())[0]
+    out = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8, stop_strings=(stop,)), CharTok())[0]
     assert out == free[: text.index(stop) + 2]
 
 
 def test_seeded_sampling_reproducible():
     model = tiny_model()
-    cfg = GenerationConfig(max_new_tokens=10, temperature=1.0, top_p=0.9, seed=123)
+    cfg = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.9, seed=123)
     assert generate(model, PROMPTS, cfg) == generate(model, PROMPTS, cfg)
 
 
 def test_seeded_repeated_prompts_sample_differently():
     """A group of identical prompts (as GRPO sends) must not share one sample stream."""
     model = tiny_model()
-    cfg = GenerationConfig(max_new_tokens=12, temperature=1.0, seed=7)
+    cfg = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
     rows = generate(model, [PROMPTS[0]] * 4, cfg)
     assert len({tuple(r) for r in rows}) > 1
     assert rows == generate(model, [PROMPTS[0]] * 4, cfg)
@@ -94,7 +94,7 @@ def test_seeded_repeated_prompts_sample_differently():
 def test_prompt_filling_context_is_an_error():
     model = tiny_model()
     with pytest.raises(ValueError, match="context"):
-        generate(model, [[1] * 64], GenerationConfig(max_new_tokens=4))
+        generate(model, [[1] * 64], SamplingParams(temperature=0, max_new_tokens=4))
 
 
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}])
@@ -140,7 +140,7 @@ def test_tiny_model_trained_on_repeated_text_reproduces_it_through_generate():
     model.eval()
     prompt = list(text[:8].encode())
     # stay inside the trained window: positions past it were never seen
-    out = generate(model, [prompt], GenerationConfig(max_new_tokens=window - len(prompt)))[0]
+    out = generate(model, [prompt], SamplingParams(temperature=0, max_new_tokens=window - len(prompt)))[0]
     assert len(out) > len(text)
     assert bytes(prompt + out).decode() == (text * 3)[: len(prompt) + len(out)]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import generate
 from cookmind.infer.engine import Engine, FinishEvent, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.paged_cache import BlockAllocator, blocks_for_budget
 from cookmind.infer.sampling import SamplingParams
@@ -63,7 +63,7 @@ def test_paged_equals_slots_and_generate_mixed_lengths(overlap, graphs):
         engine.run_until_idle()  # 5 requests through 3 rows, prompts chunked, many block boundaries
         outs[kv] = [tokens(r) for r in reqs]
     assert outs["paged"] == outs["slots"]
-    assert outs["paged"] == [generate(model, [p], GenerationConfig(max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
+    assert outs["paged"] == [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
 
 
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}, {"head_dim": 16}])
@@ -72,7 +72,7 @@ def test_decode_kernel_path_equals_generate(overrides):
     paged_decode_attention; its PyTorch twin on CPU) gives generate()'s greedy tokens, with and without
     graphs' self-advancing state, for MHA, GQA with QK-norm, and a head dim the Triton kernel takes."""
     model = tiny_model(**overrides)
-    want = [generate(model, [p], GenerationConfig(max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
+    want = [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
     for graphs in (False, True):
         engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=5, block_size=4, cuda_graphs=graphs,
                         decode_attention="kernel")
@@ -143,7 +143,7 @@ def test_blocks_grow_with_the_sequence_and_all_return_after_finish_and_cancel():
     engine.cancel(b)
     engine.cancel(c)
     engine.run_until_idle()
-    assert tokens(a) == generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=20))[0]
+    assert tokens(a) == generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=20))[0]
     blocks = engine.kv_blocks()
     assert blocks["kv_blocks_free"] == blocks["kv_blocks_unreserved"] == total
     assert all(len(r.blocks) == 0 for r in (a, b, c))
@@ -159,7 +159,7 @@ def test_request_that_cannot_get_blocks_waits_in_the_queue():
     running = [r for r in engine.slots if r is not None]
     assert len(running) == 2 and len(engine.waiting) == 2  # rows are free; blocks are not
     engine.run_until_idle()
-    assert [tokens(r) for r in reqs] == [generate(model, [p], GenerationConfig(max_new_tokens=13))[0] for p in prompts]
+    assert [tokens(r) for r in reqs] == [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=13))[0] for p in prompts]
     assert engine.kv_blocks()["kv_blocks_free"] == 9
     with pytest.raises(ValueError, match="pool holds 9"):
         engine.submit(PROMPTS[1], None, 30)  # could fill 44 positions = 11 blocks: never fits

@@ -16,7 +16,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import SamplingParams, generate
 from cookmind.infer.engine import Engine
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
@@ -45,7 +45,7 @@ def test_64_concurrent_streaming_clients(tok):
     expected = {}
     for q in QUESTIONS:
         ids = tok.render([{"role": "user", "content": q}], add_generation_prompt=True)[0]
-        out = generate(model, [ids], GenerationConfig(max_new_tokens=MAX_TOKENS, stop_token_ids=stops))[0]
+        out = generate(model, [ids], SamplingParams(temperature=0, max_new_tokens=MAX_TOKENS, stop_token_ids=stops))[0]
         expected[q] = split_reasoning(tok.decode(out))[1]
 
     latencies, mismatches, errors = [], [], []

@@ -212,7 +212,7 @@ def pass_at_k(model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int
     pass@k well above the greedy accuracy is the room RL has: right answers the policy already
     samples, which the reward can make its first choice.
     """
-    from cookmind.align.grpo import _problem, _sampling
+    from cookmind.align.grpo import _problem, _sampling, rollout_options
     from cookmind.align.prompts import format_prompt
     from cookmind.align.rewards import reward_fn_for_template
     from cookmind.align.rollout import generate_ids
@@ -223,7 +223,8 @@ def pass_at_k(model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int
     ids = [encode_text(tokenizer, format_prompt(p["question"], cfg.template, tokenizer)) for p in problems]
     was_training = model.training
     model.eval()
-    outs = generate_ids(model, [x for x in ids for _ in range(k)], _sampling(cfg, tokenizer, seed), tokenizer)
+    outs = generate_ids(model, [x for x in ids for _ in range(k)], _sampling(cfg, tokenizer, seed), tokenizer,
+                        **rollout_options(cfg))
     model.train(was_training)
     right = [grade(decode_response(tokenizer, o), problems[i // k]["answer"])["answer_reward"] for i, o in enumerate(outs)]
     per_problem = [max(right[i * k:(i + 1) * k]) for i in range(len(problems))]

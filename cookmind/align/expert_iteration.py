@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cookmind.align.grpo import _problem, _sampling, GRPOConfig, evaluate_accuracy
+from cookmind.align.grpo import GRPOConfig, _problem, _sampling, evaluate_accuracy, rollout_options
 from cookmind.align.prompts import format_prompt
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import generate_ids
@@ -53,7 +53,8 @@ def run_expert_iteration(model, tokenizer, train_problems, cfg: ExpertIterationC
         prompts = [encode_text(tokenizer, format_prompt(problems[i]["question"], cfg.template, tokenizer)) for i in chosen]
         rep = [p for p in prompts for _ in range(cfg.samples_per_question)]
         model.eval()
-        outs = generate_ids(model, rep, _sampling(gcfg, tokenizer, seed=cfg.seed * 7919 + rnd), tokenizer)
+        outs = generate_ids(model, rep, _sampling(gcfg, tokenizer, seed=cfg.seed * 7919 + rnd), tokenizer,
+                            **rollout_options(gcfg))
         keep_p, keep_r, seen = [], [], set()
         correct = 0
         for j, out in enumerate(outs):

@@ -197,9 +197,12 @@ def _sampling(cfg: GRPOConfig, tokenizer, seed: int, greedy: bool = False) -> Sa
         stop_token_ids=stop_ids_of(tokenizer),
         stop_strings=tuple(stops),
         seed=seed,
-        batch_size=cfg.rollout_chunk,
-        engine=cfg.engine,
     )
+
+
+def rollout_options(cfg: GRPOConfig) -> dict:
+    """generate_ids / collect_rollouts keyword arguments: rows per forward and the generation back end."""
+    return {"batch_size": cfg.rollout_chunk, "engine": cfg.engine}
 
 
 def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=None) -> dict:
@@ -212,7 +215,7 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
     ids = [encode_text(tokenizer, format_prompt(p["question"], cfg.template, tokenizer)) for p in problems]
     was_training = model.training
     model.eval()
-    outs = generate_ids(model, ids, _sampling(cfg, tokenizer, cfg.seed, greedy=True), tokenizer)
+    outs = generate_ids(model, ids, _sampling(cfg, tokenizer, cfg.seed, greedy=True), tokenizer, **rollout_options(cfg))
     if was_training:
         model.train()
     texts = [decode_response(tokenizer, o) for o in outs]
@@ -303,7 +306,7 @@ def run_grpo(
             ids.append(prompt_cache[i])
         params = _sampling(cfg, tokenizer, seed=(cfg.seed * 1_000_003 + step) * 101 + rank)
         batch = collect_rollouts(model, tokenizer, ids, [problems[i]["answer"] for i in chosen], cfg.group_size, params,
-                                 reward_fn, cfg.advantage_eps, cfg.normalize_by_std)
+                                 reward_fn, cfg.advantage_eps, cfg.normalize_by_std, **rollout_options(cfg))
         t_roll = time.perf_counter() - t0
         upd = grpo_update(model, optimizer, batch, cfg, reference, world, scheduler)
         meta = batch["metadata"]

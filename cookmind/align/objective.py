@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from cookmind.align.grpo import GRPOConfig, _sampling
+from cookmind.align.grpo import GRPOConfig, _sampling, rollout_options
 from cookmind.align.log_probs import get_response_log_probs
 from cookmind.align.masked import masked_mean
 from cookmind.align.pg_loss import compute_policy_gradient_loss
@@ -83,7 +83,8 @@ class GRPOObjective(Objective):
         else:
             params = _sampling(self.cfg, self.tokenizer, seed=(self.cfg.seed * 1_000_003 + self.calls) * 101 + self.rank)
             out = collect_rollouts(unwrap(model), self.tokenizer, prompts, list(batch["answer"]), self.cfg.group_size, params,
-                                   self.reward_fn, self.cfg.advantage_eps, self.cfg.normalize_by_std)
+                                   self.reward_fn, self.cfg.advantage_eps, self.cfg.normalize_by_std,
+                                   **rollout_options(self.cfg))
         self.calls += 1
         loss_batch = {k: out[k].to(device) for k in ("input_ids", "labels", "response_mask", "advantages", "raw_rewards")}
         if self.reference is not None:

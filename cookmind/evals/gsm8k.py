@@ -8,10 +8,10 @@ from tqdm import tqdm
 
 from cookmind.align.grading import extract_answer, extract_gold
 from cookmind.align.prompts import R1_ZERO_STOP, format_prompt, uses_think_tags
-from cookmind.align.rollout import SamplingParams, generate_ids
 from cookmind.align.text_codec import decode_response, encode_text, stop_ids_of
 from cookmind.evals.atomic_io import read_jsonl, write_jsonl
 from cookmind.evals.passk import pass_at_k
+from cookmind.infer import SamplingParams, generate
 
 
 def load_gsm8k(path, limit: int | None = None) -> list[dict]:
@@ -71,7 +71,6 @@ def evaluate_gsm8k(
         stop_token_ids=stop_ids_of(tokenizer),
         stop_strings=stops,
         seed=seed,
-        batch_size=batch_size,
     )
     prompts = [format_prompt(p["question"], template, tokenizer) for p in problems]
     records = []
@@ -80,8 +79,7 @@ def evaluate_gsm8k(
     for start in range(0, len(problems), chunk):
         part = range(start, min(start + chunk, len(problems)))
         ids = [encode_text(tokenizer, prompts[i]) for i in part for _ in range(num_samples)]
-        params.seed = seed + start
-        outs = generate_ids(model, ids, params, tokenizer)
+        outs = generate(model, ids, params.replace(seed=seed + start), tokenizer, batch_size=batch_size)
         for j, i in enumerate(part):
             texts = [decode_response(tokenizer, o) for o in outs[j * num_samples : (j + 1) * num_samples]]
             scores = [reward_fn(t, problems[i]["answer"]) for t in texts]

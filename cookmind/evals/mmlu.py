@@ -17,10 +17,10 @@ from tqdm import tqdm
 
 from cookmind.align.log_probs import get_response_log_probs
 from cookmind.align.parse import LETTERS, parse_mmlu_response
-from cookmind.align.rollout import SamplingParams, generate_ids
 from cookmind.align.text_codec import decode_response, encode_text, stop_ids_of
 from cookmind.align.tokenize_pairs import tokenize_prompt_and_output
 from cookmind.evals.atomic_io import write_jsonl
+from cookmind.infer import SamplingParams, generate
 
 SCORINGS = ("letter", "option", "generate")
 
@@ -87,8 +87,9 @@ def evaluate_mmlu(
         part = rows[start : start + batch_size]
         prompts = [mmlu_prompt(r) for r in part]
         if scoring == "generate":
-            params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stop_ids_of(tokenizer), stop_strings=("\n",))
-            outs = generate_ids(model, [encode_text(tokenizer, p) for p in prompts], params, tokenizer)
+            params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stop_ids_of(tokenizer),
+                                    stop_strings=("\n",))
+            outs = generate(model, [encode_text(tokenizer, p) for p in prompts], params, tokenizer, batch_size=batch_size)
             texts = [decode_response(tokenizer, o) for o in outs]
             preds = [parse_mmlu_response(r, t) for r, t in zip(part, texts)]
             scores = [None] * len(part)

@@ -28,15 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from cookmind.infer.detokenize import IncrementalDetokenizer
     from cookmind.infer.generate import generate, stream
-    from cookmind.infer.generation_config import GenerationConfig
     from cookmind.infer.loading import load_for_inference
+    from cookmind.infer.sampling import SamplingParams
     from cookmind.infer.stop import StopStringMatcher
 
     model, tok = load_for_inference(args.checkpoint, args.device or "cpu", args.dtype, args.tokenizer)
     stops = tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
-    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                           stop_token_ids=stops, seed=args.seed)
+    cfg = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                         top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                         stop_token_ids=stops, seed=args.seed)
     prompts = []
     for text in args.prompt:
         if args.chat:

@@ -28,7 +28,14 @@ from cookmind.infer.cuda_graphs import CudaGraphDecoder
 from cookmind.infer.paged_cache import blocks_for_budget
 from cookmind.infer.prefix_cache import PrefixCache, chain_keys
 from cookmind.infer.runner import ModelRunner
-from cookmind.infer.sampling import SamplingBatch, SamplingParams, make_generator, process_logits, sample_from_logits
+from cookmind.infer.sampling import (
+    SamplingBatch,
+    SamplingParams,
+    ban_tokens,
+    make_generator,
+    process_logits,
+    sample_from_logits,
+)
 from cookmind.infer.slot_cache import SlotKVCache
 
 
@@ -216,14 +223,17 @@ class Engine:
         return len(self.slots)
 
     # ---- public API -------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], params: SamplingParams | None = None, max_new_tokens: int = 64,
-               stop_token_ids=(), sink: Callable[[object], None] | None = None,
+    def submit(self, prompt_ids: list[int], params: SamplingParams | None = None, max_new_tokens: int | None = None,
+               stop_token_ids=None, sink: Callable[[object], None] | None = None,
                prompt_logprobs: int | None = None) -> EngineRequest:
         """Queue a request; raises QueueFullError when the waiting queue is full and ValueError
         when the prompt leaves no room in the context. prompt_logprobs=k: send a PromptLogprobsEvent
         (the prompt's tokens scored, with the top k at each place) before the first token.
-        max_new_tokens=0 only prefills (with prompt_logprobs: scoring a text) and finishes "length"."""
+        max_new_tokens / stop_token_ids: default to the params' own. max_new_tokens=0 only prefills (with
+        prompt_logprobs: scoring a text) and finishes "length". Stop strings are the caller's (it cancels)."""
         params = params or SamplingParams()
+        max_new_tokens = params.max_new_tokens if max_new_tokens is None else max_new_tokens
+        stop_token_ids = params.stop_token_ids if stop_token_ids is None else stop_token_ids
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty: it needs at least one token")
         if len(prompt_ids) >= self.max_seq_len:
@@ -532,7 +542,7 @@ class Engine:
             logits = self.graphs.decode(b, length)
             batch = self._sampling_batch(active)
             if batch.uses("all_greedy") and not batch.uses("repetition") and not batch.uses("presence_frequency") \
-                    and not any(r.params.logprobs for r in active):
+                    and not any(r.params.logprobs or r.n_sampled < r.params.min_new_tokens for r in active):
                 return self._greedy_record(active, b)  # the graph already took the argmax into _last_tok
         else:
             self._graph_key = None  # the graph state is stale after an eager step
@@ -572,6 +582,8 @@ class Engine:
         """Draw each request's next token on the device. deferred: start an asynchronous copy of the
         tokens into a pinned host buffer (two alternate: one pending step is read while the next fills)."""
         batch = self._sampling_batch(reqs)
+        bans = {i: tuple(r.stop_token_ids) for i, r in enumerate(reqs) if r.n_sampled < r.params.min_new_tokens}
+        logits = ban_tokens(logits, {i: ids for i, ids in bans.items() if ids})
         slot_list = [r.slot for r in reqs]
         contiguous = slot_list == list(range(slot_list[0], slot_list[0] + len(slot_list)))
         slots = None if contiguous and self._seen is None else torch.tensor(slot_list, device=self.device)
