@@ -144,3 +144,71 @@ def test_tiny_model_trained_on_repeated_text_reproduces_it_through_generate():
     assert len(out) > len(text)
     assert bytes(prompt + out).decode() == (text * 3)[: len(prompt) + len(out)]
 
+
+
+def _naive_greedy(model, prompt, n, banned_first=(), min_new=0):
+    """Argmax over full recomputation; tokens in banned_first are excluded for the first min_new steps."""
+    seq = list(prompt)
+    for step in range(n):
+        with torch.no_grad():
+            logits = model(torch.tensor([seq])).logits[0, -1].clone()
+        if step < min_new:
+            logits[list(banned_first)] = float("-inf")
+        seq.append(int(logits.argmax()))
+    return seq[len(prompt):]
+
+
+@pytest.mark.parametrize("engine", ["builtin", "serving"])
+def test_min_new_tokens_bans_stop_tokens_until_then(engine):
+    model = tiny_model()
+    free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8), engine=engine)[0]
+    stop = free[0]  # the greedy first token: without the ban the response ends at once
+    params = SamplingParams(temperature=0, max_new_tokens=8, min_new_tokens=3, stop_token_ids=(stop,))
+    out = generate(model, [PROMPTS[1]], params, keep_stop_token=True, engine=engine)[0]
+    want = _naive_greedy(model, PROMPTS[1], 8, (stop,), 3)
+    if stop in want[3:]:
+        want = want[: want.index(stop, 3) + 1]
+    assert out == want
+    assert stop not in out[:3]
+
+
+def test_row_i_is_seeded_seed_plus_i_in_both_engines():
+    """Row i of a call draws what the same prompt alone draws with seed + i (GRPO's reproducible groups)."""
+    model = tiny_model()
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=40)
+    rows = generate(model, PROMPTS, params, engine="builtin")
+    alone = [generate(model, [p], params.replace(seed=40 + i), engine="builtin")[0] for i, p in enumerate(PROMPTS)]
+    assert rows == alone
+    assert generate(model, PROMPTS, params, engine="serving") == rows  # same sampler, same per-row generators
+
+
+def test_lora_model_generates_like_naive_loop():
+    from cookmind.model.lora import apply_lora
+
+    model = tiny_model()
+    apply_lora(model, r=4, alpha=8.0)
+    with torch.no_grad():  # nonzero adapters, so the LoRA path changes the outputs
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    out = generate(model, [PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=6))[0]
+    assert out == _naive_greedy(model, PROMPTS[0], 6)
+
+
+def test_token_stops_end_on_stop_token_or_completing_token():
+    from cookmind.infer.stop import TokenStops
+
+    stops = TokenStops((7,), ("CD",), CharTok())  # CharTok: id i -> chr(65 + i % 26)
+    assert [stops.feed(t) for t in (0, 1, 2)] == [False, False, False]  # "ABC"
+    assert stops.feed(3) is True and stops.ids == [0, 1, 2, 3]  # "ABCD" completes "CD" with its last token
+    other = TokenStops((7,), (), None)
+    assert [other.feed(t) for t in (1, 7)] == [False, True]
+    with pytest.raises(ValueError, match="tokenizer"):
+        TokenStops((), ("x",), None)
+
+
+@pytest.mark.parametrize("bad", [{"stop_strings": "abc"}, {"stop_strings": ("",)}, {"min_new_tokens": 9,
+                                 "max_new_tokens": 8}, {"stop_token_ids": ("a",)}, {"max_new_tokens": 1.5}])
+def test_sampling_params_refuse_bad_fields_naming_them(bad):
+    with pytest.raises(ValueError, match=next(iter(bad)) if "stop_strings" not in bad else "stop strings"):
+        SamplingParams(**bad)
