@@ -181,3 +181,32 @@ def test_prompt_logprobs_across_prefill_chunks():
     for i in range(1, len(prompt)):
         assert ev.logprobs[i] == pytest.approx(logp[i - 1, prompt[i]].item(), abs=1e-4)
         assert [t for t, _ in ev.top[i]] == logp[i - 1].topk(3).indices.tolist()
+
+
+def test_block_manager_reserves_grows_and_releases_by_hand_counts():
+    """A pool of 9 blocks (8 usable) of 4 positions: hand-counted reservations, growth and release."""
+    from types import SimpleNamespace
+
+    from cookmind.infer.block_manager import BlockManager
+    from cookmind.infer.paged_cache import PagedKVCache
+
+    manager = BlockManager(PagedKVCache(1, 9, 4, 1, 2, num_rows=2, max_seq_len=32), max_seq_len=32)
+
+    def request(slot, prompt_len, max_new):
+        return SimpleNamespace(prompt_ids=[1] * prompt_len, max_new_tokens=max_new, prompt_logprobs=None, slot=slot,
+                               blocks=[], reserved_blocks=0)
+
+    a, b = request(0, 6, 7), request(1, 3, 10)  # 13 positions -> 4 blocks; 13 -> 4 blocks
+    manager.check_fits(a)
+    manager.check_fits(b)
+    assert (a.reserved_blocks, b.reserved_blocks) == (4, 4)
+    assert manager.try_reserve(a) and manager.try_reserve(b) and manager.unreserved == 0
+    c = request(0, 1, 1)
+    manager.check_fits(c)
+    assert not manager.try_reserve(c)  # nothing left to promise
+    manager.grow(a, 5)  # positions 0..5 need 2 blocks
+    assert len(a.blocks) == 2 and manager.accounting()["kv_blocks_free"] == 6
+    manager.release(a)
+    assert a.blocks == [] and manager.unreserved == 4 and manager.accounting()["kv_blocks_free"] == 8
+    with pytest.raises(ValueError, match="can fill 8 KV blocks but the pool holds 4"):
+        BlockManager(PagedKVCache(1, 5, 4, 1, 2, num_rows=1, max_seq_len=32), 32).check_fits(request(0, 20, 20))
