@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 
 import pytest
 import torch
@@ -84,11 +85,20 @@ def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
     ids = torch.tensor([tok.encode("The cook stirs the soup.")])
     with torch.no_grad():
         ref = model(ids).logits
-    for path in (d, hf_dir):
+    run = tmp_path / "run" / "checkpoints"
+    shutil.copytree(d, run / "step_3")
+    for path in (d, hf_dir, tmp_path / "run"):  # a training run: its newest checkpoint
         loaded, loaded_tok = load_for_inference(path)
         with torch.no_grad():
             torch.testing.assert_close(loaded(ids).logits, ref, atol=1e-5, rtol=1e-5)
         assert loaded_tok.encode("soup and bread") == tok.encode("soup and bread")
+    native, native_tok = load_for_inference(hf_dir, hf_native=True)  # evals: transformers as it is
+    assert type(native).__module__.startswith("transformers")
+    with torch.no_grad():
+        torch.testing.assert_close(native(ids).logits, ref, atol=1e-5, rtol=1e-5)
+    assert native_tok.encode("soup and bread", add_special_tokens=False) == tok.encode("soup and bread")
+    with pytest.raises(FileNotFoundError, match="no such model directory"):
+        load_for_inference(tmp_path / "absent")
 
 
 def test_hf_tokenizer_adapter_matches_ours(ckpt, tmp_path):
