@@ -109,18 +109,10 @@ def pick_engine(model, engine: str = "auto") -> str:
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose {', '.join(ENGINES)}")
     if engine == "auto":
-        serving = model_kind(model) == "cookmind" and model_device(model).type == "cuda"
-        return "serving" if serving and _engine_runs(model) else "builtin"
+        return "serving" if model_kind(model) == "cookmind" and model_device(model).type == "cuda" else "builtin"
     if engine == "serving" and model_kind(model) != "cookmind":
         raise ValueError(f"engine='serving' runs a CookMindLM, not a {type(model).__name__}; use engine='builtin'")
     return engine
-
-
-def _engine_runs(model) -> bool:
-    """The engine's runner reads plain projection weights: a model with LoRA modules takes the plain loop."""
-    from cookmind.model.lora import has_lora
-
-    return not has_lora(model)
 
 
 def generate(model, prompts: list[list[int]], params: SamplingParams, tokenizer=None, *, keep_stop_token: bool = False,

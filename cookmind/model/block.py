@@ -29,6 +29,13 @@ class Block(nn.Module):
             self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range, out_std)
         self.is_moe = cfg.num_experts > 0
 
+    def ffn(self, x: torch.Tensor, gate_up_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The feed-forward output of x (already normed), without the MoE balance loss (serving needs none).
+        gate_up_weight: the fused [W_gate; W_up] of a dense FFN (``model.fused.fuse_projections``)."""
+        if self.is_moe:
+            return self.mlp(x)[0]
+        return self.mlp(x, gate_up_weight)
+
     def forward(self, x, cos, sin, attention_mask=None, kv_cache=None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns (hidden states, MoE balance loss or None)."""
         h = x + self.self_attn(self.input_layernorm(x), cos, sin, attention_mask, kv_cache)
