@@ -7,6 +7,8 @@ import shutil
 
 import pytest
 import torch
+from lm_fixtures import one_cpu_thread
+from test_server import make_model, make_tokenizer
 
 from cookmind.cli import main as cli_main
 from cookmind.infer import SamplingParams, generate
@@ -14,9 +16,6 @@ from cookmind.infer.chat_session import ChatSession
 from cookmind.infer.cli_chat import run
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.model import save_model
-from test_server import make_model, make_tokenizer
-from lm_fixtures import one_cpu_thread
-
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
@@ -34,7 +33,8 @@ def ckpt(tmp_path_factory):
 
 def reference_reply(model, tok, messages, n):
     ids = tok.render(messages, add_generation_prompt=True)[0]
-    out = generate(model, [ids], SamplingParams(temperature=0, max_new_tokens=n, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
+    params = SamplingParams(temperature=0, max_new_tokens=n, stop_token_ids=(tok.eos_id, tok.im_end_id))
+    out = generate(model, [ids], params)[0]
     return split_reasoning(tok.decode(out))
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lm_fixtures import one_cpu_thread, sharp_tiny_lm
 
 from cookmind.infer import SamplingParams, generate, generate_steps, stream
 from cookmind.infer.runner import ModelRunner
 from cookmind.model import CookMindConfig, CookMindLM
-from lm_fixtures import one_cpu_thread, sharp_tiny_lm
-
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
@@ -72,7 +71,8 @@ def test_stop_string_ends_after_completing_token():
     free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8))[0]
     text = CharTok().decode(free)
     stop = text[4:6]
-    out = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8, stop_strings=(stop,)), CharTok())[0]
+    params = SamplingParams(temperature=0, max_new_tokens=8, stop_strings=(stop,))
+    out = generate(model, [PROMPTS[1]], params, CharTok())[0]
     assert out == free[: text.index(stop) + 2]
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lm_fixtures import one_cpu_thread, sharp_tiny_lm
 
 from cookmind.infer import generate
 from cookmind.infer.engine import Engine, FinishEvent, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.paged_cache import BlockAllocator, blocks_for_budget
 from cookmind.infer.sampling import SamplingParams
-from lm_fixtures import one_cpu_thread, sharp_tiny_lm
-
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
@@ -63,7 +62,8 @@ def test_paged_equals_slots_and_generate_mixed_lengths(overlap, graphs):
         engine.run_until_idle()  # 5 requests through 3 rows, prompts chunked, many block boundaries
         outs[kv] = [tokens(r) for r in reqs]
     assert outs["paged"] == outs["slots"]
-    assert outs["paged"] == [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
+    greedy = SamplingParams(temperature=0)
+    assert outs["paged"] == [generate(model, [p], greedy.replace(max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
 
 
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}, {"head_dim": 16}])
@@ -159,7 +159,8 @@ def test_request_that_cannot_get_blocks_waits_in_the_queue():
     running = [r for r in engine.slots if r is not None]
     assert len(running) == 2 and len(engine.waiting) == 2  # rows are free; blocks are not
     engine.run_until_idle()
-    assert [tokens(r) for r in reqs] == [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=13))[0] for p in prompts]
+    greedy = SamplingParams(temperature=0, max_new_tokens=13)
+    assert [tokens(r) for r in reqs] == [generate(model, [p], greedy)[0] for p in prompts]
     assert engine.kv_blocks()["kv_blocks_free"] == 9
     with pytest.raises(ValueError, match="pool holds 9"):
         engine.submit(PROMPTS[1], None, 30)  # could fill 44 positions = 11 blocks: never fits

@@ -87,9 +87,10 @@ def evaluate_mmlu(
         part = rows[start : start + batch_size]
         prompts = [mmlu_prompt(r) for r in part]
         if scoring == "generate":
-            params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stop_ids_of(tokenizer),
-                                    stop_strings=("\n",))
-            outs = generate(model, [encode_text(tokenizer, p) for p in prompts], params, tokenizer, batch_size=batch_size)
+            params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0,
+                                    stop_token_ids=stop_ids_of(tokenizer), stop_strings=("\n",))
+            ids = [encode_text(tokenizer, p) for p in prompts]
+            outs = generate(model, ids, params, tokenizer, batch_size=batch_size)
             texts = [decode_response(tokenizer, o) for o in outs]
             preds = [parse_mmlu_response(r, t) for r, t in zip(part, texts)]
             scores = [None] * len(part)

@@ -1,11 +1,12 @@
 """ModelRunner: the forward pass of a CookMindLM over a serving KV cache (slots or paged blocks).
 
-It runs the model's own modules (embedding, norms, ``Attention.project_qkv``, ``o_proj``,
-``Block.ffn``, the RoPE tables and ``apply_rope``; LoRA-wrapped projections included) and only
-changes where keys and values live: each request's row of a ``SlotKVCache`` (a slot of the
-whole context) or of a ``PagedKVCache`` (blocks found through the row's block table), at its own
-positions. That lets one decode step serve requests of different lengths, lets a finished
-request leave without touching the others, and keeps every shape static for CUDA graphs.
+It runs the model's own code: the embedding, each layer's ``Block.attention_inputs`` and
+``Block.after_attention`` (norms, projections, FFN; LoRA-wrapped projections included), the RoPE
+tables and ``apply_rope``, the final norm and LM head. It only changes where keys and values
+live: each request's row of a ``SlotKVCache`` (a slot of the whole context) or of a
+``PagedKVCache`` (blocks found through the row's block table), at its own positions. That lets
+one decode step serve requests of different lengths, lets a finished request leave without
+touching the others, and keeps every shape static for CUDA graphs.
 Tests check its logits against the model's plain forward.
 """
 
@@ -188,14 +189,12 @@ class ModelRunner:
         but not yet rotated (the kernel applies RoPE); returns (h, q, k, v)."""
         if delta is not None:
             h = h + delta
-        q, k, v = layer.self_attn.project_qkv(layer.input_layernorm(h), qkv_weight, qkv_bias)  # (B, 1, heads, D)
+        q, k, v = layer.attention_inputs(h, qkv_weight, qkv_bias)  # (B, 1, heads, D)
         return h, q[:, 0], k[:, 0], v[:, 0]
 
     def _decode_post(self, layer, gate_up_weight, h, attn_out):
         """h + o_proj(attention output); returns (h, ffn(norm(h))), the FFN output added by the next layer."""
-        b = h.shape[0]
-        h = h + layer.self_attn.o_proj(attn_out.reshape(b, 1, -1))
-        return h, layer.ffn(layer.post_attention_layernorm(h), gate_up_weight)
+        return layer.after_attention(h, attn_out.reshape(h.shape[0], 1, -1), gate_up_weight)
 
     @staticmethod
     def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
@@ -239,7 +238,7 @@ class ModelRunner:
 
     def _pre(self, layer, h, cos, sin, qkv_weight=None, qkv_bias=None):
         """The attention's inputs: q, k, v (B, heads, T, D) from norm(h), with QK-norm and RoPE."""
-        q, k, v = layer.self_attn.project_qkv(layer.input_layernorm(h), qkv_weight, qkv_bias)
+        q, k, v = layer.attention_inputs(h, qkv_weight, qkv_bias)
         return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
 
     def _attend(self, q, k, v, mask, cache_k, cache_v, step):
@@ -261,5 +260,5 @@ class ModelRunner:
 
     def _post(self, layer, h, attn_out, gate_up=None):
         """h + o_proj(attention output), then + ffn(norm(h))."""
-        h = h + layer.self_attn.o_proj(attn_out)
-        return h + layer.ffn(layer.post_attention_layernorm(h), gate_up)
+        h, ffn = layer.after_attention(h, attn_out, gate_up)
+        return h + ffn

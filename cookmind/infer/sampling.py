@@ -76,7 +76,8 @@ class SamplingParams:
         ]
         for name, ok, allowed in checks:
             if not ok:
-                raise ValueError(f"sampling parameter {name}={getattr(self, name)!r} is out of range: must be {allowed}")
+                raise ValueError(f"sampling parameter {name}={getattr(self, name)!r} is out of range: "
+                                 f"must be {allowed}")
 
     def replace(self, **changes) -> "SamplingParams":
         """A copy with some fields changed (validated again)."""

@@ -81,7 +81,8 @@ class Stepper:
             self.valid[:, self.col] = True
             self.col += 1
             self.last_pos = self.last_pos + 1
-            return self.model(new, position_ids=self.last_pos[:, None], attention_mask=self.valid[:, None, None, : self.col],
+            mask = self.valid[:, None, None, : self.col]
+            return self.model(new, position_ids=self.last_pos[:, None], attention_mask=mask,
                               kv_cache=self.cache).logits[:, -1]
         return self._forward(new)
 

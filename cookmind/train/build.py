@@ -6,7 +6,6 @@ Kept apart from the loop so a caller (the demo, a test, GRPO) can pass any part 
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
