@@ -76,6 +76,20 @@ def test_cookmind_generate_cli(ckpt, capsys):
     assert capsys.readouterr().out == tok.decode(out) + "\n"
 
 
+def test_cookmind_generate_cli_batch_cuts_each_completion_before_its_stop_string(ckpt, capsys):
+    d, model, tok = ckpt
+    prompts = ["The cook", "Soup"]
+    greedy = SamplingParams(temperature=0, max_new_tokens=12, stop_token_ids=(tok.eos_id, tok.im_end_id))
+    free = [tok.decode(o) for o in generate(model, [tok.encode(p) for p in prompts], greedy)]
+    stop = free[0][len(free[0]) // 2 :][:2]  # two characters from the middle of the first completion
+    if not stop.strip():
+        pytest.skip("the tiny model's completion has no usable stop string")
+    args = ["generate", "--checkpoint", str(d), "--max-new-tokens", "12", "--stop", stop]
+    assert cli_main(args + [a for p in prompts for a in ("--prompt", p)]) == 0
+    want = "".join(f"=== {p}\n{f.split(stop, 1)[0]}\n" for p, f in zip(prompts, free))  # str.split as reference
+    assert capsys.readouterr().out == want
+
+
 def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
     from cookmind.infer.loading import load_for_inference
     from cookmind.model.hf import export_hf

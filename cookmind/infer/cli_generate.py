@@ -46,12 +46,10 @@ def main(args: argparse.Namespace) -> int:
         else:
             prompts.append(tok.encode(text))
     if len(prompts) > 1:  # a batch: generate together, print each
-        outs = generate(model, prompts, cfg)
+        outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string
         for text, out in zip(args.prompt, outs):
-            completion = tok.decode(out)
-            for s in args.stop:
-                completion = completion.split(s, 1)[0]
-            print(f"=== {text}\n{completion}")
+            stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
+            print(f"=== {text}\n{stopper.feed(tok.decode(out))[0] + stopper.flush()}")
         return 0
     detok, stopper = IncrementalDetokenizer(tok), StopStringMatcher(args.stop)
     for token in stream(model, prompts[0], cfg):
