@@ -91,13 +91,13 @@ def generate_steps(model, prompts: list[list[int]], params: SamplingParams,
 def _batches(model, prompts: list[list[int]], batch_size: int) -> list[list[int]]:
     """Row indices of each batch of the plain loop: our model pads rows of any length into one batch (in input
     order); a Hugging Face model or callable takes rows of one prompt length (grouped by length)."""
+    padded = model_kind(model) == "cookmind"
     order = list(range(len(prompts)))
-    if model_kind(model) != "cookmind":
+    if not padded:
         order.sort(key=lambda i: len(prompts[i]))
     out: list[list[int]] = []
     for i in order:
-        if out and len(out[-1]) < batch_size and (model_kind(model) == "cookmind"
-                                                   or len(prompts[out[-1][0]]) == len(prompts[i])):
+        if out and len(out[-1]) < batch_size and (padded or len(prompts[out[-1][0]]) == len(prompts[i])):
             out[-1].append(i)
         else:
             out.append([i])
