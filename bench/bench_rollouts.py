@@ -55,12 +55,12 @@ def main(argv=None) -> int:
     n = args.prompts * args.group_size
     prompts = [torch.randint(0, cfg.vocab_size, (args.prompt_len,)).tolist() for _ in range(args.prompts)]
     rep = [p for p in prompts for _ in range(args.group_size)]
-    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0, batch_size=n, engine="builtin")
+    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
     gen_model = model.to(dtype).eval()
     generate_ids(gen_model, rep[:2], SamplingParams(max_new_tokens=4, temperature=1.0, seed=0))  # warm-up
     _sync(device)
     t = time.perf_counter()
-    outs = generate_ids(gen_model, rep, params)
+    outs = generate_ids(gen_model, rep, params, batch_size=n, engine="builtin")
     _sync(device)
     dt = time.perf_counter() - t
     new = sum(len(o) for o in outs)
@@ -68,13 +68,12 @@ def main(argv=None) -> int:
                       "rollouts": n, "new_tokens": new, "seconds": round(dt, 3), "tokens_per_s": round(new / dt, 1),
                       "device": str(device), "dtype": str(dtype)}), flush=True)
     # the serving engine (what engine="auto" uses on CUDA): built once per model, then reused every step
-    serving = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0, batch_size=n, engine="serving")
     t = time.perf_counter()
-    generate_ids(gen_model, rep, serving)  # builds (and on CUDA compiles and captures) the engine
+    generate_ids(gen_model, rep, params, batch_size=n, engine="serving")  # builds (and on CUDA compiles and captures) the engine
     _sync(device)
     setup = time.perf_counter() - t
     t = time.perf_counter()
-    outs_serving = generate_ids(gen_model, rep, serving)
+    outs_serving = generate_ids(gen_model, rep, params, batch_size=n, engine="serving")
     _sync(device)
     dt = time.perf_counter() - t
     new = sum(len(o) for o in outs_serving)
@@ -82,7 +81,7 @@ def main(argv=None) -> int:
                       "preset": args.preset, "rollouts": n, "new_tokens": new, "seconds": round(dt, 3),
                       "tokens_per_s": round(new / dt, 1), "first_call_s": round(setup, 2), "device": str(device),
                       "dtype": str(dtype)}), flush=True)
-    from cookmind.align.engine_rollout import release_engine
+    from cookmind.infer.engine_generate import release_engine
 
     release_engine()
     try:

@@ -52,7 +52,7 @@ def test_builtin_greedy_matches_hf_generate():
     model = tiny_hf_model(vocab_size=40)
     model.generation_config.eos_token_id = None
     prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9, 10, 11]]
-    ours = generate_ids(model, prompts, SamplingParams(max_new_tokens=6, temperature=0.0, engine="builtin"))
+    ours = generate_ids(model, prompts, SamplingParams(max_new_tokens=6, temperature=0.0), engine="builtin")
     for p, o in zip(prompts, ours):
         ref = model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False, pad_token_id=0)[0, len(p):].tolist()
         assert o == ref
@@ -202,33 +202,32 @@ def test_serving_engine_greedy_equals_builtin_loop_with_stop_token_kept():
     model = _sharp_cookmind(vocab_size=11)
     prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9, 10, 1], [2], [9, 9]]
     base = dict(max_new_tokens=12, temperature=0.0)
-    plain = generate_ids(model, prompts, SamplingParams(engine="builtin", **base))
+    plain = generate_ids(model, prompts, SamplingParams(**base), engine="builtin")
     stop = next(t for o in plain for t in o[1:])  # a token some response emits after its first
     params = dict(base, stop_token_ids=(stop,))
-    want = generate_ids(model, prompts, SamplingParams(engine="builtin", **params))
-    got = generate_ids(model, prompts, SamplingParams(engine="serving", **params))
+    want = generate_ids(model, prompts, SamplingParams(**params), engine="builtin")
+    got = generate_ids(model, prompts, SamplingParams(**params), engine="serving")
     assert got == want
     assert any(o and o[-1] == stop and len(o) < 12 for o in got)  # the stop case was exercised
 
 
 def test_serving_engine_samples_distinct_reproducible_rows_and_stops_on_strings():
-    from cookmind.align import engine_rollout
+    from cookmind.infer import engine_generate
 
     model = _sharp_cookmind()
     tok = XYZ()
     prompts = [[4]] * 16
-    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5, stop_token_ids=(3,), stop_strings=("zz",),
-                            engine="serving")
-    outs = generate_ids(model, prompts, params, tok)
-    engine = engine_rollout._held[1]
-    assert outs == generate_ids(model, prompts, params, tok)  # the seed fixes every row
-    assert engine_rollout._held[1] is engine  # one engine, reused across calls
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5, stop_token_ids=(3,), stop_strings=("zz",))
+    outs = generate_ids(model, prompts, params, tok, engine="serving")
+    engine = engine_generate.held_engine()
+    assert outs == generate_ids(model, prompts, params, tok, engine="serving")  # the seed fixes every row
+    assert engine_generate.held_engine() is engine  # one engine, reused across calls
     assert len({tuple(o) for o in outs}) > 4  # rows of a group draw from their own generators
     for o in outs:
         text = tok.decode(o)
         assert 3 not in o[:-1] and "zz" not in text[:-1]
         assert o[-1] == 3 or text.endswith("zz") or len(o) == 8
-    engine_rollout.release_engine()
+    engine_generate.release_engine()
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -238,9 +237,9 @@ def test_serving_engine_sees_weight_updates_in_place(device):
     model = _sharp_cookmind(vocab_size=11).to(device)
     prompts = [[1, 2, 3], [5]]
     params = dict(max_new_tokens=6, temperature=0.0)
-    generate_ids(model, prompts, SamplingParams(engine="serving", **params))
+    generate_ids(model, prompts, SamplingParams(**params), engine="serving")
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(-1.0).add_(0.3)
-    want = generate_ids(model, prompts, SamplingParams(engine="builtin", **params))
-    assert generate_ids(model, prompts, SamplingParams(engine="serving", **params)) == want
+    want = generate_ids(model, prompts, SamplingParams(**params), engine="builtin")
+    assert generate_ids(model, prompts, SamplingParams(**params), engine="serving") == want

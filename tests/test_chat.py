@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import io
+import shutil
 
 import pytest
 import torch
+from lm_fixtures import one_cpu_thread
+from test_server import make_model, make_tokenizer
 
 from cookmind.cli import main as cli_main
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import SamplingParams, generate
 from cookmind.infer.chat_session import ChatSession
 from cookmind.infer.cli_chat import run
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.model import save_model
-from test_server import make_model, make_tokenizer
-from lm_fixtures import one_cpu_thread
-
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
@@ -33,13 +33,14 @@ def ckpt(tmp_path_factory):
 
 def reference_reply(model, tok, messages, n):
     ids = tok.render(messages, add_generation_prompt=True)[0]
-    out = generate(model, [ids], GenerationConfig(max_new_tokens=n, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
+    params = SamplingParams(temperature=0, max_new_tokens=n, stop_token_ids=(tok.eos_id, tok.im_end_id))
+    out = generate(model, [ids], params)[0]
     return split_reasoning(tok.decode(out))
 
 
 def test_session_keeps_history_and_system(ckpt):
     _, model, tok = ckpt
-    s = ChatSession(model, tok, GenerationConfig(max_new_tokens=6), system="You are a cook.")
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=6), system="You are a cook.")
     first = "".join(p for k, p in s.send("Hi there") if k == "content")
     msgs = [{"role": "system", "content": "You are a cook."}, {"role": "user", "content": "Hi there"}]
     assert first == reference_reply(model, tok, msgs, 6)[1]
@@ -53,7 +54,7 @@ def test_session_keeps_history_and_system(ckpt):
 
 def test_repl_commands(ckpt):
     _, model, tok = ckpt
-    s = ChatSession(model, tok, GenerationConfig(max_new_tokens=4))
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
     out = io.StringIO()
     run(s, io.StringIO("/system Be brief.\nhello\n/history\n/reset\n/history\n/quit\n"), out)
     text = out.getvalue()
@@ -71,8 +72,22 @@ def test_cookmind_generate_cli(ckpt, capsys):
     d, model, tok = ckpt
     assert cli_main(["generate", "--checkpoint", str(d), "--prompt", "The cook", "--max-new-tokens", "7"]) == 0
     out = generate(model, [tok.encode("The cook")],
-                   GenerationConfig(max_new_tokens=7, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
+                   SamplingParams(temperature=0, max_new_tokens=7, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
     assert capsys.readouterr().out == tok.decode(out) + "\n"
+
+
+def test_cookmind_generate_cli_batch_cuts_each_completion_before_its_stop_string(ckpt, capsys):
+    d, model, tok = ckpt
+    prompts = ["The cook", "Soup"]
+    greedy = SamplingParams(temperature=0, max_new_tokens=12, stop_token_ids=(tok.eos_id, tok.im_end_id))
+    free = [tok.decode(o) for o in generate(model, [tok.encode(p) for p in prompts], greedy)]
+    stop = free[0][len(free[0]) // 2 :][:2]  # two characters from the middle of the first completion
+    if not stop.strip():
+        pytest.skip("the tiny model's completion has no usable stop string")
+    args = ["generate", "--checkpoint", str(d), "--max-new-tokens", "12", "--stop", stop]
+    assert cli_main(args + [a for p in prompts for a in ("--prompt", p)]) == 0
+    want = "".join(f"=== {p}\n{f.split(stop, 1)[0]}\n" for p, f in zip(prompts, free))  # str.split as reference
+    assert capsys.readouterr().out == want
 
 
 def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
@@ -84,11 +99,20 @@ def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
     ids = torch.tensor([tok.encode("The cook stirs the soup.")])
     with torch.no_grad():
         ref = model(ids).logits
-    for path in (d, hf_dir):
+    run = tmp_path / "run" / "checkpoints"
+    shutil.copytree(d, run / "step_3")
+    for path in (d, hf_dir, tmp_path / "run"):  # a training run: its newest checkpoint
         loaded, loaded_tok = load_for_inference(path)
         with torch.no_grad():
             torch.testing.assert_close(loaded(ids).logits, ref, atol=1e-5, rtol=1e-5)
         assert loaded_tok.encode("soup and bread") == tok.encode("soup and bread")
+    native, native_tok = load_for_inference(hf_dir, hf_native=True)  # evals: transformers as it is
+    assert type(native).__module__.startswith("transformers")
+    with torch.no_grad():
+        torch.testing.assert_close(native(ids).logits, ref, atol=1e-5, rtol=1e-5)
+    assert native_tok.encode("soup and bread", add_special_tokens=False) == tok.encode("soup and bread")
+    with pytest.raises(FileNotFoundError, match="no such model directory"):
+        load_for_inference(tmp_path / "absent")
 
 
 def test_hf_tokenizer_adapter_matches_ours(ckpt, tmp_path):

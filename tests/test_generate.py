@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from cookmind.infer import GenerationConfig, generate, generate_steps, stream
-from cookmind.infer.runner import ModelRunner
-from cookmind.model import CookMindConfig, CookMindLM
 from lm_fixtures import one_cpu_thread, sharp_tiny_lm
 
+from cookmind.infer import SamplingParams, generate, generate_steps, stream
+from cookmind.infer.runner import ModelRunner
+from cookmind.model import CookMindConfig, CookMindLM
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
@@ -24,7 +23,7 @@ PROMPTS = [[5, 9, 11], [3, 1, 4, 1, 5, 9, 2, 6], [42]]
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 4, "tie_word_embeddings": False}])
 def test_cached_logits_equal_full_recompute(overrides):
     model = tiny_model(**overrides)
-    cfg = GenerationConfig(max_new_tokens=6)
+    cfg = SamplingParams(temperature=0, max_new_tokens=6)
     steps = list(generate_steps(model, PROMPTS, cfg))
     for row, prompt in enumerate(PROMPTS):
         seq = list(prompt)
@@ -37,7 +36,7 @@ def test_cached_logits_equal_full_recompute(overrides):
 
 def test_batched_equals_one_at_a_time_greedy():
     model = tiny_model()
-    cfg = GenerationConfig(max_new_tokens=8)
+    cfg = SamplingParams(temperature=0, max_new_tokens=8)
     batched = generate(model, PROMPTS, cfg)
     alone = [generate(model, [p], cfg)[0] for p in PROMPTS]
     assert batched == alone
@@ -51,14 +50,14 @@ def test_greedy_matches_naive_argmax_loop():
     for _ in range(5):
         with torch.no_grad():
             seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-    assert generate(model, [PROMPTS[0]], GenerationConfig(max_new_tokens=5))[0] == seq[len(PROMPTS[0]):]
+    assert generate(model, [PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=5))[0] == seq[len(PROMPTS[0]):]
 
 
 def test_stop_token_ends_row_and_is_not_returned():
     model = tiny_model()
-    free = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8))[0]
+    free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8))[0]
     stop = free[3]
-    out = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8, stop_token_ids=(stop,)))[0]
+    out = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8, stop_token_ids=(stop,)))[0]
     assert out == free[: free.index(stop)]
 
 
@@ -69,23 +68,24 @@ class CharTok:
 
 def test_stop_string_ends_after_completing_token():
     model = tiny_model()
-    free = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8))[0]
+    free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8))[0]
     text = CharTok().decode(free)
     stop = text[4:6]
-    out = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8, stop_strings=(stop,)), CharTok())[0]
+    params = SamplingParams(temperature=0, max_new_tokens=8, stop_strings=(stop,))
+    out = generate(model, [PROMPTS[1]], params, CharTok())[0]
     assert out == free[: text.index(stop) + 2]
 
 
 def test_seeded_sampling_reproducible():
     model = tiny_model()
-    cfg = GenerationConfig(max_new_tokens=10, temperature=1.0, top_p=0.9, seed=123)
+    cfg = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.9, seed=123)
     assert generate(model, PROMPTS, cfg) == generate(model, PROMPTS, cfg)
 
 
 def test_seeded_repeated_prompts_sample_differently():
     """A group of identical prompts (as GRPO sends) must not share one sample stream."""
     model = tiny_model()
-    cfg = GenerationConfig(max_new_tokens=12, temperature=1.0, seed=7)
+    cfg = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
     rows = generate(model, [PROMPTS[0]] * 4, cfg)
     assert len({tuple(r) for r in rows}) > 1
     assert rows == generate(model, [PROMPTS[0]] * 4, cfg)
@@ -94,7 +94,7 @@ def test_seeded_repeated_prompts_sample_differently():
 def test_prompt_filling_context_is_an_error():
     model = tiny_model()
     with pytest.raises(ValueError, match="context"):
-        generate(model, [[1] * 64], GenerationConfig(max_new_tokens=4))
+        generate(model, [[1] * 64], SamplingParams(temperature=0, max_new_tokens=4))
 
 
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}])
@@ -140,7 +140,87 @@ def test_tiny_model_trained_on_repeated_text_reproduces_it_through_generate():
     model.eval()
     prompt = list(text[:8].encode())
     # stay inside the trained window: positions past it were never seen
-    out = generate(model, [prompt], GenerationConfig(max_new_tokens=window - len(prompt)))[0]
+    out = generate(model, [prompt], SamplingParams(temperature=0, max_new_tokens=window - len(prompt)))[0]
     assert len(out) > len(text)
     assert bytes(prompt + out).decode() == (text * 3)[: len(prompt) + len(out)]
 
+
+
+def _naive_greedy(model, prompt, n, banned_first=(), min_new=0):
+    """Argmax over full recomputation; tokens in banned_first are excluded for the first min_new steps."""
+    seq = list(prompt)
+    for step in range(n):
+        with torch.no_grad():
+            logits = model(torch.tensor([seq])).logits[0, -1].clone()
+        if step < min_new:
+            logits[list(banned_first)] = float("-inf")
+        seq.append(int(logits.argmax()))
+    return seq[len(prompt):]
+
+
+@pytest.mark.parametrize("engine", ["builtin", "serving"])
+def test_min_new_tokens_bans_stop_tokens_until_then(engine):
+    model = tiny_model()
+    free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8), engine=engine)[0]
+    stop = free[0]  # the greedy first token: without the ban the response ends at once
+    params = SamplingParams(temperature=0, max_new_tokens=8, min_new_tokens=3, stop_token_ids=(stop,))
+    out = generate(model, [PROMPTS[1]], params, keep_stop_token=True, engine=engine)[0]
+    want = _naive_greedy(model, PROMPTS[1], 8, (stop,), 3)
+    if stop in want[3:]:
+        want = want[: want.index(stop, 3) + 1]
+    assert out == want
+    assert stop not in out[:3]
+
+
+def test_row_i_is_seeded_seed_plus_i_in_both_engines():
+    """Row i of a call draws what the same prompt alone draws with seed + i (GRPO's reproducible groups)."""
+    model = tiny_model()
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=40)
+    rows = generate(model, PROMPTS, params, engine="builtin")
+    alone = [generate(model, [p], params.replace(seed=40 + i), engine="builtin")[0] for i, p in enumerate(PROMPTS)]
+    assert rows == alone
+    assert generate(model, PROMPTS, params, engine="serving") == rows  # same sampler, same per-row generators
+
+
+@pytest.mark.parametrize("path", ["builtin", "serving", "kernel"])
+def test_lora_model_generates_like_naive_loop(path):
+    """LoRA-wrapped projections (every target, the LM head included) run through the plain loop and through the
+    engine's runner (gather and paged-kernel decode), which calls the model's own modules."""
+    from cookmind.infer.engine import Engine
+    from cookmind.model.lora import apply_lora
+
+    model = tiny_model(tie_word_embeddings=False)
+    apply_lora(model, r=4, alpha=8.0, targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                               "down_proj", "lm_head"))
+    with torch.no_grad():  # nonzero adapters, so the LoRA path changes the outputs
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    want = _naive_greedy(model, PROMPTS[0], 6)
+    params = SamplingParams(temperature=0, max_new_tokens=6)
+    if path == "kernel":
+        engine = Engine(model, num_slots=2, max_seq_len=32, block_size=4, decode_attention="kernel")
+        req = engine.submit(PROMPTS[0], params)
+        engine.run_until_idle()
+        assert req.output_ids == want
+    else:
+        assert generate(model, [PROMPTS[0]], params, engine=path)[0] == want
+
+
+def test_token_stops_end_on_stop_token_or_completing_token():
+    from cookmind.infer.stop import TokenStops
+
+    stops = TokenStops((7,), ("CD",), CharTok())  # CharTok: id i -> chr(65 + i % 26)
+    assert [stops.feed(t) for t in (0, 1, 2)] == [False, False, False]  # "ABC"
+    assert stops.feed(3) is True and stops.ids == [0, 1, 2, 3]  # "ABCD" completes "CD" with its last token
+    other = TokenStops((7,), (), None)
+    assert [other.feed(t) for t in (1, 7)] == [False, True]
+    with pytest.raises(ValueError, match="tokenizer"):
+        TokenStops((), ("x",), None)
+
+
+@pytest.mark.parametrize("bad", [{"stop_strings": "abc"}, {"stop_strings": ("",)}, {"min_new_tokens": 9,
+                                 "max_new_tokens": 8}, {"stop_token_ids": ("a",)}, {"max_new_tokens": 1.5}])
+def test_sampling_params_refuse_bad_fields_naming_them(bad):
+    with pytest.raises(ValueError, match=next(iter(bad)) if "stop_strings" not in bad else "stop strings"):
+        SamplingParams(**bad)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import generate
 from cookmind.infer.cuda_graphs import CudaGraphDecoder
 from cookmind.infer.engine import Engine, TokenEvent
 from cookmind.infer.runner import ModelRunner
@@ -52,7 +52,7 @@ def test_engine_with_graphs_equals_generate(overlap):
     engine.run_until_idle()
     for req, prompt in zip(reqs, PROMPTS):
         toks = [ev.token_id for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)]
-        assert toks == generate(model, [prompt], GenerationConfig(max_new_tokens=9))[0]
+        assert toks == generate(model, [prompt], SamplingParams(temperature=0, max_new_tokens=9))[0]
 
 
 def long_cuda_model():
@@ -76,7 +76,7 @@ def test_compiled_graphs_equal_generate(kv_cache, decode_attention, compile_atte
     engine.run_until_idle()
     for req, prompt, n in zip(reqs, PROMPTS, lens):
         toks = [ev.token_id for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)]
-        assert toks == generate(model, [prompt], GenerationConfig(max_new_tokens=n))[0]
+        assert toks == generate(model, [prompt], SamplingParams(temperature=0, max_new_tokens=n))[0]
     if kv_cache == "paged":
         blocks = engine.kv_blocks()
         assert blocks["kv_blocks_free"] == blocks["kv_blocks_total"] == blocks["kv_blocks_unreserved"]

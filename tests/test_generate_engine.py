@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import generate
 from cookmind.infer.engine import Engine, FinishEvent, QueueFullError, TokenEvent
 from cookmind.infer.sampling import SamplingParams
 from lm_fixtures import one_cpu_thread, sharp_tiny_lm
@@ -45,7 +45,7 @@ def test_requests_join_and_leave_between_steps_greedy_equals_generate(overlap, g
     engine.run_until_idle()  # 4 requests through 3 slots: the last waits for a slot to free
     for req, prompt, n in zip(reqs, PROMPTS, lens):
         toks, fin = collect(req)
-        assert toks == generate(model, [prompt], GenerationConfig(max_new_tokens=n))[0]
+        assert toks == generate(model, [prompt], SamplingParams(temperature=0, max_new_tokens=n))[0]
         assert fin.reason == "length"
     assert all(s is None for s in engine.slots)
 
@@ -53,7 +53,7 @@ def test_requests_join_and_leave_between_steps_greedy_equals_generate(overlap, g
 @pytest.mark.parametrize("overlap", [False, True])
 def test_stop_token_finishes_with_stop(overlap):
     model = tiny_model()
-    free = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8))[0]
+    free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8))[0]
     engine = Engine(model, num_slots=2, max_seq_len=48, overlap=overlap)
     req = engine.submit(PROMPTS[1], SamplingParams(temperature=0), 8, stop_token_ids=[free[4]])
     engine.run_until_idle()
@@ -77,7 +77,7 @@ def test_cancel_frees_the_slot_for_the_next_request(overlap):
     toks_a, fin_a = collect(a)
     toks_b, fin_b = collect(b)
     assert fin_a.reason == "cancelled" and len(toks_a) < 40
-    assert toks_b == generate(model, [PROMPTS[2]], GenerationConfig(max_new_tokens=4))[0]
+    assert toks_b == generate(model, [PROMPTS[2]], SamplingParams(temperature=0, max_new_tokens=4))[0]
 
 
 def test_per_request_seed_is_independent_of_batch_companions():
@@ -94,7 +94,7 @@ def test_per_request_seed_is_independent_of_batch_companions():
         return collect(req)[0]
 
     assert run(False) == run(True) == run(True, overlap=True)
-    assert run(False) == generate(model, [PROMPTS[0]], GenerationConfig(max_new_tokens=10, temperature=1.0,
+    assert run(False) == generate(model, [PROMPTS[0]], SamplingParams(max_new_tokens=10, temperature=1.0,
                                                                         top_k=20, seed=11))[0]
 
 
@@ -105,10 +105,10 @@ def test_penalty_matches_generate(overlap):
     req = engine.submit(PROMPTS[3], SamplingParams(temperature=0, repetition_penalty=3.0, frequency_penalty=1.0), 8)
     other = engine.submit(PROMPTS[0], SamplingParams(temperature=0), 8)
     engine.run_until_idle()
-    ref = generate(model, [PROMPTS[3]], GenerationConfig(max_new_tokens=8, repetition_penalty=3.0,
+    ref = generate(model, [PROMPTS[3]], SamplingParams(temperature=0, max_new_tokens=8, repetition_penalty=3.0,
                                                          frequency_penalty=1.0))[0]
     assert collect(req)[0] == ref
-    assert collect(other)[0] == generate(model, [PROMPTS[0]], GenerationConfig(max_new_tokens=8))[0]
+    assert collect(other)[0] == generate(model, [PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=8))[0]
 
 
 @pytest.mark.parametrize("graphs", [False, True])
@@ -149,7 +149,7 @@ def test_background_thread_serves_requests():
         outs = [[ev.token_id for ev in r.events(timeout=30) if isinstance(ev, TokenEvent)] for r in reqs]
     finally:
         engine.stop()
-    assert outs == generate(model, PROMPTS, GenerationConfig(max_new_tokens=5))
+    assert outs == generate(model, PROMPTS, SamplingParams(temperature=0, max_new_tokens=5))
     assert engine.metrics()["generated_tokens_total"] == 20
 
 
@@ -158,12 +158,12 @@ def test_slot_reused_after_a_stop_in_flight(overlap, graphs):
     """With overlap, the step after a stop token is already running when the stop is read; the next
     request in that slot must not see its leftovers."""
     model = tiny_model()
-    free = generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=8))[0]
+    free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8))[0]
     engine = Engine(model, num_slots=1, max_seq_len=48, overlap=overlap, cuda_graphs=graphs)
     a = engine.submit(PROMPTS[1], SamplingParams(temperature=0), 8, stop_token_ids=[free[3]])
     b = engine.submit(PROMPTS[0], SamplingParams(temperature=0), 6)
     c = engine.submit(PROMPTS[3], SamplingParams(temperature=0), 5)
     engine.run_until_idle()
     assert collect(a)[0] == free[: free.index(free[3])]
-    assert collect(b)[0] == generate(model, [PROMPTS[0]], GenerationConfig(max_new_tokens=6))[0]
-    assert collect(c)[0] == generate(model, [PROMPTS[3]], GenerationConfig(max_new_tokens=5))[0]
+    assert collect(b)[0] == generate(model, [PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=6))[0]
+    assert collect(c)[0] == generate(model, [PROMPTS[3]], SamplingParams(temperature=0, max_new_tokens=5))[0]

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lm_fixtures import one_cpu_thread, sharp_tiny_lm
 
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import generate
 from cookmind.infer.engine import Engine, FinishEvent, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.paged_cache import BlockAllocator, blocks_for_budget
 from cookmind.infer.sampling import SamplingParams
-from lm_fixtures import one_cpu_thread, sharp_tiny_lm
-
 
 one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
@@ -63,7 +62,8 @@ def test_paged_equals_slots_and_generate_mixed_lengths(overlap, graphs):
         engine.run_until_idle()  # 5 requests through 3 rows, prompts chunked, many block boundaries
         outs[kv] = [tokens(r) for r in reqs]
     assert outs["paged"] == outs["slots"]
-    assert outs["paged"] == [generate(model, [p], GenerationConfig(max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
+    greedy = SamplingParams(temperature=0)
+    assert outs["paged"] == [generate(model, [p], greedy.replace(max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
 
 
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}, {"head_dim": 16}])
@@ -72,7 +72,7 @@ def test_decode_kernel_path_equals_generate(overrides):
     paged_decode_attention; its PyTorch twin on CPU) gives generate()'s greedy tokens, with and without
     graphs' self-advancing state, for MHA, GQA with QK-norm, and a head dim the Triton kernel takes."""
     model = tiny_model(**overrides)
-    want = [generate(model, [p], GenerationConfig(max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
+    want = [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
     for graphs in (False, True):
         engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=5, block_size=4, cuda_graphs=graphs,
                         decode_attention="kernel")
@@ -143,7 +143,7 @@ def test_blocks_grow_with_the_sequence_and_all_return_after_finish_and_cancel():
     engine.cancel(b)
     engine.cancel(c)
     engine.run_until_idle()
-    assert tokens(a) == generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=20))[0]
+    assert tokens(a) == generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=20))[0]
     blocks = engine.kv_blocks()
     assert blocks["kv_blocks_free"] == blocks["kv_blocks_unreserved"] == total
     assert all(len(r.blocks) == 0 for r in (a, b, c))
@@ -159,7 +159,8 @@ def test_request_that_cannot_get_blocks_waits_in_the_queue():
     running = [r for r in engine.slots if r is not None]
     assert len(running) == 2 and len(engine.waiting) == 2  # rows are free; blocks are not
     engine.run_until_idle()
-    assert [tokens(r) for r in reqs] == [generate(model, [p], GenerationConfig(max_new_tokens=13))[0] for p in prompts]
+    greedy = SamplingParams(temperature=0, max_new_tokens=13)
+    assert [tokens(r) for r in reqs] == [generate(model, [p], greedy)[0] for p in prompts]
     assert engine.kv_blocks()["kv_blocks_free"] == 9
     with pytest.raises(ValueError, match="pool holds 9"):
         engine.submit(PROMPTS[1], None, 30)  # could fill 44 positions = 11 blocks: never fits
@@ -181,3 +182,32 @@ def test_prompt_logprobs_across_prefill_chunks():
     for i in range(1, len(prompt)):
         assert ev.logprobs[i] == pytest.approx(logp[i - 1, prompt[i]].item(), abs=1e-4)
         assert [t for t, _ in ev.top[i]] == logp[i - 1].topk(3).indices.tolist()
+
+
+def test_block_manager_reserves_grows_and_releases_by_hand_counts():
+    """A pool of 9 blocks (8 usable) of 4 positions: hand-counted reservations, growth and release."""
+    from types import SimpleNamespace
+
+    from cookmind.infer.block_manager import BlockManager
+    from cookmind.infer.paged_cache import PagedKVCache
+
+    manager = BlockManager(PagedKVCache(1, 9, 4, 1, 2, num_rows=2, max_seq_len=32), max_seq_len=32)
+
+    def request(slot, prompt_len, max_new):
+        return SimpleNamespace(prompt_ids=[1] * prompt_len, max_new_tokens=max_new, prompt_logprobs=None, slot=slot,
+                               blocks=[], reserved_blocks=0)
+
+    a, b = request(0, 6, 7), request(1, 3, 10)  # 13 positions -> 4 blocks; 13 -> 4 blocks
+    manager.check_fits(a)
+    manager.check_fits(b)
+    assert (a.reserved_blocks, b.reserved_blocks) == (4, 4)
+    assert manager.try_reserve(a) and manager.try_reserve(b) and manager.unreserved == 0
+    c = request(0, 1, 1)
+    manager.check_fits(c)
+    assert not manager.try_reserve(c)  # nothing left to promise
+    manager.grow(a, 5)  # positions 0..5 need 2 blocks
+    assert len(a.blocks) == 2 and manager.accounting()["kv_blocks_free"] == 6
+    manager.release(a)
+    assert a.blocks == [] and manager.unreserved == 4 and manager.accounting()["kv_blocks_free"] == 8
+    with pytest.raises(ValueError, match="can fill 8 KV blocks but the pool holds 4"):
+        BlockManager(PagedKVCache(1, 5, 4, 1, 2, num_rows=1, max_seq_len=32), 32).check_fits(request(0, 20, 20))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import generate
 from cookmind.infer.engine import Engine, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.paged_cache import BlockAllocator
 from cookmind.infer.prefix_cache import ROOT_KEY, PrefixCache, chain_keys
@@ -103,7 +103,7 @@ def test_greedy_and_seeded_outputs_equal_without_prefix_cache(mode, overlap):
         run_checked(eng) if prefix else eng.run_until_idle()
         outs[prefix] = [tokens(r) for r in reqs]
     assert outs[True] == outs[False]
-    assert outs[True][:4] == [generate(model, [p], GenerationConfig(max_new_tokens=n))[0] for p, n in
+    assert outs[True][:4] == [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=n))[0] for p, n in
                               zip(PROMPTS[:4], LENS[:4])]
     m = engines[True].metrics()
     if mode == "sequential":  # after the first: SYSTEM's 5 blocks four times, 4 (20-token prompt: its last
@@ -197,7 +197,7 @@ def test_eviction_takes_the_least_recently_used_chain_from_its_end():
     fresh = [90 + i % 5 for i in range(28)]
     req = eng.submit(fresh, SamplingParams(temperature=0), 4)
     eng.run_until_idle()
-    assert tokens(req) == generate(model, [fresh], GenerationConfig(max_new_tokens=4))[0]
+    assert tokens(req) == generate(model, [fresh], SamplingParams(temperature=0, max_new_tokens=4))[0]
     assert eng.metrics()["prefix_cache_evictions"] == 2
     assert len(pc.match(a)) == 3  # the recently used chain survives
     assert pc.match(b) == b_blocks[:1]  # b lost its last two blocks, tail first
@@ -224,7 +224,7 @@ def test_a_failed_step_forgets_the_cache_and_returns_every_block():
         assert kv["kv_blocks_cached"] == kv["kv_blocks_used"] == 0 and kv["kv_blocks_free"] == kv["kv_blocks_total"]
         again = eng.submit(PROMPTS[1], SamplingParams(temperature=0), 3)
         assert [e.token_id for e in again.events(timeout=30) if isinstance(e, TokenEvent)] == \
-            generate(model, [PROMPTS[1]], GenerationConfig(max_new_tokens=3))[0]
+            generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=3))[0]
         assert again.cached_tokens == 0
     finally:
         eng.stop()
@@ -250,5 +250,5 @@ def test_cuda_compiled_graphs_with_prefix_cache_equal_generate():
         kv = eng.kv_blocks()
         assert kv["kv_blocks_unreserved"] == kv["kv_blocks_total"]
     assert outs[True] == outs[False]
-    assert outs[True] == [generate(model, [p], GenerationConfig(max_new_tokens=20))[0] for p in prompts]
+    assert outs[True] == [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=20))[0] for p in prompts]
     assert hits[True] == 16 * (4 * 5 + 3 + 2)  # five full hits, the 64-token prompt recomputes its last block

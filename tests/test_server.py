@@ -17,7 +17,7 @@ import torch
 import uvicorn
 from lm_fixtures import one_cpu_thread
 
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import SamplingParams, generate
 from cookmind.infer.engine import Engine
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
@@ -98,7 +98,8 @@ def setup(tmp_path_factory):
 def reference(setup, prompt_ids, max_tokens, **kw):
     tok = setup["tok"]
     ids = generate(setup["model"], [prompt_ids],
-                   GenerationConfig(max_new_tokens=max_tokens, stop_token_ids=(tok.eos_id, tok.im_end_id), **kw))[0]
+                   SamplingParams(**{"temperature": 0.0, **kw}, max_new_tokens=max_tokens,
+                                  stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
     return ids, tok.decode(ids)
 
 

@@ -18,7 +18,7 @@ import pytest
 from lm_fixtures import one_cpu_thread
 from test_server import LiveServer, make_model, make_tokenizer
 
-from cookmind.infer import GenerationConfig, generate
+from cookmind.infer import SamplingParams, generate
 from cookmind.infer.engine import Engine
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
@@ -44,7 +44,7 @@ def test_64_concurrent_streaming_clients(tok):
     expected = {}
     for q in QUESTIONS:
         ids = tok.render([{"role": "user", "content": q}], add_generation_prompt=True)[0]
-        out = generate(model, [ids], GenerationConfig(max_new_tokens=MAX_TOKENS, stop_token_ids=stops))[0]
+        out = generate(model, [ids], SamplingParams(temperature=0, max_new_tokens=MAX_TOKENS, stop_token_ids=stops))[0]
         expected[q] = split_reasoning(tok.decode(out))[1]
 
     latencies, mismatches, errors = [], [], []

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from cookmind.align.objective import GRPOConfig, as_problem, evaluate_accuracy, sampling_params
+from cookmind.align.objective import GRPOConfig, as_problem, evaluate_accuracy, rollout_options, sampling_params
 from cookmind.align.prompts import decode_response, encode_prompt
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import generate_ids
@@ -78,7 +78,8 @@ def run_expert_iteration(model, tokenizer, train_problems, train_cfg, cfg: Exper
                    for i in chosen]
         rep = [p for p in prompts for _ in range(cfg.samples_per_question)]
         model.eval()
-        outs = generate_ids(model, rep, sampling_params(gcfg, tokenizer, seed=cfg.seed * 7919 + rnd), tokenizer)
+        outs = generate_ids(model, rep, sampling_params(gcfg, tokenizer, seed=cfg.seed * 7919 + rnd), tokenizer,
+                            **rollout_options(gcfg))
         keep_p, keep_r, seen = [], [], set()
         correct = 0
         for j, out in enumerate(outs):

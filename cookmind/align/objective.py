@@ -122,9 +122,12 @@ def sampling_params(cfg: GRPOConfig, tokenizer, seed: int | None, greedy: bool =
         stop_token_ids=stop_ids_of(tokenizer),
         stop_strings=tuple(stops),
         seed=seed,
-        batch_size=cfg.rollout_chunk,
-        engine=cfg.engine,
     )
+
+
+def rollout_options(cfg: GRPOConfig) -> dict:
+    """generate_ids / collect_rollouts keyword arguments: rows per forward and the generation back end."""
+    return {"batch_size": cfg.rollout_chunk, "engine": cfg.engine}
 
 
 def as_problem(p) -> dict[str, str]:
@@ -157,7 +160,8 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
     ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
-    outs = generate_ids(model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer)
+    outs = generate_ids(model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer,
+                       **rollout_options(cfg))
     model.train(was_training)
     texts = [decode_response(tokenizer, o) for o in outs]
     scores = [reward_fn(t, p["answer"]) for t, p in zip(texts, problems)]
@@ -252,7 +256,8 @@ class GRPOObjective(Objective):
         else:
             params = sampling_params(self.cfg, self.tokenizer, seed=(self.seed * 1_000_003 + self.calls) * 101 + self.rank)
             out = collect_rollouts(unwrap(model), self.tokenizer, prompts, list(batch["answer"]), self.cfg.group_size,
-                                   params, self.reward_fn, self.cfg.advantage_eps, self.cfg.normalize_by_std)
+                                   params, self.reward_fn, self.cfg.advantage_eps, self.cfg.normalize_by_std,
+                                   **rollout_options(self.cfg))
         self.calls += 1
         loss_batch = {k: out[k].to(device) for k in ("input_ids", "labels", "response_mask", "advantages", "raw_rewards")}
         if self.reference is not None:

@@ -19,9 +19,13 @@ def collect_rollouts(
     reward_fn: Callable[[str, str], dict[str, float]],
     advantage_eps: float = 1e-6,
     normalize_by_std: bool = True,
+    *,
+    batch_size: int = 64,
+    engine: str = "auto",
 ) -> dict:
     """Sample ``group_size`` responses per prompt, score them, and lay them out for training.
 
+    batch_size and engine go to ``generate_ids`` (rows per forward; "auto", "builtin" or "serving").
     Returns input_ids / labels / response_mask (B*G, T), advantages and raw_rewards (B*G,),
     the response texts and token lists, and reward metadata (means of reward, format reward, accuracy).
     """
@@ -33,7 +37,7 @@ def collect_rollouts(
     if hasattr(model, "eval"):
         model.eval()
     try:
-        responses = generate_ids(model, rep_prompts, params, tokenizer)
+        responses = generate_ids(model, rep_prompts, params, tokenizer, batch_size=batch_size, engine=engine)
     finally:
         if was_training:
             model.train()

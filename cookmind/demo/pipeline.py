@@ -308,14 +308,14 @@ def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
 def _greedy_answers(ctx: DemoContext, checkpoint: Path, questions: list[str], batch_size: int = 100,
                     max_new_tokens: int = 40) -> list[str]:
     """The model's greedy chat answer to each question (batched, KV-cached generation)."""
-    from cookmind.infer import GenerationConfig, generate
+    from cookmind.infer import SamplingParams, generate
     from cookmind.model import load_model
     from cookmind.tokenizer import Tokenizer
 
     tok = Tokenizer.load(ctx.paths["tokenizer"])
     model = load_model(checkpoint).eval()
     stops = tuple(i for i in (tok.im_end_id, tok.eos_id) if i is not None)
-    gcfg = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops)
+    gcfg = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops)
     out = []
     with torch.no_grad():
         for i in range(0, len(questions), batch_size):
@@ -359,7 +359,7 @@ def _eval_stage(name: str, source: str) -> Stage:
 
 def stage_chat(ctx: DemoContext) -> dict[str, Any]:
     """A few sample chats with the final model."""
-    from cookmind.infer import GenerationConfig, generate
+    from cookmind.infer import SamplingParams, generate
     from cookmind.model import load_model
     from cookmind.tokenizer import Tokenizer
 
@@ -367,7 +367,7 @@ def stage_chat(ctx: DemoContext) -> dict[str, Any]:
     model = load_model(ctx.policy).eval()
     stops = tuple(i for i in (tok.im_end_id, tok.eos_id) if i is not None)
     prompts = [list(tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]) for p in DEMO_PROMPTS]
-    outs = generate(model, prompts, GenerationConfig(max_new_tokens=80, temperature=0.0, stop_token_ids=stops))
+    outs = generate(model, prompts, SamplingParams(max_new_tokens=80, temperature=0.0, stop_token_ids=stops))
     chats = [{"user": p, "assistant": tok.decode(o)} for p, o in zip(DEMO_PROMPTS, outs)]
     if ctx.progress:
         for c in chats:

@@ -25,7 +25,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from cookmind.align.objective import GRPOConfig, as_problem, evaluate_accuracy, sampling_params
+from cookmind.align.objective import GRPOConfig, as_problem, evaluate_accuracy, rollout_options, sampling_params
 from cookmind.train.callbacks import Callback
 
 # Chosen on the demo's model (4 layers x 128 wide, ~0.9M parameters) on 2 CPU cores, from the
@@ -216,7 +216,8 @@ def pass_at_k(model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int
     ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
-    outs = generate_ids(model, [x for x in ids for _ in range(k)], sampling_params(cfg, tokenizer, seed), tokenizer)
+    outs = generate_ids(model, [x for x in ids for _ in range(k)], sampling_params(cfg, tokenizer, seed), tokenizer,
+                       **rollout_options(cfg))
     model.train(was_training)
     right = [grade(decode_response(tokenizer, o), problems[i // k]["answer"])["answer_reward"]
              for i, o in enumerate(outs)]

@@ -57,9 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     """Run the chosen evaluation, print its metrics as one JSON object, optionally save them."""
     from cookmind.atomic import write_json
-    from cookmind.evals.load import load_model_and_tokenizer
+    from cookmind.infer.loading import load_for_inference
 
-    model, tokenizer = load_model_and_tokenizer(args.model, args.tokenizer, args.device)
+    model, tokenizer = load_for_inference(args.model, args.device, tokenizer_path=args.tokenizer, hf_native=True)
     progress = not args.quiet
     if args.task == "gsm8k":
         from cookmind.evals.gsm8k import evaluate_gsm8k, load_gsm8k

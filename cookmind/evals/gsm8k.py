@@ -8,10 +8,10 @@ from tqdm import tqdm
 
 from cookmind.align.prompts import R1_ZERO_STOP, decode_response, encode_prompt, format_prompt, stop_ids_of, uses_think_tags
 from cookmind.align.rewards import extract_answer, extract_gold
-from cookmind.align.rollout import SamplingParams, generate_ids
 from cookmind.atomic import write_jsonl
 from cookmind.evals.atomic_io import read_jsonl
 from cookmind.evals.passk import pass_at_k
+from cookmind.infer import SamplingParams, generate
 
 
 def load_gsm8k(path, limit: int | None = None) -> list[dict]:
@@ -90,7 +90,6 @@ def evaluate_gsm8k(
         stop_token_ids=stop_ids_of(tokenizer),
         stop_strings=stops,
         seed=seed,
-        batch_size=batch_size,
     )
     prompts = [format_prompt(p["question"], template, tokenizer) for p in problems]
     prompt_ids = [encode_prompt(tokenizer, p["question"], template) for p in problems]
@@ -108,8 +107,7 @@ def evaluate_gsm8k(
                                 "skipped": skipped[i]})
         part = [i for i in span if i not in skipped]
         ids = [prompt_ids[i] for i in part for _ in range(num_samples)]
-        params.seed = seed + start
-        outs = generate_ids(model, ids, params, tokenizer) if ids else []
+        outs = generate(model, ids, params.replace(seed=seed + start), tokenizer, batch_size=batch_size) if ids else []
         for j, i in enumerate(part):
             texts = [decode_response(tokenizer, o) for o in outs[j * num_samples : (j + 1) * num_samples]]
             scores = [reward_fn(t, problems[i]["answer"]) for t in texts]

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from cookmind.align.losses import get_response_log_probs, tokenize_prompt_and_output
 from cookmind.align.prompts import decode_response, encode_text, stop_ids_of
 from cookmind.align.rewards import LETTERS, parse_mmlu_response
-from cookmind.align.rollout import SamplingParams, generate_ids
+from cookmind.infer import SamplingParams, generate
 from cookmind.atomic import write_jsonl
 from cookmind.evals.gsm8k import context_length, too_long
 
@@ -109,8 +109,10 @@ def evaluate_mmlu(
         part = rows[start : start + batch_size]
         prompts = [mmlu_prompt(r) for r in part]
         if scoring == "generate":
-            params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stop_ids_of(tokenizer), stop_strings=("\n",))
-            outs = generate_ids(model, [encode_text(tokenizer, p) for p in prompts], params, tokenizer)
+            params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0,
+                                    stop_token_ids=stop_ids_of(tokenizer), stop_strings=("\n",))
+            ids = [encode_text(tokenizer, p) for p in prompts]
+            outs = generate(model, ids, params, tokenizer, batch_size=batch_size)
             texts = [decode_response(tokenizer, o) for o in outs]
             preds = [parse_mmlu_response(r, t) for r, t in zip(part, texts)]
             scores = [None] * len(part)

@@ -2,7 +2,6 @@
 OpenAI-compatible server, the web chat page and the terminal chat."""
 
 from cookmind.infer.generate import generate, generate_steps, stream
-from cookmind.infer.generation_config import GenerationConfig
 from cookmind.infer.sampling import SamplingParams
 
-__all__ = ["GenerationConfig", "SamplingParams", "generate", "generate_steps", "stream"]
+__all__ = ["SamplingParams", "generate", "generate_steps", "stream"]

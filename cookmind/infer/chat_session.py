@@ -6,18 +6,18 @@ from collections.abc import Iterator
 
 from cookmind.infer.detokenize import IncrementalDetokenizer
 from cookmind.infer.generate import stream
-from cookmind.infer.generation_config import GenerationConfig
 from cookmind.infer.reasoning import ReasoningSplitter
+from cookmind.infer.sampling import SamplingParams
 from cookmind.infer.stop import StopStringMatcher
 
 
 class ChatSession:
     """Keeps the messages; ``send(text)`` streams ("reasoning" | "content", piece) and records the reply."""
 
-    def __init__(self, model, tokenizer, cfg: GenerationConfig, system: str | None = None):
+    def __init__(self, model, tokenizer, cfg: SamplingParams, system: str | None = None):
         self.model, self.tokenizer = model, tokenizer
         stops = tuple(t for t in (tokenizer.eos_id, tokenizer.im_end_id) if t is not None)
-        self.cfg = cfg if cfg.stop_token_ids else GenerationConfig(**{**cfg.__dict__, "stop_token_ids": stops})
+        self.cfg = cfg if cfg.stop_token_ids else cfg.replace(stop_token_ids=stops)
         self.system = system
         self.history: list[dict] = []
 
@@ -39,8 +39,9 @@ class ChatSession:
         if room < 1:
             self.history.pop()
             raise ValueError(f"the conversation ({len(prompt)} tokens) fills the model's context; /reset to start over")
-        cfg = GenerationConfig(**{**self.cfg.__dict__, "max_new_tokens": min(self.cfg.max_new_tokens, room),
-                                  "stop_strings": ()})
+        # stop strings are matched on the streamed text (never shown), not by the token loop
+        cfg = self.cfg.replace(max_new_tokens=min(self.cfg.max_new_tokens, room),
+                               min_new_tokens=min(self.cfg.min_new_tokens, room), stop_strings=())
         detok = IncrementalDetokenizer(self.tokenizer)
         stopper = StopStringMatcher(list(self.cfg.stop_strings))
         splitter = ReasoningSplitter()

@@ -30,15 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from cookmind.infer.detokenize import IncrementalDetokenizer
     from cookmind.infer.generate import generate, stream
-    from cookmind.infer.generation_config import GenerationConfig
     from cookmind.infer.loading import load_for_inference
+    from cookmind.infer.sampling import SamplingParams
     from cookmind.infer.stop import StopStringMatcher
 
     model, tok = load_for_inference(args.model, args.device or "cpu", args.dtype, args.tokenizer)
     stops = tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
-    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                           stop_token_ids=stops, seed=args.seed)
+    cfg = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                         top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                         stop_token_ids=stops, seed=args.seed)
     prompts = []
     for text in args.prompt:
         if args.chat:
@@ -48,12 +48,10 @@ def main(args: argparse.Namespace) -> int:
         else:
             prompts.append(tok.encode(text))
     if len(prompts) > 1:  # a batch: generate together, print each
-        outs = generate(model, prompts, cfg)
+        outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string
         for text, out in zip(args.prompt, outs):
-            completion = tok.decode(out)
-            for s in args.stop:
-                completion = completion.split(s, 1)[0]
-            print(f"=== {text}\n{completion}")
+            stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
+            print(f"=== {text}\n{stopper.feed(tok.decode(out))[0] + stopper.flush()}")
         return 0
     detok, stopper = IncrementalDetokenizer(tok), StopStringMatcher(args.stop)
     for token in stream(model, prompts[0], cfg):

@@ -24,11 +24,18 @@ from dataclasses import dataclass
 
 import torch
 
+from cookmind.infer.block_manager import BlockManager
 from cookmind.infer.cuda_graphs import CudaGraphDecoder
 from cookmind.infer.paged_cache import blocks_for_budget
-from cookmind.infer.prefix_cache import PrefixCache, chain_keys
 from cookmind.infer.runner import ModelRunner
-from cookmind.infer.sampling import SamplingBatch, SamplingParams, make_generator, process_logits, sample_from_logits
+from cookmind.infer.sampling import (
+    SamplingBatch,
+    SamplingParams,
+    ban_tokens,
+    make_generator,
+    process_logits,
+    sample_from_logits,
+)
 from cookmind.infer.slot_cache import SlotKVCache
 
 
@@ -57,6 +64,18 @@ class FinishEvent:
 
     reason: str
     error: str | None = None
+
+
+@dataclass
+class StepRecord:
+    """One sampled step whose tokens may still be on their way to the host (``Engine._emit_record`` reads it)."""
+
+    reqs: list[EngineRequest]
+    tokens: torch.Tensor  # on the host once ``ready`` has fired: one per request, or one per slot (by_slot)
+    ready: torch.cuda.Event | None  # the copy's event (None: the tokens are readable now)
+    by_slot: bool = False  # tokens are indexed by slot (the graph's argmax buffer), not by request
+    chosen_logprobs: list[float] | None = None  # log p of each request's token, when any asked for logprobs
+    top_logprobs: tuple[list[list[float]], list[list[int]]] | None = None  # (values, token ids) of the top k
 
 
 class QueueFullError(RuntimeError):
@@ -158,10 +177,10 @@ class Engine:
                                   fuse_projections=fuse_projections)
         self.paged = self.runner.paged
         self.block_size = block_size
-        self._unreserved = self.runner.cache.allocator.capacity if self.paged else 0  # blocks free to promise
         if prefix_cache and not self.paged:
             raise ValueError("prefix_cache=True needs kv_cache='paged' (blocks are what requests share)")
-        self.prefix = PrefixCache(self.runner.cache.allocator, block_size) if prefix_cache else None
+        self.blocks = BlockManager(self.runner.cache, self.max_seq_len, prefix_cache) if self.paged else None
+        self.prefix = self.blocks.prefix if self.paged else None
         self.vocab_size = cfg.vocab_size
         self.max_waiting = max_waiting
         self.prefill_chunk = prefill_chunk
@@ -181,7 +200,7 @@ class Engine:
         self._host_bufs = [torch.zeros(num_slots, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
         self._events = [torch.cuda.Event() for _ in range(2)] if cuda else [None, None]
         self._buf_turn = 0
-        self._pending: tuple | None = None  # a launched decode step whose tokens are not yet emitted
+        self._pending: StepRecord | None = None  # a launched decode step whose tokens are not yet emitted
         self.slots: list[EngineRequest | None] = [None] * num_slots
         self.waiting: deque[EngineRequest] = deque()
         self._cond = threading.Condition()
@@ -216,14 +235,17 @@ class Engine:
         return len(self.slots)
 
     # ---- public API -------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], params: SamplingParams | None = None, max_new_tokens: int = 64,
-               stop_token_ids=(), sink: Callable[[object], None] | None = None,
+    def submit(self, prompt_ids: list[int], params: SamplingParams | None = None, max_new_tokens: int | None = None,
+               stop_token_ids=None, sink: Callable[[object], None] | None = None,
                prompt_logprobs: int | None = None) -> EngineRequest:
         """Queue a request; raises QueueFullError when the waiting queue is full and ValueError
         when the prompt leaves no room in the context. prompt_logprobs=k: send a PromptLogprobsEvent
         (the prompt's tokens scored, with the top k at each place) before the first token.
-        max_new_tokens=0 only prefills (with prompt_logprobs: scoring a text) and finishes "length"."""
+        max_new_tokens / stop_token_ids: default to the params' own. max_new_tokens=0 only prefills (with
+        prompt_logprobs: scoring a text) and finishes "length". Stop strings are the caller's (it cancels)."""
         params = params or SamplingParams()
+        max_new_tokens = params.max_new_tokens if max_new_tokens is None else max_new_tokens
+        stop_token_ids = params.stop_token_ids if stop_token_ids is None else stop_token_ids
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty: it needs at least one token")
         if len(prompt_ids) >= self.max_seq_len:
@@ -237,12 +259,8 @@ class Engine:
         if bad:
             raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
         req = EngineRequest(prompt_ids, params, max_new_tokens, stop_token_ids, sink, self.device, prompt_logprobs)
-        if self.paged:
-            req.reserved_blocks = self._blocks_needed(req)
-            capacity = self.runner.cache.allocator.capacity
-            if req.reserved_blocks > capacity:
-                raise ValueError(f"the request can fill {req.reserved_blocks} KV blocks but the pool holds {capacity}; "
-                                 "lower max_tokens or raise the KV cache budget")
+        if self.blocks is not None:
+            self.blocks.check_fits(req)
         with self._cond:
             if len(self.waiting) >= self.max_waiting:
                 raise QueueFullError(f"the request queue is full ({self.max_waiting} waiting); retry later")
@@ -311,8 +329,8 @@ class Engine:
                 self.step()
             except Exception as exc:  # a failing step must not hang every client
                 self._pending = None
-                if self.prefix is not None:  # what a failed step wrote is not trusted
-                    self.prefix.forget_all()
+                if self.blocks is not None:  # what a failed step wrote is not trusted
+                    self.blocks.forget_cached()
                 for req in [r for r in self.slots if r is not None]:
                     self._finish(req, "error", f"{type(exc).__name__}: {exc}")
         for req in [r for r in self.slots if r is not None] + list(self.waiting):
@@ -344,72 +362,18 @@ class Engine:
                 self._finish(req, "cancelled")
             free = [i for i, r in enumerate(self.slots) if r is None]
             while self.waiting and free:
-                if self.prefix is not None:
-                    if not self._reserve_with_prefix(self.waiting[0]):
-                        break
-                elif self.paged:  # first come, first served: the head waits until the pool can hold it
-                    if self.waiting[0].reserved_blocks > self._unreserved:
-                        break
-                    self._unreserved -= self.waiting[0].reserved_blocks
+                # first come, first served: the head waits until the pool can hold it
+                if self.blocks is not None and not self.blocks.try_reserve(self.waiting[0]):
+                    break
                 req = self.waiting.popleft()
                 req.slot, req.state = free.pop(0), "prefill"
                 self.slots[req.slot] = req
                 self.prompt_tokens += len(req.prompt_ids)
                 self._init_penalty_rows(req)
 
-    def _reserve_with_prefix(self, req: EngineRequest) -> bool:
-        """Prefix cache: admit req if the pool can hold it, sharing its longest cached prefix.
-
-        It needs its private blocks (all it can fill minus the hit) plus the hit blocks that are idle
-        now (holding them takes them out of the evictable set); idle cached blocks count as free.
-        Prompt-logprob requests look nothing up: every prompt place needs its logits."""
-        hits = self.prefix.match(req.prompt_ids) if req.prompt_logprobs is None else []
-        private = self._blocks_needed(req) - len(hits)
-        cost = private + self.prefix.pinned_by(hits)
-        if cost > self._unreserved:
-            return False
-        self._unreserved -= cost
-        self.prefix.acquire(hits, len(req.prompt_ids))
-        req.reserved_blocks = private  # from here on, the blocks it will take from the pool
-        req.blocks = list(hits)
-        req.prefilled = req.cached_tokens = len(hits) * self.block_size
-        req.block_keys = chain_keys(req.prompt_ids, self.block_size, len(req.prompt_ids) // self.block_size)
-        return True
-
-    def _register_prompt_blocks(self, req: EngineRequest, before: int) -> None:
-        """Prefix cache: the full prompt blocks this chunk completed (positions before..prefilled-1) become
-        cached blocks; each one registered moves from the request's reservation to the cache's held count."""
-        for i in range(before // self.block_size, min(req.prefilled // self.block_size, len(req.block_keys))):
-            key, parent, tokens = req.block_keys[i]
-            if self.prefix.register(req.blocks[i], key, parent, tokens):
-                req.reserved_blocks -= 1
-
-    def _blocks_needed(self, req: EngineRequest) -> int:
-        """Blocks the request can fill: its prompt plus every token it may generate, within the context."""
-        positions = min(len(req.prompt_ids) + req.max_new_tokens, self.max_seq_len)
-        return -(-positions // self.block_size)  # ceil
-
-    def _grow(self, req: EngineRequest, last_position: int) -> None:
-        """Paged cache: take blocks (from the request's reservation) until position last_position has a place."""
-        cache = self.runner.cache
-        if len(req.blocks) * self.block_size > last_position:
-            return
-        allocate = cache.allocator.allocate if self.prefix is None else self.prefix.allocate  # may evict
-        while len(req.blocks) * self.block_size <= last_position:
-            req.blocks.append(allocate())
-        cache.set_row(req.slot, req.blocks)
-
     def kv_blocks(self) -> dict:
         """Paged cache accounting: pool size, blocks free, blocks promised to running requests."""
-        if not self.paged:
-            return {}
-        alloc = self.runner.cache.allocator
-        out = {"kv_blocks_total": alloc.capacity, "kv_blocks_free": alloc.num_free,
-               "kv_blocks_unreserved": self._unreserved, "kv_block_size": self.block_size}
-        if self.prefix is not None:  # free + cached (idle) + used == total
-            out["kv_blocks_cached"] = self.prefix.num_idle
-            out["kv_blocks_used"] = alloc.capacity - alloc.num_free - self.prefix.num_idle
-        return out
+        return {} if self.blocks is None else self.blocks.accounting()
 
     def _init_penalty_rows(self, req: EngineRequest) -> None:
         p = req.params
@@ -458,7 +422,7 @@ class Engine:
         dev = self.device
         if self.paged:
             for req, n in run:
-                self._grow(req, req.prefilled + n - 1)
+                self.blocks.grow(req, req.prefilled + n - 1)
             self.runner.cache.sync_tables()
         scored = any(req.prompt_logprobs is not None for req, _ in run)
         last = last.to(dev)
@@ -473,8 +437,8 @@ class Engine:
         done_rows = []
         for i, (req, n) in enumerate(run):
             req.prefilled += n
-            if self.prefix is not None:
-                self._register_prompt_blocks(req, req.prefilled - n)
+            if self.blocks is not None:
+                self.blocks.register_prompt_blocks(req, req.prefilled - n)
             if req.prefilled == len(req.prompt_ids):
                 if req.prompt_logprobs is not None:
                     req.sink(PromptLogprobsEvent(req._prompt_lp, req._prompt_top))
@@ -504,7 +468,7 @@ class Engine:
         else:
             req._prompt_top.extend([[] for _ in range(m)])
 
-    def _decode(self) -> tuple | None:
+    def _decode(self) -> StepRecord | None:
         """Launch one decode step for every generating request; return its (unread) record."""
         active = [r for r in self.slots if r is not None and r.state == "decode" and 0 < r.n_sampled < r.max_new_tokens
                   and len(r.prompt_ids) + r.n_sampled < self.max_seq_len]
@@ -518,7 +482,7 @@ class Engine:
         rows = [r.slot for r in active]
         if self.paged:
             for r in active:
-                self._grow(r, positions[r.slot])
+                self.blocks.grow(r, positions[r.slot])
             self.runner.cache.sync_tables()
         length = max(positions) + 1  # columns the longest row attends to
         if self.graphs is not None and self.graphs.bucket_for(b) is not None:
@@ -532,7 +496,7 @@ class Engine:
             logits = self.graphs.decode(b, length)
             batch = self._sampling_batch(active)
             if batch.uses("all_greedy") and not batch.uses("repetition") and not batch.uses("presence_frequency") \
-                    and not any(r.params.logprobs for r in active):
+                    and not any(r.params.logprobs or r.n_sampled < r.params.min_new_tokens for r in active):
                 return self._greedy_record(active, b)  # the graph already took the argmax into _last_tok
         else:
             self._graph_key = None  # the graph state is stale after an eager step
@@ -554,11 +518,11 @@ class Engine:
             event.record()
         return host, event
 
-    def _greedy_record(self, reqs: list[EngineRequest], b: int) -> tuple:
+    def _greedy_record(self, reqs: list[EngineRequest], b: int) -> StepRecord:
         for r in reqs:
             r.n_sampled += 1
         host, event = self._copy_to_host(self._last_tok[:b], self.overlap)
-        return reqs, host, event, None, True
+        return StepRecord(reqs, host, event, by_slot=True)
 
     def _sampling_batch(self, reqs: list[EngineRequest]) -> SamplingBatch:
         key = tuple(r.id for r in reqs)
@@ -568,10 +532,12 @@ class Engine:
             self._batch_key = key
         return self._batch
 
-    def _sample(self, reqs: list[EngineRequest], logits: torch.Tensor, deferred: bool = False) -> tuple:
+    def _sample(self, reqs: list[EngineRequest], logits: torch.Tensor, deferred: bool = False) -> StepRecord:
         """Draw each request's next token on the device. deferred: start an asynchronous copy of the
         tokens into a pinned host buffer (two alternate: one pending step is read while the next fills)."""
         batch = self._sampling_batch(reqs)
+        bans = {i: tuple(r.stop_token_ids) for i, r in enumerate(reqs) if r.n_sampled < r.params.min_new_tokens}
+        logits = ban_tokens(logits, {i: ids for i, ids in bans.items() if ids})
         slot_list = [r.slot for r in reqs]
         contiguous = slot_list == list(range(slot_list[0], slot_list[0] + len(slot_list)))
         slots = None if contiguous and self._seen is None else torch.tensor(slot_list, device=self.device)
@@ -588,28 +554,26 @@ class Engine:
             self._last_tok[slots] = next_tokens
         for r in reqs:
             r.n_sampled += 1
-        lp = None
+        host, event = self._copy_to_host(next_tokens, deferred)
+        record = StepRecord(reqs, host, event)
         if any(r.params.logprobs for r in reqs):
             logp = torch.log_softmax(logits.float(), dim=-1)
-            chosen = logp.gather(-1, next_tokens[:, None])[:, 0].tolist()
+            record.chosen_logprobs = logp.gather(-1, next_tokens[:, None])[:, 0].tolist()
             k = max(r.params.top_logprobs for r in reqs)
-            top = None
             if k:
                 vals, idx = logp.topk(k, dim=-1)
-                top = (vals.tolist(), idx.tolist())
-            lp = (chosen, top)
-        host, event = self._copy_to_host(next_tokens, deferred)
-        return reqs, host, event, lp, False
+                record.top_logprobs = (vals.tolist(), idx.tolist())
+        return record
 
-    def _emit_record(self, record: tuple) -> None:
+    def _emit_record(self, record: StepRecord) -> None:
         """Wait for a step's tokens to reach the host; emit events and finish requests."""
-        reqs, host, event, lp, by_slot = record
-        if event is not None:
-            event.synchronize()
+        reqs = record.reqs
+        if record.ready is not None:
+            record.ready.synchronize()
         now = time.perf_counter()
         emitted = 0
-        values = host.tolist()
-        tokens = [values[r.slot] for r in reqs] if by_slot else values
+        values = record.tokens.tolist()
+        tokens = [values[r.slot] for r in reqs] if record.by_slot else values
         for i, (req, tok) in enumerate(zip(reqs, tokens)):
             if req.state == "done":
                 continue  # it stopped at the step before: this row was computed in flight, not used
@@ -625,11 +589,12 @@ class Engine:
             req.output_ids.append(tok)
             emitted += 1
             ev = TokenEvent(tok)
-            if lp is not None and req.params.logprobs:
-                ev.logprob = lp[0][i]
-                if lp[1] is not None and req.params.top_logprobs:
+            if record.chosen_logprobs is not None and req.params.logprobs:
+                ev.logprob = record.chosen_logprobs[i]
+                if record.top_logprobs is not None and req.params.top_logprobs:
                     n = req.params.top_logprobs
-                    ev.top_logprobs = list(zip(lp[1][1][i][:n], lp[1][0][i][:n]))
+                    vals, ids = record.top_logprobs
+                    ev.top_logprobs = list(zip(ids[i][:n], vals[i][:n]))
             req.sink(ev)
             if len(req.output_ids) >= req.max_new_tokens or len(req.prompt_ids) + len(req.output_ids) >= self.max_seq_len:
                 self._finish(req, "length")
@@ -641,18 +606,8 @@ class Engine:
             return
         if req.slot is not None and self.slots[req.slot] is req:
             self.slots[req.slot] = None
-            if self.prefix is not None:  # cached blocks lose a reference (kept for later hits), the rest
-                # go back to the pool; blocks that became idle are free to promise again
-                self._unreserved += self.prefix.release(req.blocks)
-                self.runner.cache.set_row(req.slot, [])
-                req.blocks = []
-                self._unreserved += req.reserved_blocks
-            elif self.paged:  # every block back to the pool at once (a step in flight still writes its
-                # old row, but stream order puts that before any later owner's writes)
-                self.runner.cache.allocator.free(req.blocks)
-                self.runner.cache.set_row(req.slot, [])
-                req.blocks = []
-                self._unreserved += req.reserved_blocks
+            if self.blocks is not None:
+                self.blocks.release(req)
         req.state, req.finish_reason = "done", reason
         self.requests_finished += 1
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1

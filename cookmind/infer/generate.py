@@ -1,8 +1,13 @@
-"""generate / stream: prefill then decode with the model's preallocated KVCache.
+"""generate / stream: the one generation entry point of every consumer (CLI, chat, evals, the Trainer's samples,
+GRPO rollouts, the demo).
 
-Prompts of different lengths are left-padded into one batch; an attention mask hides the
-padding and explicit position ids start every row at 0, so each row's tokens equal what the
-row would get alone (a test checks this under greedy decoding).
+Two back ends under one contract, sharing the sampling pipeline (sampling.py) and the stop rules (stop.py):
+  - "serving": the continuous-batching ``Engine`` (paged KV cache, CUDA graphs, the Triton decode kernel),
+    kept per model across calls (engine_generate.py);
+  - "builtin": a plain loop over the model's own KV cache (stepper.py), for CPU, Hugging Face / peft models
+    and logits callables.
+engine="auto" takes "serving" for a CookMindLM on CUDA and "builtin" otherwise. Both give row i of a call the
+seed ``seed + i`` (repeated prompts, a GRPO group, get distinct, reproducible samples), and stop the same way.
 """
 
 from __future__ import annotations
@@ -11,120 +16,158 @@ from collections.abc import Iterator
 
 import torch
 
-from cookmind.infer.generation_config import GenerationConfig
-from cookmind.infer.sampling import SamplingBatch, make_generator, process_logits, sample_from_logits
-from cookmind.model import KVCache
+from cookmind.infer.sampling import (
+    SamplingBatch,
+    SamplingParams,
+    ban_tokens,
+    make_generator,
+    process_logits,
+    sample_from_logits,
+)
+from cookmind.infer.stepper import Stepper, model_device, model_kind
+from cookmind.infer.stop import TokenStops
+
+ENGINES = ("auto", "builtin", "serving")
 
 
-def _model_device_dtype(model) -> tuple[torch.device, torch.dtype]:
-    p = next(model.parameters())
-    return p.device, p.dtype
+def _check_prompts(prompts: list[list[int]]) -> None:
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate: every prompt needs at least one token (got an empty prompt or no prompts)")
+
+
+def _room(model, prompts: list[list[int]], params: SamplingParams) -> int:
+    """New tokens the longest prompt leaves room for in the model's context (at most max_new_tokens)."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    longest = max(len(p) for p in prompts)
+    if context is None:
+        return params.max_new_tokens
+    if longest >= context:
+        raise ValueError(f"generate: a prompt of {longest} tokens fills the model's context of {context} tokens; "
+                         "shorten the prompt")
+    return min(params.max_new_tokens, context - longest)
 
 
 @torch.inference_mode()
-def generate_steps(model, prompts: list[list[int]], cfg: GenerationConfig
-                   ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield (next tokens (B,), the logits they were drawn from (B, V)) once per decode step.
+def generate_steps(model, prompts: list[list[int]], params: SamplingParams,
+                   seeds: list[int | None] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The plain loop: yield (next tokens (B,), the logits they were drawn from (B, V)) once per decode step.
 
-    Runs until every row has hit a stop token or max_new_tokens; finished rows keep being fed
-    (their tokens are ignored) so the batch keeps one shape. Callers stop consuming early to
-    end generation (e.g. on a stop string).
+    Runs max_new_tokens steps (fewer where the context ends); rows that stopped keep being fed so the batch
+    keeps one shape: callers stop consuming to end early. seeds: one per row (default ``params.seed + i``).
+    Stop tokens are banned for the first ``params.min_new_tokens`` steps.
     """
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("generate: every prompt needs at least one token (got an empty prompt or no prompts)")
-    device, dtype = _model_device_dtype(model)
-    mcfg = model.config
-    b, p_len = len(prompts), max(len(p) for p in prompts)
-    max_new = min(cfg.max_new_tokens, mcfg.max_position_embeddings - p_len)
+    _check_prompts(prompts)
+    max_new = _room(model, prompts, params)
     if max_new < 1:
-        raise ValueError(f"generate: a prompt of {p_len} tokens fills the model's context of "
-                         f"{mcfg.max_position_embeddings} tokens; shorten the prompt")
-    total = p_len + max_new
-    pad = mcfg.pad_token_id if mcfg.pad_token_id is not None else 0
-    ids = torch.full((b, p_len), pad, dtype=torch.long, device=device)
-    valid = torch.zeros((b, total), dtype=torch.bool, device=device)  # which cache columns hold real tokens
-    for i, prompt in enumerate(prompts):
-        ids[i, p_len - len(prompt):] = torch.tensor(prompt, dtype=torch.long, device=device)
-        valid[i, p_len - len(prompt):] = True
-    positions = (valid[:, :p_len].long().cumsum(-1) - 1).clamp(min=0)  # each row counts from 0
-
-    causal = torch.ones(p_len, p_len, dtype=torch.bool, device=device).tril()
-    eye = torch.eye(p_len, dtype=torch.bool, device=device)
-    # padding queries see only themselves: a row with nothing to attend to would give NaN
-    mask = ((causal & valid[:, None, :p_len]) | eye)[:, None]  # (B, 1, T, S)
-
-    cache = KVCache(mcfg, b, total, device=device, dtype=dtype)
-    logits = model(ids, position_ids=positions, attention_mask=mask, kv_cache=cache).logits[:, -1]
-
-    params = [cfg.sampling_params()] * b
-    # row i draws from seed + i: repeated prompts (a GRPO group) get distinct, reproducible samples
-    seeds = [None if cfg.seed is None else cfg.seed + i for i in range(b)]
-    batch = SamplingBatch.from_params(params, device, [make_generator(s, device) for s in seeds])
+        return
+    b = len(prompts)
+    stepper = Stepper(model, prompts, max_new)
+    device = stepper.device
+    logits = stepper.prefill()
+    if seeds is None:
+        seeds = [None if params.seed is None else params.seed + i for i in range(b)]
+    batch = SamplingBatch.from_params([params] * b, device, [make_generator(s, device) for s in seeds])
     vocab = logits.shape[-1]
-    seen = torch.zeros((b, vocab), dtype=torch.bool, device=device)
-    for i, prompt in enumerate(prompts):
-        seen[i, torch.tensor(prompt, device=device).clamp(max=vocab - 1)] = True
-    counts = torch.zeros((b, vocab), dtype=torch.long, device=device)
-    last_pos = positions[:, -1]
+    seen = counts = None
+    if batch.uses("repetition") or batch.uses("presence_frequency"):
+        seen = torch.zeros((b, vocab), dtype=torch.bool, device=device)
+        for i, prompt in enumerate(prompts):
+            seen[i, torch.tensor(prompt, device=device).clamp(max=vocab - 1)] = True
+        counts = torch.zeros((b, vocab), dtype=torch.long, device=device)
+    early_ban = {i: params.stop_token_ids for i in range(b)} if params.stop_token_ids else {}
+    rows = torch.arange(b, device=device)
     for step in range(max_new):
-        tokens = sample_from_logits(process_logits(logits, batch, seen, counts), batch)
+        banned = ban_tokens(logits, early_ban) if step < params.min_new_tokens else logits
+        tokens = sample_from_logits(process_logits(banned, batch, seen, counts), batch)
         yield tokens, logits
         if step == max_new - 1:
             return
-        seen[torch.arange(b), tokens] = True
-        counts[torch.arange(b), tokens] += 1
-        col = p_len + step
-        valid[:, col] = True
-        last_pos = last_pos + 1
-        logits = model(tokens[:, None], position_ids=last_pos[:, None],
-                       attention_mask=valid[:, None, None, : col + 1], kv_cache=cache).logits[:, -1]
+        if seen is not None:
+            seen[rows, tokens] = True
+            counts[rows, tokens] += 1
+        logits = stepper.step(tokens)
 
 
-def _stop_string_hit(tokenizer, out_ids: list[int], stop_strings: tuple[str, ...], checked_chars: list[int]) -> bool:
-    """Did the newest token complete a stop string? Only the text's tail can hold a new match."""
-    text = tokenizer.decode(out_ids)
-    longest = max(len(s) for s in stop_strings)
-    start = max(0, checked_chars[0] - longest)
-    checked_chars[0] = len(text)
-    return any(s in text[start:] for s in stop_strings)
+def _batches(model, prompts: list[list[int]], batch_size: int) -> list[list[int]]:
+    """Row indices of each batch of the plain loop: our model pads rows of any length into one batch (in input
+    order); a Hugging Face model or callable takes rows of one prompt length (grouped by length)."""
+    padded = model_kind(model) == "cookmind"
+    order = list(range(len(prompts)))
+    if not padded:
+        order.sort(key=lambda i: len(prompts[i]))
+    out: list[list[int]] = []
+    for i in order:
+        if out and len(out[-1]) < batch_size and (padded or len(prompts[out[-1][0]]) == len(prompts[i])):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
-def generate(model, prompts: list[list[int]], cfg: GenerationConfig, tokenizer=None) -> list[list[int]]:
-    """New tokens for each prompt. A stop token ends a row and is not included; a stop string
-    (needs `tokenizer`) ends a row after the token that completes it."""
-    if cfg.stop_strings and tokenizer is None:
+def pick_engine(model, engine: str = "auto") -> str:
+    """ "serving" or "builtin" for this model (see the module docstring); ValueError for an unknown name."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose {', '.join(ENGINES)}")
+    if engine == "auto":
+        return "serving" if model_kind(model) == "cookmind" and model_device(model).type == "cuda" else "builtin"
+    if engine == "serving" and model_kind(model) != "cookmind":
+        raise ValueError(f"engine='serving' runs a CookMindLM, not a {type(model).__name__}; use engine='builtin'")
+    return engine
+
+
+def generate(model, prompts: list[list[int]], params: SamplingParams, tokenizer=None, *, keep_stop_token: bool = False,
+             batch_size: int = 64, engine: str = "auto") -> list[list[int]]:
+    """New token ids for each prompt, in input order.
+
+    A stop token ends a row (returned at its end only with keep_stop_token: GRPO trains on it); a stop string
+    (needs ``tokenizer``) ends a row with the token that completes it. batch_size: rows per forward of the plain
+    loop (the engine batches by itself). engine: "auto", "builtin" or "serving" (module docstring).
+    """
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"generate: params must be a cookmind.infer.SamplingParams, got {type(params).__name__}")
+    if not prompts:
+        return []
+    _check_prompts(prompts)
+    if params.stop_strings and tokenizer is None:
         raise ValueError("generate: stop_strings need a tokenizer to decode the output; pass tokenizer=")
-    stop_ids = set(cfg.stop_token_ids)
-    outs: list[list[int]] = [[] for _ in prompts]
-    done = [False] * len(prompts)
-    checked = [[0] for _ in prompts]
-    for tokens, _ in generate_steps(model, prompts, cfg):
-        for i, t in enumerate(tokens.tolist()):
-            if done[i]:
-                continue
-            if t in stop_ids:
-                done[i] = True
-                continue
-            outs[i].append(t)
-            if cfg.stop_strings and _stop_string_hit(tokenizer, outs[i], cfg.stop_strings, checked[i]):
-                done[i] = True
-        if all(done):
-            break
+    if batch_size < 1:
+        raise ValueError(f"generate: batch_size must be >= 1, got {batch_size}")
+    if pick_engine(model, engine) == "serving":
+        from cookmind.infer.engine_generate import engine_generate
+
+        outs = engine_generate(model, prompts, params, tokenizer, max_rows=batch_size)
+    else:
+        outs = [[] for _ in prompts]
+        for rows in _batches(model, prompts, batch_size):
+            seeds = [None if params.seed is None else params.seed + i for i in rows]
+            for i, out in zip(rows, _loop(model, [prompts[i] for i in rows], params, tokenizer, seeds)):
+                outs[i] = out
+    if not keep_stop_token and params.stop_token_ids:
+        stop = set(params.stop_token_ids)
+        outs = [o[:-1] if o and o[-1] in stop else o for o in outs]
     return outs
 
 
-def stream(model, prompt: list[int], cfg: GenerationConfig, tokenizer=None) -> Iterator[int]:
-    """Yield new token ids one at a time (same stopping rules as `generate`)."""
-    if cfg.stop_strings and tokenizer is None:
-        raise ValueError("stream: stop_strings need a tokenizer to decode the output; pass tokenizer=")
-    stop_ids = set(cfg.stop_token_ids)
-    out: list[int] = []
-    checked = [0]
-    for tokens, _ in generate_steps(model, [prompt], cfg):
+def _loop(model, prompts, params: SamplingParams, tokenizer, seeds) -> list[list[int]]:
+    """One batch through the plain loop; each row ends with its stop token or stop string's last token."""
+    stops = [TokenStops(params.stop_token_ids, params.stop_strings, tokenizer) for _ in prompts]
+    for tokens, _ in generate_steps(model, prompts, params, seeds):
+        for stop, t in zip(stops, tokens.tolist()):  # the step's one device-to-host copy
+            if not stop.stopped:
+                stop.feed(t)
+        if all(s.stopped for s in stops):
+            break
+    return [s.ids for s in stops]
+
+
+def stream(model, prompt: list[int], params: SamplingParams, tokenizer=None) -> Iterator[int]:
+    """Yield new token ids one at a time through the plain loop (the same stopping rules as ``generate``;
+    a stop token is not yielded)."""
+    stop = TokenStops(params.stop_token_ids, params.stop_strings, tokenizer)
+    for tokens, _ in generate_steps(model, [prompt], params):
         t = int(tokens[0])
-        if t in stop_ids:
+        if stop.feed(t) and t in stop.stop_token_ids:
             return
-        out.append(t)
         yield t
-        if cfg.stop_strings and _stop_string_hit(tokenizer, out, cfg.stop_strings, checked):
+        if stop.stopped:
             return

@@ -1,4 +1,5 @@
-"""Load a model and its tokenizer for inference from a cookmind checkpoint or a Hugging Face directory."""
+"""The one loader: a model and its tokenizer from a cookmind checkpoint, a training run or a Hugging Face folder
+(used by generate, chat, serve, eval and the Trainer's init_from / DPO reference)."""
 
 from __future__ import annotations
 
@@ -60,25 +61,50 @@ def load_tokenizer(path: str | Path):
         raise
 
 
-def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | None = None,
-                       tokenizer_path: str | Path | None = None):
-    """(model in eval mode, tokenizer) from a cookmind checkpoint/model dir or a HF Llama/Qwen dir."""
+def load_model_dir(path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None):
+    """A CookMindLM from a model or checkpoint directory, a training run (its newest checkpoint) or a Hugging
+    Face Llama/Qwen folder (imported). dtype: a torch dtype or one of DTYPES' names; None keeps the stored one."""
     from cookmind.model import load_model, resolve_model_dir
     from cookmind.model.hf import import_hf, is_hf_model_dir
 
     path = resolve_model_dir(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such model directory (give a cookmind checkpoint or a HF model dir)")
-    torch_dtype = None
-    if dtype is not None:
-        if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
-        torch_dtype = DTYPES[dtype]
+        raise FileNotFoundError(f"{path}: no such model directory (give a cookmind checkpoint, a training run or a "
+                                "Hugging Face model folder)")
+    torch_dtype = _torch_dtype(dtype)
     if is_hf_model_dir(path):
         with tempfile.TemporaryDirectory(prefix="cookmind-import-") as tmp:
             import_hf(path, Path(tmp) / "model")
-            model = load_model(Path(tmp) / "model", device=device, dtype=torch_dtype)
-    else:
-        model = load_model(path, device=device, dtype=torch_dtype)
-    tokenizer = load_tokenizer(tokenizer_path or path)
-    return model.eval(), tokenizer
+            return load_model(Path(tmp) / "model", device=device, dtype=torch_dtype)
+    return load_model(path, device=device, dtype=torch_dtype)
+
+
+def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | torch.dtype | None = None,
+                       tokenizer_path: str | Path | None = None, *, hf_native: bool = False):
+    """(model in eval mode, tokenizer): the one loader of generate, chat, serve and eval.
+
+    From a cookmind checkpoint/model dir, a training run or a Hugging Face folder. A Hugging Face folder is
+    imported into a CookMindLM (Llama/Qwen; the engine serves it), or with hf_native=True loaded as it is by
+    transformers (any architecture; its own tokenizer object), offline either way.
+    """
+    from cookmind.model import resolve_model_dir
+    from cookmind.model.hf import is_hf_model_dir
+
+    path = resolve_model_dir(path)
+    if hf_native and is_hf_model_dir(path):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        kwargs = {} if dtype is None else {"dtype": _torch_dtype(dtype)}
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_path or path), local_files_only=True)
+        return model.to(device).eval(), tokenizer
+    model = load_model_dir(path, device, dtype)
+    return model.eval(), load_tokenizer(tokenizer_path or path)

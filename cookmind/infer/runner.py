@@ -1,10 +1,12 @@
 """ModelRunner: the forward pass of a CookMindLM over a serving KV cache (slots or paged blocks).
 
-It reuses the model's own modules (embedding, norms, projections, MLP, RoPE math) and only
-changes where keys and values live: each request's row of a ``SlotKVCache`` (a slot of the
-whole context) or of a ``PagedKVCache`` (blocks found through the row's block table), at its own
-positions. That lets one decode step serve requests of different lengths, lets a finished
-request leave without touching the others, and keeps every shape static for CUDA graphs.
+It runs the model's own code: the embedding, each layer's ``Block.attention_inputs`` and
+``Block.after_attention`` (norms, projections, FFN; LoRA-wrapped projections included), the RoPE
+tables and ``apply_rope``, the final norm and LM head. It only changes where keys and values
+live: each request's row of a ``SlotKVCache`` (a slot of the whole context) or of a
+``PagedKVCache`` (blocks found through the row's block table), at its own positions. That lets
+one decode step serve requests of different lengths, lets a finished request leave without
+touching the others, and keeps every shape static for CUDA graphs.
 Tests check its logits against the model's plain forward.
 """
 
@@ -20,6 +22,7 @@ from torch.fx.experimental import _config as fx_config
 from cookmind.infer.paged_cache import PagedKVCache
 from cookmind.infer.slot_cache import SlotKVCache
 from cookmind.kernels.paged_decode import kernel_available, paged_decode_attention, self_check
+from cookmind.model.fused import fuse_projections as fuse_projections_of
 from cookmind.model.rope import apply_rope
 
 DECODE_ATTENTION = ("auto", "kernel", "gather")
@@ -34,8 +37,9 @@ class ModelRunner:
     decode_attention (paged cache, one new token per row): "kernel" runs each layer as two fused
     halves around ``paged_decode_attention``, which applies RoPE, stores the new key/value and
     attends over the rows' blocks in place (the Triton kernel on CUDA, its PyTorch twin elsewhere);
-    the halves use one QKV and one gate/up projection (the model's weights become views into
-    them; fuse_projections=False keeps separate GEMMs and leaves the weights alone), and each
+    the halves use one QKV and one gate/up projection (``model.fused.fuse_projections``: the model's
+    weights become views into them; fuse_projections=False keeps separate GEMMs and leaves the weights
+    alone), and each
     layer's last residual add joins the next layer's norm. "gather" copies the
     rows' keys into a contiguous tensor and runs SDPA under a length mask, as prefill does.
     "auto": "kernel" where the Triton kernel runs (CUDA, a power-of-two head dim of 16..256) and
@@ -54,7 +58,7 @@ class ModelRunner:
         self.max_seq_len = int(max_seq_len or cfg.max_position_embeddings)
         inner = model.model
         self.embed, self.layers, self.norm = inner.embed_tokens, inner.layers, inner.norm
-        self.lm_head_weight = model.lm_head.weight  # the embedding itself when tied
+        self.lm_head = model.lm_head  # its weight is the embedding itself when tied
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = cfg.resolved_head_dim
         self.rope = inner.rotary_emb  # the model's own cos/sin (YaRN included)
@@ -88,8 +92,8 @@ class ModelRunner:
                 decode_attention = "gather"
         self.decode_attention = decode_attention
         self.fused = None
-        if decode_attention == "kernel":  # fuse_projections=False: a model under training keeps its weights' storage
-            self.fused = [_fuse_layer(layer) if fuse_projections else _Fused(None, None, None) for layer in self.layers]
+        if decode_attention == "kernel" and fuse_projections:  # False: a model under training keeps its storage
+            self.fused = fuse_projections_of(model)
         self.compiled = False
         self.compile_attention = False
         self._layer_fn, self._pre_fn, self._post_fn, self._head_fn = self._layer, self._pre, self._post, self._head
@@ -165,7 +169,7 @@ class ModelRunner:
         """Final norm (of h + delta: the last layer's pending residual) and the LM head: float32 logits."""
         if delta is not None:
             h = h + delta
-        return (self.norm(h) @ self.lm_head_weight.t()).float()
+        return self.lm_head(self.norm(h)).float()
 
     def _decode_kernel_layers(self, h, positions, cos, sin, slot_start, write_cols) -> torch.Tensor:
         """One new token per row through every layer with the paged decode kernel; logits (B, V)."""
@@ -185,19 +189,12 @@ class ModelRunner:
         but not yet rotated (the kernel applies RoPE); returns (h, q, k, v)."""
         if delta is not None:
             h = h + delta
-        attn, x = layer.self_attn, layer.input_layernorm(h)
-        b = x.shape[0]
-        q, k, v = self._project_qkv(attn, x.view(b, -1), qkv_weight, qkv_bias)
-        q, k = q.view(b, self.n_heads, self.head_dim), k.view(b, self.n_kv, self.head_dim)
-        if getattr(attn, "q_norm", None) is not None:
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        return h, q, k, v.view(b, self.n_kv, self.head_dim)
+        q, k, v = layer.attention_inputs(h, qkv_weight, qkv_bias)  # (B, 1, heads, D)
+        return h, q[:, 0], k[:, 0], v[:, 0]
 
     def _decode_post(self, layer, gate_up_weight, h, attn_out):
-        """h + o_proj(attention output); returns (h, mlp(norm(h))), the MLP output added by the next layer."""
-        b = h.shape[0]
-        h = h + _linear(layer.self_attn.o_proj, attn_out.reshape(b, 1, -1))
-        return h, self._mlp(layer.mlp, layer.post_attention_layernorm(h), gate_up_weight)
+        """h + o_proj(attention output); returns (h, ffn(norm(h))), the FFN output added by the next layer."""
+        return layer.after_attention(h, attn_out.reshape(h.shape[0], 1, -1), gate_up_weight)
 
     @staticmethod
     def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
@@ -239,25 +236,10 @@ class ModelRunner:
         q, k, v = self._pre(layer, h, cos, sin, qkv_weight, qkv_bias)
         return self._post(layer, h, self._attend(q, k, v, mask, keys, values, step), gate_up)
 
-    def _project_qkv(self, attn, x, qkv_weight, qkv_bias):
-        """q, k, v (..., heads * D) of x: one GEMM with the fused weight when given, else three."""
-        if qkv_weight is None:
-            return _linear(attn.q_proj, x), _linear(attn.k_proj, x), _linear(attn.v_proj, x)
-        nq, nkv = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-        qkv = F.linear(x, qkv_weight, qkv_bias)
-        return qkv[..., :nq], qkv[..., nq : nq + nkv], qkv[..., nq + nkv :]
-
     def _pre(self, layer, h, cos, sin, qkv_weight=None, qkv_bias=None):
         """The attention's inputs: q, k, v (B, heads, T, D) from norm(h), with QK-norm and RoPE."""
-        attn, x = layer.self_attn, layer.input_layernorm(h)
-        b, t, _ = x.shape
-        q, k, v = self._project_qkv(attn, x, qkv_weight, qkv_bias)
-        q = q.reshape(b, t, self.n_heads, self.head_dim)
-        k = k.reshape(b, t, self.n_kv, self.head_dim)
-        v = v.reshape(b, t, self.n_kv, self.head_dim).transpose(1, 2)
-        if getattr(attn, "q_norm", None) is not None:
-            q, k = attn.q_norm(q), attn.k_norm(k)  # QK-norm: per head, over head_dim
-        return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v
+        q, k, v = layer.attention_inputs(h, qkv_weight, qkv_bias)
+        return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
 
     def _attend(self, q, k, v, mask, cache_k, cache_v, step):
         """Store k, v in the cache, attend q to the row's cached keys; (B, T, heads * D)."""
@@ -277,84 +259,6 @@ class ModelRunner:
         return out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
 
     def _post(self, layer, h, attn_out, gate_up=None):
-        """h + o_proj(attention output), then + mlp(norm(h))."""
-        h = h + _linear(layer.self_attn.o_proj, attn_out)
-        return h + self._mlp(layer.mlp, layer.post_attention_layernorm(h), gate_up)
-
-    @staticmethod
-    def _mlp(mlp, x, gate_up=None):
-        """The layer's MLP of x; SwiGLU with one GEMM for gate and up when their fused weight is given."""
-        if gate_up is not None:
-            gate, up = F.linear(x, gate_up).chunk(2, dim=-1)
-            return _linear(mlp.down_proj, F.silu(gate) * up)
-        if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
-            # SwiGLU: W_down (silu(W_gate x) * W_up x)
-            return _linear(mlp.down_proj, F.silu(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
-        out = mlp(x)  # mixture of experts: (output, aux loss)
-        return out[0] if isinstance(out, tuple) else out
-
-
-class _Fused:
-    """A layer's fused projection weights (None where the layer's modules do not allow it)."""
-
-    def __init__(self, qkv, qkv_bias, gate_up):
-        self.qkv, self.qkv_bias, self.gate_up = qkv, qkv_bias, gate_up
-
-
-def _fuse_rows(modules) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Stack the modules' weights (and biases) into one tensor each and re-point every module's
-    weight at its rows of it: one GEMM computes all their outputs and no memory is added. The
-    modules compute exactly what they did; their Parameters keep their identity. (None, None)
-    when they cannot share one GEMM (not plain linear weights, mixed biases, dtypes or widths)."""
-    weights = [getattr(m, "weight", None) for m in modules]
-    biases = [getattr(m, "bias", None) for m in modules]
-    if any(w is None or w.dim() != 2 for w in weights) or len({(w.dtype, w.device, w.shape[1]) for w in weights}) > 1:
-        return None, None
-    if any(hasattr(m, "lora_A") for m in modules) or len({b is None for b in biases}) > 1:
-        return None, None
-    fused = _rows_in_place([w.detach() for w in weights])
-    if fused is not None:  # an earlier runner fused them already: share that memory (a copy would go stale)
-        fused_bias = None if biases[0] is None else _rows_in_place([b.detach() for b in biases])
-        if biases[0] is None or fused_bias is not None:
-            return fused, fused_bias
-    with torch.no_grad():
-        fused = torch.cat([w.detach() for w in weights])
-        fused_bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
-        start = 0
-        for w, b in zip(weights, biases):
-            n = w.shape[0]
-            w.data = fused[start : start + n]
-            if b is not None:
-                b.data = fused_bias[start : start + n]
-            start += n
-    return fused, fused_bias
-
-
-def _rows_in_place(parts: list[torch.Tensor]) -> torch.Tensor | None:
-    """One tensor over the memory of `parts` when they already lie back to back in one storage (in
-    order, contiguous), else None."""
-    first = parts[0]
-    storage, offset = first.untyped_storage(), first.storage_offset()
-    rows = 0
-    for p in parts:
-        if p.untyped_storage().data_ptr() != storage.data_ptr() or not p.is_contiguous() or \
-                p.storage_offset() != offset + rows * (p[0].numel() if p.dim() > 1 else 1):
-            return None
-        rows += p.shape[0]
-    shape = (rows, *first.shape[1:])
-    return torch.empty(0, dtype=first.dtype, device=first.device).set_(storage, offset, shape,
-                                                                       torch.empty(shape, device="meta").stride())
-
-
-def _fuse_layer(layer) -> _Fused:
-    attn, mlp = layer.self_attn, layer.mlp
-    qkv, qkv_bias = _fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])
-    gate_up = None
-    if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")) and getattr(mlp.gate_proj, "bias", None) is None:
-        gate_up, _ = _fuse_rows([mlp.gate_proj, mlp.up_proj])
-    return _Fused(qkv, qkv_bias, gate_up)
-
-
-def _linear(module, x):
-    """y = x W^T (+ b) with the module's own weights, through F.linear (one fused GEMM call)."""
-    return F.linear(x, module.weight, getattr(module, "bias", None))
+        """h + o_proj(attention output), then + ffn(norm(h))."""
+        h, ffn = layer.after_attention(h, attn_out, gate_up)
+        return h + ffn

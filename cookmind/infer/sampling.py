@@ -11,17 +11,27 @@ removed tokens are set to -inf; no step renormalises, sampling does that once at
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 from dataclasses import dataclass, field
 
 import torch
+
+from cookmind.infer.stop import check_stop_strings
 
 NEG_INF = float("-inf")
 
 
 @dataclass
 class SamplingParams:
-    """Per-request sampling settings (the OpenAI names where one exists)."""
+    """How to decode one request: the one parameter type of every generation path (see docs/INTERFACES.md).
 
+    The OpenAI names where one exists. temperature 0 is greedy. A stop token ends a response; a stop string
+    ends it at the token that completes it. min_new_tokens bans the stop tokens before that many tokens.
+    """
+
+    max_new_tokens: int = 64
+    min_new_tokens: int = 0
     temperature: float = 1.0  # 0 -> greedy
     top_k: int = 0  # 0 -> off
     top_p: float = 1.0  # 1 -> off
@@ -29,16 +39,31 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # 1 -> off; CTRL-style, over prompt + output
     presence_penalty: float = 0.0  # OpenAI: over output tokens seen at least once
     frequency_penalty: float = 0.0  # OpenAI: times each output token was seen
+    stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
     seed: int | None = None
     logprobs: bool = False
     top_logprobs: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop_token_ids, (str, int)):
+            raise ValueError(f"sampling parameter stop_token_ids must be a list of ints, got {self.stop_token_ids!r}")
+        try:  # numpy / torch integers are fine; strings and floats are not token ids
+            self.stop_token_ids = tuple(operator.index(t) for t in self.stop_token_ids)
+        except TypeError:
+            raise ValueError(f"sampling parameter stop_token_ids={self.stop_token_ids!r} must hold ints") from None
+        self.stop_strings = check_stop_strings(self.stop_strings)
         self.validate()
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field and its allowed range."""
+        ints = ("max_new_tokens", "min_new_tokens", "top_k", "top_logprobs")
+        bad_type = [n for n in ints if isinstance(getattr(self, n), bool) or not isinstance(getattr(self, n), int)]
+        if bad_type:
+            raise ValueError(f"sampling parameter {bad_type[0]}={getattr(self, bad_type[0])!r} must be an int")
         checks = [
+            ("max_new_tokens", self.max_new_tokens >= 0, ">= 0"),
+            ("min_new_tokens", 0 <= self.min_new_tokens <= self.max_new_tokens, "in [0, max_new_tokens]"),
             ("temperature", self.temperature >= 0, ">= 0"),
             ("top_k", self.top_k >= 0, ">= 0 (0 turns it off)"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
@@ -47,10 +72,16 @@ class SamplingParams:
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "in [-2, 2]"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "in [-2, 2]"),
             ("top_logprobs", 0 <= self.top_logprobs <= 20, "in [0, 20]"),
+            ("stop_token_ids", all(t >= 0 for t in self.stop_token_ids), "token ids >= 0"),
         ]
         for name, ok, allowed in checks:
             if not ok:
-                raise ValueError(f"sampling parameter {name}={getattr(self, name)!r} is out of range: must be {allowed}")
+                raise ValueError(f"sampling parameter {name}={getattr(self, name)!r} is out of range: "
+                                 f"must be {allowed}")
+
+    def replace(self, **changes) -> "SamplingParams":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def greedy(self) -> bool:
@@ -229,3 +260,13 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
     return gen
+
+
+def ban_tokens(logits: torch.Tensor, bans: dict[int, tuple[int, ...]]) -> torch.Tensor:
+    """logits with bans[row]'s token ids set to -inf in that row (min_new_tokens: no stop token yet)."""
+    if not bans:
+        return logits
+    logits = logits.clone()
+    for row, ids in bans.items():
+        logits[row, list(ids)] = NEG_INF
+    return logits

@@ -1,21 +1,71 @@
-"""Stop strings for streaming: emit text as soon as it cannot be the start of a stop string.
+"""Stop strings, in one place: where a response ends, and what text of it may be shown.
 
-A stop string can arrive split over several tokens ("<|us" + "er|>"), so the matcher holds
-back the longest tail of the pending text that is a prefix of some stop string, and releases
-it once the next piece shows it is not. The stop string itself is never emitted.
+Two questions, two classes:
+  - ``TokenStops``: which token ends a response? A stop token does (kept or dropped by the caller);
+    a stop string does at the token that completes it (that token is kept: it is part of the text).
+    Every generation path (``cookmind.infer.generate``, the engine behind it, rollouts) asks this.
+  - ``StopStringMatcher``: which text may a stream show now? A stop string can arrive split over
+    several tokens ("<|us" + "er|>"), so the matcher holds back the longest tail of the pending text
+    that is a prefix of some stop string, and releases it once the next piece shows it is not. The
+    stop string itself is never emitted. The server and the chat stream text through it.
 """
 
 from __future__ import annotations
+
+
+def check_stop_strings(stop_strings) -> tuple[str, ...]:
+    """The stop strings as a tuple; ValueError unless each is a non-empty string."""
+    if isinstance(stop_strings, str):
+        raise ValueError(f"stop strings must be a list of strings, got the string {stop_strings!r}")
+    bad = [s for s in stop_strings if not isinstance(s, str) or s == ""]
+    if bad:
+        raise ValueError(f"stop strings must be non-empty strings, got {bad!r}")
+    return tuple(stop_strings)
+
+
+class TokenStops:
+    """Per response: ``feed(token) -> True`` when this token ends it (a stop token, or the token that
+    completes a stop string). Stop strings need ``tokenizer`` (anything with ``decode(ids) -> str``).
+
+    Only the newest tokens can complete a new match: the text of the last ``longest stop string + 4``
+    tokens is checked (a token decodes to at least one character, so that tail holds any new match).
+    """
+
+    def __init__(self, stop_token_ids=(), stop_strings=(), tokenizer=None):
+        self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
+        self.stop_strings = check_stop_strings(stop_strings)
+        if self.stop_strings and tokenizer is None:
+            raise ValueError("stop_strings need a tokenizer to decode the output; pass tokenizer=")
+        self.tokenizer = tokenizer
+        self._tail = max((len(s) for s in self.stop_strings), default=0) + 4
+        self.ids: list[int] = []
+        self.stopped = False
+
+    def feed(self, token: int) -> bool:
+        """Add the response's next token; True when it ends the response (and from then on)."""
+        if self.stopped:
+            return True
+        self.ids.append(int(token))
+        if token in self.stop_token_ids:
+            self.stopped = True
+        elif self.stop_strings:
+            text = _decode(self.tokenizer, self.ids[-self._tail :])
+            self.stopped = any(s in text for s in self.stop_strings)
+        return self.stopped
+
+
+def _decode(tokenizer, ids: list[int]) -> str:
+    """Text of ids with special tokens kept (a stop string may be one): our tokenizer or a transformers one."""
+    if hasattr(tokenizer, "convert_tokens_to_ids"):
+        return tokenizer.decode(ids, skip_special_tokens=False)
+    return tokenizer.decode(ids)
 
 
 class StopStringMatcher:
     """Feed decoded text pieces; get back the part safe to show and whether a stop string hit."""
 
     def __init__(self, stop_strings: list[str] | tuple[str, ...] = ()):
-        bad = [s for s in stop_strings if not isinstance(s, str) or s == ""]
-        if bad:
-            raise ValueError(f"stop strings must be non-empty strings, got {bad!r}")
-        self.stop_strings = tuple(stop_strings)
+        self.stop_strings = check_stop_strings(stop_strings)
         self._pending = ""  # text received but not yet released
         self.stopped = False
 

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from cookmind.model.fused import fused_linear
 from cookmind.model.linear import Linear
 from cookmind.model.rmsnorm import RMSNorm
 from cookmind.model.rope import apply_rope
@@ -37,17 +36,32 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
+    def project_qkv(self, x: torch.Tensor, qkv_weight: torch.Tensor | None = None,
+                    qkv_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, T, heads, D), k and v (B, T, kv heads, D) of x (B, T, C), QK-normed, not yet rotated.
+
+        The entry the serving engine shares with ``forward``: through the projection modules (LoRA-wrapped
+        ones too), or one GEMM with ``qkv_weight`` = [W_q; W_k; W_v] from ``model.fused.fuse_projections``.
+        """
+        b, t, _ = x.shape
+        if qkv_weight is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            nq, nkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+            qkv = F.linear(x, qkv_weight, qkv_bias)
+            q, k, v = qkv[..., :nq], qkv[..., nq : nq + nkv], qkv[..., nq + nkv :]
+        q = q.reshape(b, t, self.n_heads, self.head_dim)
+        k = k.reshape(b, t, self.n_kv_heads, self.head_dim)
+        v = v.reshape(b, t, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None:  # QK-norm: per head, over head_dim
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, kv_cache=None) -> torch.Tensor:
         """x (B, T, C) -> (B, T, C). attention_mask: bool (B, 1, T, S), True = may attend; else causal."""
         b, t, _ = x.shape
-        qkv = fused_linear(x, [self.q_proj, self.k_proj, self.v_proj])  # one GEMM; None -> separate ones
-        q, k, v = qkv if qkv is not None else (self.q_proj(x), self.k_proj(x), self.v_proj(x))
-        q = q.view(b, t, self.n_heads, self.head_dim)
-        k = k.view(b, t, self.n_kv_heads, self.head_dim)
-        v = v.view(b, t, self.n_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = self.project_qkv(x)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 

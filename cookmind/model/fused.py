@@ -1,22 +1,26 @@
-"""Fast paths beside the readable math: one switch, and one matmul for several projections of the same input.
+"""Fused projection weights for serving, and the two remaining fast paths of the forward.
 
-The readable model computes q_proj(x), k_proj(x), v_proj(x) (and gate_proj(x), up_proj(x)) as separate
-matmuls. Concatenating their weights gives one wider matmul with the same columns,
-x [W_q; W_k; W_v]^T = [x W_q^T, x W_k^T, x W_v^T]: the input is read once, the GPU gets one large GEMM
-instead of three small ones, and the backward's dX is one GEMM instead of three plus a sum. The weights stay
-separate parameters, so names, checkpoints, HF export and LoRA (which swaps the modules) are untouched.
-tests/test_model_fast.py checks every fast path equals the readable one.
+Fused projections. q_proj(x), k_proj(x), v_proj(x) (and gate_proj(x), up_proj(x)) read the same input; with
+their weights stacked, x [W_q; W_k; W_v]^T = [x W_q^T, x W_k^T, x W_v^T] is one wider GEMM. ``fuse_projections``
+stacks them without adding memory: it moves each layer's weights into one tensor and re-points every module's
+weight at its rows of it, so the modules compute exactly what they did (names, checkpoints, HF export
+unchanged) and ``Attention.project_qkv`` / ``SwiGLU.forward`` take the fused tensor for one GEMM. The serving
+engine fuses the model it serves (a decode step at batch 1 is many small GEMMs). Training does not fuse: on the
+H200 (2026-11-29, bench/bench_train.py --device cuda --variants fast) the Trainer with a fused QKV / gate-up
+GEMM ran at 418.2k tokens/s against 417.5k without it, in the same run: nothing once torch.compile has fused
+the step, so that training path went away. A model under training keeps its weights' storage (an optimizer
+or DDP may hold it), so rollouts serve it unfused.
 
-Off by default: on the H200 (2026-11-29, bench/bench_train.py --device cuda --variants fast) the Trainer
-with these paths on ran at 418.2k tokens/s against 417.5k with them off in the same run: no measurable gain
-once torch.compile has fused the step, so the readable paths stay the default.
+Fast paths (``set_fast_paths``, off by default; tests/test_model_fast.py checks they equal the readable math):
+the embedding through ``F.embedding`` (its backward is the dedicated embedding kernel) and logits handed over
+in the matmul's dtype, upcast lazily by ``LMOutput.logits``.
 """
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from cookmind.model.linear import Linear
+import torch
 
 _enabled = False  # see the module docstring: not yet shown faster on the GPU
 
@@ -32,19 +36,70 @@ def set_fast_paths(enabled: bool) -> None:
     _enabled = bool(enabled)
 
 
-def fused_linear(x: torch.Tensor, layers: list) -> list[torch.Tensor] | None:
-    """[layer(x) for layer in layers] as one matmul, or None when the fast path does not apply.
+@dataclass
+class FusedWeights:
+    """One layer's fused projections: [W_q; W_k; W_v] (and its bias) and [W_gate; W_up]; None where the layer's
+    modules cannot share one GEMM (LoRA-wrapped, mixed biases, an MoE feed-forward)."""
 
-    Applies only to plain cookmind Linear layers (a LoRA-wrapped or other module keeps its own forward),
-    all with a bias or all without.
-    """
-    if not _enabled or any(type(layer) is not Linear for layer in layers):
-        return None
-    has_bias = [layer.bias is not None for layer in layers]
-    if any(has_bias) and not all(has_bias):
-        return None
-    w = torch.cat([layer.weight for layer in layers])  # (sum out, in): the rows of each weight in turn
-    y = x @ w.t()  # (..., sum out); same formula as Linear.forward
-    if all(has_bias):
-        y = y + torch.cat([layer.bias for layer in layers])
-    return list(y.split([layer.out_features for layer in layers], dim=-1))
+    qkv: torch.Tensor | None = None
+    qkv_bias: torch.Tensor | None = None
+    gate_up: torch.Tensor | None = None
+
+
+def fuse_projections(model) -> list[FusedWeights]:
+    """Each decoder layer's fused projection weights (see the module docstring); the modules' weights become
+    views into them. Fusing a model twice shares the first fusion's memory (a copy would go stale)."""
+    out = []
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv, qkv_bias = _fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])
+        gate_up = None
+        if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")) \
+                and getattr(mlp.gate_proj, "bias", None) is None:
+            gate_up, _ = _fuse_rows([mlp.gate_proj, mlp.up_proj])
+        out.append(FusedWeights(qkv, qkv_bias, gate_up))
+    return out
+
+
+def _fuse_rows(modules) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Stack the modules' weights (and biases) into one tensor each and re-point every module's weight at its
+    rows of it: no memory is added, and the Parameters keep their identity. (None, None) when they cannot share
+    one GEMM (not plain linear weights, LoRA-wrapped, mixed biases, dtypes or widths)."""
+    weights = [getattr(m, "weight", None) for m in modules]
+    biases = [getattr(m, "bias", None) for m in modules]
+    if any(w is None or w.dim() != 2 for w in weights) or len({(w.dtype, w.device, w.shape[1]) for w in weights}) > 1:
+        return None, None
+    if any(hasattr(m, "lora_A") for m in modules) or len({b is None for b in biases}) > 1:
+        return None, None
+    fused = _rows_in_place([w.detach() for w in weights])
+    if fused is not None:  # fused already: share that memory
+        fused_bias = None if biases[0] is None else _rows_in_place([b.detach() for b in biases])
+        if biases[0] is None or fused_bias is not None:
+            return fused, fused_bias
+    with torch.no_grad():
+        fused = torch.cat([w.detach() for w in weights])
+        fused_bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+        start = 0
+        for w, b in zip(weights, biases):
+            n = w.shape[0]
+            w.data = fused[start : start + n]
+            if b is not None:
+                b.data = fused_bias[start : start + n]
+            start += n
+    return fused, fused_bias
+
+
+def _rows_in_place(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """One tensor over the memory of `parts` when they already lie back to back in one storage (in order,
+    contiguous), else None."""
+    first = parts[0]
+    storage, offset = first.untyped_storage(), first.storage_offset()
+    rows = 0
+    for p in parts:
+        if p.untyped_storage().data_ptr() != storage.data_ptr() or not p.is_contiguous() or \
+                p.storage_offset() != offset + rows * (p[0].numel() if p.dim() > 1 else 1):
+            return None
+        rows += p.shape[0]
+    shape = (rows, *first.shape[1:])
+    return torch.empty(0, dtype=first.dtype, device=first.device).set_(storage, offset, shape,
+                                                                       torch.empty(shape, device="meta").stride())

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from cookmind.model.activations import silu
-from cookmind.model.fused import fused_linear
 from cookmind.model.linear import Linear
 
 
@@ -19,8 +19,11 @@ class SwiGLU(nn.Module):
         self.up_proj = Linear(hidden_size, intermediate_size, std=std)
         self.down_proj = Linear(intermediate_size, hidden_size, std=std if out_std is None else out_std)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Gate, activate, project down: (..., hidden) -> (..., hidden)."""
-        gu = fused_linear(x, [self.gate_proj, self.up_proj])  # one GEMM for both; None -> separate ones
-        g, u = gu if gu is not None else (self.gate_proj(x), self.up_proj(x))
+    def forward(self, x: torch.Tensor, gate_up_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """Gate, activate, project down: (..., hidden) -> (..., hidden). gate_up_weight: [W_gate; W_up] from
+        ``model.fused.fuse_projections`` for one GEMM (the serving engine); else the modules (LoRA too)."""
+        if gate_up_weight is None:
+            g, u = self.gate_proj(x), self.up_proj(x)
+        else:
+            g, u = F.linear(x, gate_up_weight).chunk(2, dim=-1)
         return self.down_proj(silu(g) * u)

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from cookmind.model.model_io import resolve_model_dir
 from cookmind.train.config import TrainConfig
 from cookmind.train.objectives import DPOObjective, Objective, PretrainObjective, SFTObjective
 
@@ -36,10 +37,10 @@ def load_tokenizer(path: str | None):
 
 def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
     """A fresh CookMindLM from ``cfg.model``, or the weights at ``train.init_from``; LoRA applied if enabled."""
-    from cookmind.model import CookMindConfig, CookMindLM, load_model
+    from cookmind.model import CookMindConfig, CookMindLM
 
     if cfg.train.init_from:
-        model = load_model(_model_dir(cfg.train.init_from), device="cpu")
+        model = _load_weights("train.init_from", cfg.train.init_from, "cpu")
         if cfg.model:
             from cookmind.model.lm import RUNTIME_OPTIONS
 
@@ -69,18 +70,16 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
     return model
 
 
-def _model_dir(path: str) -> str:
-    """A run directory or a checkpoint root (with step_* dirs) -> its newest checkpoint, as export, eval, generate
-    and serve read it; a model/checkpoint dir -> itself."""
-    from cookmind.train.checkpoint import find_latest_checkpoint
+def _load_weights(field: str, path: str, device: str):
+    """The model at a config path (a checkpoint, a run's newest checkpoint or a Hugging Face folder) through the one
+    loader; errors name the config field."""
+    from cookmind.infer.loading import load_model_dir
+    from cookmind.model.model_io import ModelLoadError
 
-    p = Path(path)
-    if (p / "model.safetensors").is_file():
-        return str(p)
-    latest = find_latest_checkpoint(p) or find_latest_checkpoint(p / "checkpoints")
-    if latest is None:
-        raise FileNotFoundError(f"train.init_from={path}: no model.safetensors and no checkpoint under it")
-    return str(latest)
+    try:
+        return load_model_dir(path, device=device)
+    except (FileNotFoundError, ModelLoadError) as exc:
+        raise type(exc)(f"{field}={path}: {exc}") from exc
 
 
 def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
@@ -101,9 +100,7 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
         if ref_path is None:
             raise ValueError("DPO needs a frozen reference: set dpo.reference or train.init_from (or use LoRA, whose "
                              "base model is the reference)")
-        from cookmind.model import load_model
-
-        ref = load_model(_model_dir(ref_path), device=str(trainer.device)).eval()
+        ref = _load_weights("dpo.reference" if d.reference else "train.init_from", ref_path, str(trainer.device)).eval()
         ref.requires_grad_(False)
         return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference=ref, nll_weight=d.nll_weight)
     if name not in _FACTORIES and name in OBJECTIVE_PLUGINS:
@@ -148,7 +145,7 @@ def find_tokenizer(cfg: TrainConfig) -> str | None:
 
     if cfg.train.init_from:
         try:
-            d = Path(_model_dir(cfg.train.init_from))
+            d = resolve_model_dir(cfg.train.init_from)
         except FileNotFoundError:
             d = None
         if d is not None and (d / "cookmind_tokenizer.json").is_file():
@@ -169,7 +166,7 @@ def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
     if not cfg.train.init_from or tokenizer is None or not hasattr(tokenizer, "fingerprint"):
         return
     try:
-        d = Path(_model_dir(cfg.train.init_from))
+        d = resolve_model_dir(cfg.train.init_from)
     except FileNotFoundError:
         return  # build_model reports it
     if not (d / "cookmind_tokenizer.json").is_file():

@@ -644,10 +644,8 @@ class Trainer:
         """Greedy continuations of ``eval.prompts`` (chat-formatted for sft/dpo) via cookmind.infer."""
         if not self.cfg.eval.prompts or self.tokenizer is None:
             return []
-        try:
-            from cookmind.infer import GenerationConfig, generate
-        except ImportError:
-            return []
+        from cookmind.infer import SamplingParams, generate
+
         tok = self.tokenizer
         chat = self.cfg.train.objective != "pretrain" and hasattr(tok, "render")
         prompts = []
@@ -657,8 +655,9 @@ class Trainer:
             else:
                 prompts.append(tok.encode(p))
         stops = tuple(i for i in (tok.eos_id, getattr(tok, "im_end_id", None)) if i is not None)
-        gcfg = GenerationConfig(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)
-        outs = generate(self.bare_model, prompts, gcfg, tokenizer=tok)
+        gcfg = SamplingParams(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)
+        # the plain loop: a serving engine kept during training would hold its KV pool and graphs
+        outs = generate(self.bare_model, prompts, gcfg, tokenizer=tok, engine="builtin")
         return [{"prompt": p, "completion": tok.decode([t for t in o if t not in stops])}
                 for p, o in zip(self.cfg.eval.prompts, outs)]
 
