@@ -93,7 +93,8 @@ def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | torch
 
     From a cookmind checkpoint/model dir, a training run or a Hugging Face folder. A Hugging Face folder is
     imported into a CookMindLM (Llama/Qwen; the engine serves it), or with hf_native=True loaded as it is by
-    transformers (any architecture; its own tokenizer object), offline either way.
+    transformers (any architecture; its own tokenizer object), offline either way. tokenizer_path overrides the
+    checkpoint's tokenizer; one other than the checkpoint carries (cookmind_tokenizer.json) is refused.
     """
     from cookmind.model import resolve_model_dir
     from cookmind.model.hf import is_hf_model_dir
@@ -106,5 +107,12 @@ def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | torch
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_path or path), local_files_only=True)
         return model.to(device).eval(), tokenizer
+    tokenizer = load_tokenizer(tokenizer_path or path)
+    if tokenizer_path is not None:
+        from cookmind.tokenizer.tokenizer import check_carried_tokenizer
+
+        # another tokenizer than the checkpoint's would turn its ids into garbage text
+        check_carried_tokenizer(path, tokenizer, model=f"the model {path}", given=f"--tokenizer {tokenizer_path}",
+                                hint="drop --tokenizer to use the checkpoint's own")
     model = load_model_dir(path, device, dtype)
-    return model.eval(), load_tokenizer(tokenizer_path or path)
+    return model.eval(), tokenizer

@@ -447,3 +447,19 @@ class Tokenizer:
             return load_hf_tokenizer_json(directory / "tokenizer.json")
         raise TokenizerError(f"no tokenizer in {directory}: expected {FILE_NAME} (or tokenizer.json, or vocab.json + merges.txt); "
                              "train one with `cookmind tokenizer train`")
+
+
+def check_carried_tokenizer(model_dir: str | os.PathLike, tokenizer, *, model: str, given: str, hint: str) -> None:
+    """Refuse ``tokenizer`` when the checkpoint in ``model_dir`` carries another one (its cookmind_tokenizer.json).
+
+    ``model`` and ``given`` name the two sides in the error (e.g. ``train.init_from=runs/a`` and
+    ``data.tokenizer=tok``), ``hint`` says what to do. Nothing is checked when the checkpoint carries no
+    tokenizer or ``tokenizer`` has no fingerprint (a Hugging Face tokenizer object).
+    """
+    model_dir = Path(model_dir)
+    if tokenizer is None or not hasattr(tokenizer, "fingerprint") or not (model_dir / FILE_NAME).is_file():
+        return
+    theirs, ours = Tokenizer.load(model_dir).fingerprint(), tokenizer.fingerprint()
+    if theirs != ours:
+        raise TokenizerError(f"{model} was trained with the tokenizer in {model_dir} (fingerprint {theirs[:16]}), "
+                             f"not {given} (fingerprint {ours[:16]}); {hint}")

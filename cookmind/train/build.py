@@ -163,19 +163,16 @@ def find_tokenizer(cfg: TrainConfig) -> str | None:
 
 def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
     """Refuse to fine-tune a checkpoint (``train.init_from``) with another tokenizer than the one it carries."""
-    if not cfg.train.init_from or tokenizer is None or not hasattr(tokenizer, "fingerprint"):
+    if not cfg.train.init_from:
         return
     try:
         d = resolve_model_dir(cfg.train.init_from)
     except FileNotFoundError:
         return  # build_model reports it
-    if not (d / "cookmind_tokenizer.json").is_file():
-        return
-    theirs = load_tokenizer(str(d)).fingerprint()
-    if theirs != tokenizer.fingerprint():
-        raise ValueError(f"train.init_from={cfg.train.init_from} was trained with the tokenizer in {d} (fingerprint "
-                         f"{theirs[:16]}), not data.tokenizer={cfg.data.tokenizer} (fingerprint "
-                         f"{tokenizer.fingerprint()[:16]}); drop --tokenizer to use the checkpoint's")
+    from cookmind.tokenizer.tokenizer import check_carried_tokenizer
+
+    check_carried_tokenizer(d, tokenizer, model=f"train.init_from={cfg.train.init_from}",
+                            given=f"data.tokenizer={cfg.data.tokenizer}", hint="drop --tokenizer to use the checkpoint's")
 
 
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, zero1_group: Any = None):

@@ -1,0 +1,61 @@
+"""generate/chat/serve/eval refuse a --tokenizer other than the one the checkpoint carries (issue #17.9)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cookmind.cli import main as cli_main
+from cookmind.infer.loading import load_for_inference
+from cookmind.model import CookMindConfig, CookMindLM, save_model
+from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+TEXT_A = "the cook stirs the soup and tastes it. " * 30
+TEXT_B = "numbers like 12 and 345 add up: 12 + 345 = 357. " * 30
+
+
+def _tokenizer(tmp_path, name, text):
+    (tmp_path / f"{name}.txt").write_text(text)
+    vocab, merges = train_bpe(tmp_path / f"{name}.txt", 275, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
+    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(tmp_path / name)
+    return tmp_path / name
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A checkpoint carrying tokenizer A, and a tokenizer B of the same size (so nothing crashes by itself)."""
+    tmp_path = tmp_path_factory.mktemp("match")
+    tok_a, tok_b = _tokenizer(tmp_path, "tok_a", TEXT_A), _tokenizer(tmp_path, "tok_b", TEXT_B)
+    assert Tokenizer.load(tok_a).vocab_size == Tokenizer.load(tok_b).vocab_size
+    torch.manual_seed(0)
+    model = CookMindLM(CookMindConfig(vocab_size=275, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32))
+    ckpt = save_model(tmp_path / "ckpt", model)
+    Tokenizer.load(tok_a).save(ckpt)  # what a training checkpoint holds
+    return ckpt, tok_a, tok_b
+
+
+def test_mismatched_tokenizer_is_refused_naming_both(setup):
+    ckpt, tok_a, tok_b = setup
+    with pytest.raises(ValueError) as info:
+        load_for_inference(ckpt, tokenizer_path=tok_b)
+    message = str(info.value)
+    assert str(ckpt) in message and str(tok_b) in message
+    assert Tokenizer.load(tok_a).fingerprint()[:16] in message and Tokenizer.load(tok_b).fingerprint()[:16] in message
+    with pytest.raises(ValueError, match="tokenizer"):  # evals load through the same loader
+        load_for_inference(ckpt, tokenizer_path=tok_b, hf_native=True)
+
+
+def test_the_carried_or_an_identical_tokenizer_loads(setup):
+    ckpt, tok_a, _ = setup
+    fingerprint = Tokenizer.load(tok_a).fingerprint()
+    assert load_for_inference(ckpt)[1].fingerprint() == fingerprint  # --tokenizer stays optional
+    assert load_for_inference(ckpt, tokenizer_path=tok_a)[1].fingerprint() == fingerprint
+
+
+def test_generate_cli_reports_the_mismatch_in_one_line(setup, capsys):
+    ckpt, _, tok_b = setup
+    rc = cli_main(["generate", "--model", str(ckpt), "--tokenizer", str(tok_b), "--prompt", "the cook",
+                   "--max-new-tokens", "2"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "cookmind generate: error:" in err and str(tok_b) in err
