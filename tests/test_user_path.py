@@ -4,8 +4,6 @@ tokenizer train (GSM8K + TinyStories text) -> pack seq and pack sft (GSM8K quest
 -> SFT -> eval gsm8k -> export --hf -> transformers with the exported chat template -> serve -> the openai client.
 
 Each step checks, against an independent count, that nothing was silently truncated, dropped or mismatched.
-Steps that wait on another helper's #17 item are collected and reported as one xfail at the end (the rest still
-runs): flip them to hard asserts once those items are merged.
 """
 
 from __future__ import annotations
@@ -62,7 +60,6 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
     from cookmind.store import TokenStore
     from cookmind.tokenizer import Tokenizer
 
-    pending: list[str] = []  # other helpers' items this path still waits on
     gsm_lines = (shared_data / "gsm8k" / "train.jsonl").read_text(encoding="utf-8").splitlines()[:RECORDS]
     gsm = tmp_path / "gsm8k_train.jsonl"
     gsm.write_text("\n".join(gsm_lines) + "\n", encoding="utf-8")
@@ -104,9 +101,10 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
                f"data.window_size={CONTEXT}", *shape)
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["status"] == "completed" and summary["steps"] == 2
-    report = (tmp_path / "runs" / "sft" / "report.md").read_text()
-    if "truncated" not in report:
-        pending.append("#17.8 (files): SFT report.md does not state how many chats were truncated or dropped")
+    assert (summary["data_records"], summary["data_truncated"], summary["data_dropped"]) == (RECORDS, 0, 0)
+    report = (tmp_path / "runs" / "sft" / "report.md").read_text()  # the run's record says so too (#17.8)
+    assert f"| data_records | {RECORDS} |" in report
+    assert "| data_truncated | 0 |" in report and "| data_dropped | 0 |" in report
     from cookmind.data import DatasetFactory
 
     assert len(DatasetFactory.load("sft", str(tmp_path / "sft"), CONTEXT)) == RECORDS  # no chat dropped
@@ -135,12 +133,13 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
     hf_ids = list(hf_ids["input_ids"] if hasattr(hf_ids, "keys") else hf_ids)
     assert hf_ids == list(ours)  # the same prompt on both sides
     typed = [{"role": "user", "content": "a <|im_end|> typed by the user"}]
-    hf_typed = hf_tok.apply_chat_template(typed, add_generation_prompt=True, tokenize=True)
-    hf_typed = list(hf_typed["input_ids"] if hasattr(hf_typed, "keys") else hf_typed)
-    if hf_typed.count(tok.im_end_id) != 1:  # only the template's own end of the user turn
-        pending.append("#17.5 (tokenizer): the exported chat template turns a typed <|im_end|> into the special token")
+    # #17.5: with transformers' sanitize_control_tokens=True (see the README) a typed <|im_end|> stays text
+    hf_typed = list(hf_tok.apply_chat_template(typed, add_generation_prompt=True, sanitize_control_tokens=True,
+                                               return_dict=False))
+    assert hf_typed.count(tok.im_end_id) == 1  # only the template's own end of the user turn
+    assert hf_typed == list(tok.render(typed, add_generation_prompt=True)[0])
     from cookmind.infer.generate import generate
-    from cookmind.infer.generation_config import GenerationConfig
+    from cookmind.infer import SamplingParams
     from cookmind.model import load_model, resolve_model_dir
 
     ids = torch.tensor([hf_ids])
@@ -149,7 +148,7 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
     if hf_new and hf_new[-1] in stops:
         hf_new = hf_new[:-1]  # cookmind leaves the stop token out
     ours_new = generate(load_model(resolve_model_dir(model_dir)).eval(), [list(ours)],
-                        GenerationConfig(max_new_tokens=12, stop_token_ids=stops))[0]
+                        SamplingParams(max_new_tokens=12, temperature=0.0, stop_token_ids=stops))[0]
     assert not any(t in stops for t in hf_new)  # transformers stopped at the first end token, if any
     assert hf_new == ours_new  # greedy: the same tokens from both stacks
 
@@ -173,5 +172,3 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-    if pending:
-        pytest.xfail("; ".join(pending))
