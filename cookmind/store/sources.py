@@ -57,8 +57,10 @@ def source_kind(path: Path) -> str:
     return "text"
 
 
-def iter_items(path, separator: str = "<|endoftext|>", one_per_line: bool = False) -> Iterator[Item]:
-    """Yield the items of one input file in order."""
+def iter_items(path, separator: str = "<|endoftext|>", one_per_line: bool = False,
+               utf8_errors: str = "strict") -> Iterator[Item]:
+    """Yield the items of one input file in order. utf8_errors="replace" reads bad UTF-8 of text and JSON
+    lines as U+FFFD; "strict" makes such a line a "bad" item (a text file: a ValueError naming file:line)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"input {path} does not exist")
@@ -71,21 +73,21 @@ def iter_items(path, separator: str = "<|endoftext|>", one_per_line: bool = Fals
         with _open_bytes(path) as f:
             for n, raw in enumerate(f, 1):
                 try:
-                    line = raw.decode("utf-8")
+                    line = raw.decode("utf-8", utf8_errors)
                 except UnicodeDecodeError as exc:
                     yield Item(str(path), n, "bad", f"invalid UTF-8 at byte {exc.start} of the line")
                     continue
                 if line.strip():  # blank lines separate nothing; skip them quietly
                     yield Item(str(path), n, kind, line if kind == "json" else line.rstrip("\r\n"))
     else:
-        yield from _separated_documents(path, separator)
+        yield from _separated_documents(path, separator, utf8_errors)
 
 
-def _separated_documents(path: Path, separator: str) -> Iterator[Item]:
+def _separated_documents(path: Path, separator: str, utf8_errors: str = "strict") -> Iterator[Item]:
     with _open_bytes(path) as f:
         data = f.read()
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8", utf8_errors)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ValueError(f"{path}:{line}: invalid UTF-8 at byte {exc.start}; fix or re-encode the file as UTF-8") from None

@@ -136,8 +136,9 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
 def train_bpe(input_path: str | os.PathLike | Sequence[str | os.PathLike], vocab_size: int,
               special_tokens: Sequence[str] | None = None, *, pattern: str = "gpt2", workers: int | None = None,
               utf8_errors: str = "strict", chunk_bytes: int = 4 << 20,
-              progress: bool | None = None) -> tuple[dict[int, bytes], list[Merge]]:
-    """Train a byte-level BPE on one or more UTF-8 text files.
+              progress: bool | None = None, text_field: str = "text") -> tuple[dict[int, bytes], list[Merge]]:
+    """Train a byte-level BPE on one or more inputs: UTF-8 text files, or what ``pack`` reads besides (JSON lines,
+    JSON, Parquet: each record's ``text_field``; gzip; ``cookmind curate run`` output folders).
 
     Returns (vocab: id -> bytes, merges in creation order). Ids: bytes 0..255, then the special
     tokens in order, then merged tokens. Raises TokenizerError for a missing file, an empty
@@ -152,7 +153,7 @@ def train_bpe(input_path: str | os.PathLike | Sequence[str | os.PathLike], vocab
             f"already take {256 + len(specials)} ids; pass vocab_size >= {256 + len(specials)}"
         )
     counts = count_pretokens(input_path, specials, pattern, workers=workers, chunk_bytes=chunk_bytes,
-                             utf8_errors=utf8_errors, progress=progress)
+                             utf8_errors=utf8_errors, progress=progress, text_field=text_field)
     if not counts:
         raise TokenizerError(
             f"the corpus {input_path} has no text outside special tokens; give files with text to learn from"

@@ -17,8 +17,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Build the nested subcommands."""
     sub = parser.add_subparsers(dest="action", metavar="<action>", required=True)
 
-    t = sub.add_parser("train", help="learn a byte-level BPE from UTF-8 text files")
-    t.add_argument("--input", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
+    t = sub.add_parser("train", help="learn a byte-level BPE from UTF-8 text, JSON lines or Parquet files")
+    t.add_argument("--input", nargs="+", required=True, metavar="PATH",
+                   help="the inputs `cookmind pack` reads: UTF-8 text, JSON lines / JSON / Parquet (the --text-field "
+                        "of each record), any of them gzipped, or a `cookmind curate run` output folder")
+    t.add_argument("--text-field", default="text",
+                   help="JSON/Parquet field holding a document's text (default text, as curate writes)")
     t.add_argument("--vocab-size", type=int, required=True, help="final vocabulary size (bytes + specials + merges)")
     t.add_argument("--special-token", nargs="*", default=None, metavar="TOK",
                    help=f"special tokens kept whole, ids 256.. in this order (default: {' '.join(DEFAULT_SPECIAL_TOKENS)})")
@@ -105,7 +109,8 @@ def _train(args) -> int:
     check_out(out, args.overwrite, args.input)  # before the (long) training
     t0 = time.perf_counter()
     vocab, merges = train_bpe(args.input, args.vocab_size, specials, pattern=args.pattern, workers=args.workers,
-                              chunk_bytes=int(args.chunk_mb * (1 << 20)), utf8_errors=args.utf8_errors)
+                              chunk_bytes=int(args.chunk_mb * (1 << 20)), utf8_errors=args.utf8_errors,
+                              text_field=args.text_field)
     tok = Tokenizer(vocab, merges, specials, args.pattern)
     _save_new(tok, out, args.overwrite)
     print(json.dumps({"out": str(out), "vocab_size": tok.vocab_size, "merges": len(merges),

@@ -5,6 +5,10 @@ pattern. Files are cut into chunks of about `chunk_bytes` at safe newlines (see 
 each worker reads and counts its own chunk, and only the counts travel back, so memory is
 bounded by the number of distinct pre-tokens, not by the corpus size.
 
+Any other input (JSON lines, a JSON array, Parquet, anything gzip-compressed, a `cookmind curate run` output
+folder) is read by the packer's reader (cookmind.store.sources), so `tokenizer train` learns from the same
+documents `pack` packs: each record's text field, in batches of about `chunk_bytes` characters per worker.
+
 Inside a chunk, text is cut further into lines at safe cuts and identical pieces are
 pre-tokenized once and weighted by their count: web text repeats boilerplate lines, and the
 result is exactly the same as pre-tokenizing every line.
@@ -12,10 +16,11 @@ result is exactly the same as pre-tokenizing every line.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import regex
@@ -179,22 +184,81 @@ def chunk_file(path: str, chunk_bytes: int, specials: Sequence[str], pattern: st
 
 
 def check_inputs(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """Resolve input paths, failing clearly on a missing or unreadable one."""
+    """Resolve input paths (a folder: its ``shard-*`` files, as pack reads it), failing clearly on a missing or
+    unreadable one."""
+    from cookmind.store.sources import expand_inputs
+
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out = []
-    for p in paths:
-        path = Path(p)
+    try:
+        paths = expand_inputs(paths)
+    except FileNotFoundError as exc:
+        raise TokenizerError(str(exc)) from None
+    for path in paths:
         if not path.exists():
             raise TokenizerError(f"input file {path} does not exist; pass existing text files with --input")
         if not path.is_file():
-            raise TokenizerError(f"input {path} is not a regular file; pass text files, not directories")
+            raise TokenizerError(f"input {path} is not a regular file; pass text, JSON lines, Parquet or gzip files")
         if not os.access(path, os.R_OK):
             raise TokenizerError(f"input file {path} is not readable (permissions)")
         out.append(str(path))
     if not out:
         raise TokenizerError("no input files given; pass at least one text file")
     return out
+
+
+def is_plain_text(path: str | os.PathLike) -> bool:
+    """An uncompressed text file (not JSON lines/Parquet): the workers read it in byte ranges."""
+    from cookmind.store.sources import is_gzip, source_kind
+
+    return source_kind(Path(path)) == "text" and not is_gzip(Path(path))
+
+
+def document_texts(path: str | os.PathLike, text_field: str = "text", utf8_errors: str = "strict") -> Iterator[str]:
+    """The documents of a JSON-lines, JSON, Parquet or gzip file as ``pack --train-type seq`` reads them (each
+    record's ``text_field``; gzip text split at <|endoftext|>); an empty document is skipped (nothing to learn)."""
+    from cookmind.store.records import BadRecord, RecordOptions, make_seq, parse, reason_kind
+    from cookmind.store.sources import iter_items
+
+    opts = RecordOptions("seq", text_field)
+    try:
+        for item in iter_items(path, utf8_errors=utf8_errors):
+            try:
+                yield make_seq(parse(item), None, opts)
+            except BadRecord as exc:
+                kind = reason_kind(str(exc))
+                if kind == "empty text":
+                    continue
+                hint = "; convert it to UTF-8 or pass --utf8-errors replace" if kind == "invalid UTF-8" else ""
+                raise TokenizerError(f"{item.source}:{item.line}: {exc}{hint}") from None
+    except TokenizerError:
+        raise
+    except ValueError as exc:  # the reader's own one-line errors (bad UTF-8 in gzip text, a broken JSON array)
+        raise TokenizerError(str(exc)) from None
+
+
+def _text_batches(files: Sequence[str], text_field: str, utf8_errors: str, batch_chars: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    size = 0
+    for path in files:
+        for text in document_texts(path, text_field, utf8_errors):
+            batch.append(text)
+            size += len(text)
+            if size >= batch_chars:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _count_texts(task: tuple) -> tuple[Counter, int]:
+    texts, pattern_str, specials = task
+    pattern, special_re, kind = regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str)
+    counts: Counter = Counter()
+    for text in texts:
+        count_text(text, pattern, special_re, kind, counts)
+    return counts, sum(len(t.encode("utf-8")) for t in texts)
 
 
 def _mp_context():
@@ -205,9 +269,11 @@ def _mp_context():
 
 def count_pretokens(paths: Sequence[str | os.PathLike] | str | os.PathLike, special_tokens: Sequence[str],
                     pattern: str, *, workers: int | None = None, chunk_bytes: int = 4 << 20,
-                    utf8_errors: str = "strict", progress: bool | None = None) -> Counter:
-    """Pre-token (str) -> count over all files, splitting on special tokens first.
+                    utf8_errors: str = "strict", progress: bool | None = None, text_field: str = "text") -> Counter:
+    """Pre-token (str) -> count over all inputs, splitting on special tokens first.
 
+    Inputs: text files, JSON lines / JSON / Parquet (the ``text_field`` of each record), any of them gzipped,
+    and folders of ``shard-*`` files (``cookmind curate run``'s output), read as ``pack`` reads them.
     workers: processes to use (default: all CPUs); chunk_bytes: work unit per process.
     utf8_errors: "strict" (default: bad bytes are an error naming file:line) or "replace" (U+FFFD).
     """
@@ -216,21 +282,33 @@ def count_pretokens(paths: Sequence[str | os.PathLike] | str | os.PathLike, spec
     if utf8_errors not in ("strict", "replace"):
         raise TokenizerError(f"utf8_errors must be 'strict' or 'replace', got {utf8_errors!r}")
     files = check_inputs(paths)
-    tasks = [(p, s, e, pattern, list(special_tokens), utf8_errors)
-             for p in files for s, e in chunk_file(p, chunk_bytes, special_tokens, pattern)]
-    total = sum(e - s for _, s, e, *_ in tasks)
-    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks) or 1))
+    plain = [p for p in files if is_plain_text(p)]
+    records = [p for p in files if p not in plain]
+    specials = list(special_tokens)
+    tasks = [(p, s, e, pattern, specials, utf8_errors)
+             for p in plain for s, e in chunk_file(p, chunk_bytes, special_tokens, pattern)]
+    record_tasks = ((batch, pattern, specials) for batch in _text_batches(records, text_field, utf8_errors, chunk_bytes))
+    # the record batches are not known ahead: about one per chunk_bytes on disk (more where compressed)
+    expected = len(tasks) + -(-sum(os.path.getsize(p) for p in records) // chunk_bytes)
+    workers = max(1, min(workers or os.cpu_count() or 1, expected or 1))
     counts: Counter = Counter()
-    with tqdm(total=total, unit="B", unit_scale=True, desc="pre-tokenize", disable=True if progress is False else None,
-              leave=False) as bar:
+    with tqdm(total=None if records else sum(e - s for _, s, e, *_ in tasks), unit="B", unit_scale=True,
+              desc="pre-tokenize", disable=True if progress is False else None, leave=False) as bar:
         if workers == 1:
-            results: Iterable = map(_count_chunk, tasks)
+            results: Iterable = itertools.chain(map(_count_chunk, tasks), map(_count_texts, record_tasks))
             for part, n in results:
                 counts.update(part)
                 bar.update(n)
         else:
             with _mp_context().Pool(workers) as pool:
-                for part, n in pool.imap_unordered(_count_chunk, tasks):
+                for part, n in itertools.chain(pool.imap_unordered(_count_chunk, tasks),
+                                               _in_waves(pool, _count_texts, record_tasks, 2 * workers)):
                     counts.update(part)
                     bar.update(n)
     return counts
+
+
+def _in_waves(pool, fn, tasks: Iterator, size: int) -> Iterator:
+    """pool.imap_unordered over a lazy iterator, ``size`` tasks at a time: Pool would read it all into memory."""
+    while wave := list(itertools.islice(tasks, size)):
+        yield from pool.imap_unordered(fn, wave)

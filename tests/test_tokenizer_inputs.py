@@ -1,0 +1,76 @@
+"""`tokenizer train` reads what `pack` reads: curate's output (gzip JSON lines, its folder), JSON lines with a
+--text-field, gzip text (issue #17.12); the documents' text is learned, not the JSON around it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from cookmind.cli import main as cli_main
+from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+
+def _reference(tmp_path, docs, vocab_size=300):
+    """The tokenizer trained on the documents written as a plain text file, one <|endoftext|> between them."""
+    ref = tmp_path / "reference.txt"
+    ref.write_text("<|endoftext|>".join(docs), encoding="utf-8")
+    vocab, merges = train_bpe(ref, vocab_size, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
+    return Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).fingerprint()
+
+
+def _train(tmp_path, out, *inputs, extra=()):
+    return cli_main(["tokenizer", "train", "--input", *map(str, inputs), "--vocab-size", "300", "--out", str(out),
+                     "--workers", "1", *extra])
+
+
+def test_trains_on_a_curate_run_output_folder_and_its_shards(tmp_path, capsys):
+    assert cli_main(["curate", "crawl", "--output", str(tmp_path / "crawl"), "--num-pages", "40", "--shards", "2"]) == 0
+    assert cli_main(["curate", "run", "--input", str(tmp_path / "crawl"), "--output", str(tmp_path / "cur"),
+                     "--workers", "1", "--quiet"]) == 0
+    shards = sorted((tmp_path / "cur").glob("shard-*.jsonl.gz"))
+    docs = [json.loads(line)["text"] for s in shards for line in gzip.decompress(s.read_bytes()).decode().splitlines()]
+    assert len(docs) > 3
+    expect = _reference(tmp_path, docs)
+    capsys.readouterr()
+    assert _train(tmp_path, tmp_path / "tok_folder", tmp_path / "cur") == 0, capsys.readouterr().err
+    assert Tokenizer.load(tmp_path / "tok_folder").fingerprint() == expect
+    assert _train(tmp_path, tmp_path / "tok_shards", *shards) == 0, capsys.readouterr().err
+    assert Tokenizer.load(tmp_path / "tok_shards").fingerprint() == expect
+
+
+def test_jsonl_text_field_and_gzip_text(tmp_path, capsys):
+    docs = ["The cook stirs the soup\nand tastes it.", "Tom has 3 apples; he eats 1. How many are left?",
+            "Soup, bread and tea: the cook's supper."] * 5
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"id": i, "content": d}) + "\n" for i, d in enumerate(docs)))
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress("<|endoftext|>".join(docs).encode()))
+    expect = _reference(tmp_path, docs * 2)
+    assert _train(tmp_path, tmp_path / "tok", tmp_path / "a.jsonl", tmp_path / "b.txt.gz",
+                  extra=["--text-field", "content"]) == 0, capsys.readouterr().err
+    assert Tokenizer.load(tmp_path / "tok").fingerprint() == expect
+    # without --text-field the default "text" is missing: a one-line error naming file:line and the option
+    capsys.readouterr()
+    assert _train(tmp_path, tmp_path / "tok2", tmp_path / "a.jsonl") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{tmp_path / 'a.jsonl'}:1:" in err and "--text-field" in err
+    assert not (tmp_path / "tok2").exists()
+
+
+@pytest.mark.parametrize("policy", ["strict", "replace"])
+def test_bad_utf8_in_a_json_line(tmp_path, capsys, policy):
+    (tmp_path / "a.jsonl").write_bytes(b'{"text": "good soup"}\n{"text": "bad \xff soup"}\n')
+    rc = _train(tmp_path, tmp_path / "tok", tmp_path / "a.jsonl", extra=["--utf8-errors", policy])
+    if policy == "strict":
+        assert rc == 2 and f"{tmp_path / 'a.jsonl'}:2: invalid UTF-8" in capsys.readouterr().err
+    else:
+        assert rc == 0
+        assert Tokenizer.load(tmp_path / "tok").fingerprint() == _reference(tmp_path, ["good soup", "bad \ufffd soup"])
+
+
+def test_record_batches_spread_over_workers_count_the_same(tmp_path):
+    docs = [f"Batch {i}: the cook adds {i} cups of soup to the pot." for i in range(40)]
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in docs).encode()))
+    vocab, merges = train_bpe(tmp_path / "a.jsonl.gz", 300, DEFAULT_SPECIAL_TOKENS, workers=2, chunk_bytes=200,
+                              progress=False)  # about 10 batches in waves of 4
+    assert Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).fingerprint() == _reference(tmp_path, docs)
