@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -51,6 +53,11 @@ def test_the_carried_or_an_identical_tokenizer_loads(setup):
     fingerprint = Tokenizer.load(tok_a).fingerprint()
     assert load_for_inference(ckpt)[1].fingerprint() == fingerprint  # --tokenizer stays optional
     assert load_for_inference(ckpt, tokenizer_path=tok_a)[1].fingerprint() == fingerprint
+    hf_only = tok_a.parent / "tok_a_hf"  # the same tokenizer in Hugging Face files only (e.g. from an export)
+    hf_only.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tok_a / name, hf_only / name)
+    assert load_for_inference(ckpt, tokenizer_path=hf_only)[1].fingerprint() == fingerprint
 
 
 def test_generate_cli_reports_the_mismatch_in_one_line(setup, capsys):
