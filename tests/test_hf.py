@@ -191,8 +191,8 @@ def _turn_taking_model(vocab_size, im_end, after_im_end, eos):
 def test_exported_model_stops_at_im_end_in_transformers_generate(tmp_path):
     """generation_config.json lists <|im_end|> beside <|endoftext|>, so transformers' generate ends the assistant
     turn where cookmind does (#17.14); checked with the exported tokenizer's own chat template."""
-    from cookmind.infer.generate import generate
     from cookmind.infer import SamplingParams
+    from cookmind.infer.generate import generate
     from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
     (tmp_path / "c.txt").write_text("the cook stirs the soup and tastes it. " * 40)

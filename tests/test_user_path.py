@@ -138,8 +138,8 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
                                                return_dict=False))
     assert hf_typed.count(tok.im_end_id) == 1  # only the template's own end of the user turn
     assert hf_typed == list(tok.render(typed, add_generation_prompt=True)[0])
-    from cookmind.infer.generate import generate
     from cookmind.infer import SamplingParams
+    from cookmind.infer.generate import generate
     from cookmind.model import load_model, resolve_model_dir
 
     ids = torch.tensor([hf_ids])
