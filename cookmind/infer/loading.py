@@ -107,6 +107,7 @@ def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | torch
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_path or path), local_files_only=True)
         return model.to(device).eval(), tokenizer
+    model = load_model_dir(path, device, dtype)
     tokenizer = load_tokenizer(tokenizer_path or path)
     if tokenizer_path is not None:
         from cookmind.tokenizer.tokenizer import check_carried_tokenizer
@@ -114,5 +115,4 @@ def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | torch
         # another tokenizer than the checkpoint's would turn its ids into garbage text
         check_carried_tokenizer(path, tokenizer, model=f"the model {path}", given=f"--tokenizer {tokenizer_path}",
                                 hint="drop --tokenizer to use the checkpoint's own")
-    model = load_model_dir(path, device, dtype)
     return model.eval(), tokenizer
