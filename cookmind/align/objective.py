@@ -25,14 +25,7 @@ from cookmind.align.rollouts import collect_rollouts
 from cookmind.align.text_codec import pad_id_of
 from cookmind.align.tokenize_pairs import pack_prompt_and_output
 from cookmind.align.train_step import aggregate_token_loss
-
-try:  # the Trainer's seam; a plain object works the same when the train package is absent
-    from cookmind.train.objectives.base import Objective, unwrap
-except ImportError:  # pragma: no cover
-    Objective = object
-
-    def unwrap(model):
-        return getattr(model, "module", model)
+from cookmind.train.objectives.base import Objective, unwrap
 
 
 class GRPOObjective(Objective):

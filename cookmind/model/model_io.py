@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.rope import RotaryEmbedding
+from cookmind.parallel import unwrap
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -33,20 +34,6 @@ def model_state_dict(model: CookMindLM) -> dict[str, torch.Tensor]:
             sd[k] = v.clone()
         storages.add(ptr)
     return sd
-
-
-def unwrap_model(model) -> CookMindLM:
-    """The CookMindLM inside torch.compile (``_orig_mod``) or DDP-style (``module``) wrappers."""
-    seen = 0
-    while not isinstance(model, CookMindLM) and seen < 8:
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
-        if inner is None:
-            break
-        model, seen = inner, seen + 1
-    if not isinstance(model, CookMindLM):
-        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), "
-                        f"got {type(model).__name__}")
-    return model
 
 
 def _write_files(directory: Path, model: CookMindLM) -> None:
@@ -68,7 +55,9 @@ def save_model(directory: str | os.PathLike, model: CookMindLM) -> Path:
     written to a temporary name inside it and renamed, leaving the other files alone.
     """
     directory = Path(directory)
-    model = unwrap_model(model)
+    model = unwrap(model)
+    if not isinstance(model, CookMindLM):
+        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), got {type(model).__name__}")
     if directory.is_dir():
         _write_files(directory, model)
         return directory
