@@ -117,6 +117,18 @@ def test_checkpointed_blocks_decode_like_plain_blocks(monkeypatch):
     torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
 
 
+def test_generate_from_a_checkpointed_model_equals_the_plain_one():
+    # the Trainer's sample generations and GRPO rollouts run cookmind.infer on the model with wrapped blocks
+    from cookmind.infer import GenerationConfig, generate
+
+    plain, ac = _plain_and_checkpointed(initializer_range=0.5)  # large weights: varied greedy tokens
+    params = GenerationConfig(max_new_tokens=6, temperature=0.0)
+    prompts = [[1, 2, 3], [4, 5]]
+    want = generate(plain, prompts, params)
+    assert len({t for row in want for t in row}) > 2
+    assert generate(ac, prompts, params) == want
+
+
 def test_apply_activation_checkpointing_twice_wraps_each_block_once():
     _, ac = _plain_and_checkpointed()
     names = list(dict(ac.named_parameters()))

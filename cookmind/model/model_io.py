@@ -57,7 +57,8 @@ def save_model(directory: str | os.PathLike, model: CookMindLM) -> Path:
     directory = Path(directory)
     model = unwrap(model)
     if not isinstance(model, CookMindLM):
-        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), got {type(model).__name__}")
+        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), "
+                        f"got {type(model).__name__}")
     if directory.is_dir():
         _write_files(directory, model)
         return directory

@@ -1,4 +1,4 @@
-"""The module inside the wrappers ``parallelize`` puts around a model: data parallelism, torch.compile, checkpointing."""
+"""The module inside the wrappers that ``parallelize`` puts around a model (data parallelism, torch.compile)."""
 
 from __future__ import annotations
 

@@ -36,8 +36,15 @@ from typing import Any
 
 import torch
 
-from cookmind.parallel import (all_reduce_flag, barrier, finish_gradient_sync, init_distributed, no_sync, parallelize,
-                               unwrap)
+from cookmind.parallel import (
+    all_reduce_flag,
+    barrier,
+    finish_gradient_sync,
+    init_distributed,
+    no_sync,
+    parallelize,
+    unwrap,
+)
 from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
 from cookmind.train.checkpoint import find_latest_checkpoint, load_checkpoint, save_checkpoint
