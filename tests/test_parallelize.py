@@ -7,6 +7,8 @@ import copy
 
 import pytest
 import torch
+from test_train_cuda_graph import _run
+from test_train_loop import _weights, store  # noqa: F401
 from torch import nn
 
 from cookmind.model import CookMindConfig, CookMindLM, KVCache
@@ -67,6 +69,17 @@ def test_recomputation_replays_the_random_numbers_of_the_forward():
     assert grads and any("lora_A" in n for n, _ in grads)
     for (name, g), q in zip(grads, (q for q in ac.parameters() if q.grad is not None), strict=True):
         torch.testing.assert_close(q.grad, g, rtol=0, atol=1e-7, msg=name)
+
+
+def test_checkpointed_blocks_compile_as_one_graph_with_the_plain_gradients():
+    # parallelize's order: checkpointing inside compile. fullgraph: the wrappers must not break the graph.
+    plain, ac = _plain_and_checkpointed()
+    compiled = torch.compile(ac, backend="aot_eager", fullgraph=True)
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(4))
+    plain(ids, labels=ids).loss.backward()
+    compiled(ids, labels=ids).loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), ac.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_checkpoint_wrappers_keep_state_dict_names_checkpoints_and_export(tmp_path):
@@ -157,3 +170,18 @@ def test_parallelize_with_nothing_to_do_returns_the_model():
     model = CookMindLM(CookMindConfig(**MODEL))
     assert parallelize(model, _cfg()) is model
     assert all(type(b).__name__ != "CheckpointWrapper" for b in model.model.layers)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compile_", [False, True])
+def test_cuda_graph_replays_a_checkpointed_step_like_the_eager_loop(tmp_path, store, compile_):  # noqa: F811
+    # the captured step (train.cuda_graph) holds the checkpoint wrappers' recomputation and RNG stashing
+    eager, rows_e = _run(tmp_path, store, "eager", False, activation_checkpointing=True, compile=compile_)
+    graph, rows_g = _run(tmp_path, store, "graph", True, activation_checkpointing=True, compile=compile_)
+    assert graph._graph.replays == 9 - graph._graph.WARMUP
+    for (s, le, ne), (_, lg, ng) in zip(rows_e, rows_g, strict=True):
+        assert lg == pytest.approx(le, rel=1e-5, abs=1e-6), s
+        assert ng == pytest.approx(ne, rel=1e-5, abs=1e-6), s
+    we, wg = _weights(eager), _weights(graph)
+    for k in we:
+        torch.testing.assert_close(wg[k], we[k], atol=1e-5, rtol=0, msg=k)
