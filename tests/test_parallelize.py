@@ -185,3 +185,18 @@ def test_cuda_graph_replays_a_checkpointed_step_like_the_eager_loop(tmp_path, st
     we, wg = _weights(eager), _weights(graph)
     for k in we:
         torch.testing.assert_close(wg[k], we[k], atol=1e-5, rtol=0, msg=k)
+
+
+def test_init_distributed_single_process_and_clear_errors(monkeypatch):
+    from cookmind.parallel import DistInfo, init_distributed
+
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    assert init_distributed("cpu") == DistInfo(0, 1, 0, torch.device("cpu"))
+    assert not init_distributed("cpu").enabled and init_distributed("cpu").is_main
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match="MASTER_ADDR is unset; launch with torchrun"):
+        init_distributed("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available; use train.device=cpu"):
+            init_distributed("cuda")

@@ -6,14 +6,14 @@ from .bucket_plan import plan_buckets
 from .compile_blocks import compile_blocks, find_blocks
 from .ddp import DDP
 from .grad_bucket import GradBucket
-from .parallelize import DDP_KINDS, finish_gradient_sync, no_sync, parallelize, wrap_data_parallel
-from .process_group import DistInfo, all_reduce_flag, barrier, destroy_distributed, init_distributed, resolve_device
+from .parallelize import finish_gradient_sync, no_sync, parallelize, wrap_data_parallel
+from .process_group import DistInfo, all_reduce_flag, barrier, destroy_distributed, init_distributed
 from .sharded_optimizer import ShardedOptimizer
 from .unwrap import unwrap
 
 __all__ = [
-    "DDP", "DDP_KINDS", "DistInfo", "GradBucket", "ShardedOptimizer", "all_reduce_flag",
+    "DDP", "DistInfo", "GradBucket", "ShardedOptimizer", "all_reduce_flag",
     "apply_activation_checkpointing", "barrier", "compile_blocks", "destroy_distributed", "find_blocks",
-    "finish_gradient_sync", "init_distributed", "no_sync", "parallelize", "plan_buckets", "resolve_device",
-    "unwrap", "wrap_data_parallel",
+    "finish_gradient_sync", "init_distributed", "no_sync", "parallelize", "plan_buckets", "unwrap",
+    "wrap_data_parallel",
 ]

@@ -123,7 +123,7 @@ def build_dataset(cfg: TrainConfig, path: str, train_type: str):
 
 
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, zero1_group: Any = None):
-    """AdamW over the trainable parameters (no decay on norms/biases/embeddings); ZeRO-1 when asked."""
+    """AdamW over the trainable parameters (decay on matrices only: ``param_groups``); ZeRO-1 when asked."""
     from cookmind.optim import AdamW, param_groups
 
     o = cfg.optim
