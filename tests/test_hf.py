@@ -192,7 +192,7 @@ def test_exported_model_stops_at_im_end_in_transformers_generate(tmp_path):
     """generation_config.json lists <|im_end|> beside <|endoftext|>, so transformers' generate ends the assistant
     turn where cookmind does (#17.14); checked with the exported tokenizer's own chat template."""
     from cookmind.infer.generate import generate
-    from cookmind.infer.generation_config import GenerationConfig
+    from cookmind.infer import SamplingParams
     from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
     (tmp_path / "c.txt").write_text("the cook stirs the soup and tastes it. " * 40)
@@ -216,8 +216,8 @@ def test_exported_model_stops_at_im_end_in_transformers_generate(tmp_path):
     assert runs_on[0, ids.shape[1]:].tolist() == [tok.im_end_id, letter, tok.im_end_id, letter]
     # cookmind's own generate follows the same path and ends at the same token (it leaves the stop token out)
     prompt = [ids[0].tolist()]
-    assert generate(model, prompt, GenerationConfig(max_new_tokens=4, stop_token_ids=(tok.eos_id,))) == [
+    assert generate(model, prompt, SamplingParams(temperature=0, max_new_tokens=4, stop_token_ids=(tok.eos_id,))) == [
         runs_on[0, ids.shape[1]:].tolist()]
-    assert generate(model, prompt, GenerationConfig(max_new_tokens=6, stop_token_ids=(tok.eos_id, tok.im_end_id))) == [[]]
+    assert generate(model, prompt, SamplingParams(temperature=0, max_new_tokens=6, stop_token_ids=(tok.eos_id, tok.im_end_id))) == [[]]
     gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
     assert gen["eos_token_id"] == [tok.eos_id, tok.im_end_id]

@@ -140,7 +140,7 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
     if hf_typed.count(tok.im_end_id) != 1:  # only the template's own end of the user turn
         pending.append("#17.5 (tokenizer): the exported chat template turns a typed <|im_end|> into the special token")
     from cookmind.infer.generate import generate
-    from cookmind.infer.generation_config import GenerationConfig
+    from cookmind.infer import SamplingParams
     from cookmind.model import load_model, resolve_model_dir
 
     ids = torch.tensor([hf_ids])
@@ -149,7 +149,7 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
     if hf_new and hf_new[-1] in stops:
         hf_new = hf_new[:-1]  # cookmind leaves the stop token out
     ours_new = generate(load_model(resolve_model_dir(model_dir)).eval(), [list(ours)],
-                        GenerationConfig(max_new_tokens=12, stop_token_ids=stops))[0]
+                        SamplingParams(temperature=0, max_new_tokens=12, stop_token_ids=stops))[0]
     assert not any(t in stops for t in hf_new)  # transformers stopped at the first end token, if any
     assert hf_new == ours_new  # greedy: the same tokens from both stacks
 
