@@ -153,9 +153,8 @@ class Trainer:
             if self.dist.is_main:
                 print(f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size}",
                       file=sys.stderr)
-        elif (cfg.data.train_type or cfg.train.objective) == "grpo" and max_pos is not None \
-                and not cfg.is_user_set("data.window_size"):
-            cfg.data.window_size = min(cfg.data.window_size, max_pos)  # longer prompts are dropped and counted
+        elif max_pos is not None and cfg.data.window_size > max_pos and not cfg.is_user_set("data.window_size"):
+            cfg.data.window_size = max_pos  # a preset's window past this model's context (grpo: longer prompts drop)
         elif max_pos is not None and cfg.data.window_size > max_pos:
             raise ValueError(f"data.window_size={cfg.data.window_size} is longer than the model's context "
                              f"(max_position_embeddings={max_pos}); lower data.window_size")
