@@ -150,9 +150,13 @@ def main() -> None:
             "logging": {"run_dir": "/tmp/cookmind-profile", "progress": False, "report": False, "log_every": 1000},
         })
         trainer = Trainer(cfg, train_dataset=RandomTokens(vocab, seq))
+
+        def one_step(i=None):  # the loop body, each step read before the next is queued (no callbacks)
+            trainer._read_step(trainer._launch_step())
+
         for _ in range(8):
-            trainer._train_step()
-        profile(lambda i: trainer._train_step(), 5, f"cookmind Trainer ({args.variant}, {args.attn}, {args.compile_mode}"
+            one_step()
+        profile(one_step, 5, f"cookmind Trainer ({args.variant}, {args.attn}, {args.compile_mode}"
                 f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''})", args.host_top)
 
 

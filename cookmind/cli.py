@@ -49,12 +49,7 @@ def _version() -> str:
 
 def _stage_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
     module_name, help_text = COMMANDS[name]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            raise SystemExit(f"cookmind {name}: this stage is not available in this build ({module_name} is missing)")
-        raise
+    module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"cookmind {name}", description=help_text)
     module.add_arguments(parser)
     return parser, module

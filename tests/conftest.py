@@ -6,9 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("COOKMIND_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+# Property tests draw the same examples on every run: CI must not pass or fail by luck.
+settings.register_profile("cookmind", derandomize=True)
+settings.load_profile("cookmind")
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import gc
 import os
+import socket
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+
+def find_free_port() -> int:
+    """A TCP port free on this host right now, for MASTER_PORT."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _rank_main(rank: int, fn, world: int, port: int, out_dir: str) -> None:
@@ -27,7 +35,5 @@ def _rank_main(rank: int, fn, world: int, port: int, out_dir: str) -> None:
 def run_on_gloo_ranks(fn, world: int, out_dir) -> list:
     """fn(rank) on `world` spawned processes joined in one gloo group; each rank's return value, in rank
     order. fn must be a module-level function (the children import it)."""
-    from cookmind.parallel import find_free_port
-
     mp.spawn(_rank_main, args=(fn, world, find_free_port(), str(out_dir)), nprocs=world, join=True)
     return [torch.load(Path(out_dir) / f"rank{r}.pt") for r in range(world)]

@@ -64,21 +64,32 @@ def test_sgd_with_decay_matches_torch(momentum):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_param_groups_skip_norms_biases_and_embeddings():
+def test_param_groups_decay_matrices_only_hand_listed():
+    matrices = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
+                "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+                "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight"]
+    vectors = ["model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.bias",
+               "model.layers.0.self_attn.k_proj.bias", "model.layers.0.self_attn.v_proj.bias",
+               "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight",
+               "model.layers.0.post_attention_layernorm.weight", "model.norm.weight"]
     for tied in (True, False):
         model = CookMindLM(CookMindConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                           num_attention_heads=2, num_key_value_heads=1, qk_norm=True,
                                           attention_bias=True, tie_word_embeddings=tied))
+        model.model.layers[0].mlp.up_proj.weight.requires_grad_(False)  # frozen: in neither group
         decay, no_decay = param_groups(model, weight_decay=0.1)
         assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
         names = {id(p): n for n, p in model.named_parameters()}
-        nd = {names[id(p)] for p in no_decay["params"]}
-        d = {names[id(p)] for p in decay["params"]}
-        assert "model.embed_tokens.weight" in nd and "model.norm.weight" in nd
-        assert "model.layers.0.self_attn.q_proj.bias" in nd and "model.layers.0.self_attn.q_norm.weight" in nd
-        assert "model.layers.0.self_attn.q_proj.weight" in d and "model.layers.0.mlp.down_proj.weight" in d
-        assert ("lm_head.weight" in d) == (not tied)
-        assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+        want_decay = [n for n in matrices if n != "model.layers.0.mlp.up_proj.weight"]
+        want_decay += [] if tied else ["lm_head.weight"]  # tied: the embedding's tensor, listed once
+        assert [names[id(p)] for p in decay["params"]] == want_decay
+        assert [names[id(p)] for p in no_decay["params"]] == vectors
+
+
+def test_param_groups_leave_out_an_empty_group():
+    net = nn.Linear(3, 2, bias=False)
+    assert [g["weight_decay"] for g in param_groups(net, 0.1)] == [0.1]
 
 
 def test_cosine_schedule_hand_computed():

@@ -197,9 +197,53 @@ def _scenario_sharded_groups(rank):
     return {"diff": _max_param_diff(net, ref), "groups": len(opt.param_groups)}
 
 
+def _scenario_parallelize(rank):
+    """parallelize with activation checkpointing and each DDP: the wrappers' order, and one step's averaged
+    gradients against the plain model's on the full batch."""
+    from cookmind.model import CookMindConfig, CookMindLM
+    from cookmind.parallel import DDP, finish_gradient_sync, parallelize, unwrap
+    from cookmind.train import TrainConfig
+
+    shape = CookMindConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16)
+    torch.manual_seed(0)
+    ref = CookMindLM(shape)  # rank 0's init, which DDP broadcasts
+    batch = torch.randint(0, 32, (WORLD * 2, 8), generator=torch.Generator().manual_seed(6))
+    ref(batch, labels=batch).loss.backward()  # equal-sized shards: the full-batch mean is the mean of shard means
+    out = {}
+    for kind in ("ours", "torch"):
+        torch.manual_seed(rank)
+        model = CookMindLM(shape)
+        cfg = TrainConfig.from_dict({"train": {"device": "cpu", "activation_checkpointing": True},
+                                     "parallel": {"ddp": kind}})
+        wrapped = parallelize(model, cfg)
+        mine = batch[rank * 2:(rank + 1) * 2]
+        wrapped(mine, labels=mine).loss.backward()
+        finish_gradient_sync(wrapped)
+        out[kind] = {
+            "outer_is_ddp": isinstance(wrapped, DDP if kind == "ours" else nn.parallel.DistributedDataParallel),
+            "unwrap": unwrap(wrapped) is model and unwrap(wrapped, data_parallel_only=True) is model,
+            "blocks_checkpointed": all(type(b).__name__ == "CheckpointWrapper" for b in model.model.layers),
+            "max_grad_diff": max((p.grad - q.grad).abs().max().item()
+                                 for p, q in zip(model.parameters(), ref.parameters(), strict=True)),
+        }
+        if kind == "ours":
+            wrapped.remove_hooks()
+    # with compile: data parallelism outside the compiled model, checkpointing inside (compiles lazily: not run)
+    model = CookMindLM(shape)
+    cfg = TrainConfig.from_dict({"train": {"device": "cpu", "activation_checkpointing": True, "compile": True},
+                                 "parallel": {"ddp": "ours"}})
+    wrapped = parallelize(model, cfg)
+    out["compiled_order"] = (isinstance(wrapped, DDP) and wrapped.module._orig_mod is model
+                             and unwrap(wrapped, data_parallel_only=True) is wrapped.module
+                             and unwrap(wrapped) is model)
+    wrapped.remove_hooks()
+    return out
+
+
 def _scenarios(rank):
     return {"ddp": _scenario_ddp(rank), "sharded": _scenario_sharded(rank),
-            "sharded_groups": _scenario_sharded_groups(rank)}
+            "sharded_groups": _scenario_sharded_groups(rank), "parallelize": _scenario_parallelize(rank)}
 
 
 @pytest.fixture(scope="module")
@@ -263,3 +307,15 @@ def test_sharded_optimizer_with_param_groups_and_cookmind_adamw(results):
 
 def test_ddp_no_sync_keeps_local_gradients(results):
     assert all(results[r]["ddp"]["no_sync_sends_nothing"] for r in range(WORLD))
+
+
+@pytest.mark.parametrize("kind", ["ours", "torch"])
+def test_parallelize_checkpointing_and_ddp_equal_the_plain_model_on_the_full_batch(results, kind):
+    for rank in range(WORLD):
+        r = results[rank]["parallelize"][kind]
+        assert r["outer_is_ddp"] and r["unwrap"] and r["blocks_checkpointed"]
+        assert r["max_grad_diff"] < 1e-6, f"rank {rank}: {r['max_grad_diff']}"
+
+
+def test_parallelize_puts_data_parallelism_outside_compile(results):
+    assert all(results[r]["parallelize"]["compiled_order"] for r in range(WORLD))

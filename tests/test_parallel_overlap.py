@@ -182,3 +182,13 @@ def test_find_blocks_and_compile_blocks():
     torch.testing.assert_close(model(ids).logits, before)
     with pytest.raises(ValueError, match="no nn.ModuleList"):
         find_blocks(nn.Linear(2, 2))
+
+
+def test_find_blocks_picks_the_layers_not_a_longer_list_of_experts():
+    from cookmind.model import CookMindConfig, CookMindLM
+
+    # 4 experts per block, 2 blocks: the experts' ModuleList is longer, but the blocks hold them all
+    cfg = CookMindConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16, num_experts=4)
+    model = CookMindLM(cfg)
+    assert find_blocks(model) is model.model.layers

@@ -10,6 +10,7 @@ import pytest
 from lm_fixtures import one_cpu_thread
 from test_server import LiveServer, make_model, make_tokenizer
 
+from cookmind.cli import finish_model_argument
 from cookmind.infer import cli_serve
 from cookmind.model import save_model
 
@@ -28,7 +29,9 @@ def model_dir(tmp_path_factory):
 def parse(*argv):
     parser = argparse.ArgumentParser()
     cli_serve.add_arguments(parser)
-    return parser.parse_args([str(a) for a in argv])
+    args = parser.parse_args([str(a) for a in argv])
+    finish_model_argument(parser, args)  # what `cookmind serve` does after parsing
+    return args
 
 
 def test_default_kv_pool_is_sized_from_the_model(model_dir):
@@ -43,13 +46,16 @@ def test_default_kv_pool_is_sized_from_the_model(model_dir):
     assert engine.num_slots == 3 and engine.kv_blocks()["kv_blocks_total"] == 3 * 16
 
 
-def test_model_by_flag_or_position(model_dir):
-    assert cli_serve.model_dir(parse(model_dir)) == str(model_dir)
-    assert cli_serve.model_dir(parse("--model", model_dir)) == str(model_dir)
-    with pytest.raises(ValueError, match="no model given"):
-        cli_serve.model_dir(parse())
-    with pytest.raises(ValueError, match="two models"):
-        cli_serve.model_dir(parse("a", "--model", "b"))
+def test_model_by_flag_or_position(model_dir, capsys):
+    assert parse(model_dir).model == str(model_dir)
+    assert parse("--model", model_dir).model == str(model_dir)
+    assert parse("--checkpoint", model_dir).model == str(model_dir)  # the old spelling
+    with pytest.raises(SystemExit):
+        parse()
+    assert "the model is missing" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse("a", "--model", "b")
+    assert "two models given" in capsys.readouterr().err
 
 
 def test_api_key_from_the_environment(monkeypatch, model_dir):

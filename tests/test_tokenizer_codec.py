@@ -156,8 +156,14 @@ special_pieces = st.sampled_from(["<|endoftext|>", "<|im_start|>", "<|", "|>", "
                                   "<", "\n", " ", "\r\n", "'s", "  \t"])
 
 
+# The pre-tokenizer regex runs on two engines (Python's `regex` for the reference, Rust's for tiktoken) that carry
+# different Unicode versions: a code point assigned only recently (U+18D09 is unassigned in Python 3.11's Unicode
+# 14 tables, a letter to `regex`, not to tiktoken) splits differently. Draw from code points Unicode 14 assigns.
+assigned_text = st.text(st.characters(exclude_categories=("Cn", "Cs")), max_size=20)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(st.text(max_size=20), special_pieces), max_size=12).map("".join))
+@given(st.lists(st.one_of(assigned_text, special_pieces), max_size=12).map("".join))
 def test_roundtrip_property(tok, s):
     for allowed in ((), "all"):
         ids = tok.encode(s, allowed_special=allowed)

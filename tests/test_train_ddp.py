@@ -1,7 +1,7 @@
-"""Two processes over gloo (torchrun; PyTorch DDP, or ours + ZeRO-1) reach the same weights as one process with the same global batch."""
+"""Two processes over gloo (torchrun; PyTorch DDP, or ours + ZeRO-1 + activation checkpointing) reach the same weights
+as one process with the same global batch."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gloo_fixtures import find_free_port as _free_port
 
 from cookmind.model import load_model
 from cookmind.store import write_store
@@ -19,14 +20,8 @@ MODEL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_lay
              num_key_value_heads=2, max_position_embeddings=64)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.parametrize("ddp, zero1", [("torch", False), ("ours", True)])
-def test_two_gloo_processes_equal_one_process(tmp_path, ddp, zero1):
+@pytest.mark.parametrize("ddp, zero1, checkpointing", [("torch", False, False), ("ours", True, True)])
+def test_two_gloo_processes_equal_one_process(tmp_path, ddp, zero1, checkpointing):
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(12)], vocab_size=64)
     common = [f"data.train_path={tmp_path / 'seq'}", "data.window_size=16", "train.max_steps=5", "train.seed=3",
@@ -39,7 +34,8 @@ def test_two_gloo_processes_equal_one_process(tmp_path, ddp, zero1):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(_free_port()), "-m", "cookmind", "train", "--config", str(cfg_file),
            "--run-dir", str(tmp_path / "ddp"), "train.micro_batch_size=2", f"parallel.ddp={ddp}",
-           f"parallel.zero1={str(zero1).lower()}", *common]
+           f"parallel.zero1={str(zero1).lower()}", f"train.activation_checkpointing={str(checkpointing).lower()}",
+           *common]  # the one-process run below never checkpoints activations: the results must not differ
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -76,7 +72,7 @@ def test_parallel_reduce_dtype_reaches_the_all_reduce(tmp_path, ddp, reduce_dtyp
     import torch.distributed as dist
 
     from cookmind.model import CookMindConfig, CookMindLM
-    from cookmind.train.distributed import DistInfo, finish_gradient_sync, wrap_model
+    from cookmind.parallel import finish_gradient_sync, wrap_data_parallel
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     try:
@@ -86,9 +82,9 @@ def test_parallel_reduce_dtype_reaches_the_all_reduce(tmp_path, ddp, reduce_dtyp
         ref.load_state_dict(model.state_dict())
         if ddp == "torch" and reduce_dtype == "bf16":  # torch's bf16 hook is NCCL-only: a clear error on gloo
             with pytest.raises(ValueError, match="needs the NCCL backend"):
-                wrap_model(model, DistInfo(world_size=2), ddp, 25.0, reduce_dtype)
+                wrap_data_parallel(model, ddp, 25.0, reduce_dtype)
             return
-        wrapped = wrap_model(model, DistInfo(world_size=2), ddp, 25.0, reduce_dtype)  # world_size>1: wrap
+        wrapped = wrap_data_parallel(model, ddp, 25.0, reduce_dtype)
         ids = torch.randint(0, 64, (2, 16))
         wrapped(ids, labels=ids).loss.backward()
         finish_gradient_sync(wrapped)

@@ -103,7 +103,7 @@ def demo_stage(ctx) -> dict[str, Any]:
     """GRPO from the newest checkpoint through the Trainer; held-out accuracy before/after, gain, curves PNG."""
     from cookmind.demo.curves import plot_grpo_curves
     from cookmind.demo.pipeline import _train
-    from cookmind.evals.atomic_io import write_json
+    from cookmind.atomic import write_json
     from cookmind.model import load_model
     from cookmind.tokenizer import Tokenizer
 

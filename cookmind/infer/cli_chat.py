@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> None:
     """The read-eval-print loop over text streams (so tests can drive it)."""
     dim, reset = ("\033[2m", "\033[0m") if color else ("", "")
-    print(f"cookmind chat — type a message, /help for commands", file=stdout, flush=True)
+    print("cookmind chat — type a message, /help for commands", file=stdout, flush=True)
     while True:
         print("you> ", end="", file=stdout, flush=True)
         line = stdin.readline()

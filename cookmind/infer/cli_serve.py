@@ -49,14 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
 
 
-def model_dir(args: argparse.Namespace) -> str:
-    """The model directory from --model or the positional argument."""
-    path = args.model
-    if not path:
-        raise ValueError("serve: no model given; pass --model DIR (a cookmind checkpoint or a HF model directory)")
-    return path
-
-
 def kv_sizing(model, args: argparse.Namespace) -> tuple[int | None, int | None]:
     """(num_slots, kv_budget_bytes) for the Engine. By default every sequence can hold the whole context,
     capped at KV_CAP_BYTES (the pool then admits fewer long sequences at once); --kv-cache-mb overrides."""
@@ -82,7 +74,7 @@ def build_app(args: argparse.Namespace):
     from cookmind.infer.loading import load_for_inference
     from cookmind.infer.server import create_app
 
-    path = model_dir(args)
+    path = args.model  # --model or the positional, merged by cookmind.cli.finish_model_argument
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else None)
     model, tokenizer = load_for_inference(path, device, dtype, args.tokenizer)
@@ -104,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
     app, engine = build_app(args)
     kv = engine.kv_blocks()
     pool = f"{kv['kv_blocks_total']} blocks of {kv['kv_block_size']}" if kv else "one context per sequence"
-    print(f"cookmind serve: {model_dir(args)} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
+    print(f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
           f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache: {pool}"
           f"{', prefix cache on' if args.prefix_cache else ''}; web chat at /)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -119,9 +119,6 @@ _CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBacke
 def _flash_triton(q, k, v):
     if not q.is_cuda:
         raise RuntimeError("attn_backend='flash-triton' needs a CUDA device; use 'sdpa' or 'naive' on CPU")
-    try:
-        from cookmind.kernels import FlashAttentionTriton
-    except ImportError as exc:
-        raise RuntimeError("attn_backend='flash-triton': cookmind.kernels.FlashAttentionTriton is not available "
-                           f"({exc}); use attn_backend='sdpa'") from exc
+    from cookmind.kernels import FlashAttentionTriton  # raises a clear error itself where Triton is missing
+
     return FlashAttentionTriton.apply(q, k, v, True)

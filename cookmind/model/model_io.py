@@ -17,6 +17,7 @@ from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.rope import RotaryEmbedding
+from cookmind.parallel import unwrap
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -37,20 +38,6 @@ def model_state_dict(model: CookMindLM) -> dict[str, torch.Tensor]:
     return sd
 
 
-def unwrap_model(model) -> CookMindLM:
-    """The CookMindLM inside torch.compile (``_orig_mod``) or DDP-style (``module``) wrappers."""
-    seen = 0
-    while not isinstance(model, CookMindLM) and seen < 8:
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
-        if inner is None:
-            break
-        model, seen = inner, seen + 1
-    if not isinstance(model, CookMindLM):
-        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), "
-                        f"got {type(model).__name__}")
-    return model
-
-
 def _write_files(directory: Path, model: CookMindLM) -> None:
     """Write each file under a temporary name inside `directory`, then rename it into place."""
     tensors = {k: v.cpu() for k, v in model_state_dict(model).items()}
@@ -67,7 +54,10 @@ def save_model(directory: str | os.PathLike, model: CookMindLM) -> Path:
     written to a temporary name inside it and renamed, leaving the other files alone.
     """
     directory = Path(directory)
-    model = unwrap_model(model)
+    model = unwrap(model)
+    if not isinstance(model, CookMindLM):
+        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), "
+                        f"got {type(model).__name__}")
     if directory.is_dir():
         _write_files(directory, model)
         return directory

@@ -7,8 +7,6 @@ import math
 import torch
 from torch import nn
 
-from cookmind.model.embedding import Embedding
-
 
 class AdamW(torch.optim.Optimizer):
     """Per step t, for each parameter p with gradient g:
@@ -152,21 +150,17 @@ class AdamW(torch.optim.Optimizer):
             lr.fill_(group["lr"])
 
 
-def param_groups(model: nn.Module, weight_decay: float, no_decay_embeddings: bool = True) -> list[dict]:
-    """Split trainable parameters into a decayed group (matrices) and an undecayed one.
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Split trainable parameters by shape: matrices (``p.dim() >= 2``) decay, vectors and scalars do not.
 
-    By default no decay on norms and biases (1-D tensors) nor on embeddings (a tied LM head is the same
-    tensor, so it is not decayed either): shrinking them toward 0 only fights the normalisation.
+    Norm gains and biases are vectors: shrinking them toward 0 only fights the normalisation. Embeddings are
+    matrices and decay, as in GPT-2/nanoGPT (a tied LM head is the same tensor). The rule reads shapes only,
+    so it holds for any model (LoRA adapters, MoE routers) without knowing its classes. A tied weight is listed
+    once. Empty groups are left out.
     """
-    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, (Embedding, nn.Embedding))}
-    decay, no_decay, seen = [], [], set()
-    for _name, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        if p.ndim < 2 or (no_decay_embeddings and id(p) in embedding_ids):
-            no_decay.append(p)
-        else:
-            decay.append(p)
+    decay, no_decay = [], []
+    for p in dict.fromkeys(model.parameters()):  # distinct tensors, in model order
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]

@@ -1,15 +1,19 @@
-"""Distributed training written here: process-group setup, bucketed DDP, sharded optimizer state."""
+"""Distributed training written here: process-group setup, ``parallelize`` (activation checkpointing, compile,
+bucketed DDP), sharded optimizer state, and ``unwrap`` to get the plain model back."""
 
+from .activation_checkpointing import apply_activation_checkpointing
 from .bucket_plan import plan_buckets
 from .compile_blocks import compile_blocks, find_blocks
-from .data_parallel import KINDS, finish_gradient_synchronization, no_sync, unwrap_model, wrap_data_parallel
 from .ddp import DDP
 from .grad_bucket import GradBucket
-from .process_group import DistInfo, destroy_distributed, find_free_port, init_distributed
+from .parallelize import finish_gradient_sync, no_sync, parallelize, wrap_data_parallel
+from .process_group import DistInfo, all_reduce_flag, barrier, destroy_distributed, init_distributed
 from .sharded_optimizer import ShardedOptimizer
+from .unwrap import unwrap
 
 __all__ = [
-    "DDP", "ShardedOptimizer", "DistInfo", "init_distributed", "destroy_distributed", "find_free_port",
-    "wrap_data_parallel", "no_sync", "finish_gradient_synchronization", "unwrap_model", "KINDS",
-    "GradBucket", "plan_buckets", "compile_blocks", "find_blocks",
+    "DDP", "DistInfo", "GradBucket", "ShardedOptimizer", "all_reduce_flag",
+    "apply_activation_checkpointing", "barrier", "compile_blocks", "destroy_distributed", "find_blocks",
+    "finish_gradient_sync", "init_distributed", "no_sync", "parallelize", "plan_buckets", "unwrap",
+    "wrap_data_parallel",
 ]

@@ -12,12 +12,15 @@ from torch import nn
 
 
 def find_blocks(model: nn.Module) -> nn.ModuleList:
-    """The model's list of repeated transformer blocks: the largest ``nn.ModuleList`` of one module type."""
-    best = None
+    """The model's list of repeated transformer blocks: the ``nn.ModuleList`` of one module type that holds
+    the most parameters (not the longest: an MoE block's list of experts can be longer than the list of blocks,
+    but the blocks hold the experts)."""
+    best, best_numel = None, -1
     for module in model.modules():
         if isinstance(module, nn.ModuleList) and len(module) > 0 and len({type(m) for m in module}) == 1:
-            if best is None or len(module) > len(best):
-                best = module
+            numel = sum(p.numel() for p in module.parameters())
+            if numel > best_numel:
+                best, best_numel = module, numel
     if best is None:
         raise ValueError(f"compile_blocks: {type(model).__name__} has no nn.ModuleList of repeated blocks; "
                          "pass blocks= explicitly")

@@ -54,7 +54,8 @@ class DDP(nn.Module):
         if bucket_size_mb <= 0:
             raise ValueError(f"bucket_size_mb must be > 0, got {bucket_size_mb}")
         if first_bucket_mb is not None and first_bucket_mb <= 0:
-            raise ValueError(f"first_bucket_mb must be > 0 (or None for no smaller first bucket), got {first_bucket_mb}")
+            raise ValueError(f"first_bucket_mb must be > 0 (or None for no smaller first bucket), "
+                             f"got {first_bucket_mb}")
         self.module = module
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)

@@ -1,10 +1,13 @@
-"""Process-group setup for torchrun-launched jobs: NCCL on GPUs, gloo on CPUs."""
+"""Where this process sits in the job: torchrun's process group (NCCL on GPUs, gloo on CPUs) or one process.
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them the run is one process and no group is made.
+"""
 
 from __future__ import annotations
 
+import datetime
 import os
-import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -14,57 +17,81 @@ import torch.distributed as dist
 class DistInfo:
     """Where this process sits in the job."""
 
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-    backend: str | None  # None when running as a single process without a process group
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def enabled(self) -> bool:
+        """More than one process: gradients and stop flags are exchanged."""
+        return self.world_size > 1
 
-def init_distributed(backend: str | None = None, device_type: str | None = None) -> DistInfo:
+
+def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
+    """``auto`` -> this rank's GPU when CUDA is present, else the CPU; ``cuda`` -> ``cuda:<local_rank>``."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"train.device={name!r} but CUDA is not available; use train.device=cpu or auto")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+        if device.index >= torch.cuda.device_count():
+            raise RuntimeError(f"device {device} (LOCAL_RANK={local_rank}) but only {torch.cuda.device_count()} "
+                               "CUDA devices are visible; launch at most that many processes per node")
+    return device
+
+
+def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
     """Join the job torchrun started (RANK / WORLD_SIZE / LOCAL_RANK); a single process needs no group.
 
-    backend: "nccl" or "gloo"; default nccl when CUDA is present, else gloo. The CUDA device is
-    set to LOCAL_RANK before the group is made, so NCCL binds one GPU per process.
+    device: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N`` (see ``resolve_device``). backend: ``auto`` (nccl on
+    CUDA, gloo elsewhere) | ``nccl`` | ``gloo``. The CUDA device is set before the group is made, and NCCL is
+    bound to it, so each process drives one GPU. A group made already (by a test, a launcher) is joined as it is.
     """
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device_type is None:
-        device_type = "cuda" if torch.cuda.is_available() else "cpu"
-    if device_type == "cuda":
-        if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} CUDA devices are visible")
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device(device_type)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = resolve_device(device, local)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
     if dist.is_initialized():
-        return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, dist.get_backend())
-    if world_size == 1:
-        return DistInfo(0, 1, 0, device, None)
+        return DistInfo(dist.get_rank(), dist.get_world_size(), local, dev)
+    if world == 1:
+        return DistInfo(0, 1, local, dev)
     for var in ("MASTER_ADDR", "MASTER_PORT"):
         if var not in os.environ:
-            raise RuntimeError(f"WORLD_SIZE={world_size} but {var} is unset; launch with torchrun --nproc_per_node N")
-    backend = backend or ("nccl" if device.type == "cuda" else "gloo")
-    # device_id binds NCCL to this rank's GPU up front (no guessing from the rank)
-    kwargs = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **kwargs)
-    return DistInfo(rank, world_size, local_rank, device, backend)
+            raise RuntimeError(f"WORLD_SIZE={world} but {var} is unset; launch with torchrun --nproc_per_node N")
+    if backend == "auto":
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+    bind = {"device_id": dev} if dev.type == "cuda" else {}  # NCCL binds this rank's GPU up front
+    dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=30),
+                            **bind)
+    return DistInfo(rank, world, local, dev)
+
+
+def all_reduce_flag(flag: bool, info: DistInfo) -> bool:
+    """True on every rank if it is True on any (so all ranks stop at the same step)."""
+    if not info.enabled:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=info.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
+def barrier(info: DistInfo) -> None:
+    """Wait for every rank (no-op for one process)."""
+    if info.enabled and dist.is_initialized():
+        dist.barrier()
 
 
 def destroy_distributed() -> None:
-    """Tear the process group down (a no-op when there is none)."""
+    """Leave the process group (a no-op when there is none)."""
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def find_free_port() -> int:
-    """A TCP port free on this host right now, for MASTER_PORT in tests and local launches."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

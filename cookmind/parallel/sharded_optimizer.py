@@ -34,7 +34,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, optimizer_cls: type[torch.optim.Optimizer], process_group=None, **kwargs: Any):
         if not dist.is_initialized():
-            raise RuntimeError("ShardedOptimizer needs an initialised process group (cookmind.parallel.init_distributed)")
+            raise RuntimeError("ShardedOptimizer needs an initialised process group "
+                               "(cookmind.parallel.init_distributed)")
         self.process_group = process_group
         self.rank = dist.get_rank(process_group)
         self.world_size = dist.get_world_size(process_group)

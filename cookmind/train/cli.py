@@ -92,9 +92,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"cookmind train: {exc}", file=sys.stderr)
         return 2
     finally:
-        from cookmind.train.distributed import shutdown
+        from cookmind.parallel import destroy_distributed
 
-        shutdown(trainer.dist)
+        destroy_distributed()
     if trainer.dist.is_main:
         print(json.dumps({"run_dir": str(trainer.run_dir), **summary}))
     if summary["status"] == "stopped":

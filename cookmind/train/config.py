@@ -286,8 +286,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {value}")
         self._validate_numbers()
         max_pos = self.model.get("max_position_embeddings")
-        sized_later = (self.data.train_type or self.train.objective) in ("sft", "dpo") \
-            and not self.is_user_set("data.window_size")  # the run sizes it from the store, within the context
+        # sft/dpo: the run sizes it from the store; grpo: capped at the context (longer prompts are dropped, counted)
+        sized_later = (self.data.train_type or self.train.objective) in ("sft", "dpo", "grpo") \
+            and not self.is_user_set("data.window_size")
         if isinstance(max_pos, int) and self.data.window_size > max_pos and not sized_later:
             raise ValueError(f"data.window_size={self.data.window_size} is longer than the model's context "
                              f"(model.max_position_embeddings={max_pos}); lower data.window_size")

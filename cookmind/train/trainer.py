@@ -46,12 +46,19 @@ from typing import Any
 import torch
 
 from cookmind.atomic import clean_stale_temps
+from cookmind.parallel import (
+    all_reduce_flag,
+    barrier,
+    finish_gradient_sync,
+    init_distributed,
+    no_sync,
+    parallelize,
+    unwrap,
+)
 from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
 from cookmind.train.checkpoint import check_run_dir, find_latest_checkpoint, load_checkpoint, save_checkpoint
 from cookmind.train.config import TrainConfig
-from cookmind.train.distributed import (all_reduce_flag, barrier, finish_gradient_sync, init_distributed, no_sync,
-                                        wrap_model)
 from cookmind.train.metrics import MetricsWriter, peak_flops, to_float
 from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
@@ -129,7 +136,7 @@ class Trainer:
         self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
         B.check_init_tokenizer(cfg, self.tokenizer)
 
-        # Model: fp32 master weights on this rank's device, then speed options, then DDP from outside.
+        # Model: fp32 master weights on this rank's device; checkpointing, compile and DDP applied from outside.
         if model is None:
             model = B.build_model(cfg, self.tokenizer)
         elif cfg.lora.enabled:
@@ -146,16 +153,13 @@ class Trainer:
             if self.dist.is_main:
                 print(f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size}",
                       file=sys.stderr)
+        elif max_pos is not None and cfg.data.window_size > max_pos and not cfg.is_user_set("data.window_size"):
+            cfg.data.window_size = max_pos  # a preset's window past this model's context (grpo: longer prompts drop)
         elif max_pos is not None and cfg.data.window_size > max_pos:
             raise ValueError(f"data.window_size={cfg.data.window_size} is longer than the model's context "
                              f"(max_position_embeddings={max_pos}); lower data.window_size")
         _check_fp8_head(self.bare_model, self.device)
-        if cfg.train.activation_checkpointing:
-            enable_activation_checkpointing(self.bare_model)
-        mode = None if cfg.train.compile_mode == "default" else cfg.train.compile_mode
-        self.compiled = torch.compile(self.bare_model, mode=mode) if cfg.train.compile else self.bare_model
-        self.model = wrap_model(self.compiled, self.dist, cfg.parallel.ddp, cfg.parallel.bucket_mb,
-                                cfg.parallel.reduce_dtype)
+        self.model = parallelize(self.bare_model, cfg)
         self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device)
         self.scaler = make_grad_scaler(cfg.train.precision, self.device)
         self._skip_on_device = _skips_on_device(self.optimizer) and self.scaler is None
@@ -417,10 +421,6 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_step_end(self, queued.step, metrics)
 
-    def _train_step(self) -> dict[str, Any]:
-        """One optimizer step, read at once (no callbacks' on_step_end): the loop body without deferral."""
-        return self._read_step(self._launch_step())
-
     def _launch_step(self) -> _QueuedStep:
         """Queue optimizer step ``self.step + 1`` (micro-batches, clip, update, next batch's prefetch).
 
@@ -606,7 +606,7 @@ class Trainer:
         """Validation loss (and perplexity for seq/sft) on up to ``eval.max_batches`` batches; samples."""
         if not self.dist.is_main:
             return {}
-        model = self.compiled
+        model = unwrap(self.model, data_parallel_only=True)  # rank 0 alone: no wrapper that talks to the others
         was_training = model.training
         model.eval()
         out: dict[str, float] = {}
@@ -743,25 +743,6 @@ def _skips_on_device(optimizer) -> bool:
     from cookmind.optim import AdamW
 
     return isinstance(optimizer, AdamW) and all(g.get("fused") for g in optimizer.param_groups)
-
-
-def enable_activation_checkpointing(model: torch.nn.Module) -> None:
-    """Recompute each Transformer block's activations in backward instead of storing them."""
-    from torch.utils.checkpoint import checkpoint
-
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if layers is None:
-        raise ValueError("activation checkpointing needs a model with model.layers (a CookMindLM)")
-    for layer in layers:
-        inner = layer.forward
-
-        def forward(*args, _inner=inner, **kwargs):
-            cache = kwargs.get("kv_cache", args[4] if len(args) > 4 else None)
-            if not torch.is_grad_enabled() or cache is not None:
-                return _inner(*args, **kwargs)
-            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
-
-        layer.forward = forward
 
 
 def _check_fp8_head(model: torch.nn.Module, device: torch.device) -> None:

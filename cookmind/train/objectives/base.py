@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from cookmind.parallel import unwrap as unwrap  # objectives reach the plain model through the Trainer's wrappers
+
 
 class Objective:
     """Base class; subclasses set ``train_type`` (the dataset they read) and implement ``__call__``."""
@@ -42,12 +44,3 @@ class Objective:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
-
-
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The bare model under DDP / torch.compile wrappers."""
-    while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-        if inner is None:
-            return model
-        model = inner
