@@ -25,6 +25,25 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One CPU thread for a test module (see lm_fixtures.one_cpu_thread); opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    from lm_fixtures import one_cpu_thread
+
+    yield from one_cpu_thread()
+
+
+@pytest.fixture
+def keep_threads():
+    """Torch's CPU thread count, restored after the test (the Trainer and `cookmind train` set their own)."""
+    import torch
+
+    n = torch.get_num_threads()
+    yield n
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(autouse=True)
 def _seed_everything():
     import random
