@@ -1,8 +1,12 @@
-"""Shared model pieces of the tests: the tiny model shape, a tiny model with sharp distributions, one CPU thread."""
+"""Shared model pieces of the tests: the tiny model shape, a tiny model with sharp distributions, one CPU thread,
+the little corpus conftest's ``tok_dir`` tokenizer is trained on."""
 
 import torch
 
 from cookmind.model import CookMindConfig, CookMindLM
+
+CORPUS = ("The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
+          "A small model learns to answer questions about numbers and recipes.\n") * 20
 
 TINY = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "max_position_embeddings": 64}

@@ -8,7 +8,7 @@ import pytest
 
 from cookmind.cli import COMMANDS
 from cookmind.cli import main as cli_main
-from lm_fixtures import tiny_lm
+from lm_fixtures import CORPUS, tiny_lm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,20 +52,6 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
 
 
 # --- the seams between stages (#17.12, #17.16) ---
-
-CORPUS = ("The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
-          "A small model learns to answer questions about numbers and recipes.\n") * 20
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory):
-    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-
-    d = tmp_path_factory.mktemp("tok")
-    (d / "corpus.txt").write_text(CORPUS)
-    vocab, merges = train_bpe(d / "corpus.txt", 300, DEFAULT_SPECIAL_TOKENS, progress=False)
-    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(d)
-    return d
 
 
 def _store_texts(store_dir, tok_dir):
