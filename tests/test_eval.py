@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from test_align_fixtures import CharTok, OracleLM, gsm8k_gold, tiny_hf_model, tiny_hf_tokenizer  # noqa: F401
+from test_align_fixtures import CharTok, OracleLM, gsm8k_gold, tiny_hf_model, tiny_hf_tokenizer
 
 from cookmind.evals import evaluate_gsm8k, evaluate_mmlu, evaluate_text, load_gsm8k, load_mmlu, pass_at_k, sequence_nll
 from cookmind.evals.mmlu import mmlu_prompt
