@@ -30,6 +30,39 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def tok_dir(tmp_path_factory) -> Path:
+    """A byte-level BPE tokenizer (320 tokens, the default special tokens) trained on lm_fixtures.CORPUS, saved in a
+    folder; tests read it and write elsewhere."""
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+    from lm_fixtures import CORPUS
+
+    d = tmp_path_factory.mktemp("tok")
+    (d / "corpus.txt").write_text(CORPUS)
+    vocab, merges = train_bpe(d / "corpus.txt", 320, DEFAULT_SPECIAL_TOKENS, progress=False)
+    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One CPU thread for a test module (see lm_fixtures.one_cpu_thread); opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    from lm_fixtures import one_cpu_thread
+
+    yield from one_cpu_thread()
+
+
+@pytest.fixture
+def keep_threads():
+    """Torch's CPU thread count, restored after the test (the Trainer and `cookmind train` set their own)."""
+    import torch
+
+    n = torch.get_num_threads()
+    yield n
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(autouse=True)
 def _seed_everything():
     import random

@@ -7,7 +7,6 @@ import shutil
 
 import pytest
 import torch
-from lm_fixtures import one_cpu_thread
 from test_server import make_model, make_tokenizer
 
 from cookmind.cli import main as cli_main
@@ -17,8 +16,7 @@ from cookmind.infer.cli_chat import run
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.model import save_model
 
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
-
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 
 @pytest.fixture(scope="module")

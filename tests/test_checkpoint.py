@@ -5,14 +5,9 @@ import json
 import pytest
 import torch
 
-from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.optim import AdamW
 from cookmind.train.checkpoint import find_latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-
-
-def _model():
-    return CookMindLM(CookMindConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))
+from lm_fixtures import tiny_lm as _model
 
 
 def _train_a_bit(model, opt):
@@ -57,8 +52,7 @@ def test_keep_last_and_newest_complete(tmp_path):
 
 def test_loading_into_another_shape_is_a_clear_error(tmp_path):
     path = save_checkpoint(tmp_path, 1, _model(), None, {})
-    bigger = CookMindLM(CookMindConfig(vocab_size=32, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
-                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))
+    bigger = _model(hidden_size=64)
     with pytest.raises(ValueError, match="shape"):
         load_checkpoint(path, bigger)
 

@@ -8,6 +8,7 @@ import pytest
 
 from cookmind.cli import COMMANDS
 from cookmind.cli import main as cli_main
+from lm_fixtures import CORPUS, tiny_lm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,20 +52,6 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
 
 
 # --- the seams between stages (#17.12, #17.16) ---
-
-CORPUS = ("The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
-          "A small model learns to answer questions about numbers and recipes.\n") * 20
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory):
-    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-
-    d = tmp_path_factory.mktemp("tok")
-    (d / "corpus.txt").write_text(CORPUS)
-    vocab, merges = train_bpe(d / "corpus.txt", 300, DEFAULT_SPECIAL_TOKENS, progress=False)
-    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(d)
-    return d
 
 
 def _store_texts(store_dir, tok_dir):
@@ -212,13 +199,12 @@ def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
     """Every `cookmind eval` line of the README runs as written on a tiny model (the data cut short) (#17.13)."""
     import shlex
 
-    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.model import save_model
     from cookmind.tokenizer import Tokenizer
 
     tok = Tokenizer.load(tok_dir)
-    save_model(tmp_path / "ckpt", CookMindLM(CookMindConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=512, eos_token_id=tok.eos_id)))
+    save_model(tmp_path / "ckpt", tiny_lm(vocab_size=tok.vocab_size, eos_token_id=tok.eos_id,
+                                          max_position_embeddings=512))  # room for the README's eval prompts
     tok.save(tmp_path / "ckpt")
     (tmp_path / "text.txt").write_text(CORPUS)
     lines = [line.split("#")[0] for line in (ROOT / "README.md").read_text().splitlines()
@@ -236,13 +222,12 @@ def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
 
 
 def test_eval_gsm8k_cli_reports_skipped_over_long_questions(tmp_path, tok_dir, capsys):
-    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.model import save_model
     from cookmind.tokenizer import Tokenizer
 
     tok = Tokenizer.load(tok_dir)
-    save_model(tmp_path / "m", CookMindLM(CookMindConfig(
-        vocab_size=tok.vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=64, eos_token_id=tok.eos_id)))
+    save_model(tmp_path / "m", tiny_lm(vocab_size=tok.vocab_size, eos_token_id=tok.eos_id,
+                                       max_position_embeddings=64))  # the context the message below names
     tok.save(tmp_path / "m")
     rows = [{"question": "Tom has 3 apples.", "answer": "#### 3"}, {"question": CORPUS[:2000], "answer": "#### 7"}]
     (tmp_path / "g.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -6,10 +6,13 @@ import math
 
 import pytest
 import torch
-from test_align_fixtures import CharTok, OracleLM, gsm8k_gold, one_torch_thread, tiny_hf_model, tiny_hf_tokenizer  # noqa: F401
+from test_align_fixtures import CharTok, OracleLM, gsm8k_gold, tiny_hf_model, tiny_hf_tokenizer
 
 from cookmind.evals import evaluate_gsm8k, evaluate_mmlu, evaluate_text, load_gsm8k, load_mmlu, pass_at_k, sequence_nll
 from cookmind.evals.mmlu import mmlu_prompt
+from lm_fixtures import tiny_lm
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 
 @pytest.mark.parametrize("n, c, k", [(5, 2, 1), (5, 2, 2), (6, 1, 3), (4, 0, 2), (4, 4, 3), (5, 3, 3)])
@@ -198,12 +201,8 @@ def test_perplexity_on_a_token_store_matches_bigram_by_hand(shared_data, tmp_pat
 
 
 def _tiny_cookmind(context, vocab=256):
-    from cookmind.model import CookMindConfig, CookMindLM
-
     torch.manual_seed(0)
-    cfg = CookMindConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=context)
-    return CookMindLM(cfg).eval()
+    return tiny_lm(vocab_size=vocab, max_position_embeddings=context).eval()
 
 
 def test_gsm8k_skips_and_counts_prompts_longer_than_the_context(tmp_path):

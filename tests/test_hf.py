@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from cookmind.cli import main as cli_main
-from cookmind.model import CookMindConfig, CookMindLM, load_model, save_model
+from cookmind.model import load_model, save_model
 from cookmind.model.hf import HFInteropError, export_hf, import_hf
+from lm_fixtures import tiny_lm
 
 transformers = pytest.importorskip("transformers")
 
-BASE = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-            max_position_embeddings=128)
+BASE = dict(vocab_size=97, intermediate_size=48, max_position_embeddings=128)  # over lm_fixtures.TINY
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 32}
@@ -54,7 +54,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_export_loads_strictly_with_equal_logits(tmp_path, case):
     kw, arch = CASES[case]
-    model = _randomize(CookMindLM(CookMindConfig(**BASE, **kw))).eval()
+    model = _randomize(tiny_lm(**BASE, **kw)).eval()
     save_model(tmp_path / "ckpt", model)
     export_hf(tmp_path / "ckpt", tmp_path / "hf")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [arch]
@@ -116,13 +116,13 @@ def test_import_rejects_unsupported_architecture_and_rope(tmp_path):
 
 
 def test_export_moe_is_a_clear_error(tmp_path):
-    save_model(tmp_path / "moe", CookMindLM(CookMindConfig(**BASE, num_key_value_heads=2, num_experts=2)))
+    save_model(tmp_path / "moe", tiny_lm(**BASE, num_key_value_heads=2, num_experts=2))
     with pytest.raises(HFInteropError, match="mixture-of-experts.*not supported"):
         export_hf(tmp_path / "moe", tmp_path / "out")
 
 
 def test_cli_export_copies_tokenizer_files_and_import_round_trips(tmp_path, capsys):
-    model = _randomize(CookMindLM(CookMindConfig(**BASE, num_key_value_heads=2, qk_norm=True, eos_token_id=3)))
+    model = _randomize(tiny_lm(**BASE, num_key_value_heads=2, qk_norm=True, eos_token_id=3))
     save_model(tmp_path / "ckpt", model)
     (tmp_path / "ckpt" / "tokenizer.json").write_text('{"model": {}}')
     (tmp_path / "ckpt" / "tokenizer_config.json").write_text("{}")
@@ -144,7 +144,7 @@ def test_cli_export_copies_tokenizer_files_and_import_round_trips(tmp_path, caps
 
 
 def test_cli_export_of_a_run_directory_takes_the_newest_checkpoint(tmp_path):
-    old, new = (CookMindLM(CookMindConfig(**BASE, num_key_value_heads=2)) for _ in range(2))
+    old, new = (tiny_lm(**BASE, num_key_value_heads=2) for _ in range(2))
     for step, model in ((10, old), (20, new)):
         save_model(tmp_path / "run" / f"step_{step:08d}", model)
         (tmp_path / "run" / f"step_{step:08d}" / "meta.json").write_text(json.dumps({"step": step}))
@@ -170,9 +170,8 @@ def test_hf_dirs_are_told_from_cookmind_dirs(tmp_path):
 def _turn_taking_model(vocab_size, im_end, after_im_end, eos):
     """A 1-layer model whose next token depends only on the current one: <|im_end|> after any token but
     <|im_end|>, then ``after_im_end`` (attention and MLP outputs zeroed, so the residual is the embedding)."""
-    model = CookMindLM(CookMindConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      tie_word_embeddings=False, eos_token_id=eos))
+    model = tiny_lm(vocab_size=vocab_size, intermediate_size=48, num_hidden_layers=1, tie_word_embeddings=False,
+                    eos_token_id=eos)
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()

@@ -15,10 +15,10 @@ from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.model.cross_entropy import cross_entropy
 from cookmind.model.linear import Linear
 from cookmind.model.lora import LoRALinear
+import lm_fixtures
 from triton_fixtures import kernel_device, needs_kernel
 
-TINY = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+TINY = {**lm_fixtures.TINY, "vocab_size": 97}  # the ids and shapes below are written for 97
 
 
 def _case(n=(3, 7), c=16, v=50, dtype=torch.float32, device="cpu", seed=0, scale=3.0):

@@ -214,10 +214,10 @@ def test_model_with_fp8_head_trains_like_the_bf16_head():
 def test_trainer_on_the_cpu_warns_that_the_fp8_head_does_not_apply(tmp_path):
     from cookmind.train import TrainConfig, Trainer
 
-    from test_train_loop import MODEL
+    from lm_fixtures import TINY
 
     cfg = TrainConfig.from_dict({
-        "model": dict(MODEL, lm_head_fp8=True), "data": {"window_size": 16},
+        "model": dict(TINY, lm_head_fp8=True), "data": {"window_size": 16},
         "train": {"max_steps": 1, "micro_batch_size": 2, "device": "cpu"},
         "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "report": False}})
     data = [{"input_ids": torch.arange(16), "labels": torch.arange(16)} for _ in range(4)]

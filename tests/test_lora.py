@@ -3,16 +3,10 @@
 import pytest
 import torch
 
-from cookmind.model import CookMindConfig, CookMindLM, save_model
+from cookmind.model import CookMindLM, save_model
 from cookmind.model.lora import (adapters_disabled, apply_lora, lora_modules, merge_lora, merged_copy, save_adapter,
                                  unmerge_lora)
-
-
-def _cfg(**kw):
-    base = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64)
-    base.update(kw)
-    return CookMindConfig(**base)
+from lm_fixtures import tiny_config as _cfg
 
 
 def _randomize_b(model):

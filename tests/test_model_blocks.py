@@ -19,6 +19,11 @@ from cookmind.model.rmsnorm import RMSNorm
 from cookmind.model.rope import RotaryEmbedding, apply_rope
 from cookmind.model.sdpa import scaled_dot_product_attention
 from cookmind.model.swiglu import SwiGLU
+from lm_fixtures import tiny_lm
+
+# the small shape the block and MoE tests below write out by hand: width 16, SwiGLU(16, 24), ids below 31
+SMALL = dict(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2,
+             num_key_value_heads=1)
 
 
 def test_linear_matches_f_linear_and_init_is_truncated():
@@ -170,12 +175,11 @@ def test_llama3_and_linear_rope_match_transformers(rs):
 @pytest.mark.parametrize("qk_norm", [False, True])
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
 def test_attention_backends_agree_with_mask_cache_and_gqa(qk_norm, kv_heads):
-    base = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=kv_heads, qk_norm=qk_norm, max_position_embeddings=64)
-    naive = CookMindLM(CookMindConfig(**base, attn_backend="naive")).eval()
-    sdpa = CookMindLM(CookMindConfig(**base, attn_backend="sdpa")).eval()
+    kw = dict(vocab_size=61, intermediate_size=48, num_key_value_heads=kv_heads, qk_norm=qk_norm)
+    naive = tiny_lm(**kw, attn_backend="naive").eval()
+    sdpa = tiny_lm(**kw, attn_backend="sdpa").eval()
     sdpa.load_state_dict(naive.state_dict())
-    cudnn = CookMindLM(CookMindConfig(**base, attn_backend="cudnn")).eval()  # on CPU: PyTorch's own order
+    cudnn = tiny_lm(**kw, attn_backend="cudnn").eval()  # on CPU: PyTorch's own order
     cudnn.load_state_dict(naive.state_dict())
     ids = torch.randint(0, 61, (2, 9))
     with torch.no_grad():
@@ -203,8 +207,7 @@ def test_attention_backends_agree_with_mask_cache_and_gqa(qk_norm, kv_heads):
 def test_prenorm_block_composes_attention_and_ffn():
     from cookmind.model.block import Block
 
-    cfg = CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1)
+    cfg = CookMindConfig(**SMALL)
     block = Block(cfg, 0)
     with torch.no_grad():
         block.input_layernorm.weight.uniform_(0.5, 1.5)
@@ -219,8 +222,7 @@ def test_prenorm_block_composes_attention_and_ffn():
 
 
 def test_kv_cache_rejects_a_mask_shorter_than_the_cache():
-    cfg = CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1)
+    cfg = CookMindConfig(**SMALL)
     model = CookMindLM(cfg)
     cache = KVCache(cfg, 1, 8)
     model(torch.zeros(1, 3, dtype=torch.long), kv_cache=cache)
@@ -230,8 +232,7 @@ def test_kv_cache_rejects_a_mask_shorter_than_the_cache():
 
 
 def test_flash_triton_backend_is_a_clear_error_on_cpu():
-    model = CookMindLM(CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=2, attn_backend="flash-triton"))
+    model = CookMindLM(CookMindConfig(**SMALL, attn_backend="flash-triton"))
     with pytest.raises(RuntimeError, match="flash-triton.*CUDA"):
         model(torch.randint(0, 31, (1, 4)))
 
@@ -288,8 +289,7 @@ def test_cross_entropy_compiled_form_matches_torch():
 
 
 def test_moe_with_one_expert_equals_dense_ffn():
-    cfg = CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, num_experts=1, num_experts_per_tok=1)
+    cfg = CookMindConfig(**SMALL, num_experts=1, num_experts_per_tok=1)
     moe = MoE(cfg)
     dense = SwiGLU(16, 24)
     dense.load_state_dict(moe.experts[0].state_dict())
@@ -300,8 +300,7 @@ def test_moe_with_one_expert_equals_dense_ffn():
 
 
 def test_moe_topk_routing_and_balance_loss_match_naive_loop():
-    cfg = CookMindConfig(vocab_size=31, hidden_size=8, intermediate_size=12, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+    cfg = CookMindConfig(**{**SMALL, "hidden_size": 8, "intermediate_size": 12}, num_experts=4, num_experts_per_tok=2,
                          moe_shared_expert=True)
     moe = MoE(cfg)
     x = torch.randn(2, 6, 8)
@@ -323,8 +322,7 @@ def test_moe_topk_routing_and_balance_loss_match_naive_loop():
 
 
 def test_moe_model_loss_includes_aux_and_trains():
-    cfg = CookMindConfig(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, num_experts=3, num_experts_per_tok=2)
+    cfg = CookMindConfig(**{**SMALL, "num_hidden_layers": 2}, num_experts=3, num_experts_per_tok=2)
     model = CookMindLM(cfg)
     ids = torch.randint(0, 31, (2, 8))
     out = model(ids, labels=ids)

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from cookmind.model import CookMindConfig, CookMindLM, KVCache, LMOutput, ModelLoadError, load_model, save_model
+import lm_fixtures
 
-TINY = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+TINY = {**lm_fixtures.TINY, "vocab_size": 97}  # the ids and shapes below are written for 97
 
 
 def test_config_roundtrip_and_unknown_keys():
@@ -134,8 +134,7 @@ def test_tiny_model_memorises_a_repeated_sequence():
     from cookmind.optim import AdamW, param_groups
 
     torch.manual_seed(0)
-    cfg = CookMindConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = CookMindConfig(**{**TINY, "vocab_size": 16})  # the sequence below uses ids below 16
     model = CookMindLM(cfg)
     opt = AdamW(param_groups(model, 0.01), lr=1e-2)
     seq = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4]])

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from cookmind.model import CookMindConfig, CookMindLM, KVCache
 from cookmind.model.fused import fast_paths_enabled, fuse_projections, set_fast_paths
 from cookmind.model.lora import apply_lora
+import lm_fixtures
 
-TINY = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+TINY = {**lm_fixtures.TINY, "vocab_size": 97}  # the ids and shapes below are written for 97
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from cookmind.infer.engine import Engine, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.paged_cache import BlockAllocator
 from cookmind.infer.prefix_cache import ROOT_KEY, PrefixCache, chain_keys
 from cookmind.infer.sampling import SamplingParams
-from lm_fixtures import one_cpu_thread, sharp_tiny_lm
+from lm_fixtures import sharp_tiny_lm
 
 
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 BS = 4
 SYSTEM = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28, 84, 19, 71, 69]  # 22: 5 full blocks

@@ -20,10 +20,9 @@ from cookmind.infer.sampling import (
     process_logits,
     sample_from_logits,
 )
-from lm_fixtures import one_cpu_thread
 
 
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 
 def naive_nucleus(logits_row: list[float], p: float) -> set[int]:

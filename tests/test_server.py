@@ -15,16 +15,15 @@ import openai
 import pytest
 import torch
 import uvicorn
-from lm_fixtures import one_cpu_thread
 
 from cookmind.infer import SamplingParams, generate
 from cookmind.infer.engine import Engine
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
-from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+from lm_fixtures import sharp_tiny_lm
 
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 
 TEXT = ("The cook stirs the soup. The soup is hot and the bread is fresh. "
@@ -43,15 +42,8 @@ def make_tokenizer(tmp_path_factory):
 def make_model(vocab_size, max_pos=2048, rare_ids=()):
     """Random weights scaled up (sharp distributions). rare_ids get logit 0 against large others, so a
     long generation is not cut short by a random end-of-turn token."""
-    torch.manual_seed(0)
-    cfg = CookMindConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_pos,
-                         tie_word_embeddings=not rare_ids)
-    model = CookMindLM(cfg).eval()
+    model = sharp_tiny_lm(vocab_size=vocab_size, max_position_embeddings=max_pos, tie_word_embeddings=not rare_ids)
     with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(8)
         for t in rare_ids:
             model.lm_head.weight[t] = 0
     return model

@@ -7,14 +7,13 @@ import argparse
 
 import httpx
 import pytest
-from lm_fixtures import one_cpu_thread
 from test_server import LiveServer, make_model, make_tokenizer
 
 from cookmind.cli import finish_model_argument
 from cookmind.infer import cli_serve
 from cookmind.model import save_model
 
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import openai
 import pytest
-from lm_fixtures import one_cpu_thread
 from test_server import LiveServer, make_model, make_tokenizer
 
 from cookmind.infer import SamplingParams, generate
@@ -23,7 +22,7 @@ from cookmind.infer.engine import Engine
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
 
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 
 CLIENTS, PER_CLIENT, MAX_TOKENS = 64, 4, 6

@@ -12,13 +12,12 @@ import time
 import httpx
 import openai
 import pytest
-from lm_fixtures import one_cpu_thread
 from test_server import LiveServer, make_model, make_tokenizer
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server import create_app
 
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 KEY = "s3cret"
 MODEL = "tiny-cook"

@@ -14,19 +14,8 @@ from cookmind.store import TokenStore
 from cookmind.store import cli as pack_cli
 from cookmind.store.packer import PackError, pack
 from cookmind.store.records import SYSTEM_PROMPTS
-from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-
-CORPUS = ("The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
-          "A small model learns to answer questions about numbers and recipes.\n") * 20
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    (d / "corpus.txt").write_text(CORPUS)
-    vocab, merges = train_bpe(d / "corpus.txt", 320, DEFAULT_SPECIAL_TOKENS, progress=False)
-    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(d)
-    return d
+from cookmind.tokenizer import Tokenizer
+from lm_fixtures import CORPUS
 
 
 @pytest.fixture(scope="module")

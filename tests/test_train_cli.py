@@ -13,9 +13,9 @@ import torch
 from cookmind.store import write_store
 from cookmind.train import cli
 from cookmind.train.trainer import Trainer
+from lm_fixtures import tiny_cli_overrides
 
-TINY = ["model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=1", "model.vocab_size=64",
-        "data.window_size=16", "train.micro_batch_size=2", "logging.progress=false", "eval.every=0",
+TINY = [*tiny_cli_overrides(num_hidden_layers=1, max_position_embeddings=256), "data.window_size=16", "train.micro_batch_size=2", "logging.progress=false", "eval.every=0",
         "checkpoint.every=0"]
 
 
@@ -93,24 +93,18 @@ def test_a_full_disk_is_one_line_no_traceback(tmp_path, store, monkeypatch, caps
     assert "no space left on device while writing" in err and "step_00000001" in err
 
 
-def test_train_threads_is_honoured_on_cpu(tmp_path, store):
+def test_train_threads_is_honoured_on_cpu(tmp_path, store, keep_threads):
     from cookmind.train.config import TrainConfig
 
     cfg = TrainConfig.load("tiny-cpu", [f"data.train_path={store}", f"logging.run_dir={tmp_path / 'r'}",
                                         "train.threads=2", *TINY])
-    n = torch.get_num_threads()
-    try:
-        Trainer(cfg)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(n)
+    Trainer(cfg)
+    assert torch.get_num_threads() == 2
 
 
 def test_cookmind_train_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(tmp_path, store, monkeypatch,
-                                                                                request):
-    n = torch.get_num_threads()
+                                                                                keep_threads):
     torch.set_num_threads(2)  # what a user's process may start with: `cookmind train` pins train.threads=1
-    request.addfinalizer(lambda: torch.set_num_threads(n))
     full, cut = tmp_path / "full", tmp_path / "cut"
     steps = ["train.max_steps=4", "checkpoint.every=2"]
     assert _run(store, "--run-dir", str(full), *steps) == 0

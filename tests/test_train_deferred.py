@@ -13,7 +13,9 @@ import torch
 
 from cookmind.train import Callback, PretrainObjective, Trainer, TrainingDiverged
 from cookmind.train.checkpoint import find_latest_checkpoint, list_checkpoints
-from test_train_loop import NaNAt, _cfg, _one_thread, _weights, store  # noqa: F401
+from test_train_loop import NaNAt, _cfg, _weights, store  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread", "keep_threads")  # each test starts on one thread
 
 TIMING = ("tokens_per_s", "step_time_s", "mfu")
 

@@ -12,17 +12,9 @@ import torch
 from cookmind.store import write_store
 from cookmind.train import Callback, PretrainObjective, TrainConfig, Trainer, TrainingDiverged
 from cookmind.train.checkpoint import find_latest_checkpoint, list_checkpoints
+from lm_fixtures import TINY, tiny_lm
 
-MODEL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=64)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread", "keep_threads")  # each test starts on one thread
 
 
 @pytest.fixture
@@ -33,7 +25,7 @@ def store(tmp_path):
 
 
 def _cfg(tmp_path, store, name, **sections):
-    d = {"model": MODEL, "data": {"train_path": str(store), "window_size": 16},
+    d = {"model": dict(TINY), "data": {"train_path": str(store), "window_size": 16},
          "train": {"max_steps": 4, "micro_batch_size": 4, "seed": 1},
          "optim": {"lr": 1e-2, "warmup_steps": 1},
          "logging": {"run_dir": str(tmp_path / name), "progress": False, "log_every": 1}}
@@ -347,12 +339,12 @@ def test_device_side_clipping_trains_like_the_host_side_clipping(tmp_path, store
 
 def test_init_from_takes_runtime_options_and_refuses_shape_changes(tmp_path, store):
     """A loaded model's weights fix its shape, but how it runs (attention kernel, FP8 head) may change."""
-    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.model import save_model
     from cookmind.train.build import build_model
 
-    save_model(tmp_path / "init", CookMindLM(CookMindConfig(**MODEL)))
+    save_model(tmp_path / "init", tiny_lm())
     cfg = _cfg(tmp_path, store, "r", train={"init_from": str(tmp_path / "init")})
-    cfg.model = {"attn_backend": "naive", "lm_head_fp8": True, "hidden_size": MODEL["hidden_size"]}
+    cfg.model = {"attn_backend": "naive", "lm_head_fp8": True, "hidden_size": TINY["hidden_size"]}
     model = build_model(cfg)
     assert model.config.attn_backend == "naive" and model.config.lm_head_fp8 is True
     assert all(layer.self_attn.backend == "naive" for layer in model.model.layers)

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.train.objectives import DPOObjective, PretrainObjective, SFTObjective, dpo_loss, sequence_log_probs
+from lm_fixtures import tiny_lm
 
 
 def _log1pexp(x):
@@ -45,9 +45,7 @@ def test_sequence_log_probs_matches_a_naive_loop():
 
 
 def _tiny():
-    cfg = CookMindConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
-    return CookMindLM(cfg)
+    return tiny_lm(vocab_size=32, max_position_embeddings=32)
 
 
 def test_dpo_objective_on_a_model_equals_the_formula_and_reference_has_no_grad():

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from cookmind.model import CookMindConfig, CookMindLM, save_model
+from cookmind.model import save_model
 from cookmind.store import write_store
 from cookmind.train import Callback, TrainConfig, Trainer
+from lm_fixtures import TINY, tiny_lm
 
-MODEL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=64)
+pytestmark = pytest.mark.usefixtures("one_thread", "keep_threads")  # each test starts on one thread
 
 
 def _stores(tmp):
@@ -27,16 +27,7 @@ def _stores(tmp):
     write_store(tmp / "sft", "sft", sft, vocab_size=64)
     write_store(tmp / "dpo", "dpo", dpo, vocab_size=64)
     torch.manual_seed(123)
-    save_model(tmp / "init", CookMindLM(CookMindConfig(**MODEL)))
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matmuls run fastest on one thread (and do not fight other tests for the cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    save_model(tmp / "init", tiny_lm())
 
 
 class StopAt(Callback):
@@ -51,8 +42,8 @@ class StopAt(Callback):
 
 
 CASES = {
-    "pretrain": ({"train": {"objective": "pretrain"}, "data": {"train_path": "seq"}}, {"model": MODEL}),
-    "sft": ({"train": {"objective": "sft"}, "data": {"train_path": "sft"}}, {"model": MODEL}),
+    "pretrain": ({"train": {"objective": "pretrain"}, "data": {"train_path": "seq"}}, {"model": dict(TINY)}),
+    "sft": ({"train": {"objective": "sft"}, "data": {"train_path": "sft"}}, {"model": dict(TINY)}),
     "dpo": ({"train": {"objective": "dpo", "init_from": "init"}, "data": {"train_path": "dpo"},
              "dpo": {"beta": 0.5, "loss": "sigmoid", "label_smoothing": 0.1}}, {}),
     "dpo-lora": ({"train": {"objective": "dpo", "init_from": "init"}, "data": {"train_path": "dpo"},

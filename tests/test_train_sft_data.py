@@ -6,13 +6,12 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from cookmind.store import write_store
 from cookmind.train import TrainConfig, Trainer
+from lm_fixtures import tiny_cli_overrides
 
-MODEL = ["model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=1", "model.vocab_size=64",
-         "model.max_position_embeddings=64"]
+MODEL = tiny_cli_overrides(num_hidden_layers=1, max_position_embeddings=64)  # the context caps an unset window
 
 
 @pytest.fixture
@@ -33,20 +32,16 @@ def _cfg(tmp_path, store, *overrides):
                                          "logging.progress=false", "eval.every=0", *MODEL, *overrides])
 
 
-def test_truncated_and_dropped_records_are_counted_printed_and_reported(tmp_path, sft_store, capsys):
+def test_truncated_and_dropped_records_are_counted_printed_and_reported(tmp_path, sft_store, capsys, keep_threads):
     store, records = sft_store
     window = 24
     # naive reference: a record is dropped when no supervised token lies in its first `window` tokens
     dropped = sum(1 for r in records if r["loss_mask"][:window].sum() == 0)
     truncated = sum(1 for r in records if len(r["sequence"]) > window and r["loss_mask"][:window].sum() > 0)
     assert dropped > 0 and truncated > 0
-    n = torch.get_num_threads()
-    try:
-        with pytest.warns(UserWarning, match="cut short or dropped"):
-            t = Trainer(_cfg(tmp_path, store, f"data.window_size={window}"))
-        summary = t.fit()
-    finally:
-        torch.set_num_threads(n)
+    with pytest.warns(UserWarning, match="cut short or dropped"):
+        t = Trainer(_cfg(tmp_path, store, f"data.window_size={window}"))
+    summary = t.fit()
     err = capsys.readouterr().err
     assert f"{len(records)} records; {truncated} truncated to data.window_size={window} and {dropped} dropped" in err
     assert "WARNING" in err
@@ -58,15 +53,11 @@ def test_truncated_and_dropped_records_are_counted_printed_and_reported(tmp_path
             "data_dropped": dropped}.items() <= rows[0].items()
 
 
-def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_path, sft_store, capsys):
+def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_path, sft_store, capsys, keep_threads):
     store, records = sft_store
-    n = torch.get_num_threads()
-    try:
-        t = Trainer(_cfg(tmp_path, store))  # tiny-cpu's preset window (128) is not the user's choice
-        assert t.cfg.data.window_size == 64  # the longest record (90) capped by max_position_embeddings=64
-        t2 = Trainer(_cfg(tmp_path, store, "model.max_position_embeddings=128", f"logging.run_dir={tmp_path / 'b'}"))
-        assert t2.cfg.data.window_size == max(len(r["sequence"]) for r in records) == 90
-        assert t2.data_stats["data_truncated"] == t2.data_stats["data_dropped"] == 0
-    finally:
-        torch.set_num_threads(n)
+    t = Trainer(_cfg(tmp_path, store))  # tiny-cpu's preset window (128) is not the user's choice
+    assert t.cfg.data.window_size == 64  # the longest record (90) capped by max_position_embeddings=64
+    t2 = Trainer(_cfg(tmp_path, store, "model.max_position_embeddings=128", f"logging.run_dir={tmp_path / 'b'}"))
+    assert t2.cfg.data.window_size == max(len(r["sequence"]) for r in records) == 90
+    assert t2.data_stats["data_truncated"] == t2.data_stats["data_dropped"] == 0
     assert "sized from the store to 90" in capsys.readouterr().err

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.optim import AdamW
 from cookmind.train.checkpoint import load_checkpoint, save_checkpoint
+from lm_fixtures import tiny_lm
 
 
 class _Payload:
@@ -25,8 +25,7 @@ class _Payload:
 
 
 def test_crafted_optimizer_pickle_is_refused_without_running(tmp_path):
-    model = CookMindLM(CookMindConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))
+    model = tiny_lm()
     opt = AdamW(model.parameters(), lr=1e-2)
     path = save_checkpoint(tmp_path / "run", 1, model, opt, {})
     marker = tmp_path / "pwned"

@@ -13,13 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from lm_fixtures import one_cpu_thread
 from test_server import LiveServer, make_model, make_tokenizer
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server import create_app
-
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
 
 
 CHROMIUM = "/usr/bin/chromium"
@@ -27,7 +24,8 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path("test-artifacts")
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent (apt-get install chromium)")
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent (apt-get install chromium)")]
 
 
 @pytest.fixture(scope="module")
