@@ -173,27 +173,12 @@ class RandomTokens(torch.utils.data.Dataset):
         return {"input_ids": ids, "labels": ids}
 
 
-def bench_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
-                   compile_: bool, run_dir: str, optim_impl: str = "cookmind", fast_paths: bool | None = None,
-                   compile_mode: str = "default", defer_metrics: bool = True, cuda_graph: bool = False) -> dict:
+def bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl="cookmind",
+                   compile_mode="default", defer_metrics=True, cuda_graph=False):
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
 
-    fast_paths True/False times the model with its fast paths (cookmind.model.fused) on/off; None keeps the default.
     defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics).
     """
-    from cookmind.model.fused import fast_paths_enabled, set_fast_paths
-
-    before = fast_paths_enabled()
-    set_fast_paths(before if fast_paths is None else fast_paths)
-    try:
-        return _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl,
-                               compile_mode, defer_metrics, cuda_graph)
-    finally:
-        set_fast_paths(before)
-
-
-def _bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl,
-                    compile_mode="default", defer_metrics=True, cuda_graph=False):
     from cookmind.train import Callback, TrainConfig, Trainer
 
     class Timer(Callback):
@@ -275,11 +260,9 @@ def main() -> None:
                     "(comma-separated, e.g. flash-triton), after the main figures")
     ap.add_argument("--variants", default="", help="comma-separated extra figures after the main ones: "
                     "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch), "
-                    "fast (Trainer with the model's fast paths on), readable (fast paths off), "
                     "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode), "
                     "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false), "
-                    "cuda-graph (Trainer with train.cuda_graph=true: the whole step one CUDA graph), cuda-graph-fast "
-                    "(that with the model's fast paths on), fp8-head (cuda-graph with model.lm_head_fp8=true: the LM head's "
+                    "cuda-graph (Trainer with train.cuda_graph=true: the whole step one CUDA graph), fp8-head (cuda-graph with model.lm_head_fp8=true: the LM head's "
                     "GEMMs in FP8)")
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -326,9 +309,6 @@ def main() -> None:
             if "torch-adamw" in variants:
                 runs.append(("cookmind Trainer, optim.impl=torch", functools.partial(bench_cookmind,
                                                                                       optim_impl="torch"), shape))
-            if "fast" in variants:
-                runs.append(("cookmind Trainer, model fast paths on", functools.partial(bench_cookmind,
-                                                                                         fast_paths=True), shape))
             for mode in ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
                 if mode in variants:
                     runs.append((f"cookmind Trainer, compile_mode={mode}",
@@ -336,18 +316,12 @@ def main() -> None:
             if "cuda-graph" in variants:
                 runs.append(("cookmind Trainer, train.cuda_graph=true",
                              functools.partial(bench_cookmind, cuda_graph=True), shape))
-            if "cuda-graph-fast" in variants:
-                runs.append(("cookmind Trainer, train.cuda_graph=true, model fast paths on",
-                             functools.partial(bench_cookmind, cuda_graph=True, fast_paths=True), shape))
             if "fp8-head" in variants:
                 runs.append(("cookmind Trainer, train.cuda_graph=true, model.lm_head_fp8=true",
                              functools.partial(bench_cookmind, cuda_graph=True), dict(shape, lm_head_fp8=True)))
             if "sync-metrics" in variants:
                 runs.append(("cookmind Trainer, train.defer_metrics=false",
                              functools.partial(bench_cookmind, defer_metrics=False), shape))
-            if "readable" in variants:
-                runs.append(("cookmind Trainer, model fast paths off", functools.partial(bench_cookmind,
-                                                                                          fast_paths=False), shape))
         for name, fn, shp in runs:
             extra = (args.run_dir,) if getattr(fn, "func", fn) is bench_cookmind else ()
             try:

@@ -1,7 +1,6 @@
 """Where a training step's time goes on the GPU: top kernels and idle time, ours vs the nanoGPT-style peer.
 
     python bench/profile_train.py                 # GPT-2-small shape, B=12, T=1024, bf16, compiled (CUDA)
-    python bench/profile_train.py --variant fast  # the model's fast paths on
     python bench/profile_train.py --shape minimind --seq 340 --host-top 20   # MiniMind-3 shape, B=32; host ops
 
 Prints JSON lines: per implementation, the wall time per step, the GPU-busy time per step (the union of
@@ -97,7 +96,6 @@ def profile(step, steps: int, name: str, host_top: int = 0, top_n: int = 40) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variant", default="default", help="default | fast (model fast paths on)")
     ap.add_argument("--which", default="ref,ours")
     ap.add_argument("--attn", default="sdpa", help="our model's attn_backend (sdpa, cudnn, flash-triton)")
     ap.add_argument("--compile-mode", default="default", help="our Trainer's train.compile_mode")
@@ -137,10 +135,8 @@ def main() -> None:
         del model, opt, fwd
         torch.cuda.empty_cache()
     if "ours" in args.which:
-        from cookmind.model.fused import set_fast_paths
         from cookmind.train import TrainConfig, Trainer
 
-        set_fast_paths(args.variant == "fast")
         cfg = TrainConfig.from_dict({
             "model": dict(shape, attn_backend=args.attn, lm_head_fp8=args.fp8_head), "data": {"window_size": seq},
             "train": {"max_steps": 10**6, "micro_batch_size": batch, "precision": "bf16", "compile": True,
@@ -156,7 +152,7 @@ def main() -> None:
 
         for _ in range(8):
             one_step()
-        profile(one_step, 5, f"cookmind Trainer ({args.variant}, {args.attn}, {args.compile_mode}"
+        profile(one_step, 5, f"cookmind Trainer ({args.attn}, {args.compile_mode}"
                 f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''})", args.host_top)
 
 

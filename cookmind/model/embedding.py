@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from cookmind.model.fused import fast_paths_enabled
 
 from cookmind.model.init import truncated_normal_
 
@@ -27,8 +25,6 @@ class Embedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Look up the embedding row of every id."""
-        if fast_paths_enabled():  # same rows; its backward is the dedicated embedding kernel, not index_put
-            return F.embedding(ids, self.weight)
         return self.weight[ids]  # row lookup; gradient scatters back into the rows used
 
     def extra_repr(self) -> str:

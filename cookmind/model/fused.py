@@ -1,19 +1,15 @@
-"""Fused projection weights for serving, and the two remaining fast paths of the forward.
+"""Fused projection weights for serving.
 
-Fused projections. q_proj(x), k_proj(x), v_proj(x) (and gate_proj(x), up_proj(x)) read the same input; with
+q_proj(x), k_proj(x), v_proj(x) (and gate_proj(x), up_proj(x)) read the same input; with
 their weights stacked, x [W_q; W_k; W_v]^T = [x W_q^T, x W_k^T, x W_v^T] is one wider GEMM. ``fuse_projections``
 stacks them without adding memory: it moves each layer's weights into one tensor and re-points every module's
 weight at its rows of it, so the modules compute exactly what they did (names, checkpoints, HF export
 unchanged) and ``Attention.project_qkv`` / ``SwiGLU.forward`` take the fused tensor for one GEMM. The serving
 engine fuses the model it serves (a decode step at batch 1 is many small GEMMs). Training does not fuse: on the
-H200 (2026-11-29, bench/bench_train.py --device cuda --variants fast) the Trainer with a fused QKV / gate-up
+H200 (2026-11-29, bench/bench_train.py --device cuda --variants fast, before that variant went) the Trainer with a fused QKV / gate-up
 GEMM ran at 418.2k tokens/s against 417.5k without it, in the same run: nothing once torch.compile has fused
 the step, so that training path went away. A model under training keeps its weights' storage (an optimizer
 or DDP may hold it), so rollouts serve it unfused.
-
-Fast paths (``set_fast_paths``, off by default; tests/test_model_fast.py checks they equal the readable math):
-the embedding through ``F.embedding`` (its backward is the dedicated embedding kernel) and logits handed over
-in the matmul's dtype, upcast lazily by ``LMOutput.logits``.
 """
 
 from __future__ import annotations
@@ -21,19 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-_enabled = False  # see the module docstring: not yet shown faster on the GPU
-
-
-def fast_paths_enabled() -> bool:
-    """Whether the model uses its fast paths (default False); the readable paths otherwise."""
-    return _enabled
-
-
-def set_fast_paths(enabled: bool) -> None:
-    """Turn the model's fast paths on or off (for tests and before/after benchmarks). Process-wide."""
-    global _enabled
-    _enabled = bool(enabled)
 
 
 @dataclass
