@@ -23,7 +23,7 @@ LIGHT = [{"extract": {}}, {"langid": {}}, {"gopher": {}}, {"minhash": {"num_hash
 
 
 def test_demo_stage_removes_what_the_crawl_planted(tmp_path):
-    from cookmind.curate import demo_stage
+    from cookmind.demo.curate import demo_stage
 
     out = demo_stage(tmp_path, seed=3, num_pages=160, progress=False)
     manifest = out["manifest"]
