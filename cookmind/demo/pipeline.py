@@ -270,7 +270,8 @@ def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
             truth = extract_answer(row["chosen"][-1]["content"])
             if extract_answer(answer) != truth and answer.strip():
                 # on-policy: push down exactly what the model says when it is wrong
-                row = {"chosen": row["chosen"], "rejected": row["chosen"][:-1] + [{"role": "assistant", "content": answer}]}
+                wrong = row["chosen"][:-1] + [{"role": "assistant", "content": answer}]
+                row = {"chosen": row["chosen"], "rejected": wrong}
                 mined += 1
             pairs.append(row)
         path = ctx.paths["data"] / f"{name}_mined.jsonl"
@@ -515,6 +516,8 @@ def _describe(name: str, res: dict[str, Any]) -> str:
         return f"accuracy {100 * res['accuracy']:.1f}%, in format {100 * res.get('answered_in_format', 0):.0f}%"
     if "last_loss" in res:
         v = f", val loss {res['val_loss']:.3f}" if res.get("val_loss") is not None else ""
+        if res.get("val_reward_accuracy") is not None:  # DPO: chosen over rejected on held-out pairs
+            v += f", held-out reward accuracy {res['val_reward_accuracy']:.2f}"
         return (f"loss {res['first_loss']:.3f} → {res['last_loss']:.3f}{v}, {res.get('steps')} steps, "
                 f"{res.get('trainable_params')} trainable params")
     if name == "curate" and "docs_in" in res:
@@ -588,5 +591,5 @@ def main(args: argparse.Namespace) -> int:
     acc = {n: ctx.results[n]["accuracy"] for n in ("eval_pretrain", "eval_sft", "eval_dpo", "grpo")
            if "accuracy" in ctx.results.get(n, {})}
     print(json.dumps({"report": str(workdir / "report.md"), "seconds": ctx.results["total_seconds"]["seconds"],
-                      "accuracy": acc}))
+                      "accuracy": acc, "dpo_reward_accuracy": ctx.results.get("dpo", {}).get("val_reward_accuracy")}))
     return 0

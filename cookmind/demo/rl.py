@@ -3,11 +3,12 @@
 The setting is RL with verifiable rewards: worked demonstrations are scarce, checkable prompts
 are cheap. The demo's model read worked solutions in pretraining, but its chat demonstrations
 are few and mostly terse ("The answer is 7."), so after SFT it mostly answers three-step
-problems in one jump and is often wrong. GRPO samples answers to problems it has never seen
-(a fresh stream from the seeded generator: no held-out question, none the earlier stages
-trained on, none repeated), and the only signal is the verifier: does ``#### N`` equal the
-truth. Answers that write the steps out are right more often, so the policy moves to them and
-held-out accuracy rises.
+problems in one jump and is often wrong; DPO (a worked correct answer preferred over the SFT
+model's own wrong one) moves it to writing the steps. GRPO then samples answers to problems it
+has never seen (a fresh stream from the seeded generator: no held-out question, none the earlier
+stages trained on, none repeated), and the only signal is the verifier: does ``#### N`` equal the
+truth. Run straight after SFT it finds the working from that signal alone (README); after DPO it
+refines answers that already show it.
 
 The stage is ``cookmind train`` with ``train.objective: grpo``: the same Trainer and GRPOObjective, the problems
 in ``grpo.problems`` (taken in order, each once) and the held-out set in ``grpo.eval_problems`` (graded at every
@@ -28,8 +29,8 @@ from typing import Any
 from cookmind.align.objective import GRPOConfig, as_problem, evaluate_accuracy, rollout_options, sampling_params
 from cookmind.train.callbacks import Callback
 
-# Chosen on the demo's model (4 layers x 128 wide, ~0.9M parameters) on 2 CPU cores, from the
-# DPO checkpoint: lr 1e-4 and up made held-out accuracy swing by 10-20 points (the noisy updates
+# Chosen on the demo's model (4 layers x 128 wide, ~0.9M parameters) on 2 CPU cores, from a
+# DPO checkpoint at ~40% held-out: lr 1e-4 and up made held-out accuracy swing by 10-20 points (the noisy updates
 # wreck the arithmetic as fast as they teach the working); 3e-5 rises steadily. Temperature 0.7
 # keeps more sampled chains intact than 1.0 (the three-step chain has six numbers to get right).
 # "constant" length normalisation (Dr. GRPO) keeps the update free of the per-sequence length

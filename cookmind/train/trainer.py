@@ -220,7 +220,8 @@ class Trainer:
         if dataset is None:
             if path is None:
                 if train and not hasattr(self.objective, "next_batch"):
-                    raise ValueError("no training data: set data.train_path (a token store) or pass train_dataset")
+                    raise ValueError("no training data: set data.train_path (a token store; for grpo also grpo.problems) "
+                                     "or pass train_dataset")
                 return None
             dataset = B.build_dataset(self.cfg, path, self.train_type, self.tokenizer)
         if train:
