@@ -52,6 +52,7 @@ def main(argv=None) -> int:
         def run(q, k, v, causal):
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
         return run
 
     providers = {
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
     for d in (int(x) for x in args.dims.split(",")):
         for t in (int(x) for x in args.seqs.split(",")):
             b, h = max(1, args.tokens // t), args.width // d
-            q, k, v = (torch.randn(b, h, t, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+            q, k, v = [torch.randn(b, h, t, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
             do = torch.randn_like(q)
             fwd_flops = 4 * b * h * t * t * d / 2
             ref = None
@@ -75,24 +76,45 @@ def main(argv=None) -> int:
                         ref = o.detach()
                     ms_f = do_bench(lambda: fn(q, k, v, True), rep=args.rep, return_mode="median")
                     o = fn(q, k, v, True)
-                    ms_b = do_bench(lambda: o.backward(do, retain_graph=True), rep=args.rep, return_mode="median",
-                                    grad_to_none=[q, k, v])
-                    ms_fb = do_bench(lambda: fn(q, k, v, True).backward(do), rep=args.rep, return_mode="median",
-                                     grad_to_none=[q, k, v])
+                    ms_b = do_bench(
+                        lambda: o.backward(do, retain_graph=True),
+                        rep=args.rep,
+                        return_mode="median",
+                        grad_to_none=[q, k, v],
+                    )
+                    ms_fb = do_bench(
+                        lambda: fn(q, k, v, True).backward(do),
+                        rep=args.rep,
+                        return_mode="median",
+                        grad_to_none=[q, k, v],
+                    )
                 except Exception as exc:  # a backend missing on this build is a row, not a crash
                     print(json.dumps({"provider": name, "seq": t, "head_dim": d, "error": repr(exc)[:200]}))
                     continue
-                for mode, ms, flops in (("fwd", ms_f, fwd_flops), ("bwd", ms_b, 2.5 * fwd_flops),
-                                        ("fwd+bwd", ms_fb, 3.5 * fwd_flops)):
-                    row = {"bench": "attention", "provider": name, "mode": mode, "seq": t, "batch": b, "heads": h,
-                           "head_dim": d, "ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1), **meta}
+                for mode, ms, flops in (
+                    ("fwd", ms_f, fwd_flops),
+                    ("bwd", ms_b, 2.5 * fwd_flops),
+                    ("fwd+bwd", ms_fb, 3.5 * fwd_flops),
+                ):
+                    row = {
+                        "bench": "attention",
+                        "provider": name,
+                        "mode": mode,
+                        "seq": t,
+                        "batch": b,
+                        "heads": h,
+                        "head_dim": d,
+                        "ms": round(ms, 4),
+                        "tflops": round(flops / ms / 1e9, 1),
+                        **meta,
+                    }
                     print(json.dumps(row))
                     rows.append(row)
             ours = providers["cookmind-triton"](q, k, v, True)
             if ref is not None:
                 err = ((ours.float() - ref.float()).norm() / ref.float().norm()).item()
                 print(json.dumps({"check": "cookmind-triton vs sdpa-flash", "seq": t, "head_dim": d, "rel_err": err}))
-            del q, k, v, do
+            q = k = v = do = o = ours = None  # free this shape's tensors before the next allocates
             torch.cuda.empty_cache()
     if args.autotune:
         from cookmind.kernels import flash_attention_triton_kernels as kern
@@ -111,11 +133,17 @@ def print_table(rows):
     for d in sorted({r["head_dim"] for r in rows}):
         for mode in ("fwd", "bwd", "fwd+bwd"):
             for t in seqs:
-                got = {r["provider"]: r["tflops"] for r in rows if r["head_dim"] == d and r["mode"] == mode
-                       and r["seq"] == t}
+                got = {
+                    r["provider"]: r["tflops"]
+                    for r in rows
+                    if r["head_dim"] == d and r["mode"] == mode and r["seq"] == t
+                }
                 ratio = got.get("cookmind-triton", 0) / got["sdpa-flash"] if got.get("sdpa-flash") else float("nan")
-                print(f"{d:>3} {mode:>8} {t:>6} " + " ".join(f"{got.get(p, float('nan')):>16.1f}" for p in provs)
-                      + f" {ratio:>10.2f}")
+                print(
+                    f"{d:>3} {mode:>8} {t:>6} "
+                    + " ".join(f"{got.get(p, float('nan')):>16.1f}" for p in provs)
+                    + f" {ratio:>10.2f}"
+                )
 
 
 if __name__ == "__main__":

@@ -28,9 +28,14 @@ SHARED = Path(os.environ.get("COOKMIND_SHARED_DATA", ROOT.parent / "shared" / "d
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
 SCRIPTS = {
-    "latin": "abcdefghijklmnopqrstuvwxyz", "accented": "aeiouéèàùçñöüäßøå", "cyrillic": "абвгдежзийклмнопрстуфхцчшщыэюя",
-    "greek": "αβγδεζηθικλμνξοπρστυφχψω", "arabic": "ابتثجحخدذرزسشصضطظعغفقكلمنهوي", "cjk": "".join(chr(c) for c in range(0x4E00, 0x4E00 + 800)),
-    "kana": "".join(chr(c) for c in range(0x3041, 0x3097)), "hangul": "".join(chr(c) for c in range(0xAC00, 0xAC00 + 400)),
+    "latin": "abcdefghijklmnopqrstuvwxyz",
+    "accented": "aeiouéèàùçñöüäßøå",
+    "cyrillic": "абвгдежзийклмнопрстуфхцчшщыэюя",
+    "greek": "αβγδεζηθικλμνξοπρστυφχψω",
+    "arabic": "ابتثجحخدذرزسشصضطظعغفقكلمنهوي",
+    "cjk": "".join(chr(c) for c in range(0x4E00, 0x4E00 + 800)),
+    "kana": "".join(chr(c) for c in range(0x3041, 0x3097)),
+    "hangul": "".join(chr(c) for c in range(0xAC00, 0xAC00 + 400)),
 }
 
 
@@ -70,7 +75,7 @@ def make_multilingual(path: Path, mb: float, seed: int = 0) -> None:
             lines, i = [], 0
             while i < len(words):
                 n = rng.randint(3, 25)
-                lines.append(" ".join(words[i:i + n]))
+                lines.append(" ".join(words[i : i + n]))
                 i += n
             block = "\n".join(lines) + "\n"
             if rng.random() < 0.5:
@@ -94,10 +99,18 @@ def run_hf(path: str, vocab: int, threads: int) -> dict:
 
     pattern = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
     tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
-                                                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS, show_progress=False,
-                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tr = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     t0 = time.perf_counter()
     tk.train([path], tr)
     return {"seconds": time.perf_counter() - t0, "tokens": tk.get_vocab_size()}
@@ -109,8 +122,11 @@ def child(args) -> None:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     # CPU seconds of the process, its threads and its worker processes: robust to a contended machine
     cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-    out.update(peak_rss_mb=round(me.ru_maxrss / 1024, 1), worker_peak_rss_mb=round(kids.ru_maxrss / 1024, 1),
-               cpu_seconds=round(cpu, 3))
+    out.update(
+        peak_rss_mb=round(me.ru_maxrss / 1024, 1),
+        worker_peak_rss_mb=round(kids.ru_maxrss / 1024, 1),
+        cpu_seconds=round(cpu, 3),
+    )
     print(json.dumps(out))
 
 
@@ -119,8 +135,12 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=50.0)
     ap.add_argument("--vocab", type=int, nargs="+", default=[10000, 32000])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--corpora", nargs="+", default=["corpus.en", "multilingual", "real"],
-                    choices=["corpus.en", "multilingual", "real"])
+    ap.add_argument(
+        "--corpora",
+        nargs="+",
+        default=["corpus.en", "multilingual", "real"],
+        choices=["corpus.en", "multilingual", "real"],
+    )
     ap.add_argument("--cache-dir", default="/tmp/cookmind_bench")
     ap.add_argument("--child", choices=["cookmind", "hf-tokenizers"])
     ap.add_argument("--path")
@@ -138,19 +158,57 @@ def main() -> None:
         for vocab in args.vocab:
             res = {}
             for impl in ("cookmind", "hf-tokenizers"):
-                cmd = [sys.executable, __file__, "--child", impl, "--path", str(path), "--vocab-size", str(vocab),
-                       "--threads", str(args.threads)]
-                out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    impl,
+                    "--path",
+                    str(path),
+                    "--vocab-size",
+                    str(vocab),
+                    "--threads",
+                    str(args.threads),
+                ]
+                out = json.loads(
+                    subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                )
                 res[impl] = out
-                print(json.dumps({"bench": "bpe_train", "corpus": corpus, "mb": round(mb, 1), "vocab_size": vocab,
-                                  "impl": impl, "threads": args.threads, "seconds": round(out["seconds"], 3),
-                                  "cpu_seconds": out["cpu_seconds"],
-                                  "peak_rss_mb": out["peak_rss_mb"], "worker_peak_rss_mb": out["worker_peak_rss_mb"],
-                                  "tokens": out["tokens"]}), flush=True)
-            print(json.dumps({"bench": "bpe_train", "corpus": corpus, "mb": round(mb, 1), "vocab_size": vocab,
-                              "ratio_seconds_ours_over_peer": round(res["cookmind"]["seconds"] / res["hf-tokenizers"]["seconds"], 3),
-                              "ratio_cpu_ours_over_peer": round(res["cookmind"]["cpu_seconds"] / res["hf-tokenizers"]["cpu_seconds"], 3)}),
-                  flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "bench": "bpe_train",
+                            "corpus": corpus,
+                            "mb": round(mb, 1),
+                            "vocab_size": vocab,
+                            "impl": impl,
+                            "threads": args.threads,
+                            "seconds": round(out["seconds"], 3),
+                            "cpu_seconds": out["cpu_seconds"],
+                            "peak_rss_mb": out["peak_rss_mb"],
+                            "worker_peak_rss_mb": out["worker_peak_rss_mb"],
+                            "tokens": out["tokens"],
+                        }
+                    ),
+                    flush=True,
+                )
+            print(
+                json.dumps(
+                    {
+                        "bench": "bpe_train",
+                        "corpus": corpus,
+                        "mb": round(mb, 1),
+                        "vocab_size": vocab,
+                        "ratio_seconds_ours_over_peer": round(
+                            res["cookmind"]["seconds"] / res["hf-tokenizers"]["seconds"], 3
+                        ),
+                        "ratio_cpu_ours_over_peer": round(
+                            res["cookmind"]["cpu_seconds"] / res["hf-tokenizers"]["cpu_seconds"], 3
+                        ),
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cookmind.demo import curate as curate_demo  # noqa: E402
 from cookmind.curate import exact_lines, minhash  # noqa: E402
 from cookmind.curate.extract import extract_text  # noqa: E402
 from cookmind.curate.gopher import gopher_reasons  # noqa: E402
@@ -34,6 +33,7 @@ from cookmind.curate.pii import mask_pii  # noqa: E402
 from cookmind.curate.runner import BATCH, run_pipeline  # noqa: E402
 from cookmind.curate.stages import ToxicStage  # noqa: E402
 from cookmind.curate.stats import StageStats  # noqa: E402
+from cookmind.demo import curate as curate_demo  # noqa: E402
 from cookmind.synthetic.crawl import make_crawl, write_crawl  # noqa: E402
 
 
@@ -44,9 +44,15 @@ def _cpu(fn, items):
 
 
 def _line(stage, n, cpu_s, peer=None, peer_cpu_s=None, note=None, **extra):
-    rec = {"bench": "curate", "stage": stage, "docs": n, "cpu_s": round(cpu_s, 3),
-           "docs_per_s_per_core": round(n / cpu_s, 1) if cpu_s > 0 else None, "peer": peer,
-           "peer_docs_per_s_per_core": round(n / peer_cpu_s, 1) if peer_cpu_s else None}
+    rec = {
+        "bench": "curate",
+        "stage": stage,
+        "docs": n,
+        "cpu_s": round(cpu_s, 3),
+        "docs_per_s_per_core": round(n / cpu_s, 1) if cpu_s > 0 else None,
+        "peer": peer,
+        "peer_docs_per_s_per_core": round(n / peer_cpu_s, 1) if peer_cpu_s else None,
+    }
     if peer_cpu_s:
         rec["speedup_vs_peer"] = round(peer_cpu_s / cpu_s, 2)
     if note:
@@ -81,17 +87,20 @@ def _datatrove():
                 start = i + len(s)
             return spans
 
-    import xxhash
-
     import datatrove.utils.hashes.xxhash as dt_xxhash
+    import xxhash
 
     # xxhash 4 hashes bytes only; datatrove 0.10 passes str: encode it, the same work our side does
     dt_xxhash.xxhash64 = lambda data: xxhash.xxh64_intdigest(data.encode() if isinstance(data, str) else data)
     dt_xxhash.xxhash32 = lambda data: xxhash.xxh32_intdigest(data.encode() if isinstance(data, str) else data)
     tok = Whitespace()
-    return {"Document": Document, "quality": GopherQualityFilter(language=tok),
-            "repetition": GopherRepetitionFilter(language=tok), "pii": PIIFormatter(),
-            "minhash": MinhashDedupSignature(output_folder=tempfile.mkdtemp(), config=MinhashConfig(), language=tok)}
+    return {
+        "Document": Document,
+        "quality": GopherQualityFilter(language=tok),
+        "repetition": GopherRepetitionFilter(language=tok),
+        "pii": PIIFormatter(),
+        "minhash": MinhashDedupSignature(output_folder=tempfile.mkdtemp(), config=MinhashConfig(), language=tok),
+    }
 
 
 def main() -> int:
@@ -139,8 +148,13 @@ def main() -> int:
         for t in texts:
             dt["minhash"].get_signature(dt["minhash"].get_shingles(t))
         peer_cpu = time.process_time() - t0
-    _line("minhash_signatures", len(texts), sig_cpu, "datatrove MinhashDedupSignature (shingles+signature)" if dt else None,
-          peer_cpu)
+    _line(
+        "minhash_signatures",
+        len(texts),
+        sig_cpu,
+        "datatrove MinhashDedupSignature (shingles+signature)" if dt else None,
+        peer_cpu,
+    )
     _line("minhash_total", len(texts), cpu, note="signatures + LSH + true-Jaccard check + union-find")
     texts = [t for i, t in enumerate(texts) if keep[i] == i]
 
@@ -170,7 +184,7 @@ def main() -> int:
     stage, st = ToxicStage(), StageStats("toxic")
     t0 = time.process_time()
     for k in range(0, len(texts), BATCH):
-        stage.process_batch([{"text": t} for t in texts[k:k + BATCH]], st)
+        stage.process_batch([{"text": t} for t in texts[k : k + BATCH]], st)
     _line("toxic", len(texts), time.process_time() - t0, note=f"batched as in the runner ({BATCH} docs per call)")
     classify_quality(texts[0], str(model))
     cpu, _ = _cpu(lambda t: classify_quality(t, str(model)), texts)
@@ -189,10 +203,20 @@ def main() -> int:
     res = run_pipeline(cfg, [str(crawl_dir)], work / "out2", workers=args.workers, progress=False)
     c1 = os.times()
     wall = time.time() - w0
-    cpu = (c1.user - c0.user) + (c1.system - c0.system) + (c1.children_user - c0.children_user) + \
-        (c1.children_system - c0.children_system)
-    _line("whole_chain_parallel", args.pages, cpu, wall_s=round(wall, 2), workers=args.workers,
-          docs_per_s_wall=round(args.pages / wall, 1))
+    cpu = (
+        (c1.user - c0.user)
+        + (c1.system - c0.system)
+        + (c1.children_user - c0.children_user)
+        + (c1.children_system - c0.children_system)
+    )
+    _line(
+        "whole_chain_parallel",
+        args.pages,
+        cpu,
+        wall_s=round(wall, 2),
+        workers=args.workers,
+        docs_per_s_wall=round(args.pages / wall, 1),
+    )
     return 0
 
 

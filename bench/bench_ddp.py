@@ -81,10 +81,17 @@ def build_model(args, device, whole: bool):
     from cookmind.model import CookMindConfig, CookMindLM
     from cookmind.parallel import compile_blocks
 
-    cfg = CookMindConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         num_key_value_heads=args.heads, max_position_embeddings=args.seq,
-                         tie_word_embeddings=True, attn_backend="sdpa")
+    cfg = CookMindConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 8 // 3,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.heads,
+        max_position_embeddings=args.seq,
+        tie_word_embeddings=True,
+        attn_backend="sdpa",
+    )
     torch.manual_seed(0)
     model = CookMindLM(cfg).to(device)
     if not whole and not args.no_compile:  # per-block graphs: a block's gradients are final as its backward ends
@@ -151,12 +158,14 @@ def summarize_trace(path: Path, steps: int) -> dict:
 
     busy_compute = union(compute)
     busy_all = union(kernels)
-    return {"span_ms_per_step": round(span / steps / 1e3, 2),
-            "compute_busy_ms_per_step": round(busy_compute / steps / 1e3, 2),
-            "nccl_ms_per_step": round(sum(e["dur"] for e in nccl) / steps / 1e3, 2),
-            "nccl_alone_ms_per_step": round((busy_all - busy_compute) / steps / 1e3, 2),
-            "kernels_per_step": len(compute) // steps,
-            "streams": {str(k): round(sum(e["dur"] for e in v) / steps / 1e3, 2) for k, v in by_stream.items()}}
+    return {
+        "span_ms_per_step": round(span / steps / 1e3, 2),
+        "compute_busy_ms_per_step": round(busy_compute / steps / 1e3, 2),
+        "nccl_ms_per_step": round(sum(e["dur"] for e in nccl) / steps / 1e3, 2),
+        "nccl_alone_ms_per_step": round((busy_all - busy_compute) / steps / 1e3, 2),
+        "kernels_per_step": len(compute) // steps,
+        "streams": {str(k): round(sum(e["dur"] for e in v) / steps / 1e3, 2) for k, v in by_stream.items()},
+    }
 
 
 def run_setup(text, args, device, rank, world, shared):
@@ -189,16 +198,22 @@ def run_setup(text, args, device, rank, world, shared):
         model = torch.compile(bare) if whole and not args.no_compile else bare
         if kind == "torch":
             ids = [device.index] if device.type == "cuda" else None
-            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=bucket_mb,
-                                                              gradient_as_bucket_view=True, process_group=group)
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=ids, bucket_cap_mb=bucket_mb, gradient_as_bucket_view=True, process_group=group
+            )
             if bf16:
                 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
                 model.register_comm_hook(group, default_hooks.bf16_compress_hook)
         elif kind == "ours":
-            model = DDP(model, bucket_size_mb=bucket_mb, reduce_dtype=torch.bfloat16 if bf16 else None,
-                        process_group=group, first_bucket_mb=opts.get("first") or None,
-                        rebuild_buckets=bool(opts.get("rebuild", 1)))
+            model = DDP(
+                model,
+                bucket_size_mb=bucket_mb,
+                reduce_dtype=torch.bfloat16 if bf16 else None,
+                process_group=group,
+                first_bucket_mb=opts.get("first") or None,
+                rebuild_buckets=bool(opts.get("rebuild", 1)),
+            )
         if whole:
             shared[text] = (bare, model, group, init)
     bare.load_state_dict(init)  # every setup and round starts from the same weights
@@ -251,10 +266,13 @@ def run_setup(text, args, device, rank, world, shared):
     if opts.get("gc"):
         gc.unfreeze()
     ms = sum(times) / len(times)
-    r = {"ms": ms, "ms_windows": [round(t, 2) for t in times],
-         "step_ms_median": round(statistics.median(step_ms), 2) if step_ms else None,
-         "step_ms_p90": round(statistics.quantiles(step_ms, n=10)[-1], 2) if len(step_ms) > 1 else None,
-         "cpu_issue_ms_median": round(statistics.median(cpu_ms), 2)}
+    r = {
+        "ms": ms,
+        "ms_windows": [round(t, 2) for t in times],
+        "step_ms_median": round(statistics.median(step_ms), 2) if step_ms else None,
+        "step_ms_p90": round(statistics.quantiles(step_ms, n=10)[-1], 2) if len(step_ms) > 1 else None,
+        "cpu_issue_ms_median": round(statistics.median(cpu_ms), 2),
+    }
     if opts.get("prof") and rank == 0 and device.type == "cuda":
         from torch.profiler import ProfilerActivity, profile
 
@@ -289,8 +307,14 @@ def run_setup(text, args, device, rank, world, shared):
             dist.destroy_process_group(group)
     for p in bare.parameters():
         p.grad = None
-    return {**r, "gpus": n_gpus, "tokens_per_s": n_gpus * args.batch * args.seq / ms * 1000,
-            "loss": round(loss.item(), 4), "warmup_s": round(warm_s, 1), "weights_equal_across_ranks": same}
+    return {
+        **r,
+        "gpus": n_gpus,
+        "tokens_per_s": n_gpus * args.batch * args.seq / ms * 1000,
+        "loss": round(loss.item(), 4),
+        "warmup_s": round(warm_s, 1),
+        "weights_equal_across_ranks": same,
+    }
 
 
 def warm_shared_model(args, device, shared) -> None:
@@ -322,8 +346,17 @@ def all_reduce_bandwidth(device, rank) -> None:
         sync(device)
         s = (time.time() - t0) / n
         if rank == 0:
-            print(json.dumps({"bench": "all_reduce", "mb": mb, "ms": round(s * 1e3, 3),
-                              "busbw_GBps": round(mb * 2**20 * 2 * (world - 1) / world / s / 1e9, 1)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "bench": "all_reduce",
+                        "mb": mb,
+                        "ms": round(s * 1e3, 3),
+                        "busbw_GBps": round(mb * 2**20 * 2 * (world - 1) / world / s / 1e9, 1),
+                    }
+                ),
+                flush=True,
+            )
 
 
 def report(rows: dict, args, device) -> None:
@@ -337,17 +370,29 @@ def report(rows: dict, args, device) -> None:
     for text, rs in rows.items():
         name = text.split(":")[0]
         ok = [r for r in rs if "ms" in r]
-        out = {"bench": "ddp", "setup": text, "batch_per_gpu": args.batch, "seq": args.seq,
-               "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__}
+        out = {
+            "bench": "ddp",
+            "setup": text,
+            "batch_per_gpu": args.batch,
+            "seq": args.seq,
+            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+            "torch": torch.__version__,
+        }
         if not ok:
             print(json.dumps({**out, "error": rs[0].get("error")}), flush=True)
             continue
         ms = statistics.mean(r["ms"] for r in ok)
-        out.update(ms=round(ms, 2), ms_rounds=[round(r["ms"], 2) for r in ok], gpus=ok[0]["gpus"],
-                   tokens_per_s=round(ok[0]["gpus"] * args.batch * args.seq / ms * 1000),
-                   step_ms_median=ok[-1]["step_ms_median"], cpu_issue_ms_median=ok[-1]["cpu_issue_ms_median"],
-                   loss=ok[-1]["loss"], warmup_s=ok[0]["warmup_s"],
-                   weights_equal_across_ranks=all(r["weights_equal_across_ranks"] for r in ok))
+        out.update(
+            ms=round(ms, 2),
+            ms_rounds=[round(r["ms"], 2) for r in ok],
+            gpus=ok[0]["gpus"],
+            tokens_per_s=round(ok[0]["gpus"] * args.batch * args.seq / ms * 1000),
+            step_ms_median=ok[-1]["step_ms_median"],
+            cpu_issue_ms_median=ok[-1]["cpu_issue_ms_median"],
+            loss=ok[-1]["loss"],
+            warmup_s=ok[0]["warmup_s"],
+            weights_equal_across_ranks=all(r["weights_equal_across_ranks"] for r in ok),
+        )
         ref = base.get("1gpu-whole" if name.endswith("-whole") else "1gpu")
         if ref and out["gpus"] > 1 and len(ref) == len(ok):
             out["scaling_efficiency"] = round(statistics.mean(ref) / ms, 3)
@@ -358,8 +403,10 @@ def report(rows: dict, args, device) -> None:
         table.append(out)
     print(f"\n{'setup':>34} {'gpus':>4} {'ms/step':>8} {'tok/s':>10} {'eff':>6}")
     for r in table:
-        print(f"{r['setup']:>34} {r['gpus']:>4} {r['ms']:>8.1f} {r['tokens_per_s']:>10.0f} "
-              f"{r.get('scaling_efficiency', float('nan')):>6.2f}")
+        print(
+            f"{r['setup']:>34} {r['gpus']:>4} {r['ms']:>8.1f} {r['tokens_per_s']:>10.0f} "
+            f"{r.get('scaling_efficiency', float('nan')):>6.2f}"
+        )
 
 
 def main(argv=None) -> int:

@@ -63,16 +63,31 @@ def sync(device: str) -> None:
 
 def build_weights(args, tmp: Path) -> tuple[Path, Path]:
     torch.manual_seed(0)
-    cfg = CookMindConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         num_key_value_heads=args.kv_heads, max_position_embeddings=args.max_pos,
-                         tie_word_embeddings=True)
+    cfg = CookMindConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        max_position_embeddings=args.max_pos,
+        tie_word_embeddings=True,
+    )
     model = CookMindLM(cfg)
     n_params = model.num_parameters()
     ckpt = save_model(tmp / "ckpt", model)
     hf_dir = export_hf(ckpt, tmp / "hf", dtype=args.torch_dtype)
-    emit(figure="model", params=n_params, layers=args.layers, hidden=args.hidden, heads=args.heads,
-         kv_heads=args.kv_heads, vocab=args.vocab, dtype=args.dtype, device=args.device)
+    emit(
+        figure="model",
+        params=n_params,
+        layers=args.layers,
+        hidden=args.hidden,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        vocab=args.vocab,
+        dtype=args.dtype,
+        device=args.device,
+    )
     return ckpt, hf_dir
 
 
@@ -169,18 +184,27 @@ def bench_cookmind(args, ckpt: Path, prompts_by_b: dict[int, list[list[int]]], v
 def _bench_engine(args, model, prompts_by_b, variant, options):
     t0 = time.perf_counter()
     max_b = max(prompts_by_b)
-    kw = dict(num_slots=max_b, max_seq_len=args.prompt_len + args.new_tokens + 1, prefill_chunk=max_b * args.prompt_len,
-              **options)
+    kw = dict(
+        num_slots=max_b,
+        max_seq_len=args.prompt_len + args.new_tokens + 1,
+        prefill_chunk=max_b * args.prompt_len,
+        **options,
+    )
     try:
         engine = Engine(model, cuda_graphs=args.device.startswith("cuda"), **kw)
     except Exception as exc:  # report, then measure the eager path rather than nothing
         emit(figure="cuda_graphs_failed", variant=variant, error=f"{type(exc).__name__}: {exc}"[:500])
         engine = Engine(model, cuda_graphs=False, **kw)
-    emit(figure="cookmind_setup_s", variant=variant, seconds=round(time.perf_counter() - t0, 2),
-         cuda_graph_buckets=engine.graphs.buckets if engine.graphs else None,
-         length_buckets=engine.graphs.length_buckets if engine.graphs else None,
-         compiled=engine.runner.compiled, compile_error=engine.runner.compile_error,
-         decode_attention=engine.runner.decode_attention)
+    emit(
+        figure="cookmind_setup_s",
+        variant=variant,
+        seconds=round(time.perf_counter() - t0, 2),
+        cuda_graph_buckets=engine.graphs.buckets if engine.graphs else None,
+        length_buckets=engine.graphs.length_buckets if engine.graphs else None,
+        compiled=engine.runner.compiled,
+        compile_error=engine.runner.compile_error,
+        decode_attention=engine.runner.decode_attention,
+    )
     results, first_out = {}, None
     for b, prompts in prompts_by_b.items():
         run_cookmind(engine, prompts, args.new_tokens)  # warm-up
@@ -196,8 +220,13 @@ def _bench_engine(args, model, prompts_by_b, variant, options):
     for _ in range(3):  # batch 1, full length, like the peer's measurement
         _, ttft, _ = run_cookmind(engine, prompts_by_b[min(prompts_by_b)][:1], args.new_tokens)
         ttft_b1.append(ttft)
-    emit(figure="prefill_forward_ms", variant=variant, batch=1, prompt_len=args.prompt_len,
-         ms=round(prefill_ms(engine, prompts_by_b[min(prompts_by_b)][0]), 3))
+    emit(
+        figure="prefill_forward_ms",
+        variant=variant,
+        batch=1,
+        prompt_len=args.prompt_len,
+        ms=round(prefill_ms(engine, prompts_by_b[min(prompts_by_b)][0]), 3),
+    )
     if args.profile_ttft:  # where the first step of a lone request spends its time (host view)
         import cProfile
         import pstats
@@ -216,9 +245,14 @@ def _bench_engine(args, model, prompts_by_b, variant, options):
             ms = replay_ms(engine, b, length)
             if ms is not None:
                 kernel = engine.runner.decode_attention == "kernel"  # reads each row's length, not a bucket's
-                emit(figure="decode_step_device_ms", variant=variant, batch=b,
-                     attn_len=length if kernel else engine.graphs.length_for(length),
-                     ms=round(ms, 4), compiled=engine.runner.compiled)
+                emit(
+                    figure="decode_step_device_ms",
+                    variant=variant,
+                    batch=b,
+                    attn_len=length if kernel else engine.graphs.length_for(length),
+                    ms=round(ms, 4),
+                    compiled=engine.runner.compiled,
+                )
     del engine, model
     if args.device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -240,10 +274,11 @@ def bench_hf(args, hf_dir: Path, prompts_by_b: dict[int, list[list[int]]]):
         ids = torch.tensor(prompts, device=args.device)
         sync(args.device)
         t0 = time.perf_counter()
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new,
-                             min_new_tokens=n_new, do_sample=False)  # generate runs under no_grad itself
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False
+        )  # generate runs under no_grad itself
         sync(args.device)
-        return time.perf_counter() - t0, out[:, ids.shape[1]:].tolist()
+        return time.perf_counter() - t0, out[:, ids.shape[1] :].tolist()
 
     results, first_out = {}, None
     for b, prompts in prompts_by_b.items():
@@ -281,8 +316,14 @@ def bench_hf(args, hf_dir: Path, prompts_by_b: dict[int, list[list[int]]]):
         streamer = FirstToken()
         sync(args.device)
         t0 = time.perf_counter()
-        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
-                       min_new_tokens=args.new_tokens, do_sample=False, streamer=streamer)
+        model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=args.new_tokens,
+            min_new_tokens=args.new_tokens,
+            do_sample=False,
+            streamer=streamer,
+        )
         ttfts.append(streamer.at - t0)
     return results, statistics.median(ttfts), first_out
 
@@ -304,8 +345,11 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--skip-hf", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="peer without torch.compile (eager)")
-    p.add_argument("--variants", default="paged",
-                   help=f"cookmind engines to time, comma-separated, the first is compared: {', '.join(VARIANTS)}")
+    p.add_argument(
+        "--variants",
+        default="paged",
+        help=f"cookmind engines to time, comma-separated, the first is compared: {', '.join(VARIANTS)}",
+    )
     p.add_argument("--profile-ttft", action="store_true", help="print a cProfile of a lone request's first step")
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
@@ -316,8 +360,7 @@ def main(argv=None) -> int:
     args.torch_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
     batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
     gen = torch.Generator().manual_seed(1)
-    prompts_by_b = {b: torch.randint(0, args.vocab, (b, args.prompt_len), generator=gen).tolist()
-                    for b in batch_sizes}
+    prompts_by_b = {b: torch.randint(0, args.vocab, (b, args.prompt_len), generator=gen).tolist() for b in batch_sizes}
     with tempfile.TemporaryDirectory(prefix="bench-decode-") as tmp:
         ckpt, hf_dir = build_weights(args, Path(tmp))
         variants = args.variants.split(",")
@@ -329,8 +372,14 @@ def main(argv=None) -> int:
             if i == 0:
                 ours, ours_ttft, ours_first = res, ttft, first
             for b in batch_sizes:  # printed now too, so they survive a peer that fails or runs out of time
-                emit(figure="cookmind_only", variant=v, batch=b, tokens_per_s=round(b * args.new_tokens / res[b][0], 1),
-                     ttft_ms_b1=round(ttft * 1e3, 2), same_tokens_as_first_variant=first == ours_first)
+                emit(
+                    figure="cookmind_only",
+                    variant=v,
+                    batch=b,
+                    tokens_per_s=round(b * args.new_tokens / res[b][0], 1),
+                    ttft_ms_b1=round(ttft * 1e3, 2),
+                    same_tokens_as_first_variant=first == ours_first,
+                )
         peer, peer_ttft, peer_first = None, None, None
         if not args.skip_hf:
             try:
@@ -340,8 +389,14 @@ def main(argv=None) -> int:
     peer_name = "hf_generate_static_eager" if args.no_compile else "hf_generate_static_compile"
     for b in batch_sizes:
         tps = b * args.new_tokens / ours[b][0]
-        row = dict(figure="decode_tokens_per_s", batch=b, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
-                   variant=variants[0], cookmind=round(tps, 1))
+        row = dict(
+            figure="decode_tokens_per_s",
+            batch=b,
+            prompt_len=args.prompt_len,
+            new_tokens=args.new_tokens,
+            variant=variants[0],
+            cookmind=round(tps, 1),
+        )
         if peer:
             peer_tps = b * args.new_tokens / peer[b]
             row.update({peer_name: round(peer_tps, 1), "speedup": round(tps / peer_tps, 2)})
@@ -352,8 +407,13 @@ def main(argv=None) -> int:
     emit(**row)
     if peer:
         agree = next((i for i, (a, c) in enumerate(zip(ours_first, peer_first)) if a != c), len(ours_first))
-        emit(figure="greedy_agreement", batch=1, same_prefix_tokens=agree, of=len(ours_first),
-             note="bf16 rounding can make near-tied argmaxes diverge" if args.dtype != "float32" else "")
+        emit(
+            figure="greedy_agreement",
+            batch=1,
+            same_prefix_tokens=agree,
+            of=len(ours_first),
+            note="bf16 rounding can make near-tied argmaxes diverge" if args.dtype != "float32" else "",
+        )
     return 0
 
 

@@ -31,9 +31,11 @@ def tiktoken_gpt2():
     cache = Path(tempfile.mkdtemp(prefix="tiktoken-cache-"))
     base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
     (cache / hashlib.sha1((base + "vocab.bpe").encode()).hexdigest()).write_bytes(
-        b"#version: 0.2\n" + (SHARED / "gpt2/merges.txt").read_bytes())
+        b"#version: 0.2\n" + (SHARED / "gpt2/merges.txt").read_bytes()
+    )
     (cache / hashlib.sha1((base + "encoder.json").encode()).hexdigest()).write_bytes(
-        (SHARED / "gpt2/vocab.json").read_bytes())
+        (SHARED / "gpt2/vocab.json").read_bytes()
+    )
     os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
     return tiktoken.get_encoding("gpt2")
 
@@ -69,9 +71,20 @@ def main() -> None:
     trained = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
 
     def emit(name, impl, size, seconds, equal):
-        print(json.dumps({"bench": "encode", "tokenizer": name, "impl": impl, "mb": round(size, 2),
-                          "seconds": round(seconds, 4), "mb_per_s": round(size / seconds, 2),
-                          "ids_equal_peer": equal}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "encode",
+                    "tokenizer": name,
+                    "impl": impl,
+                    "mb": round(size, 2),
+                    "seconds": round(seconds, 4),
+                    "mb_per_s": round(size / seconds, 2),
+                    "ids_equal_peer": equal,
+                }
+            ),
+            flush=True,
+        )
         return size / seconds
 
     # alternate the two runs so machine load drifts hit both alike
@@ -84,25 +97,46 @@ def main() -> None:
     r_fast = emit("gpt2", "cookmind-fast", mb, t_fast, ids_fast == ids_peer)
     t_ref, ids_ref = best_time(gpt2.encode_reference, ref_text, 1)
     r_ref = emit("gpt2", "cookmind-reference", ref_mb, t_ref, ids_ref == peer.encode(ref_text, allowed_special="all"))
-    print(json.dumps({"bench": "encode", "tokenizer": "gpt2", "fast_over_tiktoken": round(r_fast / r_peer, 3),
-                      "reference_over_tiktoken": round(r_ref / r_peer, 3)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": "encode",
+                "tokenizer": "gpt2",
+                "fast_over_tiktoken": round(r_fast / r_peer, 3),
+                "reference_over_tiktoken": round(r_ref / r_peer, 3),
+            }
+        ),
+        flush=True,
+    )
 
     lines = text.splitlines(keepends=True)
-    tb_peer, out_peer = best_time(lambda ls: peer.encode_batch(ls, num_threads=args.threads, allowed_special="all"),
-                                  lines, args.repeat)
+    tb_peer, out_peer = best_time(
+        lambda ls: peer.encode_batch(ls, num_threads=args.threads, allowed_special="all"), lines, args.repeat
+    )
     tb_fast, out_fast = best_time(lambda ls: gpt2.encode_batch(ls, num_threads=args.threads), lines, args.repeat)
     rb_peer = emit("gpt2", f"tiktoken-batch-{args.threads}threads", mb, tb_peer, True)
     rb_fast = emit("gpt2", f"cookmind-batch-{args.threads}threads", mb, tb_fast, out_fast == out_peer)
-    print(json.dumps({"bench": "encode", "tokenizer": "gpt2", "batch_over_tiktoken_batch": round(rb_fast / rb_peer, 3)}),
-          flush=True)
+    print(
+        json.dumps({"bench": "encode", "tokenizer": "gpt2", "batch_over_tiktoken_batch": round(rb_fast / rb_peer, 3)}),
+        flush=True,
+    )
 
     t_tfast, ids_tfast = best_time(trained.encode, text, args.repeat)
     r_tfast = emit(f"trained-{trained.vocab_size}", "cookmind-fast", mb, t_tfast, None)
     t_tref, ids_tref = best_time(trained.encode_reference, ref_text, 1)
-    r_tref = emit(f"trained-{trained.vocab_size}", "cookmind-reference", ref_mb, t_tref,
-                  ids_tref == trained.encode(ref_text))
-    print(json.dumps({"bench": "encode", "tokenizer": f"trained-{trained.vocab_size}",
-                      "fast_over_reference": round(r_tfast / r_tref, 3)}), flush=True)
+    r_tref = emit(
+        f"trained-{trained.vocab_size}", "cookmind-reference", ref_mb, t_tref, ids_tref == trained.encode(ref_text)
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "encode",
+                "tokenizer": f"trained-{trained.vocab_size}",
+                "fast_over_reference": round(r_tfast / r_tref, 3),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -50,13 +50,19 @@ def main(argv=None) -> int:
         return 2
     dev = torch.device("cuda")
     n, c, v = args.rows, args.hidden, args.vocab
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": n, "hidden": c, "vocab": v,
-            "dtype": "bf16 autocast, fp32 weights"}
+    meta = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "rows": n,
+        "hidden": c,
+        "vocab": v,
+        "dtype": "bf16 autocast, fp32 weights",
+    }
     g = torch.Generator(device=dev).manual_seed(0)
     h = torch.randn(n, c, device=dev, generator=g).requires_grad_()
     w = (torch.randn(v, c, device=dev, generator=g) * 0.02).requires_grad_()
     y = torch.randint(0, v, (n,), device=dev, generator=g)
-    y[:: 100] = -100  # a few ignored positions, as document ends give
+    y[::100] = -100  # a few ignored positions, as document ends give
 
     providers = {
         "fused": torch.compile(lambda h, w, y: linear_cross_entropy(h, w, y)),
@@ -106,8 +112,14 @@ def main(argv=None) -> int:
             if mode not in fig:
                 continue
             ratio = fig[mode] / current[mode] if mode in current else None
-            row = {"bench": "linear_ce", "provider": name, "mode": mode, "ms": round(fig[mode], 4),
-                   "ratio_vs_current": None if ratio is None else round(ratio, 3), **meta}
+            row = {
+                "bench": "linear_ce",
+                "provider": name,
+                "mode": mode,
+                "ms": round(fig[mode], 4),
+                "ratio_vs_current": None if ratio is None else round(ratio, 3),
+                **meta,
+            }
             if mode == "fwd+bwd" and "peak_gb" in fig:
                 row["peak_extra_gb"] = round(fig["peak_gb"], 3)
             print(json.dumps(row), flush=True)
@@ -119,8 +131,10 @@ def main(argv=None) -> int:
     exact = (exact.detach(), h.grad.clone(), w.grad.clone())
     h.grad = w.grad = None
     for name, got in grads.items():
-        errs = {label: round(((a.float() - b.float()).norm() / b.float().norm()).item(), 6)
-                for label, a, b in zip(("loss", "grad_h", "grad_w"), got, exact)}
+        errs = {
+            label: round(((a.float() - b.float()).norm() / b.float().norm()).item(), 6)
+            for label, a, b in zip(("loss", "grad_h", "grad_w"), got, exact)
+        }
         print(json.dumps({"bench": "linear_ce", "check": f"{name} vs fp32", "rel_err": errs}), flush=True)
 
     if "fused" in grads and "current" in grads:
@@ -147,15 +161,43 @@ def sweep(rows_fn, z, y, rep, do_bench, meta):
         if block_m * block_v // (warps * 32) > 128:  # fp32 values per thread: more would spill registers
             continue
         try:
-            ms = do_bench(lambda: rows_fn(z, y, block_m=block_m, block_v=block_v, num_warps=warps,
-                                          programs_per_sm=per_sm), rep=rep // 4, return_mode="median")
+            ms = do_bench(
+                lambda: rows_fn(z, y, block_m=block_m, block_v=block_v, num_warps=warps, programs_per_sm=per_sm),
+                rep=rep // 4,
+                return_mode="median",
+            )
         except Exception as exc:
-            print(json.dumps({"bench": "linear_ce_kernel", "block_m": block_m, "block_v": block_v,
-                              "num_warps": warps, "programs_per_sm": per_sm, "error": repr(exc)[:200]}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "bench": "linear_ce_kernel",
+                        "block_m": block_m,
+                        "block_v": block_v,
+                        "num_warps": warps,
+                        "programs_per_sm": per_sm,
+                        "error": repr(exc)[:200],
+                    }
+                ),
+                flush=True,
+            )
             continue
-        print(json.dumps({"bench": "linear_ce_kernel", "block_m": block_m, "block_v": block_v, "num_warps": warps,
-                          "programs_per_sm": per_sm, "ms": round(ms, 4), "gb_per_s": round(gb / ms * 1e3, 1),
-                          "rows": meta["rows"], "vocab": meta["vocab"], "gpu": meta["gpu"]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "linear_ce_kernel",
+                    "block_m": block_m,
+                    "block_v": block_v,
+                    "num_warps": warps,
+                    "programs_per_sm": per_sm,
+                    "ms": round(ms, 4),
+                    "gb_per_s": round(gb / ms * 1e3, 1),
+                    "rows": meta["rows"],
+                    "vocab": meta["vocab"],
+                    "gpu": meta["gpu"],
+                }
+            ),
+            flush=True,
+        )
 
 
 def sweep_fp8_tiles(z, y, rep, do_bench, meta):
@@ -173,15 +215,39 @@ def sweep_fp8_tiles(z, y, rep, do_bench, meta):
     lse = torch.logsumexp(z.float(), -1)
     grad = torch.empty(n, v, dtype=GRAD_DTYPE, device=z.device)
     grad_t = torch.empty(v, n, dtype=GRAD_DTYPE, device=z.device)
-    for bm, bv, warps in [(64, 128, 4), (64, 128, 8), (64, 256, 8), (128, 128, 8), (128, 64, 4), (32, 256, 4),
-                          (128, 256, 8), (64, 64, 4)]:
+    for bm, bv, warps in [
+        (64, 128, 4),
+        (64, 128, 8),
+        (64, 256, 8),
+        (128, 128, 8),
+        (128, 64, 4),
+        (32, 256, 4),
+        (128, 256, 8),
+        (64, 64, 4),
+    ]:
+
         def run():
             kernels.cross_entropy_grad_tiles[(triton.cdiv(n, bm), triton.cdiv(v, bv))](
-                z, lse, y, grad, grad_t, n, v, z.stride(0), -100, GRAD_SCALE, BLOCK_M=bm, BLOCK_V=bv, num_warps=warps)
+                z, lse, y, grad, grad_t, n, v, z.stride(0), -100, GRAD_SCALE, BLOCK_M=bm, BLOCK_V=bv, num_warps=warps
+            )
+
         ms = do_bench(run, rep=rep // 4, return_mode="median")
-        print(json.dumps({"bench": "linear_ce_fp8_grad_pass", "block_m": bm, "block_v": bv, "num_warps": warps,
-                          "ms": round(ms, 4), "tb_per_s": round(n * v * 4 / ms / 1e9, 2), "rows": n, "vocab": v,
-                          "gpu": meta["gpu"]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "linear_ce_fp8_grad_pass",
+                    "block_m": bm,
+                    "block_v": bv,
+                    "num_warps": warps,
+                    "ms": round(ms, 4),
+                    "tb_per_s": round(n * v * 4 / ms / 1e9, 2),
+                    "rows": n,
+                    "vocab": v,
+                    "gpu": meta["gpu"],
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,15 @@ def main() -> None:
     if args.device == "cpu":
         torch.set_num_threads(1)
     torch.manual_seed(0)
-    cfg = CookMindConfig(vocab_size=1024, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    cfg = CookMindConfig(
+        vocab_size=1024,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
     model = CookMindLM(cfg).eval().to(args.device)
     g = torch.Generator().manual_seed(1)
     system = torch.randint(0, 1024, (args.prefix_len,), generator=g).tolist()
@@ -51,10 +58,21 @@ def main() -> None:
         dt = time.perf_counter() - t0
         outs[prefix] = [[e.token_id for e in r.events(timeout=0) if isinstance(e, TokenEvent)] for r in reqs]
         m = eng.metrics()
-        print(json.dumps({"figure": "prefix cache", "device": args.device, "requests": args.requests,
-                          "prefix_len": args.prefix_len, "prefix_cache": prefix, "seconds": round(dt, 3),
-                          "prompt_tokens": m["prompt_tokens_total"],
-                          "cached_tokens": m.get("prefix_cache_hit_tokens", 0)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "figure": "prefix cache",
+                    "device": args.device,
+                    "requests": args.requests,
+                    "prefix_len": args.prefix_len,
+                    "prefix_cache": prefix,
+                    "seconds": round(dt, 3),
+                    "prompt_tokens": m["prompt_tokens_total"],
+                    "cached_tokens": m.get("prefix_cache_hit_tokens", 0),
+                }
+            ),
+            flush=True,
+        )
     print(json.dumps({"figure": "prefix cache outputs equal", "equal": outs[True] == outs[False]}), flush=True)
 
 

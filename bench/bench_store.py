@@ -31,7 +31,7 @@ class InMemoryWindows(Dataset):
         return (len(self.tokens) - self.window) // self.window + 1
 
     def __getitem__(self, i):
-        x = self.tokens[i * self.window:(i + 1) * self.window].long()
+        x = self.tokens[i * self.window : (i + 1) * self.window].long()
         return {"input_ids": x, "labels": x.clone(), "position_ids": torch.arange(self.window)}
 
 
@@ -65,9 +65,16 @@ def bench_pack(work: Path, tok, texts: list[str]) -> Path:
         t0 = time.perf_counter()
         meta = pack([src], out, work / "tok", "seq", workers=workers, progress=False, overwrite=True)
         tps = meta["num_tokens"] / (time.perf_counter() - t0)
-        _emit(bench="pack_seq_bin", workers=workers, docs=len(texts), tokens=meta["num_tokens"],
-              tokens_per_s=round(tps), peer="Tokenizer.encode_batch (no store)", peer_tokens_per_s=round(peer),
-              ratio=round(tps / peer, 3))
+        _emit(
+            bench="pack_seq_bin",
+            workers=workers,
+            docs=len(texts),
+            tokens=meta["num_tokens"],
+            tokens_per_s=round(tps),
+            peer="Tokenizer.encode_batch (no store)",
+            peer_tokens_per_s=round(peer),
+            ratio=round(tps / peer, 3),
+        )
     return out
 
 
@@ -78,8 +85,10 @@ def bench_reads(work: Path, store_dir: Path, window: int, reads: int, batch: int
     h5_dir = work / "store_h5"
     pack([work / "docs.jsonl"], h5_dir, work / "tok", "seq", storage_type="h5", progress=False, overwrite=True)
     bin_ds = DatasetFactory.load("seq", store_dir, window)
-    peer_ds = InMemoryWindows(torch.from_numpy(bin_ds.store.stream("sequence", 0, bin_ds.store.stream_length("sequence"))
-                                               .astype("int64")), window)
+    peer_ds = InMemoryWindows(
+        torch.from_numpy(bin_ds.store.stream("sequence", 0, bin_ds.store.stream_length("sequence")).astype("int64")),
+        window,
+    )
     for workers in (0, 2):
         rates = {}
         for name, ds in (("peer", peer_ds), ("bin", bin_ds), ("h5", DatasetFactory.load("seq", h5_dir, window))):
@@ -99,10 +108,17 @@ def bench_reads(work: Path, store_dir: Path, window: int, reads: int, batch: int
             rates[name] = n / (time.perf_counter() - t0)
             del it
         for name in ("bin", "h5"):
-            _emit(bench=f"random_window_read_{name}", workers=workers, window=window, batch=batch,
-                  windows_per_s=round(rates[name]), tokens_per_s=round(rates[name] * window),
-                  peer="in-memory torch tensor, same DataLoader", peer_windows_per_s=round(rates["peer"]),
-                  ratio=round(rates[name] / rates["peer"], 3))
+            _emit(
+                bench=f"random_window_read_{name}",
+                workers=workers,
+                window=window,
+                batch=batch,
+                windows_per_s=round(rates[name]),
+                tokens_per_s=round(rates[name] * window),
+                peer="in-memory torch tensor, same DataLoader",
+                peer_windows_per_s=round(rates["peer"]),
+                ratio=round(rates[name] / rates["peer"], 3),
+            )
 
 
 def main() -> None:

@@ -82,12 +82,14 @@ class RefGPT(nn.Module):
         return 6 * n + 12 * layers * heads * (d // heads) * t
 
 
-def bench_reference(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
-                    compile_: bool) -> dict:
+def bench_reference(
+    shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str, compile_: bool
+) -> dict:
     """tokens/s of the nanoGPT-style loop: forward, backward, clip, fused AdamW."""
     torch.manual_seed(0)
-    model = RefGPT(shape["vocab_size"], shape["hidden_size"], shape["num_hidden_layers"],
-                   shape["num_attention_heads"], seq).to(device)
+    model = RefGPT(
+        shape["vocab_size"], shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"], seq
+    ).to(device)
     fused = device.type == "cuda"
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
     fwd = torch.compile(model) if compile_ else model
@@ -106,8 +108,12 @@ def bench_reference(shape: dict, batch: int, seq: int, steps: int, warmup: int, 
         return loss, norm
 
     dt, warm_s = _time_loop(step, steps, warmup, device)
-    return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": model.flops_per_token(seq),
-            "warmup_s": round(warm_s, 1), "params": sum(p.numel() for p in model.parameters())}
+    return {
+        "tokens_per_s": steps * batch * seq / dt,
+        "flops_per_token": model.flops_per_token(seq),
+        "warmup_s": round(warm_s, 1),
+        "params": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def _time_loop(step, steps: int, warmup: int, device) -> tuple[float, float]:
@@ -126,8 +132,9 @@ def _time_loop(step, steps: int, warmup: int, device) -> tuple[float, float]:
     return time.perf_counter() - t0, warm_s
 
 
-def bench_raw_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str,
-                       compile_: bool) -> dict:
+def bench_raw_cookmind(
+    shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str, compile_: bool
+) -> dict:
     """CookMindLM + our AdamW + our clipping in a bare loop (no Trainer): separates model cost from loop cost."""
     from cookmind.model import CookMindConfig, CookMindLM
     from cookmind.optim import AdamW, clip_grad_norm, param_groups
@@ -151,8 +158,12 @@ def bench_raw_cookmind(shape: dict, batch: int, seq: int, steps: int, warmup: in
         return loss, norm
 
     dt, warm_s = _time_loop(step, steps, warmup, device)
-    return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": model.flops_per_token(seq),
-            "warmup_s": round(warm_s, 1), "params": model.num_parameters()}
+    return {
+        "tokens_per_s": steps * batch * seq / dt,
+        "flops_per_token": model.flops_per_token(seq),
+        "warmup_s": round(warm_s, 1),
+        "params": model.num_parameters(),
+    }
 
 
 # -- ours: the real Trainer on an in-memory dataset --------------------------------------------
@@ -173,8 +184,21 @@ class RandomTokens(torch.utils.data.Dataset):
         return {"input_ids": ids, "labels": ids}
 
 
-def bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_, run_dir, optim_impl="cookmind",
-                   compile_mode="default", defer_metrics=True, cuda_graph=False):
+def bench_cookmind(
+    shape,
+    batch,
+    seq,
+    steps,
+    warmup,
+    device,
+    precision,
+    compile_,
+    run_dir,
+    optim_impl="cookmind",
+    compile_mode="default",
+    defer_metrics=True,
+    cuda_graph=False,
+):
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
 
     defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics).
@@ -193,25 +217,38 @@ def bench_cookmind(shape, batch, seq, steps, warmup, device, precision, compile_
                 _sync(device)
                 self.marks[step] = time.perf_counter()
 
-    cfg = TrainConfig.from_dict({
-        "model": dict(shape),
-        "data": {"window_size": seq},
-        "train": {"max_steps": warmup + steps, "micro_batch_size": batch, "precision": precision,
-                  "compile": compile_, "compile_mode": compile_mode, "device": str(device),
-                  "defer_metrics": defer_metrics, "cuda_graph": cuda_graph,
-                  "threads": 0},  # torch's default thread count, as the baselines it is compared with use
-        "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
-        "checkpoint": {"every": 0, "overwrite": True},  # one scratch run directory for every measurement
-        "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
-    })
+    cfg = TrainConfig.from_dict(
+        {
+            "model": dict(shape),
+            "data": {"window_size": seq},
+            "train": {
+                "max_steps": warmup + steps,
+                "micro_batch_size": batch,
+                "precision": precision,
+                "compile": compile_,
+                "compile_mode": compile_mode,
+                "device": str(device),
+                "defer_metrics": defer_metrics,
+                "cuda_graph": cuda_graph,
+                "threads": 0,
+            },  # torch's default thread count, as the baselines it is compared with use
+            "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
+            "checkpoint": {"every": 0, "overwrite": True},  # one scratch run directory for every measurement
+            "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
+        }
+    )
     timer = Timer()
     t0 = time.perf_counter()
     trainer = Trainer(cfg, train_dataset=RandomTokens(shape["vocab_size"], seq), callbacks=[timer])
     trainer.save_checkpoint = lambda **_: None  # measure the loop, not the final checkpoint write
     trainer.fit()
     dt = timer.marks[warmup + steps] - timer.marks[warmup]
-    return {"tokens_per_s": steps * batch * seq / dt, "flops_per_token": trainer.flops_per_token,
-            "warmup_s": round(timer.marks[warmup] - t0, 1), "params": trainer.bare_model.num_parameters()}
+    return {
+        "tokens_per_s": steps * batch * seq / dt,
+        "flops_per_token": trainer.flops_per_token,
+        "warmup_s": round(timer.marks[warmup] - t0, 1),
+        "params": trainer.bare_model.num_parameters(),
+    }
 
 
 def _sync(device):
@@ -227,20 +264,43 @@ class _null:
         return False
 
 
-GPT2_SMALL = dict(vocab_size=50304, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                  num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=1024,
-                  tie_word_embeddings=True)
+GPT2_SMALL = dict(
+    vocab_size=50304,
+    hidden_size=768,
+    intermediate_size=2048,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    num_key_value_heads=12,
+    max_position_embeddings=1024,
+    tie_word_embeddings=True,
+)
 
 
 # The MiniMind-3 shape (docs/TARGETS.md): its own model + torch.compile ran at 609k tokens/s at T=340 and
 # 859k at T=1024 with B=32 on one H200 (measured elsewhere: that code is not here to run in the same process).
-MINIMIND = dict(vocab_size=6400, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
-                num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=True)
+MINIMIND = dict(
+    vocab_size=6400,
+    hidden_size=768,
+    intermediate_size=2048,
+    num_hidden_layers=8,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    max_position_embeddings=1024,
+    tie_word_embeddings=True,
+)
 MINIMIND_PEER = {340: 609e3, 1024: 859e3}
 # A model too small to compute anything: its step time on the CPU is the loop's own host work (Python,
 # dispatch, optimizer and clipping bookkeeping), what a GPU waits on when the real model is small or short.
-HOST_BOUND = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=8, num_attention_heads=2,
-                  num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=True)
+HOST_BOUND = dict(
+    vocab_size=64,
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=8,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=64,
+    tie_word_embeddings=True,
+)
 
 
 def main() -> None:
@@ -251,19 +311,31 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--eager-too", action="store_true", help="also measure both without torch.compile")
     ap.add_argument("--run-dir", default="/tmp/cookmind-bench-train")
-    ap.add_argument("--shape", default=None, choices=["gpt2-small", "minimind", "host"],
-                    help="CUDA: gpt2-small (default; B=12, T=1024) or minimind (the MiniMind-3 shape, B=32, T=--seq); "
-                         "CPU: the tiny-cpu preset (default) or host (8 layers 16 wide, B=1, T=8: the loop's host "
-                         "overhead per step; compare with --variants raw)")
+    ap.add_argument(
+        "--shape",
+        default=None,
+        choices=["gpt2-small", "minimind", "host"],
+        help="CUDA: gpt2-small (default; B=12, T=1024) or minimind (the MiniMind-3 shape, B=32, T=--seq); "
+        "CPU: the tiny-cpu preset (default) or host (8 layers 16 wide, B=1, T=8: the loop's host "
+        "overhead per step; compare with --variants raw)",
+    )
     ap.add_argument("--seq", type=int, default=None, help="sequence length (minimind: 340 or 1024; default 1024)")
-    ap.add_argument("--extra-backends", default="", help="also time our model with these attn_backend values "
-                    "(comma-separated, e.g. flash-triton), after the main figures")
-    ap.add_argument("--variants", default="", help="comma-separated extra figures after the main ones: "
-                    "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch), "
-                    "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode), "
-                    "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false), "
-                    "cuda-graph (Trainer with train.cuda_graph=true: the whole step one CUDA graph), fp8-head (cuda-graph with model.lm_head_fp8=true: the LM head's "
-                    "GEMMs in FP8)")
+    ap.add_argument(
+        "--extra-backends",
+        default="",
+        help="also time our model with these attn_backend values "
+        "(comma-separated, e.g. flash-triton), after the main figures",
+    )
+    ap.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated extra figures after the main ones: "
+        "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch), "
+        "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode), "
+        "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false), "
+        "cuda-graph (Trainer with train.cuda_graph=true: the whole step one CUDA graph), "
+        "fp8-head (cuda-graph with model.lm_head_fp8=true: the LM head's GEMMs in FP8)",
+    )
     args = ap.parse_args()
     device = torch.device(args.device)
     fits = {"cuda": ("gpt2-small", "minimind"), "cpu": ("host",)}.get(device.type, ())
@@ -294,59 +366,122 @@ def main() -> None:
         peak, modes = None, [False]
     for compiled in modes:
         results = {}
-        common = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                  "threads": torch.get_num_threads(), "batch": batch, "seq": seq, "precision": precision,
-                  "compiled": compiled, "torch": torch.__version__,
-                  "shape": f"{shape['num_hidden_layers']}L-{shape['hidden_size']}d-{shape['num_attention_heads']}h-"
-                           f"v{shape['vocab_size']}"}
+        common = {
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "threads": torch.get_num_threads(),
+            "batch": batch,
+            "seq": seq,
+            "precision": precision,
+            "compiled": compiled,
+            "torch": torch.__version__,
+            "shape": f"{shape['num_hidden_layers']}L-{shape['hidden_size']}d-{shape['num_attention_heads']}h-"
+            f"v{shape['vocab_size']}",
+        }
         runs = [("nanogpt-style reference", bench_reference, shape), ("cookmind Trainer", bench_cookmind, shape)]
         if compiled == modes[0]:
-            runs += [(f"cookmind Trainer, attn_backend={b}", bench_cookmind, dict(shape, attn_backend=b))
-                     for b in args.extra_backends.split(",") if b]
+            runs += [
+                (f"cookmind Trainer, attn_backend={b}", bench_cookmind, dict(shape, attn_backend=b))
+                for b in args.extra_backends.split(",")
+                if b
+            ]
             variants = [v for v in args.variants.split(",") if v]
             if "raw" in variants:
                 runs.append(("cookmind model, bare loop", bench_raw_cookmind, shape))
             if "torch-adamw" in variants:
-                runs.append(("cookmind Trainer, optim.impl=torch", functools.partial(bench_cookmind,
-                                                                                      optim_impl="torch"), shape))
+                runs.append(
+                    ("cookmind Trainer, optim.impl=torch", functools.partial(bench_cookmind, optim_impl="torch"), shape)
+                )
             for mode in ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
                 if mode in variants:
-                    runs.append((f"cookmind Trainer, compile_mode={mode}",
-                                 functools.partial(bench_cookmind, compile_mode=mode), shape))
+                    runs.append(
+                        (
+                            f"cookmind Trainer, compile_mode={mode}",
+                            functools.partial(bench_cookmind, compile_mode=mode),
+                            shape,
+                        )
+                    )
             if "cuda-graph" in variants:
-                runs.append(("cookmind Trainer, train.cuda_graph=true",
-                             functools.partial(bench_cookmind, cuda_graph=True), shape))
+                runs.append(
+                    (
+                        "cookmind Trainer, train.cuda_graph=true",
+                        functools.partial(bench_cookmind, cuda_graph=True),
+                        shape,
+                    )
+                )
             if "fp8-head" in variants:
-                runs.append(("cookmind Trainer, train.cuda_graph=true, model.lm_head_fp8=true",
-                             functools.partial(bench_cookmind, cuda_graph=True), dict(shape, lm_head_fp8=True)))
+                runs.append(
+                    (
+                        "cookmind Trainer, train.cuda_graph=true, model.lm_head_fp8=true",
+                        functools.partial(bench_cookmind, cuda_graph=True),
+                        dict(shape, lm_head_fp8=True),
+                    )
+                )
             if "sync-metrics" in variants:
-                runs.append(("cookmind Trainer, train.defer_metrics=false",
-                             functools.partial(bench_cookmind, defer_metrics=False), shape))
+                runs.append(
+                    (
+                        "cookmind Trainer, train.defer_metrics=false",
+                        functools.partial(bench_cookmind, defer_metrics=False),
+                        shape,
+                    )
+                )
         for name, fn, shp in runs:
             extra = (args.run_dir,) if getattr(fn, "func", fn) is bench_cookmind else ()
             try:
                 results[name] = fn(shp, batch, seq, steps, warmup, device, precision, compiled, *extra)
             except Exception as exc:  # report and go on: one failure must not lose the other figures
-                print(json.dumps({"figure": "train tokens/s", "impl": name, "compiled": compiled,
-                                  "error": f"{type(exc).__name__}: {exc}"[:500]}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "figure": "train tokens/s",
+                            "impl": name,
+                            "compiled": compiled,
+                            "error": f"{type(exc).__name__}: {exc}"[:500],
+                        }
+                    ),
+                    flush=True,
+                )
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             if name in results:
                 r = results[name]
-                line = {"figure": "train tokens/s", "impl": name, **common, "tokens_per_s": round(r["tokens_per_s"]),
-                        "ms_per_step": round(batch * seq / r["tokens_per_s"] * 1e3, 3), "params": r["params"],
-                        "warmup_s": r["warmup_s"]}
+                line = {
+                    "figure": "train tokens/s",
+                    "impl": name,
+                    **common,
+                    "tokens_per_s": round(r["tokens_per_s"]),
+                    "ms_per_step": round(batch * seq / r["tokens_per_s"] * 1e3, 3),
+                    "params": r["params"],
+                    "warmup_s": r["warmup_s"],
+                }
                 if peak:
                     line["mfu"] = round(r["tokens_per_s"] * r["flops_per_token"] / peak, 4)
                 print(json.dumps(line), flush=True)
                 ref = results.get("nanogpt-style reference")
                 if ref is not None and name != "nanogpt-style reference":  # printed at once: a cut run keeps it
-                    print(json.dumps({"figure": "train speedup vs reference", "impl": name, **common,
-                                      "ratio": round(r["tokens_per_s"] / ref["tokens_per_s"], 3)}), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "figure": "train speedup vs reference",
+                                "impl": name,
+                                **common,
+                                "ratio": round(r["tokens_per_s"] / ref["tokens_per_s"], 3),
+                            }
+                        ),
+                        flush=True,
+                    )
                 if shape is MINIMIND and seq in MINIMIND_PEER and name != "nanogpt-style reference":
-                    print(json.dumps({"figure": "train vs MiniMind's figure in TARGETS.md (another run)", "impl": name,
-                                      **common, "minimind_tokens_per_s": MINIMIND_PEER[seq],
-                                      "ratio": round(r["tokens_per_s"] / MINIMIND_PEER[seq], 3)}), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "figure": "train vs MiniMind's figure in TARGETS.md (another run)",
+                                "impl": name,
+                                **common,
+                                "minimind_tokens_per_s": MINIMIND_PEER[seq],
+                                "ratio": round(r["tokens_per_s"] / MINIMIND_PEER[seq], 3),
+                            }
+                        ),
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

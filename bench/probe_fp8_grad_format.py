@@ -6,6 +6,7 @@ linear_cross_entropy(fp8=True) at N=4096, C=768, V=50304 with G in e4m3 (scale 2
 and the bf16 path, against the same loss in fp32: relative error of the loss and of both gradients, for
 near-uniform logits (an untrained head) and peaked ones. Sets linear_ce_fp8's module constants in this process.
 """
+
 import json
 import sys
 from pathlib import Path
@@ -17,8 +18,12 @@ import cookmind.kernels.linear_ce_fp8 as F8  # noqa: E402
 from cookmind.kernels.linear_ce import linear_cross_entropy  # noqa: E402
 
 # (label, G's dtype, its scale, fp8 at all)
-FORMATS = (("bf16", None, None, False), ("e4m3/256", torch.float8_e4m3fn, 256.0, True),
-           ("e4m3/448", torch.float8_e4m3fn, 448.0, True), ("e5m2/2^15", torch.float8_e5m2, 32768.0, True))
+FORMATS = (
+    ("bf16", None, None, False),
+    ("e4m3/256", torch.float8_e4m3fn, 256.0, True),
+    ("e4m3/448", torch.float8_e4m3fn, 448.0, True),
+    ("e5m2/2^15", torch.float8_e5m2, 32768.0, True),
+)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -43,11 +48,21 @@ def main() -> None:
                 loss = linear_cross_entropy(h, w, y, fp8=fp8)
             loss.backward()
             cos = torch.nn.functional.cosine_similarity(w.grad.flatten(), ref_gw.flatten(), 0).item()
-            print(json.dumps({"regime": regime, "grad": label, "loss_ref": round(ref.item(), 4),
-                              "loss_err": abs(loss.item() - ref.item()), "gh_rel": round(rel(h.grad, ref_gh), 5),
-                              "gw_rel": round(rel(w.grad, ref_gw), 5),
-                              "gw_norm_ratio": round((w.grad.norm() / ref_gw.norm()).item(), 5),
-                              "gw_cos": round(cos, 6)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "regime": regime,
+                        "grad": label,
+                        "loss_ref": round(ref.item(), 4),
+                        "loss_err": abs(loss.item() - ref.item()),
+                        "gh_rel": round(rel(h.grad, ref_gh), 5),
+                        "gw_rel": round(rel(w.grad, ref_gw), 5),
+                        "gw_norm_ratio": round((w.grad.norm() / ref_gw.norm()).item(), 5),
+                        "gw_cos": round(cos, 6),
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

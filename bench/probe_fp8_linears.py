@@ -8,6 +8,7 @@ grad-weight as torch._scaled_mm (e4m3 activations and weights, e5m2 gradients, o
 the amax and casts left to torch.compile to fuse), "dx" keeps the grad-weight GEMM in bf16, "none" patches
 nothing. Prints tokens/s. Not a training recipe: nothing checks the numerics here.
 """
+
 import json
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_train as BT  # noqa: E402
+
 import cookmind.model.linear as L  # noqa: E402
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -56,8 +58,9 @@ class FP8Linear(torch.autograd.Function):
         g8, sg = quantize(go2, E5)
         dx = torch._scaled_mm(g8, col_major(w8), scale_a=sg, scale_b=sw, out_dtype=torch.bfloat16)
         if ctx.dw_fp8:
-            dw = torch._scaled_mm(g8.t().contiguous(), col_major(x_saved), scale_a=sg, scale_b=sx,
-                                  out_dtype=torch.float32)
+            dw = torch._scaled_mm(
+                g8.t().contiguous(), col_major(x_saved), scale_a=sg, scale_b=sx, out_dtype=torch.float32
+            )
         else:
             dw = (go2.to(torch.bfloat16).t() @ x_saved).float()
         return dx.view(ctx.shape), dw, None
@@ -84,8 +87,16 @@ def main() -> None:
         patch_linear(dw_fp8=mode == "all")
     shape = dict(BT.GPT2_SMALL, lm_head_fp8=True)
     r = BT.bench_cookmind(shape, 12, 1024, 30, 10, torch.device("cuda"), "bf16", True, "/tmp/f8run", cuda_graph=True)
-    print(json.dumps({"fp8_linears": mode, "tokens_per_s": round(r["tokens_per_s"]),
-                      "ms_per_step": round(12 * 1024 / r["tokens_per_s"] * 1e3, 3)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "fp8_linears": mode,
+                "tokens_per_s": round(r["tokens_per_s"]),
+                "ms_per_step": round(12 * 1024 / r["tokens_per_s"] * 1e3, 3),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
     python bench/profile_train.py --shape minimind --seq 340 --host-top 20   # MiniMind-3 shape, B=32; host ops
 
 Prints JSON lines: per implementation, the wall time per step, the GPU-busy time per step (the union of
-kernel intervals: what is left is host-side stall) and the 40 kernels that take the most time, and the time by kernel category. A tool to
+kernel intervals: what is left is host-side stall) and the 40 kernels that take the most time, and the time by kernel
+category. A tool to
 decide what to optimise; the figures to report come from bench/bench_train.py.
 """
 
@@ -60,7 +61,8 @@ def kernel_category(name: str) -> str:
 
 
 def profile(step, steps: int, name: str, host_top: int = 0, top_n: int = 40) -> None:
-    from torch.profiler import ProfilerActivity, profile as tprofile
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as tprofile
 
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -79,19 +81,45 @@ def profile(step, steps: int, name: str, host_top: int = 0, top_n: int = 40) -> 
     cats: dict[str, float] = {}
     for k, v in per.items():
         cats[kernel_category(k)] = cats.get(kernel_category(k), 0.0) + sum(v) / steps / 1e3
-    print(json.dumps({"figure": "profile", "impl": name, "wall_ms_per_step_profiled": round(wall * 1e3, 2),
-                      "gpu_busy_ms_per_step": round(busy, 2), "kernels_per_step": len(kernels) // steps,
-                      "ms_by_category": {c: round(t, 3) for c, t in sorted(cats.items(), key=lambda kv: -kv[1])}}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                "figure": "profile",
+                "impl": name,
+                "wall_ms_per_step_profiled": round(wall * 1e3, 2),
+                "gpu_busy_ms_per_step": round(busy, 2),
+                "kernels_per_step": len(kernels) // steps,
+                "ms_by_category": {c: round(t, 3) for c, t in sorted(cats.items(), key=lambda kv: -kv[1])},
+            }
+        ),
+        flush=True,
+    )
     for k, v in top:
-        print(json.dumps({"impl": name, "kernel": k, "ms_per_step": round(sum(v) / steps / 1e3, 3),
-                          "calls_per_step": len(v) // steps}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "impl": name,
+                    "kernel": k,
+                    "ms_per_step": round(sum(v) / steps / 1e3, 3),
+                    "calls_per_step": len(v) // steps,
+                }
+            ),
+            flush=True,
+        )
     if host_top:  # where the host's time goes (the step is host-bound when wall >> GPU busy)
         rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:host_top]
         for e in rows:
-            print(json.dumps({"impl": name, "host_op": e.key[:90], "self_cpu_ms_per_step":
-                              round(e.self_cpu_time_total / steps / 1e3, 3), "calls_per_step": e.count // steps}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "impl": name,
+                        "host_op": e.key[:90],
+                        "self_cpu_ms_per_step": round(e.self_cpu_time_total / steps / 1e3, 3),
+                        "calls_per_step": e.count // steps,
+                    }
+                ),
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -112,14 +140,15 @@ def main() -> None:
     vocab = shape["vocab_size"]
     if "ref" in args.which:
         torch.manual_seed(0)
-        model = RefGPT(vocab, shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"],
-                       seq).to(dev)
+        model = RefGPT(vocab, shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"], seq).to(
+            dev
+        )
         opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
         fwd = torch.compile(model)
         data = torch.randint(0, vocab, (4 * batch, seq + 1), device=dev)
 
         def ref_step(i):
-            rows = data[(i * batch) % (3 * batch):(i * batch) % (3 * batch) + batch]
+            rows = data[(i * batch) % (3 * batch) : (i * batch) % (3 * batch) + batch]
             x, y = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = fwd(x, y)
@@ -137,14 +166,24 @@ def main() -> None:
     if "ours" in args.which:
         from cookmind.train import TrainConfig, Trainer
 
-        cfg = TrainConfig.from_dict({
-            "model": dict(shape, attn_backend=args.attn, lm_head_fp8=args.fp8_head), "data": {"window_size": seq},
-            "train": {"max_steps": 10**6, "micro_batch_size": batch, "precision": "bf16", "compile": True,
-                      "compile_mode": args.compile_mode, "device": "cuda", "cuda_graph": args.cuda_graph},
-            "optim": {"lr": 6e-4, "warmup_steps": 10},
-            "checkpoint": {"every": 0, "overwrite": True},  # a scratch run directory, reused
-            "logging": {"run_dir": "/tmp/cookmind-profile", "progress": False, "report": False, "log_every": 1000},
-        })
+        cfg = TrainConfig.from_dict(
+            {
+                "model": dict(shape, attn_backend=args.attn, lm_head_fp8=args.fp8_head),
+                "data": {"window_size": seq},
+                "train": {
+                    "max_steps": 10**6,
+                    "micro_batch_size": batch,
+                    "precision": "bf16",
+                    "compile": True,
+                    "compile_mode": args.compile_mode,
+                    "device": "cuda",
+                    "cuda_graph": args.cuda_graph,
+                },
+                "optim": {"lr": 6e-4, "warmup_steps": 10},
+                "checkpoint": {"every": 0, "overwrite": True},  # a scratch run directory, reused
+                "logging": {"run_dir": "/tmp/cookmind-profile", "progress": False, "report": False, "log_every": 1000},
+            }
+        )
         trainer = Trainer(cfg, train_dataset=RandomTokens(vocab, seq))
 
         def one_step(i=None):  # the loop body, each step read before the next is queued (no callbacks)
@@ -152,8 +191,13 @@ def main() -> None:
 
         for _ in range(8):
             one_step()
-        profile(one_step, 5, f"cookmind Trainer ({args.attn}, {args.compile_mode}"
-                f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''})", args.host_top)
+        profile(
+            one_step,
+            5,
+            f"cookmind Trainer ({args.attn}, {args.compile_mode}"
+            f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''})",
+            args.host_top,
+        )
 
 
 if __name__ == "__main__":

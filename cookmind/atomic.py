@@ -65,8 +65,11 @@ def is_disk_full(exc: BaseException, path: str | os.PathLike) -> bool:
 
 def disk_full_error(path: str | os.PathLike) -> DiskFullError:
     """The one-line error for a full disk while writing ``path``."""
-    return DiskFullError(errno.ENOSPC, f"no space left on device while writing {path}; free some space "
-                                       f"(old checkpoints, stores) or write somewhere else")
+    return DiskFullError(
+        errno.ENOSPC,
+        f"no space left on device while writing {path}; free some space "
+        f"(old checkpoints, stores) or write somewhere else",
+    )
 
 
 @contextlib.contextmanager
@@ -147,8 +150,13 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> Path:
     return Path(path)
 
 
-def replace_dir(tmp_dir: str | os.PathLike, final: str | os.PathLike, replace: bool = False,
-                is_ours: Callable[[Path], bool] | None = None, what: str = "output") -> None:
+def replace_dir(
+    tmp_dir: str | os.PathLike,
+    final: str | os.PathLike,
+    replace: bool = False,
+    is_ours: Callable[[Path], bool] | None = None,
+    what: str = "output",
+) -> None:
     """Rename the finished ``tmp_dir`` to ``final``.
 
     Something already at ``final`` is replaced only when ``replace`` is set *and* ``is_ours(final)`` says
@@ -177,13 +185,16 @@ def check_replaceable(final: Path, replace: bool, is_ours: Callable[[Path], bool
     if not replace:
         raise FileExistsError(f"{final} already exists; choose another output path or pass --overwrite")
     if is_ours is None or final.is_symlink() or not is_ours(final):
-        raise FileExistsError(f"{final} exists and is not a {what}; --overwrite only replaces a {what}, "
-                              f"so move it away or choose another output path")
+        raise FileExistsError(
+            f"{final} exists and is not a {what}; --overwrite only replaces a {what}, "
+            f"so move it away or choose another output path"
+        )
 
 
 @contextlib.contextmanager
-def building_dir(final: str | os.PathLike, replace: bool = False, is_ours: Callable[[Path], bool] | None = None,
-                 what: str = "output") -> Iterator[Path]:
+def building_dir(
+    final: str | os.PathLike, replace: bool = False, is_ours: Callable[[Path], bool] | None = None, what: str = "output"
+) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``final``; renamed into place when the block succeeds.
 
     An existing ``final`` is checked first (``check_replaceable``), so a refusal comes before the work.

@@ -55,15 +55,22 @@ def _stage_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
     return parser, module
 
 
-MODEL_HELP = "the model: a cookmind checkpoint/model directory, a run directory (its newest checkpoint) or a " \
-             "Hugging Face folder"
+MODEL_HELP = (
+    "the model: a cookmind checkpoint/model directory, a run directory (its newest checkpoint) or a Hugging Face folder"
+)
 
 
 def add_model_argument(parser: argparse.ArgumentParser, help_text: str = MODEL_HELP, positional: bool = True) -> None:
     """The model, named the same way in every stage: ``--model DIR`` (old spelling ``--checkpoint``) or,
     with ``positional``, as the first positional argument. ``finish_model_argument`` merges the two."""
-    parser.add_argument("--model", "--checkpoint", dest="model_flag", metavar="DIR", default=None,
-                        help=help_text + (" (or give it as the first argument)" if positional else ""))
+    parser.add_argument(
+        "--model",
+        "--checkpoint",
+        dest="model_flag",
+        metavar="DIR",
+        default=None,
+        help=help_text + (" (or give it as the first argument)" if positional else ""),
+    )
     if positional:
         parser.add_argument("model", nargs="?", default=None, metavar="MODEL", help="the same as --model DIR")
     parser.set_defaults(model=None, _model_argument=True)

@@ -53,12 +53,21 @@ class PairDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         p, r = self.items[i]
-        return {"input_ids": torch.tensor(p + r, dtype=torch.long),
-                "labels": torch.tensor([-100] * len(p) + r, dtype=torch.long)}
+        return {
+            "input_ids": torch.tensor(p + r, dtype=torch.long),
+            "labels": torch.tensor([-100] * len(p) + r, dtype=torch.long),
+        }
 
 
-def run_expert_iteration(model, tokenizer, train_problems, train_cfg, cfg: ExpertIterationConfig | None = None,
-                         eval_problems=None, reward_fn=None) -> list[dict]:
+def run_expert_iteration(
+    model,
+    tokenizer,
+    train_problems,
+    train_cfg,
+    cfg: ExpertIterationConfig | None = None,
+    eval_problems=None,
+    reward_fn=None,
+) -> list[dict]:
     """Train ``model`` (a CookMindLM) in place; one metrics dict per round (kept rollouts, sample and eval accuracy).
 
     ``train_cfg`` is the TrainConfig of the SFT rounds (its objective and step count are set per round).
@@ -74,12 +83,12 @@ def run_expert_iteration(model, tokenizer, train_problems, train_cfg, cfg: Exper
         t0 = time.perf_counter()
         rng = random.Random(cfg.seed * 7919 + rnd)
         chosen = rng.sample(range(len(problems)), min(cfg.questions_per_round, len(problems)))
-        prompts = [encode_prompt(tokenizer, problems[i]["question"], cfg.template)
-                   for i in chosen]
+        prompts = [encode_prompt(tokenizer, problems[i]["question"], cfg.template) for i in chosen]
         rep = [p for p in prompts for _ in range(cfg.samples_per_question)]
         model.eval()
-        outs = generate_ids(model, rep, sampling_params(gcfg, tokenizer, seed=cfg.seed * 7919 + rnd), tokenizer,
-                            **rollout_options(gcfg))
+        outs = generate_ids(
+            model, rep, sampling_params(gcfg, tokenizer, seed=cfg.seed * 7919 + rnd), tokenizer, **rollout_options(gcfg)
+        )
         keep_p, keep_r, seen = [], [], set()
         correct = 0
         for j, out in enumerate(outs):

@@ -4,7 +4,7 @@ group-normalised advantages, the SFT/GRPO micro-batch steps and prompt+response 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -22,7 +22,9 @@ def masked_mean(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return kept.sum(dim=dim) / count.sum(dim=dim)
 
 
-def masked_normalize(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None, normalize_constant: float = 1.0) -> torch.Tensor:
+def masked_normalize(
+    tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None, normalize_constant: float = 1.0
+) -> torch.Tensor:
     """sum(tensor * mask) / normalize_constant, over ``dim`` (all elements when None).
 
     A fixed constant instead of the mask count is Dr. GRPO's remedy for the length bias
@@ -32,7 +34,6 @@ def masked_normalize(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None =
     if dim is None:
         return kept.sum() / normalize_constant
     return kept.sum(dim=dim) / normalize_constant
-
 
 
 # -- Per-token entropy of the next-token distribution ---------------------------------------------------------------
@@ -45,7 +46,6 @@ def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     """
     log_p = logits.float() - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
     return -(log_p.exp() * log_p).sum(dim=-1)
-
 
 
 # -- Log-probabilities of the given labels under a policy (any callable returning logits) ---------------------------
@@ -70,7 +70,9 @@ def gather_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
     return logits.gather(-1, safe).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
-def get_response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor, return_token_entropy: bool = False) -> dict[str, torch.Tensor]:
+def get_response_log_probs(
+    model, input_ids: torch.Tensor, labels: torch.Tensor, return_token_entropy: bool = False
+) -> dict[str, torch.Tensor]:
     """Per-token log p(labels | prefix), (B, T); with ``token_entropy`` (B, T) when asked.
 
     ``model(input_ids)`` may return logits or an output object holding ``.logits``; our
@@ -78,12 +80,13 @@ def get_response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor,
     """
     logits = logits_of(model(input_ids))
     if logits.shape[:2] != labels.shape:
-        raise ValueError(f"get_response_log_probs: logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}")
+        raise ValueError(
+            f"get_response_log_probs: logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}"
+        )
     out = {"log_probs": gather_log_probs(logits, labels)}
     if return_token_entropy:
         out["token_entropy"] = compute_entropy(logits)
     return out
-
 
 
 # -- Per-token policy-gradient losses: REINFORCE, REINFORCE with a baseline, GRPO-Clip; k3 KL -----------------------
@@ -99,7 +102,9 @@ def _column(x: torch.Tensor, name: str) -> torch.Tensor:
     return x.reshape(-1, 1) if x.dim() == 1 else x
 
 
-def compute_naive_policy_gradient_loss(raw_rewards_or_advantages: torch.Tensor, policy_log_probs: torch.Tensor) -> torch.Tensor:
+def compute_naive_policy_gradient_loss(
+    raw_rewards_or_advantages: torch.Tensor, policy_log_probs: torch.Tensor
+) -> torch.Tensor:
     """loss_t = -A * log pi(o_t); its gradient is the REINFORCE estimator."""
     return -_column(raw_rewards_or_advantages, "rewards") * policy_log_probs
 
@@ -158,7 +163,6 @@ def compute_policy_gradient_loss(
     return loss, meta
 
 
-
 # -- GRPO's advantage: each rollout's reward measured against its own group -----------------------------------------
 
 
@@ -178,7 +182,9 @@ def compute_group_normalized_rewards(
     """
     n = len(rollout_responses)
     if n != len(repeated_ground_truths):
-        raise ValueError(f"compute_group_normalized_rewards: {n} responses but {len(repeated_ground_truths)} ground truths")
+        raise ValueError(
+            f"compute_group_normalized_rewards: {n} responses but {len(repeated_ground_truths)} ground truths"
+        )
     if group_size < 1 or n % group_size:
         raise ValueError(f"compute_group_normalized_rewards: {n} responses do not split into groups of {group_size}")
     scores = [reward_fn(resp, gt) for resp, gt in zip(rollout_responses, repeated_ground_truths)]
@@ -202,7 +208,6 @@ def compute_group_normalized_rewards(
     return centred.reshape(-1), raw, meta
 
 
-
 # -- One micro-batch of SFT or GRPO: loss, scaled for gradient accumulation, then backward --------------------------
 
 
@@ -210,7 +215,10 @@ LENGTH_NORMALIZATIONS = ("sequence", "token", "constant")
 
 
 def aggregate_token_loss(
-    per_token_loss: torch.Tensor, response_mask: torch.Tensor, length_normalization: str = "sequence", normalize_constant: float = 1.0
+    per_token_loss: torch.Tensor,
+    response_mask: torch.Tensor,
+    length_normalization: str = "sequence",
+    normalize_constant: float = 1.0,
 ) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a scalar.
 
@@ -228,7 +236,10 @@ def aggregate_token_loss(
 
 
 def sft_microbatch_train_step(
-    policy_log_probs: torch.Tensor, response_mask: torch.Tensor, gradient_accumulation_steps: int, normalize_constant: float = 1.0
+    policy_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    gradient_accumulation_steps: int,
+    normalize_constant: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """loss = mean_b( -sum_t log p_bt m_bt / normalize_constant ) / gradient_accumulation_steps; backward.
 
@@ -276,7 +287,6 @@ def grpo_microbatch_train_step(
     return loss.detach(), meta
 
 
-
 # -- Prompt + response pairs as one padded batch, with a mask over the response tokens ------------------------------
 
 
@@ -290,14 +300,17 @@ def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], t
     """
     if len(prompt_strs) != len(output_strs):
         raise ValueError(
-            f"tokenize_prompt_and_output: {len(prompt_strs)} prompts but {len(output_strs)} outputs; pass one output per prompt"
+            f"tokenize_prompt_and_output: {len(prompt_strs)} prompts but {len(output_strs)} outputs; "
+            "pass one output per prompt"
         )
     prompts = [encode_text(tokenizer, p) for p in prompt_strs]
     outputs = [encode_text(tokenizer, o) for o in output_strs]
     return pack_prompt_and_output(prompts, outputs, pad_id_of(tokenizer))
 
 
-def pack_prompt_and_output(prompt_ids: list[list[int]], output_ids: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
+def pack_prompt_and_output(
+    prompt_ids: list[list[int]], output_ids: list[list[int]], pad: int
+) -> dict[str, torch.Tensor]:
     """``tokenize_prompt_and_output`` for text already tokenized (rollouts keep their sampled ids:
     re-encoding decoded text can give other ids than the ones the policy chose)."""
     joined = [list(p) + list(o) for p, o in zip(prompt_ids, output_ids)]

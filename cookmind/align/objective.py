@@ -84,9 +84,11 @@ class GRPOConfig:
         """Build from a dict, refusing unknown keys (typos must not pass silently)."""
         unknown = sorted(set(d) - set(cls.__dataclass_fields__))
         if unknown:
-            raise ValueError(f"grpo: unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}. Loop settings "
-                             "(lr, steps, batch size, warmup, clipping, seed, eval/save cadence) belong to "
-                             "optim.* / train.* / eval.* / checkpoint.*")
+            raise ValueError(
+                f"grpo: unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}. Loop settings "
+                "(lr, steps, batch size, warmup, clipping, seed, eval/save cadence) belong to "
+                "optim.* / train.* / eval.* / checkpoint.*"
+            )
         values = dict(d)
         if isinstance(values.get("stop_strings"), list):
             values["stop_strings"] = tuple(values["stop_strings"])
@@ -101,8 +103,10 @@ class GRPOConfig:
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(f"grpo.loss_type={self.loss_type!r}; choose one of {', '.join(LOSS_TYPES)}")
         if self.length_normalization not in LENGTH_NORMALIZATIONS:
-            raise ValueError(f"grpo.length_normalization={self.length_normalization!r}; "
-                             f"choose one of {', '.join(LENGTH_NORMALIZATIONS)}")
+            raise ValueError(
+                f"grpo.length_normalization={self.length_normalization!r}; "
+                f"choose one of {', '.join(LENGTH_NORMALIZATIONS)}"
+            )
         if self.reference not in ("none", "copy", "base"):
             raise ValueError(f"grpo.reference={self.reference!r}; choose none, copy or base")
         if self.kl_coef and self.reference == "none":
@@ -160,15 +164,19 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
     ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
-    outs = generate_ids(model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer,
-                       **rollout_options(cfg))
+    outs = generate_ids(
+        model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer, **rollout_options(cfg)
+    )
     model.train(was_training)
     texts = [decode_response(tokenizer, o) for o in outs]
     scores = [reward_fn(t, p["answer"]) for t, p in zip(texts, problems)]
     n = max(1, len(scores))
-    return {"accuracy": sum(s["answer_reward"] for s in scores) / n,
-            "format_rate": sum(s["format_reward"] for s in scores) / n,
-            "response_length": sum(len(o) for o in outs) / n, "responses": texts}
+    return {
+        "accuracy": sum(s["answer_reward"] for s in scores) / n,
+        "format_rate": sum(s["format_reward"] for s in scores) / n,
+        "response_length": sum(len(o) for o in outs) / n,
+        "responses": texts,
+    }
 
 
 class GRPOObjective(Objective):
@@ -181,8 +189,16 @@ class GRPOObjective(Objective):
 
     train_type = "grpo"
 
-    def __init__(self, cfg: GRPOConfig | None = None, tokenizer=None, reward_fn: Callable | None = None,
-                 reference: Reference | None = None, problems=None, eval_problems=None, seed: int = 0):
+    def __init__(
+        self,
+        cfg: GRPOConfig | None = None,
+        tokenizer=None,
+        reward_fn: Callable | None = None,
+        reference: Reference | None = None,
+        problems=None,
+        eval_problems=None,
+        seed: int = 0,
+    ):
         self.cfg = cfg or GRPOConfig()
         self.cfg.validate()
         self.tokenizer = tokenizer
@@ -220,17 +236,22 @@ class GRPOObjective(Objective):
         start = self.position + self.rank * per_rank
         if self.position + per_rank * self.world > n and not self._wrapped:
             self._wrapped = True
-            warnings.warn(f"grpo: the problem stream has {n} problems and the run has used {self.position}; "
-                          "it starts again from the first (problems now repeat)", stacklevel=2)
+            warnings.warn(
+                f"grpo: the problem stream has {n} problems and the run has used {self.position}; "
+                "it starts again from the first (problems now repeat)",
+                stacklevel=2,
+            )
         chosen = [self.problems[(start + i) % n] for i in range(per_rank)]
         self.position += per_rank * self.world
-        prompts = [encode_prompt(self.tokenizer, p["question"], self.cfg.template)
-                   for p in chosen]
+        prompts = [encode_prompt(self.tokenizer, p["question"], self.cfg.template) for p in chosen]
         width = max(map(len, prompts))
         pad = pad_id_of(self.tokenizer)
         ids = torch.tensor([p + [pad] * (width - len(p)) for p in prompts], dtype=torch.long)
-        return {"prompt_ids": ids, "prompt_lengths": torch.tensor([len(p) for p in prompts]),
-                "answer": [p["answer"] for p in chosen]}
+        return {
+            "prompt_ids": ids,
+            "prompt_lengths": torch.tensor([len(p) for p in prompts]),
+            "answer": [p["answer"] for p in chosen],
+        }
 
     def _prompts(self, batch: dict[str, Any]) -> list[list[int]]:
         rows = batch["prompt_ids"].tolist()
@@ -250,18 +271,38 @@ class GRPOObjective(Objective):
             responses = [[t for t, m in zip(r, mk) if m] or [pad] for r, mk in zip(resp, masks)]
             out = pack_prompt_and_output(prompts, responses, pad)
             reward = batch["reward"].float()
-            out.update(advantages=reward - reward.mean(), raw_rewards=reward,
-                       metadata={"reward_mean": reward.mean().item(),
-                                 "response_length": sum(map(len, responses)) / len(responses)})
+            out.update(
+                advantages=reward - reward.mean(),
+                raw_rewards=reward,
+                metadata={
+                    "reward_mean": reward.mean().item(),
+                    "response_length": sum(map(len, responses)) / len(responses),
+                },
+            )
         else:
-            params = sampling_params(self.cfg, self.tokenizer, seed=(self.seed * 1_000_003 + self.calls) * 101 + self.rank)
-            out = collect_rollouts(unwrap(model), self.tokenizer, prompts, list(batch["answer"]), self.cfg.group_size,
-                                   params, self.reward_fn, self.cfg.advantage_eps, self.cfg.normalize_by_std,
-                                   **rollout_options(self.cfg))
+            params = sampling_params(
+                self.cfg, self.tokenizer, seed=(self.seed * 1_000_003 + self.calls) * 101 + self.rank
+            )
+            out = collect_rollouts(
+                unwrap(model),
+                self.tokenizer,
+                prompts,
+                list(batch["answer"]),
+                self.cfg.group_size,
+                params,
+                self.reward_fn,
+                self.cfg.advantage_eps,
+                self.cfg.normalize_by_std,
+                **rollout_options(self.cfg),
+            )
         self.calls += 1
-        loss_batch = {k: out[k].to(device) for k in ("input_ids", "labels", "response_mask", "advantages", "raw_rewards")}
+        loss_batch = {
+            k: out[k].to(device) for k in ("input_ids", "labels", "response_mask", "advantages", "raw_rewards")
+        }
         if self.reference is not None:
-            loss_batch["ref_log_probs"] = self.reference.log_probs(loss_batch["input_ids"], loss_batch["labels"]).to(device)
+            loss_batch["ref_log_probs"] = self.reference.log_probs(loss_batch["input_ids"], loss_batch["labels"]).to(
+                device
+            )
         loss_batch["rollout_metrics"] = out["metadata"]
         return loss_batch
 
@@ -270,9 +311,14 @@ class GRPOObjective(Objective):
         out = get_response_log_probs(model, batch["input_ids"], batch["labels"], return_token_entropy=True)
         lp, mask = out["log_probs"], batch["response_mask"]
         per_token, meta = compute_policy_gradient_loss(
-            lp, self.cfg.loss_type, raw_rewards=batch["raw_rewards"].unsqueeze(-1),
-            advantages=batch["advantages"].unsqueeze(-1), old_log_probs=lp.detach(), cliprange=self.cfg.cliprange,
-            ref_log_probs=batch.get("ref_log_probs"), kl_coef=self.cfg.kl_coef,
+            lp,
+            self.cfg.loss_type,
+            raw_rewards=batch["raw_rewards"].unsqueeze(-1),
+            advantages=batch["advantages"].unsqueeze(-1),
+            old_log_probs=lp.detach(),
+            cliprange=self.cfg.cliprange,
+            ref_log_probs=batch.get("ref_log_probs"),
+            kl_coef=self.cfg.kl_coef,
         )
         loss = aggregate_token_loss(per_token, mask, self.cfg.length_normalization, float(self.cfg.max_new_tokens))
         rm = batch.get("rollout_metrics", {})

@@ -40,17 +40,20 @@ def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> s
     if template == "chat":
         if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
             raise ValueError("the 'chat' template needs a tokenizer with apply_chat_template")
-        return tokenizer.apply_chat_template([{"role": "user", "content": question.strip()}], add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": question.strip()}], add_generation_prompt=True
+        )
     text = PROMPTS.get(template, template)
     if "{question}" not in text:
-        raise ValueError(f"prompt template {template!r} is neither one of {sorted(PROMPTS)} nor a string with {{question}}")
+        raise ValueError(
+            f"prompt template {template!r} is neither one of {sorted(PROMPTS)} nor a string with {{question}}"
+        )
     return text.replace("{question}", question.strip())
 
 
 def uses_think_tags(template: str) -> bool:
     """True when the prompt opens a <think> block (graded by <answer> tags), else graded by ``#### N``/last number."""
     return template != "chat" and PROMPTS.get(template, template).rstrip().endswith("<think>")
-
 
 
 # -- One way to turn text into ids for any tokenizer we meet: ours or a Hugging Face one ----------------------------
@@ -75,8 +78,11 @@ def encode_prompt(tokenizer, question: str, template: str) -> list[int]:
         return encode_text(tokenizer, format_prompt(question, template, tokenizer))
     messages = [{"role": "user", "content": question.strip()}]
     if is_hf_tokenizer(tokenizer):
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, sanitize_control_tokens=True,
-                                                  return_dict=False))
+        return list(
+            tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, sanitize_control_tokens=True, return_dict=False
+            )
+        )
     return list(tokenizer.render(messages, add_generation_prompt=True)[0])
 
 

@@ -31,7 +31,9 @@ class Reference:
 
     def __init__(self, model, kind: str = "copy"):
         if kind not in ("copy", "base"):
-            raise ValueError(f"reference kind {kind!r}: choose 'copy' (frozen copy) or 'base' (LoRA base, adapters off)")
+            raise ValueError(
+                f"reference kind {kind!r}: choose 'copy' (frozen copy) or 'base' (LoRA base, adapters off)"
+            )
         self.kind = kind
         if kind == "copy":
             self.model = copy.deepcopy(model).eval()
@@ -39,7 +41,9 @@ class Reference:
                 p.requires_grad_(False)
         else:
             if _adapters_off(model) is None:
-                raise ValueError("reference 'base' needs a LoRA model (peft, or one with disable_adapters()); use 'copy'")
+                raise ValueError(
+                    "reference 'base' needs a LoRA model (peft, or one with disable_adapters()); use 'copy'"
+                )
             self.model = model
 
     @torch.no_grad()

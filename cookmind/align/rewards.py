@@ -115,7 +115,6 @@ def grade_gsm8k(response: str, ground_truth: str) -> bool:
     return answers_match(extract_answer(response), extract_gold(ground_truth))
 
 
-
 # -- Turn a model's free text into the answer a benchmark grades ----------------------------------------------------
 
 
@@ -165,7 +164,6 @@ def parse_mmlu_response(example, text: str) -> str | None:
     lowered = body.lower()
     hits = [LETTERS[i] for i, opt in enumerate(options) if opt and opt.strip().lower() in lowered]
     return hits[0] if len(hits) == 1 else None
-
 
 
 # -- Verifiable rewards: a format reward for <think>…</think> <answer>…</answer>, an answer reward, and both --------

@@ -12,8 +12,15 @@ from cookmind.infer import SamplingParams, generate
 __all__ = ["SamplingParams", "generate_ids"]
 
 
-def generate_ids(model, prompts: list[list[int]], params: SamplingParams, tokenizer=None, *, batch_size: int = 64,
-                 engine: str = "auto") -> list[list[int]]:
+def generate_ids(
+    model,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    tokenizer=None,
+    *,
+    batch_size: int = 64,
+    engine: str = "auto",
+) -> list[list[int]]:
     """New token ids for each prompt, in input order; the stop token or the token completing a stop string is
     included at the end when hit. Row i is seeded ``params.seed + i``. engine: "auto", "builtin" (the plain
     KV-cache loop) or "serving" (the continuous-batching engine); see ``cookmind.infer.generate``."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from cookmind.align.losses import compute_group_normalized_rewards, pack_prompt_and_output
 from cookmind.align.prompts import decode_response, pad_id_of
@@ -44,9 +44,19 @@ def collect_rollouts(
     # an empty response still needs one target for the tensors; it scores as whatever the grader says of ""
     responses = [r if r else [pad_id_of(tokenizer)] for r in responses]
     texts = [decode_response(tokenizer, r) for r in responses]
-    advantages, raw, meta = compute_group_normalized_rewards(reward_fn, texts, rep_answers, group_size, advantage_eps, normalize_by_std)
+    advantages, raw, meta = compute_group_normalized_rewards(
+        reward_fn, texts, rep_answers, group_size, advantage_eps, normalize_by_std
+    )
     batch = pack_prompt_and_output(rep_prompts, responses, pad_id_of(tokenizer))
     meta["response_length"] = sum(len(r) for r in responses) / len(responses)
-    batch.update({"advantages": advantages, "raw_rewards": raw, "responses": texts, "response_ids": responses,
-                  "answers": rep_answers, "metadata": meta})
+    batch.update(
+        {
+            "advantages": advantages,
+            "raw_rewards": raw,
+            "responses": texts,
+            "response_ids": responses,
+            "answers": rep_answers,
+            "metadata": meta,
+        }
+    )
     return batch

@@ -18,7 +18,24 @@ from cookmind.curate.minhash import minhash_dedup
 from cookmind.curate.pii import mask_emails, mask_ips, mask_phone_numbers, mask_pii
 from cookmind.curate.runner import run_pipeline
 
-__all__ = ["CurateConfig", "FastTextClassifier", "GopherConfig", "classify_nsfw", "classify_quality",
-           "classify_toxic_speech", "exact_line_dedup", "extract_text", "gopher_quality_filter",
-           "gopher_reasons", "identify_language", "load_classifier", "mask_emails", "mask_ips",
-           "mask_phone_numbers", "mask_pii", "minhash_dedup", "run_pipeline", "train_classifier"]
+__all__ = [
+    "CurateConfig",
+    "FastTextClassifier",
+    "GopherConfig",
+    "classify_nsfw",
+    "classify_quality",
+    "classify_toxic_speech",
+    "exact_line_dedup",
+    "extract_text",
+    "gopher_quality_filter",
+    "gopher_reasons",
+    "identify_language",
+    "load_classifier",
+    "mask_emails",
+    "mask_ips",
+    "mask_phone_numbers",
+    "mask_pii",
+    "minhash_dedup",
+    "run_pipeline",
+    "train_classifier",
+]

@@ -16,8 +16,8 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import xxhash
@@ -32,12 +32,12 @@ class ClassifierConfig:
     """Hyperparameters; the names follow fastText's where they mean the same thing."""
 
     dim: int = 16
-    bucket: int = 1 << 16       # rows of the hashed feature table (keeps the model small)
-    word_ngrams: int = 2        # 1 = unigrams, 2 = uni + bigrams
+    bucket: int = 1 << 16  # rows of the hashed feature table (keeps the model small)
+    word_ngrams: int = 2  # 1 = unigrams, 2 = uni + bigrams
     epoch: int = 10
     lr: float = 1.0
     batch_size: int = 16
-    max_tokens: int = 1024      # only the first tokens of a long document are read
+    max_tokens: int = 1024  # only the first tokens of a long document are read
     seed: int = 0
 
 
@@ -51,22 +51,27 @@ def feature_ids(text: str, cfg: ClassifierConfig) -> np.ndarray:
     words = tokenize(text, cfg.max_tokens)
     grams = list(words)
     for n in range(2, cfg.word_ngrams + 1):
-        grams += [" ".join(words[i:i + n]) for i in range(len(words) - n + 1)]
+        grams += [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
     if not grams:
         grams = ["</s>"]
-    return np.fromiter((xxhash.xxh64_intdigest(g.encode()) % cfg.bucket for g in grams), dtype=np.int64, count=len(grams))
+    return np.fromiter(
+        (xxhash.xxh64_intdigest(g.encode()) % cfg.bucket for g in grams), dtype=np.int64, count=len(grams)
+    )
 
 
 class FastTextClassifier:
     """Embedding-bag + linear softmax classifier. ``predict(text) -> (label, probability)``."""
 
-    def __init__(self, labels: Sequence[str], cfg: ClassifierConfig, E: np.ndarray | None = None,
-                 W: np.ndarray | None = None):
+    def __init__(
+        self, labels: Sequence[str], cfg: ClassifierConfig, E: np.ndarray | None = None, W: np.ndarray | None = None
+    ):
         self.labels = list(labels)
         self.cfg = cfg
         rng = np.random.default_rng(cfg.seed)
         # fastText's init: E ~ U(-1/dim, 1/dim), W = 0
-        self.E = E if E is not None else rng.uniform(-1 / cfg.dim, 1 / cfg.dim, (cfg.bucket, cfg.dim)).astype(np.float32)
+        self.E = (
+            E if E is not None else rng.uniform(-1 / cfg.dim, 1 / cfg.dim, (cfg.bucket, cfg.dim)).astype(np.float32)
+        )
         self.W = W if W is not None else np.zeros((len(self.labels), cfg.dim), dtype=np.float32)
 
     def _hidden(self, ids_list: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -109,7 +114,7 @@ class FastTextClassifier:
             order = rng.permutation(len(texts))
             epoch_loss = 0.0
             for start in range(0, len(order), cfg.batch_size):
-                batch = order[start:start + cfg.batch_size]
+                batch = order[start : start + cfg.batch_size]
                 lr = cfg.lr * (1 - step / total_steps)  # fastText's linear decay to zero
                 epoch_loss += self.sgd_step([ids_list[i] for i in batch], y[batch], lr)
                 step += 1
@@ -127,8 +132,8 @@ class FastTextClassifier:
         rows = np.arange(len(ids_list))
         loss = float(-np.log(P[rows, y] + 1e-12).sum())
         G = P
-        G[rows, y] -= 1.0                      # dLoss/dlogits = p - onehot(y)
-        dH = G @ self.W                        # (B, dim), taken before W moves
+        G[rows, y] -= 1.0  # dLoss/dlogits = p - onehot(y)
+        dH = G @ self.W  # (B, dim), taken before W moves
         self.W -= (lr * (G.T @ H)).astype(np.float32)
         # each feature row of document b receives dH_b / n_b (the gradient of the mean)
         np.add.at(self.E, flat, (-lr * np.repeat(dH / lengths[:, None], lengths, axis=0)).astype(np.float32))
@@ -138,14 +143,15 @@ class FastTextClassifier:
         """Write an ``.npz`` (tables + labels + config) atomically."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        meta = json.dumps({"format": "cookmind-fasttext-v1", "labels": self.labels,
-                           "config": dataclasses.asdict(self.cfg)})
+        meta = json.dumps(
+            {"format": "cookmind-fasttext-v1", "labels": self.labels, "config": dataclasses.asdict(self.cfg)}
+        )
         with writing(path, "wb") as f:  # a file object: np.savez would add ".npz" to a temporary name
             np.savez(f, E=self.E.astype(np.float16), W=self.W, meta=np.array(meta))
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "FastTextClassifier":
+    def load(cls, path: str | os.PathLike) -> FastTextClassifier:
         """Read a model written by :meth:`save`."""
         with np.load(path) as z:
             meta = json.loads(str(z["meta"]))
@@ -176,15 +182,22 @@ def load_classifier(path: str | os.PathLike):
     """A classifier from ``path``: our ``.npz`` or a fastText ``.bin``/``.ftz``."""
     path = str(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"classifier model {path} does not exist; train one with "
-                                "`cookmind curate train-classifier --input labelled.jsonl --output model.npz`")
+        raise FileNotFoundError(
+            f"classifier model {path} does not exist; train one with "
+            "`cookmind curate train-classifier --input labelled.jsonl --output model.npz`"
+        )
     if path.endswith(".npz"):
         return FastTextClassifier.load(path)
     return _FastTextBinary(path)
 
 
-def train_classifier(records: Iterable[dict], text_field: str = "text", label_field: str = "label",
-                     cfg: ClassifierConfig | None = None, progress: bool = False) -> FastTextClassifier:
+def train_classifier(
+    records: Iterable[dict],
+    text_field: str = "text",
+    label_field: str = "label",
+    cfg: ClassifierConfig | None = None,
+    progress: bool = False,
+) -> FastTextClassifier:
     """Train on labelled records ({text_field: str, label_field: str}); labels sorted for stability."""
     texts, labels = [], []
     for i, rec in enumerate(records):

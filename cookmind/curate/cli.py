@@ -78,11 +78,21 @@ def _run(args) -> int:
     cfg = CurateConfig.from_yaml(args.config) if args.config else CurateConfig()
     if args.output_format:
         cfg.output_format = args.output_format
-    result = run_pipeline(cfg, args.input, args.output, executor=args.executor, workers=args.workers,
-                          ray_address=args.ray_address, restart=args.restart, progress=not args.quiet)
+    result = run_pipeline(
+        cfg,
+        args.input,
+        args.output,
+        executor=args.executor,
+        workers=args.workers,
+        ray_address=args.ray_address,
+        restart=args.restart,
+        progress=not args.quiet,
+    )
     print(result.report_md.read_text())
-    print(f"{len(result.outputs)} shards in {args.output} ({result.tasks_run} tasks run, "
-          f"{result.tasks_skipped} already done); report: {result.report_md}")
+    print(
+        f"{len(result.outputs)} shards in {args.output} ({result.tasks_run} tasks run, "
+        f"{result.tasks_skipped} already done); report: {result.report_md}"
+    )
     return 0
 
 
@@ -99,16 +109,19 @@ def _train_classifier(args) -> int:
             if args.text_field not in rec and args.html_field in rec:
                 rec = {args.text_field: extract_text(rec[args.html_field]) or "", **rec}
             if args.text_field not in rec or args.label_field not in rec:
-                raise ValueError(f"{path}: record {i + 1} lacks {args.text_field!r} (or {args.html_field!r}) "
-                                 f"or {args.label_field!r}; its keys are {sorted(rec)}")
+                raise ValueError(
+                    f"{path}: record {i + 1} lacks {args.text_field!r} (or {args.html_field!r}) "
+                    f"or {args.label_field!r}; its keys are {sorted(rec)}"
+                )
             records.append({"text": rec[args.text_field], "label": str(rec[args.label_field])})
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(records))
     n_valid = int(len(records) * args.valid_fraction)
     valid = [records[i] for i in order[:n_valid]]
     train = [records[i] for i in order[n_valid:]]
-    cfg = ClassifierConfig(dim=args.dim, bucket=args.bucket, word_ngrams=args.word_ngrams, epoch=args.epoch,
-                           lr=args.lr, seed=args.seed)
+    cfg = ClassifierConfig(
+        dim=args.dim, bucket=args.bucket, word_ngrams=args.word_ngrams, epoch=args.epoch, lr=args.lr, seed=args.seed
+    )
     model = train_classifier(train, cfg=cfg, progress=True)
     path = model.save(args.output)
     summary = {"model": str(path), "labels": model.labels, "train": len(train), "valid": len(valid)}
@@ -140,8 +153,9 @@ def _dedup(args) -> int:
     else:
         from cookmind.curate.minhash import minhash_dedup
 
-        written = minhash_dedup(args.input, args.num_hashes, args.num_bands, args.ngrams, args.jaccard_threshold,
-                                args.output)
+        written = minhash_dedup(
+            args.input, args.num_hashes, args.num_bands, args.ngrams, args.jaccard_threshold, args.output
+        )
     print(json.dumps({"input_files": len(args.input), "written": len(written), "output": str(args.output)}))
     return 0
 
@@ -152,8 +166,12 @@ def _default_config(args) -> int:
     from cookmind.curate.config import CurateConfig
 
     cfg = CurateConfig()
-    print(yaml.safe_dump({"stages": cfg.stages, "output_format": cfg.output_format, "workers": cfg.workers},
-                         sort_keys=False), end="")
+    print(
+        yaml.safe_dump(
+            {"stages": cfg.stages, "output_format": cfg.output_format, "workers": cfg.workers}, sort_keys=False
+        ),
+        end="",
+    )
     print(DECONTAMINATE_HELP, end="")
     return 0
 
@@ -174,10 +192,18 @@ def _demo(args) -> int:
 
     out = demo_stage(args.workdir, seed=args.seed, num_pages=args.num_pages, workers=args.workers)
     print(Path(out["report_md"]).read_text())
-    print(f"clean text: {out['text_path']} ({out['docs_out']} documents, {out['bytes_out'] / 1e3:.0f} kB, "
-          f"{out['seconds']} s)")
+    print(
+        f"clean text: {out['text_path']} ({out['docs_out']} documents, {out['bytes_out'] / 1e3:.0f} kB, "
+        f"{out['seconds']} s)"
+    )
     return 0
 
 
-_COMMANDS = {"run": _run, "train-classifier": _train_classifier, "crawl": _crawl, "dedup": _dedup,
-             "default-config": _default_config, "demo": _demo}
+_COMMANDS = {
+    "run": _run,
+    "train-classifier": _train_classifier,
+    "crawl": _crawl,
+    "dedup": _dedup,
+    "default-config": _default_config,
+    "demo": _demo,
+}

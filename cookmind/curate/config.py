@@ -34,7 +34,7 @@ class CurateConfig:
     workers: int = 1
 
     @classmethod
-    def from_dict(cls, d: dict, source: str = "config") -> "CurateConfig":
+    def from_dict(cls, d: dict, source: str = "config") -> CurateConfig:
         """Validate and build; unknown keys and malformed stage entries are errors naming ``source``."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
@@ -48,7 +48,7 @@ class CurateConfig:
         return cfg
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "CurateConfig":
+    def from_yaml(cls, path: str | Path) -> CurateConfig:
         """Read a YAML file (the keys of this dataclass)."""
         data = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(data, dict):
@@ -75,4 +75,6 @@ def _stage_entry(entry, source: str, i: int) -> dict:
         if opts is not None and not isinstance(opts, dict):
             raise ValueError(f"{source}: stages[{i}] ({name}): options must be a mapping, got {opts!r}")
         return {name: dict(opts or {})}
-    raise ValueError(f"{source}: stages[{i}] must be a stage name or a one-key mapping {{name: {{options}}}}, got {entry!r}")
+    raise ValueError(
+        f"{source}: stages[{i}] must be a stage name or a one-key mapping {{name: {{options}}}}, got {entry!r}"
+    )

@@ -41,7 +41,7 @@ def ngram_hashes(text: str, n: int) -> np.ndarray:
     w = np.fromiter((xxhash.xxh64_intdigest(x.encode("utf-8", "surrogatepass")) for x in words), np.uint64, len(words))
     h = np.zeros(m, np.uint64)
     for k in range(n):  # Horner: h = sum_k w[i + k] * MULT^(n - 1 - k), wrapping at 2^64
-        h = h * _MULT + w[k:k + m]
+        h = h * _MULT + w[k : k + m]
     return h
 
 
@@ -84,8 +84,10 @@ def eval_files(path: str | Path) -> list[Path]:
     """``path`` itself, or the eval files (JSONL, JSON, CSV, Parquet, text) under the folder ``path``."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"{p} does not exist (give a GSM8K test.jsonl, an MMLU test/ "
-                                "folder of CSVs, or any JSONL/CSV/Parquet/text file or folder)")
+        raise FileNotFoundError(
+            f"{p} does not exist (give a GSM8K test.jsonl, an MMLU test/ "
+            "folder of CSVs, or any JSONL/CSV/Parquet/text file or folder)"
+        )
     if p.is_file():
         return [p]
     files = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(EVAL_SUFFIXES))

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import xxhash
 
 from cookmind.atomic import writing
+
 
 def line_hashes(text: str) -> np.ndarray:
     """xxh64 of every non-blank line (trailing whitespace ignored)."""
@@ -80,8 +81,9 @@ def _hash(line: str) -> int:
     return xxhash.xxh64_intdigest(line.rstrip().encode("utf-8", "surrogatepass"))
 
 
-def exact_line_dedup(input_files: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
-                     num_partitions: int = 16) -> list[Path]:
+def exact_line_dedup(
+    input_files: Sequence[str | os.PathLike], output_dir: str | os.PathLike, num_partitions: int = 16
+) -> list[Path]:
     """Rewrite each input file (one document each) into ``output_dir`` without corpus-duplicated lines."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -6,11 +6,11 @@ with a progress bar (tasks done, rate, ETA).
 
 from __future__ import annotations
 
-import os
 import multiprocessing as mp
+import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable, Sequence
 
 from tqdm import tqdm
 
@@ -52,8 +52,14 @@ class RayExecutor:
         if not ray.is_initialized():
             repo_root = str(Path(__file__).resolve().parents[2])
             env = {"env_vars": {"PYTHONPATH": repo_root + os.pathsep + os.environ.get("PYTHONPATH", "")}}
-            ray.init(address=address, num_cpus=num_cpus, runtime_env=env, include_dashboard=False,
-                     log_to_driver=False, ignore_reinit_error=True)
+            ray.init(
+                address=address,
+                num_cpus=num_cpus,
+                runtime_env=env,
+                include_dashboard=False,
+                log_to_driver=False,
+                ignore_reinit_error=True,
+            )
 
     def map(self, fn: Callable, args_list: Sequence[tuple], desc: str) -> list:
         remote = self.ray.remote(num_cpus=1)(fn)
@@ -72,7 +78,7 @@ class RayExecutor:
 
 
 def make_executor(kind: str, workers: int = 1, ray_address: str | None = None, progress: bool = True):
-    """"local" or "ray"."""
+    """ "local" or "ray"."""
     if kind == "local":
         return LocalExecutor(workers, progress)
     if kind == "ray":

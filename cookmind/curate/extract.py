@@ -20,7 +20,14 @@ def extract_text(html_bytes: bytes | str, main_content: bool = True) -> str | No
     (its boilerplate heuristics); lists, alt texts and forms are dropped too.
     """
     html = decode_html(html_bytes)
-    text = extract_plain_text(html, main_content=main_content, alt_texts=False, links=False,
-                              list_bullets=False, noscript=False, form_fields=False)
+    text = extract_plain_text(
+        html,
+        main_content=main_content,
+        alt_texts=False,
+        links=False,
+        list_bullets=False,
+        noscript=False,
+        form_fields=False,
+    )
     text = text.strip()
     return text or None

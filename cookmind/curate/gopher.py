@@ -24,21 +24,22 @@ class GopherConfig:
     max_words: int = 100_000
     min_mean_word_length: float = 3.0
     max_mean_word_length: float = 10.0
-    max_symbol_word_ratio: float = 0.1          # ("#" + ellipses) / words
-    max_bullet_lines_ratio: float = 0.9         # lines starting with a bullet
-    max_ellipsis_lines_ratio: float = 0.3       # lines ending in an ellipsis
-    min_alpha_words_ratio: float = 0.8          # words with at least one letter
-    min_stop_words: int = 2                     # of STOP_WORDS
-    max_dup_line_ratio: float = 0.3             # duplicated lines / lines
+    max_symbol_word_ratio: float = 0.1  # ("#" + ellipses) / words
+    max_bullet_lines_ratio: float = 0.9  # lines starting with a bullet
+    max_ellipsis_lines_ratio: float = 0.3  # lines ending in an ellipsis
+    min_alpha_words_ratio: float = 0.8  # words with at least one letter
+    min_stop_words: int = 2  # of STOP_WORDS
+    max_dup_line_ratio: float = 0.3  # duplicated lines / lines
     max_dup_para_ratio: float = 0.3
-    max_dup_line_char_ratio: float = 0.2        # chars in duplicated lines / chars
+    max_dup_line_char_ratio: float = 0.2  # chars in duplicated lines / chars
     max_dup_para_char_ratio: float = 0.2
     max_top_ngram_char_ratio: dict = dataclasses.field(default_factory=lambda: {2: 0.20, 3: 0.18, 4: 0.16})
     max_dup_ngram_char_ratio: dict = dataclasses.field(
-        default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
+        default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
+    )
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "GopherConfig":
+    def from_dict(cls, d: dict | None) -> GopherConfig:
         """A config from a mapping; unknown keys are an error naming them."""
         d = dict(d or {})
         known = {f.name for f in dataclasses.fields(cls)}
@@ -73,7 +74,7 @@ def _ngram_ids(word_ids: np.ndarray, n: int) -> np.ndarray:
     prime = np.uint64(1_000_003)
     h = np.zeros(len(word_ids) - n + 1, dtype=np.uint64)
     for k in range(n):
-        h = h * prime + word_ids[k:len(word_ids) - n + 1 + k]
+        h = h * prime + word_ids[k : len(word_ids) - n + 1 + k]
     return h
 
 
@@ -96,7 +97,7 @@ def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
             continue
         start = int(first[top])
         # share of characters in the most frequent n-gram, counted at each occurrence
-        ratio = int(lengths[start:start + n].sum()) * int(counts[top]) / total
+        ratio = int(lengths[start : start + n].sum()) * int(counts[top]) / total
         if ratio > bound:
             reasons.append(f"top_{n}gram_char_ratio")
     for n, bound in sorted(cfg.max_dup_ngram_char_ratio.items()):
@@ -108,7 +109,7 @@ def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
         if len(dup_starts) == 0:
             continue
         covered = np.zeros(len(words) + 1, dtype=np.int64)
-        np.add.at(covered, dup_starts, 1)       # +1 where a duplicated n-gram starts
+        np.add.at(covered, dup_starts, 1)  # +1 where a duplicated n-gram starts
         np.add.at(covered, dup_starts + n, -1)  # -1 where it ends: a prefix sum marks covered words
         mask = np.cumsum(covered)[:-1] > 0
         if int(lengths[mask].sum()) / total > bound:

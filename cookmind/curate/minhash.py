@@ -14,8 +14,8 @@ import os
 import re
 import shutil
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import xxhash
@@ -49,7 +49,7 @@ def shingles(text: str, ngrams: int = 5) -> np.ndarray:
     h = np.zeros(len(ids) - n + 1, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for k in range(n):  # id(w_i..w_{i+n-1}) = sum_k id(w_{i+k}) * P^(n-1-k)  mod 2^64
-            h = h * np.uint64(0x100000001B3) + ids[k:len(ids) - n + 1 + k]
+            h = h * np.uint64(0x100000001B3) + ids[k : len(ids) - n + 1 + k]
         return np.unique(_mix64(h))
 
 
@@ -73,7 +73,7 @@ def signature(shingle_ids: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarr
     """MinHash signature (num_hashes,) of one shingle set; an empty set gets all p (never matches less)."""
     if len(shingle_ids) == 0:
         return np.full(len(a), MERSENNE_31, dtype=np.uint64)
-    x = (shingle_ids & np.uint64(0xFFFFFFFF)) % MERSENNE_31   # x < p < 2^31, so a*x + b < 2^62: exact
+    x = (shingle_ids & np.uint64(0xFFFFFFFF)) % MERSENNE_31  # x < p < 2^31, so a*x + b < 2^62: exact
     return ((a[:, None] * x[None, :] + b[:, None]) % MERSENNE_31).min(axis=1)
 
 
@@ -85,7 +85,7 @@ def band_keys(signatures: np.ndarray, num_bands: int) -> np.ndarray:
     r = k // num_bands
     keys = np.empty((n, num_bands), dtype=np.uint64)
     for j in range(num_bands):
-        band = np.ascontiguousarray(signatures[:, j * r:(j + 1) * r])
+        band = np.ascontiguousarray(signatures[:, j * r : (j + 1) * r])
         keys[:, j] = [xxhash.xxh64_intdigest(row.tobytes(), seed=j) for row in band]
     return keys
 
@@ -125,8 +125,9 @@ class UnionFind:
             self.parent[max(rx, ry)] = min(rx, ry)
 
 
-def duplicate_clusters(shingle_sets: Sequence[np.ndarray], signatures: np.ndarray, num_bands: int,
-                       jaccard_threshold: float) -> list[int]:
+def duplicate_clusters(
+    shingle_sets: Sequence[np.ndarray], signatures: np.ndarray, num_bands: int, jaccard_threshold: float
+) -> list[int]:
     """For each document, the index of the document kept for its cluster (itself when it is kept)."""
     uf = UnionFind(len(shingle_sets))
     for i, j in sorted(candidate_pairs(band_keys(signatures, num_bands))):
@@ -135,8 +136,15 @@ def duplicate_clusters(shingle_sets: Sequence[np.ndarray], signatures: np.ndarra
     return [uf.find(i) for i in range(len(shingle_sets))]
 
 
-def minhash_dedup(input_files: Sequence[str | os.PathLike], num_hashes: int, num_bands: int, ngrams: int,
-                  jaccard_threshold: float, output_dir: str | os.PathLike, seed: int = 0) -> list[Path]:
+def minhash_dedup(
+    input_files: Sequence[str | os.PathLike],
+    num_hashes: int,
+    num_bands: int,
+    ngrams: int,
+    jaccard_threshold: float,
+    output_dir: str | os.PathLike,
+    seed: int = 0,
+) -> list[Path]:
     """Copy to ``output_dir`` every input file (one document each) except near-duplicates of an earlier one.
 
     Returns the written paths. Files keep their names; the first file of each cluster is kept.

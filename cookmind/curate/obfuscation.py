@@ -12,8 +12,20 @@ import functools
 import re
 
 # What each disguise character may stand for (a regex class).
-_LOOKALIKE = {"@": "a", "4": "a", "$": "s", "5": "s", "0": "o", "1": "[il]", "!": "[il]", "|": "[il]", "3": "e",
-              "7": "t", "*": "[a-z]", "#": "[a-z]"}
+_LOOKALIKE = {
+    "@": "a",
+    "4": "a",
+    "$": "s",
+    "5": "s",
+    "0": "o",
+    "1": "[il]",
+    "!": "[il]",
+    "|": "[il]",
+    "3": "e",
+    "7": "t",
+    "*": "[a-z]",
+    "#": "[a-z]",
+}
 
 # Where a disguised token may be: a letter beside a disguise character, or a run of three equal letters.
 # Only these spots are grown into tokens and looked at in Python; plain words are never visited.
@@ -43,7 +55,7 @@ def deobfuscate(text: str, vocabulary: frozenset[str]) -> tuple[str, int]:
             a -= 1
         while b < len(text) and text[b] in _TOKEN_CHARS:
             b += 1
-        if _in_word(text[a - 1:a]) or _in_word(text[b:b + 1]):
+        if _in_word(text[a - 1 : a]) or _in_word(text[b : b + 1]):
             continue  # part of a longer word (non-ASCII letters, underscores): not a token of its own
         spans.append((a, b))
     parts, last = [], 0
@@ -54,7 +66,7 @@ def deobfuscate(text: str, vocabulary: frozenset[str]) -> tuple[str, int]:
         if word is None or word == core.lower():
             continue
         count += 1
-        parts += [text[last:a], word, tok[len(core):]]
+        parts += [text[last:a], word, tok[len(core) :]]
         last = b
     return "".join(parts) + text[last:], count
 

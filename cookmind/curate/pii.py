@@ -13,8 +13,10 @@ EMAIL_TOKEN = "|||EMAIL_ADDRESS|||"
 PHONE_TOKEN = "|||PHONE_NUMBER|||"
 IP_TOKEN = "|||IP_ADDRESS|||"
 
-_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-                    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b")
+_EMAIL = re.compile(
+    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b"
+)
 
 # North American: optional +1 / 1-, area code (bare or in parentheses), 3 digits, 4 digits.
 _US_PHONE = r"(?:\+?1[\s.-]?)?(?:\(\d{3}\)|\d{3})[\s.-]?\d{3}[\s.-]?\d{4}"

@@ -99,9 +99,16 @@ def _segments(stages) -> list[list]:
     return segs
 
 
-def run_pipeline(config: CurateConfig, inputs: list[str], output: str | os.PathLike, executor: str = "local",
-                 workers: int | None = None, ray_address: str | None = None, restart: bool = False,
-                 progress: bool = True) -> RunResult:
+def run_pipeline(
+    config: CurateConfig,
+    inputs: list[str],
+    output: str | os.PathLike,
+    executor: str = "local",
+    workers: int | None = None,
+    ray_address: str | None = None,
+    restart: bool = False,
+    progress: bool = True,
+) -> RunResult:
     """Run ``config``'s stages over ``inputs`` into ``output`` (shard-NNNNN.<format> + report.{json,md})."""
     output = Path(output)
     work = output / WORK
@@ -121,20 +128,28 @@ def run_pipeline(config: CurateConfig, inputs: list[str], output: str | os.PathL
         seg_dir = work / f"{k:02d}-{'+'.join(s.name for s in seg)}"
         seg_dir.mkdir(parents=True, exist_ok=True)
         fmt = config.output_format if last else "jsonl.gz"
-        outs = [str((output if last else seg_dir) / f"shard-{i:05d}{suffix if last else '.jsonl.gz'}")
-                for i in range(len(specs))]
+        outs = [
+            str((output if last else seg_dir) / f"shard-{i:05d}{suffix if last else '.jsonl.gz'}")
+            for i in range(len(specs))
+        ]
         if not seg[0].corpus:
             dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
-            todo = [(seg, specs[i], outs[i], str(dones[i]), fmt) for i in range(len(specs))
-                    if not (dones[i].exists() and Path(outs[i]).exists())]
+            todo = [
+                (seg, specs[i], outs[i], str(dones[i]), fmt)
+                for i in range(len(specs))
+                if not (dones[i].exists() and Path(outs[i]).exists())
+            ]
             ex.map(run_doc_shard, todo, desc=f"curate {'+'.join(s.name for s in seg)}")
         else:
             stage = seg[0]
             scratch = seg_dir / "scratch"
             scratch.mkdir(exist_ok=True)
             scan_dones = [seg_dir / f"scan-{i:05d}.done" for i in range(len(specs))]
-            todo_scan = [(stage, specs[i], str(scratch), i, str(scan_dones[i])) for i in range(len(specs))
-                         if not scan_dones[i].exists()]
+            todo_scan = [
+                (stage, specs[i], str(scratch), i, str(scan_dones[i]))
+                for i in range(len(specs))
+                if not scan_dones[i].exists()
+            ]
             ex.map(run_scan, todo_scan, desc=f"curate {stage.name} scan")
             reduce_done = seg_dir / "reduce.done"
             if todo_scan or not reduce_done.exists():
@@ -142,8 +157,11 @@ def run_pipeline(config: CurateConfig, inputs: list[str], output: str | os.PathL
                 stage.reduce(scratch, len(specs))
                 _write_json(reduce_done, {"seconds": time.process_time() - t0})
             dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
-            todo = [(stage, specs[i], outs[i], str(scratch), i, fmt, str(dones[i])) for i in range(len(specs))
-                    if todo_scan or not (dones[i].exists() and Path(outs[i]).exists())]
+            todo = [
+                (stage, specs[i], outs[i], str(scratch), i, fmt, str(dones[i]))
+                for i in range(len(specs))
+                if todo_scan or not (dones[i].exists() and Path(outs[i]).exists())
+            ]
             ex.map(run_apply, todo, desc=f"curate {stage.name} apply")
             extra = sum(json.loads(d.read_text())["seconds"] for d in scan_dones)
             extra += json.loads(reduce_done.read_text())["seconds"]
@@ -169,14 +187,18 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool) -
     path = work / "run.json"
     if restart and work.exists():
         if not path.is_file():  # --restart deletes only what a curate run made
-            raise ValueError(f"{work} was not made by cookmind curate (it has no run.json); --restart deletes only "
-                             "a curate run's work folder: move it away or choose another --output")
+            raise ValueError(
+                f"{work} was not made by cookmind curate (it has no run.json); --restart deletes only "
+                "a curate run's work folder: move it away or choose another --output"
+            )
         shutil.rmtree(work)
     if path.exists():
         old = json.loads(path.read_text())
         if old != json.loads(json.dumps(stamp)):
-            raise ValueError(f"{work} holds a run with another config or other inputs; pass --restart to "
-                             "start over, or choose another --output")
+            raise ValueError(
+                f"{work} holds a run with another config or other inputs; pass --restart to "
+                "start over, or choose another --output"
+            )
         return
     work.mkdir(parents=True, exist_ok=True)
     _write_json(path, stamp)

@@ -10,8 +10,8 @@ import gzip
 import io
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from cookmind.atomic import temp_path
 
@@ -24,10 +24,14 @@ SIDE_FILE_SUFFIXES = (".json", ".md", ".done", ".npz", ".npy", ".yaml", ".yml")
 
 
 def kind_of(path: Path) -> str:
-    """"html" | "warc" | "jsonl" | "parquet" | "text" by file name."""
+    """ "html" | "warc" | "jsonl" | "parquet" | "text" by file name."""
     name = path.name.lower()
-    for kind, suffixes in (("warc", WARC_SUFFIXES), ("jsonl", JSONL_SUFFIXES), ("parquet", PARQUET_SUFFIXES),
-                           ("html", HTML_SUFFIXES)):
+    for kind, suffixes in (
+        ("warc", WARC_SUFFIXES),
+        ("jsonl", JSONL_SUFFIXES),
+        ("parquet", PARQUET_SUFFIXES),
+        ("html", HTML_SUFFIXES),
+    ):
         if name.endswith(suffixes):
             return kind
     return "text"
@@ -41,19 +45,24 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
         path = Path(raw)
         if path.is_dir():
             # a folder's side files (manifests, reports, markers) are not documents
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
-                           and not p.name.endswith(SIDE_FILE_SUFFIXES))
+            files = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and not p.name.startswith(".") and not p.name.endswith(SIDE_FILE_SUFFIXES)
+            )
         elif path.is_file():
             files = [path]
         else:
-            raise FileNotFoundError(f"input {path} does not exist (give files or folders of HTML, WARC, JSONL, Parquet)")
+            raise FileNotFoundError(
+                f"input {path} does not exist (give files or folders of HTML, WARC, JSONL, Parquet)"
+            )
         for f in files:
             if kind_of(f) in ("html", "text"):
                 loose.append(str(f))
             else:
                 shards.append([str(f)])
     for i in range(0, len(loose), HTML_FILES_PER_SHARD):
-        shards.append(loose[i:i + HTML_FILES_PER_SHARD])
+        shards.append(loose[i : i + HTML_FILES_PER_SHARD])
     if not shards:
         raise ValueError(f"no input files found in {list(map(str, inputs))}")
     return shards
@@ -101,7 +110,9 @@ def read_jsonl(path: Path) -> Iterator[dict]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object") from None
+                raise ValueError(
+                    f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object"
+                ) from None
             if not isinstance(rec, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
             yield rec
@@ -149,8 +160,12 @@ def write_shard(docs: Iterable[dict], path: str | os.PathLike, fmt: str | None =
 
             rows = list(docs)
             n = len(rows)
-            pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({"id": pa.array([], pa.string()),
-                                                                            "text": pa.array([], pa.string())}), tmp)
+            pq.write_table(
+                pa.Table.from_pylist(rows)
+                if rows
+                else pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}),
+                tmp,
+            )
         else:
             raw = gzip.open(tmp, "wb", compresslevel=3) if fmt == "jsonl.gz" else open(tmp, "wb")
             with raw:

@@ -109,8 +109,11 @@ class PiiStage(DocStage):
         from cookmind.curate.pii import mask_emails, mask_ips, mask_phone_numbers
 
         text = doc["text"]
-        for enabled, fn, key in ((self.emails, mask_emails, "emails"), (self.ips, mask_ips, "ips"),
-                                 (self.phones, mask_phone_numbers, "phones")):
+        for enabled, fn, key in (
+            (self.emails, mask_emails, "emails"),
+            (self.ips, mask_ips, "ips"),
+            (self.phones, mask_phone_numbers, "phones"),
+        ):
             if enabled:
                 text, n = fn(text)
                 stats.counters[f"{key}_masked"] += n
@@ -147,8 +150,13 @@ class ToxicStage(DocStage):
 
     name = "toxic"
 
-    def __init__(self, threshold: float = 0.5, line_threshold: float = 0.9, max_toxic_line_share: float = 0.1,
-                 model: str | None = None):
+    def __init__(
+        self,
+        threshold: float = 0.5,
+        line_threshold: float = 0.9,
+        max_toxic_line_share: float = 0.1,
+        model: str | None = None,
+    ):
         self.threshold = float(threshold)
         self.line_threshold = float(line_threshold)
         self.max_share = float(max_toxic_line_share)
@@ -178,7 +186,7 @@ class ToxicStage(DocStage):
         probs = _profanity().predict_prob(flat) if flat else []
         keep, k = [], len(docs)
         for i, ls in enumerate(lines):
-            line_probs = probs[k:k + len(ls)]
+            line_probs = probs[k : k + len(ls)]
             k += len(ls)
             if probs[i] >= self.threshold:
                 stats.reasons["toxic"] += 1
@@ -200,8 +208,10 @@ class QualityStage(DocStage):
         if not model:
             raise ValueError("stage quality: needs `model:` (train one with `cookmind curate train-classifier`)")
         if not os.path.isfile(model):
-            raise FileNotFoundError(f"stage quality: model {model} does not exist; train one with "
-                                    "`cookmind curate train-classifier --input labelled.jsonl --output MODEL`")
+            raise FileNotFoundError(
+                f"stage quality: model {model} does not exist; train one with "
+                "`cookmind curate train-classifier --input labelled.jsonl --output MODEL`"
+            )
         self.model, self.threshold, self.good_label = str(model), float(threshold), good_label
 
     def process(self, doc, stats):
@@ -236,8 +246,10 @@ class DecontaminateStage(DocStage):
         if isinstance(eval_sets, (list, tuple)):
             eval_sets = {"/".join(Path(p).with_suffix("").parts[-2:]): p for p in eval_sets}
         if not eval_sets:
-            raise ValueError("stage decontaminate: names no eval sets; give eval_sets: {gsm8k: "
-                             "path/to/gsm8k/test.jsonl, mmlu: path/to/mmlu/test}")
+            raise ValueError(
+                "stage decontaminate: names no eval sets; give eval_sets: {gsm8k: "
+                "path/to/gsm8k/test.jsonl, mmlu: path/to/mmlu/test}"
+            )
         if int(ngram) < 1 or int(min_matches) < 1:
             raise ValueError(f"stage decontaminate: ngram ({ngram}) and min_matches ({min_matches}) must be >= 1")
         self.ngram, self.min_matches = int(ngram), int(min_matches)
@@ -249,8 +261,11 @@ class DecontaminateStage(DocStage):
                 raise type(exc)(f"stage decontaminate: eval set {set_name}: {exc}") from None
             self.sets.append(es)
             note = f"; {es.short} shorter than {self.ngram} words cannot match" if es.short else ""
-            print(f"decontaminate: {set_name} ({path}): {es.items} items, {len(es.hashes)} distinct "
-                  f"{self.ngram}-grams{note}", file=sys.stderr)
+            print(
+                f"decontaminate: {set_name} ({path}): {es.items} items, {len(es.hashes)} distinct "
+                f"{self.ngram}-grams{note}",
+                file=sys.stderr,
+            )
 
     def process(self, doc, stats):
         from cookmind.curate.decontaminate import ngram_hashes
@@ -314,8 +329,9 @@ class MinHashStage(CorpusStage):
 
     name = "minhash"
 
-    def __init__(self, num_hashes: int = 128, num_bands: int = 16, ngrams: int = 5,
-                 jaccard_threshold: float = 0.8, seed: int = 0):
+    def __init__(
+        self, num_hashes: int = 128, num_bands: int = 16, ngrams: int = 5, jaccard_threshold: float = 0.8, seed: int = 0
+    ):
         if num_hashes % num_bands:
             raise ValueError(f"stage minhash: num_hashes {num_hashes} is not divisible by num_bands {num_bands}")
         self.num_hashes, self.num_bands, self.ngrams = int(num_hashes), int(num_bands), int(ngrams)
@@ -330,10 +346,13 @@ class MinHashStage(CorpusStage):
             sigs.append(minhash.signature(s, a, b))
             text_ids.append(xxhash.xxh64_intdigest(doc["text"].encode()))
         lengths = np.array([len(s) for s in sets], dtype=np.int64)
-        _savez(scratch / f"scan-{idx:05d}.npz",
-               sigs=np.stack(sigs) if sigs else np.zeros((0, self.num_hashes), np.uint64),
-               shingles=np.concatenate(sets) if sets else np.zeros(0, np.uint64),
-               lengths=lengths, text_ids=np.array(text_ids, dtype=np.uint64))
+        _savez(
+            scratch / f"scan-{idx:05d}.npz",
+            sigs=np.stack(sigs) if sigs else np.zeros((0, self.num_hashes), np.uint64),
+            shingles=np.concatenate(sets) if sets else np.zeros(0, np.uint64),
+            lengths=lengths,
+            text_ids=np.array(text_ids, dtype=np.uint64),
+        )
 
     def reduce(self, scratch, num_shards):
         sigs, sets, text_ids, owner = [], [], [], []
@@ -343,7 +362,7 @@ class MinHashStage(CorpusStage):
                 text_ids.append(z["text_ids"])
                 ends = np.cumsum(z["lengths"])
                 sh = z["shingles"]
-                sets += [sh[e - n:e] for e, n in zip(ends, z["lengths"])]
+                sets += [sh[e - n : e] for e, n in zip(ends, z["lengths"])]
                 owner += [(idx, i) for i in range(len(z["lengths"]))]
         all_sigs = np.concatenate(sigs) if sigs else np.zeros((0, self.num_hashes), np.uint64)
         all_text = np.concatenate(text_ids) if text_ids else np.zeros(0, np.uint64)
@@ -352,7 +371,9 @@ class MinHashStage(CorpusStage):
         for g, root in enumerate(keep):
             if root != g:
                 shard_idx, local = owner[g]
-                removed[shard_idx][str(local)] = "exact_duplicate" if all_text[g] == all_text[root] else "near_duplicate"
+                removed[shard_idx][str(local)] = (
+                    "exact_duplicate" if all_text[g] == all_text[root] else "near_duplicate"
+                )
         for idx, rem in removed.items():
             _write_json(scratch / f"remove-{idx:05d}.json", rem)
 
@@ -399,9 +420,21 @@ class ExactLinesStage(CorpusStage):
         return True
 
 
-STAGES: dict[str, type] = {cls.name: cls for cls in (ExtractStage, GopherStage, LangIdStage, PiiStage, NsfwStage,
-                                                      ToxicStage, QualityStage, DecontaminateStage, MinHashStage,
-                                                      ExactLinesStage)}
+STAGES: dict[str, type] = {
+    cls.name: cls
+    for cls in (
+        ExtractStage,
+        GopherStage,
+        LangIdStage,
+        PiiStage,
+        NsfwStage,
+        ToxicStage,
+        QualityStage,
+        DecontaminateStage,
+        MinHashStage,
+        ExactLinesStage,
+    )
+}
 
 
 def build_stage(name: str, options: dict | None):

@@ -20,7 +20,7 @@ class StageStats:
     docs_out: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
-    reasons: Counter = dataclasses.field(default_factory=Counter)   # removal reason -> documents
+    reasons: Counter = dataclasses.field(default_factory=Counter)  # removal reason -> documents
     counters: Counter = dataclasses.field(default_factory=Counter)  # e.g. emails masked, lines removed
     seconds: float = 0.0
 
@@ -28,7 +28,7 @@ class StageStats:
     def removed(self) -> int:
         return self.docs_in - self.docs_out
 
-    def merge(self, other: "StageStats") -> "StageStats":
+    def merge(self, other: StageStats) -> StageStats:
         """Add another shard's numbers into this one."""
         self.docs_in += other.docs_in
         self.docs_out += other.docs_out
@@ -40,15 +40,30 @@ class StageStats:
         return self
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "docs_in": self.docs_in, "kept": self.docs_out, "removed": self.removed,
-                "bytes_in": self.bytes_in, "bytes_out": self.bytes_out, "reasons": dict(sorted(self.reasons.items())),
-                "counters": dict(sorted(self.counters.items())), "seconds": round(self.seconds, 4)}
+        return {
+            "name": self.name,
+            "docs_in": self.docs_in,
+            "kept": self.docs_out,
+            "removed": self.removed,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "reasons": dict(sorted(self.reasons.items())),
+            "counters": dict(sorted(self.counters.items())),
+            "seconds": round(self.seconds, 4),
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "StageStats":
-        return cls(name=d["name"], docs_in=d["docs_in"], docs_out=d["kept"], bytes_in=d["bytes_in"],
-                   bytes_out=d["bytes_out"], reasons=Counter(d["reasons"]), counters=Counter(d["counters"]),
-                   seconds=d["seconds"])
+    def from_dict(cls, d: dict) -> StageStats:
+        return cls(
+            name=d["name"],
+            docs_in=d["docs_in"],
+            docs_out=d["kept"],
+            bytes_in=d["bytes_in"],
+            bytes_out=d["bytes_out"],
+            reasons=Counter(d["reasons"]),
+            counters=Counter(d["counters"]),
+            seconds=d["seconds"],
+        )
 
 
 def text_bytes(doc: dict) -> int:
@@ -61,15 +76,23 @@ def text_bytes(doc: dict) -> int:
 
 def render_markdown(stages: list[StageStats], title: str = "Curation report") -> str:
     """A Markdown table, one row per stage in pipeline order, then the removal reasons."""
-    lines = [f"# {title}", "", "| stage | in | kept | removed | removed % | MB in | MB out | CPU s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# {title}",
+        "",
+        "| stage | in | kept | removed | removed % | MB in | MB out | CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for s in stages:
         pct = 100.0 * s.removed / s.docs_in if s.docs_in else 0.0
-        lines.append(f"| {s.name} | {s.docs_in} | {s.docs_out} | {s.removed} | {pct:.1f} | "
-                     f"{s.bytes_in / 1e6:.3f} | {s.bytes_out / 1e6:.3f} | {s.seconds:.2f} |")
+        lines.append(
+            f"| {s.name} | {s.docs_in} | {s.docs_out} | {s.removed} | {pct:.1f} | "
+            f"{s.bytes_in / 1e6:.3f} | {s.bytes_out / 1e6:.3f} | {s.seconds:.2f} |"
+        )
     lines += ["", "## Reasons and counters", ""]
     for s in stages:
-        parts = [f"{k}: {v}" for k, v in sorted(s.reasons.items())] + [f"{k}: {v}" for k, v in sorted(s.counters.items())]
+        parts = [f"{k}: {v}" for k, v in sorted(s.reasons.items())] + [
+            f"{k}: {v}" for k, v in sorted(s.counters.items())
+        ]
         if parts:
             lines.append(f"- **{s.name}**: " + ", ".join(parts))
     return "\n".join(lines) + "\n"
@@ -79,9 +102,11 @@ def write_report(stages: list[StageStats], out_dir: str | os.PathLike) -> tuple[
     """``report.json`` and ``report.md`` in ``out_dir``, each written atomically."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    payload = {"stages": [s.to_dict() for s in stages],
-               "input_docs": stages[0].docs_in if stages else 0,
-               "output_docs": stages[-1].docs_out if stages else 0}
+    payload = {
+        "stages": [s.to_dict() for s in stages],
+        "input_docs": stages[0].docs_in if stages else 0,
+        "output_docs": stages[-1].docs_out if stages else 0,
+    }
     paths = []
     for name, body in (("report.json", json.dumps(payload, indent=2) + "\n"), ("report.md", render_markdown(stages))):
         write_text(out_dir / name, body)

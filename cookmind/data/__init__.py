@@ -11,6 +11,16 @@ from cookmind.data.sampler import ResumableDistributedSampler
 from cookmind.data.seq_dataset import SeqDataset
 from cookmind.data.sft_dataset import IGNORE_INDEX, SFTDataset
 
-__all__ = ["IGNORE_INDEX", "DPODataset", "DatasetFactory", "GRPODataset", "ResumableDataLoader",
-           "ResumableDistributedSampler", "SFTDataset", "SeqDataset", "build_dataloader", "collate_for",
-           "doc_attention_mask"]
+__all__ = [
+    "IGNORE_INDEX",
+    "DPODataset",
+    "DatasetFactory",
+    "GRPODataset",
+    "ResumableDataLoader",
+    "ResumableDistributedSampler",
+    "SFTDataset",
+    "SeqDataset",
+    "build_dataloader",
+    "collate_for",
+    "doc_attention_mask",
+]

@@ -23,8 +23,10 @@ class DPODataset(Dataset):
         if window_size <= 0:
             raise ValueError(f"window_size must be positive, got {window_size}")
         self.store, self.window_size = store, window_size
-        keep = np.intersect1d(supervised_records(store, "chosen_mask", window_size),
-                              supervised_records(store, "rejected_mask", window_size))
+        keep = np.intersect1d(
+            supervised_records(store, "chosen_mask", window_size),
+            supervised_records(store, "rejected_mask", window_size),
+        )
         self.indices = keep
         self.num_dropped = len(store) - len(keep)
         longest = np.maximum(store.lengths("chosen")[keep], store.lengths("rejected")[keep])

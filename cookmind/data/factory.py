@@ -17,9 +17,17 @@ class DatasetFactory:
     _datasets = {"seq": SeqDataset, "sft": SFTDataset, "dpo": DPODataset, "grpo": GRPODataset}
 
     @classmethod
-    def load(cls, train_type: str, load_path, window_size: int, stride: int | None = None,
-             storage_type: str | None = None, tokenizer_fingerprint: str | None = None,
-             tokenizer_path: str | None = None, **options):
+    def load(
+        cls,
+        train_type: str,
+        load_path,
+        window_size: int,
+        stride: int | None = None,
+        storage_type: str | None = None,
+        tokenizer_fingerprint: str | None = None,
+        tokenizer_path: str | None = None,
+        **options,
+    ):
         """Open the store at ``load_path`` and return its ``train_type`` dataset.
 
         ``stride`` applies to seq windows only. ``options`` go to the dataset class
@@ -31,8 +39,10 @@ class DatasetFactory:
             raise ValueError(f"unknown train type {train_type!r}; choose one of {sorted(cls._datasets)}")
         store = TokenStore(load_path, storage_type)
         if store.train_type != train_type:
-            raise StoreError(f"{load_path} is a {store.train_type!r} store, not {train_type!r}; "
-                             f"pack it with `cookmind pack --train-type {train_type}`")
+            raise StoreError(
+                f"{load_path} is a {store.train_type!r} store, not {train_type!r}; "
+                f"pack it with `cookmind pack --train-type {train_type}`"
+            )
         if tokenizer_fingerprint is not None:
             store.check_tokenizer(tokenizer_fingerprint, tokenizer_path)
         klass = cls._datasets[train_type]

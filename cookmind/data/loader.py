@@ -40,10 +40,22 @@ def _batch_size(batch: dict) -> int:
     return 0
 
 
-def build_dataloader(dataset, train_type: str, batch_size: int, pad_id: int, num_replicas: int = 1, rank: int = 0,
-                     shuffle: bool = True, seed: int = 0, drop_last: bool = False, num_workers: int = 0,
-                     pin_memory: bool = False, prefetch_factor: int | None = None,
-                     persistent_workers: bool = False, doc_mask: bool = False) -> ResumableDataLoader:
+def build_dataloader(
+    dataset,
+    train_type: str,
+    batch_size: int,
+    pad_id: int,
+    num_replicas: int = 1,
+    rank: int = 0,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = False,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    prefetch_factor: int | None = None,
+    persistent_workers: bool = False,
+    doc_mask: bool = False,
+) -> ResumableDataLoader:
     """A resumable loader over ``dataset`` for one rank: sampler + collate + DataLoader settings.
 
     An h5-backed dataset is moved to shared memory first when workers are used.
@@ -56,7 +68,14 @@ def build_dataloader(dataset, train_type: str, batch_size: int, pad_id: int, num
     if num_workers > 0:
         kwargs["prefetch_factor"] = prefetch_factor or 2
         kwargs["persistent_workers"] = persistent_workers
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                        pin_memory=pin_memory and torch.cuda.is_available(),
-                        collate_fn=collate_for(train_type, pad_id, doc_mask=doc_mask), drop_last=drop_last, **kwargs)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        pin_memory=pin_memory and torch.cuda.is_available(),
+        collate_fn=collate_for(train_type, pad_id, doc_mask=doc_mask),
+        drop_last=drop_last,
+        **kwargs,
+    )
     return ResumableDataLoader(loader, sampler)

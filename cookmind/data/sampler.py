@@ -28,8 +28,15 @@ from torch.utils.data import Sampler
 class ResumableDistributedSampler(Sampler[int]):
     """Shuffle, pad or drop to divide evenly, slice per rank; ``state_dict`` holds epoch + consumed."""
 
-    def __init__(self, dataset, num_replicas: int = 1, rank: int = 0, shuffle: bool = True,
-                 seed: int = 0, drop_last: bool = False):
+    def __init__(
+        self,
+        dataset,
+        num_replicas: int = 1,
+        rank: int = 0,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ):
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError(f"need 0 <= rank < num_replicas, got rank={rank}, num_replicas={num_replicas}")
         self.num_samples_total = len(dataset)
@@ -50,7 +57,7 @@ class ResumableDistributedSampler(Sampler[int]):
     def _remaining(self) -> torch.Tensor:
         perm = self.permutation(self.epoch)
         n, r = len(perm), self.num_replicas
-        rest = perm[min(self.consumed, n):]
+        rest = perm[min(self.consumed, n) :]
         if self.drop_last:
             return rest[: len(rest) - len(rest) % r]
         pad = (-len(rest)) % r
@@ -87,15 +94,25 @@ class ResumableDistributedSampler(Sampler[int]):
 
     def state_dict(self) -> dict:
         """Epoch, global samples consumed this epoch, and what fixes the order."""
-        return {"epoch": self.epoch, "consumed": self.consumed, "seed": self.seed, "shuffle": self.shuffle,
-                "num_samples": self.num_samples_total, "num_replicas": self.num_replicas}
+        return {
+            "epoch": self.epoch,
+            "consumed": self.consumed,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "num_samples": self.num_samples_total,
+            "num_replicas": self.num_replicas,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from ``state_dict()``; a different dataset size or seed is refused."""
         if state["num_samples"] != self.num_samples_total:
-            raise ValueError(f"sampler state is for a dataset of {state['num_samples']} samples, this one has "
-                             f"{self.num_samples_total}; resume with the same data and window settings")
+            raise ValueError(
+                f"sampler state is for a dataset of {state['num_samples']} samples, this one has "
+                f"{self.num_samples_total}; resume with the same data and window settings"
+            )
         if state["seed"] != self.seed or state["shuffle"] != self.shuffle:
-            raise ValueError(f"sampler state has seed={state['seed']} shuffle={state['shuffle']}, this sampler "
-                             f"seed={self.seed} shuffle={self.shuffle}; the order would differ")
+            raise ValueError(
+                f"sampler state has seed={state['seed']} shuffle={state['shuffle']}, this sampler "
+                f"seed={self.seed} shuffle={self.shuffle}; the order would differ"
+            )
         self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])

@@ -29,10 +29,10 @@ def supervised_records(store: TokenStore, mask_key: str, window_size: int, block
         for b0 in range(0, len(off) - 1, block):
             b1 = min(b0 + block, len(off) - 1)
             lo = off[b0]
-            span = np.asarray(m[lo:off[b1]])
+            span = np.asarray(m[lo : off[b1]])
             cs = np.concatenate([[0], np.cumsum(span, dtype=np.int64)])  # cs[k] = sum(span[:k])
             starts = off[b0:b1] - lo
-            stops = np.minimum(starts + window_size, off[b0 + 1:b1 + 1] - lo)
+            stops = np.minimum(starts + window_size, off[b0 + 1 : b1 + 1] - lo)
             keep.append(np.nonzero(cs[stops] - cs[starts] > 0)[0] + base + b0)
         base += len(off) - 1
     return np.concatenate(keep).astype(np.int64) if keep else np.zeros(0, np.int64)
@@ -42,15 +42,17 @@ class SFTDataset(Dataset):
     """Items ``{"input_ids", "labels"}`` of one conversation truncated to ``window_size``.
 
     A conversation whose supervised tokens all fall past the window is dropped; ``num_dropped``
-    counts them, and ``num_truncated`` the kept ones that lose their tail to the window. ``pad_to_window`` right-pads every item to ``window_size`` with ``pad_id``
+    counts them, and ``num_truncated`` the kept ones that lose their tail to the window. ``pad_to_window`` right-pads
+    every item to ``window_size`` with ``pad_id``
     (labels -100); otherwise items keep their length and ``collate_for("sft", pad_id)`` pads the
     batch. ``packing=True`` fills each window with whole conversations in order (first fit)
     and adds ``position_ids`` that restart per conversation, so attention can be kept to one
     conversation with ``doc_attention_mask``.
     """
 
-    def __init__(self, store: TokenStore, window_size: int, packing: bool = False,
-                 pad_to_window: bool = False, pad_id: int = 0):
+    def __init__(
+        self, store: TokenStore, window_size: int, packing: bool = False, pad_to_window: bool = False, pad_id: int = 0
+    ):
         if window_size <= 0:
             raise ValueError(f"window_size must be positive, got {window_size}")
         self.store, self.window_size, self.packing = store, window_size, packing
@@ -87,9 +89,11 @@ class SFTDataset(Dataset):
             item = {"input_ids": ids, "labels": labels}
         else:
             parts = [self._conversation(int(j)) for j in self.bins[i]]
-            item = {"input_ids": np.concatenate([p[0] for p in parts]),
-                    "labels": np.concatenate([p[1] for p in parts]),
-                    "position_ids": np.concatenate([np.arange(len(p[0])) for p in parts])}
+            item = {
+                "input_ids": np.concatenate([p[0] for p in parts]),
+                "labels": np.concatenate([p[1] for p in parts]),
+                "position_ids": np.concatenate([np.arange(len(p[0])) for p in parts]),
+            }
         if self.pad_to_window:
             item = pad_item(item, self.window_size, self.pad_id)
         return {k: torch.from_numpy(np.asarray(v, dtype=np.int64)) for k, v in item.items()}

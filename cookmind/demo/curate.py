@@ -17,10 +17,13 @@ def train_quality_model(path: Path, seed: int = 0, num_pages: int = 300, progres
     """Train the demo's quality classifier on a separate synthetic crawl (good pages vs spam)."""
     from cookmind.synthetic.crawl import labelled_pages
 
-    records = [{"text": extract_text(r["html"]) or "", "label": r["label"]}
-               for r in labelled_pages(num_pages, seed=seed + 1000)]
-    model = train_classifier(records, cfg=ClassifierConfig(dim=16, bucket=1 << 15, epoch=10, lr=1.0, seed=seed),
-                             progress=progress)
+    records = [
+        {"text": extract_text(r["html"]) or "", "label": r["label"]}
+        for r in labelled_pages(num_pages, seed=seed + 1000)
+    ]
+    model = train_classifier(
+        records, cfg=ClassifierConfig(dim=16, bucket=1 << 15, epoch=10, lr=1.0, seed=seed), progress=progress
+    )
     return model.save(path)
 
 
@@ -43,8 +46,15 @@ def demo_stage(workdir: Path, seed: int = 0, num_pages: int = 600, workers: int 
     crawl_dir, out_dir = workdir / "crawl", workdir / "curated"
     manifest = write_crawl(crawl_dir, num_pages=num_pages, seed=seed, num_shards=max(2, workers))
     model = train_quality_model(workdir / "quality.npz", seed=seed)
-    result = run_pipeline(demo_config(model), [str(crawl_dir)], out_dir, executor="local", workers=workers,
-                          restart=True, progress=progress)
+    result = run_pipeline(
+        demo_config(model),
+        [str(crawl_dir)],
+        out_dir,
+        executor="local",
+        workers=workers,
+        restart=True,
+        progress=progress,
+    )
     text_path = workdir / "curated.jsonl"
     n = nbytes = 0
     with writing(text_path) as f:
@@ -52,7 +62,14 @@ def demo_stage(workdir: Path, seed: int = 0, num_pages: int = 600, workers: int 
             f.write(json.dumps({"text": doc["text"]}, ensure_ascii=False) + "\n")
             n += 1
             nbytes += len(doc["text"].encode("utf-8"))
-    return {"text_path": text_path, "report_md": result.report_md, "report_json": result.report_json,
-            "stages": [s.to_dict() for s in result.stages], "manifest": manifest,
-            "docs_in": result.stages[0].docs_in, "docs_out": n, "bytes_out": nbytes,
-            "seconds": round(time.time() - t0, 2)}
+    return {
+        "text_path": text_path,
+        "report_md": result.report_md,
+        "report_json": result.report_json,
+        "stages": [s.to_dict() for s in result.stages],
+        "manifest": manifest,
+        "docs_in": result.stages[0].docs_in,
+        "docs_out": n,
+        "bytes_out": nbytes,
+        "seconds": round(time.time() - t0, 2),
+    }

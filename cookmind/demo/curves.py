@@ -7,8 +7,9 @@ from pathlib import Path
 from cookmind.atomic import writing
 
 
-def plot_grpo_curves(history: list[dict], path, before: float | None = None, title: str = "GRPO",
-                     before_length: float | None = None) -> Path:
+def plot_grpo_curves(
+    history: list[dict], path, before: float | None = None, title: str = "GRPO", before_length: float | None = None
+) -> Path:
     """Left: mean reward and rollout accuracy per step. Middle: held-out accuracy at eval steps.
     Right: response length in tokens (rollouts per step; held-out greedy answers at eval steps)."""
     import matplotlib
@@ -24,8 +25,8 @@ def plot_grpo_curves(history: list[dict], path, before: float | None = None, tit
     rewards = [h["reward"] for h in history]
     w = 10  # a 10-step moving average: one step's 8 problems are a noisy sample
     if len(rewards) >= w:
-        avg = [sum(rewards[i - w + 1: i + 1]) / w for i in range(w - 1, len(rewards))]
-        a.plot(steps[w - 1:], avg, label=f"reward, {w}-step mean", lw=2, color="black")
+        avg = [sum(rewards[i - w + 1 : i + 1]) / w for i in range(w - 1, len(rewards))]
+        a.plot(steps[w - 1 :], avg, label=f"reward, {w}-step mean", lw=2, color="black")
     if any("format_reward" in h for h in history):
         a.plot(steps, [h.get("format_reward", float("nan")) for h in history], label="format reward", lw=1, alpha=0.6)
     a.set_xlabel("step")
@@ -33,7 +34,10 @@ def plot_grpo_curves(history: list[dict], path, before: float | None = None, tit
     a.set_title("training rollouts")
     a.legend(loc="lower right", fontsize=8)
     ev = [(h["step"], h["eval_accuracy"]) for h in history if "eval_accuracy" in h]
-    xs, ys = ([0] if before is not None else []) + [s for s, _ in ev], ([before] if before is not None else []) + [v for _, v in ev]
+    xs, ys = (
+        ([0] if before is not None else []) + [s for s, _ in ev],
+        ([before] if before is not None else []) + [v for _, v in ev],
+    )
     b.plot(xs, ys, marker="o")
     b.set_xlabel("step")
     b.set_ylim(-0.02, 1.02)

@@ -16,9 +16,10 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -56,17 +57,43 @@ class DemoSizes:
     sft_steps: int = 500
     dpo_steps: int = 100
     crawl_pages: int = 300
-    model: dict[str, Any] = field(default_factory=lambda: dict(
-        hidden_size=128, intermediate_size=352, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=256, tie_word_embeddings=True))
+    model: dict[str, Any] = field(
+        default_factory=lambda: dict(
+            hidden_size=128,
+            intermediate_size=352,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            tie_word_embeddings=True,
+        )
+    )
 
     @classmethod
     def quick(cls) -> DemoSizes:
         """A smoke-test size: every stage runs, in well under a minute."""
-        return cls(stories=150, pretrain_problems=100, sft_chats=120, dpo_pairs=40, val_items=20, eval_problems=20,
-                   vocab_size=300, pretrain_steps=6, sft_steps=4, dpo_steps=3, crawl_pages=40,
-                   model=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                              num_key_value_heads=1, max_position_embeddings=128, tie_word_embeddings=True))
+        return cls(
+            stories=150,
+            pretrain_problems=100,
+            sft_chats=120,
+            dpo_pairs=40,
+            val_items=20,
+            eval_problems=20,
+            vocab_size=300,
+            pretrain_steps=6,
+            sft_steps=4,
+            dpo_steps=3,
+            crawl_pages=40,
+            model=dict(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                max_position_embeddings=128,
+                tie_word_embeddings=True,
+            ),
+        )
 
 
 @dataclass
@@ -106,11 +133,13 @@ def stage_curate(ctx: DemoContext) -> dict[str, Any]:
         return {"skipped": "--skip-curate"}
     from cookmind.demo.curate import demo_stage
 
-    out = demo_stage(ctx.workdir / "curate", seed=ctx.seed, num_pages=ctx.sizes.crawl_pages,
-                     progress=ctx.progress)
+    out = demo_stage(ctx.workdir / "curate", seed=ctx.seed, num_pages=ctx.sizes.crawl_pages, progress=ctx.progress)
     ctx.paths["curated"] = Path(out["text_path"])
-    res = {k: (str(v) if isinstance(v, Path) else v) for k, v in out.items()
-           if k in ("text_path", "docs_in", "docs_out", "bytes_out", "seconds", "report_md")}
+    res = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in out.items()
+        if k in ("text_path", "docs_in", "docs_out", "bytes_out", "seconds", "report_md")
+    }
     res["planted"] = out["manifest"]["kinds"]  # what the crawl contains, to read the removals against
     return res
 
@@ -127,22 +156,35 @@ def stage_data(ctx: DemoContext) -> dict[str, Any]:
     _write_jsonl(d / "eval_problems.jsonl", [p.to_dict() | {"value": p.value} for p in held_out])
 
     texts = stories(s.stories + s.val_items, seed=ctx.seed)
-    problems = arithmetic_problems(s.pretrain_problems, seed=ctx.seed + 2, level=s.level, max_number=s.max_number,
-                                   exclude=exclude)
+    problems = arithmetic_problems(
+        s.pretrain_problems, seed=ctx.seed + 2, level=s.level, max_number=s.max_number, exclude=exclude
+    )
     docs = texts[: s.stories] + [f"Question: {p.question}\nAnswer: {p.answer}" for p in problems]
     _shuffle(docs, ctx.seed)
     _write_jsonl(d / "pretrain.jsonl", [{"text": t} for t in docs])
-    _write_jsonl(d / "pretrain_val.jsonl", [{"text": t} for t in texts[s.stories:]])
+    _write_jsonl(d / "pretrain_val.jsonl", [{"text": t} for t in texts[s.stories :]])
 
-    sft = chats(s.sft_chats + s.val_items, seed=ctx.seed + 3, level=s.level, max_number=s.max_number, exclude=exclude,
-                worked_fraction=s.worked_fraction)
+    sft = chats(
+        s.sft_chats + s.val_items,
+        seed=ctx.seed + 3,
+        level=s.level,
+        max_number=s.max_number,
+        exclude=exclude,
+        worked_fraction=s.worked_fraction,
+    )
     _write_jsonl(d / "sft.jsonl", [{"messages": m} for m in sft[: s.sft_chats]])
-    _write_jsonl(d / "sft_val.jsonl", [{"messages": m} for m in sft[s.sft_chats:]])
+    _write_jsonl(d / "sft_val.jsonl", [{"messages": m} for m in sft[s.sft_chats :]])
 
-    pairs = preference_pairs(s.dpo_pairs + s.val_items // 2, seed=ctx.seed + 4, level=s.level,
-                             max_number=s.max_number, exclude=exclude, worked_fraction=s.dpo_worked_fraction)
+    pairs = preference_pairs(
+        s.dpo_pairs + s.val_items // 2,
+        seed=ctx.seed + 4,
+        level=s.level,
+        max_number=s.max_number,
+        exclude=exclude,
+        worked_fraction=s.dpo_worked_fraction,
+    )
     _write_jsonl(d / "dpo.jsonl", pairs[: s.dpo_pairs])
-    _write_jsonl(d / "dpo_val.jsonl", pairs[s.dpo_pairs:])
+    _write_jsonl(d / "dpo_val.jsonl", pairs[s.dpo_pairs :])
 
     # Tokenizer corpus: everything the model will read, in plain text.
     corpus = d / "corpus.txt"
@@ -150,24 +192,34 @@ def stage_data(ctx: DemoContext) -> dict[str, Any]:
     _atomic_text(corpus, "\n".join(parts))
     ctx.paths.update(data=d, corpus=corpus, eval_problems=d / "eval_problems.jsonl")
     example = problem_chat(held_out[0])
-    return {"stories": s.stories, "pretrain_problems": len(problems), "sft_chats": s.sft_chats,
-            "dpo_pairs": s.dpo_pairs, "held_out_problems": len(held_out), "corpus_bytes": corpus.stat().st_size,
-            "example_problem": example[0]["content"], "example_answer": example[1]["content"]}
+    return {
+        "stories": s.stories,
+        "pretrain_problems": len(problems),
+        "sft_chats": s.sft_chats,
+        "dpo_pairs": s.dpo_pairs,
+        "held_out_problems": len(held_out),
+        "corpus_bytes": corpus.stat().st_size,
+        "example_problem": example[0]["content"],
+        "example_answer": example[1]["content"],
+    }
 
 
 def stage_tokenizer(ctx: DemoContext) -> dict[str, Any]:
     """Train a byte-level BPE on the corpus (cookmind.tokenizer)."""
     from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
-    vocab, merges = train_bpe(ctx.paths["corpus"], ctx.sizes.vocab_size, DEFAULT_SPECIAL_TOKENS,
-                              progress=ctx.progress)
+    vocab, merges = train_bpe(ctx.paths["corpus"], ctx.sizes.vocab_size, DEFAULT_SPECIAL_TOKENS, progress=ctx.progress)
     tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
     out = ctx.workdir / "tokenizer"
     tok.save(out)
     ctx.paths["tokenizer"] = out
     sample = "Tom has 12 apples. 12 + 7 = 19"
-    return {"vocab_size": tok.vocab_size, "merges": len(merges), "example": sample,
-            "example_tokens": [tok.decode([i]) for i in tok.encode(sample)]}
+    return {
+        "vocab_size": tok.vocab_size,
+        "merges": len(merges),
+        "example": sample,
+        "example_tokens": [tok.decode([i]) for i in tok.encode(sample)],
+    }
 
 
 def stage_pack(ctx: DemoContext) -> dict[str, Any]:
@@ -175,23 +227,34 @@ def stage_pack(ctx: DemoContext) -> dict[str, Any]:
     from cookmind.store.packer import pack
 
     d, stores = ctx.paths["data"], ctx.workdir / "stores"
-    plan = {"pretrain": ("seq", ["pretrain.jsonl"]), "pretrain_val": ("seq", ["pretrain_val.jsonl"]),
-            "sft": ("sft", ["sft.jsonl"]), "sft_val": ("sft", ["sft_val.jsonl"]),
-            "dpo": ("dpo", ["dpo.jsonl"]), "dpo_val": ("dpo", ["dpo_val.jsonl"])}
+    plan = {
+        "pretrain": ("seq", ["pretrain.jsonl"]),
+        "pretrain_val": ("seq", ["pretrain_val.jsonl"]),
+        "sft": ("sft", ["sft.jsonl"]),
+        "sft_val": ("sft", ["sft_val.jsonl"]),
+        "dpo": ("dpo", ["dpo.jsonl"]),
+        "dpo_val": ("dpo", ["dpo_val.jsonl"]),
+    }
     out = {}
     for name, (train_type, files) in plan.items():
         inputs = [d / f for f in files]
         if name == "pretrain" and "curated" in ctx.paths:
             inputs.append(ctx.paths["curated"])
-        meta = pack(inputs, stores / f"{name}.bin", str(ctx.paths["tokenizer"]), train_type, overwrite=True,
-                    progress=False)
+        meta = pack(
+            inputs, stores / f"{name}.bin", str(ctx.paths["tokenizer"]), train_type, overwrite=True, progress=False
+        )
         ctx.paths[f"store_{name}"] = stores / f"{name}.bin"
         out[name] = {"records": meta["num_records"], "tokens": meta["num_tokens"]}
     return out
 
 
-def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]], callbacks: list | None = None,
-           stop_ok: bool = False) -> dict[str, Any]:
+def _train(
+    ctx: DemoContext,
+    name: str,
+    overrides: dict[str, dict[str, Any]],
+    callbacks: list | None = None,
+    stop_ok: bool = False,
+) -> dict[str, Any]:
     """Run one Trainer stage from the demo preset plus ``overrides``; record its checkpoint.
 
     ``stop_ok``: a run stopped by one of ``callbacks`` (a safety guard) is a result, not an interruption.
@@ -213,43 +276,68 @@ def _train(ctx: DemoContext, name: str, overrides: dict[str, dict[str, Any]], ca
         cfg.model = {}
     cfg.update(base, source=f"demo stage {name}")
     cfg.validate()
-    ctx.say(f"{name}: {cfg.train.max_steps} steps, objective {cfg.train.objective}"
-            + (" with LoRA" if cfg.lora.enabled else ""))
+    ctx.say(
+        f"{name}: {cfg.train.max_steps} steps, objective {cfg.train.objective}"
+        + (" with LoRA" if cfg.lora.enabled else "")
+    )
     trainer = Trainer(cfg, callbacks=callbacks)
     params = sum(p.numel() for p in trainer.bare_model.parameters() if p.requires_grad)
     summary = trainer.fit()
     if summary["status"] != "completed" and not (stop_ok and summary["status"] == "stopped"):
-        raise SystemExit(f"cookmind demo: the {name} stage was interrupted ({summary['status']} at step "
-                         f"{summary['steps']}); its checkpoint is in {trainer.ckpt_dir}")
+        raise SystemExit(
+            f"cookmind demo: the {name} stage was interrupted ({summary['status']} at step "
+            f"{summary['steps']}); its checkpoint is in {trainer.ckpt_dir}"
+        )
     from cookmind.train.checkpoint import find_latest_checkpoint
     from cookmind.train.metrics import read_metrics
 
     ctx.checkpoints[name] = find_latest_checkpoint(trainer.ckpt_dir)
     train_losses = [r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r.get("split") == "train"]
-    return {"trainable_params": params, "first_loss": train_losses[0] if train_losses else None,
-            "last_loss": train_losses[-1] if train_losses else None, "report": str(run_dir / "report.md"),
-            "train_seconds": summary["seconds"], "status": summary["status"], "run_dir": str(run_dir),
-            **{k: v for k, v in summary.items() if k in ("steps", "tokens", "val_loss", "val_ppl",
-                                                          "val_reward_accuracy", "val_reward_margin")}}
+    return {
+        "trainable_params": params,
+        "first_loss": train_losses[0] if train_losses else None,
+        "last_loss": train_losses[-1] if train_losses else None,
+        "report": str(run_dir / "report.md"),
+        "train_seconds": summary["seconds"],
+        "status": summary["status"],
+        "run_dir": str(run_dir),
+        **{
+            k: v
+            for k, v in summary.items()
+            if k in ("steps", "tokens", "val_loss", "val_ppl", "val_reward_accuracy", "val_reward_margin")
+        },
+    }
 
 
 def stage_pretrain(ctx: DemoContext) -> dict[str, Any]:
     """Pretrain a small CookMind on stories, worked problems (and curated web text)."""
-    return _train(ctx, "pretrain", {
-        "train": {"objective": "pretrain", "max_steps": ctx.sizes.pretrain_steps},
-        "data": {"train_path": str(ctx.paths["store_pretrain"]), "val_path": str(ctx.paths["store_pretrain_val"])},
-        "eval": {"every": 0, "prompts": ["Once upon a time", "Question: Tom has 3 apples."]},
-    })
+    return _train(
+        ctx,
+        "pretrain",
+        {
+            "train": {"objective": "pretrain", "max_steps": ctx.sizes.pretrain_steps},
+            "data": {"train_path": str(ctx.paths["store_pretrain"]), "val_path": str(ctx.paths["store_pretrain_val"])},
+            "eval": {"every": 0, "prompts": ["Once upon a time", "Question: Tom has 3 apples."]},
+        },
+    )
 
 
 def stage_sft(ctx: DemoContext) -> dict[str, Any]:
     """Supervised fine-tuning on chats: only the assistant's tokens are trained."""
-    return _train(ctx, "sft", {
-        "train": {"objective": "sft", "max_steps": ctx.sizes.sft_steps, "init_from": str(ctx.checkpoints["pretrain"])},
-        "data": {"train_path": str(ctx.paths["store_sft"]), "val_path": str(ctx.paths["store_sft_val"])},
-        "optim": {"lr": 1e-3, "warmup_steps": 10},
-        "eval": {"every": 0, "prompts": DEMO_PROMPTS[:2]},
-    })
+    return _train(
+        ctx,
+        "sft",
+        {
+            "train": {
+                "objective": "sft",
+                "max_steps": ctx.sizes.sft_steps,
+                "init_from": str(ctx.checkpoints["pretrain"]),
+            },
+            "data": {"train_path": str(ctx.paths["store_sft"]), "val_path": str(ctx.paths["store_sft_val"])},
+            "optim": {"lr": 1e-3, "warmup_steps": 10},
+            "eval": {"every": 0, "prompts": DEMO_PROMPTS[:2]},
+        },
+    )
 
 
 def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
@@ -280,11 +368,18 @@ def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
         meta = pack([path], store, str(ctx.paths["tokenizer"]), "dpo", overwrite=True, progress=False)
         ctx.paths[f"store_{name}"] = store
         out[name] = {"pairs": len(pairs), "from_model_mistakes": mined, "tokens": meta["num_tokens"]}
-    ctx.say(f"{out['dpo']['from_model_mistakes']} of {out['dpo']['pairs']} DPO prompts answered wrongly by the SFT "
-            "model: those answers become the rejected side")
-    return {"pairs": out["dpo"]["pairs"], "from_model_mistakes": out["dpo"]["from_model_mistakes"],
-            "synthetic_wrong": out["dpo"]["pairs"] - out["dpo"]["from_model_mistakes"], "tokens": out["dpo"]["tokens"],
-            "val_pairs": out["dpo_val"]["pairs"], "val_from_model_mistakes": out["dpo_val"]["from_model_mistakes"]}
+    ctx.say(
+        f"{out['dpo']['from_model_mistakes']} of {out['dpo']['pairs']} DPO prompts answered wrongly by the SFT "
+        "model: those answers become the rejected side"
+    )
+    return {
+        "pairs": out["dpo"]["pairs"],
+        "from_model_mistakes": out["dpo"]["from_model_mistakes"],
+        "synthetic_wrong": out["dpo"]["pairs"] - out["dpo"]["from_model_mistakes"],
+        "tokens": out["dpo"]["tokens"],
+        "val_pairs": out["dpo_val"]["pairs"],
+        "val_from_model_mistakes": out["dpo_val"]["from_model_mistakes"],
+    }
 
 
 # DPO's loop and loss settings (LoRA on the SFT model; the base with adapters off is the reference).
@@ -306,8 +401,9 @@ def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
     return _train(ctx, "dpo", overrides)
 
 
-def _greedy_answers(ctx: DemoContext, checkpoint: Path, questions: list[str], batch_size: int = 100,
-                    max_new_tokens: int = 40) -> list[str]:
+def _greedy_answers(
+    ctx: DemoContext, checkpoint: Path, questions: list[str], batch_size: int = 100, max_new_tokens: int = 40
+) -> list[str]:
     """The model's greedy chat answer to each question (batched, KV-cached generation)."""
     from cookmind.infer import SamplingParams, generate
     from cookmind.model import load_model
@@ -320,8 +416,10 @@ def _greedy_answers(ctx: DemoContext, checkpoint: Path, questions: list[str], ba
     out = []
     with torch.no_grad():
         for i in range(0, len(questions), batch_size):
-            prompts = [list(tok.render([{"role": "user", "content": q}], add_generation_prompt=True)[0])
-                       for q in questions[i: i + batch_size]]
+            prompts = [
+                list(tok.render([{"role": "user", "content": q}], add_generation_prompt=True)[0])
+                for q in questions[i : i + batch_size]
+            ]
             out += [tok.decode(o) for o in generate(model, prompts, gcfg, tokenizer=tok)]
     return out
 
@@ -343,15 +441,22 @@ def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, batch_size: int = 10
         if len(examples) < 3:
             examples.append({"question": p["question"], "answer": text, "truth": p["value"]})
     n = len(problems)
-    return {"accuracy": correct / n, "answered_in_format": formatted / n, "shows_working": worked / n, "n": n,
-            "examples": examples}
+    return {
+        "accuracy": correct / n,
+        "answered_in_format": formatted / n,
+        "shows_working": worked / n,
+        "n": n,
+        "examples": examples,
+    }
 
 
 def _eval_stage(name: str, source: str) -> Stage:
     def stage(ctx: DemoContext) -> dict[str, Any]:
         res = arithmetic_accuracy(ctx, ctx.checkpoints[source])
-        ctx.say(f"accuracy after {source}: {100 * res['accuracy']:.1f}% "
-                f"({100 * res['answered_in_format']:.0f}% answered in the '#### N' format)")
+        ctx.say(
+            f"accuracy after {source}: {100 * res['accuracy']:.1f}% "
+            f"({100 * res['answered_in_format']:.0f}% answered in the '#### N' format)"
+        )
         return res
 
     stage.__doc__ = f"Exact-answer accuracy on the held-out arithmetic problems after {source}."
@@ -438,11 +543,19 @@ def write_demo_report(ctx: DemoContext) -> Path:
         lines.append(f"| **total** | {r['total_seconds']['seconds']} | |")
     acc = [(n, r[n]) for n in ("eval_pretrain", "eval_sft", "eval_dpo", "grpo") if n in r and "accuracy" in r[n]]
     if acc:
-        lines += ["", f"## Held-out arithmetic ({acc[0][1].get('n', r.get('grpo', {}).get('heldout_problems', ''))} "
-                  "problems, exact answer, greedy)", "",
-                  "| after | accuracy | in `#### N` format | shows its working |", "|---|---|---|---|"]
-        lines += [f"| {n.replace('eval_', '')} | {100 * a['accuracy']:.1f}% | "
-                  f"{100 * a.get('answered_in_format', 0):.0f}% | {_pct(a.get('shows_working'))} |" for n, a in acc]
+        lines += [
+            "",
+            f"## Held-out arithmetic ({acc[0][1].get('n', r.get('grpo', {}).get('heldout_problems', ''))} "
+            "problems, exact answer, greedy)",
+            "",
+            "| after | accuracy | in `#### N` format | shows its working |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {n.replace('eval_', '')} | {100 * a['accuracy']:.1f}% | "
+            f"{100 * a.get('answered_in_format', 0):.0f}% | {_pct(a.get('shows_working'))} |"
+            for n, a in acc
+        ]
     if "accuracy_before" in r.get("grpo", {}):
         lines += _grpo_section(r["grpo"], r.get("eval_sft", {}).get("accuracy"), ctx.workdir)
     curate_md = Path(r.get("curate", {}).get("report_md", "")) if "report_md" in r.get("curate", {}) else None
@@ -454,8 +567,9 @@ def write_demo_report(ctx: DemoContext) -> Path:
         lines += ["", "## Sample chats", ""]
         for c in r["chat"].get("chats", []):
             lines += [f"**user:** {c['user']}", "", "```", c["assistant"], "```", ""]
-    stage_reports = [(n, res["report"]) for n, res in r.items() if isinstance(res, dict) and "report" in res
-                     and n != "report"]
+    stage_reports = [
+        (n, res["report"]) for n, res in r.items() if isinstance(res, dict) and "report" in res and n != "report"
+    ]
     if stage_reports:
         lines += ["", "## Training reports (loss and lr curves)", ""]
         lines += [f"- {n}: `{p}`" for n, p in stage_reports]
@@ -474,35 +588,56 @@ def _pct(x: float | None) -> str:
 def _grpo_section(g: dict[str, Any], sft_accuracy: float | None, workdir: Path) -> list[str]:
     """The RL stage: what it trained on, the curves, before/after, and whether the safety guard fired."""
     cfg = g.get("config", {})
-    lines = ["", "## RL stage: GRPO on fresh problems", "",
-             f"{g['steps']} steps of {cfg.get('prompts_per_step')} fresh "
-             f"problems x {cfg.get('group_size')} samples ({g['rollouts']} rollouts; "
-             f"{g.get('train_problems_seen')} problems, none held out, none seen by an earlier stage, none repeated). "
-             "The reward is the verifier only: 1 when `#### N` equals the truth. The stage is `cookmind train` with "
-             "`train.objective: grpo` (the Trainer and its GRPO objective; run report: "
-             f"`{os.path.relpath(g['report'], workdir) if g.get('report') else ''}`).", "",
-             f"- held-out accuracy: {100 * g['accuracy_before']:.1f}% before → **{100 * g['accuracy']:.1f}%** after "
-             f"({g['gain_points']:+.1f} points)"
-             + (f"; {100 * (g['accuracy'] - sft_accuracy):+.1f} points over SFT" if sft_accuracy is not None else ""),
-             f"- sampled at temperature {cfg.get('temperature')}, {cfg.get('group_size')} answers per held-out problem: "
-             f"pass@{cfg.get('group_size')} {_pct(g.get('pass_at_k_before'))} → {_pct(g.get('pass_at_k'))}, "
-             f"one sample right {_pct(g.get('sampled_accuracy_before'))} → {_pct(g.get('sampled_accuracy'))} "
-             "(pass@k far above greedy accuracy is the room RL has)",
-             f"- answers that show their working: {_pct(g.get('shows_working_before'))} → {_pct(g.get('shows_working'))}; "
-             f"mean answer length {g.get('response_length_before', 0):.1f} → {g.get('response_length', 0):.1f} tokens",
-             f"- held-out answers wrong before and right after: {g.get('heldout_fixed')}; right before and wrong after: "
-             f"{g.get('heldout_broken')}",
-             f"- mean rollout reward, first 20 steps → last 20: {g.get('reward_first') or 0:.3f} → "
-             f"{g.get('reward_last') or 0:.3f}",
-             "- held-out accuracy by step: " + ", ".join(f"{c['step']}: {100 * c['eval_accuracy']:.1f}%"
-                                                      for c in g.get("curve", [])),
-             ("- **stopped early**: the safety guard fired" if g.get("stopped_early") else
-              f"- fixed {g['steps']} steps (deterministic under the seed); the wall-clock guard did not fire"),
-             "", f"![GRPO curves]({os.path.relpath(g['curves_png'], workdir)})", ""]
+    lines = [
+        "",
+        "## RL stage: GRPO on fresh problems",
+        "",
+        f"{g['steps']} steps of {cfg.get('prompts_per_step')} fresh "
+        f"problems x {cfg.get('group_size')} samples ({g['rollouts']} rollouts; "
+        f"{g.get('train_problems_seen')} problems, none held out, none seen by an earlier stage, none repeated). "
+        "The reward is the verifier only: 1 when `#### N` equals the truth. The stage is `cookmind train` with "
+        "`train.objective: grpo` (the Trainer and its GRPO objective; run report: "
+        f"`{os.path.relpath(g['report'], workdir) if g.get('report') else ''}`).",
+        "",
+        f"- held-out accuracy: {100 * g['accuracy_before']:.1f}% before → **{100 * g['accuracy']:.1f}%** after "
+        f"({g['gain_points']:+.1f} points)"
+        + (f"; {100 * (g['accuracy'] - sft_accuracy):+.1f} points over SFT" if sft_accuracy is not None else ""),
+        f"- sampled at temperature {cfg.get('temperature')}, {cfg.get('group_size')} answers per held-out problem: "
+        f"pass@{cfg.get('group_size')} {_pct(g.get('pass_at_k_before'))} → {_pct(g.get('pass_at_k'))}, "
+        f"one sample right {_pct(g.get('sampled_accuracy_before'))} → {_pct(g.get('sampled_accuracy'))} "
+        "(pass@k far above greedy accuracy is the room RL has)",
+        f"- answers that show their working: {_pct(g.get('shows_working_before'))} → {_pct(g.get('shows_working'))}; "
+        f"mean answer length {g.get('response_length_before', 0):.1f} → {g.get('response_length', 0):.1f} tokens",
+        f"- held-out answers wrong before and right after: {g.get('heldout_fixed')}; right before and wrong after: "
+        f"{g.get('heldout_broken')}",
+        f"- mean rollout reward, first 20 steps → last 20: {g.get('reward_first') or 0:.3f} → "
+        f"{g.get('reward_last') or 0:.3f}",
+        "- held-out accuracy by step: "
+        + ", ".join(f"{c['step']}: {100 * c['eval_accuracy']:.1f}%" for c in g.get("curve", [])),
+        (
+            "- **stopped early**: the safety guard fired"
+            if g.get("stopped_early")
+            else f"- fixed {g['steps']} steps (deterministic under the seed); the wall-clock guard did not fire"
+        ),
+        "",
+        f"![GRPO curves]({os.path.relpath(g['curves_png'], workdir)})",
+        "",
+    ]
     for ex in g.get("examples", [])[:2]:
         what = {"fixed": "wrong before, right after", "broken": "right before, wrong after"}.get(ex.get("kind"), "")
-        lines += [f"**{ex['question']}** ({what})", "", "before:", "```", ex["before"], "```", "after:", "```",
-                  ex["after"], "```", ""]
+        lines += [
+            f"**{ex['question']}** ({what})",
+            "",
+            "before:",
+            "```",
+            ex["before"],
+            "```",
+            "after:",
+            "```",
+            ex["after"],
+            "```",
+            "",
+        ]
     return lines
 
 
@@ -510,16 +645,20 @@ def _describe(name: str, res: dict[str, Any]) -> str:
     if "skipped" in res:
         return f"skipped ({res['skipped']})"[:120]
     if "accuracy_before" in res:
-        return (f"held-out accuracy {100 * res['accuracy_before']:.1f}% → {100 * res['accuracy']:.1f}%, "
-                f"{res['steps']} steps, {res['rollouts']} rollouts on fresh problems")
+        return (
+            f"held-out accuracy {100 * res['accuracy_before']:.1f}% → {100 * res['accuracy']:.1f}%, "
+            f"{res['steps']} steps, {res['rollouts']} rollouts on fresh problems"
+        )
     if "accuracy" in res:
         return f"accuracy {100 * res['accuracy']:.1f}%, in format {100 * res.get('answered_in_format', 0):.0f}%"
     if "last_loss" in res:
         v = f", val loss {res['val_loss']:.3f}" if res.get("val_loss") is not None else ""
         if res.get("val_reward_accuracy") is not None:  # DPO: chosen over rejected on held-out pairs
             v += f", held-out reward accuracy {res['val_reward_accuracy']:.2f}"
-        return (f"loss {res['first_loss']:.3f} → {res['last_loss']:.3f}{v}, {res.get('steps')} steps, "
-                f"{res.get('trainable_params')} trainable params")
+        return (
+            f"loss {res['first_loss']:.3f} → {res['last_loss']:.3f}{v}, {res.get('steps')} steps, "
+            f"{res.get('trainable_params')} trainable params"
+        )
     if name == "curate" and "docs_in" in res:
         return f"{res['docs_in']} pages in → {res['docs_out']} clean documents"
     if name == "tokenizer":
@@ -529,7 +668,10 @@ def _describe(name: str, res: dict[str, Any]) -> str:
     if name == "mine_pairs":
         return f"{res['from_model_mistakes']} of {res['pairs']} pairs reject the SFT model's own wrong answer"
     if name == "data":
-        return f"{res['stories']} stories, {res['sft_chats']} chats, {res['dpo_pairs']} pairs, {res['held_out_problems']} held out"
+        return (
+            f"{res['stories']} stories, {res['sft_chats']} chats, {res['dpo_pairs']} pairs, "
+            f"{res['held_out_problems']} held out"
+        )
     return ""
 
 
@@ -585,11 +727,23 @@ def main(args: argparse.Namespace) -> int:
             setattr(sizes, name, getattr(args, name))
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    ctx = DemoContext(workdir=workdir, seed=args.seed, sizes=sizes, progress=not args.quiet,
-                      skip_curate=args.skip_curate)
+    ctx = DemoContext(
+        workdir=workdir, seed=args.seed, sizes=sizes, progress=not args.quiet, skip_curate=args.skip_curate
+    )
     run_demo(ctx)
-    acc = {n: ctx.results[n]["accuracy"] for n in ("eval_pretrain", "eval_sft", "eval_dpo", "grpo")
-           if "accuracy" in ctx.results.get(n, {})}
-    print(json.dumps({"report": str(workdir / "report.md"), "seconds": ctx.results["total_seconds"]["seconds"],
-                      "accuracy": acc, "dpo_reward_accuracy": ctx.results.get("dpo", {}).get("val_reward_accuracy")}))
+    acc = {
+        n: ctx.results[n]["accuracy"]
+        for n in ("eval_pretrain", "eval_sft", "eval_dpo", "grpo")
+        if "accuracy" in ctx.results.get(n, {})
+    }
+    print(
+        json.dumps(
+            {
+                "report": str(workdir / "report.md"),
+                "seconds": ctx.results["total_seconds"]["seconds"],
+                "accuracy": acc,
+                "dpo_reward_accuracy": ctx.results.get("dpo", {}).get("val_reward_accuracy"),
+            }
+        )
+    )
     return 0

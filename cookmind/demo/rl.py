@@ -36,8 +36,14 @@ from cookmind.train.callbacks import Callback
 # "constant" length normalisation (Dr. GRPO) keeps the update free of the per-sequence length
 # bias, under which wrong long answers are punished less than wrong short ones: the switch to
 # worked answers must come from the reward, not from that bias.
-DEMO_GRPO = GRPOConfig(template="chat", group_size=8, loss_type="grpo_clip", length_normalization="constant",
-                       max_new_tokens=40, temperature=0.7)  # a three-step worked answer is ~25 tokens
+DEMO_GRPO = GRPOConfig(
+    template="chat",
+    group_size=8,
+    loss_type="grpo_clip",
+    length_normalization="constant",
+    max_new_tokens=40,
+    temperature=0.7,
+)  # a three-step worked answer is ~25 tokens
 # The loop: 8 fresh problems x 8 samples per optimizer step, one step per rollout batch.
 DEMO_LOOP = {"steps": 160, "prompts_per_step": 8, "lr": 3e-5, "warmup_steps": 10, "eval_every": 20}
 QUICK_GRPO = replace(DEMO_GRPO, group_size=4, max_new_tokens=8)
@@ -78,7 +84,7 @@ def questions_trained_on(data_dir: Path) -> set[str]:
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             if "text" in row:
-                seen.update(ln[len("Question: "):] for ln in row["text"].splitlines() if ln.startswith("Question: "))
+                seen.update(ln[len("Question: ") :] for ln in row["text"].splitlines() if ln.startswith("Question: "))
             for key in ("messages", "chosen"):
                 seen.update(m["content"] for m in row.get(key, []) if m["role"] == "user")
     return seen
@@ -93,8 +99,9 @@ def write_fresh_problems(ctx, path: Path, n: int) -> int:
     exclude = {p["question"] for p in held}
     if "data" in ctx.paths:
         exclude |= questions_trained_on(Path(ctx.paths["data"]))
-    problems = arithmetic_problems(n, seed=ctx.seed + 5, level=getattr(ctx.sizes, "level", 1),
-                                   max_number=ctx.sizes.max_number, exclude=exclude)
+    problems = arithmetic_problems(
+        n, seed=ctx.seed + 5, level=getattr(ctx.sizes, "level", 1), max_number=ctx.sizes.max_number, exclude=exclude
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_jsonl(path, [p.to_dict() for p in problems])
     return len(problems)
@@ -102,9 +109,9 @@ def write_fresh_problems(ctx, path: Path, n: int) -> int:
 
 def demo_stage(ctx) -> dict[str, Any]:
     """GRPO from the newest checkpoint through the Trainer; held-out accuracy before/after, gain, curves PNG."""
+    from cookmind.atomic import write_json
     from cookmind.demo.curves import plot_grpo_curves
     from cookmind.demo.pipeline import _train
-    from cookmind.atomic import write_json
     from cookmind.model import load_model
     from cookmind.tokenizer import Tokenizer
 
@@ -123,29 +130,49 @@ def demo_stage(ctx) -> dict[str, Any]:
     sampled_before = pass_at_k(model, tokenizer, heldout, cfg, k=cfg.group_size)
     del model
     guard = TimeGuard(float(os.environ.get("COOKMIND_GRPO_SECONDS", 60 if quick else DEFAULT_GUARD_S)))
-    knobs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()
-             if v != getattr(GRPOConfig(), k)}
-    run = _train(ctx, "grpo", {
-        "train": {"objective": "grpo", "max_steps": loop["steps"], "micro_batch_size": loop["prompts_per_step"],
-                  "init_from": str(start)},
-        "optim": {"lr": loop["lr"], "warmup_steps": loop["warmup_steps"], "schedule": "constant",
-                  "weight_decay": 0.0},
-        "eval": {"every": loop["eval_every"]},
-        "logging": {"log_every": 1},
-        "grpo": {**knobs, "problems": str(problems_path), "eval_problems": str(held_path)},
-    }, callbacks=[guard], stop_ok=True)
+    knobs = {
+        k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items() if v != getattr(GRPOConfig(), k)
+    }
+    run = _train(
+        ctx,
+        "grpo",
+        {
+            "train": {
+                "objective": "grpo",
+                "max_steps": loop["steps"],
+                "micro_batch_size": loop["prompts_per_step"],
+                "init_from": str(start),
+            },
+            "optim": {
+                "lr": loop["lr"],
+                "warmup_steps": loop["warmup_steps"],
+                "schedule": "constant",
+                "weight_decay": 0.0,
+            },
+            "eval": {"every": loop["eval_every"]},
+            "logging": {"log_every": 1},
+            "grpo": {**knobs, "problems": str(problems_path), "eval_problems": str(held_path)},
+        },
+        callbacks=[guard],
+        stop_ok=True,
+    )
     model = load_model(ctx.checkpoints["grpo"], device="cpu")
     after = evaluate_accuracy(model, tokenizer, heldout, cfg)
     sampled_after = pass_at_k(model, tokenizer, heldout, cfg, k=cfg.group_size)
     history = _history(Path(run["run_dir"]) / "metrics.jsonl")
-    png = plot_grpo_curves(history, workdir / "grpo_curves.png", before=before["accuracy"],
-                           before_length=before["response_length"],
-                           title=f"GRPO: held-out accuracy {100 * before['accuracy']:.1f}% -> "
-                                 f"{100 * after['accuracy']:.1f}%")
+    png = plot_grpo_curves(
+        history,
+        workdir / "grpo_curves.png",
+        before=before["accuracy"],
+        before_length=before["response_length"],
+        title=f"GRPO: held-out accuracy {100 * before['accuracy']:.1f}% -> {100 * after['accuracy']:.1f}%",
+    )
     steps = run["steps"]
     if guard.fired:
-        ctx.notes.append(f"GRPO stopped early: the {guard.seconds:.0f} s safety guard fired after {steps} of "
-                         f"{loop['steps']} steps (COOKMIND_GRPO_SECONDS)")
+        ctx.notes.append(
+            f"GRPO stopped early: the {guard.seconds:.0f} s safety guard fired after {steps} of "
+            f"{loop['steps']} steps (COOKMIND_GRPO_SECONDS)"
+        )
     result: dict[str, Any] = {
         "accuracy_before": before["accuracy"],
         "accuracy": after["accuracy"],
@@ -217,12 +244,18 @@ def pass_at_k(model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int
     ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
-    outs = generate_ids(model, [x for x in ids for _ in range(k)], sampling_params(cfg, tokenizer, seed), tokenizer,
-                       **rollout_options(cfg))
+    outs = generate_ids(
+        model,
+        [x for x in ids for _ in range(k)],
+        sampling_params(cfg, tokenizer, seed),
+        tokenizer,
+        **rollout_options(cfg),
+    )
     model.train(was_training)
-    right = [grade(decode_response(tokenizer, o), problems[i // k]["answer"])["answer_reward"]
-             for i, o in enumerate(outs)]
-    per_problem = [max(right[i * k:(i + 1) * k]) for i in range(len(problems))]
+    right = [
+        grade(decode_response(tokenizer, o), problems[i // k]["answer"])["answer_reward"] for i, o in enumerate(outs)
+    ]
+    per_problem = [max(right[i * k : (i + 1) * k]) for i in range(len(problems))]
     return {"pass_at_k": sum(per_problem) / len(problems), "pass_at_1": sum(right) / len(right), "k": k}
 
 

@@ -5,5 +5,15 @@ from cookmind.evals.mmlu import evaluate_mmlu, load_mmlu, mmlu_prompt
 from cookmind.evals.passk import pass_at_k
 from cookmind.evals.perplexity import evaluate_store, evaluate_text, evaluate_text_file, sequence_nll
 
-__all__ = ["evaluate_gsm8k", "evaluate_mmlu", "evaluate_store", "evaluate_text", "evaluate_text_file", "load_gsm8k",
-           "load_mmlu", "mmlu_prompt", "pass_at_k", "sequence_nll"]
+__all__ = [
+    "evaluate_gsm8k",
+    "evaluate_mmlu",
+    "evaluate_store",
+    "evaluate_text",
+    "evaluate_text_file",
+    "load_gsm8k",
+    "load_mmlu",
+    "mmlu_prompt",
+    "pass_at_k",
+    "sequence_nll",
+]

@@ -15,7 +15,9 @@ def read_jsonl(path, limit: int | None = None) -> list[dict]:
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object") from None
+                raise ValueError(
+                    f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object"
+                ) from None
             if limit is not None and len(out) >= limit:
                 break
     return out

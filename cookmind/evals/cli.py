@@ -24,10 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common(g)
     g.add_argument("--data", default="../shared/data/gsm8k/test.jsonl", help="GSM8K-shaped JSONL")
     g.add_argument("--limit", type=int, default=None, help="first N problems only")
-    g.add_argument("--template", default="r1_zero",
-                   help="r1_zero | compact | plain (graded by <answer> tags or the last number) | chat (the "
-                        "tokenizer's chat template, for a model SFT'd on chats; graded by '#### N') | a string "
-                        "with {question} (default r1_zero)")
+    g.add_argument(
+        "--template",
+        default="r1_zero",
+        help="r1_zero | compact | plain (graded by <answer> tags or the last number) | chat (the "
+        "tokenizer's chat template, for a model SFT'd on chats; graded by '#### N') | a string "
+        "with {question} (default r1_zero)",
+    )
     g.add_argument("--num-samples", type=int, default=1, help="answers per problem (> 1 needs --temperature > 0)")
     g.add_argument("--k", type=int, nargs="*", default=[1], help="pass@k values to report")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -47,8 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("ppl", help="perplexity and bits per byte on a text file or token store")
     common(p)
     p.add_argument("--data", required=True, help="a UTF-8 text file, or a token store (.bin dir / .h5)")
-    p.add_argument("--window", type=int, default=None,
-                   help="tokens per window (default: the model's context; more than that is an error)")
+    p.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="tokens per window (default: the model's context; more than that is an error)",
+    )
     p.add_argument("--stride", type=int, default=None)
     p.add_argument("--max-bytes", type=int, default=None, help="text files: evaluate only the first N bytes")
     p.add_argument("--max-windows", type=int, default=None, help="stores: evaluate only the first N windows")
@@ -65,8 +72,20 @@ def main(args) -> int:
         from cookmind.evals.gsm8k import evaluate_gsm8k, load_gsm8k
 
         problems = load_gsm8k(args.data, args.limit)
-        metrics = evaluate_gsm8k(model, tokenizer, problems, args.out, args.template, args.num_samples, tuple(args.k),
-                                 args.temperature, args.max_new_tokens, args.seed, args.batch_size, progress=progress)
+        metrics = evaluate_gsm8k(
+            model,
+            tokenizer,
+            problems,
+            args.out,
+            args.template,
+            args.num_samples,
+            tuple(args.k),
+            args.temperature,
+            args.max_new_tokens,
+            args.seed,
+            args.batch_size,
+            progress=progress,
+        )
     elif args.task == "mmlu":
         from cookmind.evals.mmlu import evaluate_mmlu, load_mmlu
 
@@ -85,8 +104,10 @@ def main(args) -> int:
     skipped = metrics.get("num_skipped_too_long", 0)
     if skipped:
         total = skipped + metrics.get("num_problems", metrics.get("num_questions", 0))
-        print(f"cookmind eval {args.task}: skipped {skipped} of {total} items whose prompt does not fit the model's "
-              f"context of {metrics['context']} tokens (num_skipped_too_long; not in the accuracy)")
+        print(
+            f"cookmind eval {args.task}: skipped {skipped} of {total} items whose prompt does not fit the model's "
+            f"context of {metrics['context']} tokens (num_skipped_too_long; not in the accuracy)"
+        )
     print(json.dumps(metrics))
     if args.out:
         write_json(Path(args.out).with_suffix(".metrics.json"), metrics)

@@ -6,7 +6,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from cookmind.align.prompts import R1_ZERO_STOP, decode_response, encode_prompt, format_prompt, stop_ids_of, uses_think_tags
+from cookmind.align.prompts import (
+    R1_ZERO_STOP,
+    decode_response,
+    encode_prompt,
+    format_prompt,
+    stop_ids_of,
+    uses_think_tags,
+)
 from cookmind.align.rewards import extract_answer, extract_gold
 from cookmind.atomic import write_jsonl
 from cookmind.evals.atomic_io import read_jsonl
@@ -17,8 +24,10 @@ from cookmind.infer import SamplingParams, generate
 def load_gsm8k(path, limit: int | None = None) -> list[dict]:
     """Problems from a GSM8K-shaped JSONL ({"question", "answer" ending in ``#### N``})."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"GSM8K file {path} not found; pass --data PATH to a JSONL of "
-                                '{"question": ..., "answer": "... #### N"} records (e.g. GSM8K\'s test.jsonl)')
+        raise FileNotFoundError(
+            f"GSM8K file {path} not found; pass --data PATH to a JSONL of "
+            '{"question": ..., "answer": "... #### N"} records (e.g. GSM8K\'s test.jsonl)'
+        )
     rows = read_jsonl(path, limit)
     for i, row in enumerate(rows):
         if "question" not in row or "answer" not in row:
@@ -77,8 +86,10 @@ def evaluate_gsm8k(
     Greedy decoding (temperature 0) with num_samples > 1 would repeat itself, so it is refused.
     """
     if temperature <= 0 and num_samples > 1:
-        raise ValueError("evaluate_gsm8k: greedy decoding gives the same answer every time; set temperature > 0 "
-                         "(--temperature 0.7) for num_samples > 1")
+        raise ValueError(
+            "evaluate_gsm8k: greedy decoding gives the same answer every time; set temperature > 0 "
+            "(--temperature 0.7) for num_samples > 1"
+        )
     problems = [as_problem(p) for p in problems]
     reward_fn = reward_fn_for(template)
     if stop_strings is None:
@@ -102,9 +113,15 @@ def evaluate_gsm8k(
         span = range(start, min(start + chunk, len(problems)))
         for i in span:
             if i in skipped:
-                records.append({"index": i, "question": problems[i]["question"],
-                                "reference": extract_gold(problems[i]["answer"]), "prompt": prompts[i],
-                                "skipped": skipped[i]})
+                records.append(
+                    {
+                        "index": i,
+                        "question": problems[i]["question"],
+                        "reference": extract_gold(problems[i]["answer"]),
+                        "prompt": prompts[i],
+                        "skipped": skipped[i],
+                    }
+                )
         part = [i for i in span if i not in skipped]
         ids = [prompt_ids[i] for i in part for _ in range(num_samples)]
         outs = generate(model, ids, params.replace(seed=seed + start), tokenizer, batch_size=batch_size) if ids else []

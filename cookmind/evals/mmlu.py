@@ -18,14 +18,16 @@ from tqdm import tqdm
 from cookmind.align.losses import get_response_log_probs, tokenize_prompt_and_output
 from cookmind.align.prompts import decode_response, encode_text, stop_ids_of
 from cookmind.align.rewards import LETTERS, parse_mmlu_response
-from cookmind.infer import SamplingParams, generate
 from cookmind.atomic import write_jsonl
 from cookmind.evals.gsm8k import context_length, too_long
+from cookmind.infer import SamplingParams, generate
 
 SCORINGS = ("letter", "option", "generate")
 
 
-def load_mmlu(root, split: str = "test", subjects: list[str] | None = None, limit_per_subject: int | None = None) -> list[dict]:
+def load_mmlu(
+    root, split: str = "test", subjects: list[str] | None = None, limit_per_subject: int | None = None
+) -> list[dict]:
     """Rows {"subject", "question", "options": [4], "answer": "A".."D"} from ``root/split/<subject>_<split>.csv``."""
     folder = Path(root) / split
     if not folder.is_dir():
@@ -89,7 +91,14 @@ def _why_too_long(row: dict, scoring: str, tokenizer, context: int | None) -> st
 
 
 def evaluate_mmlu(
-    model, tokenizer, rows: list[dict], scoring: str = "letter", out_path=None, batch_size: int = 8, max_new_tokens: int = 16, progress: bool = True
+    model,
+    tokenizer,
+    rows: list[dict],
+    scoring: str = "letter",
+    out_path=None,
+    batch_size: int = 8,
+    max_new_tokens: int = 16,
+    progress: bool = True,
 ) -> dict:
     """Accuracy per subject, macro average (mean of subjects) and micro average (mean of questions).
 
@@ -109,8 +118,12 @@ def evaluate_mmlu(
         part = rows[start : start + batch_size]
         prompts = [mmlu_prompt(r) for r in part]
         if scoring == "generate":
-            params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0,
-                                    stop_token_ids=stop_ids_of(tokenizer), stop_strings=("\n",))
+            params = SamplingParams(
+                max_new_tokens=max_new_tokens,
+                temperature=0.0,
+                stop_token_ids=stop_ids_of(tokenizer),
+                stop_strings=("\n",),
+            )
             ids = [encode_text(tokenizer, p) for p in prompts]
             outs = generate(model, ids, params, tokenizer, batch_size=batch_size)
             texts = [decode_response(tokenizer, o) for o in outs]
@@ -128,8 +141,17 @@ def evaluate_mmlu(
             scores = s.tolist()
             texts = [None] * len(part)
         for r, p, t, sc in zip(part, preds, texts, scores):
-            records.append({"subject": r["subject"], "question": r["question"], "answer": r["answer"], "predicted": p,
-                            "correct": p == r["answer"], "output": t, "scores": sc})
+            records.append(
+                {
+                    "subject": r["subject"],
+                    "question": r["question"],
+                    "answer": r["answer"],
+                    "predicted": p,
+                    "correct": p == r["answer"],
+                    "output": t,
+                    "scores": sc,
+                }
+            )
         bar.update(len(part))
     bar.close()
     per_subject: dict[str, list[bool]] = defaultdict(list)

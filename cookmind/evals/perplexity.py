@@ -19,7 +19,9 @@ from cookmind.align.prompts import decode_ids, encode_text
 
 
 @torch.no_grad()
-def sequence_nll(model, ids: list[int], window: int, stride: int | None = None, progress: bool = False) -> tuple[float, int]:
+def sequence_nll(
+    model, ids: list[int], window: int, stride: int | None = None, progress: bool = False
+) -> tuple[float, int]:
     """(sum of -log p(token | previous tokens) in nats, number of scored tokens) over ``ids``.
 
     The first token has no context and is not scored.
@@ -27,8 +29,10 @@ def sequence_nll(model, ids: list[int], window: int, stride: int | None = None, 
     stride = stride or window
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if isinstance(context, int) and window > context:
-        raise ValueError(f"perplexity: a window of {window} tokens exceeds the model's context of {context} tokens "
-                         f"(positions past it are meaningless); use --window {context} or less")
+        raise ValueError(
+            f"perplexity: a window of {window} tokens exceeds the model's context of {context} tokens "
+            f"(positions past it are meaningless); use --window {context} or less"
+        )
     if not 0 < stride <= window:
         raise ValueError(f"perplexity: stride {stride} must be in 1..window ({window})")
     device = next(model.parameters()).device if hasattr(model, "parameters") else torch.device("cpu")
@@ -60,7 +64,9 @@ def _report(nll: float, tokens: int, n_bytes: int) -> dict:
     }
 
 
-def evaluate_text(model, tokenizer, text: str, window: int = 256, stride: int | None = None, progress: bool = False) -> dict:
+def evaluate_text(
+    model, tokenizer, text: str, window: int = 256, stride: int | None = None, progress: bool = False
+) -> dict:
     """Perplexity and bits per byte on ``text``. Bytes exclude the first token's (it is never predicted)."""
     ids = encode_text(tokenizer, text)
     if len(ids) < 2:
@@ -70,7 +76,15 @@ def evaluate_text(model, tokenizer, text: str, window: int = 256, stride: int | 
     return _report(nll, n, n_bytes)
 
 
-def evaluate_text_file(model, tokenizer, path, window: int = 256, stride: int | None = None, max_bytes: int | None = None, progress: bool = True) -> dict:
+def evaluate_text_file(
+    model,
+    tokenizer,
+    path,
+    window: int = 256,
+    stride: int | None = None,
+    max_bytes: int | None = None,
+    progress: bool = True,
+) -> dict:
     """``evaluate_text`` on a UTF-8 file (its first ``max_bytes`` bytes when given)."""
     data = Path(path).read_bytes()
     if max_bytes is not None:
@@ -79,7 +93,9 @@ def evaluate_text_file(model, tokenizer, path, window: int = 256, stride: int | 
     return {"path": str(path), **evaluate_text(model, tokenizer, text, window, stride, progress)}
 
 
-def evaluate_store(model, tokenizer, path, window: int = 256, max_windows: int | None = None, progress: bool = True) -> dict:
+def evaluate_store(
+    model, tokenizer, path, window: int = 256, max_windows: int | None = None, progress: bool = True
+) -> dict:
     """Perplexity and bits per byte over a packed token store's windows (read as a ``seq`` dataset).
 
     Each window predicts its own tokens 2..T from their prefixes; bytes are those of the decoded

@@ -39,8 +39,10 @@ class BlockManager:
         """Set the request's reservation; ValueError when even an empty pool could not hold it."""
         req.reserved_blocks = self.blocks_needed(len(req.prompt_ids), req.max_new_tokens)
         if req.reserved_blocks > self.capacity:
-            raise ValueError(f"the request can fill {req.reserved_blocks} KV blocks but the pool holds "
-                             f"{self.capacity}; lower max_tokens or raise the KV cache budget")
+            raise ValueError(
+                f"the request can fill {req.reserved_blocks} KV blocks but the pool holds "
+                f"{self.capacity}; lower max_tokens or raise the KV cache budget"
+            )
 
     def try_reserve(self, req) -> bool:
         """Set aside the request's blocks if the pool can hold them now (first come, first served: the caller
@@ -105,8 +107,12 @@ class BlockManager:
     def accounting(self) -> dict:
         """Pool size, blocks free, blocks promised to running requests (and cached ones with the prefix cache)."""
         alloc = self.cache.allocator
-        out = {"kv_blocks_total": alloc.capacity, "kv_blocks_free": alloc.num_free,
-               "kv_blocks_unreserved": self.unreserved, "kv_block_size": self.block_size}
+        out = {
+            "kv_blocks_total": alloc.capacity,
+            "kv_blocks_free": alloc.num_free,
+            "kv_blocks_unreserved": self.unreserved,
+            "kv_block_size": self.block_size,
+        }
         if self.prefix is not None:  # free + cached (idle) + used == total
             out["kv_blocks_cached"] = self.prefix.num_idle
             out["kv_blocks_used"] = alloc.capacity - alloc.num_free - self.prefix.num_idle

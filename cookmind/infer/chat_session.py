@@ -40,8 +40,11 @@ class ChatSession:
             self.history.pop()
             raise ValueError(f"the conversation ({len(prompt)} tokens) fills the model's context; /reset to start over")
         # stop strings are matched on the streamed text (never shown), not by the token loop
-        cfg = self.cfg.replace(max_new_tokens=min(self.cfg.max_new_tokens, room),
-                               min_new_tokens=min(self.cfg.min_new_tokens, room), stop_strings=())
+        cfg = self.cfg.replace(
+            max_new_tokens=min(self.cfg.max_new_tokens, room),
+            min_new_tokens=min(self.cfg.min_new_tokens, room),
+            stop_strings=(),
+        )
         detok = IncrementalDetokenizer(self.tokenizer)
         stopper = StopStringMatcher(list(self.cfg.stop_strings))
         splitter = ReasoningSplitter()

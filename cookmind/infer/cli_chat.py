@@ -81,7 +81,13 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.infer.sampling import SamplingParams
 
     model, tok = load_for_inference(args.model, args.device or "cpu", args.dtype, args.tokenizer)
-    cfg = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                         top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed)
+    cfg = SamplingParams(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty,
+        seed=args.seed,
+    )
     run(ChatSession(model, tok, cfg, args.system), color=sys.stdout.isatty())
     return 0

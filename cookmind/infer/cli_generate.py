@@ -10,8 +10,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cookmind.cli import add_model_argument
 
     add_model_argument(parser)
-    parser.add_argument("--prompt", action="append", required=True,
-                        help="prompt text; repeat for a batch (printed one after another)")
+    parser.add_argument(
+        "--prompt", action="append", required=True, help="prompt text; repeat for a batch (printed one after another)"
+    )
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the chat template")
     parser.add_argument("--system", default=None, help="system prompt (with --chat)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
@@ -36,14 +37,22 @@ def main(args: argparse.Namespace) -> int:
 
     model, tok = load_for_inference(args.model, args.device or "cpu", args.dtype, args.tokenizer)
     stops = tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
-    cfg = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                         top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                         stop_token_ids=stops, seed=args.seed)
+    cfg = SamplingParams(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        stop_token_ids=stops,
+        seed=args.seed,
+    )
     prompts = []
     for text in args.prompt:
         if args.chat:
             msgs = ([{"role": "system", "content": args.system}] if args.system else []) + [
-                {"role": "user", "content": text}]
+                {"role": "user", "content": text}
+            ]
             prompts.append(tok.render(msgs, add_generation_prompt=True)[0])
         else:
             prompts.append(tok.encode(text))

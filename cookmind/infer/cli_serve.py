@@ -17,34 +17,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", default=None,
-                        help=f"require 'Authorization: Bearer KEY' on everything but the web page and /health; prefer "
-                             f"the environment variable {API_KEY_ENV} (argv is visible to other local users)")
-    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
-                        help="a Host name to serve besides the bind address, localhost and IP addresses (e.g. the "
-                             "machine's DNS name behind a proxy); repeatable; '*' serves any (no DNS-rebinding check)")
-    parser.add_argument("--max-body-mb", type=float, default=4.0,
-                        help="larger request bodies are refused with 413 (default 4)")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require 'Authorization: Bearer KEY' on everything but the web page and /health; prefer "
+        f"the environment variable {API_KEY_ENV} (argv is visible to other local users)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to serve besides the bind address, localhost and IP addresses (e.g. the "
+        "machine's DNS name behind a proxy); repeatable; '*' serves any (no DNS-rebinding check)",
+    )
+    parser.add_argument(
+        "--max-body-mb", type=float, default=4.0, help="larger request bodies are refused with 413 (default 4)"
+    )
     parser.add_argument("--model-name", default=None, help="the model id clients send (default: the directory name)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA)")
-    parser.add_argument("--max-batch", type=int, default=None,
-                        help=f"concurrent sequences (default {DEFAULT_SLOTS}, or what --kv-cache-mb holds)")
-    parser.add_argument("--kv-cache-mb", type=int, default=None,
-                        help=f"KV cache memory budget in MiB (default: room for every sequence's whole context, at "
-                             f"most {KV_CAP_BYTES // 2**20})")
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=None,
+        help=f"concurrent sequences (default {DEFAULT_SLOTS}, or what --kv-cache-mb holds)",
+    )
+    parser.add_argument(
+        "--kv-cache-mb",
+        type=int,
+        default=None,
+        help=f"KV cache memory budget in MiB (default: room for every sequence's whole context, at "
+        f"most {KV_CAP_BYTES // 2**20})",
+    )
     parser.add_argument("--max-seq-len", type=int, default=None, help="context length (default: the model's)")
     parser.add_argument("--max-queue", type=int, default=256, help="waiting requests before answering 429")
-    parser.add_argument("--kv-layout", choices=["paged", "slots"], default="paged",
-                        help="paged: blocks from one pool, taken as sequences grow (default); slots: a whole context "
-                             "per sequence")
+    parser.add_argument(
+        "--kv-layout",
+        choices=["paged", "slots"],
+        default="paged",
+        help="paged: blocks from one pool, taken as sequences grow (default); slots: a whole context per sequence",
+    )
     parser.add_argument("--block-size", type=int, default=16, help="positions per KV block (paged)")
-    parser.add_argument("--prefix-cache", action="store_true",
-                        help="share full KV blocks of common prompt prefixes between requests (paged; off by default)")
-    parser.add_argument("--decode-attention", choices=["auto", "kernel", "gather"], default="auto",
-                        help="kernel: the Triton paged decode-attention kernel (auto picks it on CUDA); gather: "
-                             "copy each row's blocks and run SDPA")
+    parser.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="share full KV blocks of common prompt prefixes between requests (paged; off by default)",
+    )
+    parser.add_argument(
+        "--decode-attention",
+        choices=["auto", "kernel", "gather"],
+        default="auto",
+        help="kernel: the Triton paged decode-attention kernel (auto picks it on CUDA); gather: "
+        "copy each row's blocks and run SDPA",
+    )
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
     parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
 
@@ -79,14 +106,29 @@ def build_app(args: argparse.Namespace):
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else None)
     model, tokenizer = load_for_inference(path, device, dtype, args.tokenizer)
     num_slots, kv_bytes = kv_sizing(model, args)
-    engine = Engine(model, num_slots=num_slots, max_seq_len=args.max_seq_len, kv_budget_bytes=kv_bytes,
-                    max_waiting=args.max_queue, cuda_graphs=False if args.no_cuda_graphs else None,
-                    kv_cache=args.kv_layout, block_size=args.block_size, compile=False if args.no_compile else None,
-                    prefix_cache=args.prefix_cache, decode_attention=args.decode_attention)
+    engine = Engine(
+        model,
+        num_slots=num_slots,
+        max_seq_len=args.max_seq_len,
+        kv_budget_bytes=kv_bytes,
+        max_waiting=args.max_queue,
+        cuda_graphs=False if args.no_cuda_graphs else None,
+        kv_cache=args.kv_layout,
+        block_size=args.block_size,
+        compile=False if args.no_compile else None,
+        prefix_cache=args.prefix_cache,
+        decode_attention=args.decode_attention,
+    )
     name = args.model_name or Path(path).resolve().name
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    app = create_app(engine, tokenizer, name, api_key=api_key, allowed_hosts=[args.host, *args.allowed_host],
-                     max_body_bytes=int(args.max_body_mb * 2**20))
+    app = create_app(
+        engine,
+        tokenizer,
+        name,
+        api_key=api_key,
+        allowed_hosts=[args.host, *args.allowed_host],
+        max_body_bytes=int(args.max_body_mb * 2**20),
+    )
     return app, engine
 
 
@@ -96,8 +138,11 @@ def main(args: argparse.Namespace) -> int:
     app, engine = build_app(args)
     kv = engine.kv_blocks()
     pool = f"{kv['kv_blocks_total']} blocks of {kv['kv_block_size']}" if kv else "one context per sequence"
-    print(f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
-          f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache: {pool}"
-          f"{', prefix cache on' if args.prefix_cache else ''}; web chat at /)", flush=True)
+    print(
+        f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
+        f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache: {pool}"
+        f"{', prefix cache on' if args.prefix_cache else ''}; web chat at /)",
+        flush=True,
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

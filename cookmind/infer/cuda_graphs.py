@@ -47,8 +47,14 @@ def default_length_buckets(max_seq_len: int, smallest: int = 64) -> list[int]:
 class CudaGraphDecoder:
     """Decode steps (T = 1) over slots 0..B-1, replayed from graphs (or run eagerly: capture=False)."""
 
-    def __init__(self, runner, last_tok: torch.Tensor, buckets: list[int] | None = None,
-                 capture: bool | None = None, length_buckets: list[int] | None = None):
+    def __init__(
+        self,
+        runner,
+        last_tok: torch.Tensor,
+        buckets: list[int] | None = None,
+        capture: bool | None = None,
+        length_buckets: list[int] | None = None,
+    ):
         self.runner = runner
         self.capture = runner.device.type == "cuda" if capture is None else capture
         if self.capture and runner.device.type != "cuda":
@@ -57,12 +63,16 @@ class CudaGraphDecoder:
         if self.buckets[-1] > runner.num_slots:
             raise ValueError(f"graph bucket {self.buckets[-1]} exceeds the cache's {runner.num_slots} slots")
         if length_buckets is None:  # the paged decode kernel reads each row's own length: one bucket serves all
-            length_buckets = [runner.max_seq_len] if runner.decode_attention == "kernel" \
+            length_buckets = (
+                [runner.max_seq_len]
+                if runner.decode_attention == "kernel"
                 else default_length_buckets(runner.max_seq_len)
+            )
         self.length_buckets = sorted(length_buckets)
         if self.length_buckets[-1] != runner.max_seq_len:
-            raise ValueError(f"the largest length bucket must be max_seq_len={runner.max_seq_len}, "
-                             f"got {self.length_buckets[-1]}")
+            raise ValueError(
+                f"the largest length bucket must be max_seq_len={runner.max_seq_len}, got {self.length_buckets[-1]}"
+            )
         n, dev = self.buckets[-1], runner.device
         self.last_tok = last_tok  # (slots,) newest token per slot: read and advanced by the step
         # rows: position of the newest token, the column it is written to, 1 if the row is active.
@@ -97,7 +107,10 @@ class CudaGraphDecoder:
         # every row is inactive here, so warm-up runs change no state (idle rows write the scratch column)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.inference_mode():  # lazy init, compilation, autotuning stay out of the graphs
+        with (
+            torch.cuda.stream(side),
+            torch.inference_mode(),
+        ):  # lazy init, compilation, autotuning stay out of the graphs
             for b, n in self._keys():
                 self._step(b, n)
         torch.cuda.current_stream().wait_stream(side)

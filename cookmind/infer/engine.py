@@ -88,9 +88,16 @@ _ids = itertools.count()
 class EngineRequest:
     """A request inside the engine; consumers read its events (``events()`` or their own sink)."""
 
-    def __init__(self, prompt_ids: list[int], params: SamplingParams, max_new_tokens: int,
-                 stop_token_ids=(), sink: Callable[[object], None] | None = None, device="cpu",
-                 prompt_logprobs: int | None = None):
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        max_new_tokens: int,
+        stop_token_ids=(),
+        sink: Callable[[object], None] | None = None,
+        device="cpu",
+        prompt_logprobs: int | None = None,
+    ):
         self.id = next(_ids)
         self.prompt_ids = [int(t) for t in prompt_ids]
         self.params = params
@@ -150,11 +157,24 @@ class Engine:
     yourself (benchmarks, tests). ``submit`` and ``cancel`` are thread-safe.
     """
 
-    def __init__(self, model, num_slots: int | None = None, max_seq_len: int | None = None,
-                 kv_budget_bytes: int | None = None, max_waiting: int = 256, prefill_chunk: int = 512,
-                 cuda_graphs: bool | None = None, overlap: bool | None = None, kv_cache: str = "paged",
-                 block_size: int = 16, compile: bool | None = None, compile_attention: bool = False,
-                 prefix_cache: bool = False, decode_attention: str = "auto", fuse_projections: bool = True):
+    def __init__(
+        self,
+        model,
+        num_slots: int | None = None,
+        max_seq_len: int | None = None,
+        kv_budget_bytes: int | None = None,
+        max_waiting: int = 256,
+        prefill_chunk: int = 512,
+        cuda_graphs: bool | None = None,
+        overlap: bool | None = None,
+        kv_cache: str = "paged",
+        block_size: int = 16,
+        compile: bool | None = None,
+        compile_attention: bool = False,
+        prefix_cache: bool = False,
+        decode_attention: str = "auto",
+        fuse_projections: bool = True,
+    ):
         cfg = model.config
         param = next(model.parameters())
         self.device = param.device
@@ -165,16 +185,37 @@ class Engine:
             if kv_budget_bytes is None and num_slots is not None:  # as much as num_slots full contexts
                 num_blocks = num_slots * -(-self.max_seq_len // block_size) + 1
             else:
-                num_blocks = blocks_for_budget(budget, cfg.num_hidden_layers, cfg.num_key_value_heads, block_size,
-                                               cfg.resolved_head_dim, param.dtype)
+                num_blocks = blocks_for_budget(
+                    budget,
+                    cfg.num_hidden_layers,
+                    cfg.num_key_value_heads,
+                    block_size,
+                    cfg.resolved_head_dim,
+                    param.dtype,
+                )
             num_slots = num_slots or min(256, num_blocks - 1)
         elif num_slots is None:
-            num_slots = min(256, SlotKVCache.slots_for_budget(
-                budget, cfg.num_hidden_layers, cfg.num_key_value_heads, self.max_seq_len + 1,
-                cfg.resolved_head_dim, param.dtype))
-        self.runner = ModelRunner(model, num_slots, self.max_seq_len, kv_cache=kv_cache, num_blocks=num_blocks,
-                                  block_size=block_size, decode_attention=decode_attention,
-                                  fuse_projections=fuse_projections)
+            num_slots = min(
+                256,
+                SlotKVCache.slots_for_budget(
+                    budget,
+                    cfg.num_hidden_layers,
+                    cfg.num_key_value_heads,
+                    self.max_seq_len + 1,
+                    cfg.resolved_head_dim,
+                    param.dtype,
+                ),
+            )
+        self.runner = ModelRunner(
+            model,
+            num_slots,
+            self.max_seq_len,
+            kv_cache=kv_cache,
+            num_blocks=num_blocks,
+            block_size=block_size,
+            decode_attention=decode_attention,
+            fuse_projections=fuse_projections,
+        )
         self.paged = self.runner.paged
         self.block_size = block_size
         if prefix_cache and not self.paged:
@@ -227,17 +268,29 @@ class Engine:
             dev = self.device
             positions = torch.arange(t, device=dev).expand(b, t)
             cols = torch.full((b, t), self.runner.scratch_col, dtype=torch.long, device=dev)
-            self.runner.forward(torch.zeros((b, t), dtype=torch.long, device=dev), positions, 0, t, write_cols=cols,
-                                last_index=torch.full((b,), t - 1, dtype=torch.long, device=dev))
+            self.runner.forward(
+                torch.zeros((b, t), dtype=torch.long, device=dev),
+                positions,
+                0,
+                t,
+                write_cols=cols,
+                last_index=torch.full((b,), t - 1, dtype=torch.long, device=dev),
+            )
 
     @property
     def num_slots(self) -> int:
         return len(self.slots)
 
     # ---- public API -------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], params: SamplingParams | None = None, max_new_tokens: int | None = None,
-               stop_token_ids=None, sink: Callable[[object], None] | None = None,
-               prompt_logprobs: int | None = None) -> EngineRequest:
+    def submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams | None = None,
+        max_new_tokens: int | None = None,
+        stop_token_ids=None,
+        sink: Callable[[object], None] | None = None,
+        prompt_logprobs: int | None = None,
+    ) -> EngineRequest:
         """Queue a request; raises QueueFullError when the waiting queue is full and ValueError
         when the prompt leaves no room in the context. prompt_logprobs=k: send a PromptLogprobsEvent
         (the prompt's tokens scored, with the top k at each place) before the first token.
@@ -249,8 +302,9 @@ class Engine:
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty: it needs at least one token")
         if len(prompt_ids) >= self.max_seq_len:
-            raise ValueError(f"the prompt has {len(prompt_ids)} tokens but the context holds {self.max_seq_len}; "
-                             "shorten the prompt")
+            raise ValueError(
+                f"the prompt has {len(prompt_ids)} tokens but the context holds {self.max_seq_len}; shorten the prompt"
+            )
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if prompt_logprobs is not None and prompt_logprobs < 0:
@@ -426,9 +480,15 @@ class Engine:
             self.runner.cache.sync_tables()
         scored = any(req.prompt_logprobs is not None for req, _ in run)
         last = last.to(dev)
-        logits = self.runner.forward(tokens.to(dev), positions.clamp(max=self.max_seq_len - 1).to(dev),
-                                     run[0][0].slot, attn_len, write_cols=write_cols.to(dev), last_index=last,
-                                     last_only=not scored)
+        logits = self.runner.forward(
+            tokens.to(dev),
+            positions.clamp(max=self.max_seq_len - 1).to(dev),
+            run[0][0].slot,
+            attn_len,
+            write_cols=write_cols.to(dev),
+            last_index=last,
+            last_only=not scored,
+        )
         if scored:  # (B, T, V): every place's prediction; the last real one of each row samples
             for i, (req, n) in enumerate(run):
                 if req.prompt_logprobs is not None:
@@ -470,8 +530,14 @@ class Engine:
 
     def _decode(self) -> StepRecord | None:
         """Launch one decode step for every generating request; return its (unread) record."""
-        active = [r for r in self.slots if r is not None and r.state == "decode" and 0 < r.n_sampled < r.max_new_tokens
-                  and len(r.prompt_ids) + r.n_sampled < self.max_seq_len]
+        active = [
+            r
+            for r in self.slots
+            if r is not None
+            and r.state == "decode"
+            and 0 < r.n_sampled < r.max_new_tokens
+            and len(r.prompt_ids) + r.n_sampled < self.max_seq_len
+        ]
         if not active:
             return None
         b = max(r.slot for r in active) + 1
@@ -495,8 +561,12 @@ class Engine:
                 self._graph_key = key
             logits = self.graphs.decode(b, length)
             batch = self._sampling_batch(active)
-            if batch.uses("all_greedy") and not batch.uses("repetition") and not batch.uses("presence_frequency") \
-                    and not any(r.params.logprobs or r.n_sampled < r.params.min_new_tokens for r in active):
+            if (
+                batch.uses("all_greedy")
+                and not batch.uses("repetition")
+                and not batch.uses("presence_frequency")
+                and not any(r.params.logprobs or r.n_sampled < r.params.min_new_tokens for r in active)
+            ):
                 return self._greedy_record(active, b)  # the graph already took the argmax into _last_tok
         else:
             self._graph_key = None  # the graph state is stale after an eager step
@@ -527,8 +597,7 @@ class Engine:
     def _sampling_batch(self, reqs: list[EngineRequest]) -> SamplingBatch:
         key = tuple(r.id for r in reqs)
         if key != self._batch_key:  # rebuilt only when the batch changes
-            self._batch = SamplingBatch.from_params([r.params for r in reqs], self.device,
-                                                    [r.generator for r in reqs])
+            self._batch = SamplingBatch.from_params([r.params for r in reqs], self.device, [r.generator for r in reqs])
             self._batch_key = key
         return self._batch
 
@@ -596,7 +665,10 @@ class Engine:
                     vals, ids = record.top_logprobs
                     ev.top_logprobs = list(zip(ids[i][:n], vals[i][:n]))
             req.sink(ev)
-            if len(req.output_ids) >= req.max_new_tokens or len(req.prompt_ids) + len(req.output_ids) >= self.max_seq_len:
+            if (
+                len(req.output_ids) >= req.max_new_tokens
+                or len(req.prompt_ids) + len(req.output_ids) >= self.max_seq_len
+            ):
                 self._finish(req, "length")
         self.tokens_generated += emitted
         self._recent.append((now, emitted))

@@ -43,21 +43,29 @@ def _engine_for(model, slots: int, max_seq_len: int):
             return _held[1]
         slots, max_seq_len = max(slots, _held[2]), max(max_seq_len, _held[3])  # grow: rebuild rarely
     _held = None  # free the old engine's memory before building the new one
-    engine = Engine(model, num_slots=slots, max_seq_len=max_seq_len, max_waiting=1 << 30,
-                    prefill_chunk=max(512, slots * 64), fuse_projections=False)
+    engine = Engine(
+        model,
+        num_slots=slots,
+        max_seq_len=max_seq_len,
+        max_waiting=1 << 30,
+        prefill_chunk=max(512, slots * 64),
+        fuse_projections=False,
+    )
     _held = (model, engine, slots, max_seq_len)
     return engine
 
 
-def engine_generate(model, prompts: list[list[int]], params: SamplingParams, tokenizer=None,
-                    max_rows: int = 64) -> list[list[int]]:
+def engine_generate(
+    model, prompts: list[list[int]], params: SamplingParams, tokenizer=None, max_rows: int = 64
+) -> list[list[int]]:
     """New token ids for each prompt, in input order, the ending stop token (or stop string's last token)
     included; at most ``max_rows`` (and 256) rows decode together."""
     context = model.config.max_position_embeddings
     longest = max(len(p) for p in prompts)
     if longest >= context:
-        raise ValueError(f"generate: a prompt of {longest} tokens fills the model's context of {context} tokens; "
-                         "shorten the prompt")
+        raise ValueError(
+            f"generate: a prompt of {longest} tokens fills the model's context of {context} tokens; shorten the prompt"
+        )
     need = min(context, longest + params.max_new_tokens)
     need = min(context, -(-need // 64) * 64)  # round up: nearby lengths reuse one engine
     engine = _engine_for(model, max(1, min(len(prompts), max_rows, 256)), need)
@@ -74,9 +82,11 @@ def engine_generate(model, prompts: list[list[int]], params: SamplingParams, tok
         return sink
 
     for i, prompt in enumerate(prompts):
-        row = params.replace(seed=None if params.seed is None else params.seed + i,
-                             max_new_tokens=min(params.max_new_tokens, context - len(prompt)),
-                             min_new_tokens=min(params.min_new_tokens, context - len(prompt)))
+        row = params.replace(
+            seed=None if params.seed is None else params.seed + i,
+            max_new_tokens=min(params.max_new_tokens, context - len(prompt)),
+            min_new_tokens=min(params.min_new_tokens, context - len(prompt)),
+        )
         reqs.append(engine.submit(prompt, row, sink=sink_for(i)))
     with torch.inference_mode():
         engine.run_until_idle()

@@ -42,14 +42,16 @@ def _room(model, prompts: list[list[int]], params: SamplingParams) -> int:
     if context is None:
         return params.max_new_tokens
     if longest >= context:
-        raise ValueError(f"generate: a prompt of {longest} tokens fills the model's context of {context} tokens; "
-                         "shorten the prompt")
+        raise ValueError(
+            f"generate: a prompt of {longest} tokens fills the model's context of {context} tokens; shorten the prompt"
+        )
     return min(params.max_new_tokens, context - longest)
 
 
 @torch.inference_mode()
-def generate_steps(model, prompts: list[list[int]], params: SamplingParams,
-                   seeds: list[int | None] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def generate_steps(
+    model, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None] | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The plain loop: yield (next tokens (B,), the logits they were drawn from (B, V)) once per decode step.
 
     Runs max_new_tokens steps (fewer where the context ends); rows that stopped keep being fed so the batch
@@ -115,8 +117,16 @@ def pick_engine(model, engine: str = "auto") -> str:
     return engine
 
 
-def generate(model, prompts: list[list[int]], params: SamplingParams, tokenizer=None, *, keep_stop_token: bool = False,
-             batch_size: int = 64, engine: str = "auto") -> list[list[int]]:
+def generate(
+    model,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    tokenizer=None,
+    *,
+    keep_stop_token: bool = False,
+    batch_size: int = 64,
+    engine: str = "auto",
+) -> list[list[int]]:
     """New token ids for each prompt, in input order.
 
     A stop token ends a row (returned at its end only with keep_stop_token: GRPO trains on it); a stop string

@@ -8,8 +8,14 @@ from pathlib import Path
 
 import torch
 
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 class HFTokenizerAdapter:
@@ -38,13 +44,21 @@ class HFTokenizerAdapter:
         return self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
-        return self.hf.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                                           tokenize=False)
+        return self.hf.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
+        )
 
     def render(self, messages, add_generation_prompt: bool = False, tools=None):
         # special tokens only from the template: transformers wraps those typed in the messages and encodes them as text
-        ids = list(self.hf.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                                               sanitize_control_tokens=True, return_dict=False))
+        ids = list(
+            self.hf.apply_chat_template(
+                messages,
+                tools=tools,
+                add_generation_prompt=add_generation_prompt,
+                sanitize_control_tokens=True,
+                return_dict=False,
+            )
+        )
         return ids, [0] * len(ids)
 
 
@@ -69,8 +83,10 @@ def load_model_dir(path: str | Path, device: str | torch.device = "cpu", dtype: 
 
     path = resolve_model_dir(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such model directory (give a cookmind checkpoint, a training run or a "
-                                "Hugging Face model folder)")
+        raise FileNotFoundError(
+            f"{path}: no such model directory (give a cookmind checkpoint, a training run or a "
+            "Hugging Face model folder)"
+        )
     torch_dtype = _torch_dtype(dtype)
     if is_hf_model_dir(path):
         with tempfile.TemporaryDirectory(prefix="cookmind-import-") as tmp:
@@ -87,8 +103,14 @@ def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     return DTYPES[dtype]
 
 
-def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | torch.dtype | None = None,
-                       tokenizer_path: str | Path | None = None, *, hf_native: bool = False):
+def load_for_inference(
+    path: str | Path,
+    device: str = "cpu",
+    dtype: str | torch.dtype | None = None,
+    tokenizer_path: str | Path | None = None,
+    *,
+    hf_native: bool = False,
+):
     """(model in eval mode, tokenizer): the one loader of generate, chat, serve and eval.
 
     From a cookmind checkpoint/model dir, a training run or a Hugging Face folder. A Hugging Face folder is
@@ -113,6 +135,11 @@ def load_for_inference(path: str | Path, device: str = "cpu", dtype: str | torch
         from cookmind.tokenizer.tokenizer import check_carried_tokenizer
 
         # another tokenizer than the checkpoint's would turn its ids into garbage text
-        check_carried_tokenizer(path, tokenizer, model=f"the model {path}", given=f"--tokenizer {tokenizer_path}",
-                                hint="drop --tokenizer to use the checkpoint's own")
+        check_carried_tokenizer(
+            path,
+            tokenizer,
+            model=f"the model {path}",
+            given=f"--tokenizer {tokenizer_path}",
+            hint="drop --tokenizer to use the checkpoint's own",
+        )
     return model.eval(), tokenizer

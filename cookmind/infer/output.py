@@ -59,8 +59,12 @@ class OutputProcessor:
         self.completion_tokens += 1
         delta = Delta()
         if ev.logprob is not None:
-            entry = {"id": ev.token_id, "token": self.tokenizer.decode([ev.token_id]), "logprob": ev.logprob,
-                     "top": [(t, self.tokenizer.decode([t]), lp) for t, lp in (ev.top_logprobs or [])]}
+            entry = {
+                "id": ev.token_id,
+                "token": self.tokenizer.decode([ev.token_id]),
+                "logprob": ev.logprob,
+                "top": [(t, self.tokenizer.decode([t]), lp) for t, lp in (ev.top_logprobs or [])],
+            }
             delta.logprobs.append(entry)
             self.logprob_entries.append(entry)
         text, hit = self.stop.feed(self.detok.add(ev.token_id))
@@ -76,9 +80,15 @@ class OutputProcessor:
     def prompt_entries(self, ev: PromptLogprobsEvent) -> list[dict]:
         """The prompt's tokens as logprob entries; the first has logprob and top None (no context)."""
         ids = self.prompt_ids or []
-        return [{"id": t, "token": self.tokenizer.decode([t]), "logprob": lp,
-                 "top": None if top is None else [(k, self.tokenizer.decode([k]), v) for k, v in top]}
-                for t, lp, top in zip(ids, ev.logprobs, ev.top)]
+        return [
+            {
+                "id": t,
+                "token": self.tokenizer.decode([t]),
+                "logprob": lp,
+                "top": None if top is None else [(k, self.tokenizer.decode([k]), v) for k, v in top],
+            }
+            for t, lp, top in zip(ids, ev.logprobs, ev.top)
+        ]
 
     def _route(self, text: str, delta: Delta) -> None:
         if not text:
@@ -132,7 +142,12 @@ def extract_tool_calls(content: str) -> tuple[str, list[dict]]:
             continue
         keep.append(content[last : m.start()])
         last = m.end()
-        calls.append({"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
-                      "function": {"name": str(name), "arguments": args if isinstance(args, str) else json.dumps(args)}})
+        calls.append(
+            {
+                "id": "call_" + uuid.uuid4().hex[:24],
+                "type": "function",
+                "function": {"name": str(name), "arguments": args if isinstance(args, str) else json.dumps(args)},
+            }
+        )
     keep.append(content[last:])
     return "".join(keep).strip(), calls

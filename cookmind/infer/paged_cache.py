@@ -54,16 +54,21 @@ class BlockAllocator:
             raise RuntimeError("a block was freed twice: the pool holds more free blocks than it has")
 
 
-def blocks_for_budget(budget_bytes: int, num_layers: int, num_kv_heads: int, block_size: int, head_dim: int,
-                      dtype: torch.dtype) -> int:
-    """Blocks that fit in budget_bytes: bytes per block = 2 (K and V) * layers * kv_heads * block_size * head_dim * elem."""
+def blocks_for_budget(
+    budget_bytes: int, num_layers: int, num_kv_heads: int, block_size: int, head_dim: int, dtype: torch.dtype
+) -> int:
+    """Blocks that fit in budget_bytes.
+
+    Bytes per block = 2 (K and V) * layers * kv_heads * block_size * head_dim * elem."""
     elem = torch.empty((), dtype=dtype).element_size()
     per_block = 2 * num_layers * num_kv_heads * block_size * head_dim * elem
     blocks = budget_bytes // per_block
     if blocks < 2:
-        raise ValueError(f"KV cache budget of {budget_bytes / 2**20:.2f} MiB holds {blocks} blocks of {block_size} "
-                         f"tokens ({per_block / 2**20:.3f} MiB each) but needs at least 2: raise the budget or "
-                         "lower block_size")
+        raise ValueError(
+            f"KV cache budget of {budget_bytes / 2**20:.2f} MiB holds {blocks} blocks of {block_size} "
+            f"tokens ({per_block / 2**20:.3f} MiB each) but needs at least 2: raise the budget or "
+            "lower block_size"
+        )
     return int(blocks)
 
 
@@ -79,9 +84,18 @@ class PagedStep:
 class PagedKVCache:
     """Per-layer token-major key/value pools plus a (rows, max_blocks) block table on the device."""
 
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 num_rows: int, max_seq_len: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        num_rows: int,
+        max_seq_len: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ):
         self.block_size, self.num_blocks, self.num_rows = block_size, num_blocks, num_rows
         self.max_seq_len = max_seq_len  # columns 0..max_seq_len (the last one is the runner's scratch column)
         self.max_blocks = math.ceil(max_seq_len / block_size)

@@ -114,8 +114,10 @@ class PrefixCache:
         """Forget the n least recently used idle blocks and return them to the free list."""
         for _ in range(n):
             if not self._idle:
-                raise RuntimeError("the KV block pool is empty and nothing cached can be evicted: the engine "
-                                   "should have kept this request waiting")
+                raise RuntimeError(
+                    "the KV block pool is empty and nothing cached can be evicted: the engine "
+                    "should have kept this request waiting"
+                )
             bid, _ = self._idle.popitem(last=False)
             entry = self._entries.pop(bid)
             if self._by_key.get(entry.key) == bid:
@@ -178,8 +180,12 @@ class PrefixCache:
         return len(self._idle)
 
     def metrics(self) -> dict:
-        return {"prefix_cache_queries": self.queries, "prefix_cache_query_tokens": self.query_tokens,
-                "prefix_cache_hit_tokens": self.hit_tokens,
-                "prefix_cache_hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
-                "prefix_cache_evictions": self.evictions, "kv_blocks_cached": self.num_idle,
-                "kv_blocks_cached_in_use": self.num_held}
+        return {
+            "prefix_cache_queries": self.queries,
+            "prefix_cache_query_tokens": self.query_tokens,
+            "prefix_cache_hit_tokens": self.hit_tokens,
+            "prefix_cache_hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
+            "prefix_cache_evictions": self.evictions,
+            "kv_blocks_cached": self.num_idle,
+            "kv_blocks_cached_in_use": self.num_held,
+        }

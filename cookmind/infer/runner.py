@@ -46,9 +46,19 @@ class ModelRunner:
     passes a self-check against its reference on this device, else "gather".
     """
 
-    def __init__(self, model, num_slots: int, max_seq_len: int | None = None, device=None, dtype=None,
-                 kv_cache: str = "slots", num_blocks: int | None = None, block_size: int = 16,
-                 decode_attention: str = "auto", fuse_projections: bool = True):
+    def __init__(
+        self,
+        model,
+        num_slots: int,
+        max_seq_len: int | None = None,
+        device=None,
+        dtype=None,
+        kv_cache: str = "slots",
+        num_blocks: int | None = None,
+        block_size: int = 16,
+        decode_attention: str = "auto",
+        fuse_projections: bool = True,
+    ):
         cfg = model.config
         self.model = model.eval()
         self.config = cfg
@@ -65,13 +75,23 @@ class ModelRunner:
         # one extra column: rows that only fill a batch (padding, idle slots) write there, never read
         self.scratch_col = self.max_seq_len
         if kv_cache == "slots":
-            self.cache = SlotKVCache(len(self.layers), num_slots, self.n_kv, self.max_seq_len + 1, self.head_dim,
-                                     self.device, self.dtype)
+            self.cache = SlotKVCache(
+                len(self.layers), num_slots, self.n_kv, self.max_seq_len + 1, self.head_dim, self.device, self.dtype
+            )
         elif kv_cache == "paged":
             if num_blocks is None:
                 raise ValueError("kv_cache='paged' needs num_blocks (see paged_cache.blocks_for_budget)")
-            self.cache = PagedKVCache(len(self.layers), num_blocks, block_size, self.n_kv, self.head_dim, num_slots,
-                                      self.max_seq_len, self.device, self.dtype)
+            self.cache = PagedKVCache(
+                len(self.layers),
+                num_blocks,
+                block_size,
+                self.n_kv,
+                self.head_dim,
+                num_slots,
+                self.max_seq_len,
+                self.device,
+                self.dtype,
+            )
         else:
             raise ValueError(f"kv_cache must be 'slots' or 'paged', got {kv_cache!r}")
         self.paged = kv_cache == "paged"
@@ -87,8 +107,11 @@ class ModelRunner:
             if problem is not None and requested == "kernel":
                 raise RuntimeError(f"the paged decode kernel failed its self-check on {self.device}: {problem}")
             if problem is not None:  # auto: serve correctly on the slower path rather than not at all
-                warnings.warn(f"the paged decode kernel failed its self-check ({problem}); decoding with "
-                              "decode_attention='gather'", stacklevel=2)
+                warnings.warn(
+                    f"the paged decode kernel failed its self-check ({problem}); decoding with "
+                    "decode_attention='gather'",
+                    stacklevel=2,
+                )
                 decode_attention = "gather"
         self.decode_attention = decode_attention
         self.fused = None
@@ -122,6 +145,7 @@ class ModelRunner:
             cfg = torch._dynamo.config
             name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"  # older torch
             setattr(cfg, name, max(getattr(cfg, name), 64))
+
         def fast(fn):
             return torch.compile(fn, dynamic=True) if enabled else fn
 
@@ -134,9 +158,16 @@ class ModelRunner:
         """See ``compute``; runs it under inference mode."""
         return self.compute(*args, **kwargs)
 
-    def compute(self, tokens: torch.Tensor, positions: torch.Tensor, slot_start: int, attn_len: int,
-                last_only: bool = True, write_cols: torch.Tensor | None = None,
-                last_index: torch.Tensor | None = None) -> torch.Tensor:
+    def compute(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        slot_start: int,
+        attn_len: int,
+        last_only: bool = True,
+        write_cols: torch.Tensor | None = None,
+        last_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """tokens, positions: (B, T) for slots slot_start.. slot_start+B-1; each row attends to its
         slot's columns 0..position. Writes the new keys/values at write_cols (default: positions;
         padding rows pass ``scratch_col``). Returns logits (B, V) of each row's last token (or of
@@ -159,8 +190,9 @@ class ModelRunner:
                 out = self._attend(q, k, v, mask, keys, values, step)
                 h = self._compiled(self._post_fn, self._post, layer, h, out, gate_up)
             else:
-                h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, mask, keys, values, step,
-                                   qkv_w, qkv_b, gate_up)
+                h = self._compiled(
+                    self._layer_fn, self._layer, layer, h, cos, sin, mask, keys, values, step, qkv_w, qkv_b, gate_up
+                )
         if last_only:
             h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
         return self._compiled(self._head_fn, self._head, h)
@@ -179,8 +211,19 @@ class ModelRunner:
         for i, layer in enumerate(self.layers):
             qkv_w, qkv_b, gate_up = self._fused_weights(i)
             h, q, k, v = self._compiled(self._dpre_fn, self._decode_pre, layer, qkv_w, qkv_b, h, delta)
-            out = paged_decode_attention(q, k, v, self.cache.keys[i], self.cache.values[i], step.table, positions,
-                                         step.write_index, self.cache.block_size, cos, sin)
+            out = paged_decode_attention(
+                q,
+                k,
+                v,
+                self.cache.keys[i],
+                self.cache.values[i],
+                step.table,
+                positions,
+                step.write_index,
+                self.cache.block_size,
+                cos,
+                sin,
+            )
             h, delta = self._compiled(self._dpost_fn, self._decode_post, layer, gate_up, h, out)
         return self._compiled(self._head_fn, self._head, h[:, 0], delta[:, 0])
 
@@ -219,8 +262,9 @@ class ModelRunner:
                     return fast(*args)
             except Exception as exc:  # the compiler could not take this model: stay correct, run eagerly
                 self.compile_error = f"{type(exc).__name__}: {exc}"[:500]
-                warnings.warn(f"torch.compile of the serving forward failed ({self.compile_error}); running eagerly",
-                              stacklevel=2)
+                warnings.warn(
+                    f"torch.compile of the serving forward failed ({self.compile_error}); running eagerly", stacklevel=2
+                )
                 self.set_compiled(False)
         return plain(*args)
 

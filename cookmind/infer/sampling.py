@@ -76,10 +76,11 @@ class SamplingParams:
         ]
         for name, ok, allowed in checks:
             if not ok:
-                raise ValueError(f"sampling parameter {name}={getattr(self, name)!r} is out of range: "
-                                 f"must be {allowed}")
+                raise ValueError(
+                    f"sampling parameter {name}={getattr(self, name)!r} is out of range: must be {allowed}"
+                )
 
-    def replace(self, **changes) -> "SamplingParams":
+    def replace(self, **changes) -> SamplingParams:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -106,7 +107,7 @@ class SamplingBatch:
     @classmethod
     def from_params(
         cls, params: list[SamplingParams], device: torch.device | str = "cpu", generators=None
-    ) -> "SamplingBatch":
+    ) -> SamplingBatch:
         """Stack a list of per-request params into tensors (one row each)."""
 
         def col(name, dtype=torch.float32):

@@ -107,7 +107,8 @@ class CompletionRequest(_SamplingFields):
         return self.max_tokens
 
 
-def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
-               code: str | None = None) -> dict:
+def error_body(
+    message: str, type_: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict:
     """OpenAI's error JSON."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}

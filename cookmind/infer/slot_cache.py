@@ -16,16 +16,25 @@ import torch
 class SlotKVCache:
     """Preallocated per-layer keys/values indexed by (slot, position)."""
 
-    def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, max_seq_len: int, head_dim: int,
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        num_layers: int,
+        num_slots: int,
+        num_kv_heads: int,
+        max_seq_len: int,
+        head_dim: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ):
         shape = (num_slots, num_kv_heads, max_seq_len, head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
         self.num_rows, self.max_seq_len = num_slots, max_seq_len
 
     @staticmethod
-    def slots_for_budget(budget_bytes: int, num_layers: int, num_kv_heads: int, max_seq_len: int, head_dim: int,
-                         dtype: torch.dtype) -> int:
+    def slots_for_budget(
+        budget_bytes: int, num_layers: int, num_kv_heads: int, max_seq_len: int, head_dim: int, dtype: torch.dtype
+    ) -> int:
         """How many slots fit: bytes per slot = 2 (K and V) * layers * kv_heads * max_seq_len * head_dim * elem."""
         elem = torch.empty((), dtype=dtype).element_size()
         per_slot = 2 * num_layers * num_kv_heads * max_seq_len * head_dim * elem
@@ -33,7 +42,8 @@ class SlotKVCache:
         if slots < 1:
             raise ValueError(
                 f"KV cache budget of {budget_bytes / 2**20:.1f} MiB holds no slot of {max_seq_len} tokens "
-                f"({per_slot / 2**20:.1f} MiB each): raise the budget or lower max_seq_len")
+                f"({per_slot / 2**20:.1f} MiB each): raise the budget or lower max_seq_len"
+            )
         return int(slots)
 
     @property

@@ -15,7 +15,7 @@ import torch
 
 
 def model_kind(model) -> str:
-    """"cookmind" (a CookMindLM, LoRA-wrapped or not), "hf" (transformers / peft) or "callable"."""
+    """ "cookmind" (a CookMindLM, LoRA-wrapped or not), "hf" (transformers / peft) or "callable"."""
     module = type(model).__module__
     if module.startswith("transformers") or module.startswith("peft"):
         return "hf"
@@ -40,11 +40,12 @@ class Stepper:
         self.device = model_device(model)
         self.b, self.p_len = len(prompts), max(len(p) for p in prompts)
         if self.kind != "cookmind" and any(len(p) != self.p_len for p in prompts):
-            raise ValueError("Stepper: rows of a Hugging Face model or callable need one prompt length (generate "
-                             "groups them so)")
+            raise ValueError(
+                "Stepper: rows of a Hugging Face model or callable need one prompt length (generate groups them so)"
+            )
         self.ids = torch.zeros((self.b, self.p_len), dtype=torch.long, device=self.device)
         for i, prompt in enumerate(prompts):
-            self.ids[i, self.p_len - len(prompt):] = torch.tensor(prompt, dtype=torch.long, device=self.device)
+            self.ids[i, self.p_len - len(prompt) :] = torch.tensor(prompt, dtype=torch.long, device=self.device)
         self.col = self.p_len  # the cache column the next token goes to
         if self.kind == "cookmind":
             self._init_cookmind(prompts, max_new_tokens)
@@ -58,7 +59,7 @@ class Stepper:
         total = self.p_len + max_new_tokens
         self.valid = torch.zeros((self.b, total), dtype=torch.bool, device=self.device)  # real-token columns
         for i, prompt in enumerate(prompts):
-            self.valid[i, self.p_len - len(prompt):self.p_len] = True
+            self.valid[i, self.p_len - len(prompt) : self.p_len] = True
         self.positions = (self.valid[:, : self.p_len].long().cumsum(-1) - 1).clamp(min=0)  # each row counts from 0
         dtype = next(self.model.parameters()).dtype
         self.cache = KVCache(cfg, self.b, total, device=self.device, dtype=dtype)
@@ -82,8 +83,9 @@ class Stepper:
             self.col += 1
             self.last_pos = self.last_pos + 1
             mask = self.valid[:, None, None, : self.col]
-            return self.model(new, position_ids=self.last_pos[:, None], attention_mask=mask,
-                              kv_cache=self.cache).logits[:, -1]
+            return self.model(
+                new, position_ids=self.last_pos[:, None], attention_mask=mask, kv_cache=self.cache
+            ).logits[:, -1]
         return self._forward(new)
 
     def _forward(self, new_ids: torch.Tensor) -> torch.Tensor:

@@ -72,8 +72,25 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
         return (triton_cdiv(tq, meta["BLOCK_M"]), b * h)
 
     kernels.flash_fwd(
-        grid, q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        h, h // hkv, tq, tk, qk_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=q.element_size(), Tk=tk,
+        grid,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        *q.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        *o.stride()[:3],
+        h,
+        h // hkv,
+        tq,
+        tk,
+        qk_scale,
+        IS_CAUSAL=is_causal,
+        HEAD_D=d,
+        element_size=q.element_size(),
+        Tk=tk,
         PRECISION=dot_precision(q.dtype),
     )
     return o, lse
@@ -90,7 +107,15 @@ def flash_backward(q, k, v, o, lse, do, is_causal: bool):
     q, k, v, o, do = (_unit_last(x) for x in (q, k, v, o, do))
     delta = torch.empty_like(lse)
     kernels.flash_bwd_delta_kernel[(triton_cdiv(tq, _DELTA_BLOCK), b * h)](
-        o, do, delta, *o.stride()[:3], *do.stride()[:3], h, tq, HEAD_D=d, BLOCK_M=_DELTA_BLOCK,
+        o,
+        do,
+        delta,
+        *o.stride()[:3],
+        *do.stride()[:3],
+        h,
+        tq,
+        HEAD_D=d,
+        BLOCK_M=_DELTA_BLOCK,
     )
     qk_scale = LOG2_E / math.sqrt(d)
     sm_scale = 1.0 / math.sqrt(d)
@@ -98,14 +123,50 @@ def flash_backward(q, k, v, o, lse, do, is_causal: bool):
     size, precision = q.element_size(), dot_precision(q.dtype)
     kernels.flash_bwd_dkdv(
         lambda meta: (triton_cdiv(tk, meta["BLOCK_N"]), b * hkv),
-        q, k, v, do, lse, delta, dk, dv, *common, *dk.stride()[:3], *dv.stride()[:3],
-        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size, Tk=tk,
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        dk,
+        dv,
+        *common,
+        *dk.stride()[:3],
+        *dv.stride()[:3],
+        h,
+        h // hkv,
+        tq,
+        tk,
+        qk_scale,
+        sm_scale,
+        IS_CAUSAL=is_causal,
+        HEAD_D=d,
+        element_size=size,
+        Tk=tk,
         PRECISION=precision,
     )
     kernels.flash_bwd_dq(
         lambda meta: (triton_cdiv(tq, meta["BLOCK_M"]), b * h),
-        q, k, v, do, lse, delta, dq, *common, *dq.stride()[:3],
-        h, h // hkv, tq, tk, qk_scale, sm_scale, IS_CAUSAL=is_causal, HEAD_D=d, element_size=size, Tk=tk,
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        dq,
+        *common,
+        *dq.stride()[:3],
+        h,
+        h // hkv,
+        tq,
+        tk,
+        qk_scale,
+        sm_scale,
+        IS_CAUSAL=is_causal,
+        HEAD_D=d,
+        element_size=size,
+        Tk=tk,
         PRECISION=precision,
     )
     return dq, dk, dv
@@ -119,7 +180,9 @@ def triton_cdiv(a: int, b: int) -> int:
 # Custom ops make the kernels opaque to torch.compile (it traces around them instead of into Triton's
 # launcher); the fake functions tell the compiler the output shapes.
 @torch.library.custom_op("cookmind::flash_attn_fwd", mutates_args=())
-def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_attn_fwd_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward kernel as a PyTorch op: (O, L)."""
     return flash_forward(q, k, v, is_causal)
 
@@ -130,8 +193,15 @@ def _(q, k, v, is_causal):
 
 
 @torch.library.custom_op("cookmind::flash_attn_bwd", mutates_args=())
-def flash_attn_bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                      do: torch.Tensor, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def flash_attn_bwd_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    do: torch.Tensor,
+    is_causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward kernels as a PyTorch op: (dQ, dK, dV)."""
     return flash_backward(q, k, v, o, lse, do, is_causal)
 

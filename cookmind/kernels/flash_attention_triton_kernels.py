@@ -52,10 +52,12 @@ class Launcher:
         self.prefer = prefer  # (head_dim, Tk) -> config measured best there, tried first
         self.tuned = None
         if _AUTOTUNE:
-            configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-                       for m, n, w, s in candidates]
-            self.tuned = triton.autotune(configs=configs, key=_KEY,
-                                         prune_configs_by={"early_config_prune": self._prune})(fn)
+            configs = [
+                triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in candidates
+            ]
+            self.tuned = triton.autotune(
+                configs=configs, key=_KEY, prune_configs_by={"early_config_prune": self._prune}
+            )(fn)
 
     def fitting(self, d: int, size: int, tk: int = 0):
         order = self.candidates
@@ -70,15 +72,24 @@ class Launcher:
         keep = {(m, n) for m, n, _, _ in self.fitting(d, size)}
         return [c for c in configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) in keep] or configs[-1:]
 
-    def __call__(self, grid, *args, HEAD_D: int, IS_CAUSAL: bool, element_size: int, Tk: int = 0,
-                 PRECISION: str = "tf32"):
+    def __call__(
+        self, grid, *args, HEAD_D: int, IS_CAUSAL: bool, element_size: int, Tk: int = 0, PRECISION: str = "tf32"
+    ):
         """grid: meta-dict -> launch grid, as Triton's autotuner expects."""
         if self.tuned is not None:
             return self.tuned[grid](*args, HEAD_D=HEAD_D, IS_CAUSAL=IS_CAUSAL, PRECISION=PRECISION)
         m, n, w, s = self.fitting(HEAD_D, element_size, Tk)[0]
         meta = {"BLOCK_M": m, "BLOCK_N": n}
-        return self.fn[grid(meta)](*args, HEAD_D=HEAD_D, IS_CAUSAL=IS_CAUSAL, BLOCK_M=m, BLOCK_N=n,
-                                   PRECISION=PRECISION, num_warps=w, num_stages=s)
+        return self.fn[grid(meta)](
+            *args,
+            HEAD_D=HEAD_D,
+            IS_CAUSAL=IS_CAUSAL,
+            BLOCK_M=m,
+            BLOCK_N=n,
+            PRECISION=PRECISION,
+            num_warps=w,
+            num_stages=s,
+        )
 
     def chosen(self) -> dict:
         """Autotuned picks so far, {key: config string} (empty without autotune)."""
@@ -86,9 +97,28 @@ class Launcher:
 
 
 @triton.jit
-def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, lo, hi, Tk, offset,
-              qk_scale, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, PRECISION: tl.constexpr):
+def _fwd_tile(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    stride_kt,
+    stride_vt,
+    start_m,
+    lo,
+    hi,
+    Tk,
+    offset,
+    qk_scale,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Online softmax over key tiles [lo, hi); MASKED tiles apply the causal and length masks."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
@@ -119,12 +149,35 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, l
 
 
 @triton.jit
-def flash_fwd_kernel(Q, K, V, O, L,
-                     stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
-                     stride_vb, stride_vh, stride_vt, stride_ob, stride_oh, stride_ot,
-                     H, GROUP, Tq, Tk, qk_scale,
-                     IS_CAUSAL: tl.constexpr, HEAD_D: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+def flash_fwd_kernel(
+    Q,
+    K,
+    V,
+    O,
+    L,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_kb,
+    stride_kh,
+    stride_kt,
+    stride_vb,
+    stride_vh,
+    stride_vt,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    H,
+    GROUP,
+    Tq,
+    Tk,
+    qk_scale,
+    IS_CAUSAL: tl.constexpr,
+    HEAD_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """O = softmax(Q K^T / sqrt(D)) V and L = logsumexp of each score row (natural log)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -149,10 +202,50 @@ def flash_fwd_kernel(Q, K, V, O, L,
     else:
         full_end = even_end
         hi = Tk
-    acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, 0, full_end,
-                              Tk, offset, qk_scale, False, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
-    acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kt, stride_vt, start_m, full_end, hi,
-                              Tk, offset, qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
+    acc, l_i, m_i = _fwd_tile(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kt,
+        stride_vt,
+        start_m,
+        0,
+        full_end,
+        Tk,
+        offset,
+        qk_scale,
+        False,
+        IS_CAUSAL,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_D,
+        PRECISION,
+    )
+    acc, l_i, m_i = _fwd_tile(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kt,
+        stride_vt,
+        start_m,
+        full_end,
+        hi,
+        Tk,
+        offset,
+        qk_scale,
+        True,
+        IS_CAUSAL,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_D,
+        PRECISION,
+    )
     acc = acc / l_i[:, None]  # O = diag(l)^-1 acc
     o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :]
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=offs_m[:, None] < Tq)
@@ -160,8 +253,21 @@ def flash_fwd_kernel(Q, K, V, O, L,
 
 
 @triton.jit
-def flash_bwd_delta_kernel(O, DO, Delta, stride_ob, stride_oh, stride_ot, stride_db, stride_dh, stride_dt,
-                           H, Tq, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr):
+def flash_bwd_delta_kernel(
+    O,
+    DO,
+    Delta,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    stride_db,
+    stride_dh,
+    stride_dt,
+    H,
+    Tq,
+    HEAD_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
     """Delta_i = rowsum(dO_i * O_i), the softmax-backward correction term."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -170,17 +276,40 @@ def flash_bwd_delta_kernel(O, DO, Delta, stride_ob, stride_oh, stride_ot, stride
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     row_ok = offs_m[:, None] < Tq
-    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :],
-                mask=row_ok, other=0.0).to(tl.float32)
-    do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_dt + offs_d[None, :],
-                 mask=row_ok, other=0.0).to(tl.float32)
+    o = tl.load(
+        O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :], mask=row_ok, other=0.0
+    ).to(tl.float32)
+    do = tl.load(
+        DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_dt + offs_d[None, :], mask=row_ok, other=0.0
+    ).to(tl.float32)
     tl.store(Delta + bh * Tq + offs_m, tl.sum(o * do, 1), mask=offs_m < Tq)
 
 
 @triton.jit
-def _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n, lo, hi,
-               Tq, offset, qk_scale, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, PRECISION: tl.constexpr):
+def _dkdv_tile(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    l_base,
+    delta_base,
+    stride_qt,
+    stride_dt,
+    start_n,
+    lo,
+    hi,
+    Tq,
+    offset,
+    qk_scale,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Accumulate dK, dV of one key tile over query tiles [lo, hi), working on transposed scores."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
@@ -215,13 +344,45 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, str
 
 
 @triton.jit
-def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
-                          stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
-                          stride_vb, stride_vh, stride_vt, stride_db, stride_dh, stride_dt,
-                          stride_dkb, stride_dkh, stride_dkt, stride_dvb, stride_dvh, stride_dvt,
-                          H, GROUP, Tq, Tk, qk_scale, sm_scale,
-                          IS_CAUSAL: tl.constexpr, HEAD_D: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+def flash_bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    L,
+    Delta,
+    DK,
+    DV,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_kb,
+    stride_kh,
+    stride_kt,
+    stride_vb,
+    stride_vh,
+    stride_vt,
+    stride_db,
+    stride_dh,
+    stride_dt,
+    stride_dkb,
+    stride_dkh,
+    stride_dkt,
+    stride_dvb,
+    stride_dvh,
+    stride_dvt,
+    H,
+    GROUP,
+    Tq,
+    Tk,
+    qk_scale,
+    sm_scale,
+    IS_CAUSAL: tl.constexpr,
+    HEAD_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """dK, dV for one key tile of one K/V head, summed over its GROUP query heads (no atomics)."""
     start_n = tl.program_id(0) * BLOCK_N
     bhk = tl.program_id(1)
@@ -232,18 +393,21 @@ def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
     n_ok = offs_n[:, None] < Tk
-    k = tl.load(K + b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kt + offs_d[None, :],
-                mask=n_ok, other=0.0)
-    v = tl.load(V + b * stride_vb + hk * stride_vh + offs_n[:, None] * stride_vt + offs_d[None, :],
-                mask=n_ok, other=0.0)
+    k = tl.load(
+        K + b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kt + offs_d[None, :], mask=n_ok, other=0.0
+    )
+    v = tl.load(
+        V + b * stride_vb + hk * stride_vh + offs_n[:, None] * stride_vt + offs_d[None, :], mask=n_ok, other=0.0
+    )
     dk = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
     even_end = (Tq // BLOCK_M) * BLOCK_M
     if IS_CAUSAL:
         # rows before lo see none of this tile; rows from diag_end on see all of it
         lo = tl.maximum(start_n - offset, 0) // BLOCK_M * BLOCK_M
-        diag_end = tl.minimum((tl.maximum(start_n + BLOCK_N - 1 - offset, 0) + BLOCK_M - 1) // BLOCK_M * BLOCK_M,
-                              even_end)
+        diag_end = tl.minimum(
+            (tl.maximum(start_n + BLOCK_N - 1 - offset, 0) + BLOCK_M - 1) // BLOCK_M * BLOCK_M, even_end
+        )
         diag_end = tl.maximum(diag_end, lo)
     else:
         lo = 0
@@ -255,26 +419,115 @@ def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
         l_base = L + (b * H + h) * Tq
         delta_base = Delta + (b * H + h) * Tq
         # masked tiles: the causal diagonal, then the unmasked body, then the ragged tail of Tq
-        dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n,
-                            lo, diag_end, Tq, offset, qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D,
-                            PRECISION)
-        dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n,
-                            tl.maximum(diag_end, lo), even_end, Tq, offset, qk_scale, False, IS_CAUSAL,
-                            BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
-        dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qt, stride_dt, start_n,
-                            tl.maximum(even_end, lo), Tq, Tq, offset, qk_scale, True, IS_CAUSAL,
-                            BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
+        dk, dv = _dkdv_tile(
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            l_base,
+            delta_base,
+            stride_qt,
+            stride_dt,
+            start_n,
+            lo,
+            diag_end,
+            Tq,
+            offset,
+            qk_scale,
+            True,
+            IS_CAUSAL,
+            BLOCK_M,
+            BLOCK_N,
+            HEAD_D,
+            PRECISION,
+        )
+        dk, dv = _dkdv_tile(
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            l_base,
+            delta_base,
+            stride_qt,
+            stride_dt,
+            start_n,
+            tl.maximum(diag_end, lo),
+            even_end,
+            Tq,
+            offset,
+            qk_scale,
+            False,
+            IS_CAUSAL,
+            BLOCK_M,
+            BLOCK_N,
+            HEAD_D,
+            PRECISION,
+        )
+        dk, dv = _dkdv_tile(
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            l_base,
+            delta_base,
+            stride_qt,
+            stride_dt,
+            start_n,
+            tl.maximum(even_end, lo),
+            Tq,
+            Tq,
+            offset,
+            qk_scale,
+            True,
+            IS_CAUSAL,
+            BLOCK_M,
+            BLOCK_N,
+            HEAD_D,
+            PRECISION,
+        )
     dk = dk * sm_scale  # dK = dS^T Q / sqrt(D)
-    tl.store(DK + b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkt + offs_d[None, :],
-             dk.to(DK.dtype.element_ty), mask=n_ok)
-    tl.store(DV + b * stride_dvb + hk * stride_dvh + offs_n[:, None] * stride_dvt + offs_d[None, :],
-             dv.to(DV.dtype.element_ty), mask=n_ok)
+    tl.store(
+        DK + b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkt + offs_d[None, :],
+        dk.to(DK.dtype.element_ty),
+        mask=n_ok,
+    )
+    tl.store(
+        DV + b * stride_dvb + hk * stride_dvh + offs_n[:, None] * stride_dvt + offs_d[None, :],
+        dv.to(DV.dtype.element_ty),
+        mask=n_ok,
+    )
 
 
 @triton.jit
-def _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m, lo, hi, Tk, offset, qk_scale,
-             MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, PRECISION: tl.constexpr):
+def _dq_tile(
+    dq,
+    q,
+    do,
+    l,
+    delta,
+    k_base,
+    v_base,
+    stride_kt,
+    stride_vt,
+    start_m,
+    lo,
+    hi,
+    Tk,
+    offset,
+    qk_scale,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Accumulate dQ of one query tile over key tiles [lo, hi)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
@@ -303,13 +556,41 @@ def _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m,
 
 
 @triton.jit
-def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
-                        stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
-                        stride_vb, stride_vh, stride_vt, stride_db, stride_dh, stride_dt,
-                        stride_dqb, stride_dqh, stride_dqt,
-                        H, GROUP, Tq, Tk, qk_scale, sm_scale,
-                        IS_CAUSAL: tl.constexpr, HEAD_D: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+def flash_bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    L,
+    Delta,
+    DQ,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_kb,
+    stride_kh,
+    stride_kt,
+    stride_vb,
+    stride_vh,
+    stride_vt,
+    stride_db,
+    stride_dh,
+    stride_dt,
+    stride_dqb,
+    stride_dqh,
+    stride_dqt,
+    H,
+    GROUP,
+    Tq,
+    Tk,
+    qk_scale,
+    sm_scale,
+    IS_CAUSAL: tl.constexpr,
+    HEAD_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """dQ for one query tile of one head; same tile walk as the forward pass."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -320,10 +601,10 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     m_ok = offs_m[:, None] < Tq
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :],
-                mask=m_ok, other=0.0)
-    do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_dt + offs_d[None, :],
-                 mask=m_ok, other=0.0)
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :], mask=m_ok, other=0.0)
+    do = tl.load(
+        DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_dt + offs_d[None, :], mask=m_ok, other=0.0
+    )
     l = tl.load(L + bh * Tq + offs_m, mask=offs_m < Tq, other=0.0) * LOG2_E  # to log2 units
     delta = tl.load(Delta + bh * Tq + offs_m, mask=offs_m < Tq, other=0.0)
     k_base = K + b * stride_kb + hk * stride_kh
@@ -336,13 +617,58 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
     else:
         full_end = even_end
         hi = Tk
-    dq = _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m, 0, full_end, Tk, offset,
-                  qk_scale, False, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
-    dq = _dq_tile(dq, q, do, l, delta, k_base, v_base, stride_kt, stride_vt, start_m, full_end, hi, Tk, offset,
-                  qk_scale, True, IS_CAUSAL, BLOCK_M, BLOCK_N, HEAD_D, PRECISION)
+    dq = _dq_tile(
+        dq,
+        q,
+        do,
+        l,
+        delta,
+        k_base,
+        v_base,
+        stride_kt,
+        stride_vt,
+        start_m,
+        0,
+        full_end,
+        Tk,
+        offset,
+        qk_scale,
+        False,
+        IS_CAUSAL,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_D,
+        PRECISION,
+    )
+    dq = _dq_tile(
+        dq,
+        q,
+        do,
+        l,
+        delta,
+        k_base,
+        v_base,
+        stride_kt,
+        stride_vt,
+        start_m,
+        full_end,
+        hi,
+        Tk,
+        offset,
+        qk_scale,
+        True,
+        IS_CAUSAL,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_D,
+        PRECISION,
+    )
     dq = dq * sm_scale  # dQ = dS K / sqrt(D)
-    tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
-             dq.to(DQ.dtype.element_ty), mask=m_ok)
+    tl.store(
+        DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
+        dq.to(DQ.dtype.element_ty),
+        mask=m_ok,
+    )
 
 
 # Picks from autotuning on one H200 (bf16, causal, 16k tokens a batch; bench/bench_attention.py

@@ -48,13 +48,14 @@ def kernel_available(device: torch.device) -> bool:
     return TRITON_FOUND and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
-def cross_entropy_rows_reference(logits: torch.Tensor, targets: torch.Tensor,
-                                 ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
+def cross_entropy_rows_reference(
+    logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's computation in PyTorch: (nll (N,) fp32, G (N, V) in the logits' dtype).
 
     fp32 math on the logits as stored: nll_i = lse_i - z_i[y_i], G_i = exp(z_i - lse_i) - onehot(y_i);
@@ -72,10 +73,17 @@ def cross_entropy_rows_reference(logits: torch.Tensor, targets: torch.Tensor,
     return torch.where(keep, nll, 0.0), grad
 
 
-def cross_entropy_rows_triton(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, *,
-                              block_m: int = 1, block_v: int | None = None, num_warps: int = NUM_WARPS,
-                              programs_per_sm: int | None = PROGRAMS_PER_SM,
-                              lse: torch.Tensor | None = None) -> torch.Tensor:
+def cross_entropy_rows_triton(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    *,
+    block_m: int = 1,
+    block_v: int | None = None,
+    num_warps: int = NUM_WARPS,
+    programs_per_sm: int | None = PROGRAMS_PER_SM,
+    lse: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The Triton pass: returns nll (N,) fp32 and overwrites ``logits`` with G (see the module docstring).
     Given ``lse`` ((N,) fp32), it instead leaves ``logits`` as they are and writes each row's logsumexp
     there (the first half of the FP8 head's passes, linear_ce_fp8).
@@ -94,12 +102,15 @@ def cross_entropy_rows_triton(logits: torch.Tensor, targets: torch.Tensor, ignor
     if logits.stride(-1) != 1:
         raise ValueError(f"cross_entropy_rows_triton: logits need a unit column stride, got strides {logits.stride()}")
     if targets.shape != (n,) or targets.dtype != torch.long:
-        raise ValueError(f"cross_entropy_rows_triton: targets must be ({n},) int64, "
-                         f"got {tuple(targets.shape)} {targets.dtype}")
+        raise ValueError(
+            f"cross_entropy_rows_triton: targets must be ({n},) int64, got {tuple(targets.shape)} {targets.dtype}"
+        )
     nll = torch.empty(n, dtype=torch.float32, device=logits.device)
     if lse is not None and (lse.shape != (n,) or lse.dtype != torch.float32 or not lse.is_contiguous()):
-        raise ValueError(f"cross_entropy_rows_triton: lse must be a contiguous ({n},) fp32 tensor, "
-                         f"got {tuple(lse.shape)} {lse.dtype}")
+        raise ValueError(
+            f"cross_entropy_rows_triton: lse must be a contiguous ({n},) fp32 tensor, "
+            f"got {tuple(lse.shape)} {lse.dtype}"
+        )
     if n == 0:
         return nll
     if block_v is None:
@@ -108,21 +119,35 @@ def cross_entropy_rows_triton(logits: torch.Tensor, targets: torch.Tensor, ignor
     grid = blocks if programs_per_sm is None else min(blocks, programs_per_sm * _num_sms(logits.device))
     # Triton launches on the current device: make it the tensors' one
     with torch.cuda.device(logits.device) if logits.is_cuda else contextlib.nullcontext():
-        kernels.cross_entropy_rows[(grid,)](logits, targets.contiguous(), nll, nll if lse is None else lse, n, v,
-                                            logits.stride(0), ignore_index, BLOCK_M=block_m, BLOCK_V=block_v,
-                                            WRITE_GRAD=lse is None, num_warps=num_warps)
+        kernels.cross_entropy_rows[(grid,)](
+            logits,
+            targets.contiguous(),
+            nll,
+            nll if lse is None else lse,
+            n,
+            v,
+            logits.stride(0),
+            ignore_index,
+            BLOCK_M=block_m,
+            BLOCK_V=block_v,
+            WRITE_GRAD=lse is None,
+            num_warps=num_warps,
+        )
     return nll
 
 
 @torch.library.custom_op("cookmind::linear_cross_entropy_forward", mutates_args=())
-def _forward_op(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int,
-                impl: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward_op(
+    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int, impl: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """z = h W^T, then (nll, G) from the Triton pass (G written over z) or from the reference."""
     use_kernel = impl == "triton" or (impl == "auto" and kernel_available(h.device))
     if use_kernel and not kernel_available(h.device):
-        raise RuntimeError(f"linear_cross_entropy: impl='triton' needs the 'triton' package and a CUDA device "
-                           f"(or TRITON_INTERPRET=1), got device {h.device}, triton "
-                           f"{'found' if TRITON_FOUND else 'missing'}; use impl='auto' or 'reference'")
+        raise RuntimeError(
+            f"linear_cross_entropy: impl='triton' needs the 'triton' package and a CUDA device "
+            f"(or TRITON_INTERPRET=1), got device {h.device}, triton "
+            f"{'found' if TRITON_FOUND else 'missing'}; use impl='auto' or 'reference'"
+        )
     with torch.autocast(h.device.type, enabled=False):  # the caller chose the dtype; keep the GEMM in it
         logits = h @ weight.t()  # (N, V), fresh and internal: G may overwrite it
         if use_kernel:
@@ -147,7 +172,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_nll):
         grad, h, weight, keep = ctx.saved_tensors
-        g = torch.where(keep, grad_nll, 0.0)[:, None]  # (N, 1); where, not *: a nan upstream on an ignored row stays out
+        g = torch.where(keep, grad_nll, 0.0)[
+            :, None
+        ]  # (N, 1); where, not *: a nan upstream on an ignored row stays out
         grad_h = grad_w = None
         if ctx.needs_input_grad[0]:
             grad_h = ((grad @ weight) * g).to(h.dtype)
@@ -156,30 +183,46 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_h, grad_w, None, None, None, None
 
 
-def _check_inputs(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, reduction: str, impl: str,
-                  same_dtype: bool = True) -> None:
+def _check_inputs(
+    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, reduction: str, impl: str, same_dtype: bool = True
+) -> None:
     if reduction not in REDUCTIONS:
         raise ValueError(f"linear_cross_entropy: reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if impl not in IMPLS:
         raise ValueError(f"linear_cross_entropy: impl must be one of {IMPLS}, got {impl!r}")
     if h.dim() < 1 or weight.dim() != 2 or h.shape[-1] != weight.shape[1]:
-        raise ValueError(f"linear_cross_entropy: need h (..., C) and weight (V, C), got h{tuple(h.shape)} "
-                         f"and weight{tuple(weight.shape)}")
+        raise ValueError(
+            f"linear_cross_entropy: need h (..., C) and weight (V, C), got h{tuple(h.shape)} "
+            f"and weight{tuple(weight.shape)}"
+        )
     if targets.shape != h.shape[:-1]:
-        raise ValueError(f"linear_cross_entropy: targets{tuple(targets.shape)} must have h's leading shape "
-                         f"{tuple(h.shape[:-1])} (one target per row of h)")
+        raise ValueError(
+            f"linear_cross_entropy: targets{tuple(targets.shape)} must have h's leading shape "
+            f"{tuple(h.shape[:-1])} (one target per row of h)"
+        )
     if targets.dtype != torch.long:
         raise ValueError(f"linear_cross_entropy: targets must be int64 (torch.long), got {targets.dtype}")
     if same_dtype and h.dtype != weight.dtype:
-        raise ValueError(f"linear_cross_entropy: h is {h.dtype} but weight is {weight.dtype}; cast them to one "
-                         "dtype or run under torch.autocast")
+        raise ValueError(
+            f"linear_cross_entropy: h is {h.dtype} but weight is {weight.dtype}; cast them to one "
+            "dtype or run under torch.autocast"
+        )
     if not (h.device == weight.device == targets.device):
-        raise ValueError(f"linear_cross_entropy: h, weight, targets on {h.device}, {weight.device}, "
-                         f"{targets.device}; put them on one device")
+        raise ValueError(
+            f"linear_cross_entropy: h, weight, targets on {h.device}, {weight.device}, "
+            f"{targets.device}; put them on one device"
+        )
 
 
-def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
-                         reduction: str = "mean", impl: str = "auto", fp8: bool = False) -> torch.Tensor:
+def linear_cross_entropy(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    impl: str = "auto",
+    fp8: bool = False,
+) -> torch.Tensor:
     """cross_entropy(h @ weight^T, targets) without a second pass over the logits (see the module docstring).
 
     h (..., C), weight (V, C) (the LM head's, as nn.Linear stores it), targets (...) int64. reduction
@@ -198,10 +241,12 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.T
         from .linear_ce_fp8 import fp8_supported, shapes_fit
 
         if not fp8_supported(h.device):
-            raise ValueError(f"linear_cross_entropy: fp8=True needs a CUDA GPU with FP8 tensor cores (compute "
-                             f"capability >= 8.9: Ada, Hopper) and triton; got {h.device}"
-                             + (f" (capability {torch.cuda.get_device_capability(h.device)})" if h.is_cuda else "")
-                             + "; use fp8=False")
+            raise ValueError(
+                f"linear_cross_entropy: fp8=True needs a CUDA GPU with FP8 tensor cores (compute "
+                f"capability >= 8.9: Ada, Hopper) and triton; got {h.device}"
+                + (f" (capability {torch.cuda.get_device_capability(h.device)})" if h.is_cuda else "")
+                + "; use fp8=False"
+            )
         fp8 = shapes_fit(targets.numel(), h.shape[-1], weight.shape[0])
     if torch.is_autocast_enabled(device_type):
         dtype = torch.get_autocast_dtype(device_type)

@@ -42,18 +42,26 @@ TILE_M, TILE_V, TILE_WARPS = 64, 128, 4
 
 def fp8_supported(device: torch.device) -> bool:
     """Whether FP8 GEMMs and the Triton passes run on ``device``: CUDA compute capability >= 8.9 (Ada, Hopper)."""
-    return (E4M3 is not None and device.type == "cuda" and kernel_available(device)
-            and torch.cuda.get_device_capability(device) >= (8, 9))
+    return (
+        E4M3 is not None
+        and device.type == "cuda"
+        and kernel_available(device)
+        and torch.cuda.get_device_capability(device) >= (8, 9)
+    )
 
 
 def fp8_head_problem(device: torch.device) -> str | None:
     """Why ``model.lm_head_fp8`` cannot run on ``device`` (None when it can): for the Trainer's early check."""
     if device.type != "cuda":
-        return (f"model.lm_head_fp8 runs only in the fused loss on a CUDA GPU; on {device.type} the LM head "
-                "keeps the training precision")
+        return (
+            f"model.lm_head_fp8 runs only in the fused loss on a CUDA GPU; on {device.type} the LM head "
+            "keeps the training precision"
+        )
     if not fp8_supported(device):
-        return (f"model.lm_head_fp8 needs FP8 tensor cores (compute capability >= 8.9: Ada, Hopper) and triton; "
-                f"{torch.cuda.get_device_name(device)} has capability {torch.cuda.get_device_capability(device)}")
+        return (
+            f"model.lm_head_fp8 needs FP8 tensor cores (compute capability >= 8.9: Ada, Hopper) and triton; "
+            f"{torch.cuda.get_device_name(device)} has capability {torch.cuda.get_device_capability(device)}"
+        )
     return None
 
 
@@ -75,9 +83,15 @@ def _col_major(x8: torch.Tensor) -> torch.Tensor:
 
 
 @torch.library.custom_op("cookmind::linear_cross_entropy_fp8_forward", mutates_args=())
-def _forward_op(h8: torch.Tensor, w8: torch.Tensor, scale_h: torch.Tensor, scale_w: torch.Tensor,
-                targets: torch.Tensor, ignore_index: int, grad_scale: float
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _forward_op(
+    h8: torch.Tensor,
+    w8: torch.Tensor,
+    scale_h: torch.Tensor,
+    scale_w: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int,
+    grad_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """z = (h8 W8^T) s_h s_w in bf16, then (nll, S G, (S G)^T) from the two Triton passes; z is dropped."""
     import triton
 
@@ -93,16 +107,31 @@ def _forward_op(h8: torch.Tensor, w8: torch.Tensor, scale_h: torch.Tensor, scale
     grad_t = torch.empty(v, n, dtype=GRAD_DTYPE, device=h8.device)
     with torch.cuda.device(h8.device) if h8.is_cuda else contextlib.nullcontext():
         kernels.cross_entropy_grad_tiles[(triton.cdiv(n, TILE_M), triton.cdiv(v, TILE_V))](
-            logits, lse, targets, grad, grad_t, n, v, logits.stride(0), ignore_index, grad_scale,
-            BLOCK_M=TILE_M, BLOCK_V=TILE_V, num_warps=TILE_WARPS)
+            logits,
+            lse,
+            targets,
+            grad,
+            grad_t,
+            n,
+            v,
+            logits.stride(0),
+            ignore_index,
+            grad_scale,
+            BLOCK_M=TILE_M,
+            BLOCK_V=TILE_V,
+            num_warps=TILE_WARPS,
+        )
     return nll, grad, grad_t
 
 
 @_forward_op.register_fake
 def _(h8, w8, scale_h, scale_w, targets, ignore_index, grad_scale):
     n, v = h8.shape[0], w8.shape[0]
-    return (h8.new_empty(n, dtype=torch.float32), h8.new_empty(n, v, dtype=GRAD_DTYPE),
-            h8.new_empty(v, n, dtype=GRAD_DTYPE))
+    return (
+        h8.new_empty(n, dtype=torch.float32),
+        h8.new_empty(n, v, dtype=GRAD_DTYPE),
+        h8.new_empty(v, n, dtype=GRAD_DTYPE),
+    )
 
 
 class LinearCrossEntropyFP8(torch.autograd.Function):
@@ -120,7 +149,9 @@ class LinearCrossEntropyFP8(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_nll):
         grad, grad_t, h, w8, scale_w, keep = ctx.saved_tensors
-        g = torch.where(keep, grad_nll, 0.0)[:, None]  # (N, 1); where, not *: a nan upstream on an ignored row stays out
+        g = torch.where(keep, grad_nll, 0.0)[
+            :, None
+        ]  # (N, 1); where, not *: a nan upstream on an ignored row stays out
         unscale = torch.full((), 1.0 / GRAD_SCALE, dtype=torch.float32, device=grad.device)
         grad_h = grad_w = None
         if ctx.needs_input_grad[0]:
@@ -129,6 +160,7 @@ class LinearCrossEntropyFP8(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             hg8, scale_hg = quantize(h.float() * g)
             out = ctx.weight_dtype if ctx.weight_dtype in (torch.float32, torch.bfloat16) else torch.float32
-            grad_w = torch._scaled_mm(grad_t, _col_major(hg8), scale_a=unscale, scale_b=scale_hg,
-                                      out_dtype=out).to(ctx.weight_dtype)
+            grad_w = torch._scaled_mm(grad_t, _col_major(hg8), scale_a=unscale, scale_b=scale_hg, out_dtype=out).to(
+                ctx.weight_dtype
+            )
         return grad_h, grad_w, None, None, None

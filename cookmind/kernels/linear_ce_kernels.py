@@ -17,8 +17,19 @@ import triton.language as tl
 
 
 @triton.jit
-def cross_entropy_rows(Z, Targets, Nll, Lse, n_rows, n_cols, stride_row, ignore_index,
-                       BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, WRITE_GRAD: tl.constexpr = True):
+def cross_entropy_rows(
+    Z,
+    Targets,
+    Nll,
+    Lse,
+    n_rows,
+    n_cols,
+    stride_row,
+    ignore_index,
+    BLOCK_M: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    WRITE_GRAD: tl.constexpr = True,
+):
     """Z (n_rows, n_cols) logits, unit column stride, rows stride_row apart: read, then overwritten with
     softmax(z) - onehot(y) (0 on rows whose target is ignore_index). Nll (n_rows,) fp32: lse - z[y], 0 on
     ignored rows, nan where a kept target lies outside [0, n_cols).
@@ -70,8 +81,20 @@ def cross_entropy_rows(Z, Targets, Nll, Lse, n_rows, n_cols, stride_row, ignore_
 
 
 @triton.jit
-def cross_entropy_grad_tiles(Z, Lse, Targets, G, GT, n_rows, n_cols, stride_row, ignore_index, scale,
-                             BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr):
+def cross_entropy_grad_tiles(
+    Z,
+    Lse,
+    Targets,
+    G,
+    GT,
+    n_rows,
+    n_cols,
+    stride_row,
+    ignore_index,
+    scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
     """The gradient pass as tiles, for the FP8 head: one (BLOCK_M, BLOCK_V) tile of Z per program, grid
     (row blocks, column blocks).
 

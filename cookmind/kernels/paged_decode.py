@@ -46,13 +46,13 @@ def kernel_available(device: torch.device, head_dim: int) -> bool:
     return _triton_importable()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _triton_importable() -> bool:
     """Checked once: the eager decode path asks for every layer of every step."""
     return importlib.util.find_spec("triton") is not None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
@@ -76,8 +76,20 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos[:, None] + torch.cat((-x2, x1), dim=-1) * sin[:, None]
 
 
-def paged_decode_reference(q, k, v, key_cache, value_cache, block_tables, positions, write_index, block_size: int,
-                           cos=None, sin=None, scale: float | None = None) -> torch.Tensor:
+def paged_decode_reference(
+    q,
+    k,
+    v,
+    key_cache,
+    value_cache,
+    block_tables,
+    positions,
+    write_index,
+    block_size: int,
+    cos=None,
+    sin=None,
+    scale: float | None = None,
+) -> torch.Tensor:
     """The kernel's computation in PyTorch (float32 math, the cache's rounding for stored keys):
     store k, v at write_index, attend each row to positions 0..positions[b]; returns (B, H, D)."""
     b, h, d = q.shape
@@ -129,8 +141,21 @@ def self_check(device, dtype: torch.dtype, n_heads: int, n_kv: int, head_dim: in
     return None if err <= tol else f"largest difference from the reference {err:.3g} (tolerance {tol})"
 
 
-def paged_decode_attention(q, k, v, key_cache, value_cache, block_tables, positions, write_index, block_size: int,
-                           cos=None, sin=None, scale: float | None = None, num_splits: int | None = None) -> torch.Tensor:
+def paged_decode_attention(
+    q,
+    k,
+    v,
+    key_cache,
+    value_cache,
+    block_tables,
+    positions,
+    write_index,
+    block_size: int,
+    cos=None,
+    sin=None,
+    scale: float | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
     """Store the new k, v and attend; returns (B, H, D) in q's dtype (see the module docstring).
 
     positions (B,): each row's new token's position (= cached tokens before it); write_index (B,):
@@ -141,8 +166,9 @@ def paged_decode_attention(q, k, v, key_cache, value_cache, block_tables, positi
     if h % hkv:
         raise ValueError(f"{h} query heads are not a multiple of {hkv} key/value heads")
     if not kernel_available(q.device, d):
-        return paged_decode_reference(q, k, v, key_cache, value_cache, block_tables, positions, write_index,
-                                      block_size, cos, sin, scale)
+        return paged_decode_reference(
+            q, k, v, key_cache, value_cache, block_tables, positions, write_index, block_size, cos, sin, scale
+        )
     from . import paged_decode_kernels as kernels
 
     splits = num_splits or default_splits(b, h, q.device)
@@ -161,12 +187,42 @@ def paged_decode_attention(q, k, v, key_cache, value_cache, block_tables, positi
     # Triton launches on the current device: make it the tensors' one (a model on cuda:1 in a process on cuda:0)
     with torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext():
         kernels.paged_decode[(b, h, splits)](
-            q, k, v, key_cache, value_cache, block_tables, positions, write_index, cos_t, sin_t, out, part_ml,
-            part_acc, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            key_cache.stride(0), key_cache.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
-            cos_t.stride(0) if rope else 0, scale * LOG2_E,
-            GROUP=h // hkv, D=d, BS=block_size, BLOCK_N=BLOCK_N, SPLITS=splits, ROPE=rope, num_warps=4)
+            q,
+            k,
+            v,
+            key_cache,
+            value_cache,
+            block_tables,
+            positions,
+            write_index,
+            cos_t,
+            sin_t,
+            out,
+            part_ml,
+            part_acc,
+            q.stride(0),
+            q.stride(1),
+            k.stride(0),
+            k.stride(1),
+            v.stride(0),
+            v.stride(1),
+            key_cache.stride(0),
+            key_cache.stride(1),
+            block_tables.stride(0),
+            out.stride(0),
+            out.stride(1),
+            cos_t.stride(0) if rope else 0,
+            scale * LOG2_E,
+            GROUP=h // hkv,
+            D=d,
+            BS=block_size,
+            BLOCK_N=BLOCK_N,
+            SPLITS=splits,
+            ROPE=rope,
+            num_warps=4,
+        )
         if splits > 1:
-            kernels.merge_splits[(b, h)](part_ml, part_acc, out, out.stride(0), out.stride(1),
-                                         D=d, SPLITS=splits, num_warps=1)
+            kernels.merge_splits[(b, h)](
+                part_ml, part_acc, out, out.stride(0), out.stride(1), D=d, SPLITS=splits, num_warps=1
+            )
     return out

@@ -13,10 +13,40 @@ import triton.language as tl
 
 
 @triton.jit
-def paged_decode(Q, K, V, KC, VC, Tables, Pos, WIdx, Cos, Sin, Out, PartML, PartAcc,
-                 sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, sc_t, sc_h, st_b, so_b, so_h, scs_b, qk_scale,
-                 GROUP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr,
-                 SPLITS: tl.constexpr, ROPE: tl.constexpr):
+def paged_decode(
+    Q,
+    K,
+    V,
+    KC,
+    VC,
+    Tables,
+    Pos,
+    WIdx,
+    Cos,
+    Sin,
+    Out,
+    PartML,
+    PartAcc,
+    sq_b,
+    sq_h,
+    sk_b,
+    sk_h,
+    sv_b,
+    sv_h,
+    sc_t,
+    sc_h,
+    st_b,
+    so_b,
+    so_h,
+    scs_b,
+    qk_scale,
+    GROUP: tl.constexpr,
+    D: tl.constexpr,
+    BS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLITS: tl.constexpr,
+    ROPE: tl.constexpr,
+):
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)

@@ -17,10 +17,12 @@ def as_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
             f"k{tuple(k.shape)}, v{tuple(v.shape)}. (B, T, H, D) inputs need .transpose(1, 2) first."
         )
     if q.shape[:-3] != k.shape[:-3] or k.shape[:-3] != v.shape[:-3]:
-        raise ValueError(f"the batch dims before (H, T, D) differ: q{tuple(q.shape)}, k{tuple(k.shape)}, "
-                         f"v{tuple(v.shape)}")
-    return tuple(x.reshape(-1, *x.shape[-3:]) if x.dim() > 4 else x.reshape((1,) * (4 - x.dim()) + x.shape)
-                 for x in (q, k, v))
+        raise ValueError(
+            f"the batch dims before (H, T, D) differ: q{tuple(q.shape)}, k{tuple(k.shape)}, v{tuple(v.shape)}"
+        )
+    return tuple(
+        x.reshape(-1, *x.shape[-3:]) if x.dim() > 4 else x.reshape((1,) * (4 - x.dim()) + x.shape) for x in (q, k, v)
+    )
 
 
 def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool):
@@ -37,9 +39,7 @@ def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is
     if bk != b or dk != d:
         raise ValueError(f"batch/head-dim mismatch: q{tuple(q.shape)} vs k{tuple(k.shape)}")
     if hkv == 0 or h % hkv != 0:
-        raise ValueError(
-            f"query heads ({h}) must be a multiple of key/value heads ({hkv}) for grouped-query attention"
-        )
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({hkv}) for grouped-query attention")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}; cast them to one dtype")
     if is_causal and tq > tk:

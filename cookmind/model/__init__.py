@@ -5,4 +5,13 @@ from cookmind.model.kv_cache import KVCache
 from cookmind.model.lm import CookMindLM, LMOutput
 from cookmind.model.model_io import ModelLoadError, load_model, resolve_model_dir, save_model
 
-__all__ = ["CookMindConfig", "CookMindLM", "KVCache", "LMOutput", "ModelLoadError", "load_model", "resolve_model_dir", "save_model"]
+__all__ = [
+    "CookMindConfig",
+    "CookMindLM",
+    "KVCache",
+    "LMOutput",
+    "ModelLoadError",
+    "load_model",
+    "resolve_model_dir",
+    "save_model",
+]

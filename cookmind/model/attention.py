@@ -36,8 +36,9 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def project_qkv(self, x: torch.Tensor, qkv_weight: torch.Tensor | None = None,
-                    qkv_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(
+        self, x: torch.Tensor, qkv_weight: torch.Tensor | None = None, qkv_bias: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q (B, T, heads, D), k and v (B, T, kv heads, D) of x (B, T, C), QK-normed, not yet rotated.
 
         The entry the serving engine shares with ``forward``: through the projection modules (LoRA-wrapped
@@ -57,8 +58,14 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         return q, k, v
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                attention_mask: torch.Tensor | None = None, kv_cache=None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        kv_cache=None,
+    ) -> torch.Tensor:
         """x (B, T, C) -> (B, T, C). attention_mask: bool (B, 1, T, S), True = may attend; else causal."""
         b, t, _ = x.shape
         q, k, v = self.project_qkv(x)
@@ -112,8 +119,7 @@ class Attention(nn.Module):
 
 # backend "cudnn": SDPA tries cuDNN's fused attention first (faster than the flash backend on Hopper,
 # README "Attention"), then PyTorch's usual order for calls cuDNN cannot take (CPU, unsupported shapes)
-_CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
-                SDPBackend.MATH]
+_CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def _flash_triton(q, k, v):

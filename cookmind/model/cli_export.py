@@ -10,13 +10,28 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the export stage."""
-    parser.add_argument("--hf", action="store_true", required=True,
-                        help="export to Hugging Face format (config.json + model.safetensors + tokenizer files)")
-    parser.add_argument("--model", "--checkpoint", dest="model_flag", metavar="DIR", default=None,
-                        help="CookMind checkpoint or model directory (config.json, model.safetensors), or a run "
-                             "directory: its newest complete checkpoint is used")
-    parser.add_argument("--out", dest="out_flag", metavar="DIR", default=None,
-                        help="output directory (must not exist; written atomically)")
+    parser.add_argument(
+        "--hf",
+        action="store_true",
+        required=True,
+        help="export to Hugging Face format (config.json + model.safetensors + tokenizer files)",
+    )
+    parser.add_argument(
+        "--model",
+        "--checkpoint",
+        dest="model_flag",
+        metavar="DIR",
+        default=None,
+        help="CookMind checkpoint or model directory (config.json, model.safetensors), or a run "
+        "directory: its newest complete checkpoint is used",
+    )
+    parser.add_argument(
+        "--out",
+        dest="out_flag",
+        metavar="DIR",
+        default=None,
+        help="output directory (must not exist; written atomically)",
+    )
     parser.add_argument("paths", nargs="*", metavar="MODEL OUT", help="the same as --model MODEL --out OUT")
     parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
 
@@ -38,8 +53,10 @@ def main(args: argparse.Namespace) -> int:
 
     arch = json.loads((out / "config.json").read_text())["architectures"][0]
     files = sorted(p.name for p in out.iterdir())
-    print(f"exported {ckpt} -> {out} as {arch} ({', '.join(files)}); "
-          f"load with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    print(
+        f"exported {ckpt} -> {out} as {arch} ({', '.join(files)}); "
+        f"load with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})"
+    )
     return 0
 
 
@@ -49,6 +66,8 @@ def model_and_out(args: argparse.Namespace) -> tuple[str, str]:
     model = args.model_flag if args.model_flag is not None else (paths.pop(0) if paths else None)
     out = args.out_flag if args.out_flag is not None else (paths.pop(0) if paths else None)
     if model is None or out is None or paths:
-        raise ValueError(f"give the model and the output directory: --model DIR --out DIR (or the two as "
-                         f"arguments); got model={model!r}, out={out!r}" + (f", and extra {paths}" if paths else ""))
+        raise ValueError(
+            f"give the model and the output directory: --model DIR --out DIR (or the two as "
+            f"arguments); got model={model!r}, out={out!r}" + (f", and extra {paths}" if paths else "")
+        )
     return model, out

@@ -9,12 +9,26 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the import stage."""
-    parser.add_argument("--hf", action="store_true", required=True,
-                        help="import from Hugging Face format (config.json + safetensors weights)")
-    parser.add_argument("--model", dest="model_flag", metavar="DIR", default=None,
-                        help="Hugging Face model directory (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
-    parser.add_argument("--out", dest="out_flag", metavar="DIR", default=None,
-                        help="output CookMind model directory (must not exist; written atomically)")
+    parser.add_argument(
+        "--hf",
+        action="store_true",
+        required=True,
+        help="import from Hugging Face format (config.json + safetensors weights)",
+    )
+    parser.add_argument(
+        "--model",
+        dest="model_flag",
+        metavar="DIR",
+        default=None,
+        help="Hugging Face model directory (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+    )
+    parser.add_argument(
+        "--out",
+        dest="out_flag",
+        metavar="DIR",
+        default=None,
+        help="output CookMind model directory (must not exist; written atomically)",
+    )
     parser.add_argument("paths", nargs="*", metavar="HF_DIR OUT", help="the same as --model HF_DIR --out OUT")
     parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
 
@@ -33,6 +47,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"cookmind import: {exc}", file=sys.stderr)
         return 2
     cfg = load_config(out)
-    print(f"imported {hf_dir} -> {out}: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
-          f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} heads, vocab {cfg.vocab_size}")
+    print(
+        f"imported {hf_dir} -> {out}: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
+        f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} heads, vocab {cfg.vocab_size}"
+    )
     return 0

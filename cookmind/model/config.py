@@ -61,19 +61,28 @@ class CookMindConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the first inconsistent field and what to do about it."""
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"CookMindConfig.{name} must be a positive int, got {value!r}")
         if self.num_attention_heads % self.num_key_value_heads != 0:
             raise ValueError(
                 f"CookMindConfig: num_key_value_heads={self.num_key_value_heads} must divide "
-                f"num_attention_heads={self.num_attention_heads} (grouped-query attention)")
+                f"num_attention_heads={self.num_attention_heads} (grouped-query attention)"
+            )
         if self.head_dim is None and self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"CookMindConfig: hidden_size={self.hidden_size} is not divisible by num_attention_heads="
-                f"{self.num_attention_heads}; set head_dim explicitly")
+                f"{self.num_attention_heads}; set head_dim explicitly"
+            )
         if self.resolved_head_dim % 2 != 0:
             raise ValueError(f"CookMindConfig: head_dim={self.resolved_head_dim} must be even for RoPE")
         if self.attn_backend not in ATTN_BACKENDS:
@@ -83,7 +92,8 @@ class CookMindConfig:
         if self.num_experts < 0 or self.num_experts_per_tok <= 0:
             raise ValueError(
                 f"CookMindConfig: num_experts={self.num_experts} must be >= 0 (0 = dense) and "
-                f"num_experts_per_tok={self.num_experts_per_tok} > 0")
+                f"num_experts_per_tok={self.num_experts_per_tok} > 0"
+            )
         if self.rope_scaling is not None:
             self._validate_rope_scaling(self.rope_scaling)
 
@@ -95,10 +105,21 @@ class CookMindConfig:
         if rope_type not in ROPE_TYPES:
             raise ValueError(
                 f"CookMindConfig.rope_scaling: rope_type {rope_type!r} is not supported; "
-                f"supported: {ROPE_TYPES} (yarn needs factor and original_max_position_embeddings)")
+                f"supported: {ROPE_TYPES} (yarn needs factor and original_max_position_embeddings)"
+            )
         if rope_type == "yarn":
-            allowed = {"rope_type", "type", "factor", "original_max_position_embeddings", "beta_fast",
-                       "beta_slow", "attention_factor", "truncate", "mscale", "mscale_all_dim"}
+            allowed = {
+                "rope_type",
+                "type",
+                "factor",
+                "original_max_position_embeddings",
+                "beta_fast",
+                "beta_slow",
+                "attention_factor",
+                "truncate",
+                "mscale",
+                "mscale_all_dim",
+            }
             unknown = sorted(set(rs) - allowed)
             if unknown:
                 raise ValueError(f"CookMindConfig.rope_scaling: unknown yarn keys {unknown}; allowed {sorted(allowed)}")
@@ -114,8 +135,9 @@ class CookMindConfig:
             unknown = sorted(set(rs) - needed - {"rope_type", "type"})
             missing = sorted(k for k in needed if rs.get(k) is None)
             if unknown or missing:
-                raise ValueError(f"CookMindConfig.rope_scaling: llama3 needs {sorted(needed)}; "
-                                 f"missing {missing}, unknown {unknown}")
+                raise ValueError(
+                    f"CookMindConfig.rope_scaling: llama3 needs {sorted(needed)}; missing {missing}, unknown {unknown}"
+                )
         if rope_type != "default" and float(rs["factor"]) < 1.0:
             raise ValueError(f"CookMindConfig.rope_scaling: {rope_type} factor must be >= 1, got {rs['factor']}")
 
@@ -124,7 +146,7 @@ class CookMindConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CookMindConfig":
+    def from_dict(cls, d: dict[str, Any]) -> CookMindConfig:
         """Build from a dict; unknown keys raise ValueError naming them (no silent drops)."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)

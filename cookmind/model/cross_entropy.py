@@ -54,8 +54,9 @@ class _NLL(torch.autograd.Function):
         return grad.to(logits.dtype), None, None
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
-                  reduction: str = "mean") -> torch.Tensor:
+def cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, reduction: str = "mean"
+) -> torch.Tensor:
     """loss_i = logsumexp(z_i) - z_i[y_i], over positions whose target != ignore_index.
 
     logits (..., V), targets (...) long. reduction "mean" (over kept positions; 0 when none are kept),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
 from cookmind.model.init import truncated_normal_
 
 

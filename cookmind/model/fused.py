@@ -6,7 +6,8 @@ stacks them without adding memory: it moves each layer's weights into one tensor
 weight at its rows of it, so the modules compute exactly what they did (names, checkpoints, HF export
 unchanged) and ``Attention.project_qkv`` / ``SwiGLU.forward`` take the fused tensor for one GEMM. The serving
 engine fuses the model it serves (a decode step at batch 1 is many small GEMMs). Training does not fuse: on the
-H200 (2026-11-29, bench/bench_train.py --device cuda --variants fast, before that variant went) the Trainer with a fused QKV / gate-up
+H200 (2026-11-29, bench/bench_train.py --device cuda --variants fast, before that variant went) the Trainer with a
+fused QKV / gate-up
 GEMM ran at 418.2k tokens/s against 417.5k without it, in the same run: nothing once torch.compile has fused
 the step, so that training path went away. A model under training keeps its weights' storage (an optimizer
 or DDP may hold it), so rollouts serve it unfused.
@@ -37,8 +38,10 @@ def fuse_projections(model) -> list[FusedWeights]:
         attn, mlp = layer.self_attn, layer.mlp
         qkv, qkv_bias = _fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])
         gate_up = None
-        if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")) \
-                and getattr(mlp.gate_proj, "bias", None) is None:
+        if (
+            all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))
+            and getattr(mlp.gate_proj, "bias", None) is None
+        ):
             gate_up, _ = _fuse_rows([mlp.gate_proj, mlp.up_proj])
         out.append(FusedWeights(qkv, qkv_bias, gate_up))
     return out
@@ -79,10 +82,14 @@ def _rows_in_place(parts: list[torch.Tensor]) -> torch.Tensor | None:
     storage, offset = first.untyped_storage(), first.storage_offset()
     rows = 0
     for p in parts:
-        if p.untyped_storage().data_ptr() != storage.data_ptr() or not p.is_contiguous() or \
-                p.storage_offset() != offset + rows * (p[0].numel() if p.dim() > 1 else 1):
+        if (
+            p.untyped_storage().data_ptr() != storage.data_ptr()
+            or not p.is_contiguous()
+            or p.storage_offset() != offset + rows * (p[0].numel() if p.dim() > 1 else 1)
+        ):
             return None
         rows += p.shape[0]
     shape = (rows, *first.shape[1:])
-    return torch.empty(0, dtype=first.dtype, device=first.device).set_(storage, offset, shape,
-                                                                       torch.empty(shape, device="meta").stride())
+    return torch.empty(0, dtype=first.dtype, device=first.device).set_(
+        storage, offset, shape, torch.empty(shape, device="meta").stride()
+    )

@@ -20,13 +20,30 @@ from safetensors.torch import save_file
 from cookmind.atomic import building_dir
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
-from cookmind.model.model_io import (CONFIG_NAME, WEIGHTS_NAME, ModelLoadError, check_state_dict, load_config,
-                                     model_state_dict, read_weights)
+from cookmind.model.model_io import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    ModelLoadError,
+    check_state_dict,
+    load_config,
+    model_state_dict,
+    read_weights,
+)
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                   "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json",
-                   "tokenizer.model", "generation_config.json", "cookmind_tokenizer.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tokenizer.model",
+    "generation_config.json",
+    "cookmind_tokenizer.json",
+)
 # the chat template's end of an assistant turn: cookmind's generate/chat/serve stop there too
 TURN_END_TOKENS = ("<|im_end|>",)
 
@@ -56,11 +73,15 @@ def is_hf_model_dir(path: str | os.PathLike) -> bool:
 def hf_architecture(cfg: CookMindConfig) -> str:
     """The HF class a CookMind config exports as: Qwen3 with QK-norm, Qwen2 with q/k/v biases, else Llama."""
     if cfg.num_experts > 0:
-        raise HFInteropError("export --hf: mixture-of-experts models are not supported (num_experts="
-                             f"{cfg.num_experts}); export a dense model (num_experts=0)")
+        raise HFInteropError(
+            "export --hf: mixture-of-experts models are not supported (num_experts="
+            f"{cfg.num_experts}); export a dense model (num_experts=0)"
+        )
     if cfg.qk_norm and cfg.attention_bias:
-        raise HFInteropError("export --hf: QK-norm together with q/k/v biases has no Hugging Face equivalent "
-                             "(Qwen3's attention_bias also adds an o_proj bias)")
+        raise HFInteropError(
+            "export --hf: QK-norm together with q/k/v biases has no Hugging Face equivalent "
+            "(Qwen3's attention_bias also adds an o_proj bias)"
+        )
     if cfg.qk_norm:
         return "Qwen3ForCausalLM"
     if cfg.attention_bias:
@@ -82,15 +103,27 @@ def to_hf_config(cfg: CookMindConfig, dtype: torch.dtype = torch.float32):
     import transformers
 
     arch = hf_architecture(cfg)
-    config_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen2ForCausalLM": transformers.Qwen2Config,
-                  "Qwen3ForCausalLM": transformers.Qwen3Config}[arch]
+    config_cls = {
+        "LlamaForCausalLM": transformers.LlamaConfig,
+        "Qwen2ForCausalLM": transformers.Qwen2Config,
+        "Qwen3ForCausalLM": transformers.Qwen3Config,
+    }[arch]
     kwargs: dict[str, Any] = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.resolved_head_dim, hidden_act="silu",
-        max_position_embeddings=cfg.max_position_embeddings, rms_norm_eps=cfg.rms_norm_eps,
-        tie_word_embeddings=cfg.tie_word_embeddings, initializer_range=cfg.initializer_range,
-        bos_token_id=cfg.bos_token_id, eos_token_id=cfg.eos_token_id, pad_token_id=cfg.pad_token_id,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.resolved_head_dim,
+        hidden_act="silu",
+        max_position_embeddings=cfg.max_position_embeddings,
+        rms_norm_eps=cfg.rms_norm_eps,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        initializer_range=cfg.initializer_range,
+        bos_token_id=cfg.bos_token_id,
+        eos_token_id=cfg.eos_token_id,
+        pad_token_id=cfg.pad_token_id,
         architectures=[arch],
     )
     if arch == "LlamaForCausalLM":
@@ -166,8 +199,11 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
         copied = _copy_tokenizer_files(ckpt_dir, tmp)
         if "generation_config.json" not in copied and cfg.eos_token_id is not None:
             # lets HF generate / vLLM stop where cookmind does (end of text, and end of a chat turn) without flags
-            gen = {k: getattr(cfg, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")
-                   if getattr(cfg, k) is not None}
+            gen = {
+                k: getattr(cfg, k)
+                for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+                if getattr(cfg, k) is not None
+            }
             stops = [cfg.eos_token_id] + [i for i in _added_token_ids(tmp, TURN_END_TOKENS) if i != cfg.eos_token_id]
             if len(stops) > 1:
                 gen["eos_token_id"] = stops
@@ -193,28 +229,36 @@ def _rope_from_hf(d: dict[str, Any], path: Path) -> tuple[float, dict[str, Any] 
     if rope_type == "default":
         return float(theta), None
     if rope_type in ("yarn", "llama3"):
-        merged.setdefault("original_max_position_embeddings",
-                          d.get("original_max_position_embeddings", d["max_position_embeddings"]))
+        merged.setdefault(
+            "original_max_position_embeddings", d.get("original_max_position_embeddings", d["max_position_embeddings"])
+        )
     if rope_type in ("yarn", "llama3", "linear"):
         try:
             CookMindConfig._validate_rope_scaling({"rope_type": rope_type, **merged})
         except ValueError as exc:
             raise HFInteropError(f"{path}: {exc}") from exc
         return float(theta), {"rope_type": rope_type, **merged}
-    raise HFInteropError(f"{path}: rope type {rope_type!r} is not supported (supported: default, linear, "
-                         "llama3, yarn); "
-                         "importing it would silently change the model's positions")
+    raise HFInteropError(
+        f"{path}: rope type {rope_type!r} is not supported (supported: default, linear, "
+        "llama3, yarn); "
+        "importing it would silently change the model's positions"
+    )
 
 
 def from_hf_config(d: dict[str, Any], path: Path) -> CookMindConfig:
     """Translate a HF Llama/Qwen2/Qwen3 config.json dict into a CookMindConfig; unsupported options raise."""
     archs = d.get("architectures") or []
     arch = archs[0] if archs else None
-    family = SUPPORTED_ARCHITECTURES.get(arch) if arch else {"llama": "llama", "qwen2": "qwen2",
-                                                            "qwen3": "qwen3"}.get(d.get("model_type"))
+    family = (
+        SUPPORTED_ARCHITECTURES.get(arch)
+        if arch
+        else {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}.get(d.get("model_type"))
+    )
     if family is None:
-        raise HFInteropError(f"{path}: architecture {arch or d.get('model_type')!r} is not supported; "
-                             f"supported: {sorted(SUPPORTED_ARCHITECTURES)}")
+        raise HFInteropError(
+            f"{path}: architecture {arch or d.get('model_type')!r} is not supported; "
+            f"supported: {sorted(SUPPORTED_ARCHITECTURES)}"
+        )
     if d.get("hidden_act", "silu") != "silu":
         raise HFInteropError(f"{path}: hidden_act={d['hidden_act']!r} is not supported (only silu / SwiGLU)")
     if d.get("mlp_bias"):
@@ -230,15 +274,25 @@ def from_hf_config(d: dict[str, Any], path: Path) -> CookMindConfig:
     head_dim = d.get("head_dim") or d["hidden_size"] // heads
     try:
         return CookMindConfig(
-            vocab_size=d["vocab_size"], hidden_size=d["hidden_size"], intermediate_size=d["intermediate_size"],
-            num_hidden_layers=d["num_hidden_layers"], num_attention_heads=heads,
+            vocab_size=d["vocab_size"],
+            hidden_size=d["hidden_size"],
+            intermediate_size=d["intermediate_size"],
+            num_hidden_layers=d["num_hidden_layers"],
+            num_attention_heads=heads,
             num_key_value_heads=d.get("num_key_value_heads") or heads,
             head_dim=None if head_dim * heads == d["hidden_size"] else head_dim,
-            max_position_embeddings=d["max_position_embeddings"], rope_theta=theta, rope_scaling=rope_scaling,
-            rms_norm_eps=d.get("rms_norm_eps", 1e-6), tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            qk_norm=family == "qwen3", attention_bias=family == "qwen2",
-            initializer_range=d.get("initializer_range", 0.02), bos_token_id=d.get("bos_token_id"),
-            eos_token_id=d.get("eos_token_id"), pad_token_id=d.get("pad_token_id"))
+            max_position_embeddings=d["max_position_embeddings"],
+            rope_theta=theta,
+            rope_scaling=rope_scaling,
+            rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            qk_norm=family == "qwen3",
+            attention_bias=family == "qwen2",
+            initializer_range=d.get("initializer_range", 0.02),
+            bos_token_id=d.get("bos_token_id"),
+            eos_token_id=d.get("eos_token_id"),
+            pad_token_id=d.get("pad_token_id"),
+        )
     except (KeyError, ValueError) as exc:
         raise HFInteropError(f"{path}: cannot translate to a CookMind config: {exc}") from exc
 
@@ -252,8 +306,10 @@ def _read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
             tensors.update(read_weights(hf_dir / shard))
         return tensors
     if not (hf_dir / WEIGHTS_NAME).is_file() and any(hf_dir.glob("*.bin")):
-        raise HFInteropError(f"{hf_dir}: only pickle .bin weights found; convert to safetensors first "
-                             "(cookmind never unpickles untrusted files)")
+        raise HFInteropError(
+            f"{hf_dir}: only pickle .bin weights found; convert to safetensors first "
+            "(cookmind never unpickles untrusted files)"
+        )
     return read_weights(hf_dir / WEIGHTS_NAME)
 
 

@@ -20,8 +20,9 @@ class KVCache:
         self.batch_size, self.max_seq_len = batch_size, max_seq_len
         self.seq_len = 0
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, kv_len: int | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor, kv_len: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k/v (B, Hkv, T, D) at [seq_len, seq_len+T) of `layer`; return the first kv_len slots.
 
         kv_len defaults to seq_len + T; a caller passing a mask over more slots (a static-shape decode) reads
@@ -29,17 +30,21 @@ class KVCache:
         """
         start, t = self.seq_len, k.shape[2]
         if start + t > self.max_seq_len:
-            raise ValueError(f"KVCache: {start} cached + {t} new tokens exceed max_seq_len={self.max_seq_len}; "
-                             "allocate a larger cache")
+            raise ValueError(
+                f"KVCache: {start} cached + {t} new tokens exceed max_seq_len={self.max_seq_len}; "
+                "allocate a larger cache"
+            )
         if k.shape[0] != self.batch_size:
             raise ValueError(f"KVCache: batch {k.shape[0]} does not match the cache's batch_size={self.batch_size}")
-        self.k[layer][:, :, start:start + t] = k
-        self.v[layer][:, :, start:start + t] = v
+        self.k[layer][:, :, start : start + t] = k
+        self.v[layer][:, :, start : start + t] = v
         end = start + t if kv_len is None else kv_len
         if not start + t <= end <= self.max_seq_len:
-            raise ValueError(f"KVCache: attention_mask covers {end} key slots but the cache holds {start + t} "
-                             f"tokens after this step (max {self.max_seq_len}); the mask's last dim must be "
-                             "between those")
+            raise ValueError(
+                f"KVCache: attention_mask covers {end} key slots but the cache holds {start + t} "
+                f"tokens after this step (max {self.max_seq_len}); the mask's last dim must be "
+                "between those"
+            )
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
     def advance(self, n: int) -> None:

@@ -11,8 +11,9 @@ from cookmind.model.init import truncated_normal_
 class Linear(nn.Module):
     """y = x W^T (+ b). W has shape (out_features, in_features), as in torch and Hugging Face."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, std: float = 0.02,
-                 device=None, dtype=None):
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = False, std: float = 0.02, device=None, dtype=None
+    ):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.std = std

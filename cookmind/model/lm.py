@@ -16,7 +16,6 @@ from cookmind.model.linear import Linear
 from cookmind.model.rmsnorm import RMSNorm
 from cookmind.model.rope import RotaryEmbedding
 
-
 RUNTIME_OPTIONS = ("attn_backend", "lm_head_fp8")  # config fields that choose kernels, not weights
 
 
@@ -26,8 +25,7 @@ def fused_loss_applies(lm_head: nn.Module, device: torch.device) -> bool:
     Only for a plain cookmind Linear head without bias (a LoRA-wrapped head adds its update in its own
     forward) and where the Triton kernel runs on CUDA; the CPU path stays the unfused one, bit for bit.
     """
-    return (device.type == "cuda" and type(lm_head) is Linear and lm_head.bias is None
-            and kernel_available(device))
+    return device.type == "cuda" and type(lm_head) is Linear and lm_head.bias is None and kernel_available(device)
 
 
 @dataclasses.dataclass
@@ -48,8 +46,9 @@ class CookMindBackbone(nn.Module):
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, std=cfg.initializer_range)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling,
-                                          max_positions=cfg.max_position_embeddings)
+        self.rotary_emb = RotaryEmbedding(
+            cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling, max_positions=cfg.max_position_embeddings
+        )
 
 
 class CookMindLM(nn.Module):
@@ -64,9 +63,15 @@ class CookMindLM(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight  # one matrix reads and writes tokens
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                kv_cache=None, return_logits: bool = True) -> LMOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        kv_cache=None,
+        return_logits: bool = True,
+    ) -> LMOutput:
         """input_ids (B, T) -> LMOutput. labels are shifted inside (logit t predicts labels t+1).
 
         return_logits=False (with labels) skips materialising the fp32 (B, T, V) logits: the loss upcasts
@@ -98,8 +103,9 @@ class CookMindLM(nn.Module):
             # shift the targets, not the logits: no copy of the (B, T, V) tensor
             targets = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1)
             if fused:
-                loss = linear_cross_entropy(h, self.lm_head.weight, targets, ignore_index=-100,
-                                            fp8=self.config.lm_head_fp8)
+                loss = linear_cross_entropy(
+                    h, self.lm_head.weight, targets, ignore_index=-100, fp8=self.config.lm_head_fp8
+                )
             else:
                 loss = cross_entropy(logits, targets, ignore_index=-100)
             if aux_loss is not None:

@@ -17,8 +17,8 @@ import copy
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -95,8 +95,13 @@ def _matches(name: str, targets: tuple[str, ...] | list[str]) -> bool:
     return name.rsplit(".", 1)[-1] in targets
 
 
-def apply_lora(model: nn.Module, r: int = 8, alpha: float = 16.0, dropout: float = 0.0,
-               targets: tuple[str, ...] | list[str] = DEFAULT_TARGETS) -> list[str]:
+def apply_lora(
+    model: nn.Module,
+    r: int = 8,
+    alpha: float = 16.0,
+    dropout: float = 0.0,
+    targets: tuple[str, ...] | list[str] = DEFAULT_TARGETS,
+) -> list[str]:
     """Wrap every projection whose name ends in one of ``targets``; freeze everything else.
 
     Returns the wrapped module names. Raises if no module matches (a typo in a target name).
@@ -113,8 +118,12 @@ def apply_lora(model: nn.Module, r: int = 8, alpha: float = 16.0, dropout: float
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, LoRALinear(module, r, alpha, dropout))
-    model.lora_config = {"r": r, "alpha": alpha, "dropout": dropout, "targets": sorted({n.rsplit(".", 1)[-1]
-                                                                                         for n, _ in found})}
+    model.lora_config = {
+        "r": r,
+        "alpha": alpha,
+        "dropout": dropout,
+        "targets": sorted({n.rsplit(".", 1)[-1] for n, _ in found}),
+    }
     return [n for n, _ in found]
 
 
@@ -220,8 +229,12 @@ def read_adapter_config(directory: str | os.PathLike) -> dict:
         raise ValueError(f"{f}: peft_type is {c.get('peft_type')!r}, only LORA adapters are supported")
     targets = c["target_modules"]
     targets = [targets] if isinstance(targets, str) else list(targets)
-    return {"r": int(c["r"]), "alpha": float(c["lora_alpha"]), "dropout": float(c.get("lora_dropout", 0.0)),
-            "targets": targets}
+    return {
+        "r": int(c["r"]),
+        "alpha": float(c["lora_alpha"]),
+        "dropout": float(c.get("lora_dropout", 0.0)),
+        "targets": targets,
+    }
 
 
 def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
@@ -233,13 +246,15 @@ def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     f = directory / ADAPTER_WEIGHTS
     if not f.is_file():
         raise FileNotFoundError(f"{f}: missing; {directory} holds no LoRA adapter weights")
-    saved = {k[len(PEFT_PREFIX):] if k.startswith(PEFT_PREFIX) else k: v for k, v in load_file(str(f)).items()}
+    saved = {k[len(PEFT_PREFIX) :] if k.startswith(PEFT_PREFIX) else k: v for k, v in load_file(str(f)).items()}
     # PEFT may name weights with the adapter name (lora_A.default.weight); accept both.
     saved = {k.replace(".default.", "."): v for k, v in saved.items()}
     own = lora_state_dict(model)
     if set(saved) != set(own):
-        raise ValueError(f"{f}: adapter tensors do not match the model's LoRA layers (missing "
-                         f"{sorted(set(own) - set(saved))[:4]}, unexpected {sorted(set(saved) - set(own))[:4]})")
+        raise ValueError(
+            f"{f}: adapter tensors do not match the model's LoRA layers (missing "
+            f"{sorted(set(own) - set(saved))[:4]}, unexpected {sorted(set(saved) - set(own))[:4]})"
+        )
     with torch.no_grad():
         for k, v in saved.items():
             if own[k].shape != v.shape:

@@ -56,8 +56,9 @@ def save_model(directory: str | os.PathLike, model: CookMindLM) -> Path:
     directory = Path(directory)
     model = unwrap(model)
     if not isinstance(model, CookMindLM):
-        raise TypeError(f"save_model: expected a CookMindLM (optionally compiled or wrapped), "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            f"save_model: expected a CookMindLM (optionally compiled or wrapped), got {type(model).__name__}"
+        )
     if directory.is_dir():
         _write_files(directory, model)
         return directory
@@ -135,14 +136,16 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
     if (path / META_NAME).is_file() or (path / CONFIG_NAME).is_file():
         return path
     for root in (path, path / "checkpoints"):
-        complete = [d for _, d in step_dirs(root) if (d / META_NAME).is_file()
-                    or ((d / CONFIG_NAME).is_file() and (d / WEIGHTS_NAME).is_file())]
+        complete = [
+            d
+            for _, d in step_dirs(root)
+            if (d / META_NAME).is_file() or ((d / CONFIG_NAME).is_file() and (d / WEIGHTS_NAME).is_file())
+        ]
         for d in reversed(complete):
             problem = checkpoint_problem(d, need_optimizer)
             if problem is None:
                 return d
-            warnings.warn(f"skipping checkpoint {d}: {problem}; using an older one", CheckpointWarning,
-                          stacklevel=2)
+            warnings.warn(f"skipping checkpoint {d}: {problem}; using an older one", CheckpointWarning, stacklevel=2)
         if complete:
             return None
     return None
@@ -185,8 +188,11 @@ def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[
     """Raise one ModelLoadError listing missing, unexpected and wrongly-shaped tensors of `path`."""
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected))
-    wrong = [f"{k}: file {tuple(found[k].shape)} vs config {tuple(expected[k].shape)}"
-             for k in sorted(set(expected) & set(found)) if found[k].shape != expected[k].shape]
+    wrong = [
+        f"{k}: file {tuple(found[k].shape)} vs config {tuple(expected[k].shape)}"
+        for k in sorted(set(expected) & set(found))
+        if found[k].shape != expected[k].shape
+    ]
     if missing or unexpected or wrong:
         parts = []
         if wrong:
@@ -198,8 +204,9 @@ def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[
         raise ModelLoadError(f"{path}: does not match {path.parent / CONFIG_NAME}: " + " | ".join(parts))
 
 
-def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu",
-               dtype: torch.dtype | None = None) -> CookMindLM:
+def load_model(
+    directory: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+) -> CookMindLM:
     """Load a model saved by save_model (or the model part of a training checkpoint).
 
     dtype=None keeps the dtype stored in the file. Errors name the file and the mismatch.
@@ -217,8 +224,9 @@ def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu",
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight  # assign=True replaced the shared tensor
     # derived, unsaved buffers (RoPE frequencies) are rebuilt for real
-    model.model.rotary_emb = RotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling,
-                                             max_positions=cfg.max_position_embeddings)
+    model.model.rotary_emb = RotaryEmbedding(
+        cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling, max_positions=cfg.max_position_embeddings
+    )
     left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
     if left:
         raise ModelLoadError(f"{weights_path}: internal error: {left[:5]} were not loaded")

@@ -24,10 +24,12 @@ class MoE(nn.Module):
         self.top_k = min(cfg.num_experts_per_tok, cfg.num_experts)
         std = cfg.initializer_range
         self.gate = Linear(cfg.hidden_size, cfg.num_experts, std=std)  # router, named as in Qwen-MoE
-        self.experts = nn.ModuleList(SwiGLU(cfg.hidden_size, cfg.intermediate_size, std, out_std)
-                                     for _ in range(cfg.num_experts))
-        self.shared_expert = SwiGLU(cfg.hidden_size, cfg.intermediate_size, std, out_std) \
-            if cfg.moe_shared_expert else None
+        self.experts = nn.ModuleList(
+            SwiGLU(cfg.hidden_size, cfg.intermediate_size, std, out_std) for _ in range(cfg.num_experts)
+        )
+        self.shared_expert = (
+            SwiGLU(cfg.hidden_size, cfg.intermediate_size, std, out_std) if cfg.moe_shared_expert else None
+        )
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, C) -> (y (B, T, C), load-balancing loss scalar fp32)."""

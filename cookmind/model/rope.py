@@ -84,8 +84,7 @@ def rope_inv_freq(head_dim: int, theta: float, rope_scaling: dict[str, Any] | No
         return llama3_inv_freq(head_dim, theta, rs), 1.0
     if rope_type == "yarn":
         return yarn_inv_freq(head_dim, theta, rs)
-    raise ValueError(f"RotaryEmbedding: unsupported rope_type {rope_type!r} (supported: default, linear, "
-                     "llama3, yarn)")
+    raise ValueError(f"RotaryEmbedding: unsupported rope_type {rope_type!r} (supported: default, linear, llama3, yarn)")
 
 
 class RotaryEmbedding(nn.Module):
@@ -100,8 +99,13 @@ class RotaryEmbedding(nn.Module):
 
     TABLE_LIMIT = 1 << 22  # elements per table (16 MB in fp32: 32k positions at D=128); past it, computed per call
 
-    def __init__(self, head_dim: int, theta: float = 10000.0, rope_scaling: dict[str, Any] | None = None,
-                 max_positions: int | None = None):
+    def __init__(
+        self,
+        head_dim: int,
+        theta: float = 10000.0,
+        rope_scaling: dict[str, Any] | None = None,
+        max_positions: int | None = None,
+    ):
         super().__init__()
         inv_freq, self.attention_factor = rope_inv_freq(head_dim, theta, rope_scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # derived from config, never saved
@@ -115,8 +119,9 @@ class RotaryEmbedding(nn.Module):
         """cos and sin (B, T, D) of each position's angles, scaled by the attention factor, in `dtype`."""
         return self._compute(position_ids, dtype)
 
-    def prefix(self, start: int, length: int, dtype: torch.dtype,
-               device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def prefix(
+        self, start: int, length: int, dtype: torch.dtype, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (1, length, D) of positions start..start+length-1: from the tables when they cover
         them (and were not cast away from fp32 by ``model.to(dtype)``), else computed as ``forward`` does."""
         table = self.cos_table

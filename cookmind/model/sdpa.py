@@ -9,8 +9,9 @@ import torch
 from cookmind.model.activations import softmax
 
 
-def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 mask: torch.Tensor | None = None, scale: float | None = None) -> torch.Tensor:
+def scaled_dot_product_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, scale: float | None = None
+) -> torch.Tensor:
     """Attention over any number of leading batch dims.
 
     q: (..., T, D), k: (..., S, D), v: (..., S, Dv); mask: bool broadcastable to (..., T, S), True = may attend.

@@ -5,5 +5,13 @@ from cookmind.optim.clip import clip_divisor, clip_grad_norm, global_grad_norm
 from cookmind.optim.schedule import CosineWarmupScheduler, cosine_with_warmup
 from cookmind.optim.sgd import SGD
 
-__all__ = ["AdamW", "SGD", "CosineWarmupScheduler", "clip_divisor", "clip_grad_norm", "cosine_with_warmup",
-           "global_grad_norm", "param_groups"]
+__all__ = [
+    "AdamW",
+    "SGD",
+    "CosineWarmupScheduler",
+    "clip_divisor",
+    "clip_grad_norm",
+    "cosine_with_warmup",
+    "global_grad_norm",
+    "param_groups",
+]

@@ -21,12 +21,21 @@ class AdamW(torch.optim.Optimizer):
     of about ten; tests show all three give torch.optim.AdamW's parameters.
     """
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01, foreach: bool = True, fused: bool = False):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+        foreach: bool = True,
+        fused: bool = False,
+    ):
         if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"AdamW: invalid hyper-parameters lr={lr} betas={betas} eps={eps} wd={weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach,
-                                      fused=fused))
+        super().__init__(
+            params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach, fused=fused)
+        )
         self._lr_tensors: dict[tuple, tuple[dict, torch.Tensor]] = {}  # (group id, device) -> (group, lr tensor)
 
     @torch.no_grad()
@@ -79,8 +88,8 @@ class AdamW(torch.optim.Optimizer):
         p.mul_(1 - lr * wd)
         m.lerp_(g, 1 - b1)  # m + (1 - b1)(g - m) = b1 m + (1 - b1) g
         v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        denom = (v.sqrt() / math.sqrt(1 - b2 ** t)).add_(eps)
-        p.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))
+        denom = (v.sqrt() / math.sqrt(1 - b2**t)).add_(eps)
+        p.addcdiv_(m, denom, value=-lr / (1 - b1**t))
 
     def _foreach_update(self, group, params):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
@@ -98,10 +107,9 @@ class AdamW(torch.optim.Optimizer):
             torch._foreach_mul_(vs, b2)
             torch._foreach_addcmul_(vs, grads, grads, value=1 - b2)
             denom = torch._foreach_sqrt(vs)
-            torch._foreach_div_(denom, math.sqrt(1 - b2 ** t))
+            torch._foreach_div_(denom, math.sqrt(1 - b2**t))
             torch._foreach_add_(denom, eps)
-            torch._foreach_addcdiv_(ps, ms, denom, value=-lr / (1 - b1 ** t))
-
+            torch._foreach_addcdiv_(ps, ms, denom, value=-lr / (1 - b1**t))
 
     def _fused_update(self, group, params, found_inf=None, grad_divisor=None):
         (b1, b2) = group["betas"]
@@ -119,14 +127,25 @@ class AdamW(torch.optim.Optimizer):
         for ps in buckets.values():
             steps = [self.state[p]["step"] for p in ps]
             torch._foreach_add_(steps, 1)
-            torch._fused_adamw_(ps, [p.grad for p in ps], [self.state[p]["exp_avg"] for p in ps],
-                                [self.state[p]["exp_avg_sq"] for p in ps], [], steps, amsgrad=False,
-                                lr=self._device_lr(group, ps[0].device), beta1=b1, beta2=b2,
-                                weight_decay=group["weight_decay"],
-                                eps=group["eps"], maximize=False, grad_scale=grad_divisor, found_inf=found_inf)
+            torch._fused_adamw_(
+                ps,
+                [p.grad for p in ps],
+                [self.state[p]["exp_avg"] for p in ps],
+                [self.state[p]["exp_avg_sq"] for p in ps],
+                [],
+                steps,
+                amsgrad=False,
+                lr=self._device_lr(group, ps[0].device),
+                beta1=b1,
+                beta2=b2,
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+                maximize=False,
+                grad_scale=grad_divisor,
+                found_inf=found_inf,
+            )
             if found_inf is not None:  # a skipped step leaves the moments and params; undo the count too
                 torch._foreach_sub_(steps, [found_inf] * len(steps))
-
 
     def _device_lr(self, group: dict, device: torch.device) -> torch.Tensor:
         """The group's lr as a 0-dim fp32 tensor on ``device``, which the fused kernel reads from memory.

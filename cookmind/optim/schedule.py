@@ -28,16 +28,19 @@ class CosineWarmupScheduler(torch.optim.lr_scheduler.LRScheduler):
     Call ``step()`` after each optimizer step; state_dict()/load_state_dict() resume it exactly.
     """
 
-    def __init__(self, optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1,
-                 last_epoch: int = -1):
+    def __init__(self, optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1, last_epoch: int = -1):
         if warmup_steps < 0 or total_steps <= 0 or not 0 <= min_lr_ratio <= 1:
-            raise ValueError(f"CosineWarmupScheduler: need warmup_steps >= 0, total_steps > 0 and "
-                             f"0 <= min_lr_ratio <= 1; got {warmup_steps}, {total_steps}, {min_lr_ratio}")
+            raise ValueError(
+                f"CosineWarmupScheduler: need warmup_steps >= 0, total_steps > 0 and "
+                f"0 <= min_lr_ratio <= 1; got {warmup_steps}, {total_steps}, {min_lr_ratio}"
+            )
         self.warmup_steps, self.total_steps, self.min_lr_ratio = warmup_steps, total_steps, min_lr_ratio
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
         """Each group's lr at the current step (last_epoch counts optimizer steps taken)."""
         step = self.last_epoch
-        return [cosine_with_warmup(step, base, self.warmup_steps, self.total_steps, base * self.min_lr_ratio)
-                for base in self.base_lrs]
+        return [
+            cosine_with_warmup(step, base, self.warmup_steps, self.total_steps, base * self.min_lr_ratio)
+            for base in self.base_lrs
+        ]

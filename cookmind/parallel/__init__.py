@@ -12,8 +12,21 @@ from .sharded_optimizer import ShardedOptimizer
 from .unwrap import unwrap
 
 __all__ = [
-    "DDP", "DistInfo", "GradBucket", "ShardedOptimizer", "all_reduce_flag",
-    "apply_activation_checkpointing", "barrier", "compile_blocks", "destroy_distributed", "find_blocks",
-    "finish_gradient_sync", "init_distributed", "no_sync", "parallelize", "plan_buckets", "unwrap",
+    "DDP",
+    "DistInfo",
+    "GradBucket",
+    "ShardedOptimizer",
+    "all_reduce_flag",
+    "apply_activation_checkpointing",
+    "barrier",
+    "compile_blocks",
+    "destroy_distributed",
+    "find_blocks",
+    "finish_gradient_sync",
+    "init_distributed",
+    "no_sync",
+    "parallelize",
+    "plan_buckets",
+    "unwrap",
     "wrap_data_parallel",
 ]

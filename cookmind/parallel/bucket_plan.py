@@ -6,8 +6,12 @@ import torch
 from torch import nn
 
 
-def plan_buckets(params: list[nn.Parameter], bucket_bytes: float, first_bucket_bytes: float | None = None,
-                 reduce_dtype: torch.dtype | None = None) -> list[list[int]]:
+def plan_buckets(
+    params: list[nn.Parameter],
+    bucket_bytes: float,
+    first_bucket_bytes: float | None = None,
+    reduce_dtype: torch.dtype | None = None,
+) -> list[list[int]]:
     """Split ``params`` (in the order their gradients become ready) into buckets; returns index lists.
 
     A bucket closes when the next gradient would take it past its size (in the reduce dtype's

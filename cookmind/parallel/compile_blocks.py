@@ -22,8 +22,9 @@ def find_blocks(model: nn.Module) -> nn.ModuleList:
             if numel > best_numel:
                 best, best_numel = module, numel
     if best is None:
-        raise ValueError(f"compile_blocks: {type(model).__name__} has no nn.ModuleList of repeated blocks; "
-                         "pass blocks= explicitly")
+        raise ValueError(
+            f"compile_blocks: {type(model).__name__} has no nn.ModuleList of repeated blocks; pass blocks= explicitly"
+        )
     return best
 
 

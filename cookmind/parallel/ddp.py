@@ -42,20 +42,29 @@ class DDP(nn.Module):
     rebuild_buckets=False keeps the initial order (reverse registration order) for good.
     """
 
-    def __init__(self, module: nn.Module, bucket_size_mb: float = 25.0, reduce_dtype: torch.dtype | None = None,
-                 process_group=None, bucket_cap_mb: float | None = None, first_bucket_mb: float | None = None,
-                 rebuild_buckets: bool = True):
+    def __init__(
+        self,
+        module: nn.Module,
+        bucket_size_mb: float = 25.0,
+        reduce_dtype: torch.dtype | None = None,
+        process_group=None,
+        bucket_cap_mb: float | None = None,
+        first_bucket_mb: float | None = None,
+        rebuild_buckets: bool = True,
+    ):
         super().__init__()
         if bucket_cap_mb is not None:  # torch DDP's name for the same knob
             bucket_size_mb = bucket_cap_mb
         if not dist.is_initialized():
-            raise RuntimeError("DDP needs an initialised process group: call cookmind.parallel.init_distributed() "
-                               "under torchrun first")
+            raise RuntimeError(
+                "DDP needs an initialised process group: call cookmind.parallel.init_distributed() under torchrun first"
+            )
         if bucket_size_mb <= 0:
             raise ValueError(f"bucket_size_mb must be > 0, got {bucket_size_mb}")
         if first_bucket_mb is not None and first_bucket_mb <= 0:
-            raise ValueError(f"first_bucket_mb must be > 0 (or None for no smaller first bucket), "
-                             f"got {first_bucket_mb}")
+            raise ValueError(
+                f"first_bucket_mb must be > 0 (or None for no smaller first bucket), got {first_bucket_mb}"
+            )
         self.module = module
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
@@ -110,8 +119,10 @@ class DDP(nn.Module):
             return
         bucket, i = self._where[p]
         if bucket.arrived[i]:
-            raise RuntimeError("DDP: a parameter's gradient arrived twice in one synchronised backward; call "
-                               "finish_gradient_synchronization() after each backward outside no_sync()")
+            raise RuntimeError(
+                "DDP: a parameter's gradient arrived twice in one synchronised backward; call "
+                "finish_gradient_synchronization() after each backward outside no_sync()"
+            )
         bucket.arrived[i] = True
         bucket.pending -= 1
         if bucket.pending == 0:
@@ -129,7 +140,7 @@ class DDP(nn.Module):
         """Send what backward left unsent, wait for every bucket, leave mean gradients in ``.grad``."""
         if not self.require_backward_grad_sync:
             return
-        for bucket in self._buckets[self._next_launch:]:
+        for bucket in self._buckets[self._next_launch :]:
             bucket.fill_missing()  # unused in this backward: grads from earlier micro-steps, or zeros
         self._launch_ready()
         for bucket in self._buckets:
@@ -144,8 +155,11 @@ class DDP(nn.Module):
         order = list(seen) + [i for i in self._order if i not in seen]  # never-ready ones keep their place, last
         self._ready_log = None
         box = [order]
-        dist.broadcast_object_list(box, src=dist.get_global_rank(self.process_group, 0)
-                                   if self.process_group is not None else 0, group=self.process_group)
+        dist.broadcast_object_list(
+            box,
+            src=dist.get_global_rank(self.process_group, 0) if self.process_group is not None else 0,
+            group=self.process_group,
+        )
         if box[0] != self._order:
             self._build_buckets(box[0])
 

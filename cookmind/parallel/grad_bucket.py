@@ -30,18 +30,23 @@ class GradBucket:
         dtype, device = params[0].dtype, params[0].device
         for p in params:
             if p.dtype != dtype or p.device != device:
-                raise ValueError(f"GradBucket: parameters of one bucket must share dtype and device; got "
-                                 f"{p.dtype}/{p.device} beside {dtype}/{device}")
+                raise ValueError(
+                    f"GradBucket: parameters of one bucket must share dtype and device; got "
+                    f"{p.dtype}/{p.device} beside {dtype}/{device}"
+                )
         self.params = params
         sizes = [p.numel() for p in params]
         self.numel = sum(sizes)
         n = len(params)
         reduce_dtype = reduce_dtype or dtype
         self.comm_buffer = torch.zeros(self.numel + n, dtype=reduce_dtype, device=device)  # grads, then flags
-        self.grad_buffer = (self.comm_buffer[:self.numel] if reduce_dtype == dtype
-                            else torch.zeros(self.numel, dtype=dtype, device=device))
+        self.grad_buffer = (
+            self.comm_buffer[: self.numel]
+            if reduce_dtype == dtype
+            else torch.zeros(self.numel, dtype=dtype, device=device)
+        )
         self.views = [v.view_as(p) for v, p in zip(self.grad_buffer.split(sizes), params)]
-        self.comm_views = list(self.comm_buffer[:self.numel].split(sizes))
+        self.comm_views = list(self.comm_buffer[: self.numel].split(sizes))
         self.separate_comm = reduce_dtype != dtype
         self._ones = torch.ones(n, dtype=reduce_dtype, device=device)
         self.has_grad = [False] * n  # this rank holds a gradient for the parameter this step
@@ -73,7 +78,7 @@ class GradBucket:
             elif self.separate_comm or g is not self.views[i]:
                 src.append(g.reshape(-1))
                 dst.append(self.comm_views[i])
-        flags = self.comm_buffer[self.numel:]
+        flags = self.comm_buffer[self.numel :]
         if all(self.has_grad):
             src.append(self._ones)  # the flags ride in the same copy: no extra kernel
             dst.append(flags)
@@ -102,10 +107,10 @@ class GradBucket:
         """Wait for the all_reduce; mean gradients become the parameters' ``.grad`` (views, no copy)."""
         self.work.wait()
         if self.separate_comm:
-            self.grad_buffer.copy_(self.comm_buffer[:self.numel])  # one cast back for the whole bucket
+            self.grad_buffer.copy_(self.comm_buffer[: self.numel])  # one cast back for the whole bucket
         used_anywhere = None
         if not all(self.has_grad):  # only then can a parameter be unused on every rank: read the flags
-            used_anywhere = (self.comm_buffer[self.numel:] > 0).tolist()
+            used_anywhere = (self.comm_buffer[self.numel :] > 0).tolist()
         for i, p in enumerate(self.params):
             if used_anywhere is not None and not used_anywhere[i]:
                 p.grad = None

@@ -49,8 +49,9 @@ def parallelize(model: nn.Module, cfg: TrainConfig) -> nn.Module:
     return model
 
 
-def wrap_data_parallel(model: nn.Module, kind: str = "torch", bucket_mb: float = 25.0,
-                       reduce_dtype: str = "fp32") -> nn.Module:
+def wrap_data_parallel(
+    model: nn.Module, kind: str = "torch", bucket_mb: float = 25.0, reduce_dtype: str = "fp32"
+) -> nn.Module:
     """``kind`` "torch" (PyTorch's DistributedDataParallel) or "ours" (``cookmind.parallel.DDP``) around ``model``.
 
     reduce_dtype "bf16" all-reduces gradients in bf16 (half the bytes): ours on any backend, torch's through
@@ -63,12 +64,15 @@ def wrap_data_parallel(model: nn.Module, kind: str = "torch", bucket_mb: float =
     if kind == "ours":
         return DDP(model, bucket_size_mb=bucket_mb, reduce_dtype=torch.bfloat16 if reduce_dtype == "bf16" else None)
     if reduce_dtype == "bf16" and dist.get_backend() != "nccl":
-        raise ValueError("parallel.reduce_dtype=bf16 with parallel.ddp=torch needs the NCCL backend (torch's "
-                         f"bf16 hook), this job runs {dist.get_backend()}; use parallel.ddp=ours, which "
-                         "reduces in bf16 on any backend, or parallel.reduce_dtype=fp32")
+        raise ValueError(
+            "parallel.reduce_dtype=bf16 with parallel.ddp=torch needs the NCCL backend (torch's "
+            f"bf16 hook), this job runs {dist.get_backend()}; use parallel.ddp=ours, which "
+            "reduces in bf16 on any backend, or parallel.reduce_dtype=fp32"
+        )
     device = next(model.parameters()).device
-    wrapped = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                                  bucket_cap_mb=bucket_mb)
+    wrapped = nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=bucket_mb
+    )
     if reduce_dtype == "bf16":
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 

@@ -43,8 +43,10 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
         if device.index is None:
             device = torch.device("cuda", local_rank)
         if device.index >= torch.cuda.device_count():
-            raise RuntimeError(f"device {device} (LOCAL_RANK={local_rank}) but only {torch.cuda.device_count()} "
-                               "CUDA devices are visible; launch at most that many processes per node")
+            raise RuntimeError(
+                f"device {device} (LOCAL_RANK={local_rank}) but only {torch.cuda.device_count()} "
+                "CUDA devices are visible; launch at most that many processes per node"
+            )
     return device
 
 
@@ -71,8 +73,9 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
     if backend == "auto":
         backend = "nccl" if dev.type == "cuda" else "gloo"
     bind = {"device_id": dev} if dev.type == "cuda" else {}  # NCCL binds this rank's GPU up front
-    dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=30),
-                            **bind)
+    dist.init_process_group(
+        backend=backend, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=30), **bind
+    )
     return DistInfo(rank, world, local, dev)
 
 

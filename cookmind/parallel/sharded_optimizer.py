@@ -34,8 +34,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, optimizer_cls: type[torch.optim.Optimizer], process_group=None, **kwargs: Any):
         if not dist.is_initialized():
-            raise RuntimeError("ShardedOptimizer needs an initialised process group "
-                               "(cookmind.parallel.init_distributed)")
+            raise RuntimeError(
+                "ShardedOptimizer needs an initialised process group (cookmind.parallel.init_distributed)"
+            )
         self.process_group = process_group
         self.rank = dist.get_rank(process_group)
         self.world_size = dist.get_world_size(process_group)
@@ -133,8 +134,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         local_params = [p for g in self._local.param_groups for p in g["params"]]
         local_sd = self._local.state_dict()
         mine = {index[local_params[i]]: s for i, s in local_sd["state"].items()}
-        meta = {gi: {k: (_TensorSpec(tuple(v.shape), v.dtype) if _is_big(v) else v) for k, v in s.items()}
-                for gi, s in mine.items()}
+        meta = {
+            gi: {k: (_TensorSpec(tuple(v.shape), v.dtype) if _is_big(v) else v) for k, v in s.items()}
+            for gi, s in mine.items()
+        }
         gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, meta, group=self.process_group)
         params = list(index)

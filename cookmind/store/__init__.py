@@ -6,5 +6,14 @@ from cookmind.store.layout import FORMAT_VERSION, TRAIN_TYPE_KEYS, StoreError, t
 from cookmind.store.token_store import TokenStore
 from cookmind.store.writer import StoreWriter, write_store
 
-__all__ = ["FORMAT_VERSION", "TRAIN_TYPE_KEYS", "StoreError", "StoreFactory", "StoreWriter", "TokenStore",
-           "detect_format", "token_dtype", "write_store"]
+__all__ = [
+    "FORMAT_VERSION",
+    "TRAIN_TYPE_KEYS",
+    "StoreError",
+    "StoreFactory",
+    "StoreWriter",
+    "TokenStore",
+    "detect_format",
+    "token_dtype",
+    "write_store",
+]

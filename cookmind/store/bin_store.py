@@ -28,12 +28,15 @@ class BinBackend:
                 arr = np.ascontiguousarray(arr)
                 with open(tmp / f"{key}.bin", "wb") as f:
                     f.write(arr.tobytes())  # dtype is already little-endian ('<u2', '<f4', ...)
-                keys[key] = {"dtype": arr.dtype.str, "shape": list(arr.shape),
-                             "offsets": [int(o) for o in offsets[key]]}
+                keys[key] = {
+                    "dtype": arr.dtype.str,
+                    "shape": list(arr.shape),
+                    "offsets": [int(o) for o in offsets[key]],
+                }
             write_json(tmp / META_NAME, {"format_version": FORMAT_VERSION, "format": "bin", **meta, "keys": keys})
 
     @staticmethod
-    def open_shard(path: Path) -> "BinShard":
+    def open_shard(path: Path) -> BinShard:
         return BinShard(path)
 
 
@@ -44,7 +47,10 @@ class BinShard:
         self.path = Path(path)
         meta_path = self.path / META_NAME
         if not meta_path.is_file():
-            raise StoreError(f"{self.path}: no {META_NAME}; the shard is incomplete (was packing interrupted?) — re-run `cookmind pack`")
+            raise StoreError(
+                f"{self.path}: no {META_NAME}; the shard is incomplete (was packing interrupted?) — "
+                "re-run `cookmind pack`"
+            )
         self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
         _check_version(self.meta, meta_path)
         self.keys = tuple(self.meta["keys"])

@@ -1,8 +1,8 @@
 """``cookmind pack``: tokenize text, chats, preferences or RL prompts into a token store.
 
-    cookmind pack --tokenizer tok/ --train-type seq --input corpus.txt --out data/pretrain
-    cookmind pack --tokenizer tok/ --train-type grpo --input gsm8k/train.jsonl --out data/gsm8k_rl
-    cookmind pack --tokenizer tok/ --train-type sft --input gsm8k/train.jsonl --out data/gsm8k_sft --format h5
+cookmind pack --tokenizer tok/ --train-type seq --input corpus.txt --out data/pretrain
+cookmind pack --tokenizer tok/ --train-type grpo --input gsm8k/train.jsonl --out data/gsm8k_rl
+cookmind pack --tokenizer tok/ --train-type sft --input gsm8k/train.jsonl --out data/gsm8k_sft --format h5
 """
 
 from __future__ import annotations
@@ -42,22 +42,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = INPUT_FORMATS
     parser.add_argument("--tokenizer", required=True, help="tokenizer directory (from `cookmind tokenizer train`)")
-    parser.add_argument("--train-type", required=True, choices=sorted(TRAIN_TYPE_KEYS),
-                        help="seq: text windows; sft: chats; dpo: preference pairs; grpo: RL prompts")
-    parser.add_argument("--input", required=True, nargs="+", metavar="FILE",
-                        help="text, JSON lines (.jsonl) or Parquet (.parquet) files, optionally .gz; or a curate "
-                             "output folder (formats below)")
+    parser.add_argument(
+        "--train-type",
+        required=True,
+        choices=sorted(TRAIN_TYPE_KEYS),
+        help="seq: text windows; sft: chats; dpo: preference pairs; grpo: RL prompts",
+    )
+    parser.add_argument(
+        "--input",
+        required=True,
+        nargs="+",
+        metavar="FILE",
+        help="text, JSON lines (.jsonl) or Parquet (.parquet) files, optionally .gz; or a curate "
+        "output folder (formats below)",
+    )
     parser.add_argument("--out", required=True, help="store directory to create")
     parser.add_argument("--format", default="bin", choices=["bin", "h5"], help="store backend (default bin)")
-    parser.add_argument("--text-field", default="text", help="seq: JSON/Parquet field holding a document's text (default text, as curate writes)")
+    parser.add_argument(
+        "--text-field",
+        default="text",
+        help="seq: JSON/Parquet field holding a document's text (default text, as curate writes)",
+    )
     parser.add_argument("--separator", default="<|endoftext|>", help="document separator in plain text files")
     parser.add_argument("--one-per-line", action="store_true", help="plain text: one document per line")
-    parser.add_argument("--prompt-template", default="chat",
-                        help="grpo prompts: 'chat' (chat template + generation prompt) or a string with {question}")
-    parser.add_argument("--add-system-ratio", type=float, default=0.0,
-                        help="sft: probability of adding a system prompt to a chat without one (seed uses 0.2)")
-    parser.add_argument("--drop-empty-think-ratio", type=float, default=0.0,
-                        help="sft: probability of dropping an empty <think></think> block")
+    parser.add_argument(
+        "--prompt-template",
+        default="chat",
+        help="grpo prompts: 'chat' (chat template + generation prompt) or a string with {question}",
+    )
+    parser.add_argument(
+        "--add-system-ratio",
+        type=float,
+        default=0.0,
+        help="sft: probability of adding a system prompt to a chat without one (seed uses 0.2)",
+    )
+    parser.add_argument(
+        "--drop-empty-think-ratio",
+        type=float,
+        default=0.0,
+        help="sft: probability of dropping an empty <think></think> block",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sft augmentation")
     parser.add_argument("--skip-bad", action="store_true", help="skip bad lines and count them in meta.json")
     parser.add_argument("--workers", type=int, default=1, help="tokenizer processes (default 1)")
@@ -73,17 +97,32 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.store.sources import expand_inputs
 
     try:
-        meta = pack(expand_inputs(args.input), args.out, args.tokenizer, args.train_type, storage_type=args.format,
-                    text_field=args.text_field, skip_bad=args.skip_bad, workers=args.workers,
-                    shard_tokens=args.shard_tokens, overwrite=args.overwrite, separator=args.separator,
-                    one_per_line=args.one_per_line, prompt_template=args.prompt_template,
-                    add_system_ratio=args.add_system_ratio, drop_empty_think_ratio=args.drop_empty_think_ratio,
-                    seed=args.seed, progress=not args.quiet)
+        meta = pack(
+            expand_inputs(args.input),
+            args.out,
+            args.tokenizer,
+            args.train_type,
+            storage_type=args.format,
+            text_field=args.text_field,
+            skip_bad=args.skip_bad,
+            workers=args.workers,
+            shard_tokens=args.shard_tokens,
+            overwrite=args.overwrite,
+            separator=args.separator,
+            one_per_line=args.one_per_line,
+            prompt_template=args.prompt_template,
+            add_system_ratio=args.add_system_ratio,
+            drop_empty_think_ratio=args.drop_empty_think_ratio,
+            seed=args.seed,
+            progress=not args.quiet,
+        )
     except (PackError, StoreError, ValueError, OSError) as exc:  # ValueError covers TokenizerError
         print(f"cookmind pack: error: {exc}", file=sys.stderr)
         return 1
     skipped = meta["skipped"]["count"]
-    print(f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
-          f"{len(meta['shards'])} shard(s) -> {args.out} ({meta['format']})"
-          + (f"; skipped {skipped} bad line(s): {meta['skipped']['by_reason']}" if skipped else ""))
+    print(
+        f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
+        f"{len(meta['shards'])} shard(s) -> {args.out} ({meta['format']})"
+        + (f"; skipped {skipped} bad line(s): {meta['skipped']['by_reason']}" if skipped else "")
+    )
     return 0

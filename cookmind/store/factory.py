@@ -37,12 +37,16 @@ def detect_format(path) -> str:
         with open(path, "rb") as f:
             if f.read(8) == HDF5_SIGNATURE:
                 return "h5"
-        raise StoreError(f"{path}: a file that is not HDF5; a store is a directory made by `cookmind pack` or an .h5 shard")
+        raise StoreError(
+            f"{path}: a file that is not HDF5; a store is a directory made by `cookmind pack` or an .h5 shard"
+        )
     if not path.is_dir():
         raise StoreError(f"{path}: no such store; make one with `cookmind pack --out {path}`")
     meta = path / META_NAME
     if not meta.is_file():
-        raise StoreError(f"{path}: no {META_NAME}; the store is incomplete or not a cookmind store — re-run `cookmind pack`")
+        raise StoreError(
+            f"{path}: no {META_NAME}; the store is incomplete or not a cookmind store — re-run `cookmind pack`"
+        )
     fmt = json.loads(meta.read_text(encoding="utf-8")).get("format")
     if fmt in StoreFactory._backends:
         return fmt

@@ -33,7 +33,7 @@ class H5Backend:
             f.attrs["meta"] = json.dumps({"format_version": FORMAT_VERSION, "format": "h5", **meta})
 
     @staticmethod
-    def open_shard(path: Path) -> "H5Shard":
+    def open_shard(path: Path) -> H5Shard:
         return H5Shard(path)
 
 

@@ -25,9 +25,17 @@ TRAIN_TYPE_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
 
 # What each key holds decides its dtype: token ids, 0/1 masks, float rewards, UTF-8 bytes.
 KEY_KIND: dict[str, str] = {
-    "sequence": "token", "chosen": "token", "rejected": "token", "prompts": "token", "responses": "token",
-    "loss_mask": "mask", "chosen_mask": "mask", "rejected_mask": "mask", "masks": "mask",
-    "rewards": "float", "answers": "bytes",
+    "sequence": "token",
+    "chosen": "token",
+    "rejected": "token",
+    "prompts": "token",
+    "responses": "token",
+    "loss_mask": "mask",
+    "chosen_mask": "mask",
+    "rejected_mask": "mask",
+    "masks": "mask",
+    "rewards": "float",
+    "answers": "bytes",
 }
 
 

@@ -76,11 +76,25 @@ def _chunks(iterable, size):
         yield chunk
 
 
-def pack(inputs, out, tokenizer, train_type: str, storage_type: str = "bin", text_field: str = "text",
-         skip_bad: bool = False, workers: int = 0, shard_tokens: int = 100_000_000, overwrite: bool = False,
-         separator: str = "<|endoftext|>", one_per_line: bool = False, prompt_template: str = "chat",
-         add_system_ratio: float = 0.0, drop_empty_think_ratio: float = 0.0, seed: int = 0,
-         progress: bool = True) -> dict:
+def pack(
+    inputs,
+    out,
+    tokenizer,
+    train_type: str,
+    storage_type: str = "bin",
+    text_field: str = "text",
+    skip_bad: bool = False,
+    workers: int = 0,
+    shard_tokens: int = 100_000_000,
+    overwrite: bool = False,
+    separator: str = "<|endoftext|>",
+    one_per_line: bool = False,
+    prompt_template: str = "chat",
+    add_system_ratio: float = 0.0,
+    drop_empty_think_ratio: float = 0.0,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
     """Pack ``inputs`` into a ``train_type`` store at ``out``; return the store's ``meta.json`` dict.
 
     ``tokenizer`` is a tokenizer directory (loaded with ``Tokenizer.load``) or a tokenizer
@@ -94,8 +108,12 @@ def pack(inputs, out, tokenizer, train_type: str, storage_type: str = "bin", tex
             raise PackError(f"input {p} lies inside --out {out}, which packing replaces; write the store elsewhere")
     opts = RecordOptions(train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed)
     tok = _load_tokenizer(tokenizer)
-    tok_meta = {"fingerprint": tok.fingerprint(), "vocab_size": int(tok.vocab_size), "eos_id": int(tok.eos_id),
-                "pad_id": int(getattr(tok, "pad_id", tok.eos_id))}
+    tok_meta = {
+        "fingerprint": tok.fingerprint(),
+        "vocab_size": int(tok.vocab_size),
+        "eos_id": int(tok.eos_id),
+        "pad_id": int(getattr(tok, "pad_id", tok.eos_id)),
+    }
     if isinstance(tokenizer, (str, Path)):
         tok_meta["path"] = str(Path(tokenizer).resolve())
     items = itertools.chain.from_iterable(iter_items(p, separator, one_per_line) for p in inputs)
@@ -103,8 +121,9 @@ def pack(inputs, out, tokenizer, train_type: str, storage_type: str = "bin", tex
 
     per_source = Counter()
     bad_reasons, bad_examples = Counter(), []
-    writer = StoreWriter(out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite,
-                         meta={"tokenizer": tok_meta})
+    writer = StoreWriter(
+        out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite, meta={"tokenizer": tok_meta}
+    )
     pool = None
     start = time.perf_counter()
     total = sum(estimate_items(p, separator, one_per_line) for p in inputs) if progress else None
@@ -140,9 +159,15 @@ def pack(inputs, out, tokenizer, train_type: str, storage_type: str = "bin", tex
         meta = {
             "sources": [{"path": str(p), "records": per_source.get(str(p), 0)} for p in inputs],
             "skipped": {"count": sum(bad_reasons.values()), "by_reason": dict(bad_reasons), "examples": bad_examples},
-            "pack": {"seconds": round(seconds, 3), "workers": workers, "text_field": text_field,
-                     "prompt_template": prompt_template, "add_system_ratio": add_system_ratio,
-                     "drop_empty_think_ratio": drop_empty_think_ratio, "seed": seed},
+            "pack": {
+                "seconds": round(seconds, 3),
+                "workers": workers,
+                "text_field": text_field,
+                "prompt_template": prompt_template,
+                "add_system_ratio": add_system_ratio,
+                "drop_empty_think_ratio": drop_empty_think_ratio,
+                "seed": seed,
+            },
         }
         writer.close(meta)
         bar.total = bar.n  # the estimate counted lines; show the true end

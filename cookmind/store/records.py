@@ -123,9 +123,13 @@ def _messages(obj) -> list[dict]:
     if "question" in obj:
         return [{"role": "user", "content": obj["question"]}, {"role": "assistant", "content": _field(obj, "answer")}]
     if "prompt" in obj:
-        return [{"role": "user", "content": obj["prompt"]},
-                {"role": "assistant", "content": _field(obj, "response", "completion")}]
-    raise BadRecord(f"missing field: expected 'conversations', 'messages', question/answer or prompt/response, found {sorted(obj)}")
+        return [
+            {"role": "user", "content": obj["prompt"]},
+            {"role": "assistant", "content": _field(obj, "response", "completion")},
+        ]
+    raise BadRecord(
+        f"missing field: expected 'conversations', 'messages', question/answer or prompt/response, found {sorted(obj)}"
+    )
 
 
 def reasoning_from_content(messages: list[dict]) -> list[dict]:
@@ -140,7 +144,7 @@ def reasoning_from_content(messages: list[dict]) -> list[dict]:
         if m.get("role") == "assistant" and m.get("reasoning_content") is None and isinstance(content, str):
             hit = LEADING_THINK.match(content)
             if hit:
-                m = {**m, "reasoning_content": hit.group(1).strip("\n"), "content": content[hit.end():]}
+                m = {**m, "reasoning_content": hit.group(1).strip("\n"), "content": content[hit.end() :]}
         out.append(m)
     return out
 

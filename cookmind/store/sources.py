@@ -47,7 +47,7 @@ def _open_bytes(path: Path):
 
 
 def source_kind(path: Path) -> str:
-    """"json", "parquet" or "text" by the file name, a ``.gz`` suffix looked through."""
+    """ "json", "parquet" or "text" by the file name, a ``.gz`` suffix looked through."""
     path = Path(path)
     suffix = Path(path.stem).suffix.lower() if path.suffix.lower() == ".gz" else path.suffix.lower()
     if suffix in JSON_SUFFIXES:
@@ -57,8 +57,9 @@ def source_kind(path: Path) -> str:
     return "text"
 
 
-def iter_items(path, separator: str = "<|endoftext|>", one_per_line: bool = False,
-               utf8_errors: str = "strict") -> Iterator[Item]:
+def iter_items(
+    path, separator: str = "<|endoftext|>", one_per_line: bool = False, utf8_errors: str = "strict"
+) -> Iterator[Item]:
     """Yield the items of one input file in order. utf8_errors="replace" reads bad UTF-8 of text and JSON
     lines as U+FFFD; "strict" makes such a line a "bad" item (a text file: a ValueError naming file:line)."""
     path = Path(path)
@@ -90,7 +91,9 @@ def _separated_documents(path: Path, separator: str, utf8_errors: str = "strict"
         text = data.decode("utf-8", utf8_errors)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ValueError(f"{path}:{line}: invalid UTF-8 at byte {exc.start}; fix or re-encode the file as UTF-8") from None
+        raise ValueError(
+            f"{path}:{line}: invalid UTF-8 at byte {exc.start}; fix or re-encode the file as UTF-8"
+        ) from None
     line = 1
     for doc in text.split(separator) if separator else [text]:
         stripped = doc.strip()
@@ -116,8 +119,10 @@ def _json_array_items(path: Path) -> Iterator[Item]:
         rows = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         line = exc.lineno if isinstance(exc, json.JSONDecodeError) else data.count(b"\n", 0, exc.start) + 1
-        raise ValueError(f"{path}:{line}: the file opens a JSON array but is not valid JSON ({exc}); "
-                         "fix it, or write one JSON object per line (.jsonl)") from None
+        raise ValueError(
+            f"{path}:{line}: the file opens a JSON array but is not valid JSON ({exc}); "
+            "fix it, or write one JSON object per line (.jsonl)"
+        ) from None
     for n, row in enumerate(rows, 1):
         yield Item(str(path), n, "row", row)
 
@@ -149,7 +154,7 @@ def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = 
         while block := f.read(1 << 22):
             block = tail + block
             count += block.count(needle)
-            tail = block[-(len(needle) - 1):] if len(needle) > 1 else b""
+            tail = block[-(len(needle) - 1) :] if len(needle) > 1 else b""
     return count + 1
 
 
@@ -163,7 +168,9 @@ def expand_inputs(inputs) -> list[Path]:
             continue
         shards = sorted(p for p in path.glob("shard-*") if p.is_file() and not p.name.endswith(".done"))
         if not shards:
-            raise FileNotFoundError(f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
-                                    f" name the files to pack instead, e.g. {path}/*.jsonl")
+            raise FileNotFoundError(
+                f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
+                f" name the files to pack instead, e.g. {path}/*.jsonl"
+            )
         out.extend(shards)
     return out

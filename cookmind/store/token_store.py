@@ -59,9 +59,11 @@ class TokenStore:
         if mine is not None and fingerprint is not None and mine != fingerprint:
             packed_with = self.meta.get("tokenizer", {}).get("path") or "an unrecorded path"
             given = tokenizer_path or "the given tokenizer"
-            raise StoreError(f"{self.path} was packed with tokenizer {packed_with} (fingerprint {mine[:16]}), "
-                             f"not {given} (fingerprint {fingerprint[:16]}); train with the store's tokenizer or "
-                             "re-pack the store with this one (`cookmind pack --tokenizer ...`)")
+            raise StoreError(
+                f"{self.path} was packed with tokenizer {packed_with} (fingerprint {mine[:16]}), "
+                f"not {given} (fingerprint {fingerprint[:16]}); train with the store's tokenizer or "
+                "re-pack the store with this one (`cookmind pack --tokenizer ...`)"
+            )
 
     def record(self, key: str, i: int) -> np.ndarray:
         """Record ``i`` (global index) of ``key`` as a numpy array."""
@@ -73,7 +75,7 @@ class TokenStore:
         shard = self.shards[s]
         off = shard.offsets(key)
         j = i - int(self._record_starts[s])
-        return shard.array(key)[off[j]:off[j + 1]]
+        return shard.array(key)[off[j] : off[j + 1]]
 
     def lengths(self, key: str) -> np.ndarray:
         """Length of every record of ``key`` (int64, one per record)."""

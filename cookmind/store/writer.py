@@ -16,7 +16,15 @@ import numpy as np
 
 from cookmind.atomic import check_replaceable, clean_stale_temps, replace_dir, temp_name, write_json
 from cookmind.store.factory import StoreFactory
-from cookmind.store.layout import FORMAT_VERSION, META_NAME, SHARD_PREFIX, check_keys, is_token_key, key_dtype, token_dtype
+from cookmind.store.layout import (
+    FORMAT_VERSION,
+    META_NAME,
+    SHARD_PREFIX,
+    check_keys,
+    is_token_key,
+    key_dtype,
+    token_dtype,
+)
 
 
 class StoreWriter:
@@ -26,8 +34,16 @@ class StoreWriter:
     closed once it holds ``shard_tokens`` tokens; records are never split across shards.
     """
 
-    def __init__(self, out, train_type: str, vocab_size: int, storage_type: str = "bin",
-                 shard_tokens: int = 100_000_000, overwrite: bool = False, meta: dict | None = None):
+    def __init__(
+        self,
+        out,
+        train_type: str,
+        vocab_size: int,
+        storage_type: str = "bin",
+        shard_tokens: int = 100_000_000,
+        overwrite: bool = False,
+        meta: dict | None = None,
+    ):
         self.out = Path(out)
         self.train_type = train_type
         self.backend = StoreFactory.create(storage_type)
@@ -81,12 +97,22 @@ class StoreWriter:
             lengths = np.fromiter((p.size for p in parts), dtype=np.int64, count=len(parts))
             offsets[key] = np.concatenate([[0], np.cumsum(lengths)])  # offsets[i] = sum(len[:i])
             arrays[key] = np.concatenate(parts) if parts else np.zeros(0, self._dtypes[key])
-        shard_meta = {"train_type": self.train_type, "num_records": self._buf_records,
-                      "num_documents": self._buf_records, "num_tokens": self._buf_tokens,
-                      "tokenizer_fingerprint": self.meta.get("tokenizer", {}).get("fingerprint")}
+        shard_meta = {
+            "train_type": self.train_type,
+            "num_records": self._buf_records,
+            "num_documents": self._buf_records,
+            "num_tokens": self._buf_tokens,
+            "tokenizer_fingerprint": self.meta.get("tokenizer", {}).get("fingerprint"),
+        }
         self.backend.write_shard(self.tmp / name, arrays, offsets, shard_meta)
-        self.shards.append({"name": name, "num_records": self._buf_records, "num_tokens": self._buf_tokens,
-                            "shapes": {k: list(a.shape) for k, a in arrays.items()}})
+        self.shards.append(
+            {
+                "name": name,
+                "num_records": self._buf_records,
+                "num_tokens": self._buf_tokens,
+                "shapes": {k: list(a.shape) for k, a in arrays.items()},
+            }
+        )
         self.num_records += self._buf_records
         self.num_tokens += self._buf_tokens
         self._reset_buffer()

@@ -13,6 +13,15 @@ from cookmind.synthetic.preferences import preference_pairs, wrong_answer
 from cookmind.synthetic.stories import make_story, stories
 
 __all__ = [
-    "Problem", "arithmetic_problems", "direct_answer", "extract_answer", "make_problem", "chats", "problem_chat",
-    "preference_pairs", "wrong_answer", "make_story", "stories",
+    "Problem",
+    "arithmetic_problems",
+    "direct_answer",
+    "extract_answer",
+    "make_problem",
+    "chats",
+    "problem_chat",
+    "preference_pairs",
+    "wrong_answer",
+    "make_story",
+    "stories",
 ]

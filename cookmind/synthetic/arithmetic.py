@@ -58,8 +58,13 @@ def _sub(rng: random.Random, hi: int) -> Problem:
     item = rng.choice(ITEMS)
     a = rng.randint(2, hi)
     b = rng.randint(1, a)
-    verb = rng.choice([f"gives {b} to {friend}", f"loses {b}", f"eats {b}" if item in ("apples", "cookies", "oranges",
-                       "candies", "eggs") else f"sells {b}"])
+    verb = rng.choice(
+        [
+            f"gives {b} to {friend}",
+            f"loses {b}",
+            f"eats {b}" if item in ("apples", "cookies", "oranges", "candies", "eggs") else f"sells {b}",
+        ]
+    )
     q = f"{name} has {a} {item}. {he.capitalize()} {verb}. How many {item} does {name} have left?"
     return Problem(q, f"{a} - {b} = {a - b}\n#### {a - b}", a - b)
 
@@ -75,8 +80,10 @@ def _two_step(rng: random.Random, hi: int) -> Problem:
     (name, he), item = rng.choice(NAMES), rng.choice(ITEMS)
     a, b = rng.randint(1, hi), rng.randint(1, hi)
     c = rng.randint(1, a + b)
-    q = (f"{name} has {a} {item}. {he.capitalize()} gets {b} more and then gives away {c}. "
-         f"How many {item} does {name} have left?")
+    q = (
+        f"{name} has {a} {item}. {he.capitalize()} gets {b} more and then gives away {c}. "
+        f"How many {item} does {name} have left?"
+    )
     return Problem(q, f"{a} + {b} = {a + b}\n{a + b} - {c} = {a + b - c}\n#### {a + b - c}", a + b - c)
 
 
@@ -84,8 +91,10 @@ def _take_then_add(rng: random.Random, hi: int) -> Problem:
     (name, he), item = rng.choice(NAMES), rng.choice(ITEMS)
     a = rng.randint(2, hi)
     b, c = rng.randint(1, a), rng.randint(1, hi)
-    q = (f"{name} has {a} {item}. {he.capitalize()} gives away {b} and then gets {c} more. "
-         f"How many {item} does {name} have now?")
+    q = (
+        f"{name} has {a} {item}. {he.capitalize()} gives away {b} and then gets {c} more. "
+        f"How many {item} does {name} have now?"
+    )
     return Problem(q, f"{a} - {b} = {a - b}\n{a - b} + {c} = {a - b + c}\n#### {a - b + c}", a - b + c)
 
 
@@ -94,8 +103,10 @@ def _three_step(rng: random.Random, hi: int) -> Problem:
     a, b = rng.randint(1, hi), rng.randint(1, hi)
     c, d = rng.randint(1, a + b), rng.randint(1, hi)
     s, t = a + b, a + b - c
-    q = (f"{name} has {a} {item}. {he.capitalize()} gets {b} more, gives away {c}, and then finds {d} more. "
-         f"How many {item} does {name} have now?")
+    q = (
+        f"{name} has {a} {item}. {he.capitalize()} gets {b} more, gives away {c}, and then finds {d} more. "
+        f"How many {item} does {name} have now?"
+    )
     return Problem(q, f"{a} + {b} = {s}\n{s} - {c} = {t}\n{t} + {d} = {t + d}\n#### {t + d}", t + d)
 
 
@@ -105,13 +116,20 @@ def _three_step_take(rng: random.Random, hi: int) -> Problem:
     b, c = rng.randint(1, a), rng.randint(1, hi)
     d = rng.randint(1, a - b + c)
     s, t = a - b, a - b + c
-    q = (f"{name} has {a} {item}. {he.capitalize()} gives away {b}, gets {c} more, and then loses {d}. "
-         f"How many {item} does {name} have left?")
+    q = (
+        f"{name} has {a} {item}. {he.capitalize()} gives away {b}, gets {c} more, and then loses {d}. "
+        f"How many {item} does {name} have left?"
+    )
     return Problem(q, f"{a} - {b} = {s}\n{s} + {c} = {t}\n{t} - {d} = {t - d}\n#### {t - d}", t - d)
 
 
-_LEVELS = {1: (_add, _sub), 2: (_add, _sub, _mul), 3: (_add, _sub, _mul, _two_step), 4: (_two_step, _take_then_add),
-           5: (_three_step, _three_step_take)}
+_LEVELS = {
+    1: (_add, _sub),
+    2: (_add, _sub, _mul),
+    3: (_add, _sub, _mul, _two_step),
+    4: (_two_step, _take_then_add),
+    5: (_three_step, _three_step_take),
+}
 
 
 def direct_answer(p: Problem) -> str:
@@ -126,8 +144,9 @@ def make_problem(rng: random.Random, level: int = 1, max_number: int = 20) -> Pr
     return rng.choice(_LEVELS[level])(rng, max_number)
 
 
-def arithmetic_problems(n: int, seed: int = 0, level: int = 1, max_number: int = 20,
-                        exclude: set[str] | None = None) -> list[Problem]:
+def arithmetic_problems(
+    n: int, seed: int = 0, level: int = 1, max_number: int = 20, exclude: set[str] | None = None
+) -> list[Problem]:
     """``n`` distinct problems from ``seed``; questions in ``exclude`` are skipped (held-out sets)."""
     rng = make_rng(seed, f"arithmetic-{level}-{max_number}")
     seen: set[str] = set(exclude or ())

@@ -16,8 +16,12 @@ Message = dict[str, str]
 
 
 def problem_chat(p: Problem, worked: bool = True) -> list[Message]:
-    """A user asks the word problem; the assistant answers with the worked solution (or only the answer) and ``#### N``."""
-    return [{"role": "user", "content": p.question}, {"role": "assistant", "content": p.answer if worked else direct_answer(p)}]
+    """A user asks the word problem; the assistant answers with the worked solution (or only the answer)
+    and ``#### N``."""
+    return [
+        {"role": "user", "content": p.question},
+        {"role": "assistant", "content": p.answer if worked else direct_answer(p)},
+    ]
 
 
 def _small_talk(rng: random.Random) -> list[Message]:
@@ -37,8 +41,15 @@ def _small_talk(rng: random.Random) -> list[Message]:
     return chat
 
 
-def chats(n: int, seed: int = 0, math_fraction: float = 0.7, level: int = 1, max_number: int = 20,
-          exclude: set[str] | None = None, worked_fraction: float = 1.0) -> list[list[Message]]:
+def chats(
+    n: int,
+    seed: int = 0,
+    math_fraction: float = 0.7,
+    level: int = 1,
+    max_number: int = 20,
+    exclude: set[str] | None = None,
+    worked_fraction: float = 1.0,
+) -> list[list[Message]]:
     """``n`` chats: ``math_fraction`` of them arithmetic problems (questions in ``exclude`` skipped).
 
     ``worked_fraction`` of the arithmetic answers show the working; the rest give only the answer,
@@ -48,6 +59,8 @@ def chats(n: int, seed: int = 0, math_fraction: float = 0.7, level: int = 1, max
     style = make_rng(seed, "chats-style")  # its own stream: worked_fraction 1.0 leaves the chats as before
     n_math = int(round(n * math_fraction))
     problems = arithmetic_problems(n_math, seed=seed + 7919, level=level, max_number=max_number, exclude=exclude)
-    out = [problem_chat(p, style.random() < worked_fraction) for p in problems] + [_small_talk(rng) for _ in range(n - n_math)]
+    out = [problem_chat(p, style.random() < worked_fraction) for p in problems] + [
+        _small_talk(rng) for _ in range(n - n_math)
+    ]
     rng.shuffle(out)
     return out

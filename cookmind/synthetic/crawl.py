@@ -21,30 +21,125 @@ from pathlib import Path
 from cookmind.atomic import temp_path, write_json
 
 # Share of each page kind; "good" takes the rest.
-MIX = {"foreign": 0.08, "spam": 0.08, "exact_dup": 0.05, "near_dup": 0.05, "seo_spam": 0.06,
-       "nsfw": 0.03, "toxic": 0.03}
+MIX = {
+    "foreign": 0.08,
+    "spam": 0.08,
+    "exact_dup": 0.05,
+    "near_dup": 0.05,
+    "seo_spam": 0.06,
+    "nsfw": 0.03,
+    "toxic": 0.03,
+}
 PII_SHARE = 0.25  # of good pages, each gets one e-mail, phone or IP in its text
 
-SITES = ["The Slow Kitchen", "Pan and Pantry", "Weeknight Table", "Salt and Season", "Green Bowl Notes",
-         "Market Day Cooking", "Hearth and Home", "Simple Suppers"]
+SITES = [
+    "The Slow Kitchen",
+    "Pan and Pantry",
+    "Weeknight Table",
+    "Salt and Season",
+    "Green Bowl Notes",
+    "Market Day Cooking",
+    "Hearth and Home",
+    "Simple Suppers",
+]
 NAV = ["Home", "Recipes", "Techniques", "About", "Shop", "Newsletter", "Contact"]
 FOOTER = "All rights reserved. Privacy policy. Terms of use. Cookie settings."
 NEWSLETTER = "Subscribe to our newsletter to get new recipes in your inbox every week."
 
-DISHES = ["tomato soup", "lentil stew", "roast chicken", "apple pie", "mushroom risotto", "banana bread",
-          "vegetable curry", "pumpkin soup", "lemon tart", "bean chili", "potato gratin", "fish pie",
-          "pancakes", "fried rice", "minestrone", "carrot cake", "shepherd's pie", "onion tart",
-          "pea soup", "plum crumble", "cheese scones", "chickpea salad", "beef stew", "rice pudding"]
-INGREDIENTS = ["butter", "olive oil", "garlic", "onions", "fresh thyme", "black pepper", "sea salt",
-               "brown sugar", "lemon zest", "chopped parsley", "ground cumin", "smoked paprika", "cream",
-               "carrots", "celery", "white wine", "chicken stock", "flour", "eggs", "honey", "ginger",
-               "red lentils", "spinach", "rosemary", "cinnamon", "nutmeg", "dried chili", "oats"]
-TOOLS = ["a heavy pan", "a wooden spoon", "a sharp knife", "a large pot", "a baking tray", "a whisk",
-         "a cast iron skillet", "a mixing bowl", "a sieve", "a rolling pin", "a grater", "a blender"]
-PEOPLE = ["my grandmother", "my neighbour", "an old friend", "my brother", "a chef I once worked with",
-          "my aunt", "a baker in our town", "my daughter", "a farmer at the market", "my teacher"]
-PLACES = ["the market", "a small village", "the coast", "our garden", "a busy city kitchen", "the mountains",
-          "a farm near the river", "my first flat", "a school kitchen", "a seaside cafe"]
+DISHES = [
+    "tomato soup",
+    "lentil stew",
+    "roast chicken",
+    "apple pie",
+    "mushroom risotto",
+    "banana bread",
+    "vegetable curry",
+    "pumpkin soup",
+    "lemon tart",
+    "bean chili",
+    "potato gratin",
+    "fish pie",
+    "pancakes",
+    "fried rice",
+    "minestrone",
+    "carrot cake",
+    "shepherd's pie",
+    "onion tart",
+    "pea soup",
+    "plum crumble",
+    "cheese scones",
+    "chickpea salad",
+    "beef stew",
+    "rice pudding",
+]
+INGREDIENTS = [
+    "butter",
+    "olive oil",
+    "garlic",
+    "onions",
+    "fresh thyme",
+    "black pepper",
+    "sea salt",
+    "brown sugar",
+    "lemon zest",
+    "chopped parsley",
+    "ground cumin",
+    "smoked paprika",
+    "cream",
+    "carrots",
+    "celery",
+    "white wine",
+    "chicken stock",
+    "flour",
+    "eggs",
+    "honey",
+    "ginger",
+    "red lentils",
+    "spinach",
+    "rosemary",
+    "cinnamon",
+    "nutmeg",
+    "dried chili",
+    "oats",
+]
+TOOLS = [
+    "a heavy pan",
+    "a wooden spoon",
+    "a sharp knife",
+    "a large pot",
+    "a baking tray",
+    "a whisk",
+    "a cast iron skillet",
+    "a mixing bowl",
+    "a sieve",
+    "a rolling pin",
+    "a grater",
+    "a blender",
+]
+PEOPLE = [
+    "my grandmother",
+    "my neighbour",
+    "an old friend",
+    "my brother",
+    "a chef I once worked with",
+    "my aunt",
+    "a baker in our town",
+    "my daughter",
+    "a farmer at the market",
+    "my teacher",
+]
+PLACES = [
+    "the market",
+    "a small village",
+    "the coast",
+    "our garden",
+    "a busy city kitchen",
+    "the mountains",
+    "a farm near the river",
+    "my first flat",
+    "a school kitchen",
+    "a seaside cafe",
+]
 FEELINGS = ["comforting", "bright", "warming", "simple", "rich", "fresh", "honest", "generous", "quiet"]
 SEASONS = ["winter", "spring", "summer", "autumn"]
 VERBS = ["stir", "taste", "season", "simmer", "fold", "chop", "roast", "whisk", "rest", "slice"]
@@ -96,25 +191,57 @@ SENTENCES = [
     "Sometimes the simplest meals are the ones people remember for the longest time.",
     "We ate outside that evening while the light faded over {place}.",
 ]
-TITLES = ["How to make {dish} at home", "A {feel} {dish} for {season}", "My favourite {dish}",
-          "{dish_cap}, the easy way", "Notes on {dish}", "Why I keep cooking {dish}",
-          "A {season} {dish} from {place}", "Learning {dish} from {person}"]
+TITLES = [
+    "How to make {dish} at home",
+    "A {feel} {dish} for {season}",
+    "My favourite {dish}",
+    "{dish_cap}, the easy way",
+    "Notes on {dish}",
+    "Why I keep cooking {dish}",
+    "A {season} {dish} from {place}",
+    "Learning {dish} from {person}",
+]
 
 FOREIGN = {
-    "fr": ["La cuisine de ma grand-mère était simple et généreuse.", "Nous achetons les légumes au marché chaque samedi matin.",
-           "Il faut laisser mijoter la soupe pendant une heure avec les herbes fraîches.",
-           "Le pain est encore chaud quand nous rentrons à la maison.", "Cette recette est facile et les enfants l'adorent.",
-           "Ajoutez le beurre et le sel, puis remuez doucement avec une cuillère en bois."],
-    "de": ["Das Rezept meiner Großmutter ist einfach und sehr lecker.", "Wir kaufen das Gemüse jeden Samstag auf dem Markt.",
-           "Die Suppe muss eine Stunde lang mit frischen Kräutern köcheln.", "Das Brot ist noch warm, wenn wir nach Hause kommen.",
-           "Dieses Gericht ist schnell gemacht und schmeckt der ganzen Familie.", "Butter und Salz dazugeben und vorsichtig umrühren."],
-    "es": ["La receta de mi abuela es sencilla y deliciosa.", "Compramos las verduras en el mercado todos los sábados.",
-           "La sopa tiene que hervir a fuego lento durante una hora con hierbas frescas.",
-           "El pan todavía está caliente cuando llegamos a casa.", "Este plato es fácil de preparar y a los niños les encanta.",
-           "Añade la mantequilla y la sal, y remueve con una cuchara de madera."],
+    "fr": [
+        "La cuisine de ma grand-mère était simple et généreuse.",
+        "Nous achetons les légumes au marché chaque samedi matin.",
+        "Il faut laisser mijoter la soupe pendant une heure avec les herbes fraîches.",
+        "Le pain est encore chaud quand nous rentrons à la maison.",
+        "Cette recette est facile et les enfants l'adorent.",
+        "Ajoutez le beurre et le sel, puis remuez doucement avec une cuillère en bois.",
+    ],
+    "de": [
+        "Das Rezept meiner Großmutter ist einfach und sehr lecker.",
+        "Wir kaufen das Gemüse jeden Samstag auf dem Markt.",
+        "Die Suppe muss eine Stunde lang mit frischen Kräutern köcheln.",
+        "Das Brot ist noch warm, wenn wir nach Hause kommen.",
+        "Dieses Gericht ist schnell gemacht und schmeckt der ganzen Familie.",
+        "Butter und Salz dazugeben und vorsichtig umrühren.",
+    ],
+    "es": [
+        "La receta de mi abuela es sencilla y deliciosa.",
+        "Compramos las verduras en el mercado todos los sábados.",
+        "La sopa tiene que hervir a fuego lento durante una hora con hierbas frescas.",
+        "El pan todavía está caliente cuando llegamos a casa.",
+        "Este plato es fácil de preparar y a los niños les encanta.",
+        "Añade la mantequilla y la sal, y remueve con una cuchara de madera.",
+    ],
 }
-SPAM_WORDS = ["buy now", "best price", "click here", "free shipping", "limited offer", "cheap deals", "order today",
-              "win big", "best deal", "top rated", "lowest price", "act now"]
+SPAM_WORDS = [
+    "buy now",
+    "best price",
+    "click here",
+    "free shipping",
+    "limited offer",
+    "cheap deals",
+    "order today",
+    "win big",
+    "best deal",
+    "top rated",
+    "lowest price",
+    "act now",
+]
 SEO = [
     "Buy the best cheap {product} online today and enjoy free shipping with every single order you place.",
     "Our {product} are the lowest price on the internet, so click here now to claim your exclusive discount code.",
@@ -127,20 +254,34 @@ SEO = [
     "Sign up today and get exclusive coupons for {product}, weight loss pills and cheap luxury replica watches.",
     "Best {product} reviews, top ten rankings and the cheapest offers, all updated every hour by our experts.",
 ]
-PRODUCTS = ["replica watches", "diet pills", "kitchen gadgets", "casino chips", "designer handbags",
-            "weight loss tea", "cheap sneakers", "crypto coins", "phone cases", "discount perfume"]
-NSFW = ["Hot {w1} {w2} videos and {w3} pictures are waiting for you, so join the {w4} club today and see everything.",
-        "The best {w1} site has thousands of {w2} models, {w3} chats and {w4} galleries that are updated every day.",
-        "Meet {w1} singles near you for {w2} fun, {w3} webcam shows and {w4} nights without any limits at all.",
-        "Our {w1} members get unlimited access to {w2} clips, private {w3} rooms and {w4} stories.",
-        "Tonight only, watch {w1} and {w2} streams for free when you sign up for a {w3} {w4} account.",
-        "Click to see the {w1} photos that everyone is talking about, with {w2} and {w3} content for {w4} adults."]
+PRODUCTS = [
+    "replica watches",
+    "diet pills",
+    "kitchen gadgets",
+    "casino chips",
+    "designer handbags",
+    "weight loss tea",
+    "cheap sneakers",
+    "crypto coins",
+    "phone cases",
+    "discount perfume",
+]
+NSFW = [
+    "Hot {w1} {w2} videos and {w3} pictures are waiting for you, so join the {w4} club today and see everything.",
+    "The best {w1} site has thousands of {w2} models, {w3} chats and {w4} galleries that are updated every day.",
+    "Meet {w1} singles near you for {w2} fun, {w3} webcam shows and {w4} nights without any limits at all.",
+    "Our {w1} members get unlimited access to {w2} clips, private {w3} rooms and {w4} stories.",
+    "Tonight only, watch {w1} and {w2} streams for free when you sign up for a {w3} {w4} account.",
+    "Click to see the {w1} photos that everyone is talking about, with {w2} and {w3} content for {w4} adults.",
+]
 NSFW_WORDS = ["porn", "xxx", "nude", "sexy", "erotic", "hardcore", "naked", "escort", "webcam", "fetish", "horny"]
-INSULTS = ["You are a stupid idiot and nobody cares about your crap opinion.",
-           "Shut up, moron, this recipe is garbage and so are you.",
-           "What a damn pathetic loser you are, go away and stop posting.",
-           "Only an idiot would cook like this, you brainless fool.",
-           "This is the dumbest crap I have ever read, you useless clown."]
+INSULTS = [
+    "You are a stupid idiot and nobody cares about your crap opinion.",
+    "Shut up, moron, this recipe is garbage and so are you.",
+    "What a damn pathetic loser you are, go away and stop posting.",
+    "Only an idiot would cook like this, you brainless fool.",
+    "This is the dumbest crap I have ever read, you useless clown.",
+]
 
 
 @dataclasses.dataclass
@@ -157,9 +298,18 @@ class Page:
 def _fill(template: str, rng: random.Random) -> str:
     dish = rng.choice(DISHES)
     ing, ing2 = rng.sample(INGREDIENTS, 2)
-    return template.format(dish=dish, dish_cap=dish.capitalize(), ing=ing, ing2=ing2, tool=rng.choice(TOOLS),
-                           person=rng.choice(PEOPLE), place=rng.choice(PLACES), feel=rng.choice(FEELINGS),
-                           season=rng.choice(SEASONS), verb=rng.choice(VERBS))
+    return template.format(
+        dish=dish,
+        dish_cap=dish.capitalize(),
+        ing=ing,
+        ing2=ing2,
+        tool=rng.choice(TOOLS),
+        person=rng.choice(PEOPLE),
+        place=rng.choice(PLACES),
+        feel=rng.choice(FEELINGS),
+        season=rng.choice(SEASONS),
+        verb=rng.choice(VERBS),
+    )
 
 
 def prose_paragraphs(rng: random.Random, n_paragraphs: int | None = None) -> list[str]:
@@ -173,7 +323,7 @@ def prose_paragraphs(rng: random.Random, n_paragraphs: int | None = None) -> lis
     order = rng.sample(SENTENCES, sum(sizes))
     out, k = [], 0
     for size in sizes:
-        out.append(" ".join(_fill(t, rng) for t in order[k:k + size]))
+        out.append(" ".join(_fill(t, rng) for t in order[k : k + size]))
         k += size
     return out
 
@@ -184,8 +334,14 @@ def _pii_sentence(rng: random.Random, kind: str) -> str:
         return f"If you have questions about this recipe, write to me at {who} and I will answer."
     if kind == "phones":
         area, mid, end = rng.randint(201, 989), rng.randint(200, 999), rng.randint(1000, 9999)
-        number = rng.choice([f"({area}) {mid}-{end}", f"{area}-{mid}-{end}", f"+1 {area} {mid} {end}",
-                             f"+44 20 {rng.randint(7000, 7999)} {rng.randint(1000, 9999)}"])
+        number = rng.choice(
+            [
+                f"({area}) {mid}-{end}",
+                f"{area}-{mid}-{end}",
+                f"+1 {area} {mid} {end}",
+                f"+44 20 {rng.randint(7000, 7999)} {rng.randint(1000, 9999)}",
+            ]
+        )
         return f"To book a place in our cooking class, call us on {number} during the week."
     ip = ".".join(str(rng.randint(11, 223)) for _ in range(4))
     return f"Our recipe server moved, and the old address {ip} will stop working next month."
@@ -196,12 +352,14 @@ def _page_html(title: str, paragraphs: list[str], rng: random.Random, lang: str 
     nav = "".join(f'<li><a href="/{x.lower()}">{x}</a></li>' for x in NAV)
     body = "".join(f"<p>{p}</p>\n" for p in paragraphs)
     related = "".join(f'<li><a href="/r/{i}">{_fill(rng.choice(TITLES), rng)}</a></li>' for i in range(3))
-    return (f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8"><title>{title} | {site}</title>'
-            f'<script>var tracking = "{rng.getrandbits(32):08x}";</script></head>\n<body>\n'
-            f'<header><div class="logo">{site}</div><nav><ul>{nav}</ul></nav></header>\n'
-            f'<main><article><h1>{title}</h1>\n{body}</article></main>\n'
-            f'<aside class="sidebar"><h3>Related posts</h3><ul>{related}</ul></aside>\n'
-            f'<footer><p>&copy; 2026 {site}. {FOOTER}</p></footer>\n</body></html>\n')
+    return (
+        f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8"><title>{title} | {site}</title>'
+        f'<script>var tracking = "{rng.getrandbits(32):08x}";</script></head>\n<body>\n'
+        f'<header><div class="logo">{site}</div><nav><ul>{nav}</ul></nav></header>\n'
+        f"<main><article><h1>{title}</h1>\n{body}</article></main>\n"
+        f'<aside class="sidebar"><h3>Related posts</h3><ul>{related}</ul></aside>\n'
+        f"<footer><p>&copy; 2026 {site}. {FOOTER}</p></footer>\n</body></html>\n"
+    )
 
 
 def _good(rng: random.Random) -> tuple[str, list[str]]:
@@ -250,34 +408,56 @@ def make_crawl(num_pages: int = 600, seed: int = 0) -> tuple[list[Page], dict]:
         pages.append(Page(f"https://mirror{i % 3}.example/copy/{i}", _page_html(title, paragraphs, rng), "exact_dup"))
     for i in range(counts["near_dup"]):
         title, paragraphs, _ = rng.choice(clean)
-        pages.append(Page(f"https://scraper.example/{i}", _page_html(title, _edit_words(paragraphs, rng), rng), "near_dup"))
+        pages.append(
+            Page(f"https://scraper.example/{i}", _page_html(title, _edit_words(paragraphs, rng), rng), "near_dup")
+        )
     langs = sorted(FOREIGN)
     for i in range(counts["foreign"]):
         lang = langs[i % len(langs)]
         paragraphs = [" ".join(rng.sample(FOREIGN[lang], 4)) for _ in range(rng.randint(3, 5))]
-        pages.append(Page(f"https://{lang}.example/{i}", _page_html(FOREIGN[lang][0][:30], paragraphs, rng, lang),
-                          "foreign", lang=lang))
+        pages.append(
+            Page(
+                f"https://{lang}.example/{i}",
+                _page_html(FOREIGN[lang][0][:30], paragraphs, rng, lang),
+                "foreign",
+                lang=lang,
+            )
+        )
     for i in range(counts["spam"]):
         lines = [" ".join(rng.choices(SPAM_WORDS, k=rng.randint(3, 6))) + " ..." for _ in range(rng.randint(8, 14))]
         pages.append(Page(f"https://spam{i % 5}.example/{i}", _page_html("BEST DEALS", lines, rng), "spam"))
     for i in range(counts["seo_spam"]):
         # each template once per page: fluent enough to pass the Gopher rules
         order = rng.sample(SEO, 9)
-        paragraphs = [" ".join(t.format(product=rng.choice(PRODUCTS)) for t in order[k:k + 3]) for k in (0, 3, 6)]
-        pages.append(Page(f"https://shop{i % 4}.example/{i}", _page_html("Best deals online", paragraphs, rng), "seo_spam"))
+        paragraphs = [" ".join(t.format(product=rng.choice(PRODUCTS)) for t in order[k : k + 3]) for k in (0, 3, 6)]
+        pages.append(
+            Page(f"https://shop{i % 4}.example/{i}", _page_html("Best deals online", paragraphs, rng), "seo_spam")
+        )
     for i in range(counts["nsfw"]):
         order, prose = rng.sample(NSFW, 6), rng.sample(SENTENCES, 2)
-        paragraphs = [" ".join(t.format(**dict(zip(("w1", "w2", "w3", "w4"), rng.sample(NSFW_WORDS, 4))))
-                               for t in order[k:k + 3]) + " " + _fill(prose[k // 3], rng) for k in (0, 3)]
+        paragraphs = [
+            " ".join(
+                t.format(**dict(zip(("w1", "w2", "w3", "w4"), rng.sample(NSFW_WORDS, 4)))) for t in order[k : k + 3]
+            )
+            + " "
+            + _fill(prose[k // 3], rng)
+            for k in (0, 3)
+        ]
         pages.append(Page(f"https://adult{i % 3}.example/{i}", _page_html("Hot pictures", paragraphs, rng), "nsfw"))
     for i in range(counts["toxic"]):
         title, paragraphs = _good(rng)
         # signed comments: the same insult on two pages is still two different lines
-        comments = [f"Comment {rng.randint(1000, 99999)} by {rng.choice(FIRST_NAMES)}: {x}" for x in rng.sample(INSULTS, 3)]
+        comments = [
+            f"Comment {rng.randint(1000, 99999)} by {rng.choice(FIRST_NAMES)}: {x}" for x in rng.sample(INSULTS, 3)
+        ]
         pages.append(Page(f"https://forum.example/{i}", _page_html(title, paragraphs[:2] + comments, rng), "toxic"))
     rng.shuffle(pages)
-    manifest = {"num_pages": num_pages, "seed": seed, "kinds": dict(sorted(Counter(p.kind for p in pages).items())),
-                "pii": dict(sorted(pii.items()))}
+    manifest = {
+        "num_pages": num_pages,
+        "seed": seed,
+        "kinds": dict(sorted(Counter(p.kind for p in pages).items())),
+        "pii": dict(sorted(pii.items())),
+    }
     return pages, manifest
 
 

@@ -26,8 +26,14 @@ def wrong_answer(p: Problem, rng: random.Random) -> str:
     return lines[0]  # working without the final answer line
 
 
-def preference_pairs(n: int, seed: int = 0, level: int = 1, max_number: int = 20,
-                     exclude: set[str] | None = None, worked_fraction: float = 1.0) -> list[dict]:
+def preference_pairs(
+    n: int,
+    seed: int = 0,
+    level: int = 1,
+    max_number: int = 20,
+    exclude: set[str] | None = None,
+    worked_fraction: float = 1.0,
+) -> list[dict]:
     """``n`` records ``{"chosen", "rejected"}`` (message lists, as the dpo packer takes).
 
     ``worked_fraction`` of the chosen answers show the working, the rest give only the answer.
@@ -38,9 +44,13 @@ def preference_pairs(n: int, seed: int = 0, level: int = 1, max_number: int = 20
     out = []
     for p in problems:
         user = [{"role": "user", "content": p.question}]
-        out.append({
-            "chosen": user + [{"role": "assistant", "content": p.answer if style.random() < worked_fraction
-                               else direct_answer(p)}],
-            "rejected": user + [{"role": "assistant", "content": wrong_answer(p, rng)}],
-        })
+        out.append(
+            {
+                "chosen": user
+                + [
+                    {"role": "assistant", "content": p.answer if style.random() < worked_fraction else direct_answer(p)}
+                ],
+                "rejected": user + [{"role": "assistant", "content": wrong_answer(p, rng)}],
+            }
+        )
     return out

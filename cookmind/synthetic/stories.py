@@ -20,38 +20,50 @@ def make_story(rng: random.Random) -> str:
     animal, adj, place = rng.choice(ANIMALS), rng.choice(ADJECTIVES), rng.choice(PLACES)
     obj, color = rng.choice(OBJECTS), rng.choice(COLORS)
     feel1, feel2 = rng.sample(FEELINGS, 2)
-    opening = rng.choice([
-        f"Once upon a time, there was {_a(adj)} {adj} {animal} named {name}.",
-        f"One day, {_a(adj)} {adj} {animal} called {name} woke up early.",
-        f"There was {_a(adj)} {adj} {animal}. {his.capitalize()} name was {name}.",
-    ])
+    opening = rng.choice(
+        [
+            f"Once upon a time, there was {_a(adj)} {adj} {animal} named {name}.",
+            f"One day, {_a(adj)} {adj} {animal} called {name} woke up early.",
+            f"There was {_a(adj)} {adj} {animal}. {his.capitalize()} name was {name}.",
+        ]
+    )
     middle = [
         f"{he.capitalize()} lived in {_a(place)} {place} with {his} friend {friend}.",
-        rng.choice([
-            f"{name} found {_a(color)} {color} {obj} near a tree.",
-            f"{name} wanted to play with {_a(color)} {color} {obj}.",
-            f"{name} lost {his} {color} {obj} in the {place}.",
-        ]),
+        rng.choice(
+            [
+                f"{name} found {_a(color)} {color} {obj} near a tree.",
+                f"{name} wanted to play with {_a(color)} {color} {obj}.",
+                f"{name} lost {his} {color} {obj} in the {place}.",
+            ]
+        ),
         f"{name} felt {feel1}.",
-        rng.choice([
-            f"{friend} said, \"Let us look for it together.\"",
-            f"{friend} came to help {name}.",
-            f"\"Can I play too?\" asked {friend}.",
-        ]),
+        rng.choice(
+            [
+                f'{friend} said, "Let us look for it together."',
+                f"{friend} came to help {name}.",
+                f'"Can I play too?" asked {friend}.',
+            ]
+        ),
     ]
     if rng.random() < 0.5:
         middle.append(f"They walked around the {place} and looked everywhere.")
     if rng.random() < 0.5:
-        middle.append(rng.choice([
-            "The sun was warm and the wind was soft.",
-            "It started to rain, so they ran under a big tree.",
-            f"A {rng.choice(ANIMALS)} watched them from far away.",
-        ]))
-    ending = rng.choice([
-        f"At last, they found the {obj}, and {name} felt {feel2}.",
-        f"In the end, {name} and {friend} shared the {obj} and became best friends.",
-        f"{name} said thank you to {friend}. They played until the sun went down.",
-    ])
+        middle.append(
+            rng.choice(
+                [
+                    "The sun was warm and the wind was soft.",
+                    "It started to rain, so they ran under a big tree.",
+                    f"A {rng.choice(ANIMALS)} watched them from far away.",
+                ]
+            )
+        )
+    ending = rng.choice(
+        [
+            f"At last, they found the {obj}, and {name} felt {feel2}.",
+            f"In the end, {name} and {friend} shared the {obj} and became best friends.",
+            f"{name} said thank you to {friend}. They played until the sun went down.",
+        ]
+    )
     moral = rng.choice(["", "", " Helping a friend makes everyone happy.", " It is good to share."])
     return " ".join([opening, *middle, ending]) + moral
 

@@ -1,9 +1,22 @@
 """Word lists shared by the synthetic generators (small on purpose: a tiny model can learn them)."""
 
 NAMES = [
-    ("Tom", "he"), ("Lily", "she"), ("Sam", "he"), ("Mia", "she"), ("Ben", "he"), ("Anna", "she"),
-    ("Max", "he"), ("Lucy", "she"), ("Leo", "he"), ("Emma", "she"), ("Jack", "he"), ("Zoe", "she"),
-    ("Finn", "he"), ("Ella", "she"), ("Noah", "he"), ("Ruby", "she"),
+    ("Tom", "he"),
+    ("Lily", "she"),
+    ("Sam", "he"),
+    ("Mia", "she"),
+    ("Ben", "he"),
+    ("Anna", "she"),
+    ("Max", "he"),
+    ("Lucy", "she"),
+    ("Leo", "he"),
+    ("Emma", "she"),
+    ("Jack", "he"),
+    ("Zoe", "she"),
+    ("Finn", "he"),
+    ("Ella", "she"),
+    ("Noah", "he"),
+    ("Ruby", "she"),
 ]
 ANIMALS = ["cat", "dog", "bird", "fox", "rabbit", "bear", "duck", "frog", "mouse", "horse"]
 ADJECTIVES = ["little", "happy", "brave", "kind", "small", "big", "curious", "sleepy", "funny", "shy"]
@@ -11,8 +24,23 @@ PLACES = ["forest", "garden", "park", "house", "village", "farm", "town", "meado
 OBJECTS = ["ball", "box", "kite", "hat", "book", "key", "shell", "stone", "flower", "cake"]
 COLORS = ["red", "blue", "green", "yellow", "pink", "purple", "orange", "white"]
 FEELINGS = ["happy", "sad", "excited", "scared", "proud", "tired", "surprised", "calm"]
-ITEMS = ["apples", "pencils", "cookies", "marbles", "stickers", "books", "toys", "cards", "shells", "balloons",
-         "oranges", "coins", "flowers", "candies", "eggs"]
+ITEMS = [
+    "apples",
+    "pencils",
+    "cookies",
+    "marbles",
+    "stickers",
+    "books",
+    "toys",
+    "cards",
+    "shells",
+    "balloons",
+    "oranges",
+    "coins",
+    "flowers",
+    "candies",
+    "eggs",
+]
 
 # Simple facts for chats: (question, answer).
 FACTS = [

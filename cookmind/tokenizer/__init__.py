@@ -1,8 +1,8 @@
 """Byte-level BPE: our trainer and reference codec, a tiktoken fast path, ChatML, HF/GPT-2 formats.
 
-    from cookmind.tokenizer import Tokenizer, train_bpe
-    vocab, merges = train_bpe("corpus.txt", 8000, DEFAULT_SPECIAL_TOKENS)
-    tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS); tok.save("tok/")
+from cookmind.tokenizer import Tokenizer, train_bpe
+vocab, merges = train_bpe("corpus.txt", 8000, DEFAULT_SPECIAL_TOKENS)
+tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS); tok.save("tok/")
 """
 
 from cookmind.tokenizer.bpe_train import train_bpe
@@ -12,5 +12,14 @@ from cookmind.tokenizer.hf_format import load_gpt2_files, load_hf_tokenizer_json
 from cookmind.tokenizer.patterns import GPT2_PATTERN, GPT4_PATTERN, PATTERNS
 from cookmind.tokenizer.tokenizer import Tokenizer
 
-__all__ = ["DEFAULT_SPECIAL_TOKENS", "GPT2_PATTERN", "GPT4_PATTERN", "PATTERNS", "Tokenizer", "TokenizerError",
-           "load_gpt2_files", "load_hf_tokenizer_json", "train_bpe"]
+__all__ = [
+    "DEFAULT_SPECIAL_TOKENS",
+    "GPT2_PATTERN",
+    "GPT4_PATTERN",
+    "PATTERNS",
+    "Tokenizer",
+    "TokenizerError",
+    "load_gpt2_files",
+    "load_hf_tokenizer_json",
+    "train_bpe",
+]

@@ -48,8 +48,9 @@ def check_specials(special_tokens: Sequence[str] | None) -> list[str]:
     return out
 
 
-def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_size: int,
-                 progress: bool | None = None) -> list[Merge]:
+def learn_merges(
+    word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_size: int, progress: bool | None = None
+) -> list[Merge]:
     """Merge pairs until `vocab` holds vocab_size tokens; mutates `vocab`, returns the merges in order."""
     from tqdm import tqdm
 
@@ -75,8 +76,13 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
     by_bytes.update({b: i for i, b in vocab.items() if i >= 256 and b not in by_bytes})
     specials = set(range(256, len(vocab)))
     merges: list[Merge] = []
-    bar = tqdm(total=max(0, vocab_size - len(vocab)), desc="merges", unit="merge",
-               disable=True if progress is False else None, leave=False)
+    bar = tqdm(
+        total=max(0, vocab_size - len(vocab)),
+        desc="merges",
+        unit="merge",
+        disable=True if progress is False else None,
+        leave=False,
+    )
     while len(vocab) < vocab_size and heap:
         negc, _, _, ab = heapq.heappop(heap)
         if negc == 0 or pair_counts.get(ab, 0) != -negc:
@@ -133,10 +139,18 @@ def learn_merges(word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_s
     return merges
 
 
-def train_bpe(input_path: str | os.PathLike | Sequence[str | os.PathLike], vocab_size: int,
-              special_tokens: Sequence[str] | None = None, *, pattern: str = "gpt2", workers: int | None = None,
-              utf8_errors: str = "strict", chunk_bytes: int = 4 << 20,
-              progress: bool | None = None, text_field: str = "text") -> tuple[dict[int, bytes], list[Merge]]:
+def train_bpe(
+    input_path: str | os.PathLike | Sequence[str | os.PathLike],
+    vocab_size: int,
+    special_tokens: Sequence[str] | None = None,
+    *,
+    pattern: str = "gpt2",
+    workers: int | None = None,
+    utf8_errors: str = "strict",
+    chunk_bytes: int = 4 << 20,
+    progress: bool | None = None,
+    text_field: str = "text",
+) -> tuple[dict[int, bytes], list[Merge]]:
     """Train a byte-level BPE on one or more inputs: UTF-8 text files, or what ``pack`` reads besides (JSON lines,
     JSON, Parquet: each record's ``text_field``; gzip; ``cookmind curate run`` output folders).
 
@@ -152,8 +166,16 @@ def train_bpe(input_path: str | os.PathLike | Sequence[str | os.PathLike], vocab
             f"vocab_size {vocab_size!r} is too small: the 256 byte tokens and {len(specials)} special tokens "
             f"already take {256 + len(specials)} ids; pass vocab_size >= {256 + len(specials)}"
         )
-    counts = count_pretokens(input_path, specials, pattern, workers=workers, chunk_bytes=chunk_bytes,
-                             utf8_errors=utf8_errors, progress=progress, text_field=text_field)
+    counts = count_pretokens(
+        input_path,
+        specials,
+        pattern,
+        workers=workers,
+        chunk_bytes=chunk_bytes,
+        utf8_errors=utf8_errors,
+        progress=progress,
+        text_field=text_field,
+    )
     if not counts:
         raise TokenizerError(
             f"the corpus {input_path} has no text outside special tokens; give files with text to learn from"

@@ -55,12 +55,19 @@ def _tool_call(tc: dict, first: bool) -> list[tuple[str, bool]]:
         raise TokenizerError(f"tool call {tc!r:.200} needs a name and arguments (OpenAI form: {{'function': {{...}}}})")
     args = f["arguments"]
     args = args if isinstance(args, str) else _tojson(args)
-    return [("" if first else "\n", False), ('<tool_call>\n{"name": "', False), (str(f["name"]), True),
-            ('", "arguments": ', False), (args, True), ("}\n</tool_call>", False)]
+    return [
+        ("" if first else "\n", False),
+        ('<tool_call>\n{"name": "', False),
+        (str(f["name"]), True),
+        ('", "arguments": ', False),
+        (args, True),
+        ("}\n</tool_call>", False),
+    ]
 
 
-def chat_segments(messages: Sequence[dict], add_generation_prompt: bool = False,
-                  tools: Sequence[dict] | None = None) -> list[tuple[str, bool, bool]]:
+def chat_segments(
+    messages: Sequence[dict], add_generation_prompt: bool = False, tools: Sequence[dict] | None = None
+) -> list[tuple[str, bool, bool]]:
     """The rendered conversation as (text, is_assistant_target, is_data) pieces; they concatenate to the prompt.
 
     is_data marks text that came from the caller (content, reasoning, tool names, arguments, tool schemas):
@@ -102,8 +109,9 @@ def chat_segments(messages: Sequence[dict], add_generation_prompt: bool = False,
     return segs
 
 
-def render_text(messages: Sequence[dict], add_generation_prompt: bool = False,
-                tools: Sequence[dict] | None = None) -> str:
+def render_text(
+    messages: Sequence[dict], add_generation_prompt: bool = False, tools: Sequence[dict] | None = None
+) -> str:
     """The prompt string for a conversation."""
     return "".join(t for t, _, _ in chat_segments(messages, add_generation_prompt, tools))
 
@@ -135,7 +143,7 @@ def jinja_template() -> str:
         "{%- for tc in message.tool_calls or [] -%}"
         "{%- if message.content or not loop.first -%}{{- '\\n' -}}{%- endif -%}"
         "{%- set f = tc.function if tc.function is defined else tc -%}"
-        "{{- '<tool_call>\\n{\"name\": \"' + f.name + '\", \"arguments\": ' -}}"
+        '{{- \'<tool_call>\\n{"name": "\' + f.name + \'", "arguments": \' -}}'
         "{%- if f.arguments is string -%}{{- f.arguments -}}{%- else -%}{{- f.arguments | tojson -}}{%- endif -%}"
         "{{- '}\\n</tool_call>' -}}"
         "{%- endfor -%}"

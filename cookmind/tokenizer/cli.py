@@ -18,22 +18,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="<action>", required=True)
 
     t = sub.add_parser("train", help="learn a byte-level BPE from UTF-8 text, JSON lines or Parquet files")
-    t.add_argument("--input", nargs="+", required=True, metavar="PATH",
-                   help="the inputs `cookmind pack` reads: UTF-8 text, JSON lines / JSON / Parquet (the --text-field "
-                        "of each record), any of them gzipped, or a `cookmind curate run` output folder")
-    t.add_argument("--text-field", default="text",
-                   help="JSON/Parquet field holding a document's text (default text, as curate writes)")
+    t.add_argument(
+        "--input",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="the inputs `cookmind pack` reads: UTF-8 text, JSON lines / JSON / Parquet (the --text-field "
+        "of each record), any of them gzipped, or a `cookmind curate run` output folder",
+    )
+    t.add_argument(
+        "--text-field",
+        default="text",
+        help="JSON/Parquet field holding a document's text (default text, as curate writes)",
+    )
     t.add_argument("--vocab-size", type=int, required=True, help="final vocabulary size (bytes + specials + merges)")
-    t.add_argument("--special-token", nargs="*", default=None, metavar="TOK",
-                   help=f"special tokens kept whole, ids 256.. in this order (default: {' '.join(DEFAULT_SPECIAL_TOKENS)})")
+    t.add_argument(
+        "--special-token",
+        nargs="*",
+        default=None,
+        metavar="TOK",
+        help=f"special tokens kept whole, ids 256.. in this order (default: {' '.join(DEFAULT_SPECIAL_TOKENS)})",
+    )
     t.add_argument("--pattern", default="gpt2", help="pre-tokenization regex: gpt2, gpt4 or a regex (default gpt2)")
     t.add_argument("--out", required=True, help="output directory (our JSON + Hugging Face files)")
     t.add_argument("--workers", type=int, default=None, help="processes for pre-tokenization (default: all CPUs)")
     t.add_argument("--chunk-mb", type=float, default=4.0, help="work unit per process in MB (default 4)")
-    t.add_argument("--utf8-errors", choices=["strict", "replace"], default="strict",
-                   help="non-UTF-8 bytes: strict = error naming file:line (default); replace = read as U+FFFD")
-    t.add_argument("--overwrite", action="store_true",
-                   help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)")
+    t.add_argument(
+        "--utf8-errors",
+        choices=["strict", "replace"],
+        default="strict",
+        help="non-UTF-8 bytes: strict = error naming file:line (default); replace = read as U+FFFD",
+    )
+    t.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)",
+    )
 
     e = sub.add_parser("encode", help="text -> token ids")
     e.add_argument("--tokenizer", required=True, help="tokenizer directory")
@@ -50,8 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     x = sub.add_parser("export", help="write the tokenizer in another format")
     x.add_argument("--tokenizer", required=True)
     x.add_argument("--out", required=True)
-    x.add_argument("--format", choices=["hf", "tiktoken", "gpt2"], default="hf",
-                   help="hf: tokenizer.json + tokenizer_config.json; tiktoken: ranks file; gpt2: vocab.json + merges.txt")
+    x.add_argument(
+        "--format",
+        choices=["hf", "tiktoken", "gpt2"],
+        default="hf",
+        help="hf: tokenizer.json + tokenizer_config.json; tiktoken: ranks file; gpt2: vocab.json + merges.txt",
+    )
     x.add_argument("--overwrite", action="store_true", help="replace files of these names already in --out")
 
     i = sub.add_parser("import", help="import GPT-2 vocab.json + merges.txt, or a byte-level tokenizer.json")
@@ -61,8 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     i.add_argument("--special-token", nargs="*", default=None, metavar="TOK")
     i.add_argument("--pattern", default="gpt2")
     i.add_argument("--out", required=True)
-    i.add_argument("--overwrite", action="store_true",
-                   help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)")
+    i.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)",
+    )
 
     n = sub.add_parser("info", help="print vocabulary size, specials and fingerprint")
     n.add_argument("--tokenizer", required=True)
@@ -108,17 +135,35 @@ def _train(args) -> int:
     out = Path(args.out)
     check_out(out, args.overwrite, args.input)  # before the (long) training
     t0 = time.perf_counter()
-    vocab, merges = train_bpe(args.input, args.vocab_size, specials, pattern=args.pattern, workers=args.workers,
-                              chunk_bytes=int(args.chunk_mb * (1 << 20)), utf8_errors=args.utf8_errors,
-                              text_field=args.text_field)
+    vocab, merges = train_bpe(
+        args.input,
+        args.vocab_size,
+        specials,
+        pattern=args.pattern,
+        workers=args.workers,
+        chunk_bytes=int(args.chunk_mb * (1 << 20)),
+        utf8_errors=args.utf8_errors,
+        text_field=args.text_field,
+    )
     tok = Tokenizer(vocab, merges, specials, args.pattern)
     _save_new(tok, out, args.overwrite)
-    print(json.dumps({"out": str(out), "vocab_size": tok.vocab_size, "merges": len(merges),
-                      "specials": tok.special_tokens, "seconds": round(time.perf_counter() - t0, 3),
-                      "fingerprint": tok.fingerprint()}))
+    print(
+        json.dumps(
+            {
+                "out": str(out),
+                "vocab_size": tok.vocab_size,
+                "merges": len(merges),
+                "specials": tok.special_tokens,
+                "seconds": round(time.perf_counter() - t0, 3),
+                "fingerprint": tok.fingerprint(),
+            }
+        )
+    )
     if tok.vocab_size < args.vocab_size:
-        print(f"note: the corpus ran out of pairs at {tok.vocab_size} tokens (asked for {args.vocab_size})",
-              file=sys.stderr)
+        print(
+            f"note: the corpus ran out of pairs at {tok.vocab_size} tokens (asked for {args.vocab_size})",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -128,19 +173,23 @@ def _read_stream(path: str):
 
     if not Path(path).is_file():
         raise TokenizerError(f"input file {path} does not exist")
-    with open(path, encoding="utf-8", newline="") as f, \
-            tqdm(total=Path(path).stat().st_size, unit="B", unit_scale=True, desc="encode", leave=False) as bar:
+    with (
+        open(path, encoding="utf-8", newline="") as f,
+        tqdm(total=Path(path).stat().st_size, unit="B", unit_scale=True, desc="encode", leave=False) as bar,
+    ):
         lineno = 0
         try:
-            for lineno, line in enumerate(f, 1):
+            for lineno, line in enumerate(f, 1):  # noqa: B007 - the except below names the line
                 bar.update(len(line.encode("utf-8")))
                 yield line
         except UnicodeDecodeError:
             from cookmind.tokenizer.pretokenize import first_bad_utf8
 
             offset, line = first_bad_utf8(path) or (-1, lineno + 1)
-            raise TokenizerError(f"{path}:{line}: byte offset {offset} is not valid UTF-8; "
-                                 "convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
+            raise TokenizerError(
+                f"{path}:{line}: byte offset {offset} is not valid UTF-8; "
+                "convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+            ) from None
 
 
 def _encode(args) -> int:
@@ -186,19 +235,27 @@ def _export(args) -> int:
     tok = Tokenizer.load(args.tokenizer)
     out = Path(args.out)
     if args.format == "hf":
-        files = {"tokenizer.json": json.dumps(hf_tokenizer_json(tok), ensure_ascii=False),
-                 "tokenizer_config.json": json.dumps(hf_tokenizer_config(tok), ensure_ascii=False, indent=2)}
+        files = {
+            "tokenizer.json": json.dumps(hf_tokenizer_json(tok), ensure_ascii=False),
+            "tokenizer_config.json": json.dumps(hf_tokenizer_config(tok), ensure_ascii=False, indent=2),
+        }
     elif args.format == "tiktoken":
-        files = {"tokenizer.tiktoken": tiktoken_file_text(tok),
-                 "tiktoken_config.json": json.dumps({"pat_str": tok.pattern, "special_tokens": tok.special_tokens},
-                                                    ensure_ascii=False, indent=2)}
+        files = {
+            "tokenizer.tiktoken": tiktoken_file_text(tok),
+            "tiktoken_config.json": json.dumps(
+                {"pat_str": tok.pattern, "special_tokens": tok.special_tokens}, ensure_ascii=False, indent=2
+            ),
+        }
     else:
         vocab = {}
         for i in sorted(tok.vocab):
-            vocab.setdefault(tok.vocab[i].decode("utf-8") if i in tok.special_tokens.values()
-                             else token_to_str(tok.vocab[i]), i)
-        files = {"vocab.json": json.dumps(vocab, ensure_ascii=False),
-                 "merges.txt": "#version: 0.2\n" + "".join(f"{token_to_str(a)} {token_to_str(b)}\n" for a, b in tok.merges)}
+            vocab.setdefault(
+                tok.vocab[i].decode("utf-8") if i in tok.special_tokens.values() else token_to_str(tok.vocab[i]), i
+            )
+        files = {
+            "vocab.json": json.dumps(vocab, ensure_ascii=False),
+            "merges.txt": "#version: 0.2\n" + "".join(f"{token_to_str(a)} {token_to_str(b)}\n" for a, b in tok.merges),
+        }
     taken = [name for name in files if (out / name).exists()]
     if taken and not args.overwrite:
         raise TokenizerError(f"{out} already holds {', '.join(taken)}; pass --overwrite to replace them")
@@ -219,8 +276,11 @@ def _import(args) -> int:
         raise TokenizerError("pass --vocab and --merges, or --tokenizer-json")
     check_out(Path(args.out), args.overwrite, (args.vocab, args.merges, args.tokenizer_json))
     _save_new(tok, Path(args.out), args.overwrite)
-    print(json.dumps({"out": args.out, "vocab_size": tok.vocab_size, "merges": len(tok.merges),
-                      "fingerprint": tok.fingerprint()}))
+    print(
+        json.dumps(
+            {"out": args.out, "vocab_size": tok.vocab_size, "merges": len(tok.merges), "fingerprint": tok.fingerprint()}
+        )
+    )
     return 0
 
 
@@ -241,9 +301,19 @@ def main(args) -> int:
         if args.action == "import":
             return _import(args)
         tok = Tokenizer.load(args.tokenizer)
-        print(json.dumps({"vocab_size": tok.vocab_size, "merges": len(tok.merges), "pattern": tok.pattern,
-                          "special_tokens": tok.special_tokens, "fingerprint": tok.fingerprint(),
-                          "fast_path": tok.fast_encoding is not None}, ensure_ascii=False))
+        print(
+            json.dumps(
+                {
+                    "vocab_size": tok.vocab_size,
+                    "merges": len(tok.merges),
+                    "pattern": tok.pattern,
+                    "special_tokens": tok.special_tokens,
+                    "fingerprint": tok.fingerprint(),
+                    "fast_path": tok.fast_encoding is not None,
+                },
+                ensure_ascii=False,
+            )
+        )
         return 0
     except TokenizerError as exc:
         print(f"cookmind tokenizer {args.action}: error: {exc}", file=sys.stderr)

@@ -47,4 +47,6 @@ def tiktoken_file_text(tok: Tokenizer) -> str:
     """The `.tiktoken` rank file (base64 token, space, rank per line) that tiktoken's load_tiktoken_bpe reads."""
     import base64
 
-    return "".join(f"{base64.b64encode(b).decode()} {i}\n" for b, i in sorted(tok._by_bytes.items(), key=lambda x: x[1]))
+    return "".join(
+        f"{base64.b64encode(b).decode()} {i}\n" for b, i in sorted(tok._by_bytes.items(), key=lambda x: x[1])
+    )

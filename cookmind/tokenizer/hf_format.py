@@ -26,8 +26,15 @@ if TYPE_CHECKING:
 
 def _added(tok: Tokenizer) -> list[dict]:
     return [
-        {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-         "special": True}
+        {
+            "id": i,
+            "content": s,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
         for s, i in sorted(tok.special_tokens.items(), key=lambda x: x[1])
     ]
 
@@ -83,8 +90,12 @@ def hf_tokenizer_config(tok: Tokenizer) -> dict:
     }
 
 
-def load_gpt2_files(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
-                    special_tokens: Sequence[str] | None = None, pattern: str = "gpt2") -> Tokenizer:
+def load_gpt2_files(
+    vocab_path: str | os.PathLike,
+    merges_path: str | os.PathLike,
+    special_tokens: Sequence[str] | None = None,
+    pattern: str = "gpt2",
+) -> Tokenizer:
     """Import a GPT-2 style vocab.json (printable token -> id) and merges.txt ("a b" per line).
 
     special_tokens defaults to <|endoftext|> when vocab.json has it.
@@ -115,11 +126,15 @@ def load_gpt2_files(vocab_path: str | os.PathLike, merges_path: str | os.PathLik
                 continue
             parts = line.split(" ")
             if len(parts) != 2:
-                raise TokenizerError(f"{merges_path}:{lineno}: expected two tokens separated by one space, got {line!r}")
+                raise TokenizerError(
+                    f"{merges_path}:{lineno}: expected two tokens separated by one space, got {line!r}"
+                )
             try:
                 merges.append((str_to_token(parts[0]), str_to_token(parts[1])))
             except KeyError:
-                raise TokenizerError(f"{merges_path}:{lineno}: {line!r} is not in GPT-2's byte-to-unicode form") from None
+                raise TokenizerError(
+                    f"{merges_path}:{lineno}: {line!r} is not in GPT-2's byte-to-unicode form"
+                ) from None
     return Tokenizer(vocab, merges, list(special_tokens), pattern)
 
 
@@ -132,8 +147,12 @@ def _pattern_from_pre_tokenizer(pre: dict | None, where: str) -> str:
     steps = pre["pretokenizers"] if pre.get("type") == "Sequence" else [pre]
     pattern = None
     for step in steps:
-        if step.get("type") == "Split" and "Regex" in step.get("pattern", {}) and step.get("behavior") == "Isolated" \
-                and not step.get("invert"):
+        if (
+            step.get("type") == "Split"
+            and "Regex" in step.get("pattern", {})
+            and step.get("behavior") == "Isolated"
+            and not step.get("invert")
+        ):
             pattern = step["pattern"]["Regex"]
         elif step.get("type") == "ByteLevel":
             if step.get("add_prefix_space"):
@@ -141,8 +160,10 @@ def _pattern_from_pre_tokenizer(pre: dict | None, where: str) -> str:
             if step.get("use_regex", True):
                 pattern = pattern or GPT2_PATTERN
         else:
-            raise TokenizerError(f"{where}: pre-tokenizer step {step.get('type')!r} is not supported "
-                                 "(expected Split(regex, isolated) and ByteLevel)")
+            raise TokenizerError(
+                f"{where}: pre-tokenizer step {step.get('type')!r} is not supported "
+                "(expected Split(regex, isolated) and ByteLevel)"
+            )
     if pattern is None:
         raise TokenizerError(f"{where}: found no split regex in the pre_tokenizer")
     return pattern

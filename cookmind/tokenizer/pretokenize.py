@@ -58,8 +58,9 @@ def safe_pieces(doc: str, kind: str | None) -> list[str]:
     return out
 
 
-def count_text(text: str, pattern: regex.Pattern, special_re: regex.Pattern | None, kind: str | None,
-               counts: Counter) -> None:
+def count_text(
+    text: str, pattern: regex.Pattern, special_re: regex.Pattern | None, kind: str | None, counts: Counter
+) -> None:
     """Add the pre-token counts of `text` to `counts` (identical safe pieces are split once)."""
     docs = special_re.split(text) if special_re is not None else [text]
     pieces: Counter = Counter()
@@ -154,8 +155,10 @@ def _next_cut(f, pos: int, size: int, specials: Sequence[bytes], safe: frozenset
             cut = i
             if cut >= 2 and buf[cut - 1] == 0x0D:  # cut before "\r\n"
                 cut -= 1
-            if cut >= 1 and buf[cut - 1] in safe and not any(
-                buf.find(s, max(0, cut - len(s) + 1), cut + len(s) - 1) != -1 for s in specials
+            if (
+                cut >= 1
+                and buf[cut - 1] in safe
+                and not any(buf.find(s, max(0, cut - len(s) + 1), cut + len(s) - 1) != -1 for s in specials)
             ):
                 return base + cut
             i = buf.find(b"\n", i + 1)
@@ -267,9 +270,17 @@ def _mp_context():
     return mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
-def count_pretokens(paths: Sequence[str | os.PathLike] | str | os.PathLike, special_tokens: Sequence[str],
-                    pattern: str, *, workers: int | None = None, chunk_bytes: int = 4 << 20,
-                    utf8_errors: str = "strict", progress: bool | None = None, text_field: str = "text") -> Counter:
+def count_pretokens(
+    paths: Sequence[str | os.PathLike] | str | os.PathLike,
+    special_tokens: Sequence[str],
+    pattern: str,
+    *,
+    workers: int | None = None,
+    chunk_bytes: int = 4 << 20,
+    utf8_errors: str = "strict",
+    progress: bool | None = None,
+    text_field: str = "text",
+) -> Counter:
     """Pre-token (str) -> count over all inputs, splitting on special tokens first.
 
     Inputs: text files, JSON lines / JSON / Parquet (the ``text_field`` of each record), any of them gzipped,
@@ -285,15 +296,26 @@ def count_pretokens(paths: Sequence[str | os.PathLike] | str | os.PathLike, spec
     plain = [p for p in files if is_plain_text(p)]
     records = [p for p in files if p not in plain]
     specials = list(special_tokens)
-    tasks = [(p, s, e, pattern, specials, utf8_errors)
-             for p in plain for s, e in chunk_file(p, chunk_bytes, special_tokens, pattern)]
-    record_tasks = ((batch, pattern, specials) for batch in _text_batches(records, text_field, utf8_errors, chunk_bytes))
+    tasks = [
+        (p, s, e, pattern, specials, utf8_errors)
+        for p in plain
+        for s, e in chunk_file(p, chunk_bytes, special_tokens, pattern)
+    ]
+    record_tasks = (
+        (batch, pattern, specials) for batch in _text_batches(records, text_field, utf8_errors, chunk_bytes)
+    )
     # the record batches are not known ahead: about one per chunk_bytes on disk (more where compressed)
     expected = len(tasks) + -(-sum(os.path.getsize(p) for p in records) // chunk_bytes)
     workers = max(1, min(workers or os.cpu_count() or 1, expected or 1))
     counts: Counter = Counter()
-    with tqdm(total=None if records else sum(e - s for _, s, e, *_ in tasks), unit="B", unit_scale=True,
-              desc="pre-tokenize", disable=True if progress is False else None, leave=False) as bar:
+    with tqdm(
+        total=None if records else sum(e - s for _, s, e, *_ in tasks),
+        unit="B",
+        unit_scale=True,
+        desc="pre-tokenize",
+        disable=True if progress is False else None,
+        leave=False,
+    ) as bar:
         if workers == 1:
             results: Iterable = itertools.chain(map(_count_chunk, tasks), map(_count_texts, record_tasks))
             for part, n in results:
@@ -301,8 +323,9 @@ def count_pretokens(paths: Sequence[str | os.PathLike] | str | os.PathLike, spec
                 bar.update(n)
         else:
             with _mp_context().Pool(workers) as pool:
-                for part, n in itertools.chain(pool.imap_unordered(_count_chunk, tasks),
-                                               _in_waves(pool, _count_texts, record_tasks, 2 * workers)):
+                for part, n in itertools.chain(
+                    pool.imap_unordered(_count_chunk, tasks), _in_waves(pool, _count_texts, record_tasks, 2 * workers)
+                ):
                     counts.update(part)
                     bar.update(n)
     return counts

@@ -39,8 +39,13 @@ _CACHE_MAX = 200_000
 class Tokenizer:
     """Byte-level BPE tokenizer: vocab (id -> bytes), merges in learned order, special tokens, split pattern."""
 
-    def __init__(self, vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]],
-                 special_tokens: Sequence[str] | dict[str, int] | None = None, pattern: str = "gpt2"):
+    def __init__(
+        self,
+        vocab: dict[int, bytes],
+        merges: Sequence[tuple[bytes, bytes]],
+        special_tokens: Sequence[str] | dict[str, int] | None = None,
+        pattern: str = "gpt2",
+    ):
         self.vocab: dict[int, bytes] = {int(i): bytes(b) for i, b in vocab.items()}
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
         self.pattern = resolve_pattern(pattern)
@@ -54,14 +59,18 @@ class Tokenizer:
         self._by_bytes = by_bytes
         missing = [b for b in range(256) if bytes([b]) not in by_bytes]
         if missing:
-            raise TokenizerError(f"the vocabulary lacks single-byte tokens {missing[:8]}...; a byte-level BPE needs all 256")
+            raise TokenizerError(
+                f"the vocabulary lacks single-byte tokens {missing[:8]}...; a byte-level BPE needs all 256"
+            )
         self._byte_ids = [by_bytes[bytes([b])] for b in range(256)]
         ranks: Ranks = {}
         for r, (a, b) in enumerate(self.merges):
             try:
                 ids = (by_bytes[a], by_bytes[b], by_bytes[a + b])
             except KeyError:
-                raise TokenizerError(f"merge #{r} {a!r} + {b!r} uses or makes a token missing from the vocabulary") from None
+                raise TokenizerError(
+                    f"merge #{r} {a!r} + {b!r} uses or makes a token missing from the vocabulary"
+                ) from None
             ranks.setdefault(ids[:2], (r, ids[2]))
         self._ranks = ranks
         self._special_re = special_split_regex(self.special_tokens)
@@ -84,7 +93,9 @@ class Tokenizer:
             out = {}
             for s, i in specials.items():
                 if self.vocab.get(i) != s.encode("utf-8"):
-                    raise TokenizerError(f"special token {s!r} has id {i}, but the vocabulary holds {self.vocab.get(i)!r} there")
+                    raise TokenizerError(
+                        f"special token {s!r} has id {i}, but the vocabulary holds {self.vocab.get(i)!r} there"
+                    )
                 out[s] = int(i)
             return out
         out = {}
@@ -146,20 +157,25 @@ class Tokenizer:
         if allowed_special == "all":
             return self._special_re
         if isinstance(allowed_special, str):
-            raise TokenizerError(f"allowed_special must be 'all' or a collection of special-token strings, "
-                                 f"got the string {allowed_special!r}; wrap one token in a set: {{{allowed_special!r}}}")
+            raise TokenizerError(
+                f"allowed_special must be 'all' or a collection of special-token strings, "
+                f"got the string {allowed_special!r}; wrap one token in a set: {{{allowed_special!r}}}"
+            )
         key = frozenset(allowed_special)
         if key not in self._special_res:
             unknown = sorted(key - set(self.special_tokens))
             if unknown:
-                raise TokenizerError(f"allowed_special names {unknown}, which are not special tokens of this tokenizer "
-                                     f"(it has {list(self.special_tokens)})")
+                raise TokenizerError(
+                    f"allowed_special names {unknown}, which are not special tokens of this tokenizer "
+                    f"(it has {list(self.special_tokens)})"
+                )
             self._special_res[key] = special_split_regex(key)
         return self._special_res[key]
 
     @staticmethod
-    def _segments(text: str, special_re: regex.Pattern | None, start: int = 0,
-                  end: int | None = None) -> Iterator[tuple[int, int, bool]]:
+    def _segments(
+        text: str, special_re: regex.Pattern | None, start: int = 0, end: int | None = None
+    ) -> Iterator[tuple[int, int, bool]]:
         """(start, end, is_special) spans covering text[start:end]; specials found leftmost, longest first."""
         pos, end = start, len(text) if end is None else end
         if special_re is not None:
@@ -215,8 +231,9 @@ class Tokenizer:
         allowed = set(self.special_tokens) if allowed_special == "all" else set(allowed_special)
         return fast.encode(text, allowed_special=allowed, disallowed_special=())
 
-    def encode_batch(self, texts: Sequence[str], num_threads: int | None = None, *,
-                     allowed_special: str | Collection[str] = ()) -> list[list[int]]:
+    def encode_batch(
+        self, texts: Sequence[str], num_threads: int | None = None, *, allowed_special: str | Collection[str] = ()
+    ) -> list[list[int]]:
         """Encode many texts in parallel like `encode` (tiktoken threads release the GIL; else a process pool)."""
         texts = list(texts)
         self._allowed_re(allowed_special)  # a bad allowed_special fails here, not in a worker
@@ -227,7 +244,7 @@ class Tokenizer:
 
             n = max(1, min(num_threads or os.cpu_count() or 1, len(texts)))
             step = -(-len(texts) // n) if texts else 1
-            groups = [texts[i:i + step] for i in range(0, len(texts), step)]
+            groups = [texts[i : i + step] for i in range(0, len(texts), step)]
             with ThreadPoolExecutor(n) as ex:
                 parts = ex.map(lambda g: [self.encode(t, allowed_special=allowed_special) for t in g], groups)
             return [ids for part in parts for ids in part]
@@ -238,8 +255,11 @@ class Tokenizer:
         from cookmind.tokenizer.pretokenize import _mp_context
 
         with _mp_context().Pool(num_threads or os.cpu_count() or 1) as pool:
-            return pool.map(partial(self.encode_reference, allowed_special=allowed_special), texts,
-                            chunksize=max(1, len(texts) // 64))
+            return pool.map(
+                partial(self.encode_reference, allowed_special=allowed_special),
+                texts,
+                chunksize=max(1, len(texts) // 64),
+            )
 
     def _last_safe_cut(self, buf: str, special_re: regex.Pattern | None) -> int:
         """Largest p such that encode(buf[:p]) + encode(buf[p:] + more) == encode(buf + more); 0 if none.
@@ -266,8 +286,7 @@ class Tokenizer:
                     best = max(best, m.end())
         return best
 
-    def encode_iterable(self, iterable: Iterable[str], *,
-                        allowed_special: str | Collection[str] = ()) -> Iterator[int]:
+    def encode_iterable(self, iterable: Iterable[str], *, allowed_special: str | Collection[str] = ()) -> Iterator[int]:
         """Yield `encode`'s ids for a stream of strings (e.g. a file's lines) with memory independent of its length.
 
         Text is held back only up to the last cut that cannot change the ids (see patterns.py).
@@ -292,11 +311,14 @@ class Tokenizer:
         try:
             return b"".join(self.vocab[int(i)] for i in ids)
         except KeyError as exc:
-            raise TokenizerError(f"id {exc.args[0]} is not in the vocabulary (ids run 0..{self.vocab_size - 1})") from None
+            raise TokenizerError(
+                f"id {exc.args[0]} is not in the vocabulary (ids run 0..{self.vocab_size - 1})"
+            ) from None
 
     # ---- chat -------------------------------------------------------------------------------
-    def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-                            tools: Sequence[dict] | None = None) -> str:
+    def apply_chat_template(
+        self, messages: Sequence[dict], add_generation_prompt: bool = True, tools: Sequence[dict] | None = None
+    ) -> str:
         """The ChatML prompt string (identical to the Jinja chat_template in tokenizer_config.json).
 
         For display and logs: encoding it cannot tell special tokens typed in the messages from the template's;
@@ -304,9 +326,14 @@ class Tokenizer:
         """
         return render_text(messages, add_generation_prompt, tools)
 
-    def render(self, messages: Sequence[dict], add_generation_prompt: bool = False,
-               tools: Sequence[dict] | None = None, *,
-               allow_special_in_content: bool = False) -> tuple[list[int], list[int]]:
+    def render(
+        self,
+        messages: Sequence[dict],
+        add_generation_prompt: bool = False,
+        tools: Sequence[dict] | None = None,
+        *,
+        allow_special_in_content: bool = False,
+    ) -> tuple[list[int], list[int]]:
         """(ids, assistant_mask) for a conversation.
 
         Special tokens come only from the template. Text in the messages and tools that spells one
@@ -319,8 +346,10 @@ class Tokenizer:
         whitespace) counts as assistant.
         """
         if self.im_start_id is None or self.im_end_id is None:
-            raise TokenizerError(f"this tokenizer has no {IM_START}/{IM_END} special tokens; "
-                                 "train it with --special-token for both to render chats")
+            raise TokenizerError(
+                f"this tokenizer has no {IM_START}/{IM_END} special tokens; "
+                "train it with --special-token for both to render chats"
+            )
         segs = chat_segments(messages, add_generation_prompt, tools)
         text = "".join(t for t, _, _ in segs)
         charmask = bytearray()
@@ -344,8 +373,9 @@ class Tokenizer:
             pos = b
         return ids, mask
 
-    def _render_span(self, text: str, start: int, end: int, charmask: bytearray, changes: list[int],
-                     ids: list[int], mask: list[int]) -> None:
+    def _render_span(
+        self, text: str, start: int, end: int, charmask: bytearray, changes: list[int], ids: list[int], mask: list[int]
+    ) -> None:
         """Append ids and mask for text[start:end], reading special tokens in it as their ids."""
         fast = self.fast_encoding if safe_cut_kind(self.pattern) is not None else None
         for s, e, special in self._segments(text, self._special_re, start, end):
@@ -353,7 +383,7 @@ class Tokenizer:
                 ids.append(self.special_tokens[text[s:e]])
                 mask.append(charmask[s])
                 continue
-            cuts = changes[bisect.bisect_right(changes, s):bisect.bisect_left(changes, e)]
+            cuts = changes[bisect.bisect_right(changes, s) : bisect.bisect_left(changes, e)]
             if fast is not None and all(self._header_cut_is_safe(text, s, q) for q in cuts):
                 for a, b in zip([s, *cuts], [*cuts, e]):
                     piece_ids = fast.encode_ordinary(text[a:b])
@@ -363,7 +393,7 @@ class Tokenizer:
             for m in self._pat.finditer(text, s, e):
                 piece_ids = self._encode_pretoken(m.group())
                 ids.extend(piece_ids)
-                mask.extend([1 if any(charmask[m.start():m.end()]) else 0] * len(piece_ids))
+                mask.extend([1 if any(charmask[m.start() : m.end()]) else 0] * len(piece_ids))
 
     @staticmethod
     def _header_cut_is_safe(text: str, start: int, q: int) -> bool:
@@ -372,8 +402,7 @@ class Tokenizer:
         For the GPT-2 and GPT-4 patterns a lone "\n" after a non-space (or a special token) and before a
         non-space is its own pre-token, so both sides split the same alone as together.
         """
-        return (text[q - 1] == "\n" and not text[q].isspace()
-                and (q - 2 < start or not text[q - 2].isspace()))
+        return text[q - 1] == "\n" and not text[q].isspace() and (q - 2 < start or not text[q - 2].isspace())
 
     # ---- identity and persistence ------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -405,8 +434,11 @@ class Tokenizer:
         if cached is not None:
             return cached
         d = self.to_dict()
-        blob = json.dumps([d["pattern"], sorted(d["special_tokens"].items()), d["vocab"], d["merges"]],
-                          ensure_ascii=False, separators=(",", ":"))
+        blob = json.dumps(
+            [d["pattern"], sorted(d["special_tokens"].items()), d["vocab"], d["merges"]],
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
         self._fingerprint = hashlib.sha256(blob.encode("utf-8")).hexdigest()
         return self._fingerprint
 
@@ -428,14 +460,17 @@ class Tokenizer:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Tokenizer:
-        """Load our format from a directory, else a GPT-2 style vocab.json + merges.txt, else a byte-level tokenizer.json."""
+        """Load our format from a directory, else a GPT-2 style vocab.json + merges.txt, else a byte-level
+        tokenizer.json."""
         directory = Path(directory)
         path = directory / FILE_NAME
         if path.is_file():
             try:
                 d = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
-                raise TokenizerError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); re-save the tokenizer") from None
+                raise TokenizerError(
+                    f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); re-save the tokenizer"
+                ) from None
             return cls.from_dict(d, str(path))
         if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
             from cookmind.tokenizer.hf_format import load_gpt2_files
@@ -445,8 +480,10 @@ class Tokenizer:
             from cookmind.tokenizer.hf_format import load_hf_tokenizer_json
 
             return load_hf_tokenizer_json(directory / "tokenizer.json")
-        raise TokenizerError(f"no tokenizer in {directory}: expected {FILE_NAME} (or tokenizer.json, or vocab.json + merges.txt); "
-                             "train one with `cookmind tokenizer train`")
+        raise TokenizerError(
+            f"no tokenizer in {directory}: expected {FILE_NAME} (or tokenizer.json, or vocab.json + merges.txt); "
+            "train one with `cookmind tokenizer train`"
+        )
 
 
 def check_carried_tokenizer(model_dir: str | os.PathLike, tokenizer, *, model: str, given: str, hint: str) -> None:
@@ -461,5 +498,7 @@ def check_carried_tokenizer(model_dir: str | os.PathLike, tokenizer, *, model: s
         return
     theirs, ours = Tokenizer.load(model_dir).fingerprint(), tokenizer.fingerprint()
     if theirs != ours:
-        raise TokenizerError(f"{model} was trained with the tokenizer in {model_dir} (fingerprint {theirs[:16]}), "
-                             f"not {given} (fingerprint {ours[:16]}); {hint}")
+        raise TokenizerError(
+            f"{model} was trained with the tokenizer in {model_dir} (fingerprint {theirs[:16]}), "
+            f"not {given} (fingerprint {ours[:16]}); {hint}"
+        )

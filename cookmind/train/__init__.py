@@ -6,5 +6,17 @@ from cookmind.train.config import TrainConfig
 from cookmind.train.objectives import DPOObjective, Objective, PretrainObjective, SFTObjective
 from cookmind.train.trainer import Trainer, TrainingDiverged
 
-__all__ = ["Callback", "DPOObjective", "Objective", "PretrainObjective", "SFTObjective", "TrainConfig", "Trainer",
-           "TrainingDiverged", "find_latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "Callback",
+    "DPOObjective",
+    "Objective",
+    "PretrainObjective",
+    "SFTObjective",
+    "TrainConfig",
+    "Trainer",
+    "TrainingDiverged",
+    "find_latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "save_checkpoint",
+]

@@ -6,8 +6,9 @@ Kept apart from the loop so a caller (the demo, a test, GRPO) can pass any part 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -44,12 +45,15 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
         if cfg.model:
             from cookmind.model.lm import RUNTIME_OPTIONS
 
-            differs = {k: v for k, v in cfg.model.items()
-                       if k not in RUNTIME_OPTIONS and getattr(model.config, k, None) != v}
+            differs = {
+                k: v for k, v in cfg.model.items() if k not in RUNTIME_OPTIONS and getattr(model.config, k, None) != v
+            }
             if differs:
-                raise ValueError(f"model settings {differs} differ from the model at train.init_from="
-                                 f"{cfg.train.init_from}; drop them from the config (the loaded model fixes its shape; "
-                                 f"only {', '.join(RUNTIME_OPTIONS)} may change)")
+                raise ValueError(
+                    f"model settings {differs} differ from the model at train.init_from="
+                    f"{cfg.train.init_from}; drop them from the config (the loaded model fixes its shape; "
+                    f"only {', '.join(RUNTIME_OPTIONS)} may change)"
+                )
             runtime = {k: v for k, v in cfg.model.items() if k in RUNTIME_OPTIONS}
             if runtime:
                 model.set_runtime_options(**runtime)
@@ -57,7 +61,9 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
         fields = dict(cfg.model)
         if "vocab_size" not in fields:
             if tokenizer is None:
-                raise ValueError("model.vocab_size is not set and there is no tokenizer (data.tokenizer) to take it from")
+                raise ValueError(
+                    "model.vocab_size is not set and there is no tokenizer (data.tokenizer) to take it from"
+                )
             fields["vocab_size"] = tokenizer.vocab_size
         if tokenizer is not None:
             fields.setdefault("eos_token_id", tokenizer.eos_id)
@@ -94,12 +100,20 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
         if d.reference is None and cfg.lora.enabled:
             from cookmind.model.lora import adapters_disabled
 
-            return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference_context=adapters_disabled,
-                                nll_weight=d.nll_weight)
+            return DPOObjective(
+                d.beta,
+                d.reduction,
+                d.loss,
+                d.label_smoothing,
+                reference_context=adapters_disabled,
+                nll_weight=d.nll_weight,
+            )
         ref_path = d.reference or cfg.train.init_from
         if ref_path is None:
-            raise ValueError("DPO needs a frozen reference: set dpo.reference or train.init_from (or use LoRA, whose "
-                             "base model is the reference)")
+            raise ValueError(
+                "DPO needs a frozen reference: set dpo.reference or train.init_from (or use LoRA, whose "
+                "base model is the reference)"
+            )
         ref = _load_weights("dpo.reference" if d.reference else "train.init_from", ref_path, str(trainer.device)).eval()
         ref.requires_grad_(False)
         return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference=ref, nll_weight=d.nll_weight)
@@ -118,9 +132,15 @@ def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
 
     stride = cfg.data.stride if train_type == "seq" else None
     fingerprint = tokenizer.fingerprint() if tokenizer is not None and hasattr(tokenizer, "fingerprint") else None
-    return DatasetFactory.load(train_type, path, cfg.data.window_size, stride=stride,
-                               storage_type=cfg.data.storage_type, tokenizer_fingerprint=fingerprint,
-                               tokenizer_path=cfg.data.tokenizer)
+    return DatasetFactory.load(
+        train_type,
+        path,
+        cfg.data.window_size,
+        stride=stride,
+        storage_type=cfg.data.storage_type,
+        tokenizer_fingerprint=fingerprint,
+        tokenizer_path=cfg.data.tokenizer,
+    )
 
 
 def window_for_store(path: str, train_type: str, max_positions: int) -> int:
@@ -167,8 +187,13 @@ def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
         return  # build_model reports it
     from cookmind.tokenizer.tokenizer import check_carried_tokenizer
 
-    check_carried_tokenizer(d, tokenizer, model=f"train.init_from={cfg.train.init_from}",
-                            given=f"data.tokenizer={cfg.data.tokenizer}", hint="drop --tokenizer to use the checkpoint's")
+    check_carried_tokenizer(
+        d,
+        tokenizer,
+        model=f"train.init_from={cfg.train.init_from}",
+        given=f"data.tokenizer={cfg.data.tokenizer}",
+        hint="drop --tokenizer to use the checkpoint's",
+    )
 
 
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, zero1_group: Any = None):

@@ -120,14 +120,23 @@ class ProgressCallback(Callback):
             return
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=trainer.cfg.train.max_steps, initial=trainer.step, desc=self.desc, unit="step",
-                        dynamic_ncols=True, leave=True)
+        self.bar = tqdm(
+            total=trainer.cfg.train.max_steps,
+            initial=trainer.step,
+            desc=self.desc,
+            unit="step",
+            dynamic_ncols=True,
+            leave=True,
+        )
 
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
         if self.bar is None:
             return
-        post = {"loss": f"{metrics['loss']:.4f}", "lr": f"{metrics['lr']:.2e}",
-                "tok/s": f"{metrics['tokens_per_s']:.0f}"}
+        post = {
+            "loss": f"{metrics['loss']:.4f}",
+            "lr": f"{metrics['lr']:.2e}",
+            "tok/s": f"{metrics['tokens_per_s']:.0f}",
+        }
         if metrics.get("mfu") is not None and math.isfinite(metrics["mfu"]):
             post["mfu"] = f"{100 * metrics['mfu']:.1f}%"
         self.bar.set_postfix(post, refresh=False)
@@ -145,8 +154,10 @@ class TensorBoardCallback(Callback):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
-            raise RuntimeError("logging.tensorboard=true needs the tensorboard package: pip install tensorboard "
-                               "(or set logging.tensorboard=false; metrics.jsonl has the same numbers)") from exc
+            raise RuntimeError(
+                "logging.tensorboard=true needs the tensorboard package: pip install tensorboard "
+                "(or set logging.tensorboard=false; metrics.jsonl has the same numbers)"
+            ) from exc
         self.writer = SummaryWriter(str(log_dir))
         self.log_every = max(1, log_every)
 

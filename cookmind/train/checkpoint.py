@@ -37,9 +37,17 @@ def checkpoint_name(step: int) -> str:
     return f"step_{step:08d}"
 
 
-def save_checkpoint(root: str | Path, step: int, model: torch.nn.Module, optimizer: Any | None,
-                    meta: dict[str, Any], tokenizer_dir: str | Path | None = None, keep_last: int = 0,
-                    scaler: Any | None = None, optimizer_state: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: Any | None,
+    meta: dict[str, Any],
+    tokenizer_dir: str | Path | None = None,
+    keep_last: int = 0,
+    scaler: Any | None = None,
+    optimizer_state: dict[str, Any] | None = None,
+) -> Path:
     """Write ``<root>/step_<step>`` atomically, then prune the run's own checkpoints to the newest ``keep_last``.
 
     ``meta["run_id"]`` names the run: only its checkpoints are pruned (0 = keep all), and none when
@@ -76,7 +84,7 @@ def save_checkpoint(root: str | Path, step: int, model: torch.nn.Module, optimiz
     doubtful = meta.get("diverged") or meta.get("consecutive_bad", 0) > 0
     if keep_last > 0 and not doubtful:
         own = [d for d in list_checkpoints(root) if d != final and _run_id(d) == meta.get("run_id")]
-        for old in own[:max(0, len(own) - (keep_last - 1))]:
+        for old in own[: max(0, len(own) - (keep_last - 1))]:
             shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -118,8 +126,10 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
         return
     if not overwrite:
         what = f"checkpoints {', '.join(d.name for d in old[-3:])}" if old else "metrics.jsonl"
-        raise FileExistsError(f"{run_dir} already holds another run ({what}); continue it with --resume auto, "
-                              f"choose another --run-dir, or pass --overwrite to delete that run's checkpoints")
+        raise FileExistsError(
+            f"{run_dir} already holds another run ({what}); continue it with --resume auto, "
+            f"choose another --run-dir, or pass --overwrite to delete that run's checkpoints"
+        )
     for d in old:
         shutil.rmtree(d)
     metrics.unlink(missing_ok=True)
@@ -136,8 +146,9 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{f}: damaged JSON ({exc}); delete this checkpoint or resume from another") from exc
 
 
-def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: Any | None = None,
-                    scaler: Any | None = None) -> dict[str, Any]:
+def load_checkpoint(
+    path: str | Path, model: torch.nn.Module, optimizer: Any | None = None, scaler: Any | None = None
+) -> dict[str, Any]:
     """Load weights (or the LoRA adapter), optimizer and scaler state into live objects; return meta."""
     from cookmind.model import load_model
     from cookmind.model.lora import has_lora, load_adapter
@@ -157,14 +168,18 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: Any | N
         own = bare.state_dict()
         theirs = saved.state_dict()
         if set(own) != set(theirs):
-            raise ValueError(f"{path}/model.safetensors: parameter names differ from the model being trained "
-                             f"(missing {sorted(set(own) - set(theirs))[:5]}, unexpected "
-                             f"{sorted(set(theirs) - set(own))[:5]}); resume with the same model config")
+            raise ValueError(
+                f"{path}/model.safetensors: parameter names differ from the model being trained "
+                f"(missing {sorted(set(own) - set(theirs))[:5]}, unexpected "
+                f"{sorted(set(theirs) - set(own))[:5]}); resume with the same model config"
+            )
         with torch.no_grad():
             for k, v in theirs.items():
                 if own[k].shape != v.shape:
-                    raise ValueError(f"{path}/model.safetensors: {k} has shape {tuple(v.shape)}, the model has "
-                                     f"{tuple(own[k].shape)}; resume with the same model config")
+                    raise ValueError(
+                        f"{path}/model.safetensors: {k} has shape {tuple(v.shape)}, the model has "
+                        f"{tuple(own[k].shape)}; resume with the same model config"
+                    )
                 own[k].copy_(v)
     if optimizer is not None:
         f = path / "optimizer.pt"
@@ -174,11 +189,12 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: Any | N
             state = torch.load(f, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:  # torch advises turning weights_only off: that would run the file's code
             why = next((ln.strip() for ln in str(exc).splitlines() if "global" in ln.lower()), "an unsupported object")
-            raise ValueError(f"{f}: refused to load: it holds Python objects other than tensors and plain data "
-                             f"({why}); only resume from checkpoints cookmind wrote, or start fresh with "
-                             "train.init_from") from None
+            raise ValueError(
+                f"{f}: refused to load: it holds Python objects other than tensors and plain data "
+                f"({why}); only resume from checkpoints cookmind wrote, or start fresh with "
+                "train.init_from"
+            ) from None
         optimizer.load_state_dict(state["optimizer"])
         if scaler is not None and "scaler" in state:
             scaler.load_state_dict(state["scaler"])
     return meta
-

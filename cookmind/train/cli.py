@@ -21,10 +21,18 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The stage's options; any config field is a ``section.key=value`` override."""
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value",
-                        help="config overrides, e.g. optim.lr=3e-4 train.max_steps=100 lora.enabled=true")
-    parser.add_argument("-c", "--config", default="tiny-cpu",
-                        help="preset name in cookmind/configs (tiny-cpu, demo, gpt2-small, minimind) or a YAML path")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="section.key=value",
+        help="config overrides, e.g. optim.lr=3e-4 train.max_steps=100 lora.enabled=true",
+    )
+    parser.add_argument(
+        "-c",
+        "--config",
+        default="tiny-cpu",
+        help="preset name in cookmind/configs (tiny-cpu, demo, gpt2-small, minimind) or a YAML path",
+    )
     parser.add_argument("--objective", choices=["pretrain", "sft", "dpo", "grpo"], help="= train.objective")
     parser.add_argument("--train-data", help="training token store (= data.train_path)")
     parser.add_argument("--val-data", help="validation token store (= data.val_path)")
@@ -32,9 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-from", help="start from this model/checkpoint (= train.init_from)")
     parser.add_argument("--run-dir", help="where metrics, report and checkpoints go (= logging.run_dir)")
     parser.add_argument("--resume", help="'auto' (newest checkpoint in the run) or a checkpoint path")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start afresh in a --run-dir that holds another run, deleting its checkpoints "
-                             "(= checkpoint.overwrite=true)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in a --run-dir that holds another run, deleting its checkpoints "
+        "(= checkpoint.overwrite=true)",
+    )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
 
 
@@ -42,16 +53,26 @@ def resolve_config(args: argparse.Namespace):
     """Preset + flags + dotted overrides -> a validated TrainConfig (flags first, overrides win)."""
     from cookmind.train.config import TrainConfig
 
-    flags = {"objective": "train.objective", "train_data": "data.train_path", "val_data": "data.val_path",
-             "tokenizer": "data.tokenizer", "init_from": "train.init_from", "run_dir": "logging.run_dir",
-             "resume": "checkpoint.resume"}
-    items = [f"{key}={json.dumps(getattr(args, name))}" for name, key in flags.items()
-             if getattr(args, name, None) is not None]
+    flags = {
+        "objective": "train.objective",
+        "train_data": "data.train_path",
+        "val_data": "data.val_path",
+        "tokenizer": "data.tokenizer",
+        "init_from": "train.init_from",
+        "run_dir": "logging.run_dir",
+        "resume": "checkpoint.resume",
+    }
+    items = [
+        f"{key}={json.dumps(getattr(args, name))}"
+        for name, key in flags.items()
+        if getattr(args, name, None) is not None
+    ]
     if getattr(args, "overwrite", False):
         items.append("checkpoint.overwrite=true")
     cfg = TrainConfig.load(args.config, items + list(args.overrides))
-    if getattr(args, "run_dir", None) is None and not any(o.strip().startswith("logging.run_dir=")
-                                                         for o in getattr(args, "overrides", [])):
+    if getattr(args, "run_dir", None) is None and not any(
+        o.strip().startswith("logging.run_dir=") for o in getattr(args, "overrides", [])
+    ):
         cfg.logging.run_dir = default_run_dir(cfg.logging.run_dir, resume=bool(cfg.checkpoint.resume))
     return cfg
 
@@ -80,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = resolve_config(args)
     except (ValueError, FileNotFoundError) as exc:
-        raise SystemExit(f"cookmind train: {exc}")
+        raise SystemExit(f"cookmind train: {exc}") from None
     if args.print_config:
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         return 0
@@ -100,8 +121,11 @@ def main(args: argparse.Namespace) -> int:
     if summary["status"] == "stopped":
         # Not 0: `cookmind train && cookmind export` must not export a half-trained model.
         reason = trainer.stop_reason or "a stop request"
-        print(f"cookmind train: stopped by {reason} at step {summary['steps']}; checkpoint saved, continue with "
-              f"--resume auto --run-dir {trainer.run_dir}", file=sys.stderr)
+        print(
+            f"cookmind train: stopped by {reason} at step {summary['steps']}; checkpoint saved, continue with "
+            f"--resume auto --run-dir {trainer.run_dir}",
+            file=sys.stderr,
+        )
         signum = getattr(signal, reason.removeprefix("signal "), None) if reason.startswith("signal ") else None
         return 128 + int(signum) if signum is not None else 3
     return 0

@@ -242,8 +242,11 @@ class TrainConfig:
         _choice("train.objective", self.train.objective, ("pretrain", "sft", "dpo", "grpo"))
         _choice("train.precision", self.train.precision, ("fp32", "bf16", "fp16"))
         _choice("parallel.reduce_dtype", self.parallel.reduce_dtype, ("fp32", "bf16"))
-        _choice("train.compile_mode", self.train.compile_mode,
-                ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+        _choice(
+            "train.compile_mode",
+            self.train.compile_mode,
+            ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        )
         _choice("train.cuda_graph", self.train.cuda_graph, ("false", "true", "auto"))
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
         _choice("optim.impl", self.optim.impl, ("cookmind", "torch"))
@@ -287,11 +290,14 @@ class TrainConfig:
         self._validate_numbers()
         max_pos = self.model.get("max_position_embeddings")
         # sft/dpo: the run sizes it from the store; grpo: capped at the context (longer prompts are dropped, counted)
-        sized_later = (self.data.train_type or self.train.objective) in ("sft", "dpo", "grpo") \
-            and not self.is_user_set("data.window_size")
+        sized_later = (self.data.train_type or self.train.objective) in ("sft", "dpo", "grpo") and not self.is_user_set(
+            "data.window_size"
+        )
         if isinstance(max_pos, int) and self.data.window_size > max_pos and not sized_later:
-            raise ValueError(f"data.window_size={self.data.window_size} is longer than the model's context "
-                             f"(model.max_position_embeddings={max_pos}); lower data.window_size")
+            raise ValueError(
+                f"data.window_size={self.data.window_size} is longer than the model's context "
+                f"(model.max_position_embeddings={max_pos}); lower data.window_size"
+            )
         if not 0.0 <= self.dpo.label_smoothing < 0.5:
             raise ValueError(f"dpo.label_smoothing must be in [0, 0.5), got {self.dpo.label_smoothing}")
         if self.dpo.beta <= 0:
@@ -315,8 +321,12 @@ class TrainConfig:
             ("optim.beta1", o.beta1, 0 <= o.beta1 < 1, "in [0, 1)"),
             ("optim.beta2", o.beta2, 0 <= o.beta2 < 1, "in [0, 1)"),
             ("optim.eps", o.eps, o.eps > 0, "> 0"),
-            ("train.diverge_loss_ratio", self.train.diverge_loss_ratio,
-             self.train.diverge_loss_ratio == 0 or self.train.diverge_loss_ratio > 1, "0 (off) or > 1"),
+            (
+                "train.diverge_loss_ratio",
+                self.train.diverge_loss_ratio,
+                self.train.diverge_loss_ratio == 0 or self.train.diverge_loss_ratio > 1,
+                "0 (off) or > 1",
+            ),
             ("lora.alpha", self.lora.alpha, self.lora.alpha > 0, "> 0"),
             ("lora.dropout", self.lora.dropout, 0 <= self.lora.dropout < 1, "in [0, 1)"),
             ("parallel.bucket_mb", self.parallel.bucket_mb, self.parallel.bucket_mb > 0, "> 0"),

@@ -22,7 +22,8 @@ The replayed kernels are the ones the eager step launches, on the same data, so 
 from an eager run's: the graph draws them from its own offsets of the CUDA generator.
 
 Limits (``graph_problems``: refused with a message at start-up under ``true``, silently off under ``auto``;
-what shows only at capture runs eagerly after a warning): CUDA, one process, our fused AdamW (precision bf16 or fp32: fp16's grad scaler decides on the host),
+what shows only at capture runs eagerly after a warning): CUDA, one process, our fused AdamW (precision bf16 or fp32:
+fp16's grad scaler decides on the host),
 objectives that read batches from the data loader (GRPO makes its own), no host synchronisation inside the
 step (an ``.item()`` in an objective cannot be captured), and tensor-valued metrics (a Python number would be
 the captured step's forever). A batch whose shapes differ from the captured one (a shorter last batch, SFT
@@ -44,11 +45,15 @@ def graph_problems(trainer) -> list[str]:
     if trainer.device.type != "cuda":
         problems.append(f"it needs a CUDA device (train.device is {trainer.device})")
     if trainer.dist.world_size > 1:
-        problems.append(f"it runs one process (this is a torchrun job of {trainer.dist.world_size}); the "
-                        "data-parallel reduction is not captured")
+        problems.append(
+            f"it runs one process (this is a torchrun job of {trainer.dist.world_size}); the "
+            "data-parallel reduction is not captured"
+        )
     if not trainer._skip_on_device:
-        problems.append("it needs the optimizer to decide the non-finite skip on the device: optim.impl=cookmind "
-                        "(fused AdamW) with precision bf16 or fp32, not fp16")
+        problems.append(
+            "it needs the optimizer to decide the non-finite skip on the device: optim.impl=cookmind "
+            "(fused AdamW) with precision bf16 or fp32, not fp16"
+        )
     if hasattr(trainer.objective, "next_batch"):
         problems.append(f"the {cfg.train.objective} objective makes its own batches (rollouts) each step")
     if cfg.train.compile and cfg.train.compile_mode == "reduce-overhead":
@@ -86,8 +91,11 @@ class GraphedStep:
                 self._capture(batches)
             except Exception as exc:  # the step does something a graph cannot hold: stay eager, but say so
                 self.graph, self.static, self.out, self.disabled = None, None, None, True
-                warnings.warn(f"train.cuda_graph: could not capture the training step ({type(exc).__name__}: "
-                              f"{exc}); running it eagerly", stacklevel=2)
+                warnings.warn(
+                    f"train.cuda_graph: could not capture the training step ({type(exc).__name__}: "
+                    f"{exc}); running it eagerly",
+                    stacklevel=2,
+                )
                 return None
         if not self._fits(batches):
             return None
@@ -126,6 +134,8 @@ class GraphedStep:
             out = trainer._step_body(self.static.__getitem__, in_graph=True)
         constant = [k for k, v in out.sums.items() if not torch.is_tensor(v)]
         if constant:
-            raise RuntimeError(f"the objective's metrics {constant} are Python numbers, which a replay would "
-                               "repeat from the captured step")
+            raise RuntimeError(
+                f"the objective's metrics {constant} are Python numbers, which a replay would "
+                "repeat from the captured step"
+            )
         self.graph, self.out = graph, out

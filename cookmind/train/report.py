@@ -9,8 +9,9 @@ from cookmind.atomic import write_text, writing
 from cookmind.train.metrics import read_metrics
 
 
-def plot_series(path: Path, series: dict[str, tuple[list[float], list[float]]], ylabel: str,
-                logy: bool = False) -> Path:
+def plot_series(
+    path: Path, series: dict[str, tuple[list[float], list[float]]], ylabel: str, logy: bool = False
+) -> Path:
     """One PNG with a line per named (x, y) series, written atomically."""
     import matplotlib
 
@@ -35,8 +36,13 @@ def plot_series(path: Path, series: dict[str, tuple[list[float], list[float]]], 
     return path
 
 
-def write_report(run_dir: str | Path, title: str, summary: dict[str, Any], samples: list[dict[str, str]] | None = None,
-                 config: dict[str, Any] | None = None) -> Path:
+def write_report(
+    run_dir: str | Path,
+    title: str,
+    summary: dict[str, Any],
+    samples: list[dict[str, str]] | None = None,
+    config: dict[str, Any] | None = None,
+) -> Path:
     """Write ``<run_dir>/report.md`` (+ ``loss.png``, ``lr.png``) from ``metrics.jsonl``."""
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")

@@ -109,8 +109,16 @@ class StepOutputs:
 class Trainer:
     """Owns the loop; everything else (model, objective, data) is built from ``cfg`` or passed in."""
 
-    def __init__(self, cfg: TrainConfig, model: torch.nn.Module | None = None, objective: Objective | None = None,
-                 train_dataset=None, val_dataset=None, tokenizer=None, callbacks: list[Callback] | None = None):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        model: torch.nn.Module | None = None,
+        objective: Objective | None = None,
+        train_dataset=None,
+        val_dataset=None,
+        tokenizer=None,
+        callbacks: list[Callback] | None = None,
+    ):
         cfg.validate()
         self.cfg = cfg
         self.dist = init_distributed(cfg.train.device, cfg.parallel.backend)
@@ -147,17 +155,26 @@ class Trainer:
         self.bare_model = model.to(self.device)
         max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
         kind = cfg.data.train_type or {"sft": "sft", "dpo": "dpo"}.get(cfg.train.objective)
-        if train_dataset is None and kind in ("sft", "dpo") and cfg.data.train_path and max_pos is not None \
-                and not cfg.is_user_set("data.window_size"):
+        if (
+            train_dataset is None
+            and kind in ("sft", "dpo")
+            and cfg.data.train_path
+            and max_pos is not None
+            and not cfg.is_user_set("data.window_size")
+        ):
             cfg.data.window_size = B.window_for_store(cfg.data.train_path, kind, max_pos)
             if self.dist.is_main:
-                print(f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size}",
-                      file=sys.stderr)
+                print(
+                    f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size}",
+                    file=sys.stderr,
+                )
         elif max_pos is not None and cfg.data.window_size > max_pos and not cfg.is_user_set("data.window_size"):
             cfg.data.window_size = max_pos  # a preset's window past this model's context (grpo: longer prompts drop)
         elif max_pos is not None and cfg.data.window_size > max_pos:
-            raise ValueError(f"data.window_size={cfg.data.window_size} is longer than the model's context "
-                             f"(max_position_embeddings={max_pos}); lower data.window_size")
+            raise ValueError(
+                f"data.window_size={cfg.data.window_size} is longer than the model's context "
+                f"(max_position_embeddings={max_pos}); lower data.window_size"
+            )
         _check_fp8_head(self.bare_model, self.device)
         self.model = parallelize(self.bare_model, cfg)
         self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device)
@@ -208,8 +225,11 @@ class Trainer:
 
             problems = graph_problems(self)
             if problems and cfg.train.cuda_graph == "true":
-                raise ValueError("train.cuda_graph=true cannot be used here: " + "; ".join(problems) +
-                                 ". Set train.cuda_graph=false (or auto: on only where it can be).")
+                raise ValueError(
+                    "train.cuda_graph=true cannot be used here: "
+                    + "; ".join(problems)
+                    + ". Set train.cuda_graph=false (or auto: on only where it can be)."
+                )
             self._graph = None if problems else GraphedStep(self)
 
     # -- data -------------------------------------------------------------------------------
@@ -220,25 +240,40 @@ class Trainer:
         if dataset is None:
             if path is None:
                 if train and not hasattr(self.objective, "next_batch"):
-                    raise ValueError("no training data: set data.train_path (a token store; for grpo also grpo.problems) "
-                                     "or pass train_dataset")
+                    raise ValueError(
+                        "no training data: set data.train_path (a token store; for grpo also grpo.problems) "
+                        "or pass train_dataset"
+                    )
                 return None
             dataset = B.build_dataset(self.cfg, path, self.train_type, self.tokenizer)
         if train:
             self._report_truncation(dataset)
         if len(dataset) == 0:
-            raise ValueError(f"the {'training' if train else 'validation'} dataset at {path} is empty "
-                             f"(window_size {self.cfg.data.window_size} longer than the data?)")
+            raise ValueError(
+                f"the {'training' if train else 'validation'} dataset at {path} is empty "
+                f"(window_size {self.cfg.data.window_size} longer than the data?)"
+            )
         world = self.dist.world_size if train else 1
         rank = self.dist.rank if train else 0
         pad = self.tokenizer.pad_id if self.tokenizer is not None else 0
-        loader = build_dataloader(dataset, self.train_type, self.cfg.train.micro_batch_size, pad, num_replicas=world,
-                                  rank=rank, shuffle=shuffle, seed=self.cfg.train.seed, drop_last=train,
-                                  num_workers=self.cfg.data.num_workers if train else 0,
-                                  pin_memory=self.device.type == "cuda")
+        loader = build_dataloader(
+            dataset,
+            self.train_type,
+            self.cfg.train.micro_batch_size,
+            pad,
+            num_replicas=world,
+            rank=rank,
+            shuffle=shuffle,
+            seed=self.cfg.train.seed,
+            drop_last=train,
+            num_workers=self.cfg.data.num_workers if train else 0,
+            pin_memory=self.device.type == "cuda",
+        )
         if train and len(loader) == 0:
-            raise ValueError(f"the training set ({len(dataset)} items) is smaller than one micro-batch per rank "
-                             f"({self.cfg.train.micro_batch_size} x {world}); lower train.micro_batch_size")
+            raise ValueError(
+                f"the training set ({len(dataset)} items) is smaller than one micro-batch per rank "
+                f"({self.cfg.train.micro_batch_size} x {world}); lower train.micro_batch_size"
+            )
         # A private generator: creating a loader iterator must not draw from the global RNG (exact resume).
         loader.loader.generator = torch.Generator()
         return loader
@@ -253,15 +288,20 @@ class Trainer:
         if not self.dist.is_main:
             return
         share = (truncated + dropped) / max(total, 1)
-        line = (f"{self.train_type} data: {total} records; {truncated} truncated to data.window_size="
-                f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)")
+        line = (
+            f"{self.train_type} data: {total} records; {truncated} truncated to data.window_size="
+            f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)"
+        )
         print(f"cookmind train: {line}", file=sys.stderr)
         if share > TRUNCATION_WARN:
             import warnings
 
-            warnings.warn(f"{share:.0%} of the {self.train_type} records are cut short or dropped: the model will "
-                          f"rarely see a whole answer or its end of turn. Raise data.window_size (and the model's "
-                          f"max_position_embeddings) or pack shorter records.", stacklevel=3)
+            warnings.warn(
+                f"{share:.0%} of the {self.train_type} records are cut short or dropped: the model will "
+                f"rarely see a whole answer or its end of turn. Raise data.window_size (and the model's "
+                f"max_position_embeddings) or pack shorter records.",
+                stacklevel=3,
+            )
             print(f"cookmind train: WARNING: {share:.0%} of the records are truncated or dropped", file=sys.stderr)
 
     def _next_batch(self) -> dict[str, Any]:
@@ -381,9 +421,15 @@ class Trainer:
             self.save_checkpoint()
         for cb in self.callbacks:
             cb.on_train_end(self, status)
-        summary = {"status": status, "steps": self.step, "tokens": self.tokens_seen,
-                   "skipped_steps": self.skipped_steps, "seconds": round(time.perf_counter() - t_start, 2),
-                   **self.data_stats, **self.last_eval}
+        summary = {
+            "status": status,
+            "steps": self.step,
+            "tokens": self.tokens_seen,
+            "skipped_steps": self.skipped_steps,
+            "seconds": round(time.perf_counter() - t_start, 2),
+            **self.data_stats,
+            **self.last_eval,
+        }
         if self.dist.is_main and cfg.logging.report:
             from cookmind.train.report import write_report
 
@@ -395,7 +441,8 @@ class Trainer:
                 f"{self.consecutive_bad} consecutive steps had a non-finite or exploding loss (limit "
                 f"train.max_bad_steps={cfg.train.max_bad_steps}); stopped at step {self.step} (saved, marked "
                 f"diverged); last good checkpoint: {good or 'none'}. Lower optim.lr, use precision=bf16/fp32, "
-                f"or check the data.")
+                f"or check the data."
+            )
         return summary
 
     def _may_defer(self, step: int) -> bool:
@@ -464,9 +511,17 @@ class Trainer:
             ready.record()
             readout = host
         step_tokens = out.tokens * self.dist.world_size
-        queued = _QueuedStep(step=self.step + 1, t_launch=t0, lr=lr, step_tokens=step_tokens,
-                             tokens_seen=self.tokens_seen + step_tokens, readout=readout, slots=out.slots,
-                             sums=out.sums, ready=ready)
+        queued = _QueuedStep(
+            step=self.step + 1,
+            t_launch=t0,
+            lr=lr,
+            step_tokens=step_tokens,
+            tokens_seen=self.tokens_seen + step_tokens,
+            readout=readout,
+            slots=out.slots,
+            sums=out.sums,
+            ready=ready,
+        )
         if not self._skip_on_device:
             loss_val, norm_val = self._stats(queued)[:2]  # the one host sync of the step
             if self.scaler is not None:
@@ -536,8 +591,16 @@ class Trainer:
         # Tensor metrics ride along with loss and norm: one copy to the host per step, and no .item() that
         # would wait for whatever the host queued after this step. (A mean, as to_float takes of a vector.)
         slots = {k: 2 + i for i, k in enumerate(k for k, v in sums.items() if torch.is_tensor(v))}
-        readout = torch.cat([stats, *((v if v.numel() == 1 else v.mean()).reshape(1).to(stats.device)
-                                      for v in sums.values() if torch.is_tensor(v))])
+        readout = torch.cat(
+            [
+                stats,
+                *(
+                    (v if v.numel() == 1 else v.mean()).reshape(1).to(stats.device)
+                    for v in sums.values()
+                    if torch.is_tensor(v)
+                ),
+            ]
+        )
         return StepOutputs(readout, slots, sums, tokens, micro_outputs)
 
     def _stats(self, queued: _QueuedStep) -> list[float]:
@@ -572,9 +635,16 @@ class Trainer:
         dt = max(end - (queued.t_launch if prev is None else max(queued.t_launch, prev)), 1e-9)
         self._last_step_end = end
         tps = queued.step_tokens / dt
-        metrics = {"split": "train", "loss": loss_val, "lr": queued.lr, "grad_norm": norm_val,
-                   "tokens": queued.tokens_seen, "tokens_per_s": tps, "step_time_s": dt,
-                   "skipped_steps": self.skipped_steps}
+        metrics = {
+            "split": "train",
+            "loss": loss_val,
+            "lr": queued.lr,
+            "grad_norm": norm_val,
+            "tokens": queued.tokens_seen,
+            "tokens_per_s": tps,
+            "step_time_s": dt,
+            "skipped_steps": self.skipped_steps,
+        }
         if self.peak is not None and self.flops_per_token:
             metrics["mfu"] = tps * self.flops_per_token / (self.peak * self.dist.world_size)
         accum = self.cfg.train.grad_accum_steps
@@ -659,8 +729,10 @@ class Trainer:
         gcfg = SamplingParams(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)
         # the plain loop: a serving engine kept during training would hold its KV pool and graphs
         outs = generate(self.bare_model, prompts, gcfg, tokenizer=tok, engine="builtin")
-        return [{"prompt": p, "completion": tok.decode([t for t in o if t not in stops])}
-                for p, o in zip(self.cfg.eval.prompts, outs)]
+        return [
+            {"prompt": p, "completion": tok.decode([t for t in o if t not in stops])}
+            for p, o in zip(self.cfg.eval.prompts, outs)
+        ]
 
     # -- checkpoints ------------------------------------------------------------------------
 
@@ -687,9 +759,17 @@ class Trainer:
             "last_eval": self.last_eval,
             "config": self.cfg.to_dict(),
         }
-        return save_checkpoint(self.ckpt_dir, self.step, self.model, self.optimizer, meta,
-                               tokenizer_dir=self.cfg.data.tokenizer, keep_last=self.cfg.checkpoint.keep_last,
-                               scaler=self.scaler, optimizer_state=gathered)
+        return save_checkpoint(
+            self.ckpt_dir,
+            self.step,
+            self.model,
+            self.optimizer,
+            meta,
+            tokenizer_dir=self.cfg.data.tokenizer,
+            keep_last=self.cfg.checkpoint.keep_last,
+            scaler=self.scaler,
+            optimizer_state=gathered,
+        )
 
     def _maybe_resume(self) -> None:
         spec = self.cfg.checkpoint.resume

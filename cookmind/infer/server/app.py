@@ -49,14 +49,23 @@ async def _validation_error(_request, exc: RequestValidationError):
     return APIError(400, str(exc)).response()
 
 
-def create_app(engine: Engine, tokenizer, model_name: str, api_key: str | None = None, manage_engine: bool = True,
-               *, allowed_hosts: Iterable[str] = (), max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+def create_app(
+    engine: Engine,
+    tokenizer,
+    model_name: str,
+    api_key: str | None = None,
+    manage_engine: bool = True,
+    *,
+    allowed_hosts: Iterable[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
     """Build the FastAPI app. With manage_engine the engine thread starts and stops with the app.
 
     api_key: required as ``Authorization: Bearer KEY`` everywhere but the web page and /health.
     allowed_hosts: Host names served besides localhost and IP addresses (give the bind name; "*": any).
     max_body_bytes: larger request bodies are answered 413 unread.
     """
+
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         if manage_engine:

@@ -46,9 +46,17 @@ def _render(tokenizer, req: ChatCompletionRequest) -> list[int]:
 
 
 def _logprobs(entries) -> dict:
-    return {"content": [{"token": e["token"], "logprob": e["logprob"], "bytes": list(e["token"].encode()),
-                         "top_logprobs": [{"token": s, "logprob": lp, "bytes": list(s.encode())}
-                                          for _, s, lp in e["top"]]} for e in entries]}
+    return {
+        "content": [
+            {
+                "token": e["token"],
+                "logprob": e["logprob"],
+                "bytes": list(e["token"].encode()),
+                "top_logprobs": [{"token": s, "logprob": lp, "bytes": list(s.encode())} for _, s, lp in e["top"]],
+            }
+            for e in entries
+        ]
+    }
 
 
 @router.post("/v1/chat/completions")
@@ -66,8 +74,11 @@ async def chat_completions(request: Request, state: State):
     gen.submit(prompt_ids, req, req.logprobs, top)
     rid, now = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
     if req.stream:
-        return StreamingResponse(_stream(state, req, gen, rid, now, len(prompt_ids)), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            _stream(state, req, gen, rid, now, len(prompt_ids)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
     await gen.run_to_end(request)
     choices = []
     for i, p in enumerate(gen.procs):
@@ -77,25 +88,42 @@ async def chat_completions(request: Request, state: State):
             msg["reasoning_content"] = p.reasoning_content
         if calls:
             msg["tool_calls"] = calls
-        choices.append({"index": i, "message": msg, "logprobs": _logprobs(p.logprob_entries) if req.logprobs else None,
-                        "finish_reason": finish_reason(p, calls)})
-    return {"id": rid, "object": "chat.completion", "created": now, "model": state.model_name, "choices": choices,
-            "usage": gen.usage(len(prompt_ids), req.n)}
+        choices.append(
+            {
+                "index": i,
+                "message": msg,
+                "logprobs": _logprobs(p.logprob_entries) if req.logprobs else None,
+                "finish_reason": finish_reason(p, calls),
+            }
+        )
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": now,
+        "model": state.model_name,
+        "choices": choices,
+        "usage": gen.usage(len(prompt_ids), req.n),
+    }
 
 
-async def _stream(state: ServerState, req: ChatCompletionRequest, gen: Generation, rid: str, now: int,
-                  prompt_len: int):
+async def _stream(state: ServerState, req: ChatCompletionRequest, gen: Generation, rid: str, now: int, prompt_len: int):
     def chunk(choices, usage=None):
-        body = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": state.model_name,
-                "choices": choices}
+        body = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": now,
+            "model": state.model_name,
+            "choices": choices,
+        }
         if usage is not None:
             body["usage"] = usage
         return sse(body)
 
     try:
         for i in range(len(gen.procs)):
-            yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                          "finish_reason": None}])
+            yield chunk(
+                [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
+            )
         held = ["" for _ in gen.procs]  # with tools, content from <tool_call> on waits for the end
         async for i, d in gen.events():
             content = d.content
@@ -118,8 +146,16 @@ async def _stream(state: ServerState, req: ChatCompletionRequest, gen: Generatio
                         final_delta["tool_calls"] = [dict(c, index=k) for k, c in enumerate(calls)]
                     if final_delta:
                         yield chunk([{"index": i, "delta": final_delta, "logprobs": None, "finish_reason": None}])
-                yield chunk([{"index": i, "delta": {}, "logprobs": None,
-                              "finish_reason": stream_finish_reason(gen.procs[i], calls)}])
+                yield chunk(
+                    [
+                        {
+                            "index": i,
+                            "delta": {},
+                            "logprobs": None,
+                            "finish_reason": stream_finish_reason(gen.procs[i], calls),
+                        }
+                    ]
+                )
         if req.stream_options and req.stream_options.include_usage:
             yield chunk([], gen.usage(prompt_len, req.n))
         yield "data: [DONE]\n\n"

@@ -33,8 +33,9 @@ def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[list[int]
             ids = list(p)
             bad = [t for t in ids if not 0 <= t < vocab]
             if bad:
-                raise APIError(400, f"{where}: token ids {bad[:5]} are outside the vocabulary [0, {vocab})",
-                               param="prompt")
+                raise APIError(
+                    400, f"{where}: token ids {bad[:5]} are outside the vocabulary [0, {vocab})", param="prompt"
+                )
         if not ids:
             raise APIError(400, f"{where} is empty", param="prompt")
         max_new_tokens(state, req, len(ids))
@@ -47,9 +48,12 @@ def _logprobs(entries, offset0: int) -> dict:
     for e in entries:
         offsets.append(pos)
         pos += len(e["token"])
-    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-            "top_logprobs": [None if e["top"] is None else {s: lp for _, s, lp in e["top"]} for e in entries],
-            "text_offset": offsets}
+    return {
+        "tokens": [e["token"] for e in entries],
+        "token_logprobs": [e["logprob"] for e in entries],
+        "top_logprobs": [None if e["top"] is None else {s: lp for _, s, lp in e["top"]} for e in entries],
+        "text_offset": offsets,
+    }
 
 
 @router.post("/v1/completions")
@@ -61,14 +65,18 @@ async def completions(request: Request, state: State):
     prompt_lp = top if (req.echo and req.logprobs is not None) else None  # echo + logprobs scores the prompt
     gen, echoes = Generation(state), []
     for ids, text in prompts:
-        gen.submit(ids, req, req.logprobs is not None, top, prompt_logprobs=prompt_lp, split_reasoning=False,
-                   prompt_ids=ids)
+        gen.submit(
+            ids, req, req.logprobs is not None, top, prompt_logprobs=prompt_lp, split_reasoning=False, prompt_ids=ids
+        )
         echoes += [text if req.echo else ""] * req.n
     prompt_tokens = sum(len(ids) for ids, _ in prompts)
     rid, now = "cmpl-" + uuid.uuid4().hex, int(time.time())
     if req.stream:
-        return StreamingResponse(_stream(state, req, gen, rid, now, prompt_tokens, echoes),
-                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            _stream(state, req, gen, rid, now, prompt_tokens, echoes),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
     await gen.run_to_end(request)
     choices = []
     for i, p in enumerate(gen.procs):
@@ -77,15 +85,21 @@ async def completions(request: Request, state: State):
             entries = (p.prompt_logprob_entries or []) + p.logprob_entries if req.echo else p.logprob_entries
             lp = _logprobs(entries, 0 if req.echo else len(echoes[i]))
         choices.append({"index": i, "text": echoes[i] + p.content, "logprobs": lp, "finish_reason": finish_reason(p)})
-    return {"id": rid, "object": "text_completion", "created": now, "model": state.model_name, "choices": choices,
-            "usage": gen.usage(prompt_tokens, req.n)}
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": now,
+        "model": state.model_name,
+        "choices": choices,
+        "usage": gen.usage(prompt_tokens, req.n),
+    }
 
 
-async def _stream(state: ServerState, req: CompletionRequest, gen: Generation, rid: str, now: int, prompt_len: int,
-                  echoes: list[str]):
+async def _stream(
+    state: ServerState, req: CompletionRequest, gen: Generation, rid: str, now: int, prompt_len: int, echoes: list[str]
+):
     def chunk(choices, usage=None):
-        body = {"id": rid, "object": "text_completion", "created": now, "model": state.model_name,
-                "choices": choices}
+        body = {"id": rid, "object": "text_completion", "created": now, "model": state.model_name, "choices": choices}
         if usage is not None:
             body["usage"] = usage
         return sse(body)
@@ -98,8 +112,16 @@ async def _stream(state: ServerState, req: CompletionRequest, gen: Generation, r
                 yield chunk([{"index": i, "text": echo, "logprobs": None, "finish_reason": None}])
         async for i, d in gen.events():
             if d.prompt_logprobs is not None:
-                yield chunk([{"index": i, "text": echoes[i], "finish_reason": None,
-                              "logprobs": _logprobs(d.prompt_logprobs, 0)}])
+                yield chunk(
+                    [
+                        {
+                            "index": i,
+                            "text": echoes[i],
+                            "finish_reason": None,
+                            "logprobs": _logprobs(d.prompt_logprobs, 0),
+                        }
+                    ]
+                )
                 continue
             lp = None
             if req.logprobs is not None and d.logprobs:
@@ -108,8 +130,9 @@ async def _stream(state: ServerState, req: CompletionRequest, gen: Generation, r
             if d.content or lp:
                 yield chunk([{"index": i, "text": d.content, "logprobs": lp, "finish_reason": None}])
             if d.finish_reason is not None:
-                yield chunk([{"index": i, "text": "", "logprobs": None,
-                              "finish_reason": stream_finish_reason(gen.procs[i])}])
+                yield chunk(
+                    [{"index": i, "text": "", "logprobs": None, "finish_reason": stream_finish_reason(gen.procs[i])}]
+                )
         if req.stream_options and req.stream_options.include_usage:
             yield chunk([], gen.usage(prompt_len, req.n))
         yield "data: [DONE]\n\n"

@@ -15,8 +15,14 @@ from cookmind.infer.schemas import error_body
 class APIError(Exception):
     """An error answered as ``{"error": {...}}`` with an HTTP status."""
 
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.body = status, error_body(message, type_, param, code)
 

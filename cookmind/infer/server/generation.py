@@ -26,19 +26,31 @@ def max_new_tokens(state: ServerState, req, prompt_len: int) -> int:
     room = limit - prompt_len
     wanted = req.max_new_tokens()
     if room < 1 or (wanted is not None and wanted > room):
-        raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you requested "
-                            f"{prompt_len + (wanted or 0)} tokens ({prompt_len} in the prompt, {wanted or 0} for the "
-                            "completion). Reduce the prompt or max_tokens.",
-                       param="max_tokens" if wanted else "messages", code="context_length_exceeded")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{prompt_len + (wanted or 0)} tokens ({prompt_len} in the prompt, {wanted or 0} for the "
+            "completion). Reduce the prompt or max_tokens.",
+            param="max_tokens" if wanted else "messages",
+            code="context_length_exceeded",
+        )
     return wanted if wanted is not None else room
 
 
 def sampling_params(req, choice: int, logprobs: bool, top: int) -> SamplingParams:
     """The request's sampling fields; choice i of n samples with seed + i."""
-    return SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
-                          repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
-                          frequency_penalty=req.frequency_penalty,
-                          seed=None if req.seed is None else req.seed + choice, logprobs=logprobs, top_logprobs=top)
+    return SamplingParams(
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        min_p=req.min_p,
+        repetition_penalty=req.repetition_penalty,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        seed=None if req.seed is None else req.seed + choice,
+        logprobs=logprobs,
+        top_logprobs=top,
+    )
 
 
 class Generation:
@@ -51,16 +63,25 @@ class Generation:
         self.handles: list = []
         self.procs: list[OutputProcessor] = []
 
-    def submit(self, ids: list[int], req, logprobs: bool, top: int, prompt_logprobs: int | None = None,
-               **processor_kw) -> None:
+    def submit(
+        self, ids: list[int], req, logprobs: bool, top: int, prompt_logprobs: int | None = None, **processor_kw
+    ) -> None:
         """Submit req.n choices for one prompt; all or none: a refusal cancels every choice of this call."""
         engine = self.state.engine
         max_new = max_new_tokens(self.state, req, len(ids))
         try:
             for j in range(req.n):
                 sink = self._sink(len(self.handles))
-                self.handles.append(engine.submit(ids, sampling_params(req, j, logprobs, top), max_new,
-                                                  self.state.stop_ids, sink, prompt_logprobs=prompt_logprobs))
+                self.handles.append(
+                    engine.submit(
+                        ids,
+                        sampling_params(req, j, logprobs, top),
+                        max_new,
+                        self.state.stop_ids,
+                        sink,
+                        prompt_logprobs=prompt_logprobs,
+                    )
+                )
                 self.procs.append(OutputProcessor(self.state.tokenizer, req.stop_list(), **processor_kw))
         except QueueFullError as exc:
             self.cancel()
@@ -71,8 +92,10 @@ class Generation:
 
     def _sink(self, choice: int):
         """The engine thread's callback for one choice: hand its events to the event loop's queue."""
+
         def sink(ev):
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (choice, ev))
+
         return sink
 
     def cancel(self) -> None:
@@ -115,8 +138,11 @@ class Generation:
         """OpenAI's usage; with the prefix cache, the prompt tokens read from it (once per prompt, like
         prompt_tokens: the first of its n choices)."""
         completion = sum(p.completion_tokens for p in self.procs)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                 "total_tokens": prompt_tokens + completion}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
         if getattr(self.state.engine, "prefix", None) is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": sum(h.cached_tokens for h in self.handles[::n])}
         return usage

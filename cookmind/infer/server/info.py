@@ -34,5 +34,15 @@ async def metrics(state: State):
 @router.get("/v1/models")
 async def models(state: State):
     # max_model_len as vLLM reports it: the web page sizes its max-tokens default from it
-    return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
-                                        "owned_by": "cookmind", "max_model_len": state.engine.max_seq_len}]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": state.model_name,
+                "object": "model",
+                "created": state.created,
+                "owned_by": "cookmind",
+                "max_model_len": state.engine.max_seq_len,
+            }
+        ],
+    }

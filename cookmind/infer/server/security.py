@@ -26,7 +26,7 @@ def host_name(host_header: str) -> str:
     """The name in a Host header without its port: 'a.b:80' -> 'a.b', '[::1]:80' -> '::1'."""
     h = host_header.strip().lower()
     if h.startswith("["):
-        return h[1:h.find("]")] if "]" in h else h
+        return h[1 : h.find("]")] if "]" in h else h
     return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
 
 
@@ -55,16 +55,26 @@ class HostPolicy:
         return name in self.names or _is_ip(name)
 
 
-def _json_error(status: int, message: str, code: str | None = None, type_: str = "invalid_request_error",
-                headers: dict | None = None) -> JSONResponse:
+def _json_error(
+    status: int,
+    message: str,
+    code: str | None = None,
+    type_: str = "invalid_request_error",
+    headers: dict | None = None,
+) -> JSONResponse:
     return JSONResponse(error_body(message, type_, None, code), status_code=status, headers=headers)
 
 
 class RequestGuard:
     """ASGI middleware enforcing the checks above before the app sees a request."""
 
-    def __init__(self, app, api_key: str | None = None, hosts: HostPolicy | None = None,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+    def __init__(
+        self,
+        app,
+        api_key: str | None = None,
+        hosts: HostPolicy | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ):
         self.app = app
         self.api_key = api_key.encode() if api_key else None
         self.hosts = hosts or HostPolicy()
@@ -87,28 +97,42 @@ class RequestGuard:
     def _reject(self, scope, headers: dict) -> JSONResponse | None:
         host = headers.get("host")
         if not self.hosts.allows(host):
-            return _json_error(400, f"Host {host!r} is not served here (DNS-rebinding protection): open the server "
-                                    f"by its address or localhost, or start it with --allowed-host NAME",
-                               code="host_not_allowed")
+            return _json_error(
+                400,
+                f"Host {host!r} is not served here (DNS-rebinding protection): open the server "
+                f"by its address or localhost, or start it with --allowed-host NAME",
+                code="host_not_allowed",
+            )
         if self.api_key is not None and scope["path"] not in OPEN_PATHS:
             auth = headers.get("authorization", "")
             token = auth[7:].strip().encode() if auth[:7].lower() == "bearer " else b""
             if not secrets.compare_digest(token, self.api_key):
-                return _json_error(401, "Incorrect or missing API key: send 'Authorization: Bearer KEY'",
-                                   code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+                return _json_error(
+                    401,
+                    "Incorrect or missing API key: send 'Authorization: Bearer KEY'",
+                    code="invalid_api_key",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
         if scope["method"] == "POST":
             media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if media != "application/json":
-                return _json_error(415, f"Content-Type must be application/json, got {media or 'none'!r}",
-                                   code="unsupported_media_type")
+                return _json_error(
+                    415,
+                    f"Content-Type must be application/json, got {media or 'none'!r}",
+                    code="unsupported_media_type",
+                )
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             return self._too_large() if length.isdigit() else _json_error(400, f"bad Content-Length {length!r}")
         return None
 
     def _too_large(self) -> JSONResponse:
-        return _json_error(413, f"the request body is over {self.max_body_bytes} bytes (the server's "
-                                f"--max-body-mb); send a smaller request", code="request_too_large")
+        return _json_error(
+            413,
+            f"the request body is over {self.max_body_bytes} bytes (the server's "
+            f"--max-body-mb); send a smaller request",
+            code="request_too_large",
+        )
 
     async def _read_body(self, receive) -> tuple[bytes | None, bool]:
         """(body, complete); body None when it passed the limit (reading stops there)."""

@@ -35,8 +35,12 @@ class ServerState:
 
     def check_model(self, name: str) -> None:
         if name != self.model_name:
-            raise APIError(404, f"The model '{name}' does not exist; this server serves '{self.model_name}'",
-                           param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"The model '{name}' does not exist; this server serves '{self.model_name}'",
+                param="model",
+                code="model_not_found",
+            )
 
 
 def get_state(request: Request) -> ServerState:

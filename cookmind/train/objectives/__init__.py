@@ -5,5 +5,4 @@ from cookmind.train.objectives.dpo import DPOObjective, dpo_loss, sequence_log_p
 from cookmind.train.objectives.pretrain import PretrainObjective
 from cookmind.train.objectives.sft import SFTObjective
 
-__all__ = ["Objective", "unwrap", "DPOObjective", "dpo_loss", "sequence_log_probs", "PretrainObjective",
-           "SFTObjective"]
+__all__ = ["Objective", "unwrap", "DPOObjective", "dpo_loss", "sequence_log_probs", "PretrainObjective", "SFTObjective"]

@@ -15,7 +15,8 @@ adapters switched off, which is the starting model without a second copy in memo
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -38,9 +39,15 @@ def sequence_log_probs(logits: torch.Tensor, labels: torch.Tensor, reduction: st
     raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
 
 
-def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
-             ref_rejected: torch.Tensor, beta: float, loss_type: str = "sigmoid",
-             label_smoothing: float = 0.0) -> torch.Tensor:
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    beta: float,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
     """Per-pair losses (B,) from sequence log-probs; see the module docstring for the formulas."""
     h = (policy_chosen - policy_rejected) - (ref_chosen - ref_rejected)
     if loss_type == "sigmoid":
@@ -61,10 +68,16 @@ class DPOObjective(Objective):
 
     train_type = "dpo"
 
-    def __init__(self, beta: float = 0.1, reduction: str = "sum", loss_type: str = "sigmoid",
-                 label_smoothing: float = 0.0, reference: torch.nn.Module | None = None,
-                 reference_context: Callable[[torch.nn.Module], contextlib.AbstractContextManager] | None = None,
-                 nll_weight: float = 0.0):
+    def __init__(
+        self,
+        beta: float = 0.1,
+        reduction: str = "sum",
+        loss_type: str = "sigmoid",
+        label_smoothing: float = 0.0,
+        reference: torch.nn.Module | None = None,
+        reference_context: Callable[[torch.nn.Module], contextlib.AbstractContextManager] | None = None,
+        nll_weight: float = 0.0,
+    ):
         self.beta, self.reduction, self.loss_type, self.label_smoothing = beta, reduction, loss_type, label_smoothing
         self.nll_weight = nll_weight
         self.reference = reference

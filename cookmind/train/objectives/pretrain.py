@@ -16,6 +16,7 @@ class PretrainObjective(Objective):
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         # only the loss is read: the model need not write out the (B, T, V) logits
-        out = model(batch["input_ids"], labels=batch["labels"], position_ids=batch.get("position_ids"),
-                    return_logits=False)
+        out = model(
+            batch["input_ids"], labels=batch["labels"], position_ids=batch.get("position_ids"), return_logits=False
+        )
         return out.loss, {"loss": out.loss.detach()}

@@ -16,7 +16,8 @@ class SFTObjective(Objective):
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         labels = batch["labels"]
-        out = model(batch["input_ids"], labels=labels, position_ids=batch.get("position_ids"),
-                    return_logits=False)  # only the loss is read
+        out = model(
+            batch["input_ids"], labels=labels, position_ids=batch.get("position_ids"), return_logits=False
+        )  # only the loss is read
         supervised = (labels[:, 1:] != -100).sum()
         return out.loss, {"loss": out.loss.detach(), "supervised_tokens": supervised}
