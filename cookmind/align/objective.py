@@ -44,8 +44,7 @@ from cookmind.align.prompts import (
 )
 from cookmind.align.reference import Reference
 from cookmind.align.rewards import reward_fn_for_template
-from cookmind.align.rollout import SamplingParams, generate_ids
-from cookmind.align.rollouts import collect_rollouts
+from cookmind.align.rollout import SamplingParams, collect_rollouts, generate_ids
 from cookmind.train.objectives.base import Objective, unwrap
 
 LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip")

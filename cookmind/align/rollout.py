@@ -1,4 +1,4 @@
-"""Sampling responses for rollouts and evaluation: the rollout seam over ``cookmind.infer.generate``.
+"""Rollouts: sampled responses through ``cookmind.infer.generate``, scored and laid out as a training batch.
 
 Everything about decoding (the sampler, the KV-cache loop for our model, a Hugging Face / peft model or a
 logits callable, the serving engine on CUDA, stop tokens and strings) lives in ``cookmind.infer``; this adds
@@ -7,9 +7,13 @@ what rollouts want on top: the stop token kept at the end of a response (the pol
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from cookmind.align.losses import compute_group_normalized_rewards, pack_prompt_and_output
+from cookmind.align.prompts import decode_response, pad_id_of
 from cookmind.infer import SamplingParams, generate
 
-__all__ = ["SamplingParams", "generate_ids"]
+__all__ = ["SamplingParams", "collect_rollouts", "generate_ids"]
 
 
 def generate_ids(
@@ -25,3 +29,56 @@ def generate_ids(
     included at the end when hit. Row i is seeded ``params.seed + i``. engine: "auto", "builtin" (the plain
     KV-cache loop) or "serving" (the continuous-batching engine); see ``cookmind.infer.generate``."""
     return generate(model, prompts, params, tokenizer, keep_stop_token=True, batch_size=batch_size, engine=engine)
+
+
+def collect_rollouts(
+    model,
+    tokenizer,
+    prompt_ids: list[list[int]],
+    answers: list[str],
+    group_size: int,
+    params: SamplingParams,
+    reward_fn: Callable[[str, str], dict[str, float]],
+    advantage_eps: float = 1e-6,
+    normalize_by_std: bool = True,
+    *,
+    batch_size: int = 64,
+    engine: str = "auto",
+) -> dict:
+    """Sample ``group_size`` responses per prompt, score them, and lay them out for training.
+
+    batch_size and engine go to ``generate_ids`` (rows per forward; "auto", "builtin" or "serving").
+    Returns input_ids / labels / response_mask (B*G, T), advantages and raw_rewards (B*G,),
+    the response texts and token lists, and reward metadata (means of reward, format reward, accuracy).
+    """
+    if len(prompt_ids) != len(answers):
+        raise ValueError(f"collect_rollouts: {len(prompt_ids)} prompts but {len(answers)} answers")
+    rep_prompts = [list(p) for p in prompt_ids for _ in range(group_size)]
+    rep_answers = [a for a in answers for _ in range(group_size)]
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        responses = generate_ids(model, rep_prompts, params, tokenizer, batch_size=batch_size, engine=engine)
+    finally:
+        if was_training:
+            model.train()
+    # an empty response still needs one target for the tensors; it scores as whatever the grader says of ""
+    responses = [r if r else [pad_id_of(tokenizer)] for r in responses]
+    texts = [decode_response(tokenizer, r) for r in responses]
+    advantages, raw, meta = compute_group_normalized_rewards(
+        reward_fn, texts, rep_answers, group_size, advantage_eps, normalize_by_std
+    )
+    batch = pack_prompt_and_output(rep_prompts, responses, pad_id_of(tokenizer))
+    meta["response_length"] = sum(len(r) for r in responses) / len(responses)
+    batch.update(
+        {
+            "advantages": advantages,
+            "raw_rewards": raw,
+            "responses": texts,
+            "response_ids": responses,
+            "answers": rep_answers,
+            "metadata": meta,
+        }
+    )
+    return batch
