@@ -34,8 +34,9 @@ def shared_data() -> Path:
 def tok_dir(tmp_path_factory) -> Path:
     """A byte-level BPE tokenizer (320 tokens, the default special tokens) trained on lm_fixtures.CORPUS, saved in a
     folder; tests read it and write elsewhere."""
-    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
     from lm_fixtures import CORPUS
+
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
     d = tmp_path_factory.mktemp("tok")
     (d / "corpus.txt").write_text(CORPUS)
@@ -46,11 +47,17 @@ def tok_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """One CPU thread for a test module (see lm_fixtures.one_cpu_thread); opt in with
-    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
-    from lm_fixtures import one_cpu_thread
+    """One CPU thread for a test module, restored after it; opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``.
 
-    yield from one_cpu_thread()
+    Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash.
+    """
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture

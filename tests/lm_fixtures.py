@@ -1,5 +1,5 @@
-"""Shared model pieces of the tests: the tiny model shape, a tiny model with sharp distributions, one CPU thread,
-the little corpus conftest's ``tok_dir`` tokenizer is trained on."""
+"""Shared model pieces of the tests: the tiny model shape, a tiny model with sharp distributions, the little corpus
+conftest's ``tok_dir`` tokenizer is trained on."""
 
 import torch
 
@@ -45,14 +45,3 @@ def sharp_tiny_lm(**overrides) -> CookMindLM:
                 p.mul_(8)
     return model
 
-
-def one_cpu_thread():
-    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core machine thrash.
-
-    conftest.py makes it the module-scoped fixture ``one_thread``; a test module opts in with
-    ``pytestmark = pytest.mark.usefixtures("one_thread")``.
-    """
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)

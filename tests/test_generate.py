@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lm_fixtures import one_cpu_thread, sharp_tiny_lm
+from lm_fixtures import sharp_tiny_lm, tiny_lm
 
 from cookmind.infer import SamplingParams, generate, generate_steps, stream
 from cookmind.infer.runner import ModelRunner
-from cookmind.model import CookMindConfig, CookMindLM
 
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 
@@ -126,8 +125,8 @@ def test_tiny_model_trained_on_repeated_text_reproduces_it_through_generate():
     text = "the cook stirs the soup and bakes the bread. "
     data = torch.tensor(list((text * 6).encode()))
     torch.manual_seed(0)
-    model = CookMindLM(CookMindConfig(vocab_size=256, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128))
+    # byte tokens, a wider model and a 64-token window: it learns the sentence in 250 steps
+    model = tiny_lm(vocab_size=256, hidden_size=48, intermediate_size=96, max_position_embeddings=128)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     window = 64
     for step in range(250):

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lm_fixtures import sharp_tiny_lm
 
 from cookmind.infer import generate
 from cookmind.infer.engine import Engine, FinishEvent, QueueFullError, TokenEvent
 from cookmind.infer.sampling import SamplingParams
-from lm_fixtures import one_cpu_thread, sharp_tiny_lm
 
-
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 

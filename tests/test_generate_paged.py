@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lm_fixtures import one_cpu_thread, sharp_tiny_lm
+from lm_fixtures import sharp_tiny_lm
 
 from cookmind.infer import generate
 from cookmind.infer.engine import Engine, FinishEvent, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.paged_cache import BlockAllocator, blocks_for_budget
 from cookmind.infer.sampling import SamplingParams
 
-one_cpu_thread = pytest.fixture(autouse=True, scope="module")(one_cpu_thread)  # see lm_fixtures
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 tiny_model = sharp_tiny_lm

@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
+from lm_fixtures import tiny_lm
 from torch import nn
 
-from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.optim import SGD, AdamW, CosineWarmupScheduler, clip_grad_norm, cosine_with_warmup, param_groups
 
 
@@ -74,9 +74,7 @@ def test_param_groups_decay_matrices_only_hand_listed():
                "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight",
                "model.layers.0.post_attention_layernorm.weight", "model.norm.weight"]
     for tied in (True, False):
-        model = CookMindLM(CookMindConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                          num_attention_heads=2, num_key_value_heads=1, qk_norm=True,
-                                          attention_bias=True, tie_word_embeddings=tied))
+        model = tiny_lm(num_hidden_layers=1, qk_norm=True, attention_bias=True, tie_word_embeddings=tied)
         model.model.layers[0].mlp.up_proj.weight.requires_grad_(False)  # frozen: in neither group
         decay, no_decay = param_groups(model, weight_decay=0.1)
         assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0

@@ -5,15 +5,18 @@ plus the bucket planner and block finder on their own (no processes).
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from gloo_fixtures import run_on_gloo_ranks
+from lm_fixtures import tiny_config, tiny_lm
 from torch import nn
 
 from cookmind.parallel import find_blocks, plan_buckets
 
 WORLD = 2
+# half of TINY's width and heads, a 16-token context: compiling block by block stays quick
+SMALL = {"vocab_size": 32, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2,
+         "max_position_embeddings": 16}
 
 
 class Chain(nn.Module):
@@ -83,12 +86,10 @@ def _train(rank, reduce_dtype=None, steps=3, per_rank=3):
 
 def _train_compiled_blocks(rank, per_rank=2):
     """A CookMindLM compiled block by block (aot_eager: same autograd structure as Inductor, no codegen)."""
-    from cookmind.model import CookMindConfig, CookMindLM
+    from cookmind.model import CookMindLM
     from cookmind.parallel import DDP, compile_blocks
 
-    cfg = CookMindConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16,
-                         tie_word_embeddings=True)
+    cfg = tiny_config(**SMALL, tie_word_embeddings=True)
     torch.manual_seed(3)
     ref = CookMindLM(cfg)
     torch.manual_seed(3)
@@ -168,12 +169,9 @@ def test_plan_buckets_sizes_first_bucket_and_kinds():
 
 
 def test_find_blocks_and_compile_blocks():
-    from cookmind.model import CookMindConfig, CookMindLM
     from cookmind.parallel import compile_blocks
 
-    cfg = CookMindConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16)
-    model = CookMindLM(cfg)
+    model = tiny_lm(**SMALL)
     assert find_blocks(model) is model.model.layers
     ids = torch.randint(0, 32, (2, 8))
     before = model(ids).logits
@@ -185,10 +183,6 @@ def test_find_blocks_and_compile_blocks():
 
 
 def test_find_blocks_picks_the_layers_not_a_longer_list_of_experts():
-    from cookmind.model import CookMindConfig, CookMindLM
-
     # 4 experts per block, 2 blocks: the experts' ModuleList is longer, but the blocks hold them all
-    cfg = CookMindConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16, num_experts=4)
-    model = CookMindLM(cfg)
+    model = tiny_lm(**SMALL, num_experts=4)
     assert find_blocks(model) is model.model.layers

@@ -6,9 +6,9 @@ import json
 import random
 
 import pytest
+from tokenizer_fixtures import run_cli, save_tokenizer
 
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, TokenizerError, load_gpt2_files, train_bpe
-from cookmind.tokenizer.cli import add_arguments, main
 
 TEXT_WORDS = ["the", "cat", "naïve", "日本語", "русский", "مرحبا", "123", "it's", "😀", "ok!", "  ", "\n", "\t",
               "<|endoftext|>", "<think>", "</think>", "<|im_end|>", "<|", "\r\n", "x=1;"]
@@ -147,9 +147,8 @@ def test_tiktoken_rank_file_loads_in_tiktoken(tok, tmp_path):
     import tiktoken
     from tiktoken.load import load_tiktoken_bpe
 
-    ns = _cli(["export", "--tokenizer", str(_saved(tok, tmp_path)), "--out", str(tmp_path / "tt"),
-               "--format", "tiktoken"])
-    assert main(ns) == 0
+    assert run_cli(["export", "--tokenizer", str(save_tokenizer(tok, tmp_path / "tok")), "--out", str(tmp_path / "tt"),
+                    "--format", "tiktoken"]) == 0
     ranks = load_tiktoken_bpe(str(tmp_path / "tt/tokenizer.tiktoken"))
     cfg = json.loads((tmp_path / "tt/tiktoken_config.json").read_text())
     enc = tiktoken.Encoding("x", pat_str=cfg["pat_str"], mergeable_ranks=ranks, special_tokens=cfg["special_tokens"])
@@ -159,8 +158,8 @@ def test_tiktoken_rank_file_loads_in_tiktoken(tok, tmp_path):
 
 
 def test_gpt2_export_import_roundtrip(tok, tmp_path):
-    assert main(_cli(["export", "--tokenizer", str(_saved(tok, tmp_path)), "--out", str(tmp_path / "g"),
-                      "--format", "gpt2"])) == 0
+    assert run_cli(["export", "--tokenizer", str(save_tokenizer(tok, tmp_path / "tok")), "--out", str(tmp_path / "g"),
+                    "--format", "gpt2"]) == 0
     back = load_gpt2_files(tmp_path / "g/vocab.json", tmp_path / "g/merges.txt", DEFAULT_SPECIAL_TOKENS, tok.pattern)
     text = random_text(6, 400)
     assert back.encode_reference(text) == tok.encode_reference(text)
@@ -206,38 +205,24 @@ def test_gpt2_import_errors(tmp_path):
         load_gpt2_files(tmp_path / "nope.json", tmp_path / "merges.txt")
 
 
-def _cli(argv):
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return parser.parse_args(argv)
-
-
-def _saved(tok, tmp_path):
-    d = tmp_path / "tok"
-    tok.save(d)
-    return d
-
-
 def test_cli_train_encode_decode(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text(random_text(7, 2000), encoding="utf-8")
     out = tmp_path / "tok"
-    assert main(_cli(["train", "--input", str(corpus), "--vocab-size", "400", "--out", str(out), "--workers", "1"])) == 0
+    assert run_cli(["train", "--input", str(corpus), "--vocab-size", "400", "--out", str(out), "--workers", "1"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["vocab_size"] == 400 and report["specials"]["<|im_start|>"] == 257
     vocab, merges = train_bpe(corpus, 400, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
     assert Tokenizer.load(out).merges == merges
     text = "the cat <|endoftext|> 日本語"
-    assert main(_cli(["encode", "--tokenizer", str(out), "--text", text])) == 0
+    assert run_cli(["encode", "--tokenizer", str(out), "--text", text]) == 0
     ids = [int(x) for x in capsys.readouterr().out.split()]
     assert ids == Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).encode_reference(text)
-    assert main(_cli(["decode", "--tokenizer", str(out), *map(str, ids)])) == 0
+    assert run_cli(["decode", "--tokenizer", str(out), *map(str, ids)]) == 0
     assert capsys.readouterr().out == text + "\n"
     (tmp_path / "in.txt").write_text(text * 50, encoding="utf-8")
-    assert main(_cli(["encode", "--tokenizer", str(out), "--input", str(tmp_path / "in.txt"),
-                      "--output", str(tmp_path / "ids.bin")])) == 0
+    assert run_cli(["encode", "--tokenizer", str(out), "--input", str(tmp_path / "in.txt"),
+                    "--output", str(tmp_path / "ids.bin")]) == 0
     import numpy as np
 
     assert np.fromfile(tmp_path / "ids.bin", dtype="<u4").tolist() == Tokenizer.load(out).encode(text * 50)
@@ -247,11 +232,11 @@ def test_cli_bad_input_leaves_no_output(tmp_path, capsys):
     out = tmp_path / "tok"
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok\n\xc3\x28 latin\n")
-    assert main(_cli(["train", "--input", str(bad), "--vocab-size", "300", "--out", str(out)])) == 2
+    assert run_cli(["train", "--input", str(bad), "--vocab-size", "300", "--out", str(out)]) == 2
     assert "bad.txt:2" in capsys.readouterr().err and not out.exists()
     (tmp_path / "empty.txt").write_text("")
-    assert main(_cli(["train", "--input", str(tmp_path / "empty.txt"), "--vocab-size", "300", "--out", str(out)])) == 2
-    assert main(_cli(["train", "--input", str(bad), "--vocab-size", "100", "--out", str(out)])) == 2
+    assert run_cli(["train", "--input", str(tmp_path / "empty.txt"), "--vocab-size", "300", "--out", str(out)]) == 2
+    assert run_cli(["train", "--input", str(bad), "--vocab-size", "100", "--out", str(out)]) == 2
     assert "too small" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "empty.txt"]
 
@@ -260,6 +245,6 @@ def test_cli_encode_names_the_bad_line(tmp_path, capsys, shared_data):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\n" * 3000 + "é".encode() * 3 + b" \xe9t\xe9\n")
     argv = ["encode", "--tokenizer", str(shared_data / "gpt2"), "--input", str(bad), "--output", str(tmp_path / "o.bin")]
-    assert main(_cli(argv)) == 2
+    assert run_cli(argv) == 2
     assert "bad.txt:3001: byte offset 15007 is not valid UTF-8" in capsys.readouterr().err
     assert not (tmp_path / "o.bin").exists()

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
+from tokenizer_fixtures import run_cli, save_tokenizer
+
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-from cookmind.tokenizer.cli import add_arguments, main
 
 TEXT = "the cook stirs the soup and the cat sits on the mat. " * 40
-
-
-def _run(argv):
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return main(parser.parse_args(argv))
 
 
 def _gpt2_files(tmp_path):
@@ -23,35 +17,29 @@ def _gpt2_files(tmp_path):
     vocab, merges = train_bpe(corpus, 290, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
     src = tmp_path / "gpt2"
     src.mkdir()
-    assert _run(["export", "--tokenizer", str(_save(Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS), tmp_path)),
-                 "--out", str(src), "--format", "gpt2"]) == 0
+    saved = save_tokenizer(Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS), tmp_path / "saved")
+    assert run_cli(["export", "--tokenizer", str(saved), "--out", str(src), "--format", "gpt2"]) == 0
     return corpus, src
-
-
-def _save(tok, tmp_path):
-    d = tmp_path / "saved"
-    tok.save(d)
-    return d
 
 
 def test_train_refuses_an_existing_tokenizer_without_overwrite(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text(TEXT)
     out = tmp_path / "tok"
-    assert _run(["train", "--input", str(corpus), "--vocab-size", "300", "--out", str(out), "--workers", "1"]) == 0
+    assert run_cli(["train", "--input", str(corpus), "--vocab-size", "300", "--out", str(out), "--workers", "1"]) == 0
     before = (out / "tokenizer.json").read_bytes()
-    assert _run(["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(out), "--workers", "1"]) == 2
+    assert run_cli(["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(out), "--workers", "1"]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert (out / "tokenizer.json").read_bytes() == before
     # a folder holding only an HF tokenizer.json (not ours): refused even with --overwrite
     hf = tmp_path / "hf"
     hf.mkdir()
     (hf / "tokenizer.json").write_text("{}")
-    assert _run(["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(hf), "--overwrite",
-                 "--workers", "1"]) == 2
+    assert run_cli(["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(hf), "--overwrite",
+                    "--workers", "1"]) == 2
     assert (hf / "tokenizer.json").read_text() == "{}"
-    assert _run(["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(out), "--overwrite",
-                 "--workers", "1"]) == 0
+    assert run_cli(["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(out), "--overwrite",
+                    "--workers", "1"]) == 0
     assert Tokenizer.load(out).vocab_size == 280
 
 
@@ -59,23 +47,24 @@ def test_import_refuses_to_overwrite_and_never_replaces_its_own_input(tmp_path, 
     _, src = _gpt2_files(tmp_path)
     argv = ["import", "--vocab", str(src / "vocab.json"), "--merges", str(src / "merges.txt")]
     out = tmp_path / "imported"
-    assert _run([*argv, "--out", str(out)]) == 0
+    assert run_cli([*argv, "--out", str(out)]) == 0
     stamp = (out / "cookmind_tokenizer.json").stat().st_mtime_ns
-    assert _run([*argv, "--out", str(out)]) == 2
+    assert run_cli([*argv, "--out", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert (out / "cookmind_tokenizer.json").stat().st_mtime_ns == stamp
-    assert _run([*argv, "--out", str(out), "--overwrite"]) == 0
-    assert _run([*argv, "--out", str(src), "--overwrite"]) == 2  # the input's own folder
+    assert run_cli([*argv, "--out", str(out), "--overwrite"]) == 0
+    assert run_cli([*argv, "--out", str(src), "--overwrite"]) == 2  # the input's own folder
     assert sorted(p.name for p in src.iterdir()) == ["merges.txt", "vocab.json"]
     assert json.loads((out / "cookmind_tokenizer.json").read_text())["merges"]
 
 
 def test_export_refuses_to_replace_files_without_overwrite(tmp_path, capsys):
-    tok_dir = _save(Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS), tmp_path)
+    byte_tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
+    tok_dir = save_tokenizer(byte_tok, tmp_path / "saved")
     out = tmp_path / "model"
     out.mkdir()
     (out / "tokenizer.json").write_text("user's")
-    assert _run(["export", "--tokenizer", str(tok_dir), "--out", str(out)]) == 2
+    assert run_cli(["export", "--tokenizer", str(tok_dir), "--out", str(out)]) == 2
     assert "tokenizer.json" in capsys.readouterr().err and (out / "tokenizer.json").read_text() == "user's"
-    assert _run(["export", "--tokenizer", str(tok_dir), "--out", str(out), "--overwrite"]) == 0
+    assert run_cli(["export", "--tokenizer", str(tok_dir), "--out", str(out), "--overwrite"]) == 0
     assert (out / "tokenizer.json").read_text() != "user's"

@@ -10,24 +10,22 @@ import numpy as np
 import pytest
 import torch
 from gloo_fixtures import find_free_port as _free_port
+from lm_fixtures import tiny_cli_overrides, tiny_lm
 
 from cookmind.model import load_model
 from cookmind.store import write_store
 from cookmind.train import TrainConfig, Trainer
 from cookmind.train.checkpoint import find_latest_checkpoint
 
-MODEL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=64)
-
 
 @pytest.mark.parametrize("ddp, zero1, checkpointing", [("torch", False, False), ("ours", True, True)])
-def test_two_gloo_processes_equal_one_process(tmp_path, ddp, zero1, checkpointing):
+def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1, checkpointing):
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(12)], vocab_size=64)
     common = [f"data.train_path={tmp_path / 'seq'}", "data.window_size=16", "train.max_steps=5", "train.seed=3",
               "train.device=cpu", "optim.lr=1e-2", "optim.warmup_steps=1", "train.grad_accum_steps=2",
               "logging.progress=false", "logging.report=false", "checkpoint.every=0", "eval.every=0"]
-    common += [f"model.{k}={v}" for k, v in MODEL.items()]
+    common += tiny_cli_overrides()
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text("{}\n")
 
@@ -44,12 +42,8 @@ def test_two_gloo_processes_equal_one_process(tmp_path, ddp, zero1, checkpointin
     meta = json.loads((find_latest_checkpoint(tmp_path / "ddp" / "checkpoints") / "meta.json").read_text())
     assert meta["world_size"] == 2
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        _compare_with_one_process(tmp_path, cfg_file, common)
-    finally:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(1)  # keep_threads restores the count
+    _compare_with_one_process(tmp_path, cfg_file, common)
 
 
 def _compare_with_one_process(tmp_path, cfg_file, common):
@@ -71,14 +65,13 @@ def test_parallel_reduce_dtype_reaches_the_all_reduce(tmp_path, ddp, reduce_dtyp
     # dtype. So bf16 reduction must leave exactly the bf16-rounded gradient, fp32 the gradient untouched.
     import torch.distributed as dist
 
-    from cookmind.model import CookMindConfig, CookMindLM
     from cookmind.parallel import finish_gradient_sync, wrap_data_parallel
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     try:
         torch.manual_seed(0)
-        model = CookMindLM(CookMindConfig(**MODEL))
-        ref = CookMindLM(CookMindConfig(**MODEL))
+        model = tiny_lm()
+        ref = tiny_lm()
         ref.load_state_dict(model.state_dict())
         if ddp == "torch" and reduce_dtype == "bf16":  # torch's bf16 hook is NCCL-only: a clear error on gloo
             with pytest.raises(ValueError, match="needs the NCCL backend"):
