@@ -25,8 +25,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def shared_data() -> Path:
     """The read-only real data beside the project (../shared/data); skip when it is absent."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data folder {SHARED_DATA} is absent (a fresh clone has no ../shared): set "
-                    "COOKMIND_SHARED_DATA=/path/to/data (GSM8K, MMLU, TinyStories; see its README) to run this test")
+        pytest.skip(
+            f"real data folder {SHARED_DATA} is absent (a fresh clone has no ../shared): set "
+            "COOKMIND_SHARED_DATA=/path/to/data (GSM8K, MMLU, TinyStories; see its README) to run this test"
+        )
     return SHARED_DATA
 
 

@@ -5,11 +5,28 @@ import torch
 
 from cookmind.model import CookMindConfig, CookMindLM
 
-CORPUS = ("The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
-          "A small model learns to answer questions about numbers and recipes.\n") * 20
+CORPUS = (
+    "The cook stirs the soup. Tom has 3 apples and buys 4 more; now he has 7 apples.\n"
+    "A small model learns to answer questions about numbers and recipes.\n"
+) * 20
 
-TINY = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "max_position_embeddings": 64}
+TINY = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
+# Smaller still, for the RL tests that run whole GRPO loops: 1 layer of width 16, 2 query heads and 1 KV head.
+MICRO = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
 
 
 def tiny_config(**overrides) -> CookMindConfig:
@@ -44,4 +61,3 @@ def sharp_tiny_lm(**overrides) -> CookMindLM:
             if p.dim() == 2:
                 p.mul_(8)
     return model
-

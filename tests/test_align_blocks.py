@@ -114,7 +114,8 @@ def test_policy_gradient_losses_hand_computed():
     loss, _ = compute_policy_gradient_loss(lp, "reinforce_with_baseline", advantages=adv)
     close(loss, [[1.0, 2.0], [-0.5, -0.1]])
     # grpo_clip, eps 0.2: ratios e^{0.5}=1.65 (A=+1 -> clipped at 1.2), e^{-0.5}=0.61 (A=+1 -> unclipped 0.61)
-    # row 2 A=-1: ratio e^{0.3}=1.35 -> -min(-1.35, -1.2) = 1.35 (unclipped); ratio e^{-0.3}=0.74 -> -min(-.74,-.8)=0.8 (clipped)
+    # row 2 A=-1: ratio e^{0.3}=1.35 -> -min(-1.35, -1.2) = 1.35 (unclipped);
+    #             ratio e^{-0.3}=0.74 -> -min(-.74,-.8)=0.8 (clipped)
     old = torch.tensor([[-1.5, -1.5], [-0.8, 0.2]])
     loss, meta = compute_policy_gradient_loss(lp, "grpo_clip", advantages=adv, old_log_probs=old, cliprange=0.2)
     close(loss, [[-1.2, -math.exp(-0.5)], [math.exp(0.3), 0.8]])
@@ -126,7 +127,9 @@ def test_policy_gradient_losses_hand_computed():
 def test_k3_kl_penalty_hand_computed():
     lp = torch.tensor([[-1.0, -2.0]])
     ref = torch.tensor([[-1.0, -1.0]])
-    loss, meta = compute_policy_gradient_loss(lp, "reinforce_with_baseline", advantages=torch.zeros(1), ref_log_probs=ref, kl_coef=0.5)
+    loss, meta = compute_policy_gradient_loss(
+        lp, "reinforce_with_baseline", advantages=torch.zeros(1), ref_log_probs=ref, kl_coef=0.5
+    )
     # k3 = e^{ref-lp} - (ref-lp) - 1: token 1 -> 0, token 2 -> e - 2
     close(meta["kl"], [[0.0, math.e - 2]])
     close(loss, [[0.0, 0.5 * (math.e - 2)]])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from lm_fixtures import MICRO, tiny_config
 from test_align_fixtures import one_torch_thread  # noqa: F401
 
 
@@ -15,7 +16,7 @@ def quick_ctx(tmp_path_factory):
     """A quick DemoContext with data, tokenizer and a small random 'policy' checkpoint (no pretrain/SFT needed)."""
     from cookmind.demo import DemoContext, DemoSizes
     from cookmind.demo.pipeline import stage_data, stage_tokenizer
-    from cookmind.model import CookMindConfig, CookMindLM, save_model
+    from cookmind.model import CookMindLM, save_model
     from cookmind.tokenizer import Tokenizer
 
     root = tmp_path_factory.mktemp("rl_demo")
@@ -25,9 +26,7 @@ def quick_ctx(tmp_path_factory):
     stage_tokenizer(ctx)
     torch.manual_seed(0)
     vocab = Tokenizer.load(ctx.paths["tokenizer"]).vocab_size
-    save_model(root / "m", CookMindLM(CookMindConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32,
-                                                     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                                     max_position_embeddings=128)))
+    save_model(root / "m", CookMindLM(tiny_config(**MICRO, vocab_size=vocab, max_position_embeddings=128)))
     ctx.checkpoints["sft"] = root / "m"
     return ctx
 
@@ -74,8 +73,7 @@ def test_demo_rl_stage_runs_through_the_trainer(quick_ctx, tmp_path):
     # the demo report carries the RL section: before/after, the curves PNG, the guard
     from cookmind.demo import write_demo_report
 
-    ctx.results = {"eval_sft": {"accuracy": 0.25, "answered_in_format": 1.0, "shows_working": 0.1, "n": 4},
-                   "grpo": res}
+    ctx.results = {"eval_sft": {"accuracy": 0.25, "answered_in_format": 1.0, "shows_working": 0.1, "n": 4}, "grpo": res}
     report = write_demo_report(ctx).read_text()
     assert "## RL stage: GRPO on fresh problems" in report and "![GRPO curves](grpo/grpo_curves.png)" in report
     assert f"{100 * res['accuracy']:.1f}%" in report and "the wall-clock guard did not fire" in report
@@ -133,5 +131,5 @@ def test_demo_grpo_problems_are_fresh(quick_ctx, tmp_path):
             msgs = row.get("messages") or row.get("chosen") or []
             trained |= {m["content"] for m in msgs if m["role"] == "user"}
             if "text" in row and row["text"].startswith("Question: "):
-                trained.add(row["text"].split("\n")[0][len("Question: "):])
+                trained.add(row["text"].split("\n")[0][len("Question: ") :])
     assert len(trained) > 100 and not set(stream) & (held | trained)

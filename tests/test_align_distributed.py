@@ -6,28 +6,32 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
+from lm_fixtures import MICRO, tiny_config
 from test_align_fixtures import XYZ, x_fraction
 
 
 def _worker(rank, world, port, out_dir):
     torch.set_num_threads(1)
-    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     import torch.distributed as dist
 
     from cookmind.align.objective import GRPOConfig, GRPOObjective
-    from cookmind.model import CookMindConfig, CookMindLM
+    from cookmind.model import CookMindLM
     from cookmind.train import TrainConfig, Trainer
 
     torch.manual_seed(0)  # the same start on every rank
-    model = CookMindLM(CookMindConfig(vocab_size=5, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32))
+    model = CookMindLM(tiny_config(**MICRO, vocab_size=5, max_position_embeddings=32))
     start = {k: v.clone() for k, v in model.state_dict().items()}
     problems = [{"question": "?" * k, "answer": ""} for k in range(1, 9)]
     seen = []
 
-    objective = GRPOObjective(GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=()),
-                              reward_fn=x_fraction, problems=problems)
+    objective = GRPOObjective(
+        GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=()),
+        reward_fn=x_fraction,
+        problems=problems,
+    )
     real = objective._next_problems
 
     def spy(trainer):
@@ -36,14 +40,19 @@ def _worker(rank, world, port, out_dir):
         return batch
 
     objective.next_batch = spy
-    cfg = TrainConfig.from_dict({
-        "train": {"objective": "grpo", "max_steps": 2, "micro_batch_size": 2, "device": "cpu", "seed": 0},
-        "optim": {"lr": 1e-2, "schedule": "constant"}, "parallel": {"backend": "gloo"},
-        "logging": {"run_dir": os.path.join(out_dir, "run"), "progress": False, "report": False, "log_every": 1}})
+    cfg = TrainConfig.from_dict(
+        {
+            "train": {"objective": "grpo", "max_steps": 2, "micro_batch_size": 2, "device": "cpu", "seed": 0},
+            "optim": {"lr": 1e-2, "schedule": "constant"},
+            "parallel": {"backend": "gloo"},
+            "logging": {"run_dir": os.path.join(out_dir, "run"), "progress": False, "report": False, "log_every": 1},
+        }
+    )
     trainer = Trainer(cfg, model=model, objective=objective, tokenizer=XYZ())
     trainer.fit()
-    torch.save({"state": trainer.bare_model.state_dict(), "start": start, "seen": seen},
-               os.path.join(out_dir, f"r{rank}.pt"))
+    torch.save(
+        {"state": trainer.bare_model.state_dict(), "start": start, "seen": seen}, os.path.join(out_dir, f"r{rank}.pt")
+    )
     dist.destroy_process_group()
 
 

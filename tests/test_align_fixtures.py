@@ -66,9 +66,18 @@ def tiny_hf_model(folder=None, vocab_size=257, seed=0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      eos_token_id=vocab_size - 1, pad_token_id=None, bos_token_id=None)  # no padding_idx: every token trains
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=vocab_size - 1,
+        pad_token_id=None,
+        bos_token_id=None,
+    )  # no padding_idx: every token trains
     model = LlamaForCausalLM(cfg).eval()
     if folder is not None:
         model.save_pretrained(folder)

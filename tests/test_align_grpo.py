@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from lm_fixtures import MICRO, tiny_config
 from test_align_fixtures import XYZ, one_torch_thread, tiny_hf_model, x_fraction  # noqa: F401
 
 from cookmind.align.expert_iteration import ExpertIterationConfig, run_expert_iteration
@@ -14,34 +15,52 @@ PROBLEMS = [{"question": "?" * k, "answer": ""} for k in range(1, 4)]
 
 
 def _tiny_cookmind(vocab_size=5, seed=0):
-    from cookmind.model import CookMindConfig, CookMindLM
+    from cookmind.model import CookMindLM
 
     torch.manual_seed(seed)
-    return CookMindLM(CookMindConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=48))
+    return CookMindLM(tiny_config(**MICRO, vocab_size=vocab_size, max_position_embeddings=48))
 
 
 def _train_cfg(run_dir, max_steps, prompts_per_step, lr=1e-2, **sections):
     from cookmind.train import TrainConfig
 
-    d = {"train": {"objective": "grpo", "max_steps": max_steps, "micro_batch_size": prompts_per_step, "device": "cpu",
-                   "seed": 0},
-         "optim": {"lr": lr, "warmup_steps": 0, "schedule": "constant", "weight_decay": 0.0},
-         "checkpoint": {"every": 0, "keep_last": 5},
-         "logging": {"run_dir": str(run_dir), "progress": False, "report": False, "log_every": 1}}
+    d = {
+        "train": {
+            "objective": "grpo",
+            "max_steps": max_steps,
+            "micro_batch_size": prompts_per_step,
+            "device": "cpu",
+            "seed": 0,
+        },
+        "optim": {"lr": lr, "warmup_steps": 0, "schedule": "constant", "weight_decay": 0.0},
+        "checkpoint": {"every": 0, "keep_last": 5},
+        "logging": {"run_dir": str(run_dir), "progress": False, "report": False, "log_every": 1},
+    }
     for k, v in sections.items():
         d.setdefault(k, {}).update(v)
     return TrainConfig.from_dict(d)
 
 
-def _grpo_trainer(run_dir, max_steps, problems=PROBLEMS, prompts_per_step=3, gcfg=None, reward_fn=x_fraction,
-                  eval_problems=None, **sections):
+def _grpo_trainer(
+    run_dir,
+    max_steps,
+    problems=PROBLEMS,
+    prompts_per_step=3,
+    gcfg=None,
+    reward_fn=x_fraction,
+    eval_problems=None,
+    **sections,
+):
     from cookmind.train import Trainer
 
     gcfg = gcfg or GRPOConfig(group_size=8, max_new_tokens=5, template="{question}", stop_strings=())
     objective = GRPOObjective(gcfg, reward_fn=reward_fn, problems=problems, eval_problems=eval_problems)
-    return Trainer(_train_cfg(run_dir, max_steps, prompts_per_step, **sections), model=_tiny_cookmind(),
-                   objective=objective, tokenizer=XYZ())
+    return Trainer(
+        _train_cfg(run_dir, max_steps, prompts_per_step, **sections),
+        model=_tiny_cookmind(),
+        objective=objective,
+        tokenizer=XYZ(),
+    )
 
 
 def _rows(run_dir, split="train"):
@@ -54,7 +73,7 @@ def test_builtin_greedy_matches_hf_generate():
     prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9, 10, 11]]
     ours = generate_ids(model, prompts, SamplingParams(max_new_tokens=6, temperature=0.0), engine="builtin")
     for p, o in zip(prompts, ours):
-        ref = model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False, pad_token_id=0)[0, len(p):].tolist()
+        ref = model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False, pad_token_id=0)[0, len(p) :].tolist()
         assert o == ref
 
 
@@ -62,8 +81,12 @@ def test_sampling_gives_distinct_rows_and_stops_on_string_and_token():
     model = tiny_hf_model(vocab_size=5)
     tok = XYZ()
     prompts = [[4]] * 16  # one prompt repeated, as in a GRPO group
-    outs = generate_ids(model, prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=0, stop_token_ids=(3,),
-                                                       stop_strings=("zz",)), tok)
+    outs = generate_ids(
+        model,
+        prompts,
+        SamplingParams(max_new_tokens=8, temperature=1.0, seed=0, stop_token_ids=(3,), stop_strings=("zz",)),
+        tok,
+    )
     assert len({tuple(o) for o in outs}) > 4  # a group must not be 16 copies of one sample
     for o in outs:
         text = tok.decode(o)
@@ -78,8 +101,17 @@ def test_grpo_through_trainer_raises_reward_and_logs_rl_metrics(tmp_path):
     rows = _rows(tmp_path)
     first, last = rows[0]["reward"], sum(r["reward"] for r in rows[-3:]) / 3
     assert last > first + 0.25, (first, last)
-    for key in ("reward", "format_reward", "accuracy", "response_length", "entropy", "clip_fraction", "grad_norm",
-                "loss", "frac_zero_std_groups"):
+    for key in (
+        "reward",
+        "format_reward",
+        "accuracy",
+        "response_length",
+        "entropy",
+        "clip_fraction",
+        "grad_norm",
+        "loss",
+        "frac_zero_std_groups",
+    ):
         assert key in rows[-1]
 
 
@@ -104,21 +136,31 @@ def test_stream_takes_each_problem_once_in_order_and_warns_on_wrap(tmp_path):
 def test_grpo_resume_through_trainer_equals_uninterrupted_bit_for_bit(tmp_path):
     """Interrupted after 2 of 4 steps and resumed (KL to a frozen copy of the start, Dr. GRPO normalisation): the
     same weights, bit for bit, and the same rows as the straight run."""
-    gcfg = GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=(), kl_coef=0.1,
-                      reference="copy", length_normalization="constant")
+    gcfg = GRPOConfig(
+        group_size=4,
+        max_new_tokens=4,
+        template="{question}",
+        stop_strings=(),
+        kl_coef=0.1,
+        reference="copy",
+        length_normalization="constant",
+    )
     problems = [{"question": "?" * k, "answer": ""} for k in range(1, 9)]
     straight = _grpo_trainer(tmp_path / "a", 4, problems=problems, prompts_per_step=2, gcfg=gcfg)
     straight.fit()
     _grpo_trainer(tmp_path / "b", 2, problems=problems, prompts_per_step=2, gcfg=gcfg).fit()
-    resumed = _grpo_trainer(tmp_path / "b", 4, problems=problems, prompts_per_step=2, gcfg=gcfg,
-                            checkpoint={"resume": "auto"})
+    resumed = _grpo_trainer(
+        tmp_path / "b", 4, problems=problems, prompts_per_step=2, gcfg=gcfg, checkpoint={"resume": "auto"}
+    )
     assert resumed.step == 2 and resumed.objective.state_dict() == {"calls": 2, "position": 4}
     resumed.fit()
     for (k, a), b in zip(straight.bare_model.state_dict().items(), resumed.bare_model.state_dict().values()):
         assert torch.equal(a, b), k
     assert any(r["kl"] > 0 for r in _rows(tmp_path / "a"))  # the KL term was live
     keys = ("reward", "loss", "kl", "response_length")
-    assert [[r[k] for k in keys] for r in _rows(tmp_path / "a")[2:]] == [[r[k] for k in keys] for r in _rows(tmp_path / "b")[2:]]
+    assert [[r[k] for k in keys] for r in _rows(tmp_path / "a")[2:]] == [
+        [r[k] for k in keys] for r in _rows(tmp_path / "b")[2:]
+    ]
 
 
 def test_held_out_accuracy_is_reported_by_trainer_evaluations(tmp_path):
@@ -130,7 +172,9 @@ def test_held_out_accuracy_is_reported_by_trainer_evaluations(tmp_path):
         return {"reward": ok, "format_reward": 1.0, "answer_reward": ok}
 
     gcfg = GRPOConfig(group_size=4, max_new_tokens=1, template="{question}", stop_strings=())
-    trainer = _grpo_trainer(tmp_path, 2, problems=PROBLEMS * 2, gcfg=gcfg, eval_problems=held, reward_fn=exact, eval={"every": 1})
+    trainer = _grpo_trainer(
+        tmp_path, 2, problems=PROBLEMS * 2, gcfg=gcfg, eval_problems=held, reward_fn=exact, eval={"every": 1}
+    )
     summary = trainer.fit()
     val = _rows(tmp_path, "val")
     assert [r["step"] for r in val] == [1, 2]
@@ -143,8 +187,11 @@ def test_held_out_accuracy_is_reported_by_trainer_evaluations(tmp_path):
 
 def test_grpo_objective_loss_matches_manual_and_counts_calls():
     model = tiny_hf_model(vocab_size=5)
-    obj = GRPOObjective(GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=(),
-                                   loss_type="grpo_clip"), tokenizer=XYZ(), reward_fn=x_fraction)
+    obj = GRPOObjective(
+        GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=(), loss_type="grpo_clip"),
+        tokenizer=XYZ(),
+        reward_fn=x_fraction,
+    )
     batch = {"prompt_ids": torch.tensor([[4, 4], [4, 3]]), "prompt_lengths": torch.tensor([2, 1]), "answer": ["", ""]}
     loss_batch = obj.prepare(model, batch)
     assert loss_batch["input_ids"].shape[0] == 8 and obj.state_dict() == {"calls": 1, "position": 0}
@@ -184,8 +231,14 @@ def test_expert_iteration_keeps_only_correct_and_improves(tmp_path):
         return {"reward": ok, "format_reward": 1.0, "answer_reward": ok}
 
     train_cfg = _train_cfg(tmp_path, 1, 8, lr=1e-2)
-    cfg = ExpertIterationConfig(n_rounds=3, questions_per_round=3, samples_per_question=16, sft_epochs=4,
-                                max_new_tokens=2, template="{question}")
+    cfg = ExpertIterationConfig(
+        n_rounds=3,
+        questions_per_round=3,
+        samples_per_question=16,
+        sft_epochs=4,
+        max_new_tokens=2,
+        template="{question}",
+    )
     hist = run_expert_iteration(model, XYZ(), PROBLEMS, train_cfg, cfg, reward_fn=reward)
     assert all(h["kept"] <= round(h["sample_accuracy"] * 48) for h in hist)
     assert hist[-1]["sample_accuracy"] > hist[0]["sample_accuracy"] + 0.2
@@ -196,6 +249,8 @@ def _sharp_cookmind(vocab_size=5):
     from lm_fixtures import sharp_tiny_lm
 
     return sharp_tiny_lm(vocab_size=vocab_size, max_position_embeddings=48)
+
+
 def test_serving_engine_greedy_equals_builtin_loop_with_stop_token_kept():
     """engine="serving" (the continuous-batching engine) gives the built-in loop's greedy responses,
     prompts of mixed lengths, stop token included at the end where it was hit."""

@@ -14,8 +14,10 @@ def grpo_run_inputs(tmp_path_factory):
     from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
     root = tmp_path_factory.mktemp("grpo_train")
-    problems = [{"question": f"Tom has {a} apples. He gets {b} more. How many?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
-                for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (6, 3), (4, 4), (7, 1), (3, 3)]]
+    problems = [
+        {"question": f"Tom has {a} apples. He gets {b} more. How many?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
+        for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (6, 3), (4, 4), (7, 1), (3, 3)]
+    ]
     (root / "corpus.txt").write_text("\n".join(p["question"] + "\n" + p["answer"] for p in problems) * 4)
     vocab, merges = train_bpe(root / "corpus.txt", 300, DEFAULT_SPECIAL_TOKENS)
     Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(root / "tok")
@@ -28,15 +30,23 @@ def _trainer(root, run_dir, max_steps, resume=None):
     from cookmind.align.objective import GRPOConfig, GRPOObjective
     from cookmind.train import TrainConfig, Trainer
 
-    cfg = TrainConfig.from_dict({
-        "model": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-                  "num_key_value_heads": 1, "max_position_embeddings": 128},
-        "data": {"train_path": str(root / "grpo.bin"), "tokenizer": str(root / "tok"), "window_size": 64},
-        "train": {"objective": "grpo", "max_steps": max_steps, "micro_batch_size": 2, "device": "cpu", "seed": 0},
-        "optim": {"lr": 3e-3, "warmup_steps": 0},
-        "checkpoint": {"every": 1, "keep_last": 2, "resume": resume},
-        "logging": {"run_dir": str(run_dir), "progress": False, "report": False, "log_every": 1},
-    })
+    cfg = TrainConfig.from_dict(
+        {
+            "model": {
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "max_position_embeddings": 128,
+            },
+            "data": {"train_path": str(root / "grpo.bin"), "tokenizer": str(root / "tok"), "window_size": 64},
+            "train": {"objective": "grpo", "max_steps": max_steps, "micro_batch_size": 2, "device": "cpu", "seed": 0},
+            "optim": {"lr": 3e-3, "warmup_steps": 0},
+            "checkpoint": {"every": 1, "keep_last": 2, "resume": resume},
+            "logging": {"run_dir": str(run_dir), "progress": False, "report": False, "log_every": 1},
+        }
+    )
     objective = GRPOObjective(GRPOConfig(template="chat", group_size=4, max_new_tokens=6))
     return Trainer(cfg, objective=objective)
 

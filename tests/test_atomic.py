@@ -57,7 +57,9 @@ def test_replace_dir_replaces_only_what_the_caller_recognises(tmp_path):
 
 
 def test_stale_temporaries_of_dead_writers_are_removed_live_ones_kept(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     dead_pid = int(dead.stdout)
     host = atomic.temp_name(tmp_path / "x").name.split("@", 1)[1]
     stale = tmp_path / f".step_00000010.tmp-{dead_pid}@{host}"

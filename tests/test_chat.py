@@ -61,16 +61,20 @@ def test_repl_commands(ckpt):
     assert "(conversation cleared)" in text
     # after /reset only the system prompt remains in /history
     assert text.rsplit("(conversation cleared)", 1)[1].count("[user]") == 0
-    reply = reference_reply(model, tok, [{"role": "system", "content": "Be brief."},
-                                         {"role": "user", "content": "hello"}], 4)[1]
+    reply = reference_reply(
+        model, tok, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}], 4
+    )[1]
     assert "bot> " + reply in text
 
 
 def test_cookmind_generate_cli(ckpt, capsys):
     d, model, tok = ckpt
     assert cli_main(["generate", "--checkpoint", str(d), "--prompt", "The cook", "--max-new-tokens", "7"]) == 0
-    out = generate(model, [tok.encode("The cook")],
-                   SamplingParams(temperature=0, max_new_tokens=7, stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
+    out = generate(
+        model,
+        [tok.encode("The cook")],
+        SamplingParams(temperature=0, max_new_tokens=7, stop_token_ids=(tok.eos_id, tok.im_end_id)),
+    )[0]
     assert capsys.readouterr().out == tok.decode(out) + "\n"
 
 

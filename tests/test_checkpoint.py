@@ -4,10 +4,10 @@ import json
 
 import pytest
 import torch
+from lm_fixtures import tiny_lm as _model
 
 from cookmind.optim import AdamW
 from cookmind.train.checkpoint import find_latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from lm_fixtures import tiny_lm as _model
 
 
 def _train_a_bit(model, opt):

@@ -5,16 +5,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from lm_fixtures import CORPUS, tiny_lm
 
 from cookmind.cli import COMMANDS
 from cookmind.cli import main as cli_main
-from lm_fixtures import CORPUS, tiny_lm
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_help_lists_every_stage():
-    out = subprocess.run([sys.executable, "-m", "cookmind", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "cookmind", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     for name in COMMANDS:
         assert name in out, f"`cookmind --help` does not list {name}"
 
@@ -44,8 +46,11 @@ def test_resolve_model_dir_picks_the_newest_checkpoint_of_a_run(tmp_path):
 
 
 def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cookmind", "generate", "--checkpoint", str(tmp_path / "nope"),
-                           "--prompt", "hi"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cookmind", "generate", "--checkpoint", str(tmp_path / "nope"), "--prompt", "hi"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert str(tmp_path / "nope") in proc.stderr
@@ -67,8 +72,24 @@ def _store_texts(store_dir, tok_dir):
 def test_pack_reads_curate_output(tmp_path, tok_dir, fmt, capsys):
     """`curate run` (default jsonl.gz, or parquet) -> `pack` of its folder and of its files: every document packed."""
     assert cli_main(["curate", "crawl", "--output", str(tmp_path / "crawl"), "--num-pages", "40", "--shards", "2"]) == 0
-    assert cli_main(["curate", "run", "--input", str(tmp_path / "crawl"), "--output", str(tmp_path / "cur"),
-                     "--format", fmt, "--workers", "1", "--quiet"]) == 0
+    assert (
+        cli_main(
+            [
+                "curate",
+                "run",
+                "--input",
+                str(tmp_path / "crawl"),
+                "--output",
+                str(tmp_path / "cur"),
+                "--format",
+                fmt,
+                "--workers",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     shards = sorted((tmp_path / "cur").glob("shard-*"))
     assert shards and all(s.name.endswith(fmt) for s in shards)
     if fmt == "parquet":
@@ -82,8 +103,23 @@ def test_pack_reads_curate_output(tmp_path, tok_dir, fmt, capsys):
     for inputs in ([str(tmp_path / "cur")], [str(s) for s in shards]):
         out = tmp_path / f"store{len(inputs)}"
         capsys.readouterr()
-        assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", *inputs,
-                         "--out", str(out), "--quiet"]) == 0
+        assert (
+            cli_main(
+                [
+                    "pack",
+                    "--tokenizer",
+                    str(tok_dir),
+                    "--train-type",
+                    "seq",
+                    "--input",
+                    *inputs,
+                    "--out",
+                    str(out),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         assert f"packed {len(expect)} seq records" in capsys.readouterr().out
         assert _store_texts(out, tok_dir) == [t.strip() for t in expect]
 
@@ -92,15 +128,43 @@ def test_pack_reads_gzip_text_and_jsonl_even_without_the_suffix(tmp_path, tok_di
     docs = ["The cook stirs the soup.", "Tom has 3 apples."]
     (tmp_path / "a.txt.gz").write_bytes(gzip.compress("<|endoftext|>".join(docs).encode()))
     (tmp_path / "b.jsonl").write_bytes(gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in docs).encode()))
-    assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "a.txt.gz"),
-                     str(tmp_path / "b.jsonl"), "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    assert (
+        cli_main(
+            [
+                "pack",
+                "--tokenizer",
+                str(tok_dir),
+                "--train-type",
+                "seq",
+                "--input",
+                str(tmp_path / "a.txt.gz"),
+                str(tmp_path / "b.jsonl"),
+                "--out",
+                str(tmp_path / "s"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert _store_texts(tmp_path / "s", tok_dir) == docs * 2
 
 
 def test_pack_a_folder_without_shards_is_a_clear_error(tmp_path, tok_dir, capsys):
     (tmp_path / "d").mkdir()
-    rc = cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "d"),
-                   "--out", str(tmp_path / "s"), "--quiet"])
+    rc = cli_main(
+        [
+            "pack",
+            "--tokenizer",
+            str(tok_dir),
+            "--train-type",
+            "seq",
+            "--input",
+            str(tmp_path / "d"),
+            "--out",
+            str(tmp_path / "s"),
+            "--quiet",
+        ]
+    )
     assert rc != 0 and "holds no shard-* files" in capsys.readouterr().err
 
 
@@ -135,8 +199,23 @@ def test_pack_help_examples_pack(tmp_path, tok_dir):
             src = tmp_path / (f"{train_type}{k}.jsonl" if line.startswith("{") else f"{train_type}{k}.txt")
             src.write_text(line + "\n")
             out = tmp_path / f"{train_type}{k}-store"
-            assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", train_type, "--input", str(src),
-                             "--out", str(out), "--quiet"]) == 0, line
+            assert (
+                cli_main(
+                    [
+                        "pack",
+                        "--tokenizer",
+                        str(tok_dir),
+                        "--train-type",
+                        train_type,
+                        "--input",
+                        str(src),
+                        "--out",
+                        str(out),
+                        "--quiet",
+                    ]
+                )
+                == 0
+            ), line
             expect = 2 if "<|endoftext|>" in line else 1
             assert len(TokenStore(out)) == expect, line
 
@@ -148,8 +227,9 @@ def _parse(stage, *argv):
     return parse_stage_args(parser, list(argv))
 
 
-@pytest.mark.parametrize("stage, extra", [("generate", ["--prompt", "hi"]), ("chat", []), ("serve", ["--port", "1"]),
-                                          ("eval", None)])
+@pytest.mark.parametrize(
+    "stage, extra", [("generate", ["--prompt", "hi"]), ("chat", []), ("serve", ["--port", "1"]), ("eval", None)]
+)
 def test_the_model_is_named_one_way_everywhere(stage, extra):
     """--model DIR, its old spelling --checkpoint, and a positional MODEL all name the model (#17.16)."""
     head = ["eval", "gsm8k"] if extra is None else [stage]
@@ -178,9 +258,11 @@ def test_export_and_import_take_model_and_out_as_flags_or_arguments(stage):
 def test_train_overrides_work_wherever_they_stand(tmp_path):
     from cookmind.train.cli import resolve_config
 
-    for argv in (["optim.lr=0.00123", "--run-dir", str(tmp_path), "train.max_steps=7"],
-                 ["--run-dir", str(tmp_path), "optim.lr=0.00123", "train.max_steps=7"],
-                 ["optim.lr=0.00123", "train.max_steps=7", "--run-dir", str(tmp_path)]):
+    for argv in (
+        ["optim.lr=0.00123", "--run-dir", str(tmp_path), "train.max_steps=7"],
+        ["--run-dir", str(tmp_path), "optim.lr=0.00123", "train.max_steps=7"],
+        ["optim.lr=0.00123", "train.max_steps=7", "--run-dir", str(tmp_path)],
+    ):
         cfg = resolve_config(_parse("train", *argv))
         assert (cfg.optim.lr, cfg.train.max_steps, cfg.logging.run_dir) == (0.00123, 7, str(tmp_path)), argv
 
@@ -203,19 +285,31 @@ def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
     from cookmind.tokenizer import Tokenizer
 
     tok = Tokenizer.load(tok_dir)
-    save_model(tmp_path / "ckpt", tiny_lm(vocab_size=tok.vocab_size, eos_token_id=tok.eos_id,
-                                          max_position_embeddings=512))  # room for the README's eval prompts
+    save_model(
+        tmp_path / "ckpt", tiny_lm(vocab_size=tok.vocab_size, eos_token_id=tok.eos_id, max_position_embeddings=512)
+    )  # room for the README's eval prompts
     tok.save(tmp_path / "ckpt")
     (tmp_path / "text.txt").write_text(CORPUS)
-    lines = [line.split("#")[0] for line in (ROOT / "README.md").read_text().splitlines()
-             if line.startswith("cookmind eval ")]
+    lines = [
+        line.split("#")[0]
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("cookmind eval ")
+    ]
     assert {shlex.split(line)[2] for line in lines} == {"gsm8k", "mmlu", "ppl"}
-    shorten = {"gsm8k": ["--limit", "2", "--max-new-tokens", "3"], "mmlu": ["--subjects", "virology",
-                                                                             "--limit-per-subject", "2"], "ppl": []}
+    shorten = {
+        "gsm8k": ["--limit", "2", "--max-new-tokens", "3"],
+        "mmlu": ["--subjects", "virology", "--limit-per-subject", "2"],
+        "ppl": [],
+    }
     for line in lines:
-        argv = [str(tmp_path / "ckpt") if a in ("CKPT", "HF_OR_CKPT") else
-                str(tmp_path / a) if a in ("text.txt", "gsm8k.jsonl") else
-                a.replace("../shared/data", str(shared_data)) for a in shlex.split(line)[1:]]
+        argv = [
+            str(tmp_path / "ckpt")
+            if a in ("CKPT", "HF_OR_CKPT")
+            else str(tmp_path / a)
+            if a in ("text.txt", "gsm8k.jsonl")
+            else a.replace("../shared/data", str(shared_data))
+            for a in shlex.split(line)[1:]
+        ]
         assert cli_main(argv + shorten[argv[1]] + ["--quiet"]) == 0, line
         metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert metrics.get("num_problems", metrics.get("num_questions", metrics.get("tokens"))), line
@@ -226,13 +320,31 @@ def test_eval_gsm8k_cli_reports_skipped_over_long_questions(tmp_path, tok_dir, c
     from cookmind.tokenizer import Tokenizer
 
     tok = Tokenizer.load(tok_dir)
-    save_model(tmp_path / "m", tiny_lm(vocab_size=tok.vocab_size, eos_token_id=tok.eos_id,
-                                       max_position_embeddings=64))  # the context the message below names
+    save_model(
+        tmp_path / "m", tiny_lm(vocab_size=tok.vocab_size, eos_token_id=tok.eos_id, max_position_embeddings=64)
+    )  # the context the message below names
     tok.save(tmp_path / "m")
     rows = [{"question": "Tom has 3 apples.", "answer": "#### 3"}, {"question": CORPUS[:2000], "answer": "#### 7"}]
     (tmp_path / "g.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert cli_main(["eval", "gsm8k", str(tmp_path / "m"), "--data", str(tmp_path / "g.jsonl"), "--template", "chat",
-                     "--max-new-tokens", "2", "--quiet", "--out", str(tmp_path / "out.jsonl")]) == 0
+    assert (
+        cli_main(
+            [
+                "eval",
+                "gsm8k",
+                str(tmp_path / "m"),
+                "--data",
+                str(tmp_path / "g.jsonl"),
+                "--template",
+                "chat",
+                "--max-new-tokens",
+                "2",
+                "--quiet",
+                "--out",
+                str(tmp_path / "out.jsonl"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.strip().splitlines()
     assert "skipped 1 of 2 items" in out[-2] and "context of 64 tokens" in out[-2]
     metrics = json.loads(out[-1])
@@ -248,8 +360,23 @@ def test_pack_reads_a_json_array_file_like_json_lines(tmp_path, tok_dir):
     (tmp_path / "a.json").write_text(json.dumps(rows, indent=2))
     (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for name in ("a.json", "b.jsonl"):
-        assert cli_main(["pack", "--tokenizer", str(tok_dir), "--train-type", "sft", "--input", str(tmp_path / name),
-                         "--out", str(tmp_path / f"{name}.store"), "--quiet"]) == 0
+        assert (
+            cli_main(
+                [
+                    "pack",
+                    "--tokenizer",
+                    str(tok_dir),
+                    "--train-type",
+                    "sft",
+                    "--input",
+                    str(tmp_path / name),
+                    "--out",
+                    str(tmp_path / f"{name}.store"),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
     a, b = TokenStore(tmp_path / "a.json.store"), TokenStore(tmp_path / "b.jsonl.store")
     assert len(a) == len(b) == 2
     assert all(a.record("sequence", i).tolist() == b.record("sequence", i).tolist() for i in range(2))

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from cookmind.curate.classifier import ClassifierConfig, FastTextClassifier, feature_ids, load_classifier, train_classifier
+from cookmind.curate.classifier import (
+    ClassifierConfig,
+    FastTextClassifier,
+    feature_ids,
+    load_classifier,
+    train_classifier,
+)
 from cookmind.curate.harmful import classify_quality
 
 
@@ -21,7 +27,7 @@ def test_sgd_step_matches_torch_autograd():
     y = np.array([0, 2, 1, 2])
     E = torch.tensor(model.E, dtype=torch.float64, requires_grad=True)
     W = torch.tensor(model.W, dtype=torch.float64, requires_grad=True)
-    H = torch.stack([E[torch.tensor(x)].mean(0) for x in ids])           # mean of the feature embeddings
+    H = torch.stack([E[torch.tensor(x)].mean(0) for x in ids])  # mean of the feature embeddings
     loss = torch.nn.functional.cross_entropy(H @ W.T, torch.tensor(y), reduction="sum")
     loss.backward()
     lr = 0.3
@@ -72,8 +78,21 @@ def test_cli_train_classifier(tmp_path):
     rows = [{"text": f"buy cheap pills now deal {i}", "label": "spam"} for i in range(30)]
     rows += [{"text": f"the soup simmered while we talked about the garden {i}", "label": "good"} for i in range(30)]
     (tmp_path / "l.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    assert main(["curate", "train-classifier", "--input", str(tmp_path / "l.jsonl"), "--output",
-                 str(tmp_path / "m.npz"), "--bucket", "4096"]) == 0
+    assert (
+        main(
+            [
+                "curate",
+                "train-classifier",
+                "--input",
+                str(tmp_path / "l.jsonl"),
+                "--output",
+                str(tmp_path / "m.npz"),
+                "--bucket",
+                "4096",
+            ]
+        )
+        == 0
+    )
     m = load_classifier(tmp_path / "m.npz")
     assert m.predict("cheap pills deal")[0] == "spam"
     assert m.predict("we talked in the garden")[0] == "good"

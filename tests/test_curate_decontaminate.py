@@ -12,11 +12,15 @@ from cookmind.curate.decontaminate import ngram_hashes
 from cookmind.curate.stages import build_stage
 from cookmind.curate.stats import StageStats
 
-QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-            "How many clips did Natalia sell altogether in April and May?")
+QUESTION = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?"
+)
 ANSWER = "Natalia sold 48/2 = <<48/2=24>>24 clips in May. Natalia sold 48+24 = <<48+24=72>>72 clips. #### 72"
-PROSE = ("The cook put the pot on the stove and waited for the water to boil. She had spent the morning "
-         "at the market with her brother, and they came home with onions, carrots and a bag of fresh herbs.")
+PROSE = (
+    "The cook put the pot on the stove and waited for the water to boil. She had spent the morning "
+    "at the market with her brother, and they came home with onions, carrots and a bag of fresh herbs."
+)
 
 
 def _words(text: str) -> list[str]:
@@ -25,7 +29,7 @@ def _words(text: str) -> list[str]:
 
 def _grams(text: str, n: int) -> set[tuple[str, ...]]:
     w = _words(text)
-    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+    return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
 
 
 def _naive_contaminated(docs: list[str], items: list[str], n: int, min_matches: int = 1) -> list[bool]:
@@ -50,21 +54,23 @@ def test_ngram_hashes_agree_with_word_tuples():
     for n in (1, 3, 13):
         ha, hb = ngram_hashes(a, n), ngram_hashes(b, n)
         assert len(ha) == len(_words(a)) - n + 1
-        assert len(set(ha.tolist())) == len(_grams(a, n))               # distinct n-grams, distinct hashes
+        assert len(set(ha.tolist())) == len(_grams(a, n))  # distinct n-grams, distinct hashes
         assert len(set(ha.tolist()) & set(hb.tolist())) == len(_grams(a, n) & _grams(b, n))
     assert len(ngram_hashes("too short", 13)) == 0
 
 
 def test_stage_removes_exactly_the_docs_that_share_a_13_gram(tmp_path):
-    evals = _write_gsm8k(tmp_path / "test.jsonl", [{"question": QUESTION, "answer": ANSWER},
-                                                   {"question": "What is 2 + 2?", "answer": "#### 4"}])
+    evals = _write_gsm8k(
+        tmp_path / "test.jsonl",
+        [{"question": QUESTION, "answer": ANSWER}, {"question": "What is 2 + 2?", "answer": "#### 4"}],
+    )
     q = _words(QUESTION)
     docs = [
-        PROSE,                                                                   # clean
-        PROSE + "\n\nHomework help: " + QUESTION.upper().replace(",", ""),       # case and punctuation changed
-        "Q: " + " ".join(q[:12]) + ". Something else entirely, " + PROSE,        # only 12 words shared: kept
-        "answer key: " + ANSWER,                                                 # the answer alone
-        " ".join(q[-13:]),                                                       # exactly the last 13 words
+        PROSE,  # clean
+        PROSE + "\n\nHomework help: " + QUESTION.upper().replace(",", ""),  # case and punctuation changed
+        "Q: " + " ".join(q[:12]) + ". Something else entirely, " + PROSE,  # only 12 words shared: kept
+        "answer key: " + ANSWER,  # the answer alone
+        " ".join(q[-13:]),  # exactly the last 13 words
     ]
     stage = build_stage("decontaminate", {"eval_sets": {"gsm8k": str(evals)}, "ngram": 13})
     stats = StageStats("decontaminate")
@@ -72,7 +78,7 @@ def test_stage_removes_exactly_the_docs_that_share_a_13_gram(tmp_path):
     expected = _naive_contaminated(docs, [QUESTION + " " + ANSWER, "What is 2 + 2? #### 4"], 13)
     assert [not f for f in flags] == expected == [False, True, False, True, True]
     assert stats.reasons == {"eval:gsm8k": 3} and stats.counters == {"docs_matching:gsm8k": 3}
-    assert stage.sets[0].items == 2 and stage.sets[0].short == 1                 # "What is 2 + 2?" cannot match
+    assert stage.sets[0].items == 2 and stage.sets[0].short == 1  # "What is 2 + 2?" cannot match
 
 
 def test_min_matches_ngram_and_several_sets(tmp_path):
@@ -81,8 +87,9 @@ def test_min_matches_ngram_and_several_sets(tmp_path):
         csv.writer(f).writerow([PROSE[:90], "first choice", "second", "third", "fourth", "B"])
     docs = [" ".join(_words(QUESTION)[:8]), QUESTION, PROSE[:90] + " " + QUESTION]
     for n, m in ((8, 1), (8, 3), (13, 1)):
-        stage = build_stage("decontaminate", {"eval_sets": [str(evals), str(tmp_path / "b.csv")], "ngram": n,
-                                              "min_matches": m})
+        stage = build_stage(
+            "decontaminate", {"eval_sets": [str(evals), str(tmp_path / "b.csv")], "ngram": n, "min_matches": m}
+        )
         assert [es.name for es in stage.sets] == [f"{tmp_path.name}/a", f"{tmp_path.name}/b"]
         stats = StageStats("decontaminate")
         got = [not stage.process({"text": d}, stats) for d in docs]
@@ -93,10 +100,14 @@ def test_min_matches_ngram_and_several_sets(tmp_path):
     assert got == [False, True, True]
 
 
-@pytest.mark.parametrize("options, match", [
-    ({}, "names no eval sets"), ({"eval_sets": {"x": "/nonexistent/test.jsonl"}}, "eval set x: .*does not exist"),
-    ({"eval_sets": ["/tmp"], "ngram": 0}, "must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({}, "names no eval sets"),
+        ({"eval_sets": {"x": "/nonexistent/test.jsonl"}}, "eval set x: .*does not exist"),
+        ({"eval_sets": ["/tmp"], "ngram": 0}, "must be >= 1"),
+    ],
+)
 def test_bad_options_are_clear_errors(options, match):
     with pytest.raises((ValueError, FileNotFoundError), match=match):
         build_stage("decontaminate", options)
@@ -115,8 +126,9 @@ def test_pipeline_reports_removals_per_eval_set(tmp_path):
     cfg_path = tmp_path / "curate.yaml"
     (tmp_path / "none.csv").write_text("a question that no document of this corpus shares with it at all,A,B,C,D,A\n")
     eval_sets = {"gsm8k": str(evals), "none": str(tmp_path / "none.csv")}
-    cfg_path.write_text(yaml.safe_dump({"stages": [{"decontaminate": {"eval_sets": eval_sets}}],
-                                        "output_format": "jsonl"}))
+    cfg_path.write_text(
+        yaml.safe_dump({"stages": [{"decontaminate": {"eval_sets": eval_sets}}], "output_format": "jsonl"})
+    )
     result = run_pipeline(CurateConfig.from_yaml(cfg_path), [str(inp)], tmp_path / "out", progress=False)
     assert [d["id"] for d in read_outputs(result.outputs)] == ["0", "2"]
     report = json.loads(result.report_json.read_text())
@@ -132,13 +144,17 @@ def test_real_gsm8k_and_mmlu_test_sets(shared_data):
         with open(f, newline="", encoding="utf-8") as fh:
             mmlu_rows += list(csv.reader(fh))
     row = next(r for r in mmlu_rows[100:] if len(_words(r[0])) >= 20)  # a question long enough to match alone
-    docs = [PROSE,
-            "Worked example. " + gsm_test[5]["question"].lower() + "\n\nSolution: " + gsm_test[5]["answer"],
-            "<p>" + gsm_test[700]["question"].replace(" ", "  ") + "</p>",
-            f"Quiz time! {row[0]}\nA) {row[1]}\nB) {row[2]}\nC) {row[3]}\nD) {row[4]}\nAnswer: {row[5]}"]
+    docs = [
+        PROSE,
+        "Worked example. " + gsm_test[5]["question"].lower() + "\n\nSolution: " + gsm_test[5]["answer"],
+        "<p>" + gsm_test[700]["question"].replace(" ", "  ") + "</p>",
+        f"Quiz time! {row[0]}\nA) {row[1]}\nB) {row[2]}\nC) {row[3]}\nD) {row[4]}\nAnswer: {row[5]}",
+    ]
     docs += [r["question"] + " " + r["answer"] for r in gsm_train]
-    stage = build_stage("decontaminate", {"eval_sets": {"gsm8k": str(shared_data / "gsm8k" / "test.jsonl"),
-                                                        "mmlu": str(shared_data / "mmlu" / "test")}})
+    stage = build_stage(
+        "decontaminate",
+        {"eval_sets": {"gsm8k": str(shared_data / "gsm8k" / "test.jsonl"), "mmlu": str(shared_data / "mmlu" / "test")}},
+    )
     assert stage.sets[0].items == len(gsm_test) == 1319 and stage.sets[1].items == len(mmlu_rows)
     stats = StageStats("decontaminate")
     got = [not stage.process({"text": d}, stats) for d in docs]
@@ -161,7 +177,7 @@ def test_default_config_shows_a_working_decontaminate_entry(tmp_path, capsys):
     assert main(argparse.Namespace(curate_command="default-config")) == 0
     out = capsys.readouterr().out
     cfg = yaml.safe_load(out)
-    block = out[out.index("# - decontaminate:"):].split("\n# - ", 2)[0]   # the commented example, uncommented
+    block = out[out.index("# - decontaminate:") :].split("\n# - ", 2)[0]  # the commented example, uncommented
     entry = yaml.safe_load("\n".join(line[2:] for line in block.splitlines()))[0]
     assert entry["decontaminate"]["ngram"] == 13 and set(entry["decontaminate"]["eval_sets"]) == {"gsm8k", "mmlu"}
     _write_gsm8k(tmp_path / "test.jsonl", [{"question": QUESTION, "answer": ANSWER}])

@@ -12,9 +12,11 @@ import xxhash
 from cookmind.curate import exact_line_dedup, minhash_dedup
 from cookmind.curate.minhash import UnionFind, jaccard, permutations, shingles, signature
 
-WORDS = ("salt pepper onion garlic butter flour sugar lemon thyme basil carrot celery potato tomato rice bean "
-         "pan pot oven knife spoon bowl plate cup stir fold bake roast boil fry chop slice taste serve rest "
-         "morning evening winter summer market garden kitchen table window friend mother father child").split()
+WORDS = (
+    "salt pepper onion garlic butter flour sugar lemon thyme basil carrot celery potato tomato rice bean "
+    "pan pot oven knife spoon bowl plate cup stir fold bake roast boil fry chop slice taste serve rest "
+    "morning evening winter summer market garden kitchen table window friend mother father child"
+).split()
 
 
 def _doc(rng: random.Random, n: int = 120) -> str:
@@ -31,8 +33,10 @@ def _edit(text: str, rng: random.Random, k: int) -> str:
 def test_exact_line_dedup_matches_naive_count(tmp_path):
     rng = random.Random(0)
     pool = [f"line {i} about {rng.choice(WORDS)}" for i in range(30)]
-    docs = ["\n".join(rng.choice(pool) if rng.random() < 0.5 else f"unique {d}-{j} {_doc(rng, 5)}"
-                      for j in range(12)) for d in range(8)]
+    docs = [
+        "\n".join(rng.choice(pool) if rng.random() < 0.5 else f"unique {d}-{j} {_doc(rng, 5)}" for j in range(12))
+        for d in range(8)
+    ]
     paths = []
     for i, d in enumerate(docs):
         paths.append(tmp_path / "in" / f"doc{i}.txt")
@@ -48,8 +52,8 @@ def test_exact_line_dedup_matches_naive_count(tmp_path):
 
 def test_shingle_jaccard_is_true_jaccard():
     a, b = "the cat sat on the mat today", "the cat sat on a mat today"
-    ga = {tuple(a.split()[i:i + 3]) for i in range(5)}
-    gb = {tuple(b.split()[i:i + 3]) for i in range(5)}
+    ga = {tuple(a.split()[i : i + 3]) for i in range(5)}
+    gb = {tuple(b.split()[i : i + 3]) for i in range(5)}
     assert jaccard(shingles(a, 3), shingles(b, 3)) == pytest.approx(len(ga & gb) / len(ga | gb))
 
 
@@ -66,9 +70,9 @@ def test_minhash_estimate_tracks_true_jaccard_like_datasketch():
         ours = float(np.mean(signature(sx, a_sig, b_sig) == signature(sy, a_sig, b_sig)))
         mx, my = MinHash(num_perm=256, seed=3), MinHash(num_perm=256, seed=3)
         for i in range(len(x.split()) - 4):
-            mx.update(" ".join(x.lower().split()[i:i + 5]).encode())
+            mx.update(" ".join(x.lower().split()[i : i + 5]).encode())
         for i in range(len(y.split()) - 4):
-            my.update(" ".join(y.lower().split()[i:i + 5]).encode())
+            my.update(" ".join(y.lower().split()[i : i + 5]).encode())
         ref = mx.jaccard(my)
         # both estimators have standard error sqrt(J(1-J)/256) <= 0.031
         assert abs(ours - true) < 0.1, (k, ours, true)
@@ -90,7 +94,7 @@ def _datasketch_clusters(texts, threshold, num_perm):
     sets = []
     for i, t in enumerate(texts):
         w = t.lower().split()
-        grams = {" ".join(w[j:j + 5]) for j in range(len(w) - 4)}
+        grams = {" ".join(w[j : j + 5]) for j in range(len(w) - 4)}
         sets.append(grams)
         m = MinHash(num_perm=num_perm, seed=7)
         for g in grams:
@@ -107,9 +111,9 @@ def test_minhash_dedup_removes_edited_copies_and_keeps_distinct(tmp_path):
     rng = random.Random(2)
     originals = [_doc(rng, 300) for _ in range(12)]
     texts = list(originals)
-    texts.append(originals[0])                  # exact copy
-    texts.append(_edit(originals[1], rng, 3))   # three words edited: J about 0.9
-    texts.append(_edit(originals[1], rng, 2))   # a second near copy of the same page
+    texts.append(originals[0])  # exact copy
+    texts.append(_edit(originals[1], rng, 3))  # three words edited: J about 0.9
+    texts.append(_edit(originals[1], rng, 2))  # a second near copy of the same page
     texts.append(_edit(originals[2], rng, 80))  # heavily edited: J well below 0.8, must stay
     paths = []
     for i, t in enumerate(texts):
@@ -117,12 +121,13 @@ def test_minhash_dedup_removes_edited_copies_and_keeps_distinct(tmp_path):
         p.parent.mkdir(exist_ok=True)
         p.write_text(t)
         paths.append(p)
-    out = minhash_dedup(paths, num_hashes=128, num_bands=16, ngrams=5, jaccard_threshold=0.8,
-                        output_dir=tmp_path / "out")
+    out = minhash_dedup(
+        paths, num_hashes=128, num_bands=16, ngrams=5, jaccard_threshold=0.8, output_dir=tmp_path / "out"
+    )
     kept = {int(p.stem[1:]) for p in out}
     assert kept == set(range(12)) | {15}
     assert kept == _datasketch_clusters(texts, 0.8, 128)
-    again = minhash_dedup(paths, 128, 16, 5, 0.8, tmp_path / "out2")   # seeded: the same answer
+    again = minhash_dedup(paths, 128, 16, 5, 0.8, tmp_path / "out2")  # seeded: the same answer
     assert [p.name for p in again] == [p.name for p in out]
 
 
@@ -147,7 +152,7 @@ def _naive_remove(text: str, duplicated: set[str]) -> str:
     body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")
     lines = body.split("\n")
     out: list[str] = []
-    gap = False      # a line was removed since the last kept line
+    gap = False  # a line was removed since the last kept line
     for line in lines:
         if line.strip() and line.rstrip() in duplicated:
             gap = True
@@ -156,24 +161,27 @@ def _naive_remove(text: str, duplicated: set[str]) -> str:
             continue
         out.append(line)
         gap = False
-    if gap:          # the document ended inside a removal: drop the blank lines before it
+    if gap:  # the document ended inside a removal: drop the blank lines before it
         while out and not out[-1].strip():
             out.pop()
     return "\n".join(out) + end if out else ""
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("keep me\nshared line\n", "keep me\n"),                     # the final newline stays
-    ("keep me\nalso kept\n", "keep me\nalso kept\n"),            # nothing removed: byte-identical
-    ("a para\r\nshared line\r\nend\r\n", "a para\r\nend\r\n"),   # CRLF stays CRLF
-    ("  indented\nshared line\n\n\nafter\n", "  indented\n\n\nafter\n"),  # blank runs it did not join stay
-    ("p1\n\nshared line\n\np2\n", "p1\n\np2\n"),                 # a joined blank run becomes one
-    ("shared line\n\np2", "p2"),                                 # a removed first paragraph takes its gap
-    ("p1\n\nshared line", "p1"),                                 # a removed last paragraph takes its gap
-    ("p1\n\nshared line\n", "p1\n"),
-    ("p1\r\n\r\nshared line\r\n", "p1\r\n"),
-    ("shared line\n", ""),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("keep me\nshared line\n", "keep me\n"),  # the final newline stays
+        ("keep me\nalso kept\n", "keep me\nalso kept\n"),  # nothing removed: byte-identical
+        ("a para\r\nshared line\r\nend\r\n", "a para\r\nend\r\n"),  # CRLF stays CRLF
+        ("  indented\nshared line\n\n\nafter\n", "  indented\n\n\nafter\n"),  # blank runs it did not join stay
+        ("p1\n\nshared line\n\np2\n", "p1\n\np2\n"),  # a joined blank run becomes one
+        ("shared line\n\np2", "p2"),  # a removed first paragraph takes its gap
+        ("p1\n\nshared line", "p1"),  # a removed last paragraph takes its gap
+        ("p1\n\nshared line\n", "p1\n"),
+        ("p1\r\n\r\nshared line\r\n", "p1\r\n"),
+        ("shared line\n", ""),
+    ],
+)
 def test_remove_lines_keeps_every_byte_but_the_removed_lines(text, expected):
     from cookmind.curate.exact_lines import remove_lines
 
@@ -184,15 +192,23 @@ def test_remove_lines_keeps_every_byte_but_the_removed_lines(text, expected):
 
 
 def test_exact_line_dedup_files_keep_final_newline_crlf_and_bytes(tmp_path):
-    docs = {"a.txt": b"Title A\r\nshared footer\r\n", "b.txt": b"Title B\nshared footer\n",
-            "c.txt": b"Only mine \xff here\n\n", "d.txt": b"no final newline"}
+    docs = {
+        "a.txt": b"Title A\r\nshared footer\r\n",
+        "b.txt": b"Title B\nshared footer\n",
+        "c.txt": b"Only mine \xff here\n\n",
+        "d.txt": b"no final newline",
+    }
     for name, body in docs.items():
         (tmp_path / "in").mkdir(exist_ok=True)
         (tmp_path / "in" / name).write_bytes(body)
     out = exact_line_dedup(sorted((tmp_path / "in").iterdir()), tmp_path / "out", num_partitions=2)
     got = {p.name: p.read_bytes() for p in out}
-    assert got == {"a.txt": b"Title A\r\n", "b.txt": b"Title B\n", "c.txt": b"Only mine \xff here\n\n",
-                   "d.txt": b"no final newline"}
+    assert got == {
+        "a.txt": b"Title A\r\n",
+        "b.txt": b"Title B\n",
+        "c.txt": b"Only mine \xff here\n\n",
+        "d.txt": b"no final newline",
+    }
 
 
 def test_minhash_dedup_copies_kept_files_byte_for_byte(tmp_path):

@@ -15,11 +15,26 @@ from cookmind.curate.runner import read_outputs, run_pipeline
 from cookmind.synthetic.crawl import write_crawl
 
 # stage -> the crawl kinds it alone should remove
-EXPECTED = {"langid": ["foreign"], "gopher": ["spam"], "minhash": ["exact_dup", "near_dup"], "nsfw": ["nsfw"],
-            "toxic": ["toxic"], "quality": ["seo_spam"], "extract": [], "exact_lines": [], "pii": []}
+EXPECTED = {
+    "langid": ["foreign"],
+    "gopher": ["spam"],
+    "minhash": ["exact_dup", "near_dup"],
+    "nsfw": ["nsfw"],
+    "toxic": ["toxic"],
+    "quality": ["seo_spam"],
+    "extract": [],
+    "exact_lines": [],
+    "pii": [],
+}
 
-LIGHT = [{"extract": {}}, {"langid": {}}, {"gopher": {}}, {"minhash": {"num_hashes": 64, "num_bands": 8}},
-         {"exact_lines": {"num_partitions": 4}}, {"pii": {}}]
+LIGHT = [
+    {"extract": {}},
+    {"langid": {}},
+    {"gopher": {}},
+    {"minhash": {"num_hashes": 64, "num_bands": 8}},
+    {"exact_lines": {"num_partitions": 4}},
+    {"pii": {}},
+]
 
 
 def test_demo_stage_removes_what_the_crawl_planted(tmp_path):
@@ -31,11 +46,13 @@ def test_demo_stage_removes_what_the_crawl_planted(tmp_path):
     assert list(stats) == ["extract", "langid", "gopher", "minhash", "exact_lines", "pii", "nsfw", "toxic", "quality"]
     for name, kinds in EXPECTED.items():
         assert stats[name]["removed"] == sum(manifest["kinds"].get(k, 0) for k in kinds), name
-    assert stats["minhash"]["reasons"] == {"exact_duplicate": manifest["kinds"]["exact_dup"],
-                                           "near_duplicate": manifest["kinds"]["near_dup"]}
+    assert stats["minhash"]["reasons"] == {
+        "exact_duplicate": manifest["kinds"]["exact_dup"],
+        "near_duplicate": manifest["kinds"]["near_dup"],
+    }
     for kind in ("emails", "phones", "ips"):
         assert stats["pii"]["counters"][f"{kind}_masked"] == manifest["pii"].get(kind, 0)
-    assert stats["exact_lines"]["counters"]["lines_removed"] > 0   # the repeated newsletter line and titles
+    assert stats["exact_lines"]["counters"]["lines_removed"] > 0  # the repeated newsletter line and titles
     # what is left is exactly the good pages, masked
     kept = list(read_outputs(sorted((tmp_path / "curated").glob("shard-*.jsonl.gz"))))
     assert len(kept) == out["docs_out"] == manifest["kinds"]["good"]
@@ -99,8 +116,12 @@ def test_ray_executor_equals_local(tmp_path):
     local = run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "local", progress=False)
     os.environ["RAY_AUTH_MODE"] = "disabled"
     repo = str(Path(__file__).resolve().parents[1])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": repo, "RAY_AUTH_MODE": "disabled"}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": repo, "RAY_AUTH_MODE": "disabled"}},
+    )
     try:
         remote = run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "ray", executor="ray", progress=False)
     finally:
@@ -111,8 +132,10 @@ def test_ray_executor_equals_local(tmp_path):
 
 
 def _warc_record(rtype: str, url: str, payload: bytes, content_type: str) -> bytes:
-    head = (f"WARC/1.0\r\nWARC-Type: {rtype}\r\nWARC-Target-URI: {url}\r\nWARC-Record-ID: <urn:uuid:{abs(hash(url))}>\r\n"
-            f"WARC-Date: 2026-01-01T00:00:00Z\r\nContent-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n\r\n")
+    head = (
+        f"WARC/1.0\r\nWARC-Type: {rtype}\r\nWARC-Target-URI: {url}\r\nWARC-Record-ID: <urn:uuid:{abs(hash(url))}>\r\n"
+        f"WARC-Date: 2026-01-01T00:00:00Z\r\nContent-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n\r\n"
+    )
     return head.encode() + payload + b"\r\n\r\n"
 
 
@@ -120,8 +143,12 @@ def test_warc_and_html_inputs(tmp_path):
     from cookmind.curate.shards import iter_shard, plan_input_shards
 
     html = b"<html><body><main><p>Hello from a WARC response, a page about soup.</p></main></body></html>"
-    http = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: " + \
-        str(len(html)).encode() + b"\r\n\r\n" + html
+    http = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: "
+        + str(len(html)).encode()
+        + b"\r\n\r\n"
+        + html
+    )
     warc = _warc_record("response", "https://a.example/", http, "application/http; msgtype=response")
     warc += _warc_record("conversion", "https://b.example/", b"Plain text from a WET record.", "text/plain")
     (tmp_path / "in").mkdir()
@@ -132,11 +159,15 @@ def test_warc_and_html_inputs(tmp_path):
     docs = [d for shard in plan for d in iter_shard(shard)]
     assert [d.get("url") for d in docs] == ["https://a.example/", "https://b.example/", None]
     assert "WARC response" in docs[0]["html"] and docs[1]["text"] == "Plain text from a WET record."
-    result = run_pipeline(CurateConfig(stages=[{"extract": {}}]), [str(tmp_path / "in")], tmp_path / "out",
-                          progress=False)
+    result = run_pipeline(
+        CurateConfig(stages=[{"extract": {}}]), [str(tmp_path / "in")], tmp_path / "out", progress=False
+    )
     texts = sorted(d["text"] for d in _read_all(tmp_path / "out"))
-    assert texts == ["Hello from a WARC response, a page about soup.", "Hello from a WARC response, a page about soup.",
-                     "Plain text from a WET record."]
+    assert texts == [
+        "Hello from a WARC response, a page about soup.",
+        "Hello from a WARC response, a page about soup.",
+        "Plain text from a WET record.",
+    ]
     assert result.stages[0].docs_in == 3
 
 
@@ -145,12 +176,40 @@ def test_cli_crawl_run_and_bad_config(tmp_path, capsys):
 
     assert main(["curate", "crawl", "--output", str(tmp_path / "in"), "--num-pages", "40", "--shards", "2"]) == 0
     (tmp_path / "c.yaml").write_text("stages:\n  - extract\n  - gopher: {min_words: 40}\noutput_format: jsonl\n")
-    assert main(["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", str(tmp_path / "in"),
-                 "--output", str(tmp_path / "out"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "curate",
+                "run",
+                "--config",
+                str(tmp_path / "c.yaml"),
+                "--input",
+                str(tmp_path / "in"),
+                "--output",
+                str(tmp_path / "out"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "out" / "report.md").exists() and (tmp_path / "out" / "shard-00001.jsonl").exists()
     (tmp_path / "bad.yaml").write_text("stages:\n  - gopher: {min_wordz: 3}\n")
-    assert main(["curate", "run", "--config", str(tmp_path / "bad.yaml"), "--input", str(tmp_path / "in"),
-                 "--output", str(tmp_path / "out2"), "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "curate",
+                "run",
+                "--config",
+                str(tmp_path / "bad.yaml"),
+                "--input",
+                str(tmp_path / "in"),
+                "--output",
+                str(tmp_path / "out2"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert "min_wordz" in capsys.readouterr().err
 
 
@@ -159,6 +218,10 @@ def test_text_documents_pass_through_byte_for_byte(tmp_path):
     (tmp_path / "in").mkdir()
     body = "First line of a note\r\nsecond line, with a Windows ending\r\n\r\nlast paragraph\r\n"
     (tmp_path / "in" / "note.txt").write_bytes(body.encode())
-    result = run_pipeline(CurateConfig(stages=[{"extract": {}}, {"exact_lines": {"num_partitions": 2}}],
-                                       output_format="jsonl"), [str(tmp_path / "in")], tmp_path / "out", progress=False)
+    result = run_pipeline(
+        CurateConfig(stages=[{"extract": {}}, {"exact_lines": {"num_partitions": 2}}], output_format="jsonl"),
+        [str(tmp_path / "in")],
+        tmp_path / "out",
+        progress=False,
+    )
     assert [d["text"] for d in read_outputs(result.outputs)] == [body]

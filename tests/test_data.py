@@ -19,8 +19,14 @@ def fmt(request):
 
 
 def _seq_store(tmp_path, fmt, docs, shard_tokens=10**9):
-    return write_store(tmp_path / "seq", "seq", [{"sequence": np.array(d)} for d in docs], vocab_size=100,
-                       storage_type=fmt, shard_tokens=shard_tokens)
+    return write_store(
+        tmp_path / "seq",
+        "seq",
+        [{"sequence": np.array(d)} for d in docs],
+        vocab_size=100,
+        storage_type=fmt,
+        shard_tokens=shard_tokens,
+    )
 
 
 def test_seq_windows_with_stride_match_hand_computed(tmp_path, fmt):
@@ -100,10 +106,20 @@ def test_sft_packing_fills_windows_in_order_with_restarting_positions(tmp_path, 
 
 
 def test_dpo_masks_responses_only_and_collate_pads_both_sides_together(tmp_path, fmt):
-    recs = [{"chosen": np.array([1, 2, 3, 4]), "chosen_mask": np.array([0, 0, 1, 1]),
-             "rejected": np.array([1, 2, 5]), "rejected_mask": np.array([0, 0, 1])},
-            {"chosen": np.array([1, 2, 3, 4, 4, 4]), "chosen_mask": np.array([0, 0, 0, 0, 0, 1]),
-             "rejected": np.array([1, 6]), "rejected_mask": np.array([0, 1])}]
+    recs = [
+        {
+            "chosen": np.array([1, 2, 3, 4]),
+            "chosen_mask": np.array([0, 0, 1, 1]),
+            "rejected": np.array([1, 2, 5]),
+            "rejected_mask": np.array([0, 0, 1]),
+        },
+        {
+            "chosen": np.array([1, 2, 3, 4, 4, 4]),
+            "chosen_mask": np.array([0, 0, 0, 0, 0, 1]),
+            "rejected": np.array([1, 6]),
+            "rejected_mask": np.array([0, 1]),
+        },
+    ]
     path = write_store(tmp_path / "dpo", "dpo", recs, vocab_size=10, storage_type=fmt)
     ds = DatasetFactory.load("dpo", path, window_size=5)
     assert ds.num_dropped == 1 and len(ds) == 1  # pair 2's chosen response lies past token 5
@@ -116,16 +132,24 @@ def test_dpo_masks_responses_only_and_collate_pads_both_sides_together(tmp_path,
 
 
 def test_grpo_online_and_offline(tmp_path, fmt):
-    online = [{"prompts": np.array(p), "answers": np.frombuffer(a.encode(), np.uint8)}
-              for p, a in [([1, 2, 3], "18"), ([4] * 9, "x"), ([5], "3.5")]]
+    online = [
+        {"prompts": np.array(p), "answers": np.frombuffer(a.encode(), np.uint8)}
+        for p, a in [([1, 2, 3], "18"), ([4] * 9, "x"), ([5], "3.5")]
+    ]
     ds = DatasetFactory.load("grpo", write_store(tmp_path / "on", "grpo", online, 10, fmt), window_size=4)
     assert ds.num_dropped == 1 and len(ds) == 2
     assert ds[0]["prompt_ids"].tolist() == [1, 2, 3] and ds[0]["answer"] == "18"
     batch = collate_for("grpo", pad_id=9)([ds[0], ds[1]])
     assert batch["prompt_ids"].tolist() == [[1, 2, 3], [5, 9, 9]]
     assert batch["prompt_lengths"].tolist() == [3, 1] and batch["answer"] == ["18", "3.5"]
-    offline = [{"prompts": np.array([1, 2]), "responses": np.array([3, 4, 5]), "masks": np.array([1, 1, 0]),
-                "rewards": np.array([1.5])}]
+    offline = [
+        {
+            "prompts": np.array([1, 2]),
+            "responses": np.array([3, 4, 5]),
+            "masks": np.array([1, 1, 0]),
+            "rewards": np.array([1.5]),
+        }
+    ]
     ds = DatasetFactory.load("grpo", write_store(tmp_path / "off", "grpo", offline, 10, fmt), window_size=4)
     item = ds[0]
     assert item["response_ids"].tolist() == [3, 4] and item["response_mask"].tolist() == [1, 1]

@@ -12,8 +12,7 @@ def test_quick_demo_runs_every_stage(tmp_path):
     torch.set_num_threads(1)
     try:
         # curation is tested below; the RL stage in detail in test_align_demo.py
-        ctx = run_demo(DemoContext(workdir=tmp_path, seed=0, sizes=DemoSizes.quick(), progress=False,
-                                   skip_curate=True))
+        ctx = run_demo(DemoContext(workdir=tmp_path, seed=0, sizes=DemoSizes.quick(), progress=False, skip_curate=True))
     finally:
         torch.set_num_threads(threads)
     for name, _ in STAGES:
@@ -37,13 +36,18 @@ def test_demo_report_shows_what_each_curation_stage_removed(tmp_path):
     """The demo begins with curation, and its report carries the per-stage removal table."""
     from cookmind.demo import stage_curate, stage_report
 
-    ctx = run_demo(DemoContext(workdir=tmp_path, seed=0, sizes=DemoSizes.quick(), progress=False),
-                   stages=[("curate", stage_curate), ("report", stage_report)])
+    ctx = run_demo(
+        DemoContext(workdir=tmp_path, seed=0, sizes=DemoSizes.quick(), progress=False),
+        stages=[("curate", stage_curate), ("report", stage_report)],
+    )
     planted = ctx.results["curate"]["planted"]
     report = (tmp_path / "report.md").read_text()
     assert "## Curation: what each stage removed" in report
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in report.splitlines() if line.startswith("| ") and line.count("|") > 8}
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in report.splitlines()
+        if line.startswith("| ") and line.count("|") > 8
+    }
     for stage in ("extract", "langid", "gopher", "minhash", "exact_lines", "pii", "nsfw", "toxic"):
         assert stage in rows, f"curation stage {stage} missing from the demo report"
     # duplicates planted by the crawl = what MinHash removed

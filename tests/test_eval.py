@@ -6,11 +6,11 @@ import math
 
 import pytest
 import torch
+from lm_fixtures import tiny_lm
 from test_align_fixtures import CharTok, OracleLM, gsm8k_gold, tiny_hf_model, tiny_hf_tokenizer
 
 from cookmind.evals import evaluate_gsm8k, evaluate_mmlu, evaluate_text, load_gsm8k, load_mmlu, pass_at_k, sequence_nll
 from cookmind.evals.mmlu import mmlu_prompt
-from lm_fixtures import tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
@@ -43,6 +43,7 @@ def test_gsm8k_eval_grades_real_problems_and_writes_jsonl(shared_data, tmp_path)
 
 def test_gsm8k_sampled_pass_at_k(tmp_path):
     problems = [{"question": "What is 2+2?", "answer": "#### 4"}]
+
     # a two-token coin: after the prompt, "4" or "5" with equal probability, then EOS
     class Coin(torch.nn.Module):
         def __init__(self):
@@ -57,8 +58,18 @@ def test_gsm8k_sampled_pass_at_k(tmp_path):
             logits[:, -1, ord("5")] = torch.where(last == ord(">"), 0.0, -30.0)
             return logits
 
-    m = evaluate_gsm8k(Coin(), CharTok(), problems, template="Q {question} A>", num_samples=8, ks=(1, 8),
-                       temperature=1.0, max_new_tokens=3, seed=1, progress=False)
+    m = evaluate_gsm8k(
+        Coin(),
+        CharTok(),
+        problems,
+        template="Q {question} A>",
+        num_samples=8,
+        ks=(1, 8),
+        temperature=1.0,
+        max_new_tokens=3,
+        seed=1,
+        progress=False,
+    )
     c = round(m["accuracy"] * 8)
     assert 0 < c < 8  # both outcomes appear in 8 fair draws with this seed
     assert m["pass@1"] == pytest.approx(c / 8) and m["pass@8"] == 1.0
@@ -126,7 +137,9 @@ def test_perplexity_matches_hf_loss_and_bits_per_byte(shared_data, tmp_path):
     assert r["nll_per_token"] == pytest.approx(hf_loss, rel=1e-5)
     assert r["perplexity"] == pytest.approx(math.exp(hf_loss), rel=1e-5)
     n_bytes = len(text.encode()) - len(tok.decode(ids[:1]).encode())
-    assert r["bytes"] == n_bytes and r["bits_per_byte"] == pytest.approx(hf_loss * r["tokens"] / math.log(2) / n_bytes, rel=1e-5)
+    assert r["bytes"] == n_bytes and r["bits_per_byte"] == pytest.approx(
+        hf_loss * r["tokens"] / math.log(2) / n_bytes, rel=1e-5
+    )
     # windows: stride == window scores chunk k's targets ids[kw+1 .. kw+w] with only that chunk as context
     w = 64
     nll, count = sequence_nll(model, ids, window=w)
@@ -145,14 +158,46 @@ def test_cookmind_eval_cli_on_hf_folder(shared_data, tmp_path, capsys):
     tiny_hf_tokenizer(tmp_path / "hf")
     tiny_hf_model(tmp_path / "hf")
     out = tmp_path / "g.jsonl"
-    rc = main(["eval", "gsm8k", "--model", str(tmp_path / "hf"), "--data", str(shared_data / "gsm8k" / "test.jsonl"),
-               "--limit", "2", "--template", "compact", "--max-new-tokens", "4", "--quiet", "--out", str(out)])
+    rc = main(
+        [
+            "eval",
+            "gsm8k",
+            "--model",
+            str(tmp_path / "hf"),
+            "--data",
+            str(shared_data / "gsm8k" / "test.jsonl"),
+            "--limit",
+            "2",
+            "--template",
+            "compact",
+            "--max-new-tokens",
+            "4",
+            "--quiet",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert metrics["num_problems"] == 2 and 0.0 <= metrics["accuracy"] <= 1.0
     assert len(out.read_text().splitlines()) == 2 and out.with_suffix(".metrics.json").is_file()
-    rc = main(["eval", "mmlu", "--model", str(tmp_path / "hf"), "--data", str(shared_data / "mmlu"), "--split", "dev",
-               "--subjects", "virology", "--limit-per-subject", "2", "--quiet"])
+    rc = main(
+        [
+            "eval",
+            "mmlu",
+            "--model",
+            str(tmp_path / "hf"),
+            "--data",
+            str(shared_data / "mmlu"),
+            "--split",
+            "dev",
+            "--subjects",
+            "virology",
+            "--limit-per-subject",
+            "2",
+            "--quiet",
+        ]
+    )
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and metrics["num_questions"] == 2 and set(metrics["per_subject"]) == {"virology"}
     text = tmp_path / "t.txt"
@@ -210,8 +255,9 @@ def test_gsm8k_skips_and_counts_prompts_longer_than_the_context(tmp_path):
     short = {"question": "1+1?", "answer": "#### 2"}
     long = {"question": "Tom has many apples. " * 6, "answer": "#### 3"}  # 126 characters = tokens with CharTok
     out = tmp_path / "g.jsonl"
-    m = evaluate_gsm8k(_tiny_cookmind(64), CharTok(), [short, long, short], out, template="plain",
-                       max_new_tokens=4, progress=False)
+    m = evaluate_gsm8k(
+        _tiny_cookmind(64), CharTok(), [short, long, short], out, template="plain", max_new_tokens=4, progress=False
+    )
     assert m["num_problems"] == 2 and m["num_skipped_too_long"] == 1 and m["context"] == 64
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["index"] for r in records] == [0, 1, 2]
@@ -220,8 +266,10 @@ def test_gsm8k_skips_and_counts_prompts_longer_than_the_context(tmp_path):
 
 
 def test_mmlu_skips_and_counts_questions_longer_than_the_context():
-    rows = [{"subject": "virology", "question": q, "options": ["a", "b", "c", "d"], "answer": "A"}
-            for q in ("Short?", "Very long question. " * 10)]
+    rows = [
+        {"subject": "virology", "question": q, "options": ["a", "b", "c", "d"], "answer": "A"}
+        for q in ("Short?", "Very long question. " * 10)
+    ]
     n_short = len(CharTok().encode(mmlu_prompt(rows[0]) + " A")) - 1  # the model's input: prompt + letter - 1
     for scoring in ("letter", "generate"):
         m = evaluate_mmlu(_tiny_cookmind(n_short + 1), CharTok(), rows, scoring=scoring, progress=False)

@@ -12,7 +12,6 @@ from cookmind.infer.runner import ModelRunner
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
 tiny_model = sharp_tiny_lm
 
 
@@ -49,7 +48,7 @@ def test_greedy_matches_naive_argmax_loop():
     for _ in range(5):
         with torch.no_grad():
             seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-    assert generate(model, [PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=5))[0] == seq[len(PROMPTS[0]):]
+    assert generate(model, [PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=5))[0] == seq[len(PROMPTS[0]) :]
 
 
 def test_stop_token_ends_row_and_is_not_returned():
@@ -129,7 +128,7 @@ def test_tiny_model_trained_on_repeated_text_reproduces_it_through_generate():
     model = tiny_lm(vocab_size=256, hidden_size=48, intermediate_size=96, max_position_embeddings=128)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     window = 64
-    for step in range(250):
+    for _ in range(250):
         starts = torch.randint(0, len(data) - window, (8,))
         batch = torch.stack([data[s : s + window] for s in starts])
         loss = model(batch, labels=batch).loss
@@ -144,7 +143,6 @@ def test_tiny_model_trained_on_repeated_text_reproduces_it_through_generate():
     assert bytes(prompt + out).decode() == (text * 3)[: len(prompt) + len(out)]
 
 
-
 def _naive_greedy(model, prompt, n, banned_first=(), min_new=0):
     """Argmax over full recomputation; tokens in banned_first are excluded for the first min_new steps."""
     seq = list(prompt)
@@ -154,7 +152,7 @@ def _naive_greedy(model, prompt, n, banned_first=(), min_new=0):
         if step < min_new:
             logits[list(banned_first)] = float("-inf")
         seq.append(int(logits.argmax()))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 @pytest.mark.parametrize("engine", ["builtin", "serving"])
@@ -189,8 +187,12 @@ def test_lora_model_generates_like_naive_loop(path):
     from cookmind.model.lora import apply_lora
 
     model = tiny_model(tie_word_embeddings=False)
-    apply_lora(model, r=4, alpha=8.0, targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                               "down_proj", "lm_head"))
+    apply_lora(
+        model,
+        r=4,
+        alpha=8.0,
+        targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"),
+    )
     with torch.no_grad():  # nonzero adapters, so the LoRA path changes the outputs
         for name, p in model.named_parameters():
             if "lora_B" in name:
@@ -218,8 +220,16 @@ def test_token_stops_end_on_stop_token_or_completing_token():
         TokenStops((), ("x",), None)
 
 
-@pytest.mark.parametrize("bad", [{"stop_strings": "abc"}, {"stop_strings": ("",)}, {"min_new_tokens": 9,
-                                 "max_new_tokens": 8}, {"stop_token_ids": ("a",)}, {"max_new_tokens": 1.5}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"stop_strings": "abc"},
+        {"stop_strings": ("",)},
+        {"min_new_tokens": 9, "max_new_tokens": 8},
+        {"stop_token_ids": ("a",)},
+        {"max_new_tokens": 1.5},
+    ],
+)
 def test_sampling_params_refuse_bad_fields_naming_them(bad):
     with pytest.raises(ValueError, match=next(iter(bad)) if "stop_strings" not in bad else "stop strings"):
         SamplingParams(**bad)

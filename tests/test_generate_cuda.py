@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lm_fixtures import sharp_tiny_lm
 
 from cookmind.infer import generate
 from cookmind.infer.cuda_graphs import CudaGraphDecoder
 from cookmind.infer.engine import Engine, TokenEvent
 from cookmind.infer.runner import ModelRunner
 from cookmind.infer.sampling import SamplingParams
-from lm_fixtures import sharp_tiny_lm
 
 pytestmark = pytest.mark.gpu
 
@@ -27,8 +27,9 @@ def test_graph_replay_equals_eager_forward():
     last_tok = torch.zeros(8, dtype=torch.long, device="cuda")
     graphs = CudaGraphDecoder(runner, last_tok)
     for slot, seq in enumerate(PROMPTS):
-        runner.forward(torch.tensor([seq], device="cuda"), torch.arange(len(seq), device="cuda")[None], slot,
-                       attn_len=len(seq))
+        runner.forward(
+            torch.tensor([seq], device="cuda"), torch.arange(len(seq), device="cuda")[None], slot, attn_len=len(seq)
+        )
     b = len(PROMPTS)
     last_tok[:b] = torch.tensor([s[-1] for s in PROMPTS], device="cuda")
     graphs.load([len(s) for s in PROMPTS], [1] * b)
@@ -59,15 +60,24 @@ def long_cuda_model():
     return sharp_tiny_lm(hidden_size=64, intermediate_size=128, max_position_embeddings=256).cuda()
 
 
-@pytest.mark.parametrize("kv_cache,decode_attention,compile_attention",
-                         [("paged", "kernel", False), ("paged", "gather", False), ("slots", "gather", False),
-                          ("paged", "gather", True)])
+@pytest.mark.parametrize(
+    "kv_cache,decode_attention,compile_attention",
+    [("paged", "kernel", False), ("paged", "gather", False), ("slots", "gather", False), ("paged", "gather", True)],
+)
 def test_compiled_graphs_equal_generate(kv_cache, decode_attention, compile_attention):
     """Compiled layers captured in graphs, 16-token blocks, and (gather path) rows crossing the 64 -> 128
     length bucket; the paged decode kernel needs one graph per batch size."""
     model = long_cuda_model()
-    engine = Engine(model, num_slots=4, max_seq_len=160, cuda_graphs=True, compile=True, kv_cache=kv_cache,
-                    compile_attention=compile_attention, decode_attention=decode_attention)
+    engine = Engine(
+        model,
+        num_slots=4,
+        max_seq_len=160,
+        cuda_graphs=True,
+        compile=True,
+        kv_cache=kv_cache,
+        compile_attention=compile_attention,
+        decode_attention=decode_attention,
+    )
     assert engine.runner.compiled and engine.runner.compile_error is None
     assert engine.runner.decode_attention == decode_attention
     assert engine.graphs.length_buckets == ([160] if decode_attention == "kernel" else [64, 128, 160])
@@ -92,5 +102,6 @@ def test_compiled_logits_close_to_eager():
         engine.run_until_idle()
         outs.append([(ev.token_id, ev.logprob) for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)])
     assert [t for t, _ in outs[0]] == [t for t, _ in outs[1]]
-    torch.testing.assert_close(torch.tensor([lp for _, lp in outs[1]]), torch.tensor([lp for _, lp in outs[0]]),
-                               atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(
+        torch.tensor([lp for _, lp in outs[1]]), torch.tensor([lp for _, lp in outs[0]]), atol=1e-3, rtol=1e-3
+    )

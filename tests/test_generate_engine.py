@@ -13,7 +13,6 @@ from cookmind.infer.sampling import SamplingParams
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
 tiny_model = sharp_tiny_lm
 
 PROMPTS = [[5, 9, 11], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], [42], [7, 7, 7, 7]]
@@ -93,8 +92,10 @@ def test_per_request_seed_is_independent_of_batch_companions():
         return collect(req)[0]
 
     assert run(False) == run(True) == run(True, overlap=True)
-    assert run(False) == generate(model, [PROMPTS[0]], SamplingParams(max_new_tokens=10, temperature=1.0,
-                                                                        top_k=20, seed=11))[0]
+    assert (
+        run(False)
+        == generate(model, [PROMPTS[0]], SamplingParams(max_new_tokens=10, temperature=1.0, top_k=20, seed=11))[0]
+    )
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -104,8 +105,11 @@ def test_penalty_matches_generate(overlap):
     req = engine.submit(PROMPTS[3], SamplingParams(temperature=0, repetition_penalty=3.0, frequency_penalty=1.0), 8)
     other = engine.submit(PROMPTS[0], SamplingParams(temperature=0), 8)
     engine.run_until_idle()
-    ref = generate(model, [PROMPTS[3]], SamplingParams(temperature=0, max_new_tokens=8, repetition_penalty=3.0,
-                                                         frequency_penalty=1.0))[0]
+    ref = generate(
+        model,
+        [PROMPTS[3]],
+        SamplingParams(temperature=0, max_new_tokens=8, repetition_penalty=3.0, frequency_penalty=1.0),
+    )[0]
     assert collect(req)[0] == ref
     assert collect(other)[0] == generate(model, [PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=8))[0]
 

@@ -56,8 +56,16 @@ def test_paged_equals_slots_and_generate_mixed_lengths(overlap, graphs):
     model = tiny_model()
     outs = {}
     for kv in ("paged", "slots"):
-        engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=5, block_size=4, kv_cache=kv,
-                        overlap=overlap, cuda_graphs=graphs)
+        engine = Engine(
+            model,
+            num_slots=3,
+            max_seq_len=48,
+            prefill_chunk=5,
+            block_size=4,
+            kv_cache=kv,
+            overlap=overlap,
+            cuda_graphs=graphs,
+        )
         reqs = [engine.submit(p, SamplingParams(temperature=0), n) for p, n in zip(PROMPTS, LENS)]
         engine.run_until_idle()  # 5 requests through 3 rows, prompts chunked, many block boundaries
         outs[kv] = [tokens(r) for r in reqs]
@@ -74,8 +82,15 @@ def test_decode_kernel_path_equals_generate(overrides):
     model = tiny_model(**overrides)
     want = [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=n))[0] for p, n in zip(PROMPTS, LENS)]
     for graphs in (False, True):
-        engine = Engine(model, num_slots=3, max_seq_len=48, prefill_chunk=5, block_size=4, cuda_graphs=graphs,
-                        decode_attention="kernel")
+        engine = Engine(
+            model,
+            num_slots=3,
+            max_seq_len=48,
+            prefill_chunk=5,
+            block_size=4,
+            cuda_graphs=graphs,
+            decode_attention="kernel",
+        )
         assert engine.runner.decode_attention == "kernel" and engine.runner.fused[0].qkv is not None
         reqs = [engine.submit(p, SamplingParams(temperature=0), n) for p, n in zip(PROMPTS, LENS)]
         engine.run_until_idle()
@@ -194,8 +209,14 @@ def test_block_manager_reserves_grows_and_releases_by_hand_counts():
     manager = BlockManager(PagedKVCache(1, 9, 4, 1, 2, num_rows=2, max_seq_len=32), max_seq_len=32)
 
     def request(slot, prompt_len, max_new):
-        return SimpleNamespace(prompt_ids=[1] * prompt_len, max_new_tokens=max_new, prompt_logprobs=None, slot=slot,
-                               blocks=[], reserved_blocks=0)
+        return SimpleNamespace(
+            prompt_ids=[1] * prompt_len,
+            max_new_tokens=max_new,
+            prompt_logprobs=None,
+            slot=slot,
+            blocks=[],
+            reserved_blocks=0,
+        )
 
     a, b = request(0, 6, 7), request(1, 3, 10)  # 13 positions -> 4 blocks; 13 -> 4 blocks
     manager.check_fits(a)

@@ -6,10 +6,11 @@ import shutil
 
 import pytest
 import torch
+from lm_fixtures import MICRO, tiny_config
 
 from cookmind.cli import main as cli_main
 from cookmind.infer.loading import load_for_inference
-from cookmind.model import CookMindConfig, CookMindLM, save_model
+from cookmind.model import CookMindLM, save_model
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
 TEXT_A = "the cook stirs the soup and tastes it. " * 30
@@ -30,8 +31,7 @@ def setup(tmp_path_factory):
     tok_a, tok_b = _tokenizer(tmp_path, "tok_a", TEXT_A), _tokenizer(tmp_path, "tok_b", TEXT_B)
     assert Tokenizer.load(tok_a).vocab_size == Tokenizer.load(tok_b).vocab_size
     torch.manual_seed(0)
-    model = CookMindLM(CookMindConfig(vocab_size=275, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32))
+    model = CookMindLM(tiny_config(**MICRO, vocab_size=275, max_position_embeddings=32))
     ckpt = save_model(tmp_path / "ckpt", model)
     Tokenizer.load(tok_a).save(ckpt)  # what a training checkpoint holds
     return ckpt, tok_a, tok_b
@@ -62,7 +62,8 @@ def test_the_carried_or_an_identical_tokenizer_loads(setup):
 
 def test_generate_cli_reports_the_mismatch_in_one_line(setup, capsys):
     ckpt, _, tok_b = setup
-    rc = cli_main(["generate", "--model", str(ckpt), "--tokenizer", str(tok_b), "--prompt", "the cook",
-                   "--max-new-tokens", "2"])
+    rc = cli_main(
+        ["generate", "--model", str(ckpt), "--tokenizer", str(tok_b), "--prompt", "the cook", "--max-new-tokens", "2"]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "cookmind generate: error:" in err and str(tok_b) in err

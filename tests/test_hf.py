@@ -6,18 +6,23 @@ import json
 
 import pytest
 import torch
+from lm_fixtures import tiny_lm
 
 from cookmind.cli import main as cli_main
 from cookmind.model import load_model, save_model
 from cookmind.model.hf import HFInteropError, export_hf, import_hf
-from lm_fixtures import tiny_lm
 
 transformers = pytest.importorskip("transformers")
 
 BASE = dict(vocab_size=97, intermediate_size=48, max_position_embeddings=128)  # over lm_fixtures.TINY
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 32}
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 
 
 def _randomize(model: torch.nn.Module) -> torch.nn.Module:
@@ -41,13 +46,17 @@ CASES = {
     "mha-tied": (dict(num_key_value_heads=4, tie_word_embeddings=True), "LlamaForCausalLM"),
     "gqa-untied": (dict(num_key_value_heads=2, tie_word_embeddings=False), "LlamaForCausalLM"),
     "gqa-qknorm-tied": (dict(num_key_value_heads=2, qk_norm=True), "Qwen3ForCausalLM"),
-    "mqa-qknorm-yarn-untied": (dict(num_key_value_heads=1, qk_norm=True, tie_word_embeddings=False,
-                                    rope_scaling=YARN), "Qwen3ForCausalLM"),
+    "mqa-qknorm-yarn-untied": (
+        dict(num_key_value_heads=1, qk_norm=True, tie_word_embeddings=False, rope_scaling=YARN),
+        "Qwen3ForCausalLM",
+    ),
     "gqa-yarn-tied": (dict(num_key_value_heads=2, rope_scaling=YARN, head_dim=16), "LlamaForCausalLM"),
     "qkv-bias": (dict(num_key_value_heads=2, attention_bias=True), "Qwen2ForCausalLM"),
     "gqa-llama3-rope": (dict(num_key_value_heads=2, rope_scaling=LLAMA3, rope_theta=500000.0), "LlamaForCausalLM"),
-    "linear-rope": (dict(num_key_value_heads=4, rope_scaling={"rope_type": "linear", "factor": 2.0}),
-                    "LlamaForCausalLM"),
+    "linear-rope": (
+        dict(num_key_value_heads=4, rope_scaling={"rope_type": "linear", "factor": 2.0}),
+        "LlamaForCausalLM",
+    ),
 }
 
 
@@ -69,12 +78,24 @@ def test_export_loads_strictly_with_equal_logits(tmp_path, case):
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"])
 def test_import_matches_transformers_logits(tmp_path, arch):
     cls = getattr(transformers, arch)
-    config_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen2ForCausalLM": transformers.Qwen2Config,
-                  "Qwen3ForCausalLM": transformers.Qwen3Config}[arch]
-    hf_cfg = config_cls(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
-                        tie_word_embeddings=arch == "Qwen2ForCausalLM", rms_norm_eps=1e-5,
-                        rope_parameters={"rope_type": "default", "rope_theta": 5000.0})
+    config_cls = {
+        "LlamaForCausalLM": transformers.LlamaConfig,
+        "Qwen2ForCausalLM": transformers.Qwen2Config,
+        "Qwen3ForCausalLM": transformers.Qwen3Config,
+    }[arch]
+    hf_cfg = config_cls(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        tie_word_embeddings=arch == "Qwen2ForCausalLM",
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
+    )
     torch.manual_seed(1)
     hf = _randomize(cls(hf_cfg)).eval()
     hf.save_pretrained(tmp_path / "hf")
@@ -91,9 +112,19 @@ def test_import_matches_transformers_logits(tmp_path, arch):
 
 def _write_hf_config(path, **overrides):
     path.mkdir()
-    d = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=97, hidden_size=32,
-             intermediate_size=48, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
-             max_position_embeddings=64, rope_theta=10000.0, rope_scaling=None)
+    d = dict(
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        rope_theta=10000.0,
+        rope_scaling=None,
+    )
     d.update(overrides)
     (path / "config.json").write_text(json.dumps(d))
 
@@ -105,8 +136,10 @@ def test_import_rejects_unsupported_architecture_and_rope(tmp_path):
     _write_hf_config(tmp_path / "dyn", rope_scaling={"type": "dynamic", "factor": 2.0})
     with pytest.raises(HFInteropError, match="rope type 'dynamic' is not supported"):
         import_hf(tmp_path / "dyn", tmp_path / "o2")
-    _write_hf_config(tmp_path / "long", rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
-                                                         "short_factor": [1.0], "long_factor": [2.0]})
+    _write_hf_config(
+        tmp_path / "long",
+        rope_parameters={"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0], "long_factor": [2.0]},
+    )
     with pytest.raises(HFInteropError, match="rope type 'longrope'"):
         import_hf(tmp_path / "long", tmp_path / "o3")
     _write_hf_config(tmp_path / "l3", rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4})
@@ -129,8 +162,13 @@ def test_cli_export_copies_tokenizer_files_and_import_round_trips(tmp_path, caps
     (tmp_path / "ckpt" / "optimizer.pt").write_bytes(b"not for export")
     assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf"), "--dtype", "bf16"]) == 0
     names = sorted(p.name for p in (tmp_path / "hf").iterdir())
-    assert names == ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                     "tokenizer_config.json"]
+    assert names == [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     gen = transformers.GenerationConfig.from_pretrained(str(tmp_path / "hf"))
     assert gen.eos_token_id == 3
     assert "Qwen3ForCausalLM" in capsys.readouterr().out
@@ -157,8 +195,12 @@ def test_hf_dirs_are_told_from_cookmind_dirs(tmp_path):
     """HF configs name a model_type/architectures; ours (and damaged or absent ones) do not count."""
     from cookmind.model.hf import is_hf_model_dir
 
-    cases = {"hf": '{"model_type": "llama"}', "hf2": '{"architectures": ["Qwen3ForCausalLM"]}',
-             "ours": '{"vocab_size": 10, "hidden_size": 8}', "broken": '{"model_type": '}
+    cases = {
+        "hf": '{"model_type": "llama"}',
+        "hf2": '{"architectures": ["Qwen3ForCausalLM"]}',
+        "ours": '{"vocab_size": 10, "hidden_size": 8}',
+        "broken": '{"model_type": ',
+    }
     for name, text in cases.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(text)
@@ -170,8 +212,9 @@ def test_hf_dirs_are_told_from_cookmind_dirs(tmp_path):
 def _turn_taking_model(vocab_size, im_end, after_im_end, eos):
     """A 1-layer model whose next token depends only on the current one: <|im_end|> after any token but
     <|im_end|>, then ``after_im_end`` (attention and MLP outputs zeroed, so the residual is the embedding)."""
-    model = tiny_lm(vocab_size=vocab_size, intermediate_size=48, num_hidden_layers=1, tie_word_embeddings=False,
-                    eos_token_id=eos)
+    model = tiny_lm(
+        vocab_size=vocab_size, intermediate_size=48, num_hidden_layers=1, tie_word_embeddings=False, eos_token_id=eos
+    )
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
@@ -204,20 +247,23 @@ def test_exported_model_stops_at_im_end_in_transformers_generate(tmp_path):
 
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     hf_model = _hf_load(tmp_path / "hf")
-    text = hf_tok.apply_chat_template([{"role": "user", "content": "the soup"}], add_generation_prompt=True,
-                                      tokenize=False)
+    text = hf_tok.apply_chat_template(
+        [{"role": "user", "content": "the soup"}], add_generation_prompt=True, tokenize=False
+    )
     assert text.endswith("<|im_start|>assistant\n")
     ids = torch.tensor([hf_tok(text, add_special_tokens=False)["input_ids"]])
-    out = hf_model.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1]:].tolist()
+    out = hf_model.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1] :].tolist()
     assert out == [tok.im_end_id]
     # the construction: with only <|endoftext|> as eos (the old generation_config) generate runs on past the turn
     runs_on = hf_model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=tok.eos_id)
-    assert runs_on[0, ids.shape[1]:].tolist() == [tok.im_end_id, letter, tok.im_end_id, letter]
+    assert runs_on[0, ids.shape[1] :].tolist() == [tok.im_end_id, letter, tok.im_end_id, letter]
     # cookmind's own generate follows the same path and ends at the same token (it leaves the stop token out)
     prompt = [ids[0].tolist()]
     assert generate(model, prompt, SamplingParams(max_new_tokens=4, temperature=0.0, stop_token_ids=(tok.eos_id,))) == [
-        runs_on[0, ids.shape[1]:].tolist()]
-    assert generate(model, prompt, SamplingParams(max_new_tokens=6, temperature=0.0,
-                                                  stop_token_ids=(tok.eos_id, tok.im_end_id))) == [[]]
+        runs_on[0, ids.shape[1] :].tolist()
+    ]
+    assert generate(
+        model, prompt, SamplingParams(max_new_tokens=6, temperature=0.0, stop_token_ids=(tok.eos_id, tok.im_end_id))
+    ) == [[]]
     gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
     assert gen["eos_token_id"] == [tok.eos_id, tok.im_end_id]

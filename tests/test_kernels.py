@@ -114,12 +114,12 @@ def sdpa_reference(q, k, v, is_causal):
 
 # (q shape, k/v shape, causal): every rank F.scaled_dot_product_attention takes
 SHAPES = [
-    ((70, 16), (70, 16), True),                          # (T, D)
-    ((3, 70, 16), (3, 70, 16), True),                    # (B, T, D)
-    ((2, 40, 32), (2, 90, 32), False),                   # (B, Tq, D) with more keys
-    ((4, 2, 40, 16), (4, 2, 100, 16), True),             # (B, H, T, D), queries aligned to the last keys
-    ((2, 3, 4, 33, 16), (2, 3, 2, 33, 16), True),        # (A, B, H, T, D) with GQA 2:1
-    ((4, 50, 16), (2, 50, 16), False),                   # 3-D with GQA over dim -3, as SDPA's enable_gqa
+    ((70, 16), (70, 16), True),  # (T, D)
+    ((3, 70, 16), (3, 70, 16), True),  # (B, T, D)
+    ((2, 40, 32), (2, 90, 32), False),  # (B, Tq, D) with more keys
+    ((4, 2, 40, 16), (4, 2, 100, 16), True),  # (B, H, T, D), queries aligned to the last keys
+    ((2, 3, 4, 33, 16), (2, 3, 2, 33, 16), True),  # (A, B, H, T, D) with GQA 2:1
+    ((4, 50, 16), (2, 50, 16), False),  # 3-D with GQA over dim -3, as SDPA's enable_gqa
 ]
 
 

@@ -63,8 +63,15 @@ def test_triton_flash_under_torch_compile():
 def test_model_flash_triton_backend_matches_sdpa():
     from cookmind.model import CookMindConfig, CookMindLM
 
-    cfg = dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, max_position_embeddings=512)
+    cfg = dict(
+        vocab_size=256,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
     torch.manual_seed(0)
     ref_model = CookMindLM(CookMindConfig(**cfg, attn_backend="sdpa")).cuda()
     model = CookMindLM(CookMindConfig(**cfg, attn_backend="flash-triton")).cuda()

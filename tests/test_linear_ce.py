@@ -4,19 +4,23 @@ loss through the fused path against the unfused one."""
 
 from __future__ import annotations
 
-
+import lm_fixtures
 import pytest
 import torch
+from triton_fixtures import kernel_device, needs_kernel
 
 import cookmind.model.lm as lm_mod
-from cookmind.kernels.linear_ce import (TRITON_FOUND, cross_entropy_rows_reference, cross_entropy_rows_triton,
-                                        kernel_available, linear_cross_entropy)
+from cookmind.kernels.linear_ce import (
+    TRITON_FOUND,
+    cross_entropy_rows_reference,
+    cross_entropy_rows_triton,
+    kernel_available,
+    linear_cross_entropy,
+)
 from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.model.cross_entropy import cross_entropy
 from cookmind.model.linear import Linear
 from cookmind.model.lora import LoRALinear
-import lm_fixtures
-from triton_fixtures import kernel_device, needs_kernel
 
 TINY = {**lm_fixtures.TINY, "vocab_size": 97}  # the ids and shapes below are written for 97
 
@@ -25,7 +29,7 @@ def _case(n=(3, 7), c=16, v=50, dtype=torch.float32, device="cpu", seed=0, scale
     """h (*n, C), W (V, C) leaf tensors, targets (*n,) with every third position ignored."""
     g = torch.Generator().manual_seed(seed)
     h = (torch.randn(*n, c, generator=g) * scale).to(device, dtype).requires_grad_()
-    w = (torch.randn(v, c, generator=g) / c ** 0.5).to(device, dtype).requires_grad_()
+    w = (torch.randn(v, c, generator=g) / c**0.5).to(device, dtype).requires_grad_()
     y = torch.randint(0, v, n, generator=g)
     y.view(-1)[::3] = -100
     return h, w, y.to(device)
@@ -82,15 +86,18 @@ def test_nan_upstream_on_an_ignored_row_stays_out_of_the_grads():
     assert torch.isfinite(h.grad).all() and torch.isfinite(w.grad).all()
 
 
-@pytest.mark.parametrize("change,match", [
-    (dict(w=torch.zeros(50, 8)), "weight"),
-    (dict(y=torch.zeros(3, 6, dtype=torch.long)), "leading shape"),
-    (dict(y=torch.zeros(3, 7, dtype=torch.int32)), "int64"),
-    (dict(w=torch.zeros(50, 16, dtype=torch.float64)), "cast them to one dtype"),
-    (dict(h=torch.zeros(3, 7, 16, dtype=torch.long)), "floating point"),
-    (dict(reduction="avg"), "reduction"),
-    (dict(impl="cuda"), "impl"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(w=torch.zeros(50, 8)), "weight"),
+        (dict(y=torch.zeros(3, 6, dtype=torch.long)), "leading shape"),
+        (dict(y=torch.zeros(3, 7, dtype=torch.int32)), "int64"),
+        (dict(w=torch.zeros(50, 16, dtype=torch.float64)), "cast them to one dtype"),
+        (dict(h=torch.zeros(3, 7, 16, dtype=torch.long)), "floating point"),
+        (dict(reduction="avg"), "reduction"),
+        (dict(impl="cuda"), "impl"),
+    ],
+)
 def test_bad_inputs_raise_clear_errors(change, match):
     h, w, y = _case()
     args = dict(h=h, w=w, y=y, reduction="mean", impl="reference") | change
@@ -125,8 +132,6 @@ def test_compiles_without_graph_breaks():
     torch.testing.assert_close(w.grad, w2.grad, rtol=1e-5, atol=1e-6)
 
 
-
-
 def _logits(n, v, dtype, device, seed=0):
     """Peaked rows (scale 4) with targets, a few ignored."""
     g = torch.Generator().manual_seed(seed)
@@ -146,12 +151,15 @@ def _assert_rows_match(nll, grad, want_nll, want_grad, dtype):
 @pytest.mark.gpu
 @pytest.mark.triton_interpretable
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("v,block_m,block_v,programs_per_sm", [
-    (1000, 1, None, 2),  # one chunk, persistent grid
-    (1003, 4, 128, None),  # ragged last chunk, 37 rows in blocks of 4, one program per block
-    (1003, 4, 256, 1),  # ragged, persistent: each program takes several row blocks
-    (50304, 1, None, 2),  # GPT-2's padded vocabulary with training's defaults
-])
+@pytest.mark.parametrize(
+    "v,block_m,block_v,programs_per_sm",
+    [
+        (1000, 1, None, 2),  # one chunk, persistent grid
+        (1003, 4, 128, None),  # ragged last chunk, 37 rows in blocks of 4, one program per block
+        (1003, 4, 256, 1),  # ragged, persistent: each program takes several row blocks
+        (50304, 1, None, 2),  # GPT-2's padded vocabulary with training's defaults
+    ],
+)
 def test_kernel_matches_reference(dtype, v, block_m, block_v, programs_per_sm):
     z, y = _logits(37, v, dtype, kernel_device())
     want_nll, want_grad = cross_entropy_rows_reference(z, y)

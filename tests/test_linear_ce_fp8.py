@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from triton_fixtures import kernel_device, needs_kernel
 
 from cookmind.kernels.linear_ce import linear_cross_entropy
 from cookmind.model import CookMindConfig, CookMindLM
-from triton_fixtures import kernel_device, needs_kernel
 
 FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
-needs_fp8 = pytest.mark.skipif(not FP8_GPU, reason="needs a CUDA GPU with FP8 (capability >= 8.9); run on the device machine")
+needs_fp8 = pytest.mark.skipif(
+    not FP8_GPU, reason="needs a CUDA GPU with FP8 (capability >= 8.9); run on the device machine"
+)
 
 
 def _case(n, c, v, seed=0, device="cuda"):
@@ -79,7 +81,8 @@ def test_grad_pass_matches_fp32_math_rounded_to_fp8(n, v):
     grad = torch.empty(n, v, dtype=GRAD_DTYPE, device="cuda")
     grad_t = torch.empty(v, n, dtype=GRAD_DTYPE, device="cuda")
     kernels.cross_entropy_grad_tiles[(triton.cdiv(n, 64), triton.cdiv(v, 128))](
-        z, lse, y, grad, grad_t, n, v, z.stride(0), -100, GRAD_SCALE, BLOCK_M=64, BLOCK_V=128)
+        z, lse, y, grad, grad_t, n, v, z.stride(0), -100, GRAD_SCALE, BLOCK_M=64, BLOCK_V=128
+    )
     keep = y != -100
     want = torch.softmax(zf, -1)
     want[torch.arange(n, device="cuda")[keep], y[keep]] -= 1.0
@@ -88,7 +91,7 @@ def test_grad_pass_matches_fp32_math_rounded_to_fp8(n, v):
     got = grad.float()
     assert torch.equal(grad_t.float(), got.t()), "the transposed copy differs from G"
     # round-to-nearest: within half a step of e4m3 at each value (2^-4 relative; 2^-10 among subnormals)
-    bound = want.abs() * 2.0 ** -4 * 1.001 + 2.0 ** -10 + 1e-6
+    bound = want.abs() * 2.0**-4 * 1.001 + 2.0**-10 + 1e-6
     assert ((got - want).abs() <= bound).all(), (got - want).abs().max()
     exact = (got == want.to(GRAD_DTYPE).float()).float().mean().item()
     assert exact > 0.999, f"only {exact:.4%} equal torch's own rounding"
@@ -126,7 +129,7 @@ def test_fp8_op_matches_an_fp32_emulation_of_the_same_quantisation(compiled, red
     """mean: one upstream scale for every row; none: a different one per row, which the op folds into h
     before quantising it for grad_W."""
     h, w, y = _case(512, 256, 4096)
-    fn = (lambda h, w, y: linear_cross_entropy(h, w, y, reduction=reduction, fp8=True))
+    fn = lambda h, w, y: linear_cross_entropy(h, w, y, reduction=reduction, fp8=True)
     run = torch.compile(fn, fullgraph=True) if compiled else fn
     with torch.autocast("cuda", dtype=torch.bfloat16):
         out = run(h, w, y)
@@ -188,8 +191,15 @@ def test_shapes_off_the_16_grid_give_the_bf16_result_on_cuda():
 @needs_fp8
 def test_model_with_fp8_head_trains_like_the_bf16_head():
     """GPT-style model, a few AdamW steps on one repeated batch: both heads drive the loss down alike."""
-    cfg = dict(vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=4, max_position_embeddings=128)
+    cfg = dict(
+        vocab_size=2048,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+    )
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 2048, (8, 128), generator=g).cuda()
     losses = {}
@@ -212,14 +222,18 @@ def test_model_with_fp8_head_trains_like_the_bf16_head():
 
 
 def test_trainer_on_the_cpu_warns_that_the_fp8_head_does_not_apply(tmp_path):
-    from cookmind.train import TrainConfig, Trainer
-
     from lm_fixtures import TINY
 
-    cfg = TrainConfig.from_dict({
-        "model": dict(TINY, lm_head_fp8=True), "data": {"window_size": 16},
-        "train": {"max_steps": 1, "micro_batch_size": 2, "device": "cpu"},
-        "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "report": False}})
+    from cookmind.train import TrainConfig, Trainer
+
+    cfg = TrainConfig.from_dict(
+        {
+            "model": dict(TINY, lm_head_fp8=True),
+            "data": {"window_size": 16},
+            "train": {"max_steps": 1, "micro_batch_size": 2, "device": "cpu"},
+            "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "report": False},
+        }
+    )
     data = [{"input_ids": torch.arange(16), "labels": torch.arange(16)} for _ in range(4)]
     with pytest.warns(UserWarning, match="lm_head_fp8 runs only in the fused loss on a CUDA GPU"):
         Trainer(cfg, train_dataset=data)

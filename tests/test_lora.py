@@ -2,11 +2,18 @@
 
 import pytest
 import torch
+from lm_fixtures import tiny_config as _cfg
 
 from cookmind.model import CookMindLM, save_model
-from cookmind.model.lora import (adapters_disabled, apply_lora, lora_modules, merge_lora, merged_copy, save_adapter,
-                                 unmerge_lora)
-from lm_fixtures import tiny_config as _cfg
+from cookmind.model.lora import (
+    adapters_disabled,
+    apply_lora,
+    lora_modules,
+    merge_lora,
+    merged_copy,
+    save_adapter,
+    unmerge_lora,
+)
 
 
 def _randomize_b(model):

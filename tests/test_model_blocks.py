@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from lm_fixtures import tiny_lm
 from torch import nn
 
 from cookmind.model import CookMindConfig, CookMindLM, KVCache
@@ -19,11 +20,16 @@ from cookmind.model.rmsnorm import RMSNorm
 from cookmind.model.rope import RotaryEmbedding, apply_rope
 from cookmind.model.sdpa import scaled_dot_product_attention
 from cookmind.model.swiglu import SwiGLU
-from lm_fixtures import tiny_lm
 
 # the small shape the block and MoE tests below write out by hand: width 16, SwiGLU(16, 24), ids below 31
-SMALL = dict(vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2,
-             num_key_value_heads=1)
+SMALL = dict(
+    vocab_size=31,
+    hidden_size=16,
+    intermediate_size=24,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+)
 
 
 def test_linear_matches_f_linear_and_init_is_truncated():
@@ -97,13 +103,21 @@ def test_sdpa_matches_torch_with_bool_mask_and_leading_dims(lead):
     mask[..., 0] = True  # every query may attend somewhere
     ours = scaled_dot_product_attention(q, k, v, mask)
     ref_lead = (1,) if not lead else lead  # torch's op wants at least one batch dim
-    ref = F.scaled_dot_product_attention(q.reshape(*ref_lead, t, d), k.reshape(*ref_lead, s, d),
-                                         v.reshape(*ref_lead, s, d), attn_mask=mask.reshape(*ref_lead, t, s))
+    ref = F.scaled_dot_product_attention(
+        q.reshape(*ref_lead, t, d),
+        k.reshape(*ref_lead, s, d),
+        v.reshape(*ref_lead, s, d),
+        attn_mask=mask.reshape(*ref_lead, t, s),
+    )
     torch.testing.assert_close(ours, ref.reshape(ours.shape), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v),
-                               F.scaled_dot_product_attention(q.reshape(*ref_lead, t, d), k.reshape(*ref_lead, s, d),
-                                                              v.reshape(*ref_lead, s, d)).reshape(ours.shape),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v),
+        F.scaled_dot_product_attention(
+            q.reshape(*ref_lead, t, d), k.reshape(*ref_lead, s, d), v.reshape(*ref_lead, s, d)
+        ).reshape(ours.shape),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_rope_rotates_pairs_by_position_times_frequency():
@@ -133,19 +147,33 @@ def test_rope_rotates_pairs_by_position_times_frequency():
     torch.testing.assert_close(score(10, 3), score(57, 50), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("rs", [
-    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
-    {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 128, "beta_fast": 16, "beta_slow": 2,
-     "truncate": False},
-    {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32, "attention_factor": 1.3},
-])
+@pytest.mark.parametrize(
+    "rs",
+    [
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+        {
+            "rope_type": "yarn",
+            "factor": 8.0,
+            "original_max_position_embeddings": 128,
+            "beta_fast": 16,
+            "beta_slow": 2,
+            "truncate": False,
+        },
+        {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32, "attention_factor": 1.3},
+    ],
+)
 def test_yarn_matches_transformers(rs):
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     d, theta = 16, 10000.0
-    hf_cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=d, max_position_embeddings=512,
-                         rope_parameters={"rope_theta": theta, **rs})
+    hf_cfg = LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        head_dim=d,
+        max_position_embeddings=512,
+        rope_parameters={"rope_theta": theta, **rs},
+    )
     inv_ref, att_ref = ROPE_INIT_FUNCTIONS["yarn"](hf_cfg, "cpu")
     rope = RotaryEmbedding(d, theta, rs)
     torch.testing.assert_close(rope.inv_freq, inv_ref.float(), rtol=1e-6, atol=1e-9)
@@ -154,18 +182,31 @@ def test_yarn_matches_transformers(rs):
         assert rope.attention_factor == pytest.approx(0.1 * math.log(rs["factor"]) + 1)
 
 
-@pytest.mark.parametrize("rs", [
-    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 64},
-    {"rope_type": "linear", "factor": 3.0},
-])
+@pytest.mark.parametrize(
+    "rs",
+    [
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        {"rope_type": "linear", "factor": 3.0},
+    ],
+)
 def test_llama3_and_linear_rope_match_transformers(rs):
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     d, theta = 32, 500000.0
-    hf_cfg = LlamaConfig(hidden_size=128, num_attention_heads=4, head_dim=d, max_position_embeddings=512,
-                         rope_parameters={"rope_theta": theta, **rs})
+    hf_cfg = LlamaConfig(
+        hidden_size=128,
+        num_attention_heads=4,
+        head_dim=d,
+        max_position_embeddings=512,
+        rope_parameters={"rope_theta": theta, **rs},
+    )
     inv_ref, att_ref = ROPE_INIT_FUNCTIONS[rs["rope_type"]](hf_cfg, "cpu")
     rope = RotaryEmbedding(d, theta, rs)
     torch.testing.assert_close(rope.inv_freq, inv_ref.float(), rtol=1e-6, atol=1e-12)
@@ -227,8 +268,9 @@ def test_kv_cache_rejects_a_mask_shorter_than_the_cache():
     cache = KVCache(cfg, 1, 8)
     model(torch.zeros(1, 3, dtype=torch.long), kv_cache=cache)
     with pytest.raises(ValueError, match="attention_mask covers 3 key slots"):
-        model(torch.zeros(1, 1, dtype=torch.long), attention_mask=torch.ones(1, 1, 1, 3, dtype=torch.bool),
-              kv_cache=cache)
+        model(
+            torch.zeros(1, 1, dtype=torch.long), attention_mask=torch.ones(1, 1, 1, 3, dtype=torch.bool), kv_cache=cache
+        )
 
 
 def test_flash_triton_backend_is_a_clear_error_on_cpu():
@@ -246,9 +288,12 @@ def test_cross_entropy_matches_torch(dtype):
     assert ours.dtype == torch.float32
     ref = F.cross_entropy(logits.float().reshape(-1, 33), targets.reshape(-1), ignore_index=-100)
     torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(cross_entropy(logits, targets, reduction="sum"),
-                               F.cross_entropy(logits.float().reshape(-1, 33), targets.reshape(-1), reduction="sum"),
-                               rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(
+        cross_entropy(logits, targets, reduction="sum"),
+        F.cross_entropy(logits.float().reshape(-1, 33), targets.reshape(-1), reduction="sum"),
+        rtol=1e-6,
+        atol=1e-5,
+    )
     assert cross_entropy(logits, torch.full_like(targets, -100)) == 0  # all ignored: 0, not NaN
 
 
@@ -300,8 +345,12 @@ def test_moe_with_one_expert_equals_dense_ffn():
 
 
 def test_moe_topk_routing_and_balance_loss_match_naive_loop():
-    cfg = CookMindConfig(**{**SMALL, "hidden_size": 8, "intermediate_size": 12}, num_experts=4, num_experts_per_tok=2,
-                         moe_shared_expert=True)
+    cfg = CookMindConfig(
+        **{**SMALL, "hidden_size": 8, "intermediate_size": 12},
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_shared_expert=True,
+    )
     moe = MoE(cfg)
     x = torch.randn(2, 6, 8)
     y, aux = moe(x)
@@ -313,9 +362,9 @@ def test_moe_topk_routing_and_balance_loss_match_naive_loop():
         top = torch.argsort(probs[n], descending=True)[:2]
         w = probs[n, top] / probs[n, top].sum()
         for j, e in enumerate(top.tolist()):
-            ref[n] += w[j] * moe.experts[e](xf[n:n + 1])[0]
+            ref[n] += w[j] * moe.experts[e](xf[n : n + 1])[0]
             counts[e] += 1
-        ref[n] += moe.shared_expert(xf[n:n + 1])[0]
+        ref[n] += moe.shared_expert(xf[n : n + 1])[0]
     torch.testing.assert_close(y.reshape(-1, 8), ref, rtol=1e-5, atol=1e-6)
     ref_aux = 4 * ((counts / counts.sum()) * probs.mean(0)).sum()
     torch.testing.assert_close(aux, ref_aux, rtol=1e-5, atol=1e-6)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
+import lm_fixtures
 import pytest
 import torch
 import torch.nn.functional as F
 
 from cookmind.model import CookMindConfig, CookMindLM, KVCache, LMOutput, ModelLoadError, load_model, save_model
-import lm_fixtures
 
 TINY = {**lm_fixtures.TINY, "vocab_size": 97}  # the ids and shapes below are written for 97
 
@@ -63,7 +63,7 @@ def test_kv_cache_decoding_equals_full_forward(backend):
         cache = KVCache(cfg, batch_size=2, max_seq_len=16)
         parts = [model(ids[:, :5], kv_cache=cache).logits]  # prefill
         parts += [model(ids[:, 5:8], kv_cache=cache).logits]  # a chunk
-        parts += [model(ids[:, i:i + 1], kv_cache=cache).logits for i in range(8, 11)]  # decode
+        parts += [model(ids[:, i : i + 1], kv_cache=cache).logits for i in range(8, 11)]  # decode
     assert cache.seq_len == 11
     torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
     cache.truncate(5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import lm_fixtures
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,7 +10,6 @@ import torch.nn.functional as F
 from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.model.fused import fuse_projections
 from cookmind.model.lora import apply_lora
-import lm_fixtures
 
 TINY = {**lm_fixtures.TINY, "vocab_size": 97}  # the ids and shapes below are written for 97
 
@@ -48,4 +48,3 @@ def test_fuse_projections_declines_lora_wrapped_and_mixed_bias_modules():
     model.model.layers[0].self_attn.k_proj.bias = torch.nn.Parameter(torch.zeros(16))  # only k has a bias
     fused = fuse_projections(model)
     assert fused[0].qkv is None and fused[1].qkv is not None
-

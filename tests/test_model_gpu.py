@@ -11,8 +11,18 @@ pytestmark = pytest.mark.gpu
 
 
 def _pair(backend_a, backend_b, dtype, **kw):
-    base = dict(dict(vocab_size=211, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024), **kw)
+    base = dict(
+        dict(
+            vocab_size=211,
+            hidden_size=256,
+            intermediate_size=512,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+        ),
+        **kw,
+    )
     a = CookMindLM(CookMindConfig(**base, attn_backend=backend_a)).cuda().to(dtype)
     b = CookMindLM(CookMindConfig(**base, attn_backend=backend_b)).cuda().to(dtype)
     b.load_state_dict(a.state_dict())
@@ -40,7 +50,7 @@ def test_flash_triton_model_decodes_with_cache():
         full = ref(ids).logits
         cache = KVCache(flash.config, 2, 64, device="cuda", dtype=torch.bfloat16)
         parts = [flash(ids[:, :30], kv_cache=cache).logits]
-        parts += [flash(ids[:, i:i + 1], kv_cache=cache).logits for i in range(30, 40)]
+        parts += [flash(ids[:, i : i + 1], kv_cache=cache).logits for i in range(30, 40)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=3e-2, atol=3e-2)
 
 

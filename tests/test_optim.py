@@ -24,7 +24,7 @@ def _run(opt_cls, params, steps, **kw):
     for _ in range(steps):
         opt.zero_grad()
         loss = sum(((p - torch.randn(p.shape, generator=g)) ** 2).sum() * 0.5 for p in params)
-        loss = loss + sum((p ** 4).sum() * 0.01 for p in params)  # not quadratic: moments matter
+        loss = loss + sum((p**4).sum() * 0.01 for p in params)  # not quadratic: moments matter
         loss.backward()
         opt.step()
     return params
@@ -65,14 +65,26 @@ def test_sgd_with_decay_matches_torch(momentum):
 
 
 def test_param_groups_decay_matrices_only_hand_listed():
-    matrices = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
-                "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
-                "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
-                "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight"]
-    vectors = ["model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.bias",
-               "model.layers.0.self_attn.k_proj.bias", "model.layers.0.self_attn.v_proj.bias",
-               "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight",
-               "model.layers.0.post_attention_layernorm.weight", "model.norm.weight"]
+    matrices = [
+        "model.embed_tokens.weight",
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+        "model.layers.0.mlp.down_proj.weight",
+    ]
+    vectors = [
+        "model.layers.0.input_layernorm.weight",
+        "model.layers.0.self_attn.q_proj.bias",
+        "model.layers.0.self_attn.k_proj.bias",
+        "model.layers.0.self_attn.v_proj.bias",
+        "model.layers.0.self_attn.q_norm.weight",
+        "model.layers.0.self_attn.k_norm.weight",
+        "model.layers.0.post_attention_layernorm.weight",
+        "model.norm.weight",
+    ]
     for tied in (True, False):
         model = tiny_lm(num_hidden_layers=1, qk_norm=True, attention_bias=True, tie_word_embeddings=tied)
         model.model.layers[0].mlp.up_proj.weight.requires_grad_(False)  # frozen: in neither group
@@ -167,7 +179,7 @@ def test_adamw_grad_divisor_is_torch_clipping_then_adamw(mode, max_norm):
         targets = [torch.randn(p.shape, generator=g) for p in ours]
         for params, o in ((ours, opt), (ref, opt_ref)):
             o.zero_grad()
-            sum(((p - t) ** 2).sum() * 0.5 + (p ** 4).sum() * 0.01 for p, t in zip(params, targets)).backward()
+            sum(((p - t) ** 2).sum() * 0.5 + (p**4).sum() * 0.01 for p, t in zip(params, targets)).backward()
         total = global_grad_norm(ours)
         torch.testing.assert_close(total, torch.nn.utils.get_total_norm([p.grad for p in ref]))
         opt.step(grad_divisor=clip_divisor(total, max_norm))

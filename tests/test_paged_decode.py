@@ -8,14 +8,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from triton_fixtures import kernel_device, needs_kernel
 
 from cookmind.kernels.paged_decode import paged_decode_attention, paged_decode_reference
 from cookmind.model.rope import RotaryEmbedding, apply_rope
-from triton_fixtures import kernel_device, needs_kernel
 
 
-def _case(b=3, h=4, hkv=2, d=16, block=4, num_blocks=40, lengths=(1, 7, 23), dtype=torch.float32, device="cpu",
-          seed=0):
+def _case(b=3, h=4, hkv=2, d=16, block=4, num_blocks=40, lengths=(1, 7, 23), dtype=torch.float32, device="cpu", seed=0):
     """Random pools, a shuffled block table per row, and a new token per row at position lengths[i] - 1."""
     g = torch.Generator().manual_seed(seed)
     kc = torch.randn(num_blocks * block, hkv, d, generator=g).to(device, dtype)
@@ -69,8 +68,6 @@ def test_reference_without_rope_is_plain_softmax_attention():
         torch.testing.assert_close(out[row], torch.einsum("hn,nhd->hd", scores.softmax(-1), values))
 
 
-
-
 @needs_kernel
 @pytest.mark.gpu
 @pytest.mark.triton_interpretable
@@ -80,8 +77,9 @@ def test_reference_without_rope_is_plain_softmax_attention():
 def test_kernel_matches_reference(splits, dtype, rope):
     dev = kernel_device()
     lengths = (1, 64, 65, 200, 3)
-    q, k, v, kc, vc, tables, positions, write = _case(b=5, h=8, hkv=2, d=64, block=16, num_blocks=64,
-                                                      lengths=lengths, dtype=dtype, device=dev, seed=3)
+    q, k, v, kc, vc, tables, positions, write = _case(
+        b=5, h=8, hkv=2, d=64, block=16, num_blocks=64, lengths=lengths, dtype=dtype, device=dev, seed=3
+    )
     cos = sin = None
     if rope:
         cos, sin = RotaryEmbedding(64).to(dev)(positions[:, None], dtype)
@@ -103,12 +101,14 @@ def test_kernel_shapes(h, hkv, d, block, splits):
     """Head dim 128 with 8:1 GQA and 16 splits, a block size that is not a power of two, a 3:1 group."""
     dev = kernel_device()
     lengths = (700, 1, 333)
-    q, k, v, kc, vc, tables, positions, write = _case(b=3, h=h, hkv=hkv, d=d, block=block, num_blocks=120,
-                                                      lengths=lengths, device=dev, seed=11)
+    q, k, v, kc, vc, tables, positions, write = _case(
+        b=3, h=h, hkv=hkv, d=d, block=block, num_blocks=120, lengths=lengths, device=dev, seed=11
+    )
     kc2, vc2 = kc.clone(), vc.clone()
     cos, sin = RotaryEmbedding(d).to(dev)(positions[:, None], torch.float32)
-    out = paged_decode_attention(q, k, v, kc, vc, tables, positions, write, block, cos[:, 0], sin[:, 0],
-                                 num_splits=splits)
+    out = paged_decode_attention(
+        q, k, v, kc, vc, tables, positions, write, block, cos[:, 0], sin[:, 0], num_splits=splits
+    )
     want = paged_decode_reference(q, k, v, kc2, vc2, tables, positions, write, block, cos[:, 0], sin[:, 0])
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(kc, kc2)
@@ -121,8 +121,9 @@ def test_kernel_shapes(h, hkv, d, block, splits):
 def test_kernel_reads_strided_views_of_a_fused_projection():
     """q, k, v as column slices of one (B, (H + 2 Hkv) D) projection output, as the serving runner passes them."""
     dev = kernel_device()
-    q, k, v, kc, vc, tables, positions, write = _case(b=2, h=4, hkv=2, d=32, block=16, num_blocks=16,
-                                                      lengths=(30, 70), device=dev, seed=5)
+    q, k, v, kc, vc, tables, positions, write = _case(
+        b=2, h=4, hkv=2, d=32, block=16, num_blocks=16, lengths=(30, 70), device=dev, seed=5
+    )
     fused = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], dim=1)
     qv, kv_, vv = fused[:, :128].view(2, 4, 32), fused[:, 128:192].view(2, 2, 32), fused[:, 192:].view(2, 2, 32)
     kc2, vc2 = kc.clone(), vc.clone()
@@ -144,11 +145,14 @@ def test_self_check_passes_on_a_working_kernel(dtype):
 def test_runner_falls_back_to_gather_when_the_kernel_fails_its_self_check(monkeypatch):
     """auto: a kernel that fails its self-check (wrong numbers, or no compiler) is not used, with a warning;
     asked for explicitly, the runner refuses to start."""
-    import cookmind.infer.runner as runner_mod
     from lm_fixtures import sharp_tiny_lm
 
+    import cookmind.infer.runner as runner_mod
+
     monkeypatch.setattr(runner_mod, "kernel_available", lambda device, head_dim: True)
-    monkeypatch.setattr(runner_mod, "self_check", lambda *a: "largest difference from the reference 3 (tolerance 0.001)")
+    monkeypatch.setattr(
+        runner_mod, "self_check", lambda *a: "largest difference from the reference 3 (tolerance 0.001)"
+    )
     model = sharp_tiny_lm(head_dim=16)
     with pytest.warns(UserWarning, match="failed its self-check"):
         runner = runner_mod.ModelRunner(model, 2, 32, kv_cache="paged", num_blocks=20, block_size=4)

@@ -67,7 +67,7 @@ def _train_ddp(rank, bucket_mb, steps=3, accum=2, per_rank=2, set_to_none=True):
         for micro in range(accum):
             batch = data[step, micro]
             # reference: the full batch's mean loss = mean of the ranks' equal-sized shard means
-            shards = [batch[r * per_rank:(r + 1) * per_rank] for r in range(WORLD)]
+            shards = [batch[r * per_rank : (r + 1) * per_rank] for r in range(WORLD)]
             ref_loss = sum(_loss(ref, s, use_branch=r == 0) for r, s in enumerate(shards)) / WORLD
             (ref_loss / accum).backward()
             mine = shards[rank]
@@ -108,7 +108,7 @@ def _scenario_ddp(rank):
         }
     # the branch is used on rank 0 only: after a synced backward both ranks hold the same averaged grad
     ddp, model, _ = _train_ddp(rank, 1e-9, steps=1, accum=1)
-    x = _data(1, 1, 2)[0, 0][rank * 2:(rank + 1) * 2]
+    x = _data(1, 1, 2)[0, 0][rank * 2 : (rank + 1) * 2]
     with ddp.no_sync():  # accumulation step: nothing sent, each rank keeps its own gradient
         _loss(ddp, x, use_branch=rank == 0).backward()
     local = model.hidden.weight.grad.clone()
@@ -146,7 +146,9 @@ def _scenario_sharded(rank):  # noqa: C901 - one training run with checks at fix
             ref_full = ref_opt.state_dict()
             state_match = all(
                 torch.allclose(full["state"][i][k].float(), ref_full["state"][i][k].float(), atol=1e-6)
-                for i in ref_full["state"] for k in ("exp_avg", "exp_avg_sq"))
+                for i in ref_full["state"]
+                for k in ("exp_avg", "exp_avg_sq")
+            )
             opt = ShardedOptimizer(net.parameters(), torch.optim.AdamW, **kw)
             opt.load_state_dict(full)
         for model, o in ((net, opt), (ref, ref_opt)):
@@ -159,10 +161,15 @@ def _scenario_sharded(rank):  # noqa: C901 - one training run with checks at fix
             ref_sched.step()
         if step == 9:
             diff_after_10 = _max_param_diff(net, ref)
-            local = sum(t.numel() for s in opt.local_optimizer.state.values() for t in s.values()
-                        if torch.is_tensor(t) and t.numel() > 1)
-            total = sum(t.numel() for s in ref_opt.state.values() for t in s.values()
-                        if torch.is_tensor(t) and t.numel() > 1)
+            local = sum(
+                t.numel()
+                for s in opt.local_optimizer.state.values()
+                for t in s.values()
+                if torch.is_tensor(t) and t.numel() > 1
+            )
+            total = sum(
+                t.numel() for s in ref_opt.state.values() for t in s.values() if torch.is_tensor(t) and t.numel() > 1
+            )
             largest = max(p.numel() for p in net.parameters())
     return {
         "diff_after_10": diff_after_10,
@@ -204,8 +211,15 @@ def _scenario_parallelize(rank):
     from cookmind.parallel import DDP, finish_gradient_sync, parallelize, unwrap
     from cookmind.train import TrainConfig
 
-    shape = CookMindConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                           num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16)
+    shape = CookMindConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+    )
     torch.manual_seed(0)
     ref = CookMindLM(shape)  # rank 0's init, which DDP broadcasts
     batch = torch.randint(0, 32, (WORLD * 2, 8), generator=torch.Generator().manual_seed(6))
@@ -214,36 +228,46 @@ def _scenario_parallelize(rank):
     for kind in ("ours", "torch"):
         torch.manual_seed(rank)
         model = CookMindLM(shape)
-        cfg = TrainConfig.from_dict({"train": {"device": "cpu", "activation_checkpointing": True},
-                                     "parallel": {"ddp": kind}})
+        cfg = TrainConfig.from_dict(
+            {"train": {"device": "cpu", "activation_checkpointing": True}, "parallel": {"ddp": kind}}
+        )
         wrapped = parallelize(model, cfg)
-        mine = batch[rank * 2:(rank + 1) * 2]
+        mine = batch[rank * 2 : (rank + 1) * 2]
         wrapped(mine, labels=mine).loss.backward()
         finish_gradient_sync(wrapped)
         out[kind] = {
             "outer_is_ddp": isinstance(wrapped, DDP if kind == "ours" else nn.parallel.DistributedDataParallel),
             "unwrap": unwrap(wrapped) is model and unwrap(wrapped, data_parallel_only=True) is model,
             "blocks_checkpointed": all(type(b).__name__ == "CheckpointWrapper" for b in model.model.layers),
-            "max_grad_diff": max((p.grad - q.grad).abs().max().item()
-                                 for p, q in zip(model.parameters(), ref.parameters(), strict=True)),
+            "max_grad_diff": max(
+                (p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), ref.parameters(), strict=True)
+            ),
         }
         if kind == "ours":
             wrapped.remove_hooks()
     # with compile: data parallelism outside the compiled model, checkpointing inside (compiles lazily: not run)
     model = CookMindLM(shape)
-    cfg = TrainConfig.from_dict({"train": {"device": "cpu", "activation_checkpointing": True, "compile": True},
-                                 "parallel": {"ddp": "ours"}})
+    cfg = TrainConfig.from_dict(
+        {"train": {"device": "cpu", "activation_checkpointing": True, "compile": True}, "parallel": {"ddp": "ours"}}
+    )
     wrapped = parallelize(model, cfg)
-    out["compiled_order"] = (isinstance(wrapped, DDP) and wrapped.module._orig_mod is model
-                             and unwrap(wrapped, data_parallel_only=True) is wrapped.module
-                             and unwrap(wrapped) is model)
+    out["compiled_order"] = (
+        isinstance(wrapped, DDP)
+        and wrapped.module._orig_mod is model
+        and unwrap(wrapped, data_parallel_only=True) is wrapped.module
+        and unwrap(wrapped) is model
+    )
     wrapped.remove_hooks()
     return out
 
 
 def _scenarios(rank):
-    return {"ddp": _scenario_ddp(rank), "sharded": _scenario_sharded(rank),
-            "sharded_groups": _scenario_sharded_groups(rank), "parallelize": _scenario_parallelize(rank)}
+    return {
+        "ddp": _scenario_ddp(rank),
+        "sharded": _scenario_sharded(rank),
+        "sharded_groups": _scenario_sharded_groups(rank),
+        "parallelize": _scenario_parallelize(rank),
+    }
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,13 @@ from cookmind.parallel import find_blocks, plan_buckets
 
 WORLD = 2
 # half of TINY's width and heads, a 16-token context: compiling block by block stays quick
-SMALL = {"vocab_size": 32, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2,
-         "max_position_embeddings": 16}
+SMALL = {
+    "vocab_size": 32,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_attention_heads": 2,
+    "max_position_embeddings": 16,
+}
 
 
 class Chain(nn.Module):
@@ -49,7 +54,8 @@ def _train(rank, reduce_dtype=None, steps=3, per_rank=3):
     # registered before DDP's hooks, so it runs first: counts the buckets already sent when the
     # gradient backward produces last (the first layer's weight) is ready
     model.first.weight.register_post_accumulate_grad_hook(
-        lambda p: launched_before_last_grad.append(sum(b.work is not None for b in ddp._buckets)))
+        lambda p: launched_before_last_grad.append(sum(b.work is not None for b in ddp._buckets))
+    )
     ddp = DDP(model, bucket_size_mb=1e-9, reduce_dtype=reduce_dtype)
     initial_order = [[n for n, q in model.named_parameters() if q is b[0]][0] for b in ddp.bucket_params]
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -65,8 +71,7 @@ def _train(rank, reduce_dtype=None, steps=3, per_rank=3):
             grad_diff = max(grad_diff, ((p.grad - q.grad).abs().max() / q.grad.abs().max()).item())
         for b in ddp._buckets:  # each .grad is a view of its bucket's flat buffer, in the param dtype
             base = b.grad_buffer.untyped_storage().data_ptr()
-            views_ok &= all(p.grad.untyped_storage().data_ptr() == base and p.grad.dtype == p.dtype
-                            for p in b.params)
+            views_ok &= all(p.grad.untyped_storage().data_ptr() == base and p.grad.dtype == p.dtype for p in b.params)
         opt.step()
         ref_opt.step()
         opt.zero_grad()
@@ -98,15 +103,18 @@ def _train_compiled_blocks(rank, per_rank=2):
     ddp = DDP(model, bucket_size_mb=1e-9)
     ids = torch.randint(0, 32, (WORLD * per_rank, 8), generator=torch.Generator().manual_seed(9))
     ref(ids, labels=ids).loss.backward()
-    mine = ids[rank * per_rank:(rank + 1) * per_rank]
+    mine = ids[rank * per_rank : (rank + 1) * per_rank]
     ddp(mine, labels=mine).loss.backward()
     ddp.finish_gradient_synchronization()
     return max((p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), ref.parameters()))
 
 
 def _scenarios(rank):
-    return {"fp32": _train(rank), "bf16": _train(rank, torch.bfloat16),
-            "compiled_blocks_grad_diff": _train_compiled_blocks(rank)}
+    return {
+        "fp32": _train(rank),
+        "bf16": _train(rank, torch.bfloat16),
+        "compiled_blocks_grad_diff": _train_compiled_blocks(rank),
+    }
 
 
 @pytest.fixture(scope="module")

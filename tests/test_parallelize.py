@@ -14,8 +14,15 @@ from torch import nn
 from cookmind.model import CookMindConfig, CookMindLM, KVCache
 from cookmind.parallel import apply_activation_checkpointing, parallelize, unwrap
 
-MODEL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=32)
+MODEL = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=32,
+)
 
 
 def _plain_and_checkpointed(**extra):

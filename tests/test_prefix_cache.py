@@ -4,14 +4,13 @@ accounting, LRU eviction, and prompt tokens that are really not computed again."
 from __future__ import annotations
 
 import pytest
+from lm_fixtures import sharp_tiny_lm
 
 from cookmind.infer import generate
 from cookmind.infer.engine import Engine, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.paged_cache import BlockAllocator
 from cookmind.infer.prefix_cache import ROOT_KEY, PrefixCache, chain_keys
 from cookmind.infer.sampling import SamplingParams
-from lm_fixtures import sharp_tiny_lm
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
@@ -74,7 +73,7 @@ def test_chain_keys_and_match_stop_at_the_first_difference_and_before_the_last_t
 
 def test_a_hash_collision_is_caught_by_the_exact_check():
     pc = PrefixCache(BlockAllocator(8), BS)
-    (key, parent, _), = chain_keys(SYSTEM, BS, 1)
+    ((key, parent, _),) = chain_keys(SYSTEM, BS, 1)
     bid = pc.allocate()
     assert pc.register(bid, key, parent, (9, 9, 9, 9))  # a block whose key collides with SYSTEM's first
     assert pc.match(SYSTEM) == [] and pc.match([9, 9, 9, 9, 1]) == []  # the second: its own key differs
@@ -89,7 +88,9 @@ def test_prefix_cache_needs_the_paged_layout():
 @pytest.mark.parametrize("mode,overlap", [("sequential", False), ("interleaved", False), ("interleaved", True)])
 def test_greedy_and_seeded_outputs_equal_without_prefix_cache(mode, overlap):
     model = sharp_tiny_lm()
-    params = [SamplingParams(temperature=0)] * 4 + [SamplingParams(temperature=0.9, top_p=0.9, seed=s) for s in (1, 2, 3)]
+    params = [SamplingParams(temperature=0)] * 4 + [
+        SamplingParams(temperature=0.9, top_p=0.9, seed=s) for s in (1, 2, 3)
+    ]
     outs, engines = {}, {}
     for prefix in (False, True):
         # overlap: a decode step is launched before the last one's tokens are read, through the graph decoder's
@@ -103,8 +104,9 @@ def test_greedy_and_seeded_outputs_equal_without_prefix_cache(mode, overlap):
         run_checked(eng) if prefix else eng.run_until_idle()
         outs[prefix] = [tokens(r) for r in reqs]
     assert outs[True] == outs[False]
-    assert outs[True][:4] == [generate(model, [p], SamplingParams(temperature=0, max_new_tokens=n))[0] for p, n in
-                              zip(PROMPTS[:4], LENS[:4])]
+    assert outs[True][:4] == [
+        generate(model, [p], SamplingParams(temperature=0, max_new_tokens=n))[0] for p, n in zip(PROMPTS[:4], LENS[:4])
+    ]
     m = engines[True].metrics()
     if mode == "sequential":  # after the first: SYSTEM's 5 blocks four times, 4 (20-token prompt: its last
         # block is recomputed), 3 (12 shared tokens)
@@ -223,8 +225,9 @@ def test_a_failed_step_forgets_the_cache_and_returns_every_block():
         kv = eng.kv_blocks()  # what the failed step wrote is not trusted: nothing cached, every block free
         assert kv["kv_blocks_cached"] == kv["kv_blocks_used"] == 0 and kv["kv_blocks_free"] == kv["kv_blocks_total"]
         again = eng.submit(PROMPTS[1], SamplingParams(temperature=0), 3)
-        assert [e.token_id for e in again.events(timeout=30) if isinstance(e, TokenEvent)] == \
-            generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=3))[0]
+        assert [e.token_id for e in again.events(timeout=30) if isinstance(e, TokenEvent)] == generate(
+            model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=3)
+        )[0]
         assert again.cached_tokens == 0
     finally:
         eng.stop()

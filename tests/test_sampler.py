@@ -34,8 +34,10 @@ def _served(loader, batches=None):
     return out
 
 
-@pytest.mark.parametrize("n,replicas,drop_last,shuffle", [(10, 1, False, True), (11, 2, False, True),
-                                                          (11, 2, True, True), (7, 3, False, False)])
+@pytest.mark.parametrize(
+    "n,replicas,drop_last,shuffle",
+    [(10, 1, False, True), (11, 2, False, True), (11, 2, True, True), (7, 3, False, False)],
+)
 def test_fresh_epoch_equals_torch_distributed_sampler(n, replicas, drop_last, shuffle):
     ds = Indices(n)
     for epoch in (0, 3):
@@ -91,13 +93,13 @@ def test_world_size_change_resumes_by_global_sample_count(old, new):
         s.load_state_dict(state)
         after.append(list(s))
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(1)).tolist()  # epoch 0's order
-    rest = perm[per_rank * old:]
+    rest = perm[per_rank * old :]
     rest += perm[: (-len(rest)) % new]  # pad from the start of the epoch's order
     assert after == [rest[r::new] for r in range(new)]  # the documented rule, written out
     # nothing seen twice and nothing lost (apart from padding duplicates)
     flat = [i for part in after for i in part]
     assert sorted(set(seen) | set(flat)) == list(range(n))
-    assert not set(seen) & set(perm[per_rank * old:])
+    assert not set(seen) & set(perm[per_rank * old :])
 
 
 def test_state_from_another_dataset_or_seed_is_refused():

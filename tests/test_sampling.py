@@ -21,7 +21,6 @@ from cookmind.infer.sampling import (
     sample_from_logits,
 )
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 
@@ -112,8 +111,11 @@ def test_sampling_follows_softmax_distribution():
 
 def test_greedy_row_is_argmax_and_seed_reproducible():
     logits = torch.randn(3, 100)
-    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.0, seed=7),
-              SamplingParams(temperature=1.0, seed=7)]
+    params = [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=1.0, seed=7),
+        SamplingParams(temperature=1.0, seed=7),
+    ]
     batch = SamplingBatch.from_params(params, generators=[None, make_generator(7), make_generator(7)])
     a = sample_from_logits(logits, batch)
     batch2 = SamplingBatch.from_params(params, generators=[None, make_generator(7), make_generator(7)])
@@ -121,8 +123,10 @@ def test_greedy_row_is_argmax_and_seed_reproducible():
     assert a[0].item() == logits[0].argmax().item()
     assert a[1].item() == b[1].item()
     # same seed, same logits, same row position -> same token for rows 1 and 2 of both runs
-    first = [sample_from_logits(logits[1:2], SamplingBatch.from_params(params[1:2], generators=[make_generator(s)])).item()
-             for s in range(30)]
+    first = [
+        sample_from_logits(logits[1:2], SamplingBatch.from_params(params[1:2], generators=[make_generator(s)])).item()
+        for s in range(30)
+    ]
     assert len(set(first)) > 1  # different seeds do differ
 
 

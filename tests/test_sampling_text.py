@@ -93,6 +93,5 @@ def test_reasoning_split_whole_and_streamed():
 
 def test_reasoning_only_at_start_and_open_in_prompt():
     assert split_reasoning("The tag <think> here is text") == ("", "The tag <think> here is text")
-    assert split_reasoning("already thinking</think>answer", start_in_reasoning=True) == (
-        "already thinking", "answer")
+    assert split_reasoning("already thinking</think>answer", start_in_reasoning=True) == ("already thinking", "answer")
     assert split_reasoning("no tags at all") == ("", "no tags at all")

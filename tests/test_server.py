@@ -15,19 +15,21 @@ import openai
 import pytest
 import torch
 import uvicorn
+from lm_fixtures import sharp_tiny_lm
 
 from cookmind.infer import SamplingParams, generate
 from cookmind.infer.engine import Engine
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-from lm_fixtures import sharp_tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 
-TEXT = ("The cook stirs the soup. The soup is hot and the bread is fresh. "
-        "A cook bakes bread every morning; the kitchen smells of bread and soup.\n") * 20
+TEXT = (
+    "The cook stirs the soup. The soup is hot and the bread is fresh. "
+    "A cook bakes bread every morning; the kitchen smells of bread and soup.\n"
+) * 20
 API_KEY = "test-key"
 MODEL = "tiny-cook"
 
@@ -89,9 +91,13 @@ def setup(tmp_path_factory):
 
 def reference(setup, prompt_ids, max_tokens, **kw):
     tok = setup["tok"]
-    ids = generate(setup["model"], [prompt_ids],
-                   SamplingParams(**{"temperature": 0.0, **kw}, max_new_tokens=max_tokens,
-                                  stop_token_ids=(tok.eos_id, tok.im_end_id)))[0]
+    ids = generate(
+        setup["model"],
+        [prompt_ids],
+        SamplingParams(
+            **{"temperature": 0.0, **kw}, max_new_tokens=max_tokens, stop_token_ids=(tok.eos_id, tok.im_end_id)
+        ),
+    )[0]
     return ids, tok.decode(ids)
 
 
@@ -115,8 +121,14 @@ def test_chat_completion_equals_generate(setup):
 
 
 def test_chat_streaming_chunks_and_usage(setup):
-    stream = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=12, temperature=0,
-                                                     stream=True, stream_options={"include_usage": True})
+    stream = setup["client"].chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     ids, text = reference(setup, chat_prompt(setup), 12)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -138,8 +150,9 @@ def test_completion_stop_string_is_cut_and_not_returned(setup):
     assert r.choices[0].text == text[: text.index(stop)]
     assert r.choices[0].finish_reason == "stop"
     # streamed: the same cut, the partial stop string never shown
-    s = setup["client"].completions.create(model=MODEL, prompt=prompt, max_tokens=30, temperature=0, stop=stop,
-                                           stream=True)
+    s = setup["client"].completions.create(
+        model=MODEL, prompt=prompt, max_tokens=30, temperature=0, stop=stop, stream=True
+    )
     assert "".join(c.choices[0].text for c in s if c.choices) == text[: text.index(stop)]
 
 
@@ -156,8 +169,9 @@ def test_n_choices_and_seed(setup):
 
 def test_logprobs_match_the_model(setup):
     tok = setup["tok"]
-    r = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0,
-                                                logprobs=True, top_logprobs=2)
+    r = setup["client"].chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2
+    )
     seq = chat_prompt(setup)
     for entry in r.choices[0].logprobs.content:
         with torch.no_grad():
@@ -194,8 +208,11 @@ def test_errors_are_openai_json_with_right_status(setup):
     bad_key = openai.OpenAI(base_url=setup["server"].url + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad_key.models.list()
-    r = httpx.post(setup["server"].url + "/v1/chat/completions", content=b"{not json",
-                   headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+    r = httpx.post(
+        setup["server"].url + "/v1/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+    )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
 
 
@@ -218,8 +235,9 @@ def test_disconnect_cancels_generation(setup):
     before = engine.finished_by_reason.get("cancelled", 0)
     body = {"model": MODEL, "prompt": "The cook", "max_tokens": 2000, "temperature": 0, "stream": True}
     with httpx.Client(timeout=30) as h:
-        with h.stream("POST", setup["server"].url + "/v1/completions", json=body,
-                      headers={"Authorization": f"Bearer {API_KEY}"}) as r:
+        with h.stream(
+            "POST", setup["server"].url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"}
+        ) as r:
             lines = r.iter_lines()
             got = [next(lines) for _ in range(3)]
     assert got[0].startswith("data: ")
@@ -232,14 +250,16 @@ def test_disconnect_cancels_generation(setup):
 
 def test_chat_with_tools_renders_and_answers(setup):
     tools = [{"type": "function", "function": {"name": "get_recipe", "parameters": {"type": "object"}}}]
-    r = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0,
-                                                tools=tools)
+    r = setup["client"].chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0, tools=tools
+    )
     assert r.usage.prompt_tokens == len(setup["tok"].render(MESSAGES, add_generation_prompt=True, tools=tools)[0])
 
 
 def test_streaming_n_choices_do_not_interleave(setup):
-    stream = setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=10, temperature=0,
-                                                     n=3, stream=True)
+    stream = setup["client"].chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=10, temperature=0, n=3, stream=True
+    )
     texts, finals = {}, {}
     for chunk in stream:
         for ch in chunk.choices:
@@ -284,8 +304,11 @@ def test_completion_echo_logprobs_score_the_prompt(setup):
     assert r0.usage.completion_tokens == 0 and r0.usage.prompt_tokens == n
     assert r0.choices[0].logprobs.token_logprobs[1:] == pytest.approx(chosen[1:], abs=1e-4)
     # streamed: the echo arrives with its logprobs, then the completion
-    chunks = list(c.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=0, echo=True,
-                                       logprobs=1, stream=True))
+    chunks = list(
+        c.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=3, temperature=0, echo=True, logprobs=1, stream=True
+        )
+    )
     assert "".join(x.choices[0].text for x in chunks if x.choices) == prompt + out_text
     first = chunks[0].choices[0]
     assert first.text == prompt and first.logprobs.token_logprobs[0] is None
@@ -302,8 +325,9 @@ def test_completion_list_of_prompts_orders_choices_like_openai(setup):
     assert [ch.text for ch in r.choices] == [refs[0], refs[0], refs[1], refs[1], refs[2], refs[2]]
     assert r.usage.prompt_tokens == sum(len(tok.encode(p)) for p in prompts)
     # token-id prompts, streamed: each index gets its own prompt's text
-    s = c.completions.create(model=MODEL, prompt=[tok.encode(p) for p in prompts[:2]], max_tokens=5, temperature=0,
-                             stream=True)
+    s = c.completions.create(
+        model=MODEL, prompt=[tok.encode(p) for p in prompts[:2]], max_tokens=5, temperature=0, stream=True
+    )
     texts = ["", ""]
     for chunk in s:
         for ch in chunk.choices:
@@ -315,15 +339,21 @@ def test_completion_list_of_prompts_orders_choices_like_openai(setup):
 
 def test_usage_reports_cached_tokens_with_the_prefix_cache(setup):
     tok = setup["tok"]
-    assert setup["client"].chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2,
-                                                   temperature=0).usage.prompt_tokens_details is None  # cache off
+    assert (
+        setup["client"]
+        .chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, temperature=0)
+        .usage.prompt_tokens_details
+        is None
+    )  # cache off
     engine = Engine(setup["model"], num_slots=2, max_seq_len=256, block_size=4, prefix_cache=True)
     server = LiveServer(create_app(engine, tok, MODEL))
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
         prompt = chat_prompt(setup)
-        first, second = [client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=6, temperature=0)
-                         for _ in range(2)]
+        first, second = [
+            client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=6, temperature=0)
+            for _ in range(2)
+        ]
         assert first.usage.prompt_tokens_details.cached_tokens == 0
         # every full 4-token block before the last prompt token was cached by the first request
         assert second.usage.prompt_tokens_details.cached_tokens == (len(prompt) - 1) // 4 * 4 > 0

@@ -26,8 +26,16 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run 
 
 
 CLIENTS, PER_CLIENT, MAX_TOKENS = 64, 4, 6
-QUESTIONS = ["soup?", "What is hot?", "Who bakes the bread every morning?", "kitchen", "The cook stirs",
-             "Is the bread fresh or is the soup hot?", "A", "morning smells"]
+QUESTIONS = [
+    "soup?",
+    "What is hot?",
+    "Who bakes the bread every morning?",
+    "kitchen",
+    "The cook stirs",
+    "Is the bread fresh or is the soup hot?",
+    "A",
+    "morning smells",
+]
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +62,12 @@ def test_64_concurrent_streaming_clients(tok):
             t0 = time.perf_counter()
             try:
                 stream = await client.chat.completions.create(
-                    model="tiny", messages=[{"role": "user", "content": q}], max_tokens=MAX_TOKENS,
-                    temperature=0, stream=True)
+                    model="tiny",
+                    messages=[{"role": "user", "content": q}],
+                    max_tokens=MAX_TOKENS,
+                    temperature=0,
+                    stream=True,
+                )
                 text = "".join([ch.choices[0].delta.content or "" async for ch in stream if ch.choices])
             except openai.APIError as exc:
                 errors.append(repr(exc))
@@ -78,10 +90,15 @@ def test_64_concurrent_streaming_clients(tok):
     assert mismatches == []
     assert len(latencies) == CLIENTS * PER_CLIENT
     lat = sorted(latencies)
-    report = {"clients": CLIENTS, "requests": len(lat), "p50_s": round(statistics.median(lat), 4),
-              "p99_s": round(lat[int(0.99 * (len(lat) - 1))], 4), "wall_s": round(wall, 3),
-              "requests_per_s": round(len(lat) / wall, 2),
-              "tokens_per_s": round(engine.tokens_generated / wall, 1)}
+    report = {
+        "clients": CLIENTS,
+        "requests": len(lat),
+        "p50_s": round(statistics.median(lat), 4),
+        "p99_s": round(lat[int(0.99 * (len(lat) - 1))], 4),
+        "wall_s": round(wall, 3),
+        "requests_per_s": round(len(lat) / wall, 2),
+        "tokens_per_s": round(engine.tokens_generated / wall, 1),
+    }
     print(json.dumps(report))
     out = Path("test-artifacts")
     out.mkdir(exist_ok=True)

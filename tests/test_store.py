@@ -20,8 +20,9 @@ def _docs(n=9, seed=0, vocab=500):
 @pytest.mark.parametrize("fmt", ["bin", "h5"])
 def test_round_trip_records_and_stream_across_shards(tmp_path, fmt):
     docs = _docs()
-    out = write_store(tmp_path / "s", "seq", [{"sequence": d} for d in docs], vocab_size=500,
-                      storage_type=fmt, shard_tokens=15)
+    out = write_store(
+        tmp_path / "s", "seq", [{"sequence": d} for d in docs], vocab_size=500, storage_type=fmt, shard_tokens=15
+    )
     store = TokenStore(out)
     assert len(store.shards) > 2, "shard_tokens=15 should cut several shards"
     assert len(store) == len(docs)
@@ -36,10 +37,13 @@ def test_round_trip_records_and_stream_across_shards(tmp_path, fmt):
 
 
 def test_bin_meta_json_contract_and_raw_little_endian_arrays(tmp_path):
-    recs = [{"sequence": np.array([1, 2, 3]), "loss_mask": np.array([0, 1, 1])},
-            {"sequence": np.array([70000 - 1, 5]), "loss_mask": np.array([1, 1])}]
-    out = write_store(tmp_path / "sft", "sft", recs, vocab_size=70000, storage_type="bin",
-                      meta={"tokenizer": {"fingerprint": "abc"}})
+    recs = [
+        {"sequence": np.array([1, 2, 3]), "loss_mask": np.array([0, 1, 1])},
+        {"sequence": np.array([70000 - 1, 5]), "loss_mask": np.array([1, 1])},
+    ]
+    out = write_store(
+        tmp_path / "sft", "sft", recs, vocab_size=70000, storage_type="bin", meta={"tokenizer": {"fingerprint": "abc"}}
+    )
     top = json.loads((out / "meta.json").read_text())
     assert top["format_version"] == 1 and top["format"] == "bin" and top["train_type"] == "sft"
     assert top["keys"]["sequence"]["dtype"] == "<u4", "vocab 70000 does not fit uint16"
@@ -60,8 +64,14 @@ def test_uint16_chosen_when_vocab_fits(tmp_path):
 
 
 def test_h5_has_one_dataset_per_key_and_shares_memory(tmp_path):
-    recs = [{"chosen": np.array([1, 2]), "rejected": np.array([3]), "chosen_mask": np.array([0, 1]),
-             "rejected_mask": np.array([1])}] * 3
+    recs = [
+        {
+            "chosen": np.array([1, 2]),
+            "rejected": np.array([3]),
+            "chosen_mask": np.array([0, 1]),
+            "rejected_mask": np.array([1]),
+        }
+    ] * 3
     out = write_store(tmp_path / "d", "dpo", recs, vocab_size=10, storage_type="h5")
     shard_file = out / json.loads((out / "meta.json").read_text())["shards"][0]["name"]
     with h5py.File(shard_file, "r") as f:
@@ -76,11 +86,12 @@ def test_h5_has_one_dataset_per_key_and_shares_memory(tmp_path):
 
 
 def test_grpo_stores_answers_and_rewards(tmp_path):
-    online = [{"prompts": np.array([4, 5]), "answers": np.frombuffer("72".encode(), np.uint8)}]
+    online = [{"prompts": np.array([4, 5]), "answers": np.frombuffer(b"72", np.uint8)}]
     store = TokenStore(write_store(tmp_path / "on", "grpo", online, vocab_size=10))
     assert bytes(store.record("answers", 0)).decode() == "72"
-    offline = [{"prompts": np.array([1]), "responses": np.array([2, 3]), "masks": np.array([1, 1]),
-                "rewards": np.array([0.5])}]
+    offline = [
+        {"prompts": np.array([1]), "responses": np.array([2, 3]), "masks": np.array([1, 1]), "rewards": np.array([0.5])}
+    ]
     store = TokenStore(write_store(tmp_path / "off", "grpo", offline, vocab_size=10, storage_type="h5"))
     assert store.record("rewards", 0).dtype == np.float32 and store.record("rewards", 0)[0] == 0.5
 
@@ -118,8 +129,13 @@ def test_errors_name_the_problem(tmp_path):
     (out / "shard_0000" / "sequence.bin").write_bytes(b"\x00")  # truncated array
     with pytest.raises(StoreError, match="expected 2 bytes"):
         TokenStore(out)
-    store_fp = write_store(tmp_path / "fp", "seq", [{"sequence": np.array([1])}], vocab_size=10,
-                           meta={"tokenizer": {"fingerprint": "aaaa"}})
+    store_fp = write_store(
+        tmp_path / "fp",
+        "seq",
+        [{"sequence": np.array([1])}],
+        vocab_size=10,
+        meta={"tokenizer": {"fingerprint": "aaaa"}},
+    )
     with pytest.raises(StoreError, match="re-pack"):
         TokenStore(store_fp).check_tokenizer("bbbb")
 
@@ -130,8 +146,11 @@ def test_a_killed_packs_temporary_store_is_removed_by_the_next_write(tmp_path):
 
     from cookmind.atomic import temp_name
 
-    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True, check=True).stdout)
+    dead = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     host = temp_name(tmp_path / "x").name.split("@", 1)[1]
     stale = tmp_path / f".store.tmp-{dead}@{host}"
     (stale / "shard_0000").mkdir(parents=True)

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from lm_fixtures import CORPUS
 
 from cookmind.data import DatasetFactory
 from cookmind.store import TokenStore
@@ -15,7 +16,6 @@ from cookmind.store import cli as pack_cli
 from cookmind.store.packer import PackError, pack
 from cookmind.store.records import SYSTEM_PROMPTS
 from cookmind.tokenizer import Tokenizer
-from lm_fixtures import CORPUS
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,7 @@ def test_seq_from_text_jsonl_and_parquet_give_the_same_documents(tmp_path, tok, 
     meta = pack([lines], tmp_path / "l", tok_dir, "seq", one_per_line=True, progress=False)
     assert _records(tmp_path / "l", "sequence") == [tok.encode(d.replace("\n", " ")) + [tok.eos_id] for d in DOCS]
     jl = _jsonl(tmp_path / "a.jsonl", [{"body": d} for d in DOCS])
-    meta = pack([jl], tmp_path / "j", tok_dir, "seq", text_field="body", storage_type="h5", workers=2,
-                progress=False)
+    meta = pack([jl], tmp_path / "j", tok_dir, "seq", text_field="body", storage_type="h5", workers=2, progress=False)
     assert _records(tmp_path / "j", "sequence") == want
     assert meta["num_tokens"] == sum(map(len, want)) and meta["tokenizer"]["fingerprint"] == tok.fingerprint()
     assert meta["sources"] == [{"path": str(jl), "records": 3}]
@@ -61,9 +60,15 @@ def test_seq_from_text_jsonl_and_parquet_give_the_same_documents(tmp_path, tok, 
     assert len(TokenStore(tmp_path / "p").shards) == 3
 
 
-CHAT = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tom has 3 apples?"},
-                     {"role": "assistant", "content": "He has 7 apples.", "reasoning_content": "3 + 4 = 7"},
-                     {"role": "user", "content": "And the cook?"}, {"role": "assistant", "content": "The soup."}]}
+CHAT = {
+    "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Tom has 3 apples?"},
+        {"role": "assistant", "content": "He has 7 apples.", "reasoning_content": "3 + 4 = 7"},
+        {"role": "user", "content": "And the cook?"},
+        {"role": "assistant", "content": "The soup."},
+    ]
+}
 
 
 def test_sft_chats_render_with_assistant_only_labels(tmp_path, tok, tok_dir):
@@ -81,8 +86,18 @@ def test_sft_chats_render_with_assistant_only_labels(tmp_path, tok, tok_dir):
 
 
 def test_sft_augmentation_is_seeded_and_optional(tmp_path, tok, tok_dir):
-    rows = [{"messages": [{"role": "user", "content": f"q{k}"},
-                          {"role": "assistant", "content": "<think>\n</think>\nok", }]} for k in range(6)]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"q{k}"},
+                {
+                    "role": "assistant",
+                    "content": "<think>\n</think>\nok",
+                },
+            ]
+        }
+        for k in range(6)
+    ]
     src = _jsonl(tmp_path / "c.jsonl", rows)
     pack([src], tmp_path / "plain", tok_dir, "sft", progress=False)
     pack([src], tmp_path / "aug", tok_dir, "sft", add_system_ratio=1.0, drop_empty_think_ratio=1.0, progress=False)
@@ -100,41 +115,67 @@ def test_sft_augmentation_is_seeded_and_optional(tmp_path, tok, tok_dir):
 def test_a_reply_opening_with_a_think_block_becomes_reasoning(tmp_path, tok, tok_dir):
     """`<think>..</think>answer` in a reply is the dataset's reasoning: the template writes the think tokens; a
     `<think>` typed by the user or in the middle of a reply stays text (#17)."""
-    rows = [{"messages": [{"role": "user", "content": "Why <think>?"},
-                          {"role": "assistant", "content": "<think>\n3 + 4 = 7\n</think>\n\n7 <think> x"}]}]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "Why <think>?"},
+                {"role": "assistant", "content": "<think>\n3 + 4 = 7\n</think>\n\n7 <think> x"},
+            ]
+        }
+    ]
     pack([_jsonl(tmp_path / "c.jsonl", rows)], tmp_path / "s", tok_dir, "sft", progress=False)
-    want = tok.render([{"role": "user", "content": "Why <think>?"},
-                       {"role": "assistant", "content": "7 <think> x", "reasoning_content": "3 + 4 = 7"}])
+    want = tok.render(
+        [
+            {"role": "user", "content": "Why <think>?"},
+            {"role": "assistant", "content": "7 <think> x", "reasoning_content": "3 + 4 = 7"},
+        ]
+    )
     (ids,) = _records(tmp_path / "s", "sequence")
     assert ids == want[0] and ids.count(tok.special_tokens["<think>"]) == 1
-    assert tok.decode(ids) == ("<|im_start|>user\nWhy <think>?<|im_end|>\n<|im_start|>assistant\n"
-                               "<think>\n3 + 4 = 7\n</think>\n\n7 <think> x<|im_end|>\n")
+    assert tok.decode(ids) == (
+        "<|im_start|>user\nWhy <think>?<|im_end|>\n<|im_start|>assistant\n"
+        "<think>\n3 + 4 = 7\n</think>\n\n7 <think> x<|im_end|>\n"
+    )
 
 
 def test_dpo_masks_cover_only_the_final_response(tmp_path, tok, tok_dir):
-    prompt = [{"role": "user", "content": "Tom has 3 apples?"}, {"role": "assistant", "content": "Yes."},
-              {"role": "user", "content": "How many now?"}]
-    rows = [{"chosen": prompt + [{"role": "assistant", "content": "7 apples."}],
-             "rejected": prompt + [{"role": "assistant", "content": "3 soup."}]},
-            {"prompt": "The cook?", "chosen": "Stirs the soup.", "rejected": "No."}]
+    prompt = [
+        {"role": "user", "content": "Tom has 3 apples?"},
+        {"role": "assistant", "content": "Yes."},
+        {"role": "user", "content": "How many now?"},
+    ]
+    rows = [
+        {
+            "chosen": prompt + [{"role": "assistant", "content": "7 apples."}],
+            "rejected": prompt + [{"role": "assistant", "content": "3 soup."}],
+        },
+        {"prompt": "The cook?", "chosen": "Stirs the soup.", "rejected": "No."},
+    ]
     pack([_jsonl(tmp_path / "p.jsonl", rows)], tmp_path / "d", tok_dir, "dpo", progress=False)
     ds = DatasetFactory.load("dpo", tmp_path / "d", 512)
-    picked = [tok.decode(ds[i][f"{s}_input_ids"][ds[i][f"{s}_labels"] != -100].tolist())
-              for i in range(2) for s in ("chosen", "rejected")]
+    picked = [
+        tok.decode(ds[i][f"{s}_input_ids"][ds[i][f"{s}_labels"] != -100].tolist())
+        for i in range(2)
+        for s in ("chosen", "rejected")
+    ]
     assert picked == ["7 apples.<|im_end|>", "3 soup.<|im_end|>", "Stirs the soup.<|im_end|>", "No.<|im_end|>"]
     full, _ = tok.render(rows[0]["chosen"])
     assert ds[0]["chosen_input_ids"].tolist() == full
 
 
 def test_grpo_online_prompt_template_and_offline(tmp_path, tok, tok_dir):
-    src = _jsonl(tmp_path / "g.jsonl", [{"question": "Tom has 3 apples and buys 4. How many?",
-                                         "answer": "3 + 4 = <<3+4=7>>7\n#### 7"}])
+    src = _jsonl(
+        tmp_path / "g.jsonl",
+        [{"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"}],
+    )
     pack([src], tmp_path / "g", tok_dir, "grpo", prompt_template="Q: {question}\nA:", progress=False)
     item = DatasetFactory.load("grpo", tmp_path / "g", 256)[0]
     assert item["answer"] == "7"
     assert item["prompt_ids"].tolist() == tok.encode("Q: Tom has 3 apples and buys 4. How many?\nA:")
-    off = _jsonl(tmp_path / "o.jsonl", [{"prompt": "3 + 4?", "response": "7", "reward": 1.0},
-                                        {"prompt": "3 + 4?", "response": "8", "reward": 0}])
+    off = _jsonl(
+        tmp_path / "o.jsonl",
+        [{"prompt": "3 + 4?", "response": "7", "reward": 1.0}, {"prompt": "3 + 4?", "response": "8", "reward": 0}],
+    )
     pack([off], tmp_path / "o", tok_dir, "grpo", progress=False)
     ds = DatasetFactory.load("grpo", tmp_path / "o", 256)
     prompt_ids = tok.render([{"role": "user", "content": "3 + 4?"}], add_generation_prompt=True)[0]
@@ -161,14 +202,25 @@ def test_bad_line_stops_with_file_line_and_reason_and_leaves_no_store(tmp_path, 
 
 
 def test_chat_roles_out_of_order_and_skip_bad_counts(tmp_path, tok_dir, capsys):
-    rows = [CHAT,
-            {"messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "q"}]},
-            {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]},
-            "not json",
-            {"messages": [{"role": "user", "content": "q"}]}]
+    rows = [
+        CHAT,
+        {"messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "q"}]},
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]},
+        "not json",
+        {"messages": [{"role": "user", "content": "q"}]},
+    ]
     src = _jsonl(tmp_path / "c.jsonl", rows)
-    args = ["--tokenizer", str(tok_dir), "--train-type", "sft", "--input", str(src), "--out", str(tmp_path / "s"),
-            "--quiet"]
+    args = [
+        "--tokenizer",
+        str(tok_dir),
+        "--train-type",
+        "sft",
+        "--input",
+        str(src),
+        "--out",
+        str(tmp_path / "s"),
+        "--quiet",
+    ]
     parser = argparse.ArgumentParser()
     pack_cli.add_arguments(parser)
     assert pack_cli.main(parser.parse_args(args)) == 1
@@ -178,8 +230,12 @@ def test_chat_roles_out_of_order_and_skip_bad_counts(tmp_path, tok_dir, capsys):
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())
     assert meta["num_records"] == 1
     assert meta["skipped"]["count"] == 4
-    assert meta["skipped"]["by_reason"] == {"roles out of order": 1, "empty text": 1, "invalid JSON": 1,
-                                            "invalid record": 1}
+    assert meta["skipped"]["by_reason"] == {
+        "roles out of order": 1,
+        "empty text": 1,
+        "invalid JSON": 1,
+        "invalid record": 1,
+    }
     assert meta["skipped"]["examples"][3] == f"{src}:5: no assistant message to learn from"
 
 
@@ -195,15 +251,25 @@ def test_gsm8k_packs_as_grpo_and_sft_through_the_cli(tmp_path, tok, tok_dir, sha
     for k in (0, 700, 1318):
         assert ds[k]["answer"] == rows[k]["answer"].split("####")[1].strip()
         assert tok.decode(ds[k]["prompt_ids"].tolist()) == (
-            f"<|im_start|>user\n{rows[k]['question']}<|im_end|>\n<|im_start|>assistant\n")
-    assert pack_cli.main(parser.parse_args(base + ["--train-type", "sft", "--out", str(tmp_path / "s"),
-                                                   "--format", "h5", "--workers", "2"])) == 0
+            f"<|im_start|>user\n{rows[k]['question']}<|im_end|>\n<|im_start|>assistant\n"
+        )
+    assert (
+        pack_cli.main(
+            parser.parse_args(
+                base + ["--train-type", "sft", "--out", str(tmp_path / "s"), "--format", "h5", "--workers", "2"]
+            )
+        )
+        == 0
+    )
     sft = DatasetFactory.load("sft", tmp_path / "s", 4096)
     item = sft[5]
     assert tok.decode(item["input_ids"][item["labels"] != -100].tolist()) == rows[5]["answer"] + "<|im_end|>"
-    assert np.array_equal(TokenStore(tmp_path / "s").record("sequence", 5),
-                          tok.render([{"role": "user", "content": rows[5]["question"]},
-                                      {"role": "assistant", "content": rows[5]["answer"]}])[0])
+    assert np.array_equal(
+        TokenStore(tmp_path / "s").record("sequence", 5),
+        tok.render(
+            [{"role": "user", "content": rows[5]["question"]}, {"role": "assistant", "content": rows[5]["answer"]}]
+        )[0],
+    )
 
 
 def test_synthetic_chats_and_preferences_pack_through_the_command_line(tmp_path, tok, tok_dir):
@@ -216,8 +282,21 @@ def test_synthetic_chats_and_preferences_pack_through_the_command_line(tmp_path,
     convs = chats(40, seed=3)
     src = _jsonl(tmp_path / "chats.jsonl", [{"messages": m} for m in convs])
     prefs = _jsonl(tmp_path / "prefs.jsonl", preference_pairs(10, seed=3))
-    cmd = [sys.executable, "-m", "cookmind", "pack", "--tokenizer", str(tok_dir), "--train-type", "sft",
-           "--input", str(src), "--out", str(tmp_path / "s"), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cookmind",
+        "pack",
+        "--tokenizer",
+        str(tok_dir),
+        "--train-type",
+        "sft",
+        "--input",
+        str(src),
+        "--out",
+        str(tmp_path / "s"),
+        "--quiet",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "packed 40 sft records" in proc.stdout
@@ -250,11 +329,13 @@ def test_sft_from_parquet_with_tools_and_tool_calls(tmp_path, tok, tok_dir):
     import pyarrow.parquet as pq
 
     tools = [{"name": "add", "parameters": {"type": "object"}}]
-    call = [{"name": "add", "arguments": "{\"a\": 3, \"b\": 4}"}]
-    messages = [{"role": "user", "content": "3 + 4?"},
-                {"role": "assistant", "content": "", "tool_calls": call},
-                {"role": "tool", "content": "7"},
-                {"role": "assistant", "content": "It is 7."}]
+    call = [{"name": "add", "arguments": '{"a": 3, "b": 4}'}]
+    messages = [
+        {"role": "user", "content": "3 + 4?"},
+        {"role": "assistant", "content": "", "tool_calls": call},
+        {"role": "tool", "content": "7"},
+        {"role": "assistant", "content": "It is 7."},
+    ]
     pq.write_table(pa.table({"conversations": [messages]}), tmp_path / "c.parquet")  # nested structs
     pack([tmp_path / "c.parquet"], tmp_path / "s", tok_dir, "sft", progress=False)
     got = TokenStore(tmp_path / "s").record("sequence", 0).tolist()

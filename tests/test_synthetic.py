@@ -3,7 +3,7 @@
 import json
 import re
 
-from cookmind.synthetic import (arithmetic_problems, chats, direct_answer, extract_answer, preference_pairs, stories)
+from cookmind.synthetic import arithmetic_problems, chats, direct_answer, extract_answer, preference_pairs, stories
 
 
 def _gsm8k_answer(text):

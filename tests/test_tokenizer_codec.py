@@ -20,14 +20,41 @@ from cookmind.tokenizer import (
     train_bpe,
 )
 
-WORDS = ["the", "cat", "naïve", "café", "Straße", "日本語", "テキスト", "русский", "язык", "مرحبا", "123", "4567",
-         "it's", "we'll", "I'M", "😀", "ok!", "--", "\t", "  ", "<|", "|>", "endoftext", "<think", "\n\n", "\r\n"]
+WORDS = [
+    "the",
+    "cat",
+    "naïve",
+    "café",
+    "Straße",
+    "日本語",
+    "テキスト",
+    "русский",
+    "язык",
+    "مرحبا",
+    "123",
+    "4567",
+    "it's",
+    "we'll",
+    "I'M",
+    "😀",
+    "ok!",
+    "--",
+    "\t",
+    "  ",
+    "<|",
+    "|>",
+    "endoftext",
+    "<think",
+    "\n\n",
+    "\r\n",
+]
 
 
 def random_text(seed: int, n_words: int) -> str:
     rng = random.Random(seed)
-    return "".join(rng.choice(WORDS) + rng.choice([" ", "", "\n", "  ", ".", "<|endoftext|>", "<think>"])
-                   for _ in range(n_words))
+    return "".join(
+        rng.choice(WORDS) + rng.choice([" ", "", "\n", "  ", ".", "<|endoftext|>", "<think>"]) for _ in range(n_words)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +179,23 @@ def test_encode_batch_equals_encode(tok):
     assert tok.encode_batch(texts, allowed_special="all") == [tok.encode(t, allowed_special="all") for t in texts]
 
 
-special_pieces = st.sampled_from(["<|endoftext|>", "<|im_start|>", "<|", "|>", "endoftext", "<think>", "</think",
-                                  "<", "\n", " ", "\r\n", "'s", "  \t"])
+special_pieces = st.sampled_from(
+    [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|",
+        "|>",
+        "endoftext",
+        "<think>",
+        "</think",
+        "<",
+        "\n",
+        " ",
+        "\r\n",
+        "'s",
+        "  \t",
+    ]
+)
 
 
 # The pre-tokenizer regex runs on two engines (Python's `regex` for the reference, Rust's for tiktoken) that carry
@@ -177,8 +219,10 @@ def _tiktoken_gpt2(shared_data, cache_dir, monkeypatch):
     import tiktoken.registry
 
     base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
-    files = {"vocab.bpe": b"#version: 0.2\n" + (shared_data / "gpt2/merges.txt").read_bytes(),
-             "encoder.json": (shared_data / "gpt2/vocab.json").read_bytes()}
+    files = {
+        "vocab.bpe": b"#version: 0.2\n" + (shared_data / "gpt2/merges.txt").read_bytes(),
+        "encoder.json": (shared_data / "gpt2/vocab.json").read_bytes(),
+    }
     for name, data in files.items():
         (cache_dir / hashlib.sha1((base + name).encode()).hexdigest()).write_bytes(data)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache_dir))
@@ -193,8 +237,11 @@ def test_gpt2_import_equals_tiktoken_gpt2(shared_data, tmp_path, monkeypatch):
     ref = _tiktoken_gpt2(shared_data, tmp_path, monkeypatch)
     gpt2 = load_gpt2_files(shared_data / "gpt2/vocab.json", shared_data / "gpt2/merges.txt")
     assert gpt2.vocab_size == ref.n_vocab == 50257 and gpt2.eos_id == ref.eot_token
-    text = (shared_data / "text/tinystories_sample.txt").read_text() + random_text(11, 400) \
+    text = (
+        (shared_data / "text/tinystories_sample.txt").read_text()
+        + random_text(11, 400)
         + (shared_data / "text/corpus.en").read_text()[:20000]
+    )
     expected = ref.encode(text, allowed_special="all")
     assert gpt2.encode_reference(text, allowed_special="all") == expected
     assert gpt2.encode(text, allowed_special="all") == expected
@@ -206,10 +253,14 @@ def test_custom_pattern_streams_at_special_tokens():
     vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"abc"}
     tok = Tokenizer(vocab, [(b"a", b"b"), (b"ab", b"c")], ["<|endoftext|>"], pattern=r"\S+|\s+")
     text = "abc abcc <|endoftext|>xabc\n" * 20
-    chunks = [text[i:i + 7] for i in range(0, len(text), 7)]
+    chunks = [text[i : i + 7] for i in range(0, len(text), 7)]
     assert list(tok.encode_iterable(chunks)) == tok.encode(text) == tok.encode_reference(text)
     every = tok.encode(text, allowed_special="all")
-    assert list(tok.encode_iterable(chunks, allowed_special="all")) == every == tok.encode_reference(text, allowed_special="all")
+    assert (
+        list(tok.encode_iterable(chunks, allowed_special="all"))
+        == every
+        == tok.encode_reference(text, allowed_special="all")
+    )
     assert tok.encode("abc") == [257] and tok.eos_id == 258
 
 

@@ -10,8 +10,28 @@ from tokenizer_fixtures import run_cli, save_tokenizer
 
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, TokenizerError, load_gpt2_files, train_bpe
 
-TEXT_WORDS = ["the", "cat", "naïve", "日本語", "русский", "مرحبا", "123", "it's", "😀", "ok!", "  ", "\n", "\t",
-              "<|endoftext|>", "<think>", "</think>", "<|im_end|>", "<|", "\r\n", "x=1;"]
+TEXT_WORDS = [
+    "the",
+    "cat",
+    "naïve",
+    "日本語",
+    "русский",
+    "مرحبا",
+    "123",
+    "it's",
+    "😀",
+    "ok!",
+    "  ",
+    "\n",
+    "\t",
+    "<|endoftext|>",
+    "<think>",
+    "</think>",
+    "<|im_end|>",
+    "<|",
+    "\r\n",
+    "x=1;",
+]
 
 
 def random_text(seed: int, n: int) -> str:
@@ -29,19 +49,38 @@ def tok(request, tmp_path_factory) -> Tokenizer:
 
 CHATS = [
     [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello."}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
-     {"role": "assistant", "content": "4", "reasoning_content": "two plus two is four"},
-     {"role": "user", "content": " and 3+3 ?\n\n"}, {"role": "assistant", "content": "\n\n6 <|endoftext|>"}],
-    [{"role": "user", "content": "Weather in Zürich?"},
-     {"role": "assistant", "content": None,
-      "tool_calls": [{"type": "function", "function": {"name": "weather", "arguments": {"city": "Zürich"}}},
-                     {"type": "function", "function": {"name": "time", "arguments": '{"tz": "CET"}'}}]},
-     {"role": "tool", "content": "{\"temp\": 3}"},
-     {"role": "assistant", "content": "3 °C.", "reasoning_content": ""}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4", "reasoning_content": "two plus two is four"},
+        {"role": "user", "content": " and 3+3 ?\n\n"},
+        {"role": "assistant", "content": "\n\n6 <|endoftext|>"},
+    ],
+    [
+        {"role": "user", "content": "Weather in Zürich?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"type": "function", "function": {"name": "weather", "arguments": {"city": "Zürich"}}},
+                {"type": "function", "function": {"name": "time", "arguments": '{"tz": "CET"}'}},
+            ],
+        },
+        {"role": "tool", "content": '{"temp": 3}'},
+        {"role": "assistant", "content": "3 °C.", "reasoning_content": ""},
+    ],
     [{"role": "system", "content": ""}, {"role": "user", "content": "x"}],
 ]
-TOOLS = [{"type": "function", "function": {"name": "weather", "description": "Current weather",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "weather",
+            "description": "Current weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 
 
 def test_save_load_roundtrip_and_fingerprint(tok, tmp_path):
@@ -91,17 +130,23 @@ def test_chat_template_matches_transformers(tok, tmp_path):
                 theirs = hf.apply_chat_template(msgs, add_generation_prompt=gen, tools=tools, tokenize=False)
                 assert ours == theirs
                 assert tok.render(msgs, add_generation_prompt=gen, tools=tools)[0] == hf.apply_chat_template(
-                    msgs, add_generation_prompt=gen, tools=tools, sanitize_control_tokens=True, return_dict=False)
-                assert tok.render(msgs, add_generation_prompt=gen, tools=tools, allow_special_in_content=True)[0] == \
-                    hf.encode(theirs, add_special_tokens=False)
+                    msgs, add_generation_prompt=gen, tools=tools, sanitize_control_tokens=True, return_dict=False
+                )
+                assert tok.render(msgs, add_generation_prompt=gen, tools=tools, allow_special_in_content=True)[
+                    0
+                ] == hf.encode(theirs, add_special_tokens=False)
 
 
 def test_chat_template_string_by_hand(tok):
-    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-            {"role": "assistant", "content": "A", "reasoning_content": "R"}]
+    msgs = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+        {"role": "assistant", "content": "A", "reasoning_content": "R"},
+    ]
     assert tok.apply_chat_template(msgs, add_generation_prompt=False) == (
         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
-        "<|im_start|>assistant\n<think>\nR\n</think>\n\nA<|im_end|>\n")
+        "<|im_start|>assistant\n<think>\nR\n</think>\n\nA<|im_end|>\n"
+    )
     assert tok.apply_chat_template(msgs[:2]).endswith("<|im_end|>\n<|im_start|>assistant\n")
 
 
@@ -113,7 +158,7 @@ def test_render_mask_covers_assistant_content_and_im_end(tok):
     target = tok.decode([i for i, m in zip(ids, mask) if m])
     # the two assistant turns: think block + content + <|im_end|>; content starting with "\n\n" pulls in the
     # header's newline because they form one pre-token
-    assert target == ("<think>\ntwo plus two is four\n</think>\n\n4<|im_end|>" "\n\n\n6 <|endoftext|><|im_end|>")
+    assert target == ("<think>\ntwo plus two is four\n</think>\n\n4<|im_end|>\n\n\n6 <|endoftext|><|im_end|>")
     im_end_masked = [m for i, m in zip(ids, mask) if i == tok.im_end_id]
     assert im_end_masked == [0, 0, 1, 0, 1]  # system, user, assistant, user, assistant
     prompt_ids, prompt_mask = tok.render(msgs[:1], add_generation_prompt=True)
@@ -147,8 +192,20 @@ def test_tiktoken_rank_file_loads_in_tiktoken(tok, tmp_path):
     import tiktoken
     from tiktoken.load import load_tiktoken_bpe
 
-    assert run_cli(["export", "--tokenizer", str(save_tokenizer(tok, tmp_path / "tok")), "--out", str(tmp_path / "tt"),
-                    "--format", "tiktoken"]) == 0
+    assert (
+        run_cli(
+            [
+                "export",
+                "--tokenizer",
+                str(save_tokenizer(tok, tmp_path / "tok")),
+                "--out",
+                str(tmp_path / "tt"),
+                "--format",
+                "tiktoken",
+            ]
+        )
+        == 0
+    )
     ranks = load_tiktoken_bpe(str(tmp_path / "tt/tokenizer.tiktoken"))
     cfg = json.loads((tmp_path / "tt/tiktoken_config.json").read_text())
     enc = tiktoken.Encoding("x", pat_str=cfg["pat_str"], mergeable_ranks=ranks, special_tokens=cfg["special_tokens"])
@@ -158,8 +215,20 @@ def test_tiktoken_rank_file_loads_in_tiktoken(tok, tmp_path):
 
 
 def test_gpt2_export_import_roundtrip(tok, tmp_path):
-    assert run_cli(["export", "--tokenizer", str(save_tokenizer(tok, tmp_path / "tok")), "--out", str(tmp_path / "g"),
-                    "--format", "gpt2"]) == 0
+    assert (
+        run_cli(
+            [
+                "export",
+                "--tokenizer",
+                str(save_tokenizer(tok, tmp_path / "tok")),
+                "--out",
+                str(tmp_path / "g"),
+                "--format",
+                "gpt2",
+            ]
+        )
+        == 0
+    )
     back = load_gpt2_files(tmp_path / "g/vocab.json", tmp_path / "g/merges.txt", DEFAULT_SPECIAL_TOKENS, tok.pattern)
     text = random_text(6, 400)
     assert back.encode_reference(text) == tok.encode_reference(text)
@@ -221,8 +290,20 @@ def test_cli_train_encode_decode(tmp_path, capsys):
     assert run_cli(["decode", "--tokenizer", str(out), *map(str, ids)]) == 0
     assert capsys.readouterr().out == text + "\n"
     (tmp_path / "in.txt").write_text(text * 50, encoding="utf-8")
-    assert run_cli(["encode", "--tokenizer", str(out), "--input", str(tmp_path / "in.txt"),
-                    "--output", str(tmp_path / "ids.bin")]) == 0
+    assert (
+        run_cli(
+            [
+                "encode",
+                "--tokenizer",
+                str(out),
+                "--input",
+                str(tmp_path / "in.txt"),
+                "--output",
+                str(tmp_path / "ids.bin"),
+            ]
+        )
+        == 0
+    )
     import numpy as np
 
     assert np.fromfile(tmp_path / "ids.bin", dtype="<u4").tolist() == Tokenizer.load(out).encode(text * 50)
@@ -244,7 +325,15 @@ def test_cli_bad_input_leaves_no_output(tmp_path, capsys):
 def test_cli_encode_names_the_bad_line(tmp_path, capsys, shared_data):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\n" * 3000 + "é".encode() * 3 + b" \xe9t\xe9\n")
-    argv = ["encode", "--tokenizer", str(shared_data / "gpt2"), "--input", str(bad), "--output", str(tmp_path / "o.bin")]
+    argv = [
+        "encode",
+        "--tokenizer",
+        str(shared_data / "gpt2"),
+        "--input",
+        str(bad),
+        "--output",
+        str(tmp_path / "o.bin"),
+    ]
     assert run_cli(argv) == 2
     assert "bad.txt:3001: byte offset 15007 is not valid UTF-8" in capsys.readouterr().err
     assert not (tmp_path / "o.bin").exists()

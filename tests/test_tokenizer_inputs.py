@@ -21,14 +21,41 @@ def _reference(tmp_path, docs, vocab_size=300):
 
 
 def _train(tmp_path, out, *inputs, extra=()):
-    return cli_main(["tokenizer", "train", "--input", *map(str, inputs), "--vocab-size", "300", "--out", str(out),
-                     "--workers", "1", *extra])
+    return cli_main(
+        [
+            "tokenizer",
+            "train",
+            "--input",
+            *map(str, inputs),
+            "--vocab-size",
+            "300",
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            *extra,
+        ]
+    )
 
 
 def test_trains_on_a_curate_run_output_folder_and_its_shards(tmp_path, capsys):
     assert cli_main(["curate", "crawl", "--output", str(tmp_path / "crawl"), "--num-pages", "40", "--shards", "2"]) == 0
-    assert cli_main(["curate", "run", "--input", str(tmp_path / "crawl"), "--output", str(tmp_path / "cur"),
-                     "--workers", "1", "--quiet"]) == 0
+    assert (
+        cli_main(
+            [
+                "curate",
+                "run",
+                "--input",
+                str(tmp_path / "crawl"),
+                "--output",
+                str(tmp_path / "cur"),
+                "--workers",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     shards = sorted((tmp_path / "cur").glob("shard-*.jsonl.gz"))
     docs = [json.loads(line)["text"] for s in shards for line in gzip.decompress(s.read_bytes()).decode().splitlines()]
     assert len(docs) > 3
@@ -41,13 +68,20 @@ def test_trains_on_a_curate_run_output_folder_and_its_shards(tmp_path, capsys):
 
 
 def test_jsonl_text_field_and_gzip_text(tmp_path, capsys):
-    docs = ["The cook stirs the soup\nand tastes it.", "Tom has 3 apples; he eats 1. How many are left?",
-            "Soup, bread and tea: the cook's supper."] * 5
+    docs = [
+        "The cook stirs the soup\nand tastes it.",
+        "Tom has 3 apples; he eats 1. How many are left?",
+        "Soup, bread and tea: the cook's supper.",
+    ] * 5
     (tmp_path / "a.jsonl").write_text("".join(json.dumps({"id": i, "content": d}) + "\n" for i, d in enumerate(docs)))
     (tmp_path / "b.txt.gz").write_bytes(gzip.compress("<|endoftext|>".join(docs).encode()))
     expect = _reference(tmp_path, docs * 2)
-    assert _train(tmp_path, tmp_path / "tok", tmp_path / "a.jsonl", tmp_path / "b.txt.gz",
-                  extra=["--text-field", "content"]) == 0, capsys.readouterr().err
+    assert (
+        _train(
+            tmp_path, tmp_path / "tok", tmp_path / "a.jsonl", tmp_path / "b.txt.gz", extra=["--text-field", "content"]
+        )
+        == 0
+    ), capsys.readouterr().err
     assert Tokenizer.load(tmp_path / "tok").fingerprint() == expect
     # without --text-field the default "text" is missing: a one-line error naming file:line and the option
     capsys.readouterr()
@@ -71,6 +105,7 @@ def test_bad_utf8_in_a_json_line(tmp_path, capsys, policy):
 def test_record_batches_spread_over_workers_count_the_same(tmp_path):
     docs = [f"Batch {i}: the cook adds {i} cups of soup to the pot." for i in range(40)]
     (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in docs).encode()))
-    vocab, merges = train_bpe(tmp_path / "a.jsonl.gz", 300, DEFAULT_SPECIAL_TOKENS, workers=2, chunk_bytes=200,
-                              progress=False)  # about 10 batches in waves of 4
+    vocab, merges = train_bpe(
+        tmp_path / "a.jsonl.gz", 300, DEFAULT_SPECIAL_TOKENS, workers=2, chunk_bytes=200, progress=False
+    )  # about 10 batches in waves of 4
     assert Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).fingerprint() == _reference(tmp_path, docs)

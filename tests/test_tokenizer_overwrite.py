@@ -35,11 +35,19 @@ def test_train_refuses_an_existing_tokenizer_without_overwrite(tmp_path, capsys)
     hf = tmp_path / "hf"
     hf.mkdir()
     (hf / "tokenizer.json").write_text("{}")
-    assert run_cli(["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(hf), "--overwrite",
-                    "--workers", "1"]) == 2
+    assert (
+        run_cli(
+            ["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(hf), "--overwrite", "--workers", "1"]
+        )
+        == 2
+    )
     assert (hf / "tokenizer.json").read_text() == "{}"
-    assert run_cli(["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(out), "--overwrite",
-                    "--workers", "1"]) == 0
+    assert (
+        run_cli(
+            ["train", "--input", str(corpus), "--vocab-size", "280", "--out", str(out), "--overwrite", "--workers", "1"]
+        )
+        == 0
+    )
     assert Tokenizer.load(out).vocab_size == 280
 
 

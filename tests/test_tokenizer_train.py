@@ -13,8 +13,11 @@ from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, GPT4_PATTER
 
 def naive_train(text: str, vocab_size: int, specials: list[str], pattern: str = GPT2_PATTERN):
     """The textbook trainer: recount every pair each step, merge the max (count, (bytes_a, bytes_b))."""
-    docs = regex.split("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True)), text) \
-        if specials else [text]
+    docs = (
+        regex.split("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True)), text)
+        if specials
+        else [text]
+    )
     words = Counter()
     for d in docs:
         for t in regex.findall(pattern, d):
@@ -52,8 +55,28 @@ def naive_train(text: str, vocab_size: int, specials: list[str], pattern: str = 
 
 def multilingual(seed: int, n: int) -> str:
     rng = random.Random(seed)
-    words = ["the", "cat", "naïve", "café", "Straße", "日本語", "テキスト", "русский", "язык", "مرحبا",
-             "123", "4567", "it's", "we'll", "I'M", "😀", "ok!", "--", "\t", "  "]
+    words = [
+        "the",
+        "cat",
+        "naïve",
+        "café",
+        "Straße",
+        "日本語",
+        "テキスト",
+        "русский",
+        "язык",
+        "مرحبا",
+        "123",
+        "4567",
+        "it's",
+        "we'll",
+        "I'M",
+        "😀",
+        "ok!",
+        "--",
+        "\t",
+        "  ",
+    ]
     lines = []
     for _ in range(n):
         lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) + rng.choice([".", "", " ", "!?"]))
@@ -110,7 +133,7 @@ def test_parallel_chunks_equal_one_chunk(tmp_path, shared_or_none):
         text += (shared_or_none / "text/corpus.en").read_text()[:20000]
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text(text[: len(text) // 2] + "<|endoftext|>", encoding="utf-8")
-    b.write_text(text[len(text) // 2:], encoding="utf-8")
+    b.write_text(text[len(text) // 2 :], encoding="utf-8")
     one = train_bpe([a, b], 500, DEFAULT_SPECIAL_TOKENS, workers=1, chunk_bytes=1 << 30, progress=False)
     many = train_bpe([a, b], 500, DEFAULT_SPECIAL_TOKENS, workers=2, chunk_bytes=2000, progress=False)
     assert one == many

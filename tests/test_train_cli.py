@@ -9,21 +9,28 @@ import signal
 import numpy as np
 import pytest
 import torch
+from lm_fixtures import tiny_cli_overrides
 
 from cookmind.store import write_store
 from cookmind.train import cli
 from cookmind.train.trainer import Trainer
-from lm_fixtures import tiny_cli_overrides
 
-TINY = [*tiny_cli_overrides(num_hidden_layers=1, max_position_embeddings=256), "data.window_size=16", "train.micro_batch_size=2", "logging.progress=false", "eval.every=0",
-        "checkpoint.every=0"]
+TINY = [
+    *tiny_cli_overrides(num_hidden_layers=1, max_position_embeddings=256),
+    "data.window_size=16",
+    "train.micro_batch_size=2",
+    "logging.progress=false",
+    "eval.every=0",
+    "checkpoint.every=0",
+]
 
 
 @pytest.fixture
 def store(tmp_path):
     rng = np.random.default_rng(0)
-    return write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=40)} for _ in range(4)],
-                       vocab_size=64)
+    return write_store(
+        tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=40)} for _ in range(4)], vocab_size=64
+    )
 
 
 def _args(*argv):
@@ -96,14 +103,16 @@ def test_a_full_disk_is_one_line_no_traceback(tmp_path, store, monkeypatch, caps
 def test_train_threads_is_honoured_on_cpu(tmp_path, store, keep_threads):
     from cookmind.train.config import TrainConfig
 
-    cfg = TrainConfig.load("tiny-cpu", [f"data.train_path={store}", f"logging.run_dir={tmp_path / 'r'}",
-                                        "train.threads=2", *TINY])
+    cfg = TrainConfig.load(
+        "tiny-cpu", [f"data.train_path={store}", f"logging.run_dir={tmp_path / 'r'}", "train.threads=2", *TINY]
+    )
     Trainer(cfg)
     assert torch.get_num_threads() == 2
 
 
-def test_cookmind_train_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(tmp_path, store, monkeypatch,
-                                                                                keep_threads):
+def test_cookmind_train_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(
+    tmp_path, store, monkeypatch, keep_threads
+):
     torch.set_num_threads(2)  # what a user's process may start with: `cookmind train` pins train.threads=1
     full, cut = tmp_path / "full", tmp_path / "cut"
     steps = ["train.max_steps=4", "checkpoint.every=2"]

@@ -15,22 +15,33 @@ def test_every_preset_loads_and_validates():
 
 
 def test_dotted_overrides_are_typed():
-    cfg = TrainConfig.load("tiny-cpu", ["optim.lr=3e-4", "train.max_steps=7", "train.compile=true",
-                                        "lora.targets=[q_proj, v_proj]", "model.hidden_size=48"])
+    cfg = TrainConfig.load(
+        "tiny-cpu",
+        [
+            "optim.lr=3e-4",
+            "train.max_steps=7",
+            "train.compile=true",
+            "lora.targets=[q_proj, v_proj]",
+            "model.hidden_size=48",
+        ],
+    )
     assert cfg.optim.lr == pytest.approx(3e-4) and isinstance(cfg.optim.lr, float)
     assert cfg.train.max_steps == 7 and cfg.train.compile is True
     assert cfg.lora.targets == ["q_proj", "v_proj"]
     assert cfg.model["hidden_size"] == 48
 
 
-@pytest.mark.parametrize("override, match", [
-    ("optim.lrr=1", "unknown key in section 'optim' 'lrr'.*did you mean 'lr'"),
-    ("optimizer.lr=1", "unknown section 'optimizer'"),
-    ("model.lm_head_fb8=true", "unknown key in section 'model' 'lm_head_fb8'.*did you mean 'lm_head_fp8'"),
-    ("train.max_steps=abc", "expected an integer"),
-    ("train.precision=fp8", "train.precision must be one of"),
-    ("train.max_steps", "expected section.key=value"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("optim.lrr=1", "unknown key in section 'optim' 'lrr'.*did you mean 'lr'"),
+        ("optimizer.lr=1", "unknown section 'optimizer'"),
+        ("model.lm_head_fb8=true", "unknown key in section 'model' 'lm_head_fb8'.*did you mean 'lm_head_fp8'"),
+        ("train.max_steps=abc", "expected an integer"),
+        ("train.precision=fp8", "train.precision must be one of"),
+        ("train.max_steps", "expected section.key=value"),
+    ],
+)
 def test_bad_overrides_are_clear_errors(override, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig.load("tiny-cpu", [override])

@@ -9,14 +9,21 @@ import json
 
 import pytest
 import torch
+from test_train_loop import _cfg, _weights, store  # noqa: F401
 
 from cookmind.train import PretrainObjective, Trainer
-from test_train_loop import _cfg, _weights, store  # noqa: F401
 
 
 def _run(tmp_path, store, name, graph, objective=None, **train):
-    t = Trainer(_cfg(tmp_path, store, name, train={"device": "cuda", "max_steps": 9, "precision": "bf16",
-                                                   "cuda_graph": graph, **train}), objective=objective)
+    t = Trainer(
+        _cfg(
+            tmp_path,
+            store,
+            name,
+            train={"device": "cuda", "max_steps": 9, "precision": "bf16", "cuda_graph": graph, **train},
+        ),
+        objective=objective,
+    )
     t.fit()
     rows = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
     return t, [(r["step"], r["loss"], r["grad_norm"]) for r in rows if r.get("split") == "train"]
@@ -28,7 +35,9 @@ class NaNOnSomeBatches(PretrainObjective):
     def __call__(self, model, batch):
         loss, m = super().__call__(model, batch)
         bad = batch["input_ids"].sum() % 3 == 0
-        nan = torch.full((), float("nan"), device=loss.device)  # made on the device: a capture cannot copy from the host
+        nan = torch.full(
+            (), float("nan"), device=loss.device
+        )  # made on the device: a capture cannot copy from the host
         loss = loss * torch.where(bad, nan, torch.ones((), device=loss.device))
         return loss, {**m, "loss": loss.detach()}
 
@@ -36,10 +45,8 @@ class NaNOnSomeBatches(PretrainObjective):
 @pytest.mark.gpu
 @pytest.mark.parametrize("accum,compile_", [(1, False), (2, False), (1, True)])
 def test_graph_replays_train_like_the_eager_loop(tmp_path, store, accum, compile_):
-    eager, rows_e = _run(tmp_path, store, "eager", False, grad_accum_steps=accum, micro_batch_size=2,
-                         compile=compile_)
-    graph, rows_g = _run(tmp_path, store, "graph", True, grad_accum_steps=accum, micro_batch_size=2,
-                         compile=compile_)
+    eager, rows_e = _run(tmp_path, store, "eager", False, grad_accum_steps=accum, micro_batch_size=2, compile=compile_)
+    graph, rows_g = _run(tmp_path, store, "graph", True, grad_accum_steps=accum, micro_batch_size=2, compile=compile_)
     assert graph._graph.replays == 9 - graph._graph.WARMUP  # the captured step and every later one replayed
     assert [r[0] for r in rows_g] == list(range(1, 10))
     for (s, le, ne), (_, lg, ng) in zip(rows_e, rows_g):
@@ -64,8 +71,11 @@ def test_graph_skips_non_finite_steps_on_the_device(tmp_path, store):
 
 @pytest.mark.gpu
 def test_a_batch_of_another_shape_runs_eagerly(tmp_path, store):
-    t = Trainer(_cfg(tmp_path, store, "mixed", train={"device": "cuda", "max_steps": 6, "precision": "bf16",
-                                                      "cuda_graph": True}))
+    t = Trainer(
+        _cfg(
+            tmp_path, store, "mixed", train={"device": "cuda", "max_steps": 6, "precision": "bf16", "cuda_graph": True}
+        )
+    )
     t.fit()  # 3 eager warm-up steps, then 3 replays
     assert t._graph.replays == 3
     before = _weights(t)

@@ -22,18 +22,47 @@ from cookmind.train.checkpoint import find_latest_checkpoint
 def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1, checkpointing):
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(12)], vocab_size=64)
-    common = [f"data.train_path={tmp_path / 'seq'}", "data.window_size=16", "train.max_steps=5", "train.seed=3",
-              "train.device=cpu", "optim.lr=1e-2", "optim.warmup_steps=1", "train.grad_accum_steps=2",
-              "logging.progress=false", "logging.report=false", "checkpoint.every=0", "eval.every=0"]
+    common = [
+        f"data.train_path={tmp_path / 'seq'}",
+        "data.window_size=16",
+        "train.max_steps=5",
+        "train.seed=3",
+        "train.device=cpu",
+        "optim.lr=1e-2",
+        "optim.warmup_steps=1",
+        "train.grad_accum_steps=2",
+        "logging.progress=false",
+        "logging.report=false",
+        "checkpoint.every=0",
+        "eval.every=0",
+    ]
     common += tiny_cli_overrides()
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text("{}\n")
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), "-m", "cookmind", "train", "--config", str(cfg_file),
-           "--run-dir", str(tmp_path / "ddp"), "train.micro_batch_size=2", f"parallel.ddp={ddp}",
-           f"parallel.zero1={str(zero1).lower()}", f"train.activation_checkpointing={str(checkpointing).lower()}",
-           *common]  # the one-process run below never checkpoints activations: the results must not differ
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "cookmind",
+        "train",
+        "--config",
+        str(cfg_file),
+        "--run-dir",
+        str(tmp_path / "ddp"),
+        "train.micro_batch_size=2",
+        f"parallel.ddp={ddp}",
+        f"parallel.zero1={str(zero1).lower()}",
+        f"train.activation_checkpointing={str(checkpointing).lower()}",
+        *common,
+    ]  # the one-process run below never checkpoints activations: the results must not differ
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -10,10 +10,10 @@ import time
 
 import pytest
 import torch
+from test_train_loop import NaNAt, _cfg, _weights, store  # noqa: F401
 
 from cookmind.train import Callback, PretrainObjective, Trainer, TrainingDiverged
 from cookmind.train.checkpoint import find_latest_checkpoint, list_checkpoints
-from test_train_loop import NaNAt, _cfg, _weights, store  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("one_thread", "keep_threads")  # each test starts on one thread
 
@@ -62,8 +62,12 @@ class WithMetrics(PretrainObjective):
 
     def __call__(self, model, batch):
         loss, m = super().__call__(model, batch)
-        return loss, {**m, "twice_loss": 2 * loss.detach(), "vec": torch.stack([loss.detach(), 3 * loss.detach()]),
-                      "host": 1.5}
+        return loss, {
+            **m,
+            "twice_loss": 2 * loss.detach(),
+            "vec": torch.stack([loss.detach(), 3 * loss.detach()]),
+            "host": 1.5,
+        }
 
 
 def test_deferred_run_equals_synchronous_run(tmp_path, store):
@@ -71,8 +75,16 @@ def test_deferred_run_equals_synchronous_run(tmp_path, store):
     for defer in (False, True):
         name = f"defer{defer}"
         rec = Record()
-        t = _trainer(tmp_path, store, name, defer, objective=WithMetrics(), callbacks=[rec],
-                     train={"max_steps": 6, "micro_batch_size": 2, "grad_accum_steps": 2}, logging={"report": False})
+        t = _trainer(
+            tmp_path,
+            store,
+            name,
+            defer,
+            objective=WithMetrics(),
+            callbacks=[rec],
+            train={"max_steps": 6, "micro_batch_size": 2, "grad_accum_steps": 2},
+            logging={"report": False},
+        )
         t0 = time.perf_counter()
         runs[defer] = (t, t.fit(), rec.rows)
         wall = time.perf_counter() - t0
@@ -121,8 +133,16 @@ def test_checkpoint_and_eval_steps_are_read_before_the_next_step(tmp_path, store
     runs = {}
     for defer in (False, True):
         name = f"defer{defer}"
-        runs[defer] = _trainer(tmp_path, store, name, defer, train={"max_steps": 7}, data={"val_path": str(store)},
-                               checkpoint={"every": 2, "keep_last": 0}, eval={"every": 3})
+        runs[defer] = _trainer(
+            tmp_path,
+            store,
+            name,
+            defer,
+            train={"max_steps": 7},
+            data={"val_path": str(store)},
+            checkpoint={"every": 2, "keep_last": 0},
+            eval={"every": 3},
+        )
         runs[defer].fit()
     # checkpoints at 2, 4, 6, evaluations at 3, 6, and the last step 7 are read at once: only 1 and 5 wait
     assert runs[False].deferred_steps == 0 and runs[True].deferred_steps == 2
@@ -142,8 +162,7 @@ def test_non_finite_steps_are_skipped_and_counted_the_same(tmp_path, store):
     for defer in (False, True):
         name = f"defer{defer}"
         rec = Record()
-        t = _trainer(tmp_path, store, name, defer, objective=NaNAt({2, 5, 6}), callbacks=[rec],
-                     train={"max_steps": 8})
+        t = _trainer(tmp_path, store, name, defer, objective=NaNAt({2, 5, 6}), callbacks=[rec], train={"max_steps": 8})
         summary = t.fit()
         out[defer] = t, rec.rows
         assert summary["skipped_steps"] == 3 and t.consecutive_bad == 0
@@ -156,8 +175,9 @@ def test_non_finite_steps_are_skipped_and_counted_the_same(tmp_path, store):
     assert [json.loads(r)["skipped_steps"] for r in rows] == [0, 1, 1, 1, 2, 3, 3, 3]
 
 
-@pytest.mark.parametrize("bad, diverged_at, deferred", [(range(3, 100), 5, 4), (range(1, 100), 3, 2),
-                                                        ({1, 2, *range(4, 100)}, 6, 4)])
+@pytest.mark.parametrize(
+    "bad, diverged_at, deferred", [(range(3, 100), 5, 4), (range(1, 100), 3, 2), ({1, 2, *range(4, 100)}, 6, 4)]
+)
 def test_divergence_stops_at_the_same_step_with_a_checkpoint(tmp_path, store, bad, diverged_at, deferred):
     # max_bad_steps=2: the third bad step in a row ends the run. A step that could be that third one (two bad
     # before it) is read before the next is queued, so the run stops exactly where the synchronous one does.
@@ -220,8 +240,9 @@ class StopAt(Callback):
 
 
 def test_resume_from_a_deferred_run_equals_an_uninterrupted_run(tmp_path, store):
-    sections = dict(train={"max_steps": 8, "grad_accum_steps": 2, "micro_batch_size": 2},
-                    checkpoint={"every": 5, "keep_last": 0})
+    sections = dict(
+        train={"max_steps": 8, "grad_accum_steps": 2, "micro_batch_size": 2}, checkpoint={"every": 5, "keep_last": 0}
+    )
     full_sync = _trainer(tmp_path, store, "full_sync", False, **sections)
     full_sync.fit()
     full = _trainer(tmp_path, store, "full", True, **sections)
@@ -232,8 +253,9 @@ def test_resume_from_a_deferred_run_equals_an_uninterrupted_run(tmp_path, store)
     cut = _trainer(tmp_path, store, "cut", True, callbacks=[StopAt(3)], **sections)
     summary = cut.fit()
     assert summary["status"] == "stopped" and summary["steps"] == 3 and cut.deferred_steps == 2
-    resumed = _trainer(tmp_path, store, "cut", True, **{**sections, "checkpoint": {**sections["checkpoint"],
-                                                                                    "resume": "auto"}})
+    resumed = _trainer(
+        tmp_path, store, "cut", True, **{**sections, "checkpoint": {**sections["checkpoint"], "resume": "auto"}}
+    )
     assert resumed.step == 3
     resumed.fit()
     assert resumed.deferred_steps == 3  # steps 4, 6, 7
@@ -318,8 +340,9 @@ def test_the_cpu_default_path_reads_every_step_at_once(tmp_path, store):
 def test_on_cuda_the_deferred_run_matches_the_synchronous_one(tmp_path, store):
     runs = {}
     for defer in (False, True):
-        t = Trainer(_cfg(tmp_path, store, f"cuda{defer}", train={"device": "cuda", "max_steps": 6,
-                                                                  "defer_metrics": defer}))
+        t = Trainer(
+            _cfg(tmp_path, store, f"cuda{defer}", train={"device": "cuda", "max_steps": 6, "defer_metrics": defer})
+        )
         assert t._skip_on_device  # fused AdamW on CUDA: the real path
         t.fit()
         runs[defer] = t
@@ -377,11 +400,29 @@ def test_two_gloo_ranks_defer_alike_and_match_the_synchronous_run(tmp_path, stor
 
     from test_train_ddp import _free_port
 
-    base = _cfg(tmp_path, store, "unused", train={"max_steps": 6, "micro_batch_size": 2, "device": "cpu"},
-                checkpoint={"every": 2}, logging={"report": False}).to_dict()
+    base = _cfg(
+        tmp_path,
+        store,
+        "unused",
+        train={"max_steps": 6, "micro_batch_size": 2, "device": "cpu"},
+        checkpoint={"every": 2},
+        logging={"report": False},
+    ).to_dict()
     (tmp_path / "ddp.py").write_text(_DDP_SCRIPT)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(tmp_path / "ddp.py"), json.dumps(base), str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(tmp_path / "ddp.py"),
+        json.dumps(base),
+        str(tmp_path),
+    ]
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -8,11 +8,11 @@ import signal
 import numpy as np
 import pytest
 import torch
+from lm_fixtures import TINY, tiny_lm
 
 from cookmind.store import write_store
 from cookmind.train import Callback, PretrainObjective, TrainConfig, Trainer, TrainingDiverged
 from cookmind.train.checkpoint import find_latest_checkpoint, list_checkpoints
-from lm_fixtures import TINY, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread", "keep_threads")  # each test starts on one thread
 
@@ -25,10 +25,13 @@ def store(tmp_path):
 
 
 def _cfg(tmp_path, store, name, **sections):
-    d = {"model": dict(TINY), "data": {"train_path": str(store), "window_size": 16},
-         "train": {"max_steps": 4, "micro_batch_size": 4, "seed": 1},
-         "optim": {"lr": 1e-2, "warmup_steps": 1},
-         "logging": {"run_dir": str(tmp_path / name), "progress": False, "log_every": 1}}
+    d = {
+        "model": dict(TINY),
+        "data": {"train_path": str(store), "window_size": 16},
+        "train": {"max_steps": 4, "micro_batch_size": 4, "seed": 1},
+        "optim": {"lr": 1e-2, "warmup_steps": 1},
+        "logging": {"run_dir": str(tmp_path / name), "progress": False, "log_every": 1},
+    }
     for k, v in sections.items():
         d.setdefault(k, {}).update(v)
     return TrainConfig.from_dict(d)
@@ -95,8 +98,9 @@ def test_non_finite_step_is_skipped_and_counted(tmp_path, store, on_device):
 
 
 def test_too_many_bad_steps_stop_with_a_checkpoint_marked_diverged(tmp_path, store):
-    t = Trainer(_cfg(tmp_path, store, "div", train={"max_bad_steps": 2, "max_steps": 10}),
-                objective=NaNAt(range(1, 100)))
+    t = Trainer(
+        _cfg(tmp_path, store, "div", train={"max_bad_steps": 2, "max_steps": 10}), objective=NaNAt(range(1, 100))
+    )
     with pytest.raises(TrainingDiverged, match="consecutive steps had a non-finite or exploding loss"):
         t.fit()
     [saved] = list_checkpoints(tmp_path / "div" / "checkpoints")
@@ -118,8 +122,9 @@ class ExplodeFrom(PretrainObjective):
 
 
 def test_an_exploding_loss_stops_the_run_and_keeps_the_good_checkpoints(tmp_path, store):
-    cfg = _cfg(tmp_path, store, "boom", train={"max_steps": 40, "max_bad_steps": 3},
-               checkpoint={"every": 5, "keep_last": 1})
+    cfg = _cfg(
+        tmp_path, store, "boom", train={"max_steps": 40, "max_bad_steps": 3}, checkpoint={"every": 5, "keep_last": 1}
+    )
     t = Trainer(cfg, objective=ExplodeFrom(21))
     with pytest.raises(TrainingDiverged, match="exploding"):
         t.fit()
@@ -138,8 +143,9 @@ def test_a_fresh_run_refuses_a_used_run_dir_and_never_prunes_another_runs_checkp
         Trainer(_cfg(tmp_path, store, "run", train={"max_steps": 2}, checkpoint={"every": 1, "keep_last": 1}))
     assert [p.name for p in list_checkpoints(ckpts)] == ["step_00000004", "step_00000006"]
     # resuming continues the same run and prunes its own
-    resumed = Trainer(_cfg(tmp_path, store, "run", train={"max_steps": 8},
-                           checkpoint={"every": 2, "keep_last": 2, "resume": "auto"}))
+    resumed = Trainer(
+        _cfg(tmp_path, store, "run", train={"max_steps": 8}, checkpoint={"every": 2, "keep_last": 2, "resume": "auto"})
+    )
     resumed.fit()
     assert [p.name for p in list_checkpoints(ckpts)] == ["step_00000006", "step_00000008"]
     # a checkpoint of another run in the directory (copied in by hand) is never pruned
@@ -147,8 +153,9 @@ def test_a_fresh_run_refuses_a_used_run_dir_and_never_prunes_another_runs_checkp
     shutil.copytree(ckpts / "step_00000006", other)
     meta = json.loads((other / "meta.json").read_text())
     (other / "meta.json").write_text(json.dumps({**meta, "run_id": "someone-else", "step": 1}))
-    Trainer(_cfg(tmp_path, store, "run", train={"max_steps": 12},
-                 checkpoint={"every": 2, "keep_last": 1, "resume": "auto"})).fit()
+    Trainer(
+        _cfg(tmp_path, store, "run", train={"max_steps": 12}, checkpoint={"every": 2, "keep_last": 1, "resume": "auto"})
+    ).fit()
     assert [p.name for p in list_checkpoints(ckpts)] == ["step_00000001", "step_00000012"]
     # an explicit overwrite deletes the old run and starts afresh
     Trainer(_cfg(tmp_path, store, "run", train={"max_steps": 2}, checkpoint={"overwrite": True})).fit()
@@ -178,8 +185,11 @@ def test_stale_temporary_checkpoints_of_a_dead_run_are_removed(tmp_path, store):
 
     from cookmind.atomic import temp_name
 
-    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True, check=True).stdout)
+    dead = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     ckpts = tmp_path / "s" / "checkpoints"
     ckpts.mkdir(parents=True)
     host = temp_name(ckpts / "x").name.split("@", 1)[1]
@@ -205,11 +215,17 @@ def test_a_full_disk_while_saving_is_one_line_and_leaves_no_temporary(tmp_path, 
 
 
 def test_config_numbers_are_validated_at_load():
-    for override, field in (("optim.lr=nan", "optim.lr"), ("optim.lr=inf", "optim.lr"), ("optim.lr=-1", "optim.lr"),
-                            ("train.max_steps=-5", "train.max_steps"), ("optim.warmup_steps=-1", "optim.warmup_steps"),
-                            ("optim.grad_clip=.nan", "optim.grad_clip"), ("optim.beta2=1.5", "optim.beta2"),
-                            ("checkpoint.keep_last=-1", "checkpoint.keep_last"),
-                            ("data.window_size=512", "data.window_size")):  # tiny-cpu's context is 256
+    for override, field in (
+        ("optim.lr=nan", "optim.lr"),
+        ("optim.lr=inf", "optim.lr"),
+        ("optim.lr=-1", "optim.lr"),
+        ("train.max_steps=-5", "train.max_steps"),
+        ("optim.warmup_steps=-1", "optim.warmup_steps"),
+        ("optim.grad_clip=.nan", "optim.grad_clip"),
+        ("optim.beta2=1.5", "optim.beta2"),
+        ("checkpoint.keep_last=-1", "checkpoint.keep_last"),
+        ("data.window_size=512", "data.window_size"),
+    ):  # tiny-cpu's context is 256
         with pytest.raises(ValueError, match=field.replace(".", r"\.")):
             TrainConfig.load("tiny-cpu", [override])
 
@@ -230,8 +246,9 @@ def test_sigterm_saves_a_checkpoint_of_the_step_it_names(tmp_path, store):
 
 
 def test_run_outputs_metrics_eval_report_and_config(tmp_path, store):
-    t = Trainer(_cfg(tmp_path, store, "out", data={"val_path": str(store)}, eval={"every": 2},
-                     optim={"grad_clip": 0.5}))
+    t = Trainer(
+        _cfg(tmp_path, store, "out", data={"val_path": str(store)}, eval={"every": 2}, optim={"grad_clip": 0.5})
+    )
     summary = t.fit()
     run = tmp_path / "out"
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -279,8 +296,16 @@ def test_tensorboard_option_is_clear_when_the_package_is_missing(tmp_path, store
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_on_cuda_learns_with_fp32_master_weights(tmp_path, store, precision):
-    t = Trainer(_cfg(tmp_path, store, precision, train={"precision": precision, "device": "cuda", "max_steps": 30},
-                     optim={"lr": 3e-3, "warmup_steps": 2}, data={"val_path": str(store)}))
+    t = Trainer(
+        _cfg(
+            tmp_path,
+            store,
+            precision,
+            train={"precision": precision, "device": "cuda", "max_steps": 30},
+            optim={"lr": 3e-3, "warmup_steps": 2},
+            data={"val_path": str(store)},
+        )
+    )
     first = None
 
     class First(Callback):

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from lm_fixtures import tiny_lm
 
 from cookmind.train.objectives import DPOObjective, PretrainObjective, SFTObjective, dpo_loss, sequence_log_probs
-from lm_fixtures import tiny_lm
 
 
 def _log1pexp(x):
@@ -57,19 +57,32 @@ def test_dpo_objective_on_a_model_equals_the_formula_and_reference_has_no_grad()
     labels_c[:, :3] = -100
     labels_r = rejected.clone()
     labels_r[:, :3] = -100
-    batch = {"chosen_input_ids": chosen, "chosen_labels": labels_c, "rejected_input_ids": rejected,
-             "rejected_labels": labels_r}
+    batch = {
+        "chosen_input_ids": chosen,
+        "chosen_labels": labels_c,
+        "rejected_input_ids": rejected,
+        "rejected_labels": labels_r,
+    }
     obj = DPOObjective(beta=0.2, reduction="sum", reference=ref)
     loss, m = obj(policy, batch)
 
     def logp(model, ids, labels):  # naive: sum of log-softmax at response positions
         lg = model(ids).logits
-        return torch.stack([sum(F.log_softmax(lg[b, t - 1], -1)[labels[b, t]] for t in range(1, ids.shape[1])
-                                if labels[b, t] != -100) for b in range(ids.shape[0])])
+        return torch.stack(
+            [
+                sum(
+                    F.log_softmax(lg[b, t - 1], -1)[labels[b, t]]
+                    for t in range(1, ids.shape[1])
+                    if labels[b, t] != -100
+                )
+                for b in range(ids.shape[0])
+            ]
+        )
 
     with torch.no_grad():
-        h = (logp(policy, chosen, labels_c) - logp(policy, rejected, labels_r)) - \
-            (logp(ref, chosen, labels_c) - logp(ref, rejected, labels_r))
+        h = (logp(policy, chosen, labels_c) - logp(policy, rejected, labels_r)) - (
+            logp(ref, chosen, labels_c) - logp(ref, rejected, labels_r)
+        )
         want = -F.logsigmoid(0.2 * h).mean()
     assert loss.item() == pytest.approx(want.item(), abs=1e-5)
     loss.backward()

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 import torch
+from lm_fixtures import TINY, tiny_lm
 
 from cookmind.model import save_model
 from cookmind.store import write_store
 from cookmind.train import Callback, TrainConfig, Trainer
-from lm_fixtures import TINY, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread", "keep_threads")  # each test starts on one thread
 
@@ -20,10 +20,16 @@ def _stores(tmp):
     for _ in range(24):
         n = int(rng.integers(8, 14))
         mask = np.zeros(n, np.int64)
-        mask[n // 2:] = 1
+        mask[n // 2 :] = 1
         sft.append({"sequence": rng.integers(1, 64, size=n), "loss_mask": mask})
-        dpo.append({"chosen": rng.integers(1, 64, size=n), "rejected": rng.integers(1, 64, size=n),
-                    "chosen_mask": mask, "rejected_mask": mask})
+        dpo.append(
+            {
+                "chosen": rng.integers(1, 64, size=n),
+                "rejected": rng.integers(1, 64, size=n),
+                "chosen_mask": mask,
+                "rejected_mask": mask,
+            }
+        )
     write_store(tmp / "sft", "sft", sft, vocab_size=64)
     write_store(tmp / "dpo", "dpo", dpo, vocab_size=64)
     torch.manual_seed(123)
@@ -44,10 +50,23 @@ class StopAt(Callback):
 CASES = {
     "pretrain": ({"train": {"objective": "pretrain"}, "data": {"train_path": "seq"}}, {"model": dict(TINY)}),
     "sft": ({"train": {"objective": "sft"}, "data": {"train_path": "sft"}}, {"model": dict(TINY)}),
-    "dpo": ({"train": {"objective": "dpo", "init_from": "init"}, "data": {"train_path": "dpo"},
-             "dpo": {"beta": 0.5, "loss": "sigmoid", "label_smoothing": 0.1}}, {}),
-    "dpo-lora": ({"train": {"objective": "dpo", "init_from": "init"}, "data": {"train_path": "dpo"},
-                  "lora": {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.1}, "dpo": {"reduction": "mean"}}, {}),
+    "dpo": (
+        {
+            "train": {"objective": "dpo", "init_from": "init"},
+            "data": {"train_path": "dpo"},
+            "dpo": {"beta": 0.5, "loss": "sigmoid", "label_smoothing": 0.1},
+        },
+        {},
+    ),
+    "dpo-lora": (
+        {
+            "train": {"objective": "dpo", "init_from": "init"},
+            "data": {"train_path": "dpo"},
+            "lora": {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.1},
+            "dpo": {"reduction": "mean"},
+        },
+        {},
+    ),
 }
 
 

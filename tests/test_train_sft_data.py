@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from lm_fixtures import tiny_cli_overrides
 
 from cookmind.store import write_store
 from cookmind.train import TrainConfig, Trainer
-from lm_fixtures import tiny_cli_overrides
 
 MODEL = tiny_cli_overrides(num_hidden_layers=1, max_position_embeddings=64)  # the context caps an unset window
 
@@ -21,15 +21,26 @@ def sft_store(tmp_path):
     records = []
     for n in (10, 20, 30, 40, 50, 60, 70, 80, 90, 12):
         mask = np.zeros(n, np.uint8)
-        mask[n // 2:] = 1
+        mask[n // 2 :] = 1
         records.append({"sequence": rng.integers(1, 64, size=n), "loss_mask": mask})
     return write_store(tmp_path / "sft", "sft", records, vocab_size=64), records
 
 
 def _cfg(tmp_path, store, *overrides):
-    return TrainConfig.load("tiny-cpu", [f"data.train_path={store}", f"logging.run_dir={tmp_path / 'run'}",
-                                         "train.objective=sft", "train.max_steps=1", "train.micro_batch_size=2",
-                                         "logging.progress=false", "eval.every=0", *MODEL, *overrides])
+    return TrainConfig.load(
+        "tiny-cpu",
+        [
+            f"data.train_path={store}",
+            f"logging.run_dir={tmp_path / 'run'}",
+            "train.objective=sft",
+            "train.max_steps=1",
+            "train.micro_batch_size=2",
+            "logging.progress=false",
+            "eval.every=0",
+            *MODEL,
+            *overrides,
+        ],
+    )
 
 
 def test_truncated_and_dropped_records_are_counted_printed_and_reported(tmp_path, sft_store, capsys, keep_threads):
@@ -49,8 +60,13 @@ def test_truncated_and_dropped_records_are_counted_printed_and_reported(tmp_path
     report = (tmp_path / "run" / "report.md").read_text()
     assert f"| data_truncated | {truncated} |" in report and f"| data_dropped | {dropped} |" in report
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert {"split": "data", "step": 0, "data_records": len(records), "data_truncated": truncated,
-            "data_dropped": dropped}.items() <= rows[0].items()
+    assert {
+        "split": "data",
+        "step": 0,
+        "data_records": len(records),
+        "data_truncated": truncated,
+        "data_dropped": dropped,
+    }.items() <= rows[0].items()
 
 
 def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_path, sft_store, capsys, keep_threads):

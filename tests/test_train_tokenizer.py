@@ -11,8 +11,14 @@ from cookmind.train import TrainConfig, Trainer
 
 TEXT_A = "the cook stirs the soup and tastes it. " * 30
 TEXT_B = "numbers like 12 and 345 add up: 12 + 345 = 357. " * 30
-MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "max_position_embeddings": 64}
+MODEL = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
 
 
 def _tokenizer(tmp_path, name, text):
@@ -26,9 +32,14 @@ def _cfg(tmp_path, store, run, tokenizer=None, **train):
     data = {"train_path": str(store), "window_size": 16}
     if tokenizer is not None:
         data["tokenizer"] = str(tokenizer)
-    return TrainConfig.from_dict({"model": {} if train.get("init_from") else MODEL, "data": data,
-                                  "train": {"max_steps": 1, "micro_batch_size": 2, **train},
-                                  "logging": {"run_dir": str(tmp_path / run), "progress": False}})
+    return TrainConfig.from_dict(
+        {
+            "model": {} if train.get("init_from") else MODEL,
+            "data": data,
+            "train": {"max_steps": 1, "micro_batch_size": 2, **train},
+            "logging": {"run_dir": str(tmp_path / run), "progress": False},
+        }
+    )
 
 
 def test_a_store_packed_by_another_tokenizer_is_refused_naming_both(tmp_path):

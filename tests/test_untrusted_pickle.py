@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from lm_fixtures import tiny_lm
 
 from cookmind.optim import AdamW
 from cookmind.train.checkpoint import load_checkpoint, save_checkpoint
-from lm_fixtures import tiny_lm
 
 
 class _Payload:
@@ -38,6 +38,10 @@ def test_crafted_optimizer_pickle_is_refused_without_running(tmp_path):
 def test_no_unsafe_unpickling_in_the_package():
     root = Path(__file__).resolve().parents[1] / "cookmind"
     unsafe = re.compile(r"weights_only\s*=\s*False|pickle\.loads?\(|allow_pickle\s*=\s*True")
-    found = [f"{p.relative_to(root.parent)}:{n}" for p in sorted(root.rglob("*.py"))
-             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if unsafe.search(line)]
+    found = [
+        f"{p.relative_to(root.parent)}:{n}"
+        for p in sorted(root.rglob("*.py"))
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if unsafe.search(line)
+    ]
     assert found == []

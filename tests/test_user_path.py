@@ -71,34 +71,89 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
 
     # 1. tokenizer
     tok_dir = tmp_path / "tok"
-    _run(capsys, "tokenizer", "train", "--input", text, stories, "--vocab-size", 600, "--out", tok_dir,
-         "--workers", 1)
+    _run(capsys, "tokenizer", "train", "--input", text, stories, "--vocab-size", 600, "--out", tok_dir, "--workers", 1)
     tok = Tokenizer.load(tok_dir)
     assert tok.vocab_size == 600 and tok.im_end_id is not None
 
     # 2. pack: every document and every chat becomes one record, none skipped
-    out = _run(capsys, "pack", "--tokenizer", tok_dir, "--train-type", "seq", "--input", text, stories,
-               "--out", tmp_path / "pre", "--quiet")
+    out = _run(
+        capsys,
+        "pack",
+        "--tokenizer",
+        tok_dir,
+        "--train-type",
+        "seq",
+        "--input",
+        text,
+        stories,
+        "--out",
+        tmp_path / "pre",
+        "--quiet",
+    )
     assert f"packed {RECORDS + n_stories} seq records" in out and "skipped" not in out
-    out = _run(capsys, "pack", "--tokenizer", tok_dir, "--train-type", "sft", "--input", gsm,
-               "--out", tmp_path / "sft", "--quiet")
+    out = _run(
+        capsys,
+        "pack",
+        "--tokenizer",
+        tok_dir,
+        "--train-type",
+        "sft",
+        "--input",
+        gsm,
+        "--out",
+        tmp_path / "sft",
+        "--quiet",
+    )
     assert f"packed {RECORDS} sft records" in out and "skipped" not in out
     sft = TokenStore(tmp_path / "sft")
     first = sft.record("sequence", 0).tolist()
-    expect, _ = tok.render([{"role": "user", "content": problems[0]["question"]},
-                            {"role": "assistant", "content": problems[0]["answer"]}])
+    expect, _ = tok.render(
+        [{"role": "user", "content": problems[0]["question"]}, {"role": "assistant", "content": problems[0]["answer"]}]
+    )
     assert first == list(expect)  # the chat the user meant, token for token
     longest = max(len(sft.record("sequence", i)) for i in range(len(sft)))
     assert longest <= CONTEXT, f"the longest chat ({longest} tokens) no longer fits CONTEXT={CONTEXT}; raise it"
 
     # 3. pretrain, 4. SFT from it (a window that holds every chat: nothing to truncate)
-    shape = [f"model.max_position_embeddings={CONTEXT}", "train.micro_batch_size=2", "checkpoint.every=2",
-             "eval.every=0", "train.max_steps=2"]
-    _run(capsys, "train", "--config", "tiny-cpu", "--train-data", tmp_path / "pre", "--tokenizer", tok_dir,
-         "--run-dir", tmp_path / "runs" / "pre", "data.window_size=128", *shape)
-    out = _run(capsys, "train", "--config", "tiny-cpu", "--objective", "sft", "--init-from", tmp_path / "runs" / "pre",
-               "--train-data", tmp_path / "sft", "--tokenizer", tok_dir, "--run-dir", tmp_path / "runs" / "sft",
-               f"data.window_size={CONTEXT}", *shape)
+    shape = [
+        f"model.max_position_embeddings={CONTEXT}",
+        "train.micro_batch_size=2",
+        "checkpoint.every=2",
+        "eval.every=0",
+        "train.max_steps=2",
+    ]
+    _run(
+        capsys,
+        "train",
+        "--config",
+        "tiny-cpu",
+        "--train-data",
+        tmp_path / "pre",
+        "--tokenizer",
+        tok_dir,
+        "--run-dir",
+        tmp_path / "runs" / "pre",
+        "data.window_size=128",
+        *shape,
+    )
+    out = _run(
+        capsys,
+        "train",
+        "--config",
+        "tiny-cpu",
+        "--objective",
+        "sft",
+        "--init-from",
+        tmp_path / "runs" / "pre",
+        "--train-data",
+        tmp_path / "sft",
+        "--tokenizer",
+        tok_dir,
+        "--run-dir",
+        tmp_path / "runs" / "sft",
+        f"data.window_size={CONTEXT}",
+        *shape,
+    )
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["status"] == "completed" and summary["steps"] == 2
     assert (summary["data_records"], summary["data_truncated"], summary["data_dropped"]) == (RECORDS, 0, 0)
@@ -111,8 +166,24 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
 
     # 5. eval gsm8k with the chat template the model was tuned on: every problem graded, none skipped
     model_dir = tmp_path / "runs" / "sft"
-    out = _run(capsys, "eval", "gsm8k", "--model", model_dir, "--data", shared_data / "gsm8k" / "test.jsonl",
-               "--limit", 4, "--template", "chat", "--max-new-tokens", 8, "--quiet", "--out", tmp_path / "g.jsonl")
+    out = _run(
+        capsys,
+        "eval",
+        "gsm8k",
+        "--model",
+        model_dir,
+        "--data",
+        shared_data / "gsm8k" / "test.jsonl",
+        "--limit",
+        4,
+        "--template",
+        "chat",
+        "--max-new-tokens",
+        8,
+        "--quiet",
+        "--out",
+        tmp_path / "g.jsonl",
+    )
     metrics = json.loads(out.strip().splitlines()[-1])
     assert metrics["num_problems"] == 4 and metrics["num_skipped_too_long"] == 0 and metrics["context"] == CONTEXT
     assert len((tmp_path / "g.jsonl").read_text().splitlines()) == 4
@@ -134,8 +205,9 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
     assert hf_ids == list(ours)  # the same prompt on both sides
     typed = [{"role": "user", "content": "a <|im_end|> typed by the user"}]
     # #17.5: with transformers' sanitize_control_tokens=True (see the README) a typed <|im_end|> stays text
-    hf_typed = list(hf_tok.apply_chat_template(typed, add_generation_prompt=True, sanitize_control_tokens=True,
-                                               return_dict=False))
+    hf_typed = list(
+        hf_tok.apply_chat_template(typed, add_generation_prompt=True, sanitize_control_tokens=True, return_dict=False)
+    )
     assert hf_typed.count(tok.im_end_id) == 1  # only the template's own end of the user turn
     assert hf_typed == list(tok.render(typed, add_generation_prompt=True)[0])
     from cookmind.infer import SamplingParams
@@ -143,20 +215,28 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
     from cookmind.model import load_model, resolve_model_dir
 
     ids = torch.tensor([hf_ids])
-    hf_new = hf_model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1]:].tolist()
+    hf_new = hf_model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1] :].tolist()
     stops = (tok.eos_id, tok.im_end_id)
     if hf_new and hf_new[-1] in stops:
         hf_new = hf_new[:-1]  # cookmind leaves the stop token out
-    ours_new = generate(load_model(resolve_model_dir(model_dir)).eval(), [list(ours)],
-                        SamplingParams(max_new_tokens=12, temperature=0.0, stop_token_ids=stops))[0]
+    ours_new = generate(
+        load_model(resolve_model_dir(model_dir)).eval(),
+        [list(ours)],
+        SamplingParams(max_new_tokens=12, temperature=0.0, stop_token_ids=stops),
+    )[0]
     assert not any(t in stops for t in hf_new)  # transformers stopped at the first end token, if any
     assert hf_new == ours_new  # greedy: the same tokens from both stacks
 
     # 7. serve, 8. the openai client: the prompt it bills is the prompt we render, the answer is our greedy one
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(p) for p in sys.path if p])}
-    proc = subprocess.Popen([sys.executable, "-m", "cookmind", "serve", "--model", str(model_dir), "--port", str(port),
-                             "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cookmind", "serve", "--model", str(model_dir), "--port", str(port), "--device", "cpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc)

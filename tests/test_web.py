@@ -18,14 +18,22 @@ from test_server import LiveServer, make_model, make_tokenizer
 from cookmind.infer.engine import Engine
 from cookmind.infer.server import create_app
 
-
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = Path("test-artifacts")
 
-pytestmark = [pytest.mark.usefixtures("one_thread"),
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent (apt-get install chromium)")]
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent (apt-get install chromium)"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +100,32 @@ def test_reasoning_is_collapsible(browser, live):
     page = browser.new_page()
 
     def chunk(delta, finish=None):
-        return "data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
-                                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n"
+        return (
+            "data: "
+            + json.dumps(
+                {
+                    "id": "x",
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": "m",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
+            )
+            + "\n\n"
+        )
 
-    sse = (chunk({"role": "assistant", "content": ""}) + chunk({"reasoning_content": "Soup needs "}) +
-           chunk({"reasoning_content": "salt."}) + chunk({"content": "Add salt."}) + chunk({}, "stop") +
-           "data: [DONE]\n\n")
-    page.route("**/v1/chat/completions", lambda route: route.fulfill(status=200, body=sse,
-                                                                     headers={"Content-Type": "text/event-stream"}))
+    sse = (
+        chunk({"role": "assistant", "content": ""})
+        + chunk({"reasoning_content": "Soup needs "})
+        + chunk({"reasoning_content": "salt."})
+        + chunk({"content": "Add salt."})
+        + chunk({}, "stop")
+        + "data: [DONE]\n\n"
+    )
+    page.route(
+        "**/v1/chat/completions",
+        lambda route: route.fulfill(status=200, body=sse, headers={"Content-Type": "text/event-stream"}),
+    )
     page.goto(server.url + "/")
     page.evaluate("localStorage.clear()")
     page.click("#new-chat")

@@ -10,7 +10,7 @@ import torch
 
 
 def kernel_device() -> str | None:
-    """"cuda" when a GPU is present, "cpu" under the interpreter with triton installed, else None."""
+    """ "cuda" when a GPU is present, "cpu" under the interpreter with triton installed, else None."""
     if torch.cuda.is_available():
         return "cuda"
     if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None:
@@ -18,5 +18,6 @@ def kernel_device() -> str | None:
     return None
 
 
-needs_kernel = pytest.mark.skipif(kernel_device() is None,
-                                  reason="the Triton kernel needs CUDA, or TRITON_INTERPRET=1 with triton installed")
+needs_kernel = pytest.mark.skipif(
+    kernel_device() is None, reason="the Triton kernel needs CUDA, or TRITON_INTERPRET=1 with triton installed"
+)
