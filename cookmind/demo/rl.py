@@ -45,7 +45,7 @@ DEMO_GRPO = GRPOConfig(
     temperature=0.7,
 )  # a three-step worked answer is ~25 tokens
 # The loop: 8 fresh problems x 8 samples per optimizer step, one step per rollout batch.
-DEMO_LOOP = {"steps": 160, "prompts_per_step": 8, "lr": 3e-5, "warmup_steps": 10, "eval_every": 20}
+DEMO_LOOP = {"steps": 80, "prompts_per_step": 8, "lr": 3e-5, "warmup_steps": 10, "eval_every": 20}
 QUICK_GRPO = replace(DEMO_GRPO, group_size=4, max_new_tokens=8)
 QUICK_LOOP = {"steps": 2, "prompts_per_step": 2, "lr": 3e-5, "warmup_steps": 0, "eval_every": 0}
 # The safety stop (seconds) when COOKMIND_GRPO_SECONDS is unset; the fixed steps take ~2 minutes on 2 cores.
