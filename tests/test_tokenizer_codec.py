@@ -10,6 +10,7 @@ import pytest
 import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tokenizer_fixtures import MULTILINGUAL_WORDS
 
 from cookmind.tokenizer import (
     DEFAULT_SPECIAL_TOKENS,
@@ -21,26 +22,7 @@ from cookmind.tokenizer import (
 )
 
 WORDS = [
-    "the",
-    "cat",
-    "naïve",
-    "café",
-    "Straße",
-    "日本語",
-    "テキスト",
-    "русский",
-    "язык",
-    "مرحبا",
-    "123",
-    "4567",
-    "it's",
-    "we'll",
-    "I'M",
-    "😀",
-    "ok!",
-    "--",
-    "\t",
-    "  ",
+    *MULTILINGUAL_WORDS,
     "<|",
     "|>",
     "endoftext",

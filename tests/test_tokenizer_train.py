@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 import regex
+from tokenizer_fixtures import MULTILINGUAL_WORDS
 
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, GPT4_PATTERN, TokenizerError, train_bpe
 
@@ -55,28 +56,7 @@ def naive_train(text: str, vocab_size: int, specials: list[str], pattern: str = 
 
 def multilingual(seed: int, n: int) -> str:
     rng = random.Random(seed)
-    words = [
-        "the",
-        "cat",
-        "naïve",
-        "café",
-        "Straße",
-        "日本語",
-        "テキスト",
-        "русский",
-        "язык",
-        "مرحبا",
-        "123",
-        "4567",
-        "it's",
-        "we'll",
-        "I'M",
-        "😀",
-        "ok!",
-        "--",
-        "\t",
-        "  ",
-    ]
+    words = MULTILINGUAL_WORDS
     lines = []
     for _ in range(n):
         lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) + rng.choice([".", "", " ", "!?"]))
