@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import sys
 from pathlib import Path
 
 import torch
@@ -17,6 +18,22 @@ def find_free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def torchrun_cmd(*args: str, nproc: int = 2) -> list[str]:
+    """``python -m torch.distributed.run`` with ``nproc`` local processes on a free port, then ``args``."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(find_free_port()),
+        *args,
+    ]
 
 
 def _rank_main(rank: int, fn, world: int, port: int, out_dir: str) -> None:

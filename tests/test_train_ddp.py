@@ -3,13 +3,12 @@ as one process with the same global batch."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from gloo_fixtures import find_free_port as _free_port
+from gloo_fixtures import find_free_port, torchrun_cmd
 from lm_fixtures import tiny_cli_overrides, tiny_lm
 
 from cookmind.model import load_model
@@ -40,16 +39,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text("{}\n")
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
+    cmd = torchrun_cmd(
         "-m",
         "cookmind",
         "train",
@@ -62,7 +52,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1
         f"parallel.zero1={str(zero1).lower()}",
         f"train.activation_checkpointing={str(checkpointing).lower()}",
         *common,
-    ]  # the one-process run below never checkpoints activations: the results must not differ
+    )  # the one-process run below never checkpoints activations: the results must not differ
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -96,7 +86,7 @@ def test_parallel_reduce_dtype_reaches_the_all_reduce(tmp_path, ddp, reduce_dtyp
 
     from cookmind.parallel import finish_gradient_sync, wrap_data_parallel
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{find_free_port()}", rank=0, world_size=1)
     try:
         torch.manual_seed(0)
         model = tiny_lm()

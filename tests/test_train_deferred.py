@@ -395,10 +395,9 @@ with open(f"{out}/rank{t.dist.rank}.json", "w") as f:
 
 def test_two_gloo_ranks_defer_alike_and_match_the_synchronous_run(tmp_path, store):
     import subprocess
-    import sys
     from pathlib import Path
 
-    from test_train_ddp import _free_port
+    from gloo_fixtures import torchrun_cmd
 
     base = _cfg(
         tmp_path,
@@ -409,20 +408,11 @@ def test_two_gloo_ranks_defer_alike_and_match_the_synchronous_run(tmp_path, stor
         logging={"report": False},
     ).to_dict()
     (tmp_path / "ddp.py").write_text(_DDP_SCRIPT)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
+    cmd = torchrun_cmd(
         str(tmp_path / "ddp.py"),
         json.dumps(base),
         str(tmp_path),
-    ]
+    )
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

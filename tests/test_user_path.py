@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
+from gloo_fixtures import find_free_port
 
 from cookmind.cli import main as cli_main
 
@@ -31,12 +31,6 @@ def _run(capsys, *argv) -> str:
     out, err = capsys.readouterr()
     assert rc == 0, f"cookmind {' '.join(map(str, argv))} -> {rc}\n{err[-2000:]}"
     return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, seconds: float = 240) -> None:
@@ -228,7 +222,7 @@ def test_user_path_on_real_data(shared_data, tmp_path, capsys):
     assert hf_new == ours_new  # greedy: the same tokens from both stacks
 
     # 7. serve, 8. the openai client: the prompt it bills is the prompt we render, the answer is our greedy one
-    port = _free_port()
+    port = find_free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(p) for p in sys.path if p])}
     proc = subprocess.Popen(
         [sys.executable, "-m", "cookmind", "serve", "--model", str(model_dir), "--port", str(port), "--device", "cpu"],
