@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from cookmind.infer.block_manager import BlockManager
+from cookmind.infer.constraints import GrammarMatcher, constrain_logits
 from cookmind.infer.cuda_graphs import CudaGraphDecoder
 from cookmind.infer.paged_cache import blocks_for_budget
 from cookmind.infer.runner import ModelRunner
@@ -121,6 +122,7 @@ class EngineRequest:
         self.prefilled = 0
         self.cached_tokens = 0  # prefix cache: prompt tokens found cached at admission (not computed)
         self.block_keys: list[tuple] = []  # prefix cache: (key, parent key, tokens) of each full prompt block
+        self.matcher: GrammarMatcher | None = None  # params.grammar's state (structured outputs)
         self.cancelled = False
         self.finish_reason: str | None = None
         self.stop_token: int | None = None  # the stop token that ended it (finish reason "stop")
@@ -152,6 +154,8 @@ class Engine:
     On CUDA, decode steps replay CUDA graphs (``cuda_graphs``) of a forward whose layers run through
     torch.compile (``compile``) around the paged decode-attention kernel (``decode_attention``, see
     runner.py; "gather" keeps the gather + SDPA path, where ``compile_attention`` compiles attention too).
+    tokenizer: needed by requests with a ``SamplingParams.grammar`` (structured outputs, constraints.py); their
+    rows are masked to the grammar before sampling, and a step holding one reads its tokens back at once.
 
     Use ``start()`` for a background thread (the server), or call ``step()`` / ``run_until_idle()``
     yourself (benchmarks, tests). ``submit`` and ``cancel`` are thread-safe.
@@ -174,8 +178,10 @@ class Engine:
         prefix_cache: bool = False,
         decode_attention: str = "auto",
         fuse_projections: bool = True,
+        tokenizer=None,
     ):
         cfg = model.config
+        self.tokenizer = tokenizer
         param = next(model.parameters())
         self.device = param.device
         self.max_seq_len = int(max_seq_len or cfg.max_position_embeddings)
@@ -313,6 +319,8 @@ class Engine:
         if bad:
             raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
         req = EngineRequest(prompt_ids, params, max_new_tokens, stop_token_ids, sink, self.device, prompt_logprobs)
+        if params.grammar is not None:
+            req.matcher = self._grammar_matcher(req)
         if self.blocks is not None:
             self.blocks.check_fits(req)
         with self._cond:
@@ -322,6 +330,18 @@ class Engine:
             self.requests_total += 1
             self._cond.notify()
         return req
+
+    def _grammar_matcher(self, req: EngineRequest) -> GrammarMatcher:
+        """The request's grammar compiled now, so a bad grammar fails its submit rather than a step. The response
+        ends with the request's stop tokens (the tokenizer's end-of-text when it has none)."""
+        if self.tokenizer is None:
+            raise ValueError("a request with a grammar needs the engine's tokenizer: build Engine(..., tokenizer=tok)")
+        if not req.stop_token_ids:
+            eos = getattr(self.tokenizer, "eos_id", None)
+            if eos is None:
+                raise ValueError("a request with a grammar needs stop_token_ids (the tokenizer has no end-of-text)")
+            req.stop_token_ids = frozenset({eos})
+        return GrammarMatcher(self.tokenizer, self.vocab_size, req.params.grammar, req.stop_token_ids)
 
     def cancel(self, req: EngineRequest) -> None:
         """Stop a request; its slot is freed at the start of the next step."""
@@ -402,7 +422,8 @@ class Engine:
             self._emit_record(self._pending)
         self._pending = None
         if launched is not None:
-            if self.overlap:
+            # a grammar's next mask needs this step's tokens on the host: no overlap for a step holding one
+            if self.overlap and not any(r.matcher is not None for r in launched.reqs):
                 self._pending = launched  # emitted after the next step is launched
             else:
                 self._emit_record(launched)
@@ -551,6 +572,7 @@ class Engine:
                 self.blocks.grow(r, positions[r.slot])
             self.runner.cache.sync_tables()
         length = max(positions) + 1  # columns the longest row attends to
+        constrained = any(r.matcher is not None for r in active)  # grammar rows: masked logits, tokens read now
         if self.graphs is not None and self.graphs.bucket_for(b) is not None:
             key = (b, tuple((r.slot, r.id) for r in active))
             if key != self._graph_key:  # requests joined or left: tell the graph state; else it advanced itself
@@ -566,6 +588,7 @@ class Engine:
                 and not batch.uses("repetition")
                 and not batch.uses("presence_frequency")
                 and not any(r.params.logprobs or r.n_sampled < r.params.min_new_tokens for r in active)
+                and not constrained
             ):
                 return self._greedy_record(active, b)  # the graph already took the argmax into _last_tok
         else:
@@ -573,7 +596,8 @@ class Engine:
             tokens = self._last_tok[:b]  # sampled on the device last step; never visits the host
             pw = torch.tensor([positions, write_cols], dtype=torch.long).to(self.device)
             logits = self.runner.forward(tokens[:, None], pw[0, :, None], 0, length, write_cols=pw[1, :, None])
-        return self._sample(active, logits if rows == list(range(b)) else logits[rows], deferred=self.overlap)
+        logits = logits if rows == list(range(b)) else logits[rows]
+        return self._sample(active, logits, deferred=self.overlap and not constrained)
 
     def _copy_to_host(self, values: torch.Tensor, deferred: bool):
         """Start copying values into a pinned buffer (two alternate); returns (host tensor, event)."""
@@ -607,6 +631,9 @@ class Engine:
         batch = self._sampling_batch(reqs)
         bans = {i: tuple(r.stop_token_ids) for i, r in enumerate(reqs) if r.n_sampled < r.params.min_new_tokens}
         logits = ban_tokens(logits, {i: ids for i, ids in bans.items() if ids})
+        matchers = [r.matcher for r in reqs]
+        if any(m is not None for m in matchers):
+            logits = constrain_logits(logits, matchers)
         slot_list = [r.slot for r in reqs]
         contiguous = slot_list == list(range(slot_list[0], slot_list[0] + len(slot_list)))
         slots = None if contiguous and self._seen is None else torch.tensor(slot_list, device=self.device)
@@ -665,6 +692,8 @@ class Engine:
                     vals, ids = record.top_logprobs
                     ev.top_logprobs = list(zip(ids[i][:n], vals[i][:n]))
             req.sink(ev)
+            if req.matcher is not None and not self._advance_grammar(req, tok):
+                continue
             if (
                 len(req.output_ids) >= req.max_new_tokens
                 or len(req.prompt_ids) + len(req.output_ids) >= self.max_seq_len
@@ -672,6 +701,17 @@ class Engine:
                 self._finish(req, "length")
         self.tokens_generated += emitted
         self._recent.append((now, emitted))
+
+    def _advance_grammar(self, req: EngineRequest, tok: int) -> bool:
+        """Feed an emitted token to the request's grammar; False when that finished the request: "stop" once the
+        grammar can take no more, "error" when it refused the token (min_new_tokens banned all it allowed)."""
+        if not req.matcher.consume(tok):
+            self._finish(req, "error", f"the grammar refused token {tok}: {req.matcher.error}")
+            return False
+        if req.matcher.is_stopped():
+            self._finish(req, "stop")
+            return False
+        return True
 
     def _finish(self, req: EngineRequest, reason: str, error: str | None = None) -> None:
         if req.state == "done":

@@ -69,6 +69,8 @@ def engine_generate(
     need = min(context, longest + params.max_new_tokens)
     need = min(context, -(-need // 64) * 64)  # round up: nearby lengths reuse one engine
     engine = _engine_for(model, max(1, min(len(prompts), max_rows, 256)), need)
+    if params.grammar is not None:
+        engine.tokenizer = tokenizer  # the grammar is matched against this call's tokenizer
     stops = [TokenStops(params.stop_token_ids, params.stop_strings, tokenizer) for _ in prompts]
     reqs: list = []
 

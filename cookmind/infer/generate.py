@@ -6,7 +6,8 @@ Two back ends under one contract, sharing the sampling pipeline (sampling.py) an
     kept per model across calls (engine_generate.py);
   - "builtin": a plain loop over the model's own KV cache (stepper.py), for CPU, Hugging Face / peft models
     and logits callables.
-engine="auto" takes "serving" for a CookMindLM on CUDA and "builtin" otherwise. Both give row i of a call the
+engine="auto" takes "serving" for a CookMindLM on CUDA and "builtin" otherwise, and "serving" for any request with a
+grammar (structured outputs are enforced by the engine only). Both give row i of a call the
 seed ``seed + i`` (repeated prompts, a GRPO group, get distinct, reproducible samples), and stop the same way.
 """
 
@@ -58,6 +59,8 @@ def generate_steps(
     keeps one shape: callers stop consuming to end early. seeds: one per row (default ``params.seed + i``).
     Stop tokens are banned for the first ``params.min_new_tokens`` steps.
     """
+    if params.grammar is not None:
+        raise ValueError("the plain loop (engine='builtin', stream) does not enforce grammars; use generate()")
     _check_prompts(prompts)
     max_new = _room(model, prompts, params)
     if max_new < 1:
@@ -132,6 +135,7 @@ def generate(
     A stop token ends a row (returned at its end only with keep_stop_token: GRPO trains on it); a stop string
     (needs ``tokenizer``) ends a row with the token that completes it. batch_size: rows per forward of the plain
     loop (the engine batches by itself). engine: "auto", "builtin" or "serving" (module docstring).
+    params.grammar (needs ``tokenizer``) constrains every row to the grammar, through the serving engine.
     """
     if not isinstance(params, SamplingParams):
         raise TypeError(f"generate: params must be a cookmind.infer.SamplingParams, got {type(params).__name__}")
@@ -142,6 +146,12 @@ def generate(
         raise ValueError("generate: stop_strings need a tokenizer to decode the output; pass tokenizer=")
     if batch_size < 1:
         raise ValueError(f"generate: batch_size must be >= 1, got {batch_size}")
+    if params.grammar is not None:
+        if tokenizer is None:
+            raise ValueError("generate: a grammar is matched against the tokenizer's tokens; pass tokenizer=")
+        if engine == "builtin":
+            raise ValueError("generate: grammars are enforced by the serving engine only; use engine='auto' or 'serving'")
+        engine = "serving"
     if pick_engine(model, engine) == "serving":
         from cookmind.infer.engine_generate import engine_generate
 

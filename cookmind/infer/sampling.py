@@ -28,6 +28,11 @@ class SamplingParams:
 
     The OpenAI names where one exists. temperature 0 is greedy. A stop token ends a response; a stop string
     ends it at the token that completes it. min_new_tokens bans the stop tokens before that many tokens.
+
+    grammar: structured output, enforced while decoding by the serving engine (constraints.py, llguidance): Lark
+    text such as ``start: "yes" | "no"``, with JSON schemas inline as ``%json {"type": "object", ...}``, or the
+    JSON grammar ``constraints.grammar_for_response_format`` builds. The response may end (a stop token) only
+    where the grammar is complete, and ends once the grammar can take no more.
     """
 
     max_new_tokens: int = 64
@@ -44,6 +49,7 @@ class SamplingParams:
     seed: int | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    grammar: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop_token_ids, (str, int)):
@@ -53,6 +59,8 @@ class SamplingParams:
         except TypeError:
             raise ValueError(f"sampling parameter stop_token_ids={self.stop_token_ids!r} must hold ints") from None
         self.stop_strings = check_stop_strings(self.stop_strings)
+        if self.grammar is not None and (not isinstance(self.grammar, str) or not self.grammar.strip()):
+            raise ValueError(f"sampling parameter grammar={self.grammar!r:.60} must be None or non-empty grammar text")
         self.validate()
 
     def validate(self) -> None:

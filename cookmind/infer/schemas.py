@@ -58,6 +58,8 @@ class _SamplingFields(_Strict):
     top_k: int = Field(0, ge=0)
     min_p: float = Field(0.0, ge=0, le=1)
     repetition_penalty: float = Field(1.0, gt=0)
+    # {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}: checked by constraints.py
+    response_format: dict[str, Any] | None = None
 
     @field_validator("stop")
     @classmethod

@@ -64,6 +64,7 @@ def create_app(
     api_key: required as ``Authorization: Bearer KEY`` everywhere but the web page and /health.
     allowed_hosts: Host names served besides localhost and IP addresses (give the bind name; "*": any).
     max_body_bytes: larger request bodies are answered 413 unread.
+    An engine built without a tokenizer gets this one (response_format grammars are matched against it).
     """
 
     @contextlib.asynccontextmanager
@@ -76,6 +77,8 @@ def create_app(
             if manage_engine:
                 engine.stop()
 
+    if getattr(engine, "tokenizer", None) is None:
+        engine.tokenizer = tokenizer
     app = FastAPI(title="cookmind", docs_url=None, redoc_url=None, lifespan=lifespan)
     state = ServerState(engine, tokenizer, model_name)
     app.state.server, app.state.model_name, app.state.engine = state, model_name, engine

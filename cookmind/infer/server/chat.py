@@ -13,7 +13,13 @@ from fastapi.responses import StreamingResponse
 from cookmind.infer.output import extract_tool_calls
 from cookmind.infer.schemas import ChatCompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
-from cookmind.infer.server.generation import Generation, finish_reason, sse, stream_finish_reason
+from cookmind.infer.server.generation import (
+    Generation,
+    finish_reason,
+    response_grammar,
+    sse,
+    stream_finish_reason,
+)
 from cookmind.infer.server.state import ServerState, State
 
 router = APIRouter()
@@ -70,8 +76,9 @@ async def chat_completions(request: Request, state: State):
         prompt_ids = await asyncio.to_thread(_render, state.tokenizer, req)
     except (ValueError, TypeError, KeyError) as exc:
         raise APIError(400, f"messages cannot be rendered with the chat template: {exc}", param="messages") from exc
+    grammar = await asyncio.to_thread(response_grammar, req)  # compiling a schema can take a while
     gen = Generation(state)
-    gen.submit(prompt_ids, req, req.logprobs, top)
+    gen.submit(prompt_ids, req, req.logprobs, top, grammar=grammar)
     rid, now = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
     if req.stream:
         return StreamingResponse(

@@ -12,7 +12,14 @@ from fastapi.responses import StreamingResponse
 
 from cookmind.infer.schemas import CompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
-from cookmind.infer.server.generation import Generation, finish_reason, max_new_tokens, sse, stream_finish_reason
+from cookmind.infer.server.generation import (
+    Generation,
+    finish_reason,
+    max_new_tokens,
+    response_grammar,
+    sse,
+    stream_finish_reason,
+)
 from cookmind.infer.server.state import ServerState, State
 
 router = APIRouter()
@@ -63,10 +70,18 @@ async def completions(request: Request, state: State):
     prompts = await asyncio.to_thread(_prompts, state, req)  # tokenizing off the event loop
     top = req.logprobs or 0
     prompt_lp = top if (req.echo and req.logprobs is not None) else None  # echo + logprobs scores the prompt
+    grammar = await asyncio.to_thread(response_grammar, req)  # compiling a schema can take a while
     gen, echoes = Generation(state), []
     for ids, text in prompts:
         gen.submit(
-            ids, req, req.logprobs is not None, top, prompt_logprobs=prompt_lp, split_reasoning=False, prompt_ids=ids
+            ids,
+            req,
+            req.logprobs is not None,
+            top,
+            prompt_logprobs=prompt_lp,
+            grammar=grammar,
+            split_reasoning=False,
+            prompt_ids=ids,
         )
         echoes += [text if req.echo else ""] * req.n
     prompt_tokens = sum(len(ids) for ids, _ in prompts)

@@ -1,0 +1,185 @@
+"""Structured outputs: a request's grammar enforced token by token while it decodes.
+
+llguidance (the `llguidance` package) parses: given a grammar and the tokens so far, it says which token ids may
+come next, as a bitmask of one bit per id. A grammar is what ``llguidance.LLMatcher`` takes: Lark text
+(``start: "yes" | "no"``; JSON schemas inline as ``%json {...}``) or the JSON grammar that
+``grammar_for_response_format`` builds from an OpenAI ``response_format``. The engine keeps one ``GrammarMatcher``
+per constrained request: before each sampling step it fills that request's bitmask row on the host,
+``constrain_logits`` sets the forbidden logits to -inf on the device (free rows of the batch keep all theirs),
+and after the step the matcher consumes the token drawn. The end of the response (the request's stop tokens)
+is allowed only where the grammar may end; once the grammar can take nothing more, the request stops.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections.abc import Iterable
+
+import torch
+from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper
+
+# JSON as json.dumps writes it (", " and ": ", no other whitespace): a model cannot pad an answer with blanks
+# until max_tokens. A schema's own "x-guidance" options override these.
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+_lock = threading.Lock()
+_ll_tokenizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # our Tokenizer -> {key: LLTokenizer}
+
+
+class _Vocabulary:
+    """A cookmind byte-level BPE tokenizer as ``llguidance.TokenizerWrapper`` reads one: each id's bytes, the
+    special ids (never matched by grammar text), and an encoder. Ids the model has beyond the tokenizer's
+    vocabulary are empty special tokens, so no grammar can pick them."""
+
+    def __init__(self, tokenizer, vocab_size: int, eos_id: int):
+        specials = set(tokenizer.special_tokens.values())
+        self.tokens = [tokenizer.vocab.get(i, b"") for i in range(vocab_size)]
+        self.special_token_ids = sorted(specials | {i for i in range(vocab_size) if i not in tokenizer.vocab})
+        self.eos_token_id = eos_id
+        self.bos_token_id = None
+        self._tokenizer = tokenizer
+
+    def __call__(self, text: bytes) -> list[int]:
+        return self._tokenizer.encode(text.decode("utf-8", errors="replace"))
+
+
+def ll_tokenizer(tokenizer, vocab_size: int, eos_ids: Iterable[int]) -> LLTokenizer:
+    """The llguidance tokenizer for our ``tokenizer`` over a model of ``vocab_size`` ids whose responses end with
+    any of ``eos_ids``; built once per (tokenizer, vocab_size, eos_ids) and cached while the tokenizer lives."""
+    if not hasattr(tokenizer, "vocab") or not hasattr(tokenizer, "special_tokens"):
+        raise ValueError(
+            f"structured outputs need a cookmind Tokenizer (byte-level BPE), got {type(tokenizer).__name__}"
+        )
+    eos = tuple(sorted({int(t) for t in eos_ids}))
+    if not eos:
+        raise ValueError("a grammar needs a token that ends the response (stop_token_ids); none was given")
+    if tokenizer.vocab_size > vocab_size:
+        raise ValueError(
+            f"the tokenizer has {tokenizer.vocab_size} ids but the model only {vocab_size}; they do not belong together"
+        )
+    key = (vocab_size, eos)
+    with _lock:
+        built = _ll_tokenizers.setdefault(tokenizer, {})
+        if key not in built:
+            wrapper = TokenizerWrapper(_Vocabulary(tokenizer, vocab_size, eos[0]))
+            built[key] = LLTokenizer(wrapper, n_vocab=vocab_size, eos_token=list(eos))
+        return built[key]
+
+
+def check_grammar(grammar: str, ll_tok: LLTokenizer | None = None) -> None:
+    """Raise ValueError with llguidance's own message when ``grammar`` does not compile (for ``ll_tok``'s
+    vocabulary when given: a grammar may name special tokens)."""
+    if not isinstance(grammar, str) or not grammar.strip():
+        raise ValueError(f"a grammar must be non-empty Lark text or a llguidance JSON grammar, got {grammar!r:.60}")
+    error = LLMatcher.validate_grammar(grammar, ll_tok)
+    if error:
+        raise ValueError(f"invalid grammar: {error}")
+
+
+def grammar_for_response_format(rf: dict | None) -> str | None:
+    """The grammar of an OpenAI ``response_format``: None for ``{"type": "text"}`` (or no response_format),
+    any JSON object for ``{"type": "json_object"}``, the schema's JSON for ``{"type": "json_schema",
+    "json_schema": {"name": ..., "schema": {...}, "strict": ...}}``. The schema is always enforced (as
+    strict: true). ValueError naming the field for a malformed response_format or a schema that does not compile."""
+    if rf is None:
+        return None
+    if not isinstance(rf, dict):
+        raise ValueError(f"response_format must be an object, got {type(rf).__name__}")
+    kind = rf.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = {"type": "object"}
+    elif kind == "json_schema":
+        spec = rf.get("json_schema")
+        if not isinstance(spec, dict):
+            raise ValueError("response_format.json_schema must be an object with a name and a schema")
+        if not isinstance(spec.get("name"), str) or not spec["name"]:
+            raise ValueError("response_format.json_schema.name must be a non-empty string")
+        schema = spec.get("schema", {})
+        if not isinstance(schema, dict):
+            raise ValueError(f"response_format.json_schema.schema must be a JSON object, got {type(schema).__name__}")
+    else:
+        raise ValueError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
+    try:
+        grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_OPTIONS)
+    except ValueError as exc:
+        raise ValueError(f"response_format.json_schema.schema: {exc}") from None
+    error = LLMatcher.validate_grammar(grammar)
+    if error:
+        raise ValueError(f"response_format.json_schema.schema is not a usable JSON schema: {error}")
+    return grammar
+
+
+class GrammarMatcher:
+    """One request's place in its grammar. Raises ValueError (llguidance's message) when the grammar is invalid."""
+
+    def __init__(self, tokenizer, vocab_size: int, grammar: str, eos_ids: Iterable[int]):
+        ll_tok = ll_tokenizer(tokenizer, vocab_size, eos_ids)
+        check_grammar(grammar, ll_tok)
+        self.vocab_size = vocab_size
+        self._m = LLMatcher(ll_tok, grammar, log_level=0)
+        if self._m.is_error():
+            raise ValueError(f"invalid grammar: {self._m.get_error()}")
+
+    @property
+    def words(self) -> int:
+        """int32 words in one bitmask row."""
+        return (self.vocab_size + 31) // 32
+
+    def fill(self, row: torch.Tensor) -> None:
+        """Write the allowed next tokens into ``row``: a contiguous CPU int32 tensor of ``words`` words, bit
+        ``i % 32`` of word ``i // 32`` set when token i may come next."""
+        if row.dtype != torch.int32 or row.device.type != "cpu" or not row.is_contiguous() or row.numel() != self.words:
+            raise ValueError(f"a bitmask row must be a contiguous CPU int32 tensor of {self.words} words")
+        self._m.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * 4)
+
+    def consume(self, token: int) -> bool:
+        """Advance past ``token``; False (and the matcher is in error from then on) when the grammar forbids it."""
+        return self._m.consume_token(int(token))
+
+    def try_consume(self, tokens: list[int]) -> int:
+        """Advance past as many of ``tokens`` as the grammar allows; returns how many."""
+        return self._m.try_consume_tokens([int(t) for t in tokens])
+
+    def is_accepting(self) -> bool:
+        """May the response end here (the grammar is satisfied)?"""
+        return self._m.is_accepting()
+
+    def is_stopped(self) -> bool:
+        """Can the grammar take no more tokens (complete, or in error)?"""
+        return self._m.is_stopped()
+
+    def rollback(self, n: int) -> None:
+        """Undo the last ``n`` consumed tokens (speculative decoding rejects drafted tokens this way)."""
+        if not self._m.rollback(int(n)):
+            raise ValueError(f"cannot roll back {n} tokens: {self._m.get_error() or 'fewer were consumed'}")
+
+    @property
+    def error(self) -> str:
+        """llguidance's error message, empty while there is none."""
+        return self._m.get_error()
+
+
+def allowed_from_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(B, words) int32 bitmask -> (B, vocab_size) bool, True where the token is allowed (on the mask's device)."""
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    bits = (bitmask[:, :, None] >> shifts) & 1
+    return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
+
+def constrain_logits(logits: torch.Tensor, matchers: list[GrammarMatcher | None]) -> torch.Tensor:
+    """``logits`` (B, V) with the tokens each row's grammar forbids set to -inf; rows whose matcher is None keep
+    every logit. The bitmask is filled on the host (llguidance) and copied to the logits' device once."""
+    b, vocab = logits.shape
+    words = (vocab + 31) // 32
+    cuda = logits.device.type == "cuda"
+    bitmask = torch.full((b, words), -1, dtype=torch.int32, pin_memory=cuda)
+    for i, m in enumerate(matchers):
+        if m is not None:
+            m.fill(bitmask[i])
+    allowed = allowed_from_bitmask(bitmask.to(logits.device, non_blocking=cuda), vocab)
+    return logits.masked_fill(~allowed, float("-inf"))
+
