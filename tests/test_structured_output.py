@@ -77,7 +77,8 @@ def test_yes_no_mask_is_the_hand_computed_token_set(tok):
 
 
 def test_schema_mask_equals_llguidance_token_by_token(tok):
-    """Masked logits equal a naive mask: each token tried alone on llguidance's matcher; a free row is untouched."""
+    """Masked logits equal a naive mask: each token tried alone on llguidance's matcher; a free row is untouched, and
+    a third row (two masks filled at once, in parallel) gets its own grammar's tokens."""
     grammar = grammar_for_response_format(RESPONSE_FORMAT)
     prefix = tok.encode('{"ok": true, "n": ')
     m = GrammarMatcher(tok, VOCAB, grammar, [tok.im_end_id])
@@ -85,14 +86,15 @@ def test_schema_mask_equals_llguidance_token_by_token(tok):
     ref = llguidance.LLMatcher(ll_tokenizer(tok, VOCAB, [tok.im_end_id]), grammar)
     assert ref.try_consume_tokens(prefix) == len(prefix)
     expected = torch.full((VOCAB,), float("-inf"))
-    logits = torch.randn(2, VOCAB)
+    logits = torch.randn(3, VOCAB)
     for t in range(VOCAB):
         if ref.try_consume_tokens([t]) == 1:
             expected[t] = logits[1, t]
             ref.rollback(1)
-    out = constrain_logits(logits, [None, m])
+    out = constrain_logits(logits, [None, m, GrammarMatcher(tok, VOCAB, YES_NO, [tok.im_end_id])])
     assert torch.equal(out[0], logits[0])
     assert torch.equal(out[1], expected)
+    assert allowed_ids(out[2]) == prefixes_of(tok, [b"yes", b"no"])
     # by hand: one digit 0..9, then the next key (properties in schema order) and a colour
     words = [bytes([d]) + b', "colour": "' + c + b'", "note": "' for d in b"0123456789" for c in (b"red", b"green", b"blue")]
     assert allowed_ids(out[1]) == prefixes_of(tok, words)

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Iterable
 
 import torch
-from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper
+from llguidance import LLExecutor, LLMatcher, LLTokenizer, TokenizerWrapper
 
 # JSON as json.dumps writes it (", " and ": ", no other whitespace): a model cannot pad an answer with blanks
 # until max_tokens. A schema's own "x-guidance" options override these.
@@ -26,6 +26,7 @@ JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separ
 
 _lock = threading.Lock()
 _ll_tokenizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # our Tokenizer -> {key: LLTokenizer}
+_executor: LLExecutor | None = None  # llguidance's thread pool for filling several bitmask rows at once
 
 
 class _Vocabulary:
@@ -170,16 +171,43 @@ def allowed_from_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor
     return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
 
 
-def constrain_logits(logits: torch.Tensor, matchers: list[GrammarMatcher | None]) -> torch.Tensor:
-    """``logits`` (B, V) with the tokens each row's grammar forbids set to -inf; rows whose matcher is None keep
-    every logit. The bitmask is filled on the host (llguidance) and copied to the logits' device once."""
-    b, vocab = logits.shape
-    words = (vocab + 31) // 32
-    cuda = logits.device.type == "cuda"
-    bitmask = torch.full((b, words), -1, dtype=torch.int32, pin_memory=cuda)
-    for i, m in enumerate(matchers):
-        if m is not None:
-            m.fill(bitmask[i])
-    allowed = allowed_from_bitmask(bitmask.to(logits.device, non_blocking=cuda), vocab)
-    return logits.masked_fill(~allowed, float("-inf"))
+def fill_bitmask(matchers: list[GrammarMatcher], bitmask: torch.Tensor) -> None:
+    """Row k of ``bitmask`` (a contiguous CPU int32 (len(matchers), words) tensor) gets matcher k's allowed tokens;
+    several rows are computed in parallel on llguidance's threads."""
+    if len(matchers) == 1:
+        matchers[0].fill(bitmask[0])
+        return
+    if bitmask.dtype != torch.int32 or bitmask.device.type != "cpu" or not bitmask.is_contiguous():
+        raise ValueError("a bitmask must be a contiguous CPU int32 tensor")
+    words = bitmask.shape[1]
+    if any(m.words != words for m in matchers) or bitmask.shape[0] < len(matchers):
+        raise ValueError(f"a bitmask of shape {tuple(bitmask.shape)} does not fit {len(matchers)} matchers")
+    global _executor
+    if _executor is None:
+        _executor = LLExecutor()
+    batch = [(m._m, k) for k, m in enumerate(matchers)]
+    _executor.unsafe_compute_mask_ptr(batch, bitmask.data_ptr(), words * 4, bitmask.shape[0])
 
+
+def constrain_logits(
+    logits: torch.Tensor, matchers: list[GrammarMatcher | None], bitmask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``logits`` (B, V) with the tokens each row's grammar forbids set to -inf; rows whose matcher is None keep
+    every logit. The constrained rows' bitmask is filled on the host (llguidance) and copied to the device once.
+    bitmask: a host buffer of at least that many rows to fill (the engine's pinned one, copied without blocking:
+    the caller must not refill it before this step's tokens are read back); else one is allocated."""
+    rows = [i for i, m in enumerate(matchers) if m is not None]
+    if not rows:
+        return logits
+    vocab = logits.shape[1]
+    words = (vocab + 31) // 32
+    host = torch.empty((len(rows), words), dtype=torch.int32) if bitmask is None else bitmask[: len(rows)]
+    fill_bitmask([matchers[i] for i in rows], host)
+    pinned = host.is_pinned() and logits.device.type == "cuda"
+    allowed = allowed_from_bitmask(host.to(logits.device, non_blocking=pinned), vocab)
+    if len(rows) == logits.shape[0]:
+        return logits.masked_fill(~allowed, float("-inf"))
+    index = torch.tensor(rows, device=logits.device)
+    out = logits.clone()
+    out[index] = logits[index].masked_fill(~allowed, float("-inf"))
+    return out

@@ -257,6 +257,7 @@ class Engine:
         self._counts: torch.Tensor | None = None  # (slots, V) long, for presence/frequency
         self._batch_key: tuple | None = None
         self._batch: SamplingBatch | None = None
+        self._grammar_bitmask: torch.Tensor | None = None  # host rows of the grammar masks (constraints.py)
         # metrics
         self.requests_total = 0
         self.requests_finished = 0
@@ -633,7 +634,11 @@ class Engine:
         logits = ban_tokens(logits, {i: ids for i, ids in bans.items() if ids})
         matchers = [r.matcher for r in reqs]
         if any(m is not None for m in matchers):
-            logits = constrain_logits(logits, matchers)
+            if self._grammar_bitmask is None:  # pinned on CUDA; refilled only after the step's tokens are read
+                words = (self.vocab_size + 31) // 32
+                cuda = self.device.type == "cuda"
+                self._grammar_bitmask = torch.empty((self.num_slots, words), dtype=torch.int32, pin_memory=cuda)
+            logits = constrain_logits(logits, matchers, self._grammar_bitmask)
         slot_list = [r.slot for r in reqs]
         contiguous = slot_list == list(range(slot_list[0], slot_list[0] + len(slot_list)))
         slots = None if contiguous and self._seen is None else torch.tensor(slot_list, device=self.device)
