@@ -96,7 +96,9 @@ def test_schema_mask_equals_llguidance_token_by_token(tok):
     assert torch.equal(out[1], expected)
     assert allowed_ids(out[2]) == prefixes_of(tok, [b"yes", b"no"])
     # by hand: one digit 0..9, then the next key (properties in schema order) and a colour
-    words = [bytes([d]) + b', "colour": "' + c + b'", "note": "' for d in b"0123456789" for c in (b"red", b"green", b"blue")]
+    words = [
+        bytes([d]) + b', "colour": "' + c + b'", "note": "' for d in b"0123456789" for c in (b"red", b"green", b"blue")
+    ]
     assert allowed_ids(out[1]) == prefixes_of(tok, words)
 
 
@@ -210,7 +212,9 @@ def test_completions_json_schema_and_text_through_openai(server):
 def test_invalid_schema_is_a_400_naming_the_problem(server):
     bad = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "objectx"}}}
     with pytest.raises(openai.BadRequestError, match="objectx") as exc:
-        server.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], response_format=bad)
+        server.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], response_format=bad
+        )
     assert exc.value.body["param"] == "response_format"
     with pytest.raises(openai.BadRequestError, match="response_format.type"):
         server.client.completions.create(model=MODEL, prompt="hi", extra_body={"response_format": {"type": "yaml"}})

@@ -150,7 +150,9 @@ def generate(
         if tokenizer is None:
             raise ValueError("generate: a grammar is matched against the tokenizer's tokens; pass tokenizer=")
         if engine == "builtin":
-            raise ValueError("generate: grammars are enforced by the serving engine only; use engine='auto' or 'serving'")
+            raise ValueError(
+                "generate: grammars are enforced by the serving engine only; use engine='auto' or 'serving'"
+            )
         engine = "serving"
     if pick_engine(model, engine) == "serving":
         from cookmind.infer.engine_generate import engine_generate
