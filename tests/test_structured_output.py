@@ -252,3 +252,25 @@ def test_json_object_mode_is_a_json_object(tok):
         live.close()
     assert out.choices[0].message.content == '{"": ""}'
     assert out.choices[0].finish_reason == "stop" and json.loads(out.choices[0].message.content) == {"": ""}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("overlap", [True, False])
+def test_cuda_engine_mixes_constrained_and_free_rows(tok, overlap):
+    """On CUDA (graphs, compiled layers, pinned masks): free rows decode as the plain loop does, grammar rows obey."""
+    model = sharp_tiny_lm(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, max_position_embeddings=256).cuda()
+    prompts = [tok.encode("The cook stirs the soup."), tok.encode("Tom has 3 apples")]
+    free = SamplingParams(temperature=0.0, max_new_tokens=24, stop_token_ids=(tok.eos_id,))
+    reference = [generate(model, [p], free, tok, engine="builtin", keep_stop_token=True)[0] for p in prompts]
+    engine = Engine(model, num_slots=8, max_seq_len=256, tokenizer=tok, cuda_graphs=True, overlap=overlap)
+    schema = free.replace(max_new_tokens=120, grammar=grammar_for_response_format(RESPONSE_FORMAT))
+    reqs = [engine.submit(p, free) for p in prompts]
+    reqs += [engine.submit(p, schema) for p in prompts]
+    reqs += [engine.submit(prompts[0], free.replace(temperature=1.0, seed=s, grammar=YES_NO)) for s in range(3)]
+    engine.run_until_idle()
+    for req, ref in zip(reqs[:2], reference):
+        assert req.output_ids + ([req.stop_token] if req.stop_token is not None else []) == ref
+    for req in reqs[2:4]:
+        assert req.finish_reason == "stop"
+        jsonschema.validate(json.loads(tok.decode(req.output_ids)), SCHEMA)
+    assert all(r.finish_reason == "stop" and tok.decode(r.output_ids) in ("yes", "no") for r in reqs[4:])
