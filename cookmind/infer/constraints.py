@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterable
 
 import torch
@@ -27,6 +28,10 @@ JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separ
 _lock = threading.Lock()
 _ll_tokenizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # our Tokenizer -> {key: LLTokenizer}
 _executor: LLExecutor | None = None  # llguidance's thread pool for filling several bitmask rows at once
+# grammar -> (its llguidance tokenizer, a compiled matcher at the start): requests copy it (microseconds) instead of
+# compiling again (milliseconds): n choices, and clients that send the same schema every time
+_compiled: OrderedDict[tuple[int, str], tuple[LLTokenizer, LLMatcher]] = OrderedDict()
+COMPILED_GRAMMARS_KEPT = 64
 
 
 class _Vocabulary:
@@ -69,16 +74,6 @@ def ll_tokenizer(tokenizer, vocab_size: int, eos_ids: Iterable[int]) -> LLTokeni
         return built[key]
 
 
-def check_grammar(grammar: str, ll_tok: LLTokenizer | None = None) -> None:
-    """Raise ValueError with llguidance's own message when ``grammar`` does not compile (for ``ll_tok``'s
-    vocabulary when given: a grammar may name special tokens)."""
-    if not isinstance(grammar, str) or not grammar.strip():
-        raise ValueError(f"a grammar must be non-empty Lark text or a llguidance JSON grammar, got {grammar!r:.60}")
-    error = LLMatcher.validate_grammar(grammar, ll_tok)
-    if error:
-        raise ValueError(f"invalid grammar: {error}")
-
-
 def grammar_for_response_format(rf: dict | None) -> str | None:
     """The grammar of an OpenAI ``response_format``: None for ``{"type": "text"}`` (or no response_format),
     any JSON object for ``{"type": "json_object"}``, the schema's JSON for ``{"type": "json_schema",
@@ -114,16 +109,32 @@ def grammar_for_response_format(rf: dict | None) -> str | None:
     return grammar
 
 
+def _compiled_matcher(ll_tok: LLTokenizer, grammar: str) -> LLMatcher:
+    """A matcher for ``grammar`` at its start, compiled once and kept (the last COMPILED_GRAMMARS_KEPT)."""
+    key = (id(ll_tok), grammar)
+    with _lock:
+        hit = _compiled.get(key)
+        if hit is not None and hit[0] is ll_tok:
+            _compiled.move_to_end(key)
+            return hit[1]
+    matcher = LLMatcher(ll_tok, grammar, log_level=0)
+    if matcher.is_error():
+        raise ValueError(f"invalid grammar: {matcher.get_error()}")
+    with _lock:
+        _compiled[key] = (ll_tok, matcher)
+        while len(_compiled) > COMPILED_GRAMMARS_KEPT:
+            _compiled.popitem(last=False)
+    return matcher
+
+
 class GrammarMatcher:
     """One request's place in its grammar. Raises ValueError (llguidance's message) when the grammar is invalid."""
 
     def __init__(self, tokenizer, vocab_size: int, grammar: str, eos_ids: Iterable[int]):
-        ll_tok = ll_tokenizer(tokenizer, vocab_size, eos_ids)
-        check_grammar(grammar, ll_tok)
+        if not isinstance(grammar, str) or not grammar.strip():
+            raise ValueError(f"a grammar must be non-empty Lark text or a llguidance JSON grammar, got {grammar!r:.60}")
         self.vocab_size = vocab_size
-        self._m = LLMatcher(ll_tok, grammar, log_level=0)
-        if self._m.is_error():
-            raise ValueError(f"invalid grammar: {self._m.get_error()}")
+        self._m = _compiled_matcher(ll_tokenizer(tokenizer, vocab_size, eos_ids), grammar).deep_copy()
 
     @property
     def words(self) -> int:
