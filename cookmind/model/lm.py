@@ -145,7 +145,8 @@ class CookMindLM(nn.Module):
         cfg = self.config
 
         def matmul_weights(module: nn.Module) -> int:
-            return sum(m.weight.numel() for m in module.modules() if isinstance(m, Linear))
+            # nn.Linear too: train.fp8_blocks swaps projections for torchao's float8 linears (same GEMMs)
+            return sum(m.weight.numel() for m in module.modules() if isinstance(m, (Linear, nn.Linear)))
 
         n = 0
         for block in self.model.layers:
