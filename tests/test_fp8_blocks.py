@@ -141,6 +141,37 @@ def test_fsdp_gathers_float8_weights_only_with_tensorwise_scales(monkeypatch):
         assert flags == {gathered}
 
 
+def test_trainer_checkpoint_of_an_fp8_run_loads_into_a_plain_model(tmp_path, monkeypatch):
+    """Two emulated-float8 steps through the Trainer; the checkpoint is the trained weights under plain names."""
+    import functools
+
+    from lm_fixtures import TINY
+
+    from cookmind.model import load_model
+    from cookmind.train import Trainer
+
+    monkeypatch.setattr(F8, "fp8_blocks_problem", lambda device: None)
+    monkeypatch.setattr(F8, "convert_blocks_to_float8", functools.partial(F8.convert_blocks_to_float8, emulate=True))
+    cfg = TrainConfig.from_dict(
+        {
+            "model": TINY,
+            "data": {"window_size": 16},
+            "train": {"max_steps": 2, "micro_batch_size": 2, "device": "cpu", "fp8_blocks": True},
+            "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "report": False},
+        }
+    )
+    data = [{"input_ids": torch.arange(16) % 7, "labels": torch.arange(16) % 7} for _ in range(4)]
+    trainer = Trainer(cfg, train_dataset=data)
+    assert len(_float8_linears(trainer.bare_model)) == 14
+    trainer.fit()
+    (ckpt,) = (tmp_path / "run" / "checkpoints").iterdir()
+    loaded = load_model(ckpt)
+    assert not _float8_linears(loaded)
+    trained = trainer.bare_model.state_dict()
+    for k, v in loaded.state_dict().items():
+        assert torch.equal(v, trained[k]), k
+
+
 def test_trainer_refuses_fp8_blocks_on_the_cpu(tmp_path):
     from lm_fixtures import TINY
 
@@ -219,7 +250,7 @@ def _markov_tokens(vocab: int, n: int, seed: int) -> torch.Tensor:
     return torch.tensor(out)
 
 
-def _train_losses(tmp_path, name: str, fp8: bool, steps: int = 200) -> list[float]:
+def _train_losses(tmp_path, name: str, fp8: bool, steps: int = 200, **train) -> list[float]:
     from cookmind.train import Callback, Trainer
 
     class Losses(Callback):
@@ -244,6 +275,7 @@ def _train_losses(tmp_path, name: str, fp8: bool, steps: int = 200) -> list[floa
                 "seed": 0,
                 "fp8_blocks": fp8,
                 "max_bad_steps": 0,
+                **train,
             },
             "optim": {"lr": 1e-3, "warmup_steps": 20},
             "checkpoint": {"every": 0},
@@ -265,3 +297,12 @@ def test_200_steps_with_fp8_blocks_end_within_one_percent_of_bf16(tmp_path):
     assert bf16[-1] < 0.5 * bf16[0], bf16[::20]  # it learned: the comparison means something
     end_bf16, end_fp8 = sum(bf16[-10:]) / 10, sum(fp8[-10:]) / 10
     assert end_fp8 == pytest.approx(end_bf16, rel=0.01), (end_bf16, end_fp8)
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_fp8_blocks_under_torch_compile_and_activation_checkpointing_train_as_eager(tmp_path):
+    """The order parallelize applies them in (float8, checkpointing, compile) gives eager float8's losses."""
+    eager = _train_losses(tmp_path, "eager", fp8=True, steps=20)
+    wrapped = _train_losses(tmp_path, "compiled", fp8=True, steps=20, compile=True, activation_checkpointing=True)
+    assert wrapped == pytest.approx(eager, rel=2e-2), (eager[::5], wrapped[::5])
