@@ -309,3 +309,13 @@ def test_fp8_blocks_under_torch_compile_and_activation_checkpointing_train_as_ea
     eager = _train_losses(tmp_path, "eager", fp8=True, steps=20)
     wrapped = _train_losses(tmp_path, "compiled", fp8=True, steps=20, compile=True, activation_checkpointing=True)
     assert wrapped == pytest.approx(eager, rel=2e-2), (eager[::5], wrapped[::5])
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_fp8_blocks_in_a_cuda_graph_train_as_eager(tmp_path):
+    """The GPU presets set train.cuda_graph=auto: the captured float8 step (scales found on the device) replays
+    the eager float8 steps."""
+    eager = _train_losses(tmp_path, "eager", fp8=True, steps=20)
+    graphed = _train_losses(tmp_path, "graphed", fp8=True, steps=20, cuda_graph="true")
+    assert graphed == pytest.approx(eager, rel=1e-3), (eager[::5], graphed[::5])
