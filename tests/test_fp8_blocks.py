@@ -68,6 +68,15 @@ def test_only_the_block_projections_on_the_16_grid_convert():
     assert type(model.lm_head).__name__ == "Linear"  # the head has its own option, lm_head_fp8
 
 
+def test_moe_routed_experts_and_router_stay_the_shared_expert_converts():
+    model = tiny_lm(num_experts=4, moe_shared_expert=True)  # 2 layers: 4 attention + 3 shared + 4 x 3 routed each
+    report = F8.convert_blocks_to_float8(find_blocks(model), emulate=True)
+    assert len(report.converted) == 2 * (4 + 3) and len(report.skipped) == 2 * 12
+    assert set(report.skipped.values()) == {"MoE routed experts"}
+    assert "model.layers.1.mlp.shared_expert.down_proj" in _float8_linears(model)
+    assert type(model.model.layers[0].mlp.gate).__name__ == "Linear"  # the router: 4 outputs, off the 16-grid
+
+
 def test_state_dict_keeps_names_shapes_dtypes_and_plain_tensors():
     torch.manual_seed(0)
     model = tiny_lm()
