@@ -106,7 +106,7 @@ def test_second_conversion_changes_nothing():
 def test_emulated_float8_forward_and_gradients_track_fp32(scaling):
     """torchao's emulation rounds the GEMM operands to e4m3/e5m2 as the GPU does; the model stays close to fp32."""
     torch.manual_seed(0)
-    ref = CookMindLM(CookMindConfig(**dict(GEMM_SHAPE, num_hidden_layers=2, hidden_size=128, intermediate_size=256)))
+    ref = CookMindLM(CookMindConfig(**dict(GEMM_SHAPE, num_hidden_layers=2, hidden_size=64, intermediate_size=128)))
     model = copy.deepcopy(ref)
     F8.convert_blocks_to_float8(find_blocks(model), scaling, emulate=True)
     ids = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(1))

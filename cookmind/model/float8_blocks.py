@@ -150,7 +150,7 @@ def convert_blocks_to_float8(
             if leaf not in BLOCK_PROJECTIONS:
                 continue
             where = f"layers.{i}.{name}"
-            if isinstance(module, nn.Linear) and type(module).__name__ == "Float8Linear":
+            if type(module).__name__ == "Float8Linear":
                 report.converted.append(where)
             elif ".experts." in f".{name}.":
                 report.skipped[where] = "MoE routed experts"
@@ -185,8 +185,8 @@ def apply_fp8_blocks(model: nn.Module, cfg: TrainConfig) -> Float8Conversion | N
 
     if cfg.lora.enabled or has_lora(model):
         raise ValueError(
-            "train.fp8_blocks with LoRA: the adapted projections are frozen LoRA wrappers, which float8 "
-            "linears do not replace (the GEMMs that pay are the base model's); set train.fp8_blocks=false"
+            "train.fp8_blocks with LoRA: the adapted projections are LoRA wrappers, which torchao's float8 "
+            "linears do not replace, so nothing would run in float8; set train.fp8_blocks=false"
         )
     device = next(model.parameters()).device
     problem = fp8_blocks_problem(device)
