@@ -220,6 +220,9 @@ def test_missing_torchao_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchao.float8", None)  # import fails as when it is not installed
     with pytest.raises(ImportError, match=r"pip install cookmind\[fp8\]"):
         F8.import_torchao_float8()
+    monkeypatch.setattr(F8, "fp8_blocks_problem", lambda device: None)
+    with pytest.raises(ValueError, match=r"^train.fp8_blocks needs torchao .*: pip install cookmind\[fp8\]$"):
+        F8.apply_fp8_blocks(tiny_lm(), _cfg())  # what `cookmind train` prints as one line
 
 
 def test_torchao_is_imported_only_when_fp8_blocks_are_on():
@@ -262,7 +265,7 @@ def _markov_tokens(vocab: int, n: int, seed: int) -> torch.Tensor:
     return torch.tensor(out)
 
 
-def _train_losses(tmp_path, name: str, fp8: bool, steps: int = 200, **train) -> list[float]:
+def _train_losses(tmp_path, name: str, fp8: bool, steps: int = 200, model: dict | None = None, **train) -> list[float]:
     from cookmind.train import Callback, Trainer
 
     class Losses(Callback):
@@ -277,7 +280,7 @@ def _train_losses(tmp_path, name: str, fp8: bool, steps: int = 200, **train) -> 
     data = [{"input_ids": w, "labels": w} for w in stream.view(-1, window)]  # the model shifts the labels
     cfg = TrainConfig.from_dict(
         {
-            "model": GEMM_SHAPE,
+            "model": {**GEMM_SHAPE, **(model or {})},
             "data": {"window_size": window, "shuffle": False},
             "train": {
                 "max_steps": steps,
@@ -328,3 +331,12 @@ def test_fp8_blocks_in_a_cuda_graph_train_as_eager(tmp_path):
     eager = _train_losses(tmp_path, "eager", fp8=True, steps=20)
     graphed = _train_losses(tmp_path, "graphed", fp8=True, steps=20, cuda_graph="true")
     assert graphed == pytest.approx(eager, rel=1e-3), (eager[::5], graphed[::5])
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_fp8_blocks_and_the_fp8_head_together_train_like_fp8_blocks(tmp_path):
+    blocks = _train_losses(tmp_path, "blocks", fp8=True, steps=40)
+    both = _train_losses(tmp_path, "both", fp8=True, steps=40, model={"lm_head_fp8": True})
+    assert both[-1] < both[0] - 0.5, both[::10]  # it learned something: the comparison means something
+    assert sum(both[-5:]) / 5 == pytest.approx(sum(blocks[-5:]) / 5, rel=0.03), (blocks[::10], both[::10])

@@ -176,7 +176,8 @@ def apply_fp8_blocks(model: nn.Module, cfg: TrainConfig) -> Float8Conversion | N
 
     Called by ``cookmind.parallel.parallelize`` before checkpointing, torch.compile and data parallelism, so
     the compiler traces the float8 casts and FSDP2 shards the float8 linears' weights. Returns None when off.
-    Raises ValueError (one line: what, why, what to do) on CPU, on a GPU without FP8 tensor cores, with LoRA.
+    Raises ValueError (one line: what, why, what to do) on CPU, on a GPU without FP8 tensor cores, with LoRA,
+    without torchao.
     """
     t = cfg.train
     if not t.fp8_blocks:
@@ -192,6 +193,10 @@ def apply_fp8_blocks(model: nn.Module, cfg: TrainConfig) -> Float8Conversion | N
     problem = fp8_blocks_problem(device)
     if problem is not None:
         raise ValueError(problem)
+    try:
+        import_torchao_float8()
+    except ImportError as exc:  # bad set-up, reported like bad input: one line from `cookmind train`, status 2
+        raise ValueError(str(exc)) from None
     from cookmind.parallel.compile_blocks import find_blocks
 
     fixed_windows = (cfg.data.train_type or ("seq" if t.objective == "pretrain" else None)) == "seq"
