@@ -122,11 +122,17 @@ def test_emulated_float8_forward_and_gradients_track_fp32(scaling):
     assert torch.nn.functional.cosine_similarity(g8.flatten(), g.flatten(), dim=0) > 0.99
 
 
-def test_flops_per_token_counts_the_float8_projections():
+def test_flops_per_token_counts_the_float8_projections_and_lora_ones():
+    from cookmind.model.lora import apply_lora
+
     model = tiny_lm()
     before = model.flops_per_token(64)
     F8.convert_blocks_to_float8(find_blocks(model), emulate=True)
     assert model.flops_per_token(64) == before
+    lora = tiny_lm()
+    apply_lora(lora, 4, 8.0)  # each of 2 x 7 projections gains A (4 x in) and B (out x 4)
+    adapters = sum(4 * (m.in_features + m.out_features) for n, m in model.named_modules() if n.endswith("_proj"))
+    assert lora.flops_per_token(64) == before + 6 * adapters
 
 
 def test_padding_only_when_a_step_tokens_can_leave_the_16_grid(monkeypatch):
