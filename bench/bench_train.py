@@ -198,10 +198,12 @@ def bench_cookmind(
     compile_mode="default",
     defer_metrics=True,
     cuda_graph=False,
+    fp8_blocks=False,
 ):
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
 
-    defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics).
+    defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics); fp8_blocks=True
+    runs the blocks' projections as torchao float8 linears (train.fp8_blocks; MFU still against the bf16 peak).
     """
     from cookmind.train import Callback, TrainConfig, Trainer
 
@@ -230,6 +232,7 @@ def bench_cookmind(
                 "device": str(device),
                 "defer_metrics": defer_metrics,
                 "cuda_graph": cuda_graph,
+                "fp8_blocks": fp8_blocks,
                 "threads": 0,
             },  # torch's default thread count, as the baselines it is compared with use
             "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
@@ -303,6 +306,24 @@ HOST_BOUND = dict(
 )
 
 
+def fp8_block_runs(variants: list[str], shape: dict) -> list[tuple]:
+    """The float8-blocks figures asked for in ``variants``: "fp8-blocks" and "fp8-all" (with the FP8 head too)."""
+    runs = []
+    if "fp8-blocks" in variants:
+        runs.append(
+            ("cookmind Trainer, train.fp8_blocks=true", functools.partial(bench_cookmind, fp8_blocks=True), shape)
+        )
+    if "fp8-all" in variants:
+        runs.append(
+            (
+                "cookmind Trainer, train.fp8_blocks=true, model.lm_head_fp8=true",
+                functools.partial(bench_cookmind, fp8_blocks=True),
+                dict(shape, lm_head_fp8=True),
+            )
+        )
+    return runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -334,7 +355,9 @@ def main() -> None:
         "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode), "
         "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false), "
         "cuda-graph (Trainer with train.cuda_graph=true: the whole step one CUDA graph), "
-        "fp8-head (cuda-graph with model.lm_head_fp8=true: the LM head's GEMMs in FP8)",
+        "fp8-head (cuda-graph with model.lm_head_fp8=true: the LM head's GEMMs in FP8), "
+        "fp8-blocks (Trainer with train.fp8_blocks=true: the blocks' projections as torchao float8 linears; "
+        "needs torchao), fp8-all (fp8-blocks with model.lm_head_fp8=true too)",
     )
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -416,6 +439,7 @@ def main() -> None:
                         dict(shape, lm_head_fp8=True),
                     )
                 )
+            runs += fp8_block_runs(variants, shape)
             if "sync-metrics" in variants:
                 runs.append(
                     (

@@ -145,7 +145,9 @@ class CookMindLM(nn.Module):
         cfg = self.config
 
         def matmul_weights(module: nn.Module) -> int:
-            return sum(m.weight.numel() for m in module.modules() if isinstance(m, Linear))
+            # every projection, not one class: torchao's float8 linears (train.fp8_blocks), LoRA's wrapped base
+            # and its A and B all multiply by their weight
+            return sum(m.weight.numel() for m in module.modules() if hasattr(m, "in_features") and hasattr(m, "weight"))
 
         n = 0
         for block in self.model.layers:

@@ -1,5 +1,6 @@
 """``parallelize(model, cfg)``: everything that wraps the model for training, applied from outside in one order.
 
+    0. FP8 blocks                 the blocks' projections become float8 linears in place (``train.fp8_blocks``)
     1. activation checkpointing   each block wrapped in place (``apply_activation_checkpointing``)
     2. torch.compile              the whole model
     3. data parallelism           our bucketed DDP or PyTorch's, around the compiled model
@@ -17,11 +18,14 @@ each block and then the root, in place of the DDP wrapper (checkpointing and com
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from cookmind.model.float8_blocks import apply_fp8_blocks
 
 from .activation_checkpointing import apply_activation_checkpointing
 from .ddp import DDP
@@ -33,13 +37,18 @@ DDP_KINDS = ("torch", "ours")
 
 
 def parallelize(model: nn.Module, cfg: TrainConfig) -> nn.Module:
-    """Apply ``cfg``'s activation checkpointing, torch.compile and data parallelism to ``model``, in that order.
+    """Apply ``cfg``'s FP8 blocks, activation checkpointing, torch.compile and data parallelism to ``model``, in
+    that order.
 
-    Returns the module to train (the outermost wrapper); ``model`` itself is changed only by checkpointing,
-    which wraps its blocks in place. Data parallelism applies when a process group of more than one rank is
-    up (``init_distributed``); the model must be on this rank's device already.
+    Returns the module to train (the outermost wrapper); ``model`` itself is changed only by FP8 blocks and
+    checkpointing, which swap or wrap its blocks' modules in place (state-dict names unchanged). Data
+    parallelism applies when a process group of more than one rank is up (``init_distributed``); the model
+    must be on this rank's device already.
     """
     t, p = cfg.train, cfg.parallel
+    fp8 = apply_fp8_blocks(model, cfg)  # before compile (it traces the float8 casts) and before any sharding
+    if fp8 is not None and (not dist.is_initialized() or dist.get_rank() == 0):
+        print(f"cookmind train: {fp8.summary()}", file=sys.stderr)
     if t.activation_checkpointing:
         apply_activation_checkpointing(model)
     if t.compile:

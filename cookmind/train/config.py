@@ -89,6 +89,11 @@ class TrainLoopConfig:
     # host launches one graph per step instead of hundreds of kernels (cookmind.train.cuda_graph): false | true
     # (an error where it cannot: CPU, torchrun, fp16, GRPO) | auto (on where it can, silently off elsewhere)
     cuda_graph: str = "false"
+    # The decoder blocks' q/k/v/o and gate/up/down GEMMs in float8 through torchao (cookmind.model.float8_blocks;
+    # pip install cookmind[fp8]); CUDA with compute capability >= 8.9. A training transform applied from outside
+    # by cookmind.parallel.parallelize, like compile: checkpoints and exports are unchanged.
+    fp8_blocks: bool = False
+    fp8_scaling: str = "tensorwise"  # tensorwise (one scale per tensor: fastest) | rowwise (per row: more accurate)
 
 
 @dataclass
@@ -248,6 +253,7 @@ class TrainConfig:
             ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
         )
         _choice("train.cuda_graph", self.train.cuda_graph, ("false", "true", "auto"))
+        _choice("train.fp8_scaling", self.train.fp8_scaling, ("tensorwise", "rowwise"))
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
         _choice("optim.impl", self.optim.impl, ("cookmind", "torch"))
         _choice("dpo.reduction", self.dpo.reduction, ("sum", "mean"))
