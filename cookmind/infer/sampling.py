@@ -44,6 +44,7 @@ class SamplingParams:
     seed: int | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    grammar: str | None = None  # an llguidance Lark grammar the output must match
 
     def __post_init__(self) -> None:
         if isinstance(self.stop_token_ids, (str, int)):

@@ -37,8 +37,8 @@ def max_new_tokens(state: ServerState, req, prompt_len: int) -> int:
     return wanted if wanted is not None else room
 
 
-def sampling_params(req, choice: int, logprobs: bool, top: int) -> SamplingParams:
-    """The request's sampling fields; choice i of n samples with seed + i."""
+def sampling_params(req, choice: int, logprobs: bool, top: int, grammar: str | None = None) -> SamplingParams:
+    """The request's sampling fields; choice i of n samples with seed + i; ``grammar`` constrains the output."""
     return SamplingParams(
         temperature=req.temperature,
         top_p=req.top_p,
@@ -50,6 +50,7 @@ def sampling_params(req, choice: int, logprobs: bool, top: int) -> SamplingParam
         seed=None if req.seed is None else req.seed + choice,
         logprobs=logprobs,
         top_logprobs=top,
+        grammar=grammar,
     )
 
 
@@ -64,7 +65,14 @@ class Generation:
         self.procs: list[OutputProcessor] = []
 
     def submit(
-        self, ids: list[int], req, logprobs: bool, top: int, prompt_logprobs: int | None = None, **processor_kw
+        self,
+        ids: list[int],
+        req,
+        logprobs: bool,
+        top: int,
+        prompt_logprobs: int | None = None,
+        grammar: str | None = None,
+        **processor_kw,
     ) -> None:
         """Submit req.n choices for one prompt; all or none: a refusal cancels every choice of this call."""
         engine = self.state.engine
@@ -75,7 +83,7 @@ class Generation:
                 self.handles.append(
                     engine.submit(
                         ids,
-                        sampling_params(req, j, logprobs, top),
+                        sampling_params(req, j, logprobs, top, grammar),
                         max_new,
                         self.state.stop_ids,
                         sink,
