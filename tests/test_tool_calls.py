@@ -45,6 +45,13 @@ RECIPE = {
 }
 TIMER = {"type": "function", "function": {"name": "set_timer", "parameters": {"type": "object", "properties": {}}}}
 TOOLS = [RECIPE, TIMER]
+LOOKAHEAD = {  # a valid JSON Schema whose pattern llguidance cannot enforce
+    "type": "function",
+    "function": {
+        "name": "find",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string", "pattern": "(?=a)b"}}},
+    },
+}
 CALL_SOUP = '<tool_call>\n{"name": "get_recipe", "arguments": {"dish": "soup", "servings": 2}}\n</tool_call>'
 CALL_TIMER = '<tool_call>\n{"name": "set_timer", "arguments": {}}\n</tool_call>'
 TWO_CALLS = "Let me look.\n" + CALL_SOUP + "\n" + CALL_TIMER
@@ -353,11 +360,16 @@ def test_bad_requests_are_400s_naming_the_field(scripted):
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": [{"type": "function", "function": {"parameters": {"type": "object"}}}]}, "tools[0].function.name"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools[0].function"),
+        ({"tools": [TIMER, LOOKAHEAD], "tool_choice": "required"}, "tools[1].function.parameters"),
     ]
     for kw, param in cases:
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model=MODEL, messages=MESSAGES, **kw)
         assert e.value.body["param"].startswith(param), (kw, e.value.body)
+    # what llguidance cannot enforce is only an error when it must be enforced
+    client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=[TIMER, LOOKAHEAD], tool_choice="auto")
+    named = {"type": "function", "function": {"name": "set_timer"}}
+    client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=[TIMER, LOOKAHEAD], tool_choice=named)
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL, messages=[*MESSAGES, {"role": "tool", "content": "3"}])
     assert "tool_call_id" in e.value.body["message"]

@@ -15,6 +15,7 @@ off by max_tokens; the whitespace the template puts around calls is not content.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import uuid
@@ -31,6 +32,7 @@ FUNCTION_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's rule for funct
 # JSON written the way json.dumps writes it (the template's arguments): no free whitespace to wander in
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 MODES = ("none", "auto", "required")
+GRAMMAR_LISTING = re.compile(r"\s+\d+ \|")  # where llguidance's error starts quoting the grammar
 
 
 class ToolSpecError(ValueError):
@@ -157,12 +159,24 @@ def tool_call_grammar(tools: list[dict], choice: ToolChoice) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_grammar(grammar: str) -> str:
-    """llguidance's verdict on a tool-call grammar: "" when it compiles, else the error (e.g. a schema keyword it
-    does not support)."""
+def check_enforceable(tools: list[dict], choice: ToolChoice) -> None:
+    """Raise ToolSpecError naming the tool whose parameters llguidance cannot enforce (e.g. an unknown "format" or
+    a look-ahead "pattern"); call before using tool_call_grammar for ``choice``."""
     import llguidance  # the grammar engine; only needed when a request enforces tool calls
 
-    return llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_lark(grammar))
+    for i, tool in enumerate(tools):
+        f = tool["function"]
+        if choice.mode == "function" and f["name"] != choice.name:
+            continue
+        grammar = "start: args\nargs: %json " + json.dumps({**(f.get("parameters") or {}), "x-guidance": JSON_STYLE})
+        error = llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_lark(grammar))
+        if error:
+            lines = error.split("failed to compile JSON schema: ")[-1].splitlines()
+            reason = " ".join(x.strip() for x in itertools.takewhile(lambda x: not GRAMMAR_LISTING.match(x), lines))
+            raise ToolSpecError(
+                f"tools[{i}].function.parameters cannot be enforced for tool_choice {choice.mode!r}: {reason}",
+                f"tools[{i}].function.parameters",
+            )
 
 
 def new_call_id() -> str:

@@ -19,7 +19,7 @@ from cookmind.infer.schemas import ChatCompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
 from cookmind.infer.server.generation import Generation, finish_reason, sse, stream_finish_reason
 from cookmind.infer.server.state import ServerState, State
-from cookmind.infer.tool_calls import ToolChoice, ToolSpecError, check_grammar, check_tools, tool_call_grammar
+from cookmind.infer.tool_calls import ToolChoice, ToolSpecError, check_enforceable, check_tools, tool_call_grammar
 
 router = APIRouter()
 
@@ -41,11 +41,11 @@ def _tool_grammar(req: ChatCompletionRequest, choice: ToolChoice) -> str | None:
     """The grammar that enforces tool_choice "required" or a named function; None otherwise."""
     if not choice.enforced:
         return None
-    grammar = tool_call_grammar(req.tools, choice)
-    error = check_grammar(grammar)
-    if error:
-        raise APIError(400, f"tools cannot be enforced as a grammar: {error}", param="tools")
-    return grammar
+    try:
+        check_enforceable(req.tools, choice)
+    except ToolSpecError as exc:
+        raise APIError(400, str(exc), param=exc.param) from exc
+    return tool_call_grammar(req.tools, choice)
 
 
 def _logprobs(entries) -> dict:
