@@ -85,6 +85,11 @@ def test_what_does_not_parse_stays_text(text):
     assert extract_tool_calls(text) == (text, [])
 
 
+def test_max_calls_leaves_later_blocks_as_text():
+    content, calls = extract_tool_calls(TWO_CALLS, max_calls=1)
+    assert [c["function"]["name"] for c in calls] == ["get_recipe"] and content == "Let me look." + CALL_TIMER
+
+
 def test_plain_text_and_whitespace_are_kept():
     assert extract_tool_calls("  two\nlines \n") == ("  two\nlines \n", [])
     # only the whitespace the template puts around a call goes; text after it stays
@@ -143,6 +148,9 @@ def test_tool_choice_modes():
     named = {"type": "function", "function": {"name": "set_timer"}}
     assert check_tools(TOOLS, named) == ToolChoice("function", "set_timer")
     assert check_tools([{"type": "function", "function": {"name": "no_args"}}], "required").enforced
+    assert check_tools(TOOLS, None).max_calls is None and check_tools(TOOLS, named).max_calls == 1
+    assert check_tools(TOOLS, "required", parallel=False) == ToolChoice("required", parallel=False)
+    assert ToolChoice("required", parallel=False).max_calls == 1
 
 
 @pytest.mark.parametrize(
@@ -210,12 +218,14 @@ def call(name, arguments):
 def test_grammar_accepts_the_template_calls_and_rejects_others(tok, ll_tokenizer):
     named = tool_call_grammar(TOOLS, ToolChoice("function", "get_recipe"))
     required = tool_call_grammar(TOOLS, ToolChoice("required"))
+    just_one = tool_call_grammar(TOOLS, ToolChoice("required", parallel=False))
     soup = rendered_calls(tok, [call("get_recipe", {"dish": "soup", "servings": 2})])
     assert tok.decode(soup) == CALL_SOUP  # the template's format, written out by hand
     both = rendered_calls(tok, [call("get_recipe", {"dish": "soup"}), call("set_timer", "{}")])
     end = tok.im_end_id
     assert accepts(ll_tokenizer, named, soup, end) and accepts(ll_tokenizer, required, soup, end)
     assert accepts(ll_tokenizer, required, both, end)
+    assert accepts(ll_tokenizer, just_one, soup, end) and not accepts(ll_tokenizer, just_one, both, end)
     assert not accepts(ll_tokenizer, named, both, end)  # a named function: exactly one call
     wrong = {
         "other function": [call("set_timer", {})],
@@ -284,6 +294,9 @@ def test_calls_in_the_response(scripted, tok):
         calls = choice.message.tool_calls
         assert [(c.type, c.function.name) for c in calls] == [("function", "get_recipe"), ("function", "set_timer")]
         assert json.loads(calls[0].function.arguments) == {"dish": "soup", "servings": 2}
+    r = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=TOOLS, parallel_tool_calls=False)
+    assert [c.function.name for c in r.choices[0].message.tool_calls] == ["get_recipe"]
+    assert r.choices[0].message.content == "Let me look." + CALL_TIMER
     engine.script = tok.encode(CALL_TIMER)
     r = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=TOOLS)
     assert r.choices[0].message.content is None and len(r.choices[0].message.tool_calls) == 1
@@ -326,8 +339,15 @@ def test_required_and_named_set_the_grammar(scripted, tok):
     engine, client = scripted
     engine.script = tok.encode(CALL_SOUP)
     named = {"type": "function", "function": {"name": "get_recipe"}}
-    for choice, want in (("required", ToolChoice("required")), (named, ToolChoice("function", "get_recipe"))):
-        r = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=TOOLS, tool_choice=choice)
+    cases = (
+        ("required", True, ToolChoice("required")),
+        ("required", False, ToolChoice("required", parallel=False)),
+        (named, True, ToolChoice("function", "get_recipe")),
+    )
+    for choice, parallel, want in cases:
+        r = client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, tools=TOOLS, tool_choice=choice, parallel_tool_calls=parallel
+        )
         assert engine.requests[-1][1].grammar == tool_call_grammar(TOOLS, want)
         assert r.choices[0].message.tool_calls[0].function.name == "get_recipe"
 

@@ -40,13 +40,14 @@ class OutputProcessor:
         split_reasoning: bool = True,
         prompt_ids: list[int] | None = None,
         parse_tool_calls: bool = False,
+        max_tool_calls: int | None = None,
     ):
         self.tokenizer = tokenizer
         self.prompt_ids = prompt_ids  # for naming the tokens of a PromptLogprobsEvent
         self.detok = IncrementalDetokenizer(tokenizer)
         self.stop = StopStringMatcher(list(stop_strings))
         self.reasoning = ReasoningSplitter() if split_reasoning else None
-        self.tools = ToolCallParser() if parse_tool_calls else None
+        self.tools = ToolCallParser(max_tool_calls) if parse_tool_calls else None
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self.stopped_by_string = False

@@ -91,6 +91,7 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[dict[str, Any]] | None = None  # checked by cookmind.infer.tool_calls.check_tools
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
 
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

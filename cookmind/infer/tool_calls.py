@@ -45,10 +45,17 @@ class ToolSpecError(ValueError):
 
 @dataclass(frozen=True)
 class ToolChoice:
-    """A checked tool_choice: mode "none", "auto", "required" or "function" (then ``name`` is the function)."""
+    """A checked tool_choice: mode "none", "auto", "required" or "function" (then ``name`` is the function);
+    ``parallel`` False (OpenAI's parallel_tool_calls) allows at most one call."""
 
     mode: str
     name: str | None = None
+    parallel: bool = True
+
+    @property
+    def max_calls(self) -> int | None:
+        """How many calls are parsed out of the output (None: any number)."""
+        return None if self.parallel and self.mode != "function" else 1
 
     @property
     def parses(self) -> bool:
@@ -92,10 +99,11 @@ def _check_tool(i: int, tool) -> str:
     return name
 
 
-def check_tools(tools: list | None, tool_choice: str | dict | None) -> ToolChoice:
+def check_tools(tools: list | None, tool_choice: str | dict | None, parallel: bool = True) -> ToolChoice:
     """Validate a request's tools and tool_choice (raising ToolSpecError naming the field); the checked choice.
 
     tool_choice defaults to "auto" with tools and "none" without; "none" is also accepted without tools.
+    ``parallel`` is the request's parallel_tool_calls.
     """
     if tools is not None:
         if not tools:
@@ -105,7 +113,7 @@ def check_tools(tools: list | None, tool_choice: str | dict | None) -> ToolChoic
         if dupes:
             raise ToolSpecError(f"tools name the function {dupes[0]!r} more than once", "tools")
     if tool_choice is None:
-        return ToolChoice("auto" if tools else "none")
+        return ToolChoice("auto" if tools else "none", parallel=parallel)
     if isinstance(tool_choice, str):
         if tool_choice not in MODES:
             raise ToolSpecError(
@@ -113,7 +121,7 @@ def check_tools(tools: list | None, tool_choice: str | dict | None) -> ToolChoic
                 f", got {tool_choice!r:.100}",
                 "tool_choice",
             )
-        choice = ToolChoice(tool_choice)
+        choice = ToolChoice(tool_choice, parallel=parallel)
     else:
         f = tool_choice.get("function") if tool_choice.get("type") == "function" else None
         if not isinstance(f, dict) or not isinstance(f.get("name"), str):
@@ -121,7 +129,7 @@ def check_tools(tools: list | None, tool_choice: str | dict | None) -> ToolChoic
                 f'tool_choice must be {{"type": "function", "function": {{"name": ...}}}}, got {tool_choice!r:.100}',
                 "tool_choice",
             )
-        choice = ToolChoice("function", f["name"])
+        choice = ToolChoice("function", f["name"], parallel)
     if choice.mode != "none" and not tools:
         raise ToolSpecError(f"tool_choice {tool_choice!r:.100} needs tools; give tools or leave it out", "tool_choice")
     if choice.mode == "function" and choice.name not in names:
@@ -138,11 +146,12 @@ def _lark_string(s: str) -> str:
 
 def tool_call_grammar(tools: list[dict], choice: ToolChoice) -> str:
     """Lark (llguidance) text whose language is the tool calls ``choice`` allows, byte for byte as the chat template
-    writes them: one call of the named function, or one or more calls (newline-separated) of any tool for
-    "required". Arguments follow each function's parameters schema (``%json``), written like json.dumps."""
+    writes them: one call of the named function, or for "required" one or more calls (newline-separated; one
+    without ``parallel``) of any tool. Arguments follow each function's parameters schema (``%json``), written like
+    json.dumps."""
     if not choice.enforced:
         raise ValueError(f"tool_choice {choice.mode!r} is not enforced by a grammar")
-    lines = ["start: call" if choice.mode == "function" else f"start: call ({_lark_string(CALL_SEPARATOR)} call)*"]
+    lines = ["start: call" if choice.max_calls == 1 else f"start: call ({_lark_string(CALL_SEPARATOR)} call)*"]
     alternatives = []
     for i, tool in enumerate(tools):
         f = tool["function"]
@@ -200,9 +209,10 @@ def parse_call(block: str) -> dict | None:
 class ToolCallParser:
     """Incremental: ``feed(text)`` returns (content to send now, calls completed by this text); ``flush()`` at the
     end returns what was held. Content is held only from a (possible) ``<tool_call>`` tag on and for trailing
-    whitespace (which is dropped if a call follows)."""
+    whitespace (which is dropped if a call follows). After ``max_calls`` calls, the rest is text."""
 
-    def __init__(self):
+    def __init__(self, max_calls: int | None = None):
+        self.max_calls = max_calls
         self.held = ""  # text not yet sent: a partial or open call, or trailing whitespace
         self.in_call = False
         self.space_before_call = ""  # whitespace right before the open call: text again if the call fails
@@ -218,6 +228,10 @@ class ToolCallParser:
                 if not self.held:
                     break
                 self.after_call = False
+            if self.max_calls is not None and len(self.calls) >= self.max_calls:
+                out.append(self.held)
+                self.held = ""
+                break
             if self.in_call:
                 end = self.held.find(TOOL_CLOSE)
                 if end < 0:
@@ -257,8 +271,8 @@ class ToolCallParser:
         return rest
 
 
-def extract_tool_calls(content: str) -> tuple[str, list[dict]]:
+def extract_tool_calls(content: str, max_calls: int | None = None) -> tuple[str, list[dict]]:
     """(content without its tool calls, the OpenAI tool calls) of a whole text; as streaming would split it."""
-    parser = ToolCallParser()
+    parser = ToolCallParser(max_calls)
     text, calls = parser.feed(content)
     return text + parser.flush(), calls

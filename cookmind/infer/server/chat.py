@@ -3,8 +3,9 @@ streamed as chat.completion.chunk events; reasoning and tool calls split out of 
 
 Tools: tool_choice "auto" (the default with tools) shows the tools to the model and parses its calls; "none"
 neither shows them nor parses (the model cannot call what it was not shown); "required" and a named function
-also constrain decoding with a grammar of the template's tool-call blocks. Streamed, each call is sent whole as
-one tool_calls delta as soon as its closing tag is generated."""
+also constrain decoding with a grammar of the template's tool-call blocks. parallel_tool_calls=false (and a named
+function) allows one call: a later block stays text. Streamed, each call is sent whole as one tool_calls delta as
+soon as its closing tag is generated."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ async def chat_completions(request: Request, state: State):
     if top and not req.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
     try:
-        choice = check_tools(req.tools, req.tool_choice)
+        choice = check_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
     except ToolSpecError as exc:
         raise APIError(400, str(exc), param=exc.param) from exc
     grammar = await asyncio.to_thread(_tool_grammar, req, choice)
@@ -79,7 +80,15 @@ async def chat_completions(request: Request, state: State):
     except (ValueError, TypeError, KeyError) as exc:
         raise APIError(400, f"messages cannot be rendered with the chat template: {exc}", param="messages") from exc
     gen = Generation(state)
-    gen.submit(prompt_ids, req, req.logprobs, top, grammar=grammar, parse_tool_calls=choice.parses)
+    gen.submit(
+        prompt_ids,
+        req,
+        req.logprobs,
+        top,
+        grammar=grammar,
+        parse_tool_calls=choice.parses,
+        max_tool_calls=choice.max_calls,
+    )
     rid, now = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
     if req.stream:
         return StreamingResponse(
