@@ -398,29 +398,57 @@ def test_bad_requests_are_400s_naming_the_field(scripted):
 # --- end to end: a random tiny model must call the tool once the engine enforces the grammar ------------------
 
 
+# Bounded: a random model fills an unbounded string (or free extra keys) until max_tokens.
+BOUNDED_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_recipe",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "dish": {"type": "string", "maxLength": 12},
+                    "servings": {"type": "integer", "minimum": 1, "maximum": 12},
+                },
+                "required": ["dish"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "set_timer",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        },
+    },
+]
+
+
 @pytest.mark.skipif(
     not ENGINE_ENFORCES_GRAMMAR, reason="the engine does not enforce SamplingParams.grammar yet (#19 item 1)"
 )
-def test_random_model_makes_schema_valid_calls(tok, tmp_path_factory):
-    model = make_model(tok.vocab_size, rare_ids=(tok.eos_id, tok.im_end_id))
-    engine = Engine(model, num_slots=4, max_seq_len=2048)
+def test_random_model_makes_schema_valid_calls(tok):
+    engine = Engine(make_model(tok.vocab_size), num_slots=4, max_seq_len=2048)
     server = LiveServer(create_app(engine, tok, MODEL, api_key=API_KEY))
     client = openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+    named = {"type": "function", "function": {"name": "get_recipe"}}
     try:
-        named = {"type": "function", "function": {"name": "get_recipe"}}
-        for choice, stream in (("required", False), (named, False), (named, True)):
-            kw = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "tool_choice": choice, "max_tokens": 300}
+        cases = (("required", False, 0), ("required", False, 2), (named, False, 1), (named, True, 1))
+        for choice, stream, seed in cases:
+            kw = {"model": MODEL, "messages": MESSAGES, "tools": BOUNDED_TOOLS, "tool_choice": choice}
+            kw |= {"max_tokens": 150, "parallel_tool_calls": False, "seed": seed}
             if stream:
-                with client.chat.completions.stream(**kw, seed=1) as s:
+                with client.chat.completions.stream(**kw) as s:
                     r = s.get_final_completion()
             else:
-                r = client.chat.completions.create(**kw, seed=1)
-            calls = r.choices[0].message.tool_calls
-            assert calls and r.choices[0].finish_reason == "tool_calls", r
+                r = client.chat.completions.create(**kw)
+            msg = r.choices[0].message
+            assert r.choices[0].finish_reason == "tool_calls" and msg.content is None and len(msg.tool_calls) == 1, r
+            call = msg.tool_calls[0]
             if choice is named:
-                assert [c.function.name for c in calls] == ["get_recipe"]
-            for c in calls:
-                schema = next(t for t in TOOLS if t["function"]["name"] == c.function.name)["function"]["parameters"]
-                jsonschema.validate(json.loads(c.function.arguments), schema)
+                assert call.function.name == "get_recipe"
+            tool = next(t for t in BOUNDED_TOOLS if t["function"]["name"] == call.function.name)
+            jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
     finally:
         server.close()
