@@ -237,6 +237,10 @@ def test_grammar_accepts_the_template_calls_and_rejects_others(tok, ll_tokenizer
     }
     for why, calls in wrong.items():
         assert not accepts(ll_tokenizer, named, rendered_calls(tok, calls), end), why
+    ping = [{"type": "function", "function": {"name": "ping"}}]  # no parameters: no arguments
+    no_args = tool_call_grammar(ping, ToolChoice("function", "ping"))
+    assert accepts(ll_tokenizer, no_args, rendered_calls(tok, [call("ping", {})]), end)
+    assert not accepts(ll_tokenizer, no_args, rendered_calls(tok, [call("ping", {"x": 1})]), end)
     assert not accepts(ll_tokenizer, required, tok.encode("Sure, here it is."), end)
     assert not accepts(ll_tokenizer, required, [], end)  # at least one call
 

@@ -140,6 +140,13 @@ def check_tools(tools: list | None, tool_choice: str | dict | None, parallel: bo
     return choice
 
 
+def _arguments_schema(function: dict) -> dict:
+    """The JSON Schema a call's arguments are held to (no parameters: an object without any), in json.dumps style."""
+    schema = dict(function.get("parameters") or {"type": "object", "properties": {}, "additionalProperties": False})
+    schema["x-guidance"] = JSON_STYLE
+    return schema
+
+
 def _lark_string(s: str) -> str:
     return json.dumps(s)  # a JSON string literal is a Lark string literal with the same escapes
 
@@ -157,13 +164,11 @@ def tool_call_grammar(tools: list[dict], choice: ToolChoice) -> str:
         f = tool["function"]
         if choice.mode == "function" and f["name"] != choice.name:
             continue
-        schema = dict(f.get("parameters") or {"type": "object", "properties": {}})
-        schema["x-guidance"] = JSON_STYLE
         alternatives.append(f"call_{i}")
         lines.append(
             f"call_{i}: {_lark_string(CALL_PREFIX + f['name'] + CALL_MIDDLE)} args_{i} {_lark_string(CALL_SUFFIX)}"
         )
-        lines.append(f"args_{i}: %json {json.dumps(schema, ensure_ascii=False)}")
+        lines.append(f"args_{i}: %json {json.dumps(_arguments_schema(f), ensure_ascii=False)}")
     lines.insert(1, "call: " + " | ".join(alternatives))
     return "\n".join(lines) + "\n"
 
@@ -177,7 +182,7 @@ def check_enforceable(tools: list[dict], choice: ToolChoice) -> None:
         f = tool["function"]
         if choice.mode == "function" and f["name"] != choice.name:
             continue
-        grammar = "start: args\nargs: %json " + json.dumps({**(f.get("parameters") or {}), "x-guidance": JSON_STYLE})
+        grammar = "start: args\nargs: %json " + json.dumps(_arguments_schema(f), ensure_ascii=False)
         error = llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_lark(grammar))
         if error:
             lines = error.split("failed to compile JSON schema: ")[-1].splitlines()
