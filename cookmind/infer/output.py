@@ -2,20 +2,19 @@
 
 One ``OutputProcessor`` per generated choice chains the text-side steps:
 token id ─► incremental detokenizer ─► stop-string matcher (holds back partial matches)
-         ─► reasoning splitter (<think>...</think> -> reasoning_content) ─► deltas
+         ─► reasoning splitter (<think>...</think> -> reasoning_content)
+         ─► tool-call parser (when the request has tools: <tool_call> blocks -> tool_calls) ─► deltas
 """
 
 from __future__ import annotations
 
-import json
-import re
-import uuid
 from dataclasses import dataclass, field
 
 from cookmind.infer.detokenize import IncrementalDetokenizer
 from cookmind.infer.engine import FinishEvent, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.reasoning import ReasoningSplitter
 from cookmind.infer.stop import StopStringMatcher
+from cookmind.infer.tool_calls import ToolCallParser
 
 
 @dataclass
@@ -26,6 +25,7 @@ class Delta:
     reasoning: str = ""
     logprobs: list[dict] = field(default_factory=list)  # per token: token, logprob, top
     prompt_logprobs: list[dict] | None = None  # per prompt token (echo): token, logprob (None first), top
+    tool_calls: list[dict] = field(default_factory=list)  # OpenAI tool calls completed by this event
     finish_reason: str | None = None
     error: str | None = None
 
@@ -33,12 +33,21 @@ class Delta:
 class OutputProcessor:
     """Feed engine events of one choice; get Deltas. ``stopped_by_string`` tells the caller to cancel."""
 
-    def __init__(self, tokenizer, stop_strings=(), split_reasoning: bool = True, prompt_ids: list[int] | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        stop_strings=(),
+        split_reasoning: bool = True,
+        prompt_ids: list[int] | None = None,
+        parse_tool_calls: bool = False,
+        max_tool_calls: int | None = None,
+    ):
         self.tokenizer = tokenizer
         self.prompt_ids = prompt_ids  # for naming the tokens of a PromptLogprobsEvent
         self.detok = IncrementalDetokenizer(tokenizer)
         self.stop = StopStringMatcher(list(stop_strings))
         self.reasoning = ReasoningSplitter() if split_reasoning else None
+        self.tools = ToolCallParser(max_tool_calls) if parse_tool_calls else None
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self.stopped_by_string = False
@@ -74,6 +83,7 @@ class OutputProcessor:
             tail = self._finish("stop")
             delta.content += tail.content
             delta.reasoning += tail.reasoning
+            delta.tool_calls.extend(tail.tool_calls)
             delta.finish_reason = "stop"
         return delta
 
@@ -97,10 +107,16 @@ class OutputProcessor:
             r, c = "", text
         else:
             r, c = self.reasoning.feed(text)
-        delta.content += c
         delta.reasoning += r
-        self.content_parts.append(c)
         self.reasoning_parts.append(r)
+        self._content(c, delta)
+
+    def _content(self, text: str, delta: Delta) -> None:
+        if self.tools is not None:
+            text, calls = self.tools.feed(text)
+            delta.tool_calls.extend(calls)
+        delta.content += text
+        self.content_parts.append(text)
 
     def _finish(self, reason: str, error: str | None = None) -> Delta:
         delta = Delta(finish_reason=reason, error=error)
@@ -110,10 +126,13 @@ class OutputProcessor:
         self._route(self.stop.flush(), delta)
         if self.reasoning is not None:
             r, c = self.reasoning.flush()
-            delta.content += c
             delta.reasoning += r
-            self.content_parts.append(c)
             self.reasoning_parts.append(r)
+            self._content(c, delta)
+        if self.tools is not None:
+            rest = self.tools.flush()
+            delta.content += rest
+            self.content_parts.append(rest)
         self.finish_reason = reason
         return delta
 
@@ -122,32 +141,10 @@ class OutputProcessor:
         return "".join(self.content_parts)
 
     @property
+    def tool_calls(self) -> list[dict]:
+        """The OpenAI tool calls parsed so far (none without parse_tool_calls)."""
+        return self.tools.calls if self.tools is not None else []
+
+    @property
     def reasoning_content(self) -> str:
         return "".join(self.reasoning_parts).strip("\n")
-
-
-TOOL_CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
-
-
-def extract_tool_calls(content: str) -> tuple[str, list[dict]]:
-    """Pull <tool_call>{"name", "arguments"}</tool_call> blocks (the chat template's format) out of
-    the content; return (remaining content, OpenAI tool_calls). Unparseable blocks stay as text."""
-    calls, keep = [], []
-    last = 0
-    for m in TOOL_CALL_RE.finditer(content):
-        try:
-            obj = json.loads(m.group(1))
-            name, args = obj["name"], obj.get("arguments", {})
-        except (ValueError, KeyError, TypeError):
-            continue
-        keep.append(content[last : m.start()])
-        last = m.end()
-        calls.append(
-            {
-                "id": "call_" + uuid.uuid4().hex[:24],
-                "type": "function",
-                "function": {"name": str(name), "arguments": args if isinstance(args, str) else json.dumps(args)},
-            }
-        )
-    keep.append(content[last:])
-    return "".join(keep).strip(), calls

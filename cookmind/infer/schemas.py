@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -27,6 +27,12 @@ class ChatMessage(_Strict):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+
+    @model_validator(mode="after")
+    def _tool_result_names_its_call(self):
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id: the id of the assistant's tool call it answers")
+        return self
 
     def text(self) -> str:
         """Content as text; list content keeps its text parts (images are not supported)."""
@@ -85,8 +91,9 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None  # checked by cookmind.infer.tool_calls.check_tools
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
 
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -1,5 +1,11 @@
 """POST /v1/chat/completions: messages rendered through the tokenizer's chat template, answered whole or
-streamed as chat.completion.chunk events; reasoning and tool calls split out of the text."""
+streamed as chat.completion.chunk events; reasoning and tool calls split out of the text.
+
+Tools: tool_choice "auto" (the default with tools) shows the tools to the model and parses its calls; "none"
+neither shows them nor parses (the model cannot call what it was not shown); "required" and a named function
+also constrain decoding with a grammar of the template's tool-call blocks. parallel_tool_calls=false (and a named
+function) allows one call: a later block stays text. Streamed, each call is sent whole as one tool_calls delta as
+soon as its closing tag is generated."""
 
 from __future__ import annotations
 
@@ -10,7 +16,6 @@ import uuid
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from cookmind.infer.output import extract_tool_calls
 from cookmind.infer.schemas import ChatCompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
 from cookmind.infer.server.generation import (
@@ -21,24 +26,12 @@ from cookmind.infer.server.generation import (
     stream_finish_reason,
 )
 from cookmind.infer.server.state import ServerState, State
+from cookmind.infer.tool_calls import ToolChoice, ToolSpecError, check_enforceable, check_tools, tool_call_grammar
 
 router = APIRouter()
-TOOL_OPEN = "<tool_call>"
 
 
-def _hold_tool_calls(text: str) -> tuple[str, str]:
-    """Streaming with tools: (text to send now, text held until the end), holding everything from
-    a <tool_call> tag (or a partial one at the end) so calls arrive whole in the final chunk."""
-    cut = text.find(TOOL_OPEN)
-    if cut >= 0:
-        return text[:cut], text[cut:]
-    for n in range(min(len(TOOL_OPEN) - 1, len(text)), 0, -1):
-        if text.endswith(TOOL_OPEN[:n]):
-            return text[:-n], text[-n:]
-    return text, ""
-
-
-def _render(tokenizer, req: ChatCompletionRequest) -> list[int]:
+def _render(tokenizer, req: ChatCompletionRequest, choice: ToolChoice) -> list[int]:
     """Prompt ids through the chat template (content is data: the tokenizer never reads specials in it)."""
     messages = []
     for m in req.messages:
@@ -48,7 +41,18 @@ def _render(tokenizer, req: ChatCompletionRequest) -> list[int]:
         if m.tool_calls:
             d["tool_calls"] = m.tool_calls
         messages.append(d)
-    return tokenizer.render(messages, add_generation_prompt=True, tools=req.tools)[0]
+    return tokenizer.render(messages, add_generation_prompt=True, tools=req.tools if choice.parses else None)[0]
+
+
+def _tool_grammar(req: ChatCompletionRequest, choice: ToolChoice) -> str | None:
+    """The grammar that enforces tool_choice "required" or a named function; None otherwise."""
+    if not choice.enforced:
+        return None
+    try:
+        check_enforceable(req.tools, choice)
+    except ToolSpecError as exc:
+        raise APIError(400, str(exc), param=exc.param) from exc
+    return tool_call_grammar(req.tools, choice)
 
 
 def _logprobs(entries) -> dict:
@@ -72,24 +76,45 @@ async def chat_completions(request: Request, state: State):
     top = req.top_logprobs or 0
     if top and not req.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
+    try:
+        choice = check_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
+    except ToolSpecError as exc:
+        raise APIError(400, str(exc), param=exc.param) from exc
+    tool_grammar = await asyncio.to_thread(_tool_grammar, req, choice)
     try:  # off the event loop: a long conversation must not stall other requests
-        prompt_ids = await asyncio.to_thread(_render, state.tokenizer, req)
+        prompt_ids = await asyncio.to_thread(_render, state.tokenizer, req, choice)
     except (ValueError, TypeError, KeyError) as exc:
         raise APIError(400, f"messages cannot be rendered with the chat template: {exc}", param="messages") from exc
     grammar = await asyncio.to_thread(response_grammar, req)  # compiling a schema can take a while
+    if grammar is not None and tool_grammar is not None:
+        raise APIError(
+            400,
+            f"response_format {req.response_format.get('type')!r} cannot be combined with tool_choice "
+            f"{req.tool_choice!r}: both constrain the whole reply; drop one",
+            param="response_format",
+        )
+    grammar = grammar if tool_grammar is None else tool_grammar
     gen = Generation(state)
-    gen.submit(prompt_ids, req, req.logprobs, top, grammar=grammar)
+    gen.submit(
+        prompt_ids,
+        req,
+        req.logprobs,
+        top,
+        grammar=grammar,
+        parse_tool_calls=choice.parses,
+        max_tool_calls=choice.max_calls,
+    )
     rid, now = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
     if req.stream:
         return StreamingResponse(
-            _stream(state, req, gen, rid, now, len(prompt_ids)),
+            _stream(state, req, gen, rid, now, len(prompt_ids), forced_call=choice.mode in ("required", "function")),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
     await gen.run_to_end(request)
     choices = []
     for i, p in enumerate(gen.procs):
-        content, calls = extract_tool_calls(p.content) if req.tools else (p.content, [])
+        content, calls = p.content, p.tool_calls
         msg = {"role": "assistant", "content": content if content or not calls else None}
         if p.reasoning_content:
             msg["reasoning_content"] = p.reasoning_content
@@ -113,7 +138,18 @@ async def chat_completions(request: Request, state: State):
     }
 
 
-async def _stream(state: ServerState, req: ChatCompletionRequest, gen: Generation, rid: str, now: int, prompt_len: int):
+async def _stream(
+    state: ServerState,
+    req: ChatCompletionRequest,
+    gen: Generation,
+    rid: str,
+    now: int,
+    prompt_len: int,
+    forced_call: bool = False,
+):
+    # the first delta opens the message; a reply forced to be tool calls has no content at all (null, as OpenAI)
+    opening = {"role": "assistant", "content": None if forced_call else ""}
+
     def chunk(choices, usage=None):
         body = {
             "id": rid,
@@ -128,41 +164,23 @@ async def _stream(state: ServerState, req: ChatCompletionRequest, gen: Generatio
 
     try:
         for i in range(len(gen.procs)):
-            yield chunk(
-                [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
-            )
-        held = ["" for _ in gen.procs]  # with tools, content from <tool_call> on waits for the end
+            yield chunk([{"index": i, "delta": dict(opening), "logprobs": None, "finish_reason": None}])
+        sent_calls = [0 for _ in gen.procs]  # tool calls sent per choice: the next call's index
         async for i, d in gen.events():
-            content = d.content
-            if req.tools:
-                content, held[i] = _hold_tool_calls(held[i] + content)
             delta = {}
             if d.reasoning:
                 delta["reasoning_content"] = d.reasoning
-            if content:
-                delta["content"] = content
+            if d.content:
+                delta["content"] = d.content
+            if d.tool_calls:
+                delta["tool_calls"] = [dict(c, index=sent_calls[i] + k) for k, c in enumerate(d.tool_calls)]
+                sent_calls[i] += len(d.tool_calls)
             lp = _logprobs(d.logprobs) if (req.logprobs and d.logprobs) else None
             if delta or lp:
                 yield chunk([{"index": i, "delta": delta, "logprobs": lp, "finish_reason": None}])
             if d.finish_reason is not None:
-                calls = []
-                if req.tools:
-                    rest, calls = extract_tool_calls(held[i])
-                    final_delta = {"content": rest} if rest else {}
-                    if calls:
-                        final_delta["tool_calls"] = [dict(c, index=k) for k, c in enumerate(calls)]
-                    if final_delta:
-                        yield chunk([{"index": i, "delta": final_delta, "logprobs": None, "finish_reason": None}])
-                yield chunk(
-                    [
-                        {
-                            "index": i,
-                            "delta": {},
-                            "logprobs": None,
-                            "finish_reason": stream_finish_reason(gen.procs[i], calls),
-                        }
-                    ]
-                )
+                reason = stream_finish_reason(gen.procs[i], gen.procs[i].tool_calls)
+                yield chunk([{"index": i, "delta": {}, "logprobs": None, "finish_reason": reason}])
         if req.stream_options and req.stream_options.include_usage:
             yield chunk([], gen.usage(prompt_len, req.n))
         yield "data: [DONE]\n\n"
