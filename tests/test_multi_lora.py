@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -175,3 +176,131 @@ def test_peft_saved_adapter_equals_peft_merged_model(setup, tmp_path):
     assert toks == ref_toks
     assert max(abs(a - b) for a, b in zip(lps + prompt_lp, ref_lps + ref_prompt_lp)) < TOL
     assert toks != _reference(base, prompt, NEW)[0]
+
+
+def _greedy_until_stop(model, prompt, n, stops):
+    """Naive greedy continuation (full recompute each token) that ends at a stop token, which is not kept."""
+    ids, out = list(prompt), []
+    with torch.no_grad():
+        for _ in range(n):
+            tok = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+            if tok in stops:
+                break
+            out.append(tok)
+            ids.append(tok)
+    return out
+
+
+def test_openai_client_picks_the_adapter_by_model(tmp_path_factory):
+    import concurrent.futures
+    import os
+
+    import openai
+    from test_server import LiveServer, make_model, make_tokenizer
+    from test_server_cli import parse
+
+    from cookmind.infer import cli_serve
+    from cookmind.model import save_model
+
+    tok = make_tokenizer(tmp_path_factory)
+    tmp = tmp_path_factory.mktemp("serve-lora")
+    base = make_model(tok.vocab_size, max_pos=256)
+    save_model(tmp / "cook", base)
+    tok.save(tmp / "cook")
+    refs = {
+        "cook": base,
+        "chef": _adapter(base, tmp / "chef", 1, r=4, alpha=8.0, targets=["q_proj", "v_proj", "down_proj"]),
+        "baker": _adapter(base, tmp / "baker", 2, r=2, alpha=4.0, targets=["o_proj", "up_proj"]),
+    }
+    args = parse(
+        tmp / "cook",
+        "--device",
+        "cpu",
+        "--max-batch",
+        "4",
+        "--lora",
+        f"chef={tmp / 'chef'}",
+        "--lora",
+        f"baker={tmp / 'baker'}",
+    )
+    app, engine = cli_serve.build_app(args)
+    server = LiveServer(app)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        listed = {m.id: (m.model_extra or {}).get("parent") for m in client.models.list().data}
+        assert listed == {"cook": None, "chef": "cook", "baker": "cook"}
+        prompt = tok.encode("The cook stirs the soup")
+        stops = {tok.eos_id, tok.im_end_id}
+
+        def ask(name):
+            return client.completions.create(model=name, prompt=prompt, max_tokens=8, temperature=0)
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:  # in flight together: they may share batches
+            answers = dict(zip(refs, pool.map(ask, refs)))
+        texts = set()
+        for name, r in answers.items():
+            assert r.model == name
+            assert r.choices[0].text == tok.decode(_greedy_until_stop(refs[name], prompt, 8, stops)), name
+            texts.add(r.choices[0].text)
+        assert len(texts) == 3, "the adapters did not change the answer: the test would prove nothing"
+        with pytest.raises(openai.NotFoundError) as e:
+            client.chat.completions.create(model="sous-chef", messages=[{"role": "user", "content": "hi"}])
+        assert e.value.code == "model_not_found" and "'chef'" in str(e.value)
+    finally:
+        server.close()
+    assert os.path.isdir(tmp / "chef")  # serving reads adapters, never moves them
+
+
+def _edit_config(directory, **fields):
+    f = directory / "adapter_config.json"
+    f.write_text(json.dumps({**json.loads(f.read_text()), **fields}))
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        ({"bias": "lora_only"}, "bias is 'lora_only'"),
+        ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+        ({"use_dora": True}, "use_dora"),
+        ({"target_modules": ["q_proj", "v_proj", "k_proj"]}, r"module model\.layers\.0\.self_attn\.k_proj is a target"),
+        ({"r": 8}, r"adapter 'bad'.*layers\.0\.mlp\.down_proj\.lora_A\.weight has shape \(4, 64\).*expects \(8, 64\)"),
+    ],
+    ids=["bias", "modules_to_save", "dora", "missing-module", "rank"],
+)
+def test_adapter_config_mismatches_are_refused_naming_adapter_and_module(setup, tmp_path, edit, match):
+    import shutil
+
+    base, tmp, _ = setup
+    shutil.copytree(tmp / "chef", tmp_path / "bad")
+    _edit_config(tmp_path / "bad", **edit)
+    with pytest.raises(ValueError, match=match):
+        load_adapters(base, {"bad": tmp_path / "bad"})
+
+
+def test_adapter_for_another_base_is_refused(setup, tmp_path):
+    base, _, _ = setup
+    _adapter(sharp_tiny_lm(hidden_size=48), tmp_path / "wide", 1, r=4, alpha=8.0, targets=["q_proj"])
+    with pytest.raises(ValueError, match=r"adapter 'wide'.*model\.layers\.0\.self_attn\.q_proj\.lora_A.*\(4, 48\)"):
+        load_adapters(base, {"wide": tmp_path / "wide"})
+    _adapter(sharp_tiny_lm(num_hidden_layers=3), tmp_path / "deep", 1, r=4, alpha=8.0, targets=["q_proj"])
+    with pytest.raises(ValueError, match=r"adapter 'deep'.*module model\.layers\.2\.self_attn\.q_proj is not a linear"):
+        load_adapters(base, {"deep": tmp_path / "deep"})
+
+
+def test_bad_lora_arguments():
+    from cookmind.infer.loading import parse_lora_specs
+
+    assert parse_lora_specs(["a=x/y", "b=z"], "base") == {"a": Path("x/y"), "b": Path("z")}
+    cases = [(["noequals"], "expected NAME=PATH"), (["a=x", "a=y"], "another --lora"), (["base=x"], "the base model")]
+    for specs, match in cases:
+        with pytest.raises(ValueError, match=match):
+            parse_lora_specs(specs, "base")
+
+
+def test_submit_with_an_unknown_adapter_is_refused(setup):
+    base, tmp, _ = setup
+    engine = Engine(copy.deepcopy(base), num_slots=1, adapters=load_adapters(base, {"chef": tmp / "chef"}))
+    with pytest.raises(ValueError, match=r"unknown adapter 'baker'; this engine serves \['chef'\]"):
+        engine.submit([1, 2, 3], adapter="baker")
+    with pytest.raises(ValueError, match="serves no LoRA adapters"):
+        Engine(copy.deepcopy(base), num_slots=1).submit([1, 2, 3], adapter="chef")
