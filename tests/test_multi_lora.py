@@ -277,6 +277,22 @@ def test_adapter_config_mismatches_are_refused_naming_adapter_and_module(setup, 
         load_adapters(base, {"bad": tmp_path / "bad"})
 
 
+def test_a_lora_training_run_serves_its_newest_checkpoints_adapter(setup, tmp_path):
+    import shutil
+
+    from cookmind.model import save_model
+
+    base, tmp, _ = setup
+    for step, source in [(1, "baker"), (2, "chef")]:  # as the Trainer saves a LoRA run: merged model + adapter
+        d = tmp_path / "run" / "checkpoints" / f"step_{step}"
+        save_model(d, base)
+        for f in ("adapter_model.safetensors", "adapter_config.json"):
+            shutil.copy(tmp / source / f, d / f)
+    (adapter,) = load_adapters(base, {"run": tmp_path / "run"})
+    assert adapter.path == tmp_path / "run" / "checkpoints" / "step_2"
+    assert set(adapter.weights) == set(load_adapters(base, {"chef": tmp / "chef"})[0].weights)
+
+
 def test_adapter_for_another_base_is_refused(setup, tmp_path):
     base, _, _ = setup
     _adapter(sharp_tiny_lm(hidden_size=48), tmp_path / "wide", 1, r=4, alpha=8.0, targets=["q_proj"])

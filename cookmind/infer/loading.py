@@ -161,20 +161,24 @@ def parse_lora_specs(specs: list[str], base_name: str) -> dict[str, Path]:
 
 
 def load_adapters(model, specs: dict[str, str | Path]):
-    """Read LoRA adapters ({name: directory}) for ``model``: cookmind's ``save_adapter`` output or PEFT's own
-    ``save_pretrained`` on the Hugging Face export (both PEFT-format adapter_config.json +
-    adapter_model.safetensors). Each is checked against the base: every tensor's module must be a linear layer of
-    the model with matching shapes and rank, and every module the config targets must have its pair; a mismatch is
-    a ValueError naming the adapter and the module. Returns ``multi_lora.LoRAAdapter``s in the given order."""
+    """Read LoRA adapters ({name: directory}) for ``model``: cookmind's ``save_adapter`` output, PEFT's own
+    ``save_pretrained`` on the Hugging Face export (both PEFT-format adapter_config.json + adapter_model.safetensors)
+    or a LoRA training run (its newest checkpoint holds the adapter). Each is checked against the base: every
+    tensor's module must be a linear layer of the model with matching shapes and rank, and every module the config
+    targets must have its pair; a mismatch is a ValueError naming the adapter and the module. Returns
+    ``multi_lora.LoRAAdapter``s in the given order."""
     import re
 
     from cookmind.infer.multi_lora import LoRAAdapter
+    from cookmind.model import resolve_model_dir
     from cookmind.model.linear import Linear
-    from cookmind.model.lora import read_adapter_config, read_adapter_tensors
+    from cookmind.model.lora import ADAPTER_CONFIG, read_adapter_config, read_adapter_tensors
 
     linear = {n: m for n, m in model.named_modules() if isinstance(m, (Linear, torch.nn.Linear))}
     adapters = []
     for name, directory in specs.items():
+        if not (Path(directory) / ADAPTER_CONFIG).is_file():  # a training run: its newest checkpoint
+            directory = resolve_model_dir(directory)
         where = f"adapter {name!r} ({directory})"
         cfg = read_adapter_config(directory)
         pairs: dict[str, dict[str, torch.Tensor]] = {}
