@@ -117,6 +117,34 @@ def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, 
     assert differs, "the adapters did not change any output: the comparison would prove nothing"
 
 
+def test_fused_decode_keeps_the_fusion_an_adapter_does_not_touch(setup):
+    base, tmp, refs = setup
+    adapters = load_adapters(base, {"chef": tmp / "chef"})  # q_proj, v_proj, down_proj
+    engine = Engine(copy.deepcopy(base), num_slots=2, decode_attention="kernel", adapters=adapters)
+    assert all(f.qkv is None and f.gate_up is not None for f in engine.runner.fused)  # gate/up: one GEMM still
+    jobs = [([5, 9, 14, 3, 22, 7], "chef"), ([11, 2, 30, 8], None)]
+    for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
+        ref_toks, ref_lps, _ = _reference(refs[name], prompt, NEW)
+        assert toks == ref_toks and max(abs(a - b) for a, b in zip(lps, ref_lps)) < TOL
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_and_compile_serve_each_rows_adapter(setup):
+    """On CUDA (graphs captured once, layers compiled): the batch of the CPU test equals each merged model
+    (float32; 1e-3 for the GPU's reduction order)."""
+    base, tmp, refs = setup
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters)
+    assert engine.graphs is not None and engine.graphs.capture and engine.runner.compiled
+    prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]]
+    jobs = list(zip(prompts, ["chef", None, "baker"]))
+    for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
+        ref_toks, ref_lps, _ = _reference(refs[name], prompt, NEW)
+        assert toks == ref_toks, name
+        assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < 1e-3
+    assert engine.runner.compile_error is None
+
+
 def test_prefix_cache_does_not_share_blocks_across_adapters(setup):
     base, tmp, refs = setup
     adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
