@@ -242,7 +242,7 @@ def read_adapter_config(directory: str | os.PathLike) -> dict:
         if bad:
             raise ValueError(
                 f"{f}: {field} is {c[field]!r}; only plain LoRA (bias 'none', no DoRA, no modules_to_save, one rank "
-                "and alpha for every module) is supported: merge this adapter into the model instead"
+                "and alpha for every module) is supported: merge it into its base (peft's merge_and_unload) instead"
             )
     targets = c.get("target_modules")
     if not targets:
