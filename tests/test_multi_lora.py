@@ -219,18 +219,19 @@ def _greedy_until_stop(model, prompt, n, stops):
     return out
 
 
-def test_openai_client_picks_the_adapter_by_model(tmp_path_factory):
+def test_openai_client_picks_the_adapter_by_model(tmp_path_factory, tok_dir):
     import concurrent.futures
     import os
 
     import openai
-    from test_server import LiveServer, make_model, make_tokenizer
+    from test_server import LiveServer, make_model
     from test_server_cli import parse
 
     from cookmind.infer import cli_serve
     from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
 
-    tok = make_tokenizer(tmp_path_factory)
+    tok = Tokenizer.load(tok_dir)
     tmp = tmp_path_factory.mktemp("serve-lora")
     base = make_model(tok.vocab_size, max_pos=256)
     save_model(tmp / "cook", base)
