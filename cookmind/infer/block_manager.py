@@ -11,13 +11,13 @@ the same tokens; cached blocks nobody holds count as free and are evicted LRU wh
 from __future__ import annotations
 
 from cookmind.infer.paged_cache import PagedKVCache
-from cookmind.infer.prefix_cache import PrefixCache, chain_keys
+from cookmind.infer.prefix_cache import PrefixCache, chain_keys, chain_root
 
 
 class BlockManager:
     """Reserve, grow and release the blocks of requests over one ``PagedKVCache`` (``prefix_cache``: share full
     prompt blocks between requests). Requests carry their own state: ``blocks``, ``reserved_blocks``,
-    ``prefilled``, ``cached_tokens``, ``block_keys``, ``slot``."""
+    ``prefilled``, ``cached_tokens``, ``block_keys``, ``slot``, ``adapter``."""
 
     def __init__(self, cache: PagedKVCache, max_seq_len: int, prefix_cache: bool = False):
         self.cache = cache
@@ -55,7 +55,9 @@ class BlockManager:
         # it needs its private blocks (all it can fill minus the hit) plus the hit blocks that are idle now
         # (holding them takes them out of the evictable set); prompt-logprob requests look nothing up: every
         # prompt place needs its logits
-        hits = self.prefix.match(req.prompt_ids) if req.prompt_logprobs is None else []
+        # blocks are shared within one LoRA adapter only: the chain starts from the adapter's own root
+        root = chain_root(req.adapter)
+        hits = self.prefix.match(req.prompt_ids, root) if req.prompt_logprobs is None else []
         private = self.blocks_needed(len(req.prompt_ids), req.max_new_tokens) - len(hits)
         cost = private + self.prefix.pinned_by(hits)
         if cost > self.unreserved:
@@ -65,7 +67,7 @@ class BlockManager:
         req.reserved_blocks = private  # from here on, the blocks it will take from the pool
         req.blocks = list(hits)
         req.prefilled = req.cached_tokens = len(hits) * self.block_size
-        req.block_keys = chain_keys(req.prompt_ids, self.block_size, len(req.prompt_ids) // self.block_size)
+        req.block_keys = chain_keys(req.prompt_ids, self.block_size, len(req.prompt_ids) // self.block_size, root)
         return True
 
     def grow(self, req, last_position: int) -> None:

@@ -35,6 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-body-mb", type=float, default=4.0, help="larger request bodies are refused with 413 (default 4)"
     )
     parser.add_argument("--model-name", default=None, help="the model id clients send (default: the directory name)")
+    parser.add_argument(
+        "--lora",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="serve a LoRA adapter (cookmind's save_adapter output or a PEFT save_pretrained folder for this base) "
+        "under the model id NAME; repeatable; requests for different adapters and the base share batches",
+    )
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA)")
@@ -98,13 +106,16 @@ def build_app(args: argparse.Namespace):
     import torch
 
     from cookmind.infer.engine import Engine
-    from cookmind.infer.loading import load_for_inference
+    from cookmind.infer.loading import load_adapters, load_for_inference, parse_lora_specs
     from cookmind.infer.server import create_app
 
     path = args.model  # --model or the positional, merged by cookmind.cli.finish_model_argument
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else None)
+    name = args.model_name or Path(path).resolve().name
+    specs = parse_lora_specs(args.lora, name)  # a malformed --lora fails before the model loads
     model, tokenizer = load_for_inference(path, device, dtype, args.tokenizer)
+    adapters = load_adapters(model, specs) if specs else None
     num_slots, kv_bytes = kv_sizing(model, args)
     engine = Engine(
         model,
@@ -118,8 +129,8 @@ def build_app(args: argparse.Namespace):
         compile=False if args.no_compile else None,
         prefix_cache=args.prefix_cache,
         decode_attention=args.decode_attention,
+        adapters=adapters,
     )
-    name = args.model_name or Path(path).resolve().name
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(
         engine,
@@ -141,7 +152,8 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
         f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache: {pool}"
-        f"{', prefix cache on' if args.prefix_cache else ''}; web chat at /)",
+        f"{', prefix cache on' if args.prefix_cache else ''}; web chat at /)"
+        + (f"\n  LoRA adapters (model ids): {', '.join(engine.adapter_names)}" if engine.adapter_names else ""),
         flush=True,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

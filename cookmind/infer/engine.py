@@ -27,6 +27,7 @@ import torch
 from cookmind.infer.block_manager import BlockManager
 from cookmind.infer.constraints import GrammarMatcher, constrain_logits
 from cookmind.infer.cuda_graphs import CudaGraphDecoder
+from cookmind.infer.multi_lora import LoRAAdapter, attach_adapters
 from cookmind.infer.paged_cache import blocks_for_budget
 from cookmind.infer.runner import ModelRunner
 from cookmind.infer.sampling import (
@@ -121,6 +122,8 @@ class EngineRequest:
         self.reserved_blocks = 0  # paged cache: blocks set aside at admission for the whole request
         self.prefilled = 0
         self.cached_tokens = 0  # prefix cache: prompt tokens found cached at admission (not computed)
+        self.adapter: str | None = None  # the LoRA adapter serving it (None: the base model)
+        self.adapter_index = 0  # its index in the engine's adapter stacks (0: none)
         self.block_keys: list[tuple] = []  # prefix cache: (key, parent key, tokens) of each full prompt block
         self.matcher: GrammarMatcher | None = None  # params.grammar's state (structured outputs)
         self.cancelled = False
@@ -156,6 +159,9 @@ class Engine:
     runner.py; "gather" keeps the gather + SDPA path, where ``compile_attention`` compiles attention too).
     tokenizer: needed by requests with a ``SamplingParams.grammar`` (structured outputs, constraints.py); their
     rows are masked to the grammar before sampling, and a step holding one reads its tokens back at once.
+    adapters (``multi_lora.LoRAAdapter``s, from ``loading.load_adapters``): LoRA adapters a request picks by name
+    (``submit(adapter=...)``); requests for different adapters and the base share every batch (the model's targeted
+    projections become ``MultiLoRALinear``s), and the prefix cache shares blocks only within one adapter.
 
     Use ``start()`` for a background thread (the server), or call ``step()`` / ``run_until_idle()``
     yourself (benchmarks, tests). ``submit`` and ``cancel`` are thread-safe.
@@ -179,6 +185,7 @@ class Engine:
         decode_attention: str = "auto",
         fuse_projections: bool = True,
         tokenizer=None,
+        adapters: list[LoRAAdapter] | None = None,
     ):
         cfg = model.config
         self.tokenizer = tokenizer
@@ -212,6 +219,8 @@ class Engine:
                     param.dtype,
                 ),
             )
+        # before the runner: it fuses projections, and an adapter's projection must stay its own module
+        self.lora = attach_adapters(model, adapters, num_slots) if adapters else None
         self.runner = ModelRunner(
             model,
             num_slots,
@@ -221,6 +230,7 @@ class Engine:
             block_size=block_size,
             decode_attention=decode_attention,
             fuse_projections=fuse_projections,
+            adapters=self.lora,
         )
         self.paged = self.runner.paged
         self.block_size = block_size
@@ -288,6 +298,11 @@ class Engine:
     def num_slots(self) -> int:
         return len(self.slots)
 
+    @property
+    def adapter_names(self) -> list[str]:
+        """The LoRA adapters a request may name (``submit(adapter=...)``)."""
+        return [] if self.lora is None else list(self.lora.names)
+
     # ---- public API -------------------------------------------------------------------------
     def submit(
         self,
@@ -297,12 +312,14 @@ class Engine:
         stop_token_ids=None,
         sink: Callable[[object], None] | None = None,
         prompt_logprobs: int | None = None,
+        adapter: str | None = None,
     ) -> EngineRequest:
         """Queue a request; raises QueueFullError when the waiting queue is full and ValueError
         when the prompt leaves no room in the context. prompt_logprobs=k: send a PromptLogprobsEvent
         (the prompt's tokens scored, with the top k at each place) before the first token.
         max_new_tokens / stop_token_ids: default to the params' own. max_new_tokens=0 only prefills (with
-        prompt_logprobs: scoring a text) and finishes "length". Stop strings are the caller's (it cancels)."""
+        prompt_logprobs: scoring a text) and finishes "length". Stop strings are the caller's (it cancels).
+        adapter: the name of a LoRA adapter the engine serves (None: the base model)."""
         params = params or SamplingParams()
         max_new_tokens = params.max_new_tokens if max_new_tokens is None else max_new_tokens
         stop_token_ids = params.stop_token_ids if stop_token_ids is None else stop_token_ids
@@ -319,9 +336,13 @@ class Engine:
         bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
         if bad:
             raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
+        if adapter is not None and self.lora is None:
+            raise ValueError(f"unknown adapter {adapter!r}: this engine serves no LoRA adapters")
+        index = 0 if self.lora is None else self.lora.index(adapter)
         req = EngineRequest(prompt_ids, params, max_new_tokens, stop_token_ids, sink, self.device, prompt_logprobs)
         if params.grammar is not None:
             req.matcher = self._grammar_matcher(req)
+        req.adapter, req.adapter_index = adapter, index
         if self.blocks is not None:
             self.blocks.check_fits(req)
         with self._cond:
@@ -444,6 +465,8 @@ class Engine:
                 req = self.waiting.popleft()
                 req.slot, req.state = free.pop(0), "prefill"
                 self.slots[req.slot] = req
+                if self.lora is not None:
+                    self.lora.set_slot(req.slot, req.adapter_index)
                 self.prompt_tokens += len(req.prompt_ids)
                 self._init_penalty_rows(req)
 

@@ -143,3 +143,94 @@ def load_for_inference(
             hint="drop --tokenizer to use the checkpoint's own",
         )
     return model.eval(), tokenizer
+
+
+def parse_lora_specs(specs: list[str], base_name: str) -> dict[str, Path]:
+    """``--lora name=PATH`` arguments as {name: path}; ValueError for a malformed, repeated or base-shadowing name."""
+    out: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        name = name.strip()
+        if not sep or not name or not path:
+            raise ValueError(f"--lora {spec!r}: expected NAME=PATH (e.g. --lora cooking=runs/lora/adapter)")
+        if name in out or name == base_name:
+            what = "another --lora" if name in out else "the base model (--model-name)"
+            raise ValueError(f"--lora {spec!r}: the name {name!r} is already taken by {what}; pick another name")
+        out[name] = Path(path)
+    return out
+
+
+def load_adapters(model, specs: dict[str, str | Path]):
+    """Read LoRA adapters ({name: directory}) for ``model``: cookmind's ``save_adapter`` output, PEFT's own
+    ``save_pretrained`` on the Hugging Face export (both PEFT-format adapter_config.json + adapter_model.safetensors)
+    or a LoRA training run (its newest checkpoint holds the adapter). Each is checked against the base: every
+    tensor's module must be a linear layer of the model with matching shapes and rank, and every module the config
+    targets must have its pair; a mismatch is a ValueError naming the adapter and the module. Returns
+    ``multi_lora.LoRAAdapter``s in the given order."""
+    import re
+
+    from cookmind.infer.multi_lora import LoRAAdapter
+    from cookmind.model import resolve_model_dir
+    from cookmind.model.linear import Linear
+    from cookmind.model.lora import ADAPTER_CONFIG, read_adapter_config, read_adapter_tensors
+
+    linear = {n: m for n, m in model.named_modules() if isinstance(m, (Linear, torch.nn.Linear))}
+    adapters = []
+    for name, directory in specs.items():
+        if not (Path(directory) / ADAPTER_CONFIG).is_file():  # a training run: its newest checkpoint
+            directory = resolve_model_dir(directory)
+        where = f"adapter {name!r} ({directory})"
+        cfg = read_adapter_config(directory)
+        pairs: dict[str, dict[str, torch.Tensor]] = {}
+        for key, tensor in read_adapter_tensors(directory).items():
+            match = re.fullmatch(r"(.+)\.(lora_A|lora_B)\.weight", key)
+            if match is None:
+                raise ValueError(
+                    f"{where}: tensor {key} is not a LoRA A/B weight (embedding LoRA, DoRA magnitudes and trained "
+                    "biases are not supported)"
+                )
+            module, part = match.groups()
+            if module not in linear:
+                raise ValueError(f"{where}: module {module} is not a linear layer of the base model")
+            pairs.setdefault(module, {})[part] = tensor
+        for module in _targeted(linear, cfg):
+            if module not in pairs:
+                raise ValueError(f"{where}: module {module} is a target in adapter_config.json but has no weights")
+        weights = {}
+        for module, pair in sorted(pairs.items()):
+            out_f, in_f = linear[module].weight.shape
+            want = {"lora_A": (cfg["r"], in_f), "lora_B": (out_f, cfg["r"])}
+            for part, shape in want.items():
+                got = pair.get(part)
+                if got is None:
+                    raise ValueError(f"{where}: module {module} has no {part} weight")
+                if tuple(got.shape) != shape:
+                    raise ValueError(
+                        f"{where}: {module}.{part}.weight has shape {tuple(got.shape)}, the base model with r="
+                        f"{cfg['r']} expects {shape} (an adapter for another model?)"
+                    )
+            weights[module] = (pair["lora_A"], pair["lora_B"])
+        adapters.append(LoRAAdapter(name, Path(directory), cfg["scaling"], weights))
+    return adapters
+
+
+def _targeted(linear: dict, cfg: dict) -> list[str]:
+    """The linear modules an adapter_config.json's target_modules (names, a regex or "all-linear") and
+    layers_to_transform select, as PEFT selects them."""
+    import re
+
+    targets, layers = cfg["targets"], cfg["layers_to_transform"]
+    out = []
+    for name in linear:
+        if targets == "all-linear":
+            hit = name != "lm_head"
+        elif isinstance(targets, str):
+            hit = re.fullmatch(targets, name) is not None
+        else:
+            hit = name.rsplit(".", 1)[-1] in targets
+        if hit and layers is not None:
+            m = re.search(r"\.layers\.(\d+)\.", name)
+            hit = m is not None and int(m.group(1)) in layers
+        if hit:
+            out.append(name)
+    return out

@@ -42,9 +42,16 @@ class _Entry:
     forgotten: bool = False  # dropped by forget_all while held: freed, not kept, when its last holder ends
 
 
-def chain_keys(tokens: list[int], block_size: int, num_blocks: int) -> list[tuple[int, int, tuple[int, ...]]]:
-    """(key_i, key_{i-1}, tokens of block i) for the first num_blocks full blocks of tokens."""
-    out, parent = [], ROOT_KEY
+def chain_root(namespace: str | None) -> int:
+    """key_{-1} of a chain: ROOT_KEY for the base model, another per LoRA adapter (its KV differs)."""
+    return ROOT_KEY if namespace is None else hash((ROOT_KEY, namespace))
+
+
+def chain_keys(
+    tokens: list[int], block_size: int, num_blocks: int, root: int = ROOT_KEY
+) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(key_i, key_{i-1}, tokens of block i) for the first num_blocks full blocks of tokens, chained from root."""
+    out, parent = [], root
     for i in range(num_blocks):
         block = tuple(tokens[i * block_size : (i + 1) * block_size])
         key = hash((parent, block))  # key_i = hash(key_{i-1}, block i)
@@ -70,14 +77,15 @@ class PrefixCache:
         self.evictions = 0
 
     # ---- lookup -------------------------------------------------------------------------------
-    def match(self, prompt: list[int]) -> list[int]:
+    def match(self, prompt: list[int], root: int = ROOT_KEY) -> list[int]:
         """Block ids of the longest run of the prompt's leading full blocks found in the cache.
 
         At most (len(prompt) - 1) // block_size blocks: the last prompt token is always computed,
-        so the request has logits to sample from (a fully cached prompt recomputes its last block)."""
+        so the request has logits to sample from (a fully cached prompt recomputes its last block). root: the
+        chain's start (``chain_root``: one per LoRA adapter, whose keys and values differ from the base's)."""
         limit = (len(prompt) - 1) // self.block_size
         found = []
-        for key, parent, block in chain_keys(prompt, self.block_size, limit):
+        for key, parent, block in chain_keys(prompt, self.block_size, limit, root):
             bid = self._by_key.get(key)
             if bid is None:
                 break

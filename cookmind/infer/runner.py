@@ -44,6 +44,9 @@ class ModelRunner:
     rows' keys into a contiguous tensor and runs SDPA under a length mask, as prefill does.
     "auto": "kernel" where the Triton kernel runs (CUDA, a power-of-two head dim of 16..256) and
     passes a self-check against its reference on this device, else "gather".
+
+    adapters (``multi_lora.AdapterRows``): the model serves LoRA adapters per row (``multi_lora.attach_adapters``,
+    done before this runner fuses the projections); each forward selects its rows' adapters first.
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class ModelRunner:
         block_size: int = 16,
         decode_attention: str = "auto",
         fuse_projections: bool = True,
+        adapters=None,
     ):
         cfg = model.config
         self.model = model.eval()
@@ -114,6 +118,7 @@ class ModelRunner:
                 )
                 decode_attention = "gather"
         self.decode_attention = decode_attention
+        self.adapters = adapters  # multi_lora.AdapterRows when the model serves LoRA adapters per row
         self.fused = None
         if decode_attention == "kernel" and fuse_projections:  # False: a model under training keeps its storage
             self.fused = fuse_projections_of(model)
@@ -174,6 +179,8 @@ class ModelRunner:
         ``last_index`` (B,)), or (B, T, V) when last_only is False."""
         b, t = tokens.shape
         write_cols = positions if write_cols is None else write_cols
+        if self.adapters is not None:  # the rows' adapters, read on the device by every MultiLoRALinear
+            self.adapters.select(slot_start, b)
         h = self.embed(tokens)
         cos, sin = self.rope(positions, h.dtype)
         if t == 1 and self.decode_attention == "kernel":

@@ -220,21 +220,55 @@ def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path
 
 
 def read_adapter_config(directory: str | os.PathLike) -> dict:
-    """r, alpha, dropout and targets from a PEFT ``adapter_config.json``."""
+    """What a PEFT ``adapter_config.json`` says about the adapter's weights: r, alpha, dropout, targets (a list of
+    module names, or PEFT's regex string), use_rslora, layers_to_transform and ``scaling`` (alpha / r, or
+    alpha / sqrt(r) with rsLoRA). Refuses what a plain low-rank update cannot express (a trained bias, DoRA,
+    modules_to_save, per-module rank or alpha patterns, fan_in_fan_out) with the field named."""
     f = Path(directory) / ADAPTER_CONFIG
     if not f.is_file():
         raise FileNotFoundError(f"{f}: missing; {directory} holds no LoRA adapter")
     c = json.loads(f.read_text())
     if c.get("peft_type") != "LORA":
         raise ValueError(f"{f}: peft_type is {c.get('peft_type')!r}, only LORA adapters are supported")
-    targets = c["target_modules"]
-    targets = [targets] if isinstance(targets, str) else list(targets)
-    return {
-        "r": int(c["r"]),
-        "alpha": float(c["lora_alpha"]),
-        "dropout": float(c.get("lora_dropout", 0.0)),
-        "targets": targets,
+    refused = {
+        "bias": c.get("bias", "none") not in (None, "none"),
+        "use_dora": bool(c.get("use_dora")),
+        "modules_to_save": bool(c.get("modules_to_save")),
+        "rank_pattern": bool(c.get("rank_pattern")),
+        "alpha_pattern": bool(c.get("alpha_pattern")),
+        "fan_in_fan_out": bool(c.get("fan_in_fan_out")),
     }
+    for field, bad in refused.items():
+        if bad:
+            raise ValueError(
+                f"{f}: {field} is {c[field]!r}; only plain LoRA (bias 'none', no DoRA, no modules_to_save, one rank "
+                "and alpha for every module) is supported: merge it into its base (peft's merge_and_unload) instead"
+            )
+    targets = c.get("target_modules")
+    if not targets:
+        raise ValueError(f"{f}: target_modules is empty; the adapter names no module")
+    targets = targets if isinstance(targets, str) else sorted(targets)
+    r, alpha, rslora = int(c["r"]), float(c["lora_alpha"]), bool(c.get("use_rslora", False))
+    layers = c.get("layers_to_transform")
+    return {
+        "r": r,
+        "alpha": alpha,
+        "dropout": float(c.get("lora_dropout") or 0.0),  # training only
+        "targets": targets,
+        "use_rslora": rslora,
+        "layers_to_transform": [layers] if isinstance(layers, int) else layers,
+        "scaling": alpha / math.sqrt(r) if rslora else alpha / r,
+    }
+
+
+def read_adapter_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The adapter's tensors named as in the model (``model.layers.0.self_attn.q_proj.lora_A.weight``): PEFT's
+    ``base_model.model.`` prefix and adapter name (``lora_A.default.weight``) taken off."""
+    f = Path(directory) / ADAPTER_WEIGHTS
+    if not f.is_file():
+        raise FileNotFoundError(f"{f}: missing; {directory} holds no LoRA adapter weights")
+    saved = {k[len(PEFT_PREFIX) :] if k.startswith(PEFT_PREFIX) else k: v for k, v in load_file(str(f)).items()}
+    return {k.replace(".default.", "."): v for k, v in saved.items()}
 
 
 def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
@@ -242,13 +276,15 @@ def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     directory = Path(directory)
     if not has_lora(model):
         c = read_adapter_config(directory)
+        if isinstance(c["targets"], str) or c["use_rslora"] or c["layers_to_transform"] is not None:
+            raise ValueError(
+                f"{directory / ADAPTER_CONFIG}: a regex target_modules, use_rslora or layers_to_transform cannot be "
+                "trained further here (LoRALinear scales by alpha / r on every named module); serve it with "
+                "`cookmind serve --lora` or merge it"
+            )
         apply_lora(model, c["r"], c["alpha"], c["dropout"], c["targets"])
     f = directory / ADAPTER_WEIGHTS
-    if not f.is_file():
-        raise FileNotFoundError(f"{f}: missing; {directory} holds no LoRA adapter weights")
-    saved = {k[len(PEFT_PREFIX) :] if k.startswith(PEFT_PREFIX) else k: v for k, v in load_file(str(f)).items()}
-    # PEFT may name weights with the adapter name (lora_A.default.weight); accept both.
-    saved = {k.replace(".default.", "."): v for k, v in saved.items()}
+    saved = read_adapter_tensors(directory)
     own = lora_state_dict(model)
     if set(saved) != set(own):
         raise ValueError(

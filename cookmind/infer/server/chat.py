@@ -132,7 +132,7 @@ async def chat_completions(request: Request, state: State):
         "id": rid,
         "object": "chat.completion",
         "created": now,
-        "model": state.model_name,
+        "model": req.model,
         "choices": choices,
         "usage": gen.usage(len(prompt_ids), req.n),
     }
@@ -155,7 +155,7 @@ async def _stream(
             "id": rid,
             "object": "chat.completion.chunk",
             "created": now,
-            "model": state.model_name,
+            "model": req.model,
             "choices": choices,
         }
         if usage is not None:

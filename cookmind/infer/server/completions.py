@@ -104,7 +104,7 @@ async def completions(request: Request, state: State):
         "id": rid,
         "object": "text_completion",
         "created": now,
-        "model": state.model_name,
+        "model": req.model,
         "choices": choices,
         "usage": gen.usage(prompt_tokens, req.n),
     }
@@ -114,7 +114,7 @@ async def _stream(
     state: ServerState, req: CompletionRequest, gen: Generation, rid: str, now: int, prompt_len: int, echoes: list[str]
 ):
     def chunk(choices, usage=None):
-        body = {"id": rid, "object": "text_completion", "created": now, "model": state.model_name, "choices": choices}
+        body = {"id": rid, "object": "text_completion", "created": now, "model": req.model, "choices": choices}
         if usage is not None:
             body["usage"] = usage
         return sse(body)

@@ -86,6 +86,7 @@ class Generation:
         """Submit req.n choices for one prompt; all or none: a refusal cancels every choice of this call."""
         engine = self.state.engine
         max_new = max_new_tokens(self.state, req, len(ids))
+        adapter = self.state.check_model(req.model)  # the LoRA adapter the model name picks (None: the base)
         try:
             for j in range(req.n):
                 sink = self._sink(len(self.handles))
@@ -97,6 +98,7 @@ class Generation:
                         self.state.stop_ids,
                         sink,
                         prompt_logprobs=prompt_logprobs,
+                        adapter=adapter,
                     )
                 )
                 self.procs.append(OutputProcessor(self.state.tokenizer, req.stop_list(), **processor_kw))

@@ -33,16 +33,17 @@ async def metrics(state: State):
 
 @router.get("/v1/models")
 async def models(state: State):
-    # max_model_len as vLLM reports it: the web page sizes its max-tokens default from it
-    return {
-        "object": "list",
-        "data": [
-            {
-                "id": state.model_name,
-                "object": "model",
-                "created": state.created,
-                "owned_by": "cookmind",
-                "max_model_len": state.engine.max_seq_len,
-            }
-        ],
-    }
+    # max_model_len as vLLM reports it: the web page sizes its max-tokens default from it. LoRA adapters are
+    # models of their own, with the base as their parent (as vLLM lists them).
+    def card(name: str, parent: str | None) -> dict:
+        out = {
+            "id": name,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "cookmind",
+            "max_model_len": state.engine.max_seq_len,
+        }
+        return out if parent is None else {**out, "parent": parent}
+
+    base = state.model_name
+    return {"object": "list", "data": [card(base, None)] + [card(a, base) for a in state.engine.adapter_names]}

@@ -33,14 +33,20 @@ class ServerState:
         tok_size = getattr(self.tokenizer, "vocab_size", None)
         return self.engine.vocab_size if tok_size is None else min(self.engine.vocab_size, tok_size)
 
-    def check_model(self, name: str) -> None:
-        if name != self.model_name:
-            raise APIError(
-                404,
-                f"The model '{name}' does not exist; this server serves '{self.model_name}'",
-                param="model",
-                code="model_not_found",
-            )
+    def check_model(self, name: str) -> str | None:
+        """The LoRA adapter a request's ``model`` picks: None for the base model's own name, the adapter's name for
+        one the engine serves; 404 ``model_not_found`` (OpenAI's shape) for anything else."""
+        if name == self.model_name:
+            return None
+        if name in self.engine.adapter_names:
+            return name
+        served = ", ".join(repr(n) for n in [self.model_name, *self.engine.adapter_names])
+        raise APIError(
+            404,
+            f"The model '{name}' does not exist; this server serves {served}",
+            param="model",
+            code="model_not_found",
+        )
 
 
 def get_state(request: Request) -> ServerState:

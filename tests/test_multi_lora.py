@@ -1,0 +1,351 @@
+"""LoRA adapters per request (#19 item 4): one engine batch serves several adapters and the base at once.
+
+The reference for every adapter is the model with that adapter merged into its weights (``merged_copy``, or PEFT's
+``merge_and_unload`` on the Hugging Face export) run alone through its plain forward, a naive full-recompute greedy
+loop: the engine's greedy tokens must equal it, and its log-probabilities (prompt places: prefill; generated tokens:
+decode) must match within 1e-4 (float32; the merged weight W + s B A and the unmerged x W^T + s (x A^T) B^T differ
+only by rounding).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from lm_fixtures import sharp_tiny_lm
+
+from cookmind.infer.engine import Engine, PromptLogprobsEvent, TokenEvent
+from cookmind.infer.loading import load_adapters
+from cookmind.infer.sampling import SamplingParams
+from cookmind.model.lora import apply_lora, lora_modules, merged_copy, save_adapter
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
+
+TOL = 1e-4
+NEW = 6
+
+
+def _adapter(base, directory, seed, r, alpha, targets, rslora=False):
+    """Train-free adapter: random A and B on a copy of base, saved in cookmind's format; returns its merged model."""
+    model = copy.deepcopy(base)
+    apply_lora(model, r=r, alpha=alpha, targets=targets)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, m in lora_modules(model):
+            m.lora_A.weight.copy_(torch.randn(m.lora_A.weight.shape, generator=gen) * 0.5)
+            m.lora_B.weight.copy_(torch.randn(m.lora_B.weight.shape, generator=gen) * 0.5)
+    save_adapter(directory, model)
+    if rslora:  # the file says alpha / sqrt(r); the reference merges with that scaling
+        cfg = json.loads((directory / "adapter_config.json").read_text())
+        (directory / "adapter_config.json").write_text(json.dumps({**cfg, "use_rslora": True}))
+        for _, m in lora_modules(model):
+            m.scaling = alpha / r**0.5
+    return merged_copy(model).eval()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("multilora")
+    base = sharp_tiny_lm()
+    refs = {
+        None: copy.deepcopy(base),
+        "chef": _adapter(base, tmp / "chef", 1, r=4, alpha=8.0, targets=["q_proj", "v_proj", "down_proj"]),
+        "baker": _adapter(
+            base, tmp / "baker", 2, r=2, alpha=4.0, targets=["k_proj", "o_proj", "gate_proj", "up_proj"], rslora=True
+        ),
+    }
+    return base, tmp, refs
+
+
+def _reference(model, prompt, n):
+    """Greedy tokens and their log-probabilities, and the prompt's log-probabilities, by full recompute."""
+    ids = list(prompt)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        prompt_lp = [logp[i, ids[i + 1]].item() for i in range(len(ids) - 1)]
+        out, lps = [], []
+        for _ in range(n):
+            last = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1].float(), -1)
+            tok = int(last.argmax())
+            out.append(tok)
+            lps.append(last[tok].item())
+            ids.append(tok)
+    return out, lps, prompt_lp
+
+
+def _run(engine, jobs):
+    """Submit every (prompt, adapter) before stepping (so they share batches); tokens, logprobs, prompt logprobs."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=NEW, logprobs=True)
+    reqs = [engine.submit(p, params, prompt_logprobs=0, adapter=a) for p, a in jobs]
+    engine.run_until_idle()
+    results = []
+    for req in reqs:
+        events = list(req.events(timeout=5))
+        toks = [e for e in events if isinstance(e, TokenEvent)]
+        prompt = next(e for e in events if isinstance(e, PromptLogprobsEvent))
+        results.append(([e.token_id for e in toks], [e.logprob for e in toks], prompt.logprobs[1:]))
+    return results
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"kv_cache": "paged", "decode_attention": "gather"},
+        {"kv_cache": "paged", "decode_attention": "kernel", "cuda_graphs": True},  # fused decode, graph step
+        {"kv_cache": "slots"},
+    ],
+    ids=["paged-gather", "paged-kernel-graphstep", "slots"],
+)
+def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, kw):
+    base, tmp, refs = setup
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    engine = Engine(copy.deepcopy(base), num_slots=4, adapters=adapters, **kw)
+    prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4], [5, 9, 14, 3, 22, 7]]
+    jobs = list(zip(prompts, ["chef", None, "baker", "baker"]))
+    got = _run(engine, jobs)
+    differs = False
+    for (prompt, name), (toks, lps, prompt_lp) in zip(jobs, got):
+        ref_toks, ref_lps, ref_prompt_lp = _reference(refs[name], prompt, NEW)
+        assert toks == ref_toks, (name, prompt)
+        assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < TOL
+        assert max(abs(a - b) for a, b in zip(prompt_lp, ref_prompt_lp)) < TOL
+        base_toks = _reference(refs[None], prompt, NEW)[0]
+        differs |= name is not None and toks != base_toks
+    assert differs, "the adapters did not change any output: the comparison would prove nothing"
+
+
+def test_fused_decode_keeps_the_fusion_an_adapter_does_not_touch(setup):
+    base, tmp, refs = setup
+    adapters = load_adapters(base, {"chef": tmp / "chef"})  # q_proj, v_proj, down_proj
+    engine = Engine(copy.deepcopy(base), num_slots=2, decode_attention="kernel", adapters=adapters)
+    assert all(f.qkv is None and f.gate_up is not None for f in engine.runner.fused)  # gate/up: one GEMM still
+    jobs = [([5, 9, 14, 3, 22, 7], "chef"), ([11, 2, 30, 8], None)]
+    for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
+        ref_toks, ref_lps, _ = _reference(refs[name], prompt, NEW)
+        assert toks == ref_toks and max(abs(a - b) for a, b in zip(lps, ref_lps)) < TOL
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_and_compile_serve_each_rows_adapter(setup):
+    """On CUDA (graphs captured once, layers compiled): the batch of the CPU test equals each merged model
+    (float32; 1e-3 for the GPU's reduction order)."""
+    base, tmp, refs = setup
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters)
+    assert engine.graphs is not None and engine.graphs.capture and engine.runner.compiled
+    prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]]
+    jobs = list(zip(prompts, ["chef", None, "baker"]))
+    for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
+        ref_toks, ref_lps, _ = _reference(refs[name], prompt, NEW)
+        assert toks == ref_toks, name
+        assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < 1e-3
+    assert engine.runner.compile_error is None
+
+
+def test_prefix_cache_does_not_share_blocks_across_adapters(setup):
+    base, tmp, refs = setup
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    engine = Engine(copy.deepcopy(base), num_slots=2, block_size=4, prefix_cache=True, adapters=adapters)
+    prompt = [5, 9, 14, 3, 22, 7, 1, 2, 40, 41]  # two full blocks of 4 before the last token
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=NEW)
+
+    def run(adapter):
+        req = engine.submit(prompt, greedy, adapter=adapter)
+        engine.run_until_idle()
+        return req
+
+    first = run("chef")
+    assert first.cached_tokens == 0
+    other = run("baker")  # the same prefix under another adapter: its KV differs, nothing may be reused
+    assert other.cached_tokens == 0
+    assert run(None).cached_tokens == 0
+    again = run("baker")
+    assert again.cached_tokens == 8  # within one adapter the blocks are shared
+    for req, name in [(first, "chef"), (other, "baker"), (again, "baker")]:
+        assert req.output_ids == _reference(refs[name], prompt, NEW)[0]
+
+
+def _peft_adapter(base, tmp):
+    """A LoRA adapter made by the `peft` library on the Hugging Face export of base (use_rslora, dropout, a rank
+    of its own); returns its directory and peft's merge_and_unload model."""
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    from cookmind.model import save_model
+    from cookmind.model.hf import export_hf
+
+    save_model(tmp / "base", base)
+    export_hf(tmp / "base", tmp / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(tmp / "hf", dtype=torch.float32)
+    cfg = peft.LoraConfig(
+        r=3, lora_alpha=5, lora_dropout=0.1, use_rslora=True, target_modules=["q_proj", "up_proj", "o_proj"]
+    )
+    model = peft.get_peft_model(hf, cfg)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.copy_(torch.randn_like(p) * 0.5)
+    model.save_pretrained(tmp / "peft")
+    return tmp / "peft", model.merge_and_unload().eval()
+
+
+def test_peft_saved_adapter_equals_peft_merged_model(setup, tmp_path):
+    base, tmp, _ = setup
+    directory, merged = _peft_adapter(base, tmp_path)
+    adapters = load_adapters(base, {"hf-lora": directory, "chef": tmp / "chef"})
+    engine = Engine(copy.deepcopy(base), num_slots=2, adapters=adapters)
+    prompt = [5, 9, 14, 3, 22, 7]
+    ((toks, lps, prompt_lp),) = _run(engine, [(prompt, "hf-lora")])
+    ref_toks, ref_lps, ref_prompt_lp = _reference(lambda ids: merged(input_ids=ids), prompt, NEW)
+    assert toks == ref_toks
+    assert max(abs(a - b) for a, b in zip(lps + prompt_lp, ref_lps + ref_prompt_lp)) < TOL
+    assert toks != _reference(base, prompt, NEW)[0]
+
+
+def _greedy_until_stop(model, prompt, n, stops):
+    """Naive greedy continuation (full recompute each token) that ends at a stop token, which is not kept."""
+    ids, out = list(prompt), []
+    with torch.no_grad():
+        for _ in range(n):
+            tok = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+            if tok in stops:
+                break
+            out.append(tok)
+            ids.append(tok)
+    return out
+
+
+def test_openai_client_picks_the_adapter_by_model(tmp_path_factory, tok_dir):
+    import concurrent.futures
+    import os
+
+    import openai
+    from test_server import LiveServer, make_model
+    from test_server_cli import parse
+
+    from cookmind.infer import cli_serve
+    from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    tmp = tmp_path_factory.mktemp("serve-lora")
+    base = make_model(tok.vocab_size, max_pos=256)
+    save_model(tmp / "cook", base)
+    tok.save(tmp / "cook")
+    refs = {
+        "cook": base,
+        "chef": _adapter(base, tmp / "chef", 1, r=4, alpha=8.0, targets=["q_proj", "v_proj", "down_proj"]),
+        "baker": _adapter(base, tmp / "baker", 2, r=2, alpha=4.0, targets=["o_proj", "up_proj"]),
+    }
+    args = parse(
+        tmp / "cook",
+        "--device",
+        "cpu",
+        "--max-batch",
+        "4",
+        "--lora",
+        f"chef={tmp / 'chef'}",
+        "--lora",
+        f"baker={tmp / 'baker'}",
+    )
+    app, engine = cli_serve.build_app(args)
+    server = LiveServer(app)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        listed = {m.id: (m.model_extra or {}).get("parent") for m in client.models.list().data}
+        assert listed == {"cook": None, "chef": "cook", "baker": "cook"}
+        prompt = tok.encode("The cook stirs the soup")
+        stops = {tok.eos_id, tok.im_end_id}
+
+        def ask(name):
+            return client.completions.create(model=name, prompt=prompt, max_tokens=8, temperature=0)
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:  # in flight together: they may share batches
+            answers = dict(zip(refs, pool.map(ask, refs)))
+        texts = set()
+        for name, r in answers.items():
+            assert r.model == name
+            assert r.choices[0].text == tok.decode(_greedy_until_stop(refs[name], prompt, 8, stops)), name
+            texts.add(r.choices[0].text)
+        assert len(texts) == 3, "the adapters did not change the answer: the test would prove nothing"
+        with pytest.raises(openai.NotFoundError) as e:
+            client.chat.completions.create(model="sous-chef", messages=[{"role": "user", "content": "hi"}])
+        assert e.value.code == "model_not_found" and "'chef'" in str(e.value)
+    finally:
+        server.close()
+    assert os.path.isdir(tmp / "chef")  # serving reads adapters, never moves them
+
+
+def _edit_config(directory, **fields):
+    f = directory / "adapter_config.json"
+    f.write_text(json.dumps({**json.loads(f.read_text()), **fields}))
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        ({"bias": "lora_only"}, "bias is 'lora_only'"),
+        ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+        ({"use_dora": True}, "use_dora"),
+        ({"target_modules": ["q_proj", "v_proj", "k_proj"]}, r"module model\.layers\.0\.self_attn\.k_proj is a target"),
+        ({"r": 8}, r"adapter 'bad'.*layers\.0\.mlp\.down_proj\.lora_A\.weight has shape \(4, 64\).*expects \(8, 64\)"),
+    ],
+    ids=["bias", "modules_to_save", "dora", "missing-module", "rank"],
+)
+def test_adapter_config_mismatches_are_refused_naming_adapter_and_module(setup, tmp_path, edit, match):
+    import shutil
+
+    base, tmp, _ = setup
+    shutil.copytree(tmp / "chef", tmp_path / "bad")
+    _edit_config(tmp_path / "bad", **edit)
+    with pytest.raises(ValueError, match=match):
+        load_adapters(base, {"bad": tmp_path / "bad"})
+
+
+def test_a_lora_training_run_serves_its_newest_checkpoints_adapter(setup, tmp_path):
+    import shutil
+
+    from cookmind.model import save_model
+
+    base, tmp, _ = setup
+    for step, source in [(1, "baker"), (2, "chef")]:  # as the Trainer saves a LoRA run: merged model + adapter
+        d = tmp_path / "run" / "checkpoints" / f"step_{step}"
+        save_model(d, base)
+        for f in ("adapter_model.safetensors", "adapter_config.json"):
+            shutil.copy(tmp / source / f, d / f)
+    (adapter,) = load_adapters(base, {"run": tmp_path / "run"})
+    assert adapter.path == tmp_path / "run" / "checkpoints" / "step_2"
+    assert set(adapter.weights) == set(load_adapters(base, {"chef": tmp / "chef"})[0].weights)
+
+
+def test_adapter_for_another_base_is_refused(setup, tmp_path):
+    base, _, _ = setup
+    _adapter(sharp_tiny_lm(hidden_size=48), tmp_path / "wide", 1, r=4, alpha=8.0, targets=["q_proj"])
+    with pytest.raises(ValueError, match=r"adapter 'wide'.*model\.layers\.0\.self_attn\.q_proj\.lora_A.*\(4, 48\)"):
+        load_adapters(base, {"wide": tmp_path / "wide"})
+    _adapter(sharp_tiny_lm(num_hidden_layers=3), tmp_path / "deep", 1, r=4, alpha=8.0, targets=["q_proj"])
+    with pytest.raises(ValueError, match=r"adapter 'deep'.*module model\.layers\.2\.self_attn\.q_proj is not a linear"):
+        load_adapters(base, {"deep": tmp_path / "deep"})
+
+
+def test_bad_lora_arguments():
+    from cookmind.infer.loading import parse_lora_specs
+
+    assert parse_lora_specs(["a=x/y", "b=z"], "base") == {"a": Path("x/y"), "b": Path("z")}
+    cases = [(["noequals"], "expected NAME=PATH"), (["a=x", "a=y"], "another --lora"), (["base=x"], "the base model")]
+    for specs, match in cases:
+        with pytest.raises(ValueError, match=match):
+            parse_lora_specs(specs, "base")
+
+
+def test_submit_with_an_unknown_adapter_is_refused(setup):
+    base, tmp, _ = setup
+    engine = Engine(copy.deepcopy(base), num_slots=1, adapters=load_adapters(base, {"chef": tmp / "chef"}))
+    with pytest.raises(ValueError, match=r"unknown adapter 'baker'; this engine serves \['chef'\]"):
+        engine.submit([1, 2, 3], adapter="baker")
+    with pytest.raises(ValueError, match="serves no LoRA adapters"):
+        Engine(copy.deepcopy(base), num_slots=1).submit([1, 2, 3], adapter="chef")
