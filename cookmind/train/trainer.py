@@ -153,6 +153,9 @@ class Trainer:
             if not has_lora(model):
                 apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
         self.bare_model = model.to(self.device)
+        vocab_note = B.check_vocab(cfg, self.bare_model, self.tokenizer) if train_dataset is None else None
+        if vocab_note and self.dist.is_main:
+            print(f"cookmind train: {vocab_note}", file=sys.stderr)
         max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
         kind = cfg.data.train_type or {"sft": "sft", "dpo": "dpo"}.get(cfg.train.objective)
         if (
