@@ -84,3 +84,22 @@ def test_a_model_vocabulary_larger_than_the_store_trains_and_says_how_many_rows_
     err = capsys.readouterr().err
     # 16 unused rows of a 32-wide tied embedding
     assert "16 rows (512 parameters) never train; set model.vocab_size=48" in err
+
+
+@pytest.mark.parametrize("name, arch", [("qwen3-0.6b", "Qwen3ForCausalLM"), ("llama-1.3b", "LlamaForCausalLM")])
+def test_the_bench_peer_is_transformers_model_of_the_preset_architecture_with_the_same_flops(name, arch):
+    # bench/bench_train.py --shape NAME --tiny: the transformers peer keeps the preset's architecture (QK-norm,
+    # tying, GQA) and its MFU numerator, counted on its own nn.Linear modules, matches the hand count
+    from bench.bench_train import TINY as SHRUNK
+    from bench.bench_train import hf_flops_per_token, hf_peer, preset_run
+
+    shape, batch, t = preset_run(name, tiny=True, seq=None)
+    model = hf_peer(shape)
+    assert type(model).__name__ == arch
+    hand = dict(PRESETS[name], vocab=SHRUNK["vocab_size"], d=SHRUNK["hidden_size"], ffn=SHRUNK["intermediate_size"])
+    heads = SHRUNK["num_attention_heads"]
+    hand.update(layers=SHRUNK["num_hidden_layers"], q_heads=heads, kv_heads=SHRUNK["num_key_value_heads"])
+    hand.update(head_dim=SHRUNK["head_dim"])
+    total, n_matmul = _hand_count(**hand)
+    assert sum(p.numel() for p in model.parameters()) == total
+    assert hf_flops_per_token(model, t) == 6 * n_matmul + 12 * hand["layers"] * heads * hand["head_dim"] * t
