@@ -428,7 +428,7 @@ def main() -> None:
         default=None,
         help="the peak FLOP/s MFU is taken against (default: the device's bf16 peak; none on a CPU)",
     )
-    ap.add_argument("--seq", type=int, default=None, help="sequence length (minimind: 340 or 1024; default 1024)")
+    ap.add_argument("--seq", type=int, default=None, help="tokens per row (default 1024; presets 2048)")
     ap.add_argument(
         "--extra-backends",
         default="",
