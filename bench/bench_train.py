@@ -1,19 +1,30 @@
-"""Training throughput: cookmind's Trainer vs a nanoGPT-style reference, measured in the same run.
+"""Training throughput: cookmind's Trainer vs a peer in the same run (tokens/s, MFU, peak memory, ratio).
 
     python bench/bench_train.py --device cpu                 # tiny-cpu preset shape, fp32
     python bench/bench_train.py --device cuda                # GPT-2-small shape, B=12, T=1024, bf16, compiled
     python bench/bench_train.py --device cuda --shape minimind --seq 340   # the MiniMind-3 shape, B=32
+    python bench/bench_train.py --device cuda --shape qwen3-0.6b --variants cuda-graph   # B=8, T=2048
+    python bench/bench_train.py --device cuda --shape llama-1.3b --variants cuda-graph   # B=4, T=2048
+    python bench/bench_train.py --device cpu --shape qwen3-0.6b --tiny --peak-flops 989e12  # the same code, shrunk
 
-Each figure is one JSON line. The peer is a nanoGPT-style GPT (LayerNorm, GELU MLP 4x, learned
-positions, tied embeddings, F.scaled_dot_product_attention, torch.optim.AdamW fused) written
-below, trained on the same random tokens with the same batch, precision and compile setting.
-MFU = tokens/s x FLOPs/token / peak, FLOPs/token = 6 N_matmul + 12 L H D T for both models.
+Each figure is one JSON line. For gpt2-small and minimind the peer is a nanoGPT-style GPT (LayerNorm, GELU MLP
+4x, learned positions, tied embeddings, F.scaled_dot_product_attention, torch.optim.AdamW fused) written below.
+For the presets qwen3-0.6b and llama-1.3b (shapes read from cookmind/configs/) the peer is what a user would
+otherwise pick: transformers' Qwen3ForCausalLM / LlamaForCausalLM of the same config (SDPA attention, its own
+cross-entropy over full logits) in a bare loop with torch.compile and torch's fused AdamW. Both train on the same
+random tokens with the same batch, precision and compile setting.
+MFU = tokens/s x FLOPs/token / peak (989e12, the H200's dense bf16), FLOPs/token = 6 N_matmul + 12 L H D T for
+every model: N_matmul counts every weight used in a matmul (q/k/v/o, the MLP, the LM head even when tied to the
+embedding), not the embedding gather or the norms; 12 L H D T counts the attention scores and values (H query
+heads of width D, T tokens, not halved for the causal mask), as in the PaLM appendix and nanoGPT.
+peak_mem_gib: torch.cuda.max_memory_allocated over that figure's run (CUDA only).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import sys
 import time
@@ -111,6 +122,64 @@ def bench_reference(
     return {
         "tokens_per_s": steps * batch * seq / dt,
         "flops_per_token": model.flops_per_token(seq),
+        "warmup_s": round(warm_s, 1),
+        "params": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def hf_peer(shape: dict) -> nn.Module:
+    """transformers' model of ``shape`` (a CookMindConfig dict): Qwen3ForCausalLM with QK-norm, else
+    LlamaForCausalLM, fp32 weights, SDPA attention; built through the export path's config mapping."""
+    import transformers
+
+    from cookmind.model import CookMindConfig
+    from cookmind.model.hf import to_hf_config
+
+    config = to_hf_config(CookMindConfig.from_dict(dict(shape)))
+    config.use_cache = False
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+
+
+def hf_flops_per_token(model: nn.Module, t: int) -> float:
+    """6 N_matmul + 12 L H D T counted on the transformers model itself: every nn.Linear weight (lm_head too)."""
+    c = model.config
+    n = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return float(6 * n + 12 * c.num_hidden_layers * c.num_attention_heads * head_dim * t)
+
+
+def hf_step(shape: dict, batch: int, seq: int, device, precision: str, compile_: bool):
+    """(step(i) -> (loss, grad norm), model): one step of transformers' model in a bare loop: forward with
+    labels (its shifted cross-entropy), backward, clip, torch's fused AdamW."""
+    torch.manual_seed(0)
+    model = hf_peer(shape).to(device).train()
+    fused = device.type == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
+    fwd = torch.compile(model) if compile_ else model
+    data = torch.randint(0, shape["vocab_size"], (64, seq), device=device)
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else _null()
+
+    def step(i):
+        rows = torch.arange(i * batch, (i + 1) * batch, device=device) % data.shape[0]
+        x = data[rows]
+        with ctx:
+            loss = fwd(input_ids=x, labels=x).loss
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss, norm
+
+    return step, model
+
+
+def bench_hf(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str, compile_: bool):
+    """tokens/s of transformers' model of the same config in a bare loop (``hf_step``)."""
+    step, model = hf_step(shape, batch, seq, device, precision, compile_)
+    dt, warm_s = _time_loop(step, steps, warmup, device)
+    return {
+        "tokens_per_s": steps * batch * seq / dt,
+        "flops_per_token": hf_flops_per_token(model, seq),
         "warmup_s": round(warm_s, 1),
         "params": sum(p.numel() for p in model.parameters()),
     }
@@ -305,6 +374,38 @@ HOST_BOUND = dict(
     tie_word_embeddings=True,
 )
 
+# The real-size presets of #18 (their shapes read from cookmind/configs/<name>.yaml): micro-batch and T on one H200.
+PRESET_RUNS = {"qwen3-0.6b": (8, 2048), "llama-1.3b": (4, 2048)}
+# --tiny: a preset's architecture (QK-norm or not, tied or not, GQA 2:1, head_dim set) shrunk to run on a CPU.
+TINY = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=192,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=64,
+)
+
+
+def preset_run(name: str, tiny: bool, seq: int | None) -> tuple[dict, int, int]:
+    """(model shape, micro-batch, T) of a preset's benchmark; ``tiny`` shrinks it to a CPU check of the code."""
+    from cookmind.train.config import TrainConfig
+
+    shape = dict(TrainConfig.load(name).model)
+    batch, t = PRESET_RUNS[name]
+    if tiny:
+        shape.update(TINY)
+        batch, t = 2, 32
+    return shape, batch, seq or t
+
+
+def hf_peer_name(shape: dict) -> str:
+    """The JSON ``impl`` of the transformers peer for a preset ``shape``."""
+    arch = "Qwen3ForCausalLM" if shape.get("qk_norm") else "LlamaForCausalLM"
+    return f"transformers {arch}, fused torch AdamW"
+
 
 def fp8_block_runs(variants: list[str], shape: dict) -> list[tuple]:
     """The float8-blocks figures asked for in ``variants``: "fp8-blocks" and "fp8-all" (with the FP8 head too)."""
@@ -335,12 +436,20 @@ def main() -> None:
     ap.add_argument(
         "--shape",
         default=None,
-        choices=["gpt2-small", "minimind", "host"],
-        help="CUDA: gpt2-small (default; B=12, T=1024) or minimind (the MiniMind-3 shape, B=32, T=--seq); "
-        "CPU: the tiny-cpu preset (default) or host (8 layers 16 wide, B=1, T=8: the loop's host "
-        "overhead per step; compare with --variants raw)",
+        choices=["gpt2-small", "minimind", "host", *PRESET_RUNS],
+        help="CUDA: gpt2-small (default; B=12, T=1024), minimind (the MiniMind-3 shape, B=32, T=--seq), "
+        "qwen3-0.6b (B=8, T=2048) or llama-1.3b (B=4, T=2048), the last two against transformers' model; "
+        "CPU: the tiny-cpu preset (default), host (8 layers 16 wide, B=1, T=8: the loop's host "
+        "overhead per step; compare with --variants raw) or a preset with --tiny",
     )
-    ap.add_argument("--seq", type=int, default=None, help="sequence length (minimind: 340 or 1024; default 1024)")
+    ap.add_argument("--tiny", action="store_true", help="with a preset --shape: its architecture shrunk (any device)")
+    ap.add_argument(
+        "--peak-flops",
+        type=float,
+        default=None,
+        help="the peak FLOP/s MFU is taken against (default: the device's bf16 peak; none on a CPU)",
+    )
+    ap.add_argument("--seq", type=int, default=None, help="tokens per row (default 1024; presets 2048)")
     ap.add_argument(
         "--extra-backends",
         default="",
@@ -361,10 +470,28 @@ def main() -> None:
     )
     args = ap.parse_args()
     device = torch.device(args.device)
-    fits = {"cuda": ("gpt2-small", "minimind"), "cpu": ("host",)}.get(device.type, ())
+    fits = {"cuda": ("gpt2-small", "minimind", *PRESET_RUNS), "cpu": ("host",)}.get(device.type, ())
+    if args.tiny:
+        if args.shape not in PRESET_RUNS:
+            ap.error(f"--tiny shrinks a preset shape: pass --shape {' or '.join(PRESET_RUNS)}")
+        fits = (*fits, *PRESET_RUNS)
     if args.shape is not None and args.shape not in fits:
-        ap.error(f"--shape {args.shape} does not run on {device.type}; there choose from {', '.join(fits) or 'none'}")
-    if device.type == "cuda":
+        hint = " (or a preset with --tiny)" if device.type == "cpu" else ""
+        ap.error(f"--shape {args.shape} does not run on {device.type}; there choose from {', '.join(fits)}{hint}")
+    if args.shape in PRESET_RUNS:
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        from cookmind.train.metrics import peak_flops
+
+        shape, batch, seq = preset_run(args.shape, args.tiny, args.seq)
+        precision = "bf16" if device.type == "cuda" else "fp32"
+        on_gpu = device.type == "cuda"
+        steps, warmup = args.steps or (30 if on_gpu else 3), args.warmup or (10 if on_gpu else 1)
+        peak = args.peak_flops or peak_flops(device) or (989e12 if on_gpu else None)
+        compiled = on_gpu and not args.no_compile
+        modes = [compiled] + ([False] if args.eager_too and compiled else [])
+    elif device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         if args.shape == "minimind":
@@ -374,7 +501,7 @@ def main() -> None:
         steps, warmup = args.steps or 30, args.warmup or 10
         from cookmind.train.metrics import peak_flops
 
-        peak = peak_flops(device) or 989e12
+        peak = args.peak_flops or peak_flops(device) or 989e12
         modes = [not args.no_compile] + ([False] if args.eager_too and not args.no_compile else [])
     else:
         from cookmind.train.config import TrainConfig
@@ -386,7 +513,8 @@ def main() -> None:
         if args.shape == "host":
             shape, batch, seq = HOST_BOUND, 1, 8
             steps, warmup = args.steps or 300, args.warmup or 50
-        peak, modes = None, [False]
+        peak, modes = args.peak_flops, [False]
+    peer = hf_peer_name(shape) if args.shape in PRESET_RUNS else "nanogpt-style reference"
     for compiled in modes:
         results = {}
         common = {
@@ -398,9 +526,10 @@ def main() -> None:
             "compiled": compiled,
             "torch": torch.__version__,
             "shape": f"{shape['num_hidden_layers']}L-{shape['hidden_size']}d-{shape['num_attention_heads']}h-"
-            f"v{shape['vocab_size']}",
+            f"{shape['num_key_value_heads']}kv-v{shape['vocab_size']}",
         }
-        runs = [("nanogpt-style reference", bench_reference, shape), ("cookmind Trainer", bench_cookmind, shape)]
+        peer_fn = bench_hf if peer != "nanogpt-style reference" else bench_reference
+        runs = [(peer, peer_fn, shape), ("cookmind Trainer", bench_cookmind, shape)]
         if compiled == modes[0]:
             runs += [
                 (f"cookmind Trainer, attn_backend={b}", bench_cookmind, dict(shape, attn_backend=b))
@@ -450,8 +579,14 @@ def main() -> None:
                 )
         for name, fn, shp in runs:
             extra = (args.run_dir,) if getattr(fn, "func", fn) is bench_cookmind else ()
+            if device.type == "cuda":  # each figure's own peak: the previous one's memory is gone
+                gc.collect()
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
             try:
                 results[name] = fn(shp, batch, seq, steps, warmup, device, precision, compiled, *extra)
+                if device.type == "cuda":
+                    results[name]["peak_mem_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
             except Exception as exc:  # report and go on: one failure must not lose the other figures
                 print(
                     json.dumps(
@@ -475,25 +610,30 @@ def main() -> None:
                     "tokens_per_s": round(r["tokens_per_s"]),
                     "ms_per_step": round(batch * seq / r["tokens_per_s"] * 1e3, 3),
                     "params": r["params"],
+                    "flops_per_token": r["flops_per_token"],
                     "warmup_s": r["warmup_s"],
                 }
                 if peak:
                     line["mfu"] = round(r["tokens_per_s"] * r["flops_per_token"] / peak, 4)
+                    line["peak_flops"] = peak
+                if "peak_mem_gib" in r:
+                    line["peak_mem_gib"] = r["peak_mem_gib"]
                 print(json.dumps(line), flush=True)
-                ref = results.get("nanogpt-style reference")
-                if ref is not None and name != "nanogpt-style reference":  # printed at once: a cut run keeps it
+                ref = results.get(peer)
+                if ref is not None and name != peer:  # printed at once: a cut run keeps it
                     print(
                         json.dumps(
                             {
                                 "figure": "train speedup vs reference",
                                 "impl": name,
+                                "peer": peer,
                                 **common,
                                 "ratio": round(r["tokens_per_s"] / ref["tokens_per_s"], 3),
                             }
                         ),
                         flush=True,
                     )
-                if shape is MINIMIND and seq in MINIMIND_PEER and name != "nanogpt-style reference":
+                if shape is MINIMIND and seq in MINIMIND_PEER and name != peer:
                     print(
                         json.dumps(
                             {

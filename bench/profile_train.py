@@ -1,12 +1,16 @@
-"""Where a training step's time goes on the GPU: top kernels and idle time, ours vs the nanoGPT-style peer.
+"""Where a training step's time goes on the GPU: top kernels and idle time, ours vs the same-run peer.
 
     python bench/profile_train.py                 # GPT-2-small shape, B=12, T=1024, bf16, compiled (CUDA)
     python bench/profile_train.py --shape minimind --seq 340 --host-top 20   # MiniMind-3 shape, B=32; host ops
+    python bench/profile_train.py --shape qwen3-0.6b --cuda-graph   # B=8, T=2048; peer transformers' Qwen3
+    python bench/profile_train.py --shape llama-1.3b --cuda-graph   # B=4, T=2048; peer transformers' Llama
+    python bench/profile_train.py --shape qwen3-0.6b --tiny --device cpu   # the same code on a CPU (aten ops)
 
 Prints JSON lines: per implementation, the wall time per step, the GPU-busy time per step (the union of
 kernel intervals: what is left is host-side stall) and the 40 kernels that take the most time, and the time by kernel
-category. A tool to
-decide what to optimise; the figures to report come from bench/bench_train.py.
+category (gemm, attention, norm, loss, optimizer, grad-norm, ...). The peer is the nanoGPT-style GPT for
+gpt2-small/minimind and transformers' model of the same config for the presets (as in bench/bench_train.py).
+A tool to decide what to optimise; the figures to report come from bench/bench_train.py.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_train import GPT2_SMALL, MINIMIND, RandomTokens, RefGPT  # noqa: E402
+from bench_train import GPT2_SMALL, MINIMIND, PRESET_RUNS, RandomTokens, RefGPT, hf_step, preset_run  # noqa: E402
 
 
 def busy_union(intervals: list[tuple[float, float]]) -> float:
@@ -45,10 +49,16 @@ def kernel_category(name: str) -> str:
         return "attention"
     if "gemm" in n or "nvjet" in n or "xmma" in n or "cutlass" in n or "sm90" in n or "ampere" in n:
         return "gemm"
+    if n.startswith("aten::") and n[6:] in ("mm", "addmm", "bmm", "matmul", "linear"):  # a CPU profile's ops
+        return "gemm"
     if "adam" in n:
         return "optimizer"
     if "norm" in n and "multi_tensor" in n:
         return "grad-norm"
+    if "cross_entropy" in n or "log_softmax" in n or "nll_loss" in n:
+        return "loss"
+    if "rsqrt" in n or "rms_norm" in n or "layer_norm" in n:  # compiled RMSNorm kernels carry rsqrt in their name
+        return "norm"
     if "multi_tensor" in n or "foreach" in n:
         return "multi-tensor"
     if n.startswith("triton_"):
@@ -60,18 +70,24 @@ def kernel_category(name: str) -> str:
     return "other"
 
 
-def profile(step, steps: int, name: str, host_top: int = 0, top_n: int = 40) -> None:
+def profile(step, steps: int, name: str, host_top: int = 0, top_n: int = 40, cuda: bool = True) -> None:
+    """Profile ``steps`` calls of ``step`` and print the figures above; on a CPU the "kernels" are the top-level
+    aten ops (a check that the script runs, not a figure)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as tprofile
 
-    torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
     t0 = time.perf_counter()
-    with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with tprofile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
         for i in range(steps):
             step(i)
-        torch.cuda.synchronize()
+        sync()
     wall = (time.perf_counter() - t0) / steps
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if cuda:
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    else:
+        kernels = [e for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]
     spans = [(e.time_range.start, e.time_range.end) for e in kernels]
     busy = busy_union(spans) / steps / 1e3  # ms per step
     per: dict[str, list[float]] = {}
@@ -129,28 +145,51 @@ def main() -> None:
     ap.add_argument("--compile-mode", default="default", help="our Trainer's train.compile_mode")
     ap.add_argument("--cuda-graph", action="store_true", help="our Trainer with train.cuda_graph=true")
     ap.add_argument("--fp8-head", action="store_true", help="our model with model.lm_head_fp8=true")
-    ap.add_argument("--shape", default="gpt2-small", choices=["gpt2-small", "minimind"])
-    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--shape", default="gpt2-small", choices=["gpt2-small", "minimind", *PRESET_RUNS])
+    ap.add_argument("--seq", type=int, default=None, help="sequence length (default 1024; the presets 2048)")
+    ap.add_argument("--tiny", action="store_true", help="with a preset --shape: its architecture shrunk")
+    ap.add_argument("--device", default="cuda", help="cuda (the figures) or cpu (with --tiny: a check that it runs)")
     ap.add_argument("--host-top", type=int, default=0, help="also print the N host ops with the most self CPU time")
     args = ap.parse_args()
+    if args.tiny and args.shape not in PRESET_RUNS:
+        ap.error(f"--tiny shrinks a preset shape: pass --shape {' or '.join(PRESET_RUNS)}")
     torch.backends.cuda.matmul.allow_tf32 = True
-    dev = torch.device("cuda")
-    shape = MINIMIND if args.shape == "minimind" else GPT2_SMALL
-    batch, seq = (32 if args.shape == "minimind" else 12), args.seq
+    dev = torch.device(args.device)
+    gpu = dev.type == "cuda"
+    precision = "bf16" if gpu else "fp32"
+    if args.shape in PRESET_RUNS:
+        shape, batch, seq = preset_run(args.shape, args.tiny, args.seq)
+    else:
+        shape = MINIMIND if args.shape == "minimind" else GPT2_SMALL
+        batch, seq = (32 if args.shape == "minimind" else 12), args.seq or 1024
     vocab = shape["vocab_size"]
-    if "ref" in args.which:
+    warm, timed = (8, 5) if gpu else (1, 2)
+    if "ref" in args.which and args.shape in PRESET_RUNS:
+        hf, model = hf_step(shape, batch, seq, dev, precision, compile_=gpu)
+
+        def hf_read_step(i):
+            loss, norm = hf(i)
+            torch.stack([loss.detach().float(), norm.float()]).tolist()
+
+        for i in range(warm):
+            hf_read_step(i)
+        profile(hf_read_step, timed, f"transformers {type(model).__name__}, fused torch AdamW", args.host_top, cuda=gpu)
+        del hf, model
+        if gpu:
+            torch.cuda.empty_cache()
+    elif "ref" in args.which:
         torch.manual_seed(0)
         model = RefGPT(vocab, shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"], seq).to(
             dev
         )
-        opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
-        fwd = torch.compile(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=gpu)
+        fwd = torch.compile(model) if gpu else model
         data = torch.randint(0, vocab, (4 * batch, seq + 1), device=dev)
 
         def ref_step(i):
             rows = data[(i * batch) % (3 * batch) : (i * batch) % (3 * batch) + batch]
             x, y = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=gpu):
                 loss = fwd(x, y)
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -158,11 +197,12 @@ def main() -> None:
             opt.zero_grad(set_to_none=True)
             torch.stack([loss.detach().float(), norm.float()]).tolist()
 
-        for i in range(8):
+        for i in range(warm):
             ref_step(i)
-        profile(ref_step, 5, "nanogpt-style reference", args.host_top)
+        profile(ref_step, timed, "nanogpt-style reference", args.host_top, cuda=gpu)
         del model, opt, fwd
-        torch.cuda.empty_cache()
+        if gpu:
+            torch.cuda.empty_cache()
     if "ours" in args.which:
         from cookmind.train import TrainConfig, Trainer
 
@@ -173,10 +213,10 @@ def main() -> None:
                 "train": {
                     "max_steps": 10**6,
                     "micro_batch_size": batch,
-                    "precision": "bf16",
-                    "compile": True,
+                    "precision": precision,
+                    "compile": gpu,
                     "compile_mode": args.compile_mode,
-                    "device": "cuda",
+                    "device": args.device,
                     "cuda_graph": args.cuda_graph,
                 },
                 "optim": {"lr": 6e-4, "warmup_steps": 10},
@@ -189,14 +229,15 @@ def main() -> None:
         def one_step(i=None):  # the loop body, each step read before the next is queued (no callbacks)
             trainer._read_step(trainer._launch_step())
 
-        for _ in range(8):
+        for _ in range(warm):
             one_step()
         profile(
             one_step,
-            5,
+            timed,
             f"cookmind Trainer ({args.attn}, {args.compile_mode}"
             f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''})",
             args.host_top,
+            cuda=gpu,
         )
 
 

@@ -88,6 +88,16 @@ def all_reduce_flag(flag: bool, info: DistInfo) -> bool:
     return bool(t.item() > 0)
 
 
+def min_max_over_ranks(value: int, info: DistInfo) -> tuple[int, int]:
+    """The smallest and largest of ``value`` over all ranks (``(value, value)`` for one process): a check that
+    every rank, on every node, decided alike."""
+    if not info.enabled:
+        return value, value
+    t = torch.tensor([-value, value], dtype=torch.int64, device=info.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return -int(t[0]), int(t[1])
+
+
 def barrier(info: DistInfo) -> None:
     """Wait for every rank (no-op for one process)."""
     if info.enabled and dist.is_initialized():

@@ -196,6 +196,51 @@ def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
     )
 
 
+def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str | None:
+    """Refuse a tokenizer or token store whose ids run past the model's embedding (an IndexError mid-step, a
+    device-side assert on CUDA); return a note when the model's vocabulary is larger than the data's (rows that
+    never train: a preset's vocab_size kept with a smaller tokenizer of one's own), else None."""
+    from cookmind.store import TokenStore
+
+    config = getattr(model, "config", None)
+    n = getattr(config, "vocab_size", None)
+    if n is None:
+        return None
+    where = "the model at train.init_from" if cfg.train.init_from else "model.vocab_size"
+    fix = (
+        "use the tokenizer the model was trained with"
+        if cfg.train.init_from
+        else "set model.vocab_size to at least {v} (e.g. model.vocab_size={v}), or drop it to take the tokenizer's"
+    )
+    sources = []
+    if tokenizer is not None and hasattr(tokenizer, "vocab_size"):
+        sources.append((f"the tokenizer at data.tokenizer={cfg.data.tokenizer}", int(tokenizer.vocab_size)))
+    for field in ("train_path", "val_path"):
+        path = getattr(cfg.data, field)
+        if path and cfg.train.objective != "grpo":
+            try:
+                packed = TokenStore(path).meta.get("vocab_size")
+            except Exception:  # noqa: BLE001 -- a missing or broken store is reported by build_dataset
+                packed = None
+            if packed is not None:
+                sources.append((f"the store at data.{field}={path}", int(packed)))
+    for what, v in sources:
+        if v > n:
+            raise ValueError(
+                f"{where} has {n} token ids but {what} has {v}: ids {n}..{v - 1} would index past the "
+                f"embedding; {fix.format(v=v)}"
+            )
+    if sources and not cfg.train.init_from:  # a loaded model's vocabulary is fixed: nothing to suggest
+        v = max(v for _, v in sources)
+        if v < n:
+            rows = (n - v) * config.hidden_size * (1 if config.tie_word_embeddings else 2)
+            return (
+                f"model.vocab_size={n} is larger than the data's vocabulary ({v}): {n - v} rows ({rows:,} parameters) "
+                f"never train; set model.vocab_size={v} to drop them"
+            )
+    return None
+
+
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, zero1_group: Any = None):
     """AdamW over the trainable parameters (decay on matrices only: ``param_groups``); ZeRO-1 when asked."""
     from cookmind.optim import AdamW, param_groups

@@ -55,9 +55,16 @@ from cookmind.parallel import (
     parallelize,
     unwrap,
 )
+from cookmind.parallel.process_group import min_max_over_ranks
 from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
-from cookmind.train.checkpoint import check_run_dir, find_latest_checkpoint, load_checkpoint, save_checkpoint
+from cookmind.train.checkpoint import (
+    check_run_dir,
+    find_latest_checkpoint,
+    load_checkpoint,
+    read_meta,
+    save_checkpoint,
+)
 from cookmind.train.config import TrainConfig
 from cookmind.train.metrics import MetricsWriter, peak_flops, to_float
 from cookmind.train.objectives.base import Objective
@@ -153,6 +160,9 @@ class Trainer:
             if not has_lora(model):
                 apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
         self.bare_model = model.to(self.device)
+        vocab_note = B.check_vocab(cfg, self.bare_model, self.tokenizer) if train_dataset is None else None
+        if vocab_note and self.dist.is_main:
+            print(f"cookmind train: {vocab_note}", file=sys.stderr)
         max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
         kind = cfg.data.train_type or {"sft": "sft", "dpo": "dpo"}.get(cfg.train.objective)
         if (
@@ -771,11 +781,27 @@ class Trainer:
             optimizer_state=gathered,
         )
 
+    def _check_ranks_resume_alike(self, spec: str, path: Path | None) -> None:
+        """Every rank must resume from the same step: nodes that do not share the checkpoint directory would
+        otherwise start from different weights (rank 0 writes checkpoints; the others only read them)."""
+        step = int(read_meta(path)["step"]) if path is not None else -1
+        low, high = min_max_over_ranks(step, self.dist)
+        if low != high:
+            found = ", ".join(f"step {s}" if s >= 0 else "no checkpoint" for s in sorted({low, high}))
+            mine = f"step {step}" if step >= 0 else "none"
+            where = self.ckpt_dir if spec == "auto" else spec
+            raise RuntimeError(
+                f"checkpoint.resume={spec}: the ranks found different checkpoints ({found}; rank {self.dist.rank} "
+                f"found {mine} in {where}). A multi-node run needs its checkpoint directory on a filesystem every "
+                "node shares (or the same checkpoint copied to the same path on each node)"
+            )
+
     def _maybe_resume(self) -> None:
         spec = self.cfg.checkpoint.resume
         if not spec:
             return
         path = find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
+        self._check_ranks_resume_alike(spec, path)
         if path is None:
             if spec == "auto":
                 return  # nothing saved yet: a fresh start

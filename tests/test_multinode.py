@@ -1,0 +1,139 @@
+"""Two nodes on loopback: two torchrun launches of one process each, joined by the c10d rendezvous
+(``--nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT``, gloo), train to the same weights as one process
+with the same global batch (#18 item 3)."""
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from gloo_fixtures import find_free_port, run_on_gloo_ranks
+from lm_fixtures import tiny_cli_overrides
+
+from cookmind.model import load_model
+from cookmind.store import write_store
+from cookmind.train import TrainConfig, Trainer
+from cookmind.train.checkpoint import find_latest_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def node_cmd(node_rank: int, port: int, *args: str) -> list[str]:
+    """One node's launch, exactly as the README's multi-node section writes it (1 process on this node)."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--node-rank",
+        str(node_rank),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "cookmind-test",
+        "--max-restarts",
+        "0",
+        "-m",
+        "cookmind",
+        "train",
+        *args,
+    ]
+
+
+def test_two_nodes_on_loopback_equal_one_process(tmp_path, keep_threads):
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(12)], vocab_size=64)
+    common = [
+        f"data.train_path={tmp_path / 'seq'}",
+        "data.window_size=16",
+        "train.max_steps=4",
+        "train.seed=3",
+        "train.device=cpu",
+        "optim.lr=1e-2",
+        "optim.warmup_steps=1",
+        "train.grad_accum_steps=2",
+        "logging.progress=false",
+        "logging.report=false",
+        "checkpoint.every=0",
+        "eval.every=0",
+        *tiny_cli_overrides(),
+    ]
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text("{}\n")
+    # both "nodes" see one filesystem (tmp_path): rank 0 writes the run directory and the checkpoints
+    args = ["--config", str(cfg_file), "--run-dir", str(tmp_path / "two"), "train.micro_batch_size=2", *common]
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    port = find_free_port()
+    procs = [
+        subprocess.Popen(node_cmd(r, port, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for r in (0, 1)
+    ]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=300))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:] + err[-3000:]
+    summaries = [json.loads(line) for out, _ in outs for line in out.splitlines() if line.startswith("{")]
+    assert len(summaries) == 1, "only global rank 0 prints the summary, on whichever node it landed"
+    assert summaries[0]["steps"] == 4 and summaries[0]["tokens"] == 4 * 2 * 2 * 2 * 16  # steps x accum x nodes x B x T
+    ckpts = sorted((tmp_path / "two" / "checkpoints").iterdir())
+    assert len(ckpts) == 1 and ckpts[0].name.startswith("step_"), f"one checkpoint per job, not per node: {ckpts}"
+    assert json.loads((ckpts[0] / "meta.json").read_text())["world_size"] == 2
+
+    torch.set_num_threads(1)  # keep_threads restores the count
+    one = TrainConfig.load(str(cfg_file), [*common, f"logging.run_dir={tmp_path / 'one'}", "train.micro_batch_size=4"])
+    Trainer(one).fit()
+    a = load_model(ckpts[0]).state_dict()
+    b = load_model(find_latest_checkpoint(tmp_path / "one" / "checkpoints")).state_dict()
+    init = Trainer(TrainConfig.load(str(cfg_file), [*common, f"logging.run_dir={tmp_path / 'x'}"])).bare_model
+    assert max((a[k] - init.state_dict()[k]).abs().max().item() for k in a) > 1e-3, "training changed the weights"
+    # fp32 on CPU; the two-rank mean of gradients sums in another order than one batch of 4: not bit for bit
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def _resume_on_rank(rank: int, root: str) -> str:
+    """Rank r resumes from its own node's run directory (no shared filesystem): only node 0's holds a checkpoint."""
+    cfg = TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/node{rank}", "checkpoint.resume=auto"])
+    try:
+        Trainer(cfg)
+    except RuntimeError as exc:
+        return str(exc)
+    return "resumed without an error"
+
+
+def _tiny_run(root: str) -> list[str]:
+    return [
+        f"data.train_path={root}/seq",
+        "data.window_size=16",
+        "train.max_steps=2",
+        "train.device=cpu",
+        "logging.progress=false",
+        "logging.report=false",
+        *tiny_cli_overrides(),
+    ]
+
+
+def test_ranks_that_find_different_checkpoints_refuse_to_resume(tmp_path, keep_threads):
+    # Nodes without a shared filesystem: rank 0 wrote the checkpoints on its node; rank 1 would start afresh
+    # from other weights and the job would train two models. Both ranks must stop and say why.
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    Trainer(TrainConfig.load(None, [*_tiny_run(str(tmp_path)), f"logging.run_dir={tmp_path}/node0"])).fit()
+    msgs = run_on_gloo_ranks(functools.partial(_resume_on_rank, root=str(tmp_path)), 2, tmp_path)
+    for rank, msg in enumerate(msgs):
+        assert "the ranks found different checkpoints (no checkpoint, step 2" in msg, msg
+        assert f"rank {rank} found {'step 2' if rank == 0 else 'none'}" in msg and "filesystem every node shares" in msg
