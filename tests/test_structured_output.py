@@ -19,6 +19,7 @@ import torch
 import uvicorn
 from gloo_fixtures import find_free_port
 from lm_fixtures import sharp_tiny_lm, tiny_lm
+from structured_fixtures import RESPONSE_FORMAT, SCHEMA, VOCAB, YES_NO
 
 from cookmind.infer import SamplingParams, generate
 from cookmind.infer.constraints import GrammarMatcher, constrain_logits, grammar_for_response_format, ll_tokenizer
@@ -29,21 +30,6 @@ from cookmind.tokenizer import Tokenizer
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
 MODEL = "tiny-json"
-VOCAB = 330  # the model's ids: the tokenizer's 320 and 10 it never produces (padding, as real models have)
-# short valid outputs only: a random model must finish within max_tokens
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "ok": {"type": "boolean"},
-        "n": {"type": "integer", "minimum": 0, "maximum": 9},
-        "colour": {"enum": ["red", "green", "blue"]},
-        "note": {"type": "string", "maxLength": 6},
-    },
-    "required": ["ok", "n", "colour", "note"],
-    "additionalProperties": False,
-}
-RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}}
-YES_NO = 'start: "yes" | "no"'
 
 
 @pytest.fixture(scope="module")
@@ -252,25 +238,3 @@ def test_json_object_mode_is_a_json_object(tok):
         live.close()
     assert out.choices[0].message.content == '{"": ""}'
     assert out.choices[0].finish_reason == "stop" and json.loads(out.choices[0].message.content) == {"": ""}
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("overlap", [True, False])
-def test_cuda_engine_mixes_constrained_and_free_rows(tok, overlap):
-    """On CUDA (graphs, compiled layers, pinned masks): free rows decode as the plain loop does, grammar rows obey."""
-    model = sharp_tiny_lm(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, max_position_embeddings=256).cuda()
-    prompts = [tok.encode("The cook stirs the soup."), tok.encode("Tom has 3 apples")]
-    free = SamplingParams(temperature=0.0, max_new_tokens=24, stop_token_ids=(tok.eos_id,))
-    reference = [generate(model, [p], free, tok, engine="builtin", keep_stop_token=True)[0] for p in prompts]
-    engine = Engine(model, num_slots=8, max_seq_len=256, tokenizer=tok, cuda_graphs=True, overlap=overlap)
-    schema = free.replace(max_new_tokens=120, grammar=grammar_for_response_format(RESPONSE_FORMAT))
-    reqs = [engine.submit(p, free) for p in prompts]
-    reqs += [engine.submit(p, schema) for p in prompts]
-    reqs += [engine.submit(prompts[0], free.replace(temperature=1.0, seed=s, grammar=YES_NO)) for s in range(3)]
-    engine.run_until_idle()
-    for req, ref in zip(reqs[:2], reference):
-        assert req.output_ids + ([req.stop_token] if req.stop_token is not None else []) == ref
-    for req in reqs[2:4]:
-        assert req.finish_reason == "stop"
-        jsonschema.validate(json.loads(tok.decode(req.output_ids)), SCHEMA)
-    assert all(r.finish_reason == "stop" and tok.decode(r.output_ids) in ("yes", "no") for r in reqs[4:])
