@@ -37,6 +37,7 @@ from cookmind.infer.sampling import (
     sample_from_logits,
 )
 from cookmind.infer.slot_cache import SlotKVCache
+from cookmind.infer.speculative import SpeculativeConfig, Speculator
 
 
 @dataclass
@@ -152,6 +153,8 @@ class Engine:
     On CUDA, decode steps replay CUDA graphs (``cuda_graphs``) of a forward whose layers run through
     torch.compile (``compile``) around the paged decode-attention kernel (``decode_attention``, see
     runner.py; "gather" keeps the gather + SDPA path, where ``compile_attention`` compiles attention too).
+    speculative (a SpeculativeConfig): greedy requests draft k tokens (n-gram lookup or a draft model) and verify
+    them in one forward, emitting up to k + 1 tokens per step (see speculative.py); the others decode as before.
 
     Use ``start()`` for a background thread (the server), or call ``step()`` / ``run_until_idle()``
     yourself (benchmarks, tests). ``submit`` and ``cancel`` are thread-safe.
@@ -174,6 +177,7 @@ class Engine:
         prefix_cache: bool = False,
         decode_attention: str = "auto",
         fuse_projections: bool = True,
+        speculative: SpeculativeConfig | None = None,
     ):
         cfg = model.config
         param = next(model.parameters())
@@ -258,6 +262,7 @@ class Engine:
         self.tokens_generated = 0
         self.prompt_tokens = 0
         self._recent: deque[tuple[float, int]] = deque()
+        self.spec = Speculator(speculative, self) if speculative is not None else None
 
     @torch.inference_mode()
     def _warm_prefill(self) -> None:
@@ -368,6 +373,7 @@ class Engine:
             "slots": self.num_slots,
             **self.kv_blocks(),
             **(self.prefix.metrics() if self.prefix is not None else {}),
+            **(self.spec.metrics() if self.spec is not None else {}),
             **{f"requests_finished_{k}": v for k, v in sorted(self.finished_by_reason.items())},
         }
 
@@ -401,6 +407,8 @@ class Engine:
         if self._pending is not None:
             self._emit_record(self._pending)
         self._pending = None
+        if self.spec is not None:  # the speculating requests: verified and emitted now, several tokens each
+            self.spec.step()
         if launched is not None:
             if self.overlap:
                 self._pending = launched  # emitted after the next step is launched
@@ -537,6 +545,7 @@ class Engine:
             and r.state == "decode"
             and 0 < r.n_sampled < r.max_new_tokens
             and len(r.prompt_ids) + r.n_sampled < self.max_seq_len
+            and (self.spec is None or not self.spec.takes(r))
         ]
         if not active:
             return None
@@ -680,6 +689,8 @@ class Engine:
             self.slots[req.slot] = None
             if self.blocks is not None:
                 self.blocks.release(req)
+            if self.spec is not None:
+                self.spec.release(req)
         req.state, req.finish_reason = "done", reason
         self.requests_finished += 1
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1

@@ -1,0 +1,178 @@
+"""Speculative decoding in the engine (#19 item 3): greedy output equals plain decoding token for token, with the
+n-gram proposer and with draft models (the target itself accepts everything, a random one still changes nothing),
+across stop tokens, max_new_tokens, the context's end, the prefix cache and mixed batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from lm_fixtures import sharp_tiny_lm, tiny_lm
+
+from cookmind.infer import generate
+from cookmind.infer.engine import Engine, TokenEvent
+from cookmind.infer.sampling import SamplingParams
+from cookmind.infer.speculative import SpeculativeConfig, load_draft_model, ngram_lookup
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
+
+CTX = 64
+# prompts of different lengths, some repeating themselves (the n-gram proposer finds matches there)
+PROMPTS = [
+    [5, 6, 7, 8, 9, 5, 6, 7],
+    [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 11, 12, 13],
+    [40, 3],
+    [30, 31, 32, 30, 31, 32, 30, 31, 32, 30, 31, 33, 34, 35, 36, 37, 38, 30, 31],
+    [70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 70, 71, 72],
+]
+LENS = [20, 13, 30, 9, 25]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return sharp_tiny_lm()
+
+
+def plain(model, prompt, params):
+    """The reference: the plain decoding loop over the model's own KV cache, one prompt at a time."""
+    return generate(model, [prompt], params, engine="builtin", keep_stop_token=True)[0]
+
+
+def run(eng, prompts, params_list):
+    reqs = [eng.submit(p, params) for p, params in zip(prompts, params_list)]
+    eng.run_until_idle()
+    outs = []
+    for req in reqs:
+        outs.append([ev.token_id for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)])
+        if req.stop_token is not None:
+            outs[-1].append(req.stop_token)
+    return outs, reqs
+
+
+def engine(model, spec, **kw):
+    kw = dict(num_slots=3, max_seq_len=CTX, block_size=4, prefill_chunk=16, kv_budget_bytes=64 * 1024) | kw
+    return Engine(model, speculative=spec, **kw)
+
+
+def naive_lookup(seq, k, lo, hi):
+    """Longest suffix (hi down to lo) that occurred earlier, its latest earlier occurrence, the k tokens after."""
+    n = len(seq)
+    for size in range(min(hi, n - 1), lo - 1, -1):
+        suffix = seq[n - size :]
+        for start in range(n - size - 1, -1, -1):
+            if seq[start : start + size] == suffix:
+                return seq[start + size : start + size + k]
+    return []
+
+
+def test_ngram_lookup_matches_a_naive_search():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        seq = rng.integers(0, int(rng.integers(2, 6)), size=n).tolist()
+        k, lo = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+        hi = lo + int(rng.integers(0, 4))
+        assert ngram_lookup(np.array(seq), k, lo, hi) == naive_lookup(seq, k, lo, hi), (seq, k, lo, hi)
+    assert ngram_lookup(np.array([1, 2, 3, 9, 1, 2]), 3, 2, 3) == [3, 9, 1]
+    assert ngram_lookup(np.array([1, 2, 3, 9, 4, 2]), 3, 2, 3) == []  # only a 1-token suffix occurred before
+
+
+@pytest.mark.parametrize("prefix_cache", [False, True])
+def test_ngram_greedy_equals_plain_decoding(model, prefix_cache):
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
+    eng = engine(model, SpeculativeConfig("ngram", num_tokens=4, ngram_min=1, ngram_max=3), prefix_cache=prefix_cache)
+    got, _ = run(eng, PROMPTS, params)
+    assert got == want
+    m = eng.metrics()
+    assert m["spec_accepted_tokens_total"] > 0  # drafts were taken ...
+    assert m["spec_accepted_tokens_total"] < m["spec_draft_tokens_total"]  # ... and some were rejected
+    assert m["spec_acceptance_rate"] == m["spec_accepted_tokens_total"] / m["spec_draft_tokens_total"]
+    assert m["spec_tokens_per_step"] == pytest.approx(m["spec_mean_accepted_per_step"] + 1)
+    assert m["generated_tokens_total"] == sum(LENS)
+    if prefix_cache:  # a second wave reuses the cached prompt blocks: verification wrote none of them
+        again, reqs = run(eng, PROMPTS, params)
+        assert again == want and sum(r.cached_tokens for r in reqs) > 0
+    kv = eng.kv_blocks()
+    assert kv["kv_blocks_unreserved"] == kv["kv_blocks_total"]  # every reservation came back
+
+
+def test_stop_tokens_and_the_context_end_cut_where_plain_decoding_does(model):
+    spec = SpeculativeConfig("ngram", num_tokens=5, ngram_min=1, ngram_max=2)
+    base = [plain(model, p, SamplingParams(temperature=0, max_new_tokens=30)) for p in PROMPTS[:3]]
+    # a stop token from the middle of each plain output (it may occur earlier too: the first one stops it)
+    params = [SamplingParams(temperature=0, max_new_tokens=30, stop_token_ids=(out[12],)) for out in base]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS[:3], params)]
+    got, reqs = run(engine(model, spec), PROMPTS[:3], params)
+    assert got == want and all(r.finish_reason == "stop" for r in reqs)
+    # long prompts that reach the end of a 48-token context part-way through a step
+    short_ctx = [p * 2 for p in PROMPTS[:3]]
+    params = [SamplingParams(temperature=0, max_new_tokens=40)] * 3
+    want = [plain(model, p, sp)[: 48 - len(p)] for p, sp in zip(short_ctx, params)]
+    got, reqs = run(engine(model, spec, max_seq_len=48), short_ctx, params)
+    assert got == want and all(r.finish_reason == "length" for r in reqs)
+
+
+def test_a_draft_that_is_the_target_accepts_everything(model):
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
+    eng = engine(model, SpeculativeConfig("draft", num_tokens=3, draft_model=model), prefix_cache=True)
+    got, _ = run(eng, PROMPTS, params)
+    assert got == want
+    m = eng.metrics()
+    assert m["spec_draft_tokens_total"] > 0 and m["spec_acceptance_rate"] == 1.0
+
+
+def test_a_random_draft_model_changes_nothing(model):
+    torch.manual_seed(1)
+    draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1)
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
+    for kv_cache in ("paged", "slots"):
+        eng = engine(model, SpeculativeConfig("draft", num_tokens=4, draft_model=draft.eval()), kv_cache=kv_cache)
+        got, _ = run(eng, PROMPTS, params)
+        assert got == want, kv_cache
+        assert eng.metrics()["spec_acceptance_rate"] < 1
+    assert sum(eng.spec.proposer.blocks, []) == []  # the draft's blocks went back when its requests ended
+
+
+def test_sampled_and_penalised_requests_decode_normally_in_the_same_steps(model):
+    spec = SpeculativeConfig("ngram", num_tokens=4, ngram_min=1, ngram_max=3)
+    params = [
+        SamplingParams(temperature=0, max_new_tokens=20),
+        SamplingParams(temperature=0.8, seed=3, max_new_tokens=20),
+        SamplingParams(temperature=0, repetition_penalty=1.3, max_new_tokens=20),
+        SamplingParams(temperature=0, logprobs=True, max_new_tokens=20),
+    ]
+    want, _ = run(engine(model, None, num_slots=4), PROMPTS[:4], params)
+    eng = engine(model, spec, num_slots=4)
+    got, _ = run(eng, PROMPTS[:4], params)
+    assert got == want
+    assert want[0] == plain(model, PROMPTS[0], params[0])
+    assert eng.metrics()["spec_draft_tokens_total"] > 0
+
+
+def test_bad_configs_are_refused(model):
+    with pytest.raises(ValueError, match="num_tokens"):
+        SpeculativeConfig("ngram", num_tokens=0)
+    with pytest.raises(ValueError, match="method"):
+        SpeculativeConfig("medusa")
+    with pytest.raises(ValueError, match="draft_model"):
+        SpeculativeConfig("draft")
+    big = tiny_lm(vocab_size=200)
+    with pytest.raises(ValueError, match="vocabulary"):
+        engine(model, SpeculativeConfig("draft", draft_model=big))
+
+
+def test_a_draft_checkpoint_with_another_tokenizer_is_refused(tmp_path, tok_dir):
+    from cookmind.model import save_model
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, TokenizerError, train_bpe
+
+    ckpt = save_model(tmp_path / "draft", tiny_lm(vocab_size=320))
+    Tokenizer.load(tok_dir).save(ckpt)  # the draft was trained with tok_dir's tokenizer
+    (tmp_path / "other.txt").write_text("numbers like 12 and 345 add up: 12 + 345 = 357. " * 30)
+    vocab, merges = train_bpe(tmp_path / "other.txt", 275, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
+    other = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
+    with pytest.raises(TokenizerError, match="draft model"):
+        load_draft_model(ckpt, other)
+    assert load_draft_model(ckpt, Tokenizer.load(tok_dir)).config.vocab_size == 320
