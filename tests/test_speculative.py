@@ -176,3 +176,54 @@ def test_a_draft_checkpoint_with_another_tokenizer_is_refused(tmp_path, tok_dir)
     with pytest.raises(TokenizerError, match="draft model"):
         load_draft_model(ckpt, other)
     assert load_draft_model(ckpt, Tokenizer.load(tok_dir)).config.vocab_size == 320
+
+
+def test_serve_with_speculation_answers_as_plain_decoding_and_reports_metrics(tmp_path, tok_dir):
+    import argparse
+
+    import httpx
+    import openai
+    from test_server import LiveServer
+
+    from cookmind.cli import finish_model_argument
+    from cookmind.infer import cli_serve
+    from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    model = sharp_tiny_lm(vocab_size=tok.vocab_size, max_position_embeddings=128)
+    with torch.no_grad():  # end-of-text and end-of-turn never win: long answers
+        model.lm_head.weight[[tok.eos_id, tok.im_end_id]] = -1e3 * model.lm_head.weight.abs().max()
+    ckpt = save_model(tmp_path / "cook", model)
+    tok.save(ckpt)
+
+    def parse(*argv):
+        parser = argparse.ArgumentParser()
+        cli_serve.add_arguments(parser)
+        args = parser.parse_args([str(a) for a in argv])
+        finish_model_argument(parser, args)
+        return args
+
+    with pytest.raises(ValueError, match="--draft-model"):
+        cli_serve.build_app(parse(ckpt, "--device", "cpu", "--speculative", "draft"))
+    with pytest.raises(ValueError, match="--speculative draft"):
+        cli_serve.build_app(parse(ckpt, "--device", "cpu", "--draft-model", ckpt))
+    args = parse(ckpt, "--device", "cpu", "--max-batch", "2", "--speculative", "ngram", "--num-speculative-tokens", "3")
+    app, eng = cli_serve.build_app(args)
+    assert eng.spec is not None and eng.spec.config.num_tokens == 3
+    prompt = "The cook stirs the soup. The cook stirs the soup. The cook"
+    want = plain(model, tok.encode(prompt), SamplingParams(temperature=0, max_new_tokens=24))
+    server = LiveServer(app)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        out = client.completions.create(model="cook", prompt=prompt, max_tokens=24, temperature=0)
+        assert out.choices[0].text == tok.decode(want)
+        metrics = httpx.get(server.url + "/metrics").text
+        assert "cookmind_spec_acceptance_rate" in metrics and "cookmind_spec_draft_tokens_total" in metrics
+    finally:
+        server.close()
+    # the draft model given by path goes through the tokenizer check and is used
+    _, eng = cli_serve.build_app(
+        parse(ckpt, "--device", "cpu", "--max-batch", "1", "--speculative", "draft", "--draft-model", ckpt)
+    )
+    assert eng.spec.config.method == "draft" and eng.spec.config.draft_model is not None
