@@ -77,11 +77,16 @@ def test_ngram_lookup_matches_a_naive_search():
     assert ngram_lookup(np.array([1, 2, 3, 9, 4, 2]), 3, 2, 3) == []  # only a 1-token suffix occurred before
 
 
-@pytest.mark.parametrize("prefix_cache", [False, True])
-def test_ngram_greedy_equals_plain_decoding(model, prefix_cache):
+@pytest.mark.parametrize(
+    "prefix_cache,graphs,slots", [(False, False, 3), (True, False, 3), (False, True, 3), (False, True, 1)]
+)
+def test_ngram_greedy_equals_plain_decoding(model, prefix_cache, graphs, slots):
+    """graphs: the CUDA-graph decoder's state (run eagerly on CPU) and overlapped steps, for the steps where a
+    request finds no n-gram and decodes plainly between speculative steps (alone in its batch: slots=1)."""
     params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
     want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
-    eng = engine(model, SpeculativeConfig("ngram", num_tokens=4, ngram_min=1, ngram_max=3), prefix_cache=prefix_cache)
+    spec = SpeculativeConfig("ngram", num_tokens=4, ngram_min=1 + graphs, ngram_max=3)
+    eng = engine(model, spec, prefix_cache=prefix_cache, cuda_graphs=graphs, overlap=graphs, num_slots=slots)
     got, _ = run(eng, PROMPTS, params)
     assert got == want
     m = eng.metrics()

@@ -81,9 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "summaries, edits, code, extraction); draft proposes with --draft-model. Output is unchanged; it pays "
         "at small batches, where a decode step is bound by reading the weights",
     )
-    parser.add_argument(
-        "--num-speculative-tokens", type=int, default=4, help="tokens drafted per step (k; default 4)"
-    )
+    parser.add_argument("--num-speculative-tokens", type=int, default=4, help="tokens drafted per step (k; default 4)")
     parser.add_argument(
         "--draft-model",
         default=None,

@@ -400,15 +400,19 @@ class Engine:
 
     @torch.inference_mode()
     def step(self) -> None:
-        """One iteration: cancel, admit, prefill a chunk, decode one token for every generating request."""
+        """One iteration: cancel, admit, prefill a chunk, decode one token for every generating request (with
+        speculation: several for those whose drafts the model verifies, one for the rest)."""
         self._admit()
         self._prefill()
+        if self.spec is not None:  # proposals need every newest token on the host: no step may be in flight
+            if self._pending is not None:
+                self._emit_record(self._pending)
+                self._pending = None
+            self.spec.step()  # requests with drafts: verified and emitted now, up to k + 1 tokens each
         launched = self._decode()
         if self._pending is not None:
             self._emit_record(self._pending)
         self._pending = None
-        if self.spec is not None:  # the speculating requests: verified and emitted now, several tokens each
-            self.spec.step()
         if launched is not None:
             if self.overlap:
                 self._pending = launched  # emitted after the next step is launched
@@ -545,7 +549,7 @@ class Engine:
             and r.state == "decode"
             and 0 < r.n_sampled < r.max_new_tokens
             and len(r.prompt_ids) + r.n_sampled < self.max_seq_len
-            and (self.spec is None or not self.spec.takes(r))
+            and (self.spec is None or r.id not in self.spec.claimed)  # those advanced by speculation this step
         ]
         if not active:
             return None

@@ -19,7 +19,9 @@ Two proposers:
 
 Greedy requests without logprobs, penalties, min_new_tokens or a grammar speculate; the rest decode as before in
 the same engine step (a second forward: the plain decode step keeps its CUDA graph and one-token kernel instead of
-padding every row to k + 1 tokens).
+padding every row to k + 1 tokens), and so do speculating requests in a step where they got no drafts (no n-gram
+match, or too close to their end). With speculation on, the engine does not overlap a decode step with the next
+one's host work: a proposer needs the newest token on the host.
 """
 
 from __future__ import annotations
@@ -276,6 +278,7 @@ class Speculator:
         self.drafted = 0
         self.accepted = 0
         self.emitted = 0  # tokens those request-steps produced (accepted + bonus)
+        self.claimed: set[int] = set()  # ids of the requests this step advanced (the plain decode skips them)
 
     @staticmethod
     def takes(req) -> bool:
@@ -307,16 +310,22 @@ class Speculator:
         }
 
     def step(self) -> None:
-        """One speculative step for every generating request that ``takes``: up to k + 1 tokens each."""
+        """Propose for every generating request that ``takes``; verify those with drafts in one forward and emit
+        their 1..k+1 tokens (``claimed``); the rest decode one token in the engine's plain step."""
         eng = self.engine
+        self.claimed = set()
         reqs = [r for r in eng.slots if r is not None and r.state == "decode" and self.takes(r)]
         if not reqs:
             return
         ks = []
         for r in reqs:  # never past max_new_tokens or the context: the step emits up to k + 1 tokens
-            done = len(r.prompt_ids) + len(r.output_ids)
-            ks.append(max(0, min(self.config.num_tokens, r.max_new_tokens - len(r.output_ids), eng.max_seq_len - done) - 1))
-        drafts = self.proposer.propose(reqs, ks)
+            room = min(r.max_new_tokens - len(r.output_ids), eng.max_seq_len - len(r.prompt_ids) - len(r.output_ids))
+            ks.append(max(0, min(self.config.num_tokens, room) - 1))
+        proposals = self.proposer.propose(reqs, ks)
+        chosen = [(r, d) for r, d in zip(reqs, proposals) if d]
+        if not chosen:
+            return
+        reqs, drafts = [r for r, _ in chosen], [d for _, d in chosen]
         targets = self._verify(reqs, drafts)
         emitted = []
         for r, d, g in zip(reqs, drafts, targets):
@@ -326,11 +335,15 @@ class Speculator:
             emitted.append(g[: a + 1])
             self.proposer.verified(r, a)
             r.n_sampled += a + 1
-            if d:
-                self.steps += 1
-                self.drafted += len(d)
-                self.accepted += a
-                self.emitted += a + 1
+            self.steps += 1
+            self.drafted += len(d)
+            self.accepted += a
+            self.emitted += a + 1
+        self.claimed = {r.id for r in reqs}
+        # the plain step reads each row's newest token from _last_tok; its CUDA graph must reload their positions
+        slots = torch.tensor([r.slot for r in reqs], device=eng.device)
+        eng._last_tok[slots] = torch.tensor([e[-1] for e in emitted], device=eng.device)
+        eng._graph_key = None
         self._emit(reqs, emitted)
 
     def _verify(self, reqs: list, drafts: list[list[int]]) -> list[list[int]]:
@@ -374,9 +387,7 @@ class Speculator:
         for j in range(max(len(e) for e in emitted)):
             rows = [(r, e[j]) for r, e in zip(reqs, emitted) if len(e) > j and r.state != "done"]
             if rows:
-                self.engine._emit_record(
-                    StepRecord([r for r, _ in rows], torch.tensor([tok for _, tok in rows]), None)
-                )
+                self.engine._emit_record(StepRecord([r for r, _ in rows], torch.tensor([tok for _, tok in rows]), None))
 
 
 def load_draft_model(path, tokenizer, device="cpu", dtype=None):
