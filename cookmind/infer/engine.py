@@ -404,8 +404,8 @@ class Engine:
         speculation: several for those whose drafts the model verifies, one for the rest)."""
         self._admit()
         self._prefill()
-        if self.spec is not None:  # proposals need every newest token on the host: no step may be in flight
-            if self._pending is not None:
+        if self.spec is not None:  # a proposal needs the request's newest token on the host: read the step in flight
+            if self._pending is not None and self.spec.needs_tokens(self._pending.reqs):
                 self._emit_record(self._pending)
                 self._pending = None
             self.spec.step()  # requests with drafts: verified and emitted now, up to k + 1 tokens each

@@ -20,8 +20,10 @@ Two proposers:
 Greedy requests without logprobs, penalties, min_new_tokens or a grammar speculate; the rest decode as before in
 the same engine step (a second forward: the plain decode step keeps its CUDA graph and one-token kernel instead of
 padding every row to k + 1 tokens), and so do speculating requests in a step where they got no drafts (no n-gram
-match, or too close to their end). With speculation on, the engine does not overlap a decode step with the next
-one's host work: a proposer needs the newest token on the host.
+match, or too close to their end). A proposer needs each request's newest token on the host, so the engine reads a
+plain step in flight before proposing, unless no request in it can get a draft (``may_propose``: for the n-gram
+proposer, the ngram_min - 1 known tokens before the one in flight occurred earlier); those keep decoding with
+overlapped steps, which is why ngram_min defaults to 3 rather than 1 or 2 (almost every token occurred before).
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ class SpeculativeConfig:
 
     method: str = "ngram"
     num_tokens: int = 4
-    ngram_max: int = 4
-    ngram_min: int = 2
+    ngram_max: int = 5
+    ngram_min: int = 3
     draft_model: object = None
 
     def __post_init__(self) -> None:
@@ -100,20 +102,27 @@ class NgramProposer:
         self.owner: list[int | None] = [None] * num_slots
         self.length = [0] * num_slots
 
+    def _tokens(self, req) -> np.ndarray:
+        """The request's prompt and output so far, from the slot's buffer (extended by the new outputs)."""
+        buf, s = self.buffers[req.slot], req.slot
+        if self.owner[s] != req.id:
+            self.owner[s] = req.id
+            buf[: len(req.prompt_ids)] = req.prompt_ids
+            self.length[s] = len(req.prompt_ids)
+        n = len(req.prompt_ids) + len(req.output_ids)
+        buf[self.length[s] : n] = req.output_ids[self.length[s] - len(req.prompt_ids) :]
+        self.length[s] = n
+        return buf[:n]
+
     def propose(self, reqs: list, ks: list[int]) -> list[list[int]]:
-        out = []
-        for req, k in zip(reqs, ks):
-            buf, s = self.buffers[req.slot], req.slot
-            if self.owner[s] != req.id:
-                self.owner[s], self.length[s] = req.id, 0
-                buf[: len(req.prompt_ids)] = req.prompt_ids
-                self.length[s] = len(req.prompt_ids)
-            n = len(req.prompt_ids) + len(req.output_ids)
-            start = self.length[s] - len(req.prompt_ids)
-            buf[self.length[s] : n] = req.output_ids[start:]
-            self.length[s] = n
-            out.append(ngram_lookup(buf[:n], k, self.config.ngram_min, self.config.ngram_max))
-        return out
+        cfg = self.config
+        return [ngram_lookup(self._tokens(r), k, cfg.ngram_min, cfg.ngram_max) for r, k in zip(reqs, ks)]
+
+    def may_propose(self, req) -> bool:
+        """Whether a draft can exist once the token in flight lands: its suffix of ngram_min tokens can only have
+        occurred before if the ngram_min - 1 known tokens before it did (with a token after them)."""
+        m = self.config.ngram_min - 1
+        return m == 0 or bool(ngram_lookup(self._tokens(req), 1, m, m))
 
     def verified(self, req, accepted: int) -> None:
         """Nothing to keep in step: the buffer follows the request's output."""
@@ -255,6 +264,10 @@ class DraftProposer:
             self.fed[req.slot] = n - 1 + k  # positions 0..n+k-2 written (valid as far as the drafts are accepted)
         return {req.slot: drafts[req.slot - lo][:k] for req, k, _, _ in rows}
 
+    def may_propose(self, req) -> bool:
+        """A draft model always proposes."""
+        return True
+
     def verified(self, req, accepted: int) -> None:
         """The target kept ``accepted`` drafts: the draft cache is valid through the last accepted one it fed."""
         if req.slot not in self.proposed:
@@ -294,6 +307,11 @@ class Speculator:
             and getattr(p, "grammar", None) is None
         )
 
+    def needs_tokens(self, reqs: list) -> bool:
+        """Whether the engine must read a plain step in flight before proposing: some of its requests speculate and
+        may get drafts. Otherwise they decode plainly again and the engine keeps overlapping steps."""
+        return any(r.state == "decode" and self.takes(r) and self.proposer.may_propose(r) for r in reqs)
+
     def release(self, req) -> None:
         """The request ended: the proposer forgets its slot (a draft model's blocks go back)."""
         self.proposer.release(req.slot)
@@ -314,7 +332,12 @@ class Speculator:
         their 1..k+1 tokens (``claimed``); the rest decode one token in the engine's plain step."""
         eng = self.engine
         self.claimed = set()
-        reqs = [r for r in eng.slots if r is not None and r.state == "decode" and self.takes(r)]
+        # a request whose newest token is still on its way (a plain step in flight) decodes plainly again
+        reqs = [
+            r
+            for r in eng.slots
+            if r is not None and r.state == "decode" and r.n_sampled == len(r.output_ids) and self.takes(r)
+        ]
         if not reqs:
             return
         ks = []
