@@ -174,6 +174,8 @@ class DraftProposer:
             block_size=self.block_size,
             fuse_projections=False,  # the draft may be the target itself, whose runner owns the fused weights
         )
+        if engine.runner.compiled:  # its k forwards a step are launch-bound as well: fuse them like the target's
+            self.runner.set_compiled(True)
         self.cache = self.runner.cache
         self.allocator: BlockAllocator = self.cache.allocator
         self.device = engine.device
