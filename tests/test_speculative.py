@@ -249,3 +249,46 @@ def test_on_cuda_speculation_equals_the_plain_engine(method):
     assert got == want
     assert want[:4] == [plain(model, p, sp) for p, sp in zip(PROMPTS[:4], params[:4])]
     assert eng.metrics()["spec_accepted_tokens_total"] > 0
+
+
+def chi2_bound(df: int, z: float = 3.09) -> float:
+    """The 0.999 quantile of chi-square with df degrees of freedom (Wilson-Hilferty)."""
+    c = 2 / (9 * df)
+    return df * (1 - c + z * c**0.5) ** 3
+
+
+def test_speculative_sampling_draws_from_the_target_distribution():
+    """3000 seeded requests sampled with n-gram drafts (kept or rejected at random) against the exact joint
+    distribution of their 3 tokens, computed from the model's plain forward with temperature and top-k by hand."""
+    torch.manual_seed(3)
+    model = tiny_lm(vocab_size=5).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(6)  # distributions neither flat nor one-hot
+    prompt, temperature, top_k = [0, 1, 2, 3, 4, 0, 1], 0.8, 4
+    with torch.no_grad():  # every (t1, t2) continuation, one forward: log p of t1, t2, t3
+        seqs = torch.tensor([prompt + [a, b] for a in range(5) for b in range(5)])
+        logits = model(seqs).logits[:, -3:].double() / temperature
+    logits = logits.masked_fill(logits < logits.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    p = logits.softmax(-1).view(5, 5, 3, 5)  # [t1, t2, place, token]
+    exact = {
+        (a, b, c): float(p[0, 0, 0, a] * p[a, 0, 1, b] * p[a, b, 2, c])
+        for a in range(5)
+        for b in range(5)
+        for c in range(5)
+    }
+    n = 3000
+    spec = SpeculativeConfig("ngram", num_tokens=2, ngram_min=1, ngram_max=2, sampled=True)
+    eng = Engine(model, num_slots=64, max_seq_len=CTX, block_size=4, max_waiting=n, speculative=spec)
+    params = [SamplingParams(temperature=temperature, top_k=top_k, max_new_tokens=3, seed=i) for i in range(n)]
+    outs, _ = run(eng, [prompt] * n, params)
+    m = eng.metrics()
+    assert 0 < m["spec_accepted_tokens_total"] < m["spec_draft_tokens_total"]  # drafts kept and rejected
+    counts: dict = {}
+    for o in outs:
+        counts[tuple(o)] = counts.get(tuple(o), 0) + 1
+    assert set(counts) <= {k for k, v in exact.items() if v > 0}
+    big = [k for k, v in exact.items() if v * n >= 5]  # cells expected 5+ times; the rest pooled into one
+    observed = [counts.get(k, 0) for k in big] + [n - sum(counts.get(k, 0) for k in big)]
+    expected = [exact[k] * n for k in big] + [n - sum(exact[k] * n for k in big)]
+    stat = sum((o - e) ** 2 / e for o, e in zip(observed, expected) if e > 0)
+    assert stat < chi2_bound(len(observed) - 1), (stat, len(observed))

@@ -83,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--num-speculative-tokens", type=int, default=4, help="tokens drafted per step (k; default 4)")
     parser.add_argument(
+        "--speculative-sampled",
+        action="store_true",
+        help="requests with temperature > 0 speculate too (speculative sampling: the same distribution, but a "
+        "seed draws other tokens than without speculation)",
+    )
+    parser.add_argument(
         "--draft-model",
         default=None,
         help="with --speculative draft: a small cookmind checkpoint trained with the model's tokenizer",
@@ -121,7 +127,12 @@ def speculative_config(args: argparse.Namespace, tokenizer, device: str, dtype):
     if method is None:
         return None
     draft = load_draft_model(draft_path, tokenizer, device, dtype) if draft_path is not None else None
-    return SpeculativeConfig(method, num_tokens=args.num_speculative_tokens, draft_model=draft)
+    return SpeculativeConfig(
+        method,
+        num_tokens=args.num_speculative_tokens,
+        draft_model=draft,
+        sampled=getattr(args, "speculative_sampled", False),
+    )
 
 
 def build_app(args: argparse.Namespace):

@@ -17,7 +17,10 @@ Two proposers:
     step it first feeds what it has not seen (the prompt at first, then accepted tokens it did not propose and the
     bonus token) and then decodes k - 1 more tokens: k cheap forwards per engine step.
 
-Greedy requests without logprobs, penalties, min_new_tokens or a grammar speculate; the rest decode as before in
+Greedy requests without logprobs, penalties, min_new_tokens or a grammar speculate (sampled ones too with
+SpeculativeConfig.sampled: speculative sampling keeps a draft with the probability the request's own distribution
+gives it, so the output is distributed as plain sampling's, though a seed draws other tokens); the rest decode as
+before in
 the same engine step (a second forward: the plain decode step keeps its CUDA graph and one-token kernel instead of
 padding every row to k + 1 tokens), and so do speculating requests in a step where they got no drafts (no n-gram
 match, or too close to their end). A proposer needs each request's newest token on the host, so the engine reads a
@@ -43,13 +46,15 @@ METHODS = ("ngram", "draft")
 class SpeculativeConfig:
     """How to speculate: method "ngram" (prompt lookup) or "draft" (``draft_model``: a loaded CookMindLM with the
     target's tokenizer, see ``load_draft_model``); num_tokens: drafts per step (k); ngram_max / ngram_min: the
-    longest and shortest suffix the n-gram proposer looks up."""
+    longest and shortest suffix the n-gram proposer looks up. sampled: requests with temperature > 0 speculate too
+    (speculative sampling: the same distribution, but a seed then draws other tokens than without speculation)."""
 
     method: str = "ngram"
     num_tokens: int = 4
     ngram_max: int = 5
     ngram_min: int = 3
     draft_model: object = None
+    sampled: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -295,12 +300,12 @@ class Speculator:
         self.emitted = 0  # tokens those request-steps produced (accepted + bonus)
         self.claimed: set[int] = set()  # ids of the requests this step advanced (the plain decode skips them)
 
-    @staticmethod
-    def takes(req) -> bool:
-        """Whether this request speculates: greedy, and nothing that needs each step's logits or changes them."""
+    def takes(self, req) -> bool:
+        """Whether this request speculates: greedy (or sampled, with ``sampled``), and nothing that needs each
+        step's logits or changes them with the tokens before."""
         p = req.params
         return (
-            p.temperature == 0
+            (p.temperature == 0 or self.config.sampled)
             and not p.logprobs
             and p.min_new_tokens == 0
             and p.repetition_penalty == 1
@@ -351,13 +356,22 @@ class Speculator:
         if not chosen:
             return
         reqs, drafts = [r for r, _ in chosen], [d for _, d in chosen]
-        targets = self._verify(reqs, drafts)
-        emitted = []
-        for r, d, g in zip(reqs, drafts, targets):
-            a = 0
-            while a < len(d) and d[a] == g[a]:
-                a += 1
-            emitted.append(g[: a + 1])
+        logits = self._verify(reqs, drafts)
+        emitted = [[] for _ in reqs]
+        greedy = [i for i, r in enumerate(reqs) if r.params.temperature == 0]
+        sampled = [i for i, r in enumerate(reqs) if r.params.temperature != 0]
+        if greedy:
+            best = logits[greedy].argmax(-1).tolist()
+            for i, g in zip(greedy, best):
+                d, a = drafts[i], 0
+                while a < len(d) and d[a] == g[a]:  # drafts equal to the target's own choice
+                    a += 1
+                emitted[i] = g[: a + 1]
+        if sampled:
+            for i, tokens in zip(sampled, self._accept_sampled([reqs[i] for i in sampled], logits[sampled], drafts)):
+                emitted[i] = tokens
+        for r, d, e in zip(reqs, drafts, emitted):
+            a = len(e) - 1
             self.proposer.verified(r, a)
             r.n_sampled += a + 1
             self.steps += 1
@@ -401,8 +415,41 @@ class Speculator:
         )
         if logits.dim() == 2:  # one token per row through the decode kernel: (B, V)
             logits = logits[:, None]
-        best = logits.argmax(-1).tolist()
-        return [best[r.slot - lo][: 1 + len(d)] for r, d in zip(reqs, drafts)]
+        return logits[torch.tensor([r.slot - lo for r in reqs], device=dev)]
+
+    def _accept_sampled(self, reqs: list, logits: torch.Tensor, drafts: list[list[int]]) -> list[list[int]]:
+        """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) for drafts proposed deterministically
+        (q puts all its mass on the draft): keep draft d_i with probability p_i(d_i) under the request's own
+        sampling distribution p_i (temperature, top-k/p, min-p); at the first rejection draw from p_i without
+        d_i, renormalised (max(p - q, 0)); when all are kept, draw the bonus from p after the last. Each emitted
+        token is then distributed exactly as plain sampling would draw it. Two host syncs for all the rows."""
+        from cookmind.infer.sampling import SamplingBatch, process_logits
+
+        dev = logits.device
+        sizes = [len(d) + 1 for d in drafts]
+        flat = torch.cat([logits[i, :n] for i, n in enumerate(sizes)])  # (sum of sizes, V)
+        params = [r.params for r, n in zip(reqs, sizes) for _ in range(n)]
+        probs = process_logits(flat, SamplingBatch.from_params(params, dev)).softmax(-1)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        uniforms = torch.cat([torch.rand(n - 1, generator=r.generator, device=dev) for r, n in zip(reqs, sizes)])
+        places = torch.tensor([s + j for s, n in zip(starts, sizes) for j in range(n - 1)], dtype=torch.long)
+        draft_ids = torch.tensor([t for d in drafts for t in d], dtype=torch.long)
+        kept = (uniforms < probs[places.to(dev), draft_ids.to(dev)]).tolist() if len(places) else []
+        accepted, at = [], 0
+        for d in drafts:
+            row = kept[at : at + len(d)]
+            accepted.append(row.index(False) if False in row else len(d))
+            at += len(d)
+        last = probs[torch.tensor([s + a for s, a in zip(starts, accepted)], device=dev)].clone()
+        for i, (d, a) in enumerate(zip(drafts, accepted)):
+            if a < len(d):  # the rejected draft is taken out of the distribution
+                last[i, d[a]] = 0
+        last = last / last.sum(-1, keepdim=True)
+        noise = torch.empty_like(last)
+        for i, r in enumerate(reqs):  # the exponential race, each row from its own generator (as sampling.py)
+            noise[i].exponential_(generator=r.generator)
+        bonus = (last / noise).argmax(-1).tolist()
+        return [d[:a] + [b] for d, a, b in zip(drafts, accepted, bonus)]
 
     def _emit(self, reqs: list, emitted: list[list[int]]) -> None:
         """Emit each request's tokens in order through the engine: a stop token, max_new_tokens or the context
