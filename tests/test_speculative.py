@@ -258,7 +258,7 @@ def chi2_bound(df: int, z: float = 3.09) -> float:
 
 
 def test_speculative_sampling_draws_from_the_target_distribution():
-    """3000 seeded requests sampled with n-gram drafts (kept or rejected at random) against the exact joint
+    """2000 seeded requests sampled with n-gram drafts (kept or rejected at random) against the exact joint
     distribution of their 3 tokens, computed from the model's plain forward with temperature and top-k by hand."""
     torch.manual_seed(3)
     model = tiny_lm(vocab_size=5).eval()
@@ -276,9 +276,9 @@ def test_speculative_sampling_draws_from_the_target_distribution():
         for b in range(5)
         for c in range(5)
     }
-    n = 3000
+    n = 2000
     spec = SpeculativeConfig("ngram", num_tokens=2, ngram_min=1, ngram_max=2, sampled=True)
-    eng = Engine(model, num_slots=64, max_seq_len=CTX, block_size=4, max_waiting=n, speculative=spec)
+    eng = Engine(model, num_slots=128, max_seq_len=16, block_size=4, max_waiting=n, speculative=spec)
     params = [SamplingParams(temperature=temperature, top_k=top_k, max_new_tokens=3, seed=i) for i in range(n)]
     outs, _ = run(eng, [prompt] * n, params)
     m = eng.metrics()
