@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from lm_fixtures import sharp_tiny_lm, tiny_lm
+from test_prefix_cache import check_accounting
 
 from cookmind.infer import generate
 from cookmind.infer.engine import Engine, TokenEvent
@@ -96,7 +97,13 @@ def test_ngram_greedy_equals_plain_decoding(model, prefix_cache, graphs, slots):
     assert m["spec_tokens_per_step"] == pytest.approx(m["spec_mean_accepted_per_step"] + 1)
     assert m["generated_tokens_total"] == sum(LENS)
     if prefix_cache:  # a second wave reuses the cached prompt blocks: verification wrote none of them
-        again, reqs = run(eng, PROMPTS, params)
+        reqs = [eng.submit(p, sp) for p, sp in zip(PROMPTS, params)]
+        while eng.has_work():
+            eng.step()
+            check_accounting(eng)
+            for r in eng.slots:  # never more blocks than the request's prompt and max_new_tokens can fill
+                assert r is None or len(r.blocks) <= eng.blocks.blocks_needed(len(r.prompt_ids), r.max_new_tokens)
+        again = [[ev.token_id for ev in r.events(timeout=0) if isinstance(ev, TokenEvent)] for r in reqs]
         assert again == want and sum(r.cached_tokens for r in reqs) > 0
     kv = eng.kv_blocks()
     assert kv["kv_blocks_unreserved"] == kv["kv_blocks_total"]  # every reservation came back
