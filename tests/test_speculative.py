@@ -56,13 +56,16 @@ def engine(model, spec, **kw):
 
 
 def naive_lookup(seq, k, lo, hi):
-    """Longest suffix (hi down to lo) that occurred earlier, its latest earlier occurrence, the k tokens after."""
+    """Longest suffix (hi down to lo) that occurred earlier; the k tokens after its latest earlier occurrence that
+    has k tokens after it, else after its earliest."""
     n = len(seq)
     for size in range(min(hi, n - 1), lo - 1, -1):
         suffix = seq[n - size :]
-        for start in range(n - size - 1, -1, -1):
-            if seq[start : start + size] == suffix:
-                return seq[start + size : start + size + k]
+        starts = [i for i in range(n - size) if seq[i : i + size] == suffix]
+        if starts:
+            full = [i for i in starts if i + size + k <= n]
+            start = full[-1] if full else starts[0]
+            return seq[start + size : start + size + k]
     return []
 
 
@@ -75,6 +78,7 @@ def test_ngram_lookup_matches_a_naive_search():
         hi = lo + int(rng.integers(0, 4))
         assert ngram_lookup(np.array(seq), k, lo, hi) == naive_lookup(seq, k, lo, hi), (seq, k, lo, hi)
     assert ngram_lookup(np.array([1, 2, 3, 9, 1, 2]), 3, 2, 3) == [3, 9, 1]
+    assert ngram_lookup(np.array([7, 5, 5, 5, 5, 5]), 3, 2, 2) == [5, 5, 5]  # not the latest match's one token
     assert ngram_lookup(np.array([1, 2, 3, 9, 4, 2]), 3, 2, 3) == []  # only a 1-token suffix occurred before
 
 

@@ -11,7 +11,8 @@ blocks, and verification writes after the prompt).
 
 Two proposers:
   - "ngram" (prompt lookup): the longest suffix of prompt+output (ngram_max down to ngram_min tokens) that occurred
-    earlier; propose the tokens that followed its latest earlier occurrence. Free, and it pays when the output
+    earlier; propose the tokens that followed its latest earlier occurrence (with k tokens after it). Free, and it
+    pays when the output
     copies its input (summaries, edits, code, extraction);
   - "draft": a small model with the same tokenizer, with its own runner and paged cache over the same slots. Each
     step it first feeds what it has not seen (the prompt at first, then accepted tokens it did not propose and the
@@ -74,9 +75,9 @@ class SpeculativeConfig:
 
 
 def ngram_lookup(seq: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> list[int]:
-    """Up to k tokens that followed the latest earlier occurrence of the longest suffix of seq (ngram_max down to
-    ngram_min tokens long); [] when no such suffix occurred before. Vectorised over the places where seq's last
-    token occurred earlier."""
+    """Up to k tokens that followed an earlier occurrence of the longest suffix of seq (ngram_max down to ngram_min
+    tokens long): the latest occurrence with k tokens after it, else the earliest; [] when no such suffix occurred
+    before. Vectorised over the places where seq's last token occurred earlier."""
     n = len(seq)
     if k < 1 or n < ngram_min + 1:
         return []
@@ -94,7 +95,11 @@ def ngram_lookup(seq: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> lis
     best = int(length.max())
     if best < ngram_min:
         return []
-    end = int(ends[np.flatnonzero(length == best)[-1]])  # the latest of the longest matches
+    # the latest of the longest matches that has k tokens after it (else the earliest, which has the most): in a
+    # loop the latest match sits one period back, and its continuation runs into the end of the sequence
+    matches = ends[length == best]
+    full = matches[matches + k <= n - 1]
+    end = int(full[-1] if full.size else matches[0])
     return seq[end + 1 : end + 1 + k].tolist()
 
 
@@ -386,7 +391,8 @@ class Speculator:
         self._emit(reqs, emitted)
 
     def _verify(self, reqs: list, drafts: list[list[int]]) -> list[list[int]]:
-        """One target forward over [newest token, drafts] per request; the target's argmax at each place."""
+        """One target forward over [newest token, drafts] per request (at least 2 tokens: the gather path, as
+        prefill); the logits (requests, 1 + most drafts, V) in the requests' order."""
         eng = self.engine
         runner = eng.runner
         lo, hi = reqs[0].slot, reqs[-1].slot
@@ -413,8 +419,6 @@ class Speculator:
             write_cols=write_cols.to(dev),
             last_only=False,
         )
-        if logits.dim() == 2:  # one token per row through the decode kernel: (B, V)
-            logits = logits[:, None]
         return logits[torch.tensor([r.slot - lo for r in reqs], device=dev)]
 
     def _accept_sampled(self, reqs: list, logits: torch.Tensor, drafts: list[list[int]]) -> list[list[int]]:
