@@ -80,6 +80,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="kernel: the Triton paged decode-attention kernel (auto picks it on CUDA); gather: "
         "copy each row's blocks and run SDPA",
     )
+    parser.add_argument(
+        "--speculative",
+        choices=["ngram", "draft"],
+        default=None,
+        help="speculative decoding of greedy requests (temperature 0, no logprobs or penalties): ngram drafts "
+        "by looking the output's last tokens up in the prompt and output (pays when answers copy their input: "
+        "summaries, edits, code, extraction); draft proposes with --draft-model. Output is unchanged; it pays "
+        "at small batches, where a decode step is bound by reading the weights",
+    )
+    parser.add_argument("--num-speculative-tokens", type=int, default=4, help="tokens drafted per step (k; default 4)")
+    parser.add_argument(
+        "--speculative-sampled",
+        action="store_true",
+        help="requests with temperature > 0 speculate too (speculative sampling: the same distribution, but a "
+        "seed draws other tokens than without speculation)",
+    )
+    parser.add_argument(
+        "--draft-model",
+        default=None,
+        help="with --speculative draft: a small cookmind checkpoint trained with the model's tokenizer",
+    )
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
     parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
 
@@ -101,6 +122,27 @@ def kv_sizing(model, args: argparse.Namespace) -> tuple[int | None, int | None]:
     return slots, KV_CAP_BYTES
 
 
+def speculative_config(args: argparse.Namespace, tokenizer, device: str, dtype):
+    """The Engine's SpeculativeConfig from --speculative / --num-speculative-tokens / --draft-model (None: off)."""
+    from cookmind.infer.speculative import SpeculativeConfig, load_draft_model
+
+    method = getattr(args, "speculative", None)
+    draft_path = getattr(args, "draft_model", None)
+    if method == "draft" and draft_path is None:
+        raise ValueError("--speculative draft needs --draft-model PATH (a small checkpoint with the model's tokenizer)")
+    if method != "draft" and draft_path is not None:
+        raise ValueError("--draft-model is used only with --speculative draft; add that or drop --draft-model")
+    if method is None:
+        return None
+    draft = load_draft_model(draft_path, tokenizer, device, dtype) if draft_path is not None else None
+    return SpeculativeConfig(
+        method,
+        num_tokens=args.num_speculative_tokens,
+        draft_model=draft,
+        sampled=getattr(args, "speculative_sampled", False),
+    )
+
+
 def build_app(args: argparse.Namespace):
     """Load the model and return (FastAPI app, engine)."""
     import torch
@@ -116,6 +158,7 @@ def build_app(args: argparse.Namespace):
     specs = parse_lora_specs(args.lora, name)  # a malformed --lora fails before the model loads
     model, tokenizer = load_for_inference(path, device, dtype, args.tokenizer)
     adapters = load_adapters(model, specs) if specs else None
+    speculative = speculative_config(args, tokenizer, device, dtype)
     num_slots, kv_bytes = kv_sizing(model, args)
     engine = Engine(
         model,
@@ -130,6 +173,7 @@ def build_app(args: argparse.Namespace):
         prefix_cache=args.prefix_cache,
         decode_attention=args.decode_attention,
         adapters=adapters,
+        speculative=speculative,
     )
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(
@@ -152,7 +196,9 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
         f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache: {pool}"
-        f"{', prefix cache on' if args.prefix_cache else ''}; web chat at /)"
+        f"{', prefix cache on' if args.prefix_cache else ''}"
+        f"{f', speculative {args.speculative} k={args.num_speculative_tokens}' if args.speculative else ''}"
+        "; web chat at /)"
         + (f"\n  LoRA adapters (model ids): {', '.join(engine.adapter_names)}" if engine.adapter_names else ""),
         flush=True,
     )

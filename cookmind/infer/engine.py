@@ -39,6 +39,7 @@ from cookmind.infer.sampling import (
     sample_from_logits,
 )
 from cookmind.infer.slot_cache import SlotKVCache
+from cookmind.infer.speculative import SpeculativeConfig, Speculator
 
 
 @dataclass
@@ -162,6 +163,8 @@ class Engine:
     adapters (``multi_lora.LoRAAdapter``s, from ``loading.load_adapters``): LoRA adapters a request picks by name
     (``submit(adapter=...)``); requests for different adapters and the base share every batch (the model's targeted
     projections become ``MultiLoRALinear``s), and the prefix cache shares blocks only within one adapter.
+    speculative (a SpeculativeConfig): greedy requests draft k tokens (n-gram lookup or a draft model) and verify
+    them in one forward, emitting up to k + 1 tokens per step (see speculative.py); the others decode as before.
 
     Use ``start()`` for a background thread (the server), or call ``step()`` / ``run_until_idle()``
     yourself (benchmarks, tests). ``submit`` and ``cancel`` are thread-safe.
@@ -186,6 +189,7 @@ class Engine:
         fuse_projections: bool = True,
         tokenizer=None,
         adapters: list[LoRAAdapter] | None = None,
+        speculative: SpeculativeConfig | None = None,
     ):
         cfg = model.config
         self.tokenizer = tokenizer
@@ -275,6 +279,7 @@ class Engine:
         self.tokens_generated = 0
         self.prompt_tokens = 0
         self._recent: deque[tuple[float, int]] = deque()
+        self.spec = Speculator(speculative, self) if speculative is not None else None
 
     @torch.inference_mode()
     def _warm_prefill(self) -> None:
@@ -410,6 +415,7 @@ class Engine:
             "slots": self.num_slots,
             **self.kv_blocks(),
             **(self.prefix.metrics() if self.prefix is not None else {}),
+            **(self.spec.metrics() if self.spec is not None else {}),
             **{f"requests_finished_{k}": v for k, v in sorted(self.finished_by_reason.items())},
         }
 
@@ -436,9 +442,15 @@ class Engine:
 
     @torch.inference_mode()
     def step(self) -> None:
-        """One iteration: cancel, admit, prefill a chunk, decode one token for every generating request."""
+        """One iteration: cancel, admit, prefill a chunk, decode one token for every generating request (with
+        speculation: several for those whose drafts the model verifies, one for the rest)."""
         self._admit()
         self._prefill()
+        if self.spec is not None:  # a proposal needs the request's newest token on the host: read the step in flight
+            if self._pending is not None and self.spec.needs_tokens(self._pending.reqs):
+                self._emit_record(self._pending)
+                self._pending = None
+            self.spec.step()  # requests with drafts: verified and emitted now, up to k + 1 tokens each
         launched = self._decode()
         if self._pending is not None:
             self._emit_record(self._pending)
@@ -582,6 +594,7 @@ class Engine:
             and r.state == "decode"
             and 0 < r.n_sampled < r.max_new_tokens
             and len(r.prompt_ids) + r.n_sampled < self.max_seq_len
+            and (self.spec is None or r.id not in self.spec.claimed)  # those advanced by speculation this step
         ]
         if not active:
             return None
@@ -748,6 +761,8 @@ class Engine:
             self.slots[req.slot] = None
             if self.blocks is not None:
                 self.blocks.release(req)
+            if self.spec is not None:
+                self.spec.release(req)
         req.state, req.finish_reason = "done", reason
         self.requests_finished += 1
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1

@@ -1,0 +1,305 @@
+"""Speculative decoding in the engine (#19 item 3): greedy output equals plain decoding token for token, with the
+n-gram proposer and with draft models (the target itself accepts everything, a random one still changes nothing),
+across stop tokens, max_new_tokens, the context's end, the prefix cache and mixed batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from lm_fixtures import sharp_tiny_lm, tiny_lm
+from test_prefix_cache import check_accounting
+
+from cookmind.infer import generate
+from cookmind.infer.engine import Engine, TokenEvent
+from cookmind.infer.sampling import SamplingParams
+from cookmind.infer.speculative import SpeculativeConfig, load_draft_model, ngram_lookup
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
+
+CTX = 64
+# prompts of different lengths, some repeating themselves (the n-gram proposer finds matches there)
+PROMPTS = [
+    [5, 6, 7, 8, 9, 5, 6, 7],
+    [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 11, 12, 13],
+    [40, 3],
+    [30, 31, 32, 30, 31, 32, 30, 31, 32, 30, 31, 33, 34, 35, 36, 37, 38, 30, 31],
+    [70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 70, 71, 72],
+]
+LENS = [20, 13, 30, 9, 25]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return sharp_tiny_lm()
+
+
+def plain(model, prompt, params):
+    """The reference: the plain decoding loop over the model's own KV cache, one prompt at a time."""
+    return generate(model, [prompt], params, engine="builtin", keep_stop_token=True)[0]
+
+
+def run(eng, prompts, params_list):
+    reqs = [eng.submit(p, params) for p, params in zip(prompts, params_list)]
+    eng.run_until_idle()
+    outs = []
+    for req in reqs:
+        outs.append([ev.token_id for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)])
+        if req.stop_token is not None:
+            outs[-1].append(req.stop_token)
+    return outs, reqs
+
+
+def engine(model, spec, **kw):
+    kw = dict(num_slots=3, max_seq_len=CTX, block_size=4, prefill_chunk=16, kv_budget_bytes=64 * 1024) | kw
+    return Engine(model, speculative=spec, **kw)
+
+
+def naive_lookup(seq, k, lo, hi):
+    """Longest suffix (hi down to lo) that occurred earlier; the k tokens after its latest earlier occurrence that
+    has k tokens after it, else after its earliest."""
+    n = len(seq)
+    for size in range(min(hi, n - 1), lo - 1, -1):
+        suffix = seq[n - size :]
+        starts = [i for i in range(n - size) if seq[i : i + size] == suffix]
+        if starts:
+            full = [i for i in starts if i + size + k <= n]
+            start = full[-1] if full else starts[0]
+            return seq[start + size : start + size + k]
+    return []
+
+
+def test_ngram_lookup_matches_a_naive_search():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        seq = rng.integers(0, int(rng.integers(2, 6)), size=n).tolist()
+        k, lo = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+        hi = lo + int(rng.integers(0, 4))
+        assert ngram_lookup(np.array(seq), k, lo, hi) == naive_lookup(seq, k, lo, hi), (seq, k, lo, hi)
+    assert ngram_lookup(np.array([1, 2, 3, 9, 1, 2]), 3, 2, 3) == [3, 9, 1]
+    assert ngram_lookup(np.array([7, 5, 5, 5, 5, 5]), 3, 2, 2) == [5, 5, 5]  # not the latest match's one token
+    assert ngram_lookup(np.array([1, 2, 3, 9, 4, 2]), 3, 2, 3) == []  # only a 1-token suffix occurred before
+
+
+@pytest.mark.parametrize(
+    "prefix_cache,graphs,slots", [(False, False, 3), (True, False, 3), (False, True, 3), (False, True, 1)]
+)
+def test_ngram_greedy_equals_plain_decoding(model, prefix_cache, graphs, slots):
+    """graphs: the CUDA-graph decoder's state (run eagerly on CPU) and overlapped steps, for the steps where a
+    request finds no n-gram and decodes plainly between speculative steps (alone in its batch: slots=1)."""
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
+    spec = SpeculativeConfig("ngram", num_tokens=4, ngram_min=1 + graphs, ngram_max=3)
+    eng = engine(model, spec, prefix_cache=prefix_cache, cuda_graphs=graphs, overlap=graphs, num_slots=slots)
+    got, _ = run(eng, PROMPTS, params)
+    assert got == want
+    m = eng.metrics()
+    assert m["spec_accepted_tokens_total"] > 0  # drafts were taken ...
+    assert m["spec_accepted_tokens_total"] < m["spec_draft_tokens_total"]  # ... and some were rejected
+    assert m["spec_acceptance_rate"] == m["spec_accepted_tokens_total"] / m["spec_draft_tokens_total"]
+    assert m["spec_tokens_per_step"] == pytest.approx(m["spec_mean_accepted_per_step"] + 1)
+    assert m["generated_tokens_total"] == sum(LENS)
+    if prefix_cache:  # a second wave reuses the cached prompt blocks: verification wrote none of them
+        reqs = [eng.submit(p, sp) for p, sp in zip(PROMPTS, params)]
+        while eng.has_work():
+            eng.step()
+            check_accounting(eng)
+            for r in eng.slots:  # never more blocks than the request's prompt and max_new_tokens can fill
+                assert r is None or len(r.blocks) <= eng.blocks.blocks_needed(len(r.prompt_ids), r.max_new_tokens)
+        again = [[ev.token_id for ev in r.events(timeout=0) if isinstance(ev, TokenEvent)] for r in reqs]
+        assert again == want and sum(r.cached_tokens for r in reqs) > 0
+    kv = eng.kv_blocks()
+    assert kv["kv_blocks_unreserved"] == kv["kv_blocks_total"]  # every reservation came back
+
+
+def test_stop_tokens_and_the_context_end_cut_where_plain_decoding_does(model):
+    spec = SpeculativeConfig("ngram", num_tokens=5, ngram_min=1, ngram_max=2)
+    base = [plain(model, p, SamplingParams(temperature=0, max_new_tokens=30)) for p in PROMPTS[:3]]
+    # a stop token from the middle of each plain output (it may occur earlier too: the first one stops it)
+    params = [SamplingParams(temperature=0, max_new_tokens=30, stop_token_ids=(out[12],)) for out in base]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS[:3], params)]
+    got, reqs = run(engine(model, spec), PROMPTS[:3], params)
+    assert got == want and all(r.finish_reason == "stop" for r in reqs)
+    # long prompts that reach the end of a 48-token context part-way through a step
+    short_ctx = [p * 2 for p in PROMPTS[:3]]
+    params = [SamplingParams(temperature=0, max_new_tokens=40)] * 3
+    want = [plain(model, p, sp)[: 48 - len(p)] for p, sp in zip(short_ctx, params)]
+    got, reqs = run(engine(model, spec, max_seq_len=48), short_ctx, params)
+    assert got == want and all(r.finish_reason == "length" for r in reqs)
+
+
+def test_a_draft_that_is_the_target_accepts_everything(model):
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
+    eng = engine(model, SpeculativeConfig("draft", num_tokens=3, draft_model=model), prefix_cache=True)
+    got, _ = run(eng, PROMPTS, params)
+    assert got == want
+    m = eng.metrics()
+    assert m["spec_draft_tokens_total"] > 0 and m["spec_acceptance_rate"] == 1.0
+
+
+def test_a_random_draft_model_changes_nothing(model):
+    torch.manual_seed(1)
+    draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1)
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
+    for kv_cache in ("paged", "slots"):
+        eng = engine(model, SpeculativeConfig("draft", num_tokens=4, draft_model=draft.eval()), kv_cache=kv_cache)
+        got, _ = run(eng, PROMPTS, params)
+        assert got == want, kv_cache
+        assert eng.metrics()["spec_acceptance_rate"] < 1
+    assert sum(eng.spec.proposer.blocks, []) == []  # the draft's blocks went back when its requests ended
+
+
+def test_sampled_and_penalised_requests_decode_normally_in_the_same_steps(model):
+    spec = SpeculativeConfig("ngram", num_tokens=4, ngram_min=1, ngram_max=3)
+    params = [
+        SamplingParams(temperature=0, max_new_tokens=20),
+        SamplingParams(temperature=0.8, seed=3, max_new_tokens=20),
+        SamplingParams(temperature=0, repetition_penalty=1.3, max_new_tokens=20),
+        SamplingParams(temperature=0, logprobs=True, max_new_tokens=20),
+    ]
+    want, _ = run(engine(model, None, num_slots=4), PROMPTS[:4], params)
+    eng = engine(model, spec, num_slots=4)
+    got, _ = run(eng, PROMPTS[:4], params)
+    assert got == want
+    assert want[0] == plain(model, PROMPTS[0], params[0])
+    assert eng.metrics()["spec_draft_tokens_total"] > 0
+
+
+def test_bad_configs_are_refused(model):
+    with pytest.raises(ValueError, match="num_tokens"):
+        SpeculativeConfig("ngram", num_tokens=0)
+    with pytest.raises(ValueError, match="method"):
+        SpeculativeConfig("medusa")
+    with pytest.raises(ValueError, match="draft_model"):
+        SpeculativeConfig("draft")
+    big = tiny_lm(vocab_size=200)
+    with pytest.raises(ValueError, match="vocabulary"):
+        engine(model, SpeculativeConfig("draft", draft_model=big))
+
+
+def test_a_draft_checkpoint_with_another_tokenizer_is_refused(tmp_path, tok_dir):
+    from cookmind.model import save_model
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, TokenizerError, train_bpe
+
+    ckpt = save_model(tmp_path / "draft", tiny_lm(vocab_size=320))
+    Tokenizer.load(tok_dir).save(ckpt)  # the draft was trained with tok_dir's tokenizer
+    (tmp_path / "other.txt").write_text("numbers like 12 and 345 add up: 12 + 345 = 357. " * 30)
+    vocab, merges = train_bpe(tmp_path / "other.txt", 275, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
+    other = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
+    with pytest.raises(TokenizerError, match="draft model"):
+        load_draft_model(ckpt, other)
+    assert load_draft_model(ckpt, Tokenizer.load(tok_dir)).config.vocab_size == 320
+
+
+def test_serve_with_speculation_answers_as_plain_decoding_and_reports_metrics(tmp_path, tok_dir):
+    import argparse
+
+    import httpx
+    import openai
+    from test_server import LiveServer
+
+    from cookmind.cli import finish_model_argument
+    from cookmind.infer import cli_serve
+    from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    model = sharp_tiny_lm(vocab_size=tok.vocab_size, max_position_embeddings=128)
+    with torch.no_grad():  # end-of-text and end-of-turn never win: long answers
+        model.lm_head.weight[[tok.eos_id, tok.im_end_id]] = -1e3 * model.lm_head.weight.abs().max()
+    ckpt = save_model(tmp_path / "cook", model)
+    tok.save(ckpt)
+
+    def parse(*argv):
+        parser = argparse.ArgumentParser()
+        cli_serve.add_arguments(parser)
+        args = parser.parse_args([str(a) for a in argv])
+        finish_model_argument(parser, args)
+        return args
+
+    with pytest.raises(ValueError, match="--draft-model"):
+        cli_serve.build_app(parse(ckpt, "--device", "cpu", "--speculative", "draft"))
+    with pytest.raises(ValueError, match="--speculative draft"):
+        cli_serve.build_app(parse(ckpt, "--device", "cpu", "--draft-model", ckpt))
+    args = parse(ckpt, "--device", "cpu", "--max-batch", "2", "--speculative", "ngram", "--num-speculative-tokens", "3")
+    app, eng = cli_serve.build_app(args)
+    assert eng.spec is not None and eng.spec.config.num_tokens == 3
+    prompt = "The cook stirs the soup. The cook stirs the soup. The cook"
+    want = plain(model, tok.encode(prompt), SamplingParams(temperature=0, max_new_tokens=24))
+    server = LiveServer(app)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        out = client.completions.create(model="cook", prompt=prompt, max_tokens=24, temperature=0)
+        assert out.choices[0].text == tok.decode(want)
+        metrics = httpx.get(server.url + "/metrics").text
+        assert "cookmind_spec_acceptance_rate" in metrics and "cookmind_spec_draft_tokens_total" in metrics
+    finally:
+        server.close()
+    # the draft model given by path goes through the tokenizer check and is used
+    _, eng = cli_serve.build_app(
+        parse(ckpt, "--device", "cpu", "--max-batch", "1", "--speculative", "draft", "--draft-model", ckpt)
+    )
+    assert eng.spec.config.method == "draft" and eng.spec.config.draft_model is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_on_cuda_speculation_equals_the_plain_engine(method):
+    """CUDA graphs, compiled layers and the paged decode kernel in the plain steps, the gather path in the verify
+    forward (float32: bf16 rounding may flip a near-tie between the two paths)."""
+    model = sharp_tiny_lm(hidden_size=64, intermediate_size=128).cuda()
+    spec = SpeculativeConfig(method, num_tokens=4, ngram_min=2, draft_model=model if method == "draft" else None)
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
+    mixed = params[:4] + [SamplingParams(temperature=0.7, seed=5, max_new_tokens=LENS[4])]
+    want, _ = run(engine(model, None), PROMPTS, mixed)
+    eng = engine(model, spec, prefix_cache=True)
+    got, _ = run(eng, PROMPTS, mixed)
+    assert got == want
+    assert want[:4] == [plain(model, p, sp) for p, sp in zip(PROMPTS[:4], params[:4])]
+    assert eng.metrics()["spec_accepted_tokens_total"] > 0
+
+
+def chi2_bound(df: int, z: float = 3.09) -> float:
+    """The 0.999 quantile of chi-square with df degrees of freedom (Wilson-Hilferty)."""
+    c = 2 / (9 * df)
+    return df * (1 - c + z * c**0.5) ** 3
+
+
+def test_speculative_sampling_draws_from_the_target_distribution():
+    """2000 seeded requests sampled with n-gram drafts (kept or rejected at random) against the exact joint
+    distribution of their 3 tokens, computed from the model's plain forward with temperature and top-k by hand."""
+    torch.manual_seed(3)
+    model = tiny_lm(vocab_size=5).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(6)  # distributions neither flat nor one-hot
+    prompt, temperature, top_k = [0, 1, 2, 3, 4, 0, 1], 0.8, 4
+    with torch.no_grad():  # every (t1, t2) continuation, one forward: log p of t1, t2, t3
+        seqs = torch.tensor([prompt + [a, b] for a in range(5) for b in range(5)])
+        logits = model(seqs).logits[:, -3:].double() / temperature
+    logits = logits.masked_fill(logits < logits.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    p = logits.softmax(-1).view(5, 5, 3, 5)  # [t1, t2, place, token]
+    exact = {
+        (a, b, c): float(p[0, 0, 0, a] * p[a, 0, 1, b] * p[a, b, 2, c])
+        for a in range(5)
+        for b in range(5)
+        for c in range(5)
+    }
+    n = 2000
+    spec = SpeculativeConfig("ngram", num_tokens=2, ngram_min=1, ngram_max=2, sampled=True)
+    eng = Engine(model, num_slots=128, max_seq_len=16, block_size=4, max_waiting=n, speculative=spec)
+    params = [SamplingParams(temperature=temperature, top_k=top_k, max_new_tokens=3, seed=i) for i in range(n)]
+    outs, _ = run(eng, [prompt] * n, params)
+    m = eng.metrics()
+    assert 0 < m["spec_accepted_tokens_total"] < m["spec_draft_tokens_total"]  # drafts kept and rejected
+    counts: dict = {}
+    for o in outs:
+        counts[tuple(o)] = counts.get(tuple(o), 0) + 1
+    assert set(counts) <= {k for k, v in exact.items() if v > 0}
+    big = [k for k, v in exact.items() if v * n >= 5]  # cells expected 5+ times; the rest pooled into one
+    observed = [counts.get(k, 0) for k in big] + [n - sum(counts.get(k, 0) for k in big)]
+    expected = [exact[k] * n for k in big] + [n - sum(exact[k] * n for k in big)]
+    stat = sum((o - e) ** 2 / e for o, e in zip(observed, expected) if e > 0)
+    assert stat < chi2_bound(len(observed) - 1), (stat, len(observed))
