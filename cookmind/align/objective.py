@@ -45,6 +45,7 @@ from cookmind.align.prompts import (
 from cookmind.align.reference import Reference
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import SamplingParams, collect_rollouts, generate_ids
+from cookmind.parallel.fsdp import gathered_weights, is_sharded
 from cookmind.train.objectives.base import Objective, unwrap
 
 LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip")
@@ -226,6 +227,11 @@ class GRPOObjective(Objective):
             self.rank, self.world = dist.rank, dist.world_size
         self.seed = trainer.cfg.train.seed
         if self.cfg.kl_coef and self.reference is None:
+            if self.cfg.reference == "copy" and is_sharded(trainer.bare_model):
+                raise ValueError(
+                    "grpo.reference=copy cannot copy a model sharded by parallel.fsdp; use grpo.reference=base "
+                    "(LoRA), grpo.kl_coef=0 or parallel.fsdp=false"
+                )
             self.reference = Reference(trainer.bare_model, self.cfg.reference)
 
     def _next_problems(self, trainer: Any) -> dict[str, Any]:
@@ -282,18 +288,19 @@ class GRPOObjective(Objective):
             params = sampling_params(
                 self.cfg, self.tokenizer, seed=(self.seed * 1_000_003 + self.calls) * 101 + self.rank
             )
-            out = collect_rollouts(
-                unwrap(model),
-                self.tokenizer,
-                prompts,
-                list(batch["answer"]),
-                self.cfg.group_size,
-                params,
-                self.reward_fn,
-                self.cfg.advantage_eps,
-                self.cfg.normalize_by_std,
-                **rollout_options(self.cfg),
-            )
+            with gathered_weights(model):  # FSDP: rollouts stop at different lengths on each rank
+                out = collect_rollouts(
+                    unwrap(model),
+                    self.tokenizer,
+                    prompts,
+                    list(batch["answer"]),
+                    self.cfg.group_size,
+                    params,
+                    self.reward_fn,
+                    self.cfg.advantage_eps,
+                    self.cfg.normalize_by_std,
+                    **rollout_options(self.cfg),
+                )
         self.calls += 1
         loss_batch = {
             k: out[k].to(device) for k in ("input_ids", "labels", "response_mask", "advantages", "raw_rewards")
