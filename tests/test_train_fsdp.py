@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from gloo_fixtures import find_free_port, run_on_gloo_ranks
+from gloo_fixtures import run_on_gloo_ranks
 from lm_fixtures import MICRO, TINY, tiny_config, tiny_lm
 from torch.distributed.tensor import DTensor
 
@@ -44,7 +44,12 @@ def _write_data(root: str) -> None:
     sft = [{"sequence": rng.integers(1, 64, size=16), "loss_mask": mask} for _ in range(16)]
     write_store(f"{root}/sft", "sft", sft, vocab_size=64)
     dpo = [
-        {"chosen": c, "chosen_mask": mask, "rejected": np.concatenate([c[:6], rng.integers(1, 64, 10)]), "rejected_mask": mask}
+        {
+            "chosen": c,
+            "chosen_mask": mask,
+            "rejected": np.concatenate([c[:6], rng.integers(1, 64, 10)]),
+            "rejected_mask": mask,
+        }
         for c in (rng.integers(1, 64, size=16) for _ in range(16))
     ]
     write_store(f"{root}/dpo", "dpo", dpo, vocab_size=64)

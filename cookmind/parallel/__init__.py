@@ -5,8 +5,8 @@ from .activation_checkpointing import apply_activation_checkpointing
 from .bucket_plan import plan_buckets
 from .compile_blocks import compile_blocks, find_blocks
 from .ddp import DDP
-from .grad_bucket import GradBucket
 from .fsdp import gathered_weights, is_sharded, shard_model
+from .grad_bucket import GradBucket
 from .parallelize import finish_gradient_sync, fsdp_param_dtype, no_sync, parallelize, wrap_data_parallel
 from .process_group import DistInfo, all_reduce_flag, barrier, destroy_distributed, init_distributed
 from .sharded_optimizer import ShardedOptimizer

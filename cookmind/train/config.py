@@ -444,8 +444,7 @@ def _check_fsdp(cfg: TrainConfig) -> None:
         )
     if cfg.parallel.zero1:
         raise ValueError(
-            "parallel.fsdp=true shards the optimizer state already; set parallel.zero1=false "
-            "(ZeRO-1 is for DDP runs)"
+            "parallel.fsdp=true shards the optimizer state already; set parallel.zero1=false (ZeRO-1 is for DDP runs)"
         )
     if cfg.train.cuda_graph == "true":
         raise ValueError(
