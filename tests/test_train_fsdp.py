@@ -10,6 +10,7 @@ differ by 1-2e-5), rtol 1e-4, against weights that move by ~1e-2 per step here. 
 summed in another order, FSDP equals the plain model bit for bit (the last test).
 """
 
+import json
 import os
 
 import numpy as np
@@ -24,6 +25,7 @@ from cookmind.train import TrainConfig, Trainer
 
 STEPS = 2
 ATOL, RTOL = 5e-5, 1e-4  # see the module docstring
+CLIP = 0.03  # below the gradient norms here: clipping by the norm over all shards is part of what is compared
 # scenario -> (objective, train store, config sections beside the common ones)
 SCENARIOS = {
     "pretrain": ("pretrain", "seq", {"train": {"activation_checkpointing": True, "grad_accum_steps": 2}}),
@@ -75,11 +77,16 @@ def _cfg(root: str, name: str, fsdp: bool, world: int) -> TrainConfig:
             **extra.get("train", {}),
             "grad_accum_steps": accum,
         },
-        "optim": {"lr": 1e-2, "warmup_steps": 1},
+        "optim": {"lr": 1e-2, "warmup_steps": 1, "grad_clip": CLIP},
         "parallel": {"fsdp": fsdp, "backend": "gloo", **extra.get("parallel", {})},
         "checkpoint": {"every": 0},
         "eval": {"every": 0},
-        "logging": {"run_dir": f"{root}/{name}-{'fsdp' if fsdp else 'one'}", "progress": False, "report": False},
+        "logging": {
+            "run_dir": f"{root}/{name}-{'fsdp' if fsdp else 'one'}",
+            "progress": False,
+            "report": False,
+            "log_every": 1,
+        },
     }
     if "lora" in extra:
         d["lora"] = extra["lora"]
@@ -131,12 +138,21 @@ def test_fsdp_on_two_ranks_equals_one_process(tmp_path, keep_threads):
         assert moved > 1e-3, f"{name}: training must have changed the weights"
         for k in want:
             torch.testing.assert_close(got[k], want[k], atol=ATOL, rtol=RTOL, msg=f"{name} {k}")
+        norms = [_grad_norms(root, name, kind) for kind in ("fsdp", "one")]
+        assert norms[0] == pytest.approx(norms[1], rel=1e-4) and max(norms[1]) > CLIP, name
         if name == "lora":  # the frozen base stayed where it was, sharded or not
             assert all(torch.equal(got[k], init[k]) for k in init)
         if name == "pretrain":  # rank 0 evaluated the gathered model on the same batches as one process
             assert ranks[1][name]["eval"] == {}
             assert ranks[0][name]["eval"]["val_loss"] == pytest.approx(one.last_eval["val_loss"], rel=1e-5)
     _check_grpo(ranks)
+
+
+def _grad_norms(root: str, name: str, kind: str) -> list[float]:
+    """The gradient norms (before clipping) a run logged, one per step."""
+    with open(f"{root}/{name}-{kind}/metrics.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    return [r["grad_norm"] for r in rows if r["split"] == "train"]
 
 
 # -- GRPO -------------------------------------------------------------------------------------------------------
