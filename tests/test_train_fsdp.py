@@ -187,7 +187,7 @@ def _grpo_trainer(rank: int, fsdp: bool, run_dir: str, **grpo):
 def _grpo_checks(rank: int) -> dict:
     """On each rank, from the same start: the sharded model's rollouts equal the plain model's (the sampler draws
     alike, so any difference is in the weights the rollouts saw); then two GRPO steps under FSDP and under DDP,
-    whose later rollouts come from the updated weights; and the refused reference copy."""
+    whose later rollouts come from the updated weights; the rollout back end; and the refused settings."""
     root = os.environ["FSDP_TEST_ROOT"]
     fsdp_run, ddp_run = _grpo_trainer(rank, True, root), _grpo_trainer(rank, False, root)
     rollouts = []
@@ -201,11 +201,15 @@ def _grpo_checks(rank: int) -> dict:
     ddp_run.fit()
     out["fsdp"] = _full_state(fsdp_run.bare_model)
     out["ddp"] = {k: v.clone() for k, v in ddp_run.bare_model.state_dict().items()}
-    try:
-        _grpo_trainer(rank, True, root + "/copy", kl_coef=0.1, reference="copy")
-        out["copy_error"] = None
-    except ValueError as exc:
-        out["copy_error"] = str(exc)
+    from cookmind.align.objective import rollout_options
+
+    out["engine"] = rollout_options(fsdp_run.objective.cfg, fsdp_run.model)["engine"]
+    for key, refused in (("copy", {"kl_coef": 0.1, "reference": "copy"}), ("serving", {"engine": "serving"})):
+        try:
+            _grpo_trainer(rank, True, f"{root}/{key}", **refused)
+            out[key] = None
+        except ValueError as exc:
+            out[key] = str(exc)
     return out
 
 
@@ -213,7 +217,9 @@ def _check_grpo(ranks) -> None:
     for r in ranks:
         g = r["grpo"]
         assert g["rollouts_equal"], "rollouts of the sharded model differ from the plain model's"
-        assert "grpo.reference=copy cannot copy a model sharded by parallel.fsdp" in g["copy_error"]
+        assert "grpo.reference=copy cannot copy a model sharded by parallel.fsdp" in g["copy"]
+        assert "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers" in g["serving"]
+        assert g["engine"] == "builtin"  # "auto" under FSDP: the plain loop
     assert not torch.equal(ranks[0]["grpo"]["responses"], ranks[1]["grpo"]["responses"])  # ranks roll out apart
     got, want = ranks[0]["grpo"]["fsdp"], ranks[0]["grpo"]["ddp"]
     for k in want:

@@ -129,9 +129,14 @@ def sampling_params(cfg: GRPOConfig, tokenizer, seed: int | None, greedy: bool =
     )
 
 
-def rollout_options(cfg: GRPOConfig) -> dict:
-    """generate_ids / collect_rollouts keyword arguments: rows per forward and the generation back end."""
-    return {"batch_size": cfg.rollout_chunk, "engine": cfg.engine}
+def rollout_options(cfg: GRPOConfig, model: torch.nn.Module | None = None) -> dict:
+    """generate_ids / collect_rollouts keyword arguments: rows per forward and the generation back end.
+
+    A model sharded by FSDP decodes in the plain loop ("auto" picks "builtin"): its gathered weights are
+    allocated afresh at each gather, and the serving engine keeps itself (and its CUDA graphs) across calls.
+    """
+    engine = "builtin" if cfg.engine == "auto" and model is not None and is_sharded(model) else cfg.engine
+    return {"batch_size": cfg.rollout_chunk, "engine": engine}
 
 
 def as_problem(p) -> dict[str, str]:
@@ -165,7 +170,7 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
     was_training = model.training
     model.eval()
     outs = generate_ids(
-        model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer, **rollout_options(cfg)
+        model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer, **rollout_options(cfg, model)
     )
     model.train(was_training)
     texts = [decode_response(tokenizer, o) for o in outs]
@@ -226,6 +231,11 @@ class GRPOObjective(Objective):
         if dist is not None:
             self.rank, self.world = dist.rank, dist.world_size
         self.seed = trainer.cfg.train.seed
+        if self.cfg.engine == "serving" and is_sharded(trainer.bare_model):
+            raise ValueError(
+                "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers afresh for each "
+                "rollout; use grpo.engine=builtin (or auto)"
+            )
         if self.cfg.kl_coef and self.reference is None:
             if self.cfg.reference == "copy" and is_sharded(trainer.bare_model):
                 raise ValueError(
@@ -299,7 +309,7 @@ class GRPOObjective(Objective):
                     self.reward_fn,
                     self.cfg.advantage_eps,
                     self.cfg.normalize_by_std,
-                    **rollout_options(self.cfg),
+                    **rollout_options(self.cfg, model),
                 )
         self.calls += 1
         loss_batch = {
