@@ -45,6 +45,7 @@ from cookmind.align.prompts import (
 from cookmind.align.reference import Reference
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import SamplingParams, collect_rollouts, generate_ids
+from cookmind.parallel.fsdp import gathered_weights, is_sharded
 from cookmind.train.objectives.base import Objective, unwrap
 
 LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip")
@@ -128,9 +129,14 @@ def sampling_params(cfg: GRPOConfig, tokenizer, seed: int | None, greedy: bool =
     )
 
 
-def rollout_options(cfg: GRPOConfig) -> dict:
-    """generate_ids / collect_rollouts keyword arguments: rows per forward and the generation back end."""
-    return {"batch_size": cfg.rollout_chunk, "engine": cfg.engine}
+def rollout_options(cfg: GRPOConfig, model: torch.nn.Module | None = None) -> dict:
+    """generate_ids / collect_rollouts keyword arguments: rows per forward and the generation back end.
+
+    A model sharded by FSDP decodes in the plain loop ("auto" picks "builtin"): its gathered weights are
+    allocated afresh at each gather, and the serving engine keeps itself (and its CUDA graphs) across calls.
+    """
+    engine = "builtin" if cfg.engine == "auto" and model is not None and is_sharded(model) else cfg.engine
+    return {"batch_size": cfg.rollout_chunk, "engine": engine}
 
 
 def as_problem(p) -> dict[str, str]:
@@ -164,7 +170,7 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
     was_training = model.training
     model.eval()
     outs = generate_ids(
-        model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer, **rollout_options(cfg)
+        model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer, **rollout_options(cfg, model)
     )
     model.train(was_training)
     texts = [decode_response(tokenizer, o) for o in outs]
@@ -225,7 +231,17 @@ class GRPOObjective(Objective):
         if dist is not None:
             self.rank, self.world = dist.rank, dist.world_size
         self.seed = trainer.cfg.train.seed
+        if self.cfg.engine == "serving" and is_sharded(trainer.bare_model):
+            raise ValueError(
+                "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers afresh for each "
+                "rollout; use grpo.engine=builtin (or auto)"
+            )
         if self.cfg.kl_coef and self.reference is None:
+            if self.cfg.reference == "copy" and is_sharded(trainer.bare_model):
+                raise ValueError(
+                    "grpo.reference=copy cannot copy a model sharded by parallel.fsdp; use grpo.reference=base "
+                    "(LoRA), grpo.kl_coef=0 or parallel.fsdp=false"
+                )
             self.reference = Reference(trainer.bare_model, self.cfg.reference)
 
     def _next_problems(self, trainer: Any) -> dict[str, Any]:
@@ -282,18 +298,19 @@ class GRPOObjective(Objective):
             params = sampling_params(
                 self.cfg, self.tokenizer, seed=(self.seed * 1_000_003 + self.calls) * 101 + self.rank
             )
-            out = collect_rollouts(
-                unwrap(model),
-                self.tokenizer,
-                prompts,
-                list(batch["answer"]),
-                self.cfg.group_size,
-                params,
-                self.reward_fn,
-                self.cfg.advantage_eps,
-                self.cfg.normalize_by_std,
-                **rollout_options(self.cfg),
-            )
+            with gathered_weights(model):  # FSDP: rollouts stop at different lengths on each rank
+                out = collect_rollouts(
+                    unwrap(model),
+                    self.tokenizer,
+                    prompts,
+                    list(batch["answer"]),
+                    self.cfg.group_size,
+                    params,
+                    self.reward_fn,
+                    self.cfg.advantage_eps,
+                    self.cfg.normalize_by_std,
+                    **rollout_options(self.cfg, model),
+                )
         self.calls += 1
         loss_batch = {
             k: out[k].to(device) for k in ("input_ids", "labels", "response_mask", "advantages", "raw_rewards")

@@ -1,12 +1,13 @@
 """Distributed training written here: process-group setup, ``parallelize`` (activation checkpointing, compile,
-bucketed DDP), sharded optimizer state, and ``unwrap`` to get the plain model back."""
+bucketed DDP or FSDP2), sharded optimizer state, and ``unwrap`` to get the plain model back."""
 
 from .activation_checkpointing import apply_activation_checkpointing
 from .bucket_plan import plan_buckets
 from .compile_blocks import compile_blocks, find_blocks
 from .ddp import DDP
+from .fsdp import gathered_weights, is_sharded, shard_model
 from .grad_bucket import GradBucket
-from .parallelize import finish_gradient_sync, no_sync, parallelize, wrap_data_parallel
+from .parallelize import finish_gradient_sync, fsdp_param_dtype, no_sync, parallelize, wrap_data_parallel
 from .process_group import DistInfo, all_reduce_flag, barrier, destroy_distributed, init_distributed
 from .sharded_optimizer import ShardedOptimizer
 from .unwrap import unwrap
@@ -23,10 +24,14 @@ __all__ = [
     "destroy_distributed",
     "find_blocks",
     "finish_gradient_sync",
+    "fsdp_param_dtype",
+    "gathered_weights",
     "init_distributed",
+    "is_sharded",
     "no_sync",
     "parallelize",
     "plan_buckets",
+    "shard_model",
     "unwrap",
     "wrap_data_parallel",
 ]

@@ -11,8 +11,9 @@ last (its gradient hooks and collectives stay outside the compiled graphs). ZeRO
 optimizer, not the model: ``ShardedOptimizer`` wraps the optimizer when ``parallel.zero1`` is set
 (``cookmind.train.build.build_optimizer``), over the same DDP-averaged gradients.
 
-Sharded data parallelism (FSDP2, ``torch.distributed.fsdp.fully_shard``) goes in step 3 next: ``fully_shard``
-each block and then the root, in place of the DDP wrapper (checkpointing and compile stay as they are).
+With ``parallel.fsdp`` step 3 is FSDP2 (``cookmind.parallel.fsdp.shard_model``): ``fully_shard`` each block and
+then the root, in place of the DDP wrapper, on any number of ranks. Compile is then per block (step 2 compiles
+each block in place, as torchtitan does), so FSDP's hooks and collectives stay outside the compiled graphs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from torch import nn
 from cookmind.model.float8_blocks import apply_fp8_blocks
 
 from .activation_checkpointing import apply_activation_checkpointing
+from .compile_blocks import compile_blocks
 from .ddp import DDP
+from .fsdp import set_gradient_sync, shard_model
 
 if TYPE_CHECKING:
     from cookmind.train.config import TrainConfig
@@ -43,7 +46,8 @@ def parallelize(model: nn.Module, cfg: TrainConfig) -> nn.Module:
     Returns the module to train (the outermost wrapper); ``model`` itself is changed only by FP8 blocks and
     checkpointing, which swap or wrap its blocks' modules in place (state-dict names unchanged). Data
     parallelism applies when a process group of more than one rank is up (``init_distributed``); the model
-    must be on this rank's device already.
+    must be on this rank's device already. With ``parallel.fsdp`` the model is sharded in place (its blocks
+    compiled in place) and returned itself; that needs a process group of any size.
     """
     t, p = cfg.train, cfg.parallel
     fp8 = apply_fp8_blocks(model, cfg)  # before compile (it traces the float8 casts) and before any sharding
@@ -51,8 +55,13 @@ def parallelize(model: nn.Module, cfg: TrainConfig) -> nn.Module:
         print(f"cookmind train: {fp8.summary()}", file=sys.stderr)
     if t.activation_checkpointing:
         apply_activation_checkpointing(model)
+    mode = None if t.compile_mode == "default" else t.compile_mode
+    if p.fsdp:
+        if t.compile:
+            compile_blocks(model, mode=mode)
+        return shard_model(model, p.reshard_after_forward, fsdp_param_dtype(cfg), _DTYPES[p.reduce_dtype])
     if t.compile:
-        model = torch.compile(model, mode=None if t.compile_mode == "default" else t.compile_mode)
+        model = torch.compile(model, mode=mode)
     if dist.is_initialized() and dist.get_world_size() > 1:
         model = wrap_data_parallel(model, p.ddp, p.bucket_mb, p.reduce_dtype)
     return model
@@ -89,11 +98,31 @@ def wrap_data_parallel(
     return wrapped
 
 
+def fsdp_param_dtype(cfg: TrainConfig) -> torch.dtype | None:
+    """The dtype FSDP gathers and computes the weights in: bf16 for a bf16 run, else the weights' own (fp32)."""
+    return torch.bfloat16 if cfg.train.precision == "bf16" else None
+
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
 def no_sync(model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
-    """Skip the gradient all-reduce on non-final micro-steps (``sync`` False); a no-op without a DDP wrapper."""
-    if sync or not isinstance(model, (DDP, nn.parallel.DistributedDataParallel)):
+    """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP) on non-final micro-steps (``sync`` False);
+    a no-op without data parallelism. The backward must run inside."""
+    if sync:
         return contextlib.nullcontext()
-    return model.no_sync()
+    if isinstance(model, (DDP, nn.parallel.DistributedDataParallel)):
+        return model.no_sync()
+    return _fsdp_no_sync(model)
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model: nn.Module):
+    set_gradient_sync(model, False)  # a no-op for a model that is not sharded
+    try:
+        yield
+    finally:
+        set_gradient_sync(model, True)
 
 
 def finish_gradient_sync(model: nn.Module) -> None:

@@ -50,12 +50,13 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
     return device
 
 
-def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
+def init_distributed(device: str = "auto", backend: str = "auto", group_of_one: bool = False) -> DistInfo:
     """Join the job torchrun started (RANK / WORLD_SIZE / LOCAL_RANK); a single process needs no group.
 
     device: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N`` (see ``resolve_device``). backend: ``auto`` (nccl on
     CUDA, gloo elsewhere) | ``nccl`` | ``gloo``. The CUDA device is set before the group is made, and NCCL is
     bound to it, so each process drives one GPU. A group made already (by a test, a launcher) is joined as it is.
+    group_of_one: a single process gets a group of one rank too (FSDP2 needs one), over an in-memory store.
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -65,14 +66,17 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
         torch.cuda.set_device(dev)
     if dist.is_initialized():
         return DistInfo(dist.get_rank(), dist.get_world_size(), local, dev)
-    if world == 1:
+    if world == 1 and not group_of_one:
         return DistInfo(0, 1, local, dev)
-    for var in ("MASTER_ADDR", "MASTER_PORT"):
-        if var not in os.environ:
-            raise RuntimeError(f"WORLD_SIZE={world} but {var} is unset; launch with torchrun --nproc_per_node N")
     if backend == "auto":
         backend = "nccl" if dev.type == "cuda" else "gloo"
     bind = {"device_id": dev} if dev.type == "cuda" else {}  # NCCL binds this rank's GPU up front
+    if world == 1:
+        bind["store"] = dist.HashStore()  # no rendezvous: nobody else joins
+    else:
+        for var in ("MASTER_ADDR", "MASTER_PORT"):
+            if var not in os.environ:
+                raise RuntimeError(f"WORLD_SIZE={world} but {var} is unset; launch with torchrun --nproc_per_node N")
     dist.init_process_group(
         backend=backend, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=30), **bind
     )

@@ -155,13 +155,17 @@ class LoggingConfig:
 
 @dataclass
 class ParallelConfig:
-    """Data parallelism: PyTorch DDP or cookmind's own (cookmind.parallel), with optional ZeRO-1."""
+    """Data parallelism: PyTorch DDP or cookmind's own (cookmind.parallel), with optional ZeRO-1; or FSDP2."""
 
     ddp: str = "torch"  # torch | ours
     zero1: bool = False
     backend: str = "auto"  # auto (nccl on GPU, gloo on CPU) | gloo | nccl
     bucket_mb: float = 25.0
     reduce_dtype: str = "fp32"  # fp32 | bf16: gradients all-reduced in bf16 (half the bytes; ours, or torch's hook)
+    fsdp: bool = False  # FSDP2 (fully_shard each block, then the root) in place of DDP: parameters, gradients and
+    # optimizer state sharded over the ranks
+    reshard_after_forward: bool = True  # fsdp: free each block's gathered weights after its forward (gather again
+    # in backward); false keeps them until backward (more memory, less communication)
 
 
 @dataclass
@@ -260,6 +264,8 @@ class TrainConfig:
         _choice("dpo.loss", self.dpo.loss, ("sigmoid", "ipo"))
         _choice("parallel.ddp", self.parallel.ddp, ("torch", "ours"))
         _choice("parallel.backend", self.parallel.backend, ("auto", "gloo", "nccl"))
+        if self.parallel.fsdp:
+            _check_fsdp(self)
         if self.data.train_type is not None:
             _choice("data.train_type", self.data.train_type, ("seq", "sft", "dpo", "grpo"))
         from cookmind.model.config import CookMindConfig
@@ -433,3 +439,21 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ValueError(f"{where}: expected a string, got {value!r}")
         return str(value)
     return value
+
+
+def _check_fsdp(cfg: TrainConfig) -> None:
+    """Refuse what cannot go with parallel.fsdp, in one line each."""
+    if cfg.parallel.ddp == "ours":
+        raise ValueError(
+            "parallel.fsdp=true shards the model itself and cannot go inside parallel.ddp=ours; "
+            "drop parallel.ddp (or set parallel.fsdp=false)"
+        )
+    if cfg.parallel.zero1:
+        raise ValueError(
+            "parallel.fsdp=true shards the optimizer state already; set parallel.zero1=false (ZeRO-1 is for DDP runs)"
+        )
+    if cfg.train.cuda_graph == "true":
+        raise ValueError(
+            "train.cuda_graph=true cannot capture FSDP's collectives (parallel.fsdp=true); "
+            "set train.cuda_graph=false or auto"
+        )

@@ -50,7 +50,9 @@ from cookmind.parallel import (
     all_reduce_flag,
     barrier,
     finish_gradient_sync,
+    gathered_weights,
     init_distributed,
+    is_sharded,
     no_sync,
     parallelize,
     unwrap,
@@ -128,7 +130,7 @@ class Trainer:
     ):
         cfg.validate()
         self.cfg = cfg
-        self.dist = init_distributed(cfg.train.device, cfg.parallel.backend)
+        self.dist = init_distributed(cfg.train.device, cfg.parallel.backend, group_of_one=cfg.parallel.fsdp)
         self.device = self.dist.device
         if self.device.type == "cpu" and cfg.train.threads > 0:
             torch.set_num_threads(cfg.train.threads)  # bit-reproducible CPU runs need the same count each time
@@ -151,7 +153,8 @@ class Trainer:
         self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
         B.check_init_tokenizer(cfg, self.tokenizer)
 
-        # Model: fp32 master weights on this rank's device; checkpointing, compile and DDP applied from outside.
+        # Model: fp32 master weights on this rank's device; checkpointing, compile and DDP (or FSDP, which shards
+        # bare_model in place: the optimizer below is built over its sharded parameters) applied from outside.
         if model is None:
             model = B.build_model(cfg, self.tokenizer)
         elif cfg.lora.enabled:
@@ -234,6 +237,8 @@ class Trainer:
             from cookmind.train.cuda_graph import GraphedStep, graph_problems
 
             problems = graph_problems(self)
+            if cfg.parallel.fsdp:
+                problems.append("FSDP's collectives (parallel.fsdp) cannot be captured")
             if problems and cfg.train.cuda_graph == "true":
                 raise ValueError(
                     "train.cuda_graph=true cannot be used here: "
@@ -583,14 +588,15 @@ class Trainer:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         from cookmind.optim import clip_divisor, clip_grad_norm, global_grad_norm
+        from cookmind.parallel.fsdp import plain
 
         max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
         divisor = None
         if self._skip_on_device:  # fused AdamW clips as it reads the gradients: no separate pass over them
-            grad_norm = global_grad_norm(self._trainable).to(self.device)
+            grad_norm = plain(global_grad_norm(self._trainable)).to(self.device)  # FSDP: the norm over all shards
             divisor = clip_divisor(grad_norm, max_norm)
         else:
-            grad_norm = clip_grad_norm(self._trainable, max_norm)
+            grad_norm = plain(clip_grad_norm(self._trainable, max_norm))
         stats = torch.stack([loss_sum / accum, grad_norm.float().to(self.device)])
         if self._skip_on_device:
             # The optimizer reads "skip" from the device: nothing here waits for the GPU, so the host can
@@ -684,9 +690,17 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, step: int) -> dict[str, float]:
-        """Validation loss (and perplexity for seq/sft) on up to ``eval.max_batches`` batches; samples."""
-        if not self.dist.is_main:
-            return {}
+        """Validation loss (and perplexity for seq/sft) on up to ``eval.max_batches`` batches; samples.
+
+        Rank 0 alone evaluates. A sharded model (FSDP) first gathers its weights on every rank, so every rank
+        must call this; rank 0 then runs its forwards without collectives.
+        """
+        if not is_sharded(self.model):
+            return self._evaluate(step) if self.dist.is_main else {}
+        with gathered_weights(self.model):
+            return self._evaluate(step) if self.dist.is_main else {}
+
+    def _evaluate(self, step: int) -> dict[str, float]:
         model = unwrap(self.model, data_parallel_only=True)  # rank 0 alone: no wrapper that talks to the others
         was_training = model.training
         model.eval()
@@ -750,6 +764,17 @@ class Trainer:
         """Save ``<ckpt_dir>/step_<step>`` on rank 0 (the state after optimizer step ``step``); ``diverged``
         marks it so that no rule picks it as the newest checkpoint."""
         self.last_saved_step = self.step
+        # --- FSDP save seam (the sharded-checkpoint work replaces this): a sharded model is not saved yet. ---
+        if is_sharded(self.model):
+            import warnings
+
+            if self.dist.is_main:
+                warnings.warn(
+                    "parallel.fsdp: checkpoints of a sharded model are not written yet; this run saves none",
+                    stacklevel=2,
+                )
+            return None
+        # --- end of the FSDP save seam ---
         # A sharded optimizer gathers its full state collectively: every rank takes part.
         gathered = self.optimizer.state_dict() if self.dist.enabled and self.cfg.parallel.zero1 else None
         if not self.dist.is_main:
@@ -806,6 +831,10 @@ class Trainer:
             if spec == "auto":
                 return  # nothing saved yet: a fresh start
             raise FileNotFoundError(f"checkpoint.resume={spec}: no complete checkpoint there")
+        # --- FSDP resume seam (the sharded-checkpoint work replaces this) ---
+        if is_sharded(self.model):
+            raise ValueError(f"checkpoint.resume={spec}: resuming a parallel.fsdp run is not supported yet")
+        # --- end of the FSDP resume seam ---
         meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
         self.run_id = meta.get("run_id") or self.run_id
         self.recent_losses = list(meta.get("recent_losses") or [])

@@ -1,0 +1,299 @@
+"""parallel.fsdp (FSDP2) on two gloo processes: the same weights as one process with the same global batch, for
+pretrain (with activation checkpointing and gradient accumulation), SFT, DPO (its reference sharded too) and LoRA;
+GRPO's rollouts see the current weights; and the combinations that cannot work are refused.
+
+Tolerance: not bit for bit. Each rank computes its half of the batch's gradient and FSDP sums the halves in its
+reduce-scatter, where one process sums over the whole batch inside its matmuls: the fp32 sums run in another
+order (the same reason DDP is not bit for bit; gradients differ by ~3e-8). AdamW divides by sqrt(v), which
+magnifies that noise where a gradient element is near zero, so ATOL is 5e-5 (a few such elements in thousands
+differ by 1-2e-5), rtol 1e-4, against weights that move by ~1e-2 per step here. On one rank, where nothing is
+summed in another order, FSDP equals the plain model bit for bit (the last test).
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from gloo_fixtures import run_on_gloo_ranks
+from lm_fixtures import MICRO, TINY, tiny_config, tiny_lm
+from torch.distributed.tensor import DTensor
+
+from cookmind.store import write_store
+from cookmind.train import TrainConfig, Trainer
+
+STEPS = 2
+ATOL, RTOL = 5e-5, 1e-4  # see the module docstring
+CLIP = 0.03  # below the gradient norms here: clipping by the norm over all shards is part of what is compared
+# scenario -> (objective, train store, config sections beside the common ones)
+SCENARIOS = {
+    "pretrain": ("pretrain", "seq", {"train": {"activation_checkpointing": True, "grad_accum_steps": 2}}),
+    "sft": ("sft", "sft", {"parallel": {"reshard_after_forward": False}}),
+    "dpo": ("dpo", "dpo", {}),
+    "lora": ("sft", "sft", {"lora": {"enabled": True, "r": 4, "alpha": 8, "targets": ["q_proj", "v_proj"]}}),
+}
+
+
+def _write_data(root: str) -> None:
+    """Stores whose records all have the same length and number of trained tokens: the mean over a batch of
+    micro-batch means is then the mean over the global batch, as one process computes it."""
+    rng = np.random.default_rng(0)
+    write_store(f"{root}/seq", "seq", [{"sequence": rng.integers(1, 64, size=70)} for _ in range(8)], vocab_size=64)
+    # 4 validation windows: one batch of 4 in one process, two batches of 2 (micro_batch_size) under FSDP
+    write_store(f"{root}/val", "seq", [{"sequence": rng.integers(1, 64, size=33)} for _ in range(2)], vocab_size=64)
+    mask = np.array([0] * 6 + [1] * 10)
+    sft = [{"sequence": rng.integers(1, 64, size=16), "loss_mask": mask} for _ in range(16)]
+    write_store(f"{root}/sft", "sft", sft, vocab_size=64)
+    dpo = [
+        {
+            "chosen": c,
+            "chosen_mask": mask,
+            "rejected": np.concatenate([c[:6], rng.integers(1, 64, 10)]),
+            "rejected_mask": mask,
+        }
+        for c in (rng.integers(1, 64, size=16) for _ in range(16))
+    ]
+    write_store(f"{root}/dpo", "dpo", dpo, vocab_size=64)
+    torch.manual_seed(5)
+    from cookmind.model.model_io import save_model
+
+    save_model(f"{root}/init", tiny_lm())
+
+
+def _cfg(root: str, name: str, fsdp: bool, world: int) -> TrainConfig:
+    objective, store, extra = SCENARIOS[name]
+    accum = extra.get("train", {}).get("grad_accum_steps", 1)
+    d = {
+        "data": {"train_path": f"{root}/{store}", "window_size": 16},
+        "train": {
+            "objective": objective,
+            "max_steps": STEPS,
+            "micro_batch_size": 4 // world,
+            "device": "cpu",
+            "seed": 3,
+            "threads": 1,
+            "init_from": f"{root}/init",
+            **extra.get("train", {}),
+            "grad_accum_steps": accum,
+        },
+        "optim": {"lr": 1e-2, "warmup_steps": 1, "grad_clip": CLIP},
+        "parallel": {"fsdp": fsdp, "backend": "gloo", **extra.get("parallel", {})},
+        "checkpoint": {"every": 0},
+        "eval": {"every": 0},
+        "logging": {
+            "run_dir": f"{root}/{name}-{'fsdp' if fsdp else 'one'}",
+            "progress": False,
+            "report": False,
+            "log_every": 1,
+        },
+    }
+    if "lora" in extra:
+        d["lora"] = extra["lora"]
+    if name == "pretrain":  # evaluation under FSDP: every rank gathers, rank 0 evaluates
+        d["data"]["val_path"] = f"{root}/val"
+        d["eval"] = {"every": 2, "max_batches": 4}
+    return TrainConfig.from_dict(d)
+
+
+def _full_state(model) -> dict[str, torch.Tensor]:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on every rank, kept on rank 0
+    return get_model_state_dict(model, options=opts)
+
+
+def _fsdp_ranks(rank: int) -> dict:
+    root = os.environ["FSDP_TEST_ROOT"]
+    out = {}
+    for name in SCENARIOS:
+        trainer = Trainer(_cfg(root, name, fsdp=True, world=2))
+        assert all(isinstance(p, DTensor) for p in trainer.bare_model.parameters()), "not sharded"
+        trainer.fit()
+        out[name] = {"state": _full_state(trainer.bare_model), "eval": trainer.last_eval}
+    out["grpo"] = _grpo_checks(rank)
+    return out
+
+
+def test_fsdp_on_two_ranks_equals_one_process(tmp_path, keep_threads):
+    root = str(tmp_path)
+    _write_data(root)
+    os.environ["FSDP_TEST_ROOT"] = root  # the spawned ranks inherit it
+    try:
+        ranks = run_on_gloo_ranks(_fsdp_ranks, 2, tmp_path)
+    finally:
+        del os.environ["FSDP_TEST_ROOT"]
+    torch.set_num_threads(1)
+    from cookmind.model import load_model
+
+    init = load_model(f"{root}/init").state_dict()
+    for name in SCENARIOS:
+        one = Trainer(_cfg(root, name, fsdp=False, world=1))
+        one.fit()
+        want = one.bare_model.state_dict()
+        got = ranks[0][name]["state"]
+        assert set(got) == set(want), name
+        start = {**init, **{k: torch.zeros_like(v) for k, v in want.items() if ".lora_B." in k}}  # B starts at 0
+        moved = max((want[k] - start[k]).abs().max().item() for k in start if k in want)
+        assert moved > 1e-3, f"{name}: training must have changed the weights"
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], atol=ATOL, rtol=RTOL, msg=f"{name} {k}")
+        norms = [_logged(f"{root}/{name}-{kind}") for kind in ("fsdp", "one")]
+        assert norms[0] == pytest.approx(norms[1], rel=1e-4) and max(norms[1]) > CLIP, name
+        if name == "lora":  # the frozen base stayed where it was, sharded or not
+            assert all(torch.equal(got[k], init[k]) for k in init)
+        if name == "pretrain":  # rank 0 evaluated the gathered model on the same batches as one process
+            assert ranks[1][name]["eval"] == {}
+            assert ranks[0][name]["eval"]["val_loss"] == pytest.approx(one.last_eval["val_loss"], rel=1e-5)
+    _check_grpo(ranks)
+
+
+def _logged(run_dir: str, key: str = "grad_norm") -> list[float]:
+    """What a run logged for ``key`` (default the gradient norm before clipping), one per step."""
+    with open(f"{run_dir}/metrics.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    return [r[key] for r in rows if r["split"] == "train"]
+
+
+# -- GRPO -------------------------------------------------------------------------------------------------------
+
+
+def _grpo_trainer(rank: int, fsdp: bool, run_dir: str, **grpo):
+    from test_align_fixtures import XYZ, x_fraction
+
+    from cookmind.align.objective import GRPOConfig, GRPOObjective
+    from cookmind.model import CookMindLM
+
+    torch.manual_seed(0)  # the same start on every rank and in both runs
+    model = CookMindLM(tiny_config(**MICRO, vocab_size=5, max_position_embeddings=32))
+    problems = [{"question": "?" * k, "answer": ""} for k in range(1, 9)]
+    objective = GRPOObjective(
+        GRPOConfig(group_size=4, max_new_tokens=4, template="{question}", stop_strings=(), **grpo),
+        reward_fn=x_fraction,
+        problems=problems,
+    )
+    cfg = TrainConfig.from_dict(
+        {
+            "train": {"objective": "grpo", "max_steps": 2, "micro_batch_size": 2, "device": "cpu", "seed": 0},
+            "optim": {"lr": 1e-2, "schedule": "constant"},
+            "parallel": {"backend": "gloo", "fsdp": fsdp},
+            "checkpoint": {"every": 0},
+            "logging": {"run_dir": f"{run_dir}/grpo-{fsdp}-{rank}", "progress": False, "report": False},
+        }
+    )
+    return Trainer(cfg, model=model, objective=objective, tokenizer=XYZ())
+
+
+def _grpo_checks(rank: int) -> dict:
+    """On each rank, from the same start: the sharded model's rollouts equal the plain model's (the sampler draws
+    alike, so any difference is in the weights the rollouts saw); then two GRPO steps under FSDP and under DDP,
+    whose later rollouts come from the updated weights; the rollout back end; and the refused settings."""
+    root = os.environ["FSDP_TEST_ROOT"]
+    fsdp_run, ddp_run = _grpo_trainer(rank, True, root), _grpo_trainer(rank, False, root)
+    rollouts = []
+    for run in (fsdp_run, ddp_run):
+        batch = run.objective.next_batch(run)
+        rollouts.append(run.objective.prepare(run.model, batch))
+    keys = ("input_ids", "response_mask", "raw_rewards")
+    out = {"rollouts_equal": all(torch.equal(rollouts[0][k], rollouts[1][k]) for k in keys)}
+    out["responses"] = rollouts[0]["input_ids"]
+    fsdp_run.fit()
+    ddp_run.fit()
+    out["fsdp"] = _full_state(fsdp_run.bare_model)
+    out["ddp"] = {k: v.clone() for k, v in ddp_run.bare_model.state_dict().items()}
+    from cookmind.align.objective import rollout_options
+
+    out["engine"] = rollout_options(fsdp_run.objective.cfg, fsdp_run.model)["engine"]
+    for key, refused in (("copy", {"kl_coef": 0.1, "reference": "copy"}), ("serving", {"engine": "serving"})):
+        try:
+            _grpo_trainer(rank, True, f"{root}/{key}", **refused)
+            out[key] = None
+        except ValueError as exc:
+            out[key] = str(exc)
+    return out
+
+
+def _check_grpo(ranks) -> None:
+    for r in ranks:
+        g = r["grpo"]
+        assert g["rollouts_equal"], "rollouts of the sharded model differ from the plain model's"
+        assert "grpo.reference=copy cannot copy a model sharded by parallel.fsdp" in g["copy"]
+        assert "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers" in g["serving"]
+        assert g["engine"] == "builtin"  # "auto" under FSDP: the plain loop
+    assert not torch.equal(ranks[0]["grpo"]["responses"], ranks[1]["grpo"]["responses"])  # ranks roll out apart
+    got, want = ranks[0]["grpo"]["fsdp"], ranks[0]["grpo"]["ddp"]
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=ATOL, rtol=RTOL, msg=f"grpo {k}")
+
+
+# -- refused combinations and one rank ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"parallel": {"ddp": "ours"}}, "cannot go inside parallel.ddp=ours"),
+        ({"parallel": {"zero1": True}}, "shards the optimizer state already; set parallel.zero1=false"),
+        ({"train": {"cuda_graph": "true"}}, "train.cuda_graph=true cannot capture FSDP's collectives"),
+    ],
+)
+def test_fsdp_refuses_what_cannot_work(setting, message):
+    d = {"parallel": {"fsdp": True}}
+    for section, values in setting.items():
+        d.setdefault(section, {}).update(values)
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.from_dict(d)
+
+
+def test_fsdp_in_one_process_is_a_one_rank_group_and_trains_like_the_plain_model(tmp_path, keep_threads):
+    import torch.distributed as dist
+
+    _write_data(str(tmp_path))
+    assert not dist.is_initialized()
+    try:
+        sharded = Trainer(_cfg(str(tmp_path), "sft", fsdp=True, world=1))
+        assert dist.get_world_size() == 1
+        sharded.fit()
+        got = _full_state(sharded.bare_model)
+    finally:
+        dist.destroy_process_group()
+    plain = Trainer(_cfg(str(tmp_path), "sft", fsdp=False, world=1))
+    plain.fit()
+    for k, v in plain.bare_model.state_dict().items():  # one rank: nothing is summed in another order
+        torch.testing.assert_close(got[k], v, rtol=0, atol=0, msg=k)
+    assert sharded.step == STEPS
+
+
+assert TINY["vocab_size"] == 64  # the stores above draw tokens below it
+
+
+# -- on GPUs (the lead's device runs) ----------------------------------------------------------------------------
+
+
+def _gpu_cfg(root: str, tag: str, fsdp: bool) -> TrainConfig:
+    cfg = _cfg(root, "pretrain", fsdp=fsdp, world=1)
+    cfg.train.device, cfg.train.precision, cfg.train.compile = "cuda", "bf16", True
+    cfg.train.max_steps, cfg.parallel.backend = 6, "auto"
+    cfg.logging.run_dir = f"{root}/gpu-{tag}"
+    return cfg
+
+
+@pytest.mark.gpu
+def test_fsdp_bf16_compiled_checkpointed_on_one_gpu_tracks_the_plain_run(tmp_path):
+    # One GPU, a one-rank NCCL group: FSDP with bf16 gathers, per-block compile, activation checkpointing, our
+    # fused AdamW (device-side skip, DTensor parameters) and evaluation on the gathered weights. FSDP casts every
+    # weight (the norms' too) to bf16 where autocast keeps the norms in fp32: close, not equal (1% per step).
+    import torch.distributed as dist
+
+    root = str(tmp_path)
+    _write_data(root)
+    try:
+        sharded = Trainer(_gpu_cfg(root, "fsdp", True))
+        sharded.fit()
+    finally:
+        dist.destroy_process_group()
+    plain = Trainer(_gpu_cfg(root, "plain", False))
+    plain.fit()
+    for key in ("loss", "grad_norm"):
+        assert _logged(f"{root}/gpu-fsdp", key) == pytest.approx(_logged(f"{root}/gpu-plain", key), rel=1e-2), key
+    assert sharded.last_eval["val_loss"] == pytest.approx(plain.last_eval["val_loss"], rel=1e-2)
