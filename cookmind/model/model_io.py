@@ -17,6 +17,13 @@ from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.rope import RotaryEmbedding
+from cookmind.model.sharded_io import (
+    ShardedCheckpointError,
+    dcp_dir,
+    is_sharded_checkpoint,
+    read_sharded_weights,
+    sharded_problem,
+)
 from cookmind.parallel import unwrap
 
 WEIGHTS_NAME = "model.safetensors"
@@ -93,7 +100,8 @@ def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | N
     """Why ``directory`` cannot be used as a checkpoint (missing or truncated files), or None.
 
     Cheap: reads the safetensors header and checks the file holds every byte it promises, and opens the
-    optimizer's zip directory (at the file's end, so a truncated file fails), without loading tensors.
+    optimizer's zip directory (at the file's end, so a truncated file fails), without loading tensors. A sharded
+    checkpoint: DCP's metadata, and every shard file as long as the metadata says.
     """
     meta = directory / META_NAME
     try:
@@ -102,6 +110,10 @@ def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | N
         return f"{meta} is damaged"
     if info.get("diverged"):
         return "it was saved by a diverged run"
+    if is_sharded_checkpoint(directory):
+        if not (directory / CONFIG_NAME).is_file():
+            return f"{directory / CONFIG_NAME} is missing"
+        return sharded_problem(directory, need_optimizer)
     weights = directory / WEIGHTS_NAME
     if not weights.is_file() or not (directory / CONFIG_NAME).is_file():
         return f"{weights} or {CONFIG_NAME} is missing"
@@ -139,7 +151,8 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
         complete = [
             d
             for _, d in step_dirs(root)
-            if (d / META_NAME).is_file() or ((d / CONFIG_NAME).is_file() and (d / WEIGHTS_NAME).is_file())
+            if (d / META_NAME).is_file()
+            or ((d / CONFIG_NAME).is_file() and ((d / WEIGHTS_NAME).is_file() or is_sharded_checkpoint(d)))
         ]
         for d in reversed(complete):
             problem = checkpoint_problem(d, need_optimizer)
@@ -184,6 +197,21 @@ def read_weights(path: Path, device: str | torch.device = "cpu") -> dict[str, to
         raise ModelLoadError(f"{path}: cannot read safetensors ({exc}); the file is truncated or corrupt") from exc
 
 
+def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> tuple[Path, dict[str, torch.Tensor]]:
+    """(the file named in errors, the weights) of a model directory: ``model.safetensors``, or a sharded
+    checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight`` dropped, as save_model does)."""
+    directory = Path(directory)
+    if (directory / WEIGHTS_NAME).is_file() or not is_sharded_checkpoint(directory):
+        return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
+    try:
+        found = read_sharded_weights(directory)
+    except ShardedCheckpointError as exc:
+        raise ModelLoadError(str(exc)) from None
+    if config.tie_word_embeddings:
+        found.pop("lm_head.weight", None)
+    return dcp_dir(directory), found
+
+
 def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> None:
     """Raise one ModelLoadError listing missing, unexpected and wrongly-shaped tensors of `path`."""
     missing = sorted(set(expected) - set(found))
@@ -207,14 +235,13 @@ def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[
 def load_model(
     directory: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> CookMindLM:
-    """Load a model saved by save_model (or the model part of a training checkpoint).
+    """Load a model saved by save_model (or the model part of a training checkpoint, full or sharded).
 
     dtype=None keeps the dtype stored in the file. Errors name the file and the mismatch.
     """
     directory = Path(directory)
     cfg = load_config(directory)
-    weights_path = directory / WEIGHTS_NAME
-    found = read_weights(weights_path)
+    weights_path, found = read_model_weights(directory, cfg)
     with torch.device("meta"):  # shapes only: no random init of weights about to be overwritten
         model = CookMindLM(cfg)
     check_state_dict(weights_path, model_state_dict(model), found)
