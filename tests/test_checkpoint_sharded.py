@@ -263,12 +263,16 @@ def _fsdp_lm(seed):
     return model
 
 
-def _fsdp_save(rank, root):
-    """Shard a tiny model over two ranks, take one AdamW step with known gradients, save it sharded."""
+def _fsdp_save_and_resume(rank):
+    """On each of two ranks: shard a tiny model, take one AdamW step with known gradients, save it sharded (in the
+    background); then load it into a differently initialised FSDP model. Returns both full weights and the
+    resumed optimizer's step counts."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from cookmind.train.sharded_checkpoint import ShardedCheckpointer, resolve_format
 
+    root = Path(os.environ["COOKMIND_TEST_ROOT"])
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model = _fsdp_lm(0)
     assert resolve_format("auto", model) == "sharded"
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -276,48 +280,31 @@ def _fsdp_save(rank, root):
         p.grad = torch.full_like(p, 0.01 * (i + 1))
     opt.step()
     saver = ShardedCheckpointer(rank, 2, async_save=True)
-    saver.save(Path(root) / "step_00000001", model, opt, {"step": 1, "run_id": "r"})
+    saver.save(root / "step_00000001", model, opt, {"step": 1, "run_id": "r"})
     saver.wait()
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {k: v.clone() for k, v in full.items()}
+    saved = {k: v.clone() for k, v in get_model_state_dict(model, options=full).items()}
 
-
-def _fsdp_resume(rank, root):
-    """Load the sharded checkpoint into a differently initialised FSDP model; return its full weights."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    model = _fsdp_lm(1)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    meta = load_checkpoint(Path(root) / "step_00000001", model, opt)
-    assert meta["step"] == 1
-    steps = {float(s["step"]) for s in opt.state_dict()["state"].values()}
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {k: v.clone() for k, v in full.items()}, steps
+    other = _fsdp_lm(1)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=1e-2)
+    assert load_checkpoint(root / "step_00000001", other, other_opt)["step"] == 1
+    steps = {float(s["step"]) for s in other_opt.state_dict()["state"].values()}
+    resumed = {k: v.clone() for k, v in get_model_state_dict(other, options=full).items()}
+    return saved, resumed, steps
 
 
 def test_fsdp_sharded_model_saves_and_resumes_on_two_ranks_and_loads_in_one_process(tmp_path, monkeypatch):
     root = tmp_path / "ckpts"
     monkeypatch.setenv("COOKMIND_TEST_ROOT", str(root))  # the spawned ranks read it
-    saved = run_on_gloo_ranks(_fsdp_save_entry, 2, tmp_path)
+    saved, resumed, steps = run_on_gloo_ranks(_fsdp_save_and_resume, 2, tmp_path)[0]
     step = root / "step_00000001"
     assert sorted(f for f in os.listdir(step / "dcp") if f.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]
-    whole = saved[0]
-    # one process, no group: the consolidated weights are the FSDP model's full weights
-    _assert_same(load_model(step).state_dict(), {k: v for k, v in whole.items()})
+    # two ranks, into a model initialised differently: the saved weights and optimizer steps come back
+    _assert_same(resumed, saved)
+    assert steps == {1.0}
+    # one process, no group: the consolidated weights are the FSDP model's full weights, optimizer included
+    _assert_same(load_model(step).state_dict(), saved)
     plain = tiny_lm()
     opt = torch.optim.AdamW(plain.parameters(), lr=1e-2)
     load_checkpoint(step, plain, opt)
-    _assert_same(plain.state_dict(), whole)
+    _assert_same(plain.state_dict(), saved)
     assert all(float(s["step"]) == 1.0 for s in opt.state_dict()["state"].values())
-    # two ranks again, into a model initialised differently: the saved weights and optimizer come back
-    resumed = run_on_gloo_ranks(_fsdp_resume_entry, 2, tmp_path)
-    _assert_same(resumed[0][0], whole)
-    assert resumed[0][1] == {1.0}
-
-
-def _fsdp_save_entry(rank):
-    return _fsdp_save(rank, os.environ["COOKMIND_TEST_ROOT"])
-
-
-def _fsdp_resume_entry(rank):
-    return _fsdp_resume(rank, os.environ["COOKMIND_TEST_ROOT"])
