@@ -237,16 +237,10 @@ def test_a_lora_run_saves_the_adapter_only_and_resumes(tmp_path, store):
     model_keys = [k for k in keys if k.startswith("model.")]
     assert model_keys and all("lora_" in k for k in model_keys), model_keys[:5]
     _train(store, tmp_path / "cut", "train.max_steps=4", "checkpoint.format=sharded", "checkpoint.resume=auto", *lora)
-    from cookmind.model.lora import has_lora
-
-    ref_dir = tmp_path / "ref/checkpoints/step_00000004"
-    cfg = TrainConfig.load("tiny-cpu", _overrides(store, tmp_path / "x", "train.micro_batch_size=4", *lora))
-    model = Trainer(cfg).bare_model
-    assert has_lora(model)
-    load_checkpoint(tmp_path / "cut/checkpoints/step_00000004", model)
-    ref = Trainer(cfg).bare_model
-    load_checkpoint(ref_dir, ref)
-    _assert_same(model.state_dict(), ref.state_dict())
+    # the full format holds the merged model; the sharded one is merged onto train.init_from when read
+    _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "cut", 4))
+    base = load_model(tmp_path / "init").state_dict()
+    assert any(not torch.equal(base[k], v) for k, v in _weights(tmp_path / "cut", 4).items()), "the adapter trained"
 
 
 # -- FSDP2-sharded models (two gloo ranks, fully_shard applied here until parallel.fsdp lands) -------------------

@@ -207,9 +207,40 @@ def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> 
         found = read_sharded_weights(directory)
     except ShardedCheckpointError as exc:
         raise ModelLoadError(str(exc)) from None
+    if found and all(".lora_A." in k or ".lora_B." in k for k in found):
+        found = _merged_onto_base(directory, found)
     if config.tie_word_embeddings:
         found.pop("lm_head.weight", None)
     return dcp_dir(directory), found
+
+
+def _merged_onto_base(directory: Path, adapter: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A LoRA run's sharded checkpoint holds its adapter only: fold it into the run's base (``train.init_from``
+    in meta.json) to get the weights a full-format checkpoint would hold."""
+    from cookmind.model.lora import apply_lora, merged_copy
+
+    try:
+        run = json.loads((directory / META_NAME).read_text())["config"]
+        base, lora = run["train"]["init_from"], run["lora"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(
+            f"{directory / META_NAME}: cannot tell this LoRA checkpoint's base model ({exc}); its dcp/ holds the "
+            "adapter only"
+        ) from None
+    base_dir = resolve_model_dir(base) if base else None
+    if base_dir is None or not (base_dir / CONFIG_NAME).is_file():
+        raise ModelLoadError(
+            f"{dcp_dir(directory)}: holds a LoRA adapter only, and its base model train.init_from={base!r} (from "
+            f"{directory / META_NAME}) is not a cookmind model directory here; run from the training's directory "
+            "or resume the run and save with checkpoint.format=full"
+        )
+    model = load_model(base_dir, dtype=next(iter(adapter.values())).dtype)
+    apply_lora(model, lora["r"], lora["alpha"], 0.0, lora["targets"])
+    missing = set(adapter) - set(model.state_dict())
+    if missing:
+        raise ModelLoadError(f"{dcp_dir(directory)}: adapter tensors {sorted(missing)[:5]} do not fit {base_dir}")
+    model.load_state_dict(adapter, strict=False)
+    return dict(merged_copy(model).state_dict())
 
 
 def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> None:
