@@ -189,19 +189,32 @@ def test_sigterm_saves_a_sharded_checkpoint_and_exits_128_plus_n(tmp_path, store
     assert latest_checkpoint(run, need_optimizer=True).name == "step_00000002"
 
 
-def test_a_crash_mid_save_leaves_no_complete_looking_directory(tmp_path, store, monkeypatch):
+@pytest.mark.parametrize("background", [False, True])
+def test_a_crash_mid_save_leaves_no_complete_looking_directory(tmp_path, store, monkeypatch, background):
+    from concurrent.futures import Future
+
     import torch.distributed.checkpoint as dcp
 
     _train(store, tmp_path / "r", "train.max_steps=1", "checkpoint.format=sharded")
     save = dcp.save
 
     def save_then_crash(state, checkpoint_id, **kwargs):
-        save(state, checkpoint_id=checkpoint_id, **kwargs)  # the shards and .metadata are written ...
+        save(state, checkpoint_id=checkpoint_id, no_dist=True)  # the shards and .metadata are written ...
         raise OSError("simulated crash")  # ... but the save never completes
 
+    def async_save_then_crash(state, checkpoint_id, **kwargs):
+        future = Future()
+        try:
+            save_then_crash(state, checkpoint_id)
+        except OSError as exc:
+            future.set_exception(exc)  # the background writer fails: seen when the save is waited for
+        return future
+
     monkeypatch.setattr(dcp, "save", save_then_crash)
+    monkeypatch.setattr(dcp, "async_save", async_save_then_crash)
+    bg = ["checkpoint.async_save=true"] if background else []
     with pytest.raises(OSError, match="simulated crash"):
-        _train(store, tmp_path / "r", "train.max_steps=2", "checkpoint.format=sharded", "checkpoint.resume=auto")
+        _train(store, tmp_path / "r", "train.max_steps=2", "checkpoint.format=sharded", "checkpoint.resume=auto", *bg)
     assert os.listdir(tmp_path / "r" / "checkpoints") == ["step_00000001"]
     assert latest_checkpoint(tmp_path / "r").name == "step_00000001"
 
@@ -302,3 +315,20 @@ def test_fsdp_sharded_model_saves_and_resumes_on_two_ranks_and_loads_in_one_proc
     load_checkpoint(step, plain, opt)
     _assert_same(plain.state_dict(), saved)
     assert all(float(s["step"]) == 1.0 for s in opt.state_dict()["state"].values())
+
+
+def test_format_settings_that_cannot_work_are_one_line_errors(tmp_path):
+    from cookmind.train.config import CheckpointConfig
+    from cookmind.train.sharded_checkpoint import sharded_checkpointer
+
+    base = [f"logging.run_dir={tmp_path}", *COMMON]
+    with pytest.raises(ValueError, match=r"checkpoint.format must be one of \['auto', 'full', 'sharded'\]"):
+        TrainConfig.load("tiny-cpu", [*base, "checkpoint.format=dcp"])
+    with pytest.raises(ValueError, match="checkpoint.async_save needs checkpoint.format=sharded"):
+        TrainConfig.load("tiny-cpu", [*base, "checkpoint.format=full", "checkpoint.async_save=true"])
+    with pytest.raises(ValueError, match="does not support parallel.zero1"):
+        TrainConfig.load("tiny-cpu", [*base, "checkpoint.format=sharded", "parallel.zero1=true"])
+    # auto on a model FSDP did not shard is the full format, which cannot save in the background
+    assert sharded_checkpointer(CheckpointConfig(), tiny_lm(), 0, 1) is None
+    with pytest.raises(ValueError, match="async_save needs the sharded format"):
+        sharded_checkpointer(CheckpointConfig(async_save=True), tiny_lm(), 0, 1)

@@ -47,8 +47,6 @@ from cookmind.model.sharded_io import (
 )
 from cookmind.parallel import unwrap
 
-FORMATS = ("auto", "full", "sharded")
-
 
 def is_fsdp_sharded(model: torch.nn.Module) -> bool:
     """Whether FSDP2 (``fully_shard``) sharded any part of ``model``."""
