@@ -140,9 +140,10 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
 
     ``path`` is a checkpoint itself (returned as is), a checkpoint root with ``step_N`` directories, or a run
     directory with ``checkpoints/``. The newest ``step_N`` holding ``meta.json`` (a training checkpoint's
-    last file) or a saved model (config.json + weights), whose files are whole and which was not saved by a
-    diverged run, wins; each newer one passed over is named in a CheckpointWarning. ``need_optimizer``
-    (resume) also requires a readable ``optimizer.pt``.
+    last file) or a saved model (config.json + weights: model.safetensors or a sharded ``dcp/``), whose files are
+    whole and which was not saved by a diverged run, wins; each newer one passed over is named in a
+    CheckpointWarning. ``need_optimizer`` (resume) also requires the optimizer state (``optimizer.pt`` readable,
+    or listed in the sharded checkpoint).
     """
     path = Path(path)
     if (path / META_NAME).is_file() or (path / CONFIG_NAME).is_file():
