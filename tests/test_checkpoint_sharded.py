@@ -332,3 +332,20 @@ def test_format_settings_that_cannot_work_are_one_line_errors(tmp_path):
     assert sharded_checkpointer(CheckpointConfig(), tiny_lm(), 0, 1) is None
     with pytest.raises(ValueError, match="async_save needs the sharded format"):
         sharded_checkpointer(CheckpointConfig(async_save=True), tiny_lm(), 0, 1)
+
+
+def test_a_background_save_holds_the_weights_of_when_it_was_called(tmp_path):
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer
+
+    torch.manual_seed(0)
+    model = tiny_lm()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    saver = ShardedCheckpointer(async_save=True)
+    saver.save(tmp_path / "step_00000001", model, None, {"step": 1})
+    assert not (tmp_path / "step_00000001").exists()  # appears only once complete
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # training goes on while the save runs
+    assert saver.wait() == tmp_path / "step_00000001"
+    saved = load_model(tmp_path / "step_00000001").state_dict()
+    _assert_same(saved, {k: v for k, v in before.items() if k in saved})

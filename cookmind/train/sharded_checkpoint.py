@@ -146,9 +146,8 @@ class ShardedCheckpointer:
         if self.async_save:
             if self.distributed and self._group is None:
                 self._group = dist.new_group(backend="gloo")
-            return dcp.async_save(
-                state, checkpoint_id=str(dcp_dir(tmp)), process_group=self._group, no_dist=not self.distributed
-            )
+            # DCP copies the state to CPU memory before returning; without a group it writes as one process
+            return dcp.async_save(state, checkpoint_id=str(dcp_dir(tmp)), process_group=self._group)
         dcp.save(state, checkpoint_id=str(dcp_dir(tmp)), no_dist=not self.distributed)
         return None
 
