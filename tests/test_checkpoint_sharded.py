@@ -349,3 +349,44 @@ def test_a_background_save_holds_the_weights_of_when_it_was_called(tmp_path):
     assert saver.wait() == tmp_path / "step_00000001"
     saved = load_model(tmp_path / "step_00000001").state_dict()
     _assert_same(saved, {k: v for k, v in before.items() if k in saved})
+
+
+class _Payload:
+    """Unpickling this calls os.mkdir(marker): code execution, if the loader allowed arbitrary objects."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_a_hostile_non_tensor_entry_is_refused_without_running(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    from cookmind.optim import AdamW
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer, _state
+
+    model = tiny_lm()
+    opt = AdamW(model.parameters(), lr=1e-2)
+    step = ShardedCheckpointer().save(tmp_path / "step_00000001", model, opt, {"step": 1})
+    state = _state(model, opt)
+    marker = tmp_path / "pwned"
+    state["optim"]["param_groups"][0]["lr"] = _Payload(marker)  # DCP stores non-tensor entries as pickled bytes
+    dcp.save(state, checkpoint_id=str(step / "dcp"), no_dist=True)
+    with pytest.raises(ShardedCheckpointError, match="refused to load"):
+        load_checkpoint(step, model, opt)
+    assert not marker.exists()
+
+
+def test_another_optimizer_gets_one_line_naming_the_missing_state(tmp_path):
+    from cookmind.optim import AdamW
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer
+
+    model = tiny_lm()
+    step = ShardedCheckpointer().save(tmp_path / "step_00000001", model, AdamW(model.parameters()), {"step": 1})
+    with pytest.raises(ShardedCheckpointError) as info:  # torch's AdamW has settings ours does not (amsgrad, ...)
+        load_checkpoint(step, model, torch.optim.AdamW(model.parameters()))
+    message = str(info.value)
+    assert "\n" not in message and str(step / "dcp") in message and "Missing key in checkpoint state_dict" in message
+    assert message.endswith("resume with the same model, optimizer and LoRA settings")

@@ -1,6 +1,6 @@
 """Reading sharded checkpoints (``<step dir>/dcp/``, written by ``torch.distributed.checkpoint``) as data.
 
-DCP's own reader unpickles ``.metadata`` and ``torch.load``s non-tensor entries with ``weights_only=False``:
+DCP's own reader unpickles ``.metadata`` freely and ``torch.load``s non-tensor entries without ``weights_only``:
 a checkpoint from elsewhere could run code. Here the metadata goes through an unpickler that only builds DCP's
 metadata classes, ``torch.Size``/dtypes and paths, and every non-tensor entry must pass
 ``torch.load(weights_only=True)`` first. The writer and the live-object loader are in
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+from torch.distributed.checkpoint import CheckpointException, DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint import load as dcp_load
 from torch.distributed.checkpoint import metadata as dcp_metadata
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
@@ -148,11 +148,21 @@ def read_sharded_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor
     state = {MODEL_KEY: weights}
     try:
         dcp_load(state, storage_reader=SafeReader(dcp_dir(directory)), planner=SafeLoadPlanner(), no_dist=True)
-    except ShardedCheckpointError:
-        raise
-    except Exception as exc:  # DCP wraps a reader's errors in its own CheckpointException
-        raise ShardedCheckpointError(f"{dcp_dir(directory)}: cannot read the shards ({error_reason(exc)})") from exc
+    except (Exception, CheckpointException) as exc:
+        raise load_error(exc, f"{dcp_dir(directory)}: cannot read the shards") from None
     return state[MODEL_KEY]
+
+
+def load_error(exc: BaseException, what: str, hint: str = "") -> ShardedCheckpointError:
+    """One ShardedCheckpointError for a failed DCP load: our own refusal as it was raised, else ``what (cause)``.
+
+    DCP wraps every rank's error in a CheckpointException (a BaseException) whose text is their tracebacks.
+    """
+    causes = [e for e, _ in getattr(exc, "failures", {}).values()] if isinstance(exc, CheckpointException) else [exc]
+    for cause in causes:
+        if isinstance(cause, ShardedCheckpointError):
+            return cause
+    return ShardedCheckpointError(f"{what} ({error_reason(exc)})" + (f"; {hint}" if hint else ""))
 
 
 def error_reason(exc: BaseException) -> str:

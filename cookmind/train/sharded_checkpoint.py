@@ -40,9 +40,8 @@ from cookmind.model.sharded_io import (
     OPTIM_KEY,
     SafeLoadPlanner,
     SafeReader,
-    ShardedCheckpointError,
     dcp_dir,
-    error_reason,
+    load_error,
     read_metadata,
 )
 from cookmind.parallel import unwrap
@@ -235,13 +234,9 @@ def load_sharded(
             planner=SafeLoadPlanner(),
             no_dist=not dist.is_initialized(),
         )
-    except ShardedCheckpointError:
-        raise
-    except Exception as exc:  # DCP wraps every rank's error in one CheckpointException
-        raise ShardedCheckpointError(
-            f"{dcp_dir(path)}: cannot load ({error_reason(exc)}); resume with the same model, optimizer and LoRA "
-            "settings"
-        ) from exc
+    except (Exception, dcp.CheckpointException) as exc:
+        hint = "resume with the same model, optimizer and LoRA settings"
+        raise load_error(exc, f"{dcp_dir(path)}: cannot load", hint) from None
     options = StateDictOptions(strict=not lora)
     if optimizer is None:
         set_model_state_dict(bare, state[MODEL_KEY], options=options)
