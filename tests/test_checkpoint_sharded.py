@@ -390,3 +390,19 @@ def test_another_optimizer_gets_one_line_naming_the_missing_state(tmp_path):
     message = str(info.value)
     assert "\n" not in message and str(step / "dcp") in message and "Missing key in checkpoint state_dict" in message
     assert message.endswith("resume with the same model, optimizer and LoRA settings")
+
+
+def test_a_full_disk_during_a_sharded_save_is_one_line(tmp_path, store, monkeypatch):
+    import errno
+
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    from cookmind.atomic import DiskFullError
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", full)
+    with pytest.raises(DiskFullError, match="no space left on device while writing .*step_00000001; free some"):
+        _train(store, tmp_path / "r", "train.max_steps=1", "checkpoint.format=sharded")
+    assert os.listdir(tmp_path / "r" / "checkpoints") == []

@@ -32,7 +32,15 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from cookmind.atomic import check_replaceable, clean_stale_temps, replace_dir, temp_name, write_json
+from cookmind.atomic import (
+    check_replaceable,
+    clean_stale_temps,
+    disk_full_error,
+    is_disk_full,
+    replace_dir,
+    temp_name,
+    write_json,
+)
 from cookmind.model.lora import has_lora
 from cookmind.model.model_io import CONFIG_NAME, META_NAME
 from cookmind.model.sharded_io import (
@@ -41,6 +49,7 @@ from cookmind.model.sharded_io import (
     SafeLoadPlanner,
     SafeReader,
     dcp_dir,
+    error_reason,
     load_error,
     read_metadata,
 )
@@ -130,7 +139,10 @@ class ShardedCheckpointer:
                             shutil.copy2(f, tmp / f.name)
             if scaler is not None:
                 meta = {**meta, "scaler": scaler.state_dict()}
-            future = self._write(state, tmp)
+            try:
+                future = self._write(state, tmp)
+            except dcp.CheckpointException as exc:
+                raise _save_error(exc, final) from None
         except BaseException:
             if self.rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -159,7 +171,10 @@ class ShardedCheckpointer:
         tmp, final = pending["tmp"], pending["final"]
         try:
             if pending["future"] is not None:
-                pending["future"].result()
+                try:
+                    pending["future"].result()
+                except dcp.CheckpointException as exc:
+                    raise _save_error(exc, final) from None
             if self.distributed:
                 dist.barrier()  # every rank's shard is on disk before the directory looks complete
             if self.rank == 0:
@@ -192,6 +207,13 @@ class ShardedCheckpointer:
         if isinstance(answer[0], BaseException):
             raise answer[0]
         return Path(answer[0])
+
+
+def _save_error(exc: dcp.CheckpointException, final: Path) -> OSError:
+    """One line for a failed DCP save (its exception carries every rank's traceback): a full disk says so."""
+    if any(is_disk_full(cause, final) for cause, _ in exc.failures.values()):
+        return disk_full_error(final)
+    return OSError(f"saving {final} failed: {error_reason(exc)}")
 
 
 def _is_checkpoint(path: Path) -> bool:
