@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="model_flag",
         metavar="DIR",
         default=None,
-        help="CookMind checkpoint or model directory (config.json, model.safetensors), or a run "
-        "directory: its newest complete checkpoint is used",
+        help="CookMind checkpoint or model directory (config.json, model.safetensors or a sharded checkpoint's "
+        "dcp/), or a run directory: its newest complete checkpoint is used",
     )
     parser.add_argument(
         "--out",

@@ -27,6 +27,7 @@ from cookmind.model.model_io import (
     check_state_dict,
     load_config,
     model_state_dict,
+    read_model_weights,
     read_weights,
 )
 
@@ -185,8 +186,7 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
     ckpt_dir, out_dir = Path(ckpt_dir), Path(out_dir)
     cfg = load_config(ckpt_dir)
     arch = hf_architecture(cfg)
-    weights_path = ckpt_dir / WEIGHTS_NAME
-    tensors = read_weights(weights_path)
+    weights_path, tensors = read_model_weights(ckpt_dir, cfg)  # model.safetensors, or a sharded checkpoint's dcp/
     check_state_dict(weights_path, _expected_shapes(cfg), tensors)
     if dtype is not None:
         tensors = {k: v.to(dtype) for k, v in tensors.items()}

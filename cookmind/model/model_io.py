@@ -17,6 +17,13 @@ from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.rope import RotaryEmbedding
+from cookmind.model.sharded_io import (
+    ShardedCheckpointError,
+    dcp_dir,
+    is_sharded_checkpoint,
+    read_sharded_weights,
+    sharded_problem,
+)
 from cookmind.parallel import unwrap
 
 WEIGHTS_NAME = "model.safetensors"
@@ -93,7 +100,8 @@ def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | N
     """Why ``directory`` cannot be used as a checkpoint (missing or truncated files), or None.
 
     Cheap: reads the safetensors header and checks the file holds every byte it promises, and opens the
-    optimizer's zip directory (at the file's end, so a truncated file fails), without loading tensors.
+    optimizer's zip directory (at the file's end, so a truncated file fails), without loading tensors. A sharded
+    checkpoint: DCP's metadata, and every shard file as long as the metadata says.
     """
     meta = directory / META_NAME
     try:
@@ -102,6 +110,10 @@ def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | N
         return f"{meta} is damaged"
     if info.get("diverged"):
         return "it was saved by a diverged run"
+    if is_sharded_checkpoint(directory):
+        if not (directory / CONFIG_NAME).is_file():
+            return f"{directory / CONFIG_NAME} is missing"
+        return sharded_problem(directory, need_optimizer)
     weights = directory / WEIGHTS_NAME
     if not weights.is_file() or not (directory / CONFIG_NAME).is_file():
         return f"{weights} or {CONFIG_NAME} is missing"
@@ -128,9 +140,10 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
 
     ``path`` is a checkpoint itself (returned as is), a checkpoint root with ``step_N`` directories, or a run
     directory with ``checkpoints/``. The newest ``step_N`` holding ``meta.json`` (a training checkpoint's
-    last file) or a saved model (config.json + weights), whose files are whole and which was not saved by a
-    diverged run, wins; each newer one passed over is named in a CheckpointWarning. ``need_optimizer``
-    (resume) also requires a readable ``optimizer.pt``.
+    last file) or a saved model (config.json + weights: model.safetensors or a sharded ``dcp/``), whose files are
+    whole and which was not saved by a diverged run, wins; each newer one passed over is named in a
+    CheckpointWarning. ``need_optimizer`` (resume) also requires the optimizer state (``optimizer.pt`` readable,
+    or listed in the sharded checkpoint).
     """
     path = Path(path)
     if (path / META_NAME).is_file() or (path / CONFIG_NAME).is_file():
@@ -139,7 +152,8 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
         complete = [
             d
             for _, d in step_dirs(root)
-            if (d / META_NAME).is_file() or ((d / CONFIG_NAME).is_file() and (d / WEIGHTS_NAME).is_file())
+            if (d / META_NAME).is_file()
+            or ((d / CONFIG_NAME).is_file() and ((d / WEIGHTS_NAME).is_file() or is_sharded_checkpoint(d)))
         ]
         for d in reversed(complete):
             problem = checkpoint_problem(d, need_optimizer)
@@ -184,6 +198,52 @@ def read_weights(path: Path, device: str | torch.device = "cpu") -> dict[str, to
         raise ModelLoadError(f"{path}: cannot read safetensors ({exc}); the file is truncated or corrupt") from exc
 
 
+def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> tuple[Path, dict[str, torch.Tensor]]:
+    """(the file named in errors, the weights) of a model directory: ``model.safetensors``, or a sharded
+    checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight`` dropped, as save_model does)."""
+    directory = Path(directory)
+    if (directory / WEIGHTS_NAME).is_file() or not is_sharded_checkpoint(directory):
+        return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
+    try:
+        found = read_sharded_weights(directory)
+    except ShardedCheckpointError as exc:
+        raise ModelLoadError(str(exc)) from None
+    if found and all(".lora_A." in k or ".lora_B." in k for k in found):
+        found = _merged_onto_base(directory, found)
+    if config.tie_word_embeddings:
+        found.pop("lm_head.weight", None)
+    return dcp_dir(directory), found
+
+
+def _merged_onto_base(directory: Path, adapter: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A LoRA run's sharded checkpoint holds its adapter only: fold it into the run's base (``train.init_from``
+    in meta.json) to get the weights a full-format checkpoint would hold."""
+    from cookmind.model.lora import apply_lora, merged_copy
+
+    try:
+        run = json.loads((directory / META_NAME).read_text())["config"]
+        base, lora = run["train"]["init_from"], run["lora"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(
+            f"{directory / META_NAME}: cannot tell this LoRA checkpoint's base model ({exc}); its dcp/ holds the "
+            "adapter only"
+        ) from None
+    base_dir = resolve_model_dir(base) if base else None
+    if base_dir is None or not (base_dir / CONFIG_NAME).is_file():
+        raise ModelLoadError(
+            f"{dcp_dir(directory)}: holds a LoRA adapter only, and its base model train.init_from={base!r} (from "
+            f"{directory / META_NAME}) is not a cookmind model directory here; run from the training's directory "
+            "or resume the run and save with checkpoint.format=full"
+        )
+    model = load_model(base_dir, dtype=next(iter(adapter.values())).dtype)
+    apply_lora(model, lora["r"], lora["alpha"], 0.0, lora["targets"])
+    missing = set(adapter) - set(model.state_dict())
+    if missing:
+        raise ModelLoadError(f"{dcp_dir(directory)}: adapter tensors {sorted(missing)[:5]} do not fit {base_dir}")
+    model.load_state_dict(adapter, strict=False)
+    return dict(merged_copy(model).state_dict())
+
+
 def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> None:
     """Raise one ModelLoadError listing missing, unexpected and wrongly-shaped tensors of `path`."""
     missing = sorted(set(expected) - set(found))
@@ -207,14 +267,13 @@ def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[
 def load_model(
     directory: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> CookMindLM:
-    """Load a model saved by save_model (or the model part of a training checkpoint).
+    """Load a model saved by save_model (or the model part of a training checkpoint, full or sharded).
 
     dtype=None keeps the dtype stored in the file. Errors name the file and the mismatch.
     """
     directory = Path(directory)
     cfg = load_config(directory)
-    weights_path = directory / WEIGHTS_NAME
-    found = read_weights(weights_path)
+    weights_path, found = read_model_weights(directory, cfg)
     with torch.device("meta"):  # shapes only: no random init of weights about to be overwritten
         model = CookMindLM(cfg)
     check_state_dict(weights_path, model_state_dict(model), found)

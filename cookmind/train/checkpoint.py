@@ -8,6 +8,9 @@
         optimizer.pt                     optimizer (+ grad scaler) state, loaded with weights_only=True
         meta.json                        step, tokens, sampler position, RNG states, world size, config
 
+``checkpoint.format=sharded`` (the default for an FSDP-sharded model) writes ``dcp/`` from every rank instead of
+model.safetensors and optimizer.pt: ``cookmind.train.sharded_checkpoint``. Loading reads either.
+
 A checkpoint is saved after the optimizer step it names. It is built under a temporary name that
 carries our PID (``cookmind.atomic``) and renamed, so a crash mid-save never leaves a directory that
 looks complete (the next save removes a dead writer's leftovers); ``meta.json`` is the last file
@@ -29,7 +32,9 @@ import torch
 
 from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.model_io import META_NAME, OPTIMIZER_NAME, latest_checkpoint, step_dirs
+from cookmind.model.sharded_io import is_sharded_checkpoint
 from cookmind.train.objectives.base import unwrap
+from cookmind.train.sharded_checkpoint import is_fsdp_sharded, load_sharded
 
 
 def checkpoint_name(step: int) -> str:
@@ -81,12 +86,18 @@ def save_checkpoint(
                 torch.save(state, opt)
         meta = {**meta, "step": step, "saved_at": time.time(), "complete": True}
         write_json(tmp / META_NAME, meta)
+    prune_checkpoints(root, final, meta, keep_last)
+    return final
+
+
+def prune_checkpoints(root: str | Path, final: Path, meta: dict[str, Any], keep_last: int) -> None:
+    """After saving ``final``: remove the run's own older checkpoints past the newest ``keep_last`` (0 = keep all),
+    and none when ``meta`` says the run diverged or its last steps were bad."""
     doubtful = meta.get("diverged") or meta.get("consecutive_bad", 0) > 0
     if keep_last > 0 and not doubtful:
         own = [d for d in list_checkpoints(root) if d != final and _run_id(d) == meta.get("run_id")]
         for old in own[: max(0, len(own) - (keep_last - 1))]:
             shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def _is_checkpoint(path: Path) -> bool:
@@ -149,7 +160,11 @@ def read_meta(path: str | Path) -> dict[str, Any]:
 def load_checkpoint(
     path: str | Path, model: torch.nn.Module, optimizer: Any | None = None, scaler: Any | None = None
 ) -> dict[str, Any]:
-    """Load weights (or the LoRA adapter), optimizer and scaler state into live objects; return meta."""
+    """Load weights (or the LoRA adapter), optimizer and scaler state into live objects; return meta.
+
+    A sharded checkpoint (``dcp/``) is loaded through ``cookmind.train.sharded_checkpoint``: call this on every
+    rank then (DCP reads each rank's part), or in one process without a group.
+    """
     from cookmind.model import load_model
     from cookmind.model.lora import has_lora, load_adapter
 
@@ -157,6 +172,14 @@ def load_checkpoint(
     meta = read_meta(path)
     if meta.get("diverged"):
         raise ValueError(f"{path}: saved by a diverged run; resume from an earlier checkpoint")
+    if is_sharded_checkpoint(path):
+        load_sharded(path, model, optimizer, scaler, meta)
+        return meta
+    if is_fsdp_sharded(model):
+        raise ValueError(
+            f"{path}: a full-format checkpoint cannot be loaded into an FSDP-sharded model; resume it without "
+            "parallel.fsdp (any world size), save again with checkpoint.format=sharded, then resume that one"
+        )
     bare = unwrap(model)
     if has_lora(bare):
         # The base weights are frozen and rebuilt from train.init_from; only the adapter trained.

@@ -130,6 +130,8 @@ class CheckpointConfig:
     keep_last: int = 2  # of this run's own checkpoints; another run's are never pruned
     resume: str | None = None  # None | auto | a checkpoint path
     overwrite: bool = False  # a fresh run in a directory holding another run: delete that run's checkpoints
+    format: str = "auto"  # auto (sharded for an FSDP-sharded model, else full) | full (safetensors) | sharded (DCP)
+    async_save: bool = False  # sharded: write in the background; the next save or the end of training completes it
 
 
 @dataclass
@@ -251,6 +253,14 @@ class TrainConfig:
         _choice("train.objective", self.train.objective, ("pretrain", "sft", "dpo", "grpo"))
         _choice("train.precision", self.train.precision, ("fp32", "bf16", "fp16"))
         _choice("parallel.reduce_dtype", self.parallel.reduce_dtype, ("fp32", "bf16"))
+        _choice("checkpoint.format", self.checkpoint.format, ("auto", "full", "sharded"))
+        if self.parallel.zero1 and self.checkpoint.format == "sharded":
+            raise ValueError(
+                "checkpoint.format=sharded does not support parallel.zero1 (its optimizer state is sharded "
+                "its own way); use checkpoint.format=full"
+            )
+        if self.checkpoint.async_save and self.checkpoint.format == "full":
+            raise ValueError("checkpoint.async_save needs checkpoint.format=sharded (or auto with FSDP)")
         _choice(
             "train.compile_mode",
             self.train.compile_mode,

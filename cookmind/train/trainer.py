@@ -62,8 +62,10 @@ from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
 from cookmind.train.checkpoint import (
     check_run_dir,
+    checkpoint_name,
     find_latest_checkpoint,
     load_checkpoint,
+    prune_checkpoints,
     read_meta,
     save_checkpoint,
 )
@@ -72,6 +74,7 @@ from cookmind.train.metrics import MetricsWriter, peak_flops, to_float
 from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
 from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
+from cookmind.train.sharded_checkpoint import sharded_checkpointer
 
 
 class TrainingDiverged(RuntimeError):
@@ -191,6 +194,7 @@ class Trainer:
         _check_fp8_head(self.bare_model, self.device)
         self.model = parallelize(self.bare_model, cfg)
         self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device)
+        self._sharded = sharded_checkpointer(cfg.checkpoint, self.model, self.dist.rank, self.dist.world_size)
         self.scaler = make_grad_scaler(cfg.train.precision, self.device)
         self._skip_on_device = _skips_on_device(self.optimizer) and self.scaler is None
 
@@ -434,6 +438,8 @@ class Trainer:
             self.save_checkpoint(diverged=True)
         elif self.last_saved_step != self.step:
             self.save_checkpoint()
+        if self._sharded is not None:
+            self._sharded.wait()  # an async save completes before the run ends
         for cb in self.callbacks:
             cb.on_train_end(self, status)
         summary = {
@@ -761,25 +767,12 @@ class Trainer:
     # -- checkpoints ------------------------------------------------------------------------
 
     def save_checkpoint(self, diverged: bool = False) -> Path | None:
-        """Save ``<ckpt_dir>/step_<step>`` on rank 0 (the state after optimizer step ``step``); ``diverged``
-        marks it so that no rule picks it as the newest checkpoint."""
+        """Save ``<ckpt_dir>/step_<step>`` (the state after optimizer step ``step``) on rank 0, or from every rank
+        in the sharded format (with ``checkpoint.async_save`` it is complete once the next save or the end of
+        ``fit`` waits for it); ``diverged`` marks it so that no rule picks it as the newest checkpoint."""
         self.last_saved_step = self.step
-        # --- FSDP save seam (the sharded-checkpoint work replaces this): a sharded model is not saved yet. ---
-        if is_sharded(self.model):
-            import warnings
-
-            if self.dist.is_main:
-                warnings.warn(
-                    "parallel.fsdp: checkpoints of a sharded model are not written yet; this run saves none",
-                    stacklevel=2,
-                )
-            return None
-        # --- end of the FSDP save seam ---
-        # A sharded optimizer gathers its full state collectively: every rank takes part.
-        gathered = self.optimizer.state_dict() if self.dist.enabled and self.cfg.parallel.zero1 else None
-        if not self.dist.is_main:
-            return None
         meta = {
+            "step": self.step,
             "tokens_seen": self.tokens_seen,
             "sampler": self._sampler_state(),
             "rng": capture_rng(),
@@ -794,6 +787,21 @@ class Trainer:
             "last_eval": self.last_eval,
             "config": self.cfg.to_dict(),
         }
+        keep_last = self.cfg.checkpoint.keep_last
+        if self._sharded is not None:  # every rank writes its shard; rank 0 completes the directory
+            return self._sharded.save(
+                self.ckpt_dir / checkpoint_name(self.step),
+                self.model,
+                self.optimizer,
+                meta,
+                tokenizer_dir=self.cfg.data.tokenizer,
+                scaler=self.scaler,
+                on_complete=lambda final: prune_checkpoints(self.ckpt_dir, final, meta, keep_last),
+            )
+        # A sharded optimizer gathers its full state collectively: every rank takes part.
+        gathered = self.optimizer.state_dict() if self.dist.enabled and self.cfg.parallel.zero1 else None
+        if not self.dist.is_main:
+            return None
         return save_checkpoint(
             self.ckpt_dir,
             self.step,
@@ -801,7 +809,7 @@ class Trainer:
             self.optimizer,
             meta,
             tokenizer_dir=self.cfg.data.tokenizer,
-            keep_last=self.cfg.checkpoint.keep_last,
+            keep_last=keep_last,
             scaler=self.scaler,
             optimizer_state=gathered,
         )
@@ -831,10 +839,6 @@ class Trainer:
             if spec == "auto":
                 return  # nothing saved yet: a fresh start
             raise FileNotFoundError(f"checkpoint.resume={spec}: no complete checkpoint there")
-        # --- FSDP resume seam (the sharded-checkpoint work replaces this) ---
-        if is_sharded(self.model):
-            raise ValueError(f"checkpoint.resume={spec}: resuming a parallel.fsdp run is not supported yet")
-        # --- end of the FSDP resume seam ---
         meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
         self.run_id = meta.get("run_id") or self.run_id
         self.recent_losses = list(meta.get("recent_losses") or [])

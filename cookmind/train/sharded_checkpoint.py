@@ -1,0 +1,270 @@
+"""Sharded training checkpoints through ``torch.distributed.checkpoint`` (DCP): every rank writes its own shard.
+
+    <root>/step_00000120/
+        dcp/.metadata, dcp/__R_0.distcp   {"model": ..., "optim": ...} as DCP writes them (LoRA runs: the adapter)
+        config.json                       the model config (load_model / export read the weights from dcp/)
+        cookmind_tokenizer.json, ...      the run's tokenizer files
+        meta.json                         as in the full format (+ the grad scaler's state); written last
+
+The state comes from ``get_state_dict(model, optimizer)``, which names everything by parameter (FQN) for plain,
+DDP and FSDP2 modules alike, so a checkpoint resumes at another world size or without a process group (DCP
+reshards on load). Rank 0 picks the temporary directory name (its PID, ``cookmind.atomic``) and tells the
+others; every rank writes into it; after all have finished rank 0 writes meta.json and renames it into place.
+With ``async_save`` DCP writes in the background and the next save (or the end of training) completes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+
+from cookmind.atomic import (
+    check_replaceable,
+    clean_stale_temps,
+    disk_full_error,
+    is_disk_full,
+    replace_dir,
+    temp_name,
+    write_json,
+)
+from cookmind.model.lora import has_lora
+from cookmind.model.model_io import CONFIG_NAME, META_NAME
+from cookmind.model.sharded_io import (
+    MODEL_KEY,
+    OPTIM_KEY,
+    SafeLoadPlanner,
+    SafeReader,
+    dcp_dir,
+    error_reason,
+    load_error,
+    read_metadata,
+)
+from cookmind.parallel import unwrap
+
+
+def is_fsdp_sharded(model: torch.nn.Module) -> bool:
+    """Whether FSDP2 (``fully_shard``) sharded any part of ``model``."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return any(isinstance(m, FSDPModule) for m in unwrap(model).modules())
+
+
+def resolve_format(fmt: str, model: torch.nn.Module) -> str:
+    """``checkpoint.format``: ``auto`` is ``sharded`` for an FSDP-sharded model, ``full`` otherwise."""
+    if fmt == "auto":
+        return "sharded" if is_fsdp_sharded(model) else "full"
+    if fmt == "full" and is_fsdp_sharded(model):
+        raise ValueError(
+            "checkpoint.format=full cannot save an FSDP-sharded model (every rank holds a part of it); "
+            "use checkpoint.format=sharded or auto"
+        )
+    return fmt
+
+
+def sharded_checkpointer(cfg: Any, model: torch.nn.Module, rank: int, world_size: int) -> ShardedCheckpointer | None:
+    """The trainer's saver for ``checkpoint.format`` (a CheckpointConfig) and this model, or None for the full
+    format (rank 0 writes safetensors)."""
+    fmt = resolve_format(cfg.format, model)
+    if cfg.async_save and fmt != "sharded":
+        raise ValueError(
+            "checkpoint.async_save needs the sharded format: set checkpoint.format=sharded "
+            "(auto picks it only for an FSDP-sharded model)"
+        )
+    return ShardedCheckpointer(rank, world_size, cfg.async_save) if fmt == "sharded" else None
+
+
+def _state(model: torch.nn.Module, optimizer: Any | None) -> dict[str, Any]:
+    """``{"model": ..., "optim": ...}`` keyed by parameter names; a LoRA model gives its trainable adapter only."""
+    bare = unwrap(model)
+    if optimizer is not None:
+        model_sd, optim_sd = get_state_dict(bare, optimizer)
+    else:
+        model_sd, optim_sd = get_model_state_dict(bare), None
+    if has_lora(bare):  # the frozen base is rebuilt from train.init_from on resume
+        trainable = {n for n, p in bare.named_parameters() if p.requires_grad}
+        model_sd = {k: v for k, v in model_sd.items() if k in trainable}
+    return {MODEL_KEY: model_sd} if optim_sd is None else {MODEL_KEY: model_sd, OPTIM_KEY: optim_sd}
+
+
+class ShardedCheckpointer:
+    """Saves sharded checkpoints from every rank; holds at most one save in flight (``async_save``)."""
+
+    def __init__(self, rank: int = 0, world_size: int = 1, async_save: bool = False):
+        self.rank, self.world_size, self.async_save = rank, world_size, async_save
+        self._pending: dict[str, Any] | None = None
+        self._group = None  # async saves talk over their own gloo group, beside training's collectives
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1 and dist.is_initialized()
+
+    def save(
+        self,
+        final: str | Path,
+        model: torch.nn.Module,
+        optimizer: Any | None,
+        meta: dict[str, Any],
+        tokenizer_dir: str | Path | None = None,
+        scaler: Any | None = None,
+        on_complete=None,
+    ) -> Path:
+        """Write ``final`` from every rank (call it on all of them); ``on_complete(final)`` runs on rank 0 once
+        the directory is in place (pruning). Returns ``final``, which exists once ``wait`` has returned."""
+        self.wait()
+        final = Path(final)
+        tmp = self._agree_on_temp_dir(final)
+        try:
+            state = _state(model, optimizer)
+            if self.rank == 0:
+                config = getattr(unwrap(model), "config", None)
+                if config is not None:
+                    write_json(tmp / CONFIG_NAME, config.to_dict(), indent=2)
+                if tokenizer_dir is not None:
+                    for f in Path(tokenizer_dir).iterdir():
+                        if f.is_file() and not (tmp / f.name).exists():
+                            shutil.copy2(f, tmp / f.name)
+            if scaler is not None:
+                meta = {**meta, "scaler": scaler.state_dict()}
+            try:
+                future = self._write(state, tmp)
+            except dcp.CheckpointException as exc:
+                raise _save_error(exc, final) from None
+        except BaseException:
+            if self.rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._pending = {"future": future, "tmp": tmp, "final": final, "meta": meta, "on_complete": on_complete}
+        if future is None:
+            self.wait()
+        return final
+
+    def _write(self, state: dict[str, Any], tmp: Path) -> Future | None:
+        """DCP writes this rank's shard under ``tmp/dcp``; a Future when it runs in the background."""
+        if self.async_save:
+            if self.distributed and self._group is None:
+                self._group = dist.new_group(backend="gloo")
+            # DCP copies the state to CPU memory before returning; without a group it writes as one process
+            return dcp.async_save(state, checkpoint_id=str(dcp_dir(tmp)), process_group=self._group)
+        dcp.save(state, checkpoint_id=str(dcp_dir(tmp)), no_dist=not self.distributed)
+        return None
+
+    def wait(self) -> Path | None:
+        """Finish the save in flight (if any): wait for every rank's shard, then rank 0 writes meta.json and renames
+        the directory into place. Call it on every rank."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        tmp, final = pending["tmp"], pending["final"]
+        try:
+            if pending["future"] is not None:
+                try:
+                    pending["future"].result()
+                except dcp.CheckpointException as exc:
+                    raise _save_error(exc, final) from None
+            if self.distributed:
+                dist.barrier()  # every rank's shard is on disk before the directory looks complete
+            if self.rank == 0:
+                meta = {**pending["meta"], "saved_at": time.time(), "complete": True}
+                write_json(tmp / META_NAME, meta)
+                replace_dir(tmp, final, replace=True, is_ours=_is_checkpoint, what="cookmind checkpoint")
+                if pending["on_complete"] is not None:
+                    pending["on_complete"](final)
+        finally:
+            if self.rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+    def _agree_on_temp_dir(self, final: Path) -> Path:
+        """Rank 0 checks ``final`` may be replaced, names and creates the temporary directory; all ranks get it."""
+        answer: list[Any] = [None]
+        if self.rank == 0:
+            try:
+                check_replaceable(final, True, _is_checkpoint, "cookmind checkpoint")
+                final.parent.mkdir(parents=True, exist_ok=True)
+                clean_stale_temps(final.parent)
+                tmp = temp_name(final)
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir()
+                answer = [str(tmp)]
+            except Exception as exc:  # the other ranks raise it too instead of waiting for a name
+                answer = [exc]
+        if self.distributed:
+            dist.broadcast_object_list(answer, src=0)
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return Path(answer[0])
+
+
+def _save_error(exc: dcp.CheckpointException, final: Path) -> OSError:
+    """One line for a failed DCP save (its exception carries every rank's traceback): a full disk says so."""
+    if any(is_disk_full(cause, final) for cause, _ in exc.failures.values()):
+        return disk_full_error(final)
+    return OSError(f"saving {final} failed: {error_reason(exc)}")
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (path / META_NAME).is_file() or not any(path.iterdir())
+
+
+def load_sharded(
+    path: str | Path, model: torch.nn.Module, optimizer: Any | None = None, scaler: Any | None = None, meta=None
+) -> None:
+    """Load a sharded checkpoint into live objects (call on every rank of the job, or in one process without a
+    group): DCP reads each rank's part, whatever world size and sharding wrote it."""
+    path = Path(path)
+    bare = unwrap(model)
+    lora = has_lora(bare)
+    saved = read_metadata(path).state_dict_metadata
+    if optimizer is not None and not any(k.startswith(OPTIM_KEY + ".") for k in saved):
+        raise FileNotFoundError(
+            f"{dcp_dir(path)}: holds no optimizer state; cannot resume the optimizer (use train.init_from)"
+        )
+    state = _state(bare, optimizer)
+    want = {f"{MODEL_KEY}.{k}" for k in state[MODEL_KEY]}
+    have = {k for k in saved if k.startswith(MODEL_KEY + ".")}
+    if want != have:
+        raise ValueError(
+            f"{dcp_dir(path)}: parameter names differ from the model being trained (missing "
+            f"{sorted(k[6:] for k in want - have)[:5]}, unexpected {sorted(k[6:] for k in have - want)[:5]}); "
+            "resume with the same model config" + (" and LoRA settings" if lora else "")
+        )
+    for k, v in state[MODEL_KEY].items():
+        size = tuple(saved[f"{MODEL_KEY}.{k}"].size)
+        if tuple(v.shape) != size:
+            raise ValueError(
+                f"{dcp_dir(path)}: {k} has shape {size}, the model has {tuple(v.shape)}; "
+                "resume with the same model config"
+            )
+    try:
+        dcp.load(
+            state,
+            storage_reader=SafeReader(dcp_dir(path)),
+            planner=SafeLoadPlanner(),
+            no_dist=not dist.is_initialized(),
+        )
+    except (Exception, dcp.CheckpointException) as exc:
+        hint = "resume with the same model, optimizer and LoRA settings"
+        raise load_error(exc, f"{dcp_dir(path)}: cannot load", hint) from None
+    options = StateDictOptions(strict=not lora)
+    if optimizer is None:
+        set_model_state_dict(bare, state[MODEL_KEY], options=options)
+    else:
+        set_state_dict(
+            bare, optimizer, model_state_dict=state[MODEL_KEY], optim_state_dict=state[OPTIM_KEY], options=options
+        )
+    if scaler is not None and meta is not None and meta.get("scaler"):
+        scaler.load_state_dict(meta["scaler"])

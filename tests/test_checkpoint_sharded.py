@@ -1,0 +1,408 @@
+"""Sharded checkpoints (torch.distributed.checkpoint): save/resume, resume at another world size (2 -> 1, 1 -> 2),
+FSDP2-sharded models, async saves, export and loading from one process, SIGTERM and crashes mid-save."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gloo_fixtures import run_on_gloo_ranks, torchrun_cmd
+from lm_fixtures import tiny_cli_overrides, tiny_lm
+
+from cookmind.model import load_model
+from cookmind.model.model_io import latest_checkpoint, read_weights
+from cookmind.model.sharded_io import (
+    ShardedCheckpointError,
+    is_sharded_checkpoint,
+    read_metadata,
+    read_sharded_weights,
+)
+from cookmind.train import TrainConfig, Trainer
+from cookmind.train import cli as train_cli
+from cookmind.train.checkpoint import find_latest_checkpoint, load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("keep_threads")
+
+COMMON = [
+    "data.window_size=16",
+    "train.seed=3",
+    "train.device=cpu",
+    "train.threads=1",
+    "optim.lr=1e-2",
+    "optim.warmup_steps=1",
+    "optim.schedule=constant",  # a run cut at step 2 (max_steps=2) then resumed sees the same learning rates
+    "train.grad_accum_steps=2",
+    "logging.progress=false",
+    "logging.report=false",
+    "eval.every=0",
+    "checkpoint.keep_last=0",
+    *tiny_cli_overrides(),
+]
+
+
+@pytest.fixture
+def store(tmp_path):
+    from cookmind.store import write_store
+
+    rng = np.random.default_rng(0)
+    rows = [{"sequence": rng.integers(1, 64, size=60)} for _ in range(12)]
+    return write_store(tmp_path / "seq", "seq", rows, vocab_size=64)
+
+
+def _overrides(store, run_dir, *extra):
+    return [f"data.train_path={store}", f"logging.run_dir={run_dir}", *COMMON, *extra]
+
+
+def _train(store, run_dir, *extra):
+    """One in-process run (micro-batch 4: the global batch of two ranks at micro-batch 2)."""
+    cfg = TrainConfig.load("tiny-cpu", _overrides(store, run_dir, "train.micro_batch_size=4", *extra))
+    return Trainer(cfg).fit()
+
+
+def _torchrun(tmp_path, store, run_dir, *extra):
+    """The same run as ``_train`` on two gloo ranks at micro-batch 2 (`cookmind train` under torchrun)."""
+    cmd = torchrun_cmd("-m", "cookmind", "train", *_overrides(store, run_dir, "train.micro_batch_size=2", *extra))
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _weights(run_dir, step):
+    return load_model(Path(run_dir) / "checkpoints" / f"step_{step:08d}").state_dict()
+
+
+def _assert_same(a, b, exact=True):
+    assert set(a) == set(b)
+    for k in a:
+        if exact:
+            assert torch.equal(a[k], b[k]), f"{k}: max diff {(a[k] - b[k]).abs().max()}"
+        else:  # another world size sums the gradients in another order: float rounding only
+            torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_sharded_save_resume_equals_an_uninterrupted_run_bit_for_bit(tmp_path, store):
+    _train(store, tmp_path / "full", "train.max_steps=4", "checkpoint.format=full")
+    _train(store, tmp_path / "cut", "train.max_steps=2", "checkpoint.format=sharded")
+    step2 = tmp_path / "cut" / "checkpoints" / "step_00000002"
+    assert is_sharded_checkpoint(step2) and not (step2 / "model.safetensors").exists()
+    assert {"config.json", "meta.json", "dcp"} <= {p.name for p in step2.iterdir()}
+    _train(store, tmp_path / "cut", "train.max_steps=4", "checkpoint.format=sharded", "checkpoint.resume=auto")
+    assert find_latest_checkpoint(tmp_path / "cut", need_optimizer=True).name == "step_00000004"
+    _assert_same(_weights(tmp_path / "full", 4), _weights(tmp_path / "cut", 4))
+    # the optimizer state came back too: both runs' AdamW moments at step 4 are the same
+    opts = []
+    for run in ("full", "cut"):
+        resume = f"checkpoint.resume={tmp_path / run / 'checkpoints' / 'step_00000004'}"
+        cfg = TrainConfig.load("tiny-cpu", _overrides(store, tmp_path / f"x-{run}", "train.micro_batch_size=4", resume))
+        opts.append(Trainer(cfg).optimizer.state_dict()["state"])
+    assert opts[0].keys() == opts[1].keys() and opts[0]
+    for i in opts[0]:
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opts[0][i][name], opts[1][i][name]), (i, name)
+
+
+def test_export_and_load_of_a_sharded_checkpoint_equal_the_full_format(tmp_path, store):
+    from cookmind.infer.loading import load_model_dir
+    from cookmind.model import cli_export
+
+    _train(store, tmp_path / "full", "train.max_steps=2", "checkpoint.format=full")
+    _train(store, tmp_path / "sharded", "train.max_steps=2", "checkpoint.format=sharded")
+    for run in ("full", "sharded"):
+        args = argparse_export(str(tmp_path / run), str(tmp_path / f"hf-{run}"))
+        assert cli_export.main(args) == 0
+    a = read_weights(tmp_path / "hf-full" / "model.safetensors")
+    b = read_weights(tmp_path / "hf-sharded" / "model.safetensors")
+    _assert_same(a, b)
+    assert sorted(os.listdir(tmp_path / "hf-full")) == sorted(os.listdir(tmp_path / "hf-sharded"))
+    _assert_same(load_model_dir(tmp_path / "full").state_dict(), load_model_dir(tmp_path / "sharded").state_dict())
+
+
+def argparse_export(model, out):
+    import argparse
+
+    from cookmind.model import cli_export
+
+    parser = argparse.ArgumentParser()
+    cli_export.add_arguments(parser)
+    return parser.parse_args(["--hf", model, out])
+
+
+def test_two_ranks_to_one_and_one_to_two(tmp_path, store):
+    # 2 -> 1: two DDP ranks save a sharded checkpoint at step 2, one process resumes it to step 4.
+    _train(store, tmp_path / "ref", "train.max_steps=4", "checkpoint.format=full")
+    _torchrun(tmp_path, store, tmp_path / "two", "train.max_steps=2", "checkpoint.format=sharded")
+    meta = json.loads((tmp_path / "two/checkpoints/step_00000002/meta.json").read_text())
+    assert meta["world_size"] == 2
+    shards = os.listdir(tmp_path / "two/checkpoints/step_00000002/dcp")
+    assert sorted(s for s in shards if s.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    _train(store, tmp_path / "two", "train.max_steps=4", "checkpoint.format=sharded", "checkpoint.resume=auto")
+    _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "two", 4), exact=False)
+    # 1 -> 2: one process saves at step 2, two ranks resume it to step 4 (and save in the background)
+    _train(store, tmp_path / "one", "train.max_steps=2", "checkpoint.format=sharded")
+    _torchrun(
+        tmp_path,
+        store,
+        tmp_path / "one",
+        "train.max_steps=4",
+        "checkpoint.format=sharded",
+        "checkpoint.async_save=true",
+        "checkpoint.resume=auto",
+    )
+    assert json.loads((tmp_path / "one/checkpoints/step_00000004/meta.json").read_text())["world_size"] == 2
+    _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "one", 4), exact=False)
+
+
+def test_async_save_completes_every_checkpoint_and_resumes(tmp_path, store):
+    _train(store, tmp_path / "ref", "train.max_steps=4", "checkpoint.format=full")
+    extra = ["checkpoint.format=sharded", "checkpoint.async_save=true", "checkpoint.every=1"]
+    _train(store, tmp_path / "a", "train.max_steps=3", *extra)
+    ckpts = tmp_path / "a" / "checkpoints"
+    assert sorted(os.listdir(ckpts)) == [f"step_0000000{i}" for i in (1, 2, 3)]  # no temporary left behind
+    assert all((ckpts / d / "meta.json").is_file() for d in os.listdir(ckpts))
+    _train(store, tmp_path / "a", "train.max_steps=4", *extra, "checkpoint.resume=auto")
+    _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "a", 4))
+
+
+def test_sigterm_saves_a_sharded_checkpoint_and_exits_128_plus_n(tmp_path, store, monkeypatch):
+    launch = Trainer._launch_step
+
+    def launch_and_kill(self):
+        if self.step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return launch(self)
+
+    monkeypatch.setattr(Trainer, "_launch_step", launch_and_kill)
+    run = tmp_path / "run"
+    argv = _overrides(store, run, "train.micro_batch_size=4", "train.max_steps=50")
+    parser = __import__("argparse").ArgumentParser()
+    train_cli.add_arguments(parser)
+    code = train_cli.main(parser.parse_args([*argv, "checkpoint.format=sharded", "checkpoint.async_save=true"]))
+    assert code == 128 + signal.SIGTERM
+    assert os.listdir(run / "checkpoints") == ["step_00000002"]
+    assert latest_checkpoint(run, need_optimizer=True).name == "step_00000002"
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_crash_mid_save_leaves_no_complete_looking_directory(tmp_path, store, monkeypatch, background):
+    from concurrent.futures import Future
+
+    import torch.distributed.checkpoint as dcp
+
+    _train(store, tmp_path / "r", "train.max_steps=1", "checkpoint.format=sharded")
+    save = dcp.save
+
+    def save_then_crash(state, checkpoint_id, **kwargs):
+        save(state, checkpoint_id=checkpoint_id, no_dist=True)  # the shards and .metadata are written ...
+        raise OSError("simulated crash")  # ... but the save never completes
+
+    def async_save_then_crash(state, checkpoint_id, **kwargs):
+        future = Future()
+        try:
+            save_then_crash(state, checkpoint_id)
+        except OSError as exc:
+            future.set_exception(exc)  # the background writer fails: seen when the save is waited for
+        return future
+
+    monkeypatch.setattr(dcp, "save", save_then_crash)
+    monkeypatch.setattr(dcp, "async_save", async_save_then_crash)
+    bg = ["checkpoint.async_save=true"] if background else []
+    with pytest.raises(OSError, match="simulated crash"):
+        _train(store, tmp_path / "r", "train.max_steps=2", "checkpoint.format=sharded", "checkpoint.resume=auto", *bg)
+    assert os.listdir(tmp_path / "r" / "checkpoints") == ["step_00000001"]
+    assert latest_checkpoint(tmp_path / "r").name == "step_00000001"
+
+
+def test_damaged_and_hostile_shards_are_refused(tmp_path, store):
+    _train(store, tmp_path / "r", "train.max_steps=2", "checkpoint.format=sharded", "checkpoint.every=1")
+    step1, step2 = (tmp_path / "r" / "checkpoints" / f"step_0000000{i}" for i in (1, 2))
+    shard = step2 / "dcp" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:-100])  # truncated: passed over for the older checkpoint
+    with pytest.warns(UserWarning, match="is truncated"):
+        assert latest_checkpoint(tmp_path / "r") == step1
+
+    class Boom:  # a pickle that would run os.system if unpickled freely
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    (step1 / "dcp" / ".metadata").write_bytes(pickle.dumps(Boom()))
+    with pytest.raises(ShardedCheckpointError, match="refused to load: posix.system is not allowed"):
+        read_sharded_weights(step1)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_lora_run_saves_the_adapter_only_and_resumes(tmp_path, store):
+    from cookmind.model import save_model
+
+    torch.manual_seed(5)
+    save_model(tmp_path / "init", tiny_lm())
+    lora = [f"train.init_from={tmp_path / 'init'}", "lora.enabled=true", "lora.r=4", "lora.alpha=8"]
+    _train(store, tmp_path / "ref", "train.max_steps=4", "checkpoint.format=full", *lora)
+    _train(store, tmp_path / "cut", "train.max_steps=2", "checkpoint.format=sharded", *lora)
+
+    keys = read_metadata(tmp_path / "cut/checkpoints/step_00000002").state_dict_metadata
+    model_keys = [k for k in keys if k.startswith("model.")]
+    assert model_keys and all("lora_" in k for k in model_keys), model_keys[:5]
+    _train(store, tmp_path / "cut", "train.max_steps=4", "checkpoint.format=sharded", "checkpoint.resume=auto", *lora)
+    # the full format holds the merged model; the sharded one is merged onto train.init_from when read
+    _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "cut", 4))
+    base = load_model(tmp_path / "init").state_dict()
+    assert any(not torch.equal(base[k], v) for k, v in _weights(tmp_path / "cut", 4).items()), "the adapter trained"
+
+
+# -- FSDP2-sharded models (two gloo ranks, fully_shard applied here until parallel.fsdp lands) -------------------
+
+
+def _fsdp_lm(seed):
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(seed)
+    model = tiny_lm()
+    for block in model.model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def _fsdp_save_and_resume(rank):
+    """On each of two ranks: shard a tiny model, take one AdamW step with known gradients, save it sharded (in the
+    background); then load it into a differently initialised FSDP model. Returns both full weights and the
+    resumed optimizer's step counts."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer, resolve_format
+
+    root = Path(os.environ["COOKMIND_TEST_ROOT"])
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model = _fsdp_lm(0)
+    assert resolve_format("auto", model) == "sharded"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for i, p in enumerate(model.parameters()):
+        p.grad = torch.full_like(p, 0.01 * (i + 1))
+    opt.step()
+    saver = ShardedCheckpointer(rank, 2, async_save=True)
+    saver.save(root / "step_00000001", model, opt, {"step": 1, "run_id": "r"})
+    saver.wait()
+    saved = {k: v.clone() for k, v in get_model_state_dict(model, options=full).items()}
+
+    other = _fsdp_lm(1)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=1e-2)
+    assert load_checkpoint(root / "step_00000001", other, other_opt)["step"] == 1
+    steps = {float(s["step"]) for s in other_opt.state_dict()["state"].values()}
+    resumed = {k: v.clone() for k, v in get_model_state_dict(other, options=full).items()}
+    return saved, resumed, steps
+
+
+def test_fsdp_sharded_model_saves_and_resumes_on_two_ranks_and_loads_in_one_process(tmp_path, monkeypatch):
+    root = tmp_path / "ckpts"
+    monkeypatch.setenv("COOKMIND_TEST_ROOT", str(root))  # the spawned ranks read it
+    saved, resumed, steps = run_on_gloo_ranks(_fsdp_save_and_resume, 2, tmp_path)[0]
+    step = root / "step_00000001"
+    assert sorted(f for f in os.listdir(step / "dcp") if f.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    # two ranks, into a model initialised differently: the saved weights and optimizer steps come back
+    _assert_same(resumed, saved)
+    assert steps == {1.0}
+    # one process, no group: the consolidated weights are the FSDP model's full weights, optimizer included
+    _assert_same(load_model(step).state_dict(), saved)
+    plain = tiny_lm()
+    opt = torch.optim.AdamW(plain.parameters(), lr=1e-2)
+    load_checkpoint(step, plain, opt)
+    _assert_same(plain.state_dict(), saved)
+    assert all(float(s["step"]) == 1.0 for s in opt.state_dict()["state"].values())
+
+
+def test_format_settings_that_cannot_work_are_one_line_errors(tmp_path):
+    from cookmind.train.config import CheckpointConfig
+    from cookmind.train.sharded_checkpoint import sharded_checkpointer
+
+    base = [f"logging.run_dir={tmp_path}", *COMMON]
+    with pytest.raises(ValueError, match=r"checkpoint.format must be one of \['auto', 'full', 'sharded'\]"):
+        TrainConfig.load("tiny-cpu", [*base, "checkpoint.format=dcp"])
+    with pytest.raises(ValueError, match="checkpoint.async_save needs checkpoint.format=sharded"):
+        TrainConfig.load("tiny-cpu", [*base, "checkpoint.format=full", "checkpoint.async_save=true"])
+    with pytest.raises(ValueError, match="does not support parallel.zero1"):
+        TrainConfig.load("tiny-cpu", [*base, "checkpoint.format=sharded", "parallel.zero1=true"])
+    # auto on a model FSDP did not shard is the full format, which cannot save in the background
+    assert sharded_checkpointer(CheckpointConfig(), tiny_lm(), 0, 1) is None
+    with pytest.raises(ValueError, match="async_save needs the sharded format"):
+        sharded_checkpointer(CheckpointConfig(async_save=True), tiny_lm(), 0, 1)
+
+
+def test_a_background_save_holds_the_weights_of_when_it_was_called(tmp_path):
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer
+
+    torch.manual_seed(0)
+    model = tiny_lm()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    saver = ShardedCheckpointer(async_save=True)
+    saver.save(tmp_path / "step_00000001", model, None, {"step": 1})
+    assert not (tmp_path / "step_00000001").exists()  # appears only once complete
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # training goes on while the save runs
+    assert saver.wait() == tmp_path / "step_00000001"
+    saved = load_model(tmp_path / "step_00000001").state_dict()
+    _assert_same(saved, {k: v for k, v in before.items() if k in saved})
+
+
+class _Payload:
+    """Unpickling this calls os.mkdir(marker): code execution, if the loader allowed arbitrary objects."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_a_hostile_non_tensor_entry_is_refused_without_running(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    from cookmind.optim import AdamW
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer, _state
+
+    model = tiny_lm()
+    opt = AdamW(model.parameters(), lr=1e-2)
+    step = ShardedCheckpointer().save(tmp_path / "step_00000001", model, opt, {"step": 1})
+    state = _state(model, opt)
+    marker = tmp_path / "pwned"
+    state["optim"]["param_groups"][0]["lr"] = _Payload(marker)  # DCP stores non-tensor entries as pickled bytes
+    dcp.save(state, checkpoint_id=str(step / "dcp"), no_dist=True)
+    with pytest.raises(ShardedCheckpointError, match="refused to load"):
+        load_checkpoint(step, model, opt)
+    assert not marker.exists()
+
+
+def test_another_optimizer_gets_one_line_naming_the_missing_state(tmp_path):
+    from cookmind.optim import AdamW
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer
+
+    model = tiny_lm()
+    step = ShardedCheckpointer().save(tmp_path / "step_00000001", model, AdamW(model.parameters()), {"step": 1})
+    with pytest.raises(ShardedCheckpointError) as info:  # torch's AdamW has settings ours does not (amsgrad, ...)
+        load_checkpoint(step, model, torch.optim.AdamW(model.parameters()))
+    message = str(info.value)
+    assert "\n" not in message and str(step / "dcp") in message and "Missing key in checkpoint state_dict" in message
+    assert message.endswith("resume with the same model, optimizer and LoRA settings")
+
+
+def test_a_full_disk_during_a_sharded_save_is_one_line(tmp_path, store, monkeypatch):
+    import errno
+
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    from cookmind.atomic import DiskFullError
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", full)
+    with pytest.raises(DiskFullError, match="no space left on device while writing .*step_00000001; free some"):
+        _train(store, tmp_path / "r", "train.max_steps=1", "checkpoint.format=sharded")
+    assert os.listdir(tmp_path / "r" / "checkpoints") == []
