@@ -406,3 +406,30 @@ def test_a_full_disk_during_a_sharded_save_is_one_line(tmp_path, store, monkeypa
     with pytest.raises(DiskFullError, match="no space left on device while writing .*step_00000001; free some"):
         _train(store, tmp_path / "r", "train.max_steps=1", "checkpoint.format=sharded")
     assert os.listdir(tmp_path / "r" / "checkpoints") == []
+
+
+# -- through the Trainer with parallel.fsdp=true (FSDP2 on two gloo ranks) ---------------------------------------
+
+
+def test_fsdp_run_saves_sharded_resumes_exactly_and_reshards_to_one_process(tmp_path, store):
+    """checkpoint.format=auto is sharded under FSDP; a resumed FSDP run ends with the uninterrupted FSDP run's
+    weights bit for bit (same world size, same reduction order); one process resumes the two ranks' checkpoint and
+    ends where one process would (float rounding only: another world size sums gradients in another order)."""
+    import shutil
+
+    fsdp = ["parallel.fsdp=true", "checkpoint.every=2"]
+    _torchrun(tmp_path, store, tmp_path / "ref2", "train.max_steps=4", *fsdp)
+    _torchrun(tmp_path, store, tmp_path / "cut2", "train.max_steps=2", *fsdp)
+    step2 = tmp_path / "cut2" / "checkpoints" / "step_00000002"
+    assert is_sharded_checkpoint(step2) and json.loads((step2 / "meta.json").read_text())["world_size"] == 2
+    shutil.copytree(tmp_path / "cut2", tmp_path / "cut1")  # the same checkpoint, resumed by one plain process
+    _torchrun(tmp_path, store, tmp_path / "cut2", "train.max_steps=4", *fsdp, "checkpoint.resume=auto")
+    _assert_same(_weights(tmp_path / "ref2", 4), _weights(tmp_path / "cut2", 4))
+    _train(store, tmp_path / "ref1", "train.max_steps=4", "checkpoint.format=full")
+    _train(store, tmp_path / "cut1", "train.max_steps=4", "checkpoint.resume=auto", "checkpoint.format=sharded")
+    _assert_same(_weights(tmp_path / "ref1", 4), _weights(tmp_path / "cut1", 4), exact=False)
+    # it did resume the two ranks' run (a fresh start would also land near ref1): the run id carried over
+    meta = {
+        s: json.loads((tmp_path / "cut1/checkpoints" / f"step_0000000{s}" / "meta.json").read_text()) for s in (2, 4)
+    }
+    assert meta[4]["run_id"] == meta[2]["run_id"] and (meta[2]["world_size"], meta[4]["world_size"]) == (2, 1)
