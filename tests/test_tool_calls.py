@@ -263,7 +263,7 @@ class ScriptedEngine:
     def stop(self):
         pass
 
-    def submit(self, ids, params, max_new, stop_ids, sink, prompt_logprobs=None):
+    def submit(self, ids, params, max_new, stop_ids, sink, prompt_logprobs=None, adapter=None):
         self.requests.append((list(ids), params))
         out = self.script[:max_new]
         for t in out:
