@@ -152,6 +152,96 @@ def test_a_random_draft_model_changes_nothing(model):
     assert sum(eng.spec.proposer.blocks, []) == []  # the draft's blocks went back when its requests ended
 
 
+def test_a_step_drafts_num_tokens_and_emits_one_more(model):
+    """num_tokens is k, the drafts per step: a draft model that is the target accepts all k and the step emits k + 1
+    tokens (the first token comes from prefill; 20 more in 5 steps of 4)."""
+    params = SamplingParams(temperature=0, max_new_tokens=21)
+    eng = engine(model, SpeculativeConfig("draft", num_tokens=3, draft_model=model), num_slots=1)
+    got, _ = run(eng, PROMPTS[:1], [params])
+    assert got == [plain(model, PROMPTS[0], params)]
+    m = eng.metrics()
+    assert m["spec_draft_tokens_total"] == 15 and m["spec_tokens_per_step"] == 4
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method):
+    """cuda_graphs=True on CPU runs the code the graphs capture (slots 0..B-1, every row padded to k + 1 tokens, the
+    draft model's feed and k - 1 steps in one call) with capture=False: the same tokens and the same drafts as
+    the eager path, and plain decoding's tokens."""
+    draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1)
+    spec = SpeculativeConfig(method, num_tokens=4, ngram_min=1, draft_model=draft.eval() if method == "draft" else None)
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
+    results = []
+    for graphs in (False, True):
+        eng = engine(model, spec, cuda_graphs=graphs)
+        calls = []
+        assert (eng.spec.verifier is not None) == graphs
+        if graphs:  # the graph path is the one taken, uncaptured on CPU
+            assert not eng.spec.verifier.capture and not eng.spec.verifier.graphs
+            verify = eng.spec.verifier.verify
+            eng.spec.verifier.verify = lambda *a: calls.append(1) or verify(*a)
+            if method == "draft":
+                assert eng.spec.proposer.graphs is not None
+                propose = eng.spec.proposer.graphs.propose
+                eng.spec.proposer.graphs.propose = lambda *a: calls.append(2) or propose(*a)
+        got, _ = run(eng, PROMPTS, params)
+        assert got == want, graphs
+        m = eng.metrics()
+        results.append((m["spec_draft_tokens_total"], m["spec_accepted_tokens_total"], m["spec_tokens_per_step"]))
+        if graphs:
+            assert calls.count(1) > 0 and (method == "ngram" or calls.count(2) > 0)
+    assert results[0] == results[1] and results[0][1] > 0
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_speculation_serves_each_rows_lora_adapter(tmp_path, graphs):
+    """One batch mixing two adapters and the base, with n-gram drafts: each request's greedy tokens equal its merged
+    model's (a full-recompute loop, test_multi_lora's reference), and equal the same engine's without speculation."""
+    import copy
+
+    from test_multi_lora import NEW, _adapter, _reference
+
+    from cookmind.infer.loading import load_adapters
+
+    base = sharp_tiny_lm()
+    refs = {
+        None: base,
+        "chef": _adapter(base, tmp_path / "chef", 1, r=4, alpha=8.0, targets=["q_proj", "v_proj", "down_proj"]),
+        "baker": _adapter(base, tmp_path / "baker", 2, r=2, alpha=4.0, targets=["o_proj", "up_proj"]),
+    }
+    jobs = [(PROMPTS[3], "chef"), (PROMPTS[0], None), (PROMPTS[4], "baker"), (PROMPTS[1], "chef")]
+    n = 4 * NEW
+    want = [_reference(refs[a], p, n)[0] for p, a in jobs]
+    assert len({tuple(w) for w in want[:3]}) == 3
+    params = SamplingParams(temperature=0, max_new_tokens=n)
+    outs = []
+    for spec in (None, SpeculativeConfig("ngram", num_tokens=3, ngram_min=1, ngram_max=3)):
+        adapters = load_adapters(base, {"chef": tmp_path / "chef", "baker": tmp_path / "baker"})
+        eng = engine(copy.deepcopy(base), spec, num_slots=4, adapters=adapters, cuda_graphs=graphs)
+        reqs = [eng.submit(p, params, adapter=a) for p, a in jobs]
+        eng.run_until_idle()
+        outs.append([[e.token_id for e in r.events(timeout=0) if isinstance(e, TokenEvent)] for r in reqs])
+        if spec is not None:
+            assert eng.metrics()["spec_accepted_tokens_total"] > 0
+    assert outs[0] == want and outs[1] == want
+
+
+def test_greedy_and_sampled_requests_speculate_in_one_step(model):
+    """With sampled=True a step verifies greedy and sampled rows together: each accepts against its own drafts
+    (the greedy rows still equal plain decoding)."""
+    spec = SpeculativeConfig("ngram", num_tokens=3, ngram_min=1, ngram_max=3, sampled=True)
+    params = [
+        SamplingParams(temperature=0.9, seed=1, max_new_tokens=20),
+        SamplingParams(temperature=0, max_new_tokens=20),
+        SamplingParams(temperature=0.9, seed=2, max_new_tokens=20),
+    ]
+    eng = engine(model, spec)
+    got, _ = run(eng, [PROMPTS[3], PROMPTS[0], PROMPTS[4]], params)
+    assert got[1] == plain(model, PROMPTS[0], params[1])
+    assert all(len(g) == 20 for g in got) and eng.metrics()["spec_accepted_tokens_total"] > 0
+
+
 def test_sampled_and_penalised_requests_decode_normally_in_the_same_steps(model):
     spec = SpeculativeConfig("ngram", num_tokens=4, ngram_min=1, ngram_max=3)
     params = [

@@ -407,7 +407,7 @@ class Speculator:
         ks = []
         for r in reqs:  # never past max_new_tokens or the context: the step emits up to k + 1 tokens
             room = min(r.max_new_tokens - len(r.output_ids), eng.max_seq_len - len(r.prompt_ids) - len(r.output_ids))
-            ks.append(max(0, min(self.config.num_tokens, room) - 1))
+            ks.append(max(0, min(self.config.num_tokens, room - 1)))
         proposals = self.proposer.propose(reqs, ks)
         chosen = [(r, d) for r, d in zip(reqs, proposals) if d]
         if not chosen:
