@@ -194,10 +194,14 @@ def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method):
     assert results[0] == results[1] and results[0][1] > 0
 
 
-@pytest.mark.parametrize("graphs", [False, True])
-def test_speculation_serves_each_rows_lora_adapter(tmp_path, graphs):
+@pytest.mark.parametrize(
+    "device,graphs", [("cpu", False), ("cpu", True), pytest.param("cuda", None, marks=pytest.mark.gpu)]
+)
+def test_speculation_serves_each_rows_lora_adapter(tmp_path, device, graphs):
     """One batch mixing two adapters and the base, with n-gram drafts: each request's greedy tokens equal its merged
-    model's (a full-recompute loop, test_multi_lora's reference), and equal the same engine's without speculation."""
+    model's (a full-recompute loop, test_multi_lora's reference), and equal the same engine's without speculation.
+    graphs=True on CPU: the graph path run eagerly; on CUDA (float32) the verify graphs are captured and replayed,
+    the adapter of each row read from the device inside them."""
     import copy
 
     from test_multi_lora import NEW, _adapter, _reference
@@ -218,7 +222,9 @@ def test_speculation_serves_each_rows_lora_adapter(tmp_path, graphs):
     outs = []
     for spec in (None, SpeculativeConfig("ngram", num_tokens=3, ngram_min=1, ngram_max=3)):
         adapters = load_adapters(base, {"chef": tmp_path / "chef", "baker": tmp_path / "baker"})
-        eng = engine(copy.deepcopy(base), spec, num_slots=4, adapters=adapters, cuda_graphs=graphs)
+        eng = engine(copy.deepcopy(base).to(device), spec, num_slots=4, adapters=adapters, cuda_graphs=graphs)
+        if spec is not None and device == "cuda":
+            assert eng.spec.verifier.capture and eng.spec.verifier.graphs and eng.runner.compile_error is None
         reqs = [eng.submit(p, params, adapter=a) for p, a in jobs]
         eng.run_until_idle()
         outs.append([[e.token_id for e in r.events(timeout=0) if isinstance(e, TokenEvent)] for r in reqs])
@@ -336,18 +342,28 @@ def test_serve_with_speculation_answers_as_plain_decoding_and_reports_metrics(tm
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "draft", "random-draft"])
 def test_on_cuda_speculation_equals_the_plain_engine(method):
     """CUDA graphs, compiled layers and the paged decode kernel in the plain steps, the gather path in the verify
-    forward (float32: bf16 rounding may flip a near-tie between the two paths)."""
+    forward, itself replayed from CUDA graphs like the draft model's steps (float32: bf16 rounding may flip a
+    near-tie between the two paths)."""
     model = sharp_tiny_lm(hidden_size=64, intermediate_size=128).cuda()
-    spec = SpeculativeConfig(method, num_tokens=4, ngram_min=2, draft_model=model if method == "draft" else None)
+    draft = {"ngram": None, "draft": model}.get(method)
+    if method == "random-draft":  # rejects most drafts: the draft graph's one-token feeds
+        torch.manual_seed(1)
+        draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=32, num_attention_heads=2).cuda().eval()
+    method = "ngram" if draft is None else "draft"
+    spec = SpeculativeConfig(method, num_tokens=4, ngram_min=2, draft_model=draft)
     params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
     mixed = params[:4] + [SamplingParams(temperature=0.7, seed=5, max_new_tokens=LENS[4])]
     want, _ = run(engine(model, None), PROMPTS, mixed)
     eng = engine(model, spec, prefix_cache=True)
+    assert eng.spec.verifier.capture and len(eng.spec.verifier.graphs) > 0  # the verify forwards replay graphs
+    if method == "draft":  # and so do the draft model's k steps
+        assert eng.spec.proposer.graphs.capture and len(eng.spec.proposer.graphs.graphs) > 0
     got, _ = run(eng, PROMPTS, mixed)
     assert got == want
+    assert eng.runner.compile_error is None
     assert want[:4] == [plain(model, p, sp) for p, sp in zip(PROMPTS[:4], params[:4])]
     assert eng.metrics()["spec_accepted_tokens_total"] > 0
 
