@@ -163,8 +163,8 @@ def test_a_step_drafts_num_tokens_and_emits_one_more(model):
     assert m["spec_draft_tokens_total"] == 15 and m["spec_tokens_per_step"] == 4
 
 
-@pytest.mark.parametrize("method", ["ngram", "draft"])
-def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method):
+@pytest.mark.parametrize("method,kv_cache", [("ngram", "paged"), ("draft", "paged"), ("ngram", "slots")])
+def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method, kv_cache):
     """cuda_graphs=True on CPU runs the code the graphs capture (slots 0..B-1, every row padded to k + 1 tokens, the
     draft model's feed and k - 1 steps in one call) with capture=False: the same tokens and the same drafts as
     the eager path, and plain decoding's tokens."""
@@ -174,7 +174,7 @@ def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method):
     want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
     results = []
     for graphs in (False, True):
-        eng = engine(model, spec, cuda_graphs=graphs)
+        eng = engine(model, spec, cuda_graphs=graphs, kv_cache=kv_cache)
         calls = []
         assert (eng.spec.verifier is not None) == graphs
         if graphs:  # the graph path is the one taken, uncaptured on CPU
