@@ -194,6 +194,33 @@ def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method, kv_cach
     assert results[0] == results[1] and results[0][1] > 0
 
 
+def test_the_graphed_forwards_never_read_the_device_on_the_host(model):
+    """What a CUDA graph captures must not copy a device value to the host (item, nonzero, masked_select, a tensor of
+    repeats) nor a host value to the device (torch.tensor): every aten op the verify and draft steps run, recorded
+    on CPU, is free of those."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(func.name())
+            return func(*args, **(kwargs or {}))
+
+    draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1)
+    spec = SpeculativeConfig("draft", num_tokens=3, draft_model=draft.eval())
+    eng = engine(model, spec, cuda_graphs=True)
+    syncing = {"_local_scalar_dense", "item", "nonzero", "masked_select", "lift_fresh", "_unique2", "unique_dim"}
+    for steps in (eng.spec.verifier, eng.spec.proposer.graphs):
+        with torch.inference_mode(), Ops() as ops:
+            steps._run(2, CTX)
+        assert "aten::scaled_dot_product_attention" in ops.seen  # the recording saw the forward
+        assert {n.split("::")[1].split(".")[0] for n in ops.seen}.isdisjoint(syncing), ops.seen
+        assert "aten::repeat_interleave.Tensor" not in ops.seen  # (int repeats expand on the device)
+
+
 @pytest.mark.parametrize(
     "device,graphs", [("cpu", False), ("cpu", True), pytest.param("cuda", None, marks=pytest.mark.gpu)]
 )
