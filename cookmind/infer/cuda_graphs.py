@@ -18,6 +18,11 @@ Two things make the captured step itself short:
   attention reads the first L columns of the cache, where L is the smallest length bucket
   (64, 128, 256, ... up to max_seq_len) that holds the longest running request, and each
   (batch, length) pair gets its own graph.
+
+Speculative decoding's forwards (speculative.py) replay graphs the same way: ``CudaGraphVerifier`` (the target
+over k + 1 tokens per row) and ``CudaGraphDrafter`` (a draft model's feed and k - 1 one-token steps in one graph),
+with their inputs loaded from the host each step and the gather attention path (one graph per batch and length
+bucket).
 """
 
 from __future__ import annotations

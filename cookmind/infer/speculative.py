@@ -28,6 +28,12 @@ match, or too close to their end). A proposer needs each request's newest token 
 plain step in flight before proposing, unless no request in it can get a draft (``may_propose``: for the n-gram
 proposer, the ngram_min - 1 known tokens before the one in flight occurred earlier); those keep decoding with
 overlapped steps, which is why ngram_min defaults to 3 rather than 1 or 2 (almost every token occurred before).
+
+When the engine replays CUDA graphs for its plain steps, the verify forward and the draft model's k forwards
+replay graphs too (``cuda_graphs.CudaGraphVerifier`` / ``CudaGraphDrafter``): eager they are host-bound, a
+compiled call and several launches per layer each time. Their shapes are made static: slots 0..B-1 in batch
+buckets, every row k + 1 tokens wide (drafts padded; padding writes the scratch column and is never accepted),
+attention over a length bucket. Without graphs (CPU) the eager forwards below run over exactly the rows needed.
 """
 
 from __future__ import annotations
