@@ -17,7 +17,8 @@ token ids of the same synthetic shapes: that only makes sense for a model traine
     python bench/bench_speculative.py --tiny --device cpu  # a smoke run on CPU (the figures mean nothing)
 
 One JSON line per figure: {"figure": "tokens_per_s", "workload", "method", "k", "value", "peer", "speedup",
-"acceptance_rate", "tokens_per_step" (of the steps that verified drafts), "speculated_share", "identical"}.
+"acceptance_rate", "tokens_per_step" (of the steps that verified drafts), "speculated_share", "identical"}; and
+{"figure": "engine_build_s", "method", "value"}: seconds to build each engine (compilation, CUDA graph capture).
 """
 
 from __future__ import annotations
@@ -179,7 +180,14 @@ def main() -> int:
     work = {"copy": prompts(args, COPY, args.prompts + 1), "map": prompts(args, MAP, args.prompts + 1)}
 
     def engine(spec):
-        return Engine(target, num_slots=1, max_seq_len=ctx, speculative=spec)
+        """The engine, and how long building it took (compiling and capturing CUDA graphs, verify ones too)."""
+        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+        t0 = time.perf_counter()
+        eng = Engine(target, num_slots=1, max_seq_len=ctx, speculative=spec)
+        sync()
+        name = "none" if spec is None else spec.method
+        emit(figure="engine_build_s", method=name, value=round(time.perf_counter() - t0, 2))
+        return eng
 
     plain = engine(None)
     base = {}

@@ -152,6 +152,129 @@ def test_a_random_draft_model_changes_nothing(model):
     assert sum(eng.spec.proposer.blocks, []) == []  # the draft's blocks went back when its requests ended
 
 
+def test_a_step_drafts_num_tokens_and_emits_one_more(model):
+    """num_tokens is k, the drafts per step: a draft model that is the target accepts all k and the step emits k + 1
+    tokens (the first token comes from prefill; 20 more in 5 steps of 4)."""
+    params = SamplingParams(temperature=0, max_new_tokens=21)
+    eng = engine(model, SpeculativeConfig("draft", num_tokens=3, draft_model=model), num_slots=1)
+    got, _ = run(eng, PROMPTS[:1], [params])
+    assert got == [plain(model, PROMPTS[0], params)]
+    m = eng.metrics()
+    assert m["spec_draft_tokens_total"] == 15 and m["spec_tokens_per_step"] == 4
+
+
+@pytest.mark.parametrize("method,kv_cache", [("ngram", "paged"), ("draft", "paged"), ("ngram", "slots")])
+def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method, kv_cache):
+    """cuda_graphs=True on CPU runs the code the graphs capture (slots 0..B-1, every row padded to k + 1 tokens, the
+    draft model's feed and k - 1 steps in one call) with capture=False: the same tokens and the same drafts as
+    the eager path, and plain decoding's tokens."""
+    draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1)
+    spec = SpeculativeConfig(method, num_tokens=4, ngram_min=1, draft_model=draft.eval() if method == "draft" else None)
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
+    want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
+    results = []
+    for graphs in (False, True):
+        eng = engine(model, spec, cuda_graphs=graphs, kv_cache=kv_cache)
+        calls = []
+        assert (eng.spec.verifier is not None) == graphs
+        if graphs:  # the graph path is the one taken, uncaptured on CPU
+            assert not eng.spec.verifier.capture and not eng.spec.verifier.graphs
+            verify = eng.spec.verifier.verify
+            eng.spec.verifier.verify = lambda *a: calls.append(1) or verify(*a)
+            if method == "draft":
+                assert eng.spec.proposer.graphs is not None
+                propose = eng.spec.proposer.graphs.propose
+                eng.spec.proposer.graphs.propose = lambda *a: calls.append(2) or propose(*a)
+        got, _ = run(eng, PROMPTS, params)
+        assert got == want, graphs
+        m = eng.metrics()
+        results.append((m["spec_draft_tokens_total"], m["spec_accepted_tokens_total"], m["spec_tokens_per_step"]))
+        if graphs:
+            assert calls.count(1) > 0 and (method == "ngram" or calls.count(2) > 0)
+    assert results[0] == results[1] and results[0][1] > 0
+
+
+def test_the_graphed_forwards_never_read_the_device_on_the_host(model):
+    """What a CUDA graph captures must not copy a device value to the host (item, nonzero, masked_select, a tensor of
+    repeats) nor a host value to the device (torch.tensor): every aten op the verify and draft steps run, recorded
+    on CPU, is free of those."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(func.name())
+            return func(*args, **(kwargs or {}))
+
+    draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1)
+    spec = SpeculativeConfig("draft", num_tokens=3, draft_model=draft.eval())
+    eng = engine(model, spec, cuda_graphs=True)
+    syncing = {"_local_scalar_dense", "item", "nonzero", "masked_select", "lift_fresh", "_unique2", "unique_dim"}
+    for steps in (eng.spec.verifier, eng.spec.proposer.graphs):
+        with torch.inference_mode(), Ops() as ops:
+            steps._run(2, CTX)
+        assert "aten::scaled_dot_product_attention" in ops.seen  # the recording saw the forward
+        assert {n.split("::")[1].split(".")[0] for n in ops.seen}.isdisjoint(syncing), ops.seen
+        assert "aten::repeat_interleave.Tensor" not in ops.seen  # (int repeats expand on the device)
+
+
+@pytest.mark.parametrize(
+    "device,graphs", [("cpu", False), ("cpu", True), pytest.param("cuda", None, marks=pytest.mark.gpu)]
+)
+def test_speculation_serves_each_rows_lora_adapter(tmp_path, device, graphs):
+    """One batch mixing two adapters and the base, with n-gram drafts: each request's greedy tokens equal its merged
+    model's (a full-recompute loop, test_multi_lora's reference), and equal the same engine's without speculation.
+    graphs=True on CPU: the graph path run eagerly; on CUDA (float32) the verify graphs are captured and replayed,
+    the adapter of each row read from the device inside them."""
+    import copy
+
+    from test_multi_lora import NEW, _adapter, _reference
+
+    from cookmind.infer.loading import load_adapters
+
+    base = sharp_tiny_lm()
+    refs = {
+        None: base,
+        "chef": _adapter(base, tmp_path / "chef", 1, r=4, alpha=8.0, targets=["q_proj", "v_proj", "down_proj"]),
+        "baker": _adapter(base, tmp_path / "baker", 2, r=2, alpha=4.0, targets=["o_proj", "up_proj"]),
+    }
+    jobs = [(PROMPTS[3], "chef"), (PROMPTS[0], None), (PROMPTS[4], "baker"), (PROMPTS[1], "chef")]
+    n = 4 * NEW
+    want = [_reference(refs[a], p, n)[0] for p, a in jobs]
+    assert len({tuple(w) for w in want[:3]}) == 3
+    params = SamplingParams(temperature=0, max_new_tokens=n)
+    outs = []
+    for spec in (None, SpeculativeConfig("ngram", num_tokens=3, ngram_min=1, ngram_max=3)):
+        adapters = load_adapters(base, {"chef": tmp_path / "chef", "baker": tmp_path / "baker"})
+        eng = engine(copy.deepcopy(base).to(device), spec, num_slots=4, adapters=adapters, cuda_graphs=graphs)
+        if spec is not None and device == "cuda":
+            assert eng.spec.verifier.capture and eng.spec.verifier.graphs and eng.runner.compile_error is None
+        reqs = [eng.submit(p, params, adapter=a) for p, a in jobs]
+        eng.run_until_idle()
+        outs.append([[e.token_id for e in r.events(timeout=0) if isinstance(e, TokenEvent)] for r in reqs])
+        if spec is not None:
+            assert eng.metrics()["spec_accepted_tokens_total"] > 0
+    assert outs[0] == want and outs[1] == want
+
+
+def test_greedy_and_sampled_requests_speculate_in_one_step(model):
+    """With sampled=True a step verifies greedy and sampled rows together: each accepts against its own drafts
+    (the greedy rows still equal plain decoding)."""
+    spec = SpeculativeConfig("ngram", num_tokens=3, ngram_min=1, ngram_max=3, sampled=True)
+    params = [
+        SamplingParams(temperature=0.9, seed=1, max_new_tokens=20),
+        SamplingParams(temperature=0, max_new_tokens=20),
+        SamplingParams(temperature=0.9, seed=2, max_new_tokens=20),
+    ]
+    eng = engine(model, spec)
+    got, _ = run(eng, [PROMPTS[3], PROMPTS[0], PROMPTS[4]], params)
+    assert got[1] == plain(model, PROMPTS[0], params[1])
+    assert all(len(g) == 20 for g in got) and eng.metrics()["spec_accepted_tokens_total"] > 0
+
+
 def test_sampled_and_penalised_requests_decode_normally_in_the_same_steps(model):
     spec = SpeculativeConfig("ngram", num_tokens=4, ngram_min=1, ngram_max=3)
     params = [
@@ -246,18 +369,28 @@ def test_serve_with_speculation_answers_as_plain_decoding_and_reports_metrics(tm
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "draft", "random-draft"])
 def test_on_cuda_speculation_equals_the_plain_engine(method):
     """CUDA graphs, compiled layers and the paged decode kernel in the plain steps, the gather path in the verify
-    forward (float32: bf16 rounding may flip a near-tie between the two paths)."""
+    forward, itself replayed from CUDA graphs like the draft model's steps (float32: bf16 rounding may flip a
+    near-tie between the two paths)."""
     model = sharp_tiny_lm(hidden_size=64, intermediate_size=128).cuda()
-    spec = SpeculativeConfig(method, num_tokens=4, ngram_min=2, draft_model=model if method == "draft" else None)
+    draft = {"ngram": None, "draft": model}.get(method)
+    if method == "random-draft":  # rejects most drafts: the draft graph's one-token feeds
+        torch.manual_seed(1)
+        draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=32, num_attention_heads=2).cuda().eval()
+    method = "ngram" if draft is None else "draft"
+    spec = SpeculativeConfig(method, num_tokens=4, ngram_min=2, draft_model=draft)
     params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
     mixed = params[:4] + [SamplingParams(temperature=0.7, seed=5, max_new_tokens=LENS[4])]
     want, _ = run(engine(model, None), PROMPTS, mixed)
     eng = engine(model, spec, prefix_cache=True)
+    assert eng.spec.verifier.capture and len(eng.spec.verifier.graphs) > 0  # the verify forwards replay graphs
+    if method == "draft":  # and so do the draft model's k steps
+        assert eng.spec.proposer.graphs.capture and len(eng.spec.proposer.graphs.graphs) > 0
     got, _ = run(eng, PROMPTS, mixed)
     assert got == want
+    assert eng.runner.compile_error is None
     assert want[:4] == [plain(model, p, sp) for p, sp in zip(PROMPTS[:4], params[:4])]
     assert eng.metrics()["spec_accepted_tokens_total"] > 0
 

@@ -18,6 +18,11 @@ Two things make the captured step itself short:
   attention reads the first L columns of the cache, where L is the smallest length bucket
   (64, 128, 256, ... up to max_seq_len) that holds the longest running request, and each
   (batch, length) pair gets its own graph.
+
+Speculative decoding's forwards (speculative.py) replay graphs the same way: ``CudaGraphVerifier`` (the target
+over k + 1 tokens per row) and ``CudaGraphDrafter`` (a draft model's feed and k - 1 one-token steps in one graph),
+with their inputs loaded from the host each step and the gather attention path (one graph per batch and length
+bucket).
 """
 
 from __future__ import annotations
@@ -162,3 +167,172 @@ class CudaGraphDecoder:
             return self._step(bucket, n)[:b]
         self.graphs[(bucket, n)].replay()
         return self.outputs[(bucket, n)][:b]
+
+
+class _StaticSteps:
+    """What the speculative graphs share: one (rows, columns) long tensor of inputs on the device, loaded from a
+    pinned stage in one copy, and one graph per (batch, length) bucket whose outputs are fixed buffers (so the
+    graphs of every bucket share one output and one memory pool). Subclasses define ``_run(b, length)``."""
+
+    def __init__(self, runner, columns: int, buckets, capture, length_buckets):
+        self.runner = runner
+        self.capture = runner.device.type == "cuda" if capture is None else capture
+        if self.capture and runner.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA model; pass capture=False to run the same steps eagerly")
+        self.buckets = sorted(buckets or default_buckets(runner.num_slots))
+        if self.buckets[-1] > runner.num_slots:
+            raise ValueError(f"graph bucket {self.buckets[-1]} exceeds the cache's {runner.num_slots} slots")
+        # these forwards attend through the gather path (T > 1), which reads the first L columns of every row
+        self.length_buckets = sorted(length_buckets or default_length_buckets(runner.max_seq_len))
+        if self.length_buckets[-1] != runner.max_seq_len:
+            raise ValueError(
+                f"the largest length bucket must be max_seq_len={runner.max_seq_len}, got {self.length_buckets[-1]}"
+            )
+        n, dev = self.buckets[-1], runner.device
+        with torch.inference_mode():  # like every other input of a compiled layer: one compilation serves all
+            self.inputs = torch.zeros((n, columns), dtype=torch.long, device=dev)
+        self._stage = torch.zeros((n, columns), dtype=torch.long, pin_memory=dev.type == "cuda")
+        self._loaded = torch.cuda.Event() if dev.type == "cuda" else None  # the stage may be refilled after it
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+
+    def bucket_for(self, b: int) -> int | None:
+        """The smallest captured batch size that holds b rows (None: too many)."""
+        return next((x for x in self.buckets if x >= b), None)
+
+    def length_for(self, n: int) -> int:
+        """The smallest length bucket that holds n columns."""
+        return next(x for x in self.length_buckets if x >= n)
+
+    def _capture_all(self) -> None:
+        if hasattr(self.runner.cache, "sync_tables"):
+            self.runner.cache.sync_tables()
+        keys = [(b, n) for b in self.buckets for n in self.length_buckets]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        # the idle inputs (token 0 at positions 0.., writing the scratch column) change no state: lazy init,
+        # compilation and autotuning happen here, outside the graphs
+        with torch.cuda.stream(side), torch.inference_mode():
+            for key in keys:
+                self._run(*key)
+        torch.cuda.current_stream().wait_stream(side)
+        pool = None
+        with torch.inference_mode():
+            for key in sorted(keys, reverse=True):  # largest first: smaller graphs reuse its pool
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    self._run(*key)
+                pool = graph.pool()
+                self.graphs[key] = graph
+        torch.cuda.synchronize()
+
+    def _replay(self, rows, length: int) -> int:
+        """Load rows (a (b, columns) int64 numpy array for slots 0..b-1; the bucket's other rows get ``_idle``) and
+        run the step of the smallest buckets that hold them; returns the batch bucket."""
+        b = rows.shape[0]
+        bucket = self.bucket_for(b)
+        if bucket is None:
+            raise ValueError(f"batch {b} exceeds the largest captured bucket {self.buckets[-1]}")
+        n = self.length_for(length)
+        if self._loaded is not None:
+            self._loaded.synchronize()  # the previous load has left the stage
+        stage = self._stage[:bucket]
+        stage[:b] = torch.from_numpy(rows)
+        stage[b:] = self._idle
+        with torch.inference_mode():
+            self.inputs[:bucket].copy_(stage, non_blocking=stage.is_pinned())
+            if self._loaded is not None:
+                self._loaded.record()
+            if self.capture:
+                self.graphs[(bucket, n)].replay()
+            else:
+                self._run(bucket, n)
+        return bucket
+
+
+class CudaGraphVerifier(_StaticSteps):
+    """The target's verify forwards for speculative decoding: ``width`` tokens per row (the newest token and up to
+    width - 1 drafts, padded) over slots 0..B-1, replayed from graphs (or run eagerly: capture=False).
+
+    Inputs per row: tokens, positions, write columns (each ``width`` long); padding writes the scratch column and
+    its logits are never read. Outputs: ``logits`` (rows, width, V) float32 and their ``argmax`` (rows, width),
+    fixed buffers overwritten by every run. A row's LoRA adapter is read on the device (``adapters.select``), so
+    one graph serves any mix of adapters."""
+
+    def __init__(self, runner, width: int, buckets=None, capture=None, length_buckets=None):
+        super().__init__(runner, 3 * width, buckets, capture, length_buckets)
+        self.width = width
+        n, dev = self.buckets[-1], runner.device
+        self._idle = torch.cat(
+            [torch.zeros(width), torch.arange(width), torch.full((width,), runner.scratch_col)]
+        ).long()
+        with torch.inference_mode():
+            self.inputs.copy_(self._idle.expand(n, -1))
+            self.logits = torch.zeros((n, width, runner.config.vocab_size), dtype=torch.float32, device=dev)
+            self.argmax = torch.zeros((n, width), dtype=torch.long, device=dev)
+        if self.capture:
+            self._capture_all()
+
+    def _run(self, b: int, length: int) -> None:
+        w = self.width
+        x = self.inputs[:b]
+        logits = self.runner.compute(x[:, :w], x[:, w : 2 * w], 0, length, last_only=False, write_cols=x[:, 2 * w :])
+        self.logits[:b].copy_(logits)
+        self.argmax[:b].copy_(logits.argmax(-1))
+
+    def verify(self, rows, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """rows: (b, 3 * width) int64 numpy array (tokens, positions, write columns) for slots 0..b-1, attending to
+        at least ``length`` columns; returns views of the logits (b, width, V) and argmax (b, width)."""
+        self._replay(rows, length)
+        b = rows.shape[0]
+        return self.logits[:b], self.argmax[:b]
+
+
+class CudaGraphDrafter(_StaticSteps):
+    """A draft model's proposals for speculative decoding in one replay over slots 0..B-1: a feed of up to 2
+    tokens per row (the bonus token, after a fully accepted step also the last draft), whose last logits give d1,
+    then ``k - 1`` one-token steps, each fed the argmax of the one before (d2..dk).
+
+    Inputs per row: feed tokens, positions, write columns (2 each), the feed's last index, then the later steps'
+    positions and write columns (k - 1 each; scratch where a row wants fewer drafts). Output: ``drafts`` (rows, k)."""
+
+    FEED = 2
+
+    def __init__(self, runner, k: int, buckets=None, capture=None, length_buckets=None):
+        f = self.FEED
+        super().__init__(runner, 3 * f + 1 + 2 * (k - 1), buckets, capture, length_buckets)
+        self.k = k
+        n, dev = self.buckets[-1], runner.device
+        scratch = runner.scratch_col
+        self._idle = torch.cat(
+            [
+                torch.zeros(f),
+                torch.arange(f),
+                torch.full((f,), scratch),
+                torch.zeros(1),
+                torch.zeros(k - 1),
+                torch.full((k - 1,), scratch),
+            ]
+        ).long()
+        with torch.inference_mode():
+            self.inputs.copy_(self._idle.expand(n, -1))
+            self.drafts = torch.zeros((n, k), dtype=torch.long, device=dev)
+        if self.capture:
+            self._capture_all()
+
+    def _run(self, b: int, length: int) -> None:
+        f, m = self.FEED, self.k - 1
+        x = self.inputs[:b]
+        tokens, positions, cols, last = x[:, :f], x[:, f : 2 * f], x[:, 2 * f : 3 * f], x[:, 3 * f]
+        later_pos, later_cols = x[:, 3 * f + 1 : 3 * f + 1 + m], x[:, 3 * f + 1 + m :]
+        tok = self.runner.compute(tokens, positions, 0, length, write_cols=cols, last_index=last).argmax(-1)
+        self.drafts[:b, 0].copy_(tok)
+        for j in range(m):  # stays on the device: each step's argmax is the next step's input
+            col = later_cols[:, j, None]
+            tok = self.runner.compute(tok[:, None], later_pos[:, j, None], 0, length, write_cols=col).argmax(-1)
+            self.drafts[:b, j + 1].copy_(tok)
+
+    def propose(self, rows, length: int) -> torch.Tensor:
+        """rows: (b, columns) int64 numpy array as laid out above for slots 0..b-1, attending to at least ``length``
+        columns; returns a view of the drafts (b, k)."""
+        self._replay(rows, length)
+        return self.drafts[: rows.shape[0]]

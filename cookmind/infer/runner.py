@@ -183,8 +183,9 @@ class ModelRunner:
             self.adapters.select(slot_start, b)
         h = self.embed(tokens)
         cos, sin = self.rope(positions, h.dtype)
-        if t == 1 and self.decode_attention == "kernel":
-            return self._decode_kernel_layers(h, positions[:, 0], cos[:, 0], sin[:, 0], slot_start, write_cols)
+        if t == 1 and self.decode_attention == "kernel":  # the kernel reads positions without strides: contiguous
+            pos = positions[:, 0].contiguous()  # (a column of a wider input buffer is not; the decoder's row is)
+            return self._decode_kernel_layers(h, pos, cos[:, 0], sin[:, 0], slot_start, write_cols)
         mask = self._attention_bias(positions, attn_len, h.dtype)
         step = self.cache.step(slot_start, b, write_cols, attn_len)  # shared by every layer
         for i, layer in enumerate(self.layers):

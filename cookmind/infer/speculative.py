@@ -28,6 +28,12 @@ match, or too close to their end). A proposer needs each request's newest token 
 plain step in flight before proposing, unless no request in it can get a draft (``may_propose``: for the n-gram
 proposer, the ngram_min - 1 known tokens before the one in flight occurred earlier); those keep decoding with
 overlapped steps, which is why ngram_min defaults to 3 rather than 1 or 2 (almost every token occurred before).
+
+When the engine replays CUDA graphs for its plain steps, the verify forward and the draft model's k forwards
+replay graphs too (``cuda_graphs.CudaGraphVerifier`` / ``CudaGraphDrafter``): eager they are host-bound, a
+compiled call and several launches per layer each time. Their shapes are made static: slots 0..B-1 in batch
+buckets, every row k + 1 tokens wide (drafts padded; padding writes the scratch column and is never accepted),
+attention over a length bucket. Without graphs (CPU) the eager forwards below run over exactly the rows needed.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from cookmind.infer.cuda_graphs import CudaGraphDrafter, CudaGraphVerifier
 from cookmind.infer.paged_cache import BlockAllocator
 
 METHODS = ("ngram", "draft")
@@ -187,6 +194,9 @@ class DraftProposer:
         if engine.runner.compiled:  # its k forwards a step are launch-bound as well: fuse them like the target's
             self.runner.set_compiled(True)
         self.cache = self.runner.cache
+        # the plain steps replay CUDA graphs (eagerly on CPU): so do the draft's k forwards a step
+        eg = engine.graphs
+        self.graphs = CudaGraphDrafter(self.runner, self.k, eg.buckets, eg.capture) if eg is not None else None
         self.allocator: BlockAllocator = self.cache.allocator
         self.device = engine.device
         self.owner: list[int | None] = [None] * num_slots
@@ -232,38 +242,24 @@ class DraftProposer:
 
     @torch.inference_mode()
     def _decode(self, rows) -> dict[int, list[int]]:
+        """Drafts for rows (req, k, sequence, n): the slot's unfed tokens in one forward, then k - 1 one-token steps."""
         self.cache.sync_tables()
-        lo, hi = min(r.slot for r, *_ in rows), max(r.slot for r, *_ in rows)
-        b, scratch = hi - lo + 1, self.runner.scratch_col
-        feeds = {r.slot: seq[self.fed[r.slot] : n] for r, _, seq, n in rows}
-        t = max(len(f) for f in feeds.values())
+        if self.graphs is not None:
+            return self._decode_graphed(rows)
+        lo = min(r.slot for r, *_ in rows)
         kmax = max(k for _, k, _, _ in rows)
-        tokens = torch.zeros((b, t), dtype=torch.long)
-        positions = torch.arange(t).repeat(b, 1)
-        write_cols = torch.full((b, t), scratch, dtype=torch.long)
-        last = torch.zeros(b, dtype=torch.long)
+        feeds = {r.slot: (self.fed[r.slot], seq[self.fed[r.slot] : n]) for r, _, seq, n in rows}
+        dev = self.device
+        b = max(r.slot for r, *_ in rows) - lo + 1
+        scratch = self.runner.scratch_col
         # the k - 1 one-token steps after the feed: positions n .. n+k-2 (scratch where a row has fewer drafts)
         later_pos = torch.zeros((max(kmax - 1, 0), b), dtype=torch.long)
         later_cols = torch.full((max(kmax - 1, 0), b), scratch, dtype=torch.long)
         for req, k, _, n in rows:
-            i, f, start = req.slot - lo, feeds[req.slot], self.fed[req.slot]
-            tokens[i, : len(f)] = torch.tensor(f)
-            positions[i] = torch.arange(start, start + t).clamp(max=self.max_seq_len - 1)
-            write_cols[i, : len(f)] = positions[i, : len(f)]
-            last[i] = len(f) - 1
             for j in range(k - 1):
-                later_pos[j, i] = later_cols[j, i] = n + j
+                later_pos[j, req.slot - lo] = later_cols[j, req.slot - lo] = n + j
             self.proposed[req.slot] = (n, k)
-        dev = self.device
-        logits = self.runner.forward(
-            tokens.to(dev),
-            positions.to(dev),
-            lo,
-            int(positions.max()) + 1,
-            write_cols=write_cols.to(dev),
-            last_index=last.to(dev),
-        )
-        out = [logits.argmax(-1)]
+        out = [self._feed(feeds).argmax(-1)]
         later_pos, later_cols = later_pos.to(dev), later_cols.to(dev)
         for j in range(kmax - 1):  # stays on the device: each step's argmax is the next step's input
             length = int(max(n + j for _, k, _, n in rows if k > j + 1) + 1) if kmax > j + 1 else 1
@@ -275,6 +271,64 @@ class DraftProposer:
         for req, k, _, n in rows:
             self.fed[req.slot] = n - 1 + k  # positions 0..n+k-2 written (valid as far as the drafts are accepted)
         return {req.slot: drafts[req.slot - lo][:k] for req, k, _, _ in rows}
+
+    def _feed(self, feeds: dict[int, tuple[int, list[int]]]) -> torch.Tensor:
+        """One forward over each slot's tokens (slot -> (position of the first, tokens)); the logits (B, V) of each
+        row's last token, for the run of slots from the lowest given."""
+        lo, hi = min(feeds), max(feeds)
+        b, t, scratch = hi - lo + 1, max(len(f) for _, f in feeds.values()), self.runner.scratch_col
+        tokens = torch.zeros((b, t), dtype=torch.long)
+        positions = torch.arange(t).repeat(b, 1)
+        write_cols = torch.full((b, t), scratch, dtype=torch.long)
+        last = torch.zeros(b, dtype=torch.long)
+        for slot, (start, f) in feeds.items():
+            i = slot - lo
+            tokens[i, : len(f)] = torch.tensor(f)
+            positions[i] = torch.arange(start, start + t).clamp(max=self.max_seq_len - 1)
+            write_cols[i, : len(f)] = positions[i, : len(f)]
+            last[i] = len(f) - 1
+        dev = self.device
+        return self.runner.forward(
+            tokens.to(dev),
+            positions.to(dev),
+            lo,
+            int(positions.max()) + 1,
+            write_cols=write_cols.to(dev),
+            last_index=last.to(dev),
+        )
+
+    def _decode_graphed(self, rows) -> dict[int, list[int]]:
+        """As ``_decode``, in one replay of the drafter's graph for slots 0..B-1 (a feed longer than the graph's, the
+        prompt at first, goes in one eager forward before it, all but its last token)."""
+        g = self.graphs
+        f, m, scratch = g.FEED, g.k - 1, self.runner.scratch_col
+        catch_up = {r.slot: (self.fed[r.slot], seq[self.fed[r.slot] : n - 1]) for r, _, seq, n in rows}
+        catch_up = {s: x for s, x in catch_up.items() if len(x[1]) >= f}
+        if catch_up:
+            self._feed(catch_up)
+            for s, (start, tokens) in catch_up.items():
+                self.fed[s] = start + len(tokens)
+        b = max(r.slot for r, *_ in rows) + 1
+        layout = np.zeros((b, 3 * f + 1 + 2 * m), dtype=np.int64)
+        layout[:, f : 2 * f] = np.arange(f)
+        layout[:, 2 * f : 3 * f] = scratch
+        layout[:, 3 * f + 1 + m :] = scratch
+        length = 1
+        for req, k, seq, n in rows:
+            s = req.slot
+            start, row = self.fed[s], layout[s]
+            feed = seq[start:n]  # 1 token (the bonus), or 2 (the last draft too, when all were accepted)
+            row[: len(feed)] = feed
+            row[f : 2 * f] = np.minimum(np.arange(start, start + f), self.max_seq_len - 1)
+            row[2 * f : 2 * f + len(feed)] = row[f : f + len(feed)]
+            row[3 * f] = len(feed) - 1
+            row[3 * f + 1 : 3 * f + k] = row[3 * f + 1 + m : 3 * f + k + m] = np.arange(n, n + k - 1)
+            length = max(length, n + k - 1)
+            self.proposed[s] = (n, k)
+        drafts = g.propose(layout, length).tolist()  # the one copy to the host
+        for req, k, _, n in rows:
+            self.fed[req.slot] = n - 1 + k
+        return {req.slot: drafts[req.slot][:k] for req, k, _, _ in rows}
 
     def may_propose(self, req) -> bool:
         """A draft model always proposes."""
@@ -299,6 +353,10 @@ class Speculator:
             self.proposer = NgramProposer(config, engine.num_slots, engine.max_seq_len)
         else:
             self.proposer = DraftProposer(config, engine)
+        # the plain steps replay CUDA graphs (eagerly on CPU): so do the verify forwards, padded to k + 1 tokens
+        eg = engine.graphs
+        width = config.num_tokens + 1
+        self.verifier = CudaGraphVerifier(engine.runner, width, eg.buckets, eg.capture) if eg is not None else None
         self.steps = 0  # request-steps verified with at least one draft
         self.drafted = 0
         self.accepted = 0
@@ -355,25 +413,25 @@ class Speculator:
         ks = []
         for r in reqs:  # never past max_new_tokens or the context: the step emits up to k + 1 tokens
             room = min(r.max_new_tokens - len(r.output_ids), eng.max_seq_len - len(r.prompt_ids) - len(r.output_ids))
-            ks.append(max(0, min(self.config.num_tokens, room) - 1))
+            ks.append(max(0, min(self.config.num_tokens, room - 1)))
         proposals = self.proposer.propose(reqs, ks)
         chosen = [(r, d) for r, d in zip(reqs, proposals) if d]
         if not chosen:
             return
         reqs, drafts = [r for r, _ in chosen], [d for _, d in chosen]
-        logits = self._verify(reqs, drafts)
+        logits, best, rows = (self._verify_graphed if self.verifier is not None else self._verify)(reqs, drafts)
         emitted = [[] for _ in reqs]
-        greedy = [i for i, r in enumerate(reqs) if r.params.temperature == 0]
         sampled = [i for i, r in enumerate(reqs) if r.params.temperature != 0]
-        if greedy:
-            best = logits[greedy].argmax(-1).tolist()
-            for i, g in zip(greedy, best):
-                d, a = drafts[i], 0
+        for i, r in enumerate(reqs):
+            if r.params.temperature == 0:
+                d, g, a = drafts[i], best[rows[i]], 0
                 while a < len(d) and d[a] == g[a]:  # drafts equal to the target's own choice
                     a += 1
                 emitted[i] = g[: a + 1]
         if sampled:
-            for i, tokens in zip(sampled, self._accept_sampled([reqs[i] for i in sampled], logits[sampled], drafts)):
+            picked = logits[torch.tensor([rows[i] for i in sampled], device=logits.device)]
+            chosen_drafts = [drafts[i] for i in sampled]
+            for i, tokens in zip(sampled, self._accept_sampled([reqs[i] for i in sampled], picked, chosen_drafts)):
                 emitted[i] = tokens
         for r, d, e in zip(reqs, drafts, emitted):
             a = len(e) - 1
@@ -390,9 +448,10 @@ class Speculator:
         eng._graph_key = None
         self._emit(reqs, emitted)
 
-    def _verify(self, reqs: list, drafts: list[list[int]]) -> list[list[int]]:
+    def _verify(self, reqs: list, drafts: list[list[int]]) -> tuple[torch.Tensor, list[list[int]], list[int]]:
         """One target forward over [newest token, drafts] per request (at least 2 tokens: the gather path, as
-        prefill); the logits (requests, 1 + most drafts, V) in the requests' order."""
+        prefill), for the run of slots from the first request's; returns the logits (rows, 1 + most drafts, V),
+        their argmax on the host and each request's row."""
         eng = self.engine
         runner = eng.runner
         lo, hi = reqs[0].slot, reqs[-1].slot
@@ -419,7 +478,30 @@ class Speculator:
             write_cols=write_cols.to(dev),
             last_only=False,
         )
-        return logits[torch.tensor([r.slot - lo for r in reqs], device=dev)]
+        return logits, logits.argmax(-1).tolist(), [r.slot - lo for r in reqs]
+
+    def _verify_graphed(self, reqs: list, drafts: list[list[int]]) -> tuple[torch.Tensor, list[list[int]], list[int]]:
+        """As ``_verify``, replayed from the verifier's graph for slots 0..B-1, every row k + 1 tokens wide (padding
+        writes the scratch column); the rows are the slots."""
+        eng, v = self.engine, self.verifier
+        w = v.width
+        layout = np.zeros((max(r.slot for r in reqs) + 1, 3 * w), dtype=np.int64)
+        layout[:, w : 2 * w] = np.arange(w)
+        layout[:, 2 * w :] = eng.runner.scratch_col
+        length = 1
+        for r, d in zip(reqs, drafts):
+            p, row = len(r.prompt_ids) + len(r.output_ids) - 1, layout[r.slot]  # the newest token's place
+            row[0] = r.output_ids[-1]
+            row[1 : 1 + len(d)] = d
+            row[w : 2 * w] = np.minimum(np.arange(p, p + w), eng.max_seq_len - 1)
+            row[2 * w : 2 * w + 1 + len(d)] = row[w : w + 1 + len(d)]
+            length = max(length, p + len(d) + 1)
+            if eng.blocks is not None:
+                eng.blocks.grow(r, p + len(d))  # within the reservation: k was clamped to what the request may emit
+        if eng.blocks is not None:
+            eng.runner.cache.sync_tables()
+        logits, argmax = v.verify(layout, length)
+        return logits, argmax.tolist(), [r.slot for r in reqs]
 
     def _accept_sampled(self, reqs: list, logits: torch.Tensor, drafts: list[list[int]]) -> list[list[int]]:
         """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) for drafts proposed deterministically

@@ -1,0 +1,127 @@
+"""Where a speculative step's time goes: batch-1 greedy decoding of a repeating prompt, plain vs n-gram drafts.
+
+A random 8-layer 512-wide model (bf16 on CUDA) and a prompt of a 16-token pattern repeated 8 times: the model's
+greedy output is whatever it is, but once it repeats itself the n-gram proposer drafts it. Prints, per run, the
+milliseconds per engine step and per token, the tokens per verified step, whether the outputs were identical, and
+(--profile) cProfile's top functions of the last speculative run (host time: compiled calls, launches, syncs).
+
+    python bench/profile_speculative.py                 # CUDA
+    python bench/profile_speculative.py --device cpu --layers 2 --hidden 128 --new-tokens 40   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cookmind.infer.engine import Engine, TokenEvent  # noqa: E402
+from cookmind.infer.sampling import SamplingParams  # noqa: E402
+from cookmind.infer.speculative import SpeculativeConfig  # noqa: E402
+from cookmind.model import CookMindConfig, CookMindLM  # noqa: E402
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run(eng: Engine, prompt: list[int], new_tokens: int, device: str, profile: cProfile.Profile | None = None):
+    """One request to the end, stepping by hand: (seconds, engine steps, output tokens)."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=new_tokens)
+    sync(device)
+    t0 = time.perf_counter()
+    if profile is not None:
+        profile.enable()
+    req = eng.submit(prompt, params)
+    steps = 0
+    while eng.has_work():
+        eng.step()
+        steps += 1
+    sync(device)
+    if profile is not None:
+        profile.disable()
+    out = [ev.token_id for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)]
+    return time.perf_counter() - t0, steps, out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--k", type=int, default=6, help="drafts per step")
+    p.add_argument("--new-tokens", type=int, default=120)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per engine (after one warm-up run)")
+    p.add_argument("--profile", action="store_true", help="cProfile the last speculative run")
+    p.add_argument(
+        "--cuda-graphs", choices=["auto", "on", "off"], default="auto", help="on with CPU: the graph path, eagerly"
+    )
+    args = p.parse_args()
+    device = args.device
+    torch.manual_seed(0)
+    vocab, ctx = 512, 16 * 8 + args.new_tokens + 16
+    cfg = CookMindConfig(
+        vocab_size=vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 11 // 4,
+        num_hidden_layers=args.layers,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=ctx,
+    )
+    model = CookMindLM(cfg).to(device).eval()
+    if device.startswith("cuda"):
+        model = model.bfloat16()
+    prompt = torch.randint(0, vocab, (16,)).tolist() * 8
+    outputs = {}
+    for name, spec in (("plain", None), ("ngram", SpeculativeConfig("ngram", num_tokens=args.k))):
+        t0 = time.perf_counter()
+        graphs = {"auto": None, "on": True, "off": False}[args.cuda_graphs]
+        eng = Engine(model, num_slots=1, max_seq_len=ctx, speculative=spec, cuda_graphs=graphs)
+        built = time.perf_counter() - t0
+        run(eng, prompt, args.new_tokens, device)  # warm-up: compilation, first uses
+        for i in range(args.repeats):
+            prof = cProfile.Profile() if args.profile and spec is not None and i == args.repeats - 1 else None
+            before = (eng.spec.steps, eng.spec.emitted) if spec is not None else (0, 0)
+            seconds, steps, out = run(eng, prompt, args.new_tokens, device, prof)
+            outputs.setdefault(name, out)
+            verified = (eng.spec.steps - before[0], eng.spec.emitted - before[1]) if spec is not None else (0, 0)
+            print(
+                json.dumps(
+                    {
+                        "run": name,
+                        "i": i,
+                        "engine_build_s": round(built, 2),
+                        "ms": round(seconds * 1e3, 2),
+                        "tokens": len(out),
+                        "steps": steps,
+                        "ms_per_step": round(seconds * 1e3 / steps, 3),
+                        "ms_per_token": round(seconds * 1e3 / len(out), 3),
+                        "verified_steps": verified[0],
+                        "tokens_per_verified_step": round(verified[1] / verified[0], 2) if verified[0] else None,
+                        "identical": out == outputs["plain"],
+                        "verify_graphs": len(eng.spec.verifier.graphs) if spec and eng.spec.verifier else None,
+                    }
+                ),
+                flush=True,
+            )
+            if prof is not None:
+                s = io.StringIO()
+                pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+                print(s.getvalue()[:6000])
+        del eng
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
