@@ -13,7 +13,7 @@ from test_prefix_cache import check_accounting
 from cookmind.infer import generate
 from cookmind.infer.engine import Engine, TokenEvent
 from cookmind.infer.sampling import SamplingParams
-from cookmind.infer.speculative import SpeculativeConfig, load_draft_model, ngram_lookup
+from cookmind.infer.speculative import NgramIndex, SpeculativeConfig, load_draft_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
 
@@ -69,17 +69,29 @@ def naive_lookup(seq, k, lo, hi):
     return []
 
 
-def test_ngram_lookup_matches_a_naive_search():
+def lookup(seq, k, lo, hi):
+    index = NgramIndex((lo, lo - 1))
+    index.extend(seq)
+    return index.lookup(k, lo, hi)
+
+
+def test_ngram_index_matches_a_naive_search_as_the_sequence_grows():
     rng = np.random.default_rng(0)
     for _ in range(300):
         n = int(rng.integers(1, 40))
         seq = rng.integers(0, int(rng.integers(2, 6)), size=n).tolist()
         k, lo = int(rng.integers(1, 6)), int(rng.integers(1, 4))
         hi = lo + int(rng.integers(0, 4))
-        assert ngram_lookup(np.array(seq), k, lo, hi) == naive_lookup(seq, k, lo, hi), (seq, k, lo, hi)
-    assert ngram_lookup(np.array([1, 2, 3, 9, 1, 2]), 3, 2, 3) == [3, 9, 1]
-    assert ngram_lookup(np.array([7, 5, 5, 5, 5, 5]), 3, 2, 2) == [5, 5, 5]  # not the latest match's one token
-    assert ngram_lookup(np.array([1, 2, 3, 9, 4, 2]), 3, 2, 3) == []  # only a 1-token suffix occurred before
+        index = NgramIndex((lo, lo - 1))
+        for i in range(n):  # one token at a time, as decoding extends it
+            index.extend(seq[i : i + 1])
+            prefix = seq[: i + 1]
+            assert index.lookup(k, lo, hi) == naive_lookup(prefix, k, lo, hi), (prefix, k, lo, hi)
+            if lo > 1:  # may_propose's question: did the last lo - 1 tokens occur before, with a token after?
+                assert bool(index.earlier_ends(lo - 1)) == bool(naive_lookup(prefix, 1, lo - 1, lo - 1)), prefix
+    assert lookup([1, 2, 3, 9, 1, 2], 3, 2, 3) == [3, 9, 1]
+    assert lookup([7, 5, 5, 5, 5, 5], 3, 2, 2) == [5, 5, 5]  # not the latest match's one token
+    assert lookup([1, 2, 3, 9, 4, 2], 3, 2, 3) == []  # only a 1-token suffix occurred before
 
 
 @pytest.mark.parametrize(

@@ -81,71 +81,95 @@ class SpeculativeConfig:
             )
 
 
-def ngram_lookup(seq: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> list[int]:
-    """Up to k tokens that followed an earlier occurrence of the longest suffix of seq (ngram_max down to ngram_min
-    tokens long): the latest occurrence with k tokens after it, else the earliest; [] when no such suffix occurred
-    before. Vectorised over the places where seq's last token occurred earlier."""
-    n = len(seq)
-    if k < 1 or n < ngram_min + 1:
-        return []
-    ends = np.flatnonzero(seq[: n - 1] == seq[n - 1])  # where an earlier occurrence of the suffix could end
-    if ends.size == 0:
-        return []
-    length = np.ones(ends.size, dtype=np.int64)  # how far each match reaches back, up to ngram_max
-    alive = np.ones(ends.size, dtype=bool)
-    for t in range(1, min(ngram_max, n - 1)):
-        back = ends - t
-        alive &= (back >= 0) & (seq[np.maximum(back, 0)] == seq[n - 1 - t])
-        if not alive.any():
-            break
-        length += alive
-    best = int(length.max())
-    if best < ngram_min:
-        return []
-    # the latest of the longest matches that has k tokens after it (else the earliest, which has the most): in a
-    # loop the latest match sits one period back, and its continuation runs into the end of the sequence
-    matches = ends[length == best]
-    full = matches[matches + k <= n - 1]
-    end = int(full[-1] if full.size else matches[0])
-    return seq[end + 1 : end + 1 + k].tolist()
+class NgramIndex:
+    """One request's tokens and, for each n-gram size it is asked about, where every n-gram of that size ends.
+
+    A lookup is a dict probe and a few comparisons per earlier occurrence, and a new token adds one entry per
+    size, so the host's work per decode step does not grow with the sequence. (A vectorised numpy search over the
+    whole sequence, the first version, cost about 38 µs per call on this project's CPU, twice a step, against a
+    0.34 ms decode step on the H200: prompts with nothing to copy ran at 0.88x.)"""
+
+    def __init__(self, sizes: tuple[int, ...]):
+        self.seq: list[int] = []
+        self.ends: dict[int, dict[tuple[int, ...], list[int]]] = {m: {} for m in sorted(set(sizes)) if m >= 1}
+
+    def extend(self, tokens) -> None:
+        seq = self.seq
+        for tok in tokens:
+            seq.append(int(tok))
+            p = len(seq) - 1
+            for m, table in self.ends.items():
+                if p >= m - 1:
+                    table.setdefault(tuple(seq[p - m + 1 : p + 1]), []).append(p)
+
+    def earlier_ends(self, m: int) -> list[int]:
+        """Where earlier occurrences of the last m tokens end, ascending (the suffix itself left out)."""
+        n = len(self.seq)
+        if n < m + 1:
+            return []
+        return self.ends[m].get(tuple(self.seq[n - m :]), [])[:-1]  # the last entry is the suffix itself
+
+    def lookup(self, k: int, ngram_min: int, ngram_max: int) -> list[int]:
+        """Up to k tokens that followed an earlier occurrence of the longest suffix of the sequence (ngram_max down to
+        ngram_min tokens long, ngram_min one of the index's sizes): after the latest occurrence with k tokens after
+        it, else after the earliest (in a loop the latest sits one period back and runs into the end); [] when no
+        such suffix occurred before."""
+        seq, n = self.seq, len(self.seq)
+        if k < 1 or n < ngram_min + 1:
+            return []
+        cap = min(ngram_max, n - 1)
+        best, matches = 0, []
+        for e in self.earlier_ends(ngram_min):  # each matches at least ngram_min tokens back
+            length = ngram_min
+            while length < cap and e - length >= 0 and seq[e - length] == seq[n - 1 - length]:
+                length += 1
+            if length > best:
+                best, matches = length, [e]
+            elif length == best:
+                matches.append(e)
+        if not matches:
+            return []
+        full = [e for e in matches if e + k <= n - 1]
+        end = full[-1] if full else matches[0]
+        return seq[end + 1 : end + 1 + k]
 
 
 class NgramProposer:
-    """Prompt-lookup drafts. Keeps each slot's tokens in a numpy buffer, extended by the new outputs each step."""
+    """Prompt-lookup drafts from each slot's ``NgramIndex``, extended by the request's new outputs each step."""
 
     def __init__(self, config: SpeculativeConfig, num_slots: int, max_seq_len: int):
         self.config = config
-        self.buffers = np.zeros((num_slots, max_seq_len), dtype=np.int64)
+        self.indexes: list[NgramIndex | None] = [None] * num_slots
         self.owner: list[int | None] = [None] * num_slots
-        self.length = [0] * num_slots
 
-    def _tokens(self, req) -> np.ndarray:
-        """The request's prompt and output so far, from the slot's buffer (extended by the new outputs)."""
-        buf, s = self.buffers[req.slot], req.slot
+    def _index(self, req) -> NgramIndex:
+        """The request's index, extended by the outputs it has not seen (a new request starts from its prompt)."""
+        s = req.slot
         if self.owner[s] != req.id:
             self.owner[s] = req.id
-            buf[: len(req.prompt_ids)] = req.prompt_ids
-            self.length[s] = len(req.prompt_ids)
-        n = len(req.prompt_ids) + len(req.output_ids)
-        buf[self.length[s] : n] = req.output_ids[self.length[s] - len(req.prompt_ids) :]
-        self.length[s] = n
-        return buf[:n]
+            self.indexes[s] = NgramIndex((self.config.ngram_min, self.config.ngram_min - 1))
+            self.indexes[s].extend(req.prompt_ids)
+        index = self.indexes[s]
+        known = len(index.seq) - len(req.prompt_ids)
+        if known < len(req.output_ids):
+            index.extend(req.output_ids[known:])
+        return index
 
     def propose(self, reqs: list, ks: list[int]) -> list[list[int]]:
         cfg = self.config
-        return [ngram_lookup(self._tokens(r), k, cfg.ngram_min, cfg.ngram_max) for r, k in zip(reqs, ks)]
+        return [self._index(r).lookup(k, cfg.ngram_min, cfg.ngram_max) for r, k in zip(reqs, ks)]
 
     def may_propose(self, req) -> bool:
         """Whether a draft can exist once the token in flight lands: its suffix of ngram_min tokens can only have
         occurred before if the ngram_min - 1 known tokens before it did (with a token after them)."""
         m = self.config.ngram_min - 1
-        return m == 0 or bool(ngram_lookup(self._tokens(req), 1, m, m))
+        return m == 0 or bool(self._index(req).earlier_ends(m))
 
     def verified(self, req, accepted: int) -> None:
         """Nothing to keep in step: the buffer follows the request's output."""
 
     def release(self, slot: int) -> None:
-        self.owner[slot] = None
+        self.owner[slot] = self.indexes[slot] = None
 
 
 class DraftProposer:
