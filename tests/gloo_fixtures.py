@@ -1,4 +1,5 @@
-"""Run a function on N gloo ranks in spawned processes and collect what each rank returns (no tests here)."""
+"""Run a function on N gloo ranks in spawned processes and collect what each rank returns, and the shared
+setting of the tests that compare several processes with one (no tests here)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,35 @@ def find_free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def data_parallel_overrides(root: Path, max_steps: int) -> list[str]:
+    """A store of 12 random 60-token sequences under ``root`` and the overrides of a tiny CPU run over it with
+    gradient accumulation 2: what the tests that compare ranks (DDP, two nodes) with one process share."""
+    import numpy as np
+    from lm_fixtures import tiny_cli_overrides
+
+    from cookmind.store import write_store
+
+    rng = np.random.default_rng(0)
+    write_store(
+        Path(root) / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(12)], vocab_size=64
+    )
+    return [
+        f"data.train_path={Path(root) / 'seq'}",
+        "data.window_size=16",
+        f"train.max_steps={max_steps}",
+        "train.seed=3",
+        "train.device=cpu",
+        "optim.lr=1e-2",
+        "optim.warmup_steps=1",
+        "train.grad_accum_steps=2",
+        "logging.progress=false",
+        "logging.report=false",
+        "checkpoint.every=0",
+        "eval.every=0",
+        *tiny_cli_overrides(),
+    ]
 
 
 def torchrun_cmd(*args: str, nproc: int = 2) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gloo_fixtures import find_free_port, run_on_gloo_ranks
+from gloo_fixtures import data_parallel_overrides, find_free_port, run_on_gloo_ranks
 from lm_fixtures import tiny_cli_overrides
 
 from cookmind.model import load_model
@@ -49,23 +49,7 @@ def node_cmd(node_rank: int, port: int, *args: str) -> list[str]:
 
 
 def test_two_nodes_on_loopback_equal_one_process(tmp_path, keep_threads):
-    rng = np.random.default_rng(0)
-    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(12)], vocab_size=64)
-    common = [
-        f"data.train_path={tmp_path / 'seq'}",
-        "data.window_size=16",
-        "train.max_steps=4",
-        "train.seed=3",
-        "train.device=cpu",
-        "optim.lr=1e-2",
-        "optim.warmup_steps=1",
-        "train.grad_accum_steps=2",
-        "logging.progress=false",
-        "logging.report=false",
-        "checkpoint.every=0",
-        "eval.every=0",
-        *tiny_cli_overrides(),
-    ]
+    common = data_parallel_overrides(tmp_path, max_steps=4)
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text("{}\n")
     # both "nodes" see one filesystem (tmp_path): rank 0 writes the run directory and the checkpoints

@@ -5,37 +5,19 @@ import json
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from gloo_fixtures import find_free_port, torchrun_cmd
-from lm_fixtures import tiny_cli_overrides, tiny_lm
+from gloo_fixtures import data_parallel_overrides, find_free_port, torchrun_cmd
+from lm_fixtures import tiny_lm
 
 from cookmind.model import load_model
-from cookmind.store import write_store
 from cookmind.train import TrainConfig, Trainer
 from cookmind.train.checkpoint import find_latest_checkpoint
 
 
 @pytest.mark.parametrize("ddp, zero1, checkpointing", [("torch", False, False), ("ours", True, True)])
 def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1, checkpointing):
-    rng = np.random.default_rng(0)
-    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(12)], vocab_size=64)
-    common = [
-        f"data.train_path={tmp_path / 'seq'}",
-        "data.window_size=16",
-        "train.max_steps=5",
-        "train.seed=3",
-        "train.device=cpu",
-        "optim.lr=1e-2",
-        "optim.warmup_steps=1",
-        "train.grad_accum_steps=2",
-        "logging.progress=false",
-        "logging.report=false",
-        "checkpoint.every=0",
-        "eval.every=0",
-    ]
-    common += tiny_cli_overrides()
+    common = data_parallel_overrides(tmp_path, max_steps=5)
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text("{}\n")
 

@@ -49,6 +49,18 @@ def default_length_buckets(max_seq_len: int, smallest: int = 64) -> list[int]:
     return sizes + [max_seq_len]
 
 
+def capture_and_buckets(runner, capture: bool | None, buckets) -> tuple[bool, list[int]]:
+    """Whether to capture (default: on CUDA; refused elsewhere) and the batch buckets (default_buckets, checked
+    against the runner's slots), as every graph holder here takes them."""
+    capture = runner.device.type == "cuda" if capture is None else capture
+    if capture and runner.device.type != "cuda":
+        raise ValueError("CUDA graphs need a CUDA model; pass capture=False to run the same steps eagerly")
+    buckets = sorted(buckets or default_buckets(runner.num_slots))
+    if buckets[-1] > runner.num_slots:
+        raise ValueError(f"graph bucket {buckets[-1]} exceeds the cache's {runner.num_slots} slots")
+    return capture, buckets
+
+
 class CudaGraphDecoder:
     """Decode steps (T = 1) over slots 0..B-1, replayed from graphs (or run eagerly: capture=False)."""
 
@@ -61,12 +73,7 @@ class CudaGraphDecoder:
         length_buckets: list[int] | None = None,
     ):
         self.runner = runner
-        self.capture = runner.device.type == "cuda" if capture is None else capture
-        if self.capture and runner.device.type != "cuda":
-            raise ValueError("CUDA graphs need a CUDA model; pass capture=False to run the same steps eagerly")
-        self.buckets = sorted(buckets or default_buckets(runner.num_slots))
-        if self.buckets[-1] > runner.num_slots:
-            raise ValueError(f"graph bucket {self.buckets[-1]} exceeds the cache's {runner.num_slots} slots")
+        self.capture, self.buckets = capture_and_buckets(runner, capture, buckets)
         if length_buckets is None:  # the paged decode kernel reads each row's own length: one bucket serves all
             length_buckets = (
                 [runner.max_seq_len]
@@ -176,12 +183,7 @@ class _StaticSteps:
 
     def __init__(self, runner, columns: int, buckets, capture, length_buckets):
         self.runner = runner
-        self.capture = runner.device.type == "cuda" if capture is None else capture
-        if self.capture and runner.device.type != "cuda":
-            raise ValueError("CUDA graphs need a CUDA model; pass capture=False to run the same steps eagerly")
-        self.buckets = sorted(buckets or default_buckets(runner.num_slots))
-        if self.buckets[-1] > runner.num_slots:
-            raise ValueError(f"graph bucket {self.buckets[-1]} exceeds the cache's {runner.num_slots} slots")
+        self.capture, self.buckets = capture_and_buckets(runner, capture, buckets)
         # these forwards attend through the gather path (T > 1), which reads the first L columns of every row
         self.length_buckets = sorted(length_buckets or default_length_buckets(runner.max_seq_len))
         if self.length_buckets[-1] != runner.max_seq_len:
