@@ -165,7 +165,8 @@ class GrammarMatcher:
         return self._m.is_stopped()
 
     def rollback(self, n: int) -> None:
-        """Undo the last ``n`` consumed tokens (speculative decoding rejects drafted tokens this way)."""
+        """Undo the last ``n`` consumed tokens (tests use it to ask what the grammar allows after each prefix;
+        requests with a grammar do not speculate, so the engine never rolls back)."""
         if not self._m.rollback(int(n)):
             raise ValueError(f"cannot roll back {n} tokens: {self._m.get_error() or 'fewer were consumed'}")
 
