@@ -6,6 +6,7 @@
     python bench/bench_train.py --device cuda --shape qwen3-0.6b --variants cuda-graph   # B=8, T=2048
     python bench/bench_train.py --device cuda --shape llama-1.3b --variants cuda-graph   # B=4, T=2048
     python bench/bench_train.py --device cpu --shape qwen3-0.6b --tiny --peak-flops 989e12  # the same code, shrunk
+    python bench/bench_train.py --device cpu --shape qwen3-0.6b --tiny --variants fp8-blocks  # float8 emulated
 
 Each figure is one JSON line. For gpt2-small and minimind the peer is a nanoGPT-style GPT (LayerNorm, GELU MLP
 4x, learned positions, tied embeddings, F.scaled_dot_product_attention, torch.optim.AdamW fused) written below.
@@ -23,6 +24,7 @@ peak_mem_gib: torch.cuda.max_memory_allocated over that figure's run (CUDA only)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import json
@@ -272,7 +274,8 @@ def bench_cookmind(
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
 
     defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics); fp8_blocks=True
-    runs the blocks' projections as torchao float8 linears (train.fp8_blocks; MFU still against the bf16 peak).
+    runs the blocks' projections as torchao float8 linears (train.fp8_blocks; MFU still against the bf16 peak;
+    on a CPU emulated, ``emulated_float8_on_cpu``: the code path checked, the speed meaningless).
     """
     from cookmind.train import Callback, TrainConfig, Trainer
 
@@ -311,9 +314,11 @@ def bench_cookmind(
     )
     timer = Timer()
     t0 = time.perf_counter()
-    trainer = Trainer(cfg, train_dataset=RandomTokens(shape["vocab_size"], seq), callbacks=[timer])
-    trainer.save_checkpoint = lambda **_: None  # measure the loop, not the final checkpoint write
-    trainer.fit()
+    emulated = emulated_float8_on_cpu() if fp8_blocks and device.type == "cpu" else contextlib.nullcontext()
+    with emulated:
+        trainer = Trainer(cfg, train_dataset=RandomTokens(shape["vocab_size"], seq), callbacks=[timer])
+        trainer.save_checkpoint = lambda **_: None  # measure the loop, not the final checkpoint write
+        trainer.fit()
     dt = timer.marks[warmup + steps] - timer.marks[warmup]
     return {
         "tokens_per_s": steps * batch * seq / dt,
@@ -405,6 +410,22 @@ def hf_peer_name(shape: dict) -> str:
     """The JSON ``impl`` of the transformers peer for a preset ``shape``."""
     arch = "Qwen3ForCausalLM" if shape.get("qk_norm") else "LlamaForCausalLM"
     return f"transformers {arch}, fused torch AdamW"
+
+
+@contextlib.contextmanager
+def emulated_float8_on_cpu():
+    """Within it, ``train.fp8_blocks`` trains on a CPU through torchao's emulated float8 (GEMM operands rounded to
+    e4m3 / e5m2 with the same dynamic scales, the matmuls in high precision), as tests/test_fp8_blocks.py does:
+    the FP8 code path of a benchmark checked without an FP8 GPU. Outside it the Trainer refuses the CPU."""
+    from cookmind.model import float8_blocks
+
+    saved = float8_blocks.fp8_blocks_problem, float8_blocks.convert_blocks_to_float8
+    float8_blocks.fp8_blocks_problem = lambda device: None
+    float8_blocks.convert_blocks_to_float8 = functools.partial(saved[1], emulate=True)
+    try:
+        yield
+    finally:
+        float8_blocks.fp8_blocks_problem, float8_blocks.convert_blocks_to_float8 = saved
 
 
 def fp8_block_runs(variants: list[str], shape: dict) -> list[tuple]:
