@@ -1,0 +1,346 @@
+"""FP8 blocks against bf16 on real tokens: does ``train.fp8_blocks=true`` train as well? (#18 item 5)
+
+The same model, from the same seed, on the same real tokens in the same order, trained twice through our Trainer
+with a preset's recipe (compiled, fused AdamW, the fused linear-CE loss; B and T as in bench_train.py, no
+accumulation): first bf16 autocast, then bf16 with the blocks' projections as torchao float8 linears. One JSON
+line per run (final loss = the mean training loss of the last 20 steps, tokens/s after the warm-up steps, peak
+GiB) and one comparing them: the relative difference of the final losses, passed when within 1%.
+
+Build the data once, on a CPU, into build/fp8-loss/ (ignored by git; about 20 MB: text 12.6, store 6.9, tokenizer
+0.5): real English from ../shared/data (the TinyStories sample, text/corpus.en, GSM8K problems with their
+worked answers, MMLU questions with their choices and answer), an 8192-token BPE trained on it (fits every shape's
+vocabulary), a seq store of 3.42M tokens (1667 windows of 2048: qwen3-0.6b's 200 x 8 fit without a repeat).
+
+    python bench/bench_fp8_loss.py --build     # the three steps below; --shared DIR or COOKMIND_SHARED_DATA
+    # 1. writes build/fp8-loss/text.txt: those documents, <|endoftext|> between them
+    # 2. python -m cookmind tokenizer train --input build/fp8-loss/text.txt --vocab-size 8192 \\
+    #        --out build/fp8-loss/tok --workers 1
+    # 3. python -m cookmind pack --tokenizer build/fp8-loss/tok --train-type seq \\
+    #        --input build/fp8-loss/text.txt --out build/fp8-loss/store --quiet
+
+Then, on an FP8 GPU (Hopper, Ada) with build/fp8-loss/ carried along:
+
+    python bench/bench_fp8_loss.py --shape qwen3-0.6b         # B=8, T=2048, 200 steps each, lr 3e-4
+    python bench/bench_fp8_loss.py --shape llama-1.3b         # B=4, T=2048, 200 steps each, lr 2e-4
+    python bench/bench_fp8_loss.py --shape tiny --device cpu --steps 20   # CPU smoke test: float8 emulated
+
+Schedule: the preset's lr and cosine decay to its min_lr_ratio over --steps, after --warmup-steps (20, at most a
+tenth of the steps) of linear warm-up: the preset's 2000 would end 200 steps below a tenth of the lr.
+train.cuda_graph is off in both runs. On a CPU the float8 GEMMs run through torchao's emulation (operands rounded
+to e4m3/e5m2 with the same scales, matmuls in fp32), the baseline is fp32 and the tiny shape's lr is 3e-3: the
+code path is checked, the figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import csv
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_train import PRESET_RUNS, emulated_float8_on_cpu, preset_run  # noqa: E402 (bench/ is not a package)
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO / "build" / "fp8-loss"
+DEFAULT_SHARED = Path(os.environ.get("COOKMIND_SHARED_DATA", REPO.parent / "shared" / "data"))  # as the tests
+VOCAB = 8192  # more tokens from the same text than a larger vocabulary, and below every shape's
+TOLERANCE = 0.01  # #18: loss over 200 steps within 1% of bf16
+LAST = 20  # the final loss is the mean of the last LAST steps
+TINY_LR = 3e-3  # the tiny shape's: its loss moves within a smoke test's 20 steps
+
+
+# -- the data: real text -> tokenizer -> token store, through cookmind's own commands --------------------
+
+
+def shared_documents(shared: Path) -> list[str]:
+    """The real English documents of ``shared`` (the shared data folder), in a fixed order.
+
+    The TinyStories sample (five stories), text/corpus.en (one document), GSM8K train and test (question and
+    worked answer), MMLU dev/val/test (question, the four choices, the answer letter).
+    """
+    docs = [d.strip() for d in (shared / "text" / "tinystories_sample.txt").read_text().split("<|endoftext|>")]
+    docs.append((shared / "text" / "corpus.en").read_text().strip())
+    for split in ("train", "test"):
+        for line in (shared / "gsm8k" / f"{split}.jsonl").read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                docs.append(f"Question: {row['question']}\nAnswer: {row['answer']}")
+    for path in sorted((shared / "mmlu").glob("*/*.csv")):
+        with open(path, newline="") as f:
+            for row in csv.reader(f):
+                question, *choices, answer = row
+                lettered = "\n".join(f"{letter}. {c}" for letter, c in zip("ABCD", choices))
+                docs.append(f"{question}\n{lettered}\nAnswer: {answer}")
+    return [d for d in docs if d]
+
+
+def build_commands(data: Path, overwrite: bool) -> list[list[str]]:
+    """The two cookmind commands that turn ``data``/text.txt into ``data``/tok and ``data``/store."""
+    py = [sys.executable, "-m", "cookmind"]
+    again = ["--overwrite"] if overwrite else []
+    text, tok, store = data / "text.txt", data / "tok", data / "store"
+    return [
+        [*py, "tokenizer", "train", "--input", str(text), "--vocab-size", str(VOCAB), "--out", str(tok)]
+        + ["--workers", "1", *again],
+        [*py, "pack", "--tokenizer", str(tok), "--train-type", "seq", "--input", str(text), "--out", str(store)]
+        + ["--quiet", *again],
+    ]
+
+
+def build(data: Path, shared: Path, overwrite: bool) -> None:
+    """Write ``data``/text.txt from ``shared``, then train the tokenizer and pack the store with cookmind."""
+    from cookmind.atomic import writing
+
+    if not (shared / "gsm8k").is_dir():
+        raise SystemExit(
+            f"bench_fp8_loss: no shared data at {shared}; pass --shared DIR or set COOKMIND_SHARED_DATA "
+            "(the folder with gsm8k/, mmlu/, text/)"
+        )
+    text = data / "text.txt"
+    if text.exists() and not overwrite:
+        raise SystemExit(f"bench_fp8_loss: {text} exists (built before?); pass --overwrite to build it again")
+    data.mkdir(parents=True, exist_ok=True)
+    docs = shared_documents(shared)
+    with writing(text) as f:
+        f.write("<|endoftext|>".join(docs))
+    print(f"bench_fp8_loss: wrote {len(docs)} documents ({text.stat().st_size / 1e6:.1f} MB) to {text}", flush=True)
+    for cmd in build_commands(data, overwrite):
+        print("+ " + " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, cwd=REPO, env=_env())
+
+
+def _env() -> dict:
+    """This process's environment with the repository first on PYTHONPATH, so the commands run this copy."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def store_meta(data: Path) -> dict:
+    """The built store's meta.json, or a one-line exit saying how to build it."""
+    meta = data / "store" / "meta.json"
+    if not meta.is_file() or not (data / "tok").is_dir():
+        raise SystemExit(
+            f"bench_fp8_loss: no token store at {data / 'store'} (or no tokenizer at {data / 'tok'}); "
+            f"build it first: python bench/bench_fp8_loss.py --build --data {data}"
+        )
+    return json.loads(meta.read_text())
+
+
+# -- the two runs ------------------------------------------------------------------------------------------
+
+
+def run_config(shape_name: str, vocab: int, steps: int, warmup_steps: int, device: torch.device, args):
+    """(TrainConfig, micro-batch, T) of one run: the preset's recipe, ``steps`` steps of one micro-batch each."""
+    from cookmind.train import TrainConfig
+
+    preset = "qwen3-0.6b" if shape_name == "tiny" else shape_name
+    shape, batch, seq = preset_run(preset, shape_name == "tiny", args.seq)
+    if shape_name == "tiny":
+        shape["vocab_size"] = vocab  # shrunk: the tokenizer's vocabulary, so every id has a row
+        shape["max_position_embeddings"] = max(shape["max_position_embeddings"], seq)
+    cfg = TrainConfig.load(preset)
+    on_gpu = device.type == "cuda"
+    cfg.update(
+        {
+            "model": shape,
+            "data": {
+                "train_path": str(args.data / "store"),
+                "tokenizer": str(args.data / "tok"),
+                "window_size": seq,
+                "num_workers": cfg.data.num_workers if on_gpu else 0,
+            },
+            "optim": {
+                "warmup_steps": warmup_steps,
+                "lr": args.lr or (TINY_LR if shape_name == "tiny" else cfg.optim.lr),
+            },
+            "train": {
+                "max_steps": steps,
+                "micro_batch_size": batch,
+                "grad_accum_steps": 1,
+                "precision": args.precision or ("bf16" if on_gpu else "fp32"),
+                "device": str(device),
+                "compile": on_gpu and not args.no_compile,
+                "cuda_graph": "false",
+                "fp8_scaling": args.fp8_scaling,
+                "threads": 0,
+            },
+            "checkpoint": {"every": 0},
+            "eval": {"every": 0, "prompts": []},
+            "logging": {"progress": False, "report": False, "log_every": 1000},
+        },
+        "bench_fp8_loss",
+    )
+    return cfg, batch, seq
+
+
+def train_once(cfg, fp8: bool, device: torch.device, warm: int) -> dict:
+    """Train ``cfg`` (with ``train.fp8_blocks=fp8``) in a scratch run directory: per-step losses and timing."""
+    from cookmind.train import Callback, Trainer
+
+    class Record(Callback):
+        def __init__(self):
+            self.losses, self.marks = [], {}
+
+        def needs_state_at(self, trainer, step):  # its marks sync; the steps between may be deferred
+            return step == warm
+
+        def on_step_end(self, trainer, step, metrics):
+            self.losses.append(metrics["loss"])
+            if step in (warm, cfg.train.max_steps):
+                _sync(device)
+                self.marks[step] = time.perf_counter()
+
+    cfg = copy.deepcopy(cfg)  # the Trainer may fill in fields: each run starts from the same config
+    cfg.train.fp8_blocks = fp8
+    record = Record()
+    if device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    emulated = emulated_float8_on_cpu() if fp8 and device.type == "cpu" else contextlib.nullcontext()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cookmind-fp8-loss-") as run_dir, emulated:
+        cfg.logging.run_dir = run_dir
+        trainer = Trainer(cfg, callbacks=[record])
+        trainer.save_checkpoint = lambda **_: None  # the losses are the result, not the weights
+        summary = trainer.fit()
+        windows = len(trainer.train_loader.loader.dataset)
+        del trainer
+    out = {
+        "losses": record.losses,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "skipped_steps": summary["skipped_steps"],
+        "windows": windows,
+    }
+    if warm in record.marks and cfg.train.max_steps in record.marks:
+        timed = cfg.train.max_steps - warm
+        dt = record.marks[cfg.train.max_steps] - record.marks[warm]
+        out["tokens_per_s"] = round(timed * cfg.train.micro_batch_size * cfg.data.window_size / dt)
+    if device.type == "cuda":
+        out["peak_mem_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        torch._dynamo.reset()  # the second run compiles its own graphs, not on top of the first one's
+        gc.collect()
+        torch.cuda.empty_cache()
+    return out
+
+
+def final_loss(losses: list[float], last: int = LAST) -> float:
+    """The mean training loss of the last ``last`` steps (all of them when fewer)."""
+    tail = losses[-last:]
+    return sum(tail) / len(tail)
+
+
+def compare(baseline: float, fp8: float, tolerance: float = TOLERANCE) -> dict:
+    """The check of #18: the fp8 run's final loss relative to the baseline's (bf16), passed within ``tolerance``."""
+    rel = (fp8 - baseline) / baseline
+    return {"rel_diff": round(rel, 5), "tolerance": tolerance, "pass": abs(rel) <= tolerance}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", action="store_true", help="build the tokenizer and token store into --data, then stop")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help=f"built data folder (default {DEFAULT_DATA})")
+    ap.add_argument(
+        "--shared",
+        type=Path,
+        default=DEFAULT_SHARED,
+        help=f"--build: the shared data folder (default {DEFAULT_SHARED})",
+    )
+    ap.add_argument("--overwrite", action="store_true", help="--build: replace what an earlier --build made")
+    ap.add_argument("--shape", default="tiny", choices=[*PRESET_RUNS, "tiny"])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--warmup-steps", type=int, default=20, help="lr warm-up steps (default 20; at most steps/10)")
+    ap.add_argument("--lr", type=float, default=None, help=f"peak lr (default: the preset's; tiny {TINY_LR})")
+    ap.add_argument("--seq", type=int, default=None, help="tokens per row (default: the shape's, 2048 / tiny 32)")
+    ap.add_argument("--precision", default=None, choices=["bf16", "fp32"], help="default bf16 on CUDA, fp32 on CPU")
+    ap.add_argument("--fp8-scaling", default="tensorwise", choices=["tensorwise", "rowwise"])
+    ap.add_argument("--no-compile", action="store_true")
+    args = ap.parse_args(argv)
+    if args.build:
+        build(args.data, args.shared, args.overwrite)
+        return 0
+    device = torch.device(args.device)
+    if device.type != "cuda" and args.shape != "tiny":
+        ap.error(f"--shape {args.shape} on {device.type} would take days; there use --shape tiny")
+    if args.steps < 2:
+        ap.error("--steps must be at least 2")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    meta = store_meta(args.data)
+    warm = min(10, args.steps // 4) or 1
+    warmup_steps = min(args.warmup_steps, args.steps // 10)
+    cfg, batch, seq = run_config(args.shape, meta["vocab_size"], args.steps, warmup_steps, device, args)
+    common = {
+        "shape": args.shape,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "batch": batch,
+        "seq": seq,
+        "steps": args.steps,
+        "lr": cfg.optim.lr,
+        "compiled": cfg.train.compile,
+        "store_tokens": meta["num_tokens"],
+    }
+    results, finals = {}, {}
+    base = cfg.train.precision  # bf16 on CUDA: the baseline of #18
+    for name, fp8 in ((base, False), ("fp8-blocks", True)):
+        try:
+            r = train_once(cfg, fp8, device, warm)
+        except Exception as exc:  # reported as a line; the comparison needs both
+            print(json.dumps({"figure": "fp8 loss run", "run": name, **common, "error": f"{exc}"[:500]}), flush=True)
+            return 2
+        precision = cfg.train.precision + (f" + float8 blocks ({args.fp8_scaling})" if fp8 else "")
+        if fp8 and device.type == "cpu":
+            precision += ", emulated"
+        line = {"figure": "fp8 loss run", "run": name, "precision": precision, **common}
+        finals[name] = final_loss(r["losses"])
+        line["final_loss"] = round(finals[name], 4)
+        # the curve: mean loss of each tenth of the run
+        chunk = max(1, args.steps // 10)
+        line["loss_curve"] = [
+            round(final_loss(r["losses"][i : i + chunk], chunk), 4) for i in range(0, args.steps, chunk)
+        ]
+        for k in ("tokens_per_s", "peak_mem_gib", "skipped_steps", "wall_s", "windows"):
+            if r.get(k) is not None:
+                line[k] = r[k]
+        if batch * args.steps > r["windows"]:
+            line["windows_repeated"] = batch * args.steps - r["windows"]  # the store ran out: an epoch began again
+        results[name] = line
+        print(json.dumps(line), flush=True)
+    ref, fp8 = results[base], results["fp8-blocks"]
+    verdict = {
+        "figure": "fp8 blocks loss vs baseline",
+        **common,
+        "last_steps": min(LAST, args.steps),
+        "baseline": base,
+        "baseline_loss": ref["final_loss"],
+        "fp8_loss": fp8["final_loss"],
+        **compare(finals[base], finals["fp8-blocks"]),
+    }
+    if "tokens_per_s" in ref and "tokens_per_s" in fp8:
+        verdict["speedup"] = round(fp8["tokens_per_s"] / ref["tokens_per_s"], 3)
+    print(json.dumps(verdict), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
