@@ -48,8 +48,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_train import PRESET_RUNS, emulated_float8_on_cpu, preset_run  # noqa: E402 (bench/ is not a package)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.bench_train import PRESET_RUNS, emulated_float8_on_cpu, preset_run  # noqa: E402 (run as a script too)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO / "build" / "fp8-loss"

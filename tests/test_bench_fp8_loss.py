@@ -1,0 +1,84 @@
+"""bench/bench_fp8_loss.py: the documents it takes from the shared data, its 1% check, and a CPU run end to end
+(a store built through `cookmind tokenizer train` and `cookmind pack`, then the tiny shape twice, float8 emulated).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from bench import bench_fp8_loss as B
+from cookmind.model import float8_blocks
+
+try:
+    float8_blocks.import_torchao_float8()
+except ImportError as exc:
+    pytest.skip(str(exc), allow_module_level=True)  # the message says: pip install cookmind[fp8]
+
+
+def test_documents_are_every_shared_record(shared_data):
+    docs = B.shared_documents(shared_data)
+    # GSM8K 7,473 + 1,319 problems (the data README); MMLU's published splits: 14,042 test, 1,531 val, 285 dev;
+    # the five TinyStories stories; corpus.en whole.
+    assert len(docs) == 7473 + 1319 + 14042 + 1531 + 285 + 5 + 1
+    assert all(d and "<|endoftext|>" not in d for d in docs)
+    assert docs[0].startswith("Once upon a time there was a little boy named Ben.")
+    assert docs[5].startswith("iron cement is a ready for use paste")
+    assert docs[6].startswith("Question: Natalia sold clips to 48 of her friends in April,")
+    assert "\nAnswer: Natalia sold 48/2 = <<48/2=24>>24 clips in May." in docs[6]
+    # the first row of mmlu/dev/abstract_algebra_dev.csv (dev sorts before test and val)
+    assert "Find all c in Z_3 such that Z_3[x]/(x^2 + c) is a field.\nA. 0\nB. 1\nC. 2\nD. 3\nAnswer: B" in docs
+
+
+def test_the_check_against_hand_computed_values():
+    assert B.compare(4.0, 4.03) == {"rel_diff": 0.0075, "tolerance": 0.01, "pass": True}
+    assert B.compare(4.0, 3.95) == {"rel_diff": -0.0125, "tolerance": 0.01, "pass": False}
+    assert B.compare(4.0, 4.0)["pass"]
+    assert B.final_loss(list(range(30))) == sum(range(10, 30)) / 20  # the last 20 steps
+    assert B.final_loss([3.0, 5.0]) == 4.0  # fewer steps than 20: all of them
+
+
+def _small_shared(shared_data, dest):
+    """The shared folder's layout with the heads of its real files, so a build takes seconds."""
+    (dest / "text").mkdir(parents=True)
+    (dest / "gsm8k").mkdir()
+    (dest / "mmlu" / "dev").mkdir(parents=True)
+    for name in ("tinystories_sample.txt", "corpus.en"):
+        shutil.copy(shared_data / "text" / name, dest / "text" / name)
+    for split, n in (("train", 300), ("test", 50)):
+        lines = (shared_data / "gsm8k" / f"{split}.jsonl").read_text().splitlines(keepends=True)[:n]
+        (dest / "gsm8k" / f"{split}.jsonl").write_text("".join(lines))
+    for csv in sorted((shared_data / "mmlu" / "dev").glob("*.csv"))[:10]:
+        shutil.copy(csv, dest / "mmlu" / "dev" / csv.name)
+    return dest
+
+
+def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
+    shared = _small_shared(shared_data, tmp_path / "shared")
+    data = tmp_path / "data"
+    with pytest.raises(SystemExit, match="--build"):
+        B.main(["--data", str(data), "--device", "cpu"])
+    B.build(data, shared, overwrite=False)
+    meta = json.loads((data / "store" / "meta.json").read_text())
+    assert meta["num_records"] == 5 + 1 + 300 + 50 + 50  # each dev csv has 5 rows
+    with pytest.raises(SystemExit, match="--overwrite"):
+        B.build(data, shared, overwrite=False)  # what an earlier build made stays unless asked
+    capsys.readouterr()
+
+    assert B.main(["--data", str(data), "--shape", "tiny", "--device", "cpu", "--steps", "4"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    base, fp8, verdict = lines
+    assert (base["run"], base["precision"]) == ("fp32", "fp32")
+    assert (fp8["run"], fp8["precision"]) == ("fp8-blocks", "fp32 + float8 blocks (tensorwise), emulated")
+    assert base["windows"] == meta["num_tokens"] // 32 and "windows_repeated" not in base
+    # 4 steps: the curve is each step's loss. Untrained, the model spreads its probability evenly over the vocabulary.
+    assert base["loss_curve"][0] == pytest.approx(math.log(meta["vocab_size"]), abs=0.05)
+    assert fp8["loss_curve"][0] == pytest.approx(base["loss_curve"][0], rel=1e-3)
+    assert fp8["loss_curve"] != base["loss_curve"]  # the float8 rounding is in the step: not the fp32 path again
+    assert fp8["loss_curve"] == pytest.approx(base["loss_curve"], rel=0.01)
+    assert base["final_loss"] == pytest.approx(sum(base["loss_curve"]) / 4, abs=1e-3)
+    assert verdict["rel_diff"] == pytest.approx((fp8["final_loss"] - base["final_loss"]) / base["final_loss"], abs=2e-5)
+    assert verdict["pass"] == (abs(verdict["rel_diff"]) <= 0.01)
