@@ -68,11 +68,13 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
         B.build(data, shared, overwrite=False)  # what an earlier build made stays unless asked
     capsys.readouterr()
 
-    assert B.main(["--data", str(data), "--shape", "tiny", "--device", "cpu", "--steps", "4"]) == 0
+    argv = ["--data", str(data), "--shape", "tiny", "--device", "cpu", "--steps", "4", "--baseline-twice"]
+    assert B.main(argv) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
-    base, fp8, verdict = lines
+    base, fp8, again, verdict = lines
     assert (base["run"], base["precision"]) == ("fp32", "fp32")
     assert (fp8["run"], fp8["precision"]) == ("fp8-blocks", "fp32 + float8 blocks (tensorwise), emulated")
+    assert (base["float8_linears"], fp8["float8_linears"]) == (0, 2 * 7)  # 2 blocks x q/k/v/o, gate/up/down
     assert base["windows"] == meta["num_tokens"] // 32 and "windows_repeated" not in base
     # 4 steps: the curve is each step's loss. Untrained, the model spreads its probability evenly over the vocabulary.
     assert base["loss_curve"][0] == pytest.approx(math.log(meta["vocab_size"]), abs=0.05)
@@ -82,3 +84,6 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
     assert base["final_loss"] == pytest.approx(sum(base["loss_curve"]) / 4, abs=1e-3)
     assert verdict["rel_diff"] == pytest.approx((fp8["final_loss"] - base["final_loss"]) / base["final_loss"], abs=2e-5)
     assert verdict["pass"] == (abs(verdict["rel_diff"]) <= 0.01)
+    # the premise of the check: the same init, the same tokens in the same order (one CPU thread count: bit for bit)
+    assert again["run"] == "fp32 again" and again["loss_curve"] == base["loss_curve"]
+    assert verdict["baseline_repeat_rel_diff"] == 0.0
