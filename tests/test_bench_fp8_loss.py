@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import shutil
 
 import pytest
+import torch
 
 from bench import bench_fp8_loss as B
 from cookmind.model import float8_blocks
@@ -87,3 +89,16 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
     # the premise of the check: the same init, the same tokens in the same order (one CPU thread count: bit for bit)
     assert again["run"] == "fp32 again" and again["loss_curve"] == base["loss_curve"]
     assert verdict["baseline_repeat_rel_diff"] == 0.0
+
+
+@pytest.mark.parametrize("shape,batch,lr", [("qwen3-0.6b", 8, 3e-4), ("llama-1.3b", 4, 2e-4)])
+def test_gpu_runs_take_the_preset_recipe_for_200_steps(shape, batch, lr, tmp_path):
+    args = argparse.Namespace(
+        data=tmp_path, seq=None, lr=None, precision=None, no_compile=False, fp8_scaling="tensorwise"
+    )
+    cfg, b, t = B.run_config(shape, 8192, 200, 20, torch.device("cuda"), args)
+    assert (b, t, cfg.train.micro_batch_size, cfg.data.window_size) == (batch, 2048, batch, 2048)
+    assert (cfg.train.max_steps, cfg.train.grad_accum_steps, cfg.optim.warmup_steps) == (200, 1, 20)
+    assert (cfg.optim.lr, cfg.optim.schedule, cfg.train.precision, cfg.train.compile) == (lr, "cosine", "bf16", True)
+    assert cfg.model["vocab_size"] == {"qwen3-0.6b": 151936, "llama-1.3b": 32768}[shape]  # the preset's
+    assert cfg.data.train_path == str(tmp_path / "store") and cfg.data.tokenizer == str(tmp_path / "tok")
