@@ -15,10 +15,12 @@ import torch
 from bench import bench_fp8_loss as B
 from cookmind.model import float8_blocks
 
-try:
-    float8_blocks.import_torchao_float8()
-except ImportError as exc:
-    pytest.skip(str(exc), allow_module_level=True)  # the message says: pip install cookmind[fp8]
+
+def _torchao_or_skip():
+    try:
+        float8_blocks.import_torchao_float8()
+    except ImportError as exc:
+        pytest.skip(str(exc))  # the message says: pip install cookmind[fp8]
 
 
 def test_documents_are_every_shared_record(shared_data):
@@ -59,6 +61,7 @@ def _small_shared(shared_data, dest):
 
 
 def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
+    _torchao_or_skip()
     shared = _small_shared(shared_data, tmp_path / "shared")
     data = tmp_path / "data"
     with pytest.raises(SystemExit, match="--build"):
