@@ -118,7 +118,10 @@ def build(data: Path, shared: Path, overwrite: bool) -> None:
     print(f"bench_fp8_loss: wrote {len(docs)} documents ({text.stat().st_size / 1e6:.1f} MB) to {text}", flush=True)
     for cmd in build_commands(data, overwrite):
         print("+ " + " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True, cwd=REPO, env=_env())
+        done = subprocess.run(cmd, cwd=REPO, env=_env())
+        if done.returncode:
+            what = " ".join(a for a in cmd[3:5] if not a.startswith("-"))  # tokenizer train, pack
+            raise SystemExit(f"bench_fp8_loss: `cookmind {what}` failed (exit {done.returncode}); its message is above")
 
 
 def _env() -> dict:
