@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "compiled": cfg.train.compile,
         "store_tokens": meta["num_tokens"],
     }
-    results, finals = {}, {}
+    results, finals, curves = {}, {}, {}
     base = cfg.train.precision  # bf16 on CUDA: the baseline of #18
     runs = [(base, False), ("fp8-blocks", True)] + ([(f"{base} again", False)] if args.baseline_twice else [])
     for name, fp8 in runs:
@@ -329,9 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         line["final_loss"] = round(finals[name], 4)
         # the curve: mean loss of each tenth of the run
         chunk = max(1, args.steps // 10)
-        line["loss_curve"] = [
-            round(final_loss(r["losses"][i : i + chunk], chunk), 4) for i in range(0, args.steps, chunk)
-        ]
+        curves[name] = [final_loss(r["losses"][i : i + chunk], chunk) for i in range(0, args.steps, chunk)]
+        line["loss_curve"] = [round(x, 4) for x in curves[name]]
         for k in ("tokens_per_s", "peak_mem_gib", "skipped_steps", "wall_s", "windows", "float8_linears"):
             if r.get(k) is not None:
                 line[k] = r[k]
@@ -348,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_loss": ref["final_loss"],
         "fp8_loss": f8["final_loss"],
         **compare(finals[base], finals["fp8-blocks"]),
+        # the widest gap along the way (a tenth of the run at a time), not only at the end
+        "curve_max_rel_diff": round(max(abs(f / b - 1) for b, f in zip(curves[base], curves["fp8-blocks"])), 5),
     }
     if "tokens_per_s" in ref and "tokens_per_s" in f8:
         verdict["speedup"] = round(f8["tokens_per_s"] / ref["tokens_per_s"], 3)

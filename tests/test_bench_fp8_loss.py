@@ -89,6 +89,8 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
     assert base["final_loss"] == pytest.approx(sum(base["loss_curve"]) / 4, abs=1e-3)
     assert verdict["rel_diff"] == pytest.approx((fp8["final_loss"] - base["final_loss"]) / base["final_loss"], abs=2e-5)
     assert verdict["pass"] == (abs(verdict["rel_diff"]) <= 0.01)
+    gaps = [abs(f / b - 1) for b, f in zip(base["loss_curve"], fp8["loss_curve"])]
+    assert verdict["curve_max_rel_diff"] == pytest.approx(max(gaps), abs=2e-5) and max(gaps) > 0
     # the premise of the check: the same init, the same tokens in the same order (one CPU thread count: bit for bit)
     assert again["run"] == "fp32 again" and again["loss_curve"] == base["loss_curve"]
     assert verdict["baseline_repeat_rel_diff"] == 0.0
