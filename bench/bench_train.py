@@ -150,9 +150,10 @@ def hf_flops_per_token(model: nn.Module, t: int) -> float:
     return float(6 * n + 12 * c.num_hidden_layers * c.num_attention_heads * head_dim * t)
 
 
-def hf_step(shape: dict, batch: int, seq: int, device, precision: str, compile_: bool):
+def hf_step(shape: dict, batch: int, seq: int, device, precision: str, compile_: bool, accum: int = 1):
     """(step(i) -> (loss, grad norm), model): one step of transformers' model in a bare loop: forward with
-    labels (its shifted cross-entropy), backward, clip, torch's fused AdamW."""
+    labels (its shifted cross-entropy) and backward for each of ``accum`` micro-batches, clip, torch's fused
+    AdamW."""
     torch.manual_seed(0)
     model = hf_peer(shape).to(device).train()
     fused = device.type == "cuda"
@@ -162,11 +163,12 @@ def hf_step(shape: dict, batch: int, seq: int, device, precision: str, compile_:
     ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else _null()
 
     def step(i):
-        rows = torch.arange(i * batch, (i + 1) * batch, device=device) % data.shape[0]
-        x = data[rows]
-        with ctx:
-            loss = fwd(input_ids=x, labels=x).loss
-        loss.backward()
+        for j in range(accum):
+            start = (i * accum + j) * batch
+            x = data[torch.arange(start, start + batch, device=device) % data.shape[0]]
+            with ctx:
+                loss = fwd(input_ids=x, labels=x).loss
+            (loss / accum).backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -175,12 +177,14 @@ def hf_step(shape: dict, batch: int, seq: int, device, precision: str, compile_:
     return step, model
 
 
-def bench_hf(shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str, compile_: bool):
+def bench_hf(
+    shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str, compile_: bool, accum: int = 1
+):
     """tokens/s of transformers' model of the same config in a bare loop (``hf_step``)."""
-    step, model = hf_step(shape, batch, seq, device, precision, compile_)
+    step, model = hf_step(shape, batch, seq, device, precision, compile_, accum)
     dt, warm_s = _time_loop(step, steps, warmup, device)
     return {
-        "tokens_per_s": steps * batch * seq / dt,
+        "tokens_per_s": steps * accum * batch * seq / dt,
         "flops_per_token": hf_flops_per_token(model, seq),
         "warmup_s": round(warm_s, 1),
         "params": sum(p.numel() for p in model.parameters()),
@@ -270,8 +274,10 @@ def bench_cookmind(
     defer_metrics=True,
     cuda_graph=False,
     fp8_blocks=False,
+    accum=1,
 ):
-    """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape.
+    """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape, ``accum``
+    micro-batches per optimizer step (train.grad_accum_steps).
 
     defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics); fp8_blocks=True
     runs the blocks' projections as torchao float8 linears (train.fp8_blocks; MFU still against the bf16 peak;
@@ -298,6 +304,7 @@ def bench_cookmind(
             "train": {
                 "max_steps": warmup + steps,
                 "micro_batch_size": batch,
+                "grad_accum_steps": accum,
                 "precision": precision,
                 "compile": compile_,
                 "compile_mode": compile_mode,
@@ -321,7 +328,7 @@ def bench_cookmind(
         trainer.fit()
     dt = timer.marks[warmup + steps] - timer.marks[warmup]
     return {
-        "tokens_per_s": steps * batch * seq / dt,
+        "tokens_per_s": steps * accum * batch * seq / dt,
         "flops_per_token": trainer.flops_per_token,
         "warmup_s": round(timer.marks[warmup] - t0, 1),
         "params": trainer.bare_model.num_parameters(),
@@ -463,6 +470,13 @@ def main() -> None:
         "CPU: the tiny-cpu preset (default), host (8 layers 16 wide, B=1, T=8: the loop's host "
         "overhead per step; compare with --variants raw) or a preset with --tiny",
     )
+    ap.add_argument(
+        "--accum",
+        type=int,
+        default=1,
+        help="micro-batches per optimizer step for the transformers peer and every Trainer run (preset shapes; "
+        "default 1): a global batch of batch x accum rows, as a real pretraining run would use",
+    )
     ap.add_argument("--tiny", action="store_true", help="with a preset --shape: its architecture shrunk (any device)")
     ap.add_argument(
         "--peak-flops",
@@ -499,6 +513,12 @@ def main() -> None:
     if args.shape is not None and args.shape not in fits:
         hint = " (or a preset with --tiny)" if device.type == "cpu" else ""
         ap.error(f"--shape {args.shape} does not run on {device.type}; there choose from {', '.join(fits)}{hint}")
+    if args.accum < 1:
+        ap.error(f"--accum must be at least 1, not {args.accum}")
+    if args.accum > 1 and args.shape not in PRESET_RUNS:
+        ap.error(f"--accum applies to the preset shapes ({', '.join(PRESET_RUNS)}), not --shape {args.shape}")
+    if args.accum > 1 and "raw" in args.variants.split(","):
+        ap.error("--variants raw is a bare loop without accumulation: leave it out with --accum")
     if args.shape in PRESET_RUNS:
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
@@ -542,6 +562,7 @@ def main() -> None:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "threads": torch.get_num_threads(),
             "batch": batch,
+            "accum": args.accum,
             "seq": seq,
             "precision": precision,
             "compiled": compiled,
@@ -599,7 +620,10 @@ def main() -> None:
                     )
                 )
         for name, fn, shp in runs:
-            extra = (args.run_dir,) if getattr(fn, "func", fn) is bench_cookmind else ()
+            base = getattr(fn, "func", fn)
+            extra = (args.run_dir,) if base is bench_cookmind else ()
+            if base in (bench_cookmind, bench_hf):  # the other runs refuse --accum above (not preset shapes)
+                fn = functools.partial(fn, accum=args.accum)
             if device.type == "cuda":  # each figure's own peak: the previous one's memory is gone
                 gc.collect()
                 torch.cuda.empty_cache()
@@ -629,7 +653,7 @@ def main() -> None:
                     "impl": name,
                     **common,
                     "tokens_per_s": round(r["tokens_per_s"]),
-                    "ms_per_step": round(batch * seq / r["tokens_per_s"] * 1e3, 3),
+                    "ms_per_step": round(args.accum * batch * seq / r["tokens_per_s"] * 1e3, 3),
                     "params": r["params"],
                     "flops_per_token": r["flops_per_token"],
                     "warmup_s": r["warmup_s"],

@@ -103,3 +103,23 @@ def test_the_bench_peer_is_transformers_model_of_the_preset_architecture_with_th
     total, n_matmul = _hand_count(**hand)
     assert sum(p.numel() for p in model.parameters()) == total
     assert hf_flops_per_token(model, t) == 6 * n_matmul + 12 * hand["layers"] * heads * hand["head_dim"] * t
+
+
+def test_the_bench_peer_accumulating_two_micro_batches_takes_the_step_of_one_batch_of_both():
+    # bench/bench_train.py --accum 2: the transformers peer's step over two micro-batches of one row must equal
+    # its step over one batch of those two rows (equal-length rows: the mean loss is the mean of the halves)
+    from bench.bench_train import hf_step, preset_run
+
+    shape, _, t = preset_run("qwen3-0.6b", tiny=True, seq=16)
+    cpu = torch.device("cpu")
+    step_a, model_a = hf_step(shape, 1, t, cpu, "fp32", False, accum=2)
+    step_b, model_b = hf_step(shape, 2, t, cpu, "fp32", False, accum=1)
+    before = [p.detach().clone() for p in model_a.parameters()]
+    loss_a, norm_a = step_a(0)
+    loss_b, norm_b = step_b(0)
+    torch.testing.assert_close(norm_a, norm_b, rtol=1e-5, atol=1e-6)
+    moved = False
+    for p0, pa, pb in zip(before, model_a.parameters(), model_b.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6)
+        moved |= not torch.equal(p0, pa)
+    assert moved  # the step changed the weights: the comparison is not of two untouched models
