@@ -470,7 +470,7 @@ class Speculator:
         slots = torch.tensor([r.slot for r in reqs], device=eng.device)
         eng._last_tok[slots] = torch.tensor([e[-1] for e in emitted], device=eng.device)
         eng._graph_key = None
-        self._emit(reqs, emitted)
+        eng._emit_tokens(reqs, emitted)
 
     def _verify(self, reqs: list, drafts: list[list[int]]) -> tuple[torch.Tensor, list[list[int]], list[int]]:
         """One target forward over [newest token, drafts] per request (at least 2 tokens: the gather path, as
@@ -560,16 +560,6 @@ class Speculator:
             noise[i].exponential_(generator=r.generator)
         bonus = (last / noise).argmax(-1).tolist()
         return [d[:a] + [b] for d, a, b in zip(drafts, accepted, bonus)]
-
-    def _emit(self, reqs: list, emitted: list[list[int]]) -> None:
-        """Emit each request's tokens in order through the engine: a stop token, max_new_tokens or the context
-        ends a request exactly where plain decoding would, and the tokens after it are dropped."""
-        from cookmind.infer.engine import StepRecord  # here: the engine imports this module
-
-        for j in range(max(len(e) for e in emitted)):
-            rows = [(r, e[j]) for r, e in zip(reqs, emitted) if len(e) > j and r.state != "done"]
-            if rows:
-                self.engine._emit_record(StepRecord([r for r, _ in rows], torch.tensor([tok for _, tok in rows]), None))
 
 
 def load_draft_model(path, tokenizer, device="cpu", dtype=None):
