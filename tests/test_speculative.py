@@ -274,17 +274,35 @@ def test_speculation_serves_each_rows_lora_adapter(tmp_path, device, graphs):
 
 def test_greedy_and_sampled_requests_speculate_in_one_step(model):
     """With sampled=True a step verifies greedy and sampled rows together: each accepts against its own drafts
-    (the greedy rows still equal plain decoding)."""
+    (the greedy rows still equal plain decoding). The graph path (run eagerly) accepts greedy rows on the device
+    and sampled ones on the host, from the same draws: the same tokens as the eager path."""
     spec = SpeculativeConfig("ngram", num_tokens=3, ngram_min=1, ngram_max=3, sampled=True)
-    params = [
-        SamplingParams(temperature=0.9, seed=1, max_new_tokens=20),
-        SamplingParams(temperature=0, max_new_tokens=20),
-        SamplingParams(temperature=0.9, seed=2, max_new_tokens=20),
-    ]
-    eng = engine(model, spec)
-    got, _ = run(eng, [PROMPTS[3], PROMPTS[0], PROMPTS[4]], params)
-    assert got[1] == plain(model, PROMPTS[0], params[1])
-    assert all(len(g) == 20 for g in got) and eng.metrics()["spec_accepted_tokens_total"] > 0
+    outs = []
+    for graphs in (False, True):
+        params = [
+            SamplingParams(temperature=0.9, seed=1, max_new_tokens=20),
+            SamplingParams(temperature=0, max_new_tokens=20),
+            SamplingParams(temperature=0.9, seed=2, max_new_tokens=20),
+        ]
+        eng = engine(model, spec, cuda_graphs=graphs)
+        got, _ = run(eng, [PROMPTS[3], PROMPTS[0], PROMPTS[4]], params)
+        assert got[1] == plain(model, PROMPTS[0], params[1])
+        assert all(len(g) == 20 for g in got) and eng.metrics()["spec_accepted_tokens_total"] > 0
+        outs.append(got)
+    assert outs[0] == outs[1]
+
+
+def test_the_verifier_keeps_full_logits_only_for_speculative_sampling(model):
+    """Greedy rows need only the argmax: without sampled=True the verify graph holds no (slots, k + 1, V) logits
+    buffer, only its (slots, k + 2) result (the argmax at each place and the accepted count)."""
+    for sampled in (False, True):
+        eng = engine(model, SpeculativeConfig("ngram", num_tokens=4, sampled=sampled), cuda_graphs=True)
+        v = eng.spec.verifier
+        assert v.result.shape == (3, 6)
+        if sampled:
+            assert v.logits.shape == (3, 5, model.config.vocab_size)
+        else:
+            assert v.logits is None
 
 
 def test_sampled_and_penalised_requests_decode_normally_in_the_same_steps(model):

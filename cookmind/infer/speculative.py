@@ -380,7 +380,11 @@ class Speculator:
         # the plain steps replay CUDA graphs (eagerly on CPU): so do the verify forwards, padded to k + 1 tokens
         eg = engine.graphs
         width = config.num_tokens + 1
-        self.verifier = CudaGraphVerifier(engine.runner, width, eg.buckets, eg.capture) if eg is not None else None
+        self.verifier = None
+        if eg is not None:  # it accepts greedy rows on the device and writes their newest token into _last_tok
+            self.verifier = CudaGraphVerifier(
+                engine.runner, width, eg.buckets, eg.capture, last_tok=engine._last_tok, keep_logits=config.sampled
+            )
         self.steps = 0  # request-steps verified with at least one draft
         self.drafted = 0
         self.accepted = 0
@@ -443,15 +447,11 @@ class Speculator:
         if not chosen:
             return
         reqs, drafts = [r for r, _ in chosen], [d for _, d in chosen]
-        logits, best, rows = (self._verify_graphed if self.verifier is not None else self._verify)(reqs, drafts)
-        emitted = [[] for _ in reqs]
+        logits, rows, best, accepted = (self._verify_graphed if self.verifier is not None else self._verify)(
+            reqs, drafts
+        )
+        emitted = [best[i][: a + 1] for i, a in enumerate(accepted)]  # a greedy row's drafts equal its argmax
         sampled = [i for i, r in enumerate(reqs) if r.params.temperature != 0]
-        for i, r in enumerate(reqs):
-            if r.params.temperature == 0:
-                d, g, a = drafts[i], best[rows[i]], 0
-                while a < len(d) and d[a] == g[a]:  # drafts equal to the target's own choice
-                    a += 1
-                emitted[i] = g[: a + 1]
         if sampled:
             picked = logits[torch.tensor([rows[i] for i in sampled], device=logits.device)]
             chosen_drafts = [drafts[i] for i in sampled]
@@ -466,16 +466,20 @@ class Speculator:
             self.accepted += a
             self.emitted += a + 1
         self.claimed = {r.id for r in reqs}
-        # the plain step reads each row's newest token from _last_tok; its CUDA graph must reload their positions
-        slots = torch.tensor([r.slot for r in reqs], device=eng.device)
-        eng._last_tok[slots] = torch.tensor([e[-1] for e in emitted], device=eng.device)
+        # the plain step reads each row's newest token from _last_tok (the verify graph wrote the greedy rows');
+        # its CUDA graph must reload their positions
+        written = sampled if self.verifier is not None else range(len(reqs))
+        if written:
+            slots = torch.tensor([reqs[i].slot for i in written], device=eng.device)
+            eng._last_tok[slots] = torch.tensor([emitted[i][-1] for i in written], device=eng.device)
         eng._graph_key = None
         eng._emit_tokens(reqs, emitted)
 
-    def _verify(self, reqs: list, drafts: list[list[int]]) -> tuple[torch.Tensor, list[list[int]], list[int]]:
+    def _verify(self, reqs: list, drafts: list[list[int]]) -> tuple:
         """One target forward over [newest token, drafts] per request (at least 2 tokens: the gather path, as
         prefill), for the run of slots from the first request's; returns the logits (rows, 1 + most drafts, V),
-        their argmax on the host and each request's row."""
+        each request's row in them, its argmax at each place (on the host) and how many of its drafts a greedy
+        request keeps."""
         eng = self.engine
         runner = eng.runner
         lo, hi = reqs[0].slot, reqs[-1].slot
@@ -502,30 +506,42 @@ class Speculator:
             write_cols=write_cols.to(dev),
             last_only=False,
         )
-        return logits, logits.argmax(-1).tolist(), [r.slot - lo for r in reqs]
+        rows = [r.slot - lo for r in reqs]
+        argmax = logits.argmax(-1).tolist()
+        best = [argmax[i] for i in rows]
+        accepted = []
+        for d, g in zip(drafts, best):
+            a = 0
+            while a < len(d) and d[a] == g[a]:  # drafts equal to the target's own choice
+                a += 1
+            accepted.append(a)
+        return logits, rows, best, accepted
 
-    def _verify_graphed(self, reqs: list, drafts: list[list[int]]) -> tuple[torch.Tensor, list[list[int]], list[int]]:
+    def _verify_graphed(self, reqs: list, drafts: list[list[int]]) -> tuple:
         """As ``_verify``, replayed from the verifier's graph for slots 0..B-1, every row k + 1 tokens wide (padding
-        writes the scratch column); the rows are the slots."""
+        writes the scratch column), laid out in place in its pinned stage; greedy rows are accepted on the device
+        and everything comes back in one copy. The rows are the slots; logits are None unless sampled."""
         eng, v = self.engine, self.verifier
-        w = v.width
-        layout = np.zeros((max(r.slot for r in reqs) + 1, 3 * w), dtype=np.int64)
-        layout[:, w : 2 * w] = np.arange(w)
-        layout[:, 2 * w :] = eng.runner.scratch_col
+        w, cap = v.width, eng.max_seq_len - 1
+        b = max(r.slot for r in reqs) + 1
+        layout = v.stage_rows(b)
         length = 1
         for r, d in zip(reqs, drafts):
-            p, row = len(r.prompt_ids) + len(r.output_ids) - 1, layout[r.slot]  # the newest token's place
+            p, row, n = len(r.prompt_ids) + len(r.output_ids) - 1, layout[r.slot], 1 + len(d)  # the newest's place
             row[0] = r.output_ids[-1]
-            row[1 : 1 + len(d)] = d
-            row[w : 2 * w] = np.minimum(np.arange(p, p + w), eng.max_seq_len - 1)
-            row[2 * w : 2 * w + 1 + len(d)] = row[w : w + 1 + len(d)]
-            length = max(length, p + len(d) + 1)
+            row[1:n] = d
+            row[w : 2 * w] = range(p, p + w) if p + w <= cap else [min(q, cap) for q in range(p, p + w)]
+            row[2 * w : 2 * w + n] = row[w : w + n]
+            row[3 * w] = len(d) if r.params.temperature == 0 else 0  # sampled rows are judged on the host
+            length = max(length, p + n)
             if eng.blocks is not None:
                 eng.blocks.grow(r, p + len(d))  # within the reservation: k was clamped to what the request may emit
         if eng.blocks is not None:
             eng.runner.cache.sync_tables()
-        logits, argmax = v.verify(layout, length)
-        return logits, argmax.tolist(), [r.slot for r in reqs]
+        logits, result = v.verify(b, length)
+        out = result.tolist()  # the one copy to the host
+        best = [out[r.slot][:w] for r in reqs]
+        return logits, [r.slot for r in reqs], best, [out[r.slot][w] for r in reqs]
 
     def _accept_sampled(self, reqs: list, logits: torch.Tensor, drafts: list[list[int]]) -> list[list[int]]:
         """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) for drafts proposed deterministically
