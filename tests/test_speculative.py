@@ -292,6 +292,59 @@ def test_greedy_and_sampled_requests_speculate_in_one_step(model):
     assert outs[0] == outs[1]
 
 
+def scripted(eng, drafts_for):
+    """Make the engine's proposer draft drafts_for(req, k) for every request (and say a draft may always exist)."""
+    proposer = eng.spec.proposer
+    proposer.may_propose = lambda req: True
+    proposer.propose = lambda reqs, ks: [drafts_for(r, k) if k else [] for r, k in zip(reqs, ks)]
+
+
+@pytest.mark.parametrize("backoff_max", [0, 32])
+def test_a_request_with_nothing_to_copy_keeps_its_overlapped_steps(model, backoff_max):
+    """A proposer that never finds a draft though one may exist (ordinary text whose last tokens occurred before):
+    with back-off the engine reads a step in flight for a proposal at most ceil(log2(48)) + 1 = 7 times in 48
+    tokens (after waits of 1, 2, 4, ... tokens), not at every step (backoff_max=0); the output is plain decoding's."""
+    params = SamplingParams(temperature=0, max_new_tokens=48)
+    want = plain(model, PROMPTS[2], params)
+    spec = SpeculativeConfig("ngram", num_tokens=4, backoff_max=backoff_max)
+    eng = engine(model, spec, cuda_graphs=True, overlap=True, num_slots=1)
+    scripted(eng, lambda r, k: [])
+    got, _ = run(eng, PROMPTS[2:3], [params])
+    assert got == [want]
+    forced = eng.metrics()["spec_forced_reads_total"]
+    assert forced <= 7 if backoff_max else forced >= 40
+
+
+@pytest.mark.parametrize("backoff_max", [0, 32])
+def test_rejected_drafts_back_off_and_a_kept_draft_ends_it(model, backoff_max):
+    """Drafts that are all wrong for the first 24 tokens, then right: with back-off at most 5 verify steps reject
+    everything (after waits of 1, 2, 4, 8 tokens), and from the first kept draft on the request verifies at every
+    step again (each verify starts where the one before ended); the output is plain decoding's."""
+    params = SamplingParams(temperature=0, max_new_tokens=48)
+    want = plain(model, PROMPTS[2], params)
+    vocab = model.config.vocab_size
+
+    def drafts(req, k):
+        right = want[len(req.output_ids) : len(req.output_ids) + k]
+        return [(t + 1) % vocab for t in right] if len(req.output_ids) < 24 else right
+
+    spec = SpeculativeConfig("ngram", num_tokens=4, backoff_max=backoff_max)
+    eng = engine(model, spec, cuda_graphs=True, overlap=True, num_slots=1)
+    scripted(eng, drafts)
+    verified = []  # (tokens the request had, drafts kept) of each verify step
+    eng.spec.proposer.verified = lambda req, a: verified.append((req.n_sampled, a))
+    got, _ = run(eng, PROMPTS[2:3], [params])
+    assert got == [want]
+    first = next(i for i, (_, a) in enumerate(verified) if a > 0)
+    if not backoff_max:
+        assert first >= 20  # nearly every step verified a rejected draft
+        return
+    assert 2 <= first <= 5
+    after = verified[first:]
+    assert all(a > 0 for _, a in after) and len(after) > 1
+    assert all(n2 == n1 + a1 + 1 for (n1, a1), (n2, _) in zip(after, after[1:]))
+
+
 def test_the_verifier_keeps_full_logits_only_for_speculative_sampling(model):
     """Greedy rows need only the argmax: without sampled=True the verify graph holds no (slots, k + 1, V) logits
     buffer, only its (slots, k + 2) result (the argmax at each place and the accepted count)."""

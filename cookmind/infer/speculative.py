@@ -55,7 +55,10 @@ class SpeculativeConfig:
     """How to speculate: method "ngram" (prompt lookup) or "draft" (``draft_model``: a loaded CookMindLM with the
     target's tokenizer, see ``load_draft_model``); num_tokens: drafts per step (k); ngram_max / ngram_min: the
     longest and shortest suffix the n-gram proposer looks up. sampled: requests with temperature > 0 speculate too
-    (speculative sampling: the same distribution, but a seed then draws other tokens than without speculation)."""
+    (speculative sampling: the same distribution, but a seed then draws other tokens than without speculation).
+    backoff_max: after a proposal that finds no draft or has every draft rejected, a request decodes plainly (with
+    overlapped steps) for its next 1, 2, 4, ... up to backoff_max tokens, until a draft is kept (0: never backs
+    off)."""
 
     method: str = "ngram"
     num_tokens: int = 4
@@ -63,6 +66,7 @@ class SpeculativeConfig:
     ngram_min: int = 3
     draft_model: object = None
     sampled: bool = False
+    backoff_max: int = 32
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -74,6 +78,8 @@ class SpeculativeConfig:
                 f"speculative ngram sizes must satisfy 1 <= ngram_min <= ngram_max, got {self.ngram_min}, "
                 f"{self.ngram_max}"
             )
+        if isinstance(self.backoff_max, bool) or not isinstance(self.backoff_max, int) or self.backoff_max < 0:
+            raise ValueError(f"speculative backoff_max must be an int >= 0, got {self.backoff_max!r}")
         if (self.method == "draft") != (self.draft_model is not None):
             raise ValueError(
                 "speculative method 'draft' needs draft_model (a loaded model) and 'ngram' takes none; "
@@ -247,10 +253,9 @@ class DraftProposer:
         return True
 
     def propose(self, reqs: list, ks: list[int]) -> list[list[int]]:
-        mine = {r.slot: r.id for r in reqs}
-        for s, owner in enumerate(self.owner):  # requests that ended or moved: their blocks go back
-            if owner is not None and mine.get(s) != owner:
-                self.release(s)
+        for req in reqs:  # a slot that changed hands (ending requests release theirs; one backing off keeps its)
+            if self.owner[req.slot] not in (None, req.id):
+                self.release(req.slot)
         self.proposed = {}
         rows = []  # (req, k, sequence, n)
         for req, k in zip(reqs, ks):
@@ -389,6 +394,9 @@ class Speculator:
         self.drafted = 0
         self.accepted = 0
         self.emitted = 0  # tokens those request-steps produced (accepted + bonus)
+        self.forced_reads = 0  # plain steps read before the next was launched, for a proposal (overlap given up)
+        # per slot: (request id, the request decodes plainly while n_sampled <= this, the back-off it waits)
+        self.resting: list[tuple[int, int, int] | None] = [None] * engine.num_slots
         self.claimed: set[int] = set()  # ids of the requests this step advanced (the plain decode skips them)
 
     def takes(self, req) -> bool:
@@ -406,13 +414,35 @@ class Speculator:
         )
 
     def needs_tokens(self, reqs: list) -> bool:
-        """Whether the engine must read a plain step in flight before proposing: some of its requests speculate and
-        may get drafts. Otherwise they decode plainly again and the engine keeps overlapping steps."""
-        return any(r.state == "decode" and self.takes(r) and self.proposer.may_propose(r) for r in reqs)
+        """Whether the engine must read a plain step in flight before proposing: some of its requests speculate, are
+        not backing off and may get drafts. Otherwise they decode plainly again and the engine keeps overlapping
+        steps."""
+        needed = any(
+            r.state == "decode" and self.takes(r) and not self._rests(r) and self.proposer.may_propose(r) for r in reqs
+        )
+        self.forced_reads += needed
+        return needed
+
+    def _rests(self, req) -> bool:
+        """Whether the request is backing off (a recent proposal found no draft or had every draft rejected)."""
+        rest = self.resting[req.slot]
+        return rest is not None and rest[0] == req.id and req.n_sampled <= rest[1]
+
+    def _judge(self, req, kept: bool) -> None:
+        """After a proposal: a kept draft ends the request's back-off; none (no draft, or all rejected) starts or
+        doubles it, up to backoff_max tokens. Without it a request whose text has nothing to copy (though its last
+        tokens occurred before) would give up the overlap of every step for proposals that find nothing."""
+        cap, rest = self.config.backoff_max, self.resting[req.slot]
+        if kept or cap == 0:
+            self.resting[req.slot] = None
+            return
+        wait = min(2 * rest[2], cap) if rest is not None and rest[0] == req.id else 1
+        self.resting[req.slot] = (req.id, req.n_sampled + wait, wait)
 
     def release(self, req) -> None:
         """The request ended: the proposer forgets its slot (a draft model's blocks go back)."""
         self.proposer.release(req.slot)
+        self.resting[req.slot] = None
 
     def metrics(self) -> dict:
         """Totals since start, the acceptance rate and tokens per speculative step (accepted drafts + the bonus)."""
@@ -423,6 +453,7 @@ class Speculator:
             "spec_acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
             "spec_mean_accepted_per_step": self.accepted / self.steps if self.steps else 0.0,
             "spec_tokens_per_step": self.emitted / self.steps if self.steps else 0.0,
+            "spec_forced_reads_total": self.forced_reads,
         }
 
     def step(self) -> None:
@@ -434,7 +465,11 @@ class Speculator:
         reqs = [
             r
             for r in eng.slots
-            if r is not None and r.state == "decode" and r.n_sampled == len(r.output_ids) and self.takes(r)
+            if r is not None
+            and r.state == "decode"
+            and r.n_sampled == len(r.output_ids)
+            and self.takes(r)
+            and not self._rests(r)
         ]
         if not reqs:
             return
@@ -443,6 +478,9 @@ class Speculator:
             room = min(r.max_new_tokens - len(r.output_ids), eng.max_seq_len - len(r.prompt_ids) - len(r.output_ids))
             ks.append(max(0, min(self.config.num_tokens, room - 1)))
         proposals = self.proposer.propose(reqs, ks)
+        for r, k, d in zip(reqs, ks, proposals):
+            if k > 0 and not d:
+                self._judge(r, False)
         chosen = [(r, d) for r, d in zip(reqs, proposals) if d]
         if not chosen:
             return
@@ -461,6 +499,7 @@ class Speculator:
             a = len(e) - 1
             self.proposer.verified(r, a)
             r.n_sampled += a + 1
+            self._judge(r, a > 0)
             self.steps += 1
             self.drafted += len(d)
             self.accepted += a
