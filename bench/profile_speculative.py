@@ -5,10 +5,11 @@ greedy output is whatever it is, but once it repeats itself the n-gram proposer 
 milliseconds per engine step and per token, the tokens per verified step, whether the outputs were identical, and
 (--profile) cProfile's top functions of the last speculative run (host time: compiled calls, launches, syncs).
 
-Host cost: every engine step is timed, and so is every forward inside it (``runner.compute``); the difference is
-the host's own work (Python, tensor building, copies), reported per plain step and per verify step (a step that
-verified drafts). On CPU with a tiny model (--device cpu --layers 1 --hidden 64 --cuda-graphs on) that is what the
-H200's host pays around its graph replays; the forward there is a replay and overlaps the plain step's host work.
+Host cost: every engine step is timed, and so is the device's work inside it (the forwards; with --cuda-graphs the
+whole steps CUDA captures); the difference is the host's own work (Python, tensor building, copies), reported per
+plain step and per verify step (a step that verified drafts). On CPU with a tiny model (--device cpu --layers 1
+--hidden 64 --cuda-graphs on) that is what the H200's host pays around its graph replays (a plain step's host work
+overlaps the device there; a verify step's does not).
 
     python bench/profile_speculative.py                 # CUDA
     python bench/profile_speculative.py --device cpu --layers 2 --hidden 128 --new-tokens 40   # a smoke run
@@ -41,20 +42,34 @@ def sync(device: str) -> None:
 
 
 class ForwardClock:
-    """Seconds spent inside the runner's forwards (wraps ``runner.compute``), to tell them from the host's work."""
+    """Seconds spent in the device's work: the runner's forwards, and with CUDA graphs the whole captured steps (on
+    CPU they run eagerly, and what CUDA replays as one graph, argmax and acceptance included, is not host work)."""
 
-    def __init__(self, runner, device: str):
-        self.seconds, self.device, compute = 0.0, device, runner.compute
+    def __init__(self, eng: Engine, device: str):
+        self.seconds, self.device, self.depth = 0.0, device, 0
+        self.wrap(eng.runner, "compute")
+        if eng.graphs is not None:
+            self.wrap(eng.graphs, "_step")
+        if eng.spec is not None and eng.spec.verifier is not None:
+            self.wrap(eng.spec.verifier, "_run")
+
+    def wrap(self, owner, name: str) -> None:
+        inner = getattr(owner, name)
 
         def timed(*args, **kwargs):
-            sync(self.device)
-            t0 = time.perf_counter()
-            out = compute(*args, **kwargs)
-            sync(self.device)
-            self.seconds += time.perf_counter() - t0
-            return out
+            self.depth += 1
+            if self.depth == 1:
+                sync(self.device)
+                t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.depth -= 1
+                if self.depth == 0:
+                    sync(self.device)
+                    self.seconds += time.perf_counter() - t0
 
-        runner.compute = timed
+        setattr(owner, name, timed)
 
 
 def run(
@@ -127,7 +142,7 @@ def main() -> int:
         t0 = time.perf_counter()
         graphs = {"auto": None, "on": True, "off": False}[args.cuda_graphs]
         eng = Engine(model, num_slots=1, max_seq_len=ctx, speculative=spec, cuda_graphs=graphs, overlap=True)
-        clock = ForwardClock(eng.runner, device)
+        clock = ForwardClock(eng, device)
         built = time.perf_counter() - t0
         run(eng, clock, prompt, args.new_tokens, device)  # warm-up: compilation, first uses
         for i in range(args.repeats):

@@ -124,11 +124,13 @@ class NgramIndex:
         if k < 1 or n < ngram_min + 1:
             return []
         cap = min(ngram_max, n - 1)
-        best, matches = 0, []
-        for e in self.earlier_ends(ngram_min):  # each matches at least ngram_min tokens back
+        best, matches = 0, []  # the longest match's ends, latest first
+        for e in reversed(self.earlier_ends(ngram_min)):  # each matches at least ngram_min tokens back
             length = ngram_min
             while length < cap and e - length >= 0 and seq[e - length] == seq[n - 1 - length]:
                 length += 1
+            if length == cap and e + k <= n - 1:  # the longest possible, and the latest with k tokens after it
+                return seq[e + 1 : e + 1 + k]
             if length > best:
                 best, matches = length, [e]
             elif length == best:
@@ -136,7 +138,7 @@ class NgramIndex:
         if not matches:
             return []
         full = [e for e in matches if e + k <= n - 1]
-        end = full[-1] if full else matches[0]
+        end = full[0] if full else matches[-1]
         return seq[end + 1 : end + 1 + k]
 
 
