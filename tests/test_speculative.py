@@ -345,6 +345,49 @@ def test_rejected_drafts_back_off_and_a_kept_draft_ends_it(model, backoff_max):
     assert all(n2 == n1 + a1 + 1 for (n1, a1), (n2, _) in zip(after, after[1:]))
 
 
+@pytest.mark.parametrize("slots", [1, 3])
+def test_a_verify_keeps_the_decode_graphs_state_valid(model, slots):
+    """Right drafts at every third token, none between (no back-off): plain steps follow verify steps over and over.
+    The verify graph moves each row's place in the decode graph's state on the device, so the decoder loads its
+    state from the host only when its batch changes (alone: once), every decode step finds each row's place where
+    the host's count puts it, and the output is plain decoding's."""
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in (40, 30, 35)][:slots]
+    prompts = [PROMPTS[2], PROMPTS[0], PROMPTS[1]][:slots]
+    want = [plain(model, p, sp) for p, sp in zip(prompts, params)]
+
+    def drafts(req, k):
+        n = len(req.output_ids)
+        return want[prompts.index(req.prompt_ids)][n : n + k] if n % 3 == 0 else []
+
+    eng = engine(
+        model,
+        SpeculativeConfig("ngram", num_tokens=3, backoff_max=0),
+        cuda_graphs=True,
+        overlap=True,
+        num_slots=slots,
+    )
+    scripted(eng, drafts)
+    loads, stale = [], []
+    load, decode = eng.graphs.load, eng.graphs.decode
+    eng.graphs.load = lambda *a: loads.append(1) or load(*a)
+
+    def checked_decode(b, length):  # each active row's place and write column, as a reload would set them
+        for r in eng.slots:
+            if r is not None and r.state == "decode" and r.id not in eng.spec.claimed:
+                place = len(r.prompt_ids) + r.n_sampled - 1
+                if eng.graphs.state[:2, r.slot].tolist() != [place, place]:
+                    stale.append((r.slot, eng.graphs.state[:2, r.slot].tolist(), place))
+        return decode(b, length)
+
+    eng.graphs.decode = checked_decode
+    got, _ = run(eng, prompts, params)
+    assert got == want and not stale
+    m = eng.metrics()
+    assert m["spec_accepted_tokens_total"] > 10 and m["spec_tokens_per_step"] > 2
+    if slots == 1:
+        assert len(loads) == 1
+
+
 def test_the_verifier_keeps_full_logits_only_for_speculative_sampling(model):
     """Greedy rows need only the argmax: without sampled=True the verify graph holds no (slots, k + 1, V) logits
     buffer, only its (slots, k + 2) result (the argmax at each place and the accepted count)."""

@@ -267,7 +267,9 @@ class CudaGraphVerifier(_StaticSteps):
     judge greedily (0: none, for idle and sampled rows); padding writes the scratch column and is never judged.
     The step accepts on the device: a judged row keeps its drafts up to the first that differs from the target's
     argmax at the place before, and its newest token becomes the argmax after them (the bonus), written into
-    ``last_tok`` (the engine's, which the plain decode graph reads) so nothing goes back up after the step.
+    ``last_tok`` (the engine's, which the plain decode graph reads) so nothing goes back up after the step; with
+    ``decode_state`` (``CudaGraphDecoder.state``) its position moves past the accepted tokens there too (and its
+    write column, where the decoder has the row active), so the decoder's next step needs no reload.
     Outputs, fixed buffers overwritten by every run: ``result`` (rows, width + 1), the argmax at each place then the
     accepted count, read back in one copy; ``logits`` (rows, width, V) float32 only with keep_logits (speculative
     sampling needs the distributions; greedy rows need only the argmax, and the buffer is slots x width x V: 780 MB
@@ -275,11 +277,20 @@ class CudaGraphVerifier(_StaticSteps):
     (``adapters.select``), so one graph serves any mix of adapters."""
 
     def __init__(
-        self, runner, width: int, buckets=None, capture=None, length_buckets=None, last_tok=None, keep_logits=True
+        self,
+        runner,
+        width: int,
+        buckets=None,
+        capture=None,
+        length_buckets=None,
+        last_tok=None,
+        keep_logits=True,
+        decode_state=None,
     ):
         super().__init__(runner, 3 * width + 1, buckets, capture, length_buckets)
         self.width = width
         self.last_tok = last_tok
+        self.decode_state = decode_state
         n, dev = self.buckets[-1], runner.device
         self._idle = torch.cat(
             [torch.zeros(width), torch.arange(width), torch.full((width,), runner.scratch_col), torch.zeros(1)]
@@ -311,6 +322,11 @@ class CudaGraphVerifier(_StaticSteps):
         if self.last_tok is not None:
             bonus = best.gather(1, accepted[:, None])[:, 0]
             self.last_tok[:b].copy_(torch.where(judged > 0, bonus, self.last_tok[:b]))
+        if self.decode_state is not None:  # the newest token now sits after the accepted drafts
+            pos, cols, active = self.decode_state[:, :b]
+            moved = torch.where(judged > 0, x[:, w] + accepted + 1, pos)
+            pos.copy_(moved)
+            cols.copy_(torch.where((judged > 0) & (active > 0), moved, cols))
 
     def verify(self, b: int, length: int) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Run the rows laid out in ``stage_rows(b)`` (tokens, positions, write columns, drafts judged) for slots

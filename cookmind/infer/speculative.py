@@ -388,9 +388,15 @@ class Speculator:
         eg = engine.graphs
         width = config.num_tokens + 1
         self.verifier = None
-        if eg is not None:  # it accepts greedy rows on the device and writes their newest token into _last_tok
+        if eg is not None:  # greedy rows: accepted on the device, their newest token and place set there for _decode
             self.verifier = CudaGraphVerifier(
-                engine.runner, width, eg.buckets, eg.capture, last_tok=engine._last_tok, keep_logits=config.sampled
+                engine.runner,
+                width,
+                eg.buckets,
+                eg.capture,
+                last_tok=engine._last_tok,
+                keep_logits=config.sampled,
+                decode_state=eg.state,
             )
         self.steps = 0  # request-steps verified with at least one draft
         self.drafted = 0
@@ -507,13 +513,13 @@ class Speculator:
             self.accepted += a
             self.emitted += a + 1
         self.claimed = {r.id for r in reqs}
-        # the plain step reads each row's newest token from _last_tok (the verify graph wrote the greedy rows');
-        # its CUDA graph must reload their positions
+        # the plain step reads each row's newest token from _last_tok, and its CUDA graph their positions from its
+        # state: the verify graph set both for greedy rows; the others are set here (the graph state by a reload)
         written = sampled if self.verifier is not None else range(len(reqs))
         if written:
             slots = torch.tensor([reqs[i].slot for i in written], device=eng.device)
             eng._last_tok[slots] = torch.tensor([emitted[i][-1] for i in written], device=eng.device)
-        eng._graph_key = None
+            eng._graph_key = None
         eng._emit_tokens(reqs, emitted)
 
     def _verify(self, reqs: list, drafts: list[list[int]]) -> tuple:
