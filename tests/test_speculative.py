@@ -388,6 +388,36 @@ def test_a_verify_keeps_the_decode_graphs_state_valid(model, slots):
         assert len(loads) == 1
 
 
+def test_the_verify_graph_accepts_on_the_device_as_by_hand(model):
+    """The verify step's acceptance, bonus token and decode-state move, against hand-computed values: a forward whose
+    argmax at each place is a fixed table; row 0 drafts all of it (keeps 3, bonus after them), row 1 the first
+    two then a wrong one (keeps 2), row 2 is not judged (a sampled row), row 3 drafts one that is right, and its
+    padding (token 0) equals the table after it but is never judged (keeps 1)."""
+    eng = engine(model, SpeculativeConfig("ngram", num_tokens=3), cuda_graphs=True, num_slots=4)
+    v, vocab, w = eng.spec.verifier, model.config.vocab_size, 4
+    table = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 0, 0, 0]])
+    eng.runner.compute = lambda tokens, *a, **k: torch.nn.functional.one_hot(table[: tokens.shape[0]], vocab).float()
+    rows = v.stage_rows(4)
+    drafts = [[5, 6, 7], [9, 10, 99], [13, 14, 15], [17]]
+    places = [10, 20, 30, 40]
+    for i, (d, p) in enumerate(zip(drafts, places)):
+        rows[i, 0] = 3
+        rows[i, 1 : 1 + len(d)] = d
+        rows[i, w : 2 * w] = range(p, p + w)
+        rows[i, 2 * w : 2 * w + 1 + len(d)] = range(p, p + 1 + len(d))
+        rows[i, 3 * w] = 0 if i == 2 else len(d)
+    scratch = eng.runner.scratch_col
+    with torch.inference_mode():
+        eng._last_tok.copy_(torch.tensor([1, 2, 3, 4]))
+        eng.graphs.state[:, :4] = torch.tensor([places, [10, scratch, 30, 40], [1, 0, 1, 1]])
+    _, result = v.verify(4, 64)
+    assert result[:, w].tolist() == [3, 2, 0, 1]
+    assert result[:, :w].tolist() == table.tolist()
+    assert eng._last_tok.tolist() == [8, 11, 3, 0]  # the table after the kept drafts; row 2 untouched
+    assert eng.graphs.state[0, :4].tolist() == [14, 23, 30, 42]  # one past the kept drafts
+    assert eng.graphs.state[1, :4].tolist() == [14, scratch, 30, 42]  # an inactive row keeps writing the scratch
+
+
 def test_the_verifier_keeps_full_logits_only_for_speculative_sampling(model):
     """Greedy rows need only the argmax: without sampled=True the verify graph holds no (slots, k + 1, V) logits
     buffer, only its (slots, k + 2) result (the argmax at each place and the accepted count)."""
