@@ -252,12 +252,6 @@ class _StaticSteps:
             else:
                 self._run(bucket, n)
 
-    def _replay(self, rows, length: int) -> None:
-        """Load rows (a (b, columns) int64 numpy array for slots 0..b-1; the bucket's other rows get ``_idle``) and
-        run the step."""
-        self.stage_rows(rows.shape[0])[: rows.shape[0]] = rows
-        self._launch(rows.shape[0], length)
-
 
 class CudaGraphVerifier(_StaticSteps):
     """The target's verify forwards for speculative decoding: ``width`` tokens per row (the newest token and up to
@@ -381,8 +375,8 @@ class CudaGraphDrafter(_StaticSteps):
             tok = self.runner.compute(tok[:, None], later_pos[:, j, None], 0, length, write_cols=col).argmax(-1)
             self.drafts[:b, j + 1].copy_(tok)
 
-    def propose(self, rows, length: int) -> torch.Tensor:
-        """rows: (b, columns) int64 numpy array as laid out above for slots 0..b-1, attending to at least ``length``
+    def propose(self, b: int, length: int) -> torch.Tensor:
+        """Run the rows laid out in ``stage_rows(b)`` (as above) for slots 0..b-1, attending to at least ``length``
         columns; returns a view of the drafts (b, k)."""
-        self._replay(rows, length)
-        return self.drafts[: rows.shape[0]]
+        self._launch(b, length)
+        return self.drafts[:b]

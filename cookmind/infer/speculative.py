@@ -332,7 +332,7 @@ class DraftProposer:
         """As ``_decode``, in one replay of the drafter's graph for slots 0..B-1 (a feed longer than the graph's, the
         prompt at first, goes in one eager forward before it, all but its last token)."""
         g = self.graphs
-        f, m, scratch = g.FEED, g.k - 1, self.runner.scratch_col
+        f, m = g.FEED, g.k - 1
         catch_up = {r.slot: (self.fed[r.slot], seq[self.fed[r.slot] : n - 1]) for r, _, seq, n in rows}
         catch_up = {s: x for s, x in catch_up.items() if len(x[1]) >= f}
         if catch_up:
@@ -340,10 +340,7 @@ class DraftProposer:
             for s, (start, tokens) in catch_up.items():
                 self.fed[s] = start + len(tokens)
         b = max(r.slot for r, *_ in rows) + 1
-        layout = np.zeros((b, 3 * f + 1 + 2 * m), dtype=np.int64)
-        layout[:, f : 2 * f] = np.arange(f)
-        layout[:, 2 * f : 3 * f] = scratch
-        layout[:, 3 * f + 1 + m :] = scratch
+        layout = g.stage_rows(b)  # idle rows, in the pinned stage: filled in place
         length = 1
         for req, k, seq, n in rows:
             s = req.slot
@@ -356,7 +353,7 @@ class DraftProposer:
             row[3 * f + 1 : 3 * f + k] = row[3 * f + 1 + m : 3 * f + k + m] = np.arange(n, n + k - 1)
             length = max(length, n + k - 1)
             self.proposed[s] = (n, k)
-        drafts = g.propose(layout, length).tolist()  # the one copy to the host
+        drafts = g.propose(b, length).tolist()  # the one copy to the host
         for req, k, _, n in rows:
             self.fed[req.slot] = n - 1 + k
         return {req.slot: drafts[req.slot][:k] for req, k, _, _ in rows}
