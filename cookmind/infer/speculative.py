@@ -26,8 +26,10 @@ the same engine step (a second forward: the plain decode step keeps its CUDA gra
 padding every row to k + 1 tokens), and so do speculating requests in a step where they got no drafts (no n-gram
 match, or too close to their end). A proposer needs each request's newest token on the host, so the engine reads a
 plain step in flight before proposing, unless no request in it can get a draft (``may_propose``: for the n-gram
-proposer, the ngram_min - 1 known tokens before the one in flight occurred earlier); those keep decoding with
-overlapped steps, which is why ngram_min defaults to 3 rather than 1 or 2 (almost every token occurred before).
+proposer, the ngram_min - 1 known tokens before the one in flight occurred earlier) or every one that could is
+backing off (its last proposal found no draft or kept none: it waits 1, 2, 4, ... up to backoff_max tokens); those
+keep decoding with overlapped steps, which is why ngram_min defaults to 3 rather than 1 or 2 (almost every token
+occurred before).
 
 When the engine replays CUDA graphs for its plain steps, the verify forward and the draft model's k forwards
 replay graphs too (``cuda_graphs.CudaGraphVerifier`` / ``CudaGraphDrafter``): eager they are host-bound, a
