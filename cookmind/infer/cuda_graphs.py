@@ -313,14 +313,15 @@ class CudaGraphVerifier(_StaticSteps):
         accepted = kept.long().cumprod(1).sum(1)  # drafts up to the first the target would not have chosen
         self.result[:b, :w].copy_(best)
         self.result[:b, w].copy_(accepted)
+        on = judged > 0
         if self.last_tok is not None:
             bonus = best.gather(1, accepted[:, None])[:, 0]
-            self.last_tok[:b].copy_(torch.where(judged > 0, bonus, self.last_tok[:b]))
+            self.last_tok[:b].copy_(torch.where(on, bonus, self.last_tok[:b]))
         if self.decode_state is not None:  # the newest token now sits after the accepted drafts
             pos, cols, active = self.decode_state[:, :b]
-            moved = torch.where(judged > 0, x[:, w] + accepted + 1, pos)
+            moved = torch.where(on, x[:, w] + accepted + 1, pos)
             pos.copy_(moved)
-            cols.copy_(torch.where((judged > 0) & (active > 0), moved, cols))
+            cols.copy_(torch.where(on & (active > 0), moved, cols))
 
     def verify(self, b: int, length: int) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Run the rows laid out in ``stage_rows(b)`` (tokens, positions, write columns, drafts judged) for slots
