@@ -43,17 +43,18 @@ def sync(device: str) -> None:
 
 
 class ForwardClock:
-    """Seconds spent in the device's work: the runner's forwards, and with CUDA graphs the whole captured steps (on
-    CPU they run eagerly, and what CUDA replays as one graph, argmax and acceptance included, is not host work)."""
+    """Seconds spent in the device's work: the runner's forwards, and with CUDA graphs the whole captured steps with
+    their launches (``decode``, the verifier's ``_launch``: a replay on CUDA; on CPU they run eagerly, and what CUDA
+    replays as one graph, argmax and acceptance included, is not host work)."""
 
     def __init__(self, eng: Engine, device: str):
         self.seconds, self.device, self.depth = 0.0, device, 0
         self.on = False  # off: no syncs (they would cost a CUDA engine its overlapped steps), nothing counted
         self.wrap(eng.runner, "compute")
-        if eng.graphs is not None:
-            self.wrap(eng.graphs, "_step")
+        if eng.graphs is not None:  # replays (CUDA) or runs eagerly (CPU) a captured step, with its launch
+            self.wrap(eng.graphs, "decode")
         if eng.spec is not None and eng.spec.verifier is not None:
-            self.wrap(eng.spec.verifier, "_run")
+            self.wrap(eng.spec.verifier, "_launch")
 
     def wrap(self, owner, name: str) -> None:
         inner = getattr(owner, name)
