@@ -17,7 +17,9 @@ token ids of the same synthetic shapes: that only makes sense for a model traine
     python bench/bench_speculative.py --tiny --device cpu  # a smoke run on CPU (the figures mean nothing)
 
 One JSON line per figure: {"figure": "tokens_per_s", "workload", "method", "k", "value", "peer", "speedup",
-"acceptance_rate", "tokens_per_step" (of the steps that verified drafts), "speculated_share", "identical"}; and
+"acceptance_rate", "tokens_per_step" (of the steps that verified drafts), "speculated_share",
+"forced_reads_per_token" (plain steps read before the next launched, for a proposal: overlap given up),
+"identical"}; and
 {"figure": "engine_build_s", "method", "value"}: seconds to build each engine (compilation, CUDA graph capture).
 """
 
@@ -208,10 +210,13 @@ def main() -> int:
             for name, prompt_list in work.items():
                 run(eng, prompt_list[:1], new_tokens, device)
                 spec = eng.spec
-                before = (spec.drafted, spec.accepted, spec.steps, spec.emitted)
+                before = (spec.drafted, spec.accepted, spec.steps, spec.emitted, spec.forced_reads)
                 seconds, outs = run(eng, prompt_list[1:], new_tokens, device)
-                drafted, accepted, steps, emitted = (
-                    now - then for now, then in zip((spec.drafted, spec.accepted, spec.steps, spec.emitted), before)
+                drafted, accepted, steps, emitted, forced = (
+                    now - then
+                    for now, then in zip(
+                        (spec.drafted, spec.accepted, spec.steps, spec.emitted, spec.forced_reads), before
+                    )
                 )
                 n = sum(len(o) for o in outs)
                 peer = sum(len(o) for o in base[name][1]) / base[name][0]
@@ -227,6 +232,7 @@ def main() -> int:
                     acceptance_rate=round(accepted / drafted, 3) if drafted else None,
                     tokens_per_step=round(emitted / steps, 2) if steps else None,
                     speculated_share=round(emitted / n, 3),  # of the tokens, those from verified steps
+                    forced_reads_per_token=round(forced / n, 3),  # steps read in flight for a proposal
                     identical=outs == base[name][1],
                     device=torch.cuda.get_device_name() if device.startswith("cuda") else device,
                 )

@@ -5,6 +5,13 @@ greedy output is whatever it is, but once it repeats itself the n-gram proposer 
 milliseconds per engine step and per token, the tokens per verified step, whether the outputs were identical, and
 (--profile) cProfile's top functions of the last speculative run (host time: compiled calls, launches, syncs).
 
+Host cost: --split-repeats more runs time every engine step and the device's work inside it (the forwards; with
+--cuda-graphs the whole steps CUDA captures, synchronised before and after); the difference is the host's own work
+(Python, tensor building, copies). The last line gives the least of those runs, per plain step and per verify
+step (a step that verified drafts), host and device apart. On CPU with a tiny model (--device cpu --layers 1
+--hidden 64 --cuda-graphs on) that is what the H200's host pays around its graph replays (a plain step's host work
+overlaps the device there; a verify step's does not).
+
     python bench/profile_speculative.py                 # CUDA
     python bench/profile_speculative.py --device cpu --layers 2 --hidden 128 --new-tokens 40   # a smoke run
 """
@@ -35,23 +42,74 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run(eng: Engine, prompt: list[int], new_tokens: int, device: str, profile: cProfile.Profile | None = None):
-    """One request to the end, stepping by hand: (seconds, engine steps, output tokens)."""
+class ForwardClock:
+    """Seconds spent in the device's work: the runner's forwards, and with CUDA graphs the whole captured steps with
+    their launches (``decode``, the verifier's ``_launch``: a replay on CUDA; on CPU they run eagerly, and what CUDA
+    replays as one graph, argmax and acceptance included, is not host work)."""
+
+    def __init__(self, eng: Engine, device: str):
+        self.seconds, self.device, self.depth = 0.0, device, 0
+        self.on = False  # off: no syncs (they would cost a CUDA engine its overlapped steps), nothing counted
+        self.wrap(eng.runner, "compute")
+        if eng.graphs is not None:  # replays (CUDA) or runs eagerly (CPU) a captured step, with its launch
+            self.wrap(eng.graphs, "decode")
+        if eng.spec is not None and eng.spec.verifier is not None:
+            self.wrap(eng.spec.verifier, "_launch")
+
+    def wrap(self, owner, name: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            if not self.on:
+                return inner(*args, **kwargs)
+            self.depth += 1
+            if self.depth == 1:
+                sync(self.device)
+                t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.depth -= 1
+                if self.depth == 0:
+                    sync(self.device)
+                    self.seconds += time.perf_counter() - t0
+
+        setattr(owner, name, timed)
+
+
+def run(
+    eng: Engine,
+    clock: ForwardClock,
+    prompt: list[int],
+    new_tokens: int,
+    device: str,
+    profile: cProfile.Profile | None = None,
+):
+    """One request to the end, stepping by hand: (seconds, engine steps, output tokens, and per kind of step, plain
+    or verify: [host seconds, device seconds, steps], counted while the clock is on)."""
     params = SamplingParams(temperature=0.0, max_new_tokens=new_tokens)
     sync(device)
     t0 = time.perf_counter()
     if profile is not None:
         profile.enable()
     req = eng.submit(prompt, params)
-    steps = 0
+    steps, split = 0, {"plain": [0.0, 0.0, 0], "verify": [0.0, 0.0, 0]}
     while eng.has_work():
+        verified, forward = eng.spec.steps if eng.spec is not None else 0, clock.seconds
+        s0 = time.perf_counter()
         eng.step()
+        device_s = clock.seconds - forward
+        kind = "verify" if eng.spec is not None and eng.spec.steps > verified else "plain"
+        if steps > 0:  # the first step prefills
+            split[kind][0] += time.perf_counter() - s0 - device_s
+            split[kind][1] += device_s
+            split[kind][2] += 1
         steps += 1
     sync(device)
     if profile is not None:
         profile.disable()
     out = [ev.token_id for ev in req.events(timeout=0) if isinstance(ev, TokenEvent)]
-    return time.perf_counter() - t0, steps, out
+    return time.perf_counter() - t0, steps, out, split
 
 
 def main() -> int:
@@ -62,12 +120,17 @@ def main() -> int:
     p.add_argument("--k", type=int, default=6, help="drafts per step")
     p.add_argument("--new-tokens", type=int, default=120)
     p.add_argument("--repeats", type=int, default=3, help="timed runs per engine (after one warm-up run)")
+    p.add_argument(
+        "--split-repeats", type=int, default=3, help="runs per engine with the host/device split (synchronised)"
+    )
     p.add_argument("--profile", action="store_true", help="cProfile the last speculative run")
     p.add_argument(
         "--cuda-graphs", choices=["auto", "on", "off"], default="auto", help="on with CPU: the graph path, eagerly"
     )
     args = p.parse_args()
     device = args.device
+    if device == "cpu":
+        torch.set_num_threads(1)  # a tiny model's forward runs fastest, and steadiest, on one thread
     torch.manual_seed(0)
     vocab, ctx = 512, 16 * 8 + args.new_tokens + 16
     cfg = CookMindConfig(
@@ -83,18 +146,28 @@ def main() -> int:
     if device.startswith("cuda"):
         model = model.bfloat16()
     prompt = torch.randint(0, vocab, (16,)).tolist() * 8
-    outputs = {}
+    outputs, fastest = {}, {}
     for name, spec in (("plain", None), ("ngram", SpeculativeConfig("ngram", num_tokens=args.k))):
         t0 = time.perf_counter()
         graphs = {"auto": None, "on": True, "off": False}[args.cuda_graphs]
-        eng = Engine(model, num_slots=1, max_seq_len=ctx, speculative=spec, cuda_graphs=graphs)
+        eng = Engine(model, num_slots=1, max_seq_len=ctx, speculative=spec, cuda_graphs=graphs, overlap=True)
+        clock = ForwardClock(eng, device)
         built = time.perf_counter() - t0
-        run(eng, prompt, args.new_tokens, device)  # warm-up: compilation, first uses
-        for i in range(args.repeats):
-            prof = cProfile.Profile() if args.profile and spec is not None and i == args.repeats - 1 else None
+        run(eng, clock, prompt, args.new_tokens, device)  # warm-up: compilation, first uses
+        for i in range(args.repeats + args.split_repeats):
+            clock.on = i >= args.repeats  # the split's syncs would distort the timed runs on CUDA
+            last = i == args.repeats - 1
+            prof = cProfile.Profile() if args.profile and spec is not None and last else None
             before = (eng.spec.steps, eng.spec.emitted) if spec is not None else (0, 0)
-            seconds, steps, out = run(eng, prompt, args.new_tokens, device, prof)
+            seconds, steps, out, split = run(eng, clock, prompt, args.new_tokens, device, prof)
             outputs.setdefault(name, out)
+            if clock.on:
+                for kind, (host_s, device_s, count) in split.items():
+                    if count:
+                        for part, value in (("host", host_s), ("device", device_s)):
+                            key = f"{part}_ms_per_{kind}_step_{name}"
+                            fastest[key] = min(fastest.get(key, float("inf")), value * 1e3 / count)
+                continue
             verified = (eng.spec.steps - before[0], eng.spec.emitted - before[1]) if spec is not None else (0, 0)
             print(
                 json.dumps(
@@ -120,6 +193,9 @@ def main() -> int:
                 pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
                 print(s.getvalue()[:6000])
         del eng
+    # the least of the split runs: the host's own cost with the least interference from other processes, and the
+    # device's (synchronised around each captured step or forward)
+    print(json.dumps({"summary": "split_min", **{k: round(v, 3) for k, v in sorted(fastest.items())}}))
     return 0
 
 

@@ -274,17 +274,161 @@ def test_speculation_serves_each_rows_lora_adapter(tmp_path, device, graphs):
 
 def test_greedy_and_sampled_requests_speculate_in_one_step(model):
     """With sampled=True a step verifies greedy and sampled rows together: each accepts against its own drafts
-    (the greedy rows still equal plain decoding)."""
+    (the greedy rows still equal plain decoding). The graph path (run eagerly) accepts greedy rows on the device
+    and sampled ones on the host, from the same draws: the same tokens as the eager path."""
     spec = SpeculativeConfig("ngram", num_tokens=3, ngram_min=1, ngram_max=3, sampled=True)
-    params = [
-        SamplingParams(temperature=0.9, seed=1, max_new_tokens=20),
-        SamplingParams(temperature=0, max_new_tokens=20),
-        SamplingParams(temperature=0.9, seed=2, max_new_tokens=20),
-    ]
-    eng = engine(model, spec)
-    got, _ = run(eng, [PROMPTS[3], PROMPTS[0], PROMPTS[4]], params)
-    assert got[1] == plain(model, PROMPTS[0], params[1])
-    assert all(len(g) == 20 for g in got) and eng.metrics()["spec_accepted_tokens_total"] > 0
+    outs = []
+    for graphs in (False, True):
+        params = [
+            SamplingParams(temperature=0.9, seed=1, max_new_tokens=20),
+            SamplingParams(temperature=0, max_new_tokens=20),
+            SamplingParams(temperature=0.9, seed=2, max_new_tokens=20),
+        ]
+        eng = engine(model, spec, cuda_graphs=graphs)
+        got, _ = run(eng, [PROMPTS[3], PROMPTS[0], PROMPTS[4]], params)
+        assert got[1] == plain(model, PROMPTS[0], params[1])
+        assert all(len(g) == 20 for g in got) and eng.metrics()["spec_accepted_tokens_total"] > 0
+        outs.append(got)
+    assert outs[0] == outs[1]
+
+
+def scripted(eng, drafts_for):
+    """Make the engine's proposer draft drafts_for(req, k) for every request (and say a draft may always exist)."""
+    proposer = eng.spec.proposer
+    proposer.may_propose = lambda req: True
+    proposer.propose = lambda reqs, ks: [drafts_for(r, k) if k else [] for r, k in zip(reqs, ks)]
+
+
+@pytest.mark.parametrize("backoff_max", [0, 32])
+def test_a_request_with_nothing_to_copy_keeps_its_overlapped_steps(model, backoff_max):
+    """A proposer that never finds a draft though one may exist (ordinary text whose last tokens occurred before):
+    with back-off the engine reads a step in flight for a proposal at most ceil(log2(48)) + 1 = 7 times in 48
+    tokens (after waits of 1, 2, 4, ... tokens), not at every step (backoff_max=0); the output is plain decoding's."""
+    params = SamplingParams(temperature=0, max_new_tokens=48)
+    want = plain(model, PROMPTS[2], params)
+    spec = SpeculativeConfig("ngram", num_tokens=4, backoff_max=backoff_max)
+    eng = engine(model, spec, cuda_graphs=True, overlap=True, num_slots=1)
+    scripted(eng, lambda r, k: [])
+    got, _ = run(eng, PROMPTS[2:3], [params])
+    assert got == [want]
+    forced = eng.metrics()["spec_forced_reads_total"]
+    assert forced <= 7 if backoff_max else forced >= 40
+
+
+@pytest.mark.parametrize("backoff_max", [0, 32])
+def test_rejected_drafts_back_off_and_a_kept_draft_ends_it(model, backoff_max):
+    """Drafts that are all wrong for the first 24 tokens, then right: with back-off at most 5 verify steps reject
+    everything (after waits of 1, 2, 4, 8 tokens), and from the first kept draft on the request verifies at every
+    step again (each verify starts where the one before ended); the output is plain decoding's."""
+    params = SamplingParams(temperature=0, max_new_tokens=48)
+    want = plain(model, PROMPTS[2], params)
+    vocab = model.config.vocab_size
+
+    def drafts(req, k):
+        right = want[len(req.output_ids) : len(req.output_ids) + k]
+        return [(t + 1) % vocab for t in right] if len(req.output_ids) < 24 else right
+
+    spec = SpeculativeConfig("ngram", num_tokens=4, backoff_max=backoff_max)
+    eng = engine(model, spec, cuda_graphs=True, overlap=True, num_slots=1)
+    scripted(eng, drafts)
+    verified = []  # (tokens the request had, drafts kept) of each verify step
+    eng.spec.proposer.verified = lambda req, a: verified.append((req.n_sampled, a))
+    got, _ = run(eng, PROMPTS[2:3], [params])
+    assert got == [want]
+    first = next(i for i, (_, a) in enumerate(verified) if a > 0)
+    if not backoff_max:
+        assert first >= 20  # nearly every step verified a rejected draft
+        return
+    assert 2 <= first <= 5
+    after = verified[first:]
+    assert all(a > 0 for _, a in after) and len(after) > 1
+    assert all(n2 == n1 + a1 + 1 for (n1, a1), (n2, _) in zip(after, after[1:]))
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_a_verify_keeps_the_decode_graphs_state_valid(model, slots):
+    """Right drafts at every third token, none between (no back-off): plain steps follow verify steps over and over.
+    The verify graph moves each row's place in the decode graph's state on the device, so the decoder loads its
+    state from the host only when its batch changes (alone: once), every decode step finds each row's place where
+    the host's count puts it, and the output is plain decoding's."""
+    params = [SamplingParams(temperature=0, max_new_tokens=n) for n in (40, 30, 35)][:slots]
+    prompts = [PROMPTS[2], PROMPTS[0], PROMPTS[1]][:slots]
+    want = [plain(model, p, sp) for p, sp in zip(prompts, params)]
+
+    def drafts(req, k):
+        n = len(req.output_ids)
+        return want[prompts.index(req.prompt_ids)][n : n + k] if n % 3 == 0 else []
+
+    eng = engine(
+        model,
+        SpeculativeConfig("ngram", num_tokens=3, backoff_max=0),
+        cuda_graphs=True,
+        overlap=True,
+        num_slots=slots,
+    )
+    scripted(eng, drafts)
+    loads, stale = [], []
+    load, decode = eng.graphs.load, eng.graphs.decode
+    eng.graphs.load = lambda *a: loads.append(1) or load(*a)
+
+    def checked_decode(b, length):  # each active row's place and write column, as a reload would set them
+        for r in eng.slots:
+            if r is not None and r.state == "decode" and r.id not in eng.spec.claimed:
+                place = len(r.prompt_ids) + r.n_sampled - 1
+                if eng.graphs.state[:2, r.slot].tolist() != [place, place]:
+                    stale.append((r.slot, eng.graphs.state[:2, r.slot].tolist(), place))
+        return decode(b, length)
+
+    eng.graphs.decode = checked_decode
+    got, _ = run(eng, prompts, params)
+    assert got == want and not stale
+    m = eng.metrics()
+    assert m["spec_accepted_tokens_total"] > 10 and m["spec_tokens_per_step"] > 2
+    if slots == 1:
+        assert len(loads) == 1
+
+
+def test_the_verify_graph_accepts_on_the_device_as_by_hand(model):
+    """The verify step's acceptance, bonus token and decode-state move, against hand-computed values: a forward whose
+    argmax at each place is a fixed table; row 0 drafts all of it (keeps 3, bonus after them), row 1 the first
+    two then a wrong one (keeps 2), row 2 is not judged (a sampled row), row 3 drafts one that is right, and its
+    padding (token 0) equals the table after it but is never judged (keeps 1)."""
+    eng = engine(model, SpeculativeConfig("ngram", num_tokens=3), cuda_graphs=True, num_slots=4)
+    v, vocab, w = eng.spec.verifier, model.config.vocab_size, 4
+    table = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 0, 0, 0]])
+    eng.runner.compute = lambda tokens, *a, **k: torch.nn.functional.one_hot(table[: tokens.shape[0]], vocab).float()
+    rows = v.stage_rows(4)
+    drafts = [[5, 6, 7], [9, 10, 99], [13, 14, 15], [17]]
+    places = [10, 20, 30, 40]
+    for i, (d, p) in enumerate(zip(drafts, places)):
+        rows[i, 0] = 3
+        rows[i, 1 : 1 + len(d)] = d
+        rows[i, w : 2 * w] = range(p, p + w)
+        rows[i, 2 * w : 2 * w + 1 + len(d)] = range(p, p + 1 + len(d))
+        rows[i, 3 * w] = 0 if i == 2 else len(d)
+    scratch = eng.runner.scratch_col
+    with torch.inference_mode():
+        eng._last_tok.copy_(torch.tensor([1, 2, 3, 4]))
+        eng.graphs.state[:, :4] = torch.tensor([places, [10, scratch, 30, 40], [1, 0, 1, 1]])
+    _, result = v.verify(4, 64)
+    assert result[:, w].tolist() == [3, 2, 0, 1]
+    assert result[:, :w].tolist() == table.tolist()
+    assert eng._last_tok.tolist() == [8, 11, 3, 0]  # the table after the kept drafts; row 2 untouched
+    assert eng.graphs.state[0, :4].tolist() == [14, 23, 30, 42]  # one past the kept drafts
+    assert eng.graphs.state[1, :4].tolist() == [14, scratch, 30, 42]  # an inactive row keeps writing the scratch
+
+
+def test_the_verifier_keeps_full_logits_only_for_speculative_sampling(model):
+    """Greedy rows need only the argmax: without sampled=True the verify graph holds no (slots, k + 1, V) logits
+    buffer, only its (slots, k + 2) result (the argmax at each place and the accepted count)."""
+    for sampled in (False, True):
+        eng = engine(model, SpeculativeConfig("ngram", num_tokens=4, sampled=sampled), cuda_graphs=True)
+        v = eng.spec.verifier
+        assert v.result.shape == (3, 6)
+        if sampled:
+            assert v.logits.shape == (3, 5, model.config.vocab_size)
+        else:
+            assert v.logits is None
 
 
 def test_sampled_and_penalised_requests_decode_normally_in_the_same_steps(model):

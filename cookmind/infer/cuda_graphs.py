@@ -194,6 +194,7 @@ class _StaticSteps:
         with torch.inference_mode():  # like every other input of a compiled layer: one compilation serves all
             self.inputs = torch.zeros((n, columns), dtype=torch.long, device=dev)
         self._stage = torch.zeros((n, columns), dtype=torch.long, pin_memory=dev.type == "cuda")
+        self._stage_np = self._stage.numpy()  # the same memory: the host lays rows out in place
         self._loaded = torch.cuda.Event() if dev.type == "cuda" else None  # the stage may be refilled after it
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
 
@@ -227,66 +228,107 @@ class _StaticSteps:
                 self.graphs[key] = graph
         torch.cuda.synchronize()
 
-    def _replay(self, rows, length: int) -> int:
-        """Load rows (a (b, columns) int64 numpy array for slots 0..b-1; the bucket's other rows get ``_idle``) and
-        run the step of the smallest buckets that hold them; returns the batch bucket."""
-        b = rows.shape[0]
+    def stage_rows(self, b: int):
+        """The pinned input rows of the bucket that holds slots 0..b-1, as a numpy array to fill in place, every row
+        idle (``_idle``) until the caller lays its own out; then ``_launch(b, length)``."""
         bucket = self.bucket_for(b)
         if bucket is None:
             raise ValueError(f"batch {b} exceeds the largest captured bucket {self.buckets[-1]}")
-        n = self.length_for(length)
         if self._loaded is not None:
             self._loaded.synchronize()  # the previous load has left the stage
-        stage = self._stage[:bucket]
-        stage[:b] = torch.from_numpy(rows)
-        stage[b:] = self._idle
+        rows = self._stage_np[:bucket]
+        rows[:] = self._idle_np
+        return rows
+
+    def _launch(self, b: int, length: int) -> None:
+        """Copy the staged rows of b's bucket up and run the step of the smallest buckets that hold them."""
+        bucket, n = self.bucket_for(b), self.length_for(length)
         with torch.inference_mode():
-            self.inputs[:bucket].copy_(stage, non_blocking=stage.is_pinned())
+            self.inputs[:bucket].copy_(self._stage[:bucket], non_blocking=self._loaded is not None)
             if self._loaded is not None:
                 self._loaded.record()
             if self.capture:
                 self.graphs[(bucket, n)].replay()
             else:
                 self._run(bucket, n)
-        return bucket
 
 
 class CudaGraphVerifier(_StaticSteps):
     """The target's verify forwards for speculative decoding: ``width`` tokens per row (the newest token and up to
     width - 1 drafts, padded) over slots 0..B-1, replayed from graphs (or run eagerly: capture=False).
 
-    Inputs per row: tokens, positions, write columns (each ``width`` long); padding writes the scratch column and
-    its logits are never read. Outputs: ``logits`` (rows, width, V) float32 and their ``argmax`` (rows, width),
-    fixed buffers overwritten by every run. A row's LoRA adapter is read on the device (``adapters.select``), so
-    one graph serves any mix of adapters."""
+    Inputs per row: tokens, positions, write columns (each ``width`` long), then how many of the row's drafts to
+    judge greedily (0: none, for idle and sampled rows); padding writes the scratch column and is never judged.
+    The step accepts on the device: a judged row keeps its drafts up to the first that differs from the target's
+    argmax at the place before, and its newest token becomes the argmax after them (the bonus), written into
+    ``last_tok`` (the engine's, which the plain decode graph reads) so nothing goes back up after the step; with
+    ``decode_state`` (``CudaGraphDecoder.state``) its position moves past the accepted tokens there too (and its
+    write column, where the decoder has the row active), so the decoder's next step needs no reload.
+    Outputs, fixed buffers overwritten by every run: ``result`` (rows, width + 1), the argmax at each place then the
+    accepted count, read back in one copy; ``logits`` (rows, width, V) float32 only with keep_logits (speculative
+    sampling needs the distributions; greedy rows need only the argmax, and the buffer is slots x width x V: 780 MB
+    at 256 slots, width 5 and a 152k vocabulary). A row's LoRA adapter is read on the device
+    (``adapters.select``), so one graph serves any mix of adapters."""
 
-    def __init__(self, runner, width: int, buckets=None, capture=None, length_buckets=None):
-        super().__init__(runner, 3 * width, buckets, capture, length_buckets)
+    def __init__(
+        self,
+        runner,
+        width: int,
+        buckets=None,
+        capture=None,
+        length_buckets=None,
+        last_tok=None,
+        keep_logits=True,
+        decode_state=None,
+    ):
+        super().__init__(runner, 3 * width + 1, buckets, capture, length_buckets)
         self.width = width
+        self.last_tok = last_tok
+        self.decode_state = decode_state
         n, dev = self.buckets[-1], runner.device
         self._idle = torch.cat(
-            [torch.zeros(width), torch.arange(width), torch.full((width,), runner.scratch_col)]
+            [torch.zeros(width), torch.arange(width), torch.full((width,), runner.scratch_col), torch.zeros(1)]
         ).long()
+        self._idle_np = self._idle.numpy()
         with torch.inference_mode():
             self.inputs.copy_(self._idle.expand(n, -1))
-            self.logits = torch.zeros((n, width, runner.config.vocab_size), dtype=torch.float32, device=dev)
-            self.argmax = torch.zeros((n, width), dtype=torch.long, device=dev)
+            self.logits = None
+            if keep_logits:
+                self.logits = torch.zeros((n, width, runner.config.vocab_size), dtype=torch.float32, device=dev)
+            self.result = torch.zeros((n, width + 1), dtype=torch.long, device=dev)
+            self._places = torch.arange(width - 1, device=dev)
         if self.capture:
             self._capture_all()
 
     def _run(self, b: int, length: int) -> None:
         w = self.width
         x = self.inputs[:b]
-        logits = self.runner.compute(x[:, :w], x[:, w : 2 * w], 0, length, last_only=False, write_cols=x[:, 2 * w :])
-        self.logits[:b].copy_(logits)
-        self.argmax[:b].copy_(logits.argmax(-1))
+        cols = x[:, 2 * w : 3 * w]
+        logits = self.runner.compute(x[:, :w], x[:, w : 2 * w], 0, length, last_only=False, write_cols=cols)
+        if self.logits is not None:
+            self.logits[:b].copy_(logits)
+        best = logits.argmax(-1)
+        judged = x[:, 3 * w]
+        kept = (x[:, 1:w] == best[:, :-1]) & (self._places < judged[:, None])
+        accepted = kept.long().cumprod(1).sum(1)  # drafts up to the first the target would not have chosen
+        self.result[:b, :w].copy_(best)
+        self.result[:b, w].copy_(accepted)
+        on = judged > 0
+        if self.last_tok is not None:
+            bonus = best.gather(1, accepted[:, None])[:, 0]
+            self.last_tok[:b].copy_(torch.where(on, bonus, self.last_tok[:b]))
+        if self.decode_state is not None:  # the newest token now sits after the accepted drafts
+            pos, cols, active = self.decode_state[:, :b]
+            moved = torch.where(on, x[:, w] + accepted + 1, pos)
+            pos.copy_(moved)
+            cols.copy_(torch.where(on & (active > 0), moved, cols))
 
-    def verify(self, rows, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """rows: (b, 3 * width) int64 numpy array (tokens, positions, write columns) for slots 0..b-1, attending to
-        at least ``length`` columns; returns views of the logits (b, width, V) and argmax (b, width)."""
-        self._replay(rows, length)
-        b = rows.shape[0]
-        return self.logits[:b], self.argmax[:b]
+    def verify(self, b: int, length: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Run the rows laid out in ``stage_rows(b)`` (tokens, positions, write columns, drafts judged) for slots
+        0..b-1, attending to at least ``length`` columns; returns views of the logits (b, width, V) (None without
+        keep_logits) and the result (b, width + 1)."""
+        self._launch(b, length)
+        return (None if self.logits is None else self.logits[:b]), self.result[:b]
 
 
 class CudaGraphDrafter(_StaticSteps):
@@ -315,6 +357,7 @@ class CudaGraphDrafter(_StaticSteps):
                 torch.full((k - 1,), scratch),
             ]
         ).long()
+        self._idle_np = self._idle.numpy()
         with torch.inference_mode():
             self.inputs.copy_(self._idle.expand(n, -1))
             self.drafts = torch.zeros((n, k), dtype=torch.long, device=dev)
@@ -333,8 +376,8 @@ class CudaGraphDrafter(_StaticSteps):
             tok = self.runner.compute(tok[:, None], later_pos[:, j, None], 0, length, write_cols=col).argmax(-1)
             self.drafts[:b, j + 1].copy_(tok)
 
-    def propose(self, rows, length: int) -> torch.Tensor:
-        """rows: (b, columns) int64 numpy array as laid out above for slots 0..b-1, attending to at least ``length``
+    def propose(self, b: int, length: int) -> torch.Tensor:
+        """Run the rows laid out in ``stage_rows(b)`` (as above) for slots 0..b-1, attending to at least ``length``
         columns; returns a view of the drafts (b, k)."""
-        self._replay(rows, length)
-        return self.drafts[: rows.shape[0]]
+        self._launch(b, length)
+        return self.drafts[:b]

@@ -712,19 +712,6 @@ class Engine:
         values = record.tokens.tolist()
         tokens = [values[r.slot] for r in reqs] if record.by_slot else values
         for i, (req, tok) in enumerate(zip(reqs, tokens)):
-            if req.state == "done":
-                continue  # it stopped at the step before: this row was computed in flight, not used
-            if req.first_token_at is None:
-                req.first_token_at = now
-            if req.cancelled:
-                self._finish(req, "cancelled")
-                continue
-            if tok in req.stop_token_ids:
-                req.stop_token = tok  # not emitted as text; callers that train on it (GRPO) read it here
-                self._finish(req, "stop")
-                continue
-            req.output_ids.append(tok)
-            emitted += 1
             ev = TokenEvent(tok)
             if record.chosen_logprobs is not None and req.params.logprobs:
                 ev.logprob = record.chosen_logprobs[i]
@@ -732,16 +719,47 @@ class Engine:
                     n = req.params.top_logprobs
                     vals, ids = record.top_logprobs
                     ev.top_logprobs = list(zip(ids[i][:n], vals[i][:n]))
-            req.sink(ev)
-            if req.matcher is not None and not self._advance_grammar(req, tok):
-                continue
-            if (
-                len(req.output_ids) >= req.max_new_tokens
-                or len(req.prompt_ids) + len(req.output_ids) >= self.max_seq_len
-            ):
-                self._finish(req, "length")
+            emitted += self._emit_token(req, ev, now)
         self.tokens_generated += emitted
         self._recent.append((now, emitted))
+
+    def _emit_tokens(self, reqs: list[EngineRequest], tokens: list[list[int]]) -> None:
+        """Emit each request's tokens in order (a speculative step's, already on the host) in one pass: a stop
+        token, max_new_tokens or the context ends a request exactly where plain decoding would, and the tokens
+        after it are dropped."""
+        now = time.perf_counter()
+        emitted = 0
+        for req, toks in zip(reqs, tokens):
+            for tok in toks:
+                if req.state == "done":
+                    break
+                emitted += self._emit_token(req, TokenEvent(tok), now)
+        self.tokens_generated += emitted
+        self._recent.append((now, emitted))
+
+    def _emit_token(self, req: EngineRequest, ev: TokenEvent, now: float) -> bool:
+        """Send one token event to its request, or finish the request instead (done, cancelled, a stop token);
+        finish it after the token when that reached max_new_tokens, the context or the grammar's end. Returns
+        whether the token was emitted."""
+        if req.state == "done":
+            return False  # it stopped at the step before: this row was computed in flight, not used
+        if req.first_token_at is None:
+            req.first_token_at = now
+        if req.cancelled:
+            self._finish(req, "cancelled")
+            return False
+        tok = ev.token_id
+        if tok in req.stop_token_ids:
+            req.stop_token = tok  # not emitted as text; callers that train on it (GRPO) read it here
+            self._finish(req, "stop")
+            return False
+        req.output_ids.append(tok)
+        req.sink(ev)
+        if req.matcher is not None and not self._advance_grammar(req, tok):
+            return True
+        if len(req.output_ids) >= req.max_new_tokens or len(req.prompt_ids) + len(req.output_ids) >= self.max_seq_len:
+            self._finish(req, "length")
+        return True
 
     def _advance_grammar(self, req: EngineRequest, tok: int) -> bool:
         """Feed an emitted token to the request's grammar; False when that finished the request: "stop" once the

@@ -26,8 +26,10 @@ the same engine step (a second forward: the plain decode step keeps its CUDA gra
 padding every row to k + 1 tokens), and so do speculating requests in a step where they got no drafts (no n-gram
 match, or too close to their end). A proposer needs each request's newest token on the host, so the engine reads a
 plain step in flight before proposing, unless no request in it can get a draft (``may_propose``: for the n-gram
-proposer, the ngram_min - 1 known tokens before the one in flight occurred earlier); those keep decoding with
-overlapped steps, which is why ngram_min defaults to 3 rather than 1 or 2 (almost every token occurred before).
+proposer, the ngram_min - 1 known tokens before the one in flight occurred earlier) or every one that could is
+backing off (its last proposal found no draft or kept none: it waits 1, 2, 4, ... up to backoff_max tokens); those
+keep decoding with overlapped steps, which is why ngram_min defaults to 3 rather than 1 or 2 (almost every token
+occurred before).
 
 When the engine replays CUDA graphs for its plain steps, the verify forward and the draft model's k forwards
 replay graphs too (``cuda_graphs.CudaGraphVerifier`` / ``CudaGraphDrafter``): eager they are host-bound, a
@@ -55,7 +57,10 @@ class SpeculativeConfig:
     """How to speculate: method "ngram" (prompt lookup) or "draft" (``draft_model``: a loaded CookMindLM with the
     target's tokenizer, see ``load_draft_model``); num_tokens: drafts per step (k); ngram_max / ngram_min: the
     longest and shortest suffix the n-gram proposer looks up. sampled: requests with temperature > 0 speculate too
-    (speculative sampling: the same distribution, but a seed then draws other tokens than without speculation)."""
+    (speculative sampling: the same distribution, but a seed then draws other tokens than without speculation).
+    backoff_max: after a proposal that finds no draft or has every draft rejected, a request decodes plainly (with
+    overlapped steps) for its next 1, 2, 4, ... up to backoff_max tokens, until a draft is kept (0: never backs
+    off)."""
 
     method: str = "ngram"
     num_tokens: int = 4
@@ -63,6 +68,7 @@ class SpeculativeConfig:
     ngram_min: int = 3
     draft_model: object = None
     sampled: bool = False
+    backoff_max: int = 32
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -74,6 +80,8 @@ class SpeculativeConfig:
                 f"speculative ngram sizes must satisfy 1 <= ngram_min <= ngram_max, got {self.ngram_min}, "
                 f"{self.ngram_max}"
             )
+        if isinstance(self.backoff_max, bool) or not isinstance(self.backoff_max, int) or self.backoff_max < 0:
+            raise ValueError(f"speculative backoff_max must be an int >= 0, got {self.backoff_max!r}")
         if (self.method == "draft") != (self.draft_model is not None):
             raise ValueError(
                 "speculative method 'draft' needs draft_model (a loaded model) and 'ngram' takes none; "
@@ -118,11 +126,13 @@ class NgramIndex:
         if k < 1 or n < ngram_min + 1:
             return []
         cap = min(ngram_max, n - 1)
-        best, matches = 0, []
-        for e in self.earlier_ends(ngram_min):  # each matches at least ngram_min tokens back
+        best, matches = 0, []  # the longest match's ends, latest first
+        for e in reversed(self.earlier_ends(ngram_min)):  # each matches at least ngram_min tokens back
             length = ngram_min
             while length < cap and e - length >= 0 and seq[e - length] == seq[n - 1 - length]:
                 length += 1
+            if length == cap and e + k <= n - 1:  # the longest possible, and the latest with k tokens after it
+                return seq[e + 1 : e + 1 + k]
             if length > best:
                 best, matches = length, [e]
             elif length == best:
@@ -130,7 +140,7 @@ class NgramIndex:
         if not matches:
             return []
         full = [e for e in matches if e + k <= n - 1]
-        end = full[-1] if full else matches[0]
+        end = full[0] if full else matches[-1]
         return seq[end + 1 : end + 1 + k]
 
 
@@ -247,10 +257,9 @@ class DraftProposer:
         return True
 
     def propose(self, reqs: list, ks: list[int]) -> list[list[int]]:
-        mine = {r.slot: r.id for r in reqs}
-        for s, owner in enumerate(self.owner):  # requests that ended or moved: their blocks go back
-            if owner is not None and mine.get(s) != owner:
-                self.release(s)
+        for req in reqs:  # a slot that changed hands (ending requests release theirs; one backing off keeps its)
+            if self.owner[req.slot] not in (None, req.id):
+                self.release(req.slot)
         self.proposed = {}
         rows = []  # (req, k, sequence, n)
         for req, k in zip(reqs, ks):
@@ -325,7 +334,7 @@ class DraftProposer:
         """As ``_decode``, in one replay of the drafter's graph for slots 0..B-1 (a feed longer than the graph's, the
         prompt at first, goes in one eager forward before it, all but its last token)."""
         g = self.graphs
-        f, m, scratch = g.FEED, g.k - 1, self.runner.scratch_col
+        f, m = g.FEED, g.k - 1
         catch_up = {r.slot: (self.fed[r.slot], seq[self.fed[r.slot] : n - 1]) for r, _, seq, n in rows}
         catch_up = {s: x for s, x in catch_up.items() if len(x[1]) >= f}
         if catch_up:
@@ -333,10 +342,7 @@ class DraftProposer:
             for s, (start, tokens) in catch_up.items():
                 self.fed[s] = start + len(tokens)
         b = max(r.slot for r, *_ in rows) + 1
-        layout = np.zeros((b, 3 * f + 1 + 2 * m), dtype=np.int64)
-        layout[:, f : 2 * f] = np.arange(f)
-        layout[:, 2 * f : 3 * f] = scratch
-        layout[:, 3 * f + 1 + m :] = scratch
+        layout = g.stage_rows(b)  # idle rows, in the pinned stage: filled in place
         length = 1
         for req, k, seq, n in rows:
             s = req.slot
@@ -349,7 +355,7 @@ class DraftProposer:
             row[3 * f + 1 : 3 * f + k] = row[3 * f + 1 + m : 3 * f + k + m] = np.arange(n, n + k - 1)
             length = max(length, n + k - 1)
             self.proposed[s] = (n, k)
-        drafts = g.propose(layout, length).tolist()  # the one copy to the host
+        drafts = g.propose(b, length).tolist()  # the one copy to the host
         for req, k, _, n in rows:
             self.fed[req.slot] = n - 1 + k
         return {req.slot: drafts[req.slot][:k] for req, k, _, _ in rows}
@@ -380,11 +386,24 @@ class Speculator:
         # the plain steps replay CUDA graphs (eagerly on CPU): so do the verify forwards, padded to k + 1 tokens
         eg = engine.graphs
         width = config.num_tokens + 1
-        self.verifier = CudaGraphVerifier(engine.runner, width, eg.buckets, eg.capture) if eg is not None else None
+        self.verifier = None
+        if eg is not None:  # greedy rows: accepted on the device, their newest token and place set there for _decode
+            self.verifier = CudaGraphVerifier(
+                engine.runner,
+                width,
+                eg.buckets,
+                eg.capture,
+                last_tok=engine._last_tok,
+                keep_logits=config.sampled,
+                decode_state=eg.state,
+            )
         self.steps = 0  # request-steps verified with at least one draft
         self.drafted = 0
         self.accepted = 0
         self.emitted = 0  # tokens those request-steps produced (accepted + bonus)
+        self.forced_reads = 0  # plain steps read before the next was launched, for a proposal (overlap given up)
+        # per slot: (request id, the request decodes plainly while n_sampled <= this, the back-off it waits)
+        self.resting: list[tuple[int, int, int] | None] = [None] * engine.num_slots
         self.claimed: set[int] = set()  # ids of the requests this step advanced (the plain decode skips them)
 
     def takes(self, req) -> bool:
@@ -402,13 +421,35 @@ class Speculator:
         )
 
     def needs_tokens(self, reqs: list) -> bool:
-        """Whether the engine must read a plain step in flight before proposing: some of its requests speculate and
-        may get drafts. Otherwise they decode plainly again and the engine keeps overlapping steps."""
-        return any(r.state == "decode" and self.takes(r) and self.proposer.may_propose(r) for r in reqs)
+        """Whether the engine must read a plain step in flight before proposing: some of its requests speculate, are
+        not backing off and may get drafts. Otherwise they decode plainly again and the engine keeps overlapping
+        steps."""
+        needed = any(
+            r.state == "decode" and self.takes(r) and not self._rests(r) and self.proposer.may_propose(r) for r in reqs
+        )
+        self.forced_reads += needed
+        return needed
+
+    def _rests(self, req) -> bool:
+        """Whether the request is backing off (a recent proposal found no draft or had every draft rejected)."""
+        rest = self.resting[req.slot]
+        return rest is not None and rest[0] == req.id and req.n_sampled <= rest[1]
+
+    def _judge(self, req, kept: bool) -> None:
+        """After a proposal: a kept draft ends the request's back-off; none (no draft, or all rejected) starts or
+        doubles it, up to backoff_max tokens. Without it a request whose text has nothing to copy (though its last
+        tokens occurred before) would give up the overlap of every step for proposals that find nothing."""
+        cap, rest = self.config.backoff_max, self.resting[req.slot]
+        if kept or cap == 0:
+            self.resting[req.slot] = None
+            return
+        wait = min(2 * rest[2], cap) if rest is not None and rest[0] == req.id else 1
+        self.resting[req.slot] = (req.id, req.n_sampled + wait, wait)
 
     def release(self, req) -> None:
         """The request ended: the proposer forgets its slot (a draft model's blocks go back)."""
         self.proposer.release(req.slot)
+        self.resting[req.slot] = None
 
     def metrics(self) -> dict:
         """Totals since start, the acceptance rate and tokens per speculative step (accepted drafts + the bonus)."""
@@ -419,6 +460,7 @@ class Speculator:
             "spec_acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
             "spec_mean_accepted_per_step": self.accepted / self.steps if self.steps else 0.0,
             "spec_tokens_per_step": self.emitted / self.steps if self.steps else 0.0,
+            "spec_forced_reads_total": self.forced_reads,
         }
 
     def step(self) -> None:
@@ -430,7 +472,11 @@ class Speculator:
         reqs = [
             r
             for r in eng.slots
-            if r is not None and r.state == "decode" and r.n_sampled == len(r.output_ids) and self.takes(r)
+            if r is not None
+            and r.state == "decode"
+            and r.n_sampled == len(r.output_ids)
+            and self.takes(r)
+            and not self._rests(r)
         ]
         if not reqs:
             return
@@ -439,19 +485,18 @@ class Speculator:
             room = min(r.max_new_tokens - len(r.output_ids), eng.max_seq_len - len(r.prompt_ids) - len(r.output_ids))
             ks.append(max(0, min(self.config.num_tokens, room - 1)))
         proposals = self.proposer.propose(reqs, ks)
+        for r, k, d in zip(reqs, ks, proposals):
+            if k > 0 and not d:
+                self._judge(r, False)
         chosen = [(r, d) for r, d in zip(reqs, proposals) if d]
         if not chosen:
             return
         reqs, drafts = [r for r, _ in chosen], [d for _, d in chosen]
-        logits, best, rows = (self._verify_graphed if self.verifier is not None else self._verify)(reqs, drafts)
-        emitted = [[] for _ in reqs]
+        logits, rows, best, accepted = (self._verify_graphed if self.verifier is not None else self._verify)(
+            reqs, drafts
+        )
+        emitted = [best[i][: a + 1] for i, a in enumerate(accepted)]  # a greedy row's drafts equal its argmax
         sampled = [i for i, r in enumerate(reqs) if r.params.temperature != 0]
-        for i, r in enumerate(reqs):
-            if r.params.temperature == 0:
-                d, g, a = drafts[i], best[rows[i]], 0
-                while a < len(d) and d[a] == g[a]:  # drafts equal to the target's own choice
-                    a += 1
-                emitted[i] = g[: a + 1]
         if sampled:
             picked = logits[torch.tensor([rows[i] for i in sampled], device=logits.device)]
             chosen_drafts = [drafts[i] for i in sampled]
@@ -461,21 +506,26 @@ class Speculator:
             a = len(e) - 1
             self.proposer.verified(r, a)
             r.n_sampled += a + 1
+            self._judge(r, a > 0)
             self.steps += 1
             self.drafted += len(d)
             self.accepted += a
             self.emitted += a + 1
         self.claimed = {r.id for r in reqs}
-        # the plain step reads each row's newest token from _last_tok; its CUDA graph must reload their positions
-        slots = torch.tensor([r.slot for r in reqs], device=eng.device)
-        eng._last_tok[slots] = torch.tensor([e[-1] for e in emitted], device=eng.device)
-        eng._graph_key = None
-        self._emit(reqs, emitted)
+        # the plain step reads each row's newest token from _last_tok, and its CUDA graph their positions from its
+        # state: the verify graph set both for greedy rows; the others are set here (the graph state by a reload)
+        written = sampled if self.verifier is not None else range(len(reqs))
+        if written:
+            slots = torch.tensor([reqs[i].slot for i in written], device=eng.device)
+            eng._last_tok[slots] = torch.tensor([emitted[i][-1] for i in written], device=eng.device)
+            eng._graph_key = None
+        eng._emit_tokens(reqs, emitted)
 
-    def _verify(self, reqs: list, drafts: list[list[int]]) -> tuple[torch.Tensor, list[list[int]], list[int]]:
+    def _verify(self, reqs: list, drafts: list[list[int]]) -> tuple:
         """One target forward over [newest token, drafts] per request (at least 2 tokens: the gather path, as
         prefill), for the run of slots from the first request's; returns the logits (rows, 1 + most drafts, V),
-        their argmax on the host and each request's row."""
+        each request's row in them, its argmax at each place (on the host) and how many of its drafts a greedy
+        request keeps."""
         eng = self.engine
         runner = eng.runner
         lo, hi = reqs[0].slot, reqs[-1].slot
@@ -502,30 +552,42 @@ class Speculator:
             write_cols=write_cols.to(dev),
             last_only=False,
         )
-        return logits, logits.argmax(-1).tolist(), [r.slot - lo for r in reqs]
+        rows = [r.slot - lo for r in reqs]
+        argmax = logits.argmax(-1).tolist()
+        best = [argmax[i] for i in rows]
+        accepted = []
+        for d, g in zip(drafts, best):
+            a = 0
+            while a < len(d) and d[a] == g[a]:  # drafts equal to the target's own choice
+                a += 1
+            accepted.append(a)
+        return logits, rows, best, accepted
 
-    def _verify_graphed(self, reqs: list, drafts: list[list[int]]) -> tuple[torch.Tensor, list[list[int]], list[int]]:
+    def _verify_graphed(self, reqs: list, drafts: list[list[int]]) -> tuple:
         """As ``_verify``, replayed from the verifier's graph for slots 0..B-1, every row k + 1 tokens wide (padding
-        writes the scratch column); the rows are the slots."""
+        writes the scratch column), laid out in place in its pinned stage; greedy rows are accepted on the device
+        and everything comes back in one copy. The rows are the slots; logits are None unless sampled."""
         eng, v = self.engine, self.verifier
-        w = v.width
-        layout = np.zeros((max(r.slot for r in reqs) + 1, 3 * w), dtype=np.int64)
-        layout[:, w : 2 * w] = np.arange(w)
-        layout[:, 2 * w :] = eng.runner.scratch_col
+        w, cap = v.width, eng.max_seq_len - 1
+        b = max(r.slot for r in reqs) + 1
+        layout = v.stage_rows(b)
         length = 1
         for r, d in zip(reqs, drafts):
-            p, row = len(r.prompt_ids) + len(r.output_ids) - 1, layout[r.slot]  # the newest token's place
+            p, row, n = len(r.prompt_ids) + len(r.output_ids) - 1, layout[r.slot], 1 + len(d)  # the newest's place
             row[0] = r.output_ids[-1]
-            row[1 : 1 + len(d)] = d
-            row[w : 2 * w] = np.minimum(np.arange(p, p + w), eng.max_seq_len - 1)
-            row[2 * w : 2 * w + 1 + len(d)] = row[w : w + 1 + len(d)]
-            length = max(length, p + len(d) + 1)
+            row[1:n] = d
+            row[w : 2 * w] = range(p, p + w) if p + w <= cap else [min(q, cap) for q in range(p, p + w)]
+            row[2 * w : 2 * w + n] = row[w : w + n]
+            row[3 * w] = len(d) if r.params.temperature == 0 else 0  # sampled rows are judged on the host
+            length = max(length, p + n)
             if eng.blocks is not None:
                 eng.blocks.grow(r, p + len(d))  # within the reservation: k was clamped to what the request may emit
         if eng.blocks is not None:
             eng.runner.cache.sync_tables()
-        logits, argmax = v.verify(layout, length)
-        return logits, argmax.tolist(), [r.slot for r in reqs]
+        logits, result = v.verify(b, length)
+        out = result.tolist()  # the one copy to the host
+        best = [out[r.slot][:w] for r in reqs]
+        return logits, [r.slot for r in reqs], best, [out[r.slot][w] for r in reqs]
 
     def _accept_sampled(self, reqs: list, logits: torch.Tensor, drafts: list[list[int]]) -> list[list[int]]:
         """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) for drafts proposed deterministically
@@ -560,16 +622,6 @@ class Speculator:
             noise[i].exponential_(generator=r.generator)
         bonus = (last / noise).argmax(-1).tolist()
         return [d[:a] + [b] for d, a, b in zip(drafts, accepted, bonus)]
-
-    def _emit(self, reqs: list, emitted: list[list[int]]) -> None:
-        """Emit each request's tokens in order through the engine: a stop token, max_new_tokens or the context
-        ends a request exactly where plain decoding would, and the tokens after it are dropped."""
-        from cookmind.infer.engine import StepRecord  # here: the engine imports this module
-
-        for j in range(max(len(e) for e in emitted)):
-            rows = [(r, e[j]) for r, e in zip(reqs, emitted) if len(e) > j and r.state != "done"]
-            if rows:
-                self.engine._emit_record(StepRecord([r for r, _ in rows], torch.tensor([tok for _, tok in rows]), None))
 
 
 def load_draft_model(path, tokenizer, device="cpu", dtype=None):
