@@ -238,3 +238,46 @@ def test_json_object_mode_is_a_json_object(tok):
         live.close()
     assert out.choices[0].message.content == '{"": ""}'
     assert out.choices[0].finish_reason == "stop" and json.loads(out.choices[0].message.content) == {"": ""}
+
+
+def test_a_slow_schema_compile_does_not_hold_a_plain_request(server, monkeypatch):
+    """A schema whose first compile takes SLOW seconds (llguidance's compile slowed down) is in flight when a plain
+    request arrives through the async openai client: the plain one is answered while the compile still runs (on
+    the event loop it would wait out the whole compile), and the schema one still validates."""
+    import asyncio
+
+    from cookmind.infer import constraints
+
+    slow, real, started = 3.0, constraints.LLMatcher, threading.Event()
+
+    class SlowCompile:  # llguidance's LLMatcher cannot be subclassed: a stand-in that compiles after a pause
+        grammar_from_json_schema = staticmethod(real.grammar_from_json_schema)
+        validate_grammar = staticmethod(real.validate_grammar)
+
+        def __new__(cls, *args, **kw):
+            started.set()
+            time.sleep(slow)
+            return real(*args, **kw)
+
+    monkeypatch.setattr(constraints, "LLMatcher", SlowCompile)
+    schema = {**SCHEMA, "title": "first seen here"}  # a grammar no earlier test compiled (and cached)
+    rf = {"type": "json_schema", "json_schema": {"name": "slow", "schema": schema}}
+
+    async def both():
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0)
+        messages = [{"role": "user", "content": "Is the soup hot?"}]
+        constrained = asyncio.create_task(
+            client.chat.completions.create(
+                model=MODEL, messages=messages, response_format=rf, max_tokens=150, temperature=0.0
+            )
+        )
+        assert await asyncio.to_thread(started.wait, 30), "the schema's compile never started"
+        t0 = time.monotonic()
+        plain = await client.completions.create(model=MODEL, prompt="Tom has", max_tokens=2, temperature=0.0)
+        waited, compile_running = time.monotonic() - t0, not constrained.done()
+        return plain, waited, compile_running, await constrained
+
+    plain, waited, compile_running, out = asyncio.run(both())
+    assert plain.choices[0].finish_reason == "length"
+    assert waited < slow / 2 and compile_running, f"the plain request waited {waited:.2f} s for the compile"
+    jsonschema.validate(json.loads(out.choices[0].message.content), SCHEMA)

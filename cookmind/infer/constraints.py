@@ -109,6 +109,14 @@ def grammar_for_response_format(rf: dict | None) -> str | None:
     return grammar
 
 
+def compile_grammar(tokenizer, vocab_size: int, grammar: str, eos_ids: Iterable[int]) -> None:
+    """Compile ``grammar`` now and keep it, so that a ``GrammarMatcher`` for it (same tokenizer, vocab_size and
+    eos_ids) copies the compiled matcher instead of compiling. A large schema's first compile can take seconds: the
+    server runs this in a worker thread, keeping it off the event loop that every other request waits on.
+    ValueError when the grammar is invalid."""
+    _compiled_matcher(ll_tokenizer(tokenizer, vocab_size, eos_ids), grammar)
+
+
 def _compiled_matcher(ll_tok: LLTokenizer, grammar: str) -> LLMatcher:
     """A matcher for ``grammar`` at its start, compiled once and kept (the last COMPILED_GRAMMARS_KEPT)."""
     key = (id(ll_tok), grammar)
