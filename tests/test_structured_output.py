@@ -240,6 +240,33 @@ def test_json_object_mode_is_a_json_object(tok):
     assert out.choices[0].finish_reason == "stop" and json.loads(out.choices[0].message.content) == {"": ""}
 
 
+
+def test_strict_false_is_enforced_like_strict_true(tok):
+    """strict: false (OpenAI's default) is enforced, as in vLLM and SGLang: the model that writes only quotes when
+    free answers the schema's one object, by hand: brace, key "a" (forced), colon and space, the empty string, brace.
+    A strict that is not a boolean is a 400 naming the field."""
+    quote, close = tok.encode('"')[0], tok.encode("}")[0]
+    live = LiveServer(create_app(Engine(unigram_lm(tok, [quote, close]), num_slots=2, max_seq_len=64), tok, MODEL))
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=20, temperature=0.0)
+    try:
+        answers = [
+            live.client.chat.completions.create(
+                **kw, response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema, **extra}}
+            )
+            .choices[0]
+            .message.content
+            for extra in ({"strict": False}, {}, {"strict": True})
+        ]
+        bad = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": "no"}}
+        with pytest.raises(openai.BadRequestError, match="json_schema.strict must be true or false") as exc:
+            live.client.chat.completions.create(**kw, response_format=bad)
+    finally:
+        live.close()
+    assert answers == ['{"a": ""}'] * 3
+    jsonschema.validate(json.loads(answers[0]), schema)
+    assert exc.value.body["param"] == "response_format"
+
 def test_a_slow_schema_compile_does_not_hold_a_plain_request(server, monkeypatch):
     """A schema whose first compile takes SLOW seconds (llguidance's compile slowed down) is in flight when a plain
     request arrives through the async openai client: the plain one is answered while the compile still runs (on
