@@ -240,7 +240,6 @@ def test_json_object_mode_is_a_json_object(tok):
     assert out.choices[0].finish_reason == "stop" and json.loads(out.choices[0].message.content) == {"": ""}
 
 
-
 def test_strict_false_is_enforced_like_strict_true(tok):
     """strict: false (OpenAI's default) is enforced, as in vLLM and SGLang: the model that writes only quotes when
     free answers the schema's one object, by hand: brace, key "a" (forced), colon and space, the empty string, brace.
@@ -266,6 +265,7 @@ def test_strict_false_is_enforced_like_strict_true(tok):
     assert answers == ['{"a": ""}'] * 3
     jsonschema.validate(json.loads(answers[0]), schema)
     assert exc.value.body["param"] == "response_format"
+
 
 def test_a_slow_schema_compile_does_not_hold_a_plain_request(server, monkeypatch):
     """A schema whose first compile takes SLOW seconds (llguidance's compile slowed down) is in flight when a plain
