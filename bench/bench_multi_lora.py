@@ -79,6 +79,12 @@ def main(argv=None) -> int:
     p.add_argument("--adapters", type=int, default=4)
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3, help="timed generations per engine (the best counts)")
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the layers (default: on CUDA, as the server does); --no-compile skips its setup time",
+    )
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
     if args.tiny:
@@ -119,6 +125,7 @@ def main(argv=None) -> int:
             max_seq_len=cfg.max_position_embeddings,
             prefill_chunk=args.requests * args.prompt_len,
             adapters=engine_adapters,
+            compile=args.compile,
         )
         fused = engine.runner.fused is not None and all(f.qkv is not None for f in engine.runner.fused)
         emit(figure="setup_s", engine=label, seconds=round(time.perf_counter() - t0, 2), fused_qkv=fused)
