@@ -88,15 +88,14 @@ class LowRankDelta(nn.Module):
         self.register_buffer("rows", rows, persistent=False)  # AdapterRows.rows, shared by every layer
         spans, out, rank = [], 0, 0
         for p in parts:
-            width = p if isinstance(p, int) else p[1].shape[1]
             if isinstance(p, int):
-                spans.append((out, out + width, None))
-            else:
-                j = sum(s[2] is not None for s in spans)
-                self.register_buffer(f"stack_B{j}", p[1], persistent=False)  # (n+1, out_j, r_j)
-                spans.append((out, out + width, (rank, rank + p[0].shape[1])))
-                rank += p[0].shape[1]
-            out += width
+                spans.append((out, out + p, None))
+                out += p
+                continue
+            a, b, _ = p
+            self.register_buffer(f"stack_B{sum(s[2] is not None for s in spans)}", b, persistent=False)  # (n+1, o, r)
+            spans.append((out, out + b.shape[1], (rank, rank + a.shape[1])))
+            out, rank = out + b.shape[1], rank + a.shape[1]
         self.spans = tuple(spans)  # (first output, end, rank columns or None) per part
 
     def parts(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int]:
