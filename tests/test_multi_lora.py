@@ -137,13 +137,25 @@ def test_served_layers_stay_fused_with_adapters_on_some_of_the_parts(setup):
 
 
 @pytest.mark.gpu
-def test_cuda_graphs_and_compile_serve_each_rows_adapter(setup):
-    """On CUDA (graphs captured once, layers compiled): the batch of the CPU test equals each merged model
-    (float32; 1e-3 for the GPU's reduction order)."""
-    base, tmp, refs = setup
-    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+@pytest.mark.parametrize("hidden", [32, 64], ids=["head-dim-8-gather", "head-dim-16-kernel-fused"])
+def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden):
+    """On CUDA (graphs captured once, layers compiled): the batch of the CPU test equals each merged model (float32;
+    1e-3 for the GPU's reduction order). Head dim 8 decodes by "gather" with the projections unfused; head dim 16
+    takes the Triton decode kernel with fused QKV / gate-up GEMMs carrying the adapters."""
+    base = sharp_tiny_lm(hidden_size=hidden)
+    refs = {
+        None: base,
+        "chef": _adapter(base, tmp_path / "chef", 1, r=4, alpha=8.0, targets=["q_proj", "v_proj", "down_proj"]),
+        "baker": _adapter(
+            base, tmp_path / "baker", 2, r=2, alpha=4.0, targets=["k_proj", "o_proj", "gate_proj", "up_proj"]
+        ),
+    }
+    adapters = load_adapters(base, {"chef": tmp_path / "chef", "baker": tmp_path / "baker"})
     engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters)
     assert engine.graphs is not None and engine.graphs.capture and engine.runner.compiled
+    if hidden == 64:
+        assert engine.runner.decode_attention == "kernel"
+        assert all(f.qkv_delta is not None and f.gate_up_delta is not None for f in engine.runner.fused)
     prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]]
     jobs = list(zip(prompts, ["chef", None, "baker"]))
     for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
