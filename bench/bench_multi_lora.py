@@ -1,10 +1,13 @@
 """Per-request LoRA serving cost: the engine decoding a batch whose rows use different adapters, against the same
-engine serving the base alone (its peer, in the same process): the figure is a ratio.
+engine serving the base alone and against a model with one adapter merged into its weights (what serving one
+adapter costs without per-request adapters), all three in the same process: the figures are ratios.
 
-Workload: B prompts of P random tokens, N new tokens each, greedy, no early stop. With adapters, the rows cycle
-through the base and each of A adapters (rank R on every projection: q, k, v, o, gate, up, down). Figures (one JSON
-line each): decode tokens/s = B*N / (wall time of the whole generation, prefill included) per engine and batch size,
-and the adapters' tokens/s over the base's.
+Workload: --requests prompts of --prompt-len random tokens, --steps new tokens each, greedy, no early stop, all in
+one batch. With adapters, the rows cycle through the base and each of --adapters adapters (rank --rank on every
+projection: q, k, v, o, gate, up, down). Each JSON line is printed (flushed) as soon as it is measured: the engine's
+setup (compile, graph capture), tokens/s = requests * steps / (wall time of the whole generation, prefill included)
+per engine, and the ratios as soon as both sides exist. The defaults finish in about a minute on an H200, setup of
+the three engines included.
 
     python bench/bench_multi_lora.py                        # GPT-2-small-sized Llama shape, CUDA, bf16
     python bench/bench_multi_lora.py --tiny --device cpu    # a seconds-long smoke run on CPU
@@ -24,16 +27,17 @@ from cookmind.infer.engine import Engine
 from cookmind.infer.loading import load_adapters
 from cookmind.infer.sampling import SamplingParams
 from cookmind.model import CookMindConfig, CookMindLM
-from cookmind.model.lora import DEFAULT_TARGETS, apply_lora, lora_modules, save_adapter
+from cookmind.model.lora import DEFAULT_TARGETS, apply_lora, lora_modules, merged_copy, save_adapter
 
 
 def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def make_adapters(base: CookMindLM, n: int, r: int, directory: Path) -> dict[str, Path]:
-    """n random rank-r adapters on every projection of base, saved as cookmind adapters."""
-    out = {}
+def make_adapters(base: CookMindLM, n: int, r: int, directory: Path) -> tuple[dict[str, Path], CookMindLM]:
+    """n random rank-r adapters on every projection of base, saved as cookmind adapters; and the first one merged
+    into a copy of base."""
+    out, merged = {}, None
     for i in range(n):
         model = CookMindLM(base.config)
         model.load_state_dict(base.state_dict())
@@ -42,7 +46,8 @@ def make_adapters(base: CookMindLM, n: int, r: int, directory: Path) -> dict[str
             for _, m in lora_modules(model):
                 m.lora_B.weight.normal_(0, 0.02)
         out[f"a{i}"] = save_adapter(directory / f"a{i}", model)
-    return out
+        merged = merged if merged is not None else merged_copy(model).eval()
+    return out, merged
 
 
 def run(engine: Engine, prompts: list[list[int]], names: list[str | None], new: int) -> float:
@@ -69,17 +74,25 @@ def main(argv=None) -> int:
     p.add_argument("--intermediate", type=int, default=2048)
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--prompt-len", type=int, default=128)
-    p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--batch-sizes", default="1,64")
+    p.add_argument("--steps", type=int, default=64, help="new tokens per request")
+    p.add_argument("--requests", type=int, default=32, help="requests in the batch (the engine's slots)")
     p.add_argument("--adapters", type=int, default=4)
     p.add_argument("--rank", type=int, default=16)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3, help="timed generations per engine (the best counts)")
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the layers (default: on CUDA, as the server does); --no-compile skips its setup time",
+    )
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
     if args.tiny:
         args.layers, args.hidden, args.heads, args.intermediate, args.vocab = 2, 64, 4, 128, 256
-        args.prompt_len, args.new_tokens, args.batch_sizes, args.repeats = 16, 16, "1,4", 1
+        args.prompt_len, args.steps, args.requests, args.repeats = 16, 16, 4, 1
+    began = time.perf_counter()
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if args.device == "cuda" else torch.float32)
+    emit(figure="config", **{**{k: v for k, v in vars(args).items() if k != "tiny"}, "dtype": str(dtype)})
     torch.manual_seed(0)
     cfg = CookMindConfig(
         vocab_size=args.vocab,
@@ -88,44 +101,55 @@ def main(argv=None) -> int:
         num_hidden_layers=args.layers,
         num_attention_heads=args.heads,
         num_key_value_heads=args.heads,
-        max_position_embeddings=args.prompt_len + args.new_tokens + 1,
+        max_position_embeddings=args.prompt_len + args.steps + 1,
     )
     base = CookMindLM(cfg).eval()
-    batches = [int(b) for b in args.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        specs = make_adapters(base, args.adapters, args.rank, Path(tmp))
+        specs, merged = make_adapters(base, args.adapters, args.rank, Path(tmp))
         adapters = load_adapters(base, specs)
+    prompts = torch.randint(0, cfg.vocab_size, (args.requests, args.prompt_len)).tolist()
     tps = {}
-    for label, engine_adapters in [("base", None), ("adapters", adapters)]:
+    # base and mixed adapters first: their ratio, the figure that matters, is printed before the merged run
+    for label, weights, engine_adapters in [
+        ("base", base, None),
+        ("adapters", base, adapters),
+        ("merged", merged, None),
+    ]:
         model = CookMindLM(cfg)
-        model.load_state_dict(base.state_dict())
+        model.load_state_dict(weights.state_dict())
         model = model.to(args.device, dtype).eval()
         t0 = time.perf_counter()
         engine = Engine(
             model,
-            num_slots=max(batches),
+            num_slots=args.requests,
             max_seq_len=cfg.max_position_embeddings,
-            prefill_chunk=max(batches) * args.prompt_len,
+            prefill_chunk=args.requests * args.prompt_len,
             adapters=engine_adapters,
+            compile=args.compile,
         )
-        emit(figure="setup_s", engine=label, seconds=round(time.perf_counter() - t0, 2))
+        fused = engine.runner.fused is not None and all(f.qkv is not None for f in engine.runner.fused)
+        emit(figure="setup_s", engine=label, seconds=round(time.perf_counter() - t0, 2), fused_qkv=fused)
         cycle = [None, *engine.adapter_names]
-        for b in batches:
-            prompts = torch.randint(0, cfg.vocab_size, (b, args.prompt_len)).tolist()
-            names = [cycle[i % len(cycle)] for i in range(b)] if label == "adapters" else [None] * b
-            run(engine, prompts, names, args.new_tokens)  # warm-up
-            wall = min(run(engine, prompts, names, args.new_tokens) for _ in range(args.repeats))
-            tps[label, b] = b * args.new_tokens / wall
-            emit(figure="decode_tokens_per_s", engine=label, batch=b, tokens_per_s=round(tps[label, b], 1))
-        emit(figure="compile", engine=label, compiled=engine.runner.compiled, error=engine.runner.compile_error)
-    for b in batches:
+        names = [cycle[i % len(cycle)] for i in range(args.requests)]
+        emit(figure="warmup_s", engine=label, seconds=round(run(engine, prompts, names, args.steps), 2))
+        wall = min(run(engine, prompts, names, args.steps) for _ in range(args.repeats))
+        tps[label] = args.requests * args.steps / wall
         emit(
-            figure="adapters_over_base",
-            batch=b,
-            adapters=args.adapters,
-            rank=args.rank,
-            ratio=round(tps["adapters", b] / tps["base", b], 3),
+            figure="tokens_per_s",
+            engine=label,
+            requests=args.requests,
+            tokens_per_s=round(tps[label], 1),
+            compiled=engine.runner.compiled,
+            compile_error=engine.runner.compile_error,
         )
+        if label == "adapters":  # mixed adapters against the base alone, the same engine and batch
+            emit(figure="adapters_over_base", ratio=round(tps["adapters"] / tps["base"], 3), rank=args.rank)
+        if label == "merged":  # against serving one adapter merged into the weights
+            emit(figure="adapters_over_merged", ratio=round(tps["adapters"] / tps["merged"], 3), rank=args.rank)
+        del engine, model
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    emit(figure="total_s", seconds=round(time.perf_counter() - began, 1))
     return 0
 
 

@@ -117,25 +117,45 @@ def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, 
     assert differs, "the adapters did not change any output: the comparison would prove nothing"
 
 
-def test_fused_decode_keeps_the_fusion_an_adapter_does_not_touch(setup):
+def test_served_layers_stay_fused_with_adapters_on_some_of_the_parts(setup):
+    """Adapters on q and v (chef), on k (baker), on gate and up (baker only): every layer still runs one QKV and one
+    gate/up GEMM, each part's update in its slice (zeros where the row's adapter does not target it), and the mixed
+    batch equals each merged model through the fused prefill and the fused decode kernel."""
     base, tmp, refs = setup
-    adapters = load_adapters(base, {"chef": tmp / "chef"})  # q_proj, v_proj, down_proj
-    engine = Engine(copy.deepcopy(base), num_slots=2, decode_attention="kernel", adapters=adapters)
-    assert all(f.qkv is None and f.gate_up is not None for f in engine.runner.fused)  # gate/up: one GEMM still
-    jobs = [([5, 9, 14, 3, 22, 7], "chef"), ([11, 2, 30, 8], None)]
-    for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
-        ref_toks, ref_lps, _ = _reference(refs[name], prompt, NEW)
-        assert toks == ref_toks and max(abs(a - b) for a, b in zip(lps, ref_lps)) < TOL
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    engine = Engine(copy.deepcopy(base), num_slots=3, decode_attention="kernel", adapters=adapters)
+    fused = engine.runner.fused
+    assert fused is not None and len(fused) == len(base.model.layers)
+    for f in fused:
+        assert f.qkv is not None and f.gate_up is not None  # one GEMM each, adapters or not
+        assert f.qkv_delta is not None and f.gate_up_delta is not None
+    jobs = [([5, 9, 14, 3, 22, 7], "chef"), ([11, 2, 30, 8], None), ([5, 9, 14, 3, 22, 7], "baker")]
+    for (prompt, name), (toks, lps, prompt_lp) in zip(jobs, _run(engine, jobs)):
+        ref_toks, ref_lps, ref_prompt_lp = _reference(refs[name], prompt, NEW)
+        assert toks == ref_toks, name
+        assert max(abs(a - b) for a, b in zip(lps + prompt_lp, ref_lps + ref_prompt_lp)) < TOL, name
 
 
 @pytest.mark.gpu
-def test_cuda_graphs_and_compile_serve_each_rows_adapter(setup):
-    """On CUDA (graphs captured once, layers compiled): the batch of the CPU test equals each merged model
-    (float32; 1e-3 for the GPU's reduction order)."""
-    base, tmp, refs = setup
-    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+@pytest.mark.parametrize("hidden", [32, 64], ids=["head-dim-8-gather", "head-dim-16-kernel-fused"])
+def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden):
+    """On CUDA (graphs captured once, layers compiled): the batch of the CPU test equals each merged model (float32;
+    1e-3 for the GPU's reduction order). Head dim 8 decodes by "gather" with the projections unfused; head dim 16
+    takes the Triton decode kernel with fused QKV / gate-up GEMMs carrying the adapters."""
+    base = sharp_tiny_lm(hidden_size=hidden)
+    refs = {
+        None: base,
+        "chef": _adapter(base, tmp_path / "chef", 1, r=4, alpha=8.0, targets=["q_proj", "v_proj", "down_proj"]),
+        "baker": _adapter(
+            base, tmp_path / "baker", 2, r=2, alpha=4.0, targets=["k_proj", "o_proj", "gate_proj", "up_proj"]
+        ),
+    }
+    adapters = load_adapters(base, {"chef": tmp_path / "chef", "baker": tmp_path / "baker"})
     engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters)
     assert engine.graphs is not None and engine.graphs.capture and engine.runner.compiled
+    if hidden == 64:
+        assert engine.runner.decode_attention == "kernel"
+        assert all(f.qkv_delta is not None and f.gate_up_delta is not None for f in engine.runner.fused)
     prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]]
     jobs = list(zip(prompts, ["chef", None, "baker"]))
     for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
@@ -197,7 +217,9 @@ def test_peft_saved_adapter_equals_peft_merged_model(setup, tmp_path):
     base, tmp, _ = setup
     directory, merged = _peft_adapter(base, tmp_path)
     adapters = load_adapters(base, {"hf-lora": directory, "chef": tmp / "chef"})
-    engine = Engine(copy.deepcopy(base), num_slots=2, adapters=adapters)
+    # the fused path: peft's q_proj and up_proj updates land in their slices of the QKV and gate/up GEMMs
+    engine = Engine(copy.deepcopy(base), num_slots=2, decode_attention="kernel", adapters=adapters)
+    assert engine.runner.fused[0].qkv_delta is not None and engine.runner.fused[0].gate_up_delta is not None
     prompt = [5, 9, 14, 3, 22, 7]
     ((toks, lps, prompt_lp),) = _run(engine, [(prompt, "hf-lora")])
     ref_toks, ref_lps, ref_prompt_lp = _reference(lambda ids: merged(input_ids=ids), prompt, NEW)

@@ -238,3 +238,73 @@ def test_json_object_mode_is_a_json_object(tok):
         live.close()
     assert out.choices[0].message.content == '{"": ""}'
     assert out.choices[0].finish_reason == "stop" and json.loads(out.choices[0].message.content) == {"": ""}
+
+
+def test_strict_false_is_enforced_like_strict_true(tok):
+    """strict: false (OpenAI's default) is enforced, as in vLLM and SGLang: the model that writes only quotes when
+    free answers the schema's one object, by hand: brace, key "a" (forced), colon and space, the empty string, brace.
+    A strict that is not a boolean is a 400 naming the field."""
+    quote, close = tok.encode('"')[0], tok.encode("}")[0]
+    live = LiveServer(create_app(Engine(unigram_lm(tok, [quote, close]), num_slots=2, max_seq_len=64), tok, MODEL))
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=20, temperature=0.0)
+    try:
+        answers = [
+            live.client.chat.completions.create(
+                **kw, response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema, **extra}}
+            )
+            .choices[0]
+            .message.content
+            for extra in ({"strict": False}, {}, {"strict": True})
+        ]
+        bad = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": "no"}}
+        with pytest.raises(openai.BadRequestError, match="json_schema.strict must be true or false") as exc:
+            live.client.chat.completions.create(**kw, response_format=bad)
+    finally:
+        live.close()
+    assert answers == ['{"a": ""}'] * 3
+    jsonschema.validate(json.loads(answers[0]), schema)
+    assert exc.value.body["param"] == "response_format"
+
+
+def test_a_slow_schema_compile_does_not_hold_a_plain_request(server, monkeypatch):
+    """A schema whose first compile takes SLOW seconds (llguidance's compile slowed down) is in flight when a plain
+    request arrives through the async openai client: the plain one is answered while the compile still runs (on
+    the event loop it would wait out the whole compile), and the schema one still validates."""
+    import asyncio
+
+    from cookmind.infer import constraints
+
+    slow, real, started = 3.0, constraints.LLMatcher, threading.Event()
+
+    class SlowCompile:  # llguidance's LLMatcher cannot be subclassed: a stand-in that compiles after a pause
+        grammar_from_json_schema = staticmethod(real.grammar_from_json_schema)
+        validate_grammar = staticmethod(real.validate_grammar)
+
+        def __new__(cls, *args, **kw):
+            started.set()
+            time.sleep(slow)
+            return real(*args, **kw)
+
+    monkeypatch.setattr(constraints, "LLMatcher", SlowCompile)
+    schema = {**SCHEMA, "title": "first seen here"}  # a grammar no earlier test compiled (and cached)
+    rf = {"type": "json_schema", "json_schema": {"name": "slow", "schema": schema}}
+
+    async def both():
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0)
+        messages = [{"role": "user", "content": "Is the soup hot?"}]
+        constrained = asyncio.create_task(
+            client.chat.completions.create(
+                model=MODEL, messages=messages, response_format=rf, max_tokens=150, temperature=0.0
+            )
+        )
+        assert await asyncio.to_thread(started.wait, 30), "the schema's compile never started"
+        t0 = time.monotonic()
+        plain = await client.completions.create(model=MODEL, prompt="Tom has", max_tokens=2, temperature=0.0)
+        waited, compile_running = time.monotonic() - t0, not constrained.done()
+        return plain, waited, compile_running, await constrained
+
+    plain, waited, compile_running, out = asyncio.run(both())
+    assert plain.choices[0].finish_reason == "length"
+    assert waited < slow / 2 and compile_running, f"the plain request waited {waited:.2f} s for the compile"
+    jsonschema.validate(json.loads(out.choices[0].message.content), SCHEMA)

@@ -77,8 +77,13 @@ def ll_tokenizer(tokenizer, vocab_size: int, eos_ids: Iterable[int]) -> LLTokeni
 def grammar_for_response_format(rf: dict | None) -> str | None:
     """The grammar of an OpenAI ``response_format``: None for ``{"type": "text"}`` (or no response_format),
     any JSON object for ``{"type": "json_object"}``, the schema's JSON for ``{"type": "json_schema",
-    "json_schema": {"name": ..., "schema": {...}, "strict": ...}}``. The schema is always enforced (as
-    strict: true). ValueError naming the field for a malformed response_format or a schema that does not compile."""
+    "json_schema": {"name": ..., "schema": {...}, "strict": ...}}``. ValueError naming the field for a malformed
+    response_format or a schema that does not compile.
+
+    ``strict: false`` (OpenAI's default) is enforced like ``strict: true``, as vLLM and SGLang do. OpenAI's false means
+    "not guaranteed": their constrained decoding covers a subset of JSON Schema, and false lets other schemas through
+    unenforced. llguidance compiles the schemas false would let through, and an enforced answer is one a client asking
+    for strict: false accepts too, so both get the guarantee; a schema it cannot compile is a 400 either way."""
     if rf is None:
         return None
     if not isinstance(rf, dict):
@@ -94,6 +99,9 @@ def grammar_for_response_format(rf: dict | None) -> str | None:
             raise ValueError("response_format.json_schema must be an object with a name and a schema")
         if not isinstance(spec.get("name"), str) or not spec["name"]:
             raise ValueError("response_format.json_schema.name must be a non-empty string")
+        strict = spec.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise ValueError(f"response_format.json_schema.strict must be true or false, got {strict!r}")
         schema = spec.get("schema", {})
         if not isinstance(schema, dict):
             raise ValueError(f"response_format.json_schema.schema must be a JSON object, got {type(schema).__name__}")
@@ -107,6 +115,14 @@ def grammar_for_response_format(rf: dict | None) -> str | None:
     if error:
         raise ValueError(f"response_format.json_schema.schema is not a usable JSON schema: {error}")
     return grammar
+
+
+def compile_grammar(tokenizer, vocab_size: int, grammar: str, eos_ids: Iterable[int]) -> None:
+    """Compile ``grammar`` now and keep it, so that a ``GrammarMatcher`` for it (same tokenizer, vocab_size and
+    eos_ids) copies the compiled matcher instead of compiling. A large schema's first compile can take seconds: the
+    server runs this in a worker thread, keeping it off the event loop that every other request waits on.
+    ValueError when the grammar is invalid."""
+    _compiled_matcher(ll_tokenizer(tokenizer, vocab_size, eos_ids), grammar)
 
 
 def _compiled_matcher(ll_tok: LLTokenizer, grammar: str) -> LLMatcher:

@@ -223,7 +223,7 @@ class Engine:
                     param.dtype,
                 ),
             )
-        # before the runner: it fuses projections, and an adapter's projection must stay its own module
+        # before the runner: it fuses q/k/v and gate/up, each fused projection taking its parts' adapters along
         self.lora = attach_adapters(model, adapters, num_slots) if adapters else None
         self.runner = ModelRunner(
             model,

@@ -13,8 +13,11 @@ gathered pairs, for prefill (B, T, in) and decode (B, 1, in) alike.
 A row's adapter is read from a device tensor, never a Python value: the engine writes each slot's adapter into
 ``by_slot`` when it admits a request, and the runner copies the forward's rows out of it into ``rows``, the one
 tensor every layer reads. CUDA graphs replay over those fixed buffers, so one captured graph serves any mix of
-adapters. The projections stay unfused (``model.fused`` leaves a layer with ``lora_A`` alone), so attach before
-the runner is built.
+adapters.
+
+The serving runner still fuses q/k/v and gate/up into one GEMM each (``model.fused``): a ``MultiLoRALinear`` among
+the parts hands the fused projection a ``LowRankDelta`` that adds every part's update into its slice of the fused
+output (zeros for a part no adapter targets). Attach before the runner is built.
 """
 
 from __future__ import annotations
@@ -65,6 +68,65 @@ class AdapterRows:
         self.rows[:b].copy_(self.by_slot[slot_start : slot_start + b])
 
 
+class LowRankDelta(nn.Module):
+    """Each row's adapter update of one projection's output, the projection made of parts side by side (one part:
+    a plain projection; q/k/v or gate/up: a fused one, ``model.fused``). Part j of the output gets
+    scale_j[i] * (x A_j[i]^T) B_j[i]^T for a row served by adapter i; a part no adapter targets is left as it is.
+
+    The parts' A stacks sit side by side along the rank, so the down-projection of every part is one batched
+    matmul; each targeted part's up-projection is its own (a block-diagonal B would gather zeros for every row)."""
+
+    def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor):
+        """parts: in output order, (A (n+1, r, in), B (n+1, out, r), scale (n+1,)) for a part some adapter targets,
+        else the part's width; rows: ``AdapterRows.rows``."""
+        super().__init__()
+        targeted = [p for p in parts if not isinstance(p, int)]
+        # buffers, not parameters: nothing here trains
+        self.register_buffer("stack_A", torch.cat([a for a, _, _ in targeted], dim=1), persistent=False)
+        scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
+        self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
+        self.register_buffer("rows", rows, persistent=False)  # AdapterRows.rows, shared by every layer
+        spans, out, rank = [], 0, 0
+        for p in parts:
+            if isinstance(p, int):
+                spans.append((out, out + p, None))
+                out += p
+                continue
+            a, b, _ = p
+            self.register_buffer(f"stack_B{sum(s[2] is not None for s in spans)}", b, persistent=False)  # (n+1, o, r)
+            spans.append((out, out + b.shape[1], (rank, rank + a.shape[1])))
+            out, rank = out + b.shape[1], rank + a.shape[1]
+        self.spans = tuple(spans)  # (first output, end, rank columns or None) per part
+
+    def parts(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int]:
+        """The ``parts`` this was built from (to place them beside other projections' parts)."""
+        out, j = [], 0
+        for start, end, ranks in self.spans:
+            if ranks is None:
+                out.append(end - start)
+            else:
+                r0, r1 = ranks
+                out.append((self.stack_A[:, r0:r1], getattr(self, f"stack_B{j}"), self.stack_scale[:, r0]))
+                j += 1
+        return out
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update."""
+        n = x.shape[0]
+        xs = x.reshape(n, -1, x.shape[-1])  # (B, T, in); the LM head sees (B, in)
+        idx = self.rows[:n]
+        low = torch.bmm(xs, self.stack_A[idx].transpose(1, 2)) * self.stack_scale[idx].to(x.dtype)[:, None, :]
+        pieces, j = [], 0
+        for start, end, ranks in self.spans:
+            piece = y[..., start:end]
+            if ranks is not None:
+                b = getattr(self, f"stack_B{j}")[idx]  # (B, out_j, r_j)
+                piece = piece + torch.bmm(low[..., ranks[0] : ranks[1]], b.transpose(1, 2)).reshape(piece.shape)
+                j += 1
+            pieces.append(piece)
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
+
+
 class MultiLoRALinear(nn.Module):
     """A projection plus, per row, the low-rank update of that row's adapter (see the module docstring)."""
 
@@ -73,23 +135,23 @@ class MultiLoRALinear(nn.Module):
         self.in_features, self.out_features = base.weight.shape[1], base.weight.shape[0]
         self.weight = base.weight
         self.bias = getattr(base, "bias", None)
-        # buffers, not parameters: nothing here trains. Named as PEFT's so fuse_projections leaves the layer alone.
-        self.register_buffer("lora_A", a, persistent=False)  # (n+1, r_max, in)
-        self.register_buffer("lora_B", b, persistent=False)  # (n+1, out, r_max)
-        self.register_buffer("lora_scale", scale, persistent=False)  # (n+1,)
-        self.register_buffer("rows", rows, persistent=False)  # AdapterRows.rows, shared by every layer
+        # not named lora_A/lora_B: those mark a trained LoRA layer, which fuse_projections must leave alone;
+        # this one gives a fused projection its part of the update (fuse_adapters)
+        self.delta = LowRankDelta([(a, b, scale)], rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias)
-        n = x.shape[0]
-        xs = x.reshape(n, -1, x.shape[-1])  # (B, T, in); the LM head sees (B, in)
-        idx = self.rows[:n]
-        low = torch.bmm(xs, self.lora_A[idx].transpose(1, 2)) * self.lora_scale[idx].to(x.dtype)[:, None, None]
-        delta = torch.bmm(low, self.lora_B[idx].transpose(1, 2))  # (B, T, out)
-        return y + delta.reshape(y.shape)
+        return self.delta(x, F.linear(x, self.weight, self.bias))
+
+    def fuse_adapters(self, modules: list[nn.Module]) -> LowRankDelta:
+        """The update of the fused projection of ``modules`` (this one among them; ``model.fused`` calls it): each
+        MultiLoRALinear's parts in its slice of the output, the other modules' slices untouched."""
+        parts = []
+        for m in modules:
+            parts += m.delta.parts() if isinstance(m, MultiLoRALinear) else [m.weight.shape[0]]
+        return LowRankDelta(parts, self.delta.rows)
 
     def extra_repr(self) -> str:
-        n, r = self.lora_A.shape[0] - 1, self.lora_A.shape[1]
+        n, r = self.delta.stack_A.shape[0] - 1, self.delta.stack_A.shape[1]
         return f"in={self.in_features}, out={self.out_features}, adapters={n}, r_max={r}"
 
 

@@ -46,7 +46,8 @@ class ModelRunner:
     passes a self-check against its reference on this device, else "gather".
 
     adapters (``multi_lora.AdapterRows``): the model serves LoRA adapters per row (``multi_lora.attach_adapters``,
-    done before this runner fuses the projections); each forward selects its rows' adapters first.
+    done before this runner fuses the projections: a fused projection carries its parts' adapters, each added into
+    its slice of the one GEMM's output); each forward selects its rows' adapters first.
     """
 
     def __init__(
@@ -179,7 +180,7 @@ class ModelRunner:
         ``last_index`` (B,)), or (B, T, V) when last_only is False."""
         b, t = tokens.shape
         write_cols = positions if write_cols is None else write_cols
-        if self.adapters is not None:  # the rows' adapters, read on the device by every MultiLoRALinear
+        if self.adapters is not None:  # the rows' adapters, read on the device by every LowRankDelta
             self.adapters.select(slot_start, b)
         h = self.embed(tokens)
         cos, sin = self.rope(positions, h.dtype)
@@ -192,15 +193,14 @@ class ModelRunner:
             keys, values = self.cache.keys[i], self.cache.values[i]
             # fused projections (when the runner made them) are passed as tensors: a compiled function that read
             # the layer's q/k/v weights, views of one tensor, would get aliased inputs and slow wrappers
-            qkv_w, qkv_b, gate_up = self._fused_weights(i)
+            qkv_w, qkv_b, qkv_d, gate_up, gate_up_d = self._fused_weights(i)
             if self.compiled and not self.compile_attention:  # compiled halves around eager attention
-                q, k, v = self._compiled(self._pre_fn, self._pre, layer, h, cos, sin, qkv_w, qkv_b)
+                q, k, v = self._compiled(self._pre_fn, self._pre, layer, h, cos, sin, qkv_w, qkv_b, qkv_d)
                 out = self._attend(q, k, v, mask, keys, values, step)
-                h = self._compiled(self._post_fn, self._post, layer, h, out, gate_up)
+                h = self._compiled(self._post_fn, self._post, layer, h, out, gate_up, gate_up_d)
             else:
-                h = self._compiled(
-                    self._layer_fn, self._layer, layer, h, cos, sin, mask, keys, values, step, qkv_w, qkv_b, gate_up
-                )
+                fused = (qkv_w, qkv_b, qkv_d, gate_up, gate_up_d)
+                h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, mask, keys, values, step, *fused)
         if last_only:
             h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
         return self._compiled(self._head_fn, self._head, h)
@@ -217,8 +217,8 @@ class ModelRunner:
         step = self.cache.step(slot_start, b, write_cols, 0, read=False)
         delta = None
         for i, layer in enumerate(self.layers):
-            qkv_w, qkv_b, gate_up = self._fused_weights(i)
-            h, q, k, v = self._compiled(self._dpre_fn, self._decode_pre, layer, qkv_w, qkv_b, h, delta)
+            qkv_w, qkv_b, qkv_d, gate_up, gate_up_d = self._fused_weights(i)
+            h, q, k, v = self._compiled(self._dpre_fn, self._decode_pre, layer, qkv_w, qkv_b, qkv_d, h, delta)
             out = paged_decode_attention(
                 q,
                 k,
@@ -232,20 +232,20 @@ class ModelRunner:
                 cos,
                 sin,
             )
-            h, delta = self._compiled(self._dpost_fn, self._decode_post, layer, gate_up, h, out)
+            h, delta = self._compiled(self._dpost_fn, self._decode_post, layer, gate_up, gate_up_d, h, out)
         return self._compiled(self._head_fn, self._head, h[:, 0], delta[:, 0])
 
-    def _decode_pre(self, layer, qkv_weight, qkv_bias, h, delta):
+    def _decode_pre(self, layer, qkv_weight, qkv_bias, qkv_delta, h, delta):
         """h + delta (the previous layer's MLP output), then q, k, v (B, heads, D) of its norm, QK-normed
         but not yet rotated (the kernel applies RoPE); returns (h, q, k, v)."""
         if delta is not None:
             h = h + delta
-        q, k, v = layer.attention_inputs(h, qkv_weight, qkv_bias)  # (B, 1, heads, D)
+        q, k, v = layer.attention_inputs(h, qkv_weight, qkv_bias, qkv_delta)  # (B, 1, heads, D)
         return h, q[:, 0], k[:, 0], v[:, 0]
 
-    def _decode_post(self, layer, gate_up_weight, h, attn_out):
+    def _decode_post(self, layer, gate_up_weight, gate_up_delta, h, attn_out):
         """h + o_proj(attention output); returns (h, ffn(norm(h))), the FFN output added by the next layer."""
-        return layer.after_attention(h, attn_out.reshape(h.shape[0], 1, -1), gate_up_weight)
+        return layer.after_attention(h, attn_out.reshape(h.shape[0], 1, -1), gate_up_weight, gate_up_delta)
 
     @staticmethod
     def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
@@ -277,20 +277,36 @@ class ModelRunner:
         return plain(*args)
 
     def _fused_weights(self, i: int) -> tuple:
-        """Layer i's fused QKV weight and bias and gate/up weight (Nones where there are none)."""
+        """Layer i's fused QKV weight, bias and LoRA update, and gate/up weight and LoRA update (Nones where there
+        are none)."""
         if self.fused is None:
-            return None, None, None
+            return None, None, None, None, None
         f = self.fused[i]
-        return f.qkv, f.qkv_bias, f.gate_up
+        return f.qkv, f.qkv_bias, f.qkv_delta, f.gate_up, f.gate_up_delta
 
-    def _layer(self, layer, h, cos, sin, mask, keys, values, step, qkv_weight=None, qkv_bias=None, gate_up=None):
+    def _layer(
+        self,
+        layer,
+        h,
+        cos,
+        sin,
+        mask,
+        keys,
+        values,
+        step,
+        qkv_weight=None,
+        qkv_bias=None,
+        qkv_delta=None,
+        gate_up=None,
+        gate_up_delta=None,
+    ):
         """One decoder layer: h + attn(norm(h)), then + mlp(norm(h)); keys/values are this layer's cache."""
-        q, k, v = self._pre(layer, h, cos, sin, qkv_weight, qkv_bias)
-        return self._post(layer, h, self._attend(q, k, v, mask, keys, values, step), gate_up)
+        q, k, v = self._pre(layer, h, cos, sin, qkv_weight, qkv_bias, qkv_delta)
+        return self._post(layer, h, self._attend(q, k, v, mask, keys, values, step), gate_up, gate_up_delta)
 
-    def _pre(self, layer, h, cos, sin, qkv_weight=None, qkv_bias=None):
+    def _pre(self, layer, h, cos, sin, qkv_weight=None, qkv_bias=None, qkv_delta=None):
         """The attention's inputs: q, k, v (B, heads, T, D) from norm(h), with QK-norm and RoPE."""
-        q, k, v = layer.attention_inputs(h, qkv_weight, qkv_bias)
+        q, k, v = layer.attention_inputs(h, qkv_weight, qkv_bias, qkv_delta)
         return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
 
     def _attend(self, q, k, v, mask, cache_k, cache_v, step):
@@ -310,7 +326,7 @@ class ModelRunner:
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
 
-    def _post(self, layer, h, attn_out, gate_up=None):
+    def _post(self, layer, h, attn_out, gate_up=None, gate_up_delta=None):
         """h + o_proj(attention output), then + ffn(norm(h))."""
-        h, ffn = layer.after_attention(h, attn_out, gate_up)
+        h, ffn = layer.after_attention(h, attn_out, gate_up, gate_up_delta)
         return h + ffn

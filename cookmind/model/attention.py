@@ -37,12 +37,17 @@ class Attention(nn.Module):
             self.q_norm = self.k_norm = None
 
     def project_qkv(
-        self, x: torch.Tensor, qkv_weight: torch.Tensor | None = None, qkv_bias: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        qkv_weight: torch.Tensor | None = None,
+        qkv_bias: torch.Tensor | None = None,
+        qkv_delta=None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q (B, T, heads, D), k and v (B, T, kv heads, D) of x (B, T, C), QK-normed, not yet rotated.
 
         The entry the serving engine shares with ``forward``: through the projection modules (LoRA-wrapped
-        ones too), or one GEMM with ``qkv_weight`` = [W_q; W_k; W_v] from ``model.fused.fuse_projections``.
+        ones too), or one GEMM with ``qkv_weight`` = [W_q; W_k; W_v] from ``model.fused.fuse_projections``,
+        whose ``qkv_delta`` (x, qkv) -> qkv adds the rows' LoRA adapter updates when it has one.
         """
         b, t, _ = x.shape
         if qkv_weight is None:
@@ -50,6 +55,8 @@ class Attention(nn.Module):
         else:
             nq, nkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
             qkv = F.linear(x, qkv_weight, qkv_bias)
+            if qkv_delta is not None:
+                qkv = qkv_delta(x, qkv)
             q, k, v = qkv[..., :nq], qkv[..., nq : nq + nkv], qkv[..., nq + nkv :]
         q = q.reshape(b, t, self.n_heads, self.head_dim)
         k = k.reshape(b, t, self.n_kv_heads, self.head_dim)

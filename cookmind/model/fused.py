@@ -15,6 +15,7 @@ or DDP may hold it), so rollouts serve it unfused.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,11 +24,15 @@ import torch
 @dataclass
 class FusedWeights:
     """One layer's fused projections: [W_q; W_k; W_v] (and its bias) and [W_gate; W_up]; None where the layer's
-    modules cannot share one GEMM (LoRA-wrapped, mixed biases, an MoE feed-forward)."""
+    modules cannot share one GEMM (a trained LoRA layer, mixed biases, an MoE feed-forward). ``qkv_delta`` /
+    ``gate_up_delta``: where the parts serve LoRA adapters per row (``infer.multi_lora``), a callable
+    (x, fused output) -> fused output plus each row's update in its parts' slices; else None."""
 
     qkv: torch.Tensor | None = None
     qkv_bias: torch.Tensor | None = None
     gate_up: torch.Tensor | None = None
+    qkv_delta: Callable | None = None
+    gate_up_delta: Callable | None = None
 
 
 def fuse_projections(model) -> list[FusedWeights]:
@@ -36,21 +41,32 @@ def fuse_projections(model) -> list[FusedWeights]:
     out = []
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
-        qkv, qkv_bias = _fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])
-        gate_up = None
+        qkv_parts = [attn.q_proj, attn.k_proj, attn.v_proj]
+        qkv, qkv_bias = _fuse_rows(qkv_parts)
+        gate_up = gate_up_delta = None
         if (
             all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))
             and getattr(mlp.gate_proj, "bias", None) is None
         ):
             gate_up, _ = _fuse_rows([mlp.gate_proj, mlp.up_proj])
-        out.append(FusedWeights(qkv, qkv_bias, gate_up))
+            gate_up_delta = None if gate_up is None else _adapters_of([mlp.gate_proj, mlp.up_proj])
+        qkv_delta = None if qkv is None else _adapters_of(qkv_parts)
+        out.append(FusedWeights(qkv, qkv_bias, gate_up, qkv_delta, gate_up_delta))
     return out
+
+
+def _adapters_of(modules) -> Callable | None:
+    """The per-row LoRA update of the fused projection of `modules` when some of them serve adapters
+    (``infer.multi_lora.MultiLoRALinear.fuse_adapters``), else None."""
+    carrier = next((m for m in modules if hasattr(m, "fuse_adapters")), None)
+    return None if carrier is None else carrier.fuse_adapters(modules)
 
 
 def _fuse_rows(modules) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Stack the modules' weights (and biases) into one tensor each and re-point every module's weight at its
     rows of it: no memory is added, and the Parameters keep their identity. (None, None) when they cannot share
-    one GEMM (not plain linear weights, LoRA-wrapped, mixed biases, dtypes or widths)."""
+    one GEMM (not plain linear weights, a trained LoRA layer, mixed biases, dtypes or widths). Modules that serve
+    adapters per row (``fuse_adapters``) fuse: their update is the fused projection's ``_adapters_of``."""
     weights = [getattr(m, "weight", None) for m in modules]
     biases = [getattr(m, "bias", None) for m in modules]
     if any(w is None or w.dim() != 2 for w in weights) or len({(w.dtype, w.device, w.shape[1]) for w in weights}) > 1:

@@ -20,6 +20,7 @@ from cookmind.infer.schemas import ChatCompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
 from cookmind.infer.server.generation import (
     Generation,
+    compile_off_loop,
     finish_reason,
     response_grammar,
     sse,
@@ -85,7 +86,7 @@ async def chat_completions(request: Request, state: State):
         prompt_ids = await asyncio.to_thread(_render, state.tokenizer, req, choice)
     except (ValueError, TypeError, KeyError) as exc:
         raise APIError(400, f"messages cannot be rendered with the chat template: {exc}", param="messages") from exc
-    grammar = await asyncio.to_thread(response_grammar, req)  # compiling a schema can take a while
+    grammar = await asyncio.to_thread(response_grammar, req)  # building a schema's grammar can take a while
     if grammar is not None and tool_grammar is not None:
         raise APIError(
             400,
@@ -94,6 +95,7 @@ async def chat_completions(request: Request, state: State):
             param="response_format",
         )
     grammar = grammar if tool_grammar is None else tool_grammar
+    await compile_off_loop(state, grammar, "response_format" if tool_grammar is None else "tool_choice")
     gen = Generation(state)
     gen.submit(
         prompt_ids,

@@ -14,6 +14,7 @@ from cookmind.infer.schemas import CompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
 from cookmind.infer.server.generation import (
     Generation,
+    compile_off_loop,
     finish_reason,
     max_new_tokens,
     response_grammar,
@@ -70,7 +71,8 @@ async def completions(request: Request, state: State):
     prompts = await asyncio.to_thread(_prompts, state, req)  # tokenizing off the event loop
     top = req.logprobs or 0
     prompt_lp = top if (req.echo and req.logprobs is not None) else None  # echo + logprobs scores the prompt
-    grammar = await asyncio.to_thread(response_grammar, req)  # compiling a schema can take a while
+    grammar = await asyncio.to_thread(response_grammar, req)  # building a schema's grammar can take a while
+    await compile_off_loop(state, grammar, "response_format")  # and so can compiling it
     gen, echoes = Generation(state), []
     for ids, text in prompts:
         gen.submit(

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
-from cookmind.infer.constraints import grammar_for_response_format
+from cookmind.infer.constraints import compile_grammar, grammar_for_response_format
 from cookmind.infer.engine import QueueFullError
 from cookmind.infer.output import Delta, OutputProcessor
 from cookmind.infer.sampling import SamplingParams
@@ -44,6 +44,19 @@ def response_grammar(req) -> str | None:
         return grammar_for_response_format(req.response_format)
     except ValueError as exc:
         raise APIError(400, str(exc), param="response_format") from exc
+
+
+async def compile_off_loop(state: ServerState, grammar: str | None, param: str) -> None:
+    """Compile a request's grammar in a worker thread before its submit, which then copies the compiled matcher:
+    compiling on the event loop would hold every other request (a plain one's tokens too) for as long as it takes.
+    400 naming ``param`` when the grammar does not compile."""
+    if grammar is None:
+        return
+    try:
+        engine = state.engine  # the tokenizer its matchers use: the compiled grammar is kept per tokenizer
+        await asyncio.to_thread(compile_grammar, engine.tokenizer, engine.vocab_size, grammar, state.stop_ids)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param=param) from exc
 
 
 def sampling_params(req, choice: int, logprobs: bool, top: int, grammar: str | None = None) -> SamplingParams:
