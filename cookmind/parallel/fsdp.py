@@ -65,7 +65,9 @@ def gathered_weights(model: nn.Module) -> Iterator[None]:
     so each rank can run any number of forwards on its own (no collectives); resharded on exit.
 
     Every rank must enter (the gather is a collective). A no-op for a model that is not sharded. Costs the
-    memory of the whole model on each rank while inside.
+    memory of the whole model on each rank while inside, so only what cannot run as lockstep forwards uses it:
+    decoding with the KV cache (GRPO rollouts, sample generations, GRPO's held-out accuracy). Plain forwards
+    (validation losses, a reference's log-probs) run through the sharded model instead.
     """
     sharded = [m for m in model.modules() if isinstance(m, FSDPModule)]
     if not sharded:
