@@ -342,6 +342,45 @@ def test_fsdp_in_one_process_is_a_one_rank_group_and_trains_like_the_plain_model
     assert sharded.step == STEPS
 
 
+def test_a_sharded_reference_copy_of_a_wrapped_lora_model_gives_the_plain_models_log_probs(keep_threads):
+    # One rank: the copy is rebuilt from the class and config (LoRA re-applied), sharded, and filled from a policy
+    # whose blocks are checkpoint-wrapped (other parameter names); a deep copy of the plain model is the reference.
+    import copy
+    import functools
+
+    import torch.distributed as dist
+
+    from cookmind.align.losses import get_response_log_probs
+    from cookmind.align.reference import Reference
+    from cookmind.model.lora import apply_lora
+    from cookmind.parallel import apply_activation_checkpointing, init_distributed, shard_frozen, shard_model
+
+    init_distributed("cpu", "gloo", group_of_one=True)
+    try:
+        torch.manual_seed(0)
+        model = tiny_lm()
+        apply_lora(model, 4, 8, 0.0, ["q_proj", "v_proj"])
+        with torch.no_grad():  # adapters that change the output, so a copy without them would differ
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_()
+        plain = copy.deepcopy(model)
+        apply_activation_checkpointing(model)
+        shard_model(model)
+        with pytest.raises(ValueError, match="needs shard="):
+            Reference(model, "copy")
+        cfg = TrainConfig.from_dict({"parallel": {"fsdp": True}})
+        ref = Reference(model, "copy", shard=functools.partial(shard_frozen, cfg=cfg))
+        ids = torch.randint(0, 64, (2, 9))
+        got = ref.log_probs(ids, ids)
+        params = list(ref.model.parameters())
+    finally:
+        dist.destroy_process_group()
+    want = get_response_log_probs(plain, ids, ids)["log_probs"]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)  # one rank: the same weights, the same arithmetic
+    assert all(isinstance(p, DTensor) and not p.requires_grad for p in params)
+
+
 assert TINY["vocab_size"] == 64  # the stores above draw tokens below it
 
 
