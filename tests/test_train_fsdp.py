@@ -414,3 +414,32 @@ def test_fsdp_bf16_compiled_checkpointed_on_one_gpu_tracks_the_plain_run(tmp_pat
     for key in ("loss", "grad_norm"):
         assert _logged(f"{root}/gpu-fsdp", key) == pytest.approx(_logged(f"{root}/gpu-plain", key), rel=1e-2), key
     assert sharded.last_eval["val_loss"] == pytest.approx(plain.last_eval["val_loss"], rel=1e-2)
+
+
+@pytest.mark.gpu
+def test_a_sharded_reference_copy_on_one_gpu_gives_the_policys_log_probs():
+    # A one-rank NCCL group, bf16 gathers: the copy (meta-built, to_empty on the GPU, filled shard by shard) runs
+    # the same weights in the same dtype through the same kernels as the sharded policy itself, so it is exact.
+    import functools
+
+    import torch.distributed as dist
+
+    from cookmind.align.losses import get_response_log_probs
+    from cookmind.align.reference import Reference
+    from cookmind.parallel import init_distributed, shard_frozen, shard_model
+
+    info = init_distributed("cuda", "nccl", group_of_one=True)
+    try:
+        torch.manual_seed(0)
+        model = tiny_lm().to(info.device)
+        shard_model(model, param_dtype=torch.bfloat16)
+        cfg = TrainConfig.from_dict({"train": {"precision": "bf16"}, "parallel": {"fsdp": True}})
+        ref = Reference(model, "copy", shard=functools.partial(shard_frozen, cfg=cfg))
+        ids = torch.randint(0, 64, (2, 9), device=info.device)
+        with torch.no_grad():
+            want = get_response_log_probs(model, ids, ids)["log_probs"]
+        got = ref.log_probs(ids, ids)
+        assert all(p.device.type == "cuda" for p in ref.model.parameters())
+    finally:
+        dist.destroy_process_group()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
