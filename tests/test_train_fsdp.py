@@ -97,6 +97,9 @@ def _cfg(root: str, name: str, fsdp: bool, world: int) -> TrainConfig:
     if name == "pretrain":  # evaluation under FSDP: each rank its share of the batches through the sharded model
         d["data"]["val_path"] = f"{root}/val"
         d["eval"] = {"every": 2, "max_batches": 4}
+    if name == "dpo":  # the sharded reference runs in evaluation too: on every rank (rank 0 alone would hang)
+        d["data"]["val_path"] = f"{root}/dpo"
+        d["eval"] = {"every": 2, "max_batches": world}  # the same 4 pairs: 1 batch of 4, or 2 of 2
     return TrainConfig.from_dict(d)
 
 
@@ -187,9 +190,9 @@ def test_fsdp_on_two_ranks_equals_one_process(tmp_path, keep_threads):
         assert norms[0] == pytest.approx(norms[1], rel=1e-4) and max(norms[1]) > CLIP, name
         if name == "lora":  # the frozen base stayed where it was, sharded or not
             assert all(torch.equal(got[k], init[k]) for k in init)
-        if name == "pretrain":  # the ranks evaluated a batch each; rank 0 has the result (one batch of 4 here)
+        if name in ("pretrain", "dpo"):  # the ranks evaluated a batch each; rank 0 has the result (one of 4 here)
             assert ranks[1][name]["eval"] == {}
-            assert ranks[0][name]["eval"]["val_loss"] == pytest.approx(one.last_eval["val_loss"], rel=1e-5)
+            assert ranks[0][name]["eval"]["val_loss"] == pytest.approx(one.last_eval["val_loss"], rel=1e-5), name
     _check_evaluation(ranks, root)
     _check_grpo(ranks)
 
