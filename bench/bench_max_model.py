@@ -2,8 +2,9 @@
 
     torchrun --standalone --nproc_per_node 1 bench/bench_max_model.py --methods ddp zero1 fsdp
     torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --methods ddp zero1 fsdp
-    torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --device cpu --cap-gib 0.0002 \\
-        --model hidden_size=32 intermediate_size=64 vocab_size=64 --batch 2 --seq 16     # the CPU check
+    torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --device cpu --cap-gib 0.00027 --batch 2 \\
+        --seq 16 --model hidden_size=32 intermediate_size=64 vocab_size=64 num_attention_heads=4 \\
+        num_key_value_heads=2 head_dim=8 tie_word_embeddings=true                      # the CPU check
 
 For each method the same process grows the depth of one shape (``--shape``, a preset, default llama-1.3b: 2048
 wide; ``--model KEY=VALUE`` overrides its fields) at a fixed micro-batch per GPU (``--batch`` x ``--seq``,
