@@ -1,6 +1,8 @@
 """parallel.fsdp (FSDP2) on two gloo processes: the same weights as one process with the same global batch, for
 pretrain (with activation checkpointing and gradient accumulation), SFT, DPO (its reference sharded too) and LoRA;
-GRPO's rollouts see the current weights; and the combinations that cannot work are refused.
+GRPO's rollouts see the current weights and its KL reference (grpo.reference=copy) is a sharded copy; evaluation
+runs through the sharded model (a block gathered at a time) and equals one process's; and the combinations that
+cannot work are refused.
 
 Tolerance: not bit for bit. Each rank computes its half of the batch's gradient and FSDP sums the halves in its
 reduce-scatter, where one process sums over the whole batch inside its matmuls: the fp32 sums run in another
@@ -42,6 +44,8 @@ def _write_data(root: str) -> None:
     write_store(f"{root}/seq", "seq", [{"sequence": rng.integers(1, 64, size=70)} for _ in range(8)], vocab_size=64)
     # 4 validation windows: one batch of 4 in one process, two batches of 2 (micro_batch_size) under FSDP
     write_store(f"{root}/val", "seq", [{"sequence": rng.integers(1, 64, size=33)} for _ in range(2)], vocab_size=64)
+    # 6 windows: 3 batches of 2 on 2 ranks, so rank 1 runs a padding forward in the second round
+    write_store(f"{root}/val3", "seq", [{"sequence": rng.integers(1, 64, size=33)} for _ in range(3)], vocab_size=64)
     mask = np.array([0] * 6 + [1] * 10)
     sft = [{"sequence": rng.integers(1, 64, size=16), "loss_mask": mask} for _ in range(16)]
     write_store(f"{root}/sft", "sft", sft, vocab_size=64)
@@ -90,9 +94,12 @@ def _cfg(root: str, name: str, fsdp: bool, world: int) -> TrainConfig:
     }
     if "lora" in extra:
         d["lora"] = extra["lora"]
-    if name == "pretrain":  # evaluation under FSDP: every rank gathers, rank 0 evaluates
+    if name == "pretrain":  # evaluation under FSDP: each rank its share of the batches through the sharded model
         d["data"]["val_path"] = f"{root}/val"
         d["eval"] = {"every": 2, "max_batches": 4}
+    if name == "dpo":  # the sharded reference runs in evaluation too: on every rank (rank 0 alone would hang)
+        d["data"]["val_path"] = f"{root}/dpo"
+        d["eval"] = {"every": 2, "max_batches": world}  # the same 4 pairs: 1 batch of 4, or 2 of 2
     return TrainConfig.from_dict(d)
 
 
@@ -111,8 +118,49 @@ def _fsdp_ranks(rank: int) -> dict:
         assert all(isinstance(p, DTensor) for p in trainer.bare_model.parameters()), "not sharded"
         trainer.fit()
         out[name] = {"state": _full_state(trainer.bare_model), "eval": trainer.last_eval}
+    out["evaluation"] = _eval_checks(rank)
     out["grpo"] = _grpo_checks(rank)
     return out
+
+
+def _eval_cfg(root: str, fsdp: bool) -> TrainConfig:
+    cfg = _cfg(root, "pretrain", fsdp=fsdp, world=2)  # micro-batches of 2 in both: the same 3 validation batches
+    cfg.data.val_path, cfg.eval.max_batches = f"{root}/val3", 10
+    cfg.logging.run_dir = f"{root}/eval-{'fsdp' if fsdp else 'one'}"
+    return cfg
+
+
+def _eval_checks(rank: int) -> dict:
+    """Evaluation before any step (every rank holds the starting weights): the validation loss over 3 batches,
+    how many blocks held their gathered weights at once, the block forwards run, and the calls to
+    ``gathered_weights`` (the whole model on every rank) made meanwhile."""
+    import cookmind.train.trainer as trainer_module
+    from cookmind.parallel import find_blocks
+
+    trainer = Trainer(_eval_cfg(os.environ["FSDP_TEST_ROOT"], fsdp=True))
+    blocks = find_blocks(trainer.bare_model)
+    gathered = []  # at each block's forward (after FSDP's own pre-forward gathered it): blocks holding full weights
+
+    def count(module, args):
+        gathered.append(sum(not isinstance(next(b.parameters()), DTensor) for b in blocks))
+
+    hooks = [b.register_forward_pre_hook(count) for b in blocks]
+    gathers = []
+    real = trainer_module.gathered_weights
+
+    def counting(model):
+        gathers.append(model)
+        return real(model)
+
+    trainer_module.gathered_weights = counting
+    try:
+        result = trainer.evaluate(0)
+    finally:
+        trainer_module.gathered_weights = real
+        for h in hooks:
+            h.remove()
+    after = [isinstance(p, DTensor) for p in trainer.bare_model.parameters()]
+    return {"eval": result, "gathered": gathered, "gathers": len(gathers), "resharded": all(after)}
 
 
 def test_fsdp_on_two_ranks_equals_one_process(tmp_path, keep_threads):
@@ -142,10 +190,28 @@ def test_fsdp_on_two_ranks_equals_one_process(tmp_path, keep_threads):
         assert norms[0] == pytest.approx(norms[1], rel=1e-4) and max(norms[1]) > CLIP, name
         if name == "lora":  # the frozen base stayed where it was, sharded or not
             assert all(torch.equal(got[k], init[k]) for k in init)
-        if name == "pretrain":  # rank 0 evaluated the gathered model on the same batches as one process
+        if name in ("pretrain", "dpo"):  # the ranks evaluated a batch each; rank 0 has the result (one of 4 here)
             assert ranks[1][name]["eval"] == {}
-            assert ranks[0][name]["eval"]["val_loss"] == pytest.approx(one.last_eval["val_loss"], rel=1e-5)
+            assert ranks[0][name]["eval"]["val_loss"] == pytest.approx(one.last_eval["val_loss"], rel=1e-5), name
+    _check_evaluation(ranks, root)
     _check_grpo(ranks)
+
+
+def _check_evaluation(ranks, root: str) -> None:
+    # The same batches through the same weights: the forwards equal one process's, only the sum of the three
+    # batch losses runs in another order (rank 0's two, then rank 1's), hence rel 1e-6.
+    one = Trainer(_eval_cfg(root, fsdp=False)).evaluate(0)
+    got = ranks[0]["evaluation"]
+    assert set(got["eval"]) == set(one) and one["val_loss"] > 0
+    for k in one:
+        assert got["eval"][k] == pytest.approx(one[k], rel=1e-6), k
+    assert ranks[1]["evaluation"]["eval"] == {}  # the results are rank 0's
+    for r in ranks:
+        e = r["evaluation"]
+        assert e["gathers"] == 0, "evaluation gathered the whole model"
+        assert len(e["gathered"]) == 2 * 2  # 2 blocks x 2 rounds on each rank: rank 1 padded its second
+        assert max(e["gathered"]) == 1, f"blocks gathered at once: {e['gathered']}"
+        assert e["resharded"], "evaluation left weights gathered"
 
 
 def _logged(run_dir: str, key: str = "grad_norm") -> list[float]:
@@ -178,18 +244,28 @@ def _grpo_trainer(rank: int, fsdp: bool, run_dir: str, **grpo):
             "optim": {"lr": 1e-2, "schedule": "constant"},
             "parallel": {"backend": "gloo", "fsdp": fsdp},
             "checkpoint": {"every": 0},
-            "logging": {"run_dir": f"{run_dir}/grpo-{fsdp}-{rank}", "progress": False, "report": False},
+            "logging": {
+                "run_dir": f"{run_dir}/grpo-{fsdp}-{rank}",
+                "progress": False,
+                "report": False,
+                "log_every": 1,
+            },
         }
     )
     return Trainer(cfg, model=model, objective=objective, tokenizer=XYZ())
 
 
+KL = {"kl_coef": 0.5, "reference": "copy"}  # a frozen copy of the start: under FSDP a sharded one
+
+
 def _grpo_checks(rank: int) -> dict:
     """On each rank, from the same start: the sharded model's rollouts equal the plain model's (the sampler draws
-    alike, so any difference is in the weights the rollouts saw); then two GRPO steps under FSDP and under DDP,
-    whose later rollouts come from the updated weights; the rollout back end; and the refused settings."""
+    alike, so any difference is in the weights the rollouts saw); then two GRPO steps with a KL term to a copied
+    reference under FSDP and under DDP, whose later rollouts come from the updated weights; the sharded
+    reference; the rollout back end; and the refused setting."""
     root = os.environ["FSDP_TEST_ROOT"]
-    fsdp_run, ddp_run = _grpo_trainer(rank, True, root), _grpo_trainer(rank, False, root)
+    fsdp_run, ddp_run = _grpo_trainer(rank, True, root, **KL), _grpo_trainer(rank, False, root, **KL)
+    start = {k: v.clone() for k, v in ddp_run.bare_model.state_dict().items()}
     rollouts = []
     for run in (fsdp_run, ddp_run):
         batch = run.objective.next_batch(run)
@@ -201,15 +277,18 @@ def _grpo_checks(rank: int) -> dict:
     ddp_run.fit()
     out["fsdp"] = _full_state(fsdp_run.bare_model)
     out["ddp"] = {k: v.clone() for k, v in ddp_run.bare_model.state_dict().items()}
+    ref = fsdp_run.objective.reference.model
+    out["ref_sharded"] = all(isinstance(p, DTensor) for p in ref.parameters())
+    out["ref_frozen"] = all(torch.equal(v, start[k]) for k, v in _full_state(ref).items())
+    out["kl"] = [_logged(f"{root}/grpo-{fsdp}-{rank}", "kl") for fsdp in (True, False)] if rank == 0 else None
     from cookmind.align.objective import rollout_options
 
     out["engine"] = rollout_options(fsdp_run.objective.cfg, fsdp_run.model)["engine"]
-    for key, refused in (("copy", {"kl_coef": 0.1, "reference": "copy"}), ("serving", {"engine": "serving"})):
-        try:
-            _grpo_trainer(rank, True, f"{root}/{key}", **refused)
-            out[key] = None
-        except ValueError as exc:
-            out[key] = str(exc)
+    try:
+        _grpo_trainer(rank, True, f"{root}/serving", engine="serving")
+        out["serving"] = None
+    except ValueError as exc:
+        out["serving"] = str(exc)
     return out
 
 
@@ -217,10 +296,12 @@ def _check_grpo(ranks) -> None:
     for r in ranks:
         g = r["grpo"]
         assert g["rollouts_equal"], "rollouts of the sharded model differ from the plain model's"
-        assert "grpo.reference=copy cannot copy a model sharded by parallel.fsdp" in g["copy"]
+        assert g["ref_sharded"] and g["ref_frozen"], "the reference is not a frozen sharded copy of the start"
         assert "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers" in g["serving"]
         assert g["engine"] == "builtin"  # "auto" under FSDP: the plain loop
     assert not torch.equal(ranks[0]["grpo"]["responses"], ranks[1]["grpo"]["responses"])  # ranks roll out apart
+    kl_fsdp, kl_ddp = ranks[0]["grpo"]["kl"]  # the KL to the reference as logged, a value per step
+    assert kl_fsdp == pytest.approx(kl_ddp, rel=1e-4) and kl_fsdp[0] < 1e-9 and kl_fsdp[-1] > 1e-6, (kl_fsdp, kl_ddp)
     got, want = ranks[0]["grpo"]["fsdp"], ranks[0]["grpo"]["ddp"]
     for k in want:
         torch.testing.assert_close(got[k], want[k], atol=ATOL, rtol=RTOL, msg=f"grpo {k}")
@@ -264,6 +345,45 @@ def test_fsdp_in_one_process_is_a_one_rank_group_and_trains_like_the_plain_model
     assert sharded.step == STEPS
 
 
+def test_a_sharded_reference_copy_of_a_wrapped_lora_model_gives_the_plain_models_log_probs(keep_threads):
+    # One rank: the copy is rebuilt from the class and config (LoRA re-applied), sharded, and filled from a policy
+    # whose blocks are checkpoint-wrapped (other parameter names); a deep copy of the plain model is the reference.
+    import copy
+    import functools
+
+    import torch.distributed as dist
+
+    from cookmind.align.losses import get_response_log_probs
+    from cookmind.align.reference import Reference
+    from cookmind.model.lora import apply_lora
+    from cookmind.parallel import apply_activation_checkpointing, init_distributed, shard_frozen, shard_model
+
+    init_distributed("cpu", "gloo", group_of_one=True)
+    try:
+        torch.manual_seed(0)
+        model = tiny_lm()
+        apply_lora(model, 4, 8, 0.0, ["q_proj", "v_proj"])
+        with torch.no_grad():  # adapters that change the output, so a copy without them would differ
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_()
+        plain = copy.deepcopy(model)
+        apply_activation_checkpointing(model)
+        shard_model(model)
+        with pytest.raises(ValueError, match="needs shard="):
+            Reference(model, "copy")
+        cfg = TrainConfig.from_dict({"parallel": {"fsdp": True}})
+        ref = Reference(model, "copy", shard=functools.partial(shard_frozen, cfg=cfg))
+        ids = torch.randint(0, 64, (2, 9))
+        got = ref.log_probs(ids, ids)
+        params = list(ref.model.parameters())
+    finally:
+        dist.destroy_process_group()
+    want = get_response_log_probs(plain, ids, ids)["log_probs"]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)  # one rank: the same weights, the same arithmetic
+    assert all(isinstance(p, DTensor) and not p.requires_grad for p in params)
+
+
 assert TINY["vocab_size"] == 64  # the stores above draw tokens below it
 
 
@@ -297,3 +417,32 @@ def test_fsdp_bf16_compiled_checkpointed_on_one_gpu_tracks_the_plain_run(tmp_pat
     for key in ("loss", "grad_norm"):
         assert _logged(f"{root}/gpu-fsdp", key) == pytest.approx(_logged(f"{root}/gpu-plain", key), rel=1e-2), key
     assert sharded.last_eval["val_loss"] == pytest.approx(plain.last_eval["val_loss"], rel=1e-2)
+
+
+@pytest.mark.gpu
+def test_a_sharded_reference_copy_on_one_gpu_gives_the_policys_log_probs():
+    # A one-rank NCCL group, bf16 gathers: the copy (meta-built, to_empty on the GPU, filled shard by shard) runs
+    # the same weights in the same dtype through the same kernels as the sharded policy itself, so it is exact.
+    import functools
+
+    import torch.distributed as dist
+
+    from cookmind.align.losses import get_response_log_probs
+    from cookmind.align.reference import Reference
+    from cookmind.parallel import init_distributed, shard_frozen, shard_model
+
+    info = init_distributed("cuda", "nccl", group_of_one=True)
+    try:
+        torch.manual_seed(0)
+        model = tiny_lm().to(info.device)
+        shard_model(model, param_dtype=torch.bfloat16)
+        cfg = TrainConfig.from_dict({"train": {"precision": "bf16"}, "parallel": {"fsdp": True}})
+        ref = Reference(model, "copy", shard=functools.partial(shard_frozen, cfg=cfg))
+        ids = torch.randint(0, 64, (2, 9), device=info.device)
+        with torch.no_grad():
+            want = get_response_log_probs(model, ids, ids)["log_probs"]
+        got = ref.log_probs(ids, ids)
+        assert all(p.device.type == "cuda" for p in ref.model.parameters())
+    finally:
+        dist.destroy_process_group()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

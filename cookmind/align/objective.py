@@ -17,6 +17,7 @@ format rate and answer length as ``val_accuracy``, ``val_format_rate``, ``val_re
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections.abc import Callable
@@ -46,6 +47,7 @@ from cookmind.align.reference import Reference
 from cookmind.align.rewards import reward_fn_for_template
 from cookmind.align.rollout import SamplingParams, collect_rollouts, generate_ids
 from cookmind.parallel.fsdp import gathered_weights, is_sharded
+from cookmind.parallel.parallelize import shard_frozen
 from cookmind.train.objectives.base import Objective, unwrap
 
 LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip")
@@ -236,13 +238,9 @@ class GRPOObjective(Objective):
                 "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers afresh for each "
                 "rollout; use grpo.engine=builtin (or auto)"
             )
-        if self.cfg.kl_coef and self.reference is None:
-            if self.cfg.reference == "copy" and is_sharded(trainer.bare_model):
-                raise ValueError(
-                    "grpo.reference=copy cannot copy a model sharded by parallel.fsdp; use grpo.reference=base "
-                    "(LoRA), grpo.kl_coef=0 or parallel.fsdp=false"
-                )
-            self.reference = Reference(trainer.bare_model, self.cfg.reference)
+        if self.cfg.kl_coef and self.reference is None:  # under FSDP a copy is sharded like the policy
+            shard = functools.partial(shard_frozen, cfg=trainer.cfg) if is_sharded(trainer.bare_model) else None
+            self.reference = Reference(trainer.bare_model, self.cfg.reference, shard=shard)
 
     def _next_problems(self, trainer: Any) -> dict[str, Any]:
         """This rank's share of the next ``micro_batch_size * world`` problems of the stream, as prompt ids."""

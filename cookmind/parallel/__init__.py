@@ -5,9 +5,16 @@ from .activation_checkpointing import apply_activation_checkpointing
 from .bucket_plan import plan_buckets
 from .compile_blocks import compile_blocks, find_blocks
 from .ddp import DDP
-from .fsdp import gathered_weights, is_sharded, shard_model
+from .fsdp import copy_shards, gathered_weights, is_sharded, reshard_all, shard_model
 from .grad_bucket import GradBucket
-from .parallelize import finish_gradient_sync, fsdp_param_dtype, no_sync, parallelize, wrap_data_parallel
+from .parallelize import (
+    finish_gradient_sync,
+    fsdp_param_dtype,
+    no_sync,
+    parallelize,
+    shard_frozen,
+    wrap_data_parallel,
+)
 from .process_group import DistInfo, all_reduce_flag, barrier, destroy_distributed, init_distributed
 from .sharded_optimizer import ShardedOptimizer
 from .unwrap import unwrap
@@ -21,6 +28,7 @@ __all__ = [
     "apply_activation_checkpointing",
     "barrier",
     "compile_blocks",
+    "copy_shards",
     "destroy_distributed",
     "find_blocks",
     "finish_gradient_sync",
@@ -31,6 +39,8 @@ __all__ = [
     "no_sync",
     "parallelize",
     "plan_buckets",
+    "reshard_all",
+    "shard_frozen",
     "shard_model",
     "unwrap",
     "wrap_data_parallel",

@@ -5,10 +5,11 @@ exist only while it runs (all-gathered in its forward and again in backward, ``r
 gradients are reduce-scattered as soon as its backward is done. The parameters become DTensors: the optimizer
 is built over them after sharding, and norms of their gradients are DTensors too (``plain``).
 
-Forwards through a sharded model are collectives: every rank must run the same ones. Code that runs forwards on
-one rank alone or a different number of them per rank (evaluation on rank 0, generation, GRPO rollouts that stop
-at different lengths) runs inside ``gathered_weights``: the full weights are gathered once on every rank, then
-each rank computes on its own, without collectives.
+Forwards through a sharded model are collectives: every rank must run the same ones. Plain forwards (evaluation
+losses, a frozen reference's log-probs) run through the sharded model on every rank, a block gathered at a time.
+Code that runs forwards on one rank alone or a different number of them per rank (sampling text with the KV-cache
+engine, GRPO rollouts that stop at different lengths) runs inside ``gathered_weights``: the full weights are
+gathered once on every rank, then each rank computes on its own, without collectives.
 """
 
 from __future__ import annotations
@@ -31,14 +32,16 @@ def shard_model(
     reshard_after_forward: bool = True,
     param_dtype: torch.dtype | None = None,
     reduce_dtype: torch.dtype = torch.float32,
+    reshard_root: bool = False,
 ) -> nn.Module:
     """``fully_shard`` each block of ``model`` (``find_blocks``; in place) and then the root; returns ``model``.
 
     param_dtype: the dtype the weights are gathered and computed in (bf16 halves the all-gather; the sharded
     master weights stay fp32); None keeps theirs. reduce_dtype: the dtype gradients are reduce-scattered in.
     The root keeps its weights (embeddings, final norm, head) gathered from forward to backward, as torch's
-    default does: backward needs them first. Frozen parameters (a LoRA base, a reference model) are sharded
-    too and get no gradient. A model sharded already is returned as it is.
+    default does: backward needs them first; ``reshard_root`` frees them after the forward too (a model that
+    runs no backward: nothing else would). Frozen parameters (a LoRA base, a reference model) are sharded too and
+    get no gradient. A model sharded already is returned as it is.
     """
     if isinstance(model, FSDPModule):
         return model
@@ -46,8 +49,8 @@ def shard_model(
     for block in find_blocks(model):
         fully_shard(block, mp_policy=mp, reshard_after_forward=reshard_after_forward)
         setattr(block, _RESHARD, reshard_after_forward)
-    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
-    setattr(model, _RESHARD, False)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=reshard_root)
+    setattr(model, _RESHARD, reshard_root)
     return model
 
 
@@ -62,7 +65,9 @@ def gathered_weights(model: nn.Module) -> Iterator[None]:
     so each rank can run any number of forwards on its own (no collectives); resharded on exit.
 
     Every rank must enter (the gather is a collective). A no-op for a model that is not sharded. Costs the
-    memory of the whole model on each rank while inside.
+    memory of the whole model on each rank while inside, so only what cannot run as lockstep forwards uses it:
+    decoding with the KV cache (GRPO rollouts, sample generations, GRPO's held-out accuracy). Plain forwards
+    (validation losses, a reference's log-probs) run through the sharded model instead.
     """
     sharded = [m for m in model.modules() if isinstance(m, FSDPModule)]
     if not sharded:
@@ -77,6 +82,56 @@ def gathered_weights(model: nn.Module) -> Iterator[None]:
         for m in sharded:
             m.reshard()
             m.set_reshard_after_forward(getattr(m, _RESHARD, True), recurse=False)
+
+
+def reshard_all(model: nn.Module) -> None:
+    """Free every gathered weight of ``model``: what no-grad forwards left gathered (the root, and every block with
+    ``reshard_after_forward`` off, keep theirs until a backward that does not come). A no-op when not sharded."""
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
+
+
+def copy_shards(dst: nn.Module, src: nn.Module) -> None:
+    """Copy ``src``'s parameters and buffers into ``dst`` by name; both sharded alike by ``shard_model`` (the same
+    shapes on the same ranks). Each rank copies its own shards: nothing is gathered.
+
+    Wrapper prefixes (activation checkpointing's, torch.compile's) are ignored in the names, so a plain ``dst``
+    takes a wrapped ``src``'s values. A name or shape that differs is an error naming it.
+    """
+    for what in ("parameters", "buffers"):
+        want = _by_plain_name(getattr(src, f"named_{what}")())
+        have = _by_plain_name(getattr(dst, f"named_{what}")())
+        if set(want) != set(have):
+            missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+            raise ValueError(
+                f"copy_shards: the copy's {what} differ from the model's: missing {missing}, extra {extra}"
+            )
+        with torch.no_grad():
+            for name, target in have.items():
+                mine, theirs = _local(target), _local(want[name])
+                if mine.shape != theirs.shape:
+                    raise ValueError(
+                        f"copy_shards: {name} is {tuple(theirs.shape)} on this rank in the model and "
+                        f"{tuple(mine.shape)} in the copy: shard both with shard_model over the same ranks"
+                    )
+                mine.copy_(theirs)
+
+
+_WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def _by_plain_name(named) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, t in named:
+        for prefix in _WRAPPER_PREFIXES:
+            name = name.replace(prefix, "")
+        out[name] = t
+    return out
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def set_gradient_sync(model: nn.Module, sync: bool) -> None:

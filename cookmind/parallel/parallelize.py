@@ -103,6 +103,18 @@ def fsdp_param_dtype(cfg: TrainConfig) -> torch.dtype | None:
     return torch.bfloat16 if cfg.train.precision == "bf16" else None
 
 
+def shard_frozen(model: nn.Module, cfg: TrainConfig) -> nn.Module:
+    """Shard a frozen model that runs beside the policy (a DPO or GRPO reference) as ``parallelize`` shards the
+    policy under ``parallel.fsdp``: each block and the root, the same gather dtype; returns it.
+
+    Every module, the root too, frees its gathered weights after its forward whatever
+    ``parallel.reshard_after_forward`` says: without a backward nothing else would, and the whole model would
+    stay gathered. Its forwards are collectives like the policy's: every rank runs them together. No FP8
+    blocks, checkpointing or compile: it only runs forwards without gradients.
+    """
+    return shard_model(model, True, fsdp_param_dtype(cfg), _DTYPES[cfg.parallel.reduce_dtype], reshard_root=True)
+
+
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 

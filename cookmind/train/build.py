@@ -117,9 +117,9 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
         ref = _load_weights("dpo.reference" if d.reference else "train.init_from", ref_path, str(trainer.device)).eval()
         ref.requires_grad_(False)
         if cfg.parallel.fsdp:  # sharded like the policy; every rank runs its forwards together with the policy's
-            from cookmind.parallel import fsdp_param_dtype, shard_model
+            from cookmind.parallel import shard_frozen
 
-            shard_model(ref, cfg.parallel.reshard_after_forward, fsdp_param_dtype(cfg))
+            shard_frozen(ref, cfg)
         return DPOObjective(d.beta, d.reduction, d.loss, d.label_smoothing, reference=ref, nll_weight=d.nll_weight)
     if name not in _FACTORIES and name in OBJECTIVE_PLUGINS:
         module = importlib.import_module(OBJECTIVE_PLUGINS[name])

@@ -55,6 +55,7 @@ from cookmind.parallel import (
     is_sharded,
     no_sync,
     parallelize,
+    reshard_all,
     unwrap,
 )
 from cookmind.parallel.process_group import min_max_over_ranks
@@ -698,48 +699,82 @@ class Trainer:
     def evaluate(self, step: int) -> dict[str, float]:
         """Validation loss (and perplexity for seq/sft) on up to ``eval.max_batches`` batches; samples.
 
-        Rank 0 alone evaluates. A sharded model (FSDP) first gathers its weights on every rank, so every rank
-        must call this; rank 0 then runs its forwards without collectives.
+        Without FSDP rank 0 alone evaluates. A sharded model (FSDP) computes the validation loss on every rank
+        through its sharded forward (one block gathered at a time, so peak memory stays sharded), each rank
+        taking every world-th batch, the sums all-reduced: every rank must call this. What needs the whole model
+        on one rank (greedy samples of ``eval.prompts`` through the KV-cache engine, an objective's held-out
+        generation such as GRPO's accuracy) runs on rank 0 inside ``gathered_weights`` (every rank gathers).
+        The results are rank 0's ({} elsewhere).
         """
-        if not is_sharded(self.model):
-            return self._evaluate(step) if self.dist.is_main else {}
-        with gathered_weights(self.model):
-            return self._evaluate(step) if self.dist.is_main else {}
-
-    def _evaluate(self, step: int) -> dict[str, float]:
-        model = unwrap(self.model, data_parallel_only=True)  # rank 0 alone: no wrapper that talks to the others
+        sharded = is_sharded(self.model)
+        if not sharded and not self.dist.is_main:
+            return {}
+        model = self.model if sharded else unwrap(self.model, data_parallel_only=True)  # DDP's forward talks
         was_training = model.training
         model.eval()
-        out: dict[str, float] = {}
-        if self.val_loader is not None:
-            total, n = 0.0, 0
-            sums: dict[str, float] = {}
-            for i, batch in enumerate(self.val_loader.loader):
-                if i >= self.cfg.eval.max_batches:
-                    break
-                batch = self._to_device(batch)
-                with autocast_context(self.cfg.train.precision, self.device):
-                    loss, m = self.objective(model, batch)
-                total += float(loss)
-                n += 1
-                for k, v in m.items():
-                    if k != "loss":
-                        sums[k] = sums.get(k, 0.0) + float(to_float(v))
-            if n:
-                out["val_loss"] = total / n
-                if self.train_type in ("seq", "sft"):
-                    out["val_ppl"] = math.exp(min(out["val_loss"], 50.0))
-                out.update({f"val_{k}": v / n for k, v in sums.items()})
-        held_out = getattr(self.objective, "evaluate", None)  # e.g. GRPO's greedy accuracy on held-out problems
-        if held_out is not None:
-            out.update({f"val_{k}": v for k, v in held_out(self.bare_model).items()})
-        self.samples = self.generate_samples()
+        out = self._val_loss(model, sharded)
+        if sharded:
+            reshard_all(self.model)  # the root (and blocks without reshard_after_forward) kept theirs gathered
+        if self._evaluates_whole_model():
+            with gathered_weights(self.model) if sharded else contextlib.nullcontext():
+                if self.dist.is_main:
+                    held_out = getattr(self.objective, "evaluate", None)
+                    if held_out is not None:  # e.g. GRPO's greedy accuracy on held-out problems
+                        out.update({f"val_{k}": v for k, v in held_out(self.bare_model).items()})
+                    self.samples = self.generate_samples()
         if was_training:
             model.train()
+        if not self.dist.is_main:
+            return {}
         if out:
             self.metrics_writer.write({"step": step, "split": "val", **out})
             self.last_eval = out
         return out
+
+    def _evaluates_whole_model(self) -> bool:
+        """Whether evaluation samples text or runs an objective's own evaluation (both need the whole model)."""
+        prompts = bool(self.cfg.eval.prompts) and self.tokenizer is not None
+        return prompts or callable(getattr(self.objective, "evaluate", None))
+
+    def _val_loss(self, model: torch.nn.Module, sharded: bool) -> dict[str, float]:
+        """Mean loss and metrics over the first ``eval.max_batches`` validation batches: each of a sharded model's
+        ranks runs every world-th batch, and a rank left without one in the last round runs the first batch again
+        and drops it (its forwards are collectives: every rank runs as many)."""
+        if self.val_loader is None:
+            return {}
+        rank, world = (self.dist.rank, self.dist.world_size) if sharded else (0, 1)
+        total = min(self.cfg.eval.max_batches, len(self.val_loader.loader))
+        rounds = -(-total // world)
+        sums: dict[str, float] = {}
+        first = None
+        for i, batch in enumerate(self.val_loader.loader):
+            if i >= total:
+                break
+            first = batch if first is None else first
+            if i % world == rank:
+                self._add_val_batch(model, batch, sums, 1.0)
+        for _ in range(rounds - (total - rank + world - 1) // world):  # the rounds this rank had no batch in
+            self._add_val_batch(model, first, sums, 0.0)
+        keys = sorted(sums)
+        if sharded and world > 1:
+            t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.device)
+            torch.distributed.all_reduce(t)
+            sums = dict(zip(keys, t.tolist()))
+        if not total:
+            return {}
+        out = {"val_loss": sums.pop("loss") / total}
+        if self.train_type in ("seq", "sft"):
+            out["val_ppl"] = math.exp(min(out["val_loss"], 50.0))
+        out.update({f"val_{k}": v / total for k, v in sums.items()})
+        return out
+
+    def _add_val_batch(self, model: torch.nn.Module, batch: dict[str, Any], sums: dict[str, float], weight: float):
+        """Add ``weight`` times the batch's loss and metrics to ``sums``."""
+        batch = self._to_device(batch)
+        with autocast_context(self.cfg.train.precision, self.device):
+            loss, m = self.objective(model, batch)
+        for k, v in {**m, "loss": loss}.items():
+            sums[k] = sums.get(k, 0.0) + weight * float(to_float(v))
 
     def generate_samples(self) -> list[dict[str, str]]:
         """Greedy continuations of ``eval.prompts`` (chat-formatted for sft/dpo) via cookmind.infer."""
