@@ -11,6 +11,7 @@ from lm_fixtures import sharp_tiny_lm, tiny_lm
 from test_prefix_cache import check_accounting
 
 from cookmind.infer import generate
+from cookmind.infer.cuda_graphs import CudaGraphVerifier
 from cookmind.infer.engine import Engine, TokenEvent
 from cookmind.infer.sampling import SamplingParams
 from cookmind.infer.speculative import NgramIndex, SpeculativeConfig, load_draft_model
@@ -388,13 +389,20 @@ def test_a_verify_keeps_the_decode_graphs_state_valid(model, slots):
         assert len(loads) == 1
 
 
-def test_the_verify_graph_accepts_on_the_device_as_by_hand(model):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_verify_graph_accepts_on_the_device_as_by_hand(model, compiled):
     """The verify step's acceptance, bonus token and decode-state move, against hand-computed values: a forward whose
     argmax at each place is a fixed table; row 0 drafts all of it (keeps 3, bonus after them), row 1 the first
     two then a wrong one (keeps 2), row 2 is not judged (a sampled row), row 3 drafts one that is right, and its
-    padding (token 0) equals the table after it but is never judged (keeps 1)."""
+    padding (token 0) equals the table after it but is never judged (keeps 1). compiled: the verifier of a compiled
+    runner (the engine's on CUDA) runs the acceptance through torch.compile (one compiled region, not ~20 kernels)."""
     eng = engine(model, SpeculativeConfig("ngram", num_tokens=3), cuda_graphs=True, num_slots=4)
     v, vocab, w = eng.spec.verifier, model.config.vocab_size, 4
+    if compiled:  # the runner's layers stay eager here (compute is replaced below): only the acceptance compiles
+        eng.runner.compiled = True
+        v = CudaGraphVerifier(eng.runner, w, [4], False, last_tok=eng._last_tok, decode_state=eng.graphs.state)
+        torch._dynamo.reset()
+        frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     table = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 0, 0, 0]])
     eng.runner.compute = lambda tokens, *a, **k: torch.nn.functional.one_hot(table[: tokens.shape[0]], vocab).float()
     rows = v.stage_rows(4)
@@ -416,6 +424,9 @@ def test_the_verify_graph_accepts_on_the_device_as_by_hand(model):
     assert eng._last_tok.tolist() == [8, 11, 3, 0]  # the table after the kept drafts; row 2 untouched
     assert eng.graphs.state[0, :4].tolist() == [14, 23, 30, 42]  # one past the kept drafts
     assert eng.graphs.state[1, :4].tolist() == [14, scratch, 30, 42]  # an inactive row keeps writing the scratch
+    if compiled:  # compiled, not run eagerly after a compile failure
+        assert eng.runner.compile_error is None
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > frames
 
 
 def test_the_verifier_keeps_full_logits_only_for_speculative_sampling(model):

@@ -297,6 +297,8 @@ class CudaGraphVerifier(_StaticSteps):
                 self.logits = torch.zeros((n, width, runner.config.vocab_size), dtype=torch.float32, device=dev)
             self.result = torch.zeros((n, width + 1), dtype=torch.long, device=dev)
             self._places = torch.arange(width - 1, device=dev)
+        # a compiled runner's layers are fused kernels; so is the acceptance after them (else ~20 launches)
+        self._accept_fn = torch.compile(accept_drafts, dynamic=True) if runner.compiled else accept_drafts
         if self.capture:
             self._capture_all()
 
@@ -307,21 +309,10 @@ class CudaGraphVerifier(_StaticSteps):
         logits = self.runner.compute(x[:, :w], x[:, w : 2 * w], 0, length, last_only=False, write_cols=cols)
         if self.logits is not None:
             self.logits[:b].copy_(logits)
-        best = logits.argmax(-1)
-        judged = x[:, 3 * w]
-        kept = (x[:, 1:w] == best[:, :-1]) & (self._places < judged[:, None])
-        accepted = kept.long().cumprod(1).sum(1)  # drafts up to the first the target would not have chosen
-        self.result[:b, :w].copy_(best)
-        self.result[:b, w].copy_(accepted)
-        on = judged > 0
-        if self.last_tok is not None:
-            bonus = best.gather(1, accepted[:, None])[:, 0]
-            self.last_tok[:b].copy_(torch.where(on, bonus, self.last_tok[:b]))
-        if self.decode_state is not None:  # the newest token now sits after the accepted drafts
-            pos, cols, active = self.decode_state[:, :b]
-            moved = torch.where(on, x[:, w] + accepted + 1, pos)
-            pos.copy_(moved)
-            cols.copy_(torch.where(on & (active > 0), moved, cols))
+        last_tok = None if self.last_tok is None else self.last_tok[:b]
+        state = None if self.decode_state is None else self.decode_state[:, :b]
+        # compiled with the runner's layers, under its fallback (a compile failure runs everything eagerly)
+        self.runner._compiled(self._accept_fn, accept_drafts, logits, x, self._places, self.result[:b], last_tok, state)
 
     def verify(self, b: int, length: int) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Run the rows laid out in ``stage_rows(b)`` (tokens, positions, write columns, drafts judged) for slots
@@ -329,6 +320,29 @@ class CudaGraphVerifier(_StaticSteps):
         keep_logits) and the result (b, width + 1)."""
         self._launch(b, length)
         return (None if self.logits is None else self.logits[:b]), self.result[:b]
+
+
+def accept_drafts(logits, x, places, result, last_tok=None, decode_state=None) -> None:
+    """The verify step's greedy acceptance on the device (``CudaGraphVerifier``): x holds each row's inputs (tokens,
+    positions, write columns, drafts judged; ``width`` each but the last), logits (rows, width, V) the target's.
+    Writes result (the argmax at each place, then the accepted count), the judged rows' bonus into last_tok and
+    their place past the accepted tokens into decode_state (rows: position, write column, active). Eager it is
+    about 20 small kernels in the verify graph; the verifier of a compiled runner compiles it into a few."""
+    w = logits.shape[1]
+    best = logits.argmax(-1)
+    judged = x[:, 3 * w]
+    kept = (x[:, 1:w] == best[:, :-1]) & (places < judged[:, None])
+    accepted = kept.long().cumprod(1).sum(1)  # drafts up to the first the target would not have chosen
+    result.copy_(torch.cat([best, accepted[:, None]], 1))
+    on = judged > 0
+    if last_tok is not None:
+        bonus = best.gather(1, accepted[:, None])[:, 0]
+        last_tok.copy_(torch.where(on, bonus, last_tok))
+    if decode_state is not None:  # the newest token now sits after the accepted drafts
+        pos, cols, active = decode_state
+        moved = torch.where(on, x[:, w] + accepted + 1, pos)
+        pos.copy_(moved)
+        cols.copy_(torch.where(on & (active > 0), moved, cols))
 
 
 class CudaGraphDrafter(_StaticSteps):
