@@ -176,20 +176,27 @@ def test_a_step_drafts_num_tokens_and_emits_one_more(model):
     assert m["spec_draft_tokens_total"] == 15 and m["spec_tokens_per_step"] == 4
 
 
-@pytest.mark.parametrize("method,kv_cache", [("ngram", "paged"), ("draft", "paged"), ("ngram", "slots")])
-def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method, kv_cache):
+@pytest.mark.parametrize(
+    "method,kv_cache,attention",
+    [("ngram", "paged", "auto"), ("draft", "paged", "auto"), ("ngram", "slots", "auto"), ("ngram", "paged", "kernel")],
+)
+def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method, kv_cache, attention):
     """cuda_graphs=True on CPU runs the code the graphs capture (slots 0..B-1, every row padded to k + 1 tokens, the
     draft model's feed and k - 1 steps in one call) with capture=False: the same tokens and the same drafts as
-    the eager path, and plain decoding's tokens."""
+    the eager path, and plain decoding's tokens. attention="kernel": the verify forwards attend through the paged
+    decode kernel (its PyTorch twin on CPU), so the verifier needs no length buckets."""
     draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1)
     spec = SpeculativeConfig(method, num_tokens=4, ngram_min=1, draft_model=draft.eval() if method == "draft" else None)
     params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
     want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
     results = []
     for graphs in (False, True):
-        eng = engine(model, spec, cuda_graphs=graphs, kv_cache=kv_cache)
+        eng = engine(model, spec, cuda_graphs=graphs, kv_cache=kv_cache, decode_attention=attention)
         calls = []
         assert (eng.spec.verifier is not None) == graphs
+        assert eng.runner.kernel_reads(spec.num_tokens + 1) == (attention == "kernel")
+        if graphs and attention == "kernel":
+            assert eng.spec.verifier.length_buckets == [CTX]
         if graphs:  # the graph path is the one taken, uncaptured on CPU
             assert not eng.spec.verifier.capture and not eng.spec.verifier.graphs
             verify = eng.spec.verifier.verify

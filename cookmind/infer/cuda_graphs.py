@@ -21,8 +21,9 @@ Two things make the captured step itself short:
 
 Speculative decoding's forwards (speculative.py) replay graphs the same way: ``CudaGraphVerifier`` (the target
 over k + 1 tokens per row) and ``CudaGraphDrafter`` (a draft model's feed and k - 1 one-token steps in one graph),
-with their inputs loaded from the host each step and the gather attention path (one graph per batch and length
-bucket).
+with their inputs loaded from the host each step. With the paged decode kernel they attend through it too, one
+query per token (``ModelRunner.kernel_reads``: one graph per batch bucket); otherwise through the gather path (one
+graph per batch and length bucket).
 """
 
 from __future__ import annotations
@@ -179,13 +180,18 @@ class CudaGraphDecoder:
 class _StaticSteps:
     """What the speculative graphs share: one (rows, columns) long tensor of inputs on the device, loaded from a
     pinned stage in one copy, and one graph per (batch, length) bucket whose outputs are fixed buffers (so the
-    graphs of every bucket share one output and one memory pool). Subclasses define ``_run(b, length)``."""
+    graphs of every bucket share one output and one memory pool). Subclasses define ``_run(b, length)``; their
+    forwards take up to ``tokens`` tokens per row."""
 
-    def __init__(self, runner, columns: int, buckets, capture, length_buckets):
+    def __init__(self, runner, columns: int, tokens: int, buckets, capture, length_buckets):
         self.runner = runner
         self.capture, self.buckets = capture_and_buckets(runner, capture, buckets)
-        # these forwards attend through the gather path (T > 1), which reads the first L columns of every row
-        self.length_buckets = sorted(length_buckets or default_length_buckets(runner.max_seq_len))
+        if length_buckets is None:  # the decode kernel reads each row's own length: one bucket serves all; the
+            # gather path reads the first L columns of every row
+            length_buckets = (
+                [runner.max_seq_len] if runner.kernel_reads(tokens) else default_length_buckets(runner.max_seq_len)
+            )
+        self.length_buckets = sorted(length_buckets)
         if self.length_buckets[-1] != runner.max_seq_len:
             raise ValueError(
                 f"the largest length bucket must be max_seq_len={runner.max_seq_len}, got {self.length_buckets[-1]}"
@@ -281,7 +287,7 @@ class CudaGraphVerifier(_StaticSteps):
         keep_logits=True,
         decode_state=None,
     ):
-        super().__init__(runner, 3 * width + 1, buckets, capture, length_buckets)
+        super().__init__(runner, 3 * width + 1, width, buckets, capture, length_buckets)
         self.width = width
         self.last_tok = last_tok
         self.decode_state = decode_state
@@ -357,7 +363,7 @@ class CudaGraphDrafter(_StaticSteps):
 
     def __init__(self, runner, k: int, buckets=None, capture=None, length_buckets=None):
         f = self.FEED
-        super().__init__(runner, 3 * f + 1 + 2 * (k - 1), buckets, capture, length_buckets)
+        super().__init__(runner, 3 * f + 1 + 2 * (k - 1), f, buckets, capture, length_buckets)
         self.k = k
         n, dev = self.buckets[-1], runner.device
         scratch = runner.scratch_col
