@@ -118,16 +118,18 @@ def test_decode_kernel_logits_equal_gather_logits():
     torch.testing.assert_close(logits["kernel"], logits["gather"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}])
-def test_a_few_tokens_per_row_attend_through_the_decode_kernel_as_the_model_does(monkeypatch, overrides):
+def test_a_few_tokens_per_row_attend_through_the_decode_kernel_as_the_model_does(monkeypatch, overrides, device):
     """A verify-sized forward (5 tokens per row, rows at different places, scattered blocks) and a short prefill
-    attend through the paged decode kernel, one query per token, each seeing the tokens before it in the same
-    forward: every place's logits equal the model's own forward over the whole sequence. A prefill longer than
-    KERNEL_MAX_TOKENS gathers (each token's query would read the whole prefix)."""
+    attend through the paged decode kernel (the Triton kernel on CUDA, its PyTorch twin on CPU), one query per
+    token, each seeing the tokens before it in the same forward: every place's logits equal the model's own forward
+    over the whole sequence. A prefill longer than KERNEL_MAX_TOKENS gathers (each token's query would read the
+    whole prefix)."""
     import cookmind.infer.runner as runner_module
     from cookmind.infer.runner import ModelRunner
 
-    model = tiny_model(**overrides)
+    model = tiny_model(head_dim=16, **overrides).to(device)  # a head dim the Triton kernel takes
     calls = []
     kernel = runner_module.paged_decode_attention
     monkeypatch.setattr(runner_module, "paged_decode_attention", lambda *a, **k: calls.append(1) or kernel(*a, **k))
@@ -138,17 +140,18 @@ def test_a_few_tokens_per_row_attend_through_the_decode_kernel_as_the_model_does
     seqs = [[(7 * i + 3) % 97 for i in range(27)], PROMPTS[1][:11]]
     starts = [22, 6]  # row 0's prompt is longer than the kernel takes: it prefills through the gather path
     for row, (seq, n) in enumerate(zip(seqs, starts)):
-        runner.forward(torch.tensor([seq[:n]]), torch.arange(n)[None], row, n)
+        runner.forward(torch.tensor([seq[:n]], device=device), torch.arange(n, device=device)[None], row, n)
         assert len(calls) == (0 if n > runner.KERNEL_MAX_TOKENS else len(model.model.layers))
         calls.clear()
-    tokens = torch.tensor([seq[n : n + 5] for seq, n in zip(seqs, starts)])
-    positions = torch.stack([torch.arange(n, n + 5) for n in starts])
+    tokens = torch.tensor([seq[n : n + 5] for seq, n in zip(seqs, starts)], device=device)
+    positions = torch.stack([torch.arange(n, n + 5) for n in starts]).to(device)
     got = runner.forward(tokens, positions, 0, 27, last_only=False)
     assert len(calls) == len(model.model.layers)  # one kernel call per layer, no gather
+    tol = 1e-4 if device == "cpu" else 1e-3  # float32 either way; CUDA sums in another order
     for row, (seq, n) in enumerate(zip(seqs, starts)):
         with torch.no_grad():
-            want = model(torch.tensor([seq[: n + 5]])).logits[0, n:].float()
-        torch.testing.assert_close(got[row], want, rtol=1e-4, atol=1e-4)
+            want = model(torch.tensor([seq[: n + 5]], device=device)).logits[0, n:].float()
+        torch.testing.assert_close(got[row], want, rtol=tol, atol=tol)
 
 
 def test_fused_projections_leave_the_model_unchanged_and_savable(tmp_path):

@@ -545,9 +545,9 @@ def test_serve_with_speculation_answers_as_plain_decoding_and_reports_metrics(tm
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["ngram", "draft", "random-draft"])
 def test_on_cuda_speculation_equals_the_plain_engine(method):
-    """CUDA graphs, compiled layers and the paged decode kernel in the plain steps, the gather path in the verify
-    forward, itself replayed from CUDA graphs like the draft model's steps (float32: bf16 rounding may flip a
-    near-tie between the two paths)."""
+    """CUDA graphs, compiled layers and the paged decode kernel in the plain steps and in the verify forward (one
+    query per token), itself replayed from CUDA graphs like the draft model's steps (float32: bf16 rounding may flip
+    a near-tie between the two paths)."""
     model = sharp_tiny_lm(hidden_size=64, intermediate_size=128).cuda()
     draft = {"ngram": None, "draft": model}.get(method)
     if method == "random-draft":  # rejects most drafts: the draft graph's one-token feeds
@@ -560,6 +560,7 @@ def test_on_cuda_speculation_equals_the_plain_engine(method):
     want, _ = run(engine(model, None), PROMPTS, mixed)
     eng = engine(model, spec, prefix_cache=True)
     assert eng.spec.verifier.capture and len(eng.spec.verifier.graphs) > 0  # the verify forwards replay graphs
+    assert eng.runner.decode_attention == "kernel" and eng.spec.verifier.length_buckets == [CTX]  # any length
     if method == "draft":  # and so do the draft model's k steps
         assert eng.spec.proposer.graphs.capture and len(eng.spec.proposer.graphs.graphs) > 0
     got, _ = run(eng, PROMPTS, mixed)
