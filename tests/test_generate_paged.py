@@ -154,6 +154,45 @@ def test_a_few_tokens_per_row_attend_through_the_decode_kernel_as_the_model_does
         torch.testing.assert_close(got[row], want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("kv_cache", ["paged", "slots"])
+def test_the_gather_path_never_repeats_keys_per_query_head(kv_cache):
+    """Grouped-query attention through the gather path (a prefill, a verify-sized forward, a decode step): the
+    group's query heads attend as extra queries of their kv head, so no tensor of keys or values repeated to every
+    query head (B, heads, L, D) is ever made, and every place's logits still equal the model's own forward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cookmind.infer.runner import ModelRunner
+
+    model = tiny_model(num_attention_heads=4, num_key_value_heads=1)
+    cfg = model.config
+    shapes = []
+
+    class Shapes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor):
+                shapes.append(tuple(out.shape))
+            return out
+
+    blocks = {"num_blocks": 30, "block_size": 4} if kv_cache == "paged" else {}
+    runner = ModelRunner(model, 1, 48, kv_cache=kv_cache, decode_attention="gather", **blocks)
+    if kv_cache == "paged":
+        runner.cache.set_row(0, [3, 7, 1, 9, 2, 11, 12])
+        runner.cache.sync_tables()
+    seq = PROMPTS[1] + [4, 4, 2, 7, 1, 8]
+    got = []
+    for lo, hi in ((0, 9), (9, 14), (14, 15)):  # 9-token prefill, 5 tokens (a chunk, a verify step), one decode step
+        shapes.clear()
+        with Shapes():
+            # attending to 3 columns more than needed (masked): the keys' length differs from any query count
+            got.append(runner.forward(torch.tensor([seq[lo:hi]]), torch.arange(lo, hi)[None], 0, hi + 3, False))
+        assert (1, cfg.num_key_value_heads, hi + 3, cfg.resolved_head_dim) in shapes  # the gathered keys, once
+        assert (1, cfg.num_attention_heads, hi + 3, cfg.resolved_head_dim) not in shapes  # ... not for every head
+    with torch.no_grad():
+        want = model(torch.tensor([seq[:15]])).logits[0].float()
+    torch.testing.assert_close(torch.cat(got, 1)[0], want, rtol=1e-4, atol=1e-4)
+
+
 def test_fused_projections_leave_the_model_unchanged_and_savable(tmp_path):
     """The runner re-points q/k/v and gate/up weights at rows of fused tensors: the model's own forward,
     its parameters' identity and save_model/load_model round trips are unaffected."""

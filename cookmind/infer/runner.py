@@ -206,7 +206,9 @@ class ModelRunner:
             mask = (positions.reshape(-1).contiguous(), step.table[:, None].expand(-1, t, -1).reshape(b * t, -1))
         else:
             step = self.cache.step(slot_start, b, write_cols, attn_len)
-            mask = self._attention_bias(positions, attn_len, h.dtype)
+            # several tokens per row: the group's heads become G * T queries of one kv head, so the mask is repeated
+            # G times here, once a forward (one token: its row broadcasts over the group)
+            mask = self._attention_bias(positions, attn_len, h.dtype, self.n_heads // self.n_kv if t > 1 else 1)
         for i, layer in enumerate(self.layers):
             keys, values = self.cache.keys[i], self.cache.values[i]
             # fused projections (when the runner made them) are passed as tensors: a compiled function that read
@@ -267,17 +269,18 @@ class ModelRunner:
         return layer.after_attention(h, attn_out.reshape(h.shape[0], 1, -1), gate_up_weight, gate_up_delta)
 
     @staticmethod
-    def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """Additive mask (B, 1, T, L): 0 where column <= the query's position (causal per row), -inf after.
+    def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype, repeats: int = 1) -> torch.Tensor:
+        """Additive mask (B, 1, repeats * T, L): 0 where column <= the query's position (causal per row), -inf
+        after; its T rows repeated ``repeats`` times (grouped-query heads as queries, see ``_attend``).
         Built once per forward; its rows are padded to a multiple of 16 elements, the alignment the
         memory-efficient attention kernel needs, so no layer copies it again. The padding is never
         zero, so the mask is always a strided view (one compiled layer serves every length)."""
         b, t = positions.shape
         padded = (length // 16 + 1) * 16
         cols = torch.arange(padded, device=positions.device)
-        bias = torch.zeros((b, 1, t, padded), dtype=dtype, device=positions.device)
-        bias.masked_fill_((cols[None, None, :] > positions[:, :, None])[:, None], float("-inf"))
-        return bias[..., :length]
+        bias = torch.zeros((b, 1, repeats, t, padded), dtype=dtype, device=positions.device)
+        bias.masked_fill_((cols[None, None, :] > positions[:, :, None])[:, None, None], float("-inf"))
+        return bias.view(b, 1, repeats * t, padded)[..., :length]
 
     def _compiled(self, fast, plain, *args):
         """fast(*args) when compiled, else plain(*args); a compile failure turns compilation off for good."""
@@ -333,15 +336,13 @@ class ModelRunner:
         b, _, t, _ = q.shape
         self.cache.write(cache_k, cache_v, step, k, v)
         keys, values = self.cache.view(cache_k, cache_v, step)
-        group = self.n_heads // self.n_kv
-        if t == 1 and group > 1:
-            # decode with grouped-query attention: the group's heads become G queries of one kv head
-            q = q.reshape(b, self.n_kv, group, self.head_dim)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, Hkv, G, D)
-            out = out.reshape(b, self.n_heads, 1, self.head_dim)
+        if self.n_heads > self.n_kv:
+            # grouped-query attention: the group's heads (h = kv * G + g) become G * T queries of their kv head, so
+            # keys and values are never repeated per head; the mask's rows were repeated to match (compute)
+            q = q.reshape(b, self.n_kv, -1, self.head_dim)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, Hkv, G * T, D)
+            out = out.reshape(b, self.n_heads, t, self.head_dim)
         else:
-            if group > 1:
-                keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
 
