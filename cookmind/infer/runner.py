@@ -200,15 +200,15 @@ class ModelRunner:
         if t == 1 and self.decode_attention == "kernel":  # the kernel reads positions without strides: contiguous
             pos = positions[:, 0].contiguous()  # (a column of a wider input buffer is not; the decoder's row is)
             return self._decode_kernel_layers(h, pos, cos[:, 0], sin[:, 0], slot_start, write_cols)
-        in_place = self.kernel_reads(t)
+        in_place = self.kernel_reads(t)  # reads: what attention needs besides the cache, built once a forward
         if in_place:  # one query of the decode kernel per (row, token): its position, and its row's block table
             step = self.cache.step(slot_start, b, write_cols, attn_len, read=False)  # shared by every layer
-            mask = (positions.reshape(-1).contiguous(), step.table[:, None].expand(-1, t, -1).reshape(b * t, -1))
+            reads = (positions.reshape(-1).contiguous(), step.table[:, None].expand(-1, t, -1).reshape(b * t, -1))
         else:
             step = self.cache.step(slot_start, b, write_cols, attn_len)
             # several tokens per row: the group's heads become G * T queries of one kv head, so the mask is repeated
             # G times here, once a forward (one token: its row broadcasts over the group)
-            mask = self._attention_bias(positions, attn_len, h.dtype, self.n_heads // self.n_kv if t > 1 else 1)
+            reads = self._attention_bias(positions, attn_len, h.dtype, self.n_heads // self.n_kv if t > 1 else 1)
         for i, layer in enumerate(self.layers):
             keys, values = self.cache.keys[i], self.cache.values[i]
             # fused projections (when the runner made them) are passed as tensors: a compiled function that read
@@ -217,11 +217,11 @@ class ModelRunner:
             if in_place or (self.compiled and not self.compile_attention):  # compiled halves around eager attention
                 q, k, v = self._compiled(self._pre_fn, self._pre, layer, h, cos, sin, qkv_w, qkv_b, qkv_d)
                 attend = self._attend_in_place if in_place else self._attend
-                out = attend(q, k, v, mask, keys, values, step)
+                out = attend(q, k, v, reads, keys, values, step)
                 h = self._compiled(self._post_fn, self._post, layer, h, out, gate_up, gate_up_d)
             else:
                 fused = (qkv_w, qkv_b, qkv_d, gate_up, gate_up_d)
-                h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, mask, keys, values, step, *fused)
+                h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, reads, keys, values, step, *fused)
         if last_only:
             h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
         return self._compiled(self._head_fn, self._head, h)
