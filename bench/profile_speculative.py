@@ -127,6 +127,12 @@ def main() -> int:
     p.add_argument(
         "--cuda-graphs", choices=["auto", "on", "off"], default="auto", help="on with CPU: the graph path, eagerly"
     )
+    p.add_argument(
+        "--decode-attention",
+        choices=["auto", "kernel", "gather"],
+        default="auto",
+        help="gather: the verify (and plain) forwards gather keys for SDPA instead of the paged decode kernel",
+    )
     args = p.parse_args()
     device = args.device
     if device == "cpu":
@@ -150,7 +156,15 @@ def main() -> int:
     for name, spec in (("plain", None), ("ngram", SpeculativeConfig("ngram", num_tokens=args.k))):
         t0 = time.perf_counter()
         graphs = {"auto": None, "on": True, "off": False}[args.cuda_graphs]
-        eng = Engine(model, num_slots=1, max_seq_len=ctx, speculative=spec, cuda_graphs=graphs, overlap=True)
+        eng = Engine(
+            model,
+            num_slots=1,
+            max_seq_len=ctx,
+            speculative=spec,
+            cuda_graphs=graphs,
+            overlap=True,
+            decode_attention=args.decode_attention,
+        )
         clock = ForwardClock(eng, device)
         built = time.perf_counter() - t0
         run(eng, clock, prompt, args.new_tokens, device)  # warm-up: compilation, first uses

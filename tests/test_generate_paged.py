@@ -118,6 +118,81 @@ def test_decode_kernel_logits_equal_gather_logits():
     torch.testing.assert_close(logits["kernel"], logits["gather"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}])
+def test_a_few_tokens_per_row_attend_through_the_decode_kernel_as_the_model_does(monkeypatch, overrides, device):
+    """A verify-sized forward (5 tokens per row, rows at different places, scattered blocks) and a short prefill
+    attend through the paged decode kernel (the Triton kernel on CUDA, its PyTorch twin on CPU), one query per
+    token, each seeing the tokens before it in the same forward: every place's logits equal the model's own forward
+    over the whole sequence. A prefill longer than KERNEL_MAX_TOKENS gathers (each token's query would read the
+    whole prefix)."""
+    import cookmind.infer.runner as runner_module
+    from cookmind.infer.runner import ModelRunner
+
+    model = tiny_model(head_dim=16, **overrides).to(device)  # a head dim the Triton kernel takes
+    calls = []
+    kernel = runner_module.paged_decode_attention
+    monkeypatch.setattr(runner_module, "paged_decode_attention", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    runner = ModelRunner(model, 2, 48, kv_cache="paged", num_blocks=30, block_size=4, decode_attention="kernel")
+    runner.cache.set_row(0, [3, 7, 1, 9, 2, 11, 12, 13, 14])
+    runner.cache.set_row(1, [5, 4, 6, 8])
+    runner.cache.sync_tables()
+    seqs = [[(7 * i + 3) % 97 for i in range(27)], PROMPTS[1][:11]]
+    starts = [22, 6]  # row 0's prompt is longer than the kernel takes: it prefills through the gather path
+    for row, (seq, n) in enumerate(zip(seqs, starts)):
+        runner.forward(torch.tensor([seq[:n]], device=device), torch.arange(n, device=device)[None], row, n)
+        assert len(calls) == (0 if n > runner.KERNEL_MAX_TOKENS else len(model.model.layers))
+        calls.clear()
+    tokens = torch.tensor([seq[n : n + 5] for seq, n in zip(seqs, starts)], device=device)
+    positions = torch.stack([torch.arange(n, n + 5) for n in starts]).to(device)
+    got = runner.forward(tokens, positions, 0, 27, last_only=False)
+    assert len(calls) == len(model.model.layers)  # one kernel call per layer, no gather
+    tol = 1e-4 if device == "cpu" else 1e-3  # float32 either way; CUDA sums in another order
+    for row, (seq, n) in enumerate(zip(seqs, starts)):
+        with torch.no_grad():
+            want = model(torch.tensor([seq[: n + 5]], device=device)).logits[0, n:].float()
+        torch.testing.assert_close(got[row], want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("kv_cache", ["paged", "slots"])
+def test_the_gather_path_never_repeats_keys_per_query_head(kv_cache):
+    """Grouped-query attention through the gather path (a prefill, a verify-sized forward, a decode step): the
+    group's query heads attend as extra queries of their kv head, so no tensor of keys or values repeated to every
+    query head (B, heads, L, D) is ever made, and every place's logits still equal the model's own forward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cookmind.infer.runner import ModelRunner
+
+    model = tiny_model(num_attention_heads=4, num_key_value_heads=1)
+    cfg = model.config
+    shapes = []
+
+    class Shapes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor):
+                shapes.append(tuple(out.shape))
+            return out
+
+    blocks = {"num_blocks": 30, "block_size": 4} if kv_cache == "paged" else {}
+    runner = ModelRunner(model, 1, 48, kv_cache=kv_cache, decode_attention="gather", **blocks)
+    if kv_cache == "paged":
+        runner.cache.set_row(0, [3, 7, 1, 9, 2, 11, 12])
+        runner.cache.sync_tables()
+    seq = PROMPTS[1] + [4, 4, 2, 7, 1, 8]
+    got = []
+    for lo, hi in ((0, 9), (9, 14), (14, 15)):  # 9-token prefill, 5 tokens (a chunk, a verify step), one decode step
+        shapes.clear()
+        with Shapes():
+            # attending to 3 columns more than needed (masked): the keys' length differs from any query count
+            got.append(runner.forward(torch.tensor([seq[lo:hi]]), torch.arange(lo, hi)[None], 0, hi + 3, False))
+        assert (1, cfg.num_key_value_heads, hi + 3, cfg.resolved_head_dim) in shapes  # the gathered keys, once
+        assert (1, cfg.num_attention_heads, hi + 3, cfg.resolved_head_dim) not in shapes  # ... not for every head
+    with torch.no_grad():
+        want = model(torch.tensor([seq[:15]])).logits[0].float()
+    torch.testing.assert_close(torch.cat(got, 1)[0], want, rtol=1e-4, atol=1e-4)
+
+
 def test_fused_projections_leave_the_model_unchanged_and_savable(tmp_path):
     """The runner re-points q/k/v and gate/up weights at rows of fused tensors: the model's own forward,
     its parameters' identity and save_model/load_model round trips are unaffected."""

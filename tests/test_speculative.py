@@ -11,6 +11,7 @@ from lm_fixtures import sharp_tiny_lm, tiny_lm
 from test_prefix_cache import check_accounting
 
 from cookmind.infer import generate
+from cookmind.infer.cuda_graphs import CudaGraphVerifier
 from cookmind.infer.engine import Engine, TokenEvent
 from cookmind.infer.sampling import SamplingParams
 from cookmind.infer.speculative import NgramIndex, SpeculativeConfig, load_draft_model
@@ -175,20 +176,27 @@ def test_a_step_drafts_num_tokens_and_emits_one_more(model):
     assert m["spec_draft_tokens_total"] == 15 and m["spec_tokens_per_step"] == 4
 
 
-@pytest.mark.parametrize("method,kv_cache", [("ngram", "paged"), ("draft", "paged"), ("ngram", "slots")])
-def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method, kv_cache):
+@pytest.mark.parametrize(
+    "method,kv_cache,attention",
+    [("ngram", "paged", "auto"), ("draft", "paged", "auto"), ("ngram", "slots", "auto"), ("ngram", "paged", "kernel")],
+)
+def test_the_graph_path_run_eagerly_equals_the_eager_path(model, method, kv_cache, attention):
     """cuda_graphs=True on CPU runs the code the graphs capture (slots 0..B-1, every row padded to k + 1 tokens, the
     draft model's feed and k - 1 steps in one call) with capture=False: the same tokens and the same drafts as
-    the eager path, and plain decoding's tokens."""
+    the eager path, and plain decoding's tokens. attention="kernel": the verify forwards attend through the paged
+    decode kernel (its PyTorch twin on CPU), so the verifier needs no length buckets."""
     draft = tiny_lm(vocab_size=97, num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1)
     spec = SpeculativeConfig(method, num_tokens=4, ngram_min=1, draft_model=draft.eval() if method == "draft" else None)
     params = [SamplingParams(temperature=0, max_new_tokens=n) for n in LENS]
     want = [plain(model, p, sp) for p, sp in zip(PROMPTS, params)]
     results = []
     for graphs in (False, True):
-        eng = engine(model, spec, cuda_graphs=graphs, kv_cache=kv_cache)
+        eng = engine(model, spec, cuda_graphs=graphs, kv_cache=kv_cache, decode_attention=attention)
         calls = []
         assert (eng.spec.verifier is not None) == graphs
+        assert eng.runner.kernel_reads(spec.num_tokens + 1) == (attention == "kernel")
+        if graphs and attention == "kernel":
+            assert eng.spec.verifier.length_buckets == [CTX]
         if graphs:  # the graph path is the one taken, uncaptured on CPU
             assert not eng.spec.verifier.capture and not eng.spec.verifier.graphs
             verify = eng.spec.verifier.verify
@@ -388,13 +396,20 @@ def test_a_verify_keeps_the_decode_graphs_state_valid(model, slots):
         assert len(loads) == 1
 
 
-def test_the_verify_graph_accepts_on_the_device_as_by_hand(model):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_verify_graph_accepts_on_the_device_as_by_hand(model, compiled):
     """The verify step's acceptance, bonus token and decode-state move, against hand-computed values: a forward whose
     argmax at each place is a fixed table; row 0 drafts all of it (keeps 3, bonus after them), row 1 the first
     two then a wrong one (keeps 2), row 2 is not judged (a sampled row), row 3 drafts one that is right, and its
-    padding (token 0) equals the table after it but is never judged (keeps 1)."""
+    padding (token 0) equals the table after it but is never judged (keeps 1). compiled: the verifier of a compiled
+    runner (the engine's on CUDA) runs the acceptance through torch.compile (one compiled region, not ~20 kernels)."""
     eng = engine(model, SpeculativeConfig("ngram", num_tokens=3), cuda_graphs=True, num_slots=4)
     v, vocab, w = eng.spec.verifier, model.config.vocab_size, 4
+    if compiled:  # the runner's layers stay eager here (compute is replaced below): only the acceptance compiles
+        eng.runner.compiled = True
+        v = CudaGraphVerifier(eng.runner, w, [4], False, last_tok=eng._last_tok, decode_state=eng.graphs.state)
+        torch._dynamo.reset()
+        frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     table = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 0, 0, 0]])
     eng.runner.compute = lambda tokens, *a, **k: torch.nn.functional.one_hot(table[: tokens.shape[0]], vocab).float()
     rows = v.stage_rows(4)
@@ -416,6 +431,9 @@ def test_the_verify_graph_accepts_on_the_device_as_by_hand(model):
     assert eng._last_tok.tolist() == [8, 11, 3, 0]  # the table after the kept drafts; row 2 untouched
     assert eng.graphs.state[0, :4].tolist() == [14, 23, 30, 42]  # one past the kept drafts
     assert eng.graphs.state[1, :4].tolist() == [14, scratch, 30, 42]  # an inactive row keeps writing the scratch
+    if compiled:  # compiled, not run eagerly after a compile failure
+        assert eng.runner.compile_error is None
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > frames
 
 
 def test_the_verifier_keeps_full_logits_only_for_speculative_sampling(model):
@@ -527,9 +545,9 @@ def test_serve_with_speculation_answers_as_plain_decoding_and_reports_metrics(tm
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["ngram", "draft", "random-draft"])
 def test_on_cuda_speculation_equals_the_plain_engine(method):
-    """CUDA graphs, compiled layers and the paged decode kernel in the plain steps, the gather path in the verify
-    forward, itself replayed from CUDA graphs like the draft model's steps (float32: bf16 rounding may flip a
-    near-tie between the two paths)."""
+    """CUDA graphs, compiled layers and the paged decode kernel in the plain steps and in the verify forward (one
+    query per token), itself replayed from CUDA graphs like the draft model's steps (float32: bf16 rounding may flip
+    a near-tie between the two paths)."""
     model = sharp_tiny_lm(hidden_size=64, intermediate_size=128).cuda()
     draft = {"ngram": None, "draft": model}.get(method)
     if method == "random-draft":  # rejects most drafts: the draft graph's one-token feeds
@@ -542,6 +560,7 @@ def test_on_cuda_speculation_equals_the_plain_engine(method):
     want, _ = run(engine(model, None), PROMPTS, mixed)
     eng = engine(model, spec, prefix_cache=True)
     assert eng.spec.verifier.capture and len(eng.spec.verifier.graphs) > 0  # the verify forwards replay graphs
+    assert eng.runner.decode_attention == "kernel" and eng.spec.verifier.length_buckets == [CTX]  # any length
     if method == "draft":  # and so do the draft model's k steps
         assert eng.spec.proposer.graphs.capture and len(eng.spec.proposer.graphs.graphs) > 0
     got, _ = run(eng, PROMPTS, mixed)

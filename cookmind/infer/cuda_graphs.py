@@ -21,8 +21,9 @@ Two things make the captured step itself short:
 
 Speculative decoding's forwards (speculative.py) replay graphs the same way: ``CudaGraphVerifier`` (the target
 over k + 1 tokens per row) and ``CudaGraphDrafter`` (a draft model's feed and k - 1 one-token steps in one graph),
-with their inputs loaded from the host each step and the gather attention path (one graph per batch and length
-bucket).
+with their inputs loaded from the host each step. With the paged decode kernel they attend through it too, one
+query per token (``ModelRunner.kernel_reads``: one graph per batch bucket); otherwise through the gather path (one
+graph per batch and length bucket).
 """
 
 from __future__ import annotations
@@ -179,13 +180,18 @@ class CudaGraphDecoder:
 class _StaticSteps:
     """What the speculative graphs share: one (rows, columns) long tensor of inputs on the device, loaded from a
     pinned stage in one copy, and one graph per (batch, length) bucket whose outputs are fixed buffers (so the
-    graphs of every bucket share one output and one memory pool). Subclasses define ``_run(b, length)``."""
+    graphs of every bucket share one output and one memory pool). Subclasses define ``_run(b, length)``; their
+    forwards take up to ``tokens`` tokens per row."""
 
-    def __init__(self, runner, columns: int, buckets, capture, length_buckets):
+    def __init__(self, runner, columns: int, tokens: int, buckets, capture, length_buckets):
         self.runner = runner
         self.capture, self.buckets = capture_and_buckets(runner, capture, buckets)
-        # these forwards attend through the gather path (T > 1), which reads the first L columns of every row
-        self.length_buckets = sorted(length_buckets or default_length_buckets(runner.max_seq_len))
+        if length_buckets is None:  # the decode kernel reads each row's own length: one bucket serves all; the
+            # gather path reads the first L columns of every row
+            length_buckets = (
+                [runner.max_seq_len] if runner.kernel_reads(tokens) else default_length_buckets(runner.max_seq_len)
+            )
+        self.length_buckets = sorted(length_buckets)
         if self.length_buckets[-1] != runner.max_seq_len:
             raise ValueError(
                 f"the largest length bucket must be max_seq_len={runner.max_seq_len}, got {self.length_buckets[-1]}"
@@ -281,7 +287,7 @@ class CudaGraphVerifier(_StaticSteps):
         keep_logits=True,
         decode_state=None,
     ):
-        super().__init__(runner, 3 * width + 1, buckets, capture, length_buckets)
+        super().__init__(runner, 3 * width + 1, width, buckets, capture, length_buckets)
         self.width = width
         self.last_tok = last_tok
         self.decode_state = decode_state
@@ -297,6 +303,8 @@ class CudaGraphVerifier(_StaticSteps):
                 self.logits = torch.zeros((n, width, runner.config.vocab_size), dtype=torch.float32, device=dev)
             self.result = torch.zeros((n, width + 1), dtype=torch.long, device=dev)
             self._places = torch.arange(width - 1, device=dev)
+        # a compiled runner's layers are fused kernels; so is the acceptance after them (else ~20 launches)
+        self._accept_fn = torch.compile(accept_drafts, dynamic=True) if runner.compiled else accept_drafts
         if self.capture:
             self._capture_all()
 
@@ -307,21 +315,10 @@ class CudaGraphVerifier(_StaticSteps):
         logits = self.runner.compute(x[:, :w], x[:, w : 2 * w], 0, length, last_only=False, write_cols=cols)
         if self.logits is not None:
             self.logits[:b].copy_(logits)
-        best = logits.argmax(-1)
-        judged = x[:, 3 * w]
-        kept = (x[:, 1:w] == best[:, :-1]) & (self._places < judged[:, None])
-        accepted = kept.long().cumprod(1).sum(1)  # drafts up to the first the target would not have chosen
-        self.result[:b, :w].copy_(best)
-        self.result[:b, w].copy_(accepted)
-        on = judged > 0
-        if self.last_tok is not None:
-            bonus = best.gather(1, accepted[:, None])[:, 0]
-            self.last_tok[:b].copy_(torch.where(on, bonus, self.last_tok[:b]))
-        if self.decode_state is not None:  # the newest token now sits after the accepted drafts
-            pos, cols, active = self.decode_state[:, :b]
-            moved = torch.where(on, x[:, w] + accepted + 1, pos)
-            pos.copy_(moved)
-            cols.copy_(torch.where(on & (active > 0), moved, cols))
+        last_tok = None if self.last_tok is None else self.last_tok[:b]
+        state = None if self.decode_state is None else self.decode_state[:, :b]
+        # compiled with the runner's layers, under its fallback (a compile failure runs everything eagerly)
+        self.runner._compiled(self._accept_fn, accept_drafts, logits, x, self._places, self.result[:b], last_tok, state)
 
     def verify(self, b: int, length: int) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Run the rows laid out in ``stage_rows(b)`` (tokens, positions, write columns, drafts judged) for slots
@@ -329,6 +326,29 @@ class CudaGraphVerifier(_StaticSteps):
         keep_logits) and the result (b, width + 1)."""
         self._launch(b, length)
         return (None if self.logits is None else self.logits[:b]), self.result[:b]
+
+
+def accept_drafts(logits, x, places, result, last_tok=None, decode_state=None) -> None:
+    """The verify step's greedy acceptance on the device (``CudaGraphVerifier``): x holds each row's inputs (tokens,
+    positions, write columns, drafts judged; ``width`` each but the last), logits (rows, width, V) the target's.
+    Writes result (the argmax at each place, then the accepted count), the judged rows' bonus into last_tok and
+    their place past the accepted tokens into decode_state (rows: position, write column, active). Eager it is
+    about 20 small kernels in the verify graph; the verifier of a compiled runner compiles it into a few."""
+    w = logits.shape[1]
+    best = logits.argmax(-1)
+    judged = x[:, 3 * w]
+    kept = (x[:, 1:w] == best[:, :-1]) & (places < judged[:, None])
+    accepted = kept.long().cumprod(1).sum(1)  # drafts up to the first the target would not have chosen
+    result.copy_(torch.cat([best, accepted[:, None]], 1))
+    on = judged > 0
+    if last_tok is not None:
+        bonus = best.gather(1, accepted[:, None])[:, 0]
+        last_tok.copy_(torch.where(on, bonus, last_tok))
+    if decode_state is not None:  # the newest token now sits after the accepted drafts
+        pos, cols, active = decode_state
+        moved = torch.where(on, x[:, w] + accepted + 1, pos)
+        pos.copy_(moved)
+        cols.copy_(torch.where(on & (active > 0), moved, cols))
 
 
 class CudaGraphDrafter(_StaticSteps):
@@ -343,7 +363,7 @@ class CudaGraphDrafter(_StaticSteps):
 
     def __init__(self, runner, k: int, buckets=None, capture=None, length_buckets=None):
         f = self.FEED
-        super().__init__(runner, 3 * f + 1 + 2 * (k - 1), buckets, capture, length_buckets)
+        super().__init__(runner, 3 * f + 1 + 2 * (k - 1), f, buckets, capture, length_buckets)
         self.k = k
         n, dev = self.buckets[-1], runner.device
         scratch = runner.scratch_col

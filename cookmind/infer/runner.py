@@ -48,7 +48,13 @@ class ModelRunner:
     adapters (``multi_lora.AdapterRows``): the model serves LoRA adapters per row (``multi_lora.attach_adapters``,
     done before this runner fuses the projections: a fused projection carries its parts' adapters, each added into
     its slice of the one GEMM's output); each forward selects its rows' adapters first.
+
+    With "kernel", forwards of 2..KERNEL_MAX_TOKENS tokens per row (speculative decoding's verify step, a draft
+    model's feed, short prefill chunks) use the kernel too, one query per token (``kernel_reads``).
     """
+
+    # the most tokens per row a forward sends through the decode kernel: a verify step (k + 1) and short chunks
+    KERNEL_MAX_TOKENS = 16
 
     def __init__(
         self,
@@ -129,6 +135,13 @@ class ModelRunner:
         self._dpre_fn, self._dpost_fn = self._decode_pre, self._decode_post
         self.compile_error: str | None = None
 
+    def kernel_reads(self, tokens: int) -> bool:
+        """Whether a forward of ``tokens`` new tokens per row attends through the paged decode kernel (reading each
+        row's blocks in place, any length: one CUDA graph serves all) rather than gathering keys for SDPA: with the
+        kernel, for up to KERNEL_MAX_TOKENS tokens (a decode step, a verify step of speculative decoding, a short
+        prefill). Each token is a query of its own that reads its row's whole prefix, so long prompts gather."""
+        return self.decode_attention == "kernel" and tokens <= self.KERNEL_MAX_TOKENS
+
     @property
     def num_slots(self) -> int:
         return self.cache.num_slots
@@ -187,20 +200,28 @@ class ModelRunner:
         if t == 1 and self.decode_attention == "kernel":  # the kernel reads positions without strides: contiguous
             pos = positions[:, 0].contiguous()  # (a column of a wider input buffer is not; the decoder's row is)
             return self._decode_kernel_layers(h, pos, cos[:, 0], sin[:, 0], slot_start, write_cols)
-        mask = self._attention_bias(positions, attn_len, h.dtype)
-        step = self.cache.step(slot_start, b, write_cols, attn_len)  # shared by every layer
+        in_place = self.kernel_reads(t)  # reads: what attention needs besides the cache, built once a forward
+        if in_place:  # one query of the decode kernel per (row, token): its position, and its row's block table
+            step = self.cache.step(slot_start, b, write_cols, attn_len, read=False)  # shared by every layer
+            reads = (positions.reshape(-1).contiguous(), step.table[:, None].expand(-1, t, -1).reshape(b * t, -1))
+        else:
+            step = self.cache.step(slot_start, b, write_cols, attn_len)
+            # several tokens per row: the group's heads become G * T queries of one kv head, so the mask is repeated
+            # G times here, once a forward (one token: its row broadcasts over the group)
+            reads = self._attention_bias(positions, attn_len, h.dtype, self.n_heads // self.n_kv if t > 1 else 1)
         for i, layer in enumerate(self.layers):
             keys, values = self.cache.keys[i], self.cache.values[i]
             # fused projections (when the runner made them) are passed as tensors: a compiled function that read
             # the layer's q/k/v weights, views of one tensor, would get aliased inputs and slow wrappers
             qkv_w, qkv_b, qkv_d, gate_up, gate_up_d = self._fused_weights(i)
-            if self.compiled and not self.compile_attention:  # compiled halves around eager attention
+            if in_place or (self.compiled and not self.compile_attention):  # compiled halves around eager attention
                 q, k, v = self._compiled(self._pre_fn, self._pre, layer, h, cos, sin, qkv_w, qkv_b, qkv_d)
-                out = self._attend(q, k, v, mask, keys, values, step)
+                attend = self._attend_in_place if in_place else self._attend
+                out = attend(q, k, v, reads, keys, values, step)
                 h = self._compiled(self._post_fn, self._post, layer, h, out, gate_up, gate_up_d)
             else:
                 fused = (qkv_w, qkv_b, qkv_d, gate_up, gate_up_d)
-                h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, mask, keys, values, step, *fused)
+                h = self._compiled(self._layer_fn, self._layer, layer, h, cos, sin, reads, keys, values, step, *fused)
         if last_only:
             h = h[:, -1] if last_index is None else h[torch.arange(b, device=h.device), last_index]
         return self._compiled(self._head_fn, self._head, h)
@@ -248,17 +269,18 @@ class ModelRunner:
         return layer.after_attention(h, attn_out.reshape(h.shape[0], 1, -1), gate_up_weight, gate_up_delta)
 
     @staticmethod
-    def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """Additive mask (B, 1, T, L): 0 where column <= the query's position (causal per row), -inf after.
+    def _attention_bias(positions: torch.Tensor, length: int, dtype: torch.dtype, repeats: int = 1) -> torch.Tensor:
+        """Additive mask (B, 1, repeats * T, L): 0 where column <= the query's position (causal per row), -inf
+        after; its T rows repeated ``repeats`` times (grouped-query heads as queries, see ``_attend``).
         Built once per forward; its rows are padded to a multiple of 16 elements, the alignment the
         memory-efficient attention kernel needs, so no layer copies it again. The padding is never
         zero, so the mask is always a strided view (one compiled layer serves every length)."""
         b, t = positions.shape
         padded = (length // 16 + 1) * 16
         cols = torch.arange(padded, device=positions.device)
-        bias = torch.zeros((b, 1, t, padded), dtype=dtype, device=positions.device)
-        bias.masked_fill_((cols[None, None, :] > positions[:, :, None])[:, None], float("-inf"))
-        return bias[..., :length]
+        bias = torch.zeros((b, 1, repeats, t, padded), dtype=dtype, device=positions.device)
+        bias.masked_fill_((cols[None, None, :] > positions[:, :, None])[:, None, None], float("-inf"))
+        return bias.view(b, 1, repeats * t, padded)[..., :length]
 
     def _compiled(self, fast, plain, *args):
         """fast(*args) when compiled, else plain(*args); a compile failure turns compilation off for good."""
@@ -314,17 +336,29 @@ class ModelRunner:
         b, _, t, _ = q.shape
         self.cache.write(cache_k, cache_v, step, k, v)
         keys, values = self.cache.view(cache_k, cache_v, step)
-        group = self.n_heads // self.n_kv
-        if t == 1 and group > 1:
-            # decode with grouped-query attention: the group's heads become G queries of one kv head
-            q = q.reshape(b, self.n_kv, group, self.head_dim)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, Hkv, G, D)
-            out = out.reshape(b, self.n_heads, 1, self.head_dim)
+        if self.n_heads > self.n_kv:
+            # grouped-query attention: the group's heads (h = kv * G + g) become G * T queries of their kv head, so
+            # keys and values are never repeated per head; the mask's rows were repeated to match (compute)
+            q = q.reshape(b, self.n_kv, -1, self.head_dim)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, Hkv, G * T, D)
+            out = out.reshape(b, self.n_heads, t, self.head_dim)
         else:
-            if group > 1:
-                keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
+
+    def _attend_in_place(self, q, k, v, rows, cache_k, cache_v, step):
+        """As ``_attend`` for a few tokens per row through the paged decode kernel: the new keys and values are
+        stored first (so each token sees the ones before it in this forward), then every (row, token) attends as
+        one decode query to its row's blocks up to its position; rows: (positions (B*T,), tables (B*T, blocks)).
+        q, k, v come rotated. Nothing is gathered, repeated for grouped-query heads or masked."""
+        b, _, t, _ = q.shape
+        self.cache.write(cache_k, cache_v, step, k, v)
+        positions, tables = rows
+        flat = [x.transpose(1, 2).reshape(b * t, x.shape[1], self.head_dim) for x in (q, k, v)]
+        out = paged_decode_attention(
+            *flat, cache_k, cache_v, tables, positions, step.write_index, self.cache.block_size
+        )  # (B*T, heads, D)
+        return out.reshape(b, t, self.n_heads * self.head_dim)
 
     def _post(self, layer, h, attn_out, gate_up=None, gate_up_delta=None):
         """h + o_proj(attention output), then + ffn(norm(h))."""

@@ -35,7 +35,8 @@ When the engine replays CUDA graphs for its plain steps, the verify forward and 
 replay graphs too (``cuda_graphs.CudaGraphVerifier`` / ``CudaGraphDrafter``): eager they are host-bound, a
 compiled call and several launches per layer each time. Their shapes are made static: slots 0..B-1 in batch
 buckets, every row k + 1 tokens wide (drafts padded; padding writes the scratch column and is never accepted),
-attention over a length bucket. Without graphs (CPU) the eager forwards below run over exactly the rows needed.
+attention over a length bucket (none with the paged decode kernel). Without graphs (CPU) the eager forwards below
+run over exactly the rows needed.
 """
 
 from __future__ import annotations
@@ -522,10 +523,10 @@ class Speculator:
         eng._emit_tokens(reqs, emitted)
 
     def _verify(self, reqs: list, drafts: list[list[int]]) -> tuple:
-        """One target forward over [newest token, drafts] per request (at least 2 tokens: the gather path, as
-        prefill), for the run of slots from the first request's; returns the logits (rows, 1 + most drafts, V),
-        each request's row in them, its argmax at each place (on the host) and how many of its drafts a greedy
-        request keeps."""
+        """One target forward over [newest token, drafts] per request (at least 2 tokens: through the paged decode
+        kernel one query per token, or the gather path as prefill), for the run of slots from the first request's;
+        returns the logits (rows, 1 + most drafts, V), each request's row in them, its argmax at each place (on the
+        host) and how many of its drafts a greedy request keeps."""
         eng = self.engine
         runner = eng.runner
         lo, hi = reqs[0].slot, reqs[-1].slot
