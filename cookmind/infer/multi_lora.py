@@ -68,13 +68,22 @@ class AdapterRows:
         self.rows[:b].copy_(self.by_slot[slot_start : slot_start + b])
 
 
+# above this many stacked entries (adapters + the base) a projection gathers each row's pair instead of masking
+MASKED_MAX_STACK = 16
+
+
 class LowRankDelta(nn.Module):
     """Each row's adapter update of one projection's output, the projection made of parts side by side (one part:
     a plain projection; q/k/v or gate/up: a fused one, ``model.fused``). Part j of the output gets
     scale_j[i] * (x A_j[i]^T) B_j[i]^T for a row served by adapter i; a part no adapter targets is left as it is.
 
-    The parts' A stacks sit side by side along the rank, so the down-projection of every part is one batched
-    matmul; each targeted part's up-projection is its own (a block-diagonal B would gather zeros for every row)."""
+    With few adapters (n+1 <= ``MASKED_MAX_STACK``) the update is two GEMMs and one select, whatever the mix of
+    rows: every adapter's A of every part stacked into one ((n+1) R, in) matrix gives x A_all^T for all adapters
+    at once, the columns of other adapters than the row's are zeroed (a mask read from ``rows``), and one GEMM
+    with every B side by side (scale folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds
+    the update to y. The low-rank work grows n+1 times, which is tiny beside the projection itself; what it saves
+    is a dozen small gather/bmm kernels per projection, the cost of a decode step. With more adapters each row
+    gathers its own pair and runs two batched matmuls (the down-projection of all parts in one)."""
 
     def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor):
         """parts: in output order, (A (n+1, r, in), B (n+1, out, r), scale (n+1,)) for a part some adapter targets,
@@ -82,9 +91,6 @@ class LowRankDelta(nn.Module):
         super().__init__()
         targeted = [p for p in parts if not isinstance(p, int)]
         # buffers, not parameters: nothing here trains
-        self.register_buffer("stack_A", torch.cat([a for a, _, _ in targeted], dim=1), persistent=False)
-        scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
-        self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
         self.register_buffer("rows", rows, persistent=False)  # AdapterRows.rows, shared by every layer
         spans, out, rank = [], 0, 0
         for p in parts:
@@ -92,11 +98,31 @@ class LowRankDelta(nn.Module):
                 spans.append((out, out + p, None))
                 out += p
                 continue
-            a, b, _ = p
-            self.register_buffer(f"stack_B{sum(s[2] is not None for s in spans)}", b, persistent=False)  # (n+1, o, r)
+            a, b, s = p
+            j = sum(s_[2] is not None for s_ in spans)
+            for key, t in (("A", a), ("B", b), ("scale", s)):  # the stacks as given: shared, not copied
+                self.register_buffer(f"{key}{j}", t, persistent=False)
             spans.append((out, out + b.shape[1], (rank, rank + a.shape[1])))
             out, rank = out + b.shape[1], rank + a.shape[1]
         self.spans = tuple(spans)  # (first output, end, rank columns or None) per part
+        stack, dtype = targeted[0][0].shape[0], targeted[0][0].dtype
+        self.masked = stack <= MASKED_MAX_STACK
+        if self.masked:
+            # column c of x A_all^T is adapter c // rank's, rank-column c % rank: (n+1, R, in) flattened
+            flat_a = torch.cat([a for a, _, _ in targeted], dim=1) if len(targeted) > 1 else targeted[0][0]
+            flat_a = flat_a.flatten(0, 1)  # a view of a single part's A
+            self.register_buffer("flat_A", flat_a, persistent=False)
+            flat_b = torch.zeros(out, stack, rank, dtype=dtype, device=targeted[0][0].device)
+            for j, (start, end, (r0, r1)) in enumerate(s for s in spans if s[2] is not None):
+                b, s = getattr(self, f"B{j}"), getattr(self, f"scale{j}")  # scale folded in, rounded once
+                flat_b[start:end, :, r0:r1] = (b.float() * s.float()[:, None, None]).to(dtype).transpose(0, 1)
+            self.register_buffer("flat_B", flat_b.flatten(1, 2), persistent=False)  # (out, (n+1) R)
+            cols = torch.arange(stack, device=flat_b.device).repeat_interleave(rank)
+            self.register_buffer("column_adapter", cols, persistent=False)  # ((n+1) R,)
+        else:
+            self.register_buffer("stack_A", torch.cat([a for a, _, _ in targeted], dim=1), persistent=False)
+            scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
+            self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
 
     def parts(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int]:
         """The ``parts`` this was built from (to place them beside other projections' parts)."""
@@ -105,13 +131,22 @@ class LowRankDelta(nn.Module):
             if ranks is None:
                 out.append(end - start)
             else:
-                r0, r1 = ranks
-                out.append((self.stack_A[:, r0:r1], getattr(self, f"stack_B{j}"), self.stack_scale[:, r0]))
+                out.append((getattr(self, f"A{j}"), getattr(self, f"B{j}"), getattr(self, f"scale{j}")))
                 j += 1
         return out
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update."""
+        return self._masked(x, y) if self.masked else self._gathered(x, y)
+
+    def _masked(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        idx = self.rows[: x.shape[0]].view(-1, *([1] * (x.dim() - 1)))  # (B, 1[, 1]): broadcast over T, columns
+        low = F.linear(x, self.flat_A)  # every adapter's down-projection: (B, [T,] (n+1) R)
+        low = torch.where(idx == self.column_adapter, low, 0)  # a select, not a product: other adapters' inf stays out
+        flat_y = y.reshape(-1, y.shape[-1])
+        return torch.addmm(flat_y, low.reshape(-1, low.shape[-1]), self.flat_B.t()).view(y.shape)
+
+    def _gathered(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]
         xs = x.reshape(n, -1, x.shape[-1])  # (B, T, in); the LM head sees (B, in)
         idx = self.rows[:n]
@@ -120,7 +155,7 @@ class LowRankDelta(nn.Module):
         for start, end, ranks in self.spans:
             piece = y[..., start:end]
             if ranks is not None:
-                b = getattr(self, f"stack_B{j}")[idx]  # (B, out_j, r_j)
+                b = getattr(self, f"B{j}")[idx]  # (B, out_j, r_j)
                 piece = piece + torch.bmm(low[..., ranks[0] : ranks[1]], b.transpose(1, 2)).reshape(piece.shape)
                 j += 1
             pieces.append(piece)
@@ -151,7 +186,7 @@ class MultiLoRALinear(nn.Module):
         return LowRankDelta(parts, self.delta.rows)
 
     def extra_repr(self) -> str:
-        n, r = self.delta.stack_A.shape[0] - 1, self.delta.stack_A.shape[1]
+        n, r = self.delta.A0.shape[0] - 1, self.delta.A0.shape[1]
         return f"in={self.in_features}, out={self.out_features}, adapters={n}, r_max={r}"
 
 
