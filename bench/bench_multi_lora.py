@@ -7,7 +7,8 @@ one batch. With adapters, the rows cycle through the base and each of --adapters
 projection: q, k, v, o, gate, up, down). Each JSON line is printed (flushed) as soon as it is measured: the engine's
 setup (compile, graph capture), tokens/s = requests * steps / (wall time of the whole generation, prefill included)
 per engine, and the ratios as soon as both sides exist. The defaults finish in about a minute on an H200, setup of
-the three engines included.
+the three engines included. --count-ops (uncompiled: CPU) also prints each engine's aten ops (views left out) per
+model forward, the launches a decode step costs before CUDA graphs and compilation fuse them.
 
     python bench/bench_multi_lora.py                        # GPT-2-small-sized Llama shape, CUDA, bf16
     python bench/bench_multi_lora.py --tiny --device cpu    # a seconds-long smoke run on CPU
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.loading import load_adapters
@@ -48,6 +50,33 @@ def make_adapters(base: CookMindLM, n: int, r: int, directory: Path) -> tuple[di
         out[f"a{i}"] = save_adapter(directory / f"a{i}", model)
         merged = merged if merged is not None else merged_copy(model).eval()
     return out, merged
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops run under it that compute something (views, which launch nothing, are left out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+def count_forward_ops(engine: Engine) -> dict:
+    """Wraps the engine's model forward so that each call counts its ops; returns the running totals."""
+    totals, forward = {"ops": 0, "forwards": 0}, engine.runner.forward
+
+    def counted(*args, **kwargs):
+        with OpCounter() as counter:
+            out = forward(*args, **kwargs)
+        totals["ops"] += counter.ops
+        totals["forwards"] += 1
+        return out
+
+    engine.runner.forward = counted
+    return totals
 
 
 def run(engine: Engine, prompts: list[list[int]], names: list[str | None], new: int) -> float:
@@ -85,6 +114,7 @@ def main(argv=None) -> int:
         default=None,
         help="torch.compile the layers (default: on CUDA, as the server does); --no-compile skips its setup time",
     )
+    p.add_argument("--count-ops", action="store_true", help="aten ops per model forward (needs --no-compile)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
     if args.tiny:
@@ -133,6 +163,13 @@ def main(argv=None) -> int:
         names = [cycle[i % len(cycle)] for i in range(args.requests)]
         emit(figure="warmup_s", engine=label, seconds=round(run(engine, prompts, names, args.steps), 2))
         wall = min(run(engine, prompts, names, args.steps) for _ in range(args.repeats))
+        if args.count_ops:
+            if engine.runner.compiled or engine.graphs is not None:
+                raise SystemExit("--count-ops counts eager ops: run it with --no-compile on CPU")
+            totals = count_forward_ops(engine)
+            run(engine, prompts, names, args.steps)
+            ops = totals["ops"] / totals["forwards"]
+            emit(figure="aten_ops_per_forward", engine=label, ops=round(ops, 1), layers=args.layers)
         tps[label] = args.requests * args.steps / wall
         emit(
             figure="tokens_per_s",
