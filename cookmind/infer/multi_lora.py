@@ -70,6 +70,9 @@ class AdapterRows:
 
 # above this many stacked entries (adapters + the base) a projection gathers each row's pair instead of masking
 MASKED_MAX_STACK = 16
+# compiled, an update whose x A_all^T has at most this many elements (a decode step: 256 rows at (n+1) R = 256)
+# runs its up-projection as a fused reduction; larger ones (prefill) as a GEMM
+COMPILED_EXPAND_MAX_ELEMENTS = 256 * 256
 
 
 class LowRankDelta(nn.Module):
@@ -143,6 +146,10 @@ class LowRankDelta(nn.Module):
         idx = self.rows[: x.shape[0]].view(-1, *([1] * (x.dim() - 1)))  # (B, 1[, 1]): broadcast over T, columns
         low = F.linear(x, self.flat_A)  # every adapter's down-projection: (B, [T,] (n+1) R)
         low = torch.where(idx == self.column_adapter, low, 0)  # a select, not a product: other adapters' inf stays out
+        if torch.compiler.is_compiling() and low.numel() <= COMPILED_EXPAND_MAX_ELEMENTS:
+            # a decode step: written as a product and a sum, the compiler makes the select, the up-projection and
+            # the add into y one kernel (an extern GEMM would need the select as a kernel of its own)
+            return y + (low.unsqueeze(-2) * self.flat_B).sum(-1)
         flat_y = y.reshape(-1, y.shape[-1])
         return torch.addmm(flat_y, low.reshape(-1, low.shape[-1]), self.flat_B.t()).view(y.shape)
 
