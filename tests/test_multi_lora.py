@@ -414,8 +414,9 @@ def _delta_reference(parts, rows, x, y):
 
 @pytest.mark.parametrize("path", ["masked", "gathered"])
 def test_low_rank_delta_adds_each_rows_adapter_update(path, monkeypatch):
-    """Against a row-by-row loop, for a decode step (B, 1, in), a prefill (B, T, in) and a head's (B, in); both
-    ways of computing it (every adapter masked, used up to MASKED_MAX_STACK adapters; or each row's pair gathered)."""
+    """Against a row-by-row loop, for a decode step (B, 1, in), a verify step (B, 4, in), a prefill (B, 20, in)
+    and a head's (B, in); both ways of computing it (every adapter masked, used up to MASKED_MAX_STACK adapters and
+    MASKED_MAX_TOKENS tokens a row; or each row's pair gathered)."""
     from cookmind.infer import multi_lora
 
     if path == "gathered":
@@ -423,21 +424,24 @@ def test_low_rank_delta_adds_each_rows_adapter_update(path, monkeypatch):
     parts, rows, gen = _delta_case(n=3)
     delta = multi_lora.LowRankDelta(parts, rows)
     assert delta.masked == (path == "masked")
-    for shape in [(7, 1, 5), (7, 4, 5), (7, 5)]:
+    for shape in [(7, 1, 5), (7, 4, 5), (7, 20, 5), (7, 5)]:
         x = torch.randn(shape, generator=gen)
         y = torch.randn(*shape[:-1], 22, generator=gen)
         torch.testing.assert_close(delta(x, y), _delta_reference(parts, rows, x, y), rtol=1e-5, atol=1e-5)
 
 
-def test_compiled_low_rank_delta_adds_each_rows_adapter_update():
-    """Compiled as the runner compiles (dynamic shapes), the decode step's fused reduction and the prefill's GEMM
-    both equal the row-by-row loop."""
+def test_compiled_low_rank_delta_adds_each_rows_adapter_update(monkeypatch):
+    """Compiled as the runner compiles (dynamic shapes), the decode step's fused reduction, a larger verify step's
+    select and GEMM (past COMPILED_EXPAND_MAX_ELEMENTS, lowered here to reach it at these sizes), and the prefill's
+    gathered pairs all equal the row-by-row loop."""
+    from cookmind.infer import multi_lora
     from cookmind.infer.multi_lora import LowRankDelta
 
+    monkeypatch.setattr(multi_lora, "COMPILED_EXPAND_MAX_ELEMENTS", 1000)  # (7, 1) rows x 32 below, (7, 12) above
     parts, rows, gen = _delta_case(n=3, seed=1)
     delta = LowRankDelta(parts, rows)
     compiled = torch.compile(lambda x, y: delta(x, y), dynamic=True)
-    for shape in [(7, 1, 5), (7, 6, 5)]:
+    for shape in [(7, 1, 5), (7, 12, 5), (7, 20, 5)]:
         x = torch.randn(shape, generator=gen)
         y = torch.randn(*shape[:-1], 22, generator=gen)
         torch.testing.assert_close(compiled(x, y), _delta_reference(parts, rows, x, y), rtol=1e-5, atol=1e-5)

@@ -7,8 +7,8 @@
     y = x W^T + b + scale[i] * (x A[i]^T) B[i]^T        for a row served by adapter i
 
 An adapter of rank r < r_max fills the first r rows of A and columns of B; the zeros beyond add nothing, and an
-adapter that does not target a module has zeros there. The product runs as two batched matmuls over the rows'
-gathered pairs, for prefill (B, T, in) and decode (B, 1, in) alike.
+adapter that does not target a module has zeros there. A decode step computes every adapter's update and keeps each
+row's (two GEMMs, no gathers: it is launch-bound); a prefill gathers each row's pair (``LowRankDelta``).
 
 A row's adapter is read from a device tensor, never a Python value: the engine writes each slot's adapter into
 ``by_slot`` when it admits a request, and the runner copies the forward's rows out of it into ``rows``, the one
@@ -70,6 +70,9 @@ class AdapterRows:
 
 # above this many stacked entries (adapters + the base) a projection gathers each row's pair instead of masking
 MASKED_MAX_STACK = 16
+# ... and only for at most this many tokens per row (decode, verify): a prefill's low-rank work n+1 times over would
+# show, and it is not launch-bound, so it gathers each row's pair (one gather per row, not per token)
+MASKED_MAX_TOKENS = 16
 # compiled, an update whose x A_all^T has at most this many elements (a decode step: 256 rows at (n+1) R = 256)
 # runs its up-projection as a fused reduction; larger ones (prefill) as a GEMM
 COMPILED_EXPAND_MAX_ELEMENTS = 256 * 256
@@ -80,13 +83,15 @@ class LowRankDelta(nn.Module):
     a plain projection; q/k/v or gate/up: a fused one, ``model.fused``). Part j of the output gets
     scale_j[i] * (x A_j[i]^T) B_j[i]^T for a row served by adapter i; a part no adapter targets is left as it is.
 
-    With few adapters (n+1 <= ``MASKED_MAX_STACK``) the update is two GEMMs and one select, whatever the mix of
-    rows: every adapter's A of every part stacked into one ((n+1) R, in) matrix gives x A_all^T for all adapters
-    at once, the columns of other adapters than the row's are zeroed (a mask read from ``rows``), and one GEMM
-    with every B side by side (scale folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds
-    the update to y. The low-rank work grows n+1 times, which is tiny beside the projection itself; what it saves
-    is a dozen small gather/bmm kernels per projection, the cost of a decode step. With more adapters each row
-    gathers its own pair and runs two batched matmuls (the down-projection of all parts in one)."""
+    A decode step (up to ``MASKED_MAX_TOKENS`` tokens a row) with few adapters (n+1 <= ``MASKED_MAX_STACK``) is
+    launch-bound, so its update is two GEMMs and one select, whatever the mix of rows: every adapter's A of every
+    part stacked into one ((n+1) R, in) matrix gives x A_all^T for all adapters at once, the columns of adapters
+    other than the row's are zeroed (a mask read from ``rows``), and one GEMM with every B side by side (scale
+    folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds the update to y. Compiled, the
+    select, that GEMM and the add become one fused reduction. The low-rank work grows n+1 times, tiny beside the
+    projection at a few tokens a row; what it saves is a dozen small gather/bmm kernels per projection. A prefill
+    (or many adapters) gathers each row's pair instead and runs two batched matmuls (all parts' down-projections
+    in one, each part's up-projection on its own)."""
 
     def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor):
         """parts: in output order, (A (n+1, r, in), B (n+1, out, r), scale (n+1,)) for a part some adapter targets,
@@ -109,23 +114,20 @@ class LowRankDelta(nn.Module):
             out, rank = out + b.shape[1], rank + a.shape[1]
         self.spans = tuple(spans)  # (first output, end, rank columns or None) per part
         stack, dtype = targeted[0][0].shape[0], targeted[0][0].dtype
+        stack_a = torch.cat([a for a, _, _ in targeted], dim=1) if len(targeted) > 1 else targeted[0][0]
+        self.register_buffer("stack_A", stack_a, persistent=False)  # (n+1, R, in); one part's A is not copied
+        scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
+        self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
         self.masked = stack <= MASKED_MAX_STACK
         if self.masked:
-            # column c of x A_all^T is adapter c // rank's, rank-column c % rank: (n+1, R, in) flattened
-            flat_a = torch.cat([a for a, _, _ in targeted], dim=1) if len(targeted) > 1 else targeted[0][0]
-            flat_a = flat_a.flatten(0, 1)  # a view of a single part's A
-            self.register_buffer("flat_A", flat_a, persistent=False)
-            flat_b = torch.zeros(out, stack, rank, dtype=dtype, device=targeted[0][0].device)
+            # column c of x A_all^T (A_all: stack_A flattened) is adapter c // R's, rank-column c % R
+            flat_b = torch.zeros(out, stack, rank, dtype=dtype, device=stack_a.device)
             for j, (start, end, (r0, r1)) in enumerate(s for s in spans if s[2] is not None):
                 b, s = getattr(self, f"B{j}"), getattr(self, f"scale{j}")  # scale folded in, rounded once
                 flat_b[start:end, :, r0:r1] = (b.float() * s.float()[:, None, None]).to(dtype).transpose(0, 1)
             self.register_buffer("flat_B", flat_b.flatten(1, 2), persistent=False)  # (out, (n+1) R)
-            cols = torch.arange(stack, device=flat_b.device).repeat_interleave(rank)
+            cols = torch.arange(stack, device=stack_a.device).repeat_interleave(rank)
             self.register_buffer("column_adapter", cols, persistent=False)  # ((n+1) R,)
-        else:
-            self.register_buffer("stack_A", torch.cat([a for a, _, _ in targeted], dim=1), persistent=False)
-            scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
-            self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
 
     def parts(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int]:
         """The ``parts`` this was built from (to place them beside other projections' parts)."""
@@ -140,11 +142,12 @@ class LowRankDelta(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update."""
-        return self._masked(x, y) if self.masked else self._gathered(x, y)
+        tokens = x.shape[1] if x.dim() == 3 else 1
+        return self._masked(x, y) if self.masked and tokens <= MASKED_MAX_TOKENS else self._gathered(x, y)
 
     def _masked(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         idx = self.rows[: x.shape[0]].view(-1, *([1] * (x.dim() - 1)))  # (B, 1[, 1]): broadcast over T, columns
-        low = F.linear(x, self.flat_A)  # every adapter's down-projection: (B, [T,] (n+1) R)
+        low = F.linear(x, self.stack_A.flatten(0, 1))  # every adapter's down-projection: (B, [T,] (n+1) R)
         low = torch.where(idx == self.column_adapter, low, 0)  # a select, not a product: other adapters' inf stays out
         if torch.compiler.is_compiling() and low.numel() <= COMPILED_EXPAND_MAX_ELEMENTS:
             # a decode step: written as a product and a sum, the compiler makes the select, the up-projection and
