@@ -473,3 +473,40 @@ def test_a_projections_adapter_update_is_four_ops_whatever_the_adapters(n):
     with Ops() as ops:
         delta(x, y)
     assert len(ops.names) <= 4, ops.names
+
+
+def test_an_unfused_projection_computes_its_output_and_every_adapters_down_projection_in_one_gemm():
+    """o/down (never fused) with few adapters: the weight becomes the first rows of one tensor with the stacked A
+    (no memory added, values kept); a decode step is that GEMM, the mask, the select and the up-projection (four
+    ops with the projection itself), and decode and prefill both equal the row-by-row loop."""
+    from torch import nn
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cookmind.infer.multi_lora import MultiLoRALinear
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view and func.__name__ not in ("_unsafe_view.default", "scalar_tensor.default"):
+                self.names.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(3)
+    parts, rows, _ = _delta_case(n=3)
+    a, b, scale = parts[0]  # out 8, rank 3, in 5
+    base = nn.Linear(5, 8, bias=False)
+    weight = base.weight.detach().clone()
+    layer = MultiLoRALinear(base, a, b, scale, rows, fold=True)
+    assert layer.weight is base.weight and torch.equal(layer.weight, weight)
+    assert layer.weight.untyped_storage().data_ptr() == layer.weight_and_A.untyped_storage().data_ptr()
+    for shape in [(7, 1, 5), (7, 20, 5)]:
+        x = torch.randn(shape, generator=gen)
+        ref = _delta_reference([(a, b, scale)], rows, x, x @ weight.T)
+        with torch.no_grad(), Ops() as ops:
+            got = layer(x)
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+        if shape[1] == 1:
+            assert len(ops.names) <= 4, ops.names

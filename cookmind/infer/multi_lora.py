@@ -76,6 +76,8 @@ MASKED_MAX_TOKENS = 16
 # compiled, an update whose x A_all^T has at most this many elements (a decode step: 256 rows at (n+1) R = 256)
 # runs its up-projection as a fused reduction; larger ones (prefill) as a GEMM
 COMPILED_EXPAND_MAX_ELEMENTS = 256 * 256
+# the projections ``model.fused`` stacks into one GEMM each (q/k/v, gate/up): their fused update is built there
+FUSED_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 
 
 class LowRankDelta(nn.Module):
@@ -140,14 +142,21 @@ class LowRankDelta(nn.Module):
                 j += 1
         return out
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update."""
-        tokens = x.shape[1] if x.dim() == 3 else 1
-        return self._masked(x, y) if self.masked and tokens <= MASKED_MAX_TOKENS else self._gathered(x, y)
+    def forward(self, x: torch.Tensor, y: torch.Tensor, low: torch.Tensor | None = None) -> torch.Tensor:
+        """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update. low: x A_all^T when the
+        projection's GEMM computed it too (``uses_masked``, ``MultiLoRALinear``'s folded weight)."""
+        if self.uses_masked(x):
+            return self._masked(x, y, low)
+        return self._gathered(x, y)
 
-    def _masked(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def uses_masked(self, x: torch.Tensor) -> bool:
+        """Whether the update of x is computed for every adapter at once (few adapters, few tokens a row)."""
+        return self.masked and (x.shape[1] if x.dim() == 3 else 1) <= MASKED_MAX_TOKENS
+
+    def _masked(self, x: torch.Tensor, y: torch.Tensor, low: torch.Tensor | None) -> torch.Tensor:
         idx = self.rows[: x.shape[0]].view(-1, *([1] * (x.dim() - 1)))  # (B, 1[, 1]): broadcast over T, columns
-        low = F.linear(x, self.stack_A.flatten(0, 1))  # every adapter's down-projection: (B, [T,] (n+1) R)
+        if low is None:  # every adapter's down-projection: (B, [T,] (n+1) R)
+            low = F.linear(x, self.stack_A.flatten(0, 1))
         low = torch.where(idx == self.column_adapter, low, 0)  # a select, not a product: other adapters' inf stays out
         if torch.compiler.is_compiling() and low.numel() <= COMPILED_EXPAND_MAX_ELEMENTS:
             # a decode step: written as a product and a sum, the compiler makes the select, the up-projection and
@@ -175,16 +184,33 @@ class LowRankDelta(nn.Module):
 class MultiLoRALinear(nn.Module):
     """A projection plus, per row, the low-rank update of that row's adapter (see the module docstring)."""
 
-    def __init__(self, base: nn.Module, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor):
+    def __init__(
+        self, base: nn.Module, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor, fold=False
+    ):
+        """fold: a projection ``model.fused`` never fuses (o, down): with few adapters and no bias, A's rows join
+        the weight's in one tensor (the weight becomes a view of it: no memory added), so that a decode step's one
+        GEMM gives y and every adapter's x A^T (a kernel less); a prefill multiplies by the weight's rows alone."""
         super().__init__()
         self.in_features, self.out_features = base.weight.shape[1], base.weight.shape[0]
         self.weight = base.weight
         self.bias = getattr(base, "bias", None)
+        both = None
+        if fold and self.bias is None and a.shape[0] <= MASKED_MAX_STACK:
+            with torch.no_grad():
+                both = torch.cat([self.weight.detach(), a.flatten(0, 1)])
+                self.weight.data = both[: self.out_features]
+            a = both[self.out_features :].view(a.shape)
+        self.register_buffer("weight_and_A", both, persistent=False)
         # not named lora_A/lora_B: those mark a trained LoRA layer, which fuse_projections must leave alone;
         # this one gives a fused projection its part of the update (fuse_adapters)
         self.delta = LowRankDelta([(a, b, scale)], rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_and_A is not None and self.delta.uses_masked(x):
+            y, low = F.linear(x, self.weight_and_A).split(
+                [self.out_features, self.weight_and_A.shape[0] - self.out_features], -1
+            )
+            return self.delta(x, y, low)
         return self.delta(x, F.linear(x, self.weight, self.bias))
 
     def fuse_adapters(self, modules: list[nn.Module]) -> LowRankDelta:
@@ -229,5 +255,6 @@ def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: in
                 scale[i] = adapter.scaling
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, MultiLoRALinear(base, stack_a, stack_b, scale, table.rows))
+        fold = child not in FUSED_PROJECTIONS
+        setattr(parent, child, MultiLoRALinear(base, stack_a, stack_b, scale, table.rows, fold=fold))
     return table
