@@ -124,19 +124,31 @@ def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, 
     assert differs, "the adapters did not change any output: the comparison would prove nothing"
 
 
-def test_served_layers_stay_fused_with_adapters_on_some_of_the_parts(setup):
+@pytest.mark.parametrize("share", [0.25, 1.0], ids=["gate-up-folds", "both-fold"])
+def test_served_layers_stay_fused_with_adapters_on_some_of_the_parts(setup, share, monkeypatch):
     """Adapters on q and v (chef), on k (baker), on gate and up (baker only): every layer still runs one QKV and one
     gate/up GEMM, each part's update in its slice (zeros where the row's adapter does not target it), and the mixed
-    batch equals each merged model through the fused prefill and the fused decode kernel."""
+    batch equals each merged model through the fused prefill (a short one, every adapter masked, and a long one,
+    each row's pair gathered) and the fused decode kernel. Where every adapter's A adds at most FOLD_MAX_SHARE of
+    the fused weight's rows it joins that GEMM (gate/up here: 12 rows on 128; q/k/v too at share 1: 30 on 64)."""
+    from cookmind.infer import multi_lora
+
+    monkeypatch.setattr(multi_lora, "FOLD_MAX_SHARE", share)
     base, tmp, refs = setup
     adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
-    engine = Engine(copy.deepcopy(base), num_slots=3, decode_attention="kernel", adapters=adapters)
+    engine = Engine(copy.deepcopy(base), num_slots=4, decode_attention="kernel", adapters=adapters)
     fused = engine.runner.fused
     assert fused is not None and len(fused) == len(base.model.layers)
-    for f in fused:
+    for f, layer in zip(fused, engine.runner.model.model.layers):
         assert f.qkv is not None and f.gate_up is not None  # one GEMM each, adapters or not
         assert f.qkv_delta is not None and f.gate_up_delta is not None
+        assert f.gate_up.shape[0] == 128 + 3 * 4  # [W_gate; W_up; A_all], W_gate a view of its rows
+        assert f.qkv.shape[0] == (64 + 3 * 10 if share == 1.0 else 64)
+        gate = layer.mlp.gate_proj.weight
+        assert gate.untyped_storage().data_ptr() == f.gate_up.untyped_storage().data_ptr()
+    long_prompt = [(7 * i + 3) % 97 for i in range(20)]  # past MASKED_MAX_TOKENS: its prefill gathers
     jobs = [([5, 9, 14, 3, 22, 7], "chef"), ([11, 2, 30, 8], None), ([5, 9, 14, 3, 22, 7], "baker")]
+    jobs.append((long_prompt, "chef"))
     for (prompt, name), (toks, lps, prompt_lp) in zip(jobs, _run(engine, jobs)):
         ref_toks, ref_lps, ref_prompt_lp = _reference(refs[name], prompt, NEW)
         assert toks == ref_toks, name

@@ -76,6 +76,9 @@ MASKED_MAX_TOKENS = 16
 # compiled, an update whose x A_all^T has at most this many elements (a decode step: 256 rows at (n+1) R = 256)
 # runs its up-projection as a fused reduction; larger ones (prefill) as a GEMM
 COMPILED_EXPAND_MAX_ELEMENTS = 256 * 256
+# a fused projection's weight takes every adapter's A below its rows (``fold_into``) when they add at most this share
+# of its rows: a prefill multiplies by them too
+FOLD_MAX_SHARE = 0.25
 # the projections ``model.fused`` stacks into one GEMM each (q/k/v, gate/up): their fused update is built there
 FUSED_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 
@@ -115,6 +118,7 @@ class LowRankDelta(nn.Module):
             spans.append((out, out + b.shape[1], (rank, rank + a.shape[1])))
             out, rank = out + b.shape[1], rank + a.shape[1]
         self.spans = tuple(spans)  # (first output, end, rank columns or None) per part
+        self.out_features = out
         stack, dtype = targeted[0][0].shape[0], targeted[0][0].dtype
         stack_a = torch.cat([a for a, _, _ in targeted], dim=1) if len(targeted) > 1 else targeted[0][0]
         self.register_buffer("stack_A", stack_a, persistent=False)  # (n+1, R, in); one part's A is not copied
@@ -142,9 +146,30 @@ class LowRankDelta(nn.Module):
                 j += 1
         return out
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor, low: torch.Tensor | None = None) -> torch.Tensor:
-        """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update. low: x A_all^T when the
-        projection's GEMM computed it too (``uses_masked``, ``MultiLoRALinear``'s folded weight)."""
+    def fold_into(self, weight: torch.Tensor, modules: list[nn.Module]) -> torch.Tensor:
+        """For ``model.fused``: the fused projection's weight with every adapter's A below its rows, the modules'
+        weights re-pointed into it (no memory added), so that one GEMM gives the output and x A_all^T (a kernel
+        less a decode step); ``weight`` itself where that does not pay: many adapters, a bias, or A_all more than
+        ``FOLD_MAX_SHARE`` of the rows."""
+        rows = self.stack_A.shape[0] * self.stack_A.shape[1]
+        biased = any(getattr(m, "bias", None) is not None for m in modules)
+        if not self.masked or biased or rows > FOLD_MAX_SHARE * len(weight):
+            return weight
+        with torch.no_grad():
+            both = torch.cat([weight.detach(), self.stack_A.flatten(0, 1)])
+            start = 0
+            for m in modules:
+                m.weight.data = both[start : start + m.weight.shape[0]]
+                start += m.weight.shape[0]
+        self.stack_A = both[start:].view(self.stack_A.shape)
+        return both
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update. A y wider than the
+        output brings x A_all^T after it (a weight from ``fold_into``, ``MultiLoRALinear``'s folded one)."""
+        low = None
+        if y.shape[-1] != self.out_features:
+            y, low = y[..., : self.out_features], y[..., self.out_features :]
         if self.uses_masked(x):
             return self._masked(x, y, low)
         return self._gathered(x, y)
@@ -207,10 +232,7 @@ class MultiLoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight_and_A is not None and self.delta.uses_masked(x):
-            y, low = F.linear(x, self.weight_and_A).split(
-                [self.out_features, self.weight_and_A.shape[0] - self.out_features], -1
-            )
-            return self.delta(x, y, low)
+            return self.delta(x, F.linear(x, self.weight_and_A))
         return self.delta(x, F.linear(x, self.weight, self.bias))
 
     def fuse_adapters(self, modules: list[nn.Module]) -> LowRankDelta:
