@@ -8,7 +8,9 @@
 
 An adapter of rank r < r_max fills the first r rows of A and columns of B; the zeros beyond add nothing, and an
 adapter that does not target a module has zeros there. A decode step computes every adapter's update and keeps each
-row's (two GEMMs, no gathers: it is launch-bound); a prefill gathers each row's pair (``LowRankDelta``).
+row's (two GEMMs, no gathers: it is launch-bound), the first of them inside the projection's own GEMM where the
+stacked A joins its weight (``MultiLoRALinear`` fold, ``LowRankDelta.fold_into``); a prefill gathers each row's
+pair (``LowRankDelta``).
 
 A row's adapter is read from a device tensor, never a Python value: the engine writes each slot's adapter into
 ``by_slot`` when it admits a request, and the runner copies the forward's rows out of it into ``rows``, the one
