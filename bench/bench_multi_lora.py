@@ -1,13 +1,16 @@
 """Per-request LoRA serving cost: the engine decoding a batch whose rows use different adapters, against the same
 engine serving the base alone and against a model with one adapter merged into its weights (what serving one
-adapter costs without per-request adapters), all three in the same process: the figures are ratios.
+adapter costs without per-request adapters), all in the same process: the figures are ratios.
 
 Workload: --requests prompts of --prompt-len random tokens, --steps new tokens each, greedy, no early stop, all in
 one batch. With adapters, the rows cycle through the base and each of --adapters adapters (rank --rank on every
 projection: q, k, v, o, gate, up, down). Each JSON line is printed (flushed) as soon as it is measured: the engine's
 setup (compile, graph capture), tokens/s = requests * steps / (wall time of the whole generation, prefill included)
-per engine, and the ratios as soon as both sides exist. The defaults finish in about a minute on an H200, setup of
-the three engines included.
+per engine, and the ratios as soon as both sides exist; last, the mixed batch again with every projection gathering
+each row's pair (the path for many adapters; --no-gathered skips it). The defaults finish in about a minute and a
+half on an H200, setup of the four engines included. --count-ops (uncompiled: CPU) also prints each engine's aten
+ops (views left out) per model forward, the launches a decode step costs before CUDA graphs and compilation fuse
+them.
 
     python bench/bench_multi_lora.py                        # GPT-2-small-sized Llama shape, CUDA, bf16
     python bench/bench_multi_lora.py --tiny --device cpu    # a seconds-long smoke run on CPU
@@ -22,7 +25,9 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from cookmind.infer import multi_lora
 from cookmind.infer.engine import Engine
 from cookmind.infer.loading import load_adapters
 from cookmind.infer.sampling import SamplingParams
@@ -48,6 +53,34 @@ def make_adapters(base: CookMindLM, n: int, r: int, directory: Path) -> tuple[di
         out[f"a{i}"] = save_adapter(directory / f"a{i}", model)
         merged = merged if merged is not None else merged_copy(model).eval()
     return out, merged
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops run under it that compute something (views, which launch nothing, are left out, and so
+    are _unsafe_view, a view by another name, and a Python number's scalar_tensor)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += not func.is_view and func.__name__ not in ("_unsafe_view.default", "scalar_tensor.default")
+        return func(*args, **(kwargs or {}))
+
+
+def count_forward_ops(engine: Engine) -> dict:
+    """Wraps the engine's model forward so that each call counts its ops; returns the running totals."""
+    totals, forward = {"ops": 0, "forwards": 0}, engine.runner.forward
+
+    def counted(*args, **kwargs):
+        with OpCounter() as counter:
+            out = forward(*args, **kwargs)
+        totals["ops"] += counter.ops
+        totals["forwards"] += 1
+        return out
+
+    engine.runner.forward = counted
+    return totals
 
 
 def run(engine: Engine, prompts: list[list[int]], names: list[str | None], new: int) -> float:
@@ -85,6 +118,14 @@ def main(argv=None) -> int:
         default=None,
         help="torch.compile the layers (default: on CUDA, as the server does); --no-compile skips its setup time",
     )
+    p.add_argument(
+        "--gathered",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the mixed batch with every projection gathering each row's pair (the path past "
+        "multi_lora.MASKED_MAX_STACK adapters, and the only one before the masked update), last",
+    )
+    p.add_argument("--count-ops", action="store_true", help="aten ops per model forward (needs --no-compile)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
     if args.tiny:
@@ -110,29 +151,41 @@ def main(argv=None) -> int:
     prompts = torch.randint(0, cfg.vocab_size, (args.requests, args.prompt_len)).tolist()
     tps = {}
     # base and mixed adapters first: their ratio, the figure that matters, is printed before the merged run
-    for label, weights, engine_adapters in [
-        ("base", base, None),
-        ("adapters", base, adapters),
-        ("merged", merged, None),
-    ]:
+    engines = [("base", base, None), ("adapters", base, adapters), ("merged", merged, None)]
+    if args.gathered:
+        engines.append(("adapters_gathered", base, adapters))
+    for label, weights, engine_adapters in engines:
         model = CookMindLM(cfg)
         model.load_state_dict(weights.state_dict())
         model = model.to(args.device, dtype).eval()
         t0 = time.perf_counter()
-        engine = Engine(
-            model,
-            num_slots=args.requests,
-            max_seq_len=cfg.max_position_embeddings,
-            prefill_chunk=args.requests * args.prompt_len,
-            adapters=engine_adapters,
-            compile=args.compile,
-        )
+        masked_max = multi_lora.MASKED_MAX_STACK
+        if label == "adapters_gathered":  # every projection gathers each row's pair, as with many adapters
+            multi_lora.MASKED_MAX_STACK = 0
+        try:
+            engine = Engine(
+                model,
+                num_slots=args.requests,
+                max_seq_len=cfg.max_position_embeddings,
+                prefill_chunk=args.requests * args.prompt_len,
+                adapters=engine_adapters,
+                compile=args.compile,
+            )
+        finally:
+            multi_lora.MASKED_MAX_STACK = masked_max
         fused = engine.runner.fused is not None and all(f.qkv is not None for f in engine.runner.fused)
         emit(figure="setup_s", engine=label, seconds=round(time.perf_counter() - t0, 2), fused_qkv=fused)
         cycle = [None, *engine.adapter_names]
         names = [cycle[i % len(cycle)] for i in range(args.requests)]
         emit(figure="warmup_s", engine=label, seconds=round(run(engine, prompts, names, args.steps), 2))
         wall = min(run(engine, prompts, names, args.steps) for _ in range(args.repeats))
+        if args.count_ops:
+            if engine.runner.compiled or engine.graphs is not None:
+                raise SystemExit("--count-ops counts eager ops: run it with --no-compile on CPU")
+            totals = count_forward_ops(engine)
+            run(engine, prompts, names, args.steps)
+            ops = totals["ops"] / totals["forwards"]
+            emit(figure="aten_ops_per_forward", engine=label, ops=round(ops, 1), layers=args.layers)
         tps[label] = args.requests * args.steps / wall
         emit(
             figure="tokens_per_s",
@@ -146,6 +199,9 @@ def main(argv=None) -> int:
             emit(figure="adapters_over_base", ratio=round(tps["adapters"] / tps["base"], 3), rank=args.rank)
         if label == "merged":  # against serving one adapter merged into the weights
             emit(figure="adapters_over_merged", ratio=round(tps["adapters"] / tps["merged"], 3), rank=args.rank)
+        if label == "adapters_gathered":
+            ratio = round(tps["adapters_gathered"] / tps["base"], 3)
+            emit(figure="adapters_gathered_over_base", ratio=ratio, rank=args.rank)
         del engine, model
         if args.device == "cuda":
             torch.cuda.empty_cache()

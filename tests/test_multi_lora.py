@@ -99,10 +99,17 @@ def _run(engine, jobs):
     ],
     ids=["paged-gather", "paged-kernel-graphstep", "slots"],
 )
-def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, kw):
+@pytest.mark.parametrize("path", ["masked", "gathered"])  # gathered: what more than MASKED_MAX_STACK adapters take
+def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, kw, path, monkeypatch):
+    from cookmind.infer import multi_lora
+
+    if path == "gathered":
+        monkeypatch.setattr(multi_lora, "MASKED_MAX_STACK", 2)
     base, tmp, refs = setup
     adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
     engine = Engine(copy.deepcopy(base), num_slots=4, adapters=adapters, **kw)
+    deltas = [m for m in engine.runner.model.modules() if isinstance(m, multi_lora.LowRankDelta)]
+    assert deltas and all(d.masked == (path == "masked") for d in deltas)
     prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4], [5, 9, 14, 3, 22, 7]]
     jobs = list(zip(prompts, ["chef", None, "baker", "baker"]))
     got = _run(engine, jobs)
@@ -117,19 +124,31 @@ def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, 
     assert differs, "the adapters did not change any output: the comparison would prove nothing"
 
 
-def test_served_layers_stay_fused_with_adapters_on_some_of_the_parts(setup):
+@pytest.mark.parametrize("share", [0.25, 1.0], ids=["gate-up-folds", "both-fold"])
+def test_served_layers_stay_fused_with_adapters_on_some_of_the_parts(setup, share, monkeypatch):
     """Adapters on q and v (chef), on k (baker), on gate and up (baker only): every layer still runs one QKV and one
     gate/up GEMM, each part's update in its slice (zeros where the row's adapter does not target it), and the mixed
-    batch equals each merged model through the fused prefill and the fused decode kernel."""
+    batch equals each merged model through the fused prefill (a short one, every adapter masked, and a long one,
+    each row's pair gathered) and the fused decode kernel. Where every adapter's A adds at most FOLD_MAX_SHARE of
+    the fused weight's rows it joins that GEMM (gate/up here: 12 rows on 128; q/k/v too at share 1: 30 on 64)."""
+    from cookmind.infer import multi_lora
+
+    monkeypatch.setattr(multi_lora, "FOLD_MAX_SHARE", share)
     base, tmp, refs = setup
     adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
-    engine = Engine(copy.deepcopy(base), num_slots=3, decode_attention="kernel", adapters=adapters)
+    engine = Engine(copy.deepcopy(base), num_slots=4, decode_attention="kernel", adapters=adapters)
     fused = engine.runner.fused
     assert fused is not None and len(fused) == len(base.model.layers)
-    for f in fused:
+    for f, layer in zip(fused, engine.runner.model.model.layers):
         assert f.qkv is not None and f.gate_up is not None  # one GEMM each, adapters or not
         assert f.qkv_delta is not None and f.gate_up_delta is not None
+        assert f.gate_up.shape[0] == 128 + 3 * 4  # [W_gate; W_up; A_all], W_gate a view of its rows
+        assert f.qkv.shape[0] == (64 + 3 * 10 if share == 1.0 else 64)
+        gate = layer.mlp.gate_proj.weight
+        assert gate.untyped_storage().data_ptr() == f.gate_up.untyped_storage().data_ptr()
+    long_prompt = [(7 * i + 3) % 97 for i in range(20)]  # past MASKED_MAX_TOKENS: its prefill gathers
     jobs = [([5, 9, 14, 3, 22, 7], "chef"), ([11, 2, 30, 8], None), ([5, 9, 14, 3, 22, 7], "baker")]
+    jobs.append((long_prompt, "chef"))
     for (prompt, name), (toks, lps, prompt_lp) in zip(jobs, _run(engine, jobs)):
         ref_toks, ref_lps, ref_prompt_lp = _reference(refs[name], prompt, NEW)
         assert toks == ref_toks, name
@@ -371,3 +390,135 @@ def test_submit_with_an_unknown_adapter_is_refused(setup):
         engine.submit([1, 2, 3], adapter="baker")
     with pytest.raises(ValueError, match="serves no LoRA adapters"):
         Engine(copy.deepcopy(base), num_slots=1).submit([1, 2, 3], adapter="chef")
+
+
+def _delta_case(n, seed=0):
+    """A fused projection of four parts (widths 8, 4, 4, 6; the third targeted by no adapter) whose parts carry
+    n adapters of ranks up to 3 (a part's smaller-rank adapters zero-padded, as attach_adapters stacks them)."""
+    gen = torch.Generator().manual_seed(seed)
+    parts = []
+    for spec in [(8, 3), (4, 2), 4, (6, 3)]:
+        if isinstance(spec, int):
+            parts.append(spec)
+            continue
+        out, r = spec
+        a = torch.randn(n + 1, r, 5, generator=gen)
+        b = torch.randn(n + 1, out, r, generator=gen)
+        a[0], b[0], b[1:, :, r - 1 :] = 0, 0, 0  # index 0 is the base; adapters of rank r - 1 in an r-wide stack
+        parts.append((a, b, torch.rand(n + 1, generator=gen) + 0.5))
+    rows = torch.tensor([(3 * i + 1) % (n + 1) for i in range(7)])  # the base and every adapter, in no order
+    return parts, rows, gen
+
+
+def _delta_reference(parts, rows, x, y):
+    """Row by row, part by part: y + scale[i] * (x A[i]^T) B[i]^T in each targeted part's slice."""
+    out = y.clone()
+    for row, i in enumerate(rows.tolist()):
+        start = 0
+        for p in parts:
+            width = p if isinstance(p, int) else p[1].shape[1]
+            if not isinstance(p, int):
+                a, b, s = p
+                out[row, ..., start : start + width] += s[i] * (x[row] @ a[i].T) @ b[i].T
+            start += width
+    return out
+
+
+@pytest.mark.parametrize("path", ["masked", "gathered"])
+def test_low_rank_delta_adds_each_rows_adapter_update(path, monkeypatch):
+    """Against a row-by-row loop, for a decode step (B, 1, in), a verify step (B, 4, in), a prefill (B, 20, in)
+    and a head's (B, in); both ways of computing it (every adapter masked, used up to MASKED_MAX_STACK adapters and
+    MASKED_MAX_TOKENS tokens a row; or each row's pair gathered)."""
+    from cookmind.infer import multi_lora
+
+    if path == "gathered":
+        monkeypatch.setattr(multi_lora, "MASKED_MAX_STACK", 1)
+    parts, rows, gen = _delta_case(n=3)
+    delta = multi_lora.LowRankDelta(parts, rows)
+    assert delta.masked == (path == "masked")
+    for shape in [(7, 1, 5), (7, 4, 5), (7, 20, 5), (7, 5)]:
+        x = torch.randn(shape, generator=gen)
+        y = torch.randn(*shape[:-1], 22, generator=gen)
+        torch.testing.assert_close(delta(x, y), _delta_reference(parts, rows, x, y), rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_low_rank_delta_adds_each_rows_adapter_update(monkeypatch):
+    """Compiled as the runner compiles (dynamic shapes), the decode step's fused reduction, a larger verify step's
+    select and GEMM (past COMPILED_EXPAND_MAX_ELEMENTS, lowered here to reach it at these sizes), and the prefill's
+    gathered pairs all equal the row-by-row loop."""
+    from cookmind.infer import multi_lora
+    from cookmind.infer.multi_lora import LowRankDelta
+
+    monkeypatch.setattr(multi_lora, "COMPILED_EXPAND_MAX_ELEMENTS", 1000)  # (7, 1) rows x 32 below, (7, 12) above
+    parts, rows, gen = _delta_case(n=3, seed=1)
+    delta = LowRankDelta(parts, rows)
+    compiled = torch.compile(lambda x, y: delta(x, y), dynamic=True)
+    for shape in [(7, 1, 5), (7, 12, 5), (7, 20, 5)]:
+        x = torch.randn(shape, generator=gen)
+        y = torch.randn(*shape[:-1], 22, generator=gen)
+        torch.testing.assert_close(compiled(x, y), _delta_reference(parts, rows, x, y), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [2, 15])
+def test_a_projections_adapter_update_is_four_ops_whatever_the_adapters(n):
+    """A decode step is launch-bound: a fused projection's update (four parts, three targeted, rows on every
+    adapter) runs four ops uncompiled (down-projection GEMM, mask, select, up-projection GEMM with the add), not
+    a gather and a matmul per part, and the count does not grow with the number of adapters."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cookmind.infer.multi_lora import LowRankDelta
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            # views launch nothing, nor does _unsafe_view (a view by another name) or a Python number's tensor
+            if not func.is_view and func.__name__ not in ("_unsafe_view.default", "scalar_tensor.default"):
+                self.names.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    parts, rows, gen = _delta_case(n)
+    delta = LowRankDelta(parts, rows)
+    x, y = torch.randn(7, 1, 5, generator=gen), torch.randn(7, 1, 22, generator=gen)
+    with Ops() as ops:
+        delta(x, y)
+    assert len(ops.names) <= 4, ops.names
+
+
+def test_an_unfused_projection_computes_its_output_and_every_adapters_down_projection_in_one_gemm():
+    """o/down (never fused) with few adapters: the weight becomes the first rows of one tensor with the stacked A
+    (no memory added, values kept); a decode step is that GEMM, the mask, the select and the up-projection (four
+    ops with the projection itself), and decode and prefill both equal the row-by-row loop."""
+    from torch import nn
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cookmind.infer.multi_lora import MultiLoRALinear
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view and func.__name__ not in ("_unsafe_view.default", "scalar_tensor.default"):
+                self.names.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(3)
+    parts, rows, _ = _delta_case(n=3)
+    a, b, scale = parts[0]  # out 8, rank 3, in 5
+    base = nn.Linear(5, 8, bias=False)
+    weight = base.weight.detach().clone()
+    layer = MultiLoRALinear(base, a, b, scale, rows, fold=True)
+    assert layer.weight is base.weight and torch.equal(layer.weight, weight)
+    assert layer.weight.untyped_storage().data_ptr() == layer.weight_and_A.untyped_storage().data_ptr()
+    for shape in [(7, 1, 5), (7, 20, 5)]:
+        x = torch.randn(shape, generator=gen)
+        ref = _delta_reference([(a, b, scale)], rows, x, x @ weight.T)
+        with torch.no_grad(), Ops() as ops:
+            got = layer(x)
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+        if shape[1] == 1:
+            assert len(ops.names) <= 4, ops.names

@@ -7,8 +7,10 @@
     y = x W^T + b + scale[i] * (x A[i]^T) B[i]^T        for a row served by adapter i
 
 An adapter of rank r < r_max fills the first r rows of A and columns of B; the zeros beyond add nothing, and an
-adapter that does not target a module has zeros there. The product runs as two batched matmuls over the rows'
-gathered pairs, for prefill (B, T, in) and decode (B, 1, in) alike.
+adapter that does not target a module has zeros there. A decode step computes every adapter's update and keeps each
+row's (two GEMMs, no gathers: it is launch-bound), the first of them inside the projection's own GEMM where the
+stacked A joins its weight (``MultiLoRALinear`` fold, ``LowRankDelta.fold_into``); a prefill gathers each row's
+pair (``LowRankDelta``).
 
 A row's adapter is read from a device tensor, never a Python value: the engine writes each slot's adapter into
 ``by_slot`` when it admits a request, and the runner copies the forward's rows out of it into ``rows``, the one
@@ -68,13 +70,35 @@ class AdapterRows:
         self.rows[:b].copy_(self.by_slot[slot_start : slot_start + b])
 
 
+# above this many stacked entries (adapters + the base) a projection gathers each row's pair instead of masking
+MASKED_MAX_STACK = 16
+# ... and only for at most this many tokens per row (decode, verify): a prefill's low-rank work n+1 times over would
+# show, and it is not launch-bound, so it gathers each row's pair (one gather per row, not per token)
+MASKED_MAX_TOKENS = 16
+# compiled, an update whose x A_all^T has at most this many elements (a decode step: 256 rows at (n+1) R = 256)
+# runs its up-projection as a fused reduction; larger ones (prefill) as a GEMM
+COMPILED_EXPAND_MAX_ELEMENTS = 256 * 256
+# a fused projection's weight takes every adapter's A below its rows (``fold_into``) when they add at most this share
+# of its rows: a prefill multiplies by them too
+FOLD_MAX_SHARE = 0.25
+# the projections ``model.fused`` stacks into one GEMM each (q/k/v, gate/up): their fused update is built there
+FUSED_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+
+
 class LowRankDelta(nn.Module):
     """Each row's adapter update of one projection's output, the projection made of parts side by side (one part:
     a plain projection; q/k/v or gate/up: a fused one, ``model.fused``). Part j of the output gets
     scale_j[i] * (x A_j[i]^T) B_j[i]^T for a row served by adapter i; a part no adapter targets is left as it is.
 
-    The parts' A stacks sit side by side along the rank, so the down-projection of every part is one batched
-    matmul; each targeted part's up-projection is its own (a block-diagonal B would gather zeros for every row)."""
+    A decode step (up to ``MASKED_MAX_TOKENS`` tokens a row) with few adapters (n+1 <= ``MASKED_MAX_STACK``) is
+    launch-bound, so its update is two GEMMs and one select, whatever the mix of rows: every adapter's A of every
+    part stacked into one ((n+1) R, in) matrix gives x A_all^T for all adapters at once, the columns of adapters
+    other than the row's are zeroed (a mask read from ``rows``), and one GEMM with every B side by side (scale
+    folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds the update to y. Compiled, the
+    select, that GEMM and the add become one fused reduction. The low-rank work grows n+1 times, tiny beside the
+    projection at a few tokens a row; what it saves is a dozen small gather/bmm kernels per projection. A prefill
+    (or many adapters) gathers each row's pair instead and runs two batched matmuls (all parts' down-projections
+    in one, each part's up-projection on its own)."""
 
     def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor):
         """parts: in output order, (A (n+1, r, in), B (n+1, out, r), scale (n+1,)) for a part some adapter targets,
@@ -82,9 +106,6 @@ class LowRankDelta(nn.Module):
         super().__init__()
         targeted = [p for p in parts if not isinstance(p, int)]
         # buffers, not parameters: nothing here trains
-        self.register_buffer("stack_A", torch.cat([a for a, _, _ in targeted], dim=1), persistent=False)
-        scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
-        self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
         self.register_buffer("rows", rows, persistent=False)  # AdapterRows.rows, shared by every layer
         spans, out, rank = [], 0, 0
         for p in parts:
@@ -92,11 +113,29 @@ class LowRankDelta(nn.Module):
                 spans.append((out, out + p, None))
                 out += p
                 continue
-            a, b, _ = p
-            self.register_buffer(f"stack_B{sum(s[2] is not None for s in spans)}", b, persistent=False)  # (n+1, o, r)
+            a, b, s = p
+            j = sum(s_[2] is not None for s_ in spans)
+            for key, t in (("A", a), ("B", b), ("scale", s)):  # the stacks as given: shared, not copied
+                self.register_buffer(f"{key}{j}", t, persistent=False)
             spans.append((out, out + b.shape[1], (rank, rank + a.shape[1])))
             out, rank = out + b.shape[1], rank + a.shape[1]
         self.spans = tuple(spans)  # (first output, end, rank columns or None) per part
+        self.out_features = out
+        stack, dtype = targeted[0][0].shape[0], targeted[0][0].dtype
+        stack_a = torch.cat([a for a, _, _ in targeted], dim=1) if len(targeted) > 1 else targeted[0][0]
+        self.register_buffer("stack_A", stack_a, persistent=False)  # (n+1, R, in); one part's A is not copied
+        scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
+        self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
+        self.masked = stack <= MASKED_MAX_STACK
+        if self.masked:
+            # column c of x A_all^T (A_all: stack_A flattened) is adapter c // R's, rank-column c % R
+            flat_b = torch.zeros(out, stack, rank, dtype=dtype, device=stack_a.device)
+            for j, (start, end, (r0, r1)) in enumerate(s for s in spans if s[2] is not None):
+                b, s = getattr(self, f"B{j}"), getattr(self, f"scale{j}")  # scale folded in, rounded once
+                flat_b[start:end, :, r0:r1] = (b.float() * s.float()[:, None, None]).to(dtype).transpose(0, 1)
+            self.register_buffer("flat_B", flat_b.flatten(1, 2), persistent=False)  # (out, (n+1) R)
+            cols = torch.arange(stack, device=stack_a.device).repeat_interleave(rank)
+            self.register_buffer("column_adapter", cols, persistent=False)  # ((n+1) R,)
 
     def parts(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int]:
         """The ``parts`` this was built from (to place them beside other projections' parts)."""
@@ -105,13 +144,55 @@ class LowRankDelta(nn.Module):
             if ranks is None:
                 out.append(end - start)
             else:
-                r0, r1 = ranks
-                out.append((self.stack_A[:, r0:r1], getattr(self, f"stack_B{j}"), self.stack_scale[:, r0]))
+                out.append((getattr(self, f"A{j}"), getattr(self, f"B{j}"), getattr(self, f"scale{j}")))
                 j += 1
         return out
 
+    def fold_into(self, weight: torch.Tensor, modules: list[nn.Module]) -> torch.Tensor:
+        """For ``model.fused``: the fused projection's weight with every adapter's A below its rows, the modules'
+        weights re-pointed into it (no memory added), so that one GEMM gives the output and x A_all^T (a kernel
+        less a decode step); ``weight`` itself where that does not pay: many adapters, a bias, or A_all more than
+        ``FOLD_MAX_SHARE`` of the rows."""
+        rows = self.stack_A.shape[0] * self.stack_A.shape[1]
+        biased = any(getattr(m, "bias", None) is not None for m in modules)
+        if not self.masked or biased or rows > FOLD_MAX_SHARE * len(weight):
+            return weight
+        with torch.no_grad():
+            both = torch.cat([weight.detach(), self.stack_A.flatten(0, 1)])
+            start = 0
+            for m in modules:
+                m.weight.data = both[start : start + m.weight.shape[0]]
+                start += m.weight.shape[0]
+        self.stack_A = both[start:].view(self.stack_A.shape)
+        return both
+
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update."""
+        """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update. A y wider than the
+        output brings x A_all^T after it (a weight from ``fold_into``, ``MultiLoRALinear``'s folded one)."""
+        low = None
+        if y.shape[-1] != self.out_features:
+            y, low = y[..., : self.out_features], y[..., self.out_features :]
+        if self.uses_masked(x):
+            return self._masked(x, y, low)
+        return self._gathered(x, y)
+
+    def uses_masked(self, x: torch.Tensor) -> bool:
+        """Whether the update of x is computed for every adapter at once (few adapters, few tokens a row)."""
+        return self.masked and (x.shape[1] if x.dim() == 3 else 1) <= MASKED_MAX_TOKENS
+
+    def _masked(self, x: torch.Tensor, y: torch.Tensor, low: torch.Tensor | None) -> torch.Tensor:
+        idx = self.rows[: x.shape[0]].view(-1, *([1] * (x.dim() - 1)))  # (B, 1[, 1]): broadcast over T, columns
+        if low is None:  # every adapter's down-projection: (B, [T,] (n+1) R)
+            low = F.linear(x, self.stack_A.flatten(0, 1))
+        low = torch.where(idx == self.column_adapter, low, 0)  # a select, not a product: other adapters' inf stays out
+        if torch.compiler.is_compiling() and low.numel() <= COMPILED_EXPAND_MAX_ELEMENTS:
+            # a decode step: written as a product and a sum, the compiler makes the select, the up-projection and
+            # the add into y one kernel (an extern GEMM would need the select as a kernel of its own)
+            return y + (low.unsqueeze(-2) * self.flat_B).sum(-1)
+        flat_y = y.reshape(-1, y.shape[-1])
+        return torch.addmm(flat_y, low.reshape(-1, low.shape[-1]), self.flat_B.t()).view(y.shape)
+
+    def _gathered(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]
         xs = x.reshape(n, -1, x.shape[-1])  # (B, T, in); the LM head sees (B, in)
         idx = self.rows[:n]
@@ -120,7 +201,7 @@ class LowRankDelta(nn.Module):
         for start, end, ranks in self.spans:
             piece = y[..., start:end]
             if ranks is not None:
-                b = getattr(self, f"stack_B{j}")[idx]  # (B, out_j, r_j)
+                b = getattr(self, f"B{j}")[idx]  # (B, out_j, r_j)
                 piece = piece + torch.bmm(low[..., ranks[0] : ranks[1]], b.transpose(1, 2)).reshape(piece.shape)
                 j += 1
             pieces.append(piece)
@@ -130,16 +211,30 @@ class LowRankDelta(nn.Module):
 class MultiLoRALinear(nn.Module):
     """A projection plus, per row, the low-rank update of that row's adapter (see the module docstring)."""
 
-    def __init__(self, base: nn.Module, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor):
+    def __init__(
+        self, base: nn.Module, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor, fold=False
+    ):
+        """fold: a projection ``model.fused`` never fuses (o, down): with few adapters and no bias, A's rows join
+        the weight's in one tensor (the weight becomes a view of it: no memory added), so that a decode step's one
+        GEMM gives y and every adapter's x A^T (a kernel less); a prefill multiplies by the weight's rows alone."""
         super().__init__()
         self.in_features, self.out_features = base.weight.shape[1], base.weight.shape[0]
         self.weight = base.weight
         self.bias = getattr(base, "bias", None)
+        both = None
+        if fold and self.bias is None and a.shape[0] <= MASKED_MAX_STACK:
+            with torch.no_grad():
+                both = torch.cat([self.weight.detach(), a.flatten(0, 1)])
+                self.weight.data = both[: self.out_features]
+            a = both[self.out_features :].view(a.shape)
+        self.register_buffer("weight_and_A", both, persistent=False)
         # not named lora_A/lora_B: those mark a trained LoRA layer, which fuse_projections must leave alone;
         # this one gives a fused projection its part of the update (fuse_adapters)
         self.delta = LowRankDelta([(a, b, scale)], rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_and_A is not None and self.delta.uses_masked(x):
+            return self.delta(x, F.linear(x, self.weight_and_A))
         return self.delta(x, F.linear(x, self.weight, self.bias))
 
     def fuse_adapters(self, modules: list[nn.Module]) -> LowRankDelta:
@@ -151,7 +246,7 @@ class MultiLoRALinear(nn.Module):
         return LowRankDelta(parts, self.delta.rows)
 
     def extra_repr(self) -> str:
-        n, r = self.delta.stack_A.shape[0] - 1, self.delta.stack_A.shape[1]
+        n, r = self.delta.A0.shape[0] - 1, self.delta.A0.shape[1]
         return f"in={self.in_features}, out={self.out_features}, adapters={n}, r_max={r}"
 
 
@@ -184,5 +279,6 @@ def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: in
                 scale[i] = adapter.scaling
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, MultiLoRALinear(base, stack_a, stack_b, scale, table.rows))
+        fold = child not in FUSED_PROJECTIONS
+        setattr(parent, child, MultiLoRALinear(base, stack_a, stack_b, scale, table.rows, fold=fold))
     return table

@@ -26,7 +26,8 @@ class FusedWeights:
     """One layer's fused projections: [W_q; W_k; W_v] (and its bias) and [W_gate; W_up]; None where the layer's
     modules cannot share one GEMM (a trained LoRA layer, mixed biases, an MoE feed-forward). ``qkv_delta`` /
     ``gate_up_delta``: where the parts serve LoRA adapters per row (``infer.multi_lora``), a callable
-    (x, fused output) -> fused output plus each row's update in its parts' slices; else None."""
+    (x, fused output) -> fused output plus each row's update in its parts' slices; else None. With one, the fused
+    weight may carry rows past the parts' (``LowRankDelta.fold_into``), which the callable strips."""
 
     qkv: torch.Tensor | None = None
     qkv_bias: torch.Tensor | None = None
@@ -50,7 +51,11 @@ def fuse_projections(model) -> list[FusedWeights]:
         ):
             gate_up, _ = _fuse_rows([mlp.gate_proj, mlp.up_proj])
             gate_up_delta = None if gate_up is None else _adapters_of([mlp.gate_proj, mlp.up_proj])
+            if gate_up_delta is not None:  # every adapter's A joins the GEMM where that pays
+                gate_up = gate_up_delta.fold_into(gate_up, [mlp.gate_proj, mlp.up_proj])
         qkv_delta = None if qkv is None else _adapters_of(qkv_parts)
+        if qkv_delta is not None:
+            qkv = qkv_delta.fold_into(qkv, qkv_parts)
         out.append(FusedWeights(qkv, qkv_bias, gate_up, qkv_delta, gate_up_delta))
     return out
 
