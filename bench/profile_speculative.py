@@ -12,7 +12,12 @@ step (a step that verified drafts), host and device apart. On CPU with a tiny mo
 --hidden 64 --cuda-graphs on) that is what the H200's host pays around its graph replays (a plain step's host work
 overlaps the device there; a verify step's does not).
 
+--methods plain,ngram,draft adds a draft model (random, --draft-layers 2 --draft-hidden 128, or the target itself
+with --draft-self: every draft kept), and the last line then also gives its device time per verify step
+(draft_device_ms_...: the draft's forwards and its k steps' replay, inside the verify step's device time).
+
     python bench/profile_speculative.py                 # CUDA
+    python bench/profile_speculative.py --methods plain,ngram,draft --draft-self   # where a draft step's time goes
     python bench/profile_speculative.py --device cpu --layers 2 --hidden 128 --new-tokens 40   # a smoke run
 """
 
@@ -50,13 +55,19 @@ class ForwardClock:
     def __init__(self, eng: Engine, device: str):
         self.seconds, self.device, self.depth = 0.0, device, 0
         self.on = False  # off: no syncs (they would cost a CUDA engine its overlapped steps), nothing counted
+        self.draft_seconds = 0.0  # of those, the draft model's forwards and replays (method "draft")
         self.wrap(eng.runner, "compute")
         if eng.graphs is not None:  # replays (CUDA) or runs eagerly (CPU) a captured step, with its launch
             self.wrap(eng.graphs, "decode")
         if eng.spec is not None and eng.spec.verifier is not None:
             self.wrap(eng.spec.verifier, "_launch")
+        proposer = eng.spec.proposer if eng.spec is not None else None
+        if hasattr(proposer, "runner"):  # a draft model: its eager forwards, and its k steps' replay
+            self.wrap(proposer.runner, "compute", draft=True)
+            if proposer.graphs is not None:
+                self.wrap(proposer.graphs, "propose", draft=True)
 
-    def wrap(self, owner, name: str) -> None:
+    def wrap(self, owner, name: str, draft: bool = False) -> None:
         inner = getattr(owner, name)
 
         def timed(*args, **kwargs):
@@ -73,6 +84,8 @@ class ForwardClock:
                 if self.depth == 0:
                     sync(self.device)
                     self.seconds += time.perf_counter() - t0
+                    if draft:
+                        self.draft_seconds += time.perf_counter() - t0
 
         setattr(owner, name, timed)
 
@@ -86,16 +99,17 @@ def run(
     profile: cProfile.Profile | None = None,
 ):
     """One request to the end, stepping by hand: (seconds, engine steps, output tokens, and per kind of step, plain
-    or verify: [host seconds, device seconds, steps], counted while the clock is on)."""
+    or verify: [host seconds, device seconds, steps, of the device seconds the draft model's], counted while the
+    clock is on)."""
     params = SamplingParams(temperature=0.0, max_new_tokens=new_tokens)
     sync(device)
     t0 = time.perf_counter()
     if profile is not None:
         profile.enable()
     req = eng.submit(prompt, params)
-    steps, split = 0, {"plain": [0.0, 0.0, 0], "verify": [0.0, 0.0, 0]}
+    steps, split = 0, {"plain": [0.0, 0.0, 0, 0.0], "verify": [0.0, 0.0, 0, 0.0]}
     while eng.has_work():
-        verified, forward = eng.spec.steps if eng.spec is not None else 0, clock.seconds
+        verified, forward, drafting = eng.spec.steps if eng.spec is not None else 0, clock.seconds, clock.draft_seconds
         s0 = time.perf_counter()
         eng.step()
         device_s = clock.seconds - forward
@@ -104,6 +118,7 @@ def run(
             split[kind][0] += time.perf_counter() - s0 - device_s
             split[kind][1] += device_s
             split[kind][2] += 1
+            split[kind][3] += clock.draft_seconds - drafting
         steps += 1
     sync(device)
     if profile is not None:
@@ -123,6 +138,15 @@ def main() -> int:
     p.add_argument(
         "--split-repeats", type=int, default=3, help="runs per engine with the host/device split (synchronised)"
     )
+    p.add_argument(
+        "--methods",
+        default="plain,ngram",
+        help="engines to run, comma-separated: plain, ngram, draft (a draft model: --draft-layers/--draft-hidden, "
+        "random like the target so it agrees rarely, or the target itself with --draft-self: every draft kept)",
+    )
+    p.add_argument("--draft-layers", type=int, default=2)
+    p.add_argument("--draft-hidden", type=int, default=128)
+    p.add_argument("--draft-self", action="store_true", help="method draft: the target drafts for itself")
     p.add_argument("--profile", action="store_true", help="cProfile the last speculative run")
     p.add_argument(
         "--cuda-graphs", choices=["auto", "on", "off"], default="auto", help="on with CPU: the graph path, eagerly"
@@ -152,8 +176,25 @@ def main() -> int:
     if device.startswith("cuda"):
         model = model.bfloat16()
     prompt = torch.randint(0, vocab, (16,)).tolist() * 8
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(methods) - {"plain", "ngram", "draft"})
+    if unknown or "plain" not in methods:
+        p.error(
+            "--methods takes plain (always: the reference), ngram and draft; not "
+            + (", ".join(unknown) or "a list without plain")
+        )
+    engines = {"plain": None, "ngram": SpeculativeConfig("ngram", num_tokens=args.k)}
+    if "draft" in methods:
+        draft = model
+        if not args.draft_self:
+            small = dict(cfg.to_dict(), hidden_size=args.draft_hidden, intermediate_size=args.draft_hidden * 11 // 4)
+            small.update(num_hidden_layers=args.draft_layers)
+            draft = CookMindLM(CookMindConfig.from_dict(small)).to(device).eval()
+            draft = draft.bfloat16() if device.startswith("cuda") else draft
+        engines["draft"] = SpeculativeConfig("draft", num_tokens=args.k, draft_model=draft)
     outputs, fastest = {}, {}
-    for name, spec in (("plain", None), ("ngram", SpeculativeConfig("ngram", num_tokens=args.k))):
+    for name in ["plain", *[m for m in methods if m != "plain"]]:
+        spec = engines[name]
         t0 = time.perf_counter()
         graphs = {"auto": None, "on": True, "off": False}[args.cuda_graphs]
         eng = Engine(
@@ -176,9 +217,12 @@ def main() -> int:
             seconds, steps, out, split = run(eng, clock, prompt, args.new_tokens, device, prof)
             outputs.setdefault(name, out)
             if clock.on:
-                for kind, (host_s, device_s, count) in split.items():
+                for kind, (host_s, device_s, count, draft_s) in split.items():
                     if count:
-                        for part, value in (("host", host_s), ("device", device_s)):
+                        parts = [("host", host_s), ("device", device_s)] + (
+                            [("draft_device", draft_s)] if draft_s else []
+                        )
+                        for part, value in parts:
                             key = f"{part}_ms_per_{kind}_step_{name}"
                             fastest[key] = min(fastest.get(key, float("inf")), value * 1e3 / count)
                 continue

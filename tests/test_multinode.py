@@ -90,8 +90,10 @@ def test_two_nodes_on_loopback_equal_one_process(tmp_path, keep_threads):
 
 
 def _resume_on_rank(rank: int, root: str) -> str:
-    """Rank r resumes from its own node's run directory (no shared filesystem): only node 0's holds a checkpoint."""
-    cfg = TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/node{rank}", "checkpoint.resume=auto"])
+    """Rank r resumes from its own node's checkpoints (no shared filesystem): only node 0's hold one. (The run
+    directory is rank 0's on every rank; its own checkpoint.dir stands for what another node's disk holds.)"""
+    own = [f"logging.run_dir={root}/node{rank}", f"checkpoint.dir={root}/node{rank}/checkpoints"]
+    cfg = TrainConfig.load(None, [*_tiny_run(root), *own, "checkpoint.resume=auto"])
     try:
         Trainer(cfg)
     except RuntimeError as exc:
@@ -121,3 +123,36 @@ def test_ranks_that_find_different_checkpoints_refuse_to_resume(tmp_path, keep_t
     for rank, msg in enumerate(msgs):
         assert "the ranks found different checkpoints (no checkpoint, step 2" in msg, msg
         assert f"rank {rank} found {'step 2' if rank == 0 else 'none'}" in msg and "filesystem every node shares" in msg
+
+
+def _run_dir_on_rank(rank: int, root: str) -> str:
+    """The run directory a Trainer uses when each rank was given its own (as two ranks a second apart name a
+    default one by the clock)."""
+    return str(Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/rank{rank}"])).run_dir)
+
+
+def test_every_rank_takes_rank0s_run_directory(tmp_path, keep_threads):
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    dirs = run_on_gloo_ranks(functools.partial(_run_dir_on_rank, root=str(tmp_path)), 2, tmp_path)
+    assert dirs == [str(tmp_path / "rank0")] * 2
+    assert (tmp_path / "rank0").is_dir() and not (tmp_path / "rank1").exists()
+
+
+def test_torchrun_without_a_run_dir_names_one_directory_once(tmp_path):
+    # `cookmind train` without --run-dir names runs/<name>-<UTC time> from each rank's clock: one directory, one
+    # line saying which, for the whole job
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text(f"logging:\n  run_dir: {tmp_path / 'runs' / 'job'}\n")
+    port = find_free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port)]
+    cmd += ["-m", "cookmind", "train", "--config", str(cfg_file), *_tiny_run(str(tmp_path))]
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "run directory" in line]
+    made = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(made) == 1 and made[0].startswith("job-"), made
+    assert said == [f"cookmind train: run directory {tmp_path / 'runs' / made[0]}"], said

@@ -102,6 +102,16 @@ def min_max_over_ranks(value: int, info: DistInfo) -> tuple[int, int]:
     return -int(t[0]), int(t[1])
 
 
+def rank0_value(value, info: DistInfo):
+    """Rank 0's ``value`` (any picklable object) on every rank; ``value`` itself for one process. For what each
+    rank would otherwise decide on its own and could decide differently, e.g. a run directory named by the clock."""
+    if not info.enabled or not dist.is_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def barrier(info: DistInfo) -> None:
     """Wait for every rank (no-op for one process)."""
     if info.enabled and dist.is_initialized():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -105,7 +106,8 @@ def main(args: argparse.Namespace) -> int:
     if args.print_config:
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         return 0
-    print(f"cookmind train: run directory {cfg.logging.run_dir}", file=sys.stderr)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank takes rank 0's (the Trainer agrees it)
+        print(f"cookmind train: run directory {cfg.logging.run_dir}", file=sys.stderr)
     trainer = Trainer(cfg)
     try:
         summary = trainer.fit()

@@ -58,7 +58,7 @@ from cookmind.parallel import (
     reshard_all,
     unwrap,
 )
-from cookmind.parallel.process_group import min_max_over_ranks
+from cookmind.parallel.process_group import min_max_over_ranks, rank0_value
 from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
 from cookmind.train.checkpoint import (
@@ -139,6 +139,9 @@ class Trainer:
         if self.device.type == "cpu" and cfg.train.threads > 0:
             torch.set_num_threads(cfg.train.threads)  # bit-reproducible CPU runs need the same count each time
         seed_everything(cfg.train.seed)
+        # rank 0's run directory on every rank: a default one is named by each rank's clock (`cookmind train`
+        # without --run-dir), and ranks a second apart would write and resume in different directories
+        cfg.logging.run_dir = rank0_value(cfg.logging.run_dir, self.dist)
         self.run_dir = Path(cfg.logging.run_dir)
         self.ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
         if self.dist.is_main or not cfg.checkpoint.overwrite:  # every rank refuses alike; rank 0 deletes
