@@ -19,8 +19,9 @@ memory, or ``--cap-gib`` through ``torch.cuda.set_per_process_memory_fraction``)
 the model state a rank holds (its parameters, their gradients and its optimizer state, as bytes of the local
 shards; step counters aside) is above ``--cap-gib``. The CPU measure has no activations, so it only checks the
 search and the sharding; ``state_gib`` is reported on CUDA too, beside ``peak_gib``
-(``torch.cuda.max_memory_allocated`` over the probe, the model's construction included: the Trainer builds the
-whole model on each GPU before FSDP shards it).
+(``torch.cuda.max_memory_allocated`` over the probe, the model's construction included: DDP and ZeRO-1 build
+the whole model on each GPU; under FSDP the Trainer builds it on the host and sharding moves each rank's shards,
+a block at a time).
 
 The ranks agree on every probe (an all-reduce of fit and peaks). One rank running out of memory in the middle of
 a collective while another waits in it cannot be caught: the waiting rank fails after ``--timeout-s`` and
@@ -183,11 +184,14 @@ def probe(method: str, layers: int, shape: dict, batch: int, seq: int, args, dev
 
 
 def two_steps(cfg, data, device) -> int:
-    """Build the model on ``device`` and train it two steps through the Trainer; this rank's ``state_bytes``."""
+    """Build the model on ``device`` (FSDP: on the host, as the Trainer does) and train it two steps through the
+    Trainer; this rank's ``state_bytes``."""
     from cookmind.model import CookMindConfig, CookMindLM
     from cookmind.train import Trainer
 
-    with torch.device(device):  # built on the GPU: a CPU copy of a large model would take minutes
+    # DDP / ZeRO-1 build on the GPU (faster than a CPU copy of a large model); FSDP on the host, where sharding
+    # moves each rank's shards to its GPU a block at a time: the whole model never sits on one GPU
+    with torch.device("cpu" if cfg.parallel.fsdp else device):
         model = CookMindLM(CookMindConfig.from_dict(cfg.model))
     trainer = Trainer(cfg, model=model, train_dataset=data)
     trainer.save_checkpoint = lambda **_: None  # the steps are measured, not the final checkpoint

@@ -420,6 +420,31 @@ def test_fsdp_bf16_compiled_checkpointed_on_one_gpu_tracks_the_plain_run(tmp_pat
 
 
 @pytest.mark.gpu
+def test_fsdp_builds_the_model_on_the_host_and_sharding_puts_every_weight_and_buffer_on_the_gpu(tmp_path):
+    # Under FSDP the Trainer leaves the fresh model on the CPU and fully_shard moves each block's weights to the
+    # GPU as it shards them (so the whole model never sits on one GPU): nothing may stay behind on the CPU
+    import torch.distributed as dist
+
+    root = str(tmp_path)
+    _write_data(root)
+    cfg = _gpu_cfg(root, "placed", True)
+    cfg.train.compile, cfg.train.max_steps = False, 2
+    try:
+        trainer = Trainer(cfg)
+        left = [
+            n
+            for n, t in [*trainer.bare_model.named_parameters(), *trainer.bare_model.named_buffers()]
+            if t.device.type != "cuda"
+        ]
+        assert not left, f"left on the host: {left}"
+        assert all(isinstance(p, DTensor) for p in trainer.bare_model.parameters())
+        trainer.fit()
+    finally:
+        dist.destroy_process_group()
+    assert trainer.step == 2
+
+
+@pytest.mark.gpu
 def test_a_sharded_reference_copy_on_one_gpu_gives_the_policys_log_probs():
     # A one-rank NCCL group, bf16 gathers: the copy (meta-built, to_empty on the GPU, filled shard by shard) runs
     # the same weights in the same dtype through the same kernels as the sharded policy itself, so it is exact.

@@ -171,7 +171,7 @@ def convert_blocks_to_float8(
     return report
 
 
-def apply_fp8_blocks(model: nn.Module, cfg: TrainConfig) -> Float8Conversion | None:
+def apply_fp8_blocks(model: nn.Module, cfg: TrainConfig, device: torch.device | None = None) -> Float8Conversion | None:
     """``cfg.train.fp8_blocks``: check the run can train in FP8, then convert ``model``'s blocks (in place).
 
     Called by ``cookmind.parallel.parallelize`` before checkpointing, torch.compile and data parallelism, so
@@ -189,7 +189,7 @@ def apply_fp8_blocks(model: nn.Module, cfg: TrainConfig) -> Float8Conversion | N
             "train.fp8_blocks with LoRA: the adapted projections are LoRA wrappers, which torchao's float8 "
             "linears do not replace, so nothing would run in float8; set train.fp8_blocks=false"
         )
-    device = next(model.parameters()).device
+    device = device if device is not None else next(model.parameters()).device  # FSDP: still on the CPU here
     problem = fp8_blocks_problem(device)
     if problem is not None:
         raise ValueError(problem)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 DDP_KINDS = ("torch", "ours")
 
 
-def parallelize(model: nn.Module, cfg: TrainConfig) -> nn.Module:
+def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device | None = None) -> nn.Module:
     """Apply ``cfg``'s FP8 blocks, activation checkpointing, torch.compile and data parallelism to ``model``, in
     that order.
 
@@ -47,10 +47,11 @@ def parallelize(model: nn.Module, cfg: TrainConfig) -> nn.Module:
     checkpointing, which swap or wrap its blocks' modules in place (state-dict names unchanged). Data
     parallelism applies when a process group of more than one rank is up (``init_distributed``); the model
     must be on this rank's device already. With ``parallel.fsdp`` the model is sharded in place (its blocks
-    compiled in place) and returned itself; that needs a process group of any size.
+    compiled in place) and returned itself; that needs a process group of any size. ``device``: the device the
+    model trains on (default: its parameters'); under FSDP the model may still be on the CPU, sharding moves it.
     """
     t, p = cfg.train, cfg.parallel
-    fp8 = apply_fp8_blocks(model, cfg)  # before compile (it traces the float8 casts) and before any sharding
+    fp8 = apply_fp8_blocks(model, cfg, device)  # before compile (it traces the float8 casts) and before any sharding
     if fp8 is not None and (not dist.is_initialized() or dist.get_rank() == 0):
         print(f"cookmind train: {fp8.summary()}", file=sys.stderr)
     if t.activation_checkpointing:

@@ -114,7 +114,8 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
                 "DPO needs a frozen reference: set dpo.reference or train.init_from (or use LoRA, whose "
                 "base model is the reference)"
             )
-        ref = _load_weights("dpo.reference" if d.reference else "train.init_from", ref_path, str(trainer.device)).eval()
+        where = "cpu" if cfg.parallel.fsdp else str(trainer.device)  # FSDP: sharding moves each rank's shards
+        ref = _load_weights("dpo.reference" if d.reference else "train.init_from", ref_path, where).eval()
         ref.requires_grad_(False)
         if cfg.parallel.fsdp:  # sharded like the policy; every rank runs its forwards together with the policy's
             from cookmind.parallel import shard_frozen

@@ -169,7 +169,9 @@ class Trainer:
 
             if not has_lora(model):
                 apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
-        self.bare_model = model.to(self.device)
+        # under FSDP, fully_shard moves each block's weights to this rank's device as it shards them: the whole
+        # model never sits on one GPU, so weights that outgrow a GPU still train when their shards fit
+        self.bare_model = model if cfg.parallel.fsdp else model.to(self.device)
         vocab_note = B.check_vocab(cfg, self.bare_model, self.tokenizer) if train_dataset is None else None
         if vocab_note and self.dist.is_main:
             print(f"cookmind train: {vocab_note}", file=sys.stderr)
@@ -196,7 +198,7 @@ class Trainer:
                 f"(max_position_embeddings={max_pos}); lower data.window_size"
             )
         _check_fp8_head(self.bare_model, self.device)
-        self.model = parallelize(self.bare_model, cfg)
+        self.model = parallelize(self.bare_model, cfg, self.device)
         self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device)
         self._sharded = sharded_checkpointer(cfg.checkpoint, self.model, self.dist.rank, self.dist.world_size)
         self.scaler = make_grad_scaler(cfg.train.precision, self.device)
