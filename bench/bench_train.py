@@ -516,7 +516,8 @@ def main() -> None:
     if args.accum < 1:
         ap.error(f"--accum must be at least 1, not {args.accum}")
     if args.accum > 1 and args.shape not in PRESET_RUNS:
-        ap.error(f"--accum applies to the preset shapes ({', '.join(PRESET_RUNS)}), not --shape {args.shape}")
+        given = f"--shape {args.shape}" if args.shape else "the default shape (pass --shape)"
+        ap.error(f"--accum applies to the preset shapes ({', '.join(PRESET_RUNS)}), not {given}")
     if args.accum > 1 and "raw" in args.variants.split(","):
         ap.error("--variants raw is a bare loop without accumulation: leave it out with --accum")
     if args.shape in PRESET_RUNS:

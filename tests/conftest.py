@@ -72,6 +72,30 @@ def keep_threads():
     torch.set_num_threads(n)
 
 
+@pytest.fixture
+def sigterm_at_step(monkeypatch):
+    """``arm(step)``: the next Trainer that launches step ``step`` (counted from 0) gets one SIGTERM first, as from
+    a scheduler that stops the job; later runs in the test train undisturbed."""
+    import signal
+
+    from cookmind.train import Trainer
+
+    launch = Trainer._launch_step
+
+    def arm(step: int) -> None:
+        fired = []
+
+        def launch_and_kill(self):
+            if self.step == step and not fired:
+                fired.append(step)
+                os.kill(os.getpid(), signal.SIGTERM)
+            return launch(self)
+
+        monkeypatch.setattr(Trainer, "_launch_step", launch_and_kill)
+
+    return arm
+
+
 @pytest.fixture(autouse=True)
 def _seed_everything():
     import random

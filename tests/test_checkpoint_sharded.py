@@ -170,15 +170,8 @@ def test_async_save_completes_every_checkpoint_and_resumes(tmp_path, store):
     _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "a", 4))
 
 
-def test_sigterm_saves_a_sharded_checkpoint_and_exits_128_plus_n(tmp_path, store, monkeypatch):
-    launch = Trainer._launch_step
-
-    def launch_and_kill(self):
-        if self.step == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return launch(self)
-
-    monkeypatch.setattr(Trainer, "_launch_step", launch_and_kill)
+def test_sigterm_saves_a_sharded_checkpoint_and_exits_128_plus_n(tmp_path, store, sigterm_at_step):
+    sigterm_at_step(1)
     run = tmp_path / "run"
     argv = _overrides(store, run, "train.micro_batch_size=4", "train.max_steps=50")
     parser = __import__("argparse").ArgumentParser()

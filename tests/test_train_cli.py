@@ -74,15 +74,8 @@ def test_a_second_fresh_run_into_the_same_dir_is_refused_in_one_line(tmp_path, s
     assert os.listdir(os.path.join(run, "checkpoints")) == ["step_00000001"]
 
 
-def test_sigterm_saves_and_exits_non_zero(tmp_path, store, monkeypatch, capsys):
-    launch = Trainer._launch_step
-
-    def launch_and_kill(self):
-        if self.step == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return launch(self)
-
-    monkeypatch.setattr(Trainer, "_launch_step", launch_and_kill)
+def test_sigterm_saves_and_exits_non_zero(tmp_path, store, sigterm_at_step, capsys):
+    sigterm_at_step(1)
     run = tmp_path / "run"
     assert _run(store, "--run-dir", str(run), "train.max_steps=50") == 128 + signal.SIGTERM
     assert "stopped by signal SIGTERM at step 2" in capsys.readouterr().err
@@ -111,23 +104,14 @@ def test_train_threads_is_honoured_on_cpu(tmp_path, store, keep_threads):
 
 
 def test_cookmind_train_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(
-    tmp_path, store, monkeypatch, keep_threads
+    tmp_path, store, sigterm_at_step, keep_threads
 ):
     torch.set_num_threads(2)  # what a user's process may start with: `cookmind train` pins train.threads=1
     full, cut = tmp_path / "full", tmp_path / "cut"
     steps = ["train.max_steps=4", "checkpoint.every=2"]
     assert _run(store, "--run-dir", str(full), *steps) == 0
-    launch = Trainer._launch_step
-
-    def kill_after_two(self):
-        if self.step == 2 and not hasattr(self, "_killed"):
-            self._killed = True
-            os.kill(os.getpid(), signal.SIGTERM)
-        return launch(self)
-
-    monkeypatch.setattr(Trainer, "_launch_step", kill_after_two)
+    sigterm_at_step(2)
     assert _run(store, "--run-dir", str(cut), *steps) == 128 + signal.SIGTERM
-    monkeypatch.setattr(Trainer, "_launch_step", launch)
     assert _run(store, "--run-dir", str(cut), "--resume", "auto", *steps) == 0
     a = (full / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
     b = (cut / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
