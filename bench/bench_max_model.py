@@ -2,16 +2,18 @@
 
     torchrun --standalone --nproc_per_node 1 bench/bench_max_model.py --methods ddp zero1 fsdp
     torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --methods ddp zero1 fsdp
+    torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --cap-gib 24 --start-layers 16  # a 24 GB card
     torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --device cpu --cap-gib 0.00027 --batch 2 \\
         --seq 16 --model hidden_size=32 intermediate_size=64 vocab_size=64 num_attention_heads=4 \\
         num_key_value_heads=2 head_dim=8 tie_word_embeddings=true                      # the CPU check
 
 For each method the same process grows the depth of one shape (``--shape``, a preset, default llama-1.3b: 2048
 wide; ``--model KEY=VALUE`` overrides its fields) at a fixed micro-batch per GPU (``--batch`` x ``--seq``,
-default the preset's 4 x 2048): 1, 2, 4, ... layers until a probe does not fit, then bisects between the last
-that fit and the first that did not. A probe is two optimizer steps through cookmind's Trainer (``parallel.ddp=
-torch``, ``parallel.zero1``, ``parallel.fsdp``; bf16 autocast on CUDA, our AdamW), the model built on the GPU,
-on random tokens. Prints one JSON line per method on rank 0: the largest layers and parameters, its peak GiB
+default the preset's 4 x 2048): from ``--start-layers`` (default 1) it doubles the depth until a probe does not
+fit (or halves it until one does), then bisects between the deepest that fit and the shallowest that did not.
+A probe is two optimizer steps through cookmind's Trainer (``parallel.ddp=torch``, ``parallel.zero1``,
+``parallel.fsdp``; bf16 autocast on CUDA, our AdamW), the model built on the GPU (FSDP: on the host), on random
+tokens. Prints one JSON line per method on rank 0: the largest layers and parameters, its peak GiB
 per GPU, the limit, and every probe.
 
 Out of memory means: on CUDA, a probe raised CUDA's out-of-memory error on any rank (the limit is the GPU's
@@ -64,6 +66,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--cap-gib", type=float, default=None, help="the memory limit per GPU (required on the CPU)")
     p.add_argument("--max-layers", type=int, default=1024, help="stop growing here")
+    p.add_argument("--start-layers", type=int, default=1, help="the first probe's depth (halved while it does not fit)")
     p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout of the process group")
     args = p.parse_args(argv)
     if args.device == "cpu" and args.cap_gib is None:
@@ -200,7 +203,8 @@ def two_steps(cfg, data, device) -> int:
 
 
 def largest(method: str, shape: dict, batch: int, seq: int, args, device) -> dict:
-    """Grow the depth by doubling until a probe does not fit, then bisect; the probes and the largest that fit."""
+    """From ``--start-layers``, double the depth until a probe does not fit (or halve it until one does), then
+    bisect; the probes and the largest that fit."""
     probes: dict[int, dict] = {}
 
     def run(layers: int) -> bool:
@@ -210,17 +214,18 @@ def largest(method: str, shape: dict, batch: int, seq: int, args, device) -> dic
         return probes[layers]["fit"]
 
     good, bad = 0, None
-    layers = 1
-    while layers <= args.max_layers:
-        if not run(layers):
-            bad = layers
-            break
-        good, layers = layers, layers * 2
-    if bad is None and good < args.max_layers:  # the last doubling passed the cap: try the cap itself
-        if run(args.max_layers):
-            good = args.max_layers
+    layers = max(1, min(args.start_layers, args.max_layers))
+    while True:  # double while it fits (halve while it does not) until one fits and one does not
+        if run(layers):
+            good = layers
+            if bad is not None or layers == args.max_layers:
+                break
+            layers = min(2 * layers, args.max_layers)
         else:
-            bad = args.max_layers
+            bad = layers
+            if good or layers == 1:
+                break
+            layers //= 2
     while bad is not None and bad - good > 1:
         mid = (good + bad) // 2
         if run(mid):

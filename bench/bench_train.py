@@ -275,9 +275,11 @@ def bench_cookmind(
     cuda_graph=False,
     fp8_blocks=False,
     accum=1,
+    parallel=None,
 ):
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape, ``accum``
-    micro-batches per optimizer step (train.grad_accum_steps).
+    micro-batches per optimizer step (train.grad_accum_steps); ``parallel`` is the config's parallel section (under
+    torchrun: tokens/s of this rank).
 
     defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics); fp8_blocks=True
     runs the blocks' projections as torchao float8 linears (train.fp8_blocks; MFU still against the bf16 peak;
@@ -315,6 +317,7 @@ def bench_cookmind(
                 "threads": 0,
             },  # torch's default thread count, as the baselines it is compared with use
             "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
+            "parallel": dict(parallel or {}),
             "checkpoint": {"every": 0, "overwrite": True},  # one scratch run directory for every measurement
             "logging": {"run_dir": run_dir, "progress": False, "report": False, "log_every": 1000},
         }

@@ -77,3 +77,13 @@ def test_the_cpu_needs_a_cap():
 
     with pytest.raises(SystemExit):
         parse_args(["--device", "cpu"])
+
+
+@pytest.mark.parametrize("start", [3, 8])
+def test_a_first_guess_too_deep_halves_then_bisects_to_the_same_answer(capsys, keep_threads, start):
+    from bench.bench_max_model import main
+
+    assert main([*ARGS, "--methods", "ddp", "--start-layers", str(start)]) == 0
+    row = _rows(capsys.readouterr().out)["ddp"]
+    assert (row["layers"], row["first_too_large"]) == (deepest(16), deepest(16) + 1), row
+    assert row["probes"][-1]["layers"] <= start and {p["layers"] for p in row["probes"]} >= {deepest(16), start}

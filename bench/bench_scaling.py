@@ -1,0 +1,170 @@
+"""Training across GPUs through cookmind's Trainer: tokens/s, MFU and peak memory per GPU, one GPU against N.
+
+    python3 bench/bench_scaling.py --shape llama-1.3b --gpus 2                  # 1 GPU plain, then FSDP2 on 2
+    python3 bench/bench_scaling.py --shape llama-1.3b --gpus 1 2 --methods fsdp ddp zero1
+    python3 bench/bench_scaling.py --device cpu --shape llama-1.3b --tiny --gpus 2 --steps 2 --warmup 1  # CPU check
+
+The script runs itself as a fresh torchrun job (``--standalone``, one process per GPU; gloo processes on a CPU)
+for each figure: first the one-GPU baseline, the plain Trainer as a user runs it on one GPU (no FSDP, no DDP),
+then each method (``parallel.fsdp``, ``parallel.ddp=torch``, ``parallel.ddp=torch`` + ``parallel.zero1``) on each
+GPU count of ``--gpus``. Every job trains the same shape (``--shape``, a preset; ``--tiny`` shrinks it for a CPU)
+at the same micro-batch per GPU (the preset's, or ``--batch`` x ``--seq``) on random tokens, bf16 autocast and
+torch.compile on CUDA (``--no-compile`` for eager), our AdamW, no CUDA graph (a graph needs one process), through
+``bench_train.bench_cookmind``: ``--warmup`` steps, then ``--steps`` timed ones.
+
+Prints one JSON line per job on rank 0: tokens/s over all GPUs, MFU per GPU (989e12 peak, ``--peak-flops``, the
+FLOPs per token of bench_train.py), and ``peak_gib``: the largest ``torch.cuda.max_memory_allocated`` of any rank
+over the job (CUDA only). Then one line per (method, N): ``scaling_efficiency`` = tokens/s on N GPUs / (N x the
+baseline's tokens/s), and ``memory_ratio`` = peak per GPU on N / the baseline's peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+METHODS = {  # the parallel section of each method's TrainConfig
+    "plain": {},
+    "fsdp": {"fsdp": True},
+    "ddp": {"ddp": "torch"},
+    "zero1": {"ddp": "torch", "zero1": True},
+}
+GIB = 2**30
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="llama-1.3b", choices=["qwen3-0.6b", "llama-1.3b"])
+    p.add_argument("--tiny", action="store_true", help="the preset's architecture shrunk (a CPU check of the code)")
+    p.add_argument("--gpus", type=int, nargs="+", default=[2], help="GPU counts (processes) to run each method on")
+    p.add_argument("--methods", nargs="+", default=["fsdp"], choices=[m for m in METHODS if m != "plain"])
+    p.add_argument("--batch", type=int, default=None, help="micro-batch per GPU (default: the preset's)")
+    p.add_argument("--seq", type=int, default=None, help="tokens per row (default: the preset's 2048)")
+    p.add_argument("--steps", type=int, default=10, help="timed optimizer steps")
+    p.add_argument("--warmup", type=int, default=5, help="steps before timing (compilation happens here)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
+    p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--peak-flops", type=float, default=989e12, help="per GPU, for MFU (the H200's dense bf16)")
+    p.add_argument("--job-timeout-s", type=float, default=900.0, help="a job still running then is stopped")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # the method a torchrun job runs
+    args = p.parse_args(argv)
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    return args
+
+
+def launch(args, method: str, gpus: int) -> dict:
+    """One torchrun job of ``method`` on ``gpus`` processes; the JSON line its rank 0 printed."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
+    cmd += [str(Path(__file__).resolve()), "--worker", method] + passthrough(args)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.job_timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"method": method, "gpus": gpus, "error": f"timed out after {args.job_timeout_s:.0f} s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"method": method, "gpus": gpus, "error": f"exit {out.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def passthrough(args) -> list[str]:
+    """The options a worker needs, as given to the driver."""
+    out = ["--shape", args.shape, "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device]
+    out += ["--peak-flops", str(args.peak_flops)]
+    out += ["--tiny"] * args.tiny + ["--no-compile"] * args.no_compile
+    out += ["--batch", str(args.batch)] * (args.batch is not None) + ["--seq", str(args.seq)] * (args.seq is not None)
+    return out
+
+
+def worker(args) -> None:
+    """Inside torchrun: train the shape under ``args.worker``'s parallel section and print rank 0's figures."""
+    import torch
+    import torch.distributed as dist
+    from bench_train import bench_cookmind, preset_run
+
+    shape, batch, seq = preset_run(args.shape, args.tiny, args.seq)
+    batch = args.batch or batch
+    cuda = args.device == "cuda"
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    with tempfile.TemporaryDirectory(prefix="cookmind-scaling-") as tmp:
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        fig = bench_cookmind(
+            shape,
+            batch,
+            seq,
+            args.steps,
+            args.warmup,
+            torch.device(args.device),
+            "bf16" if cuda else "fp32",
+            not args.no_compile,
+            tmp,  # the Trainer takes rank 0's on every rank; nothing is saved there
+            parallel=METHODS[args.worker],
+        )
+    peak = torch.cuda.max_memory_allocated() if cuda else 0
+    if dist.is_initialized():  # the Trainer joined torchrun's group; the slowest rank and the fullest GPU count
+        t = torch.tensor([peak, -fig["tokens_per_s"]], dtype=torch.float64, device="cuda" if cuda else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        peak, slowest = int(t[0].item()), -t[1].item()
+    else:
+        slowest = fig["tokens_per_s"]
+    if int(os.environ.get("RANK", "0")) == 0:
+        tps = slowest * world
+        row = {
+            "method": args.worker,
+            "gpus": world,
+            "shape": args.shape + (" (tiny)" if args.tiny else ""),
+            "micro_batch": batch,
+            "seq": seq,
+            "params": fig["params"],
+            "tokens_per_s": round(tps, 1),
+            "tokens_per_s_per_gpu": round(slowest, 1),
+            "mfu": round(slowest * fig["flops_per_token"] / args.peak_flops, 4),
+            "peak_gib": round(peak / GIB, 2) if cuda else None,
+            "device": torch.cuda.get_device_name() if cuda else "cpu",
+        }
+        print(json.dumps(row), flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+    base = launch(args, "plain", 1)
+    print(json.dumps(base), flush=True)
+    failed = "error" in base
+    for method in args.methods:
+        for n in args.gpus:
+            row = launch(args, method, n)
+            print(json.dumps(row), flush=True)
+            if "error" in row or "error" in base:
+                failed = True
+                continue
+            summary = {
+                "figure": "scaling",
+                "method": method,
+                "gpus": n,
+                "scaling_efficiency": round(row["tokens_per_s"] / (n * base["tokens_per_s"]), 3),
+                "memory_ratio": round(row["peak_gib"] / base["peak_gib"], 3) if base["peak_gib"] else None,
+            }
+            print(json.dumps(summary), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
