@@ -6,10 +6,11 @@
 
 The script runs itself as a fresh torchrun job (``--standalone``, one process per GPU; gloo processes on a CPU)
 for each figure: first the one-GPU baseline, the plain Trainer as a user runs it on one GPU (no FSDP, no DDP),
-then each method (``parallel.fsdp``, ``parallel.ddp=torch``, ``parallel.ddp=torch`` + ``parallel.zero1``) on each
-GPU count of ``--gpus``. Every job trains the same shape (``--shape``, a preset; ``--tiny`` shrinks it for a CPU)
-at the same micro-batch per GPU (the preset's, or ``--batch`` x ``--seq``) on random tokens, bf16 autocast and
-torch.compile on CUDA (``--no-compile`` for eager), our AdamW, no CUDA graph (a graph needs one process), through
+then each method (``parallel.fsdp``, ``parallel.ddp=torch``, ``parallel.ddp=torch`` + ``parallel.zero1``) with
+each of ``--variants`` (more parallel-section settings, e.g. ``reduce_dtype=bf16``) on each GPU count of
+``--gpus``. Every job trains the same shape (``--shape``, a preset; ``--tiny`` shrinks it for a CPU) at the same
+micro-batch per GPU (the preset's, or ``--batch`` x ``--seq``) on random tokens, bf16 autocast and torch.compile
+on CUDA (``--no-compile`` for eager), our AdamW, no CUDA graph (a graph needs one process), through
 ``bench_train.bench_cookmind``: ``--warmup`` steps, then ``--steps`` timed ones.
 
 Prints one JSON line per job on rank 0: tokens/s over all GPUs, MFU per GPU (989e12 peak, ``--peak-flops``, the
@@ -21,6 +22,7 @@ baseline's tokens/s), and ``memory_ratio`` = peak per GPU on N / the baseline's 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -46,6 +48,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tiny", action="store_true", help="the preset's architecture shrunk (a CPU check of the code)")
     p.add_argument("--gpus", type=int, nargs="+", default=[2], help="GPU counts (processes) to run each method on")
     p.add_argument("--methods", nargs="+", default=["fsdp"], choices=[m for m in METHODS if m != "plain"])
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        default=[""],
+        metavar="KEY=VALUE,...",
+        help="parallel-section settings each method also runs with, e.g. reduce_dtype=bf16,reshard_after_forward=false"
+        " ('' = the defaults)",
+    )
     p.add_argument("--batch", type=int, default=None, help="micro-batch per GPU (default: the preset's)")
     p.add_argument("--seq", type=int, default=None, help="tokens per row (default: the preset's 2048)")
     p.add_argument("--steps", type=int, default=10, help="timed optimizer steps")
@@ -55,7 +65,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--peak-flops", type=float, default=989e12, help="per GPU, for MFU (the H200's dense bf16)")
     p.add_argument("--job-timeout-s", type=float, default=900.0, help="a job still running then is stopped")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # the method a torchrun job runs
+    p.add_argument("--variant", default="", help=argparse.SUPPRESS)  # and its settings
     args = p.parse_args(argv)
+    for v in args.variants:
+        parse_variant(v, p.error)
     if args.device is None:
         import torch
 
@@ -63,10 +76,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def launch(args, method: str, gpus: int) -> dict:
-    """One torchrun job of ``method`` on ``gpus`` processes; the JSON line its rank 0 printed."""
+def parse_variant(text: str, error=None) -> dict:
+    """``reduce_dtype=bf16,reshard_after_forward=false`` -> the parallel-section fields it sets."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            (error or SystemExit)(f"--variants {text!r}: expected KEY=VALUE[,KEY=VALUE...], got {item!r}")
+        out[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return out
+
+
+def launch(args, method: str, gpus: int, variant: str = "") -> dict:
+    """One torchrun job of ``method`` (with ``variant``'s settings) on ``gpus`` processes; rank 0's JSON line."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
-    cmd += [str(Path(__file__).resolve()), "--worker", method] + passthrough(args)
+    cmd += [str(Path(__file__).resolve()), "--worker", method, "--variant", variant] + passthrough(args)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.job_timeout_s)
@@ -111,7 +135,7 @@ def worker(args) -> None:
             "bf16" if cuda else "fp32",
             not args.no_compile,
             tmp,  # the Trainer takes rank 0's on every rank; nothing is saved there
-            parallel=METHODS[args.worker],
+            parallel={**METHODS[args.worker], **parse_variant(args.variant)},
         )
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     if dist.is_initialized():  # the Trainer joined torchrun's group; the slowest rank and the fullest GPU count
@@ -124,6 +148,7 @@ def worker(args) -> None:
         tps = slowest * world
         row = {
             "method": args.worker,
+            "variant": args.variant,
             "gpus": world,
             "shape": args.shape + (" (tiny)" if args.tiny else ""),
             "micro_batch": batch,
@@ -148,21 +173,21 @@ def main(argv=None) -> int:
     base = launch(args, "plain", 1)
     print(json.dumps(base), flush=True)
     failed = "error" in base
-    for method in args.methods:
-        for n in args.gpus:
-            row = launch(args, method, n)
-            print(json.dumps(row), flush=True)
-            if "error" in row or "error" in base:
-                failed = True
-                continue
-            summary = {
-                "figure": "scaling",
-                "method": method,
-                "gpus": n,
-                "scaling_efficiency": round(row["tokens_per_s"] / (n * base["tokens_per_s"]), 3),
-                "memory_ratio": round(row["peak_gib"] / base["peak_gib"], 3) if base["peak_gib"] else None,
-            }
-            print(json.dumps(summary), flush=True)
+    for method, variant, n in itertools.product(args.methods, args.variants, args.gpus):
+        row = launch(args, method, n, variant)
+        print(json.dumps(row), flush=True)
+        if "error" in row or "error" in base:
+            failed = True
+            continue
+        summary = {
+            "figure": "scaling",
+            "method": method,
+            "variant": variant,
+            "gpus": n,
+            "scaling_efficiency": round(row["tokens_per_s"] / (n * base["tokens_per_s"]), 3),
+            "memory_ratio": round(row["peak_gib"] / base["peak_gib"], 3) if base["peak_gib"] else None,
+        }
+        print(json.dumps(summary), flush=True)
     return 1 if failed else 0
 
 
