@@ -33,6 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cookmind.train import Callback  # noqa: E402
+
 METHODS = {  # the parallel section of each method's TrainConfig
     "plain": {},
     "fsdp": {"fsdp": True},
@@ -63,6 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--peak-flops", type=float, default=989e12, help="per GPU, for MFU (the H200's dense bf16)")
+    p.add_argument(
+        "--profile", action="store_true", help="CUDA: trace 3 more steps on rank 0; GPU busy/idle and NCCL ms a step"
+    )
     p.add_argument("--job-timeout-s", type=float, default=900.0, help="a job still running then is stopped")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # the method a torchrun job runs
     p.add_argument("--variant", default="", help=argparse.SUPPRESS)  # and its settings
@@ -107,9 +112,51 @@ def passthrough(args) -> list[str]:
     """The options a worker needs, as given to the driver."""
     out = ["--shape", args.shape, "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device]
     out += ["--peak-flops", str(args.peak_flops)]
-    out += ["--tiny"] * args.tiny + ["--no-compile"] * args.no_compile
+    out += ["--tiny"] * args.tiny + ["--no-compile"] * args.no_compile + ["--profile"] * args.profile
     out += ["--batch", str(args.batch)] * (args.batch is not None) + ["--seq", str(args.seq)] * (args.seq is not None)
     return out
+
+
+class TraceSteps(Callback):
+    """A Trainer callback: torch.profiler over ``count`` steps after step ``after`` (rank 0), summarised per step
+    by bench_ddp.summarize_trace (GPU span, compute-busy, NCCL and NCCL-alone ms) plus the GPU's idle ms."""
+
+    def __init__(self, after: int, count: int):
+        self.after, self.count, self.prof = after, count, None
+
+    def needs_state_at(self, trainer, step):  # the trace starts and ends on a step boundary
+        return step in (self.after, self.after + self.count)
+
+    def on_step_end(self, trainer, step, metrics):
+        import torch
+
+        if int(os.environ.get("RANK", "0")) != 0:
+            return
+        if step == self.after:
+            from torch.profiler import ProfilerActivity, profile
+
+            torch.cuda.synchronize()
+            self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self.prof.__enter__()
+        elif self.prof is not None and step == self.after + self.count:
+            torch.cuda.synchronize()
+            self.prof.__exit__(None, None, None)
+
+    def summary(self, folder: Path) -> dict | None:
+        from bench_ddp import summarize_trace
+
+        if self.prof is None:
+            return None
+        trace = folder / "trace.json"
+        try:
+            self.prof.export_chrome_trace(str(trace))
+            out = summarize_trace(trace, self.count)
+        except (OSError, ValueError, KeyError) as exc:  # the figures stand without it
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        out["idle_ms_per_step"] = round(
+            out["span_ms_per_step"] - out["compute_busy_ms_per_step"] - out["nccl_alone_ms_per_step"], 2
+        )
+        return out
 
 
 def worker(args) -> None:
@@ -122,6 +169,7 @@ def worker(args) -> None:
     batch = args.batch or batch
     cuda = args.device == "cuda"
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    profiler = TraceSteps(args.warmup + args.steps, 3) if args.profile and cuda else None
     with tempfile.TemporaryDirectory(prefix="cookmind-scaling-") as tmp:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -136,7 +184,10 @@ def worker(args) -> None:
             not args.no_compile,
             tmp,  # the Trainer takes rank 0's on every rank; nothing is saved there
             parallel={**METHODS[args.worker], **parse_variant(args.variant)},
+            callbacks=[profiler] if profiler else [],
+            extra_steps=3 if profiler else 0,
         )
+        profile = profiler.summary(Path(tmp)) if profiler else None
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     if dist.is_initialized():  # the Trainer joined torchrun's group; the slowest rank and the fullest GPU count
         t = torch.tensor([peak, -fig["tokens_per_s"]], dtype=torch.float64, device="cuda" if cuda else "cpu")
@@ -160,6 +211,8 @@ def worker(args) -> None:
             "peak_gib": round(peak / GIB, 2) if cuda else None,
             "device": torch.cuda.get_device_name() if cuda else "cpu",
         }
+        if profile is not None:
+            row["profile"] = profile
         print(json.dumps(row), flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -276,10 +276,13 @@ def bench_cookmind(
     fp8_blocks=False,
     accum=1,
     parallel=None,
+    callbacks=(),
+    extra_steps=0,
 ):
     """tokens/s of cookmind's Trainer (CookMindLM, our AdamW, clipping, metrics) over the same shape, ``accum``
     micro-batches per optimizer step (train.grad_accum_steps); ``parallel`` is the config's parallel section (under
-    torchrun: tokens/s of this rank).
+    torchrun: tokens/s of this rank); ``callbacks`` join the timer, and ``extra_steps`` run after the timed ones (for
+    a profiler callback, outside the measured window).
 
     defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics); fp8_blocks=True
     runs the blocks' projections as torchao float8 linears (train.fp8_blocks; MFU still against the bf16 peak;
@@ -304,7 +307,7 @@ def bench_cookmind(
             "model": dict(shape),
             "data": {"window_size": seq},
             "train": {
-                "max_steps": warmup + steps,
+                "max_steps": warmup + steps + extra_steps,
                 "micro_batch_size": batch,
                 "grad_accum_steps": accum,
                 "precision": precision,
@@ -326,7 +329,7 @@ def bench_cookmind(
     t0 = time.perf_counter()
     emulated = emulated_float8_on_cpu() if fp8_blocks and device.type == "cpu" else contextlib.nullcontext()
     with emulated:
-        trainer = Trainer(cfg, train_dataset=RandomTokens(shape["vocab_size"], seq), callbacks=[timer])
+        trainer = Trainer(cfg, train_dataset=RandomTokens(shape["vocab_size"], seq), callbacks=[timer, *callbacks])
         trainer.save_checkpoint = lambda **_: None  # measure the loop, not the final checkpoint write
         trainer.fit()
     dt = timer.marks[warmup + steps] - timer.marks[warmup]
