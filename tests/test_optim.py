@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from lm_fixtures import tiny_lm
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from cookmind.optim import SGD, AdamW, CosineWarmupScheduler, clip_grad_norm, cosine_with_warmup, param_groups
 
@@ -188,3 +190,65 @@ def test_adamw_grad_divisor_is_torch_clipping_then_adamw(mode, max_norm):
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)  # the clipped gradients are left behind
+
+
+class _DTensorOps(TorchDispatchMode):
+    """Counts the aten ops that reach the dispatcher with a DTensor among their arguments."""
+
+    ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.distributed.tensor import DTensor
+
+        self.ops += any(issubclass(t, DTensor) for t in types)
+        return func(*args, **(kwargs or {}))
+
+
+def _sharded_step(rank: int) -> dict:
+    """On 2 gloo ranks: AdamW (each path) and the gradient norm over DTensor parameters sharded on dim 0 (FSDP2's
+    layout, uneven sizes included), against the same on the full tensors; and how many ops DTensor dispatched."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from cookmind.optim import global_grad_norm
+
+    mesh = init_device_mesh("cpu", (2,))
+    g = torch.Generator().manual_seed(7)
+    shapes = [(6, 4), (5, 3), (7,)]  # 5 and 7 rows split unevenly over the ranks
+    fulls = [torch.randn(s, generator=g) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(3)]
+    out = {}
+    for path in ("fused", "foreach", "single"):
+        kw = {"fused": path == "fused", "foreach": path == "foreach"}
+        plain = [nn.Parameter(t.clone()) for t in fulls]
+        sharded = [nn.Parameter(distribute_tensor(t.clone(), mesh, [Shard(0)])) for t in fulls]
+        opt_p = AdamW(plain, lr=0.1, weight_decay=0.1, **kw)
+        opt_s = AdamW(sharded, lr=0.1, weight_decay=0.1, **kw)
+        counter = _DTensorOps()
+        for i, step_grads in enumerate(grads):
+            for p, s, gr in zip(plain, sharded, step_grads):
+                p.grad = gr.clone()
+                s.grad = distribute_tensor(gr.clone(), mesh, [Shard(0)])
+            norm_p = global_grad_norm(plain)
+            with counter if i else contextlib.nullcontext():  # the first step makes the moments: DTensors too
+                norm_s = global_grad_norm(sharded)
+                opt_s.step(grad_divisor=torch.tensor(2.0))
+            opt_p.step(grad_divisor=torch.tensor(2.0))
+        out[path] = {
+            "max_diff": max((s.full_tensor() - p).abs().max().item() for p, s in zip(plain, sharded)),
+            "norm": (norm_p.item(), norm_s.item()),
+            "dispatched": counter.ops,
+            "moved": max((p - f).abs().max().item() for p, f in zip(plain, fulls)),
+        }
+    return out
+
+
+def test_adamw_and_the_grad_norm_on_fsdp_shards_equal_the_full_tensors_without_dtensor_dispatch(tmp_path):
+    from gloo_fixtures import run_on_gloo_ranks
+
+    for rank_out in run_on_gloo_ranks(_sharded_step, 2, tmp_path):
+        for path, r in rank_out.items():
+            assert r["moved"] > 1e-3, path  # the update did something
+            assert r["max_diff"] < 1e-6, (path, r)
+            assert r["norm"][1] == pytest.approx(r["norm"][0], rel=1e-6), (path, r)
+            assert r["dispatched"] == 0, (path, r)  # every op ran on the local shards

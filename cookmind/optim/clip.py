@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from .adamw import local
 
 
 def global_grad_norm(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
@@ -24,7 +28,7 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float, eps: flo
     total = _norm_of(grads)
     if grads:
         scale = (max_norm / (total + eps)).clamp(max=1.0)  # only ever shrink
-        torch._foreach_mul_(grads, scale)
+        torch._foreach_mul_([local(g) for g in grads], scale)
     return total
 
 
@@ -37,8 +41,28 @@ def _grads(parameters: Iterable[torch.Tensor]) -> list[torch.Tensor]:
 def _norm_of(grads: list[torch.Tensor]) -> torch.Tensor:
     if not grads:
         return torch.tensor(0.0)
-    norms = torch._foreach_norm(grads)  # one L2 norm per gradient tensor
-    return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+    group = _shard_group(grads)
+    if group is None:
+        norms = torch._foreach_norm(grads)  # one L2 norm per gradient tensor
+        return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+    # FSDP's gradients: each rank's shards are disjoint pieces of them, so a tensor's squared norm is the sum of
+    # its shards' over the ranks: one all-reduce of those, and the norms of the local shards without DTensor's
+    # dispatch. (sqrt(x * x) == x in IEEE arithmetic: one rank gets the plain model's norm bit for bit.)
+    squares = torch.stack([n.float() for n in torch._foreach_norm([g.to_local() for g in grads])]).square()
+    dist.all_reduce(squares, group=group)
+    return torch.linalg.vector_norm(squares.sqrt())
+
+
+def _shard_group(grads: list[torch.Tensor]):
+    """The process group when every gradient is a DTensor sharded on one 1-D mesh (FSDP2), else None."""
+    first = grads[0]
+    if not isinstance(first, DTensor) or first.device_mesh.ndim != 1:
+        return None
+    mesh = first.device_mesh
+    for g in grads:
+        if not isinstance(g, DTensor) or g.device_mesh != mesh or not all(p.is_shard() for p in g.placements):
+            return None
+    return mesh.get_group()
 
 
 def clip_divisor(total_norm: torch.Tensor, max_norm: float, eps: float = 1e-6) -> torch.Tensor:
