@@ -156,7 +156,22 @@ class TraceSteps(Callback):
         out["idle_ms_per_step"] = round(
             out["span_ms_per_step"] - out["compute_busy_ms_per_step"] - out["nccl_alone_ms_per_step"], 2
         )
+        out["host_ms_per_step"] = host_ranges(trace, self.count)
         return out
+
+
+def host_ranges(trace: Path, steps: int) -> dict:
+    """Host time per step in FSDP's annotated ranges (its hooks, gathers and reductions; nested ranges are counted
+    in each), the optimizer's step and the whole step's CPU ops on the busiest thread, from a chrome trace."""
+    with open(trace) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and "dur" in e]
+    sums: dict[str, float] = {}
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") in ("user_annotation", "cpu_op") and (name.startswith("FSDP::") or "Optimizer.step" in name):
+            sums[name] = sums.get(name, 0.0) + e["dur"]
+    top = dict(sorted(sums.items(), key=lambda kv: -kv[1])[:12])
+    return {k: round(v / steps / 1e3, 2) for k, v in top.items()}
 
 
 def worker(args) -> None:

@@ -30,9 +30,13 @@ ATOL, RTOL = 5e-5, 1e-4  # see the module docstring
 CLIP = 0.03  # below the gradient norms here: clipping by the norm over all shards is part of what is compared
 # scenario -> (objective, train store, config sections beside the common ones)
 SCENARIOS = {
-    "pretrain": ("pretrain", "seq", {"train": {"activation_checkpointing": True, "grad_accum_steps": 2}}),
+    "pretrain": (
+        "pretrain",
+        "seq",
+        {"train": {"activation_checkpointing": True, "grad_accum_steps": 2}, "parallel": {"fsdp_prefetch": True}},
+    ),
     "sft": ("sft", "sft", {"parallel": {"reshard_after_forward": False}}),
-    "dpo": ("dpo", "dpo", {}),
+    "dpo": ("dpo", "dpo", {"parallel": {"fsdp_unit_blocks": 2}}),  # the two blocks one unit
     "lora": ("sft", "sft", {"lora": {"enabled": True, "r": 4, "alpha": 8, "targets": ["q_proj", "v_proj"]}}),
 }
 
@@ -111,11 +115,15 @@ def _full_state(model) -> dict[str, torch.Tensor]:
 
 
 def _fsdp_ranks(rank: int) -> dict:
+    from cookmind.parallel import find_blocks
+
     root = os.environ["FSDP_TEST_ROOT"]
     out = {}
     for name in SCENARIOS:
         trainer = Trainer(_cfg(root, name, fsdp=True, world=2))
         assert all(isinstance(p, DTensor) for p in trainer.bare_model.parameters()), "not sharded"
+        units = {id(b._get_fsdp_state()) for b in find_blocks(trainer.bare_model)}
+        assert len(units) == (1 if name == "dpo" else 2), (name, units)
         trainer.fit()
         out[name] = {"state": _full_state(trainer.bare_model), "eval": trainer.last_eval}
     out["evaluation"] = _eval_checks(rank)

@@ -33,6 +33,8 @@ def shard_model(
     param_dtype: torch.dtype | None = None,
     reduce_dtype: torch.dtype = torch.float32,
     reshard_root: bool = False,
+    unit_blocks: int = 1,
+    prefetch: bool = False,
 ) -> nn.Module:
     """``fully_shard`` each block of ``model`` (``find_blocks``; in place) and then the root; returns ``model``.
 
@@ -42,15 +44,30 @@ def shard_model(
     default does: backward needs them first; ``reshard_root`` frees them after the forward too (a model that
     runs no backward: nothing else would). Frozen parameters (a LoRA base, a reference model) are sharded too and
     get no gradient. A model sharded already is returned as it is.
+
+    unit_blocks: consecutive blocks sharded as one unit (one all-gather and one reduce-scatter for all of them,
+    and one set of FSDP's hooks: a host that cannot keep ahead of the GPU runs half the hooks at 2). prefetch:
+    each unit's forward issues the next unit's all-gather, and its backward the previous one's, as it starts
+    (the gathers no longer wait for the host to reach the unit that needs them; one more unit gathered at a time).
     """
     if isinstance(model, FSDPModule):
         return model
+    if unit_blocks < 1:
+        raise ValueError(f"shard_model: unit_blocks must be at least 1, got {unit_blocks}")
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
-    for block in find_blocks(model):
-        fully_shard(block, mp_policy=mp, reshard_after_forward=reshard_after_forward)
-        setattr(block, _RESHARD, reshard_after_forward)
+    blocks = list(find_blocks(model))
+    units = [blocks[i : i + unit_blocks] for i in range(0, len(blocks), unit_blocks)]
+    for unit in units:
+        fully_shard(unit if len(unit) > 1 else unit[0], mp_policy=mp, reshard_after_forward=reshard_after_forward)
+        for block in unit:
+            setattr(block, _RESHARD, reshard_after_forward)
     fully_shard(model, mp_policy=mp, reshard_after_forward=reshard_root)
     setattr(model, _RESHARD, reshard_root)
+    if prefetch:
+        heads = [unit[0] for unit in units]  # a unit's hooks run on its first block
+        for i, head in enumerate(heads):
+            head.set_modules_to_forward_prefetch(heads[i + 1 : i + 2])
+            head.set_modules_to_backward_prefetch(heads[i - 1 : i] if i else [])
     return model
 
 

@@ -60,7 +60,14 @@ def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device | None 
     if p.fsdp:
         if t.compile:
             compile_blocks(model, mode=mode)
-        return shard_model(model, p.reshard_after_forward, fsdp_param_dtype(cfg), _DTYPES[p.reduce_dtype])
+        return shard_model(
+            model,
+            p.reshard_after_forward,
+            fsdp_param_dtype(cfg),
+            _DTYPES[p.reduce_dtype],
+            unit_blocks=p.fsdp_unit_blocks,
+            prefetch=p.fsdp_prefetch,
+        )
     if t.compile:
         model = torch.compile(model, mode=mode)
     if dist.is_initialized() and dist.get_world_size() > 1:

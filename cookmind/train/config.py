@@ -168,6 +168,9 @@ class ParallelConfig:
     # optimizer state sharded over the ranks
     reshard_after_forward: bool = True  # fsdp: free each block's gathered weights after its forward (gather again
     # in backward); false keeps them until backward (more memory, less communication)
+    fsdp_unit_blocks: int = 1  # fsdp: consecutive blocks sharded as one unit (fewer, larger collectives and hooks)
+    fsdp_prefetch: bool = False  # fsdp: each unit issues the next unit's all-gather as it starts (forward and
+    # backward), so gathers do not wait for the host to reach the unit that needs them
 
 
 @dataclass
@@ -294,6 +297,7 @@ class TrainConfig:
             ("eval.max_batches", self.eval.max_batches),
             ("eval.max_new_tokens", self.eval.max_new_tokens),
             ("data.stride", 1 if self.data.stride is None else self.data.stride),
+            ("parallel.fsdp_unit_blocks", self.parallel.fsdp_unit_blocks),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
