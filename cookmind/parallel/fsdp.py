@@ -22,6 +22,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from ..optim.adamw import local
 from .compile_blocks import find_blocks
 
 _RESHARD = "_cookmind_reshard_after_forward"  # the value each sharded module was given, restored after a gather
@@ -126,7 +127,7 @@ def copy_shards(dst: nn.Module, src: nn.Module) -> None:
             )
         with torch.no_grad():
             for name, target in have.items():
-                mine, theirs = _local(target), _local(want[name])
+                mine, theirs = local(target), local(want[name])
                 if mine.shape != theirs.shape:
                     raise ValueError(
                         f"copy_shards: {name} is {tuple(theirs.shape)} on this rank in the model and "
@@ -145,10 +146,6 @@ def _by_plain_name(named) -> dict[str, torch.Tensor]:
             name = name.replace(prefix, "")
         out[name] = t
     return out
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def set_gradient_sync(model: nn.Module, sync: bool) -> None:
