@@ -10,9 +10,12 @@ per engine, and the ratios as soon as both sides exist; last, the mixed batch ag
 each row's pair (the path for many adapters; --no-gathered skips it). The defaults finish in about a minute and a
 half on an H200, setup of the four engines included. --count-ops (uncompiled: CPU) also prints each engine's aten
 ops (views left out) per model forward, the launches a decode step costs before CUDA graphs and compilation fuse
-them.
+them. --profile prints, per engine, where one decode step of the full mixed batch goes (``profile_decode``):
+torch.profiler over a few steps, the top-15 CUDA kernels by total time, kernels and cudaGraphLaunch calls per step,
+the host's time per step and the first step's (the prefill); the generation timings are printed as well.
 
     python bench/bench_multi_lora.py                        # GPT-2-small-sized Llama shape, CUDA, bf16
+    python bench/bench_multi_lora.py --profile              # ... and where each engine's decode step goes
     python bench/bench_multi_lora.py --tiny --device cpu    # a seconds-long smoke run on CPU
 """
 
@@ -25,11 +28,14 @@ import time
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from cookmind.infer import multi_lora
 from cookmind.infer.engine import Engine
 from cookmind.infer.loading import load_adapters
+from cookmind.infer.multi_lora import UPDATES
+from cookmind.infer.runner import DECODE_ATTENTION
 from cookmind.infer.sampling import SamplingParams
 from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.model.lora import DEFAULT_TARGETS, apply_lora, lora_modules, merged_copy, save_adapter
@@ -97,6 +103,75 @@ def run(engine: Engine, prompts: list[list[int]], names: list[str | None], new: 
     return time.perf_counter() - t0
 
 
+def sync(engine: Engine) -> None:
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def profile_decode(engine: Engine, prompts: list[list[int]], names: list[str | None], steps: int) -> dict:
+    """Where a decode step of the whole batch goes: the prompts are prefilled (one ``engine.step``, timed: it
+    prefills and decodes once), two steps load the graph state, then ``steps`` steps run under torch.profiler,
+    each started on an idle device so that its wall time is the host's alone (with overlap, the default on CUDA,
+    a step launches its decode and reads back the one before, done by then); last, ``steps`` steps back to back
+    give the wall time of a step. Returns per step: host and wall ms, device ms (the sum of kernel times),
+    kernels and cudaGraphLaunch calls, and the top-15 CUDA kernels by total time (on CPU: the top-15 ops by
+    self CPU time)."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=2 * steps + 4)
+    for p, name in zip(prompts, names):
+        engine.submit(p, params, adapter=name)
+    sync(engine)
+    t0 = time.perf_counter()
+    engine.step()
+    sync(engine)
+    first = time.perf_counter() - t0
+    if any(r is not None and r.state != "decode" for r in engine.slots):
+        raise SystemExit("--profile: one engine step did not prefill every prompt (is prefill_chunk too small?)")
+    for _ in range(2):
+        engine.step()
+    cuda = engine.device.type == "cuda"
+    host = 0.0
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for _ in range(steps):
+            sync(engine)
+            t0 = time.perf_counter()
+            engine.step()
+            host += time.perf_counter() - t0
+        sync(engine)
+    sync(engine)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    sync(engine)
+    wall = time.perf_counter() - t0
+    engine.run_until_idle()
+    events = prof.events()
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    totals: dict[str, list[float]] = {}
+    if cuda:
+        for e in kernels:
+            entry = totals.setdefault(e.name, [0.0, 0])
+            entry[0] += e.time_range.elapsed_us()
+            entry[1] += 1
+    else:  # no kernels: the ops the host runs
+        for e in prof.key_averages():
+            totals[e.key] = [e.self_cpu_time_total, e.count]
+    top = sorted(totals.items(), key=lambda kv: -kv[1][0])[:15]
+    return {
+        "steps": steps,
+        "overlap": engine.overlap,
+        "first_step_ms": round(first * 1e3, 3),
+        "host_ms_per_step": round(host / steps * 1e3, 3),
+        "wall_ms_per_step": round(wall / steps * 1e3, 3),
+        "device_ms_per_step": round(sum(e.time_range.elapsed_us() for e in kernels) / steps / 1e3, 3) if cuda else None,
+        "kernels_per_step": round(len(kernels) / steps, 1),
+        "graph_launches_per_step": round(sum(e.name == "cudaGraphLaunch" for e in events) / steps, 1),
+        "top": [
+            {"name": name[:120], "us_per_step": round(us / steps, 2), "calls_per_step": round(n / steps, 2)}
+            for name, (us, n) in top
+        ],
+    }
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -125,6 +200,22 @@ def main(argv=None) -> int:
         help="also time the mixed batch with every projection gathering each row's pair (the path past "
         "multi_lora.MASKED_MAX_STACK adapters, and the only one before the masked update), last",
     )
+    p.add_argument("--lora-update", default="auto", choices=UPDATES, help="the adapters engine's (Engine.lora_update)")
+    p.add_argument(
+        "--decode-attention",
+        default="auto",
+        choices=DECODE_ATTENTION,
+        help="kernel on CPU runs the CUDA default's decode path (fused projections, the kernel's PyTorch twin)",
+    )
+    p.add_argument(
+        "--profile",
+        type=int,
+        nargs="?",
+        const=8,
+        default=0,
+        metavar="STEPS",
+        help="also profile this many decode steps of each engine (default 8; see profile_decode)",
+    )
     p.add_argument("--count-ops", action="store_true", help="aten ops per model forward (needs --no-compile)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
@@ -142,7 +233,8 @@ def main(argv=None) -> int:
         num_hidden_layers=args.layers,
         num_attention_heads=args.heads,
         num_key_value_heads=args.heads,
-        max_position_embeddings=args.prompt_len + args.steps + 1,
+        # a profile's requests generate 2 * STEPS + 4 tokens (profile_decode)
+        max_position_embeddings=args.prompt_len + max(args.steps, 2 * args.profile + 4) + 1,
     )
     base = CookMindLM(cfg).eval()
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,20 +251,17 @@ def main(argv=None) -> int:
         model.load_state_dict(weights.state_dict())
         model = model.to(args.device, dtype).eval()
         t0 = time.perf_counter()
-        masked_max = multi_lora.MASKED_MAX_STACK
-        if label == "adapters_gathered":  # every projection gathers each row's pair, as with many adapters
-            multi_lora.MASKED_MAX_STACK = 0
-        try:
-            engine = Engine(
-                model,
-                num_slots=args.requests,
-                max_seq_len=cfg.max_position_embeddings,
-                prefill_chunk=args.requests * args.prompt_len,
-                adapters=engine_adapters,
-                compile=args.compile,
-            )
-        finally:
-            multi_lora.MASKED_MAX_STACK = masked_max
+        engine = Engine(
+            model,
+            num_slots=args.requests,
+            max_seq_len=cfg.max_position_embeddings,
+            prefill_chunk=args.requests * args.prompt_len,
+            adapters=engine_adapters,
+            # adapters_gathered: every projection gathers each row's pair, as with many adapters
+            lora_update="gathered" if label == "adapters_gathered" else args.lora_update,
+            compile=args.compile,
+            decode_attention=args.decode_attention,
+        )
         fused = engine.runner.fused is not None and all(f.qkv is not None for f in engine.runner.fused)
         emit(figure="setup_s", engine=label, seconds=round(time.perf_counter() - t0, 2), fused_qkv=fused)
         cycle = [None, *engine.adapter_names]
@@ -186,6 +275,8 @@ def main(argv=None) -> int:
             run(engine, prompts, names, args.steps)
             ops = totals["ops"] / totals["forwards"]
             emit(figure="aten_ops_per_forward", engine=label, ops=round(ops, 1), layers=args.layers)
+        if args.profile:
+            emit(figure="profile", engine=label, **profile_decode(engine, prompts, names, args.profile))
         tps[label] = args.requests * args.steps / wall
         emit(
             figure="tokens_per_s",

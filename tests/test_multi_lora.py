@@ -99,15 +99,13 @@ def _run(engine, jobs):
     ],
     ids=["paged-gather", "paged-kernel-graphstep", "slots"],
 )
-@pytest.mark.parametrize("path", ["masked", "gathered"])  # gathered: what more than MASKED_MAX_STACK adapters take
-def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, kw, path, monkeypatch):
+@pytest.mark.parametrize("path", ["masked", "gathered"])  # gathered: what "auto" takes past MASKED_MAX_STACK adapters
+def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, kw, path):
     from cookmind.infer import multi_lora
 
-    if path == "gathered":
-        monkeypatch.setattr(multi_lora, "MASKED_MAX_STACK", 2)
     base, tmp, refs = setup
     adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
-    engine = Engine(copy.deepcopy(base), num_slots=4, adapters=adapters, **kw)
+    engine = Engine(copy.deepcopy(base), num_slots=4, adapters=adapters, lora_update=path, **kw)
     deltas = [m for m in engine.runner.model.modules() if isinstance(m, multi_lora.LowRankDelta)]
     assert deltas and all(d.masked == (path == "masked") for d in deltas)
     prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4], [5, 9, 14, 3, 22, 7]]
@@ -122,6 +120,23 @@ def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, 
         base_toks = _reference(refs[None], prompt, NEW)[0]
         differs |= name is not None and toks != base_toks
     assert differs, "the adapters did not change any output: the comparison would prove nothing"
+
+
+@pytest.mark.parametrize("stack_max, masked", [(3, True), (2, False)])
+def test_auto_masks_up_to_masked_max_stack_adapters_and_a_bad_update_is_refused(setup, stack_max, masked, monkeypatch):
+    """update="auto": two adapters and the base (3 stacked) are masked while MASKED_MAX_STACK >= 3, else gathered;
+    an unknown update is a ValueError naming the choices."""
+    from cookmind.infer import multi_lora
+
+    base, tmp, _ = setup
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    monkeypatch.setattr(multi_lora, "MASKED_MAX_STACK", stack_max)
+    model = copy.deepcopy(base)
+    multi_lora.attach_adapters(model, adapters, num_slots=2)
+    deltas = [m for m in model.modules() if isinstance(m, multi_lora.LowRankDelta)]
+    assert deltas and all(d.masked == masked for d in deltas)
+    with pytest.raises(ValueError, match="update must be one of auto, masked, gathered"):
+        multi_lora.attach_adapters(copy.deepcopy(base), adapters, num_slots=2, update="fast")
 
 
 @pytest.mark.parametrize("share", [0.25, 1.0], ids=["gate-up-folds", "both-fold"])
@@ -425,17 +440,14 @@ def _delta_reference(parts, rows, x, y):
 
 
 @pytest.mark.parametrize("path", ["masked", "gathered"])
-def test_low_rank_delta_adds_each_rows_adapter_update(path, monkeypatch):
+def test_low_rank_delta_adds_each_rows_adapter_update(path):
     """Against a row-by-row loop, for a decode step (B, 1, in), a verify step (B, 4, in), a prefill (B, 20, in)
     and a head's (B, in); both ways of computing it (every adapter masked, used up to MASKED_MAX_STACK adapters and
     MASKED_MAX_TOKENS tokens a row; or each row's pair gathered)."""
-    from cookmind.infer import multi_lora
+    from cookmind.infer.multi_lora import LowRankDelta
 
-    if path == "gathered":
-        monkeypatch.setattr(multi_lora, "MASKED_MAX_STACK", 1)
     parts, rows, gen = _delta_case(n=3)
-    delta = multi_lora.LowRankDelta(parts, rows)
-    assert delta.masked == (path == "masked")
+    delta = LowRankDelta(parts, rows, masked=path == "masked")
     for shape in [(7, 1, 5), (7, 4, 5), (7, 20, 5), (7, 5)]:
         x = torch.randn(shape, generator=gen)
         y = torch.randn(*shape[:-1], 22, generator=gen)
@@ -451,7 +463,7 @@ def test_compiled_low_rank_delta_adds_each_rows_adapter_update(monkeypatch):
 
     monkeypatch.setattr(multi_lora, "COMPILED_EXPAND_MAX_ELEMENTS", 1000)  # (7, 1) rows x 32 below, (7, 12) above
     parts, rows, gen = _delta_case(n=3, seed=1)
-    delta = LowRankDelta(parts, rows)
+    delta = LowRankDelta(parts, rows, masked=True)
     compiled = torch.compile(lambda x, y: delta(x, y), dynamic=True)
     for shape in [(7, 1, 5), (7, 12, 5), (7, 20, 5)]:
         x = torch.randn(shape, generator=gen)
@@ -480,7 +492,7 @@ def test_a_projections_adapter_update_is_four_ops_whatever_the_adapters(n):
             return func(*args, **(kwargs or {}))
 
     parts, rows, gen = _delta_case(n)
-    delta = LowRankDelta(parts, rows)
+    delta = LowRankDelta(parts, rows, masked=True)
     x, y = torch.randn(7, 1, 5, generator=gen), torch.randn(7, 1, 22, generator=gen)
     with Ops() as ops:
         delta(x, y)
@@ -511,7 +523,7 @@ def test_an_unfused_projection_computes_its_output_and_every_adapters_down_proje
     a, b, scale = parts[0]  # out 8, rank 3, in 5
     base = nn.Linear(5, 8, bias=False)
     weight = base.weight.detach().clone()
-    layer = MultiLoRALinear(base, a, b, scale, rows, fold=True)
+    layer = MultiLoRALinear(base, a, b, scale, rows, masked=True, fold=True)
     assert layer.weight is base.weight and torch.equal(layer.weight, weight)
     assert layer.weight.untyped_storage().data_ptr() == layer.weight_and_A.untyped_storage().data_ptr()
     for shape in [(7, 1, 5), (7, 20, 5)]:

@@ -71,7 +71,10 @@ class AdapterRows:
 
 
 # above this many stacked entries (adapters + the base) a projection gathers each row's pair instead of masking
+# (``attach_adapters(update="auto")``)
 MASKED_MAX_STACK = 16
+# attach_adapters' ways of computing a decode step's per-row updates
+UPDATES = ("auto", "masked", "gathered")
 # ... and only for at most this many tokens per row (decode, verify): a prefill's low-rank work n+1 times over would
 # show, and it is not launch-bound, so it gathers each row's pair (one gather per row, not per token)
 MASKED_MAX_TOKENS = 16
@@ -100,9 +103,12 @@ class LowRankDelta(nn.Module):
     (or many adapters) gathers each row's pair instead and runs two batched matmuls (all parts' down-projections
     in one, each part's up-projection on its own)."""
 
-    def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor):
+    def __init__(
+        self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor, masked: bool
+    ):
         """parts: in output order, (A (n+1, r, in), B (n+1, out, r), scale (n+1,)) for a part some adapter targets,
-        else the part's width; rows: ``AdapterRows.rows``."""
+        else the part's width; rows: ``AdapterRows.rows``; masked: a step of few tokens a row computes every
+        adapter's update and keeps each row's (else every step gathers each row's pair)."""
         super().__init__()
         targeted = [p for p in parts if not isinstance(p, int)]
         # buffers, not parameters: nothing here trains
@@ -126,7 +132,7 @@ class LowRankDelta(nn.Module):
         self.register_buffer("stack_A", stack_a, persistent=False)  # (n+1, R, in); one part's A is not copied
         scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
         self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
-        self.masked = stack <= MASKED_MAX_STACK
+        self.masked = masked
         if self.masked:
             # column c of x A_all^T (A_all: stack_A flattened) is adapter c // R's, rank-column c % R
             flat_b = torch.zeros(out, stack, rank, dtype=dtype, device=stack_a.device)
@@ -212,17 +218,25 @@ class MultiLoRALinear(nn.Module):
     """A projection plus, per row, the low-rank update of that row's adapter (see the module docstring)."""
 
     def __init__(
-        self, base: nn.Module, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor, fold=False
+        self,
+        base: nn.Module,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        scale: torch.Tensor,
+        rows: torch.Tensor,
+        masked: bool,
+        fold: bool = False,
     ):
-        """fold: a projection ``model.fused`` never fuses (o, down): with few adapters and no bias, A's rows join
-        the weight's in one tensor (the weight becomes a view of it: no memory added), so that a decode step's one
-        GEMM gives y and every adapter's x A^T (a kernel less); a prefill multiplies by the weight's rows alone."""
+        """masked: see ``LowRankDelta``. fold (masked, no bias): a projection ``model.fused`` never fuses (o, down):
+        A's rows join the weight's in one tensor (the weight becomes a view of it: no memory added), so that a decode
+        step's one GEMM gives y and every adapter's x A^T (a kernel less); a prefill multiplies by the weight's rows
+        alone."""
         super().__init__()
         self.in_features, self.out_features = base.weight.shape[1], base.weight.shape[0]
         self.weight = base.weight
         self.bias = getattr(base, "bias", None)
         both = None
-        if fold and self.bias is None and a.shape[0] <= MASKED_MAX_STACK:
+        if fold and masked and self.bias is None:
             with torch.no_grad():
                 both = torch.cat([self.weight.detach(), a.flatten(0, 1)])
                 self.weight.data = both[: self.out_features]
@@ -230,7 +244,7 @@ class MultiLoRALinear(nn.Module):
         self.register_buffer("weight_and_A", both, persistent=False)
         # not named lora_A/lora_B: those mark a trained LoRA layer, which fuse_projections must leave alone;
         # this one gives a fused projection its part of the update (fuse_adapters)
-        self.delta = LowRankDelta([(a, b, scale)], rows)
+        self.delta = LowRankDelta([(a, b, scale)], rows, masked)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight_and_A is not None and self.delta.uses_masked(x):
@@ -243,16 +257,21 @@ class MultiLoRALinear(nn.Module):
         parts = []
         for m in modules:
             parts += m.delta.parts() if isinstance(m, MultiLoRALinear) else [m.weight.shape[0]]
-        return LowRankDelta(parts, self.delta.rows)
+        return LowRankDelta(parts, self.delta.rows, self.delta.masked)
 
     def extra_repr(self) -> str:
         n, r = self.delta.A0.shape[0] - 1, self.delta.A0.shape[1]
         return f"in={self.in_features}, out={self.out_features}, adapters={n}, r_max={r}"
 
 
-def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: int) -> AdapterRows:
+def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: int, update: str = "auto") -> AdapterRows:
     """Wrap every module some adapter targets in a ``MultiLoRALinear`` (in place; call before building the
-    runner) and return the per-slot adapter table. Adapter i (1-based) is ``adapters[i - 1]``."""
+    runner) and return the per-slot adapter table. Adapter i (1-based) is ``adapters[i - 1]``. update: how a
+    decode step computes the rows' updates, "masked" (every adapter's, each row keeping its own; see
+    ``LowRankDelta``), "gathered" (each row's pair gathered) or "auto" (masked up to ``MASKED_MAX_STACK``
+    adapters plus the base); a prefill always gathers."""
+    if update not in UPDATES:
+        raise ValueError(f"update must be one of {', '.join(UPDATES)}, got {update!r}")
     if any(isinstance(m, MultiLoRALinear) for m in model.modules()):
         raise ValueError("the model already serves LoRA adapters; attach every adapter in one call")
     if any(hasattr(m, "lora_A") for m in model.modules()):
@@ -260,6 +279,7 @@ def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: in
     names = [a.name for a in adapters]
     if len(set(names)) != len(names):
         raise ValueError(f"adapter names must be unique, got {names}")
+    masked = update == "masked" or (update == "auto" and len(adapters) + 1 <= MASKED_MAX_STACK)
     weight = next(model.parameters())
     table = AdapterRows(names, num_slots, weight.device)
     modules = sorted({m for a in adapters for m in a.weights})
@@ -280,5 +300,5 @@ def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: in
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         fold = child not in FUSED_PROJECTIONS
-        setattr(parent, child, MultiLoRALinear(base, stack_a, stack_b, scale, table.rows, fold=fold))
+        setattr(parent, child, MultiLoRALinear(base, stack_a, stack_b, scale, table.rows, masked, fold=fold))
     return table
