@@ -32,9 +32,9 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from cookmind.infer import multi_lora
 from cookmind.infer.engine import Engine
 from cookmind.infer.loading import load_adapters
-from cookmind.infer.multi_lora import UPDATES
 from cookmind.infer.runner import DECODE_ATTENTION
 from cookmind.infer.sampling import SamplingParams
 from cookmind.model import CookMindConfig, CookMindLM
@@ -200,7 +200,15 @@ def main(argv=None) -> int:
         help="also time the mixed batch with every projection gathering each row's pair (the path past "
         "multi_lora.MASKED_MAX_STACK adapters, and the only one before the masked update), last",
     )
-    p.add_argument("--lora-update", default="auto", choices=UPDATES, help="the adapters engine's (Engine.lora_update)")
+    p.add_argument(
+        "--masked-gemm",
+        action="store_true",
+        help="also time the mixed batch masked but with the up-projection as a GEMM when compiled (not the fused "
+        "reduction of multi_lora.COMPILED_EXPAND_MAX_ELEMENTS), last",
+    )
+    p.add_argument(
+        "--lora-update", default="auto", choices=multi_lora.UPDATES, help="the adapters engine's (Engine.lora_update)"
+    )
     p.add_argument(
         "--decode-attention",
         default="auto",
@@ -246,7 +254,12 @@ def main(argv=None) -> int:
     engines = [("base", base, None), ("adapters", base, adapters), ("merged", merged, None)]
     if args.gathered:
         engines.append(("adapters_gathered", base, adapters))
+    if args.masked_gemm:
+        engines.append(("adapters_masked_gemm", base, adapters))
+    expand = multi_lora.COMPILED_EXPAND_MAX_ELEMENTS
     for label, weights, engine_adapters in engines:
+        # adapters_masked_gemm: compiled, the masked update's up-projection stays a GEMM (no fused reduction)
+        multi_lora.COMPILED_EXPAND_MAX_ELEMENTS = 0 if label == "adapters_masked_gemm" else expand
         model = CookMindLM(cfg)
         model.load_state_dict(weights.state_dict())
         model = model.to(args.device, dtype).eval()
@@ -275,8 +288,6 @@ def main(argv=None) -> int:
             run(engine, prompts, names, args.steps)
             ops = totals["ops"] / totals["forwards"]
             emit(figure="aten_ops_per_forward", engine=label, ops=round(ops, 1), layers=args.layers)
-        if args.profile:
-            emit(figure="profile", engine=label, **profile_decode(engine, prompts, names, args.profile))
         tps[label] = args.requests * args.steps / wall
         emit(
             figure="tokens_per_s",
@@ -290,12 +301,14 @@ def main(argv=None) -> int:
             emit(figure="adapters_over_base", ratio=round(tps["adapters"] / tps["base"], 3), rank=args.rank)
         if label == "merged":  # against serving one adapter merged into the weights
             emit(figure="adapters_over_merged", ratio=round(tps["adapters"] / tps["merged"], 3), rank=args.rank)
-        if label == "adapters_gathered":
-            ratio = round(tps["adapters_gathered"] / tps["base"], 3)
-            emit(figure="adapters_gathered_over_base", ratio=ratio, rank=args.rank)
+        if label in ("adapters_gathered", "adapters_masked_gemm"):
+            emit(figure=f"{label}_over_base", ratio=round(tps[label] / tps["base"], 3), rank=args.rank)
+        if args.profile:
+            emit(figure="profile", engine=label, **profile_decode(engine, prompts, names, args.profile))
         del engine, model
         if args.device == "cuda":
             torch.cuda.empty_cache()
+    multi_lora.COMPILED_EXPAND_MAX_ELEMENTS = expand
     emit(figure="total_s", seconds=round(time.perf_counter() - began, 1))
     return 0
 
