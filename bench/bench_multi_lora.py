@@ -6,13 +6,15 @@ Workload: --requests prompts of --prompt-len random tokens, --steps new tokens e
 one batch. With adapters, the rows cycle through the base and each of --adapters adapters (rank --rank on every
 projection: q, k, v, o, gate, up, down). Each JSON line is printed (flushed) as soon as it is measured: the engine's
 setup (compile, graph capture), tokens/s = requests * steps / (wall time of the whole generation, prefill included)
-per engine, and the ratios as soon as both sides exist; last, the mixed batch again with every projection gathering
-each row's pair (the path for many adapters; --no-gathered skips it). The defaults finish in about a minute and a
-half on an H200, setup of the four engines included. --count-ops (uncompiled: CPU) also prints each engine's aten
-ops (views left out) per model forward, the launches a decode step costs before CUDA graphs and compilation fuse
-them. --profile prints, per engine, where one decode step of the full mixed batch goes (``profile_decode``):
-torch.profiler over a few steps, the top-15 CUDA kernels by total time, kernels and cudaGraphLaunch calls per step,
-the host's time per step and the first step's (the prefill); the generation timings are printed as well.
+per engine, and the ratios as soon as both sides exist. --engines picks the engines, in order: base, adapters
+(the mixed batch, --lora-update), merged, and variants of adapters: adapters_gathered (every projection gathering
+each row's pair, the path for many adapters), adapters_masked_gemm (masked, the up-projection a GEMM even compiled,
+not a fused reduction), adapters_unfolded (masked, no adapter's A joining a projection's GEMM). The defaults finish
+in about a minute and a half on an H200, setup of the four engines included. --count-ops (uncompiled: CPU) also
+prints each engine's aten ops (views left out) per model forward, the launches a decode step costs before CUDA
+graphs and compilation fuse them. --profile prints, per engine, where one decode step of the full mixed batch goes
+(``profile_decode``): torch.profiler over a few steps, the top-15 CUDA kernels by total time, kernels and
+cudaGraphLaunch calls per step, the host's time per step and the first step's (the prefill).
 
     python bench/bench_multi_lora.py                        # GPT-2-small-sized Llama shape, CUDA, bf16
     python bench/bench_multi_lora.py --profile              # ... and where each engine's decode step goes
@@ -39,6 +41,8 @@ from cookmind.infer.runner import DECODE_ATTENTION
 from cookmind.infer.sampling import SamplingParams
 from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.model.lora import DEFAULT_TARGETS, apply_lora, lora_modules, merged_copy, save_adapter
+
+ENGINES = ("base", "adapters", "merged", "adapters_gathered", "adapters_masked_gemm", "adapters_unfolded")
 
 
 def emit(**fields) -> None:
@@ -194,17 +198,9 @@ def main(argv=None) -> int:
         help="torch.compile the layers (default: on CUDA, as the server does); --no-compile skips its setup time",
     )
     p.add_argument(
-        "--gathered",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="also time the mixed batch with every projection gathering each row's pair (the path past "
-        "multi_lora.MASKED_MAX_STACK adapters, and the only one before the masked update), last",
-    )
-    p.add_argument(
-        "--masked-gemm",
-        action="store_true",
-        help="also time the mixed batch masked but with the up-projection as a GEMM when compiled (not the fused "
-        "reduction of multi_lora.COMPILED_EXPAND_MAX_ELEMENTS), last",
+        "--engines",
+        default="base,adapters,merged,adapters_gathered",
+        help=f"comma-separated, in order, from {','.join(ENGINES)} (see above)",
     )
     p.add_argument(
         "--lora-update", default="auto", choices=multi_lora.UPDATES, help="the adapters engine's (Engine.lora_update)"
@@ -230,6 +226,9 @@ def main(argv=None) -> int:
     if args.tiny:
         args.layers, args.hidden, args.heads, args.intermediate, args.vocab = 2, 64, 4, 128, 256
         args.prompt_len, args.steps, args.requests, args.repeats = 16, 16, 4, 1
+    labels = args.engines.split(",")
+    if unknown := [x for x in labels if x not in ENGINES]:
+        p.error(f"--engines: unknown {unknown}; choose from {','.join(ENGINES)}")
     began = time.perf_counter()
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if args.device == "cuda" else torch.float32)
     emit(figure="config", **{**{k: v for k, v in vars(args).items() if k != "tiny"}, "dtype": str(dtype)})
@@ -250,16 +249,13 @@ def main(argv=None) -> int:
         adapters = load_adapters(base, specs)
     prompts = torch.randint(0, cfg.vocab_size, (args.requests, args.prompt_len)).tolist()
     tps = {}
-    # base and mixed adapters first: their ratio, the figure that matters, is printed before the merged run
-    engines = [("base", base, None), ("adapters", base, adapters), ("merged", merged, None)]
-    if args.gathered:
-        engines.append(("adapters_gathered", base, adapters))
-    if args.masked_gemm:
-        engines.append(("adapters_masked_gemm", base, adapters))
-    expand = multi_lora.COMPILED_EXPAND_MAX_ELEMENTS
-    for label, weights, engine_adapters in engines:
+    expand, fold = multi_lora.COMPILED_EXPAND_MAX_ELEMENTS, multi_lora.FOLD_MAX_SHARE
+    for label in labels:
+        weights = merged if label == "merged" else base
+        engine_adapters = adapters if label.startswith("adapters") else None
         # adapters_masked_gemm: compiled, the masked update's up-projection stays a GEMM (no fused reduction)
         multi_lora.COMPILED_EXPAND_MAX_ELEMENTS = 0 if label == "adapters_masked_gemm" else expand
+        multi_lora.FOLD_MAX_SHARE = 0 if label == "adapters_unfolded" else fold  # read when the engine is built
         model = CookMindLM(cfg)
         model.load_state_dict(weights.state_dict())
         model = model.to(args.device, dtype).eval()
@@ -297,18 +293,17 @@ def main(argv=None) -> int:
             compiled=engine.runner.compiled,
             compile_error=engine.runner.compile_error,
         )
-        if label == "adapters":  # mixed adapters against the base alone, the same engine and batch
-            emit(figure="adapters_over_base", ratio=round(tps["adapters"] / tps["base"], 3), rank=args.rank)
-        if label == "merged":  # against serving one adapter merged into the weights
-            emit(figure="adapters_over_merged", ratio=round(tps["adapters"] / tps["merged"], 3), rank=args.rank)
-        if label in ("adapters_gathered", "adapters_masked_gemm"):
+        # mixed adapters (and each variant) against the base alone, the same engine and batch
+        if label.startswith("adapters") and "base" in tps:
             emit(figure=f"{label}_over_base", ratio=round(tps[label] / tps["base"], 3), rank=args.rank)
+        if label == "merged" and "adapters" in tps:  # against serving one adapter merged into the weights
+            emit(figure="adapters_over_merged", ratio=round(tps["adapters"] / tps["merged"], 3), rank=args.rank)
         if args.profile:
             emit(figure="profile", engine=label, **profile_decode(engine, prompts, names, args.profile))
         del engine, model
         if args.device == "cuda":
             torch.cuda.empty_cache()
-    multi_lora.COMPILED_EXPAND_MAX_ELEMENTS = expand
+    multi_lora.COMPILED_EXPAND_MAX_ELEMENTS, multi_lora.FOLD_MAX_SHARE = expand, fold
     emit(figure="total_s", seconds=round(time.perf_counter() - began, 1))
     return 0
 

@@ -499,13 +499,15 @@ def test_a_projections_adapter_update_is_four_ops_whatever_the_adapters(n):
     assert len(ops.names) <= 4, ops.names
 
 
-def test_an_unfused_projection_computes_its_output_and_every_adapters_down_projection_in_one_gemm():
+def test_an_unfused_projection_computes_its_output_and_every_adapters_down_projection_in_one_gemm(monkeypatch):
     """o/down (never fused) with few adapters: the weight becomes the first rows of one tensor with the stacked A
     (no memory added, values kept); a decode step is that GEMM, the mask, the select and the up-projection (four
-    ops with the projection itself), and decode and prefill both equal the row-by-row loop."""
+    ops with the projection itself), and decode and prefill both equal the row-by-row loop. Where A would add more
+    than FOLD_MAX_SHARE of the weight's rows (12 on 8 here), the weight stays as it was."""
     from torch import nn
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from cookmind.infer import multi_lora
     from cookmind.infer.multi_lora import MultiLoRALinear
 
     class Ops(TorchDispatchMode):
@@ -523,6 +525,8 @@ def test_an_unfused_projection_computes_its_output_and_every_adapters_down_proje
     a, b, scale = parts[0]  # out 8, rank 3, in 5
     base = nn.Linear(5, 8, bias=False)
     weight = base.weight.detach().clone()
+    assert MultiLoRALinear(nn.Linear(5, 8, bias=False), a, b, scale, rows, masked=True, fold=True).weight_and_A is None
+    monkeypatch.setattr(multi_lora, "FOLD_MAX_SHARE", 1.5)
     layer = MultiLoRALinear(base, a, b, scale, rows, masked=True, fold=True)
     assert layer.weight is base.weight and torch.equal(layer.weight, weight)
     assert layer.weight.untyped_storage().data_ptr() == layer.weight_and_A.untyped_storage().data_ptr()

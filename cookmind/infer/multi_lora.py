@@ -81,8 +81,8 @@ MASKED_MAX_TOKENS = 16
 # compiled, an update whose x A_all^T has at most this many elements (a decode step: 256 rows at (n+1) R = 256)
 # runs its up-projection as a fused reduction; larger ones (prefill) as a GEMM
 COMPILED_EXPAND_MAX_ELEMENTS = 256 * 256
-# a fused projection's weight takes every adapter's A below its rows (``fold_into``) when they add at most this share
-# of its rows: a prefill multiplies by them too
+# a projection's weight takes every adapter's A below its rows (``fold_into``, ``MultiLoRALinear``) when they add at
+# most this share of its rows: a decode step's GEMM grows by that much, and a fused one's prefill too
 FOLD_MAX_SHARE = 0.25
 # the projections ``model.fused`` stacks into one GEMM each (q/k/v, gate/up): their fused update is built there
 FUSED_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
@@ -227,16 +227,16 @@ class MultiLoRALinear(nn.Module):
         masked: bool,
         fold: bool = False,
     ):
-        """masked: see ``LowRankDelta``. fold (masked, no bias): a projection ``model.fused`` never fuses (o, down):
-        A's rows join the weight's in one tensor (the weight becomes a view of it: no memory added), so that a decode
-        step's one GEMM gives y and every adapter's x A^T (a kernel less); a prefill multiplies by the weight's rows
-        alone."""
+        """masked: see ``LowRankDelta``. fold (masked, no bias, A at most ``FOLD_MAX_SHARE`` of the weight's rows):
+        a projection ``model.fused`` never fuses (o, down): A's rows join the weight's in one tensor (the weight
+        becomes a view of it: no memory added), so that a decode step's one GEMM gives y and every adapter's x A^T
+        (a kernel less); a prefill multiplies by the weight's rows alone."""
         super().__init__()
         self.in_features, self.out_features = base.weight.shape[1], base.weight.shape[0]
         self.weight = base.weight
         self.bias = getattr(base, "bias", None)
         both = None
-        if fold and masked and self.bias is None:
+        if fold and masked and self.bias is None and a.shape[0] * a.shape[1] <= FOLD_MAX_SHARE * self.out_features:
             with torch.no_grad():
                 both = torch.cat([self.weight.detach(), a.flatten(0, 1)])
                 self.weight.data = both[: self.out_features]
