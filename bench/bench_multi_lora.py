@@ -8,8 +8,10 @@ projection: q, k, v, o, gate, up, down). Each JSON line is printed (flushed) as 
 setup (compile, graph capture), tokens/s = requests * steps / (wall time of the whole generation, prefill included)
 per engine, and the ratios as soon as both sides exist. --engines picks the engines, in order: base, adapters
 (the mixed batch, --lora-update), merged, and variants of adapters: adapters_gathered (every projection gathering
-each row's pair, the path for many adapters), adapters_masked_gemm (masked, the up-projection a GEMM even compiled,
-not a fused reduction), adapters_unfolded (masked, no adapter's A joining a projection's GEMM). The defaults finish
+each row's pair, the path for many adapters), adapters_select (masked, compiled with multi_lora.COMPILED_UPDATE
+"select": every adapter's B read per row, the default before "own"), adapters_masked_gemm (masked, the
+up-projection a GEMM even compiled, not a fused reduction), adapters_unfolded (masked, no adapter's A joining a
+projection's GEMM). The defaults finish
 in about a minute and a half on an H200, setup of the four engines included. --count-ops (uncompiled: CPU) also
 prints each engine's aten ops (views left out) per model forward, the launches a decode step costs before CUDA
 graphs and compilation fuse them. --profile prints, per engine, where one decode step of the full mixed batch goes
@@ -42,7 +44,22 @@ from cookmind.infer.sampling import SamplingParams
 from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.model.lora import DEFAULT_TARGETS, apply_lora, lora_modules, merged_copy, save_adapter
 
-ENGINES = ("base", "adapters", "merged", "adapters_gathered", "adapters_masked_gemm", "adapters_unfolded")
+ENGINES = (
+    "base",
+    "adapters",
+    "merged",
+    "adapters_gathered",
+    "adapters_select",
+    "adapters_masked_gemm",
+    "adapters_unfolded",
+)
+
+# the multi_lora settings each adapters variant changes
+VARIANTS = {
+    "adapters_select": {"COMPILED_UPDATE": "select"},
+    "adapters_masked_gemm": {"COMPILED_EXPAND_MAX_ELEMENTS": 0},
+    "adapters_unfolded": {"FOLD_MAX_SHARE": 0},
+}
 
 
 def emit(**fields) -> None:
@@ -249,13 +266,12 @@ def main(argv=None) -> int:
         adapters = load_adapters(base, specs)
     prompts = torch.randint(0, cfg.vocab_size, (args.requests, args.prompt_len)).tolist()
     tps = {}
-    expand, fold = multi_lora.COMPILED_EXPAND_MAX_ELEMENTS, multi_lora.FOLD_MAX_SHARE
+    defaults = {name: getattr(multi_lora, name) for v in VARIANTS.values() for name in v}
     for label in labels:
         weights = merged if label == "merged" else base
         engine_adapters = adapters if label.startswith("adapters") else None
-        # adapters_masked_gemm: compiled, the masked update's up-projection stays a GEMM (no fused reduction)
-        multi_lora.COMPILED_EXPAND_MAX_ELEMENTS = 0 if label == "adapters_masked_gemm" else expand
-        multi_lora.FOLD_MAX_SHARE = 0 if label == "adapters_unfolded" else fold  # read when the engine is built
+        for name, value in {**defaults, **VARIANTS.get(label, {})}.items():  # kept while the engine serves
+            setattr(multi_lora, name, value)
         model = CookMindLM(cfg)
         model.load_state_dict(weights.state_dict())
         model = model.to(args.device, dtype).eval()
@@ -303,7 +319,8 @@ def main(argv=None) -> int:
         del engine, model
         if args.device == "cuda":
             torch.cuda.empty_cache()
-    multi_lora.COMPILED_EXPAND_MAX_ELEMENTS, multi_lora.FOLD_MAX_SHARE = expand, fold
+    for name, value in defaults.items():
+        setattr(multi_lora, name, value)
     emit(figure="total_s", seconds=round(time.perf_counter() - began, 1))
     return 0
 

@@ -454,18 +454,21 @@ def test_low_rank_delta_adds_each_rows_adapter_update(path):
         torch.testing.assert_close(delta(x, y), _delta_reference(parts, rows, x, y), rtol=1e-5, atol=1e-5)
 
 
-def test_compiled_low_rank_delta_adds_each_rows_adapter_update(monkeypatch):
-    """Compiled as the runner compiles (dynamic shapes), the decode step's fused reduction, a larger verify step's
-    select and GEMM (past COMPILED_EXPAND_MAX_ELEMENTS, lowered here to reach it at these sizes), and the prefill's
-    gathered pairs all equal the row-by-row loop."""
+@pytest.mark.parametrize("update", ["own", "select"])
+def test_compiled_low_rank_delta_adds_each_rows_adapter_update(update, monkeypatch):
+    """Compiled as the runner compiles (dynamic shapes), the decode step's fused reduction (each row's own columns
+    and B, or every adapter's with the others' zeroed: COMPILED_UPDATE), a larger verify step's select and GEMM
+    (past COMPILED_EXPAND_MAX_ELEMENTS, lowered here to reach it at these sizes), and the prefill's gathered pairs
+    all equal the row-by-row loop."""
     from cookmind.infer import multi_lora
     from cookmind.infer.multi_lora import LowRankDelta
 
+    monkeypatch.setattr(multi_lora, "COMPILED_UPDATE", update)
     monkeypatch.setattr(multi_lora, "COMPILED_EXPAND_MAX_ELEMENTS", 1000)  # (7, 1) rows x 32 below, (7, 12) above
     parts, rows, gen = _delta_case(n=3, seed=1)
     delta = LowRankDelta(parts, rows, masked=True)
     compiled = torch.compile(lambda x, y: delta(x, y), dynamic=True)
-    for shape in [(7, 1, 5), (7, 12, 5), (7, 20, 5)]:
+    for shape in [(7, 1, 5), (7, 12, 5), (7, 20, 5), (7, 5)]:
         x = torch.randn(shape, generator=gen)
         y = torch.randn(*shape[:-1], 22, generator=gen)
         torch.testing.assert_close(compiled(x, y), _delta_reference(parts, rows, x, y), rtol=1e-5, atol=1e-5)
