@@ -171,11 +171,16 @@ def test_served_layers_stay_fused_with_adapters_on_some_of_the_parts(setup, shar
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("update", ["own", "select"])  # multi_lora.COMPILED_UPDATE
 @pytest.mark.parametrize("hidden", [32, 64], ids=["head-dim-8-gather", "head-dim-16-kernel-fused"])
-def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden):
+def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden, update, monkeypatch):
     """On CUDA (graphs captured once, layers compiled): the batch of the CPU test equals each merged model (float32;
-    1e-3 for the GPU's reduction order). Head dim 8 decodes by "gather" with the projections unfused; head dim 16
-    takes the Triton decode kernel with fused QKV / gate-up GEMMs carrying the adapters."""
+    1e-3 for the GPU's reduction order), and every decode step of the mixed batch replays a captured graph (the
+    runner's forward runs only for prefills). Head dim 8 decodes by "gather" with the projections unfused; head dim
+    16 takes the Triton decode kernel with fused QKV / gate-up GEMMs carrying the adapters."""
+    from cookmind.infer import multi_lora
+
+    monkeypatch.setattr(multi_lora, "COMPILED_UPDATE", update)
     base = sharp_tiny_lm(hidden_size=hidden)
     refs = {
         None: base,
@@ -192,10 +197,18 @@ def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden):
         assert all(f.qkv_delta is not None and f.gate_up_delta is not None for f in engine.runner.fused)
     prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]]
     jobs = list(zip(prompts, ["chef", None, "baker"]))
+    tokens_per_row, compute = [], engine.runner.compute
+
+    def counted(tokens, *args, **kwargs):  # eager forwards (a captured step replays without calling it)
+        tokens_per_row.append(tokens.shape[1])
+        return compute(tokens, *args, **kwargs)
+
+    engine.runner.compute = counted
     for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
         ref_toks, ref_lps, _ = _reference(refs[name], prompt, NEW)
         assert toks == ref_toks, name
         assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < 1e-3
+    assert tokens_per_row and 1 not in tokens_per_row, f"decode steps ran eagerly: {tokens_per_row}"
     assert engine.runner.compile_error is None
 
 
