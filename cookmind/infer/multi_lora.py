@@ -7,9 +7,10 @@
     y = x W^T + b + scale[i] * (x A[i]^T) B[i]^T        for a row served by adapter i
 
 An adapter of rank r < r_max fills the first r rows of A and columns of B; the zeros beyond add nothing, and an
-adapter that does not target a module has zeros there. A decode step computes every adapter's update and keeps each
-row's (two GEMMs, no gathers: it is launch-bound), the first of them inside the projection's own GEMM where the
-stacked A joins its weight (``MultiLoRALinear`` fold, ``LowRankDelta.fold_into``); a prefill gathers each row's
+adapter that does not target a module has zeros there. A decode step computes every adapter's down-projection
+inside the projection's own GEMM where the stacked A joins its weight (``MultiLoRALinear`` fold,
+``LowRankDelta.fold_into``) and, compiled, each row's up-projection as one fused kernel reading only that row's
+columns and adapter (no gathers into memory: it is launch-bound); a prefill gathers each row's
 pair (``LowRankDelta``).
 
 A row's adapter is read from a device tensor, never a Python value: the engine writes each slot's adapter into
@@ -102,11 +103,12 @@ class LowRankDelta(nn.Module):
     launch-bound, so its update is two GEMMs and one select, whatever the mix of rows: every adapter's A of every
     part stacked into one ((n+1) R, in) matrix gives x A_all^T for all adapters at once, the columns of adapters
     other than the row's are zeroed (a mask read from ``rows``), and one GEMM with every B side by side (scale
-    folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds the update to y. Compiled, the
-    select, that GEMM and the add become one fused reduction. The low-rank work grows n+1 times, tiny beside the
-    projection at a few tokens a row; what it saves is a dozen small gather/bmm kernels per projection. A prefill
-    (or many adapters) gathers each row's pair instead and runs two batched matmuls (all parts' down-projections
-    in one, each part's up-projection on its own)."""
+    folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds the update to y. Compiled
+    (``COMPILED_UPDATE`` "own"), the up-projection and the add are one fused reduction whose loads pick the row's
+    own R columns and its adapter's B (``_own_update``): no mask, and no other adapter's B read. The low-rank
+    down-projection grows n+1 times, tiny beside the projection at a few tokens a row; what it saves is a dozen
+    small gather/bmm kernels per projection. A prefill (or many adapters) gathers each row's pair instead and runs
+    two batched matmuls (all parts' down-projections in one, each part's up-projection on its own)."""
 
     def __init__(
         self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor, masked: bool
