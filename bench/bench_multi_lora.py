@@ -135,8 +135,10 @@ def profile_decode(engine: Engine, prompts: list[list[int]], names: list[str | N
     each started on an idle device so that its wall time is the host's alone (with overlap, the default on CUDA,
     a step launches its decode and reads back the one before, done by then); last, ``steps`` steps back to back
     give the wall time of a step. Returns per step: host and wall ms, device ms (the sum of kernel times),
-    kernels and cudaGraphLaunch calls, and the top-15 CUDA kernels by total time (on CPU: the top-15 ops by
-    self CPU time)."""
+    kernels (copies and memsets apart) and cudaGraphLaunch calls, and the top-15 CUDA kernels by total time (on
+    CPU: the top-15 ops by self CPU time); on CUDA also ``graph_replay_ms``, the decode graph of the batch replayed
+    alone (CUDA events, every row idle: the step's device time but for attention reading one key a row), which
+    needs no profiler."""
     params = SamplingParams(temperature=0.0, max_new_tokens=2 * steps + 4)
     for p, name in zip(prompts, names):
         engine.submit(p, params, adapter=name)
@@ -164,12 +166,25 @@ def profile_decode(engine: Engine, prompts: list[list[int]], names: list[str | N
         engine.step()
     sync(engine)
     wall = time.perf_counter() - t0
+    replay = None
+    if cuda and engine.graphs is not None and engine.graphs.capture:
+        b = len(prompts)
+        engine.graphs.load([0] * b, [0] * b)  # idle rows: they write the scratch column and stay where they are
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            engine.graphs.decode(b)
+        end.record()
+        end.synchronize()
+        replay = start.elapsed_time(end) / steps
+        engine._graph_key = None  # the engine loads its rows again before its next step
     engine.run_until_idle()
     events = prof.events()
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    device = [e for e in events if e.device_type == DeviceType.CUDA]
+    kernels = [e for e in device if not e.name.startswith(("Memcpy", "Memset"))]
     totals: dict[str, list[float]] = {}
     if cuda:
-        for e in kernels:
+        for e in device:
             entry = totals.setdefault(e.name, [0.0, 0])
             entry[0] += e.time_range.elapsed_us()
             entry[1] += 1
@@ -183,9 +198,11 @@ def profile_decode(engine: Engine, prompts: list[list[int]], names: list[str | N
         "first_step_ms": round(first * 1e3, 3),
         "host_ms_per_step": round(host / steps * 1e3, 3),
         "wall_ms_per_step": round(wall / steps * 1e3, 3),
-        "device_ms_per_step": round(sum(e.time_range.elapsed_us() for e in kernels) / steps / 1e3, 3) if cuda else None,
+        "device_ms_per_step": round(sum(e.time_range.elapsed_us() for e in device) / steps / 1e3, 3) if cuda else None,
+        "graph_replay_ms": None if replay is None else round(replay, 3),
         "kernels_per_step": round(len(kernels) / steps, 1),
-        "graph_launches_per_step": round(sum(e.name == "cudaGraphLaunch" for e in events) / steps, 1),
+        "copies_per_step": round((len(device) - len(kernels)) / steps, 1),
+        "graph_launches_per_step": round(sum(e.name.startswith("cudaGraphLaunch") for e in events) / steps, 1),
         "top": [
             {"name": name[:120], "us_per_step": round(us / steps, 2), "calls_per_step": round(n / steps, 2)}
             for name, (us, n) in top
