@@ -6,13 +6,20 @@ Workload: --requests prompts of --prompt-len random tokens, --steps new tokens e
 one batch. With adapters, the rows cycle through the base and each of --adapters adapters (rank --rank on every
 projection: q, k, v, o, gate, up, down). Each JSON line is printed (flushed) as soon as it is measured: the engine's
 setup (compile, graph capture), tokens/s = requests * steps / (wall time of the whole generation, prefill included)
-per engine, and the ratios as soon as both sides exist; last, the mixed batch again with every projection gathering
-each row's pair (the path for many adapters; --no-gathered skips it). The defaults finish in about a minute and a
-half on an H200, setup of the four engines included. --count-ops (uncompiled: CPU) also prints each engine's aten
-ops (views left out) per model forward, the launches a decode step costs before CUDA graphs and compilation fuse
-them.
+per engine, and the ratios as soon as both sides exist. --engines picks the engines, in order: base, adapters
+(the mixed batch, --lora-update), merged, and variants of adapters: adapters_gathered (every projection gathering
+each row's pair, the path for many adapters), adapters_select (masked, compiled with multi_lora.COMPILED_UPDATE
+"select": every adapter's B read per row, the default before "own"), adapters_masked_gemm (masked, the
+up-projection a GEMM even compiled, not a fused reduction), adapters_unfolded (masked, no adapter's A joining a
+projection's GEMM). The defaults finish
+in about a minute and a half on an H200, setup of the four engines included. --count-ops (uncompiled: CPU) also
+prints each engine's aten ops (views left out) per model forward, the launches a decode step costs before CUDA
+graphs and compilation fuse them. --profile prints, per engine, where one decode step of the full mixed batch goes
+(``profile_decode``): torch.profiler over a few steps, the top-15 CUDA kernels by total time, kernels and
+cudaGraphLaunch calls per step, the host's time per step and the first step's (the prefill).
 
     python bench/bench_multi_lora.py                        # GPT-2-small-sized Llama shape, CUDA, bf16
+    python bench/bench_multi_lora.py --profile              # ... and where each engine's decode step goes
     python bench/bench_multi_lora.py --tiny --device cpu    # a seconds-long smoke run on CPU
 """
 
@@ -25,14 +32,34 @@ import time
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cookmind.infer import multi_lora
 from cookmind.infer.engine import Engine
 from cookmind.infer.loading import load_adapters
+from cookmind.infer.runner import DECODE_ATTENTION
 from cookmind.infer.sampling import SamplingParams
 from cookmind.model import CookMindConfig, CookMindLM
 from cookmind.model.lora import DEFAULT_TARGETS, apply_lora, lora_modules, merged_copy, save_adapter
+
+ENGINES = (
+    "base",
+    "adapters",
+    "merged",
+    "adapters_gathered",
+    "adapters_select",
+    "adapters_masked_gemm",
+    "adapters_unfolded",
+)
+
+# the multi_lora settings each adapters variant changes
+VARIANTS = {
+    "adapters_select": {"COMPILED_UPDATE": "select"},
+    "adapters_masked_gemm": {"COMPILED_EXPAND_MAX_ELEMENTS": 0},
+    "adapters_unfolded": {"FOLD_MAX_SHARE": 0},
+}
 
 
 def emit(**fields) -> None:
@@ -97,6 +124,92 @@ def run(engine: Engine, prompts: list[list[int]], names: list[str | None], new: 
     return time.perf_counter() - t0
 
 
+def sync(engine: Engine) -> None:
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def profile_decode(engine: Engine, prompts: list[list[int]], names: list[str | None], steps: int) -> dict:
+    """Where a decode step of the whole batch goes: the prompts are prefilled (one ``engine.step``, timed: it
+    prefills and decodes once), two steps load the graph state, then ``steps`` steps run under torch.profiler,
+    each started on an idle device so that its wall time is the host's alone (with overlap, the default on CUDA,
+    a step launches its decode and reads back the one before, done by then); last, ``steps`` steps back to back
+    give the wall time of a step. Returns per step: host and wall ms, device ms (the sum of kernel times),
+    kernels (copies and memsets apart) and cudaGraphLaunch calls, and the top-15 CUDA kernels by total time (on
+    CPU: the top-15 ops by self CPU time); on CUDA also ``graph_replay_ms``, the decode graph of the batch replayed
+    alone (CUDA events, every row idle: the step's device time but for attention reading one key a row), which
+    needs no profiler."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=2 * steps + 4)
+    for p, name in zip(prompts, names):
+        engine.submit(p, params, adapter=name)
+    sync(engine)
+    t0 = time.perf_counter()
+    engine.step()
+    sync(engine)
+    first = time.perf_counter() - t0
+    if any(r is not None and r.state != "decode" for r in engine.slots):
+        raise SystemExit("--profile: one engine step did not prefill every prompt (is prefill_chunk too small?)")
+    for _ in range(2):
+        engine.step()
+    cuda = engine.device.type == "cuda"
+    host = 0.0
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for _ in range(steps):
+            sync(engine)
+            t0 = time.perf_counter()
+            engine.step()
+            host += time.perf_counter() - t0
+        sync(engine)
+    sync(engine)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    sync(engine)
+    wall = time.perf_counter() - t0
+    replay = None
+    if cuda and engine.graphs is not None and engine.graphs.capture:
+        b = len(prompts)
+        engine.graphs.load([0] * b, [0] * b)  # idle rows: they write the scratch column and stay where they are
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            engine.graphs.decode(b)
+        end.record()
+        end.synchronize()
+        replay = start.elapsed_time(end) / steps
+        engine._graph_key = None  # the engine loads its rows again before its next step
+    engine.run_until_idle()
+    events = prof.events()
+    device = [e for e in events if e.device_type == DeviceType.CUDA]
+    kernels = [e for e in device if not e.name.startswith(("Memcpy", "Memset"))]
+    totals: dict[str, list[float]] = {}
+    if cuda:
+        for e in device:
+            entry = totals.setdefault(e.name, [0.0, 0])
+            entry[0] += e.time_range.elapsed_us()
+            entry[1] += 1
+    else:  # no kernels: the ops the host runs
+        for e in prof.key_averages():
+            totals[e.key] = [e.self_cpu_time_total, e.count]
+    top = sorted(totals.items(), key=lambda kv: -kv[1][0])[:15]
+    return {
+        "steps": steps,
+        "overlap": engine.overlap,
+        "first_step_ms": round(first * 1e3, 3),
+        "host_ms_per_step": round(host / steps * 1e3, 3),
+        "wall_ms_per_step": round(wall / steps * 1e3, 3),
+        "device_ms_per_step": round(sum(e.time_range.elapsed_us() for e in device) / steps / 1e3, 3) if cuda else None,
+        "graph_replay_ms": None if replay is None else round(replay, 3),
+        "kernels_per_step": round(len(kernels) / steps, 1),
+        "copies_per_step": round((len(device) - len(kernels)) / steps, 1),
+        "graph_launches_per_step": round(sum(e.name.startswith("cudaGraphLaunch") for e in events) / steps, 1),
+        "top": [
+            {"name": name[:120], "us_per_step": round(us / steps, 2), "calls_per_step": round(n / steps, 2)}
+            for name, (us, n) in top
+        ],
+    }
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -119,11 +232,27 @@ def main(argv=None) -> int:
         help="torch.compile the layers (default: on CUDA, as the server does); --no-compile skips its setup time",
     )
     p.add_argument(
-        "--gathered",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="also time the mixed batch with every projection gathering each row's pair (the path past "
-        "multi_lora.MASKED_MAX_STACK adapters, and the only one before the masked update), last",
+        "--engines",
+        default="base,adapters,merged,adapters_gathered",
+        help=f"comma-separated, in order, from {','.join(ENGINES)} (see above)",
+    )
+    p.add_argument(
+        "--lora-update", default="auto", choices=multi_lora.UPDATES, help="the adapters engine's (Engine.lora_update)"
+    )
+    p.add_argument(
+        "--decode-attention",
+        default="auto",
+        choices=DECODE_ATTENTION,
+        help="kernel on CPU runs the CUDA default's decode path (fused projections, the kernel's PyTorch twin)",
+    )
+    p.add_argument(
+        "--profile",
+        type=int,
+        nargs="?",
+        const=8,
+        default=0,
+        metavar="STEPS",
+        help="also profile this many decode steps of each engine (default 8; see profile_decode)",
     )
     p.add_argument("--count-ops", action="store_true", help="aten ops per model forward (needs --no-compile)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
@@ -131,6 +260,9 @@ def main(argv=None) -> int:
     if args.tiny:
         args.layers, args.hidden, args.heads, args.intermediate, args.vocab = 2, 64, 4, 128, 256
         args.prompt_len, args.steps, args.requests, args.repeats = 16, 16, 4, 1
+    labels = args.engines.split(",")
+    if unknown := [x for x in labels if x not in ENGINES]:
+        p.error(f"--engines: unknown {unknown}; choose from {','.join(ENGINES)}")
     began = time.perf_counter()
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if args.device == "cuda" else torch.float32)
     emit(figure="config", **{**{k: v for k, v in vars(args).items() if k != "tiny"}, "dtype": str(dtype)})
@@ -142,7 +274,8 @@ def main(argv=None) -> int:
         num_hidden_layers=args.layers,
         num_attention_heads=args.heads,
         num_key_value_heads=args.heads,
-        max_position_embeddings=args.prompt_len + args.steps + 1,
+        # a profile's requests generate 2 * STEPS + 4 tokens (profile_decode)
+        max_position_embeddings=args.prompt_len + max(args.steps, 2 * args.profile + 4) + 1,
     )
     base = CookMindLM(cfg).eval()
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,29 +283,27 @@ def main(argv=None) -> int:
         adapters = load_adapters(base, specs)
     prompts = torch.randint(0, cfg.vocab_size, (args.requests, args.prompt_len)).tolist()
     tps = {}
-    # base and mixed adapters first: their ratio, the figure that matters, is printed before the merged run
-    engines = [("base", base, None), ("adapters", base, adapters), ("merged", merged, None)]
-    if args.gathered:
-        engines.append(("adapters_gathered", base, adapters))
-    for label, weights, engine_adapters in engines:
+    defaults = {name: getattr(multi_lora, name) for v in VARIANTS.values() for name in v}
+    for label in labels:
+        weights = merged if label == "merged" else base
+        engine_adapters = adapters if label.startswith("adapters") else None
+        for name, value in {**defaults, **VARIANTS.get(label, {})}.items():  # kept while the engine serves
+            setattr(multi_lora, name, value)
         model = CookMindLM(cfg)
         model.load_state_dict(weights.state_dict())
         model = model.to(args.device, dtype).eval()
         t0 = time.perf_counter()
-        masked_max = multi_lora.MASKED_MAX_STACK
-        if label == "adapters_gathered":  # every projection gathers each row's pair, as with many adapters
-            multi_lora.MASKED_MAX_STACK = 0
-        try:
-            engine = Engine(
-                model,
-                num_slots=args.requests,
-                max_seq_len=cfg.max_position_embeddings,
-                prefill_chunk=args.requests * args.prompt_len,
-                adapters=engine_adapters,
-                compile=args.compile,
-            )
-        finally:
-            multi_lora.MASKED_MAX_STACK = masked_max
+        engine = Engine(
+            model,
+            num_slots=args.requests,
+            max_seq_len=cfg.max_position_embeddings,
+            prefill_chunk=args.requests * args.prompt_len,
+            adapters=engine_adapters,
+            # adapters_gathered: every projection gathers each row's pair, as with many adapters
+            lora_update="gathered" if label == "adapters_gathered" else args.lora_update,
+            compile=args.compile,
+            decode_attention=args.decode_attention,
+        )
         fused = engine.runner.fused is not None and all(f.qkv is not None for f in engine.runner.fused)
         emit(figure="setup_s", engine=label, seconds=round(time.perf_counter() - t0, 2), fused_qkv=fused)
         cycle = [None, *engine.adapter_names]
@@ -195,16 +326,18 @@ def main(argv=None) -> int:
             compiled=engine.runner.compiled,
             compile_error=engine.runner.compile_error,
         )
-        if label == "adapters":  # mixed adapters against the base alone, the same engine and batch
-            emit(figure="adapters_over_base", ratio=round(tps["adapters"] / tps["base"], 3), rank=args.rank)
-        if label == "merged":  # against serving one adapter merged into the weights
+        # mixed adapters (and each variant) against the base alone, the same engine and batch
+        if label.startswith("adapters") and "base" in tps:
+            emit(figure=f"{label}_over_base", ratio=round(tps[label] / tps["base"], 3), rank=args.rank)
+        if label == "merged" and "adapters" in tps:  # against serving one adapter merged into the weights
             emit(figure="adapters_over_merged", ratio=round(tps["adapters"] / tps["merged"], 3), rank=args.rank)
-        if label == "adapters_gathered":
-            ratio = round(tps["adapters_gathered"] / tps["base"], 3)
-            emit(figure="adapters_gathered_over_base", ratio=ratio, rank=args.rank)
+        if args.profile:
+            emit(figure="profile", engine=label, **profile_decode(engine, prompts, names, args.profile))
         del engine, model
         if args.device == "cuda":
             torch.cuda.empty_cache()
+    for name, value in defaults.items():
+        setattr(multi_lora, name, value)
     emit(figure="total_s", seconds=round(time.perf_counter() - began, 1))
     return 0
 

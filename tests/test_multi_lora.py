@@ -99,15 +99,13 @@ def _run(engine, jobs):
     ],
     ids=["paged-gather", "paged-kernel-graphstep", "slots"],
 )
-@pytest.mark.parametrize("path", ["masked", "gathered"])  # gathered: what more than MASKED_MAX_STACK adapters take
-def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, kw, path, monkeypatch):
+@pytest.mark.parametrize("path", ["masked", "gathered"])  # gathered: what "auto" takes past MASKED_MAX_STACK adapters
+def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, kw, path):
     from cookmind.infer import multi_lora
 
-    if path == "gathered":
-        monkeypatch.setattr(multi_lora, "MASKED_MAX_STACK", 2)
     base, tmp, refs = setup
     adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
-    engine = Engine(copy.deepcopy(base), num_slots=4, adapters=adapters, **kw)
+    engine = Engine(copy.deepcopy(base), num_slots=4, adapters=adapters, lora_update=path, **kw)
     deltas = [m for m in engine.runner.model.modules() if isinstance(m, multi_lora.LowRankDelta)]
     assert deltas and all(d.masked == (path == "masked") for d in deltas)
     prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4], [5, 9, 14, 3, 22, 7]]
@@ -122,6 +120,23 @@ def test_one_batch_of_two_adapters_and_the_base_equals_each_merged_model(setup, 
         base_toks = _reference(refs[None], prompt, NEW)[0]
         differs |= name is not None and toks != base_toks
     assert differs, "the adapters did not change any output: the comparison would prove nothing"
+
+
+@pytest.mark.parametrize("stack_max, masked", [(3, True), (2, False)])
+def test_auto_masks_up_to_masked_max_stack_adapters_and_a_bad_update_is_refused(setup, stack_max, masked, monkeypatch):
+    """update="auto": two adapters and the base (3 stacked) are masked while MASKED_MAX_STACK >= 3, else gathered;
+    an unknown update is a ValueError naming the choices."""
+    from cookmind.infer import multi_lora
+
+    base, tmp, _ = setup
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    monkeypatch.setattr(multi_lora, "MASKED_MAX_STACK", stack_max)
+    model = copy.deepcopy(base)
+    multi_lora.attach_adapters(model, adapters, num_slots=2)
+    deltas = [m for m in model.modules() if isinstance(m, multi_lora.LowRankDelta)]
+    assert deltas and all(d.masked == masked for d in deltas)
+    with pytest.raises(ValueError, match="update must be one of auto, masked, gathered"):
+        multi_lora.attach_adapters(copy.deepcopy(base), adapters, num_slots=2, update="fast")
 
 
 @pytest.mark.parametrize("share", [0.25, 1.0], ids=["gate-up-folds", "both-fold"])
@@ -156,11 +171,16 @@ def test_served_layers_stay_fused_with_adapters_on_some_of_the_parts(setup, shar
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("update", ["own", "select"])  # multi_lora.COMPILED_UPDATE
 @pytest.mark.parametrize("hidden", [32, 64], ids=["head-dim-8-gather", "head-dim-16-kernel-fused"])
-def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden):
+def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden, update, monkeypatch):
     """On CUDA (graphs captured once, layers compiled): the batch of the CPU test equals each merged model (float32;
-    1e-3 for the GPU's reduction order). Head dim 8 decodes by "gather" with the projections unfused; head dim 16
-    takes the Triton decode kernel with fused QKV / gate-up GEMMs carrying the adapters."""
+    1e-3 for the GPU's reduction order), and every decode step of the mixed batch replays a captured graph (the
+    runner's forward runs only for prefills). Head dim 8 decodes by "gather" with the projections unfused; head dim
+    16 takes the Triton decode kernel with fused QKV / gate-up GEMMs carrying the adapters."""
+    from cookmind.infer import multi_lora
+
+    monkeypatch.setattr(multi_lora, "COMPILED_UPDATE", update)
     base = sharp_tiny_lm(hidden_size=hidden)
     refs = {
         None: base,
@@ -177,10 +197,18 @@ def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden):
         assert all(f.qkv_delta is not None and f.gate_up_delta is not None for f in engine.runner.fused)
     prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]]
     jobs = list(zip(prompts, ["chef", None, "baker"]))
+    tokens_per_row, compute = [], engine.runner.compute
+
+    def counted(tokens, *args, **kwargs):  # eager forwards (a captured step replays without calling it)
+        tokens_per_row.append(tokens.shape[1])
+        return compute(tokens, *args, **kwargs)
+
+    engine.runner.compute = counted
     for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
         ref_toks, ref_lps, _ = _reference(refs[name], prompt, NEW)
         assert toks == ref_toks, name
         assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < 1e-3
+    assert tokens_per_row and 1 not in tokens_per_row, f"decode steps ran eagerly: {tokens_per_row}"
     assert engine.runner.compile_error is None
 
 
@@ -425,35 +453,35 @@ def _delta_reference(parts, rows, x, y):
 
 
 @pytest.mark.parametrize("path", ["masked", "gathered"])
-def test_low_rank_delta_adds_each_rows_adapter_update(path, monkeypatch):
+def test_low_rank_delta_adds_each_rows_adapter_update(path):
     """Against a row-by-row loop, for a decode step (B, 1, in), a verify step (B, 4, in), a prefill (B, 20, in)
     and a head's (B, in); both ways of computing it (every adapter masked, used up to MASKED_MAX_STACK adapters and
     MASKED_MAX_TOKENS tokens a row; or each row's pair gathered)."""
-    from cookmind.infer import multi_lora
+    from cookmind.infer.multi_lora import LowRankDelta
 
-    if path == "gathered":
-        monkeypatch.setattr(multi_lora, "MASKED_MAX_STACK", 1)
     parts, rows, gen = _delta_case(n=3)
-    delta = multi_lora.LowRankDelta(parts, rows)
-    assert delta.masked == (path == "masked")
+    delta = LowRankDelta(parts, rows, masked=path == "masked")
     for shape in [(7, 1, 5), (7, 4, 5), (7, 20, 5), (7, 5)]:
         x = torch.randn(shape, generator=gen)
         y = torch.randn(*shape[:-1], 22, generator=gen)
         torch.testing.assert_close(delta(x, y), _delta_reference(parts, rows, x, y), rtol=1e-5, atol=1e-5)
 
 
-def test_compiled_low_rank_delta_adds_each_rows_adapter_update(monkeypatch):
-    """Compiled as the runner compiles (dynamic shapes), the decode step's fused reduction, a larger verify step's
-    select and GEMM (past COMPILED_EXPAND_MAX_ELEMENTS, lowered here to reach it at these sizes), and the prefill's
-    gathered pairs all equal the row-by-row loop."""
+@pytest.mark.parametrize("update", ["own", "select"])
+def test_compiled_low_rank_delta_adds_each_rows_adapter_update(update, monkeypatch):
+    """Compiled as the runner compiles (dynamic shapes), the decode step's fused reduction (each row's own columns
+    and B, or every adapter's with the others' zeroed: COMPILED_UPDATE), a larger verify step's select and GEMM
+    (past COMPILED_EXPAND_MAX_ELEMENTS, lowered here to reach it at these sizes), and the prefill's gathered pairs
+    all equal the row-by-row loop."""
     from cookmind.infer import multi_lora
     from cookmind.infer.multi_lora import LowRankDelta
 
+    monkeypatch.setattr(multi_lora, "COMPILED_UPDATE", update)
     monkeypatch.setattr(multi_lora, "COMPILED_EXPAND_MAX_ELEMENTS", 1000)  # (7, 1) rows x 32 below, (7, 12) above
     parts, rows, gen = _delta_case(n=3, seed=1)
-    delta = LowRankDelta(parts, rows)
+    delta = LowRankDelta(parts, rows, masked=True)
     compiled = torch.compile(lambda x, y: delta(x, y), dynamic=True)
-    for shape in [(7, 1, 5), (7, 12, 5), (7, 20, 5)]:
+    for shape in [(7, 1, 5), (7, 12, 5), (7, 20, 5), (7, 5)]:
         x = torch.randn(shape, generator=gen)
         y = torch.randn(*shape[:-1], 22, generator=gen)
         torch.testing.assert_close(compiled(x, y), _delta_reference(parts, rows, x, y), rtol=1e-5, atol=1e-5)
@@ -480,20 +508,22 @@ def test_a_projections_adapter_update_is_four_ops_whatever_the_adapters(n):
             return func(*args, **(kwargs or {}))
 
     parts, rows, gen = _delta_case(n)
-    delta = LowRankDelta(parts, rows)
+    delta = LowRankDelta(parts, rows, masked=True)
     x, y = torch.randn(7, 1, 5, generator=gen), torch.randn(7, 1, 22, generator=gen)
     with Ops() as ops:
         delta(x, y)
     assert len(ops.names) <= 4, ops.names
 
 
-def test_an_unfused_projection_computes_its_output_and_every_adapters_down_projection_in_one_gemm():
+def test_an_unfused_projection_computes_its_output_and_every_adapters_down_projection_in_one_gemm(monkeypatch):
     """o/down (never fused) with few adapters: the weight becomes the first rows of one tensor with the stacked A
     (no memory added, values kept); a decode step is that GEMM, the mask, the select and the up-projection (four
-    ops with the projection itself), and decode and prefill both equal the row-by-row loop."""
+    ops with the projection itself), and decode and prefill both equal the row-by-row loop. Where A would add more
+    than FOLD_MAX_SHARE of the weight's rows (12 on 8 here), the weight stays as it was."""
     from torch import nn
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from cookmind.infer import multi_lora
     from cookmind.infer.multi_lora import MultiLoRALinear
 
     class Ops(TorchDispatchMode):
@@ -511,7 +541,9 @@ def test_an_unfused_projection_computes_its_output_and_every_adapters_down_proje
     a, b, scale = parts[0]  # out 8, rank 3, in 5
     base = nn.Linear(5, 8, bias=False)
     weight = base.weight.detach().clone()
-    layer = MultiLoRALinear(base, a, b, scale, rows, fold=True)
+    assert MultiLoRALinear(nn.Linear(5, 8, bias=False), a, b, scale, rows, masked=True, fold=True).weight_and_A is None
+    monkeypatch.setattr(multi_lora, "FOLD_MAX_SHARE", 1.5)
+    layer = MultiLoRALinear(base, a, b, scale, rows, masked=True, fold=True)
     assert layer.weight is base.weight and torch.equal(layer.weight, weight)
     assert layer.weight.untyped_storage().data_ptr() == layer.weight_and_A.untyped_storage().data_ptr()
     for shape in [(7, 1, 5), (7, 20, 5)]:

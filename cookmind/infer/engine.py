@@ -163,6 +163,8 @@ class Engine:
     adapters (``multi_lora.LoRAAdapter``s, from ``loading.load_adapters``): LoRA adapters a request picks by name
     (``submit(adapter=...)``); requests for different adapters and the base share every batch (the model's targeted
     projections become ``MultiLoRALinear``s), and the prefix cache shares blocks only within one adapter.
+    lora_update: how a decode step computes each row's adapter update (``multi_lora.attach_adapters``: "auto",
+    "masked" or "gathered").
     speculative (a SpeculativeConfig): greedy requests draft k tokens (n-gram lookup or a draft model) and verify
     them in one forward, emitting up to k + 1 tokens per step (see speculative.py); the others decode as before.
 
@@ -189,6 +191,7 @@ class Engine:
         fuse_projections: bool = True,
         tokenizer=None,
         adapters: list[LoRAAdapter] | None = None,
+        lora_update: str = "auto",
         speculative: SpeculativeConfig | None = None,
     ):
         cfg = model.config
@@ -224,7 +227,7 @@ class Engine:
                 ),
             )
         # before the runner: it fuses q/k/v and gate/up, each fused projection taking its parts' adapters along
-        self.lora = attach_adapters(model, adapters, num_slots) if adapters else None
+        self.lora = attach_adapters(model, adapters, num_slots, lora_update) if adapters else None
         self.runner = ModelRunner(
             model,
             num_slots,

@@ -7,9 +7,10 @@
     y = x W^T + b + scale[i] * (x A[i]^T) B[i]^T        for a row served by adapter i
 
 An adapter of rank r < r_max fills the first r rows of A and columns of B; the zeros beyond add nothing, and an
-adapter that does not target a module has zeros there. A decode step computes every adapter's update and keeps each
-row's (two GEMMs, no gathers: it is launch-bound), the first of them inside the projection's own GEMM where the
-stacked A joins its weight (``MultiLoRALinear`` fold, ``LowRankDelta.fold_into``); a prefill gathers each row's
+adapter that does not target a module has zeros there. A decode step computes every adapter's down-projection
+inside the projection's own GEMM where the stacked A joins its weight (``MultiLoRALinear`` fold,
+``LowRankDelta.fold_into``) and, compiled, each row's up-projection as one fused kernel reading only that row's
+columns and adapter (no gathers into memory: it is launch-bound); a prefill gathers each row's
 pair (``LowRankDelta``).
 
 A row's adapter is read from a device tensor, never a Python value: the engine writes each slot's adapter into
@@ -71,15 +72,23 @@ class AdapterRows:
 
 
 # above this many stacked entries (adapters + the base) a projection gathers each row's pair instead of masking
+# (``attach_adapters(update="auto")``)
 MASKED_MAX_STACK = 16
+# attach_adapters' ways of computing a decode step's per-row updates
+UPDATES = ("auto", "masked", "gathered")
 # ... and only for at most this many tokens per row (decode, verify): a prefill's low-rank work n+1 times over would
 # show, and it is not launch-bound, so it gathers each row's pair (one gather per row, not per token)
 MASKED_MAX_TOKENS = 16
 # compiled, an update whose x A_all^T has at most this many elements (a decode step: 256 rows at (n+1) R = 256)
-# runs its up-projection as a fused reduction; larger ones (prefill) as a GEMM
+# runs its up-projection as one fused reduction (``COMPILED_UPDATE``); larger ones (prefill) as a GEMM
 COMPILED_EXPAND_MAX_ELEMENTS = 256 * 256
-# a fused projection's weight takes every adapter's A below its rows (``fold_into``) when they add at most this share
-# of its rows: a prefill multiplies by them too
+# that reduction: "own" reads each row's own R columns of x A_all^T and its own adapter's B (indexed loads, no
+# mask); "select" zeroes the other adapters' columns and multiplies by every adapter's B, which reads all (n+1) R
+# columns of B once per row: (n+1) times the traffic (on the H200 at 47c8da5, 32 rows, 4 adapters: 0.40x the base)
+COMPILED_UPDATES = ("own", "select")
+COMPILED_UPDATE = "own"
+# a projection's weight takes every adapter's A below its rows (``fold_into``, ``MultiLoRALinear``) when they add at
+# most this share of its rows: a decode step's GEMM grows by that much, and a fused one's prefill too
 FOLD_MAX_SHARE = 0.25
 # the projections ``model.fused`` stacks into one GEMM each (q/k/v, gate/up): their fused update is built there
 FUSED_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
@@ -94,15 +103,19 @@ class LowRankDelta(nn.Module):
     launch-bound, so its update is two GEMMs and one select, whatever the mix of rows: every adapter's A of every
     part stacked into one ((n+1) R, in) matrix gives x A_all^T for all adapters at once, the columns of adapters
     other than the row's are zeroed (a mask read from ``rows``), and one GEMM with every B side by side (scale
-    folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds the update to y. Compiled, the
-    select, that GEMM and the add become one fused reduction. The low-rank work grows n+1 times, tiny beside the
-    projection at a few tokens a row; what it saves is a dozen small gather/bmm kernels per projection. A prefill
-    (or many adapters) gathers each row's pair instead and runs two batched matmuls (all parts' down-projections
-    in one, each part's up-projection on its own)."""
+    folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds the update to y. Compiled
+    (``COMPILED_UPDATE`` "own"), the up-projection and the add are one fused reduction whose loads pick the row's
+    own R columns and its adapter's B (``_own_update``): no mask, and no other adapter's B read. The low-rank
+    down-projection grows n+1 times, tiny beside the projection at a few tokens a row; what it saves is a dozen
+    small gather/bmm kernels per projection. A prefill (or many adapters) gathers each row's pair instead and runs
+    two batched matmuls (all parts' down-projections in one, each part's up-projection on its own)."""
 
-    def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor):
+    def __init__(
+        self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor, masked: bool
+    ):
         """parts: in output order, (A (n+1, r, in), B (n+1, out, r), scale (n+1,)) for a part some adapter targets,
-        else the part's width; rows: ``AdapterRows.rows``."""
+        else the part's width; rows: ``AdapterRows.rows``; masked: a step of few tokens a row computes every
+        adapter's update and keeps each row's (else every step gathers each row's pair)."""
         super().__init__()
         targeted = [p for p in parts if not isinstance(p, int)]
         # buffers, not parameters: nothing here trains
@@ -126,7 +139,7 @@ class LowRankDelta(nn.Module):
         self.register_buffer("stack_A", stack_a, persistent=False)  # (n+1, R, in); one part's A is not copied
         scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
         self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
-        self.masked = stack <= MASKED_MAX_STACK
+        self.masked = masked
         if self.masked:
             # column c of x A_all^T (A_all: stack_A flattened) is adapter c // R's, rank-column c % R
             flat_b = torch.zeros(out, stack, rank, dtype=dtype, device=stack_a.device)
@@ -184,13 +197,29 @@ class LowRankDelta(nn.Module):
         idx = self.rows[: x.shape[0]].view(-1, *([1] * (x.dim() - 1)))  # (B, 1[, 1]): broadcast over T, columns
         if low is None:  # every adapter's down-projection: (B, [T,] (n+1) R)
             low = F.linear(x, self.stack_A.flatten(0, 1))
+        compiled = torch.compiler.is_compiling() and low.numel() <= COMPILED_EXPAND_MAX_ELEMENTS
+        if compiled and COMPILED_UPDATE == "own":
+            return self._own_update(y, low)
         low = torch.where(idx == self.column_adapter, low, 0)  # a select, not a product: other adapters' inf stays out
-        if torch.compiler.is_compiling() and low.numel() <= COMPILED_EXPAND_MAX_ELEMENTS:
+        if compiled:
             # a decode step: written as a product and a sum, the compiler makes the select, the up-projection and
             # the add into y one kernel (an extern GEMM would need the select as a kernel of its own)
             return y + (low.unsqueeze(-2) * self.flat_B).sum(-1)
         flat_y = y.reshape(-1, y.shape[-1])
         return torch.addmm(flat_y, low.reshape(-1, low.shape[-1]), self.flat_B.t()).view(y.shape)
+
+    def _own_update(self, y: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+        """y + each row's update from x A_all^T (low, (B, [T,] (n+1) R)), written for the compiler: the row's own
+        R columns and its adapter's rows of the stacked B (scale folded in) are indexed loads of one fused
+        reduction that adds into y, so nothing is gathered into memory and no other adapter's B is read."""
+        b, stack, rank = low.shape[0], self.stack_A.shape[0], self.stack_A.shape[1]
+        idx = self.rows[:b]
+        lead = low.shape[:-1]  # (B[, T])
+        pick = idx.view(b, *([1] * len(lead))).expand(*lead, 1)[..., None].expand(*lead, 1, rank)
+        own_low = low.reshape(*lead, stack, rank).gather(-2, pick).squeeze(-2)  # (B, [T,] R)
+        own_b = self.flat_B.view(-1, stack, rank).transpose(0, 1)[idx]  # (B, out, R): row b's adapter's B
+        own_b = own_b.view(b, *([1] * (len(lead) - 1)), *own_b.shape[1:])  # (B, [1,] out, R)
+        return y + (own_low.unsqueeze(-2) * own_b).sum(-1)
 
     def _gathered(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]
@@ -212,17 +241,25 @@ class MultiLoRALinear(nn.Module):
     """A projection plus, per row, the low-rank update of that row's adapter (see the module docstring)."""
 
     def __init__(
-        self, base: nn.Module, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor, fold=False
+        self,
+        base: nn.Module,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        scale: torch.Tensor,
+        rows: torch.Tensor,
+        masked: bool,
+        fold: bool = False,
     ):
-        """fold: a projection ``model.fused`` never fuses (o, down): with few adapters and no bias, A's rows join
-        the weight's in one tensor (the weight becomes a view of it: no memory added), so that a decode step's one
-        GEMM gives y and every adapter's x A^T (a kernel less); a prefill multiplies by the weight's rows alone."""
+        """masked: see ``LowRankDelta``. fold (masked, no bias, A at most ``FOLD_MAX_SHARE`` of the weight's rows):
+        a projection ``model.fused`` never fuses (o, down): A's rows join the weight's in one tensor (the weight
+        becomes a view of it: no memory added), so that a decode step's one GEMM gives y and every adapter's x A^T
+        (a kernel less); a prefill multiplies by the weight's rows alone."""
         super().__init__()
         self.in_features, self.out_features = base.weight.shape[1], base.weight.shape[0]
         self.weight = base.weight
         self.bias = getattr(base, "bias", None)
         both = None
-        if fold and self.bias is None and a.shape[0] <= MASKED_MAX_STACK:
+        if fold and masked and self.bias is None and a.shape[0] * a.shape[1] <= FOLD_MAX_SHARE * self.out_features:
             with torch.no_grad():
                 both = torch.cat([self.weight.detach(), a.flatten(0, 1)])
                 self.weight.data = both[: self.out_features]
@@ -230,7 +267,7 @@ class MultiLoRALinear(nn.Module):
         self.register_buffer("weight_and_A", both, persistent=False)
         # not named lora_A/lora_B: those mark a trained LoRA layer, which fuse_projections must leave alone;
         # this one gives a fused projection its part of the update (fuse_adapters)
-        self.delta = LowRankDelta([(a, b, scale)], rows)
+        self.delta = LowRankDelta([(a, b, scale)], rows, masked)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight_and_A is not None and self.delta.uses_masked(x):
@@ -243,16 +280,21 @@ class MultiLoRALinear(nn.Module):
         parts = []
         for m in modules:
             parts += m.delta.parts() if isinstance(m, MultiLoRALinear) else [m.weight.shape[0]]
-        return LowRankDelta(parts, self.delta.rows)
+        return LowRankDelta(parts, self.delta.rows, self.delta.masked)
 
     def extra_repr(self) -> str:
         n, r = self.delta.A0.shape[0] - 1, self.delta.A0.shape[1]
         return f"in={self.in_features}, out={self.out_features}, adapters={n}, r_max={r}"
 
 
-def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: int) -> AdapterRows:
+def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: int, update: str = "auto") -> AdapterRows:
     """Wrap every module some adapter targets in a ``MultiLoRALinear`` (in place; call before building the
-    runner) and return the per-slot adapter table. Adapter i (1-based) is ``adapters[i - 1]``."""
+    runner) and return the per-slot adapter table. Adapter i (1-based) is ``adapters[i - 1]``. update: how a
+    decode step computes the rows' updates, "masked" (every adapter's, each row keeping its own; see
+    ``LowRankDelta``), "gathered" (each row's pair gathered) or "auto" (masked up to ``MASKED_MAX_STACK``
+    adapters plus the base); a prefill always gathers."""
+    if update not in UPDATES:
+        raise ValueError(f"update must be one of {', '.join(UPDATES)}, got {update!r}")
     if any(isinstance(m, MultiLoRALinear) for m in model.modules()):
         raise ValueError("the model already serves LoRA adapters; attach every adapter in one call")
     if any(hasattr(m, "lora_A") for m in model.modules()):
@@ -260,6 +302,7 @@ def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: in
     names = [a.name for a in adapters]
     if len(set(names)) != len(names):
         raise ValueError(f"adapter names must be unique, got {names}")
+    masked = update == "masked" or (update == "auto" and len(adapters) + 1 <= MASKED_MAX_STACK)
     weight = next(model.parameters())
     table = AdapterRows(names, num_slots, weight.device)
     modules = sorted({m for a in adapters for m in a.weights})
@@ -280,5 +323,5 @@ def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: in
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         fold = child not in FUSED_PROJECTIONS
-        setattr(parent, child, MultiLoRALinear(base, stack_a, stack_b, scale, table.rows, fold=fold))
+        setattr(parent, child, MultiLoRALinear(base, stack_a, stack_b, scale, table.rows, masked, fold=fold))
     return table
