@@ -9,8 +9,8 @@
 An adapter of rank r < r_max fills the first r rows of A and columns of B; the zeros beyond add nothing, and an
 adapter that does not target a module has zeros there. A decode step computes every adapter's down-projection
 inside the projection's own GEMM where the stacked A joins its weight (``MultiLoRALinear`` fold,
-``LowRankDelta.fold_into``) and, compiled, each row's up-projection as one fused kernel reading only that row's
-columns and adapter (no gathers into memory: it is launch-bound); a prefill gathers each row's
+``LowRankDelta.fold_into``) and, compiled, the rows' up-projections and the add as one fused kernel (no gathers
+into memory: it is launch-bound); a prefill gathers each row's
 pair (``LowRankDelta``).
 
 A row's adapter is read from a device tensor, never a Python value: the engine writes each slot's adapter into
@@ -84,9 +84,11 @@ MASKED_MAX_TOKENS = 16
 COMPILED_EXPAND_MAX_ELEMENTS = 256 * 256
 # that reduction: "own" reads each row's own R columns of x A_all^T and its own adapter's B (indexed loads, no
 # mask); "select" zeroes the other adapters' columns and multiplies by every adapter's B, which reads all (n+1) R
-# columns of B once per row: (n+1) times the traffic (on the H200 at 47c8da5, 32 rows, 4 adapters: 0.40x the base)
+# columns of B once per row: (n+1) times the traffic. Yet on the H200 (3b9c477, bench_multi_lora --profile: 32 rows,
+# 4 adapters, 12 layers) a decode graph replays in 1.45 ms with "select" and 1.66 ms with "own" (the base 0.42 ms):
+# the indexed loads cost more than the bytes they save, so "select" stays the default
 COMPILED_UPDATES = ("own", "select")
-COMPILED_UPDATE = "own"
+COMPILED_UPDATE = "select"
 # a projection's weight takes every adapter's A below its rows (``fold_into``, ``MultiLoRALinear``) when they add at
 # most this share of its rows: a decode step's GEMM grows by that much, and a fused one's prefill too
 FOLD_MAX_SHARE = 0.25
@@ -103,9 +105,9 @@ class LowRankDelta(nn.Module):
     launch-bound, so its update is two GEMMs and one select, whatever the mix of rows: every adapter's A of every
     part stacked into one ((n+1) R, in) matrix gives x A_all^T for all adapters at once, the columns of adapters
     other than the row's are zeroed (a mask read from ``rows``), and one GEMM with every B side by side (scale
-    folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds the update to y. Compiled
-    (``COMPILED_UPDATE`` "own"), the up-projection and the add are one fused reduction whose loads pick the row's
-    own R columns and its adapter's B (``_own_update``): no mask, and no other adapter's B read. The low-rank
+    folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds the update to y. Compiled, the
+    select, the up-projection and the add are one fused reduction (``COMPILED_UPDATE`` "select"); "own" instead
+    loads only the row's own R columns and its adapter's B (``_own_update``: no mask, no other adapter's B read). The low-rank
     down-projection grows n+1 times, tiny beside the projection at a few tokens a row; what it saves is a dozen
     small gather/bmm kernels per projection. A prefill (or many adapters) gathers each row's pair instead and runs
     two batched matmuls (all parts' down-projections in one, each part's up-projection on its own)."""
