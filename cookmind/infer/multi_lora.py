@@ -108,9 +108,9 @@ class LowRankDelta(nn.Module):
     folded in; block-diagonal over the parts, so fused parts stay one GEMM) adds the update to y. Compiled, the
     select, the up-projection and the add are one fused reduction (``COMPILED_UPDATE`` "select"); "own" instead
     loads only the row's own R columns and its adapter's B (``_own_update``: no mask, no other adapter's B read).
-    The low-rank down-projection grows n+1 times, tiny beside the projection at a few tokens a row; what it saves is a dozen
-    small gather/bmm kernels per projection. A prefill (or many adapters) gathers each row's pair instead and runs
-    two batched matmuls (all parts' down-projections in one, each part's up-projection on its own)."""
+    The low-rank down-projection grows n+1 times, tiny beside the projection at a few tokens a row; what it saves
+    is a dozen small gather/bmm kernels per projection. A prefill (or many adapters) gathers each row's pair
+    instead and runs two batched matmuls (all parts' down-projections in one, each part's up-projection on its own)."""
 
     def __init__(
         self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor, masked: bool
