@@ -44,11 +44,12 @@ def _norm_of(grads: list[torch.Tensor]) -> torch.Tensor:
     group = _shard_group(grads)
     if group is None:
         norms = torch._foreach_norm(grads)  # one L2 norm per gradient tensor
-        return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+        total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+        return total.full_tensor() if isinstance(total, DTensor) else total
     # FSDP's gradients: each rank's shards are disjoint pieces of them, so a tensor's squared norm is the sum of
     # its shards' over the ranks: one all-reduce of those, and the norms of the local shards without DTensor's
     # dispatch. (sqrt(x * x) == x in IEEE arithmetic: one rank gets the plain model's norm bit for bit.)
-    squares = torch.stack([n.float() for n in torch._foreach_norm([g.to_local() for g in grads])]).square()
+    squares = torch.stack([n.float() for n in torch._foreach_norm([local(g) for g in grads])]).square()
     dist.all_reduce(squares, group=group)
     return torch.linalg.vector_norm(squares.sqrt())
 
@@ -59,8 +60,10 @@ def _shard_group(grads: list[torch.Tensor]):
     if not isinstance(first, DTensor) or first.device_mesh.ndim != 1:
         return None
     mesh = first.device_mesh
-    for g in grads:
-        if not isinstance(g, DTensor) or g.device_mesh != mesh or not all(p.is_shard() for p in g.placements):
+    for g in grads:  # meshes compared by identity first: equality is slow and one model's are mostly one object
+        if not isinstance(g, DTensor) or not g.placements[0].is_shard():
+            return None
+        if g.device_mesh is not mesh and g.device_mesh != mesh:
             return None
     return mesh.get_group()
 
