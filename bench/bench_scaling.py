@@ -88,8 +88,20 @@ def parse_variant(text: str, error=None) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             (error or SystemExit)(f"--variants {text!r}: expected KEY=VALUE[,KEY=VALUE...], got {item!r}")
-        out[key] = {"true": True, "false": False}.get(value.lower(), value)
+        out[key] = _value(value)
     return out
+
+
+def _value(text: str):
+    """A setting's value as the config takes it: true/false, an integer, a number, else the text."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def launch(args, method: str, gpus: int, variant: str = "") -> dict:
@@ -103,8 +115,9 @@ def launch(args, method: str, gpus: int, variant: str = "") -> dict:
         return {"method": method, "gpus": gpus, "error": f"timed out after {args.job_timeout_s:.0f} s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
-        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"method": method, "gpus": gpus, "error": f"exit {out.returncode}: {tail}"}
+        lines = out.stderr.strip().splitlines() or ["no output"]
+        errors = [ln for ln in lines if "Error" in ln and not ln.startswith((" ", "E1", "W1"))]  # not torchrun's
+        return {"method": method, "gpus": gpus, "error": f"exit {out.returncode}: {(errors or lines)[-1]}"}
     return json.loads(lines[-1])
 
 

@@ -22,3 +22,11 @@ def test_baseline_then_fsdp_on_two_ranks_and_their_ratio(tmp_path):
     want = {"figure": "scaling", "method": "fsdp", "variant": "", "gpus": 2}
     want.update(scaling_efficiency=expected, memory_ratio=None)
     assert scaling == want  # the CPU has no peak memory
+
+
+def test_variant_settings_take_the_types_the_config_wants():
+    from bench.bench_scaling import parse_variant
+
+    got = parse_variant("fsdp_unit_blocks=4,fsdp_prefetch=true,reduce_dtype=bf16,bucket_mb=12.5")
+    assert got == {"fsdp_unit_blocks": 4, "fsdp_prefetch": True, "reduce_dtype": "bf16", "bucket_mb": 12.5}
+    assert type(got["fsdp_unit_blocks"]) is int and parse_variant("") == {}
