@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         nargs="+",
         default=[""],
         metavar="KEY=VALUE,...",
-        help="parallel-section settings each method also runs with, e.g. reduce_dtype=bf16,reshard_after_forward=false"
+        help="parallel-section settings, one job per variant and method, e.g. reduce_dtype=bf16,fsdp_unit_blocks=2"
         " ('' = the defaults)",
     )
     p.add_argument("--batch", type=int, default=None, help="micro-batch per GPU (default: the preset's)")
@@ -74,10 +74,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     for v in args.variants:
         parse_variant(v, p.error)
-    if args.device is None:
-        import torch
+    import torch
 
+    if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    have = torch.cuda.device_count()
+    if args.device == "cuda" and not args.worker and max(args.gpus) > have:
+        p.error(f"--gpus {max(args.gpus)}: this machine has {have} CUDA device(s); ask for at most {have}")
     return args
 
 
