@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|train|decode|ddp|rl|all]...     (default: all; ddp needs 2 GPUs)
+#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|all]...  (default: all; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
 # so one slow part cannot swallow the others' output. Run with the device tool, e.g. kind nvidia-h200-x2.
@@ -10,7 +10,7 @@ OUT="${OUT:-gpu-logs}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(tests train decode rl ddp)
+[ ${#parts[@]} -eq 0 ] && parts=(tests train decode rl ddp scale)
 run() {  # run NAME SECONDS CMD...: keep the log, show the JSON lines and the tail
     local name=$1 secs=$2
     shift 2
@@ -33,6 +33,13 @@ for part in "${parts[@]}"; do
                 --group-size 8 --new-tokens 256 ;;
         ddp) run ddp 420 torchrun --standalone --nproc_per_node 2 bench/bench_ddp.py --rounds 3 --bw \
                 --setups 1gpu-whole ours-bf16-whole torch-bf16-whole torch-whole ;;
-        *) echo "unknown part $part (tests|train|decode|ddp|rl)"; exit 2 ;;
+        # FSDP2 at the 1.3B shape against one GPU, then the largest model per method at a 24 GiB cap per GPU
+        scale) run scaling 560 python3 bench/bench_scaling.py --shape llama-1.3b --gpus 2 --methods fsdp --profile \
+                --variants "" "fsdp_unit_blocks=2" "fsdp_unit_blocks=4,fsdp_prefetch=true"
+               run max-model-1 150 torchrun --standalone --nproc_per_node 1 bench/bench_max_model.py --cap-gib 24 \
+                --start-layers 8
+               run max-model-2 240 torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --cap-gib 24 \
+                --start-layers 16 ;;
+        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl)"; exit 2 ;;
     esac
 done
