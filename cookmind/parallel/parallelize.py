@@ -96,8 +96,13 @@ def wrap_data_parallel(
             "reduces in bf16 on any backend, or parallel.reduce_dtype=fp32"
         )
     device = next(model.parameters()).device
+    # gradients as views into DDP's communication buckets: without, every gradient is held twice (the .grad and
+    # its bucket's copy), 4 bytes a parameter more in an fp32 run
     wrapped = nn.parallel.DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=bucket_mb
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        bucket_cap_mb=bucket_mb,
+        gradient_as_bucket_view=True,
     )
     if reduce_dtype == "bf16":
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
