@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from lm_fixtures import sharp_tiny_lm
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from cookmind.infer.engine import Engine, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.loading import load_adapters
@@ -487,25 +488,26 @@ def test_compiled_low_rank_delta_adds_each_rows_adapter_update(update, monkeypat
         torch.testing.assert_close(compiled(x, y), _delta_reference(parts, rows, x, y), rtol=1e-5, atol=1e-5)
 
 
+class Ops(TorchDispatchMode):
+    """The aten ops that run inside it, by name: views launch nothing, nor does _unsafe_view (a view by another
+    name) or a Python number's tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func.__name__ not in ("_unsafe_view.default", "scalar_tensor.default"):
+            self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("n", [2, 15])
 def test_a_projections_adapter_update_is_four_ops_whatever_the_adapters(n):
     """A decode step is launch-bound: a fused projection's update (four parts, three targeted, rows on every
     adapter) runs four ops uncompiled (down-projection GEMM, mask, select, up-projection GEMM with the add), not
     a gather and a matmul per part, and the count does not grow with the number of adapters."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from cookmind.infer.multi_lora import LowRankDelta
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            # views launch nothing, nor does _unsafe_view (a view by another name) or a Python number's tensor
-            if not func.is_view and func.__name__ not in ("_unsafe_view.default", "scalar_tensor.default"):
-                self.names.append(func.__name__)
-            return func(*args, **(kwargs or {}))
 
     parts, rows, gen = _delta_case(n)
     delta = LowRankDelta(parts, rows, masked=True)
@@ -521,20 +523,9 @@ def test_an_unfused_projection_computes_its_output_and_every_adapters_down_proje
     ops with the projection itself), and decode and prefill both equal the row-by-row loop. Where A would add more
     than FOLD_MAX_SHARE of the weight's rows (12 on 8 here), the weight stays as it was."""
     from torch import nn
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from cookmind.infer import multi_lora
     from cookmind.infer.multi_lora import MultiLoRALinear
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not func.is_view and func.__name__ not in ("_unsafe_view.default", "scalar_tensor.default"):
-                self.names.append(func.__name__)
-            return func(*args, **(kwargs or {}))
 
     gen = torch.Generator().manual_seed(3)
     parts, rows, _ = _delta_case(n=3)
