@@ -90,7 +90,10 @@ def parse_variant(text: str, error=None) -> dict:
     for item in filter(None, text.split(",")):
         key, sep, value = item.partition("=")
         if not sep or not key:
-            (error or SystemExit)(f"--variants {text!r}: expected KEY=VALUE[,KEY=VALUE...], got {item!r}")
+            message = f"--variants {text!r}: expected KEY=VALUE[,KEY=VALUE...], got {item!r}"
+            if error:
+                error(message)  # argparse's: prints usage and exits
+            raise SystemExit(message)
         out[key] = _value(value)
     return out
 

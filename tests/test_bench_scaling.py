@@ -1,27 +1,49 @@
-"""bench/bench_scaling.py on the CPU: a one-process baseline and FSDP on two gloo ranks, each a torchrun job of
-its own, and the scaling line computed from their figures."""
+"""bench/bench_scaling.py on the CPU: one real torchrun job (FSDP on two gloo ranks) and the driver's arithmetic
+over the jobs' figures."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "bench_scaling.py"
+import pytest
 
 
-def test_baseline_then_fsdp_on_two_ranks_and_their_ratio(tmp_path):
-    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--shape", "llama-1.3b", "--gpus", "2"]
-    cmd += ["--methods", "fsdp", "--steps", "2", "--warmup", "1", "--no-compile"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    base, fsdp, scaling = (json.loads(line) for line in proc.stdout.splitlines())
-    assert (base["method"], base["gpus"], fsdp["method"], fsdp["gpus"]) == ("plain", 1, "fsdp", 2)
-    assert base["params"] == fsdp["params"] and (fsdp["micro_batch"], fsdp["seq"]) == (2, 32)  # the tiny shape
-    assert abs(fsdp["tokens_per_s"] - 2 * fsdp["tokens_per_s_per_gpu"]) <= 0.2 and fsdp["tokens_per_s"] > 0
-    expected = round(fsdp["tokens_per_s"] / (2 * base["tokens_per_s"]), 3)
-    want = {"figure": "scaling", "method": "fsdp", "variant": "", "gpus": 2}
-    want.update(scaling_efficiency=expected, memory_ratio=None)
-    assert scaling == want  # the CPU has no peak memory
+def test_an_fsdp_job_on_two_gloo_ranks_reports_the_whole_jobs_throughput():
+    from bench.bench_scaling import launch, parse_args
+    from bench.bench_train import TINY
+    from cookmind.model import CookMindConfig, CookMindLM
+    from cookmind.train.config import TrainConfig
+
+    args = parse_args(["--device", "cpu", "--tiny", "--steps", "2", "--warmup", "1", "--no-compile"])
+    row = launch(args, "fsdp", 2, "fsdp_unit_blocks=2")
+    assert "error" not in row, row
+    assert (row["method"], row["variant"], row["gpus"], row["micro_batch"], row["seq"]) == (
+        "fsdp",
+        "fsdp_unit_blocks=2",
+        2,
+        2,
+        32,
+    )
+    shape = {**TrainConfig.load("llama-1.3b").model, **TINY}  # the preset's architecture, shrunk
+    assert row["params"] == CookMindLM(CookMindConfig.from_dict(shape)).num_parameters()
+    assert abs(row["tokens_per_s"] - 2 * row["tokens_per_s_per_gpu"]) <= 0.2 and row["tokens_per_s"] > 0
+    assert row["peak_gib"] is None  # the CPU has no peak memory to read
+
+
+def test_the_driver_divides_each_run_by_n_times_the_one_gpu_baseline(monkeypatch, capsys):
+    import bench.bench_scaling as bench
+
+    figures = {("plain", 1): (100.0, 30.0), ("fsdp", 1): (90.0, 26.0), ("fsdp", 2): (170.0, 19.5)}
+
+    def fake_launch(args, method, gpus, variant=""):
+        tps, peak = figures[(method, gpus)]
+        return {"method": method, "variant": variant, "gpus": gpus, "tokens_per_s": tps, "peak_gib": peak}
+
+    monkeypatch.setattr(bench, "launch", fake_launch)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    assert bench.main(["--device", "cuda", "--gpus", "1", "2", "--methods", "fsdp"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    scaling = {r["gpus"]: r for r in rows if r.get("figure") == "scaling"}
+    assert scaling[1]["scaling_efficiency"] == 0.9 and scaling[1]["memory_ratio"] == round(26 / 30, 3)
+    assert scaling[2]["scaling_efficiency"] == 0.85 and scaling[2]["memory_ratio"] == 0.65
 
 
 def test_variant_settings_take_the_types_the_config_wants():
@@ -30,3 +52,5 @@ def test_variant_settings_take_the_types_the_config_wants():
     got = parse_variant("fsdp_unit_blocks=4,fsdp_prefetch=true,reduce_dtype=bf16,bucket_mb=12.5")
     assert got == {"fsdp_unit_blocks": 4, "fsdp_prefetch": True, "reduce_dtype": "bf16", "bucket_mb": 12.5}
     assert type(got["fsdp_unit_blocks"]) is int and parse_variant("") == {}
+    with pytest.raises(SystemExit):
+        parse_variant("fsdp_unit_blocks")
