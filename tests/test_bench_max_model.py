@@ -79,8 +79,8 @@ def test_the_cpu_needs_a_cap():
         parse_args(["--device", "cpu"])
 
 
-@pytest.mark.parametrize("start", [3, 8])
-def test_a_first_guess_too_deep_halves_then_bisects_to_the_same_answer(capsys, keep_threads, start):
+def test_a_first_guess_too_deep_halves_then_bisects_to_the_same_answer(capsys, keep_threads):
+    start = 8  # 8, 4, 2 do not fit, 1 does
     from bench.bench_max_model import main
 
     assert main([*ARGS, "--methods", "ddp", "--start-layers", str(start)]) == 0
