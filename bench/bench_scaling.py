@@ -138,7 +138,8 @@ def passthrough(args) -> list[str]:
 
 class TraceSteps(Callback):
     """A Trainer callback: torch.profiler over ``count`` steps after step ``after`` (rank 0), summarised per step
-    by bench_ddp.summarize_trace (GPU span, compute-busy, NCCL and NCCL-alone ms) plus the GPU's idle ms."""
+    by bench_ddp.summarize_trace (GPU span, compute-busy, NCCL and NCCL-alone ms), the GPU's idle ms and the host
+    ms in FSDP's ranges and the optimizer's step (``host_ranges``)."""
 
     def __init__(self, after: int, count: int):
         self.after, self.count, self.prof = after, count, None
