@@ -2,6 +2,7 @@
 as one process with the same global batch."""
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -114,3 +115,33 @@ def test_torch_ddp_gradients_are_views_of_its_buckets():
         assert len(grads) > 10 and len(storages) == 1, f"{len(storages)} storages for {len(grads)} gradients"
     finally:
         dist.destroy_process_group()
+
+
+def _close_drops_ddp(rank: int) -> dict:
+    import gc
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    root, overrides = os.environ["DDP_CLOSE_ROOT"], json.loads(os.environ["DDP_CLOSE_OVERRIDES"])
+    overrides = overrides + [f"logging.run_dir={root}/run{rank}"]
+    trainer = Trainer(TrainConfig.load("tiny-cpu", overrides + ["train.micro_batch_size=2", "parallel.ddp=torch"]))
+    trainer.fit()
+    held = lambda: sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())  # noqa: E731
+    before = held()
+    trainer.close()
+    return {"before": before, "after": held(), "bare": trainer.model is trainer.bare_model}
+
+
+def test_close_drops_ddp_so_leaving_the_group_frees_it(tmp_path, keep_threads):
+    # `cookmind train` under torchrun hung at exit now and then (its ranks stuck in ProcessGroupGloo's destructor,
+    # reached from DDP's reducer while holding the GIL); close() lets the group's registry hold its last reference
+    from gloo_fixtures import run_on_gloo_ranks
+
+    os.environ["DDP_CLOSE_ROOT"] = str(tmp_path)
+    os.environ["DDP_CLOSE_OVERRIDES"] = json.dumps(data_parallel_overrides(tmp_path, max_steps=1))
+    try:
+        ranks = run_on_gloo_ranks(_close_drops_ddp, 2, tmp_path)
+    finally:
+        del os.environ["DDP_CLOSE_ROOT"], os.environ["DDP_CLOSE_OVERRIDES"]
+    for r in ranks:
+        assert r == {"before": 1, "after": 0, "bare": True}, r

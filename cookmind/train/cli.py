@@ -117,6 +117,7 @@ def main(args: argparse.Namespace) -> int:
     finally:
         from cookmind.parallel import destroy_distributed
 
+        trainer.close()  # the wrappers first: DDP's reducer must not be what frees the process group
         destroy_distributed()
     if trainer.dist.is_main:
         print(json.dumps({"run_dir": str(trainer.run_dir), **summary}))

@@ -395,6 +395,17 @@ class Trainer:
         """Why the run was asked to stop (``"signal SIGTERM"``, ...), or None."""
         return self._stop_reason
 
+    def close(self) -> None:
+        """Drop the parallel wrappers around the model before the process group is left. DDP's reducer holds the
+        group: freed after it, the reducer would free the group in its own destructor, which joins gloo's worker
+        threads while holding the GIL, and a worker still freeing its last collective's tensors waits for the GIL:
+        a hang at exit. Freed here, the group's last reference is its registry's, and leaving the group releases
+        the GIL while it waits. The model itself (``bare_model``) stays."""
+        import gc
+
+        self.model, self._sharded = self.bare_model, None
+        gc.collect()
+
     def fit(self) -> dict[str, Any]:
         """Train to ``train.max_steps`` (or a stop); returns a summary dict."""
         cfg = self.cfg
