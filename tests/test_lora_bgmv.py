@@ -1,0 +1,94 @@
+"""Per-row LoRA update kernels (``kernels.lora_bgmv``, #19 item 4) and ``lora_update="kernel"``.
+
+The reference is a naive loop in float64, row by row and part by part: y + scale[i] * (x A[i]^T) B[i]^T in each
+targeted part's slice for a row served by adapter i, nothing for adapter 0. float32 matches it within 1e-5; bfloat16
+within 1e-2 relative and absolute (the output is rounded to bf16, whose half-step is 2^-9 of the value, after a float32
+sum). The kernel tests run on CUDA, or on CPU under TRITON_INTERPRET=1 with triton installed.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from lm_fixtures import sharp_tiny_lm
+from test_multi_lora import NEW, _adapter, _reference, _run
+from triton_fixtures import kernel_device, needs_kernel
+
+from cookmind.infer import multi_lora
+from cookmind.infer.engine import Engine
+from cookmind.infer.loading import load_adapters
+from cookmind.infer.multi_lora import LowRankDelta
+from cookmind.kernels import lora_bgmv
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+def _case(n, width, specs, dtype, device, seed=0):
+    """parts of a fused projection for LowRankDelta: specs in output order, (out, r) for a targeted part or an int
+    width for a part no adapter targets; n adapters, stacked after index 0 (the base, zeros). Adapter 1 has rank
+    r - 1 in every part (zero-padded, as attach_adapters stacks a smaller rank); adapter 2 targets only the parts
+    after the first (zeros in the first)."""
+    gen = torch.Generator().manual_seed(seed)
+    parts = []
+    for k, spec in enumerate(specs):
+        if isinstance(spec, int):
+            parts.append(spec)
+            continue
+        out, r = spec
+        a = torch.randn(n + 1, r, width, generator=gen)
+        b = torch.randn(n + 1, out, r, generator=gen)
+        a[0], b[0] = 0, 0
+        a[1, r - 1 :], b[1, :, r - 1 :] = 0, 0
+        if k == 0 and n >= 2:
+            a[2], b[2] = 0, 0
+        scale = torch.rand(n + 1, generator=gen) + 0.5
+        parts.append((a.to(device, dtype), b.to(device, dtype), scale.to(device)))
+    return parts, gen
+
+
+def _reference(parts, rows, x, y):
+    """Row by row, part by part, in float64 from the same (rounded) inputs."""
+    out = y.double().clone()
+    for row, i in enumerate(rows[: x.shape[0]].tolist()):
+        start = 0
+        for p in parts:
+            width = p if isinstance(p, int) else p[1].shape[1]
+            if not isinstance(p, int) and i != 0:
+                a, b, s = (t.double() for t in p)
+                out[row, ..., start : start + width] += s[i] * (x[row].double() @ a[i].T) @ b[i].T
+            start += width
+    return out
+
+
+SPECS = [(8, 3), (4, 2), 4, (6, 3)]  # q, k, a part no adapter targets, v: 22 wide, R = 8
+
+
+@needs_kernel
+@pytest.mark.gpu
+@pytest.mark.triton_interpretable
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("lead", [(7, 1), (7, 4), (5, 16), (7,)], ids=["decode", "verify-4", "verify-16", "head"])
+def test_kernels_add_each_rows_update_like_a_row_loop(dtype, lead):
+    """A decode step (B, 1, in), verify steps of 4 and 16 tokens a row and a head's (B, in), through the fused
+    projection's two launches: every targeted part's update in its slice (adapters of a smaller rank, an adapter
+    that targets only some parts, a part no adapter targets), rows of adapter 0 left bit for bit as they were,
+    and rows past the batch in the table ignored."""
+    dev = kernel_device()
+    parts, gen = _case(n=3, width=37, specs=SPECS, dtype=dtype, device=dev)
+    rows = torch.tensor([0, 1, 2, 3, 0, 2, 1, 3, 3], device=dev)  # 9 slots; a batch uses the first B
+    delta = LowRankDelta(parts, rows, masked=False, kernel=True)
+    x = torch.randn(*lead, 37, generator=gen).to(dev, dtype)
+    y = torch.randn(*lead, 22, generator=gen).to(dev, dtype)
+    want = _reference(parts, rows, x, y)
+    assert delta.uses_kernel(x)
+    got = delta(x, y.clone())
+    tol = TOL[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+    base = rows[: lead[0]] == 0
+    assert torch.equal(got[base], y[base])  # adapter 0: no work, nothing written
+
