@@ -92,3 +92,75 @@ def test_kernels_add_each_rows_update_like_a_row_loop(dtype, lead):
     base = rows[: lead[0]] == 0
     assert torch.equal(got[base], y[base])  # adapter 0: no work, nothing written
 
+
+
+@needs_kernel
+@pytest.mark.gpu
+@pytest.mark.triton_interpretable
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_folds_every_adapter_down_projection_is_read_in_place_of_the_shrink(dtype, monkeypatch):
+    """Where the projection's GEMM gave y and every adapter's x A^T side by side (A's rows below the weight's: the
+    fold), the expand reads each row's own columns there and no shrink runs; the output is y's own width. The
+    reference takes x A^T as the GEMM gave it (in bf16 rounded: that rounding is the fold's, not the kernel's)."""
+    dev = kernel_device()
+    parts, gen = _case(n=3, width=37, specs=SPECS, dtype=dtype, device=dev, seed=1)
+    rows = torch.tensor([2, 0, 3, 1, 1], device=dev)
+    delta = LowRankDelta(parts, rows, masked=False, kernel=True)
+    x = torch.randn(5, 2, 37, generator=gen).to(dev, dtype)
+    y = torch.randn(5, 2, 22, generator=gen).to(dev, dtype)
+
+    def no_shrink(*args):
+        raise AssertionError("the shrink ran though the fold gave x A^T")
+
+    monkeypatch.setattr(lora_bgmv, "lora_shrink", no_shrink)
+    wide = torch.cat([y, F.linear(x, delta.stack_A.flatten(0, 1))], dim=-1)  # (5, 2, 22 + 4 * 8)
+    lows = wide[..., 22:].double().view(5, 2, 4, 8)  # (B, T, n+1, R): every adapter's rank columns
+    want = y.double().clone()
+    for row, i in enumerate(rows.tolist()):
+        targeted = [span for span in delta.spans if span[2] is not None]
+        for (start, end, (r0, r1)), (_, b, scale) in zip(targeted, [p for p in parts if not isinstance(p, int)]):
+            want[row, :, start:end] += scale[i].double() * lows[row, :, i, r0:r1] @ b[i].double().T
+    got = delta(x, wide)
+    assert got.shape == y.shape
+    torch.testing.assert_close(got.double(), want, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@needs_kernel
+@pytest.mark.gpu
+@pytest.mark.triton_interpretable
+def test_shrink_and_expand_at_the_largest_rank_and_an_uneven_width():
+    """Three parts of rank 64 (R = 192: the shrink's rank blocks, the expand's widest rank tile), an input width
+    of 300 (a last partial block of the shrink's loop), 3 tokens a row; the shrink alone equals x A[i]^T."""
+    dev = kernel_device()
+    parts, gen = _case(n=2, width=300, specs=[(40, 64), (24, 64), (24, 64)], dtype=torch.float32, device=dev)
+    rows = torch.tensor([1, 0, 2, 2, 1, 0], device=dev)
+    delta = LowRankDelta(parts, rows, masked=False, kernel=True)
+    x = torch.randn(6, 3, 300, generator=gen).to(dev)
+    y = torch.randn(6, 3, 88, generator=gen).to(dev)
+    low = lora_bgmv.lora_shrink(x, rows, delta.stack_A).view(6, 3, -1)
+    for row, i in enumerate(rows.tolist()):
+        if i:
+            want = x[row].double() @ delta.stack_A[i].double().T  # sums of 300 float32 products: 1e-4 absolute
+            torch.testing.assert_close(low[row].double(), want, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(delta(x, y.clone()).double(), _reference(parts, rows, x, y), rtol=1e-5, atol=1e-4)
+
+
+def test_the_kernels_refuse_what_they_do_not_take():
+    """More than MAX_TOKENS tokens a row, or a rank past MAX_RANK, is a ValueError naming the limit (checked
+    before anything launches)."""
+    parts, gen = _case(n=1, width=5, specs=[(4, 2)], dtype=torch.float32, device="cpu")
+    layout = lora_bgmv.expand_layout([(0, 0, parts[0][1])])
+    x, y = torch.randn(2, 17, 5), torch.randn(2, 17, 4)
+    with pytest.raises(ValueError, match="up to 16 tokens a row, got 17"):
+        lora_bgmv.add_lora_update_(y, x, torch.ones(2, dtype=torch.long), parts[0][0], parts[0][2][:, None], layout)
+    with pytest.raises(ValueError, match="rank up to 64 a part, got 65"):
+        lora_bgmv.expand_layout([(0, 0, torch.zeros(2, 4, 65))])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no kernel can run")
+def test_kernel_update_on_a_cpu_model_without_the_interpreter_is_refused(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    base = sharp_tiny_lm()
+    adapter = multi_lora.LoRAAdapter("chef", None, 2.0, {"model.layers.0.self_attn.q_proj": (torch.zeros(2, 32),) * 2})
+    with pytest.raises(ValueError, match=r"lora_update='kernel' runs Triton kernels: the model is on cpu.*'auto'"):
+        multi_lora.attach_adapters(base, [adapter], num_slots=2, update="kernel")
