@@ -14,7 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lm_fixtures import sharp_tiny_lm
-from test_multi_lora import NEW, _adapter, _reference, _run
+from test_multi_lora import NEW, _adapter, _run
+from test_multi_lora import _reference as greedy_reference
 from triton_fixtures import kernel_device, needs_kernel
 
 from cookmind.infer import multi_lora
@@ -93,7 +94,6 @@ def test_kernels_add_each_rows_update_like_a_row_loop(dtype, lead):
     assert torch.equal(got[base], y[base])  # adapter 0: no work, nothing written
 
 
-
 @needs_kernel
 @pytest.mark.gpu
 @pytest.mark.triton_interpretable
@@ -164,3 +164,58 @@ def test_kernel_update_on_a_cpu_model_without_the_interpreter_is_refused(monkeyp
     adapter = multi_lora.LoRAAdapter("chef", None, 2.0, {"model.layers.0.self_attn.q_proj": (torch.zeros(2, 32),) * 2})
     with pytest.raises(ValueError, match=r"lora_update='kernel' runs Triton kernels: the model is on cpu.*'auto'"):
         multi_lora.attach_adapters(base, [adapter], num_slots=2, update="kernel")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The tiny base, two adapters saved to disk (chef: q, v, down at rank 4; baker: k, o, gate, up at rank 2)
+    and each one's merged model, the reference."""
+    tmp = tmp_path_factory.mktemp("lora-kernel")
+    base = sharp_tiny_lm()
+    refs = {
+        None: copy.deepcopy(base),
+        "chef": _adapter(base, tmp / "chef", 1, r=4, alpha=8.0, targets=["q_proj", "v_proj", "down_proj"]),
+        "baker": _adapter(base, tmp / "baker", 2, r=2, alpha=4.0, targets=["k_proj", "o_proj", "gate_proj", "up_proj"]),
+    }
+    return base, tmp, refs
+
+
+@needs_kernel
+@pytest.mark.gpu
+@pytest.mark.triton_interpretable
+@pytest.mark.parametrize(
+    "kw, share",
+    [({"kv_cache": "paged", "decode_attention": "kernel"}, 1.0), ({"kv_cache": "slots"}, 0.0)],
+    ids=["fused-folded", "unfused-shrink"],
+)
+def test_engine_with_the_kernel_update_equals_each_merged_model(served, kw, share, monkeypatch):
+    """lora_update="kernel": one batch of two adapters and the base equals each merged model (greedy tokens; log
+    probabilities within 1e-4, float32). Fused q/k/v and gate/up projections with every adapter's A folded into
+    their GEMMs (the expand reads the fold's x A^T), or separate projections and no fold (a shrink each); prefill
+    gathers each row's pair either way."""
+    monkeypatch.setattr(multi_lora, "FOLD_MAX_SHARE", share)
+    base, tmp, refs = served
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    engine = Engine(copy.deepcopy(base).to(kernel_device()), num_slots=4, adapters=adapters, lora_update="kernel", **kw)
+    deltas = [m for m in engine.runner.model.modules() if isinstance(m, LowRankDelta)]
+    if engine.runner.fused is not None:
+        deltas += [f.qkv_delta for f in engine.runner.fused] + [f.gate_up_delta for f in engine.runner.fused]
+    assert deltas and all(d.kernel and not d.masked for d in deltas)
+    launches = []
+    op = torch.ops.cookmind.lora_bgmv_add_
+
+    def counted(*args):
+        launches.append(args[-1])
+        return op(*args)
+
+    monkeypatch.setattr(torch.ops.cookmind, "lora_bgmv_add_", counted, raising=False)
+    prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4], [5, 9, 14, 3, 22, 7]]
+    jobs = list(zip(prompts, ["chef", None, "baker", "baker"]))
+    differs = False
+    for (prompt, name), (toks, lps, prompt_lp) in zip(jobs, _run(engine, jobs)):
+        ref_toks, ref_lps, ref_prompt_lp = greedy_reference(refs[name], prompt, NEW)
+        assert toks == ref_toks, (name, prompt)
+        assert max(abs(a - b) for a, b in zip(lps + prompt_lp, ref_lps + ref_prompt_lp)) < 1e-4, name
+        differs |= name is not None and toks != greedy_reference(refs[None], prompt, NEW)[0]
+    assert differs, "the adapters did not change any output: the comparison would prove nothing"
+    assert launches and all((offset >= 0) == (share > 0) for offset in launches)  # folded: no shrink anywhere

@@ -2,9 +2,9 @@
 projection's output ("expand"), the row's adapter read from a device tensor (id 0: no adapter, no work).
 
 Row b owns tokens b * T .. b * T + T - 1 of the flattened (B * T, features) activations. Loop bounds (tokens a
-row, input width) are compile-time constants: a few variants per model, each with its loops fixed. Products are summed in
-float32 whatever the inputs' dtype; no tl.dot (it needs 16-wide tiles and rounds float32 to tf32): a decode step's
-tiles are a row's few tokens by a rank of at most 64, where a broadcast product and a sum are as fast.
+row, input width) are compile-time constants: a few variants per model, each with its loops fixed. Products are
+summed in float32 whatever the inputs' dtype; no tl.dot (it needs 16-wide tiles and rounds float32 to tf32): a
+decode step's tiles are a row's few tokens by a rank of at most 64, where a broadcast product and a sum do.
 """
 
 from __future__ import annotations
