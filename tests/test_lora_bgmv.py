@@ -1,9 +1,10 @@
 """Per-row LoRA update kernels (``kernels.lora_bgmv``, #19 item 4) and ``lora_update="kernel"``.
 
 The reference is a naive loop in float64, row by row and part by part: y + scale[i] * (x A[i]^T) B[i]^T in each
-targeted part's slice for a row served by adapter i, nothing for adapter 0. float32 matches it within 1e-5; bfloat16
-within 1e-2 relative and absolute (the output is rounded to bf16, whose half-step is 2^-9 of the value, after a float32
-sum). The kernel tests run on CUDA, or on CPU under TRITON_INTERPRET=1 with triton installed.
+targeted part's slice for a row served by adapter i, nothing for adapter 0. float32 matches it within 1e-5; float16
+within 2e-3 and bfloat16 within 1e-2, relative and absolute (the output is rounded to the dtype, whose half-step is
+2^-11 or 2^-9 of the value, after a float32 sum). The kernel tests run on CUDA, or on CPU under TRITON_INTERPRET=1
+with triton installed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from cookmind.kernels import lora_bgmv
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
 def _case(n, width, specs, dtype, device, seed=0):
@@ -72,7 +73,7 @@ SPECS = [(8, 3), (4, 2), 4, (6, 3)]  # q, k, a part no adapter targets, v: 22 wi
 @needs_kernel
 @pytest.mark.gpu
 @pytest.mark.triton_interpretable
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("lead", [(7, 1), (7, 4), (5, 16), (7,)], ids=["decode", "verify-4", "verify-16", "head"])
 def test_kernels_add_each_rows_update_like_a_row_loop(dtype, lead):
     """A decode step (B, 1, in), verify steps of 4 and 16 tokens a row and a head's (B, in), through the fused
@@ -174,7 +175,7 @@ def test_the_kernels_refuse_what_they_do_not_take():
     x, y = torch.randn(2, 17, 5), torch.randn(2, 17, 4)
     with pytest.raises(ValueError, match="up to 16 tokens a row, got 17"):
         lora_bgmv.add_lora_update_(y, x, torch.ones(2, dtype=torch.long), parts[0][0], parts[0][2][:, None], layout)
-    with pytest.raises(ValueError, match="rank up to 64 a part, got 65"):
+    with pytest.raises(ValueError, match="rank up to 64 a part, got 65; use lora_update='auto'"):
         lora_bgmv.expand_layout([(0, 0, torch.zeros(2, 4, 65))])
 
 

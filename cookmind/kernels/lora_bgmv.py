@@ -65,7 +65,9 @@ def expand_layout(parts: list[tuple[int, int, torch.Tensor]]) -> ExpandLayout:
     width = sum(b.shape[1] for _, _, b in parts)
     r_max = max(b.shape[2] for _, _, b in parts)
     if r_max > MAX_RANK:
-        raise ValueError(f"the LoRA kernels take adapters of rank up to {MAX_RANK} a part, got {r_max}")
+        raise ValueError(
+            f"the LoRA kernels take adapters of rank up to {MAX_RANK} a part, got {r_max}; use lora_update='auto'"
+        )
     flat = torch.zeros(stack, width, r_max, dtype=dtype, device=device)
     cols, rank0, rank_n, c = [], [], [], 0
     for start, r_start, b in parts:
