@@ -161,7 +161,7 @@ class LowRankDelta(nn.Module):
             layout = lora_bgmv.expand_layout(
                 [(start, r[0], getattr(self, f"B{j}")) for j, (start, _, r) in enumerate(targeted_spans)]
             )
-            for key, t in vars(layout).items():
+            for key, t in layout._asdict().items():
                 self.register_buffer(f"expand_{key}", t, persistent=False)
         if self.masked:
             # column c of x A_all^T (A_all: stack_A flattened) is adapter c // R's, rank-column c % R

@@ -24,7 +24,7 @@ import contextlib
 import functools
 import importlib.util
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -46,8 +46,7 @@ def _triton_importable() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-@dataclass(frozen=True)
-class ExpandLayout:
+class ExpandLayout(NamedTuple):
     """Where each targeted output column's update comes from: ``b`` (n+1, C, r_part_max) every adapter's B rows of
     the C targeted columns (a part's smaller rank zero-padded), ``out_col`` (C,) the column of y each is added
     to, ``rank0`` and ``rank_n`` (C,) the first of its part's rank columns in x A^T and how many."""
@@ -55,7 +54,7 @@ class ExpandLayout:
     b: torch.Tensor
     out_col: torch.Tensor
     rank0: torch.Tensor
-    rank_n: torch.Tensor
+    rank_n: torch.Tensor  # a NamedTuple, not a dataclass: the compiler traces its construction as a tuple's
 
 
 def expand_layout(parts: list[tuple[int, int, torch.Tensor]]) -> ExpandLayout:
