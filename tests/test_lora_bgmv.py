@@ -302,3 +302,38 @@ def test_cuda_graphs_and_compile_serve_each_rows_adapter_through_the_kernels(tmp
         assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < 1e-3
     assert tokens_per_row and 1 not in tokens_per_row, f"decode steps ran eagerly: {tokens_per_row}"
     assert engine.runner.compile_error is None
+
+
+@needs_kernel
+@pytest.mark.gpu
+@pytest.mark.triton_interpretable
+def test_speculative_verify_steps_run_each_rows_adapter_through_the_kernels(served, monkeypatch):
+    """n-gram speculation (3 drafts: verify forwards of 4 tokens a row) over a batch of two adapters and the base
+    with lora_update="kernel": each request's greedy tokens equal its merged model's, and both decode (1 token a
+    row) and verify (4) forwards ran the kernels."""
+    from test_speculative import PROMPTS, engine
+
+    from cookmind.infer.engine import TokenEvent
+    from cookmind.infer.sampling import SamplingParams
+    from cookmind.infer.speculative import SpeculativeConfig
+
+    base, tmp, refs = served
+    tokens_per_row = set()
+    op = torch.ops.cookmind.lora_bgmv_add_
+
+    def counted(y, x, *args):
+        tokens_per_row.add(x.shape[1] if x.dim() == 3 else 1)
+        return op(y, x, *args)
+
+    monkeypatch.setattr(torch.ops.cookmind, "lora_bgmv_add_", counted, raising=False)
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    spec = SpeculativeConfig("ngram", num_tokens=3, ngram_min=1, ngram_max=3)
+    eng = engine(copy.deepcopy(base).to(kernel_device()), spec, num_slots=4, adapters=adapters, lora_update="kernel")
+    jobs = [(PROMPTS[3], "chef"), (PROMPTS[0], None), (PROMPTS[4], "baker")]
+    reqs = [eng.submit(p, SamplingParams(temperature=0, max_new_tokens=2 * NEW), adapter=a) for p, a in jobs]
+    eng.run_until_idle()
+    for req, (prompt, name) in zip(reqs, jobs):
+        got = [e.token_id for e in req.events(timeout=0) if isinstance(e, TokenEvent)]
+        assert got == greedy_reference(refs[name], prompt, 2 * NEW)[0], name
+    assert eng.metrics()["spec_accepted_tokens_total"] > 0
+    assert {1, 4} <= tokens_per_row, tokens_per_row
