@@ -11,7 +11,10 @@ per engine, and the ratios as soon as both sides exist. --engines picks the engi
 each row's pair, the path for many adapters), adapters_select (masked, compiled with multi_lora.COMPILED_UPDATE
 "select": every adapter's B read per row, the default before "own"), adapters_masked_gemm (masked, the
 up-projection a GEMM even compiled, not a fused reduction), adapters_unfolded (masked, no adapter's A joining a
-projection's GEMM). The defaults finish
+projection's GEMM), adapters_kernel (lora_update "kernel": the Triton kernels of kernels/lora_bgmv.py, each row
+reading its own adapter; the expand reads x A^T where the fold put it beside the output, a shrink elsewhere) and
+adapters_kernel_unfolded (the kernels with no fold: a shrink and an expand on every projection; CUDA, or CPU under
+TRITON_INTERPRET=1). The defaults finish
 in about a minute and a half on an H200, setup of the four engines included. --count-ops (uncompiled: CPU) also
 prints each engine's aten ops (views left out) per model forward, the launches a decode step costs before CUDA
 graphs and compilation fuse them. --profile prints, per engine, where one decode step of the full mixed batch goes
@@ -52,6 +55,8 @@ ENGINES = (
     "adapters_select",
     "adapters_masked_gemm",
     "adapters_unfolded",
+    "adapters_kernel",
+    "adapters_kernel_unfolded",
 )
 
 # the multi_lora settings each adapters variant changes
@@ -59,7 +64,10 @@ VARIANTS = {
     "adapters_select": {"COMPILED_UPDATE": "select"},
     "adapters_masked_gemm": {"COMPILED_EXPAND_MAX_ELEMENTS": 0},
     "adapters_unfolded": {"FOLD_MAX_SHARE": 0},
+    "adapters_kernel_unfolded": {"FOLD_MAX_SHARE": 0},
 }
+# the adapters variants that set Engine.lora_update themselves (the others take --lora-update)
+LORA_UPDATES = {"adapters_gathered": "gathered", "adapters_kernel": "kernel", "adapters_kernel_unfolded": "kernel"}
 
 
 def emit(**fields) -> None:
@@ -300,7 +308,7 @@ def main(argv=None) -> int:
             prefill_chunk=args.requests * args.prompt_len,
             adapters=engine_adapters,
             # adapters_gathered: every projection gathers each row's pair, as with many adapters
-            lora_update="gathered" if label == "adapters_gathered" else args.lora_update,
+            lora_update=LORA_UPDATES.get(label, args.lora_update),
             compile=args.compile,
             decode_attention=args.decode_attention,
         )

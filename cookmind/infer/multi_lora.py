@@ -18,6 +18,10 @@ A row's adapter is read from a device tensor, never a Python value: the engine w
 tensor every layer reads. CUDA graphs replay over those fixed buffers, so one captured graph serves any mix of
 adapters.
 
+``attach_adapters(update="kernel")`` (CUDA) runs a decode step's update as two Triton launches per projection
+instead, each row reading only its own adapter (``kernels.lora_bgmv``: a shrink, skipped where the fold gave
+x A_all^T, and an expand that adds into the output in place; rows of the base do no work).
+
 The serving runner still fuses q/k/v and gate/up into one GEMM each (``model.fused``): a ``MultiLoRALinear`` among
 the parts hands the fused projection a ``LowRankDelta`` that adds every part's update into its slice of the fused
 output (zeros for a part no adapter targets). Attach before the runner is built.
@@ -31,6 +35,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from cookmind.kernels import lora_bgmv
 
 
 @dataclass
@@ -75,7 +81,7 @@ class AdapterRows:
 # (``attach_adapters(update="auto")``)
 MASKED_MAX_STACK = 16
 # attach_adapters' ways of computing a decode step's per-row updates
-UPDATES = ("auto", "masked", "gathered")
+UPDATES = ("auto", "masked", "gathered", "kernel")
 # ... and only for at most this many tokens per row (decode, verify): a prefill's low-rank work n+1 times over would
 # show, and it is not launch-bound, so it gathers each row's pair (one gather per row, not per token)
 MASKED_MAX_TOKENS = 16
@@ -110,14 +116,22 @@ class LowRankDelta(nn.Module):
     loads only the row's own R columns and its adapter's B (``_own_update``: no mask, no other adapter's B read).
     The low-rank down-projection grows n+1 times, tiny beside the projection at a few tokens a row; what it saves
     is a dozen small gather/bmm kernels per projection. A prefill (or many adapters) gathers each row's pair
-    instead and runs two batched matmuls (all parts' down-projections in one, each part's up-projection on its own)."""
+    instead and runs two batched matmuls (all parts' down-projections in one, each part's up-projection on its own).
+
+    kernel: a step of up to ``lora_bgmv.MAX_TOKENS`` tokens a row runs the Triton kernels of ``kernels.lora_bgmv``
+    instead (each row's own adapter only, whatever their number; the update added into y in place)."""
 
     def __init__(
-        self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int], rows: torch.Tensor, masked: bool
+        self,
+        parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int],
+        rows: torch.Tensor,
+        masked: bool,
+        kernel: bool = False,
     ):
         """parts: in output order, (A (n+1, r, in), B (n+1, out, r), scale (n+1,)) for a part some adapter targets,
         else the part's width; rows: ``AdapterRows.rows``; masked: a step of few tokens a row computes every
-        adapter's update and keeps each row's (else every step gathers each row's pair)."""
+        adapter's update and keeps each row's (else every step gathers each row's pair); kernel: see above (not
+        with masked)."""
         super().__init__()
         targeted = [p for p in parts if not isinstance(p, int)]
         # buffers, not parameters: nothing here trains
@@ -141,7 +155,14 @@ class LowRankDelta(nn.Module):
         self.register_buffer("stack_A", stack_a, persistent=False)  # (n+1, R, in); one part's A is not copied
         scale = torch.cat([s[:, None].expand(-1, a.shape[1]) for a, _, s in targeted], dim=1)
         self.register_buffer("stack_scale", scale.float().contiguous(), persistent=False)  # (n+1, R)
-        self.masked = masked
+        self.masked, self.kernel = masked, kernel
+        if kernel:  # the expand kernel's B, its targeted output columns only
+            targeted_spans = [s for s in spans if s[2] is not None]
+            layout = lora_bgmv.expand_layout(
+                [(start, r[0], getattr(self, f"B{j}")) for j, (start, _, r) in enumerate(targeted_spans)]
+            )
+            for key, t in layout._asdict().items():
+                self.register_buffer(f"expand_{key}", t, persistent=False)
         if self.masked:
             # column c of x A_all^T (A_all: stack_A flattened) is adapter c // R's, rank-column c % R
             flat_b = torch.zeros(out, stack, rank, dtype=dtype, device=stack_a.device)
@@ -170,7 +191,7 @@ class LowRankDelta(nn.Module):
         ``FOLD_MAX_SHARE`` of the rows."""
         rows = self.stack_A.shape[0] * self.stack_A.shape[1]
         biased = any(getattr(m, "bias", None) is not None for m in modules)
-        if not self.masked or biased or rows > FOLD_MAX_SHARE * len(weight):
+        if not (self.masked or self.kernel) or biased or rows > FOLD_MAX_SHARE * len(weight):
             return weight
         with torch.no_grad():
             both = torch.cat([weight.detach(), self.stack_A.flatten(0, 1)])
@@ -184,6 +205,12 @@ class LowRankDelta(nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y (the projection of x, (B, T, out) or (B, out)) plus each row's adapter update. A y wider than the
         output brings x A_all^T after it (a weight from ``fold_into``, ``MultiLoRALinear``'s folded one)."""
+        if self.uses_kernel(x):
+            folded = y.shape[-1] != self.out_features
+            layout = lora_bgmv.ExpandLayout(self.expand_b, self.expand_out_col, self.expand_rank0, self.expand_rank_n)
+            offset = self.out_features if folded else None
+            lora_bgmv.add_lora_update_(y, x, self.rows, self.stack_A, self.stack_scale, layout, offset)
+            return y[..., : self.out_features] if folded else y
         low = None
         if y.shape[-1] != self.out_features:
             y, low = y[..., : self.out_features], y[..., self.out_features :]
@@ -194,6 +221,14 @@ class LowRankDelta(nn.Module):
     def uses_masked(self, x: torch.Tensor) -> bool:
         """Whether the update of x is computed for every adapter at once (few adapters, few tokens a row)."""
         return self.masked and (x.shape[1] if x.dim() == 3 else 1) <= MASKED_MAX_TOKENS
+
+    def uses_kernel(self, x: torch.Tensor) -> bool:
+        """Whether the update of x runs the Triton kernels (``kernel``, few tokens a row)."""
+        return self.kernel and (x.shape[1] if x.dim() == 3 else 1) <= lora_bgmv.MAX_TOKENS
+
+    def reads_fold(self, x: torch.Tensor) -> bool:
+        """Whether the update of x reads every adapter's x A^T from beside y when a fold put it there."""
+        return self.uses_masked(x) or self.uses_kernel(x)
 
     def _masked(self, x: torch.Tensor, y: torch.Tensor, low: torch.Tensor | None) -> torch.Tensor:
         idx = self.rows[: x.shape[0]].view(-1, *([1] * (x.dim() - 1)))  # (B, 1[, 1]): broadcast over T, columns
@@ -251,17 +286,19 @@ class MultiLoRALinear(nn.Module):
         rows: torch.Tensor,
         masked: bool,
         fold: bool = False,
+        kernel: bool = False,
     ):
-        """masked: see ``LowRankDelta``. fold (masked, no bias, A at most ``FOLD_MAX_SHARE`` of the weight's rows):
-        a projection ``model.fused`` never fuses (o, down): A's rows join the weight's in one tensor (the weight
-        becomes a view of it: no memory added), so that a decode step's one GEMM gives y and every adapter's x A^T
-        (a kernel less); a prefill multiplies by the weight's rows alone."""
+        """masked, kernel: see ``LowRankDelta``. fold (masked or kernel, no bias, A at most ``FOLD_MAX_SHARE`` of the
+        weight's rows): a projection ``model.fused`` never fuses (o, down): A's rows join the weight's in one tensor
+        (the weight becomes a view of it: no memory added), so that a decode step's one GEMM gives y and every
+        adapter's x A^T (a kernel less); a prefill multiplies by the weight's rows alone."""
         super().__init__()
         self.in_features, self.out_features = base.weight.shape[1], base.weight.shape[0]
         self.weight = base.weight
         self.bias = getattr(base, "bias", None)
         both = None
-        if fold and masked and self.bias is None and a.shape[0] * a.shape[1] <= FOLD_MAX_SHARE * self.out_features:
+        small = a.shape[0] * a.shape[1] <= FOLD_MAX_SHARE * self.out_features
+        if fold and (masked or kernel) and self.bias is None and small:
             with torch.no_grad():
                 both = torch.cat([self.weight.detach(), a.flatten(0, 1)])
                 self.weight.data = both[: self.out_features]
@@ -269,10 +306,10 @@ class MultiLoRALinear(nn.Module):
         self.register_buffer("weight_and_A", both, persistent=False)
         # not named lora_A/lora_B: those mark a trained LoRA layer, which fuse_projections must leave alone;
         # this one gives a fused projection its part of the update (fuse_adapters)
-        self.delta = LowRankDelta([(a, b, scale)], rows, masked)
+        self.delta = LowRankDelta([(a, b, scale)], rows, masked, kernel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight_and_A is not None and self.delta.uses_masked(x):
+        if self.weight_and_A is not None and self.delta.reads_fold(x):
             return self.delta(x, F.linear(x, self.weight_and_A))
         return self.delta(x, F.linear(x, self.weight, self.bias))
 
@@ -282,7 +319,7 @@ class MultiLoRALinear(nn.Module):
         parts = []
         for m in modules:
             parts += m.delta.parts() if isinstance(m, MultiLoRALinear) else [m.weight.shape[0]]
-        return LowRankDelta(parts, self.delta.rows, self.delta.masked)
+        return LowRankDelta(parts, self.delta.rows, self.delta.masked, self.delta.kernel)
 
     def extra_repr(self) -> str:
         n, r = self.delta.A0.shape[0] - 1, self.delta.A0.shape[1]
@@ -293,10 +330,17 @@ def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: in
     """Wrap every module some adapter targets in a ``MultiLoRALinear`` (in place; call before building the
     runner) and return the per-slot adapter table. Adapter i (1-based) is ``adapters[i - 1]``. update: how a
     decode step computes the rows' updates, "masked" (every adapter's, each row keeping its own; see
-    ``LowRankDelta``), "gathered" (each row's pair gathered) or "auto" (masked up to ``MASKED_MAX_STACK``
-    adapters plus the base); a prefill always gathers."""
+    ``LowRankDelta``), "gathered" (each row's pair gathered), "kernel" (the Triton kernels of
+    ``kernels.lora_bgmv``, each row's own adapter; CUDA, or CPU under TRITON_INTERPRET=1) or "auto" (masked up to
+    ``MASKED_MAX_STACK`` adapters plus the base); a prefill always gathers."""
     if update not in UPDATES:
         raise ValueError(f"update must be one of {', '.join(UPDATES)}, got {update!r}")
+    weight = next(model.parameters())
+    if update == "kernel" and not lora_bgmv.kernel_available(weight.device):
+        raise ValueError(
+            f"lora_update='kernel' runs Triton kernels: the model is on {weight.device}, not CUDA (on CPU set "
+            "TRITON_INTERPRET=1 with triton installed, for tests); use lora_update='auto'"
+        )
     if any(isinstance(m, MultiLoRALinear) for m in model.modules()):
         raise ValueError("the model already serves LoRA adapters; attach every adapter in one call")
     if any(hasattr(m, "lora_A") for m in model.modules()):
@@ -305,7 +349,6 @@ def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: in
     if len(set(names)) != len(names):
         raise ValueError(f"adapter names must be unique, got {names}")
     masked = update == "masked" or (update == "auto" and len(adapters) + 1 <= MASKED_MAX_STACK)
-    weight = next(model.parameters())
     table = AdapterRows(names, num_slots, weight.device)
     modules = sorted({m for a in adapters for m in a.weights})
     for name in modules:
@@ -325,5 +368,6 @@ def attach_adapters(model: nn.Module, adapters: list[LoRAAdapter], num_slots: in
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         fold = child not in FUSED_PROJECTIONS
-        setattr(parent, child, MultiLoRALinear(base, stack_a, stack_b, scale, table.rows, masked, fold=fold))
+        wrapped = MultiLoRALinear(base, stack_a, stack_b, scale, table.rows, masked, fold, update == "kernel")
+        setattr(parent, child, wrapped)
     return table
