@@ -498,6 +498,11 @@ def main() -> None:
         "(comma-separated, e.g. flash-triton), after the main figures",
     )
     ap.add_argument(
+        "--no-peer",
+        action="store_true",
+        help="leave out the peer (to explore variants quickly; the figures to report come with the peer, as ratios)",
+    )
+    ap.add_argument(
         "--variants",
         default="",
         help="comma-separated extra figures after the main ones: "
@@ -578,7 +583,8 @@ def main() -> None:
             f"{shape['num_key_value_heads']}kv-v{shape['vocab_size']}",
         }
         peer_fn = bench_hf if peer != "nanogpt-style reference" else bench_reference
-        runs = [(peer, peer_fn, shape), ("cookmind Trainer", bench_cookmind, shape)]
+        runs = [] if args.no_peer else [(peer, peer_fn, shape)]
+        runs.append(("cookmind Trainer", bench_cookmind, shape))
         if compiled == modes[0]:
             runs += [
                 (f"cookmind Trainer, attn_backend={b}", bench_cookmind, dict(shape, attn_backend=b))
