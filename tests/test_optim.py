@@ -11,6 +11,7 @@ import torch
 from lm_fixtures import tiny_lm
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from triton_fixtures import kernel_device, needs_kernel
 
 from cookmind.optim import SGD, AdamW, CosineWarmupScheduler, clip_grad_norm, cosine_with_warmup, param_groups
 
@@ -252,3 +253,81 @@ def test_adamw_and_the_grad_norm_on_fsdp_shards_equal_the_full_tensors_without_d
             assert r["max_diff"] < 1e-6, (path, r)
             assert r["norm"][1] == pytest.approx(r["norm"][0], rel=1e-6), (path, r)
             assert r["dispatched"] == 0, (path, r)  # every op ran on the local shards
+
+
+@needs_kernel
+@pytest.mark.gpu
+@pytest.mark.triton_interpretable
+@pytest.mark.parametrize("divisor", [None, 1.0, 4.0])
+def test_the_triton_adamw_kernel_equals_torch_clipping_then_adamw(divisor):
+    """cookmind/kernels/adamw.py over tensors of uneven sizes (a last partial block) for 30 steps, a skipped step
+    (found_inf) among them: torch's clip (divide) then torch.optim.AdamW gives the same parameters and moments; a
+    divisor of 4 leaves the divided gradients behind, a divisor of 1 or none leaves them untouched."""
+    from cookmind.kernels.adamw import adamw_triton_
+
+    dev = kernel_device()
+    g = torch.Generator().manual_seed(3)
+    shapes = [(37, 5), (300,), (3,)]
+    start = [torch.randn(s, generator=g) for s in shapes]
+    mine = [t.clone().to(dev) for t in start]
+    ref = [t.clone().requires_grad_(True) for t in start]
+    opt = torch.optim.AdamW(ref, lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8, foreach=False)
+    ms, vs = [torch.zeros_like(t) for t in mine], [torch.zeros_like(t) for t in mine]
+    steps = [torch.zeros((), device=dev) for _ in mine]
+    lr = torch.tensor(1e-2, device=dev)
+    for i in range(30):
+        grads = [torch.randn(s, generator=g) for s in shapes]
+        skip = i == 7
+        found_inf = torch.tensor(float(skip), device=dev)
+        ours = [x.clone().to(dev) for x in grads]
+        torch._foreach_add_(steps, 1)
+        adamw_triton_(
+            mine, ours, ms, vs, steps, lr=lr, beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8, block=64,
+            grad_scale=None if divisor is None else torch.tensor(divisor, device=dev), found_inf=found_inf,
+        )  # fmt: skip
+        torch._foreach_sub_(steps, [found_inf] * len(steps))
+        if skip:
+            for x, y in zip(ours, grads):
+                torch.testing.assert_close(x.cpu(), y, rtol=0, atol=0)  # a skipped step touches nothing
+            continue
+        for r, x in zip(ref, grads):
+            r.grad = x / (divisor or 1.0)
+        opt.step()
+        for x, r in zip(ours, ref):  # what the kernel left behind: divided where the divisor is not 1
+            torch.testing.assert_close(x.cpu(), r.grad, rtol=0 if divisor != 4.0 else 1e-6, atol=0)
+    for a, b in zip(mine, ref):
+        torch.testing.assert_close(a.cpu(), b.detach(), rtol=1e-5, atol=1e-6)
+    for a, b in zip(ms, ref):
+        torch.testing.assert_close(a.cpu(), opt.state[b]["exp_avg"], rtol=1e-5, atol=1e-7)
+    assert float(steps[0]) == 29
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; run on the device machine")
+def test_adamw_fused_on_cuda_runs_the_triton_kernel_and_equals_torchs_fused_kernel(monkeypatch):
+    """On CUDA, AdamW(fused=True) goes through our Triton kernel (FUSED_KERNEL "triton") and, with clipping
+    divisors and a skipped step, ends where the same steps through torch._fused_adamw_ (FUSED_KERNEL "torch") end."""
+    from cookmind.kernels import adamw as kernel_module
+    from cookmind.optim import adamw as adamw_module
+
+    calls = []
+    real = kernel_module.adamw_triton_
+    monkeypatch.setattr(kernel_module, "adamw_triton_", lambda *a, **k: calls.append(1) or real(*a, **k))
+    finals = {}
+    for impl in ("triton", "torch"):
+        monkeypatch.setattr(adamw_module, "FUSED_KERNEL", impl)
+        torch.manual_seed(0)
+        model = tiny_lm().cuda()
+        opt = AdamW(param_groups(model, 0.1), lr=3e-3, betas=(0.9, 0.95), fused=True)
+        for i in range(20):
+            opt.zero_grad(set_to_none=True)
+            ids = torch.randint(0, 64, (2, 16), device="cuda")
+            model(ids, labels=ids).loss.backward()
+            opt.step(
+                found_inf=torch.tensor(float(i == 5), device="cuda"),
+                grad_divisor=torch.tensor(1.0 if i % 2 else 3.0, device="cuda"),
+            )
+        finals[impl] = [p.detach().clone() for p in model.parameters()]
+    assert calls, "the Triton kernel never ran"
+    for a, b in zip(finals["triton"], finals["torch"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

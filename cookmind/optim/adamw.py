@@ -8,6 +8,12 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from cookmind.kernels import adamw as adamw_kernel
+
+# the fused path's kernel on CUDA: "triton" (cookmind/kernels/adamw.py, one pass at the memory's speed) or "torch"
+# (torch._fused_adamw_, about half as fast at 1B parameters on an H200); other devices always take torch's
+FUSED_KERNEL = "triton"
+
 
 class AdamW(torch.optim.Optimizer):
     """Per step t, for each parameter p with gradient g:
@@ -18,8 +24,9 @@ class AdamW(torch.optim.Optimizer):
 
     ``foreach=True`` runs the same math as multi-tensor ops (one kernel per op for all parameters of a
     group), which is what makes it fast on GPUs with many small tensors. ``fused=True`` is the fast path
-    beside it: PyTorch's single fused AdamW kernel (``torch._fused_adamw_``), one pass over memory instead
-    of about ten; tests show all three give torch.optim.AdamW's parameters.
+    beside it: one pass over memory instead of about ten, through our Triton kernel on CUDA
+    (``cookmind/kernels/adamw.py``, ``FUSED_KERNEL``) and PyTorch's ``torch._fused_adamw_`` elsewhere; tests
+    show all of them give torch.optim.AdamW's parameters.
     """
 
     def __init__(
@@ -129,23 +136,23 @@ class AdamW(torch.optim.Optimizer):
         for ps in buckets.values():
             steps = [self.state[p]["step"] for p in ps]
             torch._foreach_add_(steps, 1)
-            torch._fused_adamw_(
+            tensors = (
                 [local(p) for p in ps],
                 [local(p.grad) for p in ps],
                 [local(self.state[p]["exp_avg"]) for p in ps],
                 [local(self.state[p]["exp_avg_sq"]) for p in ps],
-                [],
-                steps,
-                amsgrad=False,
-                lr=self._device_lr(group, ps[0].device),
-                beta1=b1,
-                beta2=b2,
-                weight_decay=group["weight_decay"],
-                eps=group["eps"],
-                maximize=False,
-                grad_scale=grad_divisor,
-                found_inf=found_inf,
             )
+            hyper = dict(beta1=b1, beta2=b2, weight_decay=group["weight_decay"], eps=group["eps"])
+            lr = self._device_lr(group, ps[0].device)
+            if use_triton_kernel(tensors):
+                adamw_kernel.adamw_triton_(
+                    *tensors, steps, lr=lr, grad_scale=grad_divisor, found_inf=found_inf, **hyper
+                )
+            else:
+                torch._fused_adamw_(
+                    *tensors, [], steps, amsgrad=False, lr=lr, maximize=False, grad_scale=grad_divisor,
+                    found_inf=found_inf, **hyper,
+                )  # fmt: skip
             if found_inf is not None:  # a skipped step leaves the moments and params; undo the count too
                 torch._foreach_sub_(steps, [found_inf] * len(steps))
 
@@ -169,6 +176,17 @@ class AdamW(torch.optim.Optimizer):
         """Copy every group's current lr into its device tensor (before replaying a captured step)."""
         for group, lr in self._lr_tensors.values():
             lr.fill_(group["lr"])
+
+
+def use_triton_kernel(tensors: tuple[list[torch.Tensor], ...]) -> bool:
+    """Whether the fused path runs our Triton kernel on these (params, grads, exp_avgs, exp_avg_sqs): CUDA with
+    triton, FUSED_KERNEL == "triton", float32 parameters and moments, every tensor contiguous."""
+    params, _, exp_avgs, exp_avg_sqs = tensors
+    if FUSED_KERNEL != "triton" or not params or not adamw_kernel.available(params[0].device):
+        return False
+    if any(t.dtype != torch.float32 for group in (params, exp_avgs, exp_avg_sqs) for t in group):
+        return False
+    return all(t.is_contiguous() for group in tensors for t in group)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
