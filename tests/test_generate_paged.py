@@ -118,6 +118,15 @@ def test_decode_kernel_logits_equal_gather_logits():
     torch.testing.assert_close(logits["kernel"], logits["gather"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.gpu
+def test_the_decode_kernel_asked_for_with_a_head_dim_it_cannot_take_is_refused_on_cuda():
+    """On CUDA, decode_attention="kernel" with head dim 8 is a ValueError naming the range and "auto": falling back
+    to the PyTorch twin (which reads each row's length on the host) broke CUDA graph capture mid-serve."""
+    with pytest.raises(ValueError, match=r"head dim from 16 to 256.*this model's is 8.*'auto'"):
+        Engine(tiny_model().cuda(), num_slots=2, max_seq_len=32, block_size=4, decode_attention="kernel")
+    assert Engine(tiny_model().cuda(), num_slots=2, max_seq_len=32, block_size=4).runner.decode_attention == "gather"
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}])
 def test_a_few_tokens_per_row_attend_through_the_decode_kernel_as_the_model_does(monkeypatch, overrides, device):

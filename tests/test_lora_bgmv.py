@@ -193,7 +193,9 @@ def served(tmp_path_factory):
     """The tiny base, two adapters saved to disk (chef: q, v, down at rank 4; baker: k, o, gate, up at rank 2)
     and each one's merged model, the reference."""
     tmp = tmp_path_factory.mktemp("lora-kernel")
-    base = sharp_tiny_lm()
+    # CUDA: head dim 16, the paged decode kernel's smallest (a CUDA graph can hold no fallback); the interpreter
+    # keeps head dim 8 and the PyTorch twin of that kernel (Triton 3.6's interpreter mis-runs its loops)
+    base = sharp_tiny_lm(head_dim=16 if torch.cuda.is_available() else 8)
     refs = {
         None: copy.deepcopy(base),
         "chef": _adapter(base, tmp / "chef", 1, r=4, alpha=8.0, targets=["q_proj", "v_proj", "down_proj"]),

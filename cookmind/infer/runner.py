@@ -113,6 +113,16 @@ class ModelRunner:
             decode_attention = "kernel" if self.paged and kernel_available(self.device, self.head_dim) else "gather"
         if decode_attention == "kernel" and not self.paged:
             raise ValueError("decode_attention='kernel' reads paged blocks: it needs kv_cache='paged'")
+        if (
+            decode_attention == "kernel"
+            and self.device.type == "cuda"
+            and not kernel_available(self.device, self.head_dim)
+        ):
+            # the PyTorch reference it would fall back to reads lengths on the host: no CUDA graph can hold it
+            raise ValueError(
+                f"decode_attention='kernel': the paged decode kernel takes a power-of-two head dim from 16 to 256 "
+                f"(with triton installed); this model's is {self.head_dim}; use decode_attention='auto'"
+            )
         if decode_attention == "kernel" and kernel_available(self.device, self.head_dim):
             problem = self_check(self.device, self.dtype, self.n_heads, self.n_kv, self.head_dim, block_size)
             if problem is not None and requested == "kernel":
