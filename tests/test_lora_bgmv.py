@@ -339,3 +339,19 @@ def test_speculative_verify_steps_run_each_rows_adapter_through_the_kernels(serv
         assert got == greedy_reference(refs[name], prompt, 2 * NEW)[0], name
     assert eng.metrics()["spec_accepted_tokens_total"] > 0
     assert {1, 4} <= tokens_per_row, tokens_per_row
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; run on the device machine")
+def test_an_engine_with_adapters_takes_the_kernels_on_cuda_by_default(served):
+    """Engine(adapters=...) with lora_update left at "auto" serves through the kernels on CUDA, and its outputs
+    equal each merged model's (greedy tokens)."""
+    base, tmp, refs = served
+    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
+    engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters)
+    deltas = [m for m in engine.runner.model.modules() if isinstance(m, LowRankDelta)]
+    assert deltas and all(d.kernel and not d.masked for d in deltas)
+    prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]]
+    jobs = list(zip(prompts, ["chef", None, "baker"]))
+    for (prompt, name), (tokens, _, _) in zip(jobs, _run(engine, jobs)):
+        assert tokens == greedy_reference(refs[name], prompt, NEW)[0], (name, prompt)

@@ -191,7 +191,8 @@ def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden, updat
         ),
     }
     adapters = load_adapters(base, {"chef": tmp_path / "chef", "baker": tmp_path / "baker"})
-    engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters)
+    # "masked" by name: on CUDA "auto" would take the Triton kernels (tests/test_lora_bgmv.py), not COMPILED_UPDATE
+    engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters, lora_update="masked")
     assert engine.graphs is not None and engine.graphs.capture and engine.runner.compiled
     if hidden == 64:
         assert engine.runner.decode_attention == "kernel"
@@ -545,3 +546,26 @@ def test_an_unfused_projection_computes_its_output_and_every_adapters_down_proje
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
         if shape[1] == 1:
             assert len(ops.names) <= 4, ops.names
+
+
+def test_auto_update_takes_the_kernels_on_cuda_up_to_their_rank_else_masks_then_gathers(monkeypatch):
+    """multi_lora.resolve_update: "auto" is "kernel" on CUDA with triton for ranks up to lora_bgmv.MAX_RANK;
+    otherwise "masked" up to MASKED_MAX_STACK adapters plus the base, then "gathered"; a named choice stays."""
+    from cookmind.infer import multi_lora
+    from cookmind.infer.multi_lora import LoRAAdapter, resolve_update
+    from cookmind.kernels import lora_bgmv
+
+    def adapters(n, rank):
+        pair = (torch.zeros(rank, 8), torch.zeros(8, rank))
+        return [LoRAAdapter(f"a{i}", None, 1.0, {"q": pair}) for i in range(n)]
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(lora_bgmv, "kernel_available", lambda device: True)
+    assert resolve_update("auto", cuda, adapters(4, 16)) == "kernel"
+    assert resolve_update("auto", cuda, adapters(40, lora_bgmv.MAX_RANK)) == "kernel"
+    assert resolve_update("auto", cuda, adapters(4, lora_bgmv.MAX_RANK + 1)) == "masked"
+    assert resolve_update("auto", cpu, adapters(4, 16)) == "masked"  # the interpreter only when asked for by name
+    assert resolve_update("auto", cpu, adapters(multi_lora.MASKED_MAX_STACK, 16)) == "gathered"
+    assert resolve_update("masked", cuda, adapters(4, 16)) == "masked"
+    monkeypatch.setattr(lora_bgmv, "kernel_available", lambda device: False)  # CUDA without triton
+    assert resolve_update("auto", cuda, adapters(4, 16)) == "masked"

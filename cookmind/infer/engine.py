@@ -164,7 +164,8 @@ class Engine:
     (``submit(adapter=...)``); requests for different adapters and the base share every batch (the model's targeted
     projections become ``MultiLoRALinear``s), and the prefix cache shares blocks only within one adapter.
     lora_update: how a decode step computes each row's adapter update (``multi_lora.attach_adapters``: "auto",
-    "masked", "gathered" or "kernel", the Triton kernels of ``kernels.lora_bgmv``: CUDA).
+    "masked", "gathered" or "kernel", the Triton kernels of ``kernels.lora_bgmv``: CUDA; "auto" takes them where
+    they run, ``multi_lora.resolve_update``).
     speculative (a SpeculativeConfig): greedy requests draft k tokens (n-gram lookup or a draft model) and verify
     them in one forward, emitting up to k + 1 tokens per step (see speculative.py); the others decode as before.
 
