@@ -497,6 +497,7 @@ def main() -> None:
         help="also time our model with these attn_backend values "
         "(comma-separated, e.g. flash-triton), after the main figures",
     )
+    ap.add_argument("--batch", type=int, default=None, help="micro-batch rows (default: the shape's)")
     ap.add_argument(
         "--no-peer",
         action="store_true",
@@ -524,6 +525,8 @@ def main() -> None:
     if args.shape is not None and args.shape not in fits:
         hint = " (or a preset with --tiny)" if device.type == "cpu" else ""
         ap.error(f"--shape {args.shape} does not run on {device.type}; there choose from {', '.join(fits)}{hint}")
+    if args.batch is not None and args.batch < 1:
+        ap.error(f"--batch must be at least 1, not {args.batch}")
     if args.accum < 1:
         ap.error(f"--accum must be at least 1, not {args.accum}")
     if args.accum > 1 and args.shape not in PRESET_RUNS:
@@ -567,6 +570,7 @@ def main() -> None:
             shape, batch, seq = HOST_BOUND, 1, 8
             steps, warmup = args.steps or 300, args.warmup or 50
         peak, modes = args.peak_flops, [False]
+    batch = args.batch or batch
     peer = hf_peer_name(shape) if args.shape in PRESET_RUNS else "nanogpt-style reference"
     for compiled in modes:
         results = {}

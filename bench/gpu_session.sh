@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|all]...  (default: all; ddp and scale need 2 GPUs)
+#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|mfu|fp8loss]...  (default: all but mfu and fp8loss;
+#   ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
 # so one slow part cannot swallow the others' output. Run with the device tool, e.g. kind nvidia-h200-x2.
@@ -40,6 +41,15 @@ for part in "${parts[@]}"; do
                 --start-layers 8
                run max-model-2 240 torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --cap-gib 24 \
                 --start-layers 16 ;;
-        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl)"; exit 2 ;;
+        # #18's 1-GPU MFU levers: where an accumulating step goes, a larger micro-batch, FP8 blocks + FP8 head
+        mfu) CUDA_VISIBLE_DEVICES=0 run prof-accum 150 python3 bench/profile_train.py --shape llama-1.3b --which ours \
+                --accum 8
+             CUDA_VISIBLE_DEVICES=0 run llama-b8 230 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
+                --batch 8 --steps 12 --warmup 4 --variants fp8-blocks,fp8-all
+             CUDA_VISIBLE_DEVICES=0 run qwen-fp8 200 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
+                --no-peer --steps 12 --warmup 4 --variants fp8-blocks ;;
+        # the FP8 loss check at Qwen3-0.6B, both compiled (needs build/fp8-loss carried: bench_fp8_loss.py --build)
+        fp8loss) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen 560 python3 bench/bench_fp8_loss.py --shape qwen3-0.6b ;;
+        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|fp8loss)"; exit 2 ;;
     esac
 done

@@ -4,6 +4,7 @@
     python bench/profile_train.py --shape minimind --seq 340 --host-top 20   # MiniMind-3 shape, B=32; host ops
     python bench/profile_train.py --shape qwen3-0.6b --cuda-graph   # B=8, T=2048; peer transformers' Qwen3
     python bench/profile_train.py --shape llama-1.3b --cuda-graph   # B=4, T=2048; peer transformers' Llama
+    python bench/profile_train.py --shape llama-1.3b --which ours --accum 8 --batch 8   # a recipe's step
     python bench/profile_train.py --shape qwen3-0.6b --tiny --device cpu   # the same code on a CPU (aten ops)
 
 Prints JSON lines: per implementation, the wall time per step, the GPU-busy time per step (the union of
@@ -150,7 +151,17 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="with a preset --shape: its architecture shrunk")
     ap.add_argument("--device", default="cuda", help="cuda (the figures) or cpu (with --tiny: a check that it runs)")
     ap.add_argument("--host-top", type=int, default=0, help="also print the N host ops with the most self CPU time")
+    ap.add_argument("--batch", type=int, default=None, help="micro-batch rows (default: the shape's)")
+    ap.add_argument(
+        "--accum",
+        type=int,
+        default=1,
+        help="our Trainer's micro-batches per optimizer step (train.grad_accum_steps); times are per optimizer step",
+    )
+    ap.add_argument("--fp8-blocks", action="store_true", help="our Trainer with train.fp8_blocks=true (torchao)")
     args = ap.parse_args()
+    if args.accum < 1 or (args.batch is not None and args.batch < 1):
+        ap.error("--accum and --batch must be at least 1")
     if args.tiny and args.shape not in PRESET_RUNS:
         ap.error(f"--tiny shrinks a preset shape: pass --shape {' or '.join(PRESET_RUNS)}")
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -162,6 +173,7 @@ def main() -> None:
     else:
         shape = MINIMIND if args.shape == "minimind" else GPT2_SMALL
         batch, seq = (32 if args.shape == "minimind" else 12), args.seq or 1024
+    batch = args.batch or batch
     vocab = shape["vocab_size"]
     warm, timed = (8, 5) if gpu else (1, 2)
     if "ref" in args.which and args.shape in PRESET_RUNS:
@@ -218,6 +230,8 @@ def main() -> None:
                     "compile_mode": args.compile_mode,
                     "device": args.device,
                     "cuda_graph": args.cuda_graph,
+                    "grad_accum_steps": args.accum,
+                    "fp8_blocks": args.fp8_blocks,
                 },
                 "optim": {"lr": 6e-4, "warmup_steps": 10},
                 "checkpoint": {"every": 0, "overwrite": True},  # a scratch run directory, reused
@@ -235,7 +249,8 @@ def main() -> None:
             one_step,
             timed,
             f"cookmind Trainer ({args.attn}, {args.compile_mode}"
-            f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''})",
+            f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''}"
+            f"{', fp8 blocks' if args.fp8_blocks else ''}, B={batch}, accum {args.accum})",
             args.host_top,
             cuda=gpu,
         )
