@@ -310,6 +310,7 @@ def test_adamw_fused_on_cuda_runs_the_triton_kernel_and_equals_torchs_fused_kern
     from cookmind.kernels import adamw as kernel_module
     from cookmind.optim import adamw as adamw_module
 
+    monkeypatch.setattr(adamw_module, "TRITON_MIN_ELEMENTS", 0)  # the tiny model's group takes the kernel too
     calls = []
     real = kernel_module.adamw_triton_
     monkeypatch.setattr(kernel_module, "adamw_triton_", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -331,3 +332,28 @@ def test_adamw_fused_on_cuda_runs_the_triton_kernel_and_equals_torchs_fused_kern
     assert calls, "the Triton kernel never ran"
     for a, b in zip(finals["triton"], finals["torch"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_triton_adamw_path_is_taken_only_where_it_can_run_and_pays(monkeypatch):
+    """use_triton_kernel: a group of at least TRITON_MIN_ELEMENTS contiguous float32 tensors where the kernel runs;
+    a smaller group (a small model: torch's one launch group), a bf16 parameter, a non-contiguous tensor, a device
+    without the kernel or FUSED_KERNEL "torch" keep torch._fused_adamw_."""
+    from cookmind.kernels import adamw as kernel_module
+    from cookmind.optim import adamw as adamw_module
+
+    monkeypatch.setattr(kernel_module, "available", lambda device: True)
+    monkeypatch.setattr(adamw_module, "TRITON_MIN_ELEMENTS", 100)
+
+    def group(*tensors):
+        return (list(tensors), list(tensors), list(tensors), list(tensors))
+
+    big, small = torch.zeros(10, 10), torch.zeros(99)
+    assert adamw_module.use_triton_kernel(group(big))
+    assert not adamw_module.use_triton_kernel(group(small))
+    assert not adamw_module.use_triton_kernel(group(big.bfloat16()))
+    assert not adamw_module.use_triton_kernel(group(torch.zeros(10, 20).t()))
+    monkeypatch.setattr(adamw_module, "FUSED_KERNEL", "torch")
+    assert not adamw_module.use_triton_kernel(group(big))
+    monkeypatch.setattr(adamw_module, "FUSED_KERNEL", "triton")
+    monkeypatch.setattr(kernel_module, "available", lambda device: False)
+    assert not adamw_module.use_triton_kernel(group(big))
