@@ -176,6 +176,7 @@ def run_config(shape_name: str, vocab: int, steps: int, warmup_steps: int, devic
                 "precision": args.precision or ("bf16" if on_gpu else "fp32"),
                 "device": str(device),
                 "compile": on_gpu and not args.no_compile,
+                "compile_scope": args.compile_scope,
                 "cuda_graph": "false",
                 "fp8_scaling": args.fp8_scaling,
                 "threads": 0,
@@ -280,6 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fp8-scaling", default="tensorwise", choices=["tensorwise", "rowwise"])
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument(
+        "--compile-scope",
+        choices=["model", "blocks"],
+        default="model",
+        help="train.compile_scope of both runs (blocks: one compilation for every block, minutes less start-up)",
+    )
+    ap.add_argument(
         "--baseline-twice",
         action="store_true",
         help="run the baseline a second time: its own run-to-run difference (bf16 on CUDA is not bit-reproducible "
@@ -310,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "lr": cfg.optim.lr,
         "compiled": cfg.train.compile,
+        "compile_scope": cfg.train.compile_scope,
         "store_tokens": meta["num_tokens"],
     }
     results, finals, curves = {}, {}, {}

@@ -271,6 +271,7 @@ def bench_cookmind(
     run_dir,
     optim_impl="cookmind",
     compile_mode="default",
+    compile_scope="model",
     defer_metrics=True,
     cuda_graph=False,
     fp8_blocks=False,
@@ -313,6 +314,7 @@ def bench_cookmind(
                 "precision": precision,
                 "compile": compile_,
                 "compile_mode": compile_mode,
+                "compile_scope": compile_scope,
                 "device": str(device),
                 "defer_metrics": defer_metrics,
                 "cuda_graph": cuda_graph,
@@ -510,6 +512,7 @@ def main() -> None:
         "raw (our model + AdamW in a bare loop, no Trainer), torch-adamw (Trainer with optim.impl=torch), "
         "reduce-overhead / max-autotune / max-autotune-no-cudagraphs (Trainer with that train.compile_mode), "
         "sync-metrics (Trainer reading each step's loss before the next, train.defer_metrics=false), "
+        "compile-blocks (Trainer with train.compile_scope=blocks: one compilation for every block; see warmup_s), "
         "cuda-graph (Trainer with train.cuda_graph=true: the whole step one CUDA graph), "
         "fp8-head (cuda-graph with model.lm_head_fp8=true: the LM head's GEMMs in FP8), "
         "fp8-blocks (Trainer with train.fp8_blocks=true: the blocks' projections as torchao float8 linears; "
@@ -611,6 +614,14 @@ def main() -> None:
                             shape,
                         )
                     )
+            if "compile-blocks" in variants:
+                runs.append(
+                    (
+                        "cookmind Trainer, train.compile_scope=blocks",
+                        functools.partial(bench_cookmind, compile_scope="blocks"),
+                        shape,
+                    )
+                )
             if "cuda-graph" in variants:
                 runs.append(
                     (

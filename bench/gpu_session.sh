@@ -47,9 +47,10 @@ for part in "${parts[@]}"; do
              CUDA_VISIBLE_DEVICES=0 run llama-b8 230 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
                 --batch 8 --steps 12 --warmup 4 --variants fp8-blocks,fp8-all
              CUDA_VISIBLE_DEVICES=0 run qwen-fp8 200 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
-                --no-peer --steps 12 --warmup 4 --variants fp8-blocks ;;
+                --no-peer --steps 12 --warmup 4 --variants fp8-blocks,compile-blocks ;;
         # the FP8 loss check at Qwen3-0.6B, both compiled (needs build/fp8-loss carried: bench_fp8_loss.py --build)
-        fp8loss) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen 560 python3 bench/bench_fp8_loss.py --shape qwen3-0.6b ;;
+        fp8loss) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen 560 python3 bench/bench_fp8_loss.py --shape qwen3-0.6b \
+                --compile-scope blocks ;;
         *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|fp8loss)"; exit 2 ;;
     esac
 done

@@ -2,7 +2,7 @@
 
     0. FP8 blocks                 the blocks' projections become float8 linears in place (``train.fp8_blocks``)
     1. activation checkpointing   each block wrapped in place (``apply_activation_checkpointing``)
-    2. torch.compile              the whole model
+    2. torch.compile              the whole model, or each block in place (``train.compile_scope=blocks``)
     3. data parallelism           our bucketed DDP or PyTorch's, around the compiled model
 
 The model never knows about any of it; ``unwrap`` gets it back. The order is the one torchtitan's per-model
@@ -68,7 +68,9 @@ def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device | None 
             unit_blocks=p.fsdp_unit_blocks,
             prefetch=p.fsdp_prefetch,
         )
-    if t.compile:
+    if t.compile and t.compile_scope == "blocks":
+        compile_blocks(model, mode=mode)
+    elif t.compile:
         model = torch.compile(model, mode=mode)
     if dist.is_initialized() and dist.get_world_size() > 1:
         model = wrap_data_parallel(model, p.ddp, p.bucket_mb, p.reduce_dtype)

@@ -73,6 +73,9 @@ class TrainLoopConfig:
     # torch.compile mode when compile is on: default | reduce-overhead (CUDA graphs: no per-kernel launch cost)
     # | max-autotune (also benchmarks GEMM/Triton choices at start-up: minutes) | max-autotune-no-cudagraphs
     compile_mode: str = "default"
+    # what train.compile compiles: model (the whole model, one graph: the fastest step) | blocks (each decoder block
+    # on its own: the blocks share one compilation, so start-up takes a fraction of the time; FSDP always does this)
+    compile_scope: str = "model"
     activation_checkpointing: bool = False
     max_bad_steps: int = 10  # consecutive non-finite (or exploding) losses/gradients before the run stops
     # A finite loss above this many times the run's best 10-step mean loss (and above it by > 1) counts as a
@@ -269,6 +272,7 @@ class TrainConfig:
             self.train.compile_mode,
             ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
         )
+        _choice("train.compile_scope", self.train.compile_scope, ("model", "blocks"))
         _choice("train.cuda_graph", self.train.cuda_graph, ("false", "true", "auto"))
         _choice("train.fp8_scaling", self.train.fp8_scaling, ("tensorwise", "rowwise"))
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
