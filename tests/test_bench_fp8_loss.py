@@ -99,11 +99,18 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
 @pytest.mark.parametrize("shape,batch,lr", [("qwen3-0.6b", 8, 3e-4), ("llama-1.3b", 4, 2e-4)])
 def test_gpu_runs_take_the_preset_recipe_for_200_steps(shape, batch, lr, tmp_path):
     args = argparse.Namespace(
-        data=tmp_path, seq=None, lr=None, precision=None, no_compile=False, fp8_scaling="tensorwise"
+        data=tmp_path,
+        seq=None,
+        lr=None,
+        precision=None,
+        no_compile=False,
+        fp8_scaling="tensorwise",
+        compile_scope="blocks",
     )
     cfg, b, t = B.run_config(shape, 8192, 200, 20, torch.device("cuda"), args)
     assert (b, t, cfg.train.micro_batch_size, cfg.data.window_size) == (batch, 2048, batch, 2048)
     assert (cfg.train.max_steps, cfg.train.grad_accum_steps, cfg.optim.warmup_steps) == (200, 1, 20)
     assert (cfg.optim.lr, cfg.optim.schedule, cfg.train.precision, cfg.train.compile) == (lr, "cosine", "bf16", True)
+    assert cfg.train.compile_scope == "blocks"
     assert cfg.model["vocab_size"] == {"qwen3-0.6b": 151936, "llama-1.3b": 32768}[shape]  # the preset's
     assert cfg.data.train_path == str(tmp_path / "store") and cfg.data.tokenizer == str(tmp_path / "tok")
