@@ -12,6 +12,8 @@ the lr as a 0-dim device tensor, the optional skip flag and gradient divisor as 
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 BLOCK = 2048  # elements a program: 8 float32 per thread at 8 warps
@@ -51,32 +53,32 @@ def adamw_triton_(
     divided only where it is not 1 (the clipped gradients are left behind, as after clip_grad_norm_)."""
     from .adamw_kernels import adamw_update
 
-    for p, g, m, v, t in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
-        n = p.numel()
-        if n == 0:
-            continue
-        if not (p.is_contiguous() and g.is_contiguous() and m.is_contiguous() and v.is_contiguous()):
-            raise ValueError(f"adamw_triton_: tensors of shape {tuple(p.shape)} must be contiguous")
-        adamw_update[(triton_cdiv(n, block),)](
-            p,
-            g,
-            m,
-            v,
-            t,
-            lr,
-            found_inf if found_inf is not None else lr,
-            grad_scale if grad_scale is not None else lr,
-            n,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            HAS_FOUND_INF=found_inf is not None,
-            HAS_DIVISOR=grad_scale is not None,
-            BLOCK=block,
-            num_warps=num_warps,
-        )
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
+    if not params:
+        return
+    device = params[0].device  # Triton launches on the current device, whatever the tensors' device
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        for p, g, m, v, t in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
+            n = p.numel()
+            if n == 0:
+                continue
+            if not (p.is_contiguous() and g.is_contiguous() and m.is_contiguous() and v.is_contiguous()):
+                raise ValueError(f"adamw_triton_: tensors of shape {tuple(p.shape)} must be contiguous")
+            adamw_update[(-(-n // block),)](
+                p,
+                g,
+                m,
+                v,
+                t,
+                lr,
+                found_inf if found_inf is not None else lr,
+                grad_scale if grad_scale is not None else lr,
+                n,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                HAS_FOUND_INF=found_inf is not None,
+                HAS_DIVISOR=grad_scale is not None,
+                BLOCK=block,
+                num_warps=num_warps,
+            )
