@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
-import os
 
 import torch
 
-TRITON_FOUND = importlib.util.find_spec("triton") is not None  # checked once; read inside compiled code
+from .triton_device import TRITON_FOUND, triton_runs_on
+
 IMPLS = ("auto", "triton", "reference")
 REDUCTIONS = ("mean", "sum", "none")
 # Defaults from bench/bench_linear_ce.py's sweep on the H200 (N=12288, V=50304, bf16, 2026-11-30): 4096 columns
@@ -43,9 +42,7 @@ NUM_WARPS = 8
 PROGRAMS_PER_SM = None  # None: one program per block of rows; an int: a persistent grid of that many per SM
 
 
-def kernel_available(device: torch.device) -> bool:
-    """Whether the Triton kernel can run on ``device``: triton importable, and CUDA (or Triton's interpreter)."""
-    return TRITON_FOUND and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
+kernel_available = triton_runs_on  # whether the Triton kernel can run on a device
 
 
 @functools.cache

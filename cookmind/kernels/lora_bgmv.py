@@ -21,12 +21,11 @@ read nor written. Triton is imported on the first launch; it runs on CUDA, or on
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.util
-import os
 from typing import NamedTuple
 
 import torch
+
+from .triton_device import triton_runs_on
 
 # the most tokens a row a launch takes (a verify step: k + 1): the shrink holds a row's tokens in one tile
 MAX_TOKENS = 16
@@ -36,14 +35,7 @@ MAX_RANK = 64
 
 def kernel_available(device: torch.device) -> bool:
     """Whether the kernels can run on ``device``: CUDA (or Triton's interpreter on CPU) with Triton importable."""
-    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        return False
-    return _triton_importable()
-
-
-@functools.cache
-def _triton_importable() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    return triton_runs_on(device)
 
 
 class ExpandLayout(NamedTuple):

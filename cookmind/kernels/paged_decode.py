@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import math
 import os
 
 import torch
+
+from .triton_device import triton_runs_on
 
 LOG2_E = 1.4426950408889634
 BLOCK_N = 64  # cached positions per loop iteration
@@ -41,15 +42,7 @@ def kernel_available(device: torch.device, head_dim: int) -> bool:
     and a power-of-two head dim from 16 to 256."""
     if head_dim < 16 or head_dim > 256 or head_dim & (head_dim - 1):
         return False
-    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        return False
-    return _triton_importable()
-
-
-@functools.cache
-def _triton_importable() -> bool:
-    """Checked once: the eager decode path asks for every layer of every step."""
-    return importlib.util.find_spec("triton") is not None
+    return triton_runs_on(device)
 
 
 @functools.cache

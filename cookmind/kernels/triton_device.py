@@ -1,0 +1,16 @@
+"""Where cookmind's Triton kernels can run: on CUDA, or on a CPU under Triton's interpreter (TRITON_INTERPRET=1,
+for tests), with triton importable. One answer for every kernel module."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+TRITON_FOUND = importlib.util.find_spec("triton") is not None  # checked once; read inside compiled code
+
+
+def triton_runs_on(device: torch.device) -> bool:
+    """Whether a Triton kernel can run on ``device``: triton importable, and CUDA (or Triton's interpreter)."""
+    return TRITON_FOUND and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
