@@ -82,13 +82,52 @@ def _with_env(rank: int, fn, env: dict, *args) -> None:
     fn(rank, *args)
 
 
-def spawn_ranks(fn, args: tuple, nprocs: int) -> None:
+def spawn_ranks(fn, args: tuple, nprocs: int, env: dict | None = None) -> None:
     """``torch.multiprocessing.spawn(fn, args, nprocs)``, the processes forked from the session's fork server
-    (see the module docstring) with the caller's environment of now."""
+    (see the module docstring) with ``env`` as their environment (default: the caller's of now)."""
     multiprocessing.set_forkserver_preload(PRELOAD)  # takes effect when the server starts, at the first call
-    mp.start_processes(
-        _with_env, args=(fn, dict(os.environ), *args), nprocs=nprocs, join=True, start_method="forkserver"
-    )
+    env = dict(os.environ) if env is None else env
+    mp.start_processes(_with_env, args=(fn, env, *args), nprocs=nprocs, join=True, start_method="forkserver")
+
+
+def _cookmind_runs(rank: int, world: int, runs: list, ports: list, cwd: str, out_dir: str) -> None:
+    import contextlib
+    import io
+
+    from cookmind.cli import main
+
+    os.chdir(cwd)
+    printed = []
+    for argv, port in zip(runs, ports):
+        os.environ.update(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            GROUP_RANK="0",
+            WORLD_SIZE=str(world),
+            LOCAL_WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(list(argv))
+        if code != 0:  # raised, the launch stops the other ranks too, as torchrun does when a rank fails
+            raise RuntimeError(f"rank {rank}: cookmind {' '.join(argv)} exited with {code}; stdout: {out.getvalue()}")
+        printed.append(out.getvalue())
+    torch.save(printed, os.path.join(out_dir, f"cookmind-rank{rank}.pt"))
+
+
+def cookmind_on_ranks(runs: list[list[str]], out_dir, env: dict, nproc: int = 2, cwd=None) -> list[list[str]]:
+    """Each of ``runs`` (a ``cookmind`` command line) in turn, each as ``torchrun --nproc_per_node nproc -m cookmind
+    ...`` runs it: ``nproc`` processes with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and a
+    free MASTER_PORT per run) in environment ``env``, in ``cwd``. The processes are forked from the fork server
+    once for all the runs, without torchrun's launcher: tests/test_multinode.py and test_train_deferred.py launch
+    through torchrun itself. A run that exits non-zero fails the launch. Returns what each rank printed, per run."""
+    ports = []
+    while len(ports) < len(runs):  # distinct: a run's store may still hold its port when the next one starts
+        ports += {find_free_port()} - set(ports)
+    spawn_ranks(_cookmind_runs, (nproc, runs, ports, str(cwd or out_dir), str(out_dir)), nproc, env=env)
+    return [torch.load(Path(out_dir) / f"cookmind-rank{r}.pt") for r in range(nproc)]
 
 
 def _rank_main(rank: int, fn, world: int, port: int, out_dir: str) -> None:
