@@ -52,6 +52,7 @@ def _worker(rank, world, port, out_dir):
     torch.save(
         {"state": trainer.bare_model.state_dict(), "start": start, "seen": seen}, os.path.join(out_dir, f"r{rank}.pt")
     )
+    trainer.close()  # DDP's wrapper goes before the group it holds (freed after it, a rank can hang at exit)
     dist.destroy_process_group()
 
 
