@@ -121,7 +121,7 @@ def cookmind_on_ranks(runs: list[list[str]], out_dir, env: dict, nproc: int = 2,
     """Each of ``runs`` (a ``cookmind`` command line) in turn, each as ``torchrun --nproc_per_node nproc -m cookmind
     ...`` runs it: ``nproc`` processes with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and a
     free MASTER_PORT per run) in environment ``env``, in ``cwd``. The processes are forked from the fork server
-    once for all the runs, without torchrun's launcher: tests/test_multinode.py and test_train_deferred.py launch
+    once for all the runs, without torchrun's launcher: tests/test_multinode.py (and the bench tests) launch
     through torchrun itself. A run that exits non-zero fails the launch. Returns what each rank printed, per run."""
     ports = []
     while len(ports) < len(runs):  # distinct: a run's store may still hold its port when the next one starts
