@@ -90,11 +90,9 @@ def spawn_ranks(fn, args: tuple, nprocs: int, env: dict | None = None) -> None:
     mp.start_processes(_with_env, args=(fn, env, *args), nprocs=nprocs, join=True, start_method="forkserver")
 
 
-def _cookmind_runs(rank: int, world: int, runs: list, ports: list, cwd: str, out_dir: str) -> None:
+def _main_runs(rank: int, main, world: int, runs: list, ports: list, cwd: str, out_dir: str) -> None:
     import contextlib
     import io
-
-    from cookmind.cli import main
 
     os.chdir(cwd)
     printed = []
@@ -112,22 +110,24 @@ def _cookmind_runs(rank: int, world: int, runs: list, ports: list, cwd: str, out
         with contextlib.redirect_stdout(out):
             code = main(list(argv))
         if code != 0:  # raised, the launch stops the other ranks too, as torchrun does when a rank fails
-            raise RuntimeError(f"rank {rank}: cookmind {' '.join(argv)} exited with {code}; stdout: {out.getvalue()}")
+            raise RuntimeError(f"rank {rank}: {' '.join(argv)} exited with {code}; stdout: {out.getvalue()}")
         printed.append(out.getvalue())
-    torch.save(printed, os.path.join(out_dir, f"cookmind-rank{rank}.pt"))
+    torch.save(printed, os.path.join(out_dir, f"main-rank{rank}.pt"))
 
 
-def cookmind_on_ranks(runs: list[list[str]], out_dir, env: dict, nproc: int = 2, cwd=None) -> list[list[str]]:
-    """Each of ``runs`` (a ``cookmind`` command line) in turn, each as ``torchrun --nproc_per_node nproc -m cookmind
-    ...`` runs it: ``nproc`` processes with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and a
-    free MASTER_PORT per run) in environment ``env``, in ``cwd``. The processes are forked from the fork server
-    once for all the runs, without torchrun's launcher: tests/test_multinode.py (and the bench tests) launch
-    through torchrun itself. A run that exits non-zero fails the launch. Returns what each rank printed, per run."""
+def main_on_ranks(main, runs: list[list[str]], out_dir, env: dict, nproc: int = 2, cwd=None) -> list[list[str]]:
+    """``main(argv)`` for each ``argv`` of ``runs`` in turn, as ``torchrun --nproc_per_node nproc`` runs a program
+    whose entry point it is (``cookmind.cli.main`` for ``-m cookmind``, a bench script's ``main``): ``nproc``
+    processes with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT per run)
+    in environment ``env``, in ``cwd`` (default ``out_dir``). The processes are forked from the fork server once
+    for all the runs, without torchrun's launcher: tests/test_multinode.py and test_bench_scaling.py launch
+    through torchrun itself. A run that returns non-zero fails the launch. Returns what each rank printed, per run.
+    """
     ports = []
     while len(ports) < len(runs):  # distinct: a run's store may still hold its port when the next one starts
         ports += {find_free_port()} - set(ports)
-    spawn_ranks(_cookmind_runs, (nproc, runs, ports, str(cwd or out_dir), str(out_dir)), nproc, env=env)
-    return [torch.load(Path(out_dir) / f"cookmind-rank{r}.pt") for r in range(nproc)]
+    spawn_ranks(_main_runs, (main, nproc, runs, ports, str(cwd or out_dir), str(out_dir)), nproc, env=env)
+    return [torch.load(Path(out_dir) / f"main-rank{r}.pt") for r in range(nproc)]
 
 
 def _rank_main(rank: int, fn, world: int, port: int, out_dir: str) -> None:

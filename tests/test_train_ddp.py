@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from gloo_fixtures import cookmind_on_ranks, data_parallel_overrides, find_free_port
+from gloo_fixtures import data_parallel_overrides, find_free_port, main_on_ranks
 from lm_fixtures import tiny_lm
 
+from cookmind.cli import main as cookmind_main
 from cookmind.model import load_model
 from cookmind.train import TrainConfig, Trainer
 from cookmind.train.checkpoint import find_latest_checkpoint
@@ -34,7 +35,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1
         *common,
     ]  # the one-process run below never checkpoints activations: the results must not differ
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    printed = cookmind_on_ranks([argv], tmp_path, env)  # two ranks as torchrun starts them
+    printed = main_on_ranks(cookmind_main, [argv], tmp_path, env)  # two ranks as torchrun starts them
     summary = json.loads([line for out in printed for line in out[0].splitlines() if line.startswith("{")][-1])
     assert summary["steps"] == 5 and summary["tokens"] == 5 * 2 * 2 * 2 * 16  # steps x accum x ranks x batch x T
     meta = json.loads((find_latest_checkpoint(tmp_path / "ddp" / "checkpoints") / "meta.json").read_text())
