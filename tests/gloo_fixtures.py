@@ -1,9 +1,15 @@
 """Run a function on N gloo ranks in spawned processes and collect what each rank returns, and the shared
-setting of the tests that compare several processes with one (no tests here)."""
+setting of the tests that compare several processes with one (no tests here).
+
+The ranks start from a fork server that imported torch and cookmind once per test session: a rank is then a fork
+of a fresh interpreter (no threads, no test's state) that starts in a fraction of a second, where a spawned one
+imports torch and cookmind anew (~3 s each, both ranks at once on a 2-core CI runner).
+"""
 
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import os
 import socket
 import sys
@@ -66,6 +72,64 @@ def torchrun_cmd(*args: str, nproc: int = 2) -> list[str]:
     ]
 
 
+# What the fork server imports once; the ranks fork from it with these loaded.
+PRELOAD = ["torch", "torch.distributed.fsdp", "torch.distributed.checkpoint", "cookmind.train", "gloo_fixtures"]
+
+
+def _with_env(rank: int, fn, env: dict, *args) -> None:
+    os.environ.clear()  # the fork server's environment is the one of when it started: take the caller's now
+    os.environ.update(env)
+    fn(rank, *args)
+
+
+def spawn_ranks(fn, args: tuple, nprocs: int, env: dict | None = None) -> None:
+    """``torch.multiprocessing.spawn(fn, args, nprocs)``, the processes forked from the session's fork server
+    (see the module docstring) with ``env`` as their environment (default: the caller's of now)."""
+    multiprocessing.set_forkserver_preload(PRELOAD)  # takes effect when the server starts, at the first call
+    env = dict(os.environ) if env is None else env
+    mp.start_processes(_with_env, args=(fn, env, *args), nprocs=nprocs, join=True, start_method="forkserver")
+
+
+def _main_runs(rank: int, main, world: int, runs: list, ports: list, cwd: str, out_dir: str) -> None:
+    import contextlib
+    import io
+
+    os.chdir(cwd)
+    printed = []
+    for argv, port in zip(runs, ports):
+        os.environ.update(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            GROUP_RANK="0",
+            WORLD_SIZE=str(world),
+            LOCAL_WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(list(argv))
+        if code != 0:  # raised, the launch stops the other ranks too, as torchrun does when a rank fails
+            raise RuntimeError(f"rank {rank}: {' '.join(argv)} exited with {code}; stdout: {out.getvalue()}")
+        printed.append(out.getvalue())
+    torch.save(printed, os.path.join(out_dir, f"main-rank{rank}.pt"))
+
+
+def main_on_ranks(main, runs: list[list[str]], out_dir, env: dict, nproc: int = 2, cwd=None) -> list[list[str]]:
+    """``main(argv)`` for each ``argv`` of ``runs`` in turn, as ``torchrun --nproc_per_node nproc`` runs a program
+    whose entry point it is (``cookmind.cli.main`` for ``-m cookmind``, a bench script's ``main``): ``nproc``
+    processes with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT per run)
+    in environment ``env``, in ``cwd`` (default ``out_dir``). The processes are forked from the fork server once
+    for all the runs, without torchrun's launcher: tests/test_multinode.py and test_bench_scaling.py launch
+    through torchrun itself. A run that returns non-zero fails the launch. Returns what each rank printed, per run.
+    """
+    ports = []
+    while len(ports) < len(runs):  # distinct: a run's store may still hold its port when the next one starts
+        ports += {find_free_port()} - set(ports)
+    spawn_ranks(_main_runs, (main, nproc, runs, ports, str(cwd or out_dir), str(out_dir)), nproc, env=env)
+    return [torch.load(Path(out_dir) / f"main-rank{r}.pt") for r in range(nproc)]
+
+
 def _rank_main(rank: int, fn, world: int, port: int, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -82,5 +146,5 @@ def _rank_main(rank: int, fn, world: int, port: int, out_dir: str) -> None:
 def run_on_gloo_ranks(fn, world: int, out_dir) -> list:
     """fn(rank) on `world` spawned processes joined in one gloo group; each rank's return value, in rank
     order. fn must be a module-level function (the children import it)."""
-    mp.spawn(_rank_main, args=(fn, world, find_free_port(), str(out_dir)), nprocs=world, join=True)
+    spawn_ranks(_rank_main, (fn, world, find_free_port(), str(out_dir)), world)
     return [torch.load(Path(out_dir) / f"rank{r}.pt") for r in range(world)]

@@ -1,11 +1,10 @@
 """GRPO through the Trainer under torch.distributed: two gloo processes split the stream and stay in sync."""
 
 import os
-import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_fixtures import find_free_port, spawn_ranks
 from lm_fixtures import MICRO, tiny_config
 from test_align_fixtures import XYZ, x_fraction
 
@@ -53,15 +52,13 @@ def _worker(rank, world, port, out_dir):
     torch.save(
         {"state": trainer.bare_model.state_dict(), "start": start, "seen": seen}, os.path.join(out_dir, f"r{rank}.pt")
     )
+    trainer.close()  # DDP's wrapper goes before the group it holds (freed after it, a rank can hang at exit)
     dist.destroy_process_group()
 
 
 @pytest.mark.timeout(180)
 def test_grpo_two_gloo_ranks_split_the_stream_and_sync_gradients(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    spawn_ranks(_worker, (2, find_free_port(), str(tmp_path)), 2)
     r0, r1 = torch.load(tmp_path / "r0.pt"), torch.load(tmp_path / "r1.pt")
     # step k: rank 0 takes problems [4k, 4k+2), rank 1 [4k+2, 4k+4): the stream's 8 problems once each
     assert r0["seen"] == [[1, 2], [5, 6]] and r1["seen"] == [[3, 4], [7, 8]]

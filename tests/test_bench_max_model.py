@@ -3,13 +3,11 @@ state counted by hand (fp32 parameters, gradients and AdamW's two moments: 16 by
 keeps half on each of 2 ranks and ZeRO-1 shards only the moments)."""
 
 import json
-import subprocess
-from pathlib import Path
+import os
 
 import pytest
-from gloo_fixtures import torchrun_cmd
+from gloo_fixtures import main_on_ranks
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "bench_max_model.py"
 SHAPE = {"hidden_size": 32, "intermediate_size": 64, "vocab_size": 64, "num_attention_heads": 4}
 SHAPE.update(num_key_value_heads=2, head_dim=8, tie_word_embeddings="true")
 CAP_GIB = 0.00027  # 1 layer under DDP, 2 under ZeRO-1, 3 under FSDP on 2 ranks: short searches
@@ -38,15 +36,10 @@ def _rows(stdout: str) -> dict[str, dict]:
 
 
 def test_two_ranks_fsdp_fits_the_deepest_model_then_zero1_then_ddp(tmp_path):
-    proc = subprocess.run(
-        torchrun_cmd(str(SCRIPT), *ARGS, "--methods", "ddp", "zero1", "fsdp"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = _rows(proc.stdout)
+    from bench.bench_max_model import main
+
+    printed = main_on_ranks(main, [[*ARGS, "--methods", "ddp", "zero1", "fsdp"]], tmp_path, dict(os.environ))
+    rows = _rows("".join(out[0] for out in printed))  # the script under torchrun: its ranks' output, merged
     assert set(rows) == {"ddp", "zero1", "fsdp"} and all(r["world_size"] == 2 for r in rows.values())
     ddp, zero1, fsdp = rows["ddp"], rows["zero1"], rows["fsdp"]
     assert (ddp["layers"], ddp["params"]) == (deepest(16), params(deepest(16)))

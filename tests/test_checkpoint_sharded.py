@@ -7,15 +7,15 @@ import json
 import os
 import pickle
 import signal
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from gloo_fixtures import run_on_gloo_ranks, torchrun_cmd
+from gloo_fixtures import main_on_ranks, run_on_gloo_ranks
 from lm_fixtures import tiny_cli_overrides, tiny_lm
 
+from cookmind.cli import main as cookmind_main
 from cookmind.model import load_model
 from cookmind.model.model_io import latest_checkpoint, read_weights
 from cookmind.model.sharded_io import (
@@ -67,11 +67,10 @@ def _train(store, run_dir, *extra):
 
 
 def _torchrun(tmp_path, store, run_dir, *extra):
-    """The same run as ``_train`` on two gloo ranks at micro-batch 2 (`cookmind train` under torchrun)."""
-    cmd = torchrun_cmd("-m", "cookmind", "train", *_overrides(store, run_dir, "train.micro_batch_size=2", *extra))
+    """The same run as ``_train`` on two gloo ranks at micro-batch 2 (`cookmind train` as torchrun starts it)."""
+    argv = ["train", *_overrides(store, run_dir, "train.micro_batch_size=2", *extra)]
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    main_on_ranks(cookmind_main, [argv], tmp_path, env, cwd=tmp_path)
 
 
 def _weights(run_dir, step):

@@ -1,16 +1,16 @@
-"""Two processes over gloo (torchrun; PyTorch DDP, or ours + ZeRO-1 + activation checkpointing) reach the same weights
-as one process with the same global batch."""
+"""Two processes over gloo (as torchrun starts them; PyTorch DDP, or ours + ZeRO-1 + activation checkpointing) reach
+the same weights as one process with the same global batch."""
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from gloo_fixtures import data_parallel_overrides, find_free_port, torchrun_cmd
+from gloo_fixtures import data_parallel_overrides, find_free_port, main_on_ranks
 from lm_fixtures import tiny_lm
 
+from cookmind.cli import main as cookmind_main
 from cookmind.model import load_model
 from cookmind.train import TrainConfig, Trainer
 from cookmind.train.checkpoint import find_latest_checkpoint
@@ -22,9 +22,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text("{}\n")
 
-    cmd = torchrun_cmd(
-        "-m",
-        "cookmind",
+    argv = [
         "train",
         "--config",
         str(cfg_file),
@@ -35,11 +33,10 @@ def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1
         f"parallel.zero1={str(zero1).lower()}",
         f"train.activation_checkpointing={str(checkpointing).lower()}",
         *common,
-    )  # the one-process run below never checkpoints activations: the results must not differ
+    ]  # the one-process run below never checkpoints activations: the results must not differ
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summary = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    printed = main_on_ranks(cookmind_main, [argv], tmp_path, env)  # two ranks as torchrun starts them
+    summary = json.loads([line for out in printed for line in out[0].splitlines() if line.startswith("{")][-1])
     assert summary["steps"] == 5 and summary["tokens"] == 5 * 2 * 2 * 2 * 16  # steps x accum x ranks x batch x T
     meta = json.loads((find_latest_checkpoint(tmp_path / "ddp" / "checkpoints") / "meta.json").read_text())
     assert meta["world_size"] == 2
@@ -90,7 +87,8 @@ def test_parallel_reduce_dtype_reaches_the_all_reduce(tmp_path, ddp, reduce_dtyp
         if reduce_dtype == "bf16":  # and the rounding was visible: the test can tell the two apart
             assert any(not torch.equal(q.grad, q.grad.to(torch.bfloat16).float()) for q in ref.parameters())
     finally:
-        dist.destroy_process_group()
+        wrapped = None  # the wrapper goes before the group (see _leave_group)
+        _leave_group()
 
 
 def test_torch_ddp_gradients_are_views_of_its_buckets():
@@ -114,7 +112,20 @@ def test_torch_ddp_gradients_are_views_of_its_buckets():
         storages = {g.untyped_storage().data_ptr() for g in grads}
         assert len(grads) > 10 and len(storages) == 1, f"{len(storages)} storages for {len(grads)} gradients"
     finally:
-        dist.destroy_process_group()
+        wrapped = None  # the wrapper goes before the group (see _leave_group)
+        _leave_group()
+
+
+def _leave_group() -> None:
+    """Leave the test's process group once the caller dropped its DDP wrapper. Freed after the group, DDP's reducer
+    frees the group in its destructor while holding the GIL, and a gloo thread waiting for the GIL hangs the test
+    (seen here: pytest stuck in ~ProcessGroupGloo at a test's exit; Trainer.close does the same for the Trainer)."""
+    import gc
+
+    import torch.distributed as dist
+
+    gc.collect()
+    dist.destroy_process_group()
 
 
 def _close_drops_ddp(rank: int) -> dict:

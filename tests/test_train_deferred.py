@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_train_loop import NaNAt, _cfg, _weights, store  # noqa: F401
 
-from cookmind.train import Callback, PretrainObjective, Trainer, TrainingDiverged
+from cookmind.train import Callback, PretrainObjective, TrainConfig, Trainer, TrainingDiverged
 from cookmind.train.checkpoint import find_latest_checkpoint, list_checkpoints
 
 pytestmark = pytest.mark.usefixtures("one_thread", "keep_threads")  # each test starts on one thread
@@ -356,14 +356,7 @@ def test_on_cuda_the_deferred_run_matches_the_synchronous_one(tmp_path, store):
     assert json.loads(ra[0])["loss"] == json.loads(rb[0])["loss"]
 
 
-_DDP_SCRIPT = '''
-import hashlib, json, os, sys
-from cookmind.train import Callback, TrainConfig, Trainer
-
-base, out = json.loads(sys.argv[1]), sys.argv[2]
-
-
-class StopOnRankZero(Callback):
+class _StopOnRankZero(Callback):
     """A stop that only rank 0 sees, while step 3 is being queued (as a signal to one process may)."""
 
     def needs_state_at(self, trainer, step):
@@ -374,30 +367,37 @@ class StopOnRankZero(Callback):
             trainer.request_stop("rank 0 only")
 
 
-res = {}
-for defer in (False, True):
-    for stop in (False, True):
-        d = json.loads(json.dumps(base))
-        d["train"]["defer_metrics"] = defer
-        d["logging"]["run_dir"] = f"{out}/run_{defer}_{stop}"
-        t = Trainer(TrainConfig.from_dict(d), callbacks=[StopOnRankZero()] if stop else [])
-        for g in t.optimizer.param_groups:
-            g["fused"] = True
-        t._skip_on_device = True
-        summary = t.fit()
-        digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in t.bare_model.state_dict().values()))
-        res[f"defer={defer} stop={stop}"] = {"status": summary["status"], "steps": t.step,
-                                             "deferred": t.deferred_steps, "weights": digest.hexdigest()}
-with open(f"{out}/rank{t.dist.rank}.json", "w") as f:
-    json.dump(res, f)
-'''
+def _defer_on_rank(rank: int, base: dict, out: str) -> dict:
+    """On each of two gloo ranks: the four runs (metrics deferred or not, rank 0 stopping at step 3 or not) with
+    fused AdamW's device-side skip; each run's status, steps, deferred steps and a digest of its weights."""
+    import hashlib
+
+    res = {}
+    for defer in (False, True):
+        for stop in (False, True):
+            d = json.loads(json.dumps(base))
+            d["train"]["defer_metrics"] = defer
+            d["logging"]["run_dir"] = f"{out}/run_{defer}_{stop}"
+            t = Trainer(TrainConfig.from_dict(d), callbacks=[_StopOnRankZero()] if stop else [])
+            for g in t.optimizer.param_groups:
+                g["fused"] = True
+            t._skip_on_device = True
+            summary = t.fit()
+            digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in t.bare_model.state_dict().values()))
+            res[f"defer={defer} stop={stop}"] = {
+                "status": summary["status"],
+                "steps": t.step,
+                "deferred": t.deferred_steps,
+                "weights": digest.hexdigest(),
+            }
+            t.close()  # DDP's wrapper goes before the group the ranks leave at the end
+    return res
 
 
 def test_two_gloo_ranks_defer_alike_and_match_the_synchronous_run(tmp_path, store):
-    import subprocess
-    from pathlib import Path
+    import functools
 
-    from gloo_fixtures import torchrun_cmd
+    from gloo_fixtures import run_on_gloo_ranks
 
     base = _cfg(
         tmp_path,
@@ -407,16 +407,7 @@ def test_two_gloo_ranks_defer_alike_and_match_the_synchronous_run(tmp_path, stor
         checkpoint={"every": 2},
         logging={"report": False},
     ).to_dict()
-    (tmp_path / "ddp.py").write_text(_DDP_SCRIPT)
-    cmd = torchrun_cmd(
-        str(tmp_path / "ddp.py"),
-        json.dumps(base),
-        str(tmp_path),
-    )
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_on_gloo_ranks(functools.partial(_defer_on_rank, base=base, out=str(tmp_path)), 2, tmp_path)
     for res in ranks:
         for stop in (False, True):
             sync, deferred = res[f"defer=False stop={stop}"], res[f"defer=True stop={stop}"]
