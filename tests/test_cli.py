@@ -385,3 +385,18 @@ def test_pack_reads_a_json_array_file_like_json_lines(tmp_path, tok_dir):
         from cookmind.store.sources import iter_items
 
         list(iter_items(tmp_path / "bad.json"))
+
+
+def test_inference_needs_neither_the_compiler_nor_the_distributed_stack_at_start():
+    """Loading a model and building the engine (generate, chat, serve) imports no torch._dynamo / inductor and no
+    torch.distributed checkpoint / FSDP / DTensor (about 2 s of every inference command's start); they come in
+    only where used (compiling, a sharded checkpoint, training)."""
+    heavy = ["torch._dynamo", "torch._inductor", "torch.distributed.checkpoint", "torch.distributed.fsdp",
+             "torch.distributed.tensor", "cookmind.parallel", "cookmind.train"]  # fmt: skip
+    code = (
+        "import sys, cookmind.infer.engine, cookmind.infer.loading, cookmind.model.model_io\n"
+        "import cookmind.infer.cli_generate, cookmind.infer.cli_chat"
+        f"\nprint([m for m in {heavy!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

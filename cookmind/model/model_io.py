@@ -17,14 +17,8 @@ from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.rope import RotaryEmbedding
-from cookmind.model.sharded_io import (
-    ShardedCheckpointError,
-    dcp_dir,
-    is_sharded_checkpoint,
-    read_sharded_weights,
-    sharded_problem,
-)
-from cookmind.parallel import unwrap
+from cookmind.model.sharded_layout import ShardedCheckpointError, dcp_dir, is_sharded_checkpoint
+from cookmind.model.wrappers import unwrap
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -113,6 +107,8 @@ def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | N
     if is_sharded_checkpoint(directory):
         if not (directory / CONFIG_NAME).is_file():
             return f"{directory / CONFIG_NAME} is missing"
+        from cookmind.model.sharded_io import sharded_problem  # DCP, imported only for a sharded checkpoint
+
         return sharded_problem(directory, need_optimizer)
     weights = directory / WEIGHTS_NAME
     if not weights.is_file() or not (directory / CONFIG_NAME).is_file():
@@ -204,6 +200,8 @@ def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> 
     directory = Path(directory)
     if (directory / WEIGHTS_NAME).is_file() or not is_sharded_checkpoint(directory):
         return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
+    from cookmind.model.sharded_io import read_sharded_weights  # DCP, imported only for a sharded checkpoint
+
     try:
         found = read_sharded_weights(directory)
     except ShardedCheckpointError as exc:
