@@ -16,7 +16,6 @@ from safetensors.torch import save_file
 from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
-from cookmind.model.rope import RotaryEmbedding
 from cookmind.model.sharded_layout import ShardedCheckpointError, dcp_dir, is_sharded_checkpoint
 from cookmind.model.wrappers import unwrap
 
@@ -280,10 +279,7 @@ def load_model(
     model.load_state_dict(found, strict=not cfg.tie_word_embeddings, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight  # assign=True replaced the shared tensor
-    # derived, unsaved buffers (RoPE frequencies) are rebuilt for real
-    model.model.rotary_emb = RotaryEmbedding(
-        cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling, max_positions=cfg.max_position_embeddings
-    )
+    # derived, unsaved buffers (RoPE frequencies) were computed for real even on the meta device (rope.py)
     left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
     if left:
         raise ModelLoadError(f"{weights_path}: internal error: {left[:5]} were not loaded")
