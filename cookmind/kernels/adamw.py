@@ -18,7 +18,7 @@ import torch
 
 from .triton_device import TRITON_FOUND
 
-BLOCK = 2048  # elements a program: 8 float32 per thread at 8 warps
+BLOCK = 1024  # elements a program, 4 a thread at 8 warps: on the H200 9.27 ms against 9.52 (2048) and 10.42 (4096)
 NUM_WARPS = 8
 
 
