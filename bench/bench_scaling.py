@@ -121,10 +121,20 @@ def launch(args, method: str, gpus: int, variant: str = "") -> dict:
         return {"method": method, "gpus": gpus, "error": f"timed out after {args.job_timeout_s:.0f} s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
-        lines = out.stderr.strip().splitlines() or ["no output"]
-        errors = [ln for ln in lines if "Error" in ln and not ln.startswith((" ", "E1", "W1"))]  # not torchrun's
-        return {"method": method, "gpus": gpus, "error": f"exit {out.returncode}: {(errors or lines)[-1]}"}
+        return {"method": method, "gpus": gpus, "error": f"exit {out.returncode}: {job_error(out.stderr)}"}
     return json.loads(lines[-1])
+
+
+def job_error(stderr: str) -> str:
+    """The reason a torchrun job failed, from its stderr: the ranks' last exception line, else the root cause
+    torchrun names (a rank's exit code or signal), not torchrun's own ChildFailedError or its log lines."""
+    lines = stderr.strip().splitlines() or ["no output"]
+    own = (" ", "E1", "W1", "I1", "torch.distributed.elastic")
+    errors = [ln for ln in lines if "Error" in ln and not ln.startswith(own)]
+    if errors:
+        return errors[-1]
+    cause = [ln.strip() for ln in lines if ln.strip().startswith(("rank ", "exitcode", "traceback"))]
+    return " | ".join(" ".join(c.split()) for c in cause[-3:]) or lines[-1]
 
 
 def passthrough(args) -> list[str]:

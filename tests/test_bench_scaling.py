@@ -54,3 +54,38 @@ def test_variant_settings_take_the_types_the_config_wants():
     assert type(got["fsdp_unit_blocks"]) is int and parse_variant("") == {}
     with pytest.raises(SystemExit):
         parse_variant("fsdp_unit_blocks")
+
+
+def test_a_failed_jobs_error_names_the_ranks_reason_not_torchruns_wrapper():
+    """job_error on torchrun's stderr (shapes copied from torch 2.13's output): a rank's exception line when there is
+    one; for a rank killed by a signal, the root cause torchrun reports (rank, exit code, signal); never the
+    ChildFailedError line torchrun ends with."""
+    from bench.bench_scaling import job_error
+
+    tail = (
+        "E1201 14:45:54.995000 14765 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1)\n"
+        "Traceback (most recent call last):\n"
+        '  File "torch/distributed/run.py", line 936, in main\n'
+        "    raise ChildFailedError(\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "=======================================================\n"
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  rank      : 1 (local_rank: 1)\n"
+    )
+    raised = (
+        "Traceback (most recent call last):\n"
+        '  File "/tmp/failrank.py", line 3, in <module>\n'
+        '    raise ValueError("rank one broke: the reason")\n'
+        "ValueError: rank one broke: the reason\n"
+        + tail
+        + "  exitcode  : 1 (pid: 14773)\n  error_file: <N/A>\n  traceback : To enable traceback see: ...\n"
+    )
+    assert job_error(raised) == "ValueError: rank one broke: the reason"
+    killed = tail + "  exitcode  : -11 (pid: 14796)  (SIGSEGV)\n  error_file: <N/A>\n"
+    killed += "  traceback : Signal 11 (SIGSEGV) received by PID 14796\n"
+    assert job_error(killed) == (
+        "rank : 1 (local_rank: 1) | exitcode : -11 (pid: 14796) (SIGSEGV) | traceback : Signal 11 (SIGSEGV) received "
+        "by PID 14796"
+    )
+    assert job_error("") == "no output"
