@@ -374,3 +374,31 @@ def test_two_gloo_ranks_with_master_weights_equal_one_process_and_refuse_accumul
     _assert_close_but_a_few(ranks[0]["masters"], ours)
     for r in ranks:
         assert "train.grad_accum_steps=2" in r["error"] and "\n" not in r["error"]
+
+
+def test_grpo_with_master_weights_rolls_out_the_bf16_model_and_resumes_bit_for_bit(tmp_path):
+    """GRPO (rollouts through the engine, KL to a frozen copy of the start) on the bf16 model: interrupted after 2 of
+    4 steps and resumed, the same weights and masters bit for bit as the straight run, and the weights moved."""
+    from cookmind.align import GRPOConfig
+    from test_align_grpo import _grpo_trainer
+
+    gcfg = GRPOConfig(
+        group_size=4, max_new_tokens=4, template="{question}", stop_strings=(), kl_coef=0.1, reference="copy"
+    )
+    problems = [{"question": "?" * k, "answer": ""} for k in range(1, 9)]
+    mw = {"train": {"precision": "bf16", "master_weights": True}}
+    straight = _grpo_trainer(tmp_path / "a", 4, problems=problems, prompts_per_step=2, gcfg=gcfg, **mw)
+    start = {k: v.clone() for k, v in straight.bare_model.state_dict().items()}
+    straight.fit()
+    _grpo_trainer(tmp_path / "b", 2, problems=problems, prompts_per_step=2, gcfg=gcfg, **mw).fit()
+    resumed = _grpo_trainer(
+        tmp_path / "b", 4, problems=problems, prompts_per_step=2, gcfg=gcfg, checkpoint={"resume": "auto"}, **mw
+    )
+    resumed.fit()
+    assert straight.objective.reference.model.lm_head.weight.dtype == BF16
+    a, b = straight.bare_model.state_dict(), resumed.bare_model.state_dict()
+    assert any(not torch.equal(a[k], start[k]) for k in a)
+    for k in a:
+        assert a[k].dtype == BF16 and torch.equal(a[k], b[k]), k
+    for ma, mb in zip(straight.optimizer.model_params, resumed.optimizer.model_params):
+        assert torch.equal(ma, mb)
