@@ -42,7 +42,10 @@ for part in "${parts[@]}"; do
                run max-model-2 240 torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --cap-gib 24 \
                 --start-layers 16 ;;
         # #18's 1-GPU MFU levers: where an accumulating step goes, a larger micro-batch, FP8 blocks + FP8 head
-        mfu) CUDA_VISIBLE_DEVICES=0 run prof-accum 150 python3 bench/profile_train.py --shape llama-1.3b --which ours \
+        # master weights (train.master_weights) beside the default, with and without the CUDA graph, at 1.3B
+        mfu) CUDA_VISIBLE_DEVICES=0 run llama-mw 330 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
+                --no-peer --steps 12 --warmup 4 --variants master-weights,cuda-graph,master-weights-graph
+             CUDA_VISIBLE_DEVICES=0 run prof-accum 150 python3 bench/profile_train.py --shape llama-1.3b --which ours \
                 --accum 8
              CUDA_VISIBLE_DEVICES=0 run llama-b8 230 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
                 --batch 8 --steps 12 --warmup 4 --variants fp8-blocks,fp8-all
