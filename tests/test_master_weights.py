@@ -68,6 +68,23 @@ def test_adamw_over_masters_equals_torch_adamw_on_fp32_copies_and_writes_the_rou
     assert float(opt.state[next(iter(model_params))]["step"]) == 19
 
 
+def test_masters_of_a_model_in_mixed_dtypes_start_from_its_values():
+    """fp32 parameters hand their own tensor over as the master (no copy) and become bf16; a bf16 one (a model loaded
+    in bf16) gets an fp32 copy of itself; a frozen one becomes bf16 without a master; buffers keep their dtype."""
+    lin, gain = nn.Linear(3, 2), nn.Parameter(torch.tensor([1.5, -2.25], dtype=BF16))
+    frozen = nn.Parameter(torch.tensor([0.1, 0.2]), requires_grad=False)
+    model = nn.Module()
+    model.lin, model.gain, model.frozen = lin, gain, frozen
+    model.register_buffer("table", torch.tensor([0.3]))
+    fp32_storage = lin.weight.data_ptr()
+    masters = to_bf16_with_masters(model)
+    assert [id(p) for p in masters] == [id(gain), id(lin.weight), id(lin.bias)]  # model order
+    assert masters[lin.weight].data_ptr() == fp32_storage and masters[lin.weight].dtype == torch.float32
+    assert torch.equal(masters[gain], torch.tensor([1.5, -2.25])) and gain.dtype == BF16
+    assert frozen.dtype == BF16 and model.table.dtype == torch.float32
+    assert all(p.dtype == BF16 for p in model.parameters())
+
+
 def test_fp32_accumulation_adds_bf16_gradients_in_fp32_hand_computed():
     """Gradients 1 and 2^-9 of two micro-batches: their bf16 sum rounds to 1 (bf16 keeps 8 bits), the fp32 buffer
     holds 1 + 2^-9 exactly; .grad is dropped; the norm and the optimizer read the buffer; zero_grad clears it."""
@@ -379,8 +396,9 @@ def test_two_gloo_ranks_with_master_weights_equal_one_process_and_refuse_accumul
 def test_grpo_with_master_weights_rolls_out_the_bf16_model_and_resumes_bit_for_bit(tmp_path):
     """GRPO (rollouts through the engine, KL to a frozen copy of the start) on the bf16 model: interrupted after 2 of
     4 steps and resumed, the same weights and masters bit for bit as the straight run, and the weights moved."""
-    from cookmind.align import GRPOConfig
     from test_align_grpo import _grpo_trainer
+
+    from cookmind.align import GRPOConfig
 
     gcfg = GRPOConfig(
         group_size=4, max_new_tokens=4, template="{question}", stop_strings=(), kl_coef=0.1, reference="copy"
@@ -402,3 +420,37 @@ def test_grpo_with_master_weights_rolls_out_the_bf16_model_and_resumes_bit_for_b
         assert a[k].dtype == BF16 and torch.equal(a[k], b[k]), k
     for ma, mb in zip(straight.optimizer.model_params, resumed.optimizer.model_params):
         assert torch.equal(ma, mb)
+
+
+def test_fp8_blocks_train_the_bf16_weights_the_masters_write(tmp_path, monkeypatch):
+    """Emulated float8 blocks (torchao on the CPU) over master weights: each Float8Linear's weight is a parameter
+    AdamW writes back to (torchao reuses the module's parameter), it moved, and it is its master rounded."""
+    import functools
+
+    from cookmind.model import float8_blocks as F8
+
+    try:
+        F8.import_torchao_float8()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setattr(F8, "fp8_blocks_problem", lambda device: None)
+    monkeypatch.setattr(F8, "convert_blocks_to_float8", functools.partial(F8.convert_blocks_to_float8, emulate=True))
+    cfg = TrainConfig.from_dict(
+        {
+            "model": TINY,
+            "data": {"window_size": 16},
+            "train": {"max_steps": 2, "micro_batch_size": 2, "device": "cpu", "fp8_blocks": True}
+            | {"precision": "bf16", "master_weights": True},
+            "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "report": False},
+        }
+    )
+    data = [{"input_ids": torch.arange(16) % 7, "labels": torch.arange(16) % 7} for _ in range(4)]
+    trainer = Trainer(cfg, train_dataset=data)
+    linears = [m for m in trainer.bare_model.modules() if type(m).__name__ == "Float8Linear"]
+    assert len(linears) == 14
+    start = [m.weight.detach().clone() for m in linears]
+    trainer.fit()
+    masters = {id(p): m for m, p in trainer.optimizer.model_params.items()}
+    for m, w0 in zip(linears, start):
+        assert m.weight.dtype == BF16 and not torch.equal(m.weight, w0)
+        assert torch.equal(m.weight.detach(), masters[id(m.weight)].to(BF16))

@@ -30,16 +30,18 @@ GRAD_ATTR = "grad_fp32"  # a parameter's fp32 gradient accumulation buffer (accu
 def to_bf16_with_masters(model: nn.Module) -> dict[nn.Parameter, torch.Tensor]:
     """Make every floating-point parameter of ``model`` bf16 in place; return {trainable parameter: fp32 master}.
 
-    The master is the parameter's own fp32 tensor (no copy), in model order, a tied weight listed once; the
-    parameter gets a bf16 copy of it. Frozen parameters just become bf16.
+    The master of an fp32 parameter is its own tensor (no copy) and the parameter gets a bf16 copy of it; a
+    parameter that is bf16 already (a model loaded in bf16) keeps its tensor and gets an fp32 copy as its master.
+    In model order, a tied weight listed once. Frozen parameters just become bf16.
     """
     masters: dict[nn.Parameter, torch.Tensor] = {}
     for p in dict.fromkeys(model.parameters()):
-        if not p.is_floating_point() or p.dtype == LOW:
+        if not p.is_floating_point():
             continue
         if p.requires_grad:
             masters[p] = p.detach().float()  # p's own storage when it is fp32
-        p.data = p.data.to(LOW)
+        if p.dtype != LOW:
+            p.data = p.data.to(LOW)
     return masters
 
 
