@@ -57,6 +57,8 @@ class AdamW(torch.optim.Optimizer):
         )
         self._lr_tensors: dict[tuple, tuple[dict, torch.Tensor]] = {}  # (group id, device) -> (group, lr tensor)
         self.model_params = dict(model_params or {})
+        if self.model_params and any(p not in self.model_params for g in self.param_groups for p in g["params"]):
+            raise ValueError("AdamW(model_params=...): every tensor it updates must be a master named there")
         for master, p in self.model_params.items():
             if master.dtype != torch.float32 or master.shape != p.shape:
                 raise ValueError(
