@@ -249,7 +249,7 @@ def _device_side(trainer):
 @pytest.mark.parametrize("device_side", [False, True])
 def test_a_master_weight_run_tracks_the_autocast_run_and_saves_fp32_masters(store, device_side):
     """12 steps with gradient accumulation 2 (fp32 buffers): each step's loss within 2% of the bf16-autocast run
-    over fp32 weights (bf16 weights and residual stream round differently; measured <= 0.4%), the loss falls; the
+    over fp32 weights (bf16 weights and residual stream round differently; measured <= 0.45%), the loss falls; the
     model is bf16, the checkpoint's model.safetensors holds the fp32 masters, which round to the live weights."""
     auto = Trainer(_cfg(store, "auto", master=False, grad_accum_steps=2, micro_batch_size=2))
     auto.fit()
