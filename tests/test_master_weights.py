@@ -371,7 +371,7 @@ def test_master_weights_refuses_what_it_cannot_go_with_in_one_line(overrides, na
 
 def _ddp_on_rank(rank: int, root: str) -> dict:
     """On each of two gloo ranks: the refusal of gradient accumulation, then a master-weight run under torch's DDP
-    (bf16 all-reduce; checkpoints at steps 2 and 4)."""
+    and one under ours (bf16 all-reduces; checkpoints at steps 2 and 4)."""
     from pathlib import Path
 
     out = {}
@@ -379,17 +379,20 @@ def _ddp_on_rank(rank: int, root: str) -> dict:
         Trainer(_cfg(Path(root), "refused", max_steps=4, micro_batch_size=2, grad_accum_steps=2))
     except ValueError as exc:
         out["error"] = str(exc)
-    t = Trainer(_cfg(Path(root), "ddp", max_steps=4, micro_batch_size=2))
-    t.fit()
-    out["masters"] = _masters(t)
-    t.close()
+    for kind in ("torch", "ours"):
+        cfg = _cfg(Path(root), f"ddp-{kind}", max_steps=4, micro_batch_size=2)
+        cfg.parallel.ddp = kind
+        t = Trainer(cfg)
+        t.fit()
+        out[kind] = _masters(t)
+        t.close()
     return out
 
 
 def test_two_gloo_ranks_with_master_weights_equal_one_process_and_refuse_accumulation(store, tmp_path):
     """DDP all-reduces the bf16 gradients: two ranks of 2 sequences end within bf16 rounding of one process of 4,
     checkpoints between steps included (they swap the masters in without touching the parameters DDP hooks); with
-    gradient accumulation DDP would reduce only the last micro-batch, so that is refused in one line."""
+    gradient accumulation DDP would reduce only the last micro-batch, so that is refused in one line. Both DDPs."""
     from gloo_fixtures import run_on_gloo_ranks
 
     ranks = run_on_gloo_ranks(functools.partial(_ddp_on_rank, root=str(store)), 2, tmp_path)
@@ -397,9 +400,10 @@ def test_two_gloo_ranks_with_master_weights_equal_one_process_and_refuse_accumul
     one.fit()
     ours, start = _masters(one), _masters(Trainer(_cfg(store, "start", max_steps=4)))
     assert max((ours[k] - start[k]).abs().max().item() for k in ours) > 1e-2  # training moved the weights
-    for k, a in ranks[0]["masters"].items():
-        assert torch.equal(a, ranks[1]["masters"][k]), k
-    _assert_close_but_a_few(ranks[0]["masters"], ours)
+    for kind in ("torch", "ours"):
+        for k, a in ranks[0][kind].items():
+            assert torch.equal(a, ranks[1][kind][k]), (kind, k)
+        _assert_close_but_a_few(ranks[0][kind], ours)
     for r in ranks:
         assert "train.grad_accum_steps=2" in r["error"] and "\n" not in r["error"]
 
