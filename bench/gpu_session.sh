@@ -45,6 +45,8 @@ for part in "${parts[@]}"; do
         # master weights (train.master_weights) beside the default, with and without the CUDA graph, at 1.3B
         mfu) CUDA_VISIBLE_DEVICES=0 run llama-mw 330 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
                 --no-peer --steps 12 --warmup 4 --variants master-weights,cuda-graph,master-weights-graph
+             CUDA_VISIBLE_DEVICES=0 run prof-mw 150 python3 bench/profile_train.py --shape llama-1.3b --which ours \
+                --master-weights
              CUDA_VISIBLE_DEVICES=0 run prof-accum 150 python3 bench/profile_train.py --shape llama-1.3b --which ours \
                 --accum 8
              CUDA_VISIBLE_DEVICES=0 run llama-b8 230 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
