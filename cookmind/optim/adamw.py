@@ -231,12 +231,13 @@ class AdamW(torch.optim.Optimizer):
 
 def use_triton_kernel(tensors: tuple[list[torch.Tensor], ...], outs: list[torch.Tensor] | None = None) -> bool:
     """Whether the fused path runs our Triton kernel on these (params, grads, exp_avgs, exp_avg_sqs) and the bf16
-    parameters ``outs`` of master weights: CUDA with triton, FUSED_KERNEL == "triton", at least
-    TRITON_MIN_ELEMENTS elements, float32 parameters and moments, every tensor contiguous."""
+    parameters ``outs`` of master weights: CUDA with triton, FUSED_KERNEL == "triton", float32 parameters and
+    moments, every tensor contiguous, and at least TRITON_MIN_ELEMENTS elements unless there are ``outs`` (torch's
+    kernel would then need each bf16 gradient converted first, a launch a tensor too, and a copy-back pass)."""
     params, _, exp_avgs, exp_avg_sqs = tensors
     if FUSED_KERNEL != "triton" or not params or not adamw_kernel.available(params[0].device):
         return False
-    if sum(p.numel() for p in params) < TRITON_MIN_ELEMENTS:
+    if outs is None and sum(p.numel() for p in params) < TRITON_MIN_ELEMENTS:
         return False
     if any(t.dtype != torch.float32 for group in (params, exp_avgs, exp_avg_sqs) for t in group):
         return False
