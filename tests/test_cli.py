@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from lm_fixtures import CORPUS, tiny_lm
 
 from cookmind.cli import COMMANDS
@@ -385,3 +386,32 @@ def test_pack_reads_a_json_array_file_like_json_lines(tmp_path, tok_dir):
         from cookmind.store.sources import iter_items
 
         list(iter_items(tmp_path / "bad.json"))
+
+
+def test_inference_needs_neither_the_compiler_nor_the_distributed_stack_at_start(tmp_path):
+    """Loading a saved model and generating through the engine (generate, chat, serve) imports no torch._dynamo /
+    inductor and no torch.distributed checkpoint / FSDP / DTensor (about 2 s of every inference command's start):
+    they come in only where used (compiling, a sharded checkpoint, training). The loaded model equals the saved one."""
+    from cookmind.model.model_io import save_model
+
+    model = tiny_lm()
+    save_model(tmp_path / "m", model)
+    want = model(torch.tensor([[5, 9, 14]])).logits
+    heavy = ["torch._dynamo", "torch._inductor", "torch.distributed.checkpoint", "torch.distributed.fsdp",
+             "torch.distributed.tensor", "cookmind.parallel", "cookmind.train"]  # fmt: skip
+    code = f"""
+import sys, torch
+import cookmind.infer.cli_generate, cookmind.infer.cli_chat
+from cookmind.infer.engine import Engine
+from cookmind.infer.sampling import SamplingParams
+from cookmind.model.model_io import load_model
+model = load_model({str(tmp_path / "m")!r})
+torch.save(model(torch.tensor([[5, 9, 14]])).logits, {str(tmp_path / "logits.pt")!r})
+engine = Engine(model, num_slots=1, max_seq_len=16)
+req = engine.submit([5, 9, 14], SamplingParams(temperature=0.0, max_new_tokens=3))
+engine.run_until_idle()
+print([m for m in {heavy!r} if m in sys.modules])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+    torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), want, rtol=0, atol=0)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import warnings
 
 import torch
-import torch._dynamo
 import torch.nn.functional as F
 from torch.fx.experimental import _config as fx_config
 
@@ -171,6 +170,8 @@ class ModelRunner:
         self.compile_attention = bool(attention)
         if enabled:  # a few specialisations per runner (prefill/decode, batch 1/more, each cache layout);
             # past dynamo's limit (8) it would silently run the layer uncompiled
+            import torch._dynamo  # here, not at the top: importing the compiler costs a CLI's start ~2 s
+
             cfg = torch._dynamo.config
             name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"  # older torch
             setattr(cfg, name, max(getattr(cfg, name), 64))

@@ -12,13 +12,11 @@ the lr as a 0-dim device tensor, the optional skip flag and gradient divisor as 
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
-from .triton_device import TRITON_FOUND
+from .triton_device import TRITON_FOUND, launching_on
 
-BLOCK = 2048  # elements a program: 8 float32 per thread at 8 warps
+BLOCK = 1024  # elements a program, 4 a thread at 8 warps: on the H200 9.27 ms against 9.52 (2048) and 10.42 (4096)
 NUM_WARPS = 8
 
 
@@ -56,8 +54,7 @@ def adamw_triton_(
 
     if not params:
         return
-    device = params[0].device  # Triton launches on the current device, whatever the tensors' device
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+    with launching_on(params[0].device):
         for i, (p, g, m, v, t) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True)):
             n = p.numel()
             if n == 0:

@@ -25,12 +25,11 @@ traces the rest, the backward's GEMMs included, without graph breaks.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
 
-from .triton_device import TRITON_FOUND, triton_runs_on
+from .triton_device import TRITON_FOUND, launching_on, triton_runs_on
 
 IMPLS = ("auto", "triton", "reference")
 REDUCTIONS = ("mean", "sum", "none")
@@ -115,7 +114,7 @@ def cross_entropy_rows_triton(
     blocks = triton.cdiv(n, block_m)
     grid = blocks if programs_per_sm is None else min(blocks, programs_per_sm * _num_sms(logits.device))
     # Triton launches on the current device: make it the tensors' one
-    with torch.cuda.device(logits.device) if logits.is_cuda else contextlib.nullcontext():
+    with launching_on(logits.device):
         kernels.cross_entropy_rows[(grid,)](
             logits,
             targets.contiguous(),

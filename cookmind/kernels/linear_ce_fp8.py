@@ -25,11 +25,10 @@ directly and its gradient comes out of the GEMM in fp32.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from .linear_ce import kernel_available
+from .triton_device import launching_on
 
 E4M3 = torch.float8_e4m3fn if hasattr(torch, "float8_e4m3fn") else None
 E4M3_MAX = 448.0
@@ -105,7 +104,7 @@ def _forward_op(
     nll = cross_entropy_rows_triton(logits, targets, ignore_index, lse=lse)
     grad = torch.empty(n, v, dtype=GRAD_DTYPE, device=h8.device)
     grad_t = torch.empty(v, n, dtype=GRAD_DTYPE, device=h8.device)
-    with torch.cuda.device(h8.device) if h8.is_cuda else contextlib.nullcontext():
+    with launching_on(h8.device):
         kernels.cross_entropy_grad_tiles[(triton.cdiv(n, TILE_M), triton.cdiv(v, TILE_V))](
             logits,
             lse,

@@ -20,12 +20,11 @@ read nor written. Triton is imported on the first launch; it runs on CUDA, or on
 
 from __future__ import annotations
 
-import contextlib
 from typing import NamedTuple
 
 import torch
 
-from .triton_device import triton_runs_on
+from .triton_device import launching_on, triton_runs_on
 
 # the most tokens a row a launch takes (a verify step: k + 1): the shrink holds a row's tokens in one tile
 MAX_TOKENS = 16
@@ -83,7 +82,7 @@ def lora_shrink(x: torch.Tensor, rows: torch.Tensor, a: torch.Tensor) -> torch.T
     block_t = max(1, 1 << (t - 1).bit_length())
     block_r = 16
     block_k = max(16, min(256, 4096 // (block_t * block_r), 1 << (width - 1).bit_length()))
-    with _on(x.device):
+    with launching_on(x.device):
         kernels.lora_shrink[(n_rows, -(-rank // block_r))](
             flat,
             rows,
@@ -121,7 +120,7 @@ def lora_expand_(
     n_rows, c = y.shape[0] // tokens, layout.b.shape[1]
     r_pad = max(2, 1 << (layout.b.shape[2] - 1).bit_length())
     block_c = max(16, min(128, 4096 // r_pad))
-    with _on(y.device):
+    with launching_on(y.device):
         kernels.lora_expand[(n_rows, -(-c // block_c))](
             low,
             rows,
@@ -143,11 +142,6 @@ def lora_expand_(
             R_PAD=r_pad,
             num_warps=4,
         )
-
-
-def _on(device: torch.device):
-    # Triton launches on the current device: make it the tensors' one (a model on cuda:1 in a process on cuda:0)
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 @torch.library.custom_op("cookmind::lora_bgmv_add_", mutates_args=("y",))

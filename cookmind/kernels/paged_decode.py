@@ -24,14 +24,13 @@ projection work as they are); pools (num_blocks * block_size, Hkv, D); block_tab
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
 
 import torch
 
-from .triton_device import triton_runs_on
+from .triton_device import launching_on, triton_runs_on
 
 LOG2_E = 1.4426950408889634
 BLOCK_N = 64  # cached positions per loop iteration
@@ -178,7 +177,7 @@ def paged_decode_attention(
     else:
         part_ml = part_acc = out
     # Triton launches on the current device: make it the tensors' one (a model on cuda:1 in a process on cuda:0)
-    with torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext():
+    with launching_on(q.device):
         kernels.paged_decode[(b, h, splits)](
             q,
             k,

@@ -16,15 +16,8 @@ from safetensors.torch import save_file
 from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
-from cookmind.model.rope import RotaryEmbedding
-from cookmind.model.sharded_io import (
-    ShardedCheckpointError,
-    dcp_dir,
-    is_sharded_checkpoint,
-    read_sharded_weights,
-    sharded_problem,
-)
-from cookmind.parallel import unwrap
+from cookmind.model.sharded_layout import ShardedCheckpointError, dcp_dir, is_sharded_checkpoint
+from cookmind.model.wrappers import unwrap
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -113,6 +106,8 @@ def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | N
     if is_sharded_checkpoint(directory):
         if not (directory / CONFIG_NAME).is_file():
             return f"{directory / CONFIG_NAME} is missing"
+        from cookmind.model.sharded_io import sharded_problem  # DCP, imported only for a sharded checkpoint
+
         return sharded_problem(directory, need_optimizer)
     weights = directory / WEIGHTS_NAME
     if not weights.is_file() or not (directory / CONFIG_NAME).is_file():
@@ -204,6 +199,8 @@ def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> 
     directory = Path(directory)
     if (directory / WEIGHTS_NAME).is_file() or not is_sharded_checkpoint(directory):
         return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
+    from cookmind.model.sharded_io import read_sharded_weights  # DCP, imported only for a sharded checkpoint
+
     try:
         found = read_sharded_weights(directory)
     except ShardedCheckpointError as exc:
@@ -282,10 +279,7 @@ def load_model(
     model.load_state_dict(found, strict=not cfg.tie_word_embeddings, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight  # assign=True replaced the shared tensor
-    # derived, unsaved buffers (RoPE frequencies) are rebuilt for real
-    model.model.rotary_emb = RotaryEmbedding(
-        cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling, max_positions=cfg.max_position_embeddings
-    )
+    # derived, unsaved buffers (RoPE frequencies) were computed for real even on the meta device (rope.py)
     left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
     if left:
         raise ModelLoadError(f"{weights_path}: internal error: {left[:5]} were not loaded")

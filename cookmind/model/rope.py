@@ -7,6 +7,7 @@ q_proj/k_proj weights copy across with no permutation.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -107,11 +108,15 @@ class RotaryEmbedding(nn.Module):
         max_positions: int | None = None,
     ):
         super().__init__()
-        inv_freq, self.attention_factor = rope_inv_freq(head_dim, theta, rope_scaling)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # derived from config, never saved
-        cos = sin = None
-        if max_positions and max_positions * head_dim <= self.TABLE_LIMIT:
-            cos, sin = (x[0] for x in self._compute(torch.arange(max_positions)[None], torch.float32))
+        # built on the meta device (a model about to be loaded), computed on the CPU instead: meta arithmetic goes
+        # through torch's reference ops, which import the compiler (~2 s of an inference command's start)
+        on_meta = torch.get_default_device().type == "meta"
+        with torch.device("cpu") if on_meta else contextlib.nullcontext():
+            inv_freq, self.attention_factor = rope_inv_freq(head_dim, theta, rope_scaling)
+            self.register_buffer("inv_freq", inv_freq, persistent=False)  # derived from config, never saved
+            cos = sin = None
+            if max_positions and max_positions * head_dim <= self.TABLE_LIMIT:
+                cos, sin = (x[0] for x in self._compute(torch.arange(max_positions)[None], torch.float32))
         self.register_buffer("cos_table", cos, persistent=False)  # (max_positions, D), or None
         self.register_buffer("sin_table", sin, persistent=False)
 

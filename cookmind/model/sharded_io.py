@@ -23,26 +23,19 @@ from torch.distributed.checkpoint import load as dcp_load
 from torch.distributed.checkpoint import metadata as dcp_metadata
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 
-DCP_DIR = "dcp"  # inside a step directory: DCP's .metadata and one __R_0.distcp file per rank
-METADATA_NAME = ".metadata"
-MODEL_KEY, OPTIM_KEY = "model", "optim"  # top-level keys of the saved state: {"model": {...}, "optim": {...}}
+from cookmind.model.sharded_layout import (  # noqa: F401  (what this module's users import from it)
+    DCP_DIR,
+    METADATA_NAME,
+    MODEL_KEY,
+    OPTIM_KEY,
+    ShardedCheckpointError,
+    dcp_dir,
+    is_sharded_checkpoint,
+)
+
 _PATH_CLASSES = {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"}
 # One process without a group is what we mean when we say no_dist (also from async_save's background thread).
 warnings.filterwarnings("ignore", message=r".*assuming the intent is to (save|load) in a single process")
-
-
-class ShardedCheckpointError(ValueError):
-    """A sharded checkpoint cannot be read: names the file and what is wrong."""
-
-
-def dcp_dir(directory: str | os.PathLike) -> Path:
-    """The DCP folder of a step directory."""
-    return Path(directory) / DCP_DIR
-
-
-def is_sharded_checkpoint(directory: str | os.PathLike) -> bool:
-    """Whether ``directory`` holds a sharded (DCP) checkpoint."""
-    return (dcp_dir(directory) / METADATA_NAME).is_file()
 
 
 class _MetadataUnpickler(pickle.Unpickler):

@@ -1,6 +1,8 @@
 """Distributed training written here: process-group setup, ``parallelize`` (activation checkpointing, compile,
 bucketed DDP or FSDP2), sharded optimizer state, and ``unwrap`` to get the plain model back."""
 
+from cookmind.model.wrappers import unwrap
+
 from .activation_checkpointing import apply_activation_checkpointing
 from .bucket_plan import plan_buckets
 from .compile_blocks import compile_blocks, find_blocks
@@ -17,7 +19,6 @@ from .parallelize import (
 )
 from .process_group import DistInfo, all_reduce_flag, barrier, destroy_distributed, init_distributed
 from .sharded_optimizer import ShardedOptimizer
-from .unwrap import unwrap
 
 __all__ = [
     "DDP",

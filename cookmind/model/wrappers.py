@@ -1,4 +1,6 @@
-"""The module inside the wrappers that ``parallelize`` puts around a model (data parallelism, torch.compile)."""
+"""The module inside the wrappers that ``cookmind.parallel.parallelize`` puts around a model (data parallelism,
+torch.compile, activation checkpointing). Here, beside the model, so that saving a model needs nothing of the
+distributed stack (``cookmind.parallel`` re-exports it)."""
 
 from __future__ import annotations
 
