@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         "--compile-scope",
         choices=["model", "blocks"],
         default="model",
-        help="train.compile_scope of both runs (blocks: one compilation for every block, minutes less start-up)",
+        help="train.compile_scope of both runs (blocks: one compilation shared by every block, for a shorter start-up)",
     )
     ap.add_argument(
         "--baseline-twice",

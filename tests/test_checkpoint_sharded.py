@@ -18,12 +18,8 @@ from lm_fixtures import tiny_cli_overrides, tiny_lm
 from cookmind.cli import main as cookmind_main
 from cookmind.model import load_model
 from cookmind.model.model_io import latest_checkpoint, read_weights
-from cookmind.model.sharded_io import (
-    ShardedCheckpointError,
-    is_sharded_checkpoint,
-    read_metadata,
-    read_sharded_weights,
-)
+from cookmind.model.sharded_io import read_metadata, read_sharded_weights
+from cookmind.model.sharded_layout import ShardedCheckpointError, is_sharded_checkpoint
 from cookmind.train import TrainConfig, Trainer
 from cookmind.train import cli as train_cli
 from cookmind.train.checkpoint import find_latest_checkpoint, load_checkpoint

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lm_fixtures import sharp_tiny_lm
-from test_multi_lora import NEW, _adapter, _run
+from test_multi_lora import NEW, _adapter, _run, serves_a_mixed_batch_from_graphs_like_the_merged_models
 from test_multi_lora import _reference as greedy_reference
 from triton_fixtures import kernel_device, needs_kernel
 
@@ -276,10 +276,10 @@ def test_kernel_update_replays_from_a_cuda_graph_at_serving_sizes(rows_n, tokens
 @pytest.mark.gpu
 @pytest.mark.parametrize("hidden", [32, 64], ids=["head-dim-8-gather", "head-dim-16-kernel-fused"])
 def test_cuda_graphs_and_compile_serve_each_rows_adapter_through_the_kernels(tmp_path, hidden):
-    """On CUDA (graphs captured once, layers compiled) with lora_update="kernel": a mixed batch equals each merged
-    model (float32; 1e-3 for the GPU's reduction order), every decode step replays a captured graph, and the
-    compiler took the custom op (no compile error). Head dim 16 fuses q/k/v and gate/up, every adapter's A folded
-    into the GEMMs."""
+    """On CUDA (graphs captured once, layers compiled) an engine with adapters and lora_update left at "auto" takes
+    the kernels; a mixed batch equals each merged model (float32; 1e-3 for the GPU's reduction order), every
+    decode step replays a captured graph, and the compiler took the custom op (no compile error). Head dim 16 fuses
+    q/k/v and gate/up, every adapter's A folded into the GEMMs."""
     base = sharp_tiny_lm(hidden_size=hidden)
     refs = {
         None: base,
@@ -287,23 +287,11 @@ def test_cuda_graphs_and_compile_serve_each_rows_adapter_through_the_kernels(tmp
         "baker": _adapter(base, tmp_path / "baker", 2, r=2, alpha=4.0, targets=["k_proj", "o_proj", "up_proj"]),
     }
     adapters = load_adapters(base, {"chef": tmp_path / "chef", "baker": tmp_path / "baker"})
-    engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters, lora_update="kernel")
+    engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters)  # lora_update "auto"
     assert engine.graphs is not None and engine.graphs.capture and engine.runner.compiled
-    assert all(m.kernel for m in engine.runner.model.modules() if isinstance(m, LowRankDelta))
-    tokens_per_row, compute = [], engine.runner.compute
-
-    def counted(tokens, *args, **kwargs):  # eager forwards (a captured step replays without calling it)
-        tokens_per_row.append(tokens.shape[1])
-        return compute(tokens, *args, **kwargs)
-
-    engine.runner.compute = counted
-    jobs = list(zip([[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]], ["chef", None, "baker"]))
-    for (prompt, name), (toks, lps, _) in zip(jobs, _run(engine, jobs)):
-        ref_toks, ref_lps, _ = greedy_reference(refs[name], prompt, NEW)
-        assert toks == ref_toks, name
-        assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < 1e-3
-    assert tokens_per_row and 1 not in tokens_per_row, f"decode steps ran eagerly: {tokens_per_row}"
-    assert engine.runner.compile_error is None
+    deltas = [m for m in engine.runner.model.modules() if isinstance(m, LowRankDelta)]
+    assert deltas and all(d.kernel and not d.masked for d in deltas)
+    serves_a_mixed_batch_from_graphs_like_the_merged_models(engine, refs)
 
 
 @needs_kernel
@@ -339,19 +327,3 @@ def test_speculative_verify_steps_run_each_rows_adapter_through_the_kernels(serv
         assert got == greedy_reference(refs[name], prompt, 2 * NEW)[0], name
     assert eng.metrics()["spec_accepted_tokens_total"] > 0
     assert {1, 4} <= tokens_per_row, tokens_per_row
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; run on the device machine")
-def test_an_engine_with_adapters_takes_the_kernels_on_cuda_by_default(served):
-    """Engine(adapters=...) with lora_update left at "auto" serves through the kernels on CUDA, and its outputs
-    equal each merged model's (greedy tokens)."""
-    base, tmp, refs = served
-    adapters = load_adapters(base, {"chef": tmp / "chef", "baker": tmp / "baker"})
-    engine = Engine(copy.deepcopy(base).cuda(), num_slots=4, adapters=adapters)
-    deltas = [m for m in engine.runner.model.modules() if isinstance(m, LowRankDelta)]
-    assert deltas and all(d.kernel and not d.masked for d in deltas)
-    prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]]
-    jobs = list(zip(prompts, ["chef", None, "baker"]))
-    for (prompt, name), (tokens, _, _) in zip(jobs, _run(engine, jobs)):
-        assert tokens == greedy_reference(refs[name], prompt, NEW)[0], (name, prompt)

@@ -197,11 +197,18 @@ def test_cuda_graphs_and_compile_serve_each_rows_adapter(tmp_path, hidden, updat
     if hidden == 64:
         assert engine.runner.decode_attention == "kernel"
         assert all(f.qkv_delta is not None and f.gate_up_delta is not None for f in engine.runner.fused)
+    serves_a_mixed_batch_from_graphs_like_the_merged_models(engine, refs)
+
+
+def serves_a_mixed_batch_from_graphs_like_the_merged_models(engine, refs):
+    """A batch of chef, the base and baker on a CUDA engine equals each merged model (greedy tokens; log
+    probabilities within 1e-3, the GPU's reduction order), no decode step runs eagerly (a captured step replays
+    without calling the runner's forward), and the compiler took every layer."""
     prompts = [[5, 9, 14, 3, 22, 7], [5, 9, 14, 3, 40], [11, 2, 30, 8, 8, 19, 4]]
     jobs = list(zip(prompts, ["chef", None, "baker"]))
     tokens_per_row, compute = [], engine.runner.compute
 
-    def counted(tokens, *args, **kwargs):  # eager forwards (a captured step replays without calling it)
+    def counted(tokens, *args, **kwargs):
         tokens_per_row.append(tokens.shape[1])
         return compute(tokens, *args, **kwargs)
 

@@ -23,15 +23,7 @@ from torch.distributed.checkpoint import load as dcp_load
 from torch.distributed.checkpoint import metadata as dcp_metadata
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 
-from cookmind.model.sharded_layout import (  # noqa: F401  (what this module's users import from it)
-    DCP_DIR,
-    METADATA_NAME,
-    MODEL_KEY,
-    OPTIM_KEY,
-    ShardedCheckpointError,
-    dcp_dir,
-    is_sharded_checkpoint,
-)
+from cookmind.model.sharded_layout import METADATA_NAME, MODEL_KEY, OPTIM_KEY, ShardedCheckpointError, dcp_dir
 
 _PATH_CLASSES = {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"}
 # One process without a group is what we mean when we say no_dist (also from async_save's background thread).

@@ -32,7 +32,7 @@ import torch
 
 from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.model_io import META_NAME, OPTIMIZER_NAME, latest_checkpoint, step_dirs
-from cookmind.model.sharded_io import is_sharded_checkpoint
+from cookmind.model.sharded_layout import is_sharded_checkpoint
 from cookmind.train.objectives.base import unwrap
 from cookmind.train.sharded_checkpoint import is_fsdp_sharded, load_sharded
 

@@ -73,8 +73,8 @@ class TrainLoopConfig:
     # torch.compile mode when compile is on: default | reduce-overhead (CUDA graphs: no per-kernel launch cost)
     # | max-autotune (also benchmarks GEMM/Triton choices at start-up: minutes) | max-autotune-no-cudagraphs
     compile_mode: str = "default"
-    # what train.compile compiles: model (the whole model, one graph: the fastest step) | blocks (each decoder block
-    # on its own: the blocks share one compilation, so start-up takes a fraction of the time; FSDP always does this)
+    # what train.compile compiles: model (the whole model as one graph) | blocks (each decoder block
+    # on its own: the blocks share one compilation, for a shorter start-up; FSDP always does this)
     compile_scope: str = "model"
     activation_checkpointing: bool = False
     max_bad_steps: int = 10  # consecutive non-finite (or exploding) losses/gradients before the run stops

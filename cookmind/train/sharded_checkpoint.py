@@ -43,16 +43,8 @@ from cookmind.atomic import (
 )
 from cookmind.model.lora import has_lora
 from cookmind.model.model_io import CONFIG_NAME, META_NAME
-from cookmind.model.sharded_io import (
-    MODEL_KEY,
-    OPTIM_KEY,
-    SafeLoadPlanner,
-    SafeReader,
-    dcp_dir,
-    error_reason,
-    load_error,
-    read_metadata,
-)
+from cookmind.model.sharded_io import SafeLoadPlanner, SafeReader, error_reason, load_error, read_metadata
+from cookmind.model.sharded_layout import MODEL_KEY, OPTIM_KEY, dcp_dir
 from cookmind.parallel import unwrap
 
 
