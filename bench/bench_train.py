@@ -7,6 +7,7 @@
     python bench/bench_train.py --device cuda --shape llama-1.3b --variants cuda-graph   # B=4, T=2048
     python bench/bench_train.py --device cpu --shape qwen3-0.6b --tiny --peak-flops 989e12  # the same code, shrunk
     python bench/bench_train.py --device cpu --shape qwen3-0.6b --tiny --variants fp8-blocks  # float8 emulated
+    python bench/bench_train.py --device cuda --shape llama-1.3b --variants master-weights,master-weights-graph
 
 Each figure is one JSON line. For gpt2-small and minimind the peer is a nanoGPT-style GPT (LayerNorm, GELU MLP
 4x, learned positions, tied embeddings, F.scaled_dot_product_attention, torch.optim.AdamW fused) written below.
@@ -275,6 +276,7 @@ def bench_cookmind(
     defer_metrics=True,
     cuda_graph=False,
     fp8_blocks=False,
+    master_weights=False,
     accum=1,
     parallel=None,
     callbacks=(),
@@ -287,7 +289,9 @@ def bench_cookmind(
 
     defer_metrics=False reads every step's loss before queuing the next (train.defer_metrics); fp8_blocks=True
     runs the blocks' projections as torchao float8 linears (train.fp8_blocks; MFU still against the bf16 peak;
-    on a CPU emulated, ``emulated_float8_on_cpu``: the code path checked, the speed meaningless).
+    on a CPU emulated, ``emulated_float8_on_cpu``: the code path checked, the speed meaningless);
+    master_weights=True keeps the parameters in bf16 with fp32 masters in AdamW (train.master_weights; it needs
+    bf16, so a CPU run of it takes bf16 autocast: the code path checked, the figure beside fp32 meaningless).
     """
     from cookmind.train import Callback, TrainConfig, Trainer
 
@@ -311,7 +315,7 @@ def bench_cookmind(
                 "max_steps": warmup + steps + extra_steps,
                 "micro_batch_size": batch,
                 "grad_accum_steps": accum,
-                "precision": precision,
+                "precision": "bf16" if master_weights else precision,
                 "compile": compile_,
                 "compile_mode": compile_mode,
                 "compile_scope": compile_scope,
@@ -319,6 +323,7 @@ def bench_cookmind(
                 "defer_metrics": defer_metrics,
                 "cuda_graph": cuda_graph,
                 "fp8_blocks": fp8_blocks,
+                "master_weights": master_weights,
                 "threads": 0,
             },  # torch's default thread count, as the baselines it is compared with use
             "optim": {"lr": 6e-4, "warmup_steps": 10, "impl": optim_impl},
@@ -516,7 +521,9 @@ def main() -> None:
         "cuda-graph (Trainer with train.cuda_graph=true: the whole step one CUDA graph), "
         "fp8-head (cuda-graph with model.lm_head_fp8=true: the LM head's GEMMs in FP8), "
         "fp8-blocks (Trainer with train.fp8_blocks=true: the blocks' projections as torchao float8 linears; "
-        "needs torchao), fp8-all (fp8-blocks with model.lm_head_fp8=true too)",
+        "needs torchao), fp8-all (fp8-blocks with model.lm_head_fp8=true too), "
+        "master-weights (Trainer with train.master_weights=true: bf16 parameters, fp32 masters in AdamW), "
+        "master-weights-graph (master-weights with train.cuda_graph=true)",
     )
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -639,6 +646,22 @@ def main() -> None:
                     )
                 )
             runs += fp8_block_runs(variants, shape)
+            if "master-weights" in variants:
+                runs.append(
+                    (
+                        "cookmind Trainer, train.master_weights=true",
+                        functools.partial(bench_cookmind, master_weights=True),
+                        shape,
+                    )
+                )
+            if "master-weights-graph" in variants:
+                runs.append(
+                    (
+                        "cookmind Trainer, train.master_weights=true, train.cuda_graph=true",
+                        functools.partial(bench_cookmind, master_weights=True, cuda_graph=True),
+                        shape,
+                    )
+                )
             if "sync-metrics" in variants:
                 runs.append(
                     (

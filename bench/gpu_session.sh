@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|mfu|fp8loss]...  (default: all but mfu and fp8loss;
+#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|mfu|masterw|fp8loss]...  (default: all but mfu and fp8loss;
 #   ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -42,6 +42,12 @@ for part in "${parts[@]}"; do
                run max-model-2 240 torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --cap-gib 24 \
                 --start-layers 16 ;;
         # #18's 1-GPU MFU levers: where an accumulating step goes, a larger micro-batch, FP8 blocks + FP8 head
+        # master weights (train.master_weights) beside the default, with and without the CUDA graph, at 1.3B
+        # train.master_weights at the 1.3B shape: its speed beside the default and its profile (one call of its own)
+        masterw) CUDA_VISIBLE_DEVICES=0 run llama-mw 330 python3 bench/bench_train.py --device cuda \
+                --shape llama-1.3b --no-peer --steps 12 --warmup 4 --variants master-weights,cuda-graph,master-weights-graph
+             CUDA_VISIBLE_DEVICES=0 run prof-mw 150 python3 bench/profile_train.py --shape llama-1.3b --which ours \
+                --master-weights ;;
         mfu) CUDA_VISIBLE_DEVICES=0 run prof-accum 150 python3 bench/profile_train.py --shape llama-1.3b --which ours \
                 --accum 8
              CUDA_VISIBLE_DEVICES=0 run llama-b8 230 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
@@ -51,6 +57,6 @@ for part in "${parts[@]}"; do
         # the FP8 loss check at Qwen3-0.6B, both compiled (needs build/fp8-loss carried: bench_fp8_loss.py --build)
         fp8loss) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen 560 python3 bench/bench_fp8_loss.py --shape qwen3-0.6b \
                 --compile-scope blocks ;;
-        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|fp8loss)"; exit 2 ;;
+        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|masterw|fp8loss)"; exit 2 ;;
     esac
 done

@@ -159,6 +159,11 @@ def main() -> None:
         help="our Trainer's micro-batches per optimizer step (train.grad_accum_steps); times are per optimizer step",
     )
     ap.add_argument("--fp8-blocks", action="store_true", help="our Trainer with train.fp8_blocks=true (torchao)")
+    ap.add_argument(
+        "--master-weights",
+        action="store_true",
+        help="our Trainer with train.master_weights=true (bf16 parameters, fp32 masters in AdamW)",
+    )
     args = ap.parse_args()
     if args.accum < 1 or (args.batch is not None and args.batch < 1):
         ap.error("--accum and --batch must be at least 1")
@@ -167,7 +172,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = torch.device(args.device)
     gpu = dev.type == "cuda"
-    precision = "bf16" if gpu else "fp32"
+    precision = "bf16" if gpu or args.master_weights else "fp32"  # master weights need bf16 (autocast on a CPU)
     if args.shape in PRESET_RUNS:
         shape, batch, seq = preset_run(args.shape, args.tiny, args.seq)
     else:
@@ -232,6 +237,7 @@ def main() -> None:
                     "cuda_graph": args.cuda_graph,
                     "grad_accum_steps": args.accum,
                     "fp8_blocks": args.fp8_blocks,
+                    "master_weights": args.master_weights,
                 },
                 "optim": {"lr": 6e-4, "warmup_steps": 10},
                 "checkpoint": {"every": 0, "overwrite": True},  # a scratch run directory, reused
@@ -250,7 +256,8 @@ def main() -> None:
             timed,
             f"cookmind Trainer ({args.attn}, {args.compile_mode}"
             f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''}"
-            f"{', fp8 blocks' if args.fp8_blocks else ''}, B={batch}, accum {args.accum})",
+            f"{', fp8 blocks' if args.fp8_blocks else ''}{', master weights' if args.master_weights else ''}"
+            f", B={batch}, accum {args.accum})",
             args.host_top,
             cuda=gpu,
         )

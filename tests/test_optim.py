@@ -337,7 +337,8 @@ def test_adamw_fused_on_cuda_runs_the_triton_kernel_and_equals_torchs_fused_kern
 def test_the_triton_adamw_path_is_taken_only_where_it_can_run_and_pays(monkeypatch):
     """use_triton_kernel: a group of at least TRITON_MIN_ELEMENTS contiguous float32 tensors where the kernel runs;
     a smaller group (a small model: torch's one launch group), a bf16 parameter, a non-contiguous tensor, a device
-    without the kernel or FUSED_KERNEL "torch" keep torch._fused_adamw_."""
+    without the kernel or FUSED_KERNEL "torch" keep torch._fused_adamw_. Master weights' groups (bf16 outs) take
+    the kernel at any size, while their outs are contiguous."""
     from cookmind.kernels import adamw as kernel_module
     from cookmind.optim import adamw as adamw_module
 
@@ -350,6 +351,8 @@ def test_the_triton_adamw_path_is_taken_only_where_it_can_run_and_pays(monkeypat
     big, small = torch.zeros(10, 10), torch.zeros(99)
     assert adamw_module.use_triton_kernel(group(big))
     assert not adamw_module.use_triton_kernel(group(small))
+    assert adamw_module.use_triton_kernel(group(small), outs=[small.bfloat16()])  # master weights: any size
+    assert not adamw_module.use_triton_kernel(group(small), outs=[torch.zeros(99, 2).t().bfloat16()])
     assert not adamw_module.use_triton_kernel(group(big.bfloat16()))
     assert not adamw_module.use_triton_kernel(group(torch.zeros(10, 20).t()))
     monkeypatch.setattr(adamw_module, "FUSED_KERNEL", "torch")

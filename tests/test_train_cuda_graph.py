@@ -43,10 +43,14 @@ class NaNOnSomeBatches(PretrainObjective):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("accum,compile_", [(1, False), (2, False), (1, True)])
-def test_graph_replays_train_like_the_eager_loop(tmp_path, store, accum, compile_):
-    eager, rows_e = _run(tmp_path, store, "eager", False, grad_accum_steps=accum, micro_batch_size=2, compile=compile_)
-    graph, rows_g = _run(tmp_path, store, "graph", True, grad_accum_steps=accum, micro_batch_size=2, compile=compile_)
+@pytest.mark.parametrize(
+    "accum,compile_,master", [(1, False, False), (2, False, False), (1, True, False), (1, False, True), (2, True, True)]
+)
+def test_graph_replays_train_like_the_eager_loop(tmp_path, store, accum, compile_, master):
+    """master: train.master_weights (bf16 weights; with accumulation, the fp32 buffers' hooks run in the capture)."""
+    kw = dict(grad_accum_steps=accum, micro_batch_size=2, compile=compile_, master_weights=master)
+    eager, rows_e = _run(tmp_path, store, "eager", False, **kw)
+    graph, rows_g = _run(tmp_path, store, "graph", True, **kw)
     assert graph._graph.replays == 9 - graph._graph.WARMUP  # the captured step and every later one replayed
     assert [r[0] for r in rows_g] == list(range(1, 10))
     for (s, le, ne), (_, lg, ng) in zip(rows_e, rows_g):

@@ -40,25 +40,36 @@ def adamw_triton_(
     eps: float,
     grad_scale: torch.Tensor | None = None,
     found_inf: torch.Tensor | None = None,
+    outs: list[torch.Tensor] | None = None,
     block: int = BLOCK,
     num_warps: int = NUM_WARPS,
 ) -> None:
     """Update ``params``, ``exp_avgs`` and ``exp_avg_sqs`` in place (contiguous float32 tensors on one device;
     gradients float32 or bf16/fp16). Gradients are divided by ``grad_scale`` as they are read and written back
-    divided only where it is not 1 (the clipped gradients are left behind, as after clip_grad_norm_)."""
+    divided only where it is not 1 (the clipped gradients are left behind, as after clip_grad_norm_).
+
+    ``outs`` (master weights): a contiguous bf16 tensor per parameter that the kernel writes the updated
+    parameter into, rounded, in the same pass (the model's weight; ``params`` are then its fp32 masters)."""
     from .adamw_kernels import adamw_update
 
     if not params:
         return
     with launching_on(params[0].device):
-        for p, g, m, v, t in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
+        for i, (p, g, m, v, t) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True)):
             n = p.numel()
             if n == 0:
                 continue
-            if not (p.is_contiguous() and g.is_contiguous() and m.is_contiguous() and v.is_contiguous()):
+            out = outs[i] if outs is not None else None
+            if not all(x.is_contiguous() for x in (p, g, m, v, p if out is None else out)):
                 raise ValueError(f"adamw_triton_: tensors of shape {tuple(p.shape)} must be contiguous")
+            if out is not None and (out.shape != p.shape or out.dtype not in (torch.bfloat16, torch.float16)):
+                raise ValueError(
+                    f"adamw_triton_: an out must be bf16 or fp16 of its parameter's shape {tuple(p.shape)}, got "
+                    f"{out.dtype} {tuple(out.shape)}"
+                )
             adamw_update[(-(-n // block),)](
                 p,
+                p if out is None else out,
                 g,
                 m,
                 v,
@@ -73,6 +84,7 @@ def adamw_triton_(
                 weight_decay,
                 HAS_FOUND_INF=found_inf is not None,
                 HAS_DIVISOR=grad_scale is not None,
+                HAS_OUT=out is not None,
                 BLOCK=block,
                 num_warps=num_warps,
             )

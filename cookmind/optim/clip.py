@@ -9,12 +9,15 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from .adamw import local
+from .master_weights import grad_of
 
 
 def global_grad_norm(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
     """||g|| = sqrt(sum_p ||g_p||^2) over the parameters that have a gradient, as a 0-dim fp32 tensor.
 
     No .item(): no host sync, compile and CUDA-graph friendly. 0 (on the CPU) when no parameter has one.
+    A parameter's gradient is its fp32 accumulation buffer when it has one (master weights), else ``.grad``;
+    norms are taken in fp32 whatever the gradients' dtype.
     """
     return _norm_of(_grads(parameters))
 
@@ -35,7 +38,8 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float, eps: flo
 def _grads(parameters: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
-    return [p.grad for p in parameters if p.grad is not None]
+    grads = (grad_of(p) for p in parameters)
+    return [g for g in grads if g is not None]
 
 
 def _norm_of(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -43,13 +47,13 @@ def _norm_of(grads: list[torch.Tensor]) -> torch.Tensor:
         return torch.tensor(0.0)
     group = _shard_group(grads)
     if group is None:
-        norms = torch._foreach_norm(grads)  # one L2 norm per gradient tensor
-        total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+        norms = torch._foreach_norm(grads, 2, dtype=torch.float32)  # one L2 norm per gradient tensor
+        total = torch.linalg.vector_norm(torch.stack(norms))
         return total.full_tensor() if isinstance(total, DTensor) else total
     # FSDP's gradients: each rank's shards are disjoint pieces of them, so a tensor's squared norm is the sum of
     # its shards' over the ranks: one all-reduce of those, and the norms of the local shards without DTensor's
     # dispatch. (sqrt(x * x) == x in IEEE arithmetic: one rank gets the plain model's norm bit for bit.)
-    squares = torch.stack([n.float() for n in torch._foreach_norm([local(g) for g in grads])]).square()
+    squares = torch.stack(torch._foreach_norm([local(g) for g in grads], 2, dtype=torch.float32)).square()
     dist.all_reduce(squares, group=group)
     return torch.linalg.vector_norm(squares.sqrt())
 

@@ -246,8 +246,13 @@ def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str
     return None
 
 
-def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, zero1_group: Any = None):
-    """AdamW over the trainable parameters (decay on matrices only: ``param_groups``); ZeRO-1 when asked."""
+def build_optimizer(
+    cfg: TrainConfig, model: torch.nn.Module, device: torch.device, zero1_group: Any = None, masters: dict | None = None
+):
+    """AdamW over the trainable parameters (decay on matrices only: ``param_groups``); ZeRO-1 when asked.
+
+    ``masters`` ({bf16 parameter: fp32 master}, ``train.master_weights``): AdamW updates the masters and writes
+    the parameters back."""
     from cookmind.optim import AdamW, param_groups
 
     o = cfg.optim
@@ -255,6 +260,10 @@ def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.devi
     if not groups:
         raise ValueError("the model has no trainable parameters (LoRA targets matched nothing trainable?)")
     kwargs = {"lr": o.lr, "betas": (o.beta1, o.beta2), "eps": o.eps, "weight_decay": o.weight_decay}
+    if masters is not None:
+        groups = [{**g, "params": [masters[p] for p in g["params"]]} for g in groups]
+        model_params = {m: p for p, m in masters.items()}
+        return AdamW(groups, fused=device.type == "cuda", model_params=model_params, **kwargs)
     import torch.distributed as dist
 
     if cfg.parallel.zero1 and dist.is_initialized() and dist.get_world_size() > 1:

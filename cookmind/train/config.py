@@ -97,6 +97,10 @@ class TrainLoopConfig:
     # by cookmind.parallel.parallelize, like compile: checkpoints and exports are unchanged.
     fp8_blocks: bool = False
     fp8_scaling: str = "tensorwise"  # tensorwise (one scale per tensor: fastest) | rowwise (per row: more accurate)
+    # bf16 parameters with fp32 master weights in the optimizer (precision=bf16 only): the forward reads bf16
+    # weights and the backward writes bf16 weight gradients with no casts; AdamW updates the fp32 masters and writes
+    # the bf16 weights back (cookmind.optim.master_weights). Checkpoints hold the fp32 masters, as without it.
+    master_weights: bool = False
 
 
 @dataclass
@@ -283,6 +287,8 @@ class TrainConfig:
         _choice("parallel.backend", self.parallel.backend, ("auto", "gloo", "nccl"))
         if self.parallel.fsdp:
             _check_fsdp(self)
+        if self.train.master_weights:
+            _check_master_weights(self)
         if self.data.train_type is not None:
             _choice("data.train_type", self.data.train_type, ("seq", "sft", "dpo", "grpo"))
         from cookmind.model.config import CookMindConfig
@@ -474,4 +480,34 @@ def _check_fsdp(cfg: TrainConfig) -> None:
         raise ValueError(
             "train.cuda_graph=true cannot capture FSDP's collectives (parallel.fsdp=true); "
             "set train.cuda_graph=false or auto"
+        )
+
+
+def _check_master_weights(cfg: TrainConfig) -> None:
+    """Refuse what cannot go with train.master_weights, in one line each."""
+    fix = "set train.master_weights=false"
+    if cfg.train.precision != "bf16":
+        raise ValueError(
+            f"train.master_weights=true keeps the model's parameters in bf16 and needs train.precision=bf16, "
+            f"got {cfg.train.precision!r}; set train.precision=bf16 or {fix}"
+        )
+    if cfg.parallel.fsdp:
+        raise ValueError(
+            f"train.master_weights=true cannot go with parallel.fsdp=true (FSDP2 has its own mixed precision: "
+            f"bf16 gathers of fp32 shards); {fix}"
+        )
+    if cfg.parallel.zero1:
+        raise ValueError(
+            f"train.master_weights=true cannot go with parallel.zero1=true (its sharded optimizer keeps no "
+            f"masters); {fix} or parallel.zero1=false"
+        )
+    if cfg.optim.impl != "cookmind":
+        raise ValueError(
+            f"train.master_weights=true needs optim.impl=cookmind (our AdamW keeps the fp32 masters), got "
+            f"{cfg.optim.impl!r}; set optim.impl=cookmind or {fix}"
+        )
+    if cfg.checkpoint.format == "sharded":
+        raise ValueError(
+            f"train.master_weights=true saves full checkpoints (the fp32 masters in model.safetensors); set "
+            f"checkpoint.format=full (or auto), or {fix}"
         )

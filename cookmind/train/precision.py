@@ -1,7 +1,8 @@
 """Mixed precision: bf16 autocast over fp32 master weights, fp16 with a loss scaler, or plain fp32.
 
-Weights and optimizer state always stay fp32; only the matmuls of the forward/backward run in
-the low-precision type. fp16's narrow exponent needs the loss scaled up before backward (and the
+Weights and optimizer state stay fp32; only the matmuls of the forward/backward run in the low-precision
+type. (``train.master_weights`` makes the weights themselves bf16, with fp32 masters in the optimizer:
+``cookmind.optim.master_weights``.) fp16's narrow exponent needs the loss scaled up before backward (and the
 gradients unscaled before clipping); bf16 has fp32's exponent and needs no scaler.
 """
 

@@ -198,8 +198,11 @@ class Trainer:
                 f"(max_position_embeddings={max_pos}); lower data.window_size"
             )
         _check_fp8_head(self.bare_model, self.device)
+        # train.master_weights: the parameters become bf16 before any wrapper sees them; their fp32 masters go to
+        # the optimizer (cookmind.optim.master_weights)
+        masters = self._master_weights() if cfg.train.master_weights else None
         self.model = parallelize(self.bare_model, cfg, self.device)
-        self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device)
+        self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device, masters=masters)
         self._sharded = sharded_checkpointer(cfg.checkpoint, self.model, self.dist.rank, self.dist.world_size)
         self.scaler = make_grad_scaler(cfg.train.precision, self.device)
         self._skip_on_device = _skips_on_device(self.optimizer) and self.scaler is None
@@ -256,6 +259,34 @@ class Trainer:
                     + ". Set train.cuda_graph=false (or auto: on only where it can be)."
                 )
             self._graph = None if problems else GraphedStep(self)
+
+    def _master_weights(self) -> dict:
+        """Make the model's parameters bf16 with fp32 masters (``train.master_weights``); with gradient accumulation
+        their gradients add up in fp32 buffers. Returns {parameter: master} for the optimizer."""
+        from cookmind.optim.master_weights import accumulate_grads_in_fp32, to_bf16_with_masters
+
+        accum = self.cfg.train.grad_accum_steps
+        if accum > 1 and self.dist.world_size > 1:
+            raise ValueError(
+                f"train.master_weights=true with train.grad_accum_steps={accum} cannot run data-parallel "
+                f"({self.dist.world_size} ranks): DDP reduces .grad, which the fp32 accumulation empties after each "
+                "micro-batch; use train.grad_accum_steps=1 (a larger train.micro_batch_size), one process, or "
+                "train.master_weights=false"
+            )
+        masters = to_bf16_with_masters(self.bare_model)
+        if accum > 1:
+            accumulate_grads_in_fp32(list(masters))
+        return masters
+
+    def _fp32_weights_in_place(self) -> contextlib.AbstractContextManager:
+        """Around a save or a load: the model's parameters hold their fp32 masters (``train.master_weights``), so
+        the checkpoint's model.safetensors has fp32 weights; a no-op otherwise."""
+        model_params = getattr(self.optimizer, "model_params", None)
+        if not model_params:
+            return contextlib.nullcontext()
+        from cookmind.optim.master_weights import masters_in_place
+
+        return masters_in_place(self.bare_model, model_params)
 
     # -- data -------------------------------------------------------------------------------
 
@@ -853,17 +884,18 @@ class Trainer:
         gathered = self.optimizer.state_dict() if self.dist.enabled and self.cfg.parallel.zero1 else None
         if not self.dist.is_main:
             return None
-        return save_checkpoint(
-            self.ckpt_dir,
-            self.step,
-            self.model,
-            self.optimizer,
-            meta,
-            tokenizer_dir=self.cfg.data.tokenizer,
-            keep_last=keep_last,
-            scaler=self.scaler,
-            optimizer_state=gathered,
-        )
+        with self._fp32_weights_in_place():
+            return save_checkpoint(
+                self.ckpt_dir,
+                self.step,
+                self.model,
+                self.optimizer,
+                meta,
+                tokenizer_dir=self.cfg.data.tokenizer,
+                keep_last=keep_last,
+                scaler=self.scaler,
+                optimizer_state=gathered,
+            )
 
     def _check_ranks_resume_alike(self, spec: str, path: Path | None) -> None:
         """Every rank must resume from the same step: nodes that do not share the checkpoint directory would
@@ -890,7 +922,8 @@ class Trainer:
             if spec == "auto":
                 return  # nothing saved yet: a fresh start
             raise FileNotFoundError(f"checkpoint.resume={spec}: no complete checkpoint there")
-        meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
+        with self._fp32_weights_in_place():
+            meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
         self.run_id = meta.get("run_id") or self.run_id
         self.recent_losses = list(meta.get("recent_losses") or [])
         self.best_loss = meta.get("best_loss")
