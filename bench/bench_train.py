@@ -523,7 +523,8 @@ def main() -> None:
         "fp8-blocks (Trainer with train.fp8_blocks=true: the blocks' projections as torchao float8 linears; "
         "needs torchao), fp8-all (fp8-blocks with model.lm_head_fp8=true too), "
         "master-weights (Trainer with train.master_weights=true: bf16 parameters, fp32 masters in AdamW), "
-        "master-weights-graph (master-weights with train.cuda_graph=true)",
+        "master-weights-graph (master-weights with train.cuda_graph=true), "
+        "master-weights-fp8 (master-weights with train.fp8_blocks=true)",
     )
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -659,6 +660,14 @@ def main() -> None:
                     (
                         "cookmind Trainer, train.master_weights=true, train.cuda_graph=true",
                         functools.partial(bench_cookmind, master_weights=True, cuda_graph=True),
+                        shape,
+                    )
+                )
+            if "master-weights-fp8" in variants:
+                runs.append(
+                    (
+                        "cookmind Trainer, train.master_weights=true, train.fp8_blocks=true",
+                        functools.partial(bench_cookmind, master_weights=True, fp8_blocks=True),
                         shape,
                     )
                 )

@@ -47,7 +47,12 @@ class NaNOnSomeBatches(PretrainObjective):
     "accum,compile_,master", [(1, False, False), (2, False, False), (1, True, False), (1, False, True), (2, True, True)]
 )
 def test_graph_replays_train_like_the_eager_loop(tmp_path, store, accum, compile_, master):
-    """master: train.master_weights (bf16 weights; with accumulation, the fp32 buffers' hooks run in the capture)."""
+    """master: train.master_weights (bf16 weights; with accumulation, the fp32 buffers' hooks run in the capture).
+
+    Under master weights the backward runs in bf16, so a one-ulp difference anywhere (2^-8 relative) weighs far
+    more than in fp32: on the H200 the compiled, accumulating pair's grad norms differed by 3.6e-5 relative at
+    step 2 (1.11275 against 1.11271) with equal losses. Its norms get 1e-4, and the weights compared are the fp32
+    masters (a bf16 weight one rounding apart differs by its ulp, ~1e-4 here, not by the update's difference)."""
     kw = dict(grad_accum_steps=accum, micro_batch_size=2, compile=compile_, master_weights=master)
     eager, rows_e = _run(tmp_path, store, "eager", False, **kw)
     graph, rows_g = _run(tmp_path, store, "graph", True, **kw)
@@ -55,8 +60,10 @@ def test_graph_replays_train_like_the_eager_loop(tmp_path, store, accum, compile
     assert [r[0] for r in rows_g] == list(range(1, 10))
     for (s, le, ne), (_, lg, ng) in zip(rows_e, rows_g):
         assert lg == pytest.approx(le, rel=1e-5, abs=1e-6), s  # metrics.jsonl keeps 6 significant digits
-        assert ng == pytest.approx(ne, rel=1e-5, abs=1e-6), s
-    we, wg = _weights(eager), _weights(graph)
+        assert ng == pytest.approx(ne, rel=1e-4 if master else 1e-5, abs=1e-6), s
+    with eager._fp32_weights_in_place(), graph._fp32_weights_in_place():  # the masters (a no-op without them)
+        we, wg = _weights(eager), _weights(graph)
+    assert all(v.dtype == torch.float32 for v in we.values())
     for k in we:  # the same kernels on the same data; a tolerance only for non-deterministic backward kernels
         torch.testing.assert_close(wg[k], we[k], atol=1e-5, rtol=0, msg=k)
 
