@@ -41,19 +41,17 @@ for part in "${parts[@]}"; do
                 --start-layers 8
                run max-model-2 240 torchrun --standalone --nproc_per_node 2 bench/bench_max_model.py --cap-gib 24 \
                 --start-layers 16 ;;
-        # #18's 1-GPU MFU levers: where an accumulating step goes, a larger micro-batch, FP8 blocks + FP8 head
-        # master weights (train.master_weights) beside the default, with and without the CUDA graph, at 1.3B
-        # train.master_weights at the 1.3B shape: its speed beside the default and its profile (one call of its own)
-        masterw) CUDA_VISIBLE_DEVICES=0 run llama-mw 330 python3 bench/bench_train.py --device cuda \
-                --shape llama-1.3b --no-peer --steps 12 --warmup 4 --variants master-weights,cuda-graph,master-weights-graph
-             CUDA_VISIBLE_DEVICES=0 run prof-mw 150 python3 bench/profile_train.py --shape llama-1.3b --which ours \
-                --master-weights ;;
-        mfu) CUDA_VISIBLE_DEVICES=0 run prof-accum 150 python3 bench/profile_train.py --shape llama-1.3b --which ours \
-                --accum 8
-             CUDA_VISIBLE_DEVICES=0 run llama-b8 230 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
-                --batch 8 --steps 12 --warmup 4 --variants fp8-blocks,fp8-all
-             CUDA_VISIBLE_DEVICES=0 run qwen-fp8 200 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
-                --no-peer --steps 12 --warmup 4 --variants fp8-blocks,compile-blocks ;;
+        # #18's 1-GPU MFU levers: master weights (train.master_weights) with accumulation, as the preset recipes run
+        # (the optimizer once per 8 micro-batches; the fp32 gradient adds per micro-batch), peer accumulating too
+        mfu) CUDA_VISIBLE_DEVICES=0 run llama-accum 250 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
+                --accum 8 --steps 6 --warmup 3 --variants master-weights-graph
+             CUDA_VISIBLE_DEVICES=0 run qwen-accum 270 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
+                --accum 4 --steps 6 --warmup 3 --variants master-weights-graph ;;
+        # where an accumulating master-weights step goes, and FP8 blocks over master weights with accumulation
+        masterw) CUDA_VISIBLE_DEVICES=0 run prof-mw-accum 150 python3 bench/profile_train.py --shape llama-1.3b \
+                --which ours --accum 8 --master-weights
+             CUDA_VISIBLE_DEVICES=0 run llama-accum-fp8 300 python3 bench/bench_train.py --device cuda \
+                --shape llama-1.3b --no-peer --accum 8 --steps 6 --warmup 3 --variants master-weights-fp8 ;;
         # the FP8 loss check at Qwen3-0.6B, both compiled (needs build/fp8-loss carried: bench_fp8_loss.py --build)
         fp8loss) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen 560 python3 bench/bench_fp8_loss.py --shape qwen3-0.6b \
                 --compile-scope blocks ;;
