@@ -368,29 +368,35 @@ def test_master_weights_refuses_what_it_cannot_go_with_in_one_line(overrides, na
 
 
 def _ddp_on_rank(rank: int, root: str) -> dict:
-    """On each of two gloo ranks: the refusal of gradient accumulation, then a master-weight run under torch's DDP
-    and one under ours (bf16 all-reduces; checkpoints at steps 2 and 4)."""
+    """On each of two gloo ranks, under torch's DDP and under ours: a master-weight run of 2 sequences a rank (bf16
+    all-reduces; checkpoints at steps 2 and 4), and one of 2 micro-batches of 1 (the fp32 buffers averaged)."""
     from pathlib import Path
 
-    out = {}
-    try:
-        Trainer(_cfg(Path(root), "refused", max_steps=4, micro_batch_size=2, grad_accum_steps=2))
-    except ValueError as exc:
-        out["error"] = str(exc)
+    from cookmind.optim import master_weights
+
+    out, reduced = {}, []
+    average = master_weights.all_reduce_fp32_grads
+    master_weights.all_reduce_fp32_grads = lambda params, group=None: (reduced.append(1), average(params, group))
     for kind in ("torch", "ours"):
-        cfg = _cfg(Path(root), f"ddp-{kind}", max_steps=4, micro_batch_size=2)
-        cfg.parallel.ddp = kind
-        t = Trainer(cfg)
-        t.fit()
-        out[kind] = _masters(t)
-        t.close()
+        for accum in (1, 2):
+            cfg = _cfg(Path(root), f"ddp-{kind}-{accum}", max_steps=4, micro_batch_size=2 // accum)
+            cfg.train.grad_accum_steps = accum
+            cfg.parallel.ddp = kind
+            t = Trainer(cfg)
+            t.fit()
+            out[f"{kind}-{accum}"] = _masters(t)
+            t.close()
+    out["reduced"] = len(reduced)
     return out
 
 
-def test_two_gloo_ranks_with_master_weights_equal_one_process_and_refuse_accumulation(store, tmp_path):
-    """DDP all-reduces the bf16 gradients: two ranks of 2 sequences end within bf16 rounding of one process of 4,
-    checkpoints between steps included (they swap the masters in without touching the parameters DDP hooks); with
-    gradient accumulation DDP would reduce only the last micro-batch, so that is refused in one line. Both DDPs."""
+def test_two_gloo_ranks_with_master_weights_equal_one_process_with_and_without_accumulation(store, tmp_path):
+    """Under both DDPs, two ranks of 2 sequences a step against one process of the same 4:
+    - without accumulation DDP all-reduces the bf16 gradients: within bf16 rounding of one micro-batch of 4,
+      checkpoints between steps included (they swap the masters in without touching the parameters DDP hooks);
+    - with 2 micro-batches of 1 a rank the fp32 buffers (which DDP's all-reduce of ``.grad`` would miss: they empty
+      it after each micro-batch) are averaged once a step: bit for bit one process accumulating 4 micro-batches
+      of 1 (fp32 sums of a few bf16 gradients scaled by powers of two are exact in any order)."""
     from gloo_fixtures import run_on_gloo_ranks
 
     ranks = run_on_gloo_ranks(functools.partial(_ddp_on_rank, root=str(store)), 2, tmp_path)
@@ -398,12 +404,17 @@ def test_two_gloo_ranks_with_master_weights_equal_one_process_and_refuse_accumul
     one.fit()
     ours, start = _masters(one), _masters(Trainer(_cfg(store, "start", max_steps=4)))
     assert max((ours[k] - start[k]).abs().max().item() for k in ours) > 1e-2  # training moved the weights
+    four = Trainer(_cfg(store, "four", max_steps=4, micro_batch_size=1, grad_accum_steps=4))
+    four.fit()
+    accumulated = _masters(four)
+    for run in ("torch-1", "ours-1", "torch-2", "ours-2"):
+        for k, a in ranks[0][run].items():
+            assert torch.equal(a, ranks[1][run][k]), (run, k)
     for kind in ("torch", "ours"):
-        for k, a in ranks[0][kind].items():
-            assert torch.equal(a, ranks[1][kind][k]), (kind, k)
-        _assert_close_but_a_few(ranks[0][kind], ours)
-    for r in ranks:
-        assert "train.grad_accum_steps=2" in r["error"] and "\n" not in r["error"]
+        _assert_close_but_a_few(ranks[0][f"{kind}-1"], ours)
+        for k, a in ranks[0][f"{kind}-2"].items():
+            assert torch.equal(a, accumulated[k]), (kind, k)
+    assert [r["reduced"] for r in ranks] == [8, 8]  # 4 steps x 2 DDPs averaged the buffers
 
 
 def test_grpo_with_master_weights_rolls_out_the_bf16_model_and_resumes_bit_for_bit(tmp_path):

@@ -9,6 +9,7 @@ updates the fp32 master from the bf16 gradient and writes the bf16 weight back i
     masters = to_bf16_with_masters(model)         # {bf16 parameter: its fp32 master}, no copy of the weights
     opt = AdamW([masters[p] for p in ...], model_params={m: p for p, m in masters.items()})
     hooks = accumulate_grads_in_fp32(params)      # only with gradient accumulation (see there)
+    all_reduce_fp32_grads(params)                 # ... and data parallelism: after the last micro-batch
     with masters_in_place(model, opt.model_params):
         save_model(...)                           # writes the fp32 masters under the parameters' names
 
@@ -67,6 +68,25 @@ def accumulate_grads_in_fp32(params: list[nn.Parameter]) -> list:
     With one micro-batch a step no buffer is needed: the optimizer reads the bf16 gradient itself.
     """
     return [p.register_post_accumulate_grad_hook(_accumulate) for p in params if p.requires_grad]
+
+
+def all_reduce_fp32_grads(params: list[nn.Parameter], group=None) -> None:
+    """Average the fp32 accumulation buffers of ``params`` over the ranks of ``group``: data parallelism with
+    gradient accumulation, where the buffers, not ``.grad``, hold the step's gradients (so DDP's own all-reduce
+    of ``.grad`` is skipped on every micro-batch). One all-reduce a buffer, all in flight at once, in fp32.
+
+    A parameter that got no gradient on this rank gets a zero buffer first: every rank then sends the same list.
+    """
+    import torch.distributed as dist
+
+    bufs = []
+    for p in params:
+        if getattr(p, GRAD_ATTR, None) is None:
+            setattr(p, GRAD_ATTR, torch.zeros(p.shape, dtype=torch.float32, device=p.device))
+        bufs.append(getattr(p, GRAD_ATTR))
+    for work in [dist.all_reduce(b, group=group, async_op=True) for b in bufs]:
+        work.wait()
+    torch._foreach_div_(bufs, dist.get_world_size(group))
 
 
 def drop_grads(params, set_to_none: bool = True) -> None:

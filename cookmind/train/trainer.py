@@ -200,6 +200,7 @@ class Trainer:
         _check_fp8_head(self.bare_model, self.device)
         # train.master_weights: the parameters become bf16 before any wrapper sees them; their fp32 masters go to
         # the optimizer (cookmind.optim.master_weights)
+        self._reduce_fp32_grads = False  # train.master_weights with accumulation under data parallelism
         masters = self._master_weights() if cfg.train.master_weights else None
         self.model = parallelize(self.bare_model, cfg, self.device)
         self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device, masters=masters)
@@ -266,16 +267,12 @@ class Trainer:
         from cookmind.optim.master_weights import accumulate_grads_in_fp32, to_bf16_with_masters
 
         accum = self.cfg.train.grad_accum_steps
-        if accum > 1 and self.dist.world_size > 1:
-            raise ValueError(
-                f"train.master_weights=true with train.grad_accum_steps={accum} cannot run data-parallel "
-                f"({self.dist.world_size} ranks): DDP reduces .grad, which the fp32 accumulation empties after each "
-                "micro-batch; use train.grad_accum_steps=1 (a larger train.micro_batch_size), one process, or "
-                "train.master_weights=false"
-            )
         masters = to_bf16_with_masters(self.bare_model)
         if accum > 1:
             accumulate_grads_in_fp32(list(masters))
+            # data-parallel: the fp32 buffers hold the step's gradients and .grad is emptied after each
+            # micro-batch, so DDP skips every micro-batch's all-reduce and the buffers are averaged after the last
+            self._reduce_fp32_grads = self.dist.world_size > 1
         return masters
 
     def _fp32_weights_in_place(self) -> contextlib.AbstractContextManager:
@@ -624,7 +621,7 @@ class Trainer:
             with torch.no_grad():
                 batch = self.objective.prepare(self.model, batch)
             tokens += self.objective.num_tokens(batch)
-            with no_sync(self.model, sync=micro == accum - 1):
+            with no_sync(self.model, sync=micro == accum - 1 and not self._reduce_fp32_grads):
                 with autocast_context(cfg.train.precision, self.device):
                     loss, m = self.objective(self.model, batch)
                 scaled = loss / accum  # the mean over micro-batches: each contributes 1/accum
@@ -639,6 +636,10 @@ class Trainer:
                 for cb in self.callbacks:
                     cb.on_micro_batch_end(self, micro, loss, m)
         finish_gradient_sync(self.model)
+        if self._reduce_fp32_grads:
+            from cookmind.optim.master_weights import all_reduce_fp32_grads
+
+            all_reduce_fp32_grads(self._trainable, getattr(self.model, "process_group", None))
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         from cookmind.optim import clip_divisor, clip_grad_norm, global_grad_norm
