@@ -448,22 +448,32 @@ def emulated_float8_on_cpu():
         float8_blocks.fp8_blocks_problem, float8_blocks.convert_blocks_to_float8 = saved
 
 
-def fp8_block_runs(variants: list[str], shape: dict) -> list[tuple]:
-    """The float8-blocks figures asked for in ``variants``: "fp8-blocks" and "fp8-all" (with the FP8 head too)."""
-    runs = []
-    if "fp8-blocks" in variants:
-        runs.append(
-            ("cookmind Trainer, train.fp8_blocks=true", functools.partial(bench_cookmind, fp8_blocks=True), shape)
-        )
-    if "fp8-all" in variants:
-        runs.append(
-            (
-                "cookmind Trainer, train.fp8_blocks=true, model.lm_head_fp8=true",
-                functools.partial(bench_cookmind, fp8_blocks=True),
-                dict(shape, lm_head_fp8=True),
-            )
-        )
-    return runs
+# --variants of the Trainer figure, in the order they run: name -> (what the figure's impl adds to "cookmind Trainer",
+# bench_cookmind's keywords, the model shape's overrides)
+TRAINER_VARIANTS = {
+    "torch-adamw": ("optim.impl=torch", {"optim_impl": "torch"}, {}),
+    **{
+        mode: (f"compile_mode={mode}", {"compile_mode": mode}, {})
+        for mode in ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+    },
+    "compile-blocks": ("train.compile_scope=blocks", {"compile_scope": "blocks"}, {}),
+    "cuda-graph": ("train.cuda_graph=true", {"cuda_graph": True}, {}),
+    "fp8-head": ("train.cuda_graph=true, model.lm_head_fp8=true", {"cuda_graph": True}, {"lm_head_fp8": True}),
+    "fp8-blocks": ("train.fp8_blocks=true", {"fp8_blocks": True}, {}),
+    "fp8-all": ("train.fp8_blocks=true, model.lm_head_fp8=true", {"fp8_blocks": True}, {"lm_head_fp8": True}),
+    "master-weights": ("train.master_weights=true", {"master_weights": True}, {}),
+    "master-weights-graph": (
+        "train.master_weights=true, train.cuda_graph=true",
+        {"master_weights": True, "cuda_graph": True},
+        {},
+    ),
+    "master-weights-fp8": (
+        "train.master_weights=true, train.fp8_blocks=true",
+        {"master_weights": True, "fp8_blocks": True},
+        {},
+    ),
+    "sync-metrics": ("train.defer_metrics=false", {"defer_metrics": False}, {}),
+}
 
 
 def main() -> None:
@@ -543,6 +553,9 @@ def main() -> None:
     if args.accum > 1 and args.shape not in PRESET_RUNS:
         given = f"--shape {args.shape}" if args.shape else "the default shape (pass --shape)"
         ap.error(f"--accum applies to the preset shapes ({', '.join(PRESET_RUNS)}), not {given}")
+    unknown = [v for v in args.variants.split(",") if v and v != "raw" and v not in TRAINER_VARIANTS]
+    if unknown:
+        ap.error(f"--variants: no variant {', '.join(unknown)}; choose from raw, {', '.join(TRAINER_VARIANTS)}")
     if args.accum > 1 and "raw" in args.variants.split(","):
         ap.error("--variants raw is a bare loop without accumulation: leave it out with --accum")
     if args.shape in PRESET_RUNS:
@@ -609,76 +622,11 @@ def main() -> None:
             variants = [v for v in args.variants.split(",") if v]
             if "raw" in variants:
                 runs.append(("cookmind model, bare loop", bench_raw_cookmind, shape))
-            if "torch-adamw" in variants:
-                runs.append(
-                    ("cookmind Trainer, optim.impl=torch", functools.partial(bench_cookmind, optim_impl="torch"), shape)
-                )
-            for mode in ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
-                if mode in variants:
-                    runs.append(
-                        (
-                            f"cookmind Trainer, compile_mode={mode}",
-                            functools.partial(bench_cookmind, compile_mode=mode),
-                            shape,
-                        )
-                    )
-            if "compile-blocks" in variants:
-                runs.append(
-                    (
-                        "cookmind Trainer, train.compile_scope=blocks",
-                        functools.partial(bench_cookmind, compile_scope="blocks"),
-                        shape,
-                    )
-                )
-            if "cuda-graph" in variants:
-                runs.append(
-                    (
-                        "cookmind Trainer, train.cuda_graph=true",
-                        functools.partial(bench_cookmind, cuda_graph=True),
-                        shape,
-                    )
-                )
-            if "fp8-head" in variants:
-                runs.append(
-                    (
-                        "cookmind Trainer, train.cuda_graph=true, model.lm_head_fp8=true",
-                        functools.partial(bench_cookmind, cuda_graph=True),
-                        dict(shape, lm_head_fp8=True),
-                    )
-                )
-            runs += fp8_block_runs(variants, shape)
-            if "master-weights" in variants:
-                runs.append(
-                    (
-                        "cookmind Trainer, train.master_weights=true",
-                        functools.partial(bench_cookmind, master_weights=True),
-                        shape,
-                    )
-                )
-            if "master-weights-graph" in variants:
-                runs.append(
-                    (
-                        "cookmind Trainer, train.master_weights=true, train.cuda_graph=true",
-                        functools.partial(bench_cookmind, master_weights=True, cuda_graph=True),
-                        shape,
-                    )
-                )
-            if "master-weights-fp8" in variants:
-                runs.append(
-                    (
-                        "cookmind Trainer, train.master_weights=true, train.fp8_blocks=true",
-                        functools.partial(bench_cookmind, master_weights=True, fp8_blocks=True),
-                        shape,
-                    )
-                )
-            if "sync-metrics" in variants:
-                runs.append(
-                    (
-                        "cookmind Trainer, train.defer_metrics=false",
-                        functools.partial(bench_cookmind, defer_metrics=False),
-                        shape,
-                    )
-                )
+            runs += [
+                (f"cookmind Trainer, {label}", functools.partial(bench_cookmind, **kw), dict(shape, **overrides))
+                for name, (label, kw, overrides) in TRAINER_VARIANTS.items()
+                if name in variants
+            ]
         for name, fn, shp in runs:
             base = getattr(fn, "func", fn)
             extra = (args.run_dir,) if base is bench_cookmind else ()

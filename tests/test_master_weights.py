@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from lm_fixtures import TINY, tiny_lm
+from test_train_resume import StopAt
 from torch import nn
 from triton_fixtures import kernel_device, needs_kernel
 
@@ -17,7 +18,7 @@ from cookmind.model import load_model, save_model
 from cookmind.optim import AdamW, clip_divisor, global_grad_norm, param_groups
 from cookmind.optim.master_weights import accumulate_grads_in_fp32, grad_of, to_bf16_with_masters
 from cookmind.store import write_store
-from cookmind.train import Callback, TrainConfig, Trainer
+from cookmind.train import TrainConfig, Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread", "keep_threads")
 
@@ -297,15 +298,6 @@ def _masters(trainer) -> dict[str, torch.Tensor]:
     """The trainer's fp32 masters by parameter name."""
     by_param = {id(p): m for m, p in trainer.optimizer.model_params.items()}
     return {n: by_param[id(p)] for n, p in trainer.bare_model.named_parameters()}
-
-
-class StopAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, trainer, step, metrics):
-        if step == self.step:
-            trainer.request_stop("test interruption")
 
 
 @pytest.mark.parametrize("case", ["pretrain-accum", "pretrain-device-side", "dpo-lora"])
