@@ -470,3 +470,24 @@ def test_fp8_blocks_train_the_bf16_weights_the_masters_write(tmp_path, monkeypat
     for m, w0 in zip(linears, start):
         assert m.weight.dtype == BF16 and not torch.equal(m.weight, w0)
         assert torch.equal(m.weight.detach(), masters[id(m.weight)].to(BF16))
+
+
+def test_a_second_trainer_over_the_same_model_trains_it_as_a_fresh_model(store):
+    """Expert iteration trains one model through a Trainer per round. With master weights and accumulation the
+    second Trainer's fp32-accumulation hooks must not stack on the first's (a second hook found ``.grad`` taken):
+    its 2 steps equal, bit for bit, those of a fresh model started from the same weights."""
+    torch.manual_seed(0)
+    model = tiny_lm()
+    kw = dict(max_steps=2, micro_batch_size=2, grad_accum_steps=2)
+    Trainer(_cfg(store, "round1", **kw), model=model).fit()
+    fresh = tiny_lm()
+    fresh.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    again = Trainer(_cfg(store, "round2", **kw), model=model)
+    again.fit()
+    new = Trainer(_cfg(store, "fresh", **kw), model=fresh)
+    new.fit()
+    a, b = again.bare_model.state_dict(), new.bare_model.state_dict()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    for ma, mb in zip(again.optimizer.model_params, new.optimizer.model_params):
+        assert torch.equal(ma, mb)

@@ -26,6 +26,7 @@ from torch import nn
 
 LOW = torch.bfloat16
 GRAD_ATTR = "grad_fp32"  # a parameter's fp32 gradient accumulation buffer (accumulate_grads_in_fp32)
+HOOK_ATTR = "grad_fp32_hook"  # the handle of a parameter's accumulation hook (accumulate_grads_in_fp32)
 
 
 def to_bf16_with_masters(model: nn.Module) -> dict[nn.Parameter, torch.Tensor]:
@@ -65,9 +66,16 @@ def accumulate_grads_in_fp32(params: list[nn.Parameter]) -> list:
     """Over several micro-batches, add each bf16 gradient into an fp32 buffer (``grad_of``) as soon as autograd has
     accumulated it, and drop ``.grad``: bf16 gradients never sum in bf16. Returns the hooks' handles.
 
-    With one micro-batch a step no buffer is needed: the optimizer reads the bf16 gradient itself.
+    With one micro-batch a step no buffer is needed: the optimizer reads the bf16 gradient itself. A parameter hooked
+    already (a second Trainer over the same model, as expert iteration runs one a round) gets no second hook, which
+    would find ``.grad`` taken by the first.
     """
-    return [p.register_post_accumulate_grad_hook(_accumulate) for p in params if p.requires_grad]
+    handles = []
+    for p in params:
+        if p.requires_grad and getattr(p, HOOK_ATTR, None) is None:
+            handles.append(p.register_post_accumulate_grad_hook(_accumulate))
+            setattr(p, HOOK_ATTR, handles[-1])
+    return handles
 
 
 def all_reduce_fp32_grads(params: list[nn.Parameter], group=None) -> None:
