@@ -116,6 +116,36 @@ def test_torch_ddp_gradients_are_views_of_its_buckets():
         _leave_group()
 
 
+def test_a_second_wrapper_of_our_ddp_over_the_same_model_takes_its_gradients_over():
+    """A Trainer per round over one model (expert iteration) wraps it in a new DDP each round: the earlier
+    wrapper's hooks must go, or they mark every gradient arrived a second time ("arrived twice" on the second
+    backward). One gloo process: the averaged gradients equal a plain model's, over two backward passes."""
+    import torch.distributed as dist
+
+    from cookmind.parallel import finish_gradient_sync, wrap_data_parallel
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{find_free_port()}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model, ref = tiny_lm(), tiny_lm()
+        ref.load_state_dict(model.state_dict())
+        first = wrap_data_parallel(model, "ours", 25.0, "fp32")
+        ids = torch.randint(0, 64, (2, 16))
+        first(ids, labels=ids).loss.backward()
+        finish_gradient_sync(first)
+        wrapped = wrap_data_parallel(model, "ours", 25.0, "fp32")  # the next round's
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            wrapped(ids, labels=ids).loss.backward()
+            finish_gradient_sync(wrapped)
+        ref(ids, labels=ids).loss.backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
+    finally:
+        first = wrapped = None  # the wrappers go before the group (see _leave_group)
+        _leave_group()
+
+
 def _leave_group() -> None:
     """Leave the test's process group once the caller dropped its DDP wrapper. Freed after the group, DDP's reducer
     frees the group in its destructor while holding the GIL, and a gloo thread waiting for the GIL hangs the test

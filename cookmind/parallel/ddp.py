@@ -29,6 +29,8 @@ from torch import nn
 from .bucket_plan import plan_buckets
 from .grad_bucket import GradBucket
 
+HOOK_ATTR = "_cookmind_ddp_hook"  # a parameter's gradient-ready hook, owned by the newest DDP over it
+
 
 class DDP(nn.Module):
     """Data-parallel wrapper: ``DDP(module, bucket_size_mb=25, reduce_dtype=None, first_bucket_mb=None)``.
@@ -80,7 +82,13 @@ class DDP(nn.Module):
         self._next_launch = 0
         self._ready_log: list[int] | None = [] if rebuild_buckets else None
         self._index = {p: i for i, p in enumerate(self._params)}
-        self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready) for p in self._params]
+        self._hooks = []
+        for p in self._params:  # one DDP per parameter: a wrapper of the same model before (a Trainer per round of
+            stale = getattr(p, HOOK_ATTR, None)  # expert iteration) would mark each gradient arrived a second time
+            if stale is not None:
+                stale.remove()
+            self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
+            setattr(p, HOOK_ATTR, self._hooks[-1])
 
     @torch.no_grad()
     def _broadcast_from_rank0(self) -> None:
@@ -165,8 +173,10 @@ class DDP(nn.Module):
 
     def remove_hooks(self) -> None:
         """Detach from the module's parameters (the wrapper stops synchronising for good)."""
-        for h in self._hooks:
+        for p, h in zip(self._params, self._hooks):
             h.remove()
+            if getattr(p, HOOK_ATTR, None) is h:
+                setattr(p, HOOK_ATTR, None)
         self._hooks = []
 
     @property
