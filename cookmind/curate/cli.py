@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("train-classifier", help="train a fastText-style classifier from labelled JSONL")
     p.add_argument("--input", nargs="+", required=True, help="JSONL(.gz) with a text (or html) and a label field")
     p.add_argument("--output", type=Path, required=True, help="model file (.npz)")
+    p.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
     p.add_argument("--text-field", default="text")
     p.add_argument("--label-field", default="label")
     p.add_argument("--html-field", default="html", help="used (through extract) when a record has no text field")
@@ -99,10 +100,12 @@ def _run(args) -> int:
 def _train_classifier(args) -> int:
     import numpy as np
 
+    from cookmind.atomic import check_output_file
     from cookmind.curate.classifier import ClassifierConfig, train_classifier
     from cookmind.curate.extract import extract_text
     from cookmind.curate.shards import iter_source
 
+    check_output_file(args.output, args.input, args.overwrite, "--output")
     records = []
     for path in args.input:
         for i, rec in enumerate(iter_source(path)):

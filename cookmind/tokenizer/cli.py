@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from cookmind.atomic import building_dir, check_replaceable, write_text, writing
+from cookmind.atomic import building_dir, check_output_file, check_replaceable, write_text, writing
 from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS
 from cookmind.tokenizer.errors import TokenizerError
 
@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--text", help="text to encode")
     src.add_argument("--input", help="UTF-8 file to encode, streamed")
     e.add_argument("--output", help="write ids here: .bin = raw little-endian uint32, else text; default stdout")
+    e.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
     e.add_argument("--reference", action="store_true", help="use the pure-Python reference encoder")
 
     d = sub.add_parser("decode", help="token ids -> text")
@@ -197,6 +198,8 @@ def _encode(args) -> int:
 
     from cookmind.tokenizer.tokenizer import Tokenizer
 
+    if args.output:
+        check_output_file(args.output, [args.input] if args.input else [], args.overwrite, "--output")
     tok = Tokenizer.load(args.tokenizer)
     if args.reference:
         tok._fast, tok._fast_checked = None, True
