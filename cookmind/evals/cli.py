@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     def common(p):
         add_model_argument(p)
         p.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the model dir)")
-        p.add_argument("--device", default="cpu")
+        p.add_argument("--device", default="cpu", help="default cpu; cuda to run on the GPU")
         p.add_argument("--out", default=None, help="write the per-item JSONL here (metrics JSON beside it)")
         p.add_argument("--overwrite", action="store_true", help="replace an --out (and its metrics JSON) already there")
         p.add_argument("--quiet", action="store_true", help="no progress bar")

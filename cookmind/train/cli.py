@@ -20,6 +20,13 @@ import time
 from pathlib import Path
 
 
+def preset_names() -> list[str]:
+    """The presets shipped in cookmind/configs, by name."""
+    from cookmind.train.config import CONFIG_DIR
+
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The stage's options; any config field is a ``section.key=value`` override."""
     parser.add_argument(
@@ -32,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-c",
         "--config",
         default="tiny-cpu",
-        help="preset name in cookmind/configs (tiny-cpu, demo, gpt2-small, minimind) or a YAML path",
+        help=f"preset name in cookmind/configs ({', '.join(preset_names())}; default tiny-cpu) or a YAML path",
     )
     parser.add_argument("--objective", choices=["pretrain", "sft", "dpo", "grpo"], help="= train.objective")
     parser.add_argument("--train-data", help="training token store (= data.train_path)")
