@@ -1,4 +1,5 @@
-"""SFT never truncates or drops records silently; its window is sized from the store when unset (issue #17.8)."""
+"""SFT records and GRPO prompts are never truncated or dropped silently; an unset SFT window is sized from the store
+(issue #17.8)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,18 @@ def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_p
     assert t2.cfg.data.window_size == max(len(r["sequence"]) for r in records) == 90
     assert t2.data_stats["data_truncated"] == t2.data_stats["data_dropped"] == 0
     assert "sized from the store to 90" in capsys.readouterr().err
+
+
+def test_grpo_prompts_longer_than_the_window_are_counted_not_dropped_silently(tmp_path, tok_dir, capsys, keep_threads):
+    lengths = [4, 10, 30, 50, 8, 40]
+    window = 24
+    records = [{"prompts": np.arange(1, n + 1) % 300 + 1, "answers": np.frombuffer(b"7", np.uint8)} for n in lengths]
+    store = write_store(tmp_path / "rl", "grpo", records, vocab_size=320)
+    dropped = sum(n > window for n in lengths)  # a prompt is never cut: one longer than the window is dropped
+    grpo = ["train.objective=grpo", f"data.tokenizer={tok_dir}", "model.vocab_size=320"]
+    cfg = _cfg(tmp_path, store, *grpo, f"data.window_size={window}")
+    with pytest.warns(UserWarning, match="of the grpo prompts are dropped"):
+        t = Trainer(cfg)
+    err = capsys.readouterr().err
+    assert f"grpo data: {len(lengths)} prompts; {dropped} longer than data.window_size={window} dropped" in err
+    assert t.data_stats == {"data_records": len(lengths), "data_dropped": dropped}

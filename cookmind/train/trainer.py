@@ -334,24 +334,35 @@ class Trainer:
     def _report_truncation(self, dataset) -> None:
         """Count, print and keep (for metrics and report.md) the records the window cut short or dropped."""
         truncated, dropped = getattr(dataset, "num_truncated", None), getattr(dataset, "num_dropped", None)
-        if truncated is None or dropped is None:
+        if dropped is None:
             return
         total = len(dataset.store) if hasattr(dataset, "store") else len(dataset) + dropped
-        self.data_stats = {"data_records": total, "data_truncated": truncated, "data_dropped": dropped}
+        if truncated is None:  # grpo: a prompt is never cut, only dropped
+            self.data_stats = {"data_records": total, "data_dropped": dropped}
+            line = (
+                f"{self.train_type} data: {total} prompts; {dropped} longer than data.window_size="
+                f"{self.cfg.data.window_size} dropped (a cut prompt would ask another question)"
+            )
+        else:
+            self.data_stats = {"data_records": total, "data_truncated": truncated, "data_dropped": dropped}
+            line = (
+                f"{self.train_type} data: {total} records; {truncated} truncated to data.window_size="
+                f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)"
+            )
         if not self.dist.is_main:
             return
-        share = (truncated + dropped) / max(total, 1)
-        line = (
-            f"{self.train_type} data: {total} records; {truncated} truncated to data.window_size="
-            f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)"
-        )
+        share = ((truncated or 0) + dropped) / max(total, 1)
         print(f"cookmind train: {line}", file=sys.stderr)
         if share > TRUNCATION_WARN:
             import warnings
 
+            what = (
+                "prompts are dropped: they never train"
+                if truncated is None
+                else "records are cut short or dropped: the model will rarely see a whole answer or its end of turn"
+            )
             warnings.warn(
-                f"{share:.0%} of the {self.train_type} records are cut short or dropped: the model will "
-                f"rarely see a whole answer or its end of turn. Raise data.window_size (and the model's "
+                f"{share:.0%} of the {self.train_type} {what}. Raise data.window_size (and the model's "
                 f"max_position_embeddings) or pack shorter records.",
                 stacklevel=3,
             )
