@@ -353,9 +353,10 @@ def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
     for name in ("dpo", "dpo_val"):
         rows = [json.loads(line) for line in (ctx.paths["data"] / f"{name}.jsonl").read_text().splitlines()]
         answers = _greedy_answers(ctx, ctx.checkpoints["sft"], [r["chosen"][0]["content"] for r in rows])
-        pairs, mined = [], 0
+        pairs, mined, empty = [], 0, 0
         for row, answer in zip(rows, answers):
             truth = extract_answer(row["chosen"][-1]["content"])
+            empty += not answer.strip()
             if extract_answer(answer) != truth and answer.strip():
                 # on-policy: push down exactly what the model says when it is wrong
                 wrong = row["chosen"][:-1] + [{"role": "assistant", "content": answer}]
@@ -367,15 +368,21 @@ def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
         store = ctx.workdir / "stores" / f"{name}_mined.bin"
         meta = pack([path], store, str(ctx.paths["tokenizer"]), "dpo", overwrite=True, progress=False)
         ctx.paths[f"store_{name}"] = store
-        out[name] = {"pairs": len(pairs), "from_model_mistakes": mined, "tokens": meta["num_tokens"]}
+        out[name] = {"pairs": len(pairs), "from_model_mistakes": mined, "empty": empty, "tokens": meta["num_tokens"]}
     ctx.say(
         f"{out['dpo']['from_model_mistakes']} of {out['dpo']['pairs']} DPO prompts answered wrongly by the SFT "
         "model: those answers become the rejected side"
+        + (
+            f"; {out['dpo']['empty']} empty answers keep a synthetic wrong answer instead"
+            if out["dpo"]["empty"]
+            else ""
+        )
     )
     return {
         "pairs": out["dpo"]["pairs"],
         "from_model_mistakes": out["dpo"]["from_model_mistakes"],
         "synthetic_wrong": out["dpo"]["pairs"] - out["dpo"]["from_model_mistakes"],
+        "empty_answers": out["dpo"]["empty"],
         "tokens": out["dpo"]["tokens"],
         "val_pairs": out["dpo_val"]["pairs"],
         "val_from_model_mistakes": out["dpo_val"]["from_model_mistakes"],
