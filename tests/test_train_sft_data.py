@@ -74,6 +74,7 @@ def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_p
     store, records = sft_store
     t = Trainer(_cfg(tmp_path, store))  # tiny-cpu's preset window (128) is not the user's choice
     assert t.cfg.data.window_size == 64  # the longest record (90) capped by max_position_embeddings=64
+    assert "window_size: 64" in (tmp_path / "run" / "config.yaml").read_text()  # the run's own record says so
     t2 = Trainer(_cfg(tmp_path, store, "model.max_position_embeddings=128", f"logging.run_dir={tmp_path / 'b'}"))
     assert t2.cfg.data.window_size == max(len(r["sequence"]) for r in records) == 90
     assert t2.data_stats["data_truncated"] == t2.data_stats["data_dropped"] == 0

@@ -155,7 +155,6 @@ class Trainer:
                 print(f"cookmind train: data.tokenizer not set; using {cfg.data.tokenizer}", file=sys.stderr)
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            cfg.save(self.run_dir / "config.yaml")
         self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
         self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
         B.check_init_tokenizer(cfg, self.tokenizer)
@@ -260,6 +259,8 @@ class Trainer:
                     + ". Set train.cuda_graph=false (or auto: on only where it can be)."
                 )
             self._graph = None if problems else GraphedStep(self)
+        if self.dist.is_main:  # last: the values this run resolved (a window sized from the store), and a run that
+            cfg.save(self.run_dir / "config.yaml")  # cannot start (a refused resume) leaves the one there alone
 
     def _master_weights(self) -> dict:
         """Make the model's parameters bf16 with fp32 masters (``train.master_weights``); with gradient accumulation
