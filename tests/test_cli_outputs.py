@@ -1,5 +1,6 @@
-"""Commands that write one file (`eval --out`, `tokenizer encode --output`, `curate train-classifier --output`)
-never destroy an input and replace an existing file only with --overwrite; the refusal comes before any work."""
+"""Commands that write files (`eval --out`, `tokenizer encode --output`, `curate train-classifier --output`,
+`curate dedup --output`) never destroy an input and replace an existing file only with --overwrite; the refusal
+comes before any work."""
 
 from __future__ import annotations
 
@@ -47,3 +48,28 @@ def test_an_existing_output_needs_overwrite(tmp_path, tok_dir, capsys, command):
     if command != "eval":  # eval then runs (and here stops at the missing model)
         assert main(commands[command] + ["--overwrite"]) == 0
         assert out.read_bytes() != b"the user's own file\n"
+
+
+@pytest.mark.parametrize("method", ["lines", "minhash"])
+def test_dedup_never_writes_over_its_inputs_or_one_output_twice(tmp_path, capsys, method):
+    docs = tmp_path / "docs"
+    (docs / "a").mkdir(parents=True)
+    (docs / "b").mkdir()
+    for sub, text in (("a", "one cat\nsat here\n"), ("b", "one cat\nran away\n")):
+        (docs / sub / "doc.txt").write_text(text)
+    (docs / "a" / "other.txt").write_text("one cat\nsat here\n")
+    a_files = [str(docs / "a" / "doc.txt"), str(docs / "a" / "other.txt")]
+    before = {p: open(p).read() for p in a_files}
+    dedup = ["curate", "dedup", "--method", method, "--input"]
+    # the inputs' own folder as --output would rewrite them in place
+    assert main([*dedup, *a_files, "--output", str(docs / "a"), "--overwrite"]) == 2
+    assert "is also the input" in capsys.readouterr().err
+    assert {p: open(p).read() for p in a_files} == before
+    # a/doc.txt and b/doc.txt would both be written to out/doc.txt
+    both = [str(docs / "a" / "doc.txt"), str(docs / "b" / "doc.txt")]
+    assert main([*dedup, *both, "--output", str(tmp_path / "out")]) == 2
+    assert "share the file name(s) doc.txt" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert main([*dedup, *a_files, "--output", str(tmp_path / "out")]) == 0
+    assert main([*dedup, *a_files, "--output", str(tmp_path / "out")]) == 2  # its own earlier output: say so
+    assert "already exists; choose another output path or pass --overwrite" in capsys.readouterr().err
+    assert main([*dedup, *a_files, "--output", str(tmp_path / "out"), "--overwrite"]) == 0
