@@ -75,6 +75,9 @@ def test_gsm8k_sampled_pass_at_k(tmp_path):
     assert m["pass@1"] == pytest.approx(c / 8) and m["pass@8"] == 1.0
     with pytest.raises(ValueError, match="temperature"):
         evaluate_gsm8k(Coin(), CharTok(), problems, num_samples=2, temperature=0.0)
+    # pass@8 of one sample a problem is undefined: refused (it was left out of the metrics without a word)
+    with pytest.raises(ValueError, match=r"pass@8 needs 1..num_samples=1 .*--num-samples.* drop 8 from --k"):
+        evaluate_gsm8k(Coin(), CharTok(), problems, ks=(1, 8))
 
 
 class Bigram(torch.nn.Module):
