@@ -83,8 +83,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     i.add_argument("--vocab", help="GPT-2 style vocab.json (with --merges)")
     i.add_argument("--merges", help="GPT-2 style merges.txt (with --vocab)")
     i.add_argument("--tokenizer-json", help="a Hugging Face byte-level BPE tokenizer.json")
-    i.add_argument("--special-token", nargs="*", default=None, metavar="TOK")
-    i.add_argument("--pattern", default="gpt2")
+    i.add_argument(
+        "--special-token",
+        nargs="*",
+        default=None,
+        metavar="TOK",
+        help="--vocab/--merges: the vocabulary's special tokens, kept whole (default: <|endoftext|> when it is there, "
+        "as in GPT-2's); a cookmind tokenizer exported with --format gpt2 needs all of its own, by default "
+        "<|endoftext|> <|im_start|> <|im_end|> <think> </think>. A tokenizer.json names its own",
+    )
+    i.add_argument("--pattern", default="gpt2", help="pre-tokenization regex: gpt2 (default), gpt4 or a regex")
     i.add_argument("--out", required=True)
     i.add_argument(
         "--overwrite",
