@@ -31,3 +31,17 @@ def test_generate_and_chat_help_show_their_sampling_defaults():
                 assert action.help and "default" in action.help, (stage, action.dest)
         assert f"default {parser.get_default('max_new_tokens')}" in text
     assert "0 = greedy (default)" in _help("generate") and "default 0.7" in _help("chat")
+
+
+def test_our_warnings_print_as_one_line_and_others_keep_pythons_format(monkeypatch):
+    import warnings
+
+    import cookmind
+    from cookmind.cli import warnings_as_lines
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # restored after the test
+    warnings_as_lines("train")
+    ours = warnings.formatwarning("43% of the sft records are cut short", UserWarning, cookmind.__file__, 214)
+    assert ours == "cookmind train: warning: 43% of the sft records are cut short\n"
+    theirs = warnings.formatwarning("deprecated", FutureWarning, "/usr/lib/python3/x.py", 3, line="x = 1")
+    assert theirs == "/usr/lib/python3/x.py:3: FutureWarning: deprecated\n  x = 1\n"

@@ -186,7 +186,8 @@ class Trainer:
             cfg.data.window_size = B.window_for_store(cfg.data.train_path, kind, max_pos)
             if self.dist.is_main:
                 print(
-                    f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size}",
+                    f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size} "
+                    f"(its longest record, at most the model's max_position_embeddings={max_pos})",
                     file=sys.stderr,
                 )
         elif max_pos is not None and cfg.data.window_size > max_pos and not cfg.is_user_set("data.window_size"):
@@ -367,7 +368,6 @@ class Trainer:
                 f"max_position_embeddings) or pack shorter records.",
                 stacklevel=3,
             )
-            print(f"cookmind train: WARNING: {share:.0%} of the records are truncated or dropped", file=sys.stderr)
 
     def _next_batch(self) -> dict[str, Any]:
         if hasattr(self.objective, "next_batch"):
