@@ -711,8 +711,12 @@ def _curated_texts(ctx: DemoContext) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`cookmind demo` options."""
-    parser.add_argument("--workdir", default="runs/demo", help="where data, models and the report go")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--workdir",
+        default="runs/demo",
+        help="where data, models and report.md go (default runs/demo); a rerun replaces the demo's own output there",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data and every stage (default 0)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of every stage in seconds")
     parser.add_argument("--skip-curate", action="store_true", help="skip the web-curation stage")
     parser.add_argument("--pretrain-steps", type=int, help="override the pretraining steps")
