@@ -95,3 +95,14 @@ def test_grpo_prompts_longer_than_the_window_are_counted_not_dropped_silently(tm
     err = capsys.readouterr().err
     assert f"grpo data: {len(lengths)} prompts; {dropped} longer than data.window_size={window} dropped" in err
     assert t.data_stats == {"data_records": len(lengths), "data_dropped": dropped}
+
+
+def test_the_truncation_warning_of_an_init_from_run_does_not_advise_a_longer_context(tmp_path, sft_store, keep_threads):
+    store, _ = sft_store
+    with pytest.warns(UserWarning, match="Raise data.window_size"):
+        Trainer(_cfg(tmp_path, store)).fit()  # a fresh model: its context may be raised
+    # a loaded model's max_position_embeddings cannot change (the config refuses it): say what can
+    cfg = _cfg(tmp_path, store, f"train.init_from={tmp_path / 'run'}", f"logging.run_dir={tmp_path / 'sft'}")
+    cfg.model = {}  # the shape comes from the checkpoint (the MODEL overrides would be refused as a change)
+    with pytest.warns(UserWarning, match=r"whole context of the model at train.init_from \(max_position_embeddings=64"):
+        Trainer(cfg)

@@ -363,11 +363,16 @@ class Trainer:
                 if truncated is None
                 else "records are cut short or dropped: the model will rarely see a whole answer or its end of turn"
             )
-            warnings.warn(
-                f"{share:.0%} of the {self.train_type} {what}. Raise data.window_size (and the model's "
-                f"max_position_embeddings) or pack shorter records.",
-                stacklevel=3,
-            )
+            max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
+            if self.cfg.train.init_from and max_pos is not None and self.cfg.data.window_size >= max_pos:
+                advice = (  # the loaded model fixes its context: raising it is refused
+                    f"The window is already the whole context of the model at train.init_from "
+                    f"(max_position_embeddings={max_pos}): pack shorter records, or start from a model with a "
+                    f"longer context."
+                )
+            else:
+                advice = "Raise data.window_size (and the model's max_position_embeddings) or pack shorter records."
+            warnings.warn(f"{share:.0%} of the {self.train_type} {what}. {advice}", stacklevel=3)
 
     def _next_batch(self) -> dict[str, Any]:
         if hasattr(self.objective, "next_batch"):
