@@ -23,7 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     g = sub.add_parser("gsm8k", help="GSM8K accuracy, greedy or sampled, with pass@k")
     common(g)
-    g.add_argument("--data", default="../shared/data/gsm8k/test.jsonl", help="GSM8K-shaped JSONL")
+    g.add_argument(
+        "--data",
+        default="../shared/data/gsm8k/test.jsonl",
+        help="GSM8K-shaped JSONL: {question, answer ending in '#### N'} (default ../shared/data/gsm8k/test.jsonl)",
+    )
     g.add_argument("--limit", type=int, default=None, help="first N problems only")
     g.add_argument(
         "--template",
@@ -41,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     m = sub.add_parser("mmlu", help="MMLU accuracy per subject and macro-averaged")
     common(m)
-    m.add_argument("--data", default="../shared/data/mmlu", help="MMLU root with dev/val/test folders")
+    m.add_argument("--data", default="../shared/data/mmlu", help="MMLU root (default %(default)s)")
     m.add_argument("--split", default="test", choices=["dev", "val", "test"])
     m.add_argument("--subjects", nargs="*", default=None)
     m.add_argument("--limit-per-subject", type=int, default=None)
