@@ -101,6 +101,19 @@ def test_a_refused_resume_leaves_the_runs_config_yaml_alone(tmp_path, store, cap
     assert (run / "config.yaml").read_text() == before
 
 
+def test_a_store_of_another_kind_or_none_names_the_flag_to_change(tmp_path, capsys):
+    mask = np.array([0, 0, 1, 1], np.uint8)
+    sft = write_store(tmp_path / "sft", "sft", [{"sequence": np.arange(1, 5), "loss_mask": mask}] * 4, vocab_size=64)
+    for objective in ("pretrain", "dpo"):  # dpo's window sizing read the store's missing "chosen": a KeyError
+        assert _run(sft, "--objective", objective, "--run-dir", str(tmp_path / objective), "train.max_steps=1") == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"is a 'sft' store and train.objective={objective} reads" in err and "pass --objective sft" in err
+        assert not (tmp_path / objective).exists()
+    # a missing store was reported as "model.vocab_size is not set and there is no tokenizer"
+    assert _run(tmp_path / "nowhere", "--run-dir", str(tmp_path / "r"), "train.max_steps=1") == 2
+    assert "nowhere: no such store; make one with `cookmind pack" in capsys.readouterr().err
+
+
 def test_sigterm_saves_and_exits_non_zero(tmp_path, store, sigterm_at_step, capsys):
     sigterm_at_step(1)
     run = tmp_path / "run"
