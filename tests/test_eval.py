@@ -249,6 +249,9 @@ def test_perplexity_on_a_token_store_matches_bigram_by_hand(shared_data, tmp_pat
         assert r["tokens"] == n == len(stream) - math.ceil(len(stream) / window) and r["bytes"] == n_bytes
         assert r["nll_per_token"] == pytest.approx(nll / n, rel=1e-5)
         assert r["bits_per_byte"] == pytest.approx(nll / math.log(2) / n_bytes, rel=1e-5)
+    other = Tokenizer(*train_bpe(src, 280, DEFAULT_SPECIAL_TOKENS), DEFAULT_SPECIAL_TOKENS)
+    with pytest.raises(ValueError, match=r"s\.bin was packed with tokenizer .*tok .*not the model's"):
+        evaluate_store(TableLM(), other, tmp_path / "s.bin", window=32, progress=False)  # it scored them as its ids
 
 
 def _tiny_cookmind(context, vocab=256):

@@ -104,7 +104,9 @@ def evaluate_store(
     """
     from cookmind.data import DatasetFactory
 
-    ds = DatasetFactory.load("seq", str(path), window)
+    # a store packed with another tokenizer than the model's is refused: its ids would be scored as other text
+    fingerprint = tokenizer.fingerprint() if hasattr(tokenizer, "fingerprint") else None
+    ds = DatasetFactory.load("seq", str(path), window, tokenizer_fingerprint=fingerprint, tokenizer_path="the model's")
     spans = [ds.window_bounds(i) for i in range(len(ds))]
     stream_length = ds.store.stream_length("sequence")
     end = spans[-1][1] if spans else 0
