@@ -10,6 +10,7 @@ packages: every layer may use it.
     with writing(path) as f: ...                                        a file written in pieces
     with temp_path(path) as tmp: torch.save(obj, tmp)                   a library that wants a path
     with building_dir(path, replace=is_ours) as tmp: ...               a directory built whole
+    check_output_file(out, inputs, overwrite)                           before a command writes one file
 """
 
 from __future__ import annotations
@@ -189,6 +190,21 @@ def check_replaceable(final: Path, replace: bool, is_ours: Callable[[Path], bool
             f"{final} exists and is not a {what}; --overwrite only replaces a {what}, "
             f"so move it away or choose another output path"
         )
+
+
+def check_output_file(
+    out: str | os.PathLike, inputs: Iterable[str | os.PathLike], overwrite: bool, flag: str = "--out"
+) -> None:
+    """Refuse a file output that is one of ``inputs`` (writing it would destroy that input, even with
+    ``overwrite``) or that already exists without ``overwrite``; call it before the command does any work."""
+    out = Path(out)
+    if out.is_dir():
+        raise IsADirectoryError(f"{flag} {out} is a directory; name a file")
+    for p in inputs:
+        if out.exists() and Path(p).exists() and os.path.samefile(out, p):
+            raise ValueError(f"{flag} {out} is also the input {p}; writing it would destroy it; choose another {flag}")
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{flag} {out} already exists; choose another output path or pass --overwrite")
 
 
 @contextlib.contextmanager

@@ -101,6 +101,22 @@ def parse_stage_args(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     return args
 
 
+def warnings_as_lines(stage: str) -> None:
+    """Print cookmind's own warnings as one line, ``cookmind STAGE: warning: ...``, without the source line
+    that raised them (other packages' warnings keep Python's format)."""
+    import warnings
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    python_format = warnings.formatwarning
+
+    def one_line(message, category, filename, lineno, line=None):
+        if os.path.abspath(filename).startswith(package):
+            return f"cookmind {stage}: warning: {message}\n"
+        return python_format(message, category, filename, lineno, line)
+
+    warnings.formatwarning = one_line
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -112,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stage_parser, module = _stage_parser(argv[0])
     args = parse_stage_args(stage_parser, argv[1:])
+    warnings_as_lines(argv[0])
     try:
         result = module.main(args)
     except (ValueError, OSError) as exc:

@@ -133,6 +133,20 @@ def test_stream_takes_each_problem_once_in_order_and_warns_on_wrap(tmp_path):
         trainer.objective.next_batch(trainer)
 
 
+def test_stream_problems_whose_prompt_fills_the_context_are_dropped_and_counted(tmp_path):
+    """A prompt of the model's whole context (48) leaves no room to answer: it stopped the run at its step."""
+    short = [{"question": "?" * n, "answer": str(n)} for n in (1, 2, 3)]
+    problems = [short[0], {"question": "?" * 48, "answer": "48"}, *short[1:], {"question": "?" * 60, "answer": "60"}]
+    gcfg = GRPOConfig(group_size=2, max_new_tokens=3, template="{question}", stop_strings=())
+    with pytest.warns(UserWarning) as caught:
+        trainer = _grpo_trainer(tmp_path, 1, problems=problems, eval_problems=problems[:2], gcfg=gcfg)
+    said = [str(w.message) for w in caught]
+    tail = "problems are dropped: their prompts fill the model's context of 48 tokens"
+    assert f"grpo.problems: 2 of 5 {tail}" in said and f"grpo.eval_problems: 1 of 2 {tail}" in said
+    assert trainer.objective.problems == short and trainer.objective.eval_problems == short[:1]
+    trainer.fit()  # the first step takes the three short ones
+
+
 def test_grpo_resume_through_trainer_equals_uninterrupted_bit_for_bit(tmp_path):
     """Interrupted after 2 of 4 steps and resumed (KL to a frozen copy of the start, Dr. GRPO normalisation): the
     same weights, bit for bit, and the same rows as the straight run."""

@@ -75,6 +75,9 @@ def test_gsm8k_sampled_pass_at_k(tmp_path):
     assert m["pass@1"] == pytest.approx(c / 8) and m["pass@8"] == 1.0
     with pytest.raises(ValueError, match="temperature"):
         evaluate_gsm8k(Coin(), CharTok(), problems, num_samples=2, temperature=0.0)
+    # pass@8 of one sample a problem is undefined: refused (it was left out of the metrics without a word)
+    with pytest.raises(ValueError, match=r"pass@8 needs 1..num_samples=1 .*--num-samples.* drop 8 from --k"):
+        evaluate_gsm8k(Coin(), CharTok(), problems, ks=(1, 8))
 
 
 class Bigram(torch.nn.Module):
@@ -209,8 +212,8 @@ def test_cookmind_eval_cli_on_hf_folder(shared_data, tmp_path, capsys):
 
 def test_perplexity_on_a_token_store_matches_bigram_by_hand(shared_data, tmp_path):
     pytest.importorskip("cookmind.store")
-    from cookmind.data import DatasetFactory
     from cookmind.evals import evaluate_store
+    from cookmind.store import TokenStore
     from cookmind.store.packer import pack
     from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
@@ -231,18 +234,24 @@ def test_perplexity_on_a_token_store_matches_bigram_by_hand(shared_data, tmp_pat
         def forward(self, ids):
             return self.t[ids]
 
-    r = evaluate_store(TableLM(), tok, tmp_path / "s.bin", window=32, progress=False)
-    ds = DatasetFactory.load("seq", str(tmp_path / "s.bin"), 32)
-    nll, n, n_bytes = 0.0, 0, 0
-    for i in range(len(ds)):
-        ids = ds[i]["input_ids"].tolist()
-        for prev, nxt in zip(ids[:-1], ids[1:]):
-            nll -= torch.log_softmax(table[prev], -1)[nxt].item()
-        n += len(ids) - 1
-        n_bytes += len(tok.decode(ids[1:]).encode())
-    assert r["tokens"] == n and r["bytes"] == n_bytes
-    assert r["nll_per_token"] == pytest.approx(nll / n, rel=1e-5)
-    assert r["bits_per_byte"] == pytest.approx(nll / math.log(2) / n_bytes, rel=1e-5)
+    store = TokenStore(tmp_path / "s.bin")
+    stream = store.stream("sequence", 0, store.stream_length("sequence")).tolist()
+    assert len(stream) % 32 > 1  # a tail shorter than a window, which must be scored too
+    for window in (32, len(stream) + 10):  # the second: a whole store shorter than one window
+        r = evaluate_store(TableLM(), tok, tmp_path / "s.bin", window=window, progress=False)
+        nll, n, n_bytes = 0.0, 0, 0
+        for start in range(0, len(stream), window):  # consecutive windows; each one's first token is context
+            ids = stream[start : start + window]
+            for prev, nxt in zip(ids[:-1], ids[1:]):
+                nll -= torch.log_softmax(table[prev], -1)[nxt].item()
+            n += len(ids) - 1
+            n_bytes += len(tok.decode(ids[1:]).encode())
+        assert r["tokens"] == n == len(stream) - math.ceil(len(stream) / window) and r["bytes"] == n_bytes
+        assert r["nll_per_token"] == pytest.approx(nll / n, rel=1e-5)
+        assert r["bits_per_byte"] == pytest.approx(nll / math.log(2) / n_bytes, rel=1e-5)
+    other = Tokenizer(*train_bpe(src, 280, DEFAULT_SPECIAL_TOKENS), DEFAULT_SPECIAL_TOKENS)
+    with pytest.raises(ValueError, match=r"s\.bin was packed with tokenizer .*tok .*not the model's"):
+        evaluate_store(TableLM(), other, tmp_path / "s.bin", window=32, progress=False)  # it scored them as its ids
 
 
 def _tiny_cookmind(context, vocab=256):

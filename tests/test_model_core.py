@@ -118,7 +118,13 @@ def test_load_errors_name_file_and_mismatch(tmp_path):
     with pytest.raises(ModelLoadError, match=r"model\.safetensors: missing"):
         load_model(tmp_path / "a")
     with pytest.raises(ModelLoadError, match=r"config\.json: missing"):
+        load_model(tmp_path / "b" / "..")  # a folder, but no model
+    # a path that is not there, or a run that has saved nothing yet, says that (not "config.json: missing")
+    with pytest.raises(ModelLoadError, match=r"nowhere: no such directory; name a checkpoint, a training run"):
         load_model(tmp_path / "nowhere")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ModelLoadError, match=r"run: a training run without a complete checkpoint"):
+        load_model(tmp_path / "run")
 
 
 def test_flops_per_token_formula():

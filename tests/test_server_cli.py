@@ -67,3 +67,18 @@ def test_api_key_from_the_environment(monkeypatch, model_dir):
         assert app.state.model_name == "tiny-cook"
     finally:
         server.close()
+
+
+def test_a_port_in_use_is_refused_before_the_model_loads(tmp_path, capsys):
+    import socket
+
+    from cookmind.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        # the model path does not exist: the port is checked first (loading, compiling and graphs take minutes)
+        assert main(["serve", str(tmp_path / "no-model"), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "choose another --port" in err

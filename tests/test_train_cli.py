@@ -61,6 +61,23 @@ def test_default_run_dirs_are_unique_and_resume_finds_the_newest(tmp_path, monke
     assert cli.resolve_config(_args("--run-dir", "mine")).logging.run_dir == "mine"
 
 
+def test_resume_auto_continues_the_newest_run_of_the_same_objective_and_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runs = {}
+    for name, objective, data in [("pre", "pretrain", "pre"), ("sft", "sft", "sft"), ("pre2", "pretrain", "other")]:
+        run = tmp_path / "runs" / f"tiny-cpu-2026010{len(runs)}-000000"
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "config.yaml").write_text(f"train: {{objective: {objective}}}\ndata: {{train_path: {data}}}\n")
+        runs[name] = str(run.relative_to(tmp_path))
+    # the newest run of the tiny-cpu preset is SFT (then pretraining on other data): resuming pretraining on
+    # "pre" continues the run that pretrained on it, not the SFT run (it failed on that run's sampler state)
+    assert cli.resolve_config(_args("--resume", "auto", "--train-data", "pre")).logging.run_dir == runs["pre"]
+    sft = _args("--resume", "auto", "--objective", "sft", "--train-data", str(tmp_path / "sft"))
+    assert cli.resolve_config(sft).logging.run_dir == runs["sft"]
+    fresh = cli.resolve_config(_args("--resume", "auto", "--train-data", "new")).logging.run_dir
+    assert fresh not in runs.values() and fresh.startswith("runs/tiny-cpu-")
+
+
 def test_a_second_fresh_run_into_the_same_dir_is_refused_in_one_line(tmp_path, store, capsys):
     run = str(tmp_path / "run")
     assert _run(store, "--run-dir", run, "train.max_steps=2") == 0
@@ -72,6 +89,29 @@ def test_a_second_fresh_run_into_the_same_dir_is_refused_in_one_line(tmp_path, s
     assert os.listdir(os.path.join(run, "checkpoints")) == ["step_00000002"]
     assert _run(store, "--run-dir", run, "--overwrite", "train.max_steps=1") == 0
     assert os.listdir(os.path.join(run, "checkpoints")) == ["step_00000001"]
+
+
+def test_a_refused_resume_leaves_the_runs_config_yaml_alone(tmp_path, store, capsys):
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=2") == 0
+    before = (run / "config.yaml").read_text()
+    # another stride: twice the windows, so the sampler state no longer fits and the resume is refused
+    assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=4", "data.stride=8") == 2
+    assert "sampler state" in capsys.readouterr().err
+    assert (run / "config.yaml").read_text() == before
+
+
+def test_a_store_of_another_kind_or_none_names_the_flag_to_change(tmp_path, capsys):
+    mask = np.array([0, 0, 1, 1], np.uint8)
+    sft = write_store(tmp_path / "sft", "sft", [{"sequence": np.arange(1, 5), "loss_mask": mask}] * 4, vocab_size=64)
+    for objective in ("pretrain", "dpo"):  # dpo's window sizing read the store's missing "chosen": a KeyError
+        assert _run(sft, "--objective", objective, "--run-dir", str(tmp_path / objective), "train.max_steps=1") == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"is a 'sft' store and train.objective={objective} reads" in err and "pass --objective sft" in err
+        assert not (tmp_path / objective).exists()
+    # a missing store was reported as "model.vocab_size is not set and there is no tokenizer"
+    assert _run(tmp_path / "nowhere", "--run-dir", str(tmp_path / "r"), "train.max_steps=1") == 2
+    assert "nowhere: no such store; make one with `cookmind pack" in capsys.readouterr().err
 
 
 def test_sigterm_saves_and_exits_non_zero(tmp_path, store, sigterm_at_step, capsys):

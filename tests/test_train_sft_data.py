@@ -1,4 +1,5 @@
-"""SFT never truncates or drops records silently; its window is sized from the store when unset (issue #17.8)."""
+"""SFT records and GRPO prompts are never truncated or dropped silently; an unset SFT window is sized from the store
+(issue #17.8)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,6 @@ def test_truncated_and_dropped_records_are_counted_printed_and_reported(tmp_path
     summary = t.fit()
     err = capsys.readouterr().err
     assert f"{len(records)} records; {truncated} truncated to data.window_size={window} and {dropped} dropped" in err
-    assert "WARNING" in err
     assert summary["data_truncated"] == truncated and summary["data_dropped"] == dropped
     report = (tmp_path / "run" / "report.md").read_text()
     assert f"| data_truncated | {truncated} |" in report and f"| data_dropped | {dropped} |" in report
@@ -73,7 +73,36 @@ def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_p
     store, records = sft_store
     t = Trainer(_cfg(tmp_path, store))  # tiny-cpu's preset window (128) is not the user's choice
     assert t.cfg.data.window_size == 64  # the longest record (90) capped by max_position_embeddings=64
+    assert "window_size: 64" in (tmp_path / "run" / "config.yaml").read_text()  # the run's own record says so
     t2 = Trainer(_cfg(tmp_path, store, "model.max_position_embeddings=128", f"logging.run_dir={tmp_path / 'b'}"))
     assert t2.cfg.data.window_size == max(len(r["sequence"]) for r in records) == 90
     assert t2.data_stats["data_truncated"] == t2.data_stats["data_dropped"] == 0
-    assert "sized from the store to 90" in capsys.readouterr().err
+    assert "sized from the store to 90 (its longest record, at most the model's max_position_embeddings=128)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_grpo_prompts_longer_than_the_window_are_counted_not_dropped_silently(tmp_path, tok_dir, capsys, keep_threads):
+    lengths = [4, 10, 30, 50, 8, 40]
+    window = 24
+    records = [{"prompts": np.arange(1, n + 1) % 300 + 1, "answers": np.frombuffer(b"7", np.uint8)} for n in lengths]
+    store = write_store(tmp_path / "rl", "grpo", records, vocab_size=320)
+    dropped = sum(n > window for n in lengths)  # a prompt is never cut: one longer than the window is dropped
+    grpo = ["train.objective=grpo", f"data.tokenizer={tok_dir}", "model.vocab_size=320"]
+    cfg = _cfg(tmp_path, store, *grpo, f"data.window_size={window}")
+    with pytest.warns(UserWarning, match="of the grpo prompts are dropped"):
+        t = Trainer(cfg)
+    err = capsys.readouterr().err
+    assert f"grpo data: {len(lengths)} prompts; {dropped} longer than data.window_size={window} dropped" in err
+    assert t.data_stats == {"data_records": len(lengths), "data_dropped": dropped}
+
+
+def test_the_truncation_warning_of_an_init_from_run_does_not_advise_a_longer_context(tmp_path, sft_store, keep_threads):
+    store, _ = sft_store
+    with pytest.warns(UserWarning, match="Raise data.window_size"):
+        Trainer(_cfg(tmp_path, store)).fit()  # a fresh model: its context may be raised
+    # a loaded model's max_position_embeddings cannot change (the config refuses it): say what can
+    cfg = _cfg(tmp_path, store, f"train.init_from={tmp_path / 'run'}", f"logging.run_dir={tmp_path / 'sft'}")
+    cfg.model = {}  # the shape comes from the checkpoint (the MODEL overrides would be refused as a change)
+    with pytest.warns(UserWarning, match=r"whole context of the model at train.init_from \(max_position_embeddings=64"):
+        Trainer(cfg)

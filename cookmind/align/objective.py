@@ -233,6 +233,10 @@ class GRPOObjective(Objective):
         if dist is not None:
             self.rank, self.world = dist.rank, dist.world_size
         self.seed = trainer.cfg.train.seed
+        context = getattr(getattr(trainer.bare_model, "config", None), "max_position_embeddings", None)
+        if isinstance(context, int):  # a prompt that fills the context stopped the run at its step (or evaluation)
+            self.problems = self._fitting(self.problems, context, "grpo.problems")
+            self.eval_problems = self._fitting(self.eval_problems, context, "grpo.eval_problems")
         if self.cfg.engine == "serving" and is_sharded(trainer.bare_model):
             raise ValueError(
                 "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers afresh for each "
@@ -241,6 +245,22 @@ class GRPOObjective(Objective):
         if self.cfg.kl_coef and self.reference is None:  # under FSDP a copy is sharded like the policy
             shard = functools.partial(shard_frozen, cfg=trainer.cfg) if is_sharded(trainer.bare_model) else None
             self.reference = Reference(trainer.bare_model, self.cfg.reference, shard=shard)
+
+    def _fitting(self, problems: list[dict] | None, context: int, name: str) -> list[dict] | None:
+        """The problems whose prompt leaves room for an answer in the model's ``context``; the others are dropped
+        and counted, as a grpo store's long prompts are (a cut prompt would ask another question)."""
+        if problems is None:
+            return None
+        keep = [p for p in problems if len(encode_prompt(self.tokenizer, p["question"], self.cfg.template)) < context]
+        if not keep:
+            raise ValueError(f"{name}: every prompt fills the model's context of {context} tokens; shorten them")
+        if len(keep) < len(problems):
+            warnings.warn(
+                f"{name}: {len(problems) - len(keep)} of {len(problems)} problems are dropped: their prompts fill the "
+                f"model's context of {context} tokens",
+                stacklevel=2,
+            )
+        return keep
 
     def _next_problems(self, trainer: Any) -> dict[str, Any]:
         """This rank's share of the next ``micro_batch_size * world`` problems of the stream, as prompt ids."""

@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("train-classifier", help="train a fastText-style classifier from labelled JSONL")
     p.add_argument("--input", nargs="+", required=True, help="JSONL(.gz) with a text (or html) and a label field")
     p.add_argument("--output", type=Path, required=True, help="model file (.npz)")
+    p.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
     p.add_argument("--text-field", default="text")
     p.add_argument("--label-field", default="label")
     p.add_argument("--html-field", default="html", help="used (through extract) when a record has no text field")
@@ -45,9 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--labelled", type=Path, default=None, help="also write labelled JSONL (good vs spam) here")
 
     p = sub.add_parser("dedup", help="exact-line or MinHash dedup of text files (one document per file)")
-    p.add_argument("--method", choices=["lines", "minhash"], required=True)
-    p.add_argument("--input", nargs="+", required=True)
-    p.add_argument("--output", type=Path, required=True)
+    p.add_argument(
+        "--method",
+        choices=["lines", "minhash"],
+        required=True,
+        help="lines: drop every line that occurs more than once in the corpus (all its copies); minhash: keep one "
+        "of each group of near-duplicate files",
+    )
+    p.add_argument("--input", nargs="+", required=True, help="text files, one document each (distinct file names)")
+    p.add_argument("--output", type=Path, required=True, help="folder for the kept files, under their own names")
+    p.add_argument("--overwrite", action="store_true", help="replace files of those names already in --output")
     p.add_argument("--num-hashes", type=int, default=128)
     p.add_argument("--num-bands", type=int, default=16)
     p.add_argument("--ngrams", type=int, default=5)
@@ -99,10 +107,12 @@ def _run(args) -> int:
 def _train_classifier(args) -> int:
     import numpy as np
 
+    from cookmind.atomic import check_output_file
     from cookmind.curate.classifier import ClassifierConfig, train_classifier
     from cookmind.curate.extract import extract_text
     from cookmind.curate.shards import iter_source
 
+    check_output_file(args.output, args.input, args.overwrite, "--output")
     records = []
     for path in args.input:
         for i, rec in enumerate(iter_source(path)):
@@ -146,6 +156,19 @@ def _crawl(args) -> int:
 
 
 def _dedup(args) -> int:
+    from collections import Counter
+
+    from cookmind.atomic import check_output_file
+
+    # each input is written to --output under its own file name: two inputs of one name would overwrite each other
+    clashes = sorted(name for name, n in Counter(Path(p).name for p in args.input).items() if n > 1)
+    if clashes:
+        raise ValueError(
+            f"inputs share the file name(s) {', '.join(clashes)}, and each is written to --output under its name; "
+            "give files of distinct names"
+        )
+    for p in args.input:
+        check_output_file(Path(args.output) / Path(p).name, args.input, args.overwrite, "--output")
     if args.method == "lines":
         from cookmind.curate.exact_lines import exact_line_dedup
 

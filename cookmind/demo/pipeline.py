@@ -353,9 +353,10 @@ def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
     for name in ("dpo", "dpo_val"):
         rows = [json.loads(line) for line in (ctx.paths["data"] / f"{name}.jsonl").read_text().splitlines()]
         answers = _greedy_answers(ctx, ctx.checkpoints["sft"], [r["chosen"][0]["content"] for r in rows])
-        pairs, mined = [], 0
+        pairs, mined, empty = [], 0, 0
         for row, answer in zip(rows, answers):
             truth = extract_answer(row["chosen"][-1]["content"])
+            empty += not answer.strip()
             if extract_answer(answer) != truth and answer.strip():
                 # on-policy: push down exactly what the model says when it is wrong
                 wrong = row["chosen"][:-1] + [{"role": "assistant", "content": answer}]
@@ -367,15 +368,21 @@ def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
         store = ctx.workdir / "stores" / f"{name}_mined.bin"
         meta = pack([path], store, str(ctx.paths["tokenizer"]), "dpo", overwrite=True, progress=False)
         ctx.paths[f"store_{name}"] = store
-        out[name] = {"pairs": len(pairs), "from_model_mistakes": mined, "tokens": meta["num_tokens"]}
+        out[name] = {"pairs": len(pairs), "from_model_mistakes": mined, "empty": empty, "tokens": meta["num_tokens"]}
     ctx.say(
         f"{out['dpo']['from_model_mistakes']} of {out['dpo']['pairs']} DPO prompts answered wrongly by the SFT "
         "model: those answers become the rejected side"
+        + (
+            f"; {out['dpo']['empty']} empty answers keep a synthetic wrong answer instead"
+            if out["dpo"]["empty"]
+            else ""
+        )
     )
     return {
         "pairs": out["dpo"]["pairs"],
         "from_model_mistakes": out["dpo"]["from_model_mistakes"],
         "synthetic_wrong": out["dpo"]["pairs"] - out["dpo"]["from_model_mistakes"],
+        "empty_answers": out["dpo"]["empty"],
         "tokens": out["dpo"]["tokens"],
         "val_pairs": out["dpo_val"]["pairs"],
         "val_from_model_mistakes": out["dpo_val"]["from_model_mistakes"],
@@ -704,8 +711,12 @@ def _curated_texts(ctx: DemoContext) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`cookmind demo` options."""
-    parser.add_argument("--workdir", default="runs/demo", help="where data, models and the report go")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--workdir",
+        default="runs/demo",
+        help="where data, models and report.md go (default runs/demo); a rerun replaces the demo's own output there",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data and every stage (default 0)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of every stage in seconds")
     parser.add_argument("--skip-curate", action="store_true", help="skip the web-curation stage")
     parser.add_argument("--pretrain-steps", type=int, help="override the pretraining steps")

@@ -16,13 +16,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     def common(p):
         add_model_argument(p)
         p.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the model dir)")
-        p.add_argument("--device", default="cpu")
+        p.add_argument("--device", default="cpu", help="default cpu; cuda to run on the GPU")
         p.add_argument("--out", default=None, help="write the per-item JSONL here (metrics JSON beside it)")
+        p.add_argument("--overwrite", action="store_true", help="replace an --out (and its metrics JSON) already there")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     g = sub.add_parser("gsm8k", help="GSM8K accuracy, greedy or sampled, with pass@k")
     common(g)
-    g.add_argument("--data", default="../shared/data/gsm8k/test.jsonl", help="GSM8K-shaped JSONL")
+    g.add_argument(
+        "--data",
+        default="../shared/data/gsm8k/test.jsonl",
+        help="GSM8K-shaped JSONL: {question, answer ending in '#### N'} (default ../shared/data/gsm8k/test.jsonl)",
+    )
     g.add_argument("--limit", type=int, default=None, help="first N problems only")
     g.add_argument(
         "--template",
@@ -40,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     m = sub.add_parser("mmlu", help="MMLU accuracy per subject and macro-averaged")
     common(m)
-    m.add_argument("--data", default="../shared/data/mmlu", help="MMLU root with dev/val/test folders")
+    m.add_argument("--data", default="../shared/data/mmlu", help="MMLU root (default %(default)s)")
     m.add_argument("--split", default="test", choices=["dev", "val", "test"])
     m.add_argument("--subjects", nargs="*", default=None)
     m.add_argument("--limit-per-subject", type=int, default=None)
@@ -63,9 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     """Run the chosen evaluation, print its metrics as one JSON object, optionally save them."""
-    from cookmind.atomic import write_json
+    from cookmind.atomic import check_output_file, write_json
     from cookmind.infer.loading import load_for_inference
 
+    if args.out:  # before the model loads: an --out that names the data (or a file of yours) is refused
+        written = [Path(args.out).with_suffix(".metrics.json")] + ([Path(args.out)] if args.task != "ppl" else [])
+        for path in written:
+            check_output_file(path, [args.data], args.overwrite)
     model, tokenizer = load_for_inference(args.model, args.device, tokenizer_path=args.tokenizer, hf_native=True)
     progress = not args.quiet
     if args.task == "gsm8k":

@@ -79,7 +79,7 @@ def evaluate_gsm8k(
 ) -> dict:
     """Generate ``num_samples`` answers per problem and grade them.
 
-    Returns {"accuracy" (mean over all samples), "pass@k" for each k <= num_samples,
+    Returns {"accuracy" (mean over all samples), "pass@k" for each k (each must be <= num_samples),
     "format_rate", "num_problems" (graded), "num_skipped_too_long"}; with ``out_path`` writes one
     JSONL record per problem. A problem whose prompt fills the model's context is not generated:
     it is counted in ``num_skipped_too_long``, left out of the scores, and its record says why.
@@ -89,6 +89,12 @@ def evaluate_gsm8k(
         raise ValueError(
             "evaluate_gsm8k: greedy decoding gives the same answer every time; set temperature > 0 "
             "(--temperature 0.7) for num_samples > 1"
+        )
+    too_many = [k for k in ks if not 1 <= k <= num_samples]
+    if too_many:
+        raise ValueError(
+            f"evaluate_gsm8k: pass@{too_many[0]} needs 1..num_samples={num_samples} samples a problem; raise "
+            f"--num-samples (with --temperature > 0) or drop {', '.join(map(str, too_many))} from --k"
         )
     problems = [as_problem(p) for p in problems]
     reward_fn = reward_fn_for(template)
@@ -153,8 +159,7 @@ def evaluate_gsm8k(
         "format_rate": sum(sum(r["format_rewards"]) / num_samples for r in graded) / n,
     }
     for k in ks:
-        if k <= num_samples:
-            metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, int(sum(r["grades"])), k) for r in graded) / n
+        metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, int(sum(r["grades"])), k) for r in graded) / n
     if out_path is not None:
         write_jsonl(Path(out_path), sorted(records, key=lambda r: r["index"]))
     return metrics

@@ -31,7 +31,10 @@ def load_mmlu(
     """Rows {"subject", "question", "options": [4], "answer": "A".."D"} from ``root/split/<subject>_<split>.csv``."""
     folder = Path(root) / split
     if not folder.is_dir():
-        raise FileNotFoundError(f"MMLU split folder {folder} not found; expected {root}/{{dev,val,test}}/*.csv")
+        raise FileNotFoundError(
+            f"MMLU split folder {folder} not found; pass --data ROOT, a folder holding "
+            f"{{dev,val,test}}/<subject>_<split>.csv (question,A,B,C,D,answer rows, no header)"
+        )
     rows = []
     suffix = f"_{split}.csv"
     files = sorted(folder.glob(f"*{suffix}"))

@@ -98,16 +98,25 @@ def evaluate_store(
 ) -> dict:
     """Perplexity and bits per byte over a packed token store's windows (read as a ``seq`` dataset).
 
-    Each window predicts its own tokens 2..T from their prefixes; bytes are those of the decoded
-    predicted tokens, so bits per byte stays comparable with ``evaluate_text``.
+    Each window predicts its own tokens 2..T from their prefixes; the tokens after the last full window form one
+    shorter window, so every token but each window's first is scored. Bytes are those of the decoded predicted
+    tokens, so bits per byte stays comparable with ``evaluate_text``.
     """
     from cookmind.data import DatasetFactory
 
-    ds = DatasetFactory.load("seq", str(path), window)
+    # a store packed with another tokenizer than the model's is refused: its ids would be scored as other text
+    fingerprint = tokenizer.fingerprint() if hasattr(tokenizer, "fingerprint") else None
+    ds = DatasetFactory.load("seq", str(path), window, tokenizer_fingerprint=fingerprint, tokenizer_path="the model's")
+    spans = [ds.window_bounds(i) for i in range(len(ds))]
+    stream_length = ds.store.stream_length("sequence")
+    end = spans[-1][1] if spans else 0
+    if stream_length - end >= 2:  # the tail (or a whole store shorter than one window)
+        spans.append((end, stream_length))
+    if not spans:
+        raise ValueError(f"perplexity: the store at {path} has {stream_length} token(s); nothing to predict")
     total, count, n_bytes = 0.0, 0, 0
-    n = len(ds) if max_windows is None else min(len(ds), max_windows)
-    for i in tqdm(range(n), desc="perplexity", unit="window", disable=not progress):
-        ids = ds[i]["input_ids"].tolist()
+    for start, stop in tqdm(spans[:max_windows], desc="perplexity", unit="window", disable=not progress):
+        ids = ds.store.stream("sequence", start, stop).tolist()
         nll, k = sequence_nll(model, ids, window)
         total += nll
         count += k

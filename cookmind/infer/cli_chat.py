@@ -18,14 +18,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
     parser.add_argument("--system", default=None, help="system prompt")
-    parser.add_argument("--max-new-tokens", type=int, default=512)
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--repetition-penalty", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--max-new-tokens", type=int, default=512, help="default 512")
+    parser.add_argument("--temperature", type=float, default=0.7, help="default 0.7; 0 = greedy")
+    parser.add_argument("--top-k", type=int, default=0, help="default 0 (off)")
+    parser.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="default 1.0 (off)")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
+    parser.add_argument("--device", default=None, help="default cpu (unlike serve); cuda to run on the GPU")
+    parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: the checkpoint's)")
 
 
 def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> None:

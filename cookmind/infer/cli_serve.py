@@ -187,9 +187,26 @@ def build_app(args: argparse.Namespace):
     return app, engine
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Refuse an address already in use before the model loads (minutes on a GPU with compile and graphs): the
+    server would otherwise announce itself and then fail to bind."""
+    import socket
+
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: only a live listener clashes
+        try:
+            s.bind(address)
+        except OSError as exc:
+            raise OSError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port or stop what uses it"
+            ) from None
+
+
 def main(args: argparse.Namespace) -> int:
     import uvicorn
 
+    check_port_free(args.host, args.port)
     app, engine = build_app(args)
     kv = engine.kv_blocks()
     pool = f"{kv['kv_blocks_total']} blocks of {kv['kv_block_size']}" if kv else "one context per sequence"

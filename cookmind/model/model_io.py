@@ -170,6 +170,13 @@ def resolve_model_dir(path: str | os.PathLike) -> Path:
 def load_config(directory: str | os.PathLike) -> CookMindConfig:
     """Read `directory`/config.json into a CookMindConfig, with errors naming the file."""
     path = Path(directory) / CONFIG_NAME
+    if not Path(directory).exists():
+        raise ModelLoadError(
+            f"{directory}: no such directory; name a checkpoint, a training run (its newest complete checkpoint) "
+            "or a Hugging Face folder"
+        )
+    if not path.is_file() and (Path(directory) / "checkpoints").is_dir():
+        raise ModelLoadError(f"{directory}: a training run without a complete checkpoint in its checkpoints/ yet")
     if not path.is_file():
         raise ModelLoadError(f"{path}: missing; a CookMind model directory needs {CONFIG_NAME} and {WEIGHTS_NAME}")
     try:

@@ -63,24 +63,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="text",
         help="seq: JSON/Parquet field holding a document's text (default text, as curate writes)",
     )
-    parser.add_argument("--separator", default="<|endoftext|>", help="document separator in plain text files")
+    parser.add_argument(
+        "--separator", default="<|endoftext|>", help="document separator in plain text files (default <|endoftext|>)"
+    )
     parser.add_argument("--one-per-line", action="store_true", help="plain text: one document per line")
     parser.add_argument(
         "--prompt-template",
         default="chat",
-        help="grpo prompts: 'chat' (chat template + generation prompt) or a string with {question}",
+        help="grpo prompts: 'chat' (the chat template + generation prompt; the default) or a string with {question}",
     )
     parser.add_argument(
         "--add-system-ratio",
         type=float,
         default=0.0,
-        help="sft: probability of adding a system prompt to a chat without one (seed uses 0.2)",
+        help="sft: probability of adding a system prompt to a chat without one (default 0: none added)",
     )
     parser.add_argument(
         "--drop-empty-think-ratio",
         type=float,
         default=0.0,
-        help="sft: probability of dropping an empty <think></think> block",
+        help="sft: probability of dropping an empty <think></think> block (default 0: kept)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sft augmentation")
     parser.add_argument("--skip-bad", action="store_true", help="skip bad lines and count them in meta.json")

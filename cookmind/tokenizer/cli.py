@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from cookmind.atomic import building_dir, check_replaceable, write_text, writing
+from cookmind.atomic import building_dir, check_output_file, check_replaceable, write_text, writing
 from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS
 from cookmind.tokenizer.errors import TokenizerError
 
@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--text", help="text to encode")
     src.add_argument("--input", help="UTF-8 file to encode, streamed")
     e.add_argument("--output", help="write ids here: .bin = raw little-endian uint32, else text; default stdout")
+    e.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
     e.add_argument("--reference", action="store_true", help="use the pure-Python reference encoder")
 
     d = sub.add_parser("decode", help="token ids -> text")
@@ -82,8 +83,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     i.add_argument("--vocab", help="GPT-2 style vocab.json (with --merges)")
     i.add_argument("--merges", help="GPT-2 style merges.txt (with --vocab)")
     i.add_argument("--tokenizer-json", help="a Hugging Face byte-level BPE tokenizer.json")
-    i.add_argument("--special-token", nargs="*", default=None, metavar="TOK")
-    i.add_argument("--pattern", default="gpt2")
+    i.add_argument(
+        "--special-token",
+        nargs="*",
+        default=None,
+        metavar="TOK",
+        help="--vocab/--merges: the vocabulary's special tokens, kept whole (default: <|endoftext|> when it is there, "
+        "as in GPT-2's); a cookmind tokenizer exported with --format gpt2 needs all of its own, by default "
+        "<|endoftext|> <|im_start|> <|im_end|> <think> </think>. A tokenizer.json names its own",
+    )
+    i.add_argument("--pattern", default="gpt2", help="pre-tokenization regex: gpt2 (default), gpt4 or a regex")
     i.add_argument("--out", required=True)
     i.add_argument(
         "--overwrite",
@@ -197,6 +206,8 @@ def _encode(args) -> int:
 
     from cookmind.tokenizer.tokenizer import Tokenizer
 
+    if args.output:
+        check_output_file(args.output, [args.input] if args.input else [], args.overwrite, "--output")
     tok = Tokenizer.load(args.tokenizer)
     if args.reference:
         tok._fast, tok._fast_checked = None, True

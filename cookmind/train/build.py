@@ -148,6 +148,28 @@ def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
     )
 
 
+# the store each built-in objective reads (its objective's ``train_type``)
+STORE_TYPE_OF_OBJECTIVE = {"pretrain": "seq", "sft": "sft", "dpo": "dpo", "grpo": "grpo"}
+
+
+def check_train_store(cfg: TrainConfig) -> None:
+    """Refuse, before anything is built, a missing training store or one of another kind than the run reads, naming
+    the flag to change (it showed as a missing tokenizer, or a KeyError while sizing the window)."""
+    if not cfg.data.train_path:
+        return
+    from cookmind.store import StoreError, TokenStore
+
+    store = TokenStore(cfg.data.train_path)  # a missing one: "no such store; make one with `cookmind pack`"
+    want = cfg.data.train_type or STORE_TYPE_OF_OBJECTIVE.get(cfg.train.objective)
+    if want is not None and store.train_type != want:
+        fits = {v: k for k, v in STORE_TYPE_OF_OBJECTIVE.items()}.get(store.train_type, store.train_type)
+        raise StoreError(
+            f"{cfg.data.train_path} is a {store.train_type!r} store and train.objective={cfg.train.objective} reads "
+            f"{want!r} stores: pass --objective {fits} to train on it, or pack a {want!r} store "
+            f"(`cookmind pack --train-type {want}`)"
+        )
+
+
 def window_for_store(path: str, train_type: str, max_positions: int) -> int:
     """A window that truncates nothing in the sft/dpo store at ``path``: its longest record, at most
     ``max_positions`` (the model's context)."""

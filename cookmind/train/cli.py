@@ -20,6 +20,13 @@ import time
 from pathlib import Path
 
 
+def preset_names() -> list[str]:
+    """The presets shipped in cookmind/configs, by name."""
+    from cookmind.train.config import CONFIG_DIR
+
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The stage's options; any config field is a ``section.key=value`` override."""
     parser.add_argument(
@@ -32,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-c",
         "--config",
         default="tiny-cpu",
-        help="preset name in cookmind/configs (tiny-cpu, demo, gpt2-small, minimind) or a YAML path",
+        help=f"preset name in cookmind/configs ({', '.join(preset_names())}; default tiny-cpu) or a YAML path",
     )
     parser.add_argument("--objective", choices=["pretrain", "sft", "dpo", "grpo"], help="= train.objective")
     parser.add_argument("--train-data", help="training token store (= data.train_path)")
@@ -74,15 +81,20 @@ def resolve_config(args: argparse.Namespace):
     if getattr(args, "run_dir", None) is None and not any(
         o.strip().startswith("logging.run_dir=") for o in getattr(args, "overrides", [])
     ):
-        cfg.logging.run_dir = default_run_dir(cfg.logging.run_dir, resume=bool(cfg.checkpoint.resume))
+        cfg.logging.run_dir = default_run_dir(cfg.logging.run_dir, resume=bool(cfg.checkpoint.resume), cfg=cfg)
     return cfg
 
 
-def default_run_dir(base: str, resume: bool, now: float | None = None) -> str:
-    """``<base>-<UTC time>``, unique, for a fresh run; for ``--resume`` the newest such directory (or a new one)."""
+def default_run_dir(base: str, resume: bool, now: float | None = None, cfg=None) -> str:
+    """``<base>-<UTC time>``, unique, for a fresh run; for ``--resume`` the newest such directory (or a new one)
+    that ran ``cfg``'s objective on its training data (a preset's SFT run is not where its pretraining resumes)."""
     base_path = Path(base)
     if resume:
-        runs = sorted(p for p in base_path.parent.glob(base_path.name + "-*") if (p / "checkpoints").is_dir())
+        runs = sorted(
+            p
+            for p in base_path.parent.glob(base_path.name + "-*")
+            if (p / "checkpoints").is_dir() and (cfg is None or _same_job(p, cfg))
+        )
         if runs:
             return str(runs[-1])
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
@@ -91,6 +103,24 @@ def default_run_dir(base: str, resume: bool, now: float | None = None) -> str:
         n += 1
         candidate = Path(f"{base}-{stamp}-{n}")
     return str(candidate)
+
+
+def _same_job(run_dir: Path, cfg) -> bool:
+    """Whether the run in ``run_dir`` (its config.yaml; a run without one counts) trained ``cfg``'s objective on
+    ``cfg``'s training data."""
+    import yaml
+
+    try:
+        ran = yaml.safe_load((run_dir / "config.yaml").read_text())
+        objective, train_path = ran["train"]["objective"], ran["data"]["train_path"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return True
+    same_data = train_path == cfg.data.train_path or (
+        train_path is not None
+        and cfg.data.train_path is not None
+        and Path(train_path).resolve() == Path(cfg.data.train_path).resolve()
+    )
+    return objective == cfg.train.objective and same_data
 
 
 def main(args: argparse.Namespace) -> int:

@@ -149,13 +149,14 @@ class Trainer:
             clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
         barrier(self.dist)
         self.run_id = uuid.uuid4().hex  # marks this run's checkpoints: only those are ever pruned
+        if train_dataset is None:
+            B.check_train_store(cfg)
         if tokenizer is None and not cfg.data.tokenizer:
             cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
             if cfg.data.tokenizer and self.dist.is_main:
                 print(f"cookmind train: data.tokenizer not set; using {cfg.data.tokenizer}", file=sys.stderr)
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            cfg.save(self.run_dir / "config.yaml")
         self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
         self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
         B.check_init_tokenizer(cfg, self.tokenizer)
@@ -187,7 +188,8 @@ class Trainer:
             cfg.data.window_size = B.window_for_store(cfg.data.train_path, kind, max_pos)
             if self.dist.is_main:
                 print(
-                    f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size}",
+                    f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size} "
+                    f"(its longest record, at most the model's max_position_embeddings={max_pos})",
                     file=sys.stderr,
                 )
         elif max_pos is not None and cfg.data.window_size > max_pos and not cfg.is_user_set("data.window_size"):
@@ -260,6 +262,8 @@ class Trainer:
                     + ". Set train.cuda_graph=false (or auto: on only where it can be)."
                 )
             self._graph = None if problems else GraphedStep(self)
+        if self.dist.is_main:  # last: the values this run resolved (a window sized from the store), and a run that
+            cfg.save(self.run_dir / "config.yaml")  # cannot start (a refused resume) leaves the one there alone
 
     def _master_weights(self) -> dict:
         """Make the model's parameters bf16 with fp32 masters (``train.master_weights``); with gradient accumulation
@@ -334,28 +338,43 @@ class Trainer:
     def _report_truncation(self, dataset) -> None:
         """Count, print and keep (for metrics and report.md) the records the window cut short or dropped."""
         truncated, dropped = getattr(dataset, "num_truncated", None), getattr(dataset, "num_dropped", None)
-        if truncated is None or dropped is None:
+        if dropped is None:
             return
         total = len(dataset.store) if hasattr(dataset, "store") else len(dataset) + dropped
-        self.data_stats = {"data_records": total, "data_truncated": truncated, "data_dropped": dropped}
+        if truncated is None:  # grpo: a prompt is never cut, only dropped
+            self.data_stats = {"data_records": total, "data_dropped": dropped}
+            line = (
+                f"{self.train_type} data: {total} prompts; {dropped} longer than data.window_size="
+                f"{self.cfg.data.window_size} dropped (a cut prompt would ask another question)"
+            )
+        else:
+            self.data_stats = {"data_records": total, "data_truncated": truncated, "data_dropped": dropped}
+            line = (
+                f"{self.train_type} data: {total} records; {truncated} truncated to data.window_size="
+                f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)"
+            )
         if not self.dist.is_main:
             return
-        share = (truncated + dropped) / max(total, 1)
-        line = (
-            f"{self.train_type} data: {total} records; {truncated} truncated to data.window_size="
-            f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)"
-        )
+        share = ((truncated or 0) + dropped) / max(total, 1)
         print(f"cookmind train: {line}", file=sys.stderr)
         if share > TRUNCATION_WARN:
             import warnings
 
-            warnings.warn(
-                f"{share:.0%} of the {self.train_type} records are cut short or dropped: the model will "
-                f"rarely see a whole answer or its end of turn. Raise data.window_size (and the model's "
-                f"max_position_embeddings) or pack shorter records.",
-                stacklevel=3,
+            what = (
+                "prompts are dropped: they never train"
+                if truncated is None
+                else "records are cut short or dropped: the model will rarely see a whole answer or its end of turn"
             )
-            print(f"cookmind train: WARNING: {share:.0%} of the records are truncated or dropped", file=sys.stderr)
+            max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
+            if self.cfg.train.init_from and max_pos is not None and self.cfg.data.window_size >= max_pos:
+                advice = (  # the loaded model fixes its context: raising it is refused
+                    f"The window is already the whole context of the model at train.init_from "
+                    f"(max_position_embeddings={max_pos}): pack shorter records, or start from a model with a "
+                    f"longer context."
+                )
+            else:
+                advice = "Raise data.window_size (and the model's max_position_embeddings) or pack shorter records."
+            warnings.warn(f"{share:.0%} of the {self.train_type} {what}. {advice}", stacklevel=3)
 
     def _next_batch(self) -> dict[str, Any]:
         if hasattr(self.objective, "next_batch"):

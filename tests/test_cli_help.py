@@ -1,0 +1,47 @@
+"""`--help` says what a user would otherwise guess: every shipped preset, and the sampling defaults, which differ
+between `generate` (greedy) and `chat` (sampled)."""
+
+from __future__ import annotations
+
+from cookmind.cli import _stage_parser
+
+
+def _help(stage: str) -> str:
+    return " ".join(_stage_parser(stage)[0].format_help().split())
+
+
+def test_train_help_names_every_shipped_preset_and_the_default():
+    from pathlib import Path
+
+    import cookmind
+
+    shipped = sorted(p.stem for p in (Path(cookmind.__file__).parent / "configs").glob("*.yaml"))
+    assert {"qwen3-0.6b", "llama-1.3b", "tiny-cpu"} <= set(shipped)
+    text = _help("train")
+    assert all(name in text for name in shipped), shipped
+    assert "default tiny-cpu" in text
+
+
+def test_generate_and_chat_help_show_their_sampling_defaults():
+    parsers = {stage: _stage_parser(stage)[0] for stage in ("generate", "chat")}
+    for stage, parser in parsers.items():
+        text = _help(stage)
+        for action in parser._actions:
+            if action.dest in ("max_new_tokens", "temperature", "top_p", "top_k", "device"):
+                assert action.help and "default" in action.help, (stage, action.dest)
+        assert f"default {parser.get_default('max_new_tokens')}" in text
+    assert "0 = greedy (default)" in _help("generate") and "default 0.7" in _help("chat")
+
+
+def test_our_warnings_print_as_one_line_and_others_keep_pythons_format(monkeypatch):
+    import warnings
+
+    import cookmind
+    from cookmind.cli import warnings_as_lines
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # restored after the test
+    warnings_as_lines("train")
+    ours = warnings.formatwarning("43% of the sft records are cut short", UserWarning, cookmind.__file__, 214)
+    assert ours == "cookmind train: warning: 43% of the sft records are cut short\n"
+    theirs = warnings.formatwarning("deprecated", FutureWarning, "/usr/lib/python3/x.py", 3, line="x = 1")
+    assert theirs == "/usr/lib/python3/x.py:3: FutureWarning: deprecated\n  x = 1\n"

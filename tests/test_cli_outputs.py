@@ -1,0 +1,75 @@
+"""Commands that write files (`eval --out`, `tokenizer encode --output`, `curate train-classifier --output`,
+`curate dedup --output`) never destroy an input and replace an existing file only with --overwrite; the refusal
+comes before any work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cookmind.cli import main
+
+ROWS = [{"text": f"buy cheap pills now deal {i}", "label": "spam"} for i in range(10)]
+ROWS += [{"text": f"the soup simmered in the garden {i}", "label": "good"} for i in range(10)]
+
+
+def _commands(tmp_path, tok_dir, out):
+    """Each command with its input file (a user's data) and ``out`` as its output."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    missing_model = str(tmp_path / "no-model")  # the refusal must come before the model is even looked for
+    return data, {
+        "eval": ["eval", "gsm8k", "--model", missing_model, "--data", str(data), "--quiet", "--out", str(out)],
+        "encode": ["tokenizer", "encode", "--tokenizer", str(tok_dir), "--input", str(data), "--output", str(out)],
+        "classifier": ["curate", "train-classifier", "--input", str(data), "--output", str(out), "--bucket", "64"],
+    }
+
+
+@pytest.mark.parametrize("command", ["eval", "encode", "classifier"])
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(tmp_path, tok_dir, capsys, command):
+    data, commands = _commands(tmp_path, tok_dir, tmp_path / "data.jsonl")
+    before = data.read_bytes()
+    assert main(commands[command]) == 2
+    assert main(commands[command] + ["--overwrite"]) == 2  # not even when told to overwrite
+    err = capsys.readouterr().err
+    assert "is also the input" in err and "data.jsonl" in err
+    assert data.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["eval", "encode", "classifier"])
+def test_an_existing_output_needs_overwrite(tmp_path, tok_dir, capsys, command):
+    out = tmp_path / "mine.txt"
+    out.write_text("the user's own file\n")
+    _, commands = _commands(tmp_path, tok_dir, out)
+    assert main(commands[command]) == 2
+    assert "already exists; choose another output path or pass --overwrite" in capsys.readouterr().err
+    assert out.read_text() == "the user's own file\n"
+    if command != "eval":  # eval then runs (and here stops at the missing model)
+        assert main(commands[command] + ["--overwrite"]) == 0
+        assert out.read_bytes() != b"the user's own file\n"
+
+
+@pytest.mark.parametrize("method", ["lines", "minhash"])
+def test_dedup_never_writes_over_its_inputs_or_one_output_twice(tmp_path, capsys, method):
+    docs = tmp_path / "docs"
+    (docs / "a").mkdir(parents=True)
+    (docs / "b").mkdir()
+    for sub, text in (("a", "one cat\nsat here\n"), ("b", "one cat\nran away\n")):
+        (docs / sub / "doc.txt").write_text(text)
+    (docs / "a" / "other.txt").write_text("one cat\nsat here\n")
+    a_files = [str(docs / "a" / "doc.txt"), str(docs / "a" / "other.txt")]
+    before = {p: open(p).read() for p in a_files}
+    dedup = ["curate", "dedup", "--method", method, "--input"]
+    # the inputs' own folder as --output would rewrite them in place
+    assert main([*dedup, *a_files, "--output", str(docs / "a"), "--overwrite"]) == 2
+    assert "is also the input" in capsys.readouterr().err
+    assert {p: open(p).read() for p in a_files} == before
+    # a/doc.txt and b/doc.txt would both be written to out/doc.txt
+    both = [str(docs / "a" / "doc.txt"), str(docs / "b" / "doc.txt")]
+    assert main([*dedup, *both, "--output", str(tmp_path / "out")]) == 2
+    assert "share the file name(s) doc.txt" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert main([*dedup, *a_files, "--output", str(tmp_path / "out")]) == 0
+    assert main([*dedup, *a_files, "--output", str(tmp_path / "out")]) == 2  # its own earlier output: say so
+    assert "already exists; choose another output path or pass --overwrite" in capsys.readouterr().err
+    assert main([*dedup, *a_files, "--output", str(tmp_path / "out"), "--overwrite"]) == 0
