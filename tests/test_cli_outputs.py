@@ -1,6 +1,6 @@
 """Commands that write files (`eval --out`, `tokenizer encode --output`, `curate train-classifier --output`,
-`curate dedup --output`) never destroy an input and replace an existing file only with --overwrite; the refusal
-comes before any work."""
+`curate dedup --output`, `curate crawl --output`) never destroy an input and replace an existing file only with
+--overwrite; the refusal comes before any work."""
 
 from __future__ import annotations
 
@@ -73,3 +73,23 @@ def test_dedup_never_writes_over_its_inputs_or_one_output_twice(tmp_path, capsys
     assert main([*dedup, *a_files, "--output", str(tmp_path / "out")]) == 2  # its own earlier output: say so
     assert "already exists; choose another output path or pass --overwrite" in capsys.readouterr().err
     assert main([*dedup, *a_files, "--output", str(tmp_path / "out"), "--overwrite"]) == 0
+
+
+def test_a_crawl_is_written_over_an_earlier_one_only_with_overwrite_and_leaves_no_stale_shard(tmp_path, capsys):
+    """`curate crawl` into a folder holding a crawl is refused (the earlier one kept byte for byte); with
+    --overwrite a crawl of fewer shards replaces it whole: an earlier shard left beside it would be read as this
+    crawl's (the same seeded pages twice). Each shard is gzip'd JSON lines; the pages add up to --num-pages."""
+    import gzip
+
+    out = tmp_path / "crawl"
+    argv = ["curate", "crawl", "--output", str(out), "--num-pages", "30"]
+    assert main(argv + ["--shards", "3"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main(argv + ["--shards", "2"]) == 2
+    assert "holds a crawl already" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert main(argv + ["--shards", "2", "--overwrite"]) == 0
+    shards = sorted(out.glob("crawl-*.jsonl.gz"))
+    assert [p.name for p in shards] == ["crawl-00000.jsonl.gz", "crawl-00001.jsonl.gz"]
+    ids = [json.loads(line)["id"] for p in shards for line in gzip.open(p, "rt")]
+    assert sorted(ids) == [f"page-{i:06d}" for i in range(30)]

@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--labelled", type=Path, default=None, help="also write labelled JSONL (good vs spam) here")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a crawl already in --output (and an existing --labelled)"
+    )
 
     p = sub.add_parser("dedup", help="exact-line or MinHash dedup of text files (one document per file)")
     p.add_argument(
@@ -144,9 +147,12 @@ def _train_classifier(args) -> int:
 
 
 def _crawl(args) -> int:
+    from cookmind.atomic import check_output_file
     from cookmind.synthetic.crawl import labelled_pages, write_crawl
 
-    manifest = write_crawl(args.output, args.num_pages, args.seed, args.shards)
+    if args.labelled:  # checked before the crawl is written
+        check_output_file(args.labelled, [], args.overwrite, "--labelled")
+    manifest = write_crawl(args.output, args.num_pages, args.seed, args.shards, replace=args.overwrite)
     if args.labelled:
         from cookmind.curate.shards import write_shard
 

@@ -44,7 +44,7 @@ def demo_stage(workdir: Path, seed: int = 0, num_pages: int = 600, workers: int 
     t0 = time.time()
     workdir = Path(workdir)
     crawl_dir, out_dir = workdir / "crawl", workdir / "curated"
-    manifest = write_crawl(crawl_dir, num_pages=num_pages, seed=seed, num_shards=max(2, workers))
+    manifest = write_crawl(crawl_dir, num_pages=num_pages, seed=seed, num_shards=max(2, workers), replace=True)
     model = train_quality_model(workdir / "quality.npz", seed=seed)
     result = run_pipeline(
         demo_config(model),

@@ -461,12 +461,22 @@ def make_crawl(num_pages: int = 600, seed: int = 0) -> tuple[list[Page], dict]:
     return pages, manifest
 
 
-def write_crawl(out_dir: str | os.PathLike, num_pages: int = 600, seed: int = 0, num_shards: int = 4) -> dict:
+def write_crawl(
+    out_dir: str | os.PathLike, num_pages: int = 600, seed: int = 0, num_shards: int = 4, replace: bool = False
+) -> dict:
     """Write the crawl as ``crawl-NNNNN.jsonl.gz`` shards of {"id", "url", "html", "kind"}; returns the manifest.
 
-    The manifest is also written beside the shards as ``manifest.json``.
+    The manifest is also written beside the shards as ``manifest.json``. A folder that holds a crawl already is
+    refused unless ``replace``; then its shards are all replaced, those beyond ``num_shards`` removed (left there,
+    a reader of the folder would take an earlier crawl's pages for this one's).
     """
     out_dir = Path(out_dir)
+    earlier = sorted(out_dir.glob("crawl-*.jsonl.gz")) + [p for p in [out_dir / "manifest.json"] if p.exists()]
+    if earlier and not replace:
+        raise FileExistsError(
+            f"{out_dir} holds a crawl already ({len(earlier)} files, {earlier[0].name} first); choose another "
+            "folder or pass --overwrite to replace it"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     pages, manifest = make_crawl(num_pages, seed)
     for s in range(num_shards):
@@ -476,6 +486,9 @@ def write_crawl(out_dir: str | os.PathLike, num_pages: int = 600, seed: int = 0,
                 p = pages[i]
                 f.write(json.dumps({"id": f"page-{i:06d}", "url": p.url, "html": p.html, "kind": p.kind}) + "\n")
     write_json(out_dir / "manifest.json", manifest, indent=2)
+    for stale in out_dir.glob("crawl-*.jsonl.gz"):
+        if stale.name >= f"crawl-{num_shards:05d}.jsonl.gz":  # an earlier crawl's extra shard (same digits)
+            stale.unlink()
     return manifest
 
 
