@@ -69,6 +69,24 @@ def test_truncated_and_dropped_records_are_counted_printed_and_reported(tmp_path
     }.items() <= rows[0].items()
 
 
+def test_the_validation_stores_truncated_and_dropped_records_are_counted_too(tmp_path, sft_store, capsys, keep_threads):
+    """data.val_path's records go through the same window: its loss would be taken over other text than the user
+    gave, so its counts are printed, warned about and kept under val_ keys beside the training store's."""
+    store, records = sft_store
+    window = 24
+    dropped = sum(1 for r in records if r["loss_mask"][:window].sum() == 0)
+    truncated = sum(1 for r in records if len(r["sequence"]) > window and r["loss_mask"][:window].sum() > 0)
+    with pytest.warns(UserWarning) as caught:  # the training store's warning, then the validation store's
+        t = Trainer(_cfg(tmp_path, store, f"data.window_size={window}", f"data.val_path={store}"))
+    assert [" validation " in str(w.message) for w in caught] == [False, True]
+    summary = t.fit()
+    err = capsys.readouterr().err
+    assert f"sft validation data: {len(records)} records; {truncated} truncated to data.window_size={window}" in err
+    want = {"records": len(records), "truncated": truncated, "dropped": dropped}
+    assert {f"val_data_{k}": v for k, v in want.items()}.items() <= summary.items()
+    assert {f"data_{k}": v for k, v in want.items()}.items() <= summary.items()  # the training store's, as before
+
+
 def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_path, sft_store, capsys, keep_threads):
     store, records = sft_store
     t = Trainer(_cfg(tmp_path, store))  # tiny-cpu's preset window (128) is not the user's choice

@@ -303,8 +303,7 @@ class Trainer:
                     )
                 return None
             dataset = B.build_dataset(self.cfg, path, self.train_type, self.tokenizer)
-        if train:
-            self._report_truncation(dataset)
+        self._report_truncation(dataset, train)
         if len(dataset) == 0:
             raise ValueError(
                 f"the {'training' if train else 'validation'} dataset at {path} is empty "
@@ -335,24 +334,27 @@ class Trainer:
         loader.loader.generator = torch.Generator()
         return loader
 
-    def _report_truncation(self, dataset) -> None:
-        """Count, print and keep (for metrics and report.md) the records the window cut short or dropped."""
+    def _report_truncation(self, dataset, train: bool = True) -> None:
+        """Count, print and keep (for metrics and report.md) the records the window cut short or dropped; those of
+        the validation store under ``val_`` keys (its loss is then taken over other text than the user gave)."""
         truncated, dropped = getattr(dataset, "num_truncated", None), getattr(dataset, "num_dropped", None)
         if dropped is None:
             return
         total = len(dataset.store) if hasattr(dataset, "store") else len(dataset) + dropped
+        data, key = ("data", "data_") if train else ("validation data", "val_data_")
         if truncated is None:  # grpo: a prompt is never cut, only dropped
-            self.data_stats = {"data_records": total, "data_dropped": dropped}
+            stats = {"records": total, "dropped": dropped}
             line = (
-                f"{self.train_type} data: {total} prompts; {dropped} longer than data.window_size="
+                f"{self.train_type} {data}: {total} prompts; {dropped} longer than data.window_size="
                 f"{self.cfg.data.window_size} dropped (a cut prompt would ask another question)"
             )
         else:
-            self.data_stats = {"data_records": total, "data_truncated": truncated, "data_dropped": dropped}
+            stats = {"records": total, "truncated": truncated, "dropped": dropped}
             line = (
-                f"{self.train_type} data: {total} records; {truncated} truncated to data.window_size="
+                f"{self.train_type} {data}: {total} records; {truncated} truncated to data.window_size="
                 f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)"
             )
+        self.data_stats.update({key + k: v for k, v in stats.items()})
         if not self.dist.is_main:
             return
         share = ((truncated or 0) + dropped) / max(total, 1)
@@ -374,7 +376,8 @@ class Trainer:
                 )
             else:
                 advice = "Raise data.window_size (and the model's max_position_embeddings) or pack shorter records."
-            warnings.warn(f"{share:.0%} of the {self.train_type} {what}. {advice}", stacklevel=3)
+            split = "" if train else "validation "
+            warnings.warn(f"{share:.0%} of the {self.train_type} {split}{what}. {advice}", stacklevel=3)
 
     def _next_batch(self) -> dict[str, Any]:
         if hasattr(self.objective, "next_batch"):
