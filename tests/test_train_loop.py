@@ -381,3 +381,38 @@ def test_init_from_takes_runtime_options_and_refuses_shape_changes(tmp_path, sto
         build_model(cfg)
     with pytest.raises(ValueError, match="not runtime options"):
         model.set_runtime_options(num_hidden_layers=3)
+
+
+class FailAt(PretrainObjective):
+    """Raises in the forward of optimizer step ``step`` (a user's bug, an OOM)."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step, self.calls = step, 0
+
+    def __call__(self, model, batch):
+        self.calls += 1
+        if self.calls == self.step:
+            raise RuntimeError("the objective failed")
+        return super().__call__(model, batch)
+
+
+def test_a_failing_run_ends_its_progress_bar_before_the_error(tmp_path, store, capsys):
+    """The error raised out of fit starts on a line of its own: the bar is closed first (it printed on the bar's
+    line before), and callbacks hear of the error through on_train_error (no on_train_end)."""
+    heard = []
+
+    class Listener(Callback):
+        def on_train_error(self, trainer, exc):
+            heard.append(str(exc))
+
+        def on_train_end(self, trainer, status):
+            heard.append(status)
+
+    cfg = _cfg(tmp_path, store, "fail", logging={"progress": True})
+    t = Trainer(cfg, objective=FailAt(3), callbacks=[Listener()])
+    with pytest.raises(RuntimeError, match="the objective failed"):
+        t.fit()
+    err = capsys.readouterr().err
+    assert "2/4" in err and err.endswith("\n")  # the bar got to step 2 and ended its line
+    assert heard == ["the objective failed"]

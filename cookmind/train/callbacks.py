@@ -49,6 +49,9 @@ class Callback:
     def on_train_end(self, trainer: Trainer, status: str) -> None:
         """After the last step (status: completed, stopped or diverged)."""
 
+    def on_train_error(self, trainer: Trainer, exc: BaseException) -> None:
+        """When ``fit`` is about to raise ``exc`` (no ``on_train_end`` then): release what the callback holds."""
+
 
 class MetricsCallback(Callback):
     """Writes a metrics.jsonl line every ``log_every`` steps (and the last step)."""
@@ -145,6 +148,10 @@ class ProgressCallback(Callback):
     def on_train_end(self, trainer: Trainer, status: str) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+
+    def on_train_error(self, trainer: Trainer, exc: BaseException) -> None:
+        self.on_train_end(trainer, "failed")  # the bar ends its line: the error prints on its own
 
 
 class TensorBoardCallback(Callback):
@@ -174,3 +181,6 @@ class TensorBoardCallback(Callback):
 
     def on_train_end(self, trainer: Trainer, status: str) -> None:
         self.writer.close()
+
+    def on_train_error(self, trainer: Trainer, exc: BaseException) -> None:
+        self.writer.close()  # what was logged up to the error reaches the event file

@@ -494,10 +494,13 @@ class Trainer:
             if behind is not None:  # stopped with the last queued step unread
                 done, behind = behind, None
                 self._end_step(done)
-        except BaseException:
+        except BaseException as exc:
             if behind is not None:  # keep that step's metrics row if its stats can still be read
                 with contextlib.suppress(Exception):  # the error being raised is the one to report
                     self._end_step(behind)
+            for cb in self.callbacks:
+                with contextlib.suppress(Exception):
+                    cb.on_train_error(self, exc)
             raise
         finally:
             self._restore_signal_handlers(old_handlers)
