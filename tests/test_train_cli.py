@@ -11,8 +11,8 @@ import pytest
 import torch
 from lm_fixtures import tiny_cli_overrides
 
-from cookmind.store import write_store
-from cookmind.train import cli
+from cookmind.store import StoreError, write_store
+from cookmind.train import TrainConfig, cli
 from cookmind.train.trainer import Trainer
 
 TINY = [
@@ -109,6 +109,21 @@ def test_a_store_of_another_kind_or_none_names_the_flag_to_change(tmp_path, caps
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert f"is a 'sft' store and train.objective={objective} reads" in err and "pass --objective sft" in err
         assert not (tmp_path / objective).exists()
+    # an objective the caller passes is what reads the store, whatever train.objective says (default pretrain)
+    from cookmind.train.objectives import PretrainObjective, SFTObjective
+
+    own = [
+        f"data.train_path={sft}",
+        f"logging.run_dir={tmp_path / 'own'}",
+        "data.window_size=4",
+        "train.micro_batch_size=2",
+    ]
+    cfg = TrainConfig.load("tiny-cpu", own + tiny_cli_overrides())
+    assert cfg.train.objective == "pretrain"
+    assert Trainer(cfg, objective=SFTObjective()).train_type == "sft"
+    cfg.logging.run_dir = str(tmp_path / "own-pretrain")
+    with pytest.raises(StoreError, match=r"the run's objective \(PretrainObjective\) reads 'seq' stores"):
+        Trainer(cfg, objective=PretrainObjective())
     # a missing store was reported as "model.vocab_size is not set and there is no tokenizer"
     assert _run(tmp_path / "nowhere", "--run-dir", str(tmp_path / "r"), "train.max_steps=1") == 2
     assert "nowhere: no such store; make one with `cookmind pack" in capsys.readouterr().err

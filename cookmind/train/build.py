@@ -148,25 +148,37 @@ def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
     )
 
 
-# the store each built-in objective reads (its objective's ``train_type``)
-STORE_TYPE_OF_OBJECTIVE = {"pretrain": "seq", "sft": "sft", "dpo": "dpo", "grpo": "grpo"}
+# the store each built-in objective reads: its class's ``train_type`` (grpo's class lives above this package)
+STORE_TYPE_OF_OBJECTIVE = {
+    "pretrain": PretrainObjective.train_type,
+    "sft": SFTObjective.train_type,
+    "dpo": DPOObjective.train_type,
+    "grpo": "grpo",
+}
 
 
-def check_train_store(cfg: TrainConfig) -> None:
-    """Refuse, before anything is built, a missing training store or one of another kind than the run reads, naming
-    the flag to change (it showed as a missing tokenizer, or a KeyError while sizing the window)."""
+def check_train_store(cfg: TrainConfig, objective: Objective | None = None) -> None:
+    """Refuse, before anything is built, a missing training store or one of another kind than the run reads
+    (``objective``'s, when the caller passed one, else ``train.objective``'s), naming the flag to change (it showed
+    as a missing tokenizer, or a KeyError while sizing the window)."""
     if not cfg.data.train_path:
         return
     from cookmind.store import StoreError, TokenStore
 
     store = TokenStore(cfg.data.train_path)  # a missing one: "no such store; make one with `cookmind pack`"
-    want = cfg.data.train_type or STORE_TYPE_OF_OBJECTIVE.get(cfg.train.objective)
+    reads = objective.train_type if objective is not None else STORE_TYPE_OF_OBJECTIVE.get(cfg.train.objective)
+    want = cfg.data.train_type or reads
     if want is not None and store.train_type != want:
         fits = {v: k for k, v in STORE_TYPE_OF_OBJECTIVE.items()}.get(store.train_type, store.train_type)
+        if cfg.data.train_type:
+            reader = f"data.train_type={cfg.data.train_type}"
+        elif objective is not None:
+            reader = f"the run's objective ({type(objective).__name__})"
+        else:
+            reader = f"train.objective={cfg.train.objective}"
         raise StoreError(
-            f"{cfg.data.train_path} is a {store.train_type!r} store and train.objective={cfg.train.objective} reads "
-            f"{want!r} stores: pass --objective {fits} to train on it, or pack a {want!r} store "
-            f"(`cookmind pack --train-type {want}`)"
+            f"{cfg.data.train_path} is a {store.train_type!r} store and {reader} reads {want!r} stores: pass "
+            f"--objective {fits} to train on it, or pack a {want!r} store (`cookmind pack --train-type {want}`)"
         )
 
 

@@ -150,7 +150,7 @@ class Trainer:
         barrier(self.dist)
         self.run_id = uuid.uuid4().hex  # marks this run's checkpoints: only those are ever pruned
         if train_dataset is None:
-            B.check_train_store(cfg)
+            B.check_train_store(cfg, objective)
         if tokenizer is None and not cfg.data.tokenizer:
             cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
             if cfg.data.tokenizer and self.dist.is_main:
