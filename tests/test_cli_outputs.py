@@ -88,7 +88,10 @@ def test_a_crawl_is_written_over_an_earlier_one_only_with_overwrite_and_leaves_n
     assert main(argv + ["--shards", "2"]) == 2
     assert "holds a crawl already" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    (out / "crawl-9.jsonl.gz").write_bytes(b"a file of the user's")  # not a name the crawl writes: kept
     assert main(argv + ["--shards", "2", "--overwrite"]) == 0
+    assert (out / "crawl-9.jsonl.gz").read_bytes() == b"a file of the user's"
+    (out / "crawl-9.jsonl.gz").unlink()
     shards = sorted(out.glob("crawl-*.jsonl.gz"))
     assert [p.name for p in shards] == ["crawl-00000.jsonl.gz", "crawl-00001.jsonl.gz"]
     ids = [json.loads(line)["id"] for p in shards for line in gzip.open(p, "rt")]

@@ -15,6 +15,7 @@ import gzip
 import json
 import os
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -486,8 +487,9 @@ def write_crawl(
                 p = pages[i]
                 f.write(json.dumps({"id": f"page-{i:06d}", "url": p.url, "html": p.html, "kind": p.kind}) + "\n")
     write_json(out_dir / "manifest.json", manifest, indent=2)
-    for stale in out_dir.glob("crawl-*.jsonl.gz"):
-        if stale.name >= f"crawl-{num_shards:05d}.jsonl.gz":  # an earlier crawl's extra shard (same digits)
+    for stale in out_dir.glob("crawl-*.jsonl.gz"):  # an earlier crawl's extra shards, by the names it writes
+        index = re.fullmatch(r"crawl-(\d{5})\.jsonl\.gz", stale.name)
+        if index is not None and int(index.group(1)) >= num_shards:
             stale.unlink()
     return manifest
 
