@@ -107,13 +107,15 @@ def warnings_as_lines(stage: str) -> None:
     import warnings
 
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    python_format = warnings.formatwarning
+    # the format this replaced (not an earlier call's one_line: main() runs many times in one process, in tests)
+    python_format = getattr(warnings.formatwarning, "replaced", warnings.formatwarning)
 
     def one_line(message, category, filename, lineno, line=None):
         if os.path.abspath(filename).startswith(package):
             return f"cookmind {stage}: warning: {message}\n"
         return python_format(message, category, filename, lineno, line)
 
+    one_line.replaced = python_format
     warnings.formatwarning = one_line
 
 

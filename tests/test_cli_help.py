@@ -39,8 +39,16 @@ def test_our_warnings_print_as_one_line_and_others_keep_pythons_format(monkeypat
     import cookmind
     from cookmind.cli import warnings_as_lines
 
-    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # restored after the test
-    warnings_as_lines("train")
+    # Python's own format, behind a fresh function (an earlier test's CLI call may have installed ours already)
+    stdlib_format = getattr(warnings.formatwarning, "replaced", warnings.formatwarning)
+
+    def python_format(*args, **kwargs):
+        return stdlib_format(*args, **kwargs)
+
+    monkeypatch.setattr(warnings, "formatwarning", python_format)  # restored after the test
+    warnings_as_lines("eval")
+    warnings_as_lines("train")  # a second stage in one process (tests run main() often): replaces, never nests
+    assert warnings.formatwarning.replaced is python_format
     ours = warnings.formatwarning("43% of the sft records are cut short", UserWarning, cookmind.__file__, 214)
     assert ours == "cookmind train: warning: 43% of the sft records are cut short\n"
     theirs = warnings.formatwarning("deprecated", FutureWarning, "/usr/lib/python3/x.py", 3, line="x = 1")
