@@ -53,15 +53,17 @@ def test_graph_replays_train_like_the_eager_loop(tmp_path, store, accum, compile
     more than in fp32: on the H200 the compiled, accumulating pair's grad norms differed by 3.6e-5 relative at
     step 2 (1.11275 against 1.11271) with equal losses. Step 2 runs eagerly in both runs (the graph is captured
     after ``WARMUP`` = 3 eager steps), so that gap is the eager backward's own run-to-run nondeterminism, which
-    bf16 gradients make visible, not the graph's. Its norms get 1e-4, and the weights compared are the fp32
-    masters (a bf16 weight one rounding apart differs by its ulp, ~1e-4 here, not by the update's difference)."""
+    bf16 gradients make visible, not the graph's. A weight one bf16 rounding apart then moves the next losses too
+    (4.16686 against 4.16673 at step 4, 3e-5, in a later H200 run). Its losses and norms get 1e-4 (a replay of
+    stale weights or a missed update moves a loss by far more), and the weights compared are the fp32 masters (a
+    bf16 weight one rounding apart differs by its ulp, ~1e-4 here, not by the update's difference)."""
     kw = dict(grad_accum_steps=accum, micro_batch_size=2, compile=compile_, master_weights=master)
     eager, rows_e = _run(tmp_path, store, "eager", False, **kw)
     graph, rows_g = _run(tmp_path, store, "graph", True, **kw)
     assert graph._graph.replays == 9 - graph._graph.WARMUP  # the captured step and every later one replayed
     assert [r[0] for r in rows_g] == list(range(1, 10))
     for (s, le, ne), (_, lg, ng) in zip(rows_e, rows_g):
-        assert lg == pytest.approx(le, rel=1e-5, abs=1e-6), s  # metrics.jsonl keeps 6 significant digits
+        assert lg == pytest.approx(le, rel=1e-4 if master else 1e-5, abs=1e-6), s  # metrics.jsonl: 6 digits
         assert ng == pytest.approx(ne, rel=1e-4 if master else 1e-5, abs=1e-6), s
     with eager._fp32_weights_in_place(), graph._fp32_weights_in_place():  # the masters (a no-op without them)
         we, wg = _weights(eager), _weights(graph)
