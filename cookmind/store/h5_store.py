@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy as np
-import torch
 
 from cookmind.atomic import temp_path
 from cookmind.store.bin_store import _check_version
 from cookmind.store.layout import FORMAT_VERSION, StoreError
+
+if TYPE_CHECKING:
+    import torch
 
 
 class H5Backend:
@@ -41,6 +44,8 @@ class H5Shard:
     """One ``.h5`` shard loaded into memory as torch tensors."""
 
     def __init__(self, path: Path):
+        import torch  # here, not at the top: writing a store (``cookmind pack``) needs no torch
+
         self.path = Path(path)
         try:
             f = h5py.File(self.path, "r")
