@@ -111,7 +111,6 @@ def test_record_batches_spread_over_workers_count_the_same(tmp_path):
     assert Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).fingerprint() == _reference(tmp_path, docs)
 
 
-
 def test_tokenizer_train_and_pack_do_not_import_torch(tmp_path):
     """`tokenizer train` and `pack` (both formats) never need torch, and importing it takes 2.5 s of a 2-core
     machine (the BPE benchmark's 12 MB corpus trains in about as long): reading inputs through
