@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|mfu|masterw|fp8loss]...  (default: all but mfu and fp8loss;
-#   ddp and scale need 2 GPUs)
+#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|mfu|b8|masterw|fp8loss]...
+#   (default: tests train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
 # so one slow part cannot swallow the others' output. Run with the device tool, e.g. kind nvidia-h200-x2.
@@ -47,6 +47,13 @@ for part in "${parts[@]}"; do
                 --accum 8 --steps 6 --warmup 3 --variants master-weights-graph
              CUDA_VISIBLE_DEVICES=0 run qwen-accum 270 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
                 --accum 4 --steps 6 --warmup 3 --variants master-weights-graph ;;
+        # micro-batch 8 at 1.3B (the FP8 blocks' GEMMs pay at the larger M), and Qwen3-0.6B with FP8 blocks
+        b8) CUDA_VISIBLE_DEVICES=0 run llama-b8 300 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
+                --batch 8 --steps 8 --warmup 3 --variants master-weights-graph
+            CUDA_VISIBLE_DEVICES=0 run llama-b8-fp8 255 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
+                --no-peer --batch 8 --steps 6 --warmup 3 --variants master-weights-fp8
+            CUDA_VISIBLE_DEVICES=0 run qwen-fp8 330 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
+                --no-peer --steps 6 --warmup 3 --variants master-weights-fp8 ;;
         # where an accumulating master-weights step goes, and FP8 blocks over master weights with accumulation
         masterw) CUDA_VISIBLE_DEVICES=0 run prof-mw-accum 150 python3 bench/profile_train.py --shape llama-1.3b \
                 --which ours --accum 8 --master-weights
@@ -55,6 +62,6 @@ for part in "${parts[@]}"; do
         # the FP8 loss check at Qwen3-0.6B, both compiled (needs build/fp8-loss carried: bench_fp8_loss.py --build)
         fp8loss) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen 560 python3 bench/bench_fp8_loss.py --shape qwen3-0.6b \
                 --compile-scope blocks ;;
-        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|masterw|fp8loss)"; exit 2 ;;
+        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|b8|masterw|fp8loss)"; exit 2 ;;
     esac
 done
