@@ -24,6 +24,8 @@ Then, on an FP8 GPU (Hopper, Ada) with build/fp8-loss/ carried along:
     python bench/bench_fp8_loss.py --shape llama-1.3b         # B=4, T=2048, 200 steps each, lr 2e-4
     python bench/bench_fp8_loss.py --shape tiny --device cpu --steps 20   # CPU smoke test: float8 emulated
     ... --baseline-twice      # a third run, the baseline again: its run-to-run noise beside the 1%
+    ... --runs baseline > a.log; ... --runs fp8 > b.log   # one run a call (a compiled pair can outlast one)
+    python bench/bench_fp8_loss.py --compare a.log b.log  # then the verdict from their lines, no training
 
 Schedule: the preset's lr and cosine decay to its min_lr_ratio over --steps, after --warmup-steps (20, at most a
 tenth of the steps) of linear warm-up: the preset's 2000 would end 200 steps below a tenth of the lr.
@@ -255,6 +257,61 @@ def compare(baseline: float, fp8: float, tolerance: float = TOLERANCE) -> dict:
     return {"rel_diff": round(rel, 5), "tolerance": tolerance, "pass": abs(rel) <= tolerance}
 
 
+RUN_KEYS = ("shape", "device", "torch", "batch", "seq", "steps", "lr", "compiled", "compile_scope", "store_tokens")
+
+
+def make_verdict(common: dict, ref: dict, f8: dict, ref_final: float, f8_final: float, curves: tuple) -> dict:
+    """The comparison line of a baseline run and an fp8 run (their JSON lines; finals and curves as computed)."""
+    verdict = {
+        "figure": "fp8 blocks loss vs baseline",
+        **common,
+        "last_steps": min(LAST, common["steps"]),
+        "baseline": ref["run"],
+        "baseline_loss": ref["final_loss"],
+        "fp8_loss": f8["final_loss"],
+        **compare(ref_final, f8_final),
+        # the widest gap along the way (a tenth of the run at a time), not only at the end
+        "curve_max_rel_diff": round(max(abs(f / b - 1) for b, f in zip(*curves)), 5),
+    }
+    if "tokens_per_s" in ref and "tokens_per_s" in f8:
+        verdict["speedup"] = round(f8["tokens_per_s"] / ref["tokens_per_s"], 3)
+    return verdict
+
+
+def verdict_from_logs(paths: list[Path]) -> dict:
+    """The verdict from the run lines of earlier logs (``--runs baseline`` and ``--runs fp8``, e.g. in two device
+    calls): the newest baseline line and the newest fp8 line, which must share every setting in ``RUN_KEYS``. The
+    losses come as the lines print them (4 decimals), so the relative difference is good to about 1e-5."""
+    runs: dict[str, dict] = {}
+    for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"--compare: {path} does not exist; give the logs of the runs to compare")
+        for n, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if not text.startswith("{"):
+                continue
+            try:
+                line = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"{path}:{n}: not a JSON line ({exc.msg}); give this script's own output") from None
+            if line.get("figure") != "fp8 loss run" or "error" in line or line["run"].endswith(" again"):
+                continue
+            runs["fp8" if line["run"] == "fp8-blocks" else "baseline"] = line
+    missing = [k for k in ("baseline", "fp8") if k not in runs]
+    if missing:
+        raise SystemExit(
+            f"--compare: no {' and no '.join(missing)} run line in {', '.join(map(str, paths))}; "
+            "run --runs baseline and --runs fp8 first and give both logs"
+        )
+    ref, f8 = runs["baseline"], runs["fp8"]
+    differ = [k for k in RUN_KEYS if ref.get(k) != f8.get(k)]
+    if differ:
+        pairs = ", ".join(f"{k} {ref.get(k)!r} vs {f8.get(k)!r}" for k in differ)
+        raise SystemExit(f"--compare: the two runs differ in {pairs}; compare runs of the same settings")
+    common = {k: ref.get(k) for k in RUN_KEYS}
+    curves = (ref["loss_curve"], f8["loss_curve"])
+    return make_verdict(common, ref, f8, ref["final_loss"], f8["final_loss"], curves)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -292,7 +349,28 @@ def main(argv: list[str] | None = None) -> int:
         help="run the baseline a second time: its own run-to-run difference (bf16 on CUDA is not bit-reproducible "
         "under compile), the noise floor of the check",
     )
+    ap.add_argument(
+        "--runs",
+        default="baseline,fp8",
+        help="which runs to train, comma-separated: baseline, fp8 (default both, then the verdict); one alone prints "
+        "its line only, for --compare to join with the other's",
+    )
+    ap.add_argument(
+        "--compare",
+        nargs="+",
+        type=Path,
+        metavar="LOG",
+        help="no training: print the verdict from the run lines in these logs (a --runs baseline and a --runs fp8)",
+    )
     args = ap.parse_args(argv)
+    if args.compare:
+        print(json.dumps(verdict_from_logs(args.compare)), flush=True)
+        return 0
+    wanted = [r for r in args.runs.split(",") if r]
+    if not wanted or set(wanted) - {"baseline", "fp8"}:
+        ap.error(f"--runs {args.runs!r}: give baseline, fp8 or both (comma-separated)")
+    if args.baseline_twice and "baseline" not in wanted:
+        ap.error("--baseline-twice repeats the baseline: keep baseline in --runs")
     if args.build:
         build(args.data, args.shared, args.overwrite)
         return 0
@@ -322,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     results, finals, curves = {}, {}, {}
     base = cfg.train.precision  # bf16 on CUDA: the baseline of #18
-    runs = [(base, False), ("fp8-blocks", True)] + ([(f"{base} again", False)] if args.baseline_twice else [])
+    runs = [(base, False)] if "baseline" in wanted else []
+    runs += [("fp8-blocks", True)] if "fp8" in wanted else []
+    runs += [(f"{base} again", False)] if args.baseline_twice else []
     for name, fp8 in runs:
         try:
             r = train_once(cfg, fp8, device, warm)
@@ -346,20 +426,10 @@ def main(argv: list[str] | None = None) -> int:
             line["windows_repeated"] = batch * args.steps - r["windows"]  # the store ran out: an epoch began again
         results[name] = line
         print(json.dumps(line), flush=True)
+    if base not in results or "fp8-blocks" not in results:
+        return 0  # one run alone: --compare joins it with the other's line
     ref, f8 = results[base], results["fp8-blocks"]
-    verdict = {
-        "figure": "fp8 blocks loss vs baseline",
-        **common,
-        "last_steps": min(LAST, args.steps),
-        "baseline": base,
-        "baseline_loss": ref["final_loss"],
-        "fp8_loss": f8["final_loss"],
-        **compare(finals[base], finals["fp8-blocks"]),
-        # the widest gap along the way (a tenth of the run at a time), not only at the end
-        "curve_max_rel_diff": round(max(abs(f / b - 1) for b, f in zip(curves[base], curves["fp8-blocks"])), 5),
-    }
-    if "tokens_per_s" in ref and "tokens_per_s" in f8:
-        verdict["speedup"] = round(f8["tokens_per_s"] / ref["tokens_per_s"], 3)
+    verdict = make_verdict(common, ref, f8, finals[base], finals["fp8-blocks"], (curves[base], curves["fp8-blocks"]))
     if args.baseline_twice:
         verdict["baseline_repeat_rel_diff"] = compare(finals[base], finals[f"{base} again"])["rel_diff"]
     print(json.dumps(verdict), flush=True)

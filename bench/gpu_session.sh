@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|mfu|b8|masterw|fp8loss]...
+#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|mfu|b8|masterw|fp8loss|fp8loss-fp8]...
 #   (default: tests train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -59,9 +59,14 @@ for part in "${parts[@]}"; do
                 --which ours --accum 8 --master-weights
              CUDA_VISIBLE_DEVICES=0 run llama-accum-fp8 300 python3 bench/bench_train.py --device cuda \
                 --shape llama-1.3b --no-peer --accum 8 --steps 6 --warmup 3 --variants master-weights-fp8 ;;
-        # the FP8 loss check at Qwen3-0.6B, both compiled (needs build/fp8-loss carried: bench_fp8_loss.py --build)
-        fp8loss) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen 560 python3 bench/bench_fp8_loss.py --shape qwen3-0.6b \
-                --compile-scope blocks ;;
-        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|b8|masterw|fp8loss)"; exit 2 ;;
+        # the FP8 loss check at Qwen3-0.6B, both compiled (needs build/fp8-loss carried: bench_fp8_loss.py --build);
+        # one run a part, each may be its own call: then `python3 bench/bench_fp8_loss.py --compare A.log B.log`
+        fp8loss) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen-bf16 400 python3 bench/bench_fp8_loss.py --shape qwen3-0.6b \
+                --compile-scope blocks --runs baseline ;;
+        fp8loss-fp8) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen-fp8 500 python3 bench/bench_fp8_loss.py \
+                --shape qwen3-0.6b --compile-scope blocks --runs fp8
+                [ -f "$OUT/fp8-loss-qwen-bf16.log" ] && python3 bench/bench_fp8_loss.py --compare \
+                "$OUT/fp8-loss-qwen-bf16.log" "$OUT/fp8-loss-qwen-fp8.log" ;;
+        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|b8|masterw|fp8loss|fp8loss-fp8)"; exit 2 ;;
     esac
 done

@@ -95,6 +95,28 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
     assert again["run"] == "fp32 again" and again["loss_curve"] == base["loss_curve"]
     assert verdict["baseline_repeat_rel_diff"] == 0.0
 
+    # one run a call (a compiled pair can outlast a device call), then the verdict from the two logs
+    logs = {}
+    for run in ("baseline", "fp8"):
+        assert B.main(argv[:-1] + ["--runs", run]) == 0
+        logs[run] = tmp_path / f"{run}.log"
+        logs[run].write_text(capsys.readouterr().out)
+    only = [json.loads(x) for x in logs["fp8"].read_text().splitlines() if x.startswith("{")]
+    assert [x["run"] for x in only] == ["fp8-blocks"]  # its line alone, no verdict
+    assert B.main(["--compare", str(logs["baseline"]), str(logs["fp8"])]) == 0
+    joined = json.loads(capsys.readouterr().out)
+    assert (joined["baseline_loss"], joined["fp8_loss"]) == (base["final_loss"], fp8["final_loss"])
+    assert joined["rel_diff"] == pytest.approx(verdict["rel_diff"], abs=2e-5) and joined["pass"] == verdict["pass"]
+    assert joined["curve_max_rel_diff"] == pytest.approx(verdict["curve_max_rel_diff"], abs=2e-5)
+    with pytest.raises(SystemExit, match="no fp8 run line"):
+        B.verdict_from_logs([logs["baseline"]])
+    other = tmp_path / "other.log"  # a run of other settings is not compared
+    other.write_text(logs["fp8"].read_text().replace('"steps": 4', '"steps": 5'))
+    with pytest.raises(SystemExit, match="differ in steps 4 vs 5"):
+        B.verdict_from_logs([logs["baseline"], other])
+    with pytest.raises(SystemExit):
+        B.main(argv[:-1] + ["--runs", "fp16"])
+
 
 @pytest.mark.parametrize("shape,batch,lr", [("qwen3-0.6b", 8, 3e-4), ("llama-1.3b", 4, 2e-4)])
 def test_gpu_runs_take_the_preset_recipe_for_200_steps(shape, batch, lr, tmp_path):
