@@ -27,3 +27,7 @@ def __getattr__(name: str):
     value = getattr(import_module(f"cookmind.store.{_HOME[name]}"), name)
     globals()[name] = value  # later lookups skip this function
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
