@@ -205,7 +205,7 @@ def test_init_distributed_single_process_and_clear_errors(monkeypatch):
     with pytest.raises(RuntimeError, match="MASTER_ADDR is unset; launch with torchrun"):
         init_distributed("cpu")
     if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="CUDA is not available; use train.device=cpu"):
+        with pytest.raises(ValueError, match="train.device=cuda but CUDA is not available here; pass cpu or auto"):
             init_distributed("cuda")
 
 

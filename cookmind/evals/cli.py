@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     def common(p):
         add_model_argument(p)
         p.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the model dir)")
-        p.add_argument("--device", default="cpu", help="default cpu; cuda to run on the GPU")
+        p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
         p.add_argument("--out", default=None, help="write the per-item JSONL here (metrics JSON beside it)")
         p.add_argument("--overwrite", action="store_true", help="replace an --out (and its metrics JSON) already there")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -69,13 +69,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     """Run the chosen evaluation, print its metrics as one JSON object, optionally save them."""
     from cookmind.atomic import check_output_file, write_json
+    from cookmind.device import resolve_device
     from cookmind.infer.loading import load_for_inference
 
     if args.out:  # before the model loads: an --out that names the data (or a file of yours) is refused
         written = [Path(args.out).with_suffix(".metrics.json")] + ([Path(args.out)] if args.task != "ppl" else [])
         for path in written:
             check_output_file(path, [args.data], args.overwrite)
-    model, tokenizer = load_for_inference(args.model, args.device, tokenizer_path=args.tokenizer, hf_native=True)
+    device = str(resolve_device(args.device))  # the checkpoint's dtype: scores as trained, on either device
+    model, tokenizer = load_for_inference(args.model, device, tokenizer_path=args.tokenizer, hf_native=True)
     progress = not args.quiet
     if args.task == "gsm8k":
         from cookmind.evals.gsm8k import evaluate_gsm8k, load_gsm8k

@@ -24,18 +24,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repetition-penalty", type=float, default=1.0, help="default 1.0 (off)")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable; not printed)")
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
-    parser.add_argument("--device", default=None, help="default cpu (unlike serve); cuda to run on the GPU")
-    parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: the checkpoint's)")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    parser.add_argument(
+        "--dtype", default=None, help="float32 | bfloat16 | float16 (default: bfloat16 on CUDA, else the checkpoint's)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
+    from cookmind.device import inference_dtype, resolve_device
     from cookmind.infer.detokenize import IncrementalDetokenizer
     from cookmind.infer.generate import generate, stream
     from cookmind.infer.loading import load_for_inference
     from cookmind.infer.sampling import SamplingParams
     from cookmind.infer.stop import StopStringMatcher
 
-    model, tok = load_for_inference(args.model, args.device or "cpu", args.dtype, args.tokenizer)
+    device = resolve_device(args.device)
+    model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
     stops = tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
     cfg = SamplingParams(
         max_new_tokens=args.max_new_tokens,

@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "under the model id NAME; repeatable; requests for different adapters and the base share batches",
     )
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA)")
     parser.add_argument(
         "--max-batch",
@@ -145,15 +145,15 @@ def speculative_config(args: argparse.Namespace, tokenizer, device: str, dtype):
 
 def build_app(args: argparse.Namespace):
     """Load the model and return (FastAPI app, engine)."""
-    import torch
-
+    from cookmind.device import inference_dtype, resolve_device
     from cookmind.infer.engine import Engine
     from cookmind.infer.loading import load_adapters, load_for_inference, parse_lora_specs
     from cookmind.infer.server import create_app
 
     path = args.model  # --model or the positional, merged by cookmind.cli.finish_model_argument
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else None)
+    device = resolve_device(args.device)
+    dtype = inference_dtype(args.dtype, device)
+    device = str(device)
     name = args.model_name or Path(path).resolve().name
     specs = parse_lora_specs(args.lora, name)  # a malformed --lora fails before the model loads
     model, tokenizer = load_for_inference(path, device, dtype, args.tokenizer)

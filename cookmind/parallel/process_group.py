@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from cookmind.device import resolve_device
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -32,24 +34,6 @@ class DistInfo:
         return self.world_size > 1
 
 
-def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
-    """``auto`` -> this rank's GPU when CUDA is present, else the CPU; ``cuda`` -> ``cuda:<local_rank>``."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"train.device={name!r} but CUDA is not available; use train.device=cpu or auto")
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
-        if device.index >= torch.cuda.device_count():
-            raise RuntimeError(
-                f"device {device} (LOCAL_RANK={local_rank}) but only {torch.cuda.device_count()} "
-                "CUDA devices are visible; launch at most that many processes per node"
-            )
-    return device
-
-
 def init_distributed(device: str = "auto", backend: str = "auto", group_of_one: bool = False) -> DistInfo:
     """Join the job torchrun started (RANK / WORLD_SIZE / LOCAL_RANK); a single process needs no group.
 
@@ -61,7 +45,7 @@ def init_distributed(device: str = "auto", backend: str = "auto", group_of_one: 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    dev = resolve_device(device, local)
+    dev = resolve_device(device, local, what="train.device")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if dist.is_initialized():

@@ -1,0 +1,37 @@
+"""Which device a command runs on: one rule for training (``train.device``) and for generate, chat, serve and eval
+(``--device``). ``auto`` (or nothing given) is this process's GPU when CUDA is present, else the CPU."""
+
+from __future__ import annotations
+
+import torch
+
+
+def resolve_device(name: str | None = "auto", local_rank: int = 0, what: str = "--device") -> torch.device:
+    """``auto``/None -> ``cuda:<local_rank>`` when CUDA is present, else the CPU; ``cuda`` -> ``cuda:<local_rank>``.
+
+    A name torch does not know, or CUDA asked for where there is none, is a ValueError naming ``what`` (the key or
+    flag the user set) and what to pass instead: the CLI prints it as one line.
+    """
+    if name is None or name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    given = f"{what} {name}" if what.startswith("--") else f"{what}={name}"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{given} is not a device; pass auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{given} but CUDA is not available here; pass cpu or auto")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+        if device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{given}: device {device} (LOCAL_RANK={local_rank}) but only {torch.cuda.device_count()} "
+                "CUDA devices are visible; launch at most that many processes per node"
+            )
+    return device
+
+
+def inference_dtype(dtype: str | None, device: torch.device) -> str | None:
+    """The dtype a served model loads in when none is given: bf16 on a GPU, else the checkpoint's own."""
+    return dtype or ("bfloat16" if device.type == "cuda" else None)

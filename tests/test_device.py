@@ -1,0 +1,80 @@
+"""One device rule for train.device and every inference command's --device (cookmind.device): auto is the GPU
+when CUDA is present; a bad name, or CUDA where there is none, is one line naming the key or flag, not a torch
+traceback. generate, chat and eval used to run on the CPU unless told, unlike serve and train."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cookmind.cli import main as cli_main
+from cookmind.device import inference_dtype, resolve_device
+
+
+def _cuda_present(monkeypatch, count=1):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+def test_auto_is_the_cpu_without_cuda_and_bad_names_are_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device(None) == resolve_device("auto") == resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"^--device cuda but CUDA is not available here; pass cpu or auto$"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match=r"^train.device=gpu is not a device; pass auto, cpu, cuda or cuda:N$"):
+        resolve_device("gpu", what="train.device")
+    assert inference_dtype(None, torch.device("cpu")) is None  # the checkpoint's own
+    assert inference_dtype("float32", torch.device("cuda", 0)) == "float32"  # what the user asked for
+
+
+def test_auto_is_this_ranks_gpu_with_cuda(monkeypatch):
+    _cuda_present(monkeypatch, count=2)
+    assert resolve_device(None) == torch.device("cuda", 0)
+    assert resolve_device("auto", local_rank=1) == torch.device("cuda", 1)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(ValueError, match="only 2 CUDA devices are visible"):
+        resolve_device("cuda:2")
+    assert inference_dtype(None, torch.device("cuda", 0)) == "bfloat16"
+
+
+class Loaded(Exception):
+    """Raised by the stand-in loader: the command got as far as loading, with these arguments."""
+
+
+@pytest.mark.parametrize(
+    "argv,dtype",
+    [
+        (["generate", "--prompt", "hi"], "bfloat16"),
+        (["chat"], "bfloat16"),
+        (["serve"], "bfloat16"),
+        (["eval", "ppl", "--data", "store"], None),  # eval keeps the checkpoint's dtype: scores as trained
+    ],
+)
+def test_every_inference_command_takes_the_gpu_when_there_is_one(monkeypatch, tmp_path, argv, dtype):
+    import cookmind.infer.loading as loading
+
+    _cuda_present(monkeypatch)
+    got = {}
+
+    def load(path, device="cpu", dtype=None, tokenizer_path=None, **kw):
+        got.update(device=device, dtype=dtype)
+        raise Loaded
+
+    monkeypatch.setattr(loading, "load_for_inference", load)
+    model = tmp_path / "model"
+    model.mkdir()
+    if argv[0] == "serve":
+        monkeypatch.setattr("cookmind.infer.cli_serve.check_port_free", lambda host, port: None)
+    with pytest.raises(Loaded):
+        cli_main([*argv, "--model", str(model)])
+    assert got == {"device": "cuda:0", "dtype": dtype}
+
+
+@pytest.mark.parametrize("command", [["generate", "--prompt", "hi"], ["chat"], ["eval", "ppl", "--data", "store"]])
+def test_a_bad_device_is_one_line_before_anything_loads(monkeypatch, tmp_path, capsys, command):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    model = tmp_path / "model"
+    model.mkdir()
+    assert cli_main([*command, "--model", str(model), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"cookmind {command[0]}: error: --device cuda but CUDA is not available here; pass cpu or auto"]
