@@ -96,7 +96,7 @@ def _resume_on_rank(rank: int, root: str) -> str:
     cfg = TrainConfig.load(None, [*_tiny_run(root), *own, "checkpoint.resume=auto"])
     try:
         Trainer(cfg)
-    except RuntimeError as exc:
+    except ValueError as exc:  # a one-line error at the CLI, not a traceback
         return str(exc)
     return "resumed without an error"
 

@@ -202,7 +202,7 @@ def test_init_distributed_single_process_and_clear_errors(monkeypatch):
     assert init_distributed("cpu") == DistInfo(0, 1, 0, torch.device("cpu"))
     assert not init_distributed("cpu").enabled and init_distributed("cpu").is_main
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(RuntimeError, match="MASTER_ADDR is unset; launch with torchrun"):
+    with pytest.raises(ValueError, match="MASTER_ADDR is unset; launch with torchrun"):
         init_distributed("cpu")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="train.device=cuda but CUDA is not available here; pass cpu or auto"):

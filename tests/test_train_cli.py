@@ -148,6 +148,26 @@ def test_a_full_disk_is_one_line_no_traceback(tmp_path, store, monkeypatch, caps
     assert "no space left on device while writing" in err and "step_00000001" in err
 
 
+@pytest.mark.parametrize(
+    "setting,env,expected",
+    [
+        ("train.device=gpu", {}, "train.device=gpu is not a device; pass auto, cpu, cuda or cuda:N"),
+        ("train.device=cpu", {"WORLD_SIZE": "2", "RANK": "0"}, "WORLD_SIZE=2 but MASTER_ADDR is unset; launch with"),
+    ],
+)
+def test_a_bad_device_or_launch_is_one_line_no_traceback(tmp_path, store, monkeypatch, capsys, setting, env, expected):
+    """What the user set wrong (a device torch does not know, a torchrun variable without the others) was a torch
+    or RuntimeError traceback; nothing is left behind in the run directory."""
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert _run(store, "--run-dir", str(tmp_path / "run"), "train.max_steps=1", setting) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"cookmind train: error: {expected}"), err
+    assert not (tmp_path / "run").exists()
+
+
 def test_train_threads_is_honoured_on_cpu(tmp_path, store, keep_threads):
     from cookmind.train.config import TrainConfig
 

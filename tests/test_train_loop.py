@@ -286,7 +286,7 @@ def test_tensorboard_option_is_clear_when_the_package_is_missing(tmp_path, store
     try:
         import torch.utils.tensorboard  # noqa: F401
     except ImportError:
-        with pytest.raises(RuntimeError, match="pip install tensorboard"):
+        with pytest.raises(ValueError, match="pip install tensorboard"):
             Trainer(_cfg(tmp_path, store, "tb", logging={"tensorboard": True}))
         return
     Trainer(_cfg(tmp_path, store, "tb", logging={"tensorboard": True}, train={"max_steps": 2})).fit()

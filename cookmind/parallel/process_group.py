@@ -60,7 +60,7 @@ def init_distributed(device: str = "auto", backend: str = "auto", group_of_one: 
     else:
         for var in ("MASTER_ADDR", "MASTER_PORT"):
             if var not in os.environ:
-                raise RuntimeError(f"WORLD_SIZE={world} but {var} is unset; launch with torchrun --nproc_per_node N")
+                raise ValueError(f"WORLD_SIZE={world} but {var} is unset; launch with torchrun --nproc_per_node N")
     dist.init_process_group(
         backend=backend, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=30), **bind
     )

@@ -161,7 +161,7 @@ class TensorBoardCallback(Callback):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
-            raise RuntimeError(
+            raise ValueError(
                 "logging.tensorboard=true needs the tensorboard package: pip install tensorboard "
                 "(or set logging.tensorboard=false; metrics.jsonl has the same numbers)"
             ) from exc

@@ -932,7 +932,7 @@ class Trainer:
             found = ", ".join(f"step {s}" if s >= 0 else "no checkpoint" for s in sorted({low, high}))
             mine = f"step {step}" if step >= 0 else "none"
             where = self.ckpt_dir if spec == "auto" else spec
-            raise RuntimeError(
+            raise ValueError(
                 f"checkpoint.resume={spec}: the ranks found different checkpoints ({found}; rank {self.dist.rank} "
                 f"found {mine} in {where}). A multi-node run needs its checkpoint directory on a filesystem every "
                 "node shares (or the same checkpoint copied to the same path on each node)"
