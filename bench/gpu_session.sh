@@ -57,6 +57,9 @@ for part in "${parts[@]}"; do
         # where an accumulating master-weights step goes, and FP8 blocks over master weights with accumulation
         masterw) CUDA_VISIBLE_DEVICES=0 run prof-mw-accum 150 python3 bench/profile_train.py --shape llama-1.3b \
                 --which ours --accum 8 --master-weights
+             # the same step under the CUDA graph: its wall time (127.8 ms a micro-batch) exceeds the busy 116.3 ms
+             CUDA_VISIBLE_DEVICES=0 run prof-mw-accum-graph 150 python3 bench/profile_train.py --shape llama-1.3b \
+                --which ours --accum 8 --master-weights --cuda-graph
              CUDA_VISIBLE_DEVICES=0 run llama-accum-fp8 300 python3 bench/bench_train.py --device cuda \
                 --shape llama-1.3b --no-peer --accum 8 --steps 6 --warmup 3 --variants master-weights-fp8 ;;
         # the FP8 loss check at Qwen3-0.6B, both compiled (needs build/fp8-loss carried: bench_fp8_loss.py --build);
