@@ -111,31 +111,36 @@ def test_record_batches_spread_over_workers_count_the_same(tmp_path):
     assert Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).fingerprint() == _reference(tmp_path, docs)
 
 
-def test_tokenizer_train_and_pack_do_not_import_torch(tmp_path):
-    """`tokenizer train` and `pack` (both formats) never need torch, and importing it takes 2.5 s of a 2-core
-    machine (the BPE benchmark's 12 MB corpus trains in about as long): reading inputs through
+def test_the_data_stages_do_not_import_torch(tmp_path):
+    """`curate`, `tokenizer train` and `pack` (both formats) never need torch, and importing it takes 2.5 s of a
+    2-core machine (the BPE benchmark's 12 MB corpus trains in about as long): reading inputs through
     cookmind.store.sources imported the whole store package, and the store factory imported the ``.h5`` reader,
-    torch with both. Run in a fresh interpreter, where nothing else has imported torch yet."""
+    torch with both. The user's path, in a fresh interpreter where nothing else has imported torch yet: a crawl,
+    curated, a tokenizer trained on the curated folder, stores packed from it."""
     import subprocess
     import sys
 
-    text = tmp_path / "t.txt"
-    text.write_text("the cat sat on the mat\nthe dog sat on the log\n" * 50, encoding="utf-8")
-    tok = str(tmp_path / "tok")
+    crawl, curated, tok = (str(tmp_path / name) for name in ("crawl", "curated", "tok"))
     code = (
         "import sys\n"
         "from cookmind.cli import main\n"
-        f"main(['tokenizer', 'train', '--input', {str(text)!r}, '--vocab-size', '300', '--out', {tok!r}, "
-        "'--workers', '1'])\n"
-        "print('after tokenizer train, torch imported:', 'torch' in sys.modules)\n"
+        "def check(stage, status):\n"
+        "    assert status in (0, None), (stage, status)\n"
+        "    print(f'after {stage}, torch imported:', 'torch' in sys.modules)\n"
+        f"check('curate crawl', main(['curate', 'crawl', '--output', {crawl!r}, '--num-pages', '60', "
+        "'--shards', '1']))\n"
+        f"check('curate run', main(['curate', 'run', '--input', {crawl!r}, '--output', {curated!r}, '--quiet', "
+        "'--workers', '1']))\n"
+        f"check('tokenizer train', main(['tokenizer', 'train', '--input', {curated!r}, '--vocab-size', '300', "
+        f"'--out', {tok!r}, '--workers', '1']))\n"
         "for fmt in ('bin', 'h5'):\n"
-        f"    main(['pack', '--tokenizer', {tok!r}, '--train-type', 'seq', '--input', {str(text)!r}, '--out', "
-        f"{str(tmp_path)!r} + '/store-' + fmt, '--format', fmt, '--quiet', '--workers', '1'])\n"
-        "print('after pack, torch imported:', 'torch' in sys.modules)\n"
+        f"    check('pack ' + fmt, main(['pack', '--tokenizer', {tok!r}, '--train-type', 'seq', "
+        f"'--input', {curated!r}, '--out', {str(tmp_path)!r} + '/store-' + fmt, '--format', fmt, '--quiet', "
+        "'--workers', '1']))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "after tokenizer train, torch imported: False" in out.stdout, out.stdout + out.stderr
-    assert "after pack, torch imported: False" in out.stdout, out.stdout + out.stderr
+    for stage in ("curate crawl", "curate run", "tokenizer train", "pack bin", "pack h5"):
+        assert f"after {stage}, torch imported: False" in out.stdout, out.stdout + out.stderr
     assert (tmp_path / "tok" / "tokenizer.json").exists()
     assert any((tmp_path / "store-h5").glob("*.h5")), sorted(p.name for p in (tmp_path / "store-h5").iterdir())
