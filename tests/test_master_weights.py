@@ -491,3 +491,31 @@ def test_a_second_trainer_over_the_same_model_trains_it_as_a_fresh_model(store):
         assert torch.equal(a[k], b[k]), k
     for ma, mb in zip(again.optimizer.model_params, new.optimizer.model_params):
         assert torch.equal(ma, mb)
+
+
+def test_a_plain_trainer_after_a_master_weights_one_trains_the_model_as_a_fresh_model(store, capsys):
+    """A master-weights Trainer with accumulation leaves the model bf16 and its fp32-accumulation hooks on the
+    parameters. A later Trainer of the same model without master weights makes the trained parameters fp32 again,
+    saying so (its AdamW failed on a dtype mismatch deep in a foreach kernel), and takes the hooks off (they took each
+    gradient into a buffer its optimizer never reads: the model did not train). Its 2 steps equal, bit for bit, those
+    of a fresh fp32 model started from the same weights."""
+    torch.manual_seed(0)
+    model = tiny_lm()
+    Trainer(_cfg(store, "round1", max_steps=2, micro_batch_size=2, grad_accum_steps=2), model=model).fit()
+    assert all(p.dtype == BF16 for p in model.parameters())
+    fresh = tiny_lm()
+    fresh.load_state_dict(model.state_dict())  # the bf16 values, in fp32 parameters
+    before = {k: v.float() for k, v in model.state_dict().items()}
+    capsys.readouterr()
+    kw = dict(master=False, max_steps=2, micro_batch_size=2, grad_accum_steps=2)
+    again = Trainer(_cfg(store, "round2", **kw), model=model)
+    n = sum(p.numel() for p in model.parameters())
+    assert f"trained parameters ({n / 1e6:.1f}M) arrived as bfloat16 and train as float32" in capsys.readouterr().err
+    again.fit()
+    new = Trainer(_cfg(store, "fresh", **kw), model=fresh)
+    new.fit()
+    a, b = again.bare_model.state_dict(), new.bare_model.state_dict()
+    assert any(not torch.equal(a[k], before[k]) for k in a)  # it trained
+    for k in a:
+        assert a[k].dtype == torch.float32 and torch.equal(a[k], b[k]), k
+    assert all(getattr(p, "grad_fp32", None) is None for p in again.bare_model.parameters())

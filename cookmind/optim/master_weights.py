@@ -78,6 +78,18 @@ def accumulate_grads_in_fp32(params: list[nn.Parameter]) -> list:
     return handles
 
 
+def release_fp32_accumulation(params) -> None:
+    """Take off what ``accumulate_grads_in_fp32`` left on ``params`` (its hooks and buffers): a later Trainer of
+    the same model without master weights reads ``.grad``, which those hooks would keep taking."""
+    for p in params:
+        handle = getattr(p, HOOK_ATTR, None)
+        if handle is not None:
+            handle.remove()
+            setattr(p, HOOK_ATTR, None)
+        if getattr(p, GRAD_ATTR, None) is not None:
+            setattr(p, GRAD_ATTR, None)
+
+
 def all_reduce_fp32_grads(params: list[nn.Parameter], group=None) -> None:
     """Average the fp32 accumulation buffers of ``params`` over the ranks of ``group``: data parallelism with
     gradient accumulation, where the buffers, not ``.grad``, hold the step's gradients (so DDP's own all-reduce

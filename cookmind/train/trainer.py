@@ -203,7 +203,7 @@ class Trainer:
         # train.master_weights: the parameters become bf16 before any wrapper sees them; their fp32 masters go to
         # the optimizer (cookmind.optim.master_weights)
         self._reduce_fp32_grads = False  # train.master_weights with accumulation under data parallelism
-        masters = self._master_weights() if cfg.train.master_weights else None
+        masters = self._master_weights() if cfg.train.master_weights else self._plain_weights()
         self.model = parallelize(self.bare_model, cfg, self.device)
         self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device, masters=masters)
         self._sharded = sharded_checkpointer(cfg.checkpoint, self.model, self.dist.rank, self.dist.world_size)
@@ -278,6 +278,29 @@ class Trainer:
             # micro-batch, so DDP skips every micro-batch's all-reduce and the buffers are averaged after the last
             self._reduce_fp32_grads = self.dist.world_size > 1
         return masters
+
+    def _plain_weights(self) -> None:
+        """Without ``train.master_weights`` the trained parameters are fp32 (autocast casts them for each step). A
+        model that arrives in bf16 or fp16 (a Hugging Face folder stored so, or a model an earlier master-weights
+        Trainer made bf16) has its trained parameters made fp32, with a line saying so: in bf16 an update below
+        1/256 of a weight is lost. Frozen ones (a LoRA base) keep their dtype. An earlier Trainer's
+        fp32-accumulation hooks, which would take each gradient away from this optimizer, come off."""
+        from cookmind.optim.master_weights import release_fp32_accumulation
+
+        params = [p for p in dict.fromkeys(self.bare_model.parameters()) if p.requires_grad]
+        release_fp32_accumulation(params)
+        low = [p for p in params if p.is_floating_point() and p.dtype != torch.float32]
+        if low:
+            dtypes = ", ".join(sorted({str(p.dtype).removeprefix("torch.") for p in low}))
+            n = sum(p.numel() for p in low)
+            for p in low:
+                p.data = p.data.float()
+            if self.dist.is_main:
+                print(
+                    f"cookmind train: {len(low)} trained parameters ({n / 1e6:.1f}M) arrived as {dtypes} and train "
+                    "as float32 under autocast (train.master_weights=true keeps them bf16 with fp32 masters)",
+                    file=sys.stderr,
+                )
 
     def _fp32_weights_in_place(self) -> contextlib.AbstractContextManager:
         """Around a save or a load: the model's parameters hold their fp32 masters (``train.master_weights``), so
