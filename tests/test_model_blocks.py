@@ -383,7 +383,7 @@ def test_moe_model_loss_includes_aux_and_trains():
 
 def test_rope_prefix_tables_equal_computed_positions():
     """RotaryEmbedding.prefix (the fp32 tables the compiled step slices) gives exactly forward's cos/sin,
-    inside the tables, past their end (computed), and after the tables were cast away from fp32."""
+    inside the tables and past their end (computed)."""
     rope = RotaryEmbedding(16, 10000.0, None, max_positions=32)
     assert rope.cos_table.shape == (32, 16) and "cos_table" not in rope.state_dict()
     for start, length in [(0, 1), (0, 32), (5, 20), (30, 10)]:  # the last one runs past the table
@@ -396,6 +396,30 @@ def test_rope_prefix_tables_equal_computed_positions():
     # an independent check of one entry: position 3, pair 1 turns by 3 * 10000^(-2/16)
     angle = torch.tensor(3 * 10000.0 ** (-2 / 16))
     assert torch.allclose(rope.prefix(3, 1, torch.float32, torch.device("cpu"))[0][0, 0, 1], angle.cos())
-    rope.to(torch.bfloat16)  # tables no longer fp32: prefix computes, as forward does
-    cos, _ = rope(torch.arange(4)[None], torch.float32)
-    assert torch.equal(rope.prefix(0, 4, torch.float32, torch.device("cpu"))[0], cos)
+
+
+def test_rope_stays_fp32_when_the_model_is_cast_to_bf16(tmp_path):
+    """model.to(bfloat16) (every bf16 load: serve and generate on a GPU, a bf16-stored checkpoint) cast the RoPE
+    frequencies and tables with the weights: a bf16 inv_freq put position 2000's angles up to 2.4 radians off.
+    They stay fp32 now, and a bf16-loaded model's cos/sin at positions up to 4000 equal the float64 angles
+    pos * theta^(-2i/D) rounded once to the output dtype (within fp32's own error on the angle)."""
+    from cookmind.model import load_model, save_model
+
+    rope = RotaryEmbedding(128, 10000.0, None, max_positions=4096)
+    fp32 = {n: b.clone() for n, b in rope.named_buffers()}
+    for cast in (lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.to("cpu", torch.bfloat16)):
+        cast(rope)
+        for n, b in rope.named_buffers():
+            assert b.dtype == torch.float32 and torch.equal(b, fp32[n]), n
+    model = tiny_lm()
+    save_model(tmp_path / "m", model.to(torch.bfloat16))
+    loaded = load_model(tmp_path / "m", dtype=torch.bfloat16)
+    assert loaded.lm_head.weight.dtype == torch.bfloat16
+    emb = loaded.model.rotary_emb
+    assert emb.inv_freq.dtype == torch.float32
+    d, theta = emb.inv_freq.numel() * 2, loaded.config.rope_theta
+    pos = torch.tensor([[0, 1, 999, 2000, 4000]])
+    want = pos.double()[..., None] * theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    cos, _ = emb(pos, torch.float32)
+    err = (cos[..., : d // 2].double() - want.cos()).abs().max().item()
+    assert err < 4000 * 2**-23 * 4, err  # the fp32 angle's rounding at position 4000; a bf16 inv_freq gave ~1

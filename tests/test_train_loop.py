@@ -362,6 +362,30 @@ def test_device_side_clipping_trains_like_the_host_side_clipping(tmp_path, store
         torch.testing.assert_close(wd[k], wh[k], rtol=1e-5, atol=1e-6, msg=k)
 
 
+def test_init_from_a_bf16_model_trains_fp32_parameters(tmp_path, store, capsys):
+    """A model stored in bf16 (Hugging Face folders usually are) loads bf16; without train.master_weights the
+    Trainer trained those bf16 weights directly, where an update below 1/256 of a weight is lost. Its trained
+    parameters are fp32 now, with a line saying so, and it trains as the same model stored in fp32 does."""
+    from cookmind.model import save_model
+
+    torch.manual_seed(0)
+    model = tiny_lm().to(torch.bfloat16)
+    save_model(tmp_path / "bf16", model)
+    save_model(tmp_path / "fp32", model.float())  # the same (bf16-representable) values, stored in fp32
+    runs = {}
+    for name in ("bf16", "fp32"):
+        cfg = _cfg(tmp_path, store, f"run-{name}", train={"init_from": str(tmp_path / name)})
+        cfg.model = {}
+        capsys.readouterr()
+        runs[name] = Trainer(cfg)
+        said = capsys.readouterr().err
+        assert ("arrived as bfloat16 and train as float32" in said) == (name == "bf16"), said
+        runs[name].fit()
+    wa, wb = _weights(runs["bf16"]), _weights(runs["fp32"])
+    for k in wa:
+        assert wa[k].dtype == torch.float32 and torch.equal(wa[k], wb[k]), k
+
+
 def test_init_from_takes_runtime_options_and_refuses_shape_changes(tmp_path, store):
     """A loaded model's weights fix its shape, but how it runs (attention kernel, FP8 head) may change."""
     from cookmind.model import save_model
