@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 # name -> (module, one-line help), in pipeline order.
@@ -140,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"cookmind {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: every output is written under a temporary name, so nothing half-written is left under the
+        # final one (the next run removes the temporary files); a traceback would only hide that.
+        if os.environ.get("COOKMIND_DEBUG"):
+            raise
+        print(f"cookmind {argv[0]}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     return int(result or 0)
 
 

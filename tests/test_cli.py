@@ -169,6 +169,20 @@ def test_pack_a_folder_without_shards_is_a_clear_error(tmp_path, tok_dir, capsys
     assert rc != 0 and "holds no shard-* files" in capsys.readouterr().err
 
 
+def test_ctrl_c_is_one_line_and_leaves_no_half_written_output(tmp_path, tok_dir, monkeypatch, capsys):
+    from cookmind.store.writer import StoreWriter
+
+    def interrupted(self, record):
+        raise KeyboardInterrupt  # as Ctrl-C arrives in the middle of packing
+
+    monkeypatch.setattr(StoreWriter, "add", interrupted)
+    (tmp_path / "in.txt").write_text("one story<|endoftext|>another story")
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "in.txt")]
+    assert cli_main([*argv, "--out", str(tmp_path / "s"), "--quiet"]) == 130
+    assert capsys.readouterr().err == "cookmind pack: interrupted\n"  # was a KeyboardInterrupt traceback
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]  # no store, no temporary directory
+
+
 def _help(stage, *sub):
     """What `cookmind STAGE [SUB] --help` prints (built in this process: no interpreter start per call)."""
     import argparse
