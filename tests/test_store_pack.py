@@ -370,3 +370,16 @@ def test_overwrite_replaces_only_a_token_store(tmp_path, tok_dir):
     meta = pack([corpus], store, tok_dir, "seq", overwrite=True, separator="\n", progress=False)
     assert TokenStore(store).meta["num_records"] == meta["num_records"] > 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "other", "s"]
+
+
+def test_a_bad_json_line_names_its_column_in_one_sentence():
+    from cookmind.store.records import BadRecord, parse
+    from cookmind.store.sources import Item
+
+    # json's message "Invalid control character at" expects a position: it read "... at at column 10"
+    with pytest.raises(BadRecord) as e:
+        parse(Item("in.jsonl", 6, "json", '{"text": "a\tb"}'))
+    assert str(e.value) == "invalid JSON (Invalid control character at column 12)"
+    with pytest.raises(BadRecord) as e:
+        parse(Item("in.jsonl", 7, "json", '{"text": "open'))
+    assert str(e.value) == "invalid JSON (Unterminated string starting at column 10)"

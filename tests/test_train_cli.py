@@ -180,6 +180,8 @@ def test_config_errors_are_one_line_with_the_bad_input_exit_status(tmp_path, sto
     assert len(err) == 1 and err[0].startswith("cookmind train: error: override 'train.lerning_rate=1'")
     assert _run(store, "--config", "tiny-cpuu") == 2
     assert "config preset 'tiny-cpuu' not found" in capsys.readouterr().err
+    assert _run(store, "--config", str(tmp_path / "mine.yaml")) == 2  # a file, not a preset, is what is missing
+    assert f"config file '{tmp_path / 'mine.yaml'}' not found" in capsys.readouterr().err
 
 
 def _signal_during_the_stops_save(monkeypatch, second: signal.Signals) -> None:

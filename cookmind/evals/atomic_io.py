@@ -16,7 +16,8 @@ def read_jsonl(path, limit: int | None = None) -> list[dict]:
                 out.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise ValueError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object"
+                    f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"
+                    f" at column {exc.colno}); each line must be one JSON object"
                 ) from None
             if limit is not None and len(out) >= limit:
                 break

@@ -62,7 +62,7 @@ def parse(item: Item) -> object:
     try:
         return json.loads(item.payload)
     except json.JSONDecodeError as exc:
-        raise BadRecord(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        raise BadRecord(f"invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
 
 
 def _field(obj: dict, *names: str):

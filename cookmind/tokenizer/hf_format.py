@@ -183,7 +183,9 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise TokenizerError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        raise TokenizerError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"
+        ) from None
     model = doc.get("model") or {}
     if model.get("type") != "BPE":
         raise TokenizerError(f"{path}: model type {model.get('type')!r} is not BPE")

@@ -396,6 +396,10 @@ def resolve_preset(preset: str | Path) -> Path:
     if candidate.exists():
         return candidate
     names = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
+    if p.suffix in (".yaml", ".yml"):
+        raise FileNotFoundError(
+            f"config file {str(preset)!r} not found: give a YAML path or one of the presets {names}"
+        )
     raise FileNotFoundError(f"config preset {str(preset)!r} not found: give a YAML path or one of {names}")
 
 
