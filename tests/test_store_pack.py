@@ -383,3 +383,12 @@ def test_a_bad_json_line_names_its_column_in_one_sentence():
     with pytest.raises(BadRecord) as e:
         parse(Item("in.jsonl", 7, "json", '{"text": "open'))
     assert str(e.value) == "invalid JSON (Unterminated string starting at column 10)"
+
+
+def test_skip_bad_with_every_line_bad_says_how_many_and_why(tmp_path, tok_dir):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"body": f"doc {i}"}) + "\n" for i in range(3)))  # --text-field is wrong
+    with pytest.raises(PackError) as e:  # was "every input was empty or skipped", no count, no reason
+        pack([src], tmp_path / "s", tok_dir, "seq", skip_bad=True, progress=False)
+    assert "all 3 were bad and skipped {'missing field': 3}" in str(e.value)
+    assert "in.jsonl:1: missing field 'text'" in str(e.value) and not (tmp_path / "s").exists()

@@ -169,6 +169,11 @@ def pack(
                 "seed": seed,
             },
         }
+        if writer.keys is None and bad_reasons:  # the writer's own message would not say why nothing was kept
+            raise PackError(
+                f"no records to write to {out}: all {sum(bad_reasons.values()):,} were bad and skipped "
+                f"{dict(bad_reasons)}, e.g. {bad_examples[0]}"
+            )
         writer.close(meta)
         bar.total = bar.n  # the estimate counted lines; show the true end
         bar.refresh()
