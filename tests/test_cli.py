@@ -429,3 +429,19 @@ print([m for m in {heavy!r} if m in sys.modules])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
     torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), want, rtol=0, atol=0)
+
+
+def test_generate_warns_when_the_context_cuts_max_new_tokens(tmp_path, tok_dir, capsys):
+    from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    ckpt = save_model(tmp_path / "m", tiny_lm(vocab_size=tok.vocab_size, max_position_embeddings=24))
+    tok.save(ckpt)
+    room = 24 - len(tok.encode("the cook"))
+    argv = ["generate", "--model", str(ckpt), "--prompt", "the cook", "--max-new-tokens"]
+    assert cli_main([*argv, "100"]) == 0  # it stopped at the context's end without a word
+    err = capsys.readouterr().err
+    assert f"leaves room for {room} new tokens after the prompt, fewer than --max-new-tokens 100" in err
+    assert cli_main([*argv, str(room)]) == 0
+    assert "warning" not in capsys.readouterr().err
