@@ -225,3 +225,20 @@ def test_text_documents_pass_through_byte_for_byte(tmp_path):
         progress=False,
     )
     assert [d["text"] for d in read_outputs(result.outputs)] == [body]
+
+
+def _fails_on_the_second(i):
+    if i == 1:
+        raise ValueError("shard-00001.jsonl:6: not valid JSON")
+    return i
+
+
+def test_a_failing_shard_closes_the_progress_bar_before_the_error_is_printed(capsys):
+    from cookmind.curate.executors import LocalExecutor
+
+    try:
+        LocalExecutor(progress=True).map(_fails_on_the_second, [(0,), (1,), (2,)], "curate")
+    except ValueError:  # where `cookmind curate` prints the error: the bar must be closed by now
+        err = capsys.readouterr().err
+    # the open bar's line took the error message, and its redraw at exit wrote over it in a terminal
+    assert err.endswith("\n") and "1/3" in err
