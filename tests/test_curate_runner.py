@@ -242,3 +242,15 @@ def test_a_failing_shard_closes_the_progress_bar_before_the_error_is_printed(cap
         err = capsys.readouterr().err
     # the open bar's line took the error message, and its redraw at exit wrote over it in a terminal
     assert err.endswith("\n") and "1/3" in err
+
+
+def test_an_output_folder_that_overlaps_an_input_is_refused_before_any_work(tmp_path):
+    write_crawl(tmp_path / "crawl", num_pages=8, seed=0)
+    before = sorted(p.name for p in (tmp_path / "crawl").iterdir())
+    # --output the input folder: its shards were written beside the crawl (shard-NNNNN would replace a curate
+    # output's own inputs), and the next run read them as input
+    for inputs, output in [([tmp_path / "crawl"], tmp_path / "crawl"), ([tmp_path], tmp_path / "clean")]:
+        with pytest.raises(ValueError, match="overlap .* choose an --output outside the inputs"):
+            run_pipeline(CurateConfig(), [str(p) for p in inputs], output, progress=False)
+    assert sorted(p.name for p in (tmp_path / "crawl").iterdir()) == before
+    assert not (tmp_path / "clean").exists()
