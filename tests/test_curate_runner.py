@@ -254,3 +254,17 @@ def test_an_output_folder_that_overlaps_an_input_is_refused_before_any_work(tmp_
             run_pipeline(CurateConfig(), [str(p) for p in inputs], output, progress=False)
     assert sorted(p.name for p in (tmp_path / "crawl").iterdir()) == before
     assert not (tmp_path / "clean").exists()
+
+
+def test_config_mistakes_are_one_line_naming_the_stage_option_or_yaml_line(tmp_path):
+    from cookmind.curate.stages import build_stage
+
+    with pytest.raises(ValueError, match=r"stage minhash: unknown option 'num_hashs' \(did you mean 'num_hashes'\?\)"):
+        build_stage("minhash", {"num_hashs": 64})
+    with pytest.raises(ValueError, match="stage langid: bad option value in .*'threshold': 'high'"):
+        build_stage("langid", {"threshold": "high"})  # was "could not convert string to float: 'high'", no stage
+    with pytest.raises(ValueError, match="unknown"):
+        build_stage("gopher", {"min_wordz": 3})  # its own config names the key
+    (tmp_path / "c.yaml").write_text("stages: [extract\n")
+    with pytest.raises(ValueError, match=r"c.yaml: not valid YAML at line 2, column 1: expected ',' or '\]'"):
+        CurateConfig.from_yaml(tmp_path / "c.yaml")  # was a yaml traceback
