@@ -223,7 +223,7 @@ def test_chat_roles_out_of_order_and_skip_bad_counts(tmp_path, tok_dir, capsys):
     ]
     parser = argparse.ArgumentParser()
     pack_cli.add_arguments(parser)
-    assert pack_cli.main(parser.parse_args(args)) == 1
+    assert pack_cli.main(parser.parse_args(args)) == 2  # bad input, as every stage answers it (it was 1)
     err = capsys.readouterr().err
     assert f"{src}:2: roles out of order: message 1 is assistant at the start" in err
     assert pack_cli.main(parser.parse_args(args + ["--skip-bad"])) == 0
@@ -392,3 +392,11 @@ def test_skip_bad_with_every_line_bad_says_how_many_and_why(tmp_path, tok_dir):
         pack([src], tmp_path / "s", tok_dir, "seq", skip_bad=True, progress=False)
     assert "all 3 were bad and skipped {'missing field': 3}" in str(e.value)
     assert "in.jsonl:1: missing field 'text'" in str(e.value) and not (tmp_path / "s").exists()
+
+
+def test_a_message_whose_content_is_not_a_string_says_so():
+    from cookmind.store.records import BadRecord, check_messages
+
+    chat = [{"role": "user", "content": 5}, {"role": "assistant", "content": "five"}]
+    with pytest.raises(BadRecord, match=r"message 1 \(user\): content must be a string, got int"):  # "empty text"
+        check_messages(chat)

@@ -120,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
         )
     except (PackError, StoreError, ValueError, OSError) as exc:  # ValueError covers TokenizerError
         print(f"cookmind pack: error: {exc}", file=sys.stderr)
-        return 1
+        return 2  # bad input, as every stage answers it
     skipped = meta["skipped"]["count"]
     print(
         f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
