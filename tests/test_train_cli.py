@@ -239,3 +239,11 @@ def test_a_second_sigterm_during_the_stops_save_lets_the_checkpoint_finish(tmp_p
     assert "stopped by signal SIGTERM at step 2" in proc.stderr
     assert sorted(os.listdir(run / "checkpoints")) == ["step_00000002"]
     assert (run / "checkpoints" / "step_00000002" / "meta.json").exists()
+
+
+def test_resume_auto_says_where_it_resumed_or_that_it_starts_fresh(tmp_path, store, capsys):
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=1") == 0
+    assert f"no checkpoint in {run / 'checkpoints'} yet; starting at step 0" in capsys.readouterr().err
+    assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=2") == 0
+    assert f"resuming from {run / 'checkpoints' / 'step_00000001'}" in capsys.readouterr().err

@@ -948,9 +948,13 @@ class Trainer:
         path = find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
         self._check_ranks_resume_alike(spec, path)
         if path is None:
-            if spec == "auto":
-                return  # nothing saved yet: a fresh start
+            if spec == "auto":  # nothing saved yet: a fresh start (the first run of a job that always resumes)
+                if self.dist.is_main:
+                    print(f"cookmind train: no checkpoint in {self.ckpt_dir} yet; starting at step 0", file=sys.stderr)
+                return
             raise FileNotFoundError(f"checkpoint.resume={spec}: no complete checkpoint there")
+        if self.dist.is_main:  # whether it resumed, and from where, was not said
+            print(f"cookmind train: resuming from {path}", file=sys.stderr)
         with self._fp32_weights_in_place():
             meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
         self.run_id = meta.get("run_id") or self.run_id
