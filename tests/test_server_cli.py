@@ -82,3 +82,15 @@ def test_a_port_in_use_is_refused_before_the_model_loads(tmp_path, capsys):
         assert main(["serve", str(tmp_path / "no-model"), "--port", str(port)]) == 2
     err = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in err and "choose another --port" in err
+
+
+def test_listening_beyond_this_machine_without_a_key_is_warned_about():
+    from cookmind.infer.cli_serve import exposure_warning
+
+    # 0.0.0.0 with no key served anyone on the network without a word
+    for host in ("0.0.0.0", "::", "192.168.1.20", "myhost.example"):
+        warning = exposure_warning(host, None)
+        assert warning is not None and f"listening on {host} without an API key" in warning
+        assert "COOKMIND_API_KEY" in warning
+    for host, key in (("127.0.0.1", None), ("::1", None), ("localhost", None), ("0.0.0.0", "secret")):
+        assert exposure_warning(host, key) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 API_KEY_ENV = "COOKMIND_API_KEY"
@@ -203,10 +204,31 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """A warning when the server listens beyond this machine with no API key: anyone who reaches the port may use
+    it (the Host check stops DNS rebinding, not a caller that uses the IP address)."""
+    import ipaddress
+
+    if api_key or host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:  # a host name: it may resolve to any interface
+        pass
+    return (
+        f"cookmind serve: warning: listening on {host} without an API key: anyone who can reach this port can use "
+        f"the model; set {API_KEY_ENV}=KEY (clients send 'Authorization: Bearer KEY') or bind --host 127.0.0.1"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     check_port_free(args.host, args.port)
+    warning = exposure_warning(args.host, args.api_key or os.environ.get(API_KEY_ENV))
+    if warning:
+        print(warning, file=sys.stderr)
     app, engine = build_app(args)
     kv = engine.kv_blocks()
     pool = f"{kv['kv_blocks_total']} blocks of {kv['kv_block_size']}" if kv else "one context per sequence"
