@@ -445,3 +445,24 @@ def test_generate_warns_when_the_context_cuts_max_new_tokens(tmp_path, tok_dir, 
     assert f"leaves room for {room} new tokens after the prompt, fewer than --max-new-tokens 100" in err
     assert cli_main([*argv, str(room)]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "ppl", "--model", "m", "--data", "t.txt", "--window", "0"],  # 0 silently meant the model's context
+        ["eval", "gsm8k", "--model", "m", "--limit", "0"],  # it evaluated one problem
+        ["pack", "--tokenizer", "t", "--train-type", "seq", "--input", "i", "--out", "o", "--shard-tokens", "0"],
+    ],
+)
+def test_counts_below_their_range_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(argv)
+    assert e.value.code == 2 and "must be 1 or more, got 0" in capsys.readouterr().err
+
+
+def test_read_jsonl_limit_zero_reads_nothing(tmp_path):
+    from cookmind.evals.atomic_io import read_jsonl
+
+    (tmp_path / "a.jsonl").write_text('{"q": 1}\n{"q": 2}\n')
+    assert read_jsonl(tmp_path / "a.jsonl", limit=0) == [] and len(read_jsonl(tmp_path / "a.jsonl", limit=1)) == 1

@@ -10,6 +10,8 @@ def read_jsonl(path, limit: int | None = None) -> list[dict]:
     out = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
+            if limit is not None and len(out) >= limit:  # checked first: limit 0 read one record
+                break
             if not line.strip():
                 continue
             try:
@@ -19,6 +21,4 @@ def read_jsonl(path, limit: int | None = None) -> list[dict]:
                     f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"
                     f" at column {exc.colno}); each line must be one JSON object"
                 ) from None
-            if limit is not None and len(out) >= limit:
-                break
     return out

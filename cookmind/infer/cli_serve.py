@@ -13,11 +13,11 @@ KV_CAP_BYTES = 1024 * 2**20  # the default KV pool never exceeds this; --kv-cach
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from cookmind.cli import add_model_argument
+    from cookmind.cli import add_model_argument, int_in
 
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=_int_in(1, 65535), default=8000)
+    parser.add_argument("--port", type=int_in(1, 65535), default=8000)
     parser.add_argument(
         "--api-key",
         default=None,
@@ -49,26 +49,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA)")
     parser.add_argument(
         "--max-batch",
-        type=_int_in(1),
+        type=int_in(1),
         default=None,
         help=f"concurrent sequences (default {DEFAULT_SLOTS}, or what --kv-cache-mb holds)",
     )
     parser.add_argument(
         "--kv-cache-mb",
-        type=_int_in(1),
+        type=int_in(1),
         default=None,
         help=f"KV cache memory budget in MiB (default: room for every sequence's whole context, at "
         f"most {KV_CAP_BYTES // 2**20})",
     )
-    parser.add_argument("--max-seq-len", type=_int_in(2), default=None, help="context length (default: the model's)")
-    parser.add_argument("--max-queue", type=_int_in(1), default=256, help="waiting requests before answering 429")
+    parser.add_argument("--max-seq-len", type=int_in(2), default=None, help="context length (default: the model's)")
+    parser.add_argument("--max-queue", type=int_in(1), default=256, help="waiting requests before answering 429")
     parser.add_argument(
         "--kv-layout",
         choices=["paged", "slots"],
         default="paged",
         help="paged: blocks from one pool, taken as sequences grow (default); slots: a whole context per sequence",
     )
-    parser.add_argument("--block-size", type=_int_in(1), default=16, help="positions per KV block (paged)")
+    parser.add_argument("--block-size", type=int_in(1), default=16, help="positions per KV block (paged)")
     parser.add_argument(
         "--prefix-cache",
         action="store_true",
@@ -104,23 +104,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
     parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
-
-
-def _int_in(low: int, high: int | None = None):
-    """An argparse type: an integer in [low, high], else a usage error naming the range (0 meant the default, and a
-    port past 65535 was a traceback)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low or (high is not None and value > high):
-            bound = f"from {low} to {high}" if high is not None else f"{low} or more"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
-        return value
-
-    return parse
 
 
 def kv_sizing(model, args: argparse.Namespace) -> tuple[int | None, int | None]:
