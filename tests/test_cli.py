@@ -466,3 +466,26 @@ def test_read_jsonl_limit_zero_reads_nothing(tmp_path):
 
     (tmp_path / "a.jsonl").write_text('{"q": 1}\n{"q": 2}\n')
     assert read_jsonl(tmp_path / "a.jsonl", limit=0) == [] and len(read_jsonl(tmp_path / "a.jsonl", limit=1)) == 1
+
+
+def test_ctrl_c_to_a_pack_with_worker_processes_is_one_line(tmp_path, tok_dir):
+    # Ctrl-C reaches the whole process group: each worker printed a KeyboardInterrupt traceback of its own
+    import os
+    import signal
+    import time
+
+    line = "the cook stirs the soup and tastes it, then adds a pinch of salt and some pepper.\n"
+    (tmp_path / "in.txt").write_text(line * 60_000)  # 5 MB: seconds of work for two workers
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "in.txt")]
+    argv += ["--out", str(tmp_path / "s"), "--one-per-line", "--workers", "2", "--shard-tokens", "20000", "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cookmind", "pack", *argv], stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".s.tmp-*/shard_0001*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # the workers are encoding once a second shard is written
+    os.killpg(proc.pid, signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    assert err == "cookmind pack: interrupted\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

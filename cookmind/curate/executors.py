@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -33,12 +34,19 @@ class LocalExecutor:
             else:
                 # forkserver, not fork: a fork of a threaded caller can deadlock in the child
                 ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-                with ProcessPoolExecutor(max_workers=min(self.workers, len(args_list)), mp_context=ctx) as pool:
+                n = min(self.workers, len(args_list))
+                with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_ignore_ctrl_c) as pool:
                     futures = {pool.submit(fn, *args): i for i, args in enumerate(args_list)}
                     for fut in as_completed(futures):
                         results[futures[fut]] = fut.result()
                         bar.update(1)
         return results
+
+
+def _ignore_ctrl_c() -> None:
+    """A pool worker's start: Ctrl-C reaches the whole process group, and the parent is the one that stops (its
+    workers printed a KeyboardInterrupt traceback each)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class RayExecutor:
