@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 # name -> (module, one-line help), in pipeline order.
@@ -76,6 +77,23 @@ def add_model_argument(parser: argparse.ArgumentParser, help_text: str = MODEL_H
     parser.set_defaults(model=None, _model_argument=True)
 
 
+def int_in(low: int, high: int | None = None):
+    """An argparse type: an integer in [low, high], else a usage error naming the range (a 0 that silently meant
+    the default, a port past 65535 that was a traceback)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    return parse
+
+
 def finish_model_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Set ``args.model`` from ``--model``/``--checkpoint`` or the positional; exactly one model is required."""
     if not getattr(args, "_model_argument", False):
@@ -140,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"cookmind {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: every output is written under a temporary name, so nothing half-written is left under the
+        # final one (the next run removes the temporary files); a traceback would only hide that.
+        if os.environ.get("COOKMIND_DEBUG"):
+            raise
+        print(f"cookmind {argv[0]}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     return int(result or 0)
 
 

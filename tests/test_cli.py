@@ -169,6 +169,20 @@ def test_pack_a_folder_without_shards_is_a_clear_error(tmp_path, tok_dir, capsys
     assert rc != 0 and "holds no shard-* files" in capsys.readouterr().err
 
 
+def test_ctrl_c_is_one_line_and_leaves_no_half_written_output(tmp_path, tok_dir, monkeypatch, capsys):
+    from cookmind.store.writer import StoreWriter
+
+    def interrupted(self, record):
+        raise KeyboardInterrupt  # as Ctrl-C arrives in the middle of packing
+
+    monkeypatch.setattr(StoreWriter, "add", interrupted)
+    (tmp_path / "in.txt").write_text("one story<|endoftext|>another story")
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "in.txt")]
+    assert cli_main([*argv, "--out", str(tmp_path / "s"), "--quiet"]) == 130
+    assert capsys.readouterr().err == "cookmind pack: interrupted\n"  # was a KeyboardInterrupt traceback
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]  # no store, no temporary directory
+
+
 def _help(stage, *sub):
     """What `cookmind STAGE [SUB] --help` prints (built in this process: no interpreter start per call)."""
     import argparse
@@ -415,3 +429,63 @@ print([m for m in {heavy!r} if m in sys.modules])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
     torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), want, rtol=0, atol=0)
+
+
+def test_generate_warns_when_the_context_cuts_max_new_tokens(tmp_path, tok_dir, capsys):
+    from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    ckpt = save_model(tmp_path / "m", tiny_lm(vocab_size=tok.vocab_size, max_position_embeddings=24))
+    tok.save(ckpt)
+    room = 24 - len(tok.encode("the cook"))
+    argv = ["generate", "--model", str(ckpt), "--prompt", "the cook", "--max-new-tokens"]
+    assert cli_main([*argv, "100"]) == 0  # it stopped at the context's end without a word
+    err = capsys.readouterr().err
+    assert f"leaves room for {room} new tokens after the prompt, fewer than --max-new-tokens 100" in err
+    assert cli_main([*argv, str(room)]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "ppl", "--model", "m", "--data", "t.txt", "--window", "0"],  # 0 silently meant the model's context
+        ["eval", "gsm8k", "--model", "m", "--limit", "0"],  # it evaluated one problem
+        ["pack", "--tokenizer", "t", "--train-type", "seq", "--input", "i", "--out", "o", "--shard-tokens", "0"],
+    ],
+)
+def test_counts_below_their_range_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(argv)
+    assert e.value.code == 2 and "must be 1 or more, got 0" in capsys.readouterr().err
+
+
+def test_read_jsonl_limit_zero_reads_nothing(tmp_path):
+    from cookmind.evals.atomic_io import read_jsonl
+
+    (tmp_path / "a.jsonl").write_text('{"q": 1}\n{"q": 2}\n')
+    assert read_jsonl(tmp_path / "a.jsonl", limit=0) == [] and len(read_jsonl(tmp_path / "a.jsonl", limit=1)) == 1
+
+
+def test_ctrl_c_to_a_pack_with_worker_processes_is_one_line(tmp_path, tok_dir):
+    # Ctrl-C reaches the whole process group: each worker printed a KeyboardInterrupt traceback of its own
+    import os
+    import signal
+    import time
+
+    line = "the cook stirs the soup and tastes it, then adds a pinch of salt and some pepper.\n"
+    (tmp_path / "in.txt").write_text(line * 60_000)  # 5 MB: seconds of work for two workers
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "in.txt")]
+    argv += ["--out", str(tmp_path / "s"), "--one-per-line", "--workers", "2", "--shard-tokens", "20000", "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cookmind", "pack", *argv], stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".s.tmp-*/shard_0001*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # the workers are encoding once a second shard is written
+    os.killpg(proc.pid, signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    assert err == "cookmind pack: interrupted\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

@@ -225,3 +225,46 @@ def test_text_documents_pass_through_byte_for_byte(tmp_path):
         progress=False,
     )
     assert [d["text"] for d in read_outputs(result.outputs)] == [body]
+
+
+def _fails_on_the_second(i):
+    if i == 1:
+        raise ValueError("shard-00001.jsonl:6: not valid JSON")
+    return i
+
+
+def test_a_failing_shard_closes_the_progress_bar_before_the_error_is_printed(capsys):
+    from cookmind.curate.executors import LocalExecutor
+
+    try:
+        LocalExecutor(progress=True).map(_fails_on_the_second, [(0,), (1,), (2,)], "curate")
+    except ValueError:  # where `cookmind curate` prints the error: the bar must be closed by now
+        err = capsys.readouterr().err
+    # the open bar's line took the error message, and its redraw at exit wrote over it in a terminal
+    assert err.endswith("\n") and "1/3" in err
+
+
+def test_an_output_folder_that_overlaps_an_input_is_refused_before_any_work(tmp_path):
+    write_crawl(tmp_path / "crawl", num_pages=8, seed=0)
+    before = sorted(p.name for p in (tmp_path / "crawl").iterdir())
+    # --output the input folder: its shards were written beside the crawl (shard-NNNNN would replace a curate
+    # output's own inputs), and the next run read them as input
+    for inputs, output in [([tmp_path / "crawl"], tmp_path / "crawl"), ([tmp_path], tmp_path / "clean")]:
+        with pytest.raises(ValueError, match="overlap .* choose an --output outside the inputs"):
+            run_pipeline(CurateConfig(), [str(p) for p in inputs], output, progress=False)
+    assert sorted(p.name for p in (tmp_path / "crawl").iterdir()) == before
+    assert not (tmp_path / "clean").exists()
+
+
+def test_config_mistakes_are_one_line_naming_the_stage_option_or_yaml_line(tmp_path):
+    from cookmind.curate.stages import build_stage
+
+    with pytest.raises(ValueError, match=r"stage minhash: unknown option 'num_hashs' \(did you mean 'num_hashes'\?\)"):
+        build_stage("minhash", {"num_hashs": 64})
+    with pytest.raises(ValueError, match="stage langid: bad option value in .*'threshold': 'high'"):
+        build_stage("langid", {"threshold": "high"})  # was "could not convert string to float: 'high'", no stage
+    with pytest.raises(ValueError, match="unknown"):
+        build_stage("gopher", {"min_wordz": 3})  # its own config names the key
+    (tmp_path / "c.yaml").write_text("stages: [extract\n")
+    with pytest.raises(ValueError, match=r"c.yaml: not valid YAML at line 2, column 1: expected ',' or '\]'"):
+        CurateConfig.from_yaml(tmp_path / "c.yaml")  # was a yaml traceback

@@ -295,3 +295,15 @@ def test_perplexity_window_beyond_the_context_is_an_error():
 def test_gsm8k_missing_file_says_which_flag_to_pass(tmp_path):
     with pytest.raises(FileNotFoundError, match="pass --data PATH"):
         load_gsm8k(tmp_path / "absent.jsonl")
+
+
+def test_perplexity_of_a_file_refuses_bad_utf8_but_not_a_character_cut_by_max_bytes(tmp_path):
+    from cookmind.evals.perplexity import evaluate_text_file
+
+    model, path = _tiny_cookmind(64), tmp_path / "latin1.txt"
+    path.write_bytes("café au lait".encode("latin-1"))  # its bytes were dropped silently and the rest scored
+    with pytest.raises(ValueError, match=r"latin1.txt: invalid UTF-8 at byte 3; convert the file to UTF-8"):
+        evaluate_text_file(model, CharTok(), path, window=16, progress=False)
+    path.write_bytes("ab café".encode())
+    r = evaluate_text_file(model, CharTok(), path, window=16, max_bytes=7, progress=False)  # cuts é's 2 bytes
+    assert r["tokens"] == 5 and r["bytes"] == 5  # "ab caf": 6 characters, the first not predicted

@@ -216,6 +216,34 @@ def test_errors_are_openai_json_with_right_status(setup):
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
 
 
+def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
+    # they were dropped silently: a client's logit_bias or best_of changed nothing and nothing said so
+    c = setup["client"]
+    refused = [
+        ("chat", "logit_bias", {"logit_bias": {"5": 100}}),
+        ("chat", "functions", {"functions": [{"name": "f", "parameters": {"type": "object"}}]}),
+        ("chat", "function_call", {"function_call": "auto"}),
+        ("completions", "best_of", {"best_of": 3}),
+        ("completions", "suffix", {"suffix": "the end"}),
+    ]
+    for api, field, extra in refused:
+        with pytest.raises(openai.BadRequestError) as e:
+            if api == "chat":
+                c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, extra_body=extra)
+            else:
+                c.completions.create(model=MODEL, prompt="soup", max_tokens=2, extra_body=extra)
+        assert e.value.body["param"] == field and "not supported by this server" in e.value.body["message"]
+    # their no-op values, which some clients send, still work
+    c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, extra_body={"logit_bias": {}})
+    c.completions.create(model=MODEL, prompt="soup", max_tokens=2, extra_body={"best_of": 1, "suffix": ""})
+    r = httpx.post(
+        setup["server"].url + "/v1/completions",
+        content=b"[1, 2]",
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("the request body: Input should be")
+
+
 def test_full_queue_answers_429(setup):
     # an engine whose loop is not running keeps its queue full; the server must refuse, not wait
     engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=1)

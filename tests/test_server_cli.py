@@ -82,3 +82,32 @@ def test_a_port_in_use_is_refused_before_the_model_loads(tmp_path, capsys):
         assert main(["serve", str(tmp_path / "no-model"), "--port", str(port)]) == 2
     err = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in err and "choose another --port" in err
+
+
+def test_listening_beyond_this_machine_without_a_key_is_warned_about():
+    from cookmind.infer.cli_serve import exposure_warning
+
+    # 0.0.0.0 with no key served anyone on the network without a word
+    for host in ("0.0.0.0", "::", "192.168.1.20", "myhost.example"):
+        warning = exposure_warning(host, None)
+        assert warning is not None and f"listening on {host} without an API key" in warning
+        assert "COOKMIND_API_KEY" in warning
+    for host, key in (("127.0.0.1", None), ("::1", None), ("localhost", None), ("0.0.0.0", "secret")):
+        assert exposure_warning(host, key) is None
+
+
+def test_out_of_range_numbers_are_usage_errors_and_the_context_is_not_exceeded(model_dir, capsys):
+    parser = argparse.ArgumentParser()
+    cli_serve.add_arguments(parser)
+    # --port 99999 was an OverflowError traceback; --max-batch 0 served 32 sequences without a word
+    for flag, value, says in [
+        ("--port", "99999", "must be from 1 to 65535"),
+        ("--max-batch", "0", "must be 1 or more"),
+    ]:
+        with pytest.raises(SystemExit):
+            parser.parse_args([str(model_dir), flag, value])
+        assert says in capsys.readouterr().err
+    args = parser.parse_args([str(model_dir), "--max-seq-len", "100000", "--device", "cpu"])
+    finish_model_argument(parser, args)
+    with pytest.raises(ValueError, match="--max-seq-len 100000 exceeds the model's context of"):
+        cli_serve.build_app(args)  # it served 100000-token sequences (positions the model never saw)

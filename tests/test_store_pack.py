@@ -223,7 +223,7 @@ def test_chat_roles_out_of_order_and_skip_bad_counts(tmp_path, tok_dir, capsys):
     ]
     parser = argparse.ArgumentParser()
     pack_cli.add_arguments(parser)
-    assert pack_cli.main(parser.parse_args(args)) == 1
+    assert pack_cli.main(parser.parse_args(args)) == 2  # bad input, as every stage answers it (it was 1)
     err = capsys.readouterr().err
     assert f"{src}:2: roles out of order: message 1 is assistant at the start" in err
     assert pack_cli.main(parser.parse_args(args + ["--skip-bad"])) == 0
@@ -370,3 +370,33 @@ def test_overwrite_replaces_only_a_token_store(tmp_path, tok_dir):
     meta = pack([corpus], store, tok_dir, "seq", overwrite=True, separator="\n", progress=False)
     assert TokenStore(store).meta["num_records"] == meta["num_records"] > 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "other", "s"]
+
+
+def test_a_bad_json_line_names_its_column_in_one_sentence():
+    from cookmind.store.records import BadRecord, parse
+    from cookmind.store.sources import Item
+
+    # json's message "Invalid control character at" expects a position: it read "... at at column 10"
+    with pytest.raises(BadRecord) as e:
+        parse(Item("in.jsonl", 6, "json", '{"text": "a\tb"}'))
+    assert str(e.value) == "invalid JSON (Invalid control character at column 12)"
+    with pytest.raises(BadRecord) as e:
+        parse(Item("in.jsonl", 7, "json", '{"text": "open'))
+    assert str(e.value) == "invalid JSON (Unterminated string starting at column 10)"
+
+
+def test_skip_bad_with_every_line_bad_says_how_many_and_why(tmp_path, tok_dir):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"body": f"doc {i}"}) + "\n" for i in range(3)))  # --text-field is wrong
+    with pytest.raises(PackError) as e:  # was "every input was empty or skipped", no count, no reason
+        pack([src], tmp_path / "s", tok_dir, "seq", skip_bad=True, progress=False)
+    assert "all 3 were bad and skipped {'missing field': 3}" in str(e.value)
+    assert "in.jsonl:1: missing field 'text'" in str(e.value) and not (tmp_path / "s").exists()
+
+
+def test_a_message_whose_content_is_not_a_string_says_so():
+    from cookmind.store.records import BadRecord, check_messages
+
+    chat = [{"role": "user", "content": 5}, {"role": "assistant", "content": "five"}]
+    with pytest.raises(BadRecord, match=r"message 1 \(user\): content must be a string, got int"):  # "empty text"
+        check_messages(chat)

@@ -272,6 +272,20 @@ def test_gpt2_import_errors(tmp_path):
         load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
     with pytest.raises(TokenizerError, match="does not exist"):
         load_gpt2_files(tmp_path / "nope.json", tmp_path / "merges.txt")
+    (tmp_path / "merges.txt").write_bytes(b"#version: 0.2\na \xffb\n")  # was a bare 'utf-8' codec error
+    with pytest.raises(TokenizerError, match=r"merges.txt: invalid UTF-8 at byte 16; a merges.txt is UTF-8 text"):
+        load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    (tmp_path / "vocab.json").write_text('["a", "b"]')  # was an AttributeError traceback
+    with pytest.raises(TokenizerError, match=r"vocab.json: not a JSON object of token -> id \(got a list\)"):
+        load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+
+
+def test_encode_names_a_folder_given_as_its_input(tmp_path, tok, capsys):
+    folder = save_tokenizer(tok, tmp_path / "tok")
+    (tmp_path / "texts").mkdir()
+    argv = ["encode", "--tokenizer", str(folder), "--input", str(tmp_path / "texts"), "--output", str(tmp_path / "o")]
+    assert run_cli(argv) == 2
+    assert "texts is a directory; name the text file to encode" in capsys.readouterr().err  # "does not exist"
 
 
 def test_cli_train_encode_decode(tmp_path, capsys):

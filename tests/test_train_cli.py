@@ -191,3 +191,79 @@ def test_cookmind_train_interrupted_and_resumed_equals_uninterrupted_bit_for_bit
     a = (full / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
     b = (cut / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
     assert a == b
+
+
+def test_config_errors_are_one_line_with_the_bad_input_exit_status(tmp_path, store, capsys):
+    # they exited 1 through SystemExit; the README promises 2 for bad input, like every other refusal
+    assert _run(store, "--run-dir", str(tmp_path / "r"), "train.lerning_rate=1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cookmind train: error: override 'train.lerning_rate=1'")
+    assert _run(store, "--config", "tiny-cpuu") == 2
+    assert "config preset 'tiny-cpuu' not found" in capsys.readouterr().err
+    assert _run(store, "--config", str(tmp_path / "mine.yaml")) == 2  # a file, not a preset, is what is missing
+    assert f"config file '{tmp_path / 'mine.yaml'}' not found" in capsys.readouterr().err
+
+
+def _signal_during_the_stops_save(monkeypatch, second: signal.Signals) -> None:
+    """SIGTERM before step 1; ``second`` arrives as the stop's checkpoint is being saved."""
+    launch, save = Trainer._launch_step, Trainer.save_checkpoint
+
+    def launch_and_kill(self):
+        if self.step == 1 and self.stop_reason is None:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return launch(self)
+
+    def save_and_kill(self, *args, **kwargs):
+        if self.stop_reason is not None:
+            os.kill(os.getpid(), second)
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "_launch_step", launch_and_kill)
+    monkeypatch.setattr(Trainer, "save_checkpoint", save_and_kill)
+
+
+def test_a_second_ctrl_c_during_the_stops_save_is_one_line_naming_the_checkpoint_to_resume(
+    tmp_path, store, monkeypatch, capsys
+):
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=1") == 0  # step_1 is complete
+    _signal_during_the_stops_save(monkeypatch, signal.SIGINT)
+    assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=50") == 128 + signal.SIGINT
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "interrupted at step 2 before its checkpoint was saved; the newest complete one is" in err
+    assert "step_00000001: continue with --resume auto" in err
+    assert sorted(os.listdir(run / "checkpoints")) == ["step_00000001"]  # nothing half-written, no temporary
+
+
+def test_a_second_sigterm_during_the_stops_save_lets_the_checkpoint_finish(tmp_path, store):
+    # In a subprocess: before the fix the second SIGTERM met the default handler, which kills the process.
+    import subprocess
+    import sys
+    import textwrap
+
+    run = tmp_path / "run"
+    script = textwrap.dedent(
+        f"""
+        import signal, sys
+        import pytest
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import test_train_cli as t
+        with pytest.MonkeyPatch.context() as mp:
+            t._signal_during_the_stops_save(mp, signal.SIGTERM)
+            sys.exit(t._run({str(store)!r}, "--run-dir", {str(run)!r}, "train.max_steps=50"))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-2000:]
+    assert "stopped by signal SIGTERM at step 2" in proc.stderr
+    assert sorted(os.listdir(run / "checkpoints")) == ["step_00000002"]
+    assert (run / "checkpoints" / "step_00000002" / "meta.json").exists()
+
+
+def test_resume_auto_says_where_it_resumed_or_that_it_starts_fresh(tmp_path, store, capsys):
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=1") == 0
+    assert f"no checkpoint in {run / 'checkpoints'} yet; starting at step 0" in capsys.readouterr().err
+    assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=2") == 0
+    assert f"resuming from {run / 'checkpoints' / 'step_00000001'}" in capsys.readouterr().err

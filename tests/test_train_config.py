@@ -40,6 +40,7 @@ def test_dotted_overrides_are_typed():
         ("train.max_steps=abc", "expected an integer"),
         ("train.precision=fp8", "train.precision must be one of"),
         ("train.max_steps", "expected section.key=value"),
+        ("optim.lr=[1", r"override 'optim.lr=\[1': not valid YAML at line 1, column 3"),  # was a yaml traceback
     ],
 )
 def test_bad_overrides_are_clear_errors(override, match):
@@ -59,3 +60,9 @@ def test_saved_config_round_trips(tmp_path):
     cfg.save(tmp_path / "config.yaml")
     again = TrainConfig.from_dict(yaml.safe_load((tmp_path / "config.yaml").read_text()))
     assert again.to_dict() == cfg.to_dict()
+
+
+def test_a_yaml_syntax_error_names_the_file_line_and_column(tmp_path):
+    (tmp_path / "c.yaml").write_text("train:\n  max_steps: [1\n")  # was a yaml traceback
+    with pytest.raises(ValueError, match=r"c.yaml: not valid YAML at line 3, column 1: expected ',' or '\]'"):
+        TrainConfig.load(tmp_path / "c.yaml")

@@ -50,7 +50,12 @@ class CurateConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> CurateConfig:
         """Read a YAML file (the keys of this dataclass)."""
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise ValueError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a mapping at the top level")
         return cls.from_dict(data, source=str(path))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -24,21 +25,28 @@ class LocalExecutor:
 
     def map(self, fn: Callable, args_list: Sequence[tuple], desc: str) -> list:
         results: list = [None] * len(args_list)
-        bar = tqdm(total=len(args_list), desc=desc, unit="shard", disable=not self.progress or not args_list)
-        if self.workers == 1 or len(args_list) <= 1:
-            for i, args in enumerate(args_list):
-                results[i] = fn(*args)
-                bar.update(1)
-        else:
-            # forkserver, not fork: a fork of a threaded caller can deadlock in the child
-            ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-            with ProcessPoolExecutor(max_workers=min(self.workers, len(args_list)), mp_context=ctx) as pool:
-                futures = {pool.submit(fn, *args): i for i, args in enumerate(args_list)}
-                for fut in as_completed(futures):
-                    results[futures[fut]] = fut.result()
+        # closed on an error too: the error's line is printed after the bar's, not over it
+        with tqdm(total=len(args_list), desc=desc, unit="shard", disable=not self.progress or not args_list) as bar:
+            if self.workers == 1 or len(args_list) <= 1:
+                for i, args in enumerate(args_list):
+                    results[i] = fn(*args)
                     bar.update(1)
-        bar.close()
+            else:
+                # forkserver, not fork: a fork of a threaded caller can deadlock in the child
+                ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+                n = min(self.workers, len(args_list))
+                with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_ignore_ctrl_c) as pool:
+                    futures = {pool.submit(fn, *args): i for i, args in enumerate(args_list)}
+                    for fut in as_completed(futures):
+                        results[futures[fut]] = fut.result()
+                        bar.update(1)
         return results
+
+
+def _ignore_ctrl_c() -> None:
+    """A pool worker's start: Ctrl-C reaches the whole process group, and the parent is the one that stops (its
+    workers printed a KeyboardInterrupt traceback each)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class RayExecutor:
@@ -67,13 +75,12 @@ class RayExecutor:
         index = {ref: i for i, ref in enumerate(refs)}
         results: list = [None] * len(refs)
         pending = list(refs)
-        bar = tqdm(total=len(refs), desc=desc + " (ray)", unit="shard", disable=not self.progress or not refs)
-        while pending:
-            done, pending = self.ray.wait(pending, num_returns=1)
-            for ref in done:
-                results[index[ref]] = self.ray.get(ref)
-                bar.update(1)
-        bar.close()
+        with tqdm(total=len(refs), desc=desc + " (ray)", unit="shard", disable=not self.progress or not refs) as bar:
+            while pending:
+                done, pending = self.ray.wait(pending, num_returns=1)
+                for ref in done:
+                    results[index[ref]] = self.ray.get(ref)
+                    bar.update(1)
         return results
 
 

@@ -115,6 +115,7 @@ def run_pipeline(
     stages = [build_stage(name, opts) for name, opts in config.stage_list()]
     if not stages:
         raise ValueError("the config lists no stages")
+    _check_output_apart(inputs, output)
     plan = plan_input_shards(inputs)
     _check_resume(work, config, plan, restart)
     ex = make_executor(executor, workers or config.workers, ray_address, progress)
@@ -177,6 +178,19 @@ def run_pipeline(
         specs = outs
     report_json, report_md = write_report(totals, output)
     return RunResult(totals, [Path(p) for p in specs], run, skipped, report_json, report_md)
+
+
+def _check_output_apart(inputs: list[str], output: Path) -> None:
+    """Refuse an output folder that is, holds or lies inside an input: shard-NNNNN outputs would replace input
+    files of that name, and a folder input is read whole, so a rerun would read its own output."""
+    out = output.resolve()
+    for raw in inputs:
+        p = Path(raw).resolve()
+        if p.is_relative_to(out) or (p.is_dir() and out.is_relative_to(p)):
+            raise ValueError(
+                f"--output {output} and the input {raw} overlap (curate writes shard-NNNNN files and {WORK}/ into "
+                "--output and reads an input folder whole): choose an --output outside the inputs"
+            )
 
 
 def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool) -> None:

@@ -111,7 +111,8 @@ def read_jsonl(path: Path) -> Iterator[dict]:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object"
+                    f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"
+                    f" at column {exc.colno}); each line must be one JSON object"
                 ) from None
             if not isinstance(rec, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")

@@ -7,6 +7,8 @@ edit its text. A corpus stage (the two dedups) needs every shard: it ``scan``s e
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import json
 import os
 import time
@@ -441,10 +443,19 @@ def build_stage(name: str, options: dict | None):
     """A stage object from its name and options; unknown names/options are errors naming them."""
     if name not in STAGES:
         raise ValueError(f"unknown curate stage {name!r}; known stages: {sorted(STAGES)}")
+    options = options or {}
+    params = inspect.signature(STAGES[name]).parameters.values()
+    valid = [p.name for p in params if p.kind is not p.VAR_KEYWORD]
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in params)  # gopher: its config checks the keys itself
+    unknown = [] if open_ended else [k for k in options if k not in valid]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"stage {name}: unknown option {unknown[0]!r}{hint}; valid: {', '.join(valid)}")
     try:
-        return STAGES[name](**(options or {}))
-    except TypeError as exc:
-        raise ValueError(f"stage {name}: bad options {sorted((options or {}).keys())}: {exc}") from None
+        return STAGES[name](**options)
+    except (TypeError, ValueError) as exc:  # a value of the wrong type, e.g. threshold: high
+        raise ValueError(f"stage {name}: bad option value in {options}: {exc}") from None
 
 
 def _savez(path: Path, **arrays) -> None:

@@ -10,14 +10,15 @@ def read_jsonl(path, limit: int | None = None) -> list[dict]:
     out = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
+            if limit is not None and len(out) >= limit:  # checked first: limit 0 read one record
+                break
             if not line.strip():
                 continue
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise ValueError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object"
+                    f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"
+                    f" at column {exc.colno}); each line must be one JSON object"
                 ) from None
-            if limit is not None and len(out) >= limit:
-                break
     return out

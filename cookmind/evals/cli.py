@@ -9,7 +9,7 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Subcommands gsm8k, mmlu and ppl, each taking --model (CookMind checkpoint or HF folder) or MODEL."""
-    from cookmind.cli import add_model_argument
+    from cookmind.cli import add_model_argument, int_in
 
     sub = parser.add_subparsers(dest="task", required=True, metavar="{gsm8k,mmlu,ppl}")
 
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="../shared/data/gsm8k/test.jsonl",
         help="GSM8K-shaped JSONL: {question, answer ending in '#### N'} (default ../shared/data/gsm8k/test.jsonl)",
     )
-    g.add_argument("--limit", type=int, default=None, help="first N problems only")
+    g.add_argument("--limit", type=int_in(1), default=None, help="first N problems only")
     g.add_argument(
         "--template",
         default="r1_zero",
@@ -36,11 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "tokenizer's chat template, for a model SFT'd on chats; graded by '#### N') | a string "
         "with {question} (default r1_zero)",
     )
-    g.add_argument("--num-samples", type=int, default=1, help="answers per problem (> 1 needs --temperature > 0)")
-    g.add_argument("--k", type=int, nargs="*", default=[1], help="pass@k values to report")
+    g.add_argument("--num-samples", type=int_in(1), default=1, help="answers per problem (> 1 needs --temperature > 0)")
+    g.add_argument("--k", type=int_in(1), nargs="*", default=[1], help="pass@k values to report")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--max-new-tokens", type=int, default=256)
-    g.add_argument("--batch-size", type=int, default=32)
+    g.add_argument("--max-new-tokens", type=int_in(1), default=256)
+    g.add_argument("--batch-size", type=int_in(1), default=32)
     g.add_argument("--seed", type=int, default=0)
 
     m = sub.add_parser("mmlu", help="MMLU accuracy per subject and macro-averaged")
@@ -48,22 +48,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--data", default="../shared/data/mmlu", help="MMLU root (default %(default)s)")
     m.add_argument("--split", default="test", choices=["dev", "val", "test"])
     m.add_argument("--subjects", nargs="*", default=None)
-    m.add_argument("--limit-per-subject", type=int, default=None)
+    m.add_argument("--limit-per-subject", type=int_in(1), default=None)
     m.add_argument("--scoring", default="letter", choices=["letter", "option", "generate"])
-    m.add_argument("--batch-size", type=int, default=8)
+    m.add_argument("--batch-size", type=int_in(1), default=8)
 
     p = sub.add_parser("ppl", help="perplexity and bits per byte on a text file or token store")
     common(p)
     p.add_argument("--data", required=True, help="a UTF-8 text file, or a token store (.bin dir / .h5)")
     p.add_argument(
         "--window",
-        type=int,
+        type=int_in(1),
         default=None,
         help="tokens per window (default: the model's context; more than that is an error)",
     )
-    p.add_argument("--stride", type=int, default=None)
-    p.add_argument("--max-bytes", type=int, default=None, help="text files: evaluate only the first N bytes")
-    p.add_argument("--max-windows", type=int, default=None, help="stores: evaluate only the first N windows")
+    p.add_argument("--stride", type=int_in(1), default=None)
+    p.add_argument("--max-bytes", type=int_in(1), default=None, help="text files: evaluate only the first N bytes")
+    p.add_argument("--max-windows", type=int_in(1), default=None, help="stores: evaluate only the first N windows")
 
 
 def main(args) -> int:

@@ -89,7 +89,15 @@ def evaluate_text_file(
     data = Path(path).read_bytes()
     if max_bytes is not None:
         data = data[:max_bytes]
-    text = data.decode("utf-8", errors="ignore")  # a cut may split one character
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if max_bytes is None or exc.reason != "unexpected end of data":  # only the cut may split a character
+            raise ValueError(
+                f"{path}: invalid UTF-8 at byte {exc.start}; convert the file to UTF-8 (e.g. `iconv -f latin1 -t"
+                " utf-8`): bad bytes dropped or replaced would change the perplexity"
+            ) from None
+        text = data[: exc.start].decode("utf-8")
     return {"path": str(path), **evaluate_text(model, tokenizer, text, window, stride, progress)}
 
 

@@ -60,6 +60,14 @@ def main(args: argparse.Namespace) -> int:
             prompts.append(tok.render(msgs, add_generation_prompt=True)[0])
         else:
             prompts.append(tok.encode(text))
+    context = model.config.max_position_embeddings
+    room = context - max(len(p) for p in prompts)
+    if 0 < room < args.max_new_tokens:  # the answer is cut where the context ends: say so before it is
+        print(
+            f"cookmind generate: warning: the model's context of {context} tokens leaves room for {room} new tokens "
+            f"after the prompt, fewer than --max-new-tokens {args.max_new_tokens}; the answer stops there",
+            file=sys.stderr,
+        )
     if len(prompts) > 1:  # a batch: generate together, print each
         outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string
         for text, out in zip(args.prompt, outs):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 API_KEY_ENV = "COOKMIND_API_KEY"
@@ -12,11 +13,11 @@ KV_CAP_BYTES = 1024 * 2**20  # the default KV pool never exceeds this; --kv-cach
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from cookmind.cli import add_model_argument
+    from cookmind.cli import add_model_argument, int_in
 
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int_in(1, 65535), default=8000)
     parser.add_argument(
         "--api-key",
         default=None,
@@ -48,26 +49,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA)")
     parser.add_argument(
         "--max-batch",
-        type=int,
+        type=int_in(1),
         default=None,
         help=f"concurrent sequences (default {DEFAULT_SLOTS}, or what --kv-cache-mb holds)",
     )
     parser.add_argument(
         "--kv-cache-mb",
-        type=int,
+        type=int_in(1),
         default=None,
         help=f"KV cache memory budget in MiB (default: room for every sequence's whole context, at "
         f"most {KV_CAP_BYTES // 2**20})",
     )
-    parser.add_argument("--max-seq-len", type=int, default=None, help="context length (default: the model's)")
-    parser.add_argument("--max-queue", type=int, default=256, help="waiting requests before answering 429")
+    parser.add_argument("--max-seq-len", type=int_in(2), default=None, help="context length (default: the model's)")
+    parser.add_argument("--max-queue", type=int_in(1), default=256, help="waiting requests before answering 429")
     parser.add_argument(
         "--kv-layout",
         choices=["paged", "slots"],
         default="paged",
         help="paged: blocks from one pool, taken as sequences grow (default); slots: a whole context per sequence",
     )
-    parser.add_argument("--block-size", type=int, default=16, help="positions per KV block (paged)")
+    parser.add_argument("--block-size", type=int_in(1), default=16, help="positions per KV block (paged)")
     parser.add_argument(
         "--prefix-cache",
         action="store_true",
@@ -157,6 +158,11 @@ def build_app(args: argparse.Namespace):
     name = args.model_name or Path(path).resolve().name
     specs = parse_lora_specs(args.lora, name)  # a malformed --lora fails before the model loads
     model, tokenizer = load_for_inference(path, device, dtype, args.tokenizer)
+    context = model.config.max_position_embeddings
+    if args.max_seq_len is not None and args.max_seq_len > context:  # positions it never saw: garbage, and KV memory
+        raise ValueError(
+            f"--max-seq-len {args.max_seq_len} exceeds the model's context of {context} tokens; use {context} or less"
+        )
     adapters = load_adapters(model, specs) if specs else None
     speculative = speculative_config(args, tokenizer, device, dtype)
     num_slots, kv_bytes = kv_sizing(model, args)
@@ -203,10 +209,31 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """A warning when the server listens beyond this machine with no API key: anyone who reaches the port may use
+    it (the Host check stops DNS rebinding, not a caller that uses the IP address)."""
+    import ipaddress
+
+    if api_key or host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:  # a host name: it may resolve to any interface
+        pass
+    return (
+        f"cookmind serve: warning: listening on {host} without an API key: anyone who can reach this port can use "
+        f"the model; set {API_KEY_ENV}=KEY (clients send 'Authorization: Bearer KEY') or bind --host 127.0.0.1"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     check_port_free(args.host, args.port)
+    warning = exposure_warning(args.host, args.api_key or os.environ.get(API_KEY_ENV))
+    if warning:
+        print(warning, file=sys.stderr)
     app, engine = build_app(args)
     kv = engine.kv_blocks()
     pool = f"{kv['kv_blocks_total']} blocks of {kv['kv_block_size']}" if kv else "one context per sequence"

@@ -66,6 +66,26 @@ class _SamplingFields(_Strict):
     repetition_penalty: float = Field(1.0, gt=0)
     # {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}: checked by constraints.py
     response_format: dict[str, Any] | None = None
+    # OpenAI fields that would change the answer and that we do not implement: refused when set, not ignored
+    logit_bias: dict[str, Any] | None = None
+    best_of: int | None = None
+    functions: list[Any] | None = None
+    function_call: str | dict[str, Any] | None = None
+
+    @field_validator("logit_bias", "functions", "function_call")
+    @classmethod
+    def _unsupported(cls, v, info):
+        if v:
+            use = "; send tools and tool_choice instead" if "function" in info.field_name else "; leave it out"
+            raise ValueError(f"{info.field_name} is not supported by this server{use}")
+        return v
+
+    @field_validator("best_of")
+    @classmethod
+    def _one_candidate(cls, v):
+        if v not in (None, 1):
+            raise ValueError("best_of is not supported by this server; leave it out, or ask for n choices")
+        return v
 
     @field_validator("stop")
     @classmethod
@@ -104,6 +124,14 @@ class CompletionRequest(_SamplingFields):
     max_tokens: int | None = Field(16, ge=0)  # 0 with echo + logprobs scores the prompt alone
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool = False
+    suffix: str | None = None
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_insertion(cls, v):
+        if v:
+            raise ValueError("suffix (text to insert before) is not supported by this server; leave it out")
+        return v
 
     @field_validator("prompt")
     @classmethod

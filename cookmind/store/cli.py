@@ -39,6 +39,8 @@ what each --train-type reads (one example line each):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``cookmind pack``; the help's epilog shows every accepted input format."""
+    from cookmind.cli import int_in
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = INPUT_FORMATS
     parser.add_argument("--tokenizer", required=True, help="tokenizer directory (from `cookmind tokenizer train`)")
@@ -86,8 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sft augmentation")
     parser.add_argument("--skip-bad", action="store_true", help="skip bad lines and count them in meta.json")
-    parser.add_argument("--workers", type=int, default=1, help="tokenizer processes (default 1)")
-    parser.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard (default 1e8)")
+    parser.add_argument("--workers", type=int_in(0), default=1, help="tokenizer processes (default 1)")
+    parser.add_argument("--shard-tokens", type=int_in(1), default=100_000_000, help="tokens per shard (default 1e8)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -120,7 +122,7 @@ def main(args: argparse.Namespace) -> int:
         )
     except (PackError, StoreError, ValueError, OSError) as exc:  # ValueError covers TokenizerError
         print(f"cookmind pack: error: {exc}", file=sys.stderr)
-        return 1
+        return 2  # bad input, as every stage answers it
     skipped = meta["skipped"]["count"]
     print(
         f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing as mp
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -43,6 +44,12 @@ def _load_tokenizer(tokenizer):
 def _init_worker(tokenizer, opts: RecordOptions) -> None:
     _worker["tok"] = _load_tokenizer(tokenizer)
     _worker["opts"] = opts
+
+
+def _init_pool_worker(tokenizer, opts: RecordOptions) -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the pool, so a worker's own traceback is only noise
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _init_worker(tokenizer, opts)
 
 
 def _encode_chunk(items) -> list[tuple]:
@@ -132,7 +139,7 @@ def pack(
         if workers > 1:
             # not fork: a fork of a threaded caller can deadlock (see tokenizer.pretokenize._mp_context)
             ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-            pool = ctx.Pool(workers, initializer=_init_worker, initargs=(tokenizer, opts))
+            pool = ctx.Pool(workers, initializer=_init_pool_worker, initargs=(tokenizer, opts))
             results = pool.imap(_encode_chunk, chunks)
         else:
             _init_worker(tok, opts)
@@ -169,6 +176,11 @@ def pack(
                 "seed": seed,
             },
         }
+        if writer.keys is None and bad_reasons:  # the writer's own message would not say why nothing was kept
+            raise PackError(
+                f"no records to write to {out}: all {sum(bad_reasons.values()):,} were bad and skipped "
+                f"{dict(bad_reasons)}, e.g. {bad_examples[0]}"
+            )
         writer.close(meta)
         bar.total = bar.n  # the estimate counted lines; show the true end
         bar.refresh()

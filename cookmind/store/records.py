@@ -62,7 +62,7 @@ def parse(item: Item) -> object:
     try:
         return json.loads(item.payload)
     except json.JSONDecodeError as exc:
-        raise BadRecord(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        raise BadRecord(f"invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
 
 
 def _field(obj: dict, *names: str):
@@ -94,7 +94,9 @@ def check_messages(messages, need_assistant: bool = True, end_with_assistant: bo
         content = m.get("content")
         if role == "assistant" and m.get("tool_calls") and content in (None, ""):
             pass  # a pure tool call has no text
-        elif not isinstance(content, str) or not content.strip():
+        elif content is not None and not isinstance(content, str):  # it was reported as "empty text"
+            raise BadRecord(f"message {k} ({role}): content must be a string, got {type(content).__name__}")
+        elif content is None or not content.strip():
             raise BadRecord(f"empty text in message {k} ({role})")
         allowed = {
             "system": (None,),

@@ -170,7 +170,7 @@ def expand_inputs(inputs) -> list[Path]:
         if not shards:
             raise FileNotFoundError(
                 f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
-                f" name the files to pack instead, e.g. {path}/*.jsonl"
+                f" name the input files instead, e.g. {path}/*.jsonl"
             )
         out.extend(shards)
     return out

@@ -180,6 +180,8 @@ def _read_stream(path: str):
     """Yield the file's lines (newlines kept) with a progress bar in bytes."""
     from tqdm import tqdm
 
+    if Path(path).is_dir():
+        raise TokenizerError(f"input {path} is a directory; name the text file to encode")
     if not Path(path).is_file():
         raise TokenizerError(f"input file {path} does not exist")
     with (

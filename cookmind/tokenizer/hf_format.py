@@ -110,6 +110,8 @@ def load_gpt2_files(
         table = json.loads(vocab_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TokenizerError(f"{vocab_path}: not a JSON object of token -> id ({exc})") from None
+    if not isinstance(table, dict):
+        raise TokenizerError(f"{vocab_path}: not a JSON object of token -> id (got a {type(table).__name__})")
     if special_tokens is None:
         special_tokens = [ENDOFTEXT] if ENDOFTEXT in table else []
     vocab: dict[int, bytes] = {}
@@ -119,22 +121,21 @@ def load_gpt2_files(
         except KeyError:
             raise TokenizerError(f"{vocab_path}: token {t!r} (id {i}) is not in GPT-2's byte-to-unicode form") from None
     merges = []
-    with open(merges_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line or (lineno == 1 and line.startswith("#version")):
-                continue
-            parts = line.split(" ")
-            if len(parts) != 2:
-                raise TokenizerError(
-                    f"{merges_path}:{lineno}: expected two tokens separated by one space, got {line!r}"
-                )
-            try:
-                merges.append((str_to_token(parts[0]), str_to_token(parts[1])))
-            except KeyError:
-                raise TokenizerError(
-                    f"{merges_path}:{lineno}: {line!r} is not in GPT-2's byte-to-unicode form"
-                ) from None
+    try:
+        lines = merges_path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise TokenizerError(f"{merges_path}: invalid UTF-8 at byte {exc.start}; a merges.txt is UTF-8 text") from None
+    for lineno, line in enumerate(lines, 1):
+        line = line.rstrip("\r\n")
+        if not line or (lineno == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise TokenizerError(f"{merges_path}:{lineno}: expected two tokens separated by one space, got {line!r}")
+        try:
+            merges.append((str_to_token(parts[0]), str_to_token(parts[1])))
+        except KeyError:
+            raise TokenizerError(f"{merges_path}:{lineno}: {line!r} is not in GPT-2's byte-to-unicode form") from None
     return Tokenizer(vocab, merges, list(special_tokens), pattern)
 
 
@@ -183,7 +184,9 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise TokenizerError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        raise TokenizerError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"
+        ) from None
     model = doc.get("model") or {}
     if model.get("type") != "BPE":
         raise TokenizerError(f"{path}: model type {model.get('type')!r} is not BPE")

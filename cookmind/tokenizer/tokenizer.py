@@ -469,7 +469,8 @@ class Tokenizer:
                 d = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise TokenizerError(
-                    f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); re-save the tokenizer"
+                    f"{path}:{exc.lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"
+                    f" at column {exc.colno}); re-save the tokenizer"
                 ) from None
             return cls.from_dict(d, str(path))
         if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():

@@ -127,12 +127,14 @@ def main(args: argparse.Namespace) -> int:
     """Train; print a one-line JSON summary (rank 0)."""
     import yaml
 
+    from cookmind.train.checkpoint import find_latest_checkpoint
     from cookmind.train.trainer import Trainer, TrainingDiverged
 
     try:
         cfg = resolve_config(args)
     except (ValueError, FileNotFoundError) as exc:
-        raise SystemExit(f"cookmind train: {exc}") from None
+        print(f"cookmind train: error: {exc}", file=sys.stderr)
+        return 2  # bad input, as the README's exit statuses say
     if args.print_config:
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         return 0
@@ -144,6 +146,14 @@ def main(args: argparse.Namespace) -> int:
     except TrainingDiverged as exc:
         print(f"cookmind train: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped without waiting for the step's checkpoint
+        newest = find_latest_checkpoint(trainer.ckpt_dir) if trainer.dist.is_main else None
+        print(
+            f"cookmind train: interrupted at step {trainer.step} before its checkpoint was saved; the newest complete "
+            f"one is {newest or 'none'}: continue with --resume auto --run-dir {trainer.run_dir}",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
     finally:
         from cookmind.parallel import destroy_distributed
 

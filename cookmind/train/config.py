@@ -213,8 +213,7 @@ class TrainConfig:
         cfg = cls()
         if preset:
             path = resolve_preset(preset)
-            with open(path) as f:
-                data = yaml.safe_load(f) or {}
+            data = _parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
             if not isinstance(data, dict):
                 raise ValueError(f"{path}: a config file must be a mapping of sections, got {type(data).__name__}")
             builtin = path.resolve().parent == CONFIG_DIR
@@ -255,7 +254,7 @@ class TrainConfig:
         parts = dotted.strip().split(".")
         if len(parts) != 2:
             raise ValueError(f"override {item!r}: expected exactly one dot (section.key), e.g. train.max_steps=100")
-        value = yaml.safe_load(raw) if raw.strip() != "" else None
+        value = _parse_yaml(raw, f"override {item!r}") if raw.strip() != "" else None
         self.update({parts[0]: {parts[1]: value}}, source=f"override {item!r}")
 
     def validate(self) -> None:
@@ -396,11 +395,26 @@ def resolve_preset(preset: str | Path) -> Path:
     if candidate.exists():
         return candidate
     names = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
+    if p.suffix in (".yaml", ".yml"):
+        raise FileNotFoundError(
+            f"config file {str(preset)!r} not found: give a YAML path or one of the presets {names}"
+        )
     raise FileNotFoundError(f"config preset {str(preset)!r} not found: give a YAML path or one of {names}")
 
 
 def _section_names() -> list[str]:
     return [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    """``yaml.safe_load`` whose syntax errors are one line naming ``source`` and the line and column."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{source}: not valid YAML{where}: {problem}") from None
 
 
 def _unknown(source: str, what: str, name: str, valid: list[str]) -> str:

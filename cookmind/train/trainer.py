@@ -495,44 +495,47 @@ class Trainer:
         self.deferred_steps, self._last_step_end = 0, None
         self._trainable = None  # the parameters that train, listed again at each fit (once per run)
         behind: _QueuedStep | None = None  # a step queued but not read yet: read once the next one is queued
+        # The handlers stay until the stop's checkpoint is whole: a second SIGTERM then waits for it, and a second
+        # Ctrl-C stops at once (the checkpoint's temporary directory is removed, never left under its name).
         try:
-            while self.step < cfg.train.max_steps:
-                queued = self._launch_step()
-                if behind is not None:
+            try:
+                while self.step < cfg.train.max_steps:
+                    queued = self._launch_step()
+                    if behind is not None:
+                        done, behind = behind, None
+                        self._end_step(done)
+                    if self._may_defer(queued.step):
+                        behind = queued
+                        self.deferred_steps += 1
+                    else:
+                        self._end_step(queued)
+                    # A deferred step never ends a run (see _may_defer), so these see the same counts as without one.
+                    if self.consecutive_bad > cfg.train.max_bad_steps:
+                        status = "diverged"
+                        break
+                    # No step is queued after a stop (a signal, request_stop, another rank's) is seen here.
+                    if all_reduce_flag(self._stop_reason is not None, self.dist):
+                        status = "stopped"
+                        break
+                if behind is not None:  # stopped with the last queued step unread
                     done, behind = behind, None
                     self._end_step(done)
-                if self._may_defer(queued.step):
-                    behind = queued
-                    self.deferred_steps += 1
-                else:
-                    self._end_step(queued)
-                # A deferred step never ends a run (see _may_defer), so these see the same counts as without one.
-                if self.consecutive_bad > cfg.train.max_bad_steps:
-                    status = "diverged"
-                    break
-                # No step is queued after a stop (a signal, request_stop, another rank's) is seen here.
-                if all_reduce_flag(self._stop_reason is not None, self.dist):
-                    status = "stopped"
-                    break
-            if behind is not None:  # stopped with the last queued step unread
-                done, behind = behind, None
-                self._end_step(done)
-        except BaseException as exc:
-            if behind is not None:  # keep that step's metrics row if its stats can still be read
-                with contextlib.suppress(Exception):  # the error being raised is the one to report
-                    self._end_step(behind)
-            for cb in self.callbacks:
-                with contextlib.suppress(Exception):
-                    cb.on_train_error(self, exc)
-            raise
+            except BaseException as exc:
+                if behind is not None:  # keep that step's metrics row if its stats can still be read
+                    with contextlib.suppress(Exception):  # the error being raised is the one to report
+                        self._end_step(behind)
+                for cb in self.callbacks:
+                    with contextlib.suppress(Exception):
+                        cb.on_train_error(self, exc)
+                raise
+            if status == "diverged":
+                self.save_checkpoint(diverged=True)
+            elif self.last_saved_step != self.step:
+                self.save_checkpoint()
+            if self._sharded is not None:
+                self._sharded.wait()  # an async save completes before the run ends
         finally:
             self._restore_signal_handlers(old_handlers)
-        if status == "diverged":
-            self.save_checkpoint(diverged=True)
-        elif self.last_saved_step != self.step:
-            self.save_checkpoint()
-        if self._sharded is not None:
-            self._sharded.wait()  # an async save completes before the run ends
         for cb in self.callbacks:
             cb.on_train_end(self, status)
         summary = {
@@ -968,9 +971,13 @@ class Trainer:
         path = find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
         self._check_ranks_resume_alike(spec, path)
         if path is None:
-            if spec == "auto":
-                return  # nothing saved yet: a fresh start
+            if spec == "auto":  # nothing saved yet: a fresh start (the first run of a job that always resumes)
+                if self.dist.is_main:
+                    print(f"cookmind train: no checkpoint in {self.ckpt_dir} yet; starting at step 0", file=sys.stderr)
+                return
             raise FileNotFoundError(f"checkpoint.resume={spec}: no complete checkpoint there")
+        if self.dist.is_main:  # whether it resumed, and from where, was not said
+            print(f"cookmind train: resuming from {path}", file=sys.stderr)
         with self._fp32_weights_in_place():
             meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
         self.run_id = meta.get("run_id") or self.run_id

@@ -40,7 +40,8 @@ def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise APIError(400, f"{loc}: {err['msg']} (got {err.get('input')!r:.100})", param=loc or None) from exc
+        where = loc or "the request body"  # an empty location is the body itself (a list, say, not an object)
+        raise APIError(400, f"{where}: {err['msg']} (got {err.get('input')!r:.100})", param=loc or None) from exc
 
 
 async def parse_request(request: Request, schema: type[BaseModel]) -> BaseModel:
