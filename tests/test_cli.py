@@ -489,3 +489,50 @@ def test_ctrl_c_to_a_pack_with_worker_processes_is_one_line(tmp_path, tok_dir):
     assert proc.returncode == 130, err
     assert err == "cookmind pack: interrupted\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_ctrl_c_to_a_tokenizer_train_with_worker_processes_is_one_line(tmp_path):
+    # as for pack: the pre-tokenizing workers printed a KeyboardInterrupt traceback each (cookmind.pools)
+    import os
+    import random
+    import signal
+    import time
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(5000)]
+    lines = (" ".join(rng.choice(words) for _ in range(12)) + ".\n" for _ in range(150_000))
+    (tmp_path / "in.txt").write_text("".join(lines))  # ~12 MB of distinct lines: seconds of pre-tokenizing
+    argv = ["tokenizer", "train", "--input", str(tmp_path / "in.txt"), "--vocab-size", "2000"]
+    argv += ["--out", str(tmp_path / "tok"), "--workers", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cookmind", *argv], stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while len(_children(proc.pid)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # the forkserver and its two workers are up
+    time.sleep(0.3)
+    assert proc.poll() is None, "finished before the interrupt: give it more text"
+    os.killpg(proc.pid, signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    assert err == "cookmind tokenizer: interrupted\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def _children(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        found += kids
+        todo += kids
+    return found

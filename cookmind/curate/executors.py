@@ -6,14 +6,14 @@ with a progress bar (tasks done, rate, ETA).
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from tqdm import tqdm
+
+from cookmind.pools import ignore_ctrl_c, pool_context
 
 
 class LocalExecutor:
@@ -32,21 +32,13 @@ class LocalExecutor:
                     results[i] = fn(*args)
                     bar.update(1)
             else:
-                # forkserver, not fork: a fork of a threaded caller can deadlock in the child
-                ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
                 n = min(self.workers, len(args_list))
-                with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_ignore_ctrl_c) as pool:
+                with ProcessPoolExecutor(max_workers=n, mp_context=pool_context(), initializer=ignore_ctrl_c) as pool:
                     futures = {pool.submit(fn, *args): i for i, args in enumerate(args_list)}
                     for fut in as_completed(futures):
                         results[futures[fut]] = fut.result()
                         bar.update(1)
         return results
-
-
-def _ignore_ctrl_c() -> None:
-    """A pool worker's start: Ctrl-C reaches the whole process group, and the parent is the one that stops (its
-    workers printed a KeyboardInterrupt traceback each)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class RayExecutor:

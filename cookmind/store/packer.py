@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing as mp
-import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from cookmind.pools import ignore_ctrl_c, pool_context
 from cookmind.store.records import BadRecord, RecordOptions, make_record, make_seq, parse, reason_kind
 from cookmind.store.sources import estimate_items, iter_items
 from cookmind.store.writer import StoreWriter
@@ -47,8 +46,7 @@ def _init_worker(tokenizer, opts: RecordOptions) -> None:
 
 
 def _init_pool_worker(tokenizer, opts: RecordOptions) -> None:
-    # Ctrl-C reaches the whole process group: the parent stops the pool, so a worker's own traceback is only noise
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_ctrl_c()  # the parent stops the pool (cookmind.pools)
     _init_worker(tokenizer, opts)
 
 
@@ -137,9 +135,7 @@ def pack(
     bar = tqdm(desc=f"pack {train_type}", unit="doc", total=total, disable=not progress, dynamic_ncols=True)
     try:
         if workers > 1:
-            # not fork: a fork of a threaded caller can deadlock (see tokenizer.pretokenize._mp_context)
-            ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-            pool = ctx.Pool(workers, initializer=_init_pool_worker, initargs=(tokenizer, opts))
+            pool = pool_context().Pool(workers, initializer=_init_pool_worker, initargs=(tokenizer, opts))
             results = pool.imap(_encode_chunk, chunks)
         else:
             _init_worker(tok, opts)

@@ -17,7 +17,6 @@ result is exactly the same as pre-tokenizing every line.
 from __future__ import annotations
 
 import itertools
-import multiprocessing as mp
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import regex
 
+from cookmind.pools import ignore_ctrl_c, pool_context
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import is_safe_end, safe_cut_kind, safe_end_bytes
 
@@ -264,12 +264,6 @@ def _count_texts(task: tuple) -> tuple[Counter, int]:
     return counts, sum(len(t.encode("utf-8")) for t in texts)
 
 
-def _mp_context():
-    # forkserver: workers fork from a clean single-threaded server, not from the caller, whose
-    # threads (torch/OpenMP, servers, thread pools) can leave a lock held in a forked child forever.
-    return mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-
-
 def count_pretokens(
     paths: Sequence[str | os.PathLike] | str | os.PathLike,
     special_tokens: Sequence[str],
@@ -322,7 +316,7 @@ def count_pretokens(
                 counts.update(part)
                 bar.update(n)
         else:
-            with _mp_context().Pool(workers) as pool:
+            with pool_context().Pool(workers, initializer=ignore_ctrl_c) as pool:
                 for part, n in itertools.chain(
                     pool.imap_unordered(_count_chunk, tasks), _in_waves(pool, _count_texts, record_tasks, 2 * workers)
                 ):

@@ -252,9 +252,9 @@ class Tokenizer:
             return [self.encode_reference(t, allowed_special=allowed_special) for t in texts]
         from functools import partial
 
-        from cookmind.tokenizer.pretokenize import _mp_context
+        from cookmind.pools import ignore_ctrl_c, pool_context
 
-        with _mp_context().Pool(num_threads or os.cpu_count() or 1) as pool:
+        with pool_context().Pool(num_threads or os.cpu_count() or 1, initializer=ignore_ctrl_c) as pool:
             return pool.map(
                 partial(self.encode_reference, allowed_special=allowed_special),
                 texts,
