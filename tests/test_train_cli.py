@@ -267,3 +267,15 @@ def test_resume_auto_says_where_it_resumed_or_that_it_starts_fresh(tmp_path, sto
     assert f"no checkpoint in {run / 'checkpoints'} yet; starting at step 0" in capsys.readouterr().err
     assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=2") == 0
     assert f"resuming from {run / 'checkpoints' / 'step_00000001'}" in capsys.readouterr().err
+
+
+def test_a_run_that_cannot_start_leaves_no_run_directory(tmp_path, store, capsys):
+    """A setup failure after the checks (here the tokenizer: data.tokenizer names a folder with none) left an empty
+    run directory behind, which generate or --resume then read as a run ('config.json: missing')."""
+    (tmp_path / "no-tokenizer").mkdir()
+    argv = ["--run-dir", str(tmp_path / "run"), "--tokenizer", str(tmp_path / "no-tokenizer"), "train.max_steps=1"]
+    assert _run(store, *argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("cookmind train: error:")
+    assert not (tmp_path / "run").exists()
+    assert _run(store, "--run-dir", str(tmp_path / "run"), "train.max_steps=1") == 0  # the same run dir then works
+    assert (tmp_path / "run" / "config.yaml").exists() and (tmp_path / "run" / "metrics.jsonl").exists()

@@ -40,14 +40,13 @@ class MetricsWriter:
 
     def __init__(self, path: str | Path, enabled: bool = True):
         self.path = Path(path)
-        self.enabled = enabled
-        if enabled:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.enabled = enabled  # the folder is made by the first write: a run that never starts leaves none
 
     def write(self, record: dict[str, Any]) -> None:
         """One line; floats rounded to 6 significant digits to keep the file readable."""
         if not self.enabled:
             return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         clean = {k: _round(to_float(v)) for k, v in record.items()}
         with open(self.path, "a") as f:
             f.write(json.dumps(clean) + "\n")

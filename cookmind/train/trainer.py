@@ -155,8 +155,6 @@ class Trainer:
             cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
             if cfg.data.tokenizer and self.dist.is_main:
                 print(f"cookmind train: data.tokenizer not set; using {cfg.data.tokenizer}", file=sys.stderr)
-        if self.dist.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
         self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
         B.check_init_tokenizer(cfg, self.tokenizer)
@@ -242,10 +240,6 @@ class Trainer:
             ProgressCallback(cfg.logging.progress and self.dist.is_main, desc=cfg.train.objective),
             *(callbacks or []),
         ]
-        if cfg.logging.tensorboard and self.dist.is_main:
-            from cookmind.train.callbacks import TensorBoardCallback
-
-            self.callbacks.append(TensorBoardCallback(self.run_dir / "tensorboard", cfg.logging.log_every))
         self.objective.setup(self)
         self._maybe_resume()
         self._graph = None  # train.cuda_graph: the step captured once and replayed (cookmind.train.cuda_graph)
@@ -262,8 +256,16 @@ class Trainer:
                     + ". Set train.cuda_graph=false (or auto: on only where it can be)."
                 )
             self._graph = None if problems else GraphedStep(self)
-        if self.dist.is_main:  # last: the values this run resolved (a window sized from the store), and a run that
-            cfg.save(self.run_dir / "config.yaml")  # cannot start (a refused resume) leaves the one there alone
+        # Last, once the run can start: a run that cannot (a missing tokenizer, a refused resume) leaves no run
+        # directory behind, and an existing run's config.yaml alone. The config holds the values this run resolved
+        # (a window sized from the store).
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if cfg.logging.tensorboard:
+                from cookmind.train.callbacks import TensorBoardCallback
+
+                self.callbacks.append(TensorBoardCallback(self.run_dir / "tensorboard", cfg.logging.log_every))
+            cfg.save(self.run_dir / "config.yaml")
 
     def _master_weights(self) -> dict:
         """Make the model's parameters bf16 with fp32 masters (``train.master_weights``); with gradient accumulation
