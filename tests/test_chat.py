@@ -128,3 +128,29 @@ def test_hf_tokenizer_adapter_matches_ours(ckpt, tmp_path):
     assert (hf.eos_id, hf.im_end_id) == (tok.eos_id, tok.im_end_id)
     ids = tok.encode("soup <think>x</think> bread")
     assert hf.decode(ids) == tok.decode(ids)
+
+
+def test_a_reply_cut_by_the_context_says_so(ckpt):
+    """The context's end cut a reply mid-way without a word (generate warns about it up front); the REPL now says
+    so after the reply. Whether the tiny model stops by itself first is read off the reference generation."""
+    _, model, tok = ckpt
+    context = model.config.max_position_embeddings
+
+    def room_after(text):
+        return context - len(tok.render([{"role": "user", "content": text}], add_generation_prompt=True)[0])
+
+    long = "hello"
+    while room_after(long + " the soup needs salt") > 20:  # a prompt that leaves fewer than 40 - 20 new tokens
+        long += " the soup needs salt"
+    for text in ("hello", long):
+        prompt = tok.render([{"role": "user", "content": text}], add_generation_prompt=True)[0]
+        n = min(40, context - len(prompt))
+        params = SamplingParams(temperature=0, max_new_tokens=n, stop_token_ids=(tok.eos_id, tok.im_end_id))
+        ref = generate(model, [prompt], params, keep_stop_token=True)[0]
+        stopped = bool(ref) and ref[-1] in (tok.eos_id, tok.im_end_id)
+        s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=40))
+        out = io.StringIO()
+        run(s, io.StringIO(text + "\n/quit\n"), out)
+        cut = n < 40 and not stopped and len(ref) == n
+        assert s.cut == cut and ("(cut: the conversation filled the model's context" in out.getvalue()) == cut
+        assert cut == (text == long), "the tiny model stopped by itself: pick another prompt"

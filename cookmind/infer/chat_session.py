@@ -20,6 +20,7 @@ class ChatSession:
         self.cfg = cfg if cfg.stop_token_ids else cfg.replace(stop_token_ids=stops)
         self.system = system
         self.history: list[dict] = []
+        self.cut = False  # the last reply stopped because the conversation filled the model's context
 
     def reset(self) -> None:
         """Forget the conversation (the system prompt stays)."""
@@ -49,6 +50,7 @@ class ChatSession:
         stopper = StopStringMatcher(list(self.cfg.stop_strings))
         splitter = ReasoningSplitter()
         reasoning, content = [], []
+        new_tokens = 0
 
         def route(piece: str):
             r, c = splitter.feed(piece)
@@ -56,7 +58,9 @@ class ChatSession:
             content.append(c)
             return r, c
 
+        self.cut = False
         for tok in stream(self.model, prompt, cfg):
+            new_tokens += 1
             piece, hit = stopper.feed(detok.add(tok))
             for kind, s in zip(("reasoning", "content"), route(piece)):
                 if s:
@@ -64,6 +68,8 @@ class ChatSession:
             if hit:
                 break
         else:
+            # no stop string: a stop token, the max_new_tokens asked for, or the context's end (fewer than asked)
+            self.cut = new_tokens >= cfg.max_new_tokens and cfg.max_new_tokens < self.cfg.max_new_tokens
             piece, _ = stopper.feed(detok.flush())
             for kind, s in zip(("reasoning", "content"), route(piece + stopper.flush())):
                 if s:

@@ -70,6 +70,12 @@ def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> Non
                     print(dim + "[thinking] ", end="", file=stdout)
                 print(piece, end="", file=stdout, flush=True)
                 kind_before = kind
+            if session.cut:  # the reply stopped mid-way without a word otherwise
+                print(
+                    reset + " (cut: the conversation filled the model's context; /reset to start over)",
+                    end="",
+                    file=stdout,
+                )
         except ValueError as exc:
             print(f"(error: {exc})", end="", file=stdout)
         except KeyboardInterrupt:
