@@ -307,3 +307,16 @@ def test_perplexity_of_a_file_refuses_bad_utf8_but_not_a_character_cut_by_max_by
     path.write_bytes("ab café".encode())
     r = evaluate_text_file(model, CharTok(), path, window=16, max_bytes=7, progress=False)  # cuts é's 2 bytes
     assert r["tokens"] == 5 and r["bytes"] == 5  # "ab caf": 6 characters, the first not predicted
+
+
+def test_a_gsm8k_record_without_its_fields_is_named_by_line(tmp_path):
+    """It said 'record 2', which is not the line when the file has blank lines, and a line holding a list passed
+    the field check ('question' in a list)."""
+    path = tmp_path / "g.jsonl"
+    path.write_text('{"question": "1+1?", "answer": "#### 2"}\n\n{"question": "2+2?"}\n')
+    with pytest.raises(ValueError, match=r"g\.jsonl:3: a GSM8K record needs 'question' and 'answer' fields, got "):
+        load_gsm8k(path)
+    path.write_text('{"question": "1+1?", "answer": "#### 2"}\n["question", "answer"]\n')
+    with pytest.raises(ValueError, match=r"g\.jsonl:2: .* got list"):
+        load_gsm8k(path)
+    assert load_gsm8k(path, limit=1) == [{"question": "1+1?", "answer": "#### 2"}]

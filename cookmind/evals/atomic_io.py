@@ -7,6 +7,11 @@ import json
 
 def read_jsonl(path, limit: int | None = None) -> list[dict]:
     """Records of a JSONL file; a malformed line raises naming the file and line."""
+    return [record for _, record in read_jsonl_lines(path, limit)]
+
+
+def read_jsonl_lines(path, limit: int | None = None) -> list[tuple[int, dict]]:
+    """(line number, record) of each record of a JSONL file (blank lines skipped), for errors that name the line."""
     out = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -15,7 +20,7 @@ def read_jsonl(path, limit: int | None = None) -> list[dict]:
             if not line.strip():
                 continue
             try:
-                out.append(json.loads(line))
+                out.append((lineno, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise ValueError(
                     f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"

@@ -16,7 +16,7 @@ from cookmind.align.prompts import (
 )
 from cookmind.align.rewards import extract_answer, extract_gold
 from cookmind.atomic import write_jsonl
-from cookmind.evals.atomic_io import read_jsonl
+from cookmind.evals.atomic_io import read_jsonl_lines
 from cookmind.evals.passk import pass_at_k
 from cookmind.infer import SamplingParams, generate
 
@@ -28,11 +28,14 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
             f"GSM8K file {path} not found; pass --data PATH to a JSONL of "
             '{"question": ..., "answer": "... #### N"} records (e.g. GSM8K\'s test.jsonl)'
         )
-    rows = read_jsonl(path, limit)
-    for i, row in enumerate(rows):
-        if "question" not in row or "answer" not in row:
-            raise ValueError(f"{path}: record {i + 1} lacks 'question' or 'answer'; GSM8K records need both")
-    return rows
+    rows = read_jsonl_lines(path, limit)
+    for lineno, row in rows:
+        if not isinstance(row, dict) or "question" not in row or "answer" not in row:
+            raise ValueError(
+                f"{path}:{lineno}: a GSM8K record needs 'question' and 'answer' fields, got "
+                f"{sorted(row) if isinstance(row, dict) else type(row).__name__}"
+            )
+    return [row for _, row in rows]
 
 
 def as_problem(p) -> dict:
