@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from test_train_loop import NaNAt, _cfg, _weights, store  # noqa: F401
+from test_train_loop import FailAt, NaNAt, _cfg, _weights, store  # noqa: F401
 
 from cookmind.train import Callback, PretrainObjective, TrainConfig, Trainer, TrainingDiverged
 from cookmind.train.checkpoint import find_latest_checkpoint, list_checkpoints
@@ -302,20 +302,9 @@ def test_a_stop_from_an_opted_in_callback_takes_effect_one_step_later(tmp_path, 
     assert steps == {False: 2, True: 3}
 
 
-class FailAt(PretrainObjective):
-    def __init__(self, call):
-        self.call, self.calls = call, 0
-
-    def __call__(self, model, batch):
-        self.calls += 1
-        if self.calls == self.call:
-            raise RuntimeError("boom")
-        return super().__call__(model, batch)
-
-
 def test_an_error_while_queuing_still_records_the_step_before(tmp_path, store):
     t = _trainer(tmp_path, store, "fail", True, objective=FailAt(4), train={"max_steps": 8})
-    with pytest.raises(RuntimeError, match="boom"):
+    with pytest.raises(RuntimeError, match="the objective failed"):
         t.fit()
     assert t.deferred_steps == 3  # step 3 was still unread when step 4 failed
     assert [json.loads(r)["step"] for r in _rows(tmp_path, "fail")] == [1, 2, 3]

@@ -408,15 +408,15 @@ def test_init_from_takes_runtime_options_and_refuses_shape_changes(tmp_path, sto
 
 
 class FailAt(PretrainObjective):
-    """Raises in the forward of optimizer step ``step`` (a user's bug, an OOM)."""
+    """Raises in its ``call``-th call (a user's bug, an OOM)."""
 
-    def __init__(self, step):
+    def __init__(self, call):
         super().__init__()
-        self.step, self.calls = step, 0
+        self.call, self.calls = call, 0
 
     def __call__(self, model, batch):
         self.calls += 1
-        if self.calls == self.step:
+        if self.calls == self.call:
             raise RuntimeError("the objective failed")
         return super().__call__(model, batch)
 
