@@ -472,6 +472,11 @@ TRAINER_VARIANTS = {
         {"master_weights": True, "fp8_blocks": True},
         {},
     ),
+    "master-weights-fp8-all": (
+        "train.master_weights=true, train.fp8_blocks=true, model.lm_head_fp8=true",
+        {"master_weights": True, "fp8_blocks": True},
+        {"lm_head_fp8": True},
+    ),
     "sync-metrics": ("train.defer_metrics=false", {"defer_metrics": False}, {}),
 }
 

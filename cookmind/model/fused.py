@@ -9,8 +9,14 @@ engine fuses the model it serves (a decode step at batch 1 is many small GEMMs).
 H200 (2026-11-29, bench/bench_train.py --device cuda --variants fast, before that variant went) the Trainer with a
 fused QKV / gate-up
 GEMM ran at 418.2k tokens/s against 417.5k without it, in the same run: nothing once torch.compile has fused
-the step, so that training path went away. A model under training keeps its weights' storage (an optimizer
-or DDP may hold it), so rollouts serve it unfused.
+the step, so that training path went away. Measured again at #18's shapes (H200, 2026-12-01): the GEMMs alone
+gain over weights stored stacked (``bench/probe_fused_proj.py``, forward and backward at 16384 rows: QKV 1.10x
+at 1.3B and 1.21x at Qwen3-0.6B, gate/up 1.06x and 1.07x; concatenating the weights each step eats it), but a
+training path that keeps the parameters as views of the stacks (branch ``fusetrain``: a custom autograd function,
+one GEMM forward, dx and one stacked weight gradient backward) made the Trainer slower (``bench_train.py
+--batch 8``: 1.3B 66.2k against 66.4k tokens/s, and 65.7k against 66.9k with master weights and the CUDA graph;
+Qwen3-0.6B 104.2k against 106.8k, 101.9k against 102.3k). A model under training keeps its weights' storage
+(an optimizer or DDP may hold it), so rollouts serve it unfused.
 """
 
 from __future__ import annotations
