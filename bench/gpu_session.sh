@@ -23,7 +23,8 @@ run() {  # run NAME SECONDS CMD...: keep the log, show the JSON lines and the ta
 for part in "${parts[@]}"; do
     case $part in
         # only the files that hold GPU tests: others import packages the GPU machines lack (fastapi, openai, ...)
-        tests) run gpu-tests 420 python3 -m pytest -q -rs -m gpu $(grep -l "pytest.mark.gpu" tests/test_*.py) ;;
+        # CUBLAS_WORKSPACE_CONFIG: tests that run under torch.use_deterministic_algorithms need it for cuBLAS
+        tests) CUBLAS_WORKSPACE_CONFIG=:4096:8 run gpu-tests 420 python3 -m pytest -q -rs -m gpu $(grep -l "pytest.mark.gpu" tests/test_*.py) ;;
         train) CUDA_VISIBLE_DEVICES=0 run train 240 python3 bench/bench_train.py --device cuda --variants cuda-graph
                CUDA_VISIBLE_DEVICES=0 run train-minimind 200 python3 bench/bench_train.py --device cuda --shape minimind \
                 --seq 340 --variants cuda-graph
