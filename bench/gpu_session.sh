@@ -54,7 +54,9 @@ for part in "${parts[@]}"; do
             CUDA_VISIBLE_DEVICES=0 run llama-b8-fp8 255 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
                 --no-peer --batch 8 --steps 6 --warmup 3 --variants master-weights-fp8
             CUDA_VISIBLE_DEVICES=0 run qwen-fp8 330 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
-                --no-peer --steps 6 --warmup 3 --variants master-weights-fp8 ;;
+                --no-peer --steps 6 --warmup 3 --variants master-weights-fp8
+            CUDA_VISIBLE_DEVICES=0 run qwen-fp8-all 330 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
+                --no-peer --steps 6 --warmup 3 --variants master-weights-fp8-all ;;
         # where an accumulating master-weights step goes, and FP8 blocks over master weights with accumulation
         masterw) CUDA_VISIBLE_DEVICES=0 run prof-mw-accum 150 python3 bench/profile_train.py --shape llama-1.3b \
                 --which ours --accum 8 --master-weights
