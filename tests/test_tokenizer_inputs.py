@@ -102,6 +102,35 @@ def test_bad_utf8_in_a_json_line(tmp_path, capsys, policy):
         assert Tokenizer.load(tmp_path / "tok").fingerprint() == _reference(tmp_path, ["good soup", "bad \ufffd soup"])
 
 
+def test_skip_bad_leaves_bad_records_out_and_says_how_many(tmp_path, capsys):
+    """Bad JSON lines (broken JSON, no text field, a number for text, bad UTF-8) stop the run with a one-line error
+    at the first (file:line, and --skip-bad named); with --skip-bad the tokenizer equals the one trained on the good
+    records alone, and the JSON line and a stderr line say how many were skipped, by reason, and where the first
+    was. When every record is bad the run fails saying so, not that the corpus is empty."""
+    good = [f"The cook adds {i} cups of soup to the pot." for i in range(30)]
+    lines = [json.dumps({"text": d}).encode() for d in good]
+    lines[3:3] = [b"{broken", json.dumps({"title": "no text"}).encode(), json.dumps({"text": 5}).encode()]
+    lines.append(b'{"text": "bad \xff soup"}')
+    (tmp_path / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    src = str(tmp_path / "a.jsonl")
+    assert _train(tmp_path, tmp_path / "tok0", tmp_path / "a.jsonl") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{src}:4: invalid JSON" in err and "--skip-bad" in err
+    assert not (tmp_path / "tok0").exists()
+    assert _train(tmp_path, tmp_path / "tok", tmp_path / "a.jsonl", extra=["--skip-bad"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["skipped"] == 4
+    assert Tokenizer.load(tmp_path / "tok").fingerprint() == _reference(tmp_path, good)
+    line = err.strip().splitlines()[-1]
+    assert "skipped 4 bad record(s)" in line and "invalid JSON 1" in line and "missing field 1" in line
+    assert "invalid UTF-8 1" in line and f"the first: {src}:4: invalid JSON" in line
+    (tmp_path / "bad.jsonl").write_text('{broken\n{"title": "x"}\n')
+    assert _train(tmp_path, tmp_path / "tok2", tmp_path / "bad.jsonl", extra=["--skip-bad"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no record of" in err and "skipped 2 bad record(s)" in err
+    assert "['" not in err  # the inputs named as paths, not as a Python list
+
+
 def test_record_batches_spread_over_workers_count_the_same(tmp_path):
     docs = [f"Batch {i}: the cook adds {i} cups of soup to the pot." for i in range(40)]
     (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in docs).encode()))

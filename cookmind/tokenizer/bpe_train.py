@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import resolve_pattern
-from cookmind.tokenizer.pretokenize import count_pretokens
+from cookmind.tokenizer.pretokenize import SkippedRecords, count_pretokens
 
 Merge = tuple[bytes, bytes]
 
@@ -150,6 +150,7 @@ def train_bpe(
     chunk_bytes: int = 4 << 20,
     progress: bool | None = None,
     text_field: str = "text",
+    skipped: SkippedRecords | None = None,
 ) -> tuple[dict[int, bytes], list[Merge]]:
     """Train a byte-level BPE on one or more inputs: UTF-8 text files, or what ``pack`` reads besides (JSON lines,
     JSON, Parquet: each record's ``text_field``; gzip; ``cookmind curate run`` output folders).
@@ -157,7 +158,8 @@ def train_bpe(
     Returns (vocab: id -> bytes, merges in creation order). Ids: bytes 0..255, then the special
     tokens in order, then merged tokens. Raises TokenizerError for a missing file, an empty
     corpus, a vocab_size below 256 + len(special_tokens), or non-UTF-8 bytes (unless
-    utf8_errors="replace", which reads them as U+FFFD).
+    utf8_errors="replace", which reads them as U+FFFD), or a bad JSON / Parquet record, unless ``skipped``
+    (a ``SkippedRecords``) is given: bad records are then counted there and left out.
     """
     specials = check_specials(special_tokens)
     pattern = resolve_pattern(pattern)
@@ -175,10 +177,14 @@ def train_bpe(
         utf8_errors=utf8_errors,
         progress=progress,
         text_field=text_field,
+        skipped=skipped,
     )
+    inputs = input_path if isinstance(input_path, (str, os.PathLike)) else ", ".join(map(str, input_path))
+    if not counts and skipped is not None and skipped.count:
+        raise TokenizerError(f"no record of {inputs} was good: {skipped.summary()}")
     if not counts:
         raise TokenizerError(
-            f"the corpus {input_path} has no text outside special tokens; give files with text to learn from"
+            f"the corpus {inputs} has no text outside special tokens; give files with text to learn from"
         )
     word_counts: dict[bytes, int] = {}
     for tok, n in counts.items():

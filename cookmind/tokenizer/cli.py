@@ -50,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="non-UTF-8 bytes: strict = error naming file:line (default); replace = read as U+FFFD",
     )
     t.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="leave out bad JSON/Parquet records (invalid JSON, a missing or non-text field, bad UTF-8) and "
+        "report how many, as `pack --skip-bad` does (default: the first is an error naming file:line)",
+    )
+    t.add_argument(
         "--overwrite",
         action="store_true",
         help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)",
@@ -138,12 +144,14 @@ def _save_new(tok, out: Path, overwrite: bool) -> None:
 
 def _train(args) -> int:
     from cookmind.tokenizer.bpe_train import train_bpe
+    from cookmind.tokenizer.pretokenize import SkippedRecords
     from cookmind.tokenizer.tokenizer import Tokenizer
 
     specials = DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token
     out = Path(args.out)
     check_out(out, args.overwrite, args.input)  # before the (long) training
     t0 = time.perf_counter()
+    skipped = SkippedRecords() if args.skip_bad else None
     vocab, merges = train_bpe(
         args.input,
         args.vocab_size,
@@ -153,6 +161,7 @@ def _train(args) -> int:
         chunk_bytes=int(args.chunk_mb * (1 << 20)),
         utf8_errors=args.utf8_errors,
         text_field=args.text_field,
+        skipped=skipped,
     )
     tok = Tokenizer(vocab, merges, specials, args.pattern)
     _save_new(tok, out, args.overwrite)
@@ -165,9 +174,12 @@ def _train(args) -> int:
                 "specials": tok.special_tokens,
                 "seconds": round(time.perf_counter() - t0, 3),
                 "fingerprint": tok.fingerprint(),
+                **({"skipped": skipped.count} if skipped is not None else {}),
             }
         )
     )
+    if skipped is not None and skipped.count:
+        print(f"cookmind tokenizer train: {skipped.summary()}", file=sys.stderr)
     if tok.vocab_size < args.vocab_size:
         print(
             f"note: the corpus ran out of pairs at {tok.vocab_size} tokens (asked for {args.vocab_size})",

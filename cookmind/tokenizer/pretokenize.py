@@ -20,6 +20,7 @@ import itertools
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import regex
@@ -218,9 +219,36 @@ def is_plain_text(path: str | os.PathLike) -> bool:
     return source_kind(Path(path)) == "text" and not is_gzip(Path(path))
 
 
-def document_texts(path: str | os.PathLike, text_field: str = "text", utf8_errors: str = "strict") -> Iterator[str]:
+@dataclass
+class SkippedRecords:
+    """Bad records ``tokenizer train --skip-bad`` skipped: how many by reason, and where the first ones were."""
+
+    MAX_EXAMPLES = 5
+    by_reason: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return sum(self.by_reason.values())
+
+    def add(self, kind: str, where: str) -> None:
+        self.by_reason[kind] += 1
+        if len(self.examples) < self.MAX_EXAMPLES:
+            self.examples.append(where)
+
+    def summary(self) -> str:
+        """One line: the count, by reason, and the first bad record."""
+        reasons = ", ".join(f"{kind} {n}" for kind, n in self.by_reason.most_common())
+        return f"skipped {self.count} bad record(s) ({reasons}); the first: {self.examples[0]}"
+
+
+def document_texts(
+    path: str | os.PathLike, text_field: str = "text", utf8_errors: str = "strict", skipped: SkippedRecords | None = None
+) -> Iterator[str]:
     """The documents of a JSON-lines, JSON, Parquet or gzip file as ``pack --train-type seq`` reads them (each
-    record's ``text_field``; gzip text split at <|endoftext|>); an empty document is skipped (nothing to learn)."""
+    record's ``text_field``; gzip text split at <|endoftext|>); an empty document is skipped (nothing to learn).
+    A bad record (invalid JSON, a missing or non-text field, bad UTF-8 under ``utf8_errors="strict"``) is an
+    error naming file:line, or, with ``skipped`` given, counted there and left out (``--skip-bad``)."""
     from cookmind.store.records import BadRecord, RecordOptions, make_seq, parse, reason_kind
     from cookmind.store.sources import iter_items
 
@@ -233,19 +261,29 @@ def document_texts(path: str | os.PathLike, text_field: str = "text", utf8_error
                 kind = reason_kind(str(exc))
                 if kind == "empty text":
                     continue
-                hint = "; convert it to UTF-8 or pass --utf8-errors replace" if kind == "invalid UTF-8" else ""
-                raise TokenizerError(f"{item.source}:{item.line}: {exc}{hint}") from None
+                where = f"{item.source}:{item.line}: {exc}"
+                if skipped is not None:
+                    skipped.add(kind, where)
+                    continue
+                hint = (
+                    "; convert it to UTF-8, pass --utf8-errors replace, or --skip-bad to skip bad records"
+                    if kind == "invalid UTF-8"
+                    else "; fix the record, or pass --skip-bad to skip bad records and count them"
+                )
+                raise TokenizerError(where + hint) from None
     except TokenizerError:
         raise
     except ValueError as exc:  # the reader's own one-line errors (bad UTF-8 in gzip text, a broken JSON array)
         raise TokenizerError(str(exc)) from None
 
 
-def _text_batches(files: Sequence[str], text_field: str, utf8_errors: str, batch_chars: int) -> Iterator[list[str]]:
+def _text_batches(
+    files: Sequence[str], text_field: str, utf8_errors: str, batch_chars: int, skipped: SkippedRecords | None = None
+) -> Iterator[list[str]]:
     batch: list[str] = []
     size = 0
     for path in files:
-        for text in document_texts(path, text_field, utf8_errors):
+        for text in document_texts(path, text_field, utf8_errors, skipped):
             batch.append(text)
             size += len(text)
             if size >= batch_chars:
@@ -274,6 +312,7 @@ def count_pretokens(
     utf8_errors: str = "strict",
     progress: bool | None = None,
     text_field: str = "text",
+    skipped: SkippedRecords | None = None,
 ) -> Counter:
     """Pre-token (str) -> count over all inputs, splitting on special tokens first.
 
@@ -281,6 +320,7 @@ def count_pretokens(
     and folders of ``shard-*`` files (``cookmind curate run``'s output), read as ``pack`` reads them.
     workers: processes to use (default: all CPUs); chunk_bytes: work unit per process.
     utf8_errors: "strict" (default: bad bytes are an error naming file:line) or "replace" (U+FFFD).
+    skipped: where given, bad records are counted there and left out instead of raising (``document_texts``).
     """
     from tqdm import tqdm
 
@@ -296,7 +336,8 @@ def count_pretokens(
         for s, e in chunk_file(p, chunk_bytes, special_tokens, pattern)
     ]
     record_tasks = (
-        (batch, pattern, specials) for batch in _text_batches(records, text_field, utf8_errors, chunk_bytes)
+        (batch, pattern, specials)
+        for batch in _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped)
     )
     # the record batches are not known ahead: about one per chunk_bytes on disk (more where compressed)
     expected = len(tasks) + -(-sum(os.path.getsize(p) for p in records) // chunk_bytes)
