@@ -71,12 +71,23 @@ def main() -> None:
             for mode, fn in (("separate", separate), ("stacked", one), ("cat", cat)):
                 ms = timed(fn, args.iters)
                 base = base or ms
-                print(json.dumps({
-                    "figure": "projection fwd+bwd", "shape": shape, "group": group, "rows": args.rows,
-                    "mode": mode, "ms": round(ms, 3), "tflops": round(flops / ms / 1e9, 1),
-                    "vs_separate": round(base / ms, 3), "device": torch.cuda.get_device_name(),
-                    "torch": torch.__version__,
-                }), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "figure": "projection fwd+bwd",
+                            "shape": shape,
+                            "group": group,
+                            "rows": args.rows,
+                            "mode": mode,
+                            "ms": round(ms, 3),
+                            "tflops": round(flops / ms / 1e9, 1),
+                            "vs_separate": round(base / ms, 3),
+                            "device": torch.cuda.get_device_name(),
+                            "torch": torch.__version__,
+                        }
+                    ),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -18,12 +18,11 @@ import numpy as np
 from tqdm import tqdm
 
 from cookmind.pools import ignore_ctrl_c, pool_context
-from cookmind.store.records import BadRecord, RecordOptions, make_record, make_seq, parse, reason_kind
+from cookmind.store.records import BadRecord, RecordOptions, SkippedRecords, make_record, make_seq, parse, reason_kind
 from cookmind.store.sources import estimate_items, iter_items
 from cookmind.store.writer import StoreWriter
 
 CHUNK = 256
-MAX_EXAMPLES = 20
 
 _worker: dict = {}
 
@@ -125,7 +124,7 @@ def pack(
     chunks = _chunks(items, CHUNK)
 
     per_source = Counter()
-    bad_reasons, bad_examples = Counter(), []
+    skipped = SkippedRecords()
     writer = StoreWriter(
         out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite, meta={"tokenizer": tok_meta}
     )
@@ -146,9 +145,7 @@ def pack(
                     where = f"{source}:{line}: {reason}"
                     if not skip_bad:
                         raise PackError(f"{where}\n  fix the line, or pass --skip-bad to skip and count bad lines")
-                    bad_reasons[reason_kind(reason)] += 1
-                    if len(bad_examples) < MAX_EXAMPLES:
-                        bad_examples.append(where)
+                    skipped.add(reason_kind(reason), where)
                     continue
                 try:
                     writer.add(record)
@@ -161,7 +158,7 @@ def pack(
         seconds = time.perf_counter() - start
         meta = {
             "sources": [{"path": str(p), "records": per_source.get(str(p), 0)} for p in inputs],
-            "skipped": {"count": sum(bad_reasons.values()), "by_reason": dict(bad_reasons), "examples": bad_examples},
+            "skipped": skipped.as_meta(),
             "pack": {
                 "seconds": round(seconds, 3),
                 "workers": workers,
@@ -172,10 +169,10 @@ def pack(
                 "seed": seed,
             },
         }
-        if writer.keys is None and bad_reasons:  # the writer's own message would not say why nothing was kept
+        if writer.keys is None and skipped.count:  # the writer's own message would not say why nothing was kept
             raise PackError(
-                f"no records to write to {out}: all {sum(bad_reasons.values()):,} were bad and skipped "
-                f"{dict(bad_reasons)}, e.g. {bad_examples[0]}"
+                f"no records to write to {out}: all {skipped.count:,} were bad and skipped "
+                f"{dict(skipped.by_reason)}, e.g. {skipped.examples[0]}"
             )
         writer.close(meta)
         bar.total = bar.n  # the estimate counted lines; show the true end

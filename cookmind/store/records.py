@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +40,34 @@ REASON_KINDS = ("invalid UTF-8", "invalid JSON", "missing field", "roles out of 
 def reason_kind(reason: str) -> str:
     """The category a bad-line reason is counted under in ``meta.json``."""
     return next((k for k in REASON_KINDS if reason.startswith(k)), "invalid record")
+
+
+@dataclass
+class SkippedRecords:
+    """Bad records ``--skip-bad`` left out (``pack``, ``tokenizer train``): how many by reason (``reason_kind``),
+    and where the first ones were (``file:line: reason``)."""
+
+    MAX_EXAMPLES = 20
+    by_reason: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return sum(self.by_reason.values())
+
+    def add(self, kind: str, where: str) -> None:
+        self.by_reason[kind] += 1
+        if len(self.examples) < self.MAX_EXAMPLES:
+            self.examples.append(where)
+
+    def summary(self) -> str:
+        """One line: the count, by reason, and the first bad record."""
+        reasons = ", ".join(f"{kind} {n}" for kind, n in self.by_reason.most_common())
+        return f"skipped {self.count} bad record(s) ({reasons}); the first: {self.examples[0]}"
+
+    def as_meta(self) -> dict:
+        """What a store's ``meta.json`` keeps under "skipped"."""
+        return {"count": self.count, "by_reason": dict(self.by_reason), "examples": list(self.examples)}
 
 
 @dataclass

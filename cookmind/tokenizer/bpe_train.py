@@ -16,10 +16,14 @@ import heapq
 import os
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import resolve_pattern
-from cookmind.tokenizer.pretokenize import SkippedRecords, count_pretokens
+from cookmind.tokenizer.pretokenize import count_pretokens
+
+if TYPE_CHECKING:
+    from cookmind.store.records import SkippedRecords
 
 Merge = tuple[bytes, bytes]
 

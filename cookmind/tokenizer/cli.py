@@ -143,8 +143,8 @@ def _save_new(tok, out: Path, overwrite: bool) -> None:
 
 
 def _train(args) -> int:
+    from cookmind.store.records import SkippedRecords
     from cookmind.tokenizer.bpe_train import train_bpe
-    from cookmind.tokenizer.pretokenize import SkippedRecords
     from cookmind.tokenizer.tokenizer import Tokenizer
 
     specials = DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token

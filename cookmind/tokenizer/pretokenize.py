@@ -20,14 +20,17 @@ import itertools
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import regex
 
 from cookmind.pools import ignore_ctrl_c, pool_context
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import is_safe_end, safe_cut_kind, safe_end_bytes
+
+if TYPE_CHECKING:
+    from cookmind.store.records import SkippedRecords
 
 _WINDOW = 1 << 20
 
@@ -219,31 +222,11 @@ def is_plain_text(path: str | os.PathLike) -> bool:
     return source_kind(Path(path)) == "text" and not is_gzip(Path(path))
 
 
-@dataclass
-class SkippedRecords:
-    """Bad records ``tokenizer train --skip-bad`` skipped: how many by reason, and where the first ones were."""
-
-    MAX_EXAMPLES = 5
-    by_reason: Counter = field(default_factory=Counter)
-    examples: list[str] = field(default_factory=list)
-
-    @property
-    def count(self) -> int:
-        return sum(self.by_reason.values())
-
-    def add(self, kind: str, where: str) -> None:
-        self.by_reason[kind] += 1
-        if len(self.examples) < self.MAX_EXAMPLES:
-            self.examples.append(where)
-
-    def summary(self) -> str:
-        """One line: the count, by reason, and the first bad record."""
-        reasons = ", ".join(f"{kind} {n}" for kind, n in self.by_reason.most_common())
-        return f"skipped {self.count} bad record(s) ({reasons}); the first: {self.examples[0]}"
-
-
 def document_texts(
-    path: str | os.PathLike, text_field: str = "text", utf8_errors: str = "strict", skipped: SkippedRecords | None = None
+    path: str | os.PathLike,
+    text_field: str = "text",
+    utf8_errors: str = "strict",
+    skipped: SkippedRecords | None = None,
 ) -> Iterator[str]:
     """The documents of a JSON-lines, JSON, Parquet or gzip file as ``pack --train-type seq`` reads them (each
     record's ``text_field``; gzip text split at <|endoftext|>); an empty document is skipped (nothing to learn).
@@ -336,8 +319,7 @@ def count_pretokens(
         for s, e in chunk_file(p, chunk_bytes, special_tokens, pattern)
     ]
     record_tasks = (
-        (batch, pattern, specials)
-        for batch in _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped)
+        (batch, pattern, specials) for batch in _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped)
     )
     # the record batches are not known ahead: about one per chunk_bytes on disk (more where compressed)
     expected = len(tasks) + -(-sum(os.path.getsize(p) for p in records) // chunk_bytes)
