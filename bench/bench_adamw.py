@@ -20,6 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cuda_timing import cuda_ms as timed  # noqa: E402  (bench/ is the script's folder)
+
 from cookmind.kernels.adamw import adamw_triton_  # noqa: E402
 
 
@@ -31,20 +33,6 @@ def preset_shapes(name: str) -> list[torch.Size]:
     with torch.device("meta"):
         model = CookMindLM(CookMindConfig.from_dict(dict(TrainConfig.load(name).model)))
     return [p.shape for p in model.parameters()]
-
-
-def timed(fn, iters: int) -> float:
-    """Milliseconds per call of ``fn`` (CUDA events, after 3 warm-up calls)."""
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def copy_time(n: int, dev: torch.device) -> float:

@@ -11,6 +11,7 @@ The GEMMs alone: what FP8 could save at most; bench/probe_fp8_linears.py measure
 import json
 
 import torch
+from cuda_timing import cuda_ms as timeit  # bench/ is the script's folder
 
 M = 12 * 1024  # tokens per step
 # name: (K in, N out, how many per step)
@@ -22,20 +23,6 @@ GEMMS = {
     "head": (768, 50304, 1),
 }
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
-
-
-def timeit(fn, n: int = 30) -> float:
-    """Mean ms per call over n calls after 5 warm-up calls, by CUDA events."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(n):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / n
 
 
 def to8(t: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:

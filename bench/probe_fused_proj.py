@@ -19,24 +19,12 @@ import json
 
 import torch
 import torch.nn.functional as F
+from cuda_timing import cuda_ms  # bench/ is the script's folder
 
 SHAPES = {  # hidden, q rows, kv rows each, ffn
     "llama-1.3b": (2048, 2048, 1024, 5632),
     "qwen3-0.6b": (1024, 2048, 1024, 3072),
 }
-
-
-def timed(fn, iters: int) -> float:
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def main() -> None:
@@ -69,7 +57,7 @@ def main() -> None:
             flops = 6 * args.rows * hidden * sum(outs)
             base = None
             for mode, fn in (("separate", separate), ("stacked", one), ("cat", cat)):
-                ms = timed(fn, args.iters)
+                ms = cuda_ms(fn, args.iters)
                 base = base or ms
                 print(
                     json.dumps(
