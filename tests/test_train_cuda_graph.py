@@ -63,13 +63,13 @@ def test_graph_replays_train_like_the_eager_loop(tmp_path, store, accum, compile
     bf16 gradients make visible, not the graph's. A weight one bf16 rounding apart then moves the next losses too
     (4.16686 against 4.16673 at step 4, 3e-5, in a later H200 run), and with compile and accumulation the grad
     norms drifted further: 2.0e-4 relative at step 8 (1.04986 against 1.05007) and, in another call, 3.7e-4 at
-    step 4 (1.24307 against 1.24261), and 2.3e-3 at step 9 in a third (2026-12-01, H200; the same without the
-    compile's eager pair, so not the graph). That pair now runs under torch.use_deterministic_algorithms (compiled
-    scatters such as the embedding's backward then avoid atomic adds; cuDNN's attention backward stays
-    nondeterministic, with a warning) and passed at 1e-4 in one H200 call (with CUBLAS_WORKSPACE_CONFIG=:4096:8,
-    as bench/gpu_session.sh sets it). A replay of stale weights or a missed micro-batch moves a loss by far more.
-    The weights compared are the fp32 masters (a bf16 weight one rounding apart differs by its ulp, ~1e-4 here,
-    not by the update's difference)."""
+    step 4 (1.24307 against 1.24261), and 2.3e-3 at step 9 in a third (2026-12-01, H200; one of those calls ran
+    main's code, the others an unlanded branch that stacked the projections). That pair now runs under
+    torch.use_deterministic_algorithms (scatter kernels, eager and compiled, then avoid atomic adds: a likely
+    source; cuDNN's attention backward stays nondeterministic, with a warning) and passed at 1e-4 in one H200 call
+    (with CUBLAS_WORKSPACE_CONFIG=:4096:8, as bench/gpu_session.sh sets it). A replay of stale weights or a
+    missed micro-batch moves a loss by far more. The weights compared are the fp32 masters (a bf16 weight one
+    rounding apart differs by its ulp, ~1e-4 here, not by the update's difference)."""
     kw = dict(grad_accum_steps=accum, micro_batch_size=2, compile=compile_, master_weights=master)
     if compile_ and master:
         deterministic(request)
