@@ -63,8 +63,8 @@ def test_graph_replays_train_like_the_eager_loop(tmp_path, store, accum, compile
     bf16 gradients make visible, not the graph's. A weight one bf16 rounding apart then moves the next losses too
     (4.16686 against 4.16673 at step 4, 3e-5, in a later H200 run), and with compile and accumulation the grad
     norms drifted further: 2.0e-4 relative at step 8 (1.04986 against 1.05007) and, in another call, 3.7e-4 at
-    step 4 (1.24307 against 1.24261), and 2.3e-3 at step 9 in a third (2026-12-01, H200; one of those calls ran
-    main's code, the others an unlanded branch that stacked the projections). That pair now runs under
+    step 4 (1.24307 against 1.24261), and 2.3e-3 at step 9 in a third (2026-12-01, H200; two of those calls ran
+    main's code, one an unlanded branch that stacked the projections). That pair now runs under
     torch.use_deterministic_algorithms (scatter kernels, eager and compiled, then avoid atomic adds: a likely
     source; cuDNN's attention backward stays nondeterministic, with a warning) and passed at 1e-4 in one H200 call
     (with CUBLAS_WORKSPACE_CONFIG=:4096:8, as bench/gpu_session.sh sets it). A replay of stale weights or a
