@@ -390,8 +390,9 @@ def test_skip_bad_with_every_line_bad_says_how_many_and_why(tmp_path, tok_dir):
     src.write_text("".join(json.dumps({"body": f"doc {i}"}) + "\n" for i in range(3)))  # --text-field is wrong
     with pytest.raises(PackError) as e:  # was "every input was empty or skipped", no count, no reason
         pack([src], tmp_path / "s", tok_dir, "seq", skip_bad=True, progress=False)
-    assert "all 3 were bad and skipped {'missing field': 3}" in str(e.value)
-    assert "in.jsonl:1: missing field 'text'" in str(e.value) and not (tmp_path / "s").exists()
+    assert "every one was bad; skipped 3 bad record(s) (missing field 3)" in str(e.value)
+    assert "the first: " in str(e.value) and "in.jsonl:1: missing field 'text'" in str(e.value)
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_message_whose_content_is_not_a_string_says_so():

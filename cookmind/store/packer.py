@@ -170,10 +170,7 @@ def pack(
             },
         }
         if writer.keys is None and skipped.count:  # the writer's own message would not say why nothing was kept
-            raise PackError(
-                f"no records to write to {out}: all {skipped.count:,} were bad and skipped "
-                f"{dict(skipped.by_reason)}, e.g. {skipped.examples[0]}"
-            )
+            raise PackError(f"no records to write to {out}: every one was bad; {skipped.summary()}")
         writer.close(meta)
         bar.total = bar.n  # the estimate counted lines; show the true end
         bar.refresh()
