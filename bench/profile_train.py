@@ -43,6 +43,35 @@ def busy_union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+GAP_BUCKETS_US = (2.0, 10.0, 100.0, 1000.0)  # gaps up to 2 µs, 2-10, 10-100, 100 µs-1 ms, over 1 ms
+
+
+def idle_gaps(kernels: list[tuple[float, float, str]], top: int = 5) -> dict:
+    """Where the GPU sits idle between kernels: the idle time (µs) in each size bucket of ``GAP_BUCKETS_US`` and the
+    ``top`` longest gaps with the kernels on either side. Many short gaps say the kernels' own launch latency (more
+    kernels, more idle, even inside a CUDA graph); a few long ones say the host (a sync, data, Python) held it."""
+    names = [f"<= {b:g} us" for b in GAP_BUCKETS_US] + [f"> {GAP_BUCKETS_US[-1]:g} us"]
+    total = dict.fromkeys(names, 0.0)
+    count = dict.fromkeys(names, 0)
+    longest: list[tuple[float, str, str]] = []
+    end, before = None, ""
+    for s, e, name in sorted(kernels):
+        if end is not None and s > end:
+            gap = s - end
+            bucket = next((n for n, b in zip(names, GAP_BUCKETS_US) if gap <= b), names[-1])
+            total[bucket] += gap
+            count[bucket] += 1
+            longest.append((gap, before, name))
+        if end is None or e > end:
+            end, before = e, name
+    longest = sorted(longest, reverse=True)[:top]
+    return {
+        "idle_us": total,
+        "gaps": count,
+        "longest": [{"us": round(g, 1), "after": a[:60], "before": b[:60]} for g, a, b in longest],
+    }
+
+
 def kernel_category(name: str) -> str:
     """A coarse bucket for a CUDA kernel's name: where a step's GPU time goes at a glance."""
     n = name.lower()
@@ -71,7 +100,9 @@ def kernel_category(name: str) -> str:
     return "other"
 
 
-def profile(step, steps: int, name: str, host_top: int = 0, top_n: int = 40, cuda: bool = True) -> None:
+def profile(
+    step, steps: int, name: str, host_top: int = 0, top_n: int = 40, cuda: bool = True, gaps: bool = False
+) -> None:
     """Profile ``steps`` calls of ``step`` and print the figures above; on a CPU the "kernels" are the top-level
     aten ops (a check that the script runs, not a figure)."""
     from torch.profiler import ProfilerActivity
@@ -111,6 +142,14 @@ def profile(step, steps: int, name: str, host_top: int = 0, top_n: int = 40, cud
         ),
         flush=True,
     )
+    if gaps:
+        g = idle_gaps([(e.time_range.start, e.time_range.end, e.name) for e in kernels])
+        per_step = {k: round(v / steps / 1e3, 3) for k, v in g["idle_us"].items()}
+        counts = {k: v // steps for k, v in g["gaps"].items()}
+        print(
+            json.dumps({"impl": name, "idle_ms_per_step": per_step, "gaps_per_step": counts, "longest": g["longest"]}),
+            flush=True,
+        )
     for k, v in top:
         print(
             json.dumps(
@@ -151,6 +190,12 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="with a preset --shape: its architecture shrunk")
     ap.add_argument("--device", default="cuda", help="cuda (the figures) or cpu (with --tiny: a check that it runs)")
     ap.add_argument("--host-top", type=int, default=0, help="also print the N host ops with the most self CPU time")
+    ap.add_argument("--gaps", action="store_true", help="also print the GPU's idle time between kernels, by gap size")
+    ap.add_argument(
+        "--defer",
+        action="store_true",
+        help="our Trainer's loop as fit() runs it (train.defer_metrics): step N is read after N+1 is queued",
+    )
     ap.add_argument("--batch", type=int, default=None, help="micro-batch rows (default: the shape's)")
     ap.add_argument(
         "--accum",
@@ -190,7 +235,14 @@ def main() -> None:
 
         for i in range(warm):
             hf_read_step(i)
-        profile(hf_read_step, timed, f"transformers {type(model).__name__}, fused torch AdamW", args.host_top, cuda=gpu)
+        profile(
+            hf_read_step,
+            timed,
+            f"transformers {type(model).__name__}, fused torch AdamW",
+            args.host_top,
+            cuda=gpu,
+            gaps=args.gaps,
+        )
         del hf, model
         if gpu:
             torch.cuda.empty_cache()
@@ -216,7 +268,7 @@ def main() -> None:
 
         for i in range(warm):
             ref_step(i)
-        profile(ref_step, timed, "nanogpt-style reference", args.host_top, cuda=gpu)
+        profile(ref_step, timed, "nanogpt-style reference", args.host_top, cuda=gpu, gaps=args.gaps)
         del model, opt, fwd
         if gpu:
             torch.cuda.empty_cache()
@@ -246,8 +298,16 @@ def main() -> None:
         )
         trainer = Trainer(cfg, train_dataset=RandomTokens(vocab, seq))
 
+        behind = []
+
         def one_step(i=None):  # the loop body, each step read before the next is queued (no callbacks)
-            trainer._read_step(trainer._launch_step())
+            queued = trainer._launch_step()
+            if not args.defer:
+                trainer._read_step(queued)
+                return
+            if behind:  # as fit() with train.defer_metrics: the previous step is read once this one is queued
+                trainer._read_step(behind.pop())
+            behind.append(queued)
 
         for _ in range(warm):
             one_step()
@@ -257,9 +317,10 @@ def main() -> None:
             f"cookmind Trainer ({args.attn}, {args.compile_mode}"
             f"{', cuda graph' if args.cuda_graph else ''}{', fp8 head' if args.fp8_head else ''}"
             f"{', fp8 blocks' if args.fp8_blocks else ''}{', master weights' if args.master_weights else ''}"
-            f", B={batch}, accum {args.accum})",
+            f", B={batch}, accum {args.accum}{', deferred reads' if args.defer else ''})",
             args.host_top,
             cuda=gpu,
+            gaps=args.gaps,
         )
 
 
