@@ -548,6 +548,11 @@ def main() -> None:
         help="leave out the peer (to explore variants quickly; the figures to report come with the peer, as ratios)",
     )
     ap.add_argument(
+        "--no-plain",
+        action="store_true",
+        help="leave out the plain Trainer too: only the --variants (each compiles for a minute or two on a GPU)",
+    )
+    ap.add_argument(
         "--variants",
         default="",
         help="comma-separated extra figures after the main ones: "
@@ -583,6 +588,8 @@ def main() -> None:
     unknown = [v for v in args.variants.split(",") if v and v != "raw" and v not in TRAINER_VARIANTS]
     if unknown:
         ap.error(f"--variants: no variant {', '.join(unknown)}; choose from raw, {', '.join(TRAINER_VARIANTS)}")
+    if args.no_plain and not any(args.variants.split(",")):
+        ap.error("--no-plain leaves only the --variants to run: name at least one")
     if args.accum > 1 and "raw" in args.variants.split(","):
         ap.error("--variants raw is a bare loop without accumulation: leave it out with --accum")
     if args.shape in PRESET_RUNS:
@@ -639,7 +646,8 @@ def main() -> None:
         }
         peer_fn = bench_hf if peer != "nanogpt-style reference" else bench_reference
         runs = [] if args.no_peer else [(peer, peer_fn, shape)]
-        runs.append(("cookmind Trainer", bench_cookmind, shape))
+        if not args.no_plain:
+            runs.append(("cookmind Trainer", bench_cookmind, shape))
         if compiled == modes[0]:
             runs += [
                 (f"cookmind Trainer, attn_backend={b}", bench_cookmind, dict(shape, attn_backend=b))
