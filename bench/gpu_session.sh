@@ -48,19 +48,21 @@ for part in "${parts[@]}"; do
                 --accum 8 --steps 6 --warmup 3 --variants master-weights-graph
              CUDA_VISIBLE_DEVICES=0 run qwen-accum 270 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
                 --accum 4 --steps 6 --warmup 3 --variants master-weights-graph ;;
-        # micro-batch 8 at 1.3B (the FP8 blocks' GEMMs pay at the larger M), and Qwen3-0.6B with FP8 blocks
+        # micro-batch 8 at 1.3B (the FP8 blocks' GEMMs pay at the larger M), Qwen3-0.6B with FP8 blocks and at B=16
         b8) CUDA_VISIBLE_DEVICES=0 run llama-b8 300 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
                 --batch 8 --steps 8 --warmup 3 --variants master-weights-graph
             CUDA_VISIBLE_DEVICES=0 run llama-b8-fp8 255 python3 bench/bench_train.py --device cuda --shape llama-1.3b \
                 --no-peer --batch 8 --steps 6 --warmup 3 --variants master-weights-fp8
             CUDA_VISIBLE_DEVICES=0 run qwen-fp8 330 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
                 --no-peer --steps 6 --warmup 3 --variants master-weights-fp8
-            CUDA_VISIBLE_DEVICES=0 run qwen-fp8-all 330 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
-                --no-peer --steps 6 --warmup 3 --variants master-weights-fp8-all ;;
+            CUDA_VISIBLE_DEVICES=0 run qwen-fp8-all-graph 280 python3 bench/bench_train.py --device cuda \
+                --shape qwen3-0.6b --no-peer --no-plain --steps 8 --warmup 4 --variants master-weights-fp8-all-graph
+            CUDA_VISIBLE_DEVICES=0 run qwen-b16 200 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b \
+                --no-peer --no-plain --batch 16 --steps 8 --warmup 4 --variants master-weights-graph ;;
         # where an accumulating master-weights step goes, and FP8 blocks over master weights with accumulation
         masterw) CUDA_VISIBLE_DEVICES=0 run prof-mw-accum 150 python3 bench/profile_train.py --shape llama-1.3b \
                 --which ours --accum 8 --master-weights
-             # the same step under the CUDA graph: its wall time (127.8 ms a micro-batch) exceeds the busy 116.3 ms
+             # the same step under the CUDA graph (bench_train read 127.8 ms a micro-batch with the capture timed)
              CUDA_VISIBLE_DEVICES=0 run prof-mw-accum-graph 150 python3 bench/profile_train.py --shape llama-1.3b \
                 --which ours --accum 8 --master-weights --cuda-graph
              CUDA_VISIBLE_DEVICES=0 run llama-accum-fp8 300 python3 bench/bench_train.py --device cuda \
