@@ -180,6 +180,7 @@ def run_config(shape_name: str, vocab: int, steps: int, warmup_steps: int, devic
                 "compile": on_gpu and not args.no_compile,
                 "compile_scope": args.compile_scope,
                 "cuda_graph": "false",
+                "master_weights": "false",  # the presets' auto would turn them on: both runs keep fp32 weights
                 "fp8_scaling": args.fp8_scaling,
                 "threads": 0,
             },

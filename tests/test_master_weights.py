@@ -359,6 +359,61 @@ def test_master_weights_refuses_what_it_cannot_go_with_in_one_line(overrides, na
     assert "\n" not in msg and "train.master_weights" in msg and names in msg
 
 
+# -- train.master_weights=auto (the GPU presets) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["train.precision=fp32"],
+        ["parallel.fsdp=true"],
+        ["parallel.zero1=true"],
+        ["optim.impl=torch"],
+        ["checkpoint.format=sharded", "parallel.fsdp=true"],
+    ],
+)
+def test_auto_is_off_without_an_error_where_true_is_refused(overrides):
+    from cookmind.train.config import uses_master_weights
+
+    cfg = TrainConfig.load(None, ["train.precision=bf16", "train.master_weights=auto", *overrides])  # no error
+    assert not uses_master_weights(cfg, torch.device("cuda"))
+
+
+def test_auto_is_on_on_a_cuda_device_in_bf16_and_off_on_the_cpu():
+    from cookmind.train.config import uses_master_weights
+
+    cfg = TrainConfig.load(None, ["train.precision=bf16", "train.master_weights=auto"])
+    assert uses_master_weights(cfg, torch.device("cuda"))
+    assert not uses_master_weights(cfg, torch.device("cpu"))
+    for value, on in (("true", True), ("false", False), (True, True), (False, False)):  # YAML's bools too
+        cfg = TrainConfig.from_dict({"train": {"precision": "bf16", "master_weights": value}})
+        assert cfg.train.master_weights == str(value).lower()
+        assert uses_master_weights(cfg, torch.device("cpu")) is on
+
+
+def test_a_master_weights_value_other_than_false_true_auto_is_refused_naming_them():
+    with pytest.raises(ValueError) as err:
+        TrainConfig.load(None, ["train.precision=bf16", "train.master_weights=yes-please"])
+    msg = str(err.value)
+    assert "train.master_weights" in msg and "auto" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("preset", ["qwen3-0.6b", "llama-1.3b"])
+def test_the_gpu_presets_take_master_weights_where_they_can(preset):
+    from cookmind.train.config import uses_master_weights
+
+    cfg = TrainConfig.load(preset)
+    assert uses_master_weights(cfg, torch.device("cuda"))
+    fsdp = TrainConfig.load(preset, ["parallel.fsdp=true"])  # a preset run under FSDP2 starts, without them
+    assert not uses_master_weights(fsdp, torch.device("cuda"))
+
+
+def test_auto_on_the_cpu_trains_fp32_parameters_as_false_does(store):
+    t = Trainer(_cfg(store, "auto-cpu", master="auto", max_steps=1))
+    assert not t.master_weights
+    assert all(p.dtype == torch.float32 for p in t.bare_model.parameters())
+
+
 def _ddp_on_rank(rank: int, root: str) -> dict:
     """On each of two gloo ranks, under torch's DDP and under ours: a master-weight run of 2 sequences a rank (bf16
     all-reduces; checkpoints at steps 2 and 4), and one of 2 micro-batches of 1 (the fp32 buffers averaged)."""

@@ -16,9 +16,12 @@ import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    import torch
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -100,7 +103,9 @@ class TrainLoopConfig:
     # bf16 parameters with fp32 master weights in the optimizer (precision=bf16 only): the forward reads bf16
     # weights and the backward writes bf16 weight gradients with no casts; AdamW updates the fp32 masters and writes
     # the bf16 weights back (cookmind.optim.master_weights). Checkpoints hold the fp32 masters, as without it.
-    master_weights: bool = False
+    # false | true (an error where it cannot: not bf16, FSDP, ZeRO-1, torch's AdamW, sharded checkpoints) | auto (on
+    # a CUDA device where true would be accepted, off elsewhere: the GPU presets set it)
+    master_weights: str = "false"
 
 
 @dataclass
@@ -277,6 +282,7 @@ class TrainConfig:
         )
         _choice("train.compile_scope", self.train.compile_scope, ("model", "blocks"))
         _choice("train.cuda_graph", self.train.cuda_graph, ("false", "true", "auto"))
+        _choice("train.master_weights", self.train.master_weights, ("false", "true", "auto"))
         _choice("train.fp8_scaling", self.train.fp8_scaling, ("tensorwise", "rowwise"))
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
         _choice("optim.impl", self.optim.impl, ("cookmind", "torch"))
@@ -286,7 +292,7 @@ class TrainConfig:
         _choice("parallel.backend", self.parallel.backend, ("auto", "gloo", "nccl"))
         if self.parallel.fsdp:
             _check_fsdp(self)
-        if self.train.master_weights:
+        if self.train.master_weights == "true":
             _check_master_weights(self)
         if self.data.train_type is not None:
             _choice("data.train_type", self.data.train_type, ("seq", "sft", "dpo", "grpo"))
@@ -471,7 +477,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ValueError(f"{where}: expected a number, got {value!r}")
         return float(value)
     if tp is str:
-        if isinstance(value, bool) and where.endswith("cuda_graph"):  # false | true | auto: YAML reads two as bools
+        if isinstance(value, bool) and where.endswith(("cuda_graph", "master_weights")):  # false | true | auto: YAML
+            # reads two of them as bools
             return "true" if value else "false"
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ValueError(f"{where}: expected a string, got {value!r}")
@@ -497,31 +504,49 @@ def _check_fsdp(cfg: TrainConfig) -> None:
         )
 
 
-def _check_master_weights(cfg: TrainConfig) -> None:
-    """Refuse what cannot go with train.master_weights, in one line each."""
+def master_weights_problems(cfg: TrainConfig) -> list[str]:
+    """Why train.master_weights=true cannot go with the rest of ``cfg``, one line each (empty when it can)."""
     fix = "set train.master_weights=false"
+    problems = []
     if cfg.train.precision != "bf16":
-        raise ValueError(
+        problems.append(
             f"train.master_weights=true keeps the model's parameters in bf16 and needs train.precision=bf16, "
             f"got {cfg.train.precision!r}; set train.precision=bf16 or {fix}"
         )
     if cfg.parallel.fsdp:
-        raise ValueError(
+        problems.append(
             f"train.master_weights=true cannot go with parallel.fsdp=true (FSDP2 has its own mixed precision: "
             f"bf16 gathers of fp32 shards); {fix}"
         )
     if cfg.parallel.zero1:
-        raise ValueError(
+        problems.append(
             f"train.master_weights=true cannot go with parallel.zero1=true (its sharded optimizer keeps no "
             f"masters); {fix} or parallel.zero1=false"
         )
     if cfg.optim.impl != "cookmind":
-        raise ValueError(
+        problems.append(
             f"train.master_weights=true needs optim.impl=cookmind (our AdamW keeps the fp32 masters), got "
             f"{cfg.optim.impl!r}; set optim.impl=cookmind or {fix}"
         )
     if cfg.checkpoint.format == "sharded":
-        raise ValueError(
+        problems.append(
             f"train.master_weights=true saves full checkpoints (the fp32 masters in model.safetensors); set "
             f"checkpoint.format=full (or auto), or {fix}"
         )
+    return problems
+
+
+def _check_master_weights(cfg: TrainConfig) -> None:
+    """Refuse what cannot go with train.master_weights=true: the first problem, in one line."""
+    problems = master_weights_problems(cfg)
+    if problems:
+        raise ValueError(problems[0])
+
+
+def uses_master_weights(cfg: TrainConfig, device: torch.device) -> bool:
+    """Whether a run of ``cfg`` on ``device`` keeps bf16 parameters with fp32 masters: always under ``true``; under
+    ``auto`` on a CUDA device when nothing refuses it (``master_weights_problems``), silently not elsewhere."""
+    mode = cfg.train.master_weights
+    if mode == "auto":
+        return device.type == "cuda" and not master_weights_problems(cfg)
+    return mode == "true"

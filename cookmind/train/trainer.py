@@ -70,7 +70,7 @@ from cookmind.train.checkpoint import (
     read_meta,
     save_checkpoint,
 )
-from cookmind.train.config import TrainConfig
+from cookmind.train.config import TrainConfig, uses_master_weights
 from cookmind.train.metrics import MetricsWriter, peak_flops, to_float
 from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
@@ -201,7 +201,8 @@ class Trainer:
         # train.master_weights: the parameters become bf16 before any wrapper sees them; their fp32 masters go to
         # the optimizer (cookmind.optim.master_weights)
         self._reduce_fp32_grads = False  # train.master_weights with accumulation under data parallelism
-        masters = self._master_weights() if cfg.train.master_weights else self._plain_weights()
+        self.master_weights = uses_master_weights(cfg, self.device)  # train.master_weights, "auto" decided
+        masters = self._master_weights() if self.master_weights else self._plain_weights()
         self.model = parallelize(self.bare_model, cfg, self.device)
         self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device, masters=masters)
         self._sharded = sharded_checkpointer(cfg.checkpoint, self.model, self.dist.rank, self.dist.world_size)
