@@ -408,10 +408,13 @@ def test_the_gpu_presets_take_master_weights_where_they_can(preset):
     assert not uses_master_weights(fsdp, torch.device("cuda"))
 
 
-def test_auto_on_the_cpu_trains_fp32_parameters_as_false_does(store):
-    t = Trainer(_cfg(store, "auto-cpu", master="auto", max_steps=1))
-    assert not t.master_weights
-    assert all(p.dtype == torch.float32 for p in t.bare_model.parameters())
+@pytest.mark.parametrize("mode, on", [("auto", False), ("true", True)])
+def test_on_the_cpu_auto_trains_fp32_parameters_and_the_summary_says_what_ran(store, mode, on):
+    t = Trainer(_cfg(store, f"{mode}-cpu", master=mode, max_steps=1))
+    summary = t.fit()
+    want = torch.bfloat16 if on else torch.float32
+    assert all(p.dtype == want for p in t.bare_model.parameters())
+    assert summary["master_weights"] is on and summary["cuda_graph"] is False  # no graph off CUDA
 
 
 def _ddp_on_rank(rank: int, root: str) -> dict:

@@ -107,8 +107,9 @@ def test_a_batch_of_another_shape_runs_eagerly(tmp_path, store):
             tmp_path, store, "mixed", train={"device": "cuda", "max_steps": 6, "precision": "bf16", "cuda_graph": True}
         )
     )
-    t.fit()  # 3 eager warm-up steps, then 3 replays
+    summary = t.fit()  # 3 eager warm-up steps, then 3 replays
     assert t._graph.replays == 3
+    assert summary["cuda_graph"] is True and summary["master_weights"] is False  # what ran, in the run's summary
     before = _weights(t)
     short = {"input_ids": torch.randint(1, 64, (4, 8), device="cuda")}
     short["labels"] = short["input_ids"].clone()

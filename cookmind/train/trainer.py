@@ -547,6 +547,9 @@ class Trainer:
             "tokens": self.tokens_seen,
             "skipped_steps": self.skipped_steps,
             "seconds": round(time.perf_counter() - t_start, 2),
+            # what the "auto" settings decided for this run (train.master_weights, train.cuda_graph)
+            "master_weights": self.master_weights,
+            "cuda_graph": self._graph is not None and self._graph.replays > 0,
             **self.data_stats,
             **self.last_eval,
         }
