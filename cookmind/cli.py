@@ -137,6 +137,27 @@ def warnings_as_lines(stage: str) -> None:
     warnings.formatwarning = one_line
 
 
+# What to change when a stage runs out of GPU memory (train says more itself: cookmind.train.cli).
+OOM_ADVICE = {
+    "train": "lower train.micro_batch_size (raise train.grad_accum_steps to keep the tokens a step), set "
+    "train.activation_checkpointing=true, or shard the model over GPUs (torchrun ... parallel.fsdp=true)",
+    "serve": "lower --kv-cache-mb, --max-seq-len or --max-batch, or serve in --dtype bfloat16",
+    "eval": "lower --batch-size",
+    "": "free the GPU (another process may hold it) or run on the CPU with --device cpu",
+}
+
+
+def out_of_memory_line(exc: BaseException, advice: str) -> str:
+    """torch's CUDA out-of-memory message cut to what it tried and what the GPU had, then what to do: one line."""
+    import re
+
+    text = " ".join(str(exc).split())
+    tried = re.search(r"Tried to allocate [^.]*\.\d*\s*[KMGT]?i?B", text)
+    had = re.search(r"total capacity of [^.]*\.\d*\s*[KMGT]?i?B of which [^.]*\.\d*\s*[KMGT]?i?B is free", text)
+    said = "; ".join(m.group(0) for m in (tried, had) if m) or text[:160]
+    return f"out of GPU memory ({said}); {advice}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -157,6 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("COOKMIND_DEBUG"):
             raise
         print(f"cookmind {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        if type(exc).__name__ != "OutOfMemoryError" or os.environ.get("COOKMIND_DEBUG"):  # torch's, by name: the
+            raise  # data stages never import torch
+        print(
+            f"cookmind {argv[0]}: error: {out_of_memory_line(exc, OOM_ADVICE.get(argv[0], OOM_ADVICE['']))}",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         # Ctrl-C: every output is written under a temporary name, so nothing half-written is left under the

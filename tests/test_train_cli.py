@@ -279,3 +279,86 @@ def test_a_run_that_cannot_start_leaves_no_run_directory(tmp_path, store, capsys
     assert not (tmp_path / "run").exists()
     assert _run(store, "--run-dir", str(tmp_path / "run"), "train.max_steps=1") == 0  # the same run dir then works
     assert (tmp_path / "run" / "config.yaml").exists() and (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+# -- out of GPU memory: one line that says what to change, not a traceback -----------------------------------------
+
+OOM = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.55 GiB of which 1.10 GiB is "
+    "free. Including non-PyTorch memory, this process has 22.44 GiB memory in use."
+)
+
+
+def test_out_of_gpu_memory_mid_run_is_one_line_with_the_fix_and_the_checkpoint_to_resume(
+    tmp_path, store, capsys, monkeypatch
+):
+    launch = Trainer._launch_step
+
+    def launch_then_oom(self):  # the GPU runs out at the second step, as a too-large micro-batch would
+        if self.step == 1:
+            raise torch.OutOfMemoryError(OOM)
+        return launch(self)
+
+    monkeypatch.setattr(Trainer, "_launch_step", launch_then_oom)
+    from cookmind.cli import main
+
+    run = tmp_path / "run"
+    # TINY (appended by _run) saves no checkpoints: here the override comes after it and saves every step
+    n = torch.get_num_threads()
+    try:
+        rc = main(
+            [
+                "train",
+                "--train-data",
+                str(store),
+                *TINY,
+                "--run-dir",
+                str(run),
+                "train.max_steps=3",
+                "checkpoint.every=1",
+            ]
+        )
+    finally:
+        torch.set_num_threads(n)
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0] == f"cookmind train: run directory {run}", err  # no traceback
+    line = err[1]
+    assert line.startswith("cookmind train: error: out of GPU memory (Tried to allocate 2.00 GiB; total capacity")
+    assert "at step 2 (micro-batches of 2 x 16 tokens)" in line
+    assert "train.micro_batch_size" in line and "train.activation_checkpointing=true" in line
+    assert "parallel.fsdp=true" in line and "--resume auto" in line
+    assert str(run / "checkpoints" / "step_00000001") in line
+    assert os.listdir(run / "checkpoints") == ["step_00000001"]  # the half-done step is not saved
+
+
+def test_out_of_gpu_memory_while_setting_up_is_one_line(tmp_path, store, capsys, monkeypatch):
+    def oom(self, cfg, *a, **k):
+        raise torch.OutOfMemoryError(OOM)
+
+    monkeypatch.setattr(Trainer, "__init__", oom)
+    assert _run(store, "--run-dir", str(tmp_path / "run"), "train.max_steps=1") == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "out of GPU memory (Tried to allocate 2.00 GiB" in line and "while the run was set up" in line
+    assert "train.micro_batch_size" in line
+
+
+def test_other_stages_out_of_gpu_memory_is_one_line_naming_their_knob(monkeypatch, capsys):
+    from cookmind import cli as top
+    from cookmind.evals import cli as evals_cli
+
+    def oom(args):
+        raise torch.OutOfMemoryError(OOM)
+
+    monkeypatch.setattr(evals_cli, "main", oom)
+    assert top.main(["eval", "gsm8k", "--model", "m"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("cookmind eval: error: out of GPU memory (Tried to allocate 2.00 GiB") and "\n" not in line
+    assert "--batch-size" in line
+
+    def other(args):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(evals_cli, "main", other)
+    with pytest.raises(RuntimeError, match="something else"):  # any other error keeps its traceback
+        top.main(["eval", "gsm8k", "--model", "m"])

@@ -123,8 +123,26 @@ def _same_job(run_dir: Path, cfg) -> bool:
     return objective == cfg.train.objective and same_data
 
 
+def _out_of_memory(exc: BaseException, cfg, trainer) -> str:
+    """One line for a CUDA out-of-memory error in a run: where, the micro-batch's size, what to change, and the
+    newest complete checkpoint to resume from (a step cut short by the error is not saved: its state is half done)."""
+    from cookmind.cli import OOM_ADVICE, out_of_memory_line
+    from cookmind.train.checkpoint import find_latest_checkpoint
+
+    t = cfg.train
+    size = f"micro-batches of {t.micro_batch_size} x {cfg.data.window_size} tokens"
+    if trainer is None:
+        return out_of_memory_line(exc, f"while the run was set up ({size}); {OOM_ADVICE['train']}")
+    newest = find_latest_checkpoint(trainer.ckpt_dir) if trainer.dist.is_main else None
+    resume = f"; the newest complete checkpoint is {newest}: continue with --resume auto --run-dir {trainer.run_dir}"
+    return out_of_memory_line(
+        exc, f"at step {trainer.step + 1} ({size}); {OOM_ADVICE['train']}" + (resume if newest else "")
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Train; print a one-line JSON summary (rank 0)."""
+    import torch
     import yaml
 
     from cookmind.train.checkpoint import find_latest_checkpoint
@@ -140,11 +158,18 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank takes rank 0's (the Trainer agrees it)
         print(f"cookmind train: run directory {cfg.logging.run_dir}", file=sys.stderr)
-    trainer = Trainer(cfg)
+    try:
+        trainer = Trainer(cfg)
+    except torch.OutOfMemoryError as exc:
+        print(f"cookmind train: error: {_out_of_memory(exc, cfg, None)}", file=sys.stderr)
+        return 2
     try:
         summary = trainer.fit()
     except TrainingDiverged as exc:
         print(f"cookmind train: {exc}", file=sys.stderr)
+        return 2
+    except torch.OutOfMemoryError as exc:
+        print(f"cookmind train: error: {_out_of_memory(exc, cfg, trainer)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without waiting for the step's checkpoint
         newest = find_latest_checkpoint(trainer.ckpt_dir) if trainer.dist.is_main else None
