@@ -142,8 +142,10 @@ OOM_ADVICE = {
     "train": "lower train.micro_batch_size (raise train.grad_accum_steps to keep the tokens a step), set "
     "train.activation_checkpointing=true, or shard the model over GPUs (torchrun ... parallel.fsdp=true)",
     "serve": "lower --kv-cache-mb, --max-seq-len or --max-batch, or serve in --dtype bfloat16",
-    "eval": "lower --batch-size",
-    "": "free the GPU (another process may hold it) or run on the CPU with --device cpu",
+    "eval": "lower --batch-size, or run on the CPU with --device cpu",
+    "generate": "free the GPU (another process may hold it) or run on the CPU with --device cpu",
+    "chat": "free the GPU (another process may hold it) or run on the CPU with --device cpu",
+    "": "free the GPU (another process may hold it)",
 }
 
 
