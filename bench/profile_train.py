@@ -5,6 +5,8 @@
     python bench/profile_train.py --shape qwen3-0.6b --cuda-graph   # B=8, T=2048; peer transformers' Qwen3
     python bench/profile_train.py --shape llama-1.3b --cuda-graph   # B=4, T=2048; peer transformers' Llama
     python bench/profile_train.py --shape llama-1.3b --which ours --accum 8 --batch 8   # a recipe's step
+    python bench/profile_train.py --shape llama-1.3b --which ours --batch 8 --master-weights --cuda-graph \
+        --gaps --defer   # fit()'s loop (step N read after N+1 is queued); the GPU's idle time between kernels
     python bench/profile_train.py --shape qwen3-0.6b --tiny --device cpu   # the same code on a CPU (aten ops)
 
 Prints JSON lines: per implementation, the wall time per step, the GPU-busy time per step (the union of
