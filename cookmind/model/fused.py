@@ -15,8 +15,10 @@ at 1.3B and 1.21x at Qwen3-0.6B, gate/up 1.06x and 1.07x; concatenating the weig
 training path that keeps the parameters as views of the stacks (branch ``fusetrain``: a custom autograd function,
 one GEMM forward, dx and one stacked weight gradient backward) made the Trainer slower (``bench_train.py
 --batch 8``: 1.3B 66.2k against 66.4k tokens/s, and 65.7k against 66.9k with master weights and the CUDA graph;
-Qwen3-0.6B 104.2k against 106.8k, 101.9k against 102.3k). A model under training keeps its weights' storage
-(an optimizer or DDP may hold it), so rollouts serve it unfused.
+Qwen3-0.6B 104.2k against 106.8k, 101.9k against 102.3k; the pairs with the graph timed its capture, as every
+``--warmup 3`` graph figure before b23ff35 did, so only the pairs without it are clean, and they say the same).
+A model under training keeps its weights' storage (an optimizer or DDP may hold it), so rollouts serve it
+unfused.
 """
 
 from __future__ import annotations
