@@ -18,3 +18,48 @@ def test_restart_refuses_a_work_folder_curate_did_not_make(tmp_path):
     with pytest.raises(ValueError, match="not made by cookmind curate"):
         run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "out", restart=True, progress=False)
     assert (mine / "notes.txt").read_text() == "precious"
+
+
+def _inputs(tmp_path, name, texts):
+    folder = tmp_path / name
+    folder.mkdir()
+    for i, text in enumerate(texts):
+        (folder / f"docs{i}.jsonl").write_text(f'{{"id": "{name}{i}", "text": "{text}"}}\n')
+    return str(folder)
+
+
+def _shards(out):
+    return sorted(p.name for p in out.glob("shard-*"))
+
+
+def test_restart_with_fewer_shards_leaves_none_of_the_old_run_behind(tmp_path):
+    """A rerun that writes fewer shards (or another format) must not leave the old run's shard files for pack and
+    tokenizer train to read as part of the new run."""
+    from cookmind.curate.runner import read_outputs
+
+    cfg = CurateConfig(stages=[{"pii": {}}])
+    big = _inputs(tmp_path, "big", ["one text here", "two text here"])
+    small = _inputs(tmp_path, "small", ["only this one"])
+    out = tmp_path / "out"
+    first = run_pipeline(cfg, [big], out, progress=False)
+    assert len(first.outputs) == 2 and len(_shards(out)) == 2
+    again = run_pipeline(cfg, [small], out, restart=True, progress=False)
+    assert _shards(out) == [p.name for p in again.outputs] == ["shard-00000.jsonl.gz"]
+    assert [d["text"] for d in read_outputs(sorted(out.glob("shard-*")))] == ["only this one"]
+    parquet = CurateConfig(stages=[{"pii": {}}], output_format="parquet")
+    run_pipeline(parquet, [small], out, restart=True, progress=False)
+    assert _shards(out) == ["shard-00000.parquet"]
+
+
+def test_a_new_run_refuses_an_output_holding_shards_it_did_not_write(tmp_path):
+    cfg = CurateConfig(stages=[{"pii": {}}])
+    src = _inputs(tmp_path, "in", ["some text"])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "shard-00000.jsonl.gz").write_bytes(b"precious")
+    (out / "shard-00007.parquet").write_bytes(b"also precious")
+    for restart in (False, True):
+        with pytest.raises(ValueError, match="2 shard files"):
+            run_pipeline(cfg, [src], out, restart=restart, progress=False)
+    assert (out / "shard-00000.jsonl.gz").read_bytes() == b"precious"
+    assert (out / "shard-00007.parquet").read_bytes() == b"also precious"

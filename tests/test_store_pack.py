@@ -401,3 +401,43 @@ def test_a_message_whose_content_is_not_a_string_says_so():
     chat = [{"role": "user", "content": 5}, {"role": "assistant", "content": "five"}]
     with pytest.raises(BadRecord, match=r"message 1 \(user\): content must be a string, got int"):  # "empty text"
         check_messages(chat)
+
+
+def _tokenizer_with(tmp_path, specials):
+    from lm_fixtures import CORPUS
+
+    from cookmind.tokenizer import train_bpe
+
+    d = tmp_path / ("tok-" + "-".join(s.strip("<|>") for s in specials))
+    d.mkdir()
+    (d / "corpus.txt").write_text(CORPUS)
+    vocab, merges = train_bpe(d / "corpus.txt", 300, specials, progress=False)
+    Tokenizer(vocab, merges, specials).save(d)
+    return d
+
+
+def test_pack_options_that_cannot_work_are_one_error_before_any_line(tmp_path, tok_dir):
+    """A grpo template without {question} packed every prompt as the template's literal text; a tokenizer without
+    <|endoftext|> was a TypeError; one without chat tokens failed at line 1 as a bad line ('fix the line')."""
+    gsm = _jsonl(tmp_path / "gsm.jsonl", [{"question": "What is 2+3?", "answer": "#### 5"}])
+    chats = _jsonl(
+        tmp_path / "c.jsonl",
+        [{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}],
+    )
+    with pytest.raises(PackError, match=r"--prompt-template 'Q: \{q\}' has no \{question\}"):
+        pack([gsm], tmp_path / "s1", tok_dir, "grpo", prompt_template="Q: {q}", progress=False)
+    for ratio in ("add_system_ratio", "drop_empty_think_ratio"):
+        with pytest.raises(PackError, match="a probability between 0 and 1"):
+            pack([chats], tmp_path / "s2", tok_dir, "sft", progress=False, **{ratio: 2.0})
+    no_eos = _tokenizer_with(tmp_path, ["<|im_start|>", "<|im_end|>"])
+    with pytest.raises(PackError, match=r"has no <\|endoftext\|> token"):
+        pack([gsm], tmp_path / "s3", no_eos, "seq", text_field="question", progress=False)
+    no_chat = _tokenizer_with(tmp_path, ["<|endoftext|>"])
+    for kind, src in (("sft", chats), ("dpo", chats), ("grpo", gsm)):
+        with pytest.raises(PackError, match=r"has no <\|im_start\|>/<\|im_end\|> tokens"):
+            pack([src], tmp_path / "s4", no_chat, kind, skip_bad=True, progress=False)
+    # a grpo template of its own needs no chat tokens, and the question goes where {question} is
+    pack([gsm], tmp_path / "s5", no_chat, "grpo", prompt_template="Q: {question}\nA:", progress=False)
+    prompt = TokenStore(tmp_path / "s5").record("prompts", 0).tolist()
+    assert Tokenizer.load(no_chat).decode(prompt) == "Q: What is 2+3?\nA:"
+    assert not any((tmp_path / f"s{i}").exists() for i in range(1, 5))

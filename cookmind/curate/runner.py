@@ -117,9 +117,9 @@ def run_pipeline(
         raise ValueError("the config lists no stages")
     _check_output_apart(inputs, output)
     plan = plan_input_shards(inputs)
-    _check_resume(work, config, plan, restart)
-    ex = make_executor(executor, workers or config.workers, ray_address, progress)
     suffix = shard_suffix(config.output_format)
+    _check_resume(work, config, plan, restart, [f"shard-{i:05d}{suffix}" for i in range(len(plan))])
+    ex = make_executor(executor, workers or config.workers, ray_address, progress)
     segs = _segments(stages)
     specs: list = plan
     totals: list[StageStats] = []
@@ -193,29 +193,50 @@ def _check_output_apart(inputs: list[str], output: Path) -> None:
             )
 
 
-def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool) -> None:
-    """Refuse to mix a resumed run with another config or other inputs (or wipe it with ``restart``)."""
+def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, outputs: list[str]) -> None:
+    """Refuse to mix a resumed run with another config or other inputs (or wipe it with ``restart``).
+
+    The run's final shard names go into ``run.json``: ``restart`` deletes the old run's shards with its work folder,
+    so a rerun that writes fewer shards, or another format, leaves none of them for ``pack`` to read as its own.
+    A new run refuses an output folder holding shard files no curate run there recorded writing.
+    """
     import shutil
 
     stamp = {"config": config.fingerprint(), "plan": plan}
     path = work / "run.json"
+    output = work.parent
     if restart and work.exists():
         if not path.is_file():  # --restart deletes only what a curate run made
             raise ValueError(
                 f"{work} was not made by cookmind curate (it has no run.json); --restart deletes only "
                 "a curate run's work folder: move it away or choose another --output"
             )
+        _refuse_foreign_shards(output, json.loads(path.read_text()).get("outputs", []))
+        for name in json.loads(path.read_text()).get("outputs", []):
+            (output / name).unlink(missing_ok=True)
         shutil.rmtree(work)
     if path.exists():
         old = json.loads(path.read_text())
-        if old != json.loads(json.dumps(stamp)):
+        if {k: old.get(k) for k in stamp} != json.loads(json.dumps(stamp)):
             raise ValueError(
                 f"{work} holds a run with another config or other inputs; pass --restart to "
                 "start over, or choose another --output"
             )
         return
+    _refuse_foreign_shards(output, [])
     work.mkdir(parents=True, exist_ok=True)
-    _write_json(path, stamp)
+    _write_json(path, {**stamp, "outputs": outputs})
+
+
+def _refuse_foreign_shards(output: Path, ours: list[str]) -> None:
+    """Raise if ``output`` holds shard-* files besides ``ours`` (the names a curate run there recorded writing)."""
+    foreign = sorted(p.name for p in output.glob("shard-*") if p.name not in ours) if output.is_dir() else []
+    if foreign:
+        raise ValueError(
+            f"--output {output} already holds {len(foreign)} shard files that no curate run there wrote "
+            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): pack and tokenizer train read "
+            "every shard in the folder, so they would mix with this run's; choose an empty --output or move them away"
+        )
 
 
 def _write_json(path: Path, obj) -> None:

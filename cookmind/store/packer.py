@@ -80,6 +80,34 @@ def _chunks(iterable, size):
         yield chunk
 
 
+def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
+    """Refuse, before any line is read, options under which no record could come out right."""
+    name = f"tokenizer {tokenizer}" if isinstance(tokenizer, (str, Path)) else "the tokenizer"
+    if opts.prompt_template != "chat" and "{question}" not in opts.prompt_template:
+        raise PackError(
+            f"--prompt-template {opts.prompt_template!r} has no {{question}}: every prompt would be that text alone; "
+            "put {question} where the question goes (e.g. 'Q: {question}\\nA:'), or use 'chat'"
+        )
+    for flag, ratio in (
+        ("--add-system-ratio", opts.add_system_ratio),
+        ("--drop-empty-think-ratio", opts.drop_empty_think_ratio),
+    ):
+        if not 0.0 <= ratio <= 1.0:
+            raise PackError(f"{flag} {ratio} is not a probability between 0 and 1")
+    if tok.eos_id is None:
+        raise PackError(
+            f"{name} has no <|endoftext|> token, which ends every packed record: train the tokenizer with "
+            "--special-token '<|endoftext|>' (the default set has it)"
+        )
+    chat = opts.train_type in ("sft", "dpo") or (opts.train_type == "grpo" and opts.prompt_template == "chat")
+    if chat and (tok.im_start_id is None or tok.im_end_id is None):
+        raise PackError(
+            f"{name} has no <|im_start|>/<|im_end|> tokens, which the chat template needs for {opts.train_type}: "
+            "train it with the default --special-token set"
+            + (", or give grpo prompts a --prompt-template with {question}" if opts.train_type == "grpo" else "")
+        )
+
+
 def pack(
     inputs,
     out,
@@ -112,6 +140,7 @@ def pack(
             raise PackError(f"input {p} lies inside --out {out}, which packing replaces; write the store elsewhere")
     opts = RecordOptions(train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed)
     tok = _load_tokenizer(tokenizer)
+    _check_options(opts, tok, tokenizer)
     tok_meta = {
         "fingerprint": tok.fingerprint(),
         "vocab_size": int(tok.vocab_size),
