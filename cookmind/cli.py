@@ -94,6 +94,26 @@ def int_in(low: int, high: int | None = None):
     return parse
 
 
+def float_in(low: float, high: float | None = None, *, above: bool = False, below: bool = False):
+    """An argparse type: a number from ``low`` to ``high`` (``above``/``below``: the bound itself excluded), else a
+    usage error naming the range (a --chunk-mb 0 that divided by zero, a probability of 2 taken as always)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        too_low = value <= low if above else value < low
+        too_high = high is not None and (value >= high if below else value > high)
+        if too_low or too_high or value != value:
+            lo = f"above {low:g}" if above else f"{low:g} or more"
+            hi = "" if high is None else f" and {'below' if below else 'at most'} {high:g}"
+            raise argparse.ArgumentTypeError(f"must be {lo}{hi}, got {text}")
+        return value
+
+    return parse
+
+
 def finish_model_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Set ``args.model`` from ``--model``/``--checkpoint`` or the positional; exactly one model is required."""
     if not getattr(args, "_model_argument", False):

@@ -536,3 +536,51 @@ def _children(pid: int) -> list[int]:
         found += kids
         todo += kids
     return found
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["tokenizer", "train", "--input", "c.txt", "--vocab-size", "300", "--out", "t", "--chunk-mb", "0"], "above 0"),
+        (
+            ["tokenizer", "train", "--input", "c.txt", "--vocab-size", "300", "--out", "t", "--workers", "0"],
+            "1 or more",
+        ),
+        (
+            [
+                "pack",
+                "--tokenizer",
+                "t",
+                "--train-type",
+                "sft",
+                "--input",
+                "i",
+                "--out",
+                "o",
+                "--add-system-ratio",
+                "2",
+            ],
+            "0 or more and at most 1",
+        ),
+        (["curate", "run", "--input", "i", "--output", "o", "--workers", "-2"], "1 or more"),
+        (
+            ["curate", "dedup", "--method", "minhash", "--input", "i", "--output", "o", "--jaccard-threshold", "0"],
+            "above 0 and at most 1",
+        ),
+        (["generate", "--model", "m", "--prompt", "p", "--temperature", "-1"], "0 or more"),
+        (["generate", "--model", "m", "--prompt", "p", "--top-p", "0"], "above 0 and at most 1"),
+        (["generate", "--model", "m", "--prompt", "p", "--top-p", "nan"], "above 0 and at most 1"),
+        (["chat", "--model", "m", "--repetition-penalty", "0"], "above 0"),
+        (["chat", "--model", "m", "--max-new-tokens", "0"], "1 or more"),
+        (["serve", "--model", "m", "--max-body-mb", "0"], "above 0"),
+        (["eval", "gsm8k", "--model", "m", "--temperature", "x"], "expected a number"),
+        (["demo", "--workdir", "w", "--sft-steps", "0"], "1 or more"),
+    ],
+)
+def test_numbers_outside_their_range_are_usage_errors(argv, message, capsys, tmp_path, monkeypatch):
+    """--chunk-mb 0 divided by zero, a probability of 2 or a top-p of 0 ran, negative workers were taken."""
+    monkeypatch.chdir(tmp_path)  # were a check lost, the command runs: its relative paths land here
+    with pytest.raises(SystemExit) as e:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err, err

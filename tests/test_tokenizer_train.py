@@ -164,3 +164,24 @@ def test_non_utf8_strict_names_line_and_replace_policy(tmp_path):
         train_bpe(path, 300, [], workers=1)
     vocab, merges = train_bpe(path, 300, [], workers=1, utf8_errors="replace", progress=False)
     assert naive_train("good line\nsecond \ufffd\ufffd line\n", 300, [])[1] == merges
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("x", "leaves 92 of 93 characters unmatched"),  # encode("hello x world") gave only the x
+        (r"\w+", "leaves 40 of 93 characters unmatched"),
+        (r"(\w+)|\s+|.", "has capturing groups"),  # findall would return only the group's text
+    ],
+)
+def test_a_pattern_that_does_not_cover_all_text_is_refused(tmp_path, pattern, message):
+    src = tmp_path / "c.txt"
+    src.write_text("hello x world, again and again\n" * 20)
+    with pytest.raises(ValueError, match=message):
+        train_bpe(src, 300, DEFAULT_SPECIAL_TOKENS, pattern=pattern, workers=1, progress=False)
+    # one that ends with a catch-all covers the text, and the encoder keeps every character
+    from cookmind.tokenizer import Tokenizer
+
+    vocab, merges = train_bpe(src, 300, DEFAULT_SPECIAL_TOKENS, pattern=r"\w+|\s+|.", workers=1, progress=False)
+    tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS, pattern=r"\w+|\s+|.")
+    assert tok.decode(tok.encode("hello x world, 漢字!")) == "hello x world, 漢字!"

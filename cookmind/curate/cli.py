@@ -10,6 +10,8 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Subcommands: run, train-classifier, crawl, dedup, default-config, demo."""
+    from cookmind.cli import float_in, int_in
+
     sub = parser.add_subparsers(dest="curate_command", metavar="<command>", required=True)
 
     p = sub.add_parser("run", help="run the curation pipeline over input shards")
@@ -17,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", required=True, help="HTML files/folders, WARC/WET, JSONL(.gz), Parquet")
     p.add_argument("--output", type=Path, required=True, help="output folder (shards + report.md/json)")
     p.add_argument("--executor", choices=["local", "ray"], default="local")
-    p.add_argument("--workers", type=int, default=None, help="local processes (or local Ray CPUs)")
+    p.add_argument("--workers", type=int_in(1), default=None, help="local processes (or local Ray CPUs)")
     p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (default: start a local one)")
     p.add_argument("--format", dest="output_format", choices=["jsonl.gz", "jsonl", "parquet"], default=None)
     p.add_argument("--restart", action="store_true", help="discard finished shards in --output and start over")
@@ -30,19 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--text-field", default="text")
     p.add_argument("--label-field", default="label")
     p.add_argument("--html-field", default="html", help="used (through extract) when a record has no text field")
-    p.add_argument("--dim", type=int, default=16)
-    p.add_argument("--bucket", type=int, default=1 << 16, help="hashed feature rows (model size = bucket * dim)")
-    p.add_argument("--word-ngrams", type=int, default=2)
-    p.add_argument("--epoch", type=int, default=10)
-    p.add_argument("--lr", type=float, default=1.0)
+    p.add_argument("--dim", type=int_in(1), default=16)
+    p.add_argument("--bucket", type=int_in(1), default=1 << 16, help="hashed feature rows (model size = bucket * dim)")
+    p.add_argument("--word-ngrams", type=int_in(1), default=2)
+    p.add_argument("--epoch", type=int_in(1), default=10)
+    p.add_argument("--lr", type=float_in(0, above=True), default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--valid-fraction", type=float, default=0.1, help="held out to report accuracy")
+    p.add_argument("--valid-fraction", type=float_in(0, 1, below=True), default=0.1, help="held out to report accuracy")
 
     p = sub.add_parser("crawl", help="write the seeded synthetic web crawl (and labelled pages for a classifier)")
     p.add_argument("--output", type=Path, required=True)
-    p.add_argument("--num-pages", type=int, default=600)
+    p.add_argument("--num-pages", type=int_in(1), default=600)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--shards", type=int_in(1), default=4)
     p.add_argument("--labelled", type=Path, default=None, help="also write labelled JSONL (good vs spam) here")
     p.add_argument(
         "--overwrite", action="store_true", help="replace a crawl already in --output (and an existing --labelled)"
@@ -59,18 +61,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", required=True, help="text files, one document each (distinct file names)")
     p.add_argument("--output", type=Path, required=True, help="folder for the kept files, under their own names")
     p.add_argument("--overwrite", action="store_true", help="replace files of those names already in --output")
-    p.add_argument("--num-hashes", type=int, default=128)
-    p.add_argument("--num-bands", type=int, default=16)
-    p.add_argument("--ngrams", type=int, default=5)
-    p.add_argument("--jaccard-threshold", type=float, default=0.8)
+    p.add_argument("--num-hashes", type=int_in(1), default=128)
+    p.add_argument("--num-bands", type=int_in(1), default=16)
+    p.add_argument("--ngrams", type=int_in(1), default=5)
+    p.add_argument("--jaccard-threshold", type=float_in(0, 1, above=True), default=0.8)
 
     sub.add_parser("default-config", help="print the built-in pipeline config as YAML")
 
     p = sub.add_parser("demo", help="synthetic crawl -> curated text, with the report")
     p.add_argument("--workdir", type=Path, required=True)
-    p.add_argument("--num-pages", type=int, default=600)
+    p.add_argument("--num-pages", type=int_in(1), default=600)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int_in(1), default=1)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -711,6 +711,8 @@ def _curated_texts(ctx: DemoContext) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`cookmind demo` options."""
+    from cookmind.cli import int_in
+
     parser.add_argument(
         "--workdir",
         default="runs/demo",
@@ -719,12 +721,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data and every stage (default 0)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of every stage in seconds")
     parser.add_argument("--skip-curate", action="store_true", help="skip the web-curation stage")
-    parser.add_argument("--pretrain-steps", type=int, help="override the pretraining steps")
-    parser.add_argument("--sft-steps", type=int, help="override the SFT steps")
-    parser.add_argument("--dpo-steps", type=int, help="override the DPO steps")
+    parser.add_argument("--pretrain-steps", type=int_in(1), help="override the pretraining steps")
+    parser.add_argument("--sft-steps", type=int_in(1), help="override the SFT steps")
+    parser.add_argument("--dpo-steps", type=int_in(1), help="override the DPO steps")
     # One thread by default: this model's small matmuls gain little from a second thread, and a
     # thread pool that spins while other processes share the cores can run several times slower.
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--threads", type=int_in(0), default=1, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 

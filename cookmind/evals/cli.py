@@ -9,7 +9,7 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Subcommands gsm8k, mmlu and ppl, each taking --model (CookMind checkpoint or HF folder) or MODEL."""
-    from cookmind.cli import add_model_argument, int_in
+    from cookmind.cli import add_model_argument, float_in, int_in
 
     sub = parser.add_subparsers(dest="task", required=True, metavar="{gsm8k,mmlu,ppl}")
 
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--num-samples", type=int_in(1), default=1, help="answers per problem (> 1 needs --temperature > 0)")
     g.add_argument("--k", type=int_in(1), nargs="*", default=[1], help="pass@k values to report")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--temperature", type=float_in(0), default=0.0, help="0 = greedy (default)")
     g.add_argument("--max-new-tokens", type=int_in(1), default=256)
     g.add_argument("--batch-size", type=int_in(1), default=32)
     g.add_argument("--seed", type=int, default=0)

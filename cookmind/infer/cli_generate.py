@@ -7,7 +7,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from cookmind.cli import add_model_argument
+    from cookmind.cli import add_model_argument, float_in, int_in
 
     add_model_argument(parser)
     parser.add_argument(
@@ -16,12 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the chat template")
     parser.add_argument("--system", default=None, help="system prompt (with --chat)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-k", type=int, default=0, help="default 0 (off)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="default 1.0 (off)")
-    parser.add_argument("--min-p", type=float, default=0.0, help="default 0 (off)")
-    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="default 1.0 (off)")
+    parser.add_argument("--max-new-tokens", type=int_in(1), default=128, help="default 128")
+    parser.add_argument("--temperature", type=float_in(0), default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-k", type=int_in(0), default=0, help="default 0 (off)")
+    parser.add_argument("--top-p", type=float_in(0, 1, above=True), default=1.0, help="default 1.0 (off)")
+    parser.add_argument("--min-p", type=float_in(0, 1), default=0.0, help="default 0 (off)")
+    parser.add_argument("--repetition-penalty", type=float_in(0, above=True), default=1.0, help="default 1.0 (off)")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable; not printed)")
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")

@@ -13,7 +13,7 @@ KV_CAP_BYTES = 1024 * 2**20  # the default KV pool never exceeds this; --kv-cach
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from cookmind.cli import add_model_argument, int_in
+    from cookmind.cli import add_model_argument, float_in, int_in
 
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
@@ -33,7 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "machine's DNS name behind a proxy); repeatable; '*' serves any (no DNS-rebinding check)",
     )
     parser.add_argument(
-        "--max-body-mb", type=float, default=4.0, help="larger request bodies are refused with 413 (default 4)"
+        "--max-body-mb",
+        type=float_in(0, above=True),
+        default=4.0,
+        help="larger request bodies are refused with 413 (default 4)",
     )
     parser.add_argument("--model-name", default=None, help="the model id clients send (default: the directory name)")
     parser.add_argument(
@@ -90,7 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "summaries, edits, code, extraction); draft proposes with --draft-model. Output is unchanged; it pays "
         "at small batches, where a decode step is bound by reading the weights",
     )
-    parser.add_argument("--num-speculative-tokens", type=int, default=4, help="tokens drafted per step (k; default 4)")
+    parser.add_argument(
+        "--num-speculative-tokens", type=int_in(1), default=4, help="tokens drafted per step (k; default 4)"
+    )
     parser.add_argument(
         "--speculative-sampled",
         action="store_true",

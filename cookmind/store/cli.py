@@ -39,7 +39,7 @@ what each --train-type reads (one example line each):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``cookmind pack``; the help's epilog shows every accepted input format."""
-    from cookmind.cli import int_in
+    from cookmind.cli import float_in, int_in
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = INPUT_FORMATS
@@ -76,13 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--add-system-ratio",
-        type=float,
+        type=float_in(0, 1),
         default=0.0,
         help="sft: probability of adding a system prompt to a chat without one (default 0: none added)",
     )
     parser.add_argument(
         "--drop-empty-think-ratio",
-        type=float,
+        type=float_in(0, 1),
         default=0.0,
         help="sft: probability of dropping an empty <think></think> block (default 0: kept)",
     )

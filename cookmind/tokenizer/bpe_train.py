@@ -166,7 +166,7 @@ def train_bpe(
     (a ``SkippedRecords``) is given: bad records are then counted there and left out.
     """
     specials = check_specials(special_tokens)
-    pattern = resolve_pattern(pattern)
+    pattern = resolve_pattern(pattern, check_covers=True)
     if not isinstance(vocab_size, int) or vocab_size < 256 + len(specials):
         raise TokenizerError(
             f"vocab_size {vocab_size!r} is too small: the 256 byte tokens and {len(specials)} special tokens "

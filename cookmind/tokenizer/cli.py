@@ -15,6 +15,8 @@ from cookmind.tokenizer.errors import TokenizerError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Build the nested subcommands."""
+    from cookmind.cli import float_in, int_in
+
     sub = parser.add_subparsers(dest="action", metavar="<action>", required=True)
 
     t = sub.add_parser("train", help="learn a byte-level BPE from UTF-8 text, JSON lines or Parquet files")
@@ -41,8 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--pattern", default="gpt2", help="pre-tokenization regex: gpt2, gpt4 or a regex (default gpt2)")
     t.add_argument("--out", required=True, help="output directory (our JSON + Hugging Face files)")
-    t.add_argument("--workers", type=int, default=None, help="processes for pre-tokenization (default: all CPUs)")
-    t.add_argument("--chunk-mb", type=float, default=4.0, help="work unit per process in MB (default 4)")
+    t.add_argument("--workers", type=int_in(1), default=None, help="processes for pre-tokenization (default: all CPUs)")
+    t.add_argument(
+        "--chunk-mb", type=float_in(0, above=True), default=4.0, help="work unit per process in MB (default 4)"
+    )
     t.add_argument(
         "--utf8-errors",
         choices=["strict", "replace"],

@@ -28,17 +28,44 @@ GPT4_PATTERN = (
 PATTERNS = {"gpt2": GPT2_PATTERN, "gpt4": GPT4_PATTERN}
 
 
-def resolve_pattern(name_or_regex: str) -> str:
-    """Return the regex for a named pattern ("gpt2", "gpt4") or the given regex after checking it compiles."""
+# letters, digits, punctuation, symbols and every kind of whitespace, in several scripts: a pattern whose
+# matches do not add up to this string would drop the text between them when encoding
+COVERAGE_PROBE = (
+    "Hello, World! it's 42+3.14 = 45.14\n\n\tcafé Straße 漢字 カタカナ 🙂 <a href='x'>\"q\"</a> a_b-c\r\n  end  "
+)
+
+
+def resolve_pattern(name_or_regex: str, check_covers: bool = False) -> str:
+    """Return the regex for a named pattern ("gpt2", "gpt4") or the given regex after checking it compiles.
+
+    check_covers (training a tokenizer): also refuse a regex whose matches, as the encoder takes them
+    (``findall``), do not add up to the text on ``COVERAGE_PROBE``: the text between matches would be dropped.
+    """
     if name_or_regex in PATTERNS:
         return PATTERNS[name_or_regex]
     try:
-        regex.compile(name_or_regex)
+        compiled = regex.compile(name_or_regex)
     except regex.error as exc:
         raise ValueError(
             f"pre-tokenization pattern {name_or_regex!r} is neither a known name {sorted(PATTERNS)} "
             f"nor a valid regex ({exc}); pass 'gpt2', 'gpt4' or a regex the `regex` module accepts"
         ) from None
+    if check_covers:
+        if compiled.groups:
+            raise ValueError(
+                f"pre-tokenization pattern {name_or_regex!r} has capturing groups, so the encoder would keep only "
+                "what they capture: write its groups as (?:...)"
+            )
+        covered = bytearray(len(COVERAGE_PROBE))
+        for m in compiled.finditer(COVERAGE_PROBE):
+            covered[m.start() : m.end()] = b"\1" * (m.end() - m.start())
+        dropped = "".join(dict.fromkeys(c for c, k in zip(COVERAGE_PROBE, covered, strict=True) if not k))
+        if dropped:
+            raise ValueError(
+                f"pre-tokenization pattern {name_or_regex!r} does not match all text: on a test string it leaves "
+                f"{len(covered) - sum(covered)} of {len(covered)} characters unmatched (such as {dropped[:12]!r}), "
+                "and the encoder would drop them; end it with alternatives that take anything else, e.g. '...|\\s+|.'"
+            )
     return name_or_regex
 
 
