@@ -63,3 +63,18 @@ def test_a_new_run_refuses_an_output_holding_shards_it_did_not_write(tmp_path):
             run_pipeline(cfg, [src], out, restart=restart, progress=False)
     assert (out / "shard-00000.jsonl.gz").read_bytes() == b"precious"
     assert (out / "shard-00007.parquet").read_bytes() == b"also precious"
+
+
+def test_an_output_that_is_a_file_and_a_missing_config_are_one_line_each(tmp_path, capsys):
+    from cookmind.cli import main as cli_main
+
+    src = _inputs(tmp_path, "in", ["some text"])
+    (tmp_path / "afile").write_text("mine")
+    assert cli_main(["curate", "run", "--input", src, "--output", str(tmp_path / "afile"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "afile is a file: curate writes shard-NNNNN files" in err and "Errno" not in err  # was "[Errno 20] ..."
+    assert (tmp_path / "afile").read_text() == "mine"
+    argv = ["curate", "run", "--input", src, "--output", str(tmp_path / "o"), "--config", str(tmp_path / "no.yaml")]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no.yaml: no such file; `cookmind curate default-config > curate.yaml`" in err and "Errno" not in err

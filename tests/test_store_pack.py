@@ -383,6 +383,12 @@ def test_a_bad_json_line_names_its_column_in_one_sentence():
     with pytest.raises(BadRecord) as e:
         parse(Item("in.jsonl", 7, "json", '{"text": "open'))
     assert str(e.value) == "invalid JSON (Unterminated string starting at column 10)"
+    with pytest.raises(BadRecord) as e:  # a line cut off mid-object, read with its newline: it said "column 1"
+        parse(Item("in.jsonl", 8, "json", '{"question": "What is 2+3?", "a\n'))
+    assert str(e.value) == "invalid JSON (Unterminated string starting at column 30)"
+    with pytest.raises(BadRecord) as e:
+        parse(Item("in.jsonl", 9, "json", '{"question": "What is 2+3?"\n'))
+    assert str(e.value) == "invalid JSON (Expecting ',' delimiter at column 28)"  # as json reads the line alone
 
 
 def test_skip_bad_with_every_line_bad_says_how_many_and_why(tmp_path, tok_dir):
@@ -441,3 +447,15 @@ def test_pack_options_that_cannot_work_are_one_error_before_any_line(tmp_path, t
     prompt = TokenStore(tmp_path / "s5").record("prompts", 0).tolist()
     assert Tokenizer.load(no_chat).decode(prompt) == "Q: What is 2+3?\nA:"
     assert not any((tmp_path / f"s{i}").exists() for i in range(1, 5))
+
+
+def test_curate_and_eval_readers_name_the_column_of_a_cut_off_line(tmp_path):
+    from cookmind.curate.shards import read_jsonl
+    from cookmind.evals.atomic_io import read_jsonl_lines
+
+    src = tmp_path / "cut.jsonl"
+    src.write_text('{"text": "fine"}\n{"question": "What is 2+3?"\n')
+    with pytest.raises(ValueError, match=r"cut.jsonl:2: not valid JSON \(Expecting ',' delimiter at column 28\)"):
+        list(read_jsonl(src))
+    with pytest.raises(ValueError, match=r"cut.jsonl:2: not valid JSON \(Expecting ',' delimiter at column 28\)"):
+        read_jsonl_lines(src)

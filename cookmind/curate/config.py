@@ -50,6 +50,11 @@ class CurateConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> CurateConfig:
         """Read a YAML file (the keys of this dataclass)."""
+        if not Path(path).is_file():
+            raise ValueError(
+                f"--config {path}: no such file; `cookmind curate default-config > curate.yaml` writes the built-in "
+                "config to start from"
+            )
         try:
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:

@@ -111,6 +111,11 @@ def run_pipeline(
 ) -> RunResult:
     """Run ``config``'s stages over ``inputs`` into ``output`` (shard-NNNNN.<format> + report.{json,md})."""
     output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise ValueError(
+            f"--output {output} is a file: curate writes shard-NNNNN files, a report and {WORK}/ into a folder; "
+            "give a folder path"
+        )
     work = output / WORK
     stages = [build_stage(name, opts) for name, opts in config.stage_list()]
     if not stages:

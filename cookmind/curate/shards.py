@@ -108,7 +108,7 @@ def read_jsonl(path: Path) -> Iterator[dict]:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(line.rstrip("\r\n"))  # with its newline a cut-off line read as column 1
             except json.JSONDecodeError as exc:
                 raise ValueError(
                     f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"

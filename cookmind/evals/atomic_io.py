@@ -20,7 +20,7 @@ def read_jsonl_lines(path, limit: int | None = None) -> list[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                out.append((lineno, json.loads(line)))
+                out.append((lineno, json.loads(line.rstrip("\r\n"))))  # a cut-off line read as column 1
             except json.JSONDecodeError as exc:
                 raise ValueError(
                     f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"

@@ -88,8 +88,8 @@ def parse(item: Item) -> object:
         raise BadRecord(item.payload)
     if item.kind != "json":
         return item.payload
-    try:
-        return json.loads(item.payload)
+    try:  # without its newline: a line cut off mid-object was "line 2, column 1" to json, reported as column 1
+        return json.loads(item.payload.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
         raise BadRecord(f"invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
 
