@@ -156,3 +156,24 @@ def test_torchrun_without_a_run_dir_names_one_directory_once(tmp_path):
     made = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert len(made) == 1 and made[0].startswith("job-"), made
     assert said == [f"cookmind train: run directory {tmp_path / 'runs' / made[0]}"], said
+
+
+def _config_on_rank(rank: int, root: str) -> str:
+    """Node 1 launched with another learning rate and another max_steps than node 0."""
+    mine = ["optim.lr=0.01", "train.max_steps=3"] if rank == 1 else []
+    try:
+        Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", *mine]))
+    except ValueError as exc:
+        return str(exc)
+    return "started without an error"
+
+
+def test_ranks_started_with_different_configs_refuse_with_the_keys(tmp_path, keep_threads):
+    # it trained two models apart (another lr) with no warning, or hung at the end (another max_steps)
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    msgs = run_on_gloo_ranks(functools.partial(_config_on_rank, root=str(tmp_path)), 2, tmp_path)
+    assert msgs[0] == msgs[1], msgs
+    assert msgs[0].startswith("the ranks were started with different configs: optim.lr is ")
+    assert "on rank 0 but 0.01 on rank 1; train.max_steps is 2 on rank 0 but 3 on rank 1." in msgs[0]
+    assert msgs[0].endswith("Start every node and process with the same --config and overrides")

@@ -362,3 +362,35 @@ def test_other_stages_out_of_gpu_memory_is_one_line_naming_their_knob(monkeypatc
     monkeypatch.setattr(evals_cli, "main", other)
     with pytest.raises(RuntimeError, match="something else"):  # any other error keeps its traceback
         top.main(["eval", "gsm8k", "--model", "m"])
+
+
+def test_a_second_run_into_a_run_directory_in_use_is_refused_until_the_first_ends(tmp_path, store, capsys):
+    """A `--resume auto` started while the first run still trained ran beside it: metrics.jsonl interleaved and both
+    wrote checkpoints. The lock is the OS's: a holder killed with SIGKILL leaves none behind."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=1") == 0
+    holder = subprocess.Popen(  # stands for the first run, still training in that directory
+        [
+            sys.executable,
+            "-c",
+            f"from cookmind.train.run_lock import lock_run_dir; lock_run_dir({str(run)!r}); "
+            "print('locked', flush=True); import time; time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = (run / "metrics.jsonl").read_text()
+        capsys.readouterr()
+        assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=2") == 2
+        err = capsys.readouterr().err
+        assert f"run directory {run} is in use by a cookmind train still running (pid {holder.pid} on " in err
+        assert (run / "metrics.jsonl").read_text() == before  # nothing written beside the first run
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=2") == 0

@@ -96,6 +96,22 @@ def rank0_value(value, info: DistInfo):
     return box[0]
 
 
+def differences_from_rank0(values: dict, info: DistInfo) -> list[str]:
+    """Where a flat dict differs between ranks: one 'KEY is A on rank 0 but B on rank R' per key (the first rank
+    that differs), the same list on every rank; [] for one process. All ranks must call it."""
+    if not info.enabled or not dist.is_initialized():
+        return []
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, values)
+    first, out = gathered[0], []
+    for key in sorted(set().union(*gathered)):
+        for rank, other in enumerate(gathered[1:], 1):
+            if other.get(key) != first.get(key):
+                out.append(f"{key} is {first.get(key)!r} on rank 0 but {other.get(key)!r} on rank {rank}")
+                break
+    return out
+
+
 def barrier(info: DistInfo) -> None:
     """Wait for every rank (no-op for one process)."""
     if info.enabled and dist.is_initialized():

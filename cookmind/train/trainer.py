@@ -58,7 +58,7 @@ from cookmind.parallel import (
     reshard_all,
     unwrap,
 )
-from cookmind.parallel.process_group import min_max_over_ranks, rank0_value
+from cookmind.parallel.process_group import differences_from_rank0, min_max_over_ranks, rank0_value
 from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
 from cookmind.train.checkpoint import (
@@ -75,6 +75,7 @@ from cookmind.train.metrics import MetricsWriter, peak_flops, to_float
 from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
 from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
+from cookmind.train.run_lock import lock_run_dir, release_run_dir
 from cookmind.train.sharded_checkpoint import sharded_checkpointer
 
 
@@ -119,6 +120,27 @@ class StepOutputs:
     micro_outputs: list = field(default_factory=list)  # (loss, metrics) per micro-batch, when captured
 
 
+def _check_same_config(cfg: TrainConfig, info) -> None:
+    """Every rank must run the same config: nodes launched with different overrides trained apart (another learning
+    rate), hung at the end (other max_steps) or failed in DDP's own traceback (another width)."""
+
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    values = flat(cfg.to_dict())
+    values.pop("checkpoint.dir")  # may name each node's own disk; that the ranks resume alike is checked on resume
+    diff = differences_from_rank0(values, info)
+    if diff:
+        more = f" (and {len(diff) - 3} more)" if len(diff) > 3 else ""
+        raise ValueError(
+            f"the ranks were started with different configs: {'; '.join(diff[:3])}{more}. Start every node and "
+            "process with the same --config and overrides"
+        )
+
+
 class Trainer:
     """Owns the loop; everything else (model, objective, data) is built from ``cfg`` or passed in."""
 
@@ -142,8 +164,11 @@ class Trainer:
         # rank 0's run directory on every rank: a default one is named by each rank's clock (`cookmind train`
         # without --run-dir), and ranks a second apart would write and resume in different directories
         cfg.logging.run_dir = rank0_value(cfg.logging.run_dir, self.dist)
+        _check_same_config(cfg, self.dist)
         self.run_dir = Path(cfg.logging.run_dir)
         self.ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
+        if self.dist.is_main:  # before anything is read or deleted there: one run per directory at a time
+            lock_run_dir(self.run_dir)  # an existing one (a new one is locked once it is made, below)
         if self.dist.is_main or not cfg.checkpoint.overwrite:  # every rank refuses alike; rank 0 deletes
             check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite)
             clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
@@ -262,6 +287,7 @@ class Trainer:
         # (a window sized from the store).
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            lock_run_dir(self.run_dir)  # a new directory: another run that made it meanwhile holds it
             if cfg.logging.tensorboard:
                 from cookmind.train.callbacks import TensorBoardCallback
 
@@ -481,6 +507,7 @@ class Trainer:
 
         self.model, self._sharded = self.bare_model, None
         gc.collect()
+        release_run_dir(self.run_dir)
 
     def fit(self) -> dict[str, Any]:
         """Train to ``train.max_steps`` (or a stop); returns a summary dict."""
@@ -557,6 +584,7 @@ class Trainer:
             from cookmind.train.report import write_report
 
             write_report(self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict())
+        release_run_dir(self.run_dir)  # its last write is done: the run directory is free for the next run
         barrier(self.dist)
         if status == "diverged":
             good = find_latest_checkpoint(self.ckpt_dir) if self.dist.is_main else None
