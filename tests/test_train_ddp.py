@@ -18,7 +18,7 @@ from cookmind.train.checkpoint import find_latest_checkpoint
 
 @pytest.mark.parametrize("ddp, zero1, checkpointing", [("torch", False, False), ("ours", True, True)])
 def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1, checkpointing):
-    common = data_parallel_overrides(tmp_path, max_steps=5)
+    common = [*data_parallel_overrides(tmp_path, max_steps=5), "logging.log_every=1"]  # every step's loss logged
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text("{}\n")
 
@@ -55,6 +55,17 @@ def _compare_with_one_process(tmp_path, cfg_file, common):
     assert moved > 1e-3, "training must have changed the weights"
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), f"{k}: max diff {(a[k] - b[k]).abs().max()}"
+    # the logged loss is the whole batch's, as one process logs it (it was rank 0's own rows': 5.780 against 5.767)
+    losses = [
+        [
+            r["loss"]
+            for r in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+            if r.get("split") == "train"
+        ]
+        for run in ("ddp", "one")
+    ]
+    assert len(losses[0]) == len(losses[1]) == 5
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
 
 
 @pytest.mark.parametrize("ddp", ["torch", "ours"])

@@ -86,6 +86,15 @@ def min_max_over_ranks(value: int, info: DistInfo) -> tuple[int, int]:
     return -int(t[0]), int(t[1])
 
 
+def mean_over_ranks(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """The mean of ``t`` over all ranks (``t`` itself for one process); a sum and a division, as gloo has no AVG."""
+    if not info.enabled:
+        return t
+    t = t.clone()
+    dist.all_reduce(t)
+    return t / info.world_size
+
+
 def rank0_value(value, info: DistInfo):
     """Rank 0's ``value`` (any picklable object) on every rank; ``value`` itself for one process. For what each
     rank would otherwise decide on its own and could decide differently, e.g. a run directory named by the clock."""

@@ -58,7 +58,12 @@ from cookmind.parallel import (
     reshard_all,
     unwrap,
 )
-from cookmind.parallel.process_group import differences_from_rank0, min_max_over_ranks, rank0_value
+from cookmind.parallel.process_group import (
+    differences_from_rank0,
+    mean_over_ranks,
+    min_max_over_ranks,
+    rank0_value,
+)
 from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
 from cookmind.train.checkpoint import (
@@ -721,6 +726,9 @@ class Trainer:
                 for cb in self.callbacks:
                     cb.on_micro_batch_end(self, micro, loss, m)
         finish_gradient_sync(self.model)
+        # the step's loss over every rank's rows, as the gradients are: rank 0 logged its own rows' loss, and a rank
+        # whose loss alone was not finite would skip a step the others took
+        loss_sum = mean_over_ranks(loss_sum, self.dist)
         if self._reduce_fp32_grads:
             from cookmind.optim.master_weights import all_reduce_fp32_grads
 
