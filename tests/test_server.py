@@ -178,6 +178,7 @@ def test_logprobs_match_the_model(setup):
             logp = torch.log_softmax(setup["model"](torch.tensor([seq])).logits[0, -1], -1)
         best = int(logp.argmax())
         assert entry.token == tok.decode([best])
+        assert bytes(entry.bytes) == tok.decode_bytes([best])
         assert entry.logprob == pytest.approx(logp[best].item(), abs=1e-4)
         assert len(entry.top_logprobs) == 2
         seq.append(best)
@@ -391,3 +392,15 @@ def test_usage_reports_cached_tokens_with_the_prefix_cache(setup):
         assert f"cookmind_prefix_cache_hit_tokens {(len(prompt) - 1) // 4 * 4}" in text
     finally:
         server.close()
+
+
+def test_logprob_bytes_are_the_tokens_own_for_a_piece_of_a_character(setup):
+    """A token holding part of a UTF-8 character decodes to U+FFFD: its "bytes" were U+FFFD's (239, 191, 189), so
+    a client could not join the pieces back into the character."""
+    from cookmind.infer.server.chat import _logprobs
+
+    tok = setup["tok"]
+    piece = next(i for i in range(tok.vocab_size) if tok.decode_bytes([i]) == "é".encode()[:1])
+    entry = {"id": piece, "token": tok.decode([piece]), "logprob": -0.5, "top": [(piece, tok.decode([piece]), -0.5)]}
+    out = _logprobs([entry], tok)["content"][0]
+    assert out["token"] == "\ufffd" and out["bytes"] == [0xC3] and out["top_logprobs"][0]["bytes"] == [0xC3]

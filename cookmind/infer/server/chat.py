@@ -56,14 +56,20 @@ def _tool_grammar(req: ChatCompletionRequest, choice: ToolChoice) -> str | None:
     return tool_call_grammar(req.tools, choice)
 
 
-def _logprobs(entries) -> dict:
+def _logprobs(entries, tokenizer) -> dict:
+    """OpenAI's logprobs.content; "bytes" are each token's own bytes, so a client can join the pieces of a character
+    split over tokens (the decoded text of such a piece is U+FFFD, whose bytes would be wrong)."""
+
+    def raw(token_id: int) -> list[int]:
+        return list(tokenizer.decode_bytes([token_id]))
+
     return {
         "content": [
             {
                 "token": e["token"],
                 "logprob": e["logprob"],
-                "bytes": list(e["token"].encode()),
-                "top_logprobs": [{"token": s, "logprob": lp, "bytes": list(s.encode())} for _, s, lp in e["top"]],
+                "bytes": raw(e["id"]),
+                "top_logprobs": [{"token": s, "logprob": lp, "bytes": raw(t)} for t, s, lp in e["top"]],
             }
             for e in entries
         ]
@@ -126,7 +132,7 @@ async def chat_completions(request: Request, state: State):
             {
                 "index": i,
                 "message": msg,
-                "logprobs": _logprobs(p.logprob_entries) if req.logprobs else None,
+                "logprobs": _logprobs(p.logprob_entries, state.tokenizer) if req.logprobs else None,
                 "finish_reason": finish_reason(p, calls),
             }
         )
@@ -177,7 +183,7 @@ async def _stream(
             if d.tool_calls:
                 delta["tool_calls"] = [dict(c, index=sent_calls[i] + k) for k, c in enumerate(d.tool_calls)]
                 sent_calls[i] += len(d.tool_calls)
-            lp = _logprobs(d.logprobs) if (req.logprobs and d.logprobs) else None
+            lp = _logprobs(d.logprobs, state.tokenizer) if (req.logprobs and d.logprobs) else None
             if delta or lp:
                 yield chunk([{"index": i, "delta": delta, "logprobs": lp, "finish_reason": None}])
             if d.finish_reason is not None:
