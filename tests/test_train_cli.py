@@ -394,3 +394,33 @@ def test_a_second_run_into_a_run_directory_in_use_is_refused_until_the_first_end
         holder.kill()
         holder.wait()
     assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=2") == 0
+
+
+def test_an_explicit_resume_refuses_a_run_directory_it_would_mix_runs_in(tmp_path, store, capsys):
+    """--resume PATH skipped every check: into another run's directory it overwrote that run's step of the same
+    number and pruned the rest; from an older step of its own directory, the abandoned branch's newer steps stayed
+    the 'newest' for --resume auto, export and generate."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _run(store, "--run-dir", str(a), "train.max_steps=2") == 0
+    assert _run(store, "--run-dir", str(a), "--resume", "auto", "train.max_steps=4") == 0  # step_2 and step_4
+    assert _run(store, "--run-dir", str(b), "train.max_steps=2") == 0
+    assert _run(store, "--run-dir", str(b), "--resume", "auto", "train.max_steps=4") == 0
+    b_steps = sorted(os.listdir(b / "checkpoints"))
+    b_metrics = (b / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    step2 = str(a / "checkpoints" / "step_00000002")
+    assert _run(store, "--run-dir", str(b), "--resume", step2, "train.max_steps=6") == 2
+    err = capsys.readouterr().err
+    assert f"{b} already holds another run (checkpoints step_00000002, step_00000004); resuming {step2}" in err
+    assert sorted(os.listdir(b / "checkpoints")) == b_steps and (b / "metrics.jsonl").read_text() == b_metrics
+    # from an older step of its own directory: the newer one would stay the newest
+    assert _run(store, "--run-dir", str(a), "--resume", step2, "train.max_steps=3") == 2
+    err = capsys.readouterr().err
+    assert "holds checkpoints newer than step_00000002 (step_00000004)" in err
+    # the same resume into an empty directory, or of the newest, goes ahead
+    assert _run(store, "--run-dir", str(tmp_path / "c"), "--resume", step2, "train.max_steps=3") == 0
+    assert _run(store, "--run-dir", str(a), "--resume", str(a / "checkpoints"), "train.max_steps=5") == 0
+    # --overwrite: the user asked for b's checkpoints to go; only this run's are left
+    c3 = str(tmp_path / "c" / "checkpoints" / "step_00000003")
+    assert _run(store, "--run-dir", str(b), "--resume", c3, "--overwrite", "train.max_steps=4") == 0
+    assert sorted(os.listdir(b / "checkpoints")) == ["step_00000004"]

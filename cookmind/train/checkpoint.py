@@ -133,10 +133,17 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
     ckpt_dir, run_dir = Path(ckpt_dir), Path(run_dir)
     old = [d for _, d in step_dirs(ckpt_dir)]
     metrics = run_dir / "metrics.jsonl"
-    if resume or not (old or metrics.exists()):
+    into_another_run = resume and resume != "auto" and old and _check_explicit_resume(Path(resume), ckpt_dir, run_dir)
+    if (resume and not into_another_run) or not (old or metrics.exists()):
         return
     if not overwrite:
         what = f"checkpoints {', '.join(d.name for d in old[-3:])}" if old else "metrics.jsonl"
+        if into_another_run:
+            raise FileExistsError(
+                f"{run_dir} already holds another run ({what}); resuming {resume} there would mix the two runs' "
+                "checkpoints and metrics (and replace a step of the same number): resume into an empty --run-dir, "
+                "or pass --overwrite to delete that run's checkpoints"
+            )
         raise FileExistsError(
             f"{run_dir} already holds another run ({what}); continue it with --resume auto, "
             f"choose another --run-dir, or pass --overwrite to delete that run's checkpoints"
@@ -144,6 +151,29 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
     for d in old:
         shutil.rmtree(d)
     metrics.unlink(missing_ok=True)
+
+
+def _check_explicit_resume(resume: Path, ckpt_dir: Path, run_dir: Path) -> bool:
+    """``--resume PATH`` into a run directory that holds checkpoints: it must be this directory's own newest.
+    Another run's directory would get this run's checkpoints beside its own, a step of the same number overwritten
+    and the rest pruned; an older step of its own leaves the abandoned steps after it as the newest. True: PATH is
+    another run's, which --overwrite (checked by the caller) may clear the directory for."""
+    source = find_latest_checkpoint(resume)
+    if source is None:
+        return False  # the resume itself says there is no checkpoint there
+    source = source.resolve()
+    steps = step_dirs(ckpt_dir)
+    if source.parent != ckpt_dir.resolve():
+        return True
+    mine = next((s for s, d in steps if d.resolve() == source), None)
+    newer = [d.name for s, d in steps if mine is not None and s > mine]
+    if newer:
+        raise FileExistsError(
+            f"{ckpt_dir} holds checkpoints newer than {source.name} ({', '.join(newer)}): after this run they would "
+            "still be taken as the newest (by --resume auto, export and generate); move them out of the folder, or "
+            "resume from the newest"
+        )
+    return False
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
