@@ -397,9 +397,17 @@ def test_init_from_takes_runtime_options_and_refuses_shape_changes(tmp_path, sto
     model = build_model(cfg)
     assert model.config.attn_backend == "naive" and model.config.lm_head_fp8 is True
     assert all(layer.self_attn.backend == "naive" for layer in model.model.layers)
-    cfg.model = {"hidden_size": 64}
+    cfg.model = {}
+    cfg.update({"model": {"hidden_size": 64}})  # set by the user (their YAML or an override)
     with pytest.raises(ValueError, match=r"differ from the model at train.init_from.*only attn_backend, lm_head_fp8"):
         build_model(cfg)
+    # a built-in preset's shape is not the user's: the CLI user cannot drop it, and the loaded model's stands
+    preset = TrainConfig.load("tiny-cpu", [f"train.init_from={tmp_path / 'init'}", f"data.train_path={store}"])
+    assert preset.model["hidden_size"] != TINY["hidden_size"]  # 64 against the loaded model's 32
+    assert build_model(preset).config.hidden_size == TINY["hidden_size"]
+    preset.set_dotted("model.hidden_size=64")  # the same value given by the user is refused
+    with pytest.raises(ValueError, match=r"model settings \{'hidden_size': 64\} differ"):
+        build_model(preset)
     cfg.model = {"attn_backend": "fastest"}
     with pytest.raises(ValueError, match="attn_backend='fastest': choose one of"):
         build_model(cfg)

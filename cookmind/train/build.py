@@ -45,8 +45,12 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
         if cfg.model:
             from cookmind.model.lm import RUNTIME_OPTIONS
 
+            # a preset's shape (the default tiny-cpu's) gives way to the loaded model's: only values the user set
+            # (their YAML, an override) can contradict it, and those are refused
             differs = {
-                k: v for k, v in cfg.model.items() if k not in RUNTIME_OPTIONS and getattr(model.config, k, None) != v
+                k: v
+                for k, v in cfg.model.items()
+                if k not in RUNTIME_OPTIONS and getattr(model.config, k, None) != v and cfg.is_user_set(f"model.{k}")
             }
             if differs:
                 raise ValueError(
