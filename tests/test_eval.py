@@ -283,6 +283,24 @@ def test_mmlu_skips_and_counts_questions_longer_than_the_context():
     for scoring in ("letter", "generate"):
         m = evaluate_mmlu(_tiny_cookmind(n_short + 1), CharTok(), rows, scoring=scoring, progress=False)
         assert m["num_questions"] == 1 and m["num_skipped_too_long"] == 1, scoring
+        assert m["skipped_per_subject"] == {"virology": 1} and m["subjects_not_scored"] == []
+
+
+def test_mmlu_says_which_subjects_left_the_macro_average_and_writes_their_records(tmp_path, capsys):
+    """A subject whose every question was too long vanished from per_subject and the macro average, unsaid, and its
+    questions were missing from --out (GSM8K writes each skipped problem with its reason)."""
+    rows = [
+        {"subject": "virology", "question": "Short?", "options": ["a", "b", "c", "d"], "answer": "A"},
+        {"subject": "law", "question": "Very long question. " * 10, "options": ["a", "b", "c", "d"], "answer": "B"},
+    ]
+    n_short = len(CharTok().encode(mmlu_prompt(rows[0]) + " A")) - 1
+    out = tmp_path / "mmlu.jsonl"
+    m = evaluate_mmlu(_tiny_cookmind(n_short + 1), CharTok(), rows, scoring="letter", out_path=out, progress=False)
+    assert list(m["per_subject"]) == ["virology"] and m["num_subjects"] == 1
+    assert m["subjects_not_scored"] == ["law"] and m["skipped_per_subject"] == {"law": 1}
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["subject"] for r in written] == ["virology", "law"]
+    assert "exceed the model's context" in written[1]["skipped"] and "skipped" not in written[0]
 
 
 def test_perplexity_window_beyond_the_context_is_an_error():

@@ -119,6 +119,12 @@ def main(args) -> int:
             f"cookmind eval {args.task}: skipped {skipped} of {total} items whose prompt does not fit the model's "
             f"context of {metrics['context']} tokens (num_skipped_too_long; not in the accuracy)"
         )
+    if metrics.get("subjects_not_scored"):
+        lost = metrics["subjects_not_scored"]
+        print(
+            f"cookmind eval {args.task}: {len(lost)} subjects had no question that fits ({', '.join(lost[:5])}"
+            f"{', ...' if len(lost) > 5 else ''}): macro_accuracy is over the other {metrics['num_subjects']}"
+        )
     print(json.dumps(metrics))
     if args.out:
         write_json(Path(args.out).with_suffix(".metrics.json"), metrics)

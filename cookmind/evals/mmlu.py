@@ -9,7 +9,7 @@ Scoring modes:
 from __future__ import annotations
 
 import csv
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
@@ -113,7 +113,13 @@ def evaluate_mmlu(
     device = next(model.parameters()).device
     context = context_length(model)
     why = [_why_too_long(r, scoring, tokenizer, context) for r in rows]
-    skipped = sum(w is not None for w in why)
+    skipped_records = [
+        {"subject": r["subject"], "question": r["question"], "answer": r["answer"], "skipped": w}
+        for r, w in zip(rows, why)
+        if w is not None
+    ]
+    skipped = len(skipped_records)
+    subjects = sorted({r["subject"] for r in rows})
     rows = [r for r, w in zip(rows, why) if w is None]
     records = []
     bar = tqdm(total=len(rows), desc=f"mmlu/{scoring}", unit="q", disable=not progress)
@@ -166,10 +172,15 @@ def evaluate_mmlu(
         "num_questions": len(records),
         "num_skipped_too_long": skipped,
         "context": context,
+        # over the subjects with a scored question: one whose every question was too long is not in it
         "macro_accuracy": sum(subject_acc.values()) / max(1, len(subject_acc)),
         "micro_accuracy": sum(r["correct"] for r in records) / max(1, len(records)),
         "per_subject": subject_acc,
+        "num_subjects": len(subject_acc),
     }
+    if skipped:
+        metrics["skipped_per_subject"] = dict(sorted(Counter(r["subject"] for r in skipped_records).items()))
+        metrics["subjects_not_scored"] = [s for s in subjects if s not in subject_acc]
     if out_path is not None:
-        write_jsonl(out_path, records)
+        write_jsonl(out_path, records + skipped_records)  # a skipped question's record says why, as GSM8K's
     return metrics
