@@ -424,3 +424,25 @@ def test_an_explicit_resume_refuses_a_run_directory_it_would_mix_runs_in(tmp_pat
     c3 = str(tmp_path / "c" / "checkpoints" / "step_00000003")
     assert _run(store, "--run-dir", str(b), "--resume", c3, "--overwrite", "train.max_steps=4") == 0
     assert sorted(os.listdir(b / "checkpoints")) == ["step_00000004"]
+
+
+def test_a_fresh_run_refuses_a_folder_holding_files_no_run_wrote(tmp_path, store, capsys):
+    """A fresh run wrote config.yaml, report.md and checkpoints/ into any folder: a token store (which `pack
+    --overwrite` then wiped, the run's checkpoints with it) or the user's own files of those names."""
+    import shutil
+
+    copy = shutil.copytree(store, tmp_path / "store-copy")
+    before = sorted(os.listdir(copy))
+    capsys.readouterr()
+    assert _run(store, "--run-dir", str(copy), "train.max_steps=1") == 2
+    err = capsys.readouterr().err
+    assert f"{copy} holds files a training run did not write (meta.json, " in err and "choose a new" in err
+    assert sorted(os.listdir(copy)) == before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    assert _run(store, "--run-dir", str(mine), "--overwrite", "train.max_steps=1") == 2  # --overwrite is for runs
+    assert os.listdir(mine) == ["notes.txt"] and (mine / "notes.txt").read_text() == "precious"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _run(store, "--run-dir", str(empty), "train.max_steps=1") == 0  # an empty folder is fine

@@ -131,6 +131,8 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
     With ``overwrite`` the old run's checkpoints and metrics are deleted first: the user asked for that.
     """
     ckpt_dir, run_dir = Path(ckpt_dir), Path(run_dir)
+    if not resume:
+        refuse_foreign_files(run_dir)
     old = [d for _, d in step_dirs(ckpt_dir)]
     metrics = run_dir / "metrics.jsonl"
     into_another_run = resume and resume != "auto" and old and _check_explicit_resume(Path(resume), ckpt_dir, run_dir)
@@ -151,6 +153,27 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
     for d in old:
         shutil.rmtree(d)
     metrics.unlink(missing_ok=True)
+
+
+# what a training run writes into its run directory (report.py, the Trainer, run_lock.py)
+RUN_ENTRIES = frozenset(
+    {"config.yaml", "metrics.jsonl", "report.md", "loss.png", "lr.png", "checkpoints", "tensorboard", ".lock"}
+)
+
+
+def refuse_foreign_files(run_dir: Path) -> None:
+    """A fresh run writes config.yaml, report.md, plots and checkpoints/ into its directory, replacing files of those
+    names: it refuses a folder holding anything a run did not write (a token store, the user's files), --overwrite
+    or not (that deletes a run's checkpoints, never other files)."""
+    if not run_dir.is_dir():
+        return
+    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith(".step_"))
+    if foreign:
+        raise FileExistsError(
+            f"{run_dir} holds files a training run did not write ({', '.join(foreign[:4])}"
+            f"{', ...' if len(foreign) > 4 else ''}): a run writes config.yaml, report.md and checkpoints/ there; "
+            "choose a new or empty --run-dir"
+        )
 
 
 def _check_explicit_resume(resume: Path, ckpt_dir: Path, run_dir: Path) -> bool:
