@@ -446,3 +446,7 @@ def test_a_fresh_run_refuses_a_folder_holding_files_no_run_wrote(tmp_path, store
     empty = tmp_path / "empty"
     empty.mkdir()
     assert _run(store, "--run-dir", str(empty), "train.max_steps=1") == 0  # an empty folder is fine
+    # a run's own leftovers are not foreign: a killed write's temporary file, a checkpoint.dir inside the run
+    (empty / ".config.yaml.tmp-123@host").write_text("half")
+    argv = ["--run-dir", str(empty), "--overwrite", f"checkpoint.dir={empty / 'ckpts'}", "train.max_steps=1"]
+    assert _run(store, *argv) == 0 and _run(store, *argv) == 0

@@ -132,7 +132,7 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
     """
     ckpt_dir, run_dir = Path(ckpt_dir), Path(run_dir)
     if not resume:
-        refuse_foreign_files(run_dir)
+        refuse_foreign_files(run_dir, ckpt_dir)
     old = [d for _, d in step_dirs(ckpt_dir)]
     metrics = run_dir / "metrics.jsonl"
     into_another_run = resume and resume != "auto" and old and _check_explicit_resume(Path(resume), ckpt_dir, run_dir)
@@ -161,13 +161,16 @@ RUN_ENTRIES = frozenset(
 )
 
 
-def refuse_foreign_files(run_dir: Path) -> None:
+def refuse_foreign_files(run_dir: Path, ckpt_dir: Path | None = None) -> None:
     """A fresh run writes config.yaml, report.md, plots and checkpoints/ into its directory, replacing files of those
     names: it refuses a folder holding anything a run did not write (a token store, the user's files), --overwrite
-    or not (that deletes a run's checkpoints, never other files)."""
+    or not (that deletes a run's checkpoints, never other files). A killed write's temporary file is a run's."""
+    from cookmind.atomic import _TEMP
+
     if not run_dir.is_dir():
         return
-    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith(".step_"))
+    ours = RUN_ENTRIES | ({ckpt_dir.name} if ckpt_dir is not None and ckpt_dir.parent == run_dir else set())
+    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in ours and not _TEMP.match(p.name))
     if foreign:
         raise FileExistsError(
             f"{run_dir} holds files a training run did not write ({', '.join(foreign[:4])}"
