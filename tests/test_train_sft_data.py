@@ -120,7 +120,21 @@ def test_the_truncation_warning_of_an_init_from_run_does_not_advise_a_longer_con
     with pytest.warns(UserWarning, match="Raise data.window_size"):
         Trainer(_cfg(tmp_path, store)).fit()  # a fresh model: its context may be raised
     # a loaded model's max_position_embeddings cannot change (the config refuses it): say what can
-    cfg = _cfg(tmp_path, store, f"train.init_from={tmp_path / 'run'}", f"logging.run_dir={tmp_path / 'sft'}")
+    cfg = _cfg(tmp_path, store, f"train.init_from={tmp_path / 'run'}", f"logging.run_dir={tmp_path / 'sft-run'}")
     cfg.model = {}  # the shape comes from the checkpoint (the MODEL overrides would be refused as a change)
     with pytest.warns(UserWarning, match=r"whole context of the model at train.init_from \(max_position_embeddings=64"):
         Trainer(cfg)
+
+
+def test_an_unset_grpo_window_is_the_models_context_not_the_presets(tmp_path, tok_dir, capsys, keep_threads):
+    """tiny-cpu's window (128) dropped the prompts of 150 and 200 tokens a 256-token model could take; the advice
+    was to raise the model's context, which was already 256."""
+    lengths = [30, 150, 200, 300]
+    records = [{"prompts": np.arange(1, n + 1) % 300 + 1, "answers": np.frombuffer(b"7", np.uint8)} for n in lengths]
+    store = write_store(tmp_path / "rl", "grpo", records, vocab_size=320)
+    grpo = ["train.objective=grpo", f"data.tokenizer={tok_dir}", "model.vocab_size=320"]
+    with pytest.warns(UserWarning, match="of the grpo prompts are dropped"):
+        t = Trainer(_cfg(tmp_path, store, *grpo, "model.max_position_embeddings=256"))
+    assert t.cfg.data.window_size == 256
+    assert t.data_stats == {"data_records": 4, "data_dropped": 1}  # only the prompt longer than the context
+    assert "grpo data: 4 prompts; 1 longer than data.window_size=256 dropped" in capsys.readouterr().err

@@ -223,8 +223,14 @@ class Trainer:
                     f"(its longest record, at most the model's max_position_embeddings={max_pos})",
                     file=sys.stderr,
                 )
-        elif max_pos is not None and cfg.data.window_size > max_pos and not cfg.is_user_set("data.window_size"):
-            cfg.data.window_size = max_pos  # a preset's window past this model's context (grpo: longer prompts drop)
+        elif (
+            max_pos is not None
+            and not cfg.is_user_set("data.window_size")
+            and (cfg.data.window_size > max_pos or "grpo" in (kind, cfg.train.objective))
+        ):
+            # a preset's window is not the user's: past this model's context it is capped; for grpo it is the
+            # context (a prompt may take what the model can; longer ones drop, counted, as grpo.problems')
+            cfg.data.window_size = max_pos
         elif max_pos is not None and cfg.data.window_size > max_pos:
             raise ValueError(
                 f"data.window_size={cfg.data.window_size} is longer than the model's context "
