@@ -37,6 +37,9 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
             "directory would interleave their checkpoints and metrics; wait for it to end (or stop it), or choose "
             "another --run-dir"
         ) from None
+    except OSError:  # a filesystem without locks (some NFS mounts): the run goes on unguarded, as before
+        f.close()
+        return
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
