@@ -177,3 +177,22 @@ def test_ranks_started_with_different_configs_refuse_with_the_keys(tmp_path, kee
     assert msgs[0].startswith("the ranks were started with different configs: optim.lr is ")
     assert "on rank 0 but 0.01 on rank 1; train.max_steps is 2 on rank 0 but 3 on rank 1." in msgs[0]
     assert msgs[0].endswith("Start every node and process with the same --config and overrides")
+
+
+def _start_in(rank: int, root: str) -> str:
+    try:
+        Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/busy", "checkpoint.overwrite=true"]))
+    except FileExistsError as exc:
+        return str(exc)
+    return "started"
+
+
+def test_every_rank_stops_when_rank0_finds_its_run_directory_taken(tmp_path, keep_threads):
+    """Only rank 0 checks the folder and takes the lock: the others waited at the barrier for a rank that had
+    stopped (with --overwrite, where only rank 0 checks the folder)."""
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    msgs = run_on_gloo_ranks(functools.partial(_start_in, root=str(tmp_path)), 2, tmp_path)
+    assert msgs[0] == msgs[1] and "holds files a training run did not write (notes.txt)" in msgs[0], msgs

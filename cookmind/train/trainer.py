@@ -173,10 +173,17 @@ class Trainer:
         _check_same_config(cfg, self.dist)
         self.run_dir = Path(cfg.logging.run_dir)
         self.ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
+        refusal = None
         if self.dist.is_main:  # before anything is read or deleted there: one run per directory at a time
-            if not cfg.checkpoint.resume:  # and not a folder of other files (the lock would be the first we add)
-                refuse_foreign_files(self.run_dir, self.ckpt_dir)
-            lock_run_dir(self.run_dir)  # an existing one (a new one is locked once it is made, below)
+            try:
+                if not cfg.checkpoint.resume:  # and not a folder of other files (the lock would be the first we add)
+                    refuse_foreign_files(self.run_dir, self.ckpt_dir)
+                lock_run_dir(self.run_dir)  # an existing one (a new one is locked once it is made, below)
+            except FileExistsError as exc:
+                refusal = str(exc)
+        refusal = rank0_value(refusal, self.dist)  # every rank stops alike, none left waiting at the barrier
+        if refusal:
+            raise FileExistsError(refusal)
         if self.dist.is_main or not cfg.checkpoint.overwrite:  # every rank refuses alike; rank 0 deletes
             check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite)
             clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
