@@ -584,3 +584,9 @@ def test_numbers_outside_their_range_are_usage_errors(argv, message, capsys, tmp
         cli_main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err, err
+
+
+def test_generate_system_without_chat_is_refused_not_dropped(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["generate", "--model", "m", "--prompt", "p", "--system", "Be brief."]) == 2
+    assert "--system needs --chat" in capsys.readouterr().err

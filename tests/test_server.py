@@ -200,7 +200,11 @@ def test_errors_are_openai_json_with_right_status(setup):
     assert e.value.body["code"] == "model_not_found"
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=5000)
-    assert e.value.body["code"] == "context_length_exceeded"
+    assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "max_tokens"
+    # a prompt that alone fills the context names the prompt's field, not max_tokens (nor "messages" for a completion)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=MODEL, prompt=[5] * 5000, max_tokens=4)
+    assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "prompt"
     with pytest.raises(openai.BadRequestError):
         c.chat.completions.create(model=MODEL, messages=[])
     with pytest.raises(openai.BadRequestError) as e:

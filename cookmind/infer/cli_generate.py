@@ -38,6 +38,9 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.infer.sampling import SamplingParams
     from cookmind.infer.stop import StopStringMatcher
 
+    if args.system is not None and not args.chat:  # it was dropped without a word: a raw prompt has no system turn
+        print("cookmind generate: error: --system needs --chat (the prompt as a chat turn)", file=sys.stderr)
+        return 2
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
     stops = tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)

@@ -32,7 +32,8 @@ def max_new_tokens(state: ServerState, req, prompt_len: int) -> int:
             f"This model's maximum context length is {limit} tokens. However, you requested "
             f"{prompt_len + (wanted or 0)} tokens ({prompt_len} in the prompt, {wanted or 0} for the "
             "completion). Reduce the prompt or max_tokens.",
-            param="max_tokens" if wanted else "messages",
+            # the prompt alone too long names the prompt's field (a chat's messages, a completion's prompt)
+            param="max_tokens" if wanted and room >= 1 else ("messages" if hasattr(req, "messages") else "prompt"),
             code="context_length_exceeded",
         )
     return wanted if wanted is not None else room
