@@ -338,3 +338,18 @@ def test_a_gsm8k_record_without_its_fields_is_named_by_line(tmp_path):
     with pytest.raises(ValueError, match=r"g\.jsonl:2: .* got list"):
         load_gsm8k(path)
     assert load_gsm8k(path, limit=1) == [{"question": "1+1?", "answer": "#### 2"}]
+
+
+def test_gsm8k_counts_answers_cut_by_max_new_tokens(tmp_path):
+    """Answers that ran out of --max-new-tokens were graded with no count: a low accuracy could be the limit's."""
+    problems = [{"question": "What is 2+2?", "answer": "#### 4"}, {"question": "What is 3+3?", "answer": "#### 6"}]
+
+    def respond(prompt):
+        if "2+2" in prompt:
+            return " 4 </think> <answer> 4 </answer>"  # ends at the stop string
+        return " let me think about this for a long long long long long while"  # going on when the limit comes
+
+    out = tmp_path / "g.jsonl"
+    m = evaluate_gsm8k(OracleLM(respond), CharTok(), problems, out, max_new_tokens=45, progress=False)
+    assert m["num_cut_short"] == 1 and m["accuracy"] == 0.5
+    assert [r["cut_short"] for r in map(json.loads, out.read_text().splitlines())] == [[False], [True]]

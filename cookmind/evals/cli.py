@@ -119,6 +119,11 @@ def main(args) -> int:
             f"cookmind eval {args.task}: skipped {skipped} of {total} items whose prompt does not fit the model's "
             f"context of {metrics['context']} tokens (num_skipped_too_long; not in the accuracy)"
         )
+    if metrics.get("num_cut_short"):
+        print(
+            f"cookmind eval {args.task}: {metrics['num_cut_short']} answers ran into --max-new-tokens or the model's "
+            "context before they ended (num_cut_short) and were graded as cut; raise --max-new-tokens to let them end"
+        )
     if metrics.get("subjects_not_scored"):
         lost = metrics["subjects_not_scored"]
         print(

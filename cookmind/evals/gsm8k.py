@@ -135,8 +135,12 @@ def evaluate_gsm8k(
         ids = [prompt_ids[i] for i in part for _ in range(num_samples)]
         outs = generate(model, ids, params.replace(seed=seed + start), tokenizer, batch_size=batch_size) if ids else []
         for j, i in enumerate(part):
-            texts = [decode_response(tokenizer, o) for o in outs[j * num_samples : (j + 1) * num_samples]]
+            mine = outs[j * num_samples : (j + 1) * num_samples]
+            texts = [decode_response(tokenizer, o) for o in mine]
             scores = [reward_fn(t, problems[i]["answer"]) for t in texts]
+            # an answer that ran into --max-new-tokens or the context's end was graded as cut (no stop seen)
+            room = max_new_tokens if context is None else min(max_new_tokens, context - len(prompt_ids[i]))
+            cut = [len(o) >= room for o in mine]
             records.append(
                 {
                     "index": i,
@@ -147,6 +151,7 @@ def evaluate_gsm8k(
                     "extracted": [extract_answer(t) for t in texts],
                     "format_rewards": [s["format_reward"] for s in scores],
                     "grades": [s["answer_reward"] for s in scores],
+                    "cut_short": cut,
                 }
             )
         bar.update(len(span))
@@ -160,6 +165,8 @@ def evaluate_gsm8k(
         "num_samples": num_samples,
         "accuracy": sum(sum(r["grades"]) / num_samples for r in graded) / n,
         "format_rate": sum(sum(r["format_rewards"]) / num_samples for r in graded) / n,
+        # answers graded as they were when --max-new-tokens or the context ran out: raise it, or expect misses
+        "num_cut_short": sum(sum(r["cut_short"]) for r in graded),
     }
     for k in ks:
         metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, int(sum(r["grades"])), k) for r in graded) / n
