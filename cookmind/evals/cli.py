@@ -121,8 +121,9 @@ def main(args) -> int:
         )
     if metrics.get("num_cut_short"):
         print(
-            f"cookmind eval {args.task}: {metrics['num_cut_short']} answers ran into --max-new-tokens or the model's "
-            "context before they ended (num_cut_short) and were graded as cut; raise --max-new-tokens to let them end"
+            f"cookmind eval {args.task}: {metrics['num_cut_short']} answer(s) ran into --max-new-tokens or the "
+            "model's context before they ended (num_cut_short) and were graded as cut; raise --max-new-tokens to let "
+            "them end"
         )
     if metrics.get("subjects_not_scored"):
         lost = metrics["subjects_not_scored"]
