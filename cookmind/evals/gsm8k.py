@@ -138,7 +138,8 @@ def evaluate_gsm8k(
             mine = outs[j * num_samples : (j + 1) * num_samples]
             texts = [decode_response(tokenizer, o) for o in mine]
             scores = [reward_fn(t, problems[i]["answer"]) for t in texts]
-            # an answer that ran into --max-new-tokens or the context's end was graded as cut (no stop seen)
+            # an answer that reached --max-new-tokens or the context's end was graded as it stood (one that stopped
+            # on its very last allowed token counts too: the ids do not say which)
             room = max_new_tokens if context is None else min(max_new_tokens, context - len(prompt_ids[i]))
             cut = [len(o) >= room for o in mine]
             records.append(
