@@ -465,3 +465,14 @@ def test_a_filesystem_without_locks_does_not_stop_a_run(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     lock_run_dir(tmp_path / "run")  # no error: the run goes on unguarded
     release_run_dir(tmp_path / "run")
+
+
+def test_resuming_at_or_past_max_steps_says_there_is_nothing_to_train(tmp_path, store, capsys):
+    run = str(tmp_path / "run")
+    assert _run(store, "--run-dir", run, "train.max_steps=3") == 0
+    capsys.readouterr()
+    assert _run(store, "--run-dir", run, "--resume", "auto", "train.max_steps=2") == 0  # it said only "completed"
+    err = capsys.readouterr().err
+    assert "the checkpoint is at step 3, already at or past train.max_steps=2: nothing to train" in err
+    assert _run(store, "--run-dir", run, "--resume", "auto", "train.max_steps=4") == 0
+    assert "nothing to train" not in capsys.readouterr().err

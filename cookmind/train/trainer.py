@@ -1051,6 +1051,12 @@ class Trainer:
             self.train_loader.load_state_dict(meta["sampler"])
         self.objective.load_state_dict(meta.get("objective") or {})
         self._rng_to_restore = meta.get("rng")
+        if self.step >= self.cfg.train.max_steps and self.dist.is_main:  # it "completed" without training a step
+            print(
+                f"cookmind train: the checkpoint is at step {self.step}, already at or past train.max_steps="
+                f"{self.cfg.train.max_steps}: nothing to train; raise train.max_steps to continue",
+                file=sys.stderr,
+            )
 
     # -- signals ----------------------------------------------------------------------------
 
