@@ -35,6 +35,11 @@ class DiskFullError(OSError):
     """The disk filled up while writing: the message names the path and says what to do."""
 
 
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` is one of our temporary names (``.NAME.tmp-PID@HOST``, ``.NAME.old-PID@HOST``)."""
+    return _TEMP.match(name) is not None
+
+
 def temp_name(path: str | os.PathLike, tag: str = "tmp") -> Path:
     """A hidden sibling of ``path`` that names this process (same directory, so the rename is atomic)."""
     path = Path(path)

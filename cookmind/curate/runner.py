@@ -216,8 +216,9 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
                 f"{work} was not made by cookmind curate (it has no run.json); --restart deletes only "
                 "a curate run's work folder: move it away or choose another --output"
             )
-        _refuse_foreign_shards(output, json.loads(path.read_text()).get("outputs", []))
-        for name in json.loads(path.read_text()).get("outputs", []):
+        recorded = json.loads(path.read_text()).get("outputs", [])
+        _refuse_foreign_shards(output, recorded)
+        for name in recorded:
             (output / name).unlink(missing_ok=True)
         shutil.rmtree(work)
     if path.exists():

@@ -128,11 +128,10 @@ def find_latest_checkpoint(root: str | Path, need_optimizer: bool = False) -> Pa
 def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None, overwrite: bool) -> None:
     """Refuse to start a fresh run where another run left checkpoints or metrics (``--resume`` continues it).
 
-    With ``overwrite`` the old run's checkpoints and metrics are deleted first: the user asked for that.
+    With ``overwrite`` the old run's checkpoints and metrics are deleted first: the user asked for that. A folder
+    holding other files is refused before this, by ``refuse_foreign_files`` (the Trainer, before it takes the lock).
     """
     ckpt_dir, run_dir = Path(ckpt_dir), Path(run_dir)
-    if not resume:
-        refuse_foreign_files(run_dir, ckpt_dir)
     old = [d for _, d in step_dirs(ckpt_dir)]
     metrics = run_dir / "metrics.jsonl"
     into_another_run = resume and resume != "auto" and old and _check_explicit_resume(Path(resume), ckpt_dir, run_dir)
@@ -165,12 +164,12 @@ def refuse_foreign_files(run_dir: Path, ckpt_dir: Path | None = None) -> None:
     """A fresh run writes config.yaml, report.md, plots and checkpoints/ into its directory, replacing files of those
     names: it refuses a folder holding anything a run did not write (a token store, the user's files), --overwrite
     or not (that deletes a run's checkpoints, never other files). A killed write's temporary file is a run's."""
-    from cookmind.atomic import _TEMP
+    from cookmind.atomic import is_temp_name
 
     if not run_dir.is_dir():
         return
     ours = RUN_ENTRIES | ({ckpt_dir.name} if ckpt_dir is not None and ckpt_dir.parent == run_dir else set())
-    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in ours and not _TEMP.match(p.name))
+    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in ours and not is_temp_name(p.name))
     if foreign:
         raise FileExistsError(
             f"{run_dir} holds files a training run did not write ({', '.join(foreign[:4])}"
@@ -184,7 +183,7 @@ def _check_explicit_resume(resume: Path, ckpt_dir: Path, run_dir: Path) -> bool:
     Another run's directory would get this run's checkpoints beside its own, a step of the same number overwritten
     and the rest pruned; an older step of its own leaves the abandoned steps after it as the newest. True: PATH is
     another run's, which --overwrite (checked by the caller) may clear the directory for."""
-    source = find_latest_checkpoint(resume)
+    source = find_latest_checkpoint(resume, need_optimizer=True)  # the one the resume loads
     if source is None:
         return False  # the resume itself says there is no checkpoint there
     source = source.resolve()
