@@ -1,6 +1,7 @@
 """Rollout sampling, GRPO through the Trainer (stream data source, resume, held-out eval) and expert iteration."""
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -226,6 +227,80 @@ def test_grpo_objective_loss_matches_manual_and_counts_calls():
     obj2 = GRPOObjective(obj.cfg, tokenizer=XYZ(), reward_fn=x_fraction)
     obj2.load_state_dict(obj.state_dict())
     assert obj2.calls == 1
+
+
+def test_a_problems_file_that_cannot_be_read_is_one_line_naming_its_setting(tmp_path):
+    """grpo.problems / grpo.eval_problems: a missing file, a folder or a binary file says which setting named it
+    (it was a bare "[Errno 2] No such file or directory")."""
+    from cookmind.align.objective import build_objective
+    from cookmind.train import TrainConfig
+
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question": "1+1?", "answer": "2"}\n')
+    binary = tmp_path / "blob.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    cases = [
+        (
+            {"problems": str(tmp_path / "nope.jsonl")},
+            f"grpo.problems={tmp_path / 'nope.jsonl'}: no such file; give a JSONL",
+        ),
+        ({"problems": str(tmp_path)}, f"grpo.problems={tmp_path}: is a directory"),
+        ({"problems": str(good), "eval_problems": str(binary)}, f"grpo.eval_problems={binary}: not UTF-8 text"),
+    ]
+    for grpo, said in cases:
+        cfg = TrainConfig.from_dict({"train": {"objective": "grpo"}, "grpo": grpo})
+        with pytest.raises(ValueError) as caught:
+            build_objective(cfg, None)
+        assert str(caught.value).startswith(said) and "\n" not in str(caught.value), str(caught.value)
+    cfg = TrainConfig.from_dict({"train": {"objective": "grpo"}, "grpo": {"problems": str(good)}})
+    assert build_objective(cfg, None).problems == [{"question": "1+1?", "answer": "2"}]
+
+
+def test_a_run_whose_rewards_never_vary_says_so_once(tmp_path):
+    """Rollouts that all score 0 train nothing (every advantage is 0): after NO_SIGNAL_BATCHES such batches in a
+    row the run warns once, saying what to check; a varying reward never warns."""
+    from cookmind.align.objective import NO_SIGNAL_BATCHES
+
+    def never(resp, truth):
+        return {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0}
+
+    gcfg = GRPOConfig(group_size=4, max_new_tokens=2, template="{question}", stop_strings=())
+    trainer = _grpo_trainer(tmp_path / "flat", NO_SIGNAL_BATCHES + 2, prompts_per_step=1, gcfg=gcfg, reward_fn=never)
+    with pytest.warns(UserWarning) as caught:
+        trainer.fit()
+    said = [str(w.message) for w in caught if "no learning signal" in str(w.message)]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"grpo: no learning signal in the last {NO_SIGNAL_BATCHES} rollout batches")
+    assert "rewards 0 to 0" in said[0] and "no rollout earned any reward" in said[0]
+    assert "(the reward function's format; grpo.template='{question}')" in said[0]
+    assert all(r["frac_zero_std_groups"] == 1.0 for r in _rows(tmp_path / "flat"))
+
+    trainer = _grpo_trainer(tmp_path / "live", NO_SIGNAL_BATCHES + 2, prompts_per_step=3)  # x_fraction varies
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit()
+    assert not [w for w in caught if "no learning signal" in str(w.message)]
+    assert any(r["frac_zero_std_groups"] < 1.0 for r in _rows(tmp_path / "live"))
+
+
+def test_the_no_signal_count_restarts_at_a_batch_with_signal_and_names_the_case():
+    """The warning needs NO_SIGNAL_BATCHES flat batches in a row; a flat run with rewards earned says the rollouts
+    do not vary, not that nothing is earned."""
+    from cookmind.align.objective import NO_SIGNAL_BATCHES
+
+    obj = GRPOObjective(GRPOConfig(group_size=4, template="chat"), tokenizer=XYZ())
+    flat = {"frac_zero_std_groups": 1.0, "reward_min": 0.0, "reward_max": 1.0}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(NO_SIGNAL_BATCHES - 1):
+            obj._note_signal(flat)
+        obj._note_signal({"frac_zero_std_groups": 0.5, "reward_min": 0.0, "reward_max": 1.0})
+        for _ in range(NO_SIGNAL_BATCHES - 1):
+            obj._note_signal(flat)
+    assert not caught
+    with pytest.warns(UserWarning, match="rewards 0 to 1.*each problem's rollouts all earn the same") as caught:
+        obj._note_signal(flat)
+    assert "no rollout earned" not in str(caught[0].message)
 
 
 def test_grpo_config_refuses_loop_knobs_and_bad_values():

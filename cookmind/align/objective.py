@@ -148,19 +148,30 @@ def as_problem(p) -> dict[str, str]:
     return {"question": p.question, "answer": p.answer}
 
 
-def load_problems(path: str | Path) -> list[dict[str, str]]:
-    """``{"question", "answer"}`` rows of a JSONL file; a bad line is an error naming file:line."""
+def load_problems(path: str | Path, key: str = "grpo.problems") -> list[dict[str, str]]:
+    """``{"question", "answer"}`` rows of a JSONL file; a bad line is an error naming file:line, a file that cannot
+    be read one naming the config ``key`` that gave it."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{key}={path}: not UTF-8 text ({exc.reason} at byte {exc.start}); give a JSONL file"
+        ) from None
+    except OSError as exc:  # missing, a directory, unreadable: say which setting named it
+        why = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc)).lower()
+        raise ValueError(
+            f'{key}={path}: {why}; give a JSONL file with one {{"question": ..., "answer": ...}} object a line'
+        ) from None
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(as_problem(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{n}: expected a JSON object with 'question' and 'answer' ({exc})") from exc
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(as_problem(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{n}: expected a JSON object with 'question' and 'answer' ({exc})") from exc
     if not rows:
-        raise ValueError(f"{path}: no problems in the file")
+        raise ValueError(f"{key}={path}: no problems in the file")
     return rows
 
 
@@ -186,6 +197,39 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
     }
 
 
+# After this many rollout batches in a row where every group's rollouts all scored the same (every advantage 0),
+# the run says so once: a reward the responses can never earn (or always earn) trains nothing, silently.
+NO_SIGNAL_BATCHES = 10
+
+
+def no_signal_message(cfg: GRPOConfig, meta: dict[str, float], batches: int, custom_reward: bool) -> str:
+    """What to tell the user when ``batches`` rollout batches in a row carried no reward signal, and what to check."""
+    low, high = meta.get("reward_min", 0.0), meta.get("reward_max", 0.0)
+    head = (
+        f"grpo: no learning signal in the last {batches} rollout batches: within every group the "
+        f"{cfg.group_size} rollouts of a problem scored the same (rewards {low:g} to {high:g}), so every advantage "
+        "is 0 and the policy-gradient loss trains nothing"
+    )
+    if high > 0:  # something is earned, but never by some of a problem's rollouts and not others
+        return head + (
+            "; each problem's rollouts all earn the same: the problems may be too easy or too hard for the model, "
+            f"or grpo.temperature={cfg.temperature:g} and grpo.group_size={cfg.group_size} too low to vary them"
+        )
+    if custom_reward:
+        graded = "the reward function's format"
+    elif uses_think_tags(cfg.template):
+        graded = "<answer>...</answer> after </think>"
+    elif cfg.template == "chat":
+        graded = "'#### N' at the end"
+    else:
+        graded = "a final number"
+    return (
+        head + f"; no rollout earned any reward: check that the answers can take the format the reward grades "
+        f"({graded}; grpo.template={cfg.template!r}), that grpo.max_new_tokens={cfg.max_new_tokens} leaves room "
+        "for one, and that the model answers in that format at all (fine-tune it on worked answers first)"
+    )
+
+
 class GRPOObjective(Objective):
     """Online GRPO on {"prompt_ids", "prompt_lengths", "answer"} batches (or offline scored responses).
 
@@ -209,6 +253,7 @@ class GRPOObjective(Objective):
         self.cfg = cfg or GRPOConfig()
         self.cfg.validate()
         self.tokenizer = tokenizer
+        self.custom_reward = reward_fn is not None
         self.reward_fn = reward_fn or reward_fn_for_template(self.cfg.template, self.cfg.format_weight)
         self.reference = reference
         self.rank, self.world = 0, 1
@@ -222,6 +267,7 @@ class GRPOObjective(Objective):
                 raise ValueError("GRPOObjective: the problem stream is empty")
             self.next_batch = self._next_problems  # the Trainer draws batches from the stream instead of a store
         self._wrapped = False
+        self._no_signal = 0  # rollout batches in a row whose groups all scored flat
 
     def setup(self, trainer: Any) -> None:
         """Take the run's tokenizer, rank and seed; build the frozen reference (the start) when the KL is on."""
@@ -329,6 +375,7 @@ class GRPOObjective(Objective):
                     self.cfg.normalize_by_std,
                     **rollout_options(self.cfg, model),
                 )
+            self._note_signal(out["metadata"])
         self.calls += 1
         loss_batch = {
             k: out[k].to(device) for k in ("input_ids", "labels", "response_mask", "advantages", "raw_rewards")
@@ -339,6 +386,16 @@ class GRPOObjective(Objective):
             )
         loss_batch["rollout_metrics"] = out["metadata"]
         return loss_batch
+
+    def _note_signal(self, meta: dict[str, float]) -> None:
+        """Count rollout batches in a row with no reward signal; at ``NO_SIGNAL_BATCHES`` say so (rank 0, once a run
+        of them)."""
+        if meta.get("frac_zero_std_groups", 0.0) < 1.0:
+            self._no_signal = 0
+            return
+        self._no_signal += 1
+        if self._no_signal == NO_SIGNAL_BATCHES and self.rank == 0:
+            warnings.warn(no_signal_message(self.cfg, meta, NO_SIGNAL_BATCHES, self.custom_reward), stacklevel=2)
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         """The aggregated policy-gradient loss and the run's RL metrics."""
@@ -402,6 +459,6 @@ def build_objective(cfg, trainer) -> GRPOObjective:
     values = dict(getattr(cfg, "grpo", None) or {})
     values.setdefault("template", "chat")
     gcfg = GRPOConfig.from_dict(values)
-    problems = load_problems(gcfg.problems) if gcfg.problems else None
-    held_out = load_problems(gcfg.eval_problems) if gcfg.eval_problems else None
+    problems = load_problems(gcfg.problems, "grpo.problems") if gcfg.problems else None
+    held_out = load_problems(gcfg.eval_problems, "grpo.eval_problems") if gcfg.eval_problems else None
     return GRPOObjective(gcfg, problems=problems, eval_problems=held_out, seed=cfg.train.seed)
