@@ -193,6 +193,36 @@ def test_cookmind_train_interrupted_and_resumed_equals_uninterrupted_bit_for_bit
     assert a == b
 
 
+def test_resuming_a_run_directory_needs_only_the_directory_its_config_yaml_holds_the_rest(
+    tmp_path, store, sigterm_at_step, keep_threads, capsys
+):
+    """``--run-dir RUN --resume auto`` with no --config, data or model settings resumes RUN with the settings it
+    trained with (its config.yaml) and ends where the uninterrupted run ends, bit for bit. It stopped on
+    "model.vocab_size is not set": the default preset was used instead."""
+    from cookmind.cli import main
+
+    torch.set_num_threads(2)
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    steps = ["train.max_steps=4", "checkpoint.every=2"]
+    assert _run(store, "--run-dir", str(full), *steps) == 0
+    sigterm_at_step(2)
+    assert _run(store, "--run-dir", str(cut), *steps) == 128 + signal.SIGTERM
+    capsys.readouterr()
+    assert main(["train", "--run-dir", str(cut), "--resume", "auto"]) == 0
+    err = capsys.readouterr().err
+    assert f"settings from {cut / 'config.yaml'} (the run being resumed)" in err
+    assert f"resuming from {cut / 'checkpoints' / 'step_0000000'}" in err  # the stop's checkpoint
+    a = (full / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
+    b = (cut / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
+    assert a == b
+    # a fresh run, or a resume that names no run directory, still starts from the default preset
+    assert cli.resolve_config(_args("--run-dir", str(cut), "train.max_steps=1")).model.get("vocab_size") is None
+    assert cli.run_config_to_resume(_args("--resume", "auto")) is None
+    assert cli.run_config_to_resume(_args(f"logging.run_dir={cut}", "checkpoint.resume=auto")) == str(
+        cut / "config.yaml"
+    )
+
+
 def test_config_errors_are_one_line_with_the_bad_input_exit_status(tmp_path, store, capsys):
     # they exited 1 through SystemExit; the README promises 2 for bad input, like every other refusal
     assert _run(store, "--run-dir", str(tmp_path / "r"), "train.lerning_rate=1") == 2

@@ -5,8 +5,10 @@
     torchrun --nproc_per_node 2 -m cookmind train --config gpt2-small --train-data ...   # DDP
 
 Without --run-dir each run gets its own directory, ``<preset's logging.run_dir>-<UTC time>`` (printed at the
-start); ``--resume auto`` without --run-dir continues the newest of those. Exit status: 0 completed,
-2 bad input or a diverged run, 128 + N stopped by signal N (checkpoint saved; resume with --resume auto).
+start); ``--resume auto`` without --run-dir continues the newest of those. A resume with --run-dir and no --config
+takes the settings from the run's own config.yaml, so ``--run-dir RUN --resume auto`` is a whole command.
+Exit status: 0 completed, 2 bad input or a diverged run, 128 + N stopped by signal N (checkpoint saved; resume
+with --resume auto).
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-c",
         "--config",
-        default="tiny-cpu",
-        help=f"preset name in cookmind/configs ({', '.join(preset_names())}; default tiny-cpu) or a YAML path",
+        default=None,
+        help=f"preset name in cookmind/configs ({', '.join(preset_names())}) or a YAML path; default: with "
+        "--resume and --run-dir the run's own config.yaml, else tiny-cpu",
     )
     parser.add_argument("--objective", choices=["pretrain", "sft", "dpo", "grpo"], help="= train.objective")
     parser.add_argument("--train-data", help="training token store (= data.train_path)")
@@ -77,12 +80,38 @@ def resolve_config(args: argparse.Namespace):
     ]
     if getattr(args, "overwrite", False):
         items.append("checkpoint.overwrite=true")
+    if args.config is None:
+        args.config = run_config_to_resume(args) or DEFAULT_PRESET
     cfg = TrainConfig.load(args.config, items + list(args.overrides))
     if getattr(args, "run_dir", None) is None and not any(
         o.strip().startswith("logging.run_dir=") for o in getattr(args, "overrides", [])
     ):
         cfg.logging.run_dir = default_run_dir(cfg.logging.run_dir, resume=bool(cfg.checkpoint.resume), cfg=cfg)
     return cfg
+
+
+DEFAULT_PRESET = "tiny-cpu"
+
+
+def _flag_or_override(args: argparse.Namespace, name: str, key: str) -> str | None:
+    """The value given for ``key`` by its flag ``--name`` or a ``key=value`` override (the override wins)."""
+    value = getattr(args, name, None)
+    for o in getattr(args, "overrides", []):
+        k, sep, v = o.strip().partition("=")
+        if sep and k == key:
+            value = v.strip().strip("'\"")
+    return value or None
+
+
+def run_config_to_resume(args: argparse.Namespace) -> str | None:
+    """Without --config, a resume of a named run directory starts from that run's config.yaml (what it trained
+    with), so ``--run-dir RUN --resume auto train.max_steps=N`` continues it; None otherwise (the default preset)."""
+    run_dir = _flag_or_override(args, "run_dir", "logging.run_dir")
+    resume = _flag_or_override(args, "resume", "checkpoint.resume")
+    if run_dir is None or resume in (None, "null", "none", "false"):
+        return None
+    saved = Path(run_dir) / "config.yaml"
+    return str(saved) if saved.is_file() else None
 
 
 def default_run_dir(base: str, resume: bool, now: float | None = None, cfg=None) -> str:
@@ -158,6 +187,12 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank takes rank 0's (the Trainer agrees it)
         print(f"cookmind train: run directory {cfg.logging.run_dir}", file=sys.stderr)
+        if args.config == run_config_to_resume(args):
+            print(
+                f"cookmind train: settings from {args.config} (the run being resumed), with this command's flags "
+                "and overrides on top",
+                file=sys.stderr,
+            )
     try:
         trainer = Trainer(cfg)
     except torch.OutOfMemoryError as exc:
