@@ -223,6 +223,31 @@ def test_resuming_a_run_directory_needs_only_the_directory_its_config_yaml_holds
     )
 
 
+def test_print_config_of_a_grpo_run_shows_every_grpo_setting_and_reads_back(tmp_path, capsys):
+    """--print-config printed ``grpo: {}`` (the section holds only what was set): the user could not see the
+    objective's settings. Now every GRPOConfig field, with the run's values, and the print is a config file."""
+    import dataclasses
+
+    import yaml
+
+    from cookmind.align.objective import GRPOConfig
+    from cookmind.cli import main
+
+    assert main(["train", "--objective", "grpo", "--print-config", "grpo.group_size=4", "grpo.top_p=0.9"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert list(printed["grpo"]) == [f.name for f in dataclasses.fields(GRPOConfig)]
+    assert printed["grpo"]["group_size"] == 4 and printed["grpo"]["top_p"] == 0.9
+    assert printed["grpo"]["template"] == "chat" and printed["grpo"]["cliprange"] == GRPOConfig().cliprange
+    saved = tmp_path / "grpo.yaml"
+    saved.write_text(yaml.safe_dump(printed))
+    assert main(["train", "--config", str(saved), "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["grpo"] == printed["grpo"]
+    assert main(["train", "--objective", "grpo", "--print-config", "grpo.group_sz=4"]) == 2
+    assert "grpo: unknown keys ['group_sz']" in capsys.readouterr().err
+    assert main(["train", "--print-config"]) == 0  # other objectives print the section as set
+    assert yaml.safe_load(capsys.readouterr().out)["grpo"] == {}
+
+
 def test_config_errors_are_one_line_with_the_bad_input_exit_status(tmp_path, store, capsys):
     # they exited 1 through SystemExit; the README promises 2 for bad input, like every other refusal
     assert _run(store, "--run-dir", str(tmp_path / "r"), "train.lerning_rate=1") == 2

@@ -450,15 +450,20 @@ class GRPOObjective(Objective):
         self.position = int(state.get("position", 0))
 
 
+def grpo_settings(section: dict | None) -> GRPOConfig:
+    """The run's ``grpo`` section over the defaults (the prompt template "chat" unless set), validated."""
+    values = dict(section or {})
+    values.setdefault("template", "chat")
+    return GRPOConfig.from_dict(values)
+
+
 def build_objective(cfg, trainer) -> GRPOObjective:
     """The Trainer's plugin hook: GRPO settings from ``cfg.grpo``; ``grpo.problems`` / ``grpo.eval_problems`` are read.
 
     Without a template the prompt is "chat" (grading ``#### N``), matching ``cookmind pack``'s default
     grpo prompt template.
     """
-    values = dict(getattr(cfg, "grpo", None) or {})
-    values.setdefault("template", "chat")
-    gcfg = GRPOConfig.from_dict(values)
+    gcfg = grpo_settings(getattr(cfg, "grpo", None))
     problems = load_problems(gcfg.problems, "grpo.problems") if gcfg.problems else None
     held_out = load_problems(gcfg.eval_problems, "grpo.eval_problems") if gcfg.eval_problems else None
     return GRPOObjective(gcfg, problems=problems, eval_problems=held_out, seed=cfg.train.seed)

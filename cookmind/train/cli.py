@@ -90,6 +90,20 @@ def resolve_config(args: argparse.Namespace):
     return cfg
 
 
+def printable_config(cfg) -> dict:
+    """``--print-config``: every field of the run, the grpo objective's settings with their defaults filled in (its
+    section holds only what was set)."""
+    d = cfg.to_dict()
+    if cfg.train.objective == "grpo":
+        import dataclasses
+
+        from cookmind.align.objective import grpo_settings
+
+        settings = dataclasses.asdict(grpo_settings(cfg.grpo))
+        d["grpo"] = {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
+    return d
+
+
 DEFAULT_PRESET = "tiny-cpu"
 
 
@@ -183,7 +197,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"cookmind train: error: {exc}", file=sys.stderr)
         return 2  # bad input, as the README's exit statuses say
     if args.print_config:
-        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        print(yaml.safe_dump(printable_config(cfg), sort_keys=False))
         return 0
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank takes rank 0's (the Trainer agrees it)
         print(f"cookmind train: run directory {cfg.logging.run_dir}", file=sys.stderr)
