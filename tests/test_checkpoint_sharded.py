@@ -421,3 +421,29 @@ def test_fsdp_run_saves_sharded_resumes_exactly_and_reshards_to_one_process(tmp_
         s: json.loads((tmp_path / "cut1/checkpoints" / f"step_0000000{s}" / "meta.json").read_text()) for s in (2, 4)
     }
     assert meta[4]["run_id"] == meta[2]["run_id"] and (meta[2]["world_size"], meta[4]["world_size"]) == (2, 1)
+
+
+def test_a_full_format_checkpoint_resumes_under_fsdp_on_two_ranks_and_in_one_process(tmp_path, store):
+    """A run that outgrows one process: its full-format checkpoint (safetensors + optimizer.pt) resumes with
+    parallel.fsdp=true, weights and AdamW moments sharded from the whole tensors every rank reads, and ends where
+    the uninterrupted run ends (float rounding only: FSDP sums gradients in another order). It was refused."""
+    import shutil
+
+    _train(store, tmp_path / "ref", "train.max_steps=4", "checkpoint.format=full")
+    _train(store, tmp_path / "cut", "train.max_steps=2", "checkpoint.format=full", "checkpoint.every=2")
+    step2 = tmp_path / "cut" / "checkpoints" / "step_00000002"
+    assert (step2 / "model.safetensors").is_file() and (step2 / "optimizer.pt").is_file()
+    shutil.copytree(tmp_path / "cut", tmp_path / "cut1")
+    fsdp = ["parallel.fsdp=true", "checkpoint.format=auto", "checkpoint.resume=auto"]
+    _torchrun(tmp_path, store, tmp_path / "cut", "train.max_steps=4", *fsdp)
+    step4 = tmp_path / "cut" / "checkpoints" / "step_00000004"
+    assert is_sharded_checkpoint(step4) and json.loads((step4 / "meta.json").read_text())["world_size"] == 2
+    _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "cut", 4), exact=False)
+    _train(store, tmp_path / "cut1", "train.max_steps=4", *fsdp)  # FSDP2 in one process: a one-rank group
+    _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "cut1", 4), exact=False)
+    # the moments came back too: a fresh optimizer (the state ignored) ends elsewhere after two Adam steps
+    _train(store, tmp_path / "fresh", "train.max_steps=2", "checkpoint.format=full", "checkpoint.every=2")
+    init = f"train.init_from={tmp_path / 'fresh' / 'checkpoints' / 'step_00000002'}"
+    _train(store, tmp_path / "restart", "train.max_steps=2", init, "parallel.fsdp=true")
+    with pytest.raises(AssertionError):
+        _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "restart", 2), exact=False)

@@ -34,7 +34,12 @@ from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.model_io import META_NAME, OPTIMIZER_NAME, latest_checkpoint, step_dirs
 from cookmind.model.sharded_layout import is_sharded_checkpoint
 from cookmind.train.objectives.base import unwrap
-from cookmind.train.sharded_checkpoint import is_fsdp_sharded, load_sharded
+from cookmind.train.sharded_checkpoint import (
+    is_fsdp_sharded,
+    load_full_model_into_sharded,
+    load_full_optimizer_into_sharded,
+    load_sharded,
+)
 
 
 def checkpoint_name(step: int) -> str:
@@ -230,35 +235,39 @@ def load_checkpoint(
     if is_sharded_checkpoint(path):
         load_sharded(path, model, optimizer, scaler, meta)
         return meta
-    if is_fsdp_sharded(model):
-        raise ValueError(
-            f"{path}: a full-format checkpoint cannot be loaded into an FSDP-sharded model; resume it without "
-            "parallel.fsdp (any world size), save again with checkpoint.format=sharded, then resume that one"
-        )
     bare = unwrap(model)
+    fsdp = is_fsdp_sharded(model)  # a run that outgrew one GPU: every rank reads the whole tensors, keeps its shard
     if has_lora(bare):
+        if fsdp:
+            raise ValueError(
+                f"{path}: a full-format LoRA checkpoint cannot be loaded into an FSDP-sharded model; resume it "
+                "without parallel.fsdp (any world size), save again with checkpoint.format=sharded, then resume that"
+            )
         # The base weights are frozen and rebuilt from train.init_from; only the adapter trained.
         if not (path / "adapter_model.safetensors").is_file():
             raise FileNotFoundError(f"{path}/adapter_model.safetensors: missing, but the model has LoRA adapters")
         load_adapter(bare, path)
     else:
-        saved = load_model(path, device="cpu")
-        own = bare.state_dict()
-        theirs = saved.state_dict()
+        own = bare.state_dict()  # under FSDP2 DTensors, whose shapes are the whole tensors'
+        theirs = load_model(path, device="cpu").state_dict()
         if set(own) != set(theirs):
             raise ValueError(
                 f"{path}/model.safetensors: parameter names differ from the model being trained "
                 f"(missing {sorted(set(own) - set(theirs))[:5]}, unexpected "
                 f"{sorted(set(theirs) - set(own))[:5]}); resume with the same model config"
             )
-        with torch.no_grad():
-            for k, v in theirs.items():
-                if own[k].shape != v.shape:
-                    raise ValueError(
-                        f"{path}/model.safetensors: {k} has shape {tuple(v.shape)}, the model has "
-                        f"{tuple(own[k].shape)}; resume with the same model config"
-                    )
-                own[k].copy_(v)
+        for k, v in theirs.items():
+            if own[k].shape != v.shape:
+                raise ValueError(
+                    f"{path}/model.safetensors: {k} has shape {tuple(v.shape)}, the model has "
+                    f"{tuple(own[k].shape)}; resume with the same model config"
+                )
+        if fsdp:
+            load_full_model_into_sharded(bare, theirs)
+        else:
+            with torch.no_grad():
+                for k, v in theirs.items():
+                    own[k].copy_(v)
     if optimizer is not None:
         f = path / "optimizer.pt"
         if not f.is_file():
@@ -272,7 +281,10 @@ def load_checkpoint(
                 f"({why}); only resume from checkpoints cookmind wrote, or start fresh with "
                 "train.init_from"
             ) from None
-        optimizer.load_state_dict(state["optimizer"])
+        if fsdp:
+            load_full_optimizer_into_sharded(bare, optimizer, state["optimizer"], f)
+        else:
+            optimizer.load_state_dict(state["optimizer"])
         if scaler is not None and "scaler" in state:
             scaler.load_state_dict(state["scaler"])
     return meta

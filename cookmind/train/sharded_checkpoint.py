@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
+    set_optimizer_state_dict,
     set_state_dict,
 )
 
@@ -260,3 +261,34 @@ def load_sharded(
         )
     if scaler is not None and meta is not None and meta.get("scaler"):
         scaler.load_state_dict(meta["scaler"])
+
+
+# -- A full-format checkpoint (one process's safetensors + optimizer.pt) into an FSDP2-sharded model ----------------
+# A run that outgrows one GPU resumes its full checkpoints under parallel.fsdp: every rank reads the whole tensors
+# and DCP's state-dict API keeps each rank's shard (``full_state_dict=True``), as for a sharded checkpoint.
+
+
+def load_full_model_into_sharded(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Whole tensors by parameter name (checked against the model by the caller) into FSDP2's shards."""
+    set_model_state_dict(unwrap(model), weights, options=StateDictOptions(full_state_dict=True))
+
+
+def load_full_optimizer_into_sharded(model: torch.nn.Module, optimizer: Any, saved: dict[str, Any], where) -> None:
+    """A full-format optimizer state (``optimizer.state_dict()`` of an unsharded run: parameters numbered in the
+    order of its groups) into the optimizer of the FSDP2-sharded ``model``. The numbers become parameter names
+    through this optimizer's groups, which the Trainer builds the same way for both (same names, same order)."""
+    bare = unwrap(model)
+    name_of = {id(p): n for n, p in bare.named_parameters()}
+    ours = [[name_of[id(p)] for p in g["params"]] for g in optimizer.param_groups]
+    theirs = [list(g["params"]) for g in saved["param_groups"]]
+    if [len(g) for g in ours] != [len(g) for g in theirs]:
+        raise ValueError(
+            f"{where}: its parameter groups hold {[len(g) for g in theirs]} parameters, this run's optimizer "
+            f"{[len(g) for g in ours]}; resume with the same model and optimizer settings"
+        )
+    name = {i: n for g_ours, g_theirs in zip(ours, theirs) for i, n in zip(g_theirs, g_ours)}
+    by_name = {
+        "state": {name[i]: s for i, s in saved["state"].items()},
+        "param_groups": [{**g, "params": names} for g, names in zip(saved["param_groups"], ours)],
+    }
+    set_optimizer_state_dict(bare, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
