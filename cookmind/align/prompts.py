@@ -5,6 +5,8 @@ tokens in the middle of a prompt+response join, so we ask it not to).
 
 from __future__ import annotations
 
+from cookmind.infer.stop import control_token_ids
+
 # -- Prompt templates for reasoning with verifiable answers ---------------------------------------------------------
 
 
@@ -124,8 +126,10 @@ def stop_ids_of(tokenizer) -> tuple[int, ...]:
 
 
 def decode_response(tokenizer, ids) -> str:
-    """A generated response as text, without the end-of-text / end-of-turn token it may stop on."""
+    """A generated response as text to grade: what comes before its first control token (the end-of-text or
+    end-of-turn it stops on, an <|im_start|> opening a turn the model made up: what follows is not its answer, and
+    a control token is never text). Reasoning markers (<think>, </think>) stay: graders read them."""
     ids = [int(i) for i in ids]
-    if ids and ids[-1] in stop_ids_of(tokenizer):
-        ids = ids[:-1]
-    return decode_ids(tokenizer, ids)
+    control = control_token_ids(tokenizer)
+    end = next((k for k, t in enumerate(ids) if t in control), len(ids))
+    return decode_ids(tokenizer, ids[:end])

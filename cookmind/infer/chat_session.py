@@ -8,16 +8,17 @@ from cookmind.infer.detokenize import IncrementalDetokenizer
 from cookmind.infer.generate import stream
 from cookmind.infer.reasoning import ReasoningSplitter
 from cookmind.infer.sampling import SamplingParams
-from cookmind.infer.stop import StopStringMatcher
+from cookmind.infer.stop import StopStringMatcher, chat_stop_ids, control_token_ids
 
 
 class ChatSession:
-    """Keeps the messages; ``send(text)`` streams ("reasoning" | "content", piece) and records the reply."""
+    """Keeps the messages; ``send(text)`` streams ("reasoning" | "content", piece) and records the reply.
+    A reply ends at the first control token (``cookmind.infer.stop.chat_stop_ids``) unless cfg names its stop tokens."""
 
     def __init__(self, model, tokenizer, cfg: SamplingParams, system: str | None = None):
         self.model, self.tokenizer = model, tokenizer
-        stops = tuple(t for t in (tokenizer.eos_id, tokenizer.im_end_id) if t is not None)
-        self.cfg = cfg if cfg.stop_token_ids else cfg.replace(stop_token_ids=stops)
+        self.cfg = cfg if cfg.stop_token_ids else cfg.replace(stop_token_ids=chat_stop_ids(tokenizer))
+        self.control_ids = control_token_ids(tokenizer)  # never shown, whatever the stop tokens
         self.system = system
         self.history: list[dict] = []
         self.cut = False  # the last reply stopped because the conversation filled the model's context
@@ -46,7 +47,7 @@ class ChatSession:
             min_new_tokens=min(self.cfg.min_new_tokens, room),
             stop_strings=(),
         )
-        detok = IncrementalDetokenizer(self.tokenizer)
+        detok = IncrementalDetokenizer(self.tokenizer, skip_ids=self.control_ids)
         stopper = StopStringMatcher(list(self.cfg.stop_strings))
         splitter = ReasoningSplitter()
         reasoning, content = [], []

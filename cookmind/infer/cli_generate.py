@@ -1,4 +1,7 @@
-"""`cookmind generate --model DIR --prompt TEXT`: stream a completion with the KV cache."""
+"""`cookmind generate --model DIR --prompt TEXT`: stream a completion with the KV cache.
+
+Control tokens (<|im_start|>, <|endoftext|>, ...) are not printed (--keep-special-tokens prints them); with --chat
+the reply ends at the first one, as in `cookmind chat`."""
 
 from __future__ import annotations
 
@@ -23,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-p", type=float_in(0, 1), default=0.0, help="default 0 (off)")
     parser.add_argument("--repetition-penalty", type=float_in(0, above=True), default=1.0, help="default 1.0 (off)")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable; not printed)")
+    parser.add_argument(
+        "--keep-special-tokens",
+        action="store_true",
+        help="print the control tokens the model generates (<|im_start|>, ...); left out by default",
+    )
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument(
@@ -32,18 +40,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from cookmind.device import inference_dtype, resolve_device
-    from cookmind.infer.detokenize import IncrementalDetokenizer
+    from cookmind.infer.detokenize import IncrementalDetokenizer, decode_text
     from cookmind.infer.generate import generate, stream
     from cookmind.infer.loading import load_for_inference
     from cookmind.infer.sampling import SamplingParams
-    from cookmind.infer.stop import StopStringMatcher
+    from cookmind.infer.stop import StopStringMatcher, chat_stop_ids, control_token_ids, spelled_stop_ids
 
     if args.system is not None and not args.chat:  # it was dropped without a word: a raw prompt has no system turn
         print("cookmind generate: error: --system needs --chat (the prompt as a chat turn)", file=sys.stderr)
         return 2
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
-    stops = tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
+    stops = chat_stop_ids(tok) if args.chat else tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
+    stops = tuple(sorted({*stops, *spelled_stop_ids(tok, args.stop)}))  # --stop "<|im_start|>" is that token
+    skip = frozenset() if args.keep_special_tokens else control_token_ids(tok)
     cfg = SamplingParams(
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
@@ -75,9 +85,9 @@ def main(args: argparse.Namespace) -> int:
         outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string
         for text, out in zip(args.prompt, outs):
             stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
-            print(f"=== {text}\n{stopper.feed(tok.decode(out))[0] + stopper.flush()}")
+            print(f"=== {text}\n{stopper.feed(decode_text(tok, out, skip))[0] + stopper.flush()}")
         return 0
-    detok, stopper = IncrementalDetokenizer(tok), StopStringMatcher(args.stop)
+    detok, stopper = IncrementalDetokenizer(tok, skip_ids=skip), StopStringMatcher(args.stop)
     for token in stream(model, prompts[0], cfg):
         piece, hit = stopper.feed(detok.add(token))
         sys.stdout.write(piece)

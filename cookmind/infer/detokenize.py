@@ -3,6 +3,9 @@
 Byte-level BPE tokens can end in the middle of a UTF-8 character; decoding such a prefix
 yields U+FFFD. We wait until the character completes, and decode only a short window
 (from the last clean boundary) so each step costs O(window), not O(sequence).
+
+``skip_ids`` (control tokens, ``cookmind.infer.stop.control_token_ids``) are left out of the text, as Hugging Face's
+``decode(skip_special_tokens=True)`` leaves them out: the deltas of a stream join into ``decode_text`` of the ids.
 """
 
 from __future__ import annotations
@@ -10,17 +13,26 @@ from __future__ import annotations
 REPLACEMENT = "\ufffd"
 
 
-class IncrementalDetokenizer:
-    """Keeps the ids of one output; ``add(token_id)`` returns the new text (maybe empty)."""
+def decode_text(tokenizer, ids, skip_ids=frozenset()) -> str:
+    """The text of ``ids`` without the tokens in ``skip_ids``."""
+    return tokenizer.decode([int(t) for t in ids if int(t) not in skip_ids])
 
-    def __init__(self, tokenizer, max_wait: int = 8):
+
+class IncrementalDetokenizer:
+    """Keeps the ids of one output; ``add(token_id)`` returns the new text (maybe empty). Ids in ``skip_ids``
+    add no text (and are not kept)."""
+
+    def __init__(self, tokenizer, max_wait: int = 8, skip_ids=frozenset()):
         self.tokenizer = tokenizer
-        self.ids: list[int] = []
+        self.skip_ids = frozenset(skip_ids)
+        self.ids: list[int] = []  # the ids whose text is shown
         self._prefix = 0  # start of the decode window
         self._read = 0  # ids before this were already emitted
         self._max_wait = max_wait  # give up waiting for a char to complete after this many tokens
 
     def add(self, token_id: int) -> str:
+        if int(token_id) in self.skip_ids:
+            return ""
         self.ids.append(int(token_id))
         prefix_text = self.tokenizer.decode(self.ids[self._prefix : self._read])
         full_text = self.tokenizer.decode(self.ids[self._prefix :])

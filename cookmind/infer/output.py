@@ -4,6 +4,8 @@ One ``OutputProcessor`` per generated choice chains the text-side steps:
 token id ─► incremental detokenizer ─► stop-string matcher (holds back partial matches)
          ─► reasoning splitter (<think>...</think> -> reasoning_content)
          ─► tool-call parser (when the request has tools: <tool_call> blocks -> tool_calls) ─► deltas
+
+``skip_ids`` (control tokens) add no text; they still count as completion tokens and have logprobs.
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ class OutputProcessor:
         prompt_ids: list[int] | None = None,
         parse_tool_calls: bool = False,
         max_tool_calls: int | None = None,
+        skip_ids=frozenset(),
     ):
         self.tokenizer = tokenizer
         self.prompt_ids = prompt_ids  # for naming the tokens of a PromptLogprobsEvent
-        self.detok = IncrementalDetokenizer(tokenizer)
+        self.skip_ids = frozenset(skip_ids)
+        self.detok = IncrementalDetokenizer(tokenizer, skip_ids=self.skip_ids)
         self.stop = StopStringMatcher(list(stop_strings))
         self.reasoning = ReasoningSplitter() if split_reasoning else None
         self.tools = ToolCallParser(max_tool_calls) if parse_tool_calls else None
@@ -73,6 +77,7 @@ class OutputProcessor:
                 "token": self.tokenizer.decode([ev.token_id]),
                 "logprob": ev.logprob,
                 "top": [(t, self.tokenizer.decode([t]), lp) for t, lp in (ev.top_logprobs or [])],
+                "in_text": ev.token_id not in self.skip_ids,  # a left-out token takes no room in the text
             }
             delta.logprobs.append(entry)
             self.logprob_entries.append(entry)
@@ -96,6 +101,7 @@ class OutputProcessor:
                 "token": self.tokenizer.decode([t]),
                 "logprob": lp,
                 "top": None if top is None else [(k, self.tokenizer.decode([k]), v) for k, v in top],
+                "in_text": t not in self.skip_ids,
             }
             for t, lp, top in zip(ids, ev.logprobs, ev.top)
         ]

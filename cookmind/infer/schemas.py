@@ -125,6 +125,8 @@ class CompletionRequest(_SamplingFields):
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool = False
     suffix: str | None = None
+    # vLLM's name: leave control tokens (<|im_start|>, <|endoftext|>, ...) out of the text; false shows them
+    skip_special_tokens: bool = True
 
     @field_validator("suffix")
     @classmethod

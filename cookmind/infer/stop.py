@@ -8,9 +8,56 @@ Two questions, two classes:
     several tokens ("<|us" + "er|>"), so the matcher holds back the longest tail of the pending text
     that is a prefix of some stop string, and releases it once the next piece shows it is not. The
     stop string itself is never emitted. The server and the chat stream text through it.
+
+And which tokens are control tokens (``control_token_ids``): the tokenizer's special tokens other than a reply's
+own syntax (the ``<think>``/``</think>`` and ``<tool_call>``/``</tool_call>`` markers the reasoning and tool-call
+parsers read). A control token is never shown as text, and a chat reply ends at the first one
+(``chat_stop_ids``): ``<|im_start|>`` opens a turn the model made up, ``<|endoftext|>`` ends the text.
 """
 
 from __future__ import annotations
+
+from cookmind.infer.reasoning import THINK_CLOSE, THINK_OPEN
+from cookmind.infer.tool_calls import TOOL_CLOSE, TOOL_OPEN
+
+# special tokens that are part of a reply's own syntax: the reasoning and tool-call parsers need to see them
+REPLY_SYNTAX = frozenset({THINK_OPEN, THINK_CLOSE, TOOL_OPEN, TOOL_CLOSE})
+
+
+def special_tokens_of(tokenizer) -> dict[int, str]:
+    """{id: text} of the tokenizer's special tokens: cookmind's (and the Hugging Face adapter's)
+    ``special_tokens``, or a transformers tokenizer's added tokens marked special."""
+    specials = getattr(tokenizer, "special_tokens", None)
+    if isinstance(specials, dict):
+        return {int(i): s for s, i in specials.items()}
+    added = getattr(tokenizer, "added_tokens_decoder", None)
+    if isinstance(added, dict):
+        return {int(i): t.content for i, t in added.items() if getattr(t, "special", False)}
+    return {}
+
+
+def control_token_ids(tokenizer) -> frozenset[int]:
+    """Ids of the special tokens that are not reply syntax (``REPLY_SYNTAX``), with the end-of-text and end-of-turn
+    ids: left out of the text users see, and the tokens that end a chat reply."""
+    ids = {i for i, s in special_tokens_of(tokenizer).items() if s not in REPLY_SYNTAX}
+    for name in ("eos_id", "im_end_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            ids.add(value)
+    return frozenset(ids)
+
+
+def spelled_stop_ids(tokenizer, stop_strings) -> tuple[int, ...]:
+    """The control tokens that a stop string spells whole (``stop=["<|im_start|>"]``): callers make them stop tokens,
+    since a control token's text is never shown for a stop string to match."""
+    wanted = set(stop_strings)
+    return tuple(sorted(i for i, s in special_tokens_of(tokenizer).items() if s in wanted and s not in REPLY_SYNTAX))
+
+
+def chat_stop_ids(tokenizer) -> tuple[int, ...]:
+    """The tokens that end a chat reply: every control token (the one rule of the chat CLI, the server's chat
+    completions and the web page). The reply's text is what came before; finish_reason "stop"."""
+    return tuple(sorted(control_token_ids(tokenizer)))
 
 
 def check_stop_strings(stop_strings) -> tuple[str, ...]:

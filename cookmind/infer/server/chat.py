@@ -5,7 +5,11 @@ Tools: tool_choice "auto" (the default with tools) shows the tools to the model 
 neither shows them nor parses (the model cannot call what it was not shown); "required" and a named function
 also constrain decoding with a grammar of the template's tool-call blocks. parallel_tool_calls=false (and a named
 function) allows one call: a later block stays text. Streamed, each call is sent whole as one tool_calls delta as
-soon as its closing tag is generated."""
+soon as its closing tag is generated.
+
+A reply ends at the first control token the model emits (``cookmind.infer.stop.chat_stop_ids``: <|im_start|> opening
+a turn it made up, <|endoftext|>, ...), finish_reason "stop"; the reasoning and tool-call markers are the reply's
+own syntax, not control tokens."""
 
 from __future__ import annotations
 
@@ -101,7 +105,8 @@ async def chat_completions(request: Request, state: State):
             param="response_format",
         )
     grammar = grammar if tool_grammar is None else tool_grammar
-    await compile_off_loop(state, grammar, "response_format" if tool_grammar is None else "tool_choice")
+    stops = state.chat_stop_ids
+    await compile_off_loop(state, grammar, "response_format" if tool_grammar is None else "tool_choice", stops)
     gen = Generation(state)
     gen.submit(
         prompt_ids,
@@ -109,8 +114,10 @@ async def chat_completions(request: Request, state: State):
         req.logprobs,
         top,
         grammar=grammar,
+        stop_ids=stops,
         parse_tool_calls=choice.parses,
         max_tool_calls=choice.max_calls,
+        skip_ids=state.control_ids,
     )
     rid, now = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
     if req.stream:

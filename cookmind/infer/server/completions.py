@@ -1,5 +1,8 @@
 """POST /v1/completions: a text or token-id prompt (or a list of them, n choices each) continued as plain
-text, answered whole or streamed as text_completion events; echo and prompt logprobs as OpenAI does them."""
+text, answered whole or streamed as text_completion events; echo and prompt logprobs as OpenAI does them.
+
+Control tokens (``cookmind.infer.stop.control_token_ids``) are left out of the text unless the request says
+``skip_special_tokens: false`` (vLLM's field); they still count in usage and have their logprobs entries."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import uuid
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from cookmind.infer.detokenize import decode_text
 from cookmind.infer.schemas import CompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
 from cookmind.infer.server.generation import (
@@ -22,13 +26,14 @@ from cookmind.infer.server.generation import (
     stream_finish_reason,
 )
 from cookmind.infer.server.state import ServerState, State
+from cookmind.infer.stop import spelled_stop_ids
 
 router = APIRouter()
 
 
-def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[list[int], str]]:
+def _prompts(state: ServerState, req: CompletionRequest, skip_ids) -> list[tuple[list[int], str]]:
     """(ids, text) of every prompt, each checked to fit before any is submitted. Text is encoded as plain
-    text (no special tokens from it); token ids must lie in the vocabulary."""
+    text (no special tokens from it); token ids must lie in the vocabulary, their text leaves out ``skip_ids``."""
     prompt = req.prompt
     batch = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)) else [prompt]
     tok, vocab = state.tokenizer, state.vocab_size
@@ -47,15 +52,20 @@ def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[list[int]
         if not ids:
             raise APIError(400, f"{where} is empty", param="prompt")
         max_new_tokens(state, req, len(ids))
-        prompts.append((ids, p if isinstance(p, str) else tok.decode(ids)))
+        prompts.append((ids, p if isinstance(p, str) else decode_text(tok, ids, skip_ids)))
     return prompts
+
+
+def _width(entries) -> int:
+    """Characters the tokens of ``entries`` take in the text (a left-out control token takes none)."""
+    return sum(len(e["token"]) for e in entries if e["in_text"])
 
 
 def _logprobs(entries, offset0: int) -> dict:
     offsets, pos = [], offset0
     for e in entries:
         offsets.append(pos)
-        pos += len(e["token"])
+        pos += _width([e])
     return {
         "tokens": [e["token"] for e in entries],
         "token_logprobs": [e["logprob"] for e in entries],
@@ -68,11 +78,14 @@ def _logprobs(entries, offset0: int) -> dict:
 async def completions(request: Request, state: State):
     req = await parse_request(request, CompletionRequest)
     state.check_model(req.model)
-    prompts = await asyncio.to_thread(_prompts, state, req)  # tokenizing off the event loop
+    skip = state.control_ids if req.skip_special_tokens else frozenset()
+    prompts = await asyncio.to_thread(_prompts, state, req, skip)  # tokenizing off the event loop
     top = req.logprobs or 0
     prompt_lp = top if (req.echo and req.logprobs is not None) else None  # echo + logprobs scores the prompt
     grammar = await asyncio.to_thread(response_grammar, req)  # building a schema's grammar can take a while
-    await compile_off_loop(state, grammar, "response_format")  # and so can compiling it
+    # a stop string that spells a control token stops at that token (its text is not shown to be matched)
+    stops = sorted({*state.stop_ids, *spelled_stop_ids(state.tokenizer, req.stop_list())})
+    await compile_off_loop(state, grammar, "response_format", stops)  # and so can compiling it
     gen, echoes = Generation(state), []
     for ids, text in prompts:
         gen.submit(
@@ -82,8 +95,10 @@ async def completions(request: Request, state: State):
             top,
             prompt_logprobs=prompt_lp,
             grammar=grammar,
+            stop_ids=stops,
             split_reasoning=False,
             prompt_ids=ids,
+            skip_ids=skip,
         )
         echoes += [text if req.echo else ""] * req.n
     prompt_tokens = sum(len(ids) for ids, _ in prompts)
@@ -143,7 +158,7 @@ async def _stream(
             lp = None
             if req.logprobs is not None and d.logprobs:
                 lp = _logprobs(d.logprobs, offsets[i])
-                offsets[i] += sum(len(e["token"]) for e in d.logprobs)
+                offsets[i] += _width(d.logprobs)
             if d.content or lp:
                 yield chunk([{"index": i, "text": d.content, "logprobs": lp, "finish_reason": None}])
             if d.finish_reason is not None:

@@ -47,15 +47,16 @@ def response_grammar(req) -> str | None:
         raise APIError(400, str(exc), param="response_format") from exc
 
 
-async def compile_off_loop(state: ServerState, grammar: str | None, param: str) -> None:
+async def compile_off_loop(state: ServerState, grammar: str | None, param: str, stop_ids) -> None:
     """Compile a request's grammar in a worker thread before its submit, which then copies the compiled matcher:
     compiling on the event loop would hold every other request (a plain one's tokens too) for as long as it takes.
-    400 naming ``param`` when the grammar does not compile."""
+    ``stop_ids``: the tokens that end the request (as its submit gets them). 400 naming ``param`` when the grammar
+    does not compile."""
     if grammar is None:
         return
     try:
         engine = state.engine  # the tokenizer its matchers use: the compiled grammar is kept per tokenizer
-        await asyncio.to_thread(compile_grammar, engine.tokenizer, engine.vocab_size, grammar, state.stop_ids)
+        await asyncio.to_thread(compile_grammar, engine.tokenizer, engine.vocab_size, grammar, stop_ids)
     except ValueError as exc:
         raise APIError(400, str(exc), param=param) from exc
 
@@ -95,9 +96,11 @@ class Generation:
         top: int,
         prompt_logprobs: int | None = None,
         grammar: str | None = None,
+        stop_ids=None,
         **processor_kw,
     ) -> None:
-        """Submit req.n choices for one prompt; all or none: a refusal cancels every choice of this call."""
+        """Submit req.n choices for one prompt; all or none: a refusal cancels every choice of this call.
+        stop_ids: the tokens that end each choice (default: end-of-text and end-of-turn)."""
         engine = self.state.engine
         max_new = max_new_tokens(self.state, req, len(ids))
         adapter = self.state.check_model(req.model)  # the LoRA adapter the model name picks (None: the base)
@@ -109,7 +112,7 @@ class Generation:
                         ids,
                         sampling_params(req, j, logprobs, top, grammar),
                         max_new,
-                        self.state.stop_ids,
+                        self.state.stop_ids if stop_ids is None else stop_ids,
                         sink,
                         prompt_logprobs=prompt_logprobs,
                         adapter=adapter,

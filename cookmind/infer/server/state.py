@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server.errors import APIError
+from cookmind.infer.stop import chat_stop_ids, control_token_ids
 
 
 @dataclass
@@ -23,9 +25,19 @@ class ServerState:
 
     @property
     def stop_ids(self) -> list[int]:
-        """End-of-text and end-of-turn: a generation stops at either."""
+        """End-of-text and end-of-turn: a completion stops at either."""
         tok = self.tokenizer
         return sorted({t for t in (getattr(tok, "eos_id", None), getattr(tok, "im_end_id", None)) if t is not None})
+
+    @cached_property
+    def chat_stop_ids(self) -> list[int]:
+        """Every control token: a chat reply ends at the first one (``cookmind.infer.stop.chat_stop_ids``)."""
+        return list(chat_stop_ids(self.tokenizer))
+
+    @cached_property
+    def control_ids(self) -> frozenset[int]:
+        """The tokens left out of the text users see (``cookmind.infer.stop.control_token_ids``)."""
+        return control_token_ids(self.tokenizer)
 
     @property
     def vocab_size(self) -> int:

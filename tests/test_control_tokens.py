@@ -1,0 +1,206 @@
+"""Control tokens (<|im_start|>, <|endoftext|>, ...) a model generates are never shown as text: a chat reply ends at
+the first one (the chat CLI, the server's chat completions, the web page's stream), plain completions leave them out
+unless the request says skip_special_tokens: false, and a streamed answer joins into the whole one byte for byte.
+
+A scripted tiny model makes the model emit them: its greedy next token depends on the current token alone, along
+chains written here. Expected texts are written by hand.
+"""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+import torch
+from lm_fixtures import tiny_lm
+from test_server import API_KEY, MODEL, LiveServer, make_tokenizer
+
+from cookmind.align.prompts import decode_response
+from cookmind.cli import main as cli_main
+from cookmind.infer import SamplingParams, generate
+from cookmind.infer.chat_session import ChatSession
+from cookmind.infer.detokenize import IncrementalDetokenizer
+from cookmind.infer.engine import Engine, FinishEvent, TokenEvent
+from cookmind.infer.output import OutputProcessor
+from cookmind.infer.server import create_app
+from cookmind.infer.stop import chat_stop_ids, control_token_ids
+from cookmind.model import save_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
+
+E_ACUTE = "é".encode()  # two bytes: C3 A9, byte tokens of their own (ids 0..255 are the bytes)
+MESSAGES = [{"role": "user", "content": "Is the soup hot?"}]
+
+
+def scripted_lm(vocab_size: int, chains: list[list[int]]):
+    """A tiny CookMindLM whose greedy next token after chain[k] is chain[k + 1]. Attention and MLP add nothing (their
+    output projections are zero), so the last hidden state is the current token's normed embedding; the head's row
+    for the next token adds that embedding, scaled. A token is the current one of at most one step."""
+    torch.manual_seed(0)
+    model = tiny_lm(vocab_size=vocab_size, max_position_embeddings=256, tie_word_embeddings=False).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.zero_()
+        emb = model.model.embed_tokens.weight
+        model.lm_head.weight.zero_()
+        steps = [(cur, nxt) for chain in chains for cur, nxt in zip(chain, chain[1:])]
+        assert len({cur for cur, _ in steps}) == len(steps), "a token may lead to one next token only"
+        for cur, nxt in steps:
+            model.lm_head.weight[nxt] += emb[cur] / emb[cur].norm() * 20
+    return model
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    """The tokenizer, the model and its chains: a chat reply "Yes." then <|im_start|> (a turn the model makes up);
+    a completion of "#": "Na", half of "é", <|im_start|>, the other half, "!", end of text."""
+    tok = make_tokenizer(tmp_path_factory)
+    last = tok.render(MESSAGES, add_generation_prompt=True)[0][-1]  # the chat prompt's last token ("\n")
+    chat = [last, *b"Yes.", tok.im_start_id, E_ACUTE[1], ord("!"), tok.eos_id]
+    plain = [ord("#"), *b"Na", E_ACUTE[0], tok.im_start_id]  # then chat's tail: the other byte of "é", "!", eos
+    model = scripted_lm(tok.vocab_size, [chat, plain])
+    # the script holds: greedy decoding follows it
+    greedy = SamplingParams(temperature=0, max_new_tokens=10, stop_token_ids=[tok.eos_id])
+    out = generate(model, [[ord("#")], [last]], greedy)
+    assert out == [[*b"Na", E_ACUTE[0], tok.im_start_id, E_ACUTE[1], ord("!")], chat[1:-1]]
+    return tok, model
+
+
+@pytest.fixture(scope="module")
+def server(scripted):
+    tok, model = scripted
+    engine = Engine(model, num_slots=4, max_seq_len=256, max_waiting=16)
+    live = LiveServer(create_app(engine, tok, MODEL, api_key=API_KEY))
+    client = openai.OpenAI(base_url=live.url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+    yield live, client
+    live.close()
+
+
+# --- the one rule: which tokens are control tokens ------------------------------------------------------------------
+
+
+def test_control_tokens_are_the_specials_but_the_reply_syntax(scripted):
+    tok, _ = scripted
+    by_hand = {tok.special_tokens[s] for s in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")}
+    assert control_token_ids(tok) == by_hand  # <think> and </think> are the reply's own syntax
+    assert set(chat_stop_ids(tok)) == by_hand
+
+
+def test_reasoning_markers_still_split_a_chat_reply(scripted):
+    """<think>/</think> are special tokens of this tokenizer, and the reasoning splitter reads them as text."""
+    tok, _ = scripted
+    ids = [tok.special_tokens["<think>"], *tok.encode("hm"), tok.special_tokens["</think>"], *tok.encode("Yes")]
+    proc = OutputProcessor(tok, skip_ids=control_token_ids(tok))
+    for t in ids:
+        proc.feed(TokenEvent(t))
+    proc.feed(FinishEvent("stop"))
+    assert (proc.reasoning_content, proc.content) == ("hm", "Yes")
+
+
+def test_incremental_detokenizer_leaves_control_tokens_out_even_inside_a_character(scripted):
+    tok, _ = scripted
+    ids = [*b"Na", E_ACUTE[0], tok.im_start_id, E_ACUTE[1], tok.eos_id, ord("!")]
+    for skip, want in ((control_token_ids(tok), "Naé!"), ((), "Na\ufffd<|im_start|>\ufffd<|endoftext|>!")):
+        detok = IncrementalDetokenizer(tok, skip_ids=skip)
+        assert "".join(detok.add(t) for t in ids) + detok.flush() == want
+
+
+# --- chat: the reply ends at the first control token ----------------------------------------------------------------
+
+
+def test_server_chat_reply_ends_at_a_control_token(server):
+    _, client = server
+    r = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=20, temperature=0)
+    assert r.choices[0].message.content == "Yes." and r.choices[0].finish_reason == "stop"
+    assert r.usage.completion_tokens == 4  # the control token that ended the reply is not part of it
+    chunks = list(
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=20, temperature=0, stream=True)
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Yes."
+    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == ["stop"]
+
+
+def test_chat_session_reply_ends_at_a_control_token(scripted):
+    tok, model = scripted
+    session = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=20))
+    assert "".join(piece for _, piece in session.send(MESSAGES[0]["content"])) == "Yes."
+    assert session.history[-1] == {"role": "assistant", "content": "Yes."}
+
+
+def test_cookmind_generate_chat_reply_ends_at_a_control_token(scripted, tmp_path, capsys):
+    tok, model = scripted
+    save_model(tmp_path / "m", model)
+    tok.save(tmp_path / "m")
+    args = ["generate", "--checkpoint", str(tmp_path / "m"), "--max-new-tokens", "20", "--chat"]
+    assert cli_main(args + ["--prompt", MESSAGES[0]["content"]]) == 0
+    assert capsys.readouterr().out == "Yes.\n"
+
+
+# --- plain completion: control tokens left out of the text, unless asked for ----------------------------------------
+
+
+def test_cookmind_generate_leaves_control_tokens_out_unless_kept(scripted, tmp_path, capsys):
+    tok, model = scripted
+    save_model(tmp_path / "m", model)
+    tok.save(tmp_path / "m")
+    args = ["generate", "--checkpoint", str(tmp_path / "m"), "--max-new-tokens", "8", "--prompt", "#"]
+    assert cli_main(args) == 0
+    assert capsys.readouterr().out == "Naé!\n"
+    assert cli_main(args + ["--keep-special-tokens"]) == 0
+    assert capsys.readouterr().out == "Na\ufffd<|im_start|>\ufffd!\n"
+    assert cli_main(args + ["--prompt", "#"]) == 0  # a batch of two: generated together, printed whole
+    assert capsys.readouterr().out == "=== #\nNaé!\n=== #\nNaé!\n"
+
+
+@pytest.mark.parametrize(
+    ("skip", "want"), [(None, "Naé!"), (True, "Naé!"), (False, "Na\ufffd<|im_start|>\ufffd!")], ids=str
+)
+def test_server_completion_text_streamed_and_whole(scripted, server, skip, want):
+    tok, _ = scripted
+    _, client = server
+    extra = {} if skip is None else {"skip_special_tokens": skip}
+    kw = dict(model=MODEL, prompt=[ord("#")], max_tokens=10, temperature=0, logprobs=0, extra_body=extra)
+    r = client.completions.create(**kw)
+    choice = r.choices[0]
+    assert choice.text == want and choice.finish_reason == "stop"
+    # the control token still counts, and has its logprobs entry; its text takes no room when left out
+    assert r.usage.completion_tokens == 6
+    assert choice.logprobs.tokens[3] == "<|im_start|>"
+    assert choice.logprobs.text_offset == ([0, 1, 2, 3, 3, 4] if skip is not False else [0, 1, 2, 3, 15, 16])
+    chunks = list(client.completions.create(**kw, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == want
+    assert [t for c in chunks for t in (c.choices[0].logprobs.tokens if c.choices[0].logprobs else [])] == (
+        choice.logprobs.tokens
+    )
+    # the echo of a token-id prompt follows the same rule
+    kw.update(prompt=[tok.im_start_id, ord("#")], max_tokens=2, echo=True, logprobs=None)
+    echo = client.completions.create(**kw)
+    assert echo.choices[0].text == ("#Na" if skip is not False else "<|im_start|>#Na")
+
+
+def test_stop_string_spelling_a_control_token_stops_there(server):
+    _, client = server
+    r = client.completions.create(model=MODEL, prompt=[ord("#")], max_tokens=10, temperature=0, stop="<|im_start|>")
+    assert r.choices[0].text == "Na\ufffd" and r.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("bad", ["false", 0, None])
+def test_skip_special_tokens_must_be_a_boolean(server, bad):
+    live, _ = server
+    body = {"model": MODEL, "prompt": "#", "max_tokens": 2, "skip_special_tokens": bad}
+    r = httpx.post(live.url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "skip_special_tokens" and error["type"] == "invalid_request_error"
+
+
+# --- evals and GRPO grade the answer before any control token -------------------------------------------------------
+
+
+def test_graded_response_text_ends_before_a_control_token(scripted):
+    tok, _ = scripted
+    think, end_think = tok.special_tokens["<think>"], tok.special_tokens["</think>"]
+    ids = [think, *tok.encode("add"), end_think, *tok.encode(" 7"), tok.im_start_id, *tok.encode("user 9")]
+    assert decode_response(tok, ids) == "<think>add</think> 7"
+    assert decode_response(tok, [*tok.encode("#### 7"), tok.eos_id]) == "#### 7"
