@@ -259,8 +259,26 @@ def test_full_queue_answers_429(setup):
         with pytest.raises(openai.RateLimitError) as e:
             client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)
         assert e.value.status_code == 429 and e.value.body["code"] == "rate_limit_exceeded"
+        # Retry-After (whole seconds) tells the client when to come back: nothing finished lately, so the window
+        assert e.value.response.headers["retry-after"] == "10"
+        r = httpx.post(
+            server.url + "/v1/completions", json={"model": MODEL, "prompt": "soup", "max_tokens": 2}, timeout=30
+        )
+        assert r.status_code == 429 and r.headers["retry-after"] == "10"
     finally:
         server.close()
+
+
+def test_retry_after_is_the_mean_time_between_recent_finishes(setup):
+    engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=1)
+    assert engine.retry_after() == 10  # none finished: a window's length
+    now = time.perf_counter()
+    engine._finished_at.extend([now - 30, now - 20])  # out of the window: as good as none
+    assert engine.retry_after() == 10
+    engine._finished_at.extend([now - 3, now - 2, now - 1])  # 3 in the last 10 s: one every 3.3 s
+    assert engine.retry_after() == 4
+    engine._finished_at.extend([now] * 100)  # many: at least a second
+    assert engine.retry_after() == 1
 
 
 def test_disconnect_cancels_generation(setup):

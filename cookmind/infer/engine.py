@@ -15,6 +15,7 @@ a caller that sees a stop string simply cancels the request.
 from __future__ import annotations
 
 import itertools
+import math
 import queue
 import threading
 import time
@@ -283,6 +284,7 @@ class Engine:
         self.tokens_generated = 0
         self.prompt_tokens = 0
         self._recent: deque[tuple[float, int]] = deque()
+        self._finished_at: deque[float] = deque(maxlen=1024)  # when the latest requests finished (retry_after)
         self.spec = Speculator(speculative, self) if speculative is not None else None
 
     @torch.inference_mode()
@@ -402,6 +404,16 @@ class Engine:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+
+    def retry_after(self, window: float = 10.0) -> int:
+        """Seconds a client refused for a full queue should wait (a 429's Retry-After): a place in the queue frees
+        each time a request finishes, so the mean time between the finishes of the last ``window`` seconds, rounded
+        up and kept within 1..60; ``window`` when none finished in that time."""
+        now = time.perf_counter()
+        finished = sum(now - t <= window for t in list(self._finished_at))
+        if finished == 0:
+            return math.ceil(window)
+        return max(1, min(60, math.ceil(window / finished)))
 
     def metrics(self) -> dict:
         now = time.perf_counter()
@@ -787,5 +799,6 @@ class Engine:
                 self.spec.release(req)
         req.state, req.finish_reason = "done", reason
         self.requests_finished += 1
+        self._finished_at.append(time.perf_counter())
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
         req.sink(FinishEvent(reason, error))

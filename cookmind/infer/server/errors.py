@@ -22,12 +22,14 @@ class APIError(Exception):
         type_: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status, self.body = status, error_body(message, type_, param, code)
+        self.headers = headers  # e.g. a 429's Retry-After
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body, status_code=self.status)
+        return JSONResponse(self.body, status_code=self.status, headers=self.headers)
 
 
 def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:

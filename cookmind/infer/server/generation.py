@@ -121,7 +121,13 @@ class Generation:
                 self.procs.append(OutputProcessor(self.state.tokenizer, req.stop_list(), **processor_kw))
         except QueueFullError as exc:
             self.cancel()
-            raise APIError(429, str(exc), "rate_limit_error", code="rate_limit_exceeded") from exc
+            raise APIError(
+                429,
+                str(exc),
+                "rate_limit_error",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(engine.retry_after())},
+            ) from exc
         except ValueError as exc:
             self.cancel()
             raise APIError(400, str(exc)) from exc
