@@ -204,3 +204,19 @@ def test_graded_response_text_ends_before_a_control_token(scripted):
     ids = [think, *tok.encode("add"), end_think, *tok.encode(" 7"), tok.im_start_id, *tok.encode("user 9")]
     assert decode_response(tok, ids) == "<think>add</think> 7"
     assert decode_response(tok, [*tok.encode("#### 7"), tok.eos_id]) == "#### 7"
+
+
+def test_trainer_samples_follow_the_same_rule(scripted):
+    """The Trainer's eval samples: a chat (sft) reply ends at the control token, a pretraining completion leaves it
+    out. Called on a stand-in holding what the method reads, not a whole Trainer."""
+    from types import SimpleNamespace
+
+    from cookmind.train.trainer import Trainer
+
+    tok, model = scripted
+    for objective, prompt, want in (("sft", MESSAGES[0]["content"], "Yes."), ("pretrain", "#", "Naé!")):
+        cfg = SimpleNamespace(
+            eval=SimpleNamespace(prompts=[prompt], max_new_tokens=10), train=SimpleNamespace(objective=objective)
+        )
+        trainer = SimpleNamespace(cfg=cfg, tokenizer=tok, bare_model=model)
+        assert Trainer.generate_samples(trainer) == [{"prompt": prompt, "completion": want}]

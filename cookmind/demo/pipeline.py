@@ -413,12 +413,13 @@ def _greedy_answers(
 ) -> list[str]:
     """The model's greedy chat answer to each question (batched, KV-cached generation)."""
     from cookmind.infer import SamplingParams, generate
+    from cookmind.infer.stop import chat_stop_ids
     from cookmind.model import load_model
     from cookmind.tokenizer import Tokenizer
 
     tok = Tokenizer.load(ctx.paths["tokenizer"])
     model = load_model(checkpoint).eval()
-    stops = tuple(i for i in (tok.im_end_id, tok.eos_id) if i is not None)
+    stops = chat_stop_ids(tok)  # a reply ends at the first control token
     gcfg = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops)
     out = []
     with torch.no_grad():
@@ -473,12 +474,13 @@ def _eval_stage(name: str, source: str) -> Stage:
 def stage_chat(ctx: DemoContext) -> dict[str, Any]:
     """A few sample chats with the final model."""
     from cookmind.infer import SamplingParams, generate
+    from cookmind.infer.stop import chat_stop_ids
     from cookmind.model import load_model
     from cookmind.tokenizer import Tokenizer
 
     tok = Tokenizer.load(ctx.paths["tokenizer"])
     model = load_model(ctx.policy).eval()
-    stops = tuple(i for i in (tok.im_end_id, tok.eos_id) if i is not None)
+    stops = chat_stop_ids(tok)  # a reply ends at the first control token
     prompts = [list(tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]) for p in DEMO_PROMPTS]
     outs = generate(model, prompts, SamplingParams(max_new_tokens=80, temperature=0.0, stop_token_ids=stops))
     chats = [{"user": p, "assistant": tok.decode(o)} for p, o in zip(DEMO_PROMPTS, outs)]

@@ -938,6 +938,8 @@ class Trainer:
         if not self.cfg.eval.prompts or self.tokenizer is None:
             return []
         from cookmind.infer import SamplingParams, generate
+        from cookmind.infer.detokenize import decode_text
+        from cookmind.infer.stop import chat_stop_ids, control_token_ids
 
         tok = self.tokenizer
         chat = self.cfg.train.objective != "pretrain" and hasattr(tok, "render")
@@ -947,14 +949,14 @@ class Trainer:
                 prompts.append(list(tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]))
             else:
                 prompts.append(tok.encode(p))
+        # a chat reply ends at the first control token; a completion leaves them out of its text
         stops = tuple(i for i in (tok.eos_id, getattr(tok, "im_end_id", None)) if i is not None)
+        stops = chat_stop_ids(tok) if chat else stops
         gcfg = SamplingParams(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)
         # the plain loop: a serving engine kept during training would hold its KV pool and graphs
         outs = generate(self.bare_model, prompts, gcfg, tokenizer=tok, engine="builtin")
-        return [
-            {"prompt": p, "completion": tok.decode([t for t in o if t not in stops])}
-            for p, o in zip(self.cfg.eval.prompts, outs)
-        ]
+        control = control_token_ids(tok)
+        return [{"prompt": p, "completion": decode_text(tok, o, control)} for p, o in zip(self.cfg.eval.prompts, outs)]
 
     # -- checkpoints ------------------------------------------------------------------------
 
