@@ -19,7 +19,7 @@ def test_train_help_names_every_shipped_preset_and_the_default():
     assert {"qwen3-0.6b", "llama-1.3b", "tiny-cpu"} <= set(shipped)
     text = _help("train")
     assert all(name in text for name in shipped), shipped
-    assert "default tiny-cpu" in text
+    assert "default tiny-cpu; with --resume and --run-dir, the run's own config.yaml" in text
 
 
 def test_generate_and_chat_help_show_their_sampling_defaults():

@@ -41,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-c",
         "--config",
         default=None,
-        help=f"preset name in cookmind/configs ({', '.join(preset_names())}) or a YAML path; default: with "
-        "--resume and --run-dir the run's own config.yaml, else tiny-cpu",
+        help=f"preset name in cookmind/configs ({', '.join(preset_names())}) or a YAML path (default tiny-cpu; "
+        "with --resume and --run-dir, the run's own config.yaml)",
     )
     parser.add_argument("--objective", choices=["pretrain", "sft", "dpo", "grpo"], help="= train.objective")
     parser.add_argument("--train-data", help="training token store (= data.train_path)")
