@@ -49,6 +49,17 @@ def _run(store, *argv):
         torch.set_num_threads(n)
 
 
+def _run_after_tiny(store, *argv):
+    """``_run`` with ``argv`` after TINY, so its checkpoint.every (TINY's is 0) takes effect."""
+    from cookmind.cli import main
+
+    n = torch.get_num_threads()
+    try:
+        return main(["train", "--train-data", str(store), *TINY, *argv])
+    finally:
+        torch.set_num_threads(n)
+
+
 def test_default_run_dirs_are_unique_and_resume_finds_the_newest(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     a = cli.resolve_config(_args("train.max_steps=1")).logging.run_dir
@@ -89,6 +100,90 @@ def test_a_second_fresh_run_into_the_same_dir_is_refused_in_one_line(tmp_path, s
     assert os.listdir(os.path.join(run, "checkpoints")) == ["step_00000002"]
     assert _run(store, "--run-dir", run, "--overwrite", "train.max_steps=1") == 0
     assert os.listdir(os.path.join(run, "checkpoints")) == ["step_00000001"]
+
+
+def test_overwrite_and_pruning_delete_only_what_a_save_wrote(tmp_path, store, capsys):
+    """--overwrite deleted every step_N folder, the user's files in them and folders no run wrote; pruning
+    (checkpoint.keep_last) and a re-save of a step likewise. Now each save records its files in meta.json, and only a
+    folder holding nothing else is deleted: --overwrite refuses before deleting anything, pruning keeps and warns."""
+    import json
+
+    run = tmp_path / "run"
+    ckpts = run / "checkpoints"
+    assert (
+        _run_after_tiny(
+            store, "--run-dir", str(run), "train.max_steps=2", "checkpoint.every=1", "checkpoint.keep_last=0"
+        )
+        == 0
+    )
+    for step in (1, 2):  # the record is the folder as written (an independent listing of it)
+        d = ckpts / f"step_0000000{step}"
+        assert json.loads((d / "meta.json").read_text())["files"] == sorted(os.listdir(d))
+    (ckpts / "step_00000002" / "my_eval.json").write_text("{}")
+    (ckpts / "step_00000099").mkdir()
+    (ckpts / "step_00000099" / "data.txt").write_text("mine")
+    capsys.readouterr()
+    assert _run_after_tiny(store, "--run-dir", str(run), "--overwrite", "train.max_steps=1") == 2
+    err = capsys.readouterr().err
+    assert f"{ckpts / 'step_00000002'} holds my_eval.json, which no checkpoint save wrote" in err
+    assert sorted(os.listdir(ckpts)) == ["step_00000001", "step_00000002", "step_00000099"]  # nothing deleted
+    (ckpts / "step_00000002" / "my_eval.json").unlink()
+    assert _run_after_tiny(store, "--run-dir", str(run), "--overwrite", "train.max_steps=1") == 2
+    assert f"{ckpts / 'step_00000099'} holds data.txt, which no checkpoint save wrote" in capsys.readouterr().err
+    (ckpts / "step_00000099" / "data.txt").unlink()
+    assert _run_after_tiny(store, "--run-dir", str(run), "--overwrite", "train.max_steps=1") == 0
+    assert os.listdir(ckpts) == ["step_00000001"]
+
+    # pruning: keep_last=1 would delete step 1 at step 2; a user's file there keeps it, with a warning
+    other = tmp_path / "pruned"
+    cut = ["checkpoint.every=1", "checkpoint.keep_last=1"]
+    assert _run_after_tiny(store, "--run-dir", str(other), "train.max_steps=1", *cut) == 0
+    (other / "checkpoints" / "step_00000001" / "notes.txt").write_text("mine")
+    with pytest.warns(UserWarning, match="step_00000001 is kept past checkpoint.keep_last: it holds files no save"):
+        assert _run_after_tiny(store, "--run-dir", str(other), "--resume", "auto", "train.max_steps=3", *cut) == 0
+    assert sorted(os.listdir(other / "checkpoints")) == ["step_00000001", "step_00000003"]
+    assert (other / "checkpoints" / "step_00000001" / "notes.txt").read_text() == "mine"
+
+
+def test_a_resume_after_a_crash_logs_each_step_once(tmp_path, store, capsys):
+    """A run killed between checkpoints had logged the steps after its last one; the resume logged them again and
+    metrics.jsonl (and the report's plots) held both attempts. Now the resume drops the rows after its checkpoint,
+    a line the kill cut short too, says how many, and the file equals the uninterrupted run's."""
+    import json
+    import shutil
+
+    every = ["train.max_steps=4", "checkpoint.every=2", "checkpoint.keep_last=0", "logging.log_every=1"]
+    assert _run_after_tiny(store, "--run-dir", str(tmp_path / "straight"), *every) == 0
+    run = tmp_path / "crashed"
+    assert _run_after_tiny(store, "--run-dir", str(run), *every) == 0
+    shutil.rmtree(run / "checkpoints" / "step_00000004")  # killed after logging step 4, before its save
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "split": "tr')  # and in the middle of a line
+    capsys.readouterr()
+    assert _run_after_tiny(store, "--run-dir", str(run), "--resume", "auto", *every) == 0
+    err = capsys.readouterr().err
+    assert "3 rows of metrics.jsonl were logged after step 2 by the interrupted run (steps 3-4); dropped" in err
+
+    def rows(d):
+        keep = ("step", "split", "loss", "lr", "grad_norm", "tokens")
+        return [{k: r.get(k) for k in keep} for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
+
+    assert [r["step"] for r in rows(run)] == [1, 2, 3, 4]
+    assert rows(run) == rows(tmp_path / "straight")
+
+
+def test_a_checkpoint_dir_holding_other_files_is_refused(tmp_path, store, capsys):
+    """checkpoint.dir may name any folder: a fresh run wrote its step_N folders among the user's files."""
+    mine = tmp_path / "uc"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    run = ["--run-dir", str(tmp_path / "run"), "train.max_steps=1", f"checkpoint.dir={mine}"]
+    assert _run(store, *run) == 2
+    assert f"{mine} holds files a training run did not write (notes.txt)" in capsys.readouterr().err
+    assert os.listdir(mine) == ["notes.txt"] and not (tmp_path / "run").exists()
+    (mine / "notes.txt").unlink()
+    assert _run(store, *run) == 0
+    assert os.listdir(mine) == ["step_00000001"]
 
 
 def test_a_refused_resume_leaves_the_runs_config_yaml_alone(tmp_path, store, capsys):

@@ -13,7 +13,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from cookmind.atomic import building_dir, temp_path, write_json
+from cookmind.atomic import building_dir, is_temp_name, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.sharded_layout import ShardedCheckpointError, dcp_dir, is_sharded_checkpoint
@@ -87,6 +87,32 @@ def step_dirs(root: str | os.PathLike) -> list[tuple[int, Path]]:
         return []
     found = [(int(m.group(1)), d) for d in root.iterdir() if (m := _STEP_DIR.match(d.name)) and d.is_dir()]
     return sorted(found)
+
+
+def written_files(directory: Path) -> list[str]:
+    """What a save leaves in the checkpoint folder it builds (meta.json included): recorded in its meta.json as
+    ``files``, so that pruning, --overwrite and a re-save later remove only those."""
+    return sorted({p.name for p in Path(directory).iterdir() if not is_temp_name(p.name)} | {META_NAME})
+
+
+def foreign_files(directory: str | os.PathLike) -> list[str]:
+    """Names in a ``step_N`` folder that no checkpoint save wrote: every name when it has no readable meta.json (it
+    is not a checkpoint), the names beyond its meta.json's ``files`` otherwise (a checkpoint saved before meta.json
+    recorded them: none). What --overwrite, pruning and a re-save may delete is a checkpoint with none of these."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    names = {p.name for p in directory.iterdir() if not is_temp_name(p.name)}
+    try:
+        files = json.loads((directory / META_NAME).read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return sorted(names)
+    return sorted(names - set(files)) if isinstance(files, list) else []
+
+
+def is_own_checkpoint(path: Path) -> bool:
+    """A checkpoint folder a save may replace: one holding only what a save wrote (or nothing)."""
+    return not foreign_files(path)
 
 
 def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | None:

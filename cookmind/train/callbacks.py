@@ -157,7 +157,7 @@ class ProgressCallback(Callback):
 class TensorBoardCallback(Callback):
     """Scalars to ``<run_dir>/tensorboard`` (rank 0); needs the optional ``tensorboard`` package."""
 
-    def __init__(self, log_dir, log_every: int):
+    def __init__(self, log_dir, log_every: int, purge_step: int | None = None):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
@@ -165,7 +165,7 @@ class TensorBoardCallback(Callback):
                 "logging.tensorboard=true needs the tensorboard package: pip install tensorboard "
                 "(or set logging.tensorboard=false; metrics.jsonl has the same numbers)"
             ) from exc
-        self.writer = SummaryWriter(str(log_dir))
+        self.writer = SummaryWriter(str(log_dir), purge_step=purge_step)  # events at or past it are hidden
         self.log_every = max(1, log_every)
 
     def needs_state_at(self, trainer: Trainer, step: int) -> bool:

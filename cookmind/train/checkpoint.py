@@ -25,13 +25,22 @@ import json
 import pickle
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from cookmind.atomic import building_dir, temp_path, write_json
-from cookmind.model.model_io import META_NAME, OPTIMIZER_NAME, latest_checkpoint, step_dirs
+from cookmind.model.model_io import (
+    META_NAME,
+    OPTIMIZER_NAME,
+    foreign_files,
+    is_own_checkpoint,
+    latest_checkpoint,
+    step_dirs,
+    written_files,
+)
 from cookmind.model.sharded_layout import is_sharded_checkpoint
 from cookmind.train.objectives.base import unwrap
 from cookmind.train.sharded_checkpoint import (
@@ -72,7 +81,7 @@ def save_checkpoint(
     root = Path(root)
     final = root / checkpoint_name(step)
     bare = unwrap(model)
-    with building_dir(final, replace=True, is_ours=_is_checkpoint, what="cookmind checkpoint") as tmp:
+    with building_dir(final, replace=True, is_ours=is_own_checkpoint, what="cookmind checkpoint") as tmp:
         if has_lora(bare):
             save_model(tmp, merged_copy(bare))
             save_adapter(tmp, bare)
@@ -89,7 +98,7 @@ def save_checkpoint(
                 state["scaler"] = scaler.state_dict()
             with temp_path(tmp / OPTIMIZER_NAME) as opt:
                 torch.save(state, opt)
-        meta = {**meta, "step": step, "saved_at": time.time(), "complete": True}
+        meta = {**meta, "step": step, "saved_at": time.time(), "complete": True, "files": written_files(tmp)}
         write_json(tmp / META_NAME, meta)
     prune_checkpoints(root, final, meta, keep_last)
     return final
@@ -102,11 +111,14 @@ def prune_checkpoints(root: str | Path, final: Path, meta: dict[str, Any], keep_
     if keep_last > 0 and not doubtful:
         own = [d for d in list_checkpoints(root) if d != final and _run_id(d) == meta.get("run_id")]
         for old in own[: max(0, len(own) - (keep_last - 1))]:
+            if foreign := foreign_files(old):  # the user put files there: the checkpoint stays, and says why
+                warnings.warn(
+                    f"{old} is kept past checkpoint.keep_last: it holds files no save wrote "
+                    f"({', '.join(foreign[:3])}); move them out and delete it yourself",
+                    stacklevel=2,
+                )
+                continue
             shutil.rmtree(old, ignore_errors=True)
-
-
-def _is_checkpoint(path: Path) -> bool:
-    return (path / META_NAME).is_file() or not any(path.iterdir())
 
 
 def _run_id(path: Path) -> str | None:
@@ -154,6 +166,12 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
             f"{run_dir} already holds another run ({what}); continue it with --resume auto, "
             f"choose another --run-dir, or pass --overwrite to delete that run's checkpoints"
         )
+    for d in old:  # all or nothing: a folder the user put files in stops the deletion before it starts
+        if foreign := foreign_files(d):
+            raise FileExistsError(
+                f"{d} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, which no checkpoint save "
+                "wrote: --overwrite deletes a run's checkpoints, never other files; move them out, then run again"
+            )
     for d in old:
         shutil.rmtree(d)
     metrics.unlink(missing_ok=True)
@@ -168,19 +186,28 @@ RUN_ENTRIES = frozenset(
 def refuse_foreign_files(run_dir: Path, ckpt_dir: Path | None = None) -> None:
     """A fresh run writes config.yaml, report.md, plots and checkpoints/ into its directory, replacing files of those
     names: it refuses a folder holding anything a run did not write (a token store, the user's files), --overwrite
-    or not (that deletes a run's checkpoints, never other files). A killed write's temporary file is a run's."""
+    or not (that deletes a run's checkpoints, never other files). A killed write's temporary file is a run's. A
+    ``checkpoint.dir`` elsewhere may hold step_N folders only."""
     from cookmind.atomic import is_temp_name
 
-    if not run_dir.is_dir():
-        return
-    ours = RUN_ENTRIES | ({ckpt_dir.name} if ckpt_dir is not None and ckpt_dir.parent == run_dir else set())
-    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in ours and not is_temp_name(p.name))
-    if foreign:
-        raise FileExistsError(
-            f"{run_dir} holds files a training run did not write ({', '.join(foreign[:4])}"
-            f"{', ...' if len(foreign) > 4 else ''}): a run writes config.yaml, report.md and checkpoints/ there; "
-            "choose a new or empty --run-dir"
-        )
+    if run_dir.is_dir():
+        ours = RUN_ENTRIES | ({ckpt_dir.name} if ckpt_dir is not None and ckpt_dir.parent == run_dir else set())
+        foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in ours and not is_temp_name(p.name))
+        if foreign:
+            raise FileExistsError(
+                f"{run_dir} holds files a training run did not write ({', '.join(foreign[:4])}"
+                f"{', ...' if len(foreign) > 4 else ''}): a run writes config.yaml, report.md and checkpoints/ there; "
+                "choose a new or empty --run-dir"
+            )
+    if ckpt_dir is not None and ckpt_dir.is_dir():  # checkpoint.dir may name any folder: it holds step_N/ only
+        steps = {d.name for _, d in step_dirs(ckpt_dir)}
+        foreign = sorted(p.name for p in ckpt_dir.iterdir() if p.name not in steps and not is_temp_name(p.name))
+        if foreign:
+            raise FileExistsError(
+                f"{ckpt_dir} holds files a training run did not write ({', '.join(foreign[:4])}"
+                f"{', ...' if len(foreign) > 4 else ''}): checkpoints go into step_N folders there; choose a new or "
+                "empty checkpoint.dir"
+            )
 
 
 def _check_explicit_resume(resume: Path, ckpt_dir: Path, run_dir: Path) -> bool:

@@ -51,6 +51,31 @@ class MetricsWriter:
         with open(self.path, "a") as f:
             f.write(json.dumps(clean) + "\n")
 
+    def rewind(self, step: int) -> list[int]:
+        """Drop the rows logged after ``step``: a resume from the checkpoint at ``step`` trains those steps again, and
+        an attempt killed between checkpoints logged them once already (the plots and report would read both). A
+        line a kill cut short goes too. Returns the steps of the rows dropped (rewritten atomically)."""
+        if not self.enabled or not self.path.is_file():
+            return []
+        keep, dropped = [], []
+        for line in self.path.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:  # the last line of a killed write
+                dropped.append(-1)
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] > step:
+                dropped.append(record["step"])
+            else:
+                keep.append(line)
+        if dropped:
+            from cookmind.atomic import write_text
+
+            write_text(self.path, "".join(line + "\n" for line in keep))
+        return dropped
+
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All records of a metrics.jsonl (missing file -> [])."""

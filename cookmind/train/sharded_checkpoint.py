@@ -43,7 +43,7 @@ from cookmind.atomic import (
     write_json,
 )
 from cookmind.model.lora import has_lora
-from cookmind.model.model_io import CONFIG_NAME, META_NAME
+from cookmind.model.model_io import CONFIG_NAME, META_NAME, is_own_checkpoint, written_files
 from cookmind.model.sharded_io import SafeLoadPlanner, SafeReader, error_reason, load_error, read_metadata
 from cookmind.model.sharded_layout import MODEL_KEY, OPTIM_KEY, dcp_dir
 from cookmind.parallel import unwrap
@@ -171,9 +171,9 @@ class ShardedCheckpointer:
             if self.distributed:
                 dist.barrier()  # every rank's shard is on disk before the directory looks complete
             if self.rank == 0:
-                meta = {**pending["meta"], "saved_at": time.time(), "complete": True}
+                meta = {**pending["meta"], "saved_at": time.time(), "complete": True, "files": written_files(tmp)}
                 write_json(tmp / META_NAME, meta)
-                replace_dir(tmp, final, replace=True, is_ours=_is_checkpoint, what="cookmind checkpoint")
+                replace_dir(tmp, final, replace=True, is_ours=is_own_checkpoint, what="cookmind checkpoint")
                 if pending["on_complete"] is not None:
                     pending["on_complete"](final)
         finally:
@@ -186,7 +186,7 @@ class ShardedCheckpointer:
         answer: list[Any] = [None]
         if self.rank == 0:
             try:
-                check_replaceable(final, True, _is_checkpoint, "cookmind checkpoint")
+                check_replaceable(final, True, is_own_checkpoint, "cookmind checkpoint")
                 final.parent.mkdir(parents=True, exist_ok=True)
                 clean_stale_temps(final.parent)
                 tmp = temp_name(final)
@@ -207,10 +207,6 @@ def _save_error(exc: dcp.CheckpointException, final: Path) -> OSError:
     if any(is_disk_full(cause, final) for cause, _ in exc.failures.values()):
         return disk_full_error(final)
     return OSError(f"saving {final} failed: {error_reason(exc)}")
-
-
-def _is_checkpoint(path: Path) -> bool:
-    return (path / META_NAME).is_file() or not any(path.iterdir())
 
 
 def load_sharded(

@@ -312,7 +312,9 @@ class Trainer:
             if cfg.logging.tensorboard:
                 from cookmind.train.callbacks import TensorBoardCallback
 
-                self.callbacks.append(TensorBoardCallback(self.run_dir / "tensorboard", cfg.logging.log_every))
+                self.callbacks.append(  # a resumed run hides the interrupted run's events after its step
+                    TensorBoardCallback(self.run_dir / "tensorboard", cfg.logging.log_every, purge_step=self.step + 1)
+                )
             cfg.save(self.run_dir / "config.yaml")
 
     def _master_weights(self) -> dict:
@@ -1049,6 +1051,14 @@ class Trainer:
         self.consecutive_bad = int(meta.get("consecutive_bad", 0))
         self.last_eval = meta.get("last_eval") or {}
         self.last_saved_step = self.step
+        if self.dist.is_main and (dropped := self.metrics_writer.rewind(self.step)):
+            steps = [s for s in dropped if s >= 0]
+            print(
+                f"cookmind train: {len(dropped)} rows of metrics.jsonl were logged after step {self.step} by the "
+                f"interrupted run{f' (steps {min(steps)}-{max(steps)})' if steps else ''}; dropped: this run logs "
+                "those steps again",
+                file=sys.stderr,
+            )
         if meta.get("sampler") is not None and self.train_loader is not None:
             self.train_loader.load_state_dict(meta["sampler"])
         self.objective.load_state_dict(meta.get("objective") or {})
