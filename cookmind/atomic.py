@@ -9,7 +9,7 @@ packages: every layer may use it.
     write_text(path, text) / write_bytes / write_json / write_jsonl     one call
     with writing(path) as f: ...                                        a file written in pieces
     with temp_path(path) as tmp: torch.save(obj, tmp)                   a library that wants a path
-    with building_dir(path, replace=is_ours) as tmp: ...               a directory built whole
+    with building_dir(path, replace=..., is_ours=..., own_file=...) as tmp: ...   a directory built whole
     check_output_file(out, inputs, overwrite)                           before a command writes one file
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 _HOST = socket.gethostname().split(".")[0] or "host"
-_TEMP = re.compile(r"^\..+\.(?:tmp|old)-(\d+)@(.+)$")
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)@(?P<host>.+)$")
 _LOW_SPACE = 1 << 20  # below this many free bytes a failed write is taken for a full disk
 
 
@@ -108,6 +108,7 @@ def temp_path(path: str | os.PathLike) -> Iterator[Path]:
     on success it is fsynced and renamed to ``path``, on failure removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(path.parent, path.name)  # what a killed earlier write of this file left behind
     tmp = temp_name(path)
     try:
         with _disk_full_as_error(path):
@@ -162,18 +163,20 @@ def replace_dir(
     replace: bool = False,
     is_ours: Callable[[Path], bool] | None = None,
     what: str = "output",
+    own_file: Callable[[str], bool] | None = None,
 ) -> None:
     """Rename the finished ``tmp_dir`` to ``final``.
 
-    Something already at ``final`` is replaced only when ``replace`` is set *and* ``is_ours(final)`` says
-    it is a ``what`` (a token store, a tokenizer, ...): we never delete what we did not make.
+    Something already at ``final`` is replaced only when ``replace`` is set *and* it is a ``what`` (a token store,
+    a tokenizer, ...) holding nothing else: ``is_ours(final)`` and, with ``own_file``, every file and folder in it
+    (see ``foreign_file``). The old one is deleted whole, so we never delete what we did not make.
     """
     tmp_dir, final = Path(tmp_dir), Path(final)
     for f in tmp_dir.rglob("*"):
         if f.is_file():
             _fsync_file(f)
     if final.exists() or final.is_symlink():
-        check_replaceable(final, replace, is_ours, what)
+        check_replaceable(final, replace, is_ours, what, own_file)
         old = temp_name(final, "old")
         os.replace(final, old)
         os.replace(tmp_dir, final)
@@ -183,18 +186,57 @@ def replace_dir(
     _fsync_dir(final.parent)
 
 
-def check_replaceable(final: Path, replace: bool, is_ours: Callable[[Path], bool] | None, what: str) -> None:
-    """Raise FileExistsError unless ``final`` may be replaced (see ``replace_dir``); call it before long work."""
+def foreign_file(folder: str | os.PathLike, own_file: Callable[[str], bool]) -> str | None:
+    """The first file or folder under ``folder`` (walked in sorted order, depth first; a path relative to it,
+    ``/``-separated, e.g. ``mydata/important.txt``) that ``own_file`` does not claim as one the command writes;
+    None when it claims them all. Claimed folders are walked too: a file a user put inside one is found."""
+
+    def walk(d: Path, rel: str) -> str | None:
+        for entry in sorted(d.iterdir()):
+            name = rel + entry.name
+            inner = walk(entry, name + "/") if entry.is_dir() and not entry.is_symlink() else None
+            if inner is not None:
+                return inner
+            if not own_file(name):
+                return name
+        return None
+
+    return walk(Path(folder), "")
+
+
+def check_replaceable(
+    final: Path,
+    replace: bool,
+    is_ours: Callable[[Path], bool] | None,
+    what: str,
+    own_file: Callable[[str], bool] | None = None,
+) -> None:
+    """Raise FileExistsError unless ``final`` may be replaced (see ``replace_dir``); call it before long work.
+
+    Without ``replace`` the refusal offers --overwrite only when --overwrite would work."""
     final = Path(final)
     if not (final.exists() or final.is_symlink()):
         return
-    if not replace:
+    if is_ours is None:
+        raise FileExistsError(f"{final} already exists; choose another output path or move it away")
+    foreign = None
+    if own_file is not None and final.is_dir() and not final.is_symlink():
+        foreign = foreign_file(final, own_file)
+    ours = foreign is None and not final.is_symlink() and is_ours(final)
+    if ours and not replace:
         raise FileExistsError(f"{final} already exists; choose another output path or pass --overwrite")
-    if is_ours is None or final.is_symlink() or not is_ours(final):
+    if ours:
+        return
+    if foreign is not None and is_ours(final):
         raise FileExistsError(
-            f"{final} exists and is not a {what}; --overwrite only replaces a {what}, "
-            f"so move it away or choose another output path"
+            f"{final} holds {foreign}, which a {what} never has; --overwrite replaces only a folder holding nothing "
+            f"but a {what}'s own files, so move {final / foreign} away or choose another output path"
         )
+    kind = "a file" if final.is_file() else "a folder" if final.is_dir() else "something"
+    raise FileExistsError(
+        f"{final} exists and is {kind}, not a {what}; --overwrite replaces only a {what}, "
+        f"so move it away or choose another output path"
+    )
 
 
 def check_output_file(
@@ -214,14 +256,18 @@ def check_output_file(
 
 @contextlib.contextmanager
 def building_dir(
-    final: str | os.PathLike, replace: bool = False, is_ours: Callable[[Path], bool] | None = None, what: str = "output"
+    final: str | os.PathLike,
+    replace: bool = False,
+    is_ours: Callable[[Path], bool] | None = None,
+    what: str = "output",
+    own_file: Callable[[str], bool] | None = None,
 ) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``final``; renamed into place when the block succeeds.
 
     An existing ``final`` is checked first (``check_replaceable``), so a refusal comes before the work.
     """
     final = Path(final)
-    check_replaceable(final, replace, is_ours, what)
+    check_replaceable(final, replace, is_ours, what, own_file)
     final.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(final.parent)
     tmp = temp_name(final)
@@ -230,7 +276,7 @@ def building_dir(
     try:
         with _disk_full_as_error(final):
             yield tmp
-            replace_dir(tmp, final, replace, is_ours, what)
+            replace_dir(tmp, final, replace, is_ours, what, own_file)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -245,15 +291,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_stale_temps(directory: str | os.PathLike) -> list[Path]:
-    """Remove our temporary files and folders in ``directory`` whose writer (same host) is dead; return them."""
+def clean_stale_temps(directory: str | os.PathLike, name: str | None = None) -> list[Path]:
+    """Remove our temporary files and folders in ``directory`` whose writer (same host) is dead; return them.
+
+    With ``name``, only the temporaries of that output (``.NAME.tmp-PID@HOST``): a single-file writer cleans up
+    after its own killed predecessor without touching other outputs' temporaries.
+    """
     directory = Path(directory)
     removed = []
     if not directory.is_dir():
         return removed
+    prefix = "." if name is None else f".{name}."
     for entry in directory.iterdir():
-        m = _TEMP.match(entry.name)
-        if not m or m.group(2) != _HOST or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+        m = _TEMP.match(entry.name) if entry.name.startswith(prefix) else None
+        if not m or (name is not None and m["name"] != name) or m["host"] != _HOST:
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or _pid_alive(pid):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)

@@ -46,7 +46,7 @@ def test_replace_dir_replaces_only_what_the_caller_recognises(tmp_path):
         with atomic.building_dir(final, replace=True, is_ours=lambda p: (p / "ours").is_file(), what="thing") as t:
             (t / "ours").write_text("new")
 
-    with pytest.raises(FileExistsError, match="is not a thing"):
+    with pytest.raises(FileExistsError, match="is a folder, not a thing"):
         build()
     assert (final / "user.txt").read_text() == "precious"
     (final / "user.txt").unlink()
@@ -56,11 +56,15 @@ def test_replace_dir_replaces_only_what_the_caller_recognises(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
-def test_stale_temporaries_of_dead_writers_are_removed_live_ones_kept(tmp_path):
+def _dead_pid() -> int:
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
     )
-    dead_pid = int(dead.stdout)
+    return int(dead.stdout)
+
+
+def test_stale_temporaries_of_dead_writers_are_removed_live_ones_kept(tmp_path):
+    dead_pid = _dead_pid()
     host = atomic.temp_name(tmp_path / "x").name.split("@", 1)[1]
     stale = tmp_path / f".step_00000010.tmp-{dead_pid}@{host}"
     stale.mkdir()
@@ -83,3 +87,33 @@ def test_a_full_disk_is_one_line_naming_the_path(tmp_path):
     message = str(info.value)
     assert "no space left on device" in message and str(target) in message and "\n" not in message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_single_file_write_removes_its_own_stale_temporaries_only(tmp_path):
+    """A SIGKILLed `tokenizer encode --output big.bin` left .big.bin.tmp-PID@HOST, and a successful rerun kept it:
+    only directory writers cleaned up. A write now removes the dead writers' temporaries of its own file."""
+    dead_pid = _dead_pid()
+    host = atomic.temp_name(tmp_path / "x").name.split("@", 1)[1]
+    stale = tmp_path / f".big.bin.tmp-{dead_pid}@{host}"
+    stale.write_bytes(b"x" * 100)
+    live = tmp_path / f".big.bin.tmp-{os.getppid()}@{host}"  # a live writer of the same file: kept
+    live.write_bytes(b"y")
+    other = tmp_path / f".other.bin.tmp-{dead_pid}@{host}"  # another output's: left to its own writer
+    other.write_bytes(b"z")
+    prefix = tmp_path / f".big.tmp-{dead_pid}@{host}"  # a name that only starts like ours
+    prefix.write_bytes(b"w")
+    atomic.write_bytes(tmp_path / "big.bin", b"new")
+    assert not stale.exists() and live.exists() and other.exists() and prefix.exists()
+    assert (tmp_path / "big.bin").read_bytes() == b"new"
+
+
+def test_foreign_file_names_the_first_file_a_command_did_not_write(tmp_path):
+    (tmp_path / "meta.json").write_text("{}")
+    (tmp_path / "shard").mkdir()
+    (tmp_path / "shard" / "a.bin").write_text("")
+    own = {"meta.json", "shard", "shard/a.bin"}.__contains__
+    assert atomic.foreign_file(tmp_path, own) is None
+    (tmp_path / "shard" / "user.txt").write_text("mine")
+    assert atomic.foreign_file(tmp_path, own) == "shard/user.txt"
+    (tmp_path / "empty").mkdir()
+    assert atomic.foreign_file(tmp_path, own) == "empty"

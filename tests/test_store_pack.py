@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -459,3 +460,56 @@ def test_curate_and_eval_readers_name_the_column_of_a_cut_off_line(tmp_path):
         list(read_jsonl(src))
     with pytest.raises(ValueError, match=r"cut.jsonl:2: not valid JSON \(Expecting ',' delimiter at column 28\)"):
         read_jsonl_lines(src)
+
+
+@pytest.mark.parametrize("fmt", ["bin", "h5"])
+def test_overwrite_refuses_a_store_the_user_added_files_to_and_names_the_first(tmp_path, tok_dir, capsys, fmt):
+    """--overwrite deleted the old store whole, with the NOTES.md and mydata/ a user had put in it; now it replaces
+    only a folder holding nothing but a store's own files, and the refusal names the first other one."""
+    from cookmind.cli import main
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS)
+    store = tmp_path / "s1"
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(corpus), "--out", str(store)]
+    argv += ["--format", fmt, "--quiet"]
+    assert main(argv) == 0
+    (store / "NOTES.md").write_text("my notes")
+    (store / "mydata").mkdir()
+    (store / "mydata" / "important.txt").write_text("important")
+    assert main([*argv, "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind pack: error: {store} holds NOTES.md, which a token store never has;")
+    assert err.count("\n") == 1 and f"move {store / 'NOTES.md'} away" in err
+    (store / "NOTES.md").unlink()
+    assert main([*argv, "--overwrite"]) == 2
+    assert "holds mydata/important.txt" in capsys.readouterr().err
+    assert (store / "mydata" / "important.txt").read_text() == "important"
+    if fmt == "bin":  # a file put inside a shard folder is found too
+        (store / "mydata" / "important.txt").rename(store / "shard_0000" / "important.txt")
+        (store / "mydata").rmdir()
+        assert main([*argv, "--overwrite"]) == 2
+        assert "holds shard_0000/important.txt" in capsys.readouterr().err
+        (store / "shard_0000" / "important.txt").unlink()
+    else:
+        shutil.rmtree(store / "mydata")
+    assert main([*argv, "--overwrite"]) == 0  # a store of its own files only: replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "s1"]
+
+
+def test_overwrite_is_offered_only_where_it_would_work(tmp_path, tok_dir, capsys):
+    """`pack --out afile` said "pass --overwrite", which then refused: the advice led nowhere."""
+    from cookmind.cli import main
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(corpus), "--quiet", "--out"]
+    assert main([*argv, str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a token store" in err and "pass --overwrite" not in err
+    assert main([*argv, str(tmp_path / "s")]) == 0
+    assert main([*argv, str(tmp_path / "s")]) == 2
+    assert "already exists; choose another output path or pass --overwrite" in capsys.readouterr().err
+    assert afile.read_text() == "mine"

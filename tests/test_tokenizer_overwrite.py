@@ -76,3 +76,24 @@ def test_export_refuses_to_replace_files_without_overwrite(tmp_path, capsys):
     assert "tokenizer.json" in capsys.readouterr().err and (out / "tokenizer.json").read_text() == "user's"
     assert run_cli(["export", "--tokenizer", str(tok_dir), "--out", str(out), "--overwrite"]) == 0
     assert (out / "tokenizer.json").read_text() != "user's"
+
+
+def test_overwrite_names_a_users_file_in_a_tokenizer_folder_and_is_offered_only_where_it_works(tmp_path, capsys):
+    """A tokenizer folder the user added a file to is refused naming it; `--out afile` said "pass --overwrite",
+    which then refused too: the first refusal now offers --overwrite only where it would work."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    argv = ["train", "--input", str(corpus), "--vocab-size", "280", "--workers", "1", "--out"]
+    out = tmp_path / "tok"
+    assert run_cli([*argv, str(out)]) == 0
+    (out / "NOTES.md").write_text("mine")
+    assert run_cli([*argv, str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out} holds NOTES.md, which a tokenizer folder never has" in err and err.count("\n") == 1
+    assert (out / "NOTES.md").read_text() == "mine"
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    assert run_cli([*argv, str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a tokenizer folder" in err and "pass --overwrite" not in err
+    assert afile.read_text() == "mine"

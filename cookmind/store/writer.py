@@ -3,12 +3,14 @@
 Everything goes into a hidden temporary directory beside ``out``; only ``close()`` renames it
 into place, after the last shard and the top-level ``meta.json`` are on disk. A crash or a
 bad input line therefore never leaves a store that loads. ``overwrite`` replaces only a token
-store: any other file or directory at ``out`` is refused before any work starts.
+store holding nothing but its own files (``is_store_file``): any other file or directory at ``out``,
+or a store the user added files to, is refused before any work starts.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from cookmind.atomic import check_replaceable, clean_stale_temps, replace_dir, t
 from cookmind.store.factory import StoreFactory
 from cookmind.store.layout import (
     FORMAT_VERSION,
+    KEY_KIND,
     META_NAME,
     SHARD_PREFIX,
     check_keys,
@@ -53,7 +56,7 @@ class StoreWriter:
         self.overwrite = overwrite
         self.meta = dict(meta or {})
         self.keys: tuple[str, ...] | None = None
-        check_replaceable(self.out, overwrite, is_token_store, "token store")
+        check_replaceable(self.out, overwrite, is_token_store, "token store", is_store_file)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(self.out.parent)  # what a killed pack left behind
         self.tmp = temp_name(self.out)
@@ -137,7 +140,7 @@ class StoreWriter:
             **(extra_meta or {}),
         }
         write_json(self.tmp / META_NAME, meta)
-        replace_dir(self.tmp, self.out, self.overwrite, is_token_store, "token store")
+        replace_dir(self.tmp, self.out, self.overwrite, is_token_store, "token store", is_store_file)
         return self.out
 
     def abort(self) -> None:
@@ -153,8 +156,22 @@ class StoreWriter:
         return False
 
 
+# The names StoreWriter writes: meta.json, shard_NNNN (a .bin folder of KEY.bin + meta.json) or shard_NNNN.h5.
+_SHARD = re.escape(SHARD_PREFIX) + r"\d{4,}"
+_STORE_FILE = re.compile(
+    rf"^(?:{re.escape(META_NAME)}|{_SHARD}|{_SHARD}\.h5|{_SHARD}/(?:{re.escape(META_NAME)}|(?:{'|'.join(KEY_KIND)})\.bin))$"
+)
+
+
+def is_store_file(name: str) -> bool:
+    """Whether ``name`` (relative to a store, ``/``-separated) is one ``StoreWriter`` writes: --overwrite deletes
+    a store whole, so it must hold nothing else."""
+    return _STORE_FILE.match(name) is not None
+
+
 def is_token_store(path: Path) -> bool:
-    """Whether ``path`` is a directory that ``StoreWriter`` made (a ``meta.json`` naming format and shards)."""
+    """Whether ``path`` is a directory that ``StoreWriter`` made (a ``meta.json`` naming format and shards);
+    ``is_store_file`` says whether it holds anything else."""
     meta = Path(path) / META_NAME
     if not Path(path).is_dir() or not meta.is_file():
         return False

@@ -124,6 +124,15 @@ def is_saved_tokenizer(path: Path) -> bool:
     return "cookmind_tokenizer.json" in names and names <= SAVED_FILES
 
 
+def _has_tokenizer(path: Path) -> bool:
+    """Whether ``path`` holds our tokenizer file; ``SAVED_FILES`` says whether it holds anything else."""
+    return (Path(path) / "cookmind_tokenizer.json").is_file()
+
+
+# what --overwrite may replace: a folder holding our tokenizer and none but SAVED_FILES (the first other one named)
+_REPLACEABLE = {"is_ours": _has_tokenizer, "what": "tokenizer folder", "own_file": SAVED_FILES.__contains__}
+
+
 def check_out(out: Path, overwrite: bool, inputs=()) -> None:
     """Refuse an --out that holds anything but an empty folder, unless --overwrite and it is one of our tokenizers."""
     for p in inputs:
@@ -132,7 +141,7 @@ def check_out(out: Path, overwrite: bool, inputs=()) -> None:
     if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
         return
     try:
-        check_replaceable(out, overwrite, is_saved_tokenizer, "tokenizer folder")
+        check_replaceable(out, overwrite, **_REPLACEABLE)
     except FileExistsError as exc:
         raise TokenizerError(str(exc)) from None
 
@@ -142,7 +151,7 @@ def _save_new(tok, out: Path, overwrite: bool) -> None:
     check_out(out, overwrite)
     if out.is_dir() and not any(out.iterdir()):
         out.rmdir()  # an empty folder the user made for us
-    with building_dir(out, replace=overwrite, is_ours=is_saved_tokenizer, what="tokenizer folder") as tmp:
+    with building_dir(out, replace=overwrite, **_REPLACEABLE) as tmp:
         tok.save(tmp)
 
 
