@@ -96,3 +96,26 @@ def test_a_crawl_is_written_over_an_earlier_one_only_with_overwrite_and_leaves_n
     assert [p.name for p in shards] == ["crawl-00000.jsonl.gz", "crawl-00001.jsonl.gz"]
     ids = [json.loads(line)["id"] for p in shards for line in gzip.open(p, "rt")]
     assert sorted(ids) == [f"page-{i:06d}" for i in range(30)]
+
+
+def test_a_rerun_removes_the_temporary_a_killed_run_left_of_its_output(tmp_path, tok_dir):
+    """A SIGKILLed `tokenizer encode --output big.bin` left .big.bin.tmp-PID@HOST; a successful rerun kept it,
+    though `cookmind` promises the next run removes such files. A temporary of another output is not ours to take."""
+    import os
+    import subprocess
+    import sys
+
+    from cookmind.atomic import temp_name
+
+    text = tmp_path / "big.txt"
+    text.write_text("the soup simmered in the garden\n" * 50)
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stale = temp_name(tmp_path / "big.bin").name.replace(f"-{os.getpid()}@", f"-{killed.pid}@")
+    (tmp_path / stale).write_bytes(b"half of the ids")
+    (tmp_path / stale.replace("big.bin", "other.bin")).write_bytes(b"another output's")
+    killed.kill()
+    killed.wait()
+    argv = ["tokenizer", "encode", "--tokenizer", str(tok_dir), "--input", str(text), "--output"]
+    assert main([*argv, str(tmp_path / "big.bin")]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(["big.txt", "big.bin", stale.replace("big.bin", "other.bin")])
