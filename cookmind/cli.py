@@ -180,6 +180,55 @@ def out_of_memory_line(exc: BaseException, advice: str) -> str:
     return f"out of GPU memory ({said}); {advice}"
 
 
+def command_name(parser: argparse.ArgumentParser, args: argparse.Namespace, stage: str) -> str:
+    """``STAGE`` or ``STAGE SUB-COMMAND`` (``tokenizer export``, ``curate crawl``, ``eval ppl``): what every error
+    line names, whether the stage or this module's handler prints it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub = getattr(args, action.dest, None)
+            return f"{stage} {sub}" if sub else stage
+    return stage
+
+
+def _first_file_in(path: str) -> str | None:
+    """The first part of ``path`` that exists and is not a folder (why making or opening under it failed)."""
+    from pathlib import Path
+
+    for part in reversed([Path(path), *Path(path).parents]):
+        if part.exists() and not part.is_dir():
+            return str(part)
+    return None
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OSError as one line, "PATH: what; what to do", instead of Python's "[Errno 17] File exists: 'PATH'".
+
+    Our own messages (an OSError made with one sentence, DiskFullError) are kept as they are."""
+    path = exc.filename
+    if exc.errno is None or not exc.strerror:
+        return str(exc)  # one of our sentences: FileExistsError("... already exists; ...")
+    if path is None:
+        return exc.strerror  # DiskFullError's sentence, or the system's words for an error with no path
+    if exc.filename2 is not None:
+        path = f"{path} -> {exc.filename2}"
+    if isinstance(exc, FileExistsError):
+        from pathlib import Path
+
+        kind = "is a file, not a folder" if Path(exc.filename).is_file() else "already exists"
+        return f"{path}: {kind}; choose another path or move it away"
+    if isinstance(exc, NotADirectoryError):
+        file = _first_file_in(str(exc.filename))
+        where = f"{file} is a file, not a folder" if file and file != str(exc.filename) else "is not a folder"
+        return f"{path}: {where}; choose another path or move {file or 'it'} away"
+    if isinstance(exc, IsADirectoryError):
+        return f"{path}: is a folder, not a file; name a file"
+    if isinstance(exc, PermissionError):
+        return f"{path}: permission denied; choose a path you may use, or change its permissions"
+    if isinstance(exc, FileNotFoundError):
+        return f"{path}: no such file or folder; check the path"
+    return f"{path}: {exc.strerror[:1].lower()}{exc.strerror[1:]}; check the path and try again"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -192,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     stage_parser, module = _stage_parser(argv[0])
     args = parse_stage_args(stage_parser, argv[1:])
     warnings_as_lines(argv[0])
+    prefix = f"cookmind {command_name(stage_parser, args, argv[0])}: error:"
     try:
         result = module.main(args)
     except (ValueError, OSError) as exc:
@@ -199,15 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         # COOKMIND_DEBUG=1 shows the traceback instead.
         if os.environ.get("COOKMIND_DEBUG"):
             raise
-        print(f"cookmind {argv[0]}: error: {exc}", file=sys.stderr)
+        print(f"{prefix} {os_error_line(exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
         if type(exc).__name__ != "OutOfMemoryError" or os.environ.get("COOKMIND_DEBUG"):  # torch's, by name: the
             raise  # data stages never import torch
-        print(
-            f"cookmind {argv[0]}: error: {out_of_memory_line(exc, OOM_ADVICE.get(argv[0], OOM_ADVICE['']))}",
-            file=sys.stderr,
-        )
+        print(f"{prefix} {out_of_memory_line(exc, OOM_ADVICE.get(argv[0], OOM_ADVICE['']))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # Ctrl-C: every output is written under a temporary name, so nothing half-written is left under the

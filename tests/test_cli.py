@@ -591,3 +591,51 @@ def test_generate_system_without_chat_is_refused_not_dropped(capsys, tmp_path, m
     monkeypatch.chdir(tmp_path)
     assert cli_main(["generate", "--model", "m", "--prompt", "p", "--system", "Be brief."]) == 2
     assert "--system needs --chat" in capsys.readouterr().err
+
+
+def test_an_os_error_is_one_sentence_naming_the_path_not_an_errno(tmp_path):
+    """The top-level handler printed str(exc): "[Errno 17] File exists: 'afile'", with nothing to do about it."""
+    from cookmind.cli import os_error_line
+
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    lines = {}
+    for name, fail in {
+        "exists": lambda: afile.mkdir(),
+        "mkdir-over-file": lambda: (afile / "sub").mkdir(parents=True, exist_ok=True),
+        "under-a-file": lambda: open(afile / "x.txt", "w"),
+        "a-folder": lambda: open(tmp_path, "rb"),
+        "missing": lambda: open(tmp_path / "none.txt"),
+    }.items():
+        with pytest.raises(OSError) as info:
+            fail()
+        lines[name] = os_error_line(info.value)
+    assert lines["exists"] == f"{afile}: is a file, not a folder; choose another path or move it away"
+    assert lines["mkdir-over-file"].startswith(f"{afile}")
+    assert lines["under-a-file"] == (
+        f"{afile / 'x.txt'}: {afile} is a file, not a folder; choose another path or move {afile} away"
+    )
+    assert lines["a-folder"] == f"{tmp_path}: is a folder, not a file; name a file"
+    assert lines["missing"] == f"{tmp_path / 'none.txt'}: no such file or folder; check the path"
+    denied = PermissionError(13, "Permission denied", "/root/x")
+    assert os_error_line(denied) == "/root/x: permission denied; choose a path you may use, or change its permissions"
+    assert all("Errno" not in line and "\n" not in line for line in lines.values())
+    ours = "out already exists; pass --overwrite"
+    assert os_error_line(FileExistsError(ours)) == ours  # our own sentences are kept
+
+
+def test_every_error_line_names_the_stage_and_its_sub_command(tmp_path, capsys):
+    """An OSError the top level caught read `cookmind curate: error: [Errno 17] ...` where the stage's own said
+    `cookmind curate crawl: error:`; `tokenizer export --out afile` was a raw errno too."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    assert cli_main(["curate", "crawl", "--output", str(afile), "--num-pages", "3"]) == 2
+    err = capsys.readouterr().err
+    want = f"{afile}: is a file, not a folder; choose another path or move it away"
+    assert err == f"cookmind curate crawl: error: {want}\n"
+    assert cli_main(["tokenizer", "export", "--tokenizer", str(tmp_path / "tok"), "--out", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind tokenizer export: error: --out {afile} is a file;") and "Errno" not in err
+    assert cli_main(["eval", "ppl", "--model", str(tmp_path / "none"), "--data", str(afile), "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith("cookmind eval ppl: error: ")
+    assert afile.read_text() == "mine"

@@ -178,7 +178,8 @@ def test_cli_export_copies_tokenizer_files_and_import_round_trips(tmp_path, caps
     for name, p in model.state_dict().items():
         torch.testing.assert_close(back.state_dict()[name].float(), p.to(torch.bfloat16).float(), rtol=0, atol=0)
     assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf")]) == 2  # exists: refused
-    assert "already exists" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "already exists" in err and err.startswith("cookmind export: error: ")  # was "cookmind export: PATH: ..."
 
 
 def test_cli_export_of_a_run_directory_takes_the_newest_checkpoint(tmp_path):

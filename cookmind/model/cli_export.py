@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         out = export_hf(ckpt, out_dir, dtype=parse_dtype(args.dtype))
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
-        print(f"cookmind export: {exc}", file=sys.stderr)
+        print(f"cookmind export: error: {exc}", file=sys.stderr)
         return 2
     import json
 

@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         out = import_hf(hf_dir, out_dir, dtype=parse_dtype(args.dtype))
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
-        print(f"cookmind import: {exc}", file=sys.stderr)
+        print(f"cookmind import: error: {exc}", file=sys.stderr)
         return 2
     cfg = load_config(out)
     print(

@@ -121,7 +121,9 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.quiet,
         )
     except (PackError, StoreError, ValueError, OSError) as exc:  # ValueError covers TokenizerError
-        print(f"cookmind pack: error: {exc}", file=sys.stderr)
+        from cookmind.cli import os_error_line
+
+        print(f"cookmind pack: error: {os_error_line(exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
         return 2  # bad input, as every stage answers it
     skipped = meta["skipped"]["count"]
     print(

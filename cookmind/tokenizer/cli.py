@@ -270,8 +270,10 @@ def _export(args) -> int:
     from cookmind.tokenizer.hf_format import hf_tokenizer_config, hf_tokenizer_json
     from cookmind.tokenizer.tokenizer import Tokenizer
 
-    tok = Tokenizer.load(args.tokenizer)
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise TokenizerError(f"--out {out} is a file; export writes its files into a folder: name a folder")
+    tok = Tokenizer.load(args.tokenizer)
     if args.format == "hf":
         files = {
             "tokenizer.json": json.dumps(hf_tokenizer_json(tok), ensure_ascii=False),
