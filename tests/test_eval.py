@@ -353,3 +353,52 @@ def test_gsm8k_counts_answers_cut_by_max_new_tokens(tmp_path):
     m = evaluate_gsm8k(OracleLM(respond), CharTok(), problems, out, max_new_tokens=45, progress=False)
     assert m["num_cut_short"] == 1 and m["accuracy"] == 0.5
     assert [r["cut_short"] for r in map(json.loads, out.read_text().splitlines())] == [[False], [True]]
+
+
+def test_ppl_out_writes_one_row_a_window_and_says_how_much_max_bytes_left_out(tmp_path, capsys):
+    """`eval ppl --out p.jsonl` wrote only p.metrics.json, though its help promised the per-item JSONL; and
+    --max-bytes 500 reported the 499 bytes it scored, not what it left out of how many."""
+    from cookmind.cli import main
+
+    tiny_hf_tokenizer(tmp_path / "hf")
+    tiny_hf_model(tmp_path / "hf")
+    text = tmp_path / "t.txt"
+    text.write_text("hello world, hello tiny model. " * 10)  # 310 bytes
+    out = tmp_path / "p.jsonl"
+    argv = ["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8", "--quiet"]
+    assert main([*argv, "--max-bytes", "100", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    metrics = json.loads(printed[-1])
+    assert metrics["file_bytes"] == 310 and metrics["bytes_not_evaluated"] == 210
+    assert "--max-bytes 100: evaluated the first 100 of 310 bytes; 210 bytes (68%) left out" in printed[0]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["window"] for r in rows] == list(range(len(rows))) and len(rows) == math.ceil(99 / 8)
+    assert sum(r["tokens"] for r in rows) == metrics["tokens"] == 99
+    assert sum(r["nll"] for r in rows) == pytest.approx(metrics["nll_per_token"] * 99, rel=1e-5)
+    assert json.loads(out.with_suffix(".metrics.json").read_text()) == metrics
+    assert main([*argv, "--out", str(out)]) == 2  # p.jsonl is an output now: kept without --overwrite
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_ppl_on_a_store_says_how_many_windows_max_windows_left_out(tmp_path, tok_dir):
+    from lm_fixtures import CORPUS
+
+    from cookmind.evals import evaluate_store
+    from cookmind.store import TokenStore
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    (tmp_path / "c.txt").write_text(CORPUS)
+    pack([tmp_path / "c.txt"], tmp_path / "s", tok_dir, "seq", progress=False)
+    length = TokenStore(tmp_path / "s").stream_length("sequence")
+    torch.manual_seed(0)
+    model = torch.nn.Embedding(tok.vocab_size, tok.vocab_size)  # a bigram table: logits of the next token
+    rows = []
+    r = evaluate_store(model, tok, tmp_path / "s", window=16, max_windows=3, progress=False, rows=rows)
+    assert length > 4 * 16 and r["windows"] == 3 and r["windows_total"] == math.ceil(length / 16)
+    assert r["store_tokens"] == length and r["tokens_not_evaluated"] == length - 3 * 16
+    assert [(w["start"], w["stop"], w["tokens"]) for w in rows] == [(0, 16, 15), (16, 32, 15), (32, 48, 15)]
+    assert sum(w["bytes"] for w in rows) == r["bytes"] and sum(w["tokens"] for w in rows) == r["tokens"]
+    whole = evaluate_store(model, tok, tmp_path / "s", window=16, progress=False)
+    assert whole["windows"] == whole["windows_total"] and whole["tokens_not_evaluated"] == 0

@@ -17,7 +17,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_model_argument(p)
         p.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the model dir)")
         p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
-        p.add_argument("--out", default=None, help="write the per-item JSONL here (metrics JSON beside it)")
+        p.add_argument(
+            "--out",
+            default=None,
+            help="write the per-item JSONL here (ppl: one line per window), the metrics JSON beside it",
+        )
         p.add_argument("--overwrite", action="store_true", help="replace an --out (and its metrics JSON) already there")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -68,13 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     """Run the chosen evaluation, print its metrics as one JSON object, optionally save them."""
-    from cookmind.atomic import check_output_file, write_json
+    from cookmind.atomic import check_output_file, write_json, write_jsonl
     from cookmind.device import resolve_device
     from cookmind.infer.loading import load_for_inference
 
     if args.out:  # before the model loads: an --out that names the data (or a file of yours) is refused
-        written = [Path(args.out).with_suffix(".metrics.json")] + ([Path(args.out)] if args.task != "ppl" else [])
-        for path in written:
+        for path in (Path(args.out).with_suffix(".metrics.json"), Path(args.out)):
             check_output_file(path, [args.data], args.overwrite)
     device = str(resolve_device(args.device))  # the checkpoint's dtype: scores as trained, on either device
     model, tokenizer = load_for_inference(args.model, device, tokenizer_path=args.tokenizer, hf_native=True)
@@ -107,11 +110,16 @@ def main(args) -> int:
         from cookmind.evals.perplexity import evaluate_store, evaluate_text_file
 
         args.window = args.window or context_length(model) or 256
-        data = Path(args.data)
+        data, rows = Path(args.data), []
         if data.is_file() and data.suffix not in (".h5", ".hdf5"):
-            metrics = evaluate_text_file(model, tokenizer, data, args.window, args.stride, args.max_bytes, progress)
+            metrics = evaluate_text_file(
+                model, tokenizer, data, args.window, args.stride, args.max_bytes, progress, rows
+            )
         else:
-            metrics = evaluate_store(model, tokenizer, data, args.window, args.max_windows, progress)
+            metrics = evaluate_store(model, tokenizer, data, args.window, args.max_windows, progress, rows)
+        _say_what_was_left_out(args, metrics)
+        if args.out:
+            write_jsonl(args.out, rows)
     skipped = metrics.get("num_skipped_too_long", 0)
     if skipped:
         total = skipped + metrics.get("num_problems", metrics.get("num_questions", 0))
@@ -135,3 +143,20 @@ def main(args) -> int:
     if args.out:
         write_json(Path(args.out).with_suffix(".metrics.json"), metrics)
     return 0
+
+
+def _say_what_was_left_out(args, metrics: dict) -> None:
+    """--max-bytes / --max-windows: print how much of the data the perplexity leaves out (the metrics say it too)."""
+    if metrics.get("bytes_not_evaluated"):
+        left, of = metrics["bytes_not_evaluated"], metrics["file_bytes"]
+        print(
+            f"cookmind eval ppl: --max-bytes {args.max_bytes}: evaluated the first {of - left:,} of {of:,} bytes; "
+            f"{left:,} bytes ({left / of:.0%}) left out (bytes_not_evaluated)"
+        )
+    if metrics.get("windows_total", 0) > metrics.get("windows", 0):
+        done, of = metrics["windows"], metrics["windows_total"]
+        print(
+            f"cookmind eval ppl: --max-windows {args.max_windows}: evaluated {done:,} of {of:,} windows; "
+            f"{of - done:,} windows ({metrics['tokens_not_evaluated']:,} of {metrics['store_tokens']:,} tokens) "
+            f"left out (tokens_not_evaluated)"
+        )

@@ -20,11 +20,17 @@ from cookmind.align.prompts import decode_ids, encode_text
 
 @torch.no_grad()
 def sequence_nll(
-    model, ids: list[int], window: int, stride: int | None = None, progress: bool = False
+    model,
+    ids: list[int],
+    window: int,
+    stride: int | None = None,
+    progress: bool = False,
+    windows: list[dict] | None = None,
 ) -> tuple[float, int]:
     """(sum of -log p(token | previous tokens) in nats, number of scored tokens) over ``ids``.
 
-    The first token has no context and is not scored.
+    The first token has no context and is not scored. ``windows``, when given, gets one row per window: its first
+    token's position, the tokens it scored and their summed NLL (what ``eval ppl --out`` writes).
     """
     stride = stride or window
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -46,8 +52,11 @@ def sequence_nll(
         logits = logits_of(model(chunk[None, :-1]))[0]
         lp = gather_log_probs(logits, chunk[1:])
         first_new = max(0, scored_upto - (start + 1))  # skip targets an earlier window scored
-        total -= lp[first_new:].sum().item()
+        nll = -lp[first_new:].sum().item()
+        total += nll
         count += len(lp) - first_new
+        if windows is not None:
+            windows.append({"start": start, "tokens": len(lp) - first_new, "nll": nll})
         scored_upto = start + len(chunk)
         if scored_upto >= len(ids):
             break
@@ -64,14 +73,29 @@ def _report(nll: float, tokens: int, n_bytes: int) -> dict:
     }
 
 
+def _window_row(i: int, row: dict) -> dict:
+    return {"window": i, **row, "nll_per_token": row["nll"] / max(1, row["tokens"])}
+
+
 def evaluate_text(
-    model, tokenizer, text: str, window: int = 256, stride: int | None = None, progress: bool = False
+    model,
+    tokenizer,
+    text: str,
+    window: int = 256,
+    stride: int | None = None,
+    progress: bool = False,
+    rows: list[dict] | None = None,
 ) -> dict:
-    """Perplexity and bits per byte on ``text``. Bytes exclude the first token's (it is never predicted)."""
+    """Perplexity and bits per byte on ``text``. Bytes exclude the first token's (it is never predicted).
+
+    ``rows``, when given, gets one row per window: window, start (token), tokens scored, nll, nll_per_token."""
     ids = encode_text(tokenizer, text)
     if len(ids) < 2:
         raise ValueError("perplexity: the text has fewer than 2 tokens; nothing to predict")
-    nll, n = sequence_nll(model, ids, window, stride, progress)
+    windows: list[dict] = []
+    nll, n = sequence_nll(model, ids, window, stride, progress, windows)
+    if rows is not None:
+        rows.extend(_window_row(i, w) for i, w in enumerate(windows))
     n_bytes = len(text.encode("utf-8")) - len(decode_ids(tokenizer, ids[:1]).encode("utf-8"))
     return _report(nll, n, n_bytes)
 
@@ -84,9 +108,12 @@ def evaluate_text_file(
     stride: int | None = None,
     max_bytes: int | None = None,
     progress: bool = True,
+    rows: list[dict] | None = None,
 ) -> dict:
-    """``evaluate_text`` on a UTF-8 file (its first ``max_bytes`` bytes when given)."""
+    """``evaluate_text`` on a UTF-8 file (its first ``max_bytes`` bytes when given: ``file_bytes`` and
+    ``bytes_not_evaluated`` say how much that left out)."""
     data = Path(path).read_bytes()
+    file_bytes = len(data)
     if max_bytes is not None:
         data = data[:max_bytes]
     try:
@@ -98,17 +125,27 @@ def evaluate_text_file(
                 " utf-8`): bad bytes dropped or replaced would change the perplexity"
             ) from None
         text = data[: exc.start].decode("utf-8")
-    return {"path": str(path), **evaluate_text(model, tokenizer, text, window, stride, progress)}
+    report = evaluate_text(model, tokenizer, text, window, stride, progress, rows)
+    left_out = file_bytes - len(text.encode("utf-8"))
+    return {"path": str(path), **report, "file_bytes": file_bytes, "bytes_not_evaluated": left_out}
 
 
 def evaluate_store(
-    model, tokenizer, path, window: int = 256, max_windows: int | None = None, progress: bool = True
+    model,
+    tokenizer,
+    path,
+    window: int = 256,
+    max_windows: int | None = None,
+    progress: bool = True,
+    rows: list[dict] | None = None,
 ) -> dict:
     """Perplexity and bits per byte over a packed token store's windows (read as a ``seq`` dataset).
 
     Each window predicts its own tokens 2..T from their prefixes; the tokens after the last full window form one
     shorter window, so every token but each window's first is scored. Bytes are those of the decoded predicted
-    tokens, so bits per byte stays comparable with ``evaluate_text``.
+    tokens, so bits per byte stays comparable with ``evaluate_text``. ``windows``/``windows_total`` and
+    ``store_tokens``/``tokens_not_evaluated`` say how much ``max_windows`` left out; ``rows``, when given, gets one
+    row per window: window, start, stop, tokens scored, bytes, nll, nll_per_token, bits_per_byte.
     """
     from cookmind.data import DatasetFactory
 
@@ -123,10 +160,22 @@ def evaluate_store(
     if not spans:
         raise ValueError(f"perplexity: the store at {path} has {stream_length} token(s); nothing to predict")
     total, count, n_bytes = 0.0, 0, 0
-    for start, stop in tqdm(spans[:max_windows], desc="perplexity", unit="window", disable=not progress):
+    evaluated = spans[:max_windows]
+    for i, (start, stop) in enumerate(tqdm(evaluated, desc="perplexity", unit="window", disable=not progress)):
         ids = ds.store.stream("sequence", start, stop).tolist()
         nll, k = sequence_nll(model, ids, window)
+        b = len(decode_ids(tokenizer, ids[1:]).encode("utf-8"))
         total += nll
         count += k
-        n_bytes += len(decode_ids(tokenizer, ids[1:]).encode("utf-8"))
-    return {"path": str(path), **_report(total, count, n_bytes)}
+        n_bytes += b
+        if rows is not None:
+            row = _window_row(i, {"start": start, "stop": stop, "tokens": k, "bytes": b, "nll": nll})
+            rows.append({**row, "bits_per_byte": nll / math.log(2) / max(1, b)})
+    return {
+        "path": str(path),
+        **_report(total, count, n_bytes),
+        "windows": len(evaluated),
+        "windows_total": len(spans),
+        "store_tokens": stream_length,
+        "tokens_not_evaluated": stream_length - evaluated[-1][1],
+    }
