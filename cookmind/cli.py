@@ -211,6 +211,8 @@ def os_error_line(exc: OSError) -> str:
         return exc.strerror  # DiskFullError's sentence, or the system's words for an error with no path
     if exc.filename2 is not None:
         path = f"{path} -> {exc.filename2}"
+    if exc.strerror != os.strerror(exc.errno):
+        return f"{path}: {exc.strerror}"  # a sentence of ours (or a library's) about the path: keep it
     if isinstance(exc, FileExistsError):
         from pathlib import Path
 

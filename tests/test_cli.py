@@ -620,6 +620,8 @@ def test_an_os_error_is_one_sentence_naming_the_path_not_an_errno(tmp_path):
     denied = PermissionError(13, "Permission denied", "/root/x")
     assert os_error_line(denied) == "/root/x: permission denied; choose a path you may use, or change its permissions"
     assert all("Errno" not in line and "\n" not in line for line in lines.values())
+    kept = FileNotFoundError(2, "no tokenizer here; train one", "tok")  # not the system's words: kept
+    assert os_error_line(kept) == "tok: no tokenizer here; train one"
     ours = "out already exists; pass --overwrite"
     assert os_error_line(FileExistsError(ours)) == ours  # our own sentences are kept
 

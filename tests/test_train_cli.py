@@ -503,7 +503,8 @@ def test_other_stages_out_of_gpu_memory_is_one_line_naming_their_knob(monkeypatc
     monkeypatch.setattr(evals_cli, "main", oom)
     assert top.main(["eval", "gsm8k", "--model", "m"]) == 2
     line = capsys.readouterr().err.strip()
-    assert line.startswith("cookmind eval: error: out of GPU memory (Tried to allocate 2.00 GiB") and "\n" not in line
+    assert line.startswith("cookmind eval gsm8k: error: out of GPU memory (Tried to allocate 2.00 GiB")
+    assert "\n" not in line
     assert "--batch-size" in line
 
     def other(args):
