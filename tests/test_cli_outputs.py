@@ -88,10 +88,12 @@ def test_a_crawl_is_written_over_an_earlier_one_only_with_overwrite_and_leaves_n
     assert main(argv + ["--shards", "2"]) == 2
     assert "holds a crawl already" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    (out / "crawl-9.jsonl.gz").write_bytes(b"a file of the user's")  # not a name the crawl writes: kept
-    assert main(argv + ["--shards", "2", "--overwrite"]) == 0
+    (out / "crawl-9.jsonl.gz").write_bytes(b"a file of the user's")  # not a name the crawl writes: refused
+    assert main(argv + ["--shards", "2", "--overwrite"]) == 2
+    assert "crawl-9.jsonl.gz is not a crawl file" in capsys.readouterr().err
     assert (out / "crawl-9.jsonl.gz").read_bytes() == b"a file of the user's"
     (out / "crawl-9.jsonl.gz").unlink()
+    assert main(argv + ["--shards", "2", "--overwrite"]) == 0
     shards = sorted(out.glob("crawl-*.jsonl.gz"))
     assert [p.name for p in shards] == ["crawl-00000.jsonl.gz", "crawl-00001.jsonl.gz"]
     ids = [json.loads(line)["id"] for p in shards for line in gzip.open(p, "rt")]
@@ -119,3 +121,46 @@ def test_a_rerun_removes_the_temporary_a_killed_run_left_of_its_output(tmp_path,
     assert main([*argv, str(tmp_path / "big.bin")]) == 0
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == sorted(["big.txt", "big.bin", stale.replace("big.bin", "other.bin")])
+
+
+def test_crawl_refuses_a_folder_of_the_users_files_even_with_overwrite(tmp_path, capsys):
+    """A manifest.json alone is no crawl: a folder holding the user's notes.txt and manifest.json is named for what
+    it is (not "holds a crawl already") and kept byte for byte, with or without --overwrite."""
+    out = tmp_path / "userdir"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "manifest.json").write_text('{"mine": true}')
+    for extra in ([], ["--overwrite"]):
+        assert main(["curate", "crawl", "--output", str(out), "--num-pages", "30", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "not a crawl folder (notes.txt is not a crawl file)" in err and "holds a crawl" not in err
+        assert len(err.strip().splitlines()) == 1
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"notes.txt": "mine", "manifest.json": '{"mine": true}'}
+
+
+def test_crawl_overwrite_is_whole_or_nothing(tmp_path, monkeypatch):
+    """--overwrite builds the new crawl in a temporary folder and renames it into place: a crash mid-way (here the
+    third shard fails) leaves the earlier crawl byte for byte, with no new shard and no temporary file beside it."""
+    import gzip
+
+    import cookmind.synthetic.crawl as crawl
+
+    out = tmp_path / "big"
+    crawl.write_crawl(out, num_pages=40, seed=0, num_shards=4)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    opened, real_open = [], gzip.open
+
+    def failing_open(*args, **kwargs):
+        opened.append(args[0])
+        if len(opened) == 3:
+            raise OSError("killed")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(crawl.gzip, "open", failing_open)
+    with pytest.raises(OSError, match="killed"):
+        crawl.write_crawl(out, num_pages=40, seed=7, num_shards=4, replace=True)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big"]
+    assert crawl.write_crawl(out, num_pages=40, seed=7, num_shards=2, replace=True)["seed"] == 7
+    assert sorted(p.name for p in out.iterdir()) == ["crawl-00000.jsonl.gz", "crawl-00001.jsonl.gz", "manifest.json"]

@@ -47,7 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--shards", type=int_in(1), default=4)
     p.add_argument("--labelled", type=Path, default=None, help="also write labelled JSONL (good vs spam) here")
     p.add_argument(
-        "--overwrite", action="store_true", help="replace a crawl already in --output (and an existing --labelled)"
+        "--overwrite",
+        action="store_true",
+        help="replace a crawl already in --output, whole (and an existing --labelled); a folder holding other "
+        "files is refused",
     )
 
     p = sub.add_parser("dedup", help="exact-line or MinHash dedup of text files (one document per file)")

@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from cookmind.atomic import temp_path, write_json
+from cookmind.atomic import building_dir, is_temp_name, write_json
 
 # Share of each page kind; "good" takes the rest.
 MIX = {
@@ -462,35 +462,54 @@ def make_crawl(num_pages: int = 600, seed: int = 0) -> tuple[list[Page], dict]:
     return pages, manifest
 
 
+_SHARD = re.compile(r"crawl-\d{5}\.jsonl\.gz")
+
+
+def is_crawl(path: Path) -> bool:
+    """Whether ``path`` is a folder that ``write_crawl`` made: a manifest, shards, and nothing else."""
+    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    shards = {n for n in names if _SHARD.fullmatch(n)}
+    temps = {n for n in names if is_temp_name(n)}  # a shard whose writer died: ours too
+    return "manifest.json" in names and bool(shards) and names == shards | temps | {"manifest.json"}
+
+
 def write_crawl(
     out_dir: str | os.PathLike, num_pages: int = 600, seed: int = 0, num_shards: int = 4, replace: bool = False
 ) -> dict:
     """Write the crawl as ``crawl-NNNNN.jsonl.gz`` shards of {"id", "url", "html", "kind"}; returns the manifest.
 
-    The manifest is also written beside the shards as ``manifest.json``. A folder that holds a crawl already is
-    refused unless ``replace``; then its shards are all replaced, those beyond ``num_shards`` removed (left there,
-    a reader of the folder would take an earlier crawl's pages for this one's).
+    The manifest is also written beside the shards as ``manifest.json``. The folder is built whole under a
+    temporary name and renamed into place, so a crash leaves the earlier crawl (or none), never a mix. An empty
+    folder is filled; a folder holding a crawl is replaced only with ``replace``; a folder holding anything
+    else (a file of another name) is refused, even with ``replace``.
     """
     out_dir = Path(out_dir)
-    earlier = sorted(out_dir.glob("crawl-*.jsonl.gz")) + [p for p in [out_dir / "manifest.json"] if p.exists()]
-    if earlier and not replace:
-        raise FileExistsError(
-            f"{out_dir} holds a crawl already ({len(earlier)} files, {earlier[0].name} first); choose another "
-            "folder or pass --overwrite to replace it"
-        )
-    out_dir.mkdir(parents=True, exist_ok=True)
+    empty = out_dir.is_dir() and not out_dir.is_symlink() and not any(out_dir.iterdir())
+    if out_dir.exists() and not empty:
+        if not is_crawl(out_dir):
+            names = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
+            other = [n for n in names if not (_SHARD.fullmatch(n) or n == "manifest.json" or is_temp_name(n))]
+            what = f"{other[0]} is not a crawl file" if other else "no manifest.json and crawl-NNNNN.jsonl.gz shards"
+            raise FileExistsError(
+                f"{out_dir} is not a crawl folder ({what if out_dir.is_dir() else 'a file'}); curate crawl writes "
+                "into a new or empty folder, and --overwrite replaces only a crawl it wrote: choose another "
+                "--output or move that away"
+            )
+        if not replace:
+            raise FileExistsError(
+                f"{out_dir} holds a crawl already ({len(list(out_dir.iterdir()))} files); choose another "
+                "folder or pass --overwrite to replace it"
+            )
     pages, manifest = make_crawl(num_pages, seed)
-    for s in range(num_shards):
-        path = out_dir / f"crawl-{s:05d}.jsonl.gz"
-        with temp_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
-            for i in range(s, len(pages), num_shards):
-                p = pages[i]
-                f.write(json.dumps({"id": f"page-{i:06d}", "url": p.url, "html": p.html, "kind": p.kind}) + "\n")
-    write_json(out_dir / "manifest.json", manifest, indent=2)
-    for stale in out_dir.glob("crawl-*.jsonl.gz"):  # an earlier crawl's extra shards, by the names it writes
-        index = re.fullmatch(r"crawl-(\d{5})\.jsonl\.gz", stale.name)
-        if index is not None and int(index.group(1)) >= num_shards:
-            stale.unlink()
+    if empty:
+        out_dir.rmdir()  # an empty folder the user made for us
+    with building_dir(out_dir, replace=replace, is_ours=is_crawl, what="crawl folder") as tmp:
+        for s in range(num_shards):
+            with gzip.open(tmp / f"crawl-{s:05d}.jsonl.gz", "wt", encoding="utf-8", compresslevel=3) as f:
+                for i in range(s, len(pages), num_shards):
+                    p = pages[i]
+                    f.write(json.dumps({"id": f"page-{i:06d}", "url": p.url, "html": p.html, "kind": p.kind}) + "\n")
+        write_json(tmp / "manifest.json", manifest, indent=2)
     return manifest
 
 
