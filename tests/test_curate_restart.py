@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cookmind.curate.config import CurateConfig
@@ -78,3 +80,33 @@ def test_an_output_that_is_a_file_and_a_missing_config_are_one_line_each(tmp_pat
     assert cli_main(argv) == 2
     err = capsys.readouterr().err
     assert "no.yaml: no such file; `cookmind curate default-config > curate.yaml`" in err and "Errno" not in err
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_run_refuses_an_output_holding_a_report_it_did_not_write(tmp_path, restart):
+    """Only shard-* names were checked: the user's report.md / report.json in --output were replaced by the run's."""
+    cfg = CurateConfig(stages=[{"pii": {}}])
+    src = _inputs(tmp_path, "in", ["some text"])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("my notes")
+    (out / "report.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"already holds report.json, which no curate run there wrote"):
+        run_pipeline(cfg, [src], out, restart=restart, progress=False)
+    assert (out / "report.md").read_text() == "my notes" and (out / "report.json").read_text() == "{}"
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]  # no _work/ left either
+
+
+def test_a_run_reruns_and_restarts_over_its_own_reports(tmp_path):
+    cfg = CurateConfig(stages=[{"pii": {}}])
+    src = _inputs(tmp_path, "in", ["some text"])
+    out = tmp_path / "out"
+    first = run_pipeline(cfg, [src], out, progress=False)
+    assert first.report_md.is_file()
+    assert run_pipeline(cfg, [src], out, progress=False).tasks_skipped == 1  # resumed over its own reports
+    assert run_pipeline(cfg, [src], out, restart=True, progress=False).tasks_run == 1
+    (out / WORK / "run.json").write_text(
+        json.dumps({**json.loads((out / WORK / "run.json").read_text()), "outputs": []})
+    )
+    with pytest.raises(ValueError, match="1 shard files that no curate run there wrote"):
+        run_pipeline(cfg, [src], out, progress=False)  # a resume checks the folder against run.json too

@@ -198,26 +198,29 @@ def _check_output_apart(inputs: list[str], output: Path) -> None:
             )
 
 
+REPORTS = ("report.json", "report.md")  # written by every run after its shards
+
+
 def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, outputs: list[str]) -> None:
     """Refuse to mix a resumed run with another config or other inputs (or wipe it with ``restart``).
 
     The run's final shard names go into ``run.json``: ``restart`` deletes the old run's shards with its work folder,
     so a rerun that writes fewer shards, or another format, leaves none of them for ``pack`` to read as its own.
-    A new run refuses an output folder holding shard files no curate run there recorded writing.
+    A new run refuses an output folder holding shard files or a report no curate run there recorded writing.
     """
     import shutil
 
     stamp = {"config": config.fingerprint(), "plan": plan}
     path = work / "run.json"
     output = work.parent
+    if work.is_dir() and any(work.iterdir()) and not path.is_file():  # --restart deletes only a curate run's
+        raise ValueError(
+            f"{work} was not made by cookmind curate (it has no run.json); curate keeps its own work there and "
+            "--restart deletes only a curate run's work folder: move it away or choose another --output"
+        )
     if restart and work.exists():
-        if not path.is_file():  # --restart deletes only what a curate run made
-            raise ValueError(
-                f"{work} was not made by cookmind curate (it has no run.json); --restart deletes only "
-                "a curate run's work folder: move it away or choose another --output"
-            )
-        recorded = json.loads(path.read_text()).get("outputs", [])
-        _refuse_foreign_shards(output, recorded)
+        recorded = _recorded(path)
+        _refuse_foreign_outputs(output, recorded)
         for name in recorded:
             (output / name).unlink(missing_ok=True)
         shutil.rmtree(work)
@@ -228,20 +231,35 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
                 f"{work} holds a run with another config or other inputs; pass --restart to "
                 "start over, or choose another --output"
             )
+        if "outputs" in old:  # a run from before outputs were recorded cannot tell
+            _refuse_foreign_outputs(output, _recorded(path))
         return
-    _refuse_foreign_shards(output, [])
+    _refuse_foreign_outputs(output, [])
     work.mkdir(parents=True, exist_ok=True)
-    _write_json(path, {**stamp, "outputs": outputs})
+    _write_json(path, {**stamp, "outputs": outputs + list(REPORTS)})
 
 
-def _refuse_foreign_shards(output: Path, ours: list[str]) -> None:
-    """Raise if ``output`` holds shard-* files besides ``ours`` (the names a curate run there recorded writing)."""
-    foreign = sorted(p.name for p in output.glob("shard-*") if p.name not in ours) if output.is_dir() else []
+def _recorded(run_json: Path) -> list[str]:
+    """The output names a curate run recorded in ``run.json`` (its reports too: runs before they were recorded
+    wrote them all the same)."""
+    return sorted(set(json.loads(run_json.read_text()).get("outputs", [])) | set(REPORTS))
+
+
+def _refuse_foreign_outputs(output: Path, ours: list[str]) -> None:
+    """Raise if ``output`` holds shard-* files or a report besides ``ours`` (what a curate run there recorded)."""
+    names = sorted(p.name for p in output.iterdir()) if output.is_dir() else []
+    foreign = [n for n in names if (n.startswith("shard-") or n in REPORTS) and n not in ours]
+    shards = [n for n in foreign if n.startswith("shard-")]
+    if shards:
+        raise ValueError(
+            f"--output {output} already holds {len(shards)} shard files that no curate run there wrote "
+            f"({', '.join(shards[:3])}{', ...' if len(shards) > 3 else ''}): pack and tokenizer train read "
+            "every shard in the folder, so they would mix with this run's; choose an empty --output or move them away"
+        )
     if foreign:
         raise ValueError(
-            f"--output {output} already holds {len(foreign)} shard files that no curate run there wrote "
-            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): pack and tokenizer train read "
-            "every shard in the folder, so they would mix with this run's; choose an empty --output or move them away"
+            f"--output {output} already holds {foreign[0]}, which no curate run there wrote and this run would "
+            "replace with its report; choose an empty --output or move it away"
         )
 
 
