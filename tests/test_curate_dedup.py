@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
@@ -220,3 +221,113 @@ def test_minhash_dedup_copies_kept_files_byte_for_byte(tmp_path):
         paths[-1].write_bytes(body)
     out = minhash_dedup(paths, 64, 8, 3, 0.8, tmp_path / "out")
     assert [p.read_bytes() for p in out] == bodies
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def _cli(argv, capsys):
+    from cookmind.cli import main
+
+    rc = main(argv)
+    cap = capsys.readouterr()
+    return rc, (json.loads(cap.out) if rc == 0 else cap.err)
+
+
+def test_dedup_overwrite_replaces_the_earlier_output_whole_and_refuses_the_users_folder(tmp_path, capsys):
+    """Run 2 with --overwrite kept only a.txt, yet run 1's c.txt stayed in the folder beside it; and a folder of
+    the user's own files was written into silently."""
+    rng = random.Random(5)
+    text = _doc(rng, 200)
+    for folder, c_text in (("in1", _doc(rng, 200)), ("in2", text)):  # in2/c.txt is a copy of in2/a.txt
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.txt").write_text(text)
+        (tmp_path / folder / "c.txt").write_text(c_text)
+    out = tmp_path / "o1"
+    dedup = ["curate", "dedup", "--method", "minhash", "--output", str(out), "--input"]
+    rc, res = _cli([*dedup, str(tmp_path / "in1" / "a.txt"), str(tmp_path / "in1" / "c.txt")], capsys)
+    assert rc == 0 and res["written"] == 2
+    rc, res = _cli([*dedup, str(tmp_path / "in2" / "a.txt"), str(tmp_path / "in2" / "c.txt"), "--overwrite"], capsys)
+    assert rc == 0 and res["written"] == 1 and res["docs_removed"] == 1
+    assert sorted(p.name for p in out.iterdir()) == [".cookmind-dedup.json", "a.txt"]
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("precious")
+    for extra in ([], ["--overwrite"]):
+        rc, err = _cli([*dedup[:-3], "--output", str(user), "--input", str(tmp_path / "in1" / "a.txt"), *extra], capsys)
+        assert rc == 2 and "holds notes.txt, which no curate dedup wrote" in err and len(err.splitlines()) == 1
+    assert _files(user) == {"notes.txt": b"precious"}
+
+
+@pytest.mark.parametrize("method", ["lines", "minhash"])
+def test_a_dedup_that_dies_leaves_no_partial_output_and_the_next_run_clears_its_temporary_folder(
+    tmp_path, monkeypatch, method
+):
+    """Killed mid-way, `dedup --method lines` left 3 of 4 outputs under their final names and a .lines-XXXX scratch
+    folder inside --output that even a successful --overwrite rerun kept. Now the folder is built under a temporary
+    name: a failure leaves the earlier output as it was, and a dead writer's temporary folder goes on the next run."""
+    import subprocess
+    import sys
+
+    import cookmind.curate.exact_lines as exact_lines
+    import cookmind.curate.minhash as minhash
+    from cookmind.atomic import _HOST
+
+    paths = []
+    for i in range(4):
+        paths.append(tmp_path / "in" / f"d{i}.txt")
+        paths[-1].parent.mkdir(exist_ok=True)
+        paths[-1].write_text(f"shared line\nunique {i} {_doc(random.Random(i), 50)}\n")
+    out = tmp_path / "out"
+
+    def run(**kw):
+        if method == "lines":
+            return exact_line_dedup(paths, out, num_partitions=2, **kw)
+        return minhash_dedup(paths, 64, 8, 3, 0.8, out, **kw)
+
+    run()
+    before = _files(out)
+    calls = []
+    target, name = (exact_lines, "remove_lines") if method == "lines" else (minhash, "_copy_atomic")
+    real = getattr(target, name)
+
+    def dies_on_the_third(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, dies_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        run(overwrite=True)
+    monkeypatch.undo()
+    assert _files(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+    # what SIGKILL leaves: the temporary folder of a writer that is gone, scratch and all
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".out.tmp-{int(dead.stdout)}@{_HOST}"
+    (stale / ".lines-abc").mkdir(parents=True)
+    (stale / "d0.txt").write_text("half")
+    run(overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+    assert not [p for p in out.iterdir() if p.name.startswith(".lines-")]
+
+
+def test_dedup_says_how_many_lines_and_documents_it_removed(tmp_path, capsys):
+    """a.txt and b.txt identical (30 lines each): 60 of 90 lines go, and the JSON line used to say only "written": 3."""
+    (tmp_path / "in").mkdir()
+    same = "".join(f"line {i} of the shared text\n" for i in range(30))
+    bodies = {"a.txt": same, "b.txt": same, "c.txt": "".join(f"own line {i}\n" for i in range(30))}
+    for name, body in bodies.items():
+        (tmp_path / "in" / name).write_text(body)
+    inputs = [str(tmp_path / "in" / n) for n in bodies]
+    rc, res = _cli(
+        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o3")], capsys
+    )
+    assert rc == 0
+    assert res["written"] == 3 and res["lines_in"] == 90 and res["lines_removed"] == 60 and res["lines_out"] == 30
+    assert res["files_emptied"] == 2
+    rc, res = _cli(
+        ["curate", "dedup", "--method", "minhash", "--input", *inputs, "--output", str(tmp_path / "o4")], capsys
+    )
+    assert rc == 0 and (res["docs_in"], res["docs_kept"], res["docs_removed"]) == (3, 2, 1)

@@ -62,8 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "of each group of near-duplicate files",
     )
     p.add_argument("--input", nargs="+", required=True, help="text files, one document each (distinct file names)")
-    p.add_argument("--output", type=Path, required=True, help="folder for the kept files, under their own names")
-    p.add_argument("--overwrite", action="store_true", help="replace files of those names already in --output")
+    p.add_argument(
+        "--output", type=Path, required=True, help="a new or empty folder for the kept files, under their own names"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier curate dedup's --output folder whole")
     p.add_argument("--num-hashes", type=int_in(1), default=128)
     p.add_argument("--num-bands", type=int_in(1), default=16)
     p.add_argument("--ngrams", type=int_in(1), default=5)
@@ -169,7 +171,7 @@ def _crawl(args) -> int:
 def _dedup(args) -> int:
     from collections import Counter
 
-    from cookmind.atomic import check_output_file
+    from cookmind.curate.dedup_output import dedup_record
 
     # each input is written to --output under its own file name: two inputs of one name would overwrite each other
     clashes = sorted(name for name, n in Counter(Path(p).name for p in args.input).items() if n > 1)
@@ -178,19 +180,24 @@ def _dedup(args) -> int:
             f"inputs share the file name(s) {', '.join(clashes)}, and each is written to --output under its name; "
             "give files of distinct names"
         )
-    for p in args.input:
-        check_output_file(Path(args.output) / Path(p).name, args.input, args.overwrite, "--output")
     if args.method == "lines":
         from cookmind.curate.exact_lines import exact_line_dedup
 
-        written = exact_line_dedup(args.input, args.output)
+        written = exact_line_dedup(args.input, args.output, overwrite=args.overwrite)
     else:
         from cookmind.curate.minhash import minhash_dedup
 
         written = minhash_dedup(
-            args.input, args.num_hashes, args.num_bands, args.ngrams, args.jaccard_threshold, args.output
+            args.input,
+            args.num_hashes,
+            args.num_bands,
+            args.ngrams,
+            args.jaccard_threshold,
+            args.output,
+            overwrite=args.overwrite,
         )
-    print(json.dumps({"input_files": len(args.input), "written": len(written), "output": str(args.output)}))
+    counts = {k: v for k, v in dedup_record(args.output).items() if k not in ("method", "files")}
+    print(json.dumps({"input_files": len(args.input), "written": len(written), **counts, "output": str(args.output)}))
     return 0
 
 

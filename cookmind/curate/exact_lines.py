@@ -18,6 +18,7 @@ import numpy as np
 import xxhash
 
 from cookmind.atomic import writing
+from cookmind.curate.dedup_output import building_dedup_output
 
 
 def line_hashes(text: str) -> np.ndarray:
@@ -82,26 +83,36 @@ def _hash(line: str) -> int:
 
 
 def exact_line_dedup(
-    input_files: Sequence[str | os.PathLike], output_dir: str | os.PathLike, num_partitions: int = 16
+    input_files: Sequence[str | os.PathLike],
+    output_dir: str | os.PathLike,
+    num_partitions: int = 16,
+    overwrite: bool = False,
 ) -> list[Path]:
-    """Rewrite each input file (one document each) into ``output_dir`` without corpus-duplicated lines."""
+    """Rewrite each input file (one document each) into ``output_dir`` without corpus-duplicated lines.
+
+    The folder is built whole (``dedup_output``); its record counts the non-blank lines in, out and removed, and
+    the files left empty. ``overwrite`` replaces an earlier dedup's folder there, never anything else.
+    """
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=output_dir, prefix=".lines-") as scratch:
-        shard_dirs = []
-        for i, path in enumerate(input_files):  # pass 1: hashes to partitions, one file at a time
-            d = Path(scratch) / f"{i:06d}"
-            write_partitions(line_hashes(_read(path)), d, num_partitions)
-            shard_dirs.append(d)
-        duplicated = np.sort(np.concatenate([count_partition(shard_dirs, p) for p in range(num_partitions)]))
-        written = []
+    with building_dedup_output(output_dir, input_files, overwrite, "lines") as (tmp, summary):
+        with tempfile.TemporaryDirectory(dir=tmp, prefix=".lines-") as scratch:
+            shard_dirs, lines_in = [], 0
+            for i, path in enumerate(input_files):  # pass 1: hashes to partitions, one file at a time
+                d = Path(scratch) / f"{i:06d}"
+                hashes = line_hashes(_read(path))
+                lines_in += len(hashes)
+                write_partitions(hashes, d, num_partitions)
+                shard_dirs.append(d)
+            duplicated = np.sort(np.concatenate([count_partition(shard_dirs, p) for p in range(num_partitions)]))
+        removed = emptied = 0
         for path in input_files:  # pass 2: drop duplicated lines
-            text, _ = remove_lines(_read(path), duplicated)
-            out = output_dir / Path(path).name
-            with writing(out, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            text, n = remove_lines(_read(path), duplicated)
+            removed += n
+            emptied += bool(n) and not text.strip()
+            with writing(tmp / Path(path).name, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
                 f.write(text)
-            written.append(out)
-    return written
+        summary.update(lines_in=lines_in, lines_out=lines_in - removed, lines_removed=removed, files_emptied=emptied)
+    return [output_dir / Path(path).name for path in input_files]
 
 
 def _read(path) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 import xxhash
 
 from cookmind.atomic import writing
+from cookmind.curate.dedup_output import building_dedup_output
 
 MERSENNE_31 = np.uint64((1 << 31) - 1)
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -144,22 +145,25 @@ def minhash_dedup(
     jaccard_threshold: float,
     output_dir: str | os.PathLike,
     seed: int = 0,
+    overwrite: bool = False,
 ) -> list[Path]:
     """Copy to ``output_dir`` every input file (one document each) except near-duplicates of an earlier one.
 
-    Returns the written paths. Files keep their names; the first file of each cluster is kept.
+    Returns the written paths. Files keep their names; the first file of each cluster is kept. The folder is
+    built whole (``dedup_output``); its record counts the documents in, kept and removed. ``overwrite`` replaces
+    an earlier dedup's folder there, never anything else.
     """
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    sets = [shingles(Path(p).read_bytes().decode("utf-8", errors="replace"), ngrams) for p in input_files]
-    a, b = permutations(num_hashes, seed)
-    sigs = np.stack([signature(s, a, b) for s in sets]) if sets else np.zeros((0, num_hashes), np.uint64)
-    keep = duplicate_clusters(sets, sigs, num_bands, jaccard_threshold)
-    written = []
-    for i, path in enumerate(input_files):
-        if keep[i] == i:
-            written.append(_copy_atomic(Path(path), output_dir / Path(path).name))
-    return written
+    with building_dedup_output(output_dir, input_files, overwrite, "minhash") as (tmp, summary):
+        sets = [shingles(Path(p).read_bytes().decode("utf-8", errors="replace"), ngrams) for p in input_files]
+        a, b = permutations(num_hashes, seed)
+        sigs = np.stack([signature(s, a, b) for s in sets]) if sets else np.zeros((0, num_hashes), np.uint64)
+        keep = duplicate_clusters(sets, sigs, num_bands, jaccard_threshold)
+        kept = [Path(path) for i, path in enumerate(input_files) if keep[i] == i]
+        for path in kept:
+            _copy_atomic(path, tmp / path.name)
+        summary.update(docs_in=len(input_files), docs_kept=len(kept), docs_removed=len(input_files) - len(kept))
+    return [output_dir / path.name for path in kept]
 
 
 def _copy_atomic(src: Path, dst: Path) -> Path:
