@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from cookmind.demo import STAGES, DemoContext, DemoSizes, run_demo
@@ -53,3 +54,69 @@ def test_demo_report_shows_what_each_curation_stage_removed(tmp_path):
     # duplicates planted by the crawl = what MinHash removed
     dups = planted.get("exact_dup", 0) + planted.get("near_dup", 0)
     assert dups > 0 and int(rows["minhash"][2]) == dups
+
+
+def _user_files(folder, names):
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(f"the user's {name}")
+    return {name: (folder / name).read_text() for name in names}
+
+
+def test_demo_refuses_a_workdir_holding_the_users_files(tmp_path, capsys):
+    """`cookmind demo --workdir w` replaced the user's report.md, results.json, data/pretrain.jsonl and
+    tokenizer/tokenizer.json with rc 0 and left tokenizer/NOTES.txt mixed into the new tokenizer."""
+    from cookmind.cli import main as cli_main
+
+    names = ["report.md", "results.json", "data/pretrain.jsonl", "tokenizer/tokenizer.json", "tokenizer/NOTES.txt"]
+    before = _user_files(tmp_path, names)
+    assert cli_main(["demo", "--workdir", str(tmp_path), "--quick", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "holds data/pretrain.jsonl, which `cookmind demo` did not write there (5 such files)" in err
+    assert len(err.strip().splitlines()) == 1
+    assert {name: (tmp_path / name).read_text() for name in names} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "report.md", "results.json", "tokenizer"]
+
+
+def test_demo_reruns_over_its_own_workdir_and_refuses_a_file_added_there(tmp_path):
+    from cookmind.atomic import write_text
+
+    def stage_note(ctx):
+        """Write a file."""
+        write_text(ctx.workdir / "data" / "note.txt", "the demo's")
+        return {}
+
+    def stage_dies(ctx):
+        """Write a file and die."""
+        write_text(ctx.workdir / "tokenizer" / "half.json", "the demo's, cut short")
+        raise KeyboardInterrupt
+
+    ctx = DemoContext(workdir=tmp_path / "w", progress=False)
+    run_demo(ctx, stages=[("note", stage_note)])
+    run_demo(ctx, stages=[("note", stage_note)])  # its own output: replaced
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(ctx, stages=[("note", stage_note), ("dies", stage_dies)])
+    run_demo(ctx, stages=[("note", stage_note)])  # what the interrupted stage wrote is the demo's own
+    (tmp_path / "w" / "tokenizer" / "NOTES.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="holds tokenizer/NOTES.txt, which `cookmind demo` did not write"):
+        run_demo(ctx, stages=[("note", stage_note)])
+    assert (tmp_path / "w" / "tokenizer" / "NOTES.txt").read_text() == "mine"
+
+
+def test_curate_demo_refuses_a_workdir_holding_the_users_files(tmp_path, capsys):
+    """`cookmind curate demo` replaced the user's crawl/manifest.json, quality.npz, curated.jsonl and
+    curated/report.md, and curated crawl/notes.txt as a page (41 documents in for 40 pages)."""
+    from cookmind.cli import main as cli_main
+
+    names = ["crawl/manifest.json", "crawl/notes.txt", "quality.npz", "curated.jsonl", "curated/report.md"]
+    before = _user_files(tmp_path, names)
+    assert cli_main(["curate", "demo", "--workdir", str(tmp_path), "--num-pages", "40"]) == 2
+    err = capsys.readouterr().err
+    assert "holds crawl/manifest.json, which `cookmind curate demo` did not write there (5 such files)" in err
+    assert {name: (tmp_path / name).read_text() for name in names} == before
+    # nor may one demo take the other's folder
+    from cookmind.demo.workdir import DemoWorkdir
+
+    DemoWorkdir(tmp_path / "d", "demo").claim()
+    assert cli_main(["curate", "demo", "--workdir", str(tmp_path / "d"), "--num-pages", "40"]) == 2
+    assert "is the work folder of `cookmind demo`" in capsys.readouterr().err

@@ -74,7 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("default-config", help="print the built-in pipeline config as YAML")
 
     p = sub.add_parser("demo", help="synthetic crawl -> curated text, with the report")
-    p.add_argument("--workdir", type=Path, required=True)
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        required=True,
+        help="a new or empty folder, or an earlier curate demo's, whose own output a rerun replaces",
+    )
     p.add_argument("--num-pages", type=int_in(1), default=600)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int_in(1), default=1)
@@ -230,8 +235,13 @@ DECONTAMINATE_HELP = """\
 
 def _demo(args) -> int:
     from cookmind.demo.curate import demo_stage
+    from cookmind.demo.workdir import DemoWorkdir
 
+    workdir = DemoWorkdir(args.workdir, "curate demo")
+    workdir.claim()  # a folder holding anything the demo did not write is refused before any work
+    workdir.record(running="curate")
     out = demo_stage(args.workdir, seed=args.seed, num_pages=args.num_pages, workers=args.workers)
+    workdir.record()
     print(Path(out["report_md"]).read_text())
     print(
         f"clean text: {out['text_path']} ({out['docs_out']} documents, {out['bytes_out'] / 1e3:.0f} kB, "

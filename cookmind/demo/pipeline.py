@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from cookmind.atomic import write_text
+from cookmind.atomic import building_dir, write_text
 
 DEMO_PROMPTS = [
     "Tom has 5 apples. He gets 3 more, gives away 2, and then finds 4 more. How many apples does Tom have now?",
@@ -207,11 +207,14 @@ def stage_data(ctx: DemoContext) -> dict[str, Any]:
 def stage_tokenizer(ctx: DemoContext) -> dict[str, Any]:
     """Train a byte-level BPE on the corpus (cookmind.tokenizer)."""
     from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+    from cookmind.tokenizer.cli import is_saved_tokenizer
 
     vocab, merges = train_bpe(ctx.paths["corpus"], ctx.sizes.vocab_size, DEFAULT_SPECIAL_TOKENS, progress=ctx.progress)
     tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
     out = ctx.workdir / "tokenizer"
-    tok.save(out)
+    # built whole and renamed: an earlier tokenizer's files never stay mixed into this one
+    with building_dir(out, replace=True, is_ours=is_saved_tokenizer, what="tokenizer folder") as tmp:
+        tok.save(tmp)
     ctx.paths["tokenizer"] = out
     sample = "Tom has 12 apples. 12 + 7 = 19"
     return {
@@ -524,11 +527,16 @@ STAGES: list[Stage] = [
 
 def run_demo(ctx: DemoContext, stages: list[Stage] | None = None) -> DemoContext:
     """Run ``stages`` (default ``STAGES``) in order; each result lands in ``ctx.results[name]``."""
+    from cookmind.demo.workdir import DemoWorkdir
+
     stages = STAGES if stages is None else stages
+    workdir = DemoWorkdir(ctx.workdir, "demo")
+    workdir.claim()  # a folder holding anything the demo did not write is refused before any work
     t_all = time.perf_counter()
     for i, (name, fn) in enumerate(stages, 1):
         ctx.say(f"stage {i}/{len(stages)}: {name} — {(fn.__doc__ or '').strip().splitlines()[0]}")
         t0 = time.perf_counter()
+        workdir.record(running=name)
         result = fn(ctx) or {}
         result.setdefault("seconds", round(time.perf_counter() - t0, 2))
         ctx.results[name] = result
@@ -536,6 +544,7 @@ def run_demo(ctx: DemoContext, stages: list[Stage] | None = None) -> DemoContext
     ctx.results["total_seconds"] = {"seconds": round(time.perf_counter() - t_all, 1)}
     if any(name == "report" for name, _ in stages):
         write_demo_report(ctx)  # again, now with the total time
+    workdir.record()
     return ctx
 
 
@@ -718,7 +727,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workdir",
         default="runs/demo",
-        help="where data, models and report.md go (default runs/demo); a rerun replaces the demo's own output there",
+        help="where data, models and report.md go (default runs/demo): a new or empty folder, or an earlier demo's, "
+        "whose own output a rerun replaces (a folder holding anything else is refused)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data and every stage (default 0)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of every stage in seconds")
@@ -741,7 +751,6 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             setattr(sizes, name, getattr(args, name))
     workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     ctx = DemoContext(
         workdir=workdir, seed=args.seed, sizes=sizes, progress=not args.quiet, skip_curate=args.skip_curate
     )
