@@ -21,8 +21,6 @@ import re
 import uuid
 from dataclasses import dataclass
 
-import jsonschema
-
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 CALL_PREFIX = '<tool_call>\n{"name": "'  # then the name, CALL_MIDDLE, the arguments, CALL_SUFFIX
 CALL_MIDDLE = '", "arguments": '
@@ -90,6 +88,8 @@ def _check_tool(i: int, tool) -> str:
                 f"arguments), got {params!r:.100}",
                 f"{where}.function.parameters.type",
             )
+        import jsonschema  # here, not at the top: the engine imports this module's markers, and needs no schemas
+
         try:
             jsonschema.validators.validator_for(params).check_schema(params)
         except jsonschema.SchemaError as exc:
