@@ -77,4 +77,5 @@ def test_a_bad_device_is_one_line_before_anything_loads(monkeypatch, tmp_path, c
     model.mkdir()
     assert cli_main([*command, "--model", str(model), "--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"cookmind {command[0]}: error: --device cuda but CUDA is not available here; pass cpu or auto"]
+    stage = " ".join(command[:2] if command[0] == "eval" else command[:1])  # eval names its sub-command
+    assert err == [f"cookmind {stage}: error: --device cuda but CUDA is not available here; pass cpu or auto"]
