@@ -172,6 +172,39 @@ def test_a_resume_after_a_crash_logs_each_step_once(tmp_path, store, capsys):
     assert rows(run) == rows(tmp_path / "straight")
 
 
+def test_sigterm_to_the_whole_process_group_with_loader_workers_saves_and_exits_128_plus_n(tmp_path):
+    """A scheduler's (or `timeout`'s) SIGTERM goes to the whole process group: the DataLoader workers died of it, the
+    next batch (or the stop's checkpoint save) raised "DataLoader worker is killed by signal", and the run ended with
+    status 1 and no checkpoint. The workers now leave the signal to the main process, which saves and stops."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    rng = np.random.default_rng(0)  # an epoch of thousands of steps: the workers are mid-epoch when it comes
+    store = write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=2000)} for _ in range(20)], 64)
+    run = tmp_path / "run"
+    root = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, "-m", "cookmind", "train", "--train-data", str(store), "--run-dir", str(run), *TINY]
+    argv += ["train.max_steps=100000", "data.num_workers=2", "logging.log_every=1"]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.jsonl").is_file() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read()
+        os.killpg(proc.pid, signal.SIGTERM)  # the process group: the workers get it too
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "checkpoint saved" in err and "Traceback" not in err, err
+    saved = [d for d in (run / "checkpoints").iterdir() if (d / "meta.json").is_file()]
+    assert len(saved) == 1
+
+
 def test_a_checkpoint_dir_holding_other_files_is_refused(tmp_path, store, capsys):
     """checkpoint.dir may name any folder: a fresh run wrote its step_N folders among the user's files."""
     mine = tmp_path / "uc"

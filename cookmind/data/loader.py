@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import torch
 from torch.utils.data import DataLoader
 
@@ -40,6 +42,15 @@ def _batch_size(batch: dict) -> int:
     return 0
 
 
+def leave_stop_signals_to_the_main_process(_worker_id: int) -> None:
+    """A DataLoader worker ignores SIGTERM and SIGINT. A stop sent to the whole process group (a scheduler's or
+    ``timeout``'s SIGTERM, Ctrl-C) reaches the workers too; one that died of it made the next batch, or the stop's
+    own checkpoint save, raise "DataLoader worker is killed by signal", and the run ended with no checkpoint. The main
+    process finishes its step, saves and exits, and shuts the workers down (they also leave when it dies)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def build_dataloader(
     dataset,
     train_type: str,
@@ -68,6 +79,7 @@ def build_dataloader(
     if num_workers > 0:
         kwargs["prefetch_factor"] = prefetch_factor or 2
         kwargs["persistent_workers"] = persistent_workers
+        kwargs["worker_init_fn"] = leave_stop_signals_to_the_main_process
     loader = DataLoader(
         dataset,
         batch_size=batch_size,
