@@ -171,6 +171,30 @@ def test_warc_and_html_inputs(tmp_path):
     assert result.stages[0].docs_in == 3
 
 
+def test_a_folder_gives_its_documents_and_counts_the_files_it_leaves_out(tmp_path):
+    """A saved site or docs build holds fonts, images, styles and scripts beside its pages: each was read as a text
+    document, and a font's licence text went into the clean shards. A folder now gives its documents (HTML, WARC,
+    JSONL, Parquet, .txt) and says how many files of each other kind it left out; a file named alone is still read."""
+    from cookmind.curate.shards import plan_input_shards
+
+    site = tmp_path / "site"
+    (site / "fonts").mkdir(parents=True)
+    (site / "page.html").write_text("<html><body><p>A page about soup.</p></body></html>")
+    (site / "notes.txt").write_text("Notes about soup.")
+    for name in ("fonts/a.woff2", "fonts/b.woff2", "style.css", "logo.png", "app.js", "LICENSE"):
+        (site / name).write_bytes(b"\x00not a document")
+    with pytest.warns(UserWarning) as caught:
+        plan = plan_input_shards([site])
+    assert sorted(Path(f).name for shard in plan for f in shard) == ["notes.txt", "page.html"]
+    said = [str(w.message) for w in caught]
+    assert said == [
+        "curate: 6 files in the input folders are not documents and are left out (2 .woff2, 1 (no suffix), 1 .css, "
+        "1 .js, 1 .png); a folder gives its HTML, WARC, JSONL, Parquet and .txt/.text files (name a file on its own "
+        "to read it as text)"
+    ]
+    assert plan_input_shards([site / "LICENSE"]) == [[str(site / "LICENSE")]]  # named alone: read as text
+
+
 def test_cli_crawl_run_and_bad_config(tmp_path, capsys):
     from cookmind.cli import main
 

@@ -10,6 +10,7 @@ import gzip
 import io
 import json
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 HTML_FILES_PER_SHARD = 256
 SIDE_FILE_SUFFIXES = (".json", ".md", ".done", ".npz", ".npy", ".yaml", ".yml")
+TEXT_SUFFIXES = (".txt", ".text")  # plain text in a folder; a file named on its own is read as text whatever it is
 
 
 def kind_of(path: Path) -> str:
@@ -41,15 +43,21 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
     """Group input paths into shards: each WARC/JSONL/Parquet file is one; HTML/text files go 256 to a shard."""
     shards: list[list[str]] = []
     loose: list[str] = []
+    skipped: dict[str, int] = {}
     for raw in inputs:
         path = Path(raw)
         if path.is_dir():
-            # a folder's side files (manifests, reports, markers) are not documents
-            files = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file() and not p.name.startswith(".") and not p.name.endswith(SIDE_FILE_SUFFIXES)
-            )
+            # a folder's side files (manifests, reports, markers) are not documents, nor its fonts, images, styles
+            # and scripts (a saved site or a docs build): only documents it can read are taken, the rest counted
+            files = []
+            for p in sorted(path.rglob("*")):
+                if not p.is_file() or p.name.startswith(".") or p.name.endswith(SIDE_FILE_SUFFIXES):
+                    continue
+                if kind_of(p) == "text" and not p.name.lower().endswith(TEXT_SUFFIXES):
+                    suffix = p.suffix.lower() or "(no suffix)"
+                    skipped[suffix] = skipped.get(suffix, 0) + 1
+                    continue
+                files.append(p)
         elif path.is_file():
             files = [path]
         else:
@@ -63,6 +71,14 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
                 shards.append([str(f)])
     for i in range(0, len(loose), HTML_FILES_PER_SHARD):
         shards.append(loose[i : i + HTML_FILES_PER_SHARD])
+    if skipped:
+        counts = ", ".join(f"{n} {suffix}" for suffix, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+        warnings.warn(
+            f"curate: {sum(skipped.values())} files in the input folders are not documents and are left out "
+            f"({counts}); a folder gives its HTML, WARC, JSONL, Parquet and {'/'.join(TEXT_SUFFIXES)} files (name a "
+            "file on its own to read it as text)",
+            stacklevel=2,
+        )
     if not shards:
         raise ValueError(f"no input files found in {list(map(str, inputs))}")
     return shards
