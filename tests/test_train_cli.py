@@ -205,6 +205,28 @@ def test_sigterm_to_the_whole_process_group_with_loader_workers_saves_and_exits_
     assert len(saved) == 1
 
 
+def test_init_from_records_the_loaded_shape_so_the_run_resumes_from_its_config_yaml(tmp_path, store, capsys):
+    """With --init-from the preset's model section gives way to the loaded model's shape, but config.yaml kept the
+    preset's (a wrong record, and a resume from it was refused: its model keys read as the user's). Now the run says
+    which preset values gave way, config.yaml holds the shape that trained, and `--run-dir --resume auto` resumes."""
+    import yaml
+
+    from cookmind.cli import main
+
+    first = tmp_path / "first"
+    assert _run(store, "--run-dir", str(first), "train.max_steps=1") == 0  # TINY's shape: 1 layer of width 32
+    second = tmp_path / "second"
+    common = ["data.window_size=16", "train.micro_batch_size=2", "logging.progress=false", "eval.every=0"]
+    capsys.readouterr()
+    argv = ["train", "--train-data", str(store), "--init-from", str(first / "checkpoints"), "--run-dir", str(second)]
+    assert main([*argv, *common, "train.max_steps=1"]) == 0  # the tiny-cpu preset's shape: 2 layers of width 64
+    assert "hidden_size 32 (the preset said 64)" in capsys.readouterr().err
+    model = yaml.safe_load((second / "config.yaml").read_text())["model"]
+    assert (model["hidden_size"], model["num_hidden_layers"], model["intermediate_size"]) == (32, 1, 64)
+    assert main(["train", "--run-dir", str(second), "--resume", "auto", "train.max_steps=2"]) == 0
+    assert "resuming from" in capsys.readouterr().err
+
+
 def test_a_checkpoint_dir_holding_other_files_is_refused(tmp_path, store, capsys):
     """checkpoint.dir may name any folder: a fresh run wrote its step_N folders among the user's files."""
     mine = tmp_path / "uc"

@@ -6,6 +6,8 @@ Kept apart from the loop so a caller (the demo, a test, GRPO) can pass any part 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,16 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
             runtime = {k: v for k, v in cfg.model.items() if k in RUNTIME_OPTIONS}
             if runtime:
                 model.set_runtime_options(**runtime)
+            # the run's config.yaml (and a resume from it) records the shape that trained, not the preset's
+            shape = {k: getattr(model.config, k) for k in cfg.model if k not in RUNTIME_OPTIONS}
+            replaced = {k: v for k, v in shape.items() if cfg.model[k] != v}
+            if replaced and os.environ.get("RANK", "0") == "0":
+                print(
+                    f"cookmind train: the model's shape comes from train.init_from={cfg.train.init_from}: "
+                    + ", ".join(f"{k} {v} (the preset said {cfg.model[k]})" for k, v in replaced.items()),
+                    file=sys.stderr,
+                )
+            cfg.model.update(shape)
     else:
         fields = dict(cfg.model)
         if "vocab_size" not in fields:
