@@ -245,6 +245,37 @@ def test_sigterm_saves_a_checkpoint_of_the_step_it_names(tmp_path, store):
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
 
 
+def test_val_loss_is_the_mean_over_the_sets_tokens_not_over_batches(tmp_path, store):
+    """Five validation windows in batches of 2, 2 and 1: the loss was the mean of the three batch means, so the last
+    window weighed twice the others. Reference: each window's summed token NLL by torch's cross_entropy, over the
+    set's target tokens."""
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(1)
+    val = write_store(tmp_path / "valstore", "seq", [{"sequence": rng.integers(1, 64, size=81)}], vocab_size=64)
+    cfg = _cfg(tmp_path, store, "val", data={"val_path": str(val)}, train={"micro_batch_size": 2})
+    t = Trainer(cfg)
+    batches = list(t.val_loader.loader)
+    sizes = [len(b["input_ids"]) for b in batches]
+    assert sizes == [2, 2, 1]
+    got = t.evaluate(0)["val_loss"]
+    model = t.bare_model.eval()
+    nll, targets = 0.0, 0
+    with torch.no_grad():
+        for b in batches:
+            logits = model(b["input_ids"]).logits[:, :-1].float()
+            labels = b["labels"][:, 1:]
+            nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum").item()
+            targets += int((labels != -100).sum())
+    assert got == pytest.approx(nll / targets, rel=1e-5)
+    per_batch = [
+        F.cross_entropy(model(b["input_ids"]).logits[:, :-1].float().flatten(0, 1), b["labels"][:, 1:].flatten())
+        for b in batches
+    ]
+    # the old figure, the mean of the batch means, is another number here
+    assert got != pytest.approx(sum(x.item() for x in per_batch) / len(per_batch), rel=1e-6)
+
+
 def test_run_outputs_metrics_eval_report_and_config(tmp_path, store):
     t = Trainer(
         _cfg(tmp_path, store, "out", data={"val_path": str(store)}, eval={"every": 2}, optim={"grad_clip": 0.5})

@@ -147,6 +147,9 @@ def _check_same_config(cfg: TrainConfig, info) -> None:
         )
 
 
+_VAL_UNITS = " units"  # validation's running total of loss units (a key no metric has)
+
+
 class Trainer:
     """Owns the loop; everything else (model, objective, data) is built from ``cfg`` or passed in."""
 
@@ -919,21 +922,30 @@ class Trainer:
             t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.device)
             torch.distributed.all_reduce(t)
             sums = dict(zip(keys, t.tolist()))
-        if not total:
+        units = sums.pop(_VAL_UNITS, 0.0)
+        if not total or not units:
             return {}
-        out = {"val_loss": sums.pop("loss") / total}
+        # the mean over the set's tokens (rows for DPO), not over batches: a short last batch, or SFT batches with
+        # fewer supervised tokens, weigh what they hold; counts (supervised tokens) are totals
+        counts = set(getattr(self.objective, "count_metrics", ()))
+        out = {"val_loss": sums.pop("loss") / units}
         if self.train_type in ("seq", "sft"):
             out["val_ppl"] = math.exp(min(out["val_loss"], 50.0))
-        out.update({f"val_{k}": v / total for k, v in sums.items()})
+        out.update({f"val_{k}": v if k in counts else v / units for k, v in sums.items()})
         return out
 
     def _add_val_batch(self, model: torch.nn.Module, batch: dict[str, Any], sums: dict[str, float], weight: float):
-        """Add ``weight`` times the batch's loss and metrics to ``sums``."""
+        """Add the batch's loss and mean metrics, times its loss units (``Objective.loss_units``), and its counts to
+        ``sums``, all times ``weight`` (0 for a sharded rank's filler batch)."""
         batch = self._to_device(batch)
         with autocast_context(self.cfg.train.precision, self.device):
             loss, m = self.objective(model, batch)
+        counts = set(getattr(self.objective, "count_metrics", ()))
+        units = self.objective.loss_units(batch) if hasattr(self.objective, "loss_units") else 1.0
+        sums[_VAL_UNITS] = sums.get(_VAL_UNITS, 0.0) + weight * units
         for k, v in {**m, "loss": loss}.items():
-            sums[k] = sums.get(k, 0.0) + weight * float(to_float(v))
+            scale = weight * (1.0 if k in counts else units)  # 0: a filler batch, or one with no target (its loss NaN)
+            sums[k] = sums.get(k, 0.0) + (scale * float(to_float(v)) if scale else 0.0)
 
     def generate_samples(self) -> list[dict[str, str]]:
         """Greedy continuations of ``eval.prompts`` (chat-formatted for sft/dpo) via cookmind.infer."""

@@ -34,6 +34,19 @@ class Objective:
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         raise NotImplementedError
 
+    # metrics that count things in a batch (summed over the validation set); the others are means, weighted by
+    # each batch's ``loss_units``
+    count_metrics: tuple[str, ...] = ()
+
+    def loss_units(self, batch: dict[str, Any]) -> float:
+        """How many terms the batch's loss is the mean of: its target tokens where it has ``labels`` (the model
+        predicts labels[:, 1:]), else its rows (DPO's pairs). Validation weights each batch by it, so the loss of
+        the set is the mean over its tokens, whatever the batches' sizes."""
+        labels = batch.get("labels")
+        if torch.is_tensor(labels):
+            return float((labels[:, 1:] != -100).sum())
+        return float(next((len(v) for v in batch.values() if torch.is_tensor(v) and v.dim() > 0), 1))
+
     def num_tokens(self, batch: dict[str, Any]) -> int:
         """Tokens processed by one forward pass over ``batch`` (for tokens/s and MFU)."""
         return int(sum(v.numel() for k, v in batch.items() if k.endswith("input_ids") and torch.is_tensor(v)))

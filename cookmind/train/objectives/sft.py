@@ -13,6 +13,7 @@ class SFTObjective(Objective):
     """loss = -mean over supervised t of log p(y_t | prefix); prompt/padding labels are -100."""
 
     train_type = "sft"
+    count_metrics = ("supervised_tokens",)
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         labels = batch["labels"]
