@@ -201,6 +201,7 @@ def test_sigterm_to_the_whole_process_group_with_loader_workers_saves_and_exits_
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "checkpoint saved" in err and "Traceback" not in err, err
+    assert "cookmind train: SIGTERM: stopping when the step under way ends, then saving\n" in err  # said at once
     saved = [d for d in (run / "checkpoints").iterdir() if (d / "meta.json").is_file()]
     assert len(saved) == 1
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import sys
 import time
@@ -1094,7 +1095,14 @@ class Trainer:
         def handler(signum, frame):
             if self._stop_reason is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt  # a second Ctrl-C stops at once
+            first = self._stop_reason is None
             self.request_stop(f"signal {signal.Signals(signum).name}")
+            if first and self.dist.is_main:  # said at once: a long step (accumulation, a CPU) can take minutes
+                name = signal.Signals(signum).name
+                again = "; Ctrl-C again stops without it" if signum == signal.SIGINT else ""
+                # os.write, not print: a handler that prints while the progress bar writes can raise "reentrant call"
+                said = f"\ncookmind train: {name}: stopping when the step under way ends, then saving{again}\n"
+                os.write(2, said.encode())
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             old[sig] = signal.signal(sig, handler)
