@@ -248,7 +248,7 @@ def _parse(stage, *argv):
 def test_the_model_is_named_one_way_everywhere(stage, extra):
     """--model DIR, its old spelling --checkpoint, and a positional MODEL all name the model (#17.16)."""
     head = ["eval", "gsm8k"] if extra is None else [stage]
-    extra = ["--limit", "1"] if extra is None else extra
+    extra = ["--limit", "1", "--data", "d.jsonl"] if extra is None else extra
     for spelling in (["--model", "m/dir"], ["--checkpoint", "m/dir"], ["m/dir"]):
         assert _parse(*head, *spelling, *extra).model == "m/dir", spelling
         assert _parse(*head, *extra, *spelling).model == "m/dir", spelling
@@ -452,7 +452,7 @@ def test_generate_warns_when_the_context_cuts_max_new_tokens(tmp_path, tok_dir, 
     "argv",
     [
         ["eval", "ppl", "--model", "m", "--data", "t.txt", "--window", "0"],  # 0 silently meant the model's context
-        ["eval", "gsm8k", "--model", "m", "--limit", "0"],  # it evaluated one problem
+        ["eval", "gsm8k", "--model", "m", "--data", "d", "--limit", "0"],  # it evaluated one problem
         ["pack", "--tokenizer", "t", "--train-type", "seq", "--input", "i", "--out", "o", "--shard-tokens", "0"],
     ],
 )
@@ -574,7 +574,7 @@ def _children(pid: int) -> list[int]:
         (["chat", "--model", "m", "--repetition-penalty", "0"], "above 0"),
         (["chat", "--model", "m", "--max-new-tokens", "0"], "1 or more"),
         (["serve", "--model", "m", "--max-body-mb", "0"], "above 0"),
-        (["eval", "gsm8k", "--model", "m", "--temperature", "x"], "expected a number"),
+        (["eval", "gsm8k", "--model", "m", "--data", "d", "--temperature", "x"], "expected a number"),
         (["demo", "--workdir", "w", "--sft-steps", "0"], "1 or more"),
     ],
 )

@@ -53,3 +53,21 @@ def test_our_warnings_print_as_one_line_and_others_keep_pythons_format(monkeypat
     assert ours == "cookmind train: warning: 43% of the sft records are cut short\n"
     theirs = warnings.formatwarning("deprecated", FutureWarning, "/usr/lib/python3/x.py", 3, line="x = 1")
     assert theirs == "/usr/lib/python3/x.py:3: FutureWarning: deprecated\n  x = 1\n"
+
+
+def test_eval_names_its_data_and_points_at_no_developer_folder(capsys):
+    """`eval gsm8k` and `eval mmlu` defaulted --data to ../shared/data/..., a folder of this repository's developer
+    layout that a user's clone has not got: --data is now required, and the help says what it holds."""
+    import pytest
+
+    texts = {}
+    for task in ("gsm8k", "mmlu"):
+        with pytest.raises(SystemExit):
+            _stage_parser("eval")[0].parse_args([task, "--help"])
+        texts[task] = " ".join(capsys.readouterr().out.split())
+        assert "shared/data" not in texts[task] and "--data DATA" in texts[task]
+        with pytest.raises(SystemExit):  # without it: a usage error naming it
+            _stage_parser("eval")[0].parse_args([task, "--model", "m"])
+        assert "the following arguments are required: --data" in capsys.readouterr().err
+    assert "answer ending in '#### N'" in texts["gsm8k"]
+    assert "dev/, val/ and test/ folders" in texts["mmlu"]

@@ -557,7 +557,7 @@ def test_other_stages_out_of_gpu_memory_is_one_line_naming_their_knob(monkeypatc
         raise torch.OutOfMemoryError(OOM)
 
     monkeypatch.setattr(evals_cli, "main", oom)
-    assert top.main(["eval", "gsm8k", "--model", "m"]) == 2
+    assert top.main(["eval", "gsm8k", "--model", "m", "--data", "d"]) == 2
     line = capsys.readouterr().err.strip()
     assert line.startswith("cookmind eval gsm8k: error: out of GPU memory (Tried to allocate 2.00 GiB")
     assert "\n" not in line
@@ -568,7 +568,7 @@ def test_other_stages_out_of_gpu_memory_is_one_line_naming_their_knob(monkeypatc
 
     monkeypatch.setattr(evals_cli, "main", other)
     with pytest.raises(RuntimeError, match="something else"):  # any other error keeps its traceback
-        top.main(["eval", "gsm8k", "--model", "m"])
+        top.main(["eval", "gsm8k", "--model", "m", "--data", "d"])
 
 
 def test_a_second_run_into_a_run_directory_in_use_is_refused_until_the_first_ends(tmp_path, store, capsys):

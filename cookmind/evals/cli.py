@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common(g)
     g.add_argument(
         "--data",
-        default="../shared/data/gsm8k/test.jsonl",
-        help="GSM8K-shaped JSONL: {question, answer ending in '#### N'} (default ../shared/data/gsm8k/test.jsonl)",
+        required=True,
+        help="GSM8K-shaped JSONL, one {question, answer ending in '#### N'} a line (e.g. GSM8K's test.jsonl)",
     )
     g.add_argument("--limit", type=int_in(1), default=None, help="first N problems only")
     g.add_argument(
@@ -43,18 +43,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--num-samples", type=int_in(1), default=1, help="answers per problem (> 1 needs --temperature > 0)")
     g.add_argument("--k", type=int_in(1), nargs="*", default=[1], help="pass@k values to report")
     g.add_argument("--temperature", type=float_in(0), default=0.0, help="0 = greedy (default)")
-    g.add_argument("--max-new-tokens", type=int_in(1), default=256)
-    g.add_argument("--batch-size", type=int_in(1), default=32)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-new-tokens", type=int_in(1), default=256, help="answer length cap (default 256)")
+    g.add_argument("--batch-size", type=int_in(1), default=32, help="problems generated together (default 32)")
+    g.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
 
     m = sub.add_parser("mmlu", help="MMLU accuracy per subject and macro-averaged")
     common(m)
-    m.add_argument("--data", default="../shared/data/mmlu", help="MMLU root (default %(default)s)")
-    m.add_argument("--split", default="test", choices=["dev", "val", "test"])
-    m.add_argument("--subjects", nargs="*", default=None)
-    m.add_argument("--limit-per-subject", type=int_in(1), default=None)
-    m.add_argument("--scoring", default="letter", choices=["letter", "option", "generate"])
-    m.add_argument("--batch-size", type=int_in(1), default=8)
+    m.add_argument(
+        "--data", required=True, help="MMLU root: its dev/, val/ and test/ folders of SUBJECT_SPLIT.csv files"
+    )
+    m.add_argument("--split", default="test", choices=["dev", "val", "test"], help="default test")
+    m.add_argument("--subjects", nargs="*", default=None, help="subject names (e.g. anatomy); default all found")
+    m.add_argument("--limit-per-subject", type=int_in(1), default=None, help="first N questions of each subject")
+    m.add_argument(
+        "--scoring",
+        default="letter",
+        choices=["letter", "option", "generate"],
+        help="letter: the likeliest of ' A'..' D' after the prompt (default); option: the likeliest option text, "
+        "per token; generate: greedy text, the letter read from it",
+    )
+    m.add_argument("--batch-size", type=int_in(1), default=8, help="questions scored together (default 8)")
 
     p = sub.add_parser("ppl", help="perplexity and bits per byte on a text file or token store")
     common(p)
