@@ -90,13 +90,13 @@ def evaluate_gsm8k(
     """
     if temperature <= 0 and num_samples > 1:
         raise ValueError(
-            "evaluate_gsm8k: greedy decoding gives the same answer every time; set temperature > 0 "
-            "(--temperature 0.7) for num_samples > 1"
+            f"--num-samples {num_samples} with greedy decoding (--temperature 0) gives the same answer every time; "
+            "set --temperature > 0 (e.g. 0.7)"
         )
     too_many = [k for k in ks if not 1 <= k <= num_samples]
     if too_many:
         raise ValueError(
-            f"evaluate_gsm8k: pass@{too_many[0]} needs 1..num_samples={num_samples} samples a problem; raise "
+            f"--k {too_many[0]}: pass@{too_many[0]} needs 1..{num_samples} samples a problem (--num-samples); raise "
             f"--num-samples (with --temperature > 0) or drop {', '.join(map(str, too_many))} from --k"
         )
     problems = [as_problem(p) for p in problems]
