@@ -513,3 +513,41 @@ def test_overwrite_is_offered_only_where_it_would_work(tmp_path, tok_dir, capsys
     assert main([*argv, str(tmp_path / "s")]) == 2
     assert "already exists; choose another output path or pass --overwrite" in capsys.readouterr().err
     assert afile.read_text() == "mine"
+
+
+def test_val_fraction_holds_a_seeded_share_out_into_its_own_store(tmp_path, tok_dir, capsys):
+    """The README's --val-data needs a store the user had no way to make from one corpus (pack had no split): now
+    --val-fraction F --val-out DIR sends each record there with probability F, drawn from --seed in input order.
+    Reference: the records of one unsplit pack, which the two stores partition."""
+    docs = [f"Document {i} about soup number {i * 7}." for i in range(200)]
+    src = _jsonl(tmp_path / "docs.jsonl", [{"text": d} for d in docs])
+    pack([src], tmp_path / "whole", tok_dir, "seq", progress=False)
+    whole = _records(tmp_path / "whole", "sequence")
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(src), "--quiet"]
+    split = [*argv, "--out", str(tmp_path / "tr"), "--val-fraction", "0.1", "--val-out", str(tmp_path / "va")]
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    assert pack_cli.main(parser.parse_args(split)) == 0
+    train, val = _records(tmp_path / "tr", "sequence"), _records(tmp_path / "va", "sequence")
+    assert sorted(train + val) == sorted(whole) and not {tuple(r) for r in train} & {tuple(r) for r in val}
+    assert 8 <= len(val) <= 35  # about 10% of 200
+    meta = json.loads((tmp_path / "va" / "meta.json").read_text())
+    assert meta["role"] == "validation" and meta["split"]["val_records"] == len(val)
+    assert json.loads((tmp_path / "tr" / "meta.json").read_text())["split"]["train_records"] == len(train)
+    assert f"{len(val)} held out -> {tmp_path / 'va'}" in capsys.readouterr().out
+    # the same split with two tokenizer processes, and another with another seed
+    two = [*argv, "--workers", "2", "--out", str(tmp_path / "tr2"), "--val-fraction", "0.1"]
+    assert pack_cli.main(parser.parse_args([*two, "--val-out", str(tmp_path / "va2")])) == 0
+    assert _records(tmp_path / "va2", "sequence") == val
+    other = [*argv, "--seed", "1", "--out", str(tmp_path / "tr3"), "--val-fraction", "0.1"]
+    assert pack_cli.main(parser.parse_args([*other, "--val-out", str(tmp_path / "va3")])) == 0
+    assert _records(tmp_path / "va3", "sequence") != val
+    # refused in one line: a share without its store, the store as --out, a share that holds nothing out
+    with pytest.raises(PackError, match="--val-fraction and --val-out go together"):
+        pack([src], tmp_path / "x", tok_dir, "seq", progress=False, val_fraction=0.1)
+    with pytest.raises(PackError, match="is --out; give the validation store its own folder"):
+        pack([src], tmp_path / "y", tok_dir, "seq", progress=False, val_fraction=0.1, val_out=tmp_path / "y")
+    tiny = _jsonl(tmp_path / "one.jsonl", [{"text": "one"}])
+    with pytest.raises(PackError, match="held out none of the 1 records; raise it"):
+        pack([tiny], tmp_path / "z", tok_dir, "seq", progress=False, val_fraction=0.001, val_out=tmp_path / "zv")
+    assert not (tmp_path / "z").exists() and not (tmp_path / "zv").exists()

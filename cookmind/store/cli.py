@@ -86,7 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="sft: probability of dropping an empty <think></think> block (default 0: kept)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sft augmentation")
+    parser.add_argument(
+        "--val-fraction",
+        type=float_in(0, 1),
+        default=0.0,
+        help="hold this share of the records out (e.g. 0.01), drawn with --seed, into a validation store at --val-out",
+    )
+    parser.add_argument("--val-out", default=None, help="the validation store's directory (with --val-fraction)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sft augmentation and of --val-fraction")
     parser.add_argument("--skip-bad", action="store_true", help="skip bad lines and count them in meta.json")
     parser.add_argument("--workers", type=int_in(0), default=1, help="tokenizer processes (default 1)")
     parser.add_argument("--shard-tokens", type=int_in(1), default=100_000_000, help="tokens per shard (default 1e8)")
@@ -119,6 +126,8 @@ def main(args: argparse.Namespace) -> int:
             drop_empty_think_ratio=args.drop_empty_think_ratio,
             seed=args.seed,
             progress=not args.quiet,
+            val_fraction=args.val_fraction,
+            val_out=args.val_out,
         )
     except (PackError, StoreError, ValueError, OSError) as exc:  # ValueError covers TokenizerError
         from cookmind.cli import os_error_line
@@ -126,9 +135,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"cookmind pack: error: {os_error_line(exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
         return 2  # bad input, as every stage answers it
     skipped = meta["skipped"]["count"]
+    split = meta.get("split")
     print(
         f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
         f"{len(meta['shards'])} shard(s) -> {args.out} ({meta['format']})"
+        + (f"; {split['val_records']:,} held out -> {args.val_out}" if split else "")
         + (f"; skipped {skipped} bad line(s): {meta['skipped']['by_reason']}" if skipped else "")
     )
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import time
 from collections import Counter
 from pathlib import Path
@@ -126,18 +127,31 @@ def pack(
     drop_empty_think_ratio: float = 0.0,
     seed: int = 0,
     progress: bool = True,
+    val_fraction: float = 0.0,
+    val_out=None,
 ) -> dict:
     """Pack ``inputs`` into a ``train_type`` store at ``out``; return the store's ``meta.json`` dict.
 
     ``tokenizer`` is a tokenizer directory (loaded with ``Tokenizer.load``) or a tokenizer
-    object. ``workers`` > 1 tokenizes in that many processes.
+    object. ``workers`` > 1 tokenizes in that many processes. ``val_fraction`` > 0 holds that share of the records
+    out for a validation store at ``val_out``: each record goes there with that probability, drawn from ``seed``
+    in input order (the same split with any number of workers); both stores' meta.json say how they were split.
     """
+    if val_fraction and not 0 < val_fraction < 1:
+        raise PackError(f"--val-fraction {val_fraction}: give a share between 0 and 1 (e.g. 0.01)")
+    if bool(val_fraction) != (val_out is not None):
+        raise PackError("--val-fraction and --val-out go together: the share of records to hold out, and its store")
+    if val_out is not None and Path(val_out).resolve() == Path(out).resolve():
+        raise PackError(f"--val-out {val_out} is --out; give the validation store its own folder")
     inputs = [Path(p) for p in inputs]
     for p in inputs:
         if not p.is_file():
             raise FileNotFoundError(f"input {p} does not exist")
-        if p.resolve().is_relative_to(Path(out).resolve()):
-            raise PackError(f"input {p} lies inside --out {out}, which packing replaces; write the store elsewhere")
+        for flag, target in (("--out", out), ("--val-out", val_out)):
+            if target is not None and p.resolve().is_relative_to(Path(target).resolve()):
+                raise PackError(
+                    f"input {p} lies inside {flag} {target}, which packing replaces; write the store elsewhere"
+                )
     opts = RecordOptions(train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed)
     tok = _load_tokenizer(tokenizer)
     _check_options(opts, tok, tokenizer)
@@ -157,6 +171,13 @@ def pack(
     writer = StoreWriter(
         out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite, meta={"tokenizer": tok_meta}
     )
+    val_writer = None
+    if val_out is not None:
+        val_writer = StoreWriter(
+            val_out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite, {"tokenizer": tok_meta}
+        )
+    held_out = random.Random(f"{seed}:val")
+    per_store = Counter()
     pool = None
     start = time.perf_counter()
     total = sum(estimate_items(p, separator, one_per_line) for p in inputs) if progress else None
@@ -176,11 +197,13 @@ def pack(
                         raise PackError(f"{where}\n  fix the line, or pass --skip-bad to skip and count bad lines")
                     skipped.add(reason_kind(reason), where)
                     continue
+                into = val_writer if val_writer is not None and held_out.random() < val_fraction else writer
                 try:
-                    writer.add(record)
+                    into.add(record)
                 except ValueError as exc:
                     raise PackError(f"{source}:{line}: {exc}") from None
                 per_source[source] += 1
+                per_store["val" if into is val_writer else "train"] += 1
             bar.update(len(chunk))
             elapsed = time.perf_counter() - start
             bar.set_postfix_str(f"{(writer.num_tokens + writer._buf_tokens) / max(elapsed, 1e-9):,.0f} tok/s")
@@ -200,11 +223,22 @@ def pack(
         }
         if writer.keys is None and skipped.count:  # the writer's own message would not say why nothing was kept
             raise PackError(f"no records to write to {out}: every one was bad; {skipped.summary()}")
+        if val_writer is not None:
+            if not per_store["val"]:
+                raise PackError(
+                    f"--val-fraction {val_fraction} held out none of the {per_store['train']} records; raise it"
+                )
+            split = {"val_fraction": val_fraction, "seed": seed, "train_out": str(out), "val_out": str(val_out)}
+            split.update(train_records=per_store["train"], val_records=per_store["val"])
+            meta["split"] = split
+            val_writer.close({**meta, "role": "validation"})
         writer.close(meta)
         bar.total = bar.n  # the estimate counted lines; show the true end
         bar.refresh()
     except BaseException:
         writer.abort()
+        if val_writer is not None:
+            val_writer.abort()
         raise
     finally:
         bar.close()
