@@ -643,3 +643,15 @@ def test_every_error_line_names_the_stage_and_its_sub_command(tmp_path, capsys):
     assert cli_main(["eval", "ppl", "--model", str(tmp_path / "none"), "--data", str(afile), "--quiet"]) == 2
     assert capsys.readouterr().err.startswith("cookmind eval ppl: error: ")
     assert afile.read_text() == "mine"
+
+
+def test_curate_sub_commands_say_a_missing_input_in_a_sentence(tmp_path, capsys):
+    """curate's own error handler printed str(exc): "[Errno 2] No such file or directory: '...'"."""
+    missing = tmp_path / "nope.jsonl"
+    for argv in (
+        ["curate", "train-classifier", "--input", str(missing), "--output", str(tmp_path / "m.npz")],
+        ["curate", "dedup", "--method", "lines", "--input", str(missing), "--output", str(tmp_path / "d")],
+    ):
+        assert cli_main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == f"cookmind curate {argv[1]}: error: {missing}: no such file or folder; check the path\n", err

@@ -29,22 +29,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", required=True, help="JSONL(.gz) with a text (or html) and a label field")
     p.add_argument("--output", type=Path, required=True, help="model file (.npz)")
     p.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
-    p.add_argument("--text-field", default="text")
-    p.add_argument("--label-field", default="label")
+    p.add_argument("--text-field", default="text", help="the record's text (default text)")
+    p.add_argument("--label-field", default="label", help="the record's label, a string (default label)")
     p.add_argument("--html-field", default="html", help="used (through extract) when a record has no text field")
-    p.add_argument("--dim", type=int_in(1), default=16)
+    p.add_argument("--dim", type=int_in(1), default=16, help="embedding width (default 16)")
     p.add_argument("--bucket", type=int_in(1), default=1 << 16, help="hashed feature rows (model size = bucket * dim)")
-    p.add_argument("--word-ngrams", type=int_in(1), default=2)
-    p.add_argument("--epoch", type=int_in(1), default=10)
-    p.add_argument("--lr", type=float_in(0, above=True), default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--valid-fraction", type=float_in(0, 1, below=True), default=0.1, help="held out to report accuracy")
+    p.add_argument("--word-ngrams", type=int_in(1), default=2, help="word n-gram features up to N (default 2)")
+    p.add_argument("--epoch", type=int_in(1), default=10, help="passes over the data (default 10)")
+    p.add_argument("--lr", type=float_in(0, above=True), default=1.0, help="learning rate (default 1.0, fastText's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the shuffle and the held-out split (default 0)")
+    p.add_argument(
+        "--valid-fraction",
+        type=float_in(0, 1, below=True),
+        default=0.1,
+        help="share held out to report accuracy (default 0.1)",
+    )
 
     p = sub.add_parser("crawl", help="write the seeded synthetic web crawl (and labelled pages for a classifier)")
-    p.add_argument("--output", type=Path, required=True)
-    p.add_argument("--num-pages", type=int_in(1), default=600)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shards", type=int_in(1), default=4)
+    p.add_argument("--output", type=Path, required=True, help="a new or empty folder for the crawl's shards")
+    p.add_argument("--num-pages", type=int_in(1), default=600, help="pages to write (default 600)")
+    p.add_argument("--seed", type=int, default=0, help="the same seed writes the same crawl (default 0)")
+    p.add_argument("--shards", type=int_in(1), default=4, help="crawl-NNNNN.jsonl.gz files (default 4)")
     p.add_argument("--labelled", type=Path, default=None, help="also write labelled JSONL (good vs spam) here")
     p.add_argument(
         "--overwrite",
@@ -66,10 +71,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output", type=Path, required=True, help="a new or empty folder for the kept files, under their own names"
     )
     p.add_argument("--overwrite", action="store_true", help="replace an earlier curate dedup's --output folder whole")
-    p.add_argument("--num-hashes", type=int_in(1), default=128)
-    p.add_argument("--num-bands", type=int_in(1), default=16)
-    p.add_argument("--ngrams", type=int_in(1), default=5)
-    p.add_argument("--jaccard-threshold", type=float_in(0, 1, above=True), default=0.8)
+    p.add_argument("--num-hashes", type=int_in(1), default=128, help="minhash: hashes a document (default 128)")
+    p.add_argument("--num-bands", type=int_in(1), default=16, help="minhash: LSH bands (default 16)")
+    p.add_argument("--ngrams", type=int_in(1), default=5, help="minhash: word n-gram shingles (default 5)")
+    p.add_argument(
+        "--jaccard-threshold",
+        type=float_in(0, 1, above=True),
+        default=0.8,
+        help="minhash: near-duplicates at or above this similarity (default 0.8)",
+    )
 
     sub.add_parser("default-config", help="print the built-in pipeline config as YAML")
 
@@ -80,9 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="a new or empty folder, or an earlier curate demo's, whose own output a rerun replaces",
     )
-    p.add_argument("--num-pages", type=int_in(1), default=600)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int_in(1), default=1)
+    p.add_argument("--num-pages", type=int_in(1), default=600, help="pages of the synthetic crawl (default 600)")
+    p.add_argument("--seed", type=int, default=0, help="crawl seed (default 0)")
+    p.add_argument("--workers", type=int_in(1), default=1, help="processes for the pipeline (default 1)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -90,7 +100,10 @@ def main(args: argparse.Namespace) -> int:
     try:
         return _COMMANDS[args.curate_command](args)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"cookmind curate {args.curate_command}: error: {exc}", file=sys.stderr)
+        from cookmind.cli import os_error_line
+
+        said = os_error_line(exc) if isinstance(exc, OSError) else exc  # a sentence, not "[Errno 2] ..."
+        print(f"cookmind curate {args.curate_command}: error: {said}", file=sys.stderr)
         return 2
 
 
