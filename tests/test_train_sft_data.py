@@ -117,7 +117,10 @@ def test_grpo_prompts_longer_than_the_window_are_counted_not_dropped_silently(tm
 
 def test_the_truncation_warning_of_an_init_from_run_does_not_advise_a_longer_context(tmp_path, sft_store, keep_threads):
     store, _ = sft_store
-    with pytest.warns(UserWarning, match="Raise data.window_size"):
+    # pack keeps records whole: the advice says what a user can do with it (it said "pack shorter records")
+    with pytest.warns(
+        UserWarning, match=r"Raise data.window_size .* leave the longest records out of the data you pack"
+    ):
         Trainer(_cfg(tmp_path, store)).fit()  # a fresh model: its context may be raised
     # a loaded model's max_position_embeddings cannot change (the config refuses it): say what can
     cfg = _cfg(tmp_path, store, f"train.init_from={tmp_path / 'run'}", f"logging.run_dir={tmp_path / 'sft-run'}")

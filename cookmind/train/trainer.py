@@ -450,11 +450,14 @@ class Trainer:
             if self.cfg.train.init_from and max_pos is not None and self.cfg.data.window_size >= max_pos:
                 advice = (  # the loaded model fixes its context: raising it is refused
                     f"The window is already the whole context of the model at train.init_from "
-                    f"(max_position_embeddings={max_pos}): pack shorter records, or start from a model with a "
-                    f"longer context."
+                    f"(max_position_embeddings={max_pos}): leave the longest records out of the data you pack (pack "
+                    f"keeps each record whole), or start from a model with a longer context."
                 )
             else:
-                advice = "Raise data.window_size (and the model's max_position_embeddings) or pack shorter records."
+                advice = (
+                    "Raise data.window_size (and the model's max_position_embeddings), or leave the longest records "
+                    "out of the data you pack (pack keeps each record whole)."
+                )
             split = "" if train else "validation "
             warnings.warn(f"{share:.0%} of the {self.train_type} {split}{what}. {advice}", stacklevel=3)
 
