@@ -403,3 +403,27 @@ def test_ppl_on_a_store_says_how_many_windows_max_windows_left_out(tmp_path, tok
     assert sum(w["bytes"] for w in rows) == r["bytes"] and sum(w["tokens"] for w in rows) == r["tokens"]
     whole = evaluate_store(model, tok, tmp_path / "s", window=16, progress=False)
     assert whole["windows"] == whole["windows_total"] and whole["tokens_not_evaluated"] == 0
+
+
+@pytest.mark.parametrize("stride", [None, 4])
+def test_the_perplexity_bar_counts_the_windows_it_runs(monkeypatch, stride):
+    """With a stride below the window the last starts were never run, and the bar ended at 5/6: its total is now
+    the windows the loop scores (each target once: the counts add up to every token but the first)."""
+    import cookmind.evals.perplexity as ppl
+
+    seen = []
+
+    def recording_tqdm(iterable, **kwargs):
+        items = list(iterable)
+        seen.append({"total": len(items), "run": 0})
+        for item in items:
+            seen[-1]["run"] += 1
+            yield item
+
+    monkeypatch.setattr(ppl, "tqdm", recording_tqdm)
+    model = tiny_lm().eval()
+    rows = []
+    with torch.no_grad():
+        _, count = sequence_nll(model, list(range(1, 41)), window=16, stride=stride, progress=True, windows=rows)
+    assert count == 39 and sum(r["tokens"] for r in rows) == 39
+    assert seen == [{"total": len(rows), "run": len(rows)}]

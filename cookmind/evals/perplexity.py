@@ -44,7 +44,11 @@ def sequence_nll(
     device = next(model.parameters()).device if hasattr(model, "parameters") else torch.device("cpu")
     ids_t = torch.tensor(ids, dtype=torch.long, device=device)
     total, count, scored_upto = 0.0, 0, 1  # position of the next target not yet scored
-    starts = range(0, max(1, len(ids) - 1), stride)
+    starts = []  # up to the first window that reaches the end: the bar's total is the windows run (it ended at 5/6)
+    for start in range(0, max(1, len(ids) - 1), stride):
+        starts.append(start)
+        if start + window + 1 >= len(ids):
+            break
     for start in tqdm(starts, desc="perplexity", unit="window", disable=not progress):
         chunk = ids_t[start : start + window + 1]
         if len(chunk) < 2:
