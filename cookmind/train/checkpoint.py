@@ -188,26 +188,27 @@ def refuse_foreign_files(run_dir: Path, ckpt_dir: Path | None = None) -> None:
     names: it refuses a folder holding anything a run did not write (a token store, the user's files), --overwrite
     or not (that deletes a run's checkpoints, never other files). A killed write's temporary file is a run's. A
     ``checkpoint.dir`` elsewhere may hold step_N folders only."""
-    from cookmind.atomic import is_temp_name
-
     if run_dir.is_dir():
         ours = RUN_ENTRIES | ({ckpt_dir.name} if ckpt_dir is not None and ckpt_dir.parent == run_dir else set())
-        foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in ours and not is_temp_name(p.name))
-        if foreign:
-            raise FileExistsError(
-                f"{run_dir} holds files a training run did not write ({', '.join(foreign[:4])}"
-                f"{', ...' if len(foreign) > 4 else ''}): a run writes config.yaml, report.md and checkpoints/ there; "
-                "choose a new or empty --run-dir"
-            )
+        what_to_do = "a run writes config.yaml, report.md and checkpoints/ there; choose a new or empty --run-dir"
+        _refuse_others(run_dir, ours, what_to_do)
     if ckpt_dir is not None and ckpt_dir.is_dir():  # checkpoint.dir may name any folder: it holds step_N/ only
         steps = {d.name for _, d in step_dirs(ckpt_dir)}
-        foreign = sorted(p.name for p in ckpt_dir.iterdir() if p.name not in steps and not is_temp_name(p.name))
-        if foreign:
-            raise FileExistsError(
-                f"{ckpt_dir} holds files a training run did not write ({', '.join(foreign[:4])}"
-                f"{', ...' if len(foreign) > 4 else ''}): checkpoints go into step_N folders there; choose a new or "
-                "empty checkpoint.dir"
-            )
+        _refuse_others(
+            ckpt_dir, steps, "checkpoints go into step_N folders there; choose a new or empty checkpoint.dir"
+        )
+
+
+def _refuse_others(folder: Path, ours: set[str], what_to_do: str) -> None:
+    """FileExistsError naming the entries of ``folder`` other than ``ours`` (and temporary files), if any."""
+    from cookmind.atomic import is_temp_name
+
+    foreign = sorted(p.name for p in folder.iterdir() if p.name not in ours and not is_temp_name(p.name))
+    if foreign:
+        raise FileExistsError(
+            f"{folder} holds files a training run did not write ({', '.join(foreign[:4])}"
+            f"{', ...' if len(foreign) > 4 else ''}): {what_to_do}"
+        )
 
 
 def _check_explicit_resume(resume: Path, ckpt_dir: Path, run_dir: Path) -> bool:
