@@ -486,7 +486,8 @@ def stage_chat(ctx: DemoContext) -> dict[str, Any]:
     stops = chat_stop_ids(tok)  # a reply ends at the first control token
     prompts = [list(tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]) for p in DEMO_PROMPTS]
     outs = generate(model, prompts, SamplingParams(max_new_tokens=80, temperature=0.0, stop_token_ids=stops))
-    chats = [{"user": p, "assistant": tok.decode(o)} for p, o in zip(DEMO_PROMPTS, outs)]
+    # a small model's reply can run on in blank lines to the token limit: they are left out of what is shown
+    chats = [{"user": p, "assistant": tok.decode(o).strip()} for p, o in zip(DEMO_PROMPTS, outs)]
     if ctx.progress:
         for c in chats:
             print(f"\n  user:      {c['user']}\n  assistant: {c['assistant']}")
@@ -731,7 +732,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "whose own output a rerun replaces (a folder holding anything else is refused)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data and every stage (default 0)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of every stage in seconds")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes: a smoke test of every stage (about a minute on 2 cores)"
+    )
     parser.add_argument("--skip-curate", action="store_true", help="skip the web-curation stage")
     parser.add_argument("--pretrain-steps", type=int_in(1), help="override the pretraining steps")
     parser.add_argument("--sft-steps", type=int_in(1), help="override the SFT steps")
