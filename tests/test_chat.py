@@ -164,3 +164,33 @@ def test_a_reply_cut_by_the_context_says_so(ckpt):
         cut = n < 40 and not stopped and len(ref) == n
         assert s.cut == cut and ("(cut: the conversation filled the model's context" in out.getvalue()) == cut
         assert cut == (text == long), "the tiny model stopped by itself: pick another prompt"
+
+
+def test_a_conversation_past_the_context_leaves_its_oldest_exchanges_out_and_says_so(ckpt):
+    """Once the history filled the context every later turn was refused ("fills the model's context; /reset").
+    Now the oldest exchanges are left out until the conversation fits, the system prompt kept, the REPL says how
+    many messages went, and the reply is the one the model gives to the shortened conversation."""
+    _, model, tok = ckpt
+    context = model.config.max_position_embeddings
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4), system="Cook.")
+    turn = "the soup needs salt and " * 6
+    sent = 0
+    while len(tok.render(s.messages() + [{"role": "user", "content": turn}], add_generation_prompt=True)[0]) < context:
+        list(s.send(turn))  # fits: nothing left out
+        assert s.dropped == 0
+        sent += 1
+    assert sent >= 2
+    kept = s.history[2:]  # what should remain once the oldest exchange goes
+    out = io.StringIO()
+    run(s, io.StringIO(turn + "\n/quit\n"), out)
+    assert (
+        s.dropped == 2 and f"(the {s.dropped} oldest messages are left out to fit the model's context" in out.getvalue()
+    )
+    assert s.messages()[0] == {"role": "system", "content": "Cook."} and s.history[: len(kept)] == kept
+    msgs = [{"role": "system", "content": "Cook."}, *kept, {"role": "user", "content": turn}]
+    assert s.history[-1]["content"] == reference_reply(model, tok, msgs, 4)[1]
+    # one message longer than the whole context is still refused, and leaves the history as it was
+    before = list(s.history)
+    with pytest.raises(ValueError, match="fills the model's context"):
+        list(s.send("salt " * context))
+    assert s.history == before

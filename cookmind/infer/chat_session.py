@@ -22,6 +22,7 @@ class ChatSession:
         self.system = system
         self.history: list[dict] = []
         self.cut = False  # the last reply stopped because the conversation filled the model's context
+        self.dropped = 0  # the oldest messages the last send left out so the conversation fits the context
 
     def reset(self) -> None:
         """Forget the conversation (the system prompt stays)."""
@@ -35,12 +36,25 @@ class ChatSession:
         return head + self.history
 
     def send(self, text: str) -> Iterator[tuple[str, str]]:
+        """Stream the reply to ``text`` as ("reasoning" | "content", piece). A conversation that no longer fits the
+        model's context leaves its oldest exchanges out (``dropped`` counts the messages; the system prompt stays):
+        every later turn was refused until a /reset."""
+        before = list(self.history)
         self.history.append({"role": "user", "content": text})
-        prompt = self.tokenizer.render(self.messages(), add_generation_prompt=True)[0]
-        room = self.model.config.max_position_embeddings - len(prompt)
-        if room < 1:
-            self.history.pop()
-            raise ValueError(f"the conversation ({len(prompt)} tokens) fills the model's context; /reset to start over")
+        context = self.model.config.max_position_embeddings
+        self.dropped = 0
+        while True:
+            prompt = self.tokenizer.render(self.messages(), add_generation_prompt=True)[0]
+            room = context - len(prompt)
+            if room >= 1 or len(self.history) == 1:
+                break
+            cut = next((i for i in range(1, len(self.history)) if self.history[i]["role"] == "user"), None)
+            cut = len(self.history) - 1 if cut is None else cut  # the oldest exchange, up to the next user turn
+            self.dropped += cut
+            self.history = self.history[cut:]
+        if room < 1:  # the message alone: refused, and nothing of the conversation is left out for it
+            self.history, self.dropped = before, 0
+            raise ValueError(f"the message ({len(prompt)} tokens with the chat template) fills the model's context")
         # stop strings are matched on the streamed text (never shown), not by the token loop
         cfg = self.cfg.replace(
             max_new_tokens=min(self.cfg.max_new_tokens, room),

@@ -63,13 +63,17 @@ def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> Non
         print("bot> ", end="", file=stdout, flush=True)
         kind_before = None
         try:
+            said = False
             for kind, piece in session.send(line):
+                said = said or _say_dropped(session, stdout)  # before the reply: the model no longer sees them
                 if kind != kind_before and kind_before == "reasoning":
                     print(reset + "\n", end="", file=stdout)
                 if kind == "reasoning" and kind_before != "reasoning":
                     print(dim + "[thinking] ", end="", file=stdout)
                 print(piece, end="", file=stdout, flush=True)
                 kind_before = kind
+            if not said:  # an empty reply
+                _say_dropped(session, stdout)
             if session.cut:  # the reply stopped mid-way without a word otherwise
                 print(
                     reset + " (cut: the conversation filled the model's context; /reset to start over)",
@@ -81,6 +85,17 @@ def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> Non
         except KeyboardInterrupt:
             print(" (interrupted)", end="", file=stdout)
         print(reset if kind_before == "reasoning" else "", file=stdout, flush=True)
+
+
+def _say_dropped(session, stdout) -> bool:
+    """Say how many of the oldest messages the last turn left out to fit the context (if any); True once said."""
+    if session.dropped:
+        print(
+            f"(the {session.dropped} oldest messages are left out to fit the model's context; /reset to start over) ",
+            end="",
+            file=stdout,
+        )
+    return True
 
 
 def main(args: argparse.Namespace) -> int:
