@@ -21,6 +21,7 @@ from cookmind.infer import SamplingParams, generate
 from cookmind.infer.engine import Engine
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.server import create_app
+from cookmind.infer.stop import control_token_ids
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run fastest on one thread
@@ -80,7 +81,7 @@ class LiveServer:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     tok = make_tokenizer(tmp_path_factory)
-    model = make_model(tok.vocab_size, rare_ids=(tok.eos_id, tok.im_end_id))
+    model = make_model(tok.vocab_size, rare_ids=sorted(control_token_ids(tok)))  # a chat reply ends at any of them
     engine = Engine(model, num_slots=8, max_seq_len=2048, max_waiting=64)
     app = create_app(engine, tok, MODEL, api_key=API_KEY)
     server = LiveServer(app)

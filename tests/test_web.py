@@ -17,6 +17,7 @@ from test_server import LiveServer, make_model, make_tokenizer
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server import create_app
+from cookmind.infer.stop import control_token_ids
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -48,7 +49,8 @@ def browser():
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     tok = make_tokenizer(tmp_path_factory)
-    model = make_model(tok.vocab_size, max_pos=4096, rare_ids=(tok.eos_id, tok.im_end_id))  # never ends early
+    # never ends early: a chat reply ends at any control token, so each is made rare (<|im_start|> too)
+    model = make_model(tok.vocab_size, max_pos=4096, rare_ids=sorted(control_token_ids(tok)))
     engine = Engine(model, num_slots=4, max_seq_len=4096)
     server = LiveServer(create_app(engine, tok, "tiny-cook"))
     yield server, engine
