@@ -108,7 +108,7 @@ def temp_path(path: str | os.PathLike) -> Iterator[Path]:
     on success it is fsynced and renamed to ``path``, on failure removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(path.parent, path.name)  # what a killed earlier write of this file left behind
+    _clean_own_stale_temps(path)  # what a killed earlier write of this file left behind
     tmp = temp_name(path)
     try:
         with _disk_full_as_error(path):
@@ -289,6 +289,25 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:  # someone else's live process
         return True
     return True
+
+
+# directory -> the temporary names in it when this process first wrote a file there: a single-file write looks its
+# own up here, so writing thousands of files into one folder lists it once, not once a file (14 ms a write at 5000)
+_TEMPS_AT_FIRST_WRITE: dict[str, set[str]] = {}
+
+
+def _clean_own_stale_temps(path: Path) -> None:
+    """``clean_stale_temps(path.parent, path.name)``, reading the folder once a process (a temporary a writer that
+    died during this process left is the next run's to remove)."""
+    key = os.path.abspath(path.parent)
+    seen = _TEMPS_AT_FIRST_WRITE.get(key)
+    if seen is None:
+        with os.scandir(path.parent) as entries:
+            seen = {e.name for e in entries if e.name.startswith(".") and _TEMP.match(e.name)}
+        _TEMPS_AT_FIRST_WRITE[key] = seen
+    if any(_TEMP.match(t)["name"] == path.name for t in seen):
+        for gone in clean_stale_temps(path.parent, path.name):
+            seen.discard(gone.name)
 
 
 def clean_stale_temps(directory: str | os.PathLike, name: str | None = None) -> list[Path]:
