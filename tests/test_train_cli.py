@@ -39,25 +39,24 @@ def _args(*argv):
     return parser.parse_args(list(argv))
 
 
-def _run(store, *argv):
+def _train(*argv):
+    """`cookmind train ARGV` in this process, the test's thread count kept (the command pins its own)."""
     from cookmind.cli import main
 
     n = torch.get_num_threads()
     try:
-        return main(["train", "--train-data", str(store), *argv, *TINY])
+        return main(["train", *argv])
     finally:
         torch.set_num_threads(n)
+
+
+def _run(store, *argv):
+    return _train("--train-data", str(store), *argv, *TINY)
 
 
 def _run_after_tiny(store, *argv):
     """``_run`` with ``argv`` after TINY, so its checkpoint.every (TINY's is 0) takes effect."""
-    from cookmind.cli import main
-
-    n = torch.get_num_threads()
-    try:
-        return main(["train", "--train-data", str(store), *TINY, *argv])
-    finally:
-        torch.set_num_threads(n)
+    return _train("--train-data", str(store), *TINY, *argv)
 
 
 def test_default_run_dirs_are_unique_and_resume_finds_the_newest(tmp_path, monkeypatch, capsys):
