@@ -550,4 +550,6 @@ def test_val_fraction_holds_a_seeded_share_out_into_its_own_store(tmp_path, tok_
     tiny = _jsonl(tmp_path / "one.jsonl", [{"text": "one"}])
     with pytest.raises(PackError, match="held out none of the 1 records; raise it"):
         pack([tiny], tmp_path / "z", tok_dir, "seq", progress=False, val_fraction=0.001, val_out=tmp_path / "zv")
+    with pytest.raises(PackError, match="held out all of the 1 records; lower it"):
+        pack([tiny], tmp_path / "z", tok_dir, "seq", progress=False, val_fraction=0.999, val_out=tmp_path / "zv")
     assert not (tmp_path / "z").exists() and not (tmp_path / "zv").exists()

@@ -224,9 +224,11 @@ def pack(
         if writer.keys is None and skipped.count:  # the writer's own message would not say why nothing was kept
             raise PackError(f"no records to write to {out}: every one was bad; {skipped.summary()}")
         if val_writer is not None:
-            if not per_store["val"]:
+            if not per_store["val"] or not per_store["train"]:  # a store of no records: say which way to move
+                kept, total = per_store["val"], per_store["val"] + per_store["train"]
                 raise PackError(
-                    f"--val-fraction {val_fraction} held out none of the {per_store['train']} records; raise it"
+                    f"--val-fraction {val_fraction} held out {'none' if not kept else 'all'} of the {total} records; "
+                    f"{'raise' if not kept else 'lower'} it"
                 )
             split = {"val_fraction": val_fraction, "seed": seed, "train_out": str(out), "val_out": str(val_out)}
             split.update(train_records=per_store["train"], val_records=per_store["val"])
