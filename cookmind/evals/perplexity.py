@@ -62,8 +62,6 @@ def sequence_nll(
         if windows is not None:
             windows.append({"start": start, "tokens": len(lp) - first_new, "nll": nll})
         scored_upto = start + len(chunk)
-        if scored_upto >= len(ids):
-            break
     return total, count
 
 
