@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+
 import torch
 
 
@@ -35,3 +38,24 @@ def resolve_device(name: str | None = "auto", local_rank: int = 0, what: str = "
 def inference_dtype(dtype: str | None, device: torch.device) -> str | None:
     """The dtype a served model loads in when none is given: bf16 on a GPU, else the checkpoint's own."""
     return dtype or ("bfloat16" if device.type == "cuda" else None)
+
+
+@contextlib.contextmanager
+def cuda_graph_capture(graph: torch.cuda.CUDAGraph, **kwargs):
+    """``torch.cuda.graph(graph, **kwargs)`` with Python's garbage collector run before and kept off inside.
+
+    torch no longer collects garbage when a capture begins. An object freed inside a capture (an engine of an
+    earlier request or test, kept alive by a reference cycle until a collection pass) runs CUDA calls a capture
+    forbids: freeing its graphs, events or pinned buffers spoils the capture, and the next launch fails with
+    "operation failed due to a previous error during capture". Collecting first and pausing the collector until
+    the capture ends keeps every such free outside it.
+    """
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph, **kwargs):
+            yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -79,3 +79,45 @@ def test_a_bad_device_is_one_line_before_anything_loads(monkeypatch, tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     stage = " ".join(command[:2] if command[0] == "eval" else command[:1])  # eval names its sub-command
     assert err == [f"cookmind {stage}: error: --device cuda but CUDA is not available here; pass cpu or auto"]
+
+
+def test_cuda_graph_capture_collects_garbage_first_and_pauses_the_collector_inside(monkeypatch):
+    """An object kept alive by a reference cycle must be freed before a capture begins, never inside it: its CUDA
+    frees would spoil the capture (the GPU test-order failure of speculative decoding after structured output)."""
+    import contextlib
+    import gc
+
+    import torch
+
+    from cookmind.device import cuda_graph_capture
+
+    freed, seen = [], {}
+
+    class Cyclic:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            freed.append(True)
+
+    @contextlib.contextmanager
+    def fake_graph(graph, **kwargs):  # torch.cuda.graph needs a GPU: record what holds when the capture begins
+        seen["freed_before"] = list(freed)
+        seen["gc_on_inside"] = gc.isenabled()
+        seen["kwargs"] = kwargs
+        yield
+
+    monkeypatch.setattr(torch.cuda, "graph", fake_graph)
+    assert gc.isenabled()
+    Cyclic()  # garbage only a collection pass frees
+    with cuda_graph_capture(object(), pool="p"):
+        assert not gc.isenabled()
+    assert seen == {"freed_before": [True], "gc_on_inside": False, "kwargs": {"pool": "p"}}
+    assert gc.isenabled()  # restored after
+    gc.disable()
+    try:
+        with cuda_graph_capture(object()):
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import torch
 
+from cookmind.device import cuda_graph_capture
+
 
 def default_buckets(num_slots: int) -> list[int]:
     """Batch sizes 1, 2, 4, ... and num_slots."""
@@ -136,7 +138,7 @@ class CudaGraphDecoder:
         with torch.inference_mode():
             for key in sorted(self._keys(), reverse=True):  # largest first: smaller graphs reuse its pool
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                with cuda_graph_capture(graph, pool=pool):
                     self.outputs[key] = self._step(*key)
                 pool = graph.pool()
                 self.graphs[key] = graph
@@ -228,7 +230,7 @@ class _StaticSteps:
         with torch.inference_mode():
             for key in sorted(keys, reverse=True):  # largest first: smaller graphs reuse its pool
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                with cuda_graph_capture(graph, pool=pool):
                     self._run(*key)
                 pool = graph.pool()
                 self.graphs[key] = graph

@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from cookmind.device import cuda_graph_capture
+
 
 def graph_problems(trainer) -> list[str]:
     """Why the trainer's step cannot be captured (empty when it can): what ``train.cuda_graph`` checks first."""
@@ -130,7 +132,7 @@ class GraphedStep:
         trainer.optimizer.zero_grad(set_to_none=True)  # the captured backward allocates them in the graph's pool
         torch.cuda.synchronize(trainer.device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with cuda_graph_capture(graph):
             out = trainer._step_body(self.static.__getitem__, in_graph=True)
         constant = [k for k, v in out.sums.items() if not torch.is_tensor(v)]
         if constant:
