@@ -283,7 +283,18 @@ def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
                 "`cookmind serve --lora` or merge it"
             )
         apply_lora(model, c["r"], c["alpha"], c["dropout"], c["targets"])
-    f = directory / ADAPTER_WEIGHTS
+    own = lora_state_dict(model)
+    with torch.no_grad():
+        for k, v in adapter_tensors_for(model, directory).items():
+            own[k].copy_(v)
+    return model
+
+
+def adapter_tensors_for(model: nn.Module, directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The adapter's whole tensors named as in ``model`` (which has its LoRA layers), checked against them: the
+    same names and shapes. Shapes are the whole tensors' for an FSDP2-sharded model too (DTensors), whose resume
+    from a full checkpoint keeps each rank's shard of these (``cookmind.train.sharded_checkpoint``)."""
+    f = Path(directory) / ADAPTER_WEIGHTS
     saved = read_adapter_tensors(directory)
     own = lora_state_dict(model)
     if set(saved) != set(own):
@@ -291,9 +302,7 @@ def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
             f"{f}: adapter tensors do not match the model's LoRA layers (missing "
             f"{sorted(set(own) - set(saved))[:4]}, unexpected {sorted(set(saved) - set(own))[:4]})"
         )
-    with torch.no_grad():
-        for k, v in saved.items():
-            if own[k].shape != v.shape:
-                raise ValueError(f"{f}: {k} has shape {tuple(v.shape)}, the model expects {tuple(own[k].shape)}")
-            own[k].copy_(v)
-    return model
+    for k, v in saved.items():
+        if own[k].shape != v.shape:
+            raise ValueError(f"{f}: {k} has shape {tuple(v.shape)}, the model expects {tuple(own[k].shape)}")
+    return saved

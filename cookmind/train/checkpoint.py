@@ -254,7 +254,7 @@ def load_checkpoint(
     rank then (DCP reads each rank's part), or in one process without a group.
     """
     from cookmind.model import load_model
-    from cookmind.model.lora import has_lora, load_adapter
+    from cookmind.model.lora import adapter_tensors_for, has_lora, load_adapter
 
     path = Path(path)
     meta = read_meta(path)
@@ -266,15 +266,13 @@ def load_checkpoint(
     bare = unwrap(model)
     fsdp = is_fsdp_sharded(model)  # a run that outgrew one GPU: every rank reads the whole tensors, keeps its shard
     if has_lora(bare):
-        if fsdp:
-            raise ValueError(
-                f"{path}: a full-format LoRA checkpoint cannot be loaded into an FSDP-sharded model; resume it "
-                "without parallel.fsdp (any world size), save again with checkpoint.format=sharded, then resume that"
-            )
         # The base weights are frozen and rebuilt from train.init_from; only the adapter trained.
         if not (path / "adapter_model.safetensors").is_file():
             raise FileNotFoundError(f"{path}/adapter_model.safetensors: missing, but the model has LoRA adapters")
-        load_adapter(bare, path)
+        if fsdp:  # the optimizer below holds the adapter only: its numbers name the adapter's parameters
+            load_full_model_into_sharded(bare, adapter_tensors_for(bare, path), strict=False)
+        else:
+            load_adapter(bare, path)
     else:
         own = bare.state_dict()  # under FSDP2 DTensors, whose shapes are the whole tensors'
         theirs = load_model(path, device="cpu").state_dict()

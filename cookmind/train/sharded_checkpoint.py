@@ -261,12 +261,14 @@ def load_sharded(
 
 # -- A full-format checkpoint (one process's safetensors + optimizer.pt) into an FSDP2-sharded model ----------------
 # A run that outgrows one GPU resumes its full checkpoints under parallel.fsdp: every rank reads the whole tensors
-# and DCP's state-dict API keeps each rank's shard (``full_state_dict=True``), as for a sharded checkpoint.
+# and DCP's state-dict API keeps each rank's shard (``full_state_dict=True``), as for a sharded checkpoint. A LoRA
+# run's: the adapter (adapter_model.safetensors) and its optimizer state, the frozen base rebuilt from init_from.
 
 
-def load_full_model_into_sharded(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
-    """Whole tensors by parameter name (checked against the model by the caller) into FSDP2's shards."""
-    set_model_state_dict(unwrap(model), weights, options=StateDictOptions(full_state_dict=True))
+def load_full_model_into_sharded(model: torch.nn.Module, weights: dict[str, torch.Tensor], strict: bool = True) -> None:
+    """Whole tensors by parameter name (checked against the model by the caller) into FSDP2's shards; a LoRA
+    adapter's with ``strict=False`` (the frozen base, rebuilt from train.init_from, is left as it is)."""
+    set_model_state_dict(unwrap(model), weights, options=StateDictOptions(full_state_dict=True, strict=strict))
 
 
 def load_full_optimizer_into_sharded(model: torch.nn.Module, optimizer: Any, saved: dict[str, Any], where) -> None:
