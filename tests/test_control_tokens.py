@@ -186,13 +186,30 @@ def test_stop_string_spelling_a_control_token_stops_there(server):
 
 
 @pytest.mark.parametrize("bad", ["false", 0, None])
-def test_skip_special_tokens_must_be_a_boolean(server, bad):
+@pytest.mark.parametrize("endpoint", ["completions", "chat/completions"])
+def test_skip_special_tokens_must_be_a_boolean(server, endpoint, bad):
     live, _ = server
-    body = {"model": MODEL, "prompt": "#", "max_tokens": 2, "skip_special_tokens": bad}
-    r = httpx.post(live.url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"})
+    body = {"model": MODEL, "max_tokens": 2, "skip_special_tokens": bad}
+    body.update({"prompt": "#"} if endpoint == "completions" else {"messages": MESSAGES})
+    r = httpx.post(f"{live.url}/v1/{endpoint}", json=body, headers={"Authorization": f"Bearer {API_KEY}"})
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["param"] == "skip_special_tokens" and error["type"] == "invalid_request_error"
+
+
+def test_chat_takes_skip_special_tokens_true_and_refuses_false(server):
+    """A chat reply ends at its first control token and holds none, so false has nothing to show: refused with a 400
+    saying so (vLLM clients send the field on chat requests too), never accepted and ignored. True is what it does."""
+    _, client = server
+    kw = dict(model=MODEL, messages=MESSAGES, max_tokens=20, temperature=0)
+    r = client.chat.completions.create(**kw, extra_body={"skip_special_tokens": True})
+    assert r.choices[0].message.content == "Yes." and r.choices[0].finish_reason == "stop"
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(**kw, stream=stream, extra_body={"skip_special_tokens": False})
+        error = e.value.body
+        assert error["param"] == "skip_special_tokens" and error["type"] == "invalid_request_error"
+        assert "ends at the first control token" in error["message"] and "/v1/completions" in error["message"]
 
 
 # --- evals and GRPO grade the answer before any control token -------------------------------------------------------

@@ -114,6 +114,19 @@ class ChatCompletionRequest(_SamplingFields):
     tools: list[dict[str, Any]] | None = None  # checked by cookmind.infer.tool_calls.check_tools
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
+    # vLLM's name, which its clients send on chat requests too. A chat reply ends at its first control token and
+    # holds none (cookmind.infer.stop.chat_stop_ids): true is what it does; false would show nothing, so it is refused
+    skip_special_tokens: bool = True
+
+    @field_validator("skip_special_tokens")
+    @classmethod
+    def _nothing_to_show(cls, v):
+        if not v:
+            raise ValueError(
+                "false has nothing to show in a chat reply: it ends at the first control token and holds none; "
+                "leave the field out, or use /v1/completions to see control tokens in the text"
+            )
+        return v
 
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

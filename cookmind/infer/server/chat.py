@@ -9,7 +9,8 @@ soon as its closing tag is generated.
 
 A reply ends at the first control token the model emits (``cookmind.infer.stop.chat_stop_ids``: <|im_start|> opening
 a turn it made up, <|endoftext|>, ...), finish_reason "stop"; the reasoning and tool-call markers are the reply's
-own syntax, not control tokens."""
+own syntax, not control tokens. So ``skip_special_tokens`` (vLLM's field) may be true, what a reply does anyway;
+false, which could show nothing, is a 400 naming the field."""
 
 from __future__ import annotations
 
