@@ -1,12 +1,15 @@
 """Control tokens (<|im_start|>, <|endoftext|>, ...) a model generates are never shown as text: a chat reply ends at
 the first one (the chat CLI, the server's chat completions, the web page's stream), plain completions leave them out
-unless the request says skip_special_tokens: false, and a streamed answer joins into the whole one byte for byte.
+unless the request says skip_special_tokens: false (a chat request refuses false: its reply holds none), a streamed
+answer joins into the whole one byte for byte, and eval answers and GRPO rollouts stop at the first one.
 
 A scripted tiny model makes the model emit them: its greedy next token depends on the current token alone, along
 chains written here. Expected texts are written by hand.
 """
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import openai
@@ -237,3 +240,63 @@ def test_trainer_samples_follow_the_same_rule(scripted):
         )
         trainer = SimpleNamespace(cfg=cfg, tokenizer=tok, bare_model=model)
         assert Trainer.generate_samples(trainer) == [{"prompt": prompt, "completion": want}]
+
+
+# --- evals and GRPO stop generating at the first control token ------------------------------------------------------
+
+SUM = {"question": "2+5", "answer": "#### 7"}
+SUM_TEMPLATE = "{question}="  # a plain template: graded by the last number
+
+
+@pytest.fixture(scope="module")
+def rambler(scripted):
+    """A model answering SUM's prompt "7", then <|im_start|> (a control token that is not end-of-text), then "xy"
+    over and over: an answer that goes on after the control token until the token budget runs out."""
+    from cookmind.align.prompts import encode_prompt
+
+    tok, _ = scripted
+    prompt = encode_prompt(tok, SUM["question"], SUM_TEMPLATE)
+    chain = [prompt[-1], ord("7"), tok.im_start_id, *b"xyx"]
+    model = scripted_lm(tok.vocab_size, [chain])
+    greedy = SamplingParams(temperature=0, max_new_tokens=6, stop_token_ids=[tok.eos_id])
+    assert generate(model, [prompt], greedy) == [[ord("7"), tok.im_start_id, *b"xyxy"]]  # the script holds
+    return tok, model, prompt
+
+
+def test_gsm8k_answer_ends_at_a_control_token(rambler, tmp_path):
+    """The answer stops at <|im_start|>: it is not cut short by --max-new-tokens (it went on to the budget)."""
+    from cookmind.evals import evaluate_gsm8k
+
+    tok, model, _ = rambler
+    out = tmp_path / "gsm8k.jsonl"
+    metrics = evaluate_gsm8k(model, tok, [SUM], out, template=SUM_TEMPLATE, max_new_tokens=8, progress=False)
+    assert (metrics["accuracy"], metrics["num_cut_short"]) == (1.0, 0)
+    record = json.loads(out.read_text())
+    assert (record["outputs"], record["cut_short"]) == (["7"], [False])
+
+
+def test_grpo_rollout_ends_at_a_control_token(rambler):
+    """A rollout ends at <|im_start|>, kept as its last token (the policy gradient trains on the stop token); what
+    the model would write after it is not sampled, scored nor trained on."""
+    from cookmind.align.objective import GRPOConfig, sampling_params
+    from cookmind.align.rewards import reward_fn_for_template
+    from cookmind.align.rollout import collect_rollouts
+
+    tok, model, prompt = rambler
+    cfg = GRPOConfig(template=SUM_TEMPLATE, max_new_tokens=8)
+    params, reward_fn = sampling_params(cfg, tok, seed=0), reward_fn_for_template(cfg.template)
+    batch = collect_rollouts(model, tok, [prompt], [SUM["answer"]], 2, params, reward_fn)
+    assert batch["response_ids"] == [[ord("7"), tok.im_start_id]] * 2
+    assert batch["responses"] == ["7", "7"] and batch["metadata"]["response_length"] == 2
+
+
+def test_transformers_tokenizer_chat_markers_are_control_tokens_even_when_not_marked_special(tmp_path):
+    """A transformers tokenizer whose ChatML markers were added as plain tokens: they still end a response and are
+    left out of its text, as ``HFTokenizerAdapter`` has them (evals and GRPO use such a tokenizer as it is)."""
+    from test_align_fixtures import tiny_hf_tokenizer
+
+    hf = tiny_hf_tokenizer(tmp_path)  # 256 byte tokens, then <eos> (256)
+    hf.add_tokens(["<|im_start|>", "<|im_end|>"])  # 257, 258: not special
+    assert (hf.eos_token_id, hf.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])) == (256, [257, 258])
+    assert chat_stop_ids(hf) == (256, 257, 258)
+    assert decode_response(hf, [*hf.encode("7"), 257, *hf.encode("user")]) == "7"

@@ -5,7 +5,7 @@ tokens in the middle of a prompt+response join, so we ask it not to).
 
 from __future__ import annotations
 
-from cookmind.infer.stop import control_token_ids
+from cookmind.infer.stop import chat_stop_ids, control_token_ids
 
 # -- Prompt templates for reasoning with verifiable answers ---------------------------------------------------------
 
@@ -105,24 +105,10 @@ def pad_id_of(tokenizer) -> int:
     return 0
 
 
-def eos_id_of(tokenizer) -> int | None:
-    """The end-of-text id, or None when the tokenizer has none."""
-    for name in ("eos_id", "eos_token_id"):
-        value = getattr(tokenizer, name, None)
-        if isinstance(value, int):
-            return value
-    return None
-
-
 def stop_ids_of(tokenizer) -> tuple[int, ...]:
-    """Ids that end a response: end-of-text, and end-of-turn (<|im_end|>) for chat tokenizers."""
-    ids = [eos_id_of(tokenizer)]
-    for name in ("im_end_id",):
-        ids.append(getattr(tokenizer, name, None))
-    if is_hf_tokenizer(tokenizer):
-        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        ids.append(im_end if im_end != getattr(tokenizer, "unk_token_id", None) else None)
-    return tuple(dict.fromkeys(i for i in ids if isinstance(i, int)))
+    """Ids that end a generated answer (evals, GRPO rollouts): every control token (``chat_stop_ids``), since what
+    follows the first is not graded (``decode_response``) and an <|im_start|> opens a turn the model made up."""
+    return chat_stop_ids(tokenizer)
 
 
 def decode_response(tokenizer, ids) -> str:

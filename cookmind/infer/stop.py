@@ -22,18 +22,27 @@ from cookmind.infer.tool_calls import TOOL_CLOSE, TOOL_OPEN
 
 # special tokens that are part of a reply's own syntax: the reasoning and tool-call parsers need to see them
 REPLY_SYNTAX = frozenset({THINK_OPEN, THINK_CLOSE, TOOL_OPEN, TOOL_CLOSE})
+# the chat markers: special in a transformers tokenizer's vocabulary whether or not it marks them so
+CHATML_MARKERS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
 
 
 def special_tokens_of(tokenizer) -> dict[int, str]:
     """{id: text} of the tokenizer's special tokens: cookmind's (and the Hugging Face adapter's)
-    ``special_tokens``, or a transformers tokenizer's added tokens marked special."""
+    ``special_tokens``, or a transformers tokenizer's added tokens marked special and the ``CHATML_MARKERS`` in
+    its vocabulary (a fine-tune may add them as plain tokens; ``HFTokenizerAdapter`` counts them too)."""
     specials = getattr(tokenizer, "special_tokens", None)
     if isinstance(specials, dict):
         return {int(i): s for s, i in specials.items()}
     added = getattr(tokenizer, "added_tokens_decoder", None)
-    if isinstance(added, dict):
-        return {int(i): t.content for i, t in added.items() if getattr(t, "special", False)}
-    return {}
+    if not isinstance(added, dict):
+        return {}
+    found = {int(i): t.content for i, t in added.items() if getattr(t, "special", False)}
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    for s in CHATML_MARKERS:
+        i = tokenizer.convert_tokens_to_ids(s)
+        if isinstance(i, int) and i != unknown:
+            found.setdefault(i, s)
+    return found
 
 
 def control_token_ids(tokenizer) -> frozenset[int]:
@@ -56,7 +65,8 @@ def spelled_stop_ids(tokenizer, stop_strings) -> tuple[int, ...]:
 
 def chat_stop_ids(tokenizer) -> tuple[int, ...]:
     """The tokens that end a chat reply: every control token (the one rule of the chat CLI, the server's chat
-    completions and the web page). The reply's text is what came before; finish_reason "stop"."""
+    completions and the web page). The reply's text is what came before; finish_reason "stop". Eval answers and
+    GRPO rollouts end there too, whatever their template (``cookmind.align.prompts.stop_ids_of``)."""
     return tuple(sorted(control_token_ids(tokenizer)))
 
 
