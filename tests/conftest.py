@@ -109,6 +109,19 @@ def _seed_everything():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _leave_no_process_group():
+    """A test that trains with parallel.fsdp in one process makes a one-rank group (FSDP2 needs one), and a
+    Trainer joins a group it finds: left behind, it would change what later tests in the same worker see
+    (init_distributed returned the leftover group instead of its own errors). Each test's group ends with it."""
+    import torch.distributed as dist
+
+    had_group = dist.is_available() and dist.is_initialized()
+    yield
+    if not had_group and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 
