@@ -276,6 +276,7 @@ def bench_cookmind(
     defer_metrics=True,
     cuda_graph=False,
     fp8_blocks=False,
+    fp8_projections="all",
     master_weights=False,
     accum=1,
     parallel=None,
@@ -325,6 +326,7 @@ def bench_cookmind(
                 "defer_metrics": defer_metrics,
                 "cuda_graph": cuda_graph,
                 "fp8_blocks": fp8_blocks,
+                "fp8_projections": fp8_projections,
                 "master_weights": master_weights,
                 "threads": 0,
             },  # torch's default thread count, as the baselines it is compared with use
@@ -499,6 +501,17 @@ TRAINER_VARIANTS = {
         {"master_weights": True, "fp8_blocks": True, "cuda_graph": True},
         {"lm_head_fp8": True},
     ),
+    "master-weights-fp8auto-all-graph": (
+        "train.master_weights=true, train.fp8_blocks=true, train.fp8_projections=auto, model.lm_head_fp8=true, "
+        "train.cuda_graph=true",
+        {"master_weights": True, "fp8_blocks": True, "fp8_projections": "auto", "cuda_graph": True},
+        {"lm_head_fp8": True},
+    ),
+    "master-weights-fp8auto": (
+        "train.master_weights=true, train.fp8_blocks=true, train.fp8_projections=auto",
+        {"master_weights": True, "fp8_blocks": True, "fp8_projections": "auto"},
+        {},
+    ),
     "sync-metrics": ("train.defer_metrics=false", {"defer_metrics": False}, {}),
 }
 
@@ -566,7 +579,9 @@ def main() -> None:
         "needs torchao), fp8-all (fp8-blocks with model.lm_head_fp8=true too), "
         "master-weights (Trainer with train.master_weights=true: bf16 parameters, fp32 masters in AdamW), "
         "master-weights-graph (master-weights with train.cuda_graph=true), "
-        "master-weights-fp8 (master-weights with train.fp8_blocks=true)",
+        "master-weights-fp8 (master-weights with train.fp8_blocks=true), master-weights-fp8-all(-graph) (and "
+        "model.lm_head_fp8=true, and the graph), master-weights-fp8auto(-all-graph) (the same with "
+        "train.fp8_projections=auto: projections too small for float8 to gain stay bf16)",
     )
     args = ap.parse_args()
     device = torch.device(args.device)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8]...
+#   bash bench/gpu_session.sh [tests|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto]...
 #   (default: tests train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -85,6 +85,10 @@ for part in "${parts[@]}"; do
                 --shape qwen3-0.6b --compile-scope blocks --runs fp8
                 [ -f "$OUT/fp8-loss-qwen-bf16.log" ] && python3 bench/bench_fp8_loss.py --compare \
                 "$OUT/fp8-loss-qwen-bf16.log" "$OUT/fp8-loss-qwen-fp8.log" ;;
-        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8)"; exit 2 ;;
+        # train.fp8_projections=auto (k/v/o/down stay bf16 at Qwen3-0.6B, k/v at 1.3B) beside all projections, one call
+        fp8auto) CUDA_VISIBLE_DEVICES=0 run qwen16-fp8auto 450 python3 bench/bench_train.py --device cuda \
+                --shape qwen3-0.6b --no-peer --no-plain --batch 16 --steps 8 --warmup 4 \
+                --variants master-weights-fp8-all-graph,master-weights-fp8auto-all-graph ;;
+        *) echo "unknown part $part (tests|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto)"; exit 2 ;;
     esac
 done

@@ -217,6 +217,39 @@ def test_lora_with_fp8_blocks_is_a_clear_error():
         F8.apply_fp8_blocks(model, _cfg())
 
 
+def test_auto_projections_keep_the_qwen3_shapes_too_small_to_gain_in_bf16():
+    """train.fp8_projections=auto at the Qwen3-0.6B widths (1024 wide, q 16x128 = 2048, k/v 8x128 = 1024, SwiGLU
+    3072): by torchao's tensorwise thresholds (no gain where K <= 4096 and N <= 1024) q, gate and up convert; k, v
+    (1024 -> 1024), o (2048 -> 1024) and down (3072 -> 1024) stay. Rowwise's thresholds (N <= 2048, K <= 1024, or
+    N <= 4096 and K <= 2048) leave out every one of them: each has N <= 2048 or K = 1024."""
+    shape = dict(
+        vocab_size=64, hidden_size=1024, intermediate_size=3072, num_hidden_layers=1, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=64,
+    )  # fmt: skip
+    model = CookMindLM(CookMindConfig(**shape))
+    report = F8.convert_blocks_to_float8(find_blocks(model), projections="auto", emulate=True)
+    converted = sorted(n.rsplit(".", 1)[-1] for n in report.converted)
+    assert converted == ["gate_proj", "q_proj", "up_proj"]
+    assert sorted(n.rsplit(".", 1)[-1] for n in report.skipped) == ["down_proj", "k_proj", "o_proj", "v_proj"]
+    assert "3 of 7 block projections in float8 (tensorwise)" in report.summary()
+    assert "4 (too small for float8 to gain: train.fp8_projections=auto)" in report.summary()
+    assert sorted(n.rsplit(".", 1)[-1] for n in _float8_linears(model)) == converted
+    rowwise = CookMindLM(CookMindConfig(**shape))
+    assert not F8.convert_blocks_to_float8(find_blocks(rowwise), "rowwise", projections="auto", emulate=True).converted
+
+
+def test_a_projection_list_converts_only_those_and_a_bad_name_is_a_config_error():
+    model = tiny_lm()  # every projection on the 16 grid
+    report = F8.convert_blocks_to_float8(find_blocks(model), projections="q_proj, down_proj", emulate=True)
+    assert sorted(_float8_linears(model)) == sorted(
+        f"model.layers.{i}.{p}" for i in range(2) for p in ("self_attn.q_proj", "mlp.down_proj")
+    )
+    assert set(report.skipped.values()) == {"not in train.fp8_projections"} and len(report.skipped) == 10
+    assert _cfg(fp8_projections="auto").train.fp8_projections == "auto"
+    with pytest.raises(ValueError, match=r"train.fp8_projections='q_proj,kv_proj': unknown kv_proj; give all, auto"):
+        _cfg(fp8_projections="q_proj,kv_proj")
+
+
 def test_bad_scaling_is_a_config_error():
     with pytest.raises(ValueError, match="train.fp8_scaling"):
         _cfg(fp8_scaling="blockwise")

@@ -13,6 +13,12 @@ same ``x @ W.T``), so each chosen projection is first given an ``nn.Linear`` she
 dims to be multiples of 16: a projection that is not stays in the training precision, and the count is
 reported. An MoE block's routed experts stay too (the tokens each gets vary from step to step).
 
+``train.fp8_projections`` picks which projections convert: ``all`` (default), a comma-separated list of names
+(``q_proj,gate_proj,up_proj``), or ``auto``: leave out the projections too small for float8 to gain, by the size
+thresholds torchao published from its H100 GEMM-and-cast measurements (tensorwise: no gain where the reduced dim
+K <= 4096 and the output dim N <= 1024; rowwise: where N <= 2048, K <= 1024, or N <= 4096 and K <= 2048). At the
+Qwen3-0.6B shape ``auto`` keeps k/v/o/down (1024 wide outputs) in bf16 and converts q and gate/up.
+
 torchao is an optional dependency (``pip install cookmind[fp8]``), imported only when the option is on.
 """
 
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
     from cookmind.train.config import TrainConfig
 
 FP8_SCALINGS = ("tensorwise", "rowwise")
+FP8_PROJECTION_MODES = ("all", "auto")  # or a comma-separated list of BLOCK_PROJECTIONS names
 BLOCK_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GEMM_ALIGN = 16  # torch._scaled_mm: the reduced dim and the output-column dim must be multiples of 16
 
@@ -103,6 +110,30 @@ def _projection_problem(module: nn.Module) -> str | None:
     return None
 
 
+def projection_names(projections: str) -> frozenset[str] | None:
+    """``train.fp8_projections`` as the set of names it converts (None: all or auto). Raises ValueError (one line,
+    naming the key and the choices) for an unknown name."""
+    if projections in FP8_PROJECTION_MODES:
+        return None
+    names = [n.strip() for n in str(projections).split(",") if n.strip()]
+    unknown = [n for n in names if n not in BLOCK_PROJECTIONS]
+    if unknown or not names:
+        raise ValueError(
+            f"train.fp8_projections={projections!r}: {'unknown ' + ', '.join(unknown) if unknown else 'no names'}; "
+            f"give all, auto, or a comma-separated list of {', '.join(BLOCK_PROJECTIONS)}"
+        )
+    return frozenset(names)
+
+
+def too_small_to_gain(module: nn.Module, scaling: str) -> bool:
+    """``train.fp8_projections=auto``: whether a projection's GEMMs are too small for float8 (with the casts that
+    feed them) to beat bf16, by torchao's published thresholds for the recipe (see the module docstring)."""
+    n, k = module.out_features, module.in_features
+    if scaling == "rowwise":
+        return n <= 2048 or k <= 1024 or (n <= 4096 and k <= 2048)
+    return k <= 4096 and n <= 1024
+
+
 def _as_torch_linear(module: Linear) -> nn.Linear:
     """An ``nn.Linear`` that shares ``module``'s weight and bias (same math: x @ W.T + b), for torchao's swap."""
     with torch.device("meta"):
@@ -118,6 +149,7 @@ def convert_blocks_to_float8(
     pad_inner_dim: bool = False,
     fsdp_float8_all_gather: bool = False,
     emulate: bool = False,
+    projections: str = "all",
 ) -> Float8Conversion:
     """Turn each block's q/k/v/o and gate/up/down projection into a torchao float8 training linear, in place.
 
@@ -128,6 +160,7 @@ def convert_blocks_to_float8(
     fsdp_float8_all_gather: FSDP2 all-gathers the weights in float8 (tensorwise only; torchao's
         ``enable_fsdp_float8_all_gather``).
     emulate: run the float8 GEMMs as emulated high-precision matmuls (torchao's ``emulate``): CPU tests only.
+    projections: ``all``, ``auto`` or a comma-separated list of names (``train.fp8_projections``).
     Projections already converted (a second Trainer over the same model) count as converted.
     """
     if scaling not in FP8_SCALINGS:
@@ -137,6 +170,7 @@ def convert_blocks_to_float8(
             "train.fp8_scaling=rowwise with FSDP's float8 all-gather: torchao gathers float8 weights only with "
             "tensorwise scales; set train.fp8_scaling=tensorwise"
         )
+    chosen = projection_names(projections)
     float8 = import_torchao_float8()
     config = float8.Float8LinearConfig.from_recipe_name(scaling)
     config = dataclasses.replace(
@@ -158,6 +192,10 @@ def convert_blocks_to_float8(
                 report.skipped[where] = f"a {type(module).__name__}, not a plain projection"
             elif (why := _projection_problem(module)) is not None:
                 report.skipped[where] = why
+            elif chosen is not None and leaf not in chosen:
+                report.skipped[where] = "not in train.fp8_projections"
+            elif projections == "auto" and too_small_to_gain(module, scaling):
+                report.skipped[where] = "too small for float8 to gain: train.fp8_projections=auto"
             else:
                 parent = block.get_submodule(name.rsplit(".", 1)[0]) if "." in name else block
                 shell = _as_torch_linear(module)
@@ -208,4 +246,5 @@ def apply_fp8_blocks(model: nn.Module, cfg: TrainConfig, device: torch.device | 
         t.fp8_scaling,
         pad_inner_dim=not aligned,
         fsdp_float8_all_gather=fsdp and t.fp8_scaling == "tensorwise",
+        projections=t.fp8_projections,
     )

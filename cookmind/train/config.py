@@ -100,6 +100,9 @@ class TrainLoopConfig:
     # by cookmind.parallel.parallelize, like compile: checkpoints and exports are unchanged.
     fp8_blocks: bool = False
     fp8_scaling: str = "tensorwise"  # tensorwise (one scale per tensor: fastest) | rowwise (per row: more accurate)
+    # which projections: all | auto (leave out those too small for float8 to gain, by torchao's size thresholds) |
+    # a comma-separated list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+    fp8_projections: str = "all"
     # bf16 parameters with fp32 master weights in the optimizer (precision=bf16 only): the forward reads bf16
     # weights and the backward writes bf16 weight gradients with no casts; AdamW updates the fp32 masters and writes
     # the bf16 weights back (cookmind.optim.master_weights). Checkpoints hold the fp32 masters, as without it.
@@ -284,6 +287,9 @@ class TrainConfig:
         _choice("train.cuda_graph", self.train.cuda_graph, ("false", "true", "auto"))
         _choice("train.master_weights", self.train.master_weights, ("false", "true", "auto"))
         _choice("train.fp8_scaling", self.train.fp8_scaling, ("tensorwise", "rowwise"))
+        from cookmind.model.float8_blocks import projection_names
+
+        projection_names(self.train.fp8_projections)  # an unknown name is a config error at load
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
         _choice("optim.impl", self.optim.impl, ("cookmind", "torch"))
         _choice("dpo.reduction", self.dpo.reduction, ("sum", "mean"))
