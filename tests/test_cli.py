@@ -593,6 +593,16 @@ def test_generate_system_without_chat_is_refused_not_dropped(capsys, tmp_path, m
     assert "--system needs --chat" in capsys.readouterr().err
 
 
+def test_generate_chat_with_keep_special_tokens_is_refused_not_ignored(capsys, tmp_path, monkeypatch):
+    """A chat reply ends at its first control token and holds none: the flag could show nothing (it was accepted
+    and did nothing), as the server's chat completions refuse skip_special_tokens=false."""
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["generate", "--model", "m", "--prompt", "p", "--chat", "--keep-special-tokens"]) == 2
+    err = capsys.readouterr().err
+    assert "cookmind generate: error: --keep-special-tokens has nothing to show with --chat" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_an_os_error_is_one_sentence_naming_the_path_not_an_errno(tmp_path):
     """The top-level handler printed str(exc): "[Errno 17] File exists: 'afile'", with nothing to do about it."""
     from cookmind.cli import os_error_line

@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-special-tokens",
         action="store_true",
-        help="print the control tokens the model generates (<|im_start|>, ...); left out by default",
+        help="print the control tokens the model generates (<|im_start|>, ...); left out by default. Not with "
+        "--chat, whose reply ends at the first one",
     )
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
@@ -48,6 +49,13 @@ def main(args: argparse.Namespace) -> int:
 
     if args.system is not None and not args.chat:  # it was dropped without a word: a raw prompt has no system turn
         print("cookmind generate: error: --system needs --chat (the prompt as a chat turn)", file=sys.stderr)
+        return 2
+    if args.keep_special_tokens and args.chat:  # it was accepted and did nothing
+        print(
+            "cookmind generate: error: --keep-special-tokens has nothing to show with --chat: a chat reply ends at "
+            "its first control token and holds none; leave one of them out",
+            file=sys.stderr,
+        )
         return 2
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
