@@ -33,6 +33,12 @@ def test_quick_demo_runs_every_stage(tmp_path):
     assert ctx.results["mine_pairs"]["pairs"] == ctx.sizes.dpo_pairs
     # the sample chats show no run of blank lines a small model can end its reply with (some ran 40 lines)
     assert all(c["assistant"] == c["assistant"].strip() for c in ctx.results["chat"]["chats"])
+    # a training stage's loss arrow spans its first and last steps, not one logged step twice ("5.642 → 5.642")
+    for stage in ("pretrain", "sft"):
+        rows = [json.loads(line) for line in (tmp_path / "runs" / stage / "metrics.jsonl").read_text().splitlines()]
+        train = [r for r in rows if r.get("split") == "train"]
+        assert train[0]["step"] == 1 and train[-1]["step"] == ctx.results[stage]["steps"]
+        assert ctx.results[stage]["first_loss"] == train[0]["loss"] != ctx.results[stage]["last_loss"]
 
 
 def test_demo_report_shows_what_each_curation_stage_removed(tmp_path):

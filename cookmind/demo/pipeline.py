@@ -278,6 +278,8 @@ def _train(
     if "init_from" in base["train"]:
         cfg.model = {}
     cfg.update(base, source=f"demo stage {name}")
+    # at least five logged steps, so the report's loss arrow and plot span the run (--quick runs 4-6 steps)
+    cfg.logging.log_every = max(1, min(cfg.logging.log_every, cfg.train.max_steps // 5))
     cfg.validate()
     ctx.say(
         f"{name}: {cfg.train.max_steps} steps, objective {cfg.train.objective}"
@@ -742,7 +744,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # One thread by default: this model's small matmuls gain little from a second thread, and a
     # thread pool that spins while other processes share the cores can run several times slower.
     parser.add_argument("--threads", type=int_in(0), default=1, help="torch CPU threads (0 = torch's default)")
-    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars or stage lines; what the stages say about the data (records truncated or dropped) and "
+        "warnings still print on stderr",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
