@@ -375,7 +375,8 @@ def test_resuming_a_run_directory_needs_only_the_directory_its_config_yaml_holds
 
 def test_print_config_of_a_grpo_run_shows_every_grpo_setting_and_reads_back(tmp_path, capsys):
     """--print-config printed ``grpo: {}`` (the section holds only what was set): the user could not see the
-    objective's settings. Now every GRPOConfig field, with the run's values, and the print is a config file."""
+    objective's settings. Now every GRPOConfig field, with the run's values, for every objective (as dpo's), and
+    the print is a config file."""
     import dataclasses
 
     import yaml
@@ -394,8 +395,14 @@ def test_print_config_of_a_grpo_run_shows_every_grpo_setting_and_reads_back(tmp_
     assert yaml.safe_load(capsys.readouterr().out)["grpo"] == printed["grpo"]
     assert main(["train", "--objective", "grpo", "--print-config", "grpo.group_sz=4"]) == 2
     assert "grpo: unknown keys ['group_sz']" in capsys.readouterr().err
-    assert main(["train", "--print-config"]) == 0  # other objectives print the section as set
-    assert yaml.safe_load(capsys.readouterr().out)["grpo"] == {}
+    # other objectives show the defaults too, as the dpo section does (it printed `grpo: {}`), and read back
+    assert main(["train", "--print-config"]) == 0
+    pretrain = yaml.safe_load(capsys.readouterr().out)
+    assert list(pretrain["grpo"]) == [f.name for f in dataclasses.fields(GRPOConfig)]
+    assert pretrain["grpo"]["group_size"] == GRPOConfig().group_size
+    saved.write_text(yaml.safe_dump(pretrain))
+    assert main(["train", "--config", str(saved), "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["grpo"] == pretrain["grpo"]
 
 
 def test_config_errors_are_one_line_with_the_bad_input_exit_status(tmp_path, store, capsys):

@@ -92,15 +92,14 @@ def resolve_config(args: argparse.Namespace):
 
 def printable_config(cfg) -> dict:
     """``--print-config``: every field of the run, the grpo objective's settings with their defaults filled in (its
-    section holds only what was set)."""
+    section holds only what was set), whatever the objective, as the dpo section shows its defaults."""
+    import dataclasses
+
+    from cookmind.align.objective import grpo_settings
+
     d = cfg.to_dict()
-    if cfg.train.objective == "grpo":
-        import dataclasses
-
-        from cookmind.align.objective import grpo_settings
-
-        settings = dataclasses.asdict(grpo_settings(cfg.grpo))
-        d["grpo"] = {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
+    settings = dataclasses.asdict(grpo_settings(cfg.grpo))
+    d["grpo"] = {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
     return d
 
 
