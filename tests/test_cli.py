@@ -305,6 +305,8 @@ def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
     )  # room for the README's eval prompts
     tok.save(tmp_path / "ckpt")
     (tmp_path / "text.txt").write_text(CORPUS)
+    (tmp_path / "clean").mkdir()  # a curate output folder
+    (tmp_path / "clean" / "shard-00000.jsonl.gz").write_bytes(gzip.compress(json.dumps({"text": CORPUS}).encode()))
     lines = [
         line.split("#")[0]
         for line in (ROOT / "README.md").read_text().splitlines()
@@ -321,7 +323,7 @@ def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
             str(tmp_path / "ckpt")
             if a in ("CKPT", "HF_OR_CKPT")
             else str(tmp_path / a)
-            if a in ("text.txt", "gsm8k.jsonl")
+            if a in ("text.txt", "gsm8k.jsonl", "clean/")
             else a.replace("../shared/data", str(shared_data))
             for a in shlex.split(line)[1:]
         ]

@@ -427,3 +427,75 @@ def test_the_perplexity_bar_counts_the_windows_it_runs(monkeypatch, stride):
         _, count = sequence_nll(model, list(range(1, 41)), window=16, stride=stride, progress=True, windows=rows)
     assert count == 39 and sum(r["tokens"] for r in rows) == 39
     assert seen == [{"total": len(rows), "run": len(rows)}]
+
+
+def _bigram_cli(monkeypatch, tok):
+    """`cookmind eval` with its model loading replaced by a seeded bigram table (logits of the next token) and
+    ``tok``: the scores can be computed by hand."""
+    import cookmind.infer.loading
+
+    torch.manual_seed(0)
+    model = torch.nn.Embedding(tok.vocab_size, tok.vocab_size)
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (model, tok))
+    return model.weight.detach()
+
+
+def test_ppl_reads_json_lines_curate_shards_and_folders_as_their_documents_text(tmp_path, tok_dir, monkeypatch, capsys):
+    """`eval ppl --data h.jsonl` scored the raw JSON (braces, keys, escapes): ppl 471 against 426 for the same
+    documents as plain text; a curate shard (.jsonl.gz) was 'invalid UTF-8 at byte 1' and a curate output folder
+    'no meta.json'. Each is read as `pack` reads it: the records' text, each document ended by <|endoftext|>, so
+    they score as the plain text file of those documents (<|endoftext|> after each) does."""
+    import gzip
+
+    from cookmind.cli import main
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    table = _bigram_cli(monkeypatch, tok)
+    docs = ['The cook said "stir it".', "Tom has 3 apples.\nHe eats one.", "Crème brûlée, à la carte"]
+    eot = tok.special_tokens["<|endoftext|>"]
+    ids = [i for d in docs for i in tok.encode(d) + [eot]]  # by hand: as pack joins the records
+    log_p = torch.log_softmax(table, -1)
+    nll = -sum(log_p[a, b].item() for a, b in zip(ids[:-1], ids[1:]))
+    n_bytes = sum(len(d.encode()) + len("<|endoftext|>") for d in docs) - len(tok.decode(ids[:1]).encode())
+
+    lines = "".join(json.dumps({"id": i, "text": d}) + "\n" for i, d in enumerate(docs))  # é as \u00e9
+    (tmp_path / "h.jsonl").write_text(lines)
+    (tmp_path / "h.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
+    (tmp_path / "clean").mkdir()  # curate's output: shard-*.jsonl.gz beside its side files
+    for k, part in enumerate((docs[:2], docs[2:])):
+        shard = "".join(json.dumps({"text": d, "lang": "en"}) + "\n" for d in part)
+        (tmp_path / "clean" / f"shard-{k:05d}.jsonl.gz").write_bytes(gzip.compress(shard.encode()))
+    (tmp_path / "clean" / "stats.json").write_text("{}")
+    (tmp_path / "h.txt").write_text("".join(d + "<|endoftext|>" for d in docs))
+    for data in ("h.jsonl", "h.jsonl.gz", "clean", "clean/shard-00001.jsonl.gz", "h.txt"):
+        argv = ["eval", "ppl", "--model", "m", "--data", str(tmp_path / data), "--window", str(len(ids)), "--quiet"]
+        assert main(argv) == 0, capsys.readouterr().err
+        m = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        if data == "clean/shard-00001.jsonl.gz":  # the last document alone
+            assert m["tokens"] == len(tok.encode(docs[2])), data
+            continue
+        assert (m["tokens"], m["bytes"]) == (len(ids) - 1, n_bytes), data
+        assert m["nll_per_token"] == pytest.approx(nll / (len(ids) - 1), rel=1e-5), data
+        assert m["perplexity"] == pytest.approx(math.exp(nll / (len(ids) - 1)), rel=1e-5), data
+    # --max-bytes keeps the first bytes of that text: here the first document, its <|endoftext|>, 5 bytes of the next
+    cut = len(docs[0].encode()) + len("<|endoftext|>") + 5
+    head = tok.encode(docs[0]) + [eot] + tok.encode(docs[1][:5])
+    total = sum(len(d.encode()) + len("<|endoftext|>") for d in docs)
+    for data, size in (("h.jsonl", "text_bytes"), ("h.txt", "file_bytes")):
+        argv = ["eval", "ppl", "--model", "m", "--data", str(tmp_path / data), "--window", "64", "--quiet"]
+        assert main([*argv, "--max-bytes", str(cut)]) == 0
+        printed = capsys.readouterr().out.strip().splitlines()
+        m = json.loads(printed[-1])
+        assert (m["tokens"], m[size], m["bytes_not_evaluated"]) == (len(head) - 1, total, total - cut), data
+        assert m["nll_per_token"] == pytest.approx(
+            -sum(log_p[a, b].item() for a, b in zip(head[:-1], head[1:])) / (len(head) - 1), rel=1e-5
+        )
+        assert f"evaluated the first {cut} of {total} bytes" in printed[0]
+    # a token store made by pack stays scored as the store
+    from cookmind.store.packer import pack
+
+    pack([tmp_path / "h.jsonl"], tmp_path / "store", tok_dir, "seq", progress=False)
+    assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "store"), "--window", "16", "--quiet"]) == 0
+    m = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert m["store_tokens"] == len(ids) and m["windows_total"] == math.ceil(len(ids) / 16)

@@ -64,9 +64,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     m.add_argument("--batch-size", type=int_in(1), default=8, help="questions scored together (default 8)")
 
-    p = sub.add_parser("ppl", help="perplexity and bits per byte on a text file or token store")
+    p = sub.add_parser("ppl", help="perplexity and bits per byte on text, documents or a token store")
     common(p)
-    p.add_argument("--data", required=True, help="a UTF-8 text file, or a token store (.bin dir / .h5)")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="what `cookmind pack --input` reads: a UTF-8 text file (<|endoftext|> separates documents), JSON lines "
+        "(.jsonl) or Parquet documents (their --text-field, each ended by <|endoftext|> as pack does), optionally .gz, "
+        "or a curate output folder (its shard-* files); or a token store made by pack (a folder with meta.json, .h5)",
+    )
+    p.add_argument(
+        "--text-field", default="text", help="JSON lines / Parquet: the field holding a document's text (default text)"
+    )
     p.add_argument(
         "--window",
         type=int_in(1),
@@ -74,7 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tokens per window (default: the model's context; more than that is an error)",
     )
     p.add_argument("--stride", type=int_in(1), default=None)
-    p.add_argument("--max-bytes", type=int_in(1), default=None, help="text files: evaluate only the first N bytes")
+    p.add_argument(
+        "--max-bytes",
+        type=int_in(1),
+        default=None,
+        help="text and documents: evaluate only the first N bytes of their text",
+    )
     p.add_argument("--max-windows", type=int_in(1), default=None, help="stores: evaluate only the first N windows")
 
 
@@ -115,16 +129,22 @@ def main(args) -> int:
         metrics = evaluate_mmlu(model, tokenizer, rows, args.scoring, args.out, args.batch_size, progress=progress)
     else:
         from cookmind.evals.gsm8k import context_length
-        from cookmind.evals.perplexity import evaluate_store, evaluate_text_file
+        from cookmind.evals.perplexity import evaluate_data
 
         args.window = args.window or context_length(model) or 256
-        data, rows = Path(args.data), []
-        if data.is_file() and data.suffix not in (".h5", ".hdf5"):
-            metrics = evaluate_text_file(
-                model, tokenizer, data, args.window, args.stride, args.max_bytes, progress, rows
-            )
-        else:
-            metrics = evaluate_store(model, tokenizer, data, args.window, args.max_windows, progress, rows)
+        rows = []
+        metrics = evaluate_data(
+            model,
+            tokenizer,
+            args.data,
+            args.window,
+            args.stride,
+            args.max_bytes,
+            args.max_windows,
+            args.text_field,
+            progress,
+            rows,
+        )
         _say_what_was_left_out(args, metrics)
         if args.out:
             write_jsonl(args.out, rows)
@@ -156,7 +176,7 @@ def main(args) -> int:
 def _say_what_was_left_out(args, metrics: dict) -> None:
     """--max-bytes / --max-windows: print how much of the data the perplexity leaves out (the metrics say it too)."""
     if metrics.get("bytes_not_evaluated"):
-        left, of = metrics["bytes_not_evaluated"], metrics["file_bytes"]
+        left, of = metrics["bytes_not_evaluated"], metrics.get("file_bytes", metrics.get("text_bytes"))
         print(
             f"cookmind eval ppl: --max-bytes {args.max_bytes}: evaluated the first {of - left:,} of {of:,} bytes; "
             f"{left:,} bytes ({left / of:.0%}) left out (bytes_not_evaluated)"

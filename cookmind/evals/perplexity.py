@@ -1,21 +1,27 @@
-"""Perplexity and bits per byte of a model on a text file or a token store.
+"""Perplexity and bits per byte of a model on a text file, documents (JSON lines, Parquet) or a token store.
 
     ppl = exp( sum NLL / tokens )        bpb = sum NLL / (ln 2 * UTF-8 bytes)
 Bits per byte compares models with different tokenizers: it counts the text, not the tokens.
 Windows of ``window`` tokens slide by ``stride``; each token is scored once, with as much
 left context as the window allows (the first window scores all of its predictions).
+Documents are read as ``cookmind pack`` reads them and joined as it joins its records: each one's
+text, then the ``<|endoftext|>`` token; plain text that spells ``<|endoftext|>`` gets that token there.
 """
 
 from __future__ import annotations
 
+import gzip
 import math
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from cookmind.align.losses import gather_log_probs, logits_of
-from cookmind.align.prompts import decode_ids, encode_text
+from cookmind.align.prompts import decode_ids, encode_text, is_hf_tokenizer
+
+ENDOFTEXT = "<|endoftext|>"  # pack's document separator in plain text and the token ending each packed record
 
 
 @torch.no_grad()
@@ -79,6 +85,49 @@ def _window_row(i: int, row: dict) -> dict:
     return {"window": i, **row, "nll_per_token": row["nll"] / max(1, row["tokens"])}
 
 
+def document_end_id(tokenizer) -> int | None:
+    """The id that ends each document, as ``pack`` ends each record: the ``<|endoftext|>`` token (ours: ``eos_id``;
+    a Hugging Face tokenizer's own ``<|endoftext|>``, else its EOS); None when the tokenizer has neither."""
+    if is_hf_tokenizer(tokenizer):
+        return tokenizer.get_vocab().get(ENDOFTEXT, tokenizer.eos_token_id)
+    return getattr(tokenizer, "eos_id", None)
+
+
+def _joined_ids(tokenizer, pieces: Sequence[str], end_id: int) -> list[int]:
+    """The ids of ``pieces`` with ``end_id`` between each two, each piece encoded on its own (as pack encodes)."""
+    pieces = list(pieces)
+    if not is_hf_tokenizer(tokenizer) and hasattr(tokenizer, "encode_batch"):
+        encoded = tokenizer.encode_batch(pieces)
+    else:
+        encoded = [encode_text(tokenizer, piece) for piece in pieces]
+    ids: list[int] = []
+    for k, piece_ids in enumerate(encoded):
+        if k:
+            ids.append(end_id)
+        ids.extend(piece_ids)
+    return ids
+
+
+def _text_ids(tokenizer, text: str) -> list[int]:
+    """Ids for ``text``; where it spells ``<|endoftext|>`` (pack's document separator in plain text), that token,
+    as pack puts it there: ours would otherwise encode the separator as its 13 characters."""
+    end = document_end_id(tokenizer)
+    if end is None or ENDOFTEXT not in text or decode_ids(tokenizer, [end]) != ENDOFTEXT:
+        return encode_text(tokenizer, text)
+    return _joined_ids(tokenizer, text.split(ENDOFTEXT), end)
+
+
+def _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows, what="the text") -> dict:
+    """``_report`` for ``ids`` whose text has ``n_bytes`` UTF-8 bytes (the first token's are taken off here)."""
+    if len(ids) < 2:
+        raise ValueError(f"perplexity: {what} has fewer than 2 tokens; nothing to predict")
+    windows: list[dict] = []
+    nll, n = sequence_nll(model, ids, window, stride, progress, windows)
+    if rows is not None:
+        rows.extend(_window_row(i, w) for i, w in enumerate(windows))
+    return _report(nll, n, n_bytes - len(decode_ids(tokenizer, ids[:1]).encode("utf-8")))
+
+
 def evaluate_text(
     model,
     tokenizer,
@@ -89,17 +138,11 @@ def evaluate_text(
     rows: list[dict] | None = None,
 ) -> dict:
     """Perplexity and bits per byte on ``text``. Bytes exclude the first token's (it is never predicted).
+    A ``<|endoftext|>`` in the text is the document separator token, as ``pack`` reads plain text.
 
     ``rows``, when given, gets one row per window: window, start (token), tokens scored, nll, nll_per_token."""
-    ids = encode_text(tokenizer, text)
-    if len(ids) < 2:
-        raise ValueError("perplexity: the text has fewer than 2 tokens; nothing to predict")
-    windows: list[dict] = []
-    nll, n = sequence_nll(model, ids, window, stride, progress, windows)
-    if rows is not None:
-        rows.extend(_window_row(i, w) for i, w in enumerate(windows))
-    n_bytes = len(text.encode("utf-8")) - len(decode_ids(tokenizer, ids[:1]).encode("utf-8"))
-    return _report(nll, n, n_bytes)
+    ids = _text_ids(tokenizer, text)
+    return _evaluate_ids(model, tokenizer, ids, len(text.encode("utf-8")), window, stride, progress, rows)
 
 
 def evaluate_text_file(
@@ -113,8 +156,10 @@ def evaluate_text_file(
     rows: list[dict] | None = None,
 ) -> dict:
     """``evaluate_text`` on a UTF-8 file (its first ``max_bytes`` bytes when given: ``file_bytes`` and
-    ``bytes_not_evaluated`` say how much that left out)."""
-    data = Path(path).read_bytes()
+    ``bytes_not_evaluated`` say how much that left out). A gzip file is read decompressed."""
+    from cookmind.store.sources import is_gzip
+
+    data = gzip.decompress(Path(path).read_bytes()) if is_gzip(path) else Path(path).read_bytes()
     file_bytes = len(data)
     if max_bytes is not None:
         data = data[:max_bytes]
@@ -130,6 +175,122 @@ def evaluate_text_file(
     report = evaluate_text(model, tokenizer, text, window, stride, progress, rows)
     left_out = file_bytes - len(text.encode("utf-8"))
     return {"path": str(path), **report, "file_bytes": file_bytes, "bytes_not_evaluated": left_out}
+
+
+def read_documents(paths, text_field: str = "text") -> Iterator[str]:
+    """The documents of JSON lines / Parquet / text files (gzip too), in order, as ``pack --train-type seq`` reads
+    them (``cookmind.store.sources``): each record's ``text_field``; text split at ``<|endoftext|>``. A document
+    with no text is left out (it has nothing to score); a bad record is a ValueError naming file:line."""
+    from cookmind.store.records import BadRecord, RecordOptions, make_seq, parse, reason_kind
+    from cookmind.store.sources import iter_items
+
+    opts = RecordOptions("seq", text_field)
+    for path in paths:
+        for item in iter_items(path, separator=ENDOFTEXT):
+            try:
+                yield make_seq(parse(item), None, opts)
+            except BadRecord as exc:
+                if reason_kind(str(exc)) == "empty text":
+                    continue
+                raise ValueError(f"{item.source}:{item.line}: {exc}; fix or remove the record") from None
+
+
+def _first_bytes(docs: list[str], end_bytes: int, max_bytes: int) -> list[str]:
+    """The pieces for ``_joined_ids`` that make the first ``max_bytes`` bytes of the documents written as text, each
+    followed by its end token (``end_bytes`` long): the documents that fit, the next one cut where the bytes end (a
+    split character dropped), and an empty last piece when the end token after the last document fits too."""
+    pieces, left = [], max_bytes
+    for doc in docs:
+        raw = doc.encode("utf-8")
+        if len(raw) >= left:  # cut inside (or at the end of) this document; a split character is dropped
+            pieces.append(raw[:left].decode("utf-8", "ignore"))
+            return pieces
+        pieces.append(doc)
+        left -= len(raw)
+        if left < end_bytes:  # the end token does not fit whole
+            return pieces
+        left -= end_bytes
+    return [*pieces, ""]
+
+
+def evaluate_documents(
+    model,
+    tokenizer,
+    paths,
+    window: int = 256,
+    stride: int | None = None,
+    max_bytes: int | None = None,
+    text_field: str = "text",
+    progress: bool = True,
+    rows: list[dict] | None = None,
+) -> dict:
+    """``evaluate_text`` on the documents of ``paths`` (``read_documents``) joined as pack joins its records: each
+    document's ids, then the ``<|endoftext|>`` token; the same as the plain text of the documents each followed by
+    ``<|endoftext|>``, and never the JSON around them. ``text_bytes`` counts that text (the end token as its decoded
+    bytes); ``max_bytes`` keeps its first bytes, ``bytes_not_evaluated`` says how many that left out."""
+    paths = [Path(p) for p in paths]
+    where = str(paths[0].parent) if len(paths) > 1 else str(paths[0])
+    end = document_end_id(tokenizer)
+    if end is None:
+        raise ValueError(
+            f"perplexity: {where}: the tokenizer has no <|endoftext|> (or EOS) token to end each document with, as "
+            "pack does; use a tokenizer that has one"
+        )
+    docs = list(read_documents(paths, text_field))
+    if not docs:
+        raise ValueError(
+            f"perplexity: {where} holds no document with text in its {text_field!r} field; nothing to score"
+        )
+    end_bytes = len(decode_ids(tokenizer, [end]).encode("utf-8"))
+    text_bytes = sum(len(d.encode("utf-8")) + end_bytes for d in docs)
+    pieces = [*docs, ""] if max_bytes is None else _first_bytes(docs, end_bytes, max_bytes)
+    evaluated = sum(len(p.encode("utf-8")) for p in pieces) + (len(pieces) - 1) * end_bytes
+    ids = _joined_ids(tokenizer, pieces, end)
+    report = _evaluate_ids(model, tokenizer, ids, evaluated, window, stride, progress, rows, "the documents' text")
+    return {
+        "path": where,
+        **report,
+        "documents": len(docs),
+        "text_bytes": text_bytes,
+        "bytes_not_evaluated": text_bytes - evaluated,
+    }
+
+
+def evaluate_data(
+    model,
+    tokenizer,
+    path,
+    window: int = 256,
+    stride: int | None = None,
+    max_bytes: int | None = None,
+    max_windows: int | None = None,
+    text_field: str = "text",
+    progress: bool = True,
+    rows: list[dict] | None = None,
+) -> dict:
+    """What ``cookmind eval ppl --data`` names, read as ``cookmind pack --input`` reads it: a token store (a folder
+    with meta.json, or an .h5 file) by ``evaluate_store``; JSON lines / Parquet files (gzip too) and a curate output
+    folder (its shard-* files) by ``evaluate_documents``; any other file as UTF-8 text by ``evaluate_text_file``."""
+    from cookmind.store.layout import META_NAME
+    from cookmind.store.sources import expand_inputs, source_kind
+
+    path = Path(path)
+    if path.is_dir():
+        if (path / META_NAME).is_file() or not any(path.glob("shard-*")):  # a store; or not, and its error says so
+            return evaluate_store(model, tokenizer, path, window, max_windows, progress, rows)
+        return evaluate_documents(
+            model, tokenizer, expand_inputs([path]), window, stride, max_bytes, text_field, progress, rows
+        )
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"--data {path} does not exist; pass a text, JSON lines or Parquet file, a curate output folder or a "
+            "token store made by `cookmind pack`"
+        )
+    if path.suffix.lower() in (".h5", ".hdf5"):
+        return evaluate_store(model, tokenizer, path, window, max_windows, progress, rows)
+    if source_kind(path) in ("json", "parquet"):
+        return evaluate_documents(model, tokenizer, [path], window, stride, max_bytes, text_field, progress, rows)
+    return evaluate_text_file(model, tokenizer, path, window, stride, max_bytes, progress, rows)
 
 
 def evaluate_store(
