@@ -499,3 +499,28 @@ def test_ppl_reads_json_lines_curate_shards_and_folders_as_their_documents_text(
     assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "store"), "--window", "16", "--quiet"]) == 0
     m = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert m["store_tokens"] == len(ids) and m["windows_total"] == math.ceil(len(ids) / 16)
+
+
+def test_eval_data_of_the_wrong_kind_says_file_or_folder_and_what_to_pass(tmp_path, monkeypatch, capsys):
+    """`eval gsm8k --data /work/shared/data/mmlu` (a folder that exists) said 'GSM8K file ... not found'; `eval mmlu
+    --data test.jsonl` said 'MMLU split folder test.jsonl/test not found'."""
+    from cookmind.cli import main
+
+    _bigram_cli(monkeypatch, CharTok())
+    mmlu = tmp_path / "mmlu"
+    (mmlu / "test").mkdir(parents=True)
+    (mmlu / "test" / "virology_test.csv").write_text("q,a,b,c,d,A\n")
+    assert main(["eval", "gsm8k", "--model", "m", "--data", str(mmlu), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind eval gsm8k: error: GSM8K --data {mmlu} is a folder, not a file; pass --data ")
+    assert "not found" not in err and f"an MMLU root: `cookmind eval mmlu --data {mmlu}`" in err
+    gsm8k = tmp_path / "gsm8k"
+    gsm8k.mkdir()
+    (gsm8k / "test.jsonl").write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    assert main(["eval", "gsm8k", "--model", "m", "--data", str(gsm8k), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{gsm8k} is a folder, not a file" in err and f"e.g. {gsm8k / 'test.jsonl'}" in err
+    assert main(["eval", "mmlu", "--model", "m", "--data", str(gsm8k / "test.jsonl"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind eval mmlu: error: MMLU --data {gsm8k / 'test.jsonl'} is a file, not a folder;")
+    assert "not found" not in err and "`cookmind eval gsm8k --data" in err

@@ -23,6 +23,16 @@ from cookmind.infer import SamplingParams, generate
 
 def load_gsm8k(path, limit: int | None = None) -> list[dict]:
     """Problems from a GSM8K-shaped JSONL ({"question", "answer" ending in ``#### N``})."""
+    if Path(path).is_dir():  # e.g. GSM8K's folder, or MMLU's root given to the wrong task
+        jsonl = sorted(Path(path).glob("*.jsonl"))
+        example = Path(path) / "test.jsonl" if (Path(path) / "test.jsonl").is_file() else (jsonl or [None])[0]
+        mmlu = any((Path(path) / split).is_dir() for split in ("dev", "val", "test"))
+        raise FileNotFoundError(
+            f"GSM8K --data {path} is a folder, not a file; pass --data PATH to a JSONL file of "
+            '{"question": ..., "answer": "... #### N"} records'
+            + (f", e.g. {example}" if example else " (e.g. GSM8K's test.jsonl)")
+            + (f"; the folder looks like an MMLU root: `cookmind eval mmlu --data {path}`" if mmlu else "")
+        )
     if not Path(path).is_file():
         raise FileNotFoundError(
             f"GSM8K file {path} not found; pass --data PATH to a JSONL of "

@@ -29,6 +29,12 @@ def load_mmlu(
     root, split: str = "test", subjects: list[str] | None = None, limit_per_subject: int | None = None
 ) -> list[dict]:
     """Rows {"subject", "question", "options": [4], "answer": "A".."D"} from ``root/split/<subject>_<split>.csv``."""
+    if Path(root).is_file():  # e.g. a GSM8K JSONL given to the wrong task
+        raise NotADirectoryError(
+            f"MMLU --data {root} is a file, not a folder; pass --data ROOT, the folder holding "
+            "{dev,val,test}/<subject>_<split>.csv (question,A,B,C,D,answer rows, no header)"
+            + ("; a GSM8K JSONL is `cookmind eval gsm8k --data`" if Path(root).suffix == ".jsonl" else "")
+        )
     folder = Path(root) / split
     if not folder.is_dir():
         raise FileNotFoundError(
