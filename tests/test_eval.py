@@ -524,3 +524,29 @@ def test_eval_data_of_the_wrong_kind_says_file_or_folder_and_what_to_pass(tmp_pa
     err = capsys.readouterr().err
     assert err.startswith(f"cookmind eval mmlu: error: MMLU --data {gsm8k / 'test.jsonl'} is a file, not a folder;")
     assert "not found" not in err and "`cookmind eval gsm8k --data" in err
+
+
+def test_eval_refusing_an_existing_out_names_the_file_the_user_passed(tmp_path, monkeypatch, capsys):
+    """Re-running with an existing `--out ev/gsm8k.jsonl` complained about ev/gsm8k.metrics.json, a file the user
+    never named; the --out itself comes first, and the metrics file is named as the one beside it."""
+    from cookmind.cli import main
+
+    _bigram_cli(monkeypatch, CharTok())
+    data = tmp_path / "test.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    (tmp_path / "ev").mkdir()
+    out, metrics = tmp_path / "ev" / "gsm8k.jsonl", tmp_path / "ev" / "gsm8k.metrics.json"
+    out.write_text("{}\n")
+    metrics.write_text("{}")
+    argv = ["eval", "gsm8k", "--model", "m", "--data", str(data), "--quiet", "--out", str(out)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"cookmind eval gsm8k: error: --out {out} already exists; choose another output path or pass --overwrite\n"
+    )
+    out.unlink()  # the metrics file alone is still refused, as the one beside --out
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"cookmind eval gsm8k: error: --out {out}: the metrics file beside it, {metrics}, already exists; "
+        "choose another --out or pass --overwrite\n"
+    )
+    assert metrics.read_text() == "{}"

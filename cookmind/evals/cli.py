@@ -99,8 +99,15 @@ def main(args) -> int:
     from cookmind.infer.loading import load_for_inference
 
     if args.out:  # before the model loads: an --out that names the data (or a file of yours) is refused
-        for path in (Path(args.out).with_suffix(".metrics.json"), Path(args.out)):
-            check_output_file(path, [args.data], args.overwrite)
+        out = Path(args.out)
+        check_output_file(out, [args.data], args.overwrite)  # first the file the user named, then the one beside it
+        try:
+            check_output_file(out.with_suffix(".metrics.json"), [args.data], args.overwrite)
+        except FileExistsError:
+            raise FileExistsError(
+                f"--out {out}: the metrics file beside it, {out.with_suffix('.metrics.json')}, already exists; "
+                "choose another --out or pass --overwrite"
+            ) from None
     device = str(resolve_device(args.device))  # the checkpoint's dtype: scores as trained, on either device
     model, tokenizer = load_for_inference(args.model, device, tokenizer_path=args.tokenizer, hf_native=True)
     progress = not args.quiet
