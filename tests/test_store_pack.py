@@ -553,3 +553,48 @@ def test_val_fraction_holds_a_seeded_share_out_into_its_own_store(tmp_path, tok_
     with pytest.raises(PackError, match="held out all of the 1 records; lower it"):
         pack([tiny], tmp_path / "z", tok_dir, "seq", progress=False, val_fraction=0.999, val_out=tmp_path / "zv")
     assert not (tmp_path / "z").exists() and not (tmp_path / "zv").exists()
+
+
+def test_a_stores_fingerprint_tells_what_it_holds_not_how_or_where_it_was_packed(tmp_path, tok_dir):
+    """A resume checks that it continues on the store it trained on by this fingerprint (pack wrote none). A repack
+    of the same text with another --seed (another split: other records in each store) differs; the same pack again,
+    another time, with two workers, into another folder or moved, is the same; so is each of its two stores."""
+    docs = [f"Document {i} about soup number {i * 7}." for i in range(60)]
+    src = _jsonl(tmp_path / "docs.jsonl", [{"text": d} for d in docs])
+
+    def packed(out, seed=0, workers=0, storage_type="bin"):
+        pack(
+            [src],
+            tmp_path / out,
+            tok_dir,
+            "seq",
+            storage_type=storage_type,
+            seed=seed,
+            workers=workers,
+            progress=False,
+            val_fraction=0.2,
+            val_out=tmp_path / f"{out}-val",
+        )
+        return TokenStore(tmp_path / out).fingerprint(), TokenStore(tmp_path / f"{out}-val").fingerprint()
+
+    a, a_val = packed("a")
+    assert a != a_val and len(a) == 16 and all(c in "0123456789abcdef" for c in a)
+    assert packed("b", workers=2) == (a, a_val)
+    shutil.move(tmp_path / "a", tmp_path / "moved")
+    assert TokenStore(tmp_path / "moved").fingerprint() == a
+    other, other_val = packed("c", seed=1)
+    assert other != a and other_val != a_val
+    h5 = packed("h", storage_type="h5")
+    assert packed("h2", storage_type="h5") == h5 and h5[0] != a  # another format: other bytes on disk
+
+
+def test_a_stores_fingerprint_sees_other_tokens_in_records_of_the_same_sizes(tmp_path):
+    """Stores whose meta.json and sizes are equal (write_store records no pack settings) differ by their tokens."""
+    from cookmind.store import write_store
+
+    def store(name, seed):
+        rng = np.random.default_rng(seed)
+        records = [{"sequence": rng.integers(1, 64, size=40)} for _ in range(4)]
+        return TokenStore(write_store(tmp_path / name, "seq", records, vocab_size=64)).fingerprint()
+
+    assert store("a", 0) == store("b", 0) != store("c", 1)

@@ -251,6 +251,91 @@ def test_a_refused_resume_leaves_the_runs_config_yaml_alone(tmp_path, store, cap
     assert (run / "config.yaml").read_text() == before
 
 
+def _seq_store(path, seed, n=4, overwrite=False):
+    """``n`` records of 40 tokens drawn from ``seed`` (the ``store`` fixture is seed 0, n 4)."""
+    rng = np.random.default_rng(seed)
+    records = [{"sequence": rng.integers(1, 64, size=40)} for _ in range(n)]
+    return write_store(path, "seq", records, vocab_size=64, overwrite=overwrite)
+
+
+@pytest.mark.parametrize("fmt", ["full", "sharded"])
+def test_a_resume_on_other_data_is_refused_in_one_line_naming_both_stores(tmp_path, store, capsys, fmt):
+    """A resume checked only the sampler's sample count: a store repacked in another order or split (the same number
+    of windows) continued with no word, its validation split overlapping trained data; another count said only
+    "sampler state is for a dataset of 863 samples, this one has 818". Now the checkpoint records which stores it
+    trained and validated on (path and fingerprint), a resume on another is one line naming both and what to do,
+    and a count that differs says the same."""
+    import json
+    import re
+
+    from cookmind.store import TokenStore
+
+    run, ckpt = tmp_path / "run", tmp_path / "run" / "checkpoints" / "step_00000002"
+    val = _seq_store(tmp_path / "val", 5)
+    common = ["--run-dir", str(run), "--val-data", str(val), f"checkpoint.format={fmt}"]
+    assert _run(store, *common, "train.max_steps=2") == 0
+    trained, validated = TokenStore(store).fingerprint(), TokenStore(val).fingerprint()
+    assert json.loads((ckpt / "meta.json").read_text())["data"] == {
+        "train": {"path": str(store), "fingerprint": trained},
+        "val": {"path": str(val), "fingerprint": validated},
+    }
+    capsys.readouterr()
+
+    def refused(*argv):
+        assert _run(*argv, "--resume", "auto", "train.max_steps=4") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "Traceback" not in "".join(err)
+        return err[-1]
+
+    # the same path, repacked: as many records (windows), other tokens
+    _seq_store(store, 1, overwrite=True)
+    repacked = TokenStore(store).fingerprint()
+    assert refused(store, *common) == (
+        f"cookmind train: error: {ckpt} trained on the training store {store} (fingerprint {trained}), not on "
+        f"{store} (fingerprint {repacked}), which holds other data or another order or split: resume with the store "
+        f"it trained on, or start a new run on this data from its weights with --init-from {ckpt} and another "
+        "--run-dir"
+    )
+    # another store of another size: the same line, not the sampler's count
+    other = _seq_store(tmp_path / "other", 2, n=6)
+    line = refused(other, *common)
+    assert f"trained on the training store {store} (fingerprint {trained}), not on {other} (fingerprint " in line
+    assert "sampler" not in line and f"--init-from {ckpt}" in line
+    # the validation store is checked alike
+    _seq_store(store, 0, overwrite=True)  # the original again: its fingerprint comes back
+    assert TokenStore(store).fingerprint() == trained
+    other_val = _seq_store(tmp_path / "val2", 6)
+    line = refused(store, "--run-dir", str(run), "--val-data", str(other_val), f"checkpoint.format={fmt}")
+    assert f"evaluated on the validation store {val} (fingerprint {validated}), not on {other_val}" in line
+    # the same store with other window settings: the count differs, the line says the same
+    line = refused(store, *common, "data.stride=8")
+    assert re.fullmatch(
+        rf"cookmind train: error: {re.escape(str(ckpt))}: its sampler state is for 10 training samples, the training "
+        rf"store {re.escape(str(store))} \(fingerprint {trained}\) makes 19 with these data settings "
+        r"\(data.window_size=16, data.stride=8\): resume with the data and data settings it trained with, or start "
+        rf"a new run on this data from its weights with --init-from {re.escape(str(ckpt))} and another --run-dir",
+        line,
+    ), line
+    # the same data resumes; so does the advice: a new run from the checkpoint's weights on other data
+    assert _run(store, *common, "--resume", "auto", "train.max_steps=3") == 0
+    new = ["--run-dir", str(tmp_path / "new"), "--init-from", str(ckpt), f"checkpoint.format={fmt}"]
+    assert _run(other, *new, "train.max_steps=1") == 0
+    assert os.listdir(tmp_path / "new" / "checkpoints") == ["step_00000001"]  # a new run, at step 1
+
+
+def test_a_checkpoint_saved_before_stores_were_recorded_resumes_as_before(tmp_path, store):
+    import json
+
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=2") == 0
+    meta_file = run / "checkpoints" / "step_00000002" / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    meta.pop("data", None)
+    meta_file.write_text(json.dumps(meta))
+    _seq_store(store, 1, overwrite=True)  # as many windows: only the count was checked
+    assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=3") == 0
+
+
 def test_a_store_of_another_kind_or_none_names_the_flag_to_change(tmp_path, capsys):
     mask = np.array([0, 0, 1, 1], np.uint8)
     sft = write_store(tmp_path / "sft", "sft", [{"sequence": np.arange(1, 5), "loss_mask": mask}] * 4, vocab_size=64)

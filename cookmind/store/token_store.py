@@ -7,6 +7,7 @@ across shard boundaries, so windows never care where a shard ends.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -65,6 +66,23 @@ class TokenStore:
                 "re-pack the store with this one (`cookmind pack --tokenizer ...`)"
             )
 
+    def fingerprint(self) -> str:
+        """16 hex digits naming what the store holds, cheap at any size (a resume checks by it that it continues on
+        the data it trained on): a hash of meta.json less what says how or where it was packed (pack's time and
+        workers, input and output paths), and per shard and key the lengths of the array and its offsets and
+        ``FINGERPRINT_BLOCKS`` evenly spaced blocks of each (the first and the last among them). The same pack again
+        gives the same one; another --seed (another split), other text, or other settings give another. Not every
+        byte is read: a change confined to unread bytes of a store whose meta.json and sizes are equal goes unseen."""
+        h = hashlib.blake2b(digest_size=8)
+        h.update(json.dumps(_identity_meta(self.meta), sort_keys=True, default=str).encode())
+        for shard in self.shards:
+            for key in self.keys:
+                for arr in (np.asarray(shard.offsets(key)), shard.array(key)):
+                    h.update(f"{key}:{len(arr)}:{arr.dtype.str};".encode())
+                    for block in _sample_blocks(len(arr)):
+                        h.update(np.ascontiguousarray(arr[block]).tobytes())
+        return h.hexdigest()
+
     def record(self, key: str, i: int) -> np.ndarray:
         """Record ``i`` (global index) of ``key`` as a numpy array."""
         n = len(self)
@@ -118,3 +136,34 @@ class TokenStore:
         """Make the data shareable with forked DataLoader workers without copies (h5: shared tensors)."""
         for s in self.shards:
             s.share_memory()
+
+
+FINGERPRINT_BLOCKS = 16  # blocks of each array a fingerprint reads, evenly spaced from its start to its end
+FINGERPRINT_BLOCK = 4096  # values per block
+
+
+def _sample_blocks(n: int) -> list[slice]:
+    """The spans of an array of ``n`` values that ``TokenStore.fingerprint`` reads: all of a short one."""
+    if n <= FINGERPRINT_BLOCKS * FINGERPRINT_BLOCK:
+        return [slice(0, n)]
+    step = (n - FINGERPRINT_BLOCK) / (FINGERPRINT_BLOCKS - 1)
+    return [slice(round(i * step), round(i * step) + FINGERPRINT_BLOCK) for i in range(FINGERPRINT_BLOCKS)]
+
+
+def _identity_meta(meta: dict) -> dict:
+    """``meta`` less what says how or where a store was packed rather than what it holds: pack's seconds and
+    workers, the inputs' and outputs' paths, the tokenizer's folder (its fingerprint stays)."""
+    meta = json.loads(json.dumps(meta, default=str))  # a deep copy
+    for section, keys in (
+        ("pack", ("seconds", "workers")),
+        ("split", ("train_out", "val_out")),
+        ("tokenizer", ("path",)),
+    ):
+        if isinstance(meta.get(section), dict):
+            for k in keys:
+                meta[section].pop(k, None)
+    if isinstance(meta.get("sources"), list):
+        meta["sources"] = [
+            {k: v for k, v in s.items() if k != "path"} if isinstance(s, dict) else s for s in meta["sources"]
+        ]
+    return meta

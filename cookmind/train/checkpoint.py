@@ -6,7 +6,8 @@
         adapter_config.json
         cookmind_tokenizer.json, ...     the run's tokenizer files, when it has one
         optimizer.pt                     optimizer (+ grad scaler) state, loaded with weights_only=True
-        meta.json                        step, tokens, sampler position, RNG states, world size, config
+        meta.json                        step, tokens, sampler position, RNG states, world size, config, the
+                                         data stores (path, fingerprint) a resume must continue on
 
 ``checkpoint.format=sharded`` (the default for an FSDP-sharded model) writes ``dcp/`` from every rank instead of
 model.safetensors and optimizer.pt: ``cookmind.train.sharded_checkpoint``. Loading reads either.

@@ -262,6 +262,7 @@ class Trainer:
         self.objective = objective if objective is not None else B.build_objective(cfg, self)
         self.train_type = cfg.data.train_type or self.objective.train_type
         self.data_stats: dict[str, int] = {}
+        self.data_stores: dict[str, dict[str, str]] = {}  # "train"/"val" -> the store's path and fingerprint
         self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
         self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
 
@@ -382,6 +383,10 @@ class Trainer:
                     )
                 return None
             dataset = B.build_dataset(self.cfg, path, self.train_type, self.tokenizer)
+        store = getattr(dataset, "store", None)
+        if hasattr(store, "fingerprint"):  # recorded in each checkpoint: a resume continues on the same data
+            where = str(path) if path is not None else str(store.path)
+            self.data_stores["train" if train else "val"] = {"path": where, "fingerprint": store.fingerprint()}
         self._report_truncation(dataset, train)
         if len(dataset) == 0:
             raise ValueError(
@@ -997,6 +1002,7 @@ class Trainer:
             "diverged": diverged,
             "objective": self.objective.state_dict(),
             "last_eval": self.last_eval,
+            "data": self.data_stores,
             "config": self.cfg.to_dict(),
         }
         keep_last = self.cfg.checkpoint.keep_last
@@ -1054,6 +1060,7 @@ class Trainer:
                     print(f"cookmind train: no checkpoint in {self.ckpt_dir} yet; starting at step 0", file=sys.stderr)
                 return
             raise FileNotFoundError(f"checkpoint.resume={spec}: no complete checkpoint there")
+        self._check_resume_data(path, read_meta(path))  # before any weights load
         if self.dist.is_main:  # whether it resumed, and from where, was not said
             print(f"cookmind train: resuming from {path}", file=sys.stderr)
         with self._fp32_weights_in_place():
@@ -1084,6 +1091,37 @@ class Trainer:
                 f"cookmind train: the checkpoint is at step {self.step}, already at or past train.max_steps="
                 f"{self.cfg.train.max_steps}: nothing to train; raise train.max_steps to continue",
                 file=sys.stderr,
+            )
+
+    def _check_resume_data(self, path: Path, meta: dict) -> None:
+        """Refuse to resume ``path`` on other data than it trained on: another training or validation store than
+        the one its meta records (by fingerprint: the same store moved elsewhere is the same; a repack in another
+        order or split is not, and its validation split could hold trained records), or, by the sampler's sample
+        count, other data settings. Each is one line naming both and what to do. A checkpoint saved before stores
+        were recorded is checked by the count alone."""
+        advice = f"start a new run on this data from its weights with --init-from {path} and another --run-dir"
+        for role, what, used in (("train", "training", "trained on"), ("val", "validation", "evaluated on")):
+            then, now = (meta.get("data") or {}).get(role), self.data_stores.get(role)
+            if then and now and then.get("fingerprint") != now["fingerprint"]:
+                raise ValueError(
+                    f"{path} {used} the {what} store {then.get('path')} (fingerprint {then.get('fingerprint')}), "
+                    f"not on {now['path']} (fingerprint {now['fingerprint']}), which holds other data or another "
+                    f"order or split: resume with the store it {used}, or {advice}"
+                )
+        sampler = meta.get("sampler")
+        if sampler is None or self.train_loader is None:
+            return
+        saved, made = sampler.get("num_samples"), self.train_loader.sampler.num_samples_total
+        if saved != made:
+            store = self.data_stores.get("train", {})
+            store = f"{store['path']} (fingerprint {store['fingerprint']})" if store else "given"
+            settings = f"data.window_size={self.cfg.data.window_size}"
+            if self.train_type == "seq":
+                settings += f", data.stride={self.cfg.data.stride or self.cfg.data.window_size}"
+            raise ValueError(
+                f"{path}: its sampler state is for {saved} training samples, the training store {store} makes "
+                f"{made} with these data settings ({settings}): resume with the data and data settings it trained "
+                f"with, or {advice}"
             )
 
     # -- signals ----------------------------------------------------------------------------
