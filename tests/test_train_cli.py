@@ -336,6 +336,48 @@ def test_a_checkpoint_saved_before_stores_were_recorded_resumes_as_before(tmp_pa
     assert _run(store, "--run-dir", str(run), "--resume", "auto", "train.max_steps=3") == 0
 
 
+def test_a_resume_that_changes_the_schedule_warns_of_the_lr_jump_in_one_line(tmp_path, store):
+    """The README's "continue" (``--resume auto train.max_steps=N``) after a finished cosine moved the lr from its
+    floor back up with no word: the schedule is recomputed over the new length. The math stays; the resume says it
+    in one line, with the setting that avoids the jump. Reference values by hand: lr 3e-3, floor 3e-4 (min_lr_ratio
+    0.1), no warmup; at 0-based step 4 the old 4-step cosine is at its floor, the new 8-step one halfway:
+    3e-4 + 2.7e-3 * (1 + cos(pi/2)) / 2 = 1.65e-3."""
+    import json
+    import warnings
+
+    run = tmp_path / "run"
+    sched = [
+        "--run-dir",
+        str(run),
+        "optim.lr=3e-3",
+        "optim.min_lr_ratio=0.1",
+        "optim.warmup_steps=0",
+        "logging.log_every=1",
+    ]
+    assert _run(store, *sched, "train.max_steps=4") == 0
+    with pytest.warns(UserWarning) as caught:
+        assert _run(store, *sched, "--resume", "auto", "train.max_steps=8") == 0
+    jumps = [str(w.message) for w in caught if "jumps" in str(w.message)]
+    assert jumps == [
+        "train.max_steps=8 (the checkpoint's run had 4): the learning rate at step 5 jumps from 0.0003 to 0.00165, "
+        "because the cosine schedule is recomputed over 8 steps; to go on at 0.0003 instead, set "
+        "optim.schedule=constant optim.lr=0.0003"
+    ]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lr = {r["step"]: r["lr"] for r in rows if r.get("split") == "train"}
+    # step 4 (0-based 3) on the old cosine: 3e-4 + 2.7e-3 * (1 + cos(3 pi / 4)) / 2 = 6.954e-4
+    assert lr[4] == pytest.approx(6.954e-4, rel=1e-3) and lr[5] == pytest.approx(1.65e-3)  # the math is unchanged
+    # the advice holds: no jump, no warning; nor for a resume that changes no schedule key
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        advice = ["optim.schedule=constant", "optim.lr=0.0003", "train.max_steps=10"]
+        assert _run(store, *sched, "--resume", "auto", *advice) == 0
+        assert _run(store, *sched, "--resume", "auto", *advice[:2], "train.max_steps=12") == 0
+    assert not [w for w in quiet if "jumps" in str(w.message)]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {r["step"]: r["lr"] for r in rows if r.get("split") == "train"}[9] == pytest.approx(3e-4)
+
+
 def test_a_store_of_another_kind_or_none_names_the_flag_to_change(tmp_path, capsys):
     mask = np.array([0, 0, 1, 1], np.uint8)
     sft = write_store(tmp_path / "sft", "sft", [{"sequence": np.arange(1, 5), "loss_mask": mask}] * 4, vocab_size=64)

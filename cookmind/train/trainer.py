@@ -85,6 +85,9 @@ from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
 from cookmind.train.run_lock import lock_run_dir, release_run_dir
 from cookmind.train.sharded_checkpoint import sharded_checkpointer
 
+# the settings the learning rate of a step is computed from (Trainer.lr_at): a resume that changes one warns
+SCHEDULE_KEYS = ("train.max_steps", "optim.lr", "optim.min_lr_ratio", "optim.warmup_steps", "optim.schedule")
+
 
 class TrainingDiverged(RuntimeError):
     """Too many consecutive non-finite or exploding losses (or non-finite gradients)."""
@@ -514,14 +517,16 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def lr_at(self, step: int) -> float:
-        """Learning rate for 0-based optimizer step ``step``: linear warmup then cosine to min_lr_ratio * lr."""
+    def lr_at(self, step: int, cfg: TrainConfig | None = None) -> float:
+        """Learning rate for 0-based optimizer step ``step``: linear warmup then cosine to min_lr_ratio * lr (under
+        ``cfg``'s schedule settings, this run's by default)."""
         from cookmind.optim import cosine_with_warmup
 
-        o = self.cfg.optim
+        cfg = cfg or self.cfg
+        o = cfg.optim
         if o.schedule == "constant":
             return o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
-        return cosine_with_warmup(step, o.lr, o.warmup_steps, self.cfg.train.max_steps, o.lr * o.min_lr_ratio)
+        return cosine_with_warmup(step, o.lr, o.warmup_steps, cfg.train.max_steps, o.lr * o.min_lr_ratio)
 
     def request_stop(self, reason: str = "requested") -> None:
         """Stop after the current step, saving a checkpoint first."""
@@ -1086,12 +1091,44 @@ class Trainer:
             self.train_loader.load_state_dict(meta["sampler"])
         self.objective.load_state_dict(meta.get("objective") or {})
         self._rng_to_restore = meta.get("rng")
+        self._warn_of_a_new_schedule(meta.get("config") or {})
         if self.step >= self.cfg.train.max_steps and self.dist.is_main:  # it "completed" without training a step
             print(
                 f"cookmind train: the checkpoint is at step {self.step}, already at or past train.max_steps="
                 f"{self.cfg.train.max_steps}: nothing to train; raise train.max_steps to continue",
                 file=sys.stderr,
             )
+
+    def _warn_of_a_new_schedule(self, saved: dict) -> None:
+        """A resume whose schedule settings (``SCHEDULE_KEYS``) differ from the checkpoint's run's recomputes the
+        learning rate over them: raising train.max_steps after a finished cosine takes it from its floor back up.
+        That is the schedule's math and stays; one warning line (rank 0) says the jump at the next step and how to
+        go on at the old rate instead. Nothing when the next step's rate is the same."""
+        import copy
+        import warnings
+
+        changed = []
+        old_cfg = copy.deepcopy(self.cfg)
+        for key in SCHEDULE_KEYS:
+            section, name = key.split(".")
+            then = (saved.get(section) or {}).get(name, getattr(getattr(self.cfg, section), name))
+            if then != getattr(getattr(self.cfg, section), name):
+                changed.append((key, then))
+                setattr(getattr(old_cfg, section), name, then)
+        if not changed or self.step >= self.cfg.train.max_steps or not self.dist.is_main:
+            return
+        before, after = self.lr_at(self.step, old_cfg), self.lr_at(self.step)
+        if math.isclose(before, after, rel_tol=1e-9, abs_tol=0.0):
+            return
+        now = ", ".join(f"{k}={getattr(getattr(self.cfg, k.split('.')[0]), k.split('.')[1])}" for k, _ in changed)
+        then = ", ".join(str(v) for _, v in changed)
+        warnings.warn(
+            f"{now} (the checkpoint's run had {then}): the learning rate at step {self.step + 1} jumps from "
+            f"{before:.4g} to {after:.4g}, because the {self.cfg.optim.schedule} schedule is recomputed over "
+            f"{self.cfg.train.max_steps} steps; to go on at {before:.4g} instead, set optim.schedule=constant "
+            f"optim.lr={before:.4g}",
+            stacklevel=3,
+        )
 
     def _check_resume_data(self, path: Path, meta: dict) -> None:
         """Refuse to resume ``path`` on other data than it trained on: another training or validation store than
