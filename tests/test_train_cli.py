@@ -608,6 +608,30 @@ def test_resume_auto_says_where_it_resumed_or_that_it_starts_fresh(tmp_path, sto
     assert f"resuming from {run / 'checkpoints' / 'step_00000001'}" in capsys.readouterr().err
 
 
+def test_resume_auto_of_a_folder_that_holds_no_run_says_so(tmp_path, capsys):
+    """``--run-dir runs/nothing --resume auto`` (no run there, no data given) failed on the default preset with
+    "model.vocab_size is not set and there is no tokenizer". Now it says there is no run to resume and what to pass;
+    a folder whose config.yaml is gone but whose checkpoints are there says which settings to give."""
+    empty, kept = tmp_path / "empty", tmp_path / "kept"
+    empty.mkdir()
+    (kept / "checkpoints" / "step_00000002").mkdir(parents=True)
+    for run, why in (
+        (tmp_path / "nothing", "the folder does not exist"),
+        (empty, "no config.yaml and no checkpoint there"),
+    ):
+        assert _train("--run-dir", str(run), "--resume", "auto") == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"cookmind train: error: no run to resume in {run} ({why}): pass the --run-dir of an existing run, or "
+            f"--train-data STORE to start a new run there"
+        )
+    assert not (tmp_path / "nothing").exists() and os.listdir(empty) == []
+    assert _train("--run-dir", str(kept), "--resume", "auto") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"cookmind train: error: {kept} holds checkpoints but no config.yaml, which says how the run trained: "
+        "resume it with the --config and --train-data it trained with"
+    )
+
+
 def test_a_run_that_cannot_start_leaves_no_run_directory(tmp_path, store, capsys):
     """A setup failure after the checks (here the tokenizer: data.tokenizer names a folder with none) left an empty
     run directory behind, which generate or --resume then read as a run ('config.json: missing')."""

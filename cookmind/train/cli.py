@@ -6,7 +6,8 @@
 
 Without --run-dir each run gets its own directory, ``<preset's logging.run_dir>-<UTC time>`` (printed at the
 start); ``--resume auto`` without --run-dir continues the newest of those. A resume with --run-dir and no --config
-takes the settings from the run's own config.yaml, so ``--run-dir RUN --resume auto`` is a whole command.
+takes the settings from the run's own config.yaml, so ``--run-dir RUN --resume auto`` is a whole command (a RUN
+without one, and no --train-data, holds no run to resume: one line says so).
 Exit status: 0 completed, 2 bad input or a diverged run, 128 + N stopped by signal N (checkpoint saved; resume
 with --resume auto).
 """
@@ -81,7 +82,10 @@ def resolve_config(args: argparse.Namespace):
     if getattr(args, "overwrite", False):
         items.append("checkpoint.overwrite=true")
     if args.config is None:
-        args.config = run_config_to_resume(args) or DEFAULT_PRESET
+        saved = run_config_to_resume(args)
+        if saved is None:
+            refuse_a_resume_of_no_run(args)
+        args.config = saved or DEFAULT_PRESET
     cfg = TrainConfig.load(args.config, items + list(args.overrides))
     if getattr(args, "run_dir", None) is None and not any(
         o.strip().startswith("logging.run_dir=") for o in getattr(args, "overrides", [])
@@ -125,6 +129,32 @@ def run_config_to_resume(args: argparse.Namespace) -> str | None:
         return None
     saved = Path(run_dir) / "config.yaml"
     return str(saved) if saved.is_file() else None
+
+
+def refuse_a_resume_of_no_run(args: argparse.Namespace) -> None:
+    """``--run-dir RUN --resume auto`` with no --config and no training data, where RUN holds no config.yaml: there
+    is nothing to take the settings from, and the default preset failed on what it lacks (no tokenizer to size the
+    vocabulary); a ValueError says there is no run to resume and what to pass. With --train-data it is a fresh start
+    (a job that always resumes), as before."""
+    run_dir = _flag_or_override(args, "run_dir", "logging.run_dir")
+    resume = _flag_or_override(args, "resume", "checkpoint.resume")
+    data = _flag_or_override(args, "train_data", "data.train_path") or _flag_or_override(
+        args, "grpo_problems", "grpo.problems"
+    )
+    if run_dir is None or resume != "auto" or data is not None:
+        return
+    run = Path(run_dir)
+    checkpoints = run / "checkpoints"
+    if checkpoints.is_dir() and any(checkpoints.iterdir()):
+        raise ValueError(
+            f"{run} holds checkpoints but no config.yaml, which says how the run trained: resume it with the "
+            "--config and --train-data it trained with"
+        )
+    why = "no config.yaml and no checkpoint there" if run.is_dir() else "the folder does not exist"
+    raise ValueError(
+        f"no run to resume in {run} ({why}): pass the --run-dir of an existing run, or --train-data STORE to start a "
+        "new run there"
+    )
 
 
 def default_run_dir(base: str, resume: bool, now: float | None = None, cfg=None) -> str:
