@@ -88,6 +88,34 @@ def test_resume_auto_continues_the_newest_run_of_the_same_objective_and_data(tmp
     assert fresh not in runs.values() and fresh.startswith("runs/tiny-cpu-")
 
 
+def test_the_readme_says_which_runs_resume_auto_without_run_dir_searches(tmp_path, monkeypatch):
+    """The README said `--resume auto` alone "continues the newest one that ran the same objective on the same
+    --train-data"; it searches only the auto-named ``<preset's logging.run_dir>-*`` folders (with a checkpoints/
+    folder) under the current directory: a run named with --run-dir is never found, and a fresh one starts."""
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("mine", "tiny-cpu-20260101-000000"):
+        (tmp_path / "runs" / name / "checkpoints").mkdir(parents=True)
+        (tmp_path / "runs" / name / "config.yaml").write_text("train: {objective: pretrain}\ndata: {train_path: d}\n")
+    (tmp_path / "runs" / "tiny-cpu-20260102-000000").mkdir()  # no checkpoints/: not a run to continue
+    assert cli.resolve_config(_args("--resume", "auto", "--train-data", "d")).logging.run_dir == (
+        "runs/tiny-cpu-20260101-000000"
+    )
+    (tmp_path / "runs" / "tiny-cpu-20260101-000000" / "config.yaml").unlink()
+    (tmp_path / "runs" / "tiny-cpu-20260101-000000").rename(tmp_path / "runs" / "theirs")
+    fresh = cli.resolve_config(_args("--resume", "auto", "--train-data", "d")).logging.run_dir
+    assert fresh.startswith("runs/tiny-cpu-2") and not os.path.exists(fresh)  # "mine" is not searched
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert (
+        "`--resume auto` without `--run-dir` searches only those folders: `<logging.run_dir>-*` (the preset's "
+        "`logging.run_dir`, `runs/<preset>` by default, relative to the current directory) that hold a "
+        "`checkpoints/` folder and whose `config.yaml` ran the same `train.objective` on the same `--train-data` "
+        "(a folder without a readable one counts), and continues the newest by name"
+    ) in readme
+    assert "A run named with `--run-dir` is not searched: resume it with `--run-dir`" in readme
+
+
 def test_a_second_fresh_run_into_the_same_dir_is_refused_in_one_line(tmp_path, store, capsys):
     run = str(tmp_path / "run")
     assert _run(store, "--run-dir", run, "train.max_steps=2") == 0
