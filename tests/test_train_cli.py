@@ -603,6 +603,37 @@ def test_a_second_ctrl_c_during_the_stops_save_is_one_line_naming_the_checkpoint
     assert sorted(os.listdir(run / "checkpoints")) == ["step_00000001"]  # nothing half-written, no temporary
 
 
+def test_a_second_ctrl_c_after_the_steps_checkpoint_was_saved_says_it_was_saved(tmp_path, store, monkeypatch, capsys):
+    """A second Ctrl-C that came once the step's checkpoint was whole (here: saved by checkpoint.every as the stop
+    was pending) said "interrupted at step 2 before its checkpoint was saved; the newest complete one is
+    .../step_00000002": that step's own. Now it says the step's checkpoint was saved."""
+    run = tmp_path / "run"
+    launch, save = Trainer._launch_step, Trainer.save_checkpoint
+
+    def launch_and_interrupt(self):
+        if self.step == 1 and self.stop_reason is None:
+            os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C, as step 2 starts
+        return launch(self)
+
+    def save_then_interrupt(self, *args, **kwargs):
+        saved = save(self, *args, **kwargs)
+        if self.stop_reason is not None:
+            os.kill(os.getpid(), signal.SIGINT)  # the second, once step 2's checkpoint is whole
+        return saved
+
+    monkeypatch.setattr(Trainer, "_launch_step", launch_and_interrupt)
+    monkeypatch.setattr(Trainer, "save_checkpoint", save_then_interrupt)
+    code = _run_after_tiny(store, "--run-dir", str(run), "train.max_steps=50", "checkpoint.every=1")
+    assert code == 128 + signal.SIGINT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "".join(err)
+    assert err[-1] == (
+        f"cookmind train: interrupted at step 2 after its checkpoint was saved ({run / 'checkpoints' / 'step_00000002'}"
+        f"): continue with --resume auto --run-dir {run}"
+    )
+    assert sorted(os.listdir(run / "checkpoints")) == ["step_00000001", "step_00000002"]
+
+
 def test_a_second_sigterm_during_the_stops_save_lets_the_checkpoint_finish(tmp_path, store):
     # In a subprocess: before the fix the second SIGTERM met the default handler, which kills the process.
     import subprocess

@@ -212,12 +212,27 @@ def _out_of_memory(exc: BaseException, cfg, trainer) -> str:
     )
 
 
+def _interrupted(trainer) -> str:
+    """The line for a second Ctrl-C: the step it stopped at, whether that step's checkpoint is whole (it may have been
+    saved before the stop: checkpoint.every, or the stop's save had ended) or else the newest complete one, and how to
+    continue."""
+    from cookmind.train.checkpoint import checkpoint_name, find_latest_checkpoint
+
+    newest = find_latest_checkpoint(trainer.ckpt_dir) if trainer.dist.is_main else None
+    resume = f"continue with --resume auto --run-dir {trainer.run_dir}"
+    if newest is not None and newest.name == checkpoint_name(trainer.step):
+        return f"interrupted at step {trainer.step} after its checkpoint was saved ({newest}): {resume}"
+    return (
+        f"interrupted at step {trainer.step} before its checkpoint was saved; the newest complete one is "
+        f"{newest or 'none'}: {resume}"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Train; print a one-line JSON summary (rank 0)."""
     import torch
     import yaml
 
-    from cookmind.train.checkpoint import find_latest_checkpoint
     from cookmind.train.trainer import Trainer, TrainingDiverged
 
     try:
@@ -250,12 +265,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"cookmind train: error: {_out_of_memory(exc, cfg, trainer)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without waiting for the step's checkpoint
-        newest = find_latest_checkpoint(trainer.ckpt_dir) if trainer.dist.is_main else None
-        print(
-            f"cookmind train: interrupted at step {trainer.step} before its checkpoint was saved; the newest complete "
-            f"one is {newest or 'none'}: continue with --resume auto --run-dir {trainer.run_dir}",
-            file=sys.stderr,
-        )
+        print(f"cookmind train: {_interrupted(trainer)}", file=sys.stderr)
         return 128 + signal.SIGINT
     finally:
         from cookmind.parallel import destroy_distributed
