@@ -526,6 +526,19 @@ def test_eval_data_of_the_wrong_kind_says_file_or_folder_and_what_to_pass(tmp_pa
     assert "not found" not in err and "`cookmind eval gsm8k --data" in err
 
 
+def test_eval_checks_its_data_before_loading_the_model(tmp_path, capsys):
+    """A wrong --data was said only after the model had loaded (minutes for a large one): with a model folder that
+    does not exist either, the error named the model. Each task now reads or checks its data first."""
+    from cookmind.cli import main
+
+    missing_model, missing = tmp_path / "no-model", tmp_path / "no-data.jsonl"
+    for task in ("gsm8k", "mmlu", "ppl"):
+        assert main(["eval", task, "--model", str(missing_model), "--data", str(missing), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"cookmind eval {task}: error: ") and str(missing) in err, err
+        assert str(missing_model) not in err, err
+
+
 def test_eval_refusing_an_existing_out_names_the_file_the_user_passed(tmp_path, monkeypatch, capsys):
     """Re-running with an existing `--out ev/gsm8k.jsonl` complained about ev/gsm8k.metrics.json, a file the user
     never named; the --out itself comes first, and the metrics file is named as the one beside it."""

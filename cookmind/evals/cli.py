@@ -108,13 +108,25 @@ def main(args) -> int:
                 f"--out {out}: the metrics file beside it, {out.with_suffix('.metrics.json')}, already exists; "
                 "choose another --out or pass --overwrite"
             ) from None
+    # the data before the model: a wrong --data is said at once, not after a model has loaded
+    if args.task == "gsm8k":
+        from cookmind.evals.gsm8k import load_gsm8k
+
+        problems = load_gsm8k(args.data, args.limit)
+    elif args.task == "mmlu":
+        from cookmind.evals.mmlu import load_mmlu
+
+        rows = load_mmlu(args.data, args.split, args.subjects, args.limit_per_subject)
+    else:
+        from cookmind.evals.perplexity import require_data
+
+        require_data(args.data)
     device = str(resolve_device(args.device))  # the checkpoint's dtype: scores as trained, on either device
     model, tokenizer = load_for_inference(args.model, device, tokenizer_path=args.tokenizer, hf_native=True)
     progress = not args.quiet
     if args.task == "gsm8k":
-        from cookmind.evals.gsm8k import evaluate_gsm8k, load_gsm8k
+        from cookmind.evals.gsm8k import evaluate_gsm8k
 
-        problems = load_gsm8k(args.data, args.limit)
         metrics = evaluate_gsm8k(
             model,
             tokenizer,
@@ -130,9 +142,8 @@ def main(args) -> int:
             progress=progress,
         )
     elif args.task == "mmlu":
-        from cookmind.evals.mmlu import evaluate_mmlu, load_mmlu
+        from cookmind.evals.mmlu import evaluate_mmlu
 
-        rows = load_mmlu(args.data, args.split, args.subjects, args.limit_per_subject)
         metrics = evaluate_mmlu(model, tokenizer, rows, args.scoring, args.out, args.batch_size, progress=progress)
     else:
         from cookmind.evals.gsm8k import context_length

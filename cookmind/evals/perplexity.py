@@ -256,6 +256,15 @@ def evaluate_documents(
     }
 
 
+def require_data(path) -> None:
+    """FileNotFoundError (one line, what to pass) when ``cookmind eval ppl --data`` names nothing there."""
+    if not Path(path).exists():
+        raise FileNotFoundError(
+            f"--data {path} does not exist; pass a text, JSON lines or Parquet file, a curate output folder or a "
+            "token store made by `cookmind pack`"
+        )
+
+
 def evaluate_data(
     model,
     tokenizer,
@@ -281,11 +290,7 @@ def evaluate_data(
         return evaluate_documents(
             model, tokenizer, expand_inputs([path]), window, stride, max_bytes, text_field, progress, rows
         )
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"--data {path} does not exist; pass a text, JSON lines or Parquet file, a curate output folder or a "
-            "token store made by `cookmind pack`"
-        )
+    require_data(path)
     if path.suffix.lower() in (".h5", ".hdf5"):
         return evaluate_store(model, tokenizer, path, window, max_windows, progress, rows)
     if source_kind(path) in ("json", "parquet"):
