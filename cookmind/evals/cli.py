@@ -108,6 +108,7 @@ def main(args) -> int:
                 f"--out {out}: the metrics file beside it, {out.with_suffix('.metrics.json')}, already exists; "
                 "choose another --out or pass --overwrite"
             ) from None
+    device = str(resolve_device(args.device))  # the checkpoint's dtype: scores as trained, on either device
     # the data before the model: a wrong --data is said at once, not after a model has loaded
     if args.task == "gsm8k":
         from cookmind.evals.gsm8k import load_gsm8k
@@ -121,7 +122,6 @@ def main(args) -> int:
         from cookmind.evals.perplexity import require_data
 
         require_data(args.data)
-    device = str(resolve_device(args.device))  # the checkpoint's dtype: scores as trained, on either device
     model, tokenizer = load_for_inference(args.model, device, tokenizer_path=args.tokenizer, hf_native=True)
     progress = not args.quiet
     if args.task == "gsm8k":
