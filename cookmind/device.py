@@ -41,21 +41,20 @@ def inference_dtype(dtype: str | None, device: torch.device) -> str | None:
 
 
 @contextlib.contextmanager
-def cuda_graph_capture(graph: torch.cuda.CUDAGraph, **kwargs):
-    """``torch.cuda.graph(graph, **kwargs)`` with Python's garbage collector run before and kept off inside.
+def collector_paused():
+    """Run Python's garbage collector once, then keep it off until the block ends: wrap CUDA-graph captures in it.
 
     torch no longer collects garbage when a capture begins. An object freed inside a capture (an engine of an
     earlier request or test, kept alive by a reference cycle until a collection pass) runs CUDA calls a capture
     forbids: freeing its graphs, events or pinned buffers spoils the capture, and the next launch fails with
     "operation failed due to a previous error during capture". Collecting first and pausing the collector until
-    the capture ends keeps every such free outside it.
+    the captures end keeps every such free outside them. One collection for a loop of captures, not one each.
     """
     was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
-        with torch.cuda.graph(graph, **kwargs):
-            yield
+        yield
     finally:
         if was_enabled:
             gc.enable()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from cookmind.device import cuda_graph_capture
+from cookmind.device import collector_paused
 
 
 def default_buckets(num_slots: int) -> list[int]:
@@ -135,10 +135,10 @@ class CudaGraphDecoder:
             self.runner.cache.sync_tables()
         self._warm_up()  # a runner whose compile fails falls back to eager layers here, before capture
         pool = None
-        with torch.inference_mode():
+        with torch.inference_mode(), collector_paused():
             for key in sorted(self._keys(), reverse=True):  # largest first: smaller graphs reuse its pool
                 graph = torch.cuda.CUDAGraph()
-                with cuda_graph_capture(graph, pool=pool):
+                with torch.cuda.graph(graph, pool=pool):
                     self.outputs[key] = self._step(*key)
                 pool = graph.pool()
                 self.graphs[key] = graph
@@ -227,10 +227,10 @@ class _StaticSteps:
                 self._run(*key)
         torch.cuda.current_stream().wait_stream(side)
         pool = None
-        with torch.inference_mode():
+        with torch.inference_mode(), collector_paused():
             for key in sorted(keys, reverse=True):  # largest first: smaller graphs reuse its pool
                 graph = torch.cuda.CUDAGraph()
-                with cuda_graph_capture(graph, pool=pool):
+                with torch.cuda.graph(graph, pool=pool):
                     self._run(*key)
                 pool = graph.pool()
                 self.graphs[key] = graph

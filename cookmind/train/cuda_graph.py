@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from cookmind.device import cuda_graph_capture
+from cookmind.device import collector_paused
 
 
 def graph_problems(trainer) -> list[str]:
@@ -132,7 +132,7 @@ class GraphedStep:
         trainer.optimizer.zero_grad(set_to_none=True)  # the captured backward allocates them in the graph's pool
         torch.cuda.synchronize(trainer.device)
         graph = torch.cuda.CUDAGraph()
-        with cuda_graph_capture(graph):
+        with collector_paused(), torch.cuda.graph(graph):
             out = trainer._step_body(self.static.__getitem__, in_graph=True)
         constant = [k for k, v in out.sums.items() if not torch.is_tensor(v)]
         if constant:
