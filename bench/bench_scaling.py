@@ -125,16 +125,23 @@ def launch(args, method: str, gpus: int, variant: str = "") -> dict:
     return json.loads(lines[-1])
 
 
+# What a process prints as it aborts (SIGABRT): C++'s std::terminate ("terminate called after throwing an instance
+# of 'gloo::EnforceNotMet'", then "  what():  ..."), CPython's fatal errors, glibc's heap checks.
+ABORT_MARKS = ("terminate called", "what():", "Fatal Python error", "free(): ", "double free", "corrupted ")
+
+
 def job_error(stderr: str) -> str:
     """The reason a torchrun job failed, from its stderr: the ranks' last exception line, else the root cause
-    torchrun names (a rank's exit code or signal), not torchrun's own ChildFailedError or its log lines."""
+    torchrun names (a rank's exit code or signal), after what the rank printed as it aborted, if it did; not
+    torchrun's own ChildFailedError or its log lines."""
     lines = stderr.strip().splitlines() or ["no output"]
     own = (" ", "E1", "W1", "I1", "torch.distributed.elastic")
     errors = [ln for ln in lines if "Error" in ln and not ln.startswith(own)]
     if errors:
         return errors[-1]
+    aborted = [" ".join(ln.split()) for ln in lines if any(mark in ln for mark in ABORT_MARKS)]
     cause = [ln.strip() for ln in lines if ln.strip().startswith(("rank ", "exitcode", "traceback"))]
-    return " | ".join(" ".join(c.split()) for c in cause[-3:]) or lines[-1]
+    return " | ".join(aborted[-2:] + [" ".join(c.split()) for c in cause[-3:]]) or lines[-1]
 
 
 def passthrough(args) -> list[str]:

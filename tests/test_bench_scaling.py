@@ -89,3 +89,13 @@ def test_a_failed_jobs_error_names_the_ranks_reason_not_torchruns_wrapper():
         "by PID 14796"
     )
     assert job_error("") == "no output"
+    # A rank that aborts says why first (libstdc++'s std::terminate wording); that leads the reason
+    aborted = "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+    aborted += "  what():  [enforce fail at pair.cc:446] ex_ == nullptr. \n" + tail
+    aborted += "  exitcode  : -6 (pid: 8650)  (SIGABRT)\n  error_file: <N/A>\n"
+    aborted += "  traceback : Signal 6 (SIGABRT) received by PID 8650\n"
+    assert job_error(aborted) == (
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet' | what(): [enforce fail at "
+        "pair.cc:446] ex_ == nullptr. | rank : 1 (local_rank: 1) | exitcode : -6 (pid: 8650) (SIGABRT) | "
+        "traceback : Signal 6 (SIGABRT) received by PID 8650"
+    )
