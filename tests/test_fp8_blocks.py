@@ -248,6 +248,10 @@ def test_a_projection_list_converts_only_those_and_a_bad_name_is_a_config_error(
     assert _cfg(fp8_projections="auto").train.fp8_projections == "auto"
     with pytest.raises(ValueError, match=r"train.fp8_projections='q_proj,kv_proj': unknown kv_proj; give all, auto"):
         _cfg(fp8_projections="q_proj,kv_proj")
+    # a YAML list is the same list (it said "expected a string"); its names are checked the same way
+    assert _cfg(fp8_projections=["q_proj", "down_proj"]).train.fp8_projections == "q_proj,down_proj"
+    with pytest.raises(ValueError, match=r"unknown kv_proj"):
+        _cfg(fp8_projections=["q_proj", "kv_proj"])
 
 
 def test_bad_scaling_is_a_config_error():

@@ -486,6 +486,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, bool) and where.endswith(("cuda_graph", "master_weights")):  # false | true | auto: YAML
             # reads two of them as bools
             return "true" if value else "false"
+        if isinstance(value, (list, tuple)) and where.endswith("fp8_projections"):  # a YAML list of names
+            return ",".join(_coerce(v, str, where) for v in value)
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ValueError(f"{where}: expected a string, got {value!r}")
         return str(value)
