@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from lm_fixtures import tiny_cli_overrides
 
 from cookmind.store import StoreError, write_store
@@ -69,6 +72,13 @@ def test_default_run_dirs_are_unique_and_resume_finds_the_newest(tmp_path, monke
     os.makedirs(os.path.join(a, "checkpoints"))
     assert cli.resolve_config(_args("--resume", "auto")).logging.run_dir == a
     assert cli.resolve_config(_args("--run-dir", "mine")).logging.run_dir == "mine"
+    # a run's saved config fed back: a fresh run is named from the preset's base, not a's name plus a second
+    # time, and --resume auto finds the newest run (it searched a's name plus "-*": a fresh run started)
+    saved = Path(a) / "config.yaml"
+    saved.write_text(yaml.safe_dump({"logging": {"run_dir": a}, "train": {"device": "cpu"}}))
+    again = cli.resolve_config(_args("--config", str(saved), "train.max_steps=1")).logging.run_dir
+    assert re.fullmatch(r"runs/tiny-cpu-\d{8}-\d{6}(-\d+)?", again) and again != a, again
+    assert cli.resolve_config(_args("--config", str(saved), "--resume", "auto")).logging.run_dir == a
 
 
 def test_resume_auto_continues_the_newest_run_of_the_same_objective_and_data(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -159,7 +160,10 @@ def refuse_a_resume_of_no_run(args: argparse.Namespace) -> None:
 
 def default_run_dir(base: str, resume: bool, now: float | None = None, cfg=None) -> str:
     """``<base>-<UTC time>``, unique, for a fresh run; for ``--resume`` the newest such directory (or a new one)
-    that ran ``cfg``'s objective on its training data (a preset's SFT run is not where its pretraining resumes)."""
+    that ran ``cfg``'s objective on its training data (a preset's SFT run is not where its pretraining resumes).
+    A ``base`` that already ends in such a time (a run's saved config.yaml fed back as --config) is that run's base:
+    its runs are searched, and a new one is named ``<base>-<UTC time>``, not ``<base>-<time>-<time>``."""
+    base = re.sub(r"-\d{8}-\d{6}(-\d+)?$", "", base)
     base_path = Path(base)
     if resume:
         runs = sorted(
