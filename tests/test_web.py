@@ -179,3 +179,53 @@ def test_small_context_first_message_and_server_errors(browser, tmp_path_factory
     finally:
         page.close()
         server.close()
+
+
+def test_a_served_lora_adapter_can_be_picked_and_the_pick_is_kept(browser, live, tmp_path_factory):
+    """A server with LoRA adapters lists the base and each adapter in /v1/models; the page used the first entry
+    only, so an adapter could not be chatted with. Now it offers a picker (hidden when the base is all there is),
+    sends the picked name as the request's model, and keeps the pick over a reload."""
+    import copy
+
+    from cookmind.infer.loading import load_adapters
+    from cookmind.model.lora import apply_lora, save_adapter
+
+    tok = make_tokenizer(tmp_path_factory)
+    base = make_model(tok.vocab_size, max_pos=256)
+    lora = copy.deepcopy(base)
+    apply_lora(lora, r=2, alpha=4.0, targets=["q_proj"])
+    folder = tmp_path_factory.mktemp("adapter") / "chef"
+    save_adapter(folder, lora)
+    engine = Engine(base, num_slots=2, max_seq_len=256, adapters=load_adapters(base, {"chef": folder}))
+    server = LiveServer(create_app(engine, tok, "tiny-cook"))
+    page = browser.new_page()
+    posted = []
+    page.on("request", lambda r: posted.append(r.post_data) if r.url.endswith("/chat/completions") else None)
+    try:
+        page.goto(server.url + "/")
+        page.evaluate("localStorage.clear()")
+        page.reload()
+        page.wait_for_function("document.getElementById('model-select').options.length === 2")
+        assert page.is_visible("#model-select") and page.input_value("#model-select") == "tiny-cook"
+        options = page.eval_on_selector_all("#model-select option", "os => os.map(o => [o.value, o.textContent])")
+        assert options == [["tiny-cook", "tiny-cook"], ["chef", "chef (LoRA on tiny-cook)"]]
+        page.select_option("#model-select", "chef")
+        page.fill("#max-tokens", "4")
+        page.fill("#input", "What is in the soup?")
+        page.click("#send")
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+        assert json.loads(posted[-1])["model"] == "chef"
+        page.reload()
+        page.wait_for_function("document.getElementById('model-select').options.length === 2")
+        assert page.input_value("#model-select") == "chef"
+    finally:
+        page.close()
+        server.close()
+    # the base alone: no picker
+    page = browser.new_page()
+    try:
+        page.goto(live[0].url + "/")
+        page.wait_for_function("document.getElementById('model-name').textContent.includes('tiny-cook')")
+        assert not page.is_visible("#model-select") and page.locator("#model-select option").count() == 1
+    finally:
+        page.close()
