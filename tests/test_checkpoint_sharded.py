@@ -481,3 +481,15 @@ def test_a_full_format_lora_checkpoint_resumes_under_fsdp_on_two_ranks_and_in_on
     # the adapter moved from step 2 to 4 by more than the tolerance: the comparison above sees a lost step or moment
     before = read_adapter_tensors(step2)
     assert any((before[k] - v).abs().max() > 1e-3 for k, v in want.items())
+
+
+def test_a_full_format_checkpoint_resumes_under_fsdp_with_activation_checkpointing(tmp_path, store):
+    """The optimizer's numbered parameters were named through named_parameters(), whose names carry the checkpoint
+    wrapper's ``_checkpoint_wrapped_module.``; DCP names them without it, so a run with
+    train.activation_checkpointing=true found no AdamW state for any block parameter and the resume failed."""
+    ac = "train.activation_checkpointing=true"
+    _train(store, tmp_path / "ref", "train.max_steps=4", "checkpoint.format=full", ac)
+    _train(store, tmp_path / "cut", "train.max_steps=2", "checkpoint.format=full", "checkpoint.every=2", ac)
+    fsdp = ["parallel.fsdp=true", "checkpoint.format=auto", "checkpoint.resume=auto"]
+    _train(store, tmp_path / "cut", "train.max_steps=4", *fsdp, ac)  # FSDP2 in one process: a one-rank group
+    _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "cut", 4), exact=False)

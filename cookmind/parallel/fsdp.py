@@ -139,13 +139,15 @@ def copy_shards(dst: nn.Module, src: nn.Module) -> None:
 _WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.")
 
 
+def plain_name(name: str) -> str:
+    """A parameter's name without the wrappers' parts (the name its state dict and DCP give it)."""
+    for prefix in _WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
 def _by_plain_name(named) -> dict[str, torch.Tensor]:
-    out = {}
-    for name, t in named:
-        for prefix in _WRAPPER_PREFIXES:
-            name = name.replace(prefix, "")
-        out[name] = t
-    return out
+    return {plain_name(name): t for name, t in named}
 
 
 def set_gradient_sync(model: nn.Module, sync: bool) -> None:

@@ -47,6 +47,7 @@ from cookmind.model.model_io import CONFIG_NAME, META_NAME, is_own_checkpoint, w
 from cookmind.model.sharded_io import SafeLoadPlanner, SafeReader, error_reason, load_error, read_metadata
 from cookmind.model.sharded_layout import MODEL_KEY, OPTIM_KEY, dcp_dir
 from cookmind.parallel import unwrap
+from cookmind.parallel.fsdp import plain_name
 
 
 def is_fsdp_sharded(model: torch.nn.Module) -> bool:
@@ -276,7 +277,7 @@ def load_full_optimizer_into_sharded(model: torch.nn.Module, optimizer: Any, sav
     order of its groups) into the optimizer of the FSDP2-sharded ``model``. The numbers become parameter names
     through this optimizer's groups, which the Trainer builds the same way for both (same names, same order)."""
     bare = unwrap(model)
-    name_of = {id(p): n for n, p in bare.named_parameters()}
+    name_of = {id(p): plain_name(n) for n, p in bare.named_parameters()}  # DCP's names: no checkpoint wrapper
     ours = [[name_of[id(p)] for p in g["params"]] for g in optimizer.param_groups]
     theirs = [list(g["params"]) for g in saved["param_groups"]]
     if [len(g) for g in ours] != [len(g) for g in theirs]:
