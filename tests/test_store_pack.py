@@ -598,3 +598,16 @@ def test_a_stores_fingerprint_sees_other_tokens_in_records_of_the_same_sizes(tmp
         return TokenStore(write_store(tmp_path / name, "seq", records, vocab_size=64)).fingerprint()
 
     assert store("a", 0) == store("b", 0) != store("c", 1)
+
+
+def test_a_stores_fingerprint_is_the_same_when_its_input_was_packed_from_another_folder(tmp_path, tok_dir):
+    """The fingerprint leaves out where a store was packed from, input paths included; but meta.json's skipped
+    examples ('PATH:LINE: reason', --skip-bad) still carried the input's path, so the same file packed again from
+    another folder made another fingerprint, and a resume on that identical store was refused."""
+    rows = [{"text": f"Document {i} about soup."} for i in range(8)] + [{"title": "no text here"}]
+    for where in ("a", "b"):
+        (tmp_path / where).mkdir()
+        _jsonl(tmp_path / where / "docs.jsonl", rows)
+        pack([tmp_path / where / "docs.jsonl"], tmp_path / f"s{where}", tok_dir, "seq", skip_bad=True, progress=False)
+    assert TokenStore(tmp_path / "sa").meta["skipped"]["count"] == 1
+    assert TokenStore(tmp_path / "sa").fingerprint() == TokenStore(tmp_path / "sb").fingerprint()

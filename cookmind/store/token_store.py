@@ -152,12 +152,14 @@ def _sample_blocks(n: int) -> list[slice]:
 
 def _identity_meta(meta: dict) -> dict:
     """``meta`` less what says how or where a store was packed rather than what it holds: pack's seconds and
-    workers, the inputs' and outputs' paths, the tokenizer's folder (its fingerprint stays)."""
+    workers, the inputs' and outputs' paths (the skipped records' examples name them: their counts stay), the
+    tokenizer's folder (its fingerprint stays)."""
     meta = json.loads(json.dumps(meta, default=str))  # a deep copy
     for section, keys in (
         ("pack", ("seconds", "workers")),
         ("split", ("train_out", "val_out")),
         ("tokenizer", ("path",)),
+        ("skipped", ("examples",)),
     ):
         if isinstance(meta.get(section), dict):
             for k in keys:
