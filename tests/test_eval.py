@@ -563,3 +563,26 @@ def test_eval_refusing_an_existing_out_names_the_file_the_user_passed(tmp_path, 
         "choose another --out or pass --overwrite\n"
     )
     assert metrics.read_text() == "{}"
+
+
+def test_eval_refusing_the_metrics_file_beside_out_names_it_as_that(tmp_path, monkeypatch, capsys):
+    """Only an existing metrics file was named as the one beside --out: one that is a folder, or the --data itself,
+    was refused as '--out ev/gsm8k.metrics.json ...', a path the user never passed as --out."""
+    from cookmind.cli import main
+
+    _bigram_cli(monkeypatch, CharTok())
+    (tmp_path / "ev").mkdir()
+    data, out = tmp_path / "ev" / "test.metrics.json", tmp_path / "ev" / "test.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    argv = ["eval", "gsm8k", "--model", "m", "--quiet", "--out", str(out)]
+    assert main([*argv, "--data", str(data), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind eval gsm8k: error: --out {out}: the metrics file beside it, {data}, "), err
+    assert "is also the input" in err and data.read_text().startswith('{"question"')
+    folder = tmp_path / "ev" / "other.metrics.json"
+    folder.mkdir()
+    other = tmp_path / "ev" / "other.jsonl"
+    assert main([*argv[:-1], str(other), "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind eval gsm8k: error: --out {other}: the metrics file beside it, {folder}, "), err
+    assert "is a directory" in err

@@ -101,13 +101,17 @@ def main(args) -> int:
     if args.out:  # before the model loads: an --out that names the data (or a file of yours) is refused
         out = Path(args.out)
         check_output_file(out, [args.data], args.overwrite)  # first the file the user named, then the one beside it
+        metrics_file = out.with_suffix(".metrics.json")
         try:
-            check_output_file(out.with_suffix(".metrics.json"), [args.data], args.overwrite)
-        except FileExistsError:
-            raise FileExistsError(
-                f"--out {out}: the metrics file beside it, {out.with_suffix('.metrics.json')}, already exists; "
-                "choose another --out or pass --overwrite"
-            ) from None
+            check_output_file(metrics_file, [args.data], args.overwrite)
+        except (FileExistsError, IsADirectoryError, ValueError) as exc:  # named as the file beside --out
+            if isinstance(exc, FileExistsError):
+                why = "already exists; choose another --out or pass --overwrite"
+            elif isinstance(exc, IsADirectoryError):
+                why = "is a directory; choose another --out"
+            else:
+                why = str(exc).removeprefix(f"--out {metrics_file} ")
+            raise type(exc)(f"--out {out}: the metrics file beside it, {metrics_file}, {why}") from None
     device = str(resolve_device(args.device))  # the checkpoint's dtype: scores as trained, on either device
     # the data before the model: a wrong --data is said at once, not after a model has loaded
     if args.task == "gsm8k":
