@@ -109,6 +109,11 @@ def test_the_readme_says_which_runs_resume_auto_without_run_dir_searches(tmp_pat
         (tmp_path / "runs" / name / "checkpoints").mkdir(parents=True)
         (tmp_path / "runs" / name / "config.yaml").write_text("train: {objective: pretrain}\ndata: {train_path: d}\n")
     (tmp_path / "runs" / "tiny-cpu-20260102-000000").mkdir()  # no checkpoints/: not a run to continue
+    # another preset whose name starts with this one's, same objective and data: not this preset's run
+    (tmp_path / "runs" / "tiny-cpu-sft-20260103-000000" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "tiny-cpu-sft-20260103-000000" / "config.yaml").write_text(
+        "train: {objective: pretrain}\ndata: {train_path: d}\n"
+    )
     assert cli.resolve_config(_args("--resume", "auto", "--train-data", "d")).logging.run_dir == (
         "runs/tiny-cpu-20260101-000000"
     )

@@ -158,18 +158,23 @@ def refuse_a_resume_of_no_run(args: argparse.Namespace) -> None:
     )
 
 
+STAMP = r"-\d{8}-\d{6}(-\d+)?"  # what default_run_dir appends to a preset's logging.run_dir
+
+
 def default_run_dir(base: str, resume: bool, now: float | None = None, cfg=None) -> str:
     """``<base>-<UTC time>``, unique, for a fresh run; for ``--resume`` the newest such directory (or a new one)
     that ran ``cfg``'s objective on its training data (a preset's SFT run is not where its pretraining resumes).
     A ``base`` that already ends in such a time (a run's saved config.yaml fed back as --config) is that run's base:
     its runs are searched, and a new one is named ``<base>-<UTC time>``, not ``<base>-<time>-<time>``."""
-    base = re.sub(r"-\d{8}-\d{6}(-\d+)?$", "", base)
+    base = re.sub(STAMP + "$", "", base)
     base_path = Path(base)
     if resume:
         runs = sorted(
             p
             for p in base_path.parent.glob(base_path.name + "-*")
-            if (p / "checkpoints").is_dir() and (cfg is None or _same_job(p, cfg))
+            if re.fullmatch(STAMP, p.name[len(base_path.name) :])  # not another preset's: tiny-cpu-sft-<time>
+            and (p / "checkpoints").is_dir()
+            and (cfg is None or _same_job(p, cfg))
         )
         if runs:
             return str(runs[-1])
