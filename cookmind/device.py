@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 
 import torch
 
@@ -49,12 +50,25 @@ def collector_paused():
     forbids: freeing its graphs, events or pinned buffers spoils the capture, and the next launch fails with
     "operation failed due to a previous error during capture". Collecting first and pausing the collector until
     the captures end keeps every such free outside them. One collection for a loop of captures, not one each.
+    Blocks may overlap (the server's engine thread captures while a training step is captured in another): the
+    collector comes back on when the last one ends, and only if it was on when the first began.
     """
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
+    global _pauses, _was_enabled
+    with _pause_lock:
+        if _pauses == 0:
+            _was_enabled = gc.isenabled()
+        _pauses += 1
+        gc.collect()
+        gc.disable()
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()
+
+
+_pause_lock = threading.Lock()
+_pauses = 0  # collector_paused blocks running now, in any thread
+_was_enabled = True  # whether the collector was on when the first of them began

@@ -116,3 +116,37 @@ def test_captures_run_after_one_collection_with_the_collector_paused():
         assert not gc.isenabled()  # a caller that had it off keeps it off
     finally:
         gc.enable()
+
+
+def test_overlapping_pauses_in_two_threads_keep_the_collector_off_until_the_last_ends():
+    """The server's engine thread and a training step may capture at once: the first block to end turned the
+    collector back on while the other was still capturing."""
+    import gc
+    import threading
+
+    from cookmind.device import collector_paused
+
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with collector_paused():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with collector_paused():
+            second_in.set()
+            first_out.wait(10)
+            seen["inside after the first ended"] = gc.isenabled()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    assert gc.isenabled()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {"inside after the first ended": False}
+    assert gc.isenabled()  # on again once both ended
