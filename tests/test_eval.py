@@ -539,6 +539,31 @@ def test_eval_checks_its_data_before_loading_the_model(tmp_path, capsys):
         assert str(missing_model) not in err, err
 
 
+def test_ppl_refuses_limits_that_do_not_apply_to_its_data_before_loading_the_model(tmp_path, tok_dir, capsys):
+    """--max-bytes and --stride on a token store, and --max-windows on text, were accepted and did nothing; a
+    folder that is neither a store nor curate output was read as a store after the model had loaded. Each is now
+    one line before the model loads (the model folder here does not exist: its error would name it)."""
+    from lm_fixtures import CORPUS
+
+    from cookmind.cli import main
+    from cookmind.store.packer import pack
+
+    (tmp_path / "c.txt").write_text(CORPUS)
+    pack([tmp_path / "c.txt"], tmp_path / "s", tok_dir, "seq", progress=False)
+    (tmp_path / "empty").mkdir()
+    model = tmp_path / "no-model"
+    cases = [
+        (tmp_path / "s", ["--max-bytes", "100"], "--max-bytes applies to text and documents, and --data"),
+        (tmp_path / "s", ["--stride", "4"], "--stride applies to text and documents, and --data"),
+        (tmp_path / "c.txt", ["--max-windows", "2"], "--max-windows applies to a token store, and --data"),
+        (tmp_path / "empty", [], "is a folder with neither a token store's meta.json nor a curate output's"),
+    ]
+    for data, extra, says in cases:
+        assert main(["eval", "ppl", "--model", str(model), "--data", str(data), "--quiet", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("cookmind eval ppl: error: ") and says in err and str(model) not in err, err
+
+
 def test_eval_refusing_an_existing_out_names_the_file_the_user_passed(tmp_path, monkeypatch, capsys):
     """Re-running with an existing `--out ev/gsm8k.jsonl` complained about ev/gsm8k.metrics.json, a file the user
     never named; the --out itself comes first, and the metrics file is named as the one beside it."""

@@ -82,7 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="tokens per window (default: the model's context; more than that is an error)",
     )
-    p.add_argument("--stride", type=int_in(1), default=None)
+    p.add_argument(
+        "--stride",
+        type=int_in(1),
+        default=None,
+        help="text and documents: tokens from one window's start to the next (default: the window; less scores each "
+        "token with more context, and runs more windows)",
+    )
     p.add_argument(
         "--max-bytes",
         type=int_in(1),
@@ -125,7 +131,7 @@ def main(args) -> int:
     else:
         from cookmind.evals.perplexity import require_data
 
-        require_data(args.data)
+        require_data(args.data, args.max_bytes, args.max_windows, args.stride)
     model, tokenizer = load_for_inference(args.model, device, tokenizer_path=args.tokenizer, hf_native=True)
     progress = not args.quiet
     if args.task == "gsm8k":

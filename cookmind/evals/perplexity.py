@@ -256,13 +256,51 @@ def evaluate_documents(
     }
 
 
-def require_data(path) -> None:
-    """FileNotFoundError (one line, what to pass) when ``cookmind eval ppl --data`` names nothing there."""
-    if not Path(path).exists():
+def data_kind(path) -> str:
+    """How ``cookmind eval ppl --data`` reads ``path``, as ``cookmind pack --input`` would: ``store`` (a folder
+    with meta.json, or an .h5 file), ``documents`` (JSON lines / Parquet files, gzip too, or a curate output
+    folder's shard-* files) or ``text`` (any other file, as UTF-8). FileNotFoundError or ValueError (one line,
+    what to pass) when it names nothing to read."""
+    from cookmind.store.layout import META_NAME
+    from cookmind.store.sources import source_kind
+
+    path = Path(path)
+    if path.is_dir():
+        if (path / META_NAME).is_file():
+            return "store"
+        if any(path.glob("shard-*")):
+            return "documents"
+        raise ValueError(
+            f"--data {path} is a folder with neither a token store's {META_NAME} nor a curate output's shard-* "
+            "files; pass the store (made by `cookmind pack`), the curate output folder, or a text, JSON lines or "
+            "Parquet file"
+        )
+    if not path.exists():
         raise FileNotFoundError(
             f"--data {path} does not exist; pass a text, JSON lines or Parquet file, a curate output folder or a "
             "token store made by `cookmind pack`"
         )
+    if path.suffix.lower() in (".h5", ".hdf5"):
+        return "store"
+    return "documents" if source_kind(path) in ("json", "parquet") else "text"
+
+
+def require_data(path, max_bytes=None, max_windows=None, stride=None) -> str:
+    """``data_kind(path)``, after refusing the limits that do not apply to that kind (each was ignored without a
+    word): --max-bytes and --stride are for text and documents, --max-windows for a token store."""
+    kind = data_kind(path)
+    if kind == "store" and (max_bytes is not None or stride is not None):
+        flag = "--max-bytes" if max_bytes is not None else "--stride"
+        raise ValueError(
+            f"{flag} applies to text and documents, and --data {path} is a token store, scored in the windows of "
+            "--window tokens it is read in: drop it (--max-windows N scores the first N windows)"
+        )
+    if kind != "store" and max_windows is not None:
+        raise ValueError(
+            f"--max-windows applies to a token store, and --data {path} is {kind}: drop it (--max-bytes N scores "
+            "the first N bytes of its text)"
+        )
+    return kind
 
 
 def evaluate_data(
@@ -277,24 +315,18 @@ def evaluate_data(
     progress: bool = True,
     rows: list[dict] | None = None,
 ) -> dict:
-    """What ``cookmind eval ppl --data`` names, read as ``cookmind pack --input`` reads it: a token store (a folder
-    with meta.json, or an .h5 file) by ``evaluate_store``; JSON lines / Parquet files (gzip too) and a curate output
-    folder (its shard-* files) by ``evaluate_documents``; any other file as UTF-8 text by ``evaluate_text_file``."""
-    from cookmind.store.layout import META_NAME
-    from cookmind.store.sources import expand_inputs, source_kind
+    """What ``cookmind eval ppl --data`` names (``data_kind``): a token store by ``evaluate_store``; JSON lines /
+    Parquet files and a curate output folder by ``evaluate_documents``; any other file as UTF-8 text by
+    ``evaluate_text_file``. A limit that does not apply to the kind is a ValueError (``require_data``)."""
+    from cookmind.store.sources import expand_inputs
 
     path = Path(path)
-    if path.is_dir():
-        if (path / META_NAME).is_file() or not any(path.glob("shard-*")):  # a store; or not, and its error says so
-            return evaluate_store(model, tokenizer, path, window, max_windows, progress, rows)
-        return evaluate_documents(
-            model, tokenizer, expand_inputs([path]), window, stride, max_bytes, text_field, progress, rows
-        )
-    require_data(path)
-    if path.suffix.lower() in (".h5", ".hdf5"):
+    kind = require_data(path, max_bytes, max_windows, stride)
+    if kind == "store":
         return evaluate_store(model, tokenizer, path, window, max_windows, progress, rows)
-    if source_kind(path) in ("json", "parquet"):
-        return evaluate_documents(model, tokenizer, [path], window, stride, max_bytes, text_field, progress, rows)
+    if kind == "documents":
+        paths = expand_inputs([path]) if path.is_dir() else [path]
+        return evaluate_documents(model, tokenizer, paths, window, stride, max_bytes, text_field, progress, rows)
     return evaluate_text_file(model, tokenizer, path, window, stride, max_bytes, progress, rows)
 
 
