@@ -154,6 +154,31 @@ def test_two_ranks_to_one_and_one_to_two(tmp_path, store):
     _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "one", 4), exact=False)
 
 
+def test_a_resume_at_another_world_size_warns_when_the_global_batch_changes(tmp_path, store):
+    """The README's 2 -> 1 resume (the same command without torchrun) kept each rank's micro-batch, so one process
+    went on at half the global batch with no word, and ended far from the uninterrupted run. The resume says so in
+    one line naming the setting that keeps the global batch; a resume that keeps it says nothing."""
+    import shutil
+    import warnings
+
+    _torchrun(tmp_path, store, tmp_path / "two", "train.max_steps=2", "checkpoint.format=sharded")
+    shutil.copytree(tmp_path / "two", tmp_path / "kept")
+    resume = ["train.max_steps=4", "checkpoint.format=sharded", "checkpoint.resume=auto"]
+    with pytest.warns(UserWarning) as caught:  # micro-batch 2 x accumulation 2 x 1 process: 4, where it was 8
+        cfg = TrainConfig.load("tiny-cpu", _overrides(store, tmp_path / "two", "train.micro_batch_size=2", *resume))
+        Trainer(cfg).fit()
+    said = [str(w.message) for w in caught if "global batch" in str(w.message)]
+    assert said == [
+        "the global batch is 4 (train.micro_batch_size=2 x train.grad_accum_steps=2 x 1 process), the "
+        "checkpoint's run had 8 (2 x 2 x 2 processes): this run takes other steps than the run it continues; to "
+        "keep 8, set train.grad_accum_steps=4 (or train.micro_batch_size=4)"
+    ]
+    with warnings.catch_warnings(record=True) as quiet:  # the advice: no warning
+        warnings.simplefilter("always")
+        _train(store, tmp_path / "kept", *resume)
+    assert not [w for w in quiet if "global batch" in str(w.message)]
+
+
 def test_async_save_completes_every_checkpoint_and_resumes(tmp_path, store):
     _train(store, tmp_path / "ref", "train.max_steps=4", "checkpoint.format=full")
     extra = ["checkpoint.format=sharded", "checkpoint.async_save=true", "checkpoint.every=1"]

@@ -1092,6 +1092,7 @@ class Trainer:
         self.objective.load_state_dict(meta.get("objective") or {})
         self._rng_to_restore = meta.get("rng")
         self._warn_of_a_new_schedule(meta.get("config") or {})
+        self._warn_of_another_global_batch(meta)
         if self.step >= self.cfg.train.max_steps and self.dist.is_main:  # it "completed" without training a step
             print(
                 f"cookmind train: the checkpoint is at step {self.step}, already at or past train.max_steps="
@@ -1127,6 +1128,42 @@ class Trainer:
             f"{before:.4g} to {after:.4g}, because the {self.cfg.optim.schedule} schedule is recomputed over "
             f"{self.cfg.train.max_steps} steps; to go on at {before:.4g} instead, set optim.schedule=constant "
             f"optim.lr={before:.4g}",
+            stacklevel=3,
+        )
+
+    def _warn_of_another_global_batch(self, meta: dict) -> None:
+        """A resume at another world size (or micro-batch, or accumulation) that changes the global batch goes on
+        with other steps than the run it continues: resuming a two-rank run in one process with the same command
+        halved it silently. One warning line (rank 0) gives both and the setting that keeps the checkpoint's."""
+        import warnings
+
+        saved = (meta.get("config") or {}).get("train") or {}
+        then_world = int(meta.get("world_size") or 1)
+        then_micro = int(saved.get("micro_batch_size", self.cfg.train.micro_batch_size))
+        then_accum = int(saved.get("grad_accum_steps", self.cfg.train.grad_accum_steps))
+        micro, accum, world = self.cfg.train.micro_batch_size, self.cfg.train.grad_accum_steps, self.dist.world_size
+        then, now = then_micro * then_accum * then_world, micro * accum * world
+        if then == now or self.step >= self.cfg.train.max_steps or not self.dist.is_main:
+            return
+
+        def processes(n: int) -> str:
+            return f"{n} process" + ("es" if n != 1 else "")
+
+        keep = []
+        if then % (micro * world) == 0:
+            keep.append(f"train.grad_accum_steps={then // (micro * world)}")
+        if then % (accum * world) == 0:
+            keep.append(f"train.micro_batch_size={then // (accum * world)}")
+        advice = (
+            f"set {keep[0]}" + (f" (or {keep[1]})" if len(keep) > 1 else "")
+            if keep
+            else f"make train.micro_batch_size x train.grad_accum_steps x processes {then}"
+        )
+        warnings.warn(
+            f"the global batch is {now} (train.micro_batch_size={micro} x train.grad_accum_steps={accum} "
+            f"x {processes(world)}), the checkpoint's run had {then} ({then_micro} x {then_accum} x "
+            f"{processes(then_world)}): this run takes other steps than the run it continues; to keep {then}, "
+            f"{advice}",
             stacklevel=3,
         )
 
