@@ -269,6 +269,27 @@ def test_a_lora_run_saves_the_adapter_only_and_resumes(tmp_path, store):
     assert any(not torch.equal(base[k], v) for k, v in _weights(tmp_path / "cut", 4).items()), "the adapter trained"
 
 
+def test_a_sharded_lora_runs_adapter_serves_as_the_full_formats_does(tmp_path, store):
+    """`cookmind serve --lora NAME=RUN` takes a LoRA training run (README), but a run under FSDP saves sharded by
+    default, its adapter in dcp/ with no adapter_config.json: serve stopped with "adapter_config.json: missing;
+    ... holds no LoRA adapter". The sharded checkpoint's adapter reads as the full format's PEFT files."""
+    from cookmind.infer.loading import load_adapters
+    from cookmind.model import save_model
+
+    torch.manual_seed(5)
+    save_model(tmp_path / "init", tiny_lm())
+    lora = [f"train.init_from={tmp_path / 'init'}", "lora.enabled=true", "lora.r=4", "lora.alpha=8"]
+    _train(store, tmp_path / "full", "train.max_steps=2", "checkpoint.format=full", *lora)
+    _train(store, tmp_path / "sharded", "train.max_steps=2", "checkpoint.format=sharded", *lora)
+    base = load_model(tmp_path / "init")
+    (full,) = load_adapters(base, {"full": tmp_path / "full"})
+    (sharded,) = load_adapters(base, {"sharded": tmp_path / "sharded"})
+    assert sharded.path == tmp_path / "sharded" / "checkpoints" / "step_00000002"
+    assert sharded.scaling == full.scaling == 2.0 and set(sharded.weights) == set(full.weights)
+    for module, (a, b) in full.weights.items():
+        assert torch.equal(a, sharded.weights[module][0]) and torch.equal(b, sharded.weights[module][1]), module
+
+
 # -- FSDP2-sharded models (two gloo ranks, fully_shard applied here until parallel.fsdp lands) -------------------
 
 

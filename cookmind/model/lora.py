@@ -225,6 +225,18 @@ def read_adapter_config(directory: str | os.PathLike) -> dict:
     alpha / sqrt(r) with rsLoRA). Refuses what a plain low-rank update cannot express (a trained bias, DoRA,
     modules_to_save, per-module rank or alpha patterns, fan_in_fan_out) with the field named."""
     f = Path(directory) / ADAPTER_CONFIG
+    if not f.is_file() and (sharded := _sharded_lora_settings(directory)) is not None:
+        r, alpha = int(sharded["r"]), float(sharded["alpha"])
+        targets = sorted(sharded["targets"])
+        return {  # LoRALinear's: alpha / r on every targeted module
+            "r": r,
+            "alpha": alpha,
+            "dropout": 0.0,
+            "targets": targets,
+            "use_rslora": False,
+            "layers_to_transform": None,
+            "scaling": alpha / r,
+        }
     if not f.is_file():
         raise FileNotFoundError(f"{f}: missing; {directory} holds no LoRA adapter")
     c = json.loads(f.read_text())
@@ -261,10 +273,28 @@ def read_adapter_config(directory: str | os.PathLike) -> dict:
     }
 
 
+def _sharded_lora_settings(directory: str | os.PathLike) -> dict | None:
+    """The ``lora`` settings (r, alpha, targets) of a LoRA run's sharded checkpoint, whose ``dcp/`` holds the adapter
+    only and no PEFT files (``cookmind.train.sharded_checkpoint``), from its meta.json; None for anything else."""
+    from cookmind.model.sharded_layout import is_sharded_checkpoint
+
+    if not is_sharded_checkpoint(directory):
+        return None
+    try:
+        lora = json.loads((Path(directory) / "meta.json").read_text())["config"]["lora"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return lora if isinstance(lora, dict) and lora.get("enabled") else None
+
+
 def read_adapter_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The adapter's tensors named as in the model (``model.layers.0.self_attn.q_proj.lora_A.weight``): PEFT's
     ``base_model.model.`` prefix and adapter name (``lora_A.default.weight``) taken off."""
     f = Path(directory) / ADAPTER_WEIGHTS
+    if not f.is_file() and _sharded_lora_settings(directory) is not None:
+        from cookmind.model.sharded_io import read_sharded_weights  # DCP, imported only for a sharded checkpoint
+
+        return read_sharded_weights(directory)  # a LoRA run's dcp/ holds its adapter only, named as in the model
     if not f.is_file():
         raise FileNotFoundError(f"{f}: missing; {directory} holds no LoRA adapter weights")
     saved = {k[len(PEFT_PREFIX) :] if k.startswith(PEFT_PREFIX) else k: v for k, v in load_file(str(f)).items()}
