@@ -120,6 +120,29 @@ def temp_path(path: str | os.PathLike) -> Iterator[Path]:
     _fsync_dir(path.parent)
 
 
+def _umask() -> int:
+    """The process's umask, read without setting it where Linux shows it (os.umask sets it: a file another thread
+    created meanwhile would get the temporary mask)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def save_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    """safetensors' ``save_file`` with the mode ``open()`` gives (0666 less the umask): save_file creates its
+    file 0600 whatever the umask, so weights were readable by their owner only beside 0644 config files."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    os.chmod(path, 0o666 & ~_umask())
+
+
 @contextlib.contextmanager
 def writing(path: str | os.PathLike, mode: str = "w", **open_kwargs: Any) -> Iterator[Any]:
     """Yield an open file whose contents appear at ``path`` only once the block ends without error."""

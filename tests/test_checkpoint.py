@@ -61,3 +61,34 @@ def test_missing_meta_is_a_clear_error(tmp_path):
     (tmp_path / "step_00000001").mkdir()
     with pytest.raises(FileNotFoundError, match="meta.json"):
         load_checkpoint(tmp_path / "step_00000001", _model())
+
+
+def test_weights_files_get_the_umask_modes_their_neighbours_get(tmp_path):
+    """safetensors' save_file creates its file 0600 whatever the umask: a checkpoint's or an export's
+    model.safetensors (and an adapter's) was readable by its owner only, beside 0644 config and tokenizer files, so
+    a server or a colleague under another account could read config.json but not the weights."""
+    import os
+    import stat
+
+    from cookmind.model import save_model
+    from cookmind.model.hf import export_hf, import_hf
+    from cookmind.model.lora import apply_lora, save_adapter
+
+    old = os.umask(0o022)
+    try:
+        model = _model()
+        save_model(tmp_path / "ckpt", model)
+        export_hf(tmp_path / "ckpt", tmp_path / "hf")
+        import_hf(tmp_path / "hf", tmp_path / "back")
+        apply_lora(model, 2, 4.0, 0.0, ["q_proj"])
+        save_adapter(tmp_path / "adapter", model)
+    finally:
+        os.umask(old)
+    for f in (
+        "ckpt/model.safetensors",
+        "hf/model.safetensors",
+        "back/model.safetensors",
+        "adapter/adapter_model.safetensors",
+    ):
+        mode = stat.S_IMODE((tmp_path / f).stat().st_mode)
+        assert mode == 0o644, f"{f}: {oct(mode)}"

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
-from cookmind.atomic import building_dir
+from cookmind.atomic import building_dir, save_safetensors
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.model_io import (
@@ -195,7 +194,7 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
 
     def fill(tmp: Path) -> None:
         hf_config.save_pretrained(tmp)
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
         copied = _copy_tokenizer_files(ckpt_dir, tmp)
         if "generation_config.json" not in copied and cfg.eos_token_id is not None:
             # lets HF generate / vLLM stop where cookmind does (end of text, and end of a chat turn) without flags
@@ -329,7 +328,7 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torc
 
     def fill(tmp: Path) -> None:
         (tmp / CONFIG_NAME).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
         _copy_tokenizer_files(hf_dir, tmp)
 
     return _atomic_dir(out_dir, fill)

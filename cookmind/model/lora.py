@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
-from cookmind.atomic import temp_path, write_json
+from cookmind.atomic import save_safetensors, temp_path, write_json
 from cookmind.model.linear import Linear
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -214,7 +214,7 @@ def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path
         "base_model_name_or_path": base_model_path,
     }
     with temp_path(directory / ADAPTER_WEIGHTS) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
+        save_safetensors(tensors, tmp, metadata={"format": "pt"})
     write_json(directory / ADAPTER_CONFIG, peft_cfg, indent=2)
     return directory
 

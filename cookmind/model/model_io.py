@@ -11,9 +11,8 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
-from cookmind.atomic import building_dir, is_temp_name, temp_path, write_json
+from cookmind.atomic import building_dir, is_temp_name, save_safetensors, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.sharded_layout import ShardedCheckpointError, dcp_dir, is_sharded_checkpoint
@@ -42,7 +41,7 @@ def _write_files(directory: Path, model: CookMindLM) -> None:
     """Write each file under a temporary name inside `directory`, then rename it into place."""
     tensors = {k: v.cpu() for k, v in model_state_dict(model).items()}
     with temp_path(directory / WEIGHTS_NAME) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
+        save_safetensors(tensors, tmp, metadata={"format": "pt"})
     write_json(directory / CONFIG_NAME, model.config.to_dict(), indent=2)
 
 
