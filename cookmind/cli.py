@@ -231,6 +231,25 @@ def os_error_line(exc: OSError) -> str:
     return f"{path}: {exc.strerror[:1].lower()}{exc.strerror[1:]}; check the path and try again"
 
 
+def _stdout_is_closed() -> bool:
+    """Whether stdout's reader has gone (its pipe broken). Then stdout points at /dev/null from here on, so the
+    interpreter's own flush at exit does not print "Exception ignored ... BrokenPipeError" instead."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poll.poll(0))  # a pipe without a reader
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout is no file
+        return False
+    if gone:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return gone
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -247,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = module.main(args)
     except (ValueError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError) and _stdout_is_closed():
+            return 128 + signal.SIGPIPE  # the reader of our output stopped early (`| head`): not an error
         # Bad input (a missing file, a wrong shape, a bad line) is reported as one clear line;
         # COOKMIND_DEBUG=1 shows the traceback instead.
         if os.environ.get("COOKMIND_DEBUG"):

@@ -667,3 +667,20 @@ def test_curate_sub_commands_say_a_missing_input_in_a_sentence(tmp_path, capsys)
         assert cli_main(argv) == 2
         err = capsys.readouterr().err
         assert err == f"cookmind curate {argv[1]}: error: {missing}: no such file or folder; check the path\n", err
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly():
+    """`cookmind train --config tiny-cpu --print-config | head` printed "cookmind train: error: Broken pipe" and
+    exited 2, as if the command had failed: a reader that stops early is no error (silence, exit 128 + SIGPIPE)."""
+    import signal
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cookmind", "train", "--config", "tiny-cpu", "--print-config"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=root,
+    )
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 128 + signal.SIGPIPE and err == "", err
