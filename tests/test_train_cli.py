@@ -457,6 +457,29 @@ def test_sigterm_saves_and_exits_non_zero(tmp_path, store, sigterm_at_step, caps
     assert os.listdir(run / "checkpoints") == ["step_00000002"]
 
 
+def test_a_stop_is_said_once_by_rank_0_not_by_every_rank(tmp_path, store, monkeypatch, capsys):
+    """Under torchrun every rank stops at the same step, and each printed 'stopped by signal SIGTERM ...' (a
+    two-rank FSDP run said it twice). Rank 0 says it; every rank exits 128 + N."""
+    from cookmind.parallel import DistInfo
+    from cookmind.train import trainer as trainer_module
+
+    class Stopped:  # a rank's Trainer after a SIGTERM at step 3
+        def __init__(self, cfg):
+            self.dist, self.run_dir, self.stop_reason = DistInfo(rank=rank, world_size=2), "runs/x", "signal SIGTERM"
+
+        def fit(self):
+            return {"status": "stopped", "steps": 3}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(trainer_module, "Trainer", Stopped)
+    for rank, says in ((0, 1), (1, 0)):
+        assert _run(store, "--run-dir", str(tmp_path / f"r{rank}")) == 128 + signal.SIGTERM
+        err = capsys.readouterr().err
+        assert err.count("cookmind train: stopped by signal SIGTERM at step 3; checkpoint saved") == says, err
+
+
 def test_a_full_disk_is_one_line_no_traceback(tmp_path, store, monkeypatch, capsys):
     def full(*args, **kwargs):
         raise RuntimeError("[enforce fail at inline_container.cc:595] . unexpected pos 64 vs 0")

@@ -286,11 +286,12 @@ def main(args: argparse.Namespace) -> int:
     if summary["status"] == "stopped":
         # Not 0: `cookmind train && cookmind export` must not export a half-trained model.
         reason = trainer.stop_reason or "a stop request"
-        print(
-            f"cookmind train: stopped by {reason} at step {summary['steps']}; checkpoint saved, continue with "
-            f"--resume auto --run-dir {trainer.run_dir}",
-            file=sys.stderr,
-        )
+        if trainer.dist.is_main:  # every rank stops; one says so
+            print(
+                f"cookmind train: stopped by {reason} at step {summary['steps']}; checkpoint saved, continue with "
+                f"--resume auto --run-dir {trainer.run_dir}",
+                file=sys.stderr,
+            )
         signum = getattr(signal, reason.removeprefix("signal "), None) if reason.startswith("signal ") else None
         return 128 + int(signum) if signum is not None else 3
     return 0
