@@ -297,4 +297,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cookmind.parallel.process_group import end_process
+
+    end_process(main())  # a torchrun worker ends without Python's finalization (see end_process)

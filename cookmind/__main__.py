@@ -1,3 +1,3 @@
-from cookmind.cli import main
+from cookmind.cli import run
 
-raise SystemExit(main())
+run()

@@ -250,6 +250,16 @@ def _stdout_is_closed() -> bool:
     return gone
 
 
+def run() -> None:
+    """The program's entry point (the ``cookmind`` command, ``python -m cookmind``): ``main`` on sys.argv, then the
+    exit, through ``end_process`` where this process was in a process group (torchrun)."""
+    code = main()
+    process_group = sys.modules.get("cookmind.parallel.process_group")  # imported only by what may make one
+    if process_group is not None:
+        process_group.end_process(code)
+    raise SystemExit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:

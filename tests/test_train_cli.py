@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -695,6 +697,60 @@ def test_a_second_sigterm_during_the_stops_save_lets_the_checkpoint_finish(tmp_p
     assert "stopped by signal SIGTERM at step 2" in proc.stderr
     assert sorted(os.listdir(run / "checkpoints")) == ["step_00000002"]
     assert (run / "checkpoints" / "step_00000002" / "meta.json").exists()
+
+
+class _SlowToFree(torch.Tensor):
+    """A tensor whose freeing waits: freed on a gloo worker thread, it holds that thread inside the work's
+    destructor while the main thread goes on to the exit."""
+
+    def __del__(self):
+        time.sleep(1.0)
+
+
+def _a_last_collective_freed_late(monkeypatch) -> None:
+    """After fit, one more collective whose work only gloo's worker thread holds: the thread frees it (and its
+    tensor) after the run has ended, as a worker still freeing the last collective of a run may."""
+    import torch.distributed as dist
+
+    fit = Trainer.fit
+
+    def fit_then_collect(self):
+        summary = fit(self)
+        dist.all_reduce(torch.zeros(1).as_subclass(_SlowToFree), async_op=True)  # the work is dropped here
+        return summary
+
+    monkeypatch.setattr(Trainer, "fit", fit_then_collect)
+
+
+def test_a_run_in_a_process_group_ends_with_its_status_while_a_gloo_worker_still_frees_its_last_work(tmp_path, store):
+    """A two-rank FSDP job (bench_scaling's CI test) ended now and then in SIGABRT after a completed run: a gloo
+    worker thread still freeing the last collective's tensors took the GIL during Python's finalization and was
+    ended there (core dump: ~AsyncAllreduceWork -> decref_pyobject -> take_gil -> pthread_exit -> terminate). Made
+    certain here by a freeing that waits. The program (``cookmind.cli.run``, the command's entry point) now ends
+    a process that was in a group without the finalization, with the run's exit status."""
+    import subprocess
+    import sys
+    import textwrap
+
+    run = tmp_path / "run"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import pytest
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import test_train_cli as t
+        from cookmind.cli import run
+        mp = pytest.MonkeyPatch()
+        t._a_last_collective_freed_late(mp)
+        sys.argv = ["cookmind", "train", "--train-data", {str(store)!r}, *t.TINY, "--run-dir", {str(run)!r},
+                    "train.max_steps=2", "parallel.fsdp=true"]
+        run()
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["status"] == "completed"
+    assert "Fatal Python error" not in proc.stderr and "terminate called" not in proc.stderr
 
 
 def test_resume_auto_says_where_it_resumed_or_that_it_starts_fresh(tmp_path, store, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -48,7 +49,9 @@ def init_distributed(device: str = "auto", backend: str = "auto", group_of_one: 
     dev = resolve_device(device, local, what="train.device")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
+    global _JOINED
     if dist.is_initialized():
+        _JOINED = True
         return DistInfo(dist.get_rank(), dist.get_world_size(), local, dev)
     if world == 1 and not group_of_one:
         return DistInfo(0, 1, local, dev)
@@ -64,6 +67,7 @@ def init_distributed(device: str = "auto", backend: str = "auto", group_of_one: 
     dist.init_process_group(
         backend=backend, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=30), **bind
     )
+    _JOINED = True
     return DistInfo(rank, world, local, dev)
 
 
@@ -131,3 +135,27 @@ def destroy_distributed() -> None:
     """Leave the process group (a no-op when there is none)."""
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+_JOINED = False  # whether this process made or joined a process group (init_distributed)
+
+
+def end_process(code: int):
+    """End a cookmind program (``cookmind``, ``python -m cookmind``, a bench script's torchrun worker) with exit
+    status ``code``: ``SystemExit``, except in a process that was in a process group. That one ends as
+    multiprocessing's children do: the atexit handlers run and the output is flushed while the interpreter is
+    whole, then ``os._exit``, without Python's finalization. A group can outlive destroy_process_group (torch's
+    DTensor caches hold FSDP's mesh, and the mesh the group), and a gloo worker thread still freeing its last
+    collective's tensors needs the GIL: taken during finalization, the thread is ended and the process aborts,
+    SIGABRT after a completed run, which torchrun reports as a failed job."""
+    if not _JOINED:
+        raise SystemExit(code)
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or its reader gone
+            pass
+    os._exit(code if isinstance(code, int) else 1)
