@@ -611,3 +611,31 @@ def test_a_stores_fingerprint_is_the_same_when_its_input_was_packed_from_another
         pack([tmp_path / where / "docs.jsonl"], tmp_path / f"s{where}", tok_dir, "seq", skip_bad=True, progress=False)
     assert TokenStore(tmp_path / "sa").meta["skipped"]["count"] == 1
     assert TokenStore(tmp_path / "sa").fingerprint() == TokenStore(tmp_path / "sb").fingerprint()
+
+
+SEP = "<|endoftext|>"
+BLOCK = 1 << 22  # estimate_items reads this many bytes at a time
+
+
+ITEM_COUNTS = {  # file name: (content, one_per_line)
+    "ends-with-newline.jsonl": ("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(5)), False),
+    "no-final-newline.jsonl": ("\n".join(json.dumps({"text": f"doc {i}"}) for i in range(5)), False),
+    "lines.txt": ("one\ntwo\nthree\n", True),
+    "ends-with-separator.txt": (f"one{SEP}two{SEP}three{SEP}\n", False),
+    "no-final-separator.txt": (f"one{SEP}two{SEP}three\n", False),
+    "one-document.txt": ("just one document\n", False),
+    "separator-ends-a-block.txt": ("x" * (BLOCK - len(SEP)) + SEP + "\n", False),
+}
+
+
+@pytest.mark.parametrize("name", ITEM_COUNTS)
+def test_the_progress_bars_document_count_is_the_inputs_item_count(tmp_path, name):
+    """The bar said 0/6 for a 5-record JSONL file: the estimate counted newlines plus one, so a file that ends with
+    its last line's newline (or a text file with a closing separator) counted an empty item after it.
+    Reference: the items the packer reads."""
+    from cookmind.store.sources import estimate_items, iter_items
+
+    content, one_per_line = ITEM_COUNTS[name]
+    path = tmp_path / name
+    path.write_text(content)
+    assert estimate_items(path, SEP, one_per_line) == len(list(iter_items(path, SEP, one_per_line)))

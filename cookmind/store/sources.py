@@ -147,15 +147,20 @@ def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = 
         return pq.ParquetFile(path).metadata.num_rows
     if kind == "json" and _is_json_array(path):
         return 0  # unknown until parsed; the bar counts up without an ETA
-    count = 0
+    count, last_open = 0, False  # last_open: text follows the last needle, an item it does not end
     needle = b"\n" if kind == "json" or one_per_line or not separator else separator.encode("utf-8")
     with _open_bytes(path) as f:
         tail = b""
-        while block := f.read(1 << 22):
-            block = tail + block
+        while data := f.read(1 << 22):
+            block = tail + data
             count += block.count(needle)
+            end = block.rfind(needle)
+            if end >= 0:
+                last_open = bool(block[end + len(needle) :].strip())
+            else:  # the tail was seen in the block before
+                last_open = last_open or bool(data.strip())
             tail = block[-(len(needle) - 1) :] if len(needle) > 1 else b""
-    return count + 1
+    return count + last_open  # a file ending with its needle (a final newline) has no empty item after it
 
 
 def expand_inputs(inputs) -> list[Path]:
