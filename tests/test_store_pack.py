@@ -517,7 +517,7 @@ def test_overwrite_is_offered_only_where_it_would_work(tmp_path, tok_dir, capsys
 
 def test_val_fraction_holds_a_seeded_share_out_into_its_own_store(tmp_path, tok_dir, capsys):
     """The README's --val-data needs a store the user had no way to make from one corpus (pack had no split): now
-    --val-fraction F --val-out DIR sends each record there with probability F, drawn from --seed in input order.
+    --val-fraction F --val-out DIR sends round(F x records) there, chosen with --seed by their places in the input.
     Reference: the records of one unsplit pack, which the two stores partition."""
     docs = [f"Document {i} about soup number {i * 7}." for i in range(200)]
     src = _jsonl(tmp_path / "docs.jsonl", [{"text": d} for d in docs])
@@ -530,7 +530,7 @@ def test_val_fraction_holds_a_seeded_share_out_into_its_own_store(tmp_path, tok_
     assert pack_cli.main(parser.parse_args(split)) == 0
     train, val = _records(tmp_path / "tr", "sequence"), _records(tmp_path / "va", "sequence")
     assert sorted(train + val) == sorted(whole) and not {tuple(r) for r in train} & {tuple(r) for r in val}
-    assert 8 <= len(val) <= 35  # about 10% of 200
+    assert len(val) == 20  # 10% of 200
     meta = json.loads((tmp_path / "va" / "meta.json").read_text())
     assert meta["role"] == "validation" and meta["split"]["val_records"] == len(val)
     assert json.loads((tmp_path / "tr" / "meta.json").read_text())["split"]["train_records"] == len(train)
@@ -542,16 +542,41 @@ def test_val_fraction_holds_a_seeded_share_out_into_its_own_store(tmp_path, tok_
     other = [*argv, "--seed", "1", "--out", str(tmp_path / "tr3"), "--val-fraction", "0.1"]
     assert pack_cli.main(parser.parse_args([*other, "--val-out", str(tmp_path / "va3")])) == 0
     assert _records(tmp_path / "va3", "sequence") != val
-    # refused in one line: a share without its store, the store as --out, a share that holds nothing out
+    # refused in one line: a share without its store, the store as --out
     with pytest.raises(PackError, match="--val-fraction and --val-out go together"):
         pack([src], tmp_path / "x", tok_dir, "seq", progress=False, val_fraction=0.1)
     with pytest.raises(PackError, match="is --out; give the validation store its own folder"):
         pack([src], tmp_path / "y", tok_dir, "seq", progress=False, val_fraction=0.1, val_out=tmp_path / "y")
+
+
+def test_val_fraction_holds_out_round_share_times_records_chosen_by_seed(tmp_path, tok_dir):
+    """--val-fraction 0.2 on 5 records held out none for most seeds (each record was drawn on its own) and then
+    refused with 'raise it'. It holds out round(F x N) records, at least one and never all, the same ones for the
+    same --seed and others for another. Reference: an unsplit pack's records, which the two stores partition."""
+    docs = [f"Document {i} about soup number {i * 7}." for i in range(5)]
+    src = _jsonl(tmp_path / "five.jsonl", [{"text": d} for d in docs])
+    pack([src], tmp_path / "whole", tok_dir, "seq", progress=False)
+    whole = sorted(_records(tmp_path / "whole", "sequence"))
+
+    def split(fraction, seed, name=""):
+        out, val = tmp_path / f"tr-{fraction}-{seed}{name}", tmp_path / f"va-{fraction}-{seed}{name}"
+        pack([src], out, tok_dir, "seq", seed=seed, progress=False, val_fraction=fraction, val_out=val)
+        return _records(out, "sequence"), _records(val, "sequence")
+
+    held = set()
+    for fraction in (0.001, 0.2, 0.6, 0.999):
+        for seed in range(6):
+            train, val = split(fraction, seed)
+            assert len(val) == min(max(round(fraction * len(docs)), 1), len(docs) - 1), (fraction, seed)
+            assert sorted(train + val) == whole
+            held |= {tuple(r) for r in val}
+    assert split(0.2, 3, name="-again") == split(0.2, 3, name="-once-more")
+    assert len(held) == len(docs)  # the seed chooses which records, not only how many
     tiny = _jsonl(tmp_path / "one.jsonl", [{"text": "one"}])
-    with pytest.raises(PackError, match="held out none of the 1 records; raise it"):
-        pack([tiny], tmp_path / "z", tok_dir, "seq", progress=False, val_fraction=0.001, val_out=tmp_path / "zv")
-    with pytest.raises(PackError, match="held out all of the 1 records; lower it"):
-        pack([tiny], tmp_path / "z", tok_dir, "seq", progress=False, val_fraction=0.999, val_out=tmp_path / "zv")
+    with pytest.raises(
+        PackError, match=r"0.5: the input holds 1 record, and a split needs at least 2 \(one for each store\)"
+    ):
+        pack([tiny], tmp_path / "z", tok_dir, "seq", progress=False, val_fraction=0.5, val_out=tmp_path / "zv")
     assert not (tmp_path / "z").exists() and not (tmp_path / "zv").exists()
 
 

@@ -90,7 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--val-fraction",
         type=float_in(0, 1),
         default=0.0,
-        help="hold this share of the records out (e.g. 0.01), drawn with --seed, into a validation store at --val-out",
+        help="hold this share of the records out (e.g. 0.01; round(share x records), at least 1, never all), chosen "
+        "with --seed, into a validation store at --val-out",
     )
     parser.add_argument("--val-out", default=None, help="the validation store's directory (with --val-fraction)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sft augmentation and of --val-fraction")

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from cookmind.pools import ignore_ctrl_c, pool_context
 from cookmind.store.records import BadRecord, RecordOptions, SkippedRecords, make_record, make_seq, parse, reason_kind
-from cookmind.store.sources import estimate_items, iter_items
+from cookmind.store.sources import count_items, estimate_items, iter_items
 from cookmind.store.writer import StoreWriter
 
 CHUNK = 256
@@ -134,8 +134,9 @@ def pack(
 
     ``tokenizer`` is a tokenizer directory (loaded with ``Tokenizer.load``) or a tokenizer
     object. ``workers`` > 1 tokenizes in that many processes. ``val_fraction`` > 0 holds that share of the records
-    out for a validation store at ``val_out``: each record goes there with that probability, drawn from ``seed``
-    in input order (the same split with any number of workers); both stores' meta.json say how they were split.
+    out for a validation store at ``val_out``: round(share x records) of them, at least one and never all, chosen
+    from ``seed`` by their places in the input (the same split with any number of workers); both stores' meta.json
+    say how they were split.
     """
     if val_fraction and not 0 < val_fraction < 1:
         raise PackError(f"--val-fraction {val_fraction}: give a share between 0 and 1 (e.g. 0.01)")
@@ -163,6 +164,13 @@ def pack(
     }
     if isinstance(tokenizer, (str, Path)):
         tok_meta["path"] = str(Path(tokenizer).resolve())
+    to_read = sum(count_items(p, separator, one_per_line) for p in inputs) if val_out is not None else 0
+    if val_out is not None and to_read < 2:
+        raise PackError(
+            f"--val-fraction {val_fraction}: the input holds {to_read} record{'' if to_read == 1 else 's'}, and a "
+            "split needs at least 2 (one for each store); pack more records or leave --val-fraction out"
+        )
+    to_hold = min(max(round(val_fraction * to_read), 1), to_read - 1)
     items = itertools.chain.from_iterable(iter_items(p, separator, one_per_line) for p in inputs)
     chunks = _chunks(items, CHUNK)
 
@@ -180,7 +188,7 @@ def pack(
     per_store = Counter()
     pool = None
     start = time.perf_counter()
-    total = sum(estimate_items(p, separator, one_per_line) for p in inputs) if progress else None
+    total = (to_read or sum(estimate_items(p, separator, one_per_line) for p in inputs)) if progress else None
     bar = tqdm(desc=f"pack {train_type}", unit="doc", total=total, disable=not progress, dynamic_ncols=True)
     try:
         if workers > 1:
@@ -191,13 +199,19 @@ def pack(
             results = map(_encode_chunk, chunks)
         for chunk in results:
             for source, line, record, reason in chunk:
+                into = writer
+                # selection sampling: P(held out) = still to hold / still to read, so exactly to_hold are; a bad line
+                # draws too, so which records are held out depends only on their places in the input
+                if val_writer is not None:
+                    if held_out.random() * to_read < to_hold:
+                        into, to_hold = val_writer, to_hold - 1
+                    to_read -= 1
                 if reason is not None:
                     where = f"{source}:{line}: {reason}"
                     if not skip_bad:
                         raise PackError(f"{where}\n  fix the line, or pass --skip-bad to skip and count bad lines")
                     skipped.add(reason_kind(reason), where)
                     continue
-                into = val_writer if val_writer is not None and held_out.random() < val_fraction else writer
                 try:
                     into.add(record)
                 except ValueError as exc:
