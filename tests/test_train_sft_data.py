@@ -141,3 +141,25 @@ def test_an_unset_grpo_window_is_the_models_context_not_the_presets(tmp_path, to
     assert t.cfg.data.window_size == 256
     assert t.data_stats == {"data_records": 4, "data_dropped": 1}  # only the prompt longer than the context
     assert "grpo data: 4 prompts; 1 longer than data.window_size=256 dropped" in capsys.readouterr().err
+
+
+def test_the_truncation_warning_names_the_share_cut_and_claims_rarely_only_when_most_are(tmp_path, keep_threads):
+    """6% of records cut was warned as 'the model will rarely see a whole answer or its end of turn'. The warning
+    names the share and what those records lose; 'rarely' is kept for a store most of whose records are cut.
+    Reference: the lengths of the records written, against the window."""
+    rng = np.random.default_rng(0)
+    window = 24
+    records = []
+    for n in [12] * 18 + [40] * 2:  # 2 of 20 longer than the window
+        mask = np.zeros(n, np.uint8)
+        mask[n // 2 :] = 1
+        records.append({"sequence": rng.integers(1, 64, size=n), "loss_mask": mask})
+    cut = sum(len(r["sequence"]) > window for r in records)
+    store = write_store(tmp_path / "few", "sft", records, vocab_size=64)
+    with pytest.warns(UserWarning) as caught:
+        Trainer(_cfg(tmp_path, store, f"data.window_size={window}"))
+    (msg,) = [str(w.message) for w in caught]
+    assert f"{cut / len(records):.0%} of the sft records ({cut} of {len(records)}) are cut short or dropped" in msg
+    assert "rarely" not in msg and "a cut one loses the end of its answer and its end of turn" in msg
+    with pytest.warns(UserWarning, match=r"100% of the sft records \(20 of 20\) .* will rarely see a whole answer"):
+        Trainer(_cfg(tmp_path, store, "data.window_size=8", f"logging.run_dir={tmp_path / 'most'}"))

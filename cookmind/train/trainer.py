@@ -452,7 +452,9 @@ class Trainer:
             what = (
                 "prompts are dropped: they never train"
                 if truncated is None
-                else "records are cut short or dropped: the model will rarely see a whole answer or its end of turn"
+                else f"records ({truncated + dropped} of {total}) are cut short or dropped: a cut one loses the end of "
+                "its answer and its end of turn, a dropped one never trains"
+                + ("; the model will rarely see a whole answer or its end of turn" if share > 0.5 else "")
             )
             max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
             if self.cfg.train.init_from and max_pos is not None and self.cfg.data.window_size >= max_pos:
