@@ -707,6 +707,71 @@ class _SlowToFree(torch.Tensor):
         time.sleep(1.0)
 
 
+def _ctrl_c_at_the_end(monkeypatch, when: str, times: int = 1) -> None:
+    """``times`` Ctrl-C's as the last step starts ("last step") or as report.md is written ("report": the last
+    checkpoint is whole, the run's final evaluation done)."""
+    import cookmind.train.report as report
+
+    def interrupt():
+        for _ in range(times):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    if when == "last step":
+        launch = Trainer._launch_step
+
+        def launch_and_interrupt(self):
+            if self.step == self.cfg.train.max_steps - 1:
+                interrupt()
+            return launch(self)
+
+        monkeypatch.setattr(Trainer, "_launch_step", launch_and_interrupt)
+    else:
+        write = report.write_report
+
+        def write_and_interrupt(*args, **kwargs):
+            interrupt()
+            return write(*args, **kwargs)
+
+        monkeypatch.setattr(report, "write_report", write_and_interrupt)
+
+
+@pytest.mark.parametrize("when", ["last step", "report"])
+def test_a_ctrl_c_once_the_last_step_is_under_way_lets_the_run_complete(tmp_path, store, monkeypatch, capsys, when):
+    """`timeout -s INT` late in a run that had run all its steps said "interrupted at step 3 after its checkpoint was
+    saved ... continue with --resume auto" (a Ctrl-C after the handlers were gone, as report.md was written) or
+    "stopped by signal SIGINT at step 3 ... continue with --resume auto" (one during the last step), exit 130: a
+    resume has nothing left to do. The run completes, says the signal came too late to stop it, and exits 0.
+    Reference: an undisturbed run of the same steps, whose last checkpoint is the same."""
+    assert _run(store, "--run-dir", str(tmp_path / "whole"), "train.max_steps=3") == 0
+    capsys.readouterr()
+    _ctrl_c_at_the_end(monkeypatch, when)
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=3") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["status"] == "completed" and "--resume" not in err and "interrupted" not in err
+    assert "cookmind train: signal SIGINT came once the last step was under way; the run completed its 3 steps" in err
+    assert (run / "report.md").exists() and os.listdir(run / "checkpoints") == ["step_00000003"]
+    weights = "checkpoints/step_00000003/model.safetensors"
+    assert (run / weights).read_bytes() == (tmp_path / "whole" / weights).read_bytes()
+
+
+def test_a_second_ctrl_c_after_the_last_steps_checkpoint_says_the_training_is_complete(
+    tmp_path, store, monkeypatch, capsys
+):
+    """Two Ctrl-C's as report.md was written said "interrupted at step 3 after its checkpoint was saved ...: continue
+    with --resume auto", though all 3 steps had run and been saved."""
+    run = tmp_path / "run"
+    _ctrl_c_at_the_end(monkeypatch, "report", times=2)
+    assert _run(store, "--run-dir", str(run), "train.max_steps=3") == 128 + signal.SIGINT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"cookmind train: interrupted after its last step (3) and that step's checkpoint "
+        f"({run / 'checkpoints' / 'step_00000003'}) were done: the training is complete; its final evaluation "
+        "or report.md may be missing"
+    )
+    assert (run / "checkpoints" / "step_00000003" / "meta.json").exists()
+
+
 def _a_last_collective_freed_late(monkeypatch) -> None:
     """After fit, one more collective whose work only gloo's worker thread holds: the thread frees it (and its
     tensor) after the run has ended, as a worker still freeing the last collective of a run may."""

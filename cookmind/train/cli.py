@@ -229,7 +229,13 @@ def _interrupted(trainer) -> str:
 
     newest = find_latest_checkpoint(trainer.ckpt_dir) if trainer.dist.is_main else None
     resume = f"continue with --resume auto --run-dir {trainer.run_dir}"
-    if newest is not None and newest.name == checkpoint_name(trainer.step):
+    saved = newest is not None and newest.name == checkpoint_name(trainer.step)
+    if saved and trainer.step >= trainer.cfg.train.max_steps:  # nothing to resume: only the run's last words are cut
+        return (
+            f"interrupted after its last step ({trainer.step}) and that step's checkpoint ({newest}) were done: the "
+            "training is complete; its final evaluation or report.md may be missing"
+        )
+    if saved:
         return f"interrupted at step {trainer.step} after its checkpoint was saved ({newest}): {resume}"
     return (
         f"interrupted at step {trainer.step} before its checkpoint was saved; the newest complete one is "
@@ -283,6 +289,12 @@ def main(args: argparse.Namespace) -> int:
         destroy_distributed()
     if trainer.dist.is_main:
         print(json.dumps({"run_dir": str(trainer.run_dir), **summary}))
+        if summary["status"] == "completed" and trainer.stop_reason is not None:  # its handler said "stopping"
+            print(
+                f"cookmind train: {trainer.stop_reason} came once the last step was under way; the run completed its "
+                f"{summary['steps']} steps",
+                file=sys.stderr,
+            )
     if summary["status"] == "stopped":
         # Not 0: `cookmind train && cookmind export` must not export a half-trained model.
         reason = trainer.stop_reason or "a stop request"

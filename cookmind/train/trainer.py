@@ -567,8 +567,9 @@ class Trainer:
         self.deferred_steps, self._last_step_end = 0, None
         self._trainable = None  # the parameters that train, listed again at each fit (once per run)
         behind: _QueuedStep | None = None  # a step queued but not read yet: read once the next one is queued
-        # The handlers stay until the stop's checkpoint is whole: a second SIGTERM then waits for it, and a second
-        # Ctrl-C stops at once (the checkpoint's temporary directory is removed, never left under its name).
+        # The handlers stay until fit returns: a second SIGTERM waits for the stop's checkpoint, a second Ctrl-C
+        # stops at once (the checkpoint's temporary directory is removed, never left under its name), and a signal
+        # after the last step leaves the run to complete (its checkpoint, final evaluation and report).
         try:
             try:
                 while self.step < cfg.train.max_steps:
@@ -585,8 +586,9 @@ class Trainer:
                     if self.consecutive_bad > cfg.train.max_bad_steps:
                         status = "diverged"
                         break
-                    # No step is queued after a stop (a signal, request_stop, another rank's) is seen here.
-                    if all_reduce_flag(self._stop_reason is not None, self.dist):
+                    # No step is queued after a stop (a signal, request_stop, another rank's) is seen here; after
+                    # the last step there is none to stop: the run completes (every rank sees the same step).
+                    if self.step < cfg.train.max_steps and all_reduce_flag(self._stop_reason is not None, self.dist):
                         status = "stopped"
                         break
                 if behind is not None:  # stopped with the last queued step unread
@@ -606,28 +608,28 @@ class Trainer:
                 self.save_checkpoint()
             if self._sharded is not None:
                 self._sharded.wait()  # an async save completes before the run ends
+            for cb in self.callbacks:
+                cb.on_train_end(self, status)
+            summary = {
+                "status": status,
+                "steps": self.step,
+                "tokens": self.tokens_seen,
+                "skipped_steps": self.skipped_steps,
+                "seconds": round(time.perf_counter() - t_start, 2),
+                # what the "auto" settings decided for this run (train.master_weights, train.cuda_graph)
+                "master_weights": self.master_weights,
+                "cuda_graph": self._graph is not None and self._graph.replays > 0,
+                **self.data_stats,
+                **self.last_eval,
+            }
+            if self.dist.is_main and cfg.logging.report:
+                from cookmind.train.report import write_report
+
+                write_report(self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict())
+            release_run_dir(self.run_dir)  # its last write is done: the run directory is free for the next run
+            barrier(self.dist)
         finally:
             self._restore_signal_handlers(old_handlers)
-        for cb in self.callbacks:
-            cb.on_train_end(self, status)
-        summary = {
-            "status": status,
-            "steps": self.step,
-            "tokens": self.tokens_seen,
-            "skipped_steps": self.skipped_steps,
-            "seconds": round(time.perf_counter() - t_start, 2),
-            # what the "auto" settings decided for this run (train.master_weights, train.cuda_graph)
-            "master_weights": self.master_weights,
-            "cuda_graph": self._graph is not None and self._graph.replays > 0,
-            **self.data_stats,
-            **self.last_eval,
-        }
-        if self.dist.is_main and cfg.logging.report:
-            from cookmind.train.report import write_report
-
-            write_report(self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict())
-        release_run_dir(self.run_dir)  # its last write is done: the run directory is free for the next run
-        barrier(self.dist)
         if status == "diverged":
             good = find_latest_checkpoint(self.ckpt_dir) if self.dist.is_main else None
             raise TrainingDiverged(
@@ -1219,6 +1221,12 @@ class Trainer:
                 again = "; Ctrl-C again stops without it" if signum == signal.SIGINT else ""
                 # os.write, not print: a handler that prints while the progress bar writes can raise "reentrant call"
                 said = f"\ncookmind train: {name}: stopping when the step under way ends, then saving{again}\n"
+                if self.step >= self.cfg.train.max_steps:  # nothing left to stop: fit completes the run
+                    again = "; Ctrl-C again stops without them" if signum == signal.SIGINT else ""
+                    said = (
+                        f"\ncookmind train: {name}: the last step has run; the run ends once its checkpoint and report "
+                        f"are written{again}\n"
+                    )
                 os.write(2, said.encode())
 
         for sig in (signal.SIGTERM, signal.SIGINT):
