@@ -64,7 +64,8 @@ def test_every_inference_command_takes_the_gpu_when_there_is_one(monkeypatch, tm
     monkeypatch.chdir(tmp_path)
     model = tmp_path / "model"
     model.mkdir()
-    (tmp_path / "store").mkdir()  # eval checks that its --data exists before it loads the model
+    (tmp_path / "store").mkdir()  # eval checks its --data (a store: a folder with meta.json) before the model
+    (tmp_path / "store" / "meta.json").write_text("{}")
     if argv[0] == "serve":
         monkeypatch.setattr("cookmind.infer.cli_serve.check_port_free", lambda host, port: None)
     with pytest.raises(Loaded):
