@@ -158,4 +158,4 @@ def end_process(code: int):
             stream.flush()
         except (OSError, ValueError):  # closed, or its reader gone
             pass
-    os._exit(code if isinstance(code, int) else 1)
+    os._exit(0 if code is None else code if isinstance(code, int) else 1)  # as SystemExit reads its code
