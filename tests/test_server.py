@@ -157,6 +157,24 @@ def test_completion_stop_string_is_cut_and_not_returned(setup):
     assert "".join(c.choices[0].text for c in s if c.choices) == text[: text.index(stop)]
 
 
+def test_a_stop_string_finish_counts_as_stop_not_cancelled(setup):
+    # /metrics counted every stop-string finish as requests_finished_cancelled, as if the client had left
+    engine, tok = setup["engine"], setup["tok"]
+    _, text = reference(setup, tok.encode("The cook"), 30)
+    stop = text[6:9]
+    before = dict(engine.finished_by_reason)
+    for stream in (False, True):
+        r = setup["client"].completions.create(
+            model=MODEL, prompt="The cook", max_tokens=30, temperature=0, stop=[stop], stream=stream
+        )
+        list(r) if stream else None
+    deadline = time.time() + 20
+    while engine.finished_by_reason.get("stop", 0) < before.get("stop", 0) + 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert engine.finished_by_reason.get("stop", 0) == before.get("stop", 0) + 2
+    assert engine.finished_by_reason.get("cancelled", 0) == before.get("cancelled", 0)
+
+
 def test_n_choices_and_seed(setup):
     c = setup["client"]
     r = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, n=3, temperature=1.0, seed=5)

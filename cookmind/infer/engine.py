@@ -129,6 +129,7 @@ class EngineRequest:
         self.block_keys: list[tuple] = []  # prefix cache: (key, parent key, tokens) of each full prompt block
         self.matcher: GrammarMatcher | None = None  # params.grammar's state (structured outputs)
         self.cancelled = False
+        self.cancel_reason = "cancelled"  # the finish reason a cancel gives ("stop" for a stop string)
         self.finish_reason: str | None = None
         self.stop_token: int | None = None  # the stop token that ended it (finish reason "stop")
         self.submitted_at = time.perf_counter()
@@ -376,9 +377,12 @@ class Engine:
             req.stop_token_ids = frozenset({eos})
         return GrammarMatcher(self.tokenizer, self.vocab_size, req.params.grammar, req.stop_token_ids)
 
-    def cancel(self, req: EngineRequest) -> None:
-        """Stop a request; its slot is freed at the start of the next step."""
+    def cancel(self, req: EngineRequest, reason: str = "cancelled") -> None:
+        """Stop a request; its slot is freed at the start of the next step. ``reason``: its finish reason,
+        "cancelled" (the client left) or "stop" (a stop string the caller found); the first cancel's counts."""
         with self._cond:
+            if not req.cancelled:
+                req.cancel_reason = reason
             req.cancelled = True
             self._cond.notify()
 
@@ -481,10 +485,10 @@ class Engine:
     def _admit(self) -> None:
         with self._cond:
             for req in [r for r in self.slots if r is not None and r.cancelled]:
-                self._finish(req, "cancelled")
+                self._finish(req, req.cancel_reason)
             for req in [r for r in self.waiting if r.cancelled]:
                 self.waiting.remove(req)
-                self._finish(req, "cancelled")
+                self._finish(req, req.cancel_reason)
             free = [i for i, r in enumerate(self.slots) if r is None]
             while self.waiting and free:
                 # first come, first served: the head waits until the pool can hold it
@@ -762,7 +766,7 @@ class Engine:
         if req.first_token_at is None:
             req.first_token_at = now
         if req.cancelled:
-            self._finish(req, "cancelled")
+            self._finish(req, req.cancel_reason)
             return False
         tok = ev.token_id
         if tok in req.stop_token_ids:

@@ -79,7 +79,7 @@ def engine_generate(
 
         def sink(ev) -> None:
             if isinstance(ev, TokenEvent) and not stops[i].stopped and stops[i].feed(ev.token_id):
-                engine.cancel(reqs[i])  # a stop string completed (stop tokens end the request by themselves)
+                engine.cancel(reqs[i], "stop")  # a stop string completed (stop tokens end the request by themselves)
 
         return sink
 

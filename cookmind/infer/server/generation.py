@@ -163,7 +163,7 @@ class Generation:
                 continue  # events after a stop string, or the engine's own finish of a cancelled request
             delta = proc.feed(ev)
             if proc.stopped_by_string:
-                self.state.engine.cancel(self.handles[i])
+                self.state.engine.cancel(self.handles[i], "stop")
             if delta.finish_reason is not None:
                 remaining -= 1
             yield i, delta
