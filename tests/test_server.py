@@ -212,6 +212,16 @@ def test_models_health_metrics(setup):
     assert "cookmind_generated_tokens_total" in metrics and "cookmind_queue_depth" in metrics
 
 
+def test_models_retrieve_one_model(setup):
+    # GET /v1/models/{id} (the openai client's models.retrieve) was a bare 404 "Not Found"
+    c = setup["client"]
+    m = c.models.retrieve(MODEL)
+    assert m.id == MODEL and m.object == "model" and m.owned_by == "cookmind"
+    with pytest.raises(openai.NotFoundError) as e:
+        c.models.retrieve("nope")
+    assert e.value.body["code"] == "model_not_found" and "'tiny-cook'" in e.value.body["message"]
+
+
 def test_errors_are_openai_json_with_right_status(setup):
     c = setup["client"]
     with pytest.raises(openai.NotFoundError) as e:

@@ -31,19 +31,28 @@ async def metrics(state: State):
     return "\n".join(lines) + "\n"
 
 
-@router.get("/v1/models")
-async def models(state: State):
+def _model_card(state, name: str, parent: str | None) -> dict:
     # max_model_len as vLLM reports it: the web page sizes its max-tokens default from it. LoRA adapters are
     # models of their own, with the base as their parent (as vLLM lists them).
-    def card(name: str, parent: str | None) -> dict:
-        out = {
-            "id": name,
-            "object": "model",
-            "created": state.created,
-            "owned_by": "cookmind",
-            "max_model_len": state.engine.max_seq_len,
-        }
-        return out if parent is None else {**out, "parent": parent}
+    out = {
+        "id": name,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "cookmind",
+        "max_model_len": state.engine.max_seq_len,
+    }
+    return out if parent is None else {**out, "parent": parent}
 
+
+@router.get("/v1/models")
+async def models(state: State):
     base = state.model_name
-    return {"object": "list", "data": [card(base, None)] + [card(a, base) for a in state.engine.adapter_names]}
+    cards = [_model_card(state, base, None)] + [_model_card(state, a, base) for a in state.engine.adapter_names]
+    return {"object": "list", "data": cards}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def model(model_id: str, state: State):
+    """One model's card (the openai client's ``models.retrieve``); 404 ``model_not_found`` naming those served."""
+    adapter = state.check_model(model_id)
+    return _model_card(state, model_id, None if adapter is None else state.model_name)
