@@ -229,3 +229,42 @@ def test_a_served_lora_adapter_can_be_picked_and_the_pick_is_kept(browser, live,
         assert not page.is_visible("#model-select") and page.locator("#model-select option").count() == 1
     finally:
         page.close()
+
+
+def test_a_conversation_that_outgrows_the_context_leaves_its_oldest_exchanges_out(browser, tmp_path_factory):
+    """A reply without max_tokens takes the rest of the context, so with a small model the next message's prompt no
+    longer fit: every later turn was refused ("Reduce the prompt or max_tokens") until New chat. Now the page leaves
+    the oldest exchanges out, as `cookmind chat` does, says so, and answers."""
+    tok = make_tokenizer(tmp_path_factory)
+    # never ends early: the first reply fills the context
+    engine = Engine(
+        make_model(tok.vocab_size, max_pos=64, rare_ids=sorted(control_token_ids(tok))), num_slots=2, max_seq_len=64
+    )
+    server = LiveServer(create_app(engine, tok, "small-cook"))
+    page = browser.new_page()
+    posted = []
+    page.on("request", lambda r: posted.append(r.post_data) if r.url.endswith("/chat/completions") else None)
+    try:
+        page.goto(server.url + "/")
+        page.evaluate("localStorage.clear()")
+        page.reload()
+        page.wait_for_function("document.getElementById('model-name').textContent.includes('small-cook')")
+        page.fill("#input", "What is in the soup?")
+        page.click("#send")
+        page.wait_for_function("document.getElementById('status').textContent === 'done (length)'")
+        page.fill("#input", "And the bread?")
+        page.click("#send")
+        page.wait_for_function("/^(done|error)/.test(document.getElementById('status').textContent)")
+        last = page.locator(".msg.assistant").last
+        assert page.text_content("#status").startswith("done"), last.text_content()
+        assert "failed" not in last.get_attribute("class")
+        assert "2 oldest messages left out" in last.locator(".meta").text_content()
+        assert json.loads(posted[-1])["messages"] == [{"role": "user", "content": "And the bread?"}]
+        stored = page.evaluate("JSON.parse(localStorage.getItem('cookmind-chat')).history")
+        assert [(m["role"], m["content"] if m["role"] == "user" else "") for m in stored] == [
+            ("user", "And the bread?"),
+            ("assistant", ""),
+        ]
+    finally:
+        page.close()
+        server.close()
