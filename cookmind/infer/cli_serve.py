@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="serve a LoRA adapter (cookmind's save_adapter output or a PEFT save_pretrained folder for this base) "
+        help="serve a LoRA adapter (a LoRA training run or checkpoint, cookmind's save_adapter output or a PEFT "
+        "save_pretrained folder for this base) "
         "under the model id NAME; repeatable; requests for different adapters and the base share batches",
     )
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
