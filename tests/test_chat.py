@@ -77,6 +77,17 @@ def test_repl_commands(ckpt):
     assert "bot> " + reply in text
 
 
+def test_repl_an_unknown_command_says_so_and_a_double_slash_sends_the_message(ckpt):
+    # "/rest" (a typo) or "/etc/hosts is what?" printed the help alone: nothing said it was not sent, nor how to send it
+    _, model, tok = ckpt
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
+    out = io.StringIO()
+    run(s, io.StringIO("/rest\n//etc/hosts is what?\n/quit\n"), out)
+    text = out.getvalue()
+    assert "(unknown command /rest: nothing was sent; start a message with // to send one that begins with /)" in text
+    assert s.messages()[0] == {"role": "user", "content": "/etc/hosts is what?"}
+
+
 def test_cookmind_generate_cli(ckpt, capsys):
     d, model, tok = ckpt
     assert cli_main(["generate", "--checkpoint", str(d), "--prompt", "The cook", "--max-new-tokens", "7"]) == 0

@@ -9,7 +9,8 @@ HELP = """commands:
   /reset          forget the conversation
   /system TEXT    set the system prompt (empty: none) and start over
   /history        show the conversation
-  /quit           leave (or Ctrl-D)"""
+  /quit           leave (or Ctrl-D)
+  //TEXT          send a message that begins with / (as /TEXT)"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +44,9 @@ def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> Non
         line = line.rstrip("\n")
         if not line.strip():
             continue
-        if line.startswith("/"):
+        if line.startswith("//"):
+            line = line[1:]  # a message that begins with /, not a command
+        elif line.startswith("/"):
             cmd, _, arg = line.partition(" ")
             if cmd in ("/quit", "/exit"):
                 return
@@ -58,6 +61,12 @@ def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> Non
                 for m in session.messages():
                     print(f"[{m['role']}] {m['content']}", file=stdout)
             else:
+                if cmd != "/help":
+                    print(
+                        f"(unknown command {cmd}: nothing was sent; start a message with // to send one that begins "
+                        "with /)",
+                        file=stdout,
+                    )
                 print(HELP, file=stdout)
             continue
         print("bot> ", end="", file=stdout, flush=True)
