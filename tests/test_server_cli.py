@@ -84,6 +84,17 @@ def test_a_port_in_use_is_refused_before_the_model_loads(tmp_path, capsys):
     assert f"cannot listen on 127.0.0.1:{port}" in err and "choose another --port" in err
 
 
+def test_a_host_that_is_not_this_machines_names_the_host(tmp_path, capsys):
+    # "error: Name or service not known" named neither the host nor the option; an address of another machine said
+    # "choose another --port"
+    from cookmind.cli import main
+
+    for host, says in (("nohost.invalid", "cannot be resolved"), ("192.0.2.1", "not an address of this machine")):
+        assert main(["serve", str(tmp_path / "no-model"), "--host", host, "--api-key", "k", "--port", "8123"]) == 2
+        err = capsys.readouterr().err
+        assert f"--host {host}: " in err and says in err and "--port" not in err, err
+
+
 def test_listening_beyond_this_machine_without_a_key_is_warned_about():
     from cookmind.infer.cli_serve import exposure_warning
 

@@ -202,14 +202,26 @@ def build_app(args: argparse.Namespace):
 def check_port_free(host: str, port: int) -> None:
     """Refuse an address already in use before the model loads (minutes on a GPU with compile and graphs): the
     server would otherwise announce itself and then fail to bind."""
+    import errno
     import socket
 
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise OSError(
+            f"--host {host}: cannot be resolved ({exc.strerror}); give an address or a name of this machine "
+            "(default 127.0.0.1; 0.0.0.0 listens on all of them)"
+        ) from None
     with socket.socket(family, kind, proto) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: only a live listener clashes
         try:
             s.bind(address)
         except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise OSError(
+                    f"--host {host}: not an address of this machine ({exc.strerror}); give one of its addresses "
+                    "(default 127.0.0.1; 0.0.0.0 listens on all of them)"
+                ) from None
             raise OSError(
                 f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port or stop what uses it"
             ) from None
