@@ -125,6 +125,11 @@ def test_load_errors_name_file_and_mismatch(tmp_path):
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     with pytest.raises(ModelLoadError, match=r"run: a training run without a complete checkpoint"):
         load_model(tmp_path / "run")
+    # a run still before its first save: config.yaml and metrics.jsonl, no checkpoints/ yet
+    (tmp_path / "young").mkdir()
+    (tmp_path / "young" / "config.yaml").write_text("train: {}\n")
+    with pytest.raises(ModelLoadError, match=r"young: a training run without a complete checkpoint"):
+        load_model(tmp_path / "young")
 
 
 def test_flops_per_token_formula():

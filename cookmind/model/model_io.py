@@ -200,7 +200,8 @@ def load_config(directory: str | os.PathLike) -> CookMindConfig:
             f"{directory}: no such directory; name a checkpoint, a training run (its newest complete checkpoint) "
             "or a Hugging Face folder"
         )
-    if not path.is_file() and (Path(directory) / "checkpoints").is_dir():
+    run_files = ("checkpoints", "config.yaml")  # a run before its first save holds its config.yaml alone
+    if not path.is_file() and any((Path(directory) / name).exists() for name in run_files):
         raise ModelLoadError(f"{directory}: a training run without a complete checkpoint in its checkpoints/ yet")
     if not path.is_file():
         raise ModelLoadError(f"{path}: missing; a CookMind model directory needs {CONFIG_NAME} and {WEIGHTS_NAME}")
