@@ -410,6 +410,13 @@ def test_adapter_for_another_base_is_refused(setup, tmp_path):
         load_adapters(base, {"deep": tmp_path / "deep"})
 
 
+def test_an_adapter_path_that_is_not_there_says_so(setup, tmp_path):
+    # "nope/adapter_config.json: missing; nope holds no LoRA adapter" read as if the folder were there
+    base, _, _ = setup
+    with pytest.raises(FileNotFoundError, match=r"nope: no such directory; name a LoRA adapter folder or a LoRA"):
+        load_adapters(base, {"x": tmp_path / "nope"})
+
+
 def test_bad_lora_arguments():
     from cookmind.infer.loading import parse_lora_specs
 

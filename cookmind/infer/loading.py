@@ -177,6 +177,10 @@ def load_adapters(model, specs: dict[str, str | Path]):
     linear = {n: m for n, m in model.named_modules() if isinstance(m, (Linear, torch.nn.Linear))}
     adapters = []
     for name, directory in specs.items():
+        if not Path(directory).is_dir():
+            raise FileNotFoundError(
+                f"{directory}: no such directory; name a LoRA adapter folder or a LoRA training run (adapter {name!r})"
+            )
         if not (Path(directory) / ADAPTER_CONFIG).is_file():  # a training run: its newest checkpoint
             directory = resolve_model_dir(directory)
         where = f"adapter {name!r} ({directory})"
