@@ -192,6 +192,24 @@ def test_cli_export_of_a_run_directory_takes_the_newest_checkpoint(tmp_path):
     torch.testing.assert_close(hf.model.embed_tokens.weight, new.model.embed_tokens.weight, rtol=0, atol=0)
 
 
+def test_export_of_an_hf_folder_and_import_of_a_cookmind_model_say_what_they_were_given(tmp_path, capsys):
+    # export --hf of an export listed ten "unknown keys" of CookMindConfig; import --hf of a training run said
+    # "RUN/config.json: missing; a Hugging Face model directory needs config.json"
+    model = tiny_lm(**BASE, num_key_value_heads=2)
+    save_model(tmp_path / "run" / "checkpoints" / "step_00000010", model)
+    (tmp_path / "run" / "checkpoints" / "step_00000010" / "meta.json").write_text(json.dumps({"step": 10}))
+    assert cli_main(["export", "--hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
+    capsys.readouterr()
+    assert cli_main(["export", "--hf", str(tmp_path / "hf"), str(tmp_path / "hf2")]) == 2
+    err = capsys.readouterr().err
+    assert "hf: already a Hugging Face model folder (LlamaForCausalLM)" in err and "unknown keys" not in err, err
+    for given in ("run", "run/checkpoints/step_00000010"):
+        assert cli_main(["import", "--hf", str(tmp_path / given), str(tmp_path / "back")]) == 2
+        err = capsys.readouterr().err
+        assert f"{given}: a cookmind model, not a Hugging Face folder" in err, err
+    assert not (tmp_path / "hf2").exists() and not (tmp_path / "back").exists()
+
+
 def test_hf_dirs_are_told_from_cookmind_dirs(tmp_path):
     """HF configs name a model_type/architectures; ours (and damaged or absent ones) do not count."""
     from cookmind.model.hf import is_hf_model_dir

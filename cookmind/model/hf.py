@@ -24,6 +24,7 @@ from cookmind.model.model_io import (
     WEIGHTS_NAME,
     ModelLoadError,
     check_state_dict,
+    latest_checkpoint,
     load_config,
     model_state_dict,
     read_model_weights,
@@ -183,6 +184,12 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
     dtype=None keeps the checkpoint's dtype.
     """
     ckpt_dir, out_dir = Path(ckpt_dir), Path(out_dir)
+    if is_hf_model_dir(ckpt_dir):
+        arch = (json.loads((ckpt_dir / CONFIG_NAME).read_text()).get("architectures") or ["?"])[0]
+        raise ModelLoadError(
+            f"{ckpt_dir}: already a Hugging Face model folder ({arch}); it needs no export (generate, serve and eval "
+            "take it as is; import --hf makes a cookmind model of it)"
+        )
     cfg = load_config(ckpt_dir)
     arch = hf_architecture(cfg)
     weights_path, tensors = read_model_weights(ckpt_dir, cfg)  # model.safetensors, or a sharded checkpoint's dcp/
@@ -316,6 +323,11 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torc
     """Convert a HF Llama/Qwen2/Qwen3 directory into a CookMind model directory (+ its tokenizer files)."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     config_path = hf_dir / CONFIG_NAME
+    if not is_hf_model_dir(hf_dir) and latest_checkpoint(hf_dir) is not None:
+        raise ModelLoadError(
+            f"{hf_dir}: a cookmind model, not a Hugging Face folder; it needs no import (generate, serve and eval "
+            "take it as is; export --hf makes a Hugging Face folder of it)"
+        )
     if not config_path.is_file():
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
     cfg = from_hf_config(json.loads(config_path.read_text()), config_path)
