@@ -250,6 +250,17 @@ def test_errors_are_openai_json_with_right_status(setup):
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
 
 
+def test_a_completion_without_max_tokens_near_the_context_gets_what_fits(setup):
+    # the default max_tokens (16) was taken as asked for: a 2040-token prompt in a 2048 context got a 400 about "16
+    # for the completion" that the client never sent
+    r = setup["client"].completions.create(model=MODEL, prompt=[5] * 2040, temperature=0)
+    assert r.usage.completion_tokens <= 8 and r.choices[0].finish_reason in ("length", "stop")
+    assert setup["client"].completions.create(model=MODEL, prompt=[5] * 20, temperature=0).usage.completion_tokens <= 16
+    with pytest.raises(openai.BadRequestError) as e:  # one asked for is still refused when it does not fit
+        setup["client"].completions.create(model=MODEL, prompt=[5] * 2040, max_tokens=16)
+    assert e.value.body["param"] == "max_tokens"
+
+
 def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
     # they were dropped silently: a client's logit_bias or best_of changed nothing and nothing said so
     c = setup["client"]

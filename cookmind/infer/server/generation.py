@@ -26,6 +26,8 @@ def max_new_tokens(state: ServerState, req, prompt_len: int) -> int:
     limit = state.engine.max_seq_len
     room = limit - prompt_len
     wanted = req.max_new_tokens()
+    if wanted is not None and not ({"max_tokens", "max_completion_tokens"} & req.model_fields_set):
+        wanted = min(wanted, max(room, 1))  # a default (a completion's 16) the client did not ask for: what fits
     if room < 1 or (wanted is not None and wanted > room):
         raise APIError(
             400,
