@@ -583,3 +583,67 @@ def test_auto_update_takes_the_kernels_on_cuda_up_to_their_rank_else_masks_then_
     assert resolve_update("masked", cuda, adapters(4, 16)) == "masked"
     monkeypatch.setattr(lora_bgmv, "kernel_available", lambda device: False)  # CUDA without triton
     assert resolve_update("auto", cuda, adapters(4, 16)) == "masked"
+
+
+def _fine_tuned(base, relative):
+    """A copy of ``base`` with every weight moved by ``relative`` of its spread: another model of the same shape, as a
+    fine-tune of base would be."""
+    other = copy.deepcopy(base)
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * p.std() * relative)
+    return other
+
+
+def test_an_adapter_served_on_another_base_of_the_same_shape_warns_naming_both(setup, tmp_path):
+    # a LoRA run trained with train.init_from=runs/sft, served on runs/sft1k: right shapes, wrong outputs, no word
+    from cookmind.train.checkpoint import save_checkpoint
+
+    base, _, _ = setup
+    trained = copy.deepcopy(base)
+    apply_lora(trained, r=4, alpha=8.0, targets=["q_proj", "v_proj"])
+    meta = {"run_id": "lora", "config": {"train": {"init_from": "runs/sft"}}}
+    save_checkpoint(tmp_path / "lora" / "checkpoints", 3, trained, None, meta)
+    with pytest.warns(UserWarning) as caught:
+        (adapter,) = load_adapters(_fine_tuned(base, 0.05), {"chef": tmp_path / "lora"}, base_name="runs/sft1k")
+    (msg,) = [str(w.message) for w in caught]
+    assert msg.startswith("adapter 'chef' (") and "step_00000003) was trained on runs/sft, not on runs/sft1k" in msg
+    assert "serve it on runs/sft (or a copy of it)" in msg and "\n" not in msg
+    assert set(adapter.weights) == {f"model.layers.{i}.self_attn.{p}" for i in (0, 1) for p in ("q_proj", "v_proj")}
+
+
+def test_an_adapter_served_on_a_copy_of_its_base_in_another_dtype_loads_without_a_word(setup, tmp_path):
+    # the same weights after export --hf --dtype bf16 and import --hf, served in float16: not another base
+    import warnings
+
+    from cookmind.infer.loading import load_model_dir
+    from cookmind.model import save_model
+    from cookmind.model.hf import export_hf, import_hf
+
+    base, tmp, _ = setup
+    save_model(tmp_path / "sft", base)
+    export_hf(tmp_path / "sft", tmp_path / "hf", dtype=torch.bfloat16)
+    import_hf(tmp_path / "hf", tmp_path / "again")
+    copies = {"hf": (tmp_path / "hf", None), "again": (tmp_path / "again", "float16"), "sft": (tmp_path / "sft", None)}
+    for what, (path, dtype) in copies.items():
+        model = load_model_dir(path, dtype=dtype).eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load_adapters(model, {"chef": tmp / "chef"}, base_name=what)
+
+
+def test_an_adapter_that_records_no_base_loads_on_any_base_as_before(setup, tmp_path):
+    # PEFT's adapters and cookmind's older ones say nothing of their base's weights: nothing to compare
+    import shutil
+    import warnings
+
+    from safetensors.torch import load_file, save_file
+
+    base, tmp, _ = setup
+    shutil.copytree(tmp / "chef", tmp_path / "old")
+    f = tmp_path / "old" / "adapter_model.safetensors"
+    save_file(load_file(f), f, metadata={"format": "pt"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_adapters(_fine_tuned(base, 0.05), {"old": tmp_path / "old"})

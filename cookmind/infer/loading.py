@@ -160,19 +160,23 @@ def parse_lora_specs(specs: list[str], base_name: str) -> dict[str, Path]:
     return out
 
 
-def load_adapters(model, specs: dict[str, str | Path]):
+def load_adapters(model, specs: dict[str, str | Path], base_name: str = "the base model"):
     """Read LoRA adapters ({name: directory}) for ``model``: cookmind's ``save_adapter`` output, PEFT's own
     ``save_pretrained`` on the Hugging Face export (both PEFT-format adapter_config.json + adapter_model.safetensors)
     or a LoRA training run (its newest checkpoint holds the adapter). Each is checked against the base: every
     tensor's module must be a linear layer of the model with matching shapes and rank, and every module the config
-    targets must have its pair; a mismatch is a ValueError naming the adapter and the module. Returns
+    targets must have its pair; a mismatch is a ValueError naming the adapter and the module. An adapter that
+    recorded its base's weights (``save_adapter``) and finds other ones in ``model`` (named ``base_name``) loads with
+    a warning naming both: the same shapes, but not the outputs it was trained for. Returns
     ``multi_lora.LoRAAdapter``s in the given order."""
     import re
+    import warnings
 
     from cookmind.infer.multi_lora import LoRAAdapter
     from cookmind.model import resolve_model_dir
+    from cookmind.model.fingerprint import fingerprint_mismatch
     from cookmind.model.linear import Linear
-    from cookmind.model.lora import ADAPTER_CONFIG, read_adapter_config, read_adapter_tensors
+    from cookmind.model.lora import ADAPTER_CONFIG, adapter_base, read_adapter_config, read_adapter_tensors
 
     linear = {n: m for n, m in model.named_modules() if isinstance(m, (Linear, torch.nn.Linear))}
     adapters = []
@@ -214,6 +218,14 @@ def load_adapters(model, specs: dict[str, str | Path]):
                         f"{cfg['r']} expects {shape} (an adapter for another model?)"
                     )
             weights[module] = (pair["lora_A"], pair["lora_B"])
+        trained_on, fingerprint = adapter_base(directory)
+        if fingerprint and (differs := fingerprint_mismatch(fingerprint, model)):
+            warnings.warn(
+                f"{where} was trained on {trained_on or 'another model'}, not on {base_name} (their weights differ "
+                f"at {differs}), so it will not give the outputs it was trained for; serve it on "
+                f"{trained_on or 'the model it was trained on'} (or a copy of it) or train it again from {base_name}",
+                stacklevel=2,
+            )
         adapters.append(LoRAAdapter(name, Path(directory), cfg["scaling"], weights))
     return adapters
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
 
@@ -31,6 +32,7 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 PEFT_PREFIX = "base_model.model."
+BASE_FINGERPRINT = "cookmind.base_fingerprint"  # adapter_model.safetensors metadata
 
 
 class LoRALinear(nn.Module):
@@ -190,7 +192,12 @@ def merged_copy(model: nn.Module) -> nn.Module:
 
 
 def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path: str | None = None) -> Path:
-    """Write ``adapter_model.safetensors`` + ``adapter_config.json`` (PEFT LoRA format) into ``directory``."""
+    """Write ``adapter_model.safetensors`` + ``adapter_config.json`` (PEFT LoRA format) into ``directory``.
+
+    The weights file's metadata also records the base's ``fingerprint.weights_fingerprint``, which serving checks
+    (PEFT and vLLM ignore it; a new key in adapter_config.json would make PEFT warn that it is out of date)."""
+    from cookmind.model.fingerprint import weights_fingerprint
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     cfg = getattr(model, "lora_config", None)
@@ -213,10 +220,29 @@ def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path
         "modules_to_save": None,
         "base_model_name_or_path": base_model_path,
     }
+    metadata = {"format": "pt"}
+    if (fingerprint := weights_fingerprint(model)) is not None:
+        metadata[BASE_FINGERPRINT] = json.dumps(fingerprint)
     with temp_path(directory / ADAPTER_WEIGHTS) as tmp:
-        save_safetensors(tensors, tmp, metadata={"format": "pt"})
+        save_safetensors(tensors, tmp, metadata=metadata)
     write_json(directory / ADAPTER_CONFIG, peft_cfg, indent=2)
     return directory
+
+
+def adapter_base(directory: str | os.PathLike) -> tuple[str | None, dict | None]:
+    """What an adapter records of the base it was trained on: its name (adapter_config.json's
+    base_model_name_or_path, or a LoRA run's train.init_from) and weights fingerprint (``save_adapter``); None for
+    what it does not record (PEFT's adapters and cookmind's older ones have no fingerprint)."""
+    directory = Path(directory)
+    name = fingerprint = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        name = json.loads((directory / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        name = name or json.loads((directory / "meta.json").read_text())["config"]["train"]["init_from"]
+    if (directory / ADAPTER_WEIGHTS).is_file():  # a sharded LoRA checkpoint's dcp/ records none
+        with safe_open(directory / ADAPTER_WEIGHTS, "pt") as f:
+            fingerprint = json.loads((f.metadata() or {}).get(BASE_FINGERPRINT) or "null")
+    return name, fingerprint
 
 
 def read_adapter_config(directory: str | os.PathLike) -> dict:
