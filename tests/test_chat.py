@@ -113,6 +113,35 @@ def test_cookmind_generate_cli_batch_cuts_each_completion_before_its_stop_string
     assert capsys.readouterr().out == want
 
 
+def _chat_cli(argv, lines, monkeypatch) -> str:
+    """What `cookmind chat ARGV` prints when the user types ``lines``."""
+    from cookmind.infer import cli_chat
+
+    out = io.StringIO()
+    monkeypatch.setattr(cli_chat, "run", lambda session, color: run(session, io.StringIO(lines), out))
+    assert cli_main(["chat", *argv]) == 0
+    return out.getvalue()
+
+
+def test_cookmind_chat_takes_generates_stop_and_min_p(ckpt, monkeypatch):
+    # `cookmind chat --stop ... --min-p ...` was a usage error: generate had them, chat did not
+    d, model, tok = ckpt
+    n = 12
+    ids = tok.render([{"role": "user", "content": "hello"}], add_generation_prompt=True)[0]
+    greedy = generate(model, [ids], SamplingParams(temperature=0, max_new_tokens=n, stop_token_ids=control(tok)))[0]
+    reply = tok.decode(greedy)
+    stop = reply[len(reply) // 2 :][:2]  # two characters from the middle of the reply
+    if not stop.strip() or "<think>" in reply:
+        pytest.skip("the tiny model's reply has no usable stop string")
+    base = ["--checkpoint", str(d), "--max-new-tokens", str(n)]
+    text = _chat_cli([*base, "--temperature", "0", "--stop", stop], "hello\n/quit\n", monkeypatch)
+    assert f"bot> {reply.split(stop, 1)[0]}\nyou> " in text  # str.split as reference; the stop string not shown
+    # min-p 1 keeps only the most likely token: sampling hot is greedy then (and without it, for this seed, is not)
+    hot = [*base, "--temperature", "1.5", "--seed", "3"]
+    assert f"bot> {reply}\nyou> " in _chat_cli([*hot, "--min-p", "1"], "hello\n/quit\n", monkeypatch)
+    assert f"bot> {reply}\nyou> " not in _chat_cli(hot, "hello\n/quit\n", monkeypatch)
+
+
 def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
     from cookmind.infer.loading import load_for_inference
     from cookmind.model.hf import export_hf

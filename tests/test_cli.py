@@ -575,6 +575,7 @@ def _children(pid: int) -> list[int]:
         (["generate", "--model", "m", "--prompt", "p", "--top-p", "nan"], "above 0 and at most 1"),
         (["chat", "--model", "m", "--repetition-penalty", "0"], "above 0"),
         (["chat", "--model", "m", "--max-new-tokens", "0"], "1 or more"),
+        (["chat", "--model", "m", "--min-p", "1.5"], "0 or more and at most 1"),
         (["serve", "--model", "m", "--max-body-mb", "0"], "above 0"),
         (["eval", "gsm8k", "--model", "m", "--data", "d", "--temperature", "x"], "expected a number"),
         (["demo", "--workdir", "w", "--sft-steps", "0"], "1 or more"),

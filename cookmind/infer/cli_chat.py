@@ -14,17 +14,13 @@ HELP = """commands:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from cookmind.cli import add_model_argument, float_in, int_in
+    from cookmind.cli import add_model_argument
+    from cookmind.infer.cli_generate import add_sampling_arguments
 
     add_model_argument(parser)
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
     parser.add_argument("--system", default=None, help="system prompt")
-    parser.add_argument("--max-new-tokens", type=int_in(1), default=512, help="default 512")
-    parser.add_argument("--temperature", type=float_in(0), default=0.7, help="default 0.7; 0 = greedy")
-    parser.add_argument("--top-k", type=int_in(0), default=0, help="default 0 (off)")
-    parser.add_argument("--top-p", type=float_in(0, 1, above=True), default=0.95, help="default 0.95")
-    parser.add_argument("--repetition-penalty", type=float_in(0, above=True), default=1.0, help="default 1.0 (off)")
-    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
+    add_sampling_arguments(parser, max_new_tokens=512, temperature=0.7, top_p=0.95)
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument(
         "--dtype", default=None, help="float32 | bfloat16 | float16 (default: bfloat16 on CUDA, else the checkpoint's)"
@@ -110,18 +106,11 @@ def _say_dropped(session, stdout) -> bool:
 def main(args: argparse.Namespace) -> int:
     from cookmind.device import inference_dtype, resolve_device
     from cookmind.infer.chat_session import ChatSession
+    from cookmind.infer.cli_generate import sampling_params
     from cookmind.infer.loading import load_for_inference
-    from cookmind.infer.sampling import SamplingParams
 
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
-    cfg = SamplingParams(
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=args.repetition_penalty,
-        seed=args.seed,
-    )
+    cfg = sampling_params(args, stop_strings=tuple(args.stop))  # matched on the reply's text: ChatSession.send
     run(ChatSession(model, tok, cfg, args.system), color=sys.stdout.isatty())
     return 0

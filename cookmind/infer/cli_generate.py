@@ -9,8 +9,41 @@ import argparse
 import sys
 
 
+def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int, temperature: float, top_p: float):
+    """The sampling options of generate and chat: the same names, help and validation, each command's defaults."""
+    from cookmind.cli import float_in, int_in
+
+    parser.add_argument("--max-new-tokens", type=int_in(1), default=max_new_tokens, help=f"default {max_new_tokens}")
+    greedy = "0 = greedy (default)" if temperature == 0 else f"default {temperature:g}; 0 = greedy"
+    parser.add_argument("--temperature", type=float_in(0), default=temperature, help=greedy)
+    parser.add_argument("--top-k", type=int_in(0), default=0, help="default 0 (off)")
+    off = " (off)" if top_p == 1 else ""
+    parser.add_argument("--top-p", type=float_in(0, 1, above=True), default=top_p, help=f"default {top_p}{off}")
+    parser.add_argument("--min-p", type=float_in(0, 1), default=0.0, help="default 0 (off)")
+    parser.add_argument("--repetition-penalty", type=float_in(0, above=True), default=1.0, help="default 1.0 (off)")
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable; not printed)")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
+
+
+def sampling_params(args: argparse.Namespace, **fields):
+    """SamplingParams from the options ``add_sampling_arguments`` added, but the stop strings, which the callers
+    match on the text they print (``stop.StopStringMatcher``)."""
+    from cookmind.infer.sampling import SamplingParams
+
+    return SamplingParams(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        seed=args.seed,
+        **fields,
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from cookmind.cli import add_model_argument, float_in, int_in
+    from cookmind.cli import add_model_argument
 
     add_model_argument(parser)
     parser.add_argument(
@@ -19,20 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the chat template")
     parser.add_argument("--system", default=None, help="system prompt (with --chat)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
-    parser.add_argument("--max-new-tokens", type=int_in(1), default=128, help="default 128")
-    parser.add_argument("--temperature", type=float_in(0), default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-k", type=int_in(0), default=0, help="default 0 (off)")
-    parser.add_argument("--top-p", type=float_in(0, 1, above=True), default=1.0, help="default 1.0 (off)")
-    parser.add_argument("--min-p", type=float_in(0, 1), default=0.0, help="default 0 (off)")
-    parser.add_argument("--repetition-penalty", type=float_in(0, above=True), default=1.0, help="default 1.0 (off)")
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable; not printed)")
+    add_sampling_arguments(parser, max_new_tokens=128, temperature=0.0, top_p=1.0)
     parser.add_argument(
         "--keep-special-tokens",
         action="store_true",
         help="print the control tokens the model generates (<|im_start|>, ...); left out by default. Not with "
         "--chat, whose reply ends at the first one",
     )
-    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument(
         "--dtype", default=None, help="float32 | bfloat16 | float16 (default: bfloat16 on CUDA, else the checkpoint's)"
@@ -44,7 +70,6 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.infer.detokenize import IncrementalDetokenizer, decode_text
     from cookmind.infer.generate import generate, stream
     from cookmind.infer.loading import load_for_inference
-    from cookmind.infer.sampling import SamplingParams
     from cookmind.infer.stop import StopStringMatcher, chat_stop_ids, control_token_ids, spelled_stop_ids
 
     if args.system is not None and not args.chat:  # it was dropped without a word: a raw prompt has no system turn
@@ -62,16 +87,7 @@ def main(args: argparse.Namespace) -> int:
     stops = chat_stop_ids(tok) if args.chat else tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
     stops = tuple(sorted({*stops, *spelled_stop_ids(tok, args.stop)}))  # --stop "<|im_start|>" is that token
     skip = frozenset() if args.keep_special_tokens else control_token_ids(tok)
-    cfg = SamplingParams(
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty,
-        stop_token_ids=stops,
-        seed=args.seed,
-    )
+    cfg = sampling_params(args, stop_token_ids=stops)
     prompts = []
     for text in args.prompt:
         if args.chat:
