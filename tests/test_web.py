@@ -57,11 +57,24 @@ def live(tmp_path_factory):
     server.close()
 
 
+def _record_chat_requests(page) -> list:
+    """The bodies the page posts to /v1/chat/completions, as they are sent."""
+    posted = []
+    page.on("request", lambda r: posted.append(r.post_data) if r.url.endswith("/chat/completions") else None)
+    return posted
+
+
+def _open_fresh(page, server) -> None:
+    """The page of ``server`` with nothing saved by an earlier test (history, settings, the picked model)."""
+    page.goto(server.url + "/")
+    page.evaluate("localStorage.clear()")
+    page.reload()
+
+
 def test_send_stream_stop_screenshot(browser, live):
     server, engine = live
     page = browser.new_page()
-    posted = []
-    page.on("request", lambda r: posted.append(r.post_data) if r.url.endswith("/chat/completions") else None)
+    posted = _record_chat_requests(page)
     page.goto(server.url + "/")
     page.wait_for_function("document.getElementById('model-name').textContent.includes('tiny-cook')")
     page.fill("#system", "You are a cook.")
@@ -199,12 +212,9 @@ def test_a_served_lora_adapter_can_be_picked_and_the_pick_is_kept(browser, live,
     engine = Engine(base, num_slots=2, max_seq_len=256, adapters=load_adapters(base, {"chef": folder}))
     server = LiveServer(create_app(engine, tok, "tiny-cook"))
     page = browser.new_page()
-    posted = []
-    page.on("request", lambda r: posted.append(r.post_data) if r.url.endswith("/chat/completions") else None)
+    posted = _record_chat_requests(page)
     try:
-        page.goto(server.url + "/")
-        page.evaluate("localStorage.clear()")
-        page.reload()
+        _open_fresh(page, server)
         page.wait_for_function("document.getElementById('model-select').options.length === 2")
         assert page.is_visible("#model-select") and page.input_value("#model-select") == "tiny-cook"
         options = page.eval_on_selector_all("#model-select option", "os => os.map(o => [o.value, o.textContent])")
@@ -242,12 +252,9 @@ def test_a_conversation_that_outgrows_the_context_leaves_its_oldest_exchanges_ou
     )
     server = LiveServer(create_app(engine, tok, "small-cook"))
     page = browser.new_page()
-    posted = []
-    page.on("request", lambda r: posted.append(r.post_data) if r.url.endswith("/chat/completions") else None)
+    posted = _record_chat_requests(page)
     try:
-        page.goto(server.url + "/")
-        page.evaluate("localStorage.clear()")
-        page.reload()
+        _open_fresh(page, server)
         page.wait_for_function("document.getElementById('model-name').textContent.includes('small-cook')")
         page.fill("#input", "What is in the soup?")
         page.click("#send")
