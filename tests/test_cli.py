@@ -450,6 +450,33 @@ def test_generate_warns_when_the_context_cuts_max_new_tokens(tmp_path, tok_dir, 
     assert "warning" not in capsys.readouterr().err
 
 
+def test_generate_names_the_prompt_that_fills_the_context_once(tmp_path, tok_dir, capsys):
+    # "cookmind generate: error: generate: a prompt of 402 tokens fills ...": the prefix twice, and of several
+    # --prompt none was named
+    from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    ckpt = save_model(tmp_path / "m", tiny_lm(vocab_size=tok.vocab_size, max_position_embeddings=24))
+    tok.save(ckpt)
+    long = "the cook stirs the soup " * 10
+    argv = ["generate", "--model", str(ckpt), "--max-new-tokens", "4"]
+    n = len(tok.encode(long))
+    assert n >= 24
+    assert cli_main([*argv, "--prompt", long]) == 2
+    err = capsys.readouterr().err
+    assert err.count("generate") == 1 and err.count("error") == 1, err  # the prefix once
+    assert f"the prompt ({n} tokens) fills the model's context of 24 tokens" in err, err
+    assert cli_main([*argv, "--prompt", "the cook", "--prompt", long]) == 2
+    err = capsys.readouterr().err
+    want = f"--prompt 2 of 2 ('the cook stirs the soup the…', {n} tokens) fills the model's context of 24 tokens"
+    assert err.count("generate") == 1 and want in err, err
+    n_chat = len(tok.render([{"role": "user", "content": long}], add_generation_prompt=True)[0])
+    assert cli_main([*argv, "--chat", "--prompt", long, "--prompt", "the cook"]) == 2
+    err = capsys.readouterr().err
+    assert f"--prompt 1 of 2 ('the cook stirs the soup the…', {n_chat} tokens with the chat template)" in err, err
+
+
 @pytest.mark.parametrize(
     "argv",
     [

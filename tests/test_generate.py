@@ -93,6 +93,9 @@ def test_prompt_filling_context_is_an_error():
     model = tiny_model()
     with pytest.raises(ValueError, match="context"):
         generate(model, [[1] * 64], SamplingParams(temperature=0, max_new_tokens=4))
+    for engine in ("builtin", "serving"):  # of several, the one too long is named
+        with pytest.raises(ValueError, match=r"prompts\[1\] has 64 tokens and fills the model's context of 64"):
+            generate(model, [[1], [1] * 64], SamplingParams(temperature=0, max_new_tokens=4), engine=engine)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "num_key_value_heads": 1}])

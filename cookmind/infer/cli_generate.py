@@ -98,6 +98,10 @@ def main(args: argparse.Namespace) -> int:
         else:
             prompts.append(tok.encode(text))
     context = model.config.max_position_embeddings
+    for i, prompt in enumerate(prompts):
+        if len(prompt) >= context:  # named here, where its text is known (generate knows its row only)
+            named = _prompt_named(args.prompt, i, len(prompt), args.chat)
+            raise ValueError(f"{named} fills the model's context of {context} tokens; shorten it")
     room = context - max(len(p) for p in prompts)
     if 0 < room < args.max_new_tokens:  # the answer is cut where the context ends: say so before it is
         print(
@@ -122,3 +126,13 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(stopper.feed(detok.flush())[0] + stopper.flush())
     sys.stdout.write("\n")
     return 0
+
+
+def _prompt_named(texts: list[str], i: int, tokens: int, chat: bool) -> str:
+    """Prompt i as the user gave it: "the prompt (N tokens)", or "--prompt 2 of 3 ('its first words…', N tokens)"."""
+    size = f"{tokens} tokens{' with the chat template' if chat else ''}"
+    if len(texts) == 1:
+        return f"the prompt ({size})"
+    words = texts[i].split()
+    head = " ".join(words[:6]) + ("…" if len(words) > 6 else "")
+    return f"--prompt {i + 1} of {len(texts)} ({head!r}, {size})"

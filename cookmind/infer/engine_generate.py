@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from cookmind.infer.generate import check_context
 from cookmind.infer.sampling import SamplingParams
 from cookmind.infer.stop import TokenStops
 
@@ -61,11 +62,8 @@ def engine_generate(
     """New token ids for each prompt, in input order, the ending stop token (or stop string's last token)
     included; at most ``max_rows`` (and 256) rows decode together."""
     context = model.config.max_position_embeddings
+    check_context(prompts, context)
     longest = max(len(p) for p in prompts)
-    if longest >= context:
-        raise ValueError(
-            f"generate: a prompt of {longest} tokens fills the model's context of {context} tokens; shorten the prompt"
-        )
     need = min(context, longest + params.max_new_tokens)
     need = min(context, -(-need // 64) * 64)  # round up: nearby lengths reuse one engine
     engine = _engine_for(model, max(1, min(len(prompts), max_rows, 256)), need)

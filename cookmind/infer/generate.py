@@ -36,17 +36,23 @@ def _check_prompts(prompts: list[list[int]]) -> None:
         raise ValueError("generate: every prompt needs at least one token (got an empty prompt or no prompts)")
 
 
+def check_context(prompts: list[list[int]], context: int) -> None:
+    """ValueError naming the first prompt that leaves no room for a new token in the model's context."""
+    for i, p in enumerate(prompts):
+        if len(p) >= context:
+            which = "the prompt" if len(prompts) == 1 else f"prompts[{i}]"
+            raise ValueError(
+                f"generate: {which} has {len(p)} tokens and fills the model's context of {context} tokens; shorten it"
+            )
+
+
 def _room(model, prompts: list[list[int]], params: SamplingParams) -> int:
     """New tokens the longest prompt leaves room for in the model's context (at most max_new_tokens)."""
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    longest = max(len(p) for p in prompts)
     if context is None:
         return params.max_new_tokens
-    if longest >= context:
-        raise ValueError(
-            f"generate: a prompt of {longest} tokens fills the model's context of {context} tokens; shorten the prompt"
-        )
-    return min(params.max_new_tokens, context - longest)
+    check_context(prompts, context)
+    return min(params.max_new_tokens, context - max(len(p) for p in prompts))
 
 
 @torch.inference_mode()
