@@ -289,6 +289,28 @@ def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("the request body: Input should be")
 
 
+@pytest.mark.parametrize(
+    ("api", "extra", "field", "types"),
+    [
+        ("chat", {"messages": [{"role": "user", "content": 5}]}, "messages.0.content", "a string or an array of"),
+        ("chat", {"stop": 5}, "stop", "a string or an array of strings"),
+        ("chat", {"stop": ["a", 1]}, "stop", "a string or an array of strings"),
+        ("completions", {"prompt": 1.5}, "prompt", "a string, an array of strings, an array of token ids"),
+    ],
+)
+def test_a_wrong_type_names_the_field_sent_and_the_types_it_takes(setup, api, extra, field, types):
+    # param and message named a branch of the schema's union ("messages.0.content.str", "stop.str", "prompt.str"),
+    # a field the client never sent, and said only that it "should be a valid string"
+    c = setup["client"]
+    with pytest.raises(openai.BadRequestError) as e:
+        if api == "chat":
+            c.chat.completions.create(**{"model": MODEL, "messages": MESSAGES, "max_tokens": 2, **extra})
+        else:
+            c.completions.create(model=MODEL, max_tokens=2, **extra)
+    body = e.value.body
+    assert body["param"] == field and body["message"].startswith(f"{field}: takes {types}"), body
+
+
 def test_full_queue_answers_429(setup):
     # an engine whose loop is not running keeps its queue full; the server must refuse, not wait
     engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=1)

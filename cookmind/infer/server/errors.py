@@ -40,10 +40,43 @@ def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
     try:
         return schema.model_validate_json(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
+        errors = exc.errors()
+        err = errors[0]
+        field, tag = _field_of(err["loc"])
+        loc = ".".join(str(x) for x in field)
         where = loc or "the request body"  # an empty location is the body itself (a list, say, not an object)
-        raise APIError(400, f"{where}: {err['msg']} (got {err.get('input')!r:.100})", param=loc or None) from exc
+        if tag is None:
+            raise APIError(400, f"{where}: {err['msg']} (got {err.get('input')!r:.100})", param=loc or None) from exc
+        # a field of several types (str | list[str]): pydantic names each type it tried as if it were a field
+        # ("stop.str"); the client sent "stop", and needs the types it takes
+        tried = [_field_of(e["loc"]) for e in errors]
+        types = [_TYPE_WORDS.get(t, t) for t in dict.fromkeys(t for f, t in tried if f == field and t is not None)]
+        takes = types[0] if len(types) == 1 else f"{', '.join(types[:-1])} or {types[-1]}"
+        value = next((e["input"] for f, e in zip(tried, errors) if f == (field, e["loc"][-1])), err.get("input"))
+        raise APIError(400, f"{where}: takes {takes} (got {value!r:.100})", param=loc) from exc
+
+
+# the types of a union as pydantic tags them, in a client's (JSON's) words
+_TYPE_WORDS = {
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "list[str]": "an array of strings",
+    "list[int]": "an array of token ids",
+    "list[list[int]]": "an array of arrays of token ids",
+    "list[dict[str,any]]": "an array of content parts",
+    "dict[str,any]": "an object",
+}
+
+
+def _field_of(loc: tuple) -> tuple[tuple, str | None]:
+    """(the location up to the first union member pydantic tags in it, that tag or None). Our fields are
+    snake_case names and list indices; a tag is a type's name: "str", "list[int]", a model's class name."""
+    for i, part in enumerate(loc):
+        if isinstance(part, str) and (part in _TYPE_WORDS or "[" in part or part[:1].isupper()):
+            return tuple(loc[:i]), part
+    return tuple(loc), None
 
 
 async def parse_request(request: Request, schema: type[BaseModel]) -> BaseModel:
