@@ -69,6 +69,30 @@ def test_api_key_from_the_environment(monkeypatch, model_dir):
         server.close()
 
 
+@pytest.mark.parametrize(
+    ("flag", "env", "says"),
+    [
+        (" ", None, "--api-key is empty"),
+        ("", "from-env", "--api-key is empty"),  # it fell back to the environment (or to no key at all)
+        (" k", None, "--api-key starts or ends with whitespace"),
+        (None, " \t", "COOKMIND_API_KEY is empty"),
+        (None, "", "COOKMIND_API_KEY is empty"),
+    ],
+)
+def test_an_empty_api_key_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, flag, env, says):
+    # --api-key " " was taken as the key (no client can send it: every request got 401) and --api-key "" served
+    # without one
+    from cookmind.cli import main
+
+    monkeypatch.delenv("COOKMIND_API_KEY", raising=False)
+    if env is not None:
+        monkeypatch.setenv("COOKMIND_API_KEY", env)
+    argv = ["serve", str(tmp_path / "no-model"), "--port", "1"]  # neither the model nor the port is reached
+    assert main(argv + ([] if flag is None else ["--api-key", flag])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "no-model" not in err, err
+
+
 def test_a_port_in_use_is_refused_before_the_model_loads(tmp_path, capsys):
     import socket
 

@@ -187,7 +187,7 @@ def build_app(args: argparse.Namespace):
         adapters=adapters,
         speculative=speculative,
     )
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    api_key = api_key_of(args)
     app = create_app(
         engine,
         tokenizer,
@@ -197,6 +197,24 @@ def build_app(args: argparse.Namespace):
         max_body_bytes=int(args.max_body_mb * 2**20),
     )
     return app, engine
+
+
+def api_key_of(args: argparse.Namespace) -> str | None:
+    """The key clients must send: --api-key, else the environment's COOKMIND_API_KEY, else None (no key).
+    ValueError for an empty one (it served without a key, or took " " as one) or one with whitespace around it
+    (a client's 'Authorization: Bearer KEY' cannot carry it: every request got 401)."""
+    for name, key, fix in (
+        ("--api-key", args.api_key, "give a key of visible characters, or leave --api-key out to serve without one"),
+        (API_KEY_ENV, os.environ.get(API_KEY_ENV), f"set it to a key of visible characters, or unset {API_KEY_ENV}"),
+    ):
+        if key is None:
+            continue
+        if not key.strip():
+            raise ValueError(f"{name} is empty{' (only whitespace)' if key else ''}; {fix}")
+        if key != key.strip():
+            raise ValueError(f"{name} starts or ends with whitespace, which no client can send; give it without")
+        return key
+    return None
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -248,8 +266,9 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
 def main(args: argparse.Namespace) -> int:
     import uvicorn
 
+    api_key = api_key_of(args)  # before the port and the model: a bad key fails at once
     check_port_free(args.host, args.port)
-    warning = exposure_warning(args.host, args.api_key or os.environ.get(API_KEY_ENV))
+    warning = exposure_warning(args.host, api_key)
     if warning:
         print(warning, file=sys.stderr)
     app, engine = build_app(args)
