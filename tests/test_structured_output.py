@@ -128,6 +128,7 @@ def test_bad_requests_fail_at_submit_with_the_reason(tok):
         ({"type": "xml"}, "response_format.type"),
         ({"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "objectx"}}}, "objectx"),
         ({"type": "json_schema", "json_schema": {"schema": {}}}, "json_schema.name"),
+        ({"type": "json_schema", "json_schema": {"name": "a"}}, "json_schema.schema is missing"),  # constrained nothing
     ]:
         with pytest.raises(ValueError, match=problem):
             grammar_for_response_format(rf)
@@ -204,6 +205,13 @@ def test_invalid_schema_is_a_400_naming_the_problem(server):
     assert exc.value.body["param"] == "response_format"
     with pytest.raises(openai.BadRequestError, match="response_format.type"):
         server.client.completions.create(model=MODEL, prompt="hi", extra_body={"response_format": {"type": "yaml"}})
+    # a json_schema without its schema was accepted and constrained nothing (the reply was "0"); OpenAI requires it
+    no_schema = {"type": "json_schema", "json_schema": {"name": "x"}}
+    with pytest.raises(openai.BadRequestError, match="response_format.json_schema.schema is missing") as exc:
+        server.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], response_format=no_schema
+        )
+    assert exc.value.body["param"] == "response_format.json_schema.schema"
 
 
 def unigram_lm(tok: Tokenizer, order: list[int]) -> torch.nn.Module:

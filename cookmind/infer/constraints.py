@@ -74,6 +74,14 @@ def ll_tokenizer(tokenizer, vocab_size: int, eos_ids: Iterable[int]) -> LLTokeni
         return built[key]
 
 
+class ResponseFormatError(ValueError):
+    """A malformed ``response_format``; ``param`` is the field the server's 400 names."""
+
+    def __init__(self, message: str, param: str = "response_format"):
+        super().__init__(message)
+        self.param = param
+
+
 def grammar_for_response_format(rf: dict | None) -> str | None:
     """The grammar of an OpenAI ``response_format``: None for ``{"type": "text"}`` (or no response_format),
     any JSON object for ``{"type": "json_object"}``, the schema's JSON for ``{"type": "json_schema",
@@ -102,7 +110,13 @@ def grammar_for_response_format(rf: dict | None) -> str | None:
         strict = spec.get("strict")
         if strict is not None and not isinstance(strict, bool):
             raise ValueError(f"response_format.json_schema.strict must be true or false, got {strict!r}")
-        schema = spec.get("schema", {})
+        if "schema" not in spec:  # {} would allow any JSON value: the client's format would constrain nothing
+            raise ResponseFormatError(
+                "response_format.json_schema.schema is missing; give the JSON schema the reply must follow "
+                '(or use {"type": "json_object"} for any JSON object)',
+                param="response_format.json_schema.schema",
+            )
+        schema = spec["schema"]
         if not isinstance(schema, dict):
             raise ValueError(f"response_format.json_schema.schema must be a JSON object, got {type(schema).__name__}")
     else:

@@ -46,7 +46,7 @@ def response_grammar(req) -> str | None:
     try:
         return grammar_for_response_format(req.response_format)
     except ValueError as exc:
-        raise APIError(400, str(exc), param="response_format") from exc
+        raise APIError(400, str(exc), param=getattr(exc, "param", "response_format")) from exc
 
 
 async def compile_off_loop(state: ServerState, grammar: str | None, param: str, stop_ids) -> None:
