@@ -311,6 +311,31 @@ def test_a_wrong_type_names_the_field_sent_and_the_types_it_takes(setup, api, ex
     assert body["param"] == field and body["message"].startswith(f"{field}: takes {types}"), body
 
 
+def test_streamed_chat_logprobs_go_out_with_their_text(setup):
+    # a token whose text was held back (a possible stop string here; an unfinished UTF-8 character alike) had its
+    # logprobs sent at once in a chunk with an empty delta, and its text came later without them
+    c = setup["client"]
+    kw = dict(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0, logprobs=True, top_logprobs=1)
+    stop = ["e#", " #"]  # text ending in "e" or " " is held until the next token shows no stop string
+    whole = c.chat.completions.create(**kw, stop=stop).choices[0]
+    chunks = [ch.choices[0] for ch in c.chat.completions.create(**kw, stop=stop, stream=True) if ch.choices]
+    shown, scored = "", b""
+    last = max(k for k, ch in enumerate(chunks) if ch.logprobs)  # the end: a stop string's tokens have no text
+    for ch in chunks[:last]:
+        shown += ch.delta.content or ""
+        entries = ch.logprobs.content if ch.logprobs else []
+        text = b"".join(bytes(e.bytes) for e in entries)  # a token may end inside a character: its bytes
+        scored += text
+        assert shown.startswith(scored.decode(errors="replace")), (shown, scored)  # no logprobs ahead of their text
+        assert not entries or ch.delta.content, ch  # no logprobs in a chunk without text
+    shown += "".join(ch.delta.content or "" for ch in chunks[last:])
+    # joined, they are the reply's content and logprobs
+    assert shown == whole.message.content
+    streamed = [e for ch in chunks if ch.logprobs for e in ch.logprobs.content]
+    assert len(streamed) > sum(bool(ch.logprobs) for ch in chunks), "no text was held back: the test shows nothing"
+    assert [e.model_dump() for e in streamed] == [e.model_dump() for e in whole.logprobs.content]
+
+
 def test_full_queue_answers_429(setup):
     # an engine whose loop is not running keeps its queue full; the server must refuse, not wait
     engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=1)

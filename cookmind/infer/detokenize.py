@@ -43,6 +43,11 @@ class IncrementalDetokenizer:
         self._prefix, self._read = self._read, len(self.ids)
         return delta
 
+    @property
+    def held(self) -> int:
+        """Ids whose text is held back (an unfinished character)."""
+        return len(self.ids) - self._read
+
     def flush(self) -> str:
         """At the end: whatever is still held back (an incomplete character becomes U+FFFD)."""
         prefix_text = self.tokenizer.decode(self.ids[self._prefix : self._read])

@@ -6,6 +6,8 @@ token id ─► incremental detokenizer ─► stop-string matcher (holds back p
          ─► tool-call parser (when the request has tools: <tool_call> blocks -> tool_calls) ─► deltas
 
 ``skip_ids`` (control tokens) add no text; they still count as completion tokens and have logprobs.
+A token's logprobs go out with its text: in the first delta with text after every step has released the text of the
+tokens before (a stream's chunks then hold the logprobs of their text), and at the end the rest.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class OutputProcessor:
         self.content_parts: list[str] = []
         self.reasoning_parts: list[str] = []
         self.logprob_entries: list[dict] = []
+        self._unsent_logprobs: list[dict] = []  # entries of tokens whose text a step still holds back
         self.prompt_logprob_entries: list[dict] | None = None
 
     def feed(self, ev) -> Delta:
@@ -79,7 +82,7 @@ class OutputProcessor:
                 "top": [(t, self.tokenizer.decode([t]), lp) for t, lp in (ev.top_logprobs or [])],
                 "in_text": ev.token_id not in self.skip_ids,  # a left-out token takes no room in the text
             }
-            delta.logprobs.append(entry)
+            self._unsent_logprobs.append(entry)
             self.logprob_entries.append(entry)
         text, hit = self.stop.feed(self.detok.add(ev.token_id))
         self._route(text, delta)
@@ -89,8 +92,21 @@ class OutputProcessor:
             delta.content += tail.content
             delta.reasoning += tail.reasoning
             delta.tool_calls.extend(tail.tool_calls)
+            delta.logprobs.extend(tail.logprobs)
             delta.finish_reason = "stop"
+        elif (delta.content or delta.reasoning or delta.tool_calls) and not self._holding():
+            delta.logprobs, self._unsent_logprobs = self._unsent_logprobs, []
         return delta
+
+    def _holding(self) -> bool:
+        """Whether a step holds back text of the tokens fed so far (part of a character, a stop string, a tag or
+        a tool call)."""
+        return bool(
+            self.detok.held
+            or self.stop.held
+            or (self.reasoning is not None and self.reasoning.held)
+            or (self.tools is not None and self.tools.held)
+        )
 
     def prompt_entries(self, ev: PromptLogprobsEvent) -> list[dict]:
         """The prompt's tokens as logprob entries; the first has logprob and top None (no context)."""
@@ -139,6 +155,7 @@ class OutputProcessor:
             rest = self.tools.flush()
             delta.content += rest
             self.content_parts.append(rest)
+        delta.logprobs, self._unsent_logprobs = self._unsent_logprobs, []
         self.finish_reason = reason
         return delta
 

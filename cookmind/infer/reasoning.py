@@ -49,6 +49,11 @@ class ReasoningSplitter:
             break
         return "".join(reasoning), "".join(content)
 
+    @property
+    def held(self) -> str:
+        """The text held back (it may begin a tag, or be whitespace before a <think>)."""
+        return self._pending
+
     def flush(self) -> tuple[str, str]:
         rest, self._pending = self._pending, ""
         return (rest, "") if self.in_reasoning else ("", rest)

@@ -144,6 +144,11 @@ class StopStringMatcher:
         self._pending = text[len(text) - hold :] if hold else ""
         return text[: len(text) - hold], False
 
+    @property
+    def held(self) -> str:
+        """The text held back (it may begin a stop string)."""
+        return self._pending
+
     def flush(self) -> str:
         """At the end of generation nothing can complete a stop string: release what was held."""
         out, self._pending = ("" if self.stopped else self._pending), ""
