@@ -300,3 +300,32 @@ def test_transformers_tokenizer_chat_markers_are_control_tokens_even_when_not_ma
     assert (hf.eos_token_id, hf.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])) == (256, [257, 258])
     assert chat_stop_ids(hf) == (256, 257, 258)
     assert decode_response(hf, [*hf.encode("7"), 257, *hf.encode("user")]) == "7"
+
+
+def test_a_stray_closing_think_tag_is_not_text_anywhere(tmp_path_factory, tmp_path, capsys):
+    # a reply "</think>ide" (no <think> opened) showed "</think>" as text. Before any answer text it closes a think
+    # block the model never opened: the server (whole and streamed), `cookmind chat` and `generate --chat` all show
+    # "ide", by one rule (cookmind.infer.reasoning)
+    tok = make_tokenizer(tmp_path_factory)
+    last = tok.render(MESSAGES, add_generation_prompt=True)[0][-1]
+    model = scripted_lm(tok.vocab_size, [[last, tok.special_tokens["</think>"], *b"ide", tok.im_end_id]])
+    live = LiveServer(create_app(Engine(model, num_slots=2, max_seq_len=256), tok, MODEL, api_key=API_KEY))
+    try:
+        client = openai.OpenAI(base_url=live.url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+        kw = dict(model=MODEL, messages=MESSAGES, max_tokens=20, temperature=0)
+        r = client.chat.completions.create(**kw).choices[0]
+        chunks = list(client.chat.completions.create(**kw, stream=True))
+    finally:
+        live.close()
+    assert (r.message.content, r.finish_reason) == ("ide", "stop")
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "ide"
+    session = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=20))
+    pieces = list(session.send(MESSAGES[0]["content"]))
+    assert "".join(p for _, p in pieces) == "ide" and {k for k, _ in pieces} == {"content"}
+    save_model(tmp_path / "m", model)
+    tok.save(tmp_path / "m")
+    args = ["generate", "--checkpoint", str(tmp_path / "m"), "--max-new-tokens", "20", "--chat"]
+    assert cli_main(args + ["--prompt", MESSAGES[0]["content"]]) == 0
+    assert capsys.readouterr().out == "ide\n"
+    assert cli_main(args + ["--prompt", MESSAGES[0]["content"]] * 2) == 0  # a batch
+    assert capsys.readouterr().out == f"=== {MESSAGES[0]['content']}\nide\n" * 2

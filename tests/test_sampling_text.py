@@ -95,3 +95,22 @@ def test_reasoning_only_at_start_and_open_in_prompt():
     assert split_reasoning("The tag <think> here is text") == ("", "The tag <think> here is text")
     assert split_reasoning("already thinking</think>answer", start_in_reasoning=True) == ("already thinking", "answer")
     assert split_reasoning("no tags at all") == ("", "no tags at all")
+
+
+def test_a_stray_closing_tag_before_the_answer_closes_an_empty_think_block():
+    # "</think>ide" (no <think> opened) showed "</think>" as the reply's text. A think tag counts only before any
+    # answer text: <think> there opens the reasoning, a </think> there closes one the model never opened (it is
+    # dropped, with the template's newlines after it); after answer text either is text, whole or streamed
+    cases = [
+        ("</think>ide", ("", "ide")),
+        ("\n</think>\n\nIt is 4.", ("", "It is 4.")),
+        ("</think><think>hm</think>ok", ("hm", "ok")),
+        ("It is </think> here", ("", "It is </think> here")),
+        ("The tag <think> here is text</think>", ("", "The tag <think> here is text</think>")),
+    ]
+    for text, want in cases:
+        assert split_reasoning(text) == want, text
+        for step in (1, 2, 3, 5):
+            s = ReasoningSplitter()
+            parts = [s.feed(text[i : i + step]) for i in range(0, len(text), step)] + [s.flush()]
+            assert ("".join(r for r, _ in parts).strip("\n"), "".join(c for _, c in parts)) == want, (text, step)

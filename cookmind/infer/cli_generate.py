@@ -1,7 +1,7 @@
 """`cookmind generate --model DIR --prompt TEXT`: stream a completion with the KV cache.
 
 Control tokens (<|im_start|>, <|endoftext|>, ...) are not printed (--keep-special-tokens prints them); with --chat
-the reply ends at the first one, as in `cookmind chat`."""
+the reply ends at the first one and its reasoning is split out, as in `cookmind chat`."""
 
 from __future__ import annotations
 
@@ -113,17 +113,20 @@ def main(args: argparse.Namespace) -> int:
         outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string
         for text, out in zip(args.prompt, outs):
             stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
-            print(f"=== {text}\n{stopper.feed(decode_text(tok, out, skip))[0] + stopper.flush()}")
+            reply = stopper.feed(decode_text(tok, out, skip))[0] + stopper.flush()
+            print(f"=== {text}\n{ChatView().show(reply, end=True) if args.chat else reply}")
         return 0
     detok, stopper = IncrementalDetokenizer(tok, skip_ids=skip), StopStringMatcher(args.stop)
+    view = ChatView() if args.chat else None
     for token in stream(model, prompts[0], cfg):
         piece, hit = stopper.feed(detok.add(token))
-        sys.stdout.write(piece)
+        sys.stdout.write(view.show(piece, end=hit) if view else piece)
         sys.stdout.flush()
         if hit:
             break
     else:
-        sys.stdout.write(stopper.feed(detok.flush())[0] + stopper.flush())
+        rest = stopper.feed(detok.flush())[0] + stopper.flush()
+        sys.stdout.write(view.show(rest, end=True) if view else rest)
     sys.stdout.write("\n")
     return 0
 
@@ -136,3 +139,28 @@ def _prompt_named(texts: list[str], i: int, tokens: int, chat: bool) -> str:
     words = texts[i].split()
     head = " ".join(words[:6]) + ("…" if len(words) > 6 else "")
     return f"--prompt {i + 1} of {len(texts)} ({head!r}, {size})"
+
+
+class ChatView:
+    """A chat reply's text as `cookmind chat` shows it: split by the reasoning splitter (the one rule of the server
+    and the chat), reasoning after "[thinking] ", the answer on a line of its own after it."""
+
+    def __init__(self):
+        from cookmind.infer.reasoning import ReasoningSplitter
+
+        self.splitter, self.kind = ReasoningSplitter(), None
+
+    def show(self, piece: str, end: bool = False) -> str:
+        """The text to print for the next piece of the reply; ``end``: it is the last."""
+        reasoning, content = self.splitter.feed(piece)
+        if end:
+            r, c = self.splitter.flush()
+            reasoning, content = reasoning + r, content + c
+        out = ""
+        if reasoning:
+            out += ("" if self.kind == "reasoning" else "[thinking] ") + reasoning
+            self.kind = "reasoning"
+        if content:
+            out += ("\n" if self.kind == "reasoning" else "") + content
+            self.kind = "content"
+        return out
