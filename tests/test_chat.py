@@ -215,8 +215,10 @@ def test_a_conversation_past_the_context_leaves_its_oldest_exchanges_out_and_say
     s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4), system="Cook.")
     turn = "the soup needs salt and " * 6
     sent = 0
-    while len(tok.render(s.messages() + [{"role": "user", "content": turn}], add_generation_prompt=True)[0]) < context:
-        list(s.send(turn))  # fits: nothing left out
+    while len(tok.render(s.messages() + [{"role": "user", "content": turn}], add_generation_prompt=True)[0]) <= (
+        context - 4
+    ):
+        list(s.send(turn))  # fits with room for the reply's 4 tokens: nothing left out
         assert s.dropped == 0
         sent += 1
     assert sent >= 2
@@ -234,3 +236,59 @@ def test_a_conversation_past_the_context_leaves_its_oldest_exchanges_out_and_say
     with pytest.raises(ValueError, match="fills the model's context"):
         list(s.send("salt " * context))
     assert s.history == before
+
+
+def test_a_conversation_that_leaves_the_reply_less_than_its_budget_leaves_its_oldest_exchanges_out(ckpt):
+    """The oldest exchanges were left out only when the next prompt left no room at all, so first a reply was cut
+    short by the context ("cut: ... /reset"). Now they go while the prompt leaves less than --max-new-tokens, the
+    REPL says so, and the reply is the whole one the model gives to the shortened conversation."""
+    _, model, tok = ckpt
+    context, n = model.config.max_position_embeddings, 16
+
+    def room(msgs):
+        return context - len(tok.render(msgs, add_generation_prompt=True)[0])
+
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=n))
+    turn = "the soup needs salt and " * 3
+    while room(s.messages() + [{"role": "user", "content": turn}]) >= n + 40:
+        list(s.send(turn))
+        assert s.dropped == 0
+    last = "pepper"  # a last message that leaves the reply between 1 and n - 1 tokens of room
+    while room(s.messages() + [{"role": "user", "content": last + " pepper"}]) >= 1:
+        last += " pepper"
+    assert 1 <= room(s.messages() + [{"role": "user", "content": last}]) < n
+    kept = list(s.history)  # the reference: the oldest exchanges out, by hand, until the reply's n tokens fit
+    while room(kept + [{"role": "user", "content": last}]) < n:
+        kept = kept[2:]
+    assert len(kept) < len(s.history)
+    dropped = len(s.history) - len(kept)
+    out = io.StringIO()
+    run(s, io.StringIO(last + "\n/quit\n"), out)
+    assert s.dropped == dropped and f"(the {dropped} oldest messages are left out" in out.getvalue()
+    assert not s.cut and "(cut:" not in out.getvalue()
+    assert s.history[:-2] == kept
+    assert s.history[-1]["content"] == reference_reply(model, tok, [*kept, {"role": "user", "content": last}], n)[1]
+
+
+def test_a_reply_budget_past_the_context_keeps_a_quarter_of_it(ckpt):
+    """--max-new-tokens of the whole context or more cannot be kept free: the chat keeps a quarter of it."""
+    _, model, tok = ckpt
+    context = model.config.max_position_embeddings
+
+    def room(first):
+        msgs = [{"role": "user", "content": first}, {"role": "assistant", "content": "ok"}]
+        return context - len(tok.render([*msgs, {"role": "user", "content": "more?"}], add_generation_prompt=True)[0])
+
+    first = "salt"
+    while room(first) >= context // 4:
+        first += " salt"
+    assert room(first) >= 1  # a room the old rule kept the exchange for
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=context))
+    s.history = [{"role": "user", "content": first}, {"role": "assistant", "content": "ok"}]
+    list(s.send("more?"))
+    assert s.dropped == 2 and s.history[0] == {"role": "user", "content": "more?"}
+    # a room of a quarter or more keeps it
+    s.history = [{"role": "user", "content": first.removesuffix(" salt")}, {"role": "assistant", "content": "ok"}]
+    assert room(first.removesuffix(" salt")) >= context // 4
+    list(s.send("more?"))
+    assert s.dropped == 0

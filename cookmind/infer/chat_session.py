@@ -36,17 +36,19 @@ class ChatSession:
         return head + self.history
 
     def send(self, text: str) -> Iterator[tuple[str, str]]:
-        """Stream the reply to ``text`` as ("reasoning" | "content", piece). A conversation that no longer fits the
-        model's context leaves its oldest exchanges out (``dropped`` counts the messages; the system prompt stays):
-        every later turn was refused until a /reset."""
+        """Stream the reply to ``text`` as ("reasoning" | "content", piece). A conversation that leaves the reply
+        less than its budget in the model's context (``reply_budget``) leaves its oldest exchanges out (``dropped``
+        counts the messages; the system prompt stays): every later turn was refused until a /reset, and before that
+        the replies were cut short by the context's end."""
         before = list(self.history)
         self.history.append({"role": "user", "content": text})
         context = self.model.config.max_position_embeddings
+        budget = reply_budget(self.cfg.max_new_tokens, context)
         self.dropped = 0
         while True:
             prompt = self.tokenizer.render(self.messages(), add_generation_prompt=True)[0]
             room = context - len(prompt)
-            if room >= 1 or len(self.history) == 1:
+            if room >= budget or len(self.history) == 1:  # the newest message alone: kept while it leaves any room
                 break
             cut = next((i for i in range(1, len(self.history)) if self.history[i]["role"] == "user"), None)
             cut = len(self.history) - 1 if cut is None else cut  # the oldest exchange, up to the next user turn
@@ -99,3 +101,9 @@ class ChatSession:
         if "".join(reasoning).strip():
             reply["reasoning_content"] = "".join(reasoning).strip("\n")
         self.history.append(reply)
+
+
+def reply_budget(max_new_tokens: int, context: int) -> int:
+    """The room a chat keeps for the next reply in the model's context: ``max_new_tokens``, or a quarter of the
+    context when it asks for the whole context or more (a reply needs room; the conversation too)."""
+    return max_new_tokens if max_new_tokens < context else max(1, context // 4)
