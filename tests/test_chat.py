@@ -292,3 +292,20 @@ def test_a_reply_budget_past_the_context_keeps_a_quarter_of_it(ckpt):
     assert room(first.removesuffix(" salt")) >= context // 4
     list(s.send("more?"))
     assert s.dropped == 0
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_an_empty_stop_string_is_a_usage_error_before_the_model_loads(ckpt, monkeypatch, capsys, command):
+    """`--stop ""` was refused only once the model had loaded (by SamplingParams or the stop matcher); it is now
+    checked with the other sampling options, before anything loads."""
+    from cookmind.infer import loading
+
+    def load(*a, **k):
+        raise AssertionError("the model was loaded before --stop was checked")
+
+    monkeypatch.setattr(loading, "load_for_inference", load)
+    extra = ["--prompt", "hi"] if command == "generate" else []
+    with pytest.raises(SystemExit) as exc:
+        cli_main([command, "--checkpoint", str(ckpt[0]), *extra, "--stop", "x", "--stop", ""])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and "--stop" in err and "empty" in err

@@ -21,8 +21,17 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int,
     parser.add_argument("--top-p", type=float_in(0, 1, above=True), default=top_p, help=f"default {top_p}{off}")
     parser.add_argument("--min-p", type=float_in(0, 1), default=0.0, help="default 0 (off)")
     parser.add_argument("--repetition-penalty", type=float_in(0, above=True), default=1.0, help="default 1.0 (off)")
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable; not printed)")
+    parser.add_argument(
+        "--stop", action="append", default=[], type=_stop_string, help="stop string (repeatable; not printed)"
+    )
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
+
+
+def _stop_string(text: str) -> str:
+    """An argparse type: a non-empty stop string (an empty one was refused only after the model had loaded)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty (it matches everywhere); give a string or leave it out")
+    return text
 
 
 def sampling_params(args: argparse.Namespace, **fields):
