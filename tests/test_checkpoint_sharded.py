@@ -539,3 +539,35 @@ def test_a_full_format_checkpoint_resumes_under_fsdp_with_activation_checkpointi
     fsdp = ["parallel.fsdp=true", "checkpoint.format=auto", "checkpoint.resume=auto"]
     _train(store, tmp_path / "cut", "train.max_steps=4", *fsdp, ac)  # FSDP2 in one process: a one-rank group
     _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "cut", 4), exact=False)
+
+
+def test_a_file_the_user_put_in_dcp_stops_overwrite_from_deleting_the_checkpoint(tmp_path, store):
+    """written_files/foreign_files looked only at a checkpoint's top level, so a file the user put in a sharded
+    checkpoint's dcp/ went with it on --overwrite (and pruning). Now the save records the files inside dcp/ too,
+    and anything else in there refuses the deletion in the usual one line."""
+    from cookmind.train.checkpoint import check_run_dir
+
+    run = tmp_path / "run"
+    _train(store, run, "train.max_steps=1", "checkpoint.format=sharded")
+    step = run / "checkpoints" / "step_00000001"
+    listing = sorted(  # the record against an independent walk of the folder as written
+        str(Path(root, f).relative_to(step)) for root, dirs, files in os.walk(step) for f in [*dirs, *files]
+    )
+    assert any(p.startswith("dcp/") for p in listing)
+    assert json.loads((step / "meta.json").read_text())["files"] == listing
+    (step / "dcp" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError) as exc:
+        check_run_dir(run / "checkpoints", run, None, overwrite=True)
+    assert str(exc.value) == (
+        f"{step} holds dcp/notes.txt, which no checkpoint save wrote: --overwrite deletes a run's checkpoints, never "
+        "other files; move them out, then run again"
+    )
+    assert (step / "dcp" / "notes.txt").read_text() == "mine"
+    # a checkpoint saved before meta.json recorded dcp/'s files: DCP's own files there are still the save's
+    meta = json.loads((step / "meta.json").read_text())
+    (step / "meta.json").write_text(json.dumps({**meta, "files": sorted(os.listdir(step))}))
+    with pytest.raises(FileExistsError, match="holds dcp/notes.txt, which no checkpoint save wrote"):
+        check_run_dir(run / "checkpoints", run, None, overwrite=True)
+    (step / "dcp" / "notes.txt").unlink()
+    check_run_dir(run / "checkpoints", run, None, overwrite=True)  # only the save's files: deleted
+    assert not step.exists()

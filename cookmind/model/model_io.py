@@ -15,7 +15,7 @@ from safetensors import SafetensorError, safe_open
 from cookmind.atomic import building_dir, is_temp_name, save_safetensors, temp_path, write_json
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
-from cookmind.model.sharded_layout import ShardedCheckpointError, dcp_dir, is_sharded_checkpoint
+from cookmind.model.sharded_layout import DCP_DIR, ShardedCheckpointError, dcp_dir, is_sharded_checkpoint
 from cookmind.model.wrappers import unwrap
 
 WEIGHTS_NAME = "model.safetensors"
@@ -89,24 +89,46 @@ def step_dirs(root: str | os.PathLike) -> list[tuple[int, Path]]:
 
 
 def written_files(directory: Path) -> list[str]:
-    """What a save leaves in the checkpoint folder it builds (meta.json included): recorded in its meta.json as
-    ``files``, so that pruning, --overwrite and a re-save later remove only those."""
-    return sorted({p.name for p in Path(directory).iterdir() if not is_temp_name(p.name)} | {META_NAME})
+    """What a save leaves in the checkpoint folder it builds (meta.json included), ``/``-separated paths inside it
+    (a sharded checkpoint's ``dcp/`` and the files in it): recorded in its meta.json as ``files``, so that pruning,
+    --overwrite and a re-save later remove only those."""
+    return sorted(set(_paths(Path(directory))) | {META_NAME})
 
 
 def foreign_files(directory: str | os.PathLike) -> list[str]:
-    """Names in a ``step_N`` folder that no checkpoint save wrote: every name when it has no readable meta.json (it
-    is not a checkpoint), the names beyond its meta.json's ``files`` otherwise (a checkpoint saved before meta.json
-    recorded them: none). What --overwrite, pruning and a re-save may delete is a checkpoint with none of these."""
+    """Paths in a ``step_N`` folder (subfolders included, ``dcp/notes.txt``) that no checkpoint save wrote: every
+    path when it has no readable meta.json (it is not a checkpoint), the paths beyond its meta.json's ``files``
+    otherwise (a checkpoint saved before meta.json recorded them: none; one saved before it recorded dcp/'s files:
+    those beyond DCP's own there). What --overwrite, pruning and a re-save may delete is a checkpoint with none."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    names = {p.name for p in directory.iterdir() if not is_temp_name(p.name)}
+    paths = _paths(directory)
     try:
         files = json.loads((directory / META_NAME).read_text()).get("files")
     except (OSError, ValueError, AttributeError):
-        return sorted(names)
-    return sorted(names - set(files)) if isinstance(files, list) else []
+        return paths
+    if not isinstance(files, list):
+        return []
+    ours = set(files)
+    if DCP_DIR in ours and not any(f.startswith(DCP_DIR + "/") for f in ours):  # recorded before dcp/'s files were
+        ours |= {p for p in paths if _DCP_FILE.match(p)}
+    return [p for p in paths if p not in ours]
+
+
+_DCP_FILE = re.compile(rf"^{DCP_DIR}/(\.metadata|__\d+_\d+\.distcp)$")  # what DCP writes: metadata, a file per rank
+
+
+def _paths(directory: Path) -> list[str]:
+    """Every file and folder under ``directory`` but our temporary ones, as sorted ``/``-separated relative paths."""
+    found = []
+    for p in directory.iterdir():
+        if is_temp_name(p.name):
+            continue
+        found.append(p.name)
+        if p.is_dir() and not p.is_symlink():
+            found += [f"{p.name}/{q}" for q in _paths(p)]
+    return sorted(found)
 
 
 def is_own_checkpoint(path: Path) -> bool:
