@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import socket
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -317,20 +318,26 @@ def _pid_alive(pid: int) -> bool:
 # directory -> the temporary names in it when this process first wrote a file there: a single-file write looks its
 # own up here, so writing thousands of files into one folder lists it once, not once a file (14 ms a write at 5000)
 _TEMPS_AT_FIRST_WRITE: dict[str, set[str]] = {}
+_TEMPS_LOCK = threading.Lock()
 
 
 def _clean_own_stale_temps(path: Path) -> None:
     """``clean_stale_temps(path.parent, path.name)``, reading the folder once a process (a temporary a writer that
     died during this process left is the next run's to remove)."""
     key = os.path.abspath(path.parent)
-    seen = _TEMPS_AT_FIRST_WRITE.get(key)
-    if seen is None:
-        with os.scandir(path.parent) as entries:
-            seen = {e.name for e in entries if e.name.startswith(".") and _TEMP.match(e.name)}
-        _TEMPS_AT_FIRST_WRITE[key] = seen
-    if any(_TEMP.match(t)["name"] == path.name for t in seen):
-        for gone in clean_stale_temps(path.parent, path.name):
-            seen.discard(gone.name)
+    # threads writing into one folder share its set: one discarding while another iterated raised "Set changed size
+    # during iteration", so every read and change of the sets holds the lock (the removal itself does not)
+    with _TEMPS_LOCK:
+        seen = _TEMPS_AT_FIRST_WRITE.get(key)
+        if seen is None:
+            with os.scandir(path.parent) as entries:
+                seen = {e.name for e in entries if e.name.startswith(".") and _TEMP.match(e.name)}
+            _TEMPS_AT_FIRST_WRITE[key] = seen
+        stale = any(_TEMP.match(t)["name"] == path.name for t in seen)
+    if stale:
+        gone = clean_stale_temps(path.parent, path.name)
+        with _TEMPS_LOCK:
+            seen.difference_update(g.name for g in gone)
 
 
 def clean_stale_temps(directory: str | os.PathLike, name: str | None = None) -> list[Path]:
