@@ -46,6 +46,17 @@ def test_extract_drops_boilerplate_and_detects_encoding():
     assert extract_text(b"<html><body><script>only()</script></body></html>") is None
 
 
+@pytest.mark.parametrize("meta", ["<meta charset='utf-8'>", ""])
+def test_extract_reads_utf8_pages_with_few_accents_as_utf8(meta):
+    # A real page (Rust book's compiler-plugins.html): declared UTF-8, one curly quote; uchardet alone calls it cp1252.
+    html = (
+        f"<html><head>{meta}<title>Compiler Plugins</title></head><body><main><h1>Compiler Plugins</h1>"
+        "<p>Compiler plugins were user-provided libraries that extended the compiler’s behavior in certain "
+        "ways. Support for them has been removed.</p></main></body></html>"
+    ).encode()
+    assert "the compiler’s behavior" in extract_text(html)
+
+
 @pytest.mark.parametrize(
     "text,lang",
     [

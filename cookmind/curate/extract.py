@@ -7,10 +7,13 @@ from resiliparse.parse.encoding import bytes_to_str, detect_encoding
 
 
 def decode_html(html: bytes | str) -> str:
-    """Bytes -> str with the encoding resiliparse detects (meta charset, BOM, byte statistics)."""
+    """Bytes -> str: valid UTF-8 as UTF-8, else the page's meta charset, else resiliparse's byte statistics."""
     if isinstance(html, str):
         return html
-    return bytes_to_str(html, detect_encoding(html))
+    try:  # uchardet alone calls a UTF-8 page with a few accents cp1252 (mojibake), even under <meta charset=utf-8>
+        return html.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return bytes_to_str(html, detect_encoding(html, from_html_meta=True))
 
 
 def extract_text(html_bytes: bytes | str, main_content: bool = True) -> str | None:
