@@ -110,3 +110,19 @@ def test_a_run_reruns_and_restarts_over_its_own_reports(tmp_path):
     )
     with pytest.raises(ValueError, match="1 shard files that no curate run there wrote"):
         run_pipeline(cfg, [src], out, progress=False)  # a resume checks the folder against run.json too
+
+
+def test_a_rerun_refuses_an_input_file_changed_since_the_run_read_it(tmp_path):
+    """Same paths, new content: skipping the finished shards would hand back the old text as the new run's."""
+    from cookmind.curate.runner import read_outputs
+
+    cfg = CurateConfig(stages=[{"pii": {}}])
+    src = _inputs(tmp_path, "in", ["the first draft"])
+    out = tmp_path / "out"
+    run_pipeline(cfg, [src], out, progress=False)
+    run_pipeline(cfg, [src], out, progress=False)  # unchanged: resumes
+    (tmp_path / "in" / "docs0.jsonl").write_text('{"id": "in0", "text": "the corrected text"}\n')
+    with pytest.raises(ValueError, match=r"docs0\.jsonl changed since .*--restart"):
+        run_pipeline(cfg, [src], out, progress=False)
+    run_pipeline(cfg, [src], out, restart=True, progress=False)
+    assert [d["text"] for d in read_outputs(sorted(out.glob("shard-*")))] == ["the corrected text"]

@@ -211,6 +211,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
     import shutil
 
     stamp = {"config": config.fingerprint(), "plan": plan}
+    files = {f: [(st := os.stat(f)).st_size, st.st_mtime_ns] for shard in plan for f in shard}
     path = work / "run.json"
     output = work.parent
     if work.is_dir() and any(work.iterdir()) and not path.is_file():  # --restart deletes only a curate run's
@@ -231,12 +232,27 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
                 f"{work} holds a run with another config or other inputs; pass --restart to "
                 "start over, or choose another --output"
             )
+        # same paths, new content: a shard read before would hand back the old text (one that failed may be fixed)
+        seen = old.get("input_files", files)  # runs before input_files was recorded cannot tell
+        changed = [
+            f
+            for i, shard in enumerate(plan)
+            if any(work.glob(f"00-*/shard-{i:05d}.done"))
+            for f in shard
+            if seen.get(f) != files[f]
+        ]
+        if changed:
+            raise ValueError(
+                f"{changed[0]} changed since the run in {work} read it (size or modification time; {len(changed)} "
+                "changed input file(s) in all); pass --restart to start over, or choose another --output"
+            )
         if "outputs" in old:  # a run from before outputs were recorded cannot tell
             _refuse_foreign_outputs(output, _recorded(path))
+        _write_json(path, {**old, "input_files": files})
         return
     _refuse_foreign_outputs(output, [])
     work.mkdir(parents=True, exist_ok=True)
-    _write_json(path, {**stamp, "outputs": outputs + list(REPORTS)})
+    _write_json(path, {**stamp, "input_files": files, "outputs": outputs + list(REPORTS)})
 
 
 def _recorded(run_json: Path) -> list[str]:
