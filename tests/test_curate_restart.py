@@ -126,3 +126,16 @@ def test_a_rerun_refuses_an_input_file_changed_since_the_run_read_it(tmp_path):
         run_pipeline(cfg, [src], out, progress=False)
     run_pipeline(cfg, [src], out, restart=True, progress=False)
     assert [d["text"] for d in read_outputs(sorted(out.glob("shard-*")))] == ["the corrected text"]
+
+
+def test_a_rerun_refused_says_whether_the_config_or_the_inputs_differ(tmp_path):
+    cfg = CurateConfig(stages=[{"pii": {}}])
+    src = _inputs(tmp_path, "in", ["one text", "two text"])
+    out = tmp_path / "out"
+    run_pipeline(cfg, [src], out, progress=False)
+    parquet = CurateConfig(stages=[{"pii": {}}], output_format="parquet")
+    with pytest.raises(ValueError, match=r"another config \(its stages, their options or the output format\)"):
+        run_pipeline(parquet, [src], out, progress=False)
+    (tmp_path / "in" / "docs2.jsonl").write_text('{"id": "in2", "text": "three"}\n')
+    with pytest.raises(ValueError, match=r"other inputs \(2 files then, 3 now\)"):
+        run_pipeline(cfg, [src], out, progress=False)

@@ -228,9 +228,14 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
     if path.exists():
         old = json.loads(path.read_text())
         if {k: old.get(k) for k in stamp} != json.loads(json.dumps(stamp)):
+            then = sum(map(len, old.get("plan") or []))
+            what = (
+                "another config (its stages, their options or the output format)"
+                if old.get("config") != stamp["config"]
+                else f"other inputs ({then} files then, {len(files)} now)"
+            )
             raise ValueError(
-                f"{work} holds a run with another config or other inputs; pass --restart to "
-                "start over, or choose another --output"
+                f"{work} holds a run with {what}; pass --restart to start over, or choose another --output"
             )
         # same paths, new content: a shard read before would hand back the old text (one that failed may be fixed)
         seen = old.get("input_files", files)  # runs before input_files was recorded cannot tell
