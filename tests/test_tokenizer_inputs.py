@@ -173,3 +173,24 @@ def test_the_data_stages_do_not_import_torch(tmp_path):
         assert f"after {stage}, torch imported: False" in out.stdout, out.stdout + out.stderr
     assert (tmp_path / "tok" / "tokenizer.json").exists()
     assert any((tmp_path / "store-h5").glob("*.h5")), sorted(p.name for p in (tmp_path / "store-h5").iterdir())
+
+
+def test_train_summary_says_how_many_files_records_and_bytes_it_read(tmp_path, capsys):
+    """The JSON line says what training read, so a user can tell a partial read from a whole one: the files (a
+    folder counts its shard-* files only), the records with text (JSON lines, gzip text documents; an empty text is
+    counted apart), and the bytes of text; all checked against counts made here from the files written."""
+    docs = [f"Record {i}: the cook adds {i} cups of soupe \u00e0 l'oignon." for i in range(7)]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    jsonl = [json.dumps({"text": d}, ensure_ascii=i % 2 == 0) for i, d in enumerate(docs)]
+    jsonl[2:2] = ["", json.dumps({"text": ""})]  # a blank line (no record) and a record with empty text
+    (folder / "shard-00000.jsonl").write_text("\n".join(jsonl) + "\n", encoding="utf-8")
+    gz_docs = ["Bread and tea.", "The soup is hot \u2014 wait."]
+    (folder / "shard-00001.txt.gz").write_bytes(gzip.compress("<|endoftext|>".join(gz_docs).encode()))
+    (folder / "notes.jsonl").write_text(json.dumps({"text": "not a shard: not read"}) + "\n")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("A plain text file.\nIt is read whole.<|endoftext|>Second document.\n", encoding="utf-8")
+    assert _train(tmp_path, tmp_path / "tok", folder, plain) == 0, capsys.readouterr().err
+    read = json.loads(capsys.readouterr().out)["read"]
+    text_bytes = sum(len(d.encode()) for d in docs + gz_docs) + len(plain.read_bytes())
+    assert read == {"files": 3, "records": len(docs) + len(gz_docs), "empty_records": 1, "text_bytes": text_bytes}

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import resolve_pattern
-from cookmind.tokenizer.pretokenize import count_pretokens
+from cookmind.tokenizer.pretokenize import ReadCounts, count_pretokens
 
 if TYPE_CHECKING:
     from cookmind.store.records import SkippedRecords
@@ -155,6 +155,7 @@ def train_bpe(
     progress: bool | None = None,
     text_field: str = "text",
     skipped: SkippedRecords | None = None,
+    read: ReadCounts | None = None,
 ) -> tuple[dict[int, bytes], list[Merge]]:
     """Train a byte-level BPE on one or more inputs: UTF-8 text files, or what ``pack`` reads besides (JSON lines,
     JSON, Parquet: each record's ``text_field``; gzip; ``cookmind curate run`` output folders).
@@ -163,7 +164,8 @@ def train_bpe(
     tokens in order, then merged tokens. Raises TokenizerError for a missing file, an empty
     corpus, a vocab_size below 256 + len(special_tokens), or non-UTF-8 bytes (unless
     utf8_errors="replace", which reads them as U+FFFD), or a bad JSON / Parquet record, unless ``skipped``
-    (a ``SkippedRecords``) is given: bad records are then counted there and left out.
+    (a ``SkippedRecords``) is given: bad records are then counted there and left out. ``read`` (a ``ReadCounts``),
+    where given, is filled with the files, records and bytes of text read, so a caller can report them.
     """
     specials = check_specials(special_tokens)
     pattern = resolve_pattern(pattern, check_covers=True)
@@ -182,6 +184,7 @@ def train_bpe(
         progress=progress,
         text_field=text_field,
         skipped=skipped,
+        read=read,
     )
     inputs = input_path if isinstance(input_path, (str, os.PathLike)) else ", ".join(map(str, input_path))
     if not counts and skipped is not None and skipped.count:

@@ -158,6 +158,7 @@ def _save_new(tok, out: Path, overwrite: bool) -> None:
 def _train(args) -> int:
     from cookmind.store.records import SkippedRecords
     from cookmind.tokenizer.bpe_train import train_bpe
+    from cookmind.tokenizer.pretokenize import ReadCounts
     from cookmind.tokenizer.tokenizer import Tokenizer
 
     specials = DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token
@@ -165,6 +166,7 @@ def _train(args) -> int:
     check_out(out, args.overwrite, args.input)  # before the (long) training
     t0 = time.perf_counter()
     skipped = SkippedRecords() if args.skip_bad else None
+    read = ReadCounts()
     vocab, merges = train_bpe(
         args.input,
         args.vocab_size,
@@ -175,6 +177,7 @@ def _train(args) -> int:
         utf8_errors=args.utf8_errors,
         text_field=args.text_field,
         skipped=skipped,
+        read=read,
     )
     tok = Tokenizer(vocab, merges, specials, args.pattern)
     _save_new(tok, out, args.overwrite)
@@ -187,6 +190,7 @@ def _train(args) -> int:
                 "specials": tok.special_tokens,
                 "seconds": round(time.perf_counter() - t0, 3),
                 "fingerprint": tok.fingerprint(),
+                "read": read.as_dict(),
                 **({"skipped": skipped.count} if skipped is not None else {}),
             }
         )

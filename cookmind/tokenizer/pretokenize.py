@@ -20,6 +20,7 @@ import itertools
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,27 @@ if TYPE_CHECKING:
     from cookmind.store.records import SkippedRecords
 
 _WINDOW = 1 << 20
+
+
+@dataclass
+class ReadCounts:
+    """What training read, for its summary: the input files (a folder: its ``shard-*`` files), the records with
+    text (JSON lines, JSON and Parquet records, gzip text documents; a plain text file is read whole, as byte
+    ranges, and holds no records), the records whose text was empty (left out: nothing to learn), and the bytes of
+    text: a plain text file's bytes (special tokens included), each record's text in UTF-8."""
+
+    files: int = 0
+    records: int = 0
+    empty_records: int = 0
+    text_bytes: int = 0
+
+    def as_dict(self) -> dict:
+        return {
+            "files": self.files,
+            "records": self.records,
+            "empty_records": self.empty_records,
+            "text_bytes": self.text_bytes,
+        }
 
 
 def special_split_regex(special_tokens: Iterable[str]) -> regex.Pattern | None:
@@ -227,11 +249,13 @@ def document_texts(
     text_field: str = "text",
     utf8_errors: str = "strict",
     skipped: SkippedRecords | None = None,
+    read: ReadCounts | None = None,
 ) -> Iterator[str]:
     """The documents of a JSON-lines, JSON, Parquet or gzip file as ``pack --train-type seq`` reads them (each
     record's ``text_field``; gzip text split at <|endoftext|>); an empty document is skipped (nothing to learn).
     A bad record (invalid JSON, a missing or non-text field, bad UTF-8 under ``utf8_errors="strict"``) is an
-    error naming file:line, or, with ``skipped`` given, counted there and left out (``--skip-bad``)."""
+    error naming file:line, or, with ``skipped`` given, counted there and left out (``--skip-bad``). ``read``, where
+    given, counts the records yielded and the empty ones left out."""
     from cookmind.store.records import BadRecord, RecordOptions, make_seq, parse, reason_kind
     from cookmind.store.sources import iter_items
 
@@ -239,10 +263,12 @@ def document_texts(
     try:
         for item in iter_items(path, utf8_errors=utf8_errors):
             try:
-                yield make_seq(parse(item), None, opts)
+                text = make_seq(parse(item), None, opts)
             except BadRecord as exc:
                 kind = reason_kind(str(exc))
                 if kind == "empty text":
+                    if read is not None:
+                        read.empty_records += 1
                     continue
                 where = f"{item.source}:{item.line}: {exc}"
                 if skipped is not None:
@@ -254,6 +280,9 @@ def document_texts(
                     else "; fix the record, or pass --skip-bad to skip bad records and count them"
                 )
                 raise TokenizerError(where + hint) from None
+            if read is not None:
+                read.records += 1
+            yield text
     except TokenizerError:
         raise
     except ValueError as exc:  # the reader's own one-line errors (bad UTF-8 in gzip text, a broken JSON array)
@@ -261,12 +290,17 @@ def document_texts(
 
 
 def _text_batches(
-    files: Sequence[str], text_field: str, utf8_errors: str, batch_chars: int, skipped: SkippedRecords | None = None
+    files: Sequence[str],
+    text_field: str,
+    utf8_errors: str,
+    batch_chars: int,
+    skipped: SkippedRecords | None = None,
+    read: ReadCounts | None = None,
 ) -> Iterator[list[str]]:
     batch: list[str] = []
     size = 0
     for path in files:
-        for text in document_texts(path, text_field, utf8_errors, skipped):
+        for text in document_texts(path, text_field, utf8_errors, skipped, read):
             batch.append(text)
             size += len(text)
             if size >= batch_chars:
@@ -296,6 +330,7 @@ def count_pretokens(
     progress: bool | None = None,
     text_field: str = "text",
     skipped: SkippedRecords | None = None,
+    read: ReadCounts | None = None,
 ) -> Counter:
     """Pre-token (str) -> count over all inputs, splitting on special tokens first.
 
@@ -304,12 +339,15 @@ def count_pretokens(
     workers: processes to use (default: all CPUs); chunk_bytes: work unit per process.
     utf8_errors: "strict" (default: bad bytes are an error naming file:line) or "replace" (U+FFFD).
     skipped: where given, bad records are counted there and left out instead of raising (``document_texts``).
+    read: where given, filled with the files, records and bytes of text read (``ReadCounts``).
     """
     from tqdm import tqdm
 
     if utf8_errors not in ("strict", "replace"):
         raise TokenizerError(f"utf8_errors must be 'strict' or 'replace', got {utf8_errors!r}")
     files = check_inputs(paths)
+    read = read if read is not None else ReadCounts()
+    read.files = len(files)
     plain = [p for p in files if is_plain_text(p)]
     records = [p for p in files if p not in plain]
     specials = list(special_tokens)
@@ -318,9 +356,8 @@ def count_pretokens(
         for p in plain
         for s, e in chunk_file(p, chunk_bytes, special_tokens, pattern)
     ]
-    record_tasks = (
-        (batch, pattern, specials) for batch in _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped)
-    )
+    batches = _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped, read)
+    record_tasks = ((batch, pattern, specials) for batch in batches)
     # the record batches are not known ahead: about one per chunk_bytes on disk (more where compressed)
     expected = len(tasks) + -(-sum(os.path.getsize(p) for p in records) // chunk_bytes)
     workers = max(1, min(workers or os.cpu_count() or 1, expected or 1))
@@ -337,6 +374,7 @@ def count_pretokens(
             results: Iterable = itertools.chain(map(_count_chunk, tasks), map(_count_texts, record_tasks))
             for part, n in results:
                 counts.update(part)
+                read.text_bytes += n
                 bar.update(n)
         else:
             with pool_context().Pool(workers, initializer=ignore_ctrl_c) as pool:
@@ -344,6 +382,7 @@ def count_pretokens(
                     pool.imap_unordered(_count_chunk, tasks), _in_waves(pool, _count_texts, record_tasks, 2 * workers)
                 ):
                     counts.update(part)
+                    read.text_bytes += n
                     bar.update(n)
     return counts
 
