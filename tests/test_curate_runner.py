@@ -139,6 +139,39 @@ def _warc_record(rtype: str, url: str, payload: bytes, content_type: str) -> byt
     return head.encode() + payload + b"\r\n\r\n"
 
 
+def _http_response(html: bytes, content_type: str) -> bytes:
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(html)}\r\n\r\n"
+    return head.encode() + html
+
+
+def test_warc_html_is_decoded_by_the_http_charset(tmp_path):
+    """A crawled page's charset is said by its HTTP Content-Type, which the WARC record keeps: a short cp1251 page
+    the byte statistics call cp1252 ('Ùè äà êàøà') and an ISO-2022-JP page (7-bit bytes, so valid UTF-8, read as
+    escape codes) come out right only by the header; a UTF-8 BOM still overrules it, and an unknown charset label
+    falls back to the page itself (valid UTF-8 here)."""
+    from cookmind.curate.shards import iter_shard
+
+    ru, ja = "Щи да каша — пища наша.", "味噌汁の作り方"
+    pages = [
+        (f"<html><body><p>{ru}</p></body></html>".encode("cp1251"), "text/html; charset=windows-1251"),
+        (f"<html><body><p>{ja}</p></body></html>".encode("iso-2022-jp"), 'text/html; Charset="ISO-2022-JP"'),
+        (b"\xef\xbb\xbf" + f"<html><body><p>{ru}</p></body></html>".encode(), "text/html; charset=iso-8859-1"),
+        (f"<html><body><p>{ru}</p></body></html>".encode(), "text/html; charset=no-such-charset"),
+    ]
+    warc = b"".join(
+        _warc_record("response", f"https://{i}.example/", _http_response(html, ctype), "application/http")
+        for i, (html, ctype) in enumerate(pages)
+    )
+    (tmp_path / "x.warc").write_bytes(warc)
+    docs = list(iter_shard(str(tmp_path / "x.warc")))
+    assert [d["html"] for d in docs] == [
+        f"<html><body><p>{ru}</p></body></html>",
+        f"<html><body><p>{ja}</p></body></html>",
+        f"<html><body><p>{ru}</p></body></html>",
+        f"<html><body><p>{ru}</p></body></html>",
+    ]
+
+
 def test_warc_and_html_inputs(tmp_path):
     from cookmind.curate.shards import iter_shard, plan_input_shards
 

@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+import codecs
+import re
+
 from resiliparse.extract.html2text import extract_plain_text
-from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+from resiliparse.parse.encoding import bytes_to_str, detect_encoding, map_encoding_to_html5
 
 
-def decode_html(html: bytes | str) -> str:
-    """Bytes -> str: valid UTF-8 as UTF-8, else the page's meta charset, else resiliparse's byte statistics."""
+def charset_of(content_type: str | None) -> str | None:
+    """The ``charset`` parameter of a Content-Type header (``text/html; charset="cp1251"`` -> ``cp1251``), or None."""
+    m = re.search(r"""charset\s*=\s*["']?([^"';\s]+)""", content_type or "", re.IGNORECASE)
+    return m.group(1) if m else None
+
+
+def decode_html(html: bytes | str, http_charset: str | None = None) -> str:
+    """Bytes -> str by the first that holds: a UTF-8 BOM; the HTTP header's charset (``http_charset``, a crawled
+    page's authoritative one), if Python knows it and the bytes decode in it; valid UTF-8; the page's meta charset,
+    else resiliparse's byte statistics. Labels are read as browsers read them (iso-8859-1 as windows-1252)."""
     if isinstance(html, str):
         return html
+    if html.startswith(codecs.BOM_UTF8):
+        return html[3:].decode("utf-8", errors="replace")
+    if http_charset:
+        try:
+            codecs.lookup(http_charset)  # resiliparse maps an unknown label to UTF-8: ask Python first
+            return html.decode(map_encoding_to_html5(http_charset)).removeprefix("\ufeff")
+        except (LookupError, UnicodeDecodeError):
+            pass  # an unknown label, or bytes that are not in it: the page's own bytes decide
     try:  # uchardet alone calls a UTF-8 page with a few accents cp1252 (mojibake), even under <meta charset=utf-8>
-        return html.decode("utf-8-sig")
+        return html.decode("utf-8")
     except UnicodeDecodeError:
         return bytes_to_str(html, detect_encoding(html, from_html_meta=True))
 

@@ -147,7 +147,7 @@ def read_warc(path: Path) -> Iterator[dict]:
     """HTML responses (as "html") and WET conversions (as "text") of a WARC/WET file, via fastwarc."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
-    from cookmind.curate.extract import decode_html
+    from cookmind.curate.extract import charset_of, decode_html
 
     types = WarcRecordType.response | WarcRecordType.resource | WarcRecordType.conversion
     with open(path, "rb") as f:
@@ -161,7 +161,7 @@ def read_warc(path: Path) -> Iterator[dict]:
             ctype = (rec.http_headers.get("Content-Type", "") if rec.http_headers else "") or ""
             if ctype and "html" not in ctype.lower():
                 continue
-            yield {"id": rid, "url": url, "html": decode_html(body)}
+            yield {"id": rid, "url": url, "html": decode_html(body, charset_of(ctype))}
 
 
 def write_shard(docs: Iterable[dict], path: str | os.PathLike, fmt: str | None = None) -> int:
