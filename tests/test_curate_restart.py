@@ -134,8 +134,30 @@ def test_a_rerun_refused_says_whether_the_config_or_the_inputs_differ(tmp_path):
     out = tmp_path / "out"
     run_pipeline(cfg, [src], out, progress=False)
     parquet = CurateConfig(stages=[{"pii": {}}], output_format="parquet")
-    with pytest.raises(ValueError, match=r"another config \(its stages, their options or the output format\)"):
+    said = r"another config \(its stages, their options, the output format or --removed\)"
+    with pytest.raises(ValueError, match=said):
         run_pipeline(parquet, [src], out, progress=False)
     (tmp_path / "in" / "docs2.jsonl").write_text('{"id": "in2", "text": "three"}\n')
     with pytest.raises(ValueError, match=r"other inputs \(2 files then, 3 now\)"):
         run_pipeline(cfg, [src], out, progress=False)
+
+
+def test_a_rerun_and_restart_treat_the_removed_list_as_the_runs_own(tmp_path):
+    listing = CurateConfig(stages=[{"gopher": {}}], removed=True)
+    src = _inputs(tmp_path, "in", ["too short", "also short"])
+    out = tmp_path / "out"
+    first = run_pipeline(listing, [src], out, progress=False)
+    names = ["removed/shard-00000.jsonl.gz", "removed/shard-00001.jsonl.gz"]
+    assert sorted(f"removed/{p.name}" for p in first.removed.iterdir()) == names
+    assert set(names) <= set(json.loads((out / WORK / "run.json").read_text())["outputs"])
+    again = run_pipeline(listing, [src], out, progress=False)
+    assert again.tasks_run == 0 and again.removed == first.removed
+    with pytest.raises(ValueError, match="another config"):  # the list is part of what a run promises
+        run_pipeline(CurateConfig(stages=[{"gopher": {}}]), [src], out, progress=False)
+    run_pipeline(CurateConfig(stages=[{"gopher": {}}]), [src], out, restart=True, progress=False)
+    assert not (out / "removed").exists()
+    stray = tmp_path / "stray"
+    (stray / "removed").mkdir(parents=True)
+    (stray / "removed" / "shard-00000.jsonl.gz").write_bytes(b"")
+    with pytest.raises(ValueError, match="removed/shard-00000.jsonl.gz, a list of removed documents no curate run"):
+        run_pipeline(listing, [src], stray, progress=False)

@@ -97,6 +97,35 @@ def test_resume_skips_finished_shards_and_matches_a_clean_run(tmp_path):
         run_pipeline(CurateConfig(stages=LIGHT[:2]), [str(tmp_path / "in")], tmp_path / "out", progress=False)
 
 
+def test_removed_lists_exactly_the_documents_missing_from_the_output_with_the_reported_reasons(tmp_path):
+    from collections import Counter
+
+    from cookmind.curate.shards import iter_shard, read_jsonl
+
+    write_crawl(tmp_path / "in", num_pages=90, seed=5, num_shards=3)
+    inputs = sorted((tmp_path / "in").glob("crawl-*.jsonl.gz"))
+    plain = run_pipeline(CurateConfig(stages=LIGHT), [str(tmp_path / "in")], tmp_path / "plain", progress=False)
+    assert plain.removed is None and not (tmp_path / "plain" / "removed").exists()
+    assert "removed" not in json.loads(plain.report_json.read_text())
+    result = run_pipeline(
+        CurateConfig(stages=LIGHT, removed=True), [str(tmp_path / "in")], tmp_path / "out", progress=False
+    )
+    assert _read_all(tmp_path / "out") == _read_all(tmp_path / "plain")  # the option changes no output
+    assert result.removed == tmp_path / "out" / "removed"
+    assert "removed/shard-*.jsonl.gz" in result.report_md.read_text()
+    kept = {d["id"] for d in _read_all(tmp_path / "out")}
+    listed = []
+    for i, src in enumerate(inputs):  # shard i lists what input shard i lost, each document once
+        rows = list(read_jsonl(result.removed / f"shard-{i:05d}.jsonl.gz"))
+        assert sorted(r["id"] for r in rows) == sorted(d["id"] for d in iter_shard([str(src)]) if d["id"] not in kept)
+        listed += rows
+    assert sorted(p.name for p in result.removed.iterdir()) == [f"shard-{i:05d}.jsonl.gz" for i in range(3)]
+    reported = Counter({(s.name, r): n for s in result.stages for r, n in s.reasons.items() if n})
+    assert Counter((r["stage"], r["reason"]) for r in listed) == reported
+    assert {"gopher", "minhash"} <= {stage for stage, _ in reported}
+    assert all(r["text"] for r in listed if r["stage"] != "extract")
+
+
 def test_parquet_output_and_config_errors(tmp_path):
     write_crawl(tmp_path / "in", num_pages=40, seed=6, num_shards=2)
     cfg = CurateConfig(stages=LIGHT[:3], output_format="parquet")
@@ -112,7 +141,7 @@ def test_parquet_output_and_config_errors(tmp_path):
 def test_ray_executor_equals_local(tmp_path):
     ray = pytest.importorskip("ray")
     write_crawl(tmp_path / "in", num_pages=40, seed=7, num_shards=2)
-    cfg = CurateConfig(stages=LIGHT)
+    cfg = CurateConfig(stages=LIGHT, removed=True)
     local = run_pipeline(cfg, [str(tmp_path / "in")], tmp_path / "local", progress=False)
     os.environ["RAY_AUTH_MODE"] = "disabled"
     repo = str(Path(__file__).resolve().parents[1])
@@ -127,6 +156,7 @@ def test_ray_executor_equals_local(tmp_path):
     finally:
         ray.shutdown()
     assert _read_all(tmp_path / "ray") == _read_all(tmp_path / "local")
+    assert _read_all(tmp_path / "ray" / "removed") == _read_all(tmp_path / "local" / "removed")
     strip = [{k: v for k, v in s.to_dict().items() if k != "seconds"} for s in local.stages]
     assert [{k: v for k, v in s.to_dict().items() if k != "seconds"} for s in remote.stages] == strip
 

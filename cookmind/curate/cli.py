@@ -22,6 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int_in(1), default=None, help="local processes (or local Ray CPUs)")
     p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (default: start a local one)")
     p.add_argument("--format", dest="output_format", choices=["jsonl.gz", "jsonl", "parquet"], default=None)
+    p.add_argument(
+        "--removed",
+        action="store_true",
+        help="also write each shard's removed documents (id, stage, reason, text) to OUTPUT/removed/",
+    )
     p.add_argument("--restart", action="store_true", help="discard finished shards in --output and start over")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -114,6 +119,8 @@ def _run(args) -> int:
     cfg = CurateConfig.from_yaml(args.config) if args.config else CurateConfig()
     if args.output_format:
         cfg.output_format = args.output_format
+    if args.removed:
+        cfg.removed = True
     result = run_pipeline(
         cfg,
         args.input,
@@ -128,6 +135,7 @@ def _run(args) -> int:
     print(
         f"{len(result.outputs)} shards in {args.output} ({result.tasks_run} tasks run, "
         f"{result.tasks_skipped} already done); report: {result.report_md}"
+        + (f"; removed documents: {result.removed}" if result.removed else "")
     )
     return 0
 

@@ -27,11 +27,13 @@ DEFAULT_STAGES: list[dict] = [
 
 @dataclasses.dataclass
 class CurateConfig:
-    """``stages``: a list of one-key mappings ``{stage_name: {options}}`` in run order."""
+    """``stages``: a list of one-key mappings ``{stage_name: {options}}`` in run order; ``removed``: also write
+    each shard's removed documents, with stage and reason, to ``OUTPUT/removed/``."""
 
     stages: list = dataclasses.field(default_factory=lambda: [dict(s) for s in DEFAULT_STAGES])
     output_format: str = "jsonl.gz"
     workers: int = 1
+    removed: bool = False
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> CurateConfig:
@@ -69,8 +71,9 @@ class CurateConfig:
         return [next(iter(s.items())) for s in self.stages]
 
     def fingerprint(self) -> str:
-        """Stable hash of the stages and format (a resumed run must use the same ones)."""
-        body = json.dumps({"stages": self.stages, "output_format": self.output_format}, sort_keys=True)
+        """Stable hash of the stages, format and ``removed`` (a resumed run must use the same ones)."""
+        listed = {"removed": True} if self.removed else {}  # runs from before the option keep their hash
+        body = json.dumps({"stages": self.stages, "output_format": self.output_format, **listed}, sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 

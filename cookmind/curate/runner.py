@@ -3,6 +3,8 @@
 Consecutive document stages run together in one pass over each shard; a corpus stage (dedup)
 is a barrier with a scan pass, a reduce in the driver and an apply pass. Every finished task
 leaves a ``.done`` file (holding its stats) under ``OUTPUT/_work``; a rerun skips those tasks.
+With ``config.removed`` each task also lists the documents it removed; the driver joins a shard's lists
+into ``OUTPUT/removed/shard-NNNNN.jsonl.gz``.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
-from cookmind.atomic import write_json
+from cookmind.atomic import write_json, writing
 from cookmind.curate.config import CurateConfig
 from cookmind.curate.executors import make_executor
 from cookmind.curate.shards import iter_shard, plan_input_shards, shard_suffix, write_shard
@@ -21,6 +24,7 @@ from cookmind.curate.stages import build_stage
 from cookmind.curate.stats import StageStats, text_bytes, write_report
 
 WORK = "_work"
+REMOVED = "removed"  # OUTPUT/removed/shard-NNNNN.jsonl.gz: what the stages removed from each shard, and why
 
 
 @dataclasses.dataclass
@@ -33,14 +37,18 @@ class RunResult:
     tasks_skipped: int
     report_json: Path
     report_md: Path
+    removed: Path | None = None  # the folder listing the removed documents, when the run wrote one
 
 
 BATCH = 256  # documents per batch: stages with a per-call model cost (toxicity) see them together
 
 
-def run_doc_shard(stages, shard, out_path: str, done_path: str, fmt: str) -> list[dict]:
-    """One shard through consecutive document stages, in batches; writes the kept documents and the done file."""
-    stats = [StageStats(s.name) for s in stages]
+def run_doc_shard(
+    stages, shard, out_path: str, done_path: str, fmt: str, removed_path: str | None = None
+) -> list[dict]:
+    """One shard through consecutive document stages, in batches; writes the kept documents (and, given
+    ``removed_path``, the removed ones) and the done file."""
+    stats = [StageStats(s.name, dropped=[] if removed_path else None) for s in stages]
 
     def batches():
         batch = []
@@ -60,17 +68,41 @@ def run_doc_shard(stages, shard, out_path: str, done_path: str, fmt: str) -> lis
                 t0 = time.process_time()
                 st.docs_in += len(batch)
                 st.bytes_in += sum(text_bytes(d) for d in batch)
+                n_dropped = len(st.dropped or ())
                 flags = stage.process_batch(batch, st)
                 batch = [d for d, ok in zip(batch, flags) if ok]
+                if st.dropped is not None and len(st.dropped) - n_dropped != len(flags) - len(batch):
+                    raise RuntimeError(
+                        f"stage {stage.name} removed {len(flags) - len(batch)} documents but named a reason for "
+                        f"{len(st.dropped) - n_dropped}: a stage removes a document with stats.drop(reason, doc)"
+                    )
                 st.docs_out += len(batch)
                 st.bytes_out += sum(text_bytes(d) for d in batch)
                 st.seconds += time.process_time() - t0
             yield from batch
 
     write_shard(kept(), out_path, fmt)
+    if removed_path:
+        _write_removed(stats, removed_path)
     result = [s.to_dict() for s in stats]
     _write_json(Path(done_path), result)
     return result
+
+
+def _write_removed(stats: list[StageStats], path: str) -> None:
+    """The documents ``stats`` dropped as JSON lines: id, stage, reason, then the url, the whole text (the html
+    of a page extract found no text in) as the document had them when removed."""
+    rows = (
+        {
+            "id": doc.get("id"),
+            "stage": st.name,
+            "reason": reason,
+            **{k: doc[k] for k in ("url", "text", "html") if k in doc},
+        }
+        for st in stats
+        for reason, doc in st.dropped
+    )
+    write_shard(rows, path, "jsonl.gz")
 
 
 def run_scan(stage, shard, scratch: str, idx: int, done_path: str) -> None:
@@ -80,9 +112,14 @@ def run_scan(stage, shard, scratch: str, idx: int, done_path: str) -> None:
     _write_json(Path(done_path), {"seconds": time.process_time() - t0})
 
 
-def run_apply(stage, shard, out_path: str, scratch: str, idx: int, fmt: str, done_path: str) -> list[dict]:
-    """Pass 2 of a corpus stage on one shard; the done file holds the shard's stats."""
-    stats = stage.apply(shard, Path(out_path), Path(scratch), idx, fmt)
+def run_apply(
+    stage, shard, out_path: str, scratch: str, idx: int, fmt: str, done_path: str, removed_path: str | None = None
+) -> list[dict]:
+    """Pass 2 of a corpus stage on one shard (listing what it removed in ``removed_path``, if given); the done file
+    holds the shard's stats."""
+    stats = stage.apply(shard, Path(out_path), Path(scratch), idx, fmt, list_removed=bool(removed_path))
+    if removed_path:
+        _write_removed([stats], removed_path)
     result = [stats.to_dict()]
     _write_json(Path(done_path), result)
     return result
@@ -109,7 +146,8 @@ def run_pipeline(
     restart: bool = False,
     progress: bool = True,
 ) -> RunResult:
-    """Run ``config``'s stages over ``inputs`` into ``output`` (shard-NNNNN.<format> + report.{json,md})."""
+    """Run ``config``'s stages over ``inputs`` into ``output`` (shard-NNNNN.<format> + report.{json,md}, and
+    removed/shard-NNNNN.jsonl.gz with ``config.removed``)."""
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise ValueError(
@@ -123,25 +161,28 @@ def run_pipeline(
     _check_output_apart(inputs, output)
     plan = plan_input_shards(inputs)
     suffix = shard_suffix(config.output_format)
-    _check_resume(work, config, plan, restart, [f"shard-{i:05d}{suffix}" for i in range(len(plan))])
+    removed = [f"{REMOVED}/shard-{i:05d}.jsonl.gz" for i in range(len(plan))] if config.removed else []
+    _check_resume(work, config, plan, restart, [f"shard-{i:05d}{suffix}" for i in range(len(plan))] + removed)
     ex = make_executor(executor, workers or config.workers, ray_address, progress)
     segs = _segments(stages)
+    seg_dirs = [work / f"{k:02d}-{'+'.join(s.name for s in seg)}" for k, seg in enumerate(segs)]
     specs: list = plan
     totals: list[StageStats] = []
     run = skipped = 0
     for k, seg in enumerate(segs):
         last = k == len(segs) - 1
-        seg_dir = work / f"{k:02d}-{'+'.join(s.name for s in seg)}"
+        seg_dir = seg_dirs[k]
         seg_dir.mkdir(parents=True, exist_ok=True)
         fmt = config.output_format if last else "jsonl.gz"
         outs = [
             str((output if last else seg_dir) / f"shard-{i:05d}{suffix if last else '.jsonl.gz'}")
             for i in range(len(specs))
         ]
+        lists = [str(seg_dir / f"removed-{i:05d}.jsonl.gz") if removed else None for i in range(len(specs))]
         if not seg[0].corpus:
             dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
             todo = [
-                (seg, specs[i], outs[i], str(dones[i]), fmt)
+                (seg, specs[i], outs[i], str(dones[i]), fmt, lists[i])
                 for i in range(len(specs))
                 if not (dones[i].exists() and Path(outs[i]).exists())
             ]
@@ -164,7 +205,7 @@ def run_pipeline(
                 _write_json(reduce_done, {"seconds": time.process_time() - t0})
             dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
             todo = [
-                (stage, specs[i], outs[i], str(scratch), i, fmt, str(dones[i]))
+                (stage, specs[i], outs[i], str(scratch), i, fmt, str(dones[i]), lists[i])
                 for i in range(len(specs))
                 if todo_scan or not (dones[i].exists() and Path(outs[i]).exists())
             ]
@@ -181,8 +222,16 @@ def run_pipeline(
             seg_stats[0].seconds += extra
         totals += seg_stats
         specs = outs
-    report_json, report_md = write_report(totals, output)
-    return RunResult(totals, [Path(p) for p in specs], run, skipped, report_json, report_md)
+    removed_dir = None
+    if removed:  # each shard's lists, one per segment, joined (gzip members concatenate) in pipeline order
+        removed_dir = output / REMOVED
+        for name in removed:
+            with writing(output / name, "wb") as f:
+                for seg_dir in seg_dirs:
+                    with open(seg_dir / Path(name).name.replace("shard-", "removed-"), "rb") as part:
+                        shutil.copyfileobj(part, f)
+    report_json, report_md = write_report(totals, output, removed_dir)
+    return RunResult(totals, [Path(p) for p in specs], run, skipped, report_json, report_md, removed_dir)
 
 
 def _check_output_apart(inputs: list[str], output: Path) -> None:
@@ -208,8 +257,6 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
     so a rerun that writes fewer shards, or another format, leaves none of them for ``pack`` to read as its own.
     A new run refuses an output folder holding shard files or a report no curate run there recorded writing.
     """
-    import shutil
-
     stamp = {"config": config.fingerprint(), "plan": plan}
     files = {f: [(st := os.stat(f)).st_size, st.st_mtime_ns] for shard in plan for f in shard}
     path = work / "run.json"
@@ -224,13 +271,15 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         _refuse_foreign_outputs(output, recorded)
         for name in recorded:
             (output / name).unlink(missing_ok=True)
+        if (output / REMOVED).is_dir() and not any((output / REMOVED).iterdir()):
+            (output / REMOVED).rmdir()
         shutil.rmtree(work)
     if path.exists():
         old = json.loads(path.read_text())
         if {k: old.get(k) for k in stamp} != json.loads(json.dumps(stamp)):
             then = sum(map(len, old.get("plan") or []))
             what = (
-                "another config (its stages, their options or the output format)"
+                "another config (its stages, their options, the output format or --removed)"
                 if old.get("config") != stamp["config"]
                 else f"other inputs ({then} files then, {len(files)} now)"
             )
@@ -267,15 +316,23 @@ def _recorded(run_json: Path) -> list[str]:
 
 
 def _refuse_foreign_outputs(output: Path, ours: list[str]) -> None:
-    """Raise if ``output`` holds shard-* files or a report besides ``ours`` (what a curate run there recorded)."""
+    """Raise if ``output`` holds shard-* files, a report or removed/ lists besides ``ours`` (what a curate run there
+    recorded)."""
     names = sorted(p.name for p in output.iterdir()) if output.is_dir() else []
-    foreign = [n for n in names if (n.startswith("shard-") or n in REPORTS) and n not in ours]
+    if (output / REMOVED).is_dir():
+        names += sorted(f"{REMOVED}/{p.name}" for p in (output / REMOVED).glob("shard-*"))
+    foreign = [n for n in names if (n.startswith(("shard-", f"{REMOVED}/")) or n in REPORTS) and n not in ours]
     shards = [n for n in foreign if n.startswith("shard-")]
     if shards:
         raise ValueError(
             f"--output {output} already holds {len(shards)} shard files that no curate run there wrote "
             f"({', '.join(shards[:3])}{', ...' if len(shards) > 3 else ''}): pack and tokenizer train read "
             "every shard in the folder, so they would mix with this run's; choose an empty --output or move them away"
+        )
+    if foreign and foreign[0].startswith(REMOVED):
+        raise ValueError(
+            f"--output {output} already holds {foreign[0]}, a list of removed documents no curate run there wrote, "
+            "which would pass for this run's; choose an empty --output or move it away"
         )
     if foreign:
         raise ValueError(

@@ -50,11 +50,11 @@ class ExtractStage(DocStage):
 
     def process(self, doc, stats):
         if "html" not in doc:
-            return bool(doc.get("text"))
-        text = extract_text(doc.pop("html"), main_content=self.main_content)
+            return bool(doc.get("text")) or stats.drop("no_text", doc)
+        text = extract_text(doc["html"], main_content=self.main_content)
         if text is None:
-            stats.reasons["no_text"] += 1
-            return False
+            return stats.drop("no_text", doc)  # its html stays, for the list of removed documents
+        del doc["html"]
         doc["text"] = text
         return True
 
@@ -71,9 +71,7 @@ class GopherStage(DocStage):
         reasons = gopher_reasons(doc["text"], self.cfg)
         for r in reasons:
             stats.counters[f"failed:{r}"] += 1
-        if reasons:
-            stats.reasons[reasons[0]] += 1
-        return not reasons
+        return not reasons or stats.drop(reasons[0], doc)
 
 
 class LangIdStage(DocStage):
@@ -91,11 +89,9 @@ class LangIdStage(DocStage):
         lang, score = identify_language(doc["text"])
         doc["lang"], doc["lang_score"] = lang, round(score, 4)
         if lang not in self.languages:
-            stats.reasons[f"lang:{lang}"] += 1
-            return False
+            return stats.drop(f"lang:{lang}", doc)
         if score < self.threshold:
-            stats.reasons["low_confidence"] += 1
-            return False
+            return stats.drop("low_confidence", doc)
         return True
 
 
@@ -138,8 +134,7 @@ class NsfwStage(DocStage):
 
         label, _ = classify_nsfw(doc["text"], self.min_hits, self.min_ratio, self.model, self.threshold)
         if label == "nsfw":
-            stats.reasons["nsfw"] += 1
-            return False
+            return stats.drop("nsfw", doc)
         return True
 
 
@@ -169,11 +164,9 @@ class ToxicStage(DocStage):
 
         label, _ = classify_toxic_speech(doc["text"], self.threshold, self.model)
         if label == "toxic":
-            stats.reasons["toxic"] += 1
-            return False
+            return stats.drop("toxic", doc)
         if self.model is None and toxic_line_share(doc["text"], self.line_threshold) > self.max_share:
-            stats.reasons["toxic_lines"] += 1
-            return False
+            return stats.drop("toxic_lines", doc)
         return True
 
     def process_batch(self, docs, stats):
@@ -191,11 +184,9 @@ class ToxicStage(DocStage):
             line_probs = probs[k : k + len(ls)]
             k += len(ls)
             if probs[i] >= self.threshold:
-                stats.reasons["toxic"] += 1
-                keep.append(False)
+                keep.append(stats.drop("toxic", docs[i]))
             elif ls and float((line_probs >= self.line_threshold).mean()) > self.max_share:
-                stats.reasons["toxic_lines"] += 1
-                keep.append(False)
+                keep.append(stats.drop("toxic_lines", docs[i]))
             else:
                 keep.append(True)
         return keep
@@ -222,8 +213,7 @@ class QualityStage(DocStage):
         _, p = classify_quality(doc["text"], self.model, self.good_label)
         doc["quality"] = round(p, 4)
         if p < self.threshold:
-            stats.reasons["low_quality"] += 1
-            return False
+            return stats.drop("low_quality", doc)
         return True
 
 
@@ -277,8 +267,7 @@ class DecontaminateStage(DocStage):
         for set_name in hit:
             stats.counters[f"docs_matching:{set_name}"] += 1
         if hit:
-            stats.reasons[f"eval:{hit[0]}"] += 1
-            return False
+            return stats.drop(f"eval:{hit[0]}", doc)
         return True
 
     def process_batch(self, docs, stats):
@@ -306,9 +295,10 @@ class CorpusStage:
     def load_state(self, scratch: Path, idx: int) -> Any:  # pragma: no cover
         raise NotImplementedError
 
-    def apply(self, shard, out_path: Path, scratch: Path, idx: int, fmt: str) -> StageStats:
-        """Pass 2: write the shard's kept (and edited) documents; return this shard's stats."""
-        stats = StageStats(self.name)
+    def apply(self, shard, out_path: Path, scratch: Path, idx: int, fmt: str, list_removed: bool = False) -> StageStats:
+        """Pass 2: write the shard's kept (and edited) documents; return this shard's stats (with the removed
+        documents in ``dropped`` if ``list_removed``)."""
+        stats = StageStats(self.name, dropped=[] if list_removed else None)
         state = self.load_state(scratch, idx)
         t0 = time.process_time()
 
@@ -384,10 +374,7 @@ class MinHashStage(CorpusStage):
 
     def keep(self, doc, local_idx, state, stats):
         reason = state.get(str(local_idx))
-        if reason:
-            stats.reasons[reason] += 1
-            return False
-        return True
+        return not reason or stats.drop(reason, doc)
 
 
 class ExactLinesStage(CorpusStage):
@@ -416,8 +403,7 @@ class ExactLinesStage(CorpusStage):
         stats.counters["lines_removed"] += n
         stats.counters["docs_edited"] += int(n > 0)
         if len(text.split()) < self.min_words_after:
-            stats.reasons["empty_after_line_dedup"] += 1
-            return False
+            return stats.drop("empty_after_line_dedup", doc)  # listed with its text before the lines went
         doc["text"] = text
         return True
 

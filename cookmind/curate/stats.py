@@ -23,6 +23,14 @@ class StageStats:
     reasons: Counter = dataclasses.field(default_factory=Counter)  # removal reason -> documents
     counters: Counter = dataclasses.field(default_factory=Counter)  # e.g. emails masked, lines removed
     seconds: float = 0.0
+    dropped: list | None = None  # (reason, document) of each removal, when the run lists them (--removed)
+
+    def drop(self, reason: str, doc: dict) -> bool:
+        """Count ``doc``'s removal under ``reason`` (noting the document when removals are listed); returns False."""
+        self.reasons[reason] += 1
+        if self.dropped is not None:
+            self.dropped.append((reason, doc))
+        return False
 
     @property
     def removed(self) -> int:
@@ -74,8 +82,8 @@ def text_bytes(doc: dict) -> int:
     return len(body.encode("utf-8", errors="replace"))
 
 
-def render_markdown(stages: list[StageStats], title: str = "Curation report") -> str:
-    """A Markdown table, one row per stage in pipeline order, then the removal reasons."""
+def render_markdown(stages: list[StageStats], title: str = "Curation report", removed: str | None = None) -> str:
+    """A Markdown table, one row per stage in pipeline order, then the removal reasons (and where they are listed)."""
     lines = [
         f"# {title}",
         "",
@@ -95,20 +103,29 @@ def render_markdown(stages: list[StageStats], title: str = "Curation report") ->
         ]
         if parts:
             lines.append(f"- **{s.name}**: " + ", ".join(parts))
+    if removed:
+        lines += ["", f"Removed documents, each with its stage and reason: `{removed}/shard-*.jsonl.gz`"]
     return "\n".join(lines) + "\n"
 
 
-def write_report(stages: list[StageStats], out_dir: str | os.PathLike) -> tuple[Path, Path]:
-    """``report.json`` and ``report.md`` in ``out_dir``, each written atomically."""
+def write_report(
+    stages: list[StageStats], out_dir: str | os.PathLike, removed: str | os.PathLike | None = None
+) -> tuple[Path, Path]:
+    """``report.json`` and ``report.md`` in ``out_dir``, each written atomically; ``removed``: the folder listing
+    the removed documents, if the run wrote one."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {
         "stages": [s.to_dict() for s in stages],
         "input_docs": stages[0].docs_in if stages else 0,
         "output_docs": stages[-1].docs_out if stages else 0,
+        **({"removed": str(removed)} if removed else {}),
     }
     paths = []
-    for name, body in (("report.json", json.dumps(payload, indent=2) + "\n"), ("report.md", render_markdown(stages))):
+    for name, body in (
+        ("report.json", json.dumps(payload, indent=2) + "\n"),
+        ("report.md", render_markdown(stages, removed=removed and str(removed))),
+    ):
         write_text(out_dir / name, body)
         paths.append(out_dir / name)
     return paths[0], paths[1]
