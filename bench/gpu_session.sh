@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto]...
 #   (default: tests train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -35,6 +35,10 @@ for part in "${parts[@]}"; do
                         && echo "$f"; done)
                 CUBLAS_WORKSPACE_CONFIG=:4096:8 run "gpu-tests$i" 420 python3 -m pytest -q -rs -m gpu $files
             done ;;
+        # every GPU test in one part, six pytest-xdist workers sharing the GPU (the tests are mostly compile
+        # and launch bound, and the machine has 16 cores): one device call instead of three
+        tests-par) CUBLAS_WORKSPACE_CONFIG=:4096:8 run gpu-tests-par 540 python3 -m pytest -q -rs -m gpu -n 6 \
+                --durations 15 $(grep -l "pytest.mark.gpu" tests/test_*.py) ;;
         train) CUDA_VISIBLE_DEVICES=0 run train 240 python3 bench/bench_train.py --device cuda --variants cuda-graph
                CUDA_VISIBLE_DEVICES=0 run train-minimind 200 python3 bench/bench_train.py --device cuda --shape minimind \
                 --seq 340 --variants cuda-graph
@@ -99,6 +103,6 @@ for part in "${parts[@]}"; do
         fp8auto) CUDA_VISIBLE_DEVICES=0 run qwen16-fp8auto 450 python3 bench/bench_train.py --device cuda \
                 --shape qwen3-0.6b --no-peer --no-plain --batch 16 --steps 8 --warmup 4 \
                 --variants master-weights-fp8-all-graph,master-weights-fp8auto-all-graph ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto)"; exit 2 ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto)"; exit 2 ;;
     esac
 done
