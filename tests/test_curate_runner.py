@@ -126,6 +126,61 @@ def test_removed_lists_exactly_the_documents_missing_from_the_output_with_the_re
     assert all(r["text"] for r in listed if r["stage"] != "extract")
 
 
+def test_removed_documents_name_their_input_file_and_line_row_or_offset(tmp_path):
+    """A removed document was named by its id and url alone: a JSONL record without an id, or a page of a WARC,
+    could not be found in the inputs. Each listed document now names its input file and, within it, the 1-based
+    line (JSONL), the 0-based row (Parquet) or the record's byte offset (WARC; in the .gz file, its member's), also
+    when a later pass (MinHash, after the intermediate shards) removed it; the output shards stay as they were."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cookmind.curate.shards import read_jsonl
+
+    good = (
+        "Simmer the chicken stock with onions, carrots and a bay leaf for two hours, then strain it through a fine "
+        "sieve. Skim the fat from the surface once it has cooled, and season the broth with salt and pepper to taste. "
+        "A good stock is the base of many soups and sauces, so it is worth making a large batch at the weekend and "
+        "freezing it in small portions that thaw quickly when a weeknight recipe calls for them."
+    )
+    short = "<html><body><main><p>Too short a page to keep.</p></main></body></html>"
+    (tmp_path / "in").mkdir()
+    lines = [json.dumps({"text": good}), "", json.dumps({"text": "too short"}), json.dumps({"text": good})]
+    (tmp_path / "in" / "a.jsonl").write_text("\n".join(lines) + "\n")
+    pq.write_table(
+        pa.Table.from_pylist([{"text": good + " Parquet."}, {"text": "short"}]), tmp_path / "in" / "b.parquet"
+    )
+    records = [
+        _warc_record("response", f"https://{i}.example/", _http_response(html, "text/html"), "application/http")
+        for i, html in enumerate(
+            [f"<html><body><main><p>{good} WARC.</p></main></body></html>".encode(), short.encode()]
+        )
+    ]
+    (tmp_path / "in" / "c.warc.gz").write_bytes(b"".join(gzip.compress(r) for r in records))
+    (tmp_path / "in" / "d.html").write_text(short)
+    stages = [
+        {"extract": {}},
+        {"gopher": {}},
+        {"minhash": {"num_hashes": 64, "num_bands": 8, "jaccard_threshold": 0.99}},
+    ]
+    result = run_pipeline(
+        CurateConfig(stages=stages, removed=True), [str(tmp_path / "in")], tmp_path / "out", progress=False
+    )
+    rows = [r for p in sorted(result.removed.glob("shard-*")) for r in read_jsonl(p)]
+    src = str(tmp_path / "in")
+    assert sorted((r["stage"], r["reason"], json.dumps(r["source"], sort_keys=True)) for r in rows) == sorted(
+        (stage, reason, json.dumps(where, sort_keys=True))
+        for stage, reason, where in [
+            ("gopher", "too_few_words", {"file": f"{src}/a.jsonl", "line": 3}),
+            ("minhash", "exact_duplicate", {"file": f"{src}/a.jsonl", "line": 4}),
+            ("gopher", "too_few_words", {"file": f"{src}/b.parquet", "row": 1}),
+            ("gopher", "too_few_words", {"file": f"{src}/c.warc.gz", "offset": len(gzip.compress(records[0]))}),
+            ("gopher", "too_few_words", {"file": f"{src}/d.html"}),
+        ]
+    )
+    kept = _read_all(tmp_path / "out")
+    assert len(kept) == 3 and all(set(d) <= {"id", "text", "url"} for d in kept)  # outputs carry no source
+
+
 def test_parquet_output_and_config_errors(tmp_path):
     write_crawl(tmp_path / "in", num_pages=40, seed=6, num_shards=2)
     cfg = CurateConfig(stages=LIGHT[:3], output_format="parquet")

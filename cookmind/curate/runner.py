@@ -19,7 +19,7 @@ from pathlib import Path
 from cookmind.atomic import write_json, writing
 from cookmind.curate.config import CurateConfig
 from cookmind.curate.executors import make_executor
-from cookmind.curate.shards import iter_shard, plan_input_shards, shard_suffix, write_shard
+from cookmind.curate.shards import SOURCE_KEY, iter_shard, plan_input_shards, shard_suffix, write_shard
 from cookmind.curate.stages import build_stage
 from cookmind.curate.stats import StageStats, text_bytes, write_report
 
@@ -44,15 +44,16 @@ BATCH = 256  # documents per batch: stages with a per-call model cost (toxicity)
 
 
 def run_doc_shard(
-    stages, shard, out_path: str, done_path: str, fmt: str, removed_path: str | None = None
+    stages, shard, out_path: str, done_path: str, fmt: str, removed_path: str | None = None, final: bool = True
 ) -> list[dict]:
     """One shard through consecutive document stages, in batches; writes the kept documents (and, given
-    ``removed_path``, the removed ones) and the done file."""
+    ``removed_path``, the removed ones) and the done file. Listing removals, each input document carries where it
+    came from (``SOURCE_KEY``) through the passes; the ``final`` pass leaves it out of the output."""
     stats = [StageStats(s.name, dropped=[] if removed_path else None) for s in stages]
 
     def batches():
         batch = []
-        for doc in iter_shard(shard):
+        for doc in iter_shard(shard, SOURCE_KEY if removed_path else None):
             batch.append(doc)
             if len(batch) == BATCH:
                 yield batch
@@ -79,7 +80,10 @@ def run_doc_shard(
                 st.docs_out += len(batch)
                 st.bytes_out += sum(text_bytes(d) for d in batch)
                 st.seconds += time.process_time() - t0
-            yield from batch
+            for doc in batch:
+                if final:
+                    doc.pop(SOURCE_KEY, None)
+                yield doc
 
     write_shard(kept(), out_path, fmt)
     if removed_path:
@@ -90,13 +94,15 @@ def run_doc_shard(
 
 
 def _write_removed(stats: list[StageStats], path: str) -> None:
-    """The documents ``stats`` dropped as JSON lines: id, stage, reason, then the url, the whole text (the html
-    of a page extract found no text in) as the document had them when removed."""
+    """The documents ``stats`` dropped as JSON lines: id, stage, reason, source (the input file, and the line, row or
+    byte offset in it, as ``iter_located`` says), then the url, the whole text (the html of a page extract found no
+    text in) as the document had them when removed."""
     rows = (
         {
             "id": doc.get("id"),
             "stage": st.name,
             "reason": reason,
+            "source": doc.get(SOURCE_KEY),
             **{k: doc[k] for k in ("url", "text", "html") if k in doc},
         }
         for st in stats
@@ -113,11 +119,19 @@ def run_scan(stage, shard, scratch: str, idx: int, done_path: str) -> None:
 
 
 def run_apply(
-    stage, shard, out_path: str, scratch: str, idx: int, fmt: str, done_path: str, removed_path: str | None = None
+    stage,
+    shard,
+    out_path: str,
+    scratch: str,
+    idx: int,
+    fmt: str,
+    done_path: str,
+    removed_path: str | None = None,
+    final: bool = True,
 ) -> list[dict]:
     """Pass 2 of a corpus stage on one shard (listing what it removed in ``removed_path``, if given); the done file
     holds the shard's stats."""
-    stats = stage.apply(shard, Path(out_path), Path(scratch), idx, fmt, list_removed=bool(removed_path))
+    stats = stage.apply(shard, Path(out_path), Path(scratch), idx, fmt, list_removed=bool(removed_path), final=final)
     if removed_path:
         _write_removed([stats], removed_path)
     result = [stats.to_dict()]
@@ -182,7 +196,7 @@ def run_pipeline(
         if not seg[0].corpus:
             dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
             todo = [
-                (seg, specs[i], outs[i], str(dones[i]), fmt, lists[i])
+                (seg, specs[i], outs[i], str(dones[i]), fmt, lists[i], last)
                 for i in range(len(specs))
                 if not (dones[i].exists() and Path(outs[i]).exists())
             ]
@@ -205,7 +219,7 @@ def run_pipeline(
                 _write_json(reduce_done, {"seconds": time.process_time() - t0})
             dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
             todo = [
-                (stage, specs[i], outs[i], str(scratch), i, fmt, str(dones[i]), lists[i])
+                (stage, specs[i], outs[i], str(scratch), i, fmt, str(dones[i]), lists[i], last)
                 for i in range(len(specs))
                 if todo_scan or not (dones[i].exists() and Path(outs[i]).exists())
             ]

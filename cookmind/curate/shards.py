@@ -23,6 +23,7 @@ PARQUET_SUFFIXES = (".parquet",)
 HTML_FILES_PER_SHARD = 256
 SIDE_FILE_SUFFIXES = (".json", ".md", ".done", ".npz", ".npy", ".yaml", ".yml")
 TEXT_SUFFIXES = (".txt", ".text")  # plain text in a folder; a file named on its own is read as text whatever it is
+SOURCE_KEY = "_cookmind_source"  # where an input document came from, carried between curate's passes when listed
 
 
 def kind_of(path: Path) -> str:
@@ -86,28 +87,45 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
 
 def iter_source(path: str) -> Iterator[dict]:
     """Documents of one input file."""
+    for doc, _ in iter_located(path):
+        yield doc
+
+
+def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
+    """Documents of one input file, each with where it is: ``{"file": path}`` plus the 1-based ``line`` of a JSONL
+    record, the byte ``offset`` of a WARC record (in the compressed file for .gz, where its gzip member starts) or the
+    0-based ``row`` of a Parquet row; an HTML or text file is one document, named by the file alone."""
     p = Path(path)
     kind = kind_of(p)
     if kind == "jsonl":
-        yield from read_jsonl(p)
+        for lineno, rec in _jsonl_lines(p):
+            yield rec, {"file": path, "line": lineno}
     elif kind == "parquet":
-        yield from read_parquet(p)
+        for row, rec in enumerate(read_parquet(p)):
+            yield rec, {"file": path, "row": row}
     elif kind == "warc":
-        yield from read_warc(p)
+        for offset, rec in _warc_records(p):
+            yield rec, {"file": path, "offset": offset}
     elif kind == "html":
         from cookmind.curate.extract import decode_html
 
-        yield {"id": str(p), "html": decode_html(p.read_bytes())}
+        yield {"id": str(p), "html": decode_html(p.read_bytes())}, {"file": path}
     else:
-        yield {"id": str(p), "text": p.read_bytes().decode("utf-8", errors="replace")}  # line ends as they are
+        yield (
+            {"id": str(p), "text": p.read_bytes().decode("utf-8", errors="replace")},
+            {"file": path},
+        )  # line ends as they are
 
 
-def iter_shard(spec: str | list[str]) -> Iterator[dict]:
-    """Documents of a shard: one intermediate/output file, or a list of input files."""
+def iter_shard(spec: str | list[str], source_key: str | None = None) -> Iterator[dict]:
+    """Documents of a shard: one intermediate/output file, or a list of input files (each document then noting
+    where it is, as ``iter_located`` says, under ``source_key`` if given)."""
     paths = [spec] if isinstance(spec, str) else spec
     for path in paths:
-        for i, doc in enumerate(iter_source(path)):
+        for i, (doc, where) in enumerate(iter_located(path)):
             doc.setdefault("id", f"{path}#{i}")
+            if source_key and not isinstance(spec, str):
+                doc[source_key] = where
             yield doc
 
 
@@ -119,6 +137,12 @@ def _open_text(path: Path):
 
 def read_jsonl(path: Path) -> Iterator[dict]:
     """Records of a JSONL(.gz) file; a bad line is an error naming file:line."""
+    for _, rec in _jsonl_lines(path):
+        yield rec
+
+
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    """(1-based line number, record) of a JSONL(.gz) file's non-blank lines."""
     with _open_text(Path(path)) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -132,7 +156,7 @@ def read_jsonl(path: Path) -> Iterator[dict]:
                 ) from None
             if not isinstance(rec, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            yield rec
+            yield lineno, rec
 
 
 def read_parquet(path: Path) -> Iterator[dict]:
@@ -145,6 +169,12 @@ def read_parquet(path: Path) -> Iterator[dict]:
 
 def read_warc(path: Path) -> Iterator[dict]:
     """HTML responses (as "html") and WET conversions (as "text") of a WARC/WET file, via fastwarc."""
+    for _, doc in _warc_records(path):
+        yield doc
+
+
+def _warc_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(byte offset of the record in the file, document) of read_warc's records."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
     from cookmind.curate.extract import charset_of, decode_html
@@ -156,12 +186,12 @@ def read_warc(path: Path) -> Iterator[dict]:
             rid = rec.headers.get("WARC-Record-ID", "") or url
             body = rec.reader.read()
             if rec.record_type == WarcRecordType.conversion:
-                yield {"id": rid, "url": url, "text": body.decode("utf-8", errors="replace")}
+                yield rec.stream_pos, {"id": rid, "url": url, "text": body.decode("utf-8", errors="replace")}
                 continue
             ctype = (rec.http_headers.get("Content-Type", "") if rec.http_headers else "") or ""
             if ctype and "html" not in ctype.lower():
                 continue
-            yield {"id": rid, "url": url, "html": decode_html(body, charset_of(ctype))}
+            yield rec.stream_pos, {"id": rid, "url": url, "html": decode_html(body, charset_of(ctype))}
 
 
 def write_shard(docs: Iterable[dict], path: str | os.PathLike, fmt: str | None = None) -> int:

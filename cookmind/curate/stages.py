@@ -22,7 +22,7 @@ from cookmind.atomic import write_json, writing
 from cookmind.curate import exact_lines, minhash
 from cookmind.curate.extract import extract_text
 from cookmind.curate.gopher import GopherConfig, gopher_reasons
-from cookmind.curate.shards import iter_shard, write_shard
+from cookmind.curate.shards import SOURCE_KEY, iter_shard, write_shard
 from cookmind.curate.stats import StageStats, text_bytes
 
 
@@ -295,20 +295,25 @@ class CorpusStage:
     def load_state(self, scratch: Path, idx: int) -> Any:  # pragma: no cover
         raise NotImplementedError
 
-    def apply(self, shard, out_path: Path, scratch: Path, idx: int, fmt: str, list_removed: bool = False) -> StageStats:
+    def apply(
+        self, shard, out_path: Path, scratch: Path, idx: int, fmt: str, list_removed: bool = False, final: bool = True
+    ) -> StageStats:
         """Pass 2: write the shard's kept (and edited) documents; return this shard's stats (with the removed
-        documents in ``dropped`` if ``list_removed``)."""
+        documents in ``dropped`` if ``list_removed``, each noting its input ``SOURCE_KEY``, which a ``final`` pass
+        leaves out of the output)."""
         stats = StageStats(self.name, dropped=[] if list_removed else None)
         state = self.load_state(scratch, idx)
         t0 = time.process_time()
 
         def kept():
-            for i, doc in enumerate(iter_shard(shard)):
+            for i, doc in enumerate(iter_shard(shard, SOURCE_KEY if list_removed else None)):
                 stats.docs_in += 1
                 stats.bytes_in += text_bytes(doc)
                 if self.keep(doc, i, state, stats):
                     stats.docs_out += 1
                     stats.bytes_out += text_bytes(doc)
+                    if final:
+                        doc.pop(SOURCE_KEY, None)
                     yield doc
 
         write_shard(kept(), out_path, fmt)
