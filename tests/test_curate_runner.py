@@ -181,6 +181,59 @@ def test_removed_documents_name_their_input_file_and_line_row_or_offset(tmp_path
     assert len(kept) == 3 and all(set(d) <= {"id", "text", "url"} for d in kept)  # outputs carry no source
 
 
+def _code_page(i: int) -> str:
+    """A documentation page with a code block: the Gopher rules fail it for repeated lines and n-grams."""
+    prose = (
+        f"Listing {i} defines a function that reads the recipe file and returns the number of steps. Each "
+        "arm of the match handles one kind of line, and the compiler checks that every case is covered."
+    )
+    body = ["    match line.trim() {", '        "" => 0,', "        _ => 1,", "    }", "}"]
+    code = "\n".join(line for k in range(4) for line in [f"fn step_{i}_{k}(line: &str) -> usize {{", *body])
+    return f"{prose}\n\n{code}\n\nThe same pattern works for the ingredients list, as the next section shows."
+
+
+def test_the_report_says_when_gopher_removed_code_and_names_the_options_that_keep_it(tmp_path):
+    """Gopher's rules, written for prose, dropped code-heavy documentation pages (28 of 548 mdBook pages) and the
+    report only counted repetition failures. It now notes how many removed documents look like code and gives stage
+    options that keep them; those options, taken from the note as they are, do; a run whose removals are short or
+    repetitive prose gets no note."""
+    import yaml
+
+    prose = (
+        "Simmer the chicken stock with onions, carrots and a bay leaf for two hours, then strain it through a fine "
+        "sieve. Skim the fat from the surface once it has cooled, and season the broth with salt and pepper to taste. "
+        "A good stock is the base of many soups and sauces, so it is worth making a large batch at the weekend and "
+        "freezing it in small portions that thaw quickly when a weeknight recipe calls for them."
+    )
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.jsonl").write_text(
+        "".join(
+            json.dumps({"text": t}) + "\n" for t in [prose] * 6 + ["too short"] * 6 + [_code_page(i) for i in range(4)]
+        )
+    )
+    (tmp_path / "prose").mkdir()
+    (tmp_path / "prose" / "a.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in [prose] * 6 + ["too short"] * 6 + [f"{prose}\n{prose}"] * 4)
+    )
+    result = run_pipeline(
+        CurateConfig(stages=[{"gopher": {}}]), [str(tmp_path / "docs")], tmp_path / "out", progress=False
+    )
+    assert result.stages[0].removed == 10 and result.stages[0].counters["code_like_removed"] == 4
+    (note,) = json.loads(result.report_json.read_text())["notes"]
+    assert note.startswith("gopher removed 4 documents that look like code (40% of its removals")
+    assert "## Notes" in result.report_md.read_text() and note in result.report_md.read_text()
+    options = yaml.safe_load(re.search(r"`(gopher: \{.*\})`", note).group(1))
+    relaxed = run_pipeline(
+        CurateConfig(stages=[options]), [str(tmp_path / "docs")], tmp_path / "relaxed", progress=False
+    )
+    assert relaxed.stages[0].removed == 6 and "notes" not in json.loads(relaxed.report_json.read_text())
+    plain = run_pipeline(
+        CurateConfig(stages=[{"gopher": {}}]), [str(tmp_path / "prose")], tmp_path / "plain", progress=False
+    )
+    assert plain.stages[0].removed == 10 and "notes" not in json.loads(plain.report_json.read_text())
+    assert "## Notes" not in plain.report_md.read_text()
+
+
 def test_parquet_output_and_config_errors(tmp_path):
     write_crawl(tmp_path / "in", num_pages=40, seed=6, num_shards=2)
     cfg = CurateConfig(stages=LIGHT[:3], output_format="parquet")

@@ -146,6 +146,14 @@ def test_gopher_config_rejects_unknown_option():
         GopherConfig.from_dict({"min_wordz": 3})
 
 
+def test_gopher_ngram_bound_given_for_one_n_keeps_the_other_ns():
+    """`max_dup_ngram_char_ratio: {5: 0.4}` in a config, to relax the 5-gram rule for code-heavy pages, replaced the
+    whole table and so switched off the 6- to 10-gram rules; it now overrides the 5-gram bound alone."""
+    cfg = GopherConfig.from_dict({"max_dup_ngram_char_ratio": {5: 0.4}, "max_top_ngram_char_ratio": {"2": 0.3}})
+    assert cfg.max_dup_ngram_char_ratio == {**GopherConfig().max_dup_ngram_char_ratio, 5: 0.4}
+    assert cfg.max_top_ngram_char_ratio == {2: 0.3, 3: 0.18, 4: 0.16}
+
+
 @pytest.mark.parametrize(
     "text,count",
     [

@@ -251,6 +251,10 @@ DECONTAMINATE_HELP = """\
 #     ngram: 13           # n-gram length in lower-case words (punctuation and spacing ignored)
 #     min_matches: 1      # distinct shared n-grams that make a document contaminated
 # - quality: {model: quality.npz, threshold: 0.5}   # from `cookmind curate train-classifier`
+# gopher takes each rule's bound as an option (the paper's by default); the rules measure prose and remove many
+# code-heavy docs pages (the report notes it); to keep those, e.g.:
+# - gopher: {max_dup_line_ratio: 0.6, max_dup_line_char_ratio: 0.5, min_alpha_words_ratio: 0.6,
+#            max_dup_ngram_char_ratio: {5: 0.4, 6: 0.4, 7: 0.4, 8: 0.4, 9: 0.4, 10: 0.4}}
 """
 
 

@@ -7,6 +7,7 @@ can say which rule removed how many documents. Words are whitespace-separated to
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 
 import numpy as np
@@ -14,6 +15,9 @@ import numpy as np
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
 ELLIPSES = ("...", "…")
+# a line of code: ends in a bracket, ';' or ',', or is indented (extracted prose is not)
+CODE_LINE = re.compile(r"[{}()\[\];,]$|^(\s{2,}|\t)\S")
+CODE_LINES_SHARE = 0.25  # of a document's non-blank lines, for it to look like code
 
 
 @dataclasses.dataclass
@@ -40,15 +44,17 @@ class GopherConfig:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> GopherConfig:
-        """A config from a mapping; unknown keys are an error naming them."""
+        """A config from a mapping; unknown keys are an error naming them. An n-gram bound given for some n
+        (``max_dup_ngram_char_ratio: {5: 0.4}``) overrides that n's and keeps the others' defaults."""
         d = dict(d or {})
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"gopher: unknown option(s) {unknown}; known: {sorted(known)}")
+        defaults = cls()
         for key in ("max_top_ngram_char_ratio", "max_dup_ngram_char_ratio"):
             if key in d:
-                d[key] = {int(k): float(v) for k, v in d[key].items()}
+                d[key] = {**getattr(defaults, key), **{int(k): float(v) for k, v in d[key].items()}}
         return cls(**d)
 
 
@@ -161,3 +167,10 @@ def gopher_reasons(text: str, cfg: GopherConfig | None = None) -> list[str]:
 def gopher_quality_filter(text: str, cfg: GopherConfig | None = None) -> bool:
     """True when ``text`` passes every Gopher rule."""
     return not gopher_reasons(text, cfg)
+
+
+def looks_like_code(text: str) -> bool:
+    """True when at least ``CODE_LINES_SHARE`` of ``text``'s non-blank lines look like code (``CODE_LINE``): source,
+    or documentation with code blocks, which the rules above, written for prose, often remove."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    return bool(lines) and sum(bool(CODE_LINE.search(line)) for line in lines) >= CODE_LINES_SHARE * len(lines)

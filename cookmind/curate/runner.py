@@ -244,7 +244,8 @@ def run_pipeline(
                 for seg_dir in seg_dirs:
                     with open(seg_dir / Path(name).name.replace("shard-", "removed-"), "rb") as part:
                         shutil.copyfileobj(part, f)
-    report_json, report_md = write_report(totals, output, removed_dir)
+    notes = [n for stage, st in zip(stages, totals) if hasattr(stage, "note") and (n := stage.note(st))]
+    report_json, report_md = write_report(totals, output, removed_dir, notes)
     return RunResult(totals, [Path(p) for p in specs], run, skipped, report_json, report_md, removed_dir)
 
 

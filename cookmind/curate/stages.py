@@ -21,7 +21,7 @@ import xxhash
 from cookmind.atomic import write_json, writing
 from cookmind.curate import exact_lines, minhash
 from cookmind.curate.extract import extract_text
-from cookmind.curate.gopher import GopherConfig, gopher_reasons
+from cookmind.curate.gopher import CODE_LINES_SHARE, GopherConfig, gopher_reasons, looks_like_code
 from cookmind.curate.shards import SOURCE_KEY, iter_shard, write_shard
 from cookmind.curate.stats import StageStats, text_bytes
 
@@ -60,9 +60,16 @@ class ExtractStage(DocStage):
 
 
 class GopherStage(DocStage):
-    """The Gopher rules; the first failed rule is the removal reason, every failed rule is counted."""
+    """The Gopher rules; the first failed rule is the removal reason, every failed rule is counted.
+
+    The rules were written for prose: code repeats lines ("}") and word n-grams and has words without letters, so
+    documentation pages with code blocks fail them. ``code_like_removed`` counts the documents removed (for a rule
+    other than their length) that look like code, and the report says so when they are a notable share.
+    """
 
     name = "gopher"
+    CODE_NOTE_SHARE = 0.1  # of the removals, and at least CODE_NOTE_MIN documents, for the report to say so
+    CODE_NOTE_MIN = 3
 
     def __init__(self, **options):
         self.cfg = GopherConfig.from_dict(options)
@@ -71,7 +78,25 @@ class GopherStage(DocStage):
         reasons = gopher_reasons(doc["text"], self.cfg)
         for r in reasons:
             stats.counters[f"failed:{r}"] += 1
+        if reasons and reasons[0] not in ("too_few_words", "too_many_words") and looks_like_code(doc["text"]):
+            stats.counters["code_like_removed"] += 1
         return not reasons or stats.drop(reasons[0], doc)
+
+    def note(self, stats: StageStats) -> str | None:
+        """A line for the report when a notable share of the removed documents look like code, naming the options
+        that keep them."""
+        n = stats.counters.get("code_like_removed", 0)
+        if n < max(self.CODE_NOTE_MIN, self.CODE_NOTE_SHARE * stats.removed):
+            return None
+        return (
+            f"gopher removed {n} documents that look like code ({n / stats.removed:.0%} of its removals; at least "
+            f"{CODE_LINES_SHARE:.0%} of their lines indented or ending in a bracket, `;` or `,`): source, or "
+            "documentation with code blocks. Its rules measure prose, and code repeats lines and word n-grams and "
+            "has words without letters. To keep such pages, relax the rules that removed them (the `failed:` counts "
+            "above) in the stage's options, e.g. `gopher: {max_dup_line_ratio: 0.6, max_dup_line_char_ratio: 0.5, "
+            "max_dup_ngram_char_ratio: {5: 0.4, 6: 0.4, 7: 0.4, 8: 0.4, 9: 0.4, 10: 0.4}, min_alpha_words_ratio: "
+            "0.6}`; `--removed` lists them."
+        )
 
 
 class LangIdStage(DocStage):

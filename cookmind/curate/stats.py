@@ -82,8 +82,11 @@ def text_bytes(doc: dict) -> int:
     return len(body.encode("utf-8", errors="replace"))
 
 
-def render_markdown(stages: list[StageStats], title: str = "Curation report", removed: str | None = None) -> str:
-    """A Markdown table, one row per stage in pipeline order, then the removal reasons (and where they are listed)."""
+def render_markdown(
+    stages: list[StageStats], title: str = "Curation report", removed: str | None = None, notes: list[str] = ()
+) -> str:
+    """A Markdown table, one row per stage in pipeline order, then the removal reasons (and where they are listed),
+    then the stages' notes (what a user may want to change)."""
     lines = [
         f"# {title}",
         "",
@@ -105,14 +108,19 @@ def render_markdown(stages: list[StageStats], title: str = "Curation report", re
             lines.append(f"- **{s.name}**: " + ", ".join(parts))
     if removed:
         lines += ["", f"Removed documents, each with its stage and reason: `{removed}/shard-*.jsonl.gz`"]
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"
 
 
 def write_report(
-    stages: list[StageStats], out_dir: str | os.PathLike, removed: str | os.PathLike | None = None
+    stages: list[StageStats],
+    out_dir: str | os.PathLike,
+    removed: str | os.PathLike | None = None,
+    notes: list[str] = (),
 ) -> tuple[Path, Path]:
     """``report.json`` and ``report.md`` in ``out_dir``, each written atomically; ``removed``: the folder listing
-    the removed documents, if the run wrote one."""
+    the removed documents, if the run wrote one; ``notes``: the stages' notes on what they did."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -120,11 +128,12 @@ def write_report(
         "input_docs": stages[0].docs_in if stages else 0,
         "output_docs": stages[-1].docs_out if stages else 0,
         **({"removed": str(removed)} if removed else {}),
+        **({"notes": list(notes)} if notes else {}),
     }
     paths = []
     for name, body in (
         ("report.json", json.dumps(payload, indent=2) + "\n"),
-        ("report.md", render_markdown(stages, removed=removed and str(removed))),
+        ("report.md", render_markdown(stages, removed=removed and str(removed), notes=notes)),
     ):
         write_text(out_dir / name, body)
         paths.append(out_dir / name)
