@@ -270,28 +270,42 @@ def test_a_conversation_that_leaves_the_reply_less_than_its_budget_leaves_its_ol
     assert s.history[-1]["content"] == reference_reply(model, tok, [*kept, {"role": "user", "content": last}], n)[1]
 
 
-def test_a_reply_budget_past_the_context_keeps_a_quarter_of_it(ckpt):
-    """--max-new-tokens of the whole context or more cannot be kept free: the chat keeps a quarter of it."""
+def test_the_room_kept_for_a_reply_grows_with_max_new_tokens_up_to_half_the_context(ckpt, capsys):
+    """The room a chat keeps for the reply was --max-new-tokens up to the context minus one, then a quarter of the
+    context from the whole context on: one token more asked for kept far less room (an exchange left out at
+    context - 1 was kept at context). It is now --max-new-tokens up to half the context and half past it, so the
+    two leave out the same exchanges, and `chat --help` says so."""
+    from cookmind.infer.chat_session import reply_budget
+
     _, model, tok = ckpt
     context = model.config.max_position_embeddings
+    assert [reply_budget(m, context) for m in range(1, 2 * context)] == [
+        min(m, context // 2) for m in range(1, 2 * context)
+    ]
 
     def room(first):
         msgs = [{"role": "user", "content": first}, {"role": "assistant", "content": "ok"}]
         return context - len(tok.render([*msgs, {"role": "user", "content": "more?"}], add_generation_prompt=True)[0])
 
     first = "salt"
-    while room(first) >= context // 4:
+    while room(first) >= context // 2:
         first += " salt"
-    assert room(first) >= 1  # a room the old rule kept the exchange for
-    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=context))
-    s.history = [{"role": "user", "content": first}, {"role": "assistant", "content": "ok"}]
-    list(s.send("more?"))
-    assert s.dropped == 2 and s.history[0] == {"role": "user", "content": "more?"}
-    # a room of a quarter or more keeps it
-    s.history = [{"role": "user", "content": first.removesuffix(" salt")}, {"role": "assistant", "content": "ok"}]
-    assert room(first.removesuffix(" salt")) >= context // 4
-    list(s.send("more?"))
-    assert s.dropped == 0
+    assert context // 4 <= room(first) < context // 2  # less room than half the context, more than a quarter
+    for n in (context // 2, context - 1, context, 2 * context):  # all leave the exchange out
+        s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=n))
+        s.history = [{"role": "user", "content": first}, {"role": "assistant", "content": "ok"}]
+        list(s.send("more?"))
+        assert s.dropped == 2 and s.history[0] == {"role": "user", "content": "more?"}, n
+    shorter = first.removesuffix(" salt")
+    assert room(shorter) >= context // 2
+    for n in (context - 1, context):  # a room of half the context or more keeps it
+        s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=n))
+        s.history = [{"role": "user", "content": shorter}, {"role": "assistant", "content": "ok"}]
+        list(s.send("more?"))
+        assert s.dropped == 0, n
+    with pytest.raises(SystemExit):
+        cli_main(["chat", "--help"])
+    assert "at most half of it" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize("command", ["generate", "chat"])

@@ -104,6 +104,7 @@ class ChatSession:
 
 
 def reply_budget(max_new_tokens: int, context: int) -> int:
-    """The room a chat keeps for the next reply in the model's context: ``max_new_tokens``, or a quarter of the
-    context when it asks for the whole context or more (a reply needs room; the conversation too)."""
-    return max_new_tokens if max_new_tokens < context else max(1, context // 4)
+    """The room a chat keeps for the next reply in the model's context: ``max_new_tokens``, at most half the context
+    (a reply needs room; the conversation too). It grows with ``max_new_tokens`` and stays at half past it: a reply
+    that may be longer still gets whatever room the conversation leaves."""
+    return min(max_new_tokens, max(1, context // 2))

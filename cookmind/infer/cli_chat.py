@@ -20,7 +20,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
     parser.add_argument("--system", default=None, help="system prompt")
-    add_sampling_arguments(parser, max_new_tokens=512, temperature=0.7, top_p=0.95)
+    add_sampling_arguments(
+        parser,
+        max_new_tokens=512,
+        temperature=0.7,
+        top_p=0.95,
+        max_new_tokens_help="the chat keeps this much of the model's context free for each reply, at most half of "
+        "it, leaving the oldest exchanges out until the conversation fits in the rest (a reply may run on into "
+        "whatever room is left, up to this many tokens)",
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument(
         "--dtype", default=None, help="float32 | bfloat16 | float16 (default: bfloat16 on CUDA, else the checkpoint's)"

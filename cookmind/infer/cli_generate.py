@@ -9,11 +9,19 @@ import argparse
 import sys
 
 
-def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int, temperature: float, top_p: float):
-    """The sampling options of generate and chat: the same names, help and validation, each command's defaults."""
+def add_sampling_arguments(
+    parser: argparse.ArgumentParser, max_new_tokens: int, temperature: float, top_p: float, max_new_tokens_help=""
+):
+    """The sampling options of generate and chat: the same names, help and validation, each command's defaults
+    (and what ``--max-new-tokens`` means to the command, in ``max_new_tokens_help``)."""
     from cookmind.cli import float_in, int_in
 
-    parser.add_argument("--max-new-tokens", type=int_in(1), default=max_new_tokens, help=f"default {max_new_tokens}")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int_in(1),
+        default=max_new_tokens,
+        help=f"default {max_new_tokens}" + (f"; {max_new_tokens_help}" if max_new_tokens_help else ""),
+    )
     greedy = "0 = greedy (default)" if temperature == 0 else f"default {temperature:g}; 0 = greedy"
     parser.add_argument("--temperature", type=float_in(0), default=temperature, help=greedy)
     parser.add_argument("--top-k", type=int_in(0), default=0, help="default 0 (off)")
