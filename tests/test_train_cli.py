@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -475,6 +476,9 @@ def test_a_stop_is_said_once_by_rank_0_not_by_every_rank(tmp_path, store, monkey
         def close(self):
             pass
 
+        def handling_signals(self):
+            return contextlib.nullcontext()
+
     monkeypatch.setattr(trainer_module, "Trainer", Stopped)
     for rank, says in ((0, 1), (1, 0)):
         assert _run(store, "--run-dir", str(tmp_path / f"r{rank}")) == 128 + signal.SIGTERM
@@ -753,6 +757,28 @@ def test_a_ctrl_c_once_the_last_step_is_under_way_lets_the_run_complete(tmp_path
     assert (run / "report.md").exists() and os.listdir(run / "checkpoints") == ["step_00000003"]
     weights = "checkpoints/step_00000003/model.safetensors"
     assert (run / weights).read_bytes() == (tmp_path / "whole" / weights).read_bytes()
+
+
+def test_a_ctrl_c_just_after_fit_returns_leaves_the_completed_run_completed(tmp_path, store, monkeypatch, capsys):
+    """fit restored the default handlers as it returned, so a Ctrl-C in the few ms before the command had printed
+    the run's summary raised KeyboardInterrupt there: "interrupted ... report.md may be missing", exit 130, no
+    summary, for a run whose steps, checkpoint and report were all written. The handlers now stay until the command
+    has reported the run: it completes, says the signal came too late to stop it, and exits 0."""
+    fit = Trainer.fit
+
+    def fit_then_interrupt(self):
+        summary = fit(self)
+        os.kill(os.getpid(), signal.SIGINT)  # as fit returns
+        return summary
+
+    monkeypatch.setattr(Trainer, "fit", fit_then_interrupt)
+    default = signal.getsignal(signal.SIGINT)
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=2") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["status"] == "completed" and "interrupted" not in err and "--resume" not in err
+    assert "cookmind train: signal SIGINT came once the last step was under way; the run completed its 2 steps" in err
+    assert signal.getsignal(signal.SIGINT) is default  # the command leaves the handlers as it found them
 
 
 def test_a_second_ctrl_c_after_the_last_steps_checkpoint_says_the_training_is_complete(

@@ -248,7 +248,7 @@ def main(args: argparse.Namespace) -> int:
     import torch
     import yaml
 
-    from cookmind.train.trainer import Trainer, TrainingDiverged
+    from cookmind.train.trainer import Trainer
 
     try:
         cfg = resolve_config(args)
@@ -271,6 +271,17 @@ def main(args: argparse.Namespace) -> int:
     except torch.OutOfMemoryError as exc:
         print(f"cookmind train: error: {_out_of_memory(exc, cfg, None)}", file=sys.stderr)
         return 2
+    # the stop handlers stay until the run is reported: a Ctrl-C as fit returns leaves the completed run completed
+    with trainer.handling_signals():
+        return _fit_and_report(trainer, cfg)
+
+
+def _fit_and_report(trainer, cfg) -> int:
+    """Run ``trainer.fit``, say how it ended (a JSON summary line on rank 0) and return the exit status."""
+    import torch
+
+    from cookmind.train.trainer import TrainingDiverged
+
     try:
         summary = trainer.fit()
     except TrainingDiverged as exc:

@@ -1204,6 +1204,17 @@ class Trainer:
 
     # -- signals ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def handling_signals(self):
+        """SIGTERM/SIGINT are fit's stop requests (a second Ctrl-C raises KeyboardInterrupt) for the whole block, the
+        previous handlers back after it: a caller that holds them from before ``fit`` until it has reported the run
+        leaves a signal that comes as fit returns to the completed run (fit's own handlers end with it)."""
+        old = self._install_signal_handlers()
+        try:
+            yield
+        finally:
+            self._restore_signal_handlers(old)
+
     def _install_signal_handlers(self) -> dict:
         import threading
 
