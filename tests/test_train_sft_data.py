@@ -105,13 +105,15 @@ def test_grpo_prompts_longer_than_the_window_are_counted_not_dropped_silently(tm
     window = 24
     records = [{"prompts": np.arange(1, n + 1) % 300 + 1, "answers": np.frombuffer(b"7", np.uint8)} for n in lengths]
     store = write_store(tmp_path / "rl", "grpo", records, vocab_size=320)
-    dropped = sum(n > window for n in lengths)  # a prompt is never cut: one longer than the window is dropped
+    dropped = sum(n >= window for n in lengths)  # a prompt is never cut: one with no room for an answer is dropped
     grpo = ["train.objective=grpo", f"data.tokenizer={tok_dir}", "model.vocab_size=320"]
     cfg = _cfg(tmp_path, store, *grpo, f"data.window_size={window}")
     with pytest.warns(UserWarning, match="of the grpo prompts are dropped"):
         t = Trainer(cfg)
     err = capsys.readouterr().err
-    assert f"grpo data: {len(lengths)} prompts; {dropped} longer than data.window_size={window} dropped" in err
+    assert (
+        f"grpo data: {len(lengths)} prompts; {dropped} leave no room for an answer in data.window_size={window}" in err
+    )
     assert t.data_stats == {"data_records": len(lengths), "data_dropped": dropped}
 
 
@@ -140,7 +142,7 @@ def test_an_unset_grpo_window_is_the_models_context_not_the_presets(tmp_path, to
         t = Trainer(_cfg(tmp_path, store, *grpo, "model.max_position_embeddings=256"))
     assert t.cfg.data.window_size == 256
     assert t.data_stats == {"data_records": 4, "data_dropped": 1}  # only the prompt longer than the context
-    assert "grpo data: 4 prompts; 1 longer than data.window_size=256 dropped" in capsys.readouterr().err
+    assert "grpo data: 4 prompts; 1 leave no room for an answer in data.window_size=256" in capsys.readouterr().err
 
 
 def test_the_truncation_warning_names_the_share_cut_and_claims_rarely_only_when_most_are(tmp_path, keep_threads):
@@ -163,3 +165,26 @@ def test_the_truncation_warning_names_the_share_cut_and_claims_rarely_only_when_
     assert "rarely" not in msg and "a cut one loses the end of its answer and its end of turn" in msg
     with pytest.warns(UserWarning, match=r"100% of the sft records \(20 of 20\) .* will rarely see a whole answer"):
         Trainer(_cfg(tmp_path, store, "data.window_size=8", f"logging.run_dir={tmp_path / 'most'}"))
+
+
+def test_a_grpo_prompt_that_fills_the_context_is_dropped_and_counted_not_a_crash_mid_run(
+    tmp_path, tok_dir, capsys, keep_threads
+):
+    """An unset grpo window is the model's context, and a prompt exactly that long was kept ('0 longer than
+    data.window_size=64 dropped'): the run stopped at the step that drew it, 'generate: prompts[1] has 64 tokens and
+    fills the model's context'. A prompt needs room for one answer token, as an offline one does; one without is
+    dropped and counted. Reference: the lengths written against the context (64)."""
+    lengths = [64, 10, 20, 63]
+    records = [{"prompts": np.arange(1, n + 1) % 300 + 1, "answers": np.frombuffer(b"7", np.uint8)} for n in lengths]
+    store = write_store(tmp_path / "rl", "grpo", records, vocab_size=320)
+    grpo = ["train.objective=grpo", f"data.tokenizer={tok_dir}", "model.vocab_size=320"]
+    quick = ["grpo.group_size=2", "grpo.max_new_tokens=1", "train.micro_batch_size=3"]
+    with pytest.warns(UserWarning, match="of the grpo prompts are dropped"):
+        t = Trainer(_cfg(tmp_path, store, *grpo, *quick))
+    assert t.cfg.data.window_size == 64
+    dropped = sum(n >= 64 for n in lengths)  # no room left for an answer token in the context
+    assert t.data_stats == {"data_records": len(lengths), "data_dropped": dropped}
+    assert f"grpo data: 4 prompts; {dropped} leave no room for an answer in data.window_size=64 and are dropped" in (
+        capsys.readouterr().err
+    )
+    assert t.fit()["status"] == "completed"  # every kept prompt is drawn in the one step: none stops the run

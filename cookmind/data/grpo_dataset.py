@@ -13,9 +13,9 @@ class GRPODataset(Dataset):
     """Online items ``{"prompt_ids": (P,), "answer": str}``; an offline store adds
     ``"response_ids"``, ``"response_mask"`` and a float ``"reward"``.
 
-    Prompts are never cut (a cut prompt asks another question): a prompt longer than
-    ``window_size`` is dropped and counted in ``num_dropped``. Offline responses are
-    truncated so that prompt + response fits the window.
+    Prompts are never cut (a cut prompt asks another question): a prompt that leaves no room
+    in ``window_size`` for one answer token is dropped and counted in ``num_dropped``. Offline
+    responses are truncated so that prompt + response fits the window.
     """
 
     def __init__(self, store: TokenStore, window_size: int):
@@ -24,9 +24,9 @@ class GRPODataset(Dataset):
         self.store, self.window_size = store, window_size
         self.offline = "responses" in store.keys
         lengths = store.lengths("prompts")
-        # offline needs room for at least one response token after the prompt
-        limit = window_size - 1 if self.offline else window_size
-        self.indices = np.nonzero(lengths <= limit)[0].astype(np.int64)
+        # room for at least one response token after the prompt: online, an unset window is the model's context,
+        # and a prompt that fills it cannot be answered (its rollout would stop the run at the step that drew it)
+        self.indices = np.nonzero(lengths <= window_size - 1)[0].astype(np.int64)
         self.num_dropped = len(store) - len(self.indices)
 
     def __len__(self) -> int:

@@ -432,8 +432,9 @@ class Trainer:
         if truncated is None:  # grpo: a prompt is never cut, only dropped
             stats = {"records": total, "dropped": dropped}
             line = (
-                f"{self.train_type} {data}: {total} prompts; {dropped} longer than data.window_size="
-                f"{self.cfg.data.window_size} dropped (a cut prompt would ask another question)"
+                f"{self.train_type} {data}: {total} prompts; {dropped} leave no room for an answer in "
+                f"data.window_size={self.cfg.data.window_size} and are dropped (a cut prompt would ask another "
+                "question)"
             )
         else:
             stats = {"records": total, "truncated": truncated, "dropped": dropped}
