@@ -611,3 +611,49 @@ def test_eval_refusing_the_metrics_file_beside_out_names_it_as_that(tmp_path, mo
     err = capsys.readouterr().err
     assert err.startswith(f"cookmind eval gsm8k: error: --out {other}: the metrics file beside it, {folder}, "), err
     assert "is a directory" in err
+
+
+def test_eval_of_an_empty_data_file_or_folder_is_an_error_not_an_accuracy_of_zero(tmp_path, capsys):
+    """`eval gsm8k --data empty.jsonl` printed {"num_problems": 0, "accuracy": 0.0}, and an MMLU split of empty
+    CSVs {"num_questions": 0, "macro_accuracy": 0.0}: a score of nothing, read as a model that got all wrong. Each
+    is now one line naming the data, before the model loads (the model folder here does not exist)."""
+    from cookmind.cli import main
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")  # blank lines only
+    with pytest.raises(ValueError, match=r"empty\.jsonl: no GSM8K problems in the file"):
+        load_gsm8k(empty)
+    mmlu = tmp_path / "mmlu"
+    (mmlu / "test").mkdir(parents=True)
+    (mmlu / "test" / "virology_test.csv").write_text("")
+    with pytest.raises(ValueError, match=r"no MMLU questions in .*test \(1 CSV file, every one empty\)"):
+        load_mmlu(mmlu)
+    (mmlu / "val").mkdir()
+    with pytest.raises(ValueError, match=r"no MMLU questions in .*val \(no <subject>_val\.csv files\)"):
+        load_mmlu(mmlu, "val")
+    model = tmp_path / "no-model"
+    for task, data in (("gsm8k", empty), ("mmlu", mmlu)):
+        assert main(["eval", task, "--model", str(model), "--data", str(data), "--quiet"]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.startswith(f"cookmind eval {task}: error: ") and "no-model" not in captured.err
+        assert "accuracy" not in captured.out
+
+
+def test_eval_where_every_prompt_is_too_long_is_an_error_not_an_accuracy_of_zero(tmp_path):
+    """When every question was skipped for the context, GSM8K said accuracy 0.0 and MMLU macro_accuracy 0.0 over
+    no graded item. Now an error says so and what to change; one item that fits is scored as before."""
+    long = "Tom has many apples. " * 6  # 126 CharTok tokens, past a 64-token context
+    problems = [{"question": long, "answer": "#### 3"}] * 2
+    with pytest.raises(ValueError, match=r"every one of the 2 GSM8K prompts fills the model's context of 64 tokens"):
+        evaluate_gsm8k(_tiny_cookmind(64), CharTok(), problems, template="plain", max_new_tokens=2, progress=False)
+    rows = [{"subject": "law", "question": long, "options": ["a", "b", "c", "d"], "answer": "B"}]
+    for scoring in ("letter", "generate"):
+        with pytest.raises(
+            ValueError, match=r"every one of the 1 MMLU questions is too long for the model.s context of 64 tokens"
+        ):
+            evaluate_mmlu(_tiny_cookmind(64), CharTok(), rows, scoring=scoring, progress=False)
+    short = {"question": "1+1?", "answer": "#### 2"}
+    m = evaluate_gsm8k(
+        _tiny_cookmind(64), CharTok(), [*problems, short], template="plain", max_new_tokens=2, progress=False
+    )
+    assert m["num_problems"] == 1 and m["num_skipped_too_long"] == 2

@@ -39,6 +39,11 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
             '{"question": ..., "answer": "... #### N"} records (e.g. GSM8K\'s test.jsonl)'
         )
     rows = read_jsonl_lines(path, limit)
+    if not rows:  # a score over no problem would read as a model that got every one wrong
+        raise ValueError(
+            f"{path}: no GSM8K problems in the file (it is empty or holds only blank lines); pass --data PATH to a "
+            'JSONL of {"question": ..., "answer": "... #### N"} records'
+        )
     for lineno, row in rows:
         if not isinstance(row, dict) or "question" not in row or "answer" not in row:
             raise ValueError(
@@ -125,6 +130,13 @@ def evaluate_gsm8k(
     prompt_ids = [encode_prompt(tokenizer, p["question"], template) for p in problems]
     context = context_length(model)
     skipped = {i: why for i, ids in enumerate(prompt_ids) if (why := too_long(len(ids), context))}
+    if len(skipped) == len(problems):  # an accuracy over no graded problem would read as 0 right
+        raise ValueError(
+            f"every one of the {len(problems)} GSM8K prompts fills the model's context of {context} tokens; nothing "
+            "to grade: use a model with a longer context, or a shorter --template (compact, plain)"
+            if problems
+            else "no GSM8K problems to grade"
+        )
     records = []
     chunk = max(1, batch_size // num_samples)
     bar = tqdm(total=len(problems), desc="gsm8k", unit="problem", disable=not progress)

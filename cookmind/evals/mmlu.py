@@ -60,6 +60,17 @@ def load_mmlu(
                 if len(rec) != 6 or rec[5].strip() not in LETTERS:
                     raise ValueError(f"{f}:{lineno}: expected question,A,B,C,D,answer with answer in A-D")
                 rows.append({"subject": subject, "question": rec[0], "options": rec[1:5], "answer": rec[5].strip()})
+    if not rows:  # a score over no question would read as a model that got every one wrong
+        read = [f for f in files if not subjects or f.name[: -len(suffix)] in subjects]
+        what = (
+            f"{len(read)} CSV file{'s' if len(read) != 1 else ''}, every one empty"
+            if read
+            else f"no <subject>{suffix} files"
+        )
+        raise ValueError(
+            f"no MMLU questions in {folder} ({what}); pass --data ROOT, a folder holding "
+            f"{{dev,val,test}}/<subject>_<split>.csv (question,A,B,C,D,answer rows, no header)"
+        )
     return rows
 
 
@@ -125,6 +136,13 @@ def evaluate_mmlu(
         if w is not None
     ]
     skipped = len(skipped_records)
+    if skipped == len(rows):  # an accuracy over no scored question would read as 0 right
+        raise ValueError(
+            f"every one of the {len(rows)} MMLU questions is too long for the model's context of {context} tokens; "
+            "nothing to score: use a model with a longer context"
+            if rows
+            else "no MMLU questions to score"
+        )
     subjects = sorted({r["subject"] for r in rows})
     rows = [r for r, w in zip(rows, why) if w is None]
     records = []
