@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 
 import numpy as np
@@ -664,3 +665,23 @@ def test_the_progress_bars_document_count_is_the_inputs_item_count(tmp_path, nam
     path = tmp_path / name
     path.write_text(content)
     assert estimate_items(path, SEP, one_per_line) == len(list(iter_items(path, SEP, one_per_line)))
+
+
+def test_a_bad_preference_pair_names_the_side_and_is_counted_under_its_reason(tmp_path, tok_dir):
+    """A pair whose rejected chat had no assistant turn said only 'no assistant message to learn from', an empty
+    chosen answer 'empty text in message 2 (assistant)': a pair holds two chats, and neither said which. The
+    reason now names the side; --skip-bad still counts it under its kind."""
+    user = {"role": "user", "content": "Say hi"}
+    rows = [
+        {"prompt": "Say hi", "chosen": "Hi!", "rejected": "Go away."},
+        {"chosen": [user, {"role": "assistant", "content": "Hi"}], "rejected": [user]},
+        {"prompt": "Say hi", "chosen": " ", "rejected": "No."},
+    ]
+    for line, reason in ((2, "no assistant message to learn from (in 'rejected')"), (3, "empty text in message 2")):
+        src = _jsonl(tmp_path / f"p{line}.jsonl", [rows[0], rows[line - 1]])
+        with pytest.raises(PackError, match=re.escape(f"{src}:2: {reason}")):
+            pack([src], tmp_path / f"d{line}", tok_dir, "dpo", progress=False)
+    with pytest.raises(PackError, match=r"p3\.jsonl:2: empty text in message 2 \(assistant\) \(in 'chosen'\)"):
+        pack([tmp_path / "p3.jsonl"], tmp_path / "d", tok_dir, "dpo", progress=False)
+    meta = pack([_jsonl(tmp_path / "all.jsonl", rows)], tmp_path / "s", tok_dir, "dpo", skip_bad=True, progress=False)
+    assert meta["skipped"]["by_reason"] == {"invalid record": 1, "empty text": 1}

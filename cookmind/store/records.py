@@ -269,7 +269,11 @@ def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
     record = {}
     for side in ("chosen", "rejected"):
-        messages = reasoning_from_content(check_messages(_preference_side(obj, side), end_with_assistant=True))
+        chat = _preference_side(obj, side)
+        try:
+            messages = reasoning_from_content(check_messages(chat, end_with_assistant=True))
+        except BadRecord as exc:  # a pair holds two chats: say which (after the reason, whose start is its kind)
+            raise BadRecord(f"{exc} (in {side!r})") from None
         ids, mask = _render(tok, messages, tools=obj.get("tools"))
         record[side] = ids
         record[f"{side}_mask"] = last_turn_mask(tok, messages, ids, mask, tools=obj.get("tools"))
