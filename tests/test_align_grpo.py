@@ -387,3 +387,40 @@ def test_serving_engine_sees_weight_updates_in_place(device):
             p.mul_(-1.0).add_(0.3)
     want = generate_ids(model, prompts, SamplingParams(**params), engine="builtin")
     assert generate_ids(model, prompts, SamplingParams(**params), engine="serving") == want
+
+
+def test_problem_files_take_a_number_answer_and_packs_field_names_and_name_a_bad_field(tmp_path):
+    """grpo.problems kept {"answer": 4} as the int 4, and the reward raised a TypeError at the first rollout that
+    wrote '#### N' (mid-run, after training time); {"prompt", "ground_truth"}, which `pack --train-type grpo` reads,
+    was refused as "expected a JSON object with 'question' and 'answer' ('question')". A number answer is now its
+    text, pack's field names are read, and a missing or mistyped field is named with file:line."""
+    from cookmind.align.objective import load_problems
+    from cookmind.align.rewards import reward_fn_for_template
+
+    path = tmp_path / "p.jsonl"
+    rows = [
+        {"question": "2+2?", "answer": 4},
+        {"prompt": "1.5+1?", "ground_truth": 2.5},
+        {"question": "3+4?", "reference_answer": "7"},
+        {"question": "1+1?", "answer": "1+1=2\n#### 2"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems = load_problems(path)
+    assert problems == [
+        {"question": "2+2?", "answer": "4"},
+        {"question": "1.5+1?", "answer": "2.5"},
+        {"question": "3+4?", "answer": "7"},
+        {"question": "1+1?", "answer": "1+1=2\n#### 2"},
+    ]
+    reward = reward_fn_for_template("chat")
+    assert [reward(f"#### {a}", p["answer"])["answer_reward"] for a, p in zip((4, 2.5, 7, 2), problems)] == [1.0] * 4
+    for bad, why in (
+        ({"prompt": "2+2?", "solution": "4"}, r"missing field: expected one of \['answer', 'reference_answer', "),
+        ({"answer": "4"}, r"missing field: expected one of \['question', 'prompt'\], found \['answer'\]"),
+        ({"question": "2+2?", "answer": True}, r"'answer' must be text \('\.\.\. #### N'\) or a number, got bool"),
+        ({"question": ["2+2?"], "answer": "4"}, r"'question' must be text, got list"),
+        ("[1, 2]", r"expected a JSON object, got list"),
+    ):
+        path.write_text(json.dumps(rows[0]) + "\n" + (bad if isinstance(bad, str) else json.dumps(bad)) + "\n")
+        with pytest.raises(ValueError, match=rf"p\.jsonl:2: {why}"):
+            load_problems(path)

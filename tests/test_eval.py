@@ -657,3 +657,22 @@ def test_eval_where_every_prompt_is_too_long_is_an_error_not_an_accuracy_of_zero
         _tiny_cookmind(64), CharTok(), [*problems, short], template="plain", max_new_tokens=2, progress=False
     )
     assert m["num_problems"] == 1 and m["num_skipped_too_long"] == 2
+
+
+def test_a_gsm8k_answer_given_as_a_number_is_graded_not_a_crash(tmp_path):
+    """{"answer": 4} passed the field check and raised a TypeError traceback in extract_gold after every problem
+    had been generated. A number answer is now read as its text; another type is named by line before the model
+    runs. Reference: the oracle answers each question's true sum, so every one is right."""
+    path = tmp_path / "g.jsonl"
+    path.write_text('{"question": "2+2?", "answer": 4}\n{"question": "1.5+1?", "answer": 2.5}\n')
+    problems = load_gsm8k(path)
+    assert problems == [{"question": "2+2?", "answer": "4"}, {"question": "1.5+1?", "answer": "2.5"}]
+    sums = {"2+2?": "4", "1.5+1?": "2.5"}
+    oracle = OracleLM(lambda p: f" {sums[p.split('Q: ')[1].split(chr(10))[0]]}", marker="A:")
+    m = evaluate_gsm8k(oracle, CharTok(), problems, template="Q: {question}\nA:", max_new_tokens=8, progress=False)
+    assert m["accuracy"] == 1.0 and m["num_problems"] == 2
+    path.write_text('{"question": "2+2?", "answer": 4}\n{"question": "2+2?", "answer": [4]}\n')
+    with pytest.raises(
+        ValueError, match=r"g\.jsonl:2: 'answer' must be text \('\.\.\. #### N'\) or a number, got list"
+    ):
+        load_gsm8k(path)

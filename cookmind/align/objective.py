@@ -44,7 +44,7 @@ from cookmind.align.prompts import (
     uses_think_tags,
 )
 from cookmind.align.reference import Reference
-from cookmind.align.rewards import reward_fn_for_template
+from cookmind.align.rewards import reference_text, reward_fn_for_template
 from cookmind.align.rollout import SamplingParams, collect_rollouts, generate_ids
 from cookmind.parallel.fsdp import gathered_weights, is_sharded
 from cookmind.parallel.parallelize import shard_frozen
@@ -148,9 +148,30 @@ def as_problem(p) -> dict[str, str]:
     return {"question": p.question, "answer": p.answer}
 
 
+# the field names `cookmind pack --train-type grpo` reads, so one problem file serves both ways of feeding GRPO
+QUESTION_FIELDS, ANSWER_FIELDS = ("question", "prompt"), ("answer", "reference_answer", "ground_truth")
+
+
+def problem_of(obj) -> dict[str, str]:
+    """``{"question", "answer"}`` of one JSON record (pack's field names; a number answer as its text); a record
+    that is none is a ValueError saying what is wrong."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    problem = {}
+    for name, fields in (("question", QUESTION_FIELDS), ("answer", ANSWER_FIELDS)):
+        field = next((f for f in fields if f in obj), None)
+        if field is None:
+            raise ValueError(f"missing field: expected one of {list(fields)}, found {sorted(obj)}")
+        value = obj[field]
+        if name == "question" and not isinstance(value, str):
+            raise ValueError(f"{field!r} must be text, got {type(value).__name__}")
+        problem[name] = reference_text(value, field)
+    return problem
+
+
 def load_problems(path: str | Path, key: str = "grpo.problems") -> list[dict[str, str]]:
-    """``{"question", "answer"}`` rows of a JSONL file; a bad line is an error naming file:line, a file that cannot
-    be read one naming the config ``key`` that gave it."""
+    """``{"question", "answer"}`` rows of a JSONL file (``problem_of``); a bad line is an error naming file:line, a
+    file that cannot be read one naming the config ``key`` that gave it."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:
@@ -167,9 +188,13 @@ def load_problems(path: str | Path, key: str = "grpo.problems") -> list[dict[str
         if not line.strip():
             continue
         try:
-            rows.append(as_problem(json.loads(line)))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{n}: expected a JSON object with 'question' and 'answer' ({exc})") from exc
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{n}: not valid JSON ({exc}); each line must be one JSON object") from None
+        try:
+            rows.append(problem_of(obj))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{n}: {exc}") from None
     if not rows:
         raise ValueError(f"{key}={path}: no problems in the file")
     return rows

@@ -73,6 +73,16 @@ def last_number(text: str) -> str | None:
     return found[-1] if found else None
 
 
+def reference_text(value, field: str = "answer") -> str:
+    """A problem file's reference answer as the text graders read: a string as it is, a number as its text
+    (``{"answer": 4}`` -> "4"); anything else is a ValueError naming ``field``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError(f"{field!r} must be text ('... #### N') or a number, got {type(value).__name__}")
+
+
 def extract_gold(ground_truth: str) -> str:
     """The reference answer: text after GSM8K's ``####`` when present, else the whole string."""
     match = _HASHES_RE.search(ground_truth)

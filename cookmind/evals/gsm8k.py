@@ -14,7 +14,7 @@ from cookmind.align.prompts import (
     stop_ids_of,
     uses_think_tags,
 )
-from cookmind.align.rewards import extract_answer, extract_gold
+from cookmind.align.rewards import extract_answer, extract_gold, reference_text
 from cookmind.atomic import write_jsonl
 from cookmind.evals.atomic_io import read_jsonl_lines
 from cookmind.evals.passk import pass_at_k
@@ -50,6 +50,12 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
                 f"{path}:{lineno}: a GSM8K record needs 'question' and 'answer' fields, got "
                 f"{sorted(row) if isinstance(row, dict) else type(row).__name__}"
             )
+        try:  # a number answer is graded as its text; another type would stop the run after the generation
+            if not isinstance(row["question"], str):
+                raise ValueError(f"'question' must be text, got {type(row['question']).__name__}")
+            row["answer"] = reference_text(row["answer"])
+        except ValueError as exc:
+            raise ValueError(f"{path}:{lineno}: {exc}") from None
     return [row for _, row in rows]
 
 
