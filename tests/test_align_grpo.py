@@ -424,3 +424,22 @@ def test_problem_files_take_a_number_answer_and_packs_field_names_and_name_a_bad
         path.write_text(json.dumps(rows[0]) + "\n" + (bad if isinstance(bad, str) else json.dumps(bad)) + "\n")
         with pytest.raises(ValueError, match=rf"p\.jsonl:2: {why}"):
             load_problems(path)
+
+
+def test_prompts_that_leave_less_than_max_new_tokens_of_the_context_are_said_not_cut_silently(tmp_path):
+    """A prompt of 46 tokens in a 48-token model has room for 2 of grpo.max_new_tokens=5: its rollouts stopped at
+    the context's end and were graded as they stood, with nothing said (a 200-token GSM8K prompt in a 256-token
+    model gets 56 of 64). Setup now says how many prompts of each source are so short of room. Reference: the
+    prompt lengths (one XYZ token a character) plus max_new_tokens against the context."""
+    lengths = [1, 2, 3, 44, 46]
+    problems = [{"question": "?" * n, "answer": ""} for n in lengths]
+    short = sum(n + 5 > 48 for n in lengths)
+    gcfg = GRPOConfig(group_size=2, max_new_tokens=5, eval_max_new_tokens=2, template="{question}", stop_strings=())
+    with pytest.warns(UserWarning) as caught:
+        _grpo_trainer(tmp_path, 1, problems=problems, eval_problems=problems, gcfg=gcfg)
+    said = [str(w.message) for w in caught]
+    assert (
+        f"grpo.problems: {short} of 5 prompts leave less than grpo.max_new_tokens=5 tokens of the model's context "
+        "(48) for the answer" in " ".join(said)
+    )
+    assert not any(s.startswith("grpo.eval_problems:") for s in said)  # 46 + 2 fits: eval answers are not cut

@@ -308,6 +308,7 @@ class GRPOObjective(Objective):
         if isinstance(context, int):  # a prompt that fills the context stopped the run at its step (or evaluation)
             self.problems = self._fitting(self.problems, context, "grpo.problems")
             self.eval_problems = self._fitting(self.eval_problems, context, "grpo.eval_problems")
+            self._say_short_of_room(trainer, context)
         if self.cfg.engine == "serving" and is_sharded(trainer.bare_model):
             raise ValueError(
                 "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers afresh for each "
@@ -332,6 +333,39 @@ class GRPOObjective(Objective):
                 stacklevel=2,
             )
         return keep
+
+    def _say_short_of_room(self, trainer: Any, context: int) -> None:
+        """Warn, per source, how many prompts leave less than ``max_new_tokens`` of the ``context`` for the answer:
+        their answers stop at the context's end and are graded as they stand, which nothing else would say."""
+        if self.rank != 0:
+            return
+
+        def lengths_of(problems):
+            if problems is None:
+                return None
+            return [len(encode_prompt(self.tokenizer, p["question"], self.cfg.template)) for p in problems]
+
+        dataset = getattr(getattr(getattr(trainer, "train_loader", None), "loader", None), "dataset", None)
+        stored = None
+        if getattr(dataset, "offline", True) is False:  # an online grpo store: its prompts the window kept
+            stored = dataset.store.lengths("prompts")[dataset.indices].tolist()
+        rollout = ("grpo.max_new_tokens", self.cfg.max_new_tokens)
+        held_out = (
+            ("grpo.eval_max_new_tokens", self.cfg.eval_max_new_tokens) if self.cfg.eval_max_new_tokens else rollout
+        )
+        for name, lengths, (key, room) in (
+            ("grpo.problems", lengths_of(self.problems), rollout),
+            ("data.train_path", stored, rollout),
+            ("grpo.eval_problems", lengths_of(self.eval_problems), held_out),
+        ):
+            short = sum(n + room > context for n in lengths or ())
+            if short:
+                warnings.warn(
+                    f"{name}: {short} of {len(lengths)} prompts leave less than {key}={room} tokens of the model's "
+                    f"context ({context}) for the answer: those answers stop at the context's end and are graded as "
+                    f"they stand; lower {key} or leave the longest problems out",
+                    stacklevel=2,
+                )
 
     def _next_problems(self, trainer: Any) -> dict[str, Any]:
         """This rank's share of the next ``micro_batch_size * world`` problems of the stream, as prompt ids."""
