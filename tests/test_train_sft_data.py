@@ -188,3 +188,30 @@ def test_a_grpo_prompt_that_fills_the_context_is_dropped_and_counted_not_a_crash
         capsys.readouterr().err
     )
     assert t.fit()["status"] == "completed"  # every kept prompt is drawn in the one step: none stops the run
+
+
+def test_a_grpo_store_packed_with_another_prompt_template_than_grpo_template_is_refused(
+    tmp_path, tok_dir, keep_threads
+):
+    """pack's default grpo prompts are the chat template; a run with grpo.template=r1_zero trained on them graded
+    each rollout for <answer> tags and stopped at </answer>, prompts that asked for neither, and said nothing
+    (every reward 0). The store records its --prompt-template; a run whose grpo.template is another is refused,
+    naming both. The same template, by name or as its text, trains."""
+    from cookmind.align.prompts import COMPACT_PROMPT
+    from cookmind.store.packer import pack
+
+    src = tmp_path / "g.jsonl"
+    src.write_text(json.dumps({"question": "Tom has 3 apples and buys 4. How many?", "answer": "#### 7"}) + "\n")
+    pack([src], tmp_path / "chat", tok_dir, "grpo", progress=False)
+    pack([src], tmp_path / "compact", tok_dir, "grpo", prompt_template=COMPACT_PROMPT, progress=False)
+    grpo = ["train.objective=grpo", f"data.tokenizer={tok_dir}", "model.vocab_size=320", "train.micro_batch_size=1"]
+    with pytest.raises(ValueError, match=r"packed with --prompt-template 'chat', but grpo.template='r1_zero'"):
+        Trainer(_cfg(tmp_path, tmp_path / "chat", *grpo, "grpo.template=r1_zero"))
+    with pytest.raises(
+        ValueError, match=r"packed with --prompt-template 'Q: \{question\}\\nA: <think>', but grpo.template='chat'"
+    ):
+        Trainer(_cfg(tmp_path, tmp_path / "compact", *grpo, f"logging.run_dir={tmp_path / 'b'}"))
+    quoted = json.dumps(COMPACT_PROMPT)  # an override is YAML: the text as a quoted scalar
+    for n, (store, template) in enumerate((("chat", "chat"), ("compact", "compact"), ("compact", quoted))):
+        run = f"logging.run_dir={tmp_path / f'ok{n}'}"
+        Trainer(_cfg(tmp_path, tmp_path / store, *grpo, f"grpo.template={template}", run))

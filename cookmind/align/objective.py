@@ -36,6 +36,7 @@ from cookmind.align.losses import (
     pack_prompt_and_output,
 )
 from cookmind.align.prompts import (
+    PROMPTS,
     R1_ZERO_STOP,
     decode_response,
     encode_prompt,
@@ -304,6 +305,7 @@ class GRPOObjective(Objective):
         if dist is not None:
             self.rank, self.world = dist.rank, dist.world_size
         self.seed = trainer.cfg.train.seed
+        self._check_store_template(trainer)
         context = getattr(getattr(trainer.bare_model, "config", None), "max_position_embeddings", None)
         if isinstance(context, int):  # a prompt that fills the context stopped the run at its step (or evaluation)
             self.problems = self._fitting(self.problems, context, "grpo.problems")
@@ -333,6 +335,24 @@ class GRPOObjective(Objective):
                 stacklevel=2,
             )
         return keep
+
+    def _check_store_template(self, trainer: Any) -> None:
+        """Refuse an online grpo store whose prompts were packed with another template than ``grpo.template``: the
+        rewards and stop strings follow grpo.template, so every rollout would be graded for a format its prompt
+        never asked for."""
+        dataset = getattr(getattr(getattr(trainer, "train_loader", None), "loader", None), "dataset", None)
+        if getattr(dataset, "offline", True) is not False or self.problems is not None:
+            return
+        packed = dataset.store.meta.get("pack", {}).get("prompt_template")
+        if packed is None:  # a store from before pack recorded it, or not made by pack
+            return
+        if PROMPTS.get(packed, packed) != PROMPTS.get(self.cfg.template, self.cfg.template):
+            named = next((name for name, text in PROMPTS.items() if text == packed), packed)
+            raise ValueError(
+                f"{trainer.cfg.data.train_path} was packed with --prompt-template {packed!r}, but grpo.template="
+                f"{self.cfg.template!r} grades the answers (their format, where they stop) of another prompt; set "
+                f"grpo.template={named}, or repack the store with that template's text as --prompt-template"
+            )
 
     def _say_short_of_room(self, trainer: Any, context: int) -> None:
         """Warn, per source, how many prompts leave less than ``max_new_tokens`` of the ``context`` for the answer:
