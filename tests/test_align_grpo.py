@@ -443,3 +443,25 @@ def test_prompts_that_leave_less_than_max_new_tokens_of_the_context_are_said_not
         "(48) for the answer" in " ".join(said)
     )
     assert not any(s.startswith("grpo.eval_problems:") for s in said)  # 46 + 2 fits: eval answers are not cut
+
+
+def test_grpo_config_refuses_wrong_types_and_out_of_range_values_naming_the_field():
+    """grpo.group_size=abc and an unquoted grpo.template='Q: {question}\\nA:' (YAML reads a mapping) ended in
+    TypeError tracebacks; grpo.max_new_tokens=0 trained on empty rollouts and grpo.eval_size=-3 held out all but
+    the last 3 problems (a slice), both saying nothing. Each is now one line naming grpo.KEY."""
+    for values, why in (
+        ({"group_size": "abc"}, r"grpo.group_size: expected an integer, got 'abc'"),
+        ({"template": {"Q": {"question": None}, "A": None}}, r"grpo.template: expected a string, got .*quote it"),
+        ({"max_new_tokens": 0}, r"grpo.max_new_tokens=0: must be at least 1"),
+        ({"min_new_tokens": -1}, r"grpo.min_new_tokens=-1: must be at least 0"),
+        ({"eval_size": -3}, r"grpo.eval_size=-3: must be at least 0 \(0: all of grpo.eval_problems\)"),
+        ({"eval_max_new_tokens": 0}, r"grpo.eval_max_new_tokens=0: must be at least 1"),
+        ({"rollout_chunk": 0}, r"grpo.rollout_chunk=0: must be at least 1"),
+        ({"temperature": -1}, r"grpo.temperature=-1.0: must be at least 0"),
+        ({"top_p": 2}, r"grpo.top_p=2.0: must be in \(0, 1\]"),
+        ({"normalize_by_std": "yes"}, r"grpo.normalize_by_std: expected true/false, got 'yes'"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            GRPOConfig.from_dict(values)
+    cfg = GRPOConfig.from_dict({"group_size": 4.0, "temperature": 1, "template": "Q: {question}\nA:"})
+    assert (cfg.group_size, cfg.temperature, cfg.template) == (4, 1.0, "Q: {question}\nA:")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import typing
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from cookmind.align.rewards import reference_text, reward_fn_for_template
 from cookmind.align.rollout import SamplingParams, collect_rollouts, generate_ids
 from cookmind.parallel.fsdp import gathered_weights, is_sharded
 from cookmind.parallel.parallelize import shard_frozen
+from cookmind.train.config import coerce_value
 from cookmind.train.objectives.base import Objective, unwrap
 
 LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip")
@@ -95,6 +97,14 @@ class GRPOConfig:
         values = dict(d)
         if isinstance(values.get("stop_strings"), list):
             values["stop_strings"] = tuple(values["stop_strings"])
+        hints = typing.get_type_hints(cls)
+        for key, value in values.items():  # the types the run's other sections are held to, named as grpo.KEY
+            try:
+                values[key] = coerce_value(value, hints[key], f"grpo.{key}")
+            except ValueError as exc:
+                if key == "template" and isinstance(value, dict):  # `grpo.template=Q: {question}` is a YAML mapping
+                    raise ValueError(f"{exc}; quote it, e.g. grpo.template='\"Q: {{question}}\\nA:\"'") from None
+                raise
         cfg = cls(**values)
         cfg.validate()
         return cfg
@@ -103,6 +113,19 @@ class GRPOConfig:
         """Settings that cannot work are refused with the fix in the message."""
         if self.group_size < 1:
             raise ValueError(f"grpo.group_size={self.group_size}: need at least 1 sample per prompt")
+        for key, low, note in (
+            ("max_new_tokens", 1, ""),
+            ("min_new_tokens", 0, ""),
+            ("eval_size", 0, " (0: all of grpo.eval_problems)"),
+            ("eval_max_new_tokens", 1, ""),
+            ("rollout_chunk", 1, ""),
+            ("temperature", 0, ""),
+        ):
+            value = getattr(self, key)
+            if value is not None and value < low:
+                raise ValueError(f"grpo.{key}={value}: must be at least {low}{note}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"grpo.top_p={self.top_p}: must be in (0, 1]")
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(f"grpo.loss_type={self.loss_type!r}; choose one of {', '.join(LOSS_TYPES)}")
         if self.length_normalization not in LENGTH_NORMALIZATIONS:

@@ -445,10 +445,10 @@ def _set_field(obj: Any, section: str, key: str, value: Any, source: str) -> Non
     if key not in fields:
         raise ValueError(_unknown(source, f"key in section '{section}'", key, list(fields)))
     hints = typing.get_type_hints(type(obj))
-    setattr(obj, key, _coerce(value, hints[key], f"{source}: {section}.{key}"))
+    setattr(obj, key, coerce_value(value, hints[key], f"{source}: {section}.{key}"))
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+def coerce_value(value: Any, tp: Any, where: str) -> Any:
     """Check/convert a YAML value to the field's annotated type (int -> float allowed)."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -456,13 +456,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], where)
+        return coerce_value(value, inner[0], where)
     if origin is list:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"{where}: expected a list, got {value!r}")
-        return [_coerce(v, args[0], where) for v in value] if args else list(value)
+        return [coerce_value(v, args[0], where) for v in value] if args else list(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -487,7 +487,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             # reads two of them as bools
             return "true" if value else "false"
         if isinstance(value, (list, tuple)) and where.endswith("fp8_projections"):  # a YAML list of names
-            return ",".join(_coerce(v, str, where) for v in value)
+            return ",".join(coerce_value(v, str, where) for v in value)
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ValueError(f"{where}: expected a string, got {value!r}")
         return str(value)
