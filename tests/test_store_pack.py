@@ -685,3 +685,18 @@ def test_a_bad_preference_pair_names_the_side_and_is_counted_under_its_reason(tm
         pack([tmp_path / "p3.jsonl"], tmp_path / "d", tok_dir, "dpo", progress=False)
     meta = pack([_jsonl(tmp_path / "all.jsonl", rows)], tmp_path / "s", tok_dir, "dpo", skip_bad=True, progress=False)
     assert meta["skipped"]["by_reason"] == {"invalid record": 1, "empty text": 1}
+
+
+def test_a_preference_pair_whose_two_answers_are_the_same_is_a_bad_record(tmp_path, tok_dir):
+    """{"chosen": "Hi!", "rejected": "Hi!"} was packed as a pair: its DPO loss is log 2 with no gradient whatever the
+    model, and validation counted it as a pair the model ranks wrong (reward_accuracy takes chosen > rejected), so
+    the figure fell with every tie in the data. It is now refused by line, and --skip-bad counts it."""
+    rows = [
+        {"prompt": "Say hi", "chosen": "Hi!", "rejected": "Go away."},
+        {"prompt": "Say hi", "chosen": "Hi!", "rejected": "Hi!"},
+    ]
+    src = _jsonl(tmp_path / "p.jsonl", rows)
+    with pytest.raises(PackError, match=r"p\.jsonl:2: chosen and rejected are the same chat: the pair teaches nothing"):
+        pack([src], tmp_path / "d", tok_dir, "dpo", progress=False)
+    meta = pack([src], tmp_path / "s", tok_dir, "dpo", skip_bad=True, progress=False)
+    assert meta["num_records"] == 1 and meta["skipped"]["by_reason"] == {"invalid record": 1}

@@ -279,6 +279,8 @@ def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
         record[f"{side}_mask"] = last_turn_mask(tok, messages, ids, mask, tools=obj.get("tools"))
         if not record[f"{side}_mask"].any():
             raise BadRecord(f"{side}: the chat template marked no response token")
+    if np.array_equal(record["chosen"], record["rejected"]):  # DPO's loss is log 2 with no gradient, whatever the model
+        raise BadRecord("chosen and rejected are the same chat: the pair teaches nothing; leave it out or fix one side")
     return record
 
 
