@@ -676,3 +676,21 @@ def test_a_gsm8k_answer_given_as_a_number_is_graded_not_a_crash(tmp_path):
         ValueError, match=r"g\.jsonl:2: 'answer' must be text \('\.\.\. #### N'\) or a number, got list"
     ):
         load_gsm8k(path)
+
+
+def test_a_bad_mmlu_row_says_what_it_found_and_a_header_row_is_named_as_one(tmp_path):
+    """Every bad row read "expected question,A,B,C,D,answer with answer in A-D", whatever was wrong: a CSV saved
+    with a header (as spreadsheet and Hugging Face exports are) failed at line 1 with no word of the header, a row
+    of 5 fields or an answer 'E' the same. The line now says what it found."""
+    root = tmp_path / "mmlu"
+    (root / "test").mkdir(parents=True)
+    csv = root / "test" / "virology_test.csv"
+    good = "What?,a,b,c,d,A\n"
+    for text, line, found in (
+        ("question,A,B,C,D,answer\n" + good, 1, r"looks like a header row; MMLU's CSVs have none: remove it"),
+        (good + "What?,a,b,c,A\n", 2, r"got 5 fields"),
+        (good + good + "What?,a,b,c,d,E\n", 3, r"got answer 'E'"),
+    ):
+        csv.write_text(text)
+        with pytest.raises(ValueError, match=rf"virology_test\.csv:{line}: expected question,A,B,C,D,answer .*{found}"):
+            load_mmlu(root)

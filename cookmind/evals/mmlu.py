@@ -58,7 +58,13 @@ def load_mmlu(
                 if limit_per_subject is not None and lineno > limit_per_subject:
                     break
                 if len(rec) != 6 or rec[5].strip() not in LETTERS:
-                    raise ValueError(f"{f}:{lineno}: expected question,A,B,C,D,answer with answer in A-D")
+                    if len(rec) != 6:
+                        found = f"got {len(rec)} fields"
+                    elif lineno == 1 and rec[5].strip().lower() == "answer":
+                        found = "this looks like a header row; MMLU's CSVs have none: remove it"
+                    else:
+                        found = f"got answer {rec[5].strip()!r}"
+                    raise ValueError(f"{f}:{lineno}: expected question,A,B,C,D,answer with answer in A-D; {found}")
                 rows.append({"subject": subject, "question": rec[0], "options": rec[1:5], "answer": rec[5].strip()})
     if not rows:  # a score over no question would read as a model that got every one wrong
         read = [f for f in files if not subjects or f.name[: -len(suffix)] in subjects]
