@@ -2,7 +2,7 @@
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
 #   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto]...
-#   (default: tests train decode rl ddp scale; ddp and scale need 2 GPUs)
+#   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
 # so one slow part cannot swallow the others' output. Run with the device tool, e.g. kind nvidia-h200-x2.
@@ -10,8 +10,18 @@ set -u
 OUT="${OUT:-gpu-logs}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# packages the GPU image lacks (llguidance for the engine, torchao for FP8) travel as wheels in .whl/ (git-ignored;
+# made here with `python3 -m pip download --no-deps llguidance==1.9.1 torchao==0.18.0 -d .whl`, the machine's
+# platform and Python named as pip needs) and are installed for this call
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    echo "no .whl/ wheels: GPU tests and benches that need llguidance or torchao will fail or skip"
+fi
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(tests train decode rl ddp scale)
+[ ${#parts[@]} -eq 0 ] && parts=(tests-par train decode rl ddp scale)
 run() {  # run NAME SECONDS CMD...: keep the log, show the JSON lines and the tail
     local name=$1 secs=$2
     shift 2

@@ -17,7 +17,9 @@ reported. An MoE block's routed experts stay too (the tokens each gets vary from
 (``q_proj,gate_proj,up_proj``), or ``auto``: leave out the projections too small for float8 to gain, by the size
 thresholds torchao published from its H100 GEMM-and-cast measurements (tensorwise: no gain where the reduced dim
 K <= 4096 and the output dim N <= 1024; rowwise: where N <= 2048, K <= 1024, or N <= 4096 and K <= 2048). At the
-Qwen3-0.6B shape ``auto`` keeps k/v/o/down (1024 wide outputs) in bf16 and converts q and gate/up.
+Qwen3-0.6B shape ``auto`` keeps k/v/o/down (1024 wide outputs) in bf16 and converts q and gate/up. Measured on
+an H200 there (B=16), ``auto`` was slower than ``all`` (65.3% against 67.0% MFU, docs/BENCHMARKS.md): the H100
+thresholds do not transfer, so ``all`` stays the default.
 
 torchao is an optional dependency (``pip install cookmind[fp8]``), imported only when the option is on.
 """
