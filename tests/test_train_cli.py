@@ -1084,3 +1084,27 @@ def test_resuming_at_or_past_max_steps_says_there_is_nothing_to_train(tmp_path, 
     assert "the checkpoint is at step 3, already at or past train.max_steps=2: nothing to train" in err
     assert _run(store, "--run-dir", run, "--resume", "auto", "train.max_steps=4") == 0
     assert "nothing to train" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("which", ["train", "val"])
+def test_a_store_of_another_tokenizer_with_a_larger_vocabulary_is_named_as_such(tmp_path, tok_dir, which, capsys):
+    """A store packed by another, larger tokenizer was refused as "model.vocab_size has 320 token ids but the store
+    ... has 1000; set model.vocab_size to at least 1000": a fix that only led to the tokenizer error. Now the
+    tokenizer error comes first, naming the store's tokenizer and the run's."""
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    rng = np.random.default_rng(0)
+    ours = {"fingerprint": tok.fingerprint(), "path": str(tok_dir)}
+    other = {"fingerprint": "f" * 64, "path": "/elsewhere/tok1000"}
+    stores = {}
+    for name in ("train", "val"):
+        vocab, meta = (1000, other) if name == which else (tok.vocab_size, ours)
+        records = [{"sequence": rng.integers(0, vocab, size=40)} for _ in range(4)]
+        stores[name] = write_store(tmp_path / name, "seq", records, vocab_size=vocab, meta={"tokenizer": meta})
+    argv = ["--train-data", str(stores["train"]), "--val-data", str(stores["val"]), "--tokenizer", str(tok_dir)]
+    overrides = [o for o in TINY if not o.startswith("model.vocab_size=")]
+    assert _train(*argv, "--run-dir", str(tmp_path / "run"), *overrides, "train.max_steps=1") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{stores[which]} was packed with tokenizer /elsewhere/tok1000" in err, err
+    assert "model.vocab_size" not in err, err

@@ -253,8 +253,9 @@ def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
 
 def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str | None:
     """Refuse a tokenizer or token store whose ids run past the model's embedding (an IndexError mid-step, a
-    device-side assert on CUDA); return a note when the model's vocabulary is larger than the data's (rows that
-    never train: a preset's vocab_size kept with a smaller tokenizer of one's own), else None."""
+    device-side assert on CUDA), and first a store packed by another tokenizer than ``tokenizer``; return a note
+    when the model's vocabulary is larger than the data's (rows that never train: a preset's vocab_size kept with a
+    smaller tokenizer of one's own), else None."""
     from cookmind.store import TokenStore
 
     config = getattr(model, "config", None)
@@ -270,13 +271,18 @@ def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str
     sources = []
     if tokenizer is not None and hasattr(tokenizer, "vocab_size"):
         sources.append((f"the tokenizer at data.tokenizer={cfg.data.tokenizer}", int(tokenizer.vocab_size)))
+    fingerprint = tokenizer.fingerprint() if tokenizer is not None and hasattr(tokenizer, "fingerprint") else None
     for field in ("train_path", "val_path"):
         path = getattr(cfg.data, field)
         if path and cfg.train.objective != "grpo":
             try:
-                packed = TokenStore(path).meta.get("vocab_size")
+                store = TokenStore(path)
             except Exception:  # noqa: BLE001 -- a missing or broken store is reported by build_dataset
-                packed = None
+                store = None
+            packed = store.meta.get("vocab_size") if store is not None else None
+            if fingerprint is not None and store is not None:
+                # a store of another tokenizer is that, whatever its vocabulary: not a model.vocab_size to raise
+                store.check_tokenizer(fingerprint, cfg.data.tokenizer)
             if packed is not None:
                 sources.append((f"the store at data.{field}={path}", int(packed)))
     for what, v in sources:
