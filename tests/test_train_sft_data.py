@@ -1,5 +1,5 @@
 """SFT records and GRPO prompts are never truncated or dropped silently; an unset SFT window is sized from the store
-(issue #17.8)."""
+(issue #17.8). Pretraining tokens that no window covers are counted too."""
 
 from __future__ import annotations
 
@@ -215,3 +215,41 @@ def test_a_grpo_store_packed_with_another_prompt_template_than_grpo_template_is_
     for n, (store, template) in enumerate((("chat", "chat"), ("compact", "compact"), ("compact", quoted))):
         run = f"logging.run_dir={tmp_path / f'ok{n}'}"
         Trainer(_cfg(tmp_path, tmp_path / store, *grpo, f"grpo.template={template}", run))
+
+
+@pytest.mark.parametrize("stride", [None, 40])
+def test_pretraining_tokens_in_no_window_are_counted_printed_and_warned_of(tmp_path, capsys, keep_threads, stride):
+    """data.stride > data.window_size trained on a sliver of the store without a word (here 60% of its tokens lie
+    between windows), and the tail after the last window never trained either; now the run prints, keeps and (past
+    5%) warns how many tokens lie in no window, for the validation store too."""
+    rng = np.random.default_rng(0)
+    lengths = [50, 33, 70, 6, 41]
+    store = write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, n)} for n in lengths], 64)
+    window, total = 16, sum(lengths)
+    covered = np.zeros(total, bool)  # naive reference: mark every token of every full window
+    for start in range(0, total - window + 1, stride or window):
+        covered[start : start + window] = True
+    windows = len(range(0, total - window + 1, stride or window))
+    unused = int((~covered).sum())
+    overrides = ["train.objective=pretrain", f"data.val_path={store}", f"data.window_size={window}"]
+    overrides += [] if stride is None else [f"data.stride={stride}"]
+    if stride is None:
+        t = Trainer(_cfg(tmp_path, store, *overrides))
+    else:
+        with pytest.warns(UserWarning, match="Lower data.stride to at most data.window_size=16") as caught:
+            t = Trainer(_cfg(tmp_path, store, *overrides))
+        assert [" validation " in str(w.message) for w in caught] == [False, True]
+    err = capsys.readouterr().err
+    every = "" if stride is None else f" every data.stride={stride}"
+    line = f"{total} tokens in {windows} windows of data.window_size={window}{every}; {unused} ({unused / total:.1%})"
+    assert f"seq data: {line} in no window, never trained on" in err
+    assert f"seq validation data: {line} in no window, never evaluated" in err
+    want = {"tokens": total, "windows": windows, "tokens_unused": unused}
+    assert {f"data_{k}": v for k, v in want.items()}.items() <= t.data_stats.items()
+    assert {f"val_data_{k}": v for k, v in want.items()}.items() <= t.data_stats.items()
+
+
+def test_a_pretraining_store_shorter_than_one_window_says_how_many_tokens_it_holds(tmp_path, keep_threads):
+    store = write_store(tmp_path / "seq", "seq", [{"sequence": np.arange(1, 12)}], 64)
+    with pytest.raises(ValueError, match=r"store at .*seq holds 11 tokens, fewer than one window of "):
+        Trainer(_cfg(tmp_path, store, "train.objective=pretrain", "data.window_size=16"))

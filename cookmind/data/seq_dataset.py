@@ -10,7 +10,8 @@ from cookmind.store import TokenStore
 
 
 class SeqDataset(Dataset):
-    """Window ``i`` is tokens ``[i*stride, i*stride + window_size)`` of the stream.
+    """Window ``i`` is tokens ``[i*stride, i*stride + window_size)`` of the stream; ``num_unused`` of its
+    ``num_tokens`` tokens lie in no window.
 
     ``labels`` equal ``input_ids``: the model shifts them inside its loss, so the target of
     position t is token t+1 (targets offset by one). Each document ends in the tokenizer's
@@ -29,6 +30,10 @@ class SeqDataset(Dataset):
         n = store.stream_length("sequence")
         # full windows only: start + T <= n  ->  count = (n - T) // stride + 1
         self.num_windows = (n - window_size) // stride + 1 if n >= window_size else 0
+        # tokens no window covers, so never trained on: the tail after the last window, and the gaps between
+        # windows when stride > window_size (the Trainer prints how many)
+        covered = min(stride, window_size) * (self.num_windows - 1) + window_size if self.num_windows else 0
+        self.num_tokens, self.num_unused = n, n - covered
         self.doc_starts = store.document_starts("sequence") if doc_mask else None
 
     def __len__(self) -> int:

@@ -392,9 +392,14 @@ class Trainer:
             self.data_stores["train" if train else "val"] = {"path": where, "fingerprint": store.fingerprint()}
         self._report_truncation(dataset, train)
         if len(dataset) == 0:
+            what = "training" if train else "validation"
+            if getattr(dataset, "num_tokens", None) is not None:  # seq
+                raise ValueError(
+                    f"the {what} store at {path} holds {dataset.num_tokens:,} tokens, fewer than one window of "
+                    f"data.window_size={self.cfg.data.window_size}: lower data.window_size, or pack more text"
+                )
             raise ValueError(
-                f"the {'training' if train else 'validation'} dataset at {path} is empty "
-                f"(window_size {self.cfg.data.window_size} longer than the data?)"
+                f"the {what} dataset at {path} is empty (window_size {self.cfg.data.window_size} longer than the data?)"
             )
         world = self.dist.world_size if train else 1
         rank = self.dist.rank if train else 0
@@ -424,6 +429,9 @@ class Trainer:
     def _report_truncation(self, dataset, train: bool = True) -> None:
         """Count, print and keep (for metrics and report.md) the records the window cut short or dropped; those of
         the validation store under ``val_`` keys (its loss is then taken over other text than the user gave)."""
+        if getattr(dataset, "num_unused", None) is not None:
+            self._report_unused(dataset, train)
+            return
         truncated, dropped = getattr(dataset, "num_truncated", None), getattr(dataset, "num_dropped", None)
         if dropped is None:
             return
@@ -471,6 +479,39 @@ class Trainer:
                 )
             split = "" if train else "validation "
             warnings.warn(f"{share:.0%} of the {self.train_type} {split}{what}. {advice}", stacklevel=3)
+
+    def _report_unused(self, dataset, train: bool = True) -> None:
+        """seq: count, print and keep the store's tokens that lie in no window (the tail after the last one, and the
+        gaps between windows when data.stride > data.window_size): they never train, or never count in the
+        validation loss."""
+        if len(dataset) == 0:  # _loader's error says the store is shorter than one window
+            return
+        total, unused, windows = dataset.num_tokens, dataset.num_unused, len(dataset)
+        data, key = ("data", "data_") if train else ("validation data", "val_data_")
+        self.data_stats.update({key + "tokens": total, key + "windows": windows, key + "tokens_unused": unused})
+        if not self.dist.is_main:
+            return
+        window, stride = self.cfg.data.window_size, self.cfg.data.stride
+        share = unused / max(total, 1)
+        print(
+            f"cookmind train: {self.train_type} {data}: {total:,} tokens in {windows:,} windows of "
+            f"data.window_size={window}"
+            + (f" every data.stride={stride}" if stride is not None else "")
+            + f"; {unused:,} ({share:.1%}) in no window, never {'trained on' if train else 'evaluated'}",
+            file=sys.stderr,
+        )
+        if share > TRUNCATION_WARN:
+            import warnings
+
+            advice = (
+                f"Lower data.stride to at most data.window_size={window}"
+                if stride is not None and stride > window
+                else "Lower data.window_size, or pack more text"
+            )
+            split = "" if train else "validation "
+            warnings.warn(
+                f"{share:.0%} of the {self.train_type} {split}data's tokens lie in no window. {advice}.", stacklevel=3
+            )
 
     def _next_batch(self) -> dict[str, Any]:
         if hasattr(self.objective, "next_batch"):
@@ -561,7 +602,7 @@ class Trainer:
         if self._rng_to_restore is not None:
             restore_rng(self._rng_to_restore)  # last, after everything that draws at start-up
             self._rng_to_restore = None
-        if self.data_stats:
+        if self.data_stats and self.step == 0:  # a resume trains on the same stores: their row is logged once
             self.metrics_writer.write({"step": self.step, "split": "data", **self.data_stats})
         for cb in self.callbacks:
             cb.on_train_begin(self)
