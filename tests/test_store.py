@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import h5py
 import numpy as np
@@ -157,3 +158,32 @@ def test_a_killed_packs_temporary_store_is_removed_by_the_next_write(tmp_path):
     (stale / "shard_0000" / "sequence.bin").write_bytes(b"\0" * 4096)
     write_store(tmp_path / "other", "seq", [{"sequence": np.array([1, 2])}], vocab_size=10)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+
+
+def test_a_damaged_store_names_the_file_and_says_to_re_pack(tmp_path):
+    """A store meta.json that is not JSON was 'error: Expecting value: line 2 column 1 (char 34)', naming no file;
+    an array file removed from a shard was 'expected 92584 bytes ..., found missing', with nothing to do."""
+    out = write_store(tmp_path / "s", "seq", [{"sequence": np.arange(1, 9)}], vocab_size=10)
+    meta = out / "meta.json"
+    text = meta.read_text()
+    meta.write_text(text[:30])  # cut short, as a full disk or a copy cut off leaves it
+    for open_it in (TokenStore, detect_format):
+        with pytest.raises(
+            StoreError, match=rf"^{re.escape(str(meta))}: not valid JSON \(.*line \d+.*re-run `cookmind pack`"
+        ):
+            open_it(out)
+    meta.write_text(text)
+    shard_meta = out / "shard_0000" / "meta.json"
+    shard_meta.write_text("{")
+    with pytest.raises(StoreError, match=rf"^{re.escape(str(shard_meta))}: not valid JSON .*re-run `cookmind pack`"):
+        TokenStore(out)
+    write_store(out, "seq", [{"sequence": np.arange(1, 9)}], vocab_size=10, overwrite=True)
+    array = out / "shard_0000" / "sequence.bin"
+    array.unlink()
+    with pytest.raises(
+        StoreError, match=rf"^{re.escape(str(array))}: missing; the store is incomplete .*re-run `cookmind pack`"
+    ):
+        TokenStore(out)
+    array.write_bytes(b"\x00")
+    with pytest.raises(StoreError, match=r"expected 16 bytes for shape \[8\] <u2, found 1; .*re-run `cookmind pack`"):
+        TokenStore(out)

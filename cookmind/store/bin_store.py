@@ -4,13 +4,12 @@ so DataLoader workers share the bytes through the OS page cache instead of copyi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from cookmind.atomic import building_dir, write_json
-from cookmind.store.layout import FORMAT_VERSION, META_NAME, StoreError
+from cookmind.store.layout import FORMAT_VERSION, META_NAME, StoreError, read_meta
 
 
 class BinBackend:
@@ -51,7 +50,7 @@ class BinShard:
                 f"{self.path}: no {META_NAME}; the shard is incomplete (was packing interrupted?) — "
                 "re-run `cookmind pack`"
             )
-        self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        self.meta = read_meta(meta_path)
         _check_version(self.meta, meta_path)
         self.keys = tuple(self.meta["keys"])
         self._offsets = {k: np.asarray(v["offsets"], dtype=np.int64) for k, v in self.meta["keys"].items()}
@@ -59,9 +58,13 @@ class BinShard:
         for key, info in self.meta["keys"].items():
             f = self.path / f"{key}.bin"
             want = int(np.prod(info["shape"])) * np.dtype(info["dtype"]).itemsize
-            if not f.is_file() or f.stat().st_size != want:
-                got = f.stat().st_size if f.is_file() else "missing"
-                raise StoreError(f"{f}: expected {want} bytes for shape {info['shape']} {info['dtype']}, found {got}")
+            if not f.is_file():
+                raise StoreError(f"{f}: missing; the store is incomplete — re-run `cookmind pack`")
+            if f.stat().st_size != want:
+                raise StoreError(
+                    f"{f}: expected {want} bytes for shape {info['shape']} {info['dtype']}, found {f.stat().st_size}; "
+                    "the file was cut short or changed since it was packed — re-run `cookmind pack`"
+                )
 
     def offsets(self, key: str) -> np.ndarray:
         """Record boundaries of ``key``: record i is ``array[offsets[i]:offsets[i+1]]``."""

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from cookmind.store.bin_store import BinBackend
 from cookmind.store.h5_store import H5Backend
-from cookmind.store.layout import META_NAME, StoreError
+from cookmind.store.layout import META_NAME, StoreError, read_meta
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
@@ -47,7 +46,7 @@ def detect_format(path) -> str:
         raise StoreError(
             f"{path}: no {META_NAME}; the store is incomplete or not a cookmind store — re-run `cookmind pack`"
         )
-    fmt = json.loads(meta.read_text(encoding="utf-8")).get("format")
+    fmt = read_meta(meta).get("format")
     if fmt in StoreFactory._backends:
         return fmt
     raise StoreError(f"{meta}: unknown format {fmt!r}; expected one of {StoreFactory.names()}")

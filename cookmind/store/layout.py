@@ -9,6 +9,9 @@ prompts) survive the round trip.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 FORMAT_VERSION = 1
@@ -41,6 +44,20 @@ KEY_KIND: dict[str, str] = {
 
 class StoreError(ValueError):
     """A store is missing, incomplete, of an unknown format, or does not fit what was asked."""
+
+
+def read_meta(path) -> dict:
+    """A store's or a shard's ``meta.json`` as a dict; one that is not a JSON object (cut short by a full disk or a
+    copy, edited by hand) is a StoreError naming the file, not a bare JSONDecodeError."""
+    path = Path(path)
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f"{exc.msg} at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else exc
+        raise StoreError(f"{path}: not valid JSON ({where}); the store is damaged — re-run `cookmind pack`") from None
+    if not isinstance(meta, dict):
+        raise StoreError(f"{path}: not a JSON object; the store is damaged — re-run `cookmind pack`")
+    return meta
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cookmind.store.factory import StoreFactory, detect_format
-from cookmind.store.layout import META_NAME, StoreError, check_keys
+from cookmind.store.layout import META_NAME, StoreError, check_keys, read_meta
 
 
 class TokenStore:
@@ -31,7 +31,7 @@ class TokenStore:
             self.shards = [backend.open_shard(self.path)]
             self.meta = dict(self.shards[0].meta)
         else:
-            self.meta = json.loads((self.path / META_NAME).read_text(encoding="utf-8"))
+            self.meta = read_meta(self.path / META_NAME)
             if "shards" in self.meta:
                 self.shards = [backend.open_shard(self.path / s["name"]) for s in self.meta["shards"]]
             else:  # a single .bin shard directory opened on its own
