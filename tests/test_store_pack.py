@@ -700,3 +700,26 @@ def test_a_preference_pair_whose_two_answers_are_the_same_is_a_bad_record(tmp_pa
         pack([src], tmp_path / "d", tok_dir, "dpo", progress=False)
     meta = pack([src], tmp_path / "s", tok_dir, "dpo", skip_bad=True, progress=False)
     assert meta["num_records"] == 1 and meta["skipped"]["by_reason"] == {"invalid record": 1}
+
+
+def test_utf8_errors_replace_packs_what_tokenizer_train_learned_from(tmp_path, tok, tok_dir, capsys):
+    """`tokenizer train --utf8-errors replace` learned from a file with bad bytes, but pack had no such option: the
+    same file stopped it with 'invalid UTF-8 at byte 9; fix or re-encode the file as UTF-8'. pack now takes
+    --utf8-errors too (bad bytes read as U+FFFD, as Python's decoder reads them), and its strict error names it."""
+    raw = b"caf\xe9 au lait<|endoftext|>second \xff\xfe doc<|endoftext|>third doc<|endoftext|>fourth"
+    src = tmp_path / "latin.txt"
+    src.write_bytes(raw)
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    base = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(src), "--quiet"]
+    assert pack_cli.main(parser.parse_args([*base, "--out", str(tmp_path / "strict")])) == 2
+    err = capsys.readouterr().err
+    assert f"{src}:1: invalid UTF-8 at byte 3" in err and "--utf8-errors replace" in err
+    args = [*base, "--out", str(tmp_path / "s"), "--utf8-errors", "replace", "--val-fraction", "0.25"]
+    assert pack_cli.main(parser.parse_args([*args, "--val-out", str(tmp_path / "v")])) == 0
+    docs = [d.strip() for d in raw.decode("utf-8", "replace").split("<|endoftext|>")]  # the reference decoder
+    got = [
+        TokenStore(tmp_path / d).record("sequence", i).tolist() for d in ("s", "v") for i in range(3 if d == "s" else 1)
+    ]
+    assert sorted(got) == sorted(tok.encode(d) + [tok.eos_id] for d in docs)
+    assert json.loads((tmp_path / "s" / "meta.json").read_text())["pack"]["utf8_errors"] == "replace"

@@ -96,6 +96,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-out", default=None, help="the validation store's directory (with --val-fraction)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sft augmentation and of --val-fraction")
     parser.add_argument("--skip-bad", action="store_true", help="skip bad lines and count them in meta.json")
+    parser.add_argument(
+        "--utf8-errors",
+        choices=["strict", "replace"],
+        default="strict",
+        help="non-UTF-8 bytes: strict = error naming file:line (default; a JSON line's is a bad line); replace = "
+        "read as U+FFFD, as `tokenizer train --utf8-errors replace` does",
+    )
     parser.add_argument("--workers", type=int_in(0), default=1, help="tokenizer processes (default 1)")
     parser.add_argument("--shard-tokens", type=int_in(1), default=100_000_000, help="tokens per shard (default 1e8)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
@@ -129,6 +136,7 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             val_fraction=args.val_fraction,
             val_out=args.val_out,
+            utf8_errors=args.utf8_errors,
         )
     except (PackError, StoreError, ValueError, OSError) as exc:  # ValueError covers TokenizerError
         from cookmind.cli import os_error_line

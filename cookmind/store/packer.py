@@ -75,6 +75,21 @@ def _encode_chunk(items) -> list[tuple]:
     return out
 
 
+def _with_utf8_hint(exc: ValueError) -> ValueError:
+    """A plain text file's bad UTF-8 (an error for the whole file) with the option that reads it anyway."""
+    if "invalid UTF-8" not in str(exc):
+        return exc
+    return PackError(f"{exc}, or pass --utf8-errors replace to read bad bytes as U+FFFD")
+
+
+def _items(path, separator: str, one_per_line: bool, utf8_errors: str):
+    """``iter_items`` of one input, a plain text file's bad UTF-8 saying how to go on."""
+    try:
+        yield from iter_items(path, separator, one_per_line, utf8_errors)
+    except ValueError as exc:
+        raise _with_utf8_hint(exc) from None
+
+
 def _chunks(iterable, size):
     it = iter(iterable)
     while chunk := list(itertools.islice(it, size)):
@@ -129,6 +144,7 @@ def pack(
     progress: bool = True,
     val_fraction: float = 0.0,
     val_out=None,
+    utf8_errors: str = "strict",
 ) -> dict:
     """Pack ``inputs`` into a ``train_type`` store at ``out``; return the store's ``meta.json`` dict.
 
@@ -136,8 +152,12 @@ def pack(
     object. ``workers`` > 1 tokenizes in that many processes. ``val_fraction`` > 0 holds that share of the records
     out for a validation store at ``val_out``: round(share x records) of them, at least one and never all, chosen
     from ``seed`` by their places in the input (the same split with any number of workers); both stores' meta.json
-    say how they were split.
+    say how they were split. ``utf8_errors="replace"`` reads bad UTF-8 bytes as U+FFFD (as ``tokenizer train
+    --utf8-errors replace`` does); "strict" makes them an error naming file:line (a bad JSON line, with ``skip_bad``,
+    is skipped and counted).
     """
+    if utf8_errors not in ("strict", "replace"):
+        raise PackError(f"--utf8-errors {utf8_errors!r}: choose strict or replace")
     if val_fraction and not 0 < val_fraction < 1:
         raise PackError(f"--val-fraction {val_fraction}: give a share between 0 and 1 (e.g. 0.01)")
     if bool(val_fraction) != (val_out is not None):
@@ -164,14 +184,19 @@ def pack(
     }
     if isinstance(tokenizer, (str, Path)):
         tok_meta["path"] = str(Path(tokenizer).resolve())
-    to_read = sum(count_items(p, separator, one_per_line) for p in inputs) if val_out is not None else 0
+    try:
+        to_read = (
+            sum(count_items(p, separator, one_per_line, utf8_errors) for p in inputs) if val_out is not None else 0
+        )
+    except ValueError as exc:
+        raise _with_utf8_hint(exc) from None
     if val_out is not None and to_read < 2:
         raise PackError(
             f"--val-fraction {val_fraction}: the input holds {to_read} record{'' if to_read == 1 else 's'}, and a "
             "split needs at least 2 (one for each store); pack more records or leave --val-fraction out"
         )
     to_hold = min(max(round(val_fraction * to_read), 1), to_read - 1)
-    items = itertools.chain.from_iterable(iter_items(p, separator, one_per_line) for p in inputs)
+    items = itertools.chain.from_iterable(_items(p, separator, one_per_line, utf8_errors) for p in inputs)
     chunks = _chunks(items, CHUNK)
 
     per_source = Counter()
@@ -233,6 +258,7 @@ def pack(
                 "add_system_ratio": add_system_ratio,
                 "drop_empty_think_ratio": drop_empty_think_ratio,
                 "seed": seed,
+                "utf8_errors": utf8_errors,
             },
         }
         if writer.keys is None and skipped.count:  # the writer's own message would not say why nothing was kept

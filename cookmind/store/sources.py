@@ -137,14 +137,14 @@ def _parquet_rows(path: Path) -> Iterator[Item]:
             yield Item(str(path), n, "row", row)
 
 
-def count_items(path, separator: str = "<|endoftext|>", one_per_line: bool = False) -> int:
+def count_items(path, separator: str = "<|endoftext|>", one_per_line: bool = False, utf8_errors: str = "strict") -> int:
     """How many items ``iter_items`` yields, exactly: a pass over the file (a Parquet file's footer says it)."""
     path = Path(path)
     if source_kind(path) == "parquet":
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(path).metadata.num_rows
-    return sum(1 for _ in iter_items(path, separator, one_per_line))
+    return sum(1 for _ in iter_items(path, separator, one_per_line, utf8_errors))
 
 
 def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = False) -> int:
