@@ -351,3 +351,21 @@ def test_cli_encode_names_the_bad_line(tmp_path, capsys, shared_data):
     assert run_cli(argv) == 2
     assert "bad.txt:3001: byte offset 15007 is not valid UTF-8" in capsys.readouterr().err
     assert not (tmp_path / "o.bin").exists()
+
+
+def test_import_of_an_exported_gpt2_pair_keeps_every_special_token_by_default(tok_dir, tmp_path, shared_data, capsys):
+    """`tokenizer export --format gpt2` then `tokenizer import` gave another tokenizer unless the user listed all
+    five special tokens: only <|endoftext|> stayed special, <|im_start|> and the rest became plain vocabulary that
+    no merge makes (another fingerprint, so every store packed with the original was refused, and `pack --train-type
+    sft` said the tokenizer has no <|im_start|>). Import now takes as special every vocab.json entry that is neither
+    a byte nor made by a merge (in GPT-2's files that is <|endoftext|> alone, as before)."""
+    tok = Tokenizer.load(tok_dir)
+    assert run_cli(["export", "--tokenizer", str(tok_dir), "--out", str(tmp_path / "g"), "--format", "gpt2"]) == 0
+    assert run_cli(["import", "--vocab", str(tmp_path / "g/vocab.json"), "--merges", str(tmp_path / "g/merges.txt"),
+                    "--out", str(tmp_path / "back")]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    back = Tokenizer.load(tmp_path / "back")
+    assert back.special_tokens == tok.special_tokens and summary["special_tokens"] == tok.special_tokens
+    assert back.fingerprint() == tok.fingerprint() == summary["fingerprint"]
+    gpt2 = load_gpt2_files(shared_data / "gpt2/vocab.json", shared_data / "gpt2/merges.txt")
+    assert gpt2.special_tokens == {"<|endoftext|>": 50256}

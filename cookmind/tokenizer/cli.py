@@ -98,9 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         default=None,
         metavar="TOK",
-        help="--vocab/--merges: the vocabulary's special tokens, kept whole (default: <|endoftext|> when it is there, "
-        "as in GPT-2's); a cookmind tokenizer exported with --format gpt2 needs all of its own, by default "
-        "<|endoftext|> <|im_start|> <|im_end|> <think> </think>. A tokenizer.json names its own",
+        help="--vocab/--merges: the vocabulary's special tokens, kept whole (default: every vocab.json entry that is "
+        "neither a byte nor made by a merge, in id order: GPT-2's <|endoftext|>, or all five of a cookmind tokenizer "
+        "exported with --format gpt2). A tokenizer.json names its own",
     )
     i.add_argument("--pattern", default="gpt2", help="pre-tokenization regex: gpt2 (default), gpt4 or a regex")
     i.add_argument("--out", required=True)
@@ -322,7 +322,13 @@ def _import(args) -> int:
     _save_new(tok, Path(args.out), args.overwrite)
     print(
         json.dumps(
-            {"out": args.out, "vocab_size": tok.vocab_size, "merges": len(tok.merges), "fingerprint": tok.fingerprint()}
+            {
+                "out": args.out,
+                "vocab_size": tok.vocab_size,
+                "merges": len(tok.merges),
+                "special_tokens": tok.special_tokens,
+                "fingerprint": tok.fingerprint(),
+            }
         )
     )
     return 0

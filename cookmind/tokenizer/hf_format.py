@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
-from cookmind.tokenizer.chat_template import ENDOFTEXT, jinja_template
+from cookmind.tokenizer.chat_template import jinja_template
 from cookmind.tokenizer.errors import TokenizerError
 
 if TYPE_CHECKING:
@@ -98,7 +98,9 @@ def load_gpt2_files(
 ) -> Tokenizer:
     """Import a GPT-2 style vocab.json (printable token -> id) and merges.txt ("a b" per line).
 
-    special_tokens defaults to <|endoftext|> when vocab.json has it.
+    special_tokens defaults to every vocab.json entry that is neither one byte nor made by a merge, in id order:
+    BPE can never produce such a token, so it is a special one (GPT-2's <|endoftext|>; the five of a cookmind
+    tokenizer exported with ``--format gpt2``, which then imports back as the same tokenizer).
     """
     from cookmind.tokenizer.tokenizer import Tokenizer
 
@@ -112,14 +114,30 @@ def load_gpt2_files(
         raise TokenizerError(f"{vocab_path}: not a JSON object of token -> id ({exc})") from None
     if not isinstance(table, dict):
         raise TokenizerError(f"{vocab_path}: not a JSON object of token -> id (got a {type(table).__name__})")
+    merges = _read_merges(merges_path)
     if special_tokens is None:
-        special_tokens = [ENDOFTEXT] if ENDOFTEXT in table else []
+        made = {a + b for a, b in merges}
+        special_tokens = [t for t, _ in sorted(table.items(), key=lambda kv: int(kv[1])) if _unmade(t, made)]
     vocab: dict[int, bytes] = {}
     for t, i in table.items():
         try:
             vocab[int(i)] = t.encode("utf-8") if t in special_tokens else str_to_token(t)
         except KeyError:
             raise TokenizerError(f"{vocab_path}: token {t!r} (id {i}) is not in GPT-2's byte-to-unicode form") from None
+    return Tokenizer(vocab, merges, list(special_tokens), pattern)
+
+
+def _unmade(token: str, made: set[bytes]) -> bool:
+    """Whether vocab.json's ``token`` is more than one byte and no merge makes it (so only a special token)."""
+    try:
+        raw = str_to_token(token)
+    except KeyError:
+        return False  # not byte-level text: the loop that fills the vocabulary names it
+    return len(raw) > 1 and raw not in made
+
+
+def _read_merges(merges_path: Path) -> list[tuple[bytes, bytes]]:
+    """The merges of a GPT-2 style merges.txt ("a b" per line, an optional "#version" first line)."""
     merges = []
     try:
         lines = merges_path.read_text(encoding="utf-8").split("\n")
@@ -136,7 +154,7 @@ def load_gpt2_files(
             merges.append((str_to_token(parts[0]), str_to_token(parts[1])))
         except KeyError:
             raise TokenizerError(f"{merges_path}:{lineno}: {line!r} is not in GPT-2's byte-to-unicode form") from None
-    return Tokenizer(vocab, merges, list(special_tokens), pattern)
+    return merges
 
 
 def _pattern_from_pre_tokenizer(pre: dict | None, where: str) -> str:
