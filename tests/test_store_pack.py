@@ -535,7 +535,8 @@ def test_val_fraction_holds_a_seeded_share_out_into_its_own_store(tmp_path, tok_
     meta = json.loads((tmp_path / "va" / "meta.json").read_text())
     assert meta["role"] == "validation" and meta["split"]["val_records"] == len(val)
     assert json.loads((tmp_path / "tr" / "meta.json").read_text())["split"]["train_records"] == len(train)
-    assert f"{len(val)} held out -> {tmp_path / 'va'}" in capsys.readouterr().out
+    tokens = sum(len(r) for r in val)  # the summary gives the held-out share in tokens too: a record can be a book
+    assert f"; {len(val)} held out ({tokens:,} tokens) -> {tmp_path / 'va'}" in capsys.readouterr().out
     # the same split with two tokenizer processes, and another with another seed
     two = [*argv, "--workers", "2", "--out", str(tmp_path / "tr2"), "--val-fraction", "0.1"]
     assert pack_cli.main(parser.parse_args([*two, "--val-out", str(tmp_path / "va2")])) == 0

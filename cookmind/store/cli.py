@@ -148,7 +148,18 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
         f"{len(meta['shards'])} shard(s) -> {args.out} ({meta['format']})"
-        + (f"; {split['val_records']:,} held out -> {args.val_out}" if split else "")
+        + (
+            f"; {split['val_records']:,} held out ({_num_tokens(args.val_out):,} tokens) -> {args.val_out}"
+            if split
+            else ""
+        )
         + (f"; skipped {skipped} bad line(s): {meta['skipped']['by_reason']}" if skipped else "")
     )
     return 0
+
+
+def _num_tokens(store) -> int:
+    """The tokens of the store at ``store`` (its meta.json's count)."""
+    from cookmind.store.layout import META_NAME, read_meta
+
+    return int(read_meta(f"{store}/{META_NAME}")["num_tokens"])
