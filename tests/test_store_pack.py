@@ -724,3 +724,27 @@ def test_utf8_errors_replace_packs_what_tokenizer_train_learned_from(tmp_path, t
     ]
     assert sorted(got) == sorted(tok.encode(d) + [tok.eos_id] for d in docs)
     assert json.loads((tmp_path / "s" / "meta.json").read_text())["pack"]["utf8_errors"] == "replace"
+
+
+def test_an_input_named_twice_is_refused_not_packed_twice(tmp_path, tok_dir, capsys):
+    """`--input cur cur/shard-00000.jsonl.gz` (a folder and one of its shards, or a file twice through a glob) packed
+    every record of that shard twice without a word, and meta.json's sources gave each entry the two entries' sum;
+    tokenizer train learned it twice. Both now refuse the input in one line naming the file and how it came twice."""
+    import gzip
+
+    from cookmind.cli import main
+
+    cur = tmp_path / "cur"
+    cur.mkdir()
+    shard = cur / "shard-00000.jsonl.gz"
+    shard.write_bytes(gzip.compress(b'{"text": "doc one"}\n{"text": "doc two"}\n'))
+    pack_argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--quiet", "--out", str(tmp_path / "s")]
+    train_argv = ["tokenizer", "train", "--vocab-size", "270", "--workers", "1", "--out", str(tmp_path / "t")]
+    for argv in (pack_argv, train_argv):
+        again = tmp_path / "." / "cur" / shard.name
+        for inputs, first in (([cur, shard], f"{shard} (in the folder {cur})"), ([shard, again], shard)):
+            assert main([*argv, "--input", *map(str, inputs)]) == 2
+            err = capsys.readouterr().err.strip()
+            assert f"input {inputs[1]} is the same file as {first}: its records would be read twice" in err, err
+            assert len(err.splitlines()) == 1 and "name each file once" in err, err
+    assert not (tmp_path / "s").exists() and not (tmp_path / "t").exists()

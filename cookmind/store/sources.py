@@ -174,18 +174,30 @@ def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = 
 
 
 def expand_inputs(inputs) -> list[Path]:
-    """Input paths with each folder replaced by its ``shard-*`` files (``cookmind curate run``'s output), sorted."""
+    """Input paths with each folder replaced by its ``shard-*`` files (``cookmind curate run``'s output), sorted.
+    A file named twice (directly, by another spelling of its path, or through its folder) is a ValueError: its
+    records would be read twice."""
     out: list[Path] = []
+    seen: dict[Path, str] = {}  # resolved path -> how the user named it
     for raw in inputs:
         path = Path(raw)
         if not path.is_dir():
-            out.append(path)
-            continue
-        shards = sorted(p for p in path.glob("shard-*") if p.is_file() and not p.name.endswith(".done"))
-        if not shards:
-            raise FileNotFoundError(
-                f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
-                f" name the input files instead, e.g. {path}/*.jsonl"
-            )
-        out.extend(shards)
+            files = [(path, str(path))]
+        else:
+            shards = sorted(p for p in path.glob("shard-*") if p.is_file() and not p.name.endswith(".done"))
+            if not shards:
+                raise FileNotFoundError(
+                    f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
+                    f" name the input files instead, e.g. {path}/*.jsonl"
+                )
+            files = [(p, f"{p} (in the folder {path})") for p in shards]
+        for p, named in files:
+            key = p.resolve()
+            if key in seen:
+                raise ValueError(
+                    f"input {named} is the same file as {seen[key]}: its records would be read twice; "
+                    "name each file once"
+                )
+            seen[key] = named
+            out.append(p)
     return out

@@ -222,7 +222,7 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> list[str]:
     out = []
     try:
         paths = expand_inputs(paths)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # a folder without shards, a file named twice
         raise TokenizerError(str(exc)) from None
     for path in paths:
         if not path.exists():
