@@ -748,3 +748,50 @@ def test_an_input_named_twice_is_refused_not_packed_twice(tmp_path, tok_dir, cap
             assert f"input {inputs[1]} is the same file as {first}: its records would be read twice" in err, err
             assert len(err.splitlines()) == 1 and "name each file once" in err, err
     assert not (tmp_path / "s").exists() and not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(
+    ("train_type", "flag", "only"),
+    [
+        ("sft", ["--text-field", "body"], "seq"),
+        ("grpo", ["--separator", "\n\n"], "seq"),
+        ("dpo", ["--one-per-line"], "seq"),
+        ("seq", ["--add-system-ratio", "0.5"], "sft"),
+        ("grpo", ["--drop-empty-think-ratio", "1"], "sft"),
+        ("sft", ["--prompt-template", "Q: {question}\nA:"], "grpo"),
+    ],
+)
+def test_an_option_that_does_not_apply_to_the_train_type_is_refused(tmp_path, tok_dir, capsys, train_type, flag, only):
+    """`pack --train-type sft --text-field body` packed the chats as if the flag were not there (sft reads messages,
+    question/answer or prompt/response), as did --add-system-ratio on seq text or --one-per-line on JSON chats: a
+    user who believed the flag took effect was not told. Now it is one line naming the flag and the type it is for."""
+    from cookmind.cli import main
+
+    src = _jsonl(tmp_path / "qa.jsonl", [{"question": "What is 2+3?", "answer": "2+3=5\n#### 5", "text": "x"}] * 2)
+    argv = ["pack", "--tokenizer", str(tok_dir), "--input", str(src), "--quiet", "--out", str(tmp_path / "s")]
+    assert main([*argv, "--train-type", train_type, *flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{flag[0]} applies to --train-type {only} only, and this pack is {train_type}: drop it" in err, err
+    assert not (tmp_path / "s").exists()
+    if train_type != "dpo":  # the same records pack without the flag
+        assert main([*argv, "--train-type", train_type]) == 0
+
+
+def test_one_per_line_and_a_separator_together_are_refused(tmp_path, tok_dir, capsys):
+    from cookmind.cli import main
+
+    src = tmp_path / "t.txt"
+    src.write_text("one\ntwo\n")
+    argv = [
+        "pack",
+        "--tokenizer",
+        str(tok_dir),
+        "--train-type",
+        "seq",
+        "--input",
+        str(src),
+        "--out",
+        str(tmp_path / "s"),
+    ]
+    assert main([*argv, "--one-per-line", "--separator", "\n\n"]) == 2
+    assert "--one-per-line and --separator both say where documents end: give one" in capsys.readouterr().err

@@ -96,6 +96,23 @@ def _chunks(iterable, size):
         yield chunk
 
 
+def _check_flags_apply(opts: RecordOptions, separator: str, one_per_line: bool) -> None:
+    """Refuse a flag the train type does not read (it was ignored without a word): the user believed it took effect."""
+    given = {
+        "--text-field": (opts.text_field != "text", "seq"),
+        "--separator": (separator != "<|endoftext|>", "seq"),
+        "--one-per-line": (one_per_line, "seq"),
+        "--add-system-ratio": (opts.add_system_ratio > 0, "sft"),
+        "--drop-empty-think-ratio": (opts.drop_empty_think_ratio > 0, "sft"),
+        "--prompt-template": (opts.prompt_template != "chat", "grpo"),
+    }
+    for flag, (set_, only) in given.items():
+        if set_ and opts.train_type != only:
+            raise PackError(f"{flag} applies to --train-type {only} only, and this pack is {opts.train_type}: drop it")
+    if one_per_line and separator != "<|endoftext|>":
+        raise PackError("--one-per-line and --separator both say where documents end: give one")
+
+
 def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
     """Refuse, before any line is read, options under which no record could come out right."""
     name = f"tokenizer {tokenizer}" if isinstance(tokenizer, (str, Path)) else "the tokenizer"
@@ -174,6 +191,7 @@ def pack(
                     f"input {p} lies inside {flag} {target}, which packing replaces; write the store elsewhere"
                 )
     opts = RecordOptions(train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed)
+    _check_flags_apply(opts, separator, one_per_line)
     tok = _load_tokenizer(tokenizer)
     _check_options(opts, tok, tokenizer)
     tok_meta = {
