@@ -724,6 +724,15 @@ def test_utf8_errors_replace_packs_what_tokenizer_train_learned_from(tmp_path, t
     ]
     assert sorted(got) == sorted(tok.encode(d) + [tok.eos_id] for d in docs)
     assert json.loads((tmp_path / "s" / "meta.json").read_text())["pack"]["utf8_errors"] == "replace"
+    # a line's bad bytes (one document a line, or a JSON line) name the option too, beside --skip-bad
+    lines = tmp_path / "lines.jsonl"
+    lines.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(lines), "--quiet", "--out"]
+    assert pack_cli.main(parser.parse_args([*argv, str(tmp_path / "l")])) == 2
+    err = capsys.readouterr().err
+    assert f"{lines}:2: invalid UTF-8" in err and "--skip-bad" in err and "--utf8-errors replace" in err
+    assert pack_cli.main(parser.parse_args([*argv, str(tmp_path / "l"), "--utf8-errors", "replace"])) == 0
+    assert TokenStore(tmp_path / "l").record("sequence", 1).tolist() == tok.encode("caf\ufffd") + [tok.eos_id]
 
 
 def test_an_input_named_twice_is_refused_not_packed_twice(tmp_path, tok_dir, capsys):

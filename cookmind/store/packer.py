@@ -252,7 +252,12 @@ def pack(
                 if reason is not None:
                     where = f"{source}:{line}: {reason}"
                     if not skip_bad:
-                        raise PackError(f"{where}\n  fix the line, or pass --skip-bad to skip and count bad lines")
+                        utf8 = ", or --utf8-errors replace to read bad bytes as U+FFFD" * reason.startswith(
+                            "invalid UTF-8"
+                        )
+                        raise PackError(
+                            f"{where}\n  fix the line, or pass --skip-bad to skip and count bad lines{utf8}"
+                        )
                     skipped.add(reason_kind(reason), where)
                     continue
                 try:
