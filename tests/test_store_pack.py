@@ -804,3 +804,26 @@ def test_one_per_line_and_a_separator_together_are_refused(tmp_path, tok_dir, ca
     ]
     assert main([*argv, "--one-per-line", "--separator", "\n\n"]) == 2
     assert "--one-per-line and --separator both say where documents end: give one" in capsys.readouterr().err
+
+
+def test_a_split_pack_stopped_while_writing_the_training_stores_last_shard_leaves_neither_store(
+    tmp_path, tok_dir, monkeypatch
+):
+    """The validation store was renamed into place before the training store's last shard (up to --shard-tokens of
+    buffered tokens) was written: Ctrl-C or a full disk there left --val-out alone under its final name (a rerun was
+    then refused: it 'already exists'), or with --overwrite a new validation split beside the old training store.
+    Now both stores are whole on disk before either is renamed."""
+    from cookmind.store.writer import StoreWriter
+
+    src = _jsonl(tmp_path / "docs.jsonl", [{"text": f"Document {i} about soup."} for i in range(20)])
+    flush = StoreWriter._flush
+
+    def interrupted_at_the_last_flush(self):  # one shard each (--shard-tokens 1e8): its flush is the store's last
+        if self.out == tmp_path / "tr":
+            raise KeyboardInterrupt
+        flush(self)
+
+    monkeypatch.setattr(StoreWriter, "_flush", interrupted_at_the_last_flush)
+    with pytest.raises(KeyboardInterrupt):
+        pack([src], tmp_path / "tr", tok_dir, "seq", progress=False, val_fraction=0.2, val_out=tmp_path / "va")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl"]

@@ -296,8 +296,11 @@ def pack(
             split = {"val_fraction": val_fraction, "seed": seed, "train_out": str(out), "val_out": str(val_out)}
             split.update(train_records=per_store["train"], val_records=per_store["val"])
             meta["split"] = split
-            val_writer.close({**meta, "role": "validation"})
-        writer.close(meta)
+            val_writer.finish({**meta, "role": "validation"})
+        writer.finish(meta)  # the training store's last shard may be large: both stores whole before either moves
+        if val_writer is not None:
+            val_writer.commit()
+        writer.commit()
         bar.total = bar.n  # the estimate counted lines; show the true end
         bar.refresh()
     except BaseException:

@@ -122,6 +122,12 @@ class StoreWriter:
 
     def close(self, extra_meta: dict | None = None) -> Path:
         """Flush the last shard, write the top-level ``meta.json`` and rename the store into place."""
+        self.finish(extra_meta)
+        return self.commit()
+
+    def finish(self, extra_meta: dict | None = None) -> None:
+        """Flush the last shard and write the top-level ``meta.json``, all still under the temporary name (``pack``
+        finishes a training and a validation store before it renames either: a stop between leaves neither)."""
         if self.keys is None:
             self.abort()
             raise ValueError(f"no records to write to {self.out}: every input was empty or skipped")
@@ -140,6 +146,9 @@ class StoreWriter:
             **(extra_meta or {}),
         }
         write_json(self.tmp / META_NAME, meta)
+
+    def commit(self) -> Path:
+        """Rename the finished store into place (replacing the store at ``out`` under ``overwrite``)."""
         replace_dir(self.tmp, self.out, self.overwrite, is_token_store, "token store", is_store_file)
         return self.out
 
