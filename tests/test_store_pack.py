@@ -827,3 +827,34 @@ def test_a_split_pack_stopped_while_writing_the_training_stores_last_shard_leave
     with pytest.raises(KeyboardInterrupt):
         pack([src], tmp_path / "tr", tok_dir, "seq", progress=False, val_fraction=0.2, val_out=tmp_path / "va")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl"]
+
+
+def test_a_bad_record_of_a_json_array_or_parquet_file_is_named_by_its_number_not_a_line(tmp_path, tok_dir, capsys):
+    """A .json file holding one JSON array numbers its records from 1 in place of lines, and so does Parquet by row,
+    but the errors wrote them as lines: 'arr.json:3: missing field' sent the user to line 3, which holds another
+    record (the bad one is on line 4; in a one-line array every record is on line 1). pack, tokenizer train and
+    eval ppl now say 'arr.json: record 3:' and 'rows.parquet: row 2:'."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cookmind.cli import main
+
+    arr = tmp_path / "arr.json"
+    arr.write_text('[\n  {"text": "a"},\n  {"text": "b"},\n  {"body": "c"}\n]\n')
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"text": ["a", None, "c"]}), rows)
+    for src, where in ((arr, f"{arr}: record 3: missing field 'text'"), (rows, f"{rows}: row 2: field 'text'")):
+        pack_argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--out", str(tmp_path / "s")]
+        train_argv = ["tokenizer", "train", "--vocab-size", "270", "--workers", "1", "--out", str(tmp_path / "t")]
+        for argv in (pack_argv, train_argv):
+            assert main([*argv, "--input", str(src)]) == 2
+            err = capsys.readouterr().err
+            assert where in err, err
+        from cookmind.evals.perplexity import read_documents  # eval ppl's reader
+
+        with pytest.raises(ValueError, match=re.escape(where)):
+            list(read_documents([src]))
+        assert main([*pack_argv, "--input", str(src), "--skip-bad", "--quiet"]) == 0
+        skipped = json.loads((tmp_path / "s" / "meta.json").read_text())["skipped"]
+        assert skipped["examples"][0].startswith(where), skipped
+        shutil.rmtree(tmp_path / "s")

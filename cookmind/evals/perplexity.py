@@ -192,7 +192,7 @@ def read_documents(paths, text_field: str = "text") -> Iterator[str]:
             except BadRecord as exc:
                 if reason_kind(str(exc)) == "empty text":
                     continue
-                raise ValueError(f"{item.source}:{item.line}: {exc}; fix or remove the record") from None
+                raise ValueError(f"{item.where}: {exc}; fix or remove the record") from None
 
 
 def _first_bytes(docs: list[str], end_bytes: int, max_bytes: int) -> list[str]:

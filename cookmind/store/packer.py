@@ -51,7 +51,7 @@ def _init_pool_worker(tokenizer, opts: RecordOptions) -> None:
 
 
 def _encode_chunk(items) -> list[tuple]:
-    """(source, line, record or None, reason or None) for each item of a chunk."""
+    """(source, where (``Item.where``), record or None, reason or None) for each item of a chunk."""
     tok, opts = _worker["tok"], _worker["opts"]
     out: list[tuple] = []
     if opts.train_type == "seq":  # batch the encoder over the chunk's texts
@@ -60,18 +60,18 @@ def _encode_chunk(items) -> list[tuple]:
             try:
                 texts.append(make_seq(parse(it), tok, opts))
                 where.append(len(out))
-                out.append((it.source, it.line, None, None))
+                out.append((it.source, it.where, None, None))
             except BadRecord as exc:
-                out.append((it.source, it.line, None, str(exc)))
+                out.append((it.source, it.where, None, str(exc)))
         for k, ids in zip(where, tok.encode_batch(texts) if texts else []):
-            src, line, _, _ = out[k]
-            out[k] = (src, line, {"sequence": np.asarray(list(ids) + [tok.eos_id], dtype=np.int64)}, None)
+            src, where, _, _ = out[k]
+            out[k] = (src, where, {"sequence": np.asarray(list(ids) + [tok.eos_id], dtype=np.int64)}, None)
         return out
     for it in items:
         try:
-            out.append((it.source, it.line, make_record(it, tok, opts), None))
+            out.append((it.source, it.where, make_record(it, tok, opts), None))
         except BadRecord as exc:
-            out.append((it.source, it.line, None, str(exc)))
+            out.append((it.source, it.where, None, str(exc)))
     return out
 
 
@@ -241,7 +241,7 @@ def pack(
             _init_worker(tok, opts)
             results = map(_encode_chunk, chunks)
         for chunk in results:
-            for source, line, record, reason in chunk:
+            for source, at, record, reason in chunk:
                 into = writer
                 # selection sampling: P(held out) = still to hold / still to read, so exactly to_hold are; a bad line
                 # draws too, so which records are held out depends only on their places in the input
@@ -250,7 +250,7 @@ def pack(
                         into, to_hold = val_writer, to_hold - 1
                     to_read -= 1
                 if reason is not None:
-                    where = f"{source}:{line}: {reason}"
+                    where = f"{at}: {reason}"
                     if not skip_bad:
                         utf8 = ", or --utf8-errors replace to read bad bytes as U+FFFD" * reason.startswith(
                             "invalid UTF-8"
@@ -263,7 +263,7 @@ def pack(
                 try:
                     into.add(record)
                 except ValueError as exc:
-                    raise PackError(f"{source}:{line}: {exc}") from None
+                    raise PackError(f"{at}: {exc}") from None
                 per_source[source] += 1
                 per_store["val" if into is val_writer else "train"] += 1
             bar.update(len(chunk))

@@ -4,8 +4,8 @@
   ``<|endoftext|>`` (a file without one is one document), or one document per line;
 - JSON lines (``.jsonl``/``.json``): one JSON object per line, parsed later by the workers so
   that parse errors are reported as ``file:line``; a ``.json`` file holding one JSON array (how many
-  datasets are shared) gives one item per element, numbered from 1 in place of the line;
-- Parquet: one row per item, the row number standing in for the line;
+  datasets are shared) gives one item per element, numbered from 1 (errors say ``file: record N``);
+- Parquet: one row per item, numbered from 1 (errors say ``file: row N``);
 - any of the above gzip-compressed (``.gz``, or gzip's magic bytes), e.g. ``cookmind curate``'s
   default output ``shard-00000.jsonl.gz``; a curate output folder stands for its ``shard-*`` files.
 """
@@ -31,6 +31,12 @@ class Item:
     line: int
     kind: str
     payload: object
+    unit: str = "line"  # what ``line`` counts: "record" of a JSON array, "row" of a Parquet file
+
+    @property
+    def where(self) -> str:
+        """``file:line``, or ``file: record N`` / ``file: row N`` where the number is no line to open the file at."""
+        return f"{self.source}:{self.line}" if self.unit == "line" else f"{self.source}: {self.unit} {self.line}"
 
 
 def is_gzip(path: Path) -> bool:
@@ -124,7 +130,7 @@ def _json_array_items(path: Path) -> Iterator[Item]:
             "fix it, or write one JSON object per line (.jsonl)"
         ) from None
     for n, row in enumerate(rows, 1):
-        yield Item(str(path), n, "row", row)
+        yield Item(str(path), n, "row", row, "record")
 
 
 def _parquet_rows(path: Path) -> Iterator[Item]:
@@ -134,7 +140,7 @@ def _parquet_rows(path: Path) -> Iterator[Item]:
     for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
         for row in batch.to_pylist():
             n += 1
-            yield Item(str(path), n, "row", row)
+            yield Item(str(path), n, "row", row, "row")
 
 
 def count_items(path, separator: str = "<|endoftext|>", one_per_line: bool = False, utf8_errors: str = "strict") -> int:

@@ -270,7 +270,7 @@ def document_texts(
                     if read is not None:
                         read.empty_records += 1
                     continue
-                where = f"{item.source}:{item.line}: {exc}"
+                where = f"{item.where}: {exc}"
                 if skipped is not None:
                     skipped.add(kind, where)
                     continue
