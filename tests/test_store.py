@@ -187,3 +187,21 @@ def test_a_damaged_store_names_the_file_and_says_to_re_pack(tmp_path):
     array.write_bytes(b"\x00")
     with pytest.raises(StoreError, match=r"expected 16 bytes for shape \[8\] <u2, found 1; .*re-run `cookmind pack`"):
         TokenStore(out)
+
+
+@pytest.mark.parametrize("fmt", ["bin", "h5"])
+def test_a_shard_opened_on_its_own_is_refused_for_another_tokenizer_as_its_store_is(tmp_path, fmt):
+    """A store's shard (``shard_0000`` or ``shard_0000.h5``) opens as a store of its own, but its tokenizer went
+    unchecked: its meta says ``tokenizer_fingerprint``, which TokenStore never read, so `cookmind train --train-data
+    STORE/shard_0000 --tokenizer OTHER` trained on ids of another vocabulary without a word."""
+    from cookmind.data import DatasetFactory
+
+    out = write_store(
+        tmp_path / "s", "seq", [{"sequence": np.arange(1, 9)}], 10, fmt, meta={"tokenizer": {"fingerprint": "aaaa"}}
+    )
+    shard = out / ("shard_0000" + (".h5" if fmt == "h5" else ""))
+    assert TokenStore(shard).tokenizer_fingerprint == TokenStore(out).tokenizer_fingerprint == "aaaa"
+    for path in (out, shard):
+        with pytest.raises(StoreError, match=rf"{re.escape(str(path))} was packed with .*fingerprint aaaa.*re-pack"):
+            DatasetFactory.load("seq", path, 4, tokenizer_fingerprint="bbbb")
+    DatasetFactory.load("seq", shard, 4, tokenizer_fingerprint="aaaa")  # its own tokenizer: fine

@@ -51,17 +51,21 @@ class TokenStore:
 
     @property
     def tokenizer_fingerprint(self) -> str | None:
+        """The fingerprint of the tokenizer the store was packed with (a shard opened on its own records it as
+        ``tokenizer_fingerprint``); None when unrecorded."""
         tok = self.meta.get("tokenizer") or {}
-        return tok.get("fingerprint") if isinstance(tok, dict) else None
+        mine = tok.get("fingerprint") if isinstance(tok, dict) else None
+        return mine or self.meta.get("tokenizer_fingerprint")
 
     def check_tokenizer(self, fingerprint: str, tokenizer_path: str | None = None) -> None:
         """Raise when the store was packed with a different tokenizer than ``fingerprint``, naming both."""
         mine = self.tokenizer_fingerprint
         if mine is not None and fingerprint is not None and mine != fingerprint:
-            packed_with = self.meta.get("tokenizer", {}).get("path") or "an unrecorded path"
+            recorded = (self.meta.get("tokenizer") or {}).get("path")
+            packed_with = f"tokenizer {recorded}" if recorded else "a tokenizer whose path it does not record"
             given = tokenizer_path or "the given tokenizer"
             raise StoreError(
-                f"{self.path} was packed with tokenizer {packed_with} (fingerprint {mine[:16]}), "
+                f"{self.path} was packed with {packed_with} (fingerprint {mine[:16]}), "
                 f"not {given} (fingerprint {fingerprint[:16]}); train with the store's tokenizer or "
                 "re-pack the store with this one (`cookmind pack --tokenizer ...`)"
             )
