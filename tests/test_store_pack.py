@@ -858,3 +858,17 @@ def test_a_bad_record_of_a_json_array_or_parquet_file_is_named_by_its_number_not
         skipped = json.loads((tmp_path / "s" / "meta.json").read_text())["skipped"]
         assert skipped["examples"][0].startswith(where), skipped
         shutil.rmtree(tmp_path / "s")
+
+
+@pytest.mark.parametrize(("out", "val_out"), [("pre", "pre/val"), ("both/pre", "both")])
+def test_a_validation_store_inside_the_training_store_or_around_it_is_refused_before_anything_is_written(
+    tmp_path, tok_dir, out, val_out
+):
+    """--out data --val-out data/val packed both, renamed the validation store into data/val (making data for it),
+    then refused its own training store: 'data exists and is a folder, not a token store', leaving data/val under
+    its final name; the other way round it left an empty folder. A store holds only its own files, so the pair is
+    now refused at once, naming both, and nothing is written."""
+    src = _jsonl(tmp_path / "docs.jsonl", [{"text": f"Document {i} about soup."} for i in range(20)])
+    with pytest.raises(PackError, match=r"--val-out .* and --out .*: one store inside the other; give them sibling"):
+        pack([src], tmp_path / out, tok_dir, "seq", progress=False, val_fraction=0.2, val_out=tmp_path / val_out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl"]

@@ -181,6 +181,13 @@ def pack(
         raise PackError("--val-fraction and --val-out go together: the share of records to hold out, and its store")
     if val_out is not None and Path(val_out).resolve() == Path(out).resolve():
         raise PackError(f"--val-out {val_out} is --out; give the validation store its own folder")
+    if val_out is not None:
+        a, b = Path(val_out).resolve(), Path(out).resolve()
+        if a.is_relative_to(b) or b.is_relative_to(a):  # a store holds only its own files: the second would be refused
+            raise PackError(
+                f"--val-out {val_out} and --out {out}: one store inside the other; give them sibling folders "
+                "(e.g. data/train and data/val)"
+            )
     inputs = [Path(p) for p in inputs]
     for p in inputs:
         if not p.is_file():
