@@ -694,3 +694,17 @@ def test_a_bad_mmlu_row_says_what_it_found_and_a_header_row_is_named_as_one(tmp_
         csv.write_text(text)
         with pytest.raises(ValueError, match=rf"virology_test\.csv:{line}: expected question,A,B,C,D,answer .*{found}"):
             load_mmlu(root)
+
+
+def test_ppl_says_how_many_documents_it_left_out_for_empty_text(tmp_path, tok_dir, monkeypatch, capsys):
+    """Records with empty text were left out without a word: three records gave "documents": 2 and nothing said why
+    the count fell short (tokenizer train counts them as empty_records). Now "empty_documents" says how many."""
+    from cookmind.cli import main
+    from cookmind.tokenizer import Tokenizer
+
+    _bigram_cli(monkeypatch, Tokenizer.load(tok_dir))
+    records = [{"text": "The cook stirs."}, {"text": ""}, {"text": "  \n"}, {"text": "Tom has 3 apples."}]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "d.jsonl"), "--window", "64", "--quiet"]) == 0
+    m = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (m["documents"], m["empty_documents"]) == (2, 2)

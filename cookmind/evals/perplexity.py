@@ -177,10 +177,11 @@ def evaluate_text_file(
     return {"path": str(path), **report, "file_bytes": file_bytes, "bytes_not_evaluated": left_out}
 
 
-def read_documents(paths, text_field: str = "text") -> Iterator[str]:
+def read_documents(paths, text_field: str = "text", empty: list | None = None) -> Iterator[str]:
     """The documents of JSON lines / Parquet / text files (gzip too), in order, as ``pack --train-type seq`` reads
     them (``cookmind.store.sources``): each record's ``text_field``; text split at ``<|endoftext|>``. A document
-    with no text is left out (it has nothing to score); a bad record is a ValueError naming file:line."""
+    with no text is left out (it has nothing to score; ``empty``, when given, gets its place); a bad record is a
+    ValueError naming file:line."""
     from cookmind.store.records import BadRecord, RecordOptions, make_seq, parse, reason_kind
     from cookmind.store.sources import iter_items
 
@@ -191,6 +192,8 @@ def read_documents(paths, text_field: str = "text") -> Iterator[str]:
                 yield make_seq(parse(item), None, opts)
             except BadRecord as exc:
                 if reason_kind(str(exc)) == "empty text":
+                    if empty is not None:
+                        empty.append(item.where)
                     continue
                 raise ValueError(f"{item.where}: {exc}; fix or remove the record") from None
 
@@ -227,7 +230,8 @@ def evaluate_documents(
     """``evaluate_text`` on the documents of ``paths`` (``read_documents``) joined as pack joins its records: each
     document's ids, then the ``<|endoftext|>`` token; the same as the plain text of the documents each followed by
     ``<|endoftext|>``, and never the JSON around them. ``text_bytes`` counts that text (the end token as its decoded
-    bytes); ``max_bytes`` keeps its first bytes, ``bytes_not_evaluated`` says how many that left out."""
+    bytes); ``max_bytes`` keeps its first bytes, ``bytes_not_evaluated`` says how many that left out;
+    ``empty_documents`` counts the records with no text, left out."""
     paths = [Path(p) for p in paths]
     where = str(paths[0].parent) if len(paths) > 1 else str(paths[0])
     end = document_end_id(tokenizer)
@@ -236,7 +240,8 @@ def evaluate_documents(
             f"perplexity: {where}: the tokenizer has no <|endoftext|> (or EOS) token to end each document with, as "
             "pack does; use a tokenizer that has one"
         )
-    docs = list(read_documents(paths, text_field))
+    empty: list[str] = []
+    docs = list(read_documents(paths, text_field, empty))
     if not docs:
         raise ValueError(
             f"perplexity: {where} holds no document with text in its {text_field!r} field; nothing to score"
@@ -251,6 +256,7 @@ def evaluate_documents(
         "path": where,
         **report,
         "documents": len(docs),
+        "empty_documents": len(empty),  # records with no text: nothing to score, left out
         "text_bytes": text_bytes,
         "bytes_not_evaluated": text_bytes - evaluated,
     }
