@@ -253,3 +253,24 @@ def test_a_pretraining_store_shorter_than_one_window_says_how_many_tokens_it_hol
     store = write_store(tmp_path / "seq", "seq", [{"sequence": np.arange(1, 12)}], 64)
     with pytest.raises(ValueError, match=r"store at .*seq holds 11 tokens, fewer than one window of "):
         Trainer(_cfg(tmp_path, store, "train.objective=pretrain", "data.window_size=16"))
+
+
+def test_a_validation_set_larger_than_eval_max_batches_says_how_much_of_it_each_evaluation_scores(
+    tmp_path, capsys, keep_threads
+):
+    """The validation loss is taken over the first eval.max_batches batches only (20 in every preset): a split of
+    thousands of windows was scored on a few hundred, and nothing said so. Now the run prints how many of the
+    validation batches each evaluation scores, and keeps both counts."""
+    rng = np.random.default_rng(0)
+    store = write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, 16 * 11)}], 64)
+    batches = -(-11 // 2)  # 11 windows of 16 tokens in micro-batches of 2, the last one short
+    t = Trainer(_cfg(tmp_path, store, "train.objective=pretrain", f"data.val_path={store}", "data.window_size=16",
+                     "eval.max_batches=4"))  # fmt: skip
+    assert "each evaluation scores the first 4 of the 6 validation batches (eval.max_batches=4)" in (
+        capsys.readouterr().err
+    )
+    assert (t.data_stats["val_data_batches"], t.data_stats["val_data_batches_scored"]) == (batches, 4)
+    t2 = Trainer(_cfg(tmp_path, store, "train.objective=pretrain", f"data.val_path={store}", "data.window_size=16",
+                      f"logging.run_dir={tmp_path / 'all'}", "eval.max_batches=6"))  # fmt: skip
+    assert "each evaluation scores" not in capsys.readouterr().err
+    assert (t2.data_stats["val_data_batches"], t2.data_stats["val_data_batches_scored"]) == (batches, batches)

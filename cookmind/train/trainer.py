@@ -422,6 +422,15 @@ class Trainer:
                 f"the training set ({len(dataset)} items) is smaller than one micro-batch per rank "
                 f"({self.cfg.train.micro_batch_size} x {world}); lower train.micro_batch_size"
             )
+        if not train:  # each evaluation scores the first eval.max_batches batches: say so when that is not all
+            scored, limit = min(len(loader), self.cfg.eval.max_batches), self.cfg.eval.max_batches
+            self.data_stats.update(val_data_batches=len(loader), val_data_batches_scored=scored)
+            if scored < len(loader) and self.dist.is_main:
+                print(
+                    f"cookmind train: each evaluation scores the first {scored} of the {len(loader)} validation "
+                    f"batches (eval.max_batches={limit}); raise it to score them all",
+                    file=sys.stderr,
+                )
         # A private generator: creating a loader iterator must not draw from the global RNG (exact resume).
         loader.loader.generator = torch.Generator()
         return loader
