@@ -872,3 +872,20 @@ def test_a_validation_store_inside_the_training_store_or_around_it_is_refused_be
     with pytest.raises(PackError, match=r"--val-out .* and --out .*: one store inside the other; give them sibling"):
         pack([src], tmp_path / out, tok_dir, "seq", progress=False, val_fraction=0.2, val_out=tmp_path / val_out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl"]
+
+
+def test_skip_bad_says_what_it_skipped_and_where_as_tokenizer_train_does(tmp_path, tok_dir, capsys):
+    """pack --skip-bad printed "skipped 2 bad line(s): {'invalid JSON': 1, 'missing field': 1}" (a Python dict, and
+    no record to look at) where tokenizer train, on the same file, names the reasons and the first bad record; pack
+    now prints the same words."""
+    from cookmind.cli import main
+
+    src = _jsonl(tmp_path / "bad.jsonl", ['{"text": "hello world"}', '{"text": "cut', '{"body": "x"}'])
+    train = ["tokenizer", "train", "--input", str(src), "--vocab-size", "270", "--workers", "1", "--skip-bad"]
+    assert main([*train, "--out", str(tmp_path / "t")]) == 0
+    said = capsys.readouterr().err
+    line = next(x for x in said.splitlines() if "skipped" in x).split("skipped", 1)[1]
+    assert f"the first: {src}:2: invalid JSON" in line
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(src), "--quiet", "--skip-bad"]
+    assert main([*argv, "--out", str(tmp_path / "s")]) == 0
+    assert capsys.readouterr().out.strip().endswith("skipped" + line), line

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 
 from cookmind.store.layout import TRAIN_TYPE_KEYS
 
@@ -143,7 +144,10 @@ def main(args: argparse.Namespace) -> int:
 
         print(f"cookmind pack: error: {os_error_line(exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
         return 2  # bad input, as every stage answers it
+    from cookmind.store.records import SkippedRecords
+
     skipped = meta["skipped"]["count"]
+    skips = SkippedRecords(Counter(meta["skipped"]["by_reason"]), meta["skipped"]["examples"])
     split = meta.get("split")
     print(
         f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
@@ -153,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
             if split
             else ""
         )
-        + (f"; skipped {skipped} bad line(s): {meta['skipped']['by_reason']}" if skipped else "")
+        + (f"; {skips.summary()}" if skipped else "")
     )
     return 0
 
