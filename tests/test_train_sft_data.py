@@ -245,8 +245,8 @@ def test_pretraining_tokens_in_no_window_are_counted_printed_and_warned_of(tmp_p
     assert f"seq data: {line} in no window, never trained on" in err
     assert f"seq validation data: {line} in no window, never evaluated" in err
     want = {"tokens": total, "windows": windows, "tokens_unused": unused}
-    assert {f"data_{k}": v for k, v in want.items()}.items() <= t.data_stats.items()
-    assert {f"val_data_{k}": v for k, v in want.items()}.items() <= t.data_stats.items()
+    assert {f"data_{k}": v for k, v in want.items()}.items() <= t.summary_stats.items()
+    assert {f"val_data_{k}": v for k, v in want.items()}.items() <= t.summary_stats.items()
 
 
 def test_a_pretraining_store_shorter_than_one_window_says_how_many_tokens_it_holds(tmp_path, keep_threads):
@@ -269,8 +269,9 @@ def test_a_validation_set_larger_than_eval_max_batches_says_how_much_of_it_each_
     assert "each evaluation scores the first 4 of the 6 validation batches (eval.max_batches=4)" in (
         capsys.readouterr().err
     )
-    assert (t.data_stats["val_data_batches"], t.data_stats["val_data_batches_scored"]) == (batches, 4)
+    assert (t.summary_stats["val_data_batches"], t.summary_stats["val_data_batches_scored"]) == (batches, 4)
     t2 = Trainer(_cfg(tmp_path, store, "train.objective=pretrain", f"data.val_path={store}", "data.window_size=16",
                       f"logging.run_dir={tmp_path / 'all'}", "eval.max_batches=6"))  # fmt: skip
     assert "each evaluation scores" not in capsys.readouterr().err
-    assert (t2.data_stats["val_data_batches"], t2.data_stats["val_data_batches_scored"]) == (batches, batches)
+    assert (t2.summary_stats["val_data_batches"], t2.summary_stats["val_data_batches_scored"]) == (batches, batches)
+

@@ -264,7 +264,8 @@ class Trainer:
 
         self.objective = objective if objective is not None else B.build_objective(cfg, self)
         self.train_type = cfg.data.train_type or self.objective.train_type
-        self.data_stats: dict[str, int] = {}
+        self.data_stats: dict[str, int] = {}  # sft/dpo/grpo records cut or dropped: metrics.jsonl, summary, report
+        self.summary_stats: dict[str, int] = {}  # seq tokens in no window, validation batches scored: summary, report
         self.data_stores: dict[str, dict[str, str]] = {}  # "train"/"val" -> the store's path and fingerprint
         self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
         self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
@@ -424,7 +425,7 @@ class Trainer:
             )
         if not train:  # each evaluation scores the first eval.max_batches batches: say so when that is not all
             scored, limit = min(len(loader), self.cfg.eval.max_batches), self.cfg.eval.max_batches
-            self.data_stats.update(val_data_batches=len(loader), val_data_batches_scored=scored)
+            self.summary_stats.update(val_data_batches=len(loader), val_data_batches_scored=scored)
             if scored < len(loader) and self.dist.is_main:
                 print(
                     f"cookmind train: each evaluation scores the first {scored} of the {len(loader)} validation "
@@ -497,7 +498,7 @@ class Trainer:
             return
         total, unused, windows = dataset.num_tokens, dataset.num_unused, len(dataset)
         data, key = ("data", "data_") if train else ("validation data", "val_data_")
-        self.data_stats.update({key + "tokens": total, key + "windows": windows, key + "tokens_unused": unused})
+        self.summary_stats.update({key + "tokens": total, key + "windows": windows, key + "tokens_unused": unused})
         if not self.dist.is_main:
             return
         window, stride = self.cfg.data.window_size, self.cfg.data.stride
@@ -671,6 +672,7 @@ class Trainer:
                 "master_weights": self.master_weights,
                 "cuda_graph": self._graph is not None and self._graph.replays > 0,
                 **self.data_stats,
+                **self.summary_stats,
                 **self.last_eval,
             }
             if self.dist.is_main and cfg.logging.report:
