@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -78,7 +79,8 @@ def test_the_validation_stores_truncated_and_dropped_records_are_counted_too(tmp
     truncated = sum(1 for r in records if len(r["sequence"]) > window and r["loss_mask"][:window].sum() > 0)
     with pytest.warns(UserWarning) as caught:  # the training store's warning, then the validation store's
         t = Trainer(_cfg(tmp_path, store, f"data.window_size={window}", f"data.val_path={store}"))
-    assert [" validation " in str(w.message) for w in caught] == [False, True]
+    cut = [str(w.message) for w in caught if "holds the training data" not in str(w.message)]  # val is train here
+    assert [" validation " in m for m in cut] == [False, True]
     summary = t.fit()
     err = capsys.readouterr().err
     assert f"sft validation data: {len(records)} records; {truncated} truncated to data.window_size={window}" in err
@@ -238,7 +240,8 @@ def test_pretraining_tokens_in_no_window_are_counted_printed_and_warned_of(tmp_p
     else:
         with pytest.warns(UserWarning, match="Lower data.stride to at most data.window_size=16") as caught:
             t = Trainer(_cfg(tmp_path, store, *overrides))
-        assert [" validation " in str(w.message) for w in caught] == [False, True]
+        cut = [str(w.message) for w in caught if "holds the training data" not in str(w.message)]  # val is train
+        assert [" validation " in m for m in cut] == [False, True]
     err = capsys.readouterr().err
     every = "" if stride is None else f" every data.stride={stride}"
     line = f"{total} tokens in {windows} windows of data.window_size={window}{every}; {unused} ({unused / total:.1%})"
@@ -275,3 +278,21 @@ def test_a_validation_set_larger_than_eval_max_batches_says_how_much_of_it_each_
     assert "each evaluation scores" not in capsys.readouterr().err
     assert (t2.summary_stats["val_data_batches"], t2.summary_stats["val_data_batches_scored"]) == (batches, batches)
 
+
+def test_a_validation_store_holding_the_training_data_is_warned_of(tmp_path, keep_threads):
+    """--val-data naming the training store (or a copy of it) was taken without a word, and its val_loss reported
+    as if held out: it measures the fit to the training data. Now the run warns, naming both stores."""
+    import shutil
+    import warnings
+
+    rng = np.random.default_rng(0)
+    store = write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, 160)}], 64)
+    shutil.copytree(store, tmp_path / "copy")
+    other = write_store(tmp_path / "other", "seq", [{"sequence": rng.integers(1, 64, 160)}], 64)
+    base = ["train.objective=pretrain", "data.window_size=16"]
+    for k, val in enumerate((store, tmp_path / "copy")):
+        with pytest.warns(UserWarning, match=rf"validation store {re.escape(str(val))} holds the training data"):
+            Trainer(_cfg(tmp_path, store, *base, f"data.val_path={val}", f"logging.run_dir={tmp_path / str(k)}"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Trainer(_cfg(tmp_path, store, *base, f"data.val_path={other}", f"logging.run_dir={tmp_path / 'ok'}"))

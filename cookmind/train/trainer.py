@@ -269,6 +269,7 @@ class Trainer:
         self.data_stores: dict[str, dict[str, str]] = {}  # "train"/"val" -> the store's path and fingerprint
         self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
         self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
+        self._warn_if_validating_on_training_data()
 
         self.step = 0
         self.tokens_seen = 0
@@ -435,6 +436,20 @@ class Trainer:
         # A private generator: creating a loader iterator must not draw from the global RNG (exact resume).
         loader.loader.generator = torch.Generator()
         return loader
+
+    def _warn_if_validating_on_training_data(self) -> None:
+        """A validation store with the training store's fingerprint (the same store, or a copy) measures the fit to
+        the training data, not to held-out text: say so, naming both."""
+        train, val = self.data_stores.get("train"), self.data_stores.get("val")
+        if train and val and train["fingerprint"] == val["fingerprint"] and self.dist.is_main:
+            import warnings
+
+            warnings.warn(
+                f"the validation store {val['path']} holds the training data ({train['path']}, the same fingerprint): "
+                "its loss measures the fit to what the model trains on, not to held-out text; pack a split with "
+                "`cookmind pack --val-fraction F --val-out DIR` and pass DIR as --val-data",
+                stacklevel=3,
+            )
 
     def _report_truncation(self, dataset, train: bool = True) -> None:
         """Count, print and keep (for metrics and report.md) the records the window cut short or dropped; those of
