@@ -114,6 +114,32 @@ def test_penalty_matches_generate(overlap):
     assert collect(other)[0] == generate(model, [PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=8))[0]
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_rows_joining_a_running_batch_bring_their_own_min_new_tokens_and_logprobs(overlap):
+    """What a batch's rows ask for beyond sampling (min_new_tokens' ban, logprobs) is known per batch, not looked up
+    per row every step: a request that joins a running batch gets it from its first token, and its companions never
+    do."""
+    model = tiny_model()
+    greedy = SamplingParams(temperature=0)
+    stop = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8))[0][0]  # its first token
+    engine = Engine(model, num_slots=3, max_seq_len=48, overlap=overlap, cuda_graphs=overlap)
+    a = engine.submit(PROMPTS[0], greedy, 12)
+    engine.step()
+    engine.step()
+    b = engine.submit(PROMPTS[1], SamplingParams(temperature=0, min_new_tokens=3), 8, stop_token_ids=[stop])
+    c = engine.submit(PROMPTS[2], SamplingParams(temperature=0, logprobs=True), 4)
+    engine.run_until_idle()
+    ev_a, ev_b, ev_c = ([ev for ev in r.events(timeout=0) if isinstance(ev, TokenEvent)] for r in (a, b, c))
+    banned = SamplingParams(temperature=0, max_new_tokens=8, min_new_tokens=3, stop_token_ids=(stop,))
+    want_b = generate(model, [PROMPTS[1]], banned, engine="builtin")[0]
+    assert [ev.token_id for ev in ev_b] == want_b and len(want_b) >= 3
+    for evs, prompt, n in ((ev_a, PROMPTS[0], 12), (ev_c, PROMPTS[2], 4)):
+        alone = generate(model, [prompt], SamplingParams(temperature=0, max_new_tokens=n))[0]
+        assert [ev.token_id for ev in evs] == alone
+    assert len(ev_c) == 4 and all(ev.logprob is not None for ev in ev_c)
+    assert all(ev.logprob is None for ev in ev_a + ev_b)
+
+
 @pytest.mark.parametrize("graphs", [False, True])
 def test_logprobs_equal_model_log_softmax(graphs):
     model = tiny_model()

@@ -80,6 +80,7 @@ class StepRecord:
     by_slot: bool = False  # tokens are indexed by slot (the graph's argmax buffer), not by request
     chosen_logprobs: list[float] | None = None  # log p of each request's token, when any asked for logprobs
     top_logprobs: tuple[list[list[float]], list[list[int]]] | None = None  # (values, token ids) of the top k
+    constrained: bool = False  # a request has a grammar: its next mask needs these tokens on the host at once
 
 
 class QueueFullError(RuntimeError):
@@ -277,6 +278,7 @@ class Engine:
         self._counts: torch.Tensor | None = None  # (slots, V) long, for presence/frequency
         self._batch_key: tuple | None = None
         self._batch: SamplingBatch | None = None
+        self._batch_constrained = self._batch_min_new = self._batch_logprobs = False  # of its rows (_sampling_batch)
         self._grammar_bitmask: torch.Tensor | None = None  # host rows of the grammar masks (constraints.py)
         # metrics
         self.requests_total = 0
@@ -477,7 +479,7 @@ class Engine:
         self._pending = None
         if launched is not None:
             # a grammar's next mask needs this step's tokens on the host: no overlap for a step holding one
-            if self.overlap and not any(r.matcher is not None for r in launched.reqs):
+            if self.overlap and not launched.constrained:
                 self._pending = launched  # emitted after the next step is launched
             else:
                 self._emit_record(launched)
@@ -629,7 +631,8 @@ class Engine:
                 self.blocks.grow(r, positions[r.slot])
             self.runner.cache.sync_tables()
         length = max(positions) + 1  # columns the longest row attends to
-        constrained = any(r.matcher is not None for r in active)  # grammar rows: masked logits, tokens read now
+        batch = self._sampling_batch(active)
+        constrained = self._batch_constrained  # grammar rows: masked logits, tokens read now
         if self.graphs is not None and self.graphs.bucket_for(b) is not None:
             key = (b, tuple((r.slot, r.id) for r in active))
             if key != self._graph_key:  # requests joined or left: tell the graph state; else it advanced itself
@@ -639,7 +642,6 @@ class Engine:
                 self.graphs.load(positions, flags)
                 self._graph_key = key
             logits = self.graphs.decode(b, length)
-            batch = self._sampling_batch(active)
             if (
                 batch.uses("all_greedy")
                 and not batch.uses("repetition")
@@ -654,7 +656,7 @@ class Engine:
             pw = torch.tensor([positions, write_cols], dtype=torch.long).to(self.device)
             logits = self.runner.forward(tokens[:, None], pw[0, :, None], 0, length, write_cols=pw[1, :, None])
         logits = logits if rows == list(range(b)) else logits[rows]
-        return self._sample(active, logits, deferred=self.overlap and not constrained)
+        return self._sample(active, logits, deferred=self.overlap and not constrained, batch=batch)
 
     def _copy_to_host(self, values: torch.Tensor, deferred: bool):
         """Start copying values into a pinned buffer (two alternate); returns (host tensor, event)."""
@@ -673,23 +675,37 @@ class Engine:
         for r in reqs:
             r.n_sampled += 1
         host, event = self._copy_to_host(self._last_tok[:b], self.overlap)
-        return StepRecord(reqs, host, event, by_slot=True)
+        return StepRecord(reqs, host, event, by_slot=True)  # not constrained: a grammar's rows go through _sample
 
     def _sampling_batch(self, reqs: list[EngineRequest]) -> SamplingBatch:
+        """The batch's sampling tensors, and what the engine needs to know of its rows (``_batch_constrained``: a
+        row has a grammar; ``_batch_min_new``: one has min_new_tokens; ``_batch_logprobs``: one asks for logprobs),
+        kept until the batch changes rather than found again every step (host time per step, #18)."""
         key = tuple(r.id for r in reqs)
-        if key != self._batch_key:  # rebuilt only when the batch changes
+        if key != self._batch_key:  # rebuilt only when the batch changes (a request's matcher is set at submit)
             self._batch = SamplingBatch.from_params([r.params for r in reqs], self.device, [r.generator for r in reqs])
             self._batch_key = key
+            self._batch_constrained = any(r.matcher is not None for r in reqs)
+            self._batch_min_new = any(r.params.min_new_tokens > 0 for r in reqs)
+            self._batch_logprobs = any(r.params.logprobs for r in reqs)
         return self._batch
 
-    def _sample(self, reqs: list[EngineRequest], logits: torch.Tensor, deferred: bool = False) -> StepRecord:
+    def _sample(
+        self,
+        reqs: list[EngineRequest],
+        logits: torch.Tensor,
+        deferred: bool = False,
+        batch: SamplingBatch | None = None,
+    ) -> StepRecord:
         """Draw each request's next token on the device. deferred: start an asynchronous copy of the
-        tokens into a pinned host buffer (two alternate: one pending step is read while the next fills)."""
-        batch = self._sampling_batch(reqs)
-        bans = {i: tuple(r.stop_token_ids) for i, r in enumerate(reqs) if r.n_sampled < r.params.min_new_tokens}
-        logits = ban_tokens(logits, {i: ids for i, ids in bans.items() if ids})
-        matchers = [r.matcher for r in reqs]
-        if any(m is not None for m in matchers):
+        tokens into a pinned host buffer (two alternate: one pending step is read while the next fills).
+        batch: ``_sampling_batch(reqs)``, when the caller has it."""
+        batch = self._sampling_batch(reqs) if batch is None else batch
+        if self._batch_min_new:
+            bans = {i: tuple(r.stop_token_ids) for i, r in enumerate(reqs) if r.n_sampled < r.params.min_new_tokens}
+            logits = ban_tokens(logits, {i: ids for i, ids in bans.items() if ids})
+        if self._batch_constrained:
+            matchers = [r.matcher for r in reqs]
             if self._grammar_bitmask is None:  # pinned on CUDA; refilled only after the step's tokens are read
                 words = (self.vocab_size + 31) // 32
                 cuda = self.device.type == "cuda"
@@ -712,8 +728,8 @@ class Engine:
         for r in reqs:
             r.n_sampled += 1
         host, event = self._copy_to_host(next_tokens, deferred)
-        record = StepRecord(reqs, host, event)
-        if any(r.params.logprobs for r in reqs):
+        record = StepRecord(reqs, host, event, constrained=self._batch_constrained)
+        if self._batch_logprobs:
             logp = torch.log_softmax(logits.float(), dim=-1)
             record.chosen_logprobs = logp.gather(-1, next_tokens[:, None])[:, 0].tolist()
             k = max(r.params.top_logprobs for r in reqs)
@@ -728,58 +744,54 @@ class Engine:
         if record.ready is not None:
             record.ready.synchronize()
         now = time.perf_counter()
-        emitted = 0
         values = record.tokens.tolist()
         tokens = [values[r.slot] for r in reqs] if record.by_slot else values
-        for i, (req, tok) in enumerate(zip(reqs, tokens)):
-            ev = TokenEvent(tok)
-            if record.chosen_logprobs is not None and req.params.logprobs:
-                ev.logprob = record.chosen_logprobs[i]
-                if record.top_logprobs is not None and req.params.top_logprobs:
-                    n = req.params.top_logprobs
-                    vals, ids = record.top_logprobs
-                    ev.top_logprobs = list(zip(ids[i][:n], vals[i][:n]))
-            emitted += self._emit_token(req, ev, now)
-        self.tokens_generated += emitted
-        self._recent.append((now, emitted))
+        events = [TokenEvent(tok) for tok in tokens]
+        if record.chosen_logprobs is not None:
+            for i, (req, ev) in enumerate(zip(reqs, events)):
+                if req.params.logprobs:
+                    ev.logprob = record.chosen_logprobs[i]
+                    if record.top_logprobs is not None and req.params.top_logprobs:
+                        n = req.params.top_logprobs
+                        vals, ids = record.top_logprobs
+                        ev.top_logprobs = list(zip(ids[i][:n], vals[i][:n]))
+        self._emit(zip(reqs, events), now)
 
     def _emit_tokens(self, reqs: list[EngineRequest], tokens: list[list[int]]) -> None:
         """Emit each request's tokens in order (a speculative step's, already on the host) in one pass: a stop
         token, max_new_tokens or the context ends a request exactly where plain decoding would, and the tokens
         after it are dropped."""
-        now = time.perf_counter()
+        self._emit(((req, TokenEvent(tok)) for req, toks in zip(reqs, tokens) for tok in toks), time.perf_counter())
+
+    def _emit(self, events, now: float) -> None:
+        """Send each (request, token event) in order to its request, or finish the request instead (done,
+        cancelled, a stop token); finish it after the token when that reached max_new_tokens, the context or the
+        grammar's end. One loop for every step's tokens and no call per token but the request's sink: this loop is
+        the engine's host time per token (#18)."""
         emitted = 0
-        for req, toks in zip(reqs, tokens):
-            for tok in toks:
-                if req.state == "done":
-                    break
-                emitted += self._emit_token(req, TokenEvent(tok), now)
+        max_seq_len = self.max_seq_len
+        for req, ev in events:
+            if req.state == "done":
+                continue  # it stopped at the step before: this row was computed in flight, not used
+            if req.first_token_at is None:
+                req.first_token_at = now
+            if req.cancelled:
+                self._finish(req, req.cancel_reason)
+                continue
+            tok = ev.token_id
+            if tok in req.stop_token_ids:
+                req.stop_token = tok  # not emitted as text; callers that train on it (GRPO) read it here
+                self._finish(req, "stop")
+                continue
+            req.output_ids.append(tok)
+            emitted += 1
+            req.sink(ev)
+            if req.matcher is not None and not self._advance_grammar(req, tok):
+                continue
+            if len(req.output_ids) >= req.max_new_tokens or len(req.prompt_ids) + len(req.output_ids) >= max_seq_len:
+                self._finish(req, "length")
         self.tokens_generated += emitted
         self._recent.append((now, emitted))
-
-    def _emit_token(self, req: EngineRequest, ev: TokenEvent, now: float) -> bool:
-        """Send one token event to its request, or finish the request instead (done, cancelled, a stop token);
-        finish it after the token when that reached max_new_tokens, the context or the grammar's end. Returns
-        whether the token was emitted."""
-        if req.state == "done":
-            return False  # it stopped at the step before: this row was computed in flight, not used
-        if req.first_token_at is None:
-            req.first_token_at = now
-        if req.cancelled:
-            self._finish(req, req.cancel_reason)
-            return False
-        tok = ev.token_id
-        if tok in req.stop_token_ids:
-            req.stop_token = tok  # not emitted as text; callers that train on it (GRPO) read it here
-            self._finish(req, "stop")
-            return False
-        req.output_ids.append(tok)
-        req.sink(ev)
-        if req.matcher is not None and not self._advance_grammar(req, tok):
-            return True
-        if len(req.output_ids) >= req.max_new_tokens or len(req.prompt_ids) + len(req.output_ids) >= self.max_seq_len:
-            self._finish(req, "length")
-        return True
 
     def _advance_grammar(self, req: EngineRequest, tok: int) -> bool:
         """Feed an emitted token to the request's grammar; False when that finished the request: "stop" once the

@@ -75,6 +75,15 @@ def engine_generate(
     def sink_for(i: int):
         from cookmind.infer.engine import TokenEvent
 
+        if not stops[i].stop_strings:  # the engine ends a request at a stop token and does not emit it: the ids only
+            ids = stops[i].ids
+
+            def keep(ev) -> None:
+                if type(ev) is TokenEvent:
+                    ids.append(ev.token_id)
+
+            return keep
+
         def sink(ev) -> None:
             if isinstance(ev, TokenEvent) and not stops[i].stopped and stops[i].feed(ev.token_id):
                 engine.cancel(reqs[i], "stop")  # a stop string completed (stop tokens end the request by themselves)
