@@ -1,3 +1,4 @@
+import argparse
 import gzip
 import json
 import subprocess
@@ -712,3 +713,33 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly():
     proc.stdout.close()  # the reader is gone before the first line
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 128 + signal.SIGPIPE and err == "", err
+
+
+def _all_parsers(parser, path=()):
+    """(command path, parser) for ``parser`` and every subcommand parser below it."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _all_parsers(sub, (*path, name))
+
+
+def test_every_command_that_writes_a_named_output_takes_out():
+    """`pack`, `train`'s exports, `eval` and `tokenizer train` take --out, but `curate run` and `tokenizer encode`
+    only --output: a user who had just typed `pack --out` got 'unrecognized arguments: --out' from the next stage.
+    Every command's output option answers to --out now (--output stays where it was)."""
+    import importlib
+
+    from cookmind.cli import COMMANDS
+
+    missing, outs = [], 0
+    for name, (module, _help) in COMMANDS.items():
+        top = argparse.ArgumentParser(prog=f"cookmind {name}")
+        importlib.import_module(module).add_arguments(top)
+        for path, parser in _all_parsers(top, (name,)):
+            for action in parser._actions:
+                if "--output" in action.option_strings and "--out" not in action.option_strings:
+                    missing.append(" ".join(path))
+                outs += "--out" in action.option_strings
+    assert missing == []
+    assert outs >= 10  # the walk reached the subcommands (curate's four, tokenizer's, pack, eval, export...)

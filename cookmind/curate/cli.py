@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", help="run the curation pipeline over input shards")
     p.add_argument("--config", type=Path, help="YAML config (stages, output_format, workers); default: built-in")
     p.add_argument("--input", nargs="+", required=True, help="HTML files/folders, WARC/WET, JSONL(.gz), Parquet")
-    p.add_argument("--output", type=Path, required=True, help="output folder (shards + report.md/json)")
+    p.add_argument("--output", "--out", type=Path, required=True, help="output folder (shards + report.md/json)")
     p.add_argument("--executor", choices=["local", "ray"], default="local")
     p.add_argument("--workers", type=int_in(1), default=None, help="local processes (or local Ray CPUs)")
     p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (default: start a local one)")
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("train-classifier", help="train a fastText-style classifier from labelled JSONL")
     p.add_argument("--input", nargs="+", required=True, help="JSONL(.gz) with a text (or html) and a label field")
-    p.add_argument("--output", type=Path, required=True, help="model file (.npz)")
+    p.add_argument("--output", "--out", type=Path, required=True, help="model file (.npz)")
     p.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
     p.add_argument("--text-field", default="text", help="the record's text (default text)")
     p.add_argument("--label-field", default="label", help="the record's label, a string (default label)")
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     p = sub.add_parser("crawl", help="write the seeded synthetic web crawl (and labelled pages for a classifier)")
-    p.add_argument("--output", type=Path, required=True, help="a new or empty folder for the crawl's shards")
+    p.add_argument("--output", "--out", type=Path, required=True, help="a new or empty folder for the crawl's shards")
     p.add_argument("--num-pages", type=int_in(1), default=600, help="pages to write (default 600)")
     p.add_argument("--seed", type=int, default=0, help="the same seed writes the same crawl (default 0)")
     p.add_argument("--shards", type=int_in(1), default=4, help="crawl-NNNNN.jsonl.gz files (default 4)")
@@ -73,7 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--input", nargs="+", required=True, help="text files, one document each (distinct file names)")
     p.add_argument(
-        "--output", type=Path, required=True, help="a new or empty folder for the kept files, under their own names"
+        "--output",
+        "--out",
+        type=Path,
+        required=True,
+        help="a new or empty folder for the kept files, under their own names",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an earlier curate dedup's --output folder whole")
     p.add_argument("--num-hashes", type=int_in(1), default=128, help="minhash: hashes a document (default 128)")

@@ -70,7 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = e.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to encode")
     src.add_argument("--input", help="UTF-8 file to encode, streamed")
-    e.add_argument("--output", help="write ids here: .bin = raw little-endian uint32, else text; default stdout")
+    e.add_argument(
+        "--output", "--out", help="write ids here: .bin = raw little-endian uint32, else text; default stdout"
+    )
     e.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
     e.add_argument("--reference", action="store_true", help="use the pure-Python reference encoder")
 
