@@ -197,7 +197,7 @@ def load_problems(path: str | Path, key: str = "grpo.problems") -> list[dict[str
     """``{"question", "answer"}`` rows of a JSONL file (``problem_of``); a bad line is an error naming file:line, a
     file that cannot be read one naming the config ``key`` that gave it."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # -sig: a leading byte-order mark is no text
     except UnicodeDecodeError as exc:
         raise ValueError(
             f"{key}={path}: not UTF-8 text ({exc.reason} at byte {exc.start}); give a JSONL file"

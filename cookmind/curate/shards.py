@@ -112,7 +112,7 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
         yield {"id": str(p), "html": decode_html(p.read_bytes())}, {"file": path}
     else:
         yield (
-            {"id": str(p), "text": p.read_bytes().decode("utf-8", errors="replace")},
+            {"id": str(p), "text": p.read_bytes().decode("utf-8-sig", errors="replace")},
             {"file": path},
         )  # line ends as they are
 
@@ -131,8 +131,8 @@ def iter_shard(spec: str | list[str], source_key: str | None = None) -> Iterator
 
 def _open_text(path: Path):
     if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig")  # -sig: a leading BOM is no text
+    return open(path, encoding="utf-8-sig")
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:

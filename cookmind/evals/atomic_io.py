@@ -13,7 +13,7 @@ def read_jsonl(path, limit: int | None = None) -> list[dict]:
 def read_jsonl_lines(path, limit: int | None = None) -> list[tuple[int, dict]]:
     """(line number, record) of each record of a JSONL file (blank lines skipped), for errors that name the line."""
     out = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark opening the file is not text
         for lineno, line in enumerate(f, 1):
             if limit is not None and len(out) >= limit:  # checked first: limit 0 read one record
                 break

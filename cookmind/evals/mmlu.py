@@ -53,7 +53,7 @@ def load_mmlu(
         subject = f.name[: -len(suffix)]
         if subjects and subject not in subjects:
             continue
-        with open(f, newline="", encoding="utf-8") as fh:
+        with open(f, newline="", encoding="utf-8-sig") as fh:  # -sig: Excel's "CSV UTF-8" opens with a BOM
             for lineno, rec in enumerate(csv.reader(fh), 1):
                 if limit_per_subject is not None and lineno > limit_per_subject:
                     break

@@ -157,23 +157,26 @@ def evaluate_text_file(
 ) -> dict:
     """``evaluate_text`` on a UTF-8 file (its first ``max_bytes`` bytes when given: ``file_bytes`` and
     ``bytes_not_evaluated`` say how much that left out). A gzip file is read decompressed."""
-    from cookmind.store.sources import is_gzip
+    from cookmind.store.sources import BOM, is_gzip
 
     data = gzip.decompress(Path(path).read_bytes()) if is_gzip(path) else Path(path).read_bytes()
     file_bytes = len(data)
     if max_bytes is not None:
         data = data[:max_bytes]
+    # a byte-order mark opening the file is no text: neither scored nor counted as left out
+    mark = len(BOM.encode()) if data.startswith(BOM.encode()) else 0
+    data = data[mark:]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         if max_bytes is None or exc.reason != "unexpected end of data":  # only the cut may split a character
             raise ValueError(
-                f"{path}: invalid UTF-8 at byte {exc.start}; convert the file to UTF-8 (e.g. `iconv -f latin1 -t"
+                f"{path}: invalid UTF-8 at byte {mark + exc.start}; convert the file to UTF-8 (e.g. `iconv -f latin1 -t"
                 " utf-8`): bad bytes dropped or replaced would change the perplexity"
             ) from None
         text = data[: exc.start].decode("utf-8")
     report = evaluate_text(model, tokenizer, text, window, stride, progress, rows)
-    left_out = file_bytes - len(text.encode("utf-8"))
+    left_out = file_bytes - mark - len(text.encode("utf-8"))
     return {"path": str(path), **report, "file_bytes": file_bytes, "bytes_not_evaluated": left_out}
 
 

@@ -52,6 +52,10 @@ def _open_bytes(path: Path):
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
 
 
+# a UTF-8 byte-order mark opening a file (Notepad's and Excel's "UTF-8") is a signature, not text: readers drop it
+BOM = "\ufeff"
+
+
 def source_kind(path: Path) -> str:
     """ "json", "parquet" or "text" by the file name, a ``.gz`` suffix looked through."""
     path = Path(path)
@@ -84,6 +88,8 @@ def iter_items(
                 except UnicodeDecodeError as exc:
                     yield Item(str(path), n, "bad", f"invalid UTF-8 at byte {exc.start} of the line")
                     continue
+                if n == 1:
+                    line = line.removeprefix(BOM)
                 if line.strip():  # blank lines separate nothing; skip them quietly
                     yield Item(str(path), n, kind, line if kind == "json" else line.rstrip("\r\n"))
     else:
@@ -100,6 +106,7 @@ def _separated_documents(path: Path, separator: str, utf8_errors: str = "strict"
         raise ValueError(
             f"{path}:{line}: invalid UTF-8 at byte {exc.start}; fix or re-encode the file as UTF-8"
         ) from None
+    text = text.removeprefix(BOM)
     line = 1
     for doc in text.split(separator) if separator else [text]:
         stripped = doc.strip()
@@ -112,7 +119,7 @@ def _separated_documents(path: Path, separator: str, utf8_errors: str = "strict"
 def _is_json_array(path: Path) -> bool:
     """True when the file's first non-blank byte opens a JSON array (JSON lines start each line with ``{``)."""
     with _open_bytes(path) as f:
-        head = f.read(4096).lstrip()
+        head = f.read(4096).removeprefix(BOM.encode()).lstrip()
     return head.startswith(b"[")
 
 

@@ -1,0 +1,92 @@
+"""A UTF-8 byte-order mark at the start of an input file (Windows Notepad's "UTF-8", Excel's "CSV UTF-8") is a
+signature, not text: every reader of user files takes it off. Before, JSON lines files were refused at line 1 with
+json's "Unexpected UTF-8 BOM (decode using utf-8-sig)", a JSON array was read as JSON lines and refused, and text,
+CSV and curate documents kept an invisible U+FEFF at the start of their first record. Reference: the same file
+without the mark reads the same."""
+
+import json
+
+import pytest
+
+BOM = b"\xef\xbb\xbf"
+
+
+def _both(tmp_path, name, data: bytes):
+    """The file with and without a BOM."""
+    plain, marked = tmp_path / f"plain_{name}", tmp_path / f"bom_{name}"
+    plain.write_bytes(data)
+    marked.write_bytes(BOM + data)
+    return plain, marked
+
+
+def _lines(*records) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+
+
+@pytest.mark.parametrize(
+    "name, data, one_per_line",
+    [
+        ("a.jsonl", _lines({"text": "héllo"}, {"text": "two"}), False),
+        ("a.json", json.dumps([{"text": "héllo"}, {"text": "two"}]).encode(), False),
+        ("a.txt", "héllo<|endoftext|>two".encode(), False),
+        ("b.txt", "héllo\ntwo\n".encode(), True),
+    ],
+)
+def test_pack_sources_read_a_bom_file_as_the_same_file_without_it(tmp_path, name, data, one_per_line):
+    from cookmind.store.sources import iter_items
+
+    plain, marked = _both(tmp_path, name, data)
+    want = [(i.line, i.kind, i.payload) for i in iter_items(plain, one_per_line=one_per_line)]
+    got = [(i.line, i.kind, i.payload) for i in iter_items(marked, one_per_line=one_per_line)]
+    assert got == want and len(want) == 2
+
+
+def test_eval_and_grpo_problem_files_read_a_bom_jsonl(tmp_path):
+    from cookmind.align.objective import load_problems
+    from cookmind.evals.atomic_io import read_jsonl
+
+    plain, marked = _both(tmp_path, "p.jsonl", _lines({"question": "1+1?", "answer": "#### 2"}))
+    assert read_jsonl(marked) == read_jsonl(plain) == [{"question": "1+1?", "answer": "#### 2"}]
+    assert load_problems(marked) == load_problems(plain)
+
+
+def test_mmlu_csv_with_a_bom_has_no_mark_in_its_first_question(tmp_path):
+    from cookmind.evals import load_mmlu
+
+    for root, bom in (("plain", b""), ("bom", BOM)):
+        (tmp_path / root / "test").mkdir(parents=True)
+        (tmp_path / root / "test" / "maths_test.csv").write_bytes(bom + b"What is 1+1?,1,2,3,4,B\n")
+    assert load_mmlu(tmp_path / "bom", "test") == load_mmlu(tmp_path / "plain", "test")
+    assert load_mmlu(tmp_path / "bom", "test")[0]["question"] == "What is 1+1?"
+
+
+@pytest.mark.parametrize("name", ["d.jsonl", "d.jsonl.gz", "d.txt"])
+def test_curate_inputs_read_a_bom_file_as_without_it(tmp_path, name):
+    import gzip
+
+    from cookmind.curate.shards import iter_located
+
+    data = _lines({"id": "x", "text": "héllo"}) if ".jsonl" in name else "héllo there\n".encode()
+    plain, marked = _both(tmp_path, name, gzip.compress(data) if name.endswith(".gz") else data)
+    if name.endswith(".gz"):
+        marked.write_bytes(gzip.compress(BOM + data))
+    docs = [d["text"] for d, _ in iter_located(str(marked))]
+    assert docs == [d["text"] for d, _ in iter_located(str(plain))] and docs[0].startswith("héllo")
+
+
+def test_eval_ppl_of_a_bom_text_file_scores_the_text_alone(tmp_path):
+    """The perplexity of a text file with a BOM is that of the file without it, and the mark is not counted as
+    bytes left out."""
+    import torch
+    from lm_fixtures import tiny_lm
+    from test_align_fixtures import CharTok
+
+    from cookmind.evals.perplexity import evaluate_text_file
+
+    torch.manual_seed(0)
+    model = tiny_lm(vocab_size=256).eval()
+    plain, marked = _both(tmp_path, "t.txt", b"hello there, a small text to score.\n")
+    want, got = (evaluate_text_file(model, CharTok(), p, window=16, progress=False) for p in (plain, marked))
+    assert got["bytes_not_evaluated"] == want["bytes_not_evaluated"] == 0
+    assert got["file_bytes"] == want["file_bytes"] + 3
+    assert got["tokens"] == want["tokens"] and got["perplexity"] == want["perplexity"]
