@@ -889,3 +889,30 @@ def test_skip_bad_says_what_it_skipped_and_where_as_tokenizer_train_does(tmp_pat
     argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(src), "--quiet", "--skip-bad"]
     assert main([*argv, "--out", str(tmp_path / "s")]) == 0
     assert capsys.readouterr().out.strip().endswith("skipped" + line), line
+
+
+def test_val_fraction_with_skip_bad_states_the_held_out_count_against_the_asked_one(tmp_path, tok_dir, capsys):
+    """--skip-bad --val-fraction F: bad lines drew places in the split (which lines are bad is known only once the
+    workers have parsed and tokenized them, so an exact count over the good records would cost a second full
+    parse), and the summary said '3 held out' where round(F x good records) were asked, without a word. meta.json's
+    split and the summary now give the count held out beside the count asked."""
+    rows = [{"text": f"Document {i} about soup number {i * 7}."} if i % 2 else "{bad json" for i in range(20)]
+    src = _jsonl(tmp_path / "half_bad.jsonl", rows)
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(src), "--quiet", "--skip-bad"]
+    seen = set()
+    for seed in range(4):
+        out, val = tmp_path / f"tr{seed}", tmp_path / f"va{seed}"
+        split = [*argv, "--seed", str(seed), "--out", str(out), "--val-fraction", "0.3", "--val-out", str(val)]
+        assert pack_cli.main(parser.parse_args(split)) == 0
+        held = len(TokenStore(val))
+        meta = json.loads((val / "meta.json").read_text())["split"]
+        assert meta["val_records"] == held and meta["val_records_asked"] == 3  # round(0.3 x 10 good records)
+        printed = capsys.readouterr().out
+        if held == 3:
+            assert "; 3 held out (" in printed and "asked" not in printed
+        else:
+            assert f"; {held} held out, not the 3 asked (round(0.3 x 10 records); bad lines drew places)" in printed
+        seen.add(held)
+    assert seen != {3}  # the seeds chosen show the shortfall (or excess) the summary now states

@@ -153,13 +153,23 @@ def main(args: argparse.Namespace) -> int:
         f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
         f"{len(meta['shards'])} shard(s) -> {args.out} ({meta['format']})"
         + (
-            f"; {split['val_records']:,} held out ({_num_tokens(args.val_out):,} tokens) -> {args.val_out}"
+            f"; {split['val_records']:,} held out{_asked(split)} ({_num_tokens(args.val_out):,} tokens) -> "
+            f"{args.val_out}"
             if split
             else ""
         )
         + (f"; {skips.summary()}" if skipped else "")
     )
     return 0
+
+
+def _asked(split: dict) -> str:
+    """ ", not the N asked (...)" where --skip-bad's bad lines drew places in the split; else nothing."""
+    asked = split.get("val_records_asked", split["val_records"])
+    if asked == split["val_records"]:
+        return ""
+    kept = split["val_records"] + split["train_records"]
+    return f", not the {asked:,} asked (round({split['val_fraction']} x {kept:,} records); bad lines drew places)"
 
 
 def _num_tokens(store) -> int:

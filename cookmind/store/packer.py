@@ -169,7 +169,9 @@ def pack(
     object. ``workers`` > 1 tokenizes in that many processes. ``val_fraction`` > 0 holds that share of the records
     out for a validation store at ``val_out``: round(share x records) of them, at least one and never all, chosen
     from ``seed`` by their places in the input (the same split with any number of workers); both stores' meta.json
-    say how they were split. ``utf8_errors="replace"`` reads bad UTF-8 bytes as U+FFFD (as ``tokenizer train
+    say how they were split. With ``skip_bad``, bad lines draw places too (a line is known bad only once parsed and
+    tokenized), so the count held out can differ from the count asked; meta.json's split gives both.
+    ``utf8_errors="replace"`` reads bad UTF-8 bytes as U+FFFD (as ``tokenizer train
     --utf8-errors replace`` does); "strict" makes them an error naming file:line (a bad JSON line, with ``skip_bad``,
     is skipped and counted).
     """
@@ -300,8 +302,12 @@ def pack(
                     f"--val-fraction {val_fraction} held out {'none' if not kept else 'all'} of the {total} records; "
                     f"{'raise' if not kept else 'lower'} it"
                 )
+            # bad lines drew places too (they are known only once parsed and tokenized; counting the good records
+            # first would cost a second full parse), so say how many were asked of the records kept
+            kept = per_store["val"] + per_store["train"]
+            asked = min(max(round(val_fraction * kept), 1), kept - 1)
             split = {"val_fraction": val_fraction, "seed": seed, "train_out": str(out), "val_out": str(val_out)}
-            split.update(train_records=per_store["train"], val_records=per_store["val"])
+            split.update(train_records=per_store["train"], val_records=per_store["val"], val_records_asked=asked)
             meta["split"] = split
             val_writer.finish({**meta, "role": "validation"})
         writer.finish(meta)  # the training store's last shard may be large: both stores whole before either moves
