@@ -916,3 +916,21 @@ def test_val_fraction_with_skip_bad_states_the_held_out_count_against_the_asked_
             assert f"; {held} held out, not the 3 asked (round(0.3 x 10 records); bad lines drew places)" in printed
         seen.add(held)
     assert seen != {3}  # the seeds chosen show the shortfall (or excess) the summary now states
+
+
+def test_utf8_errors_replace_reads_a_json_array_file_too(tmp_path, tok, tok_dir):
+    """`--utf8-errors replace` read bad bytes of JSON lines as U+FFFD, but a .json file holding one JSON array (read
+    whole by sources._json_array_items) was still refused as 'not valid JSON' by pack and tokenizer train. It now
+    reads the array's bad bytes as U+FFFD too; strict still refuses it naming the line."""
+    from cookmind.tokenizer.pretokenize import document_texts
+
+    src = tmp_path / "arr.json"
+    src.write_bytes(b'[\n{"text": "ok"},\n{"text": "caf\xe9 au lait"}\n]\n')
+    with pytest.raises(PackError, match=r"arr\.json:3: .*--utf8-errors replace"):
+        pack([src], tmp_path / "strict", tok_dir, "seq", progress=False)
+    pack([src], tmp_path / "s", tok_dir, "seq", progress=False, utf8_errors="replace")
+    assert _records(tmp_path / "s", "sequence") == [tok.encode(t) + [tok.eos_id] for t in ("ok", "caf\ufffd au lait")]
+    assert list(document_texts(src, utf8_errors="replace")) == ["ok", "caf\ufffd au lait"]
+    bom = tmp_path / "bom.json"  # a leading byte-order mark is still dropped
+    bom.write_bytes(b'\xef\xbb\xbf[{"text": "caf\xe9"}]')
+    assert list(document_texts(bom, utf8_errors="replace")) == ["caf\ufffd"]

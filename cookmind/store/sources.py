@@ -70,8 +70,9 @@ def source_kind(path: Path) -> str:
 def iter_items(
     path, separator: str = "<|endoftext|>", one_per_line: bool = False, utf8_errors: str = "strict"
 ) -> Iterator[Item]:
-    """Yield the items of one input file in order. utf8_errors="replace" reads bad UTF-8 of text and JSON
-    lines as U+FFFD; "strict" makes such a line a "bad" item (a text file: a ValueError naming file:line)."""
+    """Yield the items of one input file in order. utf8_errors="replace" reads bad UTF-8 of text, JSON lines and
+    JSON arrays as U+FFFD; "strict" makes such a line a "bad" item (a text file or a JSON array: a ValueError
+    naming file:line)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"input {path} does not exist")
@@ -79,7 +80,7 @@ def iter_items(
     if kind == "parquet":
         yield from _parquet_rows(path)
     elif kind == "json" and _is_json_array(path):
-        yield from _json_array_items(path)
+        yield from _json_array_items(path, utf8_errors)
     elif kind == "json" or one_per_line:
         with _open_bytes(path) as f:
             for n, raw in enumerate(f, 1):
@@ -123,17 +124,24 @@ def _is_json_array(path: Path) -> bool:
     return head.startswith(b"[")
 
 
-def _json_array_items(path: Path) -> Iterator[Item]:
+def _json_array_items(path: Path, utf8_errors: str = "strict") -> Iterator[Item]:
+    """The elements of a file holding one JSON array; utf8_errors="replace" reads its bad UTF-8 as U+FFFD."""
     import json
 
     with _open_bytes(path) as f:
         data = f.read()
     try:
-        rows = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        line = exc.lineno if isinstance(exc, json.JSONDecodeError) else data.count(b"\n", 0, exc.start) + 1
+        text = data.decode("utf-8", utf8_errors)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
         raise ValueError(
-            f"{path}:{line}: the file opens a JSON array but is not valid JSON ({exc}); "
+            f"{path}:{line}: invalid UTF-8 at byte {exc.start}; fix or re-encode the file as UTF-8"
+        ) from None
+    try:
+        rows = json.loads(text.removeprefix(BOM))
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}:{exc.lineno}: the file opens a JSON array but is not valid JSON ({exc}); "
             "fix it, or write one JSON object per line (.jsonl)"
         ) from None
     for n, row in enumerate(rows, 1):
