@@ -445,6 +445,25 @@ def test_prompts_that_leave_less_than_max_new_tokens_of_the_context_are_said_not
     assert not any(s.startswith("grpo.eval_problems:") for s in said)  # 46 + 2 fits: eval answers are not cut
 
 
+def test_the_room_warning_for_eval_problems_counts_only_the_ones_eval_size_grades(tmp_path):
+    """grpo.eval_size=2 grades the first 2 of grpo.eval_problems, but the room warning counted all 5 ('2 of 5 prompts
+    leave less than ...') though only one graded prompt is short of room. It now counts the graded ones. Reference:
+    the graded prompts' lengths (one XYZ token a character) plus max_new_tokens against the 48-token context."""
+    lengths = [1, 46, 2, 44, 3]
+    eval_problems = [{"question": "?" * n, "answer": ""} for n in lengths]
+    problems = [{"question": "?", "answer": ""}]
+    for size, said_short in ((2, "1 of 2"), (1, None), (0, "2 of 5")):
+        gcfg = GRPOConfig(group_size=2, max_new_tokens=5, eval_size=size, template="{question}", stop_strings=())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _grpo_trainer(tmp_path / str(size), 1, problems=problems, eval_problems=eval_problems, gcfg=gcfg).close()
+        said = [str(w.message) for w in caught if str(w.message).startswith("grpo.eval_problems:")]
+        if said_short is None:
+            assert not said
+        else:
+            assert len(said) == 1 and said[0].startswith(f"grpo.eval_problems: {said_short} prompts leave less than")
+
+
 def test_grpo_config_refuses_wrong_types_and_out_of_range_values_naming_the_field():
     """grpo.group_size=abc and an unquoted grpo.template='Q: {question}\\nA:' (YAML reads a mapping) ended in
     TypeError tracebacks; grpo.max_new_tokens=0 trained on empty rollouts and grpo.eval_size=-3 held out all but

@@ -396,10 +396,11 @@ class GRPOObjective(Objective):
         held_out = (
             ("grpo.eval_max_new_tokens", self.cfg.eval_max_new_tokens) if self.cfg.eval_max_new_tokens else rollout
         )
+        graded = self._graded()  # grpo.eval_size grades only the first ones: the others are never answered
         for name, lengths, (key, room) in (
             ("grpo.problems", lengths_of(self.problems), rollout),
             ("data.train_path", stored, rollout),
-            ("grpo.eval_problems", lengths_of(self.eval_problems), held_out),
+            ("grpo.eval_problems", lengths_of(graded), held_out),
         ):
             short = sum(n + room > context for n in lengths or ())
             if short:
@@ -534,9 +535,14 @@ class GRPOObjective(Objective):
         """Greedy held-out accuracy, format rate and answer length (the Trainer prefixes them with ``val_``)."""
         if not self.eval_problems:
             return {}
-        problems = self.eval_problems[: self.cfg.eval_size] if self.cfg.eval_size else self.eval_problems
-        res = evaluate_accuracy(unwrap(model), self.tokenizer, problems, self.cfg, self.reward_fn)
+        res = evaluate_accuracy(unwrap(model), self.tokenizer, self._graded(), self.cfg, self.reward_fn)
         return {k: res[k] for k in ("accuracy", "format_rate", "response_length")}
+
+    def _graded(self) -> list[dict] | None:
+        """The held-out problems each evaluation grades: the first ``grpo.eval_size`` of them (0: all)."""
+        if self.eval_problems is None or not self.cfg.eval_size:
+            return self.eval_problems
+        return self.eval_problems[: self.cfg.eval_size]
 
     def num_tokens(self, batch: dict[str, Any]) -> int:
         """Prompt + response tokens of the rollouts."""
