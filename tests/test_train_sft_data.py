@@ -89,6 +89,24 @@ def test_the_validation_stores_truncated_and_dropped_records_are_counted_too(tmp
     assert {f"data_{k}": v for k, v in want.items()}.items() <= summary.items()  # the training store's, as before
 
 
+def test_the_validation_truncation_warning_speaks_of_evaluation_not_training(tmp_path, sft_store, keep_threads):
+    """The validation store's warning said 'a cut one loses the end of its answer and its end of turn, a dropped one
+    never trains' (and, for most records cut, 'the model will rarely see a whole answer'): validation records never
+    train. It now says what they lose for the validation loss; the training store's warning is as it was."""
+    store, _ = sft_store
+    for window, most in ((60, False), (24, True)):
+        run = [f"logging.run_dir={tmp_path / f'run{window}'}", f"data.window_size={window}", f"data.val_path={store}"]
+        with pytest.warns(UserWarning) as caught:
+            Trainer(_cfg(tmp_path, store, *run)).close()
+        cut = [str(w.message) for w in caught if "cut short or dropped" in str(w.message)]
+        train, val = cut
+        assert " validation " not in train and "a dropped one never trains" in train
+        assert " validation " in val and "train" not in val.split(". ")[0]
+        assert "a cut one is scored without the end of its answer and its end of turn" in val
+        assert "a dropped one is never evaluated" in val
+        assert ("the validation loss will rarely cover a whole answer or its end of turn" in val) == most
+
+
 def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_path, sft_store, capsys, keep_threads):
     store, records = sft_store
     t = Trainer(_cfg(tmp_path, store))  # tiny-cpu's preset window (128) is not the user's choice

@@ -483,12 +483,16 @@ class Trainer:
         if share > TRUNCATION_WARN:
             import warnings
 
+            if train:
+                lose, never, rarely = "loses", "never trains", "the model will rarely see"
+            else:  # validation records never train: they are scored cut, or not at all
+                lose, never, rarely = "is scored without", "is never evaluated", "the validation loss will rarely cover"
             what = (
-                "prompts are dropped: they never train"
+                f"prompts are dropped: they {'never train' if train else 'are never evaluated'}"
                 if truncated is None
-                else f"records ({truncated + dropped} of {total}) are cut short or dropped: a cut one loses the end of "
-                "its answer and its end of turn, a dropped one never trains"
-                + ("; the model will rarely see a whole answer or its end of turn" if share > 0.5 else "")
+                else f"records ({truncated + dropped} of {total}) are cut short or dropped: a cut one {lose} the end "
+                f"of its answer and its end of turn, a dropped one {never}"
+                + (f"; {rarely} a whole answer or its end of turn" if share > 0.5 else "")
             )
             max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
             if self.cfg.train.init_from and max_pos is not None and self.cfg.data.window_size >= max_pos:
