@@ -148,6 +148,32 @@ def test_stream_problems_whose_prompt_fills_the_context_are_dropped_and_counted(
     trainer.fit()  # the first step takes the three short ones
 
 
+def test_dropped_stream_problems_are_counted_in_the_summary_report_and_data_row(tmp_path):
+    """The count of grpo.problems (and grpo.eval_problems) dropped for filling the context appeared only in a
+    warning; a grpo store's dropped prompts are kept as data_records/data_dropped in the summary line, report.md
+    and metrics.jsonl's data row. The problems' counts now go there too, as grpo_problems_* and
+    grpo_eval_problems_*. Reference: the prompt lengths (one XYZ token a character) against the context (48)."""
+    short = [{"question": "?" * n, "answer": str(n)} for n in (1, 2, 3)]
+    problems = [short[0], {"question": "?" * 48, "answer": "48"}, *short[1:], {"question": "?" * 60, "answer": "60"}]
+    gcfg = GRPOConfig(group_size=2, max_new_tokens=3, template="{question}", stop_strings=())
+    with pytest.warns(UserWarning):
+        trainer = _grpo_trainer(
+            tmp_path, 1, problems=problems, eval_problems=problems[:2], gcfg=gcfg, logging={"report": True}
+        )
+    summary = trainer.fit()
+    want = {
+        "grpo_problems_records": 5,
+        "grpo_problems_dropped": 2,
+        "grpo_eval_problems_records": 2,
+        "grpo_eval_problems_dropped": 1,
+    }
+    assert want.items() <= summary.items()
+    (data,) = _rows(tmp_path, split="data")
+    assert want.items() <= data.items()
+    report = (tmp_path / "report.md").read_text()
+    assert "| grpo_problems_dropped | 2 |" in report and "| grpo_eval_problems_dropped | 1 |" in report
+
+
 def test_grpo_resume_through_trainer_equals_uninterrupted_bit_for_bit(tmp_path):
     """Interrupted after 2 of 4 steps and resumed (KL to a frozen copy of the start, Dr. GRPO normalisation): the
     same weights, bit for bit, and the same rows as the straight run."""

@@ -331,8 +331,8 @@ class GRPOObjective(Objective):
         self._check_store_template(trainer)
         context = getattr(getattr(trainer.bare_model, "config", None), "max_position_embeddings", None)
         if isinstance(context, int):  # a prompt that fills the context stopped the run at its step (or evaluation)
-            self.problems = self._fitting(self.problems, context, "grpo.problems")
-            self.eval_problems = self._fitting(self.eval_problems, context, "grpo.eval_problems")
+            self.problems = self._fitting(self.problems, context, "grpo.problems", trainer)
+            self.eval_problems = self._fitting(self.eval_problems, context, "grpo.eval_problems", trainer)
             self._say_short_of_room(trainer, context)
         if self.cfg.engine == "serving" and is_sharded(trainer.bare_model):
             raise ValueError(
@@ -343,12 +343,18 @@ class GRPOObjective(Objective):
             shard = functools.partial(shard_frozen, cfg=trainer.cfg) if is_sharded(trainer.bare_model) else None
             self.reference = Reference(trainer.bare_model, self.cfg.reference, shard=shard)
 
-    def _fitting(self, problems: list[dict] | None, context: int, name: str) -> list[dict] | None:
+    def _fitting(self, problems: list[dict] | None, context: int, name: str, trainer: Any = None) -> list[dict] | None:
         """The problems whose prompt leaves room for an answer in the model's ``context``; the others are dropped
-        and counted, as a grpo store's long prompts are (a cut prompt would ask another question)."""
+        and counted, as a grpo store's long prompts are (a cut prompt would ask another question): warned, and kept
+        beside the store's counts in the trainer's ``data_stats`` (metrics.jsonl, the summary, report.md) as
+        ``grpo_problems_records``/``grpo_problems_dropped`` (``grpo_eval_problems_*`` for grpo.eval_problems)."""
         if problems is None:
             return None
         keep = [p for p in problems if len(encode_prompt(self.tokenizer, p["question"], self.cfg.template)) < context]
+        stats = getattr(trainer, "data_stats", None)
+        if isinstance(stats, dict):
+            key = name.replace(".", "_")
+            stats.update({f"{key}_records": len(problems), f"{key}_dropped": len(problems) - len(keep)})
         if not keep:
             raise ValueError(f"{name}: every prompt fills the model's context of {context} tokens; shorten them")
         if len(keep) < len(problems):
