@@ -182,7 +182,7 @@ def out_of_memory_line(exc: BaseException, advice: str) -> str:
 
 def command_name(parser: argparse.ArgumentParser, args: argparse.Namespace, stage: str) -> str:
     """``STAGE`` or ``STAGE SUB-COMMAND`` (``tokenizer export``, ``curate crawl``, ``eval ppl``): what every error
-    line names, whether the stage or this module's handler prints it."""
+    line (and the Ctrl-C line) names, whether the stage or this module's handler prints it."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             sub = getattr(args, action.dest, None)
@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     stage_parser, module = _stage_parser(argv[0])
     args = parse_stage_args(stage_parser, argv[1:])
     warnings_as_lines(argv[0])
-    prefix = f"cookmind {command_name(stage_parser, args, argv[0])}: error:"
+    command = f"cookmind {command_name(stage_parser, args, argv[0])}"  # "cookmind eval ppl": errors and Ctrl-C
+    prefix = f"{command}: error:"
     try:
         result = module.main(args)
     except (ValueError, OSError) as exc:
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         # final one (the next run removes the temporary files); a traceback would only hide that.
         if os.environ.get("COOKMIND_DEBUG"):
             raise
-        print(f"cookmind {argv[0]}: interrupted", file=sys.stderr)
+        print(f"{command}: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     return int(result or 0)
 

@@ -499,6 +499,34 @@ def test_read_jsonl_limit_zero_reads_nothing(tmp_path):
     assert read_jsonl(tmp_path / "a.jsonl", limit=0) == [] and len(read_jsonl(tmp_path / "a.jsonl", limit=1)) == 1
 
 
+def test_ctrl_c_names_the_subcommand_as_an_error_does(monkeypatch, capsys):
+    """An error in `cookmind eval ppl` said 'cookmind eval ppl: error: ...' but Ctrl-C said 'cookmind eval:
+    interrupted' (the stage alone), and so for every command with subcommands (tokenizer, curate, eval, ...). The
+    interrupt line now names the subcommand too, checked over every command's subcommands: each stage's main
+    raises KeyboardInterrupt, then a ValueError, and the two lines name the same command."""
+    import argparse as ap
+
+    import cookmind.cli as cli
+
+    seen = 0
+    for name in COMMANDS:
+        parser, module = cli._stage_parser(name)
+        subs = [a for a in parser._actions if isinstance(a, ap._SubParsersAction)]
+        for sub in subs[0].choices if subs else ():
+            args = ap.Namespace(**{subs[0].dest: sub})
+            monkeypatch.setattr(cli, "parse_stage_args", lambda parser, argv, args=args: args)
+            for exc, line in ((KeyboardInterrupt(), "interrupted"), (ValueError("bad"), "error: bad")):
+
+                def raising(args, exc=exc):
+                    raise exc
+
+                monkeypatch.setattr(module, "main", raising)
+                cli.main([name, sub])
+                assert capsys.readouterr().err == f"cookmind {name} {sub}: {line}\n", (name, sub)
+            seen += 1
+    assert seen >= 6  # tokenizer, curate and eval have several each
+
+
 def test_ctrl_c_to_a_pack_with_worker_processes_is_one_line(tmp_path, tok_dir):
     # Ctrl-C reaches the whole process group: each worker printed a KeyboardInterrupt traceback of its own
     import os
@@ -546,7 +574,7 @@ def test_ctrl_c_to_a_tokenizer_train_with_worker_processes_is_one_line(tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130, err
-    assert err == "cookmind tokenizer: interrupted\n"
+    assert err == "cookmind tokenizer train: interrupted\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
