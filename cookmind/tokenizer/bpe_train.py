@@ -28,9 +28,15 @@ if TYPE_CHECKING:
 Merge = tuple[bytes, bytes]
 
 
-def _desc(token: bytes) -> tuple[int, ...]:
-    """A key that sorts byte strings in *descending* order: bytes flipped, then a terminator above all bytes."""
-    return (*(255 - b for b in token), 256)
+_FLIP = {i: 255 - i for i in range(256)}
+
+
+def _desc(token: bytes) -> str:
+    """A key that sorts byte strings in *descending* order: bytes flipped, then a terminator above all bytes.
+
+    A str, so a pair's key is the two tokens' keys concatenated (the terminator keeps that equal to comparing
+    the tokens one after the other) and compares in C."""
+    return token.decode("latin-1").translate(_FLIP) + "\u0100"
 
 
 def initial_vocab(special_tokens: Sequence[str]) -> dict[int, bytes]:
@@ -58,24 +64,27 @@ def learn_merges(
     """Merge pairs until `vocab` holds vocab_size tokens; mutates `vocab`, returns the merges in order."""
     from tqdm import tqdm
 
-    # A pair (a, b) is keyed by the int a << SHIFT | b: cheaper to hash than a tuple.
-    shift = max(vocab_size, len(vocab), 256).bit_length()
-    mask = (1 << shift) - 1
-    words: list[list[int]] = [list(w) for w in word_counts]  # byte values are the byte tokens' ids
+    # A word is a str whose characters are token ids (chr(id)): byte values are the byte tokens' ids, so the
+    # latin-1 decoding of its bytes; a pair is the 2-character str of its two ids. Finding and replacing a pair in
+    # a word then runs in C (str.find, str.replace), and a pair key hashes as cheaply as an int.
+    words: list[str] = [w.decode("latin-1") for w in word_counts]
     freqs: list[int] = list(word_counts.values())
-    pair_counts: dict[int, int] = defaultdict(int)
     # pair -> indices of words that contain it (may repeat, may be stale: checked when used); lists are
-    # far smaller than sets and most pairs occur in few words
-    pair_words: dict[int, list[int]] = defaultdict(list)
+    # far smaller than sets and most pairs occur in few words. An index repeats once per occurrence, so a
+    # pair's count is the sum of its words' frequencies over the list.
+    pair_words: defaultdict[str, list[int]] = defaultdict(list)
     for wi, w in enumerate(words):
-        f = freqs[wi]
-        for x, y in zip(w, w[1:]):
-            p = x << shift | y
-            pair_counts[p] += f
+        for p in map(str.__add__, w, w[1:]):
             pair_words[p].append(wi)
-    key = {i: _desc(b) for i, b in vocab.items()}
-    heap = [(-c, key[p >> shift], key[p & mask], p) for p, c in pair_counts.items()]
+    pair_counts: dict[str, int] = {p: sum(map(freqs.__getitem__, ws)) for p, ws in pair_words.items()}
+    key = {chr(i): _desc(b) for i, b in vocab.items()}  # token char -> its descending sort key
+    # Max-heap on (count, pair bytes): entries (-count, key(a) + key(b), pair). Lazy: a count that fell is not
+    # pushed again; an entry whose count is above the pair's is pushed again with the true count when it comes
+    # up, one below it is dropped (a higher one exists). So every pair has an entry at or above its count, and
+    # an entry that comes up with its pair's count is the most frequent pair, ties to the greatest bytes.
+    heap = [(-c, key[p[0]] + key[p[1]], p) for p, c in pair_counts.items()]
     heapq.heapify(heap)
+    heappop, heappush = heapq.heappop, heapq.heappush
     by_bytes = {b: i for i, b in vocab.items() if i < 256}
     by_bytes.update({b: i for i, b in vocab.items() if i >= 256 and b not in by_bytes})
     specials = set(range(256, len(vocab)))
@@ -88,56 +97,85 @@ def learn_merges(
         leave=False,
     )
     while len(vocab) < vocab_size and heap:
-        negc, _, _, ab = heapq.heappop(heap)
-        if negc == 0 or pair_counts.get(ab, 0) != -negc:
-            continue  # stale heap entry
-        a, b = ab >> shift, ab & mask
-        new_bytes = vocab[a] + vocab[b]
+        negc, _, ab = heappop(heap)
+        cnt = pair_counts.get(ab)
+        if cnt != -negc:  # stale entry: the pair is gone, or its count changed
+            if cnt is not None and cnt < -negc:
+                heappush(heap, (-cnt, key[ab[0]] + key[ab[1]], ab))
+            continue
+        a, b = ab
+        bytes_a, bytes_b = vocab[ord(a)], vocab[ord(b)]
+        new_bytes = bytes_a + bytes_b
         c = by_bytes.get(new_bytes)
         if c is None or c in specials:
             c = len(vocab)
             vocab[c] = new_bytes
             by_bytes[new_bytes] = c
-            key[c] = _desc(new_bytes)
             bar.update(1)
-        merges.append((vocab[a], vocab[b]))
-        c_hi = c << shift
-        delta: dict[int, int] = defaultdict(int)
+        merges.append((bytes_a, bytes_b))
+        C = chr(c)
+        key[C] = _desc(new_bytes)
+        # every occurrence of ab goes (a new id is never a nor b), so its count is 0 whatever the deltas say
+        del pair_counts[ab]
+        delta: defaultdict[str, int] = defaultdict(int)
         for wi in dict.fromkeys(pair_words.pop(ab, ())):  # unique, in first-seen order
-            w, f = words[wi], freqs[wi]
-            i = 0
-            while True:
-                try:
-                    i = w.index(a, i)
-                except ValueError:
-                    break
-                if i + 1 < len(w) and w[i + 1] == b:
-                    # only the neighbours change: (prev, a) -> (prev, c) and (b, next) -> (c, next)
-                    delta[ab] -= f
-                    if i > 0:
-                        prev = w[i - 1] << shift
-                        delta[prev | a] -= f
-                        delta[prev | c] += f
-                        pair_words[prev | c].append(wi)
-                    if i + 2 < len(w):
-                        nxt = w[i + 2]
-                        delta[(b << shift) | nxt] -= f
-                        delta[c_hi | nxt] += f
-                        pair_words[c_hi | nxt].append(wi)
-                    w[i] = c
-                    del w[i + 1]
-                i += 1
+            w = words[wi]
+            i = w.find(ab)
+            if i < 0:
+                continue
+            f = freqs[wi]
+            j = w.find(ab, i + 2)
+            if j < 0:  # one occurrence (the common case): only its neighbours change
+                if i:
+                    x = w[i - 1]
+                    delta[x + a] -= f
+                    p = x + C
+                    delta[p] += f
+                    pair_words[p].append(wi)
+                if i + 2 < len(w):
+                    y = w[i + 2]
+                    delta[b + y] -= f
+                    p = C + y
+                    delta[p] += f
+                    pair_words[p].append(wi)
+                words[wi] = w[:i] + C + w[i + 2 :]
+            else:
+                # left to right as str.replace merges: an occurrence's left neighbour is read from the merged
+                # word (it may be C), its right one from the word before (the next occurrence's left counts it)
+                nw = w.replace(ab, C)
+                n = len(w)
+                k = 0
+                while i >= 0:
+                    if i > k:
+                        x = nw[i - k - 1]
+                        delta[x + a] -= f
+                        p = x + C
+                        delta[p] += f
+                        pair_words[p].append(wi)
+                    if i + 2 < n:
+                        y = w[i + 2]
+                        delta[b + y] -= f
+                        p = C + y
+                        delta[p] += f
+                        pair_words[p].append(wi)
+                    k += 1
+                    i = w.find(ab, i + 2)
+                words[wi] = nw
+        delta.pop(ab, None)
         for p, d in delta.items():
-            if d:
+            if d > 0:
+                cnt = pair_counts.get(p, 0) + d
+                pair_counts[p] = cnt
+                heappush(heap, (-cnt, key[p[0]] + key[p[1]], p))
+            elif d:
                 cnt = pair_counts[p] + d
                 if cnt > 0:
                     pair_counts[p] = cnt
-                    heapq.heappush(heap, (-cnt, key[p >> shift], key[p & mask], p))
                 else:
                     del pair_counts[p]
                     pair_words.pop(p, None)
         if len(heap) > 4 * len(pair_counts) + 100_000:  # mostly stale entries: rebuild to bound memory
-            heap = [(-cnt, key[p >> shift], key[p & mask], p) for p, cnt in pair_counts.items()]
+            heap = [(-cnt, key[p[0]] + key[p[1]], p) for p, cnt in pair_counts.items()]
             heapq.heapify(heap)
     bar.close()
     return merges
