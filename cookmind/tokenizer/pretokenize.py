@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from cookmind.store.records import SkippedRecords
 
 _WINDOW = 1 << 20
+_MIN_CHUNK = 256 << 10  # bytes: the smallest chunk count_pretokens cuts to spread work
 
 
 @dataclass
@@ -155,15 +156,37 @@ def decode_chunk(data: bytes, path: str, start: int, utf8_errors: str) -> str:
         ) from None
 
 
-def _count_chunk(task: tuple) -> tuple[Counter, int]:
+def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, int]:
+    """Count one byte range of a text file into `counts` (a new Counter where None); returns it and the bytes read."""
     path, start, end, pattern_str, specials, utf8_errors = task
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
     text = decode_chunk(data, path, start, utf8_errors)
-    counts: Counter = Counter()
+    counts = Counter() if counts is None else counts
     count_text(text, regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str), counts)
     return counts, end - start
+
+
+def _count_alongside(pool, tasks: Sequence[tuple], depth: int, counts: Counter) -> Iterator[tuple[Counter | None, int]]:
+    """Count file chunks in the pool's workers and in this process at once: the workers take tasks from the front,
+    ``depth`` handed out at a time (so none waits for this process to hand it the next), this process takes them
+    from the back and counts into ``counts`` itself. This process starts counting at once, while the workers are
+    still starting, and its counts need no pickling. Yields (a worker's Counter, or None where counted into
+    ``counts``; the bytes read)."""
+    queue = deque(tasks)
+    out: list = []
+    while queue or out:
+        while queue and len(out) < depth:
+            out.append(pool.apply_async(_count_chunk, (queue.popleft(),)))
+        done = [r for r in out if r.ready()]
+        for r in done:
+            out.remove(r)
+            yield r.get()
+        if queue:
+            yield None, _count_chunk(queue.pop(), counts)[1]
+        elif out and not done:
+            out[0].wait()
 
 
 def _next_cut(f, pos: int, size: int, specials: Sequence[bytes], safe: frozenset[int]) -> int | None:
@@ -351,16 +374,18 @@ def count_pretokens(
     plain = [p for p in files if is_plain_text(p)]
     records = [p for p in files if p not in plain]
     specials = list(special_tokens)
+    want = workers or os.cpu_count() or 1
+    piece = chunk_bytes
+    if want > 1:  # about 8 chunks per process, so that they end together (chunk_bytes stays the largest)
+        piece = min(chunk_bytes, max(_MIN_CHUNK, -(-sum(os.path.getsize(p) for p in plain) // (8 * want))))
     tasks = [
-        (p, s, e, pattern, specials, utf8_errors)
-        for p in plain
-        for s, e in chunk_file(p, chunk_bytes, special_tokens, pattern)
+        (p, s, e, pattern, specials, utf8_errors) for p in plain for s, e in chunk_file(p, piece, special_tokens, pattern)
     ]
     batches = _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped, read)
     record_tasks = ((batch, pattern, specials) for batch in batches)
     # the record batches are not known ahead: about one per chunk_bytes on disk (more where compressed)
     expected = len(tasks) + -(-sum(os.path.getsize(p) for p in records) // chunk_bytes)
-    workers = max(1, min(workers or os.cpu_count() or 1, expected or 1))
+    workers = max(1, min(want, expected or 1))
     counts: Counter = Counter()
     with tqdm(
         total=None if records else sum(e - s for _, s, e, *_ in tasks),
@@ -376,6 +401,13 @@ def count_pretokens(
                 counts.update(part)
                 read.text_bytes += n
                 bar.update(n)
+        elif not records:  # text files only: this process counts too, beside workers - 1 worker processes
+            with pool_context().Pool(workers - 1, initializer=ignore_ctrl_c) as pool:
+                for part, n in _count_alongside(pool, tasks, 2 * (workers - 1), counts):
+                    if part is not None:
+                        counts.update(part)
+                    read.text_bytes += n
+                    bar.update(n)
         else:
             with pool_context().Pool(workers, initializer=ignore_ctrl_c) as pool:
                 for part, n in itertools.chain(
