@@ -98,6 +98,25 @@ def test_merges_equal_naive_reference(tmp_path, shared_or_none, name):
     assert len(vocab) <= vocab_size
 
 
+@pytest.mark.parametrize("min_sites", [0, 3])
+@pytest.mark.parametrize("name", ["multilingual", "specials", "aaaa", "corpus.en"])
+def test_array_merges_equal_naive_reference(tmp_path, shared_or_none, monkeypatch, name, min_sites):
+    # the first merges run in numpy (_merge_arrays) while they touch many places: here all of them (0), or until
+    # the places fall under 3 and the str loop takes over, on corpora small enough that neither would by default
+    from cookmind.tokenizer import bpe_train
+
+    table = corpora(shared_or_none)
+    if name not in table:
+        pytest.skip("../shared/data is absent: set COOKMIND_SHARED_DATA=/path/to/data to run this case")
+    monkeypatch.setattr(bpe_train, "_MIN_SITES", min_sites)
+    text, vocab_size = table[name]
+    text += "aaaaaaa abababa aa aaa ababab bbbb\n" * 3  # runs of one pair, and of a pair's repeats
+    path = tmp_path / "in.txt"
+    path.write_text(text, encoding="utf-8")
+    vocab, merges = train_bpe(path, vocab_size, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
+    assert (vocab, merges) == naive_train(text, vocab_size, DEFAULT_SPECIAL_TOKENS)
+
+
 def test_gpt4_pattern_equals_naive(tmp_path):
     text = multilingual(2, 150) + "x = 12345678; y=foo.bar()\r\n" * 4
     path = tmp_path / "in.txt"

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from cookmind.store.records import SkippedRecords
 
 Merge = tuple[bytes, bytes]
+_MIN_SITES = 64  # _merge_arrays merges while the pairs merged start at this many places or more (a running mean)
 
 
 _FLIP = {i: 255 - i for i in range(256)}
@@ -58,17 +59,200 @@ def check_specials(special_tokens: Sequence[str] | None) -> list[str]:
     return out
 
 
+class _Vocab:
+    """The growing vocabulary: each merge's new (or reused) id, its sort key, and the merges in order."""
+
+    def __init__(self, vocab: dict[int, bytes], vocab_size: int, progress: bool | None) -> None:
+        from tqdm import tqdm
+
+        self.vocab, self.size = vocab, vocab_size
+        self.key = {chr(i): _desc(b) for i, b in vocab.items()}  # token char -> its descending sort key
+        self.by_bytes = {b: i for i, b in vocab.items() if i < 256}
+        self.by_bytes.update({b: i for i, b in vocab.items() if i >= 256 and b not in self.by_bytes})
+        self.specials = set(range(256, len(vocab)))
+        self.merges: list[Merge] = []
+        self.bar = tqdm(
+            total=max(0, vocab_size - len(vocab)),
+            desc="merges",
+            unit="merge",
+            disable=True if progress is False else None,
+            leave=False,
+        )
+
+    def full(self) -> bool:
+        return len(self.vocab) >= self.size
+
+    def merge(self, a: int, b: int) -> int:
+        """Record the merge of tokens a and b; returns the id of the merged token (new, or the one with its bytes)."""
+        vocab = self.vocab
+        bytes_a, bytes_b = vocab[a], vocab[b]
+        new_bytes = bytes_a + bytes_b
+        c = self.by_bytes.get(new_bytes)
+        if c is None or c in self.specials:
+            c = len(vocab)
+            vocab[c] = new_bytes
+            self.by_bytes[new_bytes] = c
+            self.bar.update(1)
+        self.merges.append((bytes_a, bytes_b))
+        self.key[chr(c)] = _desc(new_bytes)
+        return c
+
+
+def _merge_arrays(words: list[bytes], freqs: list[int], v: _Vocab, min_sites: int) -> list[str] | None:
+    """The first merges, while each touches many words, in numpy over all words' symbols at once.
+
+    Symbols lie in one array, word after word, each word followed by a separator slot; a merged pair's second
+    symbol is unlinked from its word (prv/nxt) and its slot set to -1. A pair (a, b) is the int a << shift | b,
+    with the positions where it may start (may repeat, may be stale: checked when used). Merges exactly as
+    learn_merges's loop (same counts, same lazy heap, same ties) until the pairs merged have had fewer than
+    `min_sites` such positions on average over the last few dozen merges (numpy's cost per merge is then more
+    than the str loop's); returns the words then, as learn_merges's str words, or None where every merge was made.
+    Token ids stay below 0x10FFFF (the separator character)."""
+    import numpy as np
+
+    shift = max(v.size, len(v.vocab), 256).bit_length()
+    mask = (1 << shift) - 1
+    lens = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    n = int(lens.sum()) + len(words)
+    sep = lens.cumsum() + np.arange(len(words))  # each word's separator slot
+    seq = np.full(n, -1, dtype=np.int64)
+    is_sym = np.ones(n, dtype=bool)
+    is_sym[sep] = False
+    seq[is_sym] = np.frombuffer(b"".join(words), dtype=np.uint8)
+    wf = np.repeat(np.asarray(freqs, dtype=np.int64), lens + 1)
+    pos = np.arange(n, dtype=np.int32)
+    nxt = pos + 1
+    nxt[sep] = -1
+    nxt[sep[lens > 0] - 1] = -1  # a word's last symbol
+    prv = pos - 1
+    prv[sep] = -1
+    prv[is_sym & np.r_[True, ~is_sym[:-1]]] = -1  # a word's first symbol
+    del pos, is_sym
+
+    sites: dict[int, list] = {}
+    pair_counts: dict[int, int] = {}
+
+    def add(keys, where, weights=None) -> None:
+        """Index positions `where` under pair keys `keys`; with weights, add them to the pairs' counts."""
+        if not len(keys):
+            return
+        order = keys.argsort(kind="stable")
+        keys, where = keys[order], where[order]
+        starts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        bounds = [0, *starts.tolist(), len(keys)]
+        starts = bounds[:-1]
+        uniq = keys[starts].tolist()
+        for k, s, e in zip(uniq, starts, bounds[1:]):
+            lst = sites.get(k)
+            if lst is None:
+                sites[k] = [where[s:e]]
+            else:
+                lst.append(where[s:e])
+        if weights is not None:
+            for k, c in zip(uniq, np.add.reduceat(weights[order], starts).tolist()):
+                pair_counts[k] = c
+
+    first = np.flatnonzero(nxt >= 0)
+    if len(first):
+        add(seq[first] << shift | seq[nxt[first]], first, wf[first])
+    key = v.key
+    heap = [(-c, key[chr(p >> shift)] + key[chr(p & mask)], p) for p, c in pair_counts.items()]
+    heapq.heapify(heap)
+    heappop, heappush = heapq.heappop, heapq.heappush
+    busy = float(len(first))  # the places a merge looks at, averaged over about the last 32 merges
+    while not v.full() and heap:
+        negc, _, ab = heappop(heap)
+        cnt = pair_counts.get(ab)
+        if cnt != -negc:  # stale entry, as in learn_merges
+            if cnt is not None and cnt < -negc:
+                heappush(heap, (-cnt, key[chr(ab >> shift)] + key[chr(ab & mask)], ab))
+            continue
+        parts = sites[ab]
+        busy += (sum(map(len, parts)) - busy) / 32
+        if busy < min_sites:
+            break
+        del sites[ab], pair_counts[ab]
+        a, b = ab >> shift, ab & mask
+        c = v.merge(a, b)
+        p = np.unique(np.concatenate(parts))  # sorted: a word's sites in order
+        p = p[seq[p] == a]
+        q = nxt[p]
+        ok = q >= 0
+        p, q = p[ok], q[ok]
+        ok = seq[q] == b
+        p, q = p[ok], q[ok]
+        if a == b:  # runs like "aaaa": merge left to right, so a site that starts at the previous one's b goes
+            keep = np.ones(len(p), dtype=bool)
+            for i in np.flatnonzero(p[1:] == q[:-1]).tolist():
+                if keep[i]:
+                    keep[i + 1] = False
+            p, q = p[keep], q[keep]
+        f = wf[p]
+        left, right = prv[p], nxt[q]
+        after = np.zeros(len(p), dtype=bool)  # this site starts right after the previous one's b
+        after[1:] = left[1:] == q[:-1]
+        has_l, has_r = left >= 0, right >= 0
+        # as learn_merges's loop: the left neighbour read after the previous site merged (c where it was that
+        # site's b), the right one before the next site merged
+        xl = np.where(after, c, seq[left])[has_l]
+        lpos = np.where(after, np.concatenate((p[:1], p[:-1])), left)[has_l]
+        fl = f[has_l]
+        yr = seq[right[has_r]]
+        fr = f[has_r]
+        new_l = xl << shift | c
+        new_r = c << shift | yr
+        keys = np.concatenate((xl << shift | a, new_l, b << shift | yr, new_r))
+        deltas = np.concatenate((-fl, fl, -fr, fr))
+        seq[p] = c
+        seq[q] = -1
+        nxt[p] = right
+        prv[right[has_r]] = p[has_r]
+        add(np.concatenate((new_l, new_r)), np.concatenate((lpos, p[has_r])))
+        if not len(keys):
+            continue
+        order = keys.argsort(kind="stable")
+        keys = keys[order]
+        starts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        starts = np.concatenate(([0], starts))
+        for k, d in zip(keys[starts].tolist(), np.add.reduceat(deltas[order], starts).tolist()):
+            if k == ab or not d:
+                continue
+            if d > 0:
+                cnt = pair_counts.get(k, 0) + d
+                pair_counts[k] = cnt
+                heappush(heap, (-cnt, key[chr(k >> shift)] + key[chr(k & mask)], k))
+            else:
+                cnt = pair_counts[k] + d
+                if cnt > 0:
+                    pair_counts[k] = cnt
+                else:
+                    del pair_counts[k]
+                    sites.pop(k, None)
+        if len(heap) > 4 * len(pair_counts) + 100_000:
+            heap = [(-cnt, key[chr(p >> shift)] + key[chr(p & mask)], p) for p, cnt in pair_counts.items()]
+            heapq.heapify(heap)
+    else:
+        return None
+    seq[sep] = 0x10FFFF  # the separators were -1, as unlinked symbols are
+    alive = seq[seq != -1]
+    text = alive.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    return text.split("\U0010ffff")[:-1]
+
+
 def learn_merges(
     word_counts: dict[bytes, int], vocab: dict[int, bytes], vocab_size: int, progress: bool | None = None
 ) -> list[Merge]:
     """Merge pairs until `vocab` holds vocab_size tokens; mutates `vocab`, returns the merges in order."""
-    from tqdm import tqdm
-
-    # A word is a str whose characters are token ids (chr(id)): byte values are the byte tokens' ids, so the
-    # latin-1 decoding of its bytes; a pair is the 2-character str of its two ids. Finding and replacing a pair in
-    # a word then runs in C (str.find, str.replace), and a pair key hashes as cheaply as an int.
-    words: list[str] = [w.decode("latin-1") for w in word_counts]
+    v = _Vocab(vocab, vocab_size, progress)
     freqs: list[int] = list(word_counts.values())
+    # the first merges, each in many words, in numpy (_merge_arrays); then, one word at a time, the loop below
+    words = _merge_arrays(list(word_counts), freqs, v, _MIN_SITES) if not v.full() else None
+    if words is None:
+        v.bar.close()
+        return v.merges
+    # A word is a str whose characters are token ids (chr(id)); a pair is the 2-character str of its two ids.
+    # Finding and replacing a pair in a word then runs in C (str.find, str.replace), and a pair key hashes as
+    # cheaply as an int.
     # pair -> indices of words that contain it (may repeat, may be stale: checked when used); lists are
     # far smaller than sets and most pairs occur in few words. An index repeats once per occurrence, so a
     # pair's count is the sum of its words' frequencies over the list.
@@ -77,7 +261,7 @@ def learn_merges(
         for p in map(str.__add__, w, w[1:]):
             pair_words[p].append(wi)
     pair_counts: dict[str, int] = {p: sum(map(freqs.__getitem__, ws)) for p, ws in pair_words.items()}
-    key = {chr(i): _desc(b) for i, b in vocab.items()}  # token char -> its descending sort key
+    key = v.key
     # Max-heap on (count, pair bytes): entries (-count, key(a) + key(b), pair). Lazy: a count that fell is not
     # pushed again; an entry whose count is above the pair's is pushed again with the true count when it comes
     # up, one below it is dropped (a higher one exists). So every pair has an entry at or above its count, and
@@ -85,18 +269,7 @@ def learn_merges(
     heap = [(-c, key[p[0]] + key[p[1]], p) for p, c in pair_counts.items()]
     heapq.heapify(heap)
     heappop, heappush = heapq.heappop, heapq.heappush
-    by_bytes = {b: i for i, b in vocab.items() if i < 256}
-    by_bytes.update({b: i for i, b in vocab.items() if i >= 256 and b not in by_bytes})
-    specials = set(range(256, len(vocab)))
-    merges: list[Merge] = []
-    bar = tqdm(
-        total=max(0, vocab_size - len(vocab)),
-        desc="merges",
-        unit="merge",
-        disable=True if progress is False else None,
-        leave=False,
-    )
-    while len(vocab) < vocab_size and heap:
+    while not v.full() and heap:
         negc, _, ab = heappop(heap)
         cnt = pair_counts.get(ab)
         if cnt != -negc:  # stale entry: the pair is gone, or its count changed
@@ -104,17 +277,7 @@ def learn_merges(
                 heappush(heap, (-cnt, key[ab[0]] + key[ab[1]], ab))
             continue
         a, b = ab
-        bytes_a, bytes_b = vocab[ord(a)], vocab[ord(b)]
-        new_bytes = bytes_a + bytes_b
-        c = by_bytes.get(new_bytes)
-        if c is None or c in specials:
-            c = len(vocab)
-            vocab[c] = new_bytes
-            by_bytes[new_bytes] = c
-            bar.update(1)
-        merges.append((bytes_a, bytes_b))
-        C = chr(c)
-        key[C] = _desc(new_bytes)
+        C = chr(v.merge(ord(a), ord(b)))
         # every occurrence of ab goes (a new id is never a nor b), so its count is 0 whatever the deltas say
         del pair_counts[ab]
         delta: defaultdict[str, int] = defaultdict(int)
@@ -177,8 +340,8 @@ def learn_merges(
         if len(heap) > 4 * len(pair_counts) + 100_000:  # mostly stale entries: rebuild to bound memory
             heap = [(-cnt, key[p[0]] + key[p[1]], p) for p, cnt in pair_counts.items()]
             heapq.heapify(heap)
-    bar.close()
-    return merges
+    v.bar.close()
+    return v.merges
 
 
 def train_bpe(
