@@ -204,3 +204,18 @@ def test_a_pattern_that_does_not_cover_all_text_is_refused(tmp_path, pattern, me
     vocab, merges = train_bpe(src, 300, DEFAULT_SPECIAL_TOKENS, pattern=r"\w+|\s+|.", workers=1, progress=False)
     tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS, pattern=r"\w+|\s+|.")
     assert tok.decode(tok.encode("hello x world, 漢字!")) == "hello x world, 漢字!"
+
+
+def test_ascii_patterns_split_ascii_text_as_their_pattern():
+    # count_text pre-tokenizes ASCII text with re and an ASCII spelling of the pattern: it must split alike
+    from cookmind.tokenizer.pretokenize import ASCII_PATTERNS, ascii_findall
+
+    rng = random.Random(0)
+    alphabet = [chr(c) for c in range(128)]
+    texts = ["".join(alphabet), "it's  we'll\t\n\n  x  \x1c\x1f y '\n 12ab  ?? \r\n", ""]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60))) for _ in range(3000)]
+    texts += [" ".join(rng.choice(["a", "'s", "  ", "\n", "1", "!?", "\x0b", "'ll", "Z9", "\x1d"]) for _ in range(30))]
+    for pattern in ASCII_PATTERNS:
+        full, fast = regex.compile(pattern).findall, ascii_findall(pattern)
+        for text in texts:
+            assert fast(text) == full(text), repr(text)
