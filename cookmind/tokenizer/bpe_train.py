@@ -394,9 +394,8 @@ def train_bpe(
         raise TokenizerError(
             f"the corpus {inputs} has no text outside special tokens; give files with text to learn from"
         )
-    word_counts: dict[bytes, int] = {}
-    for tok, n in counts.items():
-        word_counts[tok.encode("utf-8")] = word_counts.get(tok.encode("utf-8"), 0) + n
+    # distinct pre-tokens have distinct UTF-8 bytes (encoding fails, as before, on a lone surrogate)
+    word_counts: dict[bytes, int] = {tok.encode("utf-8"): n for tok, n in counts.items()}
     vocab = initial_vocab(specials)
     merges = learn_merges(word_counts, vocab, vocab_size, progress=progress)
     return vocab, merges
