@@ -98,7 +98,9 @@ class _Vocab:
         return c
 
 
-def _merge_arrays(words: list[bytes], freqs: list[int], v: _Vocab, min_sites: int) -> list[str] | None:
+def _merge_arrays(
+    words: list[bytes], freqs: list[int], v: _Vocab, min_sites: int
+) -> tuple[list[str], defaultdict[str, list[int]], dict[str, int]] | None:
     """The first merges, while each touches many words, in numpy over all words' symbols at once.
 
     Symbols lie in one array, word after word, each word followed by a separator slot; a merged pair's second
@@ -106,7 +108,8 @@ def _merge_arrays(words: list[bytes], freqs: list[int], v: _Vocab, min_sites: in
     with the positions where it may start (may repeat, may be stale: checked when used). Merges exactly as
     learn_merges's loop (same counts, same lazy heap, same ties) until the pairs merged have had fewer than
     `min_sites` such positions on average over the last few dozen merges (numpy's cost per merge is then more
-    than the str loop's); returns the words then, as learn_merges's str words, or None where every merge was made.
+    than the str loop's); returns the words then, as learn_merges's str words, with its pair -> words index and pair
+    counts, or None where every merge was made.
     Token ids stay below 0x10FFFF (the separator character)."""
     import numpy as np
 
@@ -233,10 +236,25 @@ def _merge_arrays(words: list[bytes], freqs: list[int], v: _Vocab, min_sites: in
             heapq.heapify(heap)
     else:
         return None
+    # the str loop's index and counts, from the arrays: each pair's words (once per place) and count
+    at = np.flatnonzero((seq >= 0) & (nxt >= 0))
+    keys = seq[at] << shift | seq[nxt[at]]
+    order = keys.argsort(kind="stable")
+    keys, at = keys[order], at[order]
+    bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), len(keys)] if len(keys) else [0]
+    starts = bounds[:-1]
+    wid = np.repeat(np.arange(len(words)), lens + 1)[at].tolist()
+    pair_words: defaultdict[str, list[int]] = defaultdict(list)
+    pair_counts: dict[str, int] = {}
+    if starts:
+        for k, s, e, cnt in zip(keys[starts].tolist(), starts, bounds[1:], np.add.reduceat(wf[at], starts).tolist()):
+            p = chr(k >> shift) + chr(k & mask)
+            pair_words[p] = wid[s:e]
+            pair_counts[p] = cnt
     seq[sep] = 0x10FFFF  # the separators were -1, as unlinked symbols are
     alive = seq[seq != -1]
     text = alive.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
-    return text.split("\U0010ffff")[:-1]
+    return text.split("\U0010ffff")[:-1], pair_words, pair_counts
 
 
 def learn_merges(
@@ -246,21 +264,16 @@ def learn_merges(
     v = _Vocab(vocab, vocab_size, progress)
     freqs: list[int] = list(word_counts.values())
     # the first merges, each in many words, in numpy (_merge_arrays); then, one word at a time, the loop below
-    words = _merge_arrays(list(word_counts), freqs, v, _MIN_SITES) if not v.full() else None
-    if words is None:
+    state = _merge_arrays(list(word_counts), freqs, v, _MIN_SITES) if not v.full() else None
+    if state is None:
         v.bar.close()
         return v.merges
     # A word is a str whose characters are token ids (chr(id)); a pair is the 2-character str of its two ids.
     # Finding and replacing a pair in a word then runs in C (str.find, str.replace), and a pair key hashes as
     # cheaply as an int.
     # pair -> indices of words that contain it (may repeat, may be stale: checked when used); lists are
-    # far smaller than sets and most pairs occur in few words. An index repeats once per occurrence, so a
-    # pair's count is the sum of its words' frequencies over the list.
-    pair_words: defaultdict[str, list[int]] = defaultdict(list)
-    for wi, w in enumerate(words):
-        for p in map(str.__add__, w, w[1:]):
-            pair_words[p].append(wi)
-    pair_counts: dict[str, int] = {p: sum(map(freqs.__getitem__, ws)) for p, ws in pair_words.items()}
+    # far smaller than sets and most pairs occur in few words.
+    words, pair_words, pair_counts = state
     key = v.key
     # Max-heap on (count, pair bytes): entries (-count, key(a) + key(b), pair). Lazy: a count that fell is not
     # pushed again; an entry whose count is above the pair's is pushed again with the true count when it comes

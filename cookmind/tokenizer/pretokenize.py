@@ -398,7 +398,9 @@ def count_pretokens(
     if want > 1:  # about 8 chunks per process, so that they end together (chunk_bytes stays the largest)
         piece = min(chunk_bytes, max(_MIN_CHUNK, -(-sum(os.path.getsize(p) for p in plain) // (8 * want))))
     tasks = [
-        (p, s, e, pattern, specials, utf8_errors) for p in plain for s, e in chunk_file(p, piece, special_tokens, pattern)
+        (p, s, e, pattern, specials, utf8_errors)
+        for p in plain
+        for s, e in chunk_file(p, piece, special_tokens, pattern)
     ]
     batches = _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped, read)
     record_tasks = ((batch, pattern, specials) for batch in batches)
