@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import threading
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -187,25 +188,45 @@ def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, i
     return counts, end - start
 
 
-def _count_alongside(pool, tasks: Sequence[tuple], depth: int, counts: Counter) -> Iterator[tuple[Counter | None, int]]:
-    """Count file chunks in the pool's workers and in this process at once: the workers take tasks from the front,
-    ``depth`` handed out at a time (so none waits for this process to hand it the next), this process takes them
-    from the back and counts into ``counts`` itself. This process starts counting at once, while the workers are
-    still starting, and its counts need no pickling. Yields (a worker's Counter, or None where counted into
-    ``counts``; the bytes read)."""
+def _count_alongside(workers: int, tasks: Sequence[tuple], counts: Counter) -> Iterator[tuple[Counter | None, int]]:
+    """Count file chunks in ``workers`` pool processes and in this process at once: the workers take tasks from
+    the front, two each handed out at a time (so none waits for this process to hand it the next), this process
+    takes them from the back and counts into ``counts`` itself. The pool starts in a thread (a forkserver takes
+    ~0.15 s to answer), so this process counts from the first moment, and its counts need no pickling. Yields
+    (a worker's Counter, or None where counted into ``counts``; the bytes read)."""
+    started: dict = {}
+
+    def start() -> None:
+        try:
+            started["pool"] = pool_context().Pool(workers, initializer=ignore_ctrl_c)
+        except BaseException as exc:  # raised again below, in this thread
+            started["error"] = exc
+
+    starter = threading.Thread(target=start, name="count-pool-start", daemon=True)
+    starter.start()
     queue = deque(tasks)
     out: list = []
-    while queue or out:
-        while queue and len(out) < depth:
-            out.append(pool.apply_async(_count_chunk, (queue.popleft(),)))
-        done = [r for r in out if r.ready()]
-        for r in done:
-            out.remove(r)
-            yield r.get()
-        if queue:
-            yield None, _count_chunk(queue.pop(), counts)[1]
-        elif out and not done:
-            out[0].wait()
+    pool = None
+    try:
+        while queue or out:
+            if pool is None and not starter.is_alive():
+                if "error" in started:
+                    raise started["error"]
+                pool = started["pool"]
+            while pool is not None and queue and len(out) < 2 * workers:
+                out.append(pool.apply_async(_count_chunk, (queue.popleft(),)))
+            done = [r for r in out if r.ready()]
+            for r in done:
+                out.remove(r)
+                yield r.get()
+            if queue:
+                yield None, _count_chunk(queue.pop(), counts)[1]
+            elif out and not done:
+                out[0].wait()
+    finally:
+        starter.join()
+        if "pool" in started:
+            started["pool"].terminate()
 
 
 def _next_cut(f, pos: int, size: int, specials: Sequence[bytes], safe: frozenset[int]) -> int | None:
@@ -423,12 +444,11 @@ def count_pretokens(
                 read.text_bytes += n
                 bar.update(n)
         elif not records:  # text files only: this process counts too, beside workers - 1 worker processes
-            with pool_context().Pool(workers - 1, initializer=ignore_ctrl_c) as pool:
-                for part, n in _count_alongside(pool, tasks, 2 * (workers - 1), counts):
-                    if part is not None:
-                        counts.update(part)
-                    read.text_bytes += n
-                    bar.update(n)
+            for part, n in _count_alongside(workers - 1, tasks, counts):
+                if part is not None:
+                    counts.update(part)
+                read.text_bytes += n
+                bar.update(n)
         else:
             with pool_context().Pool(workers, initializer=ignore_ctrl_c) as pool:
                 for part, n in itertools.chain(
