@@ -90,3 +90,12 @@ def test_eval_ppl_of_a_bom_text_file_scores_the_text_alone(tmp_path):
     assert got["bytes_not_evaluated"] == want["bytes_not_evaluated"] == 0
     assert got["file_bytes"] == want["file_bytes"] + 3
     assert got["tokens"] == want["tokens"] and got["perplexity"] == want["perplexity"]
+
+
+def test_tokenizer_train_learns_from_a_bom_text_file_what_it_learns_without_the_mark(tmp_path):
+    """pack drops the mark, so the tokenizer must not learn merges of its three bytes either: training on the file
+    with a BOM gives the tokenizer trained on it without (here every pair is merged, the mark's too before)."""
+    from cookmind.tokenizer.bpe_train import train_bpe
+
+    plain, marked = _both(tmp_path, "t.txt", "héllo wörld, hello world\n".encode() * 3)
+    assert train_bpe(marked, 400, workers=1, progress=False) == train_bpe(plain, 400, workers=1, progress=False)

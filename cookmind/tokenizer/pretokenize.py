@@ -182,7 +182,8 @@ def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, i
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
-    text = decode_chunk(data, path, start, utf8_errors)
+    mark = 3 if start == 0 and data.startswith(b"\xef\xbb\xbf") else 0  # a leading BOM is no text (as pack reads it)
+    text = decode_chunk(data[mark:], path, start + mark, utf8_errors)
     counts = Counter() if counts is None else counts
     count_text(text, regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str), counts)
     return counts, end - start
