@@ -97,17 +97,21 @@ def iter_items(
         yield from _separated_documents(path, separator, utf8_errors)
 
 
-def _separated_documents(path: Path, separator: str, utf8_errors: str = "strict") -> Iterator[Item]:
+def _whole_text(path: Path, utf8_errors: str) -> str:
+    """A whole file's text (decompressed, a leading BOM dropped); strict bad UTF-8 is a ValueError naming file:line."""
     with _open_bytes(path) as f:
         data = f.read()
     try:
-        text = data.decode("utf-8", utf8_errors)
+        return data.decode("utf-8", utf8_errors).removeprefix(BOM)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ValueError(
             f"{path}:{line}: invalid UTF-8 at byte {exc.start}; fix or re-encode the file as UTF-8"
         ) from None
-    text = text.removeprefix(BOM)
+
+
+def _separated_documents(path: Path, separator: str, utf8_errors: str = "strict") -> Iterator[Item]:
+    text = _whole_text(path, utf8_errors)
     line = 1
     for doc in text.split(separator) if separator else [text]:
         stripped = doc.strip()
@@ -128,17 +132,9 @@ def _json_array_items(path: Path, utf8_errors: str = "strict") -> Iterator[Item]
     """The elements of a file holding one JSON array; utf8_errors="replace" reads its bad UTF-8 as U+FFFD."""
     import json
 
-    with _open_bytes(path) as f:
-        data = f.read()
+    text = _whole_text(path, utf8_errors)
     try:
-        text = data.decode("utf-8", utf8_errors)
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ValueError(
-            f"{path}:{line}: invalid UTF-8 at byte {exc.start}; fix or re-encode the file as UTF-8"
-        ) from None
-    try:
-        rows = json.loads(text.removeprefix(BOM))
+        rows = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(
             f"{path}:{exc.lineno}: the file opens a JSON array but is not valid JSON ({exc}); "
