@@ -331,9 +331,17 @@ class GRPOObjective(Objective):
         self._check_store_template(trainer)
         context = getattr(getattr(trainer.bare_model, "config", None), "max_position_embeddings", None)
         if isinstance(context, int):  # a prompt that fills the context stopped the run at its step (or evaluation)
-            self.problems = self._fitting(self.problems, context, "grpo.problems", trainer)
-            self.eval_problems = self._fitting(self.eval_problems, context, "grpo.eval_problems", trainer)
-            self._say_short_of_room(trainer, context)
+            lengths: dict[str, int] = {}  # question -> its prompt's tokens, encoded once for both checks
+
+            def length(problem: dict) -> int:
+                question = problem["question"]
+                if question not in lengths:
+                    lengths[question] = len(encode_prompt(self.tokenizer, question, self.cfg.template))
+                return lengths[question]
+
+            self.problems = self._fitting(self.problems, context, "grpo.problems", length, trainer)
+            self.eval_problems = self._fitting(self.eval_problems, context, "grpo.eval_problems", length, trainer)
+            self._say_short_of_room(trainer, context, length)
         if self.cfg.engine == "serving" and is_sharded(trainer.bare_model):
             raise ValueError(
                 "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers afresh for each "
@@ -343,14 +351,16 @@ class GRPOObjective(Objective):
             shard = functools.partial(shard_frozen, cfg=trainer.cfg) if is_sharded(trainer.bare_model) else None
             self.reference = Reference(trainer.bare_model, self.cfg.reference, shard=shard)
 
-    def _fitting(self, problems: list[dict] | None, context: int, name: str, trainer: Any = None) -> list[dict] | None:
+    def _fitting(
+        self, problems: list[dict] | None, context: int, name: str, length: Callable[[dict], int], trainer: Any = None
+    ) -> list[dict] | None:
         """The problems whose prompt leaves room for an answer in the model's ``context``; the others are dropped
         and counted, as a grpo store's long prompts are (a cut prompt would ask another question): warned, and kept
         beside the store's counts in the trainer's ``data_stats`` (metrics.jsonl, the summary, report.md) as
         ``grpo_problems_records``/``grpo_problems_dropped`` (``grpo_eval_problems_*`` for grpo.eval_problems)."""
         if problems is None:
             return None
-        keep = [p for p in problems if len(encode_prompt(self.tokenizer, p["question"], self.cfg.template)) < context]
+        keep = [p for p in problems if length(p) < context]
         stats = getattr(trainer, "data_stats", None)
         if isinstance(stats, dict):
             key = name.replace(".", "_")
@@ -383,16 +393,14 @@ class GRPOObjective(Objective):
                 f"grpo.template={named}, or repack the store with that template's text as --prompt-template"
             )
 
-    def _say_short_of_room(self, trainer: Any, context: int) -> None:
+    def _say_short_of_room(self, trainer: Any, context: int, length: Callable[[dict], int]) -> None:
         """Warn, per source, how many prompts leave less than ``max_new_tokens`` of the ``context`` for the answer:
         their answers stop at the context's end and are graded as they stand, which nothing else would say."""
         if self.rank != 0:
             return
 
         def lengths_of(problems):
-            if problems is None:
-                return None
-            return [len(encode_prompt(self.tokenizer, p["question"], self.cfg.template)) for p in problems]
+            return None if problems is None else [length(p) for p in problems]
 
         dataset = getattr(getattr(getattr(trainer, "train_loader", None), "loader", None), "dataset", None)
         stored = None
