@@ -16,6 +16,7 @@ result is exactly the same as pre-tokenizing every line.
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import os
 import re
@@ -144,8 +145,6 @@ def _line_of(path: str, offset: int) -> int:
 
 def first_bad_utf8(path: str) -> tuple[int, int] | None:
     """(byte offset, 1-based line) of the first byte that is not valid UTF-8 in a file, or None."""
-    import codecs
-
     dec = codecs.getincrementaldecoder("utf-8")()
     done, line = 0, 1
     with open(path, "rb") as f:
@@ -182,7 +181,8 @@ def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, i
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
-    mark = 3 if start == 0 and data.startswith(b"\xef\xbb\xbf") else 0  # a leading BOM is no text (as pack reads it)
+    bom = codecs.BOM_UTF8  # a leading byte-order mark is no text, as pack reads it
+    mark = len(bom) if start == 0 and data.startswith(bom) else 0
     text = decode_chunk(data[mark:], path, start + mark, utf8_errors)
     counts = Counter() if counts is None else counts
     count_text(text, regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str), counts)
