@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -113,6 +113,11 @@ for part in "${parts[@]}"; do
         fp8auto) CUDA_VISIBLE_DEVICES=0 run qwen16-fp8auto 450 python3 bench/bench_train.py --device cuda \
                 --shape qwen3-0.6b --no-peer --no-plain --batch 16 --steps 8 --warmup 4 \
                 --variants master-weights-fp8-all-graph,master-weights-fp8auto-all-graph ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto)"; exit 2 ;;
+        # inductor's coordinate-descent tuning of every pointwise/reduction kernel (the float8 casts are ~70 ms of the
+        # B=16 step); session 16's try with 330 s did not finish compiling, so this part has the whole call
+        cdtune) CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 run qwen16-fp8-cdtune 560 \
+                python3 bench/bench_train.py --device cuda --shape qwen3-0.6b --no-peer --no-plain --batch 16 --steps 8 \
+                --warmup 4 --variants master-weights-fp8-all-graph ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune)"; exit 2 ;;
     esac
 done
