@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -118,6 +118,10 @@ for part in "${parts[@]}"; do
         cdtune) CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 run qwen16-fp8-cdtune 560 \
                 python3 bench/bench_train.py --device cuda --shape qwen3-0.6b --no-peer --no-plain --batch 16 --steps 8 \
                 --warmup 4 --variants master-weights-fp8-all-graph ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune)"; exit 2 ;;
+        # FSDP2's host work on one GPU (a one-rank group, no communication) against the plain Trainer, before and
+        # with fsdp_unit_blocks/fsdp_prefetch and the local-shard optimizer (47c9b32 read 0.91x): the 2-GPU proxy
+        fsdp1) run fsdp-one-rank 560 python3 bench/bench_scaling.py --shape llama-1.3b --gpus 1 --methods fsdp \
+                --job-timeout-s 170 --variants "" "fsdp_unit_blocks=4,fsdp_prefetch=true" ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1)"; exit 2 ;;
     esac
 done
