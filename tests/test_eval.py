@@ -246,7 +246,7 @@ def test_perplexity_on_a_token_store_matches_bigram_by_hand(shared_data, tmp_pat
             for prev, nxt in zip(ids[:-1], ids[1:]):
                 nll -= torch.log_softmax(table[prev], -1)[nxt].item()
             n += len(ids) - 1
-            n_bytes += len(tok.decode(ids[1:]).encode())
+            n_bytes += len(tok.decode([i for i in ids[1:] if i not in tok.special_tokens.values()]).encode())
         assert r["tokens"] == n == len(stream) - math.ceil(len(stream) / window) and r["bytes"] == n_bytes
         assert r["nll_per_token"] == pytest.approx(nll / n, rel=1e-5)
         assert r["bits_per_byte"] == pytest.approx(nll / math.log(2) / n_bytes, rel=1e-5)
@@ -457,7 +457,7 @@ def test_ppl_reads_json_lines_curate_shards_and_folders_as_their_documents_text(
     ids = [i for d in docs for i in tok.encode(d) + [eot]]  # by hand: as pack joins the records
     log_p = torch.log_softmax(table, -1)
     nll = -sum(log_p[a, b].item() for a, b in zip(ids[:-1], ids[1:]))
-    n_bytes = sum(len(d.encode()) + len("<|endoftext|>") for d in docs) - len(tok.decode(ids[:1]).encode())
+    n_bytes = sum(len(d.encode()) for d in docs) - len(tok.decode(ids[:1]).encode())  # an end token is no text
 
     lines = "".join(json.dumps({"id": i, "text": d}) + "\n" for i, d in enumerate(docs))  # é as \u00e9
     (tmp_path / "h.jsonl").write_text(lines)
@@ -478,11 +478,12 @@ def test_ppl_reads_json_lines_curate_shards_and_folders_as_their_documents_text(
         assert (m["tokens"], m["bytes"]) == (len(ids) - 1, n_bytes), data
         assert m["nll_per_token"] == pytest.approx(nll / (len(ids) - 1), rel=1e-5), data
         assert m["perplexity"] == pytest.approx(math.exp(nll / (len(ids) - 1)), rel=1e-5), data
-    # --max-bytes keeps the first bytes of that text: here the first document, its <|endoftext|>, 5 bytes of the next
-    cut = len(docs[0].encode()) + len("<|endoftext|>") + 5
+    # --max-bytes keeps the first bytes: here the first document, its <|endoftext|>, 5 bytes of the next; of a text
+    # file those are its bytes (the separator spelled out), of documents their text (an end token is none)
     head = tok.encode(docs[0]) + [eot] + tok.encode(docs[1][:5])
-    total = sum(len(d.encode()) + len("<|endoftext|>") for d in docs)
-    for data, size in (("h.jsonl", "text_bytes"), ("h.txt", "file_bytes")):
+    for data, size, eot_bytes in (("h.jsonl", "text_bytes", 0), ("h.txt", "file_bytes", len("<|endoftext|>"))):
+        cut = len(docs[0].encode()) + eot_bytes + 5
+        total = sum(len(d.encode()) + eot_bytes for d in docs)
         argv = ["eval", "ppl", "--model", "m", "--data", str(tmp_path / data), "--window", "64", "--quiet"]
         assert main([*argv, "--max-bytes", str(cut)]) == 0
         printed = capsys.readouterr().out.strip().splitlines()
@@ -708,3 +709,34 @@ def test_ppl_says_how_many_documents_it_left_out_for_empty_text(tmp_path, tok_di
     assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "d.jsonl"), "--window", "64", "--quiet"]) == 0
     m = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (m["documents"], m["empty_documents"]) == (2, 2)
+
+
+def test_bits_per_byte_counts_the_documents_bytes_not_the_separator_spelled_out(tmp_path):
+    """Bits per byte divided by the text's bytes with each <|endoftext|> counted as its 13 characters: two 5-byte
+    documents scored over 35 bytes instead of 9. A document separator is not text; its prediction stays in the NLL
+    (where a document ends is information about the text), its spelling not in the bytes. By hand: a byte tokenizer
+    (one token a byte) and a uniform model (every token costs log2 V bits)."""
+    from cookmind.evals import evaluate_data
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
+
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
+    tok.save(tmp_path / "tok")
+    model = torch.nn.Embedding(tok.vocab_size, tok.vocab_size)
+    torch.nn.init.zeros_(model.weight)  # uniform: -log p = ln V for every token
+    # h e l l o EOT w o r l d EOT: 12 tokens, 11 predicted; bytes: 10 of text less the unpredicted first "h"
+    expected = 11 * math.log2(tok.vocab_size) / 9
+    (tmp_path / "d.txt").write_text("hello<|endoftext|>world<|endoftext|>")
+    (tmp_path / "d.jsonl").write_text('{"text": "hello"}\n{"text": "world"}\n')
+    pack([tmp_path / "d.jsonl"], tmp_path / "store", tmp_path / "tok", "seq", progress=False)
+    for data in ("d.txt", "d.jsonl", "store"):
+        r = evaluate_data(model, tok, tmp_path / data, window=16, progress=False)
+        assert (r["tokens"], r["bytes"]) == (11, 9), data
+        assert r["bits_per_byte"] == pytest.approx(expected, rel=1e-6), data
+    # a separator first is never predicted and takes no bytes off: "hello" then its end token, 6 predicted over 5
+    (tmp_path / "e.txt").write_text("<|endoftext|>hello<|endoftext|>")
+    r = evaluate_data(model, tok, tmp_path / "e.txt", window=16, progress=False)
+    assert (r["tokens"], r["bytes"]) == (6, 5)
+    # --max-bytes on documents counts their text: 7 bytes are "hello" (then its end token) and "wo"
+    r = evaluate_data(model, tok, tmp_path / "d.jsonl", window=16, max_bytes=7, progress=False)
+    assert (r["tokens"], r["bytes"], r["text_bytes"], r["bytes_not_evaluated"]) == (7, 6, 10, 3)

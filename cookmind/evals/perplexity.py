@@ -1,7 +1,9 @@
 """Perplexity and bits per byte of a model on a text file, documents (JSON lines, Parquet) or a token store.
 
     ppl = exp( sum NLL / tokens )        bpb = sum NLL / (ln 2 * UTF-8 bytes)
-Bits per byte compares models with different tokenizers: it counts the text, not the tokens.
+Bits per byte compares models with different tokenizers: it counts the text, not the tokens. A special token
+(the ``<|endoftext|>`` between documents) is no text: its prediction is in the NLL (where a document ends is part
+of what the model must tell), its spelling is not in the bytes.
 Windows of ``window`` tokens slide by ``stride``; each token is scored once, with as much
 left context as the window allows (the first window scores all of its predictions).
 Documents are read as ``cookmind pack`` reads them and joined as it joins its records: each one's
@@ -93,6 +95,18 @@ def document_end_id(tokenizer) -> int | None:
     return getattr(tokenizer, "eos_id", None)
 
 
+def text_bytes(tokenizer, ids) -> int:
+    """The UTF-8 bytes of the text ``ids`` stand for; a special token counts none (it separates text, it is none)."""
+    ids = [int(i) for i in ids]
+    if is_hf_tokenizer(tokenizer):
+        return len(tokenizer.decode(ids, skip_special_tokens=True).encode("utf-8"))
+    specials = set(getattr(tokenizer, "special_tokens", {}).values())
+    kept = [i for i in ids if i not in specials]
+    if hasattr(tokenizer, "decode_bytes"):  # ours: the bytes themselves, a character cut by a window not replaced
+        return len(tokenizer.decode_bytes(kept))
+    return len(tokenizer.decode(kept).encode("utf-8"))
+
+
 def _joined_ids(tokenizer, pieces: Sequence[str], end_id: int) -> list[int]:
     """The ids of ``pieces`` with ``end_id`` between each two, each piece encoded on its own (as pack encodes)."""
     pieces = list(pieces)
@@ -108,24 +122,26 @@ def _joined_ids(tokenizer, pieces: Sequence[str], end_id: int) -> list[int]:
     return ids
 
 
-def _text_ids(tokenizer, text: str) -> list[int]:
-    """Ids for ``text``; where it spells ``<|endoftext|>`` (pack's document separator in plain text), that token,
-    as pack puts it there: ours would otherwise encode the separator as its 13 characters."""
+def _text_ids(tokenizer, text: str) -> tuple[list[int], int]:
+    """Ids for ``text`` and the UTF-8 bytes of its text; where it spells ``<|endoftext|>`` (pack's document separator
+    in plain text), that token, as pack puts it there (ours would otherwise encode its 13 characters), and no bytes."""
     end = document_end_id(tokenizer)
     if end is None or ENDOFTEXT not in text or decode_ids(tokenizer, [end]) != ENDOFTEXT:
-        return encode_text(tokenizer, text)
-    return _joined_ids(tokenizer, text.split(ENDOFTEXT), end)
+        return encode_text(tokenizer, text), len(text.encode("utf-8"))
+    pieces = text.split(ENDOFTEXT)
+    return _joined_ids(tokenizer, pieces, end), sum(len(p.encode("utf-8")) for p in pieces)
 
 
 def _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows, what="the text") -> dict:
-    """``_report`` for ``ids`` whose text has ``n_bytes`` UTF-8 bytes (the first token's are taken off here)."""
+    """``_report`` for ``ids`` whose text has ``n_bytes`` UTF-8 bytes (the first token's, never predicted, are taken
+    off here)."""
     if len(ids) < 2:
         raise ValueError(f"perplexity: {what} has fewer than 2 tokens; nothing to predict")
     windows: list[dict] = []
     nll, n = sequence_nll(model, ids, window, stride, progress, windows)
     if rows is not None:
         rows.extend(_window_row(i, w) for i, w in enumerate(windows))
-    return _report(nll, n, n_bytes - len(decode_ids(tokenizer, ids[:1]).encode("utf-8")))
+    return _report(nll, n, n_bytes - text_bytes(tokenizer, ids[:1]))
 
 
 def evaluate_text(
@@ -138,11 +154,11 @@ def evaluate_text(
     rows: list[dict] | None = None,
 ) -> dict:
     """Perplexity and bits per byte on ``text``. Bytes exclude the first token's (it is never predicted).
-    A ``<|endoftext|>`` in the text is the document separator token, as ``pack`` reads plain text.
+    A ``<|endoftext|>`` in the text is the document separator token, as ``pack`` reads plain text: no bytes.
 
     ``rows``, when given, gets one row per window: window, start (token), tokens scored, nll, nll_per_token."""
-    ids = _text_ids(tokenizer, text)
-    return _evaluate_ids(model, tokenizer, ids, len(text.encode("utf-8")), window, stride, progress, rows)
+    ids, n_bytes = _text_ids(tokenizer, text)
+    return _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows)
 
 
 def evaluate_text_file(
@@ -201,21 +217,18 @@ def read_documents(paths, text_field: str = "text", empty: list | None = None) -
                 raise ValueError(f"{item.where}: {exc}; fix or remove the record") from None
 
 
-def _first_bytes(docs: list[str], end_bytes: int, max_bytes: int) -> list[str]:
-    """The pieces for ``_joined_ids`` that make the first ``max_bytes`` bytes of the documents written as text, each
-    followed by its end token (``end_bytes`` long): the documents that fit, the next one cut where the bytes end (a
-    split character dropped), and an empty last piece when the end token after the last document fits too."""
+def _first_bytes(docs: list[str], max_bytes: int) -> list[str]:
+    """The pieces for ``_joined_ids`` that hold the first ``max_bytes`` bytes of the documents' text: the documents
+    that fit whole (each then ends with its end token, which is no text), the next one cut where the bytes end (a
+    split character dropped)."""
     pieces, left = [], max_bytes
     for doc in docs:
         raw = doc.encode("utf-8")
-        if len(raw) >= left:  # cut inside (or at the end of) this document; a split character is dropped
+        if len(raw) > left:  # cut inside this document; a split character is dropped
             pieces.append(raw[:left].decode("utf-8", "ignore"))
             return pieces
         pieces.append(doc)
         left -= len(raw)
-        if left < end_bytes:  # the end token does not fit whole
-            return pieces
-        left -= end_bytes
     return [*pieces, ""]
 
 
@@ -232,8 +245,8 @@ def evaluate_documents(
 ) -> dict:
     """``evaluate_text`` on the documents of ``paths`` (``read_documents``) joined as pack joins its records: each
     document's ids, then the ``<|endoftext|>`` token; the same as the plain text of the documents each followed by
-    ``<|endoftext|>``, and never the JSON around them. ``text_bytes`` counts that text (the end token as its decoded
-    bytes); ``max_bytes`` keeps its first bytes, ``bytes_not_evaluated`` says how many that left out;
+    ``<|endoftext|>``, and never the JSON around them. ``text_bytes`` counts the documents' text (an end token is
+    none); ``max_bytes`` keeps its first bytes, ``bytes_not_evaluated`` says how many that left out;
     ``empty_documents`` counts the records with no text, left out."""
     paths = [Path(p) for p in paths]
     where = str(paths[0].parent) if len(paths) > 1 else str(paths[0])
@@ -249,10 +262,9 @@ def evaluate_documents(
         raise ValueError(
             f"perplexity: {where} holds no document with text in its {text_field!r} field; nothing to score"
         )
-    end_bytes = len(decode_ids(tokenizer, [end]).encode("utf-8"))
-    text_bytes = sum(len(d.encode("utf-8")) + end_bytes for d in docs)
-    pieces = [*docs, ""] if max_bytes is None else _first_bytes(docs, end_bytes, max_bytes)
-    evaluated = sum(len(p.encode("utf-8")) for p in pieces) + (len(pieces) - 1) * end_bytes
+    all_bytes = sum(len(d.encode("utf-8")) for d in docs)
+    pieces = [*docs, ""] if max_bytes is None else _first_bytes(docs, max_bytes)
+    evaluated = sum(len(p.encode("utf-8")) for p in pieces)
     ids = _joined_ids(tokenizer, pieces, end)
     report = _evaluate_ids(model, tokenizer, ids, evaluated, window, stride, progress, rows, "the documents' text")
     return {
@@ -260,8 +272,8 @@ def evaluate_documents(
         **report,
         "documents": len(docs),
         "empty_documents": len(empty),  # records with no text: nothing to score, left out
-        "text_bytes": text_bytes,
-        "bytes_not_evaluated": text_bytes - evaluated,
+        "text_bytes": all_bytes,
+        "bytes_not_evaluated": all_bytes - evaluated,
     }
 
 
@@ -351,10 +363,10 @@ def evaluate_store(
     """Perplexity and bits per byte over a packed token store's windows (read as a ``seq`` dataset).
 
     Each window predicts its own tokens 2..T from their prefixes; the tokens after the last full window form one
-    shorter window, so every token but each window's first is scored. Bytes are those of the decoded predicted
-    tokens, so bits per byte stays comparable with ``evaluate_text``. ``windows``/``windows_total`` and
-    ``store_tokens``/``tokens_not_evaluated`` say how much ``max_windows`` left out; ``rows``, when given, gets one
-    row per window: window, start, stop, tokens scored, bytes, nll, nll_per_token, bits_per_byte.
+    shorter window, so every token but each window's first is scored. Bytes are the text bytes of the predicted
+    tokens (``text_bytes``: a special token has none), so bits per byte stays comparable with ``evaluate_text``.
+    ``windows``/``windows_total`` and ``store_tokens``/``tokens_not_evaluated`` say how much ``max_windows`` left
+    out; ``rows``, when given, gets one row per window: window, start, stop, tokens scored, bytes, nll, nll_per_token, bits_per_byte.
     """
     from cookmind.data import DatasetFactory
 
@@ -373,7 +385,7 @@ def evaluate_store(
     for i, (start, stop) in enumerate(tqdm(evaluated, desc="perplexity", unit="window", disable=not progress)):
         ids = ds.store.stream("sequence", start, stop).tolist()
         nll, k = sequence_nll(model, ids, window)
-        b = len(decode_ids(tokenizer, ids[1:]).encode("utf-8"))
+        b = text_bytes(tokenizer, ids[1:])
         total += nll
         count += k
         n_bytes += b
