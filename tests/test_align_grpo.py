@@ -510,3 +510,18 @@ def test_grpo_config_refuses_wrong_types_and_out_of_range_values_naming_the_fiel
             GRPOConfig.from_dict(values)
     cfg = GRPOConfig.from_dict({"group_size": 4.0, "temperature": 1, "template": "Q: {question}\nA:"})
     assert (cfg.group_size, cfg.temperature, cfg.template) == (4, 1.0, "Q: {question}\nA:")
+
+
+def test_a_problem_with_an_empty_question_or_answer_is_a_bad_record(tmp_path):
+    """load_problems took {"question": "", ...} and {"answer": "  "}: a rollout from an empty prompt, graded against an
+    answer no response can match. As pack reads a GRPO record, an empty required field is a bad record: file:line."""
+    from cookmind.align.objective import load_problems
+
+    path = tmp_path / "p.jsonl"
+    for bad, why in (
+        ({"question": " ", "answer": "4"}, "'question'"),
+        ({"prompt": "2+2?", "ground_truth": ""}, "'ground_truth'"),
+    ):
+        path.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(ValueError, match=rf"p\.jsonl:2: empty text in {why}"):
+            load_problems(path)

@@ -740,3 +740,16 @@ def test_bits_per_byte_counts_the_documents_bytes_not_the_separator_spelled_out(
     # --max-bytes on documents counts their text: 7 bytes are "hello" (then its end token) and "wo"
     r = evaluate_data(model, tok, tmp_path / "d.jsonl", window=16, max_bytes=7, progress=False)
     assert (r["tokens"], r["bytes"], r["text_bytes"], r["bytes_not_evaluated"]) == (7, 6, 10, 3)
+
+
+def test_a_gsm8k_record_with_an_empty_question_or_answer_is_named_by_line(tmp_path):
+    """An empty question was sent to the model and an empty answer graded every response wrong, with nothing said; as
+    pack reads such a record, an empty required field is a bad record."""
+    path = tmp_path / "g.jsonl"
+    for bad, field in (
+        ('{"question": "", "answer": "#### 4"}', "question"),
+        ('{"question": "2+2?", "answer": " "}', "answer"),
+    ):
+        path.write_text('{"question": "1+1?", "answer": "#### 2"}\n' + bad + "\n")
+        with pytest.raises(ValueError, match=rf"g\.jsonl:2: empty text in '{field}'"):
+            load_gsm8k(path)

@@ -190,7 +190,7 @@ BAD = [
     ('{"text": "fine"}', None),
     ('{"text": "broken', "invalid JSON"),
     ('{"body": "x"}', "missing field 'text'"),
-    ('{"text": "   "}', "empty text"),
+    ('{"text": 7}', "field 'text' must be a string, got int"),
 ]
 
 
@@ -934,3 +934,33 @@ def test_utf8_errors_replace_reads_a_json_array_file_too(tmp_path, tok, tok_dir)
     bom = tmp_path / "bom.json"  # a leading byte-order mark is still dropped
     bom.write_bytes(b'\xef\xbb\xbf[{"text": "caf\xe9"}]')
     assert list(document_texts(bom, utf8_errors="replace")) == ["caf\ufffd"]
+
+
+def test_an_empty_document_is_left_out_and_counted_as_tokenizer_train_and_eval_ppl_do(tmp_path, tok, tok_dir, capsys):
+    """pack stopped at a record with empty text unless --skip-bad (which counted it as bad), while tokenizer train
+    and eval ppl left it out and counted it. One rule now: an empty pretraining document carries nothing, so every
+    reader leaves it out and says how many; an SFT/DPO record whose required text is empty stays a bad record."""
+    from cookmind.evals.perplexity import read_documents
+    from cookmind.tokenizer.pretokenize import ReadCounts, document_texts
+
+    rows = [{"text": DOCS[0]}, {"text": ""}, {"text": " \n\t"}, {"text": DOCS[1]}]
+    src = _jsonl(tmp_path / "d.jsonl", rows)
+    args = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(src), "--out", str(tmp_path / "s")]
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    assert pack_cli.main(parser.parse_args([*args, "--quiet"])) == 0, capsys.readouterr().err
+    assert "left out 2 record(s) with empty text" in capsys.readouterr().out
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    assert (meta["num_records"], meta["empty_records"], meta["skipped"]["count"]) == (2, 2, 0)
+    assert _records(tmp_path / "s", "sequence") == [tok.encode(d) + [tok.eos_id] for d in DOCS[:2]]
+    read, empty = ReadCounts(), []
+    assert list(document_texts(src, read=read)) == list(read_documents([src], empty=empty)) == DOCS[:2]
+    assert read.empty_records == len(empty) == 2
+    # every record empty: nothing to pack, and the error says why
+    only_empty = _jsonl(tmp_path / "e.jsonl", [{"text": ""}, {"text": " "}])
+    with pytest.raises(PackError, match=r"no records to write to .*: every one had empty text \(2\)"):
+        pack([only_empty], tmp_path / "e", tok_dir, "seq", progress=False)
+    # an SFT record with an empty required field is bad: it stops the pack, naming file:line
+    chat = _jsonl(tmp_path / "c.jsonl", [{"prompt": "3 + 4?", "response": "7"}, {"prompt": "2 + 2?", "response": ""}])
+    with pytest.raises(PackError, match=r"c\.jsonl:2: empty text in message 2 \(assistant\)"):
+        pack([chat], tmp_path / "c", tok_dir, "sft", progress=False)

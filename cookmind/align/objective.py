@@ -190,6 +190,8 @@ def problem_of(obj) -> dict[str, str]:
         if name == "question" and not isinstance(value, str):
             raise ValueError(f"{field!r} must be text, got {type(value).__name__}")
         problem[name] = reference_text(value, field)
+        if not problem[name].strip():  # as pack reads a GRPO record: an empty required field makes a bad record
+            raise ValueError(f"empty text in {field!r}: a problem needs a question and an answer; fix or drop it")
     return problem
 
 

@@ -54,6 +54,9 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
             if not isinstance(row["question"], str):
                 raise ValueError(f"'question' must be text, got {type(row['question']).__name__}")
             row["answer"] = reference_text(row["answer"])
+            for field in ("question", "answer"):  # as pack reads it: an empty required field makes a bad record
+                if not row[field].strip():
+                    raise ValueError(f"empty text in {field!r}; fix or remove the record")
         except ValueError as exc:
             raise ValueError(f"{path}:{lineno}: {exc}") from None
     return [row for _, row in rows]

@@ -201,7 +201,7 @@ def read_documents(paths, text_field: str = "text", empty: list | None = None) -
     them (``cookmind.store.sources``): each record's ``text_field``; text split at ``<|endoftext|>``. A document
     with no text is left out (it has nothing to score; ``empty``, when given, gets its place); a bad record is a
     ValueError naming file:line."""
-    from cookmind.store.records import BadRecord, RecordOptions, make_seq, parse, reason_kind
+    from cookmind.store.records import BadRecord, EmptyDocument, RecordOptions, make_seq, parse
     from cookmind.store.sources import iter_items
 
     opts = RecordOptions("seq", text_field)
@@ -209,11 +209,10 @@ def read_documents(paths, text_field: str = "text", empty: list | None = None) -
         for item in iter_items(path, separator=ENDOFTEXT):
             try:
                 yield make_seq(parse(item), None, opts)
+            except EmptyDocument:
+                if empty is not None:
+                    empty.append(item.where)
             except BadRecord as exc:
-                if reason_kind(str(exc)) == "empty text":
-                    if empty is not None:
-                        empty.append(item.where)
-                    continue
                 raise ValueError(f"{item.where}: {exc}; fix or remove the record") from None
 
 
@@ -366,7 +365,8 @@ def evaluate_store(
     shorter window, so every token but each window's first is scored. Bytes are the text bytes of the predicted
     tokens (``text_bytes``: a special token has none), so bits per byte stays comparable with ``evaluate_text``.
     ``windows``/``windows_total`` and ``store_tokens``/``tokens_not_evaluated`` say how much ``max_windows`` left
-    out; ``rows``, when given, gets one row per window: window, start, stop, tokens scored, bytes, nll, nll_per_token, bits_per_byte.
+    out; ``rows``, when given, gets one row per window: window, start, stop, tokens scored, bytes, nll,
+    nll_per_token, bits_per_byte.
     """
     from cookmind.data import DatasetFactory
 

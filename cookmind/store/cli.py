@@ -147,6 +147,7 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.store.records import SkippedRecords
 
     skipped = meta["skipped"]["count"]
+    empty = meta.get("empty_records", 0)
     skips = SkippedRecords(Counter(meta["skipped"]["by_reason"]), meta["skipped"]["examples"])
     split = meta.get("split")
     print(
@@ -159,6 +160,7 @@ def main(args: argparse.Namespace) -> int:
             else ""
         )
         + (f"; {skips.summary()}" if skipped else "")
+        + (f"; left out {empty:,} record(s) with empty text (nothing to learn)" if empty else "")
     )
     return 0
 

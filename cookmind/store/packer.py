@@ -3,7 +3,8 @@
 Items are read in order, cut into chunks, tokenized by a process pool (``imap`` keeps the
 order, so the store is the same for any number of workers), and written by one
 ``StoreWriter``. A bad item stops the pack with ``file:line: reason`` — nothing is left on
-disk — unless ``skip_bad`` is set, in which case it is counted in ``meta.json``.
+disk — unless ``skip_bad`` is set, in which case it is counted in ``meta.json``. A pretraining document
+with empty text is no bad item: it carries nothing, and is left out and counted (``empty_records``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,21 @@ import numpy as np
 from tqdm import tqdm
 
 from cookmind.pools import ignore_ctrl_c, pool_context
-from cookmind.store.records import BadRecord, RecordOptions, SkippedRecords, make_record, make_seq, parse, reason_kind
+from cookmind.store.records import (
+    BadRecord,
+    EmptyDocument,
+    RecordOptions,
+    SkippedRecords,
+    make_record,
+    make_seq,
+    parse,
+    reason_kind,
+)
 from cookmind.store.sources import count_items, estimate_items, iter_items
 from cookmind.store.writer import StoreWriter
 
 CHUNK = 256
+EMPTY = "empty document"  # _encode_chunk's record for an EmptyDocument (a string: it crosses the pool)
 
 _worker: dict = {}
 
@@ -61,6 +72,8 @@ def _encode_chunk(items) -> list[tuple]:
                 texts.append(make_seq(parse(it), tok, opts))
                 where.append(len(out))
                 out.append((it.source, it.where, None, None))
+            except EmptyDocument:
+                out.append((it.source, it.where, EMPTY, None))
             except BadRecord as exc:
                 out.append((it.source, it.where, None, str(exc)))
         for k, ids in zip(where, tok.encode_batch(texts) if texts else []):
@@ -228,6 +241,7 @@ def pack(
 
     per_source = Counter()
     skipped = SkippedRecords()
+    empty = 0
     writer = StoreWriter(
         out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite, meta={"tokenizer": tok_meta}
     )
@@ -269,6 +283,9 @@ def pack(
                         )
                     skipped.add(reason_kind(reason), where)
                     continue
+                if isinstance(record, str) and record == EMPTY:
+                    empty += 1
+                    continue
                 try:
                     into.add(record)
                 except ValueError as exc:
@@ -282,6 +299,7 @@ def pack(
         meta = {
             "sources": [{"path": str(p), "records": per_source.get(str(p), 0)} for p in inputs],
             "skipped": skipped.as_meta(),
+            "empty_records": empty,  # documents with empty text: nothing to learn, left out
             "pack": {
                 "seconds": round(seconds, 3),
                 "workers": workers,
@@ -295,6 +313,8 @@ def pack(
         }
         if writer.keys is None and skipped.count:  # the writer's own message would not say why nothing was kept
             raise PackError(f"no records to write to {out}: every one was bad; {skipped.summary()}")
+        if writer.keys is None and empty:
+            raise PackError(f"no records to write to {out}: every one had empty text ({empty}); check --text-field")
         if val_writer is not None:
             if not per_store["val"] or not per_store["train"]:  # a store of no records: say which way to move
                 kept, total = per_store["val"], per_store["val"] + per_store["train"]

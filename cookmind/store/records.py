@@ -34,6 +34,11 @@ class BadRecord(ValueError):
     """An input item that cannot become a record; the message is the reason."""
 
 
+class EmptyDocument(BadRecord):
+    """A pretraining document with no text. It carries nothing, so every reader (pack, tokenizer train, eval ppl)
+    leaves it out and counts it; an SFT/DPO/GRPO record whose required text is empty is a plain ``BadRecord``."""
+
+
 REASON_KINDS = ("invalid UTF-8", "invalid JSON", "missing field", "roles out of order", "empty text")
 
 
@@ -233,7 +238,10 @@ def make_seq(obj, tok, opts: RecordOptions) -> str:
         raise BadRecord(f"expected a JSON object with a {opts.text_field!r} field, got {type(obj).__name__}")
     if opts.text_field not in obj:
         raise BadRecord(f"missing field {opts.text_field!r} (found {sorted(obj)}); choose it with --text-field")
-    return _text(obj[opts.text_field], f"field {opts.text_field!r}")
+    text = obj[opts.text_field]
+    if isinstance(text, str) and not text.strip():
+        raise EmptyDocument(f"empty text in field {opts.text_field!r}")
+    return _text(text, f"field {opts.text_field!r}")
 
 
 def _tools(obj, messages: list[dict]):

@@ -320,7 +320,7 @@ def document_texts(
     A bad record (invalid JSON, a missing or non-text field, bad UTF-8 under ``utf8_errors="strict"``) is an
     error naming file:line, or, with ``skipped`` given, counted there and left out (``--skip-bad``). ``read``, where
     given, counts the records yielded and the empty ones left out."""
-    from cookmind.store.records import BadRecord, RecordOptions, make_seq, parse, reason_kind
+    from cookmind.store.records import BadRecord, EmptyDocument, RecordOptions, make_seq, parse, reason_kind
     from cookmind.store.sources import iter_items
 
     opts = RecordOptions("seq", text_field)
@@ -328,12 +328,12 @@ def document_texts(
         for item in iter_items(path, utf8_errors=utf8_errors):
             try:
                 text = make_seq(parse(item), None, opts)
+            except EmptyDocument:
+                if read is not None:
+                    read.empty_records += 1
+                continue
             except BadRecord as exc:
                 kind = reason_kind(str(exc))
-                if kind == "empty text":
-                    if read is not None:
-                        read.empty_records += 1
-                    continue
                 where = f"{item.where}: {exc}"
                 if skipped is not None:
                     skipped.add(kind, where)
