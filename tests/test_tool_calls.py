@@ -452,3 +452,25 @@ def test_random_model_makes_schema_valid_calls(tok):
             jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
     finally:
         server.close()
+
+
+def test_a_call_cut_by_max_tokens_says_length_and_is_never_shown_whole(scripted, tok):
+    """tool_choice="required" with max_tokens too small for the call answered a half call as the message's content
+    (`<tool_call>\\n{"name": "get_re`, finish_reason "length"), and a reply cut inside its second call said
+    finish_reason "tool_calls", as if whole. A cut reply now says "length" (the client raises max_tokens); the calls
+    finished before the cut are whole calls, and a forced reply's half call is no text: content stays null."""
+    engine, client = scripted
+    engine.script = tok.encode(CALL_SOUP + "\n" + CALL_TIMER)
+    first_end = next(k for k in range(len(engine.script)) if "</tool_call>" in tok.decode(engine.script[:k]))
+    for max_tokens, names in ((first_end - 4, []), (first_end + 4, ["get_recipe"])):
+        kw = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required", "max_tokens": max_tokens}
+        choice = client.chat.completions.create(**kw).choices[0]
+        assert (choice.finish_reason, choice.message.content) == ("length", None), choice
+        assert [c.function.name for c in choice.message.tool_calls or []] == names
+        chunks = [c.choices[0] for c in client.chat.completions.create(**kw, stream=True) if c.choices]
+        assert [c.finish_reason for c in chunks if c.finish_reason] == ["length"]
+        assert not any(c.delta.content for c in chunks)
+        assert [t.function.name for c in chunks for t in c.delta.tool_calls or []] == names
+        # "auto": what the model wrote stays text, but the reply still says it was cut
+        auto = client.chat.completions.create(**{**kw, "tool_choice": "auto"}).choices[0]
+        assert auto.finish_reason == "length" and [c.function.name for c in auto.message.tool_calls or []] == names

@@ -3,9 +3,10 @@ streamed as chat.completion.chunk events; reasoning and tool calls split out of 
 
 Tools: tool_choice "auto" (the default with tools) shows the tools to the model and parses its calls; "none"
 neither shows them nor parses (the model cannot call what it was not shown); "required" and a named function
-also constrain decoding with a grammar of the template's tool-call blocks. parallel_tool_calls=false (and a named
-function) allows one call: a later block stays text. Streamed, each call is sent whole as one tool_calls delta as
-soon as its closing tag is generated.
+also constrain decoding with a grammar of the template's tool-call blocks, so the reply is calls only: its content is
+null, and a call cut by max_tokens (finish_reason "length") is left out, never sent as text or as a call.
+parallel_tool_calls=false (and a named function) allows one call: a later block stays text. Streamed, each call is
+sent whole as one tool_calls delta as soon as its closing tag is generated.
 
 A reply ends at the first control token the model emits (``cookmind.infer.stop.chat_stop_ids``: <|im_start|> opening
 a turn it made up, <|endoftext|>, ...), finish_reason "stop"; the reasoning and tool-call markers are the reply's
@@ -121,9 +122,10 @@ async def chat_completions(request: Request, state: State):
         skip_ids=state.control_ids,
     )
     rid, now = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
+    forced_call = choice.mode in ("required", "function")  # the grammar allows calls only: any text is a cut call
     if req.stream:
         return StreamingResponse(
-            _stream(state, req, gen, rid, now, len(prompt_ids), forced_call=choice.mode in ("required", "function")),
+            _stream(state, req, gen, rid, now, len(prompt_ids), forced_call=forced_call),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
@@ -131,7 +133,7 @@ async def chat_completions(request: Request, state: State):
     choices = []
     for i, p in enumerate(gen.procs):
         content, calls = p.content, p.tool_calls
-        msg = {"role": "assistant", "content": content if content or not calls else None}
+        msg = {"role": "assistant", "content": content if (content or not calls) and not forced_call else None}
         if p.reasoning_content:
             msg["reasoning_content"] = p.reasoning_content
         if calls:
@@ -186,7 +188,7 @@ async def _stream(
             delta = {}
             if d.reasoning:
                 delta["reasoning_content"] = d.reasoning
-            if d.content:
+            if d.content and not forced_call:
                 delta["content"] = d.content
             if d.tool_calls:
                 delta["tool_calls"] = [dict(c, index=sent_calls[i] + k) for k, c in enumerate(d.tool_calls)]

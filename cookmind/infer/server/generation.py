@@ -193,12 +193,13 @@ class Generation:
 
 
 def finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
-    """OpenAI's finish_reason for a finished choice; a failed generation is a 500 for non-streamed calls."""
+    """OpenAI's finish_reason for a finished choice; a failed generation is a 500 for non-streamed calls. A reply cut
+    by max_tokens is "length" even after whole tool calls: the turn is unfinished (a later call may be cut off)."""
     if proc.finish_reason == "error":
         raise APIError(500, "generation failed", "server_error")
-    if tool_calls:
-        return "tool_calls"
-    return "length" if proc.finish_reason == "length" else "stop"
+    if proc.finish_reason == "length":
+        return "length"
+    return "tool_calls" if tool_calls else "stop"
 
 
 def stream_finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
