@@ -281,6 +281,34 @@ def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
     # their no-op values, which some clients send, still work
     c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, extra_body={"logit_bias": {}})
     c.completions.create(model=MODEL, prompt="soup", max_tokens=2, extra_body={"best_of": 1, "suffix": ""})
+    # a field the server does not know (a typo, another server's parameter) is refused naming it, as OpenAI answers
+    # 400 "Unrecognized request argument": ignored, {"max_token": 5} gave a reply of the default length
+    unknown = [
+        ("chat", "max_token", "did you mean 'max_tokens'?", {"max_token": 5}),
+        ("completions", "temprature", "did you mean 'temperature'?", {"temprature": 0}),
+        ("chat", "guided_json", "not known to this server", {"guided_json": {"type": "object"}}),
+        ("chat", "reasoning_effort", "not supported by this server", {"reasoning_effort": "low"}),
+        ("chat", "modalities", "not supported by this server", {"modalities": ["text", "audio"]}),
+    ]
+    for api, field, says, extra in unknown:
+        with pytest.raises(openai.BadRequestError) as e:
+            if api == "chat":
+                c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, extra_body=extra)
+            else:
+                c.completions.create(model=MODEL, prompt="soup", max_tokens=2, extra_body=extra)
+        assert e.value.body["param"] == field and says in e.value.body["message"], e.value.body
+    # OpenAI's bookkeeping fields change no output and are accepted; so are the vLLM sampling fields implemented here
+    c.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=2,
+        store=False,
+        metadata={"run": "test"},
+        user="u1",
+        service_tier="auto",
+        modalities=["text"],
+        extra_body={"top_k": 5, "min_p": 0.1, "repetition_penalty": 1.1},
+    )
     r = httpx.post(
         setup["server"].url + "/v1/completions",
         content=b"[1, 2]",

@@ -1,7 +1,10 @@
 """Request schemas of the OpenAI-compatible API, validated strictly (a string is not a number).
 
 Responses are plain dicts built in ``server.py`` in OpenAI's exact shapes; requests go through
-these models so a wrong type or range becomes a 400 naming the field.
+these models so a wrong type or range becomes a 400 naming the field. A request field the server does not know is
+a 400 naming it too, as OpenAI answers an unrecognized argument: a typo (``max_token``) or another server's
+parameter (``guided_json``, sent through the openai package's ``extra_body``) would otherwise change nothing and
+say nothing. The vendor fields implemented here (vLLM's ``top_k``, ``min_p``, ...) are declared below.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class _Strict(BaseModel):
-    # strict: "0.7" is not a float; extra="ignore": OpenAI clients send fields we do not use
+    # strict: "0.7" is not a float; extra="ignore" inside a request: a message dumped by a client carries OpenAI's
+    # reply fields (refusal, annotations, audio: null) back, and the request's own fields are checked (extra="forbid")
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
@@ -49,6 +53,8 @@ class ChatMessage(_Strict):
 
 
 class _SamplingFields(_Strict):
+    model_config = ConfigDict(strict=True, extra="forbid")  # an unknown field is a 400 naming it (errors.py)
+
     model: str
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -114,6 +120,19 @@ class ChatCompletionRequest(_SamplingFields):
     tools: list[dict[str, Any]] | None = None  # checked by cookmind.infer.tool_calls.check_tools
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
+    # OpenAI's bookkeeping and speed hints: they change no output, so they are accepted and not used
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prediction: dict[str, Any] | None = None
+    # OpenAI fields that would change the answer and that we do not implement: refused when set, not ignored
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
     # vLLM's name, which its clients send on chat requests too. A chat reply ends at its first control token and
     # holds none (cookmind.infer.stop.chat_stop_ids): true is what it does; false would show nothing, so it is refused
     skip_special_tokens: bool = True
@@ -126,6 +145,20 @@ class ChatCompletionRequest(_SamplingFields):
                 "false has nothing to show in a chat reply: it ends at the first control token and holds none; "
                 "leave the field out, or use /v1/completions to see control tokens in the text"
             )
+        return v
+
+    @field_validator("audio", "reasoning_effort", "verbosity", "web_search_options")
+    @classmethod
+    def _not_here(cls, v, info):
+        if v:
+            raise ValueError(f"{info.field_name} is not supported by this server; leave it out")
+        return v
+
+    @field_validator("modalities")
+    @classmethod
+    def _text_only(cls, v):
+        if v and set(v) != {"text"}:
+            raise ValueError('modalities other than "text" are not supported by this server; leave it out')
         return v
 
     def max_new_tokens(self) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 
 from fastapi import Request
@@ -45,6 +46,8 @@ def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
         field, tag = _field_of(err["loc"])
         loc = ".".join(str(x) for x in field)
         where = loc or "the request body"  # an empty location is the body itself (a list, say, not an object)
+        if err["type"] == "extra_forbidden" and len(field) == 1:
+            raise APIError(400, _unknown_field(loc, schema), param=loc) from exc
         if tag is None:
             raise APIError(400, f"{where}: {err['msg']} (got {err.get('input')!r:.100})", param=loc or None) from exc
         # a field of several types (str | list[str]): pydantic names each type it tried as if it were a field
@@ -54,6 +57,13 @@ def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
         takes = types[0] if len(types) == 1 else f"{', '.join(types[:-1])} or {types[-1]}"
         value = next((e["input"] for f, e in zip(tried, errors) if f == (field, e["loc"][-1])), err.get("input"))
         raise APIError(400, f"{where}: takes {takes} (got {value!r:.100})", param=loc) from exc
+
+
+def _unknown_field(name: str, schema: type[BaseModel]) -> str:
+    """A request field the schema does not declare: refused, never ignored, with the closest known name."""
+    close = difflib.get_close_matches(name, list(schema.model_fields), n=1, cutoff=0.75)
+    hint = f"did you mean {close[0]!r}?" if close else "leave it out"
+    return f"{name}: not known to this server, which refuses a field rather than ignore it; {hint}"
 
 
 # the types of a union as pydantic tags them, in a client's (JSON's) words
