@@ -92,3 +92,54 @@ def test_weights_files_get_the_umask_modes_their_neighbours_get(tmp_path):
     ):
         mode = stat.S_IMODE((tmp_path / f).stat().st_mode)
         assert mode == 0o644, f"{f}: {oct(mode)}"
+
+
+def _flip_a_byte(path, at=-100):
+    """One bit of ``path`` flipped, its size kept: the damage a header check cannot see."""
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_checkpoints_record_each_files_sha256_and_refuse_a_damaged_one(tmp_path):
+    """A bit flipped in model.safetensors' tensor data loaded as other weights, without a word (a header-level check
+    cannot see it), and a damaged optimizer.pt resumed other moments. A save now records each file's SHA-256 in
+    meta.json (checked here with hashlib); resume, export and load check them and name the file; --resume auto
+    passes a damaged newest checkpoint over with a warning; a checkpoint saved before hashes loads as before."""
+    import hashlib
+    import warnings
+
+    from cookmind.model.hf import export_hf
+    from cookmind.model.model_io import CheckpointWarning, ModelLoadError, load_model
+
+    model = _model()
+    opt = AdamW(model.parameters(), lr=1e-2)
+    _train_a_bit(model, opt)
+    first = save_checkpoint(tmp_path, 1, model, opt, {})
+    newest = save_checkpoint(tmp_path, 2, model, opt, {})
+    recorded = json.loads((newest / "meta.json").read_text())["sha256"]
+    names = ["config.json", "model.safetensors", "optimizer.pt"]
+    assert recorded == {n: hashlib.sha256((newest / n).read_bytes()).hexdigest() for n in names}
+    _flip_a_byte(newest / "model.safetensors")
+    damaged = r"step_00000002/model\.safetensors: does not match the SHA-256 .* corrupt; use an earlier checkpoint"
+    for load in (
+        lambda: load_checkpoint(newest, _model(), AdamW(_model().parameters())),
+        lambda: load_model(newest),
+        lambda: export_hf(newest, tmp_path / "hf"),
+    ):
+        with pytest.raises(ModelLoadError, match=damaged):
+            load()
+    with pytest.warns(CheckpointWarning, match=r"skipping checkpoint .*step_00000002: .*model\.safetensors"):
+        assert find_latest_checkpoint(tmp_path, need_optimizer=True) == first
+    _flip_a_byte(first / "optimizer.pt", at=len((first / "optimizer.pt").read_bytes()) // 2)
+    with pytest.raises(ModelLoadError, match=r"step_00000001/optimizer\.pt: does not match the SHA-256"):
+        load_checkpoint(first, _model(), AdamW(_model().parameters()))
+    load_checkpoint(first, _model())  # the weights alone are whole: loading them (no optimizer) is fine
+    # a checkpoint saved before meta.json held hashes loads as it did
+    meta = json.loads((newest / "meta.json").read_text())
+    del meta["sha256"]
+    (newest / "meta.json").write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert find_latest_checkpoint(tmp_path) == newest
+        load_model(newest)

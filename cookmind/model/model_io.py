@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -77,6 +78,58 @@ class CheckpointWarning(UserWarning):
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 META_NAME = "meta.json"  # a training checkpoint's last-written file: its presence marks a complete one
 OPTIMIZER_NAME = "optimizer.pt"
+SHA256_KEY = "sha256"  # meta.json: {file name: SHA-256 hex} of the files a save wrote beside it (not a dcp/ folder)
+_verified: dict[tuple[str, int, int], str] = {}  # (file, size, mtime): the digest it matched in this process
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (what ``sha256sum`` prints)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def content_hashes(directory: Path) -> dict[str, str]:
+    """``SHA256_KEY`` for a checkpoint being saved: each file at the top of ``directory`` but meta.json (which holds
+    them) and our temporary files; read back right after the save wrote them, so from the page cache."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = sorted(p for p in Path(directory).iterdir() if p.is_file() and p.name != META_NAME)
+    files = [p for p in files if not is_temp_name(p.name)]
+    with ThreadPoolExecutor(max_workers=min(4, max(1, len(files)))) as pool:  # hashlib lets go of the GIL
+        return dict(zip((p.name for p in files), pool.map(file_sha256, files)))
+
+
+def checksum_problem(directory: Path, skip: tuple[str, ...] = ()) -> str | None:
+    """The first file (but ``skip``) whose bytes differ from the SHA-256 its checkpoint's meta.json recorded at save,
+    said as "FILE: ..."; None when all match, and for a checkpoint saved before hashes were recorded. A file checked
+    once in this process is not read again while its size and mtime stay (finding a checkpoint, then loading it)."""
+    meta = Path(directory) / META_NAME
+    try:
+        recorded = json.loads(meta.read_text()).get(SHA256_KEY) if meta.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None  # a damaged meta.json is reported by whoever reads it
+    for name, digest in (recorded or {}).items() if isinstance(recorded, dict) else ():
+        if name in skip:
+            continue
+        f = Path(directory) / name
+        try:
+            st = f.stat()
+        except OSError:
+            return f"{f}: missing, though {META_NAME} lists it"
+        key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
+        if _verified.get(key) == digest:
+            continue
+        if file_sha256(f) != digest:
+            return f"{f}: does not match the SHA-256 {META_NAME} recorded at save: the file is truncated or corrupt"
+        _verified[key] = digest
+    return None
+
+
+def verify_checksums(directory: str | os.PathLike, skip: tuple[str, ...] = ()) -> None:
+    """ModelLoadError (one line: the file, what to do) when a file of the checkpoint fails ``checksum_problem``."""
+    problem = checksum_problem(Path(directory), skip)
+    if problem is not None:
+        raise ModelLoadError(f"{problem}; use an earlier checkpoint")
 
 
 def step_dirs(root: str | os.PathLike) -> list[tuple[int, Path]]:
@@ -150,6 +203,14 @@ def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | N
         return f"{meta} is damaged"
     if info.get("diverged"):
         return "it was saved by a diverged run"
+    problem = _file_problem(directory, need_optimizer)
+    if problem is None:  # every file whole: its bytes as saved (a checkpoint with hashes in meta.json)
+        problem = checksum_problem(directory, skip=() if need_optimizer else (OPTIMIZER_NAME,))
+    return problem
+
+
+def _file_problem(directory: Path, need_optimizer: bool) -> str | None:
+    """``checkpoint_problem``'s look at the files themselves: missing, truncated, unreadable headers."""
     if is_sharded_checkpoint(directory):
         if not (directory / CONFIG_NAME).is_file():
             return f"{directory / CONFIG_NAME} is missing"
@@ -183,9 +244,9 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
     ``path`` is a checkpoint itself (returned as is), a checkpoint root with ``step_N`` directories, or a run
     directory with ``checkpoints/``. The newest ``step_N`` holding ``meta.json`` (a training checkpoint's
     last file) or a saved model (config.json + weights: model.safetensors or a sharded ``dcp/``), whose files are
-    whole and which was not saved by a diverged run, wins; each newer one passed over is named in a
-    CheckpointWarning. ``need_optimizer`` (resume) also requires the optimizer state (``optimizer.pt`` readable,
-    or listed in the sharded checkpoint).
+    whole (and match the SHA-256s its meta.json recorded) and which was not saved by a diverged run, wins; each
+    newer one passed over is named in a CheckpointWarning. ``need_optimizer`` (resume) also requires the optimizer
+    state (``optimizer.pt`` readable, or listed in the sharded checkpoint).
     """
     path = Path(path)
     if (path / META_NAME).is_file() or (path / CONFIG_NAME).is_file():
@@ -227,6 +288,7 @@ def load_config(directory: str | os.PathLike) -> CookMindConfig:
         raise ModelLoadError(f"{directory}: a training run without a complete checkpoint in its checkpoints/ yet")
     if not path.is_file():
         raise ModelLoadError(f"{path}: missing; a CookMind model directory needs {CONFIG_NAME} and {WEIGHTS_NAME}")
+    verify_checksums(directory, skip=(WEIGHTS_NAME, OPTIMIZER_NAME))  # config.json (and the tokenizer's files)
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -253,6 +315,8 @@ def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> 
     checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight`` dropped, as save_model does)."""
     directory = Path(directory)
     if (directory / WEIGHTS_NAME).is_file() or not is_sharded_checkpoint(directory):
+        if (directory / WEIGHTS_NAME).is_file():
+            verify_checksums(directory, skip=(OPTIMIZER_NAME,))
         return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
     from cookmind.model.sharded_io import read_sharded_weights  # DCP, imported only for a sharded checkpoint
 

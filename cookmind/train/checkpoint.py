@@ -7,7 +7,8 @@
         cookmind_tokenizer.json, ...     the run's tokenizer files, when it has one
         optimizer.pt                     optimizer (+ grad scaler) state, loaded with weights_only=True
         meta.json                        step, tokens, sampler position, RNG states, world size, config, the
-                                         data stores (path, fingerprint) a resume must continue on
+                                         data stores (path, fingerprint) a resume must continue on, and the
+                                         SHA-256 of every other file (``sha256``), checked on load
 
 ``checkpoint.format=sharded`` (the default for an FSDP-sharded model) writes ``dcp/`` from every rank instead of
 model.safetensors and optimizer.pt: ``cookmind.train.sharded_checkpoint``. Loading reads either.
@@ -36,10 +37,13 @@ from cookmind.atomic import building_dir, temp_path, write_json
 from cookmind.model.model_io import (
     META_NAME,
     OPTIMIZER_NAME,
+    SHA256_KEY,
+    content_hashes,
     foreign_files,
     is_own_checkpoint,
     latest_checkpoint,
     step_dirs,
+    verify_checksums,
     written_files,
 )
 from cookmind.model.sharded_layout import is_sharded_checkpoint
@@ -100,6 +104,7 @@ def save_checkpoint(
             with temp_path(tmp / OPTIMIZER_NAME) as opt:
                 torch.save(state, opt)
         meta = {**meta, "step": step, "saved_at": time.time(), "complete": True, "files": written_files(tmp)}
+        meta[SHA256_KEY] = content_hashes(tmp)
         write_json(tmp / META_NAME, meta)
     prune_checkpoints(root, final, meta, keep_last)
     return final
@@ -261,6 +266,7 @@ def load_checkpoint(
     meta = read_meta(path)
     if meta.get("diverged"):
         raise ValueError(f"{path}: saved by a diverged run; resume from an earlier checkpoint")
+    verify_checksums(path, skip=() if optimizer is not None else (OPTIMIZER_NAME,))  # a checkpoint saved with hashes
     if is_sharded_checkpoint(path):
         load_sharded(path, model, optimizer, scaler, meta)
         return meta

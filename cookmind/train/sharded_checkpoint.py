@@ -43,7 +43,14 @@ from cookmind.atomic import (
     write_json,
 )
 from cookmind.model.lora import has_lora
-from cookmind.model.model_io import CONFIG_NAME, META_NAME, is_own_checkpoint, written_files
+from cookmind.model.model_io import (
+    CONFIG_NAME,
+    META_NAME,
+    SHA256_KEY,
+    content_hashes,
+    is_own_checkpoint,
+    written_files,
+)
 from cookmind.model.sharded_io import SafeLoadPlanner, SafeReader, error_reason, load_error, read_metadata
 from cookmind.model.sharded_layout import MODEL_KEY, OPTIM_KEY, dcp_dir
 from cookmind.parallel import unwrap
@@ -173,6 +180,7 @@ class ShardedCheckpointer:
                 dist.barrier()  # every rank's shard is on disk before the directory looks complete
             if self.rank == 0:
                 meta = {**pending["meta"], "saved_at": time.time(), "complete": True, "files": written_files(tmp)}
+                meta[SHA256_KEY] = content_hashes(tmp)  # config.json, the tokenizer's files; dcp/ has its own checks
                 write_json(tmp / META_NAME, meta)
                 replace_dir(tmp, final, replace=True, is_ours=is_own_checkpoint, what="cookmind checkpoint")
                 if pending["on_complete"] is not None:
