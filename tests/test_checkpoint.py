@@ -121,7 +121,7 @@ def test_checkpoints_record_each_files_sha256_and_refuse_a_damaged_one(tmp_path)
     names = ["config.json", "model.safetensors", "optimizer.pt"]
     assert recorded == {n: hashlib.sha256((newest / n).read_bytes()).hexdigest() for n in names}
     _flip_a_byte(newest / "model.safetensors")
-    damaged = r"step_00000002/model\.safetensors: does not match the SHA-256 .* corrupt; use an earlier checkpoint"
+    damaged = r"step_00000002/model\.safetensors: does not match the SHA-256 .* or changed; use an earlier checkpoint"
     for load in (
         lambda: load_checkpoint(newest, _model(), AdamW(_model().parameters())),
         lambda: load_model(newest),

@@ -120,7 +120,7 @@ def checksum_problem(directory: Path, skip: tuple[str, ...] = ()) -> str | None:
         if _verified.get(key) == digest:
             continue
         if file_sha256(f) != digest:
-            return f"{f}: does not match the SHA-256 {META_NAME} recorded at save: the file is truncated or corrupt"
+            return f"{f}: does not match the SHA-256 {META_NAME} recorded at save: it is truncated, corrupt or changed"
         _verified[key] = digest
     return None
 
