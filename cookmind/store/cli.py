@@ -166,12 +166,14 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _asked(split: dict) -> str:
-    """ ", not the N asked (...)" where --skip-bad's bad lines drew places in the split; else nothing."""
+    """ ", not the N asked (...)" where bad lines (--skip-bad) or empty documents drew places in the split; else
+    nothing."""
     asked = split.get("val_records_asked", split["val_records"])
     if asked == split["val_records"]:
         return ""
     kept = split["val_records"] + split["train_records"]
-    return f", not the {asked:,} asked (round({split['val_fraction']} x {kept:,} records); bad lines drew places)"
+    why = "bad or empty lines drew places"
+    return f", not the {asked:,} asked (round({split['val_fraction']} x {kept:,} records); {why})"
 
 
 def _num_tokens(store) -> int:

@@ -322,8 +322,8 @@ def pack(
                     f"--val-fraction {val_fraction} held out {'none' if not kept else 'all'} of the {total} records; "
                     f"{'raise' if not kept else 'lower'} it"
                 )
-            # bad lines drew places too (they are known only once parsed and tokenized; counting the good records
-            # first would cost a second full parse), so say how many were asked of the records kept
+            # bad lines and empty documents drew places too (they are known only once parsed and tokenized; counting
+            # the good records first would cost a second full parse), so say how many were asked of the records kept
             kept = per_store["val"] + per_store["train"]
             asked = min(max(round(val_fraction * kept), 1), kept - 1)
             split = {"val_fraction": val_fraction, "seed": seed, "train_out": str(out), "val_out": str(val_out)}
