@@ -135,6 +135,15 @@ def test_checkpoints_record_each_files_sha256_and_refuse_a_damaged_one(tmp_path)
     with pytest.raises(ModelLoadError, match=r"step_00000001/optimizer\.pt: does not match the SHA-256"):
         load_checkpoint(first, _model(), AdamW(_model().parameters()))
     load_checkpoint(first, _model())  # the weights alone are whole: loading them (no optimizer) is fine
+    # a LoRA run's adapter, loaded to resume or to serve
+    from cookmind.model.lora import apply_lora, load_adapter
+
+    adapted = _model()
+    apply_lora(adapted, r=2, alpha=4)
+    lora = save_checkpoint(tmp_path / "lora", 1, adapted, None, {})
+    _flip_a_byte(lora / "adapter_model.safetensors")
+    with pytest.raises(ModelLoadError, match=r"step_00000001/adapter_model\.safetensors: does not match the SHA-256"):
+        load_adapter(_model(), lora)
     # a checkpoint saved before meta.json held hashes loads as it did
     meta = json.loads((newest / "meta.json").read_text())
     del meta["sha256"]

@@ -323,6 +323,9 @@ def read_adapter_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor
         return read_sharded_weights(directory)  # a LoRA run's dcp/ holds its adapter only, named as in the model
     if not f.is_file():
         raise FileNotFoundError(f"{f}: missing; {directory} holds no LoRA adapter weights")
+    from cookmind.model.model_io import OPTIMIZER_NAME, WEIGHTS_NAME, verify_checksums
+
+    verify_checksums(directory, skip=(WEIGHTS_NAME, OPTIMIZER_NAME))  # a training checkpoint's adapter, as saved
     saved = {k[len(PEFT_PREFIX) :] if k.startswith(PEFT_PREFIX) else k: v for k, v in load_file(str(f)).items()}
     return {k.replace(".default.", "."): v for k, v in saved.items()}
 
