@@ -289,6 +289,7 @@ def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
         ("chat", "guided_json", "not known to this server", {"guided_json": {"type": "object"}}),
         ("chat", "reasoning_effort", "not supported by this server", {"reasoning_effort": "low"}),
         ("chat", "modalities", "not supported by this server", {"modalities": ["text", "audio"]}),
+        ("chat", "moderation", "not supported by this server", {"moderation": {"policy": {"mode": "block"}}}),
     ]
     for api, field, says, extra in unknown:
         with pytest.raises(openai.BadRequestError) as e:
@@ -306,6 +307,8 @@ def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
         metadata={"run": "test"},
         user="u1",
         service_tier="auto",
+        prompt_cache_key="k",
+        prompt_cache_retention="24h",
         modalities=["text"],
         extra_body={"top_k": 5, "min_p": 0.1, "repetition_penalty": 1.1},
     )

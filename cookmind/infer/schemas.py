@@ -126,6 +126,8 @@ class ChatCompletionRequest(_SamplingFields):
     service_tier: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None  # our prefix cache keeps what memory allows, whatever is asked
+    prompt_cache_options: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = None
     # OpenAI fields that would change the answer and that we do not implement: refused when set, not ignored
     modalities: list[str] | None = None
@@ -133,6 +135,7 @@ class ChatCompletionRequest(_SamplingFields):
     reasoning_effort: str | None = None
     verbosity: str | None = None
     web_search_options: dict[str, Any] | None = None
+    moderation: dict[str, Any] | None = None
     # vLLM's name, which its clients send on chat requests too. A chat reply ends at its first control token and
     # holds none (cookmind.infer.stop.chat_stop_ids): true is what it does; false would show nothing, so it is refused
     skip_special_tokens: bool = True
@@ -147,7 +150,7 @@ class ChatCompletionRequest(_SamplingFields):
             )
         return v
 
-    @field_validator("audio", "reasoning_effort", "verbosity", "web_search_options")
+    @field_validator("audio", "reasoning_effort", "verbosity", "web_search_options", "moderation")
     @classmethod
     def _not_here(cls, v, info):
         if v:
