@@ -544,3 +544,18 @@ def test_logprob_bytes_are_the_tokens_own_for_a_piece_of_a_character(setup):
     entry = {"id": piece, "token": tok.decode([piece]), "logprob": -0.5, "top": [(piece, tok.decode([piece]), -0.5)]}
     out = _logprobs([entry], tok)["content"][0]
     assert out["token"] == "\ufffd" and out["bytes"] == [0xC3] and out["top_logprobs"][0]["bytes"] == [0xC3]
+
+
+def test_every_openai_request_parameter_is_known_to_the_schemas():
+    """The unknown-field 400 is for typos and other servers' fields: each parameter of the installed openai
+    package's create() is declared (implemented, accepted as a no-op, or refused by name when set)."""
+    from openai.types import completion_create_params
+    from openai.types.chat import completion_create_params as chat_create_params
+
+    from cookmind.infer.schemas import ChatCompletionRequest, CompletionRequest
+
+    for params, schema in (
+        (chat_create_params.CompletionCreateParamsBase, ChatCompletionRequest),
+        (completion_create_params.CompletionCreateParamsBase, CompletionRequest),
+    ):
+        assert not set(params.__annotations__) - set(schema.model_fields), schema.__name__
