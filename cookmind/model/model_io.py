@@ -88,15 +88,22 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def _sha256_all(files: list[Path]) -> list[str]:
+    """``file_sha256`` of each file, a thread a file (hashlib lets go of the GIL): the largest file sets the time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(files) < 2:
+        return [file_sha256(f) for f in files]
+    with ThreadPoolExecutor(max_workers=min(4, len(files))) as pool:
+        return list(pool.map(file_sha256, files))
+
+
 def content_hashes(directory: Path) -> dict[str, str]:
     """``SHA256_KEY`` for a checkpoint being saved: each file at the top of ``directory`` but meta.json (which holds
     them) and our temporary files; read back right after the save wrote them, so from the page cache."""
-    from concurrent.futures import ThreadPoolExecutor
-
     files = sorted(p for p in Path(directory).iterdir() if p.is_file() and p.name != META_NAME)
     files = [p for p in files if not is_temp_name(p.name)]
-    with ThreadPoolExecutor(max_workers=min(4, max(1, len(files)))) as pool:  # hashlib lets go of the GIL
-        return dict(zip((p.name for p in files), pool.map(file_sha256, files)))
+    return dict(zip((p.name for p in files), _sha256_all(files)))
 
 
 def checksum_problem(directory: Path, skip: tuple[str, ...] = ()) -> str | None:
@@ -108,6 +115,7 @@ def checksum_problem(directory: Path, skip: tuple[str, ...] = ()) -> str | None:
         recorded = json.loads(meta.read_text()).get(SHA256_KEY) if meta.is_file() else None
     except (OSError, ValueError, AttributeError):
         return None  # a damaged meta.json is reported by whoever reads it
+    to_check = []  # (file, its cache key, the digest recorded)
     for name, digest in (recorded or {}).items() if isinstance(recorded, dict) else ():
         if name in skip:
             continue
@@ -117,9 +125,10 @@ def checksum_problem(directory: Path, skip: tuple[str, ...] = ()) -> str | None:
         except OSError:
             return f"{f}: missing, though {META_NAME} lists it"
         key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
-        if _verified.get(key) == digest:
-            continue
-        if file_sha256(f) != digest:
+        if _verified.get(key) != digest:
+            to_check.append((f, key, digest))
+    for (f, key, digest), found in zip(to_check, _sha256_all([f for f, _, _ in to_check])):
+        if found != digest:
             return f"{f}: does not match the SHA-256 {META_NAME} recorded at save: it is truncated, corrupt or changed"
         _verified[key] = digest
     return None
