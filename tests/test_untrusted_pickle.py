@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -30,6 +32,10 @@ def test_crafted_optimizer_pickle_is_refused_without_running(tmp_path):
     path = save_checkpoint(tmp_path / "run", 1, model, opt, {})
     marker = tmp_path / "pwned"
     torch.save({"optimizer": _Payload(marker)}, path / "optimizer.pt")
+    # a checksum is no signature: whoever can plant the file can record its SHA-256 in meta.json too
+    meta = json.loads((path / "meta.json").read_text())
+    meta["sha256"]["optimizer.pt"] = hashlib.sha256((path / "optimizer.pt").read_bytes()).hexdigest()
+    (path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=re.escape(str(path / "optimizer.pt")) + r": refused to load"):
         load_checkpoint(path, model, opt)
     assert not marker.exists()
