@@ -152,3 +152,28 @@ def test_checkpoints_record_each_files_sha256_and_refuse_a_damaged_one(tmp_path)
         warnings.simplefilter("error")
         assert find_latest_checkpoint(tmp_path) == newest
         load_model(newest)
+
+
+def test_a_tokenizer_folder_that_is_a_model_lends_only_its_tokenizer_files(tmp_path):
+    # a LoRA checkpoint named as --tokenizer gave a plain run's checkpoints its adapter files (and its optimizer.pt)
+    src = tmp_path / "lora_ckpt"
+    src.mkdir()
+    for name in (
+        "cookmind_tokenizer.json",
+        "tokenizer.json",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "optimizer.pt",
+        "meta.json",
+        "notes.txt",
+    ):
+        (src / name).write_text("{}")
+    model = _model()
+    path = save_checkpoint(tmp_path / "run", 1, model, None, {}, tokenizer_dir=src)
+    assert sorted(p.name for p in path.iterdir()) == [
+        "config.json",
+        "cookmind_tokenizer.json",
+        "meta.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ]

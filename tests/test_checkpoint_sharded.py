@@ -571,3 +571,29 @@ def test_a_file_the_user_put_in_dcp_stops_overwrite_from_deleting_the_checkpoint
     (step / "dcp" / "notes.txt").unlink()
     check_run_dir(run / "checkpoints", run, None, overwrite=True)  # only the save's files: deleted
     assert not step.exists()
+
+
+def test_a_tokenizer_folder_that_is_a_model_lends_only_its_tokenizer_files(tmp_path):
+    # `--tokenizer` often names the model the run starts from (an imported Hugging Face folder holds its tokenizer):
+    # its model.safetensors beside a sharded checkpoint's dcp/ was read by export/generate instead of the trained dcp/
+    from cookmind.model import save_model
+    from cookmind.model.model_io import read_model_weights
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer
+
+    torch.manual_seed(0)
+    base, trained = tiny_lm(), tiny_lm()
+    save_model(tmp_path / "imported", base)
+    for name in ("tokenizer.json", "tokenizer_config.json", "optimizer.pt", "adapter_config.json"):
+        (tmp_path / "imported" / name).write_text("{}")
+    step = ShardedCheckpointer().save(
+        tmp_path / "step_00000001", trained, None, {"step": 1, "run_id": "r"}, tokenizer_dir=tmp_path / "imported"
+    )
+    assert sorted(p.name for p in step.iterdir()) == [
+        "config.json",
+        "dcp",
+        "meta.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    _, weights = read_model_weights(step, trained.config)
+    _assert_same(weights, {k: v for k, v in trained.state_dict().items() if k != "lm_head.weight"})

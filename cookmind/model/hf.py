@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +29,9 @@ from cookmind.model.model_io import (
     read_model_weights,
     read_weights,
 )
+from cookmind.tokenizer.files import copy_tokenizer_files
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "tokenizer.model",
-    "generation_config.json",
-    "cookmind_tokenizer.json",
-)
 # the chat template's end of an assistant turn: cookmind's generate/chat/serve stop there too
 TURN_END_TOKENS = ("<|im_end|>",)
 
@@ -159,15 +146,6 @@ def _added_token_ids(folder: Path, names: tuple[str, ...]) -> list[int]:
     return [added[n] for n in names if n in added]
 
 
-def _copy_tokenizer_files(src: Path, dst: Path) -> list[str]:
-    copied = []
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
-            copied.append(name)
-    return copied
-
-
 def _atomic_dir(out: Path, fill) -> Path:
     """Build `out` under a temporary sibling name with fill(tmp), then rename it into place."""
     if out.exists():
@@ -202,7 +180,7 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
     def fill(tmp: Path) -> None:
         hf_config.save_pretrained(tmp)
         save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
-        copied = _copy_tokenizer_files(ckpt_dir, tmp)
+        copied = copy_tokenizer_files(ckpt_dir, tmp)
         if "generation_config.json" not in copied and cfg.eos_token_id is not None:
             # lets HF generate / vLLM stop where cookmind does (end of text, and end of a chat turn) without flags
             gen = {
@@ -341,6 +319,6 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torc
     def fill(tmp: Path) -> None:
         (tmp / CONFIG_NAME).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
         save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
-        _copy_tokenizer_files(hf_dir, tmp)
+        copy_tokenizer_files(hf_dir, tmp)
 
     return _atomic_dir(out_dir, fill)

@@ -47,6 +47,7 @@ from cookmind.model.model_io import (
     written_files,
 )
 from cookmind.model.sharded_layout import is_sharded_checkpoint
+from cookmind.tokenizer.files import copy_tokenizer_files
 from cookmind.train.objectives.base import unwrap
 from cookmind.train.sharded_checkpoint import (
     is_fsdp_sharded,
@@ -93,10 +94,8 @@ def save_checkpoint(
         else:
             save_model(tmp, bare)
         if tokenizer_dir is not None:
-            # Beside the weights (cookmind_tokenizer.json, tokenizer.json, ...), where export/generate look.
-            for f in Path(tokenizer_dir).iterdir():
-                if f.is_file() and not (tmp / f.name).exists():
-                    shutil.copy2(f, tmp / f.name)
+            # beside the weights (cookmind_tokenizer.json, tokenizer.json, ...), where export/generate look
+            copy_tokenizer_files(tokenizer_dir, tmp, replace=False)  # its files only: --tokenizer may name a model
         if optimizer is not None or optimizer_state is not None:
             state = {"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict()}
             if scaler is not None:

@@ -55,6 +55,7 @@ from cookmind.model.sharded_io import SafeLoadPlanner, SafeReader, error_reason,
 from cookmind.model.sharded_layout import MODEL_KEY, OPTIM_KEY, dcp_dir
 from cookmind.parallel import unwrap
 from cookmind.parallel.fsdp import plain_name
+from cookmind.tokenizer.files import copy_tokenizer_files
 
 
 def is_fsdp_sharded(model: torch.nn.Module) -> bool:
@@ -135,9 +136,8 @@ class ShardedCheckpointer:
                 if config is not None:
                     write_json(tmp / CONFIG_NAME, config.to_dict(), indent=2)
                 if tokenizer_dir is not None:
-                    for f in Path(tokenizer_dir).iterdir():
-                        if f.is_file() and not (tmp / f.name).exists():
-                            shutil.copy2(f, tmp / f.name)
+                    # its tokenizer files only: --tokenizer may name a model folder, whose weights are not these
+                    copy_tokenizer_files(tokenizer_dir, tmp, replace=False)
             if scaler is not None:
                 meta = {**meta, "scaler": scaler.state_dict()}
             try:
