@@ -286,3 +286,65 @@ def test_exported_model_stops_at_im_end_in_transformers_generate(tmp_path):
     ) == [[]]
     gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
     assert gen["eos_token_id"] == [tok.eos_id, tok.im_end_id]
+
+
+def _hf_qwen3(path, seed, **save_kw):
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen3Config(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+    )
+    hf = _randomize(transformers.Qwen3ForCausalLM(cfg)).eval()
+    hf.save_pretrained(path, **save_kw)
+    return hf
+
+
+def test_import_of_sharded_safetensors_reads_what_transformers_reads(tmp_path):
+    hf = _hf_qwen3(tmp_path / "hf", 0, max_shard_size="40KB")
+    assert len(list((tmp_path / "hf").glob("model-0000*-of-0000*.safetensors"))) > 1
+    import_hf(tmp_path / "hf", tmp_path / "ours")
+    ids = torch.randint(0, 97, (1, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(load_model(tmp_path / "ours")(ids).logits, hf(ids).logits, rtol=0, atol=1e-5)
+    # a whole model.safetensors beside a stale index and shards: transformers loads the single file, and so do we
+    new = _hf_qwen3(tmp_path / "new", 1)
+    (tmp_path / "new" / "model.safetensors").rename(tmp_path / "hf" / "model.safetensors")
+    theirs = _hf_load(tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "ours2")
+    with torch.no_grad():
+        ref = theirs(ids).logits
+        torch.testing.assert_close(load_model(tmp_path / "ours2")(ids).logits, ref, rtol=0, atol=1e-5)
+        torch.testing.assert_close(ref, new(ids).logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "index, says",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"metadata": {}}', "no weight_map"),
+        ('{"weight_map": {"model.norm.weight": "../elsewhere.safetensors"}}', "not a file name in the folder"),
+    ],
+)
+def test_a_damaged_shard_index_is_a_one_line_error_naming_it(tmp_path, index, says):
+    _hf_qwen3(tmp_path / "hf", 0, max_shard_size="40KB")
+    (tmp_path / "hf" / "model.safetensors.index.json").write_text(index)
+    with pytest.raises(HFInteropError, match="model.safetensors.index.json: .*" + says) as exc:
+        import_hf(tmp_path / "hf", tmp_path / "ours")
+    assert "\n" not in str(exc.value) and not (tmp_path / "ours").exists()
+
+
+def test_an_import_without_tokenizer_files_says_so_and_generate_asks_for_tokenizer(tmp_path, capsys):
+    # import printed only the model's size; generate then said "train one with `cookmind tokenizer train`"
+    _hf_qwen3(tmp_path / "hf", 0)
+    assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "ours")]) == 0
+    assert "no tokenizer files" in capsys.readouterr().out
+    for model in ("hf", "ours"):
+        assert cli_main(["generate", str(tmp_path / model), "--prompt", "hi", "--max-new-tokens", "1"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "holds no tokenizer" in err and "--tokenizer DIR" in err and "\n" not in err, err

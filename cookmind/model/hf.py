@@ -281,20 +281,33 @@ def from_hf_config(d: dict[str, Any], path: Path) -> CookMindConfig:
         raise HFInteropError(f"{path}: cannot translate to a CookMind config: {exc}") from exc
 
 
-def _read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
+def _read_hf_weights(hf_dir: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    """(the file named in errors, the weights): model.safetensors when there is one (transformers reads it before
+    an index, so a stale index beside it is ignored as there), else the shards model.safetensors.index.json names."""
     index = hf_dir / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        tensors: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            tensors.update(read_weights(hf_dir / shard))
-        return tensors
+    if not (hf_dir / WEIGHTS_NAME).is_file() and index.is_file():
+        return index, {k: v for shard in _index_shards(index) for k, v in read_weights(hf_dir / shard).items()}
     if not (hf_dir / WEIGHTS_NAME).is_file() and any(hf_dir.glob("*.bin")):
         raise HFInteropError(
             f"{hf_dir}: only pickle .bin weights found; convert to safetensors first "
             "(cookmind never unpickles untrusted files)"
         )
-    return read_weights(hf_dir / WEIGHTS_NAME)
+    return hf_dir / WEIGHTS_NAME, read_weights(hf_dir / WEIGHTS_NAME)
+
+
+def _index_shards(index: Path) -> list[str]:
+    """The shard file names a model.safetensors.index.json maps its tensors to, each a file beside it."""
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise HFInteropError(f"{index}: not valid JSON ({exc}); re-save the model or restore the file") from None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise HFInteropError(f"{index}: no weight_map (tensor name -> shard file); re-save the model")
+    shards = sorted(set(map(str, weight_map.values())))
+    for shard in shards:
+        if Path(shard).name != shard or shard in (".", ".."):
+            raise HFInteropError(f"{index}: shard {shard!r} is not a file name in the folder; re-save the model")
+    return shards
 
 
 def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
@@ -309,10 +322,10 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torc
     if not config_path.is_file():
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
     cfg = from_hf_config(json.loads(config_path.read_text()), config_path)
-    tensors = _read_hf_weights(hf_dir)
+    weights_path, tensors = _read_hf_weights(hf_dir)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
-    check_state_dict(hf_dir / WEIGHTS_NAME, _expected_shapes(cfg), tensors)
+    check_state_dict(weights_path, _expected_shapes(cfg), tensors)
     if dtype is not None:
         tensors = {k: v.to(dtype) for k, v in tensors.items()}
 
