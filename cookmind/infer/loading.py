@@ -130,6 +130,15 @@ def load_for_inference(
         tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_path or path), local_files_only=True)
         return model.to(device).eval(), tokenizer
     model = load_model_dir(path, device, dtype)
+    if tokenizer_path is None:
+        from cookmind.tokenizer import TokenizerError
+        from cookmind.tokenizer.files import has_tokenizer
+
+        if not has_tokenizer(path):
+            raise TokenizerError(
+                f"{path}: the model folder holds no tokenizer (cookmind_tokenizer.json, tokenizer.json or vocab.json "
+                "+ merges.txt); give the one it was trained with: --tokenizer DIR"
+            )
     tokenizer = load_tokenizer(tokenizer_path or path)
     if tokenizer_path is not None:
         from cookmind.tokenizer.tokenizer import check_carried_tokenizer

@@ -46,9 +46,16 @@ def main(args: argparse.Namespace) -> int:
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
         print(f"cookmind import: error: {exc}", file=sys.stderr)
         return 2
+    from cookmind.tokenizer.files import has_tokenizer
+
     cfg = load_config(out)
+    note = (
+        ""
+        if has_tokenizer(out)
+        else f"; {hf_dir} has no tokenizer files: give generate, chat, serve and eval --tokenizer DIR"
+    )
     print(
         f"imported {hf_dir} -> {out}: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
-        f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} heads, vocab {cfg.vocab_size}"
+        f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} heads, vocab {cfg.vocab_size}" + note
     )
     return 0

@@ -31,3 +31,8 @@ def copy_tokenizer_files(src: str | Path, dst: str | Path, *, replace: bool = Tr
             shutil.copy2(src / name, dst / name)
             copied.append(name)
     return copied
+
+
+def has_tokenizer(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a tokenizer (a generation_config.json alone is none)."""
+    return any((Path(directory) / name).is_file() for name in TOKENIZER_FILES if name != "generation_config.json")
