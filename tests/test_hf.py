@@ -348,3 +348,26 @@ def test_an_import_without_tokenizer_files_says_so_and_generate_asks_for_tokeniz
         assert cli_main(["generate", str(tmp_path / model), "--prompt", "hi", "--max-new-tokens", "1"]) == 2
         err = capsys.readouterr().err.strip()
         assert "holds no tokenizer" in err and "--tokenizer DIR" in err and "\n" not in err, err
+
+
+def test_generate_stops_at_the_models_own_eos_as_transformers_does(tmp_path, capsys):
+    # a model whose eos is not <|endoftext|> (Llama's </s>): transformers' generate ends there; cookmind generate hid
+    # the token and ran on to --max-new-tokens
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    specials = [*DEFAULT_SPECIAL_TOKENS, "</s>"]
+    (tmp_path / "c.txt").write_text("the cook stirs the soup and tastes it. " * 40)
+    tok = Tokenizer(*train_bpe(tmp_path / "c.txt", 280, specials, progress=False), specials)
+    end, letter = tok.special_tokens["</s>"], tok.encode("a")[0]
+    save_model(tmp_path / "ckpt", _turn_taking_model(tok.vocab_size, end, letter, end))  # </s> a </s> a ...
+    tok.save(tmp_path / "ckpt")
+    assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf")]) == 0
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    ids = torch.tensor([hf_tok("the soup", add_special_tokens=False)["input_ids"]])
+    out = _hf_load(tmp_path / "hf").generate(ids, max_new_tokens=4, do_sample=False)[0, ids.shape[1] :].tolist()
+    assert out == [end]  # transformers: the reply is empty, ended by the model's eos
+    capsys.readouterr()
+    for model in ("ckpt", "hf"):
+        argv = ["generate", str(tmp_path / model), "--prompt", "the soup", "--max-new-tokens", "4"]
+        assert cli_main(argv) == 0
+        assert capsys.readouterr().out.strip() == hf_tok.decode(out, skip_special_tokens=True) == "", model

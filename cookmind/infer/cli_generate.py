@@ -87,7 +87,13 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.infer.detokenize import IncrementalDetokenizer, decode_text
     from cookmind.infer.generate import generate, stream
     from cookmind.infer.loading import load_for_inference
-    from cookmind.infer.stop import StopStringMatcher, chat_stop_ids, control_token_ids, spelled_stop_ids
+    from cookmind.infer.stop import (
+        StopStringMatcher,
+        chat_stop_ids,
+        control_token_ids,
+        spelled_stop_ids,
+        text_stop_ids,
+    )
 
     if args.system is not None and not args.chat:  # it was dropped without a word: a raw prompt has no system turn
         print("cookmind generate: error: --system needs --chat (the prompt as a chat turn)", file=sys.stderr)
@@ -101,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
-    stops = chat_stop_ids(tok) if args.chat else tuple(t for t in (tok.eos_id, tok.im_end_id) if t is not None)
+    stops = chat_stop_ids(tok) if args.chat else text_stop_ids(tok, getattr(model, "config", None))
     stops = tuple(sorted({*stops, *spelled_stop_ids(tok, args.stop)}))  # --stop "<|im_start|>" is that token
     skip = frozenset() if args.keep_special_tokens else control_token_ids(tok)
     cfg = sampling_params(args, stop_token_ids=stops)

@@ -200,6 +200,7 @@ class Engine:
     ):
         cfg = model.config
         self.tokenizer = tokenizer
+        self.model_config = cfg  # the server reads its eos_token_id (text_stop_ids)
         param = next(model.parameters())
         self.device = param.device
         self.max_seq_len = int(max_seq_len or cfg.max_position_embeddings)

@@ -70,6 +70,19 @@ def chat_stop_ids(tokenizer) -> tuple[int, ...]:
     return tuple(sorted(control_token_ids(tokenizer)))
 
 
+def model_eos_ids(config) -> tuple[int, ...]:
+    """The model's own end-of-text ids: its config's ``eos_token_id`` (an int, a list or None)."""
+    eos = getattr(config, "eos_token_id", None)
+    return tuple(int(i) for i in ([] if eos is None else [eos] if isinstance(eos, int) else eos))
+
+
+def text_stop_ids(tokenizer, config=None) -> tuple[int, ...]:
+    """The tokens that end a plain completion: end of text, end of turn and the model's own eos (``config``'s
+    ``eos_token_id``, where transformers' generate stops: an imported Llama's ``</s>``)."""
+    ids = {getattr(tokenizer, "eos_id", None), getattr(tokenizer, "im_end_id", None), *model_eos_ids(config)}
+    return tuple(sorted(i for i in ids if i is not None))
+
+
 def check_stop_strings(stop_strings) -> tuple[str, ...]:
     """The stop strings as a tuple; ValueError unless each is a non-empty string."""
     if isinstance(stop_strings, str):

@@ -1043,7 +1043,7 @@ class Trainer:
             return []
         from cookmind.infer import SamplingParams, generate
         from cookmind.infer.detokenize import decode_text
-        from cookmind.infer.stop import chat_stop_ids, control_token_ids
+        from cookmind.infer.stop import chat_stop_ids, control_token_ids, text_stop_ids
 
         tok = self.tokenizer
         chat = self.cfg.train.objective != "pretrain" and hasattr(tok, "render")
@@ -1054,8 +1054,7 @@ class Trainer:
             else:
                 prompts.append(tok.encode(p))
         # a chat reply ends at the first control token; a completion leaves them out of its text
-        stops = tuple(i for i in (tok.eos_id, getattr(tok, "im_end_id", None)) if i is not None)
-        stops = chat_stop_ids(tok) if chat else stops
+        stops = chat_stop_ids(tok) if chat else text_stop_ids(tok, getattr(unwrap(self.model), "config", None))
         gcfg = SamplingParams(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)
         # the plain loop: a serving engine kept during training would hold its KV pool and graphs
         outs = generate(self.bare_model, prompts, gcfg, tokenizer=tok, engine="builtin")

@@ -11,7 +11,7 @@ from fastapi import Depends, Request
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server.errors import APIError
-from cookmind.infer.stop import chat_stop_ids, control_token_ids
+from cookmind.infer.stop import chat_stop_ids, control_token_ids, text_stop_ids
 
 
 @dataclass
@@ -25,9 +25,8 @@ class ServerState:
 
     @property
     def stop_ids(self) -> list[int]:
-        """End-of-text and end-of-turn: a completion stops at either."""
-        tok = self.tokenizer
-        return sorted({t for t in (getattr(tok, "eos_id", None), getattr(tok, "im_end_id", None)) if t is not None})
+        """End-of-text, end-of-turn and the model's own eos: a completion stops at each (``text_stop_ids``)."""
+        return list(text_stop_ids(self.tokenizer, getattr(self.engine, "model_config", None)))
 
     @cached_property
     def chat_stop_ids(self) -> list[int]:
