@@ -371,3 +371,65 @@ def test_generate_stops_at_the_models_own_eos_as_transformers_does(tmp_path, cap
         argv = ["generate", str(tmp_path / model), "--prompt", "the soup", "--max-new-tokens", "4"]
         assert cli_main(argv) == 0
         assert capsys.readouterr().out.strip() == hf_tok.decode(out, skip_special_tokens=True) == "", model
+
+
+def _gpt2_style_tokenizer(path, *, bos=False, template=None):
+    """A small byte-level BPE saved by transformers: optionally Llama's <s> before every text, a chat template."""
+    from tokenizers import Tokenizer as HFTok
+    from tokenizers import decoders, models, pre_tokenizers, processors
+
+    vocab = {ch: i for i, ch in enumerate(sorted(set(__import__("tokenizers").pre_tokenizers.ByteLevel.alphabet())))}
+    raw = HFTok(models.BPE(vocab=vocab, merges=[]))
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>"]
+    raw.add_special_tokens(specials)
+    if bos:
+        raw.post_processor = processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", raw.token_to_id("<s>"))]
+        )
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
+    if template:
+        tok.chat_template = template
+    tok.save_pretrained(path)
+
+
+CHATML_WITH_DEFAULT_SYSTEM = (  # Qwen2.5's way: a system turn of its own when the chat has none
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        (dict(bos=True), "adds '<s>' before every text"),
+        (dict(template=CHATML_WITH_DEFAULT_SYSTEM), "chat template renders chats otherwise than cookmind's"),
+    ],
+)
+def test_a_hugging_face_tokenizer_that_cookmind_would_use_otherwise_is_named(tmp_path, kw, says):
+    # its post_processor's <s> and its own chat template were dropped without a word: prompts, chats and evals
+    # reached the model otherwise than transformers gives them
+    from cookmind.infer.loading import load_for_inference
+
+    save_model(tmp_path / "m", tiny_lm(vocab_size=300, intermediate_size=48, max_position_embeddings=64))
+    _gpt2_style_tokenizer(tmp_path / "m", **kw)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "m"))
+    with pytest.warns(UserWarning, match=says):
+        _, tok = load_for_inference(tmp_path / "m")
+    if kw.get("bos"):
+        assert hf_tok.encode("hi") == [hf_tok.convert_tokens_to_ids("<s>"), *tok.encode("hi")]
+    else:
+        chat = [{"role": "user", "content": "hi"}]
+        assert hf_tok.apply_chat_template(chat, tokenize=False) != tok.apply_chat_template(chat)
+
+
+def test_a_hugging_face_tokenizer_that_cookmind_uses_as_transformers_does_loads_quietly(tmp_path, recwarn):
+    from cookmind.infer.loading import load_for_inference
+    from cookmind.tokenizer.chat_template import jinja_template
+
+    save_model(tmp_path / "m", tiny_lm(vocab_size=300, intermediate_size=48, max_position_embeddings=64))
+    _gpt2_style_tokenizer(tmp_path / "m", template=jinja_template())
+    load_for_inference(tmp_path / "m")
+    assert not [w for w in recwarn if "transformers" in str(w.message)]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -140,6 +141,10 @@ def load_for_inference(
                 "+ merges.txt); give the one it was trained with: --tokenizer DIR"
             )
     tokenizer = load_tokenizer(tokenizer_path or path)
+    from cookmind.tokenizer.hf_format import transformers_differences
+
+    for difference in transformers_differences(tokenizer_path or path, tokenizer):
+        warnings.warn(difference, stacklevel=2)  # the model may expect what transformers gives it
     if tokenizer_path is not None:
         from cookmind.tokenizer.tokenizer import check_carried_tokenizer
 

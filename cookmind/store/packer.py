@@ -216,6 +216,13 @@ def pack(
     _check_flags_apply(opts, separator, one_per_line)
     tok = _load_tokenizer(tokenizer)
     _check_options(opts, tok, tokenizer)
+    if isinstance(tokenizer, (str, Path)):
+        import warnings
+
+        from cookmind.tokenizer.hf_format import transformers_differences
+
+        for difference in transformers_differences(tokenizer, tok):
+            warnings.warn(difference, stacklevel=2)  # a Hugging Face model's own tokenizer: packed otherwise
     tok_meta = {
         "fingerprint": tok.fingerprint(),
         "vocab_size": int(tok.vocab_size),

@@ -228,3 +228,51 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
         a, b = m if isinstance(m, list) else m.split(" ")
         merges.append((str_to_token(a), str_to_token(b)))
     return Tokenizer(vocab, merges, specials, pattern)
+
+
+def transformers_differences(directory: str | os.PathLike, tok) -> list[str]:
+    """What transformers does with the tokenizer files in ``directory`` that ``tok`` (loaded from them) does not:
+    tokens its post_processor adds around every text (Llama's ``<s>``), a chat template that renders otherwise
+    than ours. One sentence each; [] when they agree or there are no such files (cookmind's own folders)."""
+    directory = Path(directory)
+    if (directory / "cookmind_tokenizer.json").is_file() or not (directory / "tokenizer.json").is_file():
+        return []
+    from transformers import AutoTokenizer
+
+    try:
+        hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except (OSError, ValueError, TypeError):
+        return []  # loading it is not what this checks; cookmind's own load has succeeded
+    found = []
+    with_specials, plain = hf.encode("Hello world"), hf.encode("Hello world", add_special_tokens=False)
+    if with_specials != plain:
+        k = next((k for k in range(len(with_specials)) if with_specials[k : k + len(plain)] == plain), 0)
+        sides = {"before": with_specials[:k], "after": with_specials[k + len(plain) :]}
+        added = " and ".join(
+            f"{', '.join(map(repr, hf.convert_ids_to_tokens(ids)))} {side}" for side, ids in sides.items() if ids
+        )
+        found.append(
+            f"{directory / 'tokenizer.json'}: its post_processor adds {added} every text in transformers; "
+            "cookmind's encode does not (prompts, packed documents, evals of a cookmind model)"
+        )
+    template = getattr(hf, "chat_template", None)
+    if template and hasattr(tok, "render") and getattr(tok, "im_start_id", None) is not None:
+        chat = [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello"},
+            {"role": "user", "content": "Bye"},
+        ]
+        try:
+            theirs_text = hf.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        except Exception:  # noqa: BLE001 - a template that fails on a plain chat differs from ours too
+            theirs_text = None
+        ours_text = tok.apply_chat_template(chat, add_generation_prompt=True)
+        if theirs_text != ours_text:
+            at = next((i for i, (a, b) in enumerate(zip(theirs_text or "", ours_text)) if a != b), None)
+            at = min(len(theirs_text or ""), len(ours_text)) if at is None else at
+            found.append(
+                f"{directory}: its chat template renders chats otherwise than cookmind's ChatML (from character {at}: "
+                f"{(theirs_text or '')[at : at + 30]!r} vs {ours_text[at : at + 30]!r}); "
+                "cookmind's chat, serve and SFT packing render its own"
+            )
+    return found
