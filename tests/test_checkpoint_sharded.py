@@ -597,3 +597,18 @@ def test_a_tokenizer_folder_that_is_a_model_lends_only_its_tokenizer_files(tmp_p
     ]
     _, weights = read_model_weights(step, trained.config)
     _assert_same(weights, {k: v for k, v in trained.state_dict().items() if k != "lm_head.weight"})
+
+
+def test_a_sharded_lora_run_on_a_hugging_face_model_reads_as_the_full_formats_does(tmp_path, store):
+    # --init-from takes a Hugging Face folder, but a sharded LoRA checkpoint's adapter was merged onto its base by
+    # load_model, which read the folder's config.json as ours: "CookMindConfig: unknown keys ['architectures', ...]"
+    from cookmind.model import save_model
+    from cookmind.model.hf import export_hf
+
+    torch.manual_seed(5)
+    save_model(tmp_path / "init", tiny_lm())
+    export_hf(tmp_path / "init", tmp_path / "init_hf")
+    lora = [f"train.init_from={tmp_path / 'init_hf'}", "lora.enabled=true", "lora.r=4", "lora.alpha=8"]
+    _train(store, tmp_path / "full", "train.max_steps=2", "checkpoint.format=full", *lora)
+    _train(store, tmp_path / "sharded", "train.max_steps=2", "checkpoint.format=sharded", *lora)
+    _assert_same(_weights(tmp_path / "full", 2), _weights(tmp_path / "sharded", 2))

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -79,8 +78,8 @@ def load_tokenizer(path: str | Path):
 def load_model_dir(path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None):
     """A CookMindLM from a model or checkpoint directory, a training run (its newest checkpoint) or a Hugging
     Face Llama/Qwen folder (imported). dtype: a torch dtype or one of DTYPES' names; None keeps the stored one."""
-    from cookmind.model import load_model, resolve_model_dir
-    from cookmind.model.hf import import_hf, is_hf_model_dir
+    from cookmind.model import resolve_model_dir
+    from cookmind.model.hf import load_model_or_hf
 
     path = resolve_model_dir(path)
     if not path.is_dir():
@@ -89,11 +88,7 @@ def load_model_dir(path: str | Path, device: str | torch.device = "cpu", dtype: 
             "Hugging Face model folder)"
         )
     torch_dtype = _torch_dtype(dtype)
-    if is_hf_model_dir(path):
-        with tempfile.TemporaryDirectory(prefix="cookmind-import-") as tmp:
-            import_hf(path, Path(tmp) / "model")
-            return load_model(Path(tmp) / "model", device=device, dtype=torch_dtype)
-    return load_model(path, device=device, dtype=torch_dtype)
+    return load_model_or_hf(path, device=device, dtype=torch_dtype)
 
 
 def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:

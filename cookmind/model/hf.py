@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -335,3 +336,16 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torc
         copy_tokenizer_files(hf_dir, tmp)
 
     return _atomic_dir(out_dir, fill)
+
+
+def load_model_or_hf(
+    path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+) -> CookMindLM:
+    """A CookMindLM from a cookmind model directory or a Hugging Face Llama/Qwen folder (imported on the way)."""
+    from cookmind.model.model_io import load_model
+
+    if not is_hf_model_dir(path):
+        return load_model(path, device=device, dtype=dtype)
+    with tempfile.TemporaryDirectory(prefix="cookmind-import-") as tmp:
+        import_hf(path, Path(tmp) / "model")
+        return load_model(Path(tmp) / "model", device=device, dtype=dtype)

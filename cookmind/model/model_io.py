@@ -357,10 +357,12 @@ def _merged_onto_base(directory: Path, adapter: dict[str, torch.Tensor]) -> dict
     if base_dir is None or not (base_dir / CONFIG_NAME).is_file():
         raise ModelLoadError(
             f"{dcp_dir(directory)}: holds a LoRA adapter only, and its base model train.init_from={base!r} (from "
-            f"{directory / META_NAME}) is not a cookmind model directory here; run from the training's directory "
+            f"{directory / META_NAME}) is not a model directory here; run from the training's directory "
             "or resume the run and save with checkpoint.format=full"
         )
-    model = load_model(base_dir, dtype=next(iter(adapter.values())).dtype)
+    from cookmind.model.hf import load_model_or_hf  # hf reads through this module: imported here
+
+    model = load_model_or_hf(base_dir, dtype=next(iter(adapter.values())).dtype)  # --init-from takes either
     apply_lora(model, lora["r"], lora["alpha"], 0.0, lora["targets"])
     missing = set(adapter) - set(model.state_dict())
     if missing:
