@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -240,7 +241,9 @@ def transformers_differences(directory: str | os.PathLike, tok) -> list[str]:
     from transformers import AutoTokenizer
 
     try:
-        hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        with warnings.catch_warnings():  # transformers' notes on a cookmind config.json beside the tokenizer
+            warnings.simplefilter("ignore")
+            hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except (OSError, ValueError, TypeError):
         return []  # loading it is not what this checks; cookmind's own load has succeeded
     found = []
