@@ -433,3 +433,20 @@ def test_a_hugging_face_tokenizer_that_cookmind_uses_as_transformers_does_loads_
     _gpt2_style_tokenizer(tmp_path / "m", template=jinja_template())
     load_for_inference(tmp_path / "m")
     assert not [str(w.message) for w in recwarn], "nothing to say (transformers' notes on our config.json neither)"
+
+
+def test_export_of_a_model_with_several_eos_ids_generates_in_transformers(tmp_path):
+    # an eos_token_id list (an imported Llama 3's) was nested into generation_config.json's: [[e1, e2], im_end],
+    # on which transformers' generate stopped with "TypeError: not a sequence"
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    (tmp_path / "c.txt").write_text("the cook stirs the soup and tastes it. " * 40)
+    tok = Tokenizer(*train_bpe(tmp_path / "c.txt", 280, DEFAULT_SPECIAL_TOKENS, progress=False), DEFAULT_SPECIAL_TOKENS)
+    eos = [tok.eos_id, tok.special_tokens["<think>"]]
+    save_model(tmp_path / "ckpt", tiny_lm(vocab_size=tok.vocab_size, intermediate_size=48, eos_token_id=eos))
+    tok.save(tmp_path / "ckpt")
+    export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    gen = transformers.GenerationConfig.from_pretrained(str(tmp_path / "hf"))
+    assert gen.eos_token_id == [*eos, tok.im_end_id]
+    out = _hf_load(tmp_path / "hf").generate(torch.tensor([[5, 6, 7]]), max_new_tokens=2, do_sample=False)
+    assert out.shape[0] == 1

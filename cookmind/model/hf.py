@@ -189,9 +189,10 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
                 for k in ("bos_token_id", "eos_token_id", "pad_token_id")
                 if getattr(cfg, k) is not None
             }
-            stops = [cfg.eos_token_id] + [i for i in _added_token_ids(tmp, TURN_END_TOKENS) if i != cfg.eos_token_id]
+            eos = list(cfg.eos_token_id) if isinstance(cfg.eos_token_id, (list, tuple)) else [cfg.eos_token_id]
+            stops = eos + [i for i in _added_token_ids(tmp, TURN_END_TOKENS) if i not in eos]
             if len(stops) > 1:
-                gen["eos_token_id"] = stops
+                gen["eos_token_id"] = stops  # one flat list, as transformers reads it
             (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
 
     _atomic_dir(out_dir, fill)
