@@ -450,3 +450,36 @@ def test_export_of_a_model_with_several_eos_ids_generates_in_transformers(tmp_pa
     assert gen.eos_token_id == [*eos, tok.im_end_id]
     out = _hf_load(tmp_path / "hf").generate(torch.tensor([[5, 6, 7]]), max_new_tokens=2, do_sample=False)
     assert out.shape[0] == 1
+
+
+def test_chat_on_a_model_whose_tokenizer_has_no_chatml_tokens_says_what_works(tmp_path, capsys):
+    # "train it with --special-token for both": no help for a Hugging Face model whose tokenizer is fixed
+    save_model(tmp_path / "m", tiny_lm(vocab_size=300, intermediate_size=48, max_position_embeddings=64))
+    _gpt2_style_tokenizer(tmp_path / "m")
+    (tmp_path / "m" / "tokenizer.json").write_text(
+        (tmp_path / "m" / "tokenizer.json").read_text().replace("<|im_start|>", "<|x|>").replace("<|im_end|>", "<|y|>")
+    )
+    assert cli_main(["generate", str(tmp_path / "m"), "--chat", "--prompt", "hi", "--max-new-tokens", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "ChatML" in err and "without --chat" in err and "\n" not in err, err
+    assert cli_main(["generate", str(tmp_path / "m"), "--prompt", "hi", "--max-new-tokens", "1"]) == 0
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    assert (
+        cli_main(
+            [
+                "pack",
+                "--tokenizer",
+                str(tmp_path / "m"),
+                "--train-type",
+                "sft",
+                "--input",
+                str(chats),
+                "--out",
+                str(tmp_path / "sft"),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert "ChatML" in err and "--train-type seq" in err and "\n" not in err, err

@@ -148,8 +148,9 @@ def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
     chat = opts.train_type in ("sft", "dpo") or (opts.train_type == "grpo" and opts.prompt_template == "chat")
     if chat and (tok.im_start_id is None or tok.im_end_id is None):
         raise PackError(
-            f"{name} has no <|im_start|>/<|im_end|> tokens, which the chat template needs for {opts.train_type}: "
-            "train it with the default --special-token set"
+            f"{name} has no <|im_start|>/<|im_end|> tokens, which the chat template needs for {opts.train_type} "
+            "(cookmind renders chats in ChatML only): train a tokenizer with the default --special-token set, or "
+            "pack such a model's data (a Hugging Face model with another chat template) as --train-type seq"
             + (", or give grpo prompts a --prompt-template with {question}" if opts.train_type == "grpo" else "")
         )
 

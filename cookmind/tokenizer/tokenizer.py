@@ -347,8 +347,9 @@ class Tokenizer:
         """
         if self.im_start_id is None or self.im_end_id is None:
             raise TokenizerError(
-                f"this tokenizer has no {IM_START}/{IM_END} special tokens; "
-                "train it with --special-token for both to render chats"
+                f"this tokenizer has no {IM_START}/{IM_END} special tokens, and cookmind renders chats in ChatML "
+                "only: train a tokenizer with --special-token for both, or give such a model (a Hugging Face model "
+                "with another chat template) plain text: generate without --chat, pack --train-type seq"
             )
         segs = chat_segments(messages, add_generation_prompt, tools)
         text = "".join(t for t, _, _ in segs)
