@@ -483,3 +483,19 @@ def test_chat_on_a_model_whose_tokenizer_has_no_chatml_tokens_says_what_works(tm
     )
     err = capsys.readouterr().err.strip()
     assert "ChatML" in err and "--train-type seq" in err and "\n" not in err, err
+
+
+def test_a_tokenizer_neither_cookmind_nor_transformers_can_encode_with_is_refused_with_the_reason(tmp_path, capsys):
+    # cookmind's reason ("the vocabulary lacks single-byte tokens") was dropped for transformers' reading, which
+    # encoded every prompt to nothing: "generate: every prompt needs at least one token"
+    from tokenizers import Tokenizer as HFTok
+    from tokenizers import models, pre_tokenizers
+
+    save_model(tmp_path / "m", tiny_lm(vocab_size=300, intermediate_size=48, max_position_embeddings=64))
+    raw = HFTok(models.BPE(vocab={}, merges=[]))
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.add_special_tokens(["<|endoftext|>"])
+    raw.save(str(tmp_path / "m" / "tokenizer.json"))
+    assert cli_main(["generate", str(tmp_path / "m"), "--prompt", "hi", "--max-new-tokens", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "encodes text to nothing" in err and "single-byte tokens" in err and "\n" not in err, err

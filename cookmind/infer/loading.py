@@ -69,10 +69,16 @@ def load_tokenizer(path: str | Path):
     path = Path(path)
     try:
         return Tokenizer.load(path)
-    except TokenizerError:
-        if (path / "tokenizer.json").is_file():
-            return HFTokenizerAdapter(path)
-        raise
+    except TokenizerError as exc:
+        if not (path / "tokenizer.json").is_file():
+            raise
+        adapter = HFTokenizerAdapter(path)  # what transformers reads (a SentencePiece-style BPE, a normalizer)
+        if not adapter.encode("Hello world"):
+            raise TokenizerError(
+                f"{path / 'tokenizer.json'}: transformers reads a tokenizer of {adapter.vocab_size} tokens that "
+                f"encodes text to nothing, and cookmind cannot read it: {exc}"
+            ) from None
+        return adapter
 
 
 def load_model_dir(path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None):
