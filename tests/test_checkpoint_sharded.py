@@ -612,3 +612,21 @@ def test_a_sharded_lora_run_on_a_hugging_face_model_reads_as_the_full_formats_do
     _train(store, tmp_path / "full", "train.max_steps=2", "checkpoint.format=full", *lora)
     _train(store, tmp_path / "sharded", "train.max_steps=2", "checkpoint.format=sharded", *lora)
     _assert_same(_weights(tmp_path / "full", 2), _weights(tmp_path / "sharded", 2))
+
+
+def test_a_sharded_checkpoint_reads_its_dcp_weights_as_resume_does_whatever_lies_beside(tmp_path):
+    # a checkpoint saved before 7438e49 with a model folder as --tokenizer holds that model's model.safetensors beside
+    # dcp/: resume read dcp/, export --hf / generate / eval read the stray file (the run's starting weights)
+    import shutil
+
+    from cookmind.model import save_model
+    from cookmind.model.model_io import read_model_weights
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer
+
+    torch.manual_seed(0)
+    base, trained = tiny_lm(), tiny_lm()
+    step = ShardedCheckpointer().save(tmp_path / "step_00000001", trained, None, {"step": 1, "run_id": "r"})
+    save_model(tmp_path / "base", base)
+    shutil.copy2(tmp_path / "base" / "model.safetensors", step / "model.safetensors")
+    _, weights = read_model_weights(step, trained.config)
+    _assert_same(weights, {k: v for k, v in trained.state_dict().items() if k != "lm_head.weight"})

@@ -323,7 +323,7 @@ def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> 
     """(the file named in errors, the weights) of a model directory: ``model.safetensors``, or a sharded
     checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight`` dropped, as save_model does)."""
     directory = Path(directory)
-    if (directory / WEIGHTS_NAME).is_file() or not is_sharded_checkpoint(directory):
+    if not is_sharded_checkpoint(directory):  # a sharded one is its dcp/, as resume reads it, whatever lies beside
         if (directory / WEIGHTS_NAME).is_file():
             verify_checksums(directory, skip=(OPTIMIZER_NAME,))
         return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
