@@ -499,3 +499,27 @@ def test_a_tokenizer_neither_cookmind_nor_transformers_can_encode_with_is_refuse
     assert cli_main(["generate", str(tmp_path / "m"), "--prompt", "hi", "--max-new-tokens", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "encodes text to nothing" in err and "single-byte tokens" in err and "\n" not in err, err
+
+
+def test_generate_on_a_hugging_face_folder_stops_where_its_generation_config_says(tmp_path, capsys):
+    # Llama 3 Instruct's generation_config.json ends generation at <|eot_id|> too, beside config.json's eos: cookmind
+    # generate hid that token and ran on to --max-new-tokens
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    specials = [*DEFAULT_SPECIAL_TOKENS, "<|eot_id|>"]
+    (tmp_path / "c.txt").write_text("the cook stirs the soup and tastes it. " * 40)
+    tok = Tokenizer(*train_bpe(tmp_path / "c.txt", 280, specials, progress=False), specials)
+    eot, letter = tok.special_tokens["<|eot_id|>"], tok.encode("a")[0]
+    save_model(tmp_path / "ckpt", _turn_taking_model(tok.vocab_size, eot, letter, tok.eos_id))  # eot a eot a ...
+    tok.save(tmp_path / "ckpt")
+    export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    for name in ("cookmind_tokenizer.json", "generation_config.json"):
+        (tmp_path / "hf" / name).unlink()
+    (tmp_path / "hf" / "generation_config.json").write_text(json.dumps({"eos_token_id": [tok.eos_id, eot]}))
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    ids = torch.tensor([hf_tok("the soup", add_special_tokens=False)["input_ids"]])
+    out = _hf_load(tmp_path / "hf").generate(ids, max_new_tokens=4, do_sample=False)[0, ids.shape[1] :].tolist()
+    assert out == [eot]
+    capsys.readouterr()
+    assert cli_main(["generate", str(tmp_path / "hf"), "--prompt", "the soup", "--max-new-tokens", "4"]) == 0
+    assert capsys.readouterr().out.strip() == hf_tok.decode(out, skip_special_tokens=True) == ""

@@ -72,8 +72,10 @@ def chat_stop_ids(tokenizer) -> tuple[int, ...]:
 
 def model_eos_ids(config) -> tuple[int, ...]:
     """The model's own end-of-text ids: its config's ``eos_token_id`` (an int, a list or None)."""
+    from cookmind.model.hf import eos_ids
+
     eos = getattr(config, "eos_token_id", None)
-    return tuple(int(i) for i in ([] if eos is None else [eos] if isinstance(eos, int) else eos))
+    return () if eos is None else tuple(eos_ids(eos))
 
 
 def text_stop_ids(tokenizer, config=None) -> tuple[int, ...]:

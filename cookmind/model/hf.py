@@ -8,6 +8,7 @@ transformers' config class expects.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -189,7 +190,7 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
                 for k in ("bos_token_id", "eos_token_id", "pad_token_id")
                 if getattr(cfg, k) is not None
             }
-            eos = list(cfg.eos_token_id) if isinstance(cfg.eos_token_id, (list, tuple)) else [cfg.eos_token_id]
+            eos = eos_ids(cfg.eos_token_id)
             stops = eos + [i for i in _added_token_ids(tmp, TURN_END_TOKENS) if i not in eos]
             if len(stops) > 1:
                 gen["eos_token_id"] = stops  # one flat list, as transformers reads it
@@ -312,6 +313,24 @@ def _index_shards(index: Path) -> list[str]:
     return shards
 
 
+def _with_generation_eos(cfg: CookMindConfig, hf_dir: Path) -> CookMindConfig:
+    """``cfg`` ending generation where transformers' generate does: generation_config.json's eos ids join
+    config.json's (Llama 3 Instruct's <|eot_id|>)."""
+    path = hf_dir / "generation_config.json"
+    try:
+        eos = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    except (OSError, ValueError, AttributeError) as exc:
+        raise HFInteropError(f"{path}: not valid JSON ({exc}); re-save the model or remove the file") from None
+    have = [] if cfg.eos_token_id is None else list(eos_ids(cfg.eos_token_id))
+    extra = [i for i in ([] if eos is None else eos_ids(eos)) if i not in have]
+    return dataclasses.replace(cfg, eos_token_id=have + extra) if extra else cfg
+
+
+def eos_ids(value) -> list[int]:
+    """An eos_token_id field (an int or a list of ints) as a list."""
+    return [int(value)] if isinstance(value, int) else [int(i) for i in value]
+
+
 def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
     """Convert a HF Llama/Qwen2/Qwen3 directory into a CookMind model directory (+ its tokenizer files)."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
@@ -323,7 +342,7 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torc
         )
     if not config_path.is_file():
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
-    cfg = from_hf_config(json.loads(config_path.read_text()), config_path)
+    cfg = _with_generation_eos(from_hf_config(json.loads(config_path.read_text()), config_path), hf_dir)
     weights_path, tensors = _read_hf_weights(hf_dir)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
