@@ -523,3 +523,27 @@ def test_generate_on_a_hugging_face_folder_stops_where_its_generation_config_say
     capsys.readouterr()
     assert cli_main(["generate", str(tmp_path / "hf"), "--prompt", "the soup", "--max-new-tokens", "4"]) == 0
     assert capsys.readouterr().out.strip() == hf_tok.decode(out, skip_special_tokens=True) == ""
+
+
+def test_export_and_import_replace_their_own_output_with_overwrite_and_nothing_else(tmp_path, capsys):
+    # "already exists; choose a new output directory or remove it": no way to re-export after more training
+    old, new = tiny_lm(**BASE, num_key_value_heads=2), tiny_lm(**BASE, num_key_value_heads=2)
+    save_model(tmp_path / "old", old)
+    save_model(tmp_path / "new", new)
+    assert cli_main(["export", "--hf", str(tmp_path / "old"), str(tmp_path / "hf")]) == 0
+    assert cli_main(["export", "--hf", str(tmp_path / "new"), str(tmp_path / "hf")]) == 2
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert cli_main(["export", "--hf", str(tmp_path / "new"), str(tmp_path / "hf"), "--overwrite"]) == 0
+    hf = _hf_load(tmp_path / "hf")
+    torch.testing.assert_close(hf.model.embed_tokens.weight, new.model.embed_tokens.weight, rtol=0, atol=0)
+    assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "back")]) == 0
+    assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "back"), "--overwrite"]) == 0
+    # a folder holding anything else, or another kind of folder, is never replaced
+    (tmp_path / "hf" / "notes.txt").write_text("mine")
+    assert cli_main(["export", "--hf", str(tmp_path / "new"), str(tmp_path / "hf"), "--overwrite"]) == 2
+    assert "notes.txt" in capsys.readouterr().err and (tmp_path / "hf" / "notes.txt").is_file()
+    assert cli_main(["export", "--hf", str(tmp_path / "new"), str(tmp_path / "back"), "--overwrite"]) == 2
+    (tmp_path / "old" / "meta.json").write_text("{}")  # a training checkpoint
+    (tmp_path / "hf" / "notes.txt").unlink()
+    assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "old"), "--overwrite"]) == 2
+    assert "meta.json" in capsys.readouterr().err and (tmp_path / "old" / "meta.json").is_file()

@@ -30,10 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="out_flag",
         metavar="DIR",
         default=None,
-        help="output directory (must not exist; written atomically)",
+        help="output directory (must not exist unless --overwrite; written atomically)",
     )
     parser.add_argument("paths", nargs="*", metavar="MODEL OUT", help="the same as --model MODEL --out OUT")
     parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an earlier output of this command (only such a folder)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -45,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     model, out_dir = model_and_out(args)
     ckpt = resolve_model_dir(Path(model))
     try:
-        out = export_hf(ckpt, out_dir, dtype=parse_dtype(args.dtype))
+        out = export_hf(ckpt, out_dir, dtype=parse_dtype(args.dtype), overwrite=args.overwrite)
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
         print(f"cookmind export: error: {exc}", file=sys.stderr)
         return 2

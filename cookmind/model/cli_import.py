@@ -27,10 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="out_flag",
         metavar="DIR",
         default=None,
-        help="output CookMind model directory (must not exist; written atomically)",
+        help="output CookMind model directory (must not exist unless --overwrite; written atomically)",
     )
     parser.add_argument("paths", nargs="*", metavar="HF_DIR OUT", help="the same as --model HF_DIR --out OUT")
     parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an earlier output of this command (only such a folder)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -42,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
 
     hf_dir, out_dir = model_and_out(args)
     try:
-        out = import_hf(hf_dir, out_dir, dtype=parse_dtype(args.dtype))
+        out = import_hf(hf_dir, out_dir, dtype=parse_dtype(args.dtype), overwrite=args.overwrite)
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
         print(f"cookmind import: error: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cookmind.atomic import building_dir, save_safetensors
+from cookmind.atomic import building_dir, check_replaceable, save_safetensors
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.model_io import (
@@ -31,7 +31,7 @@ from cookmind.model.model_io import (
     read_model_weights,
     read_weights,
 )
-from cookmind.tokenizer.files import copy_tokenizer_files
+from cookmind.tokenizer.files import TOKENIZER_FILES, copy_tokenizer_files
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 # the chat template's end of an assistant turn: cookmind's generate/chat/serve stop there too
@@ -148,20 +148,41 @@ def _added_token_ids(folder: Path, names: tuple[str, ...]) -> list[int]:
     return [added[n] for n in names if n in added]
 
 
-def _atomic_dir(out: Path, fill) -> Path:
-    """Build `out` under a temporary sibling name with fill(tmp), then rename it into place."""
-    if out.exists():
-        raise HFInteropError(f"{out}: already exists; choose a new output directory or remove it")
-    with building_dir(out) as tmp:
-        fill(tmp)
+def _own_file(name: str) -> bool:
+    """A file export and import write: the config, the weights and a tokenizer's files."""
+    return name in (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES)
+
+
+def _is_cookmind_model_dir(path: Path) -> bool:
+    return (path / CONFIG_NAME).is_file() and (path / WEIGHTS_NAME).is_file() and not is_hf_model_dir(path)
+
+
+def _check_out(out: Path, overwrite: bool, is_ours, what: str) -> None:
+    """Refuse ``out`` before any work unless it is absent, or ``overwrite`` and a ``what`` holding only its files."""
+    try:
+        check_replaceable(out, overwrite, is_ours, what, _own_file)
+    except FileExistsError as exc:
+        raise HFInteropError(str(exc)) from None
+
+
+def _atomic_dir(out: Path, fill, overwrite: bool, is_ours, what: str) -> Path:
+    """Build `out` under a temporary sibling name with fill(tmp), then rename it into place (replacing, with
+    ``overwrite``, only a ``what`` holding nothing but its own files)."""
+    try:
+        with building_dir(out, replace=overwrite, is_ours=is_ours, what=what, own_file=_own_file) as tmp:
+            fill(tmp)
+    except FileExistsError as exc:
+        raise HFInteropError(str(exc)) from None
     return out
 
 
-def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
+def export_hf(
+    ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None, overwrite: bool = False
+) -> Path:
     """Write `out_dir` with config.json + model.safetensors (+ tokenizer files found in `ckpt_dir`).
 
     The result loads strictly with transformers.AutoModelForCausalLM.from_pretrained(out_dir).
-    dtype=None keeps the checkpoint's dtype.
+    dtype=None keeps the checkpoint's dtype; ``overwrite`` replaces an earlier export (nothing else).
     """
     ckpt_dir, out_dir = Path(ckpt_dir), Path(out_dir)
     if is_hf_model_dir(ckpt_dir):
@@ -172,6 +193,7 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
         )
     cfg = load_config(ckpt_dir)
     arch = hf_architecture(cfg)
+    _check_out(out_dir, overwrite, is_hf_model_dir, "Hugging Face export")
     weights_path, tensors = read_model_weights(ckpt_dir, cfg)  # model.safetensors, or a sharded checkpoint's dcp/
     check_state_dict(weights_path, _expected_shapes(cfg), tensors)
     if dtype is not None:
@@ -196,7 +218,7 @@ def export_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: to
                 gen["eos_token_id"] = stops  # one flat list, as transformers reads it
             (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
 
-    _atomic_dir(out_dir, fill)
+    _atomic_dir(out_dir, fill, overwrite, is_hf_model_dir, "Hugging Face export")
     assert json.loads((out_dir / CONFIG_NAME).read_text())["architectures"] == [arch]
     return out_dir
 
@@ -331,8 +353,11 @@ def eos_ids(value) -> list[int]:
     return [int(value)] if isinstance(value, int) else [int(i) for i in value]
 
 
-def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
-    """Convert a HF Llama/Qwen2/Qwen3 directory into a CookMind model directory (+ its tokenizer files)."""
+def import_hf(
+    hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None, overwrite: bool = False
+) -> Path:
+    """Convert a HF Llama/Qwen2/Qwen3 directory into a CookMind model directory (+ its tokenizer files);
+    ``overwrite`` replaces an earlier import (nothing else)."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     config_path = hf_dir / CONFIG_NAME
     if not is_hf_model_dir(hf_dir) and latest_checkpoint(hf_dir) is not None:
@@ -343,6 +368,7 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torc
     if not config_path.is_file():
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
     cfg = _with_generation_eos(from_hf_config(json.loads(config_path.read_text()), config_path), hf_dir)
+    _check_out(out_dir, overwrite, _is_cookmind_model_dir, "cookmind model folder")
     weights_path, tensors = _read_hf_weights(hf_dir)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
@@ -355,7 +381,7 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torc
         save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
         copy_tokenizer_files(hf_dir, tmp)
 
-    return _atomic_dir(out_dir, fill)
+    return _atomic_dir(out_dir, fill, overwrite, _is_cookmind_model_dir, "cookmind model folder")
 
 
 def load_model_or_hf(
