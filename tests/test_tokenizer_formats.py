@@ -369,3 +369,36 @@ def test_import_of_an_exported_gpt2_pair_keeps_every_special_token_by_default(to
     assert back.fingerprint() == tok.fingerprint() == summary["fingerprint"]
     gpt2 = load_gpt2_files(shared_data / "gpt2/vocab.json", shared_data / "gpt2/merges.txt")
     assert gpt2.special_tokens == {"<|endoftext|>": 50256}
+
+
+def test_a_folder_with_tokenizer_json_and_gpt2_files_loads_what_transformers_loads(tmp_path, shared_data):
+    # Qwen's folders ship vocab.json + merges.txt beside tokenizer.json: we read the pair (GPT-2's pattern, no added
+    # tokens) where transformers reads tokenizer.json (its own pattern, <|im_start|>...): 48,967 tokens for its 47,897
+    from transformers import AutoTokenizer
+
+    path = tmp_path / "c.txt"
+    path.write_text(random_text(0, 3000), encoding="utf-8")
+    gpt4 = Tokenizer(
+        *train_bpe(path, 700, DEFAULT_SPECIAL_TOKENS, pattern="gpt4", progress=False),
+        DEFAULT_SPECIAL_TOKENS,
+        pattern="gpt4",
+    )
+    gpt4.save(tmp_path / "folder")
+    (tmp_path / "folder" / "cookmind_tokenizer.json").unlink()
+    run_cli(
+        [
+            "export",
+            "--tokenizer",
+            str(tmp_path / "folder"),
+            "--out",
+            str(tmp_path / "pair"),
+            "--format",
+            "gpt2",
+        ]
+    )
+    for name in ("vocab.json", "merges.txt"):
+        (tmp_path / "pair" / name).rename(tmp_path / "folder" / name)
+    hf = AutoTokenizer.from_pretrained(tmp_path / "folder")
+    ours = Tokenizer.load(tmp_path / "folder")
+    text = (shared_data / "text" / "corpus.en").read_text(encoding="utf-8")[:20000]
+    assert ours.encode(text) == hf.encode(text, add_special_tokens=False, split_special_tokens=True)

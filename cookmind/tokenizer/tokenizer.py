@@ -461,8 +461,8 @@ class Tokenizer:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Tokenizer:
-        """Load our format from a directory, else a GPT-2 style vocab.json + merges.txt, else a byte-level
-        tokenizer.json."""
+        """Load our format from a directory, else a byte-level tokenizer.json, else a GPT-2 style vocab.json +
+        merges.txt."""
         directory = Path(directory)
         path = directory / FILE_NAME
         if path.is_file():
@@ -474,14 +474,15 @@ class Tokenizer:
                     f" at column {exc.colno}); re-save the tokenizer"
                 ) from None
             return cls.from_dict(d, str(path))
+        if (directory / "tokenizer.json").is_file():
+            # before a vocab.json + merges.txt pair beside it, as transformers: the pair has no pattern, no added tokens
+            from cookmind.tokenizer.hf_format import load_hf_tokenizer_json
+
+            return load_hf_tokenizer_json(directory / "tokenizer.json")
         if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
             from cookmind.tokenizer.hf_format import load_gpt2_files
 
             return load_gpt2_files(directory / "vocab.json", directory / "merges.txt")
-        if (directory / "tokenizer.json").is_file():
-            from cookmind.tokenizer.hf_format import load_hf_tokenizer_json
-
-            return load_hf_tokenizer_json(directory / "tokenizer.json")
         raise TokenizerError(
             f"no tokenizer in {directory}: expected {FILE_NAME} (or tokenizer.json, or vocab.json + merges.txt); "
             "train one with `cookmind tokenizer train`"
