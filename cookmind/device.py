@@ -25,7 +25,8 @@ def resolve_device(name: str | None = "auto", local_rank: int = 0, what: str = "
         raise ValueError(f"{given} is not a device; pass auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"{given} but CUDA is not available here; pass cpu or auto")
+            fix = "pass cpu or auto" if what.startswith("--") else f"set {what}=cpu (or auto) to run on the CPU"
+            raise ValueError(f"{given} but CUDA is not available here; {fix}")
         if device.index is None:
             device = torch.device("cuda", local_rank)
         if device.index >= torch.cuda.device_count():

@@ -205,7 +205,9 @@ def test_init_distributed_single_process_and_clear_errors(monkeypatch):
     with pytest.raises(ValueError, match="MASTER_ADDR is unset; launch with torchrun"):
         init_distributed("cpu")
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="train.device=cuda but CUDA is not available here; pass cpu or auto"):
+        with pytest.raises(
+            ValueError, match=r"train.device=cuda but CUDA is not available here; set train.device=cpu \(or auto\)"
+        ):
             init_distributed("cuda")
 
 

@@ -1108,3 +1108,19 @@ def test_a_store_of_another_tokenizer_with_a_larger_vocabulary_is_named_as_such(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"{stores[which]} was packed with tokenizer /elsewhere/tok1000" in err, err
     assert "model.vocab_size" not in err, err
+
+
+@pytest.mark.parametrize("preset", ["gpt2-small", "minimind", "qwen3-0.6b", "llama-1.3b"])
+def test_a_gpu_preset_on_a_machine_without_cuda_is_refused_in_one_line(tmp_path, store, monkeypatch, preset):
+    """The README's one-H200 recipe (`cookmind train --config qwen3-0.6b --train-data STORE --tokenizer TOK`) on a
+    CPU machine started a 23,000-step bf16 run of a 0.6B model on the CPU (train.device=auto), one step never
+    ending, so not even SIGTERM stopped it. A GPU preset asks for CUDA: without it the Trainer refuses at once, in
+    one line naming the key and how to run the preset on the CPU anyway (shrunk here so a wrong start is cheap)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    shrunk = [f"data.train_path={store}", f"logging.run_dir={tmp_path / 'run'}", *TINY, "train.compile=false"]
+    with pytest.raises(ValueError) as err:
+        Trainer(TrainConfig.load(preset, shrunk))
+    msg = str(err.value)
+    assert msg.startswith("train.device=cuda") and "train.device=cpu" in msg and "\n" not in msg
+    assert not (tmp_path / "run").exists()
+    Trainer(TrainConfig.load(preset, [*shrunk, "train.device=cpu"]))  # what the line says runs it on the CPU
