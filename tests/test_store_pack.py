@@ -551,6 +551,39 @@ def test_val_fraction_holds_a_seeded_share_out_into_its_own_store(tmp_path, tok_
         pack([src], tmp_path / "y", tok_dir, "seq", progress=False, val_fraction=0.1, val_out=tmp_path / "y")
 
 
+def test_a_split_into_an_existing_store_is_refused_before_the_inputs_are_read(tmp_path, tok_dir):
+    """The README's second pack line (`--out data/pre --val-fraction 0.01 --val-out data/val` after the first made
+    data/pre) read every input through to count its records, then said "data/pre already exists" (or, for a text
+    file of one document, complained of its record count instead). The output check comes first, as without a split."""
+    one = tmp_path / "corpus.txt"
+    one.write_text("One document, no separator.\nIts second line.\n", encoding="utf-8")
+    pack([one], tmp_path / "pre", tok_dir, "seq", progress=False)
+    for out, val in ((tmp_path / "pre", tmp_path / "val"), (tmp_path / "train", tmp_path / "pre")):
+        with pytest.raises(FileExistsError, match=f"{re.escape(str(tmp_path / 'pre'))} already exists"):
+            pack([one], out, tok_dir, "seq", progress=False, val_fraction=0.5, val_out=val)
+    assert not (tmp_path / "train").exists() and not (tmp_path / "val").exists()
+
+
+def test_a_split_of_one_plain_text_document_says_how_to_make_each_line_a_record(tmp_path, tok_dir):
+    """corpus.txt (one sentence a line, no <|endoftext|>) is one record; the refusal said "pack more records" and a
+    user had to find --one-per-line in the README. It names the flag; with it the split works."""
+    src = tmp_path / "corpus.txt"
+    src.write_text("".join(f"Sentence {i} about soup.\n" for i in range(20)), encoding="utf-8")
+    with pytest.raises(PackError, match="holds 1 record.*--one-per-line"):
+        pack([src], tmp_path / "tr", tok_dir, "seq", progress=False, val_fraction=0.1, val_out=tmp_path / "va")
+    pack(
+        [src],
+        tmp_path / "tr",
+        tok_dir,
+        "seq",
+        progress=False,
+        val_fraction=0.1,
+        val_out=tmp_path / "va",
+        one_per_line=True,
+    )
+    assert len(_records(tmp_path / "va", "sequence")) == 2 and len(_records(tmp_path / "tr", "sequence")) == 18
+
+
 def test_val_fraction_holds_out_round_share_times_records_chosen_by_seed(tmp_path, tok_dir):
     """--val-fraction 0.2 on 5 records held out none for most seeds (each record was drawn on its own) and then
     refused with 'raise it'. It holds out round(F x N) records, at least one and never all, the same ones for the

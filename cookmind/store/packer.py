@@ -30,8 +30,8 @@ from cookmind.store.records import (
     parse,
     reason_kind,
 )
-from cookmind.store.sources import count_items, estimate_items, iter_items
-from cookmind.store.writer import StoreWriter
+from cookmind.store.sources import count_items, estimate_items, iter_items, source_kind
+from cookmind.store.writer import StoreWriter, check_store_out
 
 CHUNK = 256
 EMPTY = "empty document"  # _encode_chunk's record for an EmptyDocument (a string: it crosses the pool)
@@ -232,6 +232,9 @@ def pack(
     }
     if isinstance(tokenizer, (str, Path)):
         tok_meta["path"] = str(Path(tokenizer).resolve())
+    for target in (out, val_out):  # before the inputs are read through to count them: a refusal costs nothing
+        if target is not None:
+            check_store_out(target, overwrite)
     try:
         to_read = (
             sum(count_items(p, separator, one_per_line, utf8_errors) for p in inputs) if val_out is not None else 0
@@ -242,6 +245,11 @@ def pack(
         raise PackError(
             f"--val-fraction {val_fraction}: the input holds {to_read} record{'' if to_read == 1 else 's'}, and a "
             "split needs at least 2 (one for each store); pack more records or leave --val-fraction out"
+            + (
+                " (a plain text file is one record per --separator; --one-per-line makes each line one)"
+                if train_type == "seq" and not one_per_line and any(source_kind(p) == "text" for p in inputs)
+                else ""
+            )
         )
     to_hold = min(max(round(val_fraction * to_read), 1), to_read - 1)
     items = itertools.chain.from_iterable(_items(p, separator, one_per_line, utf8_errors) for p in inputs)

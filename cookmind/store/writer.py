@@ -56,7 +56,7 @@ class StoreWriter:
         self.overwrite = overwrite
         self.meta = dict(meta or {})
         self.keys: tuple[str, ...] | None = None
-        check_replaceable(self.out, overwrite, is_token_store, "token store", is_store_file)
+        check_store_out(self.out, overwrite)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(self.out.parent)  # what a killed pack left behind
         self.tmp = temp_name(self.out)
@@ -170,6 +170,12 @@ _SHARD = re.escape(SHARD_PREFIX) + r"\d{4,}"
 _STORE_FILE = re.compile(
     rf"^(?:{re.escape(META_NAME)}|{_SHARD}|{_SHARD}\.h5|{_SHARD}/(?:{re.escape(META_NAME)}|(?:{'|'.join(KEY_KIND)})\.bin))$"
 )
+
+
+def check_store_out(out, overwrite: bool) -> None:
+    """Raise FileExistsError unless a store may be written at ``out`` (new, or a store of its own files to
+    replace with ``overwrite``); call it before long work."""
+    check_replaceable(Path(out), overwrite, is_token_store, "token store", is_store_file)
 
 
 def is_store_file(name: str) -> bool:
