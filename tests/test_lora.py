@@ -88,3 +88,22 @@ def test_peft_loads_our_adapter_onto_the_exported_hf_model(tmp_path, gqa_tied):
     # and the adapter really changes the output (not a vacuous equality)
     with torch.no_grad(), peft_model.disable_adapter():
         assert (peft_model(input_ids=ids).logits - theirs).abs().max().item() > 1e-3
+
+
+def test_the_base_fingerprint_of_a_matrix_over_2_24_values_samples_inside_it():
+    """`save_adapter` (every LoRA checkpoint) of a model with a matrix of more than 2**24 values (gpt2-small's
+    50304 x 768 embedding; `python3 bench/bench_multi_lora.py` on a CPU) died with "IndexError: index 38633472 is
+    out of bounds": float32 places rounded the last one past the end. Reference: the matrix's own first and last
+    values, and every sampled value is one of its values."""
+    from cookmind.model.fingerprint import VALUES, fingerprint_mismatch, weights_fingerprint
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4098, 4098, bias=False)  # 16,793,604 values > 2**24
+    flat = model.weight.detach().reshape(-1)
+    (rec,) = weights_fingerprint(model).values()
+    assert len(rec["values"]) == VALUES and rec["shape"] == [4098, 4098]
+    assert rec["values"][0] == float(f"{flat[0].item():.6g}") and rec["values"][-1] == float(f"{flat[-1].item():.6g}")
+    assert fingerprint_mismatch({"weight": rec}, model) is None
+    with torch.no_grad():
+        model.weight.mul_(2)
+    assert fingerprint_mismatch({"weight": rec}, model) == "weight"

@@ -55,5 +55,6 @@ def fingerprint_mismatch(recorded: dict[str, dict], model: nn.Module) -> str | N
 
 def _sample(t: torch.Tensor) -> torch.Tensor:
     flat = t.detach().reshape(-1)
-    places = torch.linspace(0, flat.numel() - 1, VALUES).round().long()
+    # float32 places, as every recorded adapter took them; past 2**24 values the last can round to numel: clamp it
+    places = torch.linspace(0, flat.numel() - 1, VALUES).round().long().clamp_(max=flat.numel() - 1)
     return flat[places.to(flat.device)].float().cpu()
