@@ -39,13 +39,14 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from triton.testing import do_bench
-
-    from cookmind.kernels import FlashAttentionTriton
 
     if not torch.cuda.is_available():
         print("bench_attention needs a CUDA GPU", file=sys.stderr)
         return 2
+    from triton.testing import do_bench
+
+    from cookmind.kernels import FlashAttentionTriton
+
     dev = torch.device("cuda")
 
     def sdpa(backend):

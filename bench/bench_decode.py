@@ -46,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cookmind.device import cuda_missing  # noqa: E402
 from cookmind.infer.engine import Engine, TokenEvent  # noqa: E402
 from cookmind.infer.sampling import SamplingParams  # noqa: E402
 from cookmind.model import CookMindConfig, CookMindLM, load_model, save_model  # noqa: E402
@@ -353,6 +354,8 @@ def main(argv=None) -> int:
     p.add_argument("--profile-ttft", action="store_true", help="print a cProfile of a lone request's first step")
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
+    if why := cuda_missing(args.device):  # one line, not torch's traceback from deep inside
+        p.error(why)
     if args.tiny:
         args.layers, args.hidden, args.heads, args.kv_heads, args.intermediate, args.vocab = 2, 64, 4, 2, 128, 512
         args.prompt_len, args.new_tokens, args.batch_sizes, args.repeats = 8, 8, "1,4", 1

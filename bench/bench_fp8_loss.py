@@ -52,7 +52,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from bench.bench_train import PRESET_RUNS, emulated_float8_on_cpu, preset_run  # noqa: E402 (run as a script too)
+from cookmind.device import cuda_missing  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO / "build" / "fp8-loss"
@@ -364,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         help="no training: print the verdict from the run lines in these logs (a --runs baseline and a --runs fp8)",
     )
     args = ap.parse_args(argv)
+    if why := cuda_missing(args.device):  # one line, not torch's traceback from deep inside
+        ap.error(why)
     if args.compare:
         print(json.dumps(verdict_from_logs(args.compare)), flush=True)
         return 0

@@ -40,14 +40,15 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
     import torch.nn.functional as F
+
+    if not torch.cuda.is_available():
+        print("bench_linear_ce needs a CUDA GPU", file=sys.stderr)
+        return 2
     from triton.testing import do_bench
 
     from cookmind.kernels.linear_ce import cross_entropy_rows_triton, linear_cross_entropy
     from cookmind.model.cross_entropy import cross_entropy
 
-    if not torch.cuda.is_available():
-        print("bench_linear_ce needs a CUDA GPU", file=sys.stderr)
-        return 2
     dev = torch.device("cuda")
     n, c, v = args.rows, args.hidden, args.vocab
     meta = {

@@ -46,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from cookmind.device import cuda_missing  # noqa: E402
+
 METHODS = {  # the parallel section of each method's TrainConfig
     "ddp": {"ddp": "torch"},
     "zero1": {"ddp": "torch", "zero1": True},
@@ -69,6 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--start-layers", type=int, default=1, help="the first probe's depth (halved while it does not fit)")
     p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout of the process group")
     args = p.parse_args(argv)
+    if why := cuda_missing(args.device):  # one line, not torch's traceback from deep inside
+        p.error(why)
     if args.device == "cpu" and args.cap_gib is None:
         p.error("--device cpu needs --cap-gib: the CPU has no memory limit to run into")
     return args

@@ -39,6 +39,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from cookmind.device import cuda_missing
 from cookmind.infer import multi_lora
 from cookmind.infer.engine import Engine
 from cookmind.infer.loading import load_adapters
@@ -265,6 +266,8 @@ def main(argv=None) -> int:
     p.add_argument("--count-ops", action="store_true", help="aten ops per model forward (needs --no-compile)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and workload: a CPU smoke run")
     args = p.parse_args(argv)
+    if why := cuda_missing(args.device):  # one line, not torch's traceback from deep inside
+        p.error(why)
     if args.tiny:
         args.layers, args.hidden, args.heads, args.intermediate, args.vocab = 2, 64, 4, 128, 256
         args.prompt_len, args.steps, args.requests, args.repeats = 16, 16, 4, 1

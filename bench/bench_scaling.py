@@ -76,8 +76,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         parse_variant(v, p.error)
     import torch
 
+    from cookmind.device import cuda_missing
+
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if why := cuda_missing(args.device):
+        p.error(why)
+    if args.device == "cpu" and not args.tiny and not args.worker:
+        p.error(f"--shape {args.shape} on the CPU (no CUDA here) would take days; pass --tiny for a CPU check")
     have = torch.cuda.device_count()
     if args.device == "cuda" and not args.worker and max(args.gpus) > have:
         p.error(f"--gpus {max(args.gpus)}: this machine has {have} CUDA device(s); ask for at most {have}")

@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cookmind.device import cuda_missing  # noqa: E402
 from cookmind.infer.engine import Engine, TokenEvent  # noqa: E402
 from cookmind.infer.sampling import SamplingParams  # noqa: E402
 from cookmind.infer.speculative import SpeculativeConfig  # noqa: E402
@@ -168,6 +169,8 @@ def main() -> int:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run (CPU): tiny models, short texts")
     args = p.parse_args()
+    if why := cuda_missing(args.device):  # one line, not torch's traceback from deep inside
+        p.error(why)
     args.target_shape, args.draft_shape = (512, 8, 8, 4), (128, 2, 2, 1)  # hidden, layers, heads, kv heads
     if args.tiny:
         args.length, args.vocab, args.prompts, args.k = 12, 40, 2, [3]

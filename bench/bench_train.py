@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cookmind.device import cuda_missing  # noqa: E402
 
 # -- the peer: a nanoGPT-style GPT, written here ------------------------------------------------
 
@@ -584,6 +585,8 @@ def main() -> None:
         "train.fp8_projections=auto: projections too small for float8 to gain stay bf16)",
     )
     args = ap.parse_args()
+    if why := cuda_missing(args.device):  # one line, not torch's traceback from deep inside
+        ap.error(why)
     device = torch.device(args.device)
     fits = {"cuda": ("gpt2-small", "minimind", *PRESET_RUNS), "cpu": ("host",)}.get(device.type, ())
     if args.tiny:

@@ -36,6 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cookmind.device import cuda_missing  # noqa: E402
 from cookmind.infer.engine import Engine, TokenEvent  # noqa: E402
 from cookmind.infer.sampling import SamplingParams  # noqa: E402
 from cookmind.infer.speculative import SpeculativeConfig  # noqa: E402
@@ -158,6 +159,8 @@ def main() -> int:
         help="gather: the verify (and plain) forwards gather keys for SDPA instead of the paged decode kernel",
     )
     args = p.parse_args()
+    if why := cuda_missing(args.device):  # one line, not torch's traceback from deep inside
+        p.error(why)
     device = args.device
     if device == "cpu":
         torch.set_num_threads(1)  # a tiny model's forward runs fastest, and steadiest, on one thread

@@ -37,6 +37,13 @@ def resolve_device(name: str | None = "auto", local_rank: int = 0, what: str = "
     return device
 
 
+def cuda_missing(name: str, flag: str = "--device") -> str | None:
+    """The line a benchmark's parser errors with when ``flag name`` asks for CUDA where there is none, else None."""
+    if str(name).startswith("cuda") and not torch.cuda.is_available():
+        return f"{flag} {name}: CUDA is not available here; pass {flag} cpu, or run this on a GPU machine"
+    return None
+
+
 def inference_dtype(dtype: str | None, device: torch.device) -> str | None:
     """The dtype a served model loads in when none is given: bf16 on a GPU, else the checkpoint's own."""
     return dtype or ("bfloat16" if device.type == "cuda" else None)

@@ -38,7 +38,8 @@ def test_the_driver_divides_each_run_by_n_times_the_one_gpu_baseline(monkeypatch
         return {"method": method, "variant": variant, "gpus": gpus, "tokens_per_s": tps, "peak_gib": peak}
 
     monkeypatch.setattr(bench, "launch", fake_launch)
-    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)  # a machine of two GPUs
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     assert bench.main(["--device", "cuda", "--gpus", "1", "2", "--methods", "fsdp"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     scaling = {r["gpus"]: r for r in rows if r.get("figure") == "scaling"}

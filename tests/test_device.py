@@ -151,3 +151,40 @@ def test_overlapping_pauses_in_two_threads_keep_the_collector_off_until_the_last
         t.join(20)
     assert seen == {"inside after the first ended": False}
     assert gc.isenabled()  # on again once both ended
+
+
+@pytest.mark.parametrize(
+    "script, argv",
+    [
+        ("bench_train", ["--device", "cuda", "--variants", "cuda-graph"]),
+        ("bench_decode", ["--device", "cuda"]),
+        ("bench_speculative", ["--device", "cuda", "--k", "6"]),
+        ("bench_multi_lora", ["--device", "cuda"]),
+        ("profile_speculative", ["--device", "cuda"]),
+        ("bench_max_model", ["--device", "cuda"]),
+        ("bench_fp8_loss", ["--device", "cuda", "--shape", "tiny"]),
+        ("bench_scaling", ["--device", "cuda"]),
+        ("bench_scaling", ["--shape", "llama-1.3b", "--gpus", "2", "--job-timeout-s", "5"]),
+        ("bench_attention", ["--rep", "30"]),
+        ("bench_linear_ce", []),
+    ],
+)
+def test_a_gpu_benchmark_on_a_machine_without_cuda_says_so_in_one_line(script, argv, monkeypatch, capsys):
+    """The README's GPU figures' commands on a CPU machine: `python3 bench/bench_train.py --device cuda` ended in
+    torch's "AssertionError: Torch not compiled with CUDA enabled", `bench/bench_attention.py` in
+    "ModuleNotFoundError: No module named 'triton'" (and the decode/speculative/LoRA benches ran or failed deep
+    inside). Each stops at once with exit status 2 and one line saying CUDA is missing."""
+    import importlib
+    import sys
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "triton", None)  # as on a CPU machine without it: importing it fails
+    monkeypatch.setattr(sys, "argv", [f"bench/{script}.py", *argv])
+    module = importlib.import_module(f"bench.{script}")
+    try:
+        status = module.main()
+    except SystemExit as exc:
+        status = exc.code
+    assert status == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err) and "CUDA" in err[-1], err[-3:]
