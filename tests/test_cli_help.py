@@ -81,3 +81,24 @@ def test_chat_has_generates_sampling_options_with_the_same_help():
     assert helps[0] == helps[1] and set(helps[0]) == set(shared)
     args = chat.parse_args(["--model", "m", "--stop", "###", "--stop", "END", "--min-p", "0.1"])
     assert args.stop == ["###", "END"] and args.min_p == 0.1
+
+
+def test_every_option_of_every_stage_says_what_it_does():
+    """`cookmind serve --help` listed `--port PORT` with no word (the README's `--port 8000`: what is the default?),
+    as `curate run` did `--executor`/`--format` and `tokenizer export` its `--tokenizer`/`--out`."""
+    import argparse
+
+    def options(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from options(sub, f"{path} {name}")
+            elif action.option_strings and action.dest != "help":
+                yield path, action
+
+    stages = ["curate", "tokenizer", "pack", "train", "export", "import", "generate", "chat", "serve", "eval", "demo"]
+    silent = [
+        f"{path} {a.option_strings[0]}" for s in stages for path, a in options(_stage_parser(s)[0], s) if not a.help
+    ]
+    assert silent == []
+    assert "default 8000" in _help("serve")

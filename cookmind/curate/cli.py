@@ -18,10 +18,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="YAML config (stages, output_format, workers); default: built-in")
     p.add_argument("--input", nargs="+", required=True, help="HTML files/folders, WARC/WET, JSONL(.gz), Parquet")
     p.add_argument("--output", "--out", type=Path, required=True, help="output folder (shards + report.md/json)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local")
+    p.add_argument(
+        "--executor",
+        choices=["local", "ray"],
+        default="local",
+        help="local: a process pool (default); ray: Ray tasks, the same output",
+    )
     p.add_argument("--workers", type=int_in(1), default=None, help="local processes (or local Ray CPUs)")
     p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (default: start a local one)")
-    p.add_argument("--format", dest="output_format", choices=["jsonl.gz", "jsonl", "parquet"], default=None)
+    p.add_argument(
+        "--format",
+        dest="output_format",
+        choices=["jsonl.gz", "jsonl", "parquet"],
+        default=None,
+        help="output shards' format (default: the config's output_format, jsonl.gz)",
+    )
     p.add_argument(
         "--removed",
         action="store_true",

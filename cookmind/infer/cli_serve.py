@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int_in(1, 65535), default=8000)
+    parser.add_argument("--port", type=int_in(1, 65535), default=8000, help="port to listen on (default 8000)")
     parser.add_argument(
         "--api-key",
         default=None,
@@ -65,14 +65,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"most {KV_CAP_BYTES // 2**20})",
     )
     parser.add_argument("--max-seq-len", type=int_in(2), default=None, help="context length (default: the model's)")
-    parser.add_argument("--max-queue", type=int_in(1), default=256, help="waiting requests before answering 429")
+    parser.add_argument(
+        "--max-queue", type=int_in(1), default=256, help="waiting requests before answering 429 (default 256)"
+    )
     parser.add_argument(
         "--kv-layout",
         choices=["paged", "slots"],
         default="paged",
         help="paged: blocks from one pool, taken as sequences grow (default); slots: a whole context per sequence",
     )
-    parser.add_argument("--block-size", type=int_in(1), default=16, help="positions per KV block (paged)")
+    parser.add_argument("--block-size", type=int_in(1), default=16, help="positions per KV block (paged; default 16)")
     parser.add_argument(
         "--prefix-cache",
         action="store_true",

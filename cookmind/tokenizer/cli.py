@@ -77,12 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--reference", action="store_true", help="use the pure-Python reference encoder")
 
     d = sub.add_parser("decode", help="token ids -> text")
-    d.add_argument("--tokenizer", required=True)
+    d.add_argument("--tokenizer", required=True, help="tokenizer directory")
     d.add_argument("ids", nargs="+", type=int)
 
     x = sub.add_parser("export", help="write the tokenizer in another format")
-    x.add_argument("--tokenizer", required=True)
-    x.add_argument("--out", required=True)
+    x.add_argument("--tokenizer", required=True, help="tokenizer directory")
+    x.add_argument("--out", required=True, help="output directory (made if missing)")
     x.add_argument(
         "--format",
         choices=["hf", "tiktoken", "gpt2"],
@@ -105,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "exported with --format gpt2). A tokenizer.json names its own",
     )
     i.add_argument("--pattern", default="gpt2", help="pre-tokenization regex: gpt2 (default), gpt4 or a regex")
-    i.add_argument("--out", required=True)
+    i.add_argument("--out", required=True, help="output tokenizer directory")
     i.add_argument(
         "--overwrite",
         action="store_true",
@@ -113,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     n = sub.add_parser("info", help="print vocabulary size, specials and fingerprint")
-    n.add_argument("--tokenizer", required=True)
+    n.add_argument("--tokenizer", required=True, help="tokenizer directory")
 
 
 # What Tokenizer.save writes: a folder holding only these is a tokenizer that --overwrite may replace.
