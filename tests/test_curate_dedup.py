@@ -331,3 +331,20 @@ def test_dedup_says_how_many_lines_and_documents_it_removed(tmp_path, capsys):
         ["curate", "dedup", "--method", "minhash", "--input", *inputs, "--output", str(tmp_path / "o4")], capsys
     )
     assert rc == 0 and (res["docs_in"], res["docs_kept"], res["docs_removed"]) == (3, 2, 1)
+
+
+@pytest.mark.parametrize("method", ["minhash", "lines"])
+def test_curate_dedup_shows_progress_over_the_files_and_quiet_hides_it(tmp_path, capsys, method):
+    """`cookmind curate dedup` printed nothing until its summary (2,030 files: 10 s of silence on a shared 2-core
+    machine; minutes at 100k files). It shows a bar counting the input files, as curate run and pack do."""
+    from cookmind.cli import main
+
+    docs = [tmp_path / f"d{i}.txt" for i in range(7)]
+    for i, p in enumerate(docs):
+        p.write_text(f"document {i % 3} line one\nshared line\n", encoding="utf-8")
+    argv = ["curate", "dedup", "--method", method, "--input", *map(str, docs)]
+    assert main([*argv, "--output", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert f"dedup {method}" in err and "7/7" in err
+    assert main([*argv, "--output", str(tmp_path / "quiet"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

@@ -91,6 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a new or empty folder for the kept files, under their own names",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an earlier curate dedup's --output folder whole")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--num-hashes", type=int_in(1), default=128, help="minhash: hashes a document (default 128)")
     p.add_argument("--num-bands", type=int_in(1), default=16, help="minhash: LSH bands (default 16)")
     p.add_argument("--ngrams", type=int_in(1), default=5, help="minhash: word n-gram shingles (default 5)")
@@ -224,7 +225,7 @@ def _dedup(args) -> int:
     if args.method == "lines":
         from cookmind.curate.exact_lines import exact_line_dedup
 
-        written = exact_line_dedup(args.input, args.output, overwrite=args.overwrite)
+        written = exact_line_dedup(args.input, args.output, overwrite=args.overwrite, progress=not args.quiet)
     else:
         from cookmind.curate.minhash import minhash_dedup
 
@@ -236,6 +237,7 @@ def _dedup(args) -> int:
             args.jaccard_threshold,
             args.output,
             overwrite=args.overwrite,
+            progress=not args.quiet,
         )
     counts = {k: v for k, v in dedup_record(args.output).items() if k not in ("method", "files")}
     print(json.dumps({"input_files": len(args.input), "written": len(written), **counts, "output": str(args.output)}))

@@ -9,6 +9,7 @@ every byte of a document but its removed lines stays as it was.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -87,17 +88,22 @@ def exact_line_dedup(
     output_dir: str | os.PathLike,
     num_partitions: int = 16,
     overwrite: bool = False,
+    progress: bool = False,
 ) -> list[Path]:
     """Rewrite each input file (one document each) into ``output_dir`` without corpus-duplicated lines.
 
     The folder is built whole (``dedup_output``); its record counts the non-blank lines in, out and removed, and
     the files left empty. ``overwrite`` replaces an earlier dedup's folder there, never anything else.
+    ``progress`` shows a bar over the files for each pass (hashed, then rewritten).
     """
+    from tqdm import tqdm
+
     output_dir = Path(output_dir)
+    bar = functools.partial(tqdm, unit="file", disable=not progress, dynamic_ncols=True)
     with building_dedup_output(output_dir, input_files, overwrite, "lines") as (tmp, summary):
         with tempfile.TemporaryDirectory(dir=tmp, prefix=".lines-") as scratch:
             shard_dirs, lines_in = [], 0
-            for i, path in enumerate(input_files):  # pass 1: hashes to partitions, one file at a time
+            for i, path in enumerate(bar(input_files, desc="dedup lines: hash")):  # pass 1: hashes to partitions
                 d = Path(scratch) / f"{i:06d}"
                 hashes = line_hashes(_read(path))
                 lines_in += len(hashes)
@@ -105,7 +111,7 @@ def exact_line_dedup(
                 shard_dirs.append(d)
             duplicated = np.sort(np.concatenate([count_partition(shard_dirs, p) for p in range(num_partitions)]))
         removed = emptied = 0
-        for path in input_files:  # pass 2: drop duplicated lines
+        for path in bar(input_files, desc="dedup lines: write"):  # pass 2: drop duplicated lines
             text, n = remove_lines(_read(path), duplicated)
             removed += n
             emptied += bool(n) and not text.strip()

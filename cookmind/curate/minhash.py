@@ -146,16 +146,20 @@ def minhash_dedup(
     output_dir: str | os.PathLike,
     seed: int = 0,
     overwrite: bool = False,
+    progress: bool = False,
 ) -> list[Path]:
     """Copy to ``output_dir`` every input file (one document each) except near-duplicates of an earlier one.
 
     Returns the written paths. Files keep their names; the first file of each cluster is kept. The folder is
     built whole (``dedup_output``); its record counts the documents in, kept and removed. ``overwrite`` replaces
-    an earlier dedup's folder there, never anything else.
+    an earlier dedup's folder there, never anything else. ``progress`` shows a bar over the files read.
     """
+    from tqdm import tqdm
+
     output_dir = Path(output_dir)
     with building_dedup_output(output_dir, input_files, overwrite, "minhash") as (tmp, summary):
-        sets = [shingles(Path(p).read_bytes().decode("utf-8", errors="replace"), ngrams) for p in input_files]
+        files = tqdm(input_files, desc="dedup minhash", unit="file", disable=not progress, dynamic_ncols=True)
+        sets = [shingles(Path(p).read_bytes().decode("utf-8", errors="replace"), ngrams) for p in files]
         a, b = permutations(num_hashes, seed)
         sigs = np.stack([signature(s, a, b) for s in sets]) if sets else np.zeros((0, num_hashes), np.uint64)
         keep = duplicate_clusters(sets, sigs, num_bands, jaccard_threshold)
