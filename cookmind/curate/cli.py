@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -222,6 +224,9 @@ def _dedup(args) -> int:
             f"inputs share the file name(s) {', '.join(clashes)}, and each is written to --output under its name; "
             "give files of distinct names"
         )
+    for p in args.input:  # before the progress bar and any work, as the error handler words it
+        if not Path(p).exists():
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(p))
     if args.method == "lines":
         from cookmind.curate.exact_lines import exact_line_dedup
 
