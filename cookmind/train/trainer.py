@@ -1054,7 +1054,7 @@ class Trainer:
             else:
                 prompts.append(tok.encode(p))
         # a chat reply ends at the first control token; a completion leaves them out of its text
-        stops = chat_stop_ids(tok) if chat else text_stop_ids(tok, getattr(unwrap(self.model), "config", None))
+        stops = chat_stop_ids(tok) if chat else text_stop_ids(tok, getattr(self.bare_model, "config", None))
         gcfg = SamplingParams(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)
         # the plain loop: a serving engine kept during training would hold its KV pool and graphs
         outs = generate(self.bare_model, prompts, gcfg, tokenizer=tok, engine="builtin")
