@@ -527,6 +527,14 @@ def test_ctrl_c_names_the_subcommand_as_an_error_does(monkeypatch, capsys):
     assert seen >= 6  # tokenizer, curate and eval have several each
 
 
+def _ctrl_c_as_a_terminal_gives_it():
+    """A child's SIGINT at its default: a test run started in the background of a non-interactive shell ignores
+    SIGINT, its children inherit that, and Python then installs no KeyboardInterrupt handler to test."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_to_a_pack_with_worker_processes_is_one_line(tmp_path, tok_dir):
     # Ctrl-C reaches the whole process group: each worker printed a KeyboardInterrupt traceback of its own
     import os
@@ -538,7 +546,11 @@ def test_ctrl_c_to_a_pack_with_worker_processes_is_one_line(tmp_path, tok_dir):
     argv = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "in.txt")]
     argv += ["--out", str(tmp_path / "s"), "--one-per-line", "--workers", "2", "--shard-tokens", "20000", "--quiet"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cookmind", "pack", *argv], stderr=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-m", "cookmind", "pack", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_as_a_terminal_gives_it,
     )
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob(".s.tmp-*/shard_0001*")) and proc.poll() is None and time.monotonic() < deadline:
@@ -564,7 +576,11 @@ def test_ctrl_c_to_a_tokenizer_train_with_worker_processes_is_one_line(tmp_path)
     argv = ["tokenizer", "train", "--input", str(tmp_path / "in.txt"), "--vocab-size", "2000"]
     argv += ["--out", str(tmp_path / "tok"), "--workers", "2"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cookmind", *argv], stderr=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-m", "cookmind", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_as_a_terminal_gives_it,
     )
     deadline = time.monotonic() + 60
     while len(_children(proc.pid)) < 3 and proc.poll() is None and time.monotonic() < deadline:
