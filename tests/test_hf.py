@@ -350,21 +350,36 @@ def test_an_import_without_tokenizer_files_says_so_and_generate_asks_for_tokeniz
         assert "holds no tokenizer" in err and "--tokenizer DIR" in err and "\n" not in err, err
 
 
+def _checkpoint_answering_with(directory, special, eos=None):
+    """(tokenizer, id of ``special``): a small BPE with one extra special token, saved with a model that answers any
+    text with ``special`` then "a" (``_turn_taking_model``), its config's eos ``eos`` (default <|endoftext|>)."""
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    specials = [*DEFAULT_SPECIAL_TOKENS, special]
+    corpus = directory.parent / "c.txt"
+    corpus.write_text("the cook stirs the soup and tastes it. " * 40)
+    tok = Tokenizer(*train_bpe(corpus, 280, specials, progress=False), specials)
+    end, letter = tok.special_tokens[special], tok.encode("a")[0]
+    eos_id = tok.eos_id if eos is None else tok.special_tokens[eos]
+    save_model(directory, _turn_taking_model(tok.vocab_size, end, letter, eos_id))
+    tok.save(directory)
+    return tok, end
+
+
+def _transformers_greedy(hf_dir, prompt, max_new_tokens=4):
+    """(transformers' tokenizer, the new ids of transformers' greedy ``generate``) for a Hugging Face folder."""
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
+    ids = torch.tensor([hf_tok(prompt, add_special_tokens=False)["input_ids"]])
+    out = _hf_load(hf_dir).generate(ids, max_new_tokens=max_new_tokens, do_sample=False)
+    return hf_tok, out[0, ids.shape[1] :].tolist()
+
+
 def test_generate_stops_at_the_models_own_eos_as_transformers_does(tmp_path, capsys):
     # a model whose eos is not <|endoftext|> (Llama's </s>): transformers' generate ends there; cookmind generate hid
     # the token and ran on to --max-new-tokens
-    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-
-    specials = [*DEFAULT_SPECIAL_TOKENS, "</s>"]
-    (tmp_path / "c.txt").write_text("the cook stirs the soup and tastes it. " * 40)
-    tok = Tokenizer(*train_bpe(tmp_path / "c.txt", 280, specials, progress=False), specials)
-    end, letter = tok.special_tokens["</s>"], tok.encode("a")[0]
-    save_model(tmp_path / "ckpt", _turn_taking_model(tok.vocab_size, end, letter, end))  # </s> a </s> a ...
-    tok.save(tmp_path / "ckpt")
+    tok, end = _checkpoint_answering_with(tmp_path / "ckpt", "</s>", eos="</s>")  # </s> a </s> a ...
     assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf")]) == 0
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
-    ids = torch.tensor([hf_tok("the soup", add_special_tokens=False)["input_ids"]])
-    out = _hf_load(tmp_path / "hf").generate(ids, max_new_tokens=4, do_sample=False)[0, ids.shape[1] :].tolist()
+    hf_tok, out = _transformers_greedy(tmp_path / "hf", "the soup")
     assert out == [end]  # transformers: the reply is empty, ended by the model's eos
     capsys.readouterr()
     for model in ("ckpt", "hf"):
@@ -504,21 +519,12 @@ def test_a_tokenizer_neither_cookmind_nor_transformers_can_encode_with_is_refuse
 def test_generate_on_a_hugging_face_folder_stops_where_its_generation_config_says(tmp_path, capsys):
     # Llama 3 Instruct's generation_config.json ends generation at <|eot_id|> too, beside config.json's eos: cookmind
     # generate hid that token and ran on to --max-new-tokens
-    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-
-    specials = [*DEFAULT_SPECIAL_TOKENS, "<|eot_id|>"]
-    (tmp_path / "c.txt").write_text("the cook stirs the soup and tastes it. " * 40)
-    tok = Tokenizer(*train_bpe(tmp_path / "c.txt", 280, specials, progress=False), specials)
-    eot, letter = tok.special_tokens["<|eot_id|>"], tok.encode("a")[0]
-    save_model(tmp_path / "ckpt", _turn_taking_model(tok.vocab_size, eot, letter, tok.eos_id))  # eot a eot a ...
-    tok.save(tmp_path / "ckpt")
+    tok, eot = _checkpoint_answering_with(tmp_path / "ckpt", "<|eot_id|>")  # eot a eot a ...
     export_hf(tmp_path / "ckpt", tmp_path / "hf")
     for name in ("cookmind_tokenizer.json", "generation_config.json"):
         (tmp_path / "hf" / name).unlink()
     (tmp_path / "hf" / "generation_config.json").write_text(json.dumps({"eos_token_id": [tok.eos_id, eot]}))
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
-    ids = torch.tensor([hf_tok("the soup", add_special_tokens=False)["input_ids"]])
-    out = _hf_load(tmp_path / "hf").generate(ids, max_new_tokens=4, do_sample=False)[0, ids.shape[1] :].tolist()
+    hf_tok, out = _transformers_greedy(tmp_path / "hf", "the soup")
     assert out == [eot]
     capsys.readouterr()
     assert cli_main(["generate", str(tmp_path / "hf"), "--prompt", "the soup", "--max-new-tokens", "4"]) == 0
