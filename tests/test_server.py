@@ -323,7 +323,7 @@ def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
 @pytest.mark.parametrize(
     ("api", "extra", "field", "types"),
     [
-        ("chat", {"messages": [{"role": "user", "content": 5}]}, "messages.0.content", "a string or an array of"),
+        ("chat", {"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "a string or an array of"),
         ("chat", {"stop": 5}, "stop", "a string or an array of strings"),
         ("chat", {"stop": ["a", 1]}, "stop", "a string or an array of strings"),
         ("completions", {"prompt": 1.5}, "prompt", "a string, an array of strings, an array of token ids"),
@@ -340,6 +340,86 @@ def test_a_wrong_type_names_the_field_sent_and_the_types_it_takes(setup, api, ex
             c.completions.create(model=MODEL, max_tokens=2, **extra)
     body = e.value.body
     assert body["param"] == field and body["message"].startswith(f"{field}: takes {types}"), body
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_recipe", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    ("kw", "param", "says"),
+    [
+        ({"messages": [*MESSAGES, {"role": "user", "contnet": "hi"}]}, "messages[2].contnet", "'content'"),
+        ({"messages": [{"rolee": "user", "content": "hi"}]}, "messages[0].rolee", "'role'"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "txt": "hi"}]}]},
+            "messages[0].content[0].txt",
+            "'text'",
+        ),
+        (
+            {"messages": [{"role": "assistant", "tool_calls": [dict(CALL, function={"name": "f", "argumnts": "{}"})]}]},
+            "messages[0].tool_calls[0].function.argumnts",
+            "'arguments'",
+        ),
+        (
+            {"stream": True, "stream_options": {"include_usgae": True}},
+            "stream_options.include_usgae",
+            "'include_usage'",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "paramters": {"type": "object"}}}]},
+            "tools[0].function.paramters",
+            "'parameters'",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "a", "shema": {"type": "object"}}}},
+            "response_format.json_schema.shema",
+            "'schema'",
+        ),
+        ({"tool_choice": {"type": "function", "function": {"nme": "f"}}}, "tool_choice.function.nme", "'name'"),
+    ],
+)
+def test_an_unknown_field_inside_a_request_object_is_refused_naming_its_path(setup, kw, param, says):
+    # only the top level was checked: {"contnet": "hi"} was a message with no content, {"include_usgae": true} sent
+    # no usage, and nothing said why
+    with pytest.raises(openai.BadRequestError) as e:
+        setup["client"].chat.completions.create(**{"model": MODEL, "messages": MESSAGES, "max_tokens": 2, **kw})
+    body = e.value.body
+    assert body["param"] == param and body["message"].startswith(f"{param}: not known"), body
+    assert f"did you mean {says}?" in body["message"], body
+
+
+def test_a_reply_sent_back_in_the_history_is_accepted_with_its_reply_fields(setup):
+    """A client keeps the conversation by appending the reply's message object: the openai package sends all of its
+    fields back (refusal, annotations, audio, function_call: null, ...), each declared by OpenAI for a message."""
+    c = setup["client"]
+    kw = {"model": MODEL, "max_tokens": 2, "temperature": 0}
+    reply = c.chat.completions.create(messages=MESSAGES, **kw).choices[0].message
+    assert c.chat.completions.create(messages=[*MESSAGES, reply, {"role": "user", "content": "more"}], **kw).choices
+    echoed = {"role": "assistant", "content": [{"type": "text", "text": "Soup."}], "refusal": None, "name": "cook"}
+    echoed |= {"annotations": [], "audio": None, "function_call": None, "tool_calls": [CALL]}
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "bread"}]}
+    assert c.chat.completions.create(messages=[*MESSAGES, echoed, tool], **kw).choices
+    # a refusal is what the assistant said in its turn
+    refused = [*MESSAGES, {"role": "assistant", "content": None, "refusal": "No."}, {"role": "user", "content": "Hm."}]
+    said = [*MESSAGES, {"role": "assistant", "content": "No."}, {"role": "user", "content": "Hm."}]
+    assert c.chat.completions.create(messages=refused, **kw).usage.prompt_tokens == len(chat_prompt(setup, said))
+
+
+@pytest.mark.parametrize(
+    ("part", "says"),
+    [
+        ({"type": "image_url", "image_url": {"url": "https://example.com/soup.png"}}, "image_url content"),
+        ({"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}, "input_audio content"),
+        ({"type": "file", "file": {"file_id": "f1"}}, "file content"),
+        ({"type": "text"}, "needs its 'text'"),
+    ],
+)
+def test_content_the_server_cannot_read_is_a_400_naming_the_part(setup, part, says):
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, part]}]
+    with pytest.raises(openai.BadRequestError) as e:
+        setup["client"].chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+    body = e.value.body
+    assert body["param"] == "messages[0].content[1]" and says in body["message"], body
 
 
 def test_streamed_chat_logprobs_go_out_with_their_text(setup):
@@ -423,6 +503,18 @@ def test_chat_with_tools_renders_and_answers(setup):
         model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0, tools=tools
     )
     assert r.usage.prompt_tokens == len(setup["tok"].render(MESSAGES, add_generation_prompt=True, tools=tools)[0])
+
+
+def test_tools_reach_the_template_as_sent():
+    """The template renders each tool's JSON into the prompt: its keys stay in the client's order (the checked schema
+    has an order of its own)."""
+    import json
+
+    from cookmind.infer.schemas import ChatCompletionRequest
+
+    tools = [{"function": {"parameters": {"type": "object"}, "name": "get_recipe"}, "type": "function"}]
+    req = ChatCompletionRequest.model_validate_json(json.dumps({"model": MODEL, "messages": MESSAGES, "tools": tools}))
+    assert json.dumps(req.tools) == json.dumps(tools)
 
 
 def test_streaming_n_choices_do_not_interleave(setup):
@@ -546,16 +638,32 @@ def test_logprob_bytes_are_the_tokens_own_for_a_piece_of_a_character(setup):
     assert out["token"] == "\ufffd" and out["bytes"] == [0xC3] and out["top_logprobs"][0]["bytes"] == [0xC3]
 
 
+def _assert_declared(theirs: list, ours: list, where: str) -> None:
+    """Every key of every object type in ``theirs`` (the openai package's) is a field of each in ``ours``, at every
+    depth where ours are objects too (a field of ours typed Any or dict takes what it is given)."""
+    from cookmind.infer.schemas import field_types, object_types
+
+    for mine in ours:
+        fields = field_types(mine)
+        for their in theirs:
+            for key, annotation in field_types(their).items():
+                assert key in fields, f"{where}.{key} (openai's {their.__name__}) is not declared by {mine.__name__}"
+                inner = object_types(fields[key])
+                if inner:
+                    _assert_declared(object_types(annotation), inner, f"{where}.{key}")
+
+
 def test_every_openai_request_parameter_is_known_to_the_schemas():
     """The unknown-field 400 is for typos and other servers' fields: each parameter of the installed openai
-    package's create() is declared (implemented, accepted as a no-op, or refused by name when set)."""
+    package's create() is declared (implemented, accepted as a no-op, or refused by name when set), and so is each
+    field of the objects inside (messages and their content parts and tool calls, tools, stream_options, ...), and of
+    the reply message a client sends back in its history."""
     from openai.types import completion_create_params
+    from openai.types.chat import ParsedChatCompletionMessage
     from openai.types.chat import completion_create_params as chat_create_params
 
-    from cookmind.infer.schemas import ChatCompletionRequest, CompletionRequest
+    from cookmind.infer.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 
-    for params, schema in (
-        (chat_create_params.CompletionCreateParamsBase, ChatCompletionRequest),
-        (completion_create_params.CompletionCreateParamsBase, CompletionRequest),
-    ):
-        assert not set(params.__annotations__) - set(schema.model_fields), schema.__name__
+    _assert_declared([chat_create_params.CompletionCreateParamsBase], [ChatCompletionRequest], "chat")
+    _assert_declared([completion_create_params.CompletionCreateParamsBase], [CompletionRequest], "completions")
+    _assert_declared([ParsedChatCompletionMessage], [ChatMessage], "chat.messages[]")

@@ -2,35 +2,129 @@
 
 Responses are plain dicts built in ``server.py`` in OpenAI's exact shapes; requests go through
 these models so a wrong type or range becomes a 400 naming the field. A request field the server does not know is
-a 400 naming it too, as OpenAI answers an unrecognized argument: a typo (``max_token``) or another server's
-parameter (``guided_json``, sent through the openai package's ``extra_body``) would otherwise change nothing and
-say nothing. The vendor fields implemented here (vLLM's ``top_k``, ``min_p``, ...) are declared below.
+a 400 naming it too, as OpenAI answers an unrecognized argument: a typo (``max_token``, a message's ``contnet``) or
+another server's parameter (``guided_json``, sent through the openai package's ``extra_body``) would otherwise change
+nothing and say nothing. Every field OpenAI defines is declared, in the objects inside a request too, and so are the
+reply fields a client sends back in its history. The vendor fields implemented here (vLLM's ``top_k``, ``min_p``, ...)
+are declared below.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WrapValidator, field_validator, model_validator, with_config
+from typing_extensions import TypedDict, is_typeddict  # pydantic reads typing's TypedDict from 3.12 only
+
+# strict: "0.7" is not a float; extra="forbid": a field the server does not know is a 400 naming its path (errors.py),
+# at any depth (a message's "contnet" would leave the message empty, stream_options' "include_usgae" send no usage)
+_CHECKED = ConfigDict(strict=True, extra="forbid")
 
 
 class _Strict(BaseModel):
-    # strict: "0.7" is not a float; extra="ignore" inside a request: a message dumped by a client carries OpenAI's
-    # reply fields (refusal, annotations, audio: null) back, and the request's own fields are checked (extra="forbid")
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = _CHECKED
+
+
+def _as_sent(value, check):
+    check(value)  # its fields are checked, and the object is kept as sent: a tool's JSON is rendered into the prompt
+    return value
+
+
+# Objects handed on as dicts (to the chat template, tool_calls.py, constraints.py), which check their values; the
+# keys are OpenAI's (tests/test_server.py walks the openai package's types against them)
+@with_config(_CHECKED)
+class FunctionDefinition(TypedDict, total=False):
+    name: Any
+    description: Any
+    parameters: Any
+    strict: Any
+
+
+@with_config(_CHECKED)
+class Tool(TypedDict, total=False):
+    type: Any
+    function: FunctionDefinition
+    custom: Any  # a custom tool, which check_tools refuses (its type is not "function")
+
+
+@with_config(_CHECKED)
+class FunctionName(TypedDict, total=False):
+    name: Any
+
+
+@with_config(_CHECKED)
+class ToolChoiceObject(TypedDict, total=False):
+    type: Any
+    function: FunctionName
+    custom: Any
+    allowed_tools: Any
+
+
+@with_config(_CHECKED)
+class JSONSchemaFormat(TypedDict, total=False):
+    name: Any
+    description: Any
+    schema: Any
+    strict: Any
+
+
+@with_config(_CHECKED)
+class ResponseFormat(TypedDict, total=False):
+    type: Any
+    json_schema: JSONSchemaFormat
+
+
+@with_config(_CHECKED)
+class FunctionCall(TypedDict, total=False):
+    name: Any
+    arguments: Any
+    parsed_arguments: Any  # a reply field: the openai package's parse() adds it
+
+
+@with_config(_CHECKED)
+class ToolCall(TypedDict, total=False):
+    id: Any
+    type: Any
+    function: FunctionCall
+    custom: Any
 
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+    include_obfuscation: bool = True  # OpenAI pads its stream events against side channels; this server does not
+
+
+class ContentPart(_Strict):
+    type: Literal["text", "refusal", "image_url", "input_audio", "file"]
+    text: str | None = None
+    refusal: str | None = None  # an assistant's refusal, sent back in its turn: what it said
+    image_url: Any = None
+    input_audio: Any = None
+    file: Any = None
+    prompt_cache_breakpoint: Any = None  # a caching hint: changes no output
+
+    @model_validator(mode="after")
+    def _text_only(self):
+        if self.type not in ("text", "refusal"):
+            raise ValueError(f"{self.type} content is not supported by this server, which reads text only; send text")
+        if getattr(self, self.type) is None:
+            raise ValueError(f"a {self.type!r} part needs its {self.type!r} string")
+        return self
 
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
     reasoning_content: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    # reply fields: a client keeps the history by sending the reply's message back, with all of them
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    parsed: Any = None  # the openai package's parse() adds it
+    audio: dict[str, Any] | None = None  # a reply in audio, which this server never gives
+    function_call: dict[str, Any] | None = None  # the call of the deprecated functions, which this server refuses
 
     @model_validator(mode="after")
     def _tool_result_names_its_call(self):
@@ -38,23 +132,24 @@ class ChatMessage(_Strict):
             raise ValueError("a tool message needs tool_call_id: the id of the assistant's tool call it answers")
         return self
 
+    @field_validator("audio", "function_call")
+    @classmethod
+    def _not_ours(cls, v, info):
+        if v:
+            use = "send tool_calls instead" if info.field_name == "function_call" else "leave it out"
+            raise ValueError(f"{info.field_name} is not supported by this server; {use}")
+        return v
+
     def text(self) -> str:
-        """Content as text; list content keeps its text parts (images are not supported)."""
+        """Content as text: its text parts (and refusals) joined; a refusal alone when there is no content."""
         if self.content is None:
-            return ""
+            return self.refusal or ""
         if isinstance(self.content, str):
             return self.content
-        parts = []
-        for part in self.content:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ValueError(f"only text content parts are supported, got type {part.get('type')!r}")
-            parts.append(part["text"])
-        return "".join(parts)
+        return "".join(getattr(part, part.type) for part in self.content)
 
 
 class _SamplingFields(_Strict):
-    model_config = ConfigDict(strict=True, extra="forbid")  # an unknown field is a 400 naming it (errors.py)
-
     model: str
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -71,7 +166,7 @@ class _SamplingFields(_Strict):
     min_p: float = Field(0.0, ge=0, le=1)
     repetition_penalty: float = Field(1.0, gt=0)
     # {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}: checked by constraints.py
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
     # OpenAI fields that would change the answer and that we do not implement: refused when set, not ignored
     logit_bias: dict[str, Any] | None = None
     best_of: int | None = None
@@ -117,8 +212,8 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: list[dict[str, Any]] | None = None  # checked by cookmind.infer.tool_calls.check_tools
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[Annotated[Tool, WrapValidator(_as_sent)]] | None = None  # checked by tool_calls.check_tools
+    tool_choice: str | ToolChoiceObject | None = None
     parallel_tool_calls: bool = True
     # OpenAI's bookkeeping and speed hints: they change no output, so they are accepted and not used
     store: bool | None = None
@@ -200,3 +295,17 @@ def error_body(
 ) -> dict:
     """OpenAI's error JSON."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def object_types(annotation) -> list[type]:
+    """The models and TypedDicts a field's annotation takes, through unions, lists and Annotated."""
+    if is_typeddict(annotation) or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return [annotation]
+    return [t for arg in get_args(annotation) for t in object_types(arg)]
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """A model's or TypedDict's fields: name -> annotation."""
+    if is_typeddict(cls):
+        return get_type_hints(cls)
+    return {name: f.annotation for name, f in cls.model_fields.items()}

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import re
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from cookmind.infer.schemas import error_body
+from cookmind.infer.schemas import error_body, field_types, object_types
 
 
 class APIError(Exception):
@@ -42,28 +43,53 @@ def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
         return schema.model_validate_json(raw)
     except ValidationError as exc:
         errors = exc.errors()
-        err = errors[0]
-        field, tag = _field_of(err["loc"])
-        loc = ".".join(str(x) for x in field)
+        err = min(errors, key=lambda e: (e["type"] not in _OURS, not _inside(e["loc"])))  # the one saying most
+        told_where = err["type"] in _OURS or _inside(err["loc"])
+        field, tag = (_untagged(err["loc"]), None) if told_where else _field_of(err["loc"])
+        loc = _path(field)
         where = loc or "the request body"  # an empty location is the body itself (a list, say, not an object)
-        if err["type"] == "extra_forbidden" and len(field) == 1:
-            raise APIError(400, _unknown_field(loc, schema), param=loc) from exc
+        if err["type"] == "extra_forbidden":
+            raise APIError(400, _unknown_field(field, schema), param=loc) from exc
         if tag is None:
-            raise APIError(400, f"{where}: {err['msg']} (got {err.get('input')!r:.100})", param=loc or None) from exc
+            msg = err["ctx"]["error"] if err["type"] == "value_error" else err["msg"]
+            raise APIError(400, f"{where}: {msg} (got {err.get('input')!r:.100})", param=loc or None) from exc
         # a field of several types (str | list[str]): pydantic names each type it tried as if it were a field
         # ("stop.str"); the client sent "stop", and needs the types it takes
         tried = [_field_of(e["loc"]) for e in errors]
-        types = [_TYPE_WORDS.get(t, t) for t in dict.fromkeys(t for f, t in tried if f == field and t is not None)]
+        tags = dict.fromkeys(_VALIDATED.sub(r"\1", t) for f, t in tried if f == field and t is not None)
+        types = [_TYPE_WORDS.get(t, "an object" if t[:1].isupper() else t) for t in tags]
         takes = types[0] if len(types) == 1 else f"{', '.join(types[:-1])} or {types[-1]}"
         value = next((e["input"] for f, e in zip(tried, errors) if f == (field, e["loc"][-1])), err.get("input"))
         raise APIError(400, f"{where}: takes {takes} (got {value!r:.100})", param=loc) from exc
 
 
-def _unknown_field(name: str, schema: type[BaseModel]) -> str:
-    """A request field the schema does not declare: refused, never ignored, with the closest known name."""
-    close = difflib.get_close_matches(name, list(schema.model_fields), n=1, cutoff=0.75)
+def _inside(loc: tuple) -> bool:
+    """Is this an error inside an object the client sent as a union's member (messages[0].content[1].type)? It says
+    more than the types the union takes, as does an unknown field or a check of ours (``_OURS``): each is told where
+    it is."""
+    field, tag = _field_of(loc)
+    return tag is not None and any(isinstance(p, str) and not _is_tag(p) for p in loc[len(field) + 1 :])
+
+
+_VALIDATED = re.compile(r"function-\w+\[\w+\(\), (\w+)\]")  # a model with a validator of its own, as tagged
+_OURS = ("extra_forbidden", "value_error")  # an unknown field; a validator of schemas.py
+
+
+def _unknown_field(loc: tuple, schema: type[BaseModel]) -> str:
+    """A request field the schema does not declare: refused, never ignored, with the closest known name there."""
+    *at, name = loc
+    fields = field_types(schema)
+    for part in at:
+        if isinstance(part, str):  # a field (an index is an item of the list the field before it holds)
+            fields = field_types(object_types(fields[part])[0])
+    close = difflib.get_close_matches(name, list(fields), n=1, cutoff=0.75)
     hint = f"did you mean {close[0]!r}?" if close else "leave it out"
-    return f"{name}: not known to this server, which refuses a field rather than ignore it; {hint}"
+    return f"{_path(loc)}: not known to this server, which refuses a field rather than ignore it; {hint}"
+
+
+def _path(loc: tuple) -> str:
+    """A field's location as OpenAI writes it: messages[2].content."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).removeprefix(".")
 
 
 # the types of a union as pydantic tags them, in a client's (JSON's) words
@@ -75,16 +101,24 @@ _TYPE_WORDS = {
     "list[str]": "an array of strings",
     "list[int]": "an array of token ids",
     "list[list[int]]": "an array of arrays of token ids",
-    "list[dict[str,any]]": "an array of content parts",
+    "list[ContentPart]": "an array of content parts",
     "dict[str,any]": "an object",
 }
 
 
+def _is_tag(part) -> bool:
+    """Our fields are snake_case names and list indices; a tag is a type's name: "str", "list[int]", a class name."""
+    return isinstance(part, str) and (part in _TYPE_WORDS or "[" in part or part[:1].isupper())
+
+
+def _untagged(loc: tuple) -> tuple:
+    return tuple(p for p in loc if not _is_tag(p))
+
+
 def _field_of(loc: tuple) -> tuple[tuple, str | None]:
-    """(the location up to the first union member pydantic tags in it, that tag or None). Our fields are
-    snake_case names and list indices; a tag is a type's name: "str", "list[int]", a model's class name."""
+    """(the location up to the first union member pydantic tags in it, that tag or None)."""
     for i, part in enumerate(loc):
-        if isinstance(part, str) and (part in _TYPE_WORDS or "[" in part or part[:1].isupper()):
+        if _is_tag(part):
             return tuple(loc[:i]), part
     return tuple(loc), None
 
