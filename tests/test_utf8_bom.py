@@ -1,8 +1,9 @@
 """A UTF-8 byte-order mark at the start of an input file (Windows Notepad's "UTF-8", Excel's "CSV UTF-8") is a
 signature, not text: every reader of user files takes it off. Before, JSON lines files were refused at line 1 with
 json's "Unexpected UTF-8 BOM (decode using utf-8-sig)", a JSON array was read as JSON lines and refused, and text,
-CSV and curate documents kept an invisible U+FEFF at the start of their first record. Reference: the same file
-without the mark reads the same."""
+CSV and curate documents kept an invisible U+FEFF at the start of their first record. The same held later for
+decontamination's eval sets, exact-line dedup's inputs, `tokenizer encode --input` and tokenizer files (tokenizer.json,
+vocab.json, merges.txt). Reference: the same file without the mark reads the same."""
 
 import json
 
@@ -99,3 +100,101 @@ def test_tokenizer_train_learns_from_a_bom_text_file_what_it_learns_without_the_
 
     plain, marked = _both(tmp_path, "t.txt", "héllo wörld, hello world\n".encode() * 3)
     assert train_bpe(marked, 400, workers=1, progress=False) == train_bpe(plain, 400, workers=1, progress=False)
+
+
+@pytest.mark.parametrize("name", ["e.jsonl", "e.json", "e.csv", "e.txt"])
+def test_decontaminate_eval_files_read_a_bom_file_as_without_it(tmp_path, name):
+    """A .json eval set with a BOM was refused (json's "Unexpected UTF-8 BOM"); a CSV's or text file's first item
+    began with U+FEFF, so its first n-grams matched no training text."""
+    from cookmind.curate.decontaminate import iter_eval_items
+
+    rows = [{"question": "What is 1+1?", "answer": "2"}, {"question": "Name a soup.", "answer": "leek"}]
+    data = {
+        ".jsonl": _lines(*rows),
+        ".json": json.dumps(rows).encode(),
+        ".csv": b"What is 1+1?,2\nName a soup.,leek\n",
+        ".txt": b"What is 1+1? 2\nName a soup. leek\n",
+    }[name[1:]]
+    plain, marked = _both(tmp_path, name, data)
+    items = list(iter_eval_items(marked))
+    assert items == list(iter_eval_items(plain)) and items[0].startswith("What")
+
+
+def test_exact_line_dedup_of_a_bom_file_is_that_of_the_file_without_it(tmp_path):
+    """The first line of a file with a BOM kept the mark: it matched no copy of itself elsewhere (so stayed), and the
+    mark went on into the output."""
+    from cookmind.curate import exact_line_dedup
+
+    outputs = []
+    for bom in (b"", BOM):
+        d = tmp_path / ("bom" if bom else "plain")
+        d.mkdir()
+        (d / "a.txt").write_bytes(bom + b"Subscribe to our newsletter\nThe soup simmered.\n")
+        (d / "b.txt").write_bytes(b"Subscribe to our newsletter\nThe bread rose.\n")
+        out = exact_line_dedup([d / "a.txt", d / "b.txt"], d / "out", num_partitions=2)
+        outputs.append([p.read_bytes() for p in out])
+    assert outputs[1] == outputs[0] == [b"The soup simmered.\n", b"The bread rose.\n"]
+
+
+def test_tokenizer_encode_of_a_bom_file_gives_the_ids_of_the_text_alone(tmp_path, tok_dir):
+    """`tokenizer encode --input` encoded the mark's three bytes as tokens before the text."""
+    from cookmind.cli import main
+
+    ids = []
+    for path in _both(tmp_path, "t.txt", b"the soup simmered\n"):
+        out = tmp_path / f"{path.stem}.ids"
+        assert (
+            main(["tokenizer", "encode", "--tokenizer", str(tok_dir), "--input", str(path), "--output", str(out)]) == 0
+        )
+        ids.append(out.read_text())
+    assert ids[1] == ids[0]
+
+
+@pytest.mark.parametrize("kind", ["cookmind", "hf", "gpt2"])
+def test_tokenizer_files_with_a_bom_load_as_without_it(tmp_path, tok_dir, kind):
+    """A tokenizer.json, vocab.json or merges.txt re-saved by a Windows editor was refused: json's "Unexpected UTF-8
+    BOM", and a merges.txt's "#version" header, no longer first, read as a merge."""
+    from cookmind.cli import main
+    from cookmind.tokenizer import Tokenizer
+    from cookmind.tokenizer.tokenizer import FILE_NAME
+
+    want = Tokenizer.load(tok_dir).fingerprint()
+    if kind == "cookmind":
+        folder = tmp_path / "tok"
+        folder.mkdir()
+        for f in tok_dir.iterdir():
+            (folder / f.name).write_bytes(f.read_bytes())
+        marked = [folder / FILE_NAME]
+    else:
+        assert (
+            main(["tokenizer", "export", "--tokenizer", str(tok_dir), "--out", str(tmp_path / "x"), "--format", kind])
+            == 0
+        )
+        names = ["tokenizer.json"] if kind == "hf" else ["vocab.json", "merges.txt"]
+        marked = [tmp_path / "x" / n for n in names]
+    for f in marked:
+        f.write_bytes(BOM + f.read_bytes())
+    if kind == "cookmind":
+        assert Tokenizer.load(folder).fingerprint() == want
+        return
+    files = (
+        ["--tokenizer-json", str(marked[0])]
+        if kind == "hf"
+        else ["--vocab", str(marked[0]), "--merges", str(marked[1])]
+    )
+    assert main(["tokenizer", "import", *files, "--out", str(tmp_path / "imported")]) == 0
+    assert Tokenizer.load(tmp_path / "imported").fingerprint() == want
+
+
+@pytest.mark.parametrize("kind", ["train", "curate"])
+def test_yaml_configs_with_a_bom_read_as_without_it(tmp_path, kind):
+    """YAML itself takes a leading BOM as no text (PyYAML drops it): the train and curate configs read the same."""
+    from cookmind.curate.config import CurateConfig
+    from cookmind.train.config import TrainConfig
+
+    text = b"train:\n  max_steps: 7\n" if kind == "train" else b"stages:\n  - extract\n"
+    plain, marked = _both(tmp_path, "c.yaml", text)
+    if kind == "train":
+        assert TrainConfig.load(marked).to_dict() == TrainConfig.load(plain).to_dict()
+    else:
+        assert CurateConfig.from_yaml(marked) == CurateConfig.from_yaml(plain)

@@ -106,11 +106,11 @@ def iter_eval_items(path: Path):
         for rec in read_jsonl(path):
             yield _strings(rec)
     elif name.endswith(".json"):
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a leading byte-order mark is no text
         for rec in data if isinstance(data, list) else [data]:
             yield _strings(rec)
     elif name.endswith(".csv"):
-        with open(path, encoding="utf-8", newline="") as f:
+        with open(path, encoding="utf-8-sig", newline="") as f:
             for row in csv.reader(f):
                 yield " ".join(row)
     elif name.endswith(".parquet"):
@@ -119,7 +119,7 @@ def iter_eval_items(path: Path):
         for rec in read_parquet(path):
             yield _strings(rec)
     else:
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in path.read_text(encoding="utf-8-sig", errors="replace").splitlines():
             if line.strip():
                 yield line
 

@@ -122,8 +122,9 @@ def exact_line_dedup(
 
 
 def _read(path) -> str:
-    """The file's text with its bytes intact: no newline translation, undecodable bytes kept as surrogates."""
-    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+    """The file's text with its bytes intact: no newline translation, undecodable bytes kept as surrogates; a leading
+    byte-order mark is no text (-sig), so it is neither part of the first line nor written out."""
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         return f.read()
 
 

@@ -216,7 +216,7 @@ def _read_stream(path: str):
     if not Path(path).is_file():
         raise TokenizerError(f"input file {path} does not exist")
     with (
-        open(path, encoding="utf-8", newline="") as f,
+        open(path, encoding="utf-8-sig", newline="") as f,  # -sig: a leading byte-order mark is no text
         tqdm(total=Path(path).stat().st_size, unit="B", unit_scale=True, desc="encode", leave=False) as bar,
     ):
         lineno = 0

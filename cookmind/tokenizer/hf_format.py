@@ -110,7 +110,7 @@ def load_gpt2_files(
         if not p.is_file():
             raise TokenizerError(f"{p} does not exist; pass a GPT-2 style vocab.json and merges.txt")
     try:
-        table = json.loads(vocab_path.read_text(encoding="utf-8"))
+        table = json.loads(vocab_path.read_text(encoding="utf-8-sig"))  # -sig: a leading byte-order mark is no text
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TokenizerError(f"{vocab_path}: not a JSON object of token -> id ({exc})") from None
     if not isinstance(table, dict):
@@ -141,7 +141,7 @@ def _read_merges(merges_path: Path) -> list[tuple[bytes, bytes]]:
     """The merges of a GPT-2 style merges.txt ("a b" per line, an optional "#version" first line)."""
     merges = []
     try:
-        lines = merges_path.read_text(encoding="utf-8").split("\n")
+        lines = merges_path.read_text(encoding="utf-8-sig").split("\n")
     except UnicodeDecodeError as exc:
         raise TokenizerError(f"{merges_path}: invalid UTF-8 at byte {exc.start}; a merges.txt is UTF-8 text") from None
     for lineno, line in enumerate(lines, 1):
@@ -201,7 +201,7 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
     if not path.is_file():
         raise TokenizerError(f"{path} does not exist")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as exc:
         raise TokenizerError(
             f"{path}:{exc.lineno}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"

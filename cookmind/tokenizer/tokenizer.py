@@ -467,7 +467,7 @@ class Tokenizer:
         path = directory / FILE_NAME
         if path.is_file():
             try:
-                d = json.loads(path.read_text(encoding="utf-8"))
+                d = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: as a Windows editor saves it
             except json.JSONDecodeError as exc:
                 raise TokenizerError(
                     f"{path}:{exc.lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"
