@@ -286,6 +286,7 @@ def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
     unknown = [
         ("chat", "max_token", "did you mean 'max_tokens'?", {"max_token": 5}),
         ("completions", "temprature", "did you mean 'temperature'?", {"temprature": 0}),
+        ("chat", "Temperature", "did you mean 'temperature'?", {"Temperature": 0}),
         ("chat", "guided_json", "not known to this server", {"guided_json": {"type": "object"}}),
         ("chat", "reasoning_effort", "not supported by this server", {"reasoning_effort": "low"}),
         ("chat", "modalities", "not supported by this server", {"modalities": ["text", "audio"]}),
@@ -350,6 +351,7 @@ CALL = {"id": "call_1", "type": "function", "function": {"name": "get_recipe", "
     [
         ({"messages": [*MESSAGES, {"role": "user", "contnet": "hi"}]}, "messages[2].contnet", "'content'"),
         ({"messages": [{"rolee": "user", "content": "hi"}]}, "messages[0].rolee", "'role'"),
+        ({"messages": [{"role": "user", "Content": "hi"}]}, "messages[0].Content", "'content'"),  # not a union's tag
         (
             {"messages": [{"role": "user", "content": [{"type": "text", "txt": "hi"}]}]},
             "messages[0].content[0].txt",

@@ -43,13 +43,16 @@ def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
         return schema.model_validate_json(raw)
     except ValidationError as exc:
         errors = exc.errors()
-        err = min(errors, key=lambda e: (e["type"] not in _OURS, not _inside(e["loc"])))  # the one saying most
-        told_where = err["type"] in _OURS or _inside(err["loc"])
+        unknown = next((e["loc"] for e in errors if e["type"] == "extra_forbidden"), None)
+        if unknown:  # its last part is the client's key, whatever it looks like ("Content" is no union's tag)
+            field = (*_untagged(unknown[:-1]), unknown[-1])
+            raise APIError(400, _unknown_field(field, schema), param=_path(field)) from exc
+        # a check of ours (a validator of schemas.py), or an error inside a union's member, says the most
+        err = min(errors, key=lambda e: (e["type"] != "value_error", not _inside(e["loc"])))
+        told_where = err["type"] == "value_error" or _inside(err["loc"])
         field, tag = (_untagged(err["loc"]), None) if told_where else _field_of(err["loc"])
         loc = _path(field)
         where = loc or "the request body"  # an empty location is the body itself (a list, say, not an object)
-        if err["type"] == "extra_forbidden":
-            raise APIError(400, _unknown_field(field, schema), param=loc) from exc
         if tag is None:
             msg = err["ctx"]["error"] if err["type"] == "value_error" else err["msg"]
             raise APIError(400, f"{where}: {msg} (got {err.get('input')!r:.100})", param=loc or None) from exc
@@ -64,15 +67,13 @@ def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
 
 
 def _inside(loc: tuple) -> bool:
-    """Is this an error inside an object the client sent as a union's member (messages[0].content[1].type)? It says
-    more than the types the union takes, as does an unknown field or a check of ours (``_OURS``): each is told where
-    it is."""
+    """Is this an error inside an object the client sent as a union's member (messages[0].content[1].type)? It
+    says more than the types the union takes, and is told where it is."""
     field, tag = _field_of(loc)
     return tag is not None and any(isinstance(p, str) and not _is_tag(p) for p in loc[len(field) + 1 :])
 
 
 _VALIDATED = re.compile(r"function-\w+\[\w+\(\), (\w+)\]")  # a model with a validator of its own, as tagged
-_OURS = ("extra_forbidden", "value_error")  # an unknown field; a validator of schemas.py
 
 
 def _unknown_field(loc: tuple, schema: type[BaseModel]) -> str:
