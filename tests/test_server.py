@@ -401,6 +401,9 @@ def test_a_reply_sent_back_in_the_history_is_accepted_with_its_reply_fields(setu
     echoed |= {"annotations": [], "audio": None, "function_call": None, "tool_calls": [CALL]}
     tool = {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "bread"}]}
     assert c.chat.completions.create(messages=[*MESSAGES, echoed, tool], **kw).choices
+    # a client that rebuilds the assistant's turn from a stream keeps each tool call's delta "index" in it
+    rebuilt = {"role": "assistant", "content": None, "tool_calls": [{"index": 0, **CALL}]}
+    assert c.chat.completions.create(messages=[*MESSAGES, rebuilt, tool], **kw).choices
     # a refusal is what the assistant said in its turn
     refused = [*MESSAGES, {"role": "assistant", "content": None, "refusal": "No."}, {"role": "user", "content": "Hm."}]
     said = [*MESSAGES, {"role": "assistant", "content": "No."}, {"role": "user", "content": "Hm."}]

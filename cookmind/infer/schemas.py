@@ -87,6 +87,7 @@ class ToolCall(TypedDict, total=False):
     type: Any
     function: FunctionCall
     custom: Any
+    index: Any  # a stream delta's field: a client that rebuilds the turn from the stream sends it back
 
 
 class StreamOptions(_Strict):
