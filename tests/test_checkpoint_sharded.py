@@ -129,6 +129,43 @@ def argparse_export(model, out):
     return parser.parse_args(["--hf", model, out])
 
 
+def _assert_shards_hashed(step_dir: Path) -> None:
+    """meta.json's sha256 holds every file of dcp/ (each rank's shard and DCP's .metadata), as hashlib reads it."""
+    import hashlib
+
+    recorded = json.loads((step_dir / "meta.json").read_text())["sha256"]
+    files = sorted((step_dir / "dcp").iterdir())
+    assert len(files) >= 2
+    for f in files:
+        assert recorded.get(f"dcp/{f.name}") == hashlib.sha256(f.read_bytes()).hexdigest(), f.name
+
+
+def test_a_bit_flipped_in_a_shard_is_refused_by_every_loader_and_passed_over_by_resume_auto(tmp_path, store):
+    """A bit flipped in a shard's tensor data (its size kept: DCP's own reads cannot see it) loaded other weights
+    without a word: only the full format's files were hashed. Each rank now records its shard's SHA-256, and resume,
+    load, export and --resume auto check them and name the shard."""
+    from cookmind.model.hf import export_hf
+    from cookmind.model.model_io import CheckpointWarning, ModelLoadError
+
+    _train(store, tmp_path / "r", "train.max_steps=2", "checkpoint.format=sharded", "checkpoint.every=1")
+    step1, step2 = (tmp_path / "r" / "checkpoints" / f"step_0000000{i}" for i in (1, 2))
+    _assert_shards_hashed(step2)
+    shard = step2 / "dcp" / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    damaged = r"step_00000002/dcp/__0_0\.distcp: does not match the SHA-256 .*; use an earlier checkpoint"
+    for load in (
+        lambda: load_checkpoint(step2, tiny_lm()),
+        lambda: load_model(step2),
+        lambda: export_hf(step2, tmp_path / "hf"),
+    ):
+        with pytest.raises(ModelLoadError, match=damaged):
+            load()
+    with pytest.warns(CheckpointWarning, match=r"skipping checkpoint .*step_00000002: .*__0_0\.distcp"):
+        assert find_latest_checkpoint(tmp_path / "r" / "checkpoints") == step1
+
+
 def test_two_ranks_to_one_and_one_to_two(tmp_path, store):
     # 2 -> 1: two DDP ranks save a sharded checkpoint at step 2, one process resumes it to step 4.
     _train(store, tmp_path / "ref", "train.max_steps=4", "checkpoint.format=full")
@@ -137,6 +174,7 @@ def test_two_ranks_to_one_and_one_to_two(tmp_path, store):
     assert meta["world_size"] == 2
     shards = os.listdir(tmp_path / "two/checkpoints/step_00000002/dcp")
     assert sorted(s for s in shards if s.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    _assert_shards_hashed(tmp_path / "two/checkpoints/step_00000002")
     _train(store, tmp_path / "two", "train.max_steps=4", "checkpoint.format=sharded", "checkpoint.resume=auto")
     _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "two", 4), exact=False)
     # 1 -> 2: one process saves at step 2, two ranks resume it to step 4 (and save in the background)
@@ -151,6 +189,7 @@ def test_two_ranks_to_one_and_one_to_two(tmp_path, store):
         "checkpoint.resume=auto",
     )
     assert json.loads((tmp_path / "one/checkpoints/step_00000004/meta.json").read_text())["world_size"] == 2
+    _assert_shards_hashed(tmp_path / "one/checkpoints/step_00000004")  # saved in the background by two ranks
     _assert_same(_weights(tmp_path / "ref", 4), _weights(tmp_path / "one", 4), exact=False)
 
 
@@ -395,6 +434,16 @@ class _Payload:
         return os.mkdir, (self.marker,)
 
 
+def _record_hashes(step_dir: Path) -> None:
+    """meta.json's sha256 rewritten for the dcp/ files as they are now."""
+    import hashlib
+
+    meta = json.loads((step_dir / "meta.json").read_text())
+    for f in (step_dir / "dcp").iterdir():
+        meta["sha256"][f"dcp/{f.name}"] = hashlib.sha256(f.read_bytes()).hexdigest()
+    (step_dir / "meta.json").write_text(json.dumps(meta))
+
+
 def test_a_hostile_non_tensor_entry_is_refused_without_running(tmp_path):
     import torch.distributed.checkpoint as dcp
 
@@ -408,6 +457,7 @@ def test_a_hostile_non_tensor_entry_is_refused_without_running(tmp_path):
     marker = tmp_path / "pwned"
     state["optim"]["param_groups"][0]["lr"] = _Payload(marker)  # DCP stores non-tensor entries as pickled bytes
     dcp.save(state, checkpoint_id=str(step / "dcp"), no_dist=True)
+    _record_hashes(step)  # as an attacker who can plant a shard can: the checksum is no signature
     with pytest.raises(ShardedCheckpointError, match="refused to load"):
         load_checkpoint(step, model, opt)
     assert not marker.exists()

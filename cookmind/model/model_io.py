@@ -78,7 +78,7 @@ class CheckpointWarning(UserWarning):
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 META_NAME = "meta.json"  # a training checkpoint's last-written file: its presence marks a complete one
 OPTIMIZER_NAME = "optimizer.pt"
-SHA256_KEY = "sha256"  # meta.json: {file name: SHA-256 hex} of the files a save wrote beside it (not a dcp/ folder)
+SHA256_KEY = "sha256"  # meta.json: {file name: SHA-256 hex} of the files a save wrote beside it ("dcp/NAME": a shard)
 _verified: dict[tuple[str, int, int], str] = {}  # (file, size, mtime): the digest it matched in this process
 
 
@@ -102,8 +102,12 @@ def content_hashes(directory: Path) -> dict[str, str]:
     """``SHA256_KEY`` for a checkpoint being saved: each file at the top of ``directory`` but meta.json (which holds
     them) and our temporary files; read back right after the save wrote them, so from the page cache."""
     files = sorted(p for p in Path(directory).iterdir() if p.is_file() and p.name != META_NAME)
-    files = [p for p in files if not is_temp_name(p.name)]
-    return dict(zip((p.name for p in files), _sha256_all(files)))
+    return file_hashes(directory, [p for p in files if not is_temp_name(p.name)])
+
+
+def file_hashes(directory: Path, files: list[Path]) -> dict[str, str]:
+    """{path relative to ``directory`` (posix): SHA-256} of ``files``, as ``SHA256_KEY`` records them."""
+    return dict(zip((p.relative_to(directory).as_posix() for p in files), _sha256_all(files)))
 
 
 def checksum_problem(directory: Path, skip: tuple[str, ...] = ()) -> str | None:
@@ -329,6 +333,7 @@ def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> 
         return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
     from cookmind.model.sharded_io import read_sharded_weights  # DCP, imported only for a sharded checkpoint
 
+    verify_checksums(directory)  # the shards (model and optimizer share them), as saved
     try:
         found = read_sharded_weights(directory)
     except ShardedCheckpointError as exc:

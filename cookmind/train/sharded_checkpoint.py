@@ -4,7 +4,8 @@
         dcp/.metadata, dcp/__R_0.distcp   {"model": ..., "optim": ...} as DCP writes them (LoRA runs: the adapter)
         config.json                       the model config (load_model / export read the weights from dcp/)
         cookmind_tokenizer.json, ...      the run's tokenizer files
-        meta.json                         as in the full format (+ the grad scaler's state); written last
+        meta.json                         as in the full format (+ the grad scaler's state); written last. Its
+                                          sha256 holds dcp/'s files too: each rank hashes the shards it wrote
 
 The state comes from ``get_state_dict(model, optimizer)``, which names everything by parameter (FQN) for plain,
 DDP and FSDP2 modules alike, so a checkpoint resumes at another world size or without a process group (DCP
@@ -48,6 +49,7 @@ from cookmind.model.model_io import (
     META_NAME,
     SHA256_KEY,
     content_hashes,
+    file_hashes,
     is_own_checkpoint,
     written_files,
 )
@@ -176,11 +178,13 @@ class ShardedCheckpointer:
                     pending["future"].result()
                 except dcp.CheckpointException as exc:
                     raise _save_error(exc, final) from None
-            if self.distributed:
-                dist.barrier()  # every rank's shard is on disk before the directory looks complete
+            hashes = [_shard_hashes(tmp, self.rank)]  # each rank reads back what it wrote, all at once
+            if self.distributed:  # and every rank's shard is on disk before the directory looks complete
+                hashes = [None] * self.world_size
+                dist.all_gather_object(hashes, _shard_hashes(tmp, self.rank), group=self._group)
             if self.rank == 0:
                 meta = {**pending["meta"], "saved_at": time.time(), "complete": True, "files": written_files(tmp)}
-                meta[SHA256_KEY] = content_hashes(tmp)  # config.json, the tokenizer's files; dcp/ has its own checks
+                meta[SHA256_KEY] = _all_hashes(tmp, hashes)
                 write_json(tmp / META_NAME, meta)
                 replace_dir(tmp, final, replace=True, is_ours=is_own_checkpoint, what="cookmind checkpoint")
                 if pending["on_complete"] is not None:
@@ -209,6 +213,21 @@ class ShardedCheckpointer:
         if isinstance(answer[0], BaseException):
             raise answer[0]
         return Path(answer[0])
+
+
+def _shard_hashes(tmp: Path, rank: int) -> dict[str, str]:
+    """SHA-256 of the shard files ``rank`` wrote (DCP's file system writer names them ``__RANK_N.distcp``)."""
+    return file_hashes(tmp, sorted(dcp_dir(tmp).glob(f"__{rank}_*.distcp")))
+
+
+def _all_hashes(tmp: Path, per_rank: list[dict[str, str]]) -> dict[str, str]:
+    """meta.json's ``SHA256_KEY``: the files beside dcp/ (config.json, the tokenizer's), each rank's shards, and
+    the rest of dcp/ (DCP's .metadata; any file named otherwise), hashed here."""
+    hashes = content_hashes(tmp)
+    for part in per_rank:
+        hashes.update(part)
+    rest = sorted(p for p in dcp_dir(tmp).iterdir() if p.is_file() and p.relative_to(tmp).as_posix() not in hashes)
+    return {**hashes, **file_hashes(tmp, rest)}
 
 
 def _save_error(exc: dcp.CheckpointException, final: Path) -> OSError:
