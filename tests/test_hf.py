@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from lm_fixtures import tiny_lm
+from tokenizer_fixtures import hf_byte_tokenizer
 
 from cookmind.cli import main as cli_main
 from cookmind.model import load_model, save_model
@@ -390,23 +391,8 @@ def test_generate_stops_at_the_models_own_eos_as_transformers_does(tmp_path, cap
 
 def _gpt2_style_tokenizer(path, *, bos=False, template=None):
     """A small byte-level BPE saved by transformers: optionally Llama's <s> before every text, a chat template."""
-    from tokenizers import Tokenizer as HFTok
-    from tokenizers import decoders, models, pre_tokenizers, processors
-
-    vocab = {ch: i for i, ch in enumerate(sorted(set(__import__("tokenizers").pre_tokenizers.ByteLevel.alphabet())))}
-    raw = HFTok(models.BPE(vocab=vocab, merges=[]))
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>"]
-    raw.add_special_tokens(specials)
-    if bos:
-        raw.post_processor = processors.TemplateProcessing(
-            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", raw.token_to_id("<s>"))]
-        )
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
-    if template:
-        tok.chat_template = template
-    tok.save_pretrained(path)
+    hf_byte_tokenizer(path, specials, "<|endoftext|>", bos="<s>" if bos else None, template=template)
 
 
 CHATML_WITH_DEFAULT_SYSTEM = (  # Qwen2.5's way: a system turn of its own when the chat has none

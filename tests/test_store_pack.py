@@ -438,7 +438,7 @@ def test_pack_options_that_cannot_work_are_one_error_before_any_line(tmp_path, t
         with pytest.raises(PackError, match="a probability between 0 and 1"):
             pack([chats], tmp_path / "s2", tok_dir, "sft", progress=False, **{ratio: 2.0})
     no_eos = _tokenizer_with(tmp_path, ["<|im_start|>", "<|im_end|>"])
-    with pytest.raises(PackError, match=r"has no <\|endoftext\|> token"):
+    with pytest.raises(PackError, match=r"has neither <\|endoftext\|> nor an EOS token"):
         pack([gsm], tmp_path / "s3", no_eos, "seq", text_field="question", progress=False)
     no_chat = _tokenizer_with(tmp_path, ["<|endoftext|>"])
     for kind, src in (("sft", chats), ("dpo", chats), ("grpo", gsm)):
@@ -998,3 +998,22 @@ def test_an_empty_document_is_left_out_and_counted_as_tokenizer_train_and_eval_p
     chat = _jsonl(tmp_path / "c.jsonl", [{"prompt": "3 + 4?", "response": "7"}, {"prompt": "2 + 2?", "response": ""}])
     with pytest.raises(PackError, match=r"c\.jsonl:2: empty text in message 2 \(assistant\)"):
         pack([chat], tmp_path / "c", tok_dir, "sft", progress=False)
+
+
+def test_a_llama_style_tokenizer_ends_each_document_with_its_eos(tmp_path):
+    """pack refused a tokenizer without <|endoftext|> ("has no <|endoftext|> token ... train the tokenizer with
+    --special-token"), though a Llama/Mistral-style one names its end of text in tokenizer_config.json: </s>. The end of
+    a document is now <|endoftext|> when the tokenizer has it, else its EOS, as transformers reads it."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizer_fixtures import llama_style_tokenizer
+
+    from cookmind.evals.perplexity import document_end_id
+
+    folder = llama_style_tokenizer(tmp_path / "llama", bos=False)
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert hf.eos_token == "</s>" and "<|endoftext|>" not in hf.get_vocab()
+    (tmp_path / "d.txt").write_text("<|endoftext|>".join(DOCS))
+    meta = pack([tmp_path / "d.txt"], tmp_path / "s", folder, "seq", progress=False)
+    assert _records(tmp_path / "s", "sequence") == [hf.encode(d) + [hf.eos_token_id] for d in DOCS]
+    assert meta["tokenizer"]["eos_id"] == hf.eos_token_id
+    assert document_end_id(Tokenizer.load(folder)) == document_end_id(hf) == hf.eos_token_id  # eval ppl's end

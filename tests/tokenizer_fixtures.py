@@ -44,3 +44,33 @@ def save_tokenizer(tok: Tokenizer, folder: Path) -> Path:
     """``tok`` saved in ``folder``; the folder, for a ``--tokenizer`` argument."""
     tok.save(folder)
     return folder
+
+
+def hf_byte_tokenizer(path: Path, specials: list[str], eos: str, *, bos: str | None = None, template=None) -> Path:
+    """A byte-level BPE (one token a byte, no merges, then ``specials``) saved by transformers in ``path``: ``eos`` its
+    EOS; with ``bos`` its post_processor puts that token before every text (Llama's and Mistral's <s>); ``template``
+    its chat template. The folder, for a ``--tokenizer`` argument."""
+    import transformers
+    from tokenizers import Tokenizer as HFTok
+    from tokenizers import decoders, models, pre_tokenizers, processors
+
+    vocab = {ch: i for i, ch in enumerate(sorted(set(pre_tokenizers.ByteLevel.alphabet())))}
+    raw = HFTok(models.BPE(vocab=vocab, merges=[]))
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.add_special_tokens(specials)
+    if bos:
+        raw.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, raw.token_to_id(bos))]
+        )
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, eos_token=eos, bos_token=bos)
+    if template:
+        tok.chat_template = template
+    tok.save_pretrained(path)
+    return path
+
+
+def llama_style_tokenizer(path: Path, *, bos: bool = True) -> Path:
+    """``hf_byte_tokenizer`` as Llama's and Mistral's: <s> and </s>, no <|endoftext|>; </s> ends a text, <s> opens
+    every one (``bos``)."""
+    return hf_byte_tokenizer(path, ["<s>", "</s>"], "</s>", bos="<s>" if bos else None)

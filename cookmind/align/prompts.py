@@ -6,6 +6,7 @@ tokens in the middle of a prompt+response join, so we ask it not to).
 from __future__ import annotations
 
 from cookmind.infer.stop import chat_stop_ids, control_token_ids
+from cookmind.tokenizer.documents import is_hf_tokenizer
 
 # -- Prompt templates for reasoning with verifiable answers ---------------------------------------------------------
 
@@ -59,11 +60,6 @@ def uses_think_tags(template: str) -> bool:
 
 
 # -- One way to turn text into ids for any tokenizer we meet: ours or a Hugging Face one ----------------------------
-
-
-def is_hf_tokenizer(tokenizer) -> bool:
-    """True for a transformers tokenizer (it has ``add_special_tokens`` semantics)."""
-    return hasattr(tokenizer, "convert_tokens_to_ids") and hasattr(tokenizer, "pad_token_id")
 
 
 def encode_text(tokenizer, text: str) -> list[int]:

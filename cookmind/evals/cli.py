@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--data",
         required=True,
         help="what `cookmind pack --input` reads: a UTF-8 text file (<|endoftext|> separates documents), JSON lines "
-        "(.jsonl) or Parquet documents (their --text-field, each ended by <|endoftext|> as pack does), optionally .gz, "
+        "(.jsonl) or Parquet documents (their --text-field, each ended as pack ends it: by <|endoftext|>, else the "
+        "tokenizer's EOS), optionally .gz, "
         "or a curate output folder (its shard-* files); or a token store made by pack (a folder with meta.json, .h5)",
     )
     p.add_argument(

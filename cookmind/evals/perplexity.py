@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from cookmind.align.losses import gather_log_probs, logits_of
 from cookmind.align.prompts import decode_ids, encode_text, is_hf_tokenizer
+from cookmind.tokenizer.documents import document_end_id
 
 ENDOFTEXT = "<|endoftext|>"  # pack's document separator in plain text and the token ending each packed record
 
@@ -85,14 +86,6 @@ def _report(nll: float, tokens: int, n_bytes: int) -> dict:
 
 def _window_row(i: int, row: dict) -> dict:
     return {"window": i, **row, "nll_per_token": row["nll"] / max(1, row["tokens"])}
-
-
-def document_end_id(tokenizer) -> int | None:
-    """The id that ends each document, as ``pack`` ends each record: the ``<|endoftext|>`` token (ours: ``eos_id``;
-    a Hugging Face tokenizer's own ``<|endoftext|>``, else its EOS); None when the tokenizer has neither."""
-    if is_hf_tokenizer(tokenizer):
-        return tokenizer.get_vocab().get(ENDOFTEXT, tokenizer.eos_token_id)
-    return getattr(tokenizer, "eos_id", None)
 
 
 def text_bytes(tokenizer, ids) -> int:

@@ -44,7 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = INPUT_FORMATS
-    parser.add_argument("--tokenizer", required=True, help="tokenizer directory (from `cookmind tokenizer train`)")
+    parser.add_argument(
+        "--tokenizer",
+        required=True,
+        help="tokenizer directory (from `cookmind tokenizer train`, or a Hugging Face model's byte-level BPE)",
+    )
     parser.add_argument(
         "--train-type",
         required=True,

@@ -142,8 +142,9 @@ def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
             raise PackError(f"{flag} {ratio} is not a probability between 0 and 1")
     if tok.eos_id is None:
         raise PackError(
-            f"{name} has no <|endoftext|> token, which ends every packed record: train the tokenizer with "
-            "--special-token '<|endoftext|>' (the default set has it)"
+            f"{name} has neither <|endoftext|> nor an EOS token (tokenizer_config.json's eos_token) to end every "
+            "packed record with: train the tokenizer with --special-token '<|endoftext|>' (the default set has it), "
+            "or name a Hugging Face tokenizer's EOS in its tokenizer_config.json"
         )
     chat = opts.train_type in ("sft", "dpo") or (opts.train_type == "grpo" and opts.prompt_template == "chat")
     if chat and (tok.im_start_id is None or tok.im_end_id is None):

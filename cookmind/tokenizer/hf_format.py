@@ -228,7 +228,22 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
     for m in model["merges"]:
         a, b = m if isinstance(m, list) else m.split(" ")
         merges.append((str_to_token(a), str_to_token(b)))
-    return Tokenizer(vocab, merges, specials, pattern)
+    return Tokenizer(vocab, merges, specials, pattern, eos_token=_eos_token(path.parent))
+
+
+def _eos_token(directory: Path) -> str | None:
+    """The EOS token a Hugging Face folder names: tokenizer_config.json's eos_token, else special_tokens_map.json's."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            eos = json.loads(path.read_text(encoding="utf-8")).get("eos_token")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
+            raise TokenizerError(f"{path}: not a JSON object ({exc}); re-save the tokenizer") from None
+        if eos is not None:
+            return eos.get("content") if isinstance(eos, dict) else eos
+    return None
 
 
 def transformers_differences(directory: str | os.PathLike, tok) -> list[str]:

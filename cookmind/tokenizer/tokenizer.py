@@ -25,7 +25,8 @@ import regex
 from cookmind.atomic import write_text
 from cookmind.tokenizer.bpe_encode import Ranks, bpe_merge
 from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
-from cookmind.tokenizer.chat_template import ENDOFTEXT, IM_END, IM_START, chat_segments, render_text
+from cookmind.tokenizer.chat_template import IM_END, IM_START, chat_segments, render_text
+from cookmind.tokenizer.documents import end_of_document
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import is_safe_end, resolve_pattern, safe_cut_kind
 from cookmind.tokenizer.pretokenize import special_split_regex
@@ -45,7 +46,10 @@ class Tokenizer:
         merges: Sequence[tuple[bytes, bytes]],
         special_tokens: Sequence[str] | dict[str, int] | None = None,
         pattern: str = "gpt2",
+        *,
+        eos_token: str | None = None,
     ):
+        self.eos_token = eos_token  # a Hugging Face folder's EOS (tokenizer_config.json); ours end with <|endoftext|>
         self.vocab: dict[int, bytes] = {int(i): bytes(b) for i, b in vocab.items()}
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
         self.pattern = resolve_pattern(pattern)
@@ -121,7 +125,8 @@ class Tokenizer:
 
     @property
     def eos_id(self) -> int | None:
-        return self.special_tokens.get(ENDOFTEXT)
+        """The id that ends a document and a reply: <|endoftext|>, else the EOS its Hugging Face folder names."""
+        return end_of_document(self.special_tokens, self.special_tokens.get(self.eos_token))
 
     @property
     def pad_id(self) -> int | None:
