@@ -733,10 +733,11 @@ def test_bits_per_byte_counts_the_documents_bytes_not_the_separator_spelled_out(
         r = evaluate_data(model, tok, tmp_path / data, window=16, progress=False)
         assert (r["tokens"], r["bytes"]) == (11, 9), data
         assert r["bits_per_byte"] == pytest.approx(expected, rel=1e-6), data
-    # a separator first is never predicted and takes no bytes off: "hello" then its end token, 6 predicted over 5
+    # a separator first closes an empty document, left out as pack leaves it: "hello" then its end token, 5 predicted
+    # over 4 bytes (the first "h" is context)
     (tmp_path / "e.txt").write_text("<|endoftext|>hello<|endoftext|>")
     r = evaluate_data(model, tok, tmp_path / "e.txt", window=16, progress=False)
-    assert (r["tokens"], r["bytes"]) == (6, 5)
+    assert (r["tokens"], r["bytes"], r["empty_documents"]) == (5, 4, 1)
     # --max-bytes on documents counts their text: 7 bytes are "hello" (then its end token) and "wo"
     r = evaluate_data(model, tok, tmp_path / "d.jsonl", window=16, max_bytes=7, progress=False)
     assert (r["tokens"], r["bytes"], r["text_bytes"], r["bytes_not_evaluated"]) == (7, 6, 10, 3)
@@ -753,3 +754,39 @@ def test_a_gsm8k_record_with_an_empty_question_or_answer_is_named_by_line(tmp_pa
         path.write_text('{"question": "1+1?", "answer": "#### 2"}\n' + bad + "\n")
         with pytest.raises(ValueError, match=rf"g\.jsonl:2: empty text in '{field}'"):
             load_gsm8k(path)
+
+
+def test_ppl_on_text_scores_the_ids_pack_stores_for_it(tmp_path, monkeypatch, capsys):
+    """Plain text with two separators in a row scored two end tokens ("hello E E world"), and a blank piece between two
+    its whitespace, where pack leaves such an empty document out; and with a tokenizer whose end is its EOS (Llama's
+    </s>) the separator was scored as its 13 characters, where pack puts that end token. Text and its packed store now
+    score the same ids, and the report counts the empty documents left out."""
+    from tokenizer_fixtures import llama_style_tokenizer
+
+    from cookmind.evals import evaluate_data
+    from cookmind.store import TokenStore
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
+
+    Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS).save(tmp_path / "ours")
+    llama_style_tokenizer(tmp_path / "llama", bos=False)
+    (tmp_path / "d.txt").write_text("<|endoftext|>".join(["hello", "", "world", " \n", "cook", ""]))
+    for name in ("ours", "llama"):
+        tok = Tokenizer.load(tmp_path / name)
+        pack([tmp_path / "d.txt"], tmp_path / f"{name}.store", tmp_path / name, "seq", progress=False)
+        store = TokenStore(tmp_path / f"{name}.store")
+        end = tok.eos_id
+        by_hand = [*tok.encode("hello"), end, *tok.encode("world"), end, *tok.encode("cook"), end]
+        assert store.stream("sequence", 0, store.stream_length("sequence")).tolist() == by_hand, name
+        torch.manual_seed(0)
+        model = torch.nn.Embedding(tok.vocab_size, tok.vocab_size)  # a bigram table
+        text = evaluate_data(model, tok, tmp_path / "d.txt", window=64, progress=False)
+        packed = evaluate_data(model, tok, tmp_path / f"{name}.store", window=64, progress=False)
+        assert (text["tokens"], text["bytes"]) == (packed["tokens"], packed["bytes"]) == (len(by_hand) - 1, 13), name
+        assert text["nll_per_token"] == pytest.approx(packed["nll_per_token"], rel=1e-6), name
+        assert text["empty_documents"] == 2, name
+    from cookmind.cli import main
+
+    _bigram_cli(monkeypatch, tok)
+    assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "d.txt"), "--quiet"]) == 0
+    assert "left out 2 empty document(s)" in capsys.readouterr().out

@@ -203,7 +203,13 @@ def main(args) -> int:
 
 
 def _say_what_was_left_out(args, metrics: dict) -> None:
-    """--max-bytes / --max-windows: print how much of the data the perplexity leaves out (the metrics say it too)."""
+    """--max-bytes / --max-windows, empty documents: print how much of the data the perplexity leaves out (the
+    metrics say it too)."""
+    if metrics.get("empty_documents"):
+        print(
+            f"cookmind eval ppl: left out {metrics['empty_documents']:,} empty document(s), with no text to score, as "
+            "pack leaves them out (empty_documents)"
+        )
     if metrics.get("bytes_not_evaluated"):
         left, of = metrics["bytes_not_evaluated"], metrics.get("file_bytes", metrics.get("text_bytes"))
         print(

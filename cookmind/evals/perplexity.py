@@ -7,7 +7,8 @@ of what the model must tell), its spelling is not in the bytes.
 Windows of ``window`` tokens slide by ``stride``; each token is scored once, with as much
 left context as the window allows (the first window scores all of its predictions).
 Documents are read as ``cookmind pack`` reads them and joined as it joins its records: each one's
-text, then the ``<|endoftext|>`` token; plain text that spells ``<|endoftext|>`` gets that token there.
+text, then the end of a document (``<|endoftext|>``, else the tokenizer's EOS: ``cookmind.tokenizer.documents``);
+plain text that spells ``<|endoftext|>`` gets that end there, and a blank piece before one is left out, as pack does.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import torch
 from tqdm import tqdm
 
 from cookmind.align.losses import gather_log_probs, logits_of
-from cookmind.align.prompts import decode_ids, encode_text, is_hf_tokenizer
+from cookmind.align.prompts import encode_text, is_hf_tokenizer
 from cookmind.tokenizer.documents import document_end_id
 
-ENDOFTEXT = "<|endoftext|>"  # pack's document separator in plain text and the token ending each packed record
+ENDOFTEXT = "<|endoftext|>"  # pack's document separator in plain text
 
 
 @torch.no_grad()
@@ -115,14 +116,17 @@ def _joined_ids(tokenizer, pieces: Sequence[str], end_id: int) -> list[int]:
     return ids
 
 
-def _text_ids(tokenizer, text: str) -> tuple[list[int], int]:
-    """Ids for ``text`` and the UTF-8 bytes of its text; where it spells ``<|endoftext|>`` (pack's document separator
-    in plain text), that token, as pack puts it there (ours would otherwise encode its 13 characters), and no bytes."""
+def _text_ids(tokenizer, text: str) -> tuple[list[int], int, int]:
+    """Ids for ``text``, the UTF-8 bytes of its text and the empty documents left out. Where it spells
+    ``<|endoftext|>`` (pack's document separator in plain text) goes the end of a document (``document_end_id``), as
+    pack puts it there, and no bytes; a blank piece before a separator is an empty document, left out as pack does."""
     end = document_end_id(tokenizer)
-    if end is None or ENDOFTEXT not in text or decode_ids(tokenizer, [end]) != ENDOFTEXT:
-        return encode_text(tokenizer, text), len(text.encode("utf-8"))
-    pieces = text.split(ENDOFTEXT)
-    return _joined_ids(tokenizer, pieces, end), sum(len(p.encode("utf-8")) for p in pieces)
+    if end is None or ENDOFTEXT not in text:
+        return encode_text(tokenizer, text), len(text.encode("utf-8")), 0
+    *ended, last = text.split(ENDOFTEXT)
+    docs = [p for p in ended if p.strip()]
+    pieces = [*docs, last] if last.strip() else [*docs, ""]  # "": the last document ended by its separator
+    return _joined_ids(tokenizer, pieces, end), sum(len(p.encode("utf-8")) for p in pieces), len(ended) - len(docs)
 
 
 def _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows, what="the text") -> dict:
@@ -147,11 +151,12 @@ def evaluate_text(
     rows: list[dict] | None = None,
 ) -> dict:
     """Perplexity and bits per byte on ``text``. Bytes exclude the first token's (it is never predicted).
-    A ``<|endoftext|>`` in the text is the document separator token, as ``pack`` reads plain text: no bytes.
+    A ``<|endoftext|>`` in the text separates documents, as ``pack`` reads plain text (``_text_ids``).
 
     ``rows``, when given, gets one row per window: window, start (token), tokens scored, nll, nll_per_token."""
-    ids, n_bytes = _text_ids(tokenizer, text)
-    return _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows)
+    ids, n_bytes, empty = _text_ids(tokenizer, text)
+    report = _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows)
+    return {**report, "empty_documents": empty}  # blank pieces between separators: nothing to score, left out
 
 
 def evaluate_text_file(
