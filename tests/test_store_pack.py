@@ -1017,3 +1017,38 @@ def test_a_llama_style_tokenizer_ends_each_document_with_its_eos(tmp_path):
     assert _records(tmp_path / "s", "sequence") == [hf.encode(d) + [hf.eos_token_id] for d in DOCS]
     assert meta["tokenizer"]["eos_id"] == hf.eos_token_id
     assert document_end_id(Tokenizer.load(folder)) == document_end_id(hf) == hf.eos_token_id  # eval ppl's end
+
+
+def test_a_tokenizer_that_opens_every_text_with_bos_opens_each_document_with_it_in_pack_and_eval_ppl(tmp_path):
+    """A Llama-style tokenizer's post_processor puts <s> before every text in transformers; pack only warned
+    ("cookmind's encode does not") and packed each document without it, so a model learned from the store what
+    transformers never feeds it. Each document now opens with <s> as transformers encodes it, and eval ppl scores the
+    same ids from the text, the documents and the store, with our tokenizer or transformers' own."""
+    import warnings
+
+    import torch
+    import transformers
+    from tokenizer_fixtures import llama_style_tokenizer
+
+    from cookmind.evals import evaluate_data
+
+    folder = llama_style_tokenizer(tmp_path / "llama")
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    want = [hf(d)["input_ids"] + [hf.eos_token_id] for d in DOCS]
+    assert all(ids[0] == hf.bos_token_id for ids in want)
+    (tmp_path / "d.txt").write_text("<|endoftext|>".join(DOCS) + "<|endoftext|>")
+    _jsonl(tmp_path / "d.jsonl", [{"text": d} for d in DOCS])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left to warn about: pack does what transformers does
+        pack([tmp_path / "d.txt"], tmp_path / "s", folder, "seq", progress=False)
+    assert _records(tmp_path / "s", "sequence") == want
+    torch.manual_seed(0)
+    model = torch.nn.Embedding(len(hf), len(hf))  # a bigram table
+    stream = sum(want, [])
+    by_hand = -sum(torch.log_softmax(model.weight[a], -1)[b].item() for a, b in zip(stream[:-1], stream[1:]))
+    for tok in (Tokenizer.load(folder), hf):
+        for data in ("d.txt", "d.jsonl", "s"):
+            r = evaluate_data(model, tok, tmp_path / data, window=128, progress=False)
+            case = (type(tok).__name__, data)
+            assert (r["tokens"], r["bytes"]) == (len(stream) - 1, sum(len(d.encode()) for d in DOCS)), case
+            assert r["nll_per_token"] == pytest.approx(by_hand / (len(stream) - 1), rel=1e-6), case

@@ -6,9 +6,10 @@ Bits per byte compares models with different tokenizers: it counts the text, not
 of what the model must tell), its spelling is not in the bytes.
 Windows of ``window`` tokens slide by ``stride``; each token is scored once, with as much
 left context as the window allows (the first window scores all of its predictions).
-Documents are read as ``cookmind pack`` reads them and joined as it joins its records: each one's
-text, then the end of a document (``<|endoftext|>``, else the tokenizer's EOS: ``cookmind.tokenizer.documents``);
-plain text that spells ``<|endoftext|>`` gets that end there, and a blank piece before one is left out, as pack does.
+Documents are read as ``cookmind pack`` reads them and joined as it joins its records
+(``cookmind.tokenizer.documents``): each one's BOS when the tokenizer opens every text with one (Llama's ``<s>``),
+its text, then the end of a document (``<|endoftext|>``, else the tokenizer's EOS); plain text that spells
+``<|endoftext|>`` gets that end there, and a blank piece before one is left out, as pack does.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tqdm import tqdm
 
 from cookmind.align.losses import gather_log_probs, logits_of
 from cookmind.align.prompts import encode_text, is_hf_tokenizer
-from cookmind.tokenizer.documents import document_end_id
+from cookmind.tokenizer.documents import document_end_id, document_start_ids
 
 ENDOFTEXT = "<|endoftext|>"  # pack's document separator in plain text
 
@@ -102,17 +103,20 @@ def text_bytes(tokenizer, ids) -> int:
 
 
 def _joined_ids(tokenizer, pieces: Sequence[str], end_id: int) -> list[int]:
-    """The ids of ``pieces`` with ``end_id`` between each two, each piece encoded on its own (as pack encodes)."""
+    """The ids of ``pieces`` as pack lays out documents: each piece encoded on its own and opened by the document
+    start (``document_start_ids``; an empty piece, which marks the one before as ended, by nothing), ``end_id``
+    between each two."""
     pieces = list(pieces)
     if not is_hf_tokenizer(tokenizer) and hasattr(tokenizer, "encode_batch"):
         encoded = tokenizer.encode_batch(pieces)
     else:
         encoded = [encode_text(tokenizer, piece) for piece in pieces]
+    start = document_start_ids(tokenizer)
     ids: list[int] = []
-    for k, piece_ids in enumerate(encoded):
+    for k, (piece, piece_ids) in enumerate(zip(pieces, encoded)):
         if k:
             ids.append(end_id)
-        ids.extend(piece_ids)
+        ids.extend([*start, *piece_ids] if piece else piece_ids)
     return ids
 
 
@@ -121,7 +125,7 @@ def _text_ids(tokenizer, text: str) -> tuple[list[int], int, int]:
     ``<|endoftext|>`` (pack's document separator in plain text) goes the end of a document (``document_end_id``), as
     pack puts it there, and no bytes; a blank piece before a separator is an empty document, left out as pack does."""
     end = document_end_id(tokenizer)
-    if end is None or ENDOFTEXT not in text:
+    if end is None:  # no end of a document to put where the text spells one: it is all text
         return encode_text(tokenizer, text), len(text.encode("utf-8")), 0
     *ended, last = text.split(ENDOFTEXT)
     docs = [p for p in ended if p.strip()]

@@ -24,6 +24,8 @@ what each --train-type reads (one example line each):
           Once upon a time there was a cat.<|endoftext|>The next story starts here.
         JSON lines / Parquet: the --text-field (default "text", the field curate writes)
           {"text": "Once upon a time there was a cat."}
+        each document is stored as the tokenizer's BOS if it opens every text with one (Llama's <s>), its tokens,
+        then <|endoftext|> (a tokenizer without it: its EOS, e.g. </s>)
   sft   a chat as "messages" (or "conversations"), roles system/user/assistant/tool; optional "tools"
           {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}
         or question/answer (GSM8K), or prompt/response (or prompt/completion): one user and one assistant turn

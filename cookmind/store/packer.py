@@ -32,6 +32,7 @@ from cookmind.store.records import (
 )
 from cookmind.store.sources import count_items, estimate_items, iter_items, source_kind
 from cookmind.store.writer import StoreWriter, check_store_out
+from cookmind.tokenizer.documents import document_ids
 
 CHUNK = 256
 EMPTY = "empty document"  # _encode_chunk's record for an EmptyDocument (a string: it crosses the pool)
@@ -78,7 +79,7 @@ def _encode_chunk(items) -> list[tuple]:
                 out.append((it.source, it.where, None, str(exc)))
         for k, ids in zip(where, tok.encode_batch(texts) if texts else []):
             src, where, _, _ = out[k]
-            out[k] = (src, where, {"sequence": np.asarray(list(ids) + [tok.eos_id], dtype=np.int64)}, None)
+            out[k] = (src, where, {"sequence": np.asarray(document_ids(tok, ids), dtype=np.int64)}, None)
         return out
     for it in items:
         try:
@@ -223,7 +224,7 @@ def pack(
 
         from cookmind.tokenizer.hf_format import transformers_differences
 
-        for difference in transformers_differences(tokenizer, tok):
+        for difference in transformers_differences(tokenizer, tok, packing=True):
             warnings.warn(difference, stacklevel=2)  # a Hugging Face model's own tokenizer: packed otherwise
     tok_meta = {
         "fingerprint": tok.fingerprint(),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cookmind.store.sources import Item
+from cookmind.tokenizer.documents import document_ids
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -331,10 +332,10 @@ def item_rng(opts: RecordOptions, item: Item) -> random.Random:
 
 
 def make_record(item: Item, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
-    """The store record for one item (seq returns ids with the end-of-text id appended)."""
+    """The store record for one item (seq: the document's ids, framed by ``document_ids``)."""
     obj = parse(item)
     if opts.train_type == "seq":
-        return {"sequence": np.asarray(tok.encode(make_seq(obj, tok, opts)) + [tok.eos_id], dtype=np.int64)}
+        return {"sequence": np.asarray(document_ids(tok, tok.encode(make_seq(obj, tok, opts))), dtype=np.int64)}
     if opts.train_type == "sft":
         return make_sft(obj, tok, opts, item_rng(opts, item))
     if opts.train_type == "dpo":

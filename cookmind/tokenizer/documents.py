@@ -1,7 +1,10 @@
-"""Where a document ends in ids: one rule for pack, eval ppl and training, for our tokenizer and a Hugging Face one.
+"""Where a document starts and ends in ids: one rule for pack, eval ppl and training, for our tokenizer and a
+Hugging Face one.
 
-A document ends with ``<|endoftext|>`` when the tokenizer has it (GPT-2's and Qwen's pretraining separator, even
-where the chat EOS is ``<|im_end|>``), else with the tokenizer's EOS (Llama's and Mistral's ``</s>``).
+A document opens with the ids the tokenizer's Hugging Face post_processor puts before every text (Llama's and
+Mistral's BOS ``<s>``, as transformers' ``encode`` adds it; none for ours). It ends with ``<|endoftext|>`` when the
+tokenizer has it (GPT-2's and Qwen's pretraining separator, even where the chat EOS is ``<|im_end|>``), else with the
+tokenizer's EOS (Llama's and Mistral's ``</s>``).
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from cookmind.tokenizer.chat_template import ENDOFTEXT
+
+PROBE = "Hello world"  # a text to see what a post_processor adds around one
 
 
 def end_of_document(specials: Mapping[str, int], eos_id: int | None) -> int | None:
@@ -26,3 +31,23 @@ def document_end_id(tokenizer) -> int | None:
     if is_hf_tokenizer(tokenizer):
         return end_of_document(tokenizer.get_vocab(), tokenizer.eos_token_id)
     return end_of_document(getattr(tokenizer, "special_tokens", {}), getattr(tokenizer, "eos_id", None))
+
+
+def added_around(with_specials: list[int], plain: list[int]) -> tuple[list[int], list[int]]:
+    """(ids before, ids after) a text's own ids ``plain`` in ``with_specials``, its encoding with what a post_processor
+    adds around it."""
+    k = next((k for k in range(len(with_specials)) if with_specials[k : k + len(plain)] == plain), 0)
+    return with_specials[:k], with_specials[k + len(plain) :]
+
+
+def document_start_ids(tokenizer) -> list[int]:
+    """The ids that open each document: what a transformers tokenizer's ``encode`` puts before a text, else the
+    tokenizer's ``bos_ids`` (ours: read from a Hugging Face folder's post_processor)."""
+    if is_hf_tokenizer(tokenizer):
+        return added_around(tokenizer.encode(PROBE), tokenizer.encode(PROBE, add_special_tokens=False))[0]
+    return list(getattr(tokenizer, "bos_ids", ()))
+
+
+def document_ids(tokenizer, text_ids) -> list[int]:
+    """One document as pack stores it and eval ppl scores it: its start, its text's ids, its end."""
+    return [*document_start_ids(tokenizer), *text_ids, document_end_id(tokenizer)]

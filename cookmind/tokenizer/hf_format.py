@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
 from cookmind.tokenizer.chat_template import jinja_template
+from cookmind.tokenizer.documents import PROBE, added_around
 from cookmind.tokenizer.errors import TokenizerError
 
 if TYPE_CHECKING:
@@ -228,7 +229,21 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
     for m in model["merges"]:
         a, b = m if isinstance(m, list) else m.split(" ")
         merges.append((str_to_token(a), str_to_token(b)))
-    return Tokenizer(vocab, merges, specials, pattern, eos_token=_eos_token(path.parent))
+    bos_ids = _added_before(doc)
+    if not set(bos_ids) <= set(specials.values()):
+        raise TokenizerError(f"{path}: its post_processor puts {bos_ids} before every text, not all added tokens")
+    return Tokenizer(vocab, merges, specials, pattern, eos_token=_eos_token(path.parent), bos_ids=bos_ids)
+
+
+def _added_before(doc: dict) -> list[int]:
+    """The ids the post_processor of a tokenizer.json document puts before every text (Llama's <s>), as the
+    ``tokenizers`` library (transformers' backend) runs it."""
+    if not doc.get("post_processor"):
+        return []
+    from tokenizers import Tokenizer as RustTokenizer
+
+    raw = RustTokenizer.from_str(json.dumps(doc))
+    return added_around(raw.encode(PROBE).ids, raw.encode(PROBE, add_special_tokens=False).ids)[0]
 
 
 def _eos_token(directory: Path) -> str | None:
@@ -246,10 +261,11 @@ def _eos_token(directory: Path) -> str | None:
     return None
 
 
-def transformers_differences(directory: str | os.PathLike, tok) -> list[str]:
+def transformers_differences(directory: str | os.PathLike, tok, *, packing: bool = False) -> list[str]:
     """What transformers does with the tokenizer files in ``directory`` that ``tok`` (loaded from them) does not:
-    tokens its post_processor adds around every text (Llama's ``<s>``), a chat template that renders otherwise
-    than ours. One sentence each; [] when they agree or there are no such files (cookmind's own folders)."""
+    tokens its post_processor adds around every text (Llama's ``<s>``; with ``packing`` only those that pack does
+    not put around each document), a chat template that renders otherwise than ours. One sentence each; [] when
+    they agree or there are no such files (cookmind's own folders)."""
     directory = Path(directory)
     if (directory / "cookmind_tokenizer.json").is_file() or not (directory / "tokenizer.json").is_file():
         return []
@@ -262,16 +278,24 @@ def transformers_differences(directory: str | os.PathLike, tok) -> list[str]:
     except (OSError, ValueError, TypeError):
         return []  # loading it is not what this checks; cookmind's own load has succeeded
     found = []
-    with_specials, plain = hf.encode("Hello world"), hf.encode("Hello world", add_special_tokens=False)
-    if with_specials != plain:
-        k = next((k for k in range(len(with_specials)) if with_specials[k : k + len(plain)] == plain), 0)
-        sides = {"before": with_specials[:k], "after": with_specials[k + len(plain) :]}
+    before, after = added_around(hf.encode(PROBE), hf.encode(PROBE, add_special_tokens=False))
+    if packing:  # pack opens each document with the tokenizer's bos_ids and ends it with its eos_id
+        before = [] if before == list(tok.bos_ids) else before
+        after = [] if after == [tok.eos_id] else after
+    if before or after:
         added = " and ".join(
-            f"{', '.join(map(repr, hf.convert_ids_to_tokens(ids)))} {side}" for side, ids in sides.items() if ids
+            f"{', '.join(map(repr, hf.convert_ids_to_tokens(ids)))} {side}"
+            for side, ids in (("before", before), ("after", after))
+            if ids
+        )
+        does_not = (
+            "cookmind's pack does not put it around each document"
+            if packing
+            else "cookmind's prompts do not get it (generate, chat, serve, eval gsm8k and mmlu)"
+            + ("; pack and eval ppl open each document with it" if before else "")
         )
         found.append(
-            f"{directory / 'tokenizer.json'}: its post_processor adds {added} every text in transformers; "
-            "cookmind's encode does not (prompts, packed documents, evals of a cookmind model)"
+            f"{directory / 'tokenizer.json'}: its post_processor adds {added} every text in transformers; {does_not}"
         )
     template = getattr(hf, "chat_template", None)
     if template and hasattr(tok, "render") and getattr(tok, "im_start_id", None) is not None:

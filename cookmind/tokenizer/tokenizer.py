@@ -48,8 +48,11 @@ class Tokenizer:
         pattern: str = "gpt2",
         *,
         eos_token: str | None = None,
+        bos_ids: Sequence[int] = (),
     ):
-        self.eos_token = eos_token  # a Hugging Face folder's EOS (tokenizer_config.json); ours end with <|endoftext|>
+        # a Hugging Face folder's roles: its EOS (tokenizer_config.json; ours end with <|endoftext|>) and the ids its
+        # post_processor puts before every text (Llama's <s>), which pack puts before each document
+        self.eos_token, self.bos_ids = eos_token, tuple(int(i) for i in bos_ids)
         self.vocab: dict[int, bytes] = {int(i): bytes(b) for i, b in vocab.items()}
         self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
         self.pattern = resolve_pattern(pattern)
