@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from lm_fixtures import tiny_lm
-from tokenizer_fixtures import hf_byte_tokenizer
+from tokenizer_fixtures import hf_byte_tokenizer, llama_style_tokenizer
 
 from cookmind.cli import main as cli_main
 from cookmind.model import load_model, save_model
@@ -539,3 +539,47 @@ def test_export_and_import_replace_their_own_output_with_overwrite_and_nothing_e
     (tmp_path / "hf" / "notes.txt").unlink()
     assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "old"), "--overwrite"]) == 2
     assert "meta.json" in capsys.readouterr().err and (tmp_path / "old" / "meta.json").is_file()
+
+
+def _checkpoint_with(ckpt, tokenizer):
+    """(tokenizer, the ids transformers' generate stops at) of a tiny model of a 64-token context saved in ``ckpt``
+    with ``tokenizer``: ours ("cookmind": <|endoftext|>, <|im_end|>) or a Llama-style one saved by transformers."""
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    if tokenizer == "cookmind":
+        (ckpt.parent / "c.txt").write_text("the cook stirs the soup and tastes it. " * 40)
+        tok = Tokenizer(
+            *train_bpe(ckpt.parent / "c.txt", 280, DEFAULT_SPECIAL_TOKENS, progress=False), DEFAULT_SPECIAL_TOKENS
+        )
+        tok.save(ckpt)
+        stops = [tok.eos_id, tok.im_end_id]
+    else:
+        tok = Tokenizer.load(llama_style_tokenizer(ckpt))
+        stops = [tok.eos_id]
+    model = tiny_lm(
+        vocab_size=tok.vocab_size, intermediate_size=48, max_position_embeddings=64, eos_token_id=tok.eos_id
+    )
+    save_model(ckpt, model)
+    return tok, stops
+
+
+@pytest.mark.parametrize("tokenizer", ["cookmind", "llama-style"])
+def test_a_re_export_keeps_config_jsons_single_eos_an_int(tmp_path, tokenizer):
+    # export, import --hf, export again turned config.json's eos_token_id 256 into [256, 258]: import folded
+    # generation_config.json's stops into it. The imported model keeps config.json's, its loader adds those stops.
+    from cookmind.infer.loading import load_model_dir
+
+    tok, stops = _checkpoint_with(tmp_path / "ckpt", tokenizer)
+    export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "back")
+    export_hf(tmp_path / "back", tmp_path / "hf2")
+    for out in ("hf", "hf2"):
+        assert transformers.AutoConfig.from_pretrained(str(tmp_path / out)).eos_token_id == tok.eos_id, out
+        gen = transformers.GenerationConfig.from_pretrained(str(tmp_path / out))
+        assert gen.eos_token_id == (stops if len(stops) > 1 else stops[0]), out
+    # cookmind generate on the imported model stops where transformers' generate does
+    assert load_model_dir(tmp_path / "back").config.eos_token_id in (stops, stops[0])
+    # a list of one eos id is that id
+    save_model(tmp_path / "one", tiny_lm(vocab_size=tok.vocab_size, intermediate_size=48, eos_token_id=[tok.eos_id]))
+    export_hf(tmp_path / "one", tmp_path / "hf_one")
+    assert json.loads((tmp_path / "hf_one" / "config.json").read_text())["eos_token_id"] == tok.eos_id

@@ -93,6 +93,7 @@ def to_hf_config(cfg: CookMindConfig, dtype: torch.dtype = torch.float32):
     import transformers
 
     arch = hf_architecture(cfg)
+    eos = None if cfg.eos_token_id is None else eos_ids(cfg.eos_token_id)
     config_cls = {
         "LlamaForCausalLM": transformers.LlamaConfig,
         "Qwen2ForCausalLM": transformers.Qwen2Config,
@@ -112,7 +113,7 @@ def to_hf_config(cfg: CookMindConfig, dtype: torch.dtype = torch.float32):
         tie_word_embeddings=cfg.tie_word_embeddings,
         initializer_range=cfg.initializer_range,
         bos_token_id=cfg.bos_token_id,
-        eos_token_id=cfg.eos_token_id,
+        eos_token_id=eos[0] if eos and len(eos) == 1 else eos,  # an int when there is one, as config.json has it
         pad_token_id=cfg.pad_token_id,
         architectures=[arch],
     )
@@ -367,7 +368,7 @@ def import_hf(
         )
     if not config_path.is_file():
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
-    cfg = _with_generation_eos(from_hf_config(json.loads(config_path.read_text()), config_path), hf_dir)
+    cfg = from_hf_config(json.loads(config_path.read_text()), config_path)  # generation_config.json is copied along
     _check_out(out_dir, overwrite, _is_cookmind_model_dir, "cookmind model folder")
     weights_path, tensors = _read_hf_weights(hf_dir)
     if cfg.tie_word_embeddings:
@@ -387,11 +388,15 @@ def import_hf(
 def load_model_or_hf(
     path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> CookMindLM:
-    """A CookMindLM from a cookmind model directory or a Hugging Face Llama/Qwen folder (imported on the way)."""
+    """A CookMindLM from a cookmind model directory or a Hugging Face Llama/Qwen folder (imported on the way), its
+    config's eos ids joined by those of the folder's generation_config.json (``_with_generation_eos``)."""
     from cookmind.model.model_io import load_model
 
     if not is_hf_model_dir(path):
-        return load_model(path, device=device, dtype=dtype)
-    with tempfile.TemporaryDirectory(prefix="cookmind-import-") as tmp:
-        import_hf(path, Path(tmp) / "model")
-        return load_model(Path(tmp) / "model", device=device, dtype=dtype)
+        model = load_model(path, device=device, dtype=dtype)
+    else:
+        with tempfile.TemporaryDirectory(prefix="cookmind-import-") as tmp:
+            import_hf(path, Path(tmp) / "model")
+            model = load_model(Path(tmp) / "model", device=device, dtype=dtype)
+    model.config = _with_generation_eos(model.config, Path(path))
+    return model
