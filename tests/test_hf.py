@@ -583,3 +583,14 @@ def test_a_re_export_keeps_config_jsons_single_eos_an_int(tmp_path, tokenizer):
     save_model(tmp_path / "one", tiny_lm(vocab_size=tok.vocab_size, intermediate_size=48, eos_token_id=[tok.eos_id]))
     export_hf(tmp_path / "one", tmp_path / "hf_one")
     assert json.loads((tmp_path / "hf_one" / "config.json").read_text())["eos_token_id"] == tok.eos_id
+
+
+@pytest.mark.parametrize("tokenizer", ["cookmind", "llama-style"])
+def test_the_exported_tokenizer_reads_the_models_context_as_its_model_max_length(tmp_path, tokenizer):
+    # transformers read the exported tokenizer's model_max_length as 1,000,000 (ours) or 1e30 (a Hugging Face
+    # folder's), not the model's context of 64 tokens: truncation=True kept texts the model cannot read
+    _checkpoint_with(tmp_path / "ckpt", tokenizer)
+    export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert hf_tok.model_max_length == 64
+    assert len(hf_tok("soup " * 100, truncation=True)["input_ids"]) == 64

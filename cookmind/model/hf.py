@@ -206,6 +206,8 @@ def export_hf(
         hf_config.save_pretrained(tmp)
         save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
         copied = copy_tokenizer_files(ckpt_dir, tmp)
+        if "tokenizer_config.json" in copied:
+            _set_model_max_length(tmp / "tokenizer_config.json", cfg.max_position_embeddings)
         if "generation_config.json" not in copied and cfg.eos_token_id is not None:
             # lets HF generate / vLLM stop where cookmind does (end of text, and end of a chat turn) without flags
             gen = {
@@ -222,6 +224,17 @@ def export_hf(
     _atomic_dir(out_dir, fill, overwrite, is_hf_model_dir, "Hugging Face export")
     assert json.loads((out_dir / CONFIG_NAME).read_text())["architectures"] == [arch]
     return out_dir
+
+
+def _set_model_max_length(path: Path, context: int) -> None:
+    """Make the model's context the model_max_length of the tokenizer_config.json at ``path`` (where transformers
+    truncates, and warns of longer texts); a tokenizer saved alone says 1,000,000 (ours) or 1e30 (transformers')."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["model_max_length"] = context
+    except (ValueError, TypeError) as exc:
+        raise HFInteropError(f"{path}: not a JSON object ({exc}); re-save the tokenizer") from None
+    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _rope_from_hf(d: dict[str, Any], path: Path) -> tuple[float, dict[str, Any] | None]:
