@@ -134,7 +134,7 @@ def test_mmlu_letter_scores_match_hf_log_softmax(tmp_path):
 
 def test_perplexity_matches_hf_loss_and_bits_per_byte(shared_data, tmp_path):
     tok, model = tiny_hf_tokenizer(tmp_path), tiny_hf_model()
-    text = (shared_data / "text" / "tinystories_sample.txt").read_text()[:300]
+    text = (shared_data / "text" / "tinystories_sample.txt").read_text()[:300].strip()  # as pack reads a document
     ids = tok.encode(text, add_special_tokens=False)
     hf_loss = model(torch.tensor([ids]), labels=torch.tensor([ids])).loss.item()  # mean NLL, shifted inside
     r = evaluate_text(model, tok, text, window=len(ids))
@@ -790,3 +790,24 @@ def test_ppl_on_text_scores_the_ids_pack_stores_for_it(tmp_path, monkeypatch, ca
     _bigram_cli(monkeypatch, tok)
     assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "d.txt"), "--quiet"]) == 0
     assert "left out 2 empty document(s)" in capsys.readouterr().out
+
+
+def test_ppl_on_text_strips_each_document_as_pack_does(shared_data, tmp_path, tok_dir):
+    """eval ppl on tinystories_sample.txt scored 10 tokens more than the store pack made of it holds: the newlines
+    around each <|endoftext|>, which pack strips off each document, were scored as text. Each document of a text file
+    is now stripped as pack strips it, so the text and its store score the same ids over the same bytes."""
+    from cookmind.evals import evaluate_data
+    from cookmind.store import TokenStore
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import Tokenizer
+
+    src = shared_data / "text" / "tinystories_sample.txt"
+    assert "\n<|endoftext|>\n" in src.read_text()
+    tok = Tokenizer.load(tok_dir)
+    pack([src], tmp_path / "s", tok_dir, "seq", progress=False)
+    length = TokenStore(tmp_path / "s").stream_length("sequence")
+    torch.manual_seed(0)
+    model = torch.nn.Embedding(tok.vocab_size, tok.vocab_size)  # a bigram table
+    text, packed = (evaluate_data(model, tok, data, window=length, progress=False) for data in (src, tmp_path / "s"))
+    assert (text["tokens"], text["bytes"]) == (packed["tokens"], packed["bytes"]) and text["tokens"] == length - 1
+    assert text["nll_per_token"] == pytest.approx(packed["nll_per_token"], rel=1e-6)

@@ -121,15 +121,15 @@ def _joined_ids(tokenizer, pieces: Sequence[str], end_id: int) -> list[int]:
 
 
 def _text_ids(tokenizer, text: str) -> tuple[list[int], int, int]:
-    """Ids for ``text``, the UTF-8 bytes of its text and the empty documents left out. Where it spells
-    ``<|endoftext|>`` (pack's document separator in plain text) goes the end of a document (``document_end_id``), as
-    pack puts it there, and no bytes; a blank piece before a separator is an empty document, left out as pack does."""
+    """Ids for ``text``, the UTF-8 bytes of its text and the empty documents left out, as pack reads a text file
+    (``cookmind.store.sources``): where it spells ``<|endoftext|>`` goes the end of a document (``document_end_id``),
+    and no bytes; each document is stripped of the whitespace around it, and a blank one is left out."""
     end = document_end_id(tokenizer)
     if end is None:  # no end of a document to put where the text spells one: it is all text
         return encode_text(tokenizer, text), len(text.encode("utf-8")), 0
-    *ended, last = text.split(ENDOFTEXT)
-    docs = [p for p in ended if p.strip()]
-    pieces = [*docs, last] if last.strip() else [*docs, ""]  # "": the last document ended by its separator
+    *ended, last = (piece.strip() for piece in text.split(ENDOFTEXT))
+    docs = [p for p in ended if p]
+    pieces = [*docs, last] if last else [*docs, ""]  # "": the last document ended by its separator
     return _joined_ids(tokenizer, pieces, end), sum(len(p.encode("utf-8")) for p in pieces), len(ended) - len(docs)
 
 
