@@ -586,7 +586,7 @@ def test_a_re_export_keeps_config_jsons_single_eos_an_int(tmp_path, tokenizer):
 
 
 @pytest.mark.parametrize("tokenizer", ["cookmind", "llama-style"])
-def test_the_exported_tokenizer_reads_the_models_context_as_its_model_max_length(tmp_path, tokenizer):
+def test_the_exported_tokenizer_reads_the_models_context_as_its_model_max_length(tmp_path, tokenizer, caplog):
     # transformers read the exported tokenizer's model_max_length as 1,000,000 (ours) or 1e30 (a Hugging Face
     # folder's), not the model's context of 64 tokens: truncation=True kept texts the model cannot read
     _checkpoint_with(tmp_path / "ckpt", tokenizer)
@@ -594,3 +594,8 @@ def test_the_exported_tokenizer_reads_the_models_context_as_its_model_max_length
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert hf_tok.model_max_length == 64
     assert len(hf_tok("soup " * 100, truncation=True)["input_ids"]) == 64
+    # eval ppl windows a long text itself: no transformers note that the text would cause "indexing errors"
+    (tmp_path / "t.txt").write_text("soup " * 100)
+    caplog.clear()
+    assert cli_main(["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(tmp_path / "t.txt"), "--quiet"]) == 0
+    assert not [r for r in caplog.records if "indexing errors" in r.getMessage()]

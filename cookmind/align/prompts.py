@@ -65,7 +65,9 @@ def uses_think_tags(template: str) -> bool:
 def encode_text(tokenizer, text: str) -> list[int]:
     """Ids for ``text`` with no special tokens added."""
     if is_hf_tokenizer(tokenizer):
-        return list(tokenizer.encode(text, add_special_tokens=False))
+        # verbose=False: cookmind windows or refuses a text longer than the model's context itself; transformers'
+        # "would cause indexing errors" (past an export's model_max_length) is no news
+        return list(tokenizer.encode(text, add_special_tokens=False, verbose=False))
     return list(tokenizer.encode(text))
 
 
