@@ -402,3 +402,22 @@ def test_a_folder_with_tokenizer_json_and_gpt2_files_loads_what_transformers_loa
     ours = Tokenizer.load(tmp_path / "folder")
     text = (shared_data / "text" / "corpus.en").read_text(encoding="utf-8")[:20000]
     assert ours.encode(text) == hf.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+
+def test_an_imported_llama_style_tokenizer_keeps_its_eos_and_bos(tmp_path):
+    # `tokenizer import --tokenizer-json llama/tokenizer.json` saved a tokenizer that forgot its EOS </s> (pack then
+    # refused it: "neither <|endoftext|> nor an EOS token") and the <s> its post_processor puts before every text
+    import transformers
+    from tokenizer_fixtures import llama_style_tokenizer
+
+    from cookmind.tokenizer.documents import document_end_id, document_start_ids
+
+    llama = transformers.AutoTokenizer.from_pretrained(str(llama_style_tokenizer(tmp_path / "llama")))
+    assert (
+        run_cli(["import", "--tokenizer-json", str(tmp_path / "llama/tokenizer.json"), "--out", str(tmp_path / "t")])
+        == 0
+    )
+    back = Tokenizer.load(tmp_path / "t")
+    assert (document_start_ids(back), document_end_id(back)) == ([llama.bos_token_id], llama.eos_token_id)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "t"))  # what the import saved for transformers
+    assert (theirs.encode("the soup"), theirs.eos_token) == (llama.encode("the soup"), "</s>")

@@ -59,7 +59,7 @@ def hf_tokenizer_json(tok: Tokenizer) -> dict:
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
             ],
         },
-        "post_processor": None,
+        "post_processor": _bos_processor(tok),
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
         "model": {
             "type": "BPE",
@@ -76,6 +76,20 @@ def hf_tokenizer_json(tok: Tokenizer) -> dict:
     }
 
 
+def _bos_processor(tok: Tokenizer) -> dict | None:
+    """The post_processor that puts ``tok.bos_ids`` before every text, as the Hugging Face folder it came from did."""
+    if not tok.bos_ids:
+        return None
+    inv = {i: s for s, i in tok.special_tokens.items()}
+    bos = [{"SpecialToken": {"id": inv[i], "type_id": 0}} for i in tok.bos_ids]
+    return {
+        "type": "TemplateProcessing",
+        "single": [*bos, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [*bos, {"Sequence": {"id": "A", "type_id": 0}}, *bos, {"Sequence": {"id": "B", "type_id": 0}}],
+        "special_tokens": {inv[i]: {"id": inv[i], "ids": [i], "tokens": [inv[i]]} for i in tok.bos_ids},
+    }
+
+
 def hf_tokenizer_config(tok: Tokenizer) -> dict:
     """tokenizer_config.json: the tokenizer class, special-token roles and the Jinja chat_template."""
     inv = {i: s for s, i in tok.special_tokens.items()}
@@ -83,7 +97,7 @@ def hf_tokenizer_config(tok: Tokenizer) -> dict:
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": 1_000_000,
         "clean_up_tokenization_spaces": False,
-        "bos_token": None,
+        "bos_token": inv[tok.bos_ids[0]] if tok.bos_ids else None,
         "eos_token": inv.get(tok.eos_id) if tok.eos_id is not None else None,
         "pad_token": inv.get(tok.pad_id) if tok.pad_id is not None else None,
         "unk_token": None,

@@ -415,7 +415,9 @@ class Tokenizer:
 
     # ---- identity and persistence ------------------------------------------------------------
     def to_dict(self) -> dict:
-        """Our JSON format: printable tokens (GPT-2 byte map), merges, specials, pattern."""
+        """Our JSON format: printable tokens (GPT-2 byte map), merges, specials, pattern; a Hugging Face folder's
+        roles (``eos_token``, ``bos_ids``) when it came from one."""
+        roles = {"eos_token": self.eos_token, "bos_ids": list(self.bos_ids)}
         return {
             "format": FORMAT,
             "version": 1,
@@ -423,6 +425,7 @@ class Tokenizer:
             "special_tokens": self.special_tokens,
             "vocab": [[i, token_to_str(self.vocab[i])] for i in sorted(self.vocab)],
             "merges": [[token_to_str(a), token_to_str(b)] for a, b in self.merges],
+            **{k: v for k, v in roles.items() if v},
         }
 
     @classmethod
@@ -435,7 +438,8 @@ class Tokenizer:
             merges = [(str_to_token(a), str_to_token(b)) for a, b in d["merges"]]
         except (KeyError, ValueError, TypeError) as exc:
             raise TokenizerError(f"{where}: malformed vocab or merges ({exc!r}); re-save the tokenizer") from None
-        return cls(vocab, merges, {s: int(i) for s, i in d["special_tokens"].items()}, d["pattern"])
+        specials = {s: int(i) for s, i in d["special_tokens"].items()}
+        return cls(vocab, merges, specials, d["pattern"], eos_token=d.get("eos_token"), bos_ids=d.get("bos_ids", ()))
 
     def fingerprint(self) -> str:
         """Stable SHA-256 of vocab + merges + specials + pattern (token stores record it)."""
