@@ -479,3 +479,24 @@ def test_a_failing_run_ends_its_progress_bar_before_the_error(tmp_path, store, c
     err = capsys.readouterr().err
     assert "2/4" in err and err.endswith("\n")  # the bar got to step 2 and ended its line
     assert heard == ["the objective failed"]
+
+
+def test_a_model_built_for_a_llama_style_tokenizer_exports_its_bos_and_eos(tmp_path):
+    """A model trained with a Llama-style tokenizer got no bos_token_id, so its export's config.json named none,
+    though every packed document opens with <s>. The model takes its BOS and EOS from the tokenizer, as transformers
+    reads them."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizer_fixtures import llama_style_tokenizer
+
+    from cookmind.model import save_model
+    from cookmind.model.hf import export_hf
+    from cookmind.tokenizer import Tokenizer
+    from cookmind.train.build import build_model
+
+    folder = llama_style_tokenizer(tmp_path / "llama")
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    cfg = TrainConfig.load("tiny-cpu", [])
+    save_model(tmp_path / "m", build_model(cfg, Tokenizer.load(folder)))
+    export_hf(tmp_path / "m", tmp_path / "hf")
+    config = transformers.AutoConfig.from_pretrained(str(tmp_path / "hf"))
+    assert (config.bos_token_id, config.eos_token_id) == (hf.bos_token_id, hf.eos_token_id)

@@ -84,6 +84,8 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
         if tokenizer is not None:
             fields.setdefault("eos_token_id", tokenizer.eos_id)
             fields.setdefault("pad_token_id", tokenizer.pad_id)
+            if len(tokenizer.bos_ids) == 1:  # the BOS pack opens each document with (Llama's <s>)
+                fields.setdefault("bos_token_id", tokenizer.bos_ids[0])
         model = CookMindLM(CookMindConfig.from_dict(fields))
     if cfg.lora.enabled:
         from cookmind.model.lora import apply_lora
