@@ -168,8 +168,8 @@ def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
 
 
 def test_hf_tokenizer_adapter_matches_ours(ckpt, tmp_path):
-    from cookmind.infer.loading import HFTokenizerAdapter
     from cookmind.model.hf import export_hf
+    from cookmind.tokenizer.hf_adapter import HFTokenizerAdapter
 
     d, _, tok = ckpt
     hf = HFTokenizerAdapter(export_hf(d, tmp_path / "hf"))  # transformers reading tokenizer.json

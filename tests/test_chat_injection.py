@@ -223,7 +223,7 @@ def test_eval_and_grpo_chat_prompts_keep_the_template_tokens_and_the_question_as
 def test_a_hugging_face_tokenizer_folder_renders_and_encodes_the_same(tok, tok_dir, tmp_path):
     import shutil
 
-    from cookmind.infer.loading import HFTokenizerAdapter, load_tokenizer
+    from cookmind.tokenizer.hf_adapter import HFTokenizerAdapter, load_tokenizer
 
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tok_dir / name, tmp_path / name)

@@ -1052,3 +1052,34 @@ def test_a_tokenizer_that_opens_every_text_with_bos_opens_each_document_with_it_
             case = (type(tok).__name__, data)
             assert (r["tokens"], r["bytes"]) == (len(stream) - 1, sum(len(d.encode()) for d in DOCS)), case
             assert r["nll_per_token"] == pytest.approx(by_hand / (len(stream) - 1), rel=1e-6), case
+
+
+def test_a_sentencepiece_style_tokenizer_packs_as_transformers_encodes(tmp_path):
+    """A Llama 2 / Mistral tokenizer.json (SentencePiece's BPE with byte fallback, not byte-level) stopped pack at
+    once: "model.byte_fallback=True is not supported by cookmind's byte-level BPE", though generate, chat and eval
+    read it through transformers. pack now reads it the same way: each document as transformers encodes it, then
+    </s>, and eval ppl scores the text as it scores the store."""
+    import torch
+    import transformers
+    from tokenizer_fixtures import sentencepiece_style_tokenizer
+
+    from cookmind.evals import evaluate_data
+    from cookmind.tokenizer.hf_adapter import load_tokenizer
+
+    folder = sentencepiece_style_tokenizer(tmp_path / "sp")
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    docs = [*DOCS, "Crème brûlée 😀"]  # bytes the vocabulary lacks: byte fallback
+    (tmp_path / "d.txt").write_text("<|endoftext|>".join(docs) + "<|endoftext|>")
+    pack([tmp_path / "d.txt"], tmp_path / "s", folder, "seq", progress=False, workers=2)
+    want = [hf(d)["input_ids"] + [hf.eos_token_id] for d in docs]
+    assert _records(tmp_path / "s", "sequence") == want
+    torch.manual_seed(0)
+    model = torch.nn.Embedding(len(hf), len(hf))  # a bigram table
+    tok = load_tokenizer(folder)
+    text, packed = (evaluate_data(model, tok, tmp_path / d, window=256, progress=False) for d in ("d.txt", "s"))
+    assert text["tokens"] == packed["tokens"] == sum(map(len, want)) - 1
+    assert text["nll_per_token"] == pytest.approx(packed["nll_per_token"], rel=1e-6)
+    # train reads it too: the tokenizer the store was packed with
+    from cookmind.train.build import load_tokenizer as run_tokenizer
+
+    assert run_tokenizer(str(folder)).fingerprint() == TokenStore(tmp_path / "s").tokenizer_fingerprint

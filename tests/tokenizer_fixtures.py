@@ -74,3 +74,30 @@ def llama_style_tokenizer(path: Path, *, bos: bool = True) -> Path:
     """``hf_byte_tokenizer`` as Llama's and Mistral's: <s> and </s>, no <|endoftext|>; </s> ends a text, <s> opens
     every one (``bos``)."""
     return hf_byte_tokenizer(path, ["<s>", "</s>"], "</s>", bos="<s>" if bos else None)
+
+
+def sentencepiece_style_tokenizer(path: Path) -> Path:
+    """A Llama 2 / Mistral-style tokenizer saved by transformers in ``path``: SentencePiece's BPE (a "▁" for each
+    space, a leading one, bytes <0x00>..<0xFF> for what the vocabulary lacks), <unk>, <s> before every text, </s> its
+    EOS; no merges. Neither byte-level nor readable by cookmind's own codec. The folder."""
+    import transformers
+    from tokenizers import Tokenizer as HFTok
+    from tokenizers import decoders, models, normalizers, processors
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for ch in "▁abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.,!?'":
+        vocab.setdefault(ch, len(vocab))
+    raw = HFTok(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    raw.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    raw.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    raw.add_special_tokens(["<unk>", "<s>", "</s>"])
+    raw.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", raw.token_to_id("<s>"))]
+    )
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=raw, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    tok.save_pretrained(path)
+    return path

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from cookmind.tokenizer.hf_adapter import load_tokenizer
+
 DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -16,69 +18,6 @@ DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-
-
-class HFTokenizerAdapter:
-    """A transformers tokenizer (tokenizer.json + tokenizer_config.json) behind cookmind's Tokenizer API."""
-
-    def __init__(self, directory: str | Path):
-        from transformers import AutoTokenizer
-
-        self.hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-        vocab = self.hf.get_vocab()
-        self.special_tokens = {t: vocab[t] for t in self.hf.all_special_tokens if t in vocab}
-        for name in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>"):
-            if name in vocab:
-                self.special_tokens.setdefault(name, vocab[name])
-        self.vocab_size = len(self.hf)
-        self.eos_id = self.hf.eos_token_id
-        self.im_start_id = self.special_tokens.get("<|im_start|>")
-        self.im_end_id = self.special_tokens.get("<|im_end|>")
-        self.pad_id = self.hf.pad_token_id if self.hf.pad_token_id is not None else self.eos_id
-
-    def encode(self, text: str) -> list[int]:
-        # text that spells a special token stays text, as with cookmind's Tokenizer
-        return self.hf.encode(text, add_special_tokens=False, split_special_tokens=True)
-
-    def decode(self, ids) -> str:
-        return self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
-        return self.hf.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
-        )
-
-    def render(self, messages, add_generation_prompt: bool = False, tools=None):
-        # special tokens only from the template: transformers wraps those typed in the messages and encodes them as text
-        ids = list(
-            self.hf.apply_chat_template(
-                messages,
-                tools=tools,
-                add_generation_prompt=add_generation_prompt,
-                sanitize_control_tokens=True,
-                return_dict=False,
-            )
-        )
-        return ids, [0] * len(ids)
-
-
-def load_tokenizer(path: str | Path):
-    """cookmind's tokenizer when its files are there, else the Hugging Face tokenizer.json."""
-    from cookmind.tokenizer import Tokenizer, TokenizerError
-
-    path = Path(path)
-    try:
-        return Tokenizer.load(path)
-    except TokenizerError as exc:
-        if not (path / "tokenizer.json").is_file():
-            raise
-        adapter = HFTokenizerAdapter(path)  # what transformers reads (a SentencePiece-style BPE, a normalizer)
-        if not adapter.encode("Hello world"):
-            raise TokenizerError(
-                f"{path / 'tokenizer.json'}: transformers reads a tokenizer of {adapter.vocab_size} tokens that "
-                f"encodes text to nothing, and cookmind cannot read it: {exc}"
-            ) from None
-        return adapter
 
 
 def load_model_dir(path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None):

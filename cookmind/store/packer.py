@@ -32,7 +32,7 @@ from cookmind.store.records import (
 )
 from cookmind.store.sources import count_items, estimate_items, iter_items, source_kind
 from cookmind.store.writer import StoreWriter, check_store_out
-from cookmind.tokenizer.documents import document_ids
+from cookmind.tokenizer.documents import document_end_id, document_ids
 
 CHUNK = 256
 EMPTY = "empty document"  # _encode_chunk's record for an EmptyDocument (a string: it crosses the pool)
@@ -46,9 +46,9 @@ class PackError(ValueError):
 
 def _load_tokenizer(tokenizer):
     if isinstance(tokenizer, (str, Path)):
-        from cookmind.tokenizer import Tokenizer
+        from cookmind.tokenizer.hf_adapter import load_tokenizer
 
-        return Tokenizer.load(tokenizer)
+        return load_tokenizer(tokenizer)  # ours, else a Hugging Face one through transformers (Mistral's)
     return tokenizer
 
 
@@ -141,7 +141,7 @@ def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
     ):
         if not 0.0 <= ratio <= 1.0:
             raise PackError(f"{flag} {ratio} is not a probability between 0 and 1")
-    if tok.eos_id is None:
+    if document_end_id(tok) is None:
         raise PackError(
             f"{name} has neither <|endoftext|> nor an EOS token (tokenizer_config.json's eos_token) to end every "
             "packed record with: train the tokenizer with --special-token '<|endoftext|>' (the default set has it), "
@@ -229,8 +229,8 @@ def pack(
     tok_meta = {
         "fingerprint": tok.fingerprint(),
         "vocab_size": int(tok.vocab_size),
-        "eos_id": int(tok.eos_id),
-        "pad_id": int(getattr(tok, "pad_id", tok.eos_id)),
+        "eos_id": int(document_end_id(tok)),
+        "pad_id": int(tok.pad_id),
     }
     if isinstance(tokenizer, (str, Path)):
         tok_meta["path"] = str(Path(tokenizer).resolve())

@@ -30,12 +30,12 @@ def register_objective(name: str, factory: Callable[[TrainConfig, Any], Objectiv
 
 
 def load_tokenizer(path: str | None):
-    """The run's tokenizer (cookmind.tokenizer.Tokenizer) or None."""
+    """The run's tokenizer (ours, or a Hugging Face one read through transformers) or None."""
     if not path:
         return None
-    from cookmind.tokenizer import Tokenizer
+    from cookmind.tokenizer.hf_adapter import load_tokenizer
 
-    return Tokenizer.load(path)
+    return load_tokenizer(path)
 
 
 def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
