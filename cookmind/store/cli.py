@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokenizer",
         required=True,
-        help="tokenizer directory (from `cookmind tokenizer train`, or a Hugging Face model's byte-level BPE)",
+        help="tokenizer directory (from `cookmind tokenizer train`, or a Hugging Face model's tokenizer.json: "
+        "one that is no byte-level BPE, as Mistral's, is read through transformers)",
     )
     parser.add_argument(
         "--train-type",
