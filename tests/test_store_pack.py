@@ -1083,3 +1083,17 @@ def test_a_sentencepiece_style_tokenizer_packs_as_transformers_encodes(tmp_path)
     from cookmind.train.build import load_tokenizer as run_tokenizer
 
     assert run_tokenizer(str(folder)).fingerprint() == TokenStore(tmp_path / "s").tokenizer_fingerprint
+
+
+def test_a_tokenizer_json_neither_reader_can_read_is_refused_with_cookminds_reason(tmp_path, capsys):
+    # with transformers as the second reader, a cut-off tokenizer.json said only transformers' "Expecting property
+    # name enclosed in double quotes: line 2 column 1 (char 37)", naming no file
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {\n')
+    (tmp_path / "d.txt").write_text("The cook stirs the soup.")
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    args = ["--tokenizer", str(tmp_path / "tok"), "--train-type", "seq", "--input", str(tmp_path / "d.txt")]
+    assert pack_cli.main(parser.parse_args([*args, "--out", str(tmp_path / "s"), "--quiet"])) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{tmp_path / 'tok' / 'tokenizer.json'}:2: not valid JSON" in err and "\n" not in err, err

@@ -76,7 +76,10 @@ def load_tokenizer(path: str | Path):
     except TokenizerError as exc:
         if not (path / "tokenizer.json").is_file():
             raise
-        adapter = HFTokenizerAdapter(path)  # what transformers reads (a SentencePiece-style BPE, a normalizer)
+        try:
+            adapter = HFTokenizerAdapter(path)  # what transformers reads (a SentencePiece-style BPE, a normalizer)
+        except Exception:  # noqa: BLE001 - transformers cannot read it either: cookmind's reason names the file
+            raise exc from None
         if not adapter.encode("Hello world"):
             raise TokenizerError(
                 f"{path / 'tokenizer.json'}: transformers reads a tokenizer of {adapter.vocab_size} tokens that "
