@@ -421,3 +421,15 @@ def test_an_imported_llama_style_tokenizer_keeps_its_eos_and_bos(tmp_path):
     assert (document_start_ids(back), document_end_id(back)) == ([llama.bos_token_id], llama.eos_token_id)
     theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "t"))  # what the import saved for transformers
     assert (theirs.encode("the soup"), theirs.eos_token) == (llama.encode("the soup"), "</s>")
+
+
+def test_a_post_processor_that_puts_a_plain_token_before_every_text_is_refused_by_name(tmp_path):
+    # the ids before every text are what pack opens each document with: they must be special tokens of the tokenizer
+    from tokenizer_fixtures import llama_style_tokenizer
+
+    path = llama_style_tokenizer(tmp_path / "llama") / "tokenizer.json"
+    doc = json.loads(path.read_text())
+    doc["post_processor"]["special_tokens"]["<s>"]["ids"] = [65]  # "b", a byte token
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TokenizerError, match=r"tokenizer\.json: its post_processor puts ids \[65\] before every text"):
+        Tokenizer.load(tmp_path / "llama")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
 from cookmind.tokenizer.chat_template import jinja_template
-from cookmind.tokenizer.documents import PROBE, added_around
+from cookmind.tokenizer.documents import PROBE, added_around, document_end_id
 from cookmind.tokenizer.errors import TokenizerError
 
 if TYPE_CHECKING:
@@ -243,20 +243,26 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
     for m in model["merges"]:
         a, b = m if isinstance(m, list) else m.split(" ")
         merges.append((str_to_token(a), str_to_token(b)))
-    bos_ids = _added_before(doc)
+    bos_ids = _added_before(doc, path)
     if not set(bos_ids) <= set(specials.values()):
-        raise TokenizerError(f"{path}: its post_processor puts {bos_ids} before every text, not all added tokens")
+        raise TokenizerError(
+            f"{path}: its post_processor puts ids {bos_ids} before every text, not all of them added tokens; "
+            "list them in its added_tokens"
+        )
     return Tokenizer(vocab, merges, specials, pattern, eos_token=_eos_token(path.parent), bos_ids=bos_ids)
 
 
-def _added_before(doc: dict) -> list[int]:
-    """The ids the post_processor of a tokenizer.json document puts before every text (Llama's <s>), as the
+def _added_before(doc: dict, path: Path) -> list[int]:
+    """The ids the post_processor of ``path``'s tokenizer.json document puts before every text (Llama's <s>), as the
     ``tokenizers`` library (transformers' backend) runs it."""
     if not doc.get("post_processor"):
         return []
     from tokenizers import Tokenizer as RustTokenizer
 
-    raw = RustTokenizer.from_str(json.dumps(doc))
+    try:
+        raw = RustTokenizer.from_str(json.dumps(doc))
+    except Exception as exc:  # noqa: BLE001 - the library says only what it could not parse
+        raise TokenizerError(f"{path}: the tokenizers library cannot read it ({exc}); re-save the tokenizer") from None
     return added_around(raw.encode(PROBE).ids, raw.encode(PROBE, add_special_tokens=False).ids)[0]
 
 
@@ -295,7 +301,7 @@ def transformers_differences(directory: str | os.PathLike, tok, *, packing: bool
     before, after = added_around(hf.encode(PROBE), hf.encode(PROBE, add_special_tokens=False))
     if packing:  # pack opens each document with the tokenizer's bos_ids and ends it with its eos_id
         before = [] if before == list(tok.bos_ids) else before
-        after = [] if after == [tok.eos_id] else after
+        after = [] if after == [document_end_id(tok)] else after
     if before or after:
         added = " and ".join(
             f"{', '.join(map(repr, hf.convert_ids_to_tokens(ids)))} {side}"
