@@ -67,3 +67,14 @@ def test_tokenizer_can_be_omitted_when_the_store_or_checkpoint_records_it(tmp_pa
     assert ft.cfg.data.tokenizer == str(ckpt)
     with pytest.raises(ValueError, match=f"trained with the tokenizer in {ckpt}.*data.tokenizer={tok_b}"):
         Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft2", tokenizer=tok_b, init_from=str(tmp_path / "pre")))
+
+
+def test_a_store_whose_recorded_tokenizer_moved_says_so_and_to_pass_tokenizer(tmp_path):
+    tok_a = _tokenizer(tmp_path, "tok_a", TEXT_A)
+    pack([tmp_path / "tok_a.txt"], tmp_path / "store_a", tok_a, "seq", separator="\n", progress=False)
+    tok_a.rename(tmp_path / "moved")  # the user moved or deleted the tokenizer folder after packing
+    with pytest.raises(FileNotFoundError) as info:  # was: 'model.vocab_size is not set and there is no tokenizer'
+        Trainer(_cfg(tmp_path, tmp_path / "store_a", "pre"))
+    message = str(info.value)
+    assert str(tok_a.resolve()) in message and "--tokenizer" in message and "meta.json" in message
+    assert not (tmp_path / "pre").exists()

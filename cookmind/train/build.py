@@ -231,6 +231,11 @@ def find_tokenizer(cfg: TrainConfig) -> str | None:
             recorded = None
         if recorded and Path(recorded).is_dir():
             return recorded
+        if recorded:  # moved or deleted since pack: say so, not "no tokenizer to take model.vocab_size from"
+            raise FileNotFoundError(
+                f"data.train_path={cfg.data.train_path}: its meta.json names the tokenizer it was packed with, "
+                f"{recorded}, which is no longer there; pass --tokenizer DIR (that tokenizer, wherever it is now)"
+            )
     return None
 
 
