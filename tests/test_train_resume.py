@@ -111,3 +111,14 @@ def test_interrupt_and_resume_is_bit_identical(tmp_path, case):
     # and training really moved the weights (the comparison is not between two untouched models)
     init = Trainer(_config(tmp_path, case, tmp_path / "init_run")).bare_model.state_dict()
     assert any(not torch.equal(init[k], a[k]) for k in a)
+
+
+def test_resuming_a_pruned_checkpoint_says_it_is_gone_and_names_those_kept(tmp_path):
+    _stores(tmp_path)
+    assert Trainer(_config(tmp_path, "pretrain", tmp_path / "run")).fit()["status"] == "completed"
+    gone = tmp_path / "run" / "checkpoints" / "step_00000002"  # keep_last=2 pruned it: step 6 and 8 remain
+    assert not gone.exists()
+    with pytest.raises(FileNotFoundError) as info:  # was: 'no complete checkpoint there'
+        Trainer(_config(tmp_path, "pretrain", tmp_path / "run", resume=str(gone)))
+    message = str(info.value)
+    assert "does not exist" in message and "step_00000006, step_00000008" in message

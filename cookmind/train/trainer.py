@@ -71,6 +71,7 @@ from cookmind.train.checkpoint import (
     check_run_dir,
     checkpoint_name,
     find_latest_checkpoint,
+    list_checkpoints,
     load_checkpoint,
     prune_checkpoints,
     read_meta,
@@ -1139,7 +1140,13 @@ class Trainer:
                 if self.dist.is_main:
                     print(f"cookmind train: no checkpoint in {self.ckpt_dir} yet; starting at step 0", file=sys.stderr)
                 return
-            raise FileNotFoundError(f"checkpoint.resume={spec}: no complete checkpoint there")
+            what = "no complete checkpoint there" if Path(spec).exists() else "does not exist"
+            if kept := ", ".join(d.name for d in list_checkpoints(self.ckpt_dir)):  # keep_last pruned the one named?
+                what += (
+                    f"; {self.ckpt_dir} holds {kept} (checkpoint.keep_last deletes older ones as a run saves): "
+                    "resume one of them, or --resume auto"
+                )
+            raise FileNotFoundError(f"checkpoint.resume={spec}: {what}")
         self._check_resume_data(path, read_meta(path))  # before any weights load
         if self.dist.is_main:  # whether it resumed, and from where, was not said
             print(f"cookmind train: resuming from {path}", file=sys.stderr)
