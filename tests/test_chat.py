@@ -323,3 +323,24 @@ def test_an_empty_stop_string_is_a_usage_error_before_the_model_loads(ckpt, monk
         cli_main([command, "--checkpoint", str(ckpt[0]), *extra, "--stop", "x", "--stop", ""])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert exc.value.code == 2 and "--stop" in err and "empty" in err
+
+
+def test_generate_and_chat_say_when_the_model_ended_its_reply_at_once(ckpt, capsys, monkeypatch):
+    """An undertrained model often ends with <|endoftext|> (or <|im_end|>) as its first token, which is never shown:
+    generate printed an empty line and chat an empty "bot> ", with no word of why."""
+    import sys
+
+    gen = sys.modules["cookmind.infer.generate"]  # the module (the package's `generate` is its function)
+    d, model, tok = ckpt
+    monkeypatch.setattr(gen, "stream", lambda *a, **k: iter(()))  # the first token sampled is an end token
+    assert cli_main(["generate", "--model", str(d), "--prompt", "The cook"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "\n" and "cookmind generate: no text: the model ended the completion at once" in out.err
+    monkeypatch.setattr(gen, "generate", lambda model, prompts, *a, **k: [[] for _ in prompts])
+    assert cli_main(["generate", "--model", str(d), "--prompt", "The cook", "--prompt", "Soup"]) == 0
+    assert capsys.readouterr().err.count("the model ended the completion at once") == 2
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
+    monkeypatch.setattr(s, "send", lambda line: iter(()))
+    out = io.StringIO()
+    run(s, io.StringIO("hello\n/quit\n"), out)
+    assert "bot> (no reply: the model ended its turn at once)" in out.getvalue()

@@ -85,8 +85,10 @@ def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> Non
                     print(dim + "[thinking] ", end="", file=stdout)
                 print(piece, end="", file=stdout, flush=True)
                 kind_before = kind
-            if not said:  # an empty reply
+            if not said:  # an empty reply: say so, or "bot> " stands alone
                 _say_dropped(session, stdout)
+                if not session.cut:
+                    print("(no reply: the model ended its turn at once)", end="", file=stdout)
             if session.cut:  # the reply stopped mid-way without a word otherwise
                 print(
                     reset + " (cut: the conversation filled the model's context; /reset to start over)",

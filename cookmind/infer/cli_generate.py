@@ -138,20 +138,40 @@ def main(args: argparse.Namespace) -> int:
             stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
             reply = stopper.feed(decode_text(tok, out, skip))[0] + stopper.flush()
             print(f"=== {text}\n{ChatView().show(reply, end=True) if args.chat else reply}")
+            _say_no_text(reply, len(out), f" for --prompt {text!r}" if text else "")
         return 0
     detok, stopper = IncrementalDetokenizer(tok, skip_ids=skip), StopStringMatcher(args.stop)
     view = ChatView() if args.chat else None
+    printed, tokens = "", 0
     for token in stream(model, prompts[0], cfg):
+        tokens += 1
         piece, hit = stopper.feed(detok.add(token))
+        printed += piece
         sys.stdout.write(view.show(piece, end=hit) if view else piece)
         sys.stdout.flush()
         if hit:
             break
     else:
         rest = stopper.feed(detok.flush())[0] + stopper.flush()
+        printed += rest
         sys.stdout.write(view.show(rest, end=True) if view else rest)
     sys.stdout.write("\n")
+    _say_no_text(printed, tokens)
     return 0
+
+
+def _say_no_text(text: str, tokens: int, which: str = "") -> None:
+    """An empty completion printed an empty line and nothing else: say why (an undertrained model often ends at
+    once: its first token is <|endoftext|> or <|im_end|>, which is never printed)."""
+    if text:
+        return
+    why = (
+        "the model ended the completion at once (its first token was an end token, which is not printed)"
+        if tokens == 0
+        else f"the model's {tokens} tokens were control tokens, which are not printed (--keep-special-tokens "
+        "prints them)"
+    )
+    print(f"cookmind generate: no text{which}: {why}", file=sys.stderr)
 
 
 def _prompt_named(texts: list[str], i: int, tokens: int, chat: bool) -> str:
