@@ -787,3 +787,38 @@ def test_every_command_that_writes_a_named_output_takes_out():
                 outs += "--out" in action.option_strings
     assert missing == []
     assert outs >= 10  # the walk reached the subcommands (curate's four, tokenizer's, pack, eval, export...)
+
+
+def test_ctrl_c_to_serve_is_one_line_and_exit_130(tmp_path, tok_dir):
+    # README: Ctrl-C prints 'cookmind STAGE: interrupted' (exit 130). serve printed nothing and exited 0: uvicorn
+    # re-raises the SIGINT it shut down on, and asyncio.run's own SIGINT handler swallowed it
+    import signal
+    import socket
+    import time
+
+    from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    ckpt = save_model(tmp_path / "m", tiny_lm(vocab_size=tok.vocab_size, max_position_embeddings=24))
+    tok.save(ckpt)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cookmind", "serve", str(ckpt), "--port", str(port), "--max-batch", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ctrl_c_as_a_terminal_gives_it,
+    )
+    assert "web chat at /" in proc.stdout.readline()  # up: the line is printed just before uvicorn starts
+    for _ in range(300):  # and listening
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            break
+        except ConnectionRefusedError:
+            time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert (proc.returncode, err) == (130, "cookmind serve: interrupted\n")

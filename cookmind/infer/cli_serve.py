@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -285,5 +286,8 @@ def main(args: argparse.Namespace) -> int:
         + (f"\n  LoRA adapters (model ids): {', '.join(engine.adapter_names)}" if engine.adapter_names else ""),
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return 0
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+    server.run()
+    if signal.SIGINT in server._captured_signals:  # uvicorn re-raises it on shutdown, but asyncio.run's own
+        raise KeyboardInterrupt  # SIGINT handler swallows that: Ctrl-C is 'cookmind serve: interrupted', 130
+    return 0 if server.started else 3  # uvicorn.run's STARTUP_FAILURE
