@@ -122,3 +122,15 @@ def test_resuming_a_pruned_checkpoint_says_it_is_gone_and_names_those_kept(tmp_p
         Trainer(_config(tmp_path, "pretrain", tmp_path / "run", resume=str(gone)))
     message = str(info.value)
     assert "does not exist" in message and "step_00000006, step_00000008" in message
+
+
+def test_resuming_on_another_store_too_small_for_a_batch_names_the_store_not_the_batch_size(tmp_path):
+    # it said 'smaller than one micro-batch per rank: lower train.micro_batch_size', which only led to the
+    # refusal of the other store
+    _stores(tmp_path)
+    assert Trainer(_config(tmp_path, "pretrain", tmp_path / "run")).fit()["status"] == "completed"
+    write_store(tmp_path / "small", "seq", [{"sequence": np.arange(1, 40)}], vocab_size=64)  # 2 windows < 4
+    cfg = _config(tmp_path, "pretrain", tmp_path / "run", resume="auto")
+    cfg.data.train_path = str(tmp_path / "small")
+    with pytest.raises(ValueError, match="trained on the training store .*/seq .*, not on .*/small"):
+        Trainer(cfg)

@@ -394,6 +394,8 @@ class Trainer:
             where = str(path) if path is not None else str(store.path)
             self.data_stores["train" if train else "val"] = {"path": where, "fingerprint": store.fingerprint()}
         self._report_truncation(dataset, train)
+        if train and len(dataset) < self.cfg.train.micro_batch_size * self.dist.world_size:
+            self._check_resume_store()  # another store than the resume's: say that, not what would not fit
         if len(dataset) == 0:
             what = "training" if train else "validation"
             if getattr(dataset, "num_tokens", None) is not None:  # seq
@@ -1249,6 +1251,14 @@ class Trainer:
             stacklevel=3,
         )
 
+    def _check_resume_store(self) -> None:
+        """Before the training store is refused as too small for a batch: a resume on another store than its
+        checkpoint's is refused as that (lowering train.micro_batch_size would only lead to this refusal)."""
+        spec = self.cfg.checkpoint.resume
+        path = spec and find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
+        if path:
+            self._check_resume_data(path, read_meta(path))
+
     def _check_resume_data(self, path: Path, meta: dict) -> None:
         """Refuse to resume ``path`` on other data than it trained on: another training or validation store than
         the one its meta records (by fingerprint: the same store moved elsewhere is the same; a repack in another
@@ -1265,7 +1275,7 @@ class Trainer:
                     f"order or split: resume with the store it {used}, or {advice}"
                 )
         sampler = meta.get("sampler")
-        if sampler is None or self.train_loader is None:
+        if sampler is None or getattr(self, "train_loader", None) is None:  # (not built yet: _check_resume_store)
             return
         saved, made = sampler.get("num_samples"), self.train_loader.sampler.num_samples_total
         if saved != made:
