@@ -812,13 +812,16 @@ def test_ctrl_c_to_serve_is_one_line_and_exit_130(tmp_path, tok_dir):
         text=True,
         preexec_fn=_ctrl_c_as_a_terminal_gives_it,
     )
-    assert "web chat at /" in proc.stdout.readline()  # up: the line is printed just before uvicorn starts
-    for _ in range(300):  # and listening
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            break
-        except ConnectionRefusedError:
-            time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    err = proc.communicate(timeout=60)[1]
+    try:
+        assert "web chat at /" in proc.stdout.readline()  # up: the line is printed just before uvicorn starts
+        for _ in range(300):  # and listening
+            try:
+                socket.create_connection(("127.0.0.1", port)).close()
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=60)[1]
+    finally:  # a failed test leaves no server behind
+        proc.kill()
     assert (proc.returncode, err) == (130, "cookmind serve: interrupted\n")

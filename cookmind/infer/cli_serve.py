@@ -288,6 +288,8 @@ def main(args: argparse.Namespace) -> int:
     )
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
     server.run()
-    if signal.SIGINT in server._captured_signals:  # uvicorn re-raises it on shutdown, but asyncio.run's own
-        raise KeyboardInterrupt  # SIGINT handler swallows that: Ctrl-C is 'cookmind serve: interrupted', 130
+    # uvicorn re-raises a SIGINT it shut down on, but asyncio.run's own SIGINT handler swallows that: Ctrl-C is
+    # 'cookmind serve: interrupted', 130 (the record is uvicorn's, private: an older one without it exits 0)
+    if signal.SIGINT in getattr(server, "_captured_signals", ()):
+        raise KeyboardInterrupt
     return 0 if server.started else 3  # uvicorn.run's STARTUP_FAILURE
