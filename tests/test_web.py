@@ -110,25 +110,24 @@ def test_send_stream_stop_screenshot(browser, live):
     page.close()
 
 
+def _chunk(delta, finish=None) -> str:
+    """One SSE event of a chat completion stream, as the server sends it."""
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    body = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [choice]}
+    return "data: " + json.dumps(body) + "\n\n"
+
+
+def _serve_stream(page, sse: str) -> None:
+    page.route(
+        "**/v1/chat/completions",
+        lambda route: route.fulfill(status=200, body=sse, headers={"Content-Type": "text/event-stream"}),
+    )
+
+
 def test_reasoning_is_collapsible(browser, live):
     server, _ = live
     page = browser.new_page()
-
-    def chunk(delta, finish=None):
-        return (
-            "data: "
-            + json.dumps(
-                {
-                    "id": "x",
-                    "object": "chat.completion.chunk",
-                    "created": 0,
-                    "model": "m",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                }
-            )
-            + "\n\n"
-        )
-
+    chunk = _chunk
     sse = (
         chunk({"role": "assistant", "content": ""})
         + chunk({"reasoning_content": "Soup needs "})
@@ -137,10 +136,7 @@ def test_reasoning_is_collapsible(browser, live):
         + chunk({}, "stop")
         + "data: [DONE]\n\n"
     )
-    page.route(
-        "**/v1/chat/completions",
-        lambda route: route.fulfill(status=200, body=sse, headers={"Content-Type": "text/event-stream"}),
-    )
+    _serve_stream(page, sse)
     page.goto(server.url + "/")
     page.evaluate("localStorage.clear()")
     page.click("#new-chat")
@@ -155,6 +151,34 @@ def test_reasoning_is_collapsible(browser, live):
     details.locator("summary").click()
     assert msg.locator(".reasoning-text").text_content() == "Soup needs salt."
     assert msg.locator(".reasoning-text").is_visible()
+    page.close()
+
+
+def test_a_reply_that_ends_at_once_says_so_and_stays_empty_in_the_history(browser, live):
+    # an undertrained model's first token is often an end token: the page showed an empty bubble and "done (stop)",
+    # as `cookmind chat` showed a bare "bot> " (it now says "(no reply: ...)"); the page says the same, and the
+    # history keeps the reply empty (the note is no text the model said)
+    server, _ = live
+    page = browser.new_page()
+    posted = _record_chat_requests(page)
+    _serve_stream(page, _chunk({"role": "assistant", "content": ""}) + _chunk({}, "stop") + "data: [DONE]\n\n")
+    _open_fresh(page, server)
+    page.fill("#input", "Hello?")
+    page.click("#send")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+    said = "(no reply: the model ended its turn at once)"
+    assert page.locator(".msg.assistant .content").last.text_content() == said
+    page.reload()  # drawn again from the saved history
+    assert page.locator(".msg.assistant .content").last.text_content() == said
+    page.fill("#input", "Anyone?")
+    page.click("#send")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+    sent = json.loads(posted[-1])["messages"]
+    assert sent[-3:] == [
+        {"role": "user", "content": "Hello?"},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "Anyone?"},
+    ]
     page.close()
 
 
