@@ -198,3 +198,17 @@ def test_yaml_configs_with_a_bom_read_as_without_it(tmp_path, kind):
         assert TrainConfig.load(marked).to_dict() == TrainConfig.load(plain).to_dict()
     else:
         assert CurateConfig.from_yaml(marked) == CurateConfig.from_yaml(plain)
+
+
+def test_a_hugging_face_tokenizer_config_with_a_bom_still_names_its_eos(tmp_path):
+    """tokenizer_config.json names a Llama-style folder's EOS (</s>), which ends each packed document; a BOM made it
+    'not a JSON object' and the folder unreadable, though its tokenizer.json beside it reads with one."""
+    from tokenizer_fixtures import llama_style_tokenizer
+
+    from cookmind.tokenizer import Tokenizer
+
+    folder = llama_style_tokenizer(tmp_path / "llama")
+    want = Tokenizer.load(folder).eos_id
+    config = folder / "tokenizer_config.json"
+    config.write_bytes(BOM + config.read_bytes())
+    assert want is not None and Tokenizer.load(folder).eos_id == want

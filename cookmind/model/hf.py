@@ -230,7 +230,7 @@ def _set_model_max_length(path: Path, context: int) -> None:
     """Make the model's context the model_max_length of the tokenizer_config.json at ``path`` (where transformers
     truncates, and warns of longer texts); a tokenizer saved alone says 1,000,000 (ours) or 1e30 (transformers')."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))  # a copied tokenizer_config.json: a BOM is no text
         doc["model_max_length"] = context
     except (ValueError, TypeError) as exc:
         raise HFInteropError(f"{path}: not a JSON object ({exc}); re-save the tokenizer") from None

@@ -273,7 +273,7 @@ def _eos_token(directory: Path) -> str | None:
         if not path.is_file():
             continue
         try:
-            eos = json.loads(path.read_text(encoding="utf-8")).get("eos_token")
+            eos = json.loads(path.read_text(encoding="utf-8-sig")).get("eos_token")  # -sig: as tokenizer.json
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
             raise TokenizerError(f"{path}: not a JSON object ({exc}); re-save the tokenizer") from None
         if eos is not None:
