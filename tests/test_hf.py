@@ -16,6 +16,16 @@ from cookmind.model.hf import HFInteropError, export_hf, import_hf
 transformers = pytest.importorskip("transformers")
 
 BASE = dict(vocab_size=97, intermediate_size=48, max_position_embeddings=128)  # over lm_fixtures.TINY
+# a tiny transformers Llama/Qwen config's sizes (2 layers, 4 heads of 8, 2 KV heads)
+HF_TINY = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+)
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
 LLAMA3 = {
     "rope_type": "llama3",
@@ -85,13 +95,7 @@ def test_import_matches_transformers_logits(tmp_path, arch):
         "Qwen3ForCausalLM": transformers.Qwen3Config,
     }[arch]
     hf_cfg = config_cls(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
+        **HF_TINY,
         max_position_embeddings=128,
         tie_word_embeddings=arch == "Qwen2ForCausalLM",
         rms_norm_eps=1e-5,
@@ -291,16 +295,7 @@ def test_exported_model_stops_at_im_end_in_transformers_generate(tmp_path):
 
 def _hf_qwen3(path, seed, **save_kw):
     torch.manual_seed(seed)
-    cfg = transformers.Qwen3Config(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=64,
-    )
+    cfg = transformers.Qwen3Config(**HF_TINY, max_position_embeddings=64)
     hf = _randomize(transformers.Qwen3ForCausalLM(cfg)).eval()
     hf.save_pretrained(path, **save_kw)
     return hf
