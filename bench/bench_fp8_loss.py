@@ -184,6 +184,7 @@ def run_config(shape_name: str, vocab: int, steps: int, warmup_steps: int, devic
                 "cuda_graph": "false",
                 "master_weights": "false",  # the presets' auto would turn them on: both runs keep fp32 weights
                 "fp8_scaling": args.fp8_scaling,
+                "fp8_fast_accum": args.fp8_fast_accum,
                 "threads": 0,
             },
             "checkpoint": {"every": 0},
@@ -339,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=None, help="tokens per row (default: the shape's, 2048 / tiny 32)")
     ap.add_argument("--precision", default=None, choices=["bf16", "fp32"], help="default bf16 on CUDA, fp32 on CPU")
     ap.add_argument("--fp8-scaling", default="tensorwise", choices=["tensorwise", "rowwise"])
+    ap.add_argument(
+        "--fp8-fast-accum",
+        default="output",
+        help="train.fp8_fast_accum of the FP8 run: which float8 GEMMs accumulate fast (default output, torchao's; "
+        "all; none; or a list of output, grad_input, grad_weight)",
+    )
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument(
         "--compile-scope",
@@ -414,7 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # reported as a line; the comparison needs both
             print(json.dumps({"figure": "fp8 loss run", "run": name, **common, "error": f"{exc}"[:500]}), flush=True)
             return 2
-        precision = cfg.train.precision + (f" + float8 blocks ({args.fp8_scaling})" if fp8 else "")
+        precision = cfg.train.precision + (
+            f" + float8 blocks ({args.fp8_scaling}, fast accumulation: {args.fp8_fast_accum})" if fp8 else ""
+        )
         if fp8 and device.type == "cpu":
             precision += ", emulated"
         line = {"figure": "fp8 loss run", "run": name, "precision": precision, **common}

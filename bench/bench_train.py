@@ -278,6 +278,7 @@ def bench_cookmind(
     cuda_graph=False,
     fp8_blocks=False,
     fp8_projections="all",
+    fp8_fast_accum="output",
     master_weights=False,
     accum=1,
     parallel=None,
@@ -328,6 +329,7 @@ def bench_cookmind(
                 "cuda_graph": cuda_graph,
                 "fp8_blocks": fp8_blocks,
                 "fp8_projections": fp8_projections,
+                "fp8_fast_accum": fp8_fast_accum,
                 "master_weights": master_weights,
                 "threads": 0,
             },  # torch's default thread count, as the baselines it is compared with use
@@ -513,6 +515,23 @@ TRAINER_VARIANTS = {
         {"master_weights": True, "fp8_blocks": True, "fp8_projections": "auto"},
         {},
     ),
+    "master-weights-fp8fa-all-graph": (
+        "train.master_weights=true, train.fp8_blocks=true, train.fp8_fast_accum=all, model.lm_head_fp8=true, "
+        "train.cuda_graph=true",
+        {"master_weights": True, "fp8_blocks": True, "fp8_fast_accum": "all", "cuda_graph": True},
+        {"lm_head_fp8": True},
+    ),
+    "master-weights-fp8fagi-all-graph": (
+        "train.master_weights=true, train.fp8_blocks=true, train.fp8_fast_accum=output,grad_input, "
+        "model.lm_head_fp8=true, train.cuda_graph=true",
+        {"master_weights": True, "fp8_blocks": True, "fp8_fast_accum": "output,grad_input", "cuda_graph": True},
+        {"lm_head_fp8": True},
+    ),
+    "master-weights-fp8fa": (
+        "train.master_weights=true, train.fp8_blocks=true, train.fp8_fast_accum=all",
+        {"master_weights": True, "fp8_blocks": True, "fp8_fast_accum": "all"},
+        {},
+    ),
     "sync-metrics": ("train.defer_metrics=false", {"defer_metrics": False}, {}),
 }
 
@@ -582,7 +601,9 @@ def main() -> None:
         "master-weights-graph (master-weights with train.cuda_graph=true), "
         "master-weights-fp8 (master-weights with train.fp8_blocks=true), master-weights-fp8-all(-graph) (and "
         "model.lm_head_fp8=true, and the graph), master-weights-fp8auto(-all-graph) (the same with "
-        "train.fp8_projections=auto: projections too small for float8 to gain stay bf16)",
+        "train.fp8_projections=auto: projections too small for float8 to gain stay bf16), "
+        "master-weights-fp8fa(-all-graph) and master-weights-fp8fagi-all-graph (train.fp8_fast_accum=all, or "
+        "output,grad_input: the backward's float8 GEMMs accumulate fast too)",
     )
     args = ap.parse_args()
     if why := cuda_missing(args.device):  # one line, not torch's traceback from deep inside

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fp8loss-fa]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -122,6 +122,21 @@ for part in "${parts[@]}"; do
         # with fsdp_unit_blocks/fsdp_prefetch and the local-shard optimizer (47c9b32 read 0.91x): the 2-GPU proxy
         fsdp1) run fsdp-one-rank 560 python3 bench/bench_scaling.py --shape llama-1.3b --gpus 1 --methods fsdp \
                 --job-timeout-s 170 --variants "" "fsdp_unit_blocks=4,fsdp_prefetch=true" ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1)"; exit 2 ;;
+        # fast accumulation in the float8 GEMMs (train.fp8_fast_accum): each GEMM off/on, then Qwen3-0.6B B=16 with
+        # torchao's default (the forward only) beside all three GEMMs fast, one call
+        fastaccum) CUDA_VISIBLE_DEVICES=0 run probe-fast-accum-qwen 70 python3 bench/probe_fp8_fast_accum.py \
+                --shape qwen3-0.6b --tokens 32768
+            CUDA_VISIBLE_DEVICES=0 run probe-fast-accum-1.3b 45 python3 bench/probe_fp8_fast_accum.py \
+                --shape llama-1.3b --tokens 16384
+            CUDA_VISIBLE_DEVICES=0 run qwen16-fast-accum 420 python3 bench/bench_train.py --device cuda \
+                --shape qwen3-0.6b --no-peer --no-plain --batch 16 --steps 8 --warmup 4 \
+                --variants master-weights-fp8-all-graph,master-weights-fp8fa-all-graph ;;
+        # the FP8 loss check with every float8 GEMM accumulating fast (needs build/fp8-loss carried); compared with
+        # the bf16 run's log of an earlier call when given as BF16_LOG
+        fp8loss-fa) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen-fp8fa 500 python3 bench/bench_fp8_loss.py \
+                --shape qwen3-0.6b --compile-scope blocks --runs fp8 --fp8-fast-accum all
+                [ -f "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" ] && python3 bench/bench_fp8_loss.py --compare \
+                "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" "$OUT/fp8-loss-qwen-fp8fa.log" ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fp8loss-fa)"; exit 2 ;;
     esac
 done

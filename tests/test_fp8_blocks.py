@@ -254,6 +254,34 @@ def test_a_projection_list_converts_only_those_and_a_bad_name_is_a_config_error(
         _cfg(fp8_projections=["q_proj", "kv_proj"])
 
 
+def test_fast_accum_picks_which_of_torchaos_three_gemms_accumulate_fast(monkeypatch):
+    """train.fp8_fast_accum: torchao's default (the forward GEMM only), every GEMM, none, or a named subset reaches
+    each float8 linear's (output, grad_input, grad_weight) GEMM configs, the ones torch._scaled_mm is called with."""
+    monkeypatch.setattr(F8, "fp8_blocks_problem", lambda device: None)  # the CPU stands in for an FP8 GPU here
+
+    def fast(**cfg):
+        model = tiny_lm()
+        F8.apply_fp8_blocks(model, _cfg(**cfg))
+        mm = {m.linear_mm_config for m in model.modules() if type(m).__name__ == "Float8Linear"}
+        assert len(mm) == 1
+        (mm,) = mm
+        return mm.output.use_fast_accum, mm.grad_input.use_fast_accum, mm.grad_weight.use_fast_accum
+
+    float8 = F8.import_torchao_float8()
+    default = float8.Float8LinearConfig.from_recipe_name("tensorwise")  # torchao's own recipe, the reference
+    want = tuple(getattr(default, f"gemm_config_{g}").use_fast_accum for g in ("output", "grad_input", "grad_weight"))
+    assert fast() == want == (True, False, False)
+    assert fast(fp8_fast_accum="all") == (True, True, True)
+    assert fast(fp8_fast_accum="none") == (False, False, False)
+    assert fast(fp8_fast_accum="output, grad_input") == (True, True, False)
+    assert fast(fp8_fast_accum=["grad_weight"]) == (False, False, True)  # a YAML list
+    assert fast(fp8_fast_accum="all", fp8_scaling="rowwise") == (True, True, True)
+    with pytest.raises(ValueError, match=r"train.fp8_fast_accum='grad_in': unknown grad_in; give all, none"):
+        _cfg(fp8_fast_accum="grad_in")
+    with pytest.raises(ValueError, match=r"train.fp8_fast_accum='': no names"):
+        _cfg(fp8_fast_accum="")
+
+
 def test_bad_scaling_is_a_config_error():
     with pytest.raises(ValueError, match="train.fp8_scaling"):
         _cfg(fp8_scaling="blockwise")
@@ -358,6 +386,40 @@ def test_200_steps_with_fp8_blocks_end_within_one_percent_of_bf16(tmp_path):
     fp8 = _train_losses(tmp_path, "fp8", fp8=True)
     assert len(bf16) == len(fp8) == 200
     assert bf16[-1] < 0.5 * bf16[0], bf16[::20]  # it learned: the comparison means something
+    end_bf16, end_fp8 = sum(bf16[-10:]) / 10, sum(fp8[-10:]) / 10
+    assert end_fp8 == pytest.approx(end_bf16, rel=0.01), (end_bf16, end_fp8)
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_fast_accumulation_in_every_float8_gemm_tracks_fp32_as_the_default_does():
+    """train.fp8_fast_accum=all: the backward's GEMMs accumulate in the tensor cores' faster mode too. Against the
+    fp32 model, its logits and weight gradients stay as close as torchao's default (forward fast only) is."""
+    torch.manual_seed(0)
+    exact = CookMindLM(CookMindConfig(**GEMM_SHAPE)).cuda()
+    ids = torch.randint(0, 512, (8, 256), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    out = {}
+    for name, fast in (("fp32", None), ("default", "output"), ("all", "all")):
+        model = copy.deepcopy(exact)
+        if fast is not None:
+            F8.convert_blocks_to_float8(find_blocks(model), "tensorwise", fast_accum=fast)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=fast is not None):
+            o = model(ids, labels=ids, return_logits=True)
+        o.loss.backward()
+        grads = torch.cat([model.model.layers[i].mlp.down_proj.weight.grad.flatten() for i in range(4)])
+        out[name] = (o.logits.detach().float(), grads)
+    for part in (0, 1):
+        err_default, err_all = _rel(out["default"][part], out["fp32"][part]), _rel(out["all"][part], out["fp32"][part])
+        assert err_default < 0.10 and err_all < 0.10, (part, err_default, err_all)
+        assert err_all < 1.25 * err_default + 1e-3, (part, err_default, err_all)  # no worse than the casts' rounding
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_200_steps_with_fast_accumulation_everywhere_end_within_one_percent_of_bf16(tmp_path):
+    bf16 = _train_losses(tmp_path, "bf16", fp8=False)
+    fp8 = _train_losses(tmp_path, "fp8fa", fp8=True, fp8_fast_accum="all")
+    assert bf16[-1] < 0.5 * bf16[0], bf16[::20]
     end_bf16, end_fp8 = sum(bf16[-10:]) / 10, sum(fp8[-10:]) / 10
     assert end_fp8 == pytest.approx(end_bf16, rel=0.01), (end_bf16, end_fp8)
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 FP8_SCALINGS = ("tensorwise", "rowwise")
 FP8_PROJECTION_MODES = ("all", "auto")  # or a comma-separated list of BLOCK_PROJECTIONS names
+FP8_GEMMS = ("output", "grad_input", "grad_weight")  # a float8 linear's three GEMMs, by torchao's names
 BLOCK_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GEMM_ALIGN = 16  # torch._scaled_mm: the reduced dim and the output-column dim must be multiples of 16
 
@@ -127,6 +128,24 @@ def projection_names(projections: str) -> frozenset[str] | None:
     return frozenset(names)
 
 
+def fast_accum_gemms(fast_accum: str) -> frozenset[str]:
+    """``train.fp8_fast_accum`` as the set of GEMMs that accumulate fast: ``all``, ``none``, or a comma-separated
+    list of output, grad_input, grad_weight. Raises ValueError (one line, naming the key and the choices)."""
+    text = str(fast_accum).strip()
+    if text == "all":
+        return frozenset(FP8_GEMMS)
+    if text == "none":
+        return frozenset()
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in FP8_GEMMS]
+    if unknown or not names:
+        raise ValueError(
+            f"train.fp8_fast_accum={fast_accum!r}: {'unknown ' + ', '.join(unknown) if unknown else 'no names'}; "
+            f"give all, none, or a comma-separated list of {', '.join(FP8_GEMMS)}"
+        )
+    return frozenset(names)
+
+
 def too_small_to_gain(module: nn.Module, scaling: str) -> bool:
     """``train.fp8_projections=auto``: whether a projection's GEMMs are too small for float8 (with the casts that
     feed them) to beat bf16, by torchao's published thresholds for the recipe (see the module docstring)."""
@@ -152,6 +171,7 @@ def convert_blocks_to_float8(
     fsdp_float8_all_gather: bool = False,
     emulate: bool = False,
     projections: str = "all",
+    fast_accum: str = "output",
 ) -> Float8Conversion:
     """Turn each block's q/k/v/o and gate/up/down projection into a torchao float8 training linear, in place.
 
@@ -163,6 +183,9 @@ def convert_blocks_to_float8(
         ``enable_fsdp_float8_all_gather``).
     emulate: run the float8 GEMMs as emulated high-precision matmuls (torchao's ``emulate``): CPU tests only.
     projections: ``all``, ``auto`` or a comma-separated list of names (``train.fp8_projections``).
+    fast_accum: which GEMMs accumulate in the tensor cores' faster, lower-precision mode (``train.fp8_fast_accum``):
+        ``output`` (torchao's default: the forward only), ``all``, ``none``, or a list of output, grad_input,
+        grad_weight.
     Projections already converted (a second Trainer over the same model) count as converted.
     """
     if scaling not in FP8_SCALINGS:
@@ -173,10 +196,18 @@ def convert_blocks_to_float8(
             "tensorwise scales; set train.fp8_scaling=tensorwise"
         )
     chosen = projection_names(projections)
+    fast = fast_accum_gemms(fast_accum)
     float8 = import_torchao_float8()
     config = float8.Float8LinearConfig.from_recipe_name(scaling)
+    gemm_configs = {
+        f"gemm_config_{gemm}": float8.Float8GemmConfig(use_fast_accum=gemm in fast) for gemm in FP8_GEMMS
+    }
     config = dataclasses.replace(
-        config, pad_inner_dim=pad_inner_dim, enable_fsdp_float8_all_gather=fsdp_float8_all_gather, emulate=emulate
+        config,
+        pad_inner_dim=pad_inner_dim,
+        enable_fsdp_float8_all_gather=fsdp_float8_all_gather,
+        emulate=emulate,
+        **gemm_configs,
     )
     report = Float8Conversion(scaling)
     for i, block in enumerate(blocks):
@@ -249,4 +280,5 @@ def apply_fp8_blocks(model: nn.Module, cfg: TrainConfig, device: torch.device | 
         pad_inner_dim=not aligned,
         fsdp_float8_all_gather=fsdp and t.fp8_scaling == "tensorwise",
         projections=t.fp8_projections,
+        fast_accum=t.fp8_fast_accum,
     )

@@ -103,6 +103,9 @@ class TrainLoopConfig:
     # which projections: all | auto (leave out those too small for float8 to gain, by torchao's size thresholds) |
     # a comma-separated list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
     fp8_projections: str = "all"
+    # which of a float8 linear's GEMMs accumulate in the FP8 tensor cores' fast, lower-precision mode: output
+    # (torchao's default: the forward) | all | none | a comma-separated list of output, grad_input, grad_weight
+    fp8_fast_accum: str = "output"
     # bf16 parameters with fp32 master weights in the optimizer (precision=bf16 only): the forward reads bf16
     # weights and the backward writes bf16 weight gradients with no casts; AdamW updates the fp32 masters and writes
     # the bf16 weights back (cookmind.optim.master_weights). Checkpoints hold the fp32 masters, as without it.
@@ -287,9 +290,10 @@ class TrainConfig:
         _choice("train.cuda_graph", self.train.cuda_graph, ("false", "true", "auto"))
         _choice("train.master_weights", self.train.master_weights, ("false", "true", "auto"))
         _choice("train.fp8_scaling", self.train.fp8_scaling, ("tensorwise", "rowwise"))
-        from cookmind.model.float8_blocks import projection_names
+        from cookmind.model.float8_blocks import fast_accum_gemms, projection_names
 
         projection_names(self.train.fp8_projections)  # an unknown name is a config error at load
+        fast_accum_gemms(self.train.fp8_fast_accum)
         _choice("optim.schedule", self.optim.schedule, ("cosine", "constant"))
         _choice("optim.impl", self.optim.impl, ("cookmind", "torch"))
         _choice("dpo.reduction", self.dpo.reduction, ("sum", "mean"))
@@ -486,7 +490,7 @@ def coerce_value(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, bool) and where.endswith(("cuda_graph", "master_weights")):  # false | true | auto: YAML
             # reads two of them as bools
             return "true" if value else "false"
-        if isinstance(value, (list, tuple)) and where.endswith("fp8_projections"):  # a YAML list of names
+        if isinstance(value, (list, tuple)) and where.endswith(("fp8_projections", "fp8_fast_accum")):  # YAML lists
             return ",".join(coerce_value(v, str, where) for v in value)
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ValueError(f"{where}: expected a string, got {value!r}")
