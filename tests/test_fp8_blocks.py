@@ -282,6 +282,27 @@ def test_fast_accum_picks_which_of_torchaos_three_gemms_accumulate_fast(monkeypa
         _cfg(fp8_fast_accum="")
 
 
+def test_the_fp8_heads_gemms_follow_the_same_fast_accum_choice(monkeypatch):
+    """parallelize hands train.fp8_fast_accum to the model, whose fused loss passes it to the FP8 LM head."""
+    from cookmind.model import lm
+    from cookmind.parallel import parallelize
+
+    seen = []
+    real = lm.linear_cross_entropy
+    monkeypatch.setattr(lm, "linear_cross_entropy", lambda *a, **k: seen.append(k["fp8_fast_accum"]) or real(*a, **k))
+    monkeypatch.setattr(lm, "fused_loss_applies", lambda head, device: True)
+    model = tiny_lm()
+    assert model.lm_head_fast_accum == ()  # a model outside the Trainer: cuBLAS's default, full-precision sums
+    cfg = TrainConfig.from_dict({"model": {}, "train": {"device": "cpu", "fp8_fast_accum": "all"}})
+    parallelize(model, cfg)
+    ids = torch.randint(0, 64, (1, 8))
+    model(ids, labels=ids, return_logits=False)
+    assert seen == [("grad_input", "grad_weight", "output")]
+    parallelize(model, TrainConfig.from_dict({"model": {}, "train": {"device": "cpu"}}))
+    model(ids, labels=ids, return_logits=False)
+    assert seen[-1] == ("output",)
+
+
 def test_bad_scaling_is_a_config_error():
     with pytest.raises(ValueError, match="train.fp8_scaling"):
         _cfg(fp8_scaling="blockwise")

@@ -124,12 +124,21 @@ def _emulated(h, w, y, upstream):
 
 @pytest.mark.gpu
 @needs_fp8
-@pytest.mark.parametrize("compiled,reduction", [(False, "mean"), (True, "mean"), (False, "none")])
-def test_fp8_op_matches_an_fp32_emulation_of_the_same_quantisation(compiled, reduction):
+@pytest.mark.parametrize(
+    "compiled,reduction,fast",
+    [
+        (False, "mean", ()),
+        (True, "mean", ()),
+        (False, "none", ()),
+        (True, "mean", ("grad_input", "grad_weight", "output")),
+    ],
+)
+def test_fp8_op_matches_an_fp32_emulation_of_the_same_quantisation(compiled, reduction, fast):
     """mean: one upstream scale for every row; none: a different one per row, which the op folds into h
-    before quantising it for grad_W."""
+    before quantising it for grad_W. fast: every GEMM accumulating fast (train.fp8_fast_accum=all), whose
+    lower-precision sums may move the results a little further from the fp32 emulation."""
     h, w, y = _case(512, 256, 4096)
-    fn = lambda h, w, y: linear_cross_entropy(h, w, y, reduction=reduction, fp8=True)
+    fn = lambda h, w, y: linear_cross_entropy(h, w, y, reduction=reduction, fp8=True, fp8_fast_accum=fast)
     run = torch.compile(fn, fullgraph=True) if compiled else fn
     with torch.autocast("cuda", dtype=torch.bfloat16):
         out = run(h, w, y)
@@ -147,8 +156,10 @@ def test_fp8_op_matches_an_fp32_emulation_of_the_same_quantisation(compiled, red
     else:  # per row, a logit the two sides round to neighbouring bf16 values moves that row's nll by ~2^-8 of it
         diff = (out - want_nll).abs()
         assert diff.max() < 0.05 and diff.mean() < 1e-3, (diff.max().item(), diff.mean().item())
-    # the GEMMs' fp32 sums run in another order, and exp2 vs exp can move a value across a rounding step
-    assert _rel(h.grad, want_gh) < 5e-3 and _rel(w.grad, want_gw) < 5e-3, (_rel(h.grad, want_gh), _rel(w.grad, want_gw))
+    # the GEMMs' fp32 sums run in another order, and exp2 vs exp can move a value across a rounding step; fast
+    # accumulation's sums (bench/probe_fp8_fast_accum.py: 1.8e-3 against 1.7e-3 at K = 4096 on the H200) add a little
+    tol = 1e-2 if fast else 5e-3
+    assert _rel(h.grad, want_gh) < tol and _rel(w.grad, want_gw) < tol, (_rel(h.grad, want_gh), _rel(w.grad, want_gw))
 
 
 @pytest.mark.gpu

@@ -218,6 +218,7 @@ def linear_cross_entropy(
     reduction: str = "mean",
     impl: str = "auto",
     fp8: bool = False,
+    fp8_fast_accum: tuple[str, ...] = (),
 ) -> torch.Tensor:
     """cross_entropy(h @ weight^T, targets) without a second pass over the logits (see the module docstring).
 
@@ -228,7 +229,8 @@ def linear_cross_entropy(
     impl: "auto" (the Triton kernel where ``kernel_available``, else the PyTorch reference), "triton"
     or "reference".
     fp8=True runs the three GEMMs in FP8 (``linear_ce_fp8``; CUDA with compute capability >= 8.9); where
-    N, C or V is not a multiple of 16 (FP8 GEMMs need it) it runs this bf16 path instead.
+    N, C or V is not a multiple of 16 (FP8 GEMMs need it) it runs this bf16 path instead. ``fp8_fast_accum``
+    names the FP8 GEMMs that accumulate fast (``output``, ``grad_input``, ``grad_weight``; train.fp8_fast_accum).
     """
     if not (h.is_floating_point() and weight.is_floating_point()):
         raise ValueError(f"linear_cross_entropy: h and weight must be floating point, got {h.dtype}, {weight.dtype}")
@@ -255,7 +257,9 @@ def linear_cross_entropy(
     if fp8:
         from .linear_ce_fp8 import LinearCrossEntropyFP8
 
-        nll = LinearCrossEntropyFP8.apply(h.reshape(-1, h.shape[-1]), weight, y, keep, ignore_index)
+        nll = LinearCrossEntropyFP8.apply(
+            h.reshape(-1, h.shape[-1]), weight, y, keep, ignore_index, tuple(sorted(fp8_fast_accum))
+        )
     else:
         nll = _LinearCrossEntropy.apply(h.reshape(-1, h.shape[-1]), weight, y, keep, ignore_index, impl)
     if reduction == "none":

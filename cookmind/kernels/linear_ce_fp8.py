@@ -90,6 +90,7 @@ def _forward_op(
     targets: torch.Tensor,
     ignore_index: int,
     grad_scale: float,
+    fast_accum: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """z = (h8 W8^T) s_h s_w in bf16, then (nll, S G, (S G)^T) from the two Triton passes; z is dropped."""
     import triton
@@ -98,7 +99,9 @@ def _forward_op(
     from .linear_ce import cross_entropy_rows_triton
 
     n, v = h8.shape[0], w8.shape[0]
-    logits = torch._scaled_mm(h8, w8.t(), scale_a=scale_h, scale_b=scale_w, out_dtype=torch.bfloat16)
+    logits = torch._scaled_mm(
+        h8, w8.t(), scale_a=scale_h, scale_b=scale_w, out_dtype=torch.bfloat16, use_fast_accum=fast_accum
+    )
     lse = torch.empty(n, dtype=torch.float32, device=h8.device)
     targets = targets.contiguous()
     nll = cross_entropy_rows_triton(logits, targets, ignore_index, lse=lse)
@@ -124,7 +127,7 @@ def _forward_op(
 
 
 @_forward_op.register_fake
-def _(h8, w8, scale_h, scale_w, targets, ignore_index, grad_scale):
+def _(h8, w8, scale_h, scale_w, targets, ignore_index, grad_scale, fast_accum=False):
     n, v = h8.shape[0], w8.shape[0]
     return (
         h8.new_empty(n, dtype=torch.float32),
@@ -134,15 +137,22 @@ def _(h8, w8, scale_h, scale_w, targets, ignore_index, grad_scale):
 
 
 class LinearCrossEntropyFP8(torch.autograd.Function):
-    """(h (N, C), weight (V, C), targets (N,), keep (N,)) -> nll (N,) fp32, the head's GEMMs in FP8."""
+    """(h (N, C), weight (V, C), targets (N,), keep (N,)) -> nll (N,) fp32, the head's GEMMs in FP8.
+
+    fast_accum: which GEMMs accumulate in the FP8 tensor cores' fast, lower-precision mode, by torchao's names:
+    ``output`` (the logits), ``grad_input`` (grad_h, reducing over V), ``grad_weight`` (grad_W, over N); the
+    rest move their partial sums into fp32 as they go (cuBLAS's default), which is slower."""
 
     @staticmethod
-    def forward(ctx, h, weight, targets, keep, ignore_index: int):
+    def forward(ctx, h, weight, targets, keep, ignore_index: int, fast_accum: tuple[str, ...] = ()):
         h8, scale_h = quantize(h)
         w8, scale_w = quantize(weight)
-        nll, grad, grad_t = _forward_op(h8, w8, scale_h, scale_w, targets, ignore_index, GRAD_SCALE)
+        nll, grad, grad_t = _forward_op(
+            h8, w8, scale_h, scale_w, targets, ignore_index, GRAD_SCALE, "output" in fast_accum
+        )
         ctx.save_for_backward(grad, grad_t, h, w8, scale_w, keep)
         ctx.weight_dtype = weight.dtype
+        ctx.fast_accum = fast_accum
         return nll
 
     @staticmethod
@@ -154,12 +164,24 @@ class LinearCrossEntropyFP8(torch.autograd.Function):
         unscale = torch.full((), 1.0 / GRAD_SCALE, dtype=torch.float32, device=grad.device)
         grad_h = grad_w = None
         if ctx.needs_input_grad[0]:
-            gw = torch._scaled_mm(grad, _col_major(w8), scale_a=unscale, scale_b=scale_w, out_dtype=torch.float32)
+            gw = torch._scaled_mm(
+                grad,
+                _col_major(w8),
+                scale_a=unscale,
+                scale_b=scale_w,
+                out_dtype=torch.float32,
+                use_fast_accum="grad_input" in ctx.fast_accum,
+            )
             grad_h = (gw * g).to(h.dtype)
         if ctx.needs_input_grad[1]:
             hg8, scale_hg = quantize(h.float() * g)
             out = ctx.weight_dtype if ctx.weight_dtype in (torch.float32, torch.bfloat16) else torch.float32
-            grad_w = torch._scaled_mm(grad_t, _col_major(hg8), scale_a=unscale, scale_b=scale_hg, out_dtype=out).to(
-                ctx.weight_dtype
-            )
-        return grad_h, grad_w, None, None, None
+            grad_w = torch._scaled_mm(
+                grad_t,
+                _col_major(hg8),
+                scale_a=unscale,
+                scale_b=scale_hg,
+                out_dtype=out,
+                use_fast_accum="grad_weight" in ctx.fast_accum,
+            ).to(ctx.weight_dtype)
+        return grad_h, grad_w, None, None, None, None

@@ -199,9 +199,7 @@ def convert_blocks_to_float8(
     fast = fast_accum_gemms(fast_accum)
     float8 = import_torchao_float8()
     config = float8.Float8LinearConfig.from_recipe_name(scaling)
-    gemm_configs = {
-        f"gemm_config_{gemm}": float8.Float8GemmConfig(use_fast_accum=gemm in fast) for gemm in FP8_GEMMS
-    }
+    gemm_configs = {f"gemm_config_{gemm}": float8.Float8GemmConfig(use_fast_accum=gemm in fast) for gemm in FP8_GEMMS}
     config = dataclasses.replace(
         config,
         pad_inner_dim=pad_inner_dim,

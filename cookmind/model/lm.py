@@ -62,6 +62,8 @@ class CookMindLM(nn.Module):
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, std=cfg.initializer_range)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight  # one matrix reads and writes tokens
+        # with lm_head_fp8: which of the head's FP8 GEMMs accumulate fast (train.fp8_fast_accum, set by parallelize)
+        self.lm_head_fast_accum: tuple[str, ...] = ()
 
     def forward(
         self,
@@ -104,7 +106,12 @@ class CookMindLM(nn.Module):
             targets = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1)
             if fused:
                 loss = linear_cross_entropy(
-                    h, self.lm_head.weight, targets, ignore_index=-100, fp8=self.config.lm_head_fp8
+                    h,
+                    self.lm_head.weight,
+                    targets,
+                    ignore_index=-100,
+                    fp8=self.config.lm_head_fp8,
+                    fp8_fast_accum=self.lm_head_fast_accum,
                 )
             else:
                 loss = cross_entropy(logits, targets, ignore_index=-100)

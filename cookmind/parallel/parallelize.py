@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cookmind.model.float8_blocks import apply_fp8_blocks
+from cookmind.model.float8_blocks import apply_fp8_blocks, fast_accum_gemms
 
 from .activation_checkpointing import apply_activation_checkpointing
 from .compile_blocks import compile_blocks
@@ -51,6 +51,8 @@ def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device | None 
     model trains on (default: its parameters'); under FSDP the model may still be on the CPU, sharding moves it.
     """
     t, p = cfg.train, cfg.parallel
+    if hasattr(model, "lm_head_fast_accum"):  # the FP8 LM head's GEMMs follow the float8 blocks' choice
+        model.lm_head_fast_accum = tuple(sorted(fast_accum_gemms(t.fp8_fast_accum)))
     fp8 = apply_fp8_blocks(model, cfg, device)  # before compile (it traces the float8 casts) and before any sharding
     if fp8 is not None and (not dist.is_initialized() or dist.get_rank() == 0):
         print(f"cookmind train: {fp8.summary()}", file=sys.stderr)

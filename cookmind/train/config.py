@@ -103,8 +103,10 @@ class TrainLoopConfig:
     # which projections: all | auto (leave out those too small for float8 to gain, by torchao's size thresholds) |
     # a comma-separated list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
     fp8_projections: str = "all"
-    # which of a float8 linear's GEMMs accumulate in the FP8 tensor cores' fast, lower-precision mode: output
-    # (torchao's default: the forward) | all | none | a comma-separated list of output, grad_input, grad_weight
+    # which FP8 GEMMs (the float8 blocks' and model.lm_head_fp8's) accumulate in the tensor cores' fast,
+    # lower-precision mode: output (torchao's default: the forward) | all | none | a comma-separated list of output,
+    # grad_input, grad_weight. all: 1.4% faster at qwen3-0.6b B=16 (docs/BENCHMARKS.md); the others move their
+    # partial sums into fp32 as they go
     fp8_fast_accum: str = "output"
     # bf16 parameters with fp32 master weights in the optimizer (precision=bf16 only): the forward reads bf16
     # weights and the backward writes bf16 weight gradients with no casts; AdamW updates the fp32 masters and writes
