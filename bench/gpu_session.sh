@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fp8loss-fa]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -139,12 +139,20 @@ for part in "${parts[@]}"; do
             CUDA_VISIBLE_DEVICES=0 run qwen16-fast-accum-all 175 python3 bench/bench_train.py --device cuda \
                 --shape qwen3-0.6b --no-peer --no-plain --batch 16 --steps 8 --warmup 4 \
                 --variants master-weights-fp8fa-all-graph ;;
+        # fast accumulation's GPU tests, its FP8 loss check (build/fp8-loss carried) and the B=32 figure again, one call
+        fastaccum-check) CUBLAS_WORKSPACE_CONFIG=:4096:8 run gpu-tests-fast-accum 150 python3 -m pytest -q -rs -m gpu \
+                tests/test_linear_ce_fp8.py tests/test_fp8_blocks.py -k "fast_accum or fast_accumulation or emulation"
+            CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen-fp8fa 240 python3 bench/bench_fp8_loss.py \
+                --shape qwen3-0.6b --compile-scope blocks --runs fp8 --fp8-fast-accum all
+            CUDA_VISIBLE_DEVICES=0 run qwen32-fast-accum-all 185 python3 bench/bench_train.py --device cuda \
+                --shape qwen3-0.6b --no-peer --no-plain --batch 32 --steps 6 --warmup 4 \
+                --variants master-weights-fp8fa-all-graph ;;
         # the FP8 loss check with every float8 GEMM accumulating fast (needs build/fp8-loss carried); compared with
         # the bf16 run's log of an earlier call when given as BF16_LOG
         fp8loss-fa) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen-fp8fa 500 python3 bench/bench_fp8_loss.py \
                 --shape qwen3-0.6b --compile-scope blocks --runs fp8 --fp8-fast-accum all
                 [ -f "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" ] && python3 bench/bench_fp8_loss.py --compare \
                 "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" "$OUT/fp8-loss-qwen-fp8fa.log" ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fp8loss-fa)"; exit 2 ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa)"; exit 2 ;;
     esac
 done
