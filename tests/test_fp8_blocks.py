@@ -276,6 +276,9 @@ def test_fast_accum_picks_which_of_torchaos_three_gemms_accumulate_fast(monkeypa
     assert fast(fp8_fast_accum="output, grad_input") == (True, True, False)
     assert fast(fp8_fast_accum=["grad_weight"]) == (False, False, True)  # a YAML list
     assert fast(fp8_fast_accum="all", fp8_scaling="rowwise") == (True, True, True)
+    report = F8.convert_blocks_to_float8(find_blocks(tiny_lm()), emulate=True, fast_accum="grad_weight,output")
+    assert report.summary().endswith("in float8 (tensorwise, fast accumulation: output,grad_weight)")
+    assert F8.convert_blocks_to_float8(find_blocks(tiny_lm()), emulate=True).summary().endswith("(tensorwise)")
     with pytest.raises(ValueError, match=r"train.fp8_fast_accum='grad_in': unknown grad_in; give all, none"):
         _cfg(fp8_fast_accum="grad_in")
     with pytest.raises(ValueError, match=r"train.fp8_fast_accum='': no names"):

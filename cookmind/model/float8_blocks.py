@@ -55,11 +55,13 @@ class Float8Conversion:
     scaling: str
     converted: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    fast_accum: str = "output"
 
     def summary(self) -> str:
         """One line for the run's log: how many projections run in float8, how many do not and why."""
         total = len(self.converted) + len(self.skipped)
-        line = f"train.fp8_blocks: {len(self.converted)} of {total} block projections in float8 ({self.scaling})"
+        how = self.scaling if self.fast_accum == "output" else f"{self.scaling}, fast accumulation: {self.fast_accum}"
+        line = f"train.fp8_blocks: {len(self.converted)} of {total} block projections in float8 ({how})"
         if self.skipped:
             reasons: dict[str, int] = {}
             for why in self.skipped.values():
@@ -207,7 +209,7 @@ def convert_blocks_to_float8(
         emulate=emulate,
         **gemm_configs,
     )
-    report = Float8Conversion(scaling)
+    report = Float8Conversion(scaling, fast_accum=",".join(g for g in FP8_GEMMS if g in fast) or "none")
     for i, block in enumerate(blocks):
         shells = set()
         for name, module in list(block.named_modules()):
