@@ -8,13 +8,15 @@
     python bench/bench_train.py --device cpu --shape qwen3-0.6b --tiny --peak-flops 989e12  # the same code, shrunk
     python bench/bench_train.py --device cpu --shape qwen3-0.6b --tiny --variants fp8-blocks  # float8 emulated
     python bench/bench_train.py --device cuda --shape llama-1.3b --variants master-weights,master-weights-graph
+    python bench/bench_train.py --device cuda --shape llama-1.3b --batch 8 --peer-fp8 --variants master-weights-fp8
 
 Each figure is one JSON line. For gpt2-small and minimind the peer is a nanoGPT-style GPT (LayerNorm, GELU MLP
 4x, learned positions, tied embeddings, F.scaled_dot_product_attention, torch.optim.AdamW fused) written below.
 For the presets qwen3-0.6b and llama-1.3b (shapes read from cookmind/configs/) the peer is what a user would
 otherwise pick: transformers' Qwen3ForCausalLM / LlamaForCausalLM of the same config (SDPA attention, its own
 cross-entropy over full logits) in a bare loop with torch.compile and torch's fused AdamW. Both train on the same
-random tokens with the same batch, precision and compile setting.
+random tokens with the same batch, precision and compile setting. With --peer-fp8 the peer runs again with its
+decoder layers' linears as torchao float8 linears (tensorwise), the peer of the FP8-blocks variants.
 MFU = tokens/s x FLOPs/token / peak (989e12, the H200's dense bf16), FLOPs/token = 6 N_matmul + 12 L H D T for
 every model: N_matmul counts every weight used in a matmul (q/k/v/o, the MLP, the LM head even when tied to the
 embedding), not the embedding gather or the norms; 12 L H D T counts the attention scores and values (H query
@@ -152,12 +154,37 @@ def hf_flops_per_token(model: nn.Module, t: int) -> float:
     return float(6 * n + 12 * c.num_hidden_layers * c.num_attention_heads * head_dim * t)
 
 
-def hf_step(shape: dict, batch: int, seq: int, device, precision: str, compile_: bool, accum: int = 1):
+def convert_hf_peer_to_float8(model: nn.Module, emulate: bool = False) -> int:
+    """The transformers peer's decoder-layer linears (q/k/v/o, gate/up/down) as torchao float8 training linears,
+    tensorwise, the LM head left as it is: what a user of transformers would write for FP8 (torchao's
+    ``convert_to_float8_training``, which accelerate's torchao FP8 backend calls too), beside our
+    ``train.fp8_blocks``. Returns how many linears converted; emulate: CPU runs (the code path only)."""
+    import dataclasses
+
+    from cookmind.model.float8_blocks import import_torchao_float8
+
+    float8 = import_torchao_float8()
+    config = dataclasses.replace(float8.Float8LinearConfig.from_recipe_name("tensorwise"), emulate=emulate)
+    float8.convert_to_float8_training(
+        model,
+        module_filter_fn=lambda m, fqn: (
+            ".layers." in f".{fqn}" and m.in_features % 16 == 0 and m.out_features % 16 == 0
+        ),
+        config=config,
+    )
+    return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+
+
+def hf_step(
+    shape: dict, batch: int, seq: int, device, precision: str, compile_: bool, accum: int = 1, fp8: bool = False
+):
     """(step(i) -> (loss, grad norm), model): one step of transformers' model in a bare loop: forward with
     labels (its shifted cross-entropy) and backward for each of ``accum`` micro-batches, clip, torch's fused
-    AdamW."""
+    AdamW. fp8: its decoder layers' linears as torchao float8 linears (``convert_hf_peer_to_float8``)."""
     torch.manual_seed(0)
     model = hf_peer(shape).to(device).train()
+    if fp8:
+        convert_hf_peer_to_float8(model, emulate=device.type == "cpu")
     fused = device.type == "cuda"
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
     fwd = torch.compile(model) if compile_ else model
@@ -180,10 +207,19 @@ def hf_step(shape: dict, batch: int, seq: int, device, precision: str, compile_:
 
 
 def bench_hf(
-    shape: dict, batch: int, seq: int, steps: int, warmup: int, device, precision: str, compile_: bool, accum: int = 1
+    shape: dict,
+    batch: int,
+    seq: int,
+    steps: int,
+    warmup: int,
+    device,
+    precision: str,
+    compile_: bool,
+    accum: int = 1,
+    fp8: bool = False,
 ):
-    """tokens/s of transformers' model of the same config in a bare loop (``hf_step``)."""
-    step, model = hf_step(shape, batch, seq, device, precision, compile_, accum)
+    """tokens/s of transformers' model of the same config in a bare loop (``hf_step``; fp8: float8 decoder layers)."""
+    step, model = hf_step(shape, batch, seq, device, precision, compile_, accum, fp8)
     dt, warm_s = _time_loop(step, steps, warmup, device)
     return {
         "tokens_per_s": steps * accum * batch * seq / dt,
@@ -581,6 +617,12 @@ def main() -> None:
         help="leave out the peer (to explore variants quickly; the figures to report come with the peer, as ratios)",
     )
     ap.add_argument(
+        "--peer-fp8",
+        action="store_true",
+        help="presets: also time the transformers peer with its decoder layers' linears as torchao float8 linears "
+        "(tensorwise, the LM head in bf16), the like-for-like peer of the fp8-blocks variants; needs torchao",
+    )
+    ap.add_argument(
         "--no-plain",
         action="store_true",
         help="leave out the plain Trainer too: only the --variants (each compiles for a minute or two on a GPU)",
@@ -624,6 +666,8 @@ def main() -> None:
     if args.accum > 1 and args.shape not in PRESET_RUNS:
         given = f"--shape {args.shape}" if args.shape else "the default shape (pass --shape)"
         ap.error(f"--accum applies to the preset shapes ({', '.join(PRESET_RUNS)}), not {given}")
+    if args.peer_fp8 and args.shape not in PRESET_RUNS:
+        ap.error(f"--peer-fp8 converts the transformers peer of the preset shapes ({', '.join(PRESET_RUNS)}); pass one")
     unknown = [v for v in args.variants.split(",") if v and v != "raw" and v not in TRAINER_VARIANTS]
     if unknown:
         ap.error(f"--variants: no variant {', '.join(unknown)}; choose from raw, {', '.join(TRAINER_VARIANTS)}")
@@ -685,6 +729,8 @@ def main() -> None:
         }
         peer_fn = bench_hf if peer != "nanogpt-style reference" else bench_reference
         runs = [] if args.no_peer else [(peer, peer_fn, shape)]
+        if args.peer_fp8:
+            runs.append((f"{peer} + torchao float8 layers", functools.partial(bench_hf, fp8=True), shape))
         if not args.no_plain:
             runs.append(("cookmind Trainer", bench_cookmind, shape))
         if compiled == modes[0]:
@@ -748,20 +794,24 @@ def main() -> None:
                 if "peak_mem_gib" in r:
                     line["peak_mem_gib"] = r["peak_mem_gib"]
                 print(json.dumps(line), flush=True)
-                ref = results.get(peer)
-                if ref is not None and name != peer:  # printed at once: a cut run keeps it
-                    print(
-                        json.dumps(
-                            {
-                                "figure": "train speedup vs reference",
-                                "impl": name,
-                                "peer": peer,
-                                **common,
-                                "ratio": round(r["tokens_per_s"] / ref["tokens_per_s"], 3),
-                            }
-                        ),
-                        flush=True,
-                    )
+                fp8_peer = f"{peer} + torchao float8 layers"
+                # an FP8-blocks variant is also set against the float8 peer, when that ran: like for like
+                peers = [peer, fp8_peer] if "fp8_blocks=true" in name and fp8_peer in results else [peer]
+                for against in peers:
+                    ref = results.get(against)
+                    if ref is not None and name not in (peer, against):  # printed at once: a cut run keeps it
+                        print(
+                            json.dumps(
+                                {
+                                    "figure": "train speedup vs reference",
+                                    "impl": name,
+                                    "peer": against,
+                                    **common,
+                                    "ratio": round(r["tokens_per_s"] / ref["tokens_per_s"], 3),
+                                }
+                            ),
+                            flush=True,
+                        )
                 if shape is MINIMIND and seq in MINIMIND_PEER and name != peer:
                     print(
                         json.dumps(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -147,12 +147,15 @@ for part in "${parts[@]}"; do
             CUDA_VISIBLE_DEVICES=0 run qwen32-fast-accum-all 185 python3 bench/bench_train.py --device cuda \
                 --shape qwen3-0.6b --no-peer --no-plain --batch 32 --steps 6 --warmup 4 \
                 --variants master-weights-fp8fa-all-graph ;;
+        # the like-for-like FP8 peer at 1.3B B=8: transformers bf16, transformers + torchao float8 layers, our FP8 blocks
+        peerfp8) CUDA_VISIBLE_DEVICES=0 run llama-b8-peer-fp8 560 python3 bench/bench_train.py --device cuda \
+                --shape llama-1.3b --batch 8 --steps 6 --warmup 3 --peer-fp8 --no-plain --variants master-weights-fp8 ;;
         # the FP8 loss check with every float8 GEMM accumulating fast (needs build/fp8-loss carried); compared with
         # the bf16 run's log of an earlier call when given as BF16_LOG
         fp8loss-fa) CUDA_VISIBLE_DEVICES=0 run fp8-loss-qwen-fp8fa 500 python3 bench/bench_fp8_loss.py \
                 --shape qwen3-0.6b --compile-scope blocks --runs fp8 --fp8-fast-accum all
                 [ -f "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" ] && python3 bench/bench_fp8_loss.py --compare \
                 "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" "$OUT/fp8-loss-qwen-fp8fa.log" ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa)"; exit 2 ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8)"; exit 2 ;;
     esac
 done

@@ -1,4 +1,4 @@
-"""bench/bench_train.py's timing window, on the CPU."""
+"""bench/bench_train.py's timing window and its float8 peer, on the CPU."""
 
 import pytest
 
@@ -40,3 +40,32 @@ def test_the_profiles_idle_gaps_add_up_by_size_with_overlaps_counted_once():
     assert g["idle_us"] == {"<= 2 us": 1.0, "<= 10 us": 0.0, "<= 100 us": 50.0, "<= 1000 us": 0.0, "> 1000 us": 2000.0}
     assert g["gaps"] == {"<= 2 us": 1, "<= 10 us": 0, "<= 100 us": 1, "<= 1000 us": 0, "> 1000 us": 1}
     assert g["longest"] == [{"us": 2000.0, "after": "d", "before": "e"}, {"us": 50.0, "after": "c", "before": "d"}]
+
+
+def test_the_float8_peer_converts_the_decoder_layers_linears_and_not_the_head():
+    """--peer-fp8: transformers' model with each decoder layer's q/k/v/o and gate/up/down as torchao float8 linears
+    (7 a layer, counted by hand), the LM head a plain nn.Linear, the logits close to the bf16 peer's."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from bench.bench_train import convert_hf_peer_to_float8, hf_peer, preset_run
+    from cookmind.model.float8_blocks import import_torchao_float8
+
+    try:
+        import_torchao_float8()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+    shape, _, _ = preset_run("qwen3-0.6b", tiny=True, seq=None)
+    torch.manual_seed(0)
+    ref = hf_peer(shape)
+    model = hf_peer(shape)
+    model.load_state_dict(ref.state_dict())
+    assert convert_hf_peer_to_float8(model, emulate=True) == 7 * shape["num_hidden_layers"]
+    assert type(model.lm_head) is torch.nn.Linear
+    names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if type(m).__name__ == "Float8Linear"}
+    assert names == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    ids = torch.randint(0, shape["vocab_size"], (2, 32))
+    with torch.no_grad():
+        got, want = model(input_ids=ids).logits, ref(input_ids=ids).logits
+    err = ((got - want).norm() / want.norm()).item()
+    assert 1e-5 < err < 0.1, err  # rounded to float8 (not the bf16 path), within e4m3's 3 mantissa bits
