@@ -421,9 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # reported as a line; the comparison needs both
             print(json.dumps({"figure": "fp8 loss run", "run": name, **common, "error": f"{exc}"[:500]}), flush=True)
             return 2
-        precision = cfg.train.precision + (
-            f" + float8 blocks ({args.fp8_scaling}, fast accumulation: {args.fp8_fast_accum})" if fp8 else ""
-        )
+        fast = "" if args.fp8_fast_accum == "output" else f", fast accumulation: {args.fp8_fast_accum}"
+        precision = cfg.train.precision + (f" + float8 blocks ({args.fp8_scaling}{fast})" if fp8 else "")
         if fp8 and device.type == "cpu":
             precision += ", emulated"
         line = {"figure": "fp8 loss run", "run": name, "precision": precision, **common}

@@ -127,6 +127,7 @@ def test_gpu_runs_take_the_preset_recipe_for_200_steps(shape, batch, lr, tmp_pat
         precision=None,
         no_compile=False,
         fp8_scaling="tensorwise",
+        fp8_fast_accum="all",
         compile_scope="blocks",
     )
     cfg, b, t = B.run_config(shape, 8192, 200, 20, torch.device("cuda"), args)
@@ -134,5 +135,6 @@ def test_gpu_runs_take_the_preset_recipe_for_200_steps(shape, batch, lr, tmp_pat
     assert (cfg.train.max_steps, cfg.train.grad_accum_steps, cfg.optim.warmup_steps) == (200, 1, 20)
     assert (cfg.optim.lr, cfg.optim.schedule, cfg.train.precision, cfg.train.compile) == (lr, "cosine", "bf16", True)
     assert cfg.train.compile_scope == "blocks"
+    assert cfg.train.fp8_fast_accum == "all"  # --fp8-fast-accum reaches the FP8 run's config
     assert cfg.model["vocab_size"] == {"qwen3-0.6b": 151936, "llama-1.3b": 32768}[shape]  # the preset's
     assert cfg.data.train_path == str(tmp_path / "store") and cfg.data.tokenizer == str(tmp_path / "tok")

@@ -445,8 +445,11 @@ def test_two_gloo_ranks_with_master_weights_equal_one_process_with_and_without_a
     - without accumulation DDP all-reduces the bf16 gradients: within bf16 rounding of one micro-batch of 4,
       checkpoints between steps included (they swap the masters in without touching the parameters DDP hooks);
     - with 2 micro-batches of 1 a rank the fp32 buffers (which DDP's all-reduce of ``.grad`` would miss: they empty
-      it after each micro-batch) are averaged once a step: bit for bit one process accumulating 4 micro-batches
-      of 1 (fp32 sums of a few bf16 gradients scaled by powers of two are exact in any order)."""
+      it after each micro-batch) are averaged once a step: one process accumulating 4 micro-batches of 1, to the
+      last bit but for a rare element. fp32 sums of a few bf16 gradients are exact in any order only while their
+      exponents lie within fp32's extra 16 bits of each other; on a machine with AMX-BF16 (this project's, since
+      session 22) one element of 2048 in the embedding ends 4.7e-10 apart (one fp32 step). A buffer averaged
+      twice, or not at all, would move every trained element by orders of magnitude more."""
     from gloo_fixtures import run_on_gloo_ranks
 
     ranks = run_on_gloo_ranks(functools.partial(_ddp_on_rank, root=str(store)), 2, tmp_path)
@@ -462,8 +465,12 @@ def test_two_gloo_ranks_with_master_weights_equal_one_process_with_and_without_a
             assert torch.equal(a, ranks[1][run][k]), (run, k)
     for kind in ("torch", "ours"):
         _assert_close_but_a_few(ranks[0][f"{kind}-1"], ours)
+        differ = 0
         for k, a in ranks[0][f"{kind}-2"].items():
-            assert torch.equal(a, accumulated[k]), (kind, k)
+            gap = (a - accumulated[k]).abs()
+            assert gap.max().item() <= 1e-8, (kind, k, gap.max().item())  # weights ~0.1: an fp32 step is 7.5e-9
+            differ += int((gap > 0).sum())
+        assert differ <= 4, (kind, differ)
     assert [r["reduced"] for r in ranks] == [8, 8]  # 4 steps x 2 DDPs averaged the buffers
 
 
