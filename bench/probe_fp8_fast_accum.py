@@ -22,13 +22,13 @@ import json
 
 import torch
 from cuda_timing import cuda_ms  # bench/ is the script's folder
+from probe_fp8_gemms import E4, E5, col_major, to8  # the same casts: one amax scale a tensor
 
 # (hidden, q width, kv width, ffn, layers, vocab): cookmind/configs/qwen3-0.6b.yaml and llama-1.3b.yaml
 SHAPES = {
     "qwen3-0.6b": (1024, 2048, 1024, 3072, 28, 151936),
     "llama-1.3b": (2048, 2048, 1024, 5632, 24, 32768),
 }
-E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 
 
 def projections(shape: str) -> dict[str, tuple[int, int, int]]:
@@ -42,18 +42,6 @@ def projections(shape: str) -> dict[str, tuple[int, int, int]]:
         "down_proj": (f, c, layers),
         "lm_head": (c, vocab, 1),
     }
-
-
-def to8(t: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(t in float8, the scale that undoes it): one amax scale for the whole tensor."""
-    amax = t.abs().amax().float().clamp(min=1e-12)
-    scale = torch.finfo(dtype).max / amax
-    return (t.float() * scale).to(dtype), scale.reciprocal()
-
-
-def col_major(t: torch.Tensor) -> torch.Tensor:
-    """The same matrix stored column-major: _scaled_mm wants A row-major and B column-major."""
-    return t.t().contiguous().t()
 
 
 def rel_err(out: torch.Tensor, a8, b8, sa, sb) -> float:

@@ -115,37 +115,33 @@ def _projection_problem(module: nn.Module) -> str | None:
     return None
 
 
+def _name_list(key: str, value: str, choices: tuple[str, ...], modes: str) -> frozenset[str]:
+    """A comma-separated list of ``choices`` as a set; ValueError (one line: the key, what is wrong, the choices and
+    the ``modes`` words it also takes) for an unknown name or none."""
+    names = [n.strip() for n in str(value).split(",") if n.strip()]
+    unknown = [n for n in names if n not in choices]
+    if unknown or not names:
+        raise ValueError(
+            f"{key}={value!r}: {'unknown ' + ', '.join(unknown) if unknown else 'no names'}; "
+            f"give {modes}, or a comma-separated list of {', '.join(choices)}"
+        )
+    return frozenset(names)
+
+
 def projection_names(projections: str) -> frozenset[str] | None:
     """``train.fp8_projections`` as the set of names it converts (None: all or auto). Raises ValueError (one line,
     naming the key and the choices) for an unknown name."""
     if projections in FP8_PROJECTION_MODES:
         return None
-    names = [n.strip() for n in str(projections).split(",") if n.strip()]
-    unknown = [n for n in names if n not in BLOCK_PROJECTIONS]
-    if unknown or not names:
-        raise ValueError(
-            f"train.fp8_projections={projections!r}: {'unknown ' + ', '.join(unknown) if unknown else 'no names'}; "
-            f"give all, auto, or a comma-separated list of {', '.join(BLOCK_PROJECTIONS)}"
-        )
-    return frozenset(names)
+    return _name_list("train.fp8_projections", projections, BLOCK_PROJECTIONS, "all, auto")
 
 
 def fast_accum_gemms(fast_accum: str) -> frozenset[str]:
     """``train.fp8_fast_accum`` as the set of GEMMs that accumulate fast: ``all``, ``none``, or a comma-separated
     list of output, grad_input, grad_weight. Raises ValueError (one line, naming the key and the choices)."""
+    modes = {"all": frozenset(FP8_GEMMS), "none": frozenset()}
     text = str(fast_accum).strip()
-    if text == "all":
-        return frozenset(FP8_GEMMS)
-    if text == "none":
-        return frozenset()
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in FP8_GEMMS]
-    if unknown or not names:
-        raise ValueError(
-            f"train.fp8_fast_accum={fast_accum!r}: {'unknown ' + ', '.join(unknown) if unknown else 'no names'}; "
-            f"give all, none, or a comma-separated list of {', '.join(FP8_GEMMS)}"
-        )
-    return frozenset(names)
+    return modes[text] if text in modes else _name_list("train.fp8_fast_accum", fast_accum, FP8_GEMMS, "all, none")
 
 
 def too_small_to_gain(module: nn.Module, scaling: str) -> bool:
