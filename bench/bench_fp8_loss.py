@@ -25,7 +25,8 @@ Then, on an FP8 GPU (Hopper, Ada) with build/fp8-loss/ carried along:
     python bench/bench_fp8_loss.py --shape tiny --device cpu --steps 20   # CPU smoke test: float8 emulated
     ... --baseline-twice      # a third run, the baseline again: its run-to-run noise beside the 1%
     ... --runs baseline > a.log; ... --runs fp8 > b.log   # one run a call (a compiled pair can outlast one)
-    python bench/bench_fp8_loss.py --compare a.log b.log  # then the verdict from their lines, no training
+    python bench/bench_fp8_loss.py --compare a.log b.log  # then the verdict from their lines, no training: every
+    #     run line of each kind pooled (means, spreads), one verdict per fp8 recipe (e.g. per --fp8-fast-accum)
 
 Schedule: the preset's lr and cosine decay to its min_lr_ratio over --steps, after --warmup-steps (20, at most a
 tenth of the steps) of linear warm-up: the preset's 2000 would end 200 steps below a tenth of the lr.
@@ -282,11 +283,14 @@ def make_verdict(common: dict, ref: dict, f8: dict, ref_final: float, f8_final: 
     return verdict
 
 
-def verdict_from_logs(paths: list[Path]) -> dict:
-    """The verdict from the run lines of earlier logs (``--runs baseline`` and ``--runs fp8``, e.g. in two device
-    calls): the newest baseline line and the newest fp8 line, which must share every setting in ``RUN_KEYS``. The
-    losses come as the lines print them (4 decimals), so the relative difference is good to about 1e-5."""
-    runs: dict[str, dict] = {}
+def verdict_from_logs(paths: list[Path]) -> list[dict]:
+    """The verdicts from the run lines of earlier logs (``--runs baseline`` and ``--runs fp8``, e.g. in several device
+    calls): every baseline line (a ``--baseline-twice`` repeat too) against the fp8 lines of each precision (one
+    verdict per fp8 recipe, e.g. per fast accumulation), each side's mean final loss and mean curve, and each
+    side's spread ((max - min) / mean; 0 for one run), the noise the 1% sits in. All lines must share every
+    setting in ``RUN_KEYS``. The losses come as the lines print them (4 decimals), so the relative difference is
+    good to about 1e-5."""
+    runs: dict[str, list[dict]] = {"baseline": [], "fp8": []}
     for path in paths:
         if not path.is_file():
             raise SystemExit(f"--compare: {path} does not exist; give the logs of the runs to compare")
@@ -297,23 +301,46 @@ def verdict_from_logs(paths: list[Path]) -> dict:
                 line = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise SystemExit(f"{path}:{n}: not a JSON line ({exc.msg}); give this script's own output") from None
-            if line.get("figure") != "fp8 loss run" or "error" in line or line["run"].endswith(" again"):
+            if line.get("figure") != "fp8 loss run" or "error" in line:
                 continue
-            runs["fp8" if line["run"] == "fp8-blocks" else "baseline"] = line
-    missing = [k for k in ("baseline", "fp8") if k not in runs]
+            runs["fp8" if line["run"] == "fp8-blocks" else "baseline"].append(line)
+    missing = [k for k in ("baseline", "fp8") if not runs[k]]
     if missing:
         raise SystemExit(
             f"--compare: no {' and no '.join(missing)} run line in {', '.join(map(str, paths))}; "
             "run --runs baseline and --runs fp8 first and give both logs"
         )
-    ref, f8 = runs["baseline"], runs["fp8"]
-    differ = [k for k in RUN_KEYS if ref.get(k) != f8.get(k)]
-    if differ:
-        pairs = ", ".join(f"{k} {ref.get(k)!r} vs {f8.get(k)!r}" for k in differ)
-        raise SystemExit(f"--compare: the two runs differ in {pairs}; compare runs of the same settings")
-    common = {k: ref.get(k) for k in RUN_KEYS}
-    curves = (ref["loss_curve"], f8["loss_curve"])
-    return make_verdict(common, ref, f8, ref["final_loss"], f8["final_loss"], curves)
+    first = runs["baseline"][0]
+    for line in runs["baseline"][1:] + runs["fp8"]:
+        differ = [k for k in RUN_KEYS if first.get(k) != line.get(k)]
+        if differ:
+            pairs = ", ".join(f"{k} {first.get(k)!r} vs {line.get(k)!r}" for k in differ)
+            raise SystemExit(f"--compare: the runs differ in {pairs}; compare runs of the same settings")
+    precisions = list(dict.fromkeys(line["precision"] for line in runs["fp8"]))  # in the order the logs give them
+
+    def mean_of(lines: list[dict]) -> dict:
+        finals = [line["final_loss"] for line in lines]
+        mean = sum(finals) / len(finals)
+        curve = [sum(c) / len(c) for c in zip(*(line["loss_curve"] for line in lines))]
+        merged = dict(lines[-1], final_loss=round(mean, 4), loss_curve=curve)
+        if len(lines) > 1:
+            merged["run"] = f"{lines[0]['run']} (mean of {len(lines)})"
+        speeds = [line["tokens_per_s"] for line in lines if "tokens_per_s" in line]
+        if speeds:
+            merged["tokens_per_s"] = sum(speeds) / len(speeds)
+        return merged | {"spread": round((max(finals) - min(finals)) / mean, 5), "runs": len(lines)}
+
+    ref, common, verdicts = mean_of(runs["baseline"]), {k: first.get(k) for k in RUN_KEYS}, []
+    for precision in precisions:
+        f8 = mean_of([line for line in runs["fp8"] if line["precision"] == precision])
+        verdict = make_verdict(
+            common, ref, f8, ref["final_loss"], f8["final_loss"], (ref["loss_curve"], f8["loss_curve"])
+        )
+        verdict["fp8_precision"] = precision
+        for side, merged in (("baseline", ref), ("fp8", f8)):
+            verdict[f"{side}_runs"], verdict[f"{side}_spread"] = merged["runs"], merged["spread"]
+        verdicts.append(verdict)
+    return verdicts
 
 
 def _sync(device: torch.device) -> None:
@@ -376,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     if why := cuda_missing(args.device):  # one line, not torch's traceback from deep inside
         ap.error(why)
     if args.compare:
-        print(json.dumps(verdict_from_logs(args.compare)), flush=True)
+        for verdict in verdict_from_logs(args.compare):
+            print(json.dumps(verdict), flush=True)
         return 0
     wanted = [r for r in args.runs.split(",") if r]
     if not wanted or set(wanted) - {"baseline", "fp8"}:

@@ -60,6 +60,53 @@ def _small_shared(shared_data, dest):
     return dest
 
 
+def test_compare_pools_every_run_of_each_kind_and_gives_one_verdict_per_fp8_recipe(tmp_path):
+    """Runs from several device calls: the baselines pooled (a --baseline-twice repeat too), the fp8 runs pooled per
+    precision; means, spreads and differences against hand-computed values."""
+    settings = dict.fromkeys(B.RUN_KEYS, 1)
+
+    def line(run, precision, final, curve, speed):
+        return json.dumps(
+            {
+                "figure": "fp8 loss run",
+                "run": run,
+                "precision": precision,
+                **settings,
+                "final_loss": final,
+                "loss_curve": curve,
+                "tokens_per_s": speed,
+            }  # fmt: skip
+        )
+
+    fast = "bf16 + float8 blocks (tensorwise, fast accumulation: all)"
+    one = tmp_path / "one.log"
+    one.write_text(
+        "\n".join(
+            [
+                line("bf16", "bf16", 4.0, [8.0, 4.0], 100),
+                line("fp8-blocks", "bf16 + float8 blocks (tensorwise)", 4.12, [8.0, 4.12], 110),
+                line("bf16 again", "bf16", 4.2, [8.2, 4.2], 100),
+            ]
+        )
+    )
+    two = tmp_path / "two.log"
+    two.write_text(
+        line("fp8-blocks", fast, 4.2, [8.4, 4.2], 120) + "\n" + line("fp8-blocks", fast, 4.3, [8.2, 4.3], 116)
+    )
+    default, fast_v = B.verdict_from_logs([one, two])
+    assert (default["baseline_loss"], default["baseline_runs"], default["baseline_spread"]) == (4.1, 2, 0.04878)
+    assert (default["fp8_loss"], default["fp8_runs"], default["fp8_spread"]) == (4.12, 1, 0.0)
+    assert default["rel_diff"] == pytest.approx(0.02 / 4.1, abs=1e-5)
+    assert default["pass"]
+    assert (fast_v["fp8_loss"], fast_v["fp8_runs"], fast_v["fp8_precision"]) == (4.25, 2, fast)
+    assert fast_v["rel_diff"] == pytest.approx(0.15 / 4.1, abs=1e-5)
+    assert not fast_v["pass"]
+    assert fast_v["fp8_spread"] == pytest.approx(0.1 / 4.25, abs=1e-5)
+    assert fast_v["speedup"] == 1.18  # 118 / 100
+    # the mean curves: bf16 (8.1, 4.1), fast (8.3, 4.25): the widest gap at the end, 0.15 / 4.1
+    assert fast_v["curve_max_rel_diff"] == pytest.approx(0.15 / 4.1, abs=1e-5)
+
+
 def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
     _torchao_or_skip()
     shared = _small_shared(shared_data, tmp_path / "shared")
@@ -104,7 +151,7 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
     only = [json.loads(x) for x in logs["fp8"].read_text().splitlines() if x.startswith("{")]
     assert [x["run"] for x in only] == ["fp8-blocks"]  # its line alone, no verdict
     assert B.main(["--compare", str(logs["baseline"]), str(logs["fp8"])]) == 0
-    joined = json.loads(capsys.readouterr().out)
+    (joined,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert (joined["baseline_loss"], joined["fp8_loss"]) == (base["final_loss"], fp8["final_loss"])
     assert joined["rel_diff"] == pytest.approx(verdict["rel_diff"], abs=2e-5) and joined["pass"] == verdict["pass"]
     assert joined["curve_max_rel_diff"] == pytest.approx(verdict["curve_max_rel_diff"], abs=2e-5)
