@@ -181,6 +181,16 @@ def test_bad_tools_name_the_field(tools, choice, param):
     assert e.value.param == param
 
 
+def test_a_custom_tool_is_refused_by_name_with_what_to_send_instead():
+    """OpenAI's "custom" tools (free-form text input, the openai package's ChatCompletionCustomToolParam) are not
+    a malformed function: the error says which kind it is and what this server takes."""
+    custom = {"type": "custom", "custom": {"name": "run_sql", "description": "a query", "format": {"type": "text"}}}
+    with pytest.raises(ToolSpecError) as e:
+        check_tools([TIMER, custom], None)
+    assert e.value.param == "tools[1].type"
+    assert '"custom"' in str(e.value) and "function.parameters" in str(e.value) and "\n" not in str(e.value)
+
+
 # --- the grammar, checked by llguidance's matcher on our tokenizer ------------------------------------------------
 
 

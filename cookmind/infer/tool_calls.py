@@ -68,6 +68,12 @@ class ToolChoice:
 
 def _check_tool(i: int, tool) -> str:
     where = f"tools[{i}]"
+    if isinstance(tool, dict) and tool.get("type") == "custom":  # OpenAI's free-form-text tools: named, not generic
+        raise ToolSpecError(
+            f'{where}.type "custom" (a tool called with free-form text) is not served: this server calls "function" '
+            f"tools, whose arguments are JSON for a schema in function.parameters; describe it as a function",
+            f"{where}.type",
+        )
     if not isinstance(tool, dict) or tool.get("type") != "function":
         raise ToolSpecError(f'{where}.type must be "function", got {tool!r:.100}', f"{where}.type")
     f = tool.get("function")
