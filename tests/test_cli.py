@@ -535,6 +535,40 @@ def _ctrl_c_as_a_terminal_gives_it():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+_WORKER_MASK = """
+import signal, sys
+from cookmind.pools import pool_context
+
+def sigint_held(_):
+    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+if __name__ == "__main__":
+    with pool_context().Pool(2) as pool:  # no initializer: what a worker is before ignore_ctrl_c runs
+        held = pool.map(sigint_held, range(4))
+    print(held, signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+def test_pool_workers_hold_ctrl_c_back_from_their_first_instruction(tmp_path):
+    """A Ctrl-C while a worker (or the forkserver) is still starting, before ignore_ctrl_c runs, killed it with an
+    import traceback (and once hung a pack: CI, session 22): the forkserver starts with SIGINT ignored, and its
+    workers inherit that. The parent's own handler is as it was. In a fresh interpreter: a forkserver this test
+    process started earlier would be reused as it is."""
+    if "forkserver" not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip("no forkserver on this platform: workers are spawned")
+    script = tmp_path / "mask.py"
+    script.write_text(_WORKER_MASK)
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_ctrl_c_as_a_terminal_gives_it,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[True,", "True,", "True,", "True]", "False"]
+
+
 def test_ctrl_c_to_a_pack_with_worker_processes_is_one_line(tmp_path, tok_dir):
     # Ctrl-C reaches the whole process group: each worker printed a KeyboardInterrupt traceback of its own
     import os
