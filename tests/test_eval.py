@@ -811,3 +811,20 @@ def test_ppl_on_text_strips_each_document_as_pack_does(shared_data, tmp_path, to
     text, packed = (evaluate_data(model, tok, data, window=length, progress=False) for data in (src, tmp_path / "s"))
     assert (text["tokens"], text["bytes"]) == (packed["tokens"], packed["bytes"]) and text["tokens"] == length - 1
     assert text["nll_per_token"] == pytest.approx(packed["nll_per_token"], rel=1e-6)
+
+
+def test_eval_mmlu_takes_limit_as_gsm8k_does_meaning_each_subjects_first_n():
+    """A user who learned `eval gsm8k --limit N` types it for mmlu too: there it is --limit-per-subject (as
+    lm-evaluation-harness's --limit counts per task, a subject each), not an unknown option."""
+    import argparse
+
+    from cookmind.evals.cli import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for flag in ("--limit", "--limit-per-subject"):
+        args = parser.parse_args(["mmlu", "--model", "m", "--data", "d", flag, "3"])
+        assert args.limit_per_subject == 3
+    assert parser.parse_args(["gsm8k", "--model", "m", "--data", "d", "--limit", "3"]).limit == 3
+    with pytest.raises(SystemExit):
+        parser.parse_args(["mmlu", "--model", "m", "--data", "d", "--limit", "0"])

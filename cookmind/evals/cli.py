@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="GSM8K-shaped JSONL, one {question, answer ending in '#### N'} a line (e.g. GSM8K's test.jsonl)",
     )
-    g.add_argument("--limit", type=int_in(1), default=None, help="first N problems only")
+    g.add_argument("--limit", type=int_in(1), default=None, help="first N problems of --data only")
     g.add_argument(
         "--template",
         default="r1_zero",
@@ -54,7 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     m.add_argument("--split", default="test", choices=["dev", "val", "test"], help="default test")
     m.add_argument("--subjects", nargs="*", default=None, help="subject names (e.g. anatomy); default all found")
-    m.add_argument("--limit-per-subject", type=int_in(1), default=None, help="first N questions of each subject")
+    m.add_argument(  # --limit too: what gsm8k calls it, and lm-evaluation-harness's per-task limit (a subject a task)
+        "--limit-per-subject",
+        "--limit",
+        dest="limit_per_subject",
+        metavar="N",
+        type=int_in(1),
+        default=None,
+        help="first N questions of each subject (--limit is the same option)",
+    )
     m.add_argument(
         "--scoring",
         default="letter",
