@@ -197,8 +197,9 @@ def run_config(shape_name: str, vocab: int, steps: int, warmup_steps: int, devic
     return cfg, batch, seq
 
 
-def train_once(cfg, fp8: bool, device: torch.device, warm: int) -> dict:
-    """Train ``cfg`` (with ``train.fp8_blocks=fp8``) in a scratch run directory: per-step losses and timing."""
+def train_once(cfg, fp8: bool, device: torch.device, warm: int, head: bool = False) -> dict:
+    """Train ``cfg`` (with ``train.fp8_blocks=fp8``, and ``model.lm_head_fp8=head``) in a scratch run directory:
+    per-step losses and timing."""
     from cookmind.train import Callback, Trainer
 
     class Record(Callback):
@@ -216,6 +217,7 @@ def train_once(cfg, fp8: bool, device: torch.device, warm: int) -> dict:
 
     cfg = copy.deepcopy(cfg)  # the Trainer may fill in fields: each run starts from the same config
     cfg.train.fp8_blocks = fp8
+    cfg.model["lm_head_fp8"] = head
     record = Record()
     if device.type == "cuda":
         gc.collect()
@@ -230,6 +232,7 @@ def train_once(cfg, fp8: bool, device: torch.device, warm: int) -> dict:
         summary = trainer.fit()
         windows = len(trainer.train_loader.loader.dataset)
         float8 = sum(type(m).__name__ == "Float8Linear" for m in trainer.bare_model.modules())
+        head_fp8 = bool(trainer.bare_model.config.lm_head_fp8)  # what the model ran, not what was asked
         del trainer
     out = {
         "losses": record.losses,
@@ -237,6 +240,7 @@ def train_once(cfg, fp8: bool, device: torch.device, warm: int) -> dict:
         "skipped_steps": summary["skipped_steps"],
         "windows": windows,
         "float8_linears": float8,
+        "lm_head_fp8": head_fp8,
     }
     if warm in record.marks and cfg.train.max_steps in record.marks:
         timed = cfg.train.max_steps - warm
@@ -373,6 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         help="train.fp8_fast_accum of the FP8 run: which float8 GEMMs accumulate fast (default output, torchao's; "
         "all; none; or a list of output, grad_input, grad_weight)",
     )
+    ap.add_argument(
+        "--fp8-head",
+        action="store_true",
+        help="the FP8 run's LM head in FP8 as well (model.lm_head_fp8=true, as the FP8 throughput figures run it); "
+        "--fp8-fast-accum then covers the head's GEMMs too",
+    )
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument(
         "--compile-scope",
@@ -417,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     if device.type != "cuda" and args.shape != "tiny":
         ap.error(f"--shape {args.shape} on {device.type} would take days; there use --shape tiny")
+    if args.fp8_head and device.type != "cuda":
+        ap.error(f"--fp8-head: the FP8 LM head runs only on a CUDA GPU with FP8 tensor cores, not on {device.type}")
     if args.steps < 2:
         ap.error("--steps must be at least 2")
     if device.type == "cuda":
@@ -445,12 +457,14 @@ def main(argv: list[str] | None = None) -> int:
     runs += [(f"{base} again", False)] if args.baseline_twice else []
     for name, fp8 in runs:
         try:
-            r = train_once(cfg, fp8, device, warm)
+            r = train_once(cfg, fp8, device, warm, head=fp8 and args.fp8_head)
         except Exception as exc:  # reported as a line; the comparison needs both
             print(json.dumps({"figure": "fp8 loss run", "run": name, **common, "error": f"{exc}"[:500]}), flush=True)
             return 2
         fast = "" if args.fp8_fast_accum == "output" else f", fast accumulation: {args.fp8_fast_accum}"
         precision = cfg.train.precision + (f" + float8 blocks ({args.fp8_scaling}{fast})" if fp8 else "")
+        if fp8 and args.fp8_head:
+            precision += " + FP8 LM head"
         if fp8 and device.type == "cpu":
             precision += ", emulated"
         line = {"figure": "fp8 loss run", "run": name, "precision": precision, **common}
@@ -460,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         chunk = max(1, args.steps // 10)
         curves[name] = [final_loss(r["losses"][i : i + chunk], chunk) for i in range(0, args.steps, chunk)]
         line["loss_curve"] = [round(x, 4) for x in curves[name]]
-        for k in ("tokens_per_s", "peak_mem_gib", "skipped_steps", "wall_s", "windows", "float8_linears"):
+        for k in ("tokens_per_s", "peak_mem_gib", "skipped_steps", "wall_s", "windows", "float8_linears", "lm_head_fp8"):
             if r.get(k) is not None:
                 line[k] = r[k]
         if batch * args.steps > r["windows"]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -156,6 +156,21 @@ for part in "${parts[@]}"; do
                 --shape qwen3-0.6b --compile-scope blocks --runs fp8 --fp8-fast-accum all
                 [ -f "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" ] && python3 bench/bench_fp8_loss.py --compare \
                 "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" "$OUT/fp8-loss-qwen-fp8fa.log" ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8)"; exit 2 ;;
+        # the FP8 loss check as the FP8 throughput figures run (blocks and LM head), three runs at once on the one GPU
+        # (needs build/fp8-loss carried): the losses do not depend on sharing it, their tokens/s do (not figures);
+        # each compiles on its own CPU cores, so three runs take about one's time. bf16, FP8 with torchao's fast
+        # accumulation (output), FP8 with every GEMM fast (all); then the verdict of this call's three logs
+        fp8loss-par)
+            for r in "bf16 --runs baseline" "fp8head --runs fp8 --fp8-head" \
+                     "fp8head-fa --runs fp8 --fp8-head --fp8-fast-accum all"; do
+                set -- $r
+                name=$1
+                shift
+                CUDA_VISIBLE_DEVICES=0 run "fp8-loss-par-$name" 540 python3 bench/bench_fp8_loss.py \
+                    --shape qwen3-0.6b --compile-scope blocks "$@" &
+            done
+            wait
+            python3 bench/bench_fp8_loss.py --compare "$OUT"/fp8-loss-par-*.log ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par)"; exit 2 ;;
     esac
 done

@@ -127,6 +127,7 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
     assert (base["run"], base["precision"]) == ("fp32", "fp32")
     assert (fp8["run"], fp8["precision"]) == ("fp8-blocks", "fp32 + float8 blocks (tensorwise), emulated")
     assert (base["float8_linears"], fp8["float8_linears"]) == (0, 2 * 7)  # 2 blocks x q/k/v/o, gate/up/down
+    assert (base["lm_head_fp8"], fp8["lm_head_fp8"]) == (False, False)  # the head only with --fp8-head
     assert base["windows"] == meta["num_tokens"] // 32 and "windows_repeated" not in base
     # 4 steps: the curve is each step's loss. Untrained, the model spreads its probability evenly over the vocabulary.
     assert base["loss_curve"][0] == pytest.approx(math.log(meta["vocab_size"]), abs=0.05)
@@ -163,6 +164,10 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
         B.verdict_from_logs([logs["baseline"], other])
     with pytest.raises(SystemExit):
         B.main(argv[:-1] + ["--runs", "fp16"])
+    # the FP8 head is a CUDA kernel: asked for on a CPU, a one-line refusal, not a run labelled FP8 that is not
+    with pytest.raises(SystemExit):
+        B.main(argv[:-1] + ["--runs", "fp8", "--fp8-head"])
+    assert "--fp8-head: the FP8 LM head runs only on a CUDA GPU" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("shape,batch,lr", [("qwen3-0.6b", 8, 3e-4), ("llama-1.3b", 4, 2e-4)])
