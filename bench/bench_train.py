@@ -568,6 +568,11 @@ TRAINER_VARIANTS = {
         {"master_weights": True, "fp8_blocks": True, "fp8_fast_accum": "all"},
         {},
     ),
+    "master-weights-fp8fa-graph": (
+        "train.master_weights=true, train.fp8_blocks=true, train.fp8_fast_accum=all, train.cuda_graph=true",
+        {"master_weights": True, "fp8_blocks": True, "fp8_fast_accum": "all", "cuda_graph": True},
+        {},
+    ),
     "sync-metrics": ("train.defer_metrics=false", {"defer_metrics": False}, {}),
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|qwen32-blocks]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -156,21 +156,27 @@ for part in "${parts[@]}"; do
                 --shape qwen3-0.6b --compile-scope blocks --runs fp8 --fp8-fast-accum all
                 [ -f "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" ] && python3 bench/bench_fp8_loss.py --compare \
                 "${BF16_LOG:-$OUT/fp8-loss-qwen-bf16.log}" "$OUT/fp8-loss-qwen-fp8fa.log" ;;
-        # the FP8 loss check as the FP8 throughput figures run (blocks and LM head), three runs at once on the one GPU
-        # (needs build/fp8-loss carried): the losses do not depend on sharing it, their tokens/s do (not figures);
-        # each compiles on its own CPU cores, so three runs take about one's time. bf16, FP8 with torchao's fast
-        # accumulation (output), FP8 with every GEMM fast (all); then the verdict of this call's three logs
+        # the FP8 loss check at Qwen3-0.6B, several runs at once on the one GPU (needs build/fp8-loss carried): the
+        # losses do not depend on sharing it, their tokens/s do (not figures); each compiles on its own CPU cores, so
+        # three runs take about one's time (139 s, session 23). LOSS_RUNS: "NAME ARGS...;NAME ARGS..." (at most four:
+        # 33 GiB each); default bf16, FP8 blocks and head with torchao's fast accumulation (output), the same with
+        # every GEMM fast (all). Then the verdict of this call's logs, one per FP8 recipe
         fp8loss-par)
-            for r in "bf16 --runs baseline" "fp8head --runs fp8 --fp8-head" \
-                     "fp8head-fa --runs fp8 --fp8-head --fp8-fast-accum all"; do
+            IFS=';' read -ra loss_runs <<< "${LOSS_RUNS:-bf16 --runs baseline;fp8head --runs fp8 --fp8-head;fp8head-fa --runs fp8 --fp8-head --fp8-fast-accum all}"
+            for r in "${loss_runs[@]}"; do
                 set -- $r
                 name=$1
                 shift
-                CUDA_VISIBLE_DEVICES=0 run "fp8-loss-par-$name" 540 python3 bench/bench_fp8_loss.py \
-                    --shape qwen3-0.6b --compile-scope blocks "$@" &
+                PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True CUDA_VISIBLE_DEVICES=0 run "fp8-loss-par-$name" 540 \
+                    python3 bench/bench_fp8_loss.py --shape qwen3-0.6b --compile-scope blocks "$@" &
             done
             wait
             python3 bench/bench_fp8_loss.py --compare "$OUT"/fp8-loss-par-*.log ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par)"; exit 2 ;;
+        # the FP8 blocks without the FP8 head (whose loss fails the check at Qwen3-0.6B, session 23) at B=32, torchao's
+        # fast accumulation beside every GEMM fast, one call
+        qwen32-blocks) CUDA_VISIBLE_DEVICES=0 run qwen32-fp8-blocks 560 python3 bench/bench_train.py --device cuda \
+                --shape qwen3-0.6b --no-peer --no-plain --batch 32 --steps 6 --warmup 4 \
+                --variants master-weights-fp8-graph,master-weights-fp8fa-graph ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|qwen32-blocks)"; exit 2 ;;
     esac
 done
