@@ -397,38 +397,33 @@ CHATML_WITH_DEFAULT_SYSTEM = (  # Qwen2.5's way: a system turn of its own when t
 )
 
 
-@pytest.mark.parametrize(
-    "kw, says",
-    [
-        (dict(bos=True), "adds '<s>' before every text"),
-        (dict(template=CHATML_WITH_DEFAULT_SYSTEM), "chat template renders chats otherwise than cookmind's"),
-    ],
-)
-def test_a_hugging_face_tokenizer_that_cookmind_would_use_otherwise_is_named(tmp_path, kw, says):
-    # its post_processor's <s> and its own chat template were dropped without a word: prompts, chats and evals
-    # reached the model otherwise than transformers gives them
+def test_a_hugging_face_tokenizer_that_cookmind_would_use_otherwise_is_named(tmp_path):
+    # its own chat template was dropped without a word: chats reached the model otherwise than transformers gives
+    # them (a post_processor's <s> is no longer such a difference: plain prompts open with it, test_prompt_bos.py)
     from cookmind.infer.loading import load_for_inference
 
     save_model(tmp_path / "m", tiny_lm(vocab_size=300, intermediate_size=48, max_position_embeddings=64))
-    _gpt2_style_tokenizer(tmp_path / "m", **kw)
+    _gpt2_style_tokenizer(tmp_path / "m", template=CHATML_WITH_DEFAULT_SYSTEM)
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "m"))
-    with pytest.warns(UserWarning, match=says):
+    with pytest.warns(UserWarning, match="chat template renders chats otherwise than cookmind's"):
         _, tok = load_for_inference(tmp_path / "m")
-    if kw.get("bos"):
-        assert hf_tok.encode("hi") == [hf_tok.convert_tokens_to_ids("<s>"), *tok.encode("hi")]
-    else:
-        chat = [{"role": "user", "content": "hi"}]
-        assert hf_tok.apply_chat_template(chat, tokenize=False) != tok.apply_chat_template(chat)
+    chat = [{"role": "user", "content": "hi"}]
+    assert hf_tok.apply_chat_template(chat, tokenize=False) != tok.apply_chat_template(chat)
 
 
-def test_a_hugging_face_tokenizer_that_cookmind_uses_as_transformers_does_loads_quietly(tmp_path, recwarn):
+@pytest.mark.parametrize("bos", [False, True])
+def test_a_hugging_face_tokenizer_that_cookmind_uses_as_transformers_does_loads_quietly(tmp_path, recwarn, bos):
+    # bos: its post_processor puts <s> before every text, and cookmind's plain prompts open with it too
     from cookmind.infer.loading import load_for_inference
     from cookmind.tokenizer.chat_template import jinja_template
+    from cookmind.tokenizer.documents import prompt_ids
 
     save_model(tmp_path / "m", tiny_lm(vocab_size=300, intermediate_size=48, max_position_embeddings=64))
-    _gpt2_style_tokenizer(tmp_path / "m", template=jinja_template())
-    load_for_inference(tmp_path / "m")
+    _gpt2_style_tokenizer(tmp_path / "m", template=jinja_template(), bos=bos)
+    _, tok = load_for_inference(tmp_path / "m")
     assert not [str(w.message) for w in recwarn], "nothing to say (transformers' notes on our config.json neither)"
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "m"))
+    assert prompt_ids(tok, "hi") == hf_tok.encode("hi")
 
 
 def test_export_of_a_model_with_several_eos_ids_generates_in_transformers(tmp_path):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from cookmind.align.prompts import encode_text, pad_id_of
+from cookmind.align.prompts import encode_text, pad_id_of, prompt_ids
 
 # -- Reductions that count only the positions a mask selects --------------------------------------------------------
 
@@ -291,7 +291,8 @@ def grpo_microbatch_train_step(
 
 
 def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], tokenizer) -> dict[str, torch.Tensor]:
-    """Tokenize prompts and outputs separately, join them and pad to the longest join.
+    """Tokenize prompts and outputs separately, join them and pad to the longest join. A prompt opens a document
+    (``prompt_ids``: Llama's <s> first, none for cookmind's tokenizers), an output follows it as plain text.
 
     Returns ``input_ids`` = joined[:, :-1], ``labels`` = joined[:, 1:] and ``response_mask``
     (1 where the *label* is a response token), each (batch, longest prompt+output - 1).
@@ -303,7 +304,7 @@ def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], t
             f"tokenize_prompt_and_output: {len(prompt_strs)} prompts but {len(output_strs)} outputs; "
             "pass one output per prompt"
         )
-    prompts = [encode_text(tokenizer, p) for p in prompt_strs]
+    prompts = [prompt_ids(tokenizer, p) for p in prompt_strs]  # each opens a document (Llama's <s>)
     outputs = [encode_text(tokenizer, o) for o in output_strs]
     return pack_prompt_and_output(prompts, outputs, pad_id_of(tokenizer))
 

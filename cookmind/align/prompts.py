@@ -6,7 +6,9 @@ tokens in the middle of a prompt+response join, so we ask it not to).
 from __future__ import annotations
 
 from cookmind.infer.stop import chat_stop_ids, control_token_ids
-from cookmind.tokenizer.documents import is_hf_tokenizer
+
+# encode_text is this module's too (evals and losses import it from here): one definition, in tokenizer/documents.py
+from cookmind.tokenizer.documents import encode_text, is_hf_tokenizer, prompt_ids  # noqa: F401
 
 # -- Prompt templates for reasoning with verifiable answers ---------------------------------------------------------
 
@@ -62,20 +64,12 @@ def uses_think_tags(template: str) -> bool:
 # -- One way to turn text into ids for any tokenizer we meet: ours or a Hugging Face one ----------------------------
 
 
-def encode_text(tokenizer, text: str) -> list[int]:
-    """Ids for ``text`` with no special tokens added."""
-    if is_hf_tokenizer(tokenizer):
-        # verbose=False: cookmind windows or refuses a text longer than the model's context itself; transformers'
-        # "would cause indexing errors" (past an export's model_max_length) is no news
-        return list(tokenizer.encode(text, add_special_tokens=False, verbose=False))
-    return list(tokenizer.encode(text))
-
-
 def encode_prompt(tokenizer, question: str, template: str) -> list[int]:
-    """Ids of ``format_prompt(question, template)``: the chat template's own special tokens as tokens, the
-    question always as text (a typed ``<|im_end|>`` never closes the turn)."""
+    """Ids of ``format_prompt(question, template)``: a plain template's text opens as a document does
+    (``prompt_ids``: Llama's <s> first); the chat template's own special tokens as tokens, the question always as
+    text (a typed ``<|im_end|>`` never closes the turn)."""
     if template != "chat":
-        return encode_text(tokenizer, format_prompt(question, template, tokenizer))
+        return prompt_ids(tokenizer, format_prompt(question, template, tokenizer))
     messages = [{"role": "user", "content": question.strip()}]
     if is_hf_tokenizer(tokenizer):
         return list(

@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from cookmind.align.losses import get_response_log_probs, tokenize_prompt_and_output
-from cookmind.align.prompts import decode_response, encode_text, stop_ids_of
+from cookmind.align.prompts import decode_response, encode_text, prompt_ids, stop_ids_of
 from cookmind.align.rewards import LETTERS, parse_mmlu_response
 from cookmind.atomic import write_jsonl
 from cookmind.evals.gsm8k import context_length, too_long
@@ -106,7 +106,7 @@ def _why_too_long(row: dict, scoring: str, tokenizer, context: int | None) -> st
     """Why ``row`` cannot be scored within the model's context, or None when it fits."""
     if context is None:
         return None
-    prompt = len(encode_text(tokenizer, mmlu_prompt(row)))
+    prompt = len(prompt_ids(tokenizer, mmlu_prompt(row)))
     if scoring == "generate":
         return too_long(prompt, context)
     conts = [f" {x}" for x in (LETTERS if scoring == "letter" else row["options"])]
@@ -163,7 +163,7 @@ def evaluate_mmlu(
                 stop_token_ids=stop_ids_of(tokenizer),
                 stop_strings=("\n",),
             )
-            ids = [encode_text(tokenizer, p) for p in prompts]
+            ids = [prompt_ids(tokenizer, p) for p in prompts]
             outs = generate(model, ids, params, tokenizer, batch_size=batch_size)
             texts = [decode_response(tokenizer, o) for o in outs]
             preds = [parse_mmlu_response(r, t) for r, t in zip(part, texts)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cookmind.tokenizer.documents import prompt_ids
+
 
 def add_sampling_arguments(
     parser: argparse.ArgumentParser, max_new_tokens: int, temperature: float, top_p: float, max_new_tokens_help=""
@@ -119,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
             ]
             prompts.append(tok.render(msgs, add_generation_prompt=True)[0])
         else:
-            prompts.append(tok.encode(text))
+            prompts.append(prompt_ids(tok, text))  # Llama's <s> first, as the model's documents began
     context = model.config.max_position_embeddings
     for i, prompt in enumerate(prompts):
         if len(prompt) >= context:  # named here, where its text is known (generate knows its row only)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cookmind.store.sources import Item
-from cookmind.tokenizer.documents import document_ids
+from cookmind.tokenizer.documents import document_ids, prompt_ids
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -300,7 +300,8 @@ def _prompt_ids(question, tok, opts: RecordOptions) -> np.ndarray:
     question = _text(question, "prompt")
     if opts.prompt_template == "chat":
         return _render(tok, [{"role": "user", "content": question}], add_generation_prompt=True)[0]
-    return np.asarray(tok.encode(opts.prompt_template.replace("{question}", question.strip())), dtype=np.int64)
+    text = opts.prompt_template.replace("{question}", question.strip())
+    return np.asarray(prompt_ids(tok, text), dtype=np.int64)  # a document's start first, as rollouts' prompts
 
 
 def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:

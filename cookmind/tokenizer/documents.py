@@ -1,10 +1,14 @@
-"""Where a document starts and ends in ids: one rule for pack, eval ppl and training, for our tokenizer and a
+"""Where a document starts and ends in ids: one rule for pack, eval ppl, training and prompts, for our tokenizer and a
 Hugging Face one.
 
 A document opens with the ids the tokenizer's Hugging Face post_processor puts before every text (Llama's and
 Mistral's BOS ``<s>``, as transformers' ``encode`` adds it; none for ours). It ends with ``<|endoftext|>`` when the
 tokenizer has it (GPT-2's and Qwen's pretraining separator, even where the chat EOS is ``<|im_end|>``), else with the
 tokenizer's EOS (Llama's and Mistral's ``</s>``).
+
+A plain-text prompt (generate, /v1/completions, eval gsm8k and mmlu, GRPO's prompts) is the start of a document, so
+it opens the same way (``prompt_ids``): the ids a model pretrained on pack's documents, or by transformers, saw
+first. A chat opens as its template writes it (Llama's templates write ``<s>`` themselves; ChatML has none).
 """
 
 from __future__ import annotations
@@ -46,6 +50,21 @@ def document_start_ids(tokenizer) -> list[int]:
     if is_hf_tokenizer(tokenizer):
         return added_around(tokenizer.encode(PROBE), tokenizer.encode(PROBE, add_special_tokens=False))[0]
     return list(getattr(tokenizer, "bos_ids", ()))
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    """Ids for ``text`` with no special tokens added, of ours or a transformers tokenizer."""
+    if is_hf_tokenizer(tokenizer):
+        # verbose=False: cookmind windows or refuses a text longer than the model's context itself; transformers'
+        # "would cause indexing errors" (past an export's model_max_length) is no news
+        return list(tokenizer.encode(text, add_special_tokens=False, verbose=False))
+    return list(tokenizer.encode(text))
+
+
+def prompt_ids(tokenizer, text: str) -> list[int]:
+    """The ids of a plain-text prompt: a document's start (``document_start_ids``), then the text's own ids; what
+    transformers' ``encode(text)`` gives a Llama-style tokenizer (``<s>`` first), the text alone for ours."""
+    return [*document_start_ids(tokenizer), *encode_text(tokenizer, text)]
 
 
 def document_ids(tokenizer, text_ids) -> list[int]:

@@ -283,9 +283,10 @@ def _eos_token(directory: Path) -> str | None:
 
 def transformers_differences(directory: str | os.PathLike, tok, *, packing: bool = False) -> list[str]:
     """What transformers does with the tokenizer files in ``directory`` that ``tok`` (loaded from them) does not:
-    tokens its post_processor adds around every text (Llama's ``<s>``; with ``packing`` only those that pack does
-    not put around each document), a chat template that renders otherwise than ours. One sentence each; [] when
-    they agree or there are no such files (cookmind's own folders)."""
+    tokens its post_processor adds around every text that cookmind does not put there (the ``bos_ids`` before
+    each of pack's documents and each plain prompt, Llama's ``<s>``, are; with ``packing`` the end of a document
+    too), a chat template that renders otherwise than ours. One sentence each; [] when they agree or there are no
+    such files (cookmind's own folders)."""
     directory = Path(directory)
     if (directory / "cookmind_tokenizer.json").is_file() or not (directory / "tokenizer.json").is_file():
         return []
@@ -299,8 +300,10 @@ def transformers_differences(directory: str | os.PathLike, tok, *, packing: bool
         return []  # loading it is not what this checks; cookmind's own load has succeeded
     found = []
     before, after = added_around(hf.encode(PROBE), hf.encode(PROBE, add_special_tokens=False))
-    if packing:  # pack opens each document with the tokenizer's bos_ids and ends it with its eos_id
-        before = [] if before == list(tok.bos_ids) else before
+    # pack opens each document, and generate/serve/evals each plain prompt, with the tokenizer's bos_ids
+    # (tokenizer/documents.py); pack ends each document with its end id, a prompt has no end
+    before = [] if before == list(tok.bos_ids) else before
+    if packing:
         after = [] if after == [document_end_id(tok)] else after
     if before or after:
         added = " and ".join(
@@ -311,8 +314,7 @@ def transformers_differences(directory: str | os.PathLike, tok, *, packing: bool
         does_not = (
             "cookmind's pack does not put it around each document"
             if packing
-            else "cookmind's prompts do not get it (generate, chat, serve, eval gsm8k and mmlu)"
-            + ("; pack and eval ppl open each document with it" if before else "")
+            else "cookmind's plain prompts do not get it (generate, serve, eval gsm8k and mmlu)"
         )
         found.append(
             f"{directory / 'tokenizer.json'}: its post_processor adds {added} every text in transformers; {does_not}"

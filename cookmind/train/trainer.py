@@ -1047,6 +1047,7 @@ class Trainer:
         from cookmind.infer import SamplingParams, generate
         from cookmind.infer.detokenize import decode_text
         from cookmind.infer.stop import chat_stop_ids, control_token_ids, text_stop_ids
+        from cookmind.tokenizer.documents import prompt_ids
 
         tok = self.tokenizer
         chat = self.cfg.train.objective != "pretrain" and hasattr(tok, "render")
@@ -1055,7 +1056,7 @@ class Trainer:
             if chat:
                 prompts.append(list(tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]))
             else:
-                prompts.append(tok.encode(p))
+                prompts.append(prompt_ids(tok, p))  # a document's start first (Llama's <s>)
         # a chat reply ends at the first control token; a completion leaves them out of its text
         stops = chat_stop_ids(tok) if chat else text_stop_ids(tok, getattr(self.bare_model, "config", None))
         gcfg = SamplingParams(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)

@@ -27,13 +27,15 @@ from cookmind.infer.server.generation import (
 )
 from cookmind.infer.server.state import ServerState, State
 from cookmind.infer.stop import spelled_stop_ids
+from cookmind.tokenizer.documents import prompt_ids
 
 router = APIRouter()
 
 
 def _prompts(state: ServerState, req: CompletionRequest, skip_ids) -> list[tuple[list[int], str]]:
     """(ids, text) of every prompt, each checked to fit before any is submitted. Text is encoded as plain
-    text (no special tokens from it); token ids must lie in the vocabulary, their text leaves out ``skip_ids``."""
+    text (no special tokens from it) opening a document (``prompt_ids``: Llama's <s> first); token ids are taken
+    as given and must lie in the vocabulary, their text leaves out ``skip_ids``."""
     prompt = req.prompt
     batch = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)) else [prompt]
     tok, vocab = state.tokenizer, state.vocab_size
@@ -41,7 +43,7 @@ def _prompts(state: ServerState, req: CompletionRequest, skip_ids) -> list[tuple
     for k, p in enumerate(batch):
         where = "prompt" if len(batch) == 1 else f"prompt[{k}]"
         if isinstance(p, str):
-            ids = tok.encode(p)
+            ids = prompt_ids(tok, p)  # a document's start first (Llama's <s>), as transformers and vLLM encode it
         else:
             ids = list(p)
             bad = [t for t in ids if not 0 <= t < vocab]
