@@ -97,9 +97,23 @@ def test_sampling_gives_distinct_rows_and_stops_on_string_and_token():
 
 
 def test_grpo_through_trainer_raises_reward_and_logs_rl_metrics(tmp_path):
-    trainer = _grpo_trainer(tmp_path, 12, problems=[{"question": "?" * (1 + k % 3), "answer": ""} for k in range(36)])
-    trainer.fit()
+    trainer = _grpo_trainer(
+        tmp_path,
+        12,
+        problems=[{"question": "?" * (1 + k % 3), "answer": ""} for k in range(36)],
+        logging={"report": True},
+    )
+    summary = trainer.fit()
     rows = _rows(tmp_path)
+    # the run's summary line and report.md say the reward it trained to, with no eval problems given (they had no
+    # reward at all then): each train_* is the mean over the last steps' logged rows (here all 12: fewer than 20)
+    assert summary["train_means_over_steps"] == len(rows) == 12
+    for key in ("reward", "accuracy", "format_reward", "loss", "entropy"):
+        assert summary[f"train_{key}"] == pytest.approx(sum(r[key] for r in rows) / 12, rel=1e-6), key  # logs round
+    assert "train_lr" not in summary and "train_tokens_per_s" not in summary  # bookkeeping, not the objective's
+    report = (tmp_path / "report.md").read_text()
+    assert "| train_reward |" in report and "![objective metrics](objective.png)" in report
+    assert (tmp_path / "objective.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     first, last = rows[0]["reward"], sum(r["reward"] for r in rows[-3:]) / 3
     assert last > first + 0.25, (first, last)
     for key in (

@@ -500,3 +500,17 @@ def test_a_model_built_for_a_llama_style_tokenizer_exports_its_bos_and_eos(tmp_p
     export_hf(tmp_path / "m", tmp_path / "hf")
     config = transformers.AutoConfig.from_pretrained(str(tmp_path / "hf"))
     assert (config.bos_token_id, config.eos_token_id) == (hf.bos_token_id, hf.eos_token_id)
+
+
+def test_the_summary_gives_the_mean_training_loss_of_the_last_20_steps(tmp_path, store):
+    # the summary line held the eval's figures only: a run without validation data ended saying nothing of its loss
+    cfg = _cfg(tmp_path, store, "r", train={"max_steps": 25}, logging={"report": True})
+    summary = Trainer(cfg).fit()
+    rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if r.get("split") == "train"]
+    assert len(losses) == 25 and summary["train_means_over_steps"] == 20
+    assert summary["train_loss"] == pytest.approx(sum(losses[-20:]) / 20, rel=1e-6)  # the log rounds
+    assert summary["train_loss"] != pytest.approx(sum(losses) / 25, rel=1e-6)  # the last 20, not all
+    assert [k for k in summary if k.startswith("train_")] == ["train_loss", "train_means_over_steps"]
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "| train_loss |" in report and "objective.png" not in report  # pretraining logs no metrics of its own

@@ -13,6 +13,9 @@ from typing import Any
 
 import torch
 
+# what the Trainer logs of every step besides the loss and the objective's own metrics (metrics.jsonl's train rows)
+STEP_BOOKKEEPING = ("lr", "grad_norm", "tokens", "tokens_per_s", "step_time_s", "skipped_steps", "mfu")
+
 # Dense bf16 tensor-core peaks (no sparsity), FLOP/s.
 _PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "4090": 165e12}
 

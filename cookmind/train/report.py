@@ -1,4 +1,5 @@
-"""The run report: ``report.md`` with loss and learning-rate curves (PNG) and sample generations."""
+"""The run report: ``report.md`` with loss and learning-rate curves (PNG), the objective's own metrics (GRPO's reward
+and accuracy, DPO's reward margin, ...) as curves, and sample generations."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cookmind.atomic import write_text, writing
-from cookmind.train.metrics import read_metrics
+from cookmind.train.metrics import STEP_BOOKKEEPING, read_metrics
 
 
 def plot_series(
@@ -36,6 +37,44 @@ def plot_series(
     return path
 
 
+def plot_panels(path: Path, panels: dict[str, tuple[list[float], list[float]]], columns: int = 3) -> Path:
+    """One PNG with a small plot per named (step, value) series, each on its own scale, written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = -(-len(panels) // columns)
+    cols = min(columns, len(panels))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), dpi=100, squeeze=False)
+    for ax, (name, (xs, ys)) in zip(axes.flat, panels.items()):
+        ax.plot(xs, ys, marker="o" if len(xs) < 20 else None, markersize=3)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    with writing(path, "wb") as f:
+        fig.savefig(f, format="png")
+    plt.close(fig)
+    return path
+
+
+def objective_series(train: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
+    """The objective's own metrics in metrics.jsonl's train rows (all but the loss and the Trainer's bookkeeping),
+    each as (steps, values) over the rows that logged a number for it."""
+    skip = ("step", "split", "loss", *STEP_BOOKKEEPING)
+    names = [k for k in dict.fromkeys(k for r in train for k in r) if k not in skip]
+    series = {}
+    for name in names:
+        rows = [r for r in train if isinstance(r.get(name), (int, float)) and not isinstance(r.get(name), bool)]
+        if rows:
+            series[name] = ([r["step"] for r in rows], [r[name] for r in rows])
+    return series
+
+
 def write_report(
     run_dir: str | Path,
     title: str,
@@ -43,7 +82,8 @@ def write_report(
     samples: list[dict[str, str]] | None = None,
     config: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``<run_dir>/report.md`` (+ ``loss.png``, ``lr.png``) from ``metrics.jsonl``."""
+    """Write ``<run_dir>/report.md`` (+ ``loss.png``, ``lr.png``, and ``objective.png`` when the objective logs
+    metrics of its own) from ``metrics.jsonl``."""
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in records if r.get("split", "train") == "train" and "loss" in r]
@@ -60,6 +100,10 @@ def write_report(
         plot_series(run_dir / "loss.png", series, "loss")
         plot_series(run_dir / "lr.png", {"lr": ([r["step"] for r in train], [r["lr"] for r in train])}, "learning rate")
         lines += ["## Curves", "", "![loss](loss.png)", "", "![learning rate](lr.png)", ""]
+        own = objective_series(train)
+        if own:
+            plot_panels(run_dir / "objective.png", own)
+            lines += ["## The objective's metrics", "", "![objective metrics](objective.png)", ""]
     if val:
         lines += ["## Validation", "", "| step | loss | perplexity |", "|---|---|---|"]
         lines += [f"| {r['step']} | {_fmt(r['val_loss'])} | {_fmt(r.get('val_ppl'))} |" for r in val]

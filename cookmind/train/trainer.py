@@ -40,6 +40,7 @@ import signal
 import sys
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ from cookmind.train.checkpoint import (
     save_checkpoint,
 )
 from cookmind.train.config import TrainConfig, uses_master_weights
-from cookmind.train.metrics import MetricsWriter, peak_flops, to_float
+from cookmind.train.metrics import STEP_BOOKKEEPING, MetricsWriter, peak_flops, to_float
 from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
 from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
@@ -281,6 +282,7 @@ class Trainer:
         self.deferred_steps = 0  # steps read after the next step was queued (this process, this fit)
         self.last_saved_step = -1
         self.last_eval: dict[str, float] = {}
+        self._recent_metrics: deque[dict[str, Any]] = deque(maxlen=RECENT_STEPS)  # the summary's train_* means
         self.samples: list[dict[str, str]] = []
         self._stop_reason: str | None = None
         self._iter = None
@@ -695,6 +697,7 @@ class Trainer:
                 "cuda_graph": self._graph is not None and self._graph.replays > 0,
                 **self.data_stats,
                 **self.summary_stats,
+                **recent_means(self._recent_metrics),
                 **self.last_eval,
             }
             if self.dist.is_main and cfg.logging.report:
@@ -736,6 +739,7 @@ class Trainer:
     def _end_step(self, queued: _QueuedStep) -> None:
         """Read a queued step's stats, count it and run the callbacks' ``on_step_end`` for it."""
         metrics = self._read_step(queued)
+        self._recent_metrics.append(metrics)
         for cb in self.callbacks:
             cb.on_step_end(self, queued.step, metrics)
 
@@ -1337,6 +1341,26 @@ class Trainer:
     def _restore_signal_handlers(old: dict) -> None:
         for sig, h in old.items():
             signal.signal(sig, h)
+
+
+RECENT_STEPS = 20  # the run summary's train_* figures: means over this many last steps
+
+
+def recent_means(steps) -> dict[str, Any]:
+    """The run summary's training figures: the mean of the loss and of each of the objective's own metrics (GRPO's
+    reward and accuracy, DPO's reward margin, ...) over ``steps`` (the last RECENT_STEPS of this call's steps),
+    as ``train_<name>``, and how many steps they average (``train_means_over_steps``); non-finite values (a skipped
+    step's) left out. A GRPO run without eval problems had no reward in its summary at all."""
+    steps = list(steps)
+    if not steps:
+        return {}
+    names = [k for k in dict.fromkeys(k for m in steps for k in m) if k not in ("split", *STEP_BOOKKEEPING)]
+    out: dict[str, Any] = {}
+    for name in names:
+        values = [m[name] for m in steps if isinstance(m.get(name), (int, float)) and math.isfinite(m[name])]
+        if values:
+            out[f"train_{name}"] = sum(values) / len(values)
+    return {**out, "train_means_over_steps": len(steps)} if out else {}
 
 
 def _skips_on_device(optimizer) -> bool:
