@@ -269,7 +269,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         parser.parse_args(argv)  # prints usage / --help / unknown-stage error and exits
         return 0
-    stage_parser, module = _stage_parser(argv[0])
+    try:  # the stage's module may import torch (seconds): a Ctrl-C then gets the line a Ctrl-C later gets
+        stage_parser, module = _stage_parser(argv[0])
+    except KeyboardInterrupt:
+        if os.environ.get("COOKMIND_DEBUG"):
+            raise
+        print(f"cookmind {argv[0]}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     args = parse_stage_args(stage_parser, argv[1:])
     warnings_as_lines(argv[0])
     command = f"cookmind {command_name(stage_parser, args, argv[0])}"  # "cookmind eval ppl": errors and Ctrl-C

@@ -170,6 +170,23 @@ def test_pack_a_folder_without_shards_is_a_clear_error(tmp_path, tok_dir, capsys
     assert rc != 0 and "holds no shard-* files" in capsys.readouterr().err
 
 
+def test_ctrl_c_while_the_stage_imports_is_one_line(monkeypatch, capsys):
+    # a Ctrl-C during the first seconds of `cookmind train` (its module importing torch) printed a KeyboardInterrupt
+    # traceback, where one a moment later printed one line
+    import importlib
+
+    real = importlib.import_module
+
+    def import_module(name, *a, **kw):
+        if name.startswith("cookmind.train"):
+            raise KeyboardInterrupt  # as Ctrl-C arrives while the stage's module imports
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    assert cli_main(["train", "--config", "tiny-cpu"]) == 130
+    assert capsys.readouterr().err == "cookmind train: interrupted\n"
+
+
 def test_ctrl_c_is_one_line_and_leaves_no_half_written_output(tmp_path, tok_dir, monkeypatch, capsys):
     from cookmind.store.writer import StoreWriter
 
