@@ -475,7 +475,15 @@ def main(argv: list[str] | None = None) -> int:
         chunk = max(1, args.steps // 10)
         curves[name] = [final_loss(r["losses"][i : i + chunk], chunk) for i in range(0, args.steps, chunk)]
         line["loss_curve"] = [round(x, 4) for x in curves[name]]
-        for k in ("tokens_per_s", "peak_mem_gib", "skipped_steps", "wall_s", "windows", "float8_linears", "lm_head_fp8"):
+        for k in (
+            "tokens_per_s",
+            "peak_mem_gib",
+            "skipped_steps",
+            "wall_s",
+            "windows",
+            "float8_linears",
+            "lm_head_fp8",
+        ):
             if r.get(k) is not None:
                 line[k] = r[k]
         if batch * args.steps > r["windows"]:

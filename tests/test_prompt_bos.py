@@ -61,8 +61,9 @@ def test_cookmind_tokenizers_open_no_prompt_with_anything(tmp_path):
 
 
 def test_generate_continues_the_ids_transformers_gives(llama, monkeypatch, capsys):
-    from cookmind.cli import main as cli_main
     import importlib
+
+    from cookmind.cli import main as cli_main
 
     gen_module = importlib.import_module("cookmind.infer.generate")  # the module (the package exports the function)
 
