@@ -29,6 +29,11 @@ Then, on an FP8 GPU (Hopper, Ada) with build/fp8-loss/ carried along:
     python bench/bench_fp8_loss.py --compare a.log b.log  # then the verdict from their lines, no training: every
     #     run line of each kind pooled (means, spreads), one verdict per fp8 recipe (e.g. per --fp8-fast-accum)
 
+After each run the trained weights are also scored on up to 64 windows of the store the run never drew
+(``heldout_loss``), by a plain model holding them: an FP8 run's training loss is its FP8 forward's, whose rounding can
+raise it by itself. On CUDA an FP8 run's held-out windows are scored as it trained too (``heldout_loss_as_trained``),
+which says how much of a gap that rounding makes. The verdict compares both ways (``heldout_rel_diff``).
+
 Schedule: the preset's lr and cosine decay to its min_lr_ratio over --steps, after --warmup-steps (20, at most a
 tenth of the steps) of linear warm-up: the preset's 2000 would end 200 steps below a tenth of the lr.
 train.cuda_graph is off in both runs. On a CPU the float8 GEMMs run through torchao's emulation (operands rounded
@@ -64,6 +69,8 @@ DEFAULT_SHARED = Path(os.environ.get("COOKMIND_SHARED_DATA", REPO.parent / "shar
 VOCAB = 8192  # more tokens from the same text than a larger vocabulary, and below every shape's
 TOLERANCE = 0.01  # #18: loss over 200 steps within 1% of bf16
 LAST = 20  # the final loss is the mean of the last LAST steps
+HELDOUT = 64  # windows of the store the run never drew, scored after it (qwen3-0.6b: 1667 less 200 x 8 and a batch
+# the Trainer fetched ahead, 59)
 TINY_LR = 3e-3  # the tiny shape's: its loss moves within a smoke test's 20 steps
 
 
@@ -198,6 +205,54 @@ def run_config(shape_name: str, vocab: int, steps: int, warmup_steps: int, devic
     return cfg, batch, seq
 
 
+def heldout_windows(trainer, limit: int = HELDOUT) -> list[int]:
+    """The store's windows the run never trained on: the rest of its sampler's first epoch order, at most ``limit``
+    ([] when the run began a second epoch)."""
+    sampler = trainer.train_loader.sampler
+    if sampler.epoch != 0:
+        return []
+    return sampler.permutation(0)[sampler.consumed :][:limit].tolist()
+
+
+def trained_weights_in(trainer, fp8_cfg=None, head: bool = False):
+    """A fresh model holding the run's trained weights (loaded strictly by name): plain (every GEMM in the
+    evaluation's precision, the LM head too) or, with ``fp8_cfg`` (the run's config), run as the run trained
+    it: its float8 blocks (torchao) and, with ``head``, the FP8 LM head."""
+    from cookmind.model import CookMindLM
+    from cookmind.model.float8_blocks import apply_fp8_blocks, fast_accum_gemms
+
+    bare = trainer.bare_model
+    config = copy.deepcopy(bare.config)
+    config.lm_head_fp8 = head
+    state = {}
+    for name, value in bare.state_dict().items():  # compiled or checkpointed blocks: the plain names
+        for wrapper in ("_orig_mod.", "_checkpoint_wrapped_module."):
+            name = name.replace(wrapper, "")
+        state[name] = value
+    model = CookMindLM(config).to(next(bare.parameters()).device)
+    model.load_state_dict(state, strict=True)  # every name, a tied head's too (the embedding under two names)
+    if fp8_cfg is not None:
+        model.lm_head_fast_accum = tuple(sorted(fast_accum_gemms(fp8_cfg.train.fp8_fast_accum)))
+        apply_fp8_blocks(model, fp8_cfg, next(model.parameters()).device)
+    return model.eval()
+
+
+@torch.no_grad()
+def heldout_loss(model, dataset, indices: list[int], batch: int, device: torch.device, precision: str) -> float:
+    """The mean next-token loss of ``model`` over the windows ``indices`` of ``dataset`` (every window the same
+    length: the mean of the windows' means), in the run's precision (bf16 autocast on CUDA)."""
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    total = 0.0
+    for start in range(0, len(indices), batch):
+        items = [dataset[i] for i in indices[start : start + batch]]
+        ids = torch.stack([x["input_ids"] for x in items]).to(device)
+        pos = torch.stack([x["position_ids"] for x in items]).to(device)
+        with ctx:
+            out = model(ids, labels=ids, position_ids=pos, return_logits=False)
+        total += out.loss.float().item() * len(items)
+    return total / len(indices)
+
+
 def train_once(cfg, fp8: bool, device: torch.device, warm: int, head: bool = False) -> dict:
     """Train ``cfg`` (with ``train.fp8_blocks=fp8``, and ``model.lm_head_fp8=head``) in a scratch run directory:
     per-step losses and timing."""
@@ -234,6 +289,19 @@ def train_once(cfg, fp8: bool, device: torch.device, warm: int, head: bool = Fal
         windows = len(trainer.train_loader.loader.dataset)
         float8 = sum(type(m).__name__ == "Float8Linear" for m in trainer.bare_model.modules())
         head_fp8 = bool(trainer.bare_model.config.lm_head_fp8)  # what the model ran, not what was asked
+        # the trained weights' own quality: the windows the run never drew, scored by a plain model holding them
+        # (the training loss of an FP8 run is its FP8 forward's, whose rounding may raise it by itself); on CUDA
+        # also as the run trained (float8 blocks, FP8 head), which says how much of a gap that rounding makes
+        held = heldout_windows(trainer)
+        scores = {}
+        if held:
+            dataset = trainer.train_loader.loader.dataset
+            args = (dataset, held, cfg.train.micro_batch_size, device, cfg.train.precision)
+            scores["heldout_loss"] = heldout_loss(trained_weights_in(trainer), *args)
+            if fp8 and device.type == "cuda":
+                as_trained = trained_weights_in(trainer, fp8_cfg=cfg, head=head_fp8)
+                scores["heldout_loss_as_trained"] = heldout_loss(as_trained, *args)
+                del as_trained
         del trainer
     out = {
         "losses": record.losses,
@@ -242,6 +310,8 @@ def train_once(cfg, fp8: bool, device: torch.device, warm: int, head: bool = Fal
         "windows": windows,
         "float8_linears": float8,
         "lm_head_fp8": head_fp8,
+        "heldout_windows": len(held),
+        **{k: round(v, 4) for k, v in scores.items()},
     }
     if warm in record.marks and cfg.train.max_steps in record.marks:
         timed = cfg.train.max_steps - warm
@@ -283,6 +353,16 @@ def make_verdict(common: dict, ref: dict, f8: dict, ref_final: float, f8_final: 
         # the widest gap along the way (a tenth of the run at a time), not only at the end
         "curve_max_rel_diff": round(max(abs(f / b - 1) for b, f in zip(*curves)), 5),
     }
+    if "heldout_loss" in ref and "heldout_loss" in f8:  # the trained weights, scored alike on unseen windows
+        held = compare(ref["heldout_loss"], f8["heldout_loss"])
+        verdict |= {
+            "heldout_baseline_loss": ref["heldout_loss"],
+            "heldout_fp8_loss": f8["heldout_loss"],
+            "heldout_rel_diff": held["rel_diff"],
+            "heldout_pass": held["pass"],
+        }
+        if "heldout_loss_as_trained" in f8:  # the same weights run in FP8 as trained: the rounding's own share
+            verdict["heldout_fp8_loss_as_trained"] = f8["heldout_loss_as_trained"]
     if "tokens_per_s" in ref and "tokens_per_s" in f8:
         verdict["speedup"] = round(f8["tokens_per_s"] / ref["tokens_per_s"], 3)
     return verdict
@@ -333,6 +413,11 @@ def verdict_from_logs(paths: list[Path]) -> list[dict]:
         speeds = [line["tokens_per_s"] for line in lines if "tokens_per_s" in line]
         if speeds:
             merged["tokens_per_s"] = sum(speeds) / len(speeds)
+        for key in ("heldout_loss", "heldout_loss_as_trained"):  # over the runs that scored them (older logs did not)
+            values = [line[key] for line in lines if key in line]
+            merged.pop(key, None)
+            if values:
+                merged[key] = round(sum(values) / len(values), 4)
         return merged | {"spread": round((max(finals) - min(finals)) / mean, 5), "runs": len(lines)}
 
     ref, common, verdicts = mean_of(runs["baseline"]), {k: first.get(k) for k in RUN_KEYS}, []
@@ -483,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
             "windows",
             "float8_linears",
             "lm_head_fp8",
+            "heldout_windows",
+            "heldout_loss",
+            "heldout_loss_as_trained",
         ):
             if r.get(k) is not None:
                 line[k] = r[k]

@@ -128,6 +128,9 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
     assert (fp8["run"], fp8["precision"]) == ("fp8-blocks", "fp32 + float8 blocks (tensorwise), emulated")
     assert (base["float8_linears"], fp8["float8_linears"]) == (0, 2 * 7)  # 2 blocks x q/k/v/o, gate/up/down
     assert (base["lm_head_fp8"], fp8["lm_head_fp8"]) == (False, False)  # the head only with --fp8-head
+    # the trained weights scored on 64 windows the run never drew (4 steps x 2 of 106k), in fp32 on the CPU
+    assert base["heldout_windows"] == fp8["heldout_windows"] == 64
+    assert math.isfinite(base["heldout_loss"]) and "heldout_loss_as_trained" not in fp8  # as trained: CUDA only
     assert base["windows"] == meta["num_tokens"] // 32 and "windows_repeated" not in base
     # 4 steps: the curve is each step's loss. Untrained, the model spreads its probability evenly over the vocabulary.
     assert base["loss_curve"][0] == pytest.approx(math.log(meta["vocab_size"]), abs=0.05)
@@ -137,6 +140,10 @@ def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
     assert base["final_loss"] == pytest.approx(sum(base["loss_curve"]) / 4, abs=1e-3)
     assert verdict["rel_diff"] == pytest.approx((fp8["final_loss"] - base["final_loss"]) / base["final_loss"], abs=2e-5)
     assert verdict["pass"] == (abs(verdict["rel_diff"]) <= 0.01)
+    held = (fp8["heldout_loss"] - base["heldout_loss"]) / base["heldout_loss"]
+    assert verdict["heldout_rel_diff"] == pytest.approx(held, abs=2e-5) and verdict["heldout_pass"] == (
+        abs(held) <= 0.01
+    )
     gaps = [abs(f / b - 1) for b, f in zip(base["loss_curve"], fp8["loss_curve"])]
     assert verdict["curve_max_rel_diff"] == pytest.approx(max(gaps), abs=2e-5) and max(gaps) > 0
     # the premise of the check: the same init, the same tokens in the same order (one CPU thread count: bit for bit)
@@ -190,3 +197,55 @@ def test_gpu_runs_take_the_preset_recipe_for_200_steps(shape, batch, lr, tmp_pat
     assert cfg.train.fp8_fast_accum == "all"  # --fp8-fast-accum reaches the FP8 run's config
     assert cfg.model["vocab_size"] == {"qwen3-0.6b": 151936, "llama-1.3b": 32768}[shape]  # the preset's
     assert cfg.data.train_path == str(tmp_path / "store") and cfg.data.tokenizer == str(tmp_path / "tok")
+
+
+def test_the_heldout_loss_is_the_mean_cross_entropy_of_windows_the_run_never_drew(tmp_path):
+    """The FP8 head's training loss is its FP8 forward's: the check also scores the trained weights on windows the
+    run never drew, with a plain model. Reference: torch's cross_entropy over the logits, window by window."""
+    from cookmind.model import CookMindLM
+    from cookmind.store import write_store
+    from cookmind.train import TrainConfig, Trainer
+
+    g = torch.Generator().manual_seed(0)
+    docs = [{"sequence": torch.randint(1, 64, (40,), generator=g).numpy()} for _ in range(10)]
+    write_store(tmp_path / "seq", "seq", docs, vocab_size=64)
+    model = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+    )
+    cfg = TrainConfig.from_dict(
+        {
+            "model": model,
+            "data": {"train_path": str(tmp_path / "seq"), "window_size": 16},
+            "train": {"max_steps": 3, "micro_batch_size": 4, "seed": 1},
+            "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "report": False},
+        }
+    )
+    trainer = Trainer(cfg)
+    trainer.fit()
+    dataset = trainer.train_loader.loader.dataset
+    held = B.heldout_windows(trainer)
+    # 400 tokens in windows of 16; 12 trained on, and the Trainer fetches one batch ahead: 9 never drawn
+    assert len(dataset) == 25 and len(held) == 25 - 3 * 4 - 4
+    trained = trainer.train_loader.sampler.permutation(0)[:12].tolist()
+    assert not set(held) & set(trained) and len(set(held)) == len(held)
+    assert B.heldout_windows(trainer, limit=5) == held[:5]
+
+    plain = B.trained_weights_in(trainer)
+    assert type(plain) is CookMindLM and plain is not trainer.bare_model and not plain.training
+    for name, value in trainer.bare_model.state_dict().items():
+        assert torch.equal(plain.state_dict()[name], value), name
+    got = B.heldout_loss(plain, dataset, held, 4, torch.device("cpu"), "fp32")
+    losses = []
+    with torch.no_grad():
+        for i in held:
+            item = dataset[i]
+            ids = item["input_ids"][None]
+            logits = plain(ids, position_ids=item["position_ids"][None]).logits[0]
+            losses.append(torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:]).item())
+    assert got == pytest.approx(sum(losses) / len(losses), rel=1e-5)
