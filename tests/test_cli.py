@@ -876,3 +876,14 @@ def test_ctrl_c_to_serve_is_one_line_and_exit_130(tmp_path, tok_dir):
     finally:  # a failed test leaves no server behind
         proc.kill()
     assert (proc.returncode, err) == (130, "cookmind serve: interrupted\n")
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_tokenizer_train_shows_its_bars_into_a_pipe_as_pack_does_unless_quiet(tmp_path, capsys, quiet):
+    # `cookmind tokenizer train ... 2> log` (or under CI) showed no progress at all, where pack and curate show
+    # theirs; its bars were tqdm's terminal-only default. --quiet now turns them off, as pack's does
+    (tmp_path / "c.txt").write_text("the cook stirs the soup and tastes it. " * 200)
+    argv = ["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size", "300", "--workers", "1"]
+    assert cli_main([*argv, "--out", str(tmp_path / "t"), *(["--quiet"] if quiet else [])]) == 0
+    err = capsys.readouterr().err  # captured: not a terminal
+    assert ("pre-tokenize:" in err) != quiet and ("merges:" in err) != quiet

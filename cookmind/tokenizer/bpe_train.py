@@ -75,7 +75,7 @@ class _Vocab:
             total=max(0, vocab_size - len(vocab)),
             desc="merges",
             unit="merge",
-            disable=True if progress is False else None,
+            disable=None if progress is None else not progress,  # None: a terminal only; True: a pipe too
             leave=False,
         )
 
@@ -380,6 +380,8 @@ def train_bpe(
     utf8_errors="replace", which reads them as U+FFFD), or a bad JSON / Parquet record, unless ``skipped``
     (a ``SkippedRecords``) is given: bad records are then counted there and left out. ``read`` (a ``ReadCounts``),
     where given, is filled with the files, records and bytes of text read, so a caller can report them.
+    ``progress``: the pre-tokenize and merges bars, True always (the CLI's, into a pipe too), None only on a
+    terminal, False never.
     """
     specials = check_specials(special_tokens)
     pattern = resolve_pattern(pattern, check_covers=True)

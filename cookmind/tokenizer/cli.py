@@ -64,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)",
     )
+    t.add_argument("--quiet", action="store_true", help="no progress bars (shown even into a pipe or a log, as pack's)")
 
     e = sub.add_parser("encode", help="text -> token ids")
     e.add_argument("--tokenizer", required=True, help="tokenizer directory")
@@ -180,6 +181,7 @@ def _train(args) -> int:
         text_field=args.text_field,
         skipped=skipped,
         read=read,
+        progress=not args.quiet,
     )
     tok = Tokenizer(vocab, merges, specials, args.pattern)
     _save_new(tok, out, args.overwrite)

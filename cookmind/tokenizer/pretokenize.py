@@ -435,7 +435,7 @@ def count_pretokens(
         unit="B",
         unit_scale=True,
         desc="pre-tokenize",
-        disable=True if progress is False else None,
+        disable=None if progress is None else not progress,  # None: a terminal only; True: a pipe too
         leave=False,
     ) as bar:
         if workers == 1:
