@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 import torch
+from lm_fixtures import TINY
 
 from bench import bench_fp8_loss as B
 from cookmind.model import float8_blocks
@@ -209,15 +210,7 @@ def test_the_heldout_loss_is_the_mean_cross_entropy_of_windows_the_run_never_dre
     g = torch.Generator().manual_seed(0)
     docs = [{"sequence": torch.randint(1, 64, (40,), generator=g).numpy()} for _ in range(10)]
     write_store(tmp_path / "seq", "seq", docs, vocab_size=64)
-    model = dict(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=16,
-    )
+    model = dict(TINY, max_position_embeddings=16)  # the tests' tiny shape, windows of 16
     cfg = TrainConfig.from_dict(
         {
             "model": model,
