@@ -205,6 +205,21 @@ def run_config(shape_name: str, vocab: int, steps: int, warmup_steps: int, devic
     return cfg, batch, seq
 
 
+# the FP8 head's loss-gradient format: (dtype name, fixed scale); e4m3 x256 is linear_ce_fp8's own
+HEAD_GRAD_FORMATS = {"e4m3": ("float8_e4m3fn", 256.0), "e5m2": ("float8_e5m2", 32768.0)}
+
+
+def set_head_grad_format(name: str) -> tuple:
+    """Set the FP8 head's G format in this process (linear_ce_fp8's module constants, read at each call, as
+    bench/probe_fp8_grad_format.py does); returns the previous (dtype, scale)."""
+    import cookmind.kernels.linear_ce_fp8 as F8
+
+    before = (F8.GRAD_DTYPE, F8.GRAD_SCALE)
+    dtype, scale = HEAD_GRAD_FORMATS[name]
+    F8.GRAD_DTYPE, F8.GRAD_SCALE = getattr(torch, dtype), scale
+    return before
+
+
 def heldout_windows(trainer, limit: int = HELDOUT) -> list[int]:
     """The store's windows the run never trained on: the rest of its sampler's first epoch order, at most ``limit``
     ([] when the run began a second epoch)."""
@@ -469,6 +484,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the FP8 run's LM head in FP8 as well (model.lm_head_fp8=true, as the FP8 throughput figures run it); "
         "--fp8-fast-accum then covers the head's GEMMs too",
     )
+    ap.add_argument(
+        "--fp8-head-grad",
+        choices=sorted(HEAD_GRAD_FORMATS),
+        default=None,
+        help="with --fp8-head: the format of the head's loss gradient G (default the head's own, e4m3 x256); e5m2 "
+        "x2^15 keeps the small entries e4m3 rounds to zero (bench/probe_fp8_head_tail.py)",
+    )
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument(
         "--compile-scope",
@@ -513,6 +535,10 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     if device.type != "cuda" and args.shape != "tiny":
         ap.error(f"--shape {args.shape} on {device.type} would take days; there use --shape tiny")
+    if args.fp8_head_grad and not args.fp8_head:
+        ap.error("--fp8-head-grad sets the FP8 head's gradient format: give --fp8-head too")
+    if args.fp8_head_grad:
+        set_head_grad_format(args.fp8_head_grad)
     if args.fp8_head and device.type != "cuda":
         ap.error(f"--fp8-head: the FP8 LM head runs only on a CUDA GPU with FP8 tensor cores, not on {device.type}")
     if args.steps < 2:
@@ -550,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         fast = "" if args.fp8_fast_accum == "output" else f", fast accumulation: {args.fp8_fast_accum}"
         precision = cfg.train.precision + (f" + float8 blocks ({args.fp8_scaling}{fast})" if fp8 else "")
         if fp8 and args.fp8_head:
-            precision += " + FP8 LM head"
+            precision += " + FP8 LM head" + (f" (G {args.fp8_head_grad})" if args.fp8_head_grad else "")
         if fp8 and device.type == "cpu":
             precision += ", emulated"
         line = {"figure": "fp8 loss run", "run": name, "precision": precision, **common}

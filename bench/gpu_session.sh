@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|qwen32-blocks]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -29,6 +29,19 @@ run() {  # run NAME SECONDS CMD...: keep the log, show the JSON lines and the ta
     timeout -k 10 "$secs" "$@" >"$OUT/$name.log" 2>&1
     echo "== $name exit $?"
     grep -E '^\{' "$OUT/$name.log" || tail -5 "$OUT/$name.log"
+}
+loss_par() {  # loss_par "NAME ARGS...;NAME ARGS...": bench_fp8_loss runs at once on GPU 0, then one verdict
+    local r name
+    IFS=';' read -ra loss_runs <<< "$1"
+    for r in "${loss_runs[@]}"; do
+        set -- $r
+        name=$1
+        shift
+        PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True CUDA_VISIBLE_DEVICES=0 run "fp8-loss-par-$name" 540 \
+            python3 bench/bench_fp8_loss.py --shape qwen3-0.6b --compile-scope blocks "$@" &
+    done
+    wait
+    python3 bench/bench_fp8_loss.py --compare "$OUT"/fp8-loss-par-*.log
 }
 for part in "${parts[@]}"; do
     case $part in
@@ -162,21 +175,16 @@ for part in "${parts[@]}"; do
         # 33 GiB each); default bf16, FP8 blocks and head with torchao's fast accumulation (output), the same with
         # every GEMM fast (all). Then the verdict of this call's logs, one per FP8 recipe
         fp8loss-par)
-            IFS=';' read -ra loss_runs <<< "${LOSS_RUNS:-bf16 --runs baseline;fp8head --runs fp8 --fp8-head;fp8head-fa --runs fp8 --fp8-head --fp8-fast-accum all}"
-            for r in "${loss_runs[@]}"; do
-                set -- $r
-                name=$1
-                shift
-                PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True CUDA_VISIBLE_DEVICES=0 run "fp8-loss-par-$name" 540 \
-                    python3 bench/bench_fp8_loss.py --shape qwen3-0.6b --compile-scope blocks "$@" &
-            done
-            wait
-            python3 bench/bench_fp8_loss.py --compare "$OUT"/fp8-loss-par-*.log ;;
+            loss_par "${LOSS_RUNS:-bf16 --runs baseline;fp8head --runs fp8 --fp8-head;fp8head-fa --runs fp8 --fp8-head --fp8-fast-accum all}" ;;
+        # the FP8 head's loss gradient in e5m2 beside the shipped e4m3 (bench/probe_fp8_head_tail.py: e4m3 x256 rounds
+        # the unused ids' small entries to zero), every GEMM fast, bf16 beside; each run also scores held-out windows
+        fp8loss-headgrad)
+            loss_par "${LOSS_RUNS:-bf16 --runs baseline;head-e4m3 --runs fp8 --fp8-head --fp8-fast-accum all;head-e5m2 --runs fp8 --fp8-head --fp8-head-grad e5m2 --fp8-fast-accum all;blocks-fa --runs fp8 --fp8-fast-accum all}" ;;
         # the FP8 blocks without the FP8 head (whose loss fails the check at Qwen3-0.6B, session 23) at B=32, torchao's
         # fast accumulation beside every GEMM fast, one call
         qwen32-blocks) CUDA_VISIBLE_DEVICES=0 run qwen32-fp8-blocks 560 python3 bench/bench_train.py --device cuda \
                 --shape qwen3-0.6b --no-peer --no-plain --batch 32 --steps 6 --warmup 4 \
                 --variants master-weights-fp8-graph,master-weights-fp8fa-graph ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|qwen32-blocks)"; exit 2 ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks)"; exit 2 ;;
     esac
 done

@@ -242,3 +242,20 @@ def test_the_heldout_loss_is_the_mean_cross_entropy_of_windows_the_run_never_dre
             logits = plain(ids, position_ids=item["position_ids"][None]).logits[0]
             losses.append(torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:]).item())
     assert got == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+
+
+def test_the_fp8_heads_gradient_format_can_be_chosen_for_the_check(capsys):
+    import cookmind.kernels.linear_ce_fp8 as F8
+
+    shipped = (F8.GRAD_DTYPE, F8.GRAD_SCALE)
+    assert shipped == (torch.float8_e4m3fn, 256.0)  # the table's e4m3 entry is the head's own format
+    try:
+        assert B.set_head_grad_format("e5m2") == shipped
+        assert (F8.GRAD_DTYPE, F8.GRAD_SCALE) == (torch.float8_e5m2, 32768.0)
+        assert B.set_head_grad_format("e4m3") == (torch.float8_e5m2, 32768.0)
+        assert (F8.GRAD_DTYPE, F8.GRAD_SCALE) == shipped
+    finally:
+        F8.GRAD_DTYPE, F8.GRAD_SCALE = shipped
+    with pytest.raises(SystemExit):
+        B.main(["--device", "cpu", "--fp8-head-grad", "e5m2"])
+    assert "--fp8-head-grad sets the FP8 head's gradient format: give --fp8-head too" in capsys.readouterr().err
