@@ -259,3 +259,20 @@ def test_the_fp8_heads_gradient_format_can_be_chosen_for_the_check(capsys):
     with pytest.raises(SystemExit):
         B.main(["--device", "cpu", "--fp8-head-grad", "e5m2"])
     assert "--fp8-head-grad sets the FP8 head's gradient format: give --fp8-head too" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_gpu_run_scores_held_out_windows_plain_and_as_trained_with_the_fp8_head(capsys):
+    # the FP8 run's trained weights on unseen windows: by a plain model and as the run trained them (float8
+    # blocks, FP8 head), the second with the rounding of the first's GEMMs: different, and both near the training loss
+    _torchao_or_skip()
+    if not (B.DEFAULT_DATA / "store").is_dir():
+        pytest.skip(f"needs {B.DEFAULT_DATA}: python bench/bench_fp8_loss.py --build, then carry build/fp8-loss")
+    argv = ["--shape", "tiny", "--device", "cuda", "--steps", "6", "--no-compile", "--fp8-head"]
+    assert B.main(argv) == 0
+    base, fp8, verdict = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert fp8["lm_head_fp8"] is True and fp8["float8_linears"] > 0 and "FP8 LM head" in fp8["precision"]
+    assert base["heldout_windows"] == fp8["heldout_windows"] == 64 and "heldout_loss_as_trained" not in base
+    assert fp8["heldout_loss_as_trained"] != fp8["heldout_loss"]
+    assert fp8["heldout_loss_as_trained"] == pytest.approx(fp8["heldout_loss"], rel=0.05)
+    assert verdict["heldout_fp8_loss_as_trained"] == fp8["heldout_loss_as_trained"]
