@@ -433,7 +433,10 @@ def verdict_from_logs(paths: list[Path]) -> list[dict]:
             merged.pop(key, None)
             if values:
                 merged[key] = round(sum(values) / len(values), 4)
-        return merged | {"spread": round((max(finals) - min(finals)) / mean, 5), "runs": len(lines)}
+        spread = {"spread": round((max(finals) - min(finals)) / mean, 5), "runs": len(lines)}
+        if len(finals) > 1:  # the sample standard deviation of the final losses, for the difference's error
+            spread["stdev"] = (sum((f - mean) ** 2 for f in finals) / (len(finals) - 1)) ** 0.5
+        return merged | spread
 
     ref, common, verdicts = mean_of(runs["baseline"]), {k: first.get(k) for k in RUN_KEYS}, []
     for precision in precisions:
@@ -444,6 +447,10 @@ def verdict_from_logs(paths: list[Path]) -> list[dict]:
         verdict["fp8_precision"] = precision
         for side, merged in (("baseline", ref), ("fp8", f8)):
             verdict[f"{side}_runs"], verdict[f"{side}_spread"] = merged["runs"], merged["spread"]
+        if "stdev" in ref and "stdev" in f8:  # the standard error of the means' difference, relative: the noise
+            # the difference sits in (runs of one recipe differ by more than the 1%)
+            se = (ref["stdev"] ** 2 / ref["runs"] + f8["stdev"] ** 2 / f8["runs"]) ** 0.5
+            verdict["rel_diff_stderr"] = round(se / ref["final_loss"], 5)
         verdicts.append(verdict)
     return verdicts
 

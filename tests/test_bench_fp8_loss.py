@@ -106,6 +106,9 @@ def test_compare_pools_every_run_of_each_kind_and_gives_one_verdict_per_fp8_reci
     assert fast_v["speedup"] == 1.18  # 118 / 100
     # the mean curves: bf16 (8.1, 4.1), fast (8.3, 4.25): the widest gap at the end, 0.15 / 4.1
     assert fast_v["curve_max_rel_diff"] == pytest.approx(0.15 / 4.1, abs=1e-5)
+    # the standard error of the difference, by hand: sample stdevs 0.1 * sqrt(2) and 0.05 * sqrt(2), two runs each
+    assert fast_v["rel_diff_stderr"] == pytest.approx(((0.02 / 2 + 0.005 / 2) ** 0.5) / 4.1, abs=1e-5)
+    assert "rel_diff_stderr" not in default  # one fp8 run: no spread to take it from
 
 
 def test_cpu_run_end_to_end(tmp_path, shared_data, capsys):
