@@ -625,7 +625,7 @@ def test_ctrl_c_to_a_tokenizer_train_with_worker_processes_is_one_line(tmp_path)
     lines = (" ".join(rng.choice(words) for _ in range(12)) + ".\n" for _ in range(150_000))
     (tmp_path / "in.txt").write_text("".join(lines))  # ~12 MB of distinct lines: seconds of pre-tokenizing
     argv = ["tokenizer", "train", "--input", str(tmp_path / "in.txt"), "--vocab-size", "2000"]
-    argv += ["--out", str(tmp_path / "tok"), "--workers", "2"]
+    argv += ["--out", str(tmp_path / "tok"), "--workers", "2", "--quiet"]  # its bars go into the pipe too
     proc = subprocess.Popen(
         [sys.executable, "-m", "cookmind", *argv],
         stderr=subprocess.PIPE,

@@ -33,6 +33,7 @@ def _train(tmp_path, out, *inputs, extra=()):
             str(out),
             "--workers",
             "1",
+            "--quiet",  # its bars go into a pipe too: these tests read stderr for the error and summary lines
             *extra,
         ]
     )
