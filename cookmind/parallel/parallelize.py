@@ -56,8 +56,9 @@ def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device | None 
     fp8 = apply_fp8_blocks(model, cfg, device)  # before compile (it traces the float8 casts) and before any sharding
     if fp8 is not None and (not dist.is_initialized() or dist.get_rank() == 0):
         print(f"cookmind train: {fp8.summary()}", file=sys.stderr)
-    on = device if device is not None else next(model.parameters()).device
-    head_fp8 = getattr(getattr(model, "config", None), "lm_head_fp8", False) and on.type == "cuda"
+    head_fp8 = getattr(getattr(model, "config", None), "lm_head_fp8", False)
+    if head_fp8 and (device if device is not None else next(model.parameters()).device).type != "cuda":
+        head_fp8 = False  # on a CPU the head keeps the training precision (the Trainer warns)
     if head_fp8 and (not dist.is_initialized() or dist.get_rank() == 0):
         print(  # an opt-in speed option with a measured cost: say it where the run starts, not only in the docs
             "cookmind train: model.lm_head_fp8: the LM head's GEMMs in FP8; faster, but at Qwen3-0.6B its loss after "
