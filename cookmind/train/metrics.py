@@ -16,6 +16,19 @@ import torch
 # what the Trainer logs of every step besides the loss and the objective's own metrics (metrics.jsonl's train rows)
 STEP_BOOKKEEPING = ("lr", "grad_norm", "tokens", "tokens_per_s", "step_time_s", "skipped_steps", "mfu")
 
+
+def training_metric_names(rows) -> list[str]:
+    """The loss and the objective's own metrics (GRPO's reward, DPO's reward margin, ...) named in train rows, in
+    the order first logged: every key but the step, the split and ``STEP_BOOKKEEPING``."""
+    skip = ("step", "split", *STEP_BOOKKEEPING)
+    return [k for k in dict.fromkeys(k for r in rows for k in r) if k not in skip]
+
+
+def is_number(value) -> bool:
+    """A logged number (not a bool, which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 # Dense bf16 tensor-core peaks (no sparsity), FLOP/s.
 _PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "4090": 165e12}
 

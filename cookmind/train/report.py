@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cookmind.atomic import write_text, writing
-from cookmind.train.metrics import STEP_BOOKKEEPING, read_metrics
+from cookmind.train.metrics import is_number, read_metrics, training_metric_names
 
 
 def plot_series(
@@ -65,11 +65,9 @@ def plot_panels(path: Path, panels: dict[str, tuple[list[float], list[float]]], 
 def objective_series(train: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
     """The objective's own metrics in metrics.jsonl's train rows (all but the loss and the Trainer's bookkeeping),
     each as (steps, values) over the rows that logged a number for it."""
-    skip = ("step", "split", "loss", *STEP_BOOKKEEPING)
-    names = [k for k in dict.fromkeys(k for r in train for k in r) if k not in skip]
     series = {}
-    for name in names:
-        rows = [r for r in train if isinstance(r.get(name), (int, float)) and not isinstance(r.get(name), bool)]
+    for name in training_metric_names(train):
+        rows = [r for r in train if name != "loss" and is_number(r.get(name))]
         if rows:
             series[name] = ([r["step"] for r in rows], [r[name] for r in rows])
     return series

@@ -80,7 +80,7 @@ from cookmind.train.checkpoint import (
     save_checkpoint,
 )
 from cookmind.train.config import TrainConfig, uses_master_weights
-from cookmind.train.metrics import STEP_BOOKKEEPING, MetricsWriter, peak_flops, to_float
+from cookmind.train.metrics import MetricsWriter, is_number, peak_flops, to_float, training_metric_names
 from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
 from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
@@ -1354,10 +1354,9 @@ def recent_means(steps) -> dict[str, Any]:
     steps = list(steps)
     if not steps:
         return {}
-    names = [k for k in dict.fromkeys(k for m in steps for k in m) if k not in ("split", *STEP_BOOKKEEPING)]
     out: dict[str, Any] = {}
-    for name in names:
-        values = [m[name] for m in steps if isinstance(m.get(name), (int, float)) and math.isfinite(m[name])]
+    for name in training_metric_names(steps):
+        values = [m[name] for m in steps if is_number(m.get(name)) and math.isfinite(m[name])]
         if values:
             out[f"train_{name}"] = sum(values) / len(values)
     return {**out, "train_means_over_steps": len(steps)} if out else {}
