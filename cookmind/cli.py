@@ -272,10 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the stage's module may import torch (seconds): a Ctrl-C then gets the line a Ctrl-C later gets
         stage_parser, module = _stage_parser(argv[0])
     except KeyboardInterrupt:
-        if os.environ.get("COOKMIND_DEBUG"):
-            raise
-        print(f"cookmind {argv[0]}: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return _interrupted(f"cookmind {argv[0]}")
     args = parse_stage_args(stage_parser, argv[1:])
     warnings_as_lines(argv[0])
     command = f"cookmind {command_name(stage_parser, args, argv[0])}"  # "cookmind eval ppl": errors and Ctrl-C
@@ -297,13 +294,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prefix} {out_of_memory_line(exc, OOM_ADVICE.get(argv[0], OOM_ADVICE['']))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # Ctrl-C: every output is written under a temporary name, so nothing half-written is left under the
-        # final one (the next run removes the temporary files); a traceback would only hide that.
-        if os.environ.get("COOKMIND_DEBUG"):
-            raise
-        print(f"{command}: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return _interrupted(command)
     return int(result or 0)
+
+
+def _interrupted(command: str) -> int:
+    """Ctrl-C, called while the KeyboardInterrupt is handled: one line and 130. Every output is written under a
+    temporary name, so nothing half-written is left under the final one (the next run removes the temporary
+    files); a traceback would only hide that. COOKMIND_DEBUG=1 re-raises it instead."""
+    if os.environ.get("COOKMIND_DEBUG"):
+        raise  # the KeyboardInterrupt the caller is handling
+    print(f"{command}: interrupted", file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":
