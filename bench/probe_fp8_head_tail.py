@@ -28,14 +28,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cookmind.kernels.linear_ce_fp8 import quantize as head_quantize  # noqa: E402 (run as a script too)
+
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
 
-def quantize(x: torch.Tensor, dtype=E4M3) -> torch.Tensor:
-    """x rounded to ``dtype`` with one scale per tensor (amax to the format's largest value), back in fp32."""
-    top = torch.finfo(dtype).max
-    scale = x.abs().max().clamp(min=1e-12) / top
-    return (x / scale).to(dtype).float() * scale
+def quantize(x: torch.Tensor) -> torch.Tensor:
+    """x rounded as the FP8 head rounds h and W (e4m3, one scale per tensor), back in fp32."""
+    x8, scale = head_quantize(x)
+    return x8.float() * scale
 
 
 class EmulatedHead(torch.autograd.Function):
