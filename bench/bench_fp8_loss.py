@@ -235,15 +235,12 @@ def trained_weights_in(trainer, fp8_cfg=None, head: bool = False):
     it: its float8 blocks (torchao) and, with ``head``, the FP8 LM head."""
     from cookmind.model import CookMindLM
     from cookmind.model.float8_blocks import apply_fp8_blocks, fast_accum_gemms
+    from cookmind.parallel.fsdp import plain_name
 
     bare = trainer.bare_model
     config = copy.deepcopy(bare.config)
     config.lm_head_fp8 = head
-    state = {}
-    for name, value in bare.state_dict().items():  # compiled or checkpointed blocks: the plain names
-        for wrapper in ("_orig_mod.", "_checkpoint_wrapped_module."):
-            name = name.replace(wrapper, "")
-        state[name] = value
+    state = {plain_name(name): value for name, value in bare.state_dict().items()}  # compiled blocks: plain names
     model = CookMindLM(config).to(next(bare.parameters()).device)
     model.load_state_dict(state, strict=True)  # every name, a tied head's too (the embedding under two names)
     if fp8_cfg is not None:
