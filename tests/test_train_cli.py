@@ -1124,3 +1124,57 @@ def test_a_gpu_preset_on_a_machine_without_cuda_is_refused_in_one_line(tmp_path,
     assert msg.startswith("train.device=cuda") and "train.device=cpu" in msg and "\n" not in msg
     assert not (tmp_path / "run").exists()
     Trainer(TrainConfig.load(preset, [*shrunk, "train.device=cpu"]))  # what the line says runs it on the CPU
+
+
+def test_a_store_whose_documents_another_framing_opened_is_refused_in_one_line(tmp_path, tok_dir, capsys):
+    """A tokenizer's fingerprint covers its vocabulary, merges, specials and pattern, not the ids that open and end a
+    document (``bos_ids``, as a Hugging Face folder's post_processor gives them, and the EOS): a store packed with the
+    tokenizer before its BOS was set trained with it after, so the model learned documents without the BOS and was
+    then prompted with it (prompts open with ``bos_ids``). Pack records the framing; train refuses a store framed
+    otherwise, in one line naming both; a store packed before pack recorded ``bos_ids`` is not refused for it."""
+    import json
+
+    from lm_fixtures import CORPUS
+
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import Tokenizer
+    from cookmind.tokenizer.chat_template import IM_START
+
+    plain = Tokenizer.load(tok_dir)
+    with_bos = Tokenizer(
+        plain.vocab, plain.merges, plain.special_tokens, plain.pattern, bos_ids=[plain.special_tokens[IM_START]]
+    )
+    assert with_bos.fingerprint() == plain.fingerprint()  # what the fingerprint alone let through
+    with_bos.save(tmp_path / "tok_bos")
+    (tmp_path / "c.txt").write_text(CORPUS)
+    pack([tmp_path / "c.txt"], tmp_path / "s", str(tok_dir), "seq", progress=False)
+    run = ["--train-data", str(tmp_path / "s"), *[o for o in TINY if not o.startswith("model.vocab_size=")]]
+    assert (
+        _train(*run, "--tokenizer", str(tmp_path / "tok_bos"), "--run-dir", str(tmp_path / "r1"), "train.max_steps=1")
+        == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()[-1:]  # after the line naming the run directory
+    assert f"{tmp_path / 's'} was packed with tokenizer {tok_dir.resolve()}, whose documents open with ids []" in err[0]
+    assert f"{tmp_path / 'tok_bos'}'s documents open with ids [{plain.special_tokens[IM_START]}]" in err[0], err
+    assert "re-pack" in err[0] and not (tmp_path / "r1").exists()
+    # the store's own tokenizer trains on it; so does the BOS tokenizer on a store packed with it
+    assert _train(*run, "--tokenizer", str(tok_dir), "--run-dir", str(tmp_path / "r2"), "train.max_steps=1") == 0
+    pack([tmp_path / "c.txt"], tmp_path / "sb", str(tmp_path / "tok_bos"), "seq", progress=False)
+    meta = json.loads((tmp_path / "sb" / "meta.json").read_text())["tokenizer"]
+    assert meta["bos_ids"] == [plain.special_tokens[IM_START]] and meta["eos_id"] == plain.eos_id
+    run_b = ["--train-data", str(tmp_path / "sb"), *run[2:], "--tokenizer", str(tmp_path / "tok_bos")]
+    assert _train(*run_b, "--run-dir", str(tmp_path / "r3"), "train.max_steps=1") == 0
+    # a store from before pack recorded bos_ids: only what it records (its EOS) is checked
+    meta_path = tmp_path / "s" / "meta.json"
+    old = json.loads(meta_path.read_text())
+    del old["tokenizer"]["bos_ids"]
+    meta_path.write_text(json.dumps(old))
+    assert (
+        _train(*run, "--tokenizer", str(tmp_path / "tok_bos"), "--run-dir", str(tmp_path / "r4"), "train.max_steps=1")
+        == 0
+    )
+    old["tokenizer"]["eos_id"] = plain.special_tokens[IM_START]
+    meta_path.write_text(json.dumps(old))
+    capsys.readouterr()
+    assert _train(*run, "--tokenizer", str(tok_dir), "--run-dir", str(tmp_path / "r5"), "train.max_steps=1") == 2
+    assert f"whose documents end with id {plain.special_tokens[IM_START]}" in capsys.readouterr().err

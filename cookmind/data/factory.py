@@ -26,6 +26,7 @@ class DatasetFactory:
         storage_type: str | None = None,
         tokenizer_fingerprint: str | None = None,
         tokenizer_path: str | None = None,
+        tokenizer_framing: dict | None = None,
         **options,
     ):
         """Open the store at ``load_path`` and return its ``train_type`` dataset.
@@ -33,7 +34,8 @@ class DatasetFactory:
         ``stride`` applies to seq windows only. ``options`` go to the dataset class
         (seq: ``doc_mask``; sft: ``packing``, ``pad_to_window``, ``pad_id``); an unknown
         option is an error naming the ones that exist. With ``tokenizer_fingerprint`` a store
-        packed by another tokenizer is refused (the error names ``tokenizer_path`` too).
+        packed by another tokenizer is refused (the error names ``tokenizer_path`` too), and with
+        ``tokenizer_framing`` one whose documents open or end otherwise (``TokenStore.check_tokenizer``).
         """
         if train_type not in cls._datasets:
             raise ValueError(f"unknown train type {train_type!r}; choose one of {sorted(cls._datasets)}")
@@ -43,8 +45,8 @@ class DatasetFactory:
                 f"{load_path} is a {store.train_type!r} store, not {train_type!r}; "
                 f"pack it with `cookmind pack --train-type {train_type}`"
             )
-        if tokenizer_fingerprint is not None:
-            store.check_tokenizer(tokenizer_fingerprint, tokenizer_path)
+        if tokenizer_fingerprint is not None or tokenizer_framing is not None:
+            store.check_tokenizer(tokenizer_fingerprint, tokenizer_path, tokenizer_framing)
         klass = cls._datasets[train_type]
         allowed = [p for p in inspect.signature(klass).parameters if p not in ("store", "window_size")]
         unknown = sorted(set(options) - set(allowed))

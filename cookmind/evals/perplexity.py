@@ -371,10 +371,19 @@ def evaluate_store(
     nll_per_token, bits_per_byte.
     """
     from cookmind.data import DatasetFactory
+    from cookmind.tokenizer.documents import tokenizer_identity
 
-    # a store packed with another tokenizer than the model's is refused: its ids would be scored as other text
-    fingerprint = tokenizer.fingerprint() if hasattr(tokenizer, "fingerprint") else None
-    ds = DatasetFactory.load("seq", str(path), window, tokenizer_fingerprint=fingerprint, tokenizer_path="the model's")
+    # a store packed with another tokenizer than the model's is refused: its ids would be scored as other text, and
+    # its documents framed otherwise than the model's would be scored otherwise than the model reads text
+    fingerprint, framing = tokenizer_identity(tokenizer)
+    ds = DatasetFactory.load(
+        "seq",
+        str(path),
+        window,
+        tokenizer_fingerprint=fingerprint,
+        tokenizer_path="the model's",
+        tokenizer_framing=framing,
+    )
     spans = [ds.window_bounds(i) for i in range(len(ds))]
     stream_length = ds.store.stream_length("sequence")
     end = spans[-1][1] if spans else 0

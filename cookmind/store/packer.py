@@ -32,7 +32,7 @@ from cookmind.store.records import (
 )
 from cookmind.store.sources import count_items, estimate_items, iter_items, source_kind
 from cookmind.store.writer import StoreWriter, check_store_out
-from cookmind.tokenizer.documents import document_end_id, document_ids
+from cookmind.tokenizer.documents import document_end_id, document_framing, document_ids
 
 CHUNK = 256
 EMPTY = "empty document"  # _encode_chunk's record for an EmptyDocument (a string: it crosses the pool)
@@ -226,10 +226,12 @@ def pack(
 
         for difference in transformers_differences(tokenizer, tok, packing=True):
             warnings.warn(difference, stacklevel=2)  # a Hugging Face model's own tokenizer: packed otherwise
+    framing = document_framing(tok)  # a training run checks its tokenizer frames documents the same
     tok_meta = {
         "fingerprint": tok.fingerprint(),
         "vocab_size": int(tok.vocab_size),
-        "eos_id": int(document_end_id(tok)),
+        "eos_id": int(framing["eos_id"]),
+        "bos_ids": [int(i) for i in framing["bos_ids"]],
         "pad_id": int(tok.pad_id),
     }
     if isinstance(tokenizer, (str, Path)):

@@ -57,18 +57,37 @@ class TokenStore:
         mine = tok.get("fingerprint") if isinstance(tok, dict) else None
         return mine or self.meta.get("tokenizer_fingerprint")
 
-    def check_tokenizer(self, fingerprint: str, tokenizer_path: str | None = None) -> None:
-        """Raise when the store was packed with a different tokenizer than ``fingerprint``, naming both."""
+    def check_tokenizer(
+        self, fingerprint: str | None, tokenizer_path: str | None = None, framing: dict | None = None
+    ) -> None:
+        """Raise when the store was packed with a different tokenizer than ``fingerprint``, or one that framed its
+        documents otherwise than ``framing`` (``documents.document_framing``: the ids that open and end each), naming
+        both. A tokenizer's fingerprint covers its vocabulary, merges, specials and pattern, not which of them open
+        and end a document (an edited ``eos_token``, a Hugging Face folder's BOS); what a store does not record (a
+        store packed before it recorded ``bos_ids``) is not checked."""
+        recorded = self.meta.get("tokenizer") or {}
+        packed_with = "a tokenizer whose path it does not record"
+        if recorded.get("path"):
+            packed_with = f"tokenizer {recorded['path']}"
+        given = tokenizer_path or "the given tokenizer"
+        fix = "train with the store's tokenizer or re-pack the store with this one (`cookmind pack --tokenizer ...`)"
         mine = self.tokenizer_fingerprint
         if mine is not None and fingerprint is not None and mine != fingerprint:
-            recorded = (self.meta.get("tokenizer") or {}).get("path")
-            packed_with = f"tokenizer {recorded}" if recorded else "a tokenizer whose path it does not record"
-            given = tokenizer_path or "the given tokenizer"
             raise StoreError(
                 f"{self.path} was packed with {packed_with} (fingerprint {mine[:16]}), "
-                f"not {given} (fingerprint {fingerprint[:16]}); train with the store's tokenizer or "
-                "re-pack the store with this one (`cookmind pack --tokenizer ...`)"
+                f"not {given} (fingerprint {fingerprint[:16]}); {fix}"
             )
+        for key, what in (("bos_ids", "open with ids"), ("eos_id", "end with id")):
+            if framing is None or key not in recorded:
+                continue
+            then, now = recorded[key], framing.get(key)
+            if key == "bos_ids":
+                then, now = list(then), list(now or ())
+            if then != now:
+                raise StoreError(
+                    f"{self.path} was packed with {packed_with}, whose documents {what} {then}; {given}'s documents "
+                    f"{what} {now}, so a model trained on the store would be prompted otherwise than it learned; {fix}"
+                )
 
     def fingerprint(self) -> str:
         """16 hex digits naming what the store holds, cheap at any size (a resume checks by it that it continues on

@@ -67,6 +67,20 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
     return [*document_start_ids(tokenizer), *encode_text(tokenizer, text)]
 
 
+def document_framing(tokenizer) -> dict:
+    """How the tokenizer frames a document, as pack records it in a store's meta.json (``eos_id``, ``bos_ids``): a
+    store whose documents were framed otherwise is refused for training (``TokenStore.check_tokenizer``)."""
+    return {"eos_id": document_end_id(tokenizer), "bos_ids": document_start_ids(tokenizer)}
+
+
+def tokenizer_identity(tokenizer) -> tuple[str | None, dict | None]:
+    """(fingerprint, ``document_framing``) of a tokenizer, what a token store read with it must have been packed with
+    (``TokenStore.check_tokenizer``); (None, None) for no tokenizer."""
+    if tokenizer is None:
+        return None, None
+    return (tokenizer.fingerprint() if hasattr(tokenizer, "fingerprint") else None), document_framing(tokenizer)
+
+
 def document_ids(tokenizer, text_ids) -> list[int]:
     """One document as pack stores it and eval ppl scores it: its start, its text's ids, its end."""
     return [*document_start_ids(tokenizer), *text_ids, document_end_id(tokenizer)]

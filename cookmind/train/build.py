@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from cookmind.model.model_io import resolve_model_dir
+from cookmind.tokenizer.documents import tokenizer_identity
 from cookmind.train.config import TrainConfig
 from cookmind.train.objectives import DPOObjective, Objective, PretrainObjective, SFTObjective
 
@@ -154,7 +155,7 @@ def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
     from cookmind.data import DatasetFactory
 
     stride = cfg.data.stride if train_type == "seq" else None
-    fingerprint = tokenizer.fingerprint() if tokenizer is not None and hasattr(tokenizer, "fingerprint") else None
+    fingerprint, framing = tokenizer_identity(tokenizer)  # a store packed otherwise is refused
     return DatasetFactory.load(
         train_type,
         path,
@@ -163,6 +164,7 @@ def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
         storage_type=cfg.data.storage_type,
         tokenizer_fingerprint=fingerprint,
         tokenizer_path=cfg.data.tokenizer,
+        tokenizer_framing=framing,
     )
 
 
@@ -278,7 +280,7 @@ def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str
     sources = []
     if tokenizer is not None and hasattr(tokenizer, "vocab_size"):
         sources.append((f"the tokenizer at data.tokenizer={cfg.data.tokenizer}", int(tokenizer.vocab_size)))
-    fingerprint = tokenizer.fingerprint() if tokenizer is not None and hasattr(tokenizer, "fingerprint") else None
+    fingerprint, framing = tokenizer_identity(tokenizer)
     for field in ("train_path", "val_path"):
         path = getattr(cfg.data, field)
         if path and cfg.train.objective != "grpo":
@@ -287,9 +289,9 @@ def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str
             except Exception:  # noqa: BLE001 -- a missing or broken store is reported by build_dataset
                 store = None
             packed = store.meta.get("vocab_size") if store is not None else None
-            if fingerprint is not None and store is not None:
+            if tokenizer is not None and store is not None:
                 # a store of another tokenizer is that, whatever its vocabulary: not a model.vocab_size to raise
-                store.check_tokenizer(fingerprint, cfg.data.tokenizer)
+                store.check_tokenizer(fingerprint, cfg.data.tokenizer, framing)
             if packed is not None:
                 sources.append((f"the store at data.{field}={path}", int(packed)))
     for what, v in sources:
