@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 CORE = [
     "cookmind.infer",
     "cookmind.infer.engine",
