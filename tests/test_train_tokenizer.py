@@ -78,3 +78,28 @@ def test_a_store_whose_recorded_tokenizer_moved_says_so_and_to_pass_tokenizer(tm
     message = str(info.value)
     assert str(tok_a.resolve()) in message and "--tokenizer" in message and "meta.json" in message
     assert not (tmp_path / "pre").exists()
+
+
+def test_a_checkpoint_whose_tokenizer_frames_documents_otherwise_is_refused(tmp_path):
+    """Fine-tuning from a checkpoint with a tokenizer of the same fingerprint that opens each document with a BOS the
+    checkpoint's did not (a Hugging Face folder's post_processor, read into ``bos_ids``) was accepted: the fingerprint
+    does not cover the framing, and the model learned documents without it. Refused, naming both framings; the
+    checkpoint's own tokenizer, given explicitly, is accepted."""
+    from cookmind.tokenizer.chat_template import IM_START
+    from cookmind.tokenizer.tokenizer import TokenizerError
+
+    tok_a = _tokenizer(tmp_path, "tok_a", TEXT_A)
+    pack([tmp_path / "tok_a.txt"], tmp_path / "store_a", tok_a, "seq", separator="\n", progress=False)
+    Trainer(_cfg(tmp_path, tmp_path / "store_a", "pre")).fit()
+    plain = Tokenizer.load(tok_a)
+    bos = plain.special_tokens[IM_START]
+    Tokenizer(plain.vocab, plain.merges, plain.special_tokens, plain.pattern, bos_ids=[bos]).save(tmp_path / "tok_bos")
+    assert Tokenizer.load(tmp_path / "tok_bos").fingerprint() == plain.fingerprint()
+    pre = str(tmp_path / "pre")
+    with pytest.raises(TokenizerError) as info:
+        Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft", tokenizer=tmp_path / "tok_bos", init_from=pre))
+    message = str(info.value)
+    assert "whose documents open with ids [] and end with id" in message
+    assert f"data.tokenizer={tmp_path / 'tok_bos'} has the same vocabulary but opens them with [{bos}]" in message
+    assert not (tmp_path / "ft").exists()
+    Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft2", tokenizer=tok_a, init_from=pre))

@@ -505,15 +505,26 @@ def check_carried_tokenizer(model_dir: str | os.PathLike, tokenizer, *, model: s
     """Refuse ``tokenizer`` when the checkpoint in ``model_dir`` carries another one (its cookmind_tokenizer.json).
 
     ``model`` and ``given`` name the two sides in the error (e.g. ``train.init_from=runs/a`` and
-    ``data.tokenizer=tok``), ``hint`` says what to do. Nothing is checked when the checkpoint carries no
-    tokenizer or ``tokenizer`` has no fingerprint (a Hugging Face tokenizer object).
+    ``data.tokenizer=tok``), ``hint`` says what to do. Another tokenizer is one with another fingerprint, or one
+    that opens or ends a document with other ids (``documents.document_framing``, which the fingerprint does not
+    cover: the model learned one framing and would be prompted with the other). Nothing is checked when the
+    checkpoint carries no tokenizer or ``tokenizer`` has no fingerprint (a Hugging Face tokenizer object).
     """
+    from cookmind.tokenizer.documents import tokenizer_identity
+
     model_dir = Path(model_dir)
     if tokenizer is None or not hasattr(tokenizer, "fingerprint") or not (model_dir / FILE_NAME).is_file():
         return
-    theirs, ours = Tokenizer.load(model_dir).fingerprint(), tokenizer.fingerprint()
+    theirs, their_framing = tokenizer_identity(Tokenizer.load(model_dir))
+    ours, our_framing = tokenizer_identity(tokenizer)
     if theirs != ours:
         raise TokenizerError(
             f"{model} was trained with the tokenizer in {model_dir} (fingerprint {theirs[:16]}), "
             f"not {given} (fingerprint {ours[:16]}); {hint}"
+        )
+    if their_framing != our_framing:
+        raise TokenizerError(
+            f"{model} was trained with the tokenizer in {model_dir}, whose documents open with ids "
+            f"{their_framing['bos_ids']} and end with id {their_framing['eos_id']}; {given} has the same vocabulary "
+            f"but opens them with {our_framing['bos_ids']} and ends them with {our_framing['eos_id']}; {hint}"
         )
