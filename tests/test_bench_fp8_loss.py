@@ -264,6 +264,26 @@ def test_the_fp8_heads_gradient_format_can_be_chosen_for_the_check(capsys):
     assert "--fp8-head-grad sets the FP8 head's gradient format: give --fp8-head too" in capsys.readouterr().err
 
 
+def test_the_fp8_heads_backward_gemms_can_be_ablated_to_bf16(capsys):
+    import cookmind.kernels.linear_ce_fp8 as F8
+
+    shipped = F8.BACKWARD_FP8
+    assert shipped == ("grad_input", "grad_weight")
+    try:
+        assert B.set_head_backward("bf16") == shipped and F8.BACKWARD_FP8 == ()
+        assert B.set_head_backward("fp8") == () and F8.BACKWARD_FP8 == shipped
+    finally:
+        F8.BACKWARD_FP8 = shipped
+    for argv, says in (
+        (["--fp8-head-backward", "bf16"], "--fp8-head-backward sets the FP8 head's backward GEMMs: give --fp8-head"),
+        (["--fp8-head", "--fp8-head-grad", "bf16"], "--fp8-head-grad bf16: the FP8 backward GEMMs take FP8 operands"),
+    ):
+        with pytest.raises(SystemExit):
+            B.main(["--device", "cpu", *argv])
+        assert says in capsys.readouterr().err, argv
+    assert (F8.GRAD_DTYPE, F8.BACKWARD_FP8) == (torch.float8_e4m3fn, shipped)  # a refused call set nothing
+
+
 @pytest.mark.gpu
 def test_gpu_run_scores_held_out_windows_plain_and_as_trained_with_the_fp8_head(capsys):
     # the FP8 run's trained weights on unseen windows: by a plain model and as the run trained them (float8

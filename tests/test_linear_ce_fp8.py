@@ -98,9 +98,10 @@ def test_grad_pass_matches_fp32_math_rounded_to_fp8(n, v):
     assert (got[~keep] == 0).all()
 
 
-def _emulated(h, w, y, upstream):
+def _emulated(h, w, y, upstream, fp8_backward=True):
     """The FP8 algorithm in fp32 from the same quantised operands: (nll per row, grad_h, grad_w) for a
-    backward with ``upstream`` (N,), the gradient of the output with respect to each row's nll."""
+    backward with ``upstream`` (N,), the gradient of the output with respect to each row's nll. Without
+    ``fp8_backward`` (bench_fp8_loss's ablation) the backward GEMMs take G's values and the unquantised bf16 h, W."""
     from cookmind.kernels.linear_ce_fp8 import GRAD_DTYPE, GRAD_SCALE, quantize
 
     h = h.detach().bfloat16()  # what autocast hands the op; the weight is quantised from fp32
@@ -116,6 +117,8 @@ def _emulated(h, w, y, upstream):
     G[~keep] = 0.0
     G8 = (G * GRAD_SCALE).to(GRAD_DTYPE).float() / GRAD_SCALE
     g = torch.where(keep, upstream, 0.0)[:, None]
+    if not fp8_backward:
+        return nll, (G8 @ w.detach().bfloat16().float()) * g, G8.t() @ (h.float() * g).bfloat16().float()
     grad_h = (G8 @ (w8.float() * sw)) * g
     hg8, shg = quantize(h.float() * g)
     grad_w = G8.t() @ (hg8.float() * shg)
@@ -160,6 +163,41 @@ def test_fp8_op_matches_an_fp32_emulation_of_the_same_quantisation(compiled, red
     # accumulation's sums (bench/probe_fp8_fast_accum.py: 1.8e-3 against 1.7e-3 at K = 4096 on the H200) add a little
     tol = 1e-2 if fast else 5e-3
     assert _rel(h.grad, want_gh) < tol and _rel(w.grad, want_gw) < tol, (_rel(h.grad, want_gh), _rel(w.grad, want_gw))
+
+
+@pytest.mark.gpu
+@needs_fp8
+@pytest.mark.parametrize("grad_format", ["e4m3", "bf16"])
+def test_the_ablations_bf16_backward_gemms_take_the_unquantised_h_and_w(grad_format, monkeypatch):
+    """bench_fp8_loss.py's --fp8-head-backward bf16 (BACKWARD_FP8 empty): the backward GEMMs run in bf16 on G's
+    values (e4m3 x256, or bf16 x1 with --fp8-head-grad bf16) and the unquantised h and W, as an fp32 emulation of
+    the same roundings gives them; with G in bf16 as well the gradients come closer to fp32's than the FP8 head's."""
+    import cookmind.kernels.linear_ce_fp8 as F8
+
+    monkeypatch.setattr(F8, "BACKWARD_FP8", ())
+    if grad_format == "bf16":
+        monkeypatch.setattr(F8, "GRAD_DTYPE", torch.bfloat16)
+        monkeypatch.setattr(F8, "GRAD_SCALE", 1.0)
+    h, w, y = _case(512, 256, 4096)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = linear_cross_entropy(h, w, y, fp8=True)
+    out.backward()
+    keep = y != -100
+    upstream = torch.full(y.shape, 1.0 / keep.sum().item(), device="cuda")
+    want_nll, want_gh, want_gw = _emulated(h, w, y, upstream, fp8_backward=False)
+    torch.testing.assert_close(out, want_nll.sum() / keep.sum(), rtol=1e-4, atol=1e-4)
+    assert _rel(h.grad, want_gh) < 5e-3 and _rel(w.grad, want_gw) < 5e-3, (_rel(h.grad, want_gh), _rel(w.grad, want_gw))
+    if grad_format == "bf16":
+        h32, w32 = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        torch.nn.functional.cross_entropy(h32 @ w32.t(), y, ignore_index=-100).backward()
+        ablated = _rel(h.grad, h32.grad)
+        monkeypatch.setattr(F8, "BACKWARD_FP8", ("grad_input", "grad_weight"))
+        monkeypatch.setattr(F8, "GRAD_DTYPE", F8.E4M3)
+        monkeypatch.setattr(F8, "GRAD_SCALE", 256.0)
+        h.grad = w.grad = None
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            linear_cross_entropy(h, w, y, fp8=True).backward()
+        assert ablated < _rel(h.grad, h32.grad), (ablated, _rel(h.grad, h32.grad))
 
 
 @pytest.mark.gpu

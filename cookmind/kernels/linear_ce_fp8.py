@@ -34,6 +34,9 @@ E4M3 = torch.float8_e4m3fn if hasattr(torch, "float8_e4m3fn") else None
 E4M3_MAX = 448.0
 GRAD_DTYPE = E4M3
 GRAD_SCALE = 256.0  # |G| <= 1 -> |S G| <= 256 < 448; a power of two, so the scaling itself is exact
+# the backward GEMMs that run in FP8; bench/bench_fp8_loss.py's ablation (--fp8-head-backward bf16) leaves them out, and
+# those run in bf16 on G (its FP8 values, or bf16 with GRAD_DTYPE bf16) and the unquantised h and W
+BACKWARD_FP8 = ("grad_input", "grad_weight")
 # the gradient pass's tile (rows, columns) and warps: 0.91 ms at N=12288, V=50304 on the H200, the best of
 # bench/bench_linear_ce.py's sweep_fp8_tiles (8 warps: 1.05 ms)
 TILE_M, TILE_V, TILE_WARPS = 64, 128, 4
@@ -150,20 +153,22 @@ class LinearCrossEntropyFP8(torch.autograd.Function):
         nll, grad, grad_t = _forward_op(
             h8, w8, scale_h, scale_w, targets, ignore_index, GRAD_SCALE, "output" in fast_accum
         )
-        ctx.save_for_backward(grad, grad_t, h, w8, scale_w, keep)
+        ctx.save_for_backward(grad, grad_t, h, w8, scale_w, keep, weight)
         ctx.weight_dtype = weight.dtype
         ctx.fast_accum = fast_accum
         return nll
 
     @staticmethod
     def backward(ctx, grad_nll):
-        grad, grad_t, h, w8, scale_w, keep = ctx.saved_tensors
+        grad, grad_t, h, w8, scale_w, keep, weight = ctx.saved_tensors
         g = torch.where(keep, grad_nll, 0.0)[
             :, None
         ]  # (N, 1); where, not *: a nan upstream on an ignored row stays out
         unscale = torch.full((), 1.0 / GRAD_SCALE, dtype=torch.float32, device=grad.device)
         grad_h = grad_w = None
-        if ctx.needs_input_grad[0]:
+        if ctx.needs_input_grad[0] and "grad_input" not in BACKWARD_FP8:
+            grad_h = ((grad.to(torch.bfloat16) @ weight.to(torch.bfloat16)).float() * unscale * g).to(h.dtype)
+        elif ctx.needs_input_grad[0]:
             gw = torch._scaled_mm(
                 grad,
                 _col_major(w8),
@@ -173,7 +178,10 @@ class LinearCrossEntropyFP8(torch.autograd.Function):
                 use_fast_accum="grad_input" in ctx.fast_accum,
             )
             grad_h = (gw * g).to(h.dtype)
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1] and "grad_weight" not in BACKWARD_FP8:
+            hg = (h.float() * g).to(torch.bfloat16)
+            grad_w = ((grad_t.to(torch.bfloat16) @ hg).float() * unscale).to(ctx.weight_dtype)
+        elif ctx.needs_input_grad[1]:
             hg8, scale_hg = quantize(h.float() * g)
             out = ctx.weight_dtype if ctx.weight_dtype in (torch.float32, torch.bfloat16) else torch.float32
             grad_w = torch._scaled_mm(
