@@ -23,7 +23,7 @@ class CookMindConfig:
     ``attention_bias`` adds biases to the q/k/v projections (Qwen2 style; needed to import Qwen2).
     ``lm_head_fp8`` runs the LM head's GEMMs in FP8 in the fused training loss (cookmind/kernels/
     linear_ce_fp8.py): CUDA with compute capability >= 8.9 only; elsewhere, and for logits, the head is unchanged.
-    Faster, at a cost in loss: at Qwen3-0.6B 2.7-2.9% above bf16 after 200 steps (docs/BENCHMARKS.md, session 23).
+    Faster, at a cost in loss: at Qwen3-0.6B 2.3-2.9% above bf16 after 200 steps in four runs (docs/BENCHMARKS.md).
     Like ``attn_backend`` it is how the model runs, not what it is: the Hugging Face export leaves it out.
     """
 

@@ -62,7 +62,7 @@ def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device | None 
     if head_fp8 and (not dist.is_initialized() or dist.get_rank() == 0):
         print(  # an opt-in speed option with a measured cost: say it where the run starts, not only in the docs
             "cookmind train: model.lm_head_fp8: the LM head's GEMMs in FP8; faster, but at Qwen3-0.6B its loss after "
-            "200 steps was 2.7-2.9% above bf16's (docs/BENCHMARKS.md, session 23): compare with a bf16 run",
+            "200 steps was 2.3-2.9% above bf16's in four runs (docs/BENCHMARKS.md): compare with a bf16 run",
             file=sys.stderr,
         )
     if t.activation_checkpointing:
