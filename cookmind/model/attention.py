@@ -125,7 +125,7 @@ class Attention(nn.Module):
 
 
 # backend "cudnn": SDPA tries cuDNN's fused attention first (faster than the flash backend on Hopper,
-# README "Attention"), then PyTorch's usual order for calls cuDNN cannot take (CPU, unsupported shapes)
+# docs/BENCHMARKS.md "Attention"), then PyTorch's usual order for calls cuDNN cannot take (CPU, unsupported shapes)
 _CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

@@ -5,7 +5,7 @@ the BPE model with our merges, specials as added tokens (never split, never norm
 the ChatML Jinja template, so `transformers.AutoTokenizer.from_pretrained(dir)` encodes and
 renders chats exactly as we do: `encode(text, split_special_tokens=True)` is our `encode(text)`, and
 `apply_chat_template(messages, sanitize_control_tokens=True)` is our `render` (transformers' default reads
-special tokens typed in the messages as tokens; only dict keys stay unsanitized there, see the README).
+special tokens typed in the messages as tokens; only dict keys stay unsanitized there, see docs/GUIDE.md).
 """
 
 from __future__ import annotations
