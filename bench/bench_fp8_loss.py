@@ -231,6 +231,15 @@ def set_head_backward(precision: str) -> tuple:
     return before
 
 
+def set_head_scaling(scaling: str) -> str:
+    """Scale the FP8 head's operands per ``scaling`` (tensor, the head's own; row: per row or channel, through
+    torch._scaled_mm's row-wise mode); returns the previous setting."""
+    import cookmind.kernels.linear_ce_fp8 as F8
+
+    before, F8.SCALING = F8.SCALING, scaling
+    return before
+
+
 def heldout_windows(trainer, limit: int = HELDOUT) -> list[int]:
     """The store's windows the run never trained on: the rest of its sampler's first epoch order, at most ``limit``
     ([] when the run began a second epoch)."""
@@ -514,6 +523,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --fp8-head: the precision of the head's two backward GEMMs (default fp8, the head's own; bf16 "
         "runs them on G's values and the unquantised h and W: an ablation of the head's roundings)",
     )
+    ap.add_argument(
+        "--fp8-head-scaling",
+        choices=["tensor", "row"],
+        default=None,
+        help="with --fp8-head: one e4m3 scale per tensor (default, the head's own) or per row / channel (row: h per "
+        "token and W per vocabulary row in the forward, W and h g per channel in the backward)",
+    )
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument(
         "--compile-scope",
@@ -562,12 +578,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--fp8-head-grad sets the FP8 head's gradient format: give --fp8-head too")
     if args.fp8_head_backward and not args.fp8_head:
         ap.error("--fp8-head-backward sets the FP8 head's backward GEMMs: give --fp8-head too")
+    if args.fp8_head_scaling and not args.fp8_head:
+        ap.error("--fp8-head-scaling sets the FP8 head's scales: give --fp8-head too")
+    other_head_flags = args.fp8_head_backward == "bf16" or args.fp8_head_grad not in (None, "e4m3")
+    if args.fp8_head_scaling == "row" and other_head_flags:
+        ap.error("--fp8-head-scaling row runs the head's own G (e4m3) and FP8 backward: leave out the other head flags")
     if args.fp8_head_grad == "bf16" and args.fp8_head_backward != "bf16":
         ap.error("--fp8-head-grad bf16: the FP8 backward GEMMs take FP8 operands; give --fp8-head-backward bf16")
     if args.fp8_head_grad:
         set_head_grad_format(args.fp8_head_grad)
     if args.fp8_head_backward:
         set_head_backward(args.fp8_head_backward)
+    if args.fp8_head_scaling:
+        set_head_scaling(args.fp8_head_scaling)
     if args.fp8_head and device.type != "cuda":
         ap.error(f"--fp8-head: the FP8 LM head runs only on a CUDA GPU with FP8 tensor cores, not on {device.type}")
     if args.steps < 2:
@@ -607,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         if fp8 and args.fp8_head:
             head = [f"G {args.fp8_head_grad}"] if args.fp8_head_grad else []
             head += [f"backward GEMMs {args.fp8_head_backward}"] if args.fp8_head_backward else []
+            head += [f"scales per {args.fp8_head_scaling}"] if args.fp8_head_scaling else []
             precision += " + FP8 LM head" + (f" ({', '.join(head)})" if head else "")
         if fp8 and device.type == "cpu":
             precision += ", emulated"

@@ -284,6 +284,24 @@ def test_the_fp8_heads_backward_gemms_can_be_ablated_to_bf16(capsys):
     assert (F8.GRAD_DTYPE, F8.BACKWARD_FP8) == (torch.float8_e4m3fn, shipped)  # a refused call set nothing
 
 
+def test_the_fp8_heads_scales_can_be_chosen_per_row_for_the_check(capsys):
+    import cookmind.kernels.linear_ce_fp8 as F8
+
+    assert F8.SCALING == "tensor"  # the head's own
+    try:
+        assert B.set_head_scaling("row") == "tensor" and F8.SCALING == "row"
+    finally:
+        F8.SCALING = "tensor"
+    for argv, says in (
+        (["--fp8-head-scaling", "row"], "--fp8-head-scaling sets the FP8 head's scales: give --fp8-head too"),
+        (["--fp8-head", "--fp8-head-scaling", "row", "--fp8-head-grad", "e5m2"], "leave out the other head flags"),
+    ):
+        with pytest.raises(SystemExit):
+            B.main(["--device", "cpu", *argv])
+        assert says in capsys.readouterr().err, argv
+    assert F8.SCALING == "tensor"
+
+
 @pytest.mark.gpu
 def test_gpu_run_scores_held_out_windows_plain_and_as_trained_with_the_fp8_head(capsys):
     # the FP8 run's trained weights on unseen windows: by a plain model and as the run trained them (float8
