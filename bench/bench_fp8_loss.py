@@ -24,7 +24,7 @@ Then, on an FP8 GPU (Hopper, Ada) with build/fp8-loss/ carried along:
     python bench/bench_fp8_loss.py --shape llama-1.3b         # B=4, T=2048, 200 steps each, lr 2e-4
     python bench/bench_fp8_loss.py --shape tiny --device cpu --steps 20   # CPU smoke test: float8 emulated
     ... --baseline-twice      # a third run, the baseline again: its run-to-run noise beside the 1%
-    ... --fp8-head            # the FP8 run's LM head in FP8 too (model.lm_head_fp8): at qwen3-0.6b +2.8%, a fail
+    ... --fp8-head            # the FP8 run's LM head in FP8 too (model.lm_head_fp8): at qwen3-0.6b +2.9%, a fail
     ... --runs baseline > a.log; ... --runs fp8 > b.log   # one run a call (a compiled pair can outlast one)
     python bench/bench_fp8_loss.py --compare a.log b.log  # then the verdict from their lines, no training: every
     #     run line of each kind pooled (means, spreads), one verdict per fp8 recipe (e.g. per --fp8-fast-accum)
