@@ -103,3 +103,26 @@ def test_a_checkpoint_whose_tokenizer_frames_documents_otherwise_is_refused(tmp_
     assert f"data.tokenizer={tmp_path / 'tok_bos'} has the same vocabulary but opens them with [{bos}]" in message
     assert not (tmp_path / "ft").exists()
     Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft2", tokenizer=tok_a, init_from=pre))
+
+
+def test_tokenizer_info_shows_the_framing_a_store_records(tmp_path, capsys):
+    """`cookmind tokenizer info` printed the fingerprint but not the ids that open and end a document, which a store
+    now records and training checks beside it: a user refused for a framing mismatch could not see either side's.
+    It prints both, as pack writes them into meta.json."""
+    import json
+
+    from cookmind.cli import main
+    from cookmind.tokenizer.chat_template import ENDOFTEXT, IM_START
+
+    tok_a = _tokenizer(tmp_path, "tok_a", TEXT_A)
+    plain = Tokenizer.load(tok_a)
+    bos = plain.special_tokens[IM_START]
+    Tokenizer(plain.vocab, plain.merges, plain.special_tokens, plain.pattern, bos_ids=[bos]).save(tmp_path / "tok_bos")
+    for folder, want_bos in ((tok_a, []), (tmp_path / "tok_bos", [bos])):
+        assert main(["tokenizer", "info", "--tokenizer", str(folder)]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert (info["bos_ids"], info["eos_id"]) == (want_bos, plain.special_tokens[ENDOFTEXT])
+        assert info["fingerprint"] == plain.fingerprint()
+    pack([tmp_path / "tok_a.txt"], tmp_path / "s", tmp_path / "tok_bos", "seq", separator="\n", progress=False)
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())["tokenizer"]
+    assert (meta["bos_ids"], meta["eos_id"]) == ([bos], info["eos_id"])

@@ -113,7 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)",
     )
 
-    n = sub.add_parser("info", help="print vocabulary size, specials and fingerprint")
+    n = sub.add_parser(
+        "info",
+        help="print vocabulary size, specials, fingerprint and the ids that open and end a document "
+        "(bos_ids, eos_id: what a token store records and training checks)",
+    )
     n.add_argument("--tokenizer", required=True, help="tokenizer directory")
 
 
@@ -354,6 +358,8 @@ def main(args) -> int:
             return _export(args)
         if args.action == "import":
             return _import(args)
+        from cookmind.tokenizer.documents import document_framing
+
         tok = Tokenizer.load(args.tokenizer)
         print(
             json.dumps(
@@ -363,6 +369,7 @@ def main(args) -> int:
                     "pattern": tok.pattern,
                     "special_tokens": tok.special_tokens,
                     "fingerprint": tok.fingerprint(),
+                    **document_framing(tok),
                     "fast_path": tok.fast_encoding is not None,
                 },
                 ensure_ascii=False,
