@@ -585,16 +585,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--fp8-head-scaling row runs the head's own G (e4m3) and FP8 backward: leave out the other head flags")
     if args.fp8_head_grad == "bf16" and args.fp8_head_backward != "bf16":
         ap.error("--fp8-head-grad bf16: the FP8 backward GEMMs take FP8 operands; give --fp8-head-backward bf16")
+    if args.fp8_head and device.type != "cuda":
+        ap.error(f"--fp8-head: the FP8 LM head runs only on a CUDA GPU with FP8 tensor cores, not on {device.type}")
+    if args.steps < 2:
+        ap.error("--steps must be at least 2")
+    # the head's ablation settings, once every refusal above has had its say (a refused call leaves the module as is)
     if args.fp8_head_grad:
         set_head_grad_format(args.fp8_head_grad)
     if args.fp8_head_backward:
         set_head_backward(args.fp8_head_backward)
     if args.fp8_head_scaling:
         set_head_scaling(args.fp8_head_scaling)
-    if args.fp8_head and device.type != "cuda":
-        ap.error(f"--fp8-head: the FP8 LM head runs only on a CUDA GPU with FP8 tensor cores, not on {device.type}")
-    if args.steps < 2:
-        ap.error("--steps must be at least 2")
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

@@ -295,6 +295,7 @@ def test_the_fp8_heads_scales_can_be_chosen_per_row_for_the_check(capsys):
     for argv, says in (
         (["--fp8-head-scaling", "row"], "--fp8-head-scaling sets the FP8 head's scales: give --fp8-head too"),
         (["--fp8-head", "--fp8-head-scaling", "row", "--fp8-head-grad", "e5m2"], "leave out the other head flags"),
+        (["--fp8-head", "--fp8-head-scaling", "row"], "the FP8 LM head runs only on a CUDA GPU"),  # after the flags
     ):
         with pytest.raises(SystemExit):
             B.main(["--device", "cpu", *argv])
