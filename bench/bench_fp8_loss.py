@@ -206,8 +206,7 @@ def run_config(shape_name: str, vocab: int, steps: int, warmup_steps: int, devic
 
 
 # the FP8 head's loss-gradient format: (dtype name, fixed scale); e4m3 x256 is linear_ce_fp8's own
-# (bf16 x1: only with --fp8-head-backward bf16, the head then FP8 in its forward GEMM alone)
-HEAD_GRAD_FORMATS = {"e4m3": ("float8_e4m3fn", 256.0), "e5m2": ("float8_e5m2", 32768.0), "bf16": ("bfloat16", 1.0)}
+HEAD_GRAD_FORMATS = {"e4m3": ("float8_e4m3fn", 256.0), "e5m2": ("float8_e5m2", 32768.0)}
 
 
 def set_head_grad_format(name: str) -> tuple:
@@ -218,25 +217,6 @@ def set_head_grad_format(name: str) -> tuple:
     before = (F8.GRAD_DTYPE, F8.GRAD_SCALE)
     dtype, scale = HEAD_GRAD_FORMATS[name]
     F8.GRAD_DTYPE, F8.GRAD_SCALE = getattr(torch, dtype), scale
-    return before
-
-
-def set_head_backward(precision: str) -> tuple:
-    """Run the FP8 head's two backward GEMMs in ``precision`` (fp8, the head's own; bf16: on G's values and the
-    unquantised h and W, to tell which of the head's roundings costs loss); returns the previous setting."""
-    import cookmind.kernels.linear_ce_fp8 as F8
-
-    before = F8.BACKWARD_FP8
-    F8.BACKWARD_FP8 = ("grad_input", "grad_weight") if precision == "fp8" else ()
-    return before
-
-
-def set_head_scaling(scaling: str) -> str:
-    """Scale the FP8 head's operands per ``scaling`` (tensor, the head's own; row: per row or channel, through
-    torch._scaled_mm's row-wise mode); returns the previous setting."""
-    import cookmind.kernels.linear_ce_fp8 as F8
-
-    before, F8.SCALING = F8.SCALING, scaling
     return before
 
 
@@ -513,22 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(HEAD_GRAD_FORMATS),
         default=None,
         help="with --fp8-head: the format of the head's loss gradient G (default the head's own, e4m3 x256); e5m2 "
-        "x2^15 keeps the small entries e4m3 rounds to zero (bench/probe_fp8_head_tail.py); bf16 needs "
-        "--fp8-head-backward bf16",
-    )
-    ap.add_argument(
-        "--fp8-head-backward",
-        choices=["fp8", "bf16"],
-        default=None,
-        help="with --fp8-head: the precision of the head's two backward GEMMs (default fp8, the head's own; bf16 "
-        "runs them on G's values and the unquantised h and W: an ablation of the head's roundings)",
-    )
-    ap.add_argument(
-        "--fp8-head-scaling",
-        choices=["tensor", "row"],
-        default=None,
-        help="with --fp8-head: one e4m3 scale per tensor (default, the head's own) or per row / channel (row: h per "
-        "token and W per vocabulary row in the forward, W and h g per channel in the backward)",
+        "x2^15 keeps the small entries e4m3 rounds to zero (bench/probe_fp8_head_tail.py)",
     )
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument(
@@ -576,26 +541,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--shape {args.shape} on {device.type} would take days; there use --shape tiny")
     if args.fp8_head_grad and not args.fp8_head:
         ap.error("--fp8-head-grad sets the FP8 head's gradient format: give --fp8-head too")
-    if args.fp8_head_backward and not args.fp8_head:
-        ap.error("--fp8-head-backward sets the FP8 head's backward GEMMs: give --fp8-head too")
-    if args.fp8_head_scaling and not args.fp8_head:
-        ap.error("--fp8-head-scaling sets the FP8 head's scales: give --fp8-head too")
-    other_head_flags = args.fp8_head_backward == "bf16" or args.fp8_head_grad not in (None, "e4m3")
-    if args.fp8_head_scaling == "row" and other_head_flags:
-        ap.error("--fp8-head-scaling row runs the head's own G (e4m3) and FP8 backward: leave out the other head flags")
-    if args.fp8_head_grad == "bf16" and args.fp8_head_backward != "bf16":
-        ap.error("--fp8-head-grad bf16: the FP8 backward GEMMs take FP8 operands; give --fp8-head-backward bf16")
     if args.fp8_head and device.type != "cuda":
         ap.error(f"--fp8-head: the FP8 LM head runs only on a CUDA GPU with FP8 tensor cores, not on {device.type}")
     if args.steps < 2:
         ap.error("--steps must be at least 2")
-    # the head's ablation settings, once every refusal above has had its say (a refused call leaves the module as is)
-    if args.fp8_head_grad:
+    if args.fp8_head_grad:  # once every refusal above has had its say: a refused call leaves the kernel module as is
         set_head_grad_format(args.fp8_head_grad)
-    if args.fp8_head_backward:
-        set_head_backward(args.fp8_head_backward)
-    if args.fp8_head_scaling:
-        set_head_scaling(args.fp8_head_scaling)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -629,10 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         fast = "" if args.fp8_fast_accum == "output" else f", fast accumulation: {args.fp8_fast_accum}"
         precision = cfg.train.precision + (f" + float8 blocks ({args.fp8_scaling}{fast})" if fp8 else "")
         if fp8 and args.fp8_head:
-            head = [f"G {args.fp8_head_grad}"] if args.fp8_head_grad else []
-            head += [f"backward GEMMs {args.fp8_head_backward}"] if args.fp8_head_backward else []
-            head += [f"scales per {args.fp8_head_scaling}"] if args.fp8_head_scaling else []
-            precision += " + FP8 LM head" + (f" ({', '.join(head)})" if head else "")
+            precision += " + FP8 LM head" + (f" (G {args.fp8_head_grad})" if args.fp8_head_grad else "")
         if fp8 and device.type == "cpu":
             precision += ", emulated"
         line = {"figure": "fp8 loss run", "run": name, "precision": precision, **common}

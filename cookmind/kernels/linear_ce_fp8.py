@@ -34,13 +34,6 @@ E4M3 = torch.float8_e4m3fn if hasattr(torch, "float8_e4m3fn") else None
 E4M3_MAX = 448.0
 GRAD_DTYPE = E4M3
 GRAD_SCALE = 256.0  # |G| <= 1 -> |S G| <= 256 < 448; a power of two, so the scaling itself is exact
-# the backward GEMMs that run in FP8; bench/bench_fp8_loss.py's ablation (--fp8-head-backward bf16) leaves them out, and
-# those run in bf16 on G (its FP8 values, or bf16 with GRAD_DTYPE bf16) and the unquantised h and W
-BACKWARD_FP8 = ("grad_input", "grad_weight")
-# how h, W and (h g) are scaled into e4m3: "tensor", one scale each (the head's own); "row", bench/bench_fp8_loss.py's
-# ablation (--fp8-head-scaling row): one scale per row or channel, as torch._scaled_mm's row-wise mode takes them
-# (per token for h and per vocabulary row for W in the forward, per channel of C for W and h g in the backward)
-SCALING = "tensor"
 # the gradient pass's tile (rows, columns) and warps: 0.91 ms at N=12288, V=50304 on the H200, the best of
 # bench/bench_linear_ce.py's sweep_fp8_tiles (8 warps: 1.05 ms)
 TILE_M, TILE_V, TILE_WARPS = 64, 128, 4
@@ -79,14 +72,6 @@ def shapes_fit(n: int, c: int, v: int) -> bool:
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(x8 e4m3, s) with x ~= x8 * s, s = amax|x| / 448 as a 0-dim fp32 tensor (no host sync)."""
     amax = x.detach().abs().amax().float().clamp(min=1e-12)
-    x8 = (x.float() * (E4M3_MAX / amax)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
-    return x8, amax / E4M3_MAX
-
-
-def quantize_along(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x8 e4m3, s) with x ~= x8 * s, one scale per slice: s = amax|x| / 448 reduced over ``dim`` (kept as size 1),
-    fp32, so a (R, C) x gives (R, 1) scales over dim 1 and (1, C) over dim 0."""
-    amax = x.detach().abs().amax(dim=dim, keepdim=True).float().clamp(min=1e-12)
     x8 = (x.float() * (E4M3_MAX / amax)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
     return x8, amax / E4M3_MAX
 
@@ -160,35 +145,25 @@ class LinearCrossEntropyFP8(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, weight, targets, keep, ignore_index: int, fast_accum: tuple[str, ...] = ()):
-        if SCALING == "row":  # one scale per token of h and per vocabulary row of W: (N, 1) and (1, V)
-            h8, scale_h = quantize_along(h, 1)
-            w8, scale_w = quantize_along(weight, 1)
-            scale_w = scale_w.reshape(1, -1)
-        else:
-            h8, scale_h = quantize(h)
-            w8, scale_w = quantize(weight)
+        h8, scale_h = quantize(h)
+        w8, scale_w = quantize(weight)
         nll, grad, grad_t = _forward_op(
             h8, w8, scale_h, scale_w, targets, ignore_index, GRAD_SCALE, "output" in fast_accum
         )
-        ctx.save_for_backward(grad, grad_t, h, w8, scale_w, keep, weight)
+        ctx.save_for_backward(grad, grad_t, h, w8, scale_w, keep)
         ctx.weight_dtype = weight.dtype
         ctx.fast_accum = fast_accum
-        ctx.scaling = SCALING
         return nll
 
     @staticmethod
     def backward(ctx, grad_nll):
-        grad, grad_t, h, w8, scale_w, keep, weight = ctx.saved_tensors
+        grad, grad_t, h, w8, scale_w, keep = ctx.saved_tensors
         g = torch.where(keep, grad_nll, 0.0)[
             :, None
         ]  # (N, 1); where, not *: a nan upstream on an ignored row stays out
         unscale = torch.full((), 1.0 / GRAD_SCALE, dtype=torch.float32, device=grad.device)
         grad_h = grad_w = None
-        if ctx.scaling == "row":
-            return (*_row_scaled_backward(ctx, grad, grad_t, h, weight, g), None, None, None, None)
-        if ctx.needs_input_grad[0] and "grad_input" not in BACKWARD_FP8:
-            grad_h = ((grad.to(torch.bfloat16) @ weight.to(torch.bfloat16)).float() * unscale * g).to(h.dtype)
-        elif ctx.needs_input_grad[0]:
+        if ctx.needs_input_grad[0]:
             gw = torch._scaled_mm(
                 grad,
                 _col_major(w8),
@@ -198,10 +173,7 @@ class LinearCrossEntropyFP8(torch.autograd.Function):
                 use_fast_accum="grad_input" in ctx.fast_accum,
             )
             grad_h = (gw * g).to(h.dtype)
-        if ctx.needs_input_grad[1] and "grad_weight" not in BACKWARD_FP8:
-            hg = (h.float() * g).to(torch.bfloat16)
-            grad_w = ((grad_t.to(torch.bfloat16) @ hg).float() * unscale).to(ctx.weight_dtype)
-        elif ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1]:
             hg8, scale_hg = quantize(h.float() * g)
             out = ctx.weight_dtype if ctx.weight_dtype in (torch.float32, torch.bfloat16) else torch.float32
             grad_w = torch._scaled_mm(
@@ -213,31 +185,3 @@ class LinearCrossEntropyFP8(torch.autograd.Function):
                 use_fast_accum="grad_weight" in ctx.fast_accum,
             ).to(ctx.weight_dtype)
         return grad_h, grad_w, None, None, None, None
-
-
-def _row_scaled_backward(ctx, grad, grad_t, h, weight, g):
-    """The two backward GEMMs with one scale per channel of C for W and for h g, G's fixed scale (and, for grad_h,
-    each row's upstream g) as the row scales of the first operand; row-wise _scaled_mm writes bf16."""
-    grad_h = grad_w = None
-    if ctx.needs_input_grad[0]:
-        wc8, scale_wc = quantize_along(weight, 0)  # (1, C)
-        grad_h = torch._scaled_mm(
-            grad,
-            _col_major(wc8),
-            scale_a=(g.float() / GRAD_SCALE).contiguous(),  # (N, 1): the upstream folded into the row scale
-            scale_b=scale_wc,
-            out_dtype=torch.bfloat16,
-            use_fast_accum="grad_input" in ctx.fast_accum,
-        ).to(h.dtype)
-    if ctx.needs_input_grad[1]:
-        hg8, scale_hg = quantize_along(h.float() * g, 0)  # (1, C)
-        unscale_rows = torch.full((grad_t.shape[0], 1), 1.0 / GRAD_SCALE, dtype=torch.float32, device=grad.device)
-        grad_w = torch._scaled_mm(
-            grad_t,
-            _col_major(hg8),
-            scale_a=unscale_rows,
-            scale_b=scale_hg,
-            out_dtype=torch.bfloat16,
-            use_fast_accum="grad_weight" in ctx.fast_accum,
-        ).to(ctx.weight_dtype)
-    return grad_h, grad_w
