@@ -34,3 +34,36 @@ def test_stop_string_ends_choice_and_is_hidden():
     proc, deltas = run("one two STOP three", stops=["STOP"])
     assert proc.content == "one two " and proc.finish_reason == "stop" and proc.stopped_by_string
     assert sum(d.finish_reason is not None for d in deltas) == 1
+
+
+class PieceTok:
+    """Tokens that are whole strings (several characters each), as a BPE's are."""
+
+    def __init__(self, pieces):
+        self.pieces = list(pieces)
+
+    def decode(self, ids):
+        return "".join(self.pieces[i] for i in ids)
+
+
+def test_logprobs_end_with_the_token_the_stop_string_cuts():
+    # "suma" + "z3r" (the stop) + "y": the text ends at "a"; 'az' holds the cut, '3' and 'ry' lie past it
+    pieces = [" s", "um", "az", "3", "ry", " more"]
+    tok = PieceTok(pieces)
+    proc = OutputProcessor(tok, ["z3r"])
+    deltas = [proc.feed(TokenEvent(i, logprob=-0.5 - i)) for i in range(len(pieces))]
+    deltas.append(proc.feed(FinishEvent("length")))
+    assert proc.content == " suma" and proc.finish_reason == "stop"
+    sent = [e["token"] for d in deltas for e in d.logprobs]
+    assert [e["token"] for e in proc.logprob_entries] == [" s", "um", "az"] == sent
+    # the tokens generated still count as generated (usage), whatever the text keeps
+    assert proc.completion_tokens == 5
+
+
+def test_logprobs_keep_every_token_of_text_before_a_stop_at_a_token_boundary():
+    pieces = [" a", " b", "STOP", " c"]
+    proc = OutputProcessor(PieceTok(pieces), ["STOP"])
+    deltas = [proc.feed(TokenEvent(i, logprob=-1.0)) for i in range(len(pieces))]
+    assert proc.content == " a b"
+    assert [e["token"] for d in deltas for e in d.logprobs] == [" a", " b"]
+    assert [e["token"] for e in proc.logprob_entries] == [" a", " b"]

@@ -61,6 +61,8 @@ class OutputProcessor:
         self.reasoning_parts: list[str] = []
         self.logprob_entries: list[dict] = []
         self._unsent_logprobs: list[dict] = []  # entries of tokens whose text a step still holds back
+        self._starts: list[int] = []  # per entry: where its token's text begins in the detokenized output
+        self._text_len = 0  # characters of detokenized output fed to the stop matcher so far
         self.prompt_logprob_entries: list[dict] | None = None
 
     def feed(self, ev) -> Delta:
@@ -84,10 +86,17 @@ class OutputProcessor:
             }
             self._unsent_logprobs.append(entry)
             self.logprob_entries.append(entry)
-        text, hit = self.stop.feed(self.detok.add(ev.token_id))
+            self._starts.append(self._text_len)
+        piece = self.detok.add(ev.token_id)
+        held_before = len(self.stop.held)
+        text, hit = self.stop.feed(piece)
+        self._text_len += len(piece)
         self._route(text, delta)
         if hit:
             self.stopped_by_string = True
+            # the text ends where the stop string begins: the tokens whose text starts there or later are not
+            # the reply's, so their logprobs go too (they still count as generated tokens)
+            self._drop_logprobs_from(self._text_len - len(piece) - held_before + len(text))
             tail = self._finish("stop")
             delta.content += tail.content
             delta.reasoning += tail.reasoning
@@ -97,6 +106,19 @@ class OutputProcessor:
         elif (delta.content or delta.reasoning or delta.tool_calls) and not self._holding():
             delta.logprobs, self._unsent_logprobs = self._unsent_logprobs, []
         return delta
+
+    def _drop_logprobs_from(self, cut: int) -> None:
+        """Leave out the entries of tokens whose text begins at character ``cut`` or later (a left-out token
+        before the first of them stays: it came before the cut)."""
+        first = next(
+            (i for i, (e, at) in enumerate(zip(self.logprob_entries, self._starts)) if e["in_text"] and at >= cut),
+            None,
+        )
+        if first is None:
+            return
+        gone = {id(e) for e in self.logprob_entries[first:]}
+        del self.logprob_entries[first:], self._starts[first:]
+        self._unsent_logprobs = [e for e in self._unsent_logprobs if id(e) not in gone]
 
     def _holding(self) -> bool:
         """Whether a step holds back text of the tokens fed so far (part of a character, a stop string, a tag or
