@@ -248,6 +248,15 @@ def test_errors_are_openai_json_with_right_status(setup):
         headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
     )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    # nesting deeper than Python's recursion limit was a RecursionError: a plain-text 500 and a traceback
+    deep = b'{"model": "m", "messages": [], "metadata": {"a": ' + b"[" * 1500 + b"]" * 1500 + b"}}"
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        r = httpx.post(
+            setup["server"].url + path,
+            content=deep,
+            headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+        )
+        assert r.status_code == 400 and "nested too deeply" in r.json()["error"]["message"], r.text
 
 
 def test_a_completion_without_max_tokens_near_the_context_gets_what_fits(setup):
@@ -450,6 +459,46 @@ def test_streamed_chat_logprobs_go_out_with_their_text(setup):
     streamed = [e for ch in chunks if ch.logprobs for e in ch.logprobs.content]
     assert len(streamed) > sum(bool(ch.logprobs) for ch in chunks), "no text was held back: the test shows nothing"
     assert [e.model_dump() for e in streamed] == [e.model_dump() for e in whole.logprobs.content]
+
+
+def test_logprobs_end_with_the_token_a_stop_string_cuts(setup):
+    # tokens past a stop string's start were listed in logprobs although none of their text was sent
+    c = setup["client"]
+    kw = dict(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0, logprobs=True)
+    full = c.chat.completions.create(**kw).choices[0]
+    toks = [e.token for e in full.logprobs.content]
+    text = full.message.content
+    assert "".join(toks) == text
+    for k in range(1, len(toks) - 2):  # a stop from token k's last character into token k + 2
+        stop = toks[k][-1] + toks[k + 1] + toks[k + 2][:1]
+        cut = len("".join(toks[: k + 1])) - 1
+        if len(toks[k]) > 1 and toks[k + 1] and toks[k + 2] and text.find(stop) == cut:
+            break
+    else:
+        pytest.skip("no reply token to start a stop string inside")
+    stopped = c.chat.completions.create(**kw, stop=[stop]).choices[0]
+    assert stopped.message.content == text[:cut]
+    assert [e.token for e in stopped.logprobs.content] == toks[: k + 1]  # the last holds the cut; none past it
+    streamed = [
+        e.token
+        for ch in c.chat.completions.create(**kw, stop=[stop], stream=True)
+        if ch.choices and ch.choices[0].logprobs
+        for e in ch.choices[0].logprobs.content
+    ]
+    assert streamed == toks[: k + 1]
+    completion = c.completions.create(model=MODEL, prompt="The cook", max_tokens=30, temperature=0, logprobs=1).choices[
+        0
+    ]
+    ctoks = completion.logprobs.tokens
+    assert "".join(ctoks) == completion.text and len(ctoks) > 3
+    stop2 = ctoks[1][-1] + ctoks[2]
+    cut2 = completion.text.find(stop2)
+    cstopped = c.completions.create(
+        model=MODEL, prompt="The cook", max_tokens=30, temperature=0, logprobs=1, stop=[stop2]
+    ).choices[0]
+    kept = [t for t in cstopped.logprobs.tokens]
+    assert cstopped.text == completion.text[:cut2]
+    assert len("".join(kept[:-1])) < cut2 <= len("".join(kept)) or (cut2 == 0 and not kept)
 
 
 def test_full_queue_answers_429(setup):

@@ -191,6 +191,8 @@ BAD = [
     ('{"text": "broken', "invalid JSON"),
     ('{"body": "x"}', "missing field 'text'"),
     ('{"text": 7}', "field 'text' must be a string, got int"),
+    # deeper than Python's recursion limit: json.loads raised RecursionError, a traceback instead of this line
+    ('{"text": "x", "m": ' + "[" * 5000 + "]" * 5000 + "}", "invalid JSON (nested too deeply"),
 ]
 
 

@@ -18,7 +18,6 @@ format rate and answer length as ``val_accuracy``, ``val_format_rate``, ``val_re
 from __future__ import annotations
 
 import functools
-import json
 import typing
 import warnings
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import Any
 
 import torch
 
+from cookmind import json_input
 from cookmind.align.losses import (
     LENGTH_NORMALIZATIONS,
     aggregate_token_loss,
@@ -214,7 +214,7 @@ def load_problems(path: str | Path, key: str = "grpo.problems") -> list[dict[str
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json_input.loads(line)
         except ValueError as exc:
             raise ValueError(f"{path}:{n}: not valid JSON ({exc}); each line must be one JSON object") from None
         try:

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from cookmind import json_input
 from cookmind.atomic import temp_path
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
@@ -148,7 +149,7 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line.rstrip("\r\n"))  # with its newline a cut-off line read as column 1
+                rec = json_input.loads(line.rstrip("\r\n"))  # with its newline a cut-off line read as column 1
             except json.JSONDecodeError as exc:
                 raise ValueError(
                     f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from cookmind import json_input
+
 
 def read_jsonl(path, limit: int | None = None) -> list[dict]:
     """Records of a JSONL file; a malformed line raises naming the file and line."""
@@ -20,7 +22,7 @@ def read_jsonl_lines(path, limit: int | None = None) -> list[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                out.append((lineno, json.loads(line.rstrip("\r\n"))))  # a cut-off line read as column 1
+                out.append((lineno, json_input.loads(line.rstrip("\r\n"))))  # a cut-off line read as column 1
             except json.JSONDecodeError as exc:
                 raise ValueError(
                     f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"

@@ -21,6 +21,8 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from cookmind import json_input
+
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 CALL_PREFIX = '<tool_call>\n{"name": "'  # then the name, CALL_MIDDLE, the arguments, CALL_SUFFIX
 CALL_MIDDLE = '", "arguments": '
@@ -207,7 +209,7 @@ def parse_call(block: str) -> dict | None:
     """An OpenAI tool call from one ``<tool_call>...</tool_call>`` block, or None when it does not parse."""
     body = block[len(TOOL_OPEN) : -len(TOOL_CLOSE)]
     try:
-        obj = json.loads(body)
+        obj = json_input.loads(body)
     except ValueError:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cookmind import json_input
 from cookmind.store.sources import Item
 from cookmind.tokenizer.documents import document_ids, prompt_ids
 
@@ -95,7 +96,7 @@ def parse(item: Item) -> object:
     if item.kind != "json":
         return item.payload
     try:  # without its newline: a line cut off mid-object was "line 2, column 1" to json, reported as column 1
-        return json.loads(item.payload.rstrip("\r\n"))
+        return json_input.loads(item.payload.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
         raise BadRecord(f"invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cookmind import json_input
+
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -134,7 +136,7 @@ def _json_array_items(path: Path, utf8_errors: str = "strict") -> Iterator[Item]
 
     text = _whole_text(path, utf8_errors)
     try:
-        rows = json.loads(text)
+        rows = json_input.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(
             f"{path}:{exc.lineno}: the file opens a JSON array but is not valid JSON ({exc}); "

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import json
 import re
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from cookmind import json_input
 from cookmind.infer.schemas import error_body, field_types, object_types
 
 
@@ -36,7 +36,7 @@ class APIError(Exception):
 
 def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
     try:
-        json.loads(raw)
+        json_input.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise APIError(400, f"the request body is not valid JSON: {exc}") from exc
     try:
