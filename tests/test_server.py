@@ -248,8 +248,9 @@ def test_errors_are_openai_json_with_right_status(setup):
         headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
     )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
-    # nesting deeper than Python's recursion limit was a RecursionError: a plain-text 500 and a traceback
-    deep = b'{"model": "m", "messages": [], "metadata": {"a": ' + b"[" * 1500 + b"]" * 1500 + b"}}"
+    # nesting deeper than Python's recursion limit was a RecursionError: a plain-text 500 and a traceback (deep enough
+    # for any limit: torch.compile's inductor raises it to 2000 in the process, and 1500 levels then parsed)
+    deep = b'{"model": "m", "messages": [], "metadata": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
     for path in ("/v1/chat/completions", "/v1/completions"):
         r = httpx.post(
             setup["server"].url + path,
@@ -406,7 +407,7 @@ def test_a_reply_sent_back_in_the_history_is_accepted_with_its_reply_fields(setu
     kw = {"model": MODEL, "max_tokens": 2, "temperature": 0}
     reply = c.chat.completions.create(messages=MESSAGES, **kw).choices[0].message
     assert c.chat.completions.create(messages=[*MESSAGES, reply, {"role": "user", "content": "more"}], **kw).choices
-    echoed = {"role": "assistant", "content": [{"type": "text", "text": "Soup."}], "refusal": None, "name": "cook"}
+    echoed = {"role": "assistant", "content": [{"type": "text", "text": "Soup."}], "refusal": None}
     echoed |= {"annotations": [], "audio": None, "function_call": None, "tool_calls": [CALL]}
     tool = {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "bread"}]}
     assert c.chat.completions.create(messages=[*MESSAGES, echoed, tool], **kw).choices
@@ -417,6 +418,47 @@ def test_a_reply_sent_back_in_the_history_is_accepted_with_its_reply_fields(setu
     refused = [*MESSAGES, {"role": "assistant", "content": None, "refusal": "No."}, {"role": "user", "content": "Hm."}]
     said = [*MESSAGES, {"role": "assistant", "content": "No."}, {"role": "user", "content": "Hm."}]
     assert c.chat.completions.create(messages=refused, **kw).usage.prompt_tokens == len(chat_prompt(setup, said))
+
+
+@pytest.mark.parametrize(
+    ("messages", "extra", "says"),
+    [
+        # a participant's name: OpenAI shows it to the model; the chat template has no place for it, and it was dropped
+        ([{"role": "user", "content": "Hi", "name": "Alice"}], {}, "messages[0].name"),
+        ([{"role": "system", "content": "Be brief.", "name": "rules"}], {}, "messages[0].name"),
+        # a turn without content was rendered as an empty turn
+        ([{"role": "user", "content": None}], {}, "a user message needs content"),
+        ([{"role": "system"}, {"role": "user", "content": "Hi"}], {}, "a system message needs content"),
+        # a tool result that answers no call of the assistant turn before it
+        ([*MESSAGES, {"role": "tool", "tool_call_id": "call_9", "content": "3"}], {}, "answers no tool call"),
+        (
+            [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [CALL]}]
+            + [{"role": "user", "content": "and?"}, {"role": "tool", "tool_call_id": "call_1", "content": "3"}],
+            {},
+            "answers no tool call",
+        ),
+        # usage in a stream, asked for on a reply that is not streamed
+        (MESSAGES, {"stream_options": {"include_usage": True}}, "stream_options needs stream=true"),
+    ],
+)
+def test_a_message_the_server_would_render_otherwise_than_asked_is_refused(setup, messages, extra, says):
+    with pytest.raises(openai.BadRequestError) as e:
+        setup["client"].chat.completions.create(model=MODEL, messages=messages, max_tokens=2, **extra)
+    assert says in e.value.body["message"], e.value.body
+
+
+def test_a_tool_result_may_carry_its_function_name(setup):
+    # a tool message's name is the function's, which its tool_call_id already identifies: accepted
+    kw = {"model": MODEL, "max_tokens": 2, "temperature": 0}
+    call = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [CALL]}]
+    plain = [*call, {"role": "tool", "tool_call_id": "call_1", "content": "3"}]
+    named = [*call, {"role": "tool", "tool_call_id": "call_1", "content": "3", "name": "get_recipe"}]
+    c = setup["client"]
+    assert c.chat.completions.create(messages=named, **kw).usage.prompt_tokens == (
+        c.chat.completions.create(messages=plain, **kw).usage.prompt_tokens
+    )
+    with pytest.raises(openai.BadRequestError, match="stream_options needs stream=true"):
+        c.completions.create(model=MODEL, prompt="The", max_tokens=2, stream_options={"include_usage": True})
 
 
 @pytest.mark.parametrize(

@@ -131,7 +131,21 @@ class ChatMessage(_Strict):
     def _tool_result_names_its_call(self):
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs tool_call_id: the id of the assistant's tool call it answers")
+        if self.content is None and self.role != "assistant":  # an assistant turn may be tool calls or a refusal
+            raise ValueError(f"a {self.role} message needs content (null would be an empty turn)")
         return self
+
+    @field_validator("name")
+    @classmethod
+    def _no_participant_names(cls, v, info):
+        # OpenAI shows a participant's name to the model; the chat template has no place for one, so it would be
+        # dropped. A tool result's name is its function's, which tool_call_id already identifies.
+        if v is not None and info.data.get("role") != "tool":
+            raise ValueError(
+                "participant names are not shown to the model by this server's chat template; leave name out, "
+                "or put the name in the content"
+            )
+        return v
 
     @field_validator("audio", "function_call")
     @classmethod
@@ -201,6 +215,12 @@ class _SamplingFields(_Strict):
             raise ValueError("stop sequences must be non-empty")
         return v
 
+    @model_validator(mode="after")
+    def _usage_in_a_stream(self):
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options needs stream=true; leave it out of a reply that is not streamed")
+        return self
+
     def stop_list(self) -> list[str]:
         if self.stop is None:
             return []
@@ -259,6 +279,24 @@ class ChatCompletionRequest(_SamplingFields):
         if v and set(v) != {"text"}:
             raise ValueError('modalities other than "text" are not supported by this server; leave it out')
         return v
+
+    @model_validator(mode="after")
+    def _tool_results_answer_calls(self):
+        # a tool result answers a call of the assistant turn it follows (other results between them): rendered
+        # elsewhere, the model would read a result of a call it never made
+        calls: set | None = None  # ids of the calls the results since the last assistant turn may answer
+        for i, m in enumerate(self.messages):
+            if m.role == "assistant":
+                calls = {c.get("id") for c in m.tool_calls or []}
+            elif m.role == "tool":
+                if not calls or m.tool_call_id not in calls:
+                    raise ValueError(
+                        f"messages[{i}] (a tool result for {m.tool_call_id!r}) answers no tool call of the assistant "
+                        "turn right before it; put it after the assistant message whose tool_calls hold that id"
+                    )
+            else:
+                calls = None
+        return self
 
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
