@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -112,3 +113,21 @@ def test_harmful_classifiers_load_a_trained_model(tmp_path):
     path = train_classifier(rows, cfg=ClassifierConfig(bucket=1024)).save(tmp_path / "tox.npz")
     assert classify_toxic_speech("moron idiot", model=str(path))[0] == "toxic"
     assert classify_toxic_speech("lovely soup", model=str(path))[0] == "non_toxic"
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ({"body": 7, "label": "spam"}, r"l\.jsonl:3: field 'body' must be a string, got int"),
+        ({"label": "spam"}, r"l\.jsonl:3: the record lacks 'body'"),
+    ],
+)
+def test_cli_train_classifier_names_the_line_of_a_bad_record(tmp_path, capsys, bad, says):
+    # a record was "record 2" of the file (not a line once blank lines are skipped), and an int text a traceback
+    from cookmind.cli import main
+
+    rows = [{"body": "the soup simmered", "label": "good"}, bad]
+    (tmp_path / "l.jsonl").write_text("\n" + "\n".join(json.dumps(r) for r in rows) + "\n")
+    argv = ["curate", "train-classifier", "--input", str(tmp_path / "l.jsonl"), "--text-field", "body", "--output"]
+    assert main([*argv, str(tmp_path / "m.npz")]) == 2
+    assert re.search(says, capsys.readouterr().err)  # line 3: the file begins with a blank line

@@ -463,3 +463,51 @@ def test_config_mistakes_are_one_line_naming_the_stage_option_or_yaml_line(tmp_p
     (tmp_path / "c.yaml").write_text("stages: [extract\n")
     with pytest.raises(ValueError, match=r"c.yaml: not valid YAML at line 2, column 1: expected ',' or '\]'"):
         CurateConfig.from_yaml(tmp_path / "c.yaml")  # was a yaml traceback
+
+
+def _jsonl(path: Path, records: list) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+@pytest.mark.parametrize("bad", [{"text": 5}, {"text": ["a", "b"]}, {"html": {"body": "x"}}])
+def test_a_record_whose_text_or_html_is_not_a_string_is_named_by_file_and_line(tmp_path, bad):
+    # an int text was an AttributeError traceback from the stats, a dict html one from extract
+    src = _jsonl(tmp_path / "in.jsonl", [{"text": "A fine first record of words."}, bad])
+    key = next(iter(bad))
+    with pytest.raises(
+        ValueError, match=rf"in\.jsonl:2: field '{key}' must be a string, got {type(bad[key]).__name__}"
+    ):
+        run_pipeline(CurateConfig(stages=LIGHT), [src], tmp_path / "out", progress=False)
+
+
+def test_a_parquet_row_whose_text_is_not_a_string_is_named_by_its_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": [3, 4]}), tmp_path / "in.parquet")
+    with pytest.raises(ValueError, match=r"in\.parquet row 0: field 'text' must be a string, got int"):
+        run_pipeline(CurateConfig(stages=LIGHT), [str(tmp_path / "in.parquet")], tmp_path / "out", progress=False)
+
+
+def test_null_text_and_html_are_a_record_without_text_counted_as_removed(tmp_path):
+    src = _jsonl(tmp_path / "in.jsonl", [{"text": "Kept words here."}, {"text": None, "html": None}])
+    result = run_pipeline(CurateConfig(stages=[{"extract": {}}]), [src], tmp_path / "out", progress=False)
+    assert [d["text"] for d in read_outputs(result.outputs)] == ["Kept words here."]
+    extract = json.loads((tmp_path / "out" / "report.json").read_text())["stages"][0]
+    assert extract["name"] == "extract" and extract["removed"] == 1 and extract["reasons"] == {"no_text": 1}
+
+
+@pytest.mark.parametrize("first", [{"gopher": {}}, {"minhash": {}}])
+def test_a_run_whose_stages_do_not_begin_with_extract_names_the_first_document_without_text(tmp_path, first):
+    # every stage after extract reads doc["text"]: an HTML page was a KeyError traceback, whichever stage came first
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "page.html").write_text("<html><body><p>Soup of the day.</p></body></html>")
+    with pytest.raises(ValueError, match=r"page\.html: an HTML document, but the config's stages do not begin with"):
+        run_pipeline(CurateConfig(stages=[first]), [str(tmp_path / "site")], tmp_path / "out", progress=False)
+    src = _jsonl(tmp_path / "in.jsonl", [{"text": "Words enough."}, {"html": "<p>x</p>"}, {"url": "u"}])
+    with pytest.raises(ValueError, match=r"in\.jsonl:2: an HTML document"):
+        run_pipeline(CurateConfig(stages=[first]), [src], tmp_path / "out2", progress=False)
+    text_only = _jsonl(tmp_path / "t.jsonl", [{"text": "Words enough to stay in the output."}])
+    result = run_pipeline(CurateConfig(stages=[first]), [text_only], tmp_path / "out3", progress=False)
+    assert result.outputs  # text documents need no extract

@@ -164,18 +164,23 @@ def _train_classifier(args) -> int:
     from cookmind.atomic import check_output_file
     from cookmind.curate.classifier import ClassifierConfig, train_classifier
     from cookmind.curate.extract import extract_text
-    from cookmind.curate.shards import iter_source
+    from cookmind.curate.shards import iter_located, place
 
     check_output_file(args.output, args.input, args.overwrite, "--output")
     records = []
     for path in args.input:
-        for i, rec in enumerate(iter_source(path)):
-            if args.text_field not in rec and args.html_field in rec:
+        for rec, where in iter_located(path):
+            if args.text_field not in rec and isinstance(rec.get(args.html_field), str):
                 rec = {args.text_field: extract_text(rec[args.html_field]) or "", **rec}
             if args.text_field not in rec or args.label_field not in rec:
                 raise ValueError(
-                    f"{path}: record {i + 1} lacks {args.text_field!r} (or {args.html_field!r}) "
+                    f"{place(where)}: the record lacks {args.text_field!r} (or {args.html_field!r}) "
                     f"or {args.label_field!r}; its keys are {sorted(rec)}"
+                )
+            if not isinstance(rec[args.text_field], str):
+                raise ValueError(
+                    f"{place(where)}: field {args.text_field!r} must be a string, got "
+                    f"{type(rec[args.text_field]).__name__}; fix the record or leave it out"
                 )
             records.append({"text": rec[args.text_field], "label": str(rec[args.label_field])})
     rng = np.random.default_rng(args.seed)

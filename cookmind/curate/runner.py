@@ -53,7 +53,7 @@ def run_doc_shard(
 
     def batches():
         batch = []
-        for doc in iter_shard(shard, SOURCE_KEY if removed_path else None):
+        for doc in iter_shard(shard, SOURCE_KEY if removed_path else None, need_text=stages[0].name != "extract"):
             batch.append(doc)
             if len(batch) == BATCH:
                 yield batch

@@ -100,10 +100,10 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
     kind = kind_of(p)
     if kind == "jsonl":
         for lineno, rec in _jsonl_lines(p):
-            yield rec, {"file": path, "line": lineno}
+            yield _with_content(rec, f"{path}:{lineno}"), {"file": path, "line": lineno}
     elif kind == "parquet":
         for row, rec in enumerate(read_parquet(p)):
-            yield rec, {"file": path, "row": row}
+            yield _with_content(rec, f"{path} row {row}"), {"file": path, "row": row}
     elif kind == "warc":
         for offset, rec in _warc_records(p):
             yield rec, {"file": path, "offset": offset}
@@ -118,16 +118,48 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
         )  # line ends as they are
 
 
-def iter_shard(spec: str | list[str], source_key: str | None = None) -> Iterator[dict]:
+def _with_content(rec: dict, where: str) -> dict:
+    """A record's "text" and "html" are strings; a null one is left out (a record with neither is counted as removed
+    by extract, no_text)."""
+    for key in ("text", "html"):
+        if key in rec and rec[key] is None:
+            del rec[key]
+        elif key in rec and not isinstance(rec[key], str):
+            raise ValueError(
+                f"{where}: field {key!r} must be a string, got {type(rec[key]).__name__} ({rec[key]!r:.40}); "
+                "fix the record or leave it out"
+            )
+    return rec
+
+
+def iter_shard(spec: str | list[str], source_key: str | None = None, need_text: bool = False) -> Iterator[dict]:
     """Documents of a shard: one intermediate/output file, or a list of input files (each document then noting
-    where it is, as ``iter_located`` says, under ``source_key`` if given)."""
+    where it is, as ``iter_located`` says, under ``source_key`` if given). ``need_text``: the input documents go to a
+    first stage other than extract, and one without text (an HTML page) is an error naming it."""
     paths = [spec] if isinstance(spec, str) else spec
     for path in paths:
         for i, (doc, where) in enumerate(iter_located(path)):
+            if need_text and not isinstance(spec, str) and "text" not in doc:
+                raise ValueError(
+                    f"{place(where)}: {'an HTML document' if 'html' in doc else 'a record without text'}, but the "
+                    "config's stages do not begin with extract, and the others read text: put extract first (it "
+                    "turns HTML into text and counts documents without any as removed)"
+                )
             doc.setdefault("id", f"{path}#{i}")
             if source_key and not isinstance(spec, str):
                 doc[source_key] = where
             yield doc
+
+
+def place(where: dict) -> str:
+    """file:line, file row N, file at byte N, or the file: where ``iter_located`` says a document is."""
+    if "line" in where:
+        return f"{where['file']}:{where['line']}"
+    if "row" in where:
+        return f"{where['file']} row {where['row']}"
+    if "offset" in where:
+        return f"{where['file']} at byte {where['offset']}"
+    return where["file"]
 
 
 def _open_text(path: Path):

@@ -331,7 +331,7 @@ class CorpusStage:
         t0 = time.process_time()
 
         def kept():
-            for i, doc in enumerate(iter_shard(shard, SOURCE_KEY if list_removed else None)):
+            for i, doc in enumerate(iter_shard(shard, SOURCE_KEY if list_removed else None, need_text=True)):
                 stats.docs_in += 1
                 stats.bytes_in += text_bytes(doc)
                 if self.keep(doc, i, state, stats):
@@ -362,7 +362,7 @@ class MinHashStage(CorpusStage):
     def scan(self, shard, scratch, idx):
         a, b = minhash.permutations(self.num_hashes, self.seed)
         sets, sigs, text_ids = [], [], []
-        for doc in iter_shard(shard):
+        for doc in iter_shard(shard, need_text=True):
             s = minhash.shingles(doc["text"], self.ngrams)
             sets.append(s)
             sigs.append(minhash.signature(s, a, b))
@@ -416,7 +416,7 @@ class ExactLinesStage(CorpusStage):
         self.num_partitions, self.min_words_after = int(num_partitions), int(min_words_after)
 
     def scan(self, shard, scratch, idx):
-        hashes = [exact_lines.line_hashes(doc["text"]) for doc in iter_shard(shard)]
+        hashes = [exact_lines.line_hashes(doc["text"]) for doc in iter_shard(shard, need_text=True)]
         flat = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
         exact_lines.write_partitions(flat, scratch / f"scan-{idx:05d}", self.num_partitions)
 
