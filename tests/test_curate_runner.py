@@ -511,3 +511,11 @@ def test_a_run_whose_stages_do_not_begin_with_extract_names_the_first_document_w
     text_only = _jsonl(tmp_path / "t.jsonl", [{"text": "Words enough to stay in the output."}])
     result = run_pipeline(CurateConfig(stages=[first]), [text_only], tmp_path / "out3", progress=False)
     assert result.outputs  # text documents need no extract
+
+
+def test_invalid_utf8_in_a_jsonl_input_names_the_file_and_line(tmp_path):
+    # a bare UnicodeDecodeError ("can't decode byte 0xe9 in position 41"): no file, no line
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b'{"text": "Fine words here."}\n{"text": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=r"in\.jsonl:2: invalid UTF-8 at byte 13 of the line"):
+        run_pipeline(CurateConfig(stages=LIGHT), [str(src)], tmp_path / "out", progress=False)

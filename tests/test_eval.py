@@ -828,3 +828,27 @@ def test_eval_mmlu_takes_limit_as_gsm8k_does_meaning_each_subjects_first_n():
     assert parser.parse_args(["gsm8k", "--model", "m", "--data", "d", "--limit", "3"]).limit == 3
     with pytest.raises(SystemExit):
         parser.parse_args(["mmlu", "--model", "m", "--data", "d", "--limit", "0"])
+
+
+def test_an_mmlu_error_names_the_file_line_a_record_starts_on(tmp_path):
+    # it counted CSV records: after a question quoted over three lines, the bad record on line 4 was "line 2"
+    (tmp_path / "dev").mkdir()
+    csv_file = tmp_path / "dev" / "law_dev.csv"
+    csv_file.write_text('"A question\nover three\nlines?",a,b,c,d,A\nWhich?,a,b,c,d,E\n')
+    with pytest.raises(ValueError, match=r"law_dev\.csv:4: expected question,A,B,C,D,answer .* got answer 'E'"):
+        load_mmlu(tmp_path, "dev")
+    csv_file.write_text("Which?,a,b,c,d,B\n" + "W" * 200_000 + ",a,b,c,d,A\n")  # past csv's field size limit
+    with pytest.raises(ValueError, match=r"law_dev\.csv:2: not a CSV record \(field larger than field limit"):
+        load_mmlu(tmp_path, "dev")
+
+
+def test_invalid_utf8_in_eval_data_names_the_file_and_line(tmp_path):
+    # a bare UnicodeDecodeError ("can't decode byte 0xe9 in position 55"), with no file or line
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "law_dev.csv").write_bytes("Which?,a,b,c,d,B\nCaf\u00e9?,a,b,c,d,A\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"law_dev\.csv:2: invalid UTF-8 at byte 3 of the line"):
+        load_mmlu(tmp_path, "dev")
+    g = tmp_path / "g.jsonl"
+    g.write_bytes(b'{"question": "1+1?", "answer": "#### 2"}\n\n{"question": "caf\xe9", "answer": "#### 2"}\n')
+    with pytest.raises(ValueError, match=r"g\.jsonl:3: invalid UTF-8 at byte 17 of the line"):
+        load_gsm8k(g)

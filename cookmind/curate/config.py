@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from cookmind import text_input
+
 # Cheap and certain first, heavy judgements last. Language id runs before the Gopher rules
 # because those are English rules (stop words); dedup runs before the classifiers to save
 # their work, and MinHash before exact-line dedup so an exact copy of a page does not erase
@@ -58,7 +60,7 @@ class CurateConfig:
                 "config to start from"
             )
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+            data = yaml.safe_load(text_input.read_utf8(path)) or {}
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import re
 from pathlib import Path
 
 import numpy as np
 import xxhash
+
+from cookmind import json_input, text_input
 
 _WORD = re.compile(r"[^\W_]+")
 _MULT = np.uint64(0x9E3779B97F4A7C15)  # an odd 64-bit constant: the polynomial's base
@@ -106,13 +109,17 @@ def iter_eval_items(path: Path):
         for rec in read_jsonl(path):
             yield _strings(rec)
     elif name.endswith(".json"):
-        data = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a leading byte-order mark is no text
+        text = text_input.read_utf8(path)
+        try:
+            data = json_input.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         for rec in data if isinstance(data, list) else [data]:
             yield _strings(rec)
     elif name.endswith(".csv"):
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            for row in csv.reader(f):
-                yield " ".join(row)
+        text = text_input.read_utf8(path)
+        for row in csv.reader(io.StringIO(text, newline="")):
+            yield " ".join(row)
     elif name.endswith(".parquet"):
         from cookmind.curate.shards import read_parquet
 

@@ -7,14 +7,13 @@ other fields ride along untouched. Shards are written to a temporary name and re
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from cookmind import json_input
+from cookmind import json_input, text_input
 from cookmind.atomic import temp_path
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
@@ -162,12 +161,6 @@ def place(where: dict) -> str:
     return where["file"]
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig")  # -sig: a leading BOM is no text
-    return open(path, encoding="utf-8-sig")
-
-
 def read_jsonl(path: Path) -> Iterator[dict]:
     """Records of a JSONL(.gz) file; a bad line is an error naming file:line."""
     for _, rec in _jsonl_lines(path):
@@ -176,20 +169,19 @@ def read_jsonl(path: Path) -> Iterator[dict]:
 
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
     """(1-based line number, record) of a JSONL(.gz) file's non-blank lines."""
-    with _open_text(Path(path)) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json_input.loads(line.rstrip("\r\n"))  # with its newline a cut-off line read as column 1
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"
-                    f" at column {exc.colno}); each line must be one JSON object"
-                ) from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            yield lineno, rec
+    for lineno, line in text_input.utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            rec = json_input.loads(line.rstrip("\r\n"))  # with its newline a cut-off line read as column 1
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"
+                f" at column {exc.colno}); each line must be one JSON object"
+            ) from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        yield lineno, rec
 
 
 def read_parquet(path: Path) -> Iterator[dict]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from cookmind import text_input
 from cookmind.align.losses import get_response_log_probs, tokenize_prompt_and_output
 from cookmind.align.prompts import decode_response, encode_text, prompt_ids, stop_ids_of
 from cookmind.align.rewards import LETTERS, parse_mmlu_response
@@ -53,19 +54,7 @@ def load_mmlu(
         subject = f.name[: -len(suffix)]
         if subjects and subject not in subjects:
             continue
-        with open(f, newline="", encoding="utf-8-sig") as fh:  # -sig: Excel's "CSV UTF-8" opens with a BOM
-            for lineno, rec in enumerate(csv.reader(fh), 1):
-                if limit_per_subject is not None and lineno > limit_per_subject:
-                    break
-                if len(rec) != 6 or rec[5].strip() not in LETTERS:
-                    if len(rec) != 6:
-                        found = f"got {len(rec)} fields"
-                    elif lineno == 1 and rec[5].strip().lower() == "answer":
-                        found = "this looks like a header row; MMLU's CSVs have none: remove it"
-                    else:
-                        found = f"got answer {rec[5].strip()!r}"
-                    raise ValueError(f"{f}:{lineno}: expected question,A,B,C,D,answer with answer in A-D; {found}")
-                rows.append({"subject": subject, "question": rec[0], "options": rec[1:5], "answer": rec[5].strip()})
+        rows += _subject_rows(f, subject, limit_per_subject)
     if not rows:  # a score over no question would read as a model that got every one wrong
         read = [f for f in files if not subjects or f.name[: -len(suffix)] in subjects]
         what = (
@@ -77,6 +66,33 @@ def load_mmlu(
             f"no MMLU questions in {folder} ({what}); pass --data ROOT, a folder holding "
             f"{{dev,val,test}}/<subject>_<split>.csv (question,A,B,C,D,answer rows, no header)"
         )
+    return rows
+
+
+def _subject_rows(f: Path, subject: str, limit: int | None) -> list[dict]:
+    """One subject's CSV; an error names the file line a record starts on (a quoted field may span lines)."""
+    rows = []
+    with open(f, newline="", encoding="utf-8-sig") as fh:  # -sig: Excel's "CSV UTF-8" opens with a BOM
+        reader = csv.reader(fh)
+        start = 1  # the file line the next record starts on
+        try:
+            for n, rec in enumerate(reader, 1):
+                if limit is not None and n > limit:
+                    break
+                if len(rec) != 6 or rec[5].strip() not in LETTERS:
+                    if len(rec) != 6:
+                        found = f"got {len(rec)} fields"
+                    elif n == 1 and rec[5].strip().lower() == "answer":
+                        found = "this looks like a header row; MMLU's CSVs have none: remove it"
+                    else:
+                        found = f"got answer {rec[5].strip()!r}"
+                    raise ValueError(f"{f}:{start}: expected question,A,B,C,D,answer with answer in A-D; {found}")
+                rows.append({"subject": subject, "question": rec[0], "options": rec[1:5], "answer": rec[5].strip()})
+                start = reader.line_num + 1
+        except UnicodeDecodeError:
+            raise ValueError(text_input.first_bad_utf8(f)) from None
+        except csv.Error as exc:  # a field past csv's size limit (a quote left open over the rest of the file)
+            raise ValueError(f"{f}:{start}: not a CSV record ({exc}); MMLU rows are question,A,B,C,D,answer") from None
     return rows
 
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from cookmind import text_input
+
 if TYPE_CHECKING:
     import torch
 
@@ -226,7 +228,7 @@ class TrainConfig:
         cfg = cls()
         if preset:
             path = resolve_preset(preset)
-            data = _parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
+            data = _parse_yaml(text_input.read_utf8(path), str(path)) or {}
             if not isinstance(data, dict):
                 raise ValueError(f"{path}: a config file must be a mapping of sections, got {type(data).__name__}")
             builtin = path.resolve().parent == CONFIG_DIR

@@ -1,0 +1,63 @@
+"""cookmind.text_input: a UTF-8 file's lines as Python reads them, bad bytes an error naming file:line:byte."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from cookmind import text_input
+
+TEXT = "\ufefffirst line\r\nsecond, caf\u00e9\n\nlast without newline"
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_lines_are_what_python_reads_with_utf8_sig(tmp_path, gz):
+    path = tmp_path / ("t.txt.gz" if gz else "t.txt")
+    (gzip.open if gz else open)(path, "wb").write(TEXT.encode())
+    with open(tmp_path / "ref.txt", "wb") as f:
+        f.write(TEXT.encode())
+    with open(tmp_path / "ref.txt", encoding="utf-8-sig", newline="") as f:
+        reference = list(enumerate(f, 1))  # newline="": line ends kept as they are, as bytes split them
+    assert list(text_input.utf8_lines(path)) == reference
+
+
+def test_invalid_utf8_names_the_line_and_byte(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"fine\nalso fine\nca\xe9 au lait\n")
+    with pytest.raises(ValueError, match=r"t\.txt:3: invalid UTF-8 at byte 2 of the line"):
+        list(text_input.utf8_lines(path))
+    assert text_input.first_bad_utf8(path).endswith(
+        "t.txt:3: invalid UTF-8 at byte 2 of the line; fix or re-encode the file as UTF-8"
+    )
+
+
+def test_a_whole_file_reads_as_python_decodes_it_and_names_a_bad_byte_by_line(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(TEXT.encode())
+    assert text_input.read_utf8(path) == TEXT.encode().decode("utf-8-sig")
+    path.write_bytes(b"one\r\ntwo\nthree \xff\n")
+    with pytest.raises(ValueError, match=r"t\.txt:3: invalid UTF-8 at byte 6 of the line"):
+        text_input.read_utf8(path)
+
+
+def test_configs_and_eval_sets_with_invalid_utf8_name_the_file_and_line(tmp_path, capsys):
+    # each was a bare "'utf-8' codec can't decode byte 0xe9 in position 6" with no file
+    from cookmind.cli import main
+    from cookmind.curate.decontaminate import iter_eval_items
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"# a config\nname: caf\xe9\n")
+    for argv in (
+        ["train", "--config", str(bad)],
+        ["curate", "run", "--config", str(bad), "--input", str(bad), "--output", str(tmp_path / "o")],
+    ):
+        assert main(argv) == 2
+        assert "bad.yaml:2: invalid UTF-8 at byte 9 of the line" in capsys.readouterr().err
+    for name, body in (("e.json", b'[{"q": "caf\xe9"}]'), ("e.csv", b"q,caf\xe9\n")):
+        (tmp_path / name).write_bytes(body)
+        with pytest.raises(ValueError, match=rf"{name}:1: invalid UTF-8"):
+            list(iter_eval_items(tmp_path / name))
+    (tmp_path / "e.json").write_text('[{"q": "a"},\n {"q": ')
+    with pytest.raises(ValueError, match=r"e\.json:2: not valid JSON"):
+        list(iter_eval_items(tmp_path / "e.json"))
