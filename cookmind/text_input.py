@@ -31,7 +31,8 @@ def utf8_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
 def read_utf8(path: str | os.PathLike) -> str:
     """A whole UTF-8 file's text (a byte-order mark opening it is no text); invalid UTF-8 is a ValueError naming the
     file, line and byte."""
-    data = open(os.fspath(path), "rb").read()
+    with open(os.fspath(path), "rb") as f:
+        data = f.read()
     try:
         return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as exc:

@@ -14,7 +14,8 @@ TEXT = "\ufefffirst line\r\nsecond, caf\u00e9\n\nlast without newline"
 @pytest.mark.parametrize("gz", [False, True])
 def test_lines_are_what_python_reads_with_utf8_sig(tmp_path, gz):
     path = tmp_path / ("t.txt.gz" if gz else "t.txt")
-    (gzip.open if gz else open)(path, "wb").write(TEXT.encode())
+    with (gzip.open if gz else open)(path, "wb") as f:
+        f.write(TEXT.encode())
     with open(tmp_path / "ref.txt", "wb") as f:
         f.write(TEXT.encode())
     with open(tmp_path / "ref.txt", encoding="utf-8-sig", newline="") as f:
