@@ -42,8 +42,10 @@ SCENARIOS = {
 
 
 def _write_data(root: str) -> None:
-    """Stores whose records all have the same length and number of trained tokens: the mean over a batch of
-    micro-batch means is then the mean over the global batch, as one process computes it."""
+    """Stores whose records all have the same length. SFT's records train different numbers of tokens (3 to 12):
+    its loss is the mean over the global batch's supervised tokens on every rank's split (a mean of the ranks'
+    means weighed them unequally, and two processes trained another model than one). DPO's pairs train the same
+    number: its loss is a mean over pairs, and its NLL term a mean over each micro-batch's tokens."""
     rng = np.random.default_rng(0)
     write_store(f"{root}/seq", "seq", [{"sequence": rng.integers(1, 64, size=70)} for _ in range(8)], vocab_size=64)
     # 4 validation windows: one batch of 4 in one process, two batches of 2 (micro_batch_size) under FSDP
@@ -51,7 +53,10 @@ def _write_data(root: str) -> None:
     # 6 windows: 3 batches of 2 on 2 ranks, so rank 1 runs a padding forward in the second round
     write_store(f"{root}/val3", "seq", [{"sequence": rng.integers(1, 64, size=33)} for _ in range(3)], vocab_size=64)
     mask = np.array([0] * 6 + [1] * 10)
-    sft = [{"sequence": rng.integers(1, 64, size=16), "loss_mask": mask} for _ in range(16)]
+    sft = [
+        {"sequence": rng.integers(1, 64, size=16), "loss_mask": np.array([0] * (16 - n) + [1] * n)}
+        for n in (3, 12, 5, 9, 4, 11, 6, 8) * 2
+    ]
     write_store(f"{root}/sft", "sft", sft, vocab_size=64)
     dpo = [
         {

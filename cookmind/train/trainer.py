@@ -824,17 +824,20 @@ class Trainer:
         sums: dict[str, Any] = {}
         tokens = 0
         micro_outputs = []
+        weights = self._micro_weights(take_batch) if self.objective.token_mean_loss else None
         for micro in range(accum):
-            batch = take_batch(micro)
+            batch = take_batch(micro) if weights is None else weights[micro][0]
             with torch.no_grad():
                 batch = self.objective.prepare(self.model, batch)
             tokens += self.objective.num_tokens(batch)
             with no_sync(self.model, sync=micro == accum - 1 and not self._reduce_fp32_grads):
                 with autocast_context(cfg.train.precision, self.device):
                     loss, m = self.objective(self.model, batch)
-                scaled = loss / accum  # the mean over micro-batches: each contributes 1/accum
+                # the mean over micro-batches, each contributing 1/accum, or its share of the global batch's tokens
+                scaled = loss / accum if weights is None else loss * weights[micro][1]
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
-            loss_sum = loss_sum + loss.detach().float()
+            # summed so that the mean over ranks, over accum, is the step's loss
+            loss_sum = loss_sum + (loss.detach().float() if weights is None else scaled.detach().float() * accum)
             for k, v in m.items():
                 if k != "loss":
                     sums[k] = sums.get(k, 0.0) + (v.detach().float() if torch.is_tensor(v) else v)
@@ -884,6 +887,19 @@ class Trainer:
             ]
         )
         return StepOutputs(readout, slots, sums, tokens, micro_outputs)
+
+    def _micro_weights(self, take_batch) -> list[tuple[dict[str, Any], torch.Tensor]]:
+        """Each micro-batch of the step with the weight of its loss: its target tokens x world / the global batch's
+        (every micro-batch of every rank; one small all-reduce). The ranks' gradients are averaged, so the step's
+        gradient is that of the mean over the global batch's tokens, as one process with the whole batch computes
+        it. On the device: nothing waits for it (and a CUDA graph replays it with the step)."""
+        batches = [take_batch(micro) for micro in range(self.cfg.train.grad_accum_steps)]
+        counts = torch.stack([self.objective.target_tokens(b) for b in batches]).float()
+        total = counts.sum()
+        if self.dist.enabled:
+            total = total.clone()
+            torch.distributed.all_reduce(total)
+        return [(b, c * self.dist.world_size / total) for b, c in zip(batches, counts)]
 
     def _stats(self, queued: _QueuedStep) -> list[float]:
         """A queued step's readout as floats, waiting for the GPU to get there if it has not yet."""

@@ -47,6 +47,17 @@ class Objective:
             return float((labels[:, 1:] != -100).sum())
         return float(next((len(v) for v in batch.values() if torch.is_tensor(v) and v.dim() > 0), 1))
 
+    # the loss is a mean over target tokens whose number varies from batch to batch (SFT's supervised tokens): the
+    # Trainer then weights each micro-batch by its share of the global batch's tokens, over every micro-batch and
+    # rank, so the step's loss is the mean over the global batch's tokens however it is split (a mean of
+    # micro-batch means would weight a token of a short micro-batch more)
+    token_mean_loss: bool = False
+
+    def target_tokens(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The number of terms of the batch's loss (its labels[:, 1:] other than -100), as a tensor on the batch's
+        device: ``loss_units`` without the wait for the device."""
+        return (batch["labels"][:, 1:] != -100).sum()
+
     def num_tokens(self, batch: dict[str, Any]) -> int:
         """Tokens processed by one forward pass over ``batch`` (for tokens/s and MFU)."""
         return int(sum(v.numel() for k, v in batch.items() if k.endswith("input_ids") and torch.is_tensor(v)))

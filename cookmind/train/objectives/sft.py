@@ -14,6 +14,7 @@ class SFTObjective(Objective):
 
     train_type = "sft"
     count_metrics = ("supervised_tokens",)
+    token_mean_loss = True  # over the global batch's supervised tokens, however it is split
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         labels = batch["labels"]

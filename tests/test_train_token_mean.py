@@ -1,0 +1,81 @@
+"""SFT's loss is the mean over the global batch's supervised tokens, however the batch is split into micro-batches
+(and ranks: tests/test_train_fsdp.py's SFT and LoRA scenarios have records of different trained lengths).
+
+It was the mean of the micro-batch means: a token of a micro-batch with few supervised tokens weighed more, so a
+run with train.grad_accum_steps=2 (or two processes) trained another model than one process with the whole batch.
+The reference here is plain PyTorch: the model's logits, F.cross_entropy over every supervised token of the four
+records at once, and the norm of its gradient.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from lm_fixtures import tiny_lm
+
+from cookmind.model.model_io import load_model, save_model
+from cookmind.store import write_store
+from cookmind.train import TrainConfig, Trainer
+
+SUPERVISED = [2, 4, 7, 10]  # trained tokens of the four records: micro-batch means weigh them unequally
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("token_mean")
+    rng = np.random.default_rng(0)
+    records = [
+        {"sequence": rng.integers(1, 64, size=16), "loss_mask": np.array([0] * (16 - n) + [1] * n)} for n in SUPERVISED
+    ]
+    write_store(root / "sft", "sft", records, vocab_size=64)
+    torch.manual_seed(5)
+    save_model(root / "init", tiny_lm())
+    return root, records
+
+
+def _first_step(root, micro: int, accum: int) -> dict:
+    cfg = TrainConfig.from_dict(
+        {
+            "data": {"train_path": str(root / "sft"), "window_size": 16, "shuffle": False},
+            "train": {
+                "objective": "sft",
+                "max_steps": 1,
+                "micro_batch_size": micro,
+                "grad_accum_steps": accum,
+                "device": "cpu",
+                "threads": 1,
+                "init_from": str(root / "init"),
+            },
+            "optim": {"lr": 1e-3, "warmup_steps": 0, "grad_clip": 0.0},
+            "checkpoint": {"every": 0},
+            "eval": {"every": 0},
+            "logging": {"run_dir": str(root / f"run-{micro}x{accum}"), "progress": False, "report": False},
+        }
+    )
+    Trainer(cfg).fit()
+    rows = [json.loads(line) for line in (root / f"run-{micro}x{accum}" / "metrics.jsonl").read_text().splitlines()]
+    return next(r for r in rows if r.get("split") == "train")
+
+
+def _reference(root, records) -> tuple[float, float]:
+    model = load_model(root / "init").float().train()
+    ids = torch.tensor(np.stack([r["sequence"] for r in records]), dtype=torch.long)
+    mask = torch.tensor(np.stack([r["loss_mask"] for r in records]), dtype=torch.bool)
+    logits = model(ids).logits[:, :-1]
+    targets = ids[:, 1:].masked_fill(~mask[:, 1:], -100)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    loss.backward()
+    norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters() if p.grad is not None))
+    return loss.item(), norm.item()
+
+
+@pytest.mark.parametrize("micro, accum", [(4, 1), (2, 2), (1, 4)])
+def test_the_sft_loss_and_gradient_are_the_global_token_mean_however_the_batch_is_split(data, micro, accum):
+    root, records = data
+    loss, norm = _reference(root, records)
+    row = _first_step(root, micro, accum)
+    assert row["supervised_tokens"] * accum == sum(SUPERVISED)  # logged as the mean per micro-batch
+    assert row["loss"] == pytest.approx(loss, rel=1e-5)
+    assert row["grad_norm"] == pytest.approx(norm, rel=1e-5)
