@@ -79,3 +79,42 @@ def test_the_sft_loss_and_gradient_are_the_global_token_mean_however_the_batch_i
     assert row["supervised_tokens"] * accum == sum(SUPERVISED)  # logged as the mean per micro-batch
     assert row["loss"] == pytest.approx(loss, rel=1e-5)
     assert row["grad_norm"] == pytest.approx(norm, rel=1e-5)
+
+
+def _steps_items(root, micro: int, accum: int, steps: int) -> list[list[tuple]]:
+    """The records (as token tuples) each step reads, in order, from a store of 10 and shuffled epochs."""
+    cfg = TrainConfig.from_dict(
+        {
+            "data": {"train_path": str(root / "sft10"), "window_size": 16},
+            "train": {
+                "objective": "sft",
+                "micro_batch_size": micro,
+                "grad_accum_steps": accum,
+                "device": "cpu",
+                "init_from": str(root / "init"),
+            },
+            "logging": {"run_dir": str(root / f"items-{micro}x{accum}"), "progress": False, "report": False},
+        }
+    )
+    t = Trainer(cfg)
+    return [
+        sorted(tuple(row) for _ in range(accum) for row in t._take_batch()["input_ids"].tolist()) for _ in range(steps)
+    ]
+
+
+def test_every_split_of_the_global_batch_reads_the_same_records_across_epoch_ends(data):
+    # epochs ended per micro-batch: with 10 records and a global batch of 4, one micro-batch of 4 dropped the last 2
+    # and began epoch 1, while 4 micro-batches of 1 trained those 2 with 2 of epoch 1 in the same step, and from then
+    # on every step differed (so did a two-process run resumed in one process with the accumulation doubled)
+    root, _ = data
+    rng = np.random.default_rng(1)
+    records = [{"sequence": rng.integers(1, 64, size=16), "loss_mask": np.array([0] * 8 + [1] * 8)} for _ in range(10)]
+    write_store(root / "sft10", "sft", records, vocab_size=64)
+    whole = _steps_items(root, 4, 1, 6)
+    assert _steps_items(root, 2, 2, 6) == whole and _steps_items(root, 1, 4, 6) == whole
+    everyone = {tuple(r["sequence"].tolist()) for r in records}
+    epoch0 = set(whole[0]) | set(whole[1])
+    assert len(epoch0) == 8 and epoch0 <= everyone  # 2 steps of 4, the 2 records left over dropped
+    assert len(set(whole[2]) | set(whole[3])) == 8  # epoch 1 begins at step 3, whole
+    with pytest.raises(ValueError, match=r"training set \(10 items\) is smaller than one global batch \(12: "):
+        _steps_items(root, 4, 3, 1)

@@ -286,6 +286,7 @@ class Trainer:
         self.samples: list[dict[str, str]] = []
         self._stop_reason: str | None = None
         self._iter = None
+        self._micros_taken = 0  # micro-batches drawn from the train loader: a step begins at each accum-th
         self._prefetched: dict[str, Any] | None = None  # next step's first micro-batch, already on the device
         self._sampler_before_prefetch: dict | None = None
         self._rng_to_restore = None
@@ -424,10 +425,12 @@ class Trainer:
             num_workers=self.cfg.data.num_workers if train else 0,
             pin_memory=self.device.type == "cuda",
         )
-        if train and len(loader) == 0:
+        if train and len(dataset) < self._global_batch():
+            micro, accum = self.cfg.train.micro_batch_size, self.cfg.train.grad_accum_steps
             raise ValueError(
-                f"the training set ({len(dataset)} items) is smaller than one micro-batch per rank "
-                f"({self.cfg.train.micro_batch_size} x {world}); lower train.micro_batch_size"
+                f"the training set ({len(dataset)} items) is smaller than one global batch ({self._global_batch()}: "
+                f"train.micro_batch_size={micro} x train.grad_accum_steps={accum} x {world} processes); lower "
+                "train.micro_batch_size or train.grad_accum_steps, or pack more data"
             )
         if not train:  # each evaluation scores the first eval.max_batches batches: say so when that is not all
             scored, limit = min(len(loader), self.cfg.eval.max_batches), self.cfg.eval.max_batches
@@ -550,18 +553,22 @@ class Trainer:
     def _next_batch(self) -> dict[str, Any]:
         if hasattr(self.objective, "next_batch"):
             return self.objective.next_batch(self)
-        while True:
-            if self._iter is None:
-                s = self.train_loader.sampler
-                left = (s.num_samples_total - s.consumed) // s.num_replicas
-                if left < self.cfg.train.micro_batch_size:  # the epoch ended exactly at a checkpoint
-                    s.set_epoch(s.epoch + 1)
-                self._iter = iter(self.train_loader)
-            try:
-                return next(self._iter)
-            except StopIteration:
-                self._iter = None
-                self.train_loader.sampler.set_epoch(self.train_loader.sampler.epoch + 1)
+        s, accum = self.train_loader.sampler, self.cfg.train.grad_accum_steps
+        if self._micros_taken % accum == 0 and s.num_samples_total - s.consumed < self._global_batch():
+            # An epoch ends where fewer items than a global batch are left (they are dropped), at a step's first
+            # micro-batch: every split of the global batch (micro-batches x accumulation x processes) reads the
+            # same items in the same steps, so a run resumed at another world size goes on as it would have. Ended
+            # per micro-batch per rank, one process accumulating two micro-batches began the next epoch a
+            # micro-batch sooner than two processes did.
+            s.set_epoch(s.epoch + 1)
+            self._iter = None
+        self._micros_taken += 1
+        if self._iter is None:
+            self._iter = iter(self.train_loader)
+        return next(self._iter)
+
+    def _global_batch(self) -> int:
+        return self.cfg.train.micro_batch_size * self.cfg.train.grad_accum_steps * self.dist.world_size
 
     def _take_batch(self) -> dict[str, Any]:
         """The next micro-batch on the device: the one prefetched at the end of the last step, if any."""
