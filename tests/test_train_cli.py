@@ -1117,7 +1117,13 @@ def test_a_gpu_preset_on_a_machine_without_cuda_is_refused_in_one_line(tmp_path,
     ending, so not even SIGTERM stopped it. A GPU preset asks for CUDA: without it the Trainer refuses at once, in
     one line naming the key and how to run the preset on the CPU anyway (shrunk here so a wrong start is cheap)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    shrunk = [f"data.train_path={store}", f"logging.run_dir={tmp_path / 'run'}", *TINY, "train.compile=false", "train.grad_accum_steps=1"]
+    shrunk = [
+        f"data.train_path={store}",
+        f"logging.run_dir={tmp_path / 'run'}",
+        *TINY,
+        "train.compile=false",
+        "train.grad_accum_steps=1",
+    ]
     with pytest.raises(ValueError) as err:
         Trainer(TrainConfig.load(preset, shrunk))
     msg = str(err.value)
