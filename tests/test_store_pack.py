@@ -972,6 +972,28 @@ def test_utf8_errors_replace_reads_a_json_array_file_too(tmp_path, tok, tok_dir)
     assert list(document_texts(bom, utf8_errors="replace")) == ["caf\ufffd"]
 
 
+def test_a_blank_document_between_separators_is_counted_as_empty_by_every_reader(tmp_path, tok, tok_dir):
+    """In a plain text file a blank document between two separators was dropped without a count, where a JSON
+    record with blank text counted in empty_records. Blank text before the first separator or after the last (a
+    file that ends with one) is no document."""
+    from cookmind.evals.perplexity import read_documents
+    from cookmind.tokenizer.pretokenize import ReadCounts, document_texts
+
+    src = tmp_path / "s.txt"
+    src.write_text(
+        f"\n{DOCS[0]}<|endoftext|>\n<|endoftext|>{DOCS[1]}<|endoftext|>  <|endoftext|>{DOCS[0]}<|endoftext|>\n"
+    )
+    pack([src], tmp_path / "s", tok_dir, "seq", progress=False)
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    assert (meta["num_records"], meta["empty_records"]) == (3, 2)
+    assert _records(tmp_path / "s", "sequence") == [tok.encode(d) + [tok.eos_id] for d in (DOCS[0], DOCS[1], DOCS[0])]
+    read, empty = ReadCounts(), []
+    assert (
+        list(document_texts(src, read=read)) == list(read_documents([src], empty=empty)) == [DOCS[0], DOCS[1], DOCS[0]]
+    )
+    assert read.empty_records == len(empty) == 2
+
+
 def test_an_empty_document_is_left_out_and_counted_as_tokenizer_train_and_eval_ppl_do(tmp_path, tok, tok_dir, capsys):
     """pack stopped at a record with empty text unless --skip-bad (which counted it as bad), while tokenizer train
     and eval ppl left it out and counted it. One rule now: an empty pretraining document carries nothing, so every

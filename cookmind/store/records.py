@@ -234,7 +234,9 @@ def reference_answer(answer) -> str:
 
 def make_seq(obj, tok, opts: RecordOptions) -> str:
     """The text of one pretraining document (tokenized in batches by the caller)."""
-    if isinstance(obj, str):
+    if isinstance(obj, str):  # a plain text file's document
+        if not obj.strip():
+            raise EmptyDocument("empty document between two separators")
         return obj
     if not isinstance(obj, dict):
         raise BadRecord(f"expected a JSON object with a {opts.text_field!r} field, got {type(obj).__name__}")

@@ -113,11 +113,15 @@ def _whole_text(path: Path, utf8_errors: str) -> str:
 
 
 def _separated_documents(path: Path, separator: str, utf8_errors: str = "strict") -> Iterator[Item]:
+    """The documents between separators, whitespace around each left out. A blank one between two separators is
+    yielded (as "") for the reader to count as an empty document; blank text before the first separator or after
+    the last (a file that ends with one) is no document."""
     text = _whole_text(path, utf8_errors)
     line = 1
-    for doc in text.split(separator) if separator else [text]:
+    docs = text.split(separator) if separator else [text]
+    for i, doc in enumerate(docs):
         stripped = doc.strip()
-        if stripped:
+        if stripped or 0 < i < len(docs) - 1:
             # report the line where the document's text starts
             yield Item(str(path), line + doc[: len(doc) - len(doc.lstrip())].count("\n"), "text", stripped)
         line += doc.count("\n") + separator.count("\n")
