@@ -362,6 +362,16 @@ def test_a_resume_on_other_data_is_refused_in_one_line_naming_both_stores(tmp_pa
         rf"a new run on this data from its weights with --init-from {re.escape(str(ckpt))} and another --run-dir",
         line,
     ), line
+    # another seed or shuffle reads the data in another order: it was the sampler's "this sampler seed=4", naming
+    # neither the setting nor the checkpoint nor what to do
+    line = refused(store, *common, "train.seed=4", "data.shuffle=false")
+    seed = TrainConfig.load("tiny-cpu").train.seed
+    assert line == (
+        f"cookmind train: error: {ckpt} was saved by a run with train.seed={seed} and data.shuffle=true (this run: "
+        "train.seed=4, data.shuffle=false), which fix the order it reads the data in: resume with "
+        f"train.seed={seed} and data.shuffle=true, or start a new run on this data from its weights with --init-from "
+        f"{ckpt} and another --run-dir"
+    )
     # the same data resumes; so does the advice: a new run from the checkpoint's weights on other data
     assert _run(store, *common, "--resume", "auto", "train.max_steps=3") == 0
     new = ["--run-dir", str(tmp_path / "new"), "--init-from", str(ckpt), f"checkpoint.format={fmt}"]

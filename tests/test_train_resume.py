@@ -93,7 +93,8 @@ def _config(tmp, case, run_dir, resume=None):
 def test_interrupt_and_resume_is_bit_identical(tmp_path, case):
     _stores(tmp_path)
     full = Trainer(_config(tmp_path, case, tmp_path / "full"))
-    assert full.fit()["status"] == "completed"
+    whole = full.fit()
+    assert whole["status"] == "completed"
 
     first = Trainer(_config(tmp_path, case, tmp_path / "cut"), callbacks=[StopAt(3)])
     summary = first.fit()
@@ -102,7 +103,11 @@ def test_interrupt_and_resume_is_bit_identical(tmp_path, case):
 
     resumed = Trainer(_config(tmp_path, case, tmp_path / "cut", resume="auto"))
     assert resumed.step == 3
-    assert resumed.fit()["status"] == "completed"
+    summary = resumed.fit()
+    assert summary["status"] == "completed"
+    # the summary's train_* means are over the run's last steps: the resumed run's took only the 5 since the resume
+    means = {k: v for k, v in whole.items() if k.startswith("train_")}
+    assert means["train_means_over_steps"] == 8 and means == {k: v for k, v in summary.items() if k in means}
 
     a, b = full.bare_model.state_dict(), resumed.bare_model.state_dict()
     assert a.keys() == b.keys()

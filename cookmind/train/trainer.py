@@ -156,6 +156,11 @@ def _check_same_config(cfg: TrainConfig, info) -> None:
 _VAL_UNITS = " units"  # validation's running total of loss units (a key no metric has)
 
 
+def _yaml_word(value) -> str:
+    """A setting's value as an override spells it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 class Trainer:
     """Owns the loop; everything else (model, objective, data) is built from ``cfg`` or passed in."""
 
@@ -1108,6 +1113,10 @@ class Trainer:
             "skipped_steps": self.skipped_steps,
             "consecutive_bad": self.consecutive_bad,
             "recent_losses": self.recent_losses,
+            # the summary's train_* means are over the run's last steps, those before a resume included
+            "recent_metrics": [
+                {k: v for k, v in m.items() if is_number(v) or isinstance(v, str)} for m in self._recent_metrics
+            ],
             "best_loss": self.best_loss,
             "run_id": self.run_id,
             "diverged": diverged,
@@ -1184,6 +1193,7 @@ class Trainer:
             meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
         self.run_id = meta.get("run_id") or self.run_id
         self.recent_losses = list(meta.get("recent_losses") or [])
+        self._recent_metrics.extend(meta.get("recent_metrics") or [])
         self.best_loss = meta.get("best_loss")
         self.step = int(meta["step"])
         self.tokens_seen = int(meta.get("tokens_seen", 0))
@@ -1317,6 +1327,15 @@ class Trainer:
                 f"{made} with these data settings ({settings}): resume with the data and data settings it trained "
                 f"with, or {advice}"
             )
+        then = {"train.seed": sampler.get("seed"), "data.shuffle": sampler.get("shuffle")}
+        now = {"train.seed": self.train_loader.sampler.seed, "data.shuffle": self.train_loader.sampler.shuffle}
+        if changed := [k for k in then if then[k] is not None and then[k] != now[k]]:
+            was = " and ".join(f"{k}={_yaml_word(then[k])}" for k in changed)
+            raise ValueError(
+                f"{path} was saved by a run with {was} (this run: "
+                f"{', '.join(f'{k}={_yaml_word(now[k])}' for k in changed)}), which fix the order it reads the data "
+                f"in: resume with {was}, or {advice}"
+            )
 
     # -- signals ----------------------------------------------------------------------------
 
@@ -1371,7 +1390,8 @@ RECENT_STEPS = 20  # the run summary's train_* figures: means over this many las
 
 def recent_means(steps) -> dict[str, Any]:
     """The run summary's training figures: the mean of the loss and of each of the objective's own metrics (GRPO's
-    reward and accuracy, DPO's reward margin, ...) over ``steps`` (the last RECENT_STEPS of this call's steps),
+    reward and accuracy, DPO's reward margin, ...) over ``steps`` (the run's last RECENT_STEPS steps, those before
+    a resume included: a checkpoint carries them),
     as ``train_<name>``, and how many steps they average (``train_means_over_steps``); non-finite values (a skipped
     step's) left out. A GRPO run without eval problems had no reward in its summary at all."""
     steps = list(steps)
