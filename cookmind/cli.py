@@ -130,8 +130,40 @@ def _has_subcommands(parser: argparse.ArgumentParser) -> bool:
     return any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
 
 
+# Options whose value is text a user writes, which may begin with a dash (`--separator ---`, `--prompt "-3 is"`):
+# argparse reads such a value as an option and stopped with "expected one argument"; given as the next word it is
+# the option's value, as `--separator=---` spells it.
+FREE_TEXT_OPTIONS = ("--separator", "--prompt", "--stop", "--system", "--text")
+
+
+def _join_free_text(argv: list[str], options) -> list[str]:
+    """``--separator ---`` as ``--separator=---``; a next word that is one of the stage's ``options`` stays one."""
+    out, i = [], 0
+    while i < len(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if argv[i] in FREE_TEXT_OPTIONS and nxt.startswith("-") and nxt.split("=")[0] not in options:
+            out.append(f"{argv[i]}={nxt}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of ``parser`` and of its subcommands' parsers."""
+    found = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _option_strings(sub)
+    return found
+
+
 def parse_stage_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """Parse a stage's arguments; options and positionals (``section.key=value`` overrides) may be interleaved."""
+    """Parse a stage's arguments; options and positionals (``section.key=value`` overrides) may be interleaved. The
+    value of a ``FREE_TEXT_OPTIONS`` option may begin with a dash."""
+    argv = _join_free_text(argv, _option_strings(parser))
     # parse_args stops filling a nargs="*" positional at the first option; intermixed parsing does not
     # (argparse cannot intermix across subcommands, so stages with subcommands parse plainly)
     args = parser.parse_args(argv) if _has_subcommands(parser) else parser.parse_intermixed_args(argv)

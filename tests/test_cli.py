@@ -887,3 +887,31 @@ def test_tokenizer_train_shows_its_bars_into_a_pipe_as_pack_does_unless_quiet(tm
     assert cli_main([*argv, "--out", str(tmp_path / "t"), *(["--quiet"] if quiet else [])]) == 0
     err = capsys.readouterr().err  # captured: not a terminal
     assert ("pre-tokenize:" in err) != quiet and ("merges:" in err) != quiet
+
+
+@pytest.mark.parametrize(
+    "argv, dest, value",
+    [
+        (
+            ["pack", "--separator", "---", "--tokenizer", "t", "--train-type", "seq", "--input", "a", "--out", "o"],
+            "separator",
+            "---",
+        ),
+        (
+            ["generate", "--model", "m", "--prompt", "-3 degrees is", "--stop", "-END-", "--max-new-tokens", "4"],
+            "prompt",
+            ["-3 degrees is"],
+        ),
+        (["generate", "--model", "m", "--prompt", "x", "--stop", "-END-", "--max-new-tokens", "4"], "stop", ["-END-"]),
+        (["tokenizer", "encode", "--tokenizer", "t", "--text", "-x-", "--output", "o"], "text", "-x-"),
+    ],
+)
+def test_free_text_that_begins_with_a_dash_is_the_options_value(argv, dest, value):
+    # argparse read "---" as an option: "argument --separator: expected one argument"
+    assert getattr(_parse(*argv), dest) == value
+
+
+def test_an_option_after_a_free_text_option_stays_an_option(capsys):
+    with pytest.raises(SystemExit):  # the forgotten value is still argparse's usage error, not the text "--out"
+        _parse("pack", "--tokenizer", "t", "--train-type", "seq", "--input", "a", "--separator", "--out", "o")
+    assert "argument --separator: expected one argument" in capsys.readouterr().err

@@ -549,6 +549,8 @@ def test_val_fraction_holds_a_seeded_share_out_into_its_own_store(tmp_path, tok_
     # refused in one line: a share without its store, the store as --out
     with pytest.raises(PackError, match="--val-fraction and --val-out go together"):
         pack([src], tmp_path / "x", tok_dir, "seq", progress=False, val_fraction=0.1)
+    with pytest.raises(PackError, match=r"--val-fraction 0 holds nothing out for --val-out .*va4: give a share"):
+        pack([src], tmp_path / "x", tok_dir, "seq", progress=False, val_fraction=0.0, val_out=tmp_path / "va4")
     with pytest.raises(PackError, match="is --out; give the validation store its own folder"):
         pack([src], tmp_path / "y", tok_dir, "seq", progress=False, val_fraction=0.1, val_out=tmp_path / "y")
 

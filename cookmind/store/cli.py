@@ -97,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--val-fraction",
         type=float_in(0, 1),
-        default=0.0,
+        default=None,
         help="hold this share of the records out (e.g. 0.01; round(share x records), at least 1, never all), chosen "
         "with --seed, into a validation store at --val-out",
     )

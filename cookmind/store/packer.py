@@ -175,7 +175,7 @@ def pack(
     drop_empty_think_ratio: float = 0.0,
     seed: int = 0,
     progress: bool = True,
-    val_fraction: float = 0.0,
+    val_fraction: float | None = None,
     val_out=None,
     utf8_errors: str = "strict",
 ) -> dict:
@@ -195,6 +195,11 @@ def pack(
         raise PackError(f"--utf8-errors {utf8_errors!r}: choose strict or replace")
     if val_fraction and not 0 < val_fraction < 1:
         raise PackError(f"--val-fraction {val_fraction}: give a share between 0 and 1 (e.g. 0.01)")
+    if val_fraction is not None and val_fraction == 0 and val_out is not None:  # both given, the share nothing
+        raise PackError(
+            f"--val-fraction 0 holds nothing out for --val-out {val_out}: give a share between 0 and 1 (e.g. 0.01), "
+            "or leave both out"
+        )
     if bool(val_fraction) != (val_out is not None):
         raise PackError("--val-fraction and --val-out go together: the share of records to hold out, and its store")
     if val_out is not None and Path(val_out).resolve() == Path(out).resolve():
@@ -255,7 +260,7 @@ def pack(
                 else ""
             )
         )
-    to_hold = min(max(round(val_fraction * to_read), 1), to_read - 1)
+    to_hold = min(max(round(val_fraction * to_read), 1), to_read - 1) if val_out is not None else 0
     items = itertools.chain.from_iterable(_items(p, separator, one_per_line, utf8_errors) for p in inputs)
     chunks = _chunks(items, CHUNK)
 
