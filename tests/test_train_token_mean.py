@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from lm_fixtures import tiny_lm
+from lm_fixtures import TINY, tiny_lm
 
 from cookmind.model.model_io import load_model, save_model
 from cookmind.store import write_store
@@ -118,3 +118,75 @@ def test_every_split_of_the_global_batch_reads_the_same_records_across_epoch_end
     assert len(set(whole[2]) | set(whole[3])) == 8  # epoch 1 begins at step 3, whole
     with pytest.raises(ValueError, match=r"training set \(10 items\) is smaller than one global batch \(12: "):
         _steps_items(root, 4, 3, 1)
+
+
+@pytest.fixture(scope="module")
+def offline_grpo(tmp_path_factory):
+    from lm_fixtures import CORPUS
+
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    root = tmp_path_factory.mktemp("grpo_token_mean")
+    (root / "corpus.txt").write_text(CORPUS)
+    vocab, merges = train_bpe(root / "corpus.txt", 300, DEFAULT_SPECIAL_TOKENS)
+    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(root / "tok")
+    rng = np.random.default_rng(2)
+    records = [  # stored responses of 2 to 12 tokens, each with its reward: REINFORCE on the raw reward
+        {
+            "prompts": rng.integers(40, 250, size=4),
+            "responses": rng.integers(40, 250, size=n),
+            "masks": np.ones(n, dtype=np.int64),
+            "rewards": np.array([r]),
+        }
+        for n, r in ((2, 1.0), (12, -0.5), (5, 2.0), (9, 0.3))
+    ]
+    write_store(root / "grpo", "grpo", records, vocab_size=300)
+    return root
+
+
+def _grpo_first_step(root, micro: int, accum: int, normalization: str) -> dict:
+    from cookmind.align.objective import GRPOConfig, GRPOObjective
+
+    run = root / f"run-{normalization}-{micro}x{accum}"
+    cfg = TrainConfig.from_dict(
+        {
+            "model": {**TINY, "vocab_size": 300, "max_position_embeddings": 32},
+            "data": {
+                "train_path": str(root / "grpo"),
+                "tokenizer": str(root / "tok"),
+                "window_size": 32,
+                "shuffle": False,
+            },
+            "train": {
+                "objective": "grpo",
+                "max_steps": 1,
+                "micro_batch_size": micro,
+                "grad_accum_steps": accum,
+                "device": "cpu",
+                "threads": 1,
+                "seed": 0,
+            },  # fmt: skip
+            "optim": {"lr": 1e-3, "warmup_steps": 0, "grad_clip": 0.0},
+            "checkpoint": {"every": 0},
+            "eval": {"every": 0},
+            "logging": {"run_dir": str(run), "progress": False, "report": False},
+        }
+    )
+    objective = GRPOObjective(GRPOConfig(loss_type="no_baseline", length_normalization=normalization))
+    Trainer(cfg, objective=objective).fit()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return next(r for r in rows if r.get("split") == "train")
+
+
+def test_grpo_token_normalization_is_over_the_global_batch_however_it_is_split(offline_grpo):
+    # DAPO's token-level loss: every response token of the batch weighs the same. It was each micro-batch's mean,
+    # averaged: a token of a micro-batch of short answers weighed more
+    whole = _grpo_first_step(offline_grpo, 4, 1, "token")
+    for micro, accum in ((2, 2), (1, 4)):
+        split = _grpo_first_step(offline_grpo, micro, accum, "token")
+        assert split["loss"] == pytest.approx(whole["loss"], rel=1e-5)
+        assert split["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-5)
+    # the sequence mean is the same at any split of equal micro-batches: a mean of means of equal counts
+    seq = _grpo_first_step(offline_grpo, 4, 1, "sequence")
+    assert _grpo_first_step(offline_grpo, 1, 4, "sequence")["grad_norm"] == pytest.approx(seq["grad_norm"], rel=1e-5)
+    assert seq["loss"] != pytest.approx(whole["loss"], rel=1e-3)  # and another loss than the token mean

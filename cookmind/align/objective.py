@@ -516,6 +516,15 @@ class GRPOObjective(Objective):
         if self._no_signal == NO_SIGNAL_BATCHES and self.rank == 0:
             warnings.warn(no_signal_message(self.cfg, meta, NO_SIGNAL_BATCHES, self.custom_reward), stacklevel=2)
 
+    @property
+    def token_mean_loss(self) -> bool:
+        """length_normalization=token (DAPO) is a mean over the global batch's response tokens (the Trainer weights
+        each micro-batch by its share of them); the others are means over sequences."""
+        return self.cfg.length_normalization == "token"
+
+    def target_tokens(self, batch: dict[str, Any]) -> torch.Tensor:
+        return batch["response_mask"].sum()
+
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         """The aggregated policy-gradient loss and the run's RL metrics."""
         out = get_response_log_probs(model, batch["input_ids"], batch["labels"], return_token_entropy=True)

@@ -838,9 +838,11 @@ class Trainer:
         micro_outputs = []
         weights = self._micro_weights(take_batch) if self.objective.token_mean_loss else None
         for micro in range(accum):
-            batch = take_batch(micro) if weights is None else weights[micro][0]
-            with torch.no_grad():
-                batch = self.objective.prepare(self.model, batch)
+            if weights is None:
+                with torch.no_grad():
+                    batch = self.objective.prepare(self.model, take_batch(micro))
+            else:
+                batch = weights[micro][0]  # prepared already
             tokens += self.objective.num_tokens(batch)
             with no_sync(self.model, sync=micro == accum - 1 and not self._reduce_fp32_grads):
                 with autocast_context(cfg.train.precision, self.device):
@@ -901,11 +903,13 @@ class Trainer:
         return StepOutputs(readout, slots, sums, tokens, micro_outputs)
 
     def _micro_weights(self, take_batch) -> list[tuple[dict[str, Any], torch.Tensor]]:
-        """Each micro-batch of the step with the weight of its loss: its target tokens x world / the global batch's
-        (every micro-batch of every rank; one small all-reduce). The ranks' gradients are averaged, so the step's
-        gradient is that of the mean over the global batch's tokens, as one process with the whole batch computes
-        it. On the device: nothing waits for it (and a CUDA graph replays it with the step)."""
-        batches = [take_batch(micro) for micro in range(self.cfg.train.grad_accum_steps)]
+        """Each micro-batch of the step, prepared, with the weight of its loss: its target tokens x world / the global
+        batch's (every micro-batch of every rank; one small all-reduce). The ranks' gradients are averaged, so the
+        step's gradient is that of the mean over the global batch's tokens, as one process with the whole batch
+        computes it. On the device: nothing waits for it (and a CUDA graph replays it with the step)."""
+        accum = self.cfg.train.grad_accum_steps
+        with torch.no_grad():  # every micro-batch prepared first (GRPO's rollouts): its token count follows
+            batches = [self.objective.prepare(self.model, take_batch(m)) for m in range(accum)]
         counts = torch.stack([self.objective.target_tokens(b) for b in batches]).float()
         total = counts.sum()
         if self.dist.enabled:
