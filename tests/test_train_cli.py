@@ -1194,3 +1194,31 @@ def test_a_store_whose_documents_another_framing_opened_is_refused_in_one_line(t
     capsys.readouterr()
     assert _train(*run, "--tokenizer", str(tok_dir), "--run-dir", str(tmp_path / "r5"), "train.max_steps=1") == 2
     assert f"whose documents end with id {plain.special_tokens[IM_START]}" in capsys.readouterr().err
+
+
+def test_overwrite_never_deletes_what_the_run_is_told_to_read_and_never_pairs_with_resume(tmp_path, store, capsys):
+    # `--init-from pre --run-dir pre --overwrite` deleted pre's checkpoints, then said pre had no complete
+    # checkpoint: the model the user asked to start from was gone. `--resume auto --overwrite` resumed, silently
+    # ignoring --overwrite
+    run = tmp_path / "pre"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=2", "checkpoint.every=2") == 0
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    capsys.readouterr()
+
+    def refused(*argv):
+        assert _run(store, "--run-dir", str(run), "--overwrite", *argv, "train.max_steps=1") == 2
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    assert refused("--init-from", str(run)) == (
+        f"cookmind train: error: train.init_from={run} is a checkpoint of the run in {run}, which --overwrite would "
+        f"delete before reading it: give the new run another --run-dir (it starts from {run} all the same)"
+    )
+    step = run / "checkpoints" / before[-1]
+    assert "is a checkpoint of the run in" in refused("--init-from", str(step))
+    assert refused("--resume", "auto") == (
+        f"cookmind train: error: --resume auto continues the run in {run} and --overwrite deletes its checkpoints: "
+        "give one of them (--overwrite starts afresh)"
+    )
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before  # nothing deleted
+    assert _run(store, "--run-dir", str(tmp_path / "next"), "--init-from", str(run), "train.max_steps=1") == 0
+    assert _run(store, "--run-dir", str(run), "--overwrite", "train.max_steps=1") == 0  # what --overwrite is for

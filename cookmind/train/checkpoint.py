@@ -147,6 +147,33 @@ def find_latest_checkpoint(root: str | Path, need_optimizer: bool = False) -> Pa
     return latest_checkpoint(root, need_optimizer)
 
 
+def refuse_overwriting_inputs(
+    ckpt_dir: str | Path, run_dir: str | Path, resume: str | None, overwrite: bool, reads: dict[str, str | None]
+) -> None:
+    """Before ``check_run_dir`` deletes anything (and on every rank, so all stop alike): ``overwrite`` with a resume
+    from the same run is a contradiction, and with an input the run reads (``reads``: setting -> path, such as
+    ``train.init_from``) in the checkpoints it would delete, it would delete the model it was told to start from."""
+    if not overwrite:
+        return
+    ckpt_dir, run_dir = Path(ckpt_dir).resolve(), Path(run_dir).resolve()
+
+    def inside(path: Path) -> bool:
+        path = path.resolve()
+        return path == run_dir or path.is_relative_to(ckpt_dir)
+
+    if resume and (resume == "auto" or inside(Path(resume))):
+        raise ValueError(
+            f"--resume {resume} continues the run in {run_dir} and --overwrite deletes its checkpoints: give one of "
+            "them (--overwrite starts afresh)"
+        )
+    for key, value in reads.items():
+        if value and inside(Path(value)):
+            raise ValueError(
+                f"{key}={value} is a checkpoint of the run in {run_dir}, which --overwrite would delete before "
+                f"reading it: give the new run another --run-dir (it starts from {value} all the same)"
+            )
+
+
 def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None, overwrite: bool) -> None:
     """Refuse to start a fresh run where another run left checkpoints or metrics (``--resume`` continues it).
 

@@ -77,6 +77,7 @@ from cookmind.train.checkpoint import (
     prune_checkpoints,
     read_meta,
     refuse_foreign_files,
+    refuse_overwriting_inputs,
     save_checkpoint,
 )
 from cookmind.train.config import TrainConfig, uses_master_weights
@@ -187,6 +188,14 @@ class Trainer:
         _check_same_config(cfg, self.dist)
         self.run_dir = Path(cfg.logging.run_dir)
         self.ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
+        reads = {
+            "train.init_from": cfg.train.init_from,
+            "dpo.reference": cfg.dpo.reference,
+            "data.train_path": cfg.data.train_path,
+            "data.val_path": cfg.data.val_path,
+            "data.tokenizer": cfg.data.tokenizer,
+        }
+        refuse_overwriting_inputs(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite, reads)
         refusal = None
         if self.dist.is_main:  # before anything is read or deleted there: one run per directory at a time
             try:
