@@ -67,3 +67,21 @@ def test_grpo_objective_trains_in_trainer_and_resumes_exactly(grpo_run_inputs, t
     rows = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if r.get("split") == "train"]
     assert train_rows and all(k in train_rows[-1] for k in ("reward", "accuracy", "response_length", "entropy"))
+
+
+def test_a_grpo_run_with_a_validation_store_is_refused_naming_eval_problems(grpo_run_inputs, tmp_path, capsys):
+    # `--val-data` with a grpo store trained, then crashed at the last evaluation (KeyError: 'input_ids'), leaving a
+    # metrics.jsonl that made the rerun "another run"
+    from cookmind.cli import main
+
+    root = grpo_run_inputs
+    argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--train-data", str(root / "grpo.bin")]
+    argv += ["--val-data", str(root / "grpo.bin"), "--tokenizer", str(root / "tok"), "--run-dir", str(tmp_path / "g")]
+    assert main([*argv, "train.max_steps=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"cookmind train: error: --val-data {root / 'grpo.bin'}: GRPO has no validation loss to take on a store of "
+        "prompts; its held-out check is grpo.eval_problems=FILE (JSON lines of question and answer, as `pack "
+        "--train-type grpo` reads), graded greedily at every evaluation: pass that instead"
+    )
+    assert not (tmp_path / "g" / "metrics.jsonl").exists()

@@ -180,13 +180,20 @@ STORE_TYPE_OF_OBJECTIVE = {
 def check_train_store(cfg: TrainConfig, objective: Objective | None = None) -> None:
     """Refuse, before anything is built, a missing training store or one of another kind than the run reads
     (``objective``'s, when the caller passed one, else ``train.objective``'s), naming the flag to change (it showed
-    as a missing tokenizer, or a KeyError while sizing the window)."""
+    as a missing tokenizer, or a KeyError while sizing the window). GRPO has no validation loss: a
+    ``data.val_path`` is refused, naming ``grpo.eval_problems`` (it crashed the run's last evaluation)."""
+    reads = objective.train_type if objective is not None else STORE_TYPE_OF_OBJECTIVE.get(cfg.train.objective)
+    if cfg.data.val_path and (cfg.data.train_type or reads) == "grpo":
+        raise ValueError(
+            f"--val-data {cfg.data.val_path}: GRPO has no validation loss to take on a store of prompts; its "
+            "held-out check is grpo.eval_problems=FILE (JSON lines of question and answer, as `pack --train-type "
+            "grpo` reads), graded greedily at every evaluation: pass that instead"
+        )
     if not cfg.data.train_path:
         return
     from cookmind.store import StoreError, TokenStore
 
     store = TokenStore(cfg.data.train_path)  # a missing one: "no such store; make one with `cookmind pack`"
-    reads = objective.train_type if objective is not None else STORE_TYPE_OF_OBJECTIVE.get(cfg.train.objective)
     want = cfg.data.train_type or reads
     if want is not None and store.train_type != want:
         fits = {v: k for k, v in STORE_TYPE_OF_OBJECTIVE.items()}.get(store.train_type, store.train_type)
