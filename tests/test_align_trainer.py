@@ -77,7 +77,7 @@ def test_a_grpo_run_with_a_validation_store_is_refused_naming_eval_problems(grpo
     root = grpo_run_inputs
     argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--train-data", str(root / "grpo.bin")]
     argv += ["--val-data", str(root / "grpo.bin"), "--tokenizer", str(root / "tok"), "--run-dir", str(tmp_path / "g")]
-    assert main([*argv, "train.max_steps=1"]) == 2
+    assert main([*argv, "train.max_steps=1", "train.micro_batch_size=2", "train.grad_accum_steps=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         f"cookmind train: error: --val-data {root / 'grpo.bin'}: GRPO has no validation loss to take on a store of "
