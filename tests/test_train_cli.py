@@ -1222,3 +1222,13 @@ def test_overwrite_never_deletes_what_the_run_is_told_to_read_and_never_pairs_wi
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before  # nothing deleted
     assert _run(store, "--run-dir", str(tmp_path / "next"), "--init-from", str(run), "train.max_steps=1") == 0
     assert _run(store, "--run-dir", str(run), "--overwrite", "train.max_steps=1") == 0  # what --overwrite is for
+
+
+def test_lora_without_a_model_to_adapt_is_refused(tmp_path, store, capsys):
+    # it trained adapters on a random frozen base, status "completed" (and DPO took that base as its reference)
+    assert _run(store, "--run-dir", str(tmp_path / "l"), "lora.enabled=true", "train.max_steps=1") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "cookmind train: error: lora.enabled=true adapts a trained model, and train.init_from is not set: the frozen "
+        "base would be random weights; pass --init-from MODEL (a checkpoint, a run directory or a Hugging Face folder)"
+    )
+    assert not (tmp_path / "l" / "checkpoints").exists()

@@ -75,6 +75,11 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
                 )
             cfg.model.update(shape)
     else:
+        if cfg.lora.enabled:  # it trained adapters on a random frozen base (and DPO took that base as reference)
+            raise ValueError(
+                "lora.enabled=true adapts a trained model, and train.init_from is not set: the frozen base would be "
+                "random weights; pass --init-from MODEL (a checkpoint, a run directory or a Hugging Face folder)"
+            )
         fields = dict(cfg.model)
         if "vocab_size" not in fields:
             if tokenizer is None:

@@ -1127,9 +1127,7 @@ class Trainer:
             "consecutive_bad": self.consecutive_bad,
             "recent_losses": self.recent_losses,
             # the summary's train_* means are over the run's last steps, those before a resume included
-            "recent_metrics": [
-                {k: v for k, v in m.items() if is_number(v) or isinstance(v, str)} for m in self._recent_metrics
-            ],
+            "recent_metrics": _recent_for_meta(self._recent_metrics),
             "best_loss": self.best_loss,
             "run_id": self.run_id,
             "diverged": diverged,
@@ -1416,6 +1414,13 @@ def recent_means(steps) -> dict[str, Any]:
         if values:
             out[f"train_{name}"] = sum(values) / len(values)
     return {**out, "train_means_over_steps": len(steps)} if out else {}
+
+
+def _recent_for_meta(steps) -> list[dict[str, Any]]:
+    """What ``recent_means`` reads of the last steps, for a checkpoint: the loss and the objective's metrics (not the
+    timings, which differ from run to run), a non-finite value (a skipped step's) as None, which it leaves out."""
+    names = training_metric_names(steps)
+    return [{k: (m[k] if math.isfinite(m[k]) else None) for k in names if is_number(m.get(k))} for m in steps]
 
 
 def _skips_on_device(optimizer) -> bool:
