@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 
 import pytest
@@ -154,6 +155,24 @@ def test_vocab_ids_are_bytes_then_specials_then_merges(tmp_path):
     assert [vocab[i] for i in (0, 65, 255)] == [b"\x00", b"A", b"\xff"]
     assert (vocab[256], vocab[257]) == (b"<|endoftext|>", b"<|im_start|>")
     assert [vocab[258 + k] for k in range(len(vocab) - 258)] == [a + b for a, b in merges]
+
+
+@pytest.mark.parametrize("specials", [["a"], ["<|endoftext|>", "a", "a"], ["\n"]])
+def test_a_one_byte_special_token_is_refused(tmp_path, specials, capsys):
+    # it was given an id past the vocabulary: --vocab-size 500 gave 501 ids, specials {"a": 500}, and id 256 unused
+    from cookmind.cli import main
+
+    path = tmp_path / "in.txt"
+    path.write_text("low lower lowest " * 10, encoding="utf-8")
+    one = next(s for s in specials if len(s) == 1)
+    with pytest.raises(
+        TokenizerError, match=re.escape(f"special token {one!r} is one byte, which is already the byte token")
+    ):
+        train_bpe(path, 270, specials, workers=1, progress=False)
+    argv = ["tokenizer", "train", "--input", str(path), "--vocab-size", "270", "--out", str(tmp_path / "t"), "--quiet"]
+    assert main([*argv, "--special-token", *specials]) == 2
+    assert "a special token needs two bytes or more" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
 
 
 def test_missing_file_is_a_clear_error(tmp_path):

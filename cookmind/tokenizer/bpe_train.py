@@ -49,11 +49,18 @@ def initial_vocab(special_tokens: Sequence[str]) -> dict[int, bytes]:
 
 
 def check_specials(special_tokens: Sequence[str] | None) -> list[str]:
-    """Validate special tokens (non-empty strings) and drop repeats, keeping the first order."""
+    """Validate special tokens (strings of two bytes or more) and drop repeats, keeping the first order. A one-byte
+    special would be the byte token it spells: the Tokenizer gave it an id past the vocabulary instead (--vocab-size
+    500 gave 501 ids, and ids 256.. no longer in order)."""
     out: list[str] = []
     for s in special_tokens or []:
         if not isinstance(s, str) or not s:
             raise TokenizerError(f"special token {s!r} must be a non-empty string")
+        if len(s.encode("utf-8")) == 1:
+            raise TokenizerError(
+                f"special token {s!r} is one byte, which is already the byte token {ord(s)}: a special token needs "
+                f"two bytes or more (e.g. {'<|' + s + '|>'!r})"
+            )
         if s not in out:
             out.append(s)
     return out

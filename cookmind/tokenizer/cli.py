@@ -164,11 +164,11 @@ def _save_new(tok, out: Path, overwrite: bool) -> None:
 
 def _train(args) -> int:
     from cookmind.store.records import SkippedRecords
-    from cookmind.tokenizer.bpe_train import train_bpe
+    from cookmind.tokenizer.bpe_train import check_specials, train_bpe
     from cookmind.tokenizer.pretokenize import ReadCounts
     from cookmind.tokenizer.tokenizer import Tokenizer
 
-    specials = DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token
+    specials = check_specials(DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token)
     out = Path(args.out)
     check_out(out, args.overwrite, args.input)  # before the (long) training
     t0 = time.perf_counter()
