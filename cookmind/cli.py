@@ -16,7 +16,7 @@ import sys
 # name -> (module, one-line help), in pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
     "curate": ("cookmind.curate.cli", "clean web text: HTML->text, language id, quality rules, PII, dedup"),
-    "tokenizer": ("cookmind.tokenizer.cli", "train, inspect and convert byte-level BPE tokenizers"),
+    "tokenizer": ("cookmind.tokenizer.cli", "train, use, inspect (info) and convert byte-level BPE tokenizers"),
     "pack": ("cookmind.store.cli", "tokenize text, chats, preferences or RL prompts into a token store"),
     "train": ("cookmind.train.cli", "pretrain, SFT, LoRA, DPO or GRPO with one training loop"),
     "export": ("cookmind.model.cli_export", "export a checkpoint to Hugging Face format (--hf)"),

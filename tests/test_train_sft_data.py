@@ -115,7 +115,7 @@ def test_an_unset_sft_window_is_sized_from_the_store_capped_by_the_context(tmp_p
     t2 = Trainer(_cfg(tmp_path, store, "model.max_position_embeddings=128", f"logging.run_dir={tmp_path / 'b'}"))
     assert t2.cfg.data.window_size == max(len(r["sequence"]) for r in records) == 90
     assert t2.data_stats["data_truncated"] == t2.data_stats["data_dropped"] == 0
-    assert "sized from the store to 90 (its longest record, at most the model's max_position_embeddings=128)" in (
+    assert "sized from the sft store to 90 (its longest record, at most the model's max_position_embeddings=128)" in (
         capsys.readouterr().err
     )
 
@@ -314,3 +314,14 @@ def test_a_validation_store_holding_the_training_data_is_warned_of(tmp_path, kee
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Trainer(_cfg(tmp_path, store, *base, f"data.val_path={other}", f"logging.run_dir={tmp_path / 'ok'}"))
+
+
+def test_the_window_sized_from_the_store_says_it_replaces_the_presets(tmp_path, sft_store, capsys, keep_threads):
+    # it said "data.window_size not set" where tiny-cpu sets 128 (and --print-config showed 128)
+    store, _ = sft_store
+    t = Trainer(_cfg(tmp_path, store, "train.grad_accum_steps=1"))
+    assert t.cfg.data.window_size == 64  # the longest record is 90 tokens: the model's context
+    assert (
+        "cookmind train: data.window_size sized from the sft store to 64 (its longest record, at most the model's "
+        "max_position_embeddings=64), in place of the preset's 128; set data.window_size to choose it"
+    ) in capsys.readouterr().err

@@ -246,11 +246,14 @@ class Trainer:
             and max_pos is not None
             and not cfg.is_user_set("data.window_size")
         ):
+            preset = cfg.data.window_size
             cfg.data.window_size = B.window_for_store(cfg.data.train_path, kind, max_pos)
-            if self.dist.is_main:
+            if self.dist.is_main:  # it said "not set" where the preset set one
+                instead = f", in place of the preset's {preset}" if preset != cfg.data.window_size else ""
                 print(
-                    f"cookmind train: data.window_size not set; sized from the store to {cfg.data.window_size} "
-                    f"(its longest record, at most the model's max_position_embeddings={max_pos})",
+                    f"cookmind train: data.window_size sized from the {kind} store to {cfg.data.window_size} (its "
+                    f"longest record, at most the model's max_position_embeddings={max_pos}){instead}; set "
+                    "data.window_size to choose it",
                     file=sys.stderr,
                 )
         elif (
