@@ -1123,3 +1123,21 @@ def test_a_tokenizer_json_neither_reader_can_read_is_refused_with_cookminds_reas
     assert pack_cli.main(parser.parse_args([*args, "--out", str(tmp_path / "s"), "--quiet"])) == 2
     err = capsys.readouterr().err.strip()
     assert f"{tmp_path / 'tok' / 'tokenizer.json'}:2: not valid JSON" in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("flag", [["--one-per-line"], ["--separator", "==="]])
+def test_a_plain_text_flag_without_a_plain_text_input_is_refused(tmp_path, tok_dir, flag, capsys):
+    # it packed normally, the flag without effect: the user believed the documents were cut there
+    src = _jsonl(tmp_path / "d.jsonl", [{"text": "The cook stirs."}, {"text": "Tom has 3 apples."}])
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(src), "--out", str(tmp_path / "s")]
+    assert pack_cli.main(parser.parse_args([*argv, *flag, "--quiet"])) == 2
+    assert (
+        f"{flag[0]} says where a plain text file's documents end, and no input is plain text (JSON lines, JSON and "
+        "Parquet hold one document a record): drop it"
+    ) in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+    text = tmp_path / "d.txt"
+    text.write_text("The cook stirs.\nTom has 3 apples.\n")
+    assert pack_cli.main(parser.parse_args([*argv, "--input", str(src), str(text), *flag, "--quiet"])) == 0

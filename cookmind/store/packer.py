@@ -222,6 +222,12 @@ def pack(
                 )
     opts = RecordOptions(train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed)
     _check_flags_apply(opts, separator, one_per_line)
+    if (one_per_line or separator != "<|endoftext|>") and not any(source_kind(p) == "text" for p in inputs):
+        flag = "--one-per-line" if one_per_line else "--separator"
+        raise PackError(
+            f"{flag} says where a plain text file's documents end, and no input is plain text (JSON lines, JSON "
+            "and Parquet hold one document a record): drop it"
+        )
     tok = _load_tokenizer(tokenizer)
     _check_options(opts, tok, tokenizer)
     if isinstance(tokenizer, (str, Path)):
