@@ -1232,3 +1232,18 @@ def test_lora_without_a_model_to_adapt_is_refused(tmp_path, store, capsys):
         "base would be random weights; pass --init-from MODEL (a checkpoint, a run directory or a Hugging Face folder)"
     )
     assert not (tmp_path / "l" / "checkpoints").exists()
+
+
+def test_a_resume_whose_config_replaces_the_runs_own_says_so(tmp_path, store, capsys):
+    # `--config tiny-cpu --run-dir a --resume auto` read no training data and failed as "model.vocab_size is not set
+    # and there is no tokenizer", which said nothing of the config that replaced the run's
+    run = tmp_path / "a"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=2", "checkpoint.every=2") == 0
+    capsys.readouterr()
+    assert _train("--config", "tiny-cpu", "--run-dir", str(run), "--resume", "auto", *TINY, "train.max_steps=3") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"cookmind train: error: --config tiny-cpu replaces {run / 'config.yaml'}, the resumed run's own config, and "
+        "names no training data: leave --config out to resume with the run's config, or pass --train-data (and "
+        "--tokenizer)"
+    )
+    assert _train("--run-dir", str(run), "--resume", "auto", "train.max_steps=3") == 0  # what the line says

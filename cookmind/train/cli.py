@@ -82,12 +82,21 @@ def resolve_config(args: argparse.Namespace):
     ]
     if getattr(args, "overwrite", False):
         items.append("checkpoint.overwrite=true")
+    given = args.config
     if args.config is None:
         saved = run_config_to_resume(args)
         if saved is None:
             refuse_a_resume_of_no_run(args)
         args.config = saved or DEFAULT_PRESET
     cfg = TrainConfig.load(args.config, items + list(args.overrides))
+    run_yaml = Path(cfg.logging.run_dir or "") / "config.yaml"
+    if given and cfg.checkpoint.resume and not cfg.data.train_path and not (cfg.grpo or {}).get("problems"):
+        own = Path(given).is_file() and Path(given).resolve() == run_yaml.resolve()
+        if cfg.logging.run_dir and run_yaml.is_file() and not own:  # it failed later as "model.vocab_size is not set"
+            raise ValueError(
+                f"--config {given} replaces {run_yaml}, the resumed run's own config, and names no training data: "
+                f"leave --config out to resume with the run's config, or pass --train-data (and --tokenizer)"
+            )
     if getattr(args, "run_dir", None) is None and not any(
         o.strip().startswith("logging.run_dir=") for o in getattr(args, "overrides", [])
     ):
