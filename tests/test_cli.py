@@ -380,10 +380,11 @@ def test_eval_gsm8k_cli_reports_skipped_over_long_questions(tmp_path, tok_dir, c
         )
         == 0
     )
-    out = capsys.readouterr().out.strip().splitlines()
-    assert "skipped 1 of 2 items" in out[-3] and "context of 64 tokens" in out[-3]
-    assert "1 answer(s) ran into --max-new-tokens" in out[-2]  # 2 new tokens cut the one graded answer
-    metrics = json.loads(out[-1])
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert "skipped 1 of 2 items" in err[-2] and "context of 64 tokens" in err[-2]
+    assert "1 answer(s) ran into --max-new-tokens" in err[-1]  # 2 new tokens cut the one graded answer
+    metrics = json.loads(captured.out)  # stdout holds the JSON alone
     assert metrics["num_problems"] == 1 and metrics["num_skipped_too_long"] == 1 and metrics["num_cut_short"] == 1
     saved = json.loads((tmp_path / "out.metrics.json").read_text())
     assert saved["num_skipped_too_long"] == 1

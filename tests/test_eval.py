@@ -368,10 +368,10 @@ def test_ppl_out_writes_one_row_a_window_and_says_how_much_max_bytes_left_out(tm
     out = tmp_path / "p.jsonl"
     argv = ["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8", "--quiet"]
     assert main([*argv, "--max-bytes", "100", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out.strip().splitlines()
-    metrics = json.loads(printed[-1])
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)  # stdout is the one JSON object: the notice went before it and broke `| jq`
     assert metrics["file_bytes"] == 310 and metrics["bytes_not_evaluated"] == 210
-    assert "--max-bytes 100: evaluated the first 100 of 310 bytes; 210 bytes (68%) left out" in printed[0]
+    assert "--max-bytes 100: evaluated the first 100 of 310 bytes; 210 bytes (68%) left out" in captured.err
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["window"] for r in rows] == list(range(len(rows))) and len(rows) == math.ceil(99 / 8)
     assert sum(r["tokens"] for r in rows) == metrics["tokens"] == 99
@@ -486,13 +486,13 @@ def test_ppl_reads_json_lines_curate_shards_and_folders_as_their_documents_text(
         total = sum(len(d.encode()) + eot_bytes for d in docs)
         argv = ["eval", "ppl", "--model", "m", "--data", str(tmp_path / data), "--window", "64", "--quiet"]
         assert main([*argv, "--max-bytes", str(cut)]) == 0
-        printed = capsys.readouterr().out.strip().splitlines()
-        m = json.loads(printed[-1])
+        printed = capsys.readouterr()
+        m = json.loads(printed.out)
         assert (m["tokens"], m[size], m["bytes_not_evaluated"]) == (len(head) - 1, total, total - cut), data
         assert m["nll_per_token"] == pytest.approx(
             -sum(log_p[a, b].item() for a, b in zip(head[:-1], head[1:])) / (len(head) - 1), rel=1e-5
         )
-        assert f"evaluated the first {cut} of {total} bytes" in printed[0]
+        assert f"evaluated the first {cut} of {total} bytes" in printed.err
     # a token store made by pack stays scored as the store
     from cookmind.store.packer import pack
 
@@ -789,7 +789,8 @@ def test_ppl_on_text_scores_the_ids_pack_stores_for_it(tmp_path, monkeypatch, ca
 
     _bigram_cli(monkeypatch, tok)
     assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "d.txt"), "--quiet"]) == 0
-    assert "left out 2 empty document(s)" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "left out 2 empty document(s)" in captured.err and json.loads(captured.out)["empty_documents"] == 2
 
 
 def test_ppl_on_text_strips_each_document_as_pack_does(shared_data, tmp_path, tok_dir):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -190,19 +191,22 @@ def main(args) -> int:
         total = skipped + metrics.get("num_problems", metrics.get("num_questions", 0))
         print(
             f"cookmind eval {args.task}: skipped {skipped} of {total} items whose prompt does not fit the model's "
-            f"context of {metrics['context']} tokens (num_skipped_too_long; not in the accuracy)"
+            f"context of {metrics['context']} tokens (num_skipped_too_long; not in the accuracy)",
+            file=sys.stderr,
         )
     if metrics.get("num_cut_short"):
         print(
             f"cookmind eval {args.task}: {metrics['num_cut_short']} answer(s) ran into --max-new-tokens or the "
             "model's context before they ended (num_cut_short) and were graded as cut; raise --max-new-tokens to let "
-            "them end"
+            "them end",
+            file=sys.stderr,
         )
     if metrics.get("subjects_not_scored"):
         lost = metrics["subjects_not_scored"]
         print(
             f"cookmind eval {args.task}: {len(lost)} subjects had no question that fits ({', '.join(lost[:5])}"
-            f"{', ...' if len(lost) > 5 else ''}): macro_accuracy is over the other {metrics['num_subjects']}"
+            f"{', ...' if len(lost) > 5 else ''}): macro_accuracy is over the other {metrics['num_subjects']}",
+            file=sys.stderr,
         )
     print(json.dumps(metrics))
     if args.out:
@@ -216,18 +220,21 @@ def _say_what_was_left_out(args, metrics: dict) -> None:
     if metrics.get("empty_documents"):
         print(
             f"cookmind eval ppl: left out {metrics['empty_documents']:,} empty document(s), with no text to score, as "
-            "pack leaves them out (empty_documents)"
+            "pack leaves them out (empty_documents)",
+            file=sys.stderr,
         )
     if metrics.get("bytes_not_evaluated"):
         left, of = metrics["bytes_not_evaluated"], metrics.get("file_bytes", metrics.get("text_bytes"))
         print(
             f"cookmind eval ppl: --max-bytes {args.max_bytes}: evaluated the first {of - left:,} of {of:,} bytes; "
-            f"{left:,} bytes ({left / of:.0%}) left out (bytes_not_evaluated)"
+            f"{left:,} bytes ({left / of:.0%}) left out (bytes_not_evaluated)",
+            file=sys.stderr,
         )
     if metrics.get("windows_total", 0) > metrics.get("windows", 0):
         done, of = metrics["windows"], metrics["windows_total"]
         print(
             f"cookmind eval ppl: --max-windows {args.max_windows}: evaluated {done:,} of {of:,} windows; "
             f"{of - done:,} windows ({metrics['tokens_not_evaluated']:,} of {metrics['store_tokens']:,} tokens) "
-            f"left out (tokens_not_evaluated)"
+            f"left out (tokens_not_evaluated)",
+            file=sys.stderr,
         )
