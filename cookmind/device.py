@@ -23,6 +23,8 @@ def resolve_device(name: str | None = "auto", local_rank: int = 0, what: str = "
         device = torch.device(name)
     except (RuntimeError, TypeError):
         raise ValueError(f"{given} is not a device; pass auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):  # a device torch knows (mps, xpu, ...): a traceback at the first tensor
+        raise ValueError(f"{given}: cookmind runs on the CPU or CUDA GPUs; pass auto, cpu, cuda or cuda:N")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             fix = "pass cpu or auto" if what.startswith("--") else f"set {what}=cpu (or auto) to run on the CPU"

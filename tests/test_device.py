@@ -188,3 +188,14 @@ def test_a_gpu_benchmark_on_a_machine_without_cuda_says_so_in_one_line(script, a
     assert status == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "Traceback" not in "\n".join(err) and "CUDA" in err[-1], err[-3:]
+
+
+@pytest.mark.parametrize("name", ["mps", "xpu", "meta"])
+def test_a_device_torch_knows_but_cookmind_does_not_run_on_is_one_line(name, capsys):
+    # `generate --device mps` was a traceback ending "PyTorch is not linked with support for mps devices"
+    with pytest.raises(ValueError, match=rf"^--device {name}: cookmind runs on the CPU or CUDA GPUs; pass auto, cpu"):
+        resolve_device(name)
+    from cookmind.cli import main
+
+    assert main(["generate", "no-model", "--prompt", "hi", "--device", name]) == 2
+    assert f"--device {name}: cookmind runs on the CPU or CUDA GPUs" in capsys.readouterr().err
