@@ -168,6 +168,7 @@ def test_cli_export_copies_tokenizer_files_and_import_round_trips(tmp_path, caps
     assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf"), "--dtype", "bf16"]) == 0
     names = sorted(p.name for p in (tmp_path / "hf").iterdir())
     assert names == [
+        ".cookmind-export.json",  # marks the folder as export's own: --overwrite replaces only such a one
         "config.json",
         "generation_config.json",
         "model.safetensors",
@@ -525,10 +526,20 @@ def test_export_and_import_replace_their_own_output_with_overwrite_and_nothing_e
     assert cli_main(["export", "--hf", str(tmp_path / "new"), str(tmp_path / "hf"), "--overwrite"]) == 2
     assert "notes.txt" in capsys.readouterr().err and (tmp_path / "hf" / "notes.txt").is_file()
     assert cli_main(["export", "--hf", str(tmp_path / "new"), str(tmp_path / "back"), "--overwrite"]) == 2
+    # a folder of the same files that neither command wrote (a downloaded model, a model saved by save_model) is the
+    # user's: it was replaced, for holding nothing but a config, weights and tokenizer files
+    _hf_load(tmp_path / "hf").save_pretrained(tmp_path / "downloaded")
+    assert cli_main(["export", "--hf", str(tmp_path / "new"), str(tmp_path / "downloaded"), "--overwrite"]) == 2
+    assert "downloaded" in capsys.readouterr().err
+    assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "new"), "--overwrite"]) == 2
+    assert "--overwrite replaces only a folder import --hf wrote" in capsys.readouterr().err
+    assert (tmp_path / "downloaded" / "model.safetensors").is_file() and (tmp_path / "new" / "config.json").is_file()
+    torch.testing.assert_close(load_model(tmp_path / "new").model.embed_tokens.weight, new.model.embed_tokens.weight)
     (tmp_path / "old" / "meta.json").write_text("{}")  # a training checkpoint
     (tmp_path / "hf" / "notes.txt").unlink()
     assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "old"), "--overwrite"]) == 2
-    assert "meta.json" in capsys.readouterr().err and (tmp_path / "old" / "meta.json").is_file()
+    err = capsys.readouterr().err
+    assert "--overwrite replaces only a folder import --hf wrote" in err and (tmp_path / "old" / "meta.json").is_file()
 
 
 def _checkpoint_with(ckpt, tokenizer):

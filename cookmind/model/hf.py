@@ -149,13 +149,30 @@ def _added_token_ids(folder: Path, names: tuple[str, ...]) -> list[int]:
     return [added[n] for n in names if n in added]
 
 
+# what marks a folder as export's or import's own output: --overwrite replaces only such a folder (a downloaded
+# Hugging Face model or a cookmind model of the same files was replaced too)
+EXPORT_MARK, IMPORT_MARK = ".cookmind-export.json", ".cookmind-import.json"
+
+
 def _own_file(name: str) -> bool:
-    """A file export and import write: the config, the weights and a tokenizer's files."""
-    return name in (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES)
+    """A file export and import write: the config, the weights, a tokenizer's files and their mark."""
+    return name in (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES, EXPORT_MARK, IMPORT_MARK)
 
 
 def _is_cookmind_model_dir(path: Path) -> bool:
     return (path / CONFIG_NAME).is_file() and (path / WEIGHTS_NAME).is_file() and not is_hf_model_dir(path)
+
+
+def _an_export(path: Path) -> bool:
+    return is_hf_model_dir(path) and (path / EXPORT_MARK).is_file()
+
+
+def _an_import(path: Path) -> bool:
+    return _is_cookmind_model_dir(path) and (path / IMPORT_MARK).is_file()
+
+
+def _mark(folder: Path, mark: str, command: str, source: Path) -> None:
+    (folder / mark).write_text(json.dumps({"written_by": command, "source": str(source)}) + "\n")
 
 
 def _check_out(out: Path, overwrite: bool, is_ours, what: str) -> None:
@@ -194,7 +211,7 @@ def export_hf(
         )
     cfg = load_config(ckpt_dir)
     arch = hf_architecture(cfg)
-    _check_out(out_dir, overwrite, is_hf_model_dir, "Hugging Face export")
+    _check_out(out_dir, overwrite, _an_export, "folder export --hf wrote")
     weights_path, tensors = read_model_weights(ckpt_dir, cfg)  # model.safetensors, or a sharded checkpoint's dcp/
     check_state_dict(weights_path, _expected_shapes(cfg), tensors)
     if dtype is not None:
@@ -220,8 +237,9 @@ def export_hf(
             if len(stops) > 1:
                 gen["eos_token_id"] = stops  # one flat list, as transformers reads it
             (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+        _mark(tmp, EXPORT_MARK, "cookmind export --hf", ckpt_dir)
 
-    _atomic_dir(out_dir, fill, overwrite, is_hf_model_dir, "Hugging Face export")
+    _atomic_dir(out_dir, fill, overwrite, _an_export, "folder export --hf wrote")
     assert json.loads((out_dir / CONFIG_NAME).read_text())["architectures"] == [arch]
     return out_dir
 
@@ -382,7 +400,7 @@ def import_hf(
     if not config_path.is_file():
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
     cfg = from_hf_config(json.loads(config_path.read_text()), config_path)  # generation_config.json is copied along
-    _check_out(out_dir, overwrite, _is_cookmind_model_dir, "cookmind model folder")
+    _check_out(out_dir, overwrite, _an_import, "folder import --hf wrote")
     weights_path, tensors = _read_hf_weights(hf_dir)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
@@ -394,8 +412,9 @@ def import_hf(
         (tmp / CONFIG_NAME).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
         save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
         copy_tokenizer_files(hf_dir, tmp)
+        _mark(tmp, IMPORT_MARK, "cookmind import --hf", hf_dir)
 
-    return _atomic_dir(out_dir, fill, overwrite, _is_cookmind_model_dir, "cookmind model folder")
+    return _atomic_dir(out_dir, fill, overwrite, _an_import, "folder import --hf wrote")
 
 
 def load_model_or_hf(
