@@ -853,3 +853,21 @@ def test_invalid_utf8_in_eval_data_names_the_file_and_line(tmp_path):
     g.write_bytes(b'{"question": "1+1?", "answer": "#### 2"}\n\n{"question": "caf\xe9", "answer": "#### 2"}\n')
     with pytest.raises(ValueError, match=r"g\.jsonl:3: invalid UTF-8 at byte 17 of the line"):
         load_gsm8k(g)
+
+
+def test_a_plain_template_answer_ends_where_the_model_makes_up_the_next_question(tmp_path):
+    """A base model asked "Question: ...\\nAnswer:" answers, then writes a question of its own: generation went on
+    to --max-new-tokens and the made-up question's last number was graded (0 for a right answer). It stops at
+    "\\nQuestion:" now, as lm-eval-harness stops GSM8K; a custom template at its own question marker."""
+    problems = [{"question": "Tom has 1 apple and buys 2 more. How many?", "answer": "#### 3"}]
+
+    def respond(prompt):
+        return " 3\nQuestion: Ann has 7 pens and loses 3. How many?\nAnswer: 4"
+
+    oracle = OracleLM(respond, marker="Answer:")
+    m = evaluate_gsm8k(oracle, CharTok(), problems, template="plain", max_new_tokens=80, progress=False)
+    assert m["accuracy"] == 1.0
+    from cookmind.align.prompts import next_question_stops
+
+    assert next_question_stops("plain") == ("\nQuestion:",) and next_question_stops("Q: {question}\nA:") == ("\nQ:",)
+    assert next_question_stops("r1_zero") == next_question_stops("chat") == next_question_stops("{question}") == ()

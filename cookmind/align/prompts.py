@@ -56,6 +56,16 @@ def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> s
     return text.replace("{question}", question.strip())
 
 
+def next_question_stops(template: str) -> tuple[str, ...]:
+    """Where a base model's answer to a question-and-answer template ends: at the next question it makes up (the
+    template's text before ``{question}``, on a new line: ``"\nQuestion:"`` for plain), as lm-eval-harness stops
+    GSM8K. The chat template ends at the end of the turn, and a think template at ``</answer>``: none there."""
+    if template == "chat" or uses_think_tags(template):
+        return ()
+    head = PROMPTS.get(template, template).split("{question}")[0].strip()
+    return ("\n" + head,) if head else ()
+
+
 def uses_think_tags(template: str) -> bool:
     """True when the prompt opens a <think> block (graded by <answer> tags), else graded by ``#### N``/last number."""
     return template != "chat" and PROMPTS.get(template, template).rstrip().endswith("<think>")

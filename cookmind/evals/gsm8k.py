@@ -11,6 +11,7 @@ from cookmind.align.prompts import (
     decode_response,
     encode_prompt,
     format_prompt,
+    next_question_stops,
     stop_ids_of,
     uses_think_tags,
 )
@@ -126,7 +127,8 @@ def evaluate_gsm8k(
     problems = [as_problem(p) for p in problems]
     reward_fn = reward_fn_for(template)
     if stop_strings is None:
-        stop_strings = R1_ZERO_STOP if uses_think_tags(template) else ()
+        # plain: a base model goes on to a question of its own, whose last number was graded
+        stop_strings = R1_ZERO_STOP if uses_think_tags(template) else next_question_stops(template)
     stops = tuple(stop_strings)
     params = SamplingParams(
         max_new_tokens=max_new_tokens,
