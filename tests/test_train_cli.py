@@ -1247,3 +1247,41 @@ def test_a_resume_whose_config_replaces_the_runs_own_says_so(tmp_path, store, ca
         "--tokenizer)"
     )
     assert _train("--run-dir", str(run), "--resume", "auto", "train.max_steps=3") == 0  # what the line says
+
+
+def test_a_run_whose_only_checkpoint_is_damaged_says_so_not_yet_or_an_older_one(tmp_path, store, capsys):
+    # "skipping checkpoint ...: damaged; using an older one", then "a training run without a complete checkpoint in
+    # its checkpoints/ yet": there was no older one, and waiting would not help
+    from cookmind.cli import main
+
+    run = tmp_path / "run"
+    assert _run(store, "--run-dir", str(run), "train.max_steps=2") == 0
+    (step,) = (run / "checkpoints").iterdir()
+    weights = step / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match=r"model.safetensors .*; and there is no older one$"):
+        assert main(["generate", str(run), "--prompt", "hi", "--max-new-tokens", "2"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    said = f"{run}: none of its checkpoints ({step.name}) is complete and whole (the warnings above say why); restore "
+    assert last.endswith(said + "one from a copy, or train again")
+
+
+def test_a_model_path_that_is_a_file_or_missing_is_named_so(tmp_path, capsys):
+    # a file was "no such model directory" (generate), "FILE/config.json: missing" (export); a missing import
+    # folder "nonexist/config.json: missing"; a broken config.json "a cookmind model, not a Hugging Face folder"
+    from cookmind.cli import main
+
+    (tmp_path / "data.jsonl").write_text("{}\n")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{not json")
+    cases = [
+        (["generate", str(tmp_path / "data.jsonl"), "--prompt", "hi"], "data.jsonl: a file, not a model folder"),
+        (["export", "--hf", str(tmp_path / "data.jsonl"), str(tmp_path / "o1")], "a file, not a model folder"),
+        (["import", "--hf", str(tmp_path / "nope"), str(tmp_path / "o2")], "nope: no such folder"),
+        (["import", "--hf", str(tmp_path / "data.jsonl"), str(tmp_path / "o3")], "a file, not a Hugging Face model"),
+        (["import", "--hf", str(tmp_path / "bad"), str(tmp_path / "o4")], "bad/config.json: not valid JSON"),
+    ]
+    for argv, says in cases:
+        assert main(argv) == 2, argv
+        assert says in capsys.readouterr().err.strip().splitlines()[-1], argv

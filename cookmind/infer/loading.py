@@ -28,9 +28,9 @@ def load_model_dir(path: str | Path, device: str | torch.device = "cpu", dtype: 
 
     path = resolve_model_dir(path)
     if not path.is_dir():
+        what = "a file, not a model folder" if path.exists() else "no such model folder"
         raise FileNotFoundError(
-            f"{path}: no such model directory (give a cookmind checkpoint, a training run or a "
-            "Hugging Face model folder)"
+            f"{path}: {what} (give a cookmind checkpoint, a training run or a Hugging Face model folder)"
         )
     torch_dtype = _torch_dtype(dtype)
     return load_model_or_hf(path, device=device, dtype=torch_dtype)

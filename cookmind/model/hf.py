@@ -392,6 +392,14 @@ def import_hf(
     ``overwrite`` replaces an earlier import (nothing else)."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     config_path = hf_dir / CONFIG_NAME
+    if not hf_dir.is_dir():
+        what = "a file, not a Hugging Face model folder" if hf_dir.exists() else "no such folder"
+        raise ModelLoadError(f"{hf_dir}: {what}; import --hf reads a folder holding config.json and the weights")
+    if config_path.is_file():
+        try:
+            json.loads(config_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # it was taken for a cookmind model
+            raise ModelLoadError(f"{config_path}: not valid JSON ({exc}); the file is truncated or corrupt") from None
     if not is_hf_model_dir(hf_dir) and latest_checkpoint(hf_dir) is not None:
         raise ModelLoadError(
             f"{hf_dir}: a cookmind model, not a Hugging Face folder; it needs no import (generate, serve and eval "

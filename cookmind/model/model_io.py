@@ -271,11 +271,12 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
             if (d / META_NAME).is_file()
             or ((d / CONFIG_NAME).is_file() and ((d / WEIGHTS_NAME).is_file() or is_sharded_checkpoint(d)))
         ]
-        for d in reversed(complete):
+        for k, d in reversed(list(enumerate(complete))):
             problem = checkpoint_problem(d, need_optimizer)
             if problem is None:
                 return d
-            warnings.warn(f"skipping checkpoint {d}: {problem}; using an older one", CheckpointWarning, stacklevel=2)
+            then = "trying an older one" if k else "and there is no older one"
+            warnings.warn(f"skipping checkpoint {d}: {problem}; {then}", CheckpointWarning, stacklevel=2)
         if complete:
             return None
     return None
@@ -291,13 +292,20 @@ def resolve_model_dir(path: str | os.PathLike) -> Path:
 def load_config(directory: str | os.PathLike) -> CookMindConfig:
     """Read `directory`/config.json into a CookMindConfig, with errors naming the file."""
     path = Path(directory) / CONFIG_NAME
-    if not Path(directory).exists():
+    if not Path(directory).is_dir():
+        what = "a file, not a model folder" if Path(directory).exists() else "no such directory"
         raise ModelLoadError(
-            f"{directory}: no such directory; name a checkpoint, a training run (its newest complete checkpoint) "
+            f"{directory}: {what}; name a checkpoint, a training run (its newest complete checkpoint) "
             "or a Hugging Face folder"
         )
     run_files = ("checkpoints", "config.yaml")  # a run before its first save holds its config.yaml alone
     if not path.is_file() and any((Path(directory) / name).exists() for name in run_files):
+        saved = [d.name for root in (Path(directory), Path(directory) / "checkpoints") for _, d in step_dirs(root)]
+        if saved:  # each was passed over with a warning saying why: "yet" and "an older one" misled
+            raise ModelLoadError(
+                f"{directory}: none of its checkpoints ({', '.join(saved[-3:])}) is complete and whole (the warnings "
+                "above say why); restore one from a copy, or train again"
+            )
         raise ModelLoadError(f"{directory}: a training run without a complete checkpoint in its checkpoints/ yet")
     if not path.is_file():
         raise ModelLoadError(f"{path}: missing; a CookMind model directory needs {CONFIG_NAME} and {WEIGHTS_NAME}")
