@@ -163,7 +163,7 @@ def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(native(ids).logits, ref, atol=1e-5, rtol=1e-5)
     assert native_tok.encode("soup and bread", add_special_tokens=False) == tok.encode("soup and bread")
-    with pytest.raises(FileNotFoundError, match="no such model directory"):
+    with pytest.raises(FileNotFoundError, match="no such model folder"):
         load_for_inference(tmp_path / "absent")
 
 
@@ -344,3 +344,17 @@ def test_generate_and_chat_say_when_the_model_ended_its_reply_at_once(ckpt, caps
     out = io.StringIO()
     run(s, io.StringIO("hello\n/quit\n"), out)
     assert "bot> (no reply: the model ended its turn at once)" in out.getvalue()
+
+
+def test_piped_chat_whose_message_got_an_error_exits_non_zero_and_says_what_to_do(ckpt, monkeypatch, capsys):
+    # `... | cookmind chat M` printed "(error: ... fills the model's context)" among the replies and exited 0: a
+    # script could not tell, nor the user what to do
+    import sys
+
+    d, _, _ = ckpt
+    monkeypatch.setattr(sys, "stdin", io.StringIO("salt " * 400 + "\nhello\n"))  # not a terminal
+    assert cli_main(["chat", str(d), "--max-new-tokens", "4", "--temperature", "0"]) == 1
+    captured = capsys.readouterr()
+    assert "fills the model's context: nothing was sent; send a shorter one" in captured.out
+    assert captured.out.count("bot> ") == 2  # the next message still got its reply
+    assert "cookmind chat: 1 message(s) got an error instead of a reply" in captured.err

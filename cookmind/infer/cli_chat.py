@@ -35,8 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> None:
-    """The read-eval-print loop over text streams (so tests can drive it)."""
+def run(session, stdin=None, stdout=None, color: bool = False) -> int:
+    """The read-eval-print loop over text streams (so tests can drive it; default: the process's, as they are when
+    it runs); returns how many messages got an error instead of a reply."""
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    errors = 0
     dim, reset = ("\033[2m", "\033[0m") if color else ("", "")
     print("cookmind chat — type a message, /help for commands", file=stdout, flush=True)
     while True:
@@ -44,7 +47,7 @@ def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> Non
         line = stdin.readline()
         if not line:
             print(file=stdout)
-            return
+            return errors
         line = line.rstrip("\n")
         if not line.strip():
             continue
@@ -53,7 +56,7 @@ def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> Non
         elif line.startswith("/"):
             cmd, _, arg = line.partition(" ")
             if cmd in ("/quit", "/exit"):
-                return
+                return errors
             if cmd == "/reset":
                 session.reset()
                 print("(conversation cleared)", file=stdout)
@@ -96,6 +99,7 @@ def run(session, stdin=sys.stdin, stdout=sys.stdout, color: bool = False) -> Non
                     file=stdout,
                 )
         except ValueError as exc:
+            errors += 1
             print(f"(error: {exc})", end="", file=stdout)
         except KeyboardInterrupt:
             print(" (interrupted)", end="", file=stdout)
@@ -122,5 +126,11 @@ def main(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
     cfg = sampling_params(args, stop_strings=tuple(args.stop))  # matched on the reply's text: ChatSession.send
-    run(ChatSession(model, tok, cfg, args.system), color=sys.stdout.isatty())
+    errors = run(ChatSession(model, tok, cfg, args.system), color=sys.stdout.isatty())
+    if errors and not sys.stdin.isatty():  # a script piping messages in: its messages got no reply
+        print(
+            f"cookmind chat: {errors} message(s) got an error instead of a reply (said in the conversation above)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
