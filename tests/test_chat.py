@@ -358,3 +358,19 @@ def test_piped_chat_whose_message_got_an_error_exits_non_zero_and_says_what_to_d
     assert "fills the model's context: nothing was sent; send a shorter one" in captured.out
     assert captured.out.count("bot> ") == 2  # the next message still got its reply
     assert "cookmind chat: 1 message(s) got an error instead of a reply" in captured.err
+
+
+def test_generate_says_a_stop_string_matched_before_any_text(ckpt, capsys, monkeypatch):
+    # `generate --stop i` where the model's first token was "i" said "the model's 1 tokens were control tokens"
+    import sys
+
+    gen = sys.modules["cookmind.infer.generate"]  # the module (the package's `generate` is its function)
+    d, _, tok = ckpt
+    said = tok.encode("ice in the soup")
+    monkeypatch.setattr(gen, "stream", lambda *a, **k: iter(said))
+    monkeypatch.setattr(gen, "generate", lambda model, prompts, *a, **k: [list(said) for _ in prompts])
+    argv = ["generate", "--model", str(d), "--prompt", "The cook", "--stop", "i"]
+    for extra in ([], ["--prompt", "Soup"]):  # streamed, and a batch
+        assert cli_main([*argv, *extra]) == 0
+        err = capsys.readouterr().err
+        assert "the output began with a --stop string" in err and "control tokens" not in err

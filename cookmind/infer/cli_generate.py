@@ -138,13 +138,14 @@ def main(args: argparse.Namespace) -> int:
         outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string
         for text, out in zip(args.prompt, outs):
             stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
-            reply = stopper.feed(decode_text(tok, out, skip))[0] + stopper.flush()
+            reply, hit = stopper.feed(decode_text(tok, out, skip))
+            reply += stopper.flush()
             print(f"=== {text}\n{ChatView().show(reply, end=True) if args.chat else reply}")
-            _say_no_text(reply, len(out), f" for --prompt {text!r}" if text else "")
+            _say_no_text(reply, len(out), f" for --prompt {text!r}" if text else "", stopped=hit)
         return 0
     detok, stopper = IncrementalDetokenizer(tok, skip_ids=skip), StopStringMatcher(args.stop)
     view = ChatView() if args.chat else None
-    printed, tokens = "", 0
+    printed, tokens, hit = "", 0, False
     for token in stream(model, prompts[0], cfg):
         tokens += 1
         piece, hit = stopper.feed(detok.add(token))
@@ -158,21 +159,25 @@ def main(args: argparse.Namespace) -> int:
         printed += rest
         sys.stdout.write(view.show(rest, end=True) if view else rest)
     sys.stdout.write("\n")
-    _say_no_text(printed, tokens)
+    _say_no_text(printed, tokens, stopped=hit)
     return 0
 
 
-def _say_no_text(text: str, tokens: int, which: str = "") -> None:
+def _say_no_text(text: str, tokens: int, which: str = "", stopped: bool = False) -> None:
     """An empty completion printed an empty line and nothing else: say why (an undertrained model often ends at
-    once: its first token is <|endoftext|> or <|im_end|>, which is never printed)."""
+    once: its first token is <|endoftext|> or <|im_end|>, which is never printed; or a --stop string matched before
+    any text)."""
     if text:
         return
-    why = (
-        "the model ended the completion at once (its first token was an end token, which is not printed)"
-        if tokens == 0
-        else f"the model's {tokens} tokens were control tokens, which are not printed (--keep-special-tokens "
-        "prints them)"
-    )
+    if stopped:  # it said the tokens were control tokens, where the model wrote the stop string's text
+        why = "the output began with a --stop string, and a stop string and what follows are not printed"
+    elif tokens == 0:
+        why = "the model ended the completion at once (its first token was an end token, which is not printed)"
+    else:
+        why = (
+            f"the model's {tokens} tokens were control tokens, which are not printed (--keep-special-tokens "
+            "prints them)"
+        )
     print(f"cookmind generate: no text{which}: {why}", file=sys.stderr)
 
 
