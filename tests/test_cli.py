@@ -916,3 +916,23 @@ def test_an_option_after_a_free_text_option_stays_an_option(capsys):
     with pytest.raises(SystemExit):  # the forgotten value is still argparse's usage error, not the text "--out"
         _parse("pack", "--tokenizer", "t", "--train-type", "seq", "--input", "a", "--separator", "--out", "o")
     assert "argument --separator: expected one argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "names, example", [(["a.txt", "b.txt"], "/*.txt"), (["a.jsonl.gz"], "/*.jsonl.gz"), (["a.txt", "b.jsonl"], "/*")]
+)
+def test_a_folder_without_shards_suggests_its_own_files(tmp_path, tok_dir, capsys, names, example):
+    # a folder of .txt files was told "name the input files instead, e.g. txtdir/*.jsonl"
+    (tmp_path / "d").mkdir()
+    for name in names:
+        (tmp_path / "d" / name).write_text("text\n")
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "d")]
+    assert cli_main([*argv, "--out", str(tmp_path / "s"), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"name the input files instead, e.g. {tmp_path / 'd'}{example}")
+
+
+def test_a_share_left_out_reads_100_percent_only_when_it_is_all():
+    from cookmind.evals.cli import _share
+
+    got = [_share(132_527, 133_027), _share(210, 310), _share(5, 5), _share(0, 5), _share(1, 4000), _share(3999, 4000)]
+    assert got == ["99.6%", "68%", "100%", "0%", "<0.1%", ">99.9%"]

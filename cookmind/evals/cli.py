@@ -214,6 +214,16 @@ def main(args) -> int:
     return 0
 
 
+def _share(part: int, whole: int) -> str:
+    """part / whole as a percentage that reads 100% (or 0%) only when it is: 132,527 of 133,027 said "(100%)"."""
+    share = part / whole
+    whole_number = f"{share:.0%}"
+    if whole_number not in ("0%", "100%") or part in (0, whole):
+        return whole_number
+    one_place = f"{share:.1%}"
+    return {"0.0%": "<0.1%", "100.0%": ">99.9%"}.get(one_place, one_place)
+
+
 def _say_what_was_left_out(args, metrics: dict) -> None:
     """--max-bytes / --max-windows, empty documents: print how much of the data the perplexity leaves out (the
     metrics say it too)."""
@@ -227,7 +237,7 @@ def _say_what_was_left_out(args, metrics: dict) -> None:
         left, of = metrics["bytes_not_evaluated"], metrics.get("file_bytes", metrics.get("text_bytes"))
         print(
             f"cookmind eval ppl: --max-bytes {args.max_bytes}: evaluated the first {of - left:,} of {of:,} bytes; "
-            f"{left:,} bytes ({left / of:.0%}) left out (bytes_not_evaluated)",
+            f"{left:,} bytes ({_share(left, of)}) left out (bytes_not_evaluated)",
             file=sys.stderr,
         )
     if metrics.get("windows_total", 0) > metrics.get("windows", 0):

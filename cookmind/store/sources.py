@@ -209,9 +209,13 @@ def expand_inputs(inputs) -> list[Path]:
         else:
             shards = sorted(p for p in path.glob("shard-*") if p.is_file() and not p.name.endswith(".done"))
             if not shards:
+                suffixes = sorted({"".join(p.suffixes[-2:]) or p.name for p in path.iterdir() if p.is_file()})
+                example = (
+                    f"{path}/*{suffixes[0]}" if len(suffixes) == 1 and suffixes[0].startswith(".") else f"{path}/*"
+                )
                 raise FileNotFoundError(
                     f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
-                    f" name the input files instead, e.g. {path}/*.jsonl"
+                    f" name the input files instead, e.g. {example}"
                 )
             files = [(p, f"{p} (in the folder {path})") for p in shards]
         for p, named in files:
