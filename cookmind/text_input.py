@@ -32,9 +32,14 @@ def read_utf8(path: str | os.PathLike) -> str:
     """A whole UTF-8 file's text (a byte-order mark opening it is no text); invalid UTF-8 is a ValueError naming the
     file, line and byte."""
     with open(os.fspath(path), "rb") as f:
-        data = f.read()
+        return decode_utf8(f.read(), path)
+
+
+def decode_utf8(data: bytes, path: str | os.PathLike, errors: str = "strict") -> str:
+    """The text of ``data``, the bytes of the file at ``path`` (a leading byte-order mark dropped); with
+    ``errors="strict"`` invalid UTF-8 is a ValueError naming the file, line and byte."""
     try:
-        return data.decode("utf-8").removeprefix(BOM)
+        return data.decode("utf-8", errors).removeprefix(BOM)
     except UnicodeDecodeError as exc:
         line_start = data.rfind(b"\n", 0, exc.start) + 1
         raise ValueError(bad_utf8(path, data.count(b"\n", 0, exc.start) + 1, exc.start - line_start)) from None

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cookmind import json_input
+from cookmind import json_input, text_input
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -55,7 +55,7 @@ def _open_bytes(path: Path):
 
 
 # a UTF-8 byte-order mark opening a file (Notepad's and Excel's "UTF-8") is a signature, not text: readers drop it
-BOM = "\ufeff"
+BOM = text_input.BOM
 
 
 def source_kind(path: Path) -> str:
@@ -102,14 +102,7 @@ def iter_items(
 def _whole_text(path: Path, utf8_errors: str) -> str:
     """A whole file's text (decompressed, a leading BOM dropped); strict bad UTF-8 is a ValueError naming file:line."""
     with _open_bytes(path) as f:
-        data = f.read()
-    try:
-        return data.decode("utf-8", utf8_errors).removeprefix(BOM)
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ValueError(
-            f"{path}:{line}: invalid UTF-8 at byte {exc.start}; fix or re-encode the file as UTF-8"
-        ) from None
+        return text_input.decode_utf8(f.read(), path, utf8_errors)
 
 
 def _separated_documents(path: Path, separator: str, utf8_errors: str = "strict") -> Iterator[Item]:
