@@ -99,10 +99,12 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
     kind = kind_of(p)
     if kind == "jsonl":
         for lineno, rec in _jsonl_lines(p):
-            yield _with_content(rec, f"{path}:{lineno}"), {"file": path, "line": lineno}
+            where = {"file": path, "line": lineno}
+            yield _with_content(rec, where), where
     elif kind == "parquet":
         for row, rec in enumerate(read_parquet(p)):
-            yield _with_content(rec, f"{path} row {row}"), {"file": path, "row": row}
+            where = {"file": path, "row": row}
+            yield _with_content(rec, where), where
     elif kind == "warc":
         for offset, rec in _warc_records(p):
             yield rec, {"file": path, "offset": offset}
@@ -117,7 +119,7 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
         )  # line ends as they are
 
 
-def _with_content(rec: dict, where: str) -> dict:
+def _with_content(rec: dict, where: dict) -> dict:
     """A record's "text" and "html" are strings; a null one is left out (a record with neither is counted as removed
     by extract, no_text)."""
     for key in ("text", "html"):
@@ -125,7 +127,7 @@ def _with_content(rec: dict, where: str) -> dict:
             del rec[key]
         elif key in rec and not isinstance(rec[key], str):
             raise ValueError(
-                f"{where}: field {key!r} must be a string, got {type(rec[key]).__name__} ({rec[key]!r:.40}); "
+                f"{place(where)}: field {key!r} must be a string, got {type(rec[key]).__name__} ({rec[key]!r:.40}); "
                 "fix the record or leave it out"
             )
     return rec

@@ -195,7 +195,7 @@ def pack(
         raise PackError(f"--utf8-errors {utf8_errors!r}: choose strict or replace")
     if val_fraction and not 0 < val_fraction < 1:
         raise PackError(f"--val-fraction {val_fraction}: give a share between 0 and 1 (e.g. 0.01)")
-    if val_fraction is not None and val_fraction == 0 and val_out is not None:  # both given, the share nothing
+    if val_fraction == 0 and val_out is not None:  # both given, the share nothing (None: not given)
         raise PackError(
             f"--val-fraction 0 holds nothing out for --val-out {val_out}: give a share between 0 and 1 (e.g. 0.01), "
             "or leave both out"

@@ -42,9 +42,8 @@ class Objective:
         """How many terms the batch's loss is the mean of: its target tokens where it has ``labels`` (the model
         predicts labels[:, 1:]), else its rows (DPO's pairs). Validation weights each batch by it, so the loss of
         the set is the mean over its tokens, whatever the batches' sizes."""
-        labels = batch.get("labels")
-        if torch.is_tensor(labels):
-            return float((labels[:, 1:] != -100).sum())
+        if torch.is_tensor(batch.get("labels")):
+            return float(self.target_tokens(batch))
         return float(next((len(v) for v in batch.values() if torch.is_tensor(v) and v.dim() > 0), 1))
 
     # the loss is a mean over target tokens whose number varies from batch to batch (SFT's supervised tokens): the
@@ -55,7 +54,7 @@ class Objective:
 
     def target_tokens(self, batch: dict[str, Any]) -> torch.Tensor:
         """The number of terms of the batch's loss (its labels[:, 1:] other than -100), as a tensor on the batch's
-        device: ``loss_units`` without the wait for the device."""
+        device, read by the Trainer without waiting for the device (``loss_units`` is it as a host number)."""
         return (batch["labels"][:, 1:] != -100).sum()
 
     def num_tokens(self, batch: dict[str, Any]) -> int:
