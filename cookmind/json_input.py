@@ -2,14 +2,19 @@
 
 A value nested deeper than Python's recursion limit makes ``json.loads`` raise RecursionError, which no reader's
 ``except ValueError`` catches: a 3 KB line of brackets became a traceback (a 500 in the server). Here it is a
-``json.JSONDecodeError`` like any other bad JSON, so every reader names the file and line, or answers 400. Nothing
-here imports other cookmind packages: every layer may use it.
+``json.JSONDecodeError`` like any other bad JSON, so every reader names the file and line, or answers 400.
+``jsonl_lines`` is the one reader of JSON-lines files users give (curate shards, GSM8K, GRPO problems). It imports
+only ``text_input``: every layer may use it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterator
+
+from cookmind import text_input
 
 
 def loads(text: str | bytes | bytearray):
@@ -21,3 +26,19 @@ def loads(text: str | bytes | bytearray):
         raise json.JSONDecodeError(
             f"nested too deeply (more than about {sys.getrecursionlimit()} levels of arrays or objects)", doc, 0
         ) from None
+
+
+def jsonl_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
+    """(1-based line number, value) of each non-blank line of a JSON-lines file (gzipped if named .gz; a leading
+    byte-order mark is no text). Lines end at a newline only: a JSON string may hold U+2028 or a form feed raw.
+    Invalid UTF-8 or JSON is a ValueError naming the file and line."""
+    for lineno, line in text_input.utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, loads(line.rstrip("\r\n"))  # with its newline, a cut-off line read as column 1
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{os.fspath(path)}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno});"
+                " each line must be one JSON object"
+            ) from None

@@ -285,7 +285,10 @@ def test_a_problems_file_that_cannot_be_read_is_one_line_naming_its_setting(tmp_
             f"grpo.problems={tmp_path / 'nope.jsonl'}: no such file; give a JSONL",
         ),
         ({"problems": str(tmp_path)}, f"grpo.problems={tmp_path}: is a directory"),
-        ({"problems": str(good), "eval_problems": str(binary)}, f"grpo.eval_problems={binary}: not UTF-8 text"),
+        (
+            {"problems": str(good), "eval_problems": str(binary)},
+            f"grpo.eval_problems={binary}:1: invalid UTF-8 at byte 0",
+        ),
     ]
     for grpo, said in cases:
         cfg = TrainConfig.from_dict({"train": {"objective": "grpo"}, "grpo": grpo})
@@ -539,3 +542,22 @@ def test_a_problem_with_an_empty_question_or_answer_is_a_bad_record(tmp_path):
         path.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n" + json.dumps(bad) + "\n")
         with pytest.raises(ValueError, match=rf"p\.jsonl:2: empty text in {why}"):
             load_problems(path)
+
+
+def test_problem_files_are_split_at_newlines_only(tmp_path):
+    """load_problems split the file with str.splitlines, which also breaks at U+2028, U+0085, form feeds and other
+    characters a JSON string may hold raw (json.dumps(..., ensure_ascii=False) writes them so): a valid line was
+    refused as "not valid JSON", and every later error named the wrong line. Lines end at a newline only, as
+    `pack` and `eval gsm8k` read JSONL."""
+    from cookmind.align.objective import load_problems
+
+    path = tmp_path / "p.jsonl"
+    rows = [{"question": "Ann has 3\u2028apples\x0c and 2\x85pears. How many?", "answer": "5"}, {"answer": "4"}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"p\.jsonl:2: missing field"):
+        load_problems(path)
+    path.write_text(json.dumps(rows[0], ensure_ascii=False) + "\r\n", encoding="utf-8")
+    assert load_problems(path) == [{"question": rows[0]["question"], "answer": "5"}]
+    path.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": 4\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"p\.jsonl:2: not valid JSON \(Expecting ',' delimiter at column 33\)"):
+        load_problems(path)

@@ -321,11 +321,14 @@ def test_perplexity_of_a_file_refuses_bad_utf8_but_not_a_character_cut_by_max_by
 
     model, path = _tiny_cookmind(64), tmp_path / "latin1.txt"
     path.write_bytes("café au lait".encode("latin-1"))  # its bytes were dropped silently and the rest scored
-    with pytest.raises(ValueError, match=r"latin1.txt: invalid UTF-8 at byte 3; convert the file to UTF-8"):
+    with pytest.raises(ValueError, match=r"latin1.txt:1: invalid UTF-8 at byte 3 of the line; fix or re-encode"):
         evaluate_text_file(model, CharTok(), path, window=16, progress=False)
     path.write_bytes("ab café".encode())
     r = evaluate_text_file(model, CharTok(), path, window=16, max_bytes=7, progress=False)  # cuts é's 2 bytes
     assert r["tokens"] == 5 and r["bytes"] == 5  # "ab caf": 6 characters, the first not predicted
+    path.write_bytes("ab café".encode()[:-1])  # the file itself ends inside a character: no cut to blame
+    with pytest.raises(ValueError, match=r"latin1.txt:1: invalid UTF-8 at byte 6 of the line"):
+        evaluate_text_file(model, CharTok(), path, window=16, max_bytes=100, progress=False)
 
 
 def test_a_gsm8k_record_without_its_fields_is_named_by_line(tmp_path):

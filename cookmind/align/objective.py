@@ -196,31 +196,22 @@ def problem_of(obj) -> dict[str, str]:
 
 
 def load_problems(path: str | Path, key: str = "grpo.problems") -> list[dict[str, str]]:
-    """``{"question", "answer"}`` rows of a JSONL file (``problem_of``); a bad line is an error naming file:line, a
-    file that cannot be read one naming the config ``key`` that gave it."""
+    """``{"question", "answer"}`` rows of a JSONL file (``problem_of``); every error names the config ``key`` that
+    gave the file, and a bad line its file:line."""
+    rows = []
     try:
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # -sig: a leading byte-order mark is no text
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"{key}={path}: not UTF-8 text ({exc.reason} at byte {exc.start}); give a JSONL file"
-        ) from None
+        for n, obj in json_input.jsonl_lines(path):
+            try:
+                rows.append(problem_of(obj))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: {exc}") from None
     except OSError as exc:  # missing, a directory, unreadable: say which setting named it
         why = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc)).lower()
         raise ValueError(
             f'{key}={path}: {why}; give a JSONL file with one {{"question": ..., "answer": ...}} object a line'
         ) from None
-    rows = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json_input.loads(line)
-        except ValueError as exc:
-            raise ValueError(f"{path}:{n}: not valid JSON ({exc}); each line must be one JSON object") from None
-        try:
-            rows.append(problem_of(obj))
-        except ValueError as exc:
-            raise ValueError(f"{path}:{n}: {exc}") from None
+    except ValueError as exc:  # bad UTF-8 or JSON, named by file:line
+        raise ValueError(f"{key}={exc}") from None
     if not rows:
         raise ValueError(f"{key}={path}: no problems in the file")
     return rows

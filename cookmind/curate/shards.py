@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from cookmind import json_input, text_input
+from cookmind import json_input
 from cookmind.atomic import temp_path
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
@@ -171,16 +171,7 @@ def read_jsonl(path: Path) -> Iterator[dict]:
 
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
     """(1-based line number, record) of a JSONL(.gz) file's non-blank lines."""
-    for lineno, line in text_input.utf8_lines(path):
-        if not line.strip():
-            continue
-        try:
-            rec = json_input.loads(line.rstrip("\r\n"))  # with its newline a cut-off line read as column 1
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"{path}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')}"
-                f" at column {exc.colno}); each line must be one JSON object"
-            ) from None
+    for lineno, rec in json_input.jsonl_lines(path):
         if not isinstance(rec, dict):
             raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
         yield lineno, rec

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from cookmind import text_input
 from cookmind.align.losses import gather_log_probs, logits_of
 from cookmind.align.prompts import encode_text, is_hf_tokenizer
 from cookmind.tokenizer.documents import document_end_id, document_start_ids
@@ -175,24 +176,22 @@ def evaluate_text_file(
 ) -> dict:
     """``evaluate_text`` on a UTF-8 file (its first ``max_bytes`` bytes when given: ``file_bytes`` and
     ``bytes_not_evaluated`` say how much that left out). A gzip file is read decompressed."""
-    from cookmind.store.sources import BOM, is_gzip
+    from cookmind.store.sources import is_gzip
 
     data = gzip.decompress(Path(path).read_bytes()) if is_gzip(path) else Path(path).read_bytes()
     file_bytes = len(data)
-    if max_bytes is not None:
+    if max_bytes is not None and file_bytes > max_bytes:
         data = data[:max_bytes]
+        # the cut may split a character: its first bytes are left out, not an error
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.reason == "unexpected end of data":
+                data = data[: exc.start]
     # a byte-order mark opening the file is no text: neither scored nor counted as left out
-    mark = len(BOM.encode()) if data.startswith(BOM.encode()) else 0
-    data = data[mark:]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if max_bytes is None or exc.reason != "unexpected end of data":  # only the cut may split a character
-            raise ValueError(
-                f"{path}: invalid UTF-8 at byte {mark + exc.start}; convert the file to UTF-8 (e.g. `iconv -f latin1 -t"
-                " utf-8`): bad bytes dropped or replaced would change the perplexity"
-            ) from None
-        text = data[: exc.start].decode("utf-8")
+    mark = len(text_input.BOM.encode()) if data.startswith(text_input.BOM.encode()) else 0
+    # bad bytes dropped or replaced would change the perplexity: an error naming file:line
+    text = text_input.decode_utf8(data, path)
     report = evaluate_text(model, tokenizer, text, window, stride, progress, rows)
     left_out = file_bytes - mark - len(text.encode("utf-8"))
     return {"path": str(path), **report, "file_bytes": file_bytes, "bytes_not_evaluated": left_out}

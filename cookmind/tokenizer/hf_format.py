@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cookmind import text_input
 from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
 from cookmind.tokenizer.chat_template import jinja_template
 from cookmind.tokenizer.documents import PROBE, added_around, document_end_id
@@ -156,9 +157,9 @@ def _read_merges(merges_path: Path) -> list[tuple[bytes, bytes]]:
     """The merges of a GPT-2 style merges.txt ("a b" per line, an optional "#version" first line)."""
     merges = []
     try:
-        lines = merges_path.read_text(encoding="utf-8-sig").split("\n")
-    except UnicodeDecodeError as exc:
-        raise TokenizerError(f"{merges_path}: invalid UTF-8 at byte {exc.start}; a merges.txt is UTF-8 text") from None
+        lines = text_input.read_utf8(merges_path).split("\n")
+    except ValueError as exc:  # bad UTF-8, named by file:line
+        raise TokenizerError(str(exc)) from None
     for lineno, line in enumerate(lines, 1):
         line = line.rstrip("\r\n")
         if not line or (lineno == 1 and line.startswith("#version")):
