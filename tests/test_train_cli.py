@@ -1285,3 +1285,31 @@ def test_a_model_path_that_is_a_file_or_missing_is_named_so(tmp_path, capsys):
     for argv, says in cases:
         assert main(argv) == 2, argv
         assert says in capsys.readouterr().err.strip().splitlines()[-1], argv
+
+
+def test_the_last_checkpoint_holds_the_final_evaluation_and_a_resume_at_the_end_does_not_repeat_it(
+    tmp_path, store, capsys
+):
+    """The final checkpoint was saved before the end-of-run evaluation, so its last_eval was an older one; a resume
+    of the finished run (nothing left to train) evaluated again and metrics.jsonl held the final row twice. The
+    checkpoint now records the final evaluation, and the resume reports it without a second row."""
+    run = tmp_path / "run"
+    argv = ["--run-dir", str(run), "--val-data", str(store), "train.max_steps=3", "eval.every=2"]
+
+    def val_rows():
+        rows = map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+        return [r for r in rows if r.get("split") == "val"]
+
+    assert _run_after_tiny(store, *argv) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = val_rows()
+    assert [r["step"] for r in rows] == [2, 3]
+    final = {k: v for k, v in rows[-1].items() if k not in ("step", "split")}
+    meta = json.loads((run / "checkpoints" / "step_00000003" / "meta.json").read_text())
+    assert meta["last_eval"] == pytest.approx(final, rel=1e-4)  # metrics.jsonl rounds
+    assert first["val_loss"] == pytest.approx(final["val_loss"], rel=1e-4)
+    assert _run_after_tiny(store, *argv, "--resume", "auto") == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert val_rows() == rows
+    assert again["status"] == "completed" and again["steps"] == 3
+    assert again["val_loss"] == first["val_loss"]

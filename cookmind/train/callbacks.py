@@ -78,7 +78,6 @@ class EvalCallback(Callback):
 
     def __init__(self, every: int):
         self.every = every
-        self.last_step = -1
 
     def needs_state_at(self, trainer: Trainer, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
@@ -86,10 +85,10 @@ class EvalCallback(Callback):
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
         if self.every > 0 and step % self.every == 0:
             trainer.evaluate(step)
-            self.last_step = step
 
     def on_train_end(self, trainer: Trainer, status: str) -> None:
-        if status == "completed" and self.last_step != trainer.step:
+        # trainer.last_eval_step comes from the checkpoint on resume: a finished run resumed is not evaluated again
+        if status == "completed" and trainer.last_eval_step != trainer.step:
             trainer.evaluate(trainer.step)
 
 

@@ -277,6 +277,14 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{f}: damaged JSON ({exc}); delete this checkpoint or resume from another") from exc
 
 
+def update_meta(path: str | Path, **fields: Any) -> None:
+    """Set ``fields`` in a complete checkpoint's meta.json (e.g. the end-of-run evaluation, which comes after the
+    final save), atomically: a crash leaves the old file whole. The hashes it holds are of the other files."""
+    meta = read_meta(path)
+    meta.update(fields)
+    write_json(Path(path) / META_NAME, meta)
+
+
 def load_checkpoint(
     path: str | Path, model: torch.nn.Module, optimizer: Any | None = None, scaler: Any | None = None
 ) -> dict[str, Any]:

@@ -79,6 +79,7 @@ from cookmind.train.checkpoint import (
     refuse_foreign_files,
     refuse_overwriting_inputs,
     save_checkpoint,
+    update_meta,
 )
 from cookmind.train.config import TrainConfig, uses_master_weights
 from cookmind.train.metrics import MetricsWriter, is_number, peak_flops, to_float, training_metric_names
@@ -299,6 +300,8 @@ class Trainer:
         self.deferred_steps = 0  # steps read after the next step was queued (this process, this fit)
         self.last_saved_step = -1
         self.last_eval: dict[str, float] = {}
+        self.last_eval_step = -1  # the step of the last evaluation (every rank), and of the one the last save holds
+        self._saved_eval_step = -1
         self._recent_metrics: deque[dict[str, Any]] = deque(maxlen=RECENT_STEPS)  # the summary's train_* means
         self.samples: list[dict[str, str]] = []
         self._stop_reason: str | None = None
@@ -710,6 +713,8 @@ class Trainer:
                 self._sharded.wait()  # an async save completes before the run ends
             for cb in self.callbacks:
                 cb.on_train_end(self, status)
+            if self.last_eval_step == self.step == self.last_saved_step and self._saved_eval_step != self.step:
+                self._record_final_eval()
             summary = {
                 "status": status,
                 "steps": self.step,
@@ -1009,6 +1014,7 @@ class Trainer:
         generation such as GRPO's accuracy) runs on rank 0 inside ``gathered_weights`` (every rank gathers).
         The results are rank 0's ({} elsewhere).
         """
+        self.last_eval_step = step
         sharded = is_sharded(self.model)
         if not sharded and not self.dist.is_main:
             return {}
@@ -1115,11 +1121,18 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------
 
+    def _record_final_eval(self) -> None:
+        """Write the end-of-run evaluation, which runs after the final save, into that checkpoint's meta.json: a
+        resume of the finished run reports it and does not evaluate (and log its row) again."""
+        if self.dist.is_main:
+            update_meta(self.ckpt_dir / checkpoint_name(self.step), last_eval=self.last_eval, last_eval_step=self.step)
+        self._saved_eval_step = self.step
+
     def save_checkpoint(self, diverged: bool = False) -> Path | None:
         """Save ``<ckpt_dir>/step_<step>`` (the state after optimizer step ``step``) on rank 0, or from every rank
         in the sharded format (with ``checkpoint.async_save`` it is complete once the next save or the end of
         ``fit`` waits for it); ``diverged`` marks it so that no rule picks it as the newest checkpoint."""
-        self.last_saved_step = self.step
+        self.last_saved_step, self._saved_eval_step = self.step, self.last_eval_step
         meta = {
             "step": self.step,
             "tokens_seen": self.tokens_seen,
@@ -1136,6 +1149,7 @@ class Trainer:
             "diverged": diverged,
             "objective": self.objective.state_dict(),
             "last_eval": self.last_eval,
+            "last_eval_step": self.last_eval_step,
             "data": self.data_stores,
             "config": self.cfg.to_dict(),
         }
@@ -1214,6 +1228,7 @@ class Trainer:
         self.skipped_steps = int(meta.get("skipped_steps", 0))
         self.consecutive_bad = int(meta.get("consecutive_bad", 0))
         self.last_eval = meta.get("last_eval") or {}
+        self.last_eval_step = self._saved_eval_step = int(meta.get("last_eval_step", -1))
         self.last_saved_step = self.step
         if self.dist.is_main and (dropped := self.metrics_writer.rewind(self.step)):
             steps = [s for s in dropped if s >= 0]
