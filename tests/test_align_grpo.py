@@ -432,6 +432,9 @@ def test_serving_engine_sees_weight_updates_in_place(device):
     assert generate_ids(model, prompts, SamplingParams(**params), engine="serving") == want
 
 
+ANSWER_MUST = r"'answer' must be text \('\.\.\. #### N'\) or a finite number, got "
+
+
 def test_problem_files_take_a_number_answer_and_packs_field_names_and_name_a_bad_field(tmp_path):
     """grpo.problems kept {"answer": 4} as the int 4, and the reward raised a TypeError at the first rollout that
     wrote '#### N' (mid-run, after training time); {"prompt", "ground_truth"}, which `pack --train-type grpo` reads,
@@ -460,7 +463,14 @@ def test_problem_files_take_a_number_answer_and_packs_field_names_and_name_a_bad
     for bad, why in (
         ({"prompt": "2+2?", "solution": "4"}, r"missing field: expected one of \['answer', 'reference_answer', "),
         ({"answer": "4"}, r"missing field: expected one of \['question', 'prompt'\], found \['answer'\]"),
-        ({"question": "2+2?", "answer": True}, r"'answer' must be text \('\.\.\. #### N'\) or a number, got bool"),
+        (
+            {"question": "2+2?", "answer": True},
+            r"'answer' must be text \('\.\.\. #### N'\) or a finite number, got bool",
+        ),
+        (
+            {"question": "2+2?", "answer": float("nan")},
+            r"'answer' must be text \('\.\.\. #### N'\) or a finite number, got nan",
+        ),
         ({"question": ["2+2?"], "answer": "4"}, r"'question' must be text, got list"),
         ("[1, 2]", r"expected a JSON object, got list"),
     ):

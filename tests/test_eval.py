@@ -677,7 +677,7 @@ def test_a_gsm8k_answer_given_as_a_number_is_graded_not_a_crash(tmp_path):
     assert m["accuracy"] == 1.0 and m["num_problems"] == 2
     path.write_text('{"question": "2+2?", "answer": 4}\n{"question": "2+2?", "answer": [4]}\n')
     with pytest.raises(
-        ValueError, match=r"g\.jsonl:2: 'answer' must be text \('\.\.\. #### N'\) or a number, got list"
+        ValueError, match=r"g\.jsonl:2: 'answer' must be text \('\.\.\. #### N'\) or a finite number, got list"
     ):
         load_gsm8k(path)
 

@@ -6,6 +6,7 @@ checked against generate() (the model's own KV-cache path) decoded with the toke
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -763,3 +764,19 @@ def test_every_openai_request_parameter_is_known_to_the_schemas():
     _assert_declared([chat_create_params.CompletionCreateParamsBase], [ChatCompletionRequest], "chat")
     _assert_declared([completion_create_params.CompletionCreateParamsBase], [CompletionRequest], "completions")
     _assert_declared([ParsedChatCompletionMessage], [ChatMessage], "chat.messages[]")
+
+
+@pytest.mark.parametrize("field", ["repetition_penalty", "temperature"])
+def test_a_number_that_is_not_finite_is_a_400_naming_it(setup, field):
+    """Python's JSON reads Infinity and NaN; "repetition_penalty": Infinity passed its > 0 check and reached the
+    sampler (every logit of a seen token divided by infinity)."""
+    body = json.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 2, field: float("inf")})  # the client
+    assert "Infinity" in body  # refuses to send it; Python's json writes it
+    r = httpx.post(
+        setup["server"].url + "/v1/chat/completions",
+        content=body,
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+        timeout=60,
+    )
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == field and "finite" in error["message"], error

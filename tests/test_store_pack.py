@@ -1141,3 +1141,21 @@ def test_a_plain_text_flag_without_a_plain_text_input_is_refused(tmp_path, tok_d
     text = tmp_path / "d.txt"
     text.write_text("The cook stirs.\nTom has 3 apples.\n")
     assert pack_cli.main(parser.parse_args([*argv, "--input", str(src), str(text), *flag, "--quiet"])) == 0
+
+
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ('{"prompt": "3 + 4?", "response": "7", "reward": NaN}', "reward must be a finite number, got nan"),
+        ('{"prompt": "3 + 4?", "response": "7", "reward": -Infinity}', "reward must be a finite number, got -inf"),
+        ('{"question": "3 + 4?", "answer": NaN}', "'answer' must be text ('... #### N') or a finite number, got nan"),
+        ('{"question": "3 + 4?", "answer": true}', "'answer' must be text ('... #### N') or a finite number, got bool"),
+    ],
+)
+def test_grpo_numbers_that_are_not_finite_numbers_are_bad_records(tmp_path, tok_dir, record, reason):
+    """Python's json reads NaN and Infinity: a record's "reward": NaN was packed, and the training step that drew it
+    was skipped with nothing said; "answer": NaN became the reference answer "nan", "answer": true "True"."""
+    src = _jsonl(tmp_path / "g.jsonl", ['{"question": "1 + 1?", "answer": "2"}', record])
+    with pytest.raises(PackError) as exc:
+        pack([src], tmp_path / "g", tok_dir, "grpo", progress=False)
+    assert f"{src}:2: {reason}" in str(exc.value), str(exc.value)

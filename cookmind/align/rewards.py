@@ -8,6 +8,7 @@ import re
 from fractions import Fraction
 
 from cookmind.align.prompts import uses_think_tags
+from cookmind.store.records import reference_text  # noqa: F401 - graders and problem files read answers alike
 
 # -- Reading a final answer out of free text and deciding whether it equals the reference ---------------------------
 
@@ -71,16 +72,6 @@ def last_number(text: str) -> str | None:
     """The last number-looking token in ``text`` (commas kept), or None."""
     found = _NUM_RE.findall(_clean(text))
     return found[-1] if found else None
-
-
-def reference_text(value, field: str = "answer") -> str:
-    """A problem file's reference answer as the text graders read: a string as it is, a number as its text
-    (``{"answer": 4}`` -> "4"); anything else is a ValueError naming ``field``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise ValueError(f"{field!r} must be text ('... #### N') or a number, got {type(value).__name__}")
 
 
 def extract_gold(ground_truth: str) -> str:

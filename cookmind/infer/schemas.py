@@ -18,7 +18,7 @@ from typing_extensions import TypedDict, is_typeddict  # pydantic reads typing's
 
 # strict: "0.7" is not a float; extra="forbid": a field the server does not know is a 400 naming its path (errors.py),
 # at any depth (a message's "contnet" would leave the message empty, stream_options' "include_usgae" send no usage)
-_CHECKED = ConfigDict(strict=True, extra="forbid")
+_CHECKED = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)  # Python's JSON reads NaN, Infinity
 
 
 class _Strict(BaseModel):

@@ -7,6 +7,7 @@ Every check raises ``BadRecord(reason)``; the packer adds ``file:line`` and eith
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from collections import Counter
@@ -226,9 +227,20 @@ def last_turn_mask(tok, messages: list[dict], ids: np.ndarray, mask: np.ndarray,
     return out
 
 
+def reference_text(value, field: str = "answer") -> str:
+    """A reference answer as graders read it: a string as it is, a finite number as its text (``{"answer": 4}`` ->
+    "4"); anything else (a bool, NaN, Infinity: Python's json reads the last two) is a BadRecord naming ``field``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    got = repr(value) if isinstance(value, float) else type(value).__name__
+    raise BadRecord(f"{field!r} must be text ('... #### N') or a finite number, got {got}")
+
+
 def reference_answer(answer) -> str:
     """GSM8K style: the text after ``####`` when present, else the whole answer, stripped."""
-    answer = _text(answer if not isinstance(answer, (int, float)) else str(answer), "answer")
+    answer = _text(reference_text(answer), "answer")
     return answer.split("####")[-1].strip() if "####" in answer else answer.strip()
 
 
@@ -317,8 +329,8 @@ def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
         return {"prompts": prompt, "answers": np.frombuffer(answer.encode("utf-8"), dtype=np.uint8)}
     response = _text(obj["response"], "response")
     reward = _field(obj, "reward")
-    if not isinstance(reward, (int, float)) or isinstance(reward, bool):
-        raise BadRecord(f"reward must be a number, got {reward!r}")
+    if not isinstance(reward, (int, float)) or isinstance(reward, bool) or not math.isfinite(reward):
+        raise BadRecord(f"reward must be a finite number, got {reward!r}")
     if opts.prompt_template == "chat" and not isinstance(question, list):
         chat = [{"role": "user", "content": question}, {"role": "assistant", "content": response}]
         ids, mask = _render(tok, reasoning_from_content(chat))
