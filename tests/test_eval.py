@@ -874,3 +874,13 @@ def test_a_plain_template_answer_ends_where_the_model_makes_up_the_next_question
 
     assert next_question_stops("plain") == ("\nQuestion:",) and next_question_stops("Q: {question}\nA:") == ("\nQ:",)
     assert next_question_stops("r1_zero") == next_question_stops("chat") == next_question_stops("{question}") == ()
+
+
+def test_a_bad_prompt_template_names_every_template_there_is():
+    """The error listed ['compact', 'plain', 'r1_zero'] and left out 'chat', which --help, the GUIDE and the
+    README's eval example use."""
+    from cookmind.align.prompts import PROMPTS, format_prompt
+
+    with pytest.raises(ValueError) as caught:
+        format_prompt("1+1?", "Q: no placeholder")
+    assert all(repr(name) in str(caught.value) for name in ["chat", *PROMPTS]), str(caught.value)

@@ -51,7 +51,7 @@ def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> s
     text = PROMPTS.get(template, template)
     if "{question}" not in text:
         raise ValueError(
-            f"prompt template {template!r} is neither one of {sorted(PROMPTS)} nor a string with {{question}}"
+            f"prompt template {template!r} is neither one of {['chat', *sorted(PROMPTS)]} nor a string with {{question}}"
         )
     return text.replace("{question}", question.strip())
 
