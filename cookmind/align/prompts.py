@@ -50,9 +50,8 @@ def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> s
         )
     text = PROMPTS.get(template, template)
     if "{question}" not in text:
-        raise ValueError(
-            f"prompt template {template!r} is neither one of {['chat', *sorted(PROMPTS)]} nor a string with {{question}}"
-        )
+        names = ["chat", *sorted(PROMPTS)]
+        raise ValueError(f"prompt template {template!r} is neither one of {names} nor a string with {{question}}")
     return text.replace("{question}", question.strip())
 
 
