@@ -1159,3 +1159,19 @@ def test_grpo_numbers_that_are_not_finite_numbers_are_bad_records(tmp_path, tok_
     with pytest.raises(PackError) as exc:
         pack([src], tmp_path / "g", tok_dir, "grpo", progress=False)
     assert f"{src}:2: {reason}" in str(exc.value), str(exc.value)
+
+
+def test_blank_lines_under_one_per_line_are_empty_documents_counted(tmp_path, tok, tok_dir, capsys):
+    """With --one-per-line each line is a document, and a blank one was dropped quietly ("packed 3 seq records",
+    empty_records 0) where a blank document between separators is counted. A whitespace-only last line without a
+    newline is no line, as text after the last separator is no document; JSON lines still skip blank lines."""
+    src = tmp_path / "lines.txt"
+    src.write_text("one\n\n\ntwo\n  \nthree\n \t")
+    args = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(src), "--out", str(tmp_path / "s")]
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    assert pack_cli.main(parser.parse_args([*args, "--one-per-line", "--quiet"])) == 0, capsys.readouterr().err
+    assert "left out 3 record(s) with empty text" in capsys.readouterr().out
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    assert (meta["num_records"], meta["empty_records"]) == (3, 3)
+    assert _records(tmp_path / "s", "sequence") == [tok.encode(w) + [tok.eos_id] for w in ("one", "two", "three")]

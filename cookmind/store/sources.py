@@ -93,8 +93,10 @@ def iter_items(
                     continue
                 if n == 1:
                     line = line.removeprefix(BOM)
-                if line.strip():  # blank lines separate nothing; skip them quietly
+                if line.strip():
                     yield Item(str(path), n, kind, line if kind == "json" else line.rstrip("\r\n"))
+                elif kind != "json" and line.endswith("\n"):  # a blank line is an empty document: counted
+                    yield Item(str(path), n, kind, "")
     else:
         yield from _separated_documents(path, separator, utf8_errors)
 
