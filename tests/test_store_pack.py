@@ -1175,3 +1175,28 @@ def test_blank_lines_under_one_per_line_are_empty_documents_counted(tmp_path, to
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())
     assert (meta["num_records"], meta["empty_records"]) == (3, 3)
     assert _records(tmp_path / "s", "sequence") == [tok.encode(w) + [tok.eos_id] for w in ("one", "two", "three")]
+
+
+def test_a_preference_pair_whose_chats_ask_different_things_is_a_bad_record(tmp_path, tok_dir):
+    """DPO compares two answers to one prompt; a pair whose chosen and rejected chats differed before their last
+    answer ("q" against "q2") was packed without a word, and trained the margin between two unrelated texts."""
+    user, other = {"role": "user", "content": "Say hi"}, {"role": "user", "content": "Say bye"}
+    system = {"role": "system", "content": "Be brief."}
+    rows = [
+        {"prompt": "Say hi", "chosen": "Hi!", "rejected": "Go away."},
+        {
+            "chosen": [user, {"role": "assistant", "content": "Hi"}],
+            "rejected": [other, {"role": "assistant", "content": "Bye"}],
+        },
+        {
+            "chosen": [system, user, {"role": "assistant", "content": "Hi"}],
+            "rejected": [user, {"role": "assistant", "content": "Yo"}],
+        },
+    ]
+    for line, k in ((2, 1), (3, 1)):
+        src = _jsonl(tmp_path / f"p{line}.jsonl", [rows[0], rows[line - 1]])
+        said = f"{src}:2: chosen and rejected differ before their last answer (message {k} of each)"
+        with pytest.raises(PackError, match=re.escape(said)):
+            pack([src], tmp_path / f"d{line}", tok_dir, "dpo", progress=False)
+    meta = pack([_jsonl(tmp_path / "all.jsonl", rows)], tmp_path / "s", tok_dir, "dpo", skip_bad=True, progress=False)
+    assert meta["num_records"] == 1 and meta["skipped"]["count"] == 2

@@ -291,18 +291,26 @@ def _preference_side(obj: dict, side: str) -> list[dict]:
 def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
     if not isinstance(obj, dict):
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
-    record = {}
+    record, asked = {}, {}
     for side in ("chosen", "rejected"):
         chat = _preference_side(obj, side)
         try:
             messages = reasoning_from_content(check_messages(chat, end_with_assistant=True))
         except BadRecord as exc:  # a pair holds two chats: say which (after the reason, whose start is its kind)
             raise BadRecord(f"{exc} (in {side!r})") from None
+        asked[side] = messages[:-1]
         ids, mask = _render(tok, messages, tools=obj.get("tools"))
         record[side] = ids
         record[f"{side}_mask"] = last_turn_mask(tok, messages, ids, mask, tools=obj.get("tools"))
         if not record[f"{side}_mask"].any():
             raise BadRecord(f"{side}: the chat template marked no response token")
+    if asked["chosen"] != asked["rejected"]:  # DPO compares two answers to one prompt
+        k = next((i for i, (a, b) in enumerate(zip(asked["chosen"], asked["rejected"])) if a != b), None)
+        k = min(len(asked["chosen"]), len(asked["rejected"])) if k is None else k
+        raise BadRecord(
+            f"chosen and rejected differ before their last answer (message {k + 1} of each): a pair is two answers"
+            " to one prompt; fix the pair or leave it out"
+        )
     if np.array_equal(record["chosen"], record["rejected"]):  # DPO's loss is log 2 with no gradient, whatever the model
         raise BadRecord("chosen and rejected are the same chat: the pair teaches nothing; leave it out or fix one side")
     return record
