@@ -10,16 +10,89 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from collections.abc import Iterator
 
 BOM = "\ufeff"
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path: str | os.PathLike) -> bool:
+    """True for a gzip file: by its ``.gz`` suffix or, whatever its name, by its first two bytes."""
+    if os.fspath(path).lower().endswith(".gz"):
+        return True
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+class _NamedGzip(gzip.GzipFile):
+    """A gzip file whose read errors are ValueErrors naming it: a file cut short raised a bare EOFError ("Compressed
+    file ended before the end-of-stream marker was reached"), which no command's one-line error caught, and a .gz
+    that is not gzip "Not a gzipped file (b'no')" without the file."""
+
+    def _named(self, read, *args):
+        try:
+            return read(*args)
+        except EOFError:
+            raise ValueError(
+                f"{self.name}: the gzip data ends early (the file was cut short); copy or download it again"
+            ) from None
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise ValueError(
+                f"{self.name}: not gzip data, or damaged ({exc}); give it uncompressed, or compress it again"
+            ) from None
+
+    def read(self, size=-1):
+        return self._named(super().read, size)
+
+    def read1(self, size=-1):
+        return self._named(super().read1, size)
+
+    def readinto(self, b):
+        return self._named(super().readinto, b)
+
+    def readline(self, size=-1):
+        return self._named(super().readline, size)
+
+    def peek(self, n):
+        return self._named(super().peek, n)
+
+
+def open_bytes(path: str | os.PathLike):
+    """A user's input file opened for reading bytes, decompressed if it is gzip (``is_gzip``); a gzip file cut short,
+    damaged or not gzip at all is a ValueError naming it when read."""
+    return _NamedGzip(os.fspath(path), "rb") if is_gzip(path) else open(path, "rb")
+
+
+def parquet_rows(path: str | os.PathLike) -> Iterator[dict]:
+    """A Parquet file's rows as dicts; a file that is not Parquet (or is damaged) is a ValueError naming it."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=1024)
+        for batch in batches:
+            yield from batch.to_pylist()
+    except (pyarrow.ArrowException, OSError) as exc:
+        raise ValueError(f"{os.fspath(path)}: not a Parquet file, or damaged ({exc})") from None
+
+
+def parquet_num_rows(path: str | os.PathLike) -> int:
+    """How many rows a Parquet file's footer says it holds (a ValueError naming a file that is not Parquet)."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (pyarrow.ArrowException, OSError) as exc:
+        raise ValueError(f"{os.fspath(path)}: not a Parquet file, or damaged ({exc})") from None
 
 
 def utf8_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line with its newline) of a UTF-8 file, gzipped if its name ends in .gz; a byte-order
-    mark opening the file is no text. Invalid UTF-8 is a ValueError naming the file, line and byte."""
+    """(1-based line number, line with its newline) of a UTF-8 file, decompressed if it is gzip (``open_bytes``); a
+    byte-order mark opening the file is no text. Invalid UTF-8 is a ValueError naming the file, line and byte."""
     name = os.fspath(path)
-    with gzip.open(name, "rb") if name.endswith(".gz") else open(name, "rb") as f:
+    with open_bytes(name) as f:
         for n, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")

@@ -62,3 +62,45 @@ def test_configs_and_eval_sets_with_invalid_utf8_name_the_file_and_line(tmp_path
     (tmp_path / "e.json").write_text('[{"q": "a"},\n {"q": ')
     with pytest.raises(ValueError, match=r"e\.json:2: not valid JSON"):
         list(iter_eval_items(tmp_path / "e.json"))
+
+
+def _cut_gzip(tmp_path):
+    """A JSON-lines .gz file cut short (a download that stopped), and a .gz file that holds no gzip data."""
+    import json
+
+    whole = gzip.compress("".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(400)).encode())
+    cut, fake = tmp_path / "cut.jsonl.gz", tmp_path / "fake.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    fake.write_bytes(b"not gzip at all\n")
+    return cut, fake
+
+
+def test_a_gzip_file_cut_short_or_not_gzip_is_a_value_error_naming_it(tmp_path):
+    """Reading a .gz cut short raised EOFError ("Compressed file ended before the end-of-stream marker was reached"),
+    which no command's one-line error caught: a traceback from pack, tokenizer train, eval ppl and curate run. A
+    .gz that is no gzip said "Not a gzipped file (b'no')" without the file."""
+    from cookmind.store.sources import iter_items
+
+    cut, fake = _cut_gzip(tmp_path)
+    for path, says in ((cut, "cut.jsonl.gz: the gzip data ends early"), (fake, "fake.jsonl.gz: not gzip data")):
+        with pytest.raises(ValueError, match=says):
+            list(text_input.utf8_lines(path))
+        with pytest.raises(ValueError, match=says):
+            list(iter_items(path))
+
+
+def test_every_command_that_reads_a_cut_gzip_says_so_in_one_line(tmp_path, tok_dir, capsys):
+    from cookmind.cli import main
+
+    cut, fake = _cut_gzip(tmp_path)
+    for path, says in ((cut, "cut.jsonl.gz: the gzip data ends early"), (fake, "fake.jsonl.gz: not gzip data")):
+        for argv in (
+            ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(path), "--out", "s"],
+            ["tokenizer", "train", "--input", str(path), "--vocab-size", "300", "--out", "t"],
+            ["curate", "run", "--input", str(path), "--output", "c"],
+        ):
+            argv[-1] = str(tmp_path / f"{argv[0]}-{path.name}")
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            said = [line for line in err.split("\n") if "error" in line]  # progress bars share stderr
+            assert "Traceback" not in err and len(said) == 1 and says in said[0], err

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from cookmind import json_input
+from cookmind import json_input, text_input
 from cookmind.atomic import temp_path
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
@@ -178,11 +178,8 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
 
 
 def read_parquet(path: Path) -> Iterator[dict]:
-    """Rows of a Parquet file as dicts."""
-    import pyarrow.parquet as pq
-
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-        yield from batch.to_pylist()
+    """Rows of a Parquet file as dicts (a file that is not Parquet: a ValueError naming it)."""
+    return text_input.parquet_rows(path)
 
 
 def read_warc(path: Path) -> Iterator[dict]:

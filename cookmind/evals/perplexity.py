@@ -14,7 +14,6 @@ its text, then the end of a document (``<|endoftext|>``, else the tokenizer's EO
 
 from __future__ import annotations
 
-import gzip
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -176,9 +175,8 @@ def evaluate_text_file(
 ) -> dict:
     """``evaluate_text`` on a UTF-8 file (its first ``max_bytes`` bytes when given: ``file_bytes`` and
     ``bytes_not_evaluated`` say how much that left out). A gzip file is read decompressed."""
-    from cookmind.store.sources import is_gzip
-
-    data = gzip.decompress(Path(path).read_bytes()) if is_gzip(path) else Path(path).read_bytes()
+    with text_input.open_bytes(path) as f:
+        data = f.read()
     file_bytes = len(data)
     if max_bytes is not None and file_bytes > max_bytes:
         data = data[:max_bytes]

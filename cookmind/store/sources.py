@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from cookmind import json_input, text_input
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
-GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = text_input.GZIP_MAGIC
 
 
 @dataclass
@@ -41,17 +40,8 @@ class Item:
         return f"{self.source}:{self.line}" if self.unit == "line" else f"{self.source}: {self.unit} {self.line}"
 
 
-def is_gzip(path: Path) -> bool:
-    """True for a gzip file: by its ``.gz`` suffix or, whatever its name, by its first two bytes."""
-    path = Path(path)
-    if path.suffix.lower() == ".gz":
-        return True
-    with open(path, "rb") as f:
-        return f.read(2) == GZIP_MAGIC
-
-
-def _open_bytes(path: Path):
-    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+is_gzip = text_input.is_gzip
+_open_bytes = text_input.open_bytes
 
 
 # a UTF-8 byte-order mark opening a file (Notepad's and Excel's "UTF-8") is a signature, not text: readers drop it
@@ -146,22 +136,15 @@ def _json_array_items(path: Path, utf8_errors: str = "strict") -> Iterator[Item]
 
 
 def _parquet_rows(path: Path) -> Iterator[Item]:
-    import pyarrow.parquet as pq
-
-    n = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-        for row in batch.to_pylist():
-            n += 1
-            yield Item(str(path), n, "row", row, "row")
+    for n, row in enumerate(text_input.parquet_rows(path), 1):
+        yield Item(str(path), n, "row", row, "row")
 
 
 def count_items(path, separator: str = "<|endoftext|>", one_per_line: bool = False, utf8_errors: str = "strict") -> int:
     """How many items ``iter_items`` yields, exactly: a pass over the file (a Parquet file's footer says it)."""
     path = Path(path)
     if source_kind(path) == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(path).metadata.num_rows
+        return text_input.parquet_num_rows(path)
     return sum(1 for _ in iter_items(path, separator, one_per_line, utf8_errors))
 
 
@@ -170,9 +153,7 @@ def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = 
     path = Path(path)
     kind = source_kind(path)
     if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(path).metadata.num_rows
+        return text_input.parquet_num_rows(path)
     if kind == "json" and _is_json_array(path):
         return 0  # unknown until parsed; the bar counts up without an ETA
     count, last_open = 0, False  # last_open: text follows the last needle, an item it does not end
