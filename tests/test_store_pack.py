@@ -805,6 +805,10 @@ def test_an_input_named_twice_is_refused_not_packed_twice(tmp_path, tok_dir, cap
         ("seq", ["--add-system-ratio", "0.5"], "sft"),
         ("grpo", ["--drop-empty-think-ratio", "1"], "sft"),
         ("sft", ["--prompt-template", "Q: {question}\nA:"], "grpo"),
+        # a flag given with its default value is given all the same: it was ignored without a word
+        ("seq", ["--prompt-template", "chat"], "grpo"),
+        ("sft", ["--text-field", "text"], "seq"),
+        ("grpo", ["--separator", "<|endoftext|>"], "seq"),
     ],
 )
 def test_an_option_that_does_not_apply_to_the_train_type_is_refused(tmp_path, tok_dir, capsys, train_type, flag, only):
@@ -1200,3 +1204,38 @@ def test_a_preference_pair_whose_chats_ask_different_things_is_a_bad_record(tmp_
             pack([src], tmp_path / f"d{line}", tok_dir, "dpo", progress=False)
     meta = pack([_jsonl(tmp_path / "all.jsonl", rows)], tmp_path / "s", tok_dir, "dpo", skip_bad=True, progress=False)
     assert meta["num_records"] == 1 and meta["skipped"]["count"] == 2
+
+
+def test_a_text_field_for_plain_text_inputs_is_refused_and_a_bad_line_is_one_line(tmp_path, tok_dir, capsys):
+    """--text-field names a JSON/Parquet field: on plain text inputs it was ignored without a word. And a bad line's
+    error printed its advice on a second line, where every other error is one."""
+    from cookmind.cli import main
+
+    txt = tmp_path / "t.txt"
+    txt.write_text("one document<|endoftext|>another\n")
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--quiet", "--out", str(tmp_path / "s")]
+    assert main([*argv, "--input", str(txt), "--text-field", "body"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--text-field names a field of JSON or Parquet records, and no input is JSON or Parquet" in err, err
+    bad = _jsonl(tmp_path / "b.jsonl", ['{"body": 5}'])
+    assert main([*argv, "--input", str(bad), "--text-field", "body"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{bad}:1: field 'body' must be a string, got int; fix the line" in err, err
+    assert "or pass --skip-bad to skip and count bad lines" in err
+
+
+def test_tokenizer_train_and_eval_ppl_refuse_a_text_field_their_inputs_do_not_have(tmp_path, capsys):
+    """The same flag on the other readers of pack's inputs: `tokenizer train --text-field body` on a text file and
+    `eval ppl --text-field body` on a text file or a token store read as if it were not there."""
+    from cookmind.cli import main
+
+    txt = tmp_path / "t.txt"
+    txt.write_text("one document<|endoftext|>another\n")
+    argv = ["tokenizer", "train", "--input", str(txt), "--vocab-size", "300", "--out", str(tmp_path / "tok")]
+    assert main([*argv, "--text-field", "body"]) == 2
+    assert "--text-field names a field of JSON or Parquet records" in capsys.readouterr().err
+    assert not (tmp_path / "tok").exists()
+    argv = ["eval", "ppl", "--model", str(tmp_path / "no-model"), "--data", str(txt), "--text-field", "body"]
+    assert main(argv) == 2  # refused before the model is looked for
+    err = capsys.readouterr().err
+    assert "--text-field names a field of JSON or Parquet records, and --data" in err and "no-model" not in err, err

@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or a curate output folder (its shard-* files); or a token store made by pack (a folder with meta.json, .h5)",
     )
     p.add_argument(
-        "--text-field", default="text", help="JSON lines / Parquet: the field holding a document's text (default text)"
+        "--text-field", default=None, help="JSON lines / Parquet: the field holding a document's text (default text)"
     )
     p.add_argument(
         "--window",
@@ -141,7 +141,7 @@ def main(args) -> int:
     else:
         from cookmind.evals.perplexity import require_data
 
-        require_data(args.data, args.max_bytes, args.max_windows, args.stride)
+        require_data(args.data, args.max_bytes, args.max_windows, args.stride, args.text_field)
     model, tokenizer = load_for_inference(args.model, device, tokenizer_path=args.tokenizer, hf_native=True)
     progress = not args.quiet
     if args.task == "gsm8k":
@@ -179,7 +179,7 @@ def main(args) -> int:
             args.stride,
             args.max_bytes,
             args.max_windows,
-            args.text_field,
+            args.text_field or "text",
             progress,
             rows,
         )

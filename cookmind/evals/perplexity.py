@@ -304,10 +304,16 @@ def data_kind(path) -> str:
     return "documents" if source_kind(path) in ("json", "parquet") else "text"
 
 
-def require_data(path, max_bytes=None, max_windows=None, stride=None) -> str:
-    """``data_kind(path)``, after refusing the limits that do not apply to that kind (each was ignored without a
-    word): --max-bytes and --stride are for text and documents, --max-windows for a token store."""
+def require_data(path, max_bytes=None, max_windows=None, stride=None, text_field=None) -> str:
+    """``data_kind(path)``, after refusing the options that do not apply to that kind (each was ignored without a
+    word): --max-bytes and --stride are for text and documents, --max-windows for a token store, --text-field for
+    JSON lines / Parquet documents."""
     kind = data_kind(path)
+    if text_field is not None and kind != "documents":
+        raise ValueError(
+            f"--text-field names a field of JSON or Parquet records, and --data {path} is "
+            f"{'a token store' if kind == 'store' else 'plain text'}: drop it"
+        )
     if kind == "store" and (max_bytes is not None or stride is not None):
         flag = "--max-bytes" if max_bytes is not None else "--stride"
         raise ValueError(

@@ -70,16 +70,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="bin", choices=["bin", "h5"], help="store backend (default bin)")
     parser.add_argument(
         "--text-field",
-        default="text",
+        default=None,
         help="seq: JSON/Parquet field holding a document's text (default text, as curate writes)",
     )
     parser.add_argument(
-        "--separator", default="<|endoftext|>", help="document separator in plain text files (default <|endoftext|>)"
+        "--separator", default=None, help="document separator in plain text files (default <|endoftext|>)"
     )
     parser.add_argument("--one-per-line", action="store_true", help="plain text: one document per line")
     parser.add_argument(
         "--prompt-template",
-        default="chat",
+        default=None,
         help="grpo prompts: 'chat' (the chat template + generation prompt; the default) or a string with {question}",
     )
     parser.add_argument(

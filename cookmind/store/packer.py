@@ -30,7 +30,7 @@ from cookmind.store.records import (
     parse,
     reason_kind,
 )
-from cookmind.store.sources import count_items, estimate_items, iter_items, source_kind
+from cookmind.store.sources import check_text_field_applies, count_items, estimate_items, iter_items, source_kind
 from cookmind.store.writer import StoreWriter, check_store_out
 from cookmind.tokenizer.documents import document_end_id, document_framing, document_ids
 
@@ -110,21 +110,36 @@ def _chunks(iterable, size):
         yield chunk
 
 
-def _check_flags_apply(opts: RecordOptions, separator: str, one_per_line: bool) -> None:
-    """Refuse a flag the train type does not read (it was ignored without a word): the user believed it took effect."""
-    given = {
-        "--text-field": (opts.text_field != "text", "seq"),
-        "--separator": (separator != "<|endoftext|>", "seq"),
-        "--one-per-line": (one_per_line, "seq"),
-        "--add-system-ratio": (opts.add_system_ratio > 0, "sft"),
-        "--drop-empty-think-ratio": (opts.drop_empty_think_ratio > 0, "sft"),
-        "--prompt-template": (opts.prompt_template != "chat", "grpo"),
+def _check_flags_apply(
+    train_type: str, given: dict[str, bool], inputs: list[Path], separator: str | None, one_per_line: bool
+) -> None:
+    """Refuse a flag the train type or the inputs do not read (it was ignored without a word): the user believed it
+    took effect. ``given`` says which flags were given (with any value, the default's too)."""
+    only = {
+        "--text-field": "seq",
+        "--separator": "seq",
+        "--one-per-line": "seq",
+        "--add-system-ratio": "sft",
+        "--drop-empty-think-ratio": "sft",
+        "--prompt-template": "grpo",
     }
-    for flag, (set_, only) in given.items():
-        if set_ and opts.train_type != only:
-            raise PackError(f"{flag} applies to --train-type {only} only, and this pack is {opts.train_type}: drop it")
-    if one_per_line and separator != "<|endoftext|>":
+    for flag, for_type in only.items():
+        if given.get(flag) and train_type != for_type:
+            raise PackError(f"{flag} applies to --train-type {for_type} only, and this pack is {train_type}: drop it")
+    if one_per_line and separator is not None:
         raise PackError("--one-per-line and --separator both say where documents end: give one")
+    kinds = {source_kind(p) for p in inputs}
+    if (one_per_line or separator is not None) and "text" not in kinds:
+        flag = "--one-per-line" if one_per_line else "--separator"
+        raise PackError(
+            f"{flag} says where a plain text file's documents end, and no input is plain text (JSON lines, JSON "
+            "and Parquet hold one document a record): drop it"
+        )
+    if given.get("--text-field"):
+        try:
+            check_text_field_applies(inputs)
+        except ValueError as exc:
+            raise PackError(str(exc)) from None
 
 
 def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
@@ -163,14 +178,14 @@ def pack(
     tokenizer,
     train_type: str,
     storage_type: str = "bin",
-    text_field: str = "text",
+    text_field: str | None = None,
     skip_bad: bool = False,
     workers: int = 0,
     shard_tokens: int = 100_000_000,
     overwrite: bool = False,
-    separator: str = "<|endoftext|>",
+    separator: str | None = None,
     one_per_line: bool = False,
-    prompt_template: str = "chat",
+    prompt_template: str | None = None,
     add_system_ratio: float = 0.0,
     drop_empty_think_ratio: float = 0.0,
     seed: int = 0,
@@ -189,7 +204,8 @@ def pack(
     tokenized), so the count held out can differ from the count asked; meta.json's split gives both.
     ``utf8_errors="replace"`` reads bad UTF-8 bytes as U+FFFD (as ``tokenizer train
     --utf8-errors replace`` does); "strict" makes them an error naming file:line (a bad JSON line, with ``skip_bad``,
-    is skipped and counted).
+    is skipped and counted). ``text_field`` (default "text"), ``separator`` (default ``<|endoftext|>``) and
+    ``prompt_template`` (default "chat") are None when not given: a given one the pack would not read is refused.
     """
     if utf8_errors not in ("strict", "replace"):
         raise PackError(f"--utf8-errors {utf8_errors!r}: choose strict or replace")
@@ -220,14 +236,19 @@ def pack(
                 raise PackError(
                     f"input {p} lies inside {flag} {target}, which packing replaces; write the store elsewhere"
                 )
+    given = {
+        "--text-field": text_field is not None,
+        "--separator": separator is not None,
+        "--one-per-line": one_per_line,
+        "--add-system-ratio": add_system_ratio > 0,
+        "--drop-empty-think-ratio": drop_empty_think_ratio > 0,
+        "--prompt-template": prompt_template is not None,
+    }
+    _check_flags_apply(train_type, given, inputs, separator, one_per_line)
+    text_field = "text" if text_field is None else text_field
+    separator = "<|endoftext|>" if separator is None else separator
+    prompt_template = "chat" if prompt_template is None else prompt_template
     opts = RecordOptions(train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed)
-    _check_flags_apply(opts, separator, one_per_line)
-    if (one_per_line or separator != "<|endoftext|>") and not any(source_kind(p) == "text" for p in inputs):
-        flag = "--one-per-line" if one_per_line else "--separator"
-        raise PackError(
-            f"{flag} says where a plain text file's documents end, and no input is plain text (JSON lines, JSON "
-            "and Parquet hold one document a record): drop it"
-        )
     tok = _load_tokenizer(tokenizer)
     _check_options(opts, tok, tokenizer)
     if isinstance(tokenizer, (str, Path)):
@@ -309,9 +330,7 @@ def pack(
                         utf8 = ", or --utf8-errors replace to read bad bytes as U+FFFD" * reason.startswith(
                             "invalid UTF-8"
                         )
-                        raise PackError(
-                            f"{where}\n  fix the line, or pass --skip-bad to skip and count bad lines{utf8}"
-                        )
+                        raise PackError(f"{where}; fix the line, or pass --skip-bad to skip and count bad lines{utf8}")
                     skipped.add(reason_kind(reason), where)
                     continue
                 if isinstance(record, str) and record == EMPTY:

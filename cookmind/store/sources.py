@@ -172,6 +172,16 @@ def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = 
     return count + last_open  # a file ending with its needle (a final newline) has no empty item after it
 
 
+def check_text_field_applies(paths) -> None:
+    """A --text-field given for inputs none of which holds records (JSON lines / JSON / Parquet) is a ValueError: it
+    was read as if it were not there."""
+    if not any(source_kind(p) in ("json", "parquet") for p in paths):
+        raise ValueError(
+            "--text-field names a field of JSON or Parquet records, and no input is JSON or Parquet (a plain text "
+            "file's documents are its text): drop it"
+        )
+
+
 def expand_inputs(inputs) -> list[Path]:
     """Input paths with each folder replaced by its ``shard-*`` files (``cookmind curate run``'s output), sorted.
     A file named twice (directly, by another spelling of its path, or through its folder) is a ValueError: its

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     t.add_argument(
         "--text-field",
-        default="text",
+        default=None,
         help="JSON/Parquet field holding a document's text (default text, as curate writes)",
     )
     t.add_argument("--vocab-size", type=int, required=True, help="final vocabulary size (bytes + specials + merges)")
@@ -171,6 +171,10 @@ def _train(args) -> int:
     specials = check_specials(DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token)
     out = Path(args.out)
     check_out(out, args.overwrite, args.input)  # before the (long) training
+    if args.text_field is not None:
+        from cookmind.store.sources import check_text_field_applies, expand_inputs
+
+        check_text_field_applies(expand_inputs(args.input))
     t0 = time.perf_counter()
     skipped = SkippedRecords() if args.skip_bad else None
     read = ReadCounts()
@@ -182,7 +186,7 @@ def _train(args) -> int:
         workers=args.workers,
         chunk_bytes=int(args.chunk_mb * (1 << 20)),
         utf8_errors=args.utf8_errors,
-        text_field=args.text_field,
+        text_field=args.text_field or "text",
         skipped=skipped,
         read=read,
         progress=not args.quiet,
