@@ -231,6 +231,13 @@ def test_token_stops_end_on_stop_token_or_completing_token():
         {"min_new_tokens": 9, "max_new_tokens": 8},
         {"stop_token_ids": ("a",)},
         {"max_new_tokens": 1.5},
+        # a seen token's logit divided by 1e-300 overflowed, and every sample was token 0 (the server refused it
+        # already; `generate --repetition-penalty` and the Python API did not)
+        {"repetition_penalty": 1e-300},
+        {"repetition_penalty": 1e300},
+        # a seed was folded modulo 2**64: 5 and 5 + 2**64 drew the same sample
+        {"seed": 2**64 + 5},
+        {"seed": -(2**63) - 1},
     ],
 )
 def test_sampling_params_refuse_bad_fields_naming_them(bad):

@@ -440,6 +440,11 @@ def test_a_reply_sent_back_in_the_history_is_accepted_with_its_reply_fields(setu
         ),
         # usage in a stream, asked for on a reply that is not streamed
         (MESSAGES, {"stream_options": {"include_usage": True}}, "stream_options needs stream=true"),
+        # fields of another role's turn: the chat template shows them on that role only, and they were dropped
+        ([{"role": "user", "content": "Hi", "reasoning_content": "long thoughts"}], {}, "reasoning_content belongs"),
+        ([{"role": "user", "content": "Hi", "tool_calls": [CALL]}], {}, "tool_calls belong to an assistant turn"),
+        ([{"role": "user", "content": "Hi", "tool_call_id": "call_1"}], {}, "tool_call_id belongs to a tool result"),
+        ([{"role": "system", "content": "Be brief.", "refusal": "no"}], {}, "refusal belongs to an assistant turn"),
     ],
 )
 def test_a_message_the_server_would_render_otherwise_than_asked_is_refused(setup, messages, extra, says):
@@ -560,6 +565,21 @@ def test_full_queue_answers_429(setup):
             server.url + "/v1/completions", json={"model": MODEL, "prompt": "soup", "max_tokens": 2}, timeout=30
         )
         assert r.status_code == 429 and r.headers["retry-after"] == "10"
+    finally:
+        server.close()
+
+
+def test_more_choices_than_the_queue_holds_is_a_400_not_a_429(setup):
+    """n=4 on a server that queues 2 was answered 429 "the request queue is full (2 waiting); retry later" with
+    nothing waiting: no retry could ever succeed, and clients retry 429s."""
+    engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=2)
+    server = LiveServer(create_app(engine, setup["tok"], MODEL))
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(model=MODEL, prompt="soup", max_tokens=2, n=4)
+        assert e.value.body["param"] == "n" and "queues at most 2" in e.value.body["message"], e.value.body
+        assert len(client.completions.create(model=MODEL, prompt="soup", max_tokens=2, n=2).choices) == 2
     finally:
         server.close()
 
@@ -780,3 +800,27 @@ def test_a_number_that_is_not_finite_is_a_400_naming_it(setup, field):
     )
     error = r.json()["error"]
     assert r.status_code == 400 and error["param"] == field and "finite" in error["message"], error
+
+
+def test_seeds_beyond_64_bits_are_refused_not_folded(setup):
+    """The sampler took a seed modulo 2**64, so seed 5 and 5 + 2**64 gave the same sample (and -1 that of 2**64 - 1)
+    with no word; seeds are 64-bit signed integers, as OpenAI's."""
+    c = setup["client"]
+    for seed in (2**63, -(2**63) - 1, 10**30):
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(model=MODEL, prompt="Hi", max_tokens=2, seed=seed)
+        assert e.value.body["param"] == "seed", e.value.body
+    kw = dict(model=MODEL, prompt="Hi", max_tokens=6, temperature=1)
+    assert c.completions.create(**kw, seed=2**63 - 1).choices[0].text is not None
+    assert c.completions.create(**kw, seed=-(2**63)).choices[0].text is not None
+
+
+@pytest.mark.parametrize("penalty", [1e-300, 1e300, 0.001])
+def test_a_repetition_penalty_that_overflows_the_logits_is_refused(setup, penalty):
+    """repetition_penalty 1e-300 passed its > 0 check, divided the seen tokens' logits into infinities and the reply
+    was token 0 eight times."""
+    with pytest.raises(openai.BadRequestError) as e:
+        setup["client"].completions.create(
+            model=MODEL, prompt="hello hello", max_tokens=2, extra_body={"repetition_penalty": penalty}
+        )
+    assert e.value.body["param"] == "repetition_penalty", e.value.body

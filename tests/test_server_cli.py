@@ -77,6 +77,9 @@ def test_api_key_from_the_environment(monkeypatch, model_dir):
         (" k", None, "--api-key starts or ends with whitespace"),
         (None, " \t", "COOKMIND_API_KEY is empty"),
         (None, "", "COOKMIND_API_KEY is empty"),
+        # a header carries ASCII: the server read it as latin-1 and compared UTF-8 bytes, so no client ever matched
+        ("clé-secret", None, "--api-key holds 'é', which an HTTP header cannot carry"),
+        (None, "key\u200bhidden", "COOKMIND_API_KEY holds '\\u200b', which an HTTP header cannot carry"),
     ],
 )
 def test_an_empty_api_key_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, flag, env, says):
@@ -89,6 +92,26 @@ def test_an_empty_api_key_is_refused_before_the_model_loads(tmp_path, capsys, mo
         monkeypatch.setenv("COOKMIND_API_KEY", env)
     argv = ["serve", str(tmp_path / "no-model"), "--port", "1"]  # neither the model nor the port is reached
     assert main(argv + ([] if flag is None else ["--api-key", flag])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "no-model" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--speculative-sampled"], "--speculative-sampled is used only with --speculative"),
+        (["--num-speculative-tokens", "6"], "--num-speculative-tokens is used only with --speculative"),
+        (["--kv-layout", "slots", "--block-size", "32"], "--block-size is for --kv-layout paged"),
+        (["--model-name", ""], "--model-name is empty"),
+        (["--model-name", " "], "--model-name is empty"),
+    ],
+)
+def test_a_flag_the_server_would_not_use_is_refused_before_the_model_loads(tmp_path, capsys, flags, says):
+    """Each of these started the server as if it were not given (the banner showed no speculation, a slots cache, the
+    directory's name), where --draft-model without --speculative draft is refused."""
+    from cookmind.cli import main
+
+    assert main(["serve", str(tmp_path / "no-model"), "--port", "1", *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err and "no-model" not in err, err
 

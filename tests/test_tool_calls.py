@@ -260,6 +260,7 @@ class ScriptedEngine:
     got (prompt ids, SamplingParams) are kept."""
 
     max_seq_len = 2048
+    max_waiting = 256
     prefix = None
 
     def __init__(self, tok):

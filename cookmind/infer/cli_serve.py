@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="paged",
         help="paged: blocks from one pool, taken as sequences grow (default); slots: a whole context per sequence",
     )
-    parser.add_argument("--block-size", type=int_in(1), default=16, help="positions per KV block (paged; default 16)")
+    parser.add_argument("--block-size", type=int_in(1), default=None, help="positions per KV block (paged; default 16)")
     parser.add_argument(
         "--prefix-cache",
         action="store_true",
@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "at small batches, where a decode step is bound by reading the weights",
     )
     parser.add_argument(
-        "--num-speculative-tokens", type=int_in(1), default=4, help="tokens drafted per step (k; default 4)"
+        "--num-speculative-tokens", type=int_in(1), default=None, help="tokens drafted per step (k; default 4)"
     )
     parser.add_argument(
         "--speculative-sampled",
@@ -125,8 +125,8 @@ def kv_sizing(model, args: argparse.Namespace) -> tuple[int | None, int | None]:
     context = args.max_seq_len or cfg.max_position_embeddings
     elem = next(model.parameters()).element_size()
     per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.resolved_head_dim * elem  # K and V
-    per_block = per_token * args.block_size
-    blocks = slots * -(-context // args.block_size) + 1  # + the scratch block
+    per_block = per_token * block_size(args)
+    blocks = slots * -(-context // block_size(args)) + 1  # + the scratch block
     if blocks * per_block <= KV_CAP_BYTES:
         return slots, blocks * per_block
     return slots, KV_CAP_BYTES
@@ -147,7 +147,7 @@ def speculative_config(args: argparse.Namespace, tokenizer, device: str, dtype):
     draft = load_draft_model(draft_path, tokenizer, device, dtype) if draft_path is not None else None
     return SpeculativeConfig(
         method,
-        num_tokens=args.num_speculative_tokens,
+        num_tokens=speculative_tokens(args),
         draft_model=draft,
         sampled=getattr(args, "speculative_sampled", False),
     )
@@ -183,7 +183,7 @@ def build_app(args: argparse.Namespace):
         max_waiting=args.max_queue,
         cuda_graphs=False if args.no_cuda_graphs else None,
         kv_cache=args.kv_layout,
-        block_size=args.block_size,
+        block_size=block_size(args),
         compile=False if args.no_compile else None,
         prefix_cache=args.prefix_cache,
         decode_attention=args.decode_attention,
@@ -216,8 +216,39 @@ def api_key_of(args: argparse.Namespace) -> str | None:
             raise ValueError(f"{name} is empty{' (only whitespace)' if key else ''}; {fix}")
         if key != key.strip():
             raise ValueError(f"{name} starts or ends with whitespace, which no client can send; give it without")
+        if odd := next((c for c in key if not (c.isascii() and c.isprintable())), None):
+            raise ValueError(
+                f"{name} holds {odd!r}, which an HTTP header cannot carry (no client could send the key); "
+                "give a key of visible ASCII characters"
+            )
         return key
     return None
+
+
+def block_size(args: argparse.Namespace) -> int:
+    """--block-size, 16 when not given (None: given or not is what refuse_unused_flags reads)."""
+    return 16 if getattr(args, "block_size", None) is None else args.block_size
+
+
+def speculative_tokens(args: argparse.Namespace) -> int:
+    """--num-speculative-tokens, 4 when not given."""
+    return 4 if getattr(args, "num_speculative_tokens", None) is None else args.num_speculative_tokens
+
+
+def refuse_unused_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag the server would not use (it started as if the flag were not given), before the model loads;
+    the ones left unset (None) read their defaults where they are used (``block_size``, ``speculative_tokens``)."""
+    if not getattr(args, "speculative", None):
+        for flag, given in (
+            ("--speculative-sampled", getattr(args, "speculative_sampled", False)),
+            ("--num-speculative-tokens", getattr(args, "num_speculative_tokens", None) is not None),
+        ):
+            if given:
+                raise ValueError(f"{flag} is used only with --speculative (ngram or draft); add that or drop {flag}")
+    if args.kv_layout == "slots" and args.block_size is not None:
+        raise ValueError("--block-size is for --kv-layout paged (a slots cache holds a whole context per sequence)")
+    if args.model_name is not None and not args.model_name.strip():
+        raise ValueError("--model-name is empty; give the id clients send, or leave it out for the directory's name")
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -270,6 +301,7 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     api_key = api_key_of(args)  # before the port and the model: a bad key fails at once
+    refuse_unused_flags(args)
     check_port_free(args.host, args.port)
     warning = exposure_warning(args.host, api_key)
     if warning:
@@ -281,7 +313,7 @@ def main(args: argparse.Namespace) -> int:
         f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
         f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache: {pool}"
         f"{', prefix cache on' if args.prefix_cache else ''}"
-        f"{f', speculative {args.speculative} k={args.num_speculative_tokens}' if args.speculative else ''}"
+        f"{f', speculative {args.speculative} k={speculative_tokens(args)}' if args.speculative else ''}"
         "; web chat at /)"
         + (f"\n  LoRA adapters (model ids): {', '.join(engine.adapter_names)}" if engine.adapter_names else ""),
         flush=True,

@@ -76,11 +76,14 @@ class SamplingParams:
             ("top_k", self.top_k >= 0, ">= 0 (0 turns it off)"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
             ("min_p", 0 <= self.min_p <= 1, "in [0, 1]"),
-            ("repetition_penalty", self.repetition_penalty > 0, "> 0 (1 turns it off)"),
+            # a seen token's logit is divided (or multiplied) by it: beyond these the logits overflow or vanish
+            ("repetition_penalty", 0.01 <= self.repetition_penalty <= 100, "in [0.01, 100] (1 turns it off)"),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "in [-2, 2]"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "in [-2, 2]"),
             ("top_logprobs", 0 <= self.top_logprobs <= 20, "in [0, 20]"),
             ("stop_token_ids", all(t >= 0 for t in self.stop_token_ids), "token ids >= 0"),
+            # a 64-bit signed integer, as OpenAI's: one outside would be folded onto another seed's samples
+            ("seed", self.seed is None or -(2**63) <= self.seed < 2**63, "a 64-bit signed integer"),
         ]
         for name, ok, allowed in checks:
             if not ok:

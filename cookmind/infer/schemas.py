@@ -131,6 +131,20 @@ class ChatMessage(_Strict):
     def _tool_result_names_its_call(self):
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs tool_call_id: the id of the assistant's tool call it answers")
+        # the chat template shows these on their own role's turn only: elsewhere they were dropped without a word
+        if self.role != "assistant":
+            for field, what in (
+                ("reasoning_content", "reasoning_content belongs"),
+                ("tool_calls", "tool_calls belong"),
+                ("refusal", "refusal belongs"),
+            ):
+                if getattr(self, field):
+                    raise ValueError(
+                        f"{what} to an assistant turn, and this is a {self.role} message, whose template shows no "
+                        f"{field}: leave it out, or put it in the content"
+                    )
+        if self.tool_call_id is not None and self.role != "tool":
+            raise ValueError(f"tool_call_id belongs to a tool result, and this is a {self.role} message: leave it out")
         if self.content is None and self.role != "assistant":  # an assistant turn may be tool calls or a refusal
             raise ValueError(f"a {self.role} message needs content (null would be an empty turn)")
         return self
@@ -172,14 +186,15 @@ class _SamplingFields(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)  # 64-bit signed, as OpenAI's: none folded
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     user: str | None = None
     # extensions (vLLM names)
     top_k: int = Field(0, ge=0)
     min_p: float = Field(0.0, ge=0, le=1)
-    repetition_penalty: float = Field(1.0, gt=0)
+    # a seen token's logit is divided (or multiplied) by it: outside [0.01, 100] the logits overflow or vanish
+    repetition_penalty: float = Field(1.0, ge=0.01, le=100)
     # {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}: checked by constraints.py
     response_format: ResponseFormat | None = None
     # OpenAI fields that would change the answer and that we do not implement: refused when set, not ignored

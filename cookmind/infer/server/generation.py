@@ -104,6 +104,13 @@ class Generation:
         """Submit req.n choices for one prompt; all or none: a refusal cancels every choice of this call.
         stop_ids: the tokens that end each choice (default: end-of-text and end-of-turn)."""
         engine = self.state.engine
+        if req.n > engine.max_waiting:  # a 429 would send the client to retry what can never fit
+            raise APIError(
+                400,
+                f"n={req.n} choices are {req.n} requests, and this server queues at most {engine.max_waiting} "
+                f"(--max-queue): ask for at most {engine.max_waiting}",
+                param="n",
+            )
         max_new = max_new_tokens(self.state, req, len(ids))
         adapter = self.state.check_model(req.model)  # the LoRA adapter the model name picks (None: the base)
         try:
