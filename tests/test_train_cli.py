@@ -1313,3 +1313,20 @@ def test_the_last_checkpoint_holds_the_final_evaluation_and_a_resume_at_the_end_
     assert val_rows() == rows
     assert again["status"] == "completed" and again["steps"] == 3
     assert again["val_loss"] == first["val_loss"]
+
+
+def test_a_resume_of_another_runs_finished_checkpoint_into_a_new_run_dir_writes_nothing(tmp_path, store, capsys):
+    """`--run-dir runs/G --resume runs/B/checkpoints/step_N` with N >= train.max_steps said "nothing to train" and
+    then wrote runs/G: a config.yaml, and a report of a "completed" run of N steps with B's losses and no checkpoint.
+    It is refused now, before anything is written; with steps left it continues B's training in G, as before."""
+    finished = tmp_path / "B"
+    assert _run_after_tiny(store, "--run-dir", str(finished), "train.max_steps=3") == 0
+    ckpt = finished / "checkpoints" / "step_00000003"
+    capsys.readouterr()
+    forked = tmp_path / "G"
+    assert _run_after_tiny(store, "--run-dir", str(forked), "--resume", str(ckpt), "train.max_steps=2") == 2
+    err = capsys.readouterr().err
+    assert f"{ckpt} is at step 3, already at or past train.max_steps=2: nothing to train in {forked}" in err, err
+    assert "--init-from" in err and not forked.exists()
+    assert _run_after_tiny(store, "--run-dir", str(forked), "--resume", str(ckpt), "train.max_steps=4") == 0
+    assert (forked / "checkpoints" / "step_00000004" / "meta.json").is_file()

@@ -1214,7 +1214,15 @@ class Trainer:
                     "resume one of them, or --resume auto"
                 )
             raise FileNotFoundError(f"checkpoint.resume={spec}: {what}")
-        self._check_resume_data(path, read_meta(path))  # before any weights load
+        meta = read_meta(path)
+        self._check_resume_data(path, meta)  # before any weights load
+        ours = Path(path).resolve().parent == self.ckpt_dir.resolve()
+        if not ours and int(meta.get("step", 0)) >= self.cfg.train.max_steps:  # before the run directory is made
+            raise ValueError(
+                f"checkpoint.resume={spec}: {path} is at step {meta.get('step')}, already at or past train.max_steps="
+                f"{self.cfg.train.max_steps}: nothing to train in {self.run_dir}; raise train.max_steps to continue "
+                f"that run here, or start a new run from its weights with --init-from {path}"
+            )
         if self.dist.is_main:  # whether it resumed, and from where, was not said
             print(f"cookmind train: resuming from {path}", file=sys.stderr)
         with self._fp32_weights_in_place():
