@@ -161,3 +161,25 @@ def test_a_rerun_and_restart_treat_the_removed_list_as_the_runs_own(tmp_path):
     (stray / "removed" / "shard-00000.jsonl.gz").write_bytes(b"")
     with pytest.raises(ValueError, match="removed/shard-00000.jsonl.gz, a list of removed documents no curate run"):
         run_pipeline(listing, [src], stray, progress=False)
+
+
+def test_a_new_run_refuses_an_output_folder_that_holds_other_files(tmp_path):
+    """A new run into a folder of unrelated files (notes.txt, another tool's data) wrote its shards, _work/ and
+    reports in among them, where every other command writes a new, empty or its own folder. It is refused now, and
+    leaves nothing there; the run's own folder still resumes."""
+    cfg = CurateConfig(stages=[{"pii": {}}])
+    src = _inputs(tmp_path, "in", ["some text", "more text"])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "data").mkdir()
+    with pytest.raises(ValueError, match=r"--output .*out already holds data and notes\.txt, which no curate run"):
+        run_pipeline(cfg, [src], out, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["data", "notes.txt"]
+    fresh = tmp_path / "fresh"
+    run_pipeline(cfg, [src], fresh, progress=False)
+    shards = _shards(fresh)
+    run_pipeline(cfg, [src], fresh, progress=False)  # its own folder: the run resumes (nothing left to do)
+    assert _shards(fresh) == shards
+    (tmp_path / "empty").mkdir()
+    run_pipeline(cfg, [src], tmp_path / "empty", progress=False)

@@ -320,6 +320,13 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         _write_json(path, {**old, "input_files": files})
         return
     _refuse_foreign_outputs(output, [])
+    others = sorted(p.name for p in output.iterdir() if p != work) if output.is_dir() else []
+    if others:  # a new run writes a new or empty folder, as every command does: its files would mix with these
+        named = " and ".join(others[:2]) + (f" (and {len(others) - 2} more)" if len(others) > 2 else "")
+        raise ValueError(
+            f"--output {output} already holds {named}, which no curate run there wrote; curate writes a new or "
+            "empty folder (or its own, to resume): choose another --output or move them away"
+        )
     work.mkdir(parents=True, exist_ok=True)
     _write_json(path, {**stamp, "input_files": files, "outputs": outputs + list(REPORTS)})
 
