@@ -647,3 +647,14 @@ def test_an_adapter_that_records_no_base_loads_on_any_base_as_before(setup, tmp_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_adapters(_fine_tuned(base, 0.05), {"old": tmp_path / "old"})
+
+
+def test_an_adapter_for_another_base_says_so_not_only_which_module_is_missing(setup):
+    """An adapter trained on a 2-layer base, served on a 1-layer model, said only "module model.layers.1.mlp.down_proj
+    is not a linear layer of the base model": it now says the adapter was trained on another model."""
+    _, tmp, _ = setup
+    other = sharp_tiny_lm(num_hidden_layers=1)
+    with pytest.raises(ValueError) as caught:
+        load_adapters(other, {"chef": tmp / "chef"}, base_name="small-base")
+    said = str(caught.value)
+    assert "module model.layers.1." in said and "trained on another model, not on small-base" in said, said

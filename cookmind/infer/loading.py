@@ -143,6 +143,15 @@ def load_adapters(model, specs: dict[str, str | Path], base_name: str = "the bas
             directory = resolve_model_dir(directory)
         where = f"adapter {name!r} ({directory})"
         cfg = read_adapter_config(directory)
+        trained_on, fingerprint = adapter_base(directory)
+        differs = fingerprint_mismatch(fingerprint, model) if fingerprint else None
+        # what a structural mismatch below most likely means: an adapter trained on another model
+        other = (
+            f" (the adapter was trained on {trained_on or 'another model'}, not on {base_name}: their weights differ "
+            f"at {differs}; serve it on the model it was trained on)"
+            if differs
+            else " (an adapter for another model?)"
+        )
         pairs: dict[str, dict[str, torch.Tensor]] = {}
         for key, tensor in read_adapter_tensors(directory).items():
             match = re.fullmatch(r"(.+)\.(lora_A|lora_B)\.weight", key)
@@ -153,7 +162,7 @@ def load_adapters(model, specs: dict[str, str | Path], base_name: str = "the bas
                 )
             module, part = match.groups()
             if module not in linear:
-                raise ValueError(f"{where}: module {module} is not a linear layer of the base model")
+                raise ValueError(f"{where}: module {module} is not a linear layer of the base model{other}")
             pairs.setdefault(module, {})[part] = tensor
         for module in _targeted(linear, cfg):
             if module not in pairs:
@@ -169,11 +178,10 @@ def load_adapters(model, specs: dict[str, str | Path], base_name: str = "the bas
                 if tuple(got.shape) != shape:
                     raise ValueError(
                         f"{where}: {module}.{part}.weight has shape {tuple(got.shape)}, the base model with r="
-                        f"{cfg['r']} expects {shape} (an adapter for another model?)"
+                        f"{cfg['r']} expects {shape}{other}"
                     )
             weights[module] = (pair["lora_A"], pair["lora_B"])
-        trained_on, fingerprint = adapter_base(directory)
-        if fingerprint and (differs := fingerprint_mismatch(fingerprint, model)):
+        if differs:
             warnings.warn(
                 f"{where} was trained on {trained_on or 'another model'}, not on {base_name} (their weights differ "
                 f"at {differs}), so it will not give the outputs it was trained for; serve it on "
