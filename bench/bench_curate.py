@@ -110,6 +110,13 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="processes for the parallel whole-chain run")
     args = ap.parse_args()
     dt = _datatrove()
+    if dt is None:  # every stage's peer reads null: say why once, before the figures
+        print(
+            'bench_curate: datatrove is not importable, so no stage has its peer ("peer": null); install it or '
+            "run with PYTHONPATH=/path/to/datatrove for the ratios the README gives",
+            file=sys.stderr,
+            flush=True,
+        )
     pages, manifest = make_crawl(args.pages, args.seed)
     htmls = [p.html for p in pages]
     work = Path(tempfile.mkdtemp(prefix="bench-curate-"))
