@@ -374,3 +374,69 @@ def test_generate_says_a_stop_string_matched_before_any_text(ckpt, capsys, monke
         assert cli_main([*argv, *extra]) == 0
         err = capsys.readouterr().err
         assert "the output began with a --stop string" in err and "control tokens" not in err
+
+
+# ESC starts an OSC sequence (set the title) ended by BEL, \r returns to the line's start, U+009B is a one-character
+# CSI, DEL; the newline and the tab stay as they are
+CONTROLS = "a\x1b]0;pwned\x07b\rc\x9b2Jd\n\te\x7f"
+CONTROLS_SHOWN = "a\\x1b]0;pwned\\x07b\\rc\\x9b2Jd\n\te\\x7f"  # by hand
+
+
+def test_generate_shows_the_models_control_characters_escaped_and_raw_prints_them(ckpt, capsys, monkeypatch):
+    """generate wrote the model's text to the terminal as it was: a sampled ESC could clear the screen, set the title
+    or write the clipboard (OSC 52), a \\r overwrite the line. They are shown escaped, streamed, in a batch and with
+    --chat, on a pipe as on a terminal; --raw prints the text as generated."""
+    import sys
+
+    gen = sys.modules["cookmind.infer.generate"]  # the module (the package's `generate` is its function)
+    d, _, tok = ckpt
+    said = tok.encode(CONTROLS)
+    assert tok.decode(said) == CONTROLS
+    monkeypatch.setattr(gen, "stream", lambda *a, **k: iter(said))
+    monkeypatch.setattr(gen, "generate", lambda model, prompts, *a, **k: [list(said) for _ in prompts])
+    argv = ["generate", "--model", str(d), "--prompt", "The cook"]
+    for extra, shown in (
+        ([], CONTROLS_SHOWN + "\n"),
+        (["--chat"], CONTROLS_SHOWN + "\n"),
+        (["--prompt", "Soup"], f"=== The cook\n{CONTROLS_SHOWN}\n=== Soup\n{CONTROLS_SHOWN}\n"),
+        (["--raw"], CONTROLS + "\n"),
+        (["--raw", "--prompt", "Soup"], f"=== The cook\n{CONTROLS}\n=== Soup\n{CONTROLS}\n"),
+    ):
+        assert cli_main([*argv, *extra]) == 0
+        assert capsys.readouterr().out == shown, extra
+
+
+def test_chat_shows_the_models_control_characters_escaped_and_keeps_them_in_the_history(ckpt, monkeypatch):
+    """The chat printed each piece of a reply as it came, control characters included (and /history too); they are
+    shown escaped, reasoning and answer, while the conversation keeps the text as the model said it."""
+    from cookmind.infer import chat_session
+
+    _, model, tok = ckpt
+    said = tok.encode("<think>" + CONTROLS + "</think>" + CONTROLS)
+    monkeypatch.setattr(chat_session, "stream", lambda *a, **k: iter(said))
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
+    out = io.StringIO()
+    run(s, io.StringIO("hello\x1b[2J\n/history\n/quit\n"), out)
+    text = out.getvalue()
+    assert f"bot> [thinking] {CONTROLS_SHOWN}\n{CONTROLS_SHOWN}\n" in text
+    assert f"[user] hello\\x1b[2J\n[assistant] {CONTROLS_SHOWN}\n" in text
+    assert "\x1b" not in text and "\r" not in text
+    assert s.history == [
+        {"role": "user", "content": "hello\x1b[2J"},
+        {"role": "assistant", "content": CONTROLS, "reasoning_content": CONTROLS},
+    ]
+
+
+def test_the_demos_sample_chats_show_control_characters_escaped(ckpt, tmp_path, capsys, monkeypatch):
+    """The demo printed its sample chats' replies as the model wrote them; results.json and the report keep them."""
+    import cookmind.infer
+    from cookmind.demo.pipeline import DemoContext, stage_chat
+
+    d, _, tok = ckpt
+    said = tok.encode(CONTROLS)
+    monkeypatch.setattr(cookmind.infer, "generate", lambda model, prompts, *a, **k: [list(said) for _ in prompts])
+    ctx = DemoContext(workdir=tmp_path, paths={"tokenizer": d}, checkpoints={"sft": d})
+    chats = stage_chat(ctx)["chats"]
+    assert chats and all(c["assistant"] == CONTROLS for c in chats)
+    out = capsys.readouterr().out
+    assert out.count(f"assistant: {CONTROLS_SHOWN}\n") == len(chats) and "\x1b" not in out

@@ -480,6 +480,7 @@ def stage_chat(ctx: DemoContext) -> dict[str, Any]:
     """A few sample chats with the final model."""
     from cookmind.infer import SamplingParams, generate
     from cookmind.infer.stop import chat_stop_ids
+    from cookmind.infer.terminal import escape_controls
     from cookmind.model import load_model
     from cookmind.tokenizer import Tokenizer
 
@@ -490,9 +491,9 @@ def stage_chat(ctx: DemoContext) -> dict[str, Any]:
     outs = generate(model, prompts, SamplingParams(max_new_tokens=80, temperature=0.0, stop_token_ids=stops))
     # a small model's reply can run on in blank lines to the token limit: they are left out of what is shown
     chats = [{"user": p, "assistant": tok.decode(o).strip()} for p, o in zip(DEMO_PROMPTS, outs)]
-    if ctx.progress:
+    if ctx.progress:  # the terminal gets a reply's control characters escaped; the report, the text as said
         for c in chats:
-            print(f"\n  user:      {c['user']}\n  assistant: {c['assistant']}")
+            print(f"\n  user:      {c['user']}\n  assistant: {escape_controls(c['assistant'])}")
         print()
     return {"chats": chats}
 

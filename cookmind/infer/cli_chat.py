@@ -1,4 +1,7 @@
-"""`cookmind chat MODEL` (or `--model MODEL`): a terminal chat with streaming, history, /reset and /system."""
+"""`cookmind chat MODEL` (or `--model MODEL`): a terminal chat with streaming, history, /reset and /system.
+
+The conversation's text is printed with its control characters escaped (``cookmind.infer.terminal``): the model's,
+and the user's in /history; the session keeps it as said."""
 
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(session, stdin=None, stdout=None, color: bool = False) -> int:
     """The read-eval-print loop over text streams (so tests can drive it; default: the process's, as they are when
     it runs); returns how many messages got an error instead of a reply."""
+    from cookmind.infer.terminal import escape_controls
+
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     errors = 0
     dim, reset = ("\033[2m", "\033[0m") if color else ("", "")
@@ -66,7 +71,7 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
                 print(f"(system prompt {'set' if arg.strip() else 'cleared'}; conversation cleared)", file=stdout)
             elif cmd == "/history":
                 for m in session.messages():
-                    print(f"[{m['role']}] {m['content']}", file=stdout)
+                    print(f"[{m['role']}] {escape_controls(m['content'])}", file=stdout)
             else:
                 if cmd != "/help":
                     print(
@@ -86,7 +91,7 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
                     print(reset + "\n", end="", file=stdout)
                 if kind == "reasoning" and kind_before != "reasoning":
                     print(dim + "[thinking] ", end="", file=stdout)
-                print(piece, end="", file=stdout, flush=True)
+                print(escape_controls(piece), end="", file=stdout, flush=True)
                 kind_before = kind
             if not said:  # an empty reply: say so, or "bot> " stands alone
                 _say_dropped(session, stdout)

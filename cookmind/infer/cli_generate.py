@@ -1,13 +1,15 @@
 """`cookmind generate --model DIR --prompt TEXT`: stream a completion with the KV cache.
 
 Control tokens (<|im_start|>, <|endoftext|>, ...) are not printed (--keep-special-tokens prints them); with --chat
-the reply ends at the first one and its reasoning is split out, as in `cookmind chat`."""
+the reply ends at the first one and its reasoning is split out, as in `cookmind chat`. Control characters are printed
+escaped (``cookmind.infer.terminal``) unless --raw."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from cookmind.infer.terminal import escape_controls
 from cookmind.tokenizer.documents import prompt_ids
 
 
@@ -78,6 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the control tokens the model generates (<|im_start|>, ...); left out by default. Not with "
         "--chat, whose reply ends at the first one",
     )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="print the text exactly as generated, control characters included. By default those other than newline "
+        "and tab are printed escaped (\\x1b, \\r), to a pipe as to a terminal (a pipe often ends on one: | less, | "
+        "tee): raw, an ESC the model wrote drives the terminal (clears it, sets its title, writes the clipboard) and "
+        "a \\r overwrites the line",
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument(
         "--dtype", default=None, help="float32 | bfloat16 | float16 (default: bfloat16 on CUDA, else the checkpoint's)"
@@ -134,13 +144,14 @@ def main(args: argparse.Namespace) -> int:
             f"after the prompt, fewer than --max-new-tokens {args.max_new_tokens}; the answer stops there",
             file=sys.stderr,
         )
+    show = (lambda text: text) if args.raw else escape_controls
     if len(prompts) > 1:  # a batch: generate together, print each
         outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string
         for text, out in zip(args.prompt, outs):
             stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
             reply, hit = stopper.feed(decode_text(tok, out, skip))
             reply += stopper.flush()
-            print(f"=== {text}\n{ChatView().show(reply, end=True) if args.chat else reply}")
+            print(f"=== {text}\n{show(ChatView().show(reply, end=True) if args.chat else reply)}")
             _say_no_text(reply, len(out), f" for --prompt {text!r}" if text else "", stopped=hit)
         return 0
     detok, stopper = IncrementalDetokenizer(tok, skip_ids=skip), StopStringMatcher(args.stop)
@@ -150,14 +161,14 @@ def main(args: argparse.Namespace) -> int:
         tokens += 1
         piece, hit = stopper.feed(detok.add(token))
         printed += piece
-        sys.stdout.write(view.show(piece, end=hit) if view else piece)
+        sys.stdout.write(show(view.show(piece, end=hit) if view else piece))
         sys.stdout.flush()
         if hit:
             break
     else:
         rest = stopper.feed(detok.flush())[0] + stopper.flush()
         printed += rest
-        sys.stdout.write(view.show(rest, end=True) if view else rest)
+        sys.stdout.write(show(view.show(rest, end=True) if view else rest))
     sys.stdout.write("\n")
     _say_no_text(printed, tokens, stopped=hit)
     return 0
