@@ -440,3 +440,48 @@ def test_the_demos_sample_chats_show_control_characters_escaped(ckpt, tmp_path, 
     assert chats and all(c["assistant"] == CONTROLS for c in chats)
     out = capsys.readouterr().out
     assert out.count(f"assistant: {CONTROLS_SHOWN}\n") == len(chats) and "\x1b" not in out
+
+
+def test_generate_and_chat_say_why_a_reply_of_hidden_markup_or_whitespace_shows_no_text(ckpt, capsys, monkeypatch):
+    """A model that wrote only a stray </think> (which closes no reasoning and is not shown) got one empty line from
+    `generate --chat`, with nothing on stderr, and `chat` said "the model ended its turn at once", which it had not.
+    Both now say what the tokens were: markup, or whitespace; and chat names a --stop string that matched first."""
+    import sys
+
+    from cookmind.infer import chat_session
+
+    gen = sys.modules["cookmind.infer.generate"]  # the module (the package's `generate` is its function)
+    d, model, tok = ckpt
+    close = tok.special_tokens["</think>"]
+    markup = "the model's 3 tokens were only <think>/</think> markup, which is not printed: '</think></think></think>'"
+    monkeypatch.setattr(gen, "stream", lambda *a, **k: iter([close] * 3))
+    monkeypatch.setattr(gen, "generate", lambda model, prompts, *a, **k: [[close] * 3 for _ in prompts])
+    argv = ["generate", "--model", str(d), "--prompt", "What is 2+3?", "--chat"]
+    assert cli_main(argv) == 0
+    assert capsys.readouterr() == ("\n", f"cookmind generate: no text: {markup}\n")
+    assert cli_main([*argv, "--prompt", "Soup"]) == 0
+    assert capsys.readouterr().err == (
+        f"cookmind generate: no text for --prompt 'What is 2+3?': {markup}\n"
+        f"cookmind generate: no text for --prompt 'Soup': {markup}\n"
+    )
+    blank = [tok.encode("\n")[0]] * 2  # two tokens of one newline each
+    monkeypatch.setattr(gen, "stream", lambda *a, **k: iter(blank))
+    assert cli_main(argv[:-1]) == 0
+    assert capsys.readouterr() == (
+        "\n\n\n",
+        "cookmind generate: no text: the model's 2 tokens were only whitespace: '\\n\\n'\n",
+    )
+
+    def chat(said, **cfg):
+        monkeypatch.setattr(chat_session, "stream", lambda *a, **k: iter(said))
+        out = io.StringIO()
+        run(ChatSession(model, tok, SamplingParams(max_new_tokens=4, **cfg)), io.StringIO("hello\n/quit\n"), out)
+        return out.getvalue()
+
+    assert f"bot> (no reply: {markup})\nyou> " in chat([close] * 3)
+    assert "bot> \n\n(no reply: the model's 2 tokens were only whitespace: '\\n\\n')\nyou> " in chat(blank)
+    stopped = (
+        "bot> (no reply: the output began with a --stop string, and a stop string and what follows are not printed)"
+    )
+    assert stopped in chat(tok.encode("ice in the soup"), stop_strings=("i",))
+    assert "bot> (no reply: the model ended its turn at once)\nyou> " in chat([])

@@ -23,6 +23,9 @@ class ChatSession:
         self.history: list[dict] = []
         self.cut = False  # the last reply stopped because the conversation filled the model's context
         self.dropped = 0  # the oldest messages the last send left out so the conversation fits the context
+        # the last reply as generated, to say why one shows no text (``cli_generate.why_no_text``): its text up to a
+        # stop string (think tags in), how many tokens (not the end token), whether it ended at a stop string
+        self.reply_text, self.tokens, self.stopped = "", 0, False
 
     def reset(self) -> None:
         """Forget the conversation (the system prompt stays)."""
@@ -70,9 +73,10 @@ class ChatSession:
         stopper = StopStringMatcher(list(self.cfg.stop_strings))
         splitter = ReasoningSplitter()
         reasoning, content = [], []
-        new_tokens = 0
+        self.reply_text, self.tokens, self.stopped = "", 0, False
 
         def route(piece: str):
+            self.reply_text += piece
             r, c = splitter.feed(piece)
             reasoning.append(r)
             content.append(c)
@@ -80,16 +84,16 @@ class ChatSession:
 
         self.cut = False
         for tok in stream(self.model, prompt, cfg):
-            new_tokens += 1
-            piece, hit = stopper.feed(detok.add(tok))
+            self.tokens += 1
+            piece, self.stopped = stopper.feed(detok.add(tok))
             for kind, s in zip(("reasoning", "content"), route(piece)):
                 if s:
                     yield kind, s
-            if hit:
+            if self.stopped:
                 break
         else:
             # no stop string: a stop token, the max_new_tokens asked for, or the context's end (fewer than asked)
-            self.cut = new_tokens >= cfg.max_new_tokens and cfg.max_new_tokens < self.cfg.max_new_tokens
+            self.cut = self.tokens >= cfg.max_new_tokens and cfg.max_new_tokens < self.cfg.max_new_tokens
             piece, _ = stopper.feed(detok.flush())
             for kind, s in zip(("reasoning", "content"), route(piece + stopper.flush())):
                 if s:

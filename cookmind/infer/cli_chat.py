@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(session, stdin=None, stdout=None, color: bool = False) -> int:
     """The read-eval-print loop over text streams (so tests can drive it; default: the process's, as they are when
     it runs); returns how many messages got an error instead of a reply."""
+    from cookmind.infer.cli_generate import why_no_text
     from cookmind.infer.terminal import escape_controls
 
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
@@ -93,10 +94,11 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
                     print(dim + "[thinking] ", end="", file=stdout)
                 print(escape_controls(piece), end="", file=stdout, flush=True)
                 kind_before = kind
-            if not said:  # an empty reply: say so, or "bot> " stands alone
+            if not said:  # an empty reply: the note on the dropped messages still comes first
                 _say_dropped(session, stdout)
-                if not session.cut:
-                    print("(no reply: the model ended its turn at once)", end="", file=stdout)
+            why = why_no_text(session.reply_text, session.tokens, session.stopped, chat=True)
+            if why and not session.cut:  # a reply that shows no text says why, or "bot> " stands alone
+                print(f"(no reply: {why})", end="", file=stdout)
             if session.cut:  # the reply stopped mid-way without a word otherwise
                 print(
                     reset + " (cut: the conversation filled the model's context; /reset to start over)",

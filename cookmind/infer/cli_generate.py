@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cookmind.infer.reasoning import split_reasoning
 from cookmind.infer.terminal import escape_controls
 from cookmind.tokenizer.documents import prompt_ids
 
@@ -152,44 +153,62 @@ def main(args: argparse.Namespace) -> int:
             reply, hit = stopper.feed(decode_text(tok, out, skip))
             reply += stopper.flush()
             print(f"=== {text}\n{show(ChatView().show(reply, end=True) if args.chat else reply)}")
-            _say_no_text(reply, len(out), f" for --prompt {text!r}" if text else "", stopped=hit)
+            why = why_no_text(reply, len(out), hit, args.chat, args.raw)
+            if why:
+                which = f" for --prompt {text!r}" if text else ""
+                print(f"cookmind generate: no text{which}: {why}", file=sys.stderr)
         return 0
     detok, stopper = IncrementalDetokenizer(tok, skip_ids=skip), StopStringMatcher(args.stop)
     view = ChatView() if args.chat else None
-    printed, tokens, hit = "", 0, False
+    said, tokens, hit = "", 0, False
     for token in stream(model, prompts[0], cfg):
         tokens += 1
         piece, hit = stopper.feed(detok.add(token))
-        printed += piece
+        said += piece
         sys.stdout.write(show(view.show(piece, end=hit) if view else piece))
         sys.stdout.flush()
         if hit:
             break
     else:
         rest = stopper.feed(detok.flush())[0] + stopper.flush()
-        printed += rest
+        said += rest
         sys.stdout.write(show(view.show(rest, end=True) if view else rest))
     sys.stdout.write("\n")
-    _say_no_text(printed, tokens, stopped=hit)
+    why = why_no_text(said, tokens, hit, args.chat, args.raw)
+    if why:
+        print(f"cookmind generate: no text: {why}", file=sys.stderr)
     return 0
 
 
-def _say_no_text(text: str, tokens: int, which: str = "", stopped: bool = False) -> None:
-    """An empty completion printed an empty line and nothing else: say why (an undertrained model often ends at
-    once: its first token is <|endoftext|> or <|im_end|>, which is never printed; or a --stop string matched before
-    any text)."""
-    if text:
-        return
+def why_no_text(said: str, tokens: int, stopped: bool, chat: bool, raw: bool = False) -> str | None:
+    """Why a reply printed no text, nothing but whitespace in its reasoning and answer alike, in the words generate
+    (on stderr) and chat (in the conversation) both use; None when it printed text. An empty line alone leaves the
+    user guessing: an undertrained model often ends at once (its first token is <|endoftext|> or <|im_end|>, never
+    printed), or writes only markup a chat reply does not show (a stray </think>), or only blank lines.
+
+    ``said``: the reply's text as generated, up to a --stop string (control tokens left out, think tags in);
+    ``tokens``: how many the model generated (not the end token); ``stopped``: it ended at a --stop string; ``chat``:
+    a chat reply, whose think tags are not shown; ``raw``: printed unescaped (an escaped control character shows)."""
+    shown = "".join(split_reasoning(said)) if chat else said
+    if (shown if raw else escape_controls(shown)).strip():
+        return None
     if stopped:  # it said the tokens were control tokens, where the model wrote the stop string's text
-        why = "the output began with a --stop string, and a stop string and what follows are not printed"
-    elif tokens == 0:
-        why = "the model ended the completion at once (its first token was an end token, which is not printed)"
-    else:
-        why = (
-            f"the model's {tokens} tokens were control tokens, which are not printed (--keep-special-tokens "
-            "prints them)"
-        )
-    print(f"cookmind generate: no text{which}: {why}", file=sys.stderr)
+        return "the output began with a --stop string, and a stop string and what follows are not printed"
+    if tokens == 0:
+        if chat:  # the words of the web page too
+            return "the model ended its turn at once"
+        return "the model ended the completion at once (its first token was an end token, which is not printed)"
+    were = f"the model's {tokens} token was" if tokens == 1 else f"the model's {tokens} tokens were"
+    if said.strip():  # in a chat reply: a </think> that closes no reasoning, an empty <think></think>
+        return f"{were} only <think>/</think> markup, which is not printed: {_head(said.strip())}"
+    if said:
+        return f"{were} only whitespace: {_head(said)}"
+    return f"{were} control tokens, which are not printed (--keep-special-tokens prints them)"
+
+
+def _head(text: str, chars: int = 60) -> str:
+    """The first ``chars`` characters of text, quoted and escaped as Python writes a string (… when there is more)."""
+    return repr(text[:chars]) + ("…" if len(text) > chars else "")
 
 
 def _prompt_named(texts: list[str], i: int, tokens: int, chat: bool) -> str:
