@@ -182,6 +182,26 @@ def test_a_reply_that_ends_at_once_says_so_and_stays_empty_in_the_history(browse
     page.close()
 
 
+def test_a_reply_of_tokens_that_show_no_text_says_how_many_not_that_it_ended_at_once(browser, live):
+    """A reply whose 12 tokens were all markup the chat does not show (a stray </think>) read "(no reply: the model
+    ended its turn at once)", as a reply of no token does; `cookmind chat` says how many tokens there were."""
+    server, _ = live
+    page = browser.new_page()
+    usage = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": []}
+    usage["usage"] = {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17}
+    sse = _chunk({"role": "assistant", "content": ""}) + _chunk({}, "stop") + "data: " + json.dumps(usage) + "\n\n"
+    _serve_stream(page, sse + "data: [DONE]\n\n")
+    _open_fresh(page, server)
+    page.fill("#input", "Hello?")
+    page.click("#send")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+    said = "(no reply: the model's 12 tokens showed no text)"
+    assert page.locator(".msg.assistant .content").last.text_content() == said
+    page.reload()  # drawn again from the saved history
+    assert page.locator(".msg.assistant .content").last.text_content() == said
+    page.close()
+
+
 def test_small_context_first_message_and_server_errors(browser, tmp_path_factory):
     tok = make_tokenizer(tmp_path_factory)
     engine = Engine(make_model(tok.vocab_size, max_pos=64), num_slots=2, max_seq_len=64)
