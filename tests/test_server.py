@@ -824,3 +824,31 @@ def test_a_repetition_penalty_that_overflows_the_logits_is_refused(setup, penalt
             model=MODEL, prompt="hello hello", max_tokens=2, extra_body={"repetition_penalty": penalty}
         )
     assert e.value.body["param"] == "repetition_penalty", e.value.body
+
+
+def test_completion_text_offsets_count_characters_of_the_text_after_non_ascii(setup):
+    """text_offset counted each token's own decoded text, so a character split over byte tokens counted once per
+    token ("é" as 2, an emoji as 4) and every later offset pointed past its token ("café au lait 🙂 ok", 17
+    characters, had offsets up to 20). An offset is now where the text a token brings begins: the characters of the
+    tokens before it that are whole (reference: the bytes before the token, decoded with an unfinished character
+    left out)."""
+    tok, c = setup["tok"], setup["client"]
+    prompt = "café au lait 🙂 ok"
+    ids = tok.encode(prompt)
+    assert len(ids) > len(prompt.split())  # the byte-level vocabulary splits é and 🙂 over several tokens
+    lp = c.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True, logprobs=0).choices[0].logprobs
+    starts = [len(tok.decode_bytes(ids[:k])) for k in range(len(ids))]
+    whole = [len(prompt.encode()[:s].decode("utf-8", "ignore")) for s in starts]
+    assert lp.text_offset == whole and lp.text_offset[-1] == len(prompt) - 1  # "k", the last character
+    r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=1, seed=3, logprobs=0)
+    text, offsets = r.choices[0].text, r.choices[0].logprobs.text_offset
+    assert offsets == sorted(offsets) and all(0 <= o <= len(text) for o in offsets)
+    streamed = [
+        o
+        for ch in c.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=12, temperature=1, seed=3, logprobs=0, stream=True
+        )
+        if ch.choices and ch.choices[0].logprobs
+        for o in ch.choices[0].logprobs.text_offset
+    ]
+    assert streamed == offsets

@@ -7,6 +7,7 @@ Control tokens (``cookmind.infer.stop.control_token_ids``) are left out of the t
 from __future__ import annotations
 
 import asyncio
+import codecs
 import time
 import uuid
 
@@ -58,21 +59,32 @@ def _prompts(state: ServerState, req: CompletionRequest, skip_ids) -> list[tuple
     return prompts
 
 
-def _width(entries) -> int:
-    """Characters the tokens of ``entries`` take in the text (a left-out control token takes none)."""
-    return sum(len(e["token"]) for e in entries if e["in_text"])
+class _TextOffsets:
+    """OpenAI's ``text_offset``: where in a choice's text each token's text begins, in characters. Counted on the
+    tokens' bytes as the text is decoded, an unfinished character held until its last byte comes: a token's offset
+    is where the text it brings begins (the characters of the tokens before it that are whole). Each token's own
+    decoded text counted a character split over byte tokens once per token ("é" as 2, an emoji as 4), and every
+    later offset pointed past its token. A left-out control token brings no text."""
+
+    def __init__(self, tokenizer, start: int = 0):
+        self.tokenizer, self.chars = tokenizer, start
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # bad bytes as U+FFFD, as the text has them
+
+    def take(self, entries) -> list[int]:
+        offsets = []
+        for e in entries:
+            offsets.append(self.chars)
+            if e["in_text"]:
+                self.chars += len(self._utf8.decode(self.tokenizer.decode_bytes([e["id"]])))
+        return offsets
 
 
-def _logprobs(entries, offset0: int) -> dict:
-    offsets, pos = [], offset0
-    for e in entries:
-        offsets.append(pos)
-        pos += _width([e])
+def _logprobs(entries, offsets: _TextOffsets) -> dict:
     return {
         "tokens": [e["token"] for e in entries],
         "token_logprobs": [e["logprob"] for e in entries],
         "top_logprobs": [None if e["top"] is None else {s: lp for _, s, lp in e["top"]} for e in entries],
-        "text_offset": offsets,
+        "text_offset": offsets.take(entries),
     }
 
 
@@ -117,7 +129,7 @@ async def completions(request: Request, state: State):
         lp = None
         if req.logprobs is not None:
             entries = (p.prompt_logprob_entries or []) + p.logprob_entries if req.echo else p.logprob_entries
-            lp = _logprobs(entries, 0 if req.echo else len(echoes[i]))
+            lp = _logprobs(entries, _TextOffsets(state.tokenizer, 0 if req.echo else len(echoes[i])))
         choices.append({"index": i, "text": echoes[i] + p.content, "logprobs": lp, "finish_reason": finish_reason(p)})
     return {
         "id": rid,
@@ -138,8 +150,9 @@ async def _stream(
             body["usage"] = usage
         return sse(body)
 
-    offsets = [len(e) for e in echoes]
     scored = req.echo and req.logprobs is not None  # the echo goes out with its logprobs, after prefill
+    # each choice's, across its chunks: a scored echo's tokens count from 0 into the completion's
+    offsets = [_TextOffsets(state.tokenizer, 0 if scored else len(e)) for e in echoes]
     try:
         if req.echo and not scored:
             for i, echo in enumerate(echoes):
@@ -152,7 +165,7 @@ async def _stream(
                             "index": i,
                             "text": echoes[i],
                             "finish_reason": None,
-                            "logprobs": _logprobs(d.prompt_logprobs, 0),
+                            "logprobs": _logprobs(d.prompt_logprobs, offsets[i]),
                         }
                     ]
                 )
@@ -160,7 +173,6 @@ async def _stream(
             lp = None
             if req.logprobs is not None and d.logprobs:
                 lp = _logprobs(d.logprobs, offsets[i])
-                offsets[i] += _width(d.logprobs)
             if d.content or lp:
                 yield chunk([{"index": i, "text": d.content, "logprobs": lp, "finish_reason": None}])
             if d.finish_reason is not None:
