@@ -67,3 +67,33 @@ def test_logprobs_keep_every_token_of_text_before_a_stop_at_a_token_boundary():
     assert proc.content == " a b"
     assert [e["token"] for d in deltas for e in d.logprobs] == [" a", " b"]
     assert [e["token"] for e in proc.logprob_entries] == [" a", " b"]
+
+
+class ByteTokWithBytes(ByteTok):
+    def decode_bytes(self, ids):
+        return bytes(ids)
+
+
+def _logprob_tokens(text_bytes: bytes, stops):
+    proc = OutputProcessor(ByteTokWithBytes(), stops)
+    deltas = [proc.feed(TokenEvent(t, logprob=-1.0)) for t in text_bytes]
+    deltas.append(proc.feed(FinishEvent("length")))
+    return proc, [bytes([e["id"]]) for e in proc.logprob_entries]
+
+
+def test_logprobs_end_before_a_stop_string_that_follows_a_held_bad_byte():
+    """A token's text was placed where the output stood when it was fed; after a byte the detokenizer held (0xC3,
+    the start of a character that never came), the next token's text came out one character early, and the stop
+    string's own token kept its logprobs ("x\\ufffd" with logprob tokens x, \\xc3, T). Reference: the bytes before the
+    stop string, token by token."""
+    proc, kept = _logprob_tokens(b"x\xc3Ty", ["T"])
+    assert proc.content == "x\ufffd" and kept == [b"x", b"\xc3"]
+    # a whole character before the stop: its two tokens stay, the stop's goes
+    proc, kept = _logprob_tokens("xéTy".encode(), ["T"])
+    assert proc.content == "xé" and kept == [b"x", b"\xc3", b"\xa9"]
+    # the stop string begins with a character split over tokens: both of its tokens go
+    proc, kept = _logprob_tokens("abébcd".encode(), ["éb"])
+    assert proc.content == "ab" and kept == [b"a", b"b"]
+    # two held bad bytes, then the stop
+    proc, kept = _logprob_tokens(b"a\xe2\x82##k", ["##"])
+    assert proc.content == "a\ufffd" and kept == [b"a", b"\xe2", b"\x82"]

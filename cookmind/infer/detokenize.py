@@ -57,3 +57,35 @@ class IncrementalDetokenizer:
 
     def text(self) -> str:
         return self.tokenizer.decode(self.ids)
+
+
+def char_starts(pieces: list[bytes]) -> list[int]:
+    """For each piece of a byte string (a token's bytes), where its text begins in the string's UTF-8 text (bad bytes
+    read as "replace" reads them: each maximal bad sequence one U+FFFD): the index of the first character holding
+    any of its bytes. A piece that only continues a character begun before it points at that character; a piece
+    without bytes at the characters before it."""
+    data = b"".join(pieces)
+    ends, p = [], 0  # the byte after each character
+    while p < len(data):
+        n = next((n for n in range(1, 5) if _whole_char(data[p : p + n])), 0)
+        if not n:  # a bad sequence: its maximal part, as the decoder's "replace" takes it
+            try:
+                data[p:].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                n = exc.end
+        p += n
+        ends.append(p)
+    starts, at, char = [], 0, 0
+    for piece in pieces:
+        while char < len(ends) and ends[char] <= at:
+            char += 1
+        starts.append(char)
+        at += len(piece)
+    return starts
+
+
+def _whole_char(data: bytes) -> bool:
+    try:
+        return len(data.decode("utf-8")) == 1
+    except UnicodeDecodeError:
+        return False

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cookmind.infer.detokenize import IncrementalDetokenizer
+from cookmind.infer.detokenize import IncrementalDetokenizer, char_starts
 from cookmind.infer.engine import FinishEvent, PromptLogprobsEvent, TokenEvent
 from cookmind.infer.reasoning import ReasoningSplitter
 from cookmind.infer.stop import StopStringMatcher
@@ -63,6 +63,9 @@ class OutputProcessor:
         self._unsent_logprobs: list[dict] = []  # entries of tokens whose text a step still holds back
         self._starts: list[int] = []  # per entry: where its token's text begins in the detokenized output
         self._text_len = 0  # characters of detokenized output fed to the stop matcher so far
+        # the tokens fed since the detokenizer last gave text (their entry or None, their bytes): when it gives the
+        # held text, where each one's text begins in it
+        self._unplaced: list[tuple[int | None, bytes]] = []
         self.prompt_logprob_entries: list[dict] | None = None
 
     def feed(self, ev) -> Delta:
@@ -87,7 +90,12 @@ class OutputProcessor:
             self._unsent_logprobs.append(entry)
             self.logprob_entries.append(entry)
             self._starts.append(self._text_len)
+        if ev.token_id not in self.skip_ids:
+            slot = len(self._starts) - 1 if ev.logprob is not None else None
+            self._unplaced.append((slot, self._token_bytes(ev.token_id)))
         piece = self.detok.add(ev.token_id)
+        if piece:
+            self._place(piece)
         held_before = len(self.stop.held)
         text, hit = self.stop.feed(piece)
         self._text_len += len(piece)
@@ -106,6 +114,22 @@ class OutputProcessor:
         elif (delta.content or delta.reasoning or delta.tool_calls) and not self._holding():
             delta.logprobs, self._unsent_logprobs = self._unsent_logprobs, []
         return delta
+
+    def _token_bytes(self, token_id: int) -> bytes:
+        decode_bytes = getattr(self.tokenizer, "decode_bytes", None)
+        return bytes(decode_bytes([token_id])) if decode_bytes else self.tokenizer.decode([token_id]).encode()
+
+    def _place(self, piece: str) -> None:
+        """Where the text of each token fed since the last piece begins in ``piece``, the text they gave together: a
+        token fed while the detokenizer held an unfinished character was placed where the output stood, one
+        character early when that character turned out bad (its U+FFFD comes first)."""
+        unplaced, self._unplaced = self._unplaced, []
+        pieces = [b for _, b in unplaced]
+        if b"".join(pieces).decode("utf-8", "replace") != piece:  # a window the detokenizer decoded otherwise
+            return
+        for (slot, _), start in zip(unplaced, char_starts(pieces)):
+            if slot is not None:
+                self._starts[slot] = self._text_len + start
 
     def _drop_logprobs_from(self, cut: int) -> None:
         """Leave out the entries of tokens whose text begins at character ``cut`` or later (a left-out token
