@@ -41,6 +41,12 @@ SCENARIOS = {
 }
 
 
+OBJECTIVE_METRICS = {  # per scenario: metrics its objective logs besides the loss
+    "sft": ("supervised_tokens",),
+    "dpo": ("reward_chosen", "reward_margin", "reward_accuracy"),
+}
+
+
 def _write_data(root: str) -> None:
     """Stores whose records all have the same length. SFT's records train different numbers of tokens (3 to 12):
     its loss is the mean over the global batch's supervised tokens on every rank's split (a mean of the ranks'
@@ -201,6 +207,11 @@ def test_fsdp_on_two_ranks_equals_one_process(tmp_path, keep_threads):
             torch.testing.assert_close(got[k], want[k], atol=ATOL, rtol=RTOL, msg=f"{name} {k}")
         norms = [_logged(f"{root}/{name}-{kind}") for kind in ("fsdp", "one")]
         assert norms[0] == pytest.approx(norms[1], rel=1e-4) and max(norms[1]) > CLIP, name
+        # the objective's own metrics are the global batch's, as the loss is: they were rank 0's half alone
+        # (reward_accuracy 0.25 against 0.5, supervised_tokens halved)
+        for key in OBJECTIVE_METRICS.get(name, ()):
+            got_m, want_m = (_logged(f"{root}/{name}-{kind}", key) for kind in ("fsdp", "one"))
+            assert got_m == pytest.approx(want_m, rel=1e-4, abs=1e-6), (name, key, got_m, want_m)
         if name == "lora":  # the frozen base stayed where it was, sharded or not
             assert all(torch.equal(got[k], init[k]) for k in init)
         if name in ("pretrain", "dpo"):  # the ranks evaluated a batch each; rank 0 has the result (one of 4 here)

@@ -878,9 +878,18 @@ class Trainer:
                 for cb in self.callbacks:
                     cb.on_micro_batch_end(self, micro, loss, m)
         finish_gradient_sync(self.model)
-        # the step's loss over every rank's rows, as the gradients are: rank 0 logged its own rows' loss, and a rank
-        # whose loss alone was not finite would skip a step the others took
-        loss_sum = mean_over_ranks(loss_sum, self.dist)
+        # the step's loss and the objective's metrics over every rank's rows, as the gradients are: rank 0 logged its
+        # own rows' (a DPO reward accuracy of its half of the batch, SFT's supervised tokens halved), and a rank whose
+        # loss alone was not finite would skip a step the others took. One collective for them all.
+        names = [k for k, v in sums.items() if torch.is_tensor(v)] if self.dist.enabled else []
+        together = torch.stack(
+            [loss_sum, *((sums[k] if sums[k].numel() == 1 else sums[k].mean()).reshape(()).float() for k in names)]
+        )
+        together = mean_over_ranks(together, self.dist)
+        loss_sum = together[0]
+        counts = set(getattr(self.objective, "count_metrics", ()))  # sums over the rows, not means
+        for i, k in enumerate(names, 1):
+            sums[k] = together[i] * self.dist.world_size if k in counts else together[i]
         if self._reduce_fp32_grads:
             from cookmind.optim.master_weights import all_reduce_fp32_grads
 
