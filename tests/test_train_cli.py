@@ -1330,3 +1330,25 @@ def test_a_resume_of_another_runs_finished_checkpoint_into_a_new_run_dir_writes_
     assert "--init-from" in err and not forked.exists()
     assert _run_after_tiny(store, "--run-dir", str(forked), "--resume", str(ckpt), "train.max_steps=4") == 0
     assert (forked / "checkpoints" / "step_00000004" / "meta.json").is_file()
+
+
+def test_a_resume_with_no_checkpoint_yet_drops_the_rows_of_the_attempt_that_saved_none(tmp_path, store, capsys):
+    """A job killed before its first checkpoint, resumed with --resume auto, started at step 0 on top of the killed
+    attempt's metrics.jsonl: its rows read 1..8, 1, 2, ... and the report's plots mixed two runs."""
+    import shutil
+
+    every = ["train.max_steps=2", "checkpoint.every=0", "logging.log_every=1"]
+    assert _run_after_tiny(store, "--run-dir", str(tmp_path / "straight"), *every) == 0
+    run = tmp_path / "killed"
+    assert _run_after_tiny(store, "--run-dir", str(run), "train.max_steps=3", "checkpoint.every=0") == 0
+    shutil.rmtree(run / "checkpoints")  # killed before it saved one
+    capsys.readouterr()
+    assert _run_after_tiny(store, "--run-dir", str(run), "--resume", "auto", *every) == 0
+    err = capsys.readouterr().err
+    assert "starting at step 0" in err and "rows of metrics.jsonl were logged by an attempt that saved no" in err, err
+
+    def rows(d):
+        keep = ("step", "split", "loss", "lr", "grad_norm")
+        return [{k: r.get(k) for k in keep} for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
+
+    assert rows(run) == rows(tmp_path / "straight")

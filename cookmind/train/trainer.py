@@ -1215,6 +1215,13 @@ class Trainer:
             if spec == "auto":  # nothing saved yet: a fresh start (the first run of a job that always resumes)
                 if self.dist.is_main:
                     print(f"cookmind train: no checkpoint in {self.ckpt_dir} yet; starting at step 0", file=sys.stderr)
+                    # an attempt killed before its first save logged rows this run logs again: the plots read both
+                    if dropped := self.metrics_writer.rewind(-1):
+                        print(
+                            f"cookmind train: {len(dropped)} rows of metrics.jsonl were logged by an attempt that "
+                            "saved no checkpoint; dropped: this run logs those steps again",
+                            file=sys.stderr,
+                        )
                 return
             what = "no complete checkpoint there" if Path(spec).exists() else "does not exist"
             if kept := ", ".join(d.name for d in list_checkpoints(self.ckpt_dir)):  # keep_last pruned the one named?
