@@ -73,7 +73,7 @@ def char_starts(pieces: list[bytes]) -> list[int]:
                 data[p:].decode("utf-8")
             except UnicodeDecodeError as exc:
                 n = exc.end
-        p += n
+        p += max(n, 1)  # (a bad first byte is a sequence of at least one)
         ends.append(p)
     starts, at, char = [], 0, 0
     for piece in pieces:
