@@ -97,3 +97,16 @@ def test_logprobs_end_before_a_stop_string_that_follows_a_held_bad_byte():
     # two held bad bytes, then the stop
     proc, kept = _logprob_tokens(b"a\xe2\x82##k", ["##"])
     assert proc.content == "a\ufffd" and kept == [b"a", b"\xe2", b"\x82"]
+
+
+def test_char_starts_place_each_tokens_bytes_in_the_decoded_text():
+    """Hand-worked: where each piece's text begins in the UTF-8 text of the joined bytes (bad bytes one U+FFFD per
+    maximal sequence, as bytes.decode(errors="replace") gives)."""
+    from cookmind.infer.detokenize import char_starts
+
+    e, smile = "é".encode(), "🙂".encode()
+    assert char_starts([b"x", b"\xc3", b"T", b"y"]) == [0, 1, 2, 3]  # "x\ufffdTy": the bad byte's U+FFFD at 1
+    assert char_starts([e[:1], e[1:], b"!"]) == [0, 0, 1]  # "é!": é's second byte continues the character at 0
+    assert char_starts([b"a", b"\xe2", b"\x82", b"#"]) == [0, 1, 1, 2]  # "a\ufffd#": one U+FFFD for both bytes
+    assert char_starts([b"", b"ab", smile[:2], smile[2:], b"k"]) == [0, 0, 2, 2, 3]  # "ab🙂k"
+    assert (b"a\xe2\x82#").decode("utf-8", "replace") == "a\ufffd#"  # the reference's own reading
