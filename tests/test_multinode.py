@@ -4,6 +4,7 @@ with the same global batch (#18 item 3)."""
 
 import functools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,29 @@ def test_every_rank_stops_when_rank0_finds_its_run_directory_taken(tmp_path, kee
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     msgs = run_on_gloo_ranks(functools.partial(_start_in, root=str(tmp_path)), 2, tmp_path)
     assert msgs[0] == msgs[1] and "holds files a training run did not write (notes.txt)" in msgs[0], msgs
+
+
+def _data_on_rank(rank: int, root: str) -> str:
+    """Each "node" in its own folder: the same relative data.train_path, another store on node 1."""
+    os.chdir(f"{root}/node{rank}")
+    args = [a for a in _tiny_run(root) if not a.startswith("data.train_path=")]
+    try:
+        Trainer(TrainConfig.load(None, ["data.train_path=seq", *args, f"logging.run_dir={root}/run"]))
+    except ValueError as exc:
+        return str(exc)
+    return "started without an error"
+
+
+def test_ranks_that_read_different_data_at_the_same_path_refuse_to_start(tmp_path, keep_threads):
+    """Nodes whose store at the configured path held other data trained apart without a word (each rank on its own
+    data; only rank 0's store was recorded in the checkpoints, and a resume was refused later). Every rank now
+    refuses at start-up, naming the stores."""
+    rng = np.random.default_rng(0)
+    for node, size in ((0, 60), (1, 40)):
+        (tmp_path / f"node{node}").mkdir()
+        rows = [{"sequence": rng.integers(1, 64, size=size)} for _ in range(8)]
+        write_store(tmp_path / f"node{node}" / "seq", "seq", rows, vocab_size=64)
+    msgs = run_on_gloo_ranks(functools.partial(_data_on_rank, root=str(tmp_path)), 2, tmp_path)
+    assert msgs[0] == msgs[1], msgs
+    assert msgs[0].startswith("the ranks read different data: the train store at seq is "), msgs[0]
+    assert "Give every node the same store" in msgs[0] and "\n" not in msgs[0]

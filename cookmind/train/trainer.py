@@ -289,6 +289,7 @@ class Trainer:
         self.data_stores: dict[str, dict[str, str]] = {}  # "train"/"val" -> the store's path and fingerprint
         self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
         self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
+        self._check_ranks_read_the_same_data()
         self._warn_if_validating_on_training_data()
 
         self.step = 0
@@ -350,6 +351,16 @@ class Trainer:
                     TensorBoardCallback(self.run_dir / "tensorboard", cfg.logging.log_every, purge_step=self.step + 1)
                 )
             cfg.save(self.run_dir / "config.yaml")
+
+    def _check_ranks_read_the_same_data(self) -> None:
+        """Every rank must read the same stores: nodes whose store at the configured path held other data trained
+        apart without a word (only rank 0's was recorded in the checkpoints). Every rank raises alike."""
+        prints = {f"the {role} store at {s['path']}": s["fingerprint"] for role, s in self.data_stores.items()}
+        if diff := differences_from_rank0(prints, self.dist):
+            raise ValueError(
+                f"the ranks read different data: {'; '.join(diff[:2])} (its fingerprint). Give every node the same "
+                "store: copy it to the same path on each node, or keep it on a filesystem they share"
+            )
 
     def _master_weights(self) -> dict:
         """Make the model's parameters bf16 with fp32 masters (``train.master_weights``); with gradient accumulation
