@@ -2,6 +2,7 @@
 (``--nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT``, gloo), train to the same weights as one process
 with the same global batch (#18 item 3)."""
 
+import contextlib
 import functools
 import json
 import os
@@ -183,8 +184,10 @@ def test_ranks_started_with_different_configs_refuse_with_the_keys(tmp_path, kee
 def _start_in(rank: int, root: str) -> str:
     try:
         Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/busy", "checkpoint.overwrite=true"]))
+    except ValueError as exc:  # the other ranks' RankFailed, naming rank 0's reason
+        return f"{type(exc).__name__}: {exc}"
     except FileExistsError as exc:
-        return str(exc)
+        return f"{type(exc).__name__}: {exc}"
     return "started"
 
 
@@ -196,7 +199,9 @@ def test_every_rank_stops_when_rank0_finds_its_run_directory_taken(tmp_path, kee
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     msgs = run_on_gloo_ranks(functools.partial(_start_in, root=str(tmp_path)), 2, tmp_path)
-    assert msgs[0] == msgs[1] and "holds files a training run did not write (notes.txt)" in msgs[0], msgs
+    assert msgs[0].startswith("FileExistsError: ") and "holds files a training run did not write (notes.txt)" in msgs[0]
+    assert msgs[1].startswith("RankFailed: rank 0 (on "), msgs
+    assert msgs[1].endswith(" could not start: " + msgs[0].removeprefix("FileExistsError: ")), msgs
 
 
 def _data_on_rank(rank: int, root: str) -> str:
@@ -223,3 +228,84 @@ def test_ranks_that_read_different_data_at_the_same_path_refuse_to_start(tmp_pat
     assert msgs[0] == msgs[1], msgs
     assert msgs[0].startswith("the ranks read different data: the train store at seq is "), msgs[0]
     assert "Give every node the same store" in msgs[0] and "\n" not in msgs[0]
+
+
+def _start_on_node(rank: int, root: str, extra: tuple = ()) -> None:
+    """Each "node" in its own folder, started with the same relative paths. Writes what stopped the rank, as the CLI
+    reads it (the exception's type and one-line message), to ``root/said{rank}``; then the process ends at once, as
+    the CLI's does after an error (it never reaches the harness's barrier: a rank still waiting in a collective sees
+    its peer leave)."""
+    os.chdir(f"{root}/node{rank}")
+    args = [a for a in _tiny_run(root) if not a.startswith("data.train_path=")]
+    said = "started without an error"
+    try:
+        Trainer(TrainConfig.load(None, ["data.train_path=seq", *args, *extra, f"logging.run_dir={root}/run"]))
+    except Exception as exc:  # noqa: BLE001 - the test reads what each rank raised
+        said = f"{type(exc).__name__}: {exc}"
+    Path(f"{root}/said{rank}").write_text(said)
+    os._exit(0)
+
+
+def _said_on_nodes(root: Path, **kwargs) -> list[str]:
+    with contextlib.suppress(Exception):  # the ranks end without the harness's last barrier
+        run_on_gloo_ranks(functools.partial(_start_on_node, root=str(root), **kwargs), 2, root)
+    return [(root / f"said{r}").read_text() if (root / f"said{r}").exists() else "(nothing)" for r in (0, 1)]
+
+
+def _two_nodes(root: Path, node1_has: tuple[str, ...]) -> None:
+    rng = np.random.default_rng(0)
+    rows = [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)]
+    for node, names in ((0, ("seq", "val")), (1, node1_has)):
+        (root / f"node{node}").mkdir()
+        for name in names:
+            write_store(root / f"node{node}" / name, "seq", rows, vocab_size=64)
+
+
+def test_a_node_missing_its_training_store_stops_every_rank_with_that_error(tmp_path, keep_threads):
+    """Node 1 lacks the store: it said so and left; node 0 went on to the next collective and died there with
+    gloo's 'Connection closed by peer' traceback, never saying why. Every rank now stops with node 1's reason."""
+    _two_nodes(tmp_path, node1_has=())
+    msgs = _said_on_nodes(tmp_path)
+    assert msgs[1] == "StoreError: seq: no such store; make one with `cookmind pack --out seq`", msgs
+    assert msgs[0].startswith("RankFailed: rank 1 (on "), msgs
+    assert msgs[0].endswith(" could not start: seq: no such store; make one with `cookmind pack --out seq`"), msgs
+
+
+def test_a_node_missing_its_validation_store_stops_every_rank_with_that_error(tmp_path, keep_threads):
+    # the validation store is opened after the model is wrapped for data parallelism: a later point of start-up
+    _two_nodes(tmp_path, node1_has=("seq",))
+    msgs = _said_on_nodes(tmp_path, extra=("data.val_path=val", "eval.every=1"))
+    assert "val" in msgs[1] and "Connection closed" not in msgs[1], msgs
+    assert msgs[0].startswith("RankFailed: rank 1 (on ") and msgs[1].split(": ", 1)[1] in msgs[0], msgs
+
+
+def _save_fails_on_rank0(rank: int, root: str) -> None:
+    """Rank 0's disk fills as it saves step 1's checkpoint (DiskFullError, as cookmind.atomic raises it)."""
+    from cookmind.atomic import DiskFullError
+    from cookmind.train import trainer as trainer_module
+
+    def full(*args, **kwargs):
+        raise DiskFullError(f"{root}/run/checkpoints: the disk is full; free space and resume")
+
+    if rank == 0:
+        trainer_module.save_checkpoint = full
+    said = "trained without an error"
+    try:
+        Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", "checkpoint.every=1"])).fit()
+    except Exception as exc:  # noqa: BLE001 - the test reads what each rank raised
+        said = f"{type(exc).__name__}: {exc}"
+    Path(f"{root}/said{rank}").write_text(said)
+    os._exit(0)
+
+
+def test_a_checkpoint_rank0_cannot_save_stops_every_rank_with_its_reason(tmp_path, keep_threads):
+    # rank 0 alone writes checkpoints: rank 1 went on to the next step's all-reduce and died in gloo's traceback
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    with contextlib.suppress(Exception):  # the ranks end without the harness's last barrier
+        run_on_gloo_ranks(functools.partial(_save_fails_on_rank0, root=str(tmp_path)), 2, tmp_path)
+    said = [(tmp_path / f"said{r}").read_text() for r in (0, 1)]
+    full = f"{tmp_path}/run/checkpoints: the disk is full; free space and resume"
+    assert said[0] == f"DiskFullError: {full}", said
+    assert said[1].startswith("RankFailed: rank 0 (on "), said
+    assert said[1].endswith(f" could not save step_00000001: {full}"), said

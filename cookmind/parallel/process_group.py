@@ -5,9 +5,12 @@ torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them the run is one proces
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -123,6 +126,44 @@ def differences_from_rank0(values: dict, info: DistInfo) -> list[str]:
                 out.append(f"{key} is {first.get(key)!r} on rank 0 but {other.get(key)!r} on rank {rank}")
                 break
     return out
+
+
+class RankFailed(ValueError):
+    """Another rank could not go on (``stop_together``): raised on the ranks that could, with its reason."""
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        from cookmind.cli import os_error_line
+
+        return os_error_line(exc)
+    return str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def stop_together(info: DistInfo, what: str) -> Iterator[None]:
+    """Run the block on every rank; where it raises on any rank, it raises on every rank. The rank that failed
+    raises its own error; the others ``RankFailed``: "rank R (on HOST) could not WHAT: its one-line reason" (the
+    first rank that failed). Without it a rank that stopped (a store missing on its node, a full disk) left the
+    others to die in their next collective with gloo's "Connection closed by peer" traceback, or to wait in it
+    until NCCL's timeout, never saying why.
+
+    Every rank must enter the block, and the block must hold no collective a failing rank could skip (the
+    others would wait in it). One all-gather of a small object on leaving it, a barrier as well."""
+    error: Exception | None = None
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - every kind is reported to the other ranks, then raised again here
+        error = exc
+    if info.enabled and dist.is_initialized():
+        said: list = [None] * dist.get_world_size()
+        dist.all_gather_object(said, None if error is None else (socket.gethostname(), _reason(error)))
+        failed = [(rank, s) for rank, s in enumerate(said) if s is not None]
+        if failed and error is None:
+            rank, (host, reason) = failed[0]
+            raise RankFailed(f"rank {rank} (on {host}) could not {what}: {reason}")
+    if error is not None:
+        raise error
 
 
 def barrier(info: DistInfo) -> None:

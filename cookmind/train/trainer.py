@@ -65,6 +65,7 @@ from cookmind.parallel.process_group import (
     mean_over_ranks,
     min_max_over_ranks,
     rank0_value,
+    stop_together,
 )
 from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
@@ -196,99 +197,101 @@ class Trainer:
             "data.val_path": cfg.data.val_path,
             "data.tokenizer": cfg.data.tokenizer,
         }
-        refuse_overwriting_inputs(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite, reads)
-        refusal = None
-        if self.dist.is_main:  # before anything is read or deleted there: one run per directory at a time
-            try:
+        # A rank that cannot start stops every rank with its reason (stop_together): each block below holds what
+        # may fail on one node (its files) and no collective; the collectives come between them.
+        with stop_together(self.dist, "start"):
+            refuse_overwriting_inputs(
+                self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite, reads
+            )
+            if self.dist.is_main:  # before anything is read or deleted there: one run per directory at a time
                 if not cfg.checkpoint.resume:  # and not a folder of other files (the lock would be the first we add)
                     refuse_foreign_files(self.run_dir, self.ckpt_dir)
                 lock_run_dir(self.run_dir)  # an existing one (a new one is locked once it is made, below)
-            except FileExistsError as exc:
-                refusal = str(exc)
-        refusal = rank0_value(refusal, self.dist)  # every rank stops alike, none left waiting at the barrier
-        if refusal:
-            raise FileExistsError(refusal)
-        if self.dist.is_main or not cfg.checkpoint.overwrite:  # every rank refuses alike; rank 0 deletes
-            check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite)
-            clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
-        barrier(self.dist)
+        with stop_together(self.dist, "start"):  # its all-gather is the barrier: rank 0 has deleted before any reads
+            if self.dist.is_main or not cfg.checkpoint.overwrite:  # every rank refuses alike; rank 0 deletes
+                check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite)
+                clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
         self.run_id = uuid.uuid4().hex  # marks this run's checkpoints: only those are ever pruned
-        if train_dataset is None:
-            B.check_train_store(cfg, objective)
-        if tokenizer is None and not cfg.data.tokenizer:
-            cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
-            if cfg.data.tokenizer and self.dist.is_main:
-                print(f"cookmind train: data.tokenizer not set; using {cfg.data.tokenizer}", file=sys.stderr)
-        self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
-        self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
-        B.check_init_tokenizer(cfg, self.tokenizer)
+        with stop_together(self.dist, "start"):  # this node's tokenizer, stores and weights; no collective
+            if train_dataset is None:
+                B.check_train_store(cfg, objective)
+            if tokenizer is None and not cfg.data.tokenizer:
+                cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
+                if cfg.data.tokenizer and self.dist.is_main:
+                    print(f"cookmind train: data.tokenizer not set; using {cfg.data.tokenizer}", file=sys.stderr)
+            self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
+            self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
+            B.check_init_tokenizer(cfg, self.tokenizer)
 
-        # Model: fp32 master weights on this rank's device; checkpointing, compile and DDP (or FSDP, which shards
-        # bare_model in place: the optimizer below is built over its sharded parameters) applied from outside.
-        if model is None:
-            model = B.build_model(cfg, self.tokenizer)
-        elif cfg.lora.enabled:
-            from cookmind.model.lora import apply_lora, has_lora
+            # Model: fp32 master weights on this rank's device; checkpointing, compile and DDP (or FSDP, which shards
+            # bare_model in place: the optimizer below is built over its sharded parameters) applied from outside.
+            if model is None:
+                model = B.build_model(cfg, self.tokenizer)
+            elif cfg.lora.enabled:
+                from cookmind.model.lora import apply_lora, has_lora
 
-            if not has_lora(model):
-                apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
-        # under FSDP, fully_shard moves each block's weights to this rank's device as it shards them: the whole
-        # model never sits on one GPU, so weights that outgrow a GPU still train when their shards fit
-        self.bare_model = model if cfg.parallel.fsdp else model.to(self.device)
-        vocab_note = B.check_vocab(cfg, self.bare_model, self.tokenizer) if train_dataset is None else None
-        if vocab_note and self.dist.is_main:
-            print(f"cookmind train: {vocab_note}", file=sys.stderr)
-        max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
-        kind = cfg.data.train_type or {"sft": "sft", "dpo": "dpo"}.get(cfg.train.objective)
-        if (
-            train_dataset is None
-            and kind in ("sft", "dpo")
-            and cfg.data.train_path
-            and max_pos is not None
-            and not cfg.is_user_set("data.window_size")
-        ):
-            preset = cfg.data.window_size
-            cfg.data.window_size = B.window_for_store(cfg.data.train_path, kind, max_pos)
-            if self.dist.is_main:  # it said "not set" where the preset set one
-                instead = f", in place of the preset's {preset}" if preset != cfg.data.window_size else ""
-                print(
-                    f"cookmind train: data.window_size sized from the {kind} store to {cfg.data.window_size} (its "
-                    f"longest record, at most the model's max_position_embeddings={max_pos}){instead}; set "
-                    "data.window_size to choose it",
-                    file=sys.stderr,
+                if not has_lora(model):
+                    apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.targets)
+            # under FSDP, fully_shard moves each block's weights to this rank's device as it shards them: the whole
+            # model never sits on one GPU, so weights that outgrow a GPU still train when their shards fit
+            self.bare_model = model if cfg.parallel.fsdp else model.to(self.device)
+            vocab_note = B.check_vocab(cfg, self.bare_model, self.tokenizer) if train_dataset is None else None
+            if vocab_note and self.dist.is_main:
+                print(f"cookmind train: {vocab_note}", file=sys.stderr)
+            max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
+            kind = cfg.data.train_type or {"sft": "sft", "dpo": "dpo"}.get(cfg.train.objective)
+            if (
+                train_dataset is None
+                and kind in ("sft", "dpo")
+                and cfg.data.train_path
+                and max_pos is not None
+                and not cfg.is_user_set("data.window_size")
+            ):
+                preset = cfg.data.window_size
+                cfg.data.window_size = B.window_for_store(cfg.data.train_path, kind, max_pos)
+                if self.dist.is_main:  # it said "not set" where the preset set one
+                    instead = f", in place of the preset's {preset}" if preset != cfg.data.window_size else ""
+                    print(
+                        f"cookmind train: data.window_size sized from the {kind} store to {cfg.data.window_size} (its "
+                        f"longest record, at most the model's max_position_embeddings={max_pos}){instead}; set "
+                        "data.window_size to choose it",
+                        file=sys.stderr,
+                    )
+            elif (
+                max_pos is not None
+                and not cfg.is_user_set("data.window_size")
+                and (cfg.data.window_size > max_pos or "grpo" in (kind, cfg.train.objective))
+            ):
+                # a preset's window is not the user's: past this model's context it is capped; for grpo it is the
+                # context (a prompt may take what the model can; longer ones drop, counted, as grpo.problems')
+                cfg.data.window_size = max_pos
+            elif max_pos is not None and cfg.data.window_size > max_pos:
+                raise ValueError(
+                    f"data.window_size={cfg.data.window_size} is longer than the model's context "
+                    f"(max_position_embeddings={max_pos}); lower data.window_size"
                 )
-        elif (
-            max_pos is not None
-            and not cfg.is_user_set("data.window_size")
-            and (cfg.data.window_size > max_pos or "grpo" in (kind, cfg.train.objective))
-        ):
-            # a preset's window is not the user's: past this model's context it is capped; for grpo it is the
-            # context (a prompt may take what the model can; longer ones drop, counted, as grpo.problems')
-            cfg.data.window_size = max_pos
-        elif max_pos is not None and cfg.data.window_size > max_pos:
-            raise ValueError(
-                f"data.window_size={cfg.data.window_size} is longer than the model's context "
-                f"(max_position_embeddings={max_pos}); lower data.window_size"
-            )
-        _check_fp8_head(self.bare_model, self.device)
-        # train.master_weights: the parameters become bf16 before any wrapper sees them; their fp32 masters go to
-        # the optimizer (cookmind.optim.master_weights)
-        self._reduce_fp32_grads = False  # train.master_weights with accumulation under data parallelism
-        self.master_weights = uses_master_weights(cfg, self.device)  # train.master_weights, "auto" decided
-        masters = self._master_weights() if self.master_weights else self._plain_weights()
+            _check_fp8_head(self.bare_model, self.device)
+            # train.master_weights: the parameters become bf16 before any wrapper sees them; their fp32 masters go to
+            # the optimizer (cookmind.optim.master_weights)
+            self._reduce_fp32_grads = False  # train.master_weights with accumulation under data parallelism
+            self.master_weights = uses_master_weights(cfg, self.device)  # train.master_weights, "auto" decided
+            masters = self._master_weights() if self.master_weights else self._plain_weights()
         self.model = parallelize(self.bare_model, cfg, self.device)
         self.optimizer = B.build_optimizer(cfg, self.bare_model, self.device, masters=masters)
         self._sharded = sharded_checkpointer(cfg.checkpoint, self.model, self.dist.rank, self.dist.world_size)
         self.scaler = make_grad_scaler(cfg.train.precision, self.device)
         self._skip_on_device = _skips_on_device(self.optimizer) and self.scaler is None
 
-        self.objective = objective if objective is not None else B.build_objective(cfg, self)
-        self.train_type = cfg.data.train_type or self.objective.train_type
-        self.data_stats: dict[str, int] = {}  # sft/dpo/grpo records cut or dropped: metrics.jsonl, summary, report
-        self.summary_stats: dict[str, int] = {}  # seq tokens in no window, validation batches scored: summary, report
-        self.data_stores: dict[str, dict[str, str]] = {}  # "train"/"val" -> the store's path and fingerprint
-        self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
-        self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
+        with stop_together(self.dist, "start"):  # this node's stores
+            self.objective = objective if objective is not None else B.build_objective(cfg, self)
+            self.train_type = cfg.data.train_type or self.objective.train_type
+            self.data_stats: dict[str, int] = {}  # sft/dpo/grpo records cut or dropped: metrics.jsonl, summary, report
+            self.summary_stats: dict[
+                str, int
+            ] = {}  # seq tokens in no window, validation batches scored: summary, report
+            self.data_stores: dict[str, dict[str, str]] = {}  # "train"/"val" -> the store's path and fingerprint
+            self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
+            self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
         self._check_ranks_read_the_same_data()
         self._warn_if_validating_on_training_data()
 
@@ -322,35 +325,39 @@ class Trainer:
             ProgressCallback(cfg.logging.progress and self.dist.is_main, desc=cfg.train.objective),
             *(callbacks or []),
         ]
-        self.objective.setup(self)
+        with stop_together(self.dist, "start"):  # e.g. a DPO reference model read from this node's disk
+            self.objective.setup(self)
         self._maybe_resume()
-        self._graph = None  # train.cuda_graph: the step captured once and replayed (cookmind.train.cuda_graph)
-        if cfg.train.cuda_graph != "false":
-            from cookmind.train.cuda_graph import GraphedStep, graph_problems
+        with stop_together(self.dist, "start"):  # rank 0 makes the directory: a refusal there stops all
+            self._graph = None  # train.cuda_graph: the step captured once and replayed (cookmind.train.cuda_graph)
+            if cfg.train.cuda_graph != "false":
+                from cookmind.train.cuda_graph import GraphedStep, graph_problems
 
-            problems = graph_problems(self)
-            if cfg.parallel.fsdp:
-                problems.append("FSDP's collectives (parallel.fsdp) cannot be captured")
-            if problems and cfg.train.cuda_graph == "true":
-                raise ValueError(
-                    "train.cuda_graph=true cannot be used here: "
-                    + "; ".join(problems)
-                    + ". Set train.cuda_graph=false (or auto: on only where it can be)."
-                )
-            self._graph = None if problems else GraphedStep(self)
-        # Last, once the run can start: a run that cannot (a missing tokenizer, a refused resume) leaves no run
-        # directory behind, and an existing run's config.yaml alone. The config holds the values this run resolved
-        # (a window sized from the store).
-        if self.dist.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            lock_run_dir(self.run_dir)  # a new directory: another run that made it meanwhile holds it
-            if cfg.logging.tensorboard:
-                from cookmind.train.callbacks import TensorBoardCallback
+                problems = graph_problems(self)
+                if cfg.parallel.fsdp:
+                    problems.append("FSDP's collectives (parallel.fsdp) cannot be captured")
+                if problems and cfg.train.cuda_graph == "true":
+                    raise ValueError(
+                        "train.cuda_graph=true cannot be used here: "
+                        + "; ".join(problems)
+                        + ". Set train.cuda_graph=false (or auto: on only where it can be)."
+                    )
+                self._graph = None if problems else GraphedStep(self)
+            # Last, once the run can start: a run that cannot (a missing tokenizer, a refused resume) leaves no run
+            # directory behind, and an existing run's config.yaml alone. The config holds the values this run resolved
+            # (a window sized from the store).
+            if self.dist.is_main:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                lock_run_dir(self.run_dir)  # a new directory: another run that made it meanwhile holds it
+                if cfg.logging.tensorboard:
+                    from cookmind.train.callbacks import TensorBoardCallback
 
-                self.callbacks.append(  # a resumed run hides the interrupted run's events after its step
-                    TensorBoardCallback(self.run_dir / "tensorboard", cfg.logging.log_every, purge_step=self.step + 1)
-                )
-            cfg.save(self.run_dir / "config.yaml")
+                    self.callbacks.append(  # a resumed run hides the interrupted run's events after its step
+                        TensorBoardCallback(
+                            self.run_dir / "tensorboard", cfg.logging.log_every, purge_step=self.step + 1
+                        )
+                    )
+                cfg.save(self.run_dir / "config.yaml")
 
     def _check_ranks_read_the_same_data(self) -> None:
         """Every rank must read the same stores: nodes whose store at the configured path held other data trained
@@ -1186,20 +1193,23 @@ class Trainer:
             )
         # A sharded optimizer gathers its full state collectively: every rank takes part.
         gathered = self.optimizer.state_dict() if self.dist.enabled and self.cfg.parallel.zero1 else None
-        if not self.dist.is_main:
-            return None
-        with self._fp32_weights_in_place():
-            return save_checkpoint(
-                self.ckpt_dir,
-                self.step,
-                self.model,
-                self.optimizer,
-                meta,
-                tokenizer_dir=self.cfg.data.tokenizer,
-                keep_last=keep_last,
-                scaler=self.scaler,
-                optimizer_state=gathered,
-            )
+        saved = None
+        # rank 0 writes; a save it cannot make (a full disk) stops every rank, not rank 0 alone
+        with stop_together(self.dist, f"save {checkpoint_name(self.step)}"):
+            if self.dist.is_main:
+                with self._fp32_weights_in_place():
+                    saved = save_checkpoint(
+                        self.ckpt_dir,
+                        self.step,
+                        self.model,
+                        self.optimizer,
+                        meta,
+                        tokenizer_dir=self.cfg.data.tokenizer,
+                        keep_last=keep_last,
+                        scaler=self.scaler,
+                        optimizer_state=gathered,
+                    )
+        return saved
 
     def _check_ranks_resume_alike(self, spec: str, path: Path | None) -> None:
         """Every rank must resume from the same step: nodes that do not share the checkpoint directory would
@@ -1241,18 +1251,21 @@ class Trainer:
                     "resume one of them, or --resume auto"
                 )
             raise FileNotFoundError(f"checkpoint.resume={spec}: {what}")
-        meta = read_meta(path)
-        self._check_resume_data(path, meta)  # before any weights load
-        ours = Path(path).resolve().parent == self.ckpt_dir.resolve()
-        if not ours and int(meta.get("step", 0)) >= self.cfg.train.max_steps:  # before the run directory is made
-            raise ValueError(
-                f"checkpoint.resume={spec}: {path} is at step {meta.get('step')}, already at or past train.max_steps="
-                f"{self.cfg.train.max_steps}: nothing to train in {self.run_dir}; raise train.max_steps to continue "
-                f"that run here, or start a new run from its weights with --init-from {path}"
-            )
+        with stop_together(self.dist, "start"):  # this node's copy of the checkpoint
+            meta = read_meta(path)
+            self._check_resume_data(path, meta)  # before any weights load
+            ours = Path(path).resolve().parent == self.ckpt_dir.resolve()
+            if not ours and int(meta.get("step", 0)) >= self.cfg.train.max_steps:  # before the run directory is made
+                raise ValueError(
+                    f"checkpoint.resume={spec}: {path} is at step {meta.get('step')}, already at or past "
+                    f"train.max_steps={self.cfg.train.max_steps}: nothing to train in {self.run_dir}; raise "
+                    f"train.max_steps to continue that run here, or start a new run from its weights with "
+                    f"--init-from {path}"
+                )
         if self.dist.is_main:  # whether it resumed, and from where, was not said
             print(f"cookmind train: resuming from {path}", file=sys.stderr)
-        with self._fp32_weights_in_place():
+        # a sharded load is a collective whose errors reach every rank (torch.distributed.checkpoint's own)
+        with stop_together(self.dist, f"resume from {path}"), self._fp32_weights_in_place():
             meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
         self.run_id = meta.get("run_id") or self.run_id
         self.recent_losses = list(meta.get("recent_losses") or [])
