@@ -309,3 +309,57 @@ def test_a_checkpoint_rank0_cannot_save_stops_every_rank_with_its_reason(tmp_pat
     assert said[0] == f"DiskFullError: {full}", said
     assert said[1].startswith("RankFailed: rank 0 (on "), said
     assert said[1].endswith(f" could not save step_00000001: {full}"), said
+
+
+def _sigterm_to_rank1(rank: int, root: str) -> tuple:
+    """A SIGTERM that reaches one node only (a scheduler preempting it), before step 2."""
+    import signal
+
+    trainer = Trainer(TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=6", f"logging.run_dir={root}/run"]))
+    launch = trainer._launch_step
+
+    def launch_and_kill():
+        if rank == 1 and trainer.step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return launch()
+
+    trainer._launch_step = launch_and_kill
+    summary = trainer.fit()
+    return summary["status"], summary["steps"], trainer.stop_reason
+
+
+def test_a_sigterm_to_one_node_stops_every_rank_by_that_signal(tmp_path, keep_threads):
+    """Every rank stopped at the same step, but rank 0, which got no signal, said 'stopped by a stop request' and
+    exited 3 while rank 1 exited 143: each rank now stops by the signal one of them got (the CLI's exit status and
+    line follow stop_reason)."""
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    got = run_on_gloo_ranks(functools.partial(_sigterm_to_rank1, root=str(tmp_path)), 2, tmp_path)
+    assert got == [("stopped", 2, "signal SIGTERM")] * 2, got
+
+
+def _resume_past_a_damaged_checkpoint(rank: int, root: str) -> list[str]:
+    import warnings
+
+    from cookmind.model.model_io import CheckpointWarning
+
+    cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=3", f"logging.run_dir={root}/run"])
+    cfg.checkpoint.resume = "auto"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = Trainer(cfg)
+    assert trainer.step == 1, "resumed from the older, whole checkpoint"
+    return sorted({str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)})
+
+
+def test_a_skipped_checkpoint_is_said_by_rank_0_not_by_every_rank(tmp_path, keep_threads):
+    # every rank looks for the newest whole checkpoint, and each printed the same "skipping checkpoint" line
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    run = [*_tiny_run(str(tmp_path)), f"logging.run_dir={tmp_path}/run", "checkpoint.every=1"]
+    Trainer(TrainConfig.load(None, run)).fit()
+    weights = tmp_path / "run" / "checkpoints" / "step_00000002" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    said = run_on_gloo_ranks(functools.partial(_resume_past_a_damaged_checkpoint, root=str(tmp_path)), 2, tmp_path)
+    assert len(said[0]) == 1 and said[0][0].startswith(f"skipping checkpoint {weights.parent}: "), said
+    assert said[1] == [], said

@@ -40,6 +40,7 @@ import signal
 import sys
 import time
 import uuid
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +49,8 @@ from typing import Any
 import torch
 
 from cookmind.atomic import clean_stale_temps
+from cookmind.model.model_io import CheckpointWarning
 from cookmind.parallel import (
-    all_reduce_flag,
     barrier,
     finish_gradient_sync,
     gathered_weights,
@@ -655,6 +656,21 @@ class Trainer:
         """Stop after the current step, saving a checkpoint first."""
         self._stop_reason = reason
 
+    def _stop_on_any_rank(self) -> bool:
+        """Whether any rank was asked to stop (one small all-reduce a step). A rank that was not takes the reason
+        of one that was: a SIGTERM that reached one node stops every rank by that signal (each exits 128 + N, rank
+        0 says so), where rank 0 said "stopped by a stop request" and exited 3."""
+        reason = self._stop_reason
+        if not self.dist.enabled:
+            return reason is not None
+        mine = 0 if reason is None else 1  # 1: request_stop's own words, which stay on their rank
+        if reason is not None and reason.startswith("signal "):
+            mine = int(getattr(signal, reason.removeprefix("signal "), 1))
+        _, code = min_max_over_ranks(mine, self.dist)
+        if code and reason is None:
+            self._stop_reason = f"signal {signal.Signals(code).name}" if code > 1 else "a stop request on another rank"
+        return code > 0
+
     @property
     def stop_reason(self) -> str | None:
         """Why the run was asked to stop (``"signal SIGTERM"``, ...), or None."""
@@ -709,7 +725,7 @@ class Trainer:
                         break
                     # No step is queued after a stop (a signal, request_stop, another rank's) is seen here; after
                     # the last step there is none to stop: the run completes (every rank sees the same step).
-                    if self.step < cfg.train.max_steps and all_reduce_flag(self._stop_reason is not None, self.dist):
+                    if self.step < cfg.train.max_steps and self._stop_on_any_rank():
                         status = "stopped"
                         break
                 if behind is not None:  # stopped with the last queued step unread
@@ -1211,6 +1227,15 @@ class Trainer:
                     )
         return saved
 
+    def _checkpoint_to_resume(self, spec: str) -> Path | None:
+        """The newest complete checkpoint ``checkpoint.resume`` names. Every rank looks; rank 0 alone names each
+        newer one it passes over (every rank printed the same warning), and the ranks must then find the same step
+        (``_check_ranks_resume_alike``)."""
+        with warnings.catch_warnings():
+            if not self.dist.is_main:
+                warnings.simplefilter("ignore", CheckpointWarning)
+            return find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
+
     def _check_ranks_resume_alike(self, spec: str, path: Path | None) -> None:
         """Every rank must resume from the same step: nodes that do not share the checkpoint directory would
         otherwise start from different weights (rank 0 writes checkpoints; the others only read them)."""
@@ -1230,7 +1255,7 @@ class Trainer:
         spec = self.cfg.checkpoint.resume
         if not spec:
             return
-        path = find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
+        path = self._checkpoint_to_resume(spec)
         self._check_ranks_resume_alike(spec, path)
         if path is None:
             if spec == "auto":  # nothing saved yet: a fresh start (the first run of a job that always resumes)
@@ -1370,7 +1395,7 @@ class Trainer:
         """Before the training store is refused as too small for a batch: a resume on another store than its
         checkpoint's is refused as that (lowering train.micro_batch_size would only lead to this refusal)."""
         spec = self.cfg.checkpoint.resume
-        path = spec and find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
+        path = spec and self._checkpoint_to_resume(spec)
         if path:
             self._check_resume_data(path, read_meta(path))
 
