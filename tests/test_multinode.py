@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -363,3 +364,40 @@ def test_a_skipped_checkpoint_is_said_by_rank_0_not_by_every_rank(tmp_path, keep
     said = run_on_gloo_ranks(functools.partial(_resume_past_a_damaged_checkpoint, root=str(tmp_path)), 2, tmp_path)
     assert len(said[0]) == 1 and said[0][0].startswith(f"skipping checkpoint {weights.parent}: "), said
     assert said[1] == [], said
+
+
+def _rank0_fails_at(rank: int, root: str, where: str) -> None:
+    """Rank 0 alone evaluates (without FSDP) and writes the report: either fails there with an OSError."""
+    from cookmind.train import report
+    from cookmind.train import trainer as trainer_module
+
+    def fail(*args, **kwargs):
+        raise OSError(f"{where} failed on rank 0")
+
+    if rank == 0 and where == "evaluation":
+        trainer_module.Trainer._val_loss = fail
+    if rank == 0 and where == "report":
+        report.write_report = fail
+    overrides = ["eval.every=1", "logging.report=true"]
+    said = "trained without an error"
+    try:
+        Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", *overrides])).fit()
+    except Exception as exc:  # noqa: BLE001 - the test reads what each rank raised
+        said = f"{type(exc).__name__}: {exc}"
+    Path(f"{root}/said{rank}").write_text(said)
+    os._exit(0)
+
+
+def test_an_evaluation_or_report_rank0_cannot_make_stops_every_rank_with_its_reason(tmp_path, keep_threads):
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    for where, what in (("evaluation", "evaluate at step 1"), ("report", "write the report")):
+        with contextlib.suppress(Exception):  # the ranks end without the harness's last barrier
+            run_on_gloo_ranks(functools.partial(_rank0_fails_at, root=str(tmp_path), where=where), 2, tmp_path)
+        said = [(tmp_path / f"said{r}").read_text() for r in (0, 1)]
+        assert said[0] == f"OSError: {where} failed on rank 0", said
+        assert said[1].startswith("RankFailed: rank 0 (on "), said
+        assert said[1].endswith(f" could not {what}: {where} failed on rank 0"), said
+        for r in (0, 1):
+            (tmp_path / f"said{r}").unlink()
+        shutil.rmtree(tmp_path / "run")

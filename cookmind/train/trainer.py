@@ -51,7 +51,6 @@ import torch
 from cookmind.atomic import clean_stale_temps
 from cookmind.model.model_io import CheckpointWarning
 from cookmind.parallel import (
-    barrier,
     finish_gradient_sync,
     gathered_weights,
     init_distributed,
@@ -748,7 +747,8 @@ class Trainer:
             for cb in self.callbacks:
                 cb.on_train_end(self, status)
             if self.last_eval_step == self.step == self.last_saved_step and self._saved_eval_step != self.step:
-                self._record_final_eval()
+                with stop_together(self.dist, f"record the final evaluation in {checkpoint_name(self.step)}"):
+                    self._record_final_eval()
             summary = {
                 "status": status,
                 "steps": self.step,
@@ -763,12 +763,16 @@ class Trainer:
                 **recent_means(self._recent_metrics),
                 **self.last_eval,
             }
-            if self.dist.is_main and cfg.logging.report:
-                from cookmind.train.report import write_report
+            # rank 0 writes the report; one it cannot write stops every rank with its reason (the all-gather is the
+            # barrier that kept the others from leaving the group while rank 0 still wrote)
+            with stop_together(self.dist, "write the report"):
+                if self.dist.is_main and cfg.logging.report:
+                    from cookmind.train.report import write_report
 
-                write_report(self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict())
-            release_run_dir(self.run_dir)  # its last write is done: the run directory is free for the next run
-            barrier(self.dist)
+                    write_report(
+                        self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict()
+                    )
+                release_run_dir(self.run_dir)  # its last write is done: the run directory is free for the next run
         finally:
             self._restore_signal_handlers(old_handlers)
         if status == "diverged":
@@ -1059,8 +1063,17 @@ class Trainer:
         """
         self.last_eval_step = step
         sharded = is_sharded(self.model)
-        if not sharded and not self.dist.is_main:
-            return {}
+        if sharded:
+            return self._evaluate(step, sharded)
+        # rank 0 alone evaluates: an evaluation it cannot finish stops every rank with its reason (the others went
+        # on to the next step's all-reduce and died in gloo's traceback)
+        out = {}
+        with stop_together(self.dist, f"evaluate at step {step}"):
+            if self.dist.is_main:
+                out = self._evaluate(step, sharded)
+        return out
+
+    def _evaluate(self, step: int, sharded: bool) -> dict[str, float]:
         model = self.model if sharded else unwrap(self.model, data_parallel_only=True)  # DDP's forward talks
         was_training = model.training
         model.eval()
@@ -1069,11 +1082,13 @@ class Trainer:
             reshard_all(self.model)  # the root (and blocks without reshard_after_forward) kept theirs gathered
         if self._evaluates_whole_model():
             with gathered_weights(self.model) if sharded else contextlib.nullcontext():
-                if self.dist.is_main:
-                    held_out = getattr(self.objective, "evaluate", None)
-                    if held_out is not None:  # e.g. GRPO's greedy accuracy on held-out problems
-                        out.update({f"val_{k}": v for k, v in held_out(self.bare_model).items()})
-                    self.samples = self.generate_samples()
+                # sharded: every rank waits here while rank 0 generates, and stops with it if it fails
+                with stop_together(self.dist, f"evaluate at step {step}") if sharded else contextlib.nullcontext():
+                    if self.dist.is_main:
+                        held_out = getattr(self.objective, "evaluate", None)
+                        if held_out is not None:  # e.g. GRPO's greedy accuracy on held-out problems
+                            out.update({f"val_{k}": v for k, v in held_out(self.bare_model).items()})
+                        self.samples = self.generate_samples()
         if was_training:
             model.train()
         if not self.dist.is_main:
