@@ -231,26 +231,32 @@ def test_ranks_that_read_different_data_at_the_same_path_refuse_to_start(tmp_pat
     assert "Give every node the same store" in msgs[0] and "\n" not in msgs[0]
 
 
-def _start_on_node(rank: int, root: str, extra: tuple = ()) -> None:
-    """Each "node" in its own folder, started with the same relative paths. Writes what stopped the rank, as the CLI
-    reads it (the exception's type and one-line message), to ``root/said{rank}``; then the process ends at once, as
-    the CLI's does after an error (it never reaches the harness's barrier: a rank still waiting in a collective sees
-    its peer leave)."""
-    os.chdir(f"{root}/node{rank}")
-    args = [a for a in _tiny_run(root) if not a.startswith("data.train_path=")]
-    said = "started without an error"
+def _run_and_say(rank: int, root: str, run) -> None:
+    """``run()`` on this rank; writes what stopped it, as the CLI reads it (the exception's type and one-line
+    message), to ``root/said{rank}``; then the process ends at once, as the CLI's does after an error (it never
+    reaches the harness's barrier: a rank still waiting in a collective sees its peer leave)."""
+    said = "ran without an error"
     try:
-        Trainer(TrainConfig.load(None, ["data.train_path=seq", *args, *extra, f"logging.run_dir={root}/run"]))
+        run()
     except Exception as exc:  # noqa: BLE001 - the test reads what each rank raised
         said = f"{type(exc).__name__}: {exc}"
     Path(f"{root}/said{rank}").write_text(said)
     os._exit(0)
 
 
-def _said_on_nodes(root: Path, **kwargs) -> list[str]:
+def _said_on_ranks(root: Path, fn, **kwargs) -> list[str]:
+    """``fn(rank, root=..., **kwargs)`` on two gloo ranks (fn ends in ``_run_and_say``): what each rank said."""
     with contextlib.suppress(Exception):  # the ranks end without the harness's last barrier
-        run_on_gloo_ranks(functools.partial(_start_on_node, root=str(root), **kwargs), 2, root)
+        run_on_gloo_ranks(functools.partial(fn, root=str(root), **kwargs), 2, root)
     return [(root / f"said{r}").read_text() if (root / f"said{r}").exists() else "(nothing)" for r in (0, 1)]
+
+
+def _start_on_node(rank: int, root: str, extra: tuple = ()) -> None:
+    """Each "node" in its own folder, started with the same relative paths."""
+    os.chdir(f"{root}/node{rank}")
+    args = [a for a in _tiny_run(root) if not a.startswith("data.train_path=")]
+    cfg = TrainConfig.load(None, ["data.train_path=seq", *args, *extra, f"logging.run_dir={root}/run"])
+    _run_and_say(rank, root, lambda: Trainer(cfg))
 
 
 def _two_nodes(root: Path, node1_has: tuple[str, ...]) -> None:
@@ -266,7 +272,7 @@ def test_a_node_missing_its_training_store_stops_every_rank_with_that_error(tmp_
     """Node 1 lacks the store: it said so and left; node 0 went on to the next collective and died there with
     gloo's 'Connection closed by peer' traceback, never saying why. Every rank now stops with node 1's reason."""
     _two_nodes(tmp_path, node1_has=())
-    msgs = _said_on_nodes(tmp_path)
+    msgs = _said_on_ranks(tmp_path, _start_on_node)
     assert msgs[1] == "StoreError: seq: no such store; make one with `cookmind pack --out seq`", msgs
     assert msgs[0].startswith("RankFailed: rank 1 (on "), msgs
     assert msgs[0].endswith(" could not start: seq: no such store; make one with `cookmind pack --out seq`"), msgs
@@ -275,7 +281,7 @@ def test_a_node_missing_its_training_store_stops_every_rank_with_that_error(tmp_
 def test_a_node_missing_its_validation_store_stops_every_rank_with_that_error(tmp_path, keep_threads):
     # the validation store is opened after the model is wrapped for data parallelism: a later point of start-up
     _two_nodes(tmp_path, node1_has=("seq",))
-    msgs = _said_on_nodes(tmp_path, extra=("data.val_path=val", "eval.every=1"))
+    msgs = _said_on_ranks(tmp_path, _start_on_node, extra=("data.val_path=val", "eval.every=1"))
     assert "val" in msgs[1] and "Connection closed" not in msgs[1], msgs
     assert msgs[0].startswith("RankFailed: rank 1 (on ") and msgs[1].split(": ", 1)[1] in msgs[0], msgs
 
@@ -290,22 +296,15 @@ def _save_fails_on_rank0(rank: int, root: str) -> None:
 
     if rank == 0:
         trainer_module.save_checkpoint = full
-    said = "trained without an error"
-    try:
-        Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", "checkpoint.every=1"])).fit()
-    except Exception as exc:  # noqa: BLE001 - the test reads what each rank raised
-        said = f"{type(exc).__name__}: {exc}"
-    Path(f"{root}/said{rank}").write_text(said)
-    os._exit(0)
+    cfg = TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", "checkpoint.every=1"])
+    _run_and_say(rank, root, lambda: Trainer(cfg).fit())
 
 
 def test_a_checkpoint_rank0_cannot_save_stops_every_rank_with_its_reason(tmp_path, keep_threads):
     # rank 0 alone writes checkpoints: rank 1 went on to the next step's all-reduce and died in gloo's traceback
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
-    with contextlib.suppress(Exception):  # the ranks end without the harness's last barrier
-        run_on_gloo_ranks(functools.partial(_save_fails_on_rank0, root=str(tmp_path)), 2, tmp_path)
-    said = [(tmp_path / f"said{r}").read_text() for r in (0, 1)]
+    said = _said_on_ranks(tmp_path, _save_fails_on_rank0)
     full = f"{tmp_path}/run/checkpoints: the disk is full; free space and resume"
     assert said[0] == f"DiskFullError: {full}", said
     assert said[1].startswith("RankFailed: rank 0 (on "), said
@@ -379,22 +378,15 @@ def _rank0_fails_at(rank: int, root: str, where: str) -> None:
     if rank == 0 and where == "report":
         report.write_report = fail
     overrides = ["eval.every=1", "logging.report=true"]
-    said = "trained without an error"
-    try:
-        Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", *overrides])).fit()
-    except Exception as exc:  # noqa: BLE001 - the test reads what each rank raised
-        said = f"{type(exc).__name__}: {exc}"
-    Path(f"{root}/said{rank}").write_text(said)
-    os._exit(0)
+    cfg = TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", *overrides])
+    _run_and_say(rank, root, lambda: Trainer(cfg).fit())
 
 
 def test_an_evaluation_or_report_rank0_cannot_make_stops_every_rank_with_its_reason(tmp_path, keep_threads):
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
     for where, what in (("evaluation", "evaluate at step 1"), ("report", "write the report")):
-        with contextlib.suppress(Exception):  # the ranks end without the harness's last barrier
-            run_on_gloo_ranks(functools.partial(_rank0_fails_at, root=str(tmp_path), where=where), 2, tmp_path)
-        said = [(tmp_path / f"said{r}").read_text() for r in (0, 1)]
+        said = _said_on_ranks(tmp_path, _rank0_fails_at, where=where)
         assert said[0] == f"OSError: {where} failed on rank 0", said
         assert said[1].startswith("RankFailed: rank 0 (on "), said
         assert said[1].endswith(f" could not {what}: {where} failed on rank 0"), said
