@@ -318,7 +318,13 @@ def main(argv: list[str] | None = None) -> int:
         # COOKMIND_DEBUG=1 shows the traceback instead.
         if os.environ.get("COOKMIND_DEBUG"):
             raise
-        print(f"{prefix} {os_error_line(exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
+        line = os_error_line(exc) if isinstance(exc, OSError) else str(exc)
+        print(f"{prefix} {line}", file=sys.stderr)
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") and type(exc).__name__ != "RankFailed":
+            # under torchrun, before this rank joined the process group: the ranks waiting for it hear why
+            from cookmind.parallel.process_group import tell_other_ranks
+
+            tell_other_ranks(line)
         return 2
     except RuntimeError as exc:
         if type(exc).__name__ != "OutOfMemoryError" or os.environ.get("COOKMIND_DEBUG"):  # torch's, by name: the

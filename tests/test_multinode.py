@@ -393,3 +393,45 @@ def test_an_evaluation_or_report_rank0_cannot_make_stops_every_rank_with_its_rea
         for r in (0, 1):
             (tmp_path / f"said{r}").unlink()
         shutil.rmtree(tmp_path / "run")
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_node_that_fails_before_joining_the_group_stops_the_others(tmp_path):
+    """Node 1 cannot even read its config (the file is on node 0 only): it stopped before joining the process
+    group, and node 0 waited in the rendezvous for a rank that would never come, up to the group's 30-minute
+    timeout. Node 0 now stops at once with node 1's reason."""
+    import time
+
+    common = data_parallel_overrides(tmp_path, max_steps=2)
+    for node in (0, 1):
+        (tmp_path / f"node{node}").mkdir()
+    (tmp_path / "node0" / "cfg.yaml").write_text("{}\n")
+    args = ["--config", "cfg.yaml", "--run-dir", str(tmp_path / "run"), "train.micro_batch_size=2", *common]
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    port = find_free_port()
+    procs = []
+    try:
+        for node in (0, 1):  # node 0 first, so that its launcher holds the rendezvous store, as the endpoint's node
+            popen = subprocess.Popen(
+                node_cmd(node, port, *args), cwd=tmp_path / f"node{node}", env=env, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            procs.append(popen)
+            deadline = time.monotonic() + 60
+            while node == 0 and not _listening(port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        errs = [p.communicate(timeout=90)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    said = [[line for line in err.splitlines() if line.startswith("cookmind train: error:")] for err in errs]
+    assert said[1] == [f"cookmind train: error: config file 'cfg.yaml' not found: {said[1][0].split(': ', 3)[3]}"]
+    assert len(said[0]) == 1 and said[0][0].startswith("cookmind train: error: rank 1 (on "), errs[0][-3000:]
+    assert said[0][0].endswith(" could not start: " + said[1][0].removeprefix("cookmind train: error: ")), said

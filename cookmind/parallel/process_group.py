@@ -67,11 +67,68 @@ def init_distributed(device: str = "auto", backend: str = "auto", group_of_one: 
         for var in ("MASTER_ADDR", "MASTER_PORT"):
             if var not in os.environ:
                 raise ValueError(f"WORLD_SIZE={world} but {var} is unset; launch with torchrun --nproc_per_node N")
+        _wait_for_every_rank(world)
     dist.init_process_group(
         backend=backend, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=30), **bind
     )
     _JOINED = True
     return DistInfo(rank, world, local, dev)
+
+
+# Keys of torchrun's store for the ranks' own roll call before the group is made (a fresh store each attempt).
+_ARRIVED, _FAILED = "cookmind/arrived", "cookmind/failed"
+_FAILED_RANKS, _HEARD = "cookmind/failed-ranks", "cookmind/heard"
+
+
+def _launcher_store() -> dist.TCPStore | None:
+    """A client of the store torchrun's launcher holds for this attempt's workers (on the node of group rank 0),
+    or None outside torchrun: there the store is rank 0's own, made as the group is."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    return dist.TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=60))
+
+
+def _wait_for_every_rank(world: int) -> None:
+    """Under torchrun, before torch's rendezvous: wait until every rank has come this far, or until one says it
+    cannot start (``tell_other_ranks``). A rank that stopped before joining (its config missing on its node) left
+    the others waiting in the rendezvous for it, up to the group's 30-minute timeout, never saying why."""
+    import time
+
+    store = _launcher_store()
+    if store is None:
+        return
+    store.add(_ARRIVED, 1)
+    deadline = time.monotonic() + 30 * 60  # then torch's own rendezvous waits and says it timed out
+    while store.add(_ARRIVED, 0) < world and time.monotonic() < deadline:
+        if store.check([_FAILED]):
+            store.add(_HEARD, 1)
+            raise RankFailed(store.get(_FAILED).decode())
+        time.sleep(0.1)
+
+
+def tell_other_ranks(reason: str) -> None:
+    """Under torchrun, a rank that cannot start before it has joined the process group tells the ranks waiting
+    for it (``_wait_for_every_rank``) why, and waits up to 10 s for them to hear it: its launcher may hold the
+    store and end with it. A no-op in a group, outside torchrun, or where the store is gone."""
+    import time
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world < 2 or dist.is_initialized():
+        return
+    try:
+        store = _launcher_store()
+        if store is None:
+            return
+        said = f"rank {os.environ.get('RANK', '?')} (on {socket.gethostname()}) could not start: {reason}"
+        store.compare_set(_FAILED, "", said)  # the first rank that failed is the one named
+        failed = store.add(_FAILED_RANKS, 1)
+        deadline = time.monotonic() + 10
+        while store.add(_HEARD, 0) + failed < world and time.monotonic() < deadline:
+            time.sleep(0.1)
+            failed = store.add(_FAILED_RANKS, 0)
+    except (RuntimeError, OSError, ValueError):  # the store's launcher has gone: no rank is left to tell
+        pass
 
 
 def all_reduce_flag(flag: bool, info: DistInfo) -> bool:

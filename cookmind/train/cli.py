@@ -259,11 +259,7 @@ def main(args: argparse.Namespace) -> int:
 
     from cookmind.train.trainer import Trainer
 
-    try:
-        cfg = resolve_config(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"cookmind train: error: {exc}", file=sys.stderr)
-        return 2  # bad input, as the README's exit statuses say
+    cfg = resolve_config(args)  # bad input: cookmind.cli says it in one line, exit status 2 (and tells other ranks)
     if args.print_config:
         print(yaml.safe_dump(printable_config(cfg), sort_keys=False))
         return 0
