@@ -34,11 +34,26 @@ class LocalExecutor:
             else:
                 n = min(self.workers, len(args_list))
                 with ProcessPoolExecutor(max_workers=n, mp_context=pool_context(), initializer=ignore_ctrl_c) as pool:
-                    futures = {pool.submit(fn, *args): i for i, args in enumerate(args_list)}
-                    for fut in as_completed(futures):
-                        results[futures[fut]] = fut.result()
-                        bar.update(1)
+                    try:
+                        futures = {pool.submit(fn, *args): i for i, args in enumerate(args_list)}
+                        for fut in as_completed(futures):
+                            results[futures[fut]] = fut.result()
+                            bar.update(1)
+                    except BaseException:
+                        _stop_workers(pool)
+                        raise
         return results
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """A failed shard or a Ctrl-C stops the pool now. The pool's own exit runs every queued task first (the whole
+    stage: the error or `interrupted` came hours later on a big crawl) and, itself interrupted by a second Ctrl-C,
+    hung at exit. The workers are terminated: the pool marks what was pending failed and its exit returns at once.
+    A shard a worker was writing is left under a temporary name (its rewrite removes it) and has no done file, so
+    the next run does it again."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.terminate()
 
 
 class RayExecutor:

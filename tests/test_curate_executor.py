@@ -1,0 +1,103 @@
+"""curate's local process pool stops at once on a failed shard or a Ctrl-C: it ran every queued shard first."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Each task but a failing one sleeps SLOW seconds and leaves a marker when it starts; two workers take TASKS of them.
+# Run to the end, the queue takes (TASKS - 1) / 2 * SLOW = 10 s; stopped at once, about one task's time or less.
+TASKS, SLOW = 11, 2.0
+
+_SCRIPT = f"""
+import sys, time
+from pathlib import Path
+from cookmind.curate.executors import LocalExecutor
+
+def task(marks, i, fail):
+    Path(marks, str(i)).touch()
+    if i == fail:
+        raise ValueError("shard-00000.jsonl:3: not valid JSON")
+    time.sleep({SLOW})
+    return i
+
+if __name__ == "__main__":
+    marks, fail = sys.argv[1], int(sys.argv[2])
+    t0 = time.monotonic()
+    try:
+        LocalExecutor(workers=2, progress=False).map(task, [(marks, i, fail) for i in range({TASKS})], "curate")
+    except ValueError as exc:
+        print("error", round(time.monotonic() - t0, 1), exc, flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", round(time.monotonic() - t0, 1), flush=True)
+        sys.exit(130)
+    print("done", flush=True)
+"""
+
+
+def _ctrl_c_as_a_terminal_gives_it():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background test run's children start with SIGINT ignored
+
+
+def _start(tmp_path: Path, fail: int) -> tuple[subprocess.Popen, Path]:
+    script, marks = tmp_path / "pool.py", tmp_path / "marks"
+    script.write_text(_SCRIPT)
+    marks.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(marks), str(fail)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_as_a_terminal_gives_it,
+    )
+    return proc, marks
+
+
+def test_a_failing_shard_stops_the_pool_without_running_the_queued_shards(tmp_path):
+    # a bad record in shard 0 was reported only after every other queued shard had run (12 s with no output on
+    # these 11 tasks; hours on a real crawl), the progress bar standing still meanwhile
+    proc, marks = _start(tmp_path, fail=0)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert out.startswith("error ") and "shard-00000.jsonl:3" in out
+    started = len(list(marks.iterdir()))
+    assert started <= 4, f"{started} of {TASKS} tasks ran after the first one failed"
+    assert float(out.split()[1]) < (TASKS - 1) / 2 * SLOW / 2, out
+
+
+def test_ctrl_c_stops_the_pool_without_running_the_queued_shards(tmp_path):
+    if "forkserver" not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip("no forkserver on this platform: workers are spawned")
+    # Ctrl-C ran every queued shard of the stage before `cookmind curate run: interrupted` came (the workers ignore
+    # it, and the pool's exit waited for its queue)
+    proc, marks = _start(tmp_path, fail=-1)
+    deadline = time.monotonic() + 60
+    while len(list(marks.iterdir())) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # both workers are in their first task
+    assert proc.poll() is None, proc.communicate()
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to the whole process group
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the process hung after Ctrl-C")
+    waited = time.monotonic() - t0
+    assert proc.returncode == 130, err
+    assert out.startswith("interrupted"), out
+    started = len(list(marks.iterdir()))
+    assert started <= 4, f"{started} of {TASKS} tasks ran after Ctrl-C"
+    assert waited < SLOW * 2, f"{waited:.1f} s from Ctrl-C to exit"
