@@ -1,4 +1,4 @@
-"""`cookmind tokenizer train|import|export` never replace what they did not make (issue #17.3)."""
+"""`cookmind tokenizer train|import|export|encode` never replace what they did not make (#17.3) or read."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 
 from tokenizer_fixtures import run_cli, save_tokenizer
 
+from cookmind import cli
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
 TEXT = "the cook stirs the soup and the cat sits on the mat. " * 40
@@ -97,3 +98,39 @@ def test_overwrite_names_a_users_file_in_a_tokenizer_folder_and_is_offered_only_
     err = capsys.readouterr().err
     assert "is a file, not a tokenizer folder" in err and "pass --overwrite" not in err
     assert afile.read_text() == "mine"
+
+
+def test_encode_never_writes_over_the_tokenizer_it_reads(tmp_path, capsys):
+    """`tokenizer encode --output TOK/cookmind_tokenizer.json --overwrite` wrote the ids over the tokenizer it was
+    encoding with (every later use: 'not valid JSON'): the tokenizer's files are inputs, as --input is."""
+    tok_dir = save_tokenizer(Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS), tmp_path / "t")
+    before = {p.name: p.read_bytes() for p in tok_dir.iterdir()}
+    argv = ["tokenizer", "encode", "--tokenizer", str(tok_dir), "--text", "hi", "--output"]
+    for name in before:
+        assert cli.main([*argv, str(tok_dir / name), "--overwrite"]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith("cookmind tokenizer encode: error:") and "is also the input" in err, err
+        assert err.count("\n") == 1, err
+    assert {p.name: p.read_bytes() for p in tok_dir.iterdir()} == before
+    # a new file is no tokenizer file: written ("hi" is bytes 104 105 to a byte-level tokenizer)
+    assert cli.main([*argv, str(tmp_path / "ids.txt")]) == 0
+    assert (tmp_path / "ids.txt").read_text() == "104 105\n"
+
+
+def test_export_never_replaces_the_files_its_tokenizer_was_read_from(tmp_path, capsys):
+    """`tokenizer export --tokenizer HF --out HF --format hf --overwrite` replaced a Hugging Face folder's own
+    tokenizer.json and tokenizer_config.json (its chat template, its added tokens' settings) with our rewrite."""
+    _, src = _gpt2_files(tmp_path)  # a GPT-2 folder: vocab.json + merges.txt, read by `--tokenizer src`
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    assert run_cli(["export", "--tokenizer", str(src), "--out", str(src), "--format", "gpt2", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "vocab.json" in err and err.count("\n") == 1, err
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+    # files the tokenizer was not read from may go beside it
+    assert run_cli(["export", "--tokenizer", str(src), "--out", str(src), "--format", "hf"]) == 0
+    assert sorted(p.name for p in src.iterdir()) == sorted([*before, "tokenizer.json", "tokenizer_config.json"])
+    hf_before = (src / "tokenizer.json").read_bytes()
+    # now `--tokenizer src` reads tokenizer.json (before vocab.json, as transformers): that one is refused
+    assert run_cli(["export", "--tokenizer", str(src), "--out", str(src), "--format", "hf", "--overwrite"]) == 2
+    assert "tokenizer.json" in capsys.readouterr().err
+    assert (src / "tokenizer.json").read_bytes() == hf_before

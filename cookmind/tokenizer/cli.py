@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -247,10 +248,11 @@ def _read_stream(path: str):
 def _encode(args) -> int:
     import numpy as np
 
-    from cookmind.tokenizer.tokenizer import Tokenizer
+    from cookmind.tokenizer.tokenizer import Tokenizer, tokenizer_files
 
-    if args.output:
-        check_output_file(args.output, [args.input] if args.input else [], args.overwrite, "--output")
+    if args.output:  # the tokenizer's files are inputs too: ids written over one destroy it
+        inputs = ([args.input] if args.input else []) + tokenizer_files(args.tokenizer)
+        check_output_file(args.output, inputs, args.overwrite, "--output")
     tok = Tokenizer.load(args.tokenizer)
     if args.reference:
         tok._fast, tok._fast_checked = None, True
@@ -284,7 +286,7 @@ def _export(args) -> int:
     from cookmind.tokenizer.bytes_unicode import token_to_str
     from cookmind.tokenizer.fast_encode import tiktoken_file_text
     from cookmind.tokenizer.hf_format import hf_tokenizer_config, hf_tokenizer_json
-    from cookmind.tokenizer.tokenizer import Tokenizer
+    from cookmind.tokenizer.tokenizer import Tokenizer, tokenizer_files
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -312,6 +314,12 @@ def _export(args) -> int:
             "vocab.json": json.dumps(vocab, ensure_ascii=False),
             "merges.txt": "#version: 0.2\n" + "".join(f"{token_to_str(a)} {token_to_str(b)}\n" for a, b in tok.merges),
         }
+    read = [p for p in tokenizer_files(args.tokenizer) for name in files if _same_file(out / name, p)]
+    if read:  # even with --overwrite: the export would replace the tokenizer it was made from
+        raise TokenizerError(
+            f"--out {out}: writing {read[0].name} would replace that file of the tokenizer it exports "
+            f"(--tokenizer {args.tokenizer}), even with --overwrite; choose another --out"
+        )
     taken = [name for name in files if (out / name).exists()]
     if taken and not args.overwrite:
         raise TokenizerError(f"{out} already holds {', '.join(taken)}; pass --overwrite to replace them")
@@ -319,6 +327,10 @@ def _export(args) -> int:
         write_text(out / name, text)
     print(json.dumps({"out": str(out), "format": args.format, "files": sorted(files)}))
     return 0
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.exists() and b.exists() and os.path.samefile(a, b)
 
 
 def _import(args) -> int:

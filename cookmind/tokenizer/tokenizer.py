@@ -501,6 +501,21 @@ class Tokenizer:
         )
 
 
+def tokenizer_files(directory: str | os.PathLike) -> list[Path]:
+    """The tokenizer files in ``directory``: ours and the Hugging Face / GPT-2 files ``Tokenizer.load`` reads or
+    ``Tokenizer.save`` writes beside ours. An output written over one of them destroys the tokenizer."""
+    directory = Path(directory)
+    names = (
+        FILE_NAME,
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "vocab.json",
+        "merges.txt",
+    )
+    return [directory / n for n in names if (directory / n).is_file()]
+
+
 def check_carried_tokenizer(model_dir: str | os.PathLike, tokenizer, *, model: str, given: str, hint: str) -> None:
     """Refuse ``tokenizer`` when the checkpoint in ``model_dir`` carries another one (its cookmind_tokenizer.json).
 
