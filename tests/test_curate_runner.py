@@ -519,3 +519,29 @@ def test_invalid_utf8_in_a_jsonl_input_names_the_file_and_line(tmp_path):
     src.write_bytes(b'{"text": "Fine words here."}\n{"text": "caf\xe9"}\n')
     with pytest.raises(ValueError, match=r"in\.jsonl:2: invalid UTF-8 at byte 13 of the line"):
         run_pipeline(CurateConfig(stages=LIGHT), [str(src)], tmp_path / "out", progress=False)
+
+
+def test_a_file_named_twice_is_refused_before_any_work(tmp_path, capsys):
+    """A file named twice (directly, by another spelling, or through its folder) was curated twice: every count in
+    the report doubled and MinHash 'removed' the second copies as duplicates; pack and tokenizer train refuse it."""
+    from cookmind.cli import main
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    part = folder / "part0.jsonl"
+    part.write_text(json.dumps({"text": "the cook stirs the soup " * 20}) + "\n")
+    (folder / "page.html").write_text("<html><body><p>" + "a garden with a cat in it. " * 20 + "</p></body></html>")
+    spellings = [
+        [str(part), str(part)],
+        [str(part), str(folder / ".." / "in" / "part0.jsonl")],
+        [str(folder), str(part)],
+        [str(folder / "page.html"), str(folder)],
+    ]
+    for inputs in spellings:
+        out = tmp_path / "out"
+        assert main(["curate", "run", "--input", *inputs, "--output", str(out), "--quiet"]) == 2, inputs
+        err = capsys.readouterr().err
+        assert err.startswith("cookmind curate run: error: input ") and err.count("\n") == 1, err
+        assert "read twice" in err, err
+        assert not out.exists()
+    assert main(["curate", "run", "--input", str(folder), "--output", str(tmp_path / "ok"), "--quiet"]) == 0

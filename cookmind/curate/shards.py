@@ -41,10 +41,13 @@ def kind_of(path: Path) -> str:
 
 
 def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
-    """Group input paths into shards: each WARC/JSONL/Parquet file is one; HTML/text files go 256 to a shard."""
+    """Group input paths into shards: each WARC/JSONL/Parquet file is one; HTML/text files go 256 to a shard.
+    A file named twice (directly, by another spelling of its path, or through its folder) is a ValueError: it would
+    be curated twice, every count doubled and its second copy removed as a duplicate (as pack refuses it)."""
     shards: list[list[str]] = []
     loose: list[str] = []
     skipped: dict[str, int] = {}
+    seen: dict[Path, str] = {}  # resolved path -> how the user named it
     for raw in inputs:
         path = Path(raw)
         if path.is_dir():
@@ -66,6 +69,14 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
                 f"input {path} does not exist (give files or folders of HTML, WARC, JSONL, Parquet)"
             )
         for f in files:
+            named = str(f) if f is path else f"{f} (in the folder {path})"
+            key = f.resolve()
+            if key in seen:
+                raise ValueError(
+                    f"input {named} is the same file as {seen[key]}: its documents would be read twice; "
+                    "name each file once"
+                )
+            seen[key] = named
             if kind_of(f) in ("html", "text"):
                 loose.append(str(f))
             else:
