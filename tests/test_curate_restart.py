@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -138,7 +139,7 @@ def test_a_rerun_refused_says_whether_the_config_or_the_inputs_differ(tmp_path):
     with pytest.raises(ValueError, match=said):
         run_pipeline(parquet, [src], out, progress=False)
     (tmp_path / "in" / "docs2.jsonl").write_text('{"id": "in2", "text": "three"}\n')
-    with pytest.raises(ValueError, match=r"other inputs \(2 files then, 3 now\)"):
+    with pytest.raises(ValueError, match=r"other inputs \(2 files then, 3 now: .*docs2\.jsonl is new\)"):
         run_pipeline(cfg, [src], out, progress=False)
 
 
@@ -183,3 +184,21 @@ def test_a_new_run_refuses_an_output_folder_that_holds_other_files(tmp_path):
     assert _shards(fresh) == shards
     (tmp_path / "empty").mkdir()
     run_pipeline(cfg, [src], tmp_path / "empty", progress=False)
+
+
+def test_a_rerun_refused_for_other_inputs_names_a_file_that_differs(tmp_path):
+    """Other files of the same number, or the same files in another order, were refused as 'other inputs (2 files
+    then, 2 now)': the message now names a file new to the run or gone from it, or says the order changed."""
+    cfg = CurateConfig(stages=[{"pii": {}}])
+    src = _inputs(tmp_path, "in", ["one text", "two text", "three text"])
+    a, b, c = (str(Path(src) / f"docs{i}.jsonl") for i in range(3))
+    out = tmp_path / "out"
+    run_pipeline(cfg, [a, b], out, progress=False)
+    said = r"other inputs \(2 files then, 2 now: .*docs2\.jsonl is new, 1 more changed\)"  # docs1 is gone
+    with pytest.raises(ValueError, match=said):
+        run_pipeline(cfg, [a, c], out, progress=False)
+    with pytest.raises(ValueError, match=r"other inputs \(2 files then, 1 now: .*docs1\.jsonl is gone\)"):
+        run_pipeline(cfg, [a], out, progress=False)
+    with pytest.raises(ValueError, match=r"the same 2 files in another order \(shards are numbered in it\)"):
+        run_pipeline(cfg, [b, a], out, progress=False)
+    assert run_pipeline(cfg, [a, b], out, progress=False).tasks_skipped == 2  # as it was: resumed

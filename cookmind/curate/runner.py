@@ -292,11 +292,10 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
     if path.exists():
         old = json.loads(path.read_text())
         if {k: old.get(k) for k in stamp} != json.loads(json.dumps(stamp)):
-            then = sum(map(len, old.get("plan") or []))
             what = (
                 "another config (its stages, their options, the output format or --removed)"
                 if old.get("config") != stamp["config"]
-                else f"other inputs ({then} files then, {len(files)} now)"
+                else _inputs_differ([f for shard in old.get("plan") or [] for f in shard], list(files))
             )
             raise ValueError(
                 f"{work} holds a run with {what}; pass --restart to start over, or choose another --output"
@@ -335,6 +334,18 @@ def _recorded(run_json: Path) -> list[str]:
     """The output names a curate run recorded in ``run.json`` (its reports too: runs before they were recorded
     wrote them all the same)."""
     return sorted(set(json.loads(run_json.read_text()).get("outputs", [])) | set(REPORTS))
+
+
+def _inputs_differ(then: list[str], now: list[str]) -> str:
+    """How this run's input files differ from the recorded run's: a file new or gone, or only their order."""
+    new = [f for f in now if f not in set(then)]
+    gone = [f for f in then if f not in set(now)]
+    if not new and not gone and len(then) == len(now):
+        return f"the same {len(now)} files in another order (shards are numbered in it)"
+    which = f"{new[0]} is new" if new else f"{gone[0]} is gone" if gone else "a file is named twice"
+    more = len(new) + len(gone) - 1
+    which += f", {more} more changed" if more > 0 else ""
+    return f"other inputs ({len(then)} files then, {len(now)} now: {which})"
 
 
 def _refuse_foreign_outputs(output: Path, ours: list[str]) -> None:
