@@ -103,6 +103,26 @@ def test_load_errors_are_clear(tmp_path):
         Tokenizer.load(tmp_path)
 
 
+def test_a_damaged_tokenizer_file_is_named_not_replaced_by_its_tokenizer_json(tok, tmp_path, capsys):
+    """A cookmind folder whose cookmind_tokenizer.json is damaged (cut short, edited) was read through transformers
+    from the tokenizer.json beside it, without a word: pack wrote a store under another fingerprint (train then
+    said the store was packed with 'another' tokenizer at the same path) and every sft line was 'the chat template
+    marked no assistant token'. The commands now name the damaged file."""
+    from cookmind.cli import main
+    from cookmind.tokenizer.hf_adapter import load_tokenizer
+
+    tok.save(tmp_path / "tok")
+    (tmp_path / "tok" / "cookmind_tokenizer.json").write_text('{"vocab": ')  # cut short
+    with pytest.raises(TokenizerError, match=r"cookmind_tokenizer.json:1: not valid JSON"):
+        load_tokenizer(tmp_path / "tok")
+    (tmp_path / "c.txt").write_text("the cat sat on the mat")
+    argv = ["pack", "--tokenizer", str(tmp_path / "tok"), "--train-type", "seq", "--input", str(tmp_path / "c.txt")]
+    assert main([*argv, "--out", str(tmp_path / "s"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cookmind pack: error: ") and "cookmind_tokenizer.json:1: not valid JSON" in err, err
+    assert not (tmp_path / "s").exists()
+
+
 def test_transformers_autotokenizer_encodes_identically(tok, tmp_path):
     from transformers import AutoTokenizer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cookmind.tokenizer.documents import document_start_ids
 from cookmind.tokenizer.errors import TokenizerError
-from cookmind.tokenizer.tokenizer import Tokenizer
+from cookmind.tokenizer.tokenizer import FILE_NAME, Tokenizer
 
 
 class HFTokenizerAdapter:
@@ -69,12 +69,13 @@ class HFTokenizerAdapter:
 
 def load_tokenizer(path: str | Path):
     """cookmind's tokenizer when its files are there (or a byte-level tokenizer.json), else the Hugging Face
-    tokenizer.json read through transformers."""
+    tokenizer.json read through transformers. A folder holding our file is ours: its error (a damaged file) is
+    raised, not passed over for the tokenizer.json saved beside it (another fingerprint, another template)."""
     path = Path(path)
     try:
         return Tokenizer.load(path)
     except TokenizerError as exc:
-        if not (path / "tokenizer.json").is_file():
+        if not (path / "tokenizer.json").is_file() or (path / FILE_NAME).is_file():
             raise
         try:
             adapter = HFTokenizerAdapter(path)  # what transformers reads (a SentencePiece-style BPE, a normalizer)
