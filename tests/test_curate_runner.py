@@ -545,3 +545,29 @@ def test_a_file_named_twice_is_refused_before_any_work(tmp_path, capsys):
         assert "read twice" in err, err
         assert not out.exists()
     assert main(["curate", "run", "--input", str(folder), "--output", str(tmp_path / "ok"), "--quiet"]) == 0
+
+
+def test_a_curate_output_folder_as_input_gives_its_shards_not_its_work_or_removed_lists(tmp_path):
+    """Curating an earlier run's output (to add a quality or decontaminate stage) read its _work/ intermediates and
+    removed/ lists as documents too: 2 kept documents came in as 8, and MinHash removed the copies as duplicates."""
+    from cookmind.curate.shards import plan_input_shards
+
+    src = tmp_path / "in"
+    src.mkdir()
+    texts = ["the cook stirs the soup slowly " * 12, "a cat sleeps in the warm garden " * 12]
+    texts.append(texts[0])  # MinHash removes one of the two copies
+    for i, text in enumerate(texts):
+        (src / f"part{i}.jsonl").write_text(json.dumps({"id": f"d{i}", "text": text}) + "\n")
+    first = tmp_path / "first"
+    cfg = CurateConfig(stages=[{"minhash": {"num_hashes": 64, "num_bands": 8}}, {"pii": {}}], removed=True)
+    result = run_pipeline(cfg, [str(src)], first, progress=False)
+    assert sorted(d["text"] for d in read_outputs(result.outputs)) == sorted(texts[:2])
+    assert list((first / "_work").rglob("shard-*.jsonl.gz")) and list((first / "removed").glob("shard-*"))
+    said = r"left out \(\d+ in a curate output's _work/ or removed/\)"
+    with pytest.warns(UserWarning, match=said):
+        plan = plan_input_shards([first])
+    assert sorted(f for shard in plan for f in shard) == sorted(str(p) for p in result.outputs)
+    with pytest.warns(UserWarning, match=said):
+        again = run_pipeline(CurateConfig(stages=[{"pii": {}}]), [str(first)], tmp_path / "second", progress=False)
+    assert sorted(d["text"] for d in read_outputs(again.outputs)) == sorted(texts[:2])
+    assert again.stages[0].docs_in == 2

@@ -40,6 +40,20 @@ def kind_of(path: Path) -> str:
     return "text"
 
 
+CURATE_LEFTOVERS = "in a curate output's _work/ or removed/"  # the warning's count of them
+
+
+def _in_curate_leftovers(p: Path, root: Path) -> bool:
+    """Whether ``p`` (found under the input folder ``root``) lies in a curate run's ``_work/`` (its passes'
+    intermediate shards) or ``removed/`` (the documents it dropped): folders beside a ``_work/run.json``."""
+    for folder in p.parents:
+        if folder == root or root not in folder.parents:
+            return False
+        if folder.name in ("_work", "removed") and (folder.parent / "_work" / "run.json").is_file():
+            return True
+    return False
+
+
 def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
     """Group input paths into shards: each WARC/JSONL/Parquet file is one; HTML/text files go 256 to a shard.
     A file named twice (directly, by another spelling of its path, or through its folder) is a ValueError: it would
@@ -56,6 +70,9 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
             files = []
             for p in sorted(path.rglob("*")):
                 if not p.is_file() or p.name.startswith(".") or p.name.endswith(SIDE_FILE_SUFFIXES):
+                    continue
+                if _in_curate_leftovers(p, path):  # an earlier run's output gives its shards, not its passes
+                    skipped[CURATE_LEFTOVERS] = skipped.get(CURATE_LEFTOVERS, 0) + 1
                     continue
                 if kind_of(p) == "text" and not p.name.lower().endswith(TEXT_SUFFIXES):
                     suffix = p.suffix.lower() or "(no suffix)"
