@@ -884,3 +884,71 @@ def test_a_bad_prompt_template_names_every_template_there_is():
     with pytest.raises(ValueError) as caught:
         format_prompt("1+1?", "Q: no placeholder")
     assert all(repr(name) in str(caught.value) for name in ["chat", *PROMPTS]), str(caught.value)
+
+
+def _custom_code_folder(folder, where):
+    """A tiny Hugging Face folder whose config.json (``where="model"``) or tokenizer_config.json (``"tokenizer"``)
+    names classes in Python files of the folder (auto_map), as a model that needs trust_remote_code does."""
+    tiny_hf_tokenizer(folder)
+    tiny_hf_model(folder)
+    if where == "model":
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg.update(
+            model_type="tinycustom",
+            architectures=["TinyCustomForCausalLM"],
+            auto_map={"AutoConfig": "configuration_tiny.TinyConfig", "AutoModelForCausalLM": "modeling_tiny.TinyLM"},
+        )
+        (folder / "config.json").write_text(json.dumps(cfg))
+    else:
+        cfg = json.loads((folder / "tokenizer_config.json").read_text())
+        code = {"AutoTokenizer": [None, "tokenization_tiny.TinyTokenizer"]}
+        cfg.update(tokenizer_class="TinyTokenizer", auto_map=code)
+        (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    for name in ("configuration_tiny.py", "modeling_tiny.py", "tokenization_tiny.py"):
+        (folder / name).write_text("raise SystemExit('this code must never run')\n")
+
+
+@pytest.mark.parametrize("where", ["model", "tokenizer"])
+def test_eval_of_a_folder_that_needs_its_own_code_refuses_in_one_line_without_asking(
+    tmp_path, monkeypatch, capsys, where
+):
+    from cookmind.cli import main
+
+    _custom_code_folder(tmp_path / "hf", where)
+    asked = []  # transformers asked "Do you wish to run the custom code? [y/N]" on a terminal; 'y' ran the code
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "n")
+    text = tmp_path / "t.txt"
+    text.write_text("hello world")
+    capsys.readouterr()  # the fixtures' progress bars
+    rc = main(["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and asked == []
+    line = err.splitlines()[-1]  # the whole error (transformers' was three lines, and asked to pass an argument)
+    assert line.startswith("cookmind eval ppl: error: ") and str(tmp_path / "hf") in line and "code" in line, err
+
+
+def test_eval_of_a_hugging_face_folder_without_a_tokenizer_asks_for_one_in_one_line(tmp_path, capsys):
+    from cookmind.cli import main
+
+    tiny_hf_model(tmp_path / "hf")  # the weights and config.json alone
+    text = tmp_path / "t.txt"
+    text.write_text("hello world")
+    capsys.readouterr()  # the fixtures' progress bars
+    rc = main(["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err  # before the model loads: transformers' error took 6 lines
+    assert err.startswith("cookmind eval ppl: error: ") and str(tmp_path / "hf") in err and "--tokenizer" in err
+    tiny_hf_tokenizer(tmp_path / "tok")  # the way out it names works
+    given = ["--model", str(tmp_path / "hf"), "--tokenizer", str(tmp_path / "tok"), "--data", str(text)]
+    rc = main(["eval", "ppl", *given, "--window", "8", "--quiet"])
+    assert rc == 0
+
+
+def test_generate_on_a_folder_whose_tokenizer_names_its_own_code_never_asks_to_run_it(tmp_path, monkeypatch, capsys):
+    from cookmind.cli import main
+
+    _custom_code_folder(tmp_path / "hf", "tokenizer")  # cookmind reads its tokenizer.json; transformers is asked too
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "n")
+    main(["generate", "--model", str(tmp_path / "hf"), "--prompt", "hi", "--max-new-tokens", "2", "--device", "cpu"])
+    assert asked == []

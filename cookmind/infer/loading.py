@@ -64,22 +64,13 @@ def load_for_inference(
 
     path = resolve_model_dir(path)
     if hf_native and is_hf_model_dir(path):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
+        _require_tokenizer(path, tokenizer_path)
         kwargs = {} if dtype is None else {"dtype": _torch_dtype(dtype)}
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_path or path), local_files_only=True)
+        tokenizer = transformers_load("AutoTokenizer", Path(tokenizer_path or path), "the tokenizer")
+        model = transformers_load("AutoModelForCausalLM", path, "the model", **kwargs)
         return model.to(device).eval(), tokenizer
     model = load_model_dir(path, device, dtype)
-    if tokenizer_path is None:
-        from cookmind.tokenizer import TokenizerError
-        from cookmind.tokenizer.files import has_tokenizer
-
-        if not has_tokenizer(path):
-            raise TokenizerError(
-                f"{path}: the model folder holds no tokenizer (cookmind_tokenizer.json, tokenizer.json or vocab.json "
-                "+ merges.txt); give the one it was trained with: --tokenizer DIR"
-            )
+    _require_tokenizer(path, tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_path or path)
     from cookmind.tokenizer.hf_format import transformers_differences
 
@@ -97,6 +88,39 @@ def load_for_inference(
             hint="drop --tokenizer to use the checkpoint's own",
         )
     return model.eval(), tokenizer
+
+
+def _require_tokenizer(path: Path, tokenizer_path) -> None:
+    """Without --tokenizer, the model folder must hold one: say so, and what to give."""
+    if tokenizer_path is not None:
+        return
+    from cookmind.tokenizer import TokenizerError
+    from cookmind.tokenizer.files import has_tokenizer
+
+    if not has_tokenizer(path):
+        raise TokenizerError(
+            f"{path}: the model folder holds no tokenizer (cookmind_tokenizer.json, tokenizer.json or vocab.json "
+            "+ merges.txt); give the one it was trained with: --tokenizer DIR"
+        )
+
+
+def transformers_load(auto_class: str, path: str | Path, what: str, **kwargs):
+    """``transformers.<auto_class>.from_pretrained(path)`` offline, never running Python code from the folder
+    (transformers asked "Do you wish to run the custom code? [y/N]" on a terminal for a folder whose auto_map names
+    its own files); its refusal, or any error loading, is one line naming the folder."""
+    import transformers
+
+    try:
+        return getattr(transformers, auto_class).from_pretrained(
+            str(path), local_files_only=True, trust_remote_code=False, **kwargs
+        )
+    except (OSError, ValueError) as exc:
+        if "trust_remote_code" in str(exc):
+            raise ValueError(
+                f"{path}: {what} needs Python code from the folder (auto_map in its config), and cookmind runs no "
+                "code from a model folder; use a model of an architecture transformers ships (Llama, Qwen, ...)"
+            ) from None
+        raise ValueError(f"{path}: transformers cannot load {what}: {' '.join(str(exc).split())}") from None
 
 
 def parse_lora_specs(specs: list[str], base_name: str) -> dict[str, Path]:

@@ -19,7 +19,7 @@ class HFTokenizerAdapter:
     def __init__(self, directory: str | Path):
         from transformers import AutoTokenizer
 
-        self.hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        self.hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
         vocab = self.hf.get_vocab()
         self.special_tokens = {t: vocab[t] for t in self.hf.all_special_tokens if t in vocab}
         for name in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>"):

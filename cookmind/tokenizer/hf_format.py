@@ -296,7 +296,7 @@ def transformers_differences(directory: str | os.PathLike, tok, *, packing: bool
     try:
         with warnings.catch_warnings():  # transformers' notes on a cookmind config.json beside the tokenizer
             warnings.simplefilter("ignore")
-            hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+            hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError, TypeError):
         return []  # loading it is not what this checks; cookmind's own load has succeeded
     found = []
