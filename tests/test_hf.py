@@ -600,3 +600,28 @@ def test_the_exported_tokenizer_reads_the_models_context_as_its_model_max_length
     caplog.clear()
     assert cli_main(["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(tmp_path / "t.txt"), "--quiet"]) == 0
     assert not [r for r in caplog.records if "indexing errors" in r.getMessage()]
+
+
+def test_an_export_of_a_checkpoint_deleted_while_it_is_read_is_an_error_not_a_folder_without_its_tokenizer(
+    tmp_path, monkeypatch, capsys
+):
+    import shutil
+
+    import cookmind.model.hf as hf
+
+    step = tmp_path / "run" / "checkpoints" / "step_00000010"
+    save_model(step, tiny_lm(**BASE, num_key_value_heads=2))
+    (step / "tokenizer.json").write_text('{"model": {}}')
+    (step / "meta.json").write_text(json.dumps({"step": 10}))
+    read = hf.read_model_weights
+
+    def read_then_pruned(directory, config):  # a running training's checkpoint.keep_last removes it meanwhile
+        found = read(directory, config)
+        shutil.rmtree(directory)
+        return found
+
+    monkeypatch.setattr(hf, "read_model_weights", read_then_pruned)
+    rc = cli_main(["export", "--hf", str(tmp_path / "run"), str(tmp_path / "hf")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and not (tmp_path / "hf").exists()  # it wrote an export without tokenizer.json and said nothing
+    assert len(err.splitlines()) == 1 and str(step) in err and "export again" in err, err

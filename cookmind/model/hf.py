@@ -212,6 +212,7 @@ def export_hf(
     cfg = load_config(ckpt_dir)
     arch = hf_architecture(cfg)
     _check_out(out_dir, overwrite, _an_export, "folder export --hf wrote")
+    tokenizer_files = [name for name in TOKENIZER_FILES if (ckpt_dir / name).is_file()]  # before it may go
     weights_path, tensors = read_model_weights(ckpt_dir, cfg)  # model.safetensors, or a sharded checkpoint's dcp/
     check_state_dict(weights_path, _expected_shapes(cfg), tensors)
     if dtype is not None:
@@ -222,7 +223,16 @@ def export_hf(
     def fill(tmp: Path) -> None:
         hf_config.save_pretrained(tmp)
         save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
-        copied = copy_tokenizer_files(ckpt_dir, tmp)
+        try:
+            copied = copy_tokenizer_files(ckpt_dir, tmp)
+        except FileNotFoundError:
+            copied = None
+        if copied is None or not ckpt_dir.is_dir() or set(tokenizer_files) - set(copied):
+            # a running training's checkpoint.keep_last deleted it: the export went out without its tokenizer
+            raise HFInteropError(
+                f"{ckpt_dir}: deleted while export read it (a running training removes checkpoints past "
+                "checkpoint.keep_last); nothing was written: export again (a run directory gives its newest checkpoint)"
+            )
         if "tokenizer_config.json" in copied:
             _set_model_max_length(tmp / "tokenizer_config.json", cfg.max_position_embeddings)
         if "generation_config.json" not in copied and cfg.eos_token_id is not None:
