@@ -625,3 +625,23 @@ def test_an_export_of_a_checkpoint_deleted_while_it_is_read_is_an_error_not_a_fo
     err = capsys.readouterr().err.strip()
     assert rc == 2 and not (tmp_path / "hf").exists()  # it wrote an export without tokenizer.json and said nothing
     assert len(err.splitlines()) == 1 and str(step) in err and "export again" in err, err
+
+
+def test_an_export_without_tokenizer_files_says_so_and_how_to_add_them(tmp_path, capsys):
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    save_model(tmp_path / "ckpt", tiny_lm(**BASE, num_key_value_heads=2))  # a model saved without its tokenizer
+    assert cli_main(["export", "--hf", str(tmp_path / "ckpt"), str(tmp_path / "hf")]) == 0
+    out = capsys.readouterr().out  # it said only "load with transformers.AutoModelForCausalLM.from_pretrained"
+    with pytest.raises((OSError, ValueError)):
+        transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert "no tokenizer files" in out
+    command = out.split("`")[1]  # the command it names adds the tokenizer AutoTokenizer then loads
+    assert command.startswith("cookmind tokenizer export ") and f"--out {tmp_path / 'hf'}" in command
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cook stirs the soup. " * 20)
+    Tokenizer(*train_bpe(corpus, 280, list(DEFAULT_SPECIAL_TOKENS), progress=False), DEFAULT_SPECIAL_TOKENS).save(
+        tmp_path / "tok"
+    )
+    assert cli_main(command.replace("TOK", str(tmp_path / "tok")).split()[1:]) == 0
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf")).encode("the cook") != []

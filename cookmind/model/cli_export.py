@@ -56,9 +56,17 @@ def main(args: argparse.Namespace) -> int:
 
     arch = json.loads((out / "config.json").read_text())["architectures"][0]
     files = sorted(p.name for p in out.iterdir())
+    from cookmind.tokenizer.files import has_tokenizer
+
+    note = (
+        ""
+        if has_tokenizer(out)
+        else f"; {ckpt} has no tokenizer files, so neither has {out}: add the model's with "
+        f"`cookmind tokenizer export --tokenizer TOK --out {out} --format hf`"
+    )
     print(
         f"exported {ckpt} -> {out} as {arch} ({', '.join(files)}); "
-        f"load with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})"
+        f"load with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})" + note
     )
     return 0
 
