@@ -952,3 +952,16 @@ def test_generate_on_a_folder_whose_tokenizer_names_its_own_code_never_asks_to_r
     monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "n")
     main(["generate", "--model", str(tmp_path / "hf"), "--prompt", "hi", "--max-new-tokens", "2", "--device", "cpu"])
     assert asked == []
+
+
+def test_eval_quiet_shows_no_progress_bar_for_a_hugging_face_folder_either(tmp_path, capsys):
+    from cookmind.cli import main
+
+    tiny_hf_tokenizer(tmp_path / "hf")
+    tiny_hf_model(tmp_path / "hf")
+    text = tmp_path / "t.txt"
+    text.write_text("hello world, hello tiny model")
+    capsys.readouterr()  # the fixtures' own bars
+    rc = main(["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "it/s" not in err and "\r" not in err, err  # transformers' "Loading weights" bar was there

@@ -142,8 +142,10 @@ def main(args) -> int:
         from cookmind.evals.perplexity import require_data
 
         require_data(args.data, args.max_bytes, args.max_windows, args.stride, args.text_field)
-    model, tokenizer = load_for_inference(args.model, device, tokenizer_path=args.tokenizer, hf_native=True)
     progress = not args.quiet
+    model, tokenizer = load_for_inference(
+        args.model, device, tokenizer_path=args.tokenizer, hf_native=True, progress=progress
+    )
     if args.task == "gsm8k":
         from cookmind.evals.gsm8k import evaluate_gsm8k
 

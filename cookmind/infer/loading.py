@@ -51,6 +51,7 @@ def load_for_inference(
     tokenizer_path: str | Path | None = None,
     *,
     hf_native: bool = False,
+    progress: bool = True,
 ):
     """(model in eval mode, tokenizer): the one loader of generate, chat, serve and eval.
 
@@ -58,6 +59,7 @@ def load_for_inference(
     imported into a CookMindLM (Llama/Qwen; the engine serves it), or with hf_native=True loaded as it is by
     transformers (any architecture; its own tokenizer object), offline either way. tokenizer_path overrides the
     checkpoint's tokenizer; one other than the checkpoint carries (cookmind_tokenizer.json) is refused.
+    ``progress=False`` (eval --quiet) hides transformers' "Loading weights" bar.
     """
     from cookmind.model import resolve_model_dir
     from cookmind.model.hf import is_hf_model_dir
@@ -67,7 +69,7 @@ def load_for_inference(
         _require_tokenizer(path, tokenizer_path)
         kwargs = {} if dtype is None else {"dtype": _torch_dtype(dtype)}
         tokenizer = transformers_load("AutoTokenizer", Path(tokenizer_path or path), "the tokenizer")
-        model = transformers_load("AutoModelForCausalLM", path, "the model", **kwargs)
+        model = transformers_load("AutoModelForCausalLM", path, "the model", progress=progress, **kwargs)
         return model.to(device).eval(), tokenizer
     model = load_model_dir(path, device, dtype)
     _require_tokenizer(path, tokenizer_path)
@@ -104,12 +106,17 @@ def _require_tokenizer(path: Path, tokenizer_path) -> None:
         )
 
 
-def transformers_load(auto_class: str, path: str | Path, what: str, **kwargs):
+def transformers_load(auto_class: str, path: str | Path, what: str, progress: bool = True, **kwargs):
     """``transformers.<auto_class>.from_pretrained(path)`` offline, never running Python code from the folder
     (transformers asked "Do you wish to run the custom code? [y/N]" on a terminal for a folder whose auto_map names
-    its own files); its refusal, or any error loading, is one line naming the folder."""
+    its own files); its refusal, or any error loading, is one line naming the folder. ``progress=False`` hides its
+    progress bars meanwhile."""
     import transformers
+    from transformers.utils import logging as transformers_logging
 
+    bars = transformers_logging.is_progress_bar_enabled()
+    if not progress:
+        transformers_logging.disable_progress_bar()
     try:
         return getattr(transformers, auto_class).from_pretrained(
             str(path), local_files_only=True, trust_remote_code=False, **kwargs
@@ -121,6 +128,9 @@ def transformers_load(auto_class: str, path: str | Path, what: str, **kwargs):
                 "code from a model folder; use a model of an architecture transformers ships (Llama, Qwen, ...)"
             ) from None
         raise ValueError(f"{path}: transformers cannot load {what}: {' '.join(str(exc).split())}") from None
+    finally:
+        if bars and not progress:
+            transformers_logging.enable_progress_bar()
 
 
 def parse_lora_specs(specs: list[str], base_name: str) -> dict[str, Path]:
