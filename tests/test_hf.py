@@ -645,3 +645,41 @@ def test_an_export_without_tokenizer_files_says_so_and_how_to_add_them(tmp_path,
     )
     assert cli_main(command.replace("TOK", str(tmp_path / "tok")).split()[1:]) == 0
     assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf")).encode("the cook") != []
+
+
+LFS_POINTER = (  # what a clone without git-lfs leaves in place of the weights
+    "version https://git-lfs.github.com/spec/v1\n"
+    "oid sha256:4d7a2146ec6aea9f5c4a6ae52cf5c0b1b6f6bb5b3c8e2e3fd43fd7b1a5d0e8a1\nsize 1234567\n"
+)
+
+
+@pytest.mark.parametrize("command", ["export", "eval"])
+def test_a_run_whose_weights_file_is_not_safetensors_is_a_one_line_error(tmp_path, capsys, command):
+    step = tmp_path / "run" / "checkpoints" / "step_00000010"
+    save_model(step, tiny_lm(**BASE, num_key_value_heads=2))
+    (step / "meta.json").write_text(json.dumps({"step": 10}))
+    (step / "model.safetensors").write_text(LFS_POINTER)  # its first 8 bytes read as a header of 2e18 bytes
+    text = tmp_path / "t.txt"
+    text.write_text("hello")
+    argv = {
+        "export": ["export", "--hf", str(tmp_path / "run"), str(tmp_path / "hf")],
+        "eval": ["eval", "ppl", str(tmp_path / "run"), "--data", str(text), "--quiet"],
+    }[command]
+    with pytest.warns(UserWarning, match="skipping checkpoint .*model.safetensors"):
+        rc = cli_main(argv)  # was a MemoryError traceback
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "none of its checkpoints" in err, err
+
+
+def test_eval_of_a_hugging_face_folder_whose_weights_file_is_not_safetensors_is_a_one_line_error(tmp_path, capsys):
+    from test_align_fixtures import tiny_hf_model, tiny_hf_tokenizer
+
+    tiny_hf_tokenizer(tmp_path / "hf")
+    tiny_hf_model(tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").write_text(LFS_POINTER)
+    text = tmp_path / "t.txt"
+    text.write_text("hello")
+    capsys.readouterr()
+    assert cli_main(["eval", "ppl", str(tmp_path / "hf"), "--data", str(text), "--quiet"]) == 2  # a traceback
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path / "hf") in err, err

@@ -112,6 +112,7 @@ def transformers_load(auto_class: str, path: str | Path, what: str, progress: bo
     its own files); its refusal, or any error loading, is one line naming the folder. ``progress=False`` hides its
     progress bars meanwhile."""
     import transformers
+    from safetensors import SafetensorError
     from transformers.utils import logging as transformers_logging
 
     bars = transformers_logging.is_progress_bar_enabled()
@@ -121,7 +122,7 @@ def transformers_load(auto_class: str, path: str | Path, what: str, progress: bo
         return getattr(transformers, auto_class).from_pretrained(
             str(path), local_files_only=True, trust_remote_code=False, **kwargs
         )
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # a weights file that is none: "header too large"
         if "trust_remote_code" in str(exc):
             raise ValueError(
                 f"{path}: {what} needs Python code from the folder (auto_map in its config), and cookmind runs no "

@@ -236,6 +236,8 @@ def _file_problem(directory: Path, need_optimizer: bool) -> str | None:
     try:
         with open(weights, "rb") as f:
             n = int.from_bytes(f.read(8), "little")
+            if n > weights.stat().st_size - 8:  # read as asked, a text file's 8 bytes were a MemoryError
+                return f"{weights} is truncated or not a safetensors file (a Git LFS pointer?)"
             header = json.loads(f.read(n))
         end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
         if weights.stat().st_size < 8 + n + end:
