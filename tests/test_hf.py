@@ -683,3 +683,24 @@ def test_eval_of_a_hugging_face_folder_whose_weights_file_is_not_safetensors_is_
     assert cli_main(["eval", "ppl", str(tmp_path / "hf"), "--data", str(text), "--quiet"]) == 2  # a traceback
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(tmp_path / "hf") in err, err
+
+
+def test_import_of_an_older_llama_checkpoint_with_rotary_inv_freq_buffers_loads_as_transformers_does(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    hf_cfg = transformers.LlamaConfig(**HF_TINY, max_position_embeddings=128)
+    torch.manual_seed(2)
+    hf = _randomize(transformers.LlamaForCausalLM(hf_cfg)).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    weights = tmp_path / "hf" / "model.safetensors"
+    tensors = load_file(weights)
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float) / 8))  # what transformers < 4.31 saved
+    for layer in range(HF_TINY["num_hidden_layers"]):
+        tensors[f"model.layers.{layer}.self_attn.rotary_emb.inv_freq"] = inv_freq.clone()
+    save_file(tensors, weights, metadata={"format": "pt"})
+    reference = _hf_load(tmp_path / "hf")  # transformers loads the folder, leaving the buffers out
+    import_hf(tmp_path / "hf", tmp_path / "ours")  # was "unexpected 2 tensors: [...rotary_emb.inv_freq]"
+    ids = torch.randint(0, 97, (2, 20))
+    with torch.no_grad():
+        diff = (reference(ids).logits.float() - load_model(tmp_path / "ours")(ids).logits).abs().max().item()
+    assert diff < 1e-4

@@ -422,6 +422,10 @@ def import_hf(
     weights_path, tensors = _read_hf_weights(hf_dir)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
+    for name in [k for k in tensors if k.endswith("rotary_emb.inv_freq")]:
+        # transformers < 4.31 saved each layer's RoPE frequencies, which follow from the config; transformers leaves
+        # them out on load, as here (they were "unexpected tensors", and the model refused)
+        del tensors[name]
     check_state_dict(weights_path, _expected_shapes(cfg), tensors)
     if dtype is not None:
         tensors = {k: v.to(dtype) for k, v in tensors.items()}
