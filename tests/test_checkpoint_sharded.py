@@ -680,3 +680,24 @@ def test_a_sharded_checkpoint_reads_its_dcp_weights_as_resume_does_whatever_lies
     shutil.copy2(tmp_path / "base" / "model.safetensors", step / "model.safetensors")
     _, weights = read_model_weights(step, trained.config)
     _assert_same(weights, {k: v for k, v in trained.state_dict().items() if k != "lm_head.weight"})
+
+
+def test_a_sharded_lora_run_is_merged_onto_the_base_checkpoint_it_trained_on_not_a_newer_one(tmp_path, store):
+    """A sharded LoRA checkpoint holds the adapter only; export/eval merged it onto train.init_from's newest
+    checkpoint as it is now: after the base run trained on, onto weights the adapter never saw, without a word."""
+    from cookmind.model import save_model
+
+    torch.manual_seed(5)
+    old, new = tiny_lm(), tiny_lm()  # the base run's checkpoint the adapter trained on, and a later one
+    save_model(tmp_path / "base" / "checkpoints" / "step_00000010", old)
+    lora = [f"train.init_from={tmp_path / 'base'}", "lora.enabled=true", "lora.r=4", "lora.alpha=8"]
+    _train(store, tmp_path / "full", "train.max_steps=2", "checkpoint.format=full", *lora)  # the merged reference
+    _train(store, tmp_path / "cut", "train.max_steps=2", "checkpoint.format=sharded", *lora)
+    save_model(tmp_path / "base" / "checkpoints" / "step_00000020", new)  # the base run went on
+    with pytest.warns(UserWarning, match="step_00000010"):  # it says which base it merged onto
+        _assert_same(_weights(tmp_path / "full", 2), _weights(tmp_path / "cut", 2), exact=False)
+    import shutil
+
+    shutil.rmtree(tmp_path / "base" / "checkpoints" / "step_00000010")  # pruned: no base it trained on is left
+    with pytest.raises(ValueError, match="trained on other base weights"):
+        _weights(tmp_path / "cut", 2)

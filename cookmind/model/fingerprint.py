@@ -26,14 +26,17 @@ def base_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return sd
 
 
-def weights_fingerprint(model: nn.Module) -> dict[str, dict] | None:
+def weights_fingerprint(model: nn.Module, gather: bool = False) -> dict[str, dict] | None:
     """{name: {"shape", "values"}} for a few of the model's matrices; None when its weights are not plain tensors
-    (an FSDP-sharded model's DTensors: each rank holds only a shard)."""
+    (an FSDP-sharded model's DTensors: each rank holds only a shard), unless ``gather``: then the picked ones are
+    gathered whole (a collective: call it on every rank)."""
     sd = base_weights(model)
     names = sorted(k for k, v in sd.items() if v.dim() >= 2)
     picked = sorted({names[i * len(names) // TENSORS] for i in range(min(TENSORS, len(names)))})
     if any(type(sd[k]) is not torch.Tensor for k in picked):
-        return None
+        if not gather or not all(type(sd[k]) is torch.Tensor or hasattr(sd[k], "full_tensor") for k in picked):
+            return None
+        sd = {k: sd[k] if type(sd[k]) is torch.Tensor else sd[k].full_tensor() for k in picked}
     return {k: {"shape": list(sd[k].shape), "values": [float(f"{x:.6g}") for x in _sample(sd[k])]} for k in picked}
 
 

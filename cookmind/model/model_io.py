@@ -67,6 +67,10 @@ def save_model(directory: str | os.PathLike, model: CookMindLM) -> Path:
     return directory
 
 
+# meta.json of a sharded LoRA checkpoint: the base's weights_fingerprint, to merge its adapter onto that base
+BASE_FINGERPRINT_KEY = "lora_base_fingerprint"
+
+
 class ModelLoadError(ValueError):
     """A saved model cannot be loaded: names the file and what does not match."""
 
@@ -357,11 +361,13 @@ def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> 
 
 def _merged_onto_base(directory: Path, adapter: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A LoRA run's sharded checkpoint holds its adapter only: fold it into the run's base (``train.init_from``
-    in meta.json) to get the weights a full-format checkpoint would hold."""
+    in meta.json) to get the weights a full-format checkpoint would hold. Where the base is a run that saved on
+    since, the checkpoint whose weights the adapter recorded (``BASE_FINGERPRINT_KEY``) is taken, not the newest."""
     from cookmind.model.lora import apply_lora, merged_copy
 
     try:
-        run = json.loads((directory / META_NAME).read_text())["config"]
+        meta = json.loads((directory / META_NAME).read_text())
+        run = meta["config"]
         base, lora = run["train"]["init_from"], run["lora"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelLoadError(
@@ -378,12 +384,46 @@ def _merged_onto_base(directory: Path, adapter: dict[str, torch.Tensor]) -> dict
     from cookmind.model.hf import load_model_or_hf  # hf reads through this module: imported here
 
     model = load_model_or_hf(base_dir, dtype=next(iter(adapter.values())).dtype)  # --init-from takes either
+    recorded = meta.get(BASE_FINGERPRINT_KEY) if isinstance(meta, dict) else None
+    if recorded and _differs(recorded, model):
+        model = _base_trained_on(directory, base, base_dir, recorded, model)
     apply_lora(model, lora["r"], lora["alpha"], 0.0, lora["targets"])
     missing = set(adapter) - set(model.state_dict())
     if missing:
         raise ModelLoadError(f"{dcp_dir(directory)}: adapter tensors {sorted(missing)[:5]} do not fit {base_dir}")
     model.load_state_dict(adapter, strict=False)
     return dict(merged_copy(model).state_dict())
+
+
+def _differs(recorded: dict, model) -> str | None:
+    from cookmind.model.fingerprint import fingerprint_mismatch
+
+    return fingerprint_mismatch(recorded, model)
+
+
+def _base_trained_on(directory: Path, base: str, base_dir: Path, recorded: dict, model):
+    """The checkpoint beside ``base_dir`` (newest first) whose weights are those the LoRA run trained on, loaded,
+    with a warning naming it; a ModelLoadError when none is left (its run trained on and pruned it)."""
+    from cookmind.model.hf import load_model_or_hf
+
+    where = _differs(recorded, model)
+    for _, older in reversed(step_dirs(base_dir.parent)):
+        if older == base_dir or checkpoint_problem(older) is not None:
+            continue
+        candidate = load_model_or_hf(older, dtype=next(iter(model.parameters())).dtype)
+        if _differs(recorded, candidate) is None:
+            warnings.warn(
+                f"{directory}: its LoRA adapter is merged onto {older}, the base checkpoint it trained on; "
+                f"train.init_from={base} now gives {base_dir}, whose weights differ (at {where})",
+                CheckpointWarning,
+                stacklevel=3,
+            )
+            return candidate
+    raise ModelLoadError(
+        f"{dcp_dir(directory)}: its LoRA adapter was trained on other base weights than {base_dir} (train.init_from="
+        f"{base} now; they differ at {where}), and no checkpoint beside it holds those: restore the base checkpoint "
+        "the run started from beside it (a resume would rebuild the base from the newest one too)"
+    )
 
 
 def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> None:

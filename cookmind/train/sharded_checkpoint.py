@@ -43,8 +43,10 @@ from cookmind.atomic import (
     temp_name,
     write_json,
 )
+from cookmind.model.fingerprint import weights_fingerprint
 from cookmind.model.lora import has_lora
 from cookmind.model.model_io import (
+    BASE_FINGERPRINT_KEY,
     CONFIG_NAME,
     META_NAME,
     SHA256_KEY,
@@ -133,6 +135,12 @@ class ShardedCheckpointer:
         tmp = self._agree_on_temp_dir(final)
         try:
             state = _state(model, optimizer)
+            if has_lora(unwrap(model)):  # the adapter alone is saved: record the base it trains on (every rank)
+                from cookmind.parallel.fsdp import plain_name
+
+                fingerprint = weights_fingerprint(unwrap(model), gather=True)
+                if fingerprint is not None:
+                    meta = {**meta, BASE_FINGERPRINT_KEY: {plain_name(k): v for k, v in fingerprint.items()}}
             if self.rank == 0:
                 config = getattr(unwrap(model), "config", None)
                 if config is not None:
