@@ -965,3 +965,18 @@ def test_eval_quiet_shows_no_progress_bar_for_a_hugging_face_folder_either(tmp_p
     rc = main(["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 0 and "it/s" not in err and "\r" not in err, err  # transformers' "Loading weights" bar was there
+
+
+def test_gsm8k_chat_template_without_a_chat_template_names_the_templates_that_work(shared_data, tmp_path, capsys):
+    from cookmind.cli import main
+
+    tiny_hf_tokenizer(tmp_path / "hf")  # a base model's tokenizer: no chat_template
+    tiny_hf_model(tmp_path / "hf")
+    capsys.readouterr()
+    data = str(shared_data / "gsm8k" / "test.jsonl")
+    rc = main(["eval", "gsm8k", str(tmp_path / "hf"), "--data", data, "--limit", "1", "--template", "chat", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    # was transformers' "Cannot use chat template functions because tokenizer.chat_template is not set and no
+    # template argument was passed! For information about writing templates ... see the documentation at ..."
+    assert rc == 2 and len(err.splitlines()) == 1 and "no chat template" in err, err
+    assert all(name in err for name in ("r1_zero", "compact", "plain")), err

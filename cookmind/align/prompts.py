@@ -45,6 +45,7 @@ def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> s
     if template == "chat":
         if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
             raise ValueError("the 'chat' template needs a tokenizer with apply_chat_template")
+        require_chat_template(tokenizer)
         return tokenizer.apply_chat_template(
             [{"role": "user", "content": question.strip()}], add_generation_prompt=True
         )
@@ -53,6 +54,18 @@ def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> s
         names = ["chat", *sorted(PROMPTS)]
         raise ValueError(f"prompt template {template!r} is neither one of {names} nor a string with {{question}}")
     return text.replace("{question}", question.strip())
+
+
+def require_chat_template(tokenizer) -> None:
+    """The 'chat' prompt template renders with the tokenizer's own chat template: a Hugging Face tokenizer without
+    one (a base model's) is refused here, naming the templates that work (transformers' error pointed at its docs)."""
+    hf = tokenizer if is_hf_tokenizer(tokenizer) else getattr(tokenizer, "hf", None)
+    if hf is not None and not getattr(hf, "chat_template", None):
+        names = ", ".join(sorted(PROMPTS))
+        raise ValueError(
+            f"the 'chat' prompt template renders with the tokenizer's chat template, and this tokenizer has no chat "
+            f"template (a base model's): use one of {names}, or a tokenizer that has one"
+        )
 
 
 def next_question_stops(template: str) -> tuple[str, ...]:
@@ -79,6 +92,7 @@ def encode_prompt(tokenizer, question: str, template: str) -> list[int]:
     text (a typed ``<|im_end|>`` never closes the turn)."""
     if template != "chat":
         return prompt_ids(tokenizer, format_prompt(question, template, tokenizer))
+    require_chat_template(tokenizer)
     messages = [{"role": "user", "content": question.strip()}]
     if is_hf_tokenizer(tokenizer):
         return list(
