@@ -701,3 +701,16 @@ def test_a_sharded_lora_run_is_merged_onto_the_base_checkpoint_it_trained_on_not
     shutil.rmtree(tmp_path / "base" / "checkpoints" / "step_00000010")  # pruned: no base it trained on is left
     with pytest.raises(ValueError, match="trained on other base weights"):
         _weights(tmp_path / "cut", 2)
+
+
+def test_serving_a_sharded_lora_run_on_another_base_warns_as_the_full_formats_does(tmp_path, store):
+    from cookmind.infer.loading import load_adapters
+    from cookmind.model import save_model
+
+    torch.manual_seed(5)
+    save_model(tmp_path / "init", tiny_lm())
+    lora = [f"train.init_from={tmp_path / 'init'}", "lora.enabled=true", "lora.r=4", "lora.alpha=8"]
+    _train(store, tmp_path / "sharded", "train.max_steps=2", "checkpoint.format=sharded", *lora)
+    other = tiny_lm()  # the same shapes, other weights
+    with pytest.warns(UserWarning, match="was trained on"):  # a full-format adapter warned; the sharded one did not
+        load_adapters(other, {"sharded": tmp_path / "sharded"}, base_name="other")

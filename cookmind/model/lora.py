@@ -239,9 +239,14 @@ def adapter_base(directory: str | os.PathLike) -> tuple[str | None, dict | None]
         name = json.loads((directory / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         name = name or json.loads((directory / "meta.json").read_text())["config"]["train"]["init_from"]
-    if (directory / ADAPTER_WEIGHTS).is_file():  # a sharded LoRA checkpoint's dcp/ records none
+    if (directory / ADAPTER_WEIGHTS).is_file():
         with safe_open(directory / ADAPTER_WEIGHTS, "pt") as f:
             fingerprint = json.loads((f.metadata() or {}).get(BASE_FINGERPRINT) or "null")
+    else:  # a sharded LoRA checkpoint: its meta.json records the base (sharded_checkpoint.save)
+        from cookmind.model.model_io import BASE_FINGERPRINT_KEY
+
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            fingerprint = json.loads((directory / "meta.json").read_text()).get(BASE_FINGERPRINT_KEY)
     return name, fingerprint
 
 
