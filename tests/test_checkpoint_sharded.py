@@ -703,6 +703,29 @@ def test_a_sharded_lora_run_is_merged_onto_the_base_checkpoint_it_trained_on_not
         _weights(tmp_path / "cut", 2)
 
 
+def test_resuming_a_sharded_lora_run_whose_base_run_trained_on_refuses_naming_the_base_it_trained_on(
+    tmp_path, store
+):
+    """The resume rebuilt the frozen base from train.init_from's newest checkpoint: once the base run had saved
+    on, the adapter went on training over other weights than it started on, without a word. It is refused now,
+    naming the base checkpoint that holds the weights the run trained on; with that as train.init_from it resumes."""
+    from cookmind.model import save_model
+
+    torch.manual_seed(5)
+    save_model(tmp_path / "base" / "checkpoints" / "step_00000010", tiny_lm())
+    lora = [f"train.init_from={tmp_path / 'base'}", "lora.enabled=true", "lora.r=4", "lora.alpha=8"]
+    _train(store, tmp_path / "run", "train.max_steps=2", "checkpoint.format=sharded", *lora)
+    save_model(tmp_path / "base" / "checkpoints" / "step_00000020", tiny_lm())  # the base run went on
+    more = ["train.max_steps=3", "checkpoint.format=sharded", "checkpoint.resume=auto"]
+    with pytest.raises(ValueError, match="trained on other base weights") as refused:
+        _train(store, tmp_path / "run", *more, *lora)
+    said = str(refused.value)
+    assert "\n" not in said and f"train.init_from={tmp_path / 'base' / 'checkpoints' / 'step_00000010'}" in said
+    assert not (tmp_path / "run" / "checkpoints" / "step_00000003").exists()
+    lora[0] = f"train.init_from={tmp_path / 'base' / 'checkpoints' / 'step_00000010'}"  # what the error says
+    assert _train(store, tmp_path / "run", *more, *lora)["steps"] == 3
+
+
 def test_serving_a_sharded_lora_run_on_another_base_warns_as_the_full_formats_does(tmp_path, store):
     from cookmind.infer.loading import load_adapters
     from cookmind.model import save_model

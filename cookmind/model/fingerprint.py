@@ -44,14 +44,25 @@ def fingerprint_mismatch(recorded: dict[str, dict], model: nn.Module) -> str | N
     """The first recorded matrix whose shape or sampled values differ in ``model`` (values: by more than TOLERANCE,
     relative L2), or None when every one that ``model`` has matches."""
     sd = base_weights(model)
+    now = {
+        name: {"shape": list(t.shape), "values": _sample(t).tolist()}
+        for name, t in sd.items()
+        if name in recorded and type(t) is torch.Tensor  # named otherwise or quantized: nothing to compare
+    }
+    return fingerprints_differ(recorded, now)
+
+
+def fingerprints_differ(recorded: dict[str, dict], now: dict[str, dict]) -> str | None:
+    """The first matrix of fingerprint ``recorded`` whose shape or values differ in fingerprint ``now`` (values: by
+    more than TOLERANCE, relative L2), or None when every one both hold matches."""
     for name, rec in sorted(recorded.items()):
-        t = sd.get(name)
-        if t is None or type(t) is not torch.Tensor:  # named otherwise or quantized: nothing to compare
+        cur = now.get(name)
+        if cur is None:
             continue
-        if list(t.shape) != rec["shape"]:
+        if list(cur["shape"]) != list(rec["shape"]):
             return name
-        then, now = torch.tensor(rec["values"], dtype=torch.float64), _sample(t).double()
-        if (now - then).norm() > TOLERANCE * then.norm():
+        then = torch.tensor(rec["values"], dtype=torch.float64)
+        if (torch.tensor(cur["values"], dtype=torch.float64) - then).norm() > TOLERANCE * then.norm():
             return name
     return None
 

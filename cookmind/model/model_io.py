@@ -401,24 +401,34 @@ def _differs(recorded: dict, model) -> str | None:
     return fingerprint_mismatch(recorded, model)
 
 
-def _base_trained_on(directory: Path, base: str, base_dir: Path, recorded: dict, model):
-    """The checkpoint beside ``base_dir`` (newest first) whose weights are those the LoRA run trained on, loaded,
-    with a warning naming it; a ModelLoadError when none is left (its run trained on and pruned it)."""
+def base_checkpoint_trained_on(base_dir: Path, recorded: dict, dtype: torch.dtype | None = None):
+    """(the checkpoint, its model) beside ``base_dir`` (the base run's other checkpoints, newest first) whose
+    weights match the fingerprint a LoRA run recorded of its base, or None when none is left."""
     from cookmind.model.hf import load_model_or_hf
 
-    where = _differs(recorded, model)
     for _, older in reversed(step_dirs(base_dir.parent)):
         if older == base_dir or checkpoint_problem(older) is not None:
             continue
-        candidate = load_model_or_hf(older, dtype=next(iter(model.parameters())).dtype)
+        candidate = load_model_or_hf(older, dtype=dtype)
         if _differs(recorded, candidate) is None:
-            warnings.warn(
-                f"{directory}: its LoRA adapter is merged onto {older}, the base checkpoint it trained on; "
-                f"train.init_from={base} now gives {base_dir}, whose weights differ (at {where})",
-                CheckpointWarning,
-                stacklevel=3,
-            )
-            return candidate
+            return older, candidate
+    return None
+
+
+def _base_trained_on(directory: Path, base: str, base_dir: Path, recorded: dict, model):
+    """The checkpoint beside ``base_dir`` (newest first) whose weights are those the LoRA run trained on, loaded,
+    with a warning naming it; a ModelLoadError when none is left (its run trained on and pruned it)."""
+    where = _differs(recorded, model)
+    found = base_checkpoint_trained_on(base_dir, recorded, dtype=next(iter(model.parameters())).dtype)
+    if found is not None:
+        older, candidate = found
+        warnings.warn(
+            f"{directory}: its LoRA adapter is merged onto {older}, the base checkpoint it trained on; "
+            f"train.init_from={base} now gives {base_dir}, whose weights differ (at {where})",
+            CheckpointWarning,
+            stacklevel=3,
+        )
+        return candidate
     raise ModelLoadError(
         f"{dcp_dir(directory)}: its LoRA adapter was trained on other base weights than {base_dir} (train.init_from="
         f"{base} now; they differ at {where}), and no checkpoint beside it holds those: restore the base checkpoint "

@@ -1251,6 +1251,38 @@ class Trainer:
                 warnings.simplefilter("ignore", CheckpointWarning)
             return find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
 
+    def _check_lora_base(self, path: Path, meta: dict) -> None:
+        """A sharded LoRA checkpoint holds the adapter alone, and the resume rebuilt the frozen base from
+        train.init_from, which names a run's newest checkpoint: once that run had saved on, the adapter went on over
+        weights it never trained with, without a word. Refused before anything loads, naming the base checkpoint
+        beside it that holds the weights the run trained on. Every rank: under FSDP the base's sampled matrices
+        are gathered (a collective), and every rank then decides alike."""
+        from cookmind.model.fingerprint import fingerprints_differ, weights_fingerprint
+        from cookmind.model.lora import has_lora
+        from cookmind.model.model_io import BASE_FINGERPRINT_KEY, base_checkpoint_trained_on, resolve_model_dir
+        from cookmind.parallel.fsdp import plain_name
+
+        recorded = meta.get(BASE_FINGERPRINT_KEY)
+        if not recorded or not has_lora(self.bare_model):
+            return
+        now = weights_fingerprint(self.bare_model, gather=True) or {}
+        where = fingerprints_differ(recorded, {plain_name(k): v for k, v in now.items()})
+        if where is None:
+            return
+        with stop_together(self.dist, "start"):
+            base = self.cfg.train.init_from
+            base_dir = resolve_model_dir(base)
+            found = base_checkpoint_trained_on(Path(base_dir), recorded)
+            fix = (
+                f"resume with train.init_from={found[0]}, the base checkpoint it trained on"
+                if found is not None
+                else "restore the base checkpoint the run started from and name it in train.init_from"
+            )
+            raise ValueError(
+                f"checkpoint.resume: {path}'s LoRA adapter was trained on other base weights than train.init_from="
+                f"{base} gives now ({base_dir}; they differ at {where}): {fix}"
+            )
+
     def _check_ranks_resume_alike(self, spec: str, path: Path | None) -> None:
         """Every rank must resume from the same step: nodes that do not share the checkpoint directory would
         otherwise start from different weights (rank 0 writes checkpoints; the others only read them)."""
@@ -1302,6 +1334,7 @@ class Trainer:
                     f"train.max_steps to continue that run here, or start a new run from its weights with "
                     f"--init-from {path}"
                 )
+        self._check_lora_base(path, meta)
         if self.dist.is_main:  # whether it resumed, and from where, was not said
             print(f"cookmind train: resuming from {path}", file=sys.stderr)
         # a sharded load is a collective whose errors reach every rank (torch.distributed.checkpoint's own)
