@@ -703,9 +703,7 @@ def test_a_sharded_lora_run_is_merged_onto_the_base_checkpoint_it_trained_on_not
         _weights(tmp_path / "cut", 2)
 
 
-def test_resuming_a_sharded_lora_run_whose_base_run_trained_on_refuses_naming_the_base_it_trained_on(
-    tmp_path, store
-):
+def test_resuming_a_sharded_lora_run_whose_base_run_trained_on_refuses_naming_the_base_it_trained_on(tmp_path, store):
     """The resume rebuilt the frozen base from train.init_from's newest checkpoint: once the base run had saved
     on, the adapter went on training over other weights than it started on, without a word. It is refused now,
     naming the base checkpoint that holds the weights the run trained on; with that as train.init_from it resumes."""
