@@ -432,7 +432,7 @@ def _base_trained_on(directory: Path, base: str, base_dir: Path, recorded: dict,
     raise ModelLoadError(
         f"{dcp_dir(directory)}: its LoRA adapter was trained on other base weights than {base_dir} (train.init_from="
         f"{base} now; they differ at {where}), and no checkpoint beside it holds those: restore the base checkpoint "
-        "the run started from beside it (a resume would rebuild the base from the newest one too)"
+        "the run started from beside it (a resume refuses too)"
     )
 
 
