@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import zlib
 from collections.abc import Iterator
 
@@ -116,6 +117,35 @@ def decode_utf8(data: bytes, path: str | os.PathLike, errors: str = "strict") ->
     except UnicodeDecodeError as exc:
         line_start = data.rfind(b"\n", 0, exc.start) + 1
         raise ValueError(bad_utf8(path, data.count(b"\n", 0, exc.start) + 1, exc.start - line_start)) from None
+
+
+_ESCAPED = re.compile("[\udc80-\udcff]+")  # the bytes ``surrogateescape`` could not decode, one a byte
+
+
+def decode_replacing(data: bytes) -> tuple[str, dict | None]:
+    """The text of ``data`` with U+FFFD for invalid UTF-8 (as ``decode("utf-8", "replace")``; a leading byte-order
+    mark dropped), and what was replaced: None, or ``{"lines": lines holding bad bytes, "bytes": bad bytes, "line":
+    the first such line (1-based), "byte": the first bad byte's place in it}``, for readers that count what they
+    replaced rather than stop."""
+    try:
+        return data.decode("utf-8").removeprefix(BOM), None
+    except UnicodeDecodeError:
+        pass
+    escaped = data.decode("utf-8", "surrogateescape")  # valid UTF-8 never decodes to a lone surrogate
+    lines = n_bytes = 0
+    first = None
+    line, pos, last_line = 1, 0, 0
+    for m in _ESCAPED.finditer(escaped):
+        line += escaped.count("\n", pos, m.start())
+        pos = m.start()
+        n_bytes += m.end() - m.start()
+        if line != last_line:
+            lines, last_line = lines + 1, line
+        if first is None:
+            start = escaped.rfind("\n", 0, m.start()) + 1
+            first = (line, len(escaped[start : m.start()].encode("utf-8", "surrogateescape")))
+    info = {"lines": lines, "bytes": n_bytes, "line": first[0], "byte": first[1]}
+    return data.decode("utf-8", "replace").removeprefix(BOM), info
 
 
 def bad_utf8(path: str | os.PathLike, line: int, byte: int) -> str:

@@ -571,3 +571,31 @@ def test_a_curate_output_folder_as_input_gives_its_shards_not_its_work_or_remove
         again = run_pipeline(CurateConfig(stages=[{"pii": {}}]), [str(first)], tmp_path / "second", progress=False)
     assert sorted(d["text"] for d in read_outputs(again.outputs)) == sorted(texts[:2])
     assert again.stages[0].docs_in == 2
+
+
+def test_text_inputs_with_bytes_that_are_not_utf8_are_counted_in_the_report_and_warned_of(tmp_path):
+    """A Latin-1 .txt input was read with U+FFFD for its bad bytes without a word: the report counts the documents,
+    lines and bytes, and a warning names the first file and line."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_bytes("fine words, all UTF-8: caf\u00e9\n".encode())
+    # 3 bad bytes on 2 lines (\xe9, then \xe8 and the lone continuation byte \xa0), lines 2 and 4
+    (tmp_path / "in" / "b.txt").write_bytes(b"first line\ncaf\xe9 ok\nthird\ntr\xe8s\xa0bien\n")
+    with pytest.warns(UserWarning, match=r"b\.txt:2: invalid UTF-8, read as U\+FFFD") as caught:
+        run_pipeline(CurateConfig(stages=[{"extract": {}}]), [str(tmp_path / "in")], tmp_path / "out", progress=False)
+    assert len([w for w in caught if "UTF-8" in str(w.message)]) == 1
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    counters = report["stages"][0]["counters"]
+    assert (counters["invalid_utf8_docs"], counters["invalid_utf8_lines"], counters["invalid_utf8_bytes"]) == (1, 2, 3)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "invalid_utf8_docs: 1" in md and "b.txt:2" in md
+    # a WET record's text likewise, named by its byte offset; its documents do not carry the count into the output
+    ok = _warc_record("conversion", "https://a.example/", b"Plain text.", "text/plain")
+    (tmp_path / "x.wet").write_bytes(
+        ok + _warc_record("conversion", "https://c.example/", b"na\xefve\n\xff", "text/plain")
+    )
+    with pytest.warns(UserWarning, match=rf"x\.wet at byte {len(ok)}: invalid UTF-8"):
+        result = run_pipeline(
+            CurateConfig(stages=[{"extract": {}}]), [str(tmp_path / "x.wet")], tmp_path / "o2", progress=False
+        )
+    assert result.stages[0].counters == {"invalid_utf8_docs": 1, "invalid_utf8_lines": 2, "invalid_utf8_bytes": 2}
+    assert [d["text"] for d in read_outputs(result.outputs)] == ["Plain text.", "na\ufffdve\n\ufffd"]

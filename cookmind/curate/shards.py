@@ -135,16 +135,36 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
             yield _with_content(rec, where), where
     elif kind == "warc":
         for offset, rec in _warc_records(p):
-            yield rec, {"file": path, "offset": offset}
+            yield rec, _noting_bad_utf8({"file": path, "offset": offset}, rec.pop(BAD_UTF8, None))
     elif kind == "html":
         from cookmind.curate.extract import decode_html
 
         yield {"id": str(p), "html": decode_html(p.read_bytes())}, {"file": path}
     else:
-        yield (
-            {"id": str(p), "text": p.read_bytes().decode("utf-8-sig", errors="replace")},
-            {"file": path},
-        )  # line ends as they are
+        text, bad = text_input.decode_replacing(p.read_bytes())  # line ends as they are
+        yield {"id": str(p), "text": text}, _noting_bad_utf8({"file": path}, bad)
+
+
+BAD_UTF8 = "invalid_utf8"  # in ``where``: what of the document's bytes was not UTF-8 (``text_input.decode_replacing``)
+
+
+def _noting_bad_utf8(where: dict, bad: dict | None) -> dict:
+    """``where``, noting (when ``bad``) the bytes that were not UTF-8 and were read as U+FFFD, where the first is."""
+    if bad:
+        line = {"line": bad["line"]} if "offset" not in where else {}  # a WET record: its offset names it
+        where[BAD_UTF8] = {"lines": bad["lines"], "bytes": bad["bytes"], "first": place({**where, **line})}
+    return where
+
+
+def count_bad_utf8(where: dict, stats) -> None:
+    """Count in ``stats`` (a ``StageStats``) the document ``where`` names, if it held bytes that are not UTF-8
+    (read as U+FFFD): ``invalid_utf8_docs``, ``_lines`` and ``_bytes``, and where the first one is."""
+    bad = where.pop(BAD_UTF8, None)
+    if bad and stats is not None:
+        stats.counters.update(
+            {f"{BAD_UTF8}_docs": 1, f"{BAD_UTF8}_lines": bad["lines"], f"{BAD_UTF8}_bytes": bad["bytes"]}
+        )
+        stats.first_at.setdefault(BAD_UTF8, bad["first"])
 
 
 def _with_content(rec: dict, where: dict) -> dict:
@@ -161,13 +181,17 @@ def _with_content(rec: dict, where: dict) -> dict:
     return rec
 
 
-def iter_shard(spec: str | list[str], source_key: str | None = None, need_text: bool = False) -> Iterator[dict]:
+def iter_shard(
+    spec: str | list[str], source_key: str | None = None, need_text: bool = False, stats=None
+) -> Iterator[dict]:
     """Documents of a shard: one intermediate/output file, or a list of input files (each document then noting
     where it is, as ``iter_located`` says, under ``source_key`` if given). ``need_text``: the input documents go to a
-    first stage other than extract, and one without text (an HTML page) is an error naming it."""
+    first stage other than extract, and one without text (an HTML page) is an error naming it. ``stats``: a
+    ``StageStats`` that counts the input documents whose bytes were not all UTF-8 (``count_bad_utf8``)."""
     paths = [spec] if isinstance(spec, str) else spec
     for path in paths:
         for i, (doc, where) in enumerate(iter_located(path)):
+            count_bad_utf8(where, stats)
             if need_text and not isinstance(spec, str) and "text" not in doc:
                 raise ValueError(
                     f"{place(where)}: {'an HTML document' if 'html' in doc else 'a record without text'}, but the "
@@ -213,6 +237,7 @@ def read_parquet(path: Path) -> Iterator[dict]:
 def read_warc(path: Path) -> Iterator[dict]:
     """HTML responses (as "html") and WET conversions (as "text") of a WARC/WET file, via fastwarc."""
     for _, doc in _warc_records(path):
+        doc.pop(BAD_UTF8, None)
         yield doc
 
 
@@ -229,7 +254,8 @@ def _warc_records(path: Path) -> Iterator[tuple[int, dict]]:
             rid = rec.headers.get("WARC-Record-ID", "") or url
             body = rec.reader.read()
             if rec.record_type == WarcRecordType.conversion:
-                yield rec.stream_pos, {"id": rid, "url": url, "text": body.decode("utf-8", errors="replace")}
+                text, bad = text_input.decode_replacing(body)
+                yield rec.stream_pos, {"id": rid, "url": url, "text": text, **({BAD_UTF8: bad} if bad else {})}
                 continue
             ctype = (rec.http_headers.get("Content-Type", "") if rec.http_headers else "") or ""
             if ctype and "html" not in ctype.lower():

@@ -331,7 +331,9 @@ class CorpusStage:
         t0 = time.process_time()
 
         def kept():
-            for i, doc in enumerate(iter_shard(shard, SOURCE_KEY if list_removed else None, need_text=True)):
+            for i, doc in enumerate(
+                iter_shard(shard, SOURCE_KEY if list_removed else None, need_text=True, stats=stats)
+            ):
                 stats.docs_in += 1
                 stats.bytes_in += text_bytes(doc)
                 if self.keep(doc, i, state, stats):

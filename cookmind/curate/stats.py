@@ -24,6 +24,7 @@ class StageStats:
     counters: Counter = dataclasses.field(default_factory=Counter)  # e.g. emails masked, lines removed
     seconds: float = 0.0
     dropped: list | None = None  # (reason, document) of each removal, when the run lists them (--removed)
+    first_at: dict = dataclasses.field(default_factory=dict)  # counter -> where its first instance is (file:line)
 
     def drop(self, reason: str, doc: dict) -> bool:
         """Count ``doc``'s removal under ``reason`` (noting the document when removals are listed); returns False."""
@@ -45,6 +46,8 @@ class StageStats:
         self.reasons.update(other.reasons)
         self.counters.update(other.counters)
         self.seconds += other.seconds
+        for key, where in other.first_at.items():
+            self.first_at.setdefault(key, where)
         return self
 
     def to_dict(self) -> dict:
@@ -58,6 +61,7 @@ class StageStats:
             "reasons": dict(sorted(self.reasons.items())),
             "counters": dict(sorted(self.counters.items())),
             "seconds": round(self.seconds, 4),
+            **({"first_at": dict(self.first_at)} if self.first_at else {}),
         }
 
     @classmethod
@@ -71,6 +75,7 @@ class StageStats:
             reasons=Counter(d["reasons"]),
             counters=Counter(d["counters"]),
             seconds=d["seconds"],
+            first_at=dict(d.get("first_at", {})),
         )
 
 
