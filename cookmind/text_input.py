@@ -89,6 +89,24 @@ def parquet_num_rows(path: str | os.PathLike) -> int:
         raise ValueError(f"{os.fspath(path)}: not a Parquet file, or damaged ({exc})") from None
 
 
+def readable_as_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is something one input file can be read from: a regular file, or a pipe (``<(command)``, a
+    FIFO, /dev/stdin) — anything that exists and is no folder. ``Path.is_file()`` is False for a pipe: a config
+    given as ``--config <(...)`` was refused as "no such file"."""
+    return os.path.exists(path) and not os.path.isdir(path)
+
+
+def pipe_refusal(path: str | os.PathLike, why: str) -> str | None:
+    """The one-line refusal of an input that exists but is no regular file or folder (a pipe), for a reader that
+    cannot take one (``why``: what it does with the file); None for anything else."""
+    if not os.path.exists(path) or os.path.isdir(path) or os.path.isfile(path):
+        return None
+    return (
+        f"input {os.fspath(path)} is a pipe, not a regular file, and {why}; write it to a file first "
+        "(e.g. `zcat a.txt.gz > a.txt`) and name that"
+    )
+
+
 def utf8_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """(1-based line number, line with its newline) of a UTF-8 file, decompressed if it is gzip (``open_bytes``); a
     byte-order mark opening the file is no text. Invalid UTF-8 is a ValueError naming the file, line and byte."""

@@ -54,7 +54,9 @@ class CurateConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> CurateConfig:
         """Read a YAML file (the keys of this dataclass)."""
-        if not Path(path).is_file():
+        if Path(path).is_dir():
+            raise ValueError(f"--config {path}: is a folder, not a file; name the YAML file")
+        if not text_input.readable_as_file(path):  # a pipe (--config <(...)) is read like a file
             raise ValueError(
                 f"--config {path}: no such file; `cookmind curate default-config > curate.yaml` writes the built-in "
                 "config to start from"

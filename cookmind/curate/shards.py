@@ -81,6 +81,8 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
                 files.append(p)
         elif path.is_file():
             files = [path]
+        elif refusal := text_input.pipe_refusal(path, "curate names each document by its file and may read it twice"):
+            raise ValueError(refusal)
         else:
             raise FileNotFoundError(
                 f"input {path} does not exist (give files or folders of HTML, WARC, JSONL, Parquet)"

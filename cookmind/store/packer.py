@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from cookmind import text_input
 from cookmind.pools import ignore_ctrl_c, pool_context
 from cookmind.store.records import (
     BadRecord,
@@ -229,6 +230,8 @@ def pack(
             )
     inputs = [Path(p) for p in inputs]
     for p in inputs:
+        if refusal := text_input.pipe_refusal(p, "pack reads each input more than once (its kind, then its items)"):
+            raise PackError(refusal)
         if not p.is_file():
             raise FileNotFoundError(f"input {p} does not exist")
         for flag, target in (("--out", out), ("--val-out", val_out)):

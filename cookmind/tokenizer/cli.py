@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from cookmind import text_input
 from cookmind.atomic import building_dir, check_output_file, check_replaceable, write_text, writing
 from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS
 from cookmind.tokenizer.errors import TokenizerError
@@ -224,11 +225,12 @@ def _read_stream(path: str):
 
     if Path(path).is_dir():
         raise TokenizerError(f"input {path} is a directory; name the text file to encode")
-    if not Path(path).is_file():
+    if not text_input.readable_as_file(path):  # a pipe (--input <(zcat ...)) is read like a file: it is read once
         raise TokenizerError(f"input file {path} does not exist")
+    size = Path(path).stat().st_size if Path(path).is_file() else None  # a pipe's size is unknown
     with (
         open(path, encoding="utf-8-sig", newline="") as f,  # -sig: a leading byte-order mark is no text
-        tqdm(total=Path(path).stat().st_size, unit="B", unit_scale=True, desc="encode", leave=False) as bar,
+        tqdm(total=size, unit="B", unit_scale=True, desc="encode", leave=False) as bar,
     ):
         lineno = 0
         try:

@@ -123,8 +123,9 @@ def load_gpt2_files(
 
     vocab_path, merges_path = Path(vocab_path), Path(merges_path)
     for p in (vocab_path, merges_path):
-        if not p.is_file():
-            raise TokenizerError(f"{p} does not exist; pass a GPT-2 style vocab.json and merges.txt")
+        if not text_input.readable_as_file(p):  # a pipe is read like a file
+            what = "is a folder" if p.is_dir() else "does not exist"
+            raise TokenizerError(f"{p} {what}; pass a GPT-2 style vocab.json and merges.txt")
     try:
         table = json.loads(vocab_path.read_text(encoding="utf-8-sig"))  # -sig: a leading byte-order mark is no text
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -214,8 +215,8 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
     from cookmind.tokenizer.tokenizer import Tokenizer
 
     path = Path(path)
-    if not path.is_file():
-        raise TokenizerError(f"{path} does not exist")
+    if not text_input.readable_as_file(path):  # a pipe is read like a file
+        raise TokenizerError(f"{path} {'is a folder' if path.is_dir() else 'does not exist'}")
     try:
         doc = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as exc:

@@ -409,8 +409,8 @@ _FREE_SECTIONS = ("model", "grpo")
 def resolve_preset(preset: str | Path) -> Path:
     """A preset name (``tiny-cpu``) or a YAML path -> the file; a clear error listing presets otherwise."""
     p = Path(preset)
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        return p
+    if p.exists() and not p.is_dir() and (p.suffix in (".yaml", ".yml") or not p.is_file()):
+        return p  # a YAML file, or a pipe (--config <(...)), which has no suffix and is no preset
     candidate = CONFIG_DIR / f"{preset}.yaml"
     if candidate.exists():
         return candidate
