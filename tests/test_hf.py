@@ -704,3 +704,50 @@ def test_import_of_an_older_llama_checkpoint_with_rotary_inv_freq_buffers_loads_
     with torch.no_grad():
         diff = (reference(ids).logits.float() - load_model(tmp_path / "ours")(ids).logits).abs().max().item()
     assert diff < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"])
+def test_import_of_a_config_without_head_dim_reads_it_as_transformers_does(tmp_path, arch):
+    """A config.json without head_dim: transformers' Qwen3Config takes 128 (Llama's and Qwen2's, hidden_size //
+    num_attention_heads); the import took hidden_size // num_attention_heads for all and failed on a Qwen3 folder's
+    shapes."""
+    cls = getattr(transformers, arch)
+    config_cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))
+    sizes = {k: v for k, v in HF_TINY.items() if k != "head_dim"}
+    torch.manual_seed(3)
+    hf = _randomize(cls(config_cls(**sizes, max_position_embeddings=128))).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config.pop("head_dim", None)  # as older or hand-written config.json files have it
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    reference = _hf_load(tmp_path / "hf")
+    expected = 128 if arch == "Qwen3ForCausalLM" else 32 // 4  # transformers' own defaults
+    assert reference.model.layers[0].self_attn.head_dim == expected
+    import_hf(tmp_path / "hf", tmp_path / "ours")
+    ours = load_model(tmp_path / "ours")
+    assert ours.config.resolved_head_dim == expected
+    ids = torch.randint(0, 97, (2, 20))
+    with torch.no_grad():
+        diff = (reference(ids).logits.float() - ours(ids).logits).abs().max().item()
+    assert diff < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["Qwen2ForCausalLM", "Qwen3ForCausalLM"])
+def test_import_of_a_qwen_config_without_num_key_value_heads_reads_32_as_transformers_does(tmp_path, arch):
+    cls = getattr(transformers, arch)
+    config_cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))
+    sizes = dict(vocab_size=97, hidden_size=128, intermediate_size=48, num_hidden_layers=1, num_attention_heads=64)
+    torch.manual_seed(4)
+    hf = _randomize(cls(config_cls(**sizes, max_position_embeddings=128))).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config.pop("num_key_value_heads")
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    reference = _hf_load(tmp_path / "hf")
+    assert reference.config.num_key_value_heads == 32  # Qwen2Config's and Qwen3Config's default, not 64
+    import_hf(tmp_path / "hf", tmp_path / "ours")
+    ours = load_model(tmp_path / "ours")
+    ids = torch.randint(0, 97, (2, 20))
+    with torch.no_grad():
+        diff = (reference(ids).logits.float() - ours(ids).logits).abs().max().item()
+    assert diff < 1e-4

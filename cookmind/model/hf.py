@@ -296,6 +296,16 @@ def _rope_from_hf(d: dict[str, Any], path: Path) -> tuple[float, dict[str, Any] 
     )
 
 
+# What transformers' config classes (LlamaConfig, Qwen2Config, Qwen3Config; 4.x and 5.x alike) take for a key a
+# config.json leaves out, where that is not what cookmind would derive: Qwen2/Qwen3 take 32 key/value heads (not
+# num_attention_heads) and Qwen3 a head_dim of 128 (not hidden_size // num_attention_heads); Llama derives both.
+ABSENT_DEFAULTS: dict[str, dict[str, int]] = {
+    "llama": {},
+    "qwen2": {"num_key_value_heads": 32},
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128},
+}
+
+
 def from_hf_config(d: dict[str, Any], path: Path) -> CookMindConfig:
     """Translate a HF Llama/Qwen2/Qwen3 config.json dict into a CookMindConfig; unsupported options raise."""
     archs = d.get("architectures") or []
@@ -322,7 +332,10 @@ def from_hf_config(d: dict[str, Any], path: Path) -> CookMindConfig:
         raise HFInteropError(f"{path}: pretraining_tp={d['pretraining_tp']} is not supported")
     theta, rope_scaling = _rope_from_hf(d, path)
     heads = d["num_attention_heads"]
-    head_dim = d.get("head_dim") or d["hidden_size"] // heads
+    absent = ABSENT_DEFAULTS[family]  # a key left out of config.json means what transformers' config class says
+    kv_heads = d["num_key_value_heads"] if "num_key_value_heads" in d else absent.get("num_key_value_heads")
+    head_dim = d["head_dim"] if "head_dim" in d else absent.get("head_dim")
+    kv_heads, head_dim = kv_heads or heads, head_dim or d["hidden_size"] // heads  # null: derived, as there
     try:
         return CookMindConfig(
             vocab_size=d["vocab_size"],
@@ -330,7 +343,7 @@ def from_hf_config(d: dict[str, Any], path: Path) -> CookMindConfig:
             intermediate_size=d["intermediate_size"],
             num_hidden_layers=d["num_hidden_layers"],
             num_attention_heads=heads,
-            num_key_value_heads=d.get("num_key_value_heads") or heads,
+            num_key_value_heads=kv_heads,
             head_dim=None if head_dim * heads == d["hidden_size"] else head_dim,
             max_position_embeddings=d["max_position_embeddings"],
             rope_theta=theta,
