@@ -101,3 +101,21 @@ def test_ctrl_c_stops_the_pool_without_running_the_queued_shards(tmp_path):
     started = len(list(marks.iterdir()))
     assert started <= 4, f"{started} of {TASKS} tasks ran after Ctrl-C"
     assert waited < SLOW * 2, f"{waited:.1f} s from Ctrl-C to exit"
+
+
+def test_one_large_input_shows_its_documents_read_under_the_shard_bar(tmp_path, capsys, monkeypatch):
+    """One JSONL file is one shard: the shard bar sat at 0/1 for the whole stage; a second bar counts the documents
+    read, and is gone (its line cleared) when the shard is done."""
+    import json as _json
+
+    from cookmind.curate import executors
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.runner import run_pipeline
+
+    monkeypatch.setattr(executors, "DOC_BAR_SECONDS", 0, raising=False)  # draw every update, not every half second
+    src = tmp_path / "big.jsonl"
+    src.write_text("".join(_json.dumps({"text": f"Soup number {i} of the day."}) + "\n" for i in range(700)))
+    run_pipeline(CurateConfig(stages=[{"extract": {}}]), [str(src)], tmp_path / "out", progress=True)
+    err = capsys.readouterr().err
+    assert "documents: " in err and "700 docs" in err and "0/1" in err
+    assert not executors.INLINE["bars"] and not executors.INLINE["progress"]

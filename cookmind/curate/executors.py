@@ -15,6 +15,23 @@ from tqdm import tqdm
 
 from cookmind.pools import ignore_ctrl_c, pool_context
 
+# while LocalExecutor runs tasks in this process with a bar: document bars may be shown (and are closed after each)
+INLINE: dict = {"progress": False, "bars": []}
+
+
+def document_bar(docs, desc: str = "documents"):
+    """``docs`` counted on a second bar, under the shard bar, while a task runs inline with progress (one large
+    input file is one shard: the shard bar sat at 0/1 for the whole stage); ``docs`` itself otherwise (a worker
+    process's bar would write over the driver's)."""
+    if not INLINE["progress"]:
+        return docs
+    bar = tqdm(docs, desc=desc, unit=" docs", position=1, leave=False, mininterval=DOC_BAR_SECONDS)
+    INLINE["bars"].append(bar)  # closed when the task ends, an error too: before the error's line is printed
+    return bar
+
+
+DOC_BAR_SECONDS = 0.5  # the document bar's least time between redraws
+
 
 class LocalExecutor:
     """``workers`` processes (1: run inline, no process start-up cost)."""
@@ -28,9 +45,17 @@ class LocalExecutor:
         # closed on an error too: the error's line is printed after the bar's, not over it
         with tqdm(total=len(args_list), desc=desc, unit="shard", disable=not self.progress or not args_list) as bar:
             if self.workers == 1 or len(args_list) <= 1:
-                for i, args in enumerate(args_list):
-                    results[i] = fn(*args)
-                    bar.update(1)
+                INLINE["progress"] = not bar.disable
+                try:
+                    for i, args in enumerate(args_list):
+                        try:
+                            results[i] = fn(*args)
+                        finally:  # an error's line is printed after the document bar is gone, too
+                            while INLINE["bars"]:
+                                INLINE["bars"].pop().close()
+                        bar.update(1)
+                finally:
+                    INLINE["progress"] = False
             else:
                 n = min(self.workers, len(args_list))
                 with ProcessPoolExecutor(max_workers=n, mp_context=pool_context(), initializer=ignore_ctrl_c) as pool:

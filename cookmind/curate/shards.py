@@ -190,20 +190,22 @@ def iter_shard(
     where it is, as ``iter_located`` says, under ``source_key`` if given). ``need_text``: the input documents go to a
     first stage other than extract, and one without text (an HTML page) is an error naming it. ``stats``: a
     ``StageStats`` that counts the input documents whose bytes were not all UTF-8 (``count_bad_utf8``)."""
+    from cookmind.curate.executors import document_bar
+
     paths = [spec] if isinstance(spec, str) else spec
-    for path in paths:
-        for i, (doc, where) in enumerate(iter_located(path)):
-            count_bad_utf8(where, stats)
-            if need_text and not isinstance(spec, str) and "text" not in doc:
-                raise ValueError(
-                    f"{place(where)}: {'an HTML document' if 'html' in doc else 'a record without text'}, but the "
-                    "config's stages do not begin with extract, and the others read text: put extract first (it "
-                    "turns HTML into text and counts documents without any as removed)"
-                )
-            doc.setdefault("id", f"{path}#{i}")
-            if source_key and not isinstance(spec, str):
-                doc[source_key] = where
-            yield doc
+    located = ((path, i, doc, where) for path in paths for i, (doc, where) in enumerate(iter_located(path)))
+    for path, i, doc, where in document_bar(located):  # one bar for the shard, however many files it has
+        count_bad_utf8(where, stats)
+        if need_text and not isinstance(spec, str) and "text" not in doc:
+            raise ValueError(
+                f"{place(where)}: {'an HTML document' if 'html' in doc else 'a record without text'}, but the "
+                "config's stages do not begin with extract, and the others read text: put extract first (it "
+                "turns HTML into text and counts documents without any as removed)"
+            )
+        doc.setdefault("id", f"{path}#{i}")
+        if source_key and not isinstance(spec, str):
+            doc[source_key] = where
+        yield doc
 
 
 def place(where: dict) -> str:
