@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -116,10 +117,14 @@ def main(args) -> int:
 
     if args.out:  # before the model loads: an --out that names the data (or a file of yours) is refused
         out = Path(args.out)
-        check_output_file(out, [args.data], args.overwrite)  # first the file the user named, then the one beside it
+        read = _folders_read(args)
+        _refuse_out_in(out, read, args.task)
+        inputs = [args.data] + ([args.tokenizer] if args.tokenizer else [])  # a tokenizer.json given as a file
+        check_output_file(out, inputs, args.overwrite)  # first the file the user named, then the one beside it
         metrics_file = out.with_suffix(".metrics.json")
         try:
-            check_output_file(metrics_file, [args.data], args.overwrite)
+            _refuse_out_in(metrics_file, read, args.task)
+            check_output_file(metrics_file, inputs, args.overwrite)
         except (FileExistsError, IsADirectoryError, ValueError) as exc:  # named as the file beside --out
             if isinstance(exc, FileExistsError):
                 why = "already exists; choose another --out or pass --overwrite"
@@ -214,6 +219,66 @@ def main(args) -> int:
     if args.out:
         write_json(Path(args.out).with_suffix(".metrics.json"), metrics)
     return 0
+
+
+def _folders_read(args) -> list[tuple[Path, str, Path]]:
+    """(folder, what it is, where to suggest writing instead) of each folder the command reads files from: the
+    model's (a run's newest checkpoint, as the loader takes it), --tokenizer's, and --data when it is a folder."""
+    import warnings
+
+    from cookmind.model import resolve_model_dir
+
+    read = []
+    with warnings.catch_warnings():  # a checkpoint passed over is named when the model loads, not twice
+        warnings.simplefilter("ignore")
+        model = resolve_model_dir(args.model) if args.model else None
+    if model is not None and (model / "config.json").is_file():
+        beside = model.parent.parent if model.parent.name == "checkpoints" else model.parent  # the run, if any
+        read.append((model, "the model folder", beside))
+        base = _lora_base(model)
+        if base is not None:  # a sharded LoRA checkpoint's adapter is merged onto its base: read too
+            beside = base.parent.parent if base.parent.name == "checkpoints" else base.parent
+            read.append((base, "the base model folder of its LoRA adapter (train.init_from)", beside))
+    for flag, given in (("--tokenizer", args.tokenizer), ("--data", args.data)):
+        if given and Path(given).is_dir():
+            read.append((Path(given), f"the {flag} folder", Path(given).parent))
+    return read
+
+
+def _lora_base(model: Path) -> Path | None:
+    """The base model folder a sharded LoRA checkpoint (its dcp/ holds the adapter only) is merged onto when it
+    loads: its meta.json's train.init_from, as the loader resolves it; None for any other model."""
+    import warnings
+
+    from cookmind.model import resolve_model_dir
+    from cookmind.model.sharded_layout import is_sharded_checkpoint
+
+    if not is_sharded_checkpoint(model):
+        return None
+    try:
+        run = json.loads((model / "meta.json").read_text())["config"]
+        base = run["train"]["init_from"] if run["lora"]["enabled"] else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not base:
+        return None
+    with warnings.catch_warnings():  # a checkpoint passed over is named when the model loads, not twice
+        warnings.simplefilter("ignore")
+        found = resolve_model_dir(base)
+    return found if found.is_dir() else None
+
+
+def _refuse_out_in(out: Path, read: list[tuple[Path, str, Path]], task: str) -> None:
+    """ValueError when ``out`` is or lies in a folder the command reads: writing there replaces a file it reads
+    (the weights, the tokenizer, a CSV of the data) or adds one it would read next time."""
+    where = Path(os.path.abspath(out))
+    name = out.name if out.suffix == ".jsonl" else f"{task}.jsonl"  # not model.safetensors, where it points
+    for folder, what, beside in read:
+        if where.is_relative_to(os.path.abspath(folder)):
+            raise ValueError(
+                f"--out {out} is in {folder}, {what} this command reads; writing there would replace or add to its "
+                f"files; choose an --out outside it, e.g. {beside / name}"
+            )
 
 
 def _share(part: int, whole: int) -> str:
