@@ -125,7 +125,7 @@ def test_checkpoints_record_each_files_sha256_and_refuse_a_damaged_one(tmp_path)
     for load in (
         lambda: load_checkpoint(newest, _model(), AdamW(_model().parameters())),
         lambda: load_model(newest),
-        lambda: export_hf(newest, tmp_path / "hf"),
+        lambda: export_hf(newest, tmp_path.with_name(tmp_path.name + "-hf")),  # not among the step_N folders
     ):
         with pytest.raises(ModelLoadError, match=damaged):
             load()

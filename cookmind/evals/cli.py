@@ -114,11 +114,13 @@ def main(args) -> int:
     from cookmind.atomic import check_output_file, write_json, write_jsonl
     from cookmind.device import resolve_device
     from cookmind.infer.loading import load_for_inference
+    from cookmind.run_layout import refuse_output_in_checkpoints
 
     if args.out:  # before the model loads: an --out that names the data (or a file of yours) is refused
         out = Path(args.out)
         read = _folders_read(args)
         _refuse_out_in(out, read, args.task)
+        refuse_output_in_checkpoints(out, "--out")  # an older checkpoint's folder: pruned with it
         inputs = [args.data] + ([args.tokenizer] if args.tokenizer else [])  # a tokenizer.json given as a file
         check_output_file(out, inputs, args.overwrite)  # first the file the user named, then the one beside it
         metrics_file = out.with_suffix(".metrics.json")

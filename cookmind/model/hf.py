@@ -176,7 +176,11 @@ def _mark(folder: Path, mark: str, command: str, source: Path) -> None:
 
 
 def _check_out(out: Path, overwrite: bool, is_ours, what: str) -> None:
-    """Refuse ``out`` before any work unless it is absent, or ``overwrite`` and a ``what`` holding only its files."""
+    """Refuse ``out`` before any work unless it is absent, or ``overwrite`` and a ``what`` holding only its files;
+    never in a run's checkpoints folder, where training prunes it or takes it for the run's newest checkpoint."""
+    from cookmind.run_layout import refuse_output_in_checkpoints
+
+    refuse_output_in_checkpoints(out, error=HFInteropError)
     try:
         check_replaceable(out, overwrite, is_ours, what, _own_file)
     except FileExistsError as exc:

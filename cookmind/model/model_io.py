@@ -18,6 +18,7 @@ from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.sharded_layout import DCP_DIR, ShardedCheckpointError, dcp_dir, is_sharded_checkpoint
 from cookmind.model.wrappers import unwrap
+from cookmind.run_layout import STEP_DIR
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -79,7 +80,7 @@ class CheckpointWarning(UserWarning):
     """A checkpoint was passed over (damaged, or saved by a diverged run) for an older one."""
 
 
-_STEP_DIR = re.compile(r"^step_(\d+)$")
+_STEP_DIR = STEP_DIR  # one spelling of step_N for every command
 META_NAME = "meta.json"  # a training checkpoint's last-written file: its presence marks a complete one
 OPTIMIZER_NAME = "optimizer.pt"
 SHA256_KEY = "sha256"  # meta.json: {file name: SHA-256 hex} of the files a save wrote beside it ("dcp/NAME": a shard)

@@ -228,6 +228,11 @@ def pack(
                 f"--val-out {val_out} and --out {out}: one store inside the other; give them sibling folders "
                 "(e.g. data/train and data/val)"
             )
+    from cookmind.run_layout import refuse_output_in_checkpoints
+
+    for flag, target in (("--out", out), ("--val-out", val_out)):  # where training would prune or replace it
+        if target is not None:
+            refuse_output_in_checkpoints(target, flag, PackError)
     inputs = [Path(p) for p in inputs]
     for p in inputs:
         if refusal := text_input.pipe_refusal(p, "pack reads each input more than once (its kind, then its items)"):

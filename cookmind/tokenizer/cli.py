@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cookmind import text_input
 from cookmind.atomic import building_dir, check_output_file, check_replaceable, write_text, writing
+from cookmind.run_layout import refuse_output_in_checkpoints
 from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS
 from cookmind.tokenizer.errors import TokenizerError
 
@@ -143,7 +144,9 @@ _REPLACEABLE = {"is_ours": _has_tokenizer, "what": "tokenizer folder", "own_file
 
 
 def check_out(out: Path, overwrite: bool, inputs=()) -> None:
-    """Refuse an --out that holds anything but an empty folder, unless --overwrite and it is one of our tokenizers."""
+    """Refuse an --out that holds anything but an empty folder, unless --overwrite and it is one of our tokenizers,
+    or that lies in a run's checkpoints folder."""
+    refuse_output_in_checkpoints(out, "--out", TokenizerError)
     for p in inputs:
         if p and Path(p).resolve().is_relative_to(out.resolve()):
             raise TokenizerError(f"input {p} lies inside --out {out}, which would be replaced; choose another --out")
@@ -293,6 +296,7 @@ def _export(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise TokenizerError(f"--out {out} is a file; export writes its files into a folder: name a folder")
+    refuse_output_in_checkpoints(out, "--out", TokenizerError)  # into a checkpoint: its own tokenizer replaced
     tok = Tokenizer.load(args.tokenizer)
     if args.format == "hf":
         files = {

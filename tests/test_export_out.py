@@ -1,0 +1,79 @@
+"""Folders commands write (export/import --hf, tokenizer train/import/export, pack, eval --out) never go inside a
+training run's checkpoints folder, where training prunes, deletes and picks "the newest checkpoint"."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from lm_fixtures import CORPUS, tiny_lm
+
+from cookmind.cli import main
+from cookmind.model import save_model
+from cookmind.model.model_io import latest_checkpoint
+
+
+@pytest.fixture
+def run(tmp_path, tok_dir):
+    """runs/x: a run (config.yaml) with one checkpoint, step 10, holding its tokenizer."""
+    step = tmp_path / "runs" / "x" / "checkpoints" / "step_00000010"
+    save_model(step, tiny_lm(vocab_size=320, max_position_embeddings=64))  # tok_dir: 320 tokens
+    for name in ("cookmind_tokenizer.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tok_dir / name, step / name)
+    (tmp_path / "runs" / "x" / "config.yaml").write_text("train: {}\n")
+    return step
+
+
+def _refused(argv, capsys, out, stage):
+    assert main(argv) == 2, argv
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind {stage}: error: ") and err.count("\n") == 1, err
+    assert "checkpoints folder" in err and "checkpoint.keep_last" in err, err
+    assert not out.exists(), out
+    return err
+
+
+def test_export_and_import_refuse_an_out_in_a_runs_checkpoints_folder_and_say_where_instead(run, capsys):
+    """`export --hf runs/x runs/x/checkpoints/step_00000020` wrote an export that the next load took as the run's
+    newest checkpoint, and one in step_N/sub or checkpoints/hf sat where keep_last pruning and train --overwrite
+    delete. Each is refused in one line naming a folder beside the run instead."""
+    runs, ckpts = run.parents[2], run.parent
+    for out in (run / "sub", ckpts / "hf", ckpts / "step_00000020"):
+        err = _refused(["export", "--hf", str(runs / "x"), str(out)], capsys, out, "export")
+        assert f"e.g. {runs / ('x-' + out.name)}" in err, err
+    assert latest_checkpoint(runs / "x") == run  # still the run's own step 10
+    assert main(["export", "--hf", str(runs / "x"), str(runs / "x-hf")]) == 0  # beside the run: written
+    capsys.readouterr()
+    out = ckpts / "step_00000030"
+    err = _refused(["import", "--hf", str(runs / "x-hf"), str(out)], capsys, out, "import")
+    assert f"e.g. {runs / 'x-step_00000030'}" in err
+    assert latest_checkpoint(runs / "x") == run
+
+
+def test_tokenizer_pack_and_eval_outputs_in_a_runs_checkpoints_folder_are_refused(run, tmp_path, tok_dir, capsys):
+    ckpts = run.parent
+    before = (run / "tokenizer.json").read_bytes()
+    tok_json = tmp_path / "tok.json"
+    shutil.copy(tok_dir / "tokenizer.json", tok_json)
+    (tmp_path / "c.txt").write_text(CORPUS)
+    out = ckpts / "tok"
+    argv = ["tokenizer", "import", "--tokenizer-json", str(tok_json), "--out", str(out)]
+    _refused(argv, capsys, out, "tokenizer import")
+    argv = ["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size", "300", "--out", str(out)]
+    _refused([*argv, "--quiet"], capsys, out, "tokenizer train")
+    out = run / "hf"  # into the checkpoint itself: --overwrite replaced its tokenizer.json
+    argv = ["tokenizer", "export", "--tokenizer", str(tok_dir), "--out", str(run), "--format", "hf", "--overwrite"]
+    _refused(argv, capsys, out, "tokenizer export")
+    assert (run / "tokenizer.json").read_bytes() == before
+    out = ckpts / "data"
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "c.txt")]
+    _refused([*argv, "--out", str(out)], capsys, out, "pack")
+    out = ckpts / "eval.jsonl"
+    _refused(["eval", "ppl", str(run), "--data", str(tmp_path / "c.txt"), "--out", str(out)], capsys, out, "eval ppl")
+
+
+def test_a_folder_named_checkpoints_that_is_no_runs_takes_an_export(tmp_path):
+    """A user's own folder called checkpoints (no step_N folders, no run's config.yaml beside it) is no run's."""
+    save_model(tmp_path / "m", tiny_lm(max_position_embeddings=64))
+    assert main(["export", "--hf", str(tmp_path / "m"), str(tmp_path / "checkpoints" / "m-hf")]) == 0
+    assert (tmp_path / "checkpoints" / "m-hf" / "model.safetensors").is_file()
