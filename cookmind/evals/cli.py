@@ -210,6 +210,13 @@ def main(args) -> int:
             "them end",
             file=sys.stderr,
         )
+    if metrics.get("num_no_letter"):
+        print(
+            f"cookmind eval {args.task}: {metrics['num_no_letter']} of {metrics['num_questions']} answers named no "
+            "letter A-D that could be read (num_no_letter) and were graded wrong (an --out record's no_letter says "
+            "which); --scoring letter scores each question by its likeliest letter instead",
+            file=sys.stderr,
+        )
     if metrics.get("subjects_not_scored"):
         lost = metrics["subjects_not_scored"]
         print(

@@ -145,7 +145,9 @@ def evaluate_mmlu(
     """Accuracy per subject, macro average (mean of subjects) and micro average (mean of questions).
 
     A question whose prompt (with its longest option) does not fit the model's context is not
-    scored: it is counted in ``num_skipped_too_long`` and left out of the accuracies.
+    scored: it is counted in ``num_skipped_too_long`` and left out of the accuracies. ``generate`` also counts the
+    answers that name no letter (``num_no_letter``, each record's ``no_letter``; graded wrong) and the share that
+    name one (``format_rate``).
     """
     if scoring not in SCORINGS:
         raise ValueError(f"unknown MMLU scoring {scoring!r}; choose one of {SCORINGS}")
@@ -205,6 +207,7 @@ def evaluate_mmlu(
                     "correct": p == r["answer"],
                     "output": t,
                     "scores": sc,
+                    **({"no_letter": p is None} if scoring == "generate" else {}),  # graded wrong, as GSM8K's format
                 }
             )
         bar.update(len(part))
@@ -224,6 +227,10 @@ def evaluate_mmlu(
         "per_subject": subject_acc,
         "num_subjects": len(subject_acc),
     }
+    if scoring == "generate":  # an answer naming no letter is graded wrong: say how many, as GSM8K's format_rate
+        no_letter = sum(r["no_letter"] for r in records)
+        metrics["num_no_letter"] = no_letter
+        metrics["format_rate"] = 1 - no_letter / max(1, len(records))
     if skipped:
         metrics["skipped_per_subject"] = dict(sorted(Counter(r["subject"] for r in skipped_records).items()))
         metrics["subjects_not_scored"] = [s for s in subjects if s not in subject_acc]
