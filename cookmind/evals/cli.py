@@ -136,10 +136,11 @@ def main(args) -> int:
                 why = str(exc).removeprefix(f"--out {metrics_file} ")
             raise type(exc)(f"--out {out}: the metrics file beside it, {metrics_file}, {why}") from None
     device = str(resolve_device(args.device))  # the checkpoint's dtype: scores as trained, on either device
-    # the data before the model: a wrong --data is said at once, not after a model has loaded
+    # the flags and the data before the model: a wrong one is said at once, not after a model has loaded
     if args.task == "gsm8k":
-        from cookmind.evals.gsm8k import load_gsm8k
+        from cookmind.evals.gsm8k import check_options, load_gsm8k
 
+        check_options(args.template, args.num_samples, args.k, args.temperature)
         problems = load_gsm8k(args.data, args.limit)
     elif args.task == "mmlu":
         from cookmind.evals.mmlu import load_mmlu
@@ -148,6 +149,7 @@ def main(args) -> int:
     else:
         from cookmind.evals.perplexity import require_data
 
+        _check_window(args.window, args.stride, _context_in_config(args.model))
         require_data(args.data, args.max_bytes, args.max_windows, args.stride, args.text_field)
     progress = not args.quiet
     model, tokenizer = load_for_inference(
@@ -178,7 +180,9 @@ def main(args) -> int:
         from cookmind.evals.gsm8k import context_length
         from cookmind.evals.perplexity import evaluate_data
 
+        given_window = args.window
         args.window = args.window or context_length(model) or 256
+        _check_window(given_window, args.stride, context_length(model), args.window)  # a context config.json hid
         rows = []
         metrics = evaluate_data(
             model,
@@ -228,6 +232,46 @@ def main(args) -> int:
     if args.out:
         write_json(Path(args.out).with_suffix(".metrics.json"), metrics)
     return 0
+
+
+def _context_in_config(model) -> int | None:
+    """The model's context (max_position_embeddings) as its config.json says, read before the model loads; None
+    when it does not say (the check after loading catches what this misses)."""
+    import warnings
+
+    from cookmind.model import resolve_model_dir
+
+    try:
+        with warnings.catch_warnings():  # a checkpoint passed over is named when the model loads, not twice
+            warnings.simplefilter("ignore")
+            n = json.loads((resolve_model_dir(model) / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def _check_window(window: int | None, stride: int | None, context: int | None, default: int | None = None) -> None:
+    """ValueError naming --window/--stride when the window exceeds the model's context or the stride the window
+    (tokens between windows would go unscored). ``window`` is --window as given; without it the window is the
+    context (``default`` once the model has loaded)."""
+    if window is not None and context is not None and window > context:
+        raise ValueError(
+            f"--window {window} exceeds the model's context of {context} tokens (positions past it are meaningless); "
+            f"use --window {context} or less, or leave --window out (the context)"
+        )
+    size = window or context or default
+    if stride is None or size is None or stride <= size:
+        return
+    if window is not None:
+        longer = f", or --window {stride} or more" if context is None or stride <= context else ""
+        raise ValueError(
+            f"--stride {stride} is longer than --window {window}: the tokens between windows would go unscored; "
+            f"give --stride {window} or less{longer}"
+        )
+    raise ValueError(
+        f"--stride {stride} is longer than the window, {size} tokens (--window's default: the model's context): the "
+        f"tokens between windows would go unscored; give --stride {size} or less"
+    )
 
 
 def _folders_read(args) -> list[tuple[Path, str, Path]]:

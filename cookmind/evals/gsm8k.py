@@ -7,6 +7,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cookmind.align.prompts import (
+    PROMPTS,
     R1_ZERO_STOP,
     decode_response,
     encode_prompt,
@@ -90,6 +91,28 @@ def reward_fn_for(template: str):
     return reward_fn_for_template(template)
 
 
+def check_options(template: str, num_samples: int, ks, temperature: float) -> None:
+    """ValueError naming the flag when --template, --num-samples, --k and --temperature cannot work together: what
+    `cookmind eval gsm8k` checks before it loads the model."""
+    if temperature <= 0 and num_samples > 1:
+        raise ValueError(
+            f"--num-samples {num_samples} with greedy decoding (--temperature 0) gives the same answer every time; "
+            "set --temperature > 0 (e.g. 0.7)"
+        )
+    too_many = [k for k in ks if not 1 <= k <= num_samples]
+    if too_many:
+        raise ValueError(
+            f"--k {too_many[0]}: pass@{too_many[0]} needs 1..{num_samples} samples a problem (--num-samples); raise "
+            f"--num-samples (with --temperature > 0) or drop {', '.join(map(str, too_many))} from --k"
+        )
+    if template != "chat" and template not in PROMPTS and "{question}" not in template:
+        names = ["chat", *sorted(PROMPTS)]
+        raise ValueError(
+            f"--template {template!r} is neither one of {names} nor a string with {{question}}; name one, or put "
+            "{question} where the question goes"
+        )
+
+
 def evaluate_gsm8k(
     model,
     tokenizer,
@@ -113,17 +136,7 @@ def evaluate_gsm8k(
     it is counted in ``num_skipped_too_long``, left out of the scores, and its record says why.
     Greedy decoding (temperature 0) with num_samples > 1 would repeat itself, so it is refused.
     """
-    if temperature <= 0 and num_samples > 1:
-        raise ValueError(
-            f"--num-samples {num_samples} with greedy decoding (--temperature 0) gives the same answer every time; "
-            "set --temperature > 0 (e.g. 0.7)"
-        )
-    too_many = [k for k in ks if not 1 <= k <= num_samples]
-    if too_many:
-        raise ValueError(
-            f"--k {too_many[0]}: pass@{too_many[0]} needs 1..{num_samples} samples a problem (--num-samples); raise "
-            f"--num-samples (with --temperature > 0) or drop {', '.join(map(str, too_many))} from --k"
-        )
+    check_options(template, num_samples, ks, temperature)
     problems = [as_problem(p) for p in problems]
     reward_fn = reward_fn_for(template)
     if stop_strings is None:

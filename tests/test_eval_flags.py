@@ -1,0 +1,62 @@
+"""`cookmind eval`: flags that cannot work together are refused before the model loads, naming them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from lm_fixtures import tiny_lm
+
+from cookmind.cli import main
+from cookmind.model import save_model
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Loading the model fails the test: every refusal here must come first."""
+    import cookmind.infer.loading
+
+    def load(*a, **k):
+        raise AssertionError("the model was loaded before the flags were checked")
+
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", load)
+
+
+def _error(argv, capsys):
+    assert main(argv) == 2, argv
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_ppl_stride_longer_than_the_window_is_refused_before_the_model_loads(tmp_path, no_model_load, capsys):
+    """`eval ppl --stride 300 --window 256` said 'perplexity: stride 300 must be in 1..window (256)' once the model
+    had loaded, naming neither flag nor what to change. Without --window the window is the model's context, read
+    from its config.json (128 here): a --stride or --window beyond it is refused the same way."""
+    model = tmp_path / "m"
+    save_model(model, tiny_lm(max_position_embeddings=128))
+    (tmp_path / "t.txt").write_text("some text to score " * 20)
+    argv = ["eval", "ppl", str(model), "--data", str(tmp_path / "t.txt"), "--quiet"]
+    err = _error([*argv, "--window", "100", "--stride", "120"], capsys)
+    assert err.startswith("cookmind eval ppl: error: --stride 120 is longer than --window 100"), err
+    assert "give --stride 100 or less, or --window 120 or more" in err, err
+    err = _error([*argv, "--stride", "200"], capsys)  # the window defaults to the context, 128 tokens
+    assert err.startswith("cookmind eval ppl: error: --stride 200 is longer than the window, 128 tokens"), err
+    assert "give --stride 128 or less" in err and "--window 200 or more" not in err, err  # 200 > the context
+    err = _error([*argv, "--window", "200"], capsys)
+    assert err.startswith("cookmind eval ppl: error: --window 200 exceeds the model's context of 128 tokens"), err
+    assert "--window 128 or less" in err, err
+
+
+def test_gsm8k_sampling_and_template_flags_are_refused_before_the_model_loads(tmp_path, no_model_load, capsys):
+    """--num-samples > 1 at temperature 0, a --k beyond --num-samples and a --template with no {question} were each
+    refused only after the model had loaded (a model folder that does not exist was named first)."""
+    data = tmp_path / "g.jsonl"
+    data.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
+    argv = ["eval", "gsm8k", str(tmp_path / "no-model"), "--data", str(data), "--quiet"]
+    err = _error([*argv, "--num-samples", "2"], capsys)
+    assert err.startswith("cookmind eval gsm8k: error: --num-samples 2 with greedy decoding (--temperature 0)"), err
+    err = _error([*argv, "--num-samples", "2", "--temperature", "0.7", "--k", "1", "4"], capsys)
+    assert err.startswith("cookmind eval gsm8k: error: --k 4: pass@4 needs 1..2 samples"), err
+    err = _error([*argv, "--template", "Q: no placeholder"], capsys)
+    assert err.startswith("cookmind eval gsm8k: error: --template 'Q: no placeholder' is neither one of"), err
