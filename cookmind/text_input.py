@@ -13,6 +13,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 
 BOM = "\ufeff"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -105,6 +106,17 @@ def pipe_refusal(path: str | os.PathLike, why: str) -> str | None:
         f"input {os.fspath(path)} is a pipe, not a regular file, and {why}; write it to a file first "
         "(e.g. `zcat a.txt.gz > a.txt`) and name that"
     )
+
+
+def refuse_a_second_naming(seen: dict, path: Path, named: str, what: str) -> None:
+    """Note input file ``path`` (``named`` as the user named it) in ``seen``; refuse it if noted already (named twice:
+    directly, by another spelling, or through its folder), as its ``what`` would be read twice."""
+    key = Path(path).resolve()
+    if key in seen:
+        raise ValueError(
+            f"input {named} is the same file as {seen[key]}: its {what} would be read twice; name each file once"
+        )
+    seen[key] = named
 
 
 def utf8_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:

@@ -89,13 +89,7 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
             )
         for f in files:
             named = str(f) if f is path else f"{f} (in the folder {path})"
-            key = f.resolve()
-            if key in seen:
-                raise ValueError(
-                    f"input {named} is the same file as {seen[key]}: its documents would be read twice; "
-                    "name each file once"
-                )
-            seen[key] = named
+            text_input.refuse_a_second_naming(seen, f, named, "documents")
             if kind_of(f) in ("html", "text"):
                 loose.append(str(f))
             else:

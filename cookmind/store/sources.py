@@ -205,12 +205,6 @@ def expand_inputs(inputs) -> list[Path]:
                 )
             files = [(p, f"{p} (in the folder {path})") for p in shards]
         for p, named in files:
-            key = p.resolve()
-            if key in seen:
-                raise ValueError(
-                    f"input {named} is the same file as {seen[key]}: its records would be read twice; "
-                    "name each file once"
-                )
-            seen[key] = named
+            text_input.refuse_a_second_naming(seen, p, named, "records")
             out.append(p)
     return out
