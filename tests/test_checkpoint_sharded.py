@@ -724,6 +724,19 @@ def test_resuming_a_sharded_lora_run_whose_base_run_trained_on_refuses_naming_th
     assert _train(store, tmp_path / "run", *more, *lora)["steps"] == 3
 
 
+def test_resuming_a_sharded_lora_run_over_a_model_the_caller_built_from_other_weights_is_refused(tmp_path, store):
+    from cookmind.model import save_model
+
+    torch.manual_seed(5)
+    save_model(tmp_path / "base", tiny_lm())
+    lora = ["lora.enabled=true", "lora.r=4", "lora.alpha=8", "checkpoint.format=sharded"]
+    _train(store, tmp_path / "run", "train.max_steps=2", f"train.init_from={tmp_path / 'base'}", *lora)
+    more = _overrides(store, tmp_path / "run", "train.micro_batch_size=4", "train.max_steps=3", *lora)
+    cfg = TrainConfig.load("tiny-cpu", [*more, "checkpoint.resume=auto"])
+    with pytest.raises(ValueError, match="trained on other base weights than the model given holds"):
+        Trainer(cfg, model=tiny_lm())  # the same shapes, other weights
+
+
 def test_serving_a_sharded_lora_run_on_another_base_warns_as_the_full_formats_does(tmp_path, store):
     from cookmind.infer.loading import load_adapters
     from cookmind.model import save_model

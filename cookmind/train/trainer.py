@@ -286,9 +286,8 @@ class Trainer:
             self.objective = objective if objective is not None else B.build_objective(cfg, self)
             self.train_type = cfg.data.train_type or self.objective.train_type
             self.data_stats: dict[str, int] = {}  # sft/dpo/grpo records cut or dropped: metrics.jsonl, summary, report
-            self.summary_stats: dict[
-                str, int
-            ] = {}  # seq tokens in no window, validation batches scored: summary, report
+            # seq tokens in no window, validation batches scored: summary, report
+            self.summary_stats: dict[str, int] = {}
             self.data_stores: dict[str, dict[str, str]] = {}  # "train"/"val" -> the store's path and fingerprint
             self.train_loader = self._loader(train_dataset, cfg.data.train_path, shuffle=cfg.data.shuffle, train=True)
             self.val_loader = self._loader(val_dataset, cfg.data.val_path, shuffle=False, train=False)
@@ -1271,6 +1270,11 @@ class Trainer:
             return
         with stop_together(self.dist, "start"):
             base = self.cfg.train.init_from
+            if not base:  # a model the caller built
+                raise ValueError(
+                    f"checkpoint.resume: {path}'s LoRA adapter was trained on other base weights than the model "
+                    f"given holds (they differ at {where}): give the base it trained on"
+                )
             base_dir = resolve_model_dir(base)
             found = base_checkpoint_trained_on(Path(base_dir), recorded)
             fix = (
