@@ -59,11 +59,27 @@ class _NamedGzip(gzip.GzipFile):
     def peek(self, n):
         return self._named(super().peek, n)
 
+    def close(self):
+        raw = self.fileobj  # ours: opened by open_bytes, which GzipFile would leave open
+        try:
+            super().close()
+        finally:
+            if raw is not None:
+                raw.close()
+
 
 def open_bytes(path: str | os.PathLike):
-    """A user's input file opened for reading bytes, decompressed if it is gzip (``is_gzip``); a gzip file cut short,
-    damaged or not gzip at all is a ValueError naming it when read."""
-    return _NamedGzip(os.fspath(path), "rb") if is_gzip(path) else open(path, "rb")
+    """A user's input file opened for reading bytes, decompressed if it is gzip (its ``.gz`` suffix or, whatever its
+    name, its first two bytes); a gzip file cut short, damaged or not gzip at all is a ValueError naming it when
+    read. The file is opened once, so a pipe (``--data <(zcat ...)``) reads as a file does: the first bytes are
+    peeked, not read by a second opening."""
+    raw = open(path, "rb")
+    try:
+        gz = os.fspath(path).lower().endswith(".gz") or raw.peek(2)[:2] == GZIP_MAGIC
+    except BaseException:
+        raw.close()
+        raise
+    return _NamedGzip(filename=os.fspath(path), mode="rb", fileobj=raw) if gz else raw
 
 
 def parquet_rows(path: str | os.PathLike) -> Iterator[dict]:

@@ -74,3 +74,14 @@ def test_pack_and_curate_name_a_pipe_input_as_a_pipe_not_a_missing_file(tmp_path
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "in.txt is a pipe" in err and "does not exist" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_eval_gsm8k_reads_its_problems_from_a_pipe(tmp_path):
+    # `cookmind eval gsm8k --data <(zcat test.jsonl.gz)` was "GSM8K file /dev/fd/63 not found" (Path.is_file)
+    from cookmind.evals.gsm8k import load_gsm8k
+
+    rows = [{"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}, {"question": "1+1?", "answer": "#### 2"}]
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    with fifo_with(tmp_path / "gsm8k.fifo", data) as path:
+        problems = load_gsm8k(path)
+    assert [p["question"] for p in problems] == ["What is 2 + 3?", "1+1?"]

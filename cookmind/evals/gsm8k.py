@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from cookmind import text_input
 from cookmind.align.prompts import (
     PROMPTS,
     R1_ZERO_STOP,
@@ -35,7 +36,7 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
             + (f", e.g. {example}" if example else " (e.g. GSM8K's test.jsonl)")
             + (f"; the folder looks like an MMLU root: `cookmind eval mmlu --data {path}`" if mmlu else "")
         )
-    if not Path(path).is_file():
+    if not text_input.readable_as_file(path):  # a pipe is read too (`--data <(zcat test.jsonl.gz)`)
         raise FileNotFoundError(
             f"GSM8K file {path} not found; pass --data PATH to a JSONL of "
             '{"question": ..., "answer": "... #### N"} records (e.g. GSM8K\'s test.jsonl)'
