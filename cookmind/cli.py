@@ -182,7 +182,8 @@ def warnings_as_lines(stage: str) -> None:
 
     def one_line(message, category, filename, lineno, line=None):
         if os.path.abspath(filename).startswith(package):
-            return f"cookmind {stage}: warning: {message}\n"
+            # a library warning that names its stage ("curate: ...") has it named once, after "cookmind STAGE"
+            return f"cookmind {stage}: warning: {str(message).removeprefix(f'{stage}: ')}\n"
         return python_format(message, category, filename, lineno, line)
 
     one_line.replaced = python_format

@@ -366,6 +366,22 @@ def test_a_folder_gives_its_documents_and_counts_the_files_it_leaves_out(tmp_pat
     assert plan_input_shards([site / "LICENSE"]) == [[str(site / "LICENSE")]]  # named alone: read as text
 
 
+def test_a_warning_that_names_its_stage_is_printed_with_the_stage_once(tmp_path):
+    # the CLI printed "cookmind curate: warning: curate: 1 files in the input folders are not documents ..."
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "page.html").write_text("<html><body><p>A page about soup and bread and tea.</p></body></html>")
+    (site / "logo.png").write_bytes(b"\x00not a document")
+    cmd = [sys.executable, "-m", "cookmind", "curate", "run", "--input", str(site), "--output", str(tmp_path / "o")]
+    done = subprocess.run([*cmd, "--quiet"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if "warning:" in line]
+    assert said and said[0].startswith("cookmind curate: warning: 1 files in the input folders are not documents")
+
+
 def test_cli_crawl_run_and_bad_config(tmp_path, capsys):
     from cookmind.cli import main
 
