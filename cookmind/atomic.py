@@ -267,10 +267,14 @@ def check_output_file(
     out: str | os.PathLike, inputs: Iterable[str | os.PathLike], overwrite: bool, flag: str = "--out"
 ) -> None:
     """Refuse a file output that is one of ``inputs`` (writing it would destroy that input, even with
-    ``overwrite``) or that already exists without ``overwrite``; call it before the command does any work."""
+    ``overwrite``), that lies in a training run's checkpoints folder, or that already exists without ``overwrite``;
+    call it before the command does any work."""
+    from cookmind.run_layout import refuse_output_in_checkpoints
+
     out = Path(out)
     if out.is_dir():
         raise IsADirectoryError(f"{flag} {out} is a directory; name a file")
+    refuse_output_in_checkpoints(out, flag)  # where training prunes and deletes (checkpoint.keep_last)
     for p in inputs:
         if out.exists() and Path(p).exists() and os.path.samefile(out, p):
             raise ValueError(f"{flag} {out} is also the input {p}; writing it would destroy it; choose another {flag}")

@@ -77,3 +77,16 @@ def test_a_folder_named_checkpoints_that_is_no_runs_takes_an_export(tmp_path):
     save_model(tmp_path / "m", tiny_lm(max_position_embeddings=64))
     assert main(["export", "--hf", str(tmp_path / "m"), str(tmp_path / "checkpoints" / "m-hf")]) == 0
     assert (tmp_path / "checkpoints" / "m-hf" / "model.safetensors").is_file()
+
+
+def test_encode_and_curate_outputs_in_a_runs_checkpoints_folder_are_refused(run, tmp_path, tok_dir, capsys):
+    # the kind left after the folder outputs: a file output (tokenizer encode --output) and curate run's --output
+    # went into a checkpoint, where keep_last pruning then kept that checkpoint with a warning or deleted the output
+    out = run / "ids.bin"
+    argv = ["tokenizer", "encode", "--tokenizer", str(tok_dir), "--text", "hi", "--output", str(out)]
+    _refused(argv, capsys, out, "tokenizer encode")
+    (tmp_path / "web").mkdir()
+    (tmp_path / "web" / "a.html").write_text("<html><body><p>A page about soup and bread.</p></body></html>")
+    out = run.parent / "clean"
+    argv = ["curate", "run", "--input", str(tmp_path / "web"), "--output", str(out), "--quiet"]
+    _refused(argv, capsys, out, "curate run")

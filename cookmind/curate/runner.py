@@ -269,7 +269,11 @@ def _bad_utf8_note(first: StageStats) -> str | None:
 
 def _check_output_apart(inputs: list[str], output: Path) -> None:
     """Refuse an output folder that is, holds or lies inside an input: shard-NNNNN outputs would replace input
-    files of that name, and a folder input is read whole, so a rerun would read its own output."""
+    files of that name, and a folder input is read whole, so a rerun would read its own output; and one in a
+    training run's checkpoints folder, where training prunes and deletes."""
+    from cookmind.run_layout import refuse_output_in_checkpoints
+
+    refuse_output_in_checkpoints(output, "--output")
     out = output.resolve()
     for raw in inputs:
         p = Path(raw).resolve()
