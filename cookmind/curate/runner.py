@@ -360,8 +360,9 @@ def _recorded(run_json: Path) -> list[str]:
 
 def _inputs_differ(then: list[str], now: list[str]) -> str:
     """How this run's input files differ from the recorded run's: a file new or gone, or only their order."""
-    new = [f for f in now if f not in set(then)]
-    gone = [f for f in then if f not in set(now)]
+    then_set, now_set = set(then), set(now)  # once: a crawl names thousands of files
+    new = [f for f in now if f not in then_set]
+    gone = [f for f in then if f not in now_set]
     if not new and not gone and len(then) == len(now):
         return f"the same {len(now)} files in another order (shards are numbered in it)"
     which = f"{new[0]} is new" if new else f"{gone[0]} is gone" if gone else "a file is named twice"
