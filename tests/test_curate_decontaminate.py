@@ -187,3 +187,23 @@ def test_default_config_shows_a_working_decontaminate_entry(tmp_path, capsys):
     cfg["stages"].append(entry)
     built = CurateConfig.from_dict(cfg)
     assert build_stage(*built.stage_list()[-1]).sets[1].items == 1
+
+
+def test_a_text_eval_file_with_bytes_that_are_not_utf8_is_counted_warned_of_and_noted_in_the_report(tmp_path):
+    """A Latin-1 .txt eval set was read with U+FFFD for its bad bytes without a word (its words then never match):
+    a warning names the first file:line with the count, and the run's report notes it."""
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.runner import run_pipeline
+
+    ev = tmp_path / "ev.txt"
+    ev.write_bytes(QUESTION.encode() + b"\n\n" + b"l'\xe9t\xe9 \xe0 Paris, a second question of some words\n")
+    stages = [{"decontaminate": {"eval_sets": {"ev": str(ev)}, "ngram": 13}}]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"text": PROSE}) + "\n" + json.dumps({"text": "Copied: " + QUESTION}) + "\n")
+    shape = r"ev\.txt:3: invalid UTF-8, read as U\+FFFD \(1 eval file\(s\) held such bytes: 3 bytes on 1 lines\)"
+    with pytest.warns(UserWarning, match=shape):
+        result = run_pipeline(CurateConfig(stages=stages), [str(inp)], tmp_path / "out", progress=False)
+    report = json.loads(result.report_json.read_text())
+    assert report["stages"][0]["reasons"] == {"eval:ev": 1}
+    assert [n for n in report["notes"] if re.search(shape, n)], report["notes"]
+    assert "ev.txt:3: invalid UTF-8" in result.report_md.read_text()

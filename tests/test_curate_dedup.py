@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -348,3 +349,34 @@ def test_curate_dedup_shows_progress_over_the_files_and_quiet_hides_it(tmp_path,
     assert f"dedup {method}" in err and "7/7" in err
     assert main([*argv, "--output", str(tmp_path / "quiet"), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_minhash_dedup_counts_and_warns_of_bytes_that_are_not_utf8(tmp_path, capsys):
+    """The files were decoded with U+FFFD for bad bytes without a word: the record and the command's JSON line count
+    the files, lines and bytes (as curate run's report does), and a warning names the first file:line."""
+    (tmp_path / "in").mkdir()
+    bodies = {
+        "a.txt": "first words, all UTF-8: caf\u00e9\n".encode(),
+        # 4 bad bytes on lines 2 and 4: \xe9, \xef (a lead byte before 'v'), then \xff \xfe
+        "b.txt": b"one line\ncaf\xe9 and na\xefve\nfine\n\xff\xfe end\n",
+        "c.txt": b"\xe0 la carte, a different menu\n",  # 1 bad byte on line 1
+    }
+    for name, body in bodies.items():
+        (tmp_path / "in" / name).write_bytes(body)
+    inputs = [str(tmp_path / "in" / n) for n in bodies]
+    argv = ["curate", "dedup", "--method", "minhash", "--input", *inputs, "--output", str(tmp_path / "o"), "--quiet"]
+    with pytest.warns(
+        UserWarning,
+        match=r"b\.txt:2: invalid UTF-8, read as U\+FFFD \(2 input file\(s\) held such "
+        r"bytes: 5 bytes on 3 lines\); re-encode",
+    ) as caught:
+        rc, res = _cli(argv, capsys)
+    assert rc == 0 and len([w for w in caught if "UTF-8" in str(w.message)]) == 1
+    assert (res["invalid_utf8_docs"], res["invalid_utf8_lines"], res["invalid_utf8_bytes"]) == (2, 3, 5)
+    assert res["invalid_utf8_first"].endswith("b.txt:2") and res["docs_kept"] == 3
+    assert (tmp_path / "o" / "b.txt").read_bytes() == bodies["b.txt"]  # kept files are still copied byte for byte
+    # all UTF-8: nothing counted, nothing said
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rc, res = _cli(argv[:5] + inputs[:1] + ["--output", str(tmp_path / "o2"), "--quiet"], capsys)
+    assert rc == 0 and not any(k.startswith("invalid_utf8") for k in res)

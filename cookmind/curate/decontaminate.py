@@ -50,13 +50,15 @@ def ngram_hashes(text: str, n: int) -> np.ndarray:
 
 @dataclasses.dataclass
 class EvalSet:
-    """One evaluation set's n-grams: ``hashes`` sorted and unique; ``items`` read, ``short`` too short to match."""
+    """One evaluation set's n-grams: ``hashes`` sorted and unique; ``items`` read, ``short`` too short to match;
+    ``bad_utf8``: the warning for bytes of its text files that were not UTF-8 (read as U+FFFD), or None."""
 
     name: str
     path: str
     hashes: np.ndarray
     items: int
     short: int
+    bad_utf8: str | None = None
 
     def matches(self, doc_hashes: np.ndarray) -> int:
         """How many distinct n-grams of ``doc_hashes`` occur in this set."""
@@ -69,10 +71,14 @@ class EvalSet:
 
 def load_eval_set(name: str, path: str | Path, n: int) -> EvalSet:
     """Read every item of the eval file or folder ``path`` and hash its n-grams."""
+    from cookmind.curate.shards import bad_utf8_note
+    from cookmind.curate.stats import StageStats
+
     files = eval_files(path)
     chunks, items, short = [], 0, 0
+    read = StageStats(name)  # a text file's bytes that are not UTF-8
     for f in files:
-        for text in iter_eval_items(f):
+        for text in iter_eval_items(f, read):
             items += 1
             h = ngram_hashes(text, n)
             short += not len(h)
@@ -80,7 +86,8 @@ def load_eval_set(name: str, path: str | Path, n: int) -> EvalSet:
     if not items:
         raise ValueError(f"eval set {name}: {path} holds no items (records with a string field)")
     hashes = np.unique(np.concatenate(chunks)) if chunks else np.zeros(0, np.uint64)
-    return EvalSet(name, str(path), hashes, items, short)
+    note = bad_utf8_note(read, "eval file(s)", "rerun with --restart to match their characters")
+    return EvalSet(name, str(path), hashes, items, short, note)
 
 
 def eval_files(path: str | Path) -> list[Path]:
@@ -99,9 +106,10 @@ def eval_files(path: str | Path) -> list[Path]:
     return files
 
 
-def iter_eval_items(path: Path):
+def iter_eval_items(path: Path, stats=None):
     """The items of one eval file as text: a record's string fields joined in order, a CSV row's cells,
-    a text file's non-blank lines."""
+    a text file's non-blank lines (its bytes that are not UTF-8 read as U+FFFD, counted in ``stats``, a
+    ``StageStats``: ``shards.count_bad_utf8``; JSON, JSONL and CSV files refuse them, naming file:line)."""
     name = path.name
     if name.endswith((".jsonl", ".jsonl.gz")):
         from cookmind.curate.shards import read_jsonl
@@ -126,7 +134,9 @@ def iter_eval_items(path: Path):
         for rec in read_parquet(path):
             yield _strings(rec)
     else:
-        for line in path.read_text(encoding="utf-8-sig", errors="replace").splitlines():
+        from cookmind.curate.shards import read_text_counting_bad_utf8
+
+        for line in read_text_counting_bad_utf8(path, stats).splitlines():
             if line.strip():
                 yield line
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +23,8 @@ import xxhash
 
 from cookmind.atomic import writing
 from cookmind.curate.dedup_output import building_dedup_output
+from cookmind.curate.shards import BAD_UTF8, bad_utf8_note, read_text_counting_bad_utf8
+from cookmind.curate.stats import StageStats
 
 MERSENNE_31 = np.uint64((1 << 31) - 1)
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -151,7 +154,8 @@ def minhash_dedup(
     """Copy to ``output_dir`` every input file (one document each) except near-duplicates of an earlier one.
 
     Returns the written paths. Files keep their names; the first file of each cluster is kept. The folder is
-    built whole (``dedup_output``); its record counts the documents in, kept and removed. ``overwrite`` replaces
+    built whole (``dedup_output``); its record counts the documents in, kept and removed, and any bytes that were
+    not UTF-8 (read as U+FFFD to compare the files, warned of with the first file:line). ``overwrite`` replaces
     an earlier dedup's folder there, never anything else. ``progress`` shows a bar over the files read.
     """
     from tqdm import tqdm
@@ -159,7 +163,10 @@ def minhash_dedup(
     output_dir = Path(output_dir)
     with building_dedup_output(output_dir, input_files, overwrite, "minhash") as (tmp, summary):
         files = tqdm(input_files, desc="dedup minhash", unit="file", disable=not progress, dynamic_ncols=True)
-        sets = [shingles(Path(p).read_bytes().decode("utf-8", errors="replace"), ngrams) for p in files]
+        read = StageStats("minhash")  # bytes that are not UTF-8: read as U+FFFD, counted and warned of
+        sets = [shingles(read_text_counting_bad_utf8(p, read), ngrams) for p in files]
+        if note := bad_utf8_note(read, "input file(s)", "rerun with --overwrite to compare their characters"):
+            warnings.warn(f"curate: {note}", stacklevel=2)
         a, b = permutations(num_hashes, seed)
         sigs = np.stack([signature(s, a, b) for s in sets]) if sets else np.zeros((0, num_hashes), np.uint64)
         keep = duplicate_clusters(sets, sigs, num_bands, jaccard_threshold)
@@ -167,6 +174,8 @@ def minhash_dedup(
         for path in kept:
             _copy_atomic(path, tmp / path.name)
         summary.update(docs_in=len(input_files), docs_kept=len(kept), docs_removed=len(input_files) - len(kept))
+        if note:
+            summary.update(read.counters, **{f"{BAD_UTF8}_first": read.first_at[BAD_UTF8]})
     return [output_dir / path.name for path in kept]
 
 

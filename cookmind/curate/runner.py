@@ -20,7 +20,7 @@ from pathlib import Path
 from cookmind.atomic import write_json, writing
 from cookmind.curate.config import CurateConfig
 from cookmind.curate.executors import make_executor
-from cookmind.curate.shards import BAD_UTF8, SOURCE_KEY, iter_shard, plan_input_shards, shard_suffix, write_shard
+from cookmind.curate.shards import SOURCE_KEY, bad_utf8_note, iter_shard, plan_input_shards, shard_suffix, write_shard
 from cookmind.curate.stages import build_stage
 from cookmind.curate.stats import StageStats, text_bytes, write_report
 
@@ -247,24 +247,11 @@ def run_pipeline(
                     with open(seg_dir / Path(name).name.replace("shard-", "removed-"), "rb") as part:
                         shutil.copyfileobj(part, f)
     notes = [n for stage, st in zip(stages, totals) if hasattr(stage, "note") and (n := stage.note(st))]
-    if bad_utf8 := _bad_utf8_note(totals[0]):  # the first pass read the inputs and counted them
+    if bad_utf8 := bad_utf8_note(totals[0]):  # the first pass read the inputs and counted them
         warnings.warn(f"curate: {bad_utf8}", stacklevel=2)
         notes.insert(0, bad_utf8)
     report_json, report_md = write_report(totals, output, removed_dir, notes)
     return RunResult(totals, [Path(p) for p in specs], run, skipped, report_json, report_md, removed_dir)
-
-
-def _bad_utf8_note(first: StageStats) -> str | None:
-    """What the inputs held that was not UTF-8 (read as U+FFFD), as the first stage counted it, or None."""
-    n = first.counters.get(f"{BAD_UTF8}_docs", 0)
-    if not n:
-        return None
-    lines, n_bytes = first.counters[f"{BAD_UTF8}_lines"], first.counters[f"{BAD_UTF8}_bytes"]
-    return (
-        f"{first.first_at.get(BAD_UTF8)}: invalid UTF-8, read as U+FFFD ({n} input document(s) held such bytes: "
-        f"{n_bytes} bytes on {lines} lines); re-encode those files as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) and "
-        "rerun with --restart to keep their characters"
-    )
 
 
 def _check_output_apart(inputs: list[str], output: Path) -> None:

@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -277,12 +278,18 @@ class DecontaminateStage(DocStage):
             except (FileNotFoundError, ValueError) as exc:
                 raise type(exc)(f"stage decontaminate: eval set {set_name}: {exc}") from None
             self.sets.append(es)
+            if es.bad_utf8:
+                warnings.warn(f"curate: {es.bad_utf8}", stacklevel=2)
             note = f"; {es.short} shorter than {self.ngram} words cannot match" if es.short else ""
             print(
                 f"decontaminate: {set_name} ({path}): {es.items} items, {len(es.hashes)} distinct "
                 f"{self.ngram}-grams{note}",
                 file=sys.stderr,
             )
+
+    def note(self, stats: StageStats) -> str | None:
+        """The eval sets' text files' bytes that were not UTF-8 (read as U+FFFD), for the report."""
+        return "; ".join(es.bad_utf8 for es in self.sets if es.bad_utf8) or None
 
     def process(self, doc, stats):
         from cookmind.curate.decontaminate import ngram_hashes
