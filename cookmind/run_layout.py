@@ -13,27 +13,48 @@ import re
 from pathlib import Path
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
+META_NAME = "meta.json"  # a training checkpoint's last-written file: its presence marks a complete one
+CONFIG_NAME = "config.json"  # a saved model's config and weights (cookmind.model.model_io)
+WEIGHTS_NAME = "model.safetensors"
+DCP_DIR, DCP_METADATA = "dcp", ".metadata"  # a sharded checkpoint's folder and its index (model.sharded_layout)
 
 
-def _holds_step_dirs(folder: Path) -> bool:
+def is_checkpoint_dir(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds what a checkpoint has: a training save's meta.json, or a saved model (config.json and
+    model.safetensors or a sharded ``dcp/``). ``model_io.latest_checkpoint`` weighs only such ``step_N`` folders."""
+    folder = Path(folder)
+    if (folder / META_NAME).is_file():
+        return True
+    weights = (folder / WEIGHTS_NAME).is_file() or (folder / DCP_DIR / DCP_METADATA).is_file()
+    return (folder / CONFIG_NAME).is_file() and weights
+
+
+def _holds_checkpoints(folder: Path) -> bool:
+    """Whether ``folder`` holds a ``step_N`` checkpoint (a user's folder of ``step_N`` folders of other files is
+    no run's)."""
     try:
-        return any(STEP_DIR.match(d.name) and d.is_dir() for d in folder.iterdir())
+        return any(STEP_DIR.match(d.name) and d.is_dir() and is_checkpoint_dir(d) for d in folder.iterdir())
     except OSError:  # absent, or not a folder
         return False
 
 
+def _is_runs_checkpoints(folder: Path) -> bool:
+    """A run's ``checkpoints/``: beside its config.yaml (a run that has not saved yet), or holding a checkpoint."""
+    return folder.name == "checkpoints" and ((folder.parent / "config.yaml").is_file() or _holds_checkpoints(folder))
+
+
 def checkpoints_folder_of(path: str | os.PathLike) -> Path | None:
-    """The checkpoints folder of a training run that ``path`` is or lies in, else None: a ``checkpoints/`` folder
-    holding ``step_N`` folders or beside a run's config.yaml, a ``step_N`` folder's parent named ``checkpoints`` or
-    holding other ``step_N`` folders (a ``checkpoint.dir``), or ``path``'s own folder when it holds ``step_N``
-    folders."""
+    """The checkpoints folder of a training run that ``path`` is or lies in, else None: a run's ``checkpoints/``
+    (``_is_runs_checkpoints``), a ``step_N`` folder's parent that is one or holds a checkpoint (a
+    ``checkpoint.dir``), or ``path``'s own folder when it holds a checkpoint. A checkpoint is a ``step_N`` folder
+    with a checkpoint's files (``is_checkpoint_dir``): a user's folder of ``step_N`` folders is no run's."""
     path = Path(os.path.abspath(path))
     for folder in (path, *path.parents):
-        if folder.name == "checkpoints" and ((folder.parent / "config.yaml").is_file() or _holds_step_dirs(folder)):
+        if _is_runs_checkpoints(folder):
             return folder
-        if STEP_DIR.match(folder.name) and (folder.parent.name == "checkpoints" or _holds_step_dirs(folder.parent)):
+        if STEP_DIR.match(folder.name) and (_is_runs_checkpoints(folder.parent) or _holds_checkpoints(folder.parent)):
             return folder.parent
-    return path.parent if _holds_step_dirs(path.parent) else None
+    return path.parent if _holds_checkpoints(path.parent) else None
 
 
 def refuse_output_in_checkpoints(out: str | os.PathLike, flag: str = "", error: type[Exception] = ValueError) -> None:

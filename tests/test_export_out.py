@@ -90,3 +90,28 @@ def test_encode_and_curate_outputs_in_a_runs_checkpoints_folder_are_refused(run,
     out = run.parent / "clean"
     argv = ["curate", "run", "--input", str(tmp_path / "web"), "--output", str(out), "--quiet"]
     _refused(argv, capsys, out, "curate run")
+
+
+def test_a_users_folder_of_step_n_folders_is_no_runs_checkpoints_folder(tmp_path, capsys):
+    """Any folder holding a step_N folder was taken for a checkpoints folder: an output beside the user's own
+    step_1/ and step_2/ folders of notes (or in a folder called checkpoints/step_1 of them) was refused. A checkpoints
+    folder is one whose step_N folders hold a checkpoint's files (meta.json, or config.json and weights)."""
+    from cookmind.run_layout import checkpoints_folder_of
+
+    exp = tmp_path / "exp"
+    for name in ("step_1", "step_2"):
+        (exp / name).mkdir(parents=True)
+        (exp / name / "notes.txt").write_text("what I tried\n")
+    (tmp_path / "checkpoints" / "step_1").mkdir(parents=True)  # a folder named checkpoints, no run beside it
+    for out in (exp / "m-hf", exp / "step_3", exp / "step_1" / "m-hf", tmp_path / "checkpoints" / "step_1" / "hf"):
+        assert checkpoints_folder_of(out) is None, out
+    save_model(tmp_path / "m", tiny_lm(max_position_embeddings=64))
+    assert main(["export", "--hf", str(tmp_path / "m"), str(exp / "m-hf")]) == 0
+    # a checkpoint among them (a training save's meta.json, or a saved model) makes the folder a checkpoints folder
+    (exp / "step_2" / "meta.json").write_text("{}")
+    for out in (exp / "m2-hf", exp / "step_3", exp / "step_2" / "hf", exp / "step_1" / "hf"):
+        assert checkpoints_folder_of(out) == exp, out
+    (exp / "step_2" / "meta.json").unlink()
+    save_model(exp / "step_2", tiny_lm(max_position_embeddings=64))
+    assert checkpoints_folder_of(exp / "m2-hf") == exp
+    _refused(["export", "--hf", str(tmp_path / "m"), str(exp / "m2-hf")], capsys, exp / "m2-hf", "export")

@@ -1352,3 +1352,35 @@ def test_a_resume_with_no_checkpoint_yet_drops_the_rows_of_the_attempt_that_save
         return [{k: r.get(k) for k in keep} for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
 
     assert rows(run) == rows(tmp_path / "straight")
+
+
+def test_a_run_dir_in_another_runs_checkpoints_folder_is_refused_before_anything_is_written(tmp_path, store, capsys):
+    """`--run-dir runs/A/checkpoints/new` (or a folder beside a checkpoint.dir's step_N checkpoints) started a run
+    there, where A's keep_last pruning and --overwrite delete, and A's newest-checkpoint rule looks. Refused in one
+    line, nothing written; a user's own folder of step_N folders (no checkpoint files) is no run's and takes one."""
+    step = tmp_path / "runs" / "A" / "checkpoints" / "step_00000002"
+    step.mkdir(parents=True)
+    (step / "meta.json").write_text("{}")  # a checkpoint's last file
+    (tmp_path / "runs" / "A" / "config.yaml").write_text("train: {}\n")
+    elsewhere = tmp_path / "ck" / "step_00000005"  # a checkpoint.dir outside a run folder
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "meta.json").write_text("{}")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "seq" not in p.parts)
+    cases = [
+        (["--run-dir", str(step.parent / "new")], step.parent),
+        (["--run-dir", str(step)], step.parent),
+        (["--run-dir", str(step), "--resume", "auto"], step.parent),
+        (["--run-dir", str(tmp_path / "ck" / "new")], tmp_path / "ck"),
+        (["--run-dir", str(tmp_path / "B"), f"checkpoint.dir={step / 'ck'}"], step.parent),
+    ]
+    for argv, root in cases:
+        assert _run(store, *argv, "train.max_steps=1") == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith("cookmind train: error: ") and f"is in {root}, a training run's checkpoints" in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "seq" not in p.parts) == before
+    notes = tmp_path / "exp"  # the user's folders step_1, step_2 of notes
+    for name in ("step_1", "step_2"):
+        (notes / name).mkdir(parents=True)
+        (notes / name / "notes.txt").write_text("what I tried\n")
+    assert _run(store, "--run-dir", str(notes / "step_3"), "train.max_steps=1") == 0
+    assert (notes / "step_3" / "config.yaml").is_file()

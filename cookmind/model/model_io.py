@@ -18,10 +18,7 @@ from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.sharded_layout import DCP_DIR, ShardedCheckpointError, dcp_dir, is_sharded_checkpoint
 from cookmind.model.wrappers import unwrap
-from cookmind.run_layout import STEP_DIR
-
-WEIGHTS_NAME = "model.safetensors"
-CONFIG_NAME = "config.json"
+from cookmind.run_layout import CONFIG_NAME, META_NAME, STEP_DIR, WEIGHTS_NAME, is_checkpoint_dir
 
 
 def model_state_dict(model: CookMindLM) -> dict[str, torch.Tensor]:
@@ -81,7 +78,6 @@ class CheckpointWarning(UserWarning):
 
 
 _STEP_DIR = STEP_DIR  # one spelling of step_N for every command
-META_NAME = "meta.json"  # a training checkpoint's last-written file: its presence marks a complete one
 OPTIMIZER_NAME = "optimizer.pt"
 SHA256_KEY = "sha256"  # meta.json: {file name: SHA-256 hex} of the files a save wrote beside it ("dcp/NAME": a shard)
 _verified: dict[tuple[str, int, int], str] = {}  # (file, size, mtime): the digest it matched in this process
@@ -272,12 +268,7 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
     if (path / META_NAME).is_file() or (path / CONFIG_NAME).is_file():
         return path
     for root in (path, path / "checkpoints"):
-        complete = [
-            d
-            for _, d in step_dirs(root)
-            if (d / META_NAME).is_file()
-            or ((d / CONFIG_NAME).is_file() and ((d / WEIGHTS_NAME).is_file() or is_sharded_checkpoint(d)))
-        ]
+        complete = [d for _, d in step_dirs(root) if is_checkpoint_dir(d)]
         for k, d in reversed(list(enumerate(complete))):
             problem = checkpoint_problem(d, need_optimizer)
             if problem is None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DCP_DIR = "dcp"  # inside a step directory: DCP's .metadata and one __R_0.distcp file per rank
-METADATA_NAME = ".metadata"
+from cookmind.run_layout import DCP_DIR  # inside a step directory: DCP's .metadata, one __R_0.distcp file per rank
+from cookmind.run_layout import DCP_METADATA as METADATA_NAME
+
 MODEL_KEY, OPTIM_KEY = "model", "optim"  # top-level keys of the saved state: {"model": {...}, "optim": {...}}
 
 

@@ -24,6 +24,7 @@ is "the newest" is decided in one place, ``cookmind.model.model_io.latest_checkp
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import time
@@ -150,9 +151,17 @@ def find_latest_checkpoint(root: str | Path, need_optimizer: bool = False) -> Pa
 def refuse_overwriting_inputs(
     ckpt_dir: str | Path, run_dir: str | Path, resume: str | None, overwrite: bool, reads: dict[str, str | None]
 ) -> None:
-    """Before ``check_run_dir`` deletes anything (and on every rank, so all stop alike): ``overwrite`` with a resume
-    from the same run is a contradiction, and with an input the run reads (``reads``: setting -> path, such as
-    ``train.init_from``) in the checkpoints it would delete, it would delete the model it was told to start from."""
+    """Before the run writes or deletes anything (and on every rank, so all stop alike): a run directory (or
+    ``checkpoint.dir``) in another run's checkpoints folder, or that is one of its ``step_N`` checkpoints, is
+    refused (that run's keep_last pruning or --overwrite would delete this run, and its newest-checkpoint rule take
+    this run's files for its model); ``overwrite`` with a resume from the same run is a contradiction, and with an
+    input the run reads (``reads``: setting -> path, such as ``train.init_from``) in the checkpoints it would
+    delete, it would delete the model it was told to start from."""
+    from cookmind.run_layout import checkpoints_folder_of, refuse_output_in_checkpoints
+
+    refuse_output_in_checkpoints(run_dir, "--run-dir")
+    if checkpoints_folder_of(ckpt_dir) not in (None, Path(os.path.abspath(ckpt_dir))):  # not its own folder
+        refuse_output_in_checkpoints(ckpt_dir, "checkpoint.dir")
     if not overwrite:
         return
     ckpt_dir, run_dir = Path(ckpt_dir).resolve(), Path(run_dir).resolve()
