@@ -303,17 +303,17 @@ def _lora_base(model: Path) -> Path | None:
     loads: its meta.json's train.init_from, as the loader resolves it; None for any other model."""
     import warnings
 
-    from cookmind.model import resolve_model_dir
+    from cookmind.model import ModelLoadError, resolve_model_dir
+    from cookmind.model.model_io import recorded_lora_base
     from cookmind.model.sharded_layout import is_sharded_checkpoint
 
     if not is_sharded_checkpoint(model):
         return None
     try:
-        run = json.loads((model / "meta.json").read_text())["config"]
-        base = run["train"]["init_from"] if run["lora"]["enabled"] else None
-    except (OSError, ValueError, KeyError, TypeError):
+        _, lora, base = recorded_lora_base(model)
+    except ModelLoadError:  # the loader says what is wrong with it
         return None
-    if not base:
+    if not (lora.get("enabled") and base):
         return None
     with warnings.catch_warnings():  # a checkpoint passed over is named when the model loads, not twice
         warnings.simplefilter("ignore")

@@ -351,21 +351,29 @@ def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> 
     return dcp_dir(directory), found
 
 
+def recorded_lora_base(directory: str | os.PathLike) -> tuple[dict, dict, str | None]:
+    """(meta.json, its run's ``lora`` settings, its ``train.init_from``) of the training checkpoint ``directory``:
+    the base model a LoRA run's sharded checkpoint (its dcp/ holds the adapter only) is merged onto when it loads
+    (``resolve_model_dir`` of it). A ModelLoadError when meta.json cannot tell (missing, damaged, not a run's)."""
+    path = Path(directory) / META_NAME
+    try:
+        meta = json.loads(path.read_text())
+        run = meta["config"]
+        base, lora = run["train"]["init_from"], dict(run["lora"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(
+            f"{path}: cannot tell this LoRA checkpoint's base model ({exc}); its dcp/ holds the adapter only"
+        ) from None
+    return meta, lora, base
+
+
 def _merged_onto_base(directory: Path, adapter: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A LoRA run's sharded checkpoint holds its adapter only: fold it into the run's base (``train.init_from``
     in meta.json) to get the weights a full-format checkpoint would hold. Where the base is a run that saved on
     since, the checkpoint whose weights the adapter recorded (``BASE_FINGERPRINT_KEY``) is taken, not the newest."""
     from cookmind.model.lora import apply_lora, merged_copy
 
-    try:
-        meta = json.loads((directory / META_NAME).read_text())
-        run = meta["config"]
-        base, lora = run["train"]["init_from"], run["lora"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelLoadError(
-            f"{directory / META_NAME}: cannot tell this LoRA checkpoint's base model ({exc}); its dcp/ holds the "
-            "adapter only"
-        ) from None
+    meta, lora, base = recorded_lora_base(directory)
     base_dir = resolve_model_dir(base) if base else None
     if base_dir is None or not (base_dir / CONFIG_NAME).is_file():
         raise ModelLoadError(
