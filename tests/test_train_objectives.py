@@ -107,7 +107,9 @@ def test_pretrain_and_sft_losses_equal_cross_entropy_on_shifted_targets():
     assert int(m["supervised_tokens"]) == 2 * 3
 
 
-def test_dpo_nll_weight_adds_the_chosen_token_cross_entropy():
+def test_dpo_nll_weight_adds_each_chosen_responses_token_cross_entropy_averaged_over_pairs():
+    # RPO's length-normalised NLL (Pang et al. 2024): a mean over pairs, as the DPO term is (responses of 2 and 1
+    # tokens here: a token mean over the batch would be another number)
     torch.manual_seed(0)
     policy, ref = _tiny(), _tiny()
     chosen = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 0]])
@@ -119,6 +121,10 @@ def test_dpo_nll_weight_adds_the_chosen_token_cross_entropy():
     plain, _ = DPOObjective(beta=0.3, reference=ref)(policy, batch)
     with_nll, m = DPOObjective(beta=0.3, reference=ref, nll_weight=0.5)(policy, batch)
     logits = policy(chosen).logits
-    ce = F.cross_entropy(logits[:, :-1].reshape(-1, 32), lc[:, 1:].reshape(-1), ignore_index=-100)
+    ce = torch.stack([F.cross_entropy(logits[b, :-1], lc[b, 1:], ignore_index=-100) for b in range(2)]).mean()
+    token_mean = F.cross_entropy(logits[:, :-1].reshape(-1, 32), lc[:, 1:].reshape(-1), ignore_index=-100)
+    assert ce.item() != pytest.approx(token_mean.item(), abs=1e-3)
     assert with_nll.item() == pytest.approx(plain.item() + 0.5 * ce.item(), abs=1e-5)
     assert float(m["chosen_nll"]) == pytest.approx(ce.item(), abs=1e-5)
+    mean, m = DPOObjective(beta=0.3, reference=ref, nll_weight=0.5, reduction="mean")(policy, batch)
+    assert float(m["chosen_nll"]) == pytest.approx(ce.item(), abs=1e-5)  # the same term whatever the reduction

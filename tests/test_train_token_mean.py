@@ -35,12 +35,13 @@ def data(tmp_path_factory):
     return root, records
 
 
-def _first_step(root, micro: int, accum: int) -> dict:
-    cfg = TrainConfig.from_dict(
+def _one_step_config(root, objective: str, window: int, micro: int, accum: int, run, **sections) -> TrainConfig:
+    """One fp32 CPU step of ``objective`` on ``root``'s store of that name from ``root``/init, unclipped."""
+    return TrainConfig.from_dict(
         {
-            "data": {"train_path": str(root / "sft"), "window_size": 16, "shuffle": False},
+            "data": {"train_path": str(root / objective), "window_size": window, "shuffle": False},
             "train": {
-                "objective": "sft",
+                "objective": objective,
                 "max_steps": 1,
                 "micro_batch_size": micro,
                 "grad_accum_steps": accum,
@@ -51,10 +52,14 @@ def _first_step(root, micro: int, accum: int) -> dict:
             "optim": {"lr": 1e-3, "warmup_steps": 0, "grad_clip": 0.0},
             "checkpoint": {"every": 0},
             "eval": {"every": 0},
-            "logging": {"run_dir": str(root / f"run-{micro}x{accum}"), "progress": False, "report": False},
+            "logging": {"run_dir": str(run), "progress": False, "report": False},
+            **sections,
         }
     )
-    Trainer(cfg).fit()
+
+
+def _first_step(root, micro: int, accum: int) -> dict:
+    Trainer(_one_step_config(root, "sft", 16, micro, accum, root / f"run-{micro}x{accum}")).fit()
     rows = [json.loads(line) for line in (root / f"run-{micro}x{accum}" / "metrics.jsonl").read_text().splitlines()]
     return next(r for r in rows if r.get("split") == "train")
 
@@ -190,3 +195,85 @@ def test_grpo_token_normalization_is_over_the_global_batch_however_it_is_split(o
     seq = _grpo_first_step(offline_grpo, 4, 1, "sequence")
     assert _grpo_first_step(offline_grpo, 1, 4, "sequence")["grad_norm"] == pytest.approx(seq["grad_norm"], rel=1e-5)
     assert seq["loss"] != pytest.approx(whole["loss"], rel=1e-3)  # and another loss than the token mean
+
+
+CHOSEN = [1, 2, 6, 9]  # trained tokens of the four chosen responses: micro-batches of 3 and of 15
+
+
+@pytest.fixture(scope="module")
+def dpo_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dpo_nll")
+    rng = np.random.default_rng(1)
+    records = [
+        {
+            "chosen": rng.integers(1, 64, size=12),
+            "rejected": rng.integers(1, 64, size=12),
+            "chosen_mask": np.array([0] * (12 - n) + [1] * n),
+            "rejected_mask": np.array([0] * 8 + [1] * 4),
+        }
+        for n in CHOSEN
+    ]
+    write_store(root / "dpo", "dpo", records, vocab_size=64)
+    torch.manual_seed(7)
+    save_model(root / "init", tiny_lm())
+    return root, records
+
+
+def _dpo_first_step_grads(root, micro: int, accum: int, reduction: str) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The first step's metrics row and the gradients the optimizer was given (fp32, CPU)."""
+    run = root / f"run-{reduction}-{micro}x{accum}"
+    dpo = {"beta": 0.5, "reduction": reduction, "nll_weight": 1.0}
+    trainer = Trainer(_one_step_config(root, "dpo", 12, micro, accum, run, dpo=dpo))
+    grads, step = {}, trainer.optimizer.step
+
+    def keep_grads(*args, **kwargs):
+        grads.update({n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = keep_grads
+    trainer.fit()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return next(r for r in rows if r.get("split") == "train"), grads
+
+
+def _dpo_reference(root, records, reduction: str) -> tuple[float, dict[str, torch.Tensor]]:
+    """Plain PyTorch on the four pairs at once: the pairs' mean of -log sigma(beta h), plus each chosen response's
+    mean token NLL averaged over the pairs (RPO's length-normalised NLL); its loss and gradients."""
+    policy = load_model(root / "init").float().train()
+    ref = load_model(root / "init").float().eval()
+
+    def logps(model, side):
+        ids = torch.tensor(np.stack([r[side] for r in records]), dtype=torch.long)
+        mask = torch.tensor(np.stack([r[f"{side}_mask"] for r in records]), dtype=torch.bool)[:, 1:]
+        token = F.log_softmax(model(ids).logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+        total = (token * mask).sum(-1)
+        return total, total / mask.sum(-1)
+
+    with torch.no_grad():
+        ref_c, ref_r = (logps(ref, side)[reduction == "mean"] for side in ("chosen", "rejected"))
+    (pc_sum, pc_mean), pr = logps(policy, "chosen"), logps(policy, "rejected")
+    pc = pc_mean if reduction == "mean" else pc_sum
+    h = (pc - pr[reduction == "mean"]) - (ref_c - ref_r)
+    loss = -F.logsigmoid(0.5 * h).mean() - pc_mean.mean()
+    loss.backward()
+    return loss.item(), {n: p.grad for n, p in policy.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_dpo_nll_weight_gives_the_same_gradient_however_the_batch_is_split(dpo_data, reduction):
+    """dpo.nll_weight's term was each micro-batch's mean over its chosen tokens, averaged over micro-batches: with
+    grad_accum_steps=2 a token of the micro-batch of short answers (3 tokens) weighed five times one of the other
+    (15), and the step trained another model than one micro-batch of the four pairs. It is now each chosen response's
+    mean token NLL averaged over the pairs, as the DPO term is a mean over pairs: the same at any split."""
+    root, records = dpo_data
+    whole_row, whole = _dpo_first_step_grads(root, 4, 1, reduction)
+    split_row, split = _dpo_first_step_grads(root, 2, 2, reduction)
+    assert split.keys() == whole.keys()
+    for name, g in split.items():  # 2 micro-batches of 2 pairs = 1 of the 4 pairs
+        torch.testing.assert_close(g, whole[name], rtol=1e-4, atol=1e-6, msg=f"{name}: 2x2 against 4x1")
+    assert split_row["loss"] == pytest.approx(whole_row["loss"], rel=1e-5)
+    loss, want = _dpo_reference(root, records, reduction)  # and both are the loss the docstring names
+    assert whole_row["loss"] == pytest.approx(loss, rel=1e-5)
+    assert whole.keys() == want.keys()
+    for name, g in whole.items():
+        torch.testing.assert_close(g, want[name], rtol=1e-4, atol=1e-6, msg=f"{name}: 4x1 against plain PyTorch")

@@ -127,7 +127,7 @@ class DPOConfig:
     loss: str = "sigmoid"  # sigmoid | ipo
     label_smoothing: float = 0.0
     reference: str | None = None  # None -> the starting model (or the LoRA base with adapters off)
-    nll_weight: float = 0.0  # > 0 adds nll_weight * chosen-response NLL (RPO)
+    nll_weight: float = 0.0  # > 0 adds nll_weight * chosen responses' mean token NLL, averaged over pairs (RPO)
 
 
 @dataclass

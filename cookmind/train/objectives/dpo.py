@@ -3,9 +3,13 @@
 With h = [log pi(y_w|x) - log pi(y_l|x)] - [log ref(y_w|x) - log ref(y_l|x)]:
     sigmoid (DPO, cDPO with label smoothing e):  L = -(1-e) log sigma(beta h) - e log sigma(-beta h)
     ipo     (Azar et al. 2023):                  L = (h - 1/(2 beta))^2
-With ``nll_weight`` w > 0 the loss adds w * (mean token NLL of the chosen response), as in
-RPO / iterative reasoning preference optimisation (Pang et al. 2024): it keeps the chosen
-answer's likelihood from falling while the margin grows.
+With ``nll_weight`` w > 0 the loss adds w * NLL, NLL = the mean over pairs of -log pi(y_w|x) / |y_w| (each chosen
+response's mean token NLL), as in RPO / iterative reasoning preference optimisation (Pang et al. 2024, their
+length-normalised L_NLL): it keeps the chosen answer's likelihood from falling while the margin grows. Both terms are
+means over pairs, so the step's gradient is the same however the global batch is split into micro-batches and ranks
+(the Trainer averages their losses, as micro-batches hold the same number of pairs). A token mean over a batch's
+chosen tokens was not: averaged over micro-batches, a token of a micro-batch of short answers weighed more, and
+``grad_accum_steps=2`` trained another model than one micro-batch of the whole batch.
 log pi(y|x) sums (or averages, ``reduction="mean"``) the response tokens' log-probs; the prompt
 and padding carry label -100 and count for nothing. Reference log-probs are computed under
 no_grad, either by a frozen reference model or — for LoRA runs — by the policy itself with its
@@ -112,9 +116,11 @@ class DPOObjective(Objective):
         loss = losses.mean()
         nll = None
         if self.nll_weight > 0:
-            # mean NLL per chosen response token: -sum log p / number of supervised tokens
-            tokens = (labels[:n, 1:] != -100).sum().clamp(min=1)
-            nll = -sequence_log_probs(logits[:n], labels[:n], "sum").sum() / tokens
+            # each chosen response's mean token NLL, averaged over the pairs (see the module docstring)
+            per_token = (
+                policy[:n] / (labels[:n, 1:] != -100).sum(-1).clamp(min=1) if self.reduction == "sum" else policy[:n]
+            )
+            nll = -per_token.mean()
             loss = loss + self.nll_weight * nll
         with torch.no_grad():
             reward_chosen = self.beta * (policy[:n] - ref[:n])
