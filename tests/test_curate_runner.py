@@ -615,3 +615,29 @@ def test_text_inputs_with_bytes_that_are_not_utf8_are_counted_in_the_report_and_
         )
     assert result.stages[0].counters == {"invalid_utf8_docs": 1, "invalid_utf8_lines": 2, "invalid_utf8_bytes": 2}
     assert [d["text"] for d in read_outputs(result.outputs)] == ["Plain text.", "na\ufffdve\n\ufffd"]
+
+
+def test_an_html_page_a_utf8_bom_marks_but_holding_other_bytes_is_counted_and_warned_of(tmp_path):
+    """A page opening with a UTF-8 byte-order mark is UTF-8 (as browsers read it), and its bytes that are not were
+    read as U+FFFD without a word; now counted and warned of as a .txt input's are (an HTML file by file:line, a
+    WARC record by its byte offset)."""
+    page = b"\xef\xbb\xbf<html><body>\n<p>Un caf\xe9 tr\xe8s bon, dit le chef de cuisine.</p>\n</body></html>\n"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "page.html").write_bytes(page)
+    with pytest.warns(UserWarning, match=r"page\.html:2: invalid UTF-8, read as U\+FFFD \(1 input document"):
+        result = run_pipeline(
+            CurateConfig(stages=[{"extract": {}}]), [str(tmp_path / "in")], tmp_path / "o1", progress=False
+        )
+    counters = result.stages[0].counters
+    assert (counters["invalid_utf8_docs"], counters["invalid_utf8_lines"], counters["invalid_utf8_bytes"]) == (1, 1, 2)
+    assert [d["text"] for d in read_outputs(result.outputs)] == ["Un caf\ufffd tr\ufffds bon, dit le chef de cuisine."]
+    ok = _warc_record(
+        "response", "https://a.example/", _http_response(b"<p>Fine.</p>", "text/html"), "application/http"
+    )
+    bad = _warc_record("response", "https://b.example/", _http_response(page, "text/html"), "application/http")
+    (tmp_path / "x.warc").write_bytes(ok + bad)
+    with pytest.warns(UserWarning, match=rf"x\.warc at byte {len(ok)}: invalid UTF-8"):
+        result = run_pipeline(
+            CurateConfig(stages=[{"extract": {}}]), [str(tmp_path / "x.warc")], tmp_path / "o2", progress=False
+        )
+    assert result.stages[0].counters == {"invalid_utf8_docs": 1, "invalid_utf8_lines": 1, "invalid_utf8_bytes": 2}

@@ -133,9 +133,10 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
         for offset, rec in _warc_records(p):
             yield rec, _noting_bad_utf8({"file": path, "offset": offset}, rec.pop(BAD_UTF8, None))
     elif kind == "html":
-        from cookmind.curate.extract import decode_html
+        from cookmind.curate.extract import decode_html_noting
 
-        yield {"id": str(p), "html": decode_html(p.read_bytes())}, {"file": path}
+        html, bad = decode_html_noting(p.read_bytes())
+        yield {"id": str(p), "html": html}, _noting_bad_utf8({"file": path}, bad)
     else:
         text, bad = text_input.decode_replacing(p.read_bytes())  # line ends as they are
         yield {"id": str(p), "text": text}, _noting_bad_utf8({"file": path}, bad)
@@ -269,7 +270,7 @@ def _warc_records(path: Path) -> Iterator[tuple[int, dict]]:
     """(byte offset of the record in the file, document) of read_warc's records."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
-    from cookmind.curate.extract import charset_of, decode_html
+    from cookmind.curate.extract import charset_of, decode_html_noting
 
     types = WarcRecordType.response | WarcRecordType.resource | WarcRecordType.conversion
     with open(path, "rb") as f:
@@ -284,7 +285,8 @@ def _warc_records(path: Path) -> Iterator[tuple[int, dict]]:
             ctype = (rec.http_headers.get("Content-Type", "") if rec.http_headers else "") or ""
             if ctype and "html" not in ctype.lower():
                 continue
-            yield rec.stream_pos, {"id": rid, "url": url, "html": decode_html(body, charset_of(ctype))}
+            html, bad = decode_html_noting(body, charset_of(ctype))
+            yield rec.stream_pos, {"id": rid, "url": url, "html": html, **({BAD_UTF8: bad} if bad else {})}
 
 
 def write_shard(docs: Iterable[dict], path: str | os.PathLike, fmt: str | None = None) -> int:
