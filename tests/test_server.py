@@ -549,6 +549,68 @@ def test_logprobs_end_with_the_token_a_stop_string_cuts(setup):
     assert len("".join(kept[:-1])) < cut2 <= len("".join(kept)) or (cut2 == 0 and not kept)
 
 
+def _straddling_stop(tok, ids):
+    """(k, stop, cut): a generation cut at k + 1 tokens ends on a piece of a character (token k: the detokenizer
+    holds it, and flushes it as U+FFFD at the end) after a one-character token k - 1, so the stop string of that
+    character and U+FFFD is completed only by the final flush; ``cut``, where it begins in that text. None if the
+    tokens hold no such place."""
+    for k in range(1, len(ids)):
+        before, last = tok.decode(ids[k - 1 : k]), tok.decode_bytes(ids[k : k + 1])
+        if len(before) != 1 or before == "\ufffd" or len(last) != 1 or last[0] < 0x80:
+            continue
+        text, stop = tok.decode(ids[: k + 1]), before + "\ufffd"
+        if text.endswith(stop) and text.find(stop) == len(text) - 2:
+            return k, stop, len(text) - 2
+    return None
+
+
+def test_a_stop_string_the_final_flush_completes_cuts_the_logprobs_too(setup):
+    """A generation that ended (max_tokens) while the stop matcher held the start of a stop string and the
+    detokenizer held its end (an unfinished character, U+FFFD at the end) had its text cut at the stop string, but
+    its logprobs still listed the tokens after the cut, and finish_reason said "length". Now as mid-stream: the
+    logprobs end with the text, finish_reason "stop", streamed or not, chat and completions alike."""
+    tok, c = setup["tok"], setup["client"]
+    chat_ids, _ = reference(setup, chat_prompt(setup), 40)
+    cases = [("chat", chat_ids), ("completion", reference(setup, tok.encode("The cook"), 40)[0])]
+    for api, ids in cases:
+        found = _straddling_stop(tok, ids)
+        if found is None:
+            pytest.skip(f"the {api} reply has no piece of a character after a one-character token")
+        k, stop, cut = found
+        want_text = tok.decode(ids[: k + 1])[:cut]  # the reply up to the stop string
+        want_tokens = [tok.decode([t]) for t in ids[: k - 1]]  # the tokens before the one the stop string begins
+        assert "".join(want_tokens) == want_text  # (each a whole character: the reference is the text itself)
+        kw = dict(model=MODEL, max_tokens=k + 1, temperature=0, stop=[stop])
+        if api == "chat":
+            kw.update(messages=MESSAGES, logprobs=True, top_logprobs=2)
+            r = c.chat.completions.create(**kw).choices[0]
+            got = (r.message.content, [e.token for e in r.logprobs.content], r.finish_reason)
+            tops = [len(e.top_logprobs) for e in r.logprobs.content]
+            chunks = [ch.choices[0] for ch in c.chat.completions.create(**kw, stream=True) if ch.choices]
+            streamed = (
+                "".join(ch.delta.content or "" for ch in chunks),
+                [e.token for ch in chunks if ch.logprobs for e in ch.logprobs.content],
+                chunks[-1].finish_reason,
+            )
+        else:
+            kw.update(prompt="The cook", logprobs=2)
+            r = c.completions.create(**kw).choices[0]
+            got = (r.text, r.logprobs.tokens, r.finish_reason)
+            tops = [len(t) for t in r.logprobs.top_logprobs]
+            assert r.logprobs.text_offset == list(range(len(want_tokens)))  # one character each
+            chunks = [ch.choices[0] for ch in c.completions.create(**kw, stream=True) if ch.choices]
+            streamed = (
+                "".join(ch.text for ch in chunks),
+                [t for ch in chunks if ch.logprobs for t in ch.logprobs.tokens],
+                chunks[-1].finish_reason,
+            )
+            offsets = [o for ch in chunks if ch.logprobs for o in ch.logprobs.text_offset]
+            assert offsets == list(range(len(want_tokens))), api
+        assert got == (want_text, want_tokens, "stop"), api
+        assert tops == [2] * len(want_tokens), api
+        assert streamed == got, api
+
+
 def test_full_queue_answers_429(setup):
     # an engine whose loop is not running keeps its queue full; the server must refuse, not wait
     engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=1)

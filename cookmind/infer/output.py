@@ -187,10 +187,23 @@ class OutputProcessor:
         self.content_parts.append(text)
 
     def _finish(self, reason: str, error: str | None = None) -> Delta:
-        delta = Delta(finish_reason=reason, error=error)
         if not self.stop.stopped:
-            text, _ = self.stop.feed(self.detok.flush())
+            # the detokenizer's held tokens (an unfinished character, U+FFFD now) may complete a stop string the
+            # matcher holds the start of: the text is cut there, and the logprobs too, as a stop string mid-stream
+            piece = self.detok.flush()
+            if piece:
+                self._place(piece)
+            held_before = len(self.stop.held)
+            text, hit = self.stop.feed(piece)
+            self._text_len += len(piece)
+            if hit:
+                self.stopped_by_string = True
+                self._drop_logprobs_from(self._text_len - len(piece) - held_before + len(text))
+                reason = "stop" if reason == "length" else reason  # it ended at the stop string, as mid-stream
+            delta = Delta(finish_reason=reason, error=error)
             self._route(text, delta)
+        else:
+            delta = Delta(finish_reason=reason, error=error)
         self._route(self.stop.flush(), delta)
         if self.reasoning is not None:
             r, c = self.reasoning.flush()
