@@ -442,6 +442,57 @@ def test_the_demos_sample_chats_show_control_characters_escaped(ckpt, tmp_path, 
     assert out.count(f"assistant: {CONTROLS_SHOWN}\n") == len(chats) and "\x1b" not in out
 
 
+# Trojan Source: a right-to-left override shows "# ok" before the command it follows; an isolate, the marks, and a
+# line separator (a line break to some terminals and pagers, blank to others)
+BIDI = "ls \u202e# ok\u202c \u2067x\u2069\u200e\u200f\u061c\u202a\u202b\u202d\u2066\u2068 a\u2028b\u2029c é 👩\u200d🍳"
+BIDI_SHOWN = (  # by hand: Python's literal escapes; é and the emoji joined by U+200D stay
+    "ls \\u202e# ok\\u202c \\u2067x\\u2069\\u200e\\u200f\\u061c\\u202a\\u202b\\u202d\\u2066\\u2068 "
+    "a\\u2028b\\u2029c é 👩\u200d🍳"
+)
+
+
+def test_bidi_controls_and_line_separators_are_shown_escaped(ckpt, tmp_path, capsys, monkeypatch):
+    """The Unicode bidirectional controls reached the terminal as they were: a model's U+202E (right-to-left
+    override) shows the rest of its line reversed, so what the user read was not what the reply said (Trojan Source);
+    U+2028/U+2029 break a line on some terminals. generate (streamed, a batch, --chat), chat (/history too) and the
+    demo show them escaped; --raw, the history and the demo's results keep them."""
+    import sys
+
+    import cookmind.infer
+    from cookmind.demo.pipeline import DemoContext, stage_chat
+
+    gen = sys.modules["cookmind.infer.generate"]
+    d, model, tok = ckpt
+    said = tok.encode(BIDI)
+    assert tok.decode(said) == BIDI
+    monkeypatch.setattr(gen, "stream", lambda *a, **k: iter(said))
+    monkeypatch.setattr(gen, "generate", lambda model, prompts, *a, **k: [list(said) for _ in prompts])
+    argv = ["generate", "--model", str(d), "--prompt", "The cook"]
+    for extra, shown in (
+        ([], BIDI_SHOWN + "\n"),
+        (["--chat"], BIDI_SHOWN + "\n"),
+        (["--prompt", "Soup"], f"=== The cook\n{BIDI_SHOWN}\n=== Soup\n{BIDI_SHOWN}\n"),
+        (["--raw"], BIDI + "\n"),
+    ):
+        assert cli_main([*argv, *extra]) == 0
+        assert capsys.readouterr().out == shown, extra
+
+    from cookmind.infer import chat_session
+
+    monkeypatch.setattr(chat_session, "stream", lambda *a, **k: iter(said))
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
+    out = io.StringIO()
+    run(s, io.StringIO("hi \u202eevil\n/history\n/quit\n"), out)
+    assert f"bot> {BIDI_SHOWN}\n" in out.getvalue()
+    assert f"[user] hi \\u202eevil\n[assistant] {BIDI_SHOWN}\n" in out.getvalue()
+    assert s.history == [{"role": "user", "content": "hi \u202eevil"}, {"role": "assistant", "content": BIDI}]
+
+    monkeypatch.setattr(cookmind.infer, "generate", lambda model, prompts, *a, **k: [list(said) for _ in prompts])
+    chats = stage_chat(DemoContext(workdir=tmp_path, paths={"tokenizer": d}, checkpoints={"sft": d}))["chats"]
+    assert chats and all(c["assistant"] == BIDI for c in chats)
+    assert capsys.readouterr().out.count(f"assistant: {BIDI_SHOWN}\n") == len(chats)
+
+
 def test_generate_and_chat_say_why_a_reply_of_hidden_markup_or_whitespace_shows_no_text(ckpt, capsys, monkeypatch):
     """A model that wrote only a stray </think> (which closes no reasoning and is not shown) got one empty line from
     `generate --chat`, with nothing on stderr, and `chat` said "the model ended its turn at once", which it had not.

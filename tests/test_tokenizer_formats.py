@@ -308,6 +308,20 @@ def test_encode_names_a_folder_given_as_its_input(tmp_path, tok, capsys):
     assert "texts is a directory; name the text file to encode" in capsys.readouterr().err  # "does not exist"
 
 
+def test_decode_shows_control_and_bidi_characters_escaped_and_raw_prints_them(tmp_path, tok, capsys):
+    """`tokenizer decode` wrote the decoded text as it was: ids a model generated can spell an ESC sequence (clear the
+    screen, set the title) or a right-to-left override that reorders the line. Shown escaped as generate shows a
+    model's text; --raw prints it as decoded."""
+    folder = save_tokenizer(tok, tmp_path / "tok")
+    text = "a\x1b[2Jb\rc\u202ed\u2066e\n\tf"
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert run_cli(["decode", "--tokenizer", str(folder), *map(str, ids)]) == 0
+    assert capsys.readouterr().out == "a\\x1b[2Jb\\rc\\u202ed\\u2066e\n\tf\n"  # by hand
+    assert run_cli(["decode", "--tokenizer", str(folder), "--raw", *map(str, ids)]) == 0
+    assert capsys.readouterr().out == text + "\n"
+
+
 def test_cli_train_encode_decode(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text(random_text(7, 2000), encoding="utf-8")

@@ -85,9 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--raw",
         action="store_true",
         help="print the text exactly as generated, control characters included. By default those other than newline "
-        "and tab are printed escaped (\\x1b, \\r), to a pipe as to a terminal (a pipe often ends on one: | less, | "
-        "tee): raw, an ESC the model wrote drives the terminal (clears it, sets its title, writes the clipboard) and "
-        "a \\r overwrites the line",
+        "and tab, and the bidirectional controls, are printed escaped (\\x1b, \\r, \\u202e), to a pipe as to a "
+        "terminal (a pipe often ends on one: | less, | tee): raw, an ESC the model wrote drives the terminal (clears "
+        "it, sets its title, writes the clipboard), a \\r overwrites the line and a right-to-left override shows the "
+        "line reordered",
     )
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument(

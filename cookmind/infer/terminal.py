@@ -4,18 +4,33 @@ A model can sample any character, and a prompt can ask it for any text: an ESC w
 terminal with escape sequences (clear the screen, set the window title, write the clipboard with OSC 52), and a
 ``\\r`` lets text overwrite the line it is on. ``escape_controls`` shows each C0 control but the newline and the tab,
 DEL, and the C1 controls (U+0080-U+009F: U+009B is a one-character CSI to some terminals) as Python writes them in a
-string literal: ``\\r``, ``\\x1b``, ``\\x7f``, ``\\x9b``. The rest of the text, backslashes included, is left as it is,
-so model text that spells ``\\x1b`` reads the same (``generate --raw`` prints the text as generated). Only what a
-terminal shows is escaped: the server's replies, a chat's history and the files written keep the text as generated.
+string literal: ``\\r``, ``\\x1b``, ``\\x7f``, ``\\x9b``.
+
+And the characters that make a terminal show text otherwise than it is: the Unicode bidirectional controls (the
+embeddings, overrides and isolates U+202A-U+202E and U+2066-U+2069, the marks U+200E, U+200F and U+061C) reorder what
+follows them on the line ("Trojan Source": a reply that reads "rm -rf ~ # safe" may hold other text in another order),
+and the line and paragraph separators U+2028 and U+2029 are blank on one terminal and a line break on another (or in
+a pager), so a reply could show a line it does not hold. They are written as Python writes them too (``\\u202e``).
+Other invisible characters are left as they are: the zero-width joiner and non-joiner (U+200C, U+200D) are part of
+emoji sequences and of Indic and Persian words, the tag characters (U+E0020-U+E007F) of flag emoji, and none of them
+moves or hides the text around it.
+
+The rest of the text, backslashes included, is left as it is, so model text that spells ``\\x1b`` reads the same
+(``generate --raw`` prints the text as generated). Only what a terminal shows is escaped: the server's replies, a
+chat's history and the files written keep the text as generated.
 """
 
 from __future__ import annotations
 
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"}
 _ESCAPES[ord("\r")] = "\\r"
+# bidirectional controls and the line/paragraph separators: they change what a terminal shows, not what it does
+SPOOFING = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
+_ESCAPES.update({c: f"\\u{c:04x}" for c in SPOOFING})
 
 
 def escape_controls(text: str) -> str:
-    """``text`` with its control characters but ``\\n`` and ``\\t`` escaped, for a terminal. One character at a time,
-    so the pieces of a stream escape to the pieces of the whole text's escape."""
+    """``text`` with its control characters but ``\\n`` and ``\\t``, and the characters that reorder or break what a
+    terminal shows (``SPOOFING``), escaped, for a terminal. One character at a time, so the pieces of a stream escape
+    to the pieces of the whole text's escape."""
     return text.translate(_ESCAPES)

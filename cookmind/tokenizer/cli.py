@@ -83,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = sub.add_parser("decode", help="token ids -> text")
     d.add_argument("--tokenizer", required=True, help="tokenizer directory")
     d.add_argument("ids", nargs="+", type=int)
+    d.add_argument(
+        "--raw",
+        action="store_true",
+        help="print the text exactly as decoded. By default its control characters but newline and tab (\\x1b, "
+        "\\r) and the bidirectional controls (\\u202e) are printed escaped, as generate prints a model's text: "
+        "ids a model generated can spell an ESC that drives the terminal",
+    )
 
     x = sub.add_parser("export", help="write the tokenizer in another format")
     x.add_argument("--tokenizer", required=True, help="tokenizer directory")
@@ -374,7 +381,10 @@ def main(args) -> int:
         if args.action == "encode":
             return _encode(args)
         if args.action == "decode":
-            sys.stdout.write(Tokenizer.load(args.tokenizer).decode(args.ids) + "\n")
+            from cookmind.infer.terminal import escape_controls
+
+            text = Tokenizer.load(args.tokenizer).decode(args.ids)
+            sys.stdout.write((text if args.raw else escape_controls(text)) + "\n")
             return 0
         if args.action == "export":
             return _export(args)
