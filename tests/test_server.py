@@ -204,6 +204,38 @@ def test_logprobs_match_the_model(setup):
         seq.append(best)
 
 
+def test_completion_top_logprobs_keep_the_likeliest_token_of_each_text(setup):
+    """/v1/completions' top_logprobs is a dict keyed by a token's text, and byte tokens that hold part of a character
+    all read U+FFFD: the last (least likely) of them overwrote the first, so the greedy token's own text showed a
+    logprob below the one it was chosen with, and below other entries (a client's argmax named another token). Each
+    text now keeps its likeliest token's logprob (reference: the model's log-softmax, top 5 by hand)."""
+    tok, c = setup["tok"], setup["client"]
+    kw = dict(model=MODEL, prompt="The cook", max_tokens=8, temperature=0, logprobs=5)
+    lp = c.completions.create(**kw).choices[0].logprobs
+    seq, want = tok.encode("The cook"), []
+    for _ in range(8):
+        with torch.no_grad():
+            logp = torch.log_softmax(setup["model"](torch.tensor([seq])).logits[0, -1].float(), -1)
+        top = {}
+        for t in torch.topk(logp, 5).indices.tolist():  # likeliest first
+            top.setdefault(tok.decode([t]), logp[t].item())
+        want.append(top)
+        seq.append(int(logp.argmax()))
+    assert any(len(t) < 5 for t in want), "no two of the top tokens share a text: the test shows nothing"
+    assert [list(t) for t in lp.top_logprobs] == [list(t) for t in want]
+    for got, ref in zip(lp.top_logprobs, want):
+        assert list(got.values()) == pytest.approx(list(ref.values()), abs=1e-4)
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert top[token] == pytest.approx(logprob, abs=1e-6) and logprob == max(top.values())  # greedy: the best
+    streamed = [
+        t
+        for ch in c.completions.create(**kw, stream=True)
+        if ch.choices[0].logprobs
+        for t in ch.choices[0].logprobs.top_logprobs
+    ]
+    assert streamed == lp.top_logprobs
+
+
 def test_models_health_metrics(setup):
     c = setup["client"]
     assert [m.id for m in c.models.list().data] == [MODEL]
