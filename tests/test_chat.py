@@ -376,6 +376,18 @@ def test_generate_says_a_stop_string_matched_before_any_text(ckpt, capsys, monke
         assert "the output began with a --stop string" in err and "control tokens" not in err
 
 
+def test_generate_refuses_an_empty_prompt_in_one_line_before_any_warning(ckpt, capsys):
+    """`generate --prompt ""` printed the warning that the context leaves less room than --max-new-tokens, then
+    "cookmind generate: error: generate: every prompt needs at least one token (got an empty prompt or no prompts)"
+    (its stage named twice, a batch's empty prompt not named). Now one line naming the prompt, and nothing else."""
+    d, _, _ = ckpt
+    for extra, named in (([], "the prompt"), (["--prompt", "Soup"], "--prompt 1 of 2")):
+        argv = ["generate", "--model", str(d), "--prompt", "", *extra, "--max-new-tokens", "300"]  # > the context
+        assert cli_main(argv) == 2
+        out, err = capsys.readouterr()
+        assert (out, err) == ("", f"cookmind generate: error: {named} is empty: give some text to continue\n")
+
+
 # ESC starts an OSC sequence (set the title) ended by BEL, \r returns to the line's start, U+009B is a one-character
 # CSI, DEL; the newline and the tab stay as they are
 CONTROLS = "a\x1b]0;pwned\x07b\rc\x9b2Jd\n\te\x7f"

@@ -136,6 +136,9 @@ def main(args: argparse.Namespace) -> int:
             prompts.append(prompt_ids(tok, text))  # Llama's <s> first, as the model's documents began
     context = model.config.max_position_embeddings
     for i, prompt in enumerate(prompts):
+        if not prompt:  # said before the context's warning, once ("generate: every prompt needs ..." came after it)
+            named = "the prompt" if len(prompts) == 1 else f"--prompt {i + 1} of {len(prompts)}"
+            raise ValueError(f"{named} is empty: give some text to continue")
         if len(prompt) >= context:  # named here, where its text is known (generate knows its row only)
             named = _prompt_named(args.prompt, i, len(prompt), args.chat)
             raise ValueError(f"{named} fills the model's context of {context} tokens; shorten it")
