@@ -304,6 +304,32 @@ def test_a_completion_without_max_tokens_near_the_context_gets_what_fits(setup):
     assert e.value.body["param"] == "max_tokens"
 
 
+def test_a_prompt_that_alone_fills_the_context_is_a_400_counting_its_tokens_only(setup):
+    """A prompt longer than the context was "you requested 5001 tokens (5000 in the prompt, 1 for the completion)"
+    for a completion that asked for none (its default 16, cut to the 1 that fitted), and "... 0 for the completion"
+    for a chat without max_tokens: counts the client never sent. It now counts the prompt alone, as OpenAI words
+    it ("your messages resulted in N tokens"), names its field, and the prompt's length is the tokens by hand."""
+    c, tok = setup["client"], setup["tok"]
+    long_text = "soup " * 3000
+    messages = [{"role": "user", "content": long_text}]
+    n_chat = len(tok.render(messages, add_generation_prompt=True)[0])
+    n_text = len(tok.encode(long_text))
+    assert n_chat > 2048 and n_text > 2048
+    for call, n, what in (
+        (lambda: c.chat.completions.create(model=MODEL, messages=messages), n_chat, "messages"),
+        (lambda: c.completions.create(model=MODEL, prompt=long_text), n_text, "prompt"),
+        (lambda: c.completions.create(model=MODEL, prompt=long_text, max_tokens=4), n_text, "prompt"),
+    ):
+        with pytest.raises(openai.BadRequestError) as e:
+            call()
+        body = e.value.body
+        assert (body["code"], body["param"]) == ("context_length_exceeded", what)
+        assert body["message"].startswith(
+            f"This model's maximum context length is 2048 tokens. However, your {what} resulted in {n} tokens"
+        ), body["message"]
+        assert "in the prompt" not in body["message"] and "requested" not in body["message"]
+
+
 def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
     # they were dropped silently: a client's logit_bias or best_of changed nothing and nothing said so
     c = setup["client"]

@@ -28,14 +28,24 @@ def max_new_tokens(state: ServerState, req, prompt_len: int) -> int:
     wanted = req.max_new_tokens()
     if wanted is not None and not ({"max_tokens", "max_completion_tokens"} & req.model_fields_set):
         wanted = min(wanted, max(room, 1))  # a default (a completion's 16) the client did not ask for: what fits
-    if room < 1 or (wanted is not None and wanted > room):
+    what = "messages" if hasattr(req, "messages") else "prompt"  # the prompt's field: a chat's or a completion's
+    if room < 1:  # the prompt alone: it was "you requested N + 1 tokens (N in the prompt, 1 for the completion)",
+        # a completion's default max_tokens cut to the 1 that fitted, or 0 for a chat that asked for none
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, your {what} resulted in {prompt_len} "
+            f"tokens{' with the chat template' if what == 'messages' else ''}, which leaves no room for the "
+            f"completion. Reduce the {what} to fewer than {limit} tokens.",
+            param=what,
+            code="context_length_exceeded",
+        )
+    if wanted is not None and wanted > room:
         raise APIError(
             400,
             f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{prompt_len + (wanted or 0)} tokens ({prompt_len} in the prompt, {wanted or 0} for the "
+            f"{prompt_len + wanted} tokens ({prompt_len} in the prompt, {wanted} for the "
             "completion). Reduce the prompt or max_tokens.",
-            # the prompt alone too long names the prompt's field (a chat's messages, a completion's prompt)
-            param="max_tokens" if wanted and room >= 1 else ("messages" if hasattr(req, "messages") else "prompt"),
+            param="max_tokens",
             code="context_length_exceeded",
         )
     return wanted if wanted is not None else room
