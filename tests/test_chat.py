@@ -388,6 +388,30 @@ def test_generate_refuses_an_empty_prompt_in_one_line_before_any_warning(ckpt, c
         assert (out, err) == ("", f"cookmind generate: error: {named} is empty: give some text to continue\n")
 
 
+def test_a_stop_string_the_last_tokens_complete_at_the_end_counts_as_one(ckpt, capsys, monkeypatch):
+    """A stop string whose end was a character the last token left unfinished (shown as U+FFFD) was found only when
+    the output was flushed at the end, and then not counted: generate and chat said the model's tokens "were control
+    tokens", where it had written the --stop string (as the server, whose finish_reason is now "stop")."""
+    import sys
+
+    from cookmind.infer import chat_session
+
+    gen = sys.modules["cookmind.infer.generate"]
+    d, model, tok = ckpt
+    lead = next(i for i in range(tok.vocab_size) if tok.decode_bytes([i]) == "é".encode()[:1])
+    said = [*tok.encode("i"), lead]  # "i", then the first byte of a character the output ends in
+    assert tok.decode(said) == "i\ufffd"
+    monkeypatch.setattr(gen, "stream", lambda *a, **k: iter(said))
+    assert cli_main(["generate", "--model", str(d), "--prompt", "The cook", "--stop", "i\ufffd"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "\n" and "the output began with a --stop string" in err and "control tokens" not in err
+    monkeypatch.setattr(chat_session, "stream", lambda *a, **k: iter(said))
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=8, stop_strings=("i\ufffd",)))
+    buf = io.StringIO()
+    run(s, io.StringIO("hello\n/quit\n"), buf)
+    assert s.stopped and "(no reply: the output began with a --stop string" in buf.getvalue()
+
+
 # ESC starts an OSC sequence (set the title) ended by BEL, \r returns to the line's start, U+009B is a one-character
 # CSI, DEL; the newline and the tab stay as they are
 CONTROLS = "a\x1b]0;pwned\x07b\rc\x9b2Jd\n\te\x7f"

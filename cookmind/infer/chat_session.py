@@ -93,8 +93,10 @@ class ChatSession:
                 break
         else:
             # no stop string: a stop token, the max_new_tokens asked for, or the context's end (fewer than asked)
-            self.cut = self.tokens >= cfg.max_new_tokens and cfg.max_new_tokens < self.cfg.max_new_tokens
-            piece, _ = stopper.feed(detok.flush())
+            piece, self.stopped = stopper.feed(detok.flush())  # a stop string the held end of a character completes
+            self.cut = (
+                not self.stopped and self.tokens >= cfg.max_new_tokens and cfg.max_new_tokens < self.cfg.max_new_tokens
+            )
             for kind, s in zip(("reasoning", "content"), route(piece + stopper.flush())):
                 if s:
                     yield kind, s

@@ -174,7 +174,8 @@ def main(args: argparse.Namespace) -> int:
         if hit:
             break
     else:
-        rest = stopper.feed(detok.flush())[0] + stopper.flush()
+        rest, hit = stopper.feed(detok.flush())  # a stop string the held end of a character completes
+        rest += stopper.flush()
         said += rest
         sys.stdout.write(show(view.show(rest, end=True) if view else rest))
     sys.stdout.write("\n")
