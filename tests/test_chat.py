@@ -412,6 +412,31 @@ def test_a_stop_string_the_last_tokens_complete_at_the_end_counts_as_one(ckpt, c
     assert s.stopped and "(no reply: the output began with a --stop string" in buf.getvalue()
 
 
+def test_sampling_options_that_greedy_leaves_unused_are_named_in_a_warning(ckpt, capsys, monkeypatch):
+    """generate is greedy by default: --seed 3 or --top-p 0.5 changed nothing (the same text for every seed) and
+    nothing said so. A warning names them; with a --temperature above 0 there is none, and chat does the same."""
+    d, _, _ = ckpt
+    argv = ["generate", "--model", str(d), "--prompt", "The cook", "--max-new-tokens", "4"]
+    assert cli_main(argv) == 0
+    plain = capsys.readouterr()
+    assert plain.err == ""
+    assert cli_main([*argv, "--seed", "3", "--top-p", "0.5", "--top-k", "5"]) == 0
+    out, err = capsys.readouterr()
+    assert out == plain.out  # greedy: the same text
+    assert err == (
+        "cookmind generate: warning: --top-k, --top-p, --seed change nothing with --temperature 0 (greedy: the "
+        "likeliest token each step); give a --temperature above 0 to sample\n"
+    )
+    assert cli_main([*argv, "--seed", "3", "--temperature", "0.8"]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert cli_main(["chat", str(d), "--temperature", "0", "--min-p", "0.1"]) == 0
+    assert capsys.readouterr().err == (
+        "cookmind chat: warning: --min-p changes nothing with --temperature 0 (greedy: the likeliest token each "
+        "step); give a --temperature above 0 to sample\n"
+    )
+
+
 # ESC starts an OSC sequence (set the title) ended by BEL, \r returns to the line's start, U+009B is a one-character
 # CSI, DEL; the newline and the tab stay as they are
 CONTROLS = "a\x1b]0;pwned\x07b\rc\x9b2Jd\n\te\x7f"

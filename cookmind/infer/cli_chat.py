@@ -15,6 +15,8 @@ HELP = """commands:
   /quit           leave (or Ctrl-D)
   //TEXT          send a message that begins with / (as /TEXT)"""
 
+TOP_P = 0.95  # chat samples by default: temperature 0.7, this top-p
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cookmind.cli import add_model_argument
@@ -27,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         max_new_tokens=512,
         temperature=0.7,
-        top_p=0.95,
+        top_p=TOP_P,
         max_new_tokens_help="the chat keeps this much of the model's context free for each reply, at most half of "
         "it, leaving the oldest exchanges out until the conversation fits in the rest (a reply may run on into "
         "whatever room is left, up to this many tokens)",
@@ -127,9 +129,11 @@ def _say_dropped(session, stdout) -> bool:
 def main(args: argparse.Namespace) -> int:
     from cookmind.device import inference_dtype, resolve_device
     from cookmind.infer.chat_session import ChatSession
-    from cookmind.infer.cli_generate import sampling_params
+    from cookmind.infer.cli_generate import greedy_ignores, sampling_params
     from cookmind.infer.loading import load_for_inference
 
+    if warning := greedy_ignores(args, TOP_P):
+        print(f"cookmind chat: warning: {warning}", file=sys.stderr)
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
     cfg = sampling_params(args, stop_strings=tuple(args.stop))  # matched on the reply's text: ChatSession.send

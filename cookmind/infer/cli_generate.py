@@ -47,6 +47,31 @@ def _stop_string(text: str) -> str:
     return text
 
 
+def greedy_ignores(args: argparse.Namespace, top_p_default: float = 1.0) -> str | None:
+    """The warning for sampling options given with --temperature 0 (greedy: generate's default), where they change
+    nothing: greedy takes the likeliest token, which every filter keeps, and draws no random number to seed. A user
+    who asked for --seed 3 or --top-p 0.9 got the greedy text, the same for every seed, and no word; None when
+    nothing given is left unused. ``top_p_default``: the command's (chat's 0.95 is not the user's)."""
+    if args.temperature != 0:
+        return None
+    unused = [
+        name
+        for name, given in (
+            ("--top-k", args.top_k > 0),
+            ("--top-p", args.top_p != top_p_default),
+            ("--min-p", args.min_p > 0),
+            ("--seed", args.seed is not None),
+        )
+        if given
+    ]
+    if not unused:
+        return None
+    return (
+        f"{', '.join(unused)} change{'s' if len(unused) == 1 else ''} nothing with --temperature 0 (greedy: the "
+        "likeliest token each step); give a --temperature above 0 to sample"
+    )
+
+
 def sampling_params(args: argparse.Namespace, **fields):
     """SamplingParams from the options ``add_sampling_arguments`` added, but the stop strings, which the callers
     match on the text they print (``stop.StopStringMatcher``)."""
@@ -119,6 +144,8 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if warning := greedy_ignores(args):
+        print(f"cookmind generate: warning: {warning}", file=sys.stderr)
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
     stops = chat_stop_ids(tok) if args.chat else text_stop_ids(tok, getattr(model, "config", None))
