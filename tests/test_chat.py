@@ -534,6 +534,9 @@ def test_bidi_controls_and_line_separators_are_shown_escaped(ckpt, tmp_path, cap
         (["--chat"], BIDI_SHOWN + "\n"),
         (["--prompt", "Soup"], f"=== The cook\n{BIDI_SHOWN}\n=== Soup\n{BIDI_SHOWN}\n"),
         (["--raw"], BIDI + "\n"),
+        # a batch's header shows each prompt: escaped too (a prompt read from a file may hold them)
+        (["--prompt", BIDI], f"=== The cook\n{BIDI_SHOWN}\n=== {BIDI_SHOWN}\n{BIDI_SHOWN}\n"),
+        (["--raw", "--prompt", BIDI], f"=== The cook\n{BIDI}\n=== {BIDI}\n{BIDI}\n"),
     ):
         assert cli_main([*argv, *extra]) == 0
         assert capsys.readouterr().out == shown, extra

@@ -183,7 +183,8 @@ def main(args: argparse.Namespace) -> int:
             stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
             reply, hit = stopper.feed(decode_text(tok, out, skip))
             reply += stopper.flush()
-            print(f"=== {text}\n{show(ChatView().show(reply, end=True) if args.chat else reply)}")
+            # the prompt too: its text may come from a file (--prompt "$(cat f)"), as /history shows a chat's escaped
+            print(f"=== {show(text)}\n{show(ChatView().show(reply, end=True) if args.chat else reply)}")
             why = why_no_text(reply, len(out), hit, args.chat, args.raw)
             if why:
                 which = f" for --prompt {text!r}" if text else ""
