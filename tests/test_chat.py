@@ -546,7 +546,8 @@ def test_bidi_controls_and_line_separators_are_shown_escaped(ckpt, tmp_path, cap
     monkeypatch.setattr(chat_session, "stream", lambda *a, **k: iter(said))
     s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
     out = io.StringIO()
-    run(s, io.StringIO("hi \u202eevil\n/history\n/quit\n"), out)
+    run(s, io.StringIO("hi \u202eevil\n/history\n/x\u202e\x1b[2J\n/quit\n"), out)
+    assert "(unknown command /x\\u202e\\x1b[2J: nothing was sent" in out.getvalue()  # a piped line's too
     assert f"bot> {BIDI_SHOWN}\n" in out.getvalue()
     assert f"[user] hi \\u202eevil\n[assistant] {BIDI_SHOWN}\n" in out.getvalue()
     assert s.history == [{"role": "user", "content": "hi \u202eevil"}, {"role": "assistant", "content": BIDI}]

@@ -78,8 +78,8 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
             else:
                 if cmd != "/help":
                     print(
-                        f"(unknown command {cmd}: nothing was sent; start a message with // to send one that begins "
-                        "with /)",
+                        f"(unknown command {escape_controls(cmd)}: nothing was sent; start a message with // to send "
+                        "one that begins with /)",
                         file=stdout,
                     )
                 print(HELP, file=stdout)
