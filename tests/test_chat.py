@@ -351,11 +351,16 @@ def test_piped_chat_whose_message_got_an_error_exits_non_zero_and_says_what_to_d
     # script could not tell, nor the user what to do
     import sys
 
-    d, _, _ = ckpt
+    d, _, tok = ckpt
     monkeypatch.setattr(sys, "stdin", io.StringIO("salt " * 400 + "\nhello\n"))  # not a terminal
     assert cli_main(["chat", str(d), "--max-new-tokens", "4", "--temperature", "0"]) == 1
     captured = capsys.readouterr()
-    assert "fills the model's context: nothing was sent; send a shorter one" in captured.out
+    # how long it is and how much fits (it named the message's tokens, not the context's): as generate says it
+    n = len(tok.render([{"role": "user", "content": "salt " * 400}], add_generation_prompt=True)[0])
+    assert (
+        f"the message ({n} tokens with the chat template) fills the model's context of 256 tokens: nothing was "
+        "sent; send a shorter one" in captured.out
+    )
     assert captured.out.count("bot> ") == 2  # the next message still got its reply
     assert "cookmind chat: 1 message(s) got an error instead of a reply" in captured.err
 

@@ -60,8 +60,8 @@ class ChatSession:
         if room < 1:  # the message alone: refused, and nothing of the conversation is left out for it
             self.history, self.dropped = before, 0
             raise ValueError(
-                f"the message ({len(prompt)} tokens with the chat template) fills the model's context: nothing was "
-                "sent; send a shorter one (or a shorter /system prompt)"
+                f"the message ({len(prompt)} tokens with the chat template) fills the model's context of {context} "
+                "tokens: nothing was sent; send a shorter one (or a shorter /system prompt)"
             )
         # stop strings are matched on the streamed text (never shown), not by the token loop
         cfg = self.cfg.replace(
