@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from gloo_fixtures import data_parallel_overrides, find_free_port, run_on_gloo_ranks
 from lm_fixtures import tiny_cli_overrides
@@ -435,3 +436,70 @@ def test_a_node_that_fails_before_joining_the_group_stops_the_others(tmp_path):
     assert said[1] == [f"cookmind train: error: config file 'cfg.yaml' not found: {said[1][0].split(': ', 3)[3]}"]
     assert len(said[0]) == 1 and said[0][0].startswith("cookmind train: error: rank 1 (on "), errs[0][-3000:]
     assert said[0][0].endswith(" could not start: " + said[1][0].removeprefix("cookmind train: error: ")), said
+
+
+SFT_LENGTHS = (16, 4, 12, 6, 5, 10, 7, 9)  # the records' lengths, in the store's order
+
+
+def _sft_tokens_on_rank(rank: int, root: str) -> dict:
+    """Two steps of SFT over the store in its order (data.shuffle=false), 2 records per rank per step."""
+    cfg = TrainConfig.load(
+        None,
+        [
+            f"data.train_path={root}/sft",
+            "train.objective=sft",
+            "data.window_size=16",
+            "data.shuffle=false",
+            "train.micro_batch_size=2",
+            "train.max_steps=2",
+            "train.device=cpu",
+            "logging.progress=false",
+            "logging.report=false",
+            "logging.log_every=1",
+            f"logging.run_dir={root}/run",
+            *tiny_cli_overrides(),
+        ],
+    )
+    trainer = Trainer(cfg)
+    summary = trainer.fit()
+    trainer.close()
+    return summary["tokens"]
+
+
+def test_the_tokens_of_a_two_rank_sft_run_are_what_both_ranks_processed(tmp_path, keep_threads):
+    """Each rank pads its SFT batch to its own longest record: the ranks process different counts. The logged
+    tokens were rank 0's count x 2 (64 + 28 where the ranks processed 44 + 34), and with them tokens_per_s, mfu
+    and the checkpoint's tokens_seen."""
+    rng = np.random.default_rng(0)
+    records = [
+        {"sequence": rng.integers(1, 64, size=n), "loss_mask": np.array([0, 0] + [1] * (n - 2))} for n in SFT_LENGTHS
+    ]
+    write_store(tmp_path / "sft", "sft", records, vocab_size=64)
+    # the reference, from the data: step s gives records 4s..4s+3 round-robin to the ranks (rank r: 4s+r, 4s+r+2),
+    # and each rank's batch of 2 is padded to its longer record
+    steps = [sum(2 * max(SFT_LENGTHS[4 * s + r], SFT_LENGTHS[4 * s + r + 2]) for r in (0, 1)) for s in (0, 1)]
+    assert steps == [44, 34]
+    summaries = run_on_gloo_ranks(functools.partial(_sft_tokens_on_rank, root=str(tmp_path)), 2, tmp_path)
+    assert summaries == [78, 78], summaries
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r.get("split") == "train"]
+    assert [r["tokens"] for r in train] == [44, 78], train
+    for row, n in zip(train, steps):
+        assert row["tokens_per_s"] * row["step_time_s"] == pytest.approx(n, rel=1e-4)
+    meta = json.loads((find_latest_checkpoint(tmp_path / "run" / "checkpoints") / "meta.json").read_text())
+    assert meta["tokens_seen"] == 78
+
+
+def test_token_counts_past_float32s_exact_range_sum_exactly_over_ranks():
+    # float32 holds integers exactly only below 2**24: a step of 8 ranks x 4M tokens summed as floats is off
+    from cookmind.parallel.process_group import DistInfo, count_digits, from_count_digits
+
+    info = DistInfo(rank=0, world_size=1000)
+    counts = [(1 << 33) + 12_345 * r + 7 for r in range(1000)]
+    summed = torch.stack([torch.tensor(count_digits(n, info), dtype=torch.float32) for n in counts]).sum(0)
+    assert from_count_digits(summed.tolist()) == sum(counts)
+    assert float(torch.tensor(float(sum(counts)), dtype=torch.float32)) != sum(counts)  # what one float would give
+    with pytest.raises(
+        ValueError, match=r"a count of 1099511627776 over 1000 ranks is past what the step's all-reduce"
+    ):
+        count_digits(1 << 40, info)

@@ -61,11 +61,13 @@ from cookmind.parallel import (
     unwrap,
 )
 from cookmind.parallel.process_group import (
+    count_digits,
     differences_from_rank0,
-    mean_over_ranks,
+    from_count_digits,
     min_max_over_ranks,
     rank0_value,
     stop_together,
+    sum_over_ranks,
 )
 from cookmind.train import build as B
 from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
@@ -106,18 +108,19 @@ TRUNCATION_WARN = 0.05  # warn when more than this share of sft/dpo records is t
 class _QueuedStep:
     """One optimizer step as the host queued it; its loss, norm and tensor metrics may still be on the device.
 
-    ``readout`` is ``[loss, grad_norm, *tensor metrics]``: on the host already, or a pinned buffer that an
-    async copy fills once the GPU reaches the end of the step (``ready`` is recorded right after that copy).
+    ``readout`` is ``[loss, grad_norm, *tensor metrics, *token digits]`` (the digits for several ranks): on the host
+    already, or a pinned buffer that an async copy fills once the GPU reaches the end of the step (``ready`` is
+    recorded right after that copy).
     """
 
     step: int  # 1-based: the optimizer step this is
     t_launch: float  # perf_counter when the host began to queue it
     lr: float
-    step_tokens: int  # tokens of this step over all ranks
-    tokens_seen: int  # the run's token count after this step
+    step_tokens: int  # tokens of this step on this rank: the step's for one process
     readout: torch.Tensor
     slots: dict[str, int]  # tensor metric name -> its index in readout
     sums: dict[str, Any]  # the objective's metrics summed over micro-batches (tensors read through readout)
+    token_slots: range = range(0)  # several ranks: where readout holds the digits of the step's tokens over them
     ready: Any = None  # a torch.cuda.Event when readout is filled asynchronously
     values: list[float] | None = field(default=None)  # readout on the host, once read
     t_queued: float = 0.0  # perf_counter when the host had queued it all
@@ -133,6 +136,7 @@ class StepOutputs:
     sums: dict[str, Any]  # the objective's metrics summed over micro-batches
     tokens: int  # tokens of this step on this rank
     micro_outputs: list = field(default_factory=list)  # (loss, metrics) per micro-batch, when captured
+    token_slots: range = range(0)  # several ranks: readout's digits of the step's tokens over them (count_digits)
 
 
 def _check_same_config(cfg: TrainConfig, info) -> None:
@@ -850,16 +854,15 @@ class Trainer:
             ready = torch.cuda.Event()
             ready.record()
             readout = host
-        step_tokens = out.tokens * self.dist.world_size
         queued = _QueuedStep(
             step=self.step + 1,
             t_launch=t0,
             lr=lr,
-            step_tokens=step_tokens,
-            tokens_seen=self.tokens_seen + step_tokens,
+            step_tokens=out.tokens,
             readout=readout,
             slots=out.slots,
             sums=out.sums,
+            token_slots=out.token_slots,
             ready=ready,
         )
         if not self._skip_on_device:
@@ -872,7 +875,6 @@ class Trainer:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         self.step = queued.step
-        self.tokens_seen = queued.tokens_seen
         queued.t_queued = time.perf_counter()
         return queued
 
@@ -917,16 +919,25 @@ class Trainer:
         finish_gradient_sync(self.model)
         # the step's loss and the objective's metrics over every rank's rows, as the gradients are: rank 0 logged its
         # own rows' (a DPO reward accuracy of its half of the batch, SFT's supervised tokens halved), and a rank whose
-        # loss alone was not finite would skip a step the others took. One collective for them all.
+        # loss alone was not finite would skip a step the others took. One collective for them all, which also sums
+        # the ranks' token counts: each rank pads its own batches (SFT, DPO) or rolls out its own lengths (GRPO), and
+        # the step's tokens were rank 0's count times the ranks. The count rides as exact digits (count_digits),
+        # read with the loss: no wait for the device here.
         names = [k for k, v in sums.items() if torch.is_tensor(v)] if self.dist.enabled else []
         together = torch.stack(
             [loss_sum, *((sums[k] if sums[k].numel() == 1 else sums[k].mean()).reshape(()).float() for k in names)]
         )
-        together = mean_over_ranks(together, self.dist)
-        loss_sum = together[0]
+        digits = None
+        if self.dist.enabled:
+            mine = torch.tensor(count_digits(tokens, self.dist), dtype=torch.float32)
+            together = torch.cat([together, mine.to(self.device, non_blocking=True)])
+            together = sum_over_ranks(together, self.dist)
+            digits = together[len(names) + 1 :]
+        world = self.dist.world_size
+        loss_sum = together[0] / world if self.dist.enabled else together[0]
         counts = set(getattr(self.objective, "count_metrics", ()))  # sums over the rows, not means
         for i, k in enumerate(names, 1):
-            sums[k] = together[i] * self.dist.world_size if k in counts else together[i]
+            sums[k] = together[i] if k in counts else together[i] / world
         if self._reduce_fp32_grads:
             from cookmind.optim.master_weights import all_reduce_fp32_grads
 
@@ -953,6 +964,7 @@ class Trainer:
         # Tensor metrics ride along with loss and norm: one copy to the host per step, and no .item() that
         # would wait for whatever the host queued after this step. (A mean, as to_float takes of a vector.)
         slots = {k: 2 + i for i, k in enumerate(k for k, v in sums.items() if torch.is_tensor(v))}
+        token_slots = range(2 + len(slots), 2 + len(slots) + (0 if digits is None else len(digits)))
         readout = torch.cat(
             [
                 stats,
@@ -961,9 +973,10 @@ class Trainer:
                     for v in sums.values()
                     if torch.is_tensor(v)
                 ),
+                *(() if digits is None else (digits.to(stats.device),)),
             ]
         )
-        return StepOutputs(readout, slots, sums, tokens, micro_outputs)
+        return StepOutputs(readout, slots, sums, tokens, micro_outputs, token_slots)
 
     def _micro_weights(self, take_batch) -> list[tuple[dict[str, Any], torch.Tensor]]:
         """Each micro-batch of the step, prepared, with the weight of its loss: its target tokens x world / the global
@@ -1011,13 +1024,16 @@ class Trainer:
         prev, end = self._last_step_end, max(queued.t_queued, queued.t_read)
         dt = max(end - (queued.t_launch if prev is None else max(queued.t_launch, prev)), 1e-9)
         self._last_step_end = end
-        tps = queued.step_tokens / dt
+        # several ranks: the sum of every rank's own count, read with the loss (one process: its own)
+        tokens = from_count_digits(values[i] for i in queued.token_slots) if queued.token_slots else queued.step_tokens
+        self.tokens_seen += tokens  # counted as the step is read: its checkpoint, and the summary, follow
+        tps = tokens / dt
         metrics = {
             "split": "train",
             "loss": loss_val,
             "lr": queued.lr,
             "grad_norm": norm_val,
-            "tokens": queued.tokens_seen,
+            "tokens": self.tokens_seen,
             "tokens_per_s": tps,
             "step_time_s": dt,
             "skipped_steps": self.skipped_steps,
