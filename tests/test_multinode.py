@@ -20,6 +20,7 @@ from lm_fixtures import tiny_cli_overrides
 from cookmind.model import load_model
 from cookmind.store import write_store
 from cookmind.train import TrainConfig, Trainer
+from cookmind.train.callbacks import Callback
 from cookmind.train.checkpoint import find_latest_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -503,3 +504,124 @@ def test_token_counts_past_float32s_exact_range_sum_exactly_over_ranks():
         ValueError, match=r"a count of 1099511627776 over 1000 ranks is past what the step's all-reduce"
     ):
         count_digits(1 << 40, info)
+
+
+def _metrics_write_fails_on_rank0(rank: int, root: str) -> None:
+    """Rank 0's disk fills as it logs step 2's row of metrics.jsonl."""
+    import errno
+
+    from cookmind.train.metrics import MetricsWriter
+
+    real = MetricsWriter.write
+
+    def write(self, record):
+        if record.get("step") == 2 and record.get("split") == "train":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        real(self, record)
+
+    if rank == 0:
+        MetricsWriter.write = write
+    run = [*_tiny_run(root), "train.max_steps=4", "logging.log_every=1", f"logging.run_dir={root}/run"]
+    _run_and_say(rank, root, lambda: Trainer(TrainConfig.load(None, run)).fit())
+
+
+def test_a_metrics_row_rank0_cannot_write_stops_every_rank_with_its_reason(tmp_path, keep_threads):
+    # rank 0 alone writes metrics.jsonl: it stopped with its error, and rank 1 died in the next step's all-reduce
+    # with gloo's "Connection closed by peer" traceback (under NCCL it waited there until the timeout)
+    import time
+
+    from cookmind.cli import os_error_line
+
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    t0 = time.monotonic()
+    said = _said_on_ranks(tmp_path, _metrics_write_fails_on_rank0)
+    assert time.monotonic() - t0 < 60, "every rank stops at once, not at a collective's timeout"
+    path = tmp_path / "run" / "metrics.jsonl"
+    assert said[0] == f"OSError: [Errno 28] No space left on device: '{path}'", said
+    reason = os_error_line(OSError(28, os.strerror(28), str(path)))
+    assert said[1].startswith("RankFailed: rank 0 (on "), said
+    assert said[1].endswith(f" could not end step 2 (MetricsCallback.on_step_end): {reason}"), said
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in rows if r.get("split") == "train"] == [1], "no step after the failed one ran"
+
+
+class Boom(Callback):
+    """Raises in ``hook`` on rank 1 alone (at step ``at`` for the per-step hooks, the status for on_train_end)."""
+
+    def __init__(self, hook: str, at):
+        self.hook, self.at = hook, at
+
+    def _fail(self, trainer, hook: str, at=None) -> None:
+        if hook == self.hook and at == self.at and trainer.dist.rank == 1:
+            raise ValueError(f"{hook} failed on rank 1")
+
+    def on_train_begin(self, trainer):
+        self._fail(trainer, "on_train_begin")
+
+    def on_step_begin(self, trainer, step):
+        self._fail(trainer, "on_step_begin", step)
+
+    def on_step_end(self, trainer, step, metrics):
+        self._fail(trainer, "on_step_end", step)
+
+    def on_train_end(self, trainer, status):
+        self._fail(trainer, "on_train_end", status)
+
+
+def _callback_fails_on_rank1(rank: int, root: str, hook: str, at, max_steps: int) -> None:
+    cfg = TrainConfig.load(None, [*_tiny_run(root), f"train.max_steps={max_steps}", f"logging.run_dir={root}/run"])
+    _run_and_say(rank, root, lambda: Trainer(cfg, callbacks=[Boom(hook, at)]).fit())
+
+
+@pytest.mark.parametrize(
+    "hook, at, max_steps, what",
+    [
+        ("on_step_begin", 2, 4, "begin step 2 (Boom.on_step_begin)"),
+        ("on_step_end", 2, 2, "end step 2 (Boom.on_step_end)"),  # the last step: no step's stop signal follows
+        ("on_train_begin", None, 2, "begin training (Boom.on_train_begin)"),
+        ("on_train_end", "completed", 2, "end training (Boom.on_train_end)"),
+    ],
+)
+def test_a_callback_that_fails_on_one_rank_stops_every_rank_with_its_reason(
+    tmp_path, keep_threads, hook, at, max_steps, what
+):
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    said = _said_on_ranks(tmp_path, _callback_fails_on_rank1, hook=hook, at=at, max_steps=max_steps)
+    assert said[1] == f"ValueError: {hook} failed on rank 1", said
+    assert said[0].startswith("RankFailed: rank 1 (on "), said
+    assert said[0].endswith(f" could not {what}: {hook} failed on rank 1"), said
+
+
+def _batch_fails_on_rank1(rank: int, root: str) -> None:
+    """Rank 1's read of the store fails (an I/O error on its node) as it loads step 3's batch ahead."""
+    import errno
+
+    from cookmind.train import trainer as trainer_module
+
+    real = trainer_module.Trainer._next_batch
+
+    def next_batch(self):
+        if self._micros_taken == 2:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), f"{root}/seq")
+        return real(self)
+
+    if rank == 1:
+        trainer_module.Trainer._next_batch = next_batch
+    cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=4", f"logging.run_dir={root}/run"])
+    _run_and_say(rank, root, lambda: Trainer(cfg).fit())
+
+
+def test_a_batch_one_rank_cannot_load_stops_every_rank_with_its_reason(tmp_path, keep_threads):
+    # the next step's first batch loads while the step's work ends: a rank that failed there left the others in
+    # the next step's collectives
+    from cookmind.cli import os_error_line
+
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    said = _said_on_ranks(tmp_path, _batch_fails_on_rank1)
+    assert said[1] == f"OSError: [Errno 5] Input/output error: '{tmp_path}/seq'", said
+    reason = os_error_line(OSError(5, os.strerror(5), f"{tmp_path}/seq"))
+    assert said[0].startswith("RankFailed: rank 1 (on "), said
+    assert said[0].endswith(f" could not load a batch of step 3: {reason}"), said

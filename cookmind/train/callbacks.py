@@ -8,6 +8,11 @@ On CUDA the Trainer may call ``on_step_end(step)`` only after it has queued step
 the GPU never waits for the host between steps), unless a callback's ``needs_state_at(step)`` says
 it must see the model and optimizer as they are right after ``step``. The default says so at every
 step; callbacks that only log the metrics they are given say they need nothing.
+
+With several processes a hook that raises on one rank only (rank 0's metrics row on a full disk, a callback of
+yours) does not leave the others waiting in the next collective: the other callbacks still run, and as the step
+ends every rank stops, that rank with its error, the others with "rank R (on HOST) could not end step N
+(ITS_CLASS.on_step_end): its reason" (``Trainer._on_this_rank``).
 """
 
 from __future__ import annotations

@@ -65,6 +65,8 @@ from cookmind.parallel.process_group import (
     differences_from_rank0,
     from_count_digits,
     min_max_over_ranks,
+    raise_together,
+    raised_on_every_rank,
     rank0_value,
     stop_together,
     sum_over_ranks,
@@ -100,6 +102,7 @@ class TrainingDiverged(RuntimeError):
     """Too many consecutive non-finite or exploding losses (or non-finite gradients)."""
 
 
+_FAILED = 1 << 20  # _stop_on_any_rank's code of a rank that failed (above any signal's number)
 LOSS_WINDOW = 10  # steps averaged for the best-loss reference of the divergence check
 TRUNCATION_WARN = 0.05  # warn when more than this share of sft/dpo records is truncated or dropped
 
@@ -312,6 +315,7 @@ class Trainer:
         self._recent_metrics: deque[dict[str, Any]] = deque(maxlen=RECENT_STEPS)  # the summary's train_* means
         self.samples: list[dict[str, str]] = []
         self._stop_reason: str | None = None
+        self._failed: tuple[str, Exception] | None = None  # what this rank could not do, held (_on_this_rank)
         self._iter = None
         self._micros_taken = 0  # micro-batches drawn from the train loader: a step begins at each accum-th
         self._prefetched: dict[str, Any] | None = None  # next step's first micro-batch, already on the device
@@ -661,17 +665,66 @@ class Trainer:
     def _stop_on_any_rank(self) -> bool:
         """Whether any rank was asked to stop (one small all-reduce a step). A rank that was not takes the reason
         of one that was: a SIGTERM that reached one node stops every rank by that signal (each exits 128 + N, rank
-        0 says so), where rank 0 said "stopped by a stop request" and exited 3."""
+        0 says so), where rank 0 said "stopped by a stop request" and exited 3. A rank that failed at its own work
+        of the step (``_on_this_rank``) says so in the same all-reduce, and every rank raises with its reason."""
         reason = self._stop_reason
         if not self.dist.enabled:
             return reason is not None
         mine = 0 if reason is None else 1  # 1: request_stop's own words, which stay on their rank
         if reason is not None and reason.startswith("signal "):
             mine = int(getattr(signal, reason.removeprefix("signal "), 1))
+        if self._failed is not None:
+            mine = _FAILED
         _, code = min_max_over_ranks(mine, self.dist)
+        if code == _FAILED:
+            self._raise_held()
         if code and reason is None:
             self._stop_reason = f"signal {signal.Signals(code).name}" if code > 1 else "a stop request on another rank"
         return code > 0
+
+    @contextlib.contextmanager
+    def _on_this_rank(self, what: str):
+        """Host work of the loop that one rank may fail at while the others go on (a callback's hook, rank 0's row of
+        metrics.jsonl, loading the next batch). With several ranks its error is held: the rank goes on through the
+        step's collectives, and the next stop signal (``_stop_on_any_rank``; at the end ``_stop_if_any_rank_failed``)
+        stops every rank, this one with its own error, the others with "rank R (on HOST) could not WHAT: reason".
+        The rank that raised alone left the others to die in their next collective with gloo's "Connection closed
+        by peer" traceback, or to wait in it until NCCL's timeout. One process: raised at once, as ever; so is an
+        error every rank raises together (a save ``stop_together`` stopped)."""
+        if not self.dist.enabled:
+            yield
+            return
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - held, and raised on every rank at the next stop signal
+            if raised_on_every_rank(exc):
+                raise
+            if self._failed is None:  # the first is the one said
+                self._failed = (what, exc)
+
+    def _hooks(self, hook: str, what: str, *args) -> None:
+        """Every callback's ``hook(self, *args)``, each through ``_on_this_rank``: with several ranks one that fails
+        leaves the others to run, so that every rank takes part in their collectives (an evaluation, a save)."""
+        if not self.dist.enabled:  # one process: raised at once (and no context manager per hook on the hot path)
+            for cb in self.callbacks:
+                getattr(cb, hook)(self, *args)
+            return
+        for cb in self.callbacks:
+            with self._on_this_rank(f"{what} ({type(cb).__name__}.{hook})"):
+                getattr(cb, hook)(self, *args)
+
+    def _raise_held(self) -> None:
+        """Every rank: raise the failure any rank holds (``raise_together``; a no-op where none does)."""
+        failure, self._failed = self._failed, None
+        raise_together(self.dist, failure)
+
+    def _stop_if_any_rank_failed(self) -> None:
+        """Where no step's stop signal follows (the start, the last step, the end): one small all-reduce, and every
+        rank raises if any rank holds a failure."""
+        if self.dist.enabled:
+            _, failed = min_max_over_ranks(int(self._failed is not None), self.dist)
+            if failed:
+                self._raise_held()
 
     @property
     def stop_reason(self) -> str | None:
@@ -699,10 +752,7 @@ class Trainer:
         if self._rng_to_restore is not None:
             restore_rng(self._rng_to_restore)  # last, after everything that draws at start-up
             self._rng_to_restore = None
-        if self.data_stats and self.step == 0:  # a resume trains on the same stores: their row is logged once
-            self.metrics_writer.write({"step": self.step, "split": "data", **self.data_stats})
-        for cb in self.callbacks:
-            cb.on_train_begin(self)
+        self._failed = None
         self.deferred_steps, self._last_step_end = 0, None
         self._trainable = None  # the parameters that train, listed again at each fit (once per run)
         behind: _QueuedStep | None = None  # a step queued but not read yet: read once the next one is queued
@@ -711,6 +761,11 @@ class Trainer:
         # after the last step leaves the run to complete (its checkpoint, final evaluation and report).
         try:
             try:
+                if self.data_stats and self.step == 0:  # a resume trains on the same stores: their row is logged once
+                    with self._on_this_rank("begin training (metrics.jsonl)"):
+                        self.metrics_writer.write({"step": self.step, "split": "data", **self.data_stats})
+                self._hooks("on_train_begin", "begin training")
+                self._stop_if_any_rank_failed()
                 while self.step < cfg.train.max_steps:
                     queued = self._launch_step()
                     if behind is not None:
@@ -733,6 +788,7 @@ class Trainer:
                 if behind is not None:  # stopped with the last queued step unread
                     done, behind = behind, None
                     self._end_step(done)
+                self._stop_if_any_rank_failed()  # at the last step (or the stop) no step's stop signal followed
             except BaseException as exc:
                 if behind is not None:  # keep that step's metrics row if its stats can still be read
                     with contextlib.suppress(Exception):  # the error being raised is the one to report
@@ -747,8 +803,8 @@ class Trainer:
                 self.save_checkpoint()
             if self._sharded is not None:
                 self._sharded.wait()  # an async save completes before the run ends
-            for cb in self.callbacks:
-                cb.on_train_end(self, status)
+            self._hooks("on_train_end", "end training", status)
+            self._stop_if_any_rank_failed()
             if self.last_eval_step == self.step == self.last_saved_step and self._saved_eval_step != self.step:
                 with stop_together(self.dist, f"record the final evaluation in {checkpoint_name(self.step)}"):
                     self._record_final_eval()
@@ -810,8 +866,7 @@ class Trainer:
         """Read a queued step's stats, count it and run the callbacks' ``on_step_end`` for it."""
         metrics = self._read_step(queued)
         self._recent_metrics.append(metrics)
-        for cb in self.callbacks:
-            cb.on_step_end(self, queued.step, metrics)
+        self._hooks("on_step_end", f"end step {queued.step}", queued.step, metrics)
 
     def _launch_step(self) -> _QueuedStep:
         """Queue optimizer step ``self.step + 1`` (micro-batches, clip, update, next batch's prefetch).
@@ -823,8 +878,7 @@ class Trainer:
         cfg = self.cfg
         accum = cfg.train.grad_accum_steps
         t0 = time.perf_counter()
-        for cb in self.callbacks:
-            cb.on_step_begin(self, self.step + 1)
+        self._hooks("on_step_begin", f"begin step {self.step + 1}", self.step + 1)
         if not (self.model.training and self.bare_model.training):  # .train() walks every module: only if needed
             self.model.train()
         if self._trainable is None:  # walking the module tree each step costs the host ~0.5 ms on 8 layers
@@ -841,11 +895,13 @@ class Trainer:
                 out = self._step_body(batches.__getitem__)
             else:
                 for micro, (loss, m) in enumerate(out.micro_outputs):
-                    for cb in self.callbacks:
-                        cb.on_micro_batch_end(self, micro, loss, m)
+                    self._hooks(
+                        "on_micro_batch_end", f"end micro-batch {micro} of step {self.step + 1}", micro, loss, m
+                    )
         else:
             out = self._step_body(lambda micro: self._take_batch())
-        self._prefetch_batch()
+        with self._on_this_rank(f"load a batch of step {self.step + 2}"):  # the stop signal below says it
+            self._prefetch_batch()
         readout = out.readout
         ready = None
         if self._skip_on_device and readout.device.type == "cuda":
@@ -914,8 +970,7 @@ class Trainer:
             if in_graph:
                 micro_outputs.append((loss.detach(), m))
             else:
-                for cb in self.callbacks:
-                    cb.on_micro_batch_end(self, micro, loss, m)
+                self._hooks("on_micro_batch_end", f"end micro-batch {micro} of step {self.step + 1}", micro, loss, m)
         finish_gradient_sync(self.model)
         # the step's loss and the objective's metrics over every rank's rows, as the gradients are: rank 0 logged its
         # own rows' (a DPO reward accuracy of its half of the batch, SFT's supervised tokens halved), and a rank whose
