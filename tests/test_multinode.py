@@ -625,3 +625,34 @@ def test_a_batch_one_rank_cannot_load_stops_every_rank_with_its_reason(tmp_path,
     reason = os_error_line(OSError(5, os.strerror(5), f"{tmp_path}/seq"))
     assert said[0].startswith("RankFailed: rank 1 (on "), said
     assert said[0].endswith(f" could not load a batch of step 3: {reason}"), said
+
+
+def _sharded_save_fails_on_rank0(rank: int, root: str, file: str) -> None:
+    """Rank 0's disk fills as it writes ``file`` of the final sharded checkpoint (every rank writes its shard)."""
+    from cookmind.atomic import DiskFullError
+    from cookmind.train import sharded_checkpoint
+
+    real = sharded_checkpoint.write_json
+
+    def write_json(path, *args, **kwargs):
+        if Path(path).name == file:
+            raise DiskFullError(f"{root}/run/checkpoints: the disk is full; free space and resume")
+        return real(path, *args, **kwargs)
+
+    if rank == 0:
+        sharded_checkpoint.write_json = write_json
+    run = [*_tiny_run(root), "checkpoint.format=sharded", "eval.every=0", f"logging.run_dir={root}/run"]
+    _run_and_say(rank, root, lambda: Trainer(TrainConfig.load(None, run)).fit())
+
+
+@pytest.mark.parametrize("file", ["config.json", "meta.json"])
+def test_a_sharded_checkpoint_rank0_cannot_complete_stops_every_rank_with_its_reason(tmp_path, keep_threads, file):
+    # every rank writes its shard, rank 0 alone the model's config.json (before the shards) and meta.json (after
+    # them): it stopped with its error, and rank 1 waited in the shards' collectives or died in the next one
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    said = _said_on_ranks(tmp_path, _sharded_save_fails_on_rank0, file=file)
+    full = f"{tmp_path}/run/checkpoints: the disk is full; free space and resume"
+    assert said[0] == f"DiskFullError: {full}", said
+    assert said[1].startswith("RankFailed: rank 0 (on "), said
+    assert said[1].endswith(f" could not save step_00000002: {full}"), said

@@ -59,6 +59,7 @@ from cookmind.model.sharded_io import SafeLoadPlanner, SafeReader, error_reason,
 from cookmind.model.sharded_layout import MODEL_KEY, OPTIM_KEY, dcp_dir
 from cookmind.parallel import unwrap
 from cookmind.parallel.fsdp import plain_name
+from cookmind.parallel.process_group import DistInfo, stop_together
 from cookmind.tokenizer.files import copy_tokenizer_files
 
 
@@ -113,6 +114,7 @@ class ShardedCheckpointer:
         self.rank, self.world_size, self.async_save = rank, world_size, async_save
         self._pending: dict[str, Any] | None = None
         self._group = None  # async saves talk over their own gloo group, beside training's collectives
+        self._info = DistInfo(rank, world_size)  # for stop_together: what one rank cannot write stops every rank
 
     @property
     def distributed(self) -> bool:
@@ -141,13 +143,15 @@ class ShardedCheckpointer:
                 fingerprint = weights_fingerprint(unwrap(model), gather=True)
                 if fingerprint is not None:
                     meta = {**meta, BASE_FINGERPRINT_KEY: {plain_name(k): v for k, v in fingerprint.items()}}
-            if self.rank == 0:
-                config = getattr(unwrap(model), "config", None)
-                if config is not None:
-                    write_json(tmp / CONFIG_NAME, config.to_dict(), indent=2)
-                if tokenizer_dir is not None:
-                    # its tokenizer files only: --tokenizer may name a model folder, whose weights are not these
-                    copy_tokenizer_files(tokenizer_dir, tmp, replace=False)
+            # rank 0's files, before the shards' collectives: one it cannot write (a full disk) stops every rank
+            with stop_together(self._info, f"save {final.name}"):
+                if self.rank == 0:
+                    config = getattr(unwrap(model), "config", None)
+                    if config is not None:
+                        write_json(tmp / CONFIG_NAME, config.to_dict(), indent=2)
+                    if tokenizer_dir is not None:
+                        # its tokenizer files only: --tokenizer may name a model folder, whose weights are not these
+                        copy_tokenizer_files(tokenizer_dir, tmp, replace=False)
             if scaler is not None:
                 meta = {**meta, "scaler": scaler.state_dict()}
             try:
@@ -181,22 +185,26 @@ class ShardedCheckpointer:
             return None
         tmp, final = pending["tmp"], pending["final"]
         try:
-            if pending["future"] is not None:
-                try:
-                    pending["future"].result()
-                except dcp.CheckpointException as exc:
-                    raise _save_error(exc, final) from None
-            hashes = [_shard_hashes(tmp, self.rank)]  # each rank reads back what it wrote, all at once
+            # what one rank cannot do here (read back its shard; rank 0: complete the directory) stops every rank
+            with stop_together(self._info, f"save {final.name}"):
+                if pending["future"] is not None:
+                    try:
+                        pending["future"].result()
+                    except dcp.CheckpointException as exc:
+                        raise _save_error(exc, final) from None
+                mine = _shard_hashes(tmp, self.rank)  # each rank reads back what it wrote, all at once
+            hashes = [mine]
             if self.distributed:  # and every rank's shard is on disk before the directory looks complete
                 hashes = [None] * self.world_size
-                dist.all_gather_object(hashes, _shard_hashes(tmp, self.rank), group=self._group)
-            if self.rank == 0:
-                meta = {**pending["meta"], "saved_at": time.time(), "complete": True, "files": written_files(tmp)}
-                meta[SHA256_KEY] = _all_hashes(tmp, hashes)
-                write_json(tmp / META_NAME, meta)
-                replace_dir(tmp, final, replace=True, is_ours=is_own_checkpoint, what="cookmind checkpoint")
-                if pending["on_complete"] is not None:
-                    pending["on_complete"](final)
+                dist.all_gather_object(hashes, mine, group=self._group)
+            with stop_together(self._info, f"save {final.name}"):
+                if self.rank == 0:
+                    meta = {**pending["meta"], "saved_at": time.time(), "complete": True, "files": written_files(tmp)}
+                    meta[SHA256_KEY] = _all_hashes(tmp, hashes)
+                    write_json(tmp / META_NAME, meta)
+                    replace_dir(tmp, final, replace=True, is_ours=is_own_checkpoint, what="cookmind checkpoint")
+                    if pending["on_complete"] is not None:
+                        pending["on_complete"](final)
         finally:
             if self.rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
