@@ -656,3 +656,47 @@ def test_a_sharded_checkpoint_rank0_cannot_complete_stops_every_rank_with_its_re
     assert said[0] == f"DiskFullError: {full}", said
     assert said[1].startswith("RankFailed: rank 0 (on "), said
     assert said[1].endswith(f" could not save step_00000002: {full}"), said
+
+
+def _grpo_reward_fails_on_rank1(rank: int, root: str) -> None:
+    """GRPO on two ranks, each rolling out and scoring its own problems: rank 1's reward function (the user's code)
+    raises on one of step 2's answers."""
+    from lm_fixtures import MICRO, tiny_config
+    from test_align_fixtures import XYZ, x_fraction
+
+    from cookmind.align.objective import GRPOConfig, GRPOObjective
+    from cookmind.model import CookMindLM
+
+    torch.manual_seed(0)
+    model = CookMindLM(tiny_config(**MICRO, vocab_size=5, max_position_embeddings=32))
+    trainers = []
+
+    def reward(response, truth):
+        if rank == 1 and trainers[0].step == 1:
+            raise ValueError(f"the reward cannot score {response!r}")
+        return x_fraction(response, truth)
+
+    objective = GRPOObjective(
+        GRPOConfig(group_size=2, max_new_tokens=2, template="{question}", stop_strings=()),
+        reward_fn=reward,
+        problems=[{"question": "?" * k, "answer": ""} for k in range(1, 9)],
+    )
+    cfg = TrainConfig.from_dict(
+        {
+            "train": {"objective": "grpo", "max_steps": 3, "micro_batch_size": 1, "device": "cpu", "seed": 0},
+            "optim": {"lr": 1e-2, "schedule": "constant"},
+            "parallel": {"backend": "gloo"},
+            "logging": {"run_dir": f"{root}/run", "progress": False, "report": False},
+        }
+    )
+    trainers.append(Trainer(cfg, model=model, objective=objective, tokenizer=XYZ()))
+    _run_and_say(rank, root, trainers[0].fit)
+
+
+def test_a_grpo_reward_that_fails_on_one_rank_stops_every_rank_with_its_reason(tmp_path, keep_threads):
+    # each rank scores its own rollouts: rank 1 stopped with the reward's error, and rank 0 died in the step's
+    # gradient all-reduce with gloo's "Connection closed by peer" traceback
+    said = _said_on_ranks(tmp_path, _grpo_reward_fails_on_rank1)
+    assert said[1].startswith("ValueError: the reward cannot score "), said
+    assert said[0].startswith("RankFailed: rank 1 (on "), said
+    assert said[0].endswith(" could not roll out step 2: " + said[1].removeprefix("ValueError: ")), said

@@ -17,9 +17,11 @@ format rate and answer length as ``val_accuracy``, ``val_format_rate``, ``val_re
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import typing
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -299,6 +301,8 @@ class GRPOObjective(Objective):
         self.reward_fn = reward_fn or reward_fn_for_template(self.cfg.template, self.cfg.format_weight)
         self.reference = reference
         self.rank, self.world = 0, 1
+        self._dist = None  # the trainer's DistInfo (setup): rollouts one rank cannot make stop every rank
+        self._trainer = None  # a weak reference to the trainer (setup): its step names the rollouts that failed
         self.seed = seed
         self.calls = 0  # rollout batches drawn so far: seeds the sampling
         self.position = 0  # problems of the stream used so far, over all ranks
@@ -320,6 +324,7 @@ class GRPOObjective(Objective):
         dist = getattr(trainer, "dist", None)
         if dist is not None:
             self.rank, self.world = dist.rank, dist.world_size
+            self._dist, self._trainer = dist, weakref.ref(trainer)
         self.seed = trainer.cfg.train.seed
         self._check_store_template(trainer)
         context = getattr(getattr(trainer.bare_model, "config", None), "max_position_embeddings", None)
@@ -472,7 +477,11 @@ class GRPOObjective(Objective):
             params = sampling_params(
                 self.cfg, self.tokenizer, seed=(self.seed * 1_000_003 + self.calls) * 101 + self.rank
             )
-            with gathered_weights(model):  # FSDP: rollouts stop at different lengths on each rank
+            # FSDP: rollouts stop at different lengths on each rank. Each rank rolls out and scores its own problems
+            # (the reward function is the user's code): one that fails stops every rank with its reason, where it
+            # left the others in the step's next collective (gloo's "Connection closed by peer", NCCL's timeout).
+            # The block holds no collective (generation runs on the gathered weights); one all-gather on leaving it.
+            with gathered_weights(model), self._stop_together_if_one_fails():
                 out = collect_rollouts(
                     unwrap(model),
                     self.tokenizer,
@@ -496,6 +505,15 @@ class GRPOObjective(Objective):
             )
         loss_batch["rollout_metrics"] = out["metadata"]
         return loss_batch
+
+    def _stop_together_if_one_fails(self):
+        """``stop_together`` over the trainer's ranks, "roll out step N" (a no-op in one process)."""
+        if self._dist is None or not self._dist.enabled:
+            return contextlib.nullcontext()
+        from cookmind.parallel.process_group import stop_together
+
+        trainer = self._trainer() if self._trainer is not None else None
+        return stop_together(self._dist, "roll out" + (f" step {trainer.step + 1}" if trainer is not None else ""))
 
     def _note_signal(self, meta: dict[str, float]) -> None:
         """Count rollout batches in a row with no reward signal; at ``NO_SIGNAL_BATCHES`` say so (rank 0, once a run
