@@ -700,3 +700,38 @@ def test_a_grpo_reward_that_fails_on_one_rank_stops_every_rank_with_its_reason(t
     assert said[1].startswith("ValueError: the reward cannot score "), said
     assert said[0].startswith("RankFailed: rank 1 (on "), said
     assert said[0].endswith(" could not roll out step 2: " + said[1].removeprefix("ValueError: ")), said
+
+
+def _rewind_fails_on_rank0(rank: int, root: str) -> None:
+    """A resume: rank 0 cannot rewrite metrics.jsonl without the rows logged after the checkpoint's step."""
+    import errno
+
+    from cookmind.train.metrics import MetricsWriter
+
+    def rewind(self, step):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self.path))
+
+    if rank == 0:
+        MetricsWriter.rewind = rewind
+    cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=3", f"logging.run_dir={root}/run"])
+    cfg.checkpoint.resume = "auto"
+    _run_and_say(rank, root, lambda: Trainer(cfg))
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_a_metrics_file_rank0_cannot_rewind_on_resume_stops_every_rank_with_its_reason(tmp_path, keep_threads, saved):
+    # rank 0 alone rewinds metrics.jsonl to the checkpoint's step (or drops all of it where an attempt saved none):
+    # it stopped with its error, and rank 1 died in start-up's next collective
+    from cookmind.cli import os_error_line
+
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    if saved:
+        Trainer(TrainConfig.load(None, [*_tiny_run(str(tmp_path)), f"logging.run_dir={tmp_path}/run"])).fit()
+    said = _said_on_ranks(tmp_path, _rewind_fails_on_rank0)
+    path = tmp_path / "run" / "metrics.jsonl"
+    assert said[0] == f"PermissionError: [Errno 13] Permission denied: '{path}'", said
+    assert said[1].startswith("RankFailed: rank 0 (on "), said
+    what = f"resume from {tmp_path / 'run' / 'checkpoints' / 'step_00000002'}" if saved else "start"
+    reason = os_error_line(PermissionError(13, os.strerror(13), str(path)))
+    assert said[1].endswith(f" could not {what}: {reason}"), said

@@ -1381,15 +1381,18 @@ class Trainer:
         self._check_ranks_resume_alike(spec, path)
         if path is None:
             if spec == "auto":  # nothing saved yet: a fresh start (the first run of a job that always resumes)
-                if self.dist.is_main:
-                    print(f"cookmind train: no checkpoint in {self.ckpt_dir} yet; starting at step 0", file=sys.stderr)
-                    # an attempt killed before its first save logged rows this run logs again: the plots read both
-                    if dropped := self.metrics_writer.rewind(-1):
+                with stop_together(self.dist, "start"):  # rank 0's rewrite of metrics.jsonl (a full disk) stops all
+                    if self.dist.is_main:
                         print(
-                            f"cookmind train: {len(dropped)} rows of metrics.jsonl were logged by an attempt that "
-                            "saved no checkpoint; dropped: this run logs those steps again",
-                            file=sys.stderr,
+                            f"cookmind train: no checkpoint in {self.ckpt_dir} yet; starting at step 0", file=sys.stderr
                         )
+                        # an attempt killed before its first save logged rows this run logs again: the plots read both
+                        if dropped := self.metrics_writer.rewind(-1):
+                            print(
+                                f"cookmind train: {len(dropped)} rows of metrics.jsonl were logged by an attempt that "
+                                "saved no checkpoint; dropped: this run logs those steps again",
+                                file=sys.stderr,
+                            )
                 return
             what = "no complete checkpoint there" if Path(spec).exists() else "does not exist"
             if kept := ", ".join(d.name for d in list_checkpoints(self.ckpt_dir)):  # keep_last pruned the one named?
@@ -1426,17 +1429,20 @@ class Trainer:
         self.last_eval = meta.get("last_eval") or {}
         self.last_eval_step = self._saved_eval_step = int(meta.get("last_eval_step", -1))
         self.last_saved_step = self.step
-        if self.dist.is_main and (dropped := self.metrics_writer.rewind(self.step)):
-            steps = [s for s in dropped if s >= 0]
-            print(
-                f"cookmind train: {len(dropped)} rows of metrics.jsonl were logged after step {self.step} by the "
-                f"interrupted run{f' (steps {min(steps)}-{max(steps)})' if steps else ''}; dropped: this run logs "
-                "those steps again",
-                file=sys.stderr,
-            )
-        if meta.get("sampler") is not None and self.train_loader is not None:
-            self.train_loader.load_state_dict(meta["sampler"])
-        self.objective.load_state_dict(meta.get("objective") or {})
+        # rank 0 rewrites metrics.jsonl without the rows logged after the checkpoint: one it cannot write (a full
+        # disk, its permissions) stops every rank with its reason (the others died in start-up's next collective)
+        with stop_together(self.dist, f"resume from {path}"):
+            if self.dist.is_main and (dropped := self.metrics_writer.rewind(self.step)):
+                steps = [s for s in dropped if s >= 0]
+                print(
+                    f"cookmind train: {len(dropped)} rows of metrics.jsonl were logged after step {self.step} by the "
+                    f"interrupted run{f' (steps {min(steps)}-{max(steps)})' if steps else ''}; dropped: this run logs "
+                    "those steps again",
+                    file=sys.stderr,
+                )
+            if meta.get("sampler") is not None and self.train_loader is not None:
+                self.train_loader.load_state_dict(meta["sampler"])
+            self.objective.load_state_dict(meta.get("objective") or {})
         self._rng_to_restore = meta.get("rng")
         self._warn_of_a_new_schedule(meta.get("config") or {})
         self._warn_of_another_global_batch(meta)
