@@ -594,8 +594,8 @@ def test_a_callback_that_fails_on_one_rank_stops_every_rank_with_its_reason(
     assert said[0].endswith(f" could not {what}: {hook} failed on rank 1"), said
 
 
-def _batch_fails_on_rank1(rank: int, root: str) -> None:
-    """Rank 1's read of the store fails (an I/O error on its node) as it loads step 3's batch ahead."""
+def _batch_fails_on_rank1(rank: int, root: str, step: int) -> None:
+    """Rank 1's read of the store fails (an I/O error on its node) as it loads step ``step``'s batch."""
     import errno
 
     from cookmind.train import trainer as trainer_module
@@ -603,7 +603,7 @@ def _batch_fails_on_rank1(rank: int, root: str) -> None:
     real = trainer_module.Trainer._next_batch
 
     def next_batch(self):
-        if self._micros_taken == 2:
+        if self._micros_taken == step - 1:
             raise OSError(errno.EIO, os.strerror(errno.EIO), f"{root}/seq")
         return real(self)
 
@@ -613,18 +613,19 @@ def _batch_fails_on_rank1(rank: int, root: str) -> None:
     _run_and_say(rank, root, lambda: Trainer(cfg).fit())
 
 
-def test_a_batch_one_rank_cannot_load_stops_every_rank_with_its_reason(tmp_path, keep_threads):
-    # the next step's first batch loads while the step's work ends: a rank that failed there left the others in
-    # the next step's collectives
+@pytest.mark.parametrize("step", [1, 3])
+def test_a_batch_one_rank_cannot_load_stops_every_rank_with_its_reason(tmp_path, keep_threads, step):
+    # the next step's first batch loads while the step's work ends (the first step's, before it): a rank that failed
+    # there left the others in the step's collectives
     from cookmind.cli import os_error_line
 
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
-    said = _said_on_ranks(tmp_path, _batch_fails_on_rank1)
+    said = _said_on_ranks(tmp_path, _batch_fails_on_rank1, step=step)
     assert said[1] == f"OSError: [Errno 5] Input/output error: '{tmp_path}/seq'", said
     reason = os_error_line(OSError(5, os.strerror(5), f"{tmp_path}/seq"))
     assert said[0].startswith("RankFailed: rank 1 (on "), said
-    assert said[0].endswith(f" could not load a batch of step 3: {reason}"), said
+    assert said[0].endswith(f" could not load a batch of step {step}: {reason}"), said
 
 
 def _sharded_save_fails_on_rank0(rank: int, root: str, file: str) -> None:

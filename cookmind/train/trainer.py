@@ -765,6 +765,8 @@ class Trainer:
                     with self._on_this_rank("begin training (metrics.jsonl)"):
                         self.metrics_writer.write({"step": self.step, "split": "data", **self.data_stats})
                 self._hooks("on_train_begin", "begin training")
+                with self._on_this_rank(f"load a batch of step {self.step + 1}"):  # before the step's collectives
+                    self._prefetch_batch()
                 self._stop_if_any_rank_failed()
                 while self.step < cfg.train.max_steps:
                     queued = self._launch_step()
