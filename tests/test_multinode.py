@@ -736,3 +736,25 @@ def test_a_metrics_file_rank0_cannot_rewind_on_resume_stops_every_rank_with_its_
     what = f"resume from {tmp_path / 'run' / 'checkpoints' / 'step_00000002'}" if saved else "start"
     reason = os_error_line(PermissionError(13, os.strerror(13), str(path)))
     assert said[1].endswith(f" could not {what}: {reason}"), said
+
+
+class _Vanishes(Callback):
+    """Rank 0's process ends at step 2's end, as one killed (out of host memory) would."""
+
+    def on_step_end(self, trainer, step, metrics):
+        if step == 2 and trainer.dist.rank == 0:
+            os._exit(1)
+
+
+def _rank0_vanishes_as_rank1_fails(rank: int, root: str) -> None:
+    cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=4", f"logging.run_dir={root}/run"])
+    _run_and_say(rank, root, lambda: Trainer(cfg, callbacks=[_Vanishes(), Boom("on_step_end", 2)]).fit())
+
+
+def test_a_rank_that_failed_says_its_own_error_when_another_rank_is_gone(tmp_path, keep_threads):
+    # rank 1's callback failed and rank 0 died at the same step: rank 1 said gloo's "Connection closed by peer"
+    # from the step's stop signal, not its own error
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    said = _said_on_ranks(tmp_path, _rank0_vanishes_as_rank1_fails)
+    assert said == ["(nothing)", "ValueError: on_step_end failed on rank 1"], said

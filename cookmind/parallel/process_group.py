@@ -245,7 +245,12 @@ def raise_together(info: DistInfo, failure: tuple[str, Exception] | None) -> Non
     if info.enabled and dist.is_initialized():
         said: list = [None] * dist.get_world_size()
         mine = None if failure is None else (socket.gethostname(), failure[0], _reason(failure[1]))
-        dist.all_gather_object(said, mine)
+        try:
+            dist.all_gather_object(said, mine)
+        except Exception:
+            if failure is not None:  # another rank is gone (killed, out of memory): this rank says its own error
+                raise failure[1]  # noqa: B904 - the collective's error stays its context
+            raise
         failed = [(rank, s) for rank, s in enumerate(said) if s is not None]
         if failed and failure is None:
             rank, (host, what, reason) = failed[0]

@@ -675,7 +675,7 @@ class Trainer:
             mine = int(getattr(signal, reason.removeprefix("signal "), 1))
         if self._failed is not None:
             mine = _FAILED
-        _, code = min_max_over_ranks(mine, self.dist)
+        _, code = self._max_over_ranks(mine)
         if code == _FAILED:
             self._raise_held()
         if code and reason is None:
@@ -722,9 +722,19 @@ class Trainer:
         """Where no step's stop signal follows (the start, the last step, the end): one small all-reduce, and every
         rank raises if any rank holds a failure."""
         if self.dist.enabled:
-            _, failed = min_max_over_ranks(int(self._failed is not None), self.dist)
+            _, failed = self._max_over_ranks(int(self._failed is not None))
             if failed:
                 self._raise_held()
+
+    def _max_over_ranks(self, mine: int) -> tuple[int, int]:
+        """``min_max_over_ranks`` for the stop signals. Where it fails (another rank is gone: killed, out of memory)
+        while this rank holds a failure of its own, that failure is the error this rank says."""
+        try:
+            return min_max_over_ranks(mine, self.dist)
+        except Exception:
+            if self._failed is not None:
+                raise self._failed[1]  # noqa: B904 - the collective's error stays its context
+            raise
 
     @property
     def stop_reason(self) -> str | None:
