@@ -551,6 +551,18 @@ TRAINER_VARIANTS = {
         {"master_weights": True, "fp8_blocks": True, "fp8_projections": "auto"},
         {},
     ),
+    "master-weights-fp8fa-graph-autotune": (
+        "train.master_weights=true, train.fp8_blocks=true, train.fp8_fast_accum=all, train.cuda_graph=true, "
+        "train.compile_mode=max-autotune-no-cudagraphs",
+        {
+            "master_weights": True,
+            "fp8_blocks": True,
+            "fp8_fast_accum": "all",
+            "cuda_graph": True,
+            "compile_mode": "max-autotune-no-cudagraphs",
+        },
+        {},
+    ),
     "master-weights-fp8fa-all-graph": (
         "train.master_weights=true, train.fp8_blocks=true, train.fp8_fast_accum=all, model.lm_head_fp8=true, "
         "train.cuda_graph=true",
