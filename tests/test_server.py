@@ -669,6 +669,45 @@ def test_a_stop_string_the_final_flush_completes_cuts_the_logprobs_too(setup):
         assert streamed == got, api
 
 
+def _metric(text: str, name: str) -> int:
+    """The value of ``cookmind_requests_NAME`` in /metrics' Prometheus text (0 when absent)."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == f"cookmind_requests_{name}":
+            return int(float(value))
+    return 0
+
+
+def test_metrics_count_a_stop_string_the_final_flush_completes_as_stop(setup):
+    """A generation that ended at max_tokens while a stop string waited on the final flush answered finish_reason
+    "stop", but /metrics counted it under requests_finished_length: the engine's count, made before the flush. Now
+    /metrics counts what the client was told, streamed or not."""
+    tok, c = setup["tok"], setup["client"]
+    ids, _ = reference(setup, tok.encode("The cook"), 40)
+    found = _straddling_stop(tok, ids)
+    if found is None:
+        pytest.skip("the completion has no piece of a character after a one-character token")
+    k, stop, _ = found
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    url = setup["server"].url + "/metrics"
+    before = httpx.get(url, headers=headers).text
+    reasons = []
+    for stream in (False, True):
+        kw = dict(model=MODEL, prompt="The cook", max_tokens=k + 1, temperature=0, stop=[stop], stream=stream)
+        r = c.completions.create(**kw)
+        last = [ch.choices[0] for ch in r if ch.choices][-1] if stream else r.choices[0]
+        reasons.append(last.finish_reason)
+    assert reasons == ["stop", "stop"]
+    deadline = time.time() + 20
+    while True:  # the streamed request's count may land just after its last chunk
+        after = httpx.get(url, headers=headers).text
+        counted = {r: _metric(after, f"finished_{r}") - _metric(before, f"finished_{r}") for r in ("stop", "length")}
+        if counted["stop"] + counted["length"] >= 2 or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert counted == {"stop": 2, "length": 0}
+
+
 def test_full_queue_answers_429(setup):
     # an engine whose loop is not running keeps its queue full; the server must refuse, not wait
     engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=1)

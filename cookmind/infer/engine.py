@@ -382,8 +382,16 @@ class Engine:
 
     def cancel(self, req: EngineRequest, reason: str = "cancelled") -> None:
         """Stop a request; its slot is freed at the start of the next step. ``reason``: its finish reason,
-        "cancelled" (the client left) or "stop" (a stop string the caller found); the first cancel's counts."""
+        "cancelled" (the client left) or "stop" (a stop string the caller found); the first cancel's counts. A stop
+        string found in a request the engine had already finished at its length (completed by the text flushed at
+        its end) makes it "stop", as the client was told: its finish counts there."""
         with self._cond:
+            if req.state == "done":
+                if reason == "stop" and req.finish_reason == "length":
+                    req.finish_reason = "stop"
+                    self.finished_by_reason["length"] -= 1
+                    self.finished_by_reason["stop"] = self.finished_by_reason.get("stop", 0) + 1
+                return
             if not req.cancelled:
                 req.cancel_reason = reason
             req.cancelled = True
@@ -814,8 +822,9 @@ class Engine:
                 self.blocks.release(req)
             if self.spec is not None:
                 self.spec.release(req)
-        req.state, req.finish_reason = "done", reason
-        self.requests_finished += 1
-        self._finished_at.append(time.perf_counter())
-        self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
+        with self._cond:  # cancel() may move a finish from "length" to "stop" (the server's thread)
+            req.state, req.finish_reason = "done", reason
+            self.requests_finished += 1
+            self._finished_at.append(time.perf_counter())
+            self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
         req.sink(FinishEvent(reason, error))
