@@ -293,6 +293,26 @@ def test_errors_are_openai_json_with_right_status(setup):
         assert r.status_code == 400 and "nested too deeply" in r.json()["error"]["message"], r.text
 
 
+def test_max_tokens_and_max_completion_tokens_that_differ_are_a_400_naming_both(setup):
+    """A chat request with both max_tokens and max_completion_tokens (OpenAI: max_tokens is deprecated in favour of
+    max_completion_tokens) was answered with max_completion_tokens's limit, the other dropped without a word. Two
+    limits that differ are a 400 naming both; the same limit twice is that limit. A limit that does not fit the
+    context names the field the client sent."""
+    c, tok = setup["client"], setup["tok"]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3, max_completion_tokens=5)
+    says = e.value.body["message"]
+    assert e.value.body["param"] == "max_completion_tokens" and "max_tokens (3)" in says and "(got 5)" in says
+    ids, text = reference(setup, chat_prompt(setup), 3)
+    r = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3, max_completion_tokens=3, temperature=0)
+    assert r.usage.completion_tokens == len(ids) and r.choices[0].message.content == text.removesuffix(
+        tok.decode([ids[-1]]) if ids[-1] in (tok.eos_id, tok.im_end_id) else ""
+    )
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=MODEL, messages=MESSAGES, max_completion_tokens=5000)
+    assert e.value.body["param"] == "max_completion_tokens" and "or max_completion_tokens" in e.value.body["message"]
+
+
 def test_a_completion_without_max_tokens_near_the_context_gets_what_fits(setup):
     # the default max_tokens (16) was taken as asked for: a 2040-token prompt in a 2048 context got a 400 about "16
     # for the completion" that the client never sent

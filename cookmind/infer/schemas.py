@@ -271,6 +271,17 @@ class ChatCompletionRequest(_SamplingFields):
     # holds none (cookmind.infer.stop.chat_stop_ids): true is what it does; false would show nothing, so it is refused
     skip_special_tokens: bool = True
 
+    @field_validator("max_completion_tokens")
+    @classmethod
+    def _one_limit(cls, v, info):
+        other = info.data.get("max_tokens")  # OpenAI: max_tokens is deprecated in favour of max_completion_tokens
+        if v is not None and other is not None and other != v:
+            raise ValueError(
+                f"differs from max_tokens ({other}), its deprecated name: which limit was meant is unclear; send "
+                "max_completion_tokens alone"
+            )
+        return v
+
     @field_validator("skip_special_tokens")
     @classmethod
     def _nothing_to_show(cls, v):

@@ -40,12 +40,13 @@ def max_new_tokens(state: ServerState, req, prompt_len: int) -> int:
             code="context_length_exceeded",
         )
     if wanted is not None and wanted > room:
+        field = "max_tokens" if getattr(req, "max_completion_tokens", None) is None else "max_completion_tokens"
         raise APIError(
             400,
             f"This model's maximum context length is {limit} tokens. However, you requested "
             f"{prompt_len + wanted} tokens ({prompt_len} in the prompt, {wanted} for the "
-            "completion). Reduce the prompt or max_tokens.",
-            param="max_tokens",
+            f"completion). Reduce the prompt or {field}.",
+            param=field,
             code="context_length_exceeded",
         )
     return wanted if wanted is not None else room
