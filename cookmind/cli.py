@@ -171,6 +171,15 @@ def parse_stage_args(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     return args
 
 
+def say(command: str, kind: str, text: str) -> None:
+    """Print ``COMMAND: KIND: TEXT`` ("cookmind pack: error: ...") on stderr, the text's control and bidi characters
+    escaped (``escape_controls``): an error or warning quotes file names and lines of the user's files, and an ESC in
+    one would drive the terminal. Every stage's one-line errors and warnings go through here."""
+    from cookmind.terminal import escape_controls
+
+    print(f"{command}: {kind}: {escape_controls(str(text))}", file=sys.stderr)
+
+
 def warnings_as_lines(stage: str) -> None:
     """Print cookmind's own warnings as one line, ``cookmind STAGE: warning: ...``, without the source line
     that raised them (other packages' warnings keep Python's format)."""
@@ -183,7 +192,9 @@ def warnings_as_lines(stage: str) -> None:
     def one_line(message, category, filename, lineno, line=None):
         if os.path.abspath(filename).startswith(package):
             # a library warning that names its stage ("curate: ...") has it named once, after "cookmind STAGE"
-            return f"cookmind {stage}: warning: {str(message).removeprefix(f'{stage}: ')}\n"
+            from cookmind.terminal import escape_controls
+
+            return f"cookmind {stage}: warning: {escape_controls(str(message).removeprefix(f'{stage}: '))}\n"
         return python_format(message, category, filename, lineno, line)
 
     one_line.replaced = python_format
@@ -309,7 +320,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_stage_args(stage_parser, argv[1:])
     warnings_as_lines(argv[0])
     command = f"cookmind {command_name(stage_parser, args, argv[0])}"  # "cookmind eval ppl": errors and Ctrl-C
-    prefix = f"{command}: error:"
     try:
         result = module.main(args)
     except (ValueError, OSError) as exc:
@@ -320,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("COOKMIND_DEBUG"):
             raise
         line = os_error_line(exc) if isinstance(exc, OSError) else str(exc)
-        print(f"{prefix} {line}", file=sys.stderr)
+        say(command, "error", line)
         if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") and type(exc).__name__ != "RankFailed":
             # under torchrun, before this rank joined the process group: the ranks waiting for it hear why
             from cookmind.parallel.process_group import tell_other_ranks
@@ -330,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         if type(exc).__name__ != "OutOfMemoryError" or os.environ.get("COOKMIND_DEBUG"):  # torch's, by name: the
             raise  # data stages never import torch
-        print(f"{prefix} {out_of_memory_line(exc, OOM_ADVICE.get(argv[0], OOM_ADVICE['']))}", file=sys.stderr)
+        say(command, "error", out_of_memory_line(exc, OOM_ADVICE.get(argv[0], OOM_ADVICE[""])))
         return 2
     except KeyboardInterrupt:
         return _interrupted(command)

@@ -936,3 +936,43 @@ def test_a_share_left_out_reads_100_percent_only_when_it_is_all():
 
     got = [_share(132_527, 133_027), _share(210, 310), _share(5, 5), _share(0, 5), _share(1, 4000), _share(3999, 4000)]
     assert got == ["99.6%", "68%", "100%", "0%", "<0.1%", ">99.9%"]
+
+
+UNTRUSTED_NAME = "soup\x1b]0;owned\x07\x1b[2J\u202etxt.gpj.txt"  # an OSC title, a screen clear, a bidi override
+SHOWN_NAME = "soup\\x1b]0;owned\\x07\\x1b[2J\\u202etxt.gpj.txt"  # as escape_controls writes it, by hand
+
+
+def _shows_the_name_escaped(err: str) -> bool:
+    """The stderr names the file with its ESC, BEL and bidi override escaped, and holds none of them raw."""
+    return SHOWN_NAME in err and not any(c in err for c in "\x1b\x07\u202e")
+
+
+def test_error_and_warning_lines_show_a_file_name_s_control_characters_escaped(tmp_path, tok_dir, capsys):
+    """A one-line error or warning quotes the user's file names (and lines of their files): a name holding an ESC
+    drove the terminal (set its title, cleared the screen) and a bidi override showed the name reversed. Every line
+    the CLI prints as `cookmind STAGE: error:` / `warning:` shows them escaped, whichever stage prints it."""
+    missing = str(tmp_path / UNTRUSTED_NAME)
+    commands = [
+        ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", missing, "--out", str(tmp_path / "s")],
+        ["tokenizer", "train", "--input", missing, "--vocab-size", "300", "--out", str(tmp_path / "t")],
+        ["curate", "run", "--input", missing, "--output", str(tmp_path / "o")],
+        ["eval", "ppl", str(tok_dir), "--data", missing],
+    ]
+    for argv in commands:
+        assert cli_main([*argv, "--quiet"] if argv[0] != "eval" else argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"cookmind {' '.join(argv[:2]) if argv[0] != 'pack' else 'pack'}: error:"), err
+        assert _shows_the_name_escaped(err), (argv, err)
+    # a warning: curate reads a text file's bytes that are not UTF-8 as U+FFFD and says where the first is
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / UNTRUSTED_NAME).write_bytes(b"Un caf\xe9 tr\xe8s bon.\n")
+    (tmp_path / "c.yaml").write_text("stages:\n  - extract: {}\n")
+    argv = ["curate", "run", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "o2")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "cookmind", *argv, "--config", str(tmp_path / "c.yaml"), "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    warning = next(line for line in proc.stderr.splitlines() if "warning:" in line)
+    assert warning.startswith("cookmind curate: warning: ") and _shows_the_name_escaped(warning), proc.stderr

@@ -6,7 +6,6 @@ import argparse
 import errno
 import json
 import os
-import sys
 from pathlib import Path
 
 
@@ -123,10 +122,10 @@ def main(args: argparse.Namespace) -> int:
     try:
         return _COMMANDS[args.curate_command](args)
     except (ValueError, FileNotFoundError) as exc:
-        from cookmind.cli import os_error_line
+        from cookmind.cli import os_error_line, say
 
         said = os_error_line(exc) if isinstance(exc, OSError) else exc  # a sentence, not "[Errno 2] ..."
-        print(f"cookmind curate {args.curate_command}: error: {said}", file=sys.stderr)
+        say(f"cookmind curate {args.curate_command}", "error", said)
         return 2
 
 

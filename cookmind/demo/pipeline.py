@@ -480,8 +480,8 @@ def stage_chat(ctx: DemoContext) -> dict[str, Any]:
     """A few sample chats with the final model."""
     from cookmind.infer import SamplingParams, generate
     from cookmind.infer.stop import chat_stop_ids
-    from cookmind.infer.terminal import escape_controls
     from cookmind.model import load_model
+    from cookmind.terminal import escape_controls
     from cookmind.tokenizer import Tokenizer
 
     tok = Tokenizer.load(ctx.paths["tokenizer"])

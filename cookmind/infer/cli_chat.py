@@ -1,12 +1,14 @@
 """`cookmind chat MODEL` (or `--model MODEL`): a terminal chat with streaming, history, /reset and /system.
 
-The conversation's text is printed with its control characters escaped (``cookmind.infer.terminal``): the model's,
+The conversation's text is printed with its control characters escaped (``cookmind.terminal``): the model's,
 and the user's in /history; the session keeps it as said."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from cookmind.cli import say
 
 HELP = """commands:
   /reset          forget the conversation
@@ -44,7 +46,7 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
     """The read-eval-print loop over text streams (so tests can drive it; default: the process's, as they are when
     it runs); returns how many messages got an error instead of a reply."""
     from cookmind.infer.cli_generate import why_no_text
-    from cookmind.infer.terminal import escape_controls
+    from cookmind.terminal import escape_controls
 
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     errors = 0
@@ -133,7 +135,7 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.infer.loading import load_for_inference
 
     if warning := greedy_ignores(args, TOP_P):
-        print(f"cookmind chat: warning: {warning}", file=sys.stderr)
+        say("cookmind chat", "warning", warning)
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
     cfg = sampling_params(args, stop_strings=tuple(args.stop))  # matched on the reply's text: ChatSession.send

@@ -2,15 +2,16 @@
 
 Control tokens (<|im_start|>, <|endoftext|>, ...) are not printed (--keep-special-tokens prints them); with --chat
 the reply ends at the first one and its reasoning is split out, as in `cookmind chat`. Control characters are printed
-escaped (``cookmind.infer.terminal``) unless --raw."""
+escaped (``cookmind.terminal``) unless --raw."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from cookmind.cli import say
 from cookmind.infer.reasoning import split_reasoning
-from cookmind.infer.terminal import escape_controls
+from cookmind.terminal import escape_controls
 from cookmind.tokenizer.documents import prompt_ids
 
 
@@ -145,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
         )
         return 2
     if warning := greedy_ignores(args):
-        print(f"cookmind generate: warning: {warning}", file=sys.stderr)
+        say("cookmind generate", "warning", warning)
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
     stops = chat_stop_ids(tok) if args.chat else text_stop_ids(tok, getattr(model, "config", None))

@@ -4,8 +4,9 @@ Llama/Qwen2/Qwen3 model."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from cookmind.cli import say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         out = export_hf(ckpt, out_dir, dtype=parse_dtype(args.dtype), overwrite=args.overwrite)
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
-        print(f"cookmind export: error: {exc}", file=sys.stderr)
+        say("cookmind export", "error", exc)
         return 2
     import json
 

@@ -4,7 +4,8 @@ Llama/Qwen2/Qwen3 model into a CookMind model."""
 from __future__ import annotations
 
 import argparse
-import sys
+
+from cookmind.cli import say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         out = import_hf(hf_dir, out_dir, dtype=parse_dtype(args.dtype), overwrite=args.overwrite)
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
-        print(f"cookmind import: error: {exc}", file=sys.stderr)
+        say("cookmind import", "error", exc)
         return 2
     from cookmind.tokenizer.files import has_tokenizer
 

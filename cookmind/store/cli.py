@@ -8,7 +8,6 @@ cookmind pack --tokenizer tok/ --train-type sft --input gsm8k/train.jsonl --out 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
 
 from cookmind.store.layout import TRAIN_TYPE_KEYS
@@ -147,9 +146,9 @@ def main(args: argparse.Namespace) -> int:
             utf8_errors=args.utf8_errors,
         )
     except (PackError, StoreError, ValueError, OSError) as exc:  # ValueError covers TokenizerError
-        from cookmind.cli import os_error_line
+        from cookmind.cli import os_error_line, say
 
-        print(f"cookmind pack: error: {os_error_line(exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
+        say("cookmind pack", "error", os_error_line(exc) if isinstance(exc, OSError) else exc)
         return 2  # bad input, as every stage answers it
     from cookmind.store.records import SkippedRecords
 

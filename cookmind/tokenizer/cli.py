@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cookmind import text_input
 from cookmind.atomic import building_dir, check_output_file, check_replaceable, write_text, writing
+from cookmind.cli import say
 from cookmind.run_layout import refuse_output_in_checkpoints
 from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS
 from cookmind.tokenizer.errors import TokenizerError
@@ -381,7 +382,7 @@ def main(args) -> int:
         if args.action == "encode":
             return _encode(args)
         if args.action == "decode":
-            from cookmind.infer.terminal import escape_controls
+            from cookmind.terminal import escape_controls
 
             text = Tokenizer.load(args.tokenizer).decode(args.ids)
             sys.stdout.write((text if args.raw else escape_controls(text)) + "\n")
@@ -409,5 +410,5 @@ def main(args) -> int:
         )
         return 0
     except TokenizerError as exc:
-        print(f"cookmind tokenizer {args.action}: error: {exc}", file=sys.stderr)
+        say(f"cookmind tokenizer {args.action}", "error", exc)
         return 2

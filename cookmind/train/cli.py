@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from cookmind.cli import say
+
 
 def preset_names() -> list[str]:
     """The presets shipped in cookmind/configs, by name."""
@@ -274,7 +276,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         trainer = Trainer(cfg)
     except torch.OutOfMemoryError as exc:
-        print(f"cookmind train: error: {_out_of_memory(exc, cfg, None)}", file=sys.stderr)
+        say("cookmind train", "error", _out_of_memory(exc, cfg, None))
         return 2
     # the stop handlers stay until the run is reported: a Ctrl-C as fit returns leaves the completed run completed
     with trainer.handling_signals():
@@ -293,7 +295,7 @@ def _fit_and_report(trainer, cfg) -> int:
         print(f"cookmind train: {exc}", file=sys.stderr)
         return 2
     except torch.OutOfMemoryError as exc:
-        print(f"cookmind train: error: {_out_of_memory(exc, cfg, trainer)}", file=sys.stderr)
+        say("cookmind train", "error", _out_of_memory(exc, cfg, trainer))
         return 2
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without waiting for the step's checkpoint
         print(f"cookmind train: {_interrupted(trainer)}", file=sys.stderr)

@@ -1,4 +1,6 @@
-"""Model text on a terminal: its control characters are shown escaped, never written as they are.
+"""Untrusted text on a terminal (model text, and the file names and file lines an error or warning quotes): its control
+characters are shown escaped, never written as they are. Nothing here imports other cookmind packages: the CLI's
+error and warning lines use it without loading a stage.
 
 A model can sample any character, and a prompt can ask it for any text: an ESC written raw lets the output drive the
 terminal with escape sequences (clear the screen, set the window title, write the clipboard with OSC 52), and a
@@ -17,7 +19,8 @@ moves or hides the text around it.
 
 The rest of the text, backslashes included, is left as it is, so model text that spells ``\\x1b`` reads the same
 (``generate --raw`` prints the text as generated). Only what a terminal shows is escaped: the server's replies, a
-chat's history and the files written keep the text as generated.
+chat's history and the files written keep the text as generated. A file name in an error line is escaped the same
+way: a file named with an ESC set the terminal's title, and one with U+202E showed its name reversed.
 """
 
 from __future__ import annotations
