@@ -12,7 +12,7 @@ import gzip
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 BOM = "\ufeff"
@@ -155,11 +155,11 @@ def read_utf8(path: str | os.PathLike) -> str:
         return decode_utf8(f.read(), path)
 
 
-def decode_utf8(data: bytes, path: str | os.PathLike, errors: str = "strict") -> str:
-    """The text of ``data``, the bytes of the file at ``path`` (a leading byte-order mark dropped); with
-    ``errors="strict"`` invalid UTF-8 is a ValueError naming the file, line and byte."""
+def decode_utf8(data: bytes, path: str | os.PathLike) -> str:
+    """The text of ``data``, the bytes of the file at ``path`` (a leading byte-order mark dropped); invalid UTF-8 is a
+    ValueError naming the file, line and byte."""
     try:
-        return data.decode("utf-8", errors).removeprefix(BOM)
+        return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as exc:
         line_start = data.rfind(b"\n", 0, exc.start) + 1
         raise ValueError(bad_utf8(path, data.count(b"\n", 0, exc.start) + 1, exc.start - line_start)) from None
@@ -170,13 +170,18 @@ _ESCAPED = re.compile("[\udc80-\udcff]+")  # the bytes ``surrogateescape`` could
 
 def decode_replacing(data: bytes) -> tuple[str, dict | None]:
     """The text of ``data`` with U+FFFD for invalid UTF-8 (as ``decode("utf-8", "replace")``; a leading byte-order
-    mark dropped), and what was replaced: None, or ``{"lines": lines holding bad bytes, "bytes": bad bytes, "line":
-    the first such line (1-based), "byte": the first bad byte's place in it}``, for readers that count what they
-    replaced rather than stop."""
+    mark dropped), and what was replaced (``not_utf8``), for readers that count what they replaced rather than
+    stop."""
     try:
         return data.decode("utf-8").removeprefix(BOM), None
     except UnicodeDecodeError:
-        pass
+        return data.decode("utf-8", "replace").removeprefix(BOM), not_utf8(data)
+
+
+def not_utf8(data: bytes) -> dict | None:
+    """What of ``data`` is not UTF-8 (what ``decode("utf-8", "replace")`` reads as U+FFFD): None, or ``{"lines": lines
+    holding bad bytes, "bytes": bad bytes, "line": the first such line (1-based), "byte": the first bad byte's place
+    in it}``."""
     escaped = data.decode("utf-8", "surrogateescape")  # valid UTF-8 never decodes to a lone surrogate
     lines = n_bytes = 0
     first = None
@@ -190,8 +195,93 @@ def decode_replacing(data: bytes) -> tuple[str, dict | None]:
         if first is None:
             start = escaped.rfind("\n", 0, m.start()) + 1
             first = (line, len(escaped[start : m.start()].encode("utf-8", "surrogateescape")))
-    info = {"lines": lines, "bytes": n_bytes, "line": first[0], "byte": first[1]}
-    return data.decode("utf-8", "replace").removeprefix(BOM), info
+    return None if first is None else {"lines": lines, "bytes": n_bytes, "line": first[0], "byte": first[1]}
+
+
+BAD_UTF8 = "invalid_utf8"  # the name of the counts of bytes that were not UTF-8 and were read as U+FFFD
+
+
+def bad_utf8_note(
+    stats, what: str = "input document(s)", then: str = "rerun with --restart to keep their characters"
+) -> str | None:
+    """The warning (and report note) for the bytes that were not UTF-8 and were read as U+FFFD, as ``stats`` counted
+    them (a curate ``StageStats``, or a ``Utf8Replaced``: ``counters`` ``invalid_utf8_docs``, ``_lines`` and
+    ``_bytes``, ``first_at["invalid_utf8"]``), or None: the first file:line, how many ``what`` held such bytes, how
+    many bytes on how many lines, and how to keep their characters (``then``, after re-encoding)."""
+    n = stats.counters.get(f"{BAD_UTF8}_docs", 0)
+    if not n:
+        return None
+    lines, n_bytes = stats.counters[f"{BAD_UTF8}_lines"], stats.counters[f"{BAD_UTF8}_bytes"]
+    return (
+        f"{stats.first_at.get(BAD_UTF8)}: invalid UTF-8, read as U+FFFD ({n} {what} held such bytes: "
+        f"{n_bytes} bytes on {lines} lines); re-encode those files as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) and "
+        f"{then}"
+    )
+
+
+class Utf8Replaced:
+    """What readers asked to (``--utf8-errors replace``) read as U+FFFD, counted by file: the files holding bytes
+    that are not UTF-8, the lines holding them, the bytes, and where the first is. Parts of a file read apart (a
+    tokenizer's byte ranges, in worker processes) add up with ``update``. ``counters`` and ``first_at`` name them as
+    a curate ``StageStats`` does, for ``bad_utf8_note``."""
+
+    def __init__(self, order: Iterable[str | os.PathLike] = ()):
+        self._order = {os.fspath(p): i for i, p in enumerate(order)}  # the first file, where parts come unordered
+        self.files: dict[str, list] = {}  # path -> [lines, bytes, (byte the text began at, its line of the first)]
+
+    def add(self, path: str | os.PathLike, bad: dict | None, line: int = 1, at: int = 0) -> None:
+        """Count ``not_utf8``'s ``bad`` of a text of the file ``path`` that began at its line ``line``, or (a byte
+        range whose line is unknown) at its byte ``at``, where a line begins."""
+        if not bad:
+            return
+        counts = self.files.setdefault(os.fspath(path), [0, 0, None])
+        counts[0] += bad["lines"]
+        counts[1] += bad["bytes"]
+        first = (at, line + bad["line"] - 1)
+        counts[2] = first if counts[2] is None else min(counts[2], first)
+
+    def update(self, other: Utf8Replaced | None) -> None:
+        for path, (lines, n_bytes, (at, line)) in (other.files if other is not None else {}).items():
+            self.add(path, {"lines": lines, "bytes": n_bytes, "line": line}, at=at)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        lines, n_bytes = (sum(c[i] for c in self.files.values()) for i in (0, 1))
+        return {f"{BAD_UTF8}_docs": len(self.files), f"{BAD_UTF8}_lines": lines, f"{BAD_UTF8}_bytes": n_bytes}
+
+    @property
+    def first_at(self) -> dict[str, str]:
+        """``{"invalid_utf8": "file:line"}`` of the first bad byte (of the first file in order), or {}."""
+        if not self.files:
+            return {}
+        names = list(self.files)
+        path = min(names, key=lambda p: (self._order.get(p, len(self._order)), names.index(p)))
+        at, line = self.files[path][2]
+        return {BAD_UTF8: f"{path}:{line_at(path, at) + line - 1 if at else line}"}
+
+    def as_meta(self) -> dict:
+        """``{"files", "lines", "bytes"[, "first": file:line]}``, for a store's meta.json or a summary."""
+        c = self.counters
+        return {
+            "files": c[f"{BAD_UTF8}_docs"],
+            "lines": c[f"{BAD_UTF8}_lines"],
+            "bytes": c[f"{BAD_UTF8}_bytes"],
+            **({"first": self.first_at[BAD_UTF8]} if self.files else {}),
+        }
+
+
+def line_at(path: str | os.PathLike, offset: int) -> int:
+    """The 1-based line of a plain file holding byte ``offset``."""
+    line = 1
+    with open(path, "rb") as f:
+        done = 0
+        while done < offset:
+            block = f.read(min(1 << 20, offset - done))
+            if not block:
+                break
+            line += block.count(b"\n")
+            done += len(block)
+    return line
 
 
 def bad_utf8(path: str | os.PathLike, line: int, byte: int) -> str:

@@ -1239,3 +1239,27 @@ def test_tokenizer_train_and_eval_ppl_refuse_a_text_field_their_inputs_do_not_ha
     assert main(argv) == 2  # refused before the model is looked for
     err = capsys.readouterr().err
     assert "--text-field names a field of JSON or Parquet records, and --data" in err and "no-model" not in err, err
+
+
+def test_utf8_errors_replace_counts_and_warns_of_what_it_replaced(tmp_path, tok_dir):
+    """`pack --utf8-errors replace` read bad bytes as U+FFFD as asked, but never said how many: meta.json recorded
+    the mode alone. It now counts the files, lines and bytes replaced, warns with the first file:line, and records
+    the counts in meta.json (the pass that counts the records for --val-fraction counts nothing twice)."""
+    clean = tmp_path / "c.txt"
+    clean.write_bytes(b"nothing bad here<|endoftext|>nor here")
+    lines = tmp_path / "b.jsonl"  # line 3: 0xef before "v" (no character) and 0xe9 before '"': 2 bytes
+    lines.write_bytes(b'{"text": "ok"}\n{"text": "ok too"}\n{"text": "na\xefve \xe9"}\n')
+    text = tmp_path / "a.txt"  # line 2: 0xe9 (1 byte); line 3: 0xff 0xfe and 0x80 (3 bytes)
+    text.write_bytes(b"first doc\nclean line<|endoftext|>caf\xe9 au lait\n\xff\xfe x \x80<|endoftext|>end")
+    want = {"files": 2, "lines": 3, "bytes": 6, "first": f"{lines}:3"}  # counted by hand
+    says = re.escape(f"{lines}:3: invalid UTF-8, read as U+FFFD (2 input file(s) held such bytes: 6 bytes on 3 lines)")
+    for split in ({}, {"val_fraction": 0.25, "val_out": tmp_path / "v"}):
+        out = tmp_path / f"s{len(split)}"
+        with pytest.warns(UserWarning, match=says):
+            meta = pack([clean, lines, text], out, tok_dir, "seq", progress=False, utf8_errors="replace", **split)
+        assert meta["pack"]["invalid_utf8"] == want
+    with pytest.warns(UserWarning, match=re.escape(f"{text}:2: invalid UTF-8, read as U+FFFD (1 input file(s)")):
+        meta = pack([clean, text], tmp_path / "t", tok_dir, "seq", progress=False, utf8_errors="replace")
+    assert meta["pack"]["invalid_utf8"] == {"files": 1, "lines": 2, "bytes": 4, "first": f"{text}:2"}
+    meta = pack([clean], tmp_path / "n", tok_dir, "seq", progress=False, utf8_errors="replace")  # no warning
+    assert meta["pack"]["invalid_utf8"] == {"files": 0, "lines": 0, "bytes": 0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 
@@ -195,3 +196,26 @@ def test_train_summary_says_how_many_files_records_and_bytes_it_read(tmp_path, c
     read = json.loads(capsys.readouterr().out)["read"]
     text_bytes = sum(len(d.encode()) for d in docs + gz_docs) + len(plain.read_bytes())
     assert read == {"files": 3, "records": len(docs) + len(gz_docs), "empty_records": 1, "text_bytes": text_bytes}
+
+
+def test_utf8_errors_replace_counts_and_warns_of_what_it_replaced(tmp_path, capsys):
+    """`tokenizer train --utf8-errors replace` learned from bad bytes read as U+FFFD without saying how many. It now
+    counts the files, lines and bytes replaced, warns with the first file:line, and its summary's "read" records
+    them, whether a plain text file's byte ranges were read in worker processes, beside this one, or here, and a
+    JSON line's in this process."""
+    plain = tmp_path / "plain.txt"  # lines 31 (0xe9, 0xe8) and 52 (0xff 0xff): 4 bytes on 2 lines
+    good = [b"the soup is hot and good\n"] * 30
+    plain.write_bytes(b"".join([*good, b"caf\xe9 cr\xe8me\n", *good[:20], b"\xff\xff end\n", *good[:10]]))
+    lines = tmp_path / "b.jsonl"  # line 2: 0xff, 1 byte
+    lines.write_bytes(b'{"text": "ok soup"}\n{"text": "bad \xff soup"}\n')
+    runs = [  # --chunk-mb 0.0002: ranges of about 210 bytes, so the bad bytes lie in later ones
+        ([plain, lines], "2", {"files": 2, "lines": 3, "bytes": 5, "first": f"{plain}:31"}),  # a pool of workers
+        ([plain], "2", {"files": 1, "lines": 2, "bytes": 4, "first": f"{plain}:31"}),  # one worker beside this
+        ([lines, plain], "1", {"files": 2, "lines": 3, "bytes": 5, "first": f"{lines}:2"}),  # here
+    ]
+    for i, (inputs, workers, want) in enumerate(runs):
+        extra = ["--utf8-errors", "replace", "--workers", workers, "--chunk-mb", "0.0002"]
+        n = f"{want['files']} input file(s) held such bytes: {want['bytes']} bytes on {want['lines']} lines"
+        with pytest.warns(UserWarning, match=re.escape(f"{want['first']}: invalid UTF-8, read as U+FFFD ({n})")):
+            assert _train(tmp_path, tmp_path / f"tok{i}", *inputs, extra=extra) == 0
+        assert json.loads(capsys.readouterr().out)["read"]["invalid_utf8"] == want

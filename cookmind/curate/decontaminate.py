@@ -71,8 +71,8 @@ class EvalSet:
 
 def load_eval_set(name: str, path: str | Path, n: int) -> EvalSet:
     """Read every item of the eval file or folder ``path`` and hash its n-grams."""
-    from cookmind.curate.shards import bad_utf8_note
     from cookmind.curate.stats import StageStats
+    from cookmind.text_input import bad_utf8_note
 
     files = eval_files(path)
     chunks, items, short = [], 0, 0

@@ -23,8 +23,9 @@ import xxhash
 
 from cookmind.atomic import writing
 from cookmind.curate.dedup_output import building_dedup_output
-from cookmind.curate.shards import BAD_UTF8, bad_utf8_note, read_text_counting_bad_utf8
+from cookmind.curate.shards import read_text_counting_bad_utf8
 from cookmind.curate.stats import StageStats
+from cookmind.text_input import BAD_UTF8, bad_utf8_note
 
 MERSENNE_31 = np.uint64((1 << 31) - 1)
 _WORD = re.compile(r"\w+", re.UNICODE)

@@ -20,9 +20,10 @@ from pathlib import Path
 from cookmind.atomic import write_json, writing
 from cookmind.curate.config import CurateConfig
 from cookmind.curate.executors import make_executor
-from cookmind.curate.shards import SOURCE_KEY, bad_utf8_note, iter_shard, plan_input_shards, shard_suffix, write_shard
+from cookmind.curate.shards import SOURCE_KEY, iter_shard, plan_input_shards, shard_suffix, write_shard
 from cookmind.curate.stages import build_stage
 from cookmind.curate.stats import StageStats, text_bytes, write_report
+from cookmind.text_input import bad_utf8_note
 
 WORK = "_work"
 REMOVED = "removed"  # OUTPUT/removed/shard-NNNNN.jsonl.gz: what the stages removed from each shard, and why

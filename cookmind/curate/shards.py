@@ -142,7 +142,8 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
         yield {"id": str(p), "text": text}, _noting_bad_utf8({"file": path}, bad)
 
 
-BAD_UTF8 = "invalid_utf8"  # in ``where``: what of the document's bytes was not UTF-8 (``text_input.decode_replacing``)
+# in ``where``: what of the document's bytes was not UTF-8 (``text_input.decode_replacing``)
+BAD_UTF8 = text_input.BAD_UTF8
 
 
 def _noting_bad_utf8(where: dict, bad: dict | None) -> dict:
@@ -160,23 +161,6 @@ def read_text_counting_bad_utf8(path: str | os.PathLike, stats) -> str:
     text, bad = text_input.decode_replacing(Path(path).read_bytes())
     count_bad_utf8(_noting_bad_utf8({"file": os.fspath(path)}, bad), stats)
     return text
-
-
-def bad_utf8_note(
-    stats, what: str = "input document(s)", then: str = "rerun with --restart to keep their characters"
-) -> str | None:
-    """The warning (and report note) for the bytes that were not UTF-8 and were read as U+FFFD, as ``stats`` (a
-    ``StageStats``) counted them (``count_bad_utf8``), or None: the first file:line, how many ``what`` held such
-    bytes, how many bytes on how many lines, and how to keep their characters (``then``, after re-encoding)."""
-    n = stats.counters.get(f"{BAD_UTF8}_docs", 0)
-    if not n:
-        return None
-    lines, n_bytes = stats.counters[f"{BAD_UTF8}_lines"], stats.counters[f"{BAD_UTF8}_bytes"]
-    return (
-        f"{stats.first_at.get(BAD_UTF8)}: invalid UTF-8, read as U+FFFD ({n} {what} held such bytes: "
-        f"{n_bytes} bytes on {lines} lines); re-encode those files as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) and "
-        f"{then}"
-    )
 
 
 def count_bad_utf8(where: dict, stats) -> None:

@@ -13,6 +13,7 @@ import itertools
 import json
 import random
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -97,10 +98,10 @@ def _with_utf8_hint(exc: ValueError) -> ValueError:
     return PackError(f"{exc}, or pass --utf8-errors replace to read bad bytes as U+FFFD")
 
 
-def _items(path, separator: str, one_per_line: bool, utf8_errors: str):
-    """``iter_items`` of one input, a plain text file's bad UTF-8 saying how to go on."""
+def _items(path, separator: str, one_per_line: bool, utf8_errors: str, replaced: text_input.Utf8Replaced):
+    """``iter_items`` of one input, a plain text file's bad UTF-8 saying how to go on (replaced: counted)."""
     try:
-        yield from iter_items(path, separator, one_per_line, utf8_errors)
+        yield from iter_items(path, separator, one_per_line, utf8_errors, replaced)
     except ValueError as exc:
         raise _with_utf8_hint(exc) from None
 
@@ -260,8 +261,6 @@ def pack(
     tok = _load_tokenizer(tokenizer)
     _check_options(opts, tok, tokenizer)
     if isinstance(tokenizer, (str, Path)):
-        import warnings
-
         from cookmind.tokenizer.hf_format import transformers_differences
 
         for difference in transformers_differences(tokenizer, tok, packing=True):
@@ -296,7 +295,8 @@ def pack(
             )
         )
     to_hold = min(max(round(val_fraction * to_read), 1), to_read - 1) if val_out is not None else 0
-    items = itertools.chain.from_iterable(_items(p, separator, one_per_line, utf8_errors) for p in inputs)
+    replaced = text_input.Utf8Replaced()  # bytes read as U+FFFD (--utf8-errors replace): counted, warned of
+    items = itertools.chain.from_iterable(_items(p, separator, one_per_line, utf8_errors, replaced) for p in inputs)
     chunks = _chunks(items, CHUNK)
 
     per_source = Counter()
@@ -367,8 +367,11 @@ def pack(
                 "drop_empty_think_ratio": drop_empty_think_ratio,
                 "seed": seed,
                 "utf8_errors": utf8_errors,
+                **({"invalid_utf8": replaced.as_meta()} if utf8_errors == "replace" else {}),
             },
         }
+        if note := text_input.bad_utf8_note(replaced, "input file(s)", "pack again to keep their characters"):
+            warnings.warn(f"pack: {note}", stacklevel=2)
         if writer.keys is None and skipped.count:  # the writer's own message would not say why nothing was kept
             raise PackError(f"no records to write to {out}: every one was bad; {skipped.summary()}")
         if writer.keys is None and empty:

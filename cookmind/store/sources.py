@@ -60,11 +60,15 @@ def source_kind(path: Path) -> str:
 
 
 def iter_items(
-    path, separator: str = "<|endoftext|>", one_per_line: bool = False, utf8_errors: str = "strict"
+    path,
+    separator: str = "<|endoftext|>",
+    one_per_line: bool = False,
+    utf8_errors: str = "strict",
+    replaced: text_input.Utf8Replaced | None = None,
 ) -> Iterator[Item]:
     """Yield the items of one input file in order. utf8_errors="replace" reads bad UTF-8 of text, JSON lines and
-    JSON arrays as U+FFFD; "strict" makes such a line a "bad" item (a text file or a JSON array: a ValueError
-    naming file:line)."""
+    JSON arrays as U+FFFD, counted in ``replaced`` where given; "strict" makes such a line a "bad" item (a text file
+    or a JSON array: a ValueError naming file:line)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"input {path} does not exist")
@@ -72,7 +76,7 @@ def iter_items(
     if kind == "parquet":
         yield from _parquet_rows(path)
     elif kind == "json" and _is_json_array(path):
-        yield from _json_array_items(path, utf8_errors)
+        yield from _json_array_items(path, utf8_errors, replaced)
     elif kind == "json" or one_per_line:
         with _open_bytes(path) as f:
             for n, raw in enumerate(f, 1):
@@ -81,6 +85,8 @@ def iter_items(
                 except UnicodeDecodeError as exc:
                     yield Item(str(path), n, "bad", f"invalid UTF-8 at byte {exc.start} of the line")
                     continue
+                if replaced is not None and "\ufffd" in line:  # read as U+FFFD, or a U+FFFD the line holds
+                    replaced.add(path, text_input.not_utf8(raw), n)
                 if n == 1:
                     line = line.removeprefix(BOM)
                 if line.strip():
@@ -88,20 +94,29 @@ def iter_items(
                 elif kind != "json" and line.endswith("\n"):  # a blank line is an empty document: counted
                     yield Item(str(path), n, kind, "")
     else:
-        yield from _separated_documents(path, separator, utf8_errors)
+        yield from _separated_documents(path, separator, utf8_errors, replaced)
 
 
-def _whole_text(path: Path, utf8_errors: str) -> str:
-    """A whole file's text (decompressed, a leading BOM dropped); strict bad UTF-8 is a ValueError naming file:line."""
+def _whole_text(path: Path, utf8_errors: str, replaced: text_input.Utf8Replaced | None = None) -> str:
+    """A whole file's text (decompressed, a leading BOM dropped); strict bad UTF-8 is a ValueError naming file:line,
+    replaced bad UTF-8 U+FFFD, counted in ``replaced`` where given."""
     with _open_bytes(path) as f:
-        return text_input.decode_utf8(f.read(), path, utf8_errors)
+        data = f.read()
+    if utf8_errors == "strict":
+        return text_input.decode_utf8(data, path)
+    text, bad = text_input.decode_replacing(data)
+    if replaced is not None:
+        replaced.add(path, bad)
+    return text
 
 
-def _separated_documents(path: Path, separator: str, utf8_errors: str = "strict") -> Iterator[Item]:
+def _separated_documents(
+    path: Path, separator: str, utf8_errors: str = "strict", replaced: text_input.Utf8Replaced | None = None
+) -> Iterator[Item]:
     """The documents between separators, whitespace around each left out. A blank one between two separators is
     yielded (as "") for the reader to count as an empty document; blank text before the first separator or after
     the last (a file that ends with one) is no document."""
-    text = _whole_text(path, utf8_errors)
+    text = _whole_text(path, utf8_errors, replaced)
     line = 1
     docs = text.split(separator) if separator else [text]
     for i, doc in enumerate(docs):
@@ -119,11 +134,14 @@ def _is_json_array(path: Path) -> bool:
     return head.startswith(b"[")
 
 
-def _json_array_items(path: Path, utf8_errors: str = "strict") -> Iterator[Item]:
-    """The elements of a file holding one JSON array; utf8_errors="replace" reads its bad UTF-8 as U+FFFD."""
+def _json_array_items(
+    path: Path, utf8_errors: str = "strict", replaced: text_input.Utf8Replaced | None = None
+) -> Iterator[Item]:
+    """The elements of a file holding one JSON array; utf8_errors="replace" reads its bad UTF-8 as U+FFFD (counted in
+    ``replaced`` where given)."""
     import json
 
-    text = _whole_text(path, utf8_errors)
+    text = _whole_text(path, utf8_errors, replaced)
     try:
         rows = json_input.loads(text)
     except json.JSONDecodeError as exc:

@@ -17,10 +17,12 @@ result is exactly the same as pre-tokenizing every line.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import itertools
 import os
 import re
 import threading
+import warnings
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 import regex
 
 from cookmind.pools import ignore_ctrl_c, pool_context
+from cookmind.text_input import Utf8Replaced, bad_utf8_note, line_at, not_utf8
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import GPT2_PATTERN, is_safe_end, safe_cut_kind, safe_end_bytes
 
@@ -44,13 +47,15 @@ _MIN_CHUNK = 256 << 10  # bytes: the smallest chunk count_pretokens cuts to spre
 class ReadCounts:
     """What training read, for its summary: the input files (a folder: its ``shard-*`` files), the records with
     text (JSON lines, JSON and Parquet records, gzip text documents; a plain text file is read whole, as byte
-    ranges, and holds no records), the records whose text was empty (left out: nothing to learn), and the bytes of
-    text: a plain text file's bytes (special tokens included), each record's text in UTF-8."""
+    ranges, and holds no records), the records whose text was empty (left out: nothing to learn), the bytes of
+    text: a plain text file's bytes (special tokens included), each record's text in UTF-8; and, reading with
+    ``utf8_errors="replace"``, the bytes that were not UTF-8 and were read as U+FFFD (``Utf8Replaced``)."""
 
     files: int = 0
     records: int = 0
     empty_records: int = 0
     text_bytes: int = 0
+    invalid_utf8: Utf8Replaced | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -58,6 +63,7 @@ class ReadCounts:
             "records": self.records,
             "empty_records": self.empty_records,
             "text_bytes": self.text_bytes,
+            **({"invalid_utf8": self.invalid_utf8.as_meta()} if self.invalid_utf8 is not None else {}),
         }
 
 
@@ -129,20 +135,6 @@ def count_text(
     counts.update(singles)
 
 
-def _line_of(path: str, offset: int) -> int:
-    """1-based line number of a byte offset, for error messages."""
-    line = 1
-    with open(path, "rb") as f:
-        done = 0
-        while done < offset:
-            block = f.read(min(_WINDOW, offset - done))
-            if not block:
-                break
-            line += block.count(b"\n")
-            done += len(block)
-    return line
-
-
 def first_bad_utf8(path: str) -> tuple[int, int] | None:
     """(byte offset, 1-based line) of the first byte that is not valid UTF-8 in a file, or None."""
     dec = codecs.getincrementaldecoder("utf-8")()
@@ -169,14 +161,15 @@ def decode_chunk(data: bytes, path: str, start: int, utf8_errors: str) -> str:
     except UnicodeDecodeError as exc:
         offset = start + exc.start
         raise TokenizerError(
-            f"{path}:{_line_of(path, offset)}: byte offset {offset} (0x{data[exc.start]:02x}) is not valid UTF-8. "
+            f"{path}:{line_at(path, offset)}: byte offset {offset} (0x{data[exc.start]:02x}) is not valid UTF-8. "
             "Tokenizer input must be UTF-8 text: convert it (e.g. `iconv -f latin1 -t utf-8`) or pass "
             "--utf8-errors replace (utf8_errors='replace') to read bad bytes as U+FFFD."
         ) from None
 
 
-def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, int]:
-    """Count one byte range of a text file into `counts` (a new Counter where None); returns it and the bytes read."""
+def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, int, Utf8Replaced | None]:
+    """Count one byte range of a text file into `counts` (a new Counter where None); returns it, the bytes read, and
+    what of them was read as U+FFFD (None where nothing)."""
     path, start, end, pattern_str, specials, utf8_errors = task
     with open(path, "rb") as f:
         f.seek(start)
@@ -184,17 +177,23 @@ def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, i
     bom = codecs.BOM_UTF8  # a leading byte-order mark is no text, as pack reads it
     mark = len(bom) if start == 0 and data.startswith(bom) else 0
     text = decode_chunk(data[mark:], path, start + mark, utf8_errors)
+    replaced = None
+    if utf8_errors == "replace" and "\ufffd" in text:  # read as U+FFFD, or a U+FFFD the text holds
+        replaced = Utf8Replaced()
+        replaced.add(path, not_utf8(data[mark:]), at=start)  # a range begins a line; which, found for the first only
     counts = Counter() if counts is None else counts
     count_text(text, regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str), counts)
-    return counts, end - start
+    return counts, end - start, replaced
 
 
-def _count_alongside(workers: int, tasks: Sequence[tuple], counts: Counter) -> Iterator[tuple[Counter | None, int]]:
+def _count_alongside(
+    workers: int, tasks: Sequence[tuple], counts: Counter
+) -> Iterator[tuple[Counter | None, int, Utf8Replaced | None]]:
     """Count file chunks in ``workers`` pool processes and in this process at once: the workers take tasks from
     the front, two each handed out at a time (so none waits for this process to hand it the next), this process
     takes them from the back and counts into ``counts`` itself. The pool starts in a thread (a forkserver takes
     ~0.15 s to answer), so this process counts from the first moment, and its counts need no pickling. Yields
-    (a worker's Counter, or None where counted into ``counts``; the bytes read)."""
+    (a worker's Counter, or None where counted into ``counts``; the bytes read; what was read as U+FFFD)."""
     started: dict = {}
 
     def start() -> None:
@@ -221,7 +220,7 @@ def _count_alongside(workers: int, tasks: Sequence[tuple], counts: Counter) -> I
                 out.remove(r)
                 yield r.get()
             if queue:
-                yield None, _count_chunk(queue.pop(), counts)[1]
+                yield None, *_count_chunk(queue.pop(), counts)[1:]
             elif out and not done:
                 out[0].wait()
     finally:
@@ -324,8 +323,9 @@ def document_texts(
     from cookmind.store.sources import iter_items
 
     opts = RecordOptions("seq", text_field)
+    replaced = read.invalid_utf8 if read is not None else None
     try:
-        for item in iter_items(path, utf8_errors=utf8_errors):
+        for item in iter_items(path, utf8_errors=utf8_errors, replaced=replaced):
             try:
                 text = make_seq(parse(item), None, opts)
             except EmptyDocument:
@@ -374,13 +374,14 @@ def _text_batches(
         yield batch
 
 
-def _count_texts(task: tuple) -> tuple[Counter, int]:
+def _count_texts(task: tuple) -> tuple[Counter, int, None]:
+    """Count a batch of records' texts (what they read as U+FFFD was counted as they were read: None)."""
     texts, pattern_str, specials = task
     pattern, special_re, kind = regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str)
     counts: Counter = Counter()
     for text in texts:
         count_text(text, pattern, special_re, kind, counts)
-    return counts, sum(len(t.encode("utf-8")) for t in texts)
+    return counts, sum(len(t.encode("utf-8")) for t in texts), None
 
 
 def count_pretokens(
@@ -401,7 +402,8 @@ def count_pretokens(
     Inputs: text files, JSON lines / JSON / Parquet (the ``text_field`` of each record), any of them gzipped,
     and folders of ``shard-*`` files (``cookmind curate run``'s output), read as ``pack`` reads them.
     workers: processes to use (default: all CPUs); chunk_bytes: work unit per process.
-    utf8_errors: "strict" (default: bad bytes are an error naming file:line) or "replace" (U+FFFD).
+    utf8_errors: "strict" (default: bad bytes are an error naming file:line) or "replace" (U+FFFD: counted in
+    ``read.invalid_utf8`` and warned of, the first by file:line).
     skipped: where given, bad records are counted there and left out instead of raising (``document_texts``).
     read: where given, filled with the files, records and bytes of text read (``ReadCounts``).
     """
@@ -412,6 +414,8 @@ def count_pretokens(
     files = check_inputs(paths)
     read = read if read is not None else ReadCounts()
     read.files = len(files)
+    if utf8_errors == "replace":
+        read.invalid_utf8 = Utf8Replaced(files)
     plain = [p for p in files if is_plain_text(p)]
     records = [p for p in files if p not in plain]
     specials = list(special_tokens)
@@ -430,35 +434,39 @@ def count_pretokens(
     expected = len(tasks) + -(-sum(os.path.getsize(p) for p in records) // chunk_bytes)
     workers = max(1, min(want, expected or 1))
     counts: Counter = Counter()
-    with tqdm(
-        total=None if records else sum(e - s for _, s, e, *_ in tasks),
-        unit="B",
-        unit_scale=True,
-        desc="pre-tokenize",
-        disable=None if progress is None else not progress,  # None: a terminal only; True: a pipe too
-        leave=False,
-    ) as bar:
+    with (
+        contextlib.ExitStack() as stack,
+        tqdm(
+            total=None if records else sum(e - s for _, s, e, *_ in tasks),
+            unit="B",
+            unit_scale=True,
+            desc="pre-tokenize",
+            disable=None if progress is None else not progress,  # None: a terminal only; True: a pipe too
+            leave=False,
+        ) as bar,
+    ):
         if workers == 1:
             results: Iterable = itertools.chain(map(_count_chunk, tasks), map(_count_texts, record_tasks))
-            for part, n in results:
-                counts.update(part)
-                read.text_bytes += n
-                bar.update(n)
         elif not records:  # text files only: this process counts too, beside workers - 1 worker processes
-            for part, n in _count_alongside(workers - 1, tasks, counts):
-                if part is not None:
-                    counts.update(part)
-                read.text_bytes += n
-                bar.update(n)
+            results = _count_alongside(workers - 1, tasks, counts)
         else:
-            with pool_context().Pool(workers, initializer=ignore_ctrl_c) as pool:
-                for part, n in itertools.chain(
-                    pool.imap_unordered(_count_chunk, tasks), _in_waves(pool, _count_texts, record_tasks, 2 * workers)
-                ):
-                    counts.update(part)
-                    read.text_bytes += n
-                    bar.update(n)
+            pool = stack.enter_context(pool_context().Pool(workers, initializer=ignore_ctrl_c))
+            results = itertools.chain(
+                pool.imap_unordered(_count_chunk, tasks), _in_waves(pool, _count_texts, record_tasks, 2 * workers)
+            )
+        for part, n, replaced in results:
+            if part is not None:
+                counts.update(part)
+            if replaced is not None:
+                read.invalid_utf8.update(replaced)
+            read.text_bytes += n
+            bar.update(n)
+    if read.invalid_utf8 is not None and (note := bad_utf8_note(read.invalid_utf8, "input file(s)", RETRAIN)):
+        warnings.warn(f"tokenizer: {note}", stacklevel=2)
     return counts
+
+
+RETRAIN = "train again to learn their characters"  # what to do once bad bytes were re-encoded
 
 
 def _in_waves(pool, fn, tasks: Iterator, size: int) -> Iterator:
