@@ -171,13 +171,14 @@ def parse_stage_args(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     return args
 
 
-def say(command: str, kind: str, text: str) -> None:
-    """Print ``COMMAND: KIND: TEXT`` ("cookmind pack: error: ...") on stderr, the text's control and bidi characters
-    escaped (``escape_controls``): an error or warning quotes file names and lines of the user's files, and an ESC in
-    one would drive the terminal. Every stage's one-line errors and warnings go through here."""
+def say(command: str, kind: str | None, text: str) -> None:
+    """Print ``COMMAND: KIND: TEXT`` ("cookmind pack: error: ...", or ``COMMAND: TEXT`` for a note, kind None) on
+    stderr, the text's control and bidi characters escaped (``escape_controls``): an error or warning quotes file
+    names and lines of the user's files, and an ESC in one would drive the terminal. Every stage's one-line errors and
+    warnings go through here."""
     from cookmind.terminal import escape_controls
 
-    print(f"{command}: {kind}: {escape_controls(str(text))}", file=sys.stderr)
+    print(f"{command}: {f'{kind}: ' if kind else ''}{escape_controls(str(text))}", file=sys.stderr)
 
 
 def warnings_as_lines(stage: str) -> None:

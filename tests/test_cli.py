@@ -963,6 +963,18 @@ def test_error_and_warning_lines_show_a_file_name_s_control_characters_escaped(t
         err = capsys.readouterr().err
         assert err.startswith(f"cookmind {' '.join(argv[:2]) if argv[0] != 'pack' else 'pack'}: error:"), err
         assert _shows_the_name_escaped(err), (argv, err)
+    # a note: tokenizer train --skip-bad says how many records it left out, and where the first was
+    bad = tmp_path / (UNTRUSTED_NAME + ".jsonl")
+    bad.write_text('{"text": "the soup is good"}\n{"text": 5}\n')
+    assert (
+        cli_main(
+            ["tokenizer", "train", "--input", str(bad), "--vocab-size", "280", "--out", str(tmp_path / "t2")]
+            + ["--skip-bad", "--quiet"]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "cookmind tokenizer train: skipped 1 bad record(s)" in err and _shows_the_name_escaped(err), err
     # a warning: curate reads a text file's bytes that are not UTF-8 as U+FFFD and says where the first is
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / UNTRUSTED_NAME).write_bytes(b"Un caf\xe9 tr\xe8s bon.\n")

@@ -221,7 +221,7 @@ def _train(args) -> int:
         )
     )
     if skipped is not None and skipped.count:
-        print(f"cookmind tokenizer train: {skipped.summary()}", file=sys.stderr)
+        say("cookmind tokenizer train", None, skipped.summary())  # names the first bad record's file
     if tok.vocab_size < args.vocab_size:
         print(
             f"note: the corpus ran out of pairs at {tok.vocab_size} tokens (asked for {args.vocab_size})",
