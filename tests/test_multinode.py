@@ -491,19 +491,47 @@ def test_the_tokens_of_a_two_rank_sft_run_are_what_both_ranks_processed(tmp_path
     assert meta["tokens_seen"] == 78
 
 
-def test_token_counts_past_float32s_exact_range_sum_exactly_over_ranks():
-    # float32 holds integers exactly only below 2**24: a step of 8 ranks x 4M tokens summed as floats is off
-    from cookmind.parallel.process_group import DistInfo, count_digits, from_count_digits
+BIG_COUNTS = ((1 << 33) + 7, (1 << 33) + 12_352)  # each rank's tokens of a micro-batch, past float32's 2**24
 
-    info = DistInfo(rank=0, world_size=1000)
-    counts = [(1 << 33) + 12_345 * r + 7 for r in range(1000)]
-    summed = torch.stack([torch.tensor(count_digits(n, info), dtype=torch.float32) for n in counts]).sum(0)
-    assert from_count_digits(summed.tolist()) == sum(counts)
-    assert float(torch.tensor(float(sum(counts)), dtype=torch.float32)) != sum(counts)  # what one float would give
-    with pytest.raises(
-        ValueError, match=r"a count of 1099511627776 over 1000 ranks is past what the step's all-reduce"
-    ):
-        count_digits(1 << 40, info)
+
+def _big_token_counts_on_rank(rank: int, root: str) -> int:
+    """Two steps of SFT whose objective says each rank's micro-batch held ``BIG_COUNTS[rank]`` tokens."""
+    cfg = TrainConfig.load(
+        None,
+        [
+            f"data.train_path={root}/sft",
+            "train.objective=sft",
+            "data.window_size=16",
+            "train.micro_batch_size=2",
+            "train.max_steps=2",
+            "train.device=cpu",
+            "logging.progress=false",
+            "logging.report=false",
+            "logging.log_every=1",
+            f"logging.run_dir={root}/run",
+            *tiny_cli_overrides(),
+        ],
+    )
+    trainer = Trainer(cfg)
+    trainer.objective.num_tokens = lambda batch: BIG_COUNTS[rank]
+    summary = trainer.fit()
+    trainer.close()
+    return summary["tokens"]
+
+
+def test_token_counts_past_float32s_exact_range_sum_exactly_over_ranks(tmp_path, keep_threads):
+    # float32 holds integers exactly only below 2**24 (a step of 8 ranks x 4M tokens): the counts must sum exactly
+    rng = np.random.default_rng(0)
+    records = [
+        {"sequence": rng.integers(1, 64, size=n), "loss_mask": np.array([0, 0] + [1] * (n - 2))} for n in SFT_LENGTHS
+    ]
+    write_store(tmp_path / "sft", "sft", records, vocab_size=64)
+    step = sum(BIG_COUNTS)
+    assert float(torch.tensor(float(step), dtype=torch.float32)) != step  # what a float32 sum would have lost
+    summaries = run_on_gloo_ranks(functools.partial(_big_token_counts_on_rank, root=str(tmp_path)), 2, tmp_path)
+    assert summaries == [2 * step, 2 * step], summaries
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["tokens"] for r in rows if r.get("split") == "train"] == [step, 2 * step]
 
 
 def _metrics_write_fails_on_rank0(rank: int, root: str) -> None:

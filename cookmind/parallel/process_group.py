@@ -159,28 +159,6 @@ def sum_over_ranks(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return t
 
 
-# A count that rides in a float32 all-reduce (sum_over_ranks) exactly: its base-256 digits, each summed over the ranks
-# (float32 holds every integer below 2**24 exactly, and 65,536 ranks' digits sum below it).
-_DIGIT_BITS, COUNT_DIGITS = 8, 5
-
-
-def count_digits(n: int, info: DistInfo) -> list[float]:
-    """``n`` (a non-negative count below 2**40, as one rank's tokens of one step are) as ``COUNT_DIGITS`` floats
-    whose sums over the ranks ``from_count_digits`` reads back as the exact sum of the ranks' counts."""
-    if not 0 <= n < 1 << (_DIGIT_BITS * COUNT_DIGITS) or info.world_size > 1 << 16:
-        raise ValueError(
-            f"a count of {n} over {info.world_size} ranks is past what the step's all-reduce sums exactly "
-            f"(below 2**40 per rank, at most 65,536 ranks)"
-        )
-    mask = (1 << _DIGIT_BITS) - 1
-    return [float((n >> (_DIGIT_BITS * i)) & mask) for i in range(COUNT_DIGITS)]
-
-
-def from_count_digits(digits) -> int:
-    """The count whose digits (``count_digits``, summed over the ranks) these are."""
-    return sum(int(round(d)) << (_DIGIT_BITS * i) for i, d in enumerate(digits))
-
-
 def rank0_value(value, info: DistInfo):
     """Rank 0's ``value`` (any picklable object) on every rank; ``value`` itself for one process. For what each
     rank would otherwise decide on its own and could decide differently, e.g. a run directory named by the clock."""

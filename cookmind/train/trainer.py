@@ -61,9 +61,7 @@ from cookmind.parallel import (
     unwrap,
 )
 from cookmind.parallel.process_group import (
-    count_digits,
     differences_from_rank0,
-    from_count_digits,
     min_max_over_ranks,
     raise_together,
     raised_on_every_rank,
@@ -111,9 +109,9 @@ TRUNCATION_WARN = 0.05  # warn when more than this share of sft/dpo records is t
 class _QueuedStep:
     """One optimizer step as the host queued it; its loss, norm and tensor metrics may still be on the device.
 
-    ``readout`` is ``[loss, grad_norm, *tensor metrics, *token digits]`` (the digits for several ranks): on the host
-    already, or a pinned buffer that an async copy fills once the GPU reaches the end of the step (``ready`` is
-    recorded right after that copy).
+    ``readout`` is ``[loss, grad_norm, *tensor metrics]``, and with several ranks the step's tokens over them last:
+    on the host already, or a pinned buffer that an async copy fills once the GPU reaches the end of the step
+    (``ready`` is recorded right after that copy).
     """
 
     step: int  # 1-based: the optimizer step this is
@@ -123,7 +121,7 @@ class _QueuedStep:
     readout: torch.Tensor
     slots: dict[str, int]  # tensor metric name -> its index in readout
     sums: dict[str, Any]  # the objective's metrics summed over micro-batches (tensors read through readout)
-    token_slots: range = range(0)  # several ranks: where readout holds the digits of the step's tokens over them
+    token_slot: int | None = None  # several ranks: where readout holds the step's tokens over them
     ready: Any = None  # a torch.cuda.Event when readout is filled asynchronously
     values: list[float] | None = field(default=None)  # readout on the host, once read
     t_queued: float = 0.0  # perf_counter when the host had queued it all
@@ -139,7 +137,7 @@ class StepOutputs:
     sums: dict[str, Any]  # the objective's metrics summed over micro-batches
     tokens: int  # tokens of this step on this rank
     micro_outputs: list = field(default_factory=list)  # (loss, metrics) per micro-batch, when captured
-    token_slots: range = range(0)  # several ranks: readout's digits of the step's tokens over them (count_digits)
+    token_slot: int | None = None  # several ranks: where readout holds the step's tokens over them
 
 
 def _check_same_config(cfg: TrainConfig, info) -> None:
@@ -930,7 +928,7 @@ class Trainer:
             readout=readout,
             slots=out.slots,
             sums=out.sums,
-            token_slots=out.token_slots,
+            token_slot=out.token_slot,
             ready=ready,
         )
         if not self._skip_on_device:
@@ -988,18 +986,17 @@ class Trainer:
         # own rows' (a DPO reward accuracy of its half of the batch, SFT's supervised tokens halved), and a rank whose
         # loss alone was not finite would skip a step the others took. One collective for them all, which also sums
         # the ranks' token counts: each rank pads its own batches (SFT, DPO) or rolls out its own lengths (GRPO), and
-        # the step's tokens were rank 0's count times the ranks. The count rides as exact digits (count_digits),
-        # read with the loss: no wait for the device here.
+        # the step's tokens were rank 0's count times the ranks. In float64, where the sum of the counts is exact (any
+        # integer below 2**53; float32's stop at 2**24), read with the loss: no wait for the device here.
         names = [k for k, v in sums.items() if torch.is_tensor(v)] if self.dist.enabled else []
         together = torch.stack(
             [loss_sum, *((sums[k] if sums[k].numel() == 1 else sums[k].mean()).reshape(()).float() for k in names)]
         )
-        digits = None
+        step_tokens = None
         if self.dist.enabled:
-            mine = torch.tensor(count_digits(tokens, self.dist), dtype=torch.float32)
-            together = torch.cat([together, mine.to(self.device, non_blocking=True)])
-            together = sum_over_ranks(together, self.dist)
-            digits = together[len(names) + 1 :]
+            mine = torch.tensor([tokens], dtype=torch.float64).to(self.device, non_blocking=True)
+            together = sum_over_ranks(torch.cat([together.double(), mine]), self.dist)
+            step_tokens, together = together[-1:], together[:-1].float()
         world = self.dist.world_size
         loss_sum = together[0] / world if self.dist.enabled else together[0]
         counts = set(getattr(self.objective, "count_metrics", ()))  # sums over the rows, not means
@@ -1031,7 +1028,6 @@ class Trainer:
         # Tensor metrics ride along with loss and norm: one copy to the host per step, and no .item() that
         # would wait for whatever the host queued after this step. (A mean, as to_float takes of a vector.)
         slots = {k: 2 + i for i, k in enumerate(k for k, v in sums.items() if torch.is_tensor(v))}
-        token_slots = range(2 + len(slots), 2 + len(slots) + (0 if digits is None else len(digits)))
         readout = torch.cat(
             [
                 stats,
@@ -1040,10 +1036,12 @@ class Trainer:
                     for v in sums.values()
                     if torch.is_tensor(v)
                 ),
-                *(() if digits is None else (digits.to(stats.device),)),
             ]
         )
-        return StepOutputs(readout, slots, sums, tokens, micro_outputs, token_slots)
+        token_slot = None
+        if step_tokens is not None:
+            token_slot, readout = len(readout), torch.cat([readout.double(), step_tokens.to(stats.device)])
+        return StepOutputs(readout, slots, sums, tokens, micro_outputs, token_slot)
 
     def _micro_weights(self, take_batch) -> list[tuple[dict[str, Any], torch.Tensor]]:
         """Each micro-batch of the step, prepared, with the weight of its loss: its target tokens x world / the global
@@ -1092,7 +1090,7 @@ class Trainer:
         dt = max(end - (queued.t_launch if prev is None else max(queued.t_launch, prev)), 1e-9)
         self._last_step_end = end
         # several ranks: the sum of every rank's own count, read with the loss (one process: its own)
-        tokens = from_count_digits(values[i] for i in queued.token_slots) if queued.token_slots else queued.step_tokens
+        tokens = queued.step_tokens if queued.token_slot is None else int(values[queued.token_slot])
         self.tokens_seen += tokens  # counted as the step is read: its checkpoint, and the summary, follow
         tps = tokens / dt
         metrics = {
