@@ -469,6 +469,25 @@ def test_generate_warns_when_the_context_cuts_max_new_tokens(tmp_path, tok_dir, 
     assert "warning" not in capsys.readouterr().err
 
 
+def test_generate_warns_of_the_prompts_the_context_cuts_in_a_batch_naming_them(tmp_path, tok_dir, capsys):
+    # each prompt of a batch has its own room: a long one no longer cuts the others' answers, so the warning names
+    # the prompts it cuts, and only them
+    from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    ckpt = save_model(tmp_path / "m", tiny_lm(vocab_size=tok.vocab_size, max_position_embeddings=24))
+    tok.save(ckpt)
+    short, long = "the cook", "the cook " * 3
+    room_short, room_long = 24 - len(tok.encode(short)), 24 - len(tok.encode(long))
+    assert 0 < room_long < room_short
+    argv = ["generate", "--model", str(ckpt), "--prompt", short, "--prompt", long, "--max-new-tokens", str(room_short)]
+    assert cli_main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"leaves room for {room_long} new tokens after --prompt 2 of 2" in err
+    assert "--prompt 1 of 2" not in err and err.count("warning") == 1
+
+
 def test_generate_names_the_prompt_that_fills_the_context_once(tmp_path, tok_dir, capsys):
     # "cookmind generate: error: generate: a prompt of 402 tokens fills ...": the prefix twice, and of several
     # --prompt none was named

@@ -243,3 +243,14 @@ def test_token_stops_end_on_stop_token_or_completing_token():
 def test_sampling_params_refuse_bad_fields_naming_them(bad):
     with pytest.raises(ValueError, match=next(iter(bad)) if "stop_strings" not in bad else "stop strings"):
         SamplingParams(**bad)
+
+
+@pytest.mark.parametrize("engine", ["builtin", "serving"])
+def test_a_long_prompt_in_the_batch_does_not_shorten_the_other_rows(engine):
+    """Each row gets its own room in the context (64): a 60-token prompt leaves 4 new tokens for itself, not 4 for
+    every row of its batch; eval gsm8k's answers and GRPO's rollouts were cut short, and not counted as cut."""
+    model = tiny_model()
+    prompts = [PROMPTS[0], [7] * 60, PROMPTS[1]]
+    out = generate(model, prompts, SamplingParams(temperature=0, max_new_tokens=8), engine=engine)
+    assert [len(o) for o in out] == [8, 4, 8]
+    assert out == [_naive_greedy(model, p, n) for p, n in zip(prompts, (8, 4, 8))]

@@ -170,13 +170,15 @@ def main(args: argparse.Namespace) -> int:
         if len(prompt) >= context:  # named here, where its text is known (generate knows its row only)
             named = _prompt_named(args.prompt, i, len(prompt), args.chat)
             raise ValueError(f"{named} fills the model's context of {context} tokens; shorten it")
-    room = context - max(len(p) for p in prompts)
-    if 0 < room < args.max_new_tokens:  # the answer is cut where the context ends: say so before it is
-        print(
-            f"cookmind generate: warning: the model's context of {context} tokens leaves room for {room} new tokens "
-            f"after the prompt, fewer than --max-new-tokens {args.max_new_tokens}; the answer stops there",
-            file=sys.stderr,
-        )
+    for i, prompt in enumerate(prompts):  # each prompt's own room: a long one does not cut the others' answers
+        room = context - len(prompt)
+        if room < args.max_new_tokens:  # the answer is cut where the context ends: say so before it is
+            named = "the prompt" if len(prompts) == 1 else _prompt_named(args.prompt, i, len(prompt), args.chat)
+            print(
+                f"cookmind generate: warning: the model's context of {context} tokens leaves room for {room} new "
+                f"tokens after {named}, fewer than --max-new-tokens {args.max_new_tokens}; its answer stops there",
+                file=sys.stderr,
+            )
     show = (lambda text: text) if args.raw else escape_controls
     if len(prompts) > 1:  # a batch: generate together, print each
         outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string

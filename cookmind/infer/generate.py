@@ -46,13 +46,14 @@ def check_context(prompts: list[list[int]], context: int) -> None:
             )
 
 
-def _room(model, prompts: list[list[int]], params: SamplingParams) -> int:
-    """New tokens the longest prompt leaves room for in the model's context (at most max_new_tokens)."""
+def rooms(model, prompts: list[list[int]], params: SamplingParams) -> list[int]:
+    """New tokens each prompt leaves room for in the model's context (at most max_new_tokens): every row's own, so
+    a long prompt in a batch does not shorten the others' answers."""
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if context is None:
-        return params.max_new_tokens
+        return [params.max_new_tokens] * len(prompts)
     check_context(prompts, context)
-    return min(params.max_new_tokens, context - max(len(p) for p in prompts))
+    return [min(params.max_new_tokens, context - len(p)) for p in prompts]
 
 
 @torch.inference_mode()
@@ -61,14 +62,16 @@ def generate_steps(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The plain loop: yield (next tokens (B,), the logits they were drawn from (B, V)) once per decode step.
 
-    Runs max_new_tokens steps (fewer where the context ends); rows that stopped keep being fed so the batch
-    keeps one shape: callers stop consuming to end early. seeds: one per row (default ``params.seed + i``).
+    Runs until the row with the most room (``rooms``: max_new_tokens, fewer where a row's context ends) is done;
+    rows that stopped, or used up their own room, keep being fed so the batch keeps one shape: callers stop
+    consuming a row there (what it yields past its room lies beyond the context and means nothing).
+    seeds: one per row (default ``params.seed + i``).
     Stop tokens are banned for the first ``params.min_new_tokens`` steps.
     """
     if params.grammar is not None:
         raise ValueError("the plain loop (engine='builtin', stream) does not enforce grammars; use generate()")
     _check_prompts(prompts)
-    max_new = _room(model, prompts, params)
+    max_new = max(rooms(model, prompts, params))
     if max_new < 1:
         return
     b = len(prompts)
@@ -177,8 +180,10 @@ def generate(
 
 
 def _loop(model, prompts, params: SamplingParams, tokenizer, seeds) -> list[list[int]]:
-    """One batch through the plain loop; each row ends with its stop token or stop string's last token."""
-    stops = [TokenStops(params.stop_token_ids, params.stop_strings, tokenizer) for _ in prompts]
+    """One batch through the plain loop; each row ends with its stop token or stop string's last token, or where
+    its own room in the context ends."""
+    limits = rooms(model, prompts, params)
+    stops = [TokenStops(params.stop_token_ids, params.stop_strings, tokenizer, r) for r in limits]
     for tokens, _ in generate_steps(model, prompts, params, seeds):
         for stop, t in zip(stops, tokens.tolist()):  # the step's one device-to-host copy
             if not stop.stopped:

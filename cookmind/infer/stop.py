@@ -103,18 +103,20 @@ class TokenStops:
     tokens is checked (a token decodes to at least one character, so that tail holds any new match).
     """
 
-    def __init__(self, stop_token_ids=(), stop_strings=(), tokenizer=None):
+    def __init__(self, stop_token_ids=(), stop_strings=(), tokenizer=None, max_tokens: int | None = None):
         self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
         self.stop_strings = check_stop_strings(stop_strings)
         if self.stop_strings and tokenizer is None:
             raise ValueError("stop_strings need a tokenizer to decode the output; pass tokenizer=")
         self.tokenizer = tokenizer
         self._tail = max((len(s) for s in self.stop_strings), default=0) + 4
+        self.max_tokens = max_tokens  # the response's length limit, if any: its max_new_tokens or room in the context
         self.ids: list[int] = []
         self.stopped = False
 
     def feed(self, token: int) -> bool:
-        """Add the response's next token; True when it ends the response (and from then on)."""
+        """Add the response's next token; True when it ends the response (and from then on): it is a stop token,
+        completes a stop string, or is the ``max_tokens``-th."""
         if self.stopped:
             return True
         self.ids.append(int(token))
@@ -123,6 +125,8 @@ class TokenStops:
         elif self.stop_strings:
             text = _decode(self.tokenizer, self.ids[-self._tail :])
             self.stopped = any(s in text for s in self.stop_strings)
+        if self.max_tokens is not None and len(self.ids) >= self.max_tokens:
+            self.stopped = True
         return self.stopped
 
 
