@@ -177,3 +177,30 @@ def test_a_tokenizer_folder_that_is_a_model_lends_only_its_tokenizer_files(tmp_p
         "model.safetensors",
         "tokenizer.json",
     ]
+
+
+def test_a_run_directory_holding_only_what_a_dpo_or_grpo_run_wrote_is_a_runs(tmp_path):
+    # `train --overwrite` of a DPO run was refused: "runs/dpo holds files a training run did not write
+    # (objective.png)", the plot of its reward margin that the run's own report wrote
+    from cookmind.train.checkpoint import check_run_dir, refuse_foreign_files
+    from cookmind.train.metrics import MetricsWriter
+    from cookmind.train.report import write_report
+
+    run = tmp_path / "dpo"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("train: {objective: dpo}\n")
+    writer = MetricsWriter(run / "metrics.jsonl")
+    for step in (1, 2):
+        writer.write({"step": step, "split": "train", "loss": 0.69, "lr": 1e-3, "reward_margin": 0.1 * step})
+    write_report(run, "dpo", {"steps": 2})
+    assert {p.name for p in run.iterdir()} == {
+        "checkpoints", "config.yaml", "metrics.jsonl", "report.md", "loss.png", "lr.png", "objective.png"
+    }  # fmt: skip
+    refuse_foreign_files(run)  # all of it the run's: no error
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"holds files a training run did not write \(notes.txt\)"):
+        refuse_foreign_files(run)
+    # --overwrite deletes the old run's metrics, report and plots (a pretraining run plots no objective.png), and
+    # leaves the user's file
+    check_run_dir(run / "checkpoints", run, None, overwrite=True)
+    assert {p.name for p in run.iterdir()} == {"checkpoints", "config.yaml", "notes.txt"}

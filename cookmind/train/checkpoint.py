@@ -50,6 +50,8 @@ from cookmind.model.model_io import (
 from cookmind.model.sharded_layout import is_sharded_checkpoint
 from cookmind.tokenizer.files import copy_tokenizer_files
 from cookmind.train.objectives.base import unwrap
+from cookmind.train.report import REPORT_FILES
+from cookmind.train.run_lock import LOCK_NAME
 from cookmind.train.sharded_checkpoint import (
     is_fsdp_sharded,
     load_full_model_into_sharded,
@@ -186,7 +188,8 @@ def refuse_overwriting_inputs(
 def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None, overwrite: bool) -> None:
     """Refuse to start a fresh run where another run left checkpoints or metrics (``--resume`` continues it).
 
-    With ``overwrite`` the old run's checkpoints and metrics are deleted first: the user asked for that. A folder
+    With ``overwrite`` the old run's checkpoints, metrics and report (with its plots) are deleted first: the user
+    asked for that. A folder
     holding other files is refused before this, by ``refuse_foreign_files`` (the Trainer, before it takes the lock).
     """
     ckpt_dir, run_dir = Path(ckpt_dir), Path(run_dir)
@@ -216,12 +219,12 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
     for d in old:
         shutil.rmtree(d)
     metrics.unlink(missing_ok=True)
+    for name in REPORT_FILES:  # its report and plots: a new run that plots less would leave the old ones beside its own
+        (run_dir / name).unlink(missing_ok=True)
 
 
-# what a training run writes into its run directory (report.py, the Trainer, run_lock.py)
-RUN_ENTRIES = frozenset(
-    {"config.yaml", "metrics.jsonl", "report.md", "loss.png", "lr.png", "checkpoints", "tensorboard", ".lock"}
-)
+# what a training run writes into its run directory (report.py's files, the Trainer's, run_lock.py's)
+RUN_ENTRIES = frozenset({"config.yaml", "metrics.jsonl", *REPORT_FILES, "checkpoints", "tensorboard", LOCK_NAME})
 
 
 def refuse_foreign_files(run_dir: Path, ckpt_dir: Path | None = None) -> None:

@@ -9,6 +9,10 @@ from typing import Any
 from cookmind.atomic import write_text, writing
 from cookmind.train.metrics import is_number, read_metrics, training_metric_names
 
+# the files write_report writes into a run directory (a run's own: `train --overwrite` and a fresh run accept them)
+REPORT_NAME, LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT = "report.md", "loss.png", "lr.png", "objective.png"
+REPORT_FILES = (REPORT_NAME, LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT)
+
 
 def plot_series(
     path: Path, series: dict[str, tuple[list[float], list[float]]], ylabel: str, logy: bool = False
@@ -95,13 +99,13 @@ def write_report(
         series = {"train": ([r["step"] for r in train], [r["loss"] for r in train])}
         if val:
             series["val"] = ([r["step"] for r in val], [r["val_loss"] for r in val])
-        plot_series(run_dir / "loss.png", series, "loss")
-        plot_series(run_dir / "lr.png", {"lr": ([r["step"] for r in train], [r["lr"] for r in train])}, "learning rate")
-        lines += ["## Curves", "", "![loss](loss.png)", "", "![learning rate](lr.png)", ""]
+        plot_series(run_dir / LOSS_PLOT, series, "loss")
+        plot_series(run_dir / LR_PLOT, {"lr": ([r["step"] for r in train], [r["lr"] for r in train])}, "learning rate")
+        lines += ["## Curves", "", f"![loss]({LOSS_PLOT})", "", f"![learning rate]({LR_PLOT})", ""]
         own = objective_series(train)
         if own:
-            plot_panels(run_dir / "objective.png", own)
-            lines += ["## The objective's metrics", "", "![objective metrics](objective.png)", ""]
+            plot_panels(run_dir / OBJECTIVE_PLOT, own)
+            lines += ["## The objective's metrics", "", f"![objective metrics]({OBJECTIVE_PLOT})", ""]
     if val:
         lines += ["## Validation", "", "| step | loss | perplexity |", "|---|---|---|"]
         lines += [f"| {r['step']} | {_fmt(r['val_loss'])} | {_fmt(r.get('val_ppl'))} |" for r in val]
@@ -114,7 +118,7 @@ def write_report(
         import yaml
 
         lines += ["## Config", "", "```yaml", yaml.safe_dump(config, sort_keys=False).rstrip(), "```", ""]
-    out = run_dir / "report.md"
+    out = run_dir / REPORT_NAME
     write_text(out, "\n".join(lines))
     return out
 
