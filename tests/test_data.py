@@ -131,6 +131,39 @@ def test_dpo_masks_responses_only_and_collate_pads_both_sides_together(tmp_path,
     assert batch["rejected_labels"][0].tolist() == [-100, -100, 5, -100]
 
 
+def test_dpo_drops_a_pair_whose_sides_are_the_same_in_the_window_and_says_so(tmp_path, fmt):
+    # GSM8K pairs that differ in their final "#### N" only: cut to the window, chosen == rejected, a pair that
+    # teaches nothing (zero gradient) and counts as wrong in reward_accuracy; half of a real pack trained so silently
+    prompt, mask = [1, 2], [0, 0]
+    recs = [
+        {  # differs at token 3: kept
+            "chosen": np.array(prompt + [3, 4, 5]),
+            "chosen_mask": np.array(mask + [1, 1, 1]),
+            "rejected": np.array(prompt + [6, 4, 5]),
+            "rejected_mask": np.array(mask + [1, 1, 1]),
+        },
+        {  # the same first 5 tokens, differs at token 6: past a window of 5
+            "chosen": np.array(prompt + [3, 4, 5, 7]),
+            "chosen_mask": np.array(mask + [1, 1, 1, 1]),
+            "rejected": np.array(prompt + [3, 4, 5, 8]),
+            "rejected_mask": np.array(mask + [1, 1, 1, 1]),
+        },
+        {  # rejected longer: the same first 5, rejected goes on
+            "chosen": np.array(prompt + [3, 4, 5]),
+            "chosen_mask": np.array(mask + [1, 1, 1]),
+            "rejected": np.array(prompt + [3, 4, 5, 9, 9]),
+            "rejected_mask": np.array(mask + [1, 1, 1, 1, 1]),
+        },
+    ]
+    path = write_store(tmp_path / "dpo", "dpo", recs, vocab_size=10, storage_type=fmt)
+    with pytest.warns(UserWarning, match=r"2 of the 3 dpo pairs .* the same in their first 5 tokens"):
+        ds = DatasetFactory.load("dpo", path, window_size=5)
+    assert len(ds) == 1 and ds.num_dropped == 2 and ds.num_same_in_window == 2
+    assert ds[0]["rejected_input_ids"].tolist() == [1, 2, 6, 4, 5]
+    wide = DatasetFactory.load("dpo", path, window_size=6)  # every pair differs within 6 tokens
+    assert len(wide) == 3 and wide.num_dropped == 0 and wide.num_same_in_window == 0
+
+
 def test_grpo_online_and_offline(tmp_path, fmt):
     online = [
         {"prompts": np.array(p), "answers": np.frombuffer(a.encode(), np.uint8)}
