@@ -267,14 +267,16 @@ def check_output_file(
     out: str | os.PathLike, inputs: Iterable[str | os.PathLike], overwrite: bool, flag: str = "--out"
 ) -> None:
     """Refuse a file output that is one of ``inputs`` (writing it would destroy that input, even with
-    ``overwrite``), that lies in a training run's checkpoints folder, or that already exists without ``overwrite``;
-    call it before the command does any work."""
-    from cookmind.run_layout import refuse_output_in_checkpoints
+    ``overwrite``), that lies in a training run's checkpoints folder or is one of the run's own files (its
+    config.yaml, metrics.jsonl, report.md, ...), or that already exists without ``overwrite``; call it before the
+    command does any work."""
+    from cookmind.run_layout import refuse_output_in_checkpoints, refuse_run_file
 
     out = Path(out)
     if out.is_dir():
         raise IsADirectoryError(f"{flag} {out} is a directory; name a file")
     refuse_output_in_checkpoints(out, flag)  # where training prunes and deletes (checkpoint.keep_last)
+    refuse_run_file(out, flag)  # a run's config.yaml, metrics.jsonl, report.md: the run's, even with overwrite
     for p in inputs:
         if out.exists() and Path(p).exists() and os.path.samefile(out, p):
             raise ValueError(f"{flag} {out} is also the input {p}; writing it would destroy it; choose another {flag}")

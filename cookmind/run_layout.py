@@ -17,6 +17,12 @@ META_NAME = "meta.json"  # a training checkpoint's last-written file: its presen
 CONFIG_NAME = "config.json"  # a saved model's config and weights (cookmind.model.model_io)
 WEIGHTS_NAME = "model.safetensors"
 DCP_DIR, DCP_METADATA = "dcp", ".metadata"  # a sharded checkpoint's folder and its index (model.sharded_layout)
+# what a training run writes into its run directory: the Trainer's config and metrics, report.py's report and plots,
+# run_lock.py's lock, the checkpoints folder and tensorboard's
+RUN_CONFIG, RUN_METRICS, RUN_LOCK = "config.yaml", "metrics.jsonl", ".lock"
+REPORT_NAME, LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT = "report.md", "loss.png", "lr.png", "objective.png"
+REPORT_FILES = (REPORT_NAME, LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT)
+RUN_ENTRIES = frozenset({RUN_CONFIG, RUN_METRICS, *REPORT_FILES, "checkpoints", "tensorboard", RUN_LOCK})
 
 
 def is_checkpoint_dir(folder: str | os.PathLike) -> bool:
@@ -70,4 +76,20 @@ def refuse_output_in_checkpoints(out: str | os.PathLike, flag: str = "", error: 
         f"{flag + ' ' if flag else ''}{out} is in {root}, a training run's checkpoints folder, where training deletes "
         f"old checkpoints (checkpoint.keep_last) and takes the newest step_N as the run's model; write it outside "
         f"that folder, e.g. {instead}"
+    )
+
+
+def refuse_run_file(out: str | os.PathLike, flag: str = "", error: type[Exception] = ValueError) -> None:
+    """``error`` (one line) when ``out`` is one of a training run's own files (``RUN_ENTRIES``) in its run directory
+    (a folder with the run's config.yaml beside its checkpoints/ or metrics): the run rewrites it, and a resume
+    reads its config.yaml, so no command's output replaces it, --overwrite or not."""
+    out = Path(out)
+    run = out.parent
+    if out.name not in RUN_ENTRIES or not (run / RUN_CONFIG).is_file():
+        return
+    if not ((run / "checkpoints").is_dir() or (run / RUN_METRICS).is_file()):
+        return
+    raise error(
+        f"{flag + ' ' if flag else ''}{out} is the training run's own {out.name} in {run}, which the run writes (and "
+        f"a resume reads); write beside it under another name, e.g. {run / 'eval.jsonl'}"
     )

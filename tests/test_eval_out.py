@@ -79,6 +79,31 @@ def test_eval_out_inside_the_data_folder_is_refused_and_one_beside_the_checkpoin
     assert len(rows) == 1 and (root / "runs" / "pre" / "eval.metrics.json").is_file()
 
 
+@pytest.mark.parametrize("name", ["report.md", "config.yaml", "metrics.jsonl", "loss.png"])
+def test_eval_out_naming_a_training_runs_own_file_is_refused_even_with_overwrite(run_with_data, name, capsys):
+    """`eval ppl runs/pre --out runs/pre/report.md --overwrite` replaced the run's report (config.yaml: what
+    `--resume auto` reads) with per-window JSON lines. A run's own files are refused, in one line; a file of that
+    name in a folder that is no run's is replaced with --overwrite as before."""
+    root, _ = run_with_data
+    run = root / "runs" / "pre"
+    (run / "config.yaml").write_text("train: {objective: pretrain}\n")
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
+    (run / "report.md").write_text("# pre\n")
+    (run / "loss.png").write_bytes(b"png")
+    before = {p.name: _digest(p) for p in run.iterdir() if p.is_file()}
+    argv = ["eval", "ppl", str(run), "--data", str(root / "t.txt"), "--quiet", "--overwrite", "--out"]
+    assert main([*argv, str(run / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind eval ppl: error: --out {run / name} is the training run's own {name}"), err
+    assert err.count("\n") == 1 and f"e.g. {run / 'eval.jsonl'}" in err, err
+    assert {p.name: _digest(p) for p in run.iterdir() if p.is_file()} == before
+    mine = root / "notes"
+    mine.mkdir()
+    (mine / name).write_text("old")
+    assert main([*argv, str(mine / name)]) == 0
+    assert (mine / name).read_text().startswith('{"window": 0')
+
+
 def test_eval_out_in_a_sharded_lora_checkpoints_base_model_folder_is_refused(tmp_path, capsys):
     """A sharded LoRA checkpoint holds the adapter only: eval reads its base (train.init_from in its meta.json, here
     a Hugging Face folder outside any run) too, so `--out BASE/model.safetensors --overwrite` replaced the base's

@@ -48,10 +48,9 @@ from cookmind.model.model_io import (
     written_files,
 )
 from cookmind.model.sharded_layout import is_sharded_checkpoint
+from cookmind.run_layout import REPORT_FILES, RUN_ENTRIES
 from cookmind.tokenizer.files import copy_tokenizer_files
 from cookmind.train.objectives.base import unwrap
-from cookmind.train.report import REPORT_FILES
-from cookmind.train.run_lock import LOCK_NAME
 from cookmind.train.sharded_checkpoint import (
     is_fsdp_sharded,
     load_full_model_into_sharded,
@@ -221,10 +220,6 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
     metrics.unlink(missing_ok=True)
     for name in REPORT_FILES:  # its report and plots: a new run that plots less would leave the old ones beside its own
         (run_dir / name).unlink(missing_ok=True)
-
-
-# what a training run writes into its run directory (report.py's files, the Trainer's, run_lock.py's)
-RUN_ENTRIES = frozenset({"config.yaml", "metrics.jsonl", *REPORT_FILES, "checkpoints", "tensorboard", LOCK_NAME})
 
 
 def refuse_foreign_files(run_dir: Path, ckpt_dir: Path | None = None) -> None:

@@ -7,11 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from cookmind.atomic import write_text, writing
+from cookmind.run_layout import LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT, REPORT_NAME
 from cookmind.train.metrics import is_number, read_metrics, training_metric_names
-
-# the files write_report writes into a run directory (a run's own: `train --overwrite` and a fresh run accept them)
-REPORT_NAME, LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT = "report.md", "loss.png", "lr.png", "objective.png"
-REPORT_FILES = (REPORT_NAME, LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT)
 
 
 def plot_series(

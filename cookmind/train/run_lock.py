@@ -12,7 +12,8 @@ import os
 import socket
 from pathlib import Path
 
-LOCK_NAME = ".lock"
+from cookmind.run_layout import RUN_LOCK as LOCK_NAME
+
 _HELD: dict[Path, object] = {}  # run directory -> the open lock file, in this process
 
 
