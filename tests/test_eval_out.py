@@ -128,3 +128,20 @@ def test_eval_out_in_a_sharded_lora_checkpoints_base_model_folder_is_refused(tmp
     err = capsys.readouterr().err
     assert err.startswith(f"cookmind eval ppl: error: --out {weights} is in {tmp_path / 'init_hf'}, "), err
     assert "train.init_from" in err and _digest(weights) == before
+
+
+def test_eval_gsm8k_chat_template_out_on_a_hugging_face_folder_records_the_prompt_text(run_with_data, capsys):
+    """`eval gsm8k HF_FOLDER --template chat --out F` stopped after the generation with a traceback ("Object of type
+    BatchEncoding is not JSON serializable"): transformers 5's apply_chat_template returns ids by default, and the
+    record's prompt was that object. The record holds the ChatML text, as it does for a cookmind checkpoint."""
+    import json
+
+    from cookmind.model.hf import export_hf
+
+    root, step = run_with_data
+    export_hf(step, root / "hf")
+    out = root / "g-hf.jsonl"
+    argv = ["eval", "gsm8k", str(root / "hf"), "--data", str(root / "g.jsonl"), "--template", "chat", "--quiet"]
+    assert main([*argv, "--max-new-tokens", "2", "--device", "cpu", "--out", str(out)]) == 0, capsys.readouterr().err
+    record = json.loads(out.read_text())
+    assert record["prompt"] == "<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n"

@@ -46,8 +46,10 @@ def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> s
         if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
             raise ValueError("the 'chat' template needs a tokenizer with apply_chat_template")
         require_chat_template(tokenizer)
+        # transformers' own returns ids unless told otherwise (ours and its adapter return the text)
+        text_only = {"tokenize": False} if is_hf_tokenizer(tokenizer) else {}
         return tokenizer.apply_chat_template(
-            [{"role": "user", "content": question.strip()}], add_generation_prompt=True
+            [{"role": "user", "content": question.strip()}], add_generation_prompt=True, **text_only
         )
     text = PROMPTS.get(template, template)
     if "{question}" not in text:
