@@ -8,8 +8,9 @@ import re
 
 import numpy as np
 import pytest
-from lm_fixtures import tiny_cli_overrides
+from lm_fixtures import tiny_cli_overrides, tiny_lm
 
+from cookmind.model import save_model
 from cookmind.store import write_store
 from cookmind.train import TrainConfig, Trainer
 
@@ -181,9 +182,9 @@ def test_the_truncation_warning_names_the_share_cut_and_claims_rarely_only_when_
     with pytest.warns(UserWarning) as caught:
         Trainer(_cfg(tmp_path, store, f"data.window_size={window}"))
     (msg,) = [str(w.message) for w in caught]
-    assert f"{cut / len(records):.0%} of the sft records ({cut} of {len(records)}) are cut short or dropped" in msg
+    assert f"{cut / len(records):.1%} of the sft records ({cut} of {len(records)}) are cut short or dropped" in msg
     assert "rarely" not in msg and "a cut one loses the end of its answer and its end of turn" in msg
-    with pytest.warns(UserWarning, match=r"100% of the sft records \(20 of 20\) .* will rarely see a whole answer"):
+    with pytest.warns(UserWarning, match=r"100.0% of the sft records \(20 of 20\) .* will rarely see a whole answer"):
         Trainer(_cfg(tmp_path, store, "data.window_size=8", f"logging.run_dir={tmp_path / 'most'}"))
 
 
@@ -325,3 +326,38 @@ def test_the_window_sized_from_the_store_says_it_replaces_the_presets(tmp_path, 
         "cookmind train: data.window_size sized from the sft store to 64 (its longest record, at most the model's "
         "max_position_embeddings=64), in place of the preset's 128; set data.window_size to choose it"
     ) in capsys.readouterr().err
+
+
+def _dpo_pair(chosen, rejected, prompt=(1, 2)):
+    side = lambda answer: (np.array([*prompt, *answer]), np.array([0] * len(prompt) + [1] * len(answer)))  # noqa: E731
+    (c, cm), (r, rm) = side(chosen), side(rejected)
+    return {"chosen": c, "chosen_mask": cm, "rejected": r, "rejected_mask": rm}
+
+
+def test_dpo_pairs_dropped_as_the_same_in_the_window_are_said_as_such_and_an_emptied_store_says_raise_the_window(
+    tmp_path, capsys, keep_threads
+):
+    """The start line put pairs dropped as the same in the window under "no supervised token left in the window",
+    and a store the window emptied was 'empty (window_size W longer than the data?)', where the window was too
+    short. Reference: the pairs below, by hand, against a window of 5 (prompt 2 tokens + answer)."""
+    pairs = [
+        _dpo_pair([3, 4, 5], [6, 4, 5]),  # differs within 5 tokens: kept
+        _dpo_pair([3, 4, 5, 7], [3, 4, 5, 8]),  # the same first 5 tokens: dropped, the same in the window
+        _dpo_pair([3, 4, 5, 9, 9, 9], [3, 4, 5, 8]),  # the same first 5 tokens: dropped, the same in the window
+    ]
+    store = write_store(tmp_path / "dpo", "dpo", pairs, vocab_size=64)
+    save_model(tmp_path / "init", tiny_lm(num_hidden_layers=1, max_position_embeddings=64))
+    dpo = ["train.objective=dpo", f"train.init_from={tmp_path / 'init'}", "data.window_size=5"]
+    with pytest.warns(UserWarning):
+        Trainer(_cfg(tmp_path, store, *dpo, "train.micro_batch_size=1"))
+    err = capsys.readouterr().err
+    assert "dpo data: 3 records; 0 truncated to data.window_size=5 and 2 dropped (chosen and rejected the same" in err
+    assert "no supervised token" not in err
+    prompt_only = [_dpo_pair([3], [4], prompt=(1, 2, 1, 2, 1, 2)) for _ in range(2)]  # answers past a window of 5
+    store = write_store(tmp_path / "long", "dpo", prompt_only, vocab_size=64)
+    with pytest.warns(UserWarning), pytest.raises(ValueError) as caught:
+        Trainer(_cfg(tmp_path, store, *dpo, f"logging.run_dir={tmp_path}/b"))
+    msg = str(caught.value)
+    assert "every one of its 2 records was dropped at data.window_size=5" in msg, msg
+    assert "no supervised token left in the window" in msg and "raise data.window_size" in msg, msg
+    assert "longer than the data" not in msg

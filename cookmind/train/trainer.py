@@ -140,6 +140,21 @@ class StepOutputs:
     token_slot: int | None = None  # several ranks: where readout holds the step's tokens over them
 
 
+def _drop_reasons(dataset) -> str:
+    """Why an sft/dpo/grpo dataset dropped the records it did at its window, by count where there are two reasons."""
+    if getattr(dataset, "num_truncated", None) is None:  # grpo: a prompt is never cut, only dropped
+        return "no room left for an answer in the window"
+    same = getattr(dataset, "num_same_in_window", 0)  # dpo: chosen and rejected the same in the window
+    reasons = [
+        (dataset.num_dropped - same, "no supervised token left in the window"),
+        (same, "chosen and rejected the same in the window"),
+    ]
+    said = [(n, why) for n, why in reasons if n]
+    if len(said) == 1:
+        return said[0][1]
+    return ", ".join(f"{n} with {why}" for n, why in said) or reasons[0][1]
+
+
 def _check_same_config(cfg: TrainConfig, info) -> None:
     """Every rank must run the same config: nodes launched with different overrides trained apart (another learning
     rate), hung at the end (other max_steps) or failed in DDP's own traceback (another width)."""
@@ -449,9 +464,13 @@ class Trainer:
                     f"the {what} store at {path} holds {dataset.num_tokens:,} tokens, fewer than one window of "
                     f"data.window_size={self.cfg.data.window_size}: lower data.window_size, or pack more text"
                 )
-            raise ValueError(
-                f"the {what} dataset at {path} is empty (window_size {self.cfg.data.window_size} longer than the data?)"
-            )
+            if dropped := getattr(dataset, "num_dropped", 0):  # the window dropped them all: it is too short
+                raise ValueError(
+                    f"the {what} dataset at {path} holds nothing to train on: every one of its {dropped} records was "
+                    f"dropped at data.window_size={self.cfg.data.window_size} ({_drop_reasons(dataset)}): raise "
+                    "data.window_size"
+                )
+            raise ValueError(f"the {what} dataset at {path} holds no records: pack some into it")
         world = self.dist.world_size if train else 1
         rank = self.dist.rank if train else 0
         pad = self.tokenizer.pad_id if self.tokenizer is not None else 0
@@ -524,7 +543,7 @@ class Trainer:
             stats = {"records": total, "truncated": truncated, "dropped": dropped}
             line = (
                 f"{self.train_type} {data}: {total} records; {truncated} truncated to data.window_size="
-                f"{self.cfg.data.window_size} and {dropped} dropped (no supervised token left in the window)"
+                f"{self.cfg.data.window_size} and {dropped} dropped ({_drop_reasons(dataset)})"
             )
         self.data_stats.update({key + k: v for k, v in stats.items()})
         if not self.dist.is_main:
@@ -558,7 +577,7 @@ class Trainer:
                     "out of the data you pack (pack keeps each record whole)."
                 )
             split = "" if train else "validation "
-            warnings.warn(f"{share:.0%} of the {self.train_type} {split}{what}. {advice}", stacklevel=3)
+            warnings.warn(f"{share:.1%} of the {self.train_type} {split}{what}. {advice}", stacklevel=3)
 
     def _report_unused(self, dataset, train: bool = True) -> None:
         """seq: count, print and keep the store's tokens that lie in no window (the tail after the last one, and the
@@ -590,7 +609,7 @@ class Trainer:
             )
             split = "" if train else "validation "
             warnings.warn(
-                f"{share:.0%} of the {self.train_type} {split}data's tokens lie in no window. {advice}.", stacklevel=3
+                f"{share:.1%} of the {self.train_type} {split}data's tokens lie in no window. {advice}.", stacklevel=3
             )
 
     def _next_batch(self) -> dict[str, Any]:
