@@ -175,10 +175,10 @@ def say(command: str, kind: str | None, text: str) -> None:
     """Print ``COMMAND: KIND: TEXT`` ("cookmind pack: error: ...", or ``COMMAND: TEXT`` for a note, kind None) on
     stderr, the text's control and bidi characters escaped (``escape_controls``): an error or warning quotes file
     names and lines of the user's files, and an ESC in one would drive the terminal. Every stage's one-line errors and
-    warnings go through here."""
-    from cookmind.terminal import escape_controls
+    warnings go through here (and ``show`` prints it)."""
+    from cookmind.terminal import show
 
-    print(f"{command}: {f'{kind}: ' if kind else ''}{escape_controls(str(text))}", file=sys.stderr)
+    show(f"{command}: {f'{kind}: ' if kind else ''}{text}", file=sys.stderr)
 
 
 def warnings_as_lines(stage: str) -> None:

@@ -20,10 +20,14 @@ moves or hides the text around it.
 The rest of the text, backslashes included, is left as it is, so model text that spells ``\\x1b`` reads the same
 (``generate --raw`` prints the text as generated). Only what a terminal shows is escaped: the server's replies, a
 chat's history and the files written keep the text as generated. A file name in an error line is escaped the same
-way: a file named with an ESC set the terminal's title, and one with U+202E showed its name reversed.
+way: a file named with an ESC set the terminal's title, and one with U+202E showed its name reversed; and so is every
+note and summary a stage prints for a person (``show``), which quotes paths, file lines and config values. Machine
+output (JSON lines, the files and reports written) keeps the text: JSON writes the C0 controls as ``\\u001b`` itself.
 """
 
 from __future__ import annotations
+
+import sys
 
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"}
 _ESCAPES[ord("\r")] = "\\r"
@@ -37,3 +41,10 @@ def escape_controls(text: str) -> str:
     terminal shows (``SPOOFING``), escaped, for a terminal. One character at a time, so the pieces of a stream escape
     to the pieces of the whole text's escape."""
     return text.translate(_ESCAPES)
+
+
+def show(text: object, file=None) -> None:
+    """Print ``text``, a line (or lines) for a person to read, on ``file`` (stdout by default) with its control and
+    bidi characters escaped (``escape_controls``): the one printer of the notes and summaries that quote a path, a
+    file line or a config value the user gave. JSON and the files written are printed as they are, not through here."""
+    print(escape_controls(str(text)), file=sys.stdout if file is None else file)

@@ -961,9 +961,10 @@ UNTRUSTED_NAME = "soup\x1b]0;owned\x07\x1b[2J\u202etxt.gpj.txt"  # an OSC title,
 SHOWN_NAME = "soup\\x1b]0;owned\\x07\\x1b[2J\\u202etxt.gpj.txt"  # as escape_controls writes it, by hand
 
 
-def _shows_the_name_escaped(err: str) -> bool:
-    """The stderr names the file with its ESC, BEL and bidi override escaped, and holds none of them raw."""
-    return SHOWN_NAME in err and not any(c in err for c in "\x1b\x07\u202e")
+def _shows_the_name_escaped(err: str, name: str = SHOWN_NAME) -> bool:
+    """The output names the file (``name``: as escape_controls writes it, by hand) with its ESC, BEL and bidi override
+    escaped, and holds none of them raw."""
+    return name in err and not any(c in err for c in "\x1b\x07\u202e")
 
 
 def test_error_and_warning_lines_show_a_file_name_s_control_characters_escaped(tmp_path, tok_dir, capsys):
@@ -1007,3 +1008,39 @@ def test_error_and_warning_lines_show_a_file_name_s_control_characters_escaped(t
     assert proc.returncode == 0, proc.stderr
     warning = next(line for line in proc.stderr.splitlines() if "warning:" in line)
     assert warning.startswith("cookmind curate: warning: ") and _shows_the_name_escaped(warning), proc.stderr
+
+
+def test_pack_and_curate_summaries_show_a_file_name_s_control_characters_escaped(tmp_path, tok_dir, capsys):
+    """pack's summary line (stdout: a note for a person, not JSON) names the store and the first skipped line's file,
+    and curate's `decontaminate: SET (PATH)` line (stderr) and its closing summary (stdout) name the paths the user
+    gave: a name holding an ESC set the terminal's title and cleared the screen, a U+202E showed it reversed."""
+    import yaml
+
+    bad = tmp_path / (UNTRUSTED_NAME + ".jsonl")
+    bad.write_text('{"text": "the soup is good"}\n{"text": 5}\n')
+    out = tmp_path / UNTRUSTED_NAME
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(bad), "--out", str(out)]
+    assert cli_main([*argv, "--skip-bad", "--quiet"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("packed 1 seq records") and "skipped 1" in said, said
+    assert _shows_the_name_escaped(said, f"{SHOWN_NAME}.jsonl:2"), said  # the first skipped line
+    assert _shows_the_name_escaped(said, f"-> {tmp_path}/{SHOWN_NAME} ("), said  # the store
+    assert (out / "meta.json").exists()  # the store is written where the name says, the name as given
+
+    eval_set = tmp_path / (UNTRUSTED_NAME + ".eval.jsonl")
+    eval_set.write_text('{"question": "how many apples does the farmer sell at the market on sunday"}\n')
+    (tmp_path / "docs.txt").write_text("The farmer sells apples at the market on sunday morning.\nA quiet day.\n")
+    stages = [{"extract": {}}, {"decontaminate": {"eval_sets": {"gsm8k": str(eval_set)}, "ngram": 5}}]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"stages": stages}))  # the name's controls as YAML escapes
+    output = tmp_path / ("o" + UNTRUSTED_NAME)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cookmind", "curate", "run", "--input", str(tmp_path / "docs.txt")]
+        + ["--output", str(output), "--config", str(tmp_path / "c.yaml"), "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stderr.splitlines() if line.startswith("decontaminate: "))
+    assert line.startswith(f"decontaminate: gsm8k ({tmp_path}/{SHOWN_NAME}.eval.jsonl): 1 items"), line
+    assert _shows_the_name_escaped(proc.stderr, f"{SHOWN_NAME}.eval.jsonl"), proc.stderr
+    assert _shows_the_name_escaped(proc.stdout, f"in {tmp_path}/o{SHOWN_NAME} ("), proc.stdout

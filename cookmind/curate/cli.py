@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from cookmind.terminal import show
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Subcommands: run, train-classifier, crawl, dedup, default-config, demo."""
@@ -148,8 +150,8 @@ def _run(args) -> int:
         restart=args.restart,
         progress=not args.quiet,
     )
-    print(result.report_md.read_text())
-    print(
+    show(result.report_md.read_text())  # the report file keeps the text as it is; the terminal gets it escaped
+    show(
         f"{len(result.outputs)} shards in {args.output} ({result.tasks_run} tasks run, "
         f"{result.tasks_skipped} already done); report: {result.report_md}"
         + (f"; removed documents: {result.removed}" if result.removed else "")
@@ -293,8 +295,8 @@ def _demo(args) -> int:
     workdir.record(running="curate")
     out = demo_stage(args.workdir, seed=args.seed, num_pages=args.num_pages, workers=args.workers)
     workdir.record()
-    print(Path(out["report_md"]).read_text())
-    print(
+    show(Path(out["report_md"]).read_text())
+    show(
         f"clean text: {out['text_path']} ({out['docs_out']} documents, {out['bytes_out'] / 1e3:.0f} kB, "
         f"{out['seconds']} s)"
     )

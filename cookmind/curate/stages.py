@@ -258,6 +258,7 @@ class DecontaminateStage(DocStage):
         import sys
 
         from cookmind.curate.decontaminate import load_eval_set
+        from cookmind.terminal import show
 
         if isinstance(eval_sets, (str, os.PathLike)):
             eval_sets = [eval_sets]
@@ -281,7 +282,7 @@ class DecontaminateStage(DocStage):
             if es.bad_utf8:
                 warnings.warn(f"curate: {es.bad_utf8}", stacklevel=2)
             note = f"; {es.short} shorter than {self.ngram} words cannot match" if es.short else ""
-            print(
+            show(  # the set's name and path come from the user's config
                 f"decontaminate: {set_name} ({path}): {es.items} items, {len(es.hashes)} distinct "
                 f"{self.ngram}-grams{note}",
                 file=sys.stderr,

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from cookmind.atomic import building_dir, write_text
+from cookmind.terminal import show
 
 DEMO_PROMPTS = [
     "Tom has 5 apples. He gets 3 more, gives away 2, and then finds 4 more. How many apples does Tom have now?",
@@ -118,7 +119,7 @@ class DemoContext:
     def say(self, msg: str) -> None:
         """A progress line."""
         if self.progress:
-            print(f"[demo] {msg}", flush=True)
+            show(f"[demo] {msg}")  # it names the user's --workdir
 
 
 Stage = tuple[str, Callable[[DemoContext], dict[str, Any]]]

@@ -112,6 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     """Run the chosen evaluation, print its metrics as one JSON object, optionally save them."""
     from cookmind.atomic import check_output_file, write_json, write_jsonl
+    from cookmind.cli import say
     from cookmind.device import resolve_device
     from cookmind.infer.loading import load_for_inference
     from cookmind.run_layout import refuse_output_in_checkpoints
@@ -223,10 +224,11 @@ def main(args) -> int:
         )
     if metrics.get("subjects_not_scored"):
         lost = metrics["subjects_not_scored"]
-        print(
-            f"cookmind eval {args.task}: {len(lost)} subjects had no question that fits ({', '.join(lost[:5])}"
+        say(  # the subjects are named by the user's CSV files
+            f"cookmind eval {args.task}",
+            None,
+            f"{len(lost)} subjects had no question that fits ({', '.join(lost[:5])}"
             f"{', ...' if len(lost) > 5 else ''}): macro_accuracy is over the other {metrics['num_subjects']}",
-            file=sys.stderr,
         )
     print(json.dumps(metrics))
     if args.out:

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from cookmind.cli import say
+from cookmind.terminal import show
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
         else f"; {ckpt} has no tokenizer files, so neither has {out}: add the model's with "
         f"`cookmind tokenizer export --tokenizer TOK --out {out} --format hf`"
     )
-    print(
+    show(
         f"exported {ckpt} -> {out} as {arch} ({', '.join(files)}); "
         f"load with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})" + note
     )

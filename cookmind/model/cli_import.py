@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from cookmind.cli import say
+from cookmind.terminal import show
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
         if has_tokenizer(out)
         else f"; {hf_dir} has no tokenizer files: give generate, chat, serve and eval --tokenizer DIR"
     )
-    print(
+    show(
         f"imported {hf_dir} -> {out}: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
         f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} heads, vocab {cfg.vocab_size}" + note
     )

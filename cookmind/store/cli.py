@@ -151,12 +151,13 @@ def main(args: argparse.Namespace) -> int:
         say("cookmind pack", "error", os_error_line(exc) if isinstance(exc, OSError) else exc)
         return 2  # bad input, as every stage answers it
     from cookmind.store.records import SkippedRecords
+    from cookmind.terminal import show
 
     skipped = meta["skipped"]["count"]
     empty = meta.get("empty_records", 0)
     skips = SkippedRecords(Counter(meta["skipped"]["by_reason"]), meta["skipped"]["examples"])
     split = meta.get("split")
-    print(
+    show(  # a line for a person (the store's meta.json is the record): it quotes paths and the first bad line's file
         f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
         f"{len(meta['shards'])} shard(s) -> {args.out} ({meta['format']})"
         + (
