@@ -29,8 +29,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """cookmind's argument parser: a usage error (``cookmind pack: error: unrecognized arguments: ...``) quotes what
+    the user typed, and is printed through ``say``, its control and bidi characters escaped (argparse printed an
+    unknown argument raw; a bad choice it writes as Python's repr). The stages' subcommand parsers are of this class
+    too (argparse makes them of their parent's)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        say(self.prog, "error", message)
+        self.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="cookmind",
         description="cookmind: raw web text in, a chatting, aligned small LLM out.",
     )
@@ -51,7 +63,7 @@ def _version() -> str:
 def _stage_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
     module_name, help_text = COMMANDS[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"cookmind {name}", description=help_text)
+    parser = Parser(prog=f"cookmind {name}", description=help_text)
     module.add_arguments(parser)
     return parser, module
 

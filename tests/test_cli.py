@@ -1044,3 +1044,26 @@ def test_pack_and_curate_summaries_show_a_file_name_s_control_characters_escaped
     assert line.startswith(f"decontaminate: gsm8k ({tmp_path}/{SHOWN_NAME}.eval.jsonl): 1 items"), line
     assert _shows_the_name_escaped(proc.stderr, f"{SHOWN_NAME}.eval.jsonl"), proc.stderr
     assert _shows_the_name_escaped(proc.stdout, f"in {tmp_path}/o{SHOWN_NAME} ("), proc.stdout
+
+
+def test_usage_errors_show_the_argument_s_control_characters_escaped(capsys):
+    """argparse's usage errors quote what the user typed: a bad choice (argparse writes it as Python's repr) and an
+    argument it does not know (written raw: its ESC drove the terminal). Both show it escaped, in the usual
+    `cookmind STAGE: error:` line after the usage."""
+    bad = "seq\x1b]0;owned\x07\x1b[2J\u202e"
+    shown = "seq\\x1b]0;owned\\x07\\x1b[2J\\u202e"
+    pack = ["pack", "--tokenizer", "t", "--input", "i", "--out", "o"]
+    for argv, said in [
+        ([*pack, "--train-type", bad], f"cookmind pack: error: argument --train-type: invalid choice: '{shown}'"),
+        ([*pack, "--train-type", "seq", f"--{bad}"], f"cookmind pack: error: unrecognized arguments: --{shown}"),
+        (
+            ["curate", "run", "--input", "i", "--output", "o", bad],
+            f"cookmind curate: error: unrecognized arguments: {shown}",
+        ),
+        ([bad], f"cookmind: error: argument <stage>: invalid choice: '{shown}'"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            cli_main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith("usage: cookmind"), err
+        assert said in err and shown in err and not any(c in err for c in "\x1b\x07\u202e"), (argv, err)
