@@ -187,7 +187,7 @@ def say(command: str, kind: str | None, text: str) -> None:
     """Print ``COMMAND: KIND: TEXT`` ("cookmind pack: error: ...", or ``COMMAND: TEXT`` for a note, kind None) on
     stderr, the text's control and bidi characters escaped (``escape_controls``): an error or warning quotes file
     names and lines of the user's files, and an ESC in one would drive the terminal. Every stage's one-line errors and
-    warnings go through here (and ``show`` prints it)."""
+    warnings go through here (and ``show`` prints it), as one line: a newline in a file name it quotes reads ``\\n``."""
     from cookmind.terminal import show
 
     show(f"{command}: {f'{kind}: ' if kind else ''}{text}", file=sys.stderr)
@@ -207,7 +207,8 @@ def warnings_as_lines(stage: str) -> None:
             # a library warning that names its stage ("curate: ...") has it named once, after "cookmind STAGE"
             from cookmind.terminal import escape_controls
 
-            return f"cookmind {stage}: warning: {escape_controls(str(message).removeprefix(f'{stage}: '))}\n"
+            said = escape_controls(str(message).removeprefix(f"{stage}: "), one_line=True)
+            return f"cookmind {stage}: warning: {said}\n"
         return python_format(message, category, filename, lineno, line)
 
     one_line.replaced = python_format

@@ -34,17 +34,21 @@ _ESCAPES[ord("\r")] = "\\r"
 # bidirectional controls and the line/paragraph separators: they change what a terminal shows, not what it does
 SPOOFING = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
 _ESCAPES.update({c: f"\\u{c:04x}" for c in SPOOFING})
+# a line that must stay one (an error, a note, a summary): a newline in a file name it quotes is shown as \n
+_ONE_LINE = {**_ESCAPES, ord("\n"): "\\n"}
 
 
-def escape_controls(text: str) -> str:
+def escape_controls(text: str, one_line: bool = False) -> str:
     """``text`` with its control characters but ``\\n`` and ``\\t``, and the characters that reorder or break what a
     terminal shows (``SPOOFING``), escaped, for a terminal. One character at a time, so the pieces of a stream escape
-    to the pieces of the whole text's escape."""
-    return text.translate(_ESCAPES)
+    to the pieces of the whole text's escape. ``one_line``: the newline too (``\\n``), for a line that quotes a file
+    name (which may hold one) and must not break in two, where the second part would read as a line of its own."""
+    return text.translate(_ONE_LINE if one_line else _ESCAPES)
 
 
-def show(text: object, file=None) -> None:
-    """Print ``text``, a line (or lines) for a person to read, on ``file`` (stdout by default) with its control and
-    bidi characters escaped (``escape_controls``): the one printer of the notes and summaries that quote a path, a
-    file line or a config value the user gave. JSON and the files written are printed as they are, not through here."""
-    print(escape_controls(str(text)), file=sys.stdout if file is None else file)
+def show(text: object, file=None, one_line: bool = True) -> None:
+    """Print ``text``, a line for a person to read (``one_line`` False: lines, a report), on ``file`` (stdout by
+    default) with its control and bidi characters escaped (``escape_controls``; a line's newline too): the one printer
+    of the notes and summaries that quote a path, a file line or a config value the user gave. JSON and the files
+    written are printed as they are, not through here."""
+    print(escape_controls(str(text), one_line), file=sys.stdout if file is None else file)

@@ -1067,3 +1067,26 @@ def test_usage_errors_show_the_argument_s_control_characters_escaped(capsys):
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and err.startswith("usage: cookmind"), err
         assert said in err and shown in err and not any(c in err for c in "\x1b\x07\u202e"), (argv, err)
+
+
+def test_a_newline_in_a_file_name_does_not_split_a_one_line_error_or_summary(tmp_path, tok_dir, capsys):
+    """An error, a warning, a note and a summary line are one line each: a file name holding a newline showed the rest
+    of its name as a line of its own, which may read as another (here a forged `packed` line). The newline is shown
+    as `\\n` in them; a report printed whole (curate run's) keeps its lines."""
+    forged = "x\ncookmind pack: packed 9 seq records"
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--out", str(tmp_path / "s"), "--quiet"]
+    assert cli_main([*argv, "--input", str(tmp_path / forged)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"cookmind pack: error: input {tmp_path}/x\\ncookmind pack: packed 9 seq records does not exist\n"
+    (tmp_path / "in.txt").write_text("the soup is good\n")
+    argv = [*argv[:5], "--input", str(tmp_path / "in.txt"), "--out", str(tmp_path / forged), "--quiet"]
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("packed 1 seq records") and out.count("\n") == 1, out
+    assert f"-> {tmp_path}/x\\ncookmind pack: packed 9 seq records (bin)\n" in out, out
+    (tmp_path / "c.yaml").write_text("stages:\n  - extract: {}\n")
+    argv = ["curate", "run", "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "c" / forged)]
+    assert cli_main([*argv, "--config", str(tmp_path / "c.yaml"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Curation report\n\n| stage | in | kept | removed |"), out  # the report keeps its lines
+    assert f"\n1 shards in {tmp_path}/c/x\\ncookmind pack: packed 9 seq records (1 tasks run" in out, out

@@ -150,7 +150,7 @@ def _run(args) -> int:
         restart=args.restart,
         progress=not args.quiet,
     )
-    show(result.report_md.read_text())  # the report file keeps the text as it is; the terminal gets it escaped
+    show(result.report_md.read_text(), one_line=False)  # the file keeps the text as it is; the terminal, escaped
     show(
         f"{len(result.outputs)} shards in {args.output} ({result.tasks_run} tasks run, "
         f"{result.tasks_skipped} already done); report: {result.report_md}"
@@ -295,7 +295,7 @@ def _demo(args) -> int:
     workdir.record(running="curate")
     out = demo_stage(args.workdir, seed=args.seed, num_pages=args.num_pages, workers=args.workers)
     workdir.record()
-    show(Path(out["report_md"]).read_text())
+    show(Path(out["report_md"]).read_text(), one_line=False)
     show(
         f"clean text: {out['text_path']} ({out['docs_out']} documents, {out['bytes_out'] / 1e3:.0f} kB, "
         f"{out['seconds']} s)"
