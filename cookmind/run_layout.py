@@ -45,8 +45,14 @@ def _holds_checkpoints(folder: Path) -> bool:
 
 
 def _is_runs_checkpoints(folder: Path) -> bool:
-    """A run's ``checkpoints/``: beside its config.yaml (a run that has not saved yet), or holding a checkpoint."""
-    return folder.name == "checkpoints" and ((folder.parent / "config.yaml").is_file() or _holds_checkpoints(folder))
+    """A run's ``checkpoints/``: holding a checkpoint, or beside what a run that has not saved yet wrote (its
+    config.yaml and its metrics.jsonl or lock; a project's own config.yaml beside its ``checkpoints/`` of runs is no
+    run's)."""
+    if folder.name != "checkpoints":
+        return False
+    run = folder.parent
+    started = (run / RUN_CONFIG).is_file() and ((run / RUN_METRICS).is_file() or (run / RUN_LOCK).exists())
+    return started or _holds_checkpoints(folder)
 
 
 def checkpoints_folder_of(path: str | os.PathLike) -> Path | None:

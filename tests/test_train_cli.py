@@ -1384,3 +1384,16 @@ def test_a_run_dir_in_another_runs_checkpoints_folder_is_refused_before_anything
         (notes / name / "notes.txt").write_text("what I tried\n")
     assert _run(store, "--run-dir", str(notes / "step_3"), "train.max_steps=1") == 0
     assert (notes / "step_3" / "config.yaml").is_file()
+
+
+def test_a_projects_own_checkpoints_folder_beside_its_config_yaml_takes_runs(tmp_path, store):
+    """A project keeping its own config.yaml at its root and its runs under checkpoints/ (proj/checkpoints/run1) was
+    taken for a run's checkpoints folder that had not saved yet: a new run there, and the resume of one, refused.
+    A run's folder holds its metrics.jsonl or lock beside config.yaml; the project's root holds neither."""
+    proj = tmp_path / "proj"
+    (proj / "checkpoints").mkdir(parents=True)
+    (proj / "config.yaml").write_text("project: mine\n")
+    run1 = proj / "checkpoints" / "run1"
+    assert _run(store, "--run-dir", str(run1), "train.max_steps=1") == 0
+    assert (run1 / "checkpoints").is_dir() and (run1 / "config.yaml").is_file()
+    assert _run(store, "--run-dir", str(run1), "--resume", "auto", "train.max_steps=2") == 0
