@@ -254,3 +254,14 @@ def test_a_long_prompt_in_the_batch_does_not_shorten_the_other_rows(engine):
     out = generate(model, prompts, SamplingParams(temperature=0, max_new_tokens=8), engine=engine)
     assert [len(o) for o in out] == [8, 4, 8]
     assert out == [_naive_greedy(model, p, n) for p, n in zip(prompts, (8, 4, 8))]
+
+
+def test_generate_steps_ends_every_row_where_the_longest_prompts_context_ends_unless_asked_per_row():
+    """generate_steps is public: its callers read every row of every step. A batch with a long prompt ran on to the
+    shortest prompt's room, so the long row's tokens past its own room lay beyond the model's context. By default
+    every row ends at the longest prompt's room (64 - 60 = 4 steps); per_row=True runs to the most room (8)."""
+    model = tiny_model()
+    prompts = [PROMPTS[0], [7] * 60]
+    params = SamplingParams(temperature=0, max_new_tokens=8)
+    assert len(list(generate_steps(model, prompts, params))) == 4
+    assert len(list(generate_steps(model, prompts, params, per_row=True))) == 8

@@ -58,20 +58,27 @@ def rooms(model, prompts: list[list[int]], params: SamplingParams) -> list[int]:
 
 @torch.inference_mode()
 def generate_steps(
-    model, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None] | None = None
+    model,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    seeds: list[int | None] | None = None,
+    *,
+    per_row: bool = False,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The plain loop: yield (next tokens (B,), the logits they were drawn from (B, V)) once per decode step.
 
-    Runs until the row with the most room (``rooms``: max_new_tokens, fewer where a row's context ends) is done;
-    rows that stopped, or used up their own room, keep being fed so the batch keeps one shape: callers stop
-    consuming a row there (what it yields past its room lies beyond the context and means nothing).
+    Runs max_new_tokens steps, fewer where the longest prompt's context ends; rows that stopped keep being fed so
+    the batch keeps one shape: callers stop consuming to end early. ``per_row``: run until the row with the most
+    room (``rooms``) is done instead; a caller then stops consuming row i after ``rooms(...)[i]`` tokens (what it
+    yields past its room lies beyond the context and means nothing), as ``generate`` does.
     seeds: one per row (default ``params.seed + i``).
     Stop tokens are banned for the first ``params.min_new_tokens`` steps.
     """
     if params.grammar is not None:
         raise ValueError("the plain loop (engine='builtin', stream) does not enforce grammars; use generate()")
     _check_prompts(prompts)
-    max_new = max(rooms(model, prompts, params))
+    room = rooms(model, prompts, params)
+    max_new = max(room) if per_row else min(room)
     if max_new < 1:
         return
     b = len(prompts)
@@ -184,7 +191,7 @@ def _loop(model, prompts, params: SamplingParams, tokenizer, seeds) -> list[list
     its own room in the context ends."""
     limits = rooms(model, prompts, params)
     stops = [TokenStops(params.stop_token_ids, params.stop_strings, tokenizer, r) for r in limits]
-    for tokens, _ in generate_steps(model, prompts, params, seeds):
+    for tokens, _ in generate_steps(model, prompts, params, seeds, per_row=True):
         for stop, t in zip(stops, tokens.tolist()):  # the step's one device-to-host copy
             if not stop.stopped:
                 stop.feed(t)
