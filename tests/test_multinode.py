@@ -622,8 +622,9 @@ def test_a_callback_that_fails_on_one_rank_stops_every_rank_with_its_reason(
     assert said[0].endswith(f" could not {what}: {hook} failed on rank 1"), said
 
 
-def _batch_fails_on_rank1(rank: int, root: str, step: int) -> None:
-    """Rank 1's read of the store fails (an I/O error on its node) as it loads step ``step``'s batch."""
+def _batch_fails_on_rank1(rank: int, root: str, step: int, micro: int = 0, accum: int = 1) -> None:
+    """Rank 1's read of the store fails (an I/O error on its node) as it loads micro-batch ``micro`` of step
+    ``step`` (of ``accum``)."""
     import errno
 
     from cookmind.train import trainer as trainer_module
@@ -631,14 +632,15 @@ def _batch_fails_on_rank1(rank: int, root: str, step: int) -> None:
     real = trainer_module.Trainer._next_batch
 
     def next_batch(self):
-        if self._micros_taken == step - 1:
+        if self._micros_taken == (step - 1) * accum + micro:
             raise OSError(errno.EIO, os.strerror(errno.EIO), f"{root}/seq")
         return real(self)
 
     if rank == 1:
         trainer_module.Trainer._next_batch = next_batch
-    cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=4", f"logging.run_dir={root}/run"])
-    _run_and_say(rank, root, lambda: Trainer(cfg).fit())
+    accumulate = [f"train.grad_accum_steps={accum}", f"train.micro_batch_size={8 // accum}"]  # the same global batch
+    run = [*_tiny_run(root), "train.max_steps=4", *accumulate, f"logging.run_dir={root}/run"]
+    _run_and_say(rank, root, lambda: Trainer(TrainConfig.load(None, run)).fit())
 
 
 @pytest.mark.parametrize("step", [1, 3])
@@ -650,6 +652,22 @@ def test_a_batch_one_rank_cannot_load_stops_every_rank_with_its_reason(tmp_path,
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
     said = _said_on_ranks(tmp_path, _batch_fails_on_rank1, step=step)
+    assert said[1] == f"OSError: [Errno 5] Input/output error: '{tmp_path}/seq'", said
+    reason = os_error_line(OSError(5, os.strerror(5), f"{tmp_path}/seq"))
+    assert said[0].startswith("RankFailed: rank 1 (on "), said
+    assert said[0].endswith(f" could not load a batch of step {step}: {reason}"), said
+
+
+@pytest.mark.parametrize("step", [1, 3])
+def test_a_later_micro_batch_one_rank_cannot_load_stops_every_rank_with_its_reason(tmp_path, keep_threads, step):
+    # with train.grad_accum_steps=2 the step's second micro-batch was loaded between the first one's backward and
+    # the second's (DDP's gradient all-reduce): the rank that failed there left the other in that collective, which
+    # died with gloo's "Connection closed by peer" traceback
+    from cookmind.cli import os_error_line
+
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    said = _said_on_ranks(tmp_path, _batch_fails_on_rank1, step=step, micro=1, accum=2)
     assert said[1] == f"OSError: [Errno 5] Input/output error: '{tmp_path}/seq'", said
     reason = os_error_line(OSError(5, os.strerror(5), f"{tmp_path}/seq"))
     assert said[0].startswith("RankFailed: rank 1 (on "), said

@@ -7,7 +7,7 @@ One optimizer step:
         with autocast: loss, metrics = objective(model, batch)
         backward(loss / grad_accum_steps)                   # DDP syncs on the last micro-step only
     unscale (fp16) -> clip global norm -> skip if loss/grad non-finite -> lr from cosine -> optimizer.step
-    prefetch the next batch, then read loss and norm (the step's one host sync)
+    prefetch the next step's micro-batches, then read loss and norm (the step's one host sync)
 
 On CUDA the skip decision stays on the device (fused AdamW takes a found_inf flag), so the host queues the
 update and loads the next batch while the GPU still runs the step; elsewhere the host decides after the sync.
@@ -331,7 +331,7 @@ class Trainer:
         self._failed: tuple[str, Exception] | None = None  # what this rank could not do, held (_on_this_rank)
         self._iter = None
         self._micros_taken = 0  # micro-batches drawn from the train loader: a step begins at each accum-th
-        self._prefetched: dict[str, Any] | None = None  # next step's first micro-batch, already on the device
+        self._prefetched: list[dict[str, Any]] = []  # the next step's micro-batches, already on the device
         self._sampler_before_prefetch: dict | None = None
         self._rng_to_restore = None
         self._trainable: list[torch.nn.Parameter] | None = None  # cached by the first step of a fit
@@ -633,28 +633,38 @@ class Trainer:
         return self.cfg.train.micro_batch_size * self.cfg.train.grad_accum_steps * self.dist.world_size
 
     def _take_batch(self) -> dict[str, Any]:
-        """The next micro-batch on the device: the one prefetched at the end of the last step, if any."""
-        if self._prefetched is not None:
-            batch, self._prefetched, self._sampler_before_prefetch = self._prefetched, None, None
+        """The next micro-batch on the device: one prefetched at the end of the last step, if any."""
+        if self._prefetched:
+            batch = self._prefetched.pop(0)
+            if not self._prefetched:
+                self._sampler_before_prefetch = None
             return batch
         return self._to_device(self._next_batch())
 
     def _prefetch_batch(self) -> None:
-        """Load the next step's first micro-batch while the GPU still computes this step.
+        """Load the next step's micro-batches (all ``train.grad_accum_steps`` of them) while the GPU still computes
+        this step.
 
-        The sampler moves on by one batch; checkpoints save its position from before (the prefetched batch is
-        not trained yet), so a resumed run draws exactly that batch next. Objectives that make their own
-        batches (GRPO's rollouts need the updated policy) are not prefetched.
+        All of them before the step's first forward: with several ranks, one that cannot load one (an I/O error on
+        its node) holds its error (``_on_this_rank``) until the stop signal that follows the step, and goes through
+        the step's collectives with the others. Loaded between the micro-batches, it raised between their
+        collectives (DDP's gradient all-reduce, FSDP's gathers), and the others died there in gloo's "Connection
+        closed by peer" traceback or waited until NCCL's timeout. No collective is added to the step.
+
+        The sampler moves on by a step's batches; checkpoints save its position from before (the prefetched
+        batches are not trained yet), so a resumed run draws exactly those batches next. Objectives that make
+        their own batches (GRPO's rollouts need the updated policy) are not prefetched.
         """
-        if self._prefetched is not None or self.train_loader is None or hasattr(self.objective, "next_batch"):
+        if self._prefetched or self.train_loader is None or hasattr(self.objective, "next_batch"):
             return
         self._sampler_before_prefetch = self.train_loader.state_dict()
-        self._prefetched = self._to_device(self._next_batch())
+        for _ in range(self.cfg.train.grad_accum_steps):
+            self._prefetched.append(self._to_device(self._next_batch()))
 
     def _sampler_state(self) -> dict | None:
         if self.train_loader is None:
             return None
-        if self._prefetched is not None:
+        if self._prefetched:
             return self._sampler_before_prefetch
         return self.train_loader.state_dict()
 
