@@ -622,6 +622,39 @@ def test_a_callback_that_fails_on_one_rank_stops_every_rank_with_its_reason(
     assert said[0].endswith(f" could not {what}: {hook} failed on rank 1"), said
 
 
+class _LogsOnly(Boom):
+    """A log-only callback (it needs no state, so steps are read deferred) whose ``needs_state_at`` raises on rank 1
+    at step ``at`` when ``hook`` is "needs_state_at"."""
+
+    def needs_state_at(self, trainer, step):
+        self._fail(trainer, "needs_state_at", step)
+        return False
+
+
+def _needs_state_fails_on_rank1(rank: int, root: str) -> None:
+    cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=4", "eval.every=0", f"logging.run_dir={root}/run"])
+
+    def run():
+        trainer = Trainer(cfg, callbacks=[_LogsOnly("needs_state_at", 2)])
+        for g in trainer.optimizer.param_groups:  # the device-side skip, as on CUDA: steps are read deferred
+            g["fused"] = True
+        trainer._skip_on_device = True
+        trainer.fit()
+
+    _run_and_say(rank, root, run)
+
+
+def test_a_callbacks_needs_state_at_that_fails_on_one_rank_stops_every_rank_with_its_reason(tmp_path, keep_threads):
+    # asked whether step 2 may be read after step 3 is queued, rank 1's callback raised: rank 1 stopped with its
+    # error, and rank 0, which queued step 3, died in its all-reduce with gloo's "Connection closed by peer"
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    said = _said_on_ranks(tmp_path, _needs_state_fails_on_rank1)
+    assert said[1] == "ValueError: needs_state_at failed on rank 1", said
+    assert said[0].startswith("RankFailed: rank 1 (on "), said
+    assert said[0].endswith(" could not end step 2 (_LogsOnly.needs_state_at): needs_state_at failed on rank 1"), said
+
+
 def _batch_fails_on_rank1(rank: int, root: str, step: int, micro: int = 0, accum: int = 1) -> None:
     """Rank 1's read of the store fails (an I/O error on its node) as it loads micro-batch ``micro`` of step
     ``step`` (of ``accum``)."""

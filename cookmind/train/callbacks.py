@@ -12,7 +12,8 @@ step; callbacks that only log the metrics they are given say they need nothing.
 With several processes a hook that raises on one rank only (rank 0's metrics row on a full disk, a callback of
 yours) does not leave the others waiting in the next collective: the other callbacks still run, and as the step
 ends every rank stops, that rank with its error, the others with "rank R (on HOST) could not end step N
-(ITS_CLASS.on_step_end): its reason" (``Trainer._on_this_rank``).
+(ITS_CLASS.on_step_end): its reason" (``Trainer._on_this_rank``). So does a ``needs_state_at`` that raises on one rank
+("... could not end step N (ITS_CLASS.needs_state_at): its reason").
 """
 
 from __future__ import annotations

@@ -894,12 +894,24 @@ class Trainer:
         The answer depends on the step number, the config, the callbacks and ``consecutive_bad``, which every
         rank shares (the norm is of the all-reduced gradients; the divergence stop relies on that already), so
         all ranks queue their collectives in the same order.
+
+        A ``needs_state_at`` that raises on one rank of several counts as True there (as a callback that does not
+        say otherwise), and its error is held (``_on_this_rank``): the step's stop signal stops every rank with it.
+        Raised at once, it left the others in the next step's collectives.
         """
         if not (self.cfg.train.defer_metrics and self._skip_on_device) or step >= self.cfg.train.max_steps:
             return False
         if self.consecutive_bad >= self.cfg.train.max_bad_steps:
             return False
-        return not any(cb.needs_state_at(self, step) for cb in self.callbacks)
+        if not self.dist.enabled:
+            return not any(cb.needs_state_at(self, step) for cb in self.callbacks)
+        for cb in self.callbacks:
+            needs = True
+            with self._on_this_rank(f"end step {step} ({type(cb).__name__}.needs_state_at)"):
+                needs = cb.needs_state_at(self, step)
+            if needs:
+                return False
+        return True
 
     def _end_step(self, queued: _QueuedStep) -> None:
         """Read a queued step's stats, count it and run the callbacks' ``on_step_end`` for it."""
