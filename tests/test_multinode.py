@@ -707,6 +707,67 @@ def test_a_later_micro_batch_one_rank_cannot_load_stops_every_rank_with_its_reas
     assert said[0].endswith(f" could not load a batch of step {step}: {reason}"), said
 
 
+class _Unreadable:
+    """A validation loader whose read of batch ``at`` fails (an I/O error on this node)."""
+
+    def __init__(self, loader, at: int, path: str):
+        self.loader, self.at, self.path = loader, at, path
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        import errno
+
+        for i, batch in enumerate(self.loader):
+            if i == self.at:
+                raise OSError(errno.EIO, os.strerror(errno.EIO), self.path)
+            yield batch
+
+
+def _val_batch_fails_on(rank: int, root: str, failing: int, fsdp: bool) -> None:
+    """Rank ``failing`` cannot read its second validation batch at step 2's evaluation (of 4 batches: without FSDP
+    rank 0 reads them all, with FSDP each rank every other one, rank 1 batches 1 and 3)."""
+    import threading
+
+    run = [*_tiny_run(root), "data.val_path=val", "eval.every=2", "train.max_steps=4", f"parallel.fsdp={fsdp}"]
+    os.chdir(root)
+
+    def hung():  # a rank left in a collective whose peer went on to another waits for gloo's 30-minute timeout
+        Path(f"{root}/said{rank}").write_text("(waited in a collective)")
+        os._exit(0)
+
+    threading.Timer(60, hung).start()
+
+    def go():
+        trainer = Trainer(TrainConfig.load(None, [*run, f"logging.run_dir={root}/run"]))
+        if rank == failing:
+            trainer.val_loader.loader = _Unreadable(trainer.val_loader.loader, 1 + failing * 2, f"{root}/val")
+        trainer.fit()
+
+    _run_and_say(rank, root, go)
+
+
+@pytest.mark.parametrize("fsdp, failing, what", [(True, 1, "load a validation batch"), (False, 0, "evaluate")])
+def test_a_validation_batch_one_rank_cannot_read_stops_every_rank_with_its_reason(
+    tmp_path, keep_threads, fsdp, failing, what
+):
+    # with FSDP every rank reads its share of the validation batches, and their forwards are collectives: rank 1
+    # stopped with its error, and rank 0 waited in the gather of its next forward until gloo saw rank 1 gone (under
+    # NCCL until the timeout). Without FSDP rank 0 alone evaluates.
+    from cookmind.cli import os_error_line
+
+    rng = np.random.default_rng(0)
+    for name in ("seq", "val"):
+        rows = [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)]
+        write_store(tmp_path / name, "seq", rows, vocab_size=64)
+    said = _said_on_ranks(tmp_path, _val_batch_fails_on, failing=failing, fsdp=fsdp)
+    assert said[failing] == f"OSError: [Errno 5] Input/output error: '{tmp_path}/val'", said
+    reason = os_error_line(OSError(5, os.strerror(5), f"{tmp_path}/val"))
+    assert said[1 - failing].startswith(f"RankFailed: rank {failing} (on "), said
+    assert said[1 - failing].endswith(f" could not {what} at step 2: {reason}"), said
+
+
 def _sharded_save_fails_on_rank0(rank: int, root: str, file: str) -> None:
     """Rank 0's disk fills as it writes ``file`` of the final sharded checkpoint (every rank writes its shard)."""
     from cookmind.atomic import DiskFullError

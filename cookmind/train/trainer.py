@@ -34,6 +34,7 @@ and ``fit`` raises TrainingDiverged.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import signal
@@ -1198,7 +1199,7 @@ class Trainer:
         model = self.model if sharded else unwrap(self.model, data_parallel_only=True)  # DDP's forward talks
         was_training = model.training
         model.eval()
-        out = self._val_loss(model, sharded)
+        out = self._val_loss(model, sharded, step)
         if sharded:
             reshard_all(self.model)  # the root (and blocks without reshard_after_forward) kept theirs gathered
         if self._evaluates_whole_model():
@@ -1224,20 +1225,27 @@ class Trainer:
         prompts = bool(self.cfg.eval.prompts) and self.tokenizer is not None
         return prompts or callable(getattr(self.objective, "evaluate", None))
 
-    def _val_loss(self, model: torch.nn.Module, sharded: bool) -> dict[str, float]:
+    def _val_loss(self, model: torch.nn.Module, sharded: bool, step: int) -> dict[str, float]:
         """Mean loss and metrics over the first ``eval.max_batches`` validation batches: each of a sharded model's
         ranks runs every world-th batch, and a rank left without one in the last round runs the first batch again
-        and drops it (its forwards are collectives: every rank runs as many)."""
+        and drops it (its forwards are collectives: every rank runs as many).
+
+        A sharded model's ranks read their batches (on the host) before the first forward, and agree that every
+        rank could (one small all-gather per evaluation, none per batch): a rank that cannot read one (an I/O error
+        on its node) stops every rank with "rank R (on HOST) could not load a validation batch at step N: reason".
+        Read between the forwards, it raised alone and left the others in the next forward's gather."""
         if self.val_loader is None:
             return {}
         rank, world = (self.dist.rank, self.dist.world_size) if sharded else (0, 1)
         total = min(self.cfg.eval.max_batches, len(self.val_loader.loader))
         rounds = -(-total // world)
         sums: dict[str, float] = {}
+        batches = enumerate(itertools.islice(self.val_loader.loader, total))  # read as they are run
+        if world > 1:  # this rank's share (and the first batch) read before the first forward
+            with stop_together(self.dist, f"load a validation batch at step {step}"):
+                batches = [(i, batch) for i, batch in batches if i == 0 or i % world == rank]
         first = None
-        for i, batch in enumerate(self.val_loader.loader):
-            if i >= total:
-                break
+        for i, batch in batches:
             first = batch if first is None else first
             if i % world == rank:
                 self._add_val_batch(model, batch, sums, 1.0)
