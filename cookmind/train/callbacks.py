@@ -19,7 +19,6 @@ ends every rank stops, that rank with its error, the others with "rank R (on HOS
 from __future__ import annotations
 
 import math
-import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -64,14 +63,9 @@ class MetricsCallback(Callback):
 
     def __init__(self, log_every: int):
         self.log_every = max(1, log_every)
-        self._t0 = None
-        self._tokens0 = 0
 
     def needs_state_at(self, trainer: Trainer, step: int) -> bool:
         return False
-
-    def on_train_begin(self, trainer: Trainer) -> None:
-        self._t0, self._tokens0 = time.perf_counter(), trainer.tokens_seen
 
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
         if step % self.log_every and step != trainer.cfg.train.max_steps:
