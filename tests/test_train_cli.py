@@ -862,6 +862,26 @@ def test_resume_auto_says_where_it_resumed_or_that_it_starts_fresh(tmp_path, sto
     assert f"resuming from {run / 'checkpoints' / 'step_00000001'}" in capsys.readouterr().err
 
 
+def test_train_notes_show_the_control_characters_of_the_paths_they_quote_escaped(tmp_path, store, capsys):
+    # a store and a run directory whose names hold an ESC (a terminal's clear-screen sequence, a title-setting OSC):
+    # "run directory ...", "no checkpoint in ... yet", "resuming from ..." wrote them raw, and the terminal ran them
+    import shutil
+
+    from cookmind.terminal import escape_controls
+
+    odd = tmp_path / "se\x1b[2Jq"
+    shutil.copytree(store, odd)
+    run = tmp_path / "run\x1b]0;owned\x07"
+    assert _run(odd, "--run-dir", str(run), "--resume", "auto", "train.max_steps=1") == 0
+    first = capsys.readouterr().err
+    assert _run(odd, "--run-dir", str(run), "--resume", "auto", "train.max_steps=2") == 0
+    err = first + capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err, err
+    assert f"cookmind train: run directory {escape_controls(str(run))}\n" in err, err
+    assert f"no checkpoint in {escape_controls(str(run / 'checkpoints'))} yet" in err, err
+    assert f"resuming from {escape_controls(str(run / 'checkpoints' / 'step_00000001'))}\n" in err, err
+
+
 def test_resume_auto_of_a_folder_that_holds_no_run_says_so(tmp_path, capsys):
     """``--run-dir runs/nothing --resume auto`` (no run there, no data given) failed on the default preset with
     "model.vocab_size is not set and there is no tokenizer". Now it says there is no run to resume and what to pass;

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -254,6 +253,12 @@ def _interrupted(trainer) -> str:
     )
 
 
+def _note(text: str) -> None:
+    """``cookmind train: TEXT`` on stderr, its control and bidi characters escaped (``say``): the notes quote the run
+    directory, the config file and the stop's reason."""
+    say("cookmind train", None, text)
+
+
 def main(args: argparse.Namespace) -> int:
     """Train; print a one-line JSON summary (rank 0)."""
     import torch
@@ -266,12 +271,10 @@ def main(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(printable_config(cfg), sort_keys=False))
         return 0
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank takes rank 0's (the Trainer agrees it)
-        print(f"cookmind train: run directory {cfg.logging.run_dir}", file=sys.stderr)
+        _note(f"run directory {cfg.logging.run_dir}")
         if args.config == run_config_to_resume(args):
-            print(
-                f"cookmind train: settings from {args.config} (the run being resumed), with this command's flags "
-                "and overrides on top",
-                file=sys.stderr,
+            _note(
+                f"settings from {args.config} (the run being resumed), with this command's flags and overrides on top"
             )
     try:
         trainer = Trainer(cfg)
@@ -292,13 +295,13 @@ def _fit_and_report(trainer, cfg) -> int:
     try:
         summary = trainer.fit()
     except TrainingDiverged as exc:
-        print(f"cookmind train: {exc}", file=sys.stderr)
+        _note(str(exc))
         return 2
     except torch.OutOfMemoryError as exc:
         say("cookmind train", "error", _out_of_memory(exc, cfg, trainer))
         return 2
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without waiting for the step's checkpoint
-        print(f"cookmind train: {_interrupted(trainer)}", file=sys.stderr)
+        _note(_interrupted(trainer))
         return 128 + signal.SIGINT
     finally:
         from cookmind.parallel import destroy_distributed
@@ -308,19 +311,17 @@ def _fit_and_report(trainer, cfg) -> int:
     if trainer.dist.is_main:
         print(json.dumps({"run_dir": str(trainer.run_dir), **summary}))
         if summary["status"] == "completed" and trainer.stop_reason is not None:  # its handler said "stopping"
-            print(
-                f"cookmind train: {trainer.stop_reason} came once the last step was under way; the run completed its "
-                f"{summary['steps']} steps",
-                file=sys.stderr,
+            _note(
+                f"{trainer.stop_reason} came once the last step was under way; the run completed its "
+                f"{summary['steps']} steps"
             )
     if summary["status"] == "stopped":
         # Not 0: `cookmind train && cookmind export` must not export a half-trained model.
         reason = trainer.stop_reason or "a stop request"
         if trainer.dist.is_main:  # every rank stops; one says so
-            print(
-                f"cookmind train: stopped by {reason} at step {summary['steps']}; checkpoint saved, continue with "
-                f"--resume auto --run-dir {trainer.run_dir}",
-                file=sys.stderr,
+            _note(
+                f"stopped by {reason} at step {summary['steps']}; checkpoint saved, continue with "
+                f"--resume auto --run-dir {trainer.run_dir}"
             )
         signum = getattr(signal, reason.removeprefix("signal "), None) if reason.startswith("signal ") else None
         return 128 + int(signum) if signum is not None else 3

@@ -38,7 +38,6 @@ import itertools
 import math
 import os
 import signal
-import sys
 import time
 import uuid
 import warnings
@@ -141,6 +140,14 @@ class StepOutputs:
     token_slot: int | None = None  # several ranks: where readout holds the step's tokens over them
 
 
+def _note(text: str) -> None:
+    """``cookmind train: TEXT`` on stderr, its control and bidi characters escaped (``cookmind.cli.say``): the notes
+    quote paths, store names and config values the user gave, and an ESC in one would drive the terminal."""
+    from cookmind.cli import say
+
+    say("cookmind train", None, text)
+
+
 def _drop_reasons(dataset) -> str:
     """Why an sft/dpo/grpo dataset dropped the records it did at its window, by count where there are two reasons."""
     if getattr(dataset, "num_truncated", None) is None:  # grpo: a prompt is never cut, only dropped
@@ -239,7 +246,7 @@ class Trainer:
             if tokenizer is None and not cfg.data.tokenizer:
                 cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
                 if cfg.data.tokenizer and self.dist.is_main:
-                    print(f"cookmind train: data.tokenizer not set; using {cfg.data.tokenizer}", file=sys.stderr)
+                    _note(f"data.tokenizer not set; using {cfg.data.tokenizer}")
             self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
             self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
             B.check_init_tokenizer(cfg, self.tokenizer)
@@ -258,7 +265,7 @@ class Trainer:
             self.bare_model = model if cfg.parallel.fsdp else model.to(self.device)
             vocab_note = B.check_vocab(cfg, self.bare_model, self.tokenizer) if train_dataset is None else None
             if vocab_note and self.dist.is_main:
-                print(f"cookmind train: {vocab_note}", file=sys.stderr)
+                _note(vocab_note)
             max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
             kind = cfg.data.train_type or {"sft": "sft", "dpo": "dpo"}.get(cfg.train.objective)
             if (
@@ -272,11 +279,10 @@ class Trainer:
                 cfg.data.window_size = B.window_for_store(cfg.data.train_path, kind, max_pos)
                 if self.dist.is_main:  # it said "not set" where the preset set one
                     instead = f", in place of the preset's {preset}" if preset != cfg.data.window_size else ""
-                    print(
-                        f"cookmind train: data.window_size sized from the {kind} store to {cfg.data.window_size} (its "
+                    _note(
+                        f"data.window_size sized from the {kind} store to {cfg.data.window_size} (its "
                         f"longest record, at most the model's max_position_embeddings={max_pos}){instead}; set "
-                        "data.window_size to choose it",
-                        file=sys.stderr,
+                        "data.window_size to choose it"
                     )
             elif (
                 max_pos is not None
@@ -421,10 +427,9 @@ class Trainer:
             for p in low:
                 p.data = p.data.float()
             if self.dist.is_main:
-                print(
-                    f"cookmind train: {len(low)} trained parameters ({n / 1e6:.1f}M) arrived as {dtypes} and train "
-                    "as float32 under autocast (train.master_weights=true keeps them bf16 with fp32 masters)",
-                    file=sys.stderr,
+                _note(
+                    f"{len(low)} trained parameters ({n / 1e6:.1f}M) arrived as {dtypes} and train "
+                    "as float32 under autocast (train.master_weights=true keeps them bf16 with fp32 masters)"
                 )
 
     def _fp32_weights_in_place(self) -> contextlib.AbstractContextManager:
@@ -499,10 +504,9 @@ class Trainer:
             scored, limit = min(len(loader), self.cfg.eval.max_batches), self.cfg.eval.max_batches
             self.summary_stats.update(val_data_batches=len(loader), val_data_batches_scored=scored)
             if scored < len(loader) and self.dist.is_main:
-                print(
-                    f"cookmind train: each evaluation scores the first {scored} of the {len(loader)} validation "
-                    f"batches (eval.max_batches={limit}); raise it to score them all",
-                    file=sys.stderr,
+                _note(
+                    f"each evaluation scores the first {scored} of the {len(loader)} validation "
+                    f"batches (eval.max_batches={limit}); raise it to score them all"
                 )
         # A private generator: creating a loader iterator must not draw from the global RNG (exact resume).
         loader.loader.generator = torch.Generator()
@@ -550,7 +554,7 @@ class Trainer:
         if not self.dist.is_main:
             return
         share = ((truncated or 0) + dropped) / max(total, 1)
-        print(f"cookmind train: {line}", file=sys.stderr)
+        _note(line)
         if share > TRUNCATION_WARN:
             import warnings
 
@@ -593,12 +597,11 @@ class Trainer:
             return
         window, stride = self.cfg.data.window_size, self.cfg.data.stride
         share = unused / max(total, 1)
-        print(
-            f"cookmind train: {self.train_type} {data}: {total:,} tokens in {windows:,} windows of "
+        _note(
+            f"{self.train_type} {data}: {total:,} tokens in {windows:,} windows of "
             f"data.window_size={window}"
             + (f" every data.stride={stride}" if stride is not None else "")
-            + f"; {unused:,} ({share:.1%}) in no window, never {'trained on' if train else 'evaluated'}",
-            file=sys.stderr,
+            + f"; {unused:,} ({share:.1%}) in no window, never {'trained on' if train else 'evaluated'}"
         )
         if share > TRUNCATION_WARN:
             import warnings
@@ -1442,15 +1445,12 @@ class Trainer:
             if spec == "auto":  # nothing saved yet: a fresh start (the first run of a job that always resumes)
                 with stop_together(self.dist, "start"):  # rank 0's rewrite of metrics.jsonl (a full disk) stops all
                     if self.dist.is_main:
-                        print(
-                            f"cookmind train: no checkpoint in {self.ckpt_dir} yet; starting at step 0", file=sys.stderr
-                        )
+                        _note(f"no checkpoint in {self.ckpt_dir} yet; starting at step 0")
                         # an attempt killed before its first save logged rows this run logs again: the plots read both
                         if dropped := self.metrics_writer.rewind(-1):
-                            print(
-                                f"cookmind train: {len(dropped)} rows of metrics.jsonl were logged by an attempt that "
-                                "saved no checkpoint; dropped: this run logs those steps again",
-                                file=sys.stderr,
+                            _note(
+                                f"{len(dropped)} rows of metrics.jsonl were logged by an attempt that "
+                                "saved no checkpoint; dropped: this run logs those steps again"
                             )
                 return
             what = "no complete checkpoint there" if Path(spec).exists() else "does not exist"
@@ -1473,7 +1473,7 @@ class Trainer:
                 )
         self._check_lora_base(path, meta)
         if self.dist.is_main:  # whether it resumed, and from where, was not said
-            print(f"cookmind train: resuming from {path}", file=sys.stderr)
+            _note(f"resuming from {path}")
         # a sharded load is a collective whose errors reach every rank (torch.distributed.checkpoint's own)
         with stop_together(self.dist, f"resume from {path}"), self._fp32_weights_in_place():
             meta = load_checkpoint(path, self.bare_model, self.optimizer, self.scaler)
@@ -1493,11 +1493,10 @@ class Trainer:
         with stop_together(self.dist, f"resume from {path}"):
             if self.dist.is_main and (dropped := self.metrics_writer.rewind(self.step)):
                 steps = [s for s in dropped if s >= 0]
-                print(
-                    f"cookmind train: {len(dropped)} rows of metrics.jsonl were logged after step {self.step} by the "
+                _note(
+                    f"{len(dropped)} rows of metrics.jsonl were logged after step {self.step} by the "
                     f"interrupted run{f' (steps {min(steps)}-{max(steps)})' if steps else ''}; dropped: this run logs "
-                    "those steps again",
-                    file=sys.stderr,
+                    "those steps again"
                 )
             if meta.get("sampler") is not None and self.train_loader is not None:
                 self.train_loader.load_state_dict(meta["sampler"])
@@ -1506,10 +1505,9 @@ class Trainer:
         self._warn_of_a_new_schedule(meta.get("config") or {})
         self._warn_of_another_global_batch(meta)
         if self.step >= self.cfg.train.max_steps and self.dist.is_main:  # it "completed" without training a step
-            print(
-                f"cookmind train: the checkpoint is at step {self.step}, already at or past train.max_steps="
-                f"{self.cfg.train.max_steps}: nothing to train; raise train.max_steps to continue",
-                file=sys.stderr,
+            _note(
+                f"the checkpoint is at step {self.step}, already at or past train.max_steps="
+                f"{self.cfg.train.max_steps}: nothing to train; raise train.max_steps to continue"
             )
 
     def _warn_of_a_new_schedule(self, saved: dict) -> None:
