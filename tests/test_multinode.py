@@ -549,8 +549,8 @@ def _metrics_write_fails_on_rank0(rank: int, root: str) -> None:
 
     if rank == 0:
         MetricsWriter.write = write
-    run = [*_tiny_run(root), "train.max_steps=4", "logging.log_every=1", f"logging.run_dir={root}/run"]
-    _run_and_say(rank, root, lambda: Trainer(TrainConfig.load(None, run)).fit())
+    run = [*_tiny_run(root), "train.max_steps=4", "logging.log_every=1", "checkpoint.every=2"]
+    _run_and_say(rank, root, lambda: Trainer(TrainConfig.load(None, [*run, f"logging.run_dir={root}/run"])).fit())
 
 
 def test_a_metrics_row_rank0_cannot_write_stops_every_rank_with_its_reason(tmp_path, keep_threads):
@@ -570,12 +570,18 @@ def test_a_metrics_row_rank0_cannot_write_stops_every_rank_with_its_reason(tmp_p
     reason = os_error_line(OSError(28, os.strerror(28), str(path)))
     assert said[1].startswith("RankFailed: rank 0 (on "), said
     assert said[1].endswith(f" could not end step 2 (MetricsCallback.on_step_end): {reason}"), said
+    # step 2's checkpoint (due at that step's end) is not saved without its metrics row: a resume from it would go on
+    # from a metrics.jsonl that lacks the row, and the run only stopped after it
+    assert not list((tmp_path / "run" / "checkpoints").glob("step_*")), "saved while a rank held a failure"
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["step"] for r in rows if r.get("split") == "train"] == [1], "no step after the failed one ran"
 
 
 class Boom(Callback):
-    """Raises in ``hook`` on rank 1 alone (at step ``at`` for the per-step hooks, the status for on_train_end)."""
+    """Raises in ``hook`` on rank 1 alone (at step ``at`` for the per-step hooks, the status for on_train_end). It
+    runs no collective, and says so: its error is held to the step's end and reaches every rank."""
+
+    runs_no_collective = True
 
     def __init__(self, hook: str, at):
         self.hook, self.at = hook, at
@@ -886,6 +892,35 @@ class _Vanishes(Callback):
     def on_step_end(self, trainer, step, metrics):
         if step == 2 and trainer.dist.rank == 0:
             os._exit(0)
+
+
+class _ReducesButFailsOnRank1(Callback):
+    """A callback of the user's that all-reduces something at step 1's end (two float64s: 16 bytes, as the step's
+    stop signal) and fails on rank 1 before it gets there."""
+
+    def on_step_end(self, trainer, step, metrics):
+        if step == 1:
+            if trainer.dist.rank == 1:
+                raise ValueError("the callback failed on rank 1")
+            torch.distributed.all_reduce(torch.ones(2, dtype=torch.float64))
+
+
+def _a_collective_callback_fails_on_rank1(rank: int, root: str) -> None:
+    cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=3", f"logging.run_dir={root}/run"])
+    _run_and_say(rank, root, lambda: Trainer(cfg, callbacks=[_ReducesButFailsOnRank1()]).fit())
+
+
+def test_a_callback_that_runs_collectives_and_fails_on_one_rank_is_not_held_into_another_collective(
+    tmp_path, keep_threads
+):
+    # rank 1's error was held and it went on to the step's stop all-reduce, which paired with rank 0's all-reduce in
+    # the callback: rank 1 read rank 0's float bits as a stop code ("4607182418800017408 is not a valid Signals").
+    # A callback that does not say it runs no collective raises at once, as any code does
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    said = _said_on_ranks(tmp_path, _a_collective_callback_fails_on_rank1)
+    assert said[1] == "ValueError: the callback failed on rank 1", said
+    assert "Signals" not in said[0], said
 
 
 def _rank0_vanishes_as_rank1_fails(rank: int, root: str) -> None:

@@ -9,11 +9,13 @@ the GPU never waits for the host between steps), unless a callback's ``needs_sta
 it must see the model and optimizer as they are right after ``step``. The default says so at every
 step; callbacks that only log the metrics they are given say they need nothing.
 
-With several processes a hook that raises on one rank only (rank 0's metrics row on a full disk, a callback of
-yours) does not leave the others waiting in the next collective: the other callbacks still run, and as the step
-ends every rank stops, that rank with its error, the others with "rank R (on HOST) could not end step N
-(ITS_CLASS.on_step_end): its reason" (``Trainer._on_this_rank``). So does a ``needs_state_at`` that raises on one rank
-("... could not end step N (ITS_CLASS.needs_state_at): its reason").
+With several processes a hook of a callback that says it ``runs_no_collective`` (metrics, the progress bar,
+TensorBoard; yours where true) and raises on one rank only (rank 0's metrics row on a full disk) does not leave the
+others waiting in the next collective: the other callbacks still run, and as the step ends every rank stops, that
+rank with its error, the others with "rank R (on HOST) could not end step N (ITS_CLASS.on_step_end): its reason"
+(``Trainer._on_this_rank``). So does a ``needs_state_at`` that raises on one rank ("... could not end step N
+(ITS_CLASS.needs_state_at): its reason"). Any other callback's error is raised at once: its hooks may take part in
+collectives (an evaluation, a save, an all-reduce of yours) that a held rank would skip while the others wait.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ if TYPE_CHECKING:
 
 class Callback:
     """Override the hooks you need; all are no-ops by default."""
+
+    # True where no hook of the callback takes part in a collective (logging, a bar): with several processes, an
+    # error one of its hooks raises on one rank is held to the step's end, and every rank stops with its reason
+    runs_no_collective: bool = False
 
     def on_train_begin(self, trainer: Trainer) -> None:
         """Before the first step (after resume)."""
@@ -60,6 +66,8 @@ class Callback:
 
 class MetricsCallback(Callback):
     """Writes a metrics.jsonl line every ``log_every`` steps (and the last step)."""
+
+    runs_no_collective = True
 
     def __init__(self, log_every: int):
         self.log_every = max(1, log_every)
@@ -109,6 +117,8 @@ class CheckpointCallback(Callback):
 class ProgressCallback(Callback):
     """A tqdm bar: loss, lr, tokens/s, MFU (on GPU) and ETA."""
 
+    runs_no_collective = True
+
     def __init__(self, enabled: bool = True, desc: str = "train"):
         self.enabled, self.desc = enabled, desc
         self.bar = None
@@ -155,6 +165,8 @@ class ProgressCallback(Callback):
 
 class TensorBoardCallback(Callback):
     """Scalars to ``<run_dir>/tensorboard`` (rank 0); needs the optional ``tensorboard`` package."""
+
+    runs_no_collective = True
 
     def __init__(self, log_dir, log_every: int, purge_step: int | None = None):
         try:

@@ -714,14 +714,16 @@ class Trainer:
         return code > 0
 
     @contextlib.contextmanager
-    def _on_this_rank(self, what: str):
-        """Host work of the loop that one rank may fail at while the others go on (a callback's hook, rank 0's row of
-        metrics.jsonl, loading the next batch). With several ranks its error is held: the rank goes on through the
-        step's collectives, and the next stop signal (``_stop_on_any_rank``; at the end ``_stop_if_any_rank_failed``)
-        stops every rank, this one with its own error, the others with "rank R (on HOST) could not WHAT: reason".
-        The rank that raised alone left the others to die in their next collective with gloo's "Connection closed
-        by peer" traceback, or to wait in it until NCCL's timeout. One process: raised at once, as ever; so is an
-        error every rank raises together (a save ``stop_together`` stopped)."""
+    def _on_this_rank(self, what: str, cb: Callback | None = None, hook: str = ""):
+        """Host work of the loop that runs no collective and that one rank may fail at while the others go on (rank
+        0's row of metrics.jsonl, loading the next batch, a hook of a callback that ``runs_no_collective``). With
+        several ranks its error is held: the rank goes on through the step's collectives, and the next stop signal
+        (``_stop_on_any_rank``; at the end ``_stop_if_any_rank_failed``) stops every rank, this one with its own
+        error, the others with "rank R (on HOST) could not WHAT (CALLBACK.HOOK): reason". The rank that raised alone
+        left the others to die in their next collective with gloo's "Connection closed by peer" traceback, or to
+        wait in it until NCCL's timeout. Work that holds a collective must not be held: the rank would go on to the
+        stop signal while the others wait in that collective, and the two would pair. One process: raised at once,
+        as ever; so is an error every rank raises together (a save ``stop_together`` stopped)."""
         if not self.dist.enabled:
             yield
             return
@@ -731,17 +733,19 @@ class Trainer:
             if raised_on_every_rank(exc):
                 raise
             if self._failed is None:  # the first is the one said
-                self._failed = (what, exc)
+                self._failed = (what if cb is None else f"{what} ({type(cb).__name__}.{hook})", exc)
 
     def _hooks(self, hook: str, what: str, *args) -> None:
-        """Every callback's ``hook(self, *args)``, each through ``_on_this_rank``: with several ranks one that fails
-        leaves the others to run, so that every rank takes part in their collectives (an evaluation, a save)."""
-        if not self.dist.enabled:  # one process: raised at once (and no context manager per hook on the hot path)
-            for cb in self.callbacks:
-                getattr(cb, hook)(self, *args)
-            return
+        """Every callback's ``hook(self, *args)``. With several ranks, a callback that ``runs_no_collective`` through
+        ``_on_this_rank``: where it fails on one rank, the others still run the step's hooks and collectives, and
+        every rank stops with its reason at the step's end. Any other callback's error is raised at once, as from
+        any code: its hook may take part in collectives (an evaluation, a save, a user's all-reduce) that a held
+        rank would leave the others waiting in."""
         for cb in self.callbacks:
-            with self._on_this_rank(f"{what} ({type(cb).__name__}.{hook})"):
+            if self.dist.enabled and getattr(cb, "runs_no_collective", False):
+                with self._on_this_rank(what, cb, hook):
+                    getattr(cb, hook)(self, *args)
+            else:
                 getattr(cb, hook)(self, *args)
 
     def _raise_held(self) -> None:
@@ -911,7 +915,7 @@ class Trainer:
             return not any(cb.needs_state_at(self, step) for cb in self.callbacks)
         for cb in self.callbacks:
             needs = True
-            with self._on_this_rank(f"end step {step} ({type(cb).__name__}.needs_state_at)"):
+            with self._on_this_rank(f"end step {step}", cb, "needs_state_at"):
                 needs = cb.needs_state_at(self, step)
             if needs:
                 return False
@@ -1321,7 +1325,10 @@ class Trainer:
     def save_checkpoint(self, diverged: bool = False) -> Path | None:
         """Save ``<ckpt_dir>/step_<step>`` (the state after optimizer step ``step``) on rank 0, or from every rank
         in the sharded format (with ``checkpoint.async_save`` it is complete once the next save or the end of
-        ``fit`` waits for it); ``diverged`` marks it so that no rule picks it as the newest checkpoint."""
+        ``fit`` waits for it); ``diverged`` marks it so that no rule picks it as the newest checkpoint. A failure a
+        rank holds (``_on_this_rank``: rank 0's metrics row of this step unwritten) stops every rank before it: a
+        resume would go on from a checkpoint whose step the run's records lack."""
+        self._stop_if_any_rank_failed()
         self.last_saved_step, self._saved_eval_step = self.step, self.last_eval_step
         meta = {
             "step": self.step,
