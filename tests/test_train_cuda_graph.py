@@ -113,7 +113,7 @@ def test_a_batch_of_another_shape_runs_eagerly(tmp_path, store):
     before = _weights(t)
     short = {"input_ids": torch.randint(1, 64, (4, 8), device="cuda")}
     short["labels"] = short["input_ids"].clone()
-    t._prefetched = short  # the next step takes this batch (T=8, not the captured 16)
+    t._prefetched = [short]  # the next step takes this batch (T=8, not the captured 16)
     t.cfg.train.max_steps = 7
     t._read_step(t._launch_step())
     assert t._graph.replays == 3  # ran eagerly, then the graph stays usable
