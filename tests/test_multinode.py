@@ -442,8 +442,9 @@ def test_a_node_that_fails_before_joining_the_group_stops_the_others(tmp_path):
 SFT_LENGTHS = (16, 4, 12, 6, 5, 10, 7, 9)  # the records' lengths, in the store's order
 
 
-def _sft_tokens_on_rank(rank: int, root: str) -> dict:
-    """Two steps of SFT over the store in its order (data.shuffle=false), 2 records per rank per step."""
+def _sft_tokens_on_rank(rank: int, root: str, counts: tuple[int, ...] | None = None) -> int:
+    """Two steps of SFT over the store in its order (data.shuffle=false), 2 records per rank per step; with
+    ``counts``, the objective says each of rank r's micro-batches held ``counts[r]`` tokens."""
     cfg = TrainConfig.load(
         None,
         [
@@ -462,6 +463,8 @@ def _sft_tokens_on_rank(rank: int, root: str) -> dict:
         ],
     )
     trainer = Trainer(cfg)
+    if counts is not None:
+        trainer.objective.num_tokens = lambda batch: counts[rank]
     summary = trainer.fit()
     trainer.close()
     return summary["tokens"]
@@ -494,31 +497,6 @@ def test_the_tokens_of_a_two_rank_sft_run_are_what_both_ranks_processed(tmp_path
 BIG_COUNTS = ((1 << 33) + 7, (1 << 33) + 12_352)  # each rank's tokens of a micro-batch, past float32's 2**24
 
 
-def _big_token_counts_on_rank(rank: int, root: str) -> int:
-    """Two steps of SFT whose objective says each rank's micro-batch held ``BIG_COUNTS[rank]`` tokens."""
-    cfg = TrainConfig.load(
-        None,
-        [
-            f"data.train_path={root}/sft",
-            "train.objective=sft",
-            "data.window_size=16",
-            "train.micro_batch_size=2",
-            "train.max_steps=2",
-            "train.device=cpu",
-            "logging.progress=false",
-            "logging.report=false",
-            "logging.log_every=1",
-            f"logging.run_dir={root}/run",
-            *tiny_cli_overrides(),
-        ],
-    )
-    trainer = Trainer(cfg)
-    trainer.objective.num_tokens = lambda batch: BIG_COUNTS[rank]
-    summary = trainer.fit()
-    trainer.close()
-    return summary["tokens"]
-
-
 def test_token_counts_past_float32s_exact_range_sum_exactly_over_ranks(tmp_path, keep_threads):
     # float32 holds integers exactly only below 2**24 (a step of 8 ranks x 4M tokens): the counts must sum exactly
     rng = np.random.default_rng(0)
@@ -528,7 +506,9 @@ def test_token_counts_past_float32s_exact_range_sum_exactly_over_ranks(tmp_path,
     write_store(tmp_path / "sft", "sft", records, vocab_size=64)
     step = sum(BIG_COUNTS)
     assert float(torch.tensor(float(step), dtype=torch.float32)) != step  # what a float32 sum would have lost
-    summaries = run_on_gloo_ranks(functools.partial(_big_token_counts_on_rank, root=str(tmp_path)), 2, tmp_path)
+    summaries = run_on_gloo_ranks(
+        functools.partial(_sft_tokens_on_rank, root=str(tmp_path), counts=BIG_COUNTS), 2, tmp_path
+    )
     assert summaries == [2 * step, 2 * step], summaries
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["tokens"] for r in rows if r.get("split") == "train"] == [step, 2 * step]
