@@ -218,8 +218,7 @@ def stop_together(info: DistInfo, what: str) -> Iterator[None]:
 def raise_together(info: DistInfo, failure: tuple[str, Exception] | None) -> None:
     """Every rank calls it, each with what it could not do and its error, or None; where any rank has a failure,
     every rank raises: that rank its own error, the others ``RankFailed`` naming the first rank that failed, its
-    host, what it could not do and its one-line reason. One all-gather of a small object (a barrier as well). The
-    error raised is marked ``raised_on_every_rank``."""
+    host, what it could not do and its one-line reason. One all-gather of a small object (a barrier as well)."""
     if info.enabled and dist.is_initialized():
         said: list = [None] * dist.get_world_size()
         mine = None if failure is None else (socket.gethostname(), failure[0], _reason(failure[1]))
@@ -232,23 +231,9 @@ def raise_together(info: DistInfo, failure: tuple[str, Exception] | None) -> Non
         failed = [(rank, s) for rank, s in enumerate(said) if s is not None]
         if failed and failure is None:
             rank, (host, what, reason) = failed[0]
-            raise _on_every_rank(RankFailed(f"rank {rank} (on {host}) could not {what}: {reason}"))
-        if failure is not None:
-            raise _on_every_rank(failure[1])
+            raise RankFailed(f"rank {rank} (on {host}) could not {what}: {reason}")
     if failure is not None:
         raise failure[1]
-
-
-def _on_every_rank(exc: Exception) -> Exception:
-    with contextlib.suppress(AttributeError):  # an exception type without a __dict__ is raised unmarked
-        exc.raised_on_every_rank = True
-    return exc
-
-
-def raised_on_every_rank(exc: BaseException) -> bool:
-    """Whether ``exc`` is raised on every rank at once (by ``stop_together`` or ``raise_together``): no rank is left
-    waiting for this one in a collective."""
-    return getattr(exc, "raised_on_every_rank", False) is True
 
 
 def barrier(info: DistInfo) -> None:

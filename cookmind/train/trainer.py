@@ -64,7 +64,6 @@ from cookmind.parallel.process_group import (
     differences_from_rank0,
     min_max_over_ranks,
     raise_together,
-    raised_on_every_rank,
     rank0_value,
     stop_together,
     sum_over_ranks,
@@ -723,15 +722,13 @@ class Trainer:
         left the others to die in their next collective with gloo's "Connection closed by peer" traceback, or to
         wait in it until NCCL's timeout. Work that holds a collective must not be held: the rank would go on to the
         stop signal while the others wait in that collective, and the two would pair. One process: raised at once,
-        as ever; so is an error every rank raises together (a save ``stop_together`` stopped)."""
+        as ever."""
         if not self.dist.enabled:
             yield
             return
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - held, and raised on every rank at the next stop signal
-            if raised_on_every_rank(exc):
-                raise
             if self._failed is None:  # the first is the one said
                 self._failed = (what if cb is None else f"{what} ({type(cb).__name__}.{hook})", exc)
 
