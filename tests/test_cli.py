@@ -577,18 +577,19 @@ import signal, sys
 from cookmind.pools import pool_context
 
 def sigint_held(_):
-    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    return blocked or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 if __name__ == "__main__":
     with pool_context().Pool(2) as pool:  # no initializer: what a worker is before ignore_ctrl_c runs
         held = pool.map(sigint_held, range(4))
-    print(held, signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+    print(held, sigint_held(0))
 """
 
 
 def test_pool_workers_hold_ctrl_c_back_from_their_first_instruction(tmp_path):
     """A Ctrl-C while a worker (or the forkserver) is still starting, before ignore_ctrl_c runs, killed it with an
-    import traceback (and once hung a pack: CI, session 22): the forkserver starts with SIGINT ignored, and its
+    import traceback (and once hung a pack: CI, session 22): the forkserver starts with SIGINT blocked, and its
     workers inherit that. The parent's own handler is as it was. In a fresh interpreter: a forkserver this test
     process started earlier would be reused as it is."""
     if "forkserver" not in __import__("multiprocessing").get_all_start_methods():

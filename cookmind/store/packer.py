@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from cookmind import text_input
-from cookmind.pools import ignore_ctrl_c, pool_context
+from cookmind.pools import ignore_ctrl_c, pool_context, stop_pool
 from cookmind.store.records import (
     BadRecord,
     EmptyDocument,
@@ -405,6 +405,5 @@ def pack(
     finally:
         bar.close()
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            stop_pool(pool)
     return json.loads((Path(out) / "meta.json").read_text(encoding="utf-8"))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import regex
 
-from cookmind.pools import ignore_ctrl_c, pool_context
+from cookmind.pools import ignore_ctrl_c, pool_context, stop_pool, worker_pool
 from cookmind.text_input import Utf8Replaced, bad_utf8_note, line_at, not_utf8
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import GPT2_PATTERN, is_safe_end, safe_cut_kind, safe_end_bytes
@@ -226,7 +226,7 @@ def _count_alongside(
     finally:
         starter.join()
         if "pool" in started:
-            started["pool"].terminate()
+            stop_pool(started["pool"])
 
 
 def _next_cut(f, pos: int, size: int, specials: Sequence[bytes], safe: frozenset[int]) -> int | None:
@@ -450,7 +450,7 @@ def count_pretokens(
         elif not records:  # text files only: this process counts too, beside workers - 1 worker processes
             results = _count_alongside(workers - 1, tasks, counts)
         else:
-            pool = stack.enter_context(pool_context().Pool(workers, initializer=ignore_ctrl_c))
+            pool = stack.enter_context(worker_pool(workers))
             results = itertools.chain(
                 pool.imap_unordered(_count_chunk, tasks), _in_waves(pool, _count_texts, record_tasks, 2 * workers)
             )

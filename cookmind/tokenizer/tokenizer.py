@@ -260,9 +260,9 @@ class Tokenizer:
             return [self.encode_reference(t, allowed_special=allowed_special) for t in texts]
         from functools import partial
 
-        from cookmind.pools import ignore_ctrl_c, pool_context
+        from cookmind.pools import worker_pool
 
-        with pool_context().Pool(num_threads or os.cpu_count() or 1, initializer=ignore_ctrl_c) as pool:
+        with worker_pool(num_threads or os.cpu_count() or 1) as pool:
             return pool.map(
                 partial(self.encode_reference, allowed_special=allowed_special),
                 texts,
