@@ -319,3 +319,75 @@ def test_a_conversation_that_outgrows_the_context_leaves_its_oldest_exchanges_ou
     finally:
         page.close()
         server.close()
+
+
+def _marker(c: str) -> str:
+    """How the page shows a character that reorders or breaks the text around it."""
+    return f"⟨U+{ord(c):04X}⟩"
+
+
+def test_bidi_controls_are_shown_as_markers_and_sent_back_as_they_are(browser, live):
+    """The page drew a reply as it was: a right-to-left override (U+202E) showed "pay \\u202e001$" as "pay $100" and
+    an isolate or a line separator moved or broke the text after it ("Trojan Source"), where `cookmind chat` shows
+    them escaped. Each character of the set cookmind.terminal escapes (SPOOFING) is now drawn as a visible marker
+    (⟨U+202E⟩) in the user's message, the reply and its reasoning, in the bubbles the stream filled and once drawn again
+    from the saved history; the history sent back and saved keeps the characters, so the model sees what it wrote."""
+    from cookmind.terminal import SPOOFING
+
+    server, _ = live
+    every = "".join(map(chr, SPOOFING))
+    reply = "pay \u202e001$\u202c now; all:" + every + "."
+    reasoning = "say \u2067it\u2069\u2028twice"
+    asked = "Is \u200fthis fine?"
+    page = browser.new_page()
+    posted = _record_chat_requests(page)
+    sse = (
+        _chunk({"role": "assistant", "content": ""})
+        + _chunk({"reasoning_content": reasoning})
+        + _chunk({"content": reply[:5]})  # a piece that ends with the override: what follows comes in the next
+        + _chunk({"content": reply[5:]})
+        + _chunk({}, "stop")
+        + "data: [DONE]\n\n"
+    )
+    _serve_stream(page, sse)
+    _open_fresh(page, server)
+    page.fill("#input", asked)
+    page.click("#send")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+
+    def shown() -> list[str]:
+        msgs = page.locator(".msg")
+        user, assistant = msgs.nth(msgs.count() - 2), msgs.nth(msgs.count() - 1)
+        assistant.locator("summary").click()  # the reasoning, opened: innerText is what is drawn
+        return [
+            user.locator(".content").inner_text(),
+            assistant.locator(".content").inner_text(),
+            assistant.locator(".reasoning-text").inner_text(),
+        ]
+
+    want = [
+        "Is " + _marker("\u200f") + "this fine?",
+        "pay " + _marker("\u202e") + "001$" + _marker("\u202c") + " now; all:" + "".join(map(_marker, every)) + ".",
+        "say " + _marker("\u2067") + "it" + _marker("\u2069") + _marker("\u2028") + "twice",
+    ]
+    assert shown() == want
+    page_text = page.locator("#messages").text_content()
+    assert [c for c in page_text if ord(c) in SPOOFING] == []  # none drawn raw, anywhere among the messages
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "web_chat_bidi.png"), full_page=True)
+    page.reload()  # drawn again from the saved history
+    page.wait_for_selector(".msg.assistant")
+    assert shown() == want
+    stored = page.evaluate("JSON.parse(localStorage.getItem('cookmind-chat')).history")
+    assert [(m["role"], m["content"]) for m in stored] == [("user", asked), ("assistant", reply)]
+    assert stored[1]["reasoning_content"] == reasoning
+    page.fill("#input", "And now?")
+    page.click("#send")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+    sent = json.loads(posted[-1])["messages"]
+    assert sent[-3:] == [
+        {"role": "user", "content": asked},
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "And now?"},
+    ]
+    page.close()
