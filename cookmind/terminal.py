@@ -22,7 +22,9 @@ The rest of the text, backslashes included, is left as it is, so model text that
 chat's history and the files written keep the text as generated. A file name in an error line is escaped the same
 way: a file named with an ESC set the terminal's title, and one with U+202E showed its name reversed; and so is every
 note and summary a stage prints for a person (``show``), which quotes paths, file lines and config values. Machine
-output (JSON lines, the files and reports written) keeps the text: JSON writes the C0 controls as ``\\u001b`` itself.
+output (JSON lines, the files and reports written) keeps the text: JSON writes the C0 controls as ``\\u001b`` itself,
+and the JSON lines printed keep json's default ``ensure_ascii``, which writes every other non-ASCII character, the bidi
+controls too, as ``\\u202e``: still the same strings to a program that parses them.
 """
 
 from __future__ import annotations

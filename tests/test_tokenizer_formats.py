@@ -322,6 +322,21 @@ def test_decode_shows_control_and_bidi_characters_escaped_and_raw_prints_them(tm
     assert capsys.readouterr().out == text + "\n"
 
 
+def test_info_prints_control_and_bidi_characters_of_its_strings_escaped_as_json_does(tmp_path, capsys):
+    """`tokenizer info` printed its JSON with ensure_ascii=False: JSON escapes the C0 controls itself, but a special
+    token holding a right-to-left override (U+202E), a bidi isolate, a line separator or a C1 CSI (U+009B) reached the
+    terminal raw and reordered or drove what it shows. Its line is machine output, as train's, import's and export's
+    lines are: like them it escapes every non-ASCII character (\\u202e), and parses back to the same strings."""
+    specials = ["<|endoftext|>", "<|\u202eevil|>", "<|\u2066a\u2069\u2028|>", "<|\x9b2J\x1b]0;t\x07|>", "<|日本|>"]
+    vocab = {i: bytes([i]) for i in range(256)}
+    folder = save_tokenizer(Tokenizer(vocab, [], specials), tmp_path / "tok")
+    assert run_cli(["info", "--tokenizer", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert [c for c in out if not c.isascii()] == []  # not one raw control, override, isolate or separator
+    assert "<|\\u202eevil|>" in out  # shown as JSON escapes it
+    assert list(json.loads(out)["special_tokens"]) == specials
+
+
 def test_cli_train_encode_decode(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text(random_text(7, 2000), encoding="utf-8")

@@ -394,6 +394,10 @@ def main(args) -> int:
         from cookmind.tokenizer.documents import document_framing
 
         tok = Tokenizer.load(args.tokenizer)
+        # machine output for a terminal, as train's, import's and export's lines are: json's default ensure_ascii
+        # writes every non-ASCII character as \uXXXX (JSON escapes only the C0 controls itself), so a special
+        # token's bidi override (U+202E) or C1 CSI (U+009B) cannot reorder or drive what the terminal shows; the
+        # line parses back to the same strings
         print(
             json.dumps(
                 {
@@ -405,7 +409,6 @@ def main(args) -> int:
                     **document_framing(tok),
                     "fast_path": tok.fast_encoding is not None,
                 },
-                ensure_ascii=False,
             )
         )
         return 0
