@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
 
 import pytest
 
 from cookmind.cli import main as cli_main
-from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, Tokenizer, train_bpe
 
 
 def _reference(tmp_path, docs, vocab_size=300):
@@ -219,3 +220,56 @@ def test_utf8_errors_replace_counts_and_warns_of_what_it_replaced(tmp_path, caps
         with pytest.warns(UserWarning, match=re.escape(f"{want['first']}: invalid UTF-8, read as U+FFFD ({n})")):
             assert _train(tmp_path, tmp_path / f"tok{i}", *inputs, extra=extra) == 0
         assert json.loads(capsys.readouterr().out)["read"]["invalid_utf8"] == want
+
+
+def _bad_utf8_by_line(data: bytes) -> tuple[int, int, int]:
+    """(lines holding bytes that are not UTF-8, those bytes, the first such line), found line by line with the
+    strict decoder: the whole-file reference a count over byte ranges must equal."""
+    lines = n_bytes = first = 0
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        bad, pos = 0, 0
+        while True:  # each error's span is what "replace" reads as one U+FFFD
+            try:
+                raw[pos:].decode("utf-8")
+                break
+            except UnicodeDecodeError as exc:
+                bad, pos = bad + exc.end - exc.start, pos + exc.end
+        if bad:
+            lines, n_bytes, first = lines + 1, n_bytes + bad, first or n
+    return lines, n_bytes, first
+
+
+def test_utf8_errors_replace_counts_a_line_at_a_range_cut_once(tmp_path):
+    """A plain text file is counted in byte ranges (in worker processes and this one), each range's bad lines
+    added up: a line cut in two, with bad bytes on both sides of the cut, would be counted twice, and a UTF-8
+    sequence cut in two would count its bytes as bad. It is neither: a cut falls only before a newline (or CRLF)
+    that follows a safe ASCII byte (chunk_file), so a bad line's bytes lie in one range, and the lines, bytes and
+    first line equal the file's own, read line by line. Ranges of 2 bytes put a cut at the end of every bad line,
+    the nearest a cut comes to one."""
+    from cookmind.tokenizer.pretokenize import ReadCounts, chunk_file, count_pretokens
+
+    good = b"the soup is hot.\n"
+    bad_lines = [
+        b"caf\xe9 cr\xe8me.\n",  # bad bytes inside the line, a safe byte before its newline
+        b"\xff\xfe x\r\n",  # a CRLF line: cut before its "\r"
+        b"na\xefve \xe2\x82\xac \xe2\x82!\n",  # a valid euro sign, and a cut-off one by the cut
+        b"\x80 starts the range.\n",  # a bad byte right after the range's opening newline
+        b"\xc3\xa9t\xc3\xa9 \xe9\xc3\xa9.\n",  # valid two-byte characters on both sides of a bad byte
+    ]
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"".join(itertools.chain.from_iterable((good, line) for line in bad_lines)) + good)
+    data = path.read_bytes()
+    ends = {data.index(line) + len(line.rstrip(b"\r\n")) for line in bad_lines}
+    cuts = {end for _, end in chunk_file(str(path), 2, DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN)}
+    assert ends <= cuts  # every bad line ends at a cut
+    lines, n_bytes, first = _bad_utf8_by_line(data)
+    assert (lines, n_bytes, first) == (5, 9, 2)  # the reference itself, counted by hand: 2 + 2 + 3 + 1 + 1 bytes
+    says = f"{path}:{first}: invalid UTF-8, read as U+FFFD (1 input file(s) held such bytes: {n_bytes} bytes on "
+    replace = {"utf8_errors": "replace", "progress": False}
+    for workers in (1, 2):  # counted here only; by a worker process beside this one
+        read = ReadCounts()
+        with pytest.warns(UserWarning, match=re.escape(f"{says}{lines} lines)")):
+            count_pretokens(
+                path, DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, workers=workers, chunk_bytes=2, **replace, read=read
+            )
+        assert read.invalid_utf8.as_meta() == {"files": 1, "lines": lines, "bytes": n_bytes, "first": f"{path}:{first}"}
