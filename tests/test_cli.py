@@ -644,7 +644,9 @@ def test_ctrl_c_to_a_tokenizer_train_with_worker_processes_is_one_line(tmp_path)
     rng = random.Random(0)
     words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(5000)]
     lines = (" ".join(rng.choice(words) for _ in range(12)) + ".\n" for _ in range(150_000))
-    (tmp_path / "in.txt").write_text("".join(lines))  # ~12 MB of distinct lines: seconds of pre-tokenizing
+    # ~12 MB of distinct lines, four times: seconds of pre-tokenizing. Once (1 s in all on a quiet machine), a
+    # loaded machine's main process counted every chunk itself before its pool's first worker had started
+    (tmp_path / "in.txt").write_text("".join(lines) * 4)
     argv = ["tokenizer", "train", "--input", str(tmp_path / "in.txt"), "--vocab-size", "2000"]
     argv += ["--out", str(tmp_path / "tok"), "--workers", "2", "--quiet"]  # its bars go into the pipe too
     proc = subprocess.Popen(
