@@ -74,6 +74,23 @@ def test_stop_string_ends_after_completing_token():
     assert out == free[: text.index(stop) + 2]
 
 
+def test_serving_counts_a_stop_string_its_last_token_completes_as_stop():
+    """The serving engine ended a row whose stop string the max_new_tokens-th token completed at its length: the
+    row's sink cancelled it ("stop") while the engine was emitting that token, and the engine then finished it
+    "length", and counted it there. A stop string ends the row, whatever token it comes on: it counts as "stop"."""
+    from cookmind.infer.engine_generate import held_engine
+
+    model = tiny_model()
+    free = generate(model, [PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=8))[0]
+    text = CharTok().decode(free)
+    # the shortest tail of the text not found earlier in it: the 8th token completes it
+    stop = next(text[k:] for k in range(len(text) - 1, -1, -1) if text.find(text[k:]) == k)
+    params = SamplingParams(temperature=0, max_new_tokens=8, stop_strings=(stop,))
+    assert generate(model, [PROMPTS[1]], params, CharTok(), engine="serving")[0] == free
+    counts = {k: v for k, v in held_engine().metrics().items() if k.startswith("requests_finished_")}
+    assert counts == {"requests_finished_stop": 1}
+
+
 def test_seeded_sampling_reproducible():
     model = tiny_model()
     cfg = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.9, seed=123)

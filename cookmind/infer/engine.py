@@ -823,6 +823,10 @@ class Engine:
             if self.spec is not None:
                 self.spec.release(req)
         with self._cond:  # cancel() may move a finish from "length" to "stop" (the server's thread)
+            if reason == "length" and req.cancelled and req.cancel_reason == "stop":
+                # the caller found a stop string in the request's last token before this finish: in that token's
+                # sink call (engine_generate), or in a cancel from its thread that came first
+                reason = "stop"
             req.state, req.finish_reason = "done", reason
             self.requests_finished += 1
             self._finished_at.append(time.perf_counter())
