@@ -728,6 +728,47 @@ def test_metrics_count_a_stop_string_the_final_flush_completes_as_stop(setup):
     assert counted == {"stop": 2, "length": 0}
 
 
+class _CountsThatRemember(dict):
+    """The engine's finish counts (``finished_by_reason``, /metrics' requests_finished_*), remembering every write
+    that lowered one: Prometheus reads a counter that goes down as a restart of the server."""
+
+    def __init__(self, counts):
+        super().__init__(counts)
+        self.lowered: list[tuple[str, int, int]] = []
+
+    def __setitem__(self, reason, value):
+        if value < self.get(reason, 0):
+            self.lowered.append((reason, self.get(reason, 0), value))
+        super().__setitem__(reason, value)
+
+
+def test_metrics_counters_never_go_down_for_a_stop_string_the_final_flush_completes(setup):
+    """The engine counted a generation it ended at max_tokens under requests_finished_length, and the server, finding
+    the stop string in the text flushed at its end, moved it to requests_finished_stop by taking 1 off the length
+    count: a counter that went down. Now the finish is counted once, with the reason the client is told."""
+    tok, c, engine = setup["tok"], setup["client"], setup["engine"]
+    ids, _ = reference(setup, tok.encode("The cook"), 40)
+    found = _straddling_stop(tok, ids)
+    if found is None:
+        pytest.skip("the completion has no piece of a character after a one-character token")
+    k, stop, _ = found
+    counts = engine.finished_by_reason = _CountsThatRemember(engine.finished_by_reason)
+    try:
+        before = dict(counts)
+        # the stop string, streamed and not; then one the text never holds: that one ends at its length
+        for stops, stream in (([stop], False), ([stop], True), (["never in the text"], False)):
+            kw = dict(model=MODEL, prompt="The cook", max_tokens=k + 1, temperature=0, stop=stops, stream=stream)
+            r = c.completions.create(**kw)
+            list(r) if stream else None
+        deadline = time.time() + 20
+        while sum(counts.values()) < sum(before.values()) + 3 and time.time() < deadline:
+            time.sleep(0.05)  # the streamed request's count may land just after its last chunk
+        counted = {r: counts.get(r, 0) - before.get(r, 0) for r in ("stop", "length")}
+        assert (counted, counts.lowered) == ({"stop": 2, "length": 1}, [])
+    finally:
+        engine.finished_by_reason = dict(counts)
+
+
 def test_full_queue_answers_429(setup):
     # an engine whose loop is not running keeps its queue full; the server must refuse, not wait
     engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=1)

@@ -132,6 +132,8 @@ class EngineRequest:
         self.cancelled = False
         self.cancel_reason = "cancelled"  # the finish reason a cancel gives ("stop" for a stop string)
         self.finish_reason: str | None = None
+        self.text_stops = False  # the caller matches stop strings on the text (Engine.submit)
+        self.count_held = False  # a "length" finish not counted yet: the caller's next cancel() settles it
         self.stop_token: int | None = None  # the stop token that ended it (finish reason "stop")
         self.submitted_at = time.perf_counter()
         self.first_token_at: float | None = None
@@ -328,13 +330,19 @@ class Engine:
         sink: Callable[[object], None] | None = None,
         prompt_logprobs: int | None = None,
         adapter: str | None = None,
+        text_stops: bool = False,
     ) -> EngineRequest:
         """Queue a request; raises QueueFullError when the waiting queue is full and ValueError
         when the prompt leaves no room in the context. prompt_logprobs=k: send a PromptLogprobsEvent
         (the prompt's tokens scored, with the top k at each place) before the first token.
         max_new_tokens / stop_token_ids: default to the params' own. max_new_tokens=0 only prefills (with
         prompt_logprobs: scoring a text) and finishes "length". Stop strings are the caller's (it cancels).
-        adapter: the name of a LoRA adapter the engine serves (None: the base model)."""
+        adapter: the name of a LoRA adapter the engine serves (None: the base model).
+        text_stops: the caller matches stop strings on the request's text (the server), so it may find one only after
+        the engine finished the request at its length: in its last token, or in the text its detokenizer held back
+        until the end (an unfinished character). Such a finish is counted when the caller's next ``cancel`` settles
+        it, "stop" or the engine's "length": /metrics' counters only go up, so a finish is counted once, and only
+        with the reason the client is told."""
         params = params or SamplingParams()
         max_new_tokens = params.max_new_tokens if max_new_tokens is None else max_new_tokens
         stop_token_ids = params.stop_token_ids if stop_token_ids is None else stop_token_ids
@@ -357,7 +365,7 @@ class Engine:
         req = EngineRequest(prompt_ids, params, max_new_tokens, stop_token_ids, sink, self.device, prompt_logprobs)
         if params.grammar is not None:
             req.matcher = self._grammar_matcher(req)
-        req.adapter, req.adapter_index = adapter, index
+        req.adapter, req.adapter_index, req.text_stops = adapter, index, text_stops
         if self.blocks is not None:
             self.blocks.check_fits(req)
         with self._cond:
@@ -382,15 +390,17 @@ class Engine:
 
     def cancel(self, req: EngineRequest, reason: str = "cancelled") -> None:
         """Stop a request; its slot is freed at the start of the next step. ``reason``: its finish reason,
-        "cancelled" (the client left) or "stop" (a stop string the caller found); the first cancel's counts. A stop
-        string found in a request the engine had already finished at its length (completed by the text flushed at
-        its end) makes it "stop", as the client was told: its finish counts there."""
+        "cancelled" (the client left) or "stop" (a stop string the caller found); the first cancel's counts. On a
+        request the engine already finished at its length whose count waits for the caller (``text_stops``), the
+        cancel settles it: "stop" makes it a stop (a stop string in its last token, or completed by the text flushed
+        at its end, as the client was told), any other reason leaves it "length"; it is counted then."""
         with self._cond:
             if req.state == "done":
-                if reason == "stop" and req.finish_reason == "length":
-                    req.finish_reason = "stop"
-                    self.finished_by_reason["length"] -= 1
-                    self.finished_by_reason["stop"] = self.finished_by_reason.get("stop", 0) + 1
+                if req.count_held:
+                    req.count_held = False
+                    if reason == "stop":
+                        req.finish_reason = "stop"
+                    self._count_finish(req.finish_reason)
                 return
             if not req.cancelled:
                 req.cancel_reason = reason
@@ -822,13 +832,21 @@ class Engine:
                 self.blocks.release(req)
             if self.spec is not None:
                 self.spec.release(req)
-        with self._cond:  # cancel() may move a finish from "length" to "stop" (the server's thread)
+        with self._cond:  # against cancel() (the server's thread), which may settle a held count
             if reason == "length" and req.cancelled and req.cancel_reason == "stop":
                 # the caller found a stop string in the request's last token before this finish: in that token's
                 # sink call (engine_generate), or in a cancel from its thread that came first
                 reason = "stop"
             req.state, req.finish_reason = "done", reason
-            self.requests_finished += 1
             self._finished_at.append(time.perf_counter())
-            self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
+            # a length finish whose caller may still find a stop string in its text waits for the caller's word
+            # (``text_stops``); one it has cancelled already gets no other
+            req.count_held = reason == "length" and req.text_stops and not req.cancelled
+            if not req.count_held:
+                self._count_finish(reason)
         req.sink(FinishEvent(reason, error))
+
+    def _count_finish(self, reason: str) -> None:
+        """Count a finished request under its final reason (under ``_cond``): once, since counters never go down."""
+        self.requests_finished += 1
+        self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1

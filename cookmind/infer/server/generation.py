@@ -136,6 +136,7 @@ class Generation:
                         sink,
                         prompt_logprobs=prompt_logprobs,
                         adapter=adapter,
+                        text_stops=bool(req.stop_list()),  # its OutputProcessor may make a length finish a stop
                     )
                 )
                 self.procs.append(OutputProcessor(self.state.tokenizer, req.stop_list(), **processor_kw))
@@ -184,6 +185,10 @@ class Generation:
             delta = proc.feed(ev)
             if proc.stopped_by_string:
                 self.state.engine.cancel(self.handles[i], "stop")
+            elif delta.finish_reason is not None:
+                # the engine's own finish, and no stop string in the text it left: a length finish, whose count the
+                # engine holds for this word (text_stops), is counted now as "length" (other finishes: a no-op)
+                self.state.engine.cancel(self.handles[i])
             if delta.finish_reason is not None:
                 remaining -= 1
             yield i, delta
