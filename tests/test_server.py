@@ -769,6 +769,27 @@ def test_metrics_counters_never_go_down_for_a_stop_string_the_final_flush_comple
         engine.finished_by_reason = dict(counts)
 
 
+def test_several_prompts_and_choices_cut_a_stop_string_the_final_flush_completes(setup):
+    """Each choice of a batch (two prompts, n=2, streamed or not) ends at a stop string the final flush completes
+    as a single request does: its text cut there, finish_reason "stop"."""
+    tok, c = setup["tok"], setup["client"]
+    ids, _ = reference(setup, tok.encode("The cook"), 40)
+    found = _straddling_stop(tok, ids)
+    if found is None:
+        pytest.skip("the completion has no piece of a character after a one-character token")
+    k, stop, cut = found
+    want = tok.decode(ids[: k + 1])[:cut]
+    kw = dict(model=MODEL, prompt=["The cook", "The cook"], n=2, max_tokens=k + 1, temperature=0, stop=[stop])
+    r = c.completions.create(**kw)
+    assert [(ch.index, ch.text, ch.finish_reason) for ch in r.choices] == [(i, want, "stop") for i in range(4)]
+    texts, reasons = ["" for _ in range(4)], [None] * 4
+    for chunk in c.completions.create(**kw, stream=True):
+        for ch in chunk.choices:
+            texts[ch.index] += ch.text
+            reasons[ch.index] = ch.finish_reason or reasons[ch.index]
+    assert (texts, reasons) == ([want] * 4, ["stop"] * 4)
+
+
 def test_full_queue_answers_429(setup):
     # an engine whose loop is not running keeps its queue full; the server must refuse, not wait
     engine = Engine(setup["model"], num_slots=1, max_seq_len=256, max_waiting=1)
