@@ -1093,3 +1093,62 @@ def test_completion_text_offsets_count_characters_of_the_text_after_non_ascii(se
         for o in ch.choices[0].logprobs.text_offset
     ]
     assert streamed == offsets
+
+
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/v1/completions", {"prompt": "The cook"}),
+        ("/v1/chat/completions", {"messages": MESSAGES}),
+    ],
+)
+def test_a_client_gone_before_its_stream_starts_cancels_the_generation(setup, path, body):
+    """A streamed call whose client left before the response's first byte went out (a reload, a proxy's timeout)
+    generated on to its max_tokens for no one, holding a slot: the stream's own clean-up never ran, since its
+    body was never started. The call is made at the ASGI level, where that moment can be held: sending the
+    response's headers never returns, and the server hears the disconnect meanwhile."""
+    import asyncio
+    import json
+
+    engine = setup["engine"]
+    app = create_app(engine, setup["tok"], MODEL, api_key=API_KEY, manage_engine=False)
+    before = dict(engine.finished_by_reason)
+    payload = json.dumps({"model": MODEL, "max_tokens": 600, "temperature": 0, "stream": True, **body}).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},  # uvicorn's
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"authorization", f"Bearer {API_KEY}".encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+
+    async def call():
+        messages = [{"type": "http.request", "body": payload, "more_body": False}]
+
+        async def receive():
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                await asyncio.Event().wait()  # the headers never leave: the client is gone first
+
+        await asyncio.wait_for(app(scope, receive, send), 30)
+        deadline = time.time() + 60  # this loop stays up while the engine may still send it the request's tokens
+        while sum(engine.finished_by_reason.values()) == sum(before.values()) and time.time() < deadline:
+            await asyncio.sleep(0.05)
+
+    asyncio.run(call())
+    ended = {k: v - before.get(k, 0) for k, v in engine.finished_by_reason.items() if v != before.get(k, 0)}
+    assert ended == {"cancelled": 1}
+    assert all(s is None for s in engine.slots)

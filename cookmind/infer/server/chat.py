@@ -21,6 +21,7 @@ import uuid
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from cookmind.infer.schemas import ChatCompletionRequest
 from cookmind.infer.server.errors import APIError, parse_request
@@ -128,6 +129,7 @@ async def chat_completions(request: Request, state: State):
             _stream(state, req, gen, rid, now, len(prompt_ids), forced_call=forced_call),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
+            background=BackgroundTask(gen.cancel),  # however it ends, also where the client left before its start
         )
     await gen.run_to_end(request)
     choices = []

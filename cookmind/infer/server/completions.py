@@ -13,6 +13,7 @@ import uuid
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from cookmind.infer.detokenize import decode_text
 from cookmind.infer.schemas import CompletionRequest
@@ -132,6 +133,7 @@ async def completions(request: Request, state: State):
             _stream(state, req, gen, rid, now, prompt_tokens, echoes),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
+            background=BackgroundTask(gen.cancel),  # however it ends, also where the client left before its start
         )
     await gen.run_to_end(request)
     choices = []
