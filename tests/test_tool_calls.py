@@ -274,7 +274,7 @@ class ScriptedEngine:
     def stop(self):
         pass
 
-    def submit(self, ids, params, max_new, stop_ids, sink, prompt_logprobs=None, adapter=None):
+    def submit(self, ids, params, max_new, stop_ids, sink, prompt_logprobs=None, adapter=None, text_stops=False):
         self.requests.append((list(ids), params))
         out = self.script[:max_new]
         for t in out:
@@ -282,7 +282,7 @@ class ScriptedEngine:
         sink(FinishEvent("length" if len(out) == max_new else "stop"))
         return len(self.requests)
 
-    def cancel(self, handle):
+    def cancel(self, handle, reason="cancelled"):
         pass
 
 
