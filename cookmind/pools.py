@@ -8,10 +8,13 @@
   it forks can be stopped half-way by a Ctrl-C before ``ignore_ctrl_c`` has run: a pack stopped in that moment
   printed import tracebacks, and a worker stopped there exited without a word. A mask, unlike an ignored
   disposition, is per thread: a pool started from a thread (tokenizer training starts its pool beside its own
-  counting) is held back too, and a Ctrl-C at the caller while the server starts waits, then arrives.
+  counting) is held back too. The caller's Ctrl-C is not lost: in a process of one thread it arrives once the
+  server is up; where another thread (a progress bar's) takes the signal, it may stop the start half-way, which
+  is what a Ctrl-C asks for (the server, holding it back, ends when its caller does).
 - ``stop_pool`` ends a pool in bounded time: ``Pool.terminate`` waits forever for a worker that was stopped (by
   it, or by anything) half-way through sending a result, and a Ctrl-C to a pack or a tokenizer training hung
-  silently in CI that way (sessions 22 and 28).
+  silently in CI that way (sessions 22 and 28). Not yet curate's ``ProcessPoolExecutor``, whose exit can wait
+  the same way for a shard's summary its killed worker half-sent (a small one: the window is short).
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ def pool_context():
     from multiprocessing import forkserver, resource_tracker
 
     resource_tracker.ensure_running()  # first: its start (inside the server's) unblocks SIGINT when it is done
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:  # a blocked signal stays blocked across fork and exec: the new server and every worker it forks
-        forkserver.ensure_running()  # hold Ctrl-C back from their first instruction (a no-op once it is up)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # the mask as it is (blocking nothing: it cannot raise)
+    try:  # blocking runs the handlers of signals already pending, which may raise: the finally must restore it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # a blocked signal stays blocked across fork and exec: the new server and every worker it forks hold
+        # Ctrl-C back from their first instruction (a no-op once the server is up)
+        forkserver.ensure_running()
     finally:  # a Ctrl-C this thread got meanwhile is delivered now
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return mp.get_context("forkserver")

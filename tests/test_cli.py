@@ -657,8 +657,9 @@ def test_ctrl_c_to_a_tokenizer_train_with_worker_processes_is_one_line(tmp_path)
         preexec_fn=_ctrl_c_as_a_terminal_gives_it,
     )
     deadline = time.monotonic() + 60
+    # the resource tracker, the forkserver and the pool's one worker are up (the main process counts beside it)
     while len(_children(proc.pid)) < 3 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)  # the forkserver and its two workers are up
+        time.sleep(0.02)
     time.sleep(0.3)
     assert proc.poll() is None, "finished before the interrupt: give it more text"
     os.killpg(proc.pid, signal.SIGINT)

@@ -85,9 +85,12 @@ def test_stop_pool_ends_a_pool_whose_worker_stopped_half_way_through_a_result(tm
 
 def test_the_half_sent_result_does_hang_pool_terminate(tmp_path):
     """The case above is the hang itself, not a case stop_pool alone would end anyway: the Pool's own terminate
-    is still waiting after 10 s."""
-    with pytest.raises(subprocess.TimeoutExpired):
-        _run(tmp_path, _HALF_SENT, "terminate", timeout=10)
+    is still waiting after 5 s (where a later Python has mended that, this says so instead of failing)."""
+    try:
+        got = _run(tmp_path, _HALF_SENT, "terminate", timeout=5)
+    except subprocess.TimeoutExpired:
+        return
+    pytest.skip(f"this Python's Pool.terminate ends such a pool by itself ({got}): stop_pool's wait is unused")
 
 
 _FROM_A_THREAD = """
@@ -103,10 +106,10 @@ if __name__ == "__main__":
     def start():
         with pool_context().Pool(2) as pool:
             got["workers"] = pool.map(held, range(4))
+        got["caller"] = held(0)  # the thread that started the server: its mask as it was
     t = threading.Thread(target=start)
     t.start()
     t.join()
-    got["caller"] = held(0)
     print(json.dumps(got))
 """
 
@@ -147,3 +150,38 @@ def test_a_ctrl_c_while_the_forkserver_starts_arrives_after_it_not_never(tmp_pat
     lost, and the stage went on as if no one had asked it to stop)."""
     got = _run(tmp_path, _CTRL_C_WHILE_STARTING)
     assert got == {"interrupted": True, "served": 3}
+
+
+_CTRL_C_AS_THE_MASK_IS_SET = """
+import json, signal, sys
+from cookmind import pools
+
+real = signal.pthread_sigmask
+
+def as_python_does(how, mask):
+    # pthread_sigmask runs the handlers of the signals pending when it returns: a Ctrl-C that came just before
+    # pools' call raises out of it, after the mask was set (the resource tracker's own calls are left be)
+    old = real(how, mask)
+    by_pools = sys._getframe(1).f_globals["__name__"] == "cookmind.pools"
+    if how == signal.SIG_BLOCK and signal.SIGINT in set(mask) and by_pools:
+        raise KeyboardInterrupt
+    return old
+
+if __name__ == "__main__":
+    signal.pthread_sigmask = as_python_does
+    got = {}
+    try:
+        pools.pool_context()
+    except KeyboardInterrupt:
+        got["interrupted"] = True
+    signal.pthread_sigmask = real
+    got["still_blocked"] = signal.SIGINT in real(signal.SIG_BLOCK, [])
+    print(json.dumps(got))
+"""
+
+
+def test_a_ctrl_c_raised_as_ctrl_c_is_held_back_leaves_it_unblocked(tmp_path):
+    """Blocking SIGINT runs the handlers of signals already pending, so a Ctrl-C just before it raises out of the
+    call that blocked it: the mask must still be put back, or this thread (and all it starts) ignores Ctrl-C."""
+    got = _run(tmp_path, _CTRL_C_AS_THE_MASK_IS_SET)
+    assert got == {"interrupted": True, "still_blocked": False}
