@@ -240,7 +240,7 @@ def _bad_utf8_by_line(data: bytes) -> tuple[int, int, int]:
 
 
 def test_utf8_errors_replace_counts_a_line_at_a_range_cut_once(tmp_path):
-    """A plain text file is counted in byte ranges (in worker processes and this one), each range's bad lines
+    """A plain text file is counted in byte ranges (by worker processes and this one), each range's bad lines
     added up: a line cut in two, with bad bytes on both sides of the cut, would be counted twice, and a UTF-8
     sequence cut in two would count its bytes as bad. It is neither: a cut falls only before a newline (or CRLF)
     that follows a safe ASCII byte (chunk_file), so a bad line's bytes lie in one range, and the lines, bytes and
@@ -266,10 +266,49 @@ def test_utf8_errors_replace_counts_a_line_at_a_range_cut_once(tmp_path):
     assert (lines, n_bytes, first) == (5, 9, 2)  # the reference itself, counted by hand: 2 + 2 + 3 + 1 + 1 bytes
     says = f"{path}:{first}: invalid UTF-8, read as U+FFFD (1 input file(s) held such bytes: {n_bytes} bytes on "
     replace = {"utf8_errors": "replace", "progress": False}
-    for workers in (1, 2):  # counted here only; by a worker process beside this one
+    # counted here only; then by the pool path (on a file this small this process may count every range before
+    # its worker starts: the ranges are counted by the same function either way)
+    for workers in (1, 2):
         read = ReadCounts()
         with pytest.warns(UserWarning, match=re.escape(f"{says}{lines} lines)")):
             count_pretokens(
                 path, DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, workers=workers, chunk_bytes=2, **replace, read=read
             )
         assert read.invalid_utf8.as_meta() == {"files": 1, "lines": lines, "bytes": n_bytes, "first": f"{path}:{first}"}
+
+
+def test_an_error_while_counting_beside_a_pool_stops_the_pool_at_once(tmp_path):
+    """The counting loop's own error (here, on its first count; a Ctrl-C lands there too) stopped the pool only
+    once the traceback was freed: with COOKMIND_DEBUG=1, which keeps it, only at exit, by the Pool's own terminate,
+    which can hang. Its workers are gone while the error is still held."""
+    import multiprocessing
+    import threading
+
+    from cookmind.tokenizer.pretokenize import ReadCounts, count_pretokens
+
+    class FailsOnFirstCount(ReadCounts):
+        @property
+        def text_bytes(self):
+            return 0
+
+        @text_bytes.setter
+        def text_bytes(self, n):
+            if n:
+                raise RuntimeError("the loop's own error")
+
+    path = tmp_path / "in.txt"
+    path.write_text("the soup is hot and the bread is fresh.\n" * 20_000)  # 800 KB: 8 ranges of 100 KB
+    with pytest.raises(RuntimeError, match="the loop's own error") as held:
+        count_pretokens(
+            path,
+            DEFAULT_SPECIAL_TOKENS,
+            GPT2_PATTERN,
+            workers=2,
+            chunk_bytes=100_000,
+            read=FailsOnFirstCount(),
+            progress=False,
+        )
+    assert held.value.__traceback__ is not None  # held, as COOKMIND_DEBUG=1 holds it
+    # the pool was starting (in a thread) or had started: neither is left
+    assert [t.name for t in threading.enumerate() if t.name == "count-pool-start"] == []
+    assert multiprocessing.active_children() == []
