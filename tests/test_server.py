@@ -1152,3 +1152,22 @@ def test_a_client_gone_before_its_stream_starts_cancels_the_generation(setup, pa
     ended = {k: v - before.get(k, 0) for k, v in engine.finished_by_reason.items() if v != before.get(k, 0)}
     assert ended == {"cancelled": 1}
     assert all(s is None for s in engine.slots)
+
+
+def test_an_event_for_a_call_whose_event_loop_has_closed_is_dropped():
+    """The engine thread hands each token to its call's event loop; one that had closed (a server shutting down,
+    or the ASGI-level test above ending just as the engine sent the finish) raised in the engine thread, which
+    failed every request running beside it."""
+    import asyncio
+
+    from cookmind.infer.engine import FinishEvent, TokenEvent
+    from cookmind.infer.server.generation import Generation
+
+    async def made_in_a_loop():
+        return Generation(state=None)
+
+    gen = asyncio.run(made_in_a_loop())  # asyncio.run closes its loop
+    sink = gen._sink(0)
+    sink(TokenEvent(1))
+    sink(FinishEvent("length", None))
+    assert gen.queue.empty()

@@ -133,7 +133,9 @@ async def completions(request: Request, state: State):
             _stream(state, req, gen, rid, now, prompt_tokens, echoes),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
-            background=BackgroundTask(gen.cancel),  # however it ends, also where the client left before its start
+            # cancels what is left once the response is over, also where the client left before it began (the
+            # stream's own clean-up then never ran); the stream's finally covers its errors
+            background=BackgroundTask(gen.aclose),
         )
     await gen.run_to_end(request)
     choices = []

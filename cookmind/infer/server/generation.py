@@ -157,13 +157,23 @@ class Generation:
         """The engine thread's callback for one choice: hand its events to the event loop's queue."""
 
         def sink(ev):
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (choice, ev))
+            try:
+                self.loop.call_soon_threadsafe(self.queue.put_nowait, (choice, ev))
+            except RuntimeError:
+                if not self.loop.is_closed():
+                    raise
+                # the call's loop has closed (the server is shutting down): no one is left to read the event, and
+                # raising here would fail the engine's step, every request beside this one
 
         return sink
 
     def cancel(self) -> None:
         for h in self.handles:
             self.state.engine.cancel(h)
+
+    async def aclose(self) -> None:
+        """``cancel`` for a response's background task (a coroutine runs on the loop, not in a worker thread)."""
+        self.cancel()
 
     async def events(self, request: Request | None = None) -> AsyncIterator[tuple[int, Delta]]:
         """Yield (choice index, Delta) until every choice has finished; a stop string cancels its choice.
