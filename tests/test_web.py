@@ -393,3 +393,32 @@ def test_bidi_controls_are_shown_as_markers_and_sent_back_as_they_are(browser, l
         {"role": "user", "content": "And now?"},
     ]
     page.close()
+
+
+def test_a_reply_of_many_bidi_controls_is_drawn(browser, live):
+    """Each marker was one argument of a single replaceChildren call: a reply (or a saved history) of 70,000 such
+    characters passed more arguments than the browser takes ("Maximum call stack size exceeded"), and the page
+    stayed at "generating…" (drawing the error failed the same way), and failed on every reload after. Each marker
+    was also isolated from the text around it, which Chrome laid out in time growing with the square of their
+    number (10,000: 17 s)."""
+    server, _ = live
+    n = 70_000  # 140,001 parts: Chrome's limit on a call's arguments is below that
+    page = browser.new_page()
+    _serve_stream(
+        page,
+        _chunk({"role": "assistant", "content": ""})
+        + _chunk({"content": "x\u202e" * n})
+        + _chunk({}, "stop")
+        + "data: [DONE]\n\n",
+    )
+    _open_fresh(page, server)
+    page.fill("#input", "Many?")
+    page.click("#send")
+    page.wait_for_function("document.getElementById('status').textContent !== 'generating…'", timeout=90_000)
+    assert page.text_content("#status").startswith("done"), page.text_content("#status")
+    markers = "document.querySelectorAll('.msg.assistant .content .control').length"
+    assert page.evaluate(markers) == n
+    page.reload()  # drawn again from the saved history
+    page.wait_for_selector(".msg.assistant")
+    assert page.evaluate(markers) == n
+    page.close()
