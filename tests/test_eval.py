@@ -359,6 +359,46 @@ def test_gsm8k_counts_answers_cut_by_max_new_tokens(tmp_path):
     assert [r["cut_short"] for r in map(json.loads, out.read_text().splitlines())] == [[False], [True]]
 
 
+def test_gsm8k_answers_cut_by_the_context_are_not_sent_to_raise_max_new_tokens(tmp_path, monkeypatch, capsys):
+    """A 256-token model's answers to GSM8K ran into its context, and `eval gsm8k` said "raise --max-new-tokens to
+    let them end"; at --max-new-tokens 1000 it said the same again. An answer cut where the context ends is counted
+    apart (num_cut_by_context) and the line names the context, which no --max-new-tokens extends."""
+    import types
+
+    import cookmind.infer.loading
+    from cookmind.cli import main
+    from cookmind.evals.gsm8k import format_prompt
+
+    question = "What is 2+2?"
+    prompt_len = len(format_prompt(question, "r1_zero", CharTok()))
+    model = OracleLM(lambda prompt: " ever on" * 100)  # never closes its answer
+    model.config = types.SimpleNamespace(max_position_embeddings=prompt_len + 30)  # room for 30 new tokens
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (model, CharTok()))
+    data = tmp_path / "test.jsonl"
+    data.write_text(json.dumps({"question": question, "answer": "#### 4"}) + "\n")
+    argv = ["eval", "gsm8k", "--model", "m", "--data", str(data), "--quiet"]
+
+    assert main([*argv, "--max-new-tokens", "1000"]) == 0
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)
+    assert (metrics["num_cut_short"], metrics["num_cut_by_context"]) == (1, 1)
+    assert "raise --max-new-tokens" not in captured.err
+    assert captured.err == (
+        f"cookmind eval gsm8k: 1 answer(s) ran into the end of the model's context of {prompt_len + 30} tokens "
+        "(num_cut_by_context) and were graded as cut; no --max-new-tokens lets them end: use a model with a longer "
+        "context, or a shorter --template (compact, plain)\n"
+    )
+
+    assert main([*argv, "--max-new-tokens", "10"]) == 0  # 10 of the 30 tokens of room: the limit cut it
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)
+    assert (metrics["num_cut_short"], metrics["num_cut_by_context"]) == (1, 0)
+    assert captured.err == (
+        "cookmind eval gsm8k: 1 answer(s) ran into --max-new-tokens 10 before they ended (num_cut_short) and were "
+        "graded as cut; raise --max-new-tokens to let them end\n"
+    )
+
+
 def test_ppl_out_writes_one_row_a_window_and_says_how_much_max_bytes_left_out(tmp_path, capsys):
     """`eval ppl --out p.jsonl` wrote only p.metrics.json, though its help promised the per-item JSONL; and
     --max-bytes 500 reported the 499 bytes it scored, not what it left out of how many."""

@@ -208,11 +208,19 @@ def main(args) -> int:
             f"context of {metrics['context']} tokens (num_skipped_too_long; not in the accuracy)",
             file=sys.stderr,
         )
-    if metrics.get("num_cut_short"):
+    by_context = metrics.get("num_cut_by_context", 0)
+    by_limit = metrics.get("num_cut_short", 0) - by_context
+    if by_limit:
         print(
-            f"cookmind eval {args.task}: {metrics['num_cut_short']} answer(s) ran into --max-new-tokens or the "
-            "model's context before they ended (num_cut_short) and were graded as cut; raise --max-new-tokens to let "
-            "them end",
+            f"cookmind eval {args.task}: {by_limit} answer(s) ran into --max-new-tokens {args.max_new_tokens} before "
+            "they ended (num_cut_short) and were graded as cut; raise --max-new-tokens to let them end",
+            file=sys.stderr,
+        )
+    if by_context:  # a larger --max-new-tokens changes nothing for these: the context is the model's
+        print(
+            f"cookmind eval {args.task}: {by_context} answer(s) ran into the end of the model's context of "
+            f"{metrics['context']} tokens (num_cut_by_context) and were graded as cut; no --max-new-tokens lets them "
+            "end: use a model with a longer context, or a shorter --template (compact, plain)",
             file=sys.stderr,
         )
     if metrics.get("num_no_letter"):

@@ -163,6 +163,7 @@ def evaluate_gsm8k(
             else "no GSM8K problems to grade"
         )
     records = []
+    cut_by_context = 0
     chunk = max(1, batch_size // num_samples)
     bar = tqdm(total=len(problems), desc="gsm8k", unit="problem", disable=not progress)
     for start in range(0, len(problems), chunk):
@@ -189,6 +190,9 @@ def evaluate_gsm8k(
             # on its very last allowed token counts too: the ids do not say which)
             room = max_new_tokens if context is None else min(max_new_tokens, context - len(prompt_ids[i]))
             cut = [len(o) >= room for o in mine]
+            # the context, not --max-new-tokens, set the room: raising --max-new-tokens would not let these end
+            if room < max_new_tokens:
+                cut_by_context += sum(cut)
             records.append(
                 {
                     "index": i,
@@ -215,6 +219,7 @@ def evaluate_gsm8k(
         "format_rate": sum(sum(r["format_rewards"]) / num_samples for r in graded) / n,
         # answers graded as they were when --max-new-tokens or the context ran out: raise it, or expect misses
         "num_cut_short": sum(sum(r["cut_short"]) for r in graded),
+        "num_cut_by_context": cut_by_context,  # of num_cut_short: those the model's context ended
     }
     for k in ks:
         metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, int(sum(r["grades"])), k) for r in graded) / n
