@@ -827,6 +827,29 @@ def test_an_option_that_does_not_apply_to_the_train_type_is_refused(tmp_path, to
         assert main([*argv, "--train-type", train_type]) == 0
 
 
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_a_plain_text_input_to_a_records_pack_names_the_suffix_it_was_read_by(tmp_path, tok_dir, capsys, train_type):
+    """GSM8K's JSON lines saved as train.txt (or MMLU's .csv) packed as sft stopped with "train.txt:1: expected a JSON
+    object, got str", though line 1 is one: the suffix made it plain text, which only seq reads, and nothing said so.
+    Now the file is refused before any line is read, naming the suffixes that are read as records."""
+    from cookmind.cli import main
+
+    row = {"question": "What is 2+3?", "answer": "2+3=5\n#### 5", "prompt": "Say hi", "chosen": "Hi!", "rejected": "No"}
+    good = _jsonl(tmp_path / "qa.jsonl", [row] * 2)
+    txt = tmp_path / "qa.txt"
+    shutil.copy(good, txt)
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", train_type, "--quiet", "--out", str(tmp_path / "s")]
+    for extra in ([], ["--skip-bad"]):  # --skip-bad skipped every record of it, one by one, as not JSON
+        assert main([*argv, "--input", str(good), str(txt), *extra]) == 2
+        assert capsys.readouterr().err == (
+            f"cookmind pack: error: {txt}: --train-type {train_type} reads records, from JSON lines (.jsonl, .json, "
+            ".ndjson) or Parquet (.parquet, .pq) files, optionally .gz, and this file's suffix makes it plain text, "
+            "which only --train-type seq reads; rename it (e.g. qa.jsonl if it holds JSON lines)\n"
+        )
+        assert not (tmp_path / "s").exists()
+    assert main([*argv, "--input", str(good)]) == 0  # the same lines under a .jsonl name pack
+
+
 def test_one_per_line_and_a_separator_together_are_refused(tmp_path, tok_dir, capsys):
     from cookmind.cli import main
 

@@ -32,7 +32,15 @@ from cookmind.store.records import (
     parse,
     reason_kind,
 )
-from cookmind.store.sources import check_text_field_applies, count_items, estimate_items, iter_items, source_kind
+from cookmind.store.sources import (
+    JSON_SUFFIXES,
+    PARQUET_SUFFIXES,
+    check_text_field_applies,
+    count_items,
+    estimate_items,
+    iter_items,
+    source_kind,
+)
 from cookmind.store.writer import StoreWriter, check_store_out
 from cookmind.tokenizer.documents import document_end_id, document_framing, document_ids
 
@@ -142,6 +150,21 @@ def _check_flags_apply(
             check_text_field_applies(inputs)
         except ValueError as exc:
             raise PackError(str(exc)) from None
+
+
+def _check_inputs_hold_records(train_type: str, inputs: list[Path]) -> None:
+    """Refuse a plain text input (by its suffix) to an sft/dpo/grpo pack before any line is read: its documents are
+    strings, never records, so every one was "expected a JSON object, got str", even a line of JSON in a .txt file."""
+    if train_type == "seq":
+        return
+    for p in inputs:
+        if source_kind(p) == "text":
+            stem = Path(p.stem).stem if p.suffix.lower() == ".gz" else p.stem
+            raise PackError(
+                f"{p}: --train-type {train_type} reads records, from JSON lines ({', '.join(JSON_SUFFIXES)}) or "
+                f"Parquet ({', '.join(PARQUET_SUFFIXES)}) files, optionally .gz, and this file's suffix makes it plain "
+                f"text, which only --train-type seq reads; rename it (e.g. {stem}.jsonl if it holds JSON lines)"
+            )
 
 
 def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
@@ -254,6 +277,7 @@ def pack(
         "--prompt-template": prompt_template is not None,
     }
     _check_flags_apply(train_type, given, inputs, separator, one_per_line)
+    _check_inputs_hold_records(train_type, inputs)
     text_field = "text" if text_field is None else text_field
     separator = "<|endoftext|>" if separator is None else separator
     prompt_template = "chat" if prompt_template is None else prompt_template
