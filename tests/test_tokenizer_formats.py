@@ -385,6 +385,21 @@ def test_cli_bad_input_leaves_no_output(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "empty.txt"]
 
 
+def test_cli_a_vocab_size_below_the_bytes_and_specials_names_the_flag(tmp_path, capsys):
+    """`tokenizer train --vocab-size 200` said "pass vocab_size >= 261", a name the command line does not have."""
+    text = tmp_path / "t.txt"
+    text.write_text("some text to learn from\n")
+    argv = ["train", "--input", str(text), "--vocab-size", "200", "--out", str(tmp_path / "tok")]
+    assert run_cli(argv) == 2  # 256 byte tokens + the 5 default specials = 261 ids
+    assert capsys.readouterr().err == (
+        "cookmind tokenizer train: error: --vocab-size 200 is too small: the 256 byte tokens and 5 special tokens "
+        "already take 261 ids; pass --vocab-size 261 or more\n"
+    )
+    assert run_cli([*argv, "--special-token", "<|endoftext|>"]) == 2  # 257 ids
+    assert "take 257 ids; pass --vocab-size 257 or more\n" in capsys.readouterr().err
+    assert not (tmp_path / "tok").exists()
+
+
 def test_cli_encode_names_the_bad_line(tmp_path, capsys, shared_data):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\n" * 3000 + "é".encode() * 3 + b" \xe9t\xe9\n")

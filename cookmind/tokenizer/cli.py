@@ -182,6 +182,12 @@ def _train(args) -> int:
     from cookmind.tokenizer.tokenizer import Tokenizer
 
     specials = check_specials(DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token)
+    least = 256 + len(specials)
+    if args.vocab_size < least:  # said here by its flag: train_bpe's own refusal names its vocab_size argument
+        raise TokenizerError(
+            f"--vocab-size {args.vocab_size} is too small: the 256 byte tokens and {len(specials)} special tokens "
+            f"already take {least} ids; pass --vocab-size {least} or more"
+        )
     out = Path(args.out)
     check_out(out, args.overwrite, args.input)  # before the (long) training
     if args.text_field is not None:
