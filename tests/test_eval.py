@@ -389,6 +389,10 @@ def test_gsm8k_answers_cut_by_the_context_are_not_sent_to_raise_max_new_tokens(t
         "context, or a shorter --template (compact, plain)\n"
     )
 
+    assert main([*argv, "--max-new-tokens", "30"]) == 0  # both end at once: a larger limit would not help either
+    metrics = json.loads(capsys.readouterr().out)
+    assert (metrics["num_cut_short"], metrics["num_cut_by_context"]) == (1, 1)
+
     assert main([*argv, "--max-new-tokens", "10"]) == 0  # 10 of the 30 tokens of room: the limit cut it
     captured = capsys.readouterr()
     metrics = json.loads(captured.out)

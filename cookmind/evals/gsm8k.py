@@ -190,8 +190,9 @@ def evaluate_gsm8k(
             # on its very last allowed token counts too: the ids do not say which)
             room = max_new_tokens if context is None else min(max_new_tokens, context - len(prompt_ids[i]))
             cut = [len(o) >= room for o in mine]
-            # the context, not --max-new-tokens, set the room: raising --max-new-tokens would not let these end
-            if room < max_new_tokens:
+            # the context set the room (alone, or with --max-new-tokens ending at the same token): raising
+            # --max-new-tokens would not let these end
+            if context is not None and context - len(prompt_ids[i]) <= max_new_tokens:
                 cut_by_context += sum(cut)
             records.append(
                 {
