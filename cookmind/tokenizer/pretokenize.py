@@ -449,7 +449,7 @@ def count_pretokens(
             results: Iterable = itertools.chain(map(_count_chunk, tasks), map(_count_texts, record_tasks))
         elif not records:  # text files only: this process counts too, beside workers - 1 worker processes
             # closed on leaving, an error or a Ctrl-C in this loop's body included: its pool stops then, not when
-            # the traceback is freed (or at exit, by the Pool's own unbounded terminate)
+            # the traceback is freed (with COOKMIND_DEBUG=1, at exit, where stopping it hung)
             results = stack.enter_context(contextlib.closing(_count_alongside(workers - 1, tasks, counts)))
         else:
             pool = stack.enter_context(worker_pool(workers))
