@@ -13,8 +13,7 @@
   is what a Ctrl-C asks for (the server, holding it back, ends when its caller does).
 - ``stop_pool`` ends a pool in bounded time: ``Pool.terminate`` waits forever for a worker that was stopped (by
   it, or by anything) half-way through sending a result, and a Ctrl-C to a pack or a tokenizer training hung
-  silently in CI that way (sessions 22 and 28). Not yet curate's ``ProcessPoolExecutor``, whose exit can wait
-  the same way for a shard's summary its killed worker half-sent (a small one: the window is short).
+  silently in CI that way (sessions 22 and 28); curate's ``ProcessPoolExecutor`` exit could wait the same way.
 """
 
 from __future__ import annotations

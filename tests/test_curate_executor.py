@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -119,3 +120,61 @@ def test_one_large_input_shows_its_documents_read_under_the_shard_bar(tmp_path, 
     err = capsys.readouterr().err
     assert "documents: " in err and "700 docs" in err and "0/1" in err
     assert not executors.INLINE["bars"] and not executors.INLINE["progress"]
+
+
+_HALF_SENT = """
+import os, signal, struct, sys, threading, time
+from cookmind.curate.executors import LocalExecutor
+
+def task(i):
+    if i == 0:
+        # what a worker killed while sending its result leaves: the start of a message in the result pipe (its
+        # length says 1 MiB, 7 bytes follow); the reader waits for the rest, which never comes
+        frame = sys._getframe(1)
+        while not {"outqueue", "result_queue"} & frame.f_locals.keys():
+            frame = frame.f_back
+        queue = frame.f_locals.get("outqueue") or frame.f_locals["result_queue"]
+        with queue._wlock:
+            os.write(queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"partial")
+    time.sleep(3600)
+
+if __name__ == "__main__":
+    threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # the user's Ctrl-C, meanwhile
+    t0 = time.monotonic()
+    try:
+        LocalExecutor(workers=2, progress=False).map(task, [(i,) for i in range(4)], "curate")
+    except KeyboardInterrupt:
+        print("interrupted", round(time.monotonic() - t0, 1), flush=True)
+        sys.exit(130)
+"""
+
+
+def test_ctrl_c_ends_the_pool_when_a_worker_left_half_a_result(tmp_path):
+    """The pool's exit waited forever for the rest of a result a stopped worker had half sent (its reader blocks,
+    and this process holds the pipe's other end): a Ctrl-C to a curate run could hang as pack's and tokenizer
+    training's did (CI, session 28). It ends in bounded time, as theirs (cookmind.pools.stop_pool)."""
+    if "forkserver" not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip("no forkserver on this platform: workers are spawned")
+    script = tmp_path / "half.py"
+    script.write_text(_HALF_SENT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_as_a_terminal_gives_it,
+    )
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the pool's exit hung after Ctrl-C")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # a worker still asleep
+    assert proc.returncode == 130, err
+    assert out.startswith("interrupted"), out

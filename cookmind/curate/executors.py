@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from tqdm import tqdm
 
-from cookmind.pools import ignore_ctrl_c, pool_context
+from cookmind.pools import worker_pool
 
 # while LocalExecutor runs tasks in this process with a bar: document bars may be shown (and are closed after each)
 INLINE: dict = {"progress": False, "bars": []}
@@ -57,28 +56,23 @@ class LocalExecutor:
                 finally:
                     INLINE["progress"] = False
             else:
-                n = min(self.workers, len(args_list))
-                with ProcessPoolExecutor(max_workers=n, mp_context=pool_context(), initializer=ignore_ctrl_c) as pool:
-                    try:
-                        futures = {pool.submit(fn, *args): i for i, args in enumerate(args_list)}
-                        for fut in as_completed(futures):
-                            results[futures[fut]] = fut.result()
-                            bar.update(1)
-                    except BaseException:
-                        _stop_workers(pool)
-                        raise
+                # a failed shard or a Ctrl-C stops the pool at once (worker_pool's exit, bounded): a
+                # ProcessPoolExecutor's exit ran every queued task first (the error or `interrupted` came hours later
+                # on a big crawl), and once its workers were terminated, waited forever for a result one had half
+                # sent. A shard a worker was writing is left under a temporary name (its rewrite removes it) and has
+                # no done file, so the next run does it again.
+                tasks = [(fn, i, args) for i, args in enumerate(args_list)]
+                with worker_pool(min(self.workers, len(args_list))) as pool:
+                    for i, result in pool.imap_unordered(_run_task, tasks):
+                        results[i] = result
+                        bar.update(1)
         return results
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """A failed shard or a Ctrl-C stops the pool now. The pool's own exit runs every queued task first (the whole
-    stage: the error or `interrupted` came hours later on a big crawl) and, itself interrupted by a second Ctrl-C,
-    hung at exit. The workers are terminated: the pool marks what was pending failed and its exit returns at once.
-    A shard a worker was writing is left under a temporary name (its rewrite removes it) and has no done file, so
-    the next run does it again."""
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
-        if proc.is_alive():
-            proc.terminate()
+def _run_task(task: tuple) -> tuple:
+    """A worker's call of one shard task: (its index, its result)."""
+    fn, i, args = task
+    return i, fn(*args)
 
 
 class RayExecutor:
