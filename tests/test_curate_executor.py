@@ -49,13 +49,11 @@ def _ctrl_c_as_a_terminal_gives_it():
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background test run's children start with SIGINT ignored
 
 
-def _start(tmp_path: Path, fail: int) -> tuple[subprocess.Popen, Path]:
-    script, marks = tmp_path / "pool.py", tmp_path / "marks"
-    script.write_text(_SCRIPT)
-    marks.mkdir()
+def _popen(script: Path, *args: str) -> subprocess.Popen:
+    """``script`` run with this checkout's cookmind, in a process group of its own, Ctrl-C at its default."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(marks), str(fail)],
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -63,7 +61,13 @@ def _start(tmp_path: Path, fail: int) -> tuple[subprocess.Popen, Path]:
         start_new_session=True,
         preexec_fn=_ctrl_c_as_a_terminal_gives_it,
     )
-    return proc, marks
+
+
+def _start(tmp_path: Path, fail: int) -> tuple[subprocess.Popen, Path]:
+    script, marks = tmp_path / "pool.py", tmp_path / "marks"
+    script.write_text(_SCRIPT)
+    marks.mkdir()
+    return _popen(script, str(marks), str(fail)), marks
 
 
 def test_a_failing_shard_stops_the_pool_without_running_the_queued_shards(tmp_path):
@@ -157,16 +161,7 @@ def test_ctrl_c_ends_the_pool_when_a_worker_left_half_a_result(tmp_path):
         pytest.skip("no forkserver on this platform: workers are spawned")
     script = tmp_path / "half.py"
     script.write_text(_HALF_SENT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen(
-        [sys.executable, str(script)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-        preexec_fn=_ctrl_c_as_a_terminal_gives_it,
-    )
+    proc = _popen(script)
     try:
         out, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
