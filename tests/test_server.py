@@ -642,6 +642,16 @@ def _straddling_stop(tok, ids):
     return None
 
 
+def _completion_with_a_straddling_stop(setup):
+    """The reference greedy completion of "The cook" (40 tokens) and, as _straddling_stop gives them, the place k, the
+    stop string and its cut; skips where the completion holds no such stop string."""
+    ids, _ = reference(setup, setup["tok"].encode("The cook"), 40)
+    found = _straddling_stop(setup["tok"], ids)
+    if found is None:
+        pytest.skip("the completion has no piece of a character after a one-character token")
+    return (ids, *found)
+
+
 def test_a_stop_string_the_final_flush_completes_cuts_the_logprobs_too(setup):
     """A generation that ended (max_tokens) while the stop matcher held the start of a stop string and the
     detokenizer held its end (an unfinished character, U+FFFD at the end) had its text cut at the stop string, but
@@ -702,12 +712,8 @@ def test_metrics_count_a_stop_string_the_final_flush_completes_as_stop(setup):
     """A generation that ended at max_tokens while a stop string waited on the final flush answered finish_reason
     "stop", but /metrics counted it under requests_finished_length: the engine's count, made before the flush. Now
     /metrics counts what the client was told, streamed or not."""
-    tok, c = setup["tok"], setup["client"]
-    ids, _ = reference(setup, tok.encode("The cook"), 40)
-    found = _straddling_stop(tok, ids)
-    if found is None:
-        pytest.skip("the completion has no piece of a character after a one-character token")
-    k, stop, _ = found
+    c = setup["client"]
+    ids, k, stop, _ = _completion_with_a_straddling_stop(setup)
     headers = {"Authorization": f"Bearer {API_KEY}"}
     url = setup["server"].url + "/metrics"
     before = httpx.get(url, headers=headers).text
@@ -746,12 +752,8 @@ def test_metrics_counters_never_go_down_for_a_stop_string_the_final_flush_comple
     """The engine counted a generation it ended at max_tokens under requests_finished_length, and the server, finding
     the stop string in the text flushed at its end, moved it to requests_finished_stop by taking 1 off the length
     count: a counter that went down. Now the finish is counted once, with the reason the client is told."""
-    tok, c, engine = setup["tok"], setup["client"], setup["engine"]
-    ids, _ = reference(setup, tok.encode("The cook"), 40)
-    found = _straddling_stop(tok, ids)
-    if found is None:
-        pytest.skip("the completion has no piece of a character after a one-character token")
-    k, stop, _ = found
+    c, engine = setup["client"], setup["engine"]
+    ids, k, stop, _ = _completion_with_a_straddling_stop(setup)
     counts = engine.finished_by_reason = _CountsThatRemember(engine.finished_by_reason)
     try:
         before = dict(counts)
@@ -773,11 +775,7 @@ def test_several_prompts_and_choices_cut_a_stop_string_the_final_flush_completes
     """Each choice of a batch (two prompts, n=2, streamed or not) ends at a stop string the final flush completes
     as a single request does: its text cut there, finish_reason "stop"."""
     tok, c = setup["tok"], setup["client"]
-    ids, _ = reference(setup, tok.encode("The cook"), 40)
-    found = _straddling_stop(tok, ids)
-    if found is None:
-        pytest.skip("the completion has no piece of a character after a one-character token")
-    k, stop, cut = found
+    ids, k, stop, cut = _completion_with_a_straddling_stop(setup)
     want = tok.decode(ids[: k + 1])[:cut]
     kw = dict(model=MODEL, prompt=["The cook", "The cook"], n=2, max_tokens=k + 1, temperature=0, stop=[stop])
     r = c.completions.create(**kw)
