@@ -63,6 +63,19 @@ def _popen(script: Path, *args: str) -> subprocess.Popen:
     )
 
 
+def _outcome(proc: subprocess.Popen, hung: str) -> tuple[str, str]:
+    """``proc``'s output once it ends (a test failure saying ``hung`` if it has not in 60 s); whatever it left in
+    its process group (a worker still asleep) is killed either way."""
+    try:
+        return proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(hung)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
 def _start(tmp_path: Path, fail: int) -> tuple[subprocess.Popen, Path]:
     script, marks = tmp_path / "pool.py", tmp_path / "marks"
     script.write_text(_SCRIPT)
@@ -94,12 +107,7 @@ def test_ctrl_c_stops_the_pool_without_running_the_queued_shards(tmp_path):
     assert proc.poll() is None, proc.communicate()
     t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to the whole process group
-    try:
-        out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail("the process hung after Ctrl-C")
+    out, err = _outcome(proc, "the process hung after Ctrl-C")
     waited = time.monotonic() - t0
     assert proc.returncode == 130, err
     assert out.startswith("interrupted"), out
@@ -162,14 +170,6 @@ def test_ctrl_c_ends_the_pool_when_a_worker_left_half_a_result(tmp_path):
     script = tmp_path / "half.py"
     script.write_text(_HALF_SENT)
     proc = _popen(script)
-    try:
-        out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail("the pool's exit hung after Ctrl-C")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # a worker still asleep
+    out, err = _outcome(proc, "the pool's exit hung after Ctrl-C")
     assert proc.returncode == 130, err
     assert out.startswith("interrupted"), out
