@@ -154,17 +154,26 @@ def hf_flops_per_token(model: nn.Module, t: int) -> float:
     return float(6 * n + 12 * c.num_hidden_layers * c.num_attention_heads * head_dim * t)
 
 
-def convert_hf_peer_to_float8(model: nn.Module, emulate: bool = False) -> int:
+def convert_hf_peer_to_float8(model: nn.Module, emulate: bool = False, fast_accum: str = "output") -> int:
     """The transformers peer's decoder-layer linears (q/k/v/o, gate/up/down) as torchao float8 training linears,
     tensorwise, the LM head left as it is: what a user of transformers would write for FP8 (torchao's
     ``convert_to_float8_training``, which accelerate's torchao FP8 backend calls too), beside our
-    ``train.fp8_blocks``. Returns how many linears converted; emulate: CPU runs (the code path only)."""
+    ``train.fp8_blocks``. fast_accum: ``output`` keeps torchao's recipe (only the forward GEMM accumulates fast),
+    ``all`` makes every GEMM accumulate fast, the peer of ``train.fp8_fast_accum=all``. Returns how many linears
+    converted; emulate: CPU runs (the code path only)."""
     import dataclasses
 
     from cookmind.model.float8_blocks import import_torchao_float8
 
+    if fast_accum not in PEER_FP8_FAST_ACCUM:
+        raise ValueError(f"fast_accum must be one of {', '.join(PEER_FP8_FAST_ACCUM)}, got {fast_accum!r}")
     float8 = import_torchao_float8()
     config = dataclasses.replace(float8.Float8LinearConfig.from_recipe_name("tensorwise"), emulate=emulate)
+    if fast_accum == "all":
+        fast = float8.Float8GemmConfig(use_fast_accum=True)
+        config = dataclasses.replace(
+            config, gemm_config_output=fast, gemm_config_grad_input=fast, gemm_config_grad_weight=fast
+        )
     float8.convert_to_float8_training(
         model,
         module_filter_fn=lambda m, fqn: (
@@ -175,16 +184,28 @@ def convert_hf_peer_to_float8(model: nn.Module, emulate: bool = False) -> int:
     return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
 
 
+PEER_FP8_FAST_ACCUM = ("output", "all")
+
+
 def hf_step(
-    shape: dict, batch: int, seq: int, device, precision: str, compile_: bool, accum: int = 1, fp8: bool = False
+    shape: dict,
+    batch: int,
+    seq: int,
+    device,
+    precision: str,
+    compile_: bool,
+    accum: int = 1,
+    fp8: bool = False,
+    fp8_fast_accum: str = "output",
 ):
     """(step(i) -> (loss, grad norm), model): one step of transformers' model in a bare loop: forward with
     labels (its shifted cross-entropy) and backward for each of ``accum`` micro-batches, clip, torch's fused
-    AdamW. fp8: its decoder layers' linears as torchao float8 linears (``convert_hf_peer_to_float8``)."""
+    AdamW. fp8: its decoder layers' linears as torchao float8 linears (``convert_hf_peer_to_float8``, with
+    fp8_fast_accum)."""
     torch.manual_seed(0)
     model = hf_peer(shape).to(device).train()
     if fp8:
-        convert_hf_peer_to_float8(model, emulate=device.type == "cpu")
+        convert_hf_peer_to_float8(model, emulate=device.type == "cpu", fast_accum=fp8_fast_accum)
     fused = device.type == "cuda"
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
     fwd = torch.compile(model) if compile_ else model
@@ -217,9 +238,10 @@ def bench_hf(
     compile_: bool,
     accum: int = 1,
     fp8: bool = False,
+    fp8_fast_accum: str = "output",
 ):
     """tokens/s of transformers' model of the same config in a bare loop (``hf_step``; fp8: float8 decoder layers)."""
-    step, model = hf_step(shape, batch, seq, device, precision, compile_, accum, fp8)
+    step, model = hf_step(shape, batch, seq, device, precision, compile_, accum, fp8, fp8_fast_accum)
     dt, warm_s = _time_loop(step, steps, warmup, device)
     return {
         "tokens_per_s": steps * accum * batch * seq / dt,
@@ -640,6 +662,12 @@ def main() -> None:
         "(tensorwise, the LM head in bf16), the like-for-like peer of the fp8-blocks variants; needs torchao",
     )
     ap.add_argument(
+        "--peer-fp8-fast-accum",
+        default="output",
+        help="with --peer-fp8: which float8 peers to time, comma-separated: output (torchao's recipe: the forward "
+        "GEMM accumulates fast; default), all (every GEMM, the peer of the fp8fa variants)",
+    )
+    ap.add_argument(
         "--no-plain",
         action="store_true",
         help="leave out the plain Trainer too: only the --variants (each compiles for a minute or two on a GPU)",
@@ -685,6 +713,12 @@ def main() -> None:
         ap.error(f"--accum applies to the preset shapes ({', '.join(PRESET_RUNS)}), not {given}")
     if args.peer_fp8 and args.shape not in PRESET_RUNS:
         ap.error(f"--peer-fp8 converts the transformers peer of the preset shapes ({', '.join(PRESET_RUNS)}); pass one")
+    peer_fp8_fast_accum = [fa.strip() for fa in args.peer_fp8_fast_accum.split(",") if fa.strip()]
+    bad = [fa for fa in peer_fp8_fast_accum if fa not in PEER_FP8_FAST_ACCUM]
+    if bad or not peer_fp8_fast_accum:
+        ap.error(f"--peer-fp8-fast-accum: {', '.join(bad) or 'nothing given'}: use {' or '.join(PEER_FP8_FAST_ACCUM)}")
+    if args.peer_fp8_fast_accum != "output" and not args.peer_fp8:
+        ap.error("--peer-fp8-fast-accum picks the float8 peers of --peer-fp8: pass --peer-fp8 too")
     unknown = [v for v in args.variants.split(",") if v and v != "raw" and v not in TRAINER_VARIANTS]
     if unknown:
         ap.error(f"--variants: no variant {', '.join(unknown)}; choose from raw, {', '.join(TRAINER_VARIANTS)}")
@@ -747,7 +781,9 @@ def main() -> None:
         peer_fn = bench_hf if peer != "nanogpt-style reference" else bench_reference
         runs = [] if args.no_peer else [(peer, peer_fn, shape)]
         if args.peer_fp8:
-            runs.append((f"{peer} + torchao float8 layers", functools.partial(bench_hf, fp8=True), shape))
+            for fa in peer_fp8_fast_accum:
+                label = f"{peer} + torchao float8 layers" + (", every GEMM fast" if fa == "all" else "")
+                runs.append((label, functools.partial(bench_hf, fp8=True, fp8_fast_accum=fa), shape))
         if not args.no_plain:
             runs.append(("cookmind Trainer", bench_cookmind, shape))
         if compiled == modes[0]:
@@ -812,8 +848,9 @@ def main() -> None:
                     line["peak_mem_gib"] = r["peak_mem_gib"]
                 print(json.dumps(line), flush=True)
                 fp8_peer = f"{peer} + torchao float8 layers"
-                # an FP8-blocks variant is also set against the float8 peer, when that ran: like for like
-                peers = [peer, fp8_peer] if "fp8_blocks=true" in name and fp8_peer in results else [peer]
+                # an FP8-blocks variant is also set against each float8 peer that ran: like for like
+                fp8_peers = [r for r in results if r.startswith(fp8_peer)] if "fp8_blocks=true" in name else []
+                peers = [peer, *fp8_peers]
                 for against in peers:
                     ref = results.get(against)
                     if ref is not None and name not in (peer, against):  # printed at once: a cut run keeps it

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|fp8loss-13b]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -30,7 +30,8 @@ run() {  # run NAME SECONDS CMD...: keep the log, show the JSON lines and the ta
     echo "== $name exit $?"
     grep -E '^\{' "$OUT/$name.log" || tail -5 "$OUT/$name.log"
 }
-loss_par() {  # loss_par "NAME ARGS...;NAME ARGS...": bench_fp8_loss runs at once on GPU 0, then one verdict
+loss_par() {  # loss_par "NAME ARGS...;NAME ARGS...": bench_fp8_loss runs at once on GPU 0 (LOSS_SHAPE, default
+    # qwen3-0.6b), then one verdict
     local r name
     IFS=';' read -ra loss_runs <<< "$1"
     for r in "${loss_runs[@]}"; do
@@ -38,7 +39,7 @@ loss_par() {  # loss_par "NAME ARGS...;NAME ARGS...": bench_fp8_loss runs at onc
         name=$1
         shift
         PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True CUDA_VISIBLE_DEVICES=0 run "fp8-loss-par-$name" 540 \
-            python3 bench/bench_fp8_loss.py --shape qwen3-0.6b --compile-scope blocks "$@" &
+            python3 bench/bench_fp8_loss.py --shape "${LOSS_SHAPE:-qwen3-0.6b}" --compile-scope blocks "$@" &
     done
     wait
     python3 bench/bench_fp8_loss.py --compare "$OUT"/fp8-loss-par-*.log
@@ -185,6 +186,14 @@ for part in "${parts[@]}"; do
         qwen32-blocks) CUDA_VISIBLE_DEVICES=0 run qwen32-fp8-blocks 560 python3 bench/bench_train.py --device cuda \
                 --shape qwen3-0.6b --no-peer --no-plain --batch 32 --steps 6 --warmup 4 \
                 --variants master-weights-fp8-graph,master-weights-fp8fa-graph ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks)"; exit 2 ;;
+        # the FP8 blocks at 1.3B with every GEMM fast and the CUDA graph, against the float8 peer as torchao
+        # publishes it and with every GEMM fast too (like for like), one call
+        peerfp8fa) CUDA_VISIBLE_DEVICES=0 run llama-b8-peer-fp8fa 570 python3 bench/bench_train.py --device cuda \
+                --shape llama-1.3b --batch 8 --steps 6 --warmup 3 --peer-fp8 --peer-fp8-fast-accum output,all \
+                --no-plain --variants master-weights-fp8fa-graph ;;
+        # the FP8 loss check at 1.3B: bf16, FP8 blocks (torchao's fast accumulation) and every GEMM fast, at once
+        fp8loss-13b)
+            LOSS_SHAPE=llama-1.3b loss_par "${LOSS_RUNS:-bf16 --runs baseline;blocks --runs fp8;blocks-fa --runs fp8 --fp8-fast-accum all}" ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|fp8loss-13b)"; exit 2 ;;
     esac
 done

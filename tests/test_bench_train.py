@@ -69,3 +69,37 @@ def test_the_float8_peer_converts_the_decoder_layers_linears_and_not_the_head():
         got, want = model(input_ids=ids).logits, ref(input_ids=ids).logits
     err = ((got - want).norm() / want.norm()).item()
     assert 1e-5 < err < 0.1, err  # rounded to float8 (not the bf16 path), within e4m3's 3 mantissa bits
+
+
+@pytest.mark.parametrize("fast_accum, want", [("output", (True, False, False)), ("all", (True, True, True))])
+def test_the_float8_peer_accumulates_fast_in_the_gemms_asked(fast_accum, want):
+    """--peer-fp8-fast-accum: ``output`` is torchao's tensorwise recipe as published (only the forward GEMM fast:
+    read from torchao's own recipe, not ours); ``all`` every GEMM, the like-for-like peer of
+    train.fp8_fast_accum=all."""
+    pytest.importorskip("transformers")
+    from bench.bench_train import convert_hf_peer_to_float8, hf_peer, preset_run
+    from cookmind.model.float8_blocks import import_torchao_float8
+
+    try:
+        float8 = import_torchao_float8()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+    published = float8.Float8LinearConfig.from_recipe_name("tensorwise")
+    assert (published.gemm_config_output.use_fast_accum, published.gemm_config_grad_input.use_fast_accum) == (
+        True,
+        False,
+    )
+    shape, _, _ = preset_run("llama-1.3b", tiny=True, seq=None)
+    model = hf_peer(shape)
+    assert convert_hf_peer_to_float8(model, emulate=True, fast_accum=fast_accum) == 7 * shape["num_hidden_layers"]
+    got = {
+        (
+            c.gemm_config_output.use_fast_accum,
+            c.gemm_config_grad_input.use_fast_accum,
+            c.gemm_config_grad_weight.use_fast_accum,
+        )
+        for c in (m.config for m in model.modules() if type(m).__name__ == "Float8Linear")
+    }
+    assert got == {want}
+    with pytest.raises(ValueError, match="fast_accum must be one of output, all"):
+        convert_hf_peer_to_float8(hf_peer(shape), emulate=True, fast_accum="grad_input")
