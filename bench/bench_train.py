@@ -597,6 +597,12 @@ TRAINER_VARIANTS = {
         {"master_weights": True, "fp8_blocks": True, "fp8_fast_accum": "output,grad_input", "cuda_graph": True},
         {"lm_head_fp8": True},
     ),
+    "master-weights-fp8fagi-graph": (
+        "train.master_weights=true, train.fp8_blocks=true, train.fp8_fast_accum=output,grad_input, "
+        "train.cuda_graph=true",
+        {"master_weights": True, "fp8_blocks": True, "fp8_fast_accum": "output,grad_input", "cuda_graph": True},
+        {},
+    ),
     "master-weights-fp8fa": (
         "train.master_weights=true, train.fp8_blocks=true, train.fp8_fast_accum=all",
         {"master_weights": True, "fp8_blocks": True, "fp8_fast_accum": "all"},
@@ -689,7 +695,7 @@ def main() -> None:
         "master-weights-fp8 (master-weights with train.fp8_blocks=true), master-weights-fp8-all(-graph) (and "
         "model.lm_head_fp8=true, and the graph), master-weights-fp8auto(-all-graph) (the same with "
         "train.fp8_projections=auto: projections too small for float8 to gain stay bf16), "
-        "master-weights-fp8fa(-all-graph) and master-weights-fp8fagi-all-graph (train.fp8_fast_accum=all, or "
+        "master-weights-fp8fa(-all-graph) and master-weights-fp8fagi(-all)-graph (train.fp8_fast_accum=all, or "
         "output,grad_input: the backward's float8 GEMMs accumulate fast too)",
     )
     args = ap.parse_args()

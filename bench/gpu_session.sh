@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|fp8loss-13b]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|peerfp8gi|fp8loss-13b]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -191,9 +191,13 @@ for part in "${parts[@]}"; do
         peerfp8fa) CUDA_VISIBLE_DEVICES=0 run llama-b8-peer-fp8fa 570 python3 bench/bench_train.py --device cuda \
                 --shape llama-1.3b --batch 8 --steps 6 --warmup 3 --peer-fp8 --peer-fp8-fast-accum output,all \
                 --no-plain --variants master-weights-fp8fa-graph ;;
+        # the recipes between: torchao's (only the forward GEMM fast) and the grad-input GEMM fast too, with the graph
+        peerfp8gi) CUDA_VISIBLE_DEVICES=0 run llama-b8-peer-fp8gi 570 python3 bench/bench_train.py --device cuda \
+                --shape llama-1.3b --batch 8 --steps 6 --warmup 3 --peer-fp8 --no-peer --no-plain \
+                --variants master-weights-fp8-graph,master-weights-fp8fagi-graph ;;
         # the FP8 loss check at 1.3B: bf16, FP8 blocks (torchao's fast accumulation) and every GEMM fast, at once
         fp8loss-13b)
             LOSS_SHAPE=llama-1.3b loss_par "${LOSS_RUNS:-bf16 --runs baseline;blocks --runs fp8;blocks-fa --runs fp8 --fp8-fast-accum all}" ;;
-        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|fp8loss-13b)"; exit 2 ;;
+        *) echo "unknown part $part (tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|peerfp8gi|fp8loss-13b)"; exit 2 ;;
     esac
 done
