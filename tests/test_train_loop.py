@@ -514,3 +514,23 @@ def test_the_summary_gives_the_mean_training_loss_of_the_last_20_steps(tmp_path,
     assert [k for k in summary if k.startswith("train_")] == ["train_loss", "train_means_over_steps"]
     report = (tmp_path / "r" / "report.md").read_text()
     assert "| train_loss |" in report and "objective.png" not in report  # pretraining logs no metrics of its own
+
+
+@pytest.mark.parametrize("accum", [1, 3])
+def test_the_last_step_loads_no_batches_of_a_step_that_never_comes(tmp_path, store, accum):
+    """The loop loads each step's micro-batches ahead while the step before computes; after the last step there is
+    no next one, so exactly max_steps x grad_accum_steps micro-batches are drawn (a resume of a finished run: none)."""
+    t = Trainer(_cfg(tmp_path, store, "a", train={"max_steps": 3, "grad_accum_steps": accum}))
+    drawn = []
+    next_batch = t._next_batch
+    t._next_batch = lambda: drawn.append(1) or next_batch()
+    t.fit()
+    assert t.step == 3 and len(drawn) == 3 * accum
+    t2 = Trainer(
+        _cfg(tmp_path, store, "a", train={"max_steps": 3, "grad_accum_steps": accum}, checkpoint={"resume": "auto"})
+    )
+    drawn.clear()
+    next_batch2 = t2._next_batch
+    t2._next_batch = lambda: drawn.append(1) or next_batch2()
+    t2.fit()
+    assert t2.step == 3 and drawn == []

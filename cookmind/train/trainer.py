@@ -644,9 +644,9 @@ class Trainer:
             return batch
         return self._to_device(self._next_batch())
 
-    def _prefetch_batch(self) -> None:
-        """Load the next step's micro-batches (all ``train.grad_accum_steps`` of them) while the GPU still computes
-        this step.
+    def _prefetch_batch(self, step: int) -> None:
+        """Load step ``step``'s micro-batches (all ``train.grad_accum_steps`` of them) while the GPU still computes
+        the step before; none past ``train.max_steps`` (no step would train them).
 
         All of them before the step's first forward: with several ranks, one that cannot load one (an I/O error on
         its node) holds its error (``_on_this_rank``) until the stop signal that follows the step, and goes through
@@ -658,7 +658,12 @@ class Trainer:
         batches are not trained yet), so a resumed run draws exactly those batches next. Objectives that make
         their own batches (GRPO's rollouts need the updated policy) are not prefetched.
         """
-        if self._prefetched or self.train_loader is None or hasattr(self.objective, "next_batch"):
+        if (
+            step > self.cfg.train.max_steps
+            or self._prefetched
+            or self.train_loader is None
+            or hasattr(self.objective, "next_batch")
+        ):
             return
         self._sampler_before_prefetch = self.train_loader.state_dict()
         for _ in range(self.cfg.train.grad_accum_steps):
@@ -808,7 +813,7 @@ class Trainer:
                         self.metrics_writer.write({"step": self.step, "split": "data", **self.data_stats})
                 self._hooks("on_train_begin", "begin training")
                 with self._on_this_rank(f"load a batch of step {self.step + 1}"):  # before the step's collectives
-                    self._prefetch_batch()
+                    self._prefetch_batch(self.step + 1)
                 self._stop_if_any_rank_failed()
                 while self.step < cfg.train.max_steps:
                     queued = self._launch_step()
@@ -957,7 +962,7 @@ class Trainer:
         else:
             out = self._step_body(lambda micro: self._take_batch())
         with self._on_this_rank(f"load a batch of step {self.step + 2}"):  # the stop signal below says it
-            self._prefetch_batch()
+            self._prefetch_batch(self.step + 2)
         readout = out.readout
         ready = None
         if self._skip_on_device and readout.device.type == "cuda":
