@@ -135,6 +135,34 @@ def refuse_a_second_naming(seen: dict, path: Path, named: str, what: str) -> Non
     seen[key] = named
 
 
+def refuse_unfinished_curate_output(folder: str | os.PathLike) -> None:
+    """Refuse (ValueError) an input folder holding a ``cookmind curate run`` that has not finished: the run writes its
+    shards one by one and its report last, so one stopped by Ctrl-C or a crash leaves some of its shards, which a
+    reader of the folder would take for the whole corpus. ``_work/run.json`` names what the run writes."""
+    import json
+
+    folder = Path(folder)
+    run_json = folder / "_work" / "run.json"
+    if not run_json.is_file():
+        return
+    try:
+        outputs = json.loads(run_json.read_text()).get("outputs") or []
+    except (OSError, ValueError, AttributeError):
+        outputs = []
+    outputs = sorted(set(outputs) | {"report.json"})  # a run from before outputs were recorded: its report
+    missing = [name for name in outputs if not (folder / name).is_file()]
+    if not missing:
+        return
+    shards = [name for name in outputs if name.startswith("shard-")]
+    there = [name for name in shards if (folder / name).is_file()]
+    of = f"{len(there)} of its {len(shards)} shards" if shards else "some of its shards"
+    raise ValueError(
+        f"input folder {folder} holds an unfinished `cookmind curate run` ({of} written, {missing[0]} missing): its "
+        f"shards are not the whole corpus; finish it by rerunning `cookmind curate run` with the same config and "
+        f"inputs and --output {folder}, or name the shard files you want read"
+    )
+
+
 def utf8_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """(1-based line number, line with its newline) of a UTF-8 file, decompressed if it is gzip (``open_bytes``); a
     byte-order mark opening the file is no text. Invalid UTF-8 is a ValueError naming the file, line and byte."""

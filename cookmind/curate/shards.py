@@ -79,6 +79,9 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
                     skipped[suffix] = skipped.get(suffix, 0) + 1
                     continue
                 files.append(p)
+            # an earlier run's output, or one in a subfolder, is read only once that run has written every shard
+            for folder in sorted({f.parent for f in files}):
+                text_input.refuse_unfinished_curate_output(folder)
         elif path.is_file():
             files = [path]
         elif refusal := text_input.pipe_refusal(path, "curate names each document by its file and may read it twice"):

@@ -221,6 +221,7 @@ def expand_inputs(inputs) -> list[Path]:
                     f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
                     f" name the input files instead, e.g. {example}"
                 )
+            text_input.refuse_unfinished_curate_output(path)  # some shards of a stopped run: not the corpus
             files = [(p, f"{p} (in the folder {path})") for p in shards]
         for p, named in files:
             text_input.refuse_a_second_naming(seen, p, named, "records")
