@@ -105,7 +105,7 @@ def test_min_matches_ngram_and_several_sets(tmp_path):
     [
         ({}, "names no eval sets"),
         ({"eval_sets": {"x": "/nonexistent/test.jsonl"}}, "eval set x: .*does not exist"),
-        ({"eval_sets": ["/tmp"], "ngram": 0}, "must be >= 1"),
+        ({"eval_sets": ["/tmp"], "ngram": 0}, "ngram must be a whole number, 1 or more; got 0"),
     ],
 )
 def test_bad_options_are_clear_errors(options, match):

@@ -472,7 +472,7 @@ def test_config_mistakes_are_one_line_naming_the_stage_option_or_yaml_line(tmp_p
 
     with pytest.raises(ValueError, match=r"stage minhash: unknown option 'num_hashs' \(did you mean 'num_hashes'\?\)"):
         build_stage("minhash", {"num_hashs": 64})
-    with pytest.raises(ValueError, match="stage langid: bad option value in .*'threshold': 'high'"):
+    with pytest.raises(ValueError, match="stage langid: threshold must be a number from 0 to 1; got 'high'"):
         build_stage("langid", {"threshold": "high"})  # was "could not convert string to float: 'high'", no stage
     with pytest.raises(ValueError, match="unknown"):
         build_stage("gopher", {"min_wordz": 3})  # its own config names the key

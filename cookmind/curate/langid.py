@@ -40,3 +40,10 @@ def identify_language(text: str) -> tuple[str, float]:
         return "unknown", 0.0
     labels, probs = _model().predict(line, k=1)
     return labels[0].removeprefix("__label__"), float(min(1.0, probs[0]))
+
+
+@functools.lru_cache(maxsize=1)
+def known_languages() -> frozenset[str]:
+    """The 176 language codes lid.176 tells apart (``en``, ``de``, ``zh``, ...)."""
+    labels, _ = _model().predict("", k=-1, threshold=-1.0)  # every label, each with its probability
+    return frozenset(label.removeprefix("__label__") for label in labels)

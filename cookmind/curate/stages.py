@@ -465,8 +465,103 @@ STAGES: dict[str, type] = {
 }
 
 
+# What each stage option takes (build_stage checks a value given before the stage is made): "bool" true or false;
+# "share" a number from 0 to 1 (a probability, a share, a bound of a ratio); "count0" / "count1" a whole number, 0 /
+# 1 or more; "number0" a number, 0 or more; "languages" a list of lid.176's codes; "ngram_shares" {n: share}; "path"
+# a file path (or null). A value taken as given did harm: `languages: en` became the letters {e, n} (every English
+# document removed as lang:en), `threshold: 1.65` removed every document, `emails: "no"` masked, `num_bands: 0`
+# stopped the run with a ZeroDivisionError traceback.
+OPTION_KINDS: dict[str, dict[str, str]] = {
+    "extract": {"main_content": "bool"},
+    "langid": {"languages": "languages", "threshold": "share"},
+    "pii": {"emails": "bool", "phones": "bool", "ips": "bool"},
+    "nsfw": {"min_hits": "count0", "min_ratio": "share", "model": "path", "threshold": "share"},
+    "toxic": {"threshold": "share", "line_threshold": "share", "max_toxic_line_share": "share", "model": "path"},
+    "quality": {"model": "path", "threshold": "share", "good_label": "text"},
+    "decontaminate": {"ngram": "count1", "min_matches": "count1"},
+    "minhash": {
+        "num_hashes": "count1",
+        "num_bands": "count1",
+        "ngrams": "count1",
+        "jaccard_threshold": "share",
+        "seed": "count0",
+    },
+    "exact_lines": {"num_partitions": "count1", "min_words_after": "count0"},
+    "gopher": {
+        **{f: "share" for f in ("max_symbol_word_ratio", "max_bullet_lines_ratio", "max_ellipsis_lines_ratio")},
+        **{f: "share" for f in ("min_alpha_words_ratio", "max_dup_line_ratio", "max_dup_para_ratio")},
+        **{f: "share" for f in ("max_dup_line_char_ratio", "max_dup_para_char_ratio")},
+        **{f: "count0" for f in ("min_words", "max_words", "min_stop_words")},
+        **{f: "number0" for f in ("min_mean_word_length", "max_mean_word_length")},
+        **{f: "ngram_shares" for f in ("max_top_ngram_char_ratio", "max_dup_ngram_char_ratio")},
+    },
+}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # NaN is none
+
+
+def _option_problem(kind: str, value) -> str | None:
+    """What is wrong with ``value`` for an option of ``kind`` (OPTION_KINDS), or None."""
+    if kind == "bool":
+        return None if isinstance(value, bool) else "must be true or false"
+    if kind == "share":
+        return None if _is_number(value) and 0 <= value <= 1 else "must be a number from 0 to 1"
+    if kind in ("count0", "count1"):
+        least = int(kind[-1])
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= least
+        return None if ok else f"must be a whole number, {least} or more"
+    if kind == "number0":
+        return None if _is_number(value) and value >= 0 else "must be a number, 0 or more"
+    if kind in ("path", "text"):
+        return (
+            None
+            if value is None or isinstance(value, str)
+            else f"must be a {'file path' if kind == 'path' else 'text'}"
+        )
+    if kind == "ngram_shares":
+        if not isinstance(value, dict):
+            return "must be a mapping of n-gram length to a number from 0 to 1, e.g. {5: 0.4}"
+        for n, share in value.items():
+            n_ok = isinstance(n, (int, str)) and not isinstance(n, bool) and str(n).isdigit() and int(n) >= 1
+            if not n_ok or not (_is_number(share) and 0 <= share <= 1):
+                return "must map n-gram lengths (whole numbers, 1 or more) to numbers from 0 to 1, e.g. {5: 0.4}"
+        return None
+    if kind == "languages":
+        if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) for v in value):
+            return "must be a list of ISO 639 language codes, e.g. [en] or [en, de]"
+        from cookmind.curate.langid import known_languages
+
+        unknown = [v for v in value if v not in known_languages()]
+        if unknown:
+            return f"names {unknown[0]!r}, not one of the 176 codes language id tells apart (ISO 639: en, de, zh, ...)"
+        return None
+    raise AssertionError(f"unknown option kind {kind!r}")
+
+
+def _check_option_values(name: str, options: dict) -> None:
+    """Refuse, in one line naming the stage, the option and the value, an option value its stage cannot take."""
+    kinds = OPTION_KINDS.get(name, {})
+    for option, value in options.items():
+        if option in kinds and (problem := _option_problem(kinds[option], value)):
+            raise ValueError(f"stage {name}: {option} {problem}; got {value!r}")
+    if name == "gopher":
+        for low, high in (("min_words", "max_words"), ("min_mean_word_length", "max_mean_word_length")):
+            lo, hi = options.get(low, getattr(GopherConfig, low)), options.get(high, getattr(GopherConfig, high))
+            if lo > hi:
+                raise ValueError(f"stage gopher: {low} {lo} is more than {high} {hi}: no document could pass; lower it")
+    if name == "minhash":
+        hashes, bands = options.get("num_hashes", 128), options.get("num_bands", 16)
+        if hashes % bands:
+            raise ValueError(
+                f"stage minhash: num_bands {bands} does not divide num_hashes {hashes}; choose one that does"
+            )
+
+
 def build_stage(name: str, options: dict | None):
-    """A stage object from its name and options; unknown names/options are errors naming them."""
+    """A stage object from its name and options; unknown names/options, and values the option cannot take
+    (OPTION_KINDS), are errors naming them."""
     if name not in STAGES:
         raise ValueError(f"unknown curate stage {name!r}; known stages: {sorted(STAGES)}")
     options = options or {}
@@ -478,9 +573,13 @@ def build_stage(name: str, options: dict | None):
         close = difflib.get_close_matches(unknown[0], valid, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"stage {name}: unknown option {unknown[0]!r}{hint}; valid: {', '.join(valid)}")
+    if not open_ended or not set(options) - set(OPTION_KINDS[name]):  # gopher's unknown keys: its config says
+        _check_option_values(name, options)
     try:
         return STAGES[name](**options)
     except (TypeError, ValueError) as exc:  # a value of the wrong type, e.g. threshold: high
+        if str(exc).startswith(f"stage {name}:"):
+            raise
         raise ValueError(f"stage {name}: bad option value in {options}: {exc}") from None
 
 
