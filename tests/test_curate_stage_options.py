@@ -67,3 +67,25 @@ def test_the_cli_refuses_it_in_one_line_before_writing_anything(tmp_path, capsys
     err = capsys.readouterr().err
     assert err == "cookmind curate run: error: stage minhash: num_bands must be a whole number, 1 or more; got 0\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "says"),
+    [
+        ("workers: two\n", "workers must be a whole number, 1 or more; got 'two'"),  # was int()'s "invalid literal"
+        ("workers: 0\n", "workers must be a whole number, 1 or more; got 0"),
+        ("removed: 'no'\n", "removed must be true or false; got 'no'"),  # wrote removed/ all the same
+        (
+            "stages: extract\n",
+            "stages must be a list of stages, e.g. [extract, langid]; got 'extract' (`cookmind "
+            "curate default-config` prints one)",
+        ),
+    ],
+)
+def test_the_configs_own_keys_are_checked_too(tmp_path, yaml_text, says):
+    from cookmind.curate.config import CurateConfig
+
+    (tmp_path / "c.yaml").write_text(yaml_text)
+    with pytest.raises(ValueError) as err:
+        CurateConfig.from_yaml(tmp_path / "c.yaml")
+    assert str(err.value) == f"{tmp_path / 'c.yaml'}: {says}", str(err.value)

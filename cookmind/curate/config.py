@@ -44,6 +44,18 @@ class CurateConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"{source}: unknown key(s) {unknown}; known: {sorted(known)}")
+        # taken as given, `workers: two` failed deep in the run with int()'s message, `removed: "no"` wrote removed/
+        if "workers" in d and not (
+            isinstance(d["workers"], int) and not isinstance(d["workers"], bool) and d["workers"] >= 1
+        ):
+            raise ValueError(f"{source}: workers must be a whole number, 1 or more; got {d['workers']!r}")
+        if "removed" in d and not isinstance(d["removed"], bool):
+            raise ValueError(f"{source}: removed must be true or false; got {d['removed']!r}")
+        if "stages" in d and not isinstance(d["stages"], list):
+            raise ValueError(
+                f"{source}: stages must be a list of stages, e.g. [extract, langid]; got {d['stages']!r} "
+                "(`cookmind curate default-config` prints one)"
+            )
         cfg = cls(**d)
         cfg.stages = [_stage_entry(s, source, i) for i, s in enumerate(cfg.stages)]
         from cookmind.curate.shards import shard_suffix
