@@ -366,6 +366,47 @@ def test_a_folder_gives_its_documents_and_counts_the_files_it_leaves_out(tmp_pat
     assert plan_input_shards([site / "LICENSE"]) == [[str(site / "LICENSE")]]  # named alone: read as text
 
 
+def test_a_folders_markdown_json_and_yaml_files_are_counted_where_they_are_left_out(tmp_path):
+    """A folder's .md, .json, .yaml (and .npz, .npy, .done) files were left out without a word: beside HTML pages
+    they were missing from the warning's count, and a folder of Markdown pages gave "no input files found". They are
+    counted now; only what a cookmind command wrote there goes unsaid (a curate output's report, a crawl's
+    manifest)."""
+    import warnings
+
+    from cookmind.curate.shards import plan_input_shards
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "page.html").write_text("<html><body><p>A page about soup.</p></body></html>")
+    for name in ("guide.md", "intro.md", "data.json", "mkdocs.yml", ".hidden.md"):
+        (site / name).write_text("# Soup\n\nHow to make soup.\n")
+    with pytest.warns(UserWarning) as caught:
+        plan = plan_input_shards([site])
+    assert [Path(f).name for shard in plan for f in shard] == ["page.html"]
+    assert [str(w.message) for w in caught] == [
+        "curate: 4 files in the input folders are not documents and are left out (2 .md, 1 .json, 1 .yml); a folder "
+        "gives its HTML, WARC, JSONL, Parquet and .txt/.text files (name a file on its own to read it as text)"
+    ]
+    md = tmp_path / "md"
+    md.mkdir()
+    (md / "a.md").write_text("# Soup\n")
+    with pytest.warns(UserWarning, match=r"1 files .* left out \(1 \.md\)"):
+        with pytest.raises(ValueError, match=r"^no documents to read in \['.*md'\]: a folder gives its HTML, WARC"):
+            plan_input_shards([md])
+    # what cookmind wrote beside the documents is no document and goes unsaid
+    write_crawl(tmp_path / "crawl", num_pages=8, num_shards=1)
+    assert (tmp_path / "crawl" / "manifest.json").is_file()
+    (tmp_path / "c.yaml").write_text("stages: [extract]\n")
+    run_pipeline(
+        CurateConfig.from_yaml(tmp_path / "c.yaml"), [str(tmp_path / "crawl")], tmp_path / "out", progress=False
+    )
+    assert (tmp_path / "out" / "report.md").is_file() and (tmp_path / "out" / "report.json").is_file()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(plan_input_shards([tmp_path / "crawl"])) == 1
+        assert len(plan_input_shards([tmp_path / "out"])) == 1
+
+
 def test_a_warning_that_names_its_stage_is_printed_with_the_stage_once(tmp_path):
     # the CLI printed "cookmind curate: warning: curate: 1 files in the input folders are not documents ..."
     import subprocess

@@ -69,12 +69,17 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
             # and scripts (a saved site or a docs build): only documents it can read are taken, the rest counted
             files = []
             for p in sorted(path.rglob("*")):
-                if not p.is_file() or p.name.startswith(".") or p.name.endswith(SIDE_FILE_SUFFIXES):
+                if not p.is_file() or p.name.startswith(".") or _written_by_cookmind(p):
                     continue
                 if _in_curate_leftovers(p, path):  # an earlier run's output gives its shards, not its passes
-                    skipped[CURATE_LEFTOVERS] = skipped.get(CURATE_LEFTOVERS, 0) + 1
+                    if not p.name.endswith(SIDE_FILE_SUFFIXES):  # its passes' shards are counted; their markers not
+                        skipped[CURATE_LEFTOVERS] = skipped.get(CURATE_LEFTOVERS, 0) + 1
                     continue
-                if kind_of(p) == "text" and not p.name.lower().endswith(TEXT_SUFFIXES):
+                # side files (.md, .json, .yaml, ...) are no documents either, and are counted as the rest: a folder
+                # of Markdown pages was "no input files found", and beside pages they were left out without a word
+                if p.name.endswith(SIDE_FILE_SUFFIXES) or (
+                    kind_of(p) == "text" and not p.name.lower().endswith(TEXT_SUFFIXES)
+                ):
                     suffix = p.suffix.lower() or "(no suffix)"
                     skipped[suffix] = skipped.get(suffix, 0) + 1
                     continue
@@ -108,8 +113,21 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
             stacklevel=2,
         )
     if not shards:
-        raise ValueError(f"no input files found in {list(map(str, inputs))}")
+        raise ValueError(
+            f"no documents to read in {list(map(str, inputs))}: a folder gives its HTML, WARC, JSONL, Parquet and "
+            f"{'/'.join(TEXT_SUFFIXES)} files; name a file on its own to read it as text"
+        )
     return shards
+
+
+def _written_by_cookmind(p: Path) -> bool:
+    """Whether ``p`` is a file a cookmind command wrote beside its documents, no input of its own and not worth a
+    word: a curate output's report (beside its ``_work/run.json``) or a crawl's ``manifest.json``."""
+    if p.name in ("report.json", "report.md"):
+        return (p.parent / "_work" / "run.json").is_file()
+    if p.name == "manifest.json":
+        return any(p.parent.glob("crawl-*.jsonl.gz"))
+    return False
 
 
 def iter_source(path: str) -> Iterator[dict]:
