@@ -682,3 +682,38 @@ def test_an_html_page_a_utf8_bom_marks_but_holding_other_bytes_is_counted_and_wa
             CurateConfig(stages=[{"extract": {}}]), [str(tmp_path / "x.warc")], tmp_path / "o2", progress=False
         )
     assert result.stages[0].counters == {"invalid_utf8_docs": 1, "invalid_utf8_lines": 1, "invalid_utf8_bytes": 2}
+
+
+def test_curate_reads_every_records_file_suffix_pack_reads_as_records(tmp_path, tok_dir):
+    """A `.json` file (JSON lines, or one JSON array, as pack, tokenizer train and eval ppl read it), an `.ndjson.gz`
+    and a `.pq` Parquet file were read by curate run as ONE plain-text document each: the JSON syntax (or the Parquet
+    bytes) became the document's text. Each record is a document now, as pack reads the same files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cookmind.cli import main as cli_main
+
+    texts = ["The cook stirs the soup.", "Bread is baked at dawn.", "Tea is served at five."]
+    files = {
+        "lines.json": "".join(json.dumps({"text": t}) + "\n" for t in texts),
+        "array.json": json.dumps([{"text": t} for t in texts], indent=1),
+        "lines.ndjson.gz": gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in texts).encode()),
+    }
+    for name, body in files.items():
+        (tmp_path / name).write_bytes(body if isinstance(body, bytes) else body.encode())
+    pq.write_table(pa.table({"text": texts}), tmp_path / "rows.pq")
+    (tmp_path / "c.yaml").write_text("stages: [extract]\n")
+    config = CurateConfig.from_yaml(tmp_path / "c.yaml")
+    for name in [*files, "rows.pq"]:
+        out = tmp_path / f"out-{name}"
+        result = run_pipeline(config, [str(tmp_path / name)], out, progress=False)
+        assert [d["text"] for d in _read_all(out)] == texts, name
+        assert result.stages[0].docs_in == 3, name
+        store = tmp_path / f"store-{name}"  # pack reads the same three records
+        argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / name)]
+        assert cli_main([*argv, "--out", str(store), "--quiet"]) == 0
+        assert json.loads((store / "meta.json").read_text())["num_records"] == 3, name
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"text": "one"},\n {"text": 2}]')
+    with pytest.raises(ValueError, match=r"bad\.json: record 2: field 'text' must be a string"):
+        run_pipeline(config, [str(bad)], tmp_path / "out-bad", progress=False)

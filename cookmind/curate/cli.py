@@ -19,7 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("run", help="run the curation pipeline over input shards")
     p.add_argument("--config", type=Path, help="YAML config (stages, output_format, workers); default: built-in")
-    p.add_argument("--input", nargs="+", required=True, help="HTML files/folders, WARC/WET, JSONL(.gz), Parquet")
+    p.add_argument(
+        "--input",
+        nargs="+",
+        required=True,
+        help="HTML, WARC/WET, JSON lines or a JSON array (.jsonl, .json, .ndjson; .gz too), Parquet or .txt files, "
+        "or folders of them (a folder leaves out, and counts, its other files: .md, .json, images, ...; a file "
+        "named on its own is read as text whatever its suffix)",
+    )
     p.add_argument("--output", "--out", type=Path, required=True, help="output folder (shards + report.md/json)")
     p.add_argument(
         "--executor",

@@ -18,8 +18,9 @@ from cookmind.atomic import temp_path
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 WARC_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz", ".arc", ".arc.gz")
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")
-PARQUET_SUFFIXES = (".parquet",)
+# as pack reads them (cookmind.store.sources): a .json file holds JSON lines or one JSON array of records
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
+PARQUET_SUFFIXES = (".parquet", ".pq")
 HTML_FILES_PER_SHARD = 256
 SIDE_FILE_SUFFIXES = (".json", ".md", ".done", ".npz", ".npy", ".yaml", ".yml")
 TEXT_SUFFIXES = (".txt", ".text")  # plain text in a folder; a file named on its own is read as text whatever it is
@@ -142,7 +143,11 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
     0-based ``row`` of a Parquet row; an HTML or text file is one document, named by the file alone."""
     p = Path(path)
     kind = kind_of(p)
-    if kind == "jsonl":
+    if kind == "jsonl" and _opens_json_array(p):
+        for n, rec in _json_array_records(p):
+            where = {"file": path, "record": n}
+            yield _with_content(rec, where), where
+    elif kind == "jsonl":
         for lineno, rec in _jsonl_lines(p):
             where = {"file": path, "line": lineno}
             yield _with_content(rec, where), where
@@ -240,6 +245,8 @@ def place(where: dict) -> str:
         return f"{where['file']}:{where['line']}"
     if "row" in where:
         return f"{where['file']} row {where['row']}"
+    if "record" in where:
+        return f"{where['file']}: record {where['record']}"
     if "offset" in where:
         return f"{where['file']} at byte {where['offset']}"
     return where["file"]
@@ -257,6 +264,32 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
         if not isinstance(rec, dict):
             raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
         yield lineno, rec
+
+
+def _opens_json_array(path: Path) -> bool:
+    """Whether a JSON file's first non-blank byte opens a JSON array (JSON lines open each line with ``{``)."""
+    with text_input.open_bytes(path) as f:
+        head = f.read(4096).removeprefix(text_input.BOM.encode()).lstrip()
+    return head.startswith(b"[")
+
+
+def _json_array_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(1-based record number, record) of a file holding one JSON array of objects, as pack reads one."""
+    import json
+
+    with text_input.open_bytes(path) as f:
+        text = text_input.decode_utf8(f.read(), path)
+    try:
+        rows = json_input.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}:{exc.lineno}: the file opens a JSON array but is not valid JSON ({exc.msg}); fix it, or write "
+            "one JSON object per line (.jsonl)"
+        ) from None
+    for n, rec in enumerate(rows, 1):
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: record {n}: expected a JSON object, got {type(rec).__name__}")
+        yield n, rec
 
 
 def read_parquet(path: Path) -> Iterator[dict]:
