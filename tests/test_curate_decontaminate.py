@@ -207,3 +207,30 @@ def test_a_text_eval_file_with_bytes_that_are_not_utf8_is_counted_warned_of_and_
     assert report["stages"][0]["reasons"] == {"eval:ev": 1}
     assert [n for n in report["notes"] if re.search(shape, n)], report["notes"]
     assert "ev.txt:3: invalid UTF-8" in result.report_md.read_text()
+
+
+def test_an_eval_set_is_read_by_every_records_suffix_curate_and_pack_read(tmp_path):
+    """An eval set saved as JSON lines in a `.json` file failed ("not valid JSON"); one in `.json.gz`, `.ndjson` or
+    `.pq` (Parquet) was read as lines of text: its gzip or Parquet bytes, or its JSON syntax, made the n-grams, and a
+    document copying a test question was kept without a word. Each is read as records now."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lines = "".join(json.dumps(r) + "\n" for r in [{"question": QUESTION, "answer": ANSWER}, {"question": "Q2?"}])
+    sets = tmp_path / "sets"
+    sets.mkdir()
+    (sets / "lines.json").write_text(lines)
+    (sets / "test.json.gz").write_bytes(gzip.compress(lines.encode()))
+    (sets / "test.ndjson").write_text(lines)
+    pq.write_table(pa.table({"question": [QUESTION, "Q2?"], "answer": [ANSWER, ""]}), sets / "test.pq")
+    docs = [{"id": "copy", "text": "Homework: " + QUESTION + " " + PROSE}, {"id": "prose", "text": PROSE}]
+    expected = _naive_contaminated([d["text"] for d in docs], [QUESTION + " " + ANSWER], 13)
+    assert expected == [True, False]
+    for name in ("lines.json", "test.json.gz", "test.ndjson", "test.pq"):
+        stage = build_stage("decontaminate", {"eval_sets": {"t": str(sets / name)}})
+        assert stage.sets[0].items == 2, name
+        assert [stage.process(dict(d), StageStats("decontaminate")) for d in docs] == [False, True], name
+    stage = build_stage("decontaminate", {"eval_sets": {"t": str(sets)}})  # the folder: each file once
+    assert stage.sets[0].items == 8

@@ -27,7 +27,8 @@ from cookmind import json_input, text_input
 
 _WORD = re.compile(r"[^\W_]+")
 _MULT = np.uint64(0x9E3779B97F4A7C15)  # an odd 64-bit constant: the polynomial's base
-EVAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet", ".txt")
+# records as curate run and pack read them (JSON lines or a JSON array, .gz too; Parquet), CSV rows, text lines
+EVAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz", ".csv", ".parquet", ".pq", ".txt")
 
 
 def normalised_words(text: str) -> list[str]:
@@ -110,27 +111,28 @@ def iter_eval_items(path: Path, stats=None):
     """The items of one eval file as text: a record's string fields joined in order, a CSV row's cells,
     a text file's non-blank lines (its bytes that are not UTF-8 read as U+FFFD, counted in ``stats``, a
     ``StageStats``: ``shards.count_bad_utf8``; JSON, JSONL and CSV files refuse them, naming file:line)."""
-    name = path.name
-    if name.endswith((".jsonl", ".jsonl.gz")):
-        from cookmind.curate.shards import read_jsonl
+    from cookmind.curate.shards import kind_of, read_jsonl, read_parquet
 
-        for rec in read_jsonl(path):
-            yield _strings(rec)
-    elif name.endswith(".json"):
-        text = text_input.read_utf8(path)
+    name = path.name
+    kind = kind_of(path)  # by the suffixes curate run reads records from
+    whole = None  # a .json file: one JSON value (an array of records, or one record), else JSON lines
+    if name.endswith(".json"):
         try:
-            data = json_input.loads(text)
+            whole = json_input.loads(text_input.read_utf8(path))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        for rec in data if isinstance(data, list) else [data]:
+            if exc.msg != "Extra data":  # more after one value: JSON lines, read below
+                raise ValueError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if whole is not None:
+        for rec in whole if isinstance(whole, list) else [whole]:
+            yield _strings(rec)
+    elif kind == "jsonl":
+        for rec in read_jsonl(path):
             yield _strings(rec)
     elif name.endswith(".csv"):
         text = text_input.read_utf8(path)
         for row in csv.reader(io.StringIO(text, newline="")):
             yield " ".join(row)
-    elif name.endswith(".parquet"):
-        from cookmind.curate.shards import read_parquet
-
+    elif kind == "parquet":
         for rec in read_parquet(path):
             yield _strings(rec)
     else:

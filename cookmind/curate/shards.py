@@ -253,8 +253,9 @@ def place(where: dict) -> str:
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
-    """Records of a JSONL(.gz) file; a bad line is an error naming file:line."""
-    for _, rec in _jsonl_lines(path):
+    """Records of a JSONL(.gz) file, or of one holding a JSON array; a bad line is an error naming file:line."""
+    records = _json_array_records(path) if _opens_json_array(Path(path)) else _jsonl_lines(path)
+    for _, rec in records:
         yield rec
 
 
