@@ -149,11 +149,12 @@ def refuse_unfinished_curate_output(folder: str | os.PathLike) -> None:
         outputs = json.loads(run_json.read_text()).get("outputs") or []
     except (OSError, ValueError, AttributeError):
         outputs = []
-    outputs = sorted(set(outputs) | {"report.json"})  # a run from before outputs were recorded: its report
-    missing = [name for name in outputs if not (folder / name).is_file()]
+    # its shards, and its report, written last (a run from before outputs were recorded has one too); not its lists
+    # of removed documents, which a reader does not read and a user may delete
+    shards = sorted(name for name in outputs if isinstance(name, str) and name.startswith("shard-"))
+    missing = [name for name in [*shards, "report.json"] if not (folder / name).is_file()]
     if not missing:
         return
-    shards = [name for name in outputs if name.startswith("shard-")]
     there = [name for name in shards if (folder / name).is_file()]
     of = f"{len(there)} of its {len(shards)} shards" if shards else "some of its shards"
     raise ValueError(

@@ -90,3 +90,14 @@ def test_once_the_run_is_finished_every_shard_is_read(tmp_path, tok_dir, monkeyp
     argv = [*_pack(tok_dir, out), "--out", str(tmp_path / "s")]
     assert cli_main([*argv, "--quiet"]) == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "s" / "meta.json").read_text())["num_records"] == 5
+
+
+def test_a_finished_run_whose_lists_of_removed_documents_were_deleted_is_still_read(tmp_path, tok_dir, capsys):
+    import shutil
+
+    out = tmp_path / "cur"
+    assert cli_main(["curate", "run", *_inputs(tmp_path), "--output", str(out), "--removed", "--quiet"]) == 0
+    assert (out / "removed").is_dir()
+    shutil.rmtree(out / "removed")  # looked at, then deleted to save room: the run had finished
+    assert cli_main([*_pack(tok_dir, out), "--out", str(tmp_path / "s"), "--quiet"]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "s" / "meta.json").read_text())["num_records"] == 5
