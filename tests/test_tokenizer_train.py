@@ -238,3 +238,21 @@ def test_ascii_patterns_split_ascii_text_as_their_pattern():
         full, fast = regex.compile(pattern).findall, ascii_findall(pattern)
         for text in texts:
             assert fast(text) == full(text), repr(text)
+
+
+def test_a_corpus_too_small_for_the_vocabulary_asked_is_a_warning_line_of_the_stage(tmp_path, capsys):
+    # "aaaa" is one pre-token: its merges are (a, a) then (aa, aa), and then no pair is left: 256 bytes + 5 specials
+    # + 2 merges. It printed "note: the corpus ran out of pairs ...", without the stage nor what to do.
+    import json
+
+    from cookmind.cli import main as cli_main
+
+    (tmp_path / "a.txt").write_text("aaaa")
+    argv = ["tokenizer", "train", "--input", str(tmp_path / "a.txt"), "--vocab-size", "1000"]
+    assert cli_main([*argv, "--out", str(tmp_path / "tok"), "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["vocab_size"] == 256 + len(DEFAULT_SPECIAL_TOKENS) + 2 == 263
+    assert err == (
+        "cookmind tokenizer train: warning: the corpus ran out of pairs to merge at 263 tokens, short of --vocab-size "
+        "1000: the tokenizer written has 263; train on more text for a larger one\n"
+    )

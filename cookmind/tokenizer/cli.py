@@ -229,9 +229,11 @@ def _train(args) -> int:
     if skipped is not None and skipped.count:
         say("cookmind tokenizer train", None, skipped.summary())  # names the first bad record's file
     if tok.vocab_size < args.vocab_size:
-        print(
-            f"note: the corpus ran out of pairs at {tok.vocab_size} tokens (asked for {args.vocab_size})",
-            file=sys.stderr,
+        say(
+            "cookmind tokenizer train",
+            "warning",
+            f"the corpus ran out of pairs to merge at {tok.vocab_size} tokens, short of --vocab-size "
+            f"{args.vocab_size}: the tokenizer written has {tok.vocab_size}; train on more text for a larger one",
         )
     return 0
 
