@@ -102,3 +102,23 @@ def test_every_option_of_every_stage_says_what_it_does():
     ]
     assert silent == []
     assert "default 8000" in _help("serve")
+
+
+def test_curate_run_workers_help_says_what_a_shard_is_and_the_default(tmp_path, capsys):
+    # "--workers: local processes" left a user with 200 HTML pages to guess why --workers 8 ran one process: a
+    # process works on one shard at a time, and 256 HTML files make one shard
+    import pytest
+
+    from cookmind.cli import main as cli_main
+    from cookmind.curate.shards import plan_input_shards
+
+    with pytest.raises(SystemExit):
+        cli_main(["curate", "run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    said = "a shard is one WARC, JSONL or Parquet file, or up to 256 HTML/text files (default: the config's workers, 1)"
+    assert said in text, text
+    for i in range(257):
+        (tmp_path / f"p{i:03d}.html").write_text("<p>soup</p>")
+    assert [len(s) for s in plan_input_shards([tmp_path])] == [256, 1]
+    (tmp_path / "a.jsonl").write_text('{"text": "soup"}\n')
+    assert len(plan_input_shards([tmp_path / "a.jsonl", tmp_path / "p000.html"])) == 2

@@ -34,7 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="local",
         help="local: a process pool (default); ray: Ray tasks, the same output",
     )
-    p.add_argument("--workers", type=int_in(1), default=None, help="local processes (or local Ray CPUs)")
+    p.add_argument(
+        "--workers",
+        type=int_in(1),
+        default=None,
+        help="local processes (or local Ray CPUs), each curating one shard at a time: a shard is one WARC, JSONL or "
+        "Parquet file, or up to 256 HTML/text files (default: the config's workers, 1)",
+    )
     p.add_argument("--ray-address", default=None, help="address of a running Ray cluster (default: start a local one)")
     p.add_argument(
         "--format",
