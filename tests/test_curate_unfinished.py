@@ -101,3 +101,25 @@ def test_a_finished_run_whose_lists_of_removed_documents_were_deleted_is_still_r
     shutil.rmtree(out / "removed")  # looked at, then deleted to save room: the run had finished
     assert cli_main([*_pack(tok_dir, out), "--out", str(tmp_path / "s"), "--quiet"]) == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "s" / "meta.json").read_text())["num_records"] == 5
+
+
+@pytest.mark.parametrize("reader", ["pack", "curate run"])
+def test_a_run_stopped_before_its_first_shard_is_called_unfinished_too(tmp_path, tok_dir, monkeypatch, capsys, reader):
+    # with no shard written, pack said the folder "holds no shard-* files ... name the input files instead"
+    out = tmp_path / "cur"
+
+    def write_shard(docs, path, fmt):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(curate_runner, "write_shard", write_shard)
+    assert cli_main(["curate", "run", *_inputs(tmp_path), "--output", str(out), "--quiet"]) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    argv = {
+        "pack": [*_pack(tok_dir, out), "--out", str(tmp_path / "s")],
+        "curate run": ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", str(out)]
+        + ["--output", str(tmp_path / "c2")],
+    }[reader]
+    assert cli_main([*argv, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "unfinished" in err and "0 of its 2 shards" in err and err.count("\n") == 1, err

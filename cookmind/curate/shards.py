@@ -86,7 +86,7 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
                     continue
                 files.append(p)
             # an earlier run's output, or one in a subfolder, is read only once that run has written every shard
-            for folder in sorted({f.parent for f in files}):
+            for folder in sorted({path, *(f.parent for f in files)}):
                 text_input.refuse_unfinished_curate_output(folder)
         elif path.is_file():
             files = [path]

@@ -211,6 +211,7 @@ def expand_inputs(inputs) -> list[Path]:
         if not path.is_dir():
             files = [(path, str(path))]
         else:
+            text_input.refuse_unfinished_curate_output(path)  # some shards of a stopped run (or none): not the corpus
             shards = sorted(p for p in path.glob("shard-*") if p.is_file() and not p.name.endswith(".done"))
             if not shards:
                 suffixes = sorted({"".join(p.suffixes[-2:]) or p.name for p in path.iterdir() if p.is_file()})
@@ -221,7 +222,6 @@ def expand_inputs(inputs) -> list[Path]:
                     f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
                     f" name the input files instead, e.g. {example}"
                 )
-            text_input.refuse_unfinished_curate_output(path)  # some shards of a stopped run: not the corpus
             files = [(p, f"{p} (in the folder {path})") for p in shards]
         for p, named in files:
             text_input.refuse_a_second_naming(seen, p, named, "records")
