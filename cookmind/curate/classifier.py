@@ -167,7 +167,12 @@ class _FastTextBinary:
         import fasttext
 
         self.model = fasttext.load_model(path)
-        self.labels = [lab.removeprefix("__label__") for lab in self.model.get_labels()]
+        # fasttext-predict (the build installed) has no get_labels(): every label comes with its probability from a
+        # prediction of k=-1 at threshold -1
+        labels = self.model.get_labels() if hasattr(self.model, "get_labels") else None
+        if labels is None:
+            labels, _ = self.model.predict("", k=-1, threshold=-1.0)
+        self.labels = [lab.removeprefix("__label__") for lab in labels]
 
     def predict(self, text: str) -> tuple[str, float]:
         labels, probs = self.model.predict(" ".join(text.split()), k=1)

@@ -146,6 +146,23 @@ class PiiStage(DocStage):
         return True
 
 
+def _check_model_label(stage: str, model: str, label: str) -> None:
+    """Refuse a classifier ``model`` without the ``label`` the stage scores: it stopped the run at the first document
+    ("'nsfw' is not in list"), or (a fastText model) scored every document 0 for it without a word."""
+    from cookmind.curate.harmful import _cached_classifier
+
+    try:
+        labels = list(_cached_classifier(str(model)).labels)
+    except FileNotFoundError as exc:
+        raise ValueError(f"stage {stage}: {exc}") from None
+    if label not in labels:
+        leave_out = "" if stage == "quality" else ", or leave model out for the built-in check"
+        raise ValueError(
+            f"stage {stage}: model {model} has no {label!r} label (its labels: {', '.join(labels)}); train one on "
+            f"examples labelled {label!r} with `cookmind curate train-classifier`{leave_out}"
+        )
+
+
 class NsfwStage(DocStage):
     """Remove documents the NSFW check (learned model + lexicon, or a trained classifier ``model``) flags."""
 
@@ -154,6 +171,8 @@ class NsfwStage(DocStage):
     def __init__(self, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None, threshold: float = 0.5):
         self.min_hits, self.min_ratio = int(min_hits), float(min_ratio)
         self.model, self.threshold = model, float(threshold)
+        if model:
+            _check_model_label("nsfw", model, "nsfw")
 
     def process(self, doc, stats):
         from cookmind.curate.harmful import classify_nsfw
@@ -184,6 +203,8 @@ class ToxicStage(DocStage):
         self.line_threshold = float(line_threshold)
         self.max_share = float(max_toxic_line_share)
         self.model = model
+        if model:
+            _check_model_label("toxic", model, "toxic")
 
     def process(self, doc, stats):
         from cookmind.curate.harmful import classify_toxic_speech, toxic_line_share
@@ -232,6 +253,7 @@ class QualityStage(DocStage):
                 "`cookmind curate train-classifier --input labelled.jsonl --output MODEL`"
             )
         self.model, self.threshold, self.good_label = str(model), float(threshold), good_label
+        _check_model_label("quality", model, good_label)
 
     def process(self, doc, stats):
         from cookmind.curate.harmful import classify_quality
