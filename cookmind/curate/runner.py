@@ -353,7 +353,7 @@ def _inputs_differ(then: list[str], now: list[str]) -> str:
     gone = [f for f in then if f not in now_set]
     if not new and not gone and len(then) == len(now):
         return f"the same {len(now)} files in another order (shards are numbered in it)"
-    which = f"{new[0]} is new" if new else f"{gone[0]} is gone" if gone else "a file is named twice"
+    which = f"{new[0]} is new" if new else f"{gone[0]} is no longer an input" if gone else "a file is named twice"
     more = len(new) + len(gone) - 1
     which += f", {more} more changed" if more > 0 else ""
     return f"other inputs ({len(then)} files then, {len(now)} now: {which})"
