@@ -915,3 +915,40 @@ def test_a_rank_that_failed_says_its_own_error_when_another_rank_is_gone(tmp_pat
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
     said = _said_on_ranks(tmp_path, _rank0_vanishes_as_rank1_fails)
     assert said == ["(nothing)", "ValueError: on_step_end failed on rank 1"], said
+
+
+def _rank0_vanishes_under_the_cli(rank: int, root: str) -> None:
+    """Rank 0's process ends at step 2's end (a node killed mid-run); rank 1 runs the CLI's ``_fit_and_report``,
+    which says how the run ended: its stderr and exit status go to ``root/said1``."""
+    import io
+
+    from cookmind.train.cli import _fit_and_report
+
+    cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=6", f"logging.run_dir={root}/run"])
+    err = io.StringIO()
+    said = "ran without an error"
+    try:
+        with contextlib.redirect_stderr(err):
+            code = _fit_and_report(Trainer(cfg, callbacks=[_Vanishes()]), cfg)
+        said = f"{code}\n{err.getvalue()}"
+    except Exception as exc:  # noqa: BLE001 - the test reads what the rank raised
+        said = f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    Path(f"{root}/said{rank}").write_text(said)
+    os._exit(0)
+
+
+def test_a_rank_whose_peer_dies_mid_run_says_so_in_one_line(tmp_path, keep_threads):
+    # a node killed mid-run (SIGKILL, out of host memory): the surviving ranks died in gloo's "Connection closed by
+    # peer" traceback, through the autograd engine; each now says in one line what happened, at which step, and how
+    # to continue, exiting 2
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    said = _said_on_ranks(tmp_path, _rank0_vanishes_under_the_cli)
+    assert said[0] == "(nothing)", said
+    code, _, err = said[1].partition("\n")
+    assert code == "2", said[1]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("cookmind train: error: rank 1 (on "), lines[0]
+    assert " lost another rank at step 3 (gloo: " in lines[0] and " by peer" in lines[0], lines[0]  # closed or reset
+    assert lines[0].endswith(f"continue with --resume auto --run-dir {tmp_path}/run once every node is back"), lines[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 import socket
 import sys
 from collections.abc import Iterator
@@ -183,6 +184,24 @@ def differences_from_rank0(values: dict, info: DistInfo) -> list[str]:
                 out.append(f"{key} is {first.get(key)!r} on rank 0 but {other.get(key)!r} on rank {rank}")
                 break
     return out
+
+
+_GLOO_SOURCE = re.compile(r"^\[[^\]]*/gloo/[^\]]*\]\s*")  # "[.../gloo/transport/tcp/pair.cc:553] "
+
+
+def lost_peer_reason(exc: BaseException) -> str | None:
+    """Where ``exc`` is a collective's error for a peer that has gone (gloo's "Connection closed by peer" or
+    "Connection reset by peer", a timeout, NCCL's or the store's ``DistError``): its first sentence, named by its
+    backend ("gloo: Connection closed by peer [10.0.0.2]:4493"); else None. torch says more (a C++ source path,
+    "This is typically caused by a remote worker crashing ... GLHF!") after a traceback through the autograd
+    engine or the collective that noticed."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if _GLOO_SOURCE.match(first):
+        return "gloo: " + _GLOO_SOURCE.sub("", first).split(". ", 1)[0].rstrip(".")
+    if isinstance(exc, dist.DistError):
+        return f"{type(exc).__name__}: {first.split('. ', 1)[0].rstrip('.')}"
+    return None
 
 
 class RankFailed(ValueError):

@@ -253,6 +253,25 @@ def _interrupted(trainer) -> str:
     )
 
 
+def _lost_peer(exc: BaseException, when: str, run_dir, info) -> str | None:
+    """The line for a collective whose peer has gone (a node killed, a process out of host memory), or None for any
+    other error: this rank, what the backend said, and how to go on. It was gloo's traceback through the autograd
+    engine on every surviving rank, which named neither the step nor what to do. ``info``: the Trainer's DistInfo,
+    or None before there is one (torchrun's RANK / WORLD_SIZE then)."""
+    import socket
+
+    from cookmind.parallel.process_group import lost_peer_reason
+
+    rank, world = (info.rank, info.world_size) if info is not None else (os.environ.get("RANK", "?"), None)
+    if (world or int(os.environ.get("WORLD_SIZE", "1"))) < 2 or (reason := lost_peer_reason(exc)) is None:
+        return None
+    return (
+        f"rank {rank} (on {socket.gethostname()}) lost another rank {when} ({reason}): a "
+        "process of the job ended (killed, out of host memory) or its node went away; its own log or torchrun's "
+        f"summary says why; continue with --resume auto --run-dir {run_dir} once every node is back"
+    )
+
+
 def _note(text: str) -> None:
     """``cookmind train: TEXT`` on stderr, its control and bidi characters escaped (``say``): the notes quote the run
     directory, the config file and the stop's reason."""
@@ -281,6 +300,11 @@ def main(args: argparse.Namespace) -> int:
     except torch.OutOfMemoryError as exc:
         say("cookmind train", "error", _out_of_memory(exc, cfg, None))
         return 2
+    except RuntimeError as exc:
+        if (line := _lost_peer(exc, "as the run started", cfg.logging.run_dir, None)) is None:
+            raise
+        say("cookmind train", "error", line)
+        return 2
     # the stop handlers stay until the run is reported: a Ctrl-C as fit returns leaves the completed run completed
     with trainer.handling_signals():
         return _fit_and_report(trainer, cfg)
@@ -303,6 +327,11 @@ def _fit_and_report(trainer, cfg) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without waiting for the step's checkpoint
         _note(_interrupted(trainer))
         return 128 + signal.SIGINT
+    except RuntimeError as exc:  # torch.distributed's errors are RuntimeErrors
+        if (line := _lost_peer(exc, f"at step {trainer.step + 1}", trainer.run_dir, trainer.dist)) is None:
+            raise
+        say("cookmind train", "error", line)
+        return 2
     finally:
         from cookmind.parallel import destroy_distributed
 
