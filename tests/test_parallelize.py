@@ -211,6 +211,24 @@ def test_init_distributed_single_process_and_clear_errors(monkeypatch):
             init_distributed("cuda")
 
 
+def test_a_backend_the_device_cannot_use_is_refused_in_one_line_before_the_rendezvous(monkeypatch):
+    # parallel.backend=nccl on CPU processes died under torchrun with torch's traceback "Distributed package doesn't
+    # have NCCL built in" (a CPU build) or NCCL's own about CPU tensors; refused as a setting, before joining
+    import torch.distributed as dist
+
+    from cookmind.parallel import init_distributed
+
+    for var, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")):
+        monkeypatch.setenv(var, value)
+
+    def joined(*args, **kwargs):  # where it would wait for rank 1 for the group's 30 minutes
+        raise AssertionError(f"went on to join the group with {kwargs.get('backend')}")
+
+    monkeypatch.setattr(dist, "init_process_group", joined)
+    with pytest.raises(ValueError, match=r"^parallel.backend=nccl needs CUDA devices, but train.device is cpu here; "):
+        init_distributed("cpu", backend="nccl")
+
+
 def test_compile_scope_blocks_compiles_each_block_in_place_once_for_all_and_matches_eager(monkeypatch):
     """train.compile_scope=blocks: the model comes back itself (no wrapper; state-dict names unchanged), every
     block compiled in place; Dynamo traces the block's code once for both blocks (they share one compilation), and

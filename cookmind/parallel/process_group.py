@@ -61,6 +61,13 @@ def init_distributed(device: str = "auto", backend: str = "auto", group_of_one: 
         return DistInfo(0, 1, local, dev)
     if backend == "auto":
         backend = "nccl" if dev.type == "cuda" else "gloo"
+    elif backend == "nccl" and dev.type != "cuda":  # torch: "doesn't have NCCL built in", or NCCL's own traceback
+        raise ValueError(
+            f"parallel.backend=nccl needs CUDA devices, but train.device is {dev.type} here; "
+            "set parallel.backend=gloo (or auto)"
+        )
+    if backend == "nccl" and not dist.is_nccl_available():
+        raise ValueError("parallel.backend=nccl: this torch was built without NCCL; set parallel.backend=gloo")
     bind = {"device_id": dev} if dev.type == "cuda" else {}  # NCCL binds this rank's GPU up front
     if world == 1:
         bind["store"] = dist.HashStore()  # no rendezvous: nobody else joins
