@@ -22,6 +22,17 @@ def test_train_help_names_every_shipped_preset_and_the_default():
     assert "default tiny-cpu; with --resume and --run-dir, the run's own config.yaml" in text
 
 
+def test_train_help_says_how_to_run_many_processes_and_nodes():
+    # `cookmind train --help` said nothing of torchrun, parallel.ddp / zero1 / fsdp or the multi-node launch: a user
+    # of the help alone could not find that one loop runs on 1..N processes
+    text = _help("train")
+    assert "torchrun --standalone --nproc-per-node 2 -m cookmind train" in text, text
+    for key in ("parallel.ddp=torch", "parallel.ddp=ours parallel.zero1=true", "parallel.fsdp=true"):
+        assert key in text, key
+    assert "--rdzv-backend c10d --rdzv-endpoint HOST:29500" in text and "--run-dir" in text
+    assert "train.grad_accum_steps" in text  # how a resume at another world size keeps the global batch
+
+
 def test_generate_and_chat_help_show_their_sampling_defaults():
     parsers = {stage: _stage_parser(stage)[0] for stage in ("generate", "chat")}
     for stage, parser in parsers.items():

@@ -32,8 +32,24 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
+MANY_PROCESSES = """\
+many processes (one loop for 1..N; the global batch is micro_batch_size x grad_accum_steps x processes):
+  torchrun --standalone --nproc-per-node 2 -m cookmind train ... parallel.ddp=torch
+  torchrun --standalone --nproc-per-node 2 -m cookmind train ... parallel.ddp=ours parallel.zero1=true
+  torchrun --standalone --nproc-per-node 2 -m cookmind train ... parallel.fsdp=true   # sharded checkpoints
+several nodes (every node the same command, the same paths, --run-dir on a shared filesystem):
+  torchrun --nnodes 2 --nproc-per-node 8 --node-rank R --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+      --rdzv-id run42 -m cookmind train ... --run-dir /shared/runs/x
+a stop (Ctrl-C, SIGTERM to torchrun) saves a checkpoint; --resume auto continues it at any number of processes:
+keep the global batch with train.grad_accum_steps (2 processes -> 1: train.grad_accum_steps=2).
+README.md "Multi-node" and docs/GUIDE.md#multi-node have the details."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The stage's options; any config field is a ``section.key=value`` override."""
+    """The stage's options; any config field is a ``section.key=value`` override. The help's epilog shows the
+    launch on many processes and nodes."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = MANY_PROCESSES
     parser.add_argument(
         "overrides",
         nargs="*",
