@@ -1417,3 +1417,26 @@ def test_a_projects_own_checkpoints_folder_beside_its_config_yaml_takes_runs(tmp
     assert _run(store, "--run-dir", str(run1), "train.max_steps=1") == 0
     assert (run1 / "checkpoints").is_dir() and (run1 / "config.yaml").is_file()
     assert _run(store, "--run-dir", str(run1), "--resume", "auto", "train.max_steps=2") == 0
+
+
+def test_a_signal_as_a_failed_run_ends_does_not_promise_a_save(tmp_path, store, monkeypatch, capfd):
+    """torchrun SIGTERMs the surviving workers as one of them fails (a peer killed, an error on one rank): the signal
+    reached a rank that had already stopped on its own error and said "SIGTERM: stopping when the step under way
+    ends, then saving", after the error line; no step was under way and nothing was saved."""
+    launch, close = Trainer._launch_step, Trainer.close
+
+    def launch_and_fail(self):
+        if self.step == 1:
+            raise ValueError("the batch of step 2 failed")
+        return launch(self)
+
+    def close_as_torchrun_signals(self):  # the failed run cleans up: torchrun's SIGTERM arrives now
+        os.kill(os.getpid(), signal.SIGTERM)
+        return close(self)
+
+    monkeypatch.setattr(Trainer, "_launch_step", launch_and_fail)
+    monkeypatch.setattr(Trainer, "close", close_as_torchrun_signals)
+    assert _run(store, "--run-dir", str(tmp_path / "run"), "train.max_steps=3") == 2
+    err = capfd.readouterr().err
+    assert "cookmind train: error: the batch of step 2 failed" in err, err
+    assert "then saving" not in err and "SIGTERM came as the run was ending on the error above" in err, err

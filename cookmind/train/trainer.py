@@ -800,6 +800,7 @@ class Trainer:
             restore_rng(self._rng_to_restore)  # last, after everything that draws at start-up
             self._rng_to_restore = None
         self._failed = None
+        self._fit_raised = False
         self.deferred_steps, self._last_step_end = 0, None
         self._trainable = None  # the parameters that train, listed again at each fit (once per run)
         behind: _QueuedStep | None = None  # a step queued but not read yet: read once the next one is queued
@@ -881,6 +882,9 @@ class Trainer:
                         self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict()
                     )
                 release_run_dir(self.run_dir)  # its last write is done: the run directory is free for the next run
+        except BaseException:
+            self._fit_raised = True  # a signal from here on finds the run ending on its error (the handler)
+            raise
         finally:
             self._restore_signal_handlers(old_handlers)
         if status == "diverged":
@@ -1659,7 +1663,12 @@ class Trainer:
                 raise KeyboardInterrupt  # a second Ctrl-C stops at once
             first = self._stop_reason is None
             self.request_stop(f"signal {signal.Signals(signum).name}")
-            if first and self.dist.is_main:  # said at once: a long step (accumulation, a CPU) can take minutes
+            if first and getattr(self, "_fit_raised", False):  # fit raised: no step to end, no checkpoint to save
+                # (torchrun's SIGTERM to the workers as one of them fails reaches ranks ending on their own error)
+                name = signal.Signals(signum).name
+                again = "; Ctrl-C again ends it at once" if signum == signal.SIGINT else ""
+                os.write(2, f"\ncookmind train: {name} came as the run was ending on the error above{again}\n".encode())
+            elif first and self.dist.is_main:  # said at once: a long step (accumulation, a CPU) can take minutes
                 name = signal.Signals(signum).name
                 again = "; Ctrl-C again stops without it" if signum == signal.SIGINT else ""
                 # os.write, not print: a handler that prints while the progress bar writes can raise "reentrant call"
