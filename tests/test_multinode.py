@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -180,7 +181,10 @@ def test_ranks_started_with_different_configs_refuse_with_the_keys(tmp_path, kee
     msgs = run_on_gloo_ranks(functools.partial(_config_on_rank, root=str(tmp_path)), 2, tmp_path)
     assert msgs[0] == msgs[1], msgs
     assert msgs[0].startswith("the ranks were started with different configs: optim.lr is ")
-    assert "on rank 0 but 0.01 on rank 1; train.max_steps is 2 on rank 0 but 3 on rank 1." in msgs[0]
+    # the host of each rank: c10d numbers the nodes as they join, so "rank 1" need not be the --node-rank 1 launch
+    at = f"(on {socket.gethostname()})"
+    lr_and_steps = f"on rank 0 {at} but 0.01 on rank 1 {at}; train.max_steps is 2 on rank 0 {at} but 3 on rank 1 {at}."
+    assert lr_and_steps in msgs[0], msgs[0]
     assert msgs[0].endswith("Start every node and process with the same --config and overrides")
 
 
@@ -230,6 +234,8 @@ def test_ranks_that_read_different_data_at_the_same_path_refuse_to_start(tmp_pat
     msgs = run_on_gloo_ranks(functools.partial(_data_on_rank, root=str(tmp_path)), 2, tmp_path)
     assert msgs[0] == msgs[1], msgs
     assert msgs[0].startswith("the ranks read different data: the train store at seq is "), msgs[0]
+    at = f"(on {socket.gethostname()})"
+    assert f"on rank 0 {at} but " in msgs[0] and f"on rank 1 {at}" in msgs[0], msgs[0]
     assert "Give every node the same store" in msgs[0] and "\n" not in msgs[0]
 
 

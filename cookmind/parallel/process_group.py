@@ -178,17 +178,23 @@ def rank0_value(value, info: DistInfo):
 
 
 def differences_from_rank0(values: dict, info: DistInfo) -> list[str]:
-    """Where a flat dict differs between ranks: one 'KEY is A on rank 0 but B on rank R' per key (the first rank
-    that differs), the same list on every rank; [] for one process. All ranks must call it."""
+    """Where a flat dict differs between ranks: one 'KEY is A on rank 0 (on HOST) but B on rank R (on HOST)' per
+    key (the first rank that differs), the same list on every rank; [] for one process. The hosts say which node to
+    fix: the c10d rendezvous numbers the nodes as they join, not by --node-rank. All ranks must call it."""
     if not info.enabled or not dist.is_initialized():
         return []
     gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, values)
-    first, out = gathered[0], []
-    for key in sorted(set().union(*gathered)):
-        for rank, other in enumerate(gathered[1:], 1):
+    dist.all_gather_object(gathered, (socket.gethostname(), values))
+    hosts = [host for host, _ in gathered]
+    dicts = [d for _, d in gathered]
+    first, out = dicts[0], []
+    for key in sorted(set().union(*dicts)):
+        for rank, other in enumerate(dicts[1:], 1):
             if other.get(key) != first.get(key):
-                out.append(f"{key} is {first.get(key)!r} on rank 0 but {other.get(key)!r} on rank {rank}")
+                out.append(
+                    f"{key} is {first.get(key)!r} on rank 0 (on {hosts[0]}) but {other.get(key)!r} on rank {rank} "
+                    f"(on {hosts[rank]})"
+                )
                 break
     return out
 
