@@ -367,7 +367,7 @@ def _interrupted(command: str) -> int:
     files); a traceback would only hide that. COOKMIND_DEBUG=1 re-raises it instead."""
     if os.environ.get("COOKMIND_DEBUG"):
         raise  # the KeyboardInterrupt the caller is handling
-    print(f"{command}: interrupted", file=sys.stderr)
+    sys.stderr.write(f"{command}: interrupted\n")  # one write: ranks under torchrun share one stderr
     return 128 + signal.SIGINT
 
 

@@ -52,5 +52,6 @@ def show(text: object, file=None, one_line: bool = True) -> None:
     """Print ``text``, a line for a person to read (``one_line`` False: lines, a report), on ``file`` (stdout by
     default) with its control and bidi characters escaped (``escape_controls``; a line's newline too): the one printer
     of the notes and summaries that quote a path, a file line or a config value the user gave. JSON and the files
-    written are printed as they are, not through here."""
-    print(escape_controls(str(text), one_line), file=sys.stdout if file is None else file)
+    written are printed as they are, not through here. The text and its newline go out in one write: ranks under
+    torchrun share one stderr, and print's two writes (the text, then the newline) let their lines run together."""
+    (sys.stdout if file is None else file).write(escape_controls(str(text), one_line) + "\n")

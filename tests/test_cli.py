@@ -1094,3 +1094,31 @@ def test_a_newline_in_a_file_name_does_not_split_a_one_line_error_or_summary(tmp
     out = capsys.readouterr().out
     assert out.startswith("# Curation report\n\n| stage | in | kept | removed |"), out  # the report keeps its lines
     assert f"\n1 shards in {tmp_path}/c/x\\ncookmind pack: packed 9 seq records (1 tasks run" in out, out
+
+
+def test_a_line_goes_out_in_one_write_so_ranks_sharing_a_stderr_do_not_merge_lines(monkeypatch):
+    # under torchrun every rank says its error on one shared stderr: print's two writes (the text, then "\n") let
+    # two ranks' lines run together, "... that run's checkpointscookmind train: error: ..." and an empty line
+    import sys
+
+    from cookmind.cli import say
+    from cookmind.terminal import show
+
+    class Recorder:
+        def __init__(self):
+            self.writes = []
+
+        def write(self, text):
+            self.writes.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    err, out = Recorder(), Recorder()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(sys, "stdout", out)
+    say("cookmind train", "error", "runs/x already holds another run")
+    show("two\nlines", one_line=False)
+    assert err.writes == ["cookmind train: error: runs/x already holds another run\n"], err.writes
+    assert out.writes == ["two\nlines\n"], out.writes

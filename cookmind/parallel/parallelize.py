@@ -55,7 +55,7 @@ def parallelize(model: nn.Module, cfg: TrainConfig, device: torch.device | None 
         model.lm_head_fast_accum = tuple(sorted(fast_accum_gemms(t.fp8_fast_accum)))
     fp8 = apply_fp8_blocks(model, cfg, device)  # before compile (it traces the float8 casts) and before any sharding
     if fp8 is not None and (not dist.is_initialized() or dist.get_rank() == 0):
-        print(f"cookmind train: {fp8.summary()}", file=sys.stderr)
+        sys.stderr.write(f"cookmind train: {fp8.summary()}\n")  # one write: ranks under torchrun share one stderr
     head_fp8 = getattr(getattr(model, "config", None), "lm_head_fp8", False)
     if head_fp8 and (device if device is not None else next(model.parameters()).device).type != "cuda":
         head_fp8 = False  # on a CPU the head keeps the training precision (the Trainer warns)
