@@ -69,8 +69,8 @@ DEFAULT_SHARED = Path(os.environ.get("COOKMIND_SHARED_DATA", REPO.parent / "shar
 VOCAB = 8192  # more tokens from the same text than a larger vocabulary, and below every shape's
 TOLERANCE = 0.01  # #18: loss over 200 steps within 1% of bf16
 LAST = 20  # the final loss is the mean of the last LAST steps
-HELDOUT = 64  # windows of the store the run never drew, scored after it (qwen3-0.6b: 1667 less 200 x 8 and a batch
-# the Trainer fetched ahead, 59)
+HELDOUT = 64  # windows of the store the run never drew, scored after it (qwen3-0.6b: 1667 less 200 x 8, 67; the
+# Trainer fetched a batch ahead past the last step until session 30, which left 59: the figures before name 59)
 TINY_LR = 3e-3  # the tiny shape's: its loss moves within a smoke test's 20 steps
 
 
