@@ -958,3 +958,53 @@ def test_a_rank_whose_peer_dies_mid_run_says_so_in_one_line(tmp_path, keep_threa
     assert lines[0].startswith("cookmind train: error: rank 1 (on "), lines[0]
     assert " lost another rank at step 3 (gloo: " in lines[0] and " by peer" in lines[0], lines[0]  # closed or reset
     assert lines[0].endswith(f"continue with --resume auto --run-dir {tmp_path}/run once every node is back"), lines[0]
+
+
+@pytest.mark.parametrize(
+    "exc, want",
+    [
+        (
+            RuntimeError(
+                "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:4493"
+            ),
+            "gloo: Connection closed by peer [10.0.0.2]:4493",
+        ),
+        (
+            RuntimeError(
+                "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error [::1]:1: Connection reset "
+                "by peer"
+            ),
+            "gloo: Read error [::1]:1: Connection reset by peer",
+        ),
+        (
+            RuntimeError(
+                "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for "
+                "recv operation to complete"
+            ),
+            "gloo: Timed out waiting 1800000ms for recv operation to complete",
+        ),
+        (torch.distributed.DistStoreError("Socket Timeout"), "DistStoreError: Socket Timeout"),
+        # not a peer gone: a desync's assertion, a CUDA error under NCCL, a port in use at start-up, any other error
+        (
+            RuntimeError(
+                "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes. 8 vs 4"
+            ),
+            None,
+        ),
+        (torch.distributed.DistBackendError("NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error"), None),
+        (
+            torch.distributed.DistNetworkError(
+                "The server socket has failed to listen on any local network address. "
+                "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE"
+            ),
+            None,
+        ),
+        (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), None),
+    ],
+)
+def test_only_a_collectives_error_for_a_peer_gone_reads_as_a_lost_rank(exc, want):
+    """``lost_peer_reason`` turns a peer's loss into one line ("lost another rank ... continue with --resume"); any
+    other distributed error must keep its own traceback, not be told to the user as a node that went away."""
+    from cookmind.parallel.process_group import lost_peer_reason
+
+    assert lost_peer_reason(exc) == want

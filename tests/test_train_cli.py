@@ -1439,4 +1439,6 @@ def test_a_signal_as_a_failed_run_ends_does_not_promise_a_save(tmp_path, store, 
     assert _run(store, "--run-dir", str(tmp_path / "run"), "train.max_steps=3") == 2
     err = capfd.readouterr().err
     assert "cookmind train: error: the batch of step 2 failed" in err, err
-    assert "then saving" not in err and "SIGTERM came as the run was ending on the error above" in err, err
+    assert "then saving" not in err and "SIGTERM came as the run was ending on its error; nothing is saved" in err, err
+    # the error line is printed last, after the run's clean-up, where the signal came: the note must not point "above"
+    assert err.index("SIGTERM came") < err.index("error: the batch of step 2 failed") and "above" not in err, err

@@ -202,14 +202,21 @@ def differences_from_rank0(values: dict, info: DistInfo) -> list[str]:
 _GLOO_SOURCE = re.compile(r"^\[[^\]]*/gloo/[^\]]*\]\s*")  # "[.../gloo/transport/tcp/pair.cc:553] "
 
 
+# what a collective or the store says when the other end has gone: gloo's TCP pair, its receive timeout, the store
+_PEER_GONE = re.compile(r"(closed|reset) by peer|broken pipe|timed out waiting|socket timeout", re.IGNORECASE)
+
+
 def lost_peer_reason(exc: BaseException) -> str | None:
-    """Where ``exc`` is a collective's error for a peer that has gone (gloo's "Connection closed by peer" or
-    "Connection reset by peer", a timeout, NCCL's or the store's ``DistError``): its first sentence, named by its
-    backend ("gloo: Connection closed by peer [10.0.0.2]:4493"); else None. torch says more (a C++ source path,
-    "This is typically caused by a remote worker crashing ... GLHF!") after a traceback through the autograd
-    engine or the collective that noticed."""
+    """Where ``exc`` is a collective's or the store's error for a peer that has gone (gloo's "Connection closed by
+    peer" or "Connection reset by peer", a broken pipe, a receive's or the store's timeout): its first sentence,
+    named by its backend ("gloo: Connection closed by peer [10.0.0.2]:4493"); else None, for every other error,
+    gloo's assertions, NCCL's CUDA errors and a port in use among them (they keep their traceback). torch says more
+    (a C++ source path, "This is typically caused by a remote worker crashing ... GLHF!") after a traceback through
+    the autograd engine or the collective that noticed."""
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
+    if not _PEER_GONE.search(first):
+        return None
     if _GLOO_SOURCE.match(first):
         return "gloo: " + _GLOO_SOURCE.sub("", first).split(". ", 1)[0].rstrip(".")
     if isinstance(exc, dist.DistError):

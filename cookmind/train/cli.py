@@ -279,6 +279,8 @@ def _lost_peer(exc: BaseException, when: str, run_dir, info) -> str | None:
     from cookmind.parallel.process_group import lost_peer_reason
 
     rank, world = (info.rank, info.world_size) if info is not None else (os.environ.get("RANK", "?"), None)
+    if os.environ.get("COOKMIND_DEBUG"):  # the traceback, as for every other error
+        return None
     if (world or int(os.environ.get("WORLD_SIZE", "1"))) < 2 or (reason := lost_peer_reason(exc)) is None:
         return None
     return (

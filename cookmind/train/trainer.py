@@ -1667,7 +1667,8 @@ class Trainer:
                 # (torchrun's SIGTERM to the workers as one of them fails reaches ranks ending on their own error)
                 name = signal.Signals(signum).name
                 again = "; Ctrl-C again ends it at once" if signum == signal.SIGINT else ""
-                os.write(2, f"\ncookmind train: {name} came as the run was ending on the error above{again}\n".encode())
+                note = f"{name} came as the run was ending on its error; nothing is saved{again}"
+                os.write(2, f"\ncookmind train: {note}\n".encode())  # the error's own line is printed after clean-up
             elif first and self.dist.is_main:  # said at once: a long step (accumulation, a CPU) can take minutes
                 name = signal.Signals(signum).name
                 again = "; Ctrl-C again stops without it" if signum == signal.SIGINT else ""
