@@ -361,7 +361,7 @@ def test_a_folder_gives_its_documents_and_counts_the_files_it_leaves_out(tmp_pat
     assert said == [
         "curate: 6 files in the input folders are not documents and are left out (2 .woff2, 1 (no suffix), 1 .css, "
         "1 .js, 1 .png); a folder gives its HTML, WARC, JSONL, Parquet and .txt/.text files (name a file on its own "
-        "to read it as text)"
+        "to read it: a .json file as JSON records, any other as text)"
     ]
     assert plan_input_shards([site / "LICENSE"]) == [[str(site / "LICENSE")]]  # named alone: read as text
 
@@ -378,14 +378,15 @@ def test_a_folders_markdown_json_and_yaml_files_are_counted_where_they_are_left_
     site = tmp_path / "site"
     site.mkdir()
     (site / "page.html").write_text("<html><body><p>A page about soup.</p></body></html>")
-    for name in ("guide.md", "intro.md", "data.json", "mkdocs.yml", ".hidden.md"):
+    for name in ("guide.md", "intro.md", "data.json", "PACKAGE.JSON", "mkdocs.yml", ".hidden.md"):  # any case
         (site / name).write_text("# Soup\n\nHow to make soup.\n")
     with pytest.warns(UserWarning) as caught:
         plan = plan_input_shards([site])
     assert [Path(f).name for shard in plan for f in shard] == ["page.html"]
     assert [str(w.message) for w in caught] == [
-        "curate: 4 files in the input folders are not documents and are left out (2 .md, 1 .json, 1 .yml); a folder "
-        "gives its HTML, WARC, JSONL, Parquet and .txt/.text files (name a file on its own to read it as text)"
+        "curate: 5 files in the input folders are not documents and are left out (2 .json, 2 .md, 1 .yml); a folder "
+        "gives its HTML, WARC, JSONL, Parquet and .txt/.text files (name a file on its own to read it: a .json file "
+        "as JSON records, any other as text)"
     ]
     md = tmp_path / "md"
     md.mkdir()

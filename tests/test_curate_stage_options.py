@@ -89,3 +89,29 @@ def test_the_configs_own_keys_are_checked_too(tmp_path, yaml_text, says):
     with pytest.raises(ValueError) as err:
         CurateConfig.from_yaml(tmp_path / "c.yaml")
     assert str(err.value) == f"{tmp_path / 'c.yaml'}: {says}", str(err.value)
+
+
+def test_values_that_were_valid_before_the_checks_stay_valid(tmp_path):
+    """Review findings: YAML writes 1.0e+5 and 50.0 as floats, and int() took them; gopher's symbol-to-word ratio
+    counts '#' and ellipses per word, so it can pass 1 ('#### a' is 2) and a loosened bound may too; language id
+    says 'unknown' for a text it cannot tell, which a user may keep."""
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.gopher import GopherConfig, gopher_reasons
+
+    stage = build_stage("gopher", {"min_words": 50.0, "max_words": 1.0e5, "max_symbol_word_ratio": 1.5})
+    assert (stage.cfg.min_words, stage.cfg.max_words, stage.cfg.max_symbol_word_ratio) == (50, 100000, 1.5)
+    # a bound above 1 matters: '#### a' has 4 symbols to 2 words (a ratio of 2)
+    loose = {"min_words": 0}
+    assert "symbol_word_ratio" in gopher_reasons(
+        "#### a", GopherConfig.from_dict({**loose, "max_symbol_word_ratio": 1.5})
+    )
+    assert "symbol_word_ratio" not in gopher_reasons(
+        "#### a", GopherConfig.from_dict({**loose, "max_symbol_word_ratio": 2})
+    )
+    assert build_stage("nsfw", {"min_hits": 3.0}).min_hits == 3
+    assert build_stage("minhash", {"num_bands": 8.0, "num_hashes": 64}).num_bands == 8
+    assert build_stage("langid", {"languages": ["en", "unknown"]}).languages == {"en", "unknown"}
+    (tmp_path / "c.yaml").write_text("workers: 4.0\n")
+    assert CurateConfig.from_yaml(tmp_path / "c.yaml").workers == 4
+    with pytest.raises(ValueError, match="num_bands must be a whole number, 1 or more; got 2.5"):
+        build_stage("minhash", {"num_bands": 2.5})

@@ -45,10 +45,12 @@ class CurateConfig:
         if unknown:
             raise ValueError(f"{source}: unknown key(s) {unknown}; known: {sorted(known)}")
         # taken as given, `workers: two` failed deep in the run with int()'s message, `removed: "no"` wrote removed/
-        if "workers" in d and not (
-            isinstance(d["workers"], int) and not isinstance(d["workers"], bool) and d["workers"] >= 1
-        ):
-            raise ValueError(f"{source}: workers must be a whole number, 1 or more; got {d['workers']!r}")
+        workers = d.get("workers", 1)
+        whole = isinstance(workers, int) or (isinstance(workers, float) and workers.is_integer())  # YAML's 4.0
+        if isinstance(workers, bool) or not whole or workers < 1:
+            raise ValueError(f"{source}: workers must be a whole number, 1 or more; got {workers!r}")
+        if "workers" in d:
+            d = {**d, "workers": int(workers)}
         if "removed" in d and not isinstance(d["removed"], bool):
             raise ValueError(f"{source}: removed must be true or false; got {d['removed']!r}")
         if "stages" in d and not isinstance(d["stages"], list):

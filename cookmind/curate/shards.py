@@ -23,7 +23,8 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjso
 PARQUET_SUFFIXES = (".parquet", ".pq")
 HTML_FILES_PER_SHARD = 256
 SIDE_FILE_SUFFIXES = (".json", ".md", ".done", ".npz", ".npy", ".yaml", ".yml")
-TEXT_SUFFIXES = (".txt", ".text")  # plain text in a folder; a file named on its own is read as text whatever it is
+NAMED_ALONE = "a .json file as JSON records, any other as text"  # what a file named on its own gives
+TEXT_SUFFIXES = (".txt", ".text")  # plain text in a folder; a file named on its own that is no other kind is text
 SOURCE_KEY = "_cookmind_source"  # where an input document came from, carried between curate's passes when listed
 
 
@@ -73,12 +74,14 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
                 if not p.is_file() or p.name.startswith(".") or _written_by_cookmind(p):
                     continue
                 if _in_curate_leftovers(p, path):  # an earlier run's output gives its shards, not its passes
-                    if not p.name.endswith(SIDE_FILE_SUFFIXES):  # its passes' shards are counted; their markers not
+                    if not p.name.lower().endswith(
+                        SIDE_FILE_SUFFIXES
+                    ):  # its passes' shards are counted; their markers not
                         skipped[CURATE_LEFTOVERS] = skipped.get(CURATE_LEFTOVERS, 0) + 1
                     continue
                 # side files (.md, .json, .yaml, ...) are no documents either, and are counted as the rest: a folder
                 # of Markdown pages was "no input files found", and beside pages they were left out without a word
-                if p.name.endswith(SIDE_FILE_SUFFIXES) or (
+                if p.name.lower().endswith(SIDE_FILE_SUFFIXES) or (
                     kind_of(p) == "text" and not p.name.lower().endswith(TEXT_SUFFIXES)
                 ):
                     suffix = p.suffix.lower() or "(no suffix)"
@@ -110,13 +113,13 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
         warnings.warn(
             f"curate: {sum(skipped.values())} files in the input folders are not documents and are left out "
             f"({counts}); a folder gives its HTML, WARC, JSONL, Parquet and {'/'.join(TEXT_SUFFIXES)} files (name a "
-            "file on its own to read it as text)",
+            f"file on its own to read it: {NAMED_ALONE})",
             stacklevel=2,
         )
     if not shards:
         raise ValueError(
             f"no documents to read in {list(map(str, inputs))}: a folder gives its HTML, WARC, JSONL, Parquet and "
-            f"{'/'.join(TEXT_SUFFIXES)} files; name a file on its own to read it as text"
+            f"{'/'.join(TEXT_SUFFIXES)} files; name a file on its own to read it: {NAMED_ALONE}"
         )
     return shards
 

@@ -510,7 +510,8 @@ OPTION_KINDS: dict[str, dict[str, str]] = {
     },
     "exact_lines": {"num_partitions": "count1", "min_words_after": "count0"},
     "gopher": {
-        **{f: "share" for f in ("max_symbol_word_ratio", "max_bullet_lines_ratio", "max_ellipsis_lines_ratio")},
+        "max_symbol_word_ratio": "number0",  # ("#" + ellipses) per word: "#### a" is 2
+        **{f: "share" for f in ("max_bullet_lines_ratio", "max_ellipsis_lines_ratio")},
         **{f: "share" for f in ("min_alpha_words_ratio", "max_dup_line_ratio", "max_dup_para_ratio")},
         **{f: "share" for f in ("max_dup_line_char_ratio", "max_dup_para_char_ratio")},
         **{f: "count0" for f in ("min_words", "max_words", "min_stop_words")},
@@ -518,6 +519,11 @@ OPTION_KINDS: dict[str, dict[str, str]] = {
         **{f: "ngram_shares" for f in ("max_top_ngram_char_ratio", "max_dup_ngram_char_ratio")},
     },
 }
+
+
+def _is_whole(value) -> bool:
+    """A whole number: an int, or a float with nothing after the point (YAML reads 1.0e+5 and 50.0 as floats)."""
+    return _is_number(value) and (isinstance(value, int) or value.is_integer())
 
 
 def _is_number(value) -> bool:
@@ -532,7 +538,7 @@ def _option_problem(kind: str, value) -> str | None:
         return None if _is_number(value) and 0 <= value <= 1 else "must be a number from 0 to 1"
     if kind in ("count0", "count1"):
         least = int(kind[-1])
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= least
+        ok = _is_whole(value) and value >= least
         return None if ok else f"must be a whole number, {least} or more"
     if kind == "number0":
         return None if _is_number(value) and value >= 0 else "must be a number, 0 or more"
@@ -555,7 +561,7 @@ def _option_problem(kind: str, value) -> str | None:
             return "must be a list of ISO 639 language codes, e.g. [en] or [en, de]"
         from cookmind.curate.langid import known_languages
 
-        unknown = [v for v in value if v not in known_languages()]
+        unknown = [v for v in value if v not in known_languages() and v != "unknown"]  # unknown: what it cannot tell
         if unknown:
             return f"names {unknown[0]!r}, not one of the 176 codes language id tells apart (ISO 639: en, de, zh, ...)"
         return None
@@ -597,6 +603,11 @@ def build_stage(name: str, options: dict | None):
         raise ValueError(f"stage {name}: unknown option {unknown[0]!r}{hint}; valid: {', '.join(valid)}")
     if not open_ended or not set(options) - set(OPTION_KINDS[name]):  # gopher's unknown keys: its config says
         _check_option_values(name, options)
+        kinds = OPTION_KINDS.get(name, {})
+        options = {  # a whole float where a count goes (YAML's 1.0e+5) is that count
+            k: int(v) if kinds.get(k) in ("count0", "count1") and isinstance(v, float) else v
+            for k, v in options.items()
+        }
     try:
         return STAGES[name](**options)
     except (TypeError, ValueError) as exc:  # a value of the wrong type, e.g. threshold: high
