@@ -28,6 +28,26 @@ def loads(text: str | bytes | bytearray):
         ) from None
 
 
+def opens_array(path: str | os.PathLike) -> bool:
+    """Whether a JSON file's first non-blank byte (after a byte-order mark; gzipped if named .gz) opens a JSON array:
+    JSON lines open each line with ``{``. pack and curate both read a .json file either way."""
+    with text_input.open_bytes(path) as f:
+        head = f.read(4096).removeprefix(text_input.BOM.encode()).lstrip()
+    return head.startswith(b"[")
+
+
+def array_elements(text: str, path: str | os.PathLike) -> list:
+    """The elements of the one JSON array a file's ``text`` holds; not valid JSON: a ValueError naming file:line and
+    the way out."""
+    try:
+        return loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}:{exc.lineno}: the file opens a JSON array but is not valid JSON ({exc.msg} at column "
+            f"{exc.colno}); fix it, or write one JSON object per line (.jsonl)"
+        ) from None
+
+
 def jsonl_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
     """(1-based line number, value) of each non-blank line of a JSON-lines file (gzipped if named .gz; a leading
     byte-order mark is no text). Lines end at a newline only: a JSON string may hold U+2028 or a form feed raw.

@@ -146,7 +146,7 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
     0-based ``row`` of a Parquet row; an HTML or text file is one document, named by the file alone."""
     p = Path(path)
     kind = kind_of(p)
-    if kind == "jsonl" and _opens_json_array(p):
+    if kind == "jsonl" and json_input.opens_array(p):
         for n, rec in _json_array_records(p):
             where = {"file": path, "record": n}
             yield _with_content(rec, where), where
@@ -257,7 +257,7 @@ def place(where: dict) -> str:
 
 def read_jsonl(path: Path) -> Iterator[dict]:
     """Records of a JSONL(.gz) file, or of one holding a JSON array; a bad line is an error naming file:line."""
-    records = _json_array_records(path) if _opens_json_array(Path(path)) else _jsonl_lines(path)
+    records = _json_array_records(path) if json_input.opens_array(Path(path)) else _jsonl_lines(path)
     for _, rec in records:
         yield rec
 
@@ -270,26 +270,10 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
         yield lineno, rec
 
 
-def _opens_json_array(path: Path) -> bool:
-    """Whether a JSON file's first non-blank byte opens a JSON array (JSON lines open each line with ``{``)."""
-    with text_input.open_bytes(path) as f:
-        head = f.read(4096).removeprefix(text_input.BOM.encode()).lstrip()
-    return head.startswith(b"[")
-
-
 def _json_array_records(path: Path) -> Iterator[tuple[int, dict]]:
     """(1-based record number, record) of a file holding one JSON array of objects, as pack reads one."""
-    import json
-
     with text_input.open_bytes(path) as f:
-        text = text_input.decode_utf8(f.read(), path)
-    try:
-        rows = json_input.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{path}:{exc.lineno}: the file opens a JSON array but is not valid JSON ({exc.msg}); fix it, or write "
-            "one JSON object per line (.jsonl)"
-        ) from None
+        rows = json_input.array_elements(text_input.decode_utf8(f.read(), path), path)
     for n, rec in enumerate(rows, 1):
         if not isinstance(rec, dict):
             raise ValueError(f"{path}: record {n}: expected a JSON object, got {type(rec).__name__}")

@@ -75,7 +75,7 @@ def iter_items(
     kind = source_kind(path)
     if kind == "parquet":
         yield from _parquet_rows(path)
-    elif kind == "json" and _is_json_array(path):
+    elif kind == "json" and json_input.opens_array(path):
         yield from _json_array_items(path, utf8_errors, replaced)
     elif kind == "json" or one_per_line:
         with _open_bytes(path) as f:
@@ -127,28 +127,13 @@ def _separated_documents(
         line += doc.count("\n") + separator.count("\n")
 
 
-def _is_json_array(path: Path) -> bool:
-    """True when the file's first non-blank byte opens a JSON array (JSON lines start each line with ``{``)."""
-    with _open_bytes(path) as f:
-        head = f.read(4096).removeprefix(BOM.encode()).lstrip()
-    return head.startswith(b"[")
-
-
 def _json_array_items(
     path: Path, utf8_errors: str = "strict", replaced: text_input.Utf8Replaced | None = None
 ) -> Iterator[Item]:
     """The elements of a file holding one JSON array; utf8_errors="replace" reads its bad UTF-8 as U+FFFD (counted in
     ``replaced`` where given)."""
-    import json
 
-    text = _whole_text(path, utf8_errors, replaced)
-    try:
-        rows = json_input.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{path}:{exc.lineno}: the file opens a JSON array but is not valid JSON ({exc}); "
-            "fix it, or write one JSON object per line (.jsonl)"
-        ) from None
+    rows = json_input.array_elements(_whole_text(path, utf8_errors, replaced), path)
     for n, row in enumerate(rows, 1):
         yield Item(str(path), n, "row", row, "record")
 
@@ -172,7 +157,7 @@ def estimate_items(path, separator: str = "<|endoftext|>", one_per_line: bool = 
     kind = source_kind(path)
     if kind == "parquet":
         return text_input.parquet_num_rows(path)
-    if kind == "json" and _is_json_array(path):
+    if kind == "json" and json_input.opens_array(path):
         return 0  # unknown until parsed; the bar counts up without an ETA
     count, last_open = 0, False  # last_open: text follows the last needle, an item it does not end
     needle = b"\n" if kind == "json" or one_per_line or not separator else separator.encode("utf-8")
