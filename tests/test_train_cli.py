@@ -1442,3 +1442,18 @@ def test_a_signal_as_a_failed_run_ends_does_not_promise_a_save(tmp_path, store, 
     assert "then saving" not in err and "SIGTERM came as the run was ending on its error; nothing is saved" in err, err
     # the error line is printed last, after the run's clean-up, where the signal came: the note must not point "above"
     assert err.index("SIGTERM came") < err.index("error: the batch of step 2 failed") and "above" not in err, err
+
+
+def test_a_peer_lost_after_the_last_step_is_not_told_at_a_step_past_max_steps():
+    """A peer that goes while the run saves its last checkpoint or writes its report was told "at step
+    max_steps + 1", a step the run never has (review finding)."""
+    from types import SimpleNamespace
+
+    from cookmind.train.cli import _where_the_run_is
+
+    def trainer(step):
+        return SimpleNamespace(step=step, cfg=SimpleNamespace(train=SimpleNamespace(max_steps=3)))
+
+    assert _where_the_run_is(trainer(0)) == "at step 1"
+    assert _where_the_run_is(trainer(2)) == "at step 3"
+    assert _where_the_run_is(trainer(3)) == "after its last step (3), saving or reporting"

@@ -269,6 +269,14 @@ def _interrupted(trainer) -> str:
     )
 
 
+def _where_the_run_is(trainer) -> str:
+    """Where a run that failed mid-fit was: the step under way, or past its last one (the last checkpoint, the
+    final evaluation, the report)."""
+    if trainer.step < trainer.cfg.train.max_steps:
+        return f"at step {trainer.step + 1}"
+    return f"after its last step ({trainer.step}), saving or reporting"
+
+
 def _lost_peer(exc: BaseException, when: str, run_dir, info) -> str | None:
     """The line for a collective whose peer has gone (a node killed, a process out of host memory), or None for any
     other error: this rank, what the backend said, and how to go on. It was gloo's traceback through the autograd
@@ -346,7 +354,7 @@ def _fit_and_report(trainer, cfg) -> int:
         _note(_interrupted(trainer))
         return 128 + signal.SIGINT
     except RuntimeError as exc:  # torch.distributed's errors are RuntimeErrors
-        if (line := _lost_peer(exc, f"at step {trainer.step + 1}", trainer.run_dir, trainer.dist)) is None:
+        if (line := _lost_peer(exc, _where_the_run_is(trainer), trainer.run_dir, trainer.dist)) is None:
             raise
         say("cookmind train", "error", line)
         return 2
