@@ -160,6 +160,15 @@ class FastTextClassifier:
             return cls(meta["labels"], ClassifierConfig(**meta["config"]), E=z["E"].astype(np.float32), W=z["W"])
 
 
+def fasttext_labels(model) -> list[str]:
+    """Every label of a loaded fastText model, without the ``__label__`` prefix. fasttext-predict (the build
+    installed) has no get_labels(): a prediction of k=-1 at threshold -1 gives every label with its probability."""
+    labels = model.get_labels() if hasattr(model, "get_labels") else None
+    if labels is None:
+        labels, _ = model.predict("", k=-1, threshold=-1.0)
+    return [lab.removeprefix("__label__") for lab in labels]
+
+
 class _FastTextBinary:
     """A model trained by fastText itself (.bin / .ftz), with the same predict interface."""
 
@@ -167,12 +176,7 @@ class _FastTextBinary:
         import fasttext
 
         self.model = fasttext.load_model(path)
-        # fasttext-predict (the build installed) has no get_labels(): every label comes with its probability from a
-        # prediction of k=-1 at threshold -1
-        labels = self.model.get_labels() if hasattr(self.model, "get_labels") else None
-        if labels is None:
-            labels, _ = self.model.predict("", k=-1, threshold=-1.0)
-        self.labels = [lab.removeprefix("__label__") for lab in labels]
+        self.labels = fasttext_labels(self.model)
 
     def predict(self, text: str) -> tuple[str, float]:
         labels, probs = self.model.predict(" ".join(text.split()), k=1)

@@ -45,5 +45,6 @@ def identify_language(text: str) -> tuple[str, float]:
 @functools.lru_cache(maxsize=1)
 def known_languages() -> frozenset[str]:
     """The 176 language codes lid.176 tells apart (``en``, ``de``, ``zh``, ...)."""
-    labels, _ = _model().predict("", k=-1, threshold=-1.0)  # every label, each with its probability
-    return frozenset(label.removeprefix("__label__") for label in labels)
+    from cookmind.curate.classifier import fasttext_labels
+
+    return frozenset(fasttext_labels(_model()))
