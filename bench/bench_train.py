@@ -237,11 +237,11 @@ def bench_hf(
     precision: str,
     compile_: bool,
     accum: int = 1,
-    fp8: bool = False,
-    fp8_fast_accum: str = "output",
+    **peer,
 ):
-    """tokens/s of transformers' model of the same config in a bare loop (``hf_step``; fp8: float8 decoder layers)."""
-    step, model = hf_step(shape, batch, seq, device, precision, compile_, accum, fp8, fp8_fast_accum)
+    """tokens/s of transformers' model of the same config in a bare loop (``hf_step``; ``peer``: its fp8 and
+    fp8_fast_accum, float8 decoder layers)."""
+    step, model = hf_step(shape, batch, seq, device, precision, compile_, accum, **peer)
     dt, warm_s = _time_loop(step, steps, warmup, device)
     return {
         "tokens_per_s": steps * accum * batch * seq / dt,
