@@ -110,6 +110,23 @@ def _seed_everything():
 
 
 @pytest.fixture(autouse=True)
+def _restore_matmul_precision():
+    """Benches' main() turns TF32 on for their figures (bench_fp8_loss, bench_train); a GPU test that runs one in
+    process would leave it on for every later test in its xdist worker, whose float32 comparisons then fail at
+    TF32's precision (session 31: four such failures). Each test's precision settings end with it."""
+    import torch
+
+    saved = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+    )
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
+    torch.set_float32_matmul_precision(saved[2])  # last: it is the finer of the two matmul settings
+
+
+@pytest.fixture(autouse=True)
 def _leave_no_process_group():
     """A test that trains with parallel.fsdp in one process makes a one-rank group (FSDP2 needs one), and a
     Trainer joins a group it finds: left behind, it would change what later tests in the same worker see
