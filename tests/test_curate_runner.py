@@ -718,3 +718,33 @@ def test_curate_reads_every_records_file_suffix_pack_reads_as_records(tmp_path, 
     bad.write_text('[{"text": "one"},\n {"text": 2}]')
     with pytest.raises(ValueError, match=r"bad\.json: record 2: field 'text' must be a string"):
         run_pipeline(config, [str(bad)], tmp_path / "out-bad", progress=False)
+
+
+def test_a_removed_document_keeps_the_fields_the_stages_gave_it_as_a_kept_one_does(tmp_path):
+    """A document langid removed as low_confidence (or as another language) was listed without the lang and
+    lang_score a kept one carries, nor the record's own fields: its listing is the document as it was when removed,
+    with its stage, reason and source; a field of the record named like one of those is kept under doc_<name>."""
+    from cookmind.curate.langid import identify_language
+    from cookmind.curate.shards import read_jsonl
+
+    docs = {
+        "short": "ok",  # too short to tell: low_confidence
+        "german": "Der Hund läuft schnell nach Hause und isst sein Abendessen in der Küche.",
+        "english": "The cook stirs the soup slowly and tastes it before adding a pinch of salt to the pot.",
+    }
+    rows = [{"id": k, "text": t, "topic": "food", "reason": "theirs"} for k, t in docs.items()]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stages = [{"langid": {"languages": ["en"], "threshold": 0.65}}]
+    result = run_pipeline(
+        CurateConfig(stages=stages, removed=True), [str(tmp_path / "in.jsonl")], tmp_path / "out", progress=False
+    )
+    (kept,) = list(read_outputs(result.outputs))
+    listed = {r["id"]: r for r in read_jsonl(result.removed / "shard-00000.jsonl.gz")}
+    assert kept["id"] == "english" and sorted(listed) == ["german", "short"]
+    for name, row in listed.items():
+        lang, score = identify_language(docs[name])
+        assert (row["lang"], row["lang_score"]) == (lang, round(score, 4)), name
+        assert (row["stage"], row["topic"], row["doc_reason"], row["text"]) == ("langid", "food", "theirs", docs[name])
+        assert row["source"]["line"] == list(docs).index(name) + 1
+    assert listed["short"]["reason"] == "low_confidence" and listed["german"]["reason"] == "lang:de"
+    assert set(kept) - {"id"} <= set(listed["short"])  # every field a kept document has

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--removed",
         action="store_true",
-        help="also write each shard's removed documents (id, stage, reason, text) to OUTPUT/removed/",
+        help="also write each shard's removed documents to OUTPUT/removed/: id, stage, reason, source, then the "
+        "document's fields as they were when removed (text, lang, lang_score, ...)",
     )
     p.add_argument("--restart", action="store_true", help="discard finished shards in --output and start over")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

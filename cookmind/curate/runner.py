@@ -96,17 +96,21 @@ def run_doc_shard(
     return result
 
 
+REMOVED_KEYS = ("id", "stage", "reason", "source")  # a removed document's listing opens with these
+
+
 def _write_removed(stats: list[StageStats], path: str) -> None:
     """The documents ``stats`` dropped as JSON lines: id, stage, reason, source (the input file, and the line, row or
-    byte offset in it, as ``iter_located`` says), then the url, the whole text (the html of a page extract found no
-    text in) as the document had them when removed."""
+    byte offset in it, as ``iter_located`` says), then every other field the document had when removed (its text,
+    or the html of a page extract found no text in; the fields earlier stages gave it, as a kept one has them: lang,
+    lang_score, quality). A field of the document named like one of the first four is kept as ``doc_<name>``."""
     rows = (
         {
             "id": doc.get("id"),
             "stage": st.name,
             "reason": reason,
             "source": doc.get(SOURCE_KEY),
-            **{k: doc[k] for k in ("url", "text", "html") if k in doc},
+            **{f"doc_{k}" if k in REMOVED_KEYS else k: v for k, v in doc.items() if k not in ("id", SOURCE_KEY)},
         }
         for st in stats
         for reason, doc in st.dropped
