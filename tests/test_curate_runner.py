@@ -748,3 +748,28 @@ def test_a_removed_document_keeps_the_fields_the_stages_gave_it_as_a_kept_one_do
         assert row["source"]["line"] == list(docs).index(name) + 1
     assert listed["short"]["reason"] == "low_confidence" and listed["german"]["reason"] == "lang:de"
     assert set(kept) - {"id"} <= set(listed["short"])  # every field a kept document has
+
+
+def test_more_workers_than_shards_says_how_many_processes_run(tmp_path):
+    """--workers 4 over inputs that make one shard ran one process without a word (the help says a process curates
+    one shard at a time, but the run did not); now a one-line warning says so and how to get more. Workers that the
+    shards can all use say nothing."""
+    import warnings
+
+    src = tmp_path / "one.jsonl"
+    src.write_text("".join(json.dumps({"text": f"Soup number {i} of the day."}) + "\n" for i in range(5)))
+    stages = [{"extract": {}}]
+    with pytest.warns(UserWarning) as said:
+        run_pipeline(CurateConfig(stages=stages), [str(src)], tmp_path / "a", workers=4, progress=False)
+    (line,) = [str(w.message) for w in said]
+    assert "\n" not in line
+    assert line.startswith("curate: --workers 4, but the inputs make 1 shard") and "1 process runs" in line
+    assert "split" in line  # what to do
+    with pytest.warns(UserWarning, match=r"the config's workers: 3, but the inputs make 1 shard.*1 process runs"):
+        run_pipeline(CurateConfig(stages=stages, workers=3), [str(src)], tmp_path / "b", progress=False)
+    (tmp_path / "two").mkdir()
+    for k in range(2):
+        (tmp_path / "two" / f"{k}.jsonl").write_text(src.read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_pipeline(CurateConfig(stages=stages), [str(tmp_path / "two")], tmp_path / "c", workers=2, progress=False)

@@ -20,7 +20,14 @@ from pathlib import Path
 from cookmind.atomic import write_json, writing
 from cookmind.curate.config import CurateConfig
 from cookmind.curate.executors import make_executor
-from cookmind.curate.shards import SOURCE_KEY, iter_shard, plan_input_shards, shard_suffix, write_shard
+from cookmind.curate.shards import (
+    HTML_FILES_PER_SHARD,
+    SOURCE_KEY,
+    iter_shard,
+    plan_input_shards,
+    shard_suffix,
+    write_shard,
+)
 from cookmind.curate.stages import build_stage
 from cookmind.curate.stats import StageStats, text_bytes, write_report
 from cookmind.text_input import bad_utf8_note
@@ -184,6 +191,15 @@ def run_pipeline(
     suffix = shard_suffix(config.output_format)
     removed = [f"{REMOVED}/shard-{i:05d}.jsonl.gz" for i in range(len(plan))] if config.removed else []
     _check_resume(work, config, plan, restart, [f"shard-{i:05d}{suffix}" for i in range(len(plan))] + removed)
+    if (asked := workers or config.workers) > len(plan):  # a process curates one shard at a time
+        named = f"--workers {workers}" if workers else f"the config's workers: {config.workers}"
+        warnings.warn(
+            f"curate: {named}, but the inputs make {len(plan)} shard{'s' if len(plan) > 1 else ''} (a shard is one "
+            f"WARC, JSONL or Parquet file, or up to {HTML_FILES_PER_SHARD} HTML/text files): {len(plan)} "
+            f"process{'es run' if len(plan) > 1 else ' runs'}; to use {asked}, split the input into {asked} or more "
+            "files",
+            stacklevel=2,
+        )
     ex = make_executor(executor, workers or config.workers, ray_address, progress)
     segs = _segments(stages)
     seg_dirs = [work / f"{k:02d}-{'+'.join(s.name for s in seg)}" for k, seg in enumerate(segs)]
