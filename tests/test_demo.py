@@ -128,3 +128,14 @@ def test_curate_demo_refuses_a_workdir_holding_the_users_files(tmp_path, capsys)
     DemoWorkdir(tmp_path / "d", "demo").claim()
     assert cli_main(["curate", "demo", "--workdir", str(tmp_path / "d"), "--num-pages", "40"]) == 2
     assert "is the work folder of `cookmind demo`" in capsys.readouterr().err
+
+
+def test_curate_demo_quiet_shows_no_progress_bars_as_curate_run_quiet(tmp_path, capsys):
+    """`cookmind curate run` has --quiet (no progress bars) and `cookmind curate demo` had none: its bars could not be
+    kept out of a log. It prints its report and the clean text's line all the same."""
+    from cookmind.cli import main as cli_main
+
+    assert cli_main(["curate", "demo", "--workdir", str(tmp_path), "--num-pages", "20", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert "shard/s" not in err and "docs/s" not in err and "%|" not in err, err
+    assert "# Curation report" in out and "clean text: " in out

@@ -131,6 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--num-pages", type=int_in(1), default=600, help="pages of the synthetic crawl (default 600)")
     p.add_argument("--seed", type=int, default=0, help="crawl seed (default 0)")
     p.add_argument("--workers", type=int_in(1), default=1, help="processes for the pipeline (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (as curate run's)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -307,7 +308,9 @@ def _demo(args) -> int:
     workdir = DemoWorkdir(args.workdir, "curate demo")
     workdir.claim()  # a folder holding anything the demo did not write is refused before any work
     workdir.record(running="curate")
-    out = demo_stage(args.workdir, seed=args.seed, num_pages=args.num_pages, workers=args.workers)
+    out = demo_stage(
+        args.workdir, seed=args.seed, num_pages=args.num_pages, workers=args.workers, progress=not args.quiet
+    )
     workdir.record()
     show(Path(out["report_md"]).read_text(), one_line=False)
     show(
