@@ -171,3 +171,21 @@ def test_a_stage_model_without_the_label_it_scores_is_refused_when_the_stage_is_
         + ("" if stage == "quality" else ", or leave model out for the built-in check")
     )
     assert build_stage("quality", {"model": str(path), "good_label": "good"}).good_label == "good"
+
+
+def test_train_classifier_quiet_shows_no_progress_bar_as_the_other_curate_commands(tmp_path, capsys):
+    """`curate run`, `dedup` and `demo` take --quiet; train-classifier drew its bar always."""
+    import json
+
+    from cookmind.cli import main
+
+    rows = [{"text": f"buy cheap pills now deal {i}", "label": "spam"} for i in range(10)]
+    rows += [{"text": f"the soup simmered in the garden {i}", "label": "good"} for i in range(10)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["curate", "train-classifier", "--input", str(data), "--bucket", "64", "--epoch", "2"]
+    assert main([*argv, "--output", str(tmp_path / "a.npz")]) == 0
+    assert "train-classifier: " in capsys.readouterr().err  # the bar, where asked for
+    assert main([*argv, "--output", str(tmp_path / "b.npz"), "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert "train-classifier" not in err and json.loads(out)["train"] == 18

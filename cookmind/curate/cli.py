@@ -62,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", required=True, help="JSONL(.gz) with a text (or html) and a label field")
     p.add_argument("--output", "--out", type=Path, required=True, help="model file (.npz)")
     p.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--text-field", default="text", help="the record's text (default text)")
     p.add_argument("--label-field", default="label", help="the record's label, a string (default label)")
     p.add_argument("--html-field", default="html", help="used (through extract) when a record has no text field")
@@ -207,7 +208,7 @@ def _train_classifier(args) -> int:
     cfg = ClassifierConfig(
         dim=args.dim, bucket=args.bucket, word_ngrams=args.word_ngrams, epoch=args.epoch, lr=args.lr, seed=args.seed
     )
-    model = train_classifier(train, cfg=cfg, progress=True)
+    model = train_classifier(train, cfg=cfg, progress=not args.quiet)
     path = model.save(args.output)
     summary = {"model": str(path), "labels": model.labels, "train": len(train), "valid": len(valid)}
     if valid:
