@@ -164,6 +164,21 @@ def refuse_unfinished_curate_output(folder: str | os.PathLike) -> None:
     )
 
 
+def written_by_cookmind(p: Path) -> bool:
+    """Whether ``p`` is a file a cookmind command wrote beside its documents, no input of its own: a curate output's
+    report (beside its ``_work/run.json``) or a synthetic crawl's ``manifest.json`` (``is_synthetic_crawl``)."""
+    if p.name in ("report.json", "report.md"):
+        return (p.parent / "_work" / "run.json").is_file()
+    if p.name == "manifest.json":
+        return is_synthetic_crawl(p.parent)
+    return False
+
+
+def is_synthetic_crawl(folder: Path) -> bool:
+    """Whether ``folder`` holds a ``cookmind curate crawl``: HTML pages in crawl-*.jsonl.gz beside its manifest.json."""
+    return (folder / "manifest.json").is_file() and any(folder.glob("crawl-*.jsonl.gz"))
+
+
 def utf8_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """(1-based line number, line with its newline) of a UTF-8 file, decompressed if it is gzip (``open_bytes``); a
     byte-order mark opening the file is no text. Invalid UTF-8 is a ValueError naming the file, line and byte."""

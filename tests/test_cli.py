@@ -942,16 +942,19 @@ def test_an_option_after_a_free_text_option_stays_an_option(capsys):
 
 
 @pytest.mark.parametrize(
-    "names, example", [(["a.txt", "b.txt"], "/*.txt"), (["a.jsonl.gz"], "/*.jsonl.gz"), (["a.txt", "b.jsonl"], "/*")]
+    "names, globs",
+    [(["a.txt", "b.txt"], ["*.txt"]), (["a.jsonl.gz"], ["*.jsonl.gz"]), (["a.txt", "b.jsonl"], ["*.txt", "*.jsonl"])],
 )
-def test_a_folder_without_shards_suggests_its_own_files(tmp_path, tok_dir, capsys, names, example):
-    # a folder of .txt files was told "name the input files instead, e.g. txtdir/*.jsonl"
+def test_a_folder_without_shards_suggests_its_own_files(tmp_path, tok_dir, capsys, names, globs):
+    # a folder of .txt files was told "name the input files instead, e.g. txtdir/*.jsonl"; one of several suffixes
+    # is told a glob for each (`d/*` took in a subfolder, and a crawl's manifest.json)
     (tmp_path / "d").mkdir()
     for name in names:
         (tmp_path / "d" / name).write_text("text\n")
     argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "d")]
     assert cli_main([*argv, "--out", str(tmp_path / "s"), "--quiet"]) == 2
-    assert capsys.readouterr().err.strip().endswith(f"name the input files instead, e.g. {tmp_path / 'd'}{example}")
+    example = " ".join(f"{tmp_path / 'd'}/{g}" for g in globs)
+    assert capsys.readouterr().err.strip().endswith(f"name the input files instead, e.g. {example}")
 
 
 def test_a_share_left_out_reads_100_percent_only_when_it_is_all():

@@ -1286,3 +1286,39 @@ def test_utf8_errors_replace_counts_and_warns_of_what_it_replaced(tmp_path, tok_
     assert meta["pack"]["invalid_utf8"] == {"files": 1, "lines": 2, "bytes": 4, "first": f"{text}:2"}
     meta = pack([clean], tmp_path / "n", tok_dir, "seq", progress=False, utf8_errors="replace")  # no warning
     assert meta["pack"]["invalid_utf8"] == {"files": 0, "lines": 0, "bytes": 0}
+
+
+def _suggested(err: str) -> list[str]:
+    """The globs pack's 'name the input files instead, e.g. ...' line suggests."""
+    return err.split("e.g. ", 1)[1].strip().split(" ")
+
+
+def test_a_folder_without_shards_suggests_inputs_that_pack_reads(tmp_path, tok_dir, capsys):
+    """`pack --input crawl2` (a synthetic crawl, not a curate output) suggested `crawl2/*`, which takes in the crawl's
+    manifest.json, and its pages are HTML, which pack does not read as documents: it now says to curate them first.
+    A folder of documents gets one glob a suffix, which pack reads as given."""
+    import glob
+
+    from cookmind.cli import main
+    from cookmind.synthetic.crawl import write_crawl
+
+    write_crawl(tmp_path / "crawl2", num_pages=6, seed=0, num_shards=2)
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--quiet", "--out"]
+    assert main([*argv, str(tmp_path / "s"), "--input", str(tmp_path / "crawl2")]) == 2
+    err = capsys.readouterr().err
+    assert "`cookmind curate crawl`" in err and f"cookmind curate run --input {tmp_path / 'crawl2'} --output" in err
+    assert "/*" not in err and err.endswith("\n") and err.count("\n") == 1  # one line
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    _jsonl(folder / "a.jsonl", [{"text": d} for d in DOCS])
+    (folder / "b.txt").write_text("A plain text document about soup.")
+    (folder / ".notes.swp").write_text("an editor's file")  # hidden: no glob takes it
+    assert main([*argv, str(tmp_path / "s"), "--input", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no shard-* files" in err
+    globs = _suggested(err)
+    assert globs == [f"{folder}/*.jsonl", f"{folder}/*.txt"]
+    files = [p for g in globs for p in glob.glob(g)]  # as a shell expands them
+    assert main([*argv, str(tmp_path / "s"), "--input", *files]) == 0, capsys.readouterr().err
+    assert len(TokenStore(tmp_path / "s")) == len(DOCS) + 1

@@ -71,7 +71,7 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
             # and scripts (a saved site or a docs build): only documents it can read are taken, the rest counted
             files = []
             for p in sorted(path.rglob("*")):
-                if not p.is_file() or p.name.startswith(".") or _written_by_cookmind(p):
+                if not p.is_file() or p.name.startswith(".") or text_input.written_by_cookmind(p):
                     continue
                 if _in_curate_leftovers(p, path):  # an earlier run's output gives its shards, not its passes
                     if not p.name.lower().endswith(
@@ -122,16 +122,6 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
             f"{'/'.join(TEXT_SUFFIXES)} files; name a file on its own to read it: {NAMED_ALONE}"
         )
     return shards
-
-
-def _written_by_cookmind(p: Path) -> bool:
-    """Whether ``p`` is a file a cookmind command wrote beside its documents, no input of its own and not worth a
-    word: a curate output's report (beside its ``_work/run.json``) or a crawl's ``manifest.json``."""
-    if p.name in ("report.json", "report.md"):
-        return (p.parent / "_work" / "run.json").is_file()
-    if p.name == "manifest.json":
-        return any(p.parent.glob("crawl-*.jsonl.gz"))
-    return False
 
 
 def iter_source(path: str) -> Iterator[dict]:

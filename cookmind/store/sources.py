@@ -199,16 +199,35 @@ def expand_inputs(inputs) -> list[Path]:
             text_input.refuse_unfinished_curate_output(path)  # some shards of a stopped run (or none): not the corpus
             shards = sorted(p for p in path.glob("shard-*") if p.is_file() and not p.name.endswith(".done"))
             if not shards:
-                suffixes = sorted({"".join(p.suffixes[-2:]) or p.name for p in path.iterdir() if p.is_file()})
-                example = (
-                    f"{path}/*{suffixes[0]}" if len(suffixes) == 1 and suffixes[0].startswith(".") else f"{path}/*"
-                )
                 raise FileNotFoundError(
-                    f"input folder {path} holds no shard-* files (the output of `cookmind curate run`);"
-                    f" name the input files instead, e.g. {example}"
+                    f"input folder {path} holds no shard-* files (the output of `cookmind curate run`); "
+                    + _files_instead(path)
                 )
             files = [(p, f"{p} (in the folder {path})") for p in shards]
         for p, named in files:
             text_input.refuse_a_second_naming(seen, p, named, "records")
             out.append(p)
     return out
+
+
+def _files_instead(folder: Path) -> str:
+    """What to pass instead of ``folder``, a folder that is no curate output: a synthetic crawl's pages are HTML, to
+    curate first; otherwise a glob for each suffix of the files in it (not hidden, nor cookmind's own side files such
+    as a crawl's manifest.json: ``folder/*`` took those in), or its files by name where they have no suffix."""
+    if text_input.is_synthetic_crawl(folder):
+        return (
+            "it holds a `cookmind curate crawl`, whose pages are HTML, not text: curate it first, "
+            f"`cookmind curate run --input {folder} --output CLEAN`, then pass CLEAN"
+        )
+    files = sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and not text_input.written_by_cookmind(p)
+    )
+    if not files:
+        return "it holds no other file either: name the input files instead"
+    globs = {}  # in the order of the files: a glob a suffix (".jsonl.gz" apart from ".txt.gz"), a name where none
+    for p in files:
+        suffix = "".join(p.suffixes[-2:]) if p.suffix.lower() == ".gz" else p.suffix
+        globs.setdefault(f"{folder}/*{suffix}" if suffix else str(p), None)
+    return "name the input files instead, e.g. " + " ".join(globs)
