@@ -173,3 +173,32 @@ def test_ctrl_c_ends_the_pool_when_a_worker_left_half_a_result(tmp_path):
     out, err = _outcome(proc, "the pool's exit hung after Ctrl-C")
     assert proc.returncode == 130, err
     assert out.startswith("interrupted"), out
+
+
+def test_the_document_bar_counts_the_documents_each_batch_has_been_through_the_stages(tmp_path, capsys, monkeypatch):
+    """The document bar counted documents as they were read: a shard's documents are read a batch ahead of the
+    stages, and a batch of HTML pages is read in a moment, so the bar sat at 0 while the stages worked through it (an
+    HTML shard of up to 256 pages is one batch). It now counts the documents done: while the stages work on a batch,
+    it shows those of the batches before it, every one of them drawn."""
+    import json as _json
+
+    from cookmind.curate import executors, runner
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.stages import ExtractStage
+
+    monkeypatch.setattr(executors, "DOC_BAR_SECONDS", 0, raising=False)  # draw every update, not every half second
+    shown = []  # what the bar shows each time the stages begin a batch
+
+    def process_batch(self, docs, stats):
+        shown.append(executors.INLINE["bars"][-1].last_print_n)
+        return [self.process(doc, stats) for doc in docs]
+
+    monkeypatch.setattr(ExtractStage, "process_batch", process_batch)
+    n = 2 * runner.BATCH + 5
+    src = tmp_path / "big.jsonl"
+    src.write_text("".join(_json.dumps({"text": f"Soup number {i} of the day."}) + "\n" for i in range(n)))
+    runner.run_pipeline(CurateConfig(stages=[{"extract": {}}]), [str(src)], tmp_path / "out", progress=True)
+    assert shown == [0, runner.BATCH, 2 * runner.BATCH]
+    err = capsys.readouterr().err
+    assert f"documents: {n} docs" in err  # the last batch's documents counted too
+    assert runner.BATCH <= 64  # an HTML shard (256 pages) advances at least four times

@@ -29,6 +29,18 @@ def document_bar(docs, desc: str = "documents"):
     return bar
 
 
+def documents_done_bar(desc: str = "documents"):
+    """A bar for a task that reads its documents ahead of its work on them (a batch at a time), to ``update(n)`` as
+    ``n`` documents are done: counted as read, a batch read in a moment left it at 0 while the stages worked through
+    it. None where no bar is shown (as ``document_bar``)."""
+    if not INLINE["progress"]:
+        return None
+    # miniters=1: every batch may be drawn (tqdm would wait for as many documents as the largest update held)
+    bar = tqdm(desc=desc, unit=" docs", position=1, leave=False, mininterval=DOC_BAR_SECONDS, miniters=1)
+    INLINE["bars"].append(bar)
+    return bar
+
+
 DOC_BAR_SECONDS = 0.5  # the document bar's least time between redraws
 
 

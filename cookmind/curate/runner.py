@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cookmind.atomic import write_json, writing
 from cookmind.curate.config import CurateConfig
-from cookmind.curate.executors import make_executor
+from cookmind.curate.executors import documents_done_bar, make_executor
 from cookmind.curate.shards import (
     HTML_FILES_PER_SHARD,
     SOURCE_KEY,
@@ -49,7 +49,9 @@ class RunResult:
     removed: Path | None = None  # the folder listing the removed documents, when the run wrote one
 
 
-BATCH = 256  # documents per batch: stages with a per-call model cost (toxicity) see them together
+# documents per batch: stages with a per-call model cost (toxicity) see them together (64 runs as fast as 256), and the
+# document bar counts them when their batch is done: it advances four times over an HTML shard of 256 pages
+BATCH = 64
 
 
 def run_doc_shard(
@@ -59,11 +61,12 @@ def run_doc_shard(
     ``removed_path``, the removed ones) and the done file. Listing removals, each input document carries where it
     came from (``SOURCE_KEY``) through the passes; the ``final`` pass leaves it out of the output."""
     stats = [StageStats(s.name, dropped=[] if removed_path else None) for s in stages]
+    bar = documents_done_bar()  # documents are read a batch ahead: counted when the stages are done with them
 
     def batches():
         batch = []
         source = SOURCE_KEY if removed_path else None
-        for doc in iter_shard(shard, source, need_text=stages[0].name != "extract", stats=stats[0]):
+        for doc in iter_shard(shard, source, need_text=stages[0].name != "extract", stats=stats[0], bar=bar is None):
             batch.append(doc)
             if len(batch) == BATCH:
                 yield batch
@@ -73,6 +76,7 @@ def run_doc_shard(
 
     def kept():
         for batch in batches():
+            n_read = len(batch)
             for stage, st in zip(stages, stats):
                 if not batch:
                     break
@@ -90,6 +94,8 @@ def run_doc_shard(
                 st.docs_out += len(batch)
                 st.bytes_out += sum(text_bytes(d) for d in batch)
                 st.seconds += time.process_time() - t0
+            if bar is not None:
+                bar.update(n_read)
             for doc in batch:
                 if final:
                     doc.pop(SOURCE_KEY, None)

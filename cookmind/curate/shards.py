@@ -208,17 +208,20 @@ def _with_content(rec: dict, where: dict) -> dict:
 
 
 def iter_shard(
-    spec: str | list[str], source_key: str | None = None, need_text: bool = False, stats=None
+    spec: str | list[str], source_key: str | None = None, need_text: bool = False, stats=None, bar: bool = True
 ) -> Iterator[dict]:
     """Documents of a shard: one intermediate/output file, or a list of input files (each document then noting
     where it is, as ``iter_located`` says, under ``source_key`` if given). ``need_text``: the input documents go to a
     first stage other than extract, and one without text (an HTML page) is an error naming it. ``stats``: a
-    ``StageStats`` that counts the input documents whose bytes were not all UTF-8 (``count_bad_utf8``)."""
+    ``StageStats`` that counts the input documents whose bytes were not all UTF-8 (``count_bad_utf8``). ``bar``: the
+    documents read are counted on the document bar (``document_bar``); a reader that counts the documents it is done
+    with itself (``documents_done_bar``) passes False."""
     from cookmind.curate.executors import document_bar
 
     paths = [spec] if isinstance(spec, str) else spec
     located = ((path, i, doc, where) for path in paths for i, (doc, where) in enumerate(iter_located(path)))
-    for path, i, doc, where in document_bar(located):  # one bar for the shard, however many files it has
+    # one bar for the shard, however many files it has
+    for path, i, doc, where in document_bar(located) if bar else located:
         count_bad_utf8(where, stats)
         if need_text and not isinstance(spec, str) and "text" not in doc:
             raise ValueError(
