@@ -787,7 +787,45 @@ def test_bits_per_byte_counts_the_documents_bytes_not_the_separator_spelled_out(
     assert (r["tokens"], r["bytes"], r["empty_documents"]) == (5, 4, 1)
     # --max-bytes on documents counts their text: 7 bytes are "hello" (then its end token) and "wo"
     r = evaluate_data(model, tok, tmp_path / "d.jsonl", window=16, max_bytes=7, progress=False)
-    assert (r["tokens"], r["bytes"], r["text_bytes"], r["bytes_not_evaluated"]) == (7, 6, 10, 3)
+    assert (r["tokens"], r["bytes"], r["context_bytes"], r["text_bytes"], r["bytes_not_evaluated"]) == (7, 6, 1, 10, 3)
+
+
+def test_ppl_bytes_add_up_to_the_data_and_the_report_names_the_data_given(tmp_path):
+    """On a curate folder of one shard the report named the shard, on one of two the folder; and `bytes` was the
+    text's bytes less the first token's (never predicted: it is context) while bytes_not_evaluated said 0, so the
+    figures did not add up to text_bytes. Now the first token's are context_bytes: bytes + context_bytes +
+    bytes_not_evaluated == text_bytes, and of a text file, with the bytes that are no document text (a byte-order
+    mark, each <|endoftext|> spelled out, the whitespace around documents: not_text_bytes), == file_bytes. By hand:
+    a byte tokenizer (one token a byte), so every figure is a count of characters."""
+    import gzip
+
+    from cookmind.evals import evaluate_data
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
+
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
+    model = torch.nn.Embedding(tok.vocab_size, tok.vocab_size)
+    lines = b'{"text": "hello"}\n{"text": "world"}\n'
+    for n_shards in (1, 2):
+        folder = tmp_path / f"curated{n_shards}"
+        folder.mkdir()
+        for k in range(n_shards):
+            (folder / f"shard-{k:05d}.jsonl.gz").write_bytes(gzip.compress(lines))
+        r = evaluate_data(model, tok, folder, window=64, progress=False)
+        assert r["path"] == str(folder)
+        text = 10 * n_shards  # "hello" and "world" a shard
+        assert (r["text_bytes"], r["bytes"], r["context_bytes"], r["bytes_not_evaluated"]) == (text, text - 1, 1, 0)
+    r = evaluate_data(model, tok, folder, window=64, max_bytes=7, progress=False)  # "hello" and "wo"
+    assert (r["text_bytes"], r["bytes"], r["context_bytes"], r["bytes_not_evaluated"]) == (20, 6, 1, 13)
+    assert r["bytes"] + r["context_bytes"] + r["bytes_not_evaluated"] == r["text_bytes"]
+
+    data = "\ufeff hello <|endoftext|>\nworld\n<|endoftext|>cook"  # 3 + 1 + 5 + 1 + 13 + 1 + 5 + 1 + 13 + 4 bytes
+    (tmp_path / "t.txt").write_text(data, encoding="utf-8")
+    r = evaluate_data(model, tok, tmp_path / "t.txt", window=64, progress=False)
+    assert (r["path"], r["file_bytes"], r["bytes"], r["context_bytes"]) == (str(tmp_path / "t.txt"), 47, 13, 1)
+    assert (r["not_text_bytes"], r["bytes_not_evaluated"]) == (3 + 1 + 1 + 13 + 1 + 1 + 13, 0)
+    r = evaluate_data(model, tok, tmp_path / "t.txt", window=64, max_bytes=23, progress=False)  # to the first end
+    assert (r["bytes"], r["context_bytes"], r["not_text_bytes"], r["bytes_not_evaluated"]) == (4, 1, 3 + 1 + 1 + 13, 24)
+    assert r["bytes"] + r["context_bytes"] + r["not_text_bytes"] + r["bytes_not_evaluated"] == r["file_bytes"]
 
 
 def test_a_gsm8k_record_with_an_empty_question_or_answer_is_named_by_line(tmp_path):

@@ -134,15 +134,16 @@ def _text_ids(tokenizer, text: str) -> tuple[list[int], int, int]:
 
 
 def _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows, what="the text") -> dict:
-    """``_report`` for ``ids`` whose text has ``n_bytes`` UTF-8 bytes (the first token's, never predicted, are taken
-    off here)."""
+    """``_report`` for ``ids`` whose text has ``n_bytes`` UTF-8 bytes: ``bytes`` those of the predicted tokens,
+    ``context_bytes`` the first token's (context for the rest, never predicted); the two add up to ``n_bytes``."""
     if len(ids) < 2:
         raise ValueError(f"perplexity: {what} has fewer than 2 tokens; nothing to predict")
     windows: list[dict] = []
     nll, n = sequence_nll(model, ids, window, stride, progress, windows)
     if rows is not None:
         rows.extend(_window_row(i, w) for i, w in enumerate(windows))
-    return _report(nll, n, n_bytes - text_bytes(tokenizer, ids[:1]))
+    context = text_bytes(tokenizer, ids[:1])
+    return {**_report(nll, n, n_bytes - context), "context_bytes": context}
 
 
 def evaluate_text(
@@ -154,7 +155,8 @@ def evaluate_text(
     progress: bool = False,
     rows: list[dict] | None = None,
 ) -> dict:
-    """Perplexity and bits per byte on ``text``. Bytes exclude the first token's (it is never predicted).
+    """Perplexity and bits per byte on ``text``. ``bytes`` exclude the first token's, ``context_bytes`` (it is never
+    predicted).
     A ``<|endoftext|>`` in the text separates documents, as ``pack`` reads plain text (``_text_ids``).
 
     ``rows``, when given, gets one row per window: window, start (token), tokens scored, nll, nll_per_token."""
@@ -174,7 +176,9 @@ def evaluate_text_file(
     rows: list[dict] | None = None,
 ) -> dict:
     """``evaluate_text`` on a UTF-8 file (its first ``max_bytes`` bytes when given: ``file_bytes`` and
-    ``bytes_not_evaluated`` say how much that left out). A gzip file is read decompressed."""
+    ``bytes_not_evaluated`` say how much that left out). A gzip file is read decompressed. The file's bytes add up:
+    ``bytes`` + ``context_bytes`` + ``not_text_bytes`` (a byte-order mark, each ``<|endoftext|>`` spelled out and
+    the whitespace around documents, in the part evaluated) + ``bytes_not_evaluated`` == ``file_bytes``."""
     with text_input.open_bytes(path) as f:
         data = f.read()
     file_bytes = len(data)
@@ -191,8 +195,14 @@ def evaluate_text_file(
     # bad bytes dropped or replaced would change the perplexity: an error naming file:line
     text = text_input.decode_utf8(data, path)
     report = evaluate_text(model, tokenizer, text, window, stride, progress, rows)
-    left_out = file_bytes - mark - len(text.encode("utf-8"))
-    return {"path": str(path), **report, "file_bytes": file_bytes, "bytes_not_evaluated": left_out}
+    evaluated = mark + len(text.encode("utf-8"))
+    return {
+        "path": str(path),
+        **report,
+        "file_bytes": file_bytes,
+        "not_text_bytes": evaluated - report["bytes"] - report["context_bytes"],
+        "bytes_not_evaluated": file_bytes - evaluated,
+    }
 
 
 def read_documents(paths, text_field: str = "text", empty: list | None = None) -> Iterator[str]:
@@ -240,14 +250,17 @@ def evaluate_documents(
     text_field: str = "text",
     progress: bool = True,
     rows: list[dict] | None = None,
+    name: str | None = None,
 ) -> dict:
     """``evaluate_text`` on the documents of ``paths`` (``read_documents``) joined as pack joins its records: each
     document's ids, then the ``<|endoftext|>`` token; the same as the plain text of the documents each followed by
     ``<|endoftext|>``, and never the JSON around them. ``text_bytes`` counts the documents' text (an end token is
-    none); ``max_bytes`` keeps its first bytes, ``bytes_not_evaluated`` says how many that left out;
-    ``empty_documents`` counts the records with no text, left out."""
+    none); ``max_bytes`` keeps its first bytes, ``bytes_not_evaluated`` says how many that left out, so that
+    ``bytes`` + ``context_bytes`` + ``bytes_not_evaluated`` == ``text_bytes``; ``empty_documents`` counts the records
+    with no text, left out. ``name``: what the user gave (a curate folder), the report's ``path`` and errors' name
+    for the data (default: the paths, by commas)."""
     paths = [Path(p) for p in paths]
-    where = str(paths[0].parent) if len(paths) > 1 else str(paths[0])
+    where = name or ", ".join(map(str, paths))
     end = document_end_id(tokenizer)
     if end is None:
         raise ValueError(
@@ -351,7 +364,9 @@ def evaluate_data(
         return evaluate_store(model, tokenizer, path, window, max_windows, progress, rows)
     if kind == "documents":
         paths = expand_inputs([path]) if path.is_dir() else [path]
-        return evaluate_documents(model, tokenizer, paths, window, stride, max_bytes, text_field, progress, rows)
+        return evaluate_documents(
+            model, tokenizer, paths, window, stride, max_bytes, text_field, progress, rows, name=str(path)
+        )
     return evaluate_text_file(model, tokenizer, path, window, stride, max_bytes, progress, rows)
 
 
