@@ -196,7 +196,35 @@ def test_train_summary_says_how_many_files_records_and_bytes_it_read(tmp_path, c
     assert _train(tmp_path, tmp_path / "tok", folder, plain) == 0, capsys.readouterr().err
     read = json.loads(capsys.readouterr().out)["read"]
     text_bytes = sum(len(d.encode()) for d in docs + gz_docs) + len(plain.read_bytes())
-    assert read == {"files": 3, "records": len(docs) + len(gz_docs), "empty_records": 1, "text_bytes": text_bytes}
+    assert read == {
+        "files": 3,
+        "records": len(docs) + len(gz_docs),
+        "empty_records": 1,
+        "text_files": 1,
+        "text_lines": 2,
+        "text_bytes": text_bytes,
+    }
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_plain_text_input_is_reported_by_its_lines_not_as_no_records(tmp_path, capsys, workers):
+    """`tokenizer train` on a plain text file said "records": 0: it reads such a file whole, as text, and counted
+    nothing. Now the read counts name what it read: text_files and their text_lines (a last line without its newline
+    counted too), in every byte range the file is cut into; records appear only where JSON or Parquet records (or
+    gzip text documents) were read."""
+    from cookmind.tokenizer.pretokenize import ReadCounts, count_pretokens
+
+    lines = [f"Line {i}: the cook adds {i} cups of soup." for i in range(40)]
+    a = tmp_path / "a.txt"
+    a.write_text("\n".join(lines) + "\n")
+    b = tmp_path / "b.txt"
+    b.write_text("One more line\nand a last one without its newline")
+    read = ReadCounts()
+    count_pretokens([a, b], DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, workers=workers, chunk_bytes=100, read=read)
+    assert (read.text_files, read.text_lines) == (2, len(lines) + 2)
+    assert _train(tmp_path, tmp_path / "tok", a) == 0, capsys.readouterr().err
+    said = json.loads(capsys.readouterr().out)["read"]
+    assert said == {"files": 1, "text_files": 1, "text_lines": len(lines), "text_bytes": len(a.read_bytes())}
 
 
 def test_utf8_errors_replace_counts_and_warns_of_what_it_replaced(tmp_path, capsys):

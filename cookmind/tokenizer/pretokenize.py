@@ -45,23 +45,28 @@ _MIN_CHUNK = 256 << 10  # bytes: the smallest chunk count_pretokens cuts to spre
 
 @dataclass
 class ReadCounts:
-    """What training read, for its summary: the input files (a folder: its ``shard-*`` files), the records with
-    text (JSON lines, JSON and Parquet records, gzip text documents; a plain text file is read whole, as byte
-    ranges, and holds no records), the records whose text was empty (left out: nothing to learn), the bytes of
-    text: a plain text file's bytes (special tokens included), each record's text in UTF-8; and, reading with
-    ``utf8_errors="replace"``, the bytes that were not UTF-8 and were read as U+FFFD (``Utf8Replaced``)."""
+    """What training read, for its summary: the input files (a folder: its ``shard-*`` files); of the files holding
+    records, the records with text (JSON lines, JSON and Parquet records, gzip text documents) and those whose text
+    was empty (left out: nothing to learn); the plain text files (read whole, as byte ranges: no records) and their
+    lines (a last one without its newline too); the bytes of text: a plain text file's bytes (special tokens
+    included), each record's text in UTF-8; and, reading with ``utf8_errors="replace"``, the bytes that were not
+    UTF-8 and were read as U+FFFD (``Utf8Replaced``). ``as_dict`` names the records only where some file holds them,
+    the text files only where some were read: a plain text file said "records": 0."""
 
     files: int = 0
+    record_files: int = 0
     records: int = 0
     empty_records: int = 0
+    text_files: int = 0
+    text_lines: int = 0
     text_bytes: int = 0
     invalid_utf8: Utf8Replaced | None = None
 
     def as_dict(self) -> dict:
         return {
             "files": self.files,
-            "records": self.records,
-            "empty_records": self.empty_records,
+            **({"records": self.records, "empty_records": self.empty_records} if self.record_files else {}),
+            **({"text_files": self.text_files, "text_lines": self.text_lines} if self.text_files else {}),
             "text_bytes": self.text_bytes,
             **({"invalid_utf8": self.invalid_utf8.as_meta()} if self.invalid_utf8 is not None else {}),
         }
@@ -167,9 +172,10 @@ def decode_chunk(data: bytes, path: str, start: int, utf8_errors: str) -> str:
         ) from None
 
 
-def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, int, Utf8Replaced | None]:
-    """Count one byte range of a text file into `counts` (a new Counter where None); returns it, the bytes read, and
-    what of them was read as U+FFFD (None where nothing)."""
+def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, int, Utf8Replaced | None, int]:
+    """Count one byte range of a text file into `counts` (a new Counter where None); returns it, the bytes read,
+    what of them was read as U+FFFD (None where nothing) and the lines it ends (the file's last, without its newline,
+    too)."""
     path, start, end, pattern_str, specials, utf8_errors = task
     with open(path, "rb") as f:
         f.seek(start)
@@ -183,17 +189,18 @@ def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, i
         replaced.add(path, not_utf8(data[mark:]), at=start)  # a range begins a line; which, found for the first only
     counts = Counter() if counts is None else counts
     count_text(text, regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str), counts)
-    return counts, end - start, replaced
+    last_line = bool(data) and not data.endswith(b"\n") and end >= os.path.getsize(path)
+    return counts, end - start, replaced, data.count(b"\n") + last_line
 
 
 def _count_alongside(
     workers: int, tasks: Sequence[tuple], counts: Counter
-) -> Iterator[tuple[Counter | None, int, Utf8Replaced | None]]:
+) -> Iterator[tuple[Counter | None, int, Utf8Replaced | None, int]]:
     """Count file chunks in ``workers`` pool processes and in this process at once: the workers take tasks from
     the front, two each handed out at a time (so none waits for this process to hand it the next), this process
     takes them from the back and counts into ``counts`` itself. The pool starts in a thread (a forkserver takes
     ~0.15 s to answer), so this process counts from the first moment, and its counts need no pickling. Yields
-    (a worker's Counter, or None where counted into ``counts``; the bytes read; what was read as U+FFFD)."""
+    (a worker's Counter, or None where counted into ``counts``; the bytes read; what was read as U+FFFD; the lines)."""
     started: dict = {}
 
     def start() -> None:
@@ -374,14 +381,15 @@ def _text_batches(
         yield batch
 
 
-def _count_texts(task: tuple) -> tuple[Counter, int, None]:
-    """Count a batch of records' texts (what they read as U+FFFD was counted as they were read: None)."""
+def _count_texts(task: tuple) -> tuple[Counter, int, None, int]:
+    """Count a batch of records' texts (what they read as U+FFFD was counted as they were read: None; lines are
+    counted of plain text files only: 0)."""
     texts, pattern_str, specials = task
     pattern, special_re, kind = regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str)
     counts: Counter = Counter()
     for text in texts:
         count_text(text, pattern, special_re, kind, counts)
-    return counts, sum(len(t.encode("utf-8")) for t in texts), None
+    return counts, sum(len(t.encode("utf-8")) for t in texts), None, 0
 
 
 def count_pretokens(
@@ -418,6 +426,7 @@ def count_pretokens(
         read.invalid_utf8 = Utf8Replaced(files)
     plain = [p for p in files if is_plain_text(p)]
     records = [p for p in files if p not in plain]
+    read.text_files, read.record_files = len(plain), len(records)
     specials = list(special_tokens)
     want = workers or os.cpu_count() or 1
     piece = chunk_bytes
@@ -456,7 +465,8 @@ def count_pretokens(
             results = itertools.chain(
                 pool.imap_unordered(_count_chunk, tasks), _in_waves(pool, _count_texts, record_tasks, 2 * workers)
             )
-        for part, n, replaced in results:
+        for part, n, replaced, lines in results:
+            read.text_lines += lines
             if part is not None:
                 counts.update(part)
             if replaced is not None:
