@@ -48,17 +48,32 @@ def array_elements(text: str, path: str | os.PathLike) -> list:
         ) from None
 
 
+def line_problem(line: str, exc: json.JSONDecodeError) -> str:
+    """What is wrong with a JSON-lines ``line`` that is not valid JSON, in words for a reader's error (which names
+    the file and line): a lone ``{`` opens an object spread over lines (a pretty-printed file), which json's
+    'Expecting property name' at column 2 does not tell; otherwise json's message and column."""
+    if line.strip() == "{":
+        return (
+            "a lone '{': one JSON object spread over lines (pretty-printed), not one a line; `jq -c .` rewrites it so"
+        )
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
+class JsonLineError(ValueError):
+    """A line of a JSON-lines file that is not valid JSON; the message names the file and line."""
+
+
 def jsonl_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
     """(1-based line number, value) of each non-blank line of a JSON-lines file (gzipped if named .gz; a leading
     byte-order mark is no text). Lines end at a newline only: a JSON string may hold U+2028 or a form feed raw.
-    Invalid UTF-8 or JSON is a ValueError naming the file and line."""
+    Invalid UTF-8 is a ValueError naming the file and line, invalid JSON a ``JsonLineError`` (one)."""
     for lineno, line in text_input.utf8_lines(path):
         if not line.strip():
             continue
         try:
             yield lineno, loads(line.rstrip("\r\n"))  # with its newline, a cut-off line read as column 1
         except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"{os.fspath(path)}:{lineno}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno});"
-                " each line must be one JSON object"
+            raise JsonLineError(
+                f"{os.fspath(path)}:{lineno}: not valid JSON ({line_problem(line, exc)}); each line must be one JSON "
+                "object"
             ) from None

@@ -773,3 +773,41 @@ def test_more_workers_than_shards_says_how_many_processes_run(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run_pipeline(CurateConfig(stages=stages), [str(tmp_path / "two")], tmp_path / "c", workers=2, progress=False)
+
+
+def test_a_folder_with_pretty_printed_json_gz_reads_as_pack_reads_it_and_an_unreadable_one_is_told(
+    tmp_path, tok_dir, capsys
+):
+    """A pretty-printed `.json.gz` in an input folder: a JSON array of objects or of strings (pack reads a string as
+    a document's text; curate stopped at it, 'expected a JSON object, got str') is read by curate run as pack reads
+    it, the same documents. One JSON object spread over lines is neither JSON lines nor an array: curate run and pack
+    both say so in one line naming the file, what it holds and the ways out, not only 'not valid JSON' at line 1."""
+    from cookmind.cli import main as cli_main
+
+    texts = ["The cook stirs the soup.", "Bread is baked at dawn.", "Tea is served at five."]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "objects.json.gz").write_bytes(gzip.compress(json.dumps([{"text": t} for t in texts], indent=2).encode()))
+    (folder / "strings.json.gz").write_bytes(gzip.compress(json.dumps(texts[::-1], indent=2).encode()))
+    (folder / "lines.jsonl").write_text(json.dumps("A JSON line that is a string.") + "\n")
+    pack = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--quiet", "--out"]
+    run = ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--quiet", "--output"]
+    (tmp_path / "c.yaml").write_text("stages: [extract]\n")
+    assert cli_main([*run, str(tmp_path / "out"), "--input", str(folder)]) == 0, capsys.readouterr().err
+    got = sorted(d["text"] for d in _read_all(tmp_path / "out"))
+    assert got == sorted([*texts, *texts, "A JSON line that is a string."])
+    files = sorted(str(p) for p in folder.iterdir())
+    assert cli_main([*pack, str(tmp_path / "store"), "--input", *files]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "store" / "meta.json").read_text())["num_records"] == len(got)
+    capsys.readouterr()
+
+    obj = folder / "config.json.gz"
+    obj.write_bytes(gzip.compress(json.dumps({"text": texts[0], "id": 1}, indent=2).encode()))
+    assert cli_main([*run, str(tmp_path / "out2"), "--input", str(folder)]) == 2
+    curate_err = capsys.readouterr().err
+    assert cli_main([*pack, str(tmp_path / "store2"), "--input", str(obj)]) == 2
+    pack_err = capsys.readouterr().err
+    for err in (curate_err, pack_err):
+        assert err.count("\n") == 1, err
+        assert f"{obj}:1: " in err and "one JSON object spread over lines" in err, err
+    assert "leave it out of --input" in curate_err and "--skip-bad" in pack_err

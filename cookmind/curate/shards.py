@@ -141,9 +141,12 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
             where = {"file": path, "record": n}
             yield _with_content(rec, where), where
     elif kind == "jsonl":
-        for lineno, rec in _jsonl_lines(p):
-            where = {"file": path, "line": lineno}
-            yield _with_content(rec, where), where
+        try:
+            for lineno, rec in _jsonl_lines(p):
+                where = {"file": path, "line": lineno}
+                yield _with_content(rec, where), where
+        except json_input.JsonLineError as exc:  # a file of the user's that no reader can read: how to do without it
+            raise ValueError(f"{exc}: fix the file, or leave it out of --input (name a folder's other files)") from None
     elif kind == "parquet":
         for row, rec in enumerate(read_parquet(p)):
             where = {"file": path, "row": row}
@@ -256,21 +259,31 @@ def read_jsonl(path: Path) -> Iterator[dict]:
 
 
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    """(1-based line number, record) of a JSONL(.gz) file's non-blank lines."""
+    """(1-based line number, record) of a JSONL(.gz) file's non-blank lines (``_record``)."""
     for lineno, rec in json_input.jsonl_lines(path):
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-        yield lineno, rec
+        yield lineno, _record(rec, f"{path}:{lineno}")
 
 
 def _json_array_records(path: Path) -> Iterator[tuple[int, dict]]:
-    """(1-based record number, record) of a file holding one JSON array of objects, as pack reads one."""
+    """(1-based record number, record) of a file holding one JSON array of records (``_record``), as pack reads
+    one."""
     with text_input.open_bytes(path) as f:
         rows = json_input.array_elements(text_input.decode_utf8(f.read(), path), path)
     for n, rec in enumerate(rows, 1):
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}: record {n}: expected a JSON object, got {type(rec).__name__}")
-        yield n, rec
+        yield n, _record(rec, f"{path}: record {n}")
+
+
+def _record(value, where: str) -> dict:
+    """A JSON record as a document: an object as it is, a string as its text (as pack reads one); anything else is a
+    ValueError naming ``where``."""
+    if isinstance(value, str):
+        return {"text": value}
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{where}: expected a JSON object (or a string, a document's text), got {type(value).__name__}; fix the "
+            "record or leave it out"
+        )
+    return value
 
 
 def read_parquet(path: Path) -> Iterator[dict]:

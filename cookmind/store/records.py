@@ -99,7 +99,7 @@ def parse(item: Item) -> object:
     try:  # without its newline: a line cut off mid-object was "line 2, column 1" to json, reported as column 1
         return json_input.loads(item.payload.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
-        raise BadRecord(f"invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
+        raise BadRecord(f"invalid JSON ({json_input.line_problem(item.payload, exc)})") from None
 
 
 def _field(obj: dict, *names: str):
