@@ -718,7 +718,8 @@ def test_resuming_a_sharded_lora_run_whose_base_run_trained_on_refuses_naming_th
     with pytest.raises(ValueError, match="trained on other base weights") as refused:
         _train(store, tmp_path / "run", *more, *lora)
     said = str(refused.value)
-    assert "\n" not in said and f"train.init_from={tmp_path / 'base' / 'checkpoints' / 'step_00000010'}" in said
+    base = tmp_path / "base" / "checkpoints" / "step_00000010"
+    assert "\n" not in said and f"resume with --init-from {base} (train.init_from), the base" in said
     assert not (tmp_path / "run" / "checkpoints" / "step_00000003").exists()
     lora[0] = f"train.init_from={tmp_path / 'base' / 'checkpoints' / 'step_00000010'}"  # what the error says
     assert _train(store, tmp_path / "run", *more, *lora)["steps"] == 3

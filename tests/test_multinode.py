@@ -127,6 +127,7 @@ def test_ranks_that_find_different_checkpoints_refuse_to_resume(tmp_path, keep_t
     Trainer(TrainConfig.load(None, [*_tiny_run(str(tmp_path)), f"logging.run_dir={tmp_path}/node0"])).fit()
     msgs = run_on_gloo_ranks(functools.partial(_resume_on_rank, root=str(tmp_path)), 2, tmp_path)
     for rank, msg in enumerate(msgs):
+        assert msg.startswith("--resume auto (checkpoint.resume): the ranks found different checkpoints (no "), msg
         assert "the ranks found different checkpoints (no checkpoint, step 2" in msg, msg
         assert f"rank {rank} found {'step 2' if rank == 0 else 'none'}" in msg and "filesystem every node shares" in msg
 
@@ -186,6 +187,26 @@ def test_ranks_started_with_different_configs_refuse_with_the_keys(tmp_path, kee
     lr_and_steps = f"on rank 0 {at} but 0.01 on rank 1 {at}; train.max_steps is 2 on rank 0 {at} but 3 on rank 1 {at}."
     assert lr_and_steps in msgs[0], msgs[0]
     assert msgs[0].endswith("Start every node and process with the same --config and overrides")
+
+
+def _resume_on_rank1(rank: int, root: str) -> str:
+    """Node 1 launched with ``--resume auto``, node 0 without."""
+    mine = ["checkpoint.resume=auto"] if rank == 1 else []
+    try:
+        Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", *mine]))
+    except ValueError as exc:
+        return str(exc)
+    return "started without an error"
+
+
+def test_a_config_difference_names_the_flag_the_user_typed_and_the_key(tmp_path, keep_threads):
+    # the user typed --resume auto on one node; the refusal named only checkpoint.resume, which they never wrote
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    msgs = run_on_gloo_ranks(functools.partial(_resume_on_rank1, root=str(tmp_path)), 2, tmp_path)
+    at = f"(on {socket.gethostname()})"
+    expected = f"--resume (checkpoint.resume) is None on rank 0 {at} but 'auto' on rank 1 {at}."
+    assert msgs[0] == msgs[1] and expected in msgs[0], msgs
 
 
 def _start_in(rank: int, root: str) -> str:

@@ -440,7 +440,8 @@ def test_a_store_of_another_kind_or_none_names_the_flag_to_change(tmp_path, caps
     for objective in ("pretrain", "dpo"):  # dpo's window sizing read the store's missing "chosen": a KeyError
         assert _run(sft, "--objective", objective, "--run-dir", str(tmp_path / objective), "train.max_steps=1") == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]
-        assert f"is a 'sft' store and train.objective={objective} reads" in err and "pass --objective sft" in err
+        assert f"is a 'sft' store and --objective {objective} (train.objective) reads" in err
+        assert "pass --objective sft" in err
         assert not (tmp_path / objective).exists()
     # an objective the caller passes is what reads the store, whatever train.objective says (default pretrain)
     from cookmind.train.objectives import PretrainObjective, SFTObjective
@@ -1230,7 +1231,8 @@ def test_overwrite_never_deletes_what_the_run_is_told_to_read_and_never_pairs_wi
         return capsys.readouterr().err.strip().splitlines()[-1]
 
     assert refused("--init-from", str(run)) == (
-        f"cookmind train: error: train.init_from={run} is a checkpoint of the run in {run}, which --overwrite would "
+        f"cookmind train: error: --init-from {run} (train.init_from) is a checkpoint of the run in {run}, which "
+        "--overwrite would "
         f"delete before reading it: give the new run another --run-dir (it starts from {run} all the same)"
     )
     step = run / "checkpoints" / before[-1]

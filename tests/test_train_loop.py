@@ -430,7 +430,8 @@ def test_init_from_takes_runtime_options_and_refuses_shape_changes(tmp_path, sto
     assert all(layer.self_attn.backend == "naive" for layer in model.model.layers)
     cfg.model = {}
     cfg.update({"model": {"hidden_size": 64}})  # set by the user (their YAML or an override)
-    with pytest.raises(ValueError, match=r"differ from the model at train.init_from.*only attn_backend, lm_head_fp8"):
+    named = r"differ from the model at --init-from \S+ \(train.init_from\).*only attn_backend, lm_head_fp8"
+    with pytest.raises(ValueError, match=named):
         build_model(cfg)
     # a built-in preset's shape is not the user's: the CLI user cannot drop it, and the loaded model's stands
     preset = TrainConfig.load("tiny-cpu", [f"train.init_from={tmp_path / 'init'}", f"data.train_path={store}"])

@@ -148,7 +148,8 @@ def test_the_truncation_warning_of_an_init_from_run_does_not_advise_a_longer_con
     # a loaded model's max_position_embeddings cannot change (the config refuses it): say what can
     cfg = _cfg(tmp_path, store, f"train.init_from={tmp_path / 'run'}", f"logging.run_dir={tmp_path / 'sft-run'}")
     cfg.model = {}  # the shape comes from the checkpoint (the MODEL overrides would be refused as a change)
-    with pytest.warns(UserWarning, match=r"whole context of the model at train.init_from \(max_position_embeddings=64"):
+    whole = r"whole context, max_position_embeddings=64, of the model at --init-from \(train.init_from\)"
+    with pytest.warns(UserWarning, match=whole):
         Trainer(cfg)
 
 

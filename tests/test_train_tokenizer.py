@@ -65,7 +65,8 @@ def test_tokenizer_can_be_omitted_when_the_store_or_checkpoint_records_it(tmp_pa
     # fine-tuning from the checkpoint: its tokenizer is used; another one is refused naming both
     ft = Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft", init_from=str(tmp_path / "pre")))
     assert ft.cfg.data.tokenizer == str(ckpt)
-    with pytest.raises(ValueError, match=f"trained with the tokenizer in {ckpt}.*data.tokenizer={tok_b}"):
+    named = f"trained with the tokenizer in {ckpt}.*--tokenizer {tok_b} \\(data.tokenizer\\)"
+    with pytest.raises(ValueError, match=named):
         Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft2", tokenizer=tok_b, init_from=str(tmp_path / "pre")))
 
 
@@ -100,7 +101,8 @@ def test_a_checkpoint_whose_tokenizer_frames_documents_otherwise_is_refused(tmp_
         Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft", tokenizer=tmp_path / "tok_bos", init_from=pre))
     message = str(info.value)
     assert "whose documents open with ids [] and end with id" in message
-    assert f"data.tokenizer={tmp_path / 'tok_bos'} has the same vocabulary but opens them with [{bos}]" in message
+    given = f"--tokenizer {tmp_path / 'tok_bos'} (data.tokenizer)"
+    assert f"{given} has the same vocabulary but opens them with [{bos}]" in message
     assert not (tmp_path / "ft").exists()
     Trainer(_cfg(tmp_path, tmp_path / "store_a", "ft2", tokenizer=tok_a, init_from=pre))
 

@@ -320,7 +320,9 @@ class GRPOObjective(Objective):
         if self.tokenizer is None:
             self.tokenizer = getattr(trainer, "tokenizer", None)
         if self.tokenizer is None:
-            raise ValueError("the grpo objective needs a tokenizer to decode rollouts: set data.tokenizer")
+            raise ValueError(
+                "the grpo objective needs a tokenizer to decode rollouts: pass --tokenizer (data.tokenizer)"
+            )
         dist = getattr(trainer, "dist", None)
         if dist is not None:
             self.rank, self.world = dist.rank, dist.world_size
@@ -411,7 +413,7 @@ class GRPOObjective(Objective):
         graded = self._graded()  # grpo.eval_size grades only the first ones: the others are never answered
         for name, lengths, (key, room) in (
             ("grpo.problems", lengths_of(self.problems), rollout),
-            ("data.train_path", stored, rollout),
+            ("--train-data (data.train_path)", stored, rollout),
             ("grpo.eval_problems", lengths_of(graded), held_out),
         ):
             short = sum(n + room > context for n in lengths or ())

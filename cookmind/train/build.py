@@ -16,7 +16,7 @@ import torch
 
 from cookmind.model.model_io import resolve_model_dir
 from cookmind.tokenizer.documents import tokenizer_identity
-from cookmind.train.config import TrainConfig
+from cookmind.train.config import TrainConfig, setting
 from cookmind.train.objectives import DPOObjective, Objective, PretrainObjective, SFTObjective
 
 # Objectives that live above the train package register a factory here (or are imported lazily):
@@ -57,9 +57,9 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
             }
             if differs:
                 raise ValueError(
-                    f"model settings {differs} differ from the model at train.init_from="
-                    f"{cfg.train.init_from}; drop them from the config (the loaded model fixes its shape; "
-                    f"only {', '.join(RUNTIME_OPTIONS)} may change)"
+                    f"model settings {differs} differ from the model at "
+                    f"{setting('train.init_from', cfg.train.init_from)}; drop them from the config (the loaded model "
+                    f"fixes its shape; only {', '.join(RUNTIME_OPTIONS)} may change)"
                 )
             runtime = {k: v for k, v in cfg.model.items() if k in RUNTIME_OPTIONS}
             if runtime:
@@ -69,7 +69,7 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
             replaced = {k: v for k, v in shape.items() if cfg.model[k] != v}
             if replaced and os.environ.get("RANK", "0") == "0":
                 print(
-                    f"cookmind train: the model's shape comes from train.init_from={cfg.train.init_from}: "
+                    f"cookmind train: the model's shape comes from {setting('train.init_from', cfg.train.init_from)}: "
                     + ", ".join(f"{k} {v} (the preset said {cfg.model[k]})" for k, v in replaced.items()),
                     file=sys.stderr,
                 )
@@ -84,7 +84,8 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
         if "vocab_size" not in fields:
             if tokenizer is None:
                 raise ValueError(
-                    "model.vocab_size is not set and there is no tokenizer (data.tokenizer) to take it from"
+                    f"model.vocab_size is not set and there is no tokenizer ({setting('data.tokenizer')}) to take it "
+                    "from"
                 )
             fields["vocab_size"] = tokenizer.vocab_size
         if tokenizer is not None:
@@ -135,7 +136,7 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
         ref_path = d.reference or cfg.train.init_from
         if ref_path is None:
             raise ValueError(
-                "DPO needs a frozen reference: set dpo.reference or train.init_from (or use LoRA, whose "
+                f"DPO needs a frozen reference: set dpo.reference or {setting('train.init_from')} (or use LoRA, whose "
                 "base model is the reference)"
             )
         where = "cpu" if cfg.parallel.fsdp else str(trainer.device)  # FSDP: sharding moves each rank's shards
@@ -151,7 +152,8 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
         _FACTORIES[name] = module.build_objective
     if name in _FACTORIES:
         return _FACTORIES[name](cfg, trainer)
-    raise ValueError(f"unknown train.objective {name!r}; known: pretrain, sft, dpo, {', '.join(OBJECTIVE_PLUGINS)}")
+    known = ", ".join(["pretrain", "sft", "dpo", *OBJECTIVE_PLUGINS])
+    raise ValueError(f"unknown {setting('train.objective')} {name!r}; known: {known}")
 
 
 def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
@@ -207,7 +209,7 @@ def check_train_store(cfg: TrainConfig, objective: Objective | None = None) -> N
         elif objective is not None:
             reader = f"the run's objective ({type(objective).__name__})"
         else:
-            reader = f"train.objective={cfg.train.objective}"
+            reader = setting("train.objective", cfg.train.objective)
         raise StoreError(
             f"{cfg.data.train_path} is a {store.train_type!r} store and {reader} reads {want!r} stores: pass "
             f"--objective {fits} to train on it, or pack a {want!r} store (`cookmind pack --train-type {want}`)"
@@ -247,8 +249,8 @@ def find_tokenizer(cfg: TrainConfig) -> str | None:
             return recorded
         if recorded:  # moved or deleted since pack: say so, not "no tokenizer to take model.vocab_size from"
             raise FileNotFoundError(
-                f"data.train_path={cfg.data.train_path}: its meta.json names the tokenizer it was packed with, "
-                f"{recorded}, which is no longer there; pass --tokenizer DIR (that tokenizer, wherever it is now)"
+                f"{setting('data.train_path', cfg.data.train_path)}: its meta.json names the tokenizer it was packed "
+                f"with, {recorded}, which is no longer there; pass --tokenizer DIR (that tokenizer, wherever it is now)"
             )
     return None
 
@@ -266,8 +268,8 @@ def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
     check_carried_tokenizer(
         d,
         tokenizer,
-        model=f"train.init_from={cfg.train.init_from}",
-        given=f"data.tokenizer={cfg.data.tokenizer}",
+        model=setting("train.init_from", cfg.train.init_from),
+        given=setting("data.tokenizer", cfg.data.tokenizer),
         hint="drop --tokenizer to use the checkpoint's",
     )
 
@@ -283,7 +285,7 @@ def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str
     n = getattr(config, "vocab_size", None)
     if n is None:
         return None
-    where = "the model at train.init_from" if cfg.train.init_from else "model.vocab_size"
+    where = f"the model at {setting('train.init_from')}" if cfg.train.init_from else "model.vocab_size"
     fix = (
         "use the tokenizer the model was trained with"
         if cfg.train.init_from
@@ -291,7 +293,7 @@ def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str
     )
     sources = []
     if tokenizer is not None and hasattr(tokenizer, "vocab_size"):
-        sources.append((f"the tokenizer at data.tokenizer={cfg.data.tokenizer}", int(tokenizer.vocab_size)))
+        sources.append((f"the tokenizer at {setting('data.tokenizer', cfg.data.tokenizer)}", int(tokenizer.vocab_size)))
     fingerprint, framing = tokenizer_identity(tokenizer)
     for field in ("train_path", "val_path"):
         path = getattr(cfg.data, field)

@@ -50,6 +50,7 @@ from cookmind.model.model_io import (
 from cookmind.model.sharded_layout import is_sharded_checkpoint
 from cookmind.run_layout import REPORT_FILES, RUN_ENTRIES
 from cookmind.tokenizer.files import copy_tokenizer_files
+from cookmind.train.config import setting
 from cookmind.train.objectives.base import unwrap
 from cookmind.train.sharded_checkpoint import (
     is_fsdp_sharded,
@@ -179,7 +180,7 @@ def refuse_overwriting_inputs(
     for key, value in reads.items():
         if value and inside(Path(value)):
             raise ValueError(
-                f"{key}={value} is a checkpoint of the run in {run_dir}, which --overwrite would delete before "
+                f"{setting(key, value)} is a checkpoint of the run in {run_dir}, which --overwrite would delete before "
                 f"reading it: give the new run another --run-dir (it starts from {value} all the same)"
             )
 
@@ -345,7 +346,9 @@ def load_checkpoint(
     if optimizer is not None:
         f = path / "optimizer.pt"
         if not f.is_file():
-            raise FileNotFoundError(f"{f}: missing; cannot resume the optimizer (use train.init_from to start fresh)")
+            raise FileNotFoundError(
+                f"{f}: missing; cannot resume the optimizer (use --init-from (train.init_from) to start fresh)"
+            )
         try:
             state = torch.load(f, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:  # torch advises turning weights_only off: that would run the file's code
@@ -353,7 +356,7 @@ def load_checkpoint(
             raise ValueError(
                 f"{f}: refused to load: it holds Python objects other than tensors and plain data "
                 f"({why}); only resume from checkpoints cookmind wrote, or start fresh with "
-                "train.init_from"
+                "--init-from (train.init_from)"
             ) from None
         if fsdp:
             load_full_optimizer_into_sharded(bare, optimizer, state["optimizer"], f)

@@ -81,17 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_config(args: argparse.Namespace):
     """Preset + flags + dotted overrides -> a validated TrainConfig (flags first, overrides win)."""
-    from cookmind.train.config import TrainConfig
+    from cookmind.train.config import CLI_FLAGS, TrainConfig
 
-    flags = {
-        "objective": "train.objective",
-        "train_data": "data.train_path",
-        "val_data": "data.val_path",
-        "tokenizer": "data.tokenizer",
-        "init_from": "train.init_from",
-        "run_dir": "logging.run_dir",
-        "resume": "checkpoint.resume",
-    }
+    flags = {flag[2:].replace("-", "_"): key for key, flag in CLI_FLAGS.items() if key != "checkpoint.overwrite"}
     items = [
         f"{key}={json.dumps(getattr(args, name))}"
         for name, key in flags.items()

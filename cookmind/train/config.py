@@ -405,6 +405,31 @@ class TrainConfig:
 
 _FREE_SECTIONS = ("model", "grpo")
 
+# `cookmind train`'s flag for each config key that has one: a message names what the user typed, and the key
+CLI_FLAGS = {
+    "train.objective": "--objective",
+    "data.train_path": "--train-data",
+    "data.val_path": "--val-data",
+    "data.tokenizer": "--tokenizer",
+    "train.init_from": "--init-from",
+    "logging.run_dir": "--run-dir",
+    "checkpoint.resume": "--resume",
+    "checkpoint.overwrite": "--overwrite",
+}
+
+_NO_VALUE = object()
+
+
+def setting(key: str, value: Any = _NO_VALUE) -> str:
+    """A config key as a message names it: ``--resume (checkpoint.resume)`` where `cookmind train` has a flag for
+    it, the key alone otherwise; with ``value``, ``--resume auto (checkpoint.resume)`` or ``optim.lr=0.001``."""
+    flag = CLI_FLAGS.get(key)
+    if value is _NO_VALUE:
+        return f"{flag} ({key})" if flag else key
+    if flag is None:
+        return f"{key}={value}"
+    return f"{flag} ({key}={str(value).lower()})" if isinstance(value, bool) else f"{flag} {value} ({key})"
+
 
 def resolve_preset(preset: str | Path) -> Path:
     """A preset name (``tiny-cpu``) or a YAML path -> the file; a clear error listing presets otherwise."""
@@ -445,7 +470,7 @@ def _unknown(source: str, what: str, name: str, valid: list[str]) -> str:
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        raise ValueError(f"{setting(name)} must be one of {list(choices)}, got {value!r}")
 
 
 def _set_field(obj: Any, section: str, key: str, value: Any, source: str) -> None:

@@ -264,7 +264,8 @@ def load_sharded(
     saved = read_metadata(path).state_dict_metadata
     if optimizer is not None and not any(k.startswith(OPTIM_KEY + ".") for k in saved):
         raise FileNotFoundError(
-            f"{dcp_dir(path)}: holds no optimizer state; cannot resume the optimizer (use train.init_from)"
+            f"{dcp_dir(path)}: holds no optimizer state; cannot resume the optimizer (start fresh with --init-from "
+            "(train.init_from))"
         )
     state = _state(bare, optimizer)
     want = {f"{MODEL_KEY}.{k}" for k in state[MODEL_KEY]}

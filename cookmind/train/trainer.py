@@ -83,7 +83,7 @@ from cookmind.train.checkpoint import (
     save_checkpoint,
     update_meta,
 )
-from cookmind.train.config import TrainConfig, uses_master_weights
+from cookmind.train.config import TrainConfig, setting, uses_master_weights
 from cookmind.train.metrics import MetricsWriter, is_number, peak_flops, to_float, training_metric_names
 from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
@@ -174,6 +174,7 @@ def _check_same_config(cfg: TrainConfig, info) -> None:
 
     values = flat(cfg.to_dict())
     values.pop("checkpoint.dir")  # may name each node's own disk; that the ranks resume alike is checked on resume
+    values = {setting(key): value for key, value in values.items()}  # "--resume (checkpoint.resume)": as typed
     diff = differences_from_rank0(values, info)
     if diff:
         more = f" (and {len(diff) - 3} more)" if len(diff) > 3 else ""
@@ -245,7 +246,7 @@ class Trainer:
             if tokenizer is None and not cfg.data.tokenizer:
                 cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
                 if cfg.data.tokenizer and self.dist.is_main:
-                    _note(f"data.tokenizer not set; using {cfg.data.tokenizer}")
+                    _note(f"{setting('data.tokenizer')} not set; using {cfg.data.tokenizer}")
             self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
             self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
             B.check_init_tokenizer(cfg, self.tokenizer)
@@ -450,8 +451,8 @@ class Trainer:
             if path is None:
                 if train and not hasattr(self.objective, "next_batch"):
                     raise ValueError(
-                        "no training data: set data.train_path (a token store; for grpo also grpo.problems) "
-                        "or pass train_dataset"
+                        f"no training data: pass {setting('data.train_path')} (a token store; for grpo also "
+                        "grpo.problems) or give the Trainer a train_dataset"
                     )
                 return None
             dataset = B.build_dataset(self.cfg, path, self.train_type, self.tokenizer)
@@ -571,8 +572,8 @@ class Trainer:
             max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
             if self.cfg.train.init_from and max_pos is not None and self.cfg.data.window_size >= max_pos:
                 advice = (  # the loaded model fixes its context: raising it is refused
-                    f"The window is already the whole context of the model at train.init_from "
-                    f"(max_position_embeddings={max_pos}): leave the longest records out of the data you pack (pack "
+                    f"The window is already the whole context, max_position_embeddings={max_pos}, of the model at "
+                    f"{setting('train.init_from')}: leave the longest records out of the data you pack (pack "
                     f"keeps each record whole), or start from a model with a longer context."
                 )
             else:
@@ -1418,19 +1419,20 @@ class Trainer:
             base = self.cfg.train.init_from
             if not base:  # a model the caller built
                 raise ValueError(
-                    f"checkpoint.resume: {path}'s LoRA adapter was trained on other base weights than the model "
+                    f"{setting('checkpoint.resume')}: {path}'s LoRA adapter was trained on other base weights than "
+                    "the model "
                     f"given holds (they differ at {where}): give the base it trained on"
                 )
             base_dir = resolve_model_dir(base)
             found = base_checkpoint_trained_on(Path(base_dir), recorded)
             fix = (
-                f"resume with train.init_from={found[0]}, the base checkpoint it trained on"
+                f"resume with {setting('train.init_from', found[0])}, the base checkpoint it trained on"
                 if found is not None
-                else "restore the base checkpoint the run started from and name it in train.init_from"
+                else f"restore the base checkpoint the run started from and name it in {setting('train.init_from')}"
             )
             raise ValueError(
-                f"checkpoint.resume: {path}'s LoRA adapter was trained on other base weights than train.init_from="
-                f"{base} gives now ({base_dir}; they differ at {where}): {fix}"
+                f"{setting('checkpoint.resume')}: {path}'s LoRA adapter was trained on other base weights than "
+                f"{setting('train.init_from', base)} gives now ({base_dir}; they differ at {where}): {fix}"
             )
 
     def _check_ranks_resume_alike(self, spec: str, path: Path | None) -> None:
@@ -1443,9 +1445,9 @@ class Trainer:
             mine = f"step {step}" if step >= 0 else "none"
             where = self.ckpt_dir if spec == "auto" else spec
             raise ValueError(
-                f"checkpoint.resume={spec}: the ranks found different checkpoints ({found}; rank {self.dist.rank} "
-                f"found {mine} in {where}). A multi-node run needs its checkpoint directory on a filesystem every "
-                "node shares (or the same checkpoint copied to the same path on each node)"
+                f"{setting('checkpoint.resume', spec)}: the ranks found different checkpoints ({found}; rank "
+                f"{self.dist.rank} found {mine} in {where}). A multi-node run needs its checkpoint directory on a "
+                "filesystem every node shares (or the same checkpoint copied to the same path on each node)"
             )
 
     def _maybe_resume(self) -> None:
@@ -1472,14 +1474,14 @@ class Trainer:
                     f"; {self.ckpt_dir} holds {kept} (checkpoint.keep_last deletes older ones as a run saves): "
                     "resume one of them, or --resume auto"
                 )
-            raise FileNotFoundError(f"checkpoint.resume={spec}: {what}")
+            raise FileNotFoundError(f"{setting('checkpoint.resume', spec)}: {what}")
         with stop_together(self.dist, "start"):  # this node's copy of the checkpoint
             meta = read_meta(path)
             self._check_resume_data(path, meta)  # before any weights load
             ours = Path(path).resolve().parent == self.ckpt_dir.resolve()
             if not ours and int(meta.get("step", 0)) >= self.cfg.train.max_steps:  # before the run directory is made
                 raise ValueError(
-                    f"checkpoint.resume={spec}: {path} is at step {meta.get('step')}, already at or past "
+                    f"{setting('checkpoint.resume', spec)}: {path} is at step {meta.get('step')}, already at or past "
                     f"train.max_steps={self.cfg.train.max_steps}: nothing to train in {self.run_dir}; raise "
                     f"train.max_steps to continue that run here, or start a new run from its weights with "
                     f"--init-from {path}"
