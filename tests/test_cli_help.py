@@ -19,7 +19,7 @@ def test_train_help_names_every_shipped_preset_and_the_default():
     assert {"qwen3-0.6b", "llama-1.3b", "tiny-cpu"} <= set(shipped)
     text = _help("train")
     assert all(name in text for name in shipped), shipped
-    assert "default tiny-cpu; with --resume and --run-dir, the run's own config.yaml" in text
+    assert "(default tiny-cpu). A resume takes the run's own config.yaml instead" in text
 
 
 def test_train_help_says_how_to_run_many_processes_and_nodes():

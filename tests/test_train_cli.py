@@ -583,6 +583,35 @@ def test_resuming_a_run_directory_needs_only_the_directory_its_config_yaml_holds
     )
 
 
+def test_resume_auto_without_run_dir_resumes_the_run_found_as_it_was_saved(
+    tmp_path, store, monkeypatch, sigterm_at_step, keep_threads, capsys
+):
+    """``--resume auto`` without --run-dir found the newest run of the preset, then resumed it with the preset's
+    settings, not the run's: a run started with ``optim.lr=1e-3`` went on at the preset's 3e-3 (a schedule warning
+    said only that the rate jumped). It
+    now resumes as ``--run-dir RUN --resume auto`` does (RUN's config.yaml, this command's flags and overrides on
+    top), ends where the uninterrupted run ends, and says where the preset differs from the run it continues."""
+    monkeypatch.chdir(tmp_path)
+    torch.set_num_threads(2)
+    steps = ["optim.lr=1e-3", "train.max_steps=4", "checkpoint.every=2"]
+    assert _run(store, "--run-dir", "full", *steps) == 0
+    sigterm_at_step(2)
+    assert _run(store, *steps) == 128 + signal.SIGTERM
+    (cut,) = (tmp_path / "runs").iterdir()
+    capsys.readouterr()
+    assert _run(store, "--resume", "auto", "train.max_steps=4") == 0  # optim.lr not typed again
+    err = capsys.readouterr().err
+    saved = Path("runs") / cut.name / "config.yaml"
+    assert f"settings from {saved} (the run being resumed), with this command's flags and overrides on top" in err
+    assert "optim.lr=0.001 (tiny-cpu has 0.003)" in err, err
+    assert yaml.safe_load(saved.read_text())["optim"]["lr"] == 1e-3
+    a = (tmp_path / "full" / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes()
+    assert (cut / "checkpoints" / "step_00000004" / "model.safetensors").read_bytes() == a
+    # an override on the command line still wins over the saved run's setting
+    args = _args("--resume", "auto", "--train-data", str(store), "optim.lr=2e-3", *TINY)
+    assert cli.resolve_config(args).optim.lr == 2e-3
+
+
 def test_print_config_of_a_grpo_run_shows_every_grpo_setting_and_reads_back(tmp_path, capsys):
     """--print-config printed ``grpo: {}`` (the section holds only what was set): the user could not see the
     objective's settings. Now every GRPOConfig field, with the run's values, for every objective (as dpo's), and
@@ -1269,6 +1298,17 @@ def test_a_resume_whose_config_replaces_the_runs_own_says_so(tmp_path, store, ca
         "--tokenizer)"
     )
     assert _train("--run-dir", str(run), "--resume", "auto", "train.max_steps=3") == 0  # what the line says
+    # with training data --config's settings replace the run's: that was silent; now the settings that differ are said
+    capsys.readouterr()
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("optim: {weight_decay: 0.0}\n")  # the command's overrides go on both: optim.lr is no difference
+    again = ["--config", str(mine), "--run-dir", str(run), "--resume", "auto", "--train-data", str(store), *TINY]
+    assert _train(*again, "optim.lr=1e-3", "train.max_steps=4") == 0
+    assert (
+        f"cookmind train: --config {mine} replaces {run / 'config.yaml'}, the resumed run's own settings: "
+        "optim.warmup_steps=0 (the run had 10), optim.weight_decay=0.0 (the run had 0.1), train.device=auto (the run "
+        "had cpu); leave --config out to resume the run as it was saved\n"
+    ) in capsys.readouterr().err  # a file is no preset: what it leaves out takes the schema's defaults
 
 
 def test_a_run_whose_only_checkpoint_is_damaged_says_so_not_yet_or_an_older_one(tmp_path, store, capsys):

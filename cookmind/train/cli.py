@@ -5,9 +5,11 @@
     torchrun --nproc_per_node 2 -m cookmind train --config gpt2-small --train-data ...   # DDP
 
 Without --run-dir each run gets its own directory, ``<preset's logging.run_dir>-<UTC time>`` (printed at the
-start); ``--resume auto`` without --run-dir continues the newest of those. A resume with --run-dir and no --config
-takes the settings from the run's own config.yaml, so ``--run-dir RUN --resume auto`` is a whole command (a RUN
-without one, and no --train-data, holds no run to resume: one line says so).
+start); ``--resume auto`` without --run-dir continues the newest of those. A resume takes the settings from the run's
+own config.yaml, this command's flags and overrides on top, so ``--run-dir RUN --resume auto`` is a whole command (a
+RUN without one, and no --train-data, holds no run to resume: one line says so); without --run-dir the preset only
+names the runs searched, and a line names where it differs from the run found. Only an explicit --config with
+--run-dir replaces the run's config.yaml (a line names the settings that differ).
 Exit status: 0 completed, 2 bad input or a diverged run, 128 + N stopped by signal N (checkpoint saved; resume
 with --resume auto).
 """
@@ -60,8 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-c",
         "--config",
         default=None,
-        help=f"preset name in cookmind/configs ({', '.join(preset_names())}) or a YAML path (default tiny-cpu; "
-        "with --resume and --run-dir, the run's own config.yaml)",
+        help=f"preset name in cookmind/configs ({', '.join(preset_names())}) or a YAML path (default tiny-cpu). "
+        "A resume takes the run's own config.yaml instead: without --run-dir this only names the runs searched "
+        "(its logging.run_dir); with --run-dir a --config given replaces the run's",
     )
     parser.add_argument("--objective", choices=["pretrain", "sft", "dpo", "grpo"], help="= train.objective")
     parser.add_argument("--train-data", help="training token store (= data.train_path)")
@@ -69,7 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", help="tokenizer directory (= data.tokenizer)")
     parser.add_argument("--init-from", help="start from this model/checkpoint (= train.init_from)")
     parser.add_argument("--run-dir", help="where metrics, report and checkpoints go (= logging.run_dir)")
-    parser.add_argument("--resume", help="'auto' (newest checkpoint in the run) or a checkpoint path")
+    parser.add_argument(
+        "--resume",
+        help="'auto': the newest checkpoint of --run-dir's run (without --run-dir, of the newest run of this preset "
+        "on the same objective and --train-data; none: a new run), with the run's saved settings and this command's "
+        "flags and overrides on top; or a checkpoint path",
+    )
     parser.add_argument(
         "--overwrite",
         action="store_true",
@@ -98,19 +106,58 @@ def resolve_config(args: argparse.Namespace):
             refuse_a_resume_of_no_run(args)
         args.config = saved or DEFAULT_PRESET
     cfg = TrainConfig.load(args.config, items + list(args.overrides))
+    if given is None and args.config != DEFAULT_PRESET:
+        args.resumed_settings = args.config  # main says where the settings came from
     run_yaml = Path(cfg.logging.run_dir or "") / "config.yaml"
-    if given and cfg.checkpoint.resume and not cfg.data.train_path and not (cfg.grpo or {}).get("problems"):
-        own = Path(given).is_file() and Path(given).resolve() == run_yaml.resolve()
-        if cfg.logging.run_dir and run_yaml.is_file() and not own:  # it failed later as "model.vocab_size is not set"
+    own = given is not None and Path(given).is_file() and Path(given).resolve() == run_yaml.resolve()
+    if given and cfg.checkpoint.resume and cfg.logging.run_dir and run_yaml.is_file() and not own:
+        if not cfg.data.train_path and not (cfg.grpo or {}).get("problems"):  # it failed later as "model.vocab_size"
             raise ValueError(
                 f"--config {given} replaces {run_yaml}, the resumed run's own config, and names no training data: "
                 f"leave --config out to resume with the run's config, or pass --train-data (and --tokenizer)"
+            )
+        saved = TrainConfig.load(str(run_yaml), items + list(args.overrides))
+        if differ := settings_that_differ(cfg, saved, "the run had"):
+            args.settings_note = (
+                f"--config {given} replaces {run_yaml}, the resumed run's own settings: {differ}; leave --config out "
+                "to resume the run as it was saved"
             )
     if getattr(args, "run_dir", None) is None and not any(
         o.strip().startswith("logging.run_dir=") for o in getattr(args, "overrides", [])
     ):
         cfg.logging.run_dir = default_run_dir(cfg.logging.run_dir, resume=bool(cfg.checkpoint.resume), cfg=cfg)
+        found = Path(cfg.logging.run_dir) / "config.yaml"
+        if cfg.checkpoint.resume == "auto" and found.is_file():  # a run found: resumed as --run-dir RUN resumes it
+            preset = given or DEFAULT_PRESET
+            run = TrainConfig.load(str(found), items + list(args.overrides))
+            run.logging.run_dir = cfg.logging.run_dir
+            args.resumed_settings = str(found)
+            if differ := settings_that_differ(run, cfg, f"{preset} has"):
+                args.settings_note = (
+                    f"the run being resumed differs from {preset}: {differ}; the run's settings are kept (an "
+                    "override section.key=value changes one)"
+                )
+            cfg = run
     return cfg
+
+
+def settings_that_differ(used, other, other_has: str, most: int = 4) -> str:
+    """``optim.lr=0.001 (OTHER_HAS 0.003), ...``: the settings of ``used`` (a TrainConfig) that ``other`` sets
+    otherwise, at most ``most`` of them and a count of the rest; the run directory, and what either leaves unset
+    (a vocabulary size the tokenizer gives), are not compared. "" when they agree."""
+    from cookmind.train.config import yaml_word
+
+    ours, theirs = used.flat(), other.flat()
+    differ = [
+        f"{key}={yaml_word(ours[key])} ({other_has} {yaml_word(theirs[key])})"
+        for key in ours
+        if key != "logging.run_dir"
+        and ours[key] is not None
+        and theirs.get(key) is not None
+        and ours[key] != theirs[key]
+    ]
+    more = f" (and {len(differ) - most} more)" if len(differ) > most else ""
+    return ", ".join(differ[:most]) + more
 
 
 def printable_config(cfg) -> dict:
@@ -309,10 +356,10 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank takes rank 0's (the Trainer agrees it)
         _note(f"run directory {cfg.logging.run_dir}")
-        if args.config == run_config_to_resume(args):
-            _note(
-                f"settings from {args.config} (the run being resumed), with this command's flags and overrides on top"
-            )
+        if saved := getattr(args, "resumed_settings", None):
+            _note(f"settings from {saved} (the run being resumed), with this command's flags and overrides on top")
+        if note := getattr(args, "settings_note", None):
+            _note(note)
     try:
         trainer = Trainer(cfg)
     except torch.OutOfMemoryError as exc:

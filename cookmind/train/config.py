@@ -395,6 +395,10 @@ class TrainConfig:
         """A plain nested dict (JSON/YAML-safe)."""
         return dataclasses.asdict(self)
 
+    def flat(self) -> dict[str, Any]:
+        """Every setting by its dotted key (``optim.lr``; a model or grpo entry as ``model.hidden_size``)."""
+        return {f"{section}.{k}": v for section, values in self.to_dict().items() for k, v in values.items()}
+
     def save(self, path: str | Path) -> None:
         """Write the resolved config as YAML, atomically."""
         path = Path(path)
@@ -420,6 +424,11 @@ CLI_FLAGS = {
 _NO_VALUE = object()
 
 
+def yaml_word(value: Any) -> str:
+    """A setting's value as an override spells it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def setting(key: str, value: Any = _NO_VALUE) -> str:
     """A config key as a message names it: ``--resume (checkpoint.resume)`` where `cookmind train` has a flag for
     it, the key alone otherwise; with ``value``, ``--resume auto (checkpoint.resume)`` or ``optim.lr=0.001``."""
@@ -428,7 +437,7 @@ def setting(key: str, value: Any = _NO_VALUE) -> str:
         return f"{flag} ({key})" if flag else key
     if flag is None:
         return f"{key}={value}"
-    return f"{flag} ({key}={str(value).lower()})" if isinstance(value, bool) else f"{flag} {value} ({key})"
+    return f"{flag} ({key}={yaml_word(value)})" if isinstance(value, bool) else f"{flag} {value} ({key})"
 
 
 def resolve_preset(preset: str | Path) -> Path:

@@ -83,7 +83,7 @@ from cookmind.train.checkpoint import (
     save_checkpoint,
     update_meta,
 )
-from cookmind.train.config import TrainConfig, setting, uses_master_weights
+from cookmind.train.config import TrainConfig, setting, uses_master_weights, yaml_word
 from cookmind.train.metrics import MetricsWriter, is_number, peak_flops, to_float, training_metric_names
 from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
@@ -166,13 +166,7 @@ def _check_same_config(cfg: TrainConfig, info) -> None:
     """Every rank must run the same config: nodes launched with different overrides trained apart (another learning
     rate), hung at the end (other max_steps) or failed in DDP's own traceback (another width)."""
 
-    def flat(d: dict, prefix: str = "") -> dict:
-        out = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-        return out
-
-    values = flat(cfg.to_dict())
+    values = cfg.flat()
     values.pop("checkpoint.dir")  # may name each node's own disk; that the ranks resume alike is checked on resume
     values = {setting(key): value for key, value in values.items()}  # "--resume (checkpoint.resume)": as typed
     diff = differences_from_rank0(values, info)
@@ -185,11 +179,6 @@ def _check_same_config(cfg: TrainConfig, info) -> None:
 
 
 _VAL_UNITS = " units"  # validation's running total of loss units (a key no metric has)
-
-
-def _yaml_word(value) -> str:
-    """A setting's value as an override spells it (true, not True)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 class Trainer:
@@ -1633,10 +1622,10 @@ class Trainer:
         then = {"train.seed": sampler.get("seed"), "data.shuffle": sampler.get("shuffle")}
         now = {"train.seed": self.train_loader.sampler.seed, "data.shuffle": self.train_loader.sampler.shuffle}
         if changed := [k for k in then if then[k] is not None and then[k] != now[k]]:
-            was = " and ".join(f"{k}={_yaml_word(then[k])}" for k in changed)
+            was = " and ".join(f"{k}={yaml_word(then[k])}" for k in changed)
             raise ValueError(
                 f"{path} was saved by a run with {was} (this run: "
-                f"{', '.join(f'{k}={_yaml_word(now[k])}' for k in changed)}), which fix the order it reads the data "
+                f"{', '.join(f'{k}={yaml_word(now[k])}' for k in changed)}), which fix the order it reads the data "
                 f"in: resume with {was}, or {advice}"
             )
 
