@@ -31,6 +31,8 @@ def test_train_help_says_how_to_run_many_processes_and_nodes():
         assert key in text, key
     assert "--rdzv-backend c10d --rdzv-endpoint HOST:29500" in text and "--run-dir" in text
     assert "train.grad_accum_steps" in text  # how a resume at another world size keeps the global batch
+    # the one example paired ZeRO-1 with our DDP: nothing said it goes with PyTorch's too (tests/test_train_ddp.py)
+    assert "parallel.zero1=true (ZeRO-1: AdamW's state split over the processes) goes with either parallel.ddp" in text
 
 
 def test_generate_and_chat_help_show_their_sampling_defaults():

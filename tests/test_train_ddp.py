@@ -1,5 +1,5 @@
-"""Two processes over gloo (as torchrun starts them; PyTorch DDP, or ours + ZeRO-1 + activation checkpointing) reach
-the same weights as one process with the same global batch."""
+"""Two processes over gloo (as torchrun starts them; PyTorch DDP with or without ZeRO-1, or ours + ZeRO-1 + activation
+checkpointing) reach the same weights as one process with the same global batch."""
 
 import json
 import os
@@ -16,7 +16,9 @@ from cookmind.train import TrainConfig, Trainer
 from cookmind.train.checkpoint import find_latest_checkpoint
 
 
-@pytest.mark.parametrize("ddp, zero1, checkpointing", [("torch", False, False), ("ours", True, True)])
+@pytest.mark.parametrize(
+    "ddp, zero1, checkpointing", [("torch", False, False), ("torch", True, False), ("ours", True, True)]
+)  # ZeRO-1 shards the optimizer, not the model: it goes with either DDP
 def test_two_gloo_processes_equal_one_process(tmp_path, keep_threads, ddp, zero1, checkpointing):
     common = [*data_parallel_overrides(tmp_path, max_steps=5), "logging.log_every=1"]  # every step's loss logged
     cfg_file = tmp_path / "cfg.yaml"

@@ -36,9 +36,10 @@ def preset_names() -> list[str]:
 
 MANY_PROCESSES = """\
 many processes (one loop for 1..N; the global batch is micro_batch_size x grad_accum_steps x processes):
-  torchrun --standalone --nproc-per-node 2 -m cookmind train ... parallel.ddp=torch
+  torchrun --standalone --nproc-per-node 2 -m cookmind train ... parallel.ddp=torch   # PyTorch's DDP (default)
   torchrun --standalone --nproc-per-node 2 -m cookmind train ... parallel.ddp=ours parallel.zero1=true
   torchrun --standalone --nproc-per-node 2 -m cookmind train ... parallel.fsdp=true   # sharded checkpoints
+parallel.zero1=true (ZeRO-1: AdamW's state split over the processes) goes with either parallel.ddp, torch or ours.
 several nodes (every node the same command, the same paths, --run-dir on a shared filesystem):
   torchrun --nnodes 2 --nproc-per-node 8 --node-rank R --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
       --rdzv-id run42 -m cookmind train ... --run-dir /shared/runs/x
