@@ -312,10 +312,31 @@ def run() -> None:
     """The program's entry point (the ``cookmind`` command, ``python -m cookmind``): ``main`` on sys.argv, then the
     exit, through ``end_process`` where this process was in a process group (torchrun)."""
     code = main()
+    keep_exit_status(code)
     process_group = sys.modules.get("cookmind.parallel.process_group")  # imported only by what may make one
     if process_group is not None:
         process_group.end_process(code)
     raise SystemExit(code)
+
+
+def keep_exit_status(code: int) -> None:
+    """Once ``main`` has returned, its output is complete: a Ctrl-C as the interpreter exits printed a KeyboardInterrupt
+    traceback (in an atexit callback, or as the exit joins a thread still running) or ended the process by the signal
+    (the modules' teardown, after Python has put SIGINT's default back): a completed run read as interrupted. Until the
+    atexit callbacks, a Ctrl-C ends the process at once with ``code`` (a hung thread join can still be left); from
+    them on it is ignored (Python leaves an ignored signal ignored through the teardown)."""
+    import atexit
+
+    def exit_now(signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # closed, or its reader gone
+                pass
+        os._exit(code)
+
+    signal.signal(signal.SIGINT, exit_now)
+    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)  # registered last, so run first
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -187,6 +187,50 @@ def test_ctrl_c_while_the_stage_imports_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "cookmind train: interrupted\n"
 
 
+# The command as `python -m cookmind` runs it (cookmind.cli.run), its work done (main printed its summary and returned
+# 0), then one Ctrl-C as the interpreter shuts down: in an atexit callback, while it joins a thread still running, or
+# while it tears the modules down (after Python has put SIGINT's default handler back).
+_CTRL_C_AT_EXIT = """
+import atexit, os, signal, sys, threading, time
+import cookmind.cli as cli
+
+def ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(100_000):  # Python code to run on: where a Python handler would take the signal
+        pass
+
+cli.main = lambda argv=None: print('{"status": "completed"}') or 0
+when = sys.argv[1]
+if when == "atexit":
+    atexit.register(ctrl_c)
+elif when == "thread join":
+    def worker():
+        while threading.main_thread().is_alive():  # until the main thread has ended and the exit joins this one
+            time.sleep(0.01)
+        ctrl_c()
+        time.sleep(0.5)
+    threading.Thread(target=worker).start()
+else:
+    class AtTeardown:
+        def __del__(self):
+            ctrl_c()
+    sys.modules["at_teardown"] = AtTeardown()
+cli.run()
+"""
+
+
+@pytest.mark.parametrize("when", ["atexit", "thread join", "module teardown"])
+def test_a_ctrl_c_as_the_interpreter_exits_keeps_the_commands_exit_status(tmp_path, when):
+    """A Ctrl-C after the command's output was complete printed a KeyboardInterrupt traceback (an atexit callback, a
+    thread join) or ended the process by the signal (-2 to a caller, 130 to a shell: the modules' teardown, after
+    Python restores SIGINT's default): a completed run read as interrupted. It now exits with the command's status."""
+    script = tmp_path / "exit.py"
+    script.write_text(_CTRL_C_AT_EXIT)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, str(script), when], capture_output=True, text=True, env=env, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, '{"status": "completed"}\n', "")
+
+
 def test_ctrl_c_is_one_line_and_leaves_no_half_written_output(tmp_path, tok_dir, monkeypatch, capsys):
     from cookmind.store.writer import StoreWriter
 
