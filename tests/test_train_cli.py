@@ -461,6 +461,13 @@ def test_a_store_of_another_kind_or_none_names_the_flag_to_change(tmp_path, caps
     # a missing store was reported as "model.vocab_size is not set and there is no tokenizer"
     assert _run(tmp_path / "nowhere", "--run-dir", str(tmp_path / "r"), "train.max_steps=1") == 2
     assert "nowhere: no such store; make one with `cookmind pack" in capsys.readouterr().err
+    # no store at all (a new user's `cookmind train`): it said "model.vocab_size is not set and there is no tokenizer
+    # (data.tokenizer)", which named neither the data it lacked nor the flag to pass
+    assert _train("--run-dir", str(tmp_path / "none"), "train.max_steps=1") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "cookmind train: error: no training data: pass --train-data STORE (data.train_path), a token store that "
+        "`cookmind pack` made (it names its tokenizer, which sizes the model's vocabulary)"
+    )
 
 
 def test_sigterm_saves_and_exits_non_zero(tmp_path, store, sigterm_at_step, capsys):

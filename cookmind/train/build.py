@@ -82,10 +82,15 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
             )
         fields = dict(cfg.model)
         if "vocab_size" not in fields:
+            if tokenizer is None and not cfg.data.train_path and not (cfg.grpo or {}).get("problems"):
+                raise ValueError(  # a new user's bare `cookmind train`: the data is what is missing
+                    "no training data: pass --train-data STORE (data.train_path), a token store that `cookmind pack` "
+                    "made (it names its tokenizer, which sizes the model's vocabulary)"
+                )
             if tokenizer is None:
                 raise ValueError(
-                    f"model.vocab_size is not set and there is no tokenizer ({setting('data.tokenizer')}) to take it "
-                    "from"
+                    "model.vocab_size is not set and there is no tokenizer to take it from: pass --tokenizer DIR "
+                    "(data.tokenizer), or set model.vocab_size"
                 )
             fields["vocab_size"] = tokenizer.vocab_size
         if tokenizer is not None:
