@@ -99,6 +99,12 @@ def test_resume_auto_continues_the_newest_run_of_the_same_objective_and_data(tmp
     assert cli.resolve_config(sft).logging.run_dir == runs["sft"]
     fresh = cli.resolve_config(_args("--resume", "auto", "--train-data", "new")).logging.run_dir
     assert fresh not in runs.values() and fresh.startswith("runs/tiny-cpu-")
+    # no --train-data: the data is the run's own (its config.yaml); it matched no run and started a new one, which
+    # then had no data to train on
+    alone = cli.resolve_config(_args("--resume", "auto"))
+    assert (alone.logging.run_dir, alone.data.train_path) == (runs["pre2"], "other")
+    sft = cli.resolve_config(_args("--resume", "auto", "--objective", "sft"))
+    assert (sft.logging.run_dir, sft.train.objective) == (runs["sft"], "sft")
 
 
 def test_the_readme_says_which_runs_resume_auto_without_run_dir_searches(tmp_path, monkeypatch):

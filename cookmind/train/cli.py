@@ -76,8 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume",
         help="'auto': the newest checkpoint of --run-dir's run (without --run-dir, of the newest run of this preset "
-        "on the same objective and --train-data; none: a new run), with the run's saved settings and this command's "
-        "flags and overrides on top; or a checkpoint path",
+        "on the same objective and --train-data, any without it; none: a new run), with the run's saved settings "
+        "and this command's flags and overrides on top; or a checkpoint path",
     )
     parser.add_argument(
         "--overwrite",
@@ -229,7 +229,8 @@ STAMP = r"-\d{8}-\d{6}(-\d+)?"  # what default_run_dir appends to a preset's log
 
 def default_run_dir(base: str, resume: bool, now: float | None = None, cfg=None) -> str:
     """``<base>-<UTC time>``, unique, for a fresh run; for ``--resume`` the newest such directory (or a new one)
-    that ran ``cfg``'s objective on its training data (a preset's SFT run is not where its pretraining resumes).
+    that ran ``cfg``'s objective on its training data, or on any without one (a preset's SFT run is not where its
+    pretraining resumes).
     A ``base`` that already ends in such a time (a run's saved config.yaml fed back as --config) is that run's base:
     its runs are searched, and a new one is named ``<base>-<UTC time>``, not ``<base>-<time>-<time>``."""
     base = re.sub(STAMP + "$", "", base)
@@ -254,7 +255,7 @@ def default_run_dir(base: str, resume: bool, now: float | None = None, cfg=None)
 
 def _same_job(run_dir: Path, cfg) -> bool:
     """Whether the run in ``run_dir`` (its config.yaml; a run without one counts) trained ``cfg``'s objective on
-    ``cfg``'s training data."""
+    ``cfg``'s training data (any, where ``cfg`` names none: the resume takes the run's own)."""
     import yaml
 
     try:
@@ -262,10 +263,14 @@ def _same_job(run_dir: Path, cfg) -> bool:
         objective, train_path = ran["train"]["objective"], ran["data"]["train_path"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return True
-    same_data = train_path == cfg.data.train_path or (
-        train_path is not None
-        and cfg.data.train_path is not None
-        and Path(train_path).resolve() == Path(cfg.data.train_path).resolve()
+    same_data = (
+        cfg.data.train_path is None
+        or train_path == cfg.data.train_path
+        or (
+            train_path is not None
+            and cfg.data.train_path is not None
+            and Path(train_path).resolve() == Path(cfg.data.train_path).resolve()
+        )
     )
     return objective == cfg.train.objective and same_data
 
