@@ -311,6 +311,12 @@ def _stdout_is_closed() -> bool:
 def run() -> None:
     """The program's entry point (the ``cookmind`` command, ``python -m cookmind``): ``main`` on sys.argv, then the
     exit, through ``end_process`` where this process was in a process group (torchrun)."""
+    import atexit
+
+    # registered before main runs, so it runs after the exit callbacks main's libraries register (atexit runs them last
+    # registered first): while those run a Ctrl-C still ends the process (keep_exit_status), through the modules'
+    # teardown after them it is ignored (Python has put SIGINT's default back by then, which would end it by the signal)
+    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
     code = main()
     keep_exit_status(code)
     process_group = sys.modules.get("cookmind.parallel.process_group")  # imported only by what may make one
@@ -322,10 +328,9 @@ def run() -> None:
 def keep_exit_status(code: int) -> None:
     """Once ``main`` has returned, its output is complete: a Ctrl-C as the interpreter exits printed a KeyboardInterrupt
     traceback (in an atexit callback, or as the exit joins a thread still running) or ended the process by the signal
-    (the modules' teardown, after Python has put SIGINT's default back): a completed run read as interrupted. Until the
-    atexit callbacks, a Ctrl-C ends the process at once with ``code`` (a hung thread join can still be left); from
-    them on it is ignored (Python leaves an ignored signal ignored through the teardown)."""
-    import atexit
+    (the modules' teardown, after Python has put SIGINT's default back): a completed run read as interrupted. Through
+    the thread joins and the exit callbacks that libraries registered while main ran, a Ctrl-C ends the process at once
+    with ``code`` (a hung join or callback can still be left); ``run`` ignores it from then on."""
 
     def exit_now(signum, frame):
         for stream in (sys.stdout, sys.stderr):
@@ -336,7 +341,6 @@ def keep_exit_status(code: int) -> None:
         os._exit(code)
 
     signal.signal(signal.SIGINT, exit_now)
-    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)  # registered last, so run first
 
 
 def main(argv: list[str] | None = None) -> int:

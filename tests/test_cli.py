@@ -3,6 +3,7 @@ import gzip
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,34 @@ def test_a_ctrl_c_as_the_interpreter_exits_keeps_the_commands_exit_status(tmp_pa
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, str(script), when], capture_output=True, text=True, env=env, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, '{"status": "completed"}\n', "")
+
+
+def test_a_ctrl_c_to_an_exit_callback_that_hangs_still_ends_the_process(tmp_path):
+    """A callback registered while the command ran (as torch.distributed's or a data loader's are) that hangs at exit:
+    Ctrl-C must still end the process, with the command's status, not be ignored until the callback returns."""
+    script = tmp_path / "hang.py"
+    script.write_text(
+        _CTRL_C_AT_EXIT.split("cli.main = ")[0]
+        + """
+def hang():
+    ctrl_c()
+    time.sleep(30)
+    print("the hung callback ran to its end")
+
+def main(argv=None):
+    atexit.register(hang)
+    print('{"status": "completed"}')
+    return 0
+
+cli.main = main
+cli.run()
+"""
+    )
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, '{"status": "completed"}\n', "")
+    assert time.monotonic() - start < 20
 
 
 def test_ctrl_c_is_one_line_and_leaves_no_half_written_output(tmp_path, tok_dir, monkeypatch, capsys):
