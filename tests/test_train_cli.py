@@ -135,7 +135,8 @@ def test_the_readme_says_which_runs_resume_auto_without_run_dir_searches(tmp_pat
         "`--resume auto` without `--run-dir` searches only those folders: `<logging.run_dir>-*` (the preset's "
         "`logging.run_dir`, `runs/<preset>` by default, relative to the current directory) that hold a "
         "`checkpoints/` folder and whose `config.yaml` ran the same `train.objective` on the same `--train-data` "
-        "(a folder without a readable one counts), and continues the newest by name"
+        "(any data, without `--train-data`; a folder without a readable one counts), and continues the newest by "
+        "name, on its own `config.yaml`"
     ) in readme
     assert "A run named with `--run-dir` is not searched: resume it with `--run-dir`" in readme
 
