@@ -63,6 +63,14 @@ def test_unknown_target_is_a_clear_error():
         apply_lora(CookMindLM(_cfg()), targets=["query"])
 
 
+def test_a_target_that_matches_nothing_is_refused_beside_ones_that_match():
+    # a typo among the targets (lora.targets=[q_proj,v_prj]) adapted only q_proj, saying nothing
+    model = CookMindLM(_cfg())
+    with pytest.raises(ValueError, match=r"\['v_prj'\] match no linear layer.*v_proj"):
+        apply_lora(model, targets=["q_proj", "v_prj"])
+    assert not any(True for _ in lora_modules(model))  # refused before anything was wrapped
+
+
 @pytest.mark.parametrize("gqa_tied", [(2, True), (4, False)])
 def test_peft_loads_our_adapter_onto_the_exported_hf_model(tmp_path, gqa_tied):
     peft = pytest.importorskip("peft")

@@ -106,14 +106,19 @@ def apply_lora(
 ) -> list[str]:
     """Wrap every projection whose name ends in one of ``targets``; freeze everything else.
 
-    Returns the wrapped module names. Raises if no module matches (a typo in a target name).
+    Returns the wrapped module names. Raises if a target matches no module (a typo in a target name), even beside
+    others that match: the typo would leave that projection unadapted, saying nothing.
     """
     if has_lora(model):
         raise ValueError("model already has LoRA adapters")
     found = [(n, m) for n, m in model.named_modules() if _matches(n, targets) and isinstance(m, (Linear, nn.Linear))]
-    if not found:
-        names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, (Linear, nn.Linear))})
-        raise ValueError(f"LoRA targets {list(targets)} match no linear layer; linear layer names are {names}")
+    names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, (Linear, nn.Linear))})
+    unmatched = [t for t in targets if t not in names]
+    if not found or unmatched:
+        also = f" (of {list(targets)})" if found else ""
+        raise ValueError(
+            f"LoRA targets {unmatched or list(targets)} match no linear layer{also}; linear layer names are {names}"
+        )
     for p in model.parameters():
         p.requires_grad_(False)
     for name, module in found:
