@@ -1513,3 +1513,25 @@ def test_a_peer_lost_after_the_last_step_is_not_told_at_a_step_past_max_steps():
     assert _where_the_run_is(trainer(0)) == "at step 1"
     assert _where_the_run_is(trainer(2)) == "at step 3"
     assert _where_the_run_is(trainer(3)) == "after its last step (3), saving or reporting"
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--objective", "sft", "lora.r=4"], "'lora.r=4': changes nothing without lora.enabled=true"),
+        (["--objective", "sft", "lora.targets=[q_proj]"], "without lora.enabled=true"),
+        (["--objective", "sft", "dpo.beta=0.5"], "only a dpo run reads the dpo section (train.objective=sft)"),
+        (["grpo.group_size=4"], "only a grpo run reads the grpo section (train.objective=pretrain)"),
+    ],
+)
+def test_an_override_the_run_does_not_read_is_refused(argv, said, capsys):
+    """`train --objective sft lora.r=4` (lora.enabled=true forgotten) fine-tuned the whole model, and dpo.* / grpo.*
+    in another objective's run were taken and ignored, saying nothing."""
+    from cookmind.cli import main
+
+    assert main(["train", "--print-config", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cookmind train: error: override ") and said in err and err.count("\n") == 1
+    # the same settings where the run reads them
+    assert main(["train", "--print-config", "lora.enabled=true", "lora.r=4", "--objective", "dpo", "dpo.beta=0.5"]) == 0
+    assert main(["train", "--print-config", "--objective", "grpo", "grpo.group_size=4"]) == 0

@@ -109,6 +109,7 @@ def resolve_config(args: argparse.Namespace):
     cfg = TrainConfig.load(args.config, items + list(args.overrides))
     if given is None and args.config != DEFAULT_PRESET:
         args.resumed_settings = args.config  # main says where the settings came from
+    refuse_unread_overrides(cfg, list(args.overrides))
     run_yaml = Path(cfg.logging.run_dir or "") / "config.yaml"
     own = given is not None and Path(given).is_file() and Path(given).resolve() == run_yaml.resolve()
     if given and cfg.checkpoint.resume and cfg.logging.run_dir and run_yaml.is_file() and not own:
@@ -159,6 +160,25 @@ def settings_that_differ(used, other, other_has: str, most: int = 4) -> str:
     ]
     more = f" (and {len(differ) - most} more)" if len(differ) > most else ""
     return ", ".join(differ[:most]) + more
+
+
+def refuse_unread_overrides(cfg, overrides: list[str]) -> None:
+    """An override of a section the run does not read is a ValueError: ``lora.*`` without ``lora.enabled=true``,
+    ``dpo.*`` or ``grpo.*`` in another objective's run. They were taken and ignored: ``--objective sft lora.r=4``,
+    with ``lora.enabled=true`` forgotten, fine-tuned the whole model, saying nothing. A config file's sections are not
+    checked (a preset, or ``--print-config``'s output, holds every section)."""
+    for item in overrides:
+        section, _, key = item.partition("=")[0].strip().partition(".")
+        if section == "lora" and key != "enabled" and not cfg.lora.enabled:
+            raise ValueError(
+                f"override {item!r}: changes nothing without lora.enabled=true; add lora.enabled=true to train LoRA "
+                "adapters, or leave it out"
+            )
+        if section in ("dpo", "grpo") and cfg.train.objective != section:
+            raise ValueError(
+                f"override {item!r}: only a {section} run reads the {section} section (train.objective="
+                f"{cfg.train.objective}); pass --objective {section}, or leave it out"
+            )
 
 
 def printable_config(cfg) -> dict:
