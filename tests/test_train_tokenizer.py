@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from lm_fixtures import tiny_lm
 
+from cookmind.model import save_model
 from cookmind.store import StoreError
 from cookmind.store.packer import pack
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
@@ -128,3 +130,37 @@ def test_tokenizer_info_shows_the_framing_a_store_records(tmp_path, capsys):
     pack([tmp_path / "tok_a.txt"], tmp_path / "s", tmp_path / "tok_bos", "seq", separator="\n", progress=False)
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())["tokenizer"]
     assert (meta["bos_ids"], meta["eos_id"]) == ([bos], info["eos_id"])
+
+
+def test_a_dpo_reference_trained_with_another_tokenizer_is_refused_naming_both(tmp_path):
+    """dpo.reference=a model of another tokenizer started training and crashed at the first step with an IndexError
+    traceback from the reference's embedding (a larger vocabulary), or scored the pairs' ids as other text (the same
+    size). Refused before the run starts, as train.init_from is, naming both."""
+    import json
+
+    from cookmind.tokenizer.tokenizer import TokenizerError
+
+    tok_a, tok_b = _tokenizer(tmp_path, "tok_a", TEXT_A), _tokenizer(tmp_path, "tok_b", TEXT_B)
+    for name, tok in (("a", tok_a), ("b", tok_b)):
+        pack([tmp_path / f"tok_{name}.txt"], tmp_path / f"store_{name}", tok, "seq", separator="\n", progress=False)
+        Trainer(_cfg(tmp_path, tmp_path / f"store_{name}", f"pre_{name}")).fit()
+    pairs = tmp_path / "pairs.jsonl"
+    pair = {"prompt": "the cook", "chosen": "stirs", "rejected": "tastes it"}
+    pairs.write_text((json.dumps(pair) + "\n") * 2)  # one global batch
+    pack([pairs], tmp_path / "dpo", tok_a, "dpo", progress=False)
+    cfg = _cfg(tmp_path, tmp_path / "dpo", "dpo_run", init_from=str(tmp_path / "pre_a"), objective="dpo")
+    cfg.data.window_size = 64  # the pair in the chat template: more than 16 tokens
+    cfg.dpo.reference = str(tmp_path / "pre_b")
+    with pytest.raises(TokenizerError) as info:
+        Trainer(cfg)
+    message = str(info.value)
+    assert message.startswith(f"dpo.reference={tmp_path / 'pre_b'} was trained with the tokenizer in ")
+    assert f"data.tokenizer={tmp_path / 'pre_a' / 'checkpoints' / 'step_00000001'}" in message
+    assert not (tmp_path / "dpo_run").exists()
+    # one that carries no tokenizer to check (a Hugging Face folder) is refused for another vocabulary
+    save_model(tmp_path / "other", tiny_lm(vocab_size=300))
+    cfg.dpo.reference = str(tmp_path / "other")
+    with pytest.raises(ValueError, match=r"dpo.reference=.*other has 300 token ids and the model being trained 275"):
+        Trainer(cfg)
+    cfg.dpo.reference = str(tmp_path / "pre_a")  # a reference of the run's tokenizer is accepted
+    Trainer(cfg)

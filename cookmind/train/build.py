@@ -145,8 +145,18 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
                 "base model is the reference)"
             )
         where = "cpu" if cfg.parallel.fsdp else str(trainer.device)  # FSDP: sharding moves each rank's shards
-        ref = _load_weights("dpo.reference" if d.reference else "train.init_from", ref_path, where).eval()
+        field = "dpo.reference" if d.reference else "train.init_from"
+        ref = _load_weights(field, ref_path, where).eval()
         ref.requires_grad_(False)
+        # one that carries no tokenizer to check (a Hugging Face folder) may still have another vocabulary
+        ours = getattr(getattr(trainer.bare_model, "config", None), "vocab_size", None)
+        theirs = getattr(getattr(ref, "config", None), "vocab_size", None)
+        if ours is not None and theirs is not None and ours != theirs:
+            raise ValueError(
+                f"{field}={ref_path} has {theirs} token ids and the model being trained {ours}: a DPO reference "
+                "scores the pairs' ids with the run's tokenizer; give one trained with it (or leave dpo.reference "
+                "out: the reference is then the model at train.init_from)"
+            )
         if cfg.parallel.fsdp:  # sharded like the policy; every rank runs its forwards together with the policy's
             from cookmind.parallel import shard_frozen
 
@@ -261,22 +271,35 @@ def find_tokenizer(cfg: TrainConfig) -> str | None:
 
 
 def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
-    """Refuse to fine-tune a checkpoint (``train.init_from``) with another tokenizer than the one it carries."""
-    if not cfg.train.init_from:
-        return
-    try:
-        d = resolve_model_dir(cfg.train.init_from)
-    except FileNotFoundError:
-        return  # build_model reports it
+    """Refuse to fine-tune a checkpoint (``train.init_from``) with another tokenizer than the one it carries, and a
+    DPO reference (``dpo.reference``) that carries another one: it scored the pairs' ids as other text, or crashed
+    at the first step with an IndexError from its smaller embedding."""
     from cookmind.tokenizer.tokenizer import check_carried_tokenizer
 
-    check_carried_tokenizer(
-        d,
-        tokenizer,
-        model=setting("train.init_from", cfg.train.init_from),
-        given=setting("data.tokenizer", cfg.data.tokenizer),
-        hint="drop --tokenizer to use the checkpoint's",
-    )
+    models = [("train.init_from", cfg.train.init_from, "drop --tokenizer to use the checkpoint's")]
+    if cfg.train.objective == "dpo":
+        models.append(
+            (
+                "dpo.reference",
+                cfg.dpo.reference,
+                "give a reference trained with the run's tokenizer (or leave "
+                "dpo.reference out: the reference is then the model at train.init_from)",
+            )
+        )
+    for field, path, hint in models:
+        if not path:
+            continue
+        try:
+            d = resolve_model_dir(path)
+        except FileNotFoundError:
+            continue  # build_model or build_objective reports it
+        check_carried_tokenizer(
+            d,
+            tokenizer,
+            model=setting(field, path),
+            given=setting("data.tokenizer", cfg.data.tokenizer),
+            hint=hint,
+        )
 
 
 def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str | None:
