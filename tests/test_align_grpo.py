@@ -299,6 +299,21 @@ def test_a_problems_file_that_cannot_be_read_is_one_line_naming_its_setting(tmp_
     assert build_objective(cfg, None).problems == [{"question": "1+1?", "answer": "2"}]
 
 
+def test_problems_and_a_training_store_together_are_refused(tmp_path):
+    """grpo.problems with --train-data trained on the problems only: the store was read and counted in the summary
+    (data_records) as if it trained, and never drawn from."""
+    from cookmind.align.objective import build_objective
+    from cookmind.train import TrainConfig
+
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question": "1+1?", "answer": "2"}\n')
+    cfg = TrainConfig.from_dict(
+        {"train": {"objective": "grpo"}, "data": {"train_path": "data/rl"}, "grpo": {"problems": str(good)}}
+    )
+    with pytest.raises(ValueError, match=rf"grpo.problems={good} and data.train_path=data/rl .*give one of them"):
+        build_objective(cfg, None)
+
+
 def test_a_run_whose_rewards_never_vary_says_so_once(tmp_path):
     """Rollouts that all score 0 train nothing (every advantage is 0): after NO_SIGNAL_BATCHES such batches in a
     row the run warns once, saying what to check; a varying reward never warns."""

@@ -608,6 +608,11 @@ def build_objective(cfg, trainer) -> GRPOObjective:
     grpo prompt template.
     """
     gcfg = grpo_settings(getattr(cfg, "grpo", None))
+    if gcfg.problems and cfg.data.train_path:  # the stream replaces the store, which was read and never drawn from
+        raise ValueError(
+            f"grpo.problems={gcfg.problems} and data.train_path={cfg.data.train_path} (--train-data) both name the "
+            "training prompts, and the run takes grpo.problems only: give one of them"
+        )
     problems = load_problems(gcfg.problems, "grpo.problems") if gcfg.problems else None
     held_out = load_problems(gcfg.eval_problems, "grpo.eval_problems") if gcfg.eval_problems else None
     return GRPOObjective(gcfg, problems=problems, eval_problems=held_out, seed=cfg.train.seed)
