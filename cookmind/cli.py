@@ -178,9 +178,25 @@ def parse_stage_args(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     argv = _join_free_text(argv, _option_strings(parser))
     # parse_args stops filling a nargs="*" positional at the first option; intermixed parsing does not
     # (argparse cannot intermix across subcommands, so stages with subcommands parse plainly)
-    args = parser.parse_args(argv) if _has_subcommands(parser) else parser.parse_intermixed_args(argv)
+    if not _has_subcommands(parser):
+        args = parser.parse_intermixed_args(argv)
+        finish_model_argument(parser, args)
+        return args
+    # the sub-command says what it does not know, under its own usage (the stage's lists only the sub-commands)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _subcommand_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     finish_model_argument(parser, args)
     return args
+
+
+def _subcommand_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the sub-command ``args`` chose (``eval gsm8k``'s), or ``parser`` itself when none was."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            return action.choices.get(chosen, parser) if chosen else parser
+    return parser
 
 
 def say(command: str, kind: str | None, text: str) -> None:

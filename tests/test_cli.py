@@ -1138,7 +1138,7 @@ def test_usage_errors_show_the_argument_s_control_characters_escaped(capsys):
         ([*pack, "--train-type", "seq", f"--{bad}"], f"cookmind pack: error: unrecognized arguments: --{shown}"),
         (
             ["curate", "run", "--input", "i", "--output", "o", bad],
-            f"cookmind curate: error: unrecognized arguments: {shown}",
+            f"cookmind curate run: error: unrecognized arguments: {shown}",
         ),
         ([bad], f"cookmind: error: argument <stage>: invalid choice: '{shown}'"),
     ]:
@@ -1147,6 +1147,28 @@ def test_usage_errors_show_the_argument_s_control_characters_escaped(capsys):
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and err.startswith("usage: cookmind"), err
         assert said in err and shown in err and not any(c in err for c in "\x1b\x07\u202e"), (argv, err)
+
+
+def test_an_unknown_option_of_a_sub_command_is_named_by_the_sub_command_with_its_usage(capsys):
+    """`cookmind eval gsm8k --data d --dtype=bf16` said `cookmind eval: error: unrecognized arguments: --dtype=bf16`
+    under eval's usage (`{gsm8k,mmlu,ppl} ...`), which shows none of gsm8k's options; every other usage error of a
+    sub-command names it (`cookmind STAGE SUB-COMMAND: error:`) under its own usage."""
+    for argv, usage, said in [
+        (
+            ["eval", "gsm8k", "--data", "d", "--dtype=bf16"],
+            "usage: cookmind eval gsm8k [-h]",
+            "cookmind eval gsm8k: error: unrecognized arguments: --dtype=bf16\n",
+        ),
+        (
+            ["tokenizer", "info", "--tokenizer", "t", "--bogus"],
+            "usage: cookmind tokenizer info [-h]",
+            "cookmind tokenizer info: error: unrecognized arguments: --bogus\n",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            cli_main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(usage) and err.endswith(said), err
 
 
 def test_a_newline_in_a_file_name_does_not_split_a_one_line_error_or_summary(tmp_path, tok_dir, capsys):
