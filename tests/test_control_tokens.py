@@ -294,6 +294,38 @@ def test_grpo_rollout_ends_at_a_control_token(rambler):
     assert batch["responses"] == ["7", "7"] and batch["metadata"]["response_length"] == 2
 
 
+def test_grpo_rollouts_and_held_out_answers_cut_by_max_new_tokens_are_counted(rambler):
+    """A GRPO rollout that ran into grpo.max_new_tokens before it ended (GSM8K's worked answers past the default 64)
+    was graded as it stood and trained on, and nothing said how many: the run's reward read as a model that answers
+    wrong. Rollouts and held-out answers now report the share cut short (``cut_short``), as eval gsm8k counts them."""
+    from cookmind.align.objective import (
+        GRPOConfig,
+        GRPOObjective,
+        evaluate_accuracy,
+        no_signal_message,
+        sampling_params,
+    )
+    from cookmind.align.rewards import reward_fn_for_template
+    from cookmind.align.rollout import collect_rollouts
+
+    tok, model, prompt = rambler
+    for budget, cut in ((8, 0.0), (1, 1.0)):  # "7" then <|im_start|> ends it; 1 token leaves only "7"
+        cfg = GRPOConfig(template=SUM_TEMPLATE, max_new_tokens=budget)
+        params, reward_fn = sampling_params(cfg, tok, seed=0), reward_fn_for_template(cfg.template)
+        batch = collect_rollouts(model, tok, [prompt], [SUM["answer"]], 2, params, reward_fn)
+        assert batch["metadata"]["cut_short"] == cut, budget
+        assert evaluate_accuracy(model, tok, [SUM], cfg)["cut_short"] == cut, budget
+        # the objective's metrics (the run's train_cut_short) carry the rollouts' share
+        obj = GRPOObjective(cfg, tokenizer=tok)
+        _, metrics = obj(model, {**batch, "rollout_metrics": batch["metadata"]})
+        assert metrics["cut_short"] == cut
+    # and the warning of a run whose rollouts earn nothing says how many ran out of room
+    said = no_signal_message(cfg, {"reward_max": 0.0, "cut_short": 1.0}, 10, custom_reward=False)
+    assert (
+        "grpo.max_new_tokens=1 leaves room for one (100% of the last batch's rollouts ran into it unfinished)" in said
+    )
+
+
 def test_transformers_tokenizer_chat_markers_are_control_tokens_even_when_not_marked_special(tmp_path):
     """A transformers tokenizer whose ChatML markers were added as plain tokens: they still end a response and are
     left out of its text, as ``HFTokenizerAdapter`` has them (evals and GRPO use such a tokenizer as it is)."""

@@ -49,7 +49,7 @@ from cookmind.align.prompts import (
 )
 from cookmind.align.reference import Reference
 from cookmind.align.rewards import reference_text, reward_fn_for_template
-from cookmind.align.rollout import SamplingParams, collect_rollouts, generate_ids
+from cookmind.align.rollout import SamplingParams, collect_rollouts, cut_short, generate_ids
 from cookmind.parallel.fsdp import gathered_weights, is_sharded
 from cookmind.parallel.parallelize import shard_frozen
 from cookmind.train.config import coerce_value
@@ -226,9 +226,8 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
     ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
-    outs = generate_ids(
-        model, ids, sampling_params(cfg, tokenizer, seed=0, greedy=True), tokenizer, **rollout_options(cfg, model)
-    )
+    params = sampling_params(cfg, tokenizer, seed=0, greedy=True)
+    outs = generate_ids(model, ids, params, tokenizer, **rollout_options(cfg, model))
     model.train(was_training)
     texts = [decode_response(tokenizer, o) for o in outs]
     scores = [reward_fn(t, p["answer"]) for t, p in zip(texts, problems)]
@@ -237,6 +236,7 @@ def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=Non
         "accuracy": sum(s["answer_reward"] for s in scores) / n,
         "format_rate": sum(s["format_reward"] for s in scores) / n,
         "response_length": sum(len(o) for o in outs) / n,
+        "cut_short": sum(cut_short(model, ids, outs, params)) / n,  # graded unfinished: raise the token budget
         "responses": texts,
     }
 
@@ -267,10 +267,12 @@ def no_signal_message(cfg: GRPOConfig, meta: dict[str, float], batches: int, cus
         graded = "'#### N' at the end"
     else:
         graded = "a final number"
+    cut = meta.get("cut_short", 0.0)
+    cut_note = f" ({cut:.0%} of the last batch's rollouts ran into it unfinished)" if cut > 0 else ""
     return (
         head + f"; no rollout earned any reward: check that the answers can take the format the reward grades "
         f"({graded}; grpo.template={cfg.template!r}), that grpo.max_new_tokens={cfg.max_new_tokens} leaves room "
-        "for one, and that the model answers in that format at all (fine-tune it on worked answers first)"
+        f"for one{cut_note}, and that the model answers in that format at all (fine-tune it on worked answers first)"
     )
 
 
@@ -558,6 +560,7 @@ class GRPOObjective(Objective):
             "format_reward": rm.get("format_reward_mean", 0.0),
             "accuracy": rm.get("answer_reward_mean", 0.0),
             "response_length": rm.get("response_length", 0.0),
+            "cut_short": rm.get("cut_short", 0.0),
             "frac_zero_std_groups": rm.get("frac_zero_std_groups", 0.0),
             "entropy": masked_mean(out["token_entropy"].detach(), mask).item(),
         }
@@ -568,11 +571,12 @@ class GRPOObjective(Objective):
         return loss, metrics
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
-        """Greedy held-out accuracy, format rate and answer length (the Trainer prefixes them with ``val_``)."""
+        """Greedy held-out accuracy, format rate, answer length and the share of answers cut short (the Trainer
+        prefixes them with ``val_``)."""
         if not self.eval_problems:
             return {}
         res = evaluate_accuracy(unwrap(model), self.tokenizer, self._graded(), self.cfg, self.reward_fn)
-        return {k: res[k] for k in ("accuracy", "format_rate", "response_length")}
+        return {k: res[k] for k in ("accuracy", "format_rate", "response_length", "cut_short")}
 
     def _graded(self) -> list[dict] | None:
         """The held-out problems each evaluation grades: the first ``grpo.eval_size`` of them (0: all)."""

@@ -31,6 +31,21 @@ def generate_ids(
     return generate(model, prompts, params, tokenizer, keep_stop_token=True, batch_size=batch_size, engine=engine)
 
 
+def cut_short(model, prompt_ids: list[list[int]], responses: list[list[int]], params: SamplingParams) -> list[bool]:
+    """Whether each response ran out of room before it ended: it holds ``params.max_new_tokens`` tokens, or fills the
+    model's context after its prompt, and its last token is no stop token (a stop string at the very end counts as
+    cut: the ids do not say which). Such a response is graded and trained on as it stood."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    stops = set(params.stop_token_ids)
+    cut = []
+    for prompt, response in zip(prompt_ids, responses):
+        room = (
+            params.max_new_tokens if not isinstance(context, int) else min(params.max_new_tokens, context - len(prompt))
+        )
+        cut.append(len(response) >= room and not (response and response[-1] in stops))
+    return cut
+
+
 def collect_rollouts(
     model,
     tokenizer,
@@ -63,6 +78,7 @@ def collect_rollouts(
     finally:
         if was_training:
             model.train()
+    cut = cut_short(model, rep_prompts, responses, params)
     # an empty response still needs one target for the tensors; it scores as whatever the grader says of ""
     responses = [r if r else [pad_id_of(tokenizer)] for r in responses]
     texts = [decode_response(tokenizer, r) for r in responses]
@@ -71,6 +87,7 @@ def collect_rollouts(
     )
     batch = pack_prompt_and_output(rep_prompts, responses, pad_id_of(tokenizer))
     meta["response_length"] = sum(len(r) for r in responses) / len(responses)
+    meta["cut_short"] = sum(cut) / len(cut)  # the share that ran into max_new_tokens or the context unfinished
     batch.update(
         {
             "advantages": advantages,
