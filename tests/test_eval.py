@@ -574,6 +574,22 @@ def test_eval_data_of_the_wrong_kind_says_file_or_folder_and_what_to_pass(tmp_pa
     assert "not found" not in err and "`cookmind eval gsm8k --data" in err
 
 
+def test_eval_mmlu_given_a_split_folder_names_its_parent(tmp_path, monkeypatch, capsys):
+    """`eval mmlu --data /work/shared/data/mmlu/test` (the split folder, its CSVs inside) said 'MMLU split folder
+    .../test/test not found' and what a root holds, not that the folder given was one level too deep."""
+    from cookmind.cli import main
+
+    _bigram_cli(monkeypatch, CharTok())
+    mmlu = tmp_path / "mmlu"
+    (mmlu / "test").mkdir(parents=True)
+    (mmlu / "test" / "virology_test.csv").write_text("q,a,b,c,d,A\n")
+    assert main(["eval", "mmlu", "--model", "m", "--data", str(mmlu / "test"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind eval mmlu: error: MMLU split folder {mmlu / 'test' / 'test'} not found;")
+    assert f"{mmlu / 'test'} holds the split's CSV files itself: pass its parent, --data {mmlu}" in err
+    assert err.count("\n") == 1
+
+
 def test_eval_checks_its_data_before_loading_the_model(tmp_path, capsys):
     """A wrong --data was said only after the model had loaded (minutes for a large one): with a model folder that
     does not exist either, the error named the model. Each task now reads or checks its data first."""

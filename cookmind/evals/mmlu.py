@@ -38,9 +38,17 @@ def load_mmlu(
         )
     folder = Path(root) / split
     if not folder.is_dir():
+        # the split folder itself given (its CSVs inside): the root is its parent
+        inside = Path(root).is_dir() and any(Path(root).glob("*_*.csv"))
         raise FileNotFoundError(
-            f"MMLU split folder {folder} not found; pass --data ROOT, a folder holding "
-            f"{{dev,val,test}}/<subject>_<split>.csv (question,A,B,C,D,answer rows, no header)"
+            f"MMLU split folder {folder} not found; "
+            + (
+                f"{root} holds the split's CSV files itself: pass its parent, --data {Path(root).parent}"
+                + (f" (with --split {Path(root).name})" if Path(root).name in {"dev", "val", "test"} - {split} else "")
+                if inside
+                else "pass --data ROOT, a folder holding {dev,val,test}/<subject>_<split>.csv (question,A,B,C,D,"
+                "answer rows, no header)"
+            )
         )
     rows = []
     suffix = f"_{split}.csv"
