@@ -554,6 +554,27 @@ def test_grpo_config_refuses_wrong_types_and_out_of_range_values_naming_the_fiel
     assert (cfg.group_size, cfg.temperature, cfg.template) == (4, 1.0, "Q: {question}\nA:")
 
 
+def test_grpo_and_dpo_weights_of_the_wrong_sign_are_refused_naming_the_field():
+    """grpo.cliprange=-0.2, grpo.advantage_eps=-1, grpo.format_weight=-1 and dpo.nll_weight=-1 trained (a clip range
+    upside down, a std that can divide by zero, a reward for ignoring the format, a loss that raises the chosen
+    answers' NLL); grpo.kl_coef=-1 was told it 'needs a reference'; grpo.group_size=1 trained nothing (a group's
+    baseline is its one reward: every advantage 0). Each is one line naming the field and its range."""
+    from cookmind.train import TrainConfig
+
+    for values, why in (
+        ({"cliprange": -0.2}, r"grpo.cliprange=-0.2: must be above 0"),
+        ({"advantage_eps": -1}, r"grpo.advantage_eps=-1.0: must be at least 0"),
+        ({"format_weight": -1}, r"grpo.format_weight=-1.0: must be at least 0"),
+        ({"kl_coef": -1}, r"grpo.kl_coef=-1.0: must be at least 0"),
+        ({"group_size": 1}, r"grpo.group_size=1: .*every advantage is 0.*at least 2 .*loss_type=no_baseline"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            GRPOConfig.from_dict(values)
+    assert GRPOConfig.from_dict({"group_size": 1, "loss_type": "no_baseline"}).group_size == 1  # raw rewards train
+    with pytest.raises(ValueError, match=r"dpo.nll_weight must be >= 0, got -1.0"):
+        TrainConfig.from_dict({"train": {"objective": "dpo"}, "dpo": {"nll_weight": -1}})
+
+
 def test_a_problem_with_an_empty_question_or_answer_is_a_bad_record(tmp_path):
     """load_problems took {"question": "", ...} and {"answer": "  "}: a rollout from an empty prompt, graded against an
     answer no response can match. As pack reads a GRPO record, an empty required field is a bad record: file:line."""

@@ -115,6 +115,12 @@ class GRPOConfig:
         """Settings that cannot work are refused with the fix in the message."""
         if self.group_size < 1:
             raise ValueError(f"grpo.group_size={self.group_size}: need at least 1 sample per prompt")
+        if self.group_size == 1 and self.loss_type != "no_baseline":
+            raise ValueError(
+                f"grpo.group_size=1: the group baseline of grpo.loss_type={self.loss_type} is the one rollout's own "
+                "reward, so every advantage is 0 and nothing trains; use at least 2 samples per prompt (or "
+                "grpo.loss_type=no_baseline, which trains on the raw rewards)"
+            )
         for key, low, note in (
             ("max_new_tokens", 1, ""),
             ("min_new_tokens", 0, ""),
@@ -122,10 +128,15 @@ class GRPOConfig:
             ("eval_max_new_tokens", 1, ""),
             ("rollout_chunk", 1, ""),
             ("temperature", 0, ""),
+            ("advantage_eps", 0, " (added to each group's reward std before dividing by it)"),
+            ("format_weight", 0, " (the reward a well-formatted answer earns beside a right one)"),
+            ("kl_coef", 0, " (0: no KL term)"),
         ):
             value = getattr(self, key)
             if value is not None and value < low:
                 raise ValueError(f"grpo.{key}={value}: must be at least {low}{note}")
+        if not self.cliprange > 0:  # the ratio is clipped to [1 - cliprange, 1 + cliprange]
+            raise ValueError(f"grpo.cliprange={self.cliprange}: must be above 0 (the ratio is clipped to 1 +- it)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"grpo.top_p={self.top_p}: must be in (0, 1]")
         if self.loss_type not in LOSS_TYPES:

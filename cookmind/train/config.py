@@ -357,6 +357,8 @@ class TrainConfig:
             raise ValueError(f"dpo.label_smoothing must be in [0, 0.5), got {self.dpo.label_smoothing}")
         if self.dpo.beta <= 0:
             raise ValueError(f"dpo.beta must be > 0, got {self.dpo.beta}")
+        if self.dpo.nll_weight < 0:  # a negative weight raises the chosen answers' NLL
+            raise ValueError(f"dpo.nll_weight must be >= 0, got {self.dpo.nll_weight}")
 
     def _validate_numbers(self) -> None:
         """Every float field finite (nan/inf would train NaN weights), then the ranges each one needs."""
