@@ -1522,6 +1522,7 @@ def test_a_peer_lost_after_the_last_step_is_not_told_at_a_step_past_max_steps():
         (["--objective", "sft", "lora.targets=[q_proj]"], "without lora.enabled=true"),
         (["--objective", "sft", "dpo.beta=0.5"], "only a dpo run reads the dpo section (train.objective=sft)"),
         (["grpo.group_size=4"], "only a grpo run reads the grpo section (train.objective=pretrain)"),
+        (["--objective", "grpo", "grpo.eval_size=5"], "'grpo.eval_size=5': changes nothing without grpo.eval_problems"),
     ],
 )
 def test_an_override_the_run_does_not_read_is_refused(argv, said, capsys):
@@ -1535,3 +1536,4 @@ def test_an_override_the_run_does_not_read_is_refused(argv, said, capsys):
     # the same settings where the run reads them
     assert main(["train", "--print-config", "lora.enabled=true", "lora.r=4", "--objective", "dpo", "dpo.beta=0.5"]) == 0
     assert main(["train", "--print-config", "--objective", "grpo", "grpo.group_size=4"]) == 0
+    assert main(["train", "--print-config", "--objective", "grpo", "grpo.eval_problems=p", "grpo.eval_size=5"]) == 0

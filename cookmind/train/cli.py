@@ -164,7 +164,8 @@ def settings_that_differ(used, other, other_has: str, most: int = 4) -> str:
 
 def refuse_unread_overrides(cfg, overrides: list[str]) -> None:
     """An override of a section the run does not read is a ValueError: ``lora.*`` without ``lora.enabled=true``,
-    ``dpo.*`` or ``grpo.*`` in another objective's run. They were taken and ignored: ``--objective sft lora.r=4``,
+    ``dpo.*`` or ``grpo.*`` in another objective's run, ``grpo.eval_size``/``eval_max_new_tokens`` without
+    ``grpo.eval_problems``. They were taken and ignored: ``--objective sft lora.r=4``,
     with ``lora.enabled=true`` forgotten, fine-tuned the whole model, saying nothing. A config file's sections are not
     checked (a preset, or ``--print-config``'s output, holds every section)."""
     for item in overrides:
@@ -178,6 +179,15 @@ def refuse_unread_overrides(cfg, overrides: list[str]) -> None:
             raise ValueError(
                 f"override {item!r}: only a {section} run reads the {section} section (train.objective="
                 f"{cfg.train.objective}); pass --objective {section}, or leave it out"
+            )
+        if (
+            section == "grpo"
+            and key in ("eval_size", "eval_max_new_tokens")
+            and not (cfg.grpo or {}).get("eval_problems")
+        ):
+            raise ValueError(
+                f"override {item!r}: changes nothing without grpo.eval_problems (the held-out problems it applies "
+                "to); add grpo.eval_problems=FILE, or leave it out"
             )
 
 
