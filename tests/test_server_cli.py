@@ -102,6 +102,9 @@ def test_an_empty_api_key_is_refused_before_the_model_loads(tmp_path, capsys, mo
         (["--speculative-sampled"], "--speculative-sampled is used only with --speculative"),
         (["--num-speculative-tokens", "6"], "--num-speculative-tokens is used only with --speculative"),
         (["--kv-layout", "slots", "--block-size", "32"], "--block-size is for --kv-layout paged"),
+        # these two were the engine's words, after the model had loaded: "prefix_cache=True needs kv_cache='paged'"
+        (["--kv-layout", "slots", "--prefix-cache"], "--prefix-cache is for --kv-layout paged"),
+        (["--kv-layout", "slots", "--decode-attention", "kernel"], "--decode-attention kernel is for --kv-layout"),
         (["--model-name", ""], "--model-name is empty"),
         (["--model-name", " "], "--model-name is empty"),
     ],

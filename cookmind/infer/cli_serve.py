@@ -245,8 +245,18 @@ def refuse_unused_flags(args: argparse.Namespace) -> None:
         ):
             if given:
                 raise ValueError(f"{flag} is used only with --speculative (ngram or draft); add that or drop {flag}")
-    if args.kv_layout == "slots" and args.block_size is not None:
-        raise ValueError("--block-size is for --kv-layout paged (a slots cache holds a whole context per sequence)")
+    if args.kv_layout == "slots":
+        for flag, given, why in (
+            ("--block-size", args.block_size is not None, "a slots cache holds a whole context per sequence"),
+            ("--prefix-cache", getattr(args, "prefix_cache", False), "requests share the paged cache's blocks"),
+            (
+                "--decode-attention kernel",
+                getattr(args, "decode_attention", None) == "kernel",
+                "the kernel reads the paged cache's blocks",
+            ),
+        ):
+            if given:
+                raise ValueError(f"{flag} is for --kv-layout paged ({why}); drop it, or use --kv-layout paged")
     if args.model_name is not None and not args.model_name.strip():
         raise ValueError("--model-name is empty; give the id clients send, or leave it out for the directory's name")
 
