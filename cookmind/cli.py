@@ -106,6 +106,10 @@ def int_in(low: int, high: int | None = None):
     return parse
 
 
+# a sampling seed: a 64-bit signed integer, as OpenAI's and the sampler's (SamplingParams) are
+SEED = int_in(-(2**63), 2**63 - 1)
+
+
 def float_in(low: float, high: float | None = None, *, above: bool = False, below: bool = False):
     """An argparse type: a number from ``low`` to ``high`` (``above``/``below``: the bound itself excluded), else a
     usage error naming the range (a --chunk-mb 0 that divided by zero, a probability of 2 taken as always)."""

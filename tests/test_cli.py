@@ -793,7 +793,10 @@ def _children(pid: int) -> list[int]:
         (["generate", "--model", "m", "--prompt", "p", "--temperature", "-1"], "0 or more"),
         (["generate", "--model", "m", "--prompt", "p", "--top-p", "0"], "above 0 and at most 1"),
         (["generate", "--model", "m", "--prompt", "p", "--top-p", "nan"], "above 0 and at most 1"),
-        (["chat", "--model", "m", "--repetition-penalty", "0"], "above 0"),
+        # the sampler's own range: 0.001 and a seed past 64 bits passed, then read "sampling parameter ... out of range"
+        (["chat", "--model", "m", "--repetition-penalty", "0.001"], "must be 0.01 or more and at most 100"),
+        (["generate", "--model", "m", "--prompt", "p", "--seed", str(2**63)], "must be from -9223372036854775808"),
+        (["eval", "gsm8k", "--model", "m", "--data", "d", "--seed", str(2**63)], "must be from -9223372036854775808"),
         (["chat", "--model", "m", "--max-new-tokens", "0"], "1 or more"),
         (["chat", "--model", "m", "--min-p", "1.5"], "0 or more and at most 1"),
         (["serve", "--model", "m", "--max-body-mb", "0"], "above 0"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Subcommands gsm8k, mmlu and ppl, each taking --model (CookMind checkpoint or HF folder) or MODEL."""
-    from cookmind.cli import add_model_argument, float_in, int_in
+    from cookmind.cli import SEED, add_model_argument, float_in, int_in
 
     sub = parser.add_subparsers(dest="task", required=True, metavar="{gsm8k,mmlu,ppl}")
 
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=float_in(0), default=0.0, help="0 = greedy (default)")
     g.add_argument("--max-new-tokens", type=int_in(1), default=256, help="answer length cap (default 256)")
     g.add_argument("--batch-size", type=int_in(1), default=32, help="problems generated together (default 32)")
-    g.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    g.add_argument("--seed", type=SEED, default=0, help="sampling seed (default 0)")
 
     m = sub.add_parser("mmlu", help="MMLU accuracy per subject and macro-averaged")
     common(m)

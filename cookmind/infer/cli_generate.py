@@ -20,7 +20,7 @@ def add_sampling_arguments(
 ):
     """The sampling options of generate and chat: the same names, help and validation, each command's defaults
     (and what ``--max-new-tokens`` means to the command, in ``max_new_tokens_help``)."""
-    from cookmind.cli import float_in, int_in
+    from cookmind.cli import SEED, float_in, int_in
 
     parser.add_argument(
         "--max-new-tokens",
@@ -34,11 +34,12 @@ def add_sampling_arguments(
     off = " (off)" if top_p == 1 else ""
     parser.add_argument("--top-p", type=float_in(0, 1, above=True), default=top_p, help=f"default {top_p}{off}")
     parser.add_argument("--min-p", type=float_in(0, 1), default=0.0, help="default 0 (off)")
-    parser.add_argument("--repetition-penalty", type=float_in(0, above=True), default=1.0, help="default 1.0 (off)")
+    # the sampler's ranges (SamplingParams): checked here, they read as the flag's usage error
+    parser.add_argument("--repetition-penalty", type=float_in(0.01, 100), default=1.0, help="default 1.0 (off)")
     parser.add_argument(
         "--stop", action="append", default=[], type=_stop_string, help="stop string (repeatable; not printed)"
     )
-    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
+    parser.add_argument("--seed", type=SEED, default=None, help="sampling seed (default: unseeded)")
 
 
 def _stop_string(text: str) -> str:
