@@ -567,6 +567,8 @@ def test_grpo_and_dpo_weights_of_the_wrong_sign_are_refused_naming_the_field():
         ({"format_weight": -1}, r"grpo.format_weight=-1.0: must be at least 0"),
         ({"kl_coef": -1}, r"grpo.kl_coef=-1.0: must be at least 0"),
         ({"group_size": 1}, r"grpo.group_size=1: .*every advantage is 0.*at least 2 .*loss_type=no_baseline"),
+        # greedy rollouts of a problem are one answer group_size times: the same as a group of 1
+        ({"temperature": 0}, r"grpo.temperature=0.0: .*the same greedy answer.*every advantage is 0"),
     ):
         with pytest.raises(ValueError, match=why):
             GRPOConfig.from_dict(values)

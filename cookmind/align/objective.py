@@ -121,6 +121,11 @@ class GRPOConfig:
                 "reward, so every advantage is 0 and nothing trains; use at least 2 samples per prompt (or "
                 "grpo.loss_type=no_baseline, which trains on the raw rewards)"
             )
+        if self.temperature == 0 and self.group_size > 1 and self.loss_type != "no_baseline":
+            raise ValueError(
+                f"grpo.temperature={self.temperature}: a problem's {self.group_size} rollouts are all the same greedy "
+                "answer, so every advantage is 0 and nothing trains; sample them (grpo.temperature above 0)"
+            )
         for key, low, note in (
             ("max_new_tokens", 1, ""),
             ("min_new_tokens", 0, ""),
