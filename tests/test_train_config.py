@@ -66,3 +66,16 @@ def test_a_yaml_syntax_error_names_the_file_line_and_column(tmp_path):
     (tmp_path / "c.yaml").write_text("train:\n  max_steps: [1\n")  # was a yaml traceback
     with pytest.raises(ValueError, match=r"c.yaml: not valid YAML at line 3, column 1: expected ',' or '\]'"):
         TrainConfig.load(tmp_path / "c.yaml")
+
+
+def test_a_window_longer_than_the_presets_context_is_left_to_the_init_from_models_own():
+    """`train --init-from RUN data.window_size=300` from a model of context 512 was refused: 'longer than the
+    model's context (model.max_position_embeddings=256)', the tiny-cpu preset's, which the loaded model replaces.
+    The trainer checks the window against the loaded model's context; a context the user set is still checked here."""
+    assert TrainConfig.load("tiny-cpu", ["train.init_from=runs/sft", "data.window_size=300"]).data.window_size == 300
+    with pytest.raises(ValueError, match=r"data.window_size=300 is longer than the model's context"):
+        TrainConfig.load("tiny-cpu", ["data.window_size=300"])  # a fresh model of the preset's context
+    with pytest.raises(ValueError, match=r"\(model.max_position_embeddings=128\)"):
+        TrainConfig.load(
+            "tiny-cpu", ["train.init_from=runs/sft", "model.max_position_embeddings=128", "data.window_size=300"]
+        )

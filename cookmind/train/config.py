@@ -348,7 +348,10 @@ class TrainConfig:
         sized_later = (self.data.train_type or self.train.objective) in ("sft", "dpo", "grpo") and not self.is_user_set(
             "data.window_size"
         )
-        if isinstance(max_pos, int) and self.data.window_size > max_pos and not sized_later:
+        # a model loaded from train.init_from has its own context, the preset's gives way to it: the trainer checks
+        # the window against that one
+        loaded_context = bool(self.train.init_from) and not self.is_user_set("model.max_position_embeddings")
+        if isinstance(max_pos, int) and self.data.window_size > max_pos and not sized_later and not loaded_context:
             raise ValueError(
                 f"data.window_size={self.data.window_size} is longer than the model's context "
                 f"(model.max_position_embeddings={max_pos}); lower data.window_size"
