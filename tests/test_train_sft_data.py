@@ -362,3 +362,18 @@ def test_dpo_pairs_dropped_as_the_same_in_the_window_are_said_as_such_and_an_emp
     assert "every one of its 2 records was dropped at data.window_size=5" in msg, msg
     assert "no supervised token left in the window" in msg and "raise data.window_size" in msg, msg
     assert "longer than the data" not in msg
+
+
+def test_an_eval_prompt_that_fills_the_context_is_refused_before_training(tmp_path, tok_dir, keep_threads):
+    """`eval.prompts=[LONG]` trained the whole run and then stopped at its final evaluation with exit status 2,
+    'generate: the prompt has 813 tokens and fills the model's context' (naming no setting), its report unwritten;
+    with eval.every it stopped at the first evaluation. Refused at the start, naming the prompt and its setting."""
+    records = [{"sequence": np.arange(1, 21), "loss_mask": np.r_[np.zeros(10), np.ones(10)].astype(np.uint8)}] * 2
+    store = write_store(tmp_path / "sft", "sft", records, vocab_size=320)
+    setup = [f"data.tokenizer={tok_dir}", "model.vocab_size=320", "logging.run_dir=" + str(tmp_path / "run2")]
+    long = "the soup " * 60  # well past the 64-token context, in the chat template too
+    cfg = _cfg(tmp_path, store, *setup, f"eval.prompts=['hello', '{long}']")
+    with pytest.raises(ValueError, match=r"eval.prompts\[1\] \('the soup the soup .*', \d+ tokens with the chat "):
+        Trainer(cfg)
+    assert not (tmp_path / "run2").exists()
+    Trainer(_cfg(tmp_path, store, *setup, "eval.prompts=['hello']"))  # one that fits starts

@@ -256,6 +256,7 @@ class Trainer:
             if vocab_note and self.dist.is_main:
                 _note(vocab_note)
             max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
+            self._check_sample_prompts(max_pos)
             kind = cfg.data.train_type or {"sft": "sft", "dpo": "dpo"}.get(cfg.train.objective)
             if (
                 train_dataset is None
@@ -1284,6 +1285,36 @@ class Trainer:
             scale = weight * (1.0 if k in counts else units)  # 0: a filler batch, or one with no target (its loss NaN)
             sums[k] = sums.get(k, 0.0) + (scale * float(to_float(v)) if scale else 0.0)
 
+    def _sample_prompt_ids(self) -> tuple[bool, list[list[int]]]:
+        """(chat, ids): each of ``eval.prompts`` as its sample prompts the model, a user turn in the chat template
+        (chat: sft/dpo/grpo with a chat tokenizer) or the start of a document (Llama's <s> first)."""
+        from cookmind.tokenizer.documents import prompt_ids
+
+        tok = self.tokenizer
+        chat = self.cfg.train.objective != "pretrain" and hasattr(tok, "render")
+        if chat:
+            render = [
+                tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]
+                for p in self.cfg.eval.prompts
+            ]
+            return chat, [list(ids) for ids in render]
+        return chat, [prompt_ids(tok, p) for p in self.cfg.eval.prompts]
+
+    def _check_sample_prompts(self, context: int | None) -> None:
+        """Refuse an ``eval.prompts`` entry that fills the model's context before the run starts: its sample stopped
+        the run at its first evaluation (the final one, after all the training), in generate's words."""
+        if not self.cfg.eval.prompts or self.tokenizer is None or not isinstance(context, int):
+            return
+        chat, prompts = self._sample_prompt_ids()
+        for i, (text, ids) in enumerate(zip(self.cfg.eval.prompts, prompts)):
+            if len(ids) >= context:
+                shown = text if len(text) <= 20 else text[:20] + "…"
+                raise ValueError(
+                    f"eval.prompts[{i}] ({shown!r}, {len(ids)} tokens{' with the chat template' if chat else ''}) "
+                    f"fills the model's context of {context} tokens, leaving no room for its sample; shorten it or "
+                    "leave it out"
+                )
+
     def generate_samples(self) -> list[dict[str, str]]:
         """Greedy continuations of ``eval.prompts`` (chat-formatted for sft/dpo) via cookmind.infer."""
         if not self.cfg.eval.prompts or self.tokenizer is None:
@@ -1291,16 +1322,9 @@ class Trainer:
         from cookmind.infer import SamplingParams, generate
         from cookmind.infer.detokenize import decode_text
         from cookmind.infer.stop import chat_stop_ids, control_token_ids, text_stop_ids
-        from cookmind.tokenizer.documents import prompt_ids
 
         tok = self.tokenizer
-        chat = self.cfg.train.objective != "pretrain" and hasattr(tok, "render")
-        prompts = []
-        for p in self.cfg.eval.prompts:
-            if chat:
-                prompts.append(list(tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]))
-            else:
-                prompts.append(prompt_ids(tok, p))  # a document's start first (Llama's <s>)
+        chat, prompts = self._sample_prompt_ids()
         # a chat reply ends at the first control token; a completion leaves them out of its text
         stops = chat_stop_ids(tok) if chat else text_stop_ids(tok, getattr(self.bare_model, "config", None))
         gcfg = SamplingParams(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)
