@@ -294,6 +294,17 @@ def test_a_checkpoint_dir_holding_other_files_is_refused(tmp_path, store, capsys
     assert os.listdir(mine) == ["step_00000001"]
 
 
+def test_a_checkpoint_dir_that_cannot_be_made_is_refused_before_training(tmp_path, store, capsys):
+    """checkpoint.dir=FILE/ck trained every step and then stopped at the first save ('FILE is a file, not a
+    folder'), the training lost. The folder is made as the run starts: the same line, before the first step."""
+    (tmp_path / "afile").write_text("mine")
+    run = ["--run-dir", str(tmp_path / "run"), "train.max_steps=2", f"checkpoint.dir={tmp_path / 'afile' / 'ck'}"]
+    assert _run(store, *run) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'afile'} is a file, not a folder" in err and "step/s" not in err and "loss=" not in err
+    assert not (tmp_path / "run").exists() and (tmp_path / "afile").read_text() == "mine"
+
+
 def test_a_refused_resume_leaves_the_runs_config_yaml_alone(tmp_path, store, capsys):
     run = tmp_path / "run"
     assert _run(store, "--run-dir", str(run), "train.max_steps=2") == 0

@@ -364,6 +364,8 @@ class Trainer:
             # directory behind, and an existing run's config.yaml alone. The config holds the values this run resolved
             # (a window sized from the store).
             if self.dist.is_main:
+                if cfg.checkpoint.dir:  # one that cannot be made (under a file) stopped the run at its first save
+                    self.ckpt_dir.mkdir(parents=True, exist_ok=True)
                 self.run_dir.mkdir(parents=True, exist_ok=True)
                 lock_run_dir(self.run_dir)  # a new directory: another run that made it meanwhile holds it
                 if cfg.logging.tensorboard:
