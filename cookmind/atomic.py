@@ -30,6 +30,17 @@ from typing import Any
 _HOST = socket.gethostname().split(".")[0] or "host"
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)@(?P<host>.+)$")
 _LOW_SPACE = 1 << 20  # below this many free bytes a failed write is taken for a full disk
+# a failed write whose errno says another reason than space (/proc, a read-only mount, report no free bytes too)
+_OTHER_REASONS = {
+    errno.ENOENT,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EEXIST,
+    errno.ENAMETOOLONG,
+}
 
 
 class DiskFullError(OSError):
@@ -60,6 +71,8 @@ def is_disk_full(exc: BaseException, path: str | os.PathLike) -> bool:
     if "no space left" in str(exc).lower():
         return True
     if not isinstance(exc, (OSError, RuntimeError)):
+        return False
+    if isinstance(exc, OSError) and exc.errno in _OTHER_REASONS:  # said why: a read-only mount also has no free bytes
         return False
     p = Path(path)
     while not p.exists() and p != p.parent:

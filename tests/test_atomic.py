@@ -86,6 +86,17 @@ def test_a_full_disk_is_one_line_naming_the_path(tmp_path):
         raise OSError(errno.ENOSPC, "No space left on device")
     message = str(info.value)
     assert "no space left on device" in message and str(target) in message and "\n" not in message
+
+
+@pytest.mark.parametrize("code", [errno.ENOENT, errno.EACCES, errno.EROFS, errno.ENOTDIR])
+def test_a_write_refused_for_another_reason_is_not_called_a_full_disk(tmp_path, monkeypatch, code):
+    """`eval gsm8k --out /proc/x.jsonl` (ENOENT) said 'no space left on device while writing /proc/x.jsonl': /proc, as
+    a read-only mount, reports no free bytes, and a failed write there was taken for a full disk. An OSError whose
+    errno says another reason keeps it."""
+    monkeypatch.setattr(atomic.shutil, "disk_usage", lambda p: type("U", (), {"free": 0})())
+    assert atomic.is_disk_full(OSError(errno.EIO, "I/O error"), tmp_path)  # no reason given: free space decides
+    assert atomic.is_disk_full(RuntimeError("file write failed"), tmp_path)  # torch.save's words
+    assert not atomic.is_disk_full(OSError(code, os.strerror(code)), tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
