@@ -288,6 +288,12 @@ def check_output_file(
     out = Path(out)
     if out.is_dir():
         raise IsADirectoryError(f"{flag} {out} is a directory; name a file")
+    # a folder on the way that is a file: the write, after all the work, would fail on it
+    blocked = next((d for d in reversed(out.parents) if d.exists() and not d.is_dir()), None)
+    if blocked is not None:
+        raise NotADirectoryError(
+            f"{flag} {out}: {blocked} is a file, not a folder; choose another path or move it away"
+        )
     refuse_output_in_checkpoints(out, flag)  # where training prunes and deletes (checkpoint.keep_last)
     refuse_run_file(out, flag)  # a run's config.yaml, metrics.jsonl, report.md: the run's, even with overwrite
     for p in inputs:

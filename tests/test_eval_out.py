@@ -145,3 +145,24 @@ def test_eval_gsm8k_chat_template_out_on_a_hugging_face_folder_records_the_promp
     assert main([*argv, "--max-new-tokens", "2", "--device", "cpu", "--out", str(out)]) == 0, capsys.readouterr().err
     record = json.loads(out.read_text())
     assert record["prompt"] == "<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("task", ["ppl", "gsm8k", "mmlu"])
+def test_eval_out_under_a_file_is_refused_before_the_evaluation(run_with_data, task, monkeypatch, capsys):
+    """`eval gsm8k --out notes.txt/x.jsonl` evaluated every problem and then stopped: 'notes.txt: is a file, not a
+    folder'. The --out path is checked with the others, before the model loads."""
+    import cookmind.infer.loading as loading
+
+    root, step = run_with_data
+    (root / "notes.txt").write_text("mine")
+    monkeypatch.setattr(loading, "load_model_dir", lambda *a, **k: pytest.fail("the model loaded"))
+    extra = ["--max-new-tokens", "2", "--template", "plain"] if task == "gsm8k" else []
+    out = root / "notes.txt" / "x.jsonl"
+    argv = ["eval", task, str(step), "--data", str(root / DATA[task]), "--quiet", "--out", str(out), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == f"cookmind eval {task}: error: --out {out}: {root / 'notes.txt'} is a file, not a folder; choose "
+        "another path or move it away\n"
+    ), err
+    assert (root / "notes.txt").read_text() == "mine"
