@@ -241,6 +241,12 @@ def foreign_file(folder: str | os.PathLike, own_file: Callable[[str], bool]) -> 
     return walk(Path(folder), "")
 
 
+def file_in_the_way(path: str | os.PathLike) -> Path | None:
+    """The first folder on the way to ``path`` that exists and is a file (making ``path`` would fail on it: "[Errno
+    17] File exists"), or None."""
+    return next((d for d in reversed(Path(path).parents) if d.exists() and not d.is_dir()), None)
+
+
 def check_replaceable(
     final: Path,
     replace: bool,
@@ -252,6 +258,8 @@ def check_replaceable(
 
     Without ``replace`` the refusal offers --overwrite only when --overwrite would work."""
     final = Path(final)
+    if (blocked := file_in_the_way(final)) is not None:
+        raise NotADirectoryError(f"{final}: {blocked} is a file, not a folder; choose another path or move it away")
     if not (final.exists() or final.is_symlink()):
         return
     if is_ours is None:
@@ -288,9 +296,7 @@ def check_output_file(
     out = Path(out)
     if out.is_dir():
         raise IsADirectoryError(f"{flag} {out} is a directory; name a file")
-    # a folder on the way that is a file: the write, after all the work, would fail on it
-    blocked = next((d for d in reversed(out.parents) if d.exists() and not d.is_dir()), None)
-    if blocked is not None:
+    if (blocked := file_in_the_way(out)) is not None:  # the write, after all the work, would fail on it
         raise NotADirectoryError(
             f"{flag} {out}: {blocked} is a file, not a folder; choose another path or move it away"
         )

@@ -115,3 +115,21 @@ def test_a_users_folder_of_step_n_folders_is_no_runs_checkpoints_folder(tmp_path
     save_model(exp / "step_2", tiny_lm(max_position_embeddings=64))
     assert checkpoints_folder_of(exp / "m2-hf") == exp
     _refused(["export", "--hf", str(tmp_path / "m"), str(exp / "m2-hf")], capsys, exp / "m2-hf", "export")
+
+
+def test_export_and_import_to_an_out_under_a_file_say_the_file_is_no_folder(run, tmp_path, capsys):
+    """`export --hf runs/x notes.txt/hf` said 'cookmind export: error: [Errno 17] File exists: 'notes.txt'' (the
+    README promises "PATH: is a file, not a folder", as train, demo and eval say it)."""
+    runs = run.parents[2]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    assert main(["export", "--hf", str(runs / "x"), str(runs / "x-hf")]) == 0
+    capsys.readouterr()
+    for argv in (["export", "--hf", str(runs / "x")], ["import", "--hf", str(runs / "x-hf")]):
+        assert main([*argv, str(notes / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"cookmind {argv[0]}: error: {notes / 'out'}: {notes} is a file, not a folder; choose another path or "
+            "move it away\n"
+        ), err
+    assert notes.read_text() == "mine"
