@@ -115,3 +115,18 @@ def test_the_base_fingerprint_of_a_matrix_over_2_24_values_samples_inside_it():
     with torch.no_grad():
         model.weight.mul_(2)
     assert fingerprint_mismatch({"weight": rec}, model) == "weight"
+
+
+def test_a_folder_holding_only_an_adapter_given_as_a_model_says_it_is_an_adapter(tmp_path, capsys):
+    """`cookmind generate ADAPTER_DIR` (save_adapter's output, or a PEFT adapter) said 'ADAPTER_DIR/config.json:
+    missing; a CookMind model directory needs config.json and model.safetensors', not that it is an adapter and how
+    to use one."""
+    from cookmind.cli import main
+
+    model = CookMindLM(_cfg())
+    apply_lora(model, r=2, alpha=4.0, targets=["q_proj"])
+    save_adapter(tmp_path / "chef", model, base_model_path="runs/sft")
+    assert main(["generate", str(tmp_path / "chef"), "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind generate: error: {tmp_path / 'chef'} holds a LoRA adapter (adapter_config.json;")
+    assert "trained on runs/sft" in err and "--lora NAME=" in err and err.count("\n") == 1, err

@@ -305,6 +305,8 @@ def load_config(directory: str | os.PathLike) -> CookMindConfig:
                 "above say why); restore one from a copy, or train again"
             )
         raise ModelLoadError(f"{directory}: a training run without a complete checkpoint in its checkpoints/ yet")
+    if not path.is_file() and (Path(directory) / "adapter_config.json").is_file():
+        raise ModelLoadError(_adapter_not_model(Path(directory)))
     if not path.is_file():
         raise ModelLoadError(f"{path}: missing; a CookMind model directory needs {CONFIG_NAME} and {WEIGHTS_NAME}")
     verify_checksums(directory, skip=(WEIGHTS_NAME, OPTIMIZER_NAME))  # config.json (and the tokenizer's files)
@@ -349,6 +351,21 @@ def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> 
     if config.tie_word_embeddings:
         found.pop("lm_head.weight", None)
     return dcp_dir(directory), found
+
+
+def _adapter_not_model(directory: Path) -> str:
+    """What to say of a folder holding a LoRA adapter alone (save_adapter's output, a PEFT adapter) given as a
+    model: it was "config.json: missing; a CookMind model directory needs config.json and model.safetensors"."""
+    try:
+        base = json.loads((directory / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        base = None
+    on = f"trained on {base}" if base else "its base is not recorded"
+    return (
+        f"{directory} holds a LoRA adapter (adapter_config.json; {on}), not a model: serve it on its base with "
+        f"`cookmind serve BASE --lora NAME={directory}`, or give the LoRA training run, whose checkpoints hold the "
+        "merged model"
+    )
 
 
 def recorded_lora_base(directory: str | os.PathLike) -> tuple[dict, dict, str | None]:
