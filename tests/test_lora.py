@@ -130,3 +130,16 @@ def test_a_folder_holding_only_an_adapter_given_as_a_model_says_it_is_an_adapter
     err = capsys.readouterr().err
     assert err.startswith(f"cookmind generate: error: {tmp_path / 'chef'} holds a LoRA adapter (adapter_config.json;")
     assert "trained on runs/sft" in err and "--lora NAME=" in err and err.count("\n") == 1, err
+
+
+def test_a_token_store_or_a_tokenizer_given_as_a_model_says_what_it_is(tmp_path, tok_dir, capsys):
+    """`cookmind export --hf data/sft OUT` and `generate tok/` said 'config.json: missing; a CookMind model directory
+    needs config.json and model.safetensors' of a token store and of a tokenizer folder."""
+    from cookmind.cli import main
+    from cookmind.store import write_store
+
+    store = write_store(tmp_path / "sft", "seq", [{"sequence": [1, 2, 3]}], vocab_size=64)
+    for folder, said in ((store, "a token store (`cookmind pack`'s output), not a model"), (tok_dir, "a tokenizer")):
+        assert main(["generate", str(folder), "--prompt", "hi"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"cookmind generate: error: {folder} holds {said}") and err.count("\n") == 1, err

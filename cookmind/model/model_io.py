@@ -307,6 +307,16 @@ def load_config(directory: str | os.PathLike) -> CookMindConfig:
         raise ModelLoadError(f"{directory}: a training run without a complete checkpoint in its checkpoints/ yet")
     if not path.is_file() and (Path(directory) / "adapter_config.json").is_file():
         raise ModelLoadError(_adapter_not_model(Path(directory)))
+    if not path.is_file() and (Path(directory) / "meta.json").is_file() and any(Path(directory).glob("shard_*")):
+        raise ModelLoadError(
+            f"{directory} holds a token store (`cookmind pack`'s output), not a model; name a checkpoint, a training "
+            "run or a Hugging Face folder"
+        )
+    if not path.is_file() and (Path(directory) / "cookmind_tokenizer.json").is_file():
+        raise ModelLoadError(
+            f"{directory} holds a tokenizer (cookmind_tokenizer.json), not a model; name a checkpoint, a training "
+            "run or a Hugging Face folder (the tokenizer goes to --tokenizer)"
+        )
     if not path.is_file():
         raise ModelLoadError(f"{path}: missing; a CookMind model directory needs {CONFIG_NAME} and {WEIGHTS_NAME}")
     verify_checksums(directory, skip=(WEIGHTS_NAME, OPTIMIZER_NAME))  # config.json (and the tokenizer's files)
