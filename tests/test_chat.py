@@ -365,6 +365,23 @@ def test_piped_chat_whose_message_got_an_error_exits_non_zero_and_says_what_to_d
     assert "cookmind chat: 1 message(s) got an error instead of a reply" in captured.err
 
 
+def test_a_system_prompt_that_fills_the_context_is_refused_before_the_chat_starts(ckpt, monkeypatch, capsys):
+    """`cookmind chat M --system LONG` opened the chat and answered every message with "(error: the message ... fills
+    the model's context ...; send a shorter one (or a shorter /system prompt))": the message was not the problem."""
+    import sys
+
+    d, _, tok = ckpt
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert cli_main(["chat", str(d), "--system", "salt " * 400, "--max-new-tokens", "4"]) == 2
+    captured = capsys.readouterr()
+    n = len(tok.render([{"role": "system", "content": "salt " * 400}], add_generation_prompt=True)[0])
+    assert captured.err == (
+        f"cookmind chat: error: --system ({n} tokens with the chat template) fills the model's context of 256 "
+        "tokens, leaving no room for a message; shorten it\n"
+    ), captured.err
+    assert "bot>" not in captured.out
+
+
 def test_generate_says_a_stop_string_matched_before_any_text(ckpt, capsys, monkeypatch):
     # `generate --stop i` where the model's first token was "i" said "the model's 1 tokens were control tokens"
     import sys

@@ -139,6 +139,17 @@ def main(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
     cfg = sampling_params(args, stop_strings=tuple(args.stop))  # matched on the reply's text: ChatSession.send
+    if args.system:  # else every message was refused, each told to be shorter
+        n = len(tok.render([{"role": "system", "content": args.system}], add_generation_prompt=True)[0])
+        context = model.config.max_position_embeddings
+        if n >= context:
+            say(
+                "cookmind chat",
+                "error",
+                f"--system ({n} tokens with the chat template) fills the model's context of {context} tokens, "
+                "leaving no room for a message; shorten it",
+            )
+            return 2
     errors = run(ChatSession(model, tok, cfg, args.system), color=sys.stdout.isatty())
     if errors and not sys.stdin.isatty():  # a script piping messages in: its messages got no reply
         print(
