@@ -181,6 +181,18 @@ def _check_same_config(cfg: TrainConfig, info) -> None:
 _VAL_UNITS = " units"  # validation's running total of loss units (a key no metric has)
 
 
+def sample_prompt_ids(cfg, tok) -> tuple[bool, list[list[int]]]:
+    """(chat, ids): each of ``cfg.eval.prompts`` as its sample prompts the model, a user turn in the chat template
+    (chat: sft/dpo/grpo with a chat tokenizer) or the start of a document (Llama's <s> first)."""
+    from cookmind.tokenizer.documents import prompt_ids
+
+    chat = cfg.train.objective != "pretrain" and hasattr(tok, "render")
+    if chat:
+        render = [tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0] for p in cfg.eval.prompts]
+        return chat, [list(ids) for ids in render]
+    return chat, [prompt_ids(tok, p) for p in cfg.eval.prompts]
+
+
 class Trainer:
     """Owns the loop; everything else (model, objective, data) is built from ``cfg`` or passed in."""
 
@@ -1287,27 +1299,12 @@ class Trainer:
             scale = weight * (1.0 if k in counts else units)  # 0: a filler batch, or one with no target (its loss NaN)
             sums[k] = sums.get(k, 0.0) + (scale * float(to_float(v)) if scale else 0.0)
 
-    def _sample_prompt_ids(self) -> tuple[bool, list[list[int]]]:
-        """(chat, ids): each of ``eval.prompts`` as its sample prompts the model, a user turn in the chat template
-        (chat: sft/dpo/grpo with a chat tokenizer) or the start of a document (Llama's <s> first)."""
-        from cookmind.tokenizer.documents import prompt_ids
-
-        tok = self.tokenizer
-        chat = self.cfg.train.objective != "pretrain" and hasattr(tok, "render")
-        if chat:
-            render = [
-                tok.render([{"role": "user", "content": p}], add_generation_prompt=True)[0]
-                for p in self.cfg.eval.prompts
-            ]
-            return chat, [list(ids) for ids in render]
-        return chat, [prompt_ids(tok, p) for p in self.cfg.eval.prompts]
-
     def _check_sample_prompts(self, context: int | None) -> None:
         """Refuse an ``eval.prompts`` entry that fills the model's context before the run starts: its sample stopped
         the run at its first evaluation (the final one, after all the training), in generate's words."""
         if not self.cfg.eval.prompts or self.tokenizer is None or not isinstance(context, int):
             return
-        chat, prompts = self._sample_prompt_ids()
+        chat, prompts = sample_prompt_ids(self.cfg, self.tokenizer)
         for i, (text, ids) in enumerate(zip(self.cfg.eval.prompts, prompts)):
             if len(ids) >= context:
                 shown = text if len(text) <= 20 else text[:20] + "…"
@@ -1326,7 +1323,7 @@ class Trainer:
         from cookmind.infer.stop import chat_stop_ids, control_token_ids, text_stop_ids
 
         tok = self.tokenizer
-        chat, prompts = self._sample_prompt_ids()
+        chat, prompts = sample_prompt_ids(self.cfg, tok)
         # a chat reply ends at the first control token; a completion leaves them out of its text
         stops = chat_stop_ids(tok) if chat else text_stop_ids(tok, getattr(self.bare_model, "config", None))
         gcfg = SamplingParams(max_new_tokens=self.cfg.eval.max_new_tokens, temperature=0.0, stop_token_ids=stops)
