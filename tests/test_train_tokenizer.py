@@ -155,7 +155,7 @@ def test_a_dpo_reference_trained_with_another_tokenizer_is_refused_naming_both(t
         Trainer(cfg)
     message = str(info.value)
     assert message.startswith(f"dpo.reference={tmp_path / 'pre_b'} was trained with the tokenizer in ")
-    assert f"data.tokenizer={tmp_path / 'pre_a' / 'checkpoints' / 'step_00000001'}" in message
+    assert f"--tokenizer {tmp_path / 'pre_a' / 'checkpoints' / 'step_00000001'} (data.tokenizer)" in message
     assert not (tmp_path / "dpo_run").exists()
     # one that carries no tokenizer to check (a Hugging Face folder) is refused for another vocabulary
     save_model(tmp_path / "other", tiny_lm(vocab_size=300))
