@@ -192,6 +192,25 @@ def utf8_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
             yield n, line.removeprefix(BOM) if n == 1 else line
 
 
+# pack's document separator in plain text, the one curate run splits a text file at too
+ENDOFTEXT = "<|endoftext|>"
+
+
+def separated_documents(text: str, separator: str = ENDOFTEXT) -> Iterator[tuple[int, str]]:
+    """(line, document) for each document of a plain text between separators, whitespace around each left out, as
+    pack, curate run and eval ppl read a text file. ``line`` is the 1-based line its text starts at (a blank one's:
+    the line of the separator that ends it). A blank document between two separators is yielded (as "") for the
+    reader to count as empty; blank text before the first separator or after the last (a file that ends with one)
+    is no document."""
+    line = 1
+    docs = text.split(separator) if separator else [text]
+    for i, doc in enumerate(docs):
+        stripped = doc.strip()
+        if stripped or 0 < i < len(docs) - 1:
+            yield line + doc[: len(doc) - len(doc.lstrip())].count("\n"), stripped
+        line += doc.count("\n") + separator.count("\n")
+
+
 def read_utf8(path: str | os.PathLike) -> str:
     """A whole UTF-8 file's text (a byte-order mark opening it is no text); invalid UTF-8 is a ValueError naming the
     file, line and byte."""

@@ -811,3 +811,37 @@ def test_a_folder_with_pretty_printed_json_gz_reads_as_pack_reads_it_and_an_unre
         assert err.count("\n") == 1, err
         assert f"{obj}:1: " in err and "one JSON object spread over lines" in err, err
     assert "leave it out of --input" in curate_err and "--skip-bad" in pack_err
+
+
+def test_a_text_file_of_documents_separated_by_endoftext_is_read_as_pack_reads_it(tmp_path, tok_dir):
+    """A TinyStories-style .txt file (stories separated by <|endoftext|> lines) was ONE document to curate run, where
+    pack reads it as one document a story: exact-line dedup then removed the repeated separator lines as duplicates,
+    and the output shard held the stories run together, so `pack` of the curated folder stored one document where
+    `pack` of the file stored one a story (and a real TinyStories file, one document of millions of words, was
+    removed whole by gopher's too_many_words). Curate now splits a text file at <|endoftext|> as pack does."""
+    from cookmind.cli import main as cli_main
+    from cookmind.curate.shards import read_jsonl
+
+    stories = [
+        "Once upon a time a cat found a hat.\nShe wore it to the park and all the birds laughed.",
+        "Tom had a red ball.\nHe threw it over the fence, and a kind old dog brought it back.",
+        "The sun went down over the hill.\nA little owl woke up and flew to find its friends.",
+    ]
+    src = tmp_path / "stories.txt"
+    # a separator line after every story; a blank document between two separators is counted as removed
+    src.write_text("\n<|endoftext|>\n".join([stories[0], stories[1], "  ", stories[2]]) + "\n<|endoftext|>\n")
+    stages = [{"extract": {}}, {"exact_lines": {"num_partitions": 2}}]
+    result = run_pipeline(CurateConfig(stages=stages, removed=True), [str(src)], tmp_path / "out", progress=False)
+    assert [d["text"] for d in _read_all(tmp_path / "out")] == stories
+    extract = json.loads((tmp_path / "out" / "report.json").read_text())["stages"][0]
+    assert extract["docs_in"] == 4 and extract["reasons"] == {"no_text": 1}
+    removed = [r for p in sorted(result.removed.glob("shard-*")) for r in read_jsonl(p)]
+    # a document is named by the line its text starts at; a blank one by the line of the separator that ends it
+    assert [r["source"] for r in removed] == [{"file": str(src), "line": 8}]
+    counts = []
+    for name, given in [("file", src), ("curated", tmp_path / "out")]:
+        store = tmp_path / f"store-{name}"
+        argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(given), "--quiet"]
+        assert cli_main([*argv, "--out", str(store)]) == 0
+        counts.append(json.loads((store / "meta.json").read_text())["num_documents"])
+    assert counts == [3, 3]

@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="HTML, WARC/WET, JSON lines or a JSON array (.jsonl, .json, .ndjson; .gz too), Parquet or .txt files, "
         "or folders of them (a folder leaves out, and counts, its other files: .md, .json, images, ...; a file "
-        "named on its own is read by its suffix: .json as JSON records, one it does not know as text)",
+        "named on its own is read by its suffix: .json as JSON records, one it does not know as text); a text file "
+        "is one document, or, holding <|endoftext|>, the documents between those, as pack reads it",
     )
     p.add_argument("--output", "--out", type=Path, required=True, help="output folder (shards + report.md/json)")
     p.add_argument(

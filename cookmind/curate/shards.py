@@ -133,7 +133,8 @@ def iter_source(path: str) -> Iterator[dict]:
 def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
     """Documents of one input file, each with where it is: ``{"file": path}`` plus the 1-based ``line`` of a JSONL
     record, the byte ``offset`` of a WARC record (in the compressed file for .gz, where its gzip member starts) or the
-    0-based ``row`` of a Parquet row; an HTML or text file is one document, named by the file alone."""
+    0-based ``row`` of a Parquet row; an HTML file is one document, named by the file alone, and so is a text file
+    unless it holds ``<|endoftext|>``: then each document between those, as pack reads it, with its line."""
     p = Path(path)
     kind = kind_of(p)
     if kind == "jsonl" and json_input.opens_array(p):
@@ -159,8 +160,17 @@ def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
 
         html, bad = decode_html_noting(p.read_bytes())
         yield {"id": str(p), "html": html}, _noting_bad_utf8({"file": path}, bad)
+    elif text_input.ENDOFTEXT in (text_bad := text_input.decode_replacing(p.read_bytes()))[0]:
+        # documents separated as pack separates them (TinyStories): read whole, the separator lines were removed as
+        # duplicate lines and the stories ran together into one document
+        text, bad = text_bad
+        for k, (line, doc) in enumerate(text_input.separated_documents(text)):
+            where = {"file": path, "line": line}
+            if k == 0:  # the bytes that were not UTF-8 are counted once, on the file's first document
+                where = _noting_bad_utf8(where, bad)
+            yield {"id": f"{p}#{k}", "text": doc}, where
     else:
-        text, bad = text_input.decode_replacing(p.read_bytes())  # line ends as they are
+        text, bad = text_bad  # a file without a separator is one document, line ends as they are
         yield {"id": str(p), "text": text}, _noting_bad_utf8({"file": path}, bad)
 
 

@@ -117,14 +117,8 @@ def _separated_documents(
     yielded (as "") for the reader to count as an empty document; blank text before the first separator or after
     the last (a file that ends with one) is no document."""
     text = _whole_text(path, utf8_errors, replaced)
-    line = 1
-    docs = text.split(separator) if separator else [text]
-    for i, doc in enumerate(docs):
-        stripped = doc.strip()
-        if stripped or 0 < i < len(docs) - 1:
-            # report the line where the document's text starts
-            yield Item(str(path), line + doc[: len(doc) - len(doc.lstrip())].count("\n"), "text", stripped)
-        line += doc.count("\n") + separator.count("\n")
+    for line, doc in text_input.separated_documents(text, separator):
+        yield Item(str(path), line, "text", doc)
 
 
 def _json_array_items(
