@@ -845,3 +845,37 @@ def test_a_text_file_of_documents_separated_by_endoftext_is_read_as_pack_reads_i
         assert cli_main([*argv, "--out", str(store)]) == 0
         counts.append(json.loads((store / "meta.json").read_text())["num_documents"])
     assert counts == [3, 3]
+
+
+def test_records_whose_text_is_in_another_field_are_read_with_text_field_as_pack_reads_them(tmp_path, tok_dir):
+    """JSON lines with their text under "body" (pack and tokenizer train read them with --text-field body): curate
+    run had no such option and removed every record as no_text, with no word of the field it looked for. Curate run
+    now takes --text-field (config key text_field), writes that text as "text" (what pack reads by default), and a
+    run that finds records with neither text nor html says which fields they had and how to name the text's."""
+    from cookmind.cli import main as cli_main
+
+    texts = ["The cook stirs the soup slowly.", "Bread is baked at dawn by the baker.", "Tea is served at five."]
+    src = _jsonl(tmp_path / "in.jsonl", [{"id": i, "body": t, "lang": "en"} for i, t in enumerate(texts)])
+    assert cli_main(["curate", "run", "--input", src, "--output", str(tmp_path / "plain"), "--quiet"]) == 0
+    report = json.loads((tmp_path / "plain" / "report.json").read_text())
+    note = " ".join(report["notes"])
+    assert "3 records" in note and "body" in note and "--text-field" in note  # what it found, and the way out
+    (tmp_path / "c.yaml").write_text("stages: [extract, exact_lines]\n")
+    argv = ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", src, "--quiet"]
+    assert cli_main([*argv, "--output", str(tmp_path / "out"), "--text-field", "body"]) == 0
+    kept = _read_all(tmp_path / "out")
+    assert [d["text"] for d in kept] == texts and all("body" not in d and d["lang"] == "en" for d in kept)
+    store = tmp_path / "store"
+    pack = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "out"), "--quiet"]
+    assert cli_main([*pack, "--out", str(store)]) == 0
+    assert json.loads((store / "meta.json").read_text())["num_records"] == 3
+    # the field is part of the run: another one is a changed config, refused until --restart
+    with pytest.raises(ValueError, match="another config"):
+        plain = CurateConfig(stages=[{"extract": {}}, {"exact_lines": {}}])
+        run_pipeline(plain, [src], tmp_path / "out", progress=False)
+    both = _jsonl(tmp_path / "both.jsonl", [{"text": "a title", "body": "The body of it."}])
+    with pytest.raises(ValueError, match=r"both\.jsonl:1: .*'text'.*'body'"):
+        run_pipeline(CurateConfig(text_field="body"), [both], tmp_path / "out-both", progress=False)
+    num = _jsonl(tmp_path / "num.jsonl", [{"body": 7}])
+    with pytest.raises(ValueError, match=r"num\.jsonl:1: field 'body' must be a string, got int"):
+        run_pipeline(CurateConfig(text_field="body"), [num], tmp_path / "out-num", progress=False)

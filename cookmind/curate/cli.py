@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import os
@@ -29,6 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "is one document, or, holding <|endoftext|>, the documents between those, as pack reads it",
     )
     p.add_argument("--output", "--out", type=Path, required=True, help="output folder (shards + report.md/json)")
+    p.add_argument(
+        "--text-field",
+        default=None,
+        help="JSON/Parquet: the field holding a record's text, as pack's --text-field (default: the config's "
+        "text_field, text; a record without it is read by its html field, else removed as no_text); the output "
+        "writes it as text, the field pack reads",
+    )
     p.add_argument(
         "--executor",
         choices=["local", "ray"],
@@ -157,6 +165,8 @@ def _run(args) -> int:
         cfg.output_format = args.output_format
     if args.removed:
         cfg.removed = True
+    if args.text_field is not None:
+        cfg = CurateConfig.from_dict({**dataclasses.asdict(cfg), "text_field": args.text_field}, "--text-field")
     result = run_pipeline(
         cfg,
         args.input,

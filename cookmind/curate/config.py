@@ -30,12 +30,14 @@ DEFAULT_STAGES: list[dict] = [
 @dataclasses.dataclass
 class CurateConfig:
     """``stages``: a list of one-key mappings ``{stage_name: {options}}`` in run order; ``removed``: also write
-    each shard's removed documents, with stage and reason, to ``OUTPUT/removed/``."""
+    each shard's removed documents, with stage and reason, to ``OUTPUT/removed/``; ``text_field``: the JSON/Parquet
+    field holding a record's text (as pack's --text-field), written as ``text``."""
 
     stages: list = dataclasses.field(default_factory=lambda: [dict(s) for s in DEFAULT_STAGES])
     output_format: str = "jsonl.gz"
     workers: int = 1
     removed: bool = False
+    text_field: str = "text"
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> CurateConfig:
@@ -53,6 +55,8 @@ class CurateConfig:
             d = {**d, "workers": int(workers)}
         if "removed" in d and not isinstance(d["removed"], bool):
             raise ValueError(f"{source}: removed must be true or false; got {d['removed']!r}")
+        if "text_field" in d and not (isinstance(d["text_field"], str) and d["text_field"].strip()):
+            raise ValueError(f"{source}: text_field must name a field, e.g. body; got {d['text_field']!r}")
         if "stages" in d and not isinstance(d["stages"], list):
             raise ValueError(
                 f"{source}: stages must be a list of stages, e.g. [extract, langid]; got {d['stages']!r} "
@@ -89,8 +93,10 @@ class CurateConfig:
         return [next(iter(s.items())) for s in self.stages]
 
     def fingerprint(self) -> str:
-        """Stable hash of the stages, format and ``removed`` (a resumed run must use the same ones)."""
-        listed = {"removed": True} if self.removed else {}  # runs from before the option keep their hash
+        """Stable hash of the stages, format, ``removed`` and ``text_field`` (a resumed run must use the same ones)."""
+        listed = {"removed": True} if self.removed else {}  # runs from before the options keep their hash
+        if self.text_field != "text":
+            listed["text_field"] = self.text_field
         body = json.dumps({"stages": self.stages, "output_format": self.output_format, **listed}, sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 

@@ -24,6 +24,7 @@ from cookmind.curate.shards import (
     HTML_FILES_PER_SHARD,
     SOURCE_KEY,
     iter_shard,
+    no_text_note,
     plan_input_shards,
     shard_suffix,
     write_shard,
@@ -55,18 +56,27 @@ BATCH = 64
 
 
 def run_doc_shard(
-    stages, shard, out_path: str, done_path: str, fmt: str, removed_path: str | None = None, final: bool = True
+    stages,
+    shard,
+    out_path: str,
+    done_path: str,
+    fmt: str,
+    removed_path: str | None = None,
+    final: bool = True,
+    text_field: str = "text",
 ) -> list[dict]:
     """One shard through consecutive document stages, in batches; writes the kept documents (and, given
     ``removed_path``, the removed ones) and the done file. Listing removals, each input document carries where it
-    came from (``SOURCE_KEY``) through the passes; the ``final`` pass leaves it out of the output."""
+    came from (``SOURCE_KEY``) through the passes; the ``final`` pass leaves it out of the output. ``text_field``:
+    the input records' text field."""
     stats = [StageStats(s.name, dropped=[] if removed_path else None) for s in stages]
     bar = documents_done_bar()  # documents are read a batch ahead: counted when the stages are done with them
 
     def batches():
         batch = []
         source = SOURCE_KEY if removed_path else None
-        for doc in iter_shard(shard, source, need_text=stages[0].name != "extract", stats=stats[0], bar=bar is None):
+        need_text = stages[0].name != "extract"
+        for doc in iter_shard(shard, source, need_text, stats[0], bar=bar is None, text_field=text_field):
             batch.append(doc)
             if len(batch) == BATCH:
                 yield batch
@@ -192,6 +202,11 @@ def run_pipeline(
     stages = [build_stage(name, opts) for name, opts in config.stage_list()]
     if not stages:
         raise ValueError("the config lists no stages")
+    if config.text_field != "text" and stages[0].corpus:  # the dedups' passes read text as curate writes it
+        raise ValueError(
+            f"text_field {config.text_field!r}: the records are read by the first stage, {stages[0].name}, a dedup "
+            "that reads 'text'; begin the stages with extract (it reads the field and writes it as text)"
+        )
     _check_output_apart(inputs, output)
     plan = plan_input_shards(inputs)
     suffix = shard_suffix(config.output_format)
@@ -225,7 +240,7 @@ def run_pipeline(
         if not seg[0].corpus:
             dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
             todo = [
-                (seg, specs[i], outs[i], str(dones[i]), fmt, lists[i], last)
+                (seg, specs[i], outs[i], str(dones[i]), fmt, lists[i], last, config.text_field)
                 for i in range(len(specs))
                 if not (dones[i].exists() and Path(outs[i]).exists())
             ]
@@ -274,6 +289,8 @@ def run_pipeline(
                     with open(seg_dir / Path(name).name.replace("shard-", "removed-"), "rb") as part:
                         shutil.copyfileobj(part, f)
     notes = [n for stage, st in zip(stages, totals) if hasattr(stage, "note") and (n := stage.note(st))]
+    if no_text := no_text_note(totals[0], config.text_field):
+        notes.insert(0, no_text)
     if bad_utf8 := bad_utf8_note(totals[0]):  # the first pass read the inputs and counted them
         warnings.warn(f"curate: {bad_utf8}", stacklevel=2)
         notes.insert(0, bad_utf8)

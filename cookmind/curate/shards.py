@@ -130,28 +130,29 @@ def iter_source(path: str) -> Iterator[dict]:
         yield doc
 
 
-def iter_located(path: str) -> Iterator[tuple[dict, dict]]:
+def iter_located(path: str, text_field: str = "text") -> Iterator[tuple[dict, dict]]:
     """Documents of one input file, each with where it is: ``{"file": path}`` plus the 1-based ``line`` of a JSONL
     record, the byte ``offset`` of a WARC record (in the compressed file for .gz, where its gzip member starts) or the
     0-based ``row`` of a Parquet row; an HTML file is one document, named by the file alone, and so is a text file
-    unless it holds ``<|endoftext|>``: then each document between those, as pack reads it, with its line."""
+    unless it holds ``<|endoftext|>``: then each document between those, as pack reads it, with its line. A record's
+    text is its ``text_field``, given to the stages as ``text``."""
     p = Path(path)
     kind = kind_of(p)
     if kind == "jsonl" and json_input.opens_array(p):
         for n, rec in _json_array_records(p):
             where = {"file": path, "record": n}
-            yield _with_content(rec, where), where
+            yield _with_content(rec, where, text_field), where
     elif kind == "jsonl":
         try:
             for lineno, rec in _jsonl_lines(p):
                 where = {"file": path, "line": lineno}
-                yield _with_content(rec, where), where
+                yield _with_content(rec, where, text_field), where
         except json_input.JsonLineError as exc:  # a file of the user's that no reader can read: how to do without it
             raise ValueError(f"{exc}: fix the file, or leave it out of --input (name a folder's other files)") from None
     elif kind == "parquet":
         for row, rec in enumerate(read_parquet(p)):
             where = {"file": path, "row": row}
-            yield _with_content(rec, where), where
+            yield _with_content(rec, where, text_field), where
     elif kind == "warc":
         for offset, rec in _warc_records(p):
             yield rec, _noting_bad_utf8({"file": path, "offset": offset}, rec.pop(BAD_UTF8, None))
@@ -206,36 +207,72 @@ def count_bad_utf8(where: dict, stats) -> None:
         stats.first_at.setdefault(BAD_UTF8, bad["first"])
 
 
-def _with_content(rec: dict, where: dict) -> dict:
-    """A record's "text" and "html" are strings; a null one is left out (a record with neither is counted as removed
-    by extract, no_text)."""
+def _with_content(rec: dict, where: dict, text_field: str = "text") -> dict:
+    """A record's text (its ``text_field``, then named "text") and "html" are strings; a null one is left out (a
+    record with neither is counted as removed by extract, no_text)."""
+    if text_field != "text" and "text" in rec:  # the stages read and write "text": one of the two would be lost
+        raise ValueError(
+            f"{place(where)}: the record holds a 'text' field beside {text_field!r}, the --text-field (config "
+            f"text_field) to read; curate writes the text it reads as 'text': rename the record's 'text' field"
+        )
+    if text_field in rec:
+        rec["text"] = rec.pop(text_field)
     for key in ("text", "html"):
         if key in rec and rec[key] is None:
             del rec[key]
         elif key in rec and not isinstance(rec[key], str):
+            name = text_field if key == "text" else key
             raise ValueError(
-                f"{place(where)}: field {key!r} must be a string, got {type(rec[key]).__name__} ({rec[key]!r:.40}); "
+                f"{place(where)}: field {name!r} must be a string, got {type(rec[key]).__name__} ({rec[key]!r:.40}); "
                 "fix the record or leave it out"
             )
     return rec
 
 
+# the count of input records that held neither text nor html (first_at: the first's place and fields)
+NO_TEXT_FIELDS = "records_without_text"
+
+
+def no_text_note(stats, text_field: str = "text") -> str | None:
+    """The report note for the records that held neither a text (``text_field``) nor an html field, as
+    ``iter_shard`` counted them in ``stats`` (the first stage's ``StageStats``), or None."""
+    n = stats.counters.get(NO_TEXT_FIELDS, 0)
+    if not n:
+        return None
+    return (
+        f"{n} records held no {text_field!r} field nor 'html', and extract removed them as no_text; the first: "
+        f"{stats.first_at.get(NO_TEXT_FIELDS)}. If their text is under another name, name it with --text-field "
+        "(config key text_field), as pack and tokenizer train take it"
+    )
+
+
 def iter_shard(
-    spec: str | list[str], source_key: str | None = None, need_text: bool = False, stats=None, bar: bool = True
+    spec: str | list[str],
+    source_key: str | None = None,
+    need_text: bool = False,
+    stats=None,
+    bar: bool = True,
+    text_field: str = "text",
 ) -> Iterator[dict]:
     """Documents of a shard: one intermediate/output file, or a list of input files (each document then noting
     where it is, as ``iter_located`` says, under ``source_key`` if given). ``need_text``: the input documents go to a
     first stage other than extract, and one without text (an HTML page) is an error naming it. ``stats``: a
     ``StageStats`` that counts the input documents whose bytes were not all UTF-8 (``count_bad_utf8``). ``bar``: the
     documents read are counted on the document bar (``document_bar``); a reader that counts the documents it is done
-    with itself (``documents_done_bar``) passes False."""
+    with itself (``documents_done_bar``) passes False. ``text_field``: the input records' text field (``iter_located``);
+    records with neither text nor html are counted in ``stats`` (``no_text_note``)."""
     from cookmind.curate.executors import document_bar
 
     paths = [spec] if isinstance(spec, str) else spec
-    located = ((path, i, doc, where) for path in paths for i, (doc, where) in enumerate(iter_located(path)))
+    inputs = not isinstance(spec, str)
+    read = (iter_located(path, text_field if inputs else "text") for path in paths)
+    located = ((path, i, doc, where) for path, docs in zip(paths, read) for i, (doc, where) in enumerate(docs))
     # one bar for the shard, however many files it has
     for path, i, doc, where in document_bar(located) if bar else located:
         count_bad_utf8(where, stats)
+        if inputs and stats is not None and "text" not in doc and "html" not in doc:  # a record without either
+            stats.counters[NO_TEXT_FIELDS] += 1
+            stats.first_at.setdefault(NO_TEXT_FIELDS, f"{place(where)} (fields: {', '.join(map(str, doc)) or 'none'})")
         if need_text and not isinstance(spec, str) and "text" not in doc:
             raise ValueError(
                 f"{place(where)}: {'an HTML document' if 'html' in doc else 'a record without text'}, but the "
