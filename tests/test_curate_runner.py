@@ -879,3 +879,27 @@ def test_records_whose_text_is_in_another_field_are_read_with_text_field_as_pack
     num = _jsonl(tmp_path / "num.jsonl", [{"body": 7}])
     with pytest.raises(ValueError, match=r"num\.jsonl:1: field 'body' must be a string, got int"):
         run_pipeline(CurateConfig(text_field="body"), [num], tmp_path / "out-num", progress=False)
+
+
+def test_gzipped_text_and_html_files_are_read_decompressed_as_pack_reads_them(tmp_path):
+    """A `stories.txt.gz` (pack reads it decompressed) was read by curate run as its gzip bytes: one document of
+    U+FFFD that langid removed, with a note to re-encode the file as UTF-8; a `page.html.gz` was no HTML to it but
+    text, the same bytes. Both are read decompressed now, named on their own or in a folder."""
+    stories = ["The little cat slept in the warm sun all day long.", "A boy and his dog walked to the river."]
+    page = "<html><body><main><p>" + " ".join(["The soup simmered on the stove."] * 8) + "</p></main></body></html>"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "stories.txt.gz").write_bytes(gzip.compress("\n<|endoftext|>\n".join(stories).encode()))
+    (tmp_path / "in" / "page.html.gz").write_bytes(gzip.compress(page.encode()))
+    (tmp_path / "page.html").write_text(page)
+    stages = [{"extract": {}}]
+    named = [str(tmp_path / "in" / n) for n in ("stories.txt.gz", "page.html.gz")]
+    run_pipeline(CurateConfig(stages=stages), named, tmp_path / "named", progress=False)
+    run_pipeline(CurateConfig(stages=stages), [str(tmp_path / "in")], tmp_path / "folder", progress=False)
+    run_pipeline(CurateConfig(stages=stages), [str(tmp_path / "page.html")], tmp_path / "plain", progress=False)
+    (plain,) = [d["text"] for d in _read_all(tmp_path / "plain")]
+    assert plain.startswith("The soup simmered")
+    for out in ("named", "folder"):
+        texts = sorted(d["text"] for d in _read_all(tmp_path / out))
+        assert texts == sorted([*stories, plain]), out
+        report = json.loads((tmp_path / out / "report.json").read_text())
+        assert "invalid_utf8_docs" not in report["stages"][0]["counters"], out

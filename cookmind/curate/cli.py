@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--input",
         nargs="+",
         required=True,
-        help="HTML, WARC/WET, JSON lines or a JSON array (.jsonl, .json, .ndjson; .gz too), Parquet or .txt files, "
+        help="HTML, WARC/WET, JSON lines or a JSON array (.jsonl, .json, .ndjson), Parquet or .txt files (HTML, "
+        "JSON and text gzipped too: .gz), "
         "or folders of them (a folder leaves out, and counts, its other files: .md, .json, images, ...; a file "
         "named on its own is read by its suffix: .json as JSON records, one it does not know as text); a text file "
         "is one document, or, holding <|endoftext|>, the documents between those, as pack reads it",

@@ -16,7 +16,7 @@ from pathlib import Path
 from cookmind import json_input, text_input
 from cookmind.atomic import temp_path
 
-HTML_SUFFIXES = (".html", ".htm", ".xhtml")
+HTML_SUFFIXES = (".html", ".htm", ".xhtml")  # each gzipped too (.html.gz), as pack reads any input
 WARC_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz", ".arc", ".arc.gz")
 # as pack reads them (cookmind.store.sources): a .json file holds JSON lines or one JSON array of records
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
@@ -24,7 +24,8 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 HTML_FILES_PER_SHARD = 256
 SIDE_FILE_SUFFIXES = (".json", ".md", ".done", ".npz", ".npy", ".yaml", ".yml")
 NAMED_ALONE = "a .json file as JSON records, any other as text"  # what a file named on its own gives
-TEXT_SUFFIXES = (".txt", ".text")  # plain text in a folder; a file named on its own that is no other kind is text
+# plain text in a folder (gzipped too); a file named on its own that is no other kind is text
+TEXT_SUFFIXES = (".txt", ".text")
 SOURCE_KEY = "_cookmind_source"  # where an input document came from, carried between curate's passes when listed
 
 
@@ -35,7 +36,7 @@ def kind_of(path: Path) -> str:
         ("warc", WARC_SUFFIXES),
         ("jsonl", JSONL_SUFFIXES),
         ("parquet", PARQUET_SUFFIXES),
-        ("html", HTML_SUFFIXES),
+        ("html", HTML_SUFFIXES + tuple(s + ".gz" for s in HTML_SUFFIXES)),
     ):
         if name.endswith(suffixes):
             return kind
@@ -82,7 +83,7 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
                 # side files (.md, .json, .yaml, ...) are no documents either, and are counted as the rest: a folder
                 # of Markdown pages was "no input files found", and beside pages they were left out without a word
                 if p.name.lower().endswith(SIDE_FILE_SUFFIXES) or (
-                    kind_of(p) == "text" and not p.name.lower().endswith(TEXT_SUFFIXES)
+                    kind_of(p) == "text" and not p.name.lower().removesuffix(".gz").endswith(TEXT_SUFFIXES)
                 ):
                     suffix = p.suffix.lower() or "(no suffix)"
                     skipped[suffix] = skipped.get(suffix, 0) + 1
@@ -159,9 +160,9 @@ def iter_located(path: str, text_field: str = "text") -> Iterator[tuple[dict, di
     elif kind == "html":
         from cookmind.curate.extract import decode_html_noting
 
-        html, bad = decode_html_noting(p.read_bytes())
+        html, bad = decode_html_noting(_read_bytes(p))
         yield {"id": str(p), "html": html}, _noting_bad_utf8({"file": path}, bad)
-    elif text_input.ENDOFTEXT in (text_bad := text_input.decode_replacing(p.read_bytes()))[0]:
+    elif text_input.ENDOFTEXT in (text_bad := text_input.decode_replacing(_read_bytes(p)))[0]:
         # documents separated as pack separates them (TinyStories): read whole, the separator lines were removed as
         # duplicate lines and the stories ran together into one document
         text, bad = text_bad
@@ -173,6 +174,13 @@ def iter_located(path: str, text_field: str = "text") -> Iterator[tuple[dict, di
     else:
         text, bad = text_bad  # a file without a separator is one document, line ends as they are
         yield {"id": str(p), "text": text}, _noting_bad_utf8({"file": path}, bad)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """An HTML or text file's bytes, decompressed when it is gzip (``.gz``, or gzip's first bytes), as pack reads
+    its inputs: read raw, a page.html.gz or stories.txt.gz was one document of gzip bytes read as U+FFFD."""
+    with text_input.open_bytes(path) as f:
+        return f.read()
 
 
 # in ``where``: what of the document's bytes was not UTF-8 (``text_input.decode_replacing``)
@@ -191,7 +199,7 @@ def read_text_counting_bad_utf8(path: str | os.PathLike, stats) -> str:
     """A text file's text (a leading byte-order mark dropped), bytes that are not UTF-8 read as U+FFFD and counted in
     ``stats`` (a ``StageStats``, as ``count_bad_utf8`` counts them), for readers that do not go through
     ``iter_shard``: ``curate dedup --method minhash``'s documents, decontaminate's text eval files."""
-    text, bad = text_input.decode_replacing(Path(path).read_bytes())
+    text, bad = text_input.decode_replacing(_read_bytes(Path(path)))  # gzipped too
     count_bad_utf8(_noting_bad_utf8({"file": os.fspath(path)}, bad), stats)
     return text
 
