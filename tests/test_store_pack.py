@@ -1322,3 +1322,28 @@ def test_a_folder_without_shards_suggests_inputs_that_pack_reads(tmp_path, tok_d
     files = [p for g in globs for p in glob.glob(g)]  # as a shell expands them
     assert main([*argv, str(tmp_path / "s"), "--input", *files]) == 0, capsys.readouterr().err
     assert len(TokenStore(tmp_path / "s")) == len(DOCS) + 1
+
+
+@pytest.mark.parametrize(
+    "train_type,record,hint",
+    [
+        ("seq", {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]}, "sft"),
+        ("seq", {"question": "What is 2+3?", "answer": "#### 5"}, "sft"),
+        ("seq", {"prompt": "Say hi", "chosen": "Hi!", "rejected": "Go away."}, "dpo"),
+        ("sft", {"text": "Once upon a time there was a cat."}, "seq"),
+        ("dpo", {"text": "Once upon a time there was a cat."}, "seq"),
+        ("dpo", {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]}, "sft"),
+    ],
+)
+def test_records_of_another_train_type_are_named_with_the_train_type_that_reads_them(
+    tmp_path, tok_dir, train_type, record, hint
+):
+    """Chat records given to a seq pack were told "missing field 'text' (found ['messages']); choose it with
+    --text-field" (no field holds a chat's text), and text records given to an sft pack "expected 'conversations',
+    'messages', ..."; neither said that the file is another --train-type's data. The error names it now."""
+    src = _jsonl(tmp_path / "in.jsonl", [json.dumps(record)])
+    with pytest.raises(PackError) as exc:
+        pack([src], tmp_path / "out", tok_dir, train_type, progress=False)
+    assert f"{src}:1: missing field" in str(exc.value)
+    assert f"--train-type {hint}" in str(exc.value)
+    assert "choose it with --text-field" not in str(exc.value)  # no field of these holds the document's text

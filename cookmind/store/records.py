@@ -253,7 +253,10 @@ def make_seq(obj, tok, opts: RecordOptions) -> str:
     if not isinstance(obj, dict):
         raise BadRecord(f"expected a JSON object with a {opts.text_field!r} field, got {type(obj).__name__}")
     if opts.text_field not in obj:
-        raise BadRecord(f"missing field {opts.text_field!r} (found {sorted(obj)}); choose it with --text-field")
+        missing = f"missing field {opts.text_field!r} (found {sorted(obj)})"
+        if kind := train_type_of(obj):  # a chat or a pair: no field of it holds a document's text
+            raise BadRecord(f"{missing}: {_read_by(kind)}, not a text document")
+        raise BadRecord(f"{missing}; choose it with --text-field")
     text = obj[opts.text_field]
     if isinstance(text, str) and not text.strip():
         raise EmptyDocument(f"empty text in field {opts.text_field!r}")
@@ -355,15 +358,42 @@ def item_rng(opts: RecordOptions, item: Item) -> random.Random:
     return random.Random(f"{opts.seed}:{item.source}:{item.line}")
 
 
+def train_type_of(obj) -> str | None:
+    """The ``--train-type`` whose records ``obj`` looks like, by its fields (None: no telling), for an error to name
+    when a record lacks what its pack's type reads: chats and pairs given to a seq pack, text to an sft one."""
+    keys = set(obj) if isinstance(obj, dict) else set()
+    if {"chosen", "rejected"} <= keys:
+        return "dpo"
+    if "reward" in keys and keys & {"question", "prompt"}:
+        return "grpo"
+    if keys & {"messages", "conversations"} or {"question", "answer"} <= keys:
+        return "sft"
+    if "prompt" in keys and keys & {"response", "completion"}:
+        return "sft"
+    if "text" in keys:
+        return "seq"
+    return None
+
+
+def _read_by(kind: str) -> str:
+    return f"it looks like {kind} data, which `cookmind pack --train-type {kind}` reads"
+
+
 def make_record(item: Item, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
     """The store record for one item (seq: the document's ids, framed by ``document_ids``)."""
     obj = parse(item)
     if opts.train_type == "seq":
         return {"sequence": np.asarray(document_ids(tok, tok.encode(make_seq(obj, tok, opts))), dtype=np.int64)}
-    if opts.train_type == "sft":
-        return make_sft(obj, tok, opts, item_rng(opts, item))
-    if opts.train_type == "dpo":
-        return make_dpo(obj, tok, opts)
-    if opts.train_type == "grpo":
-        return make_grpo(obj, tok, opts)
+    try:
+        if opts.train_type == "sft":
+            return make_sft(obj, tok, opts, item_rng(opts, item))
+        if opts.train_type == "dpo":
+            return make_dpo(obj, tok, opts)
+        if opts.train_type == "grpo":
+            return make_grpo(obj, tok, opts)
+    except BadRecord as exc:
+        kind = train_type_of(obj)
+        if str(exc).startswith("missing field") and kind not in (None, opts.train_type):
+            raise BadRecord(f"{exc}; {_read_by(kind)}") from None
+        raise
     raise ValueError(f"unknown train type {opts.train_type!r}")
