@@ -129,8 +129,9 @@ def test_removed_lists_exactly_the_documents_missing_from_the_output_with_the_re
 def test_removed_documents_name_their_input_file_and_line_row_or_offset(tmp_path):
     """A removed document was named by its id and url alone: a JSONL record without an id, or a page of a WARC,
     could not be found in the inputs. Each listed document now names its input file and, within it, the 1-based
-    line (JSONL), the 0-based row (Parquet) or the record's byte offset (WARC; in the .gz file, its member's), also
-    when a later pass (MinHash, after the intermediate shards) removed it; the output shards stay as they were."""
+    line (JSONL), the row (Parquet, from 1 as pack numbers it) or the record's byte offset (WARC; in the .gz file,
+    its member's), also when a later pass (MinHash, after the intermediate shards) removed it; the output shards
+    stay as they were."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -172,7 +173,7 @@ def test_removed_documents_name_their_input_file_and_line_row_or_offset(tmp_path
         for stage, reason, where in [
             ("gopher", "too_few_words", {"file": f"{src}/a.jsonl", "line": 3}),
             ("minhash", "exact_duplicate", {"file": f"{src}/a.jsonl", "line": 4}),
-            ("gopher", "too_few_words", {"file": f"{src}/b.parquet", "row": 1}),
+            ("gopher", "too_few_words", {"file": f"{src}/b.parquet", "row": 2}),
             ("gopher", "too_few_words", {"file": f"{src}/c.warc.gz", "offset": len(gzip.compress(records[0]))}),
             ("gopher", "too_few_words", {"file": f"{src}/d.html"}),
         ]
@@ -544,7 +545,7 @@ def test_a_parquet_row_whose_text_is_not_a_string_is_named_by_its_row(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"text": [3, 4]}), tmp_path / "in.parquet")
-    with pytest.raises(ValueError, match=r"in\.parquet row 0: field 'text' must be a string, got int"):
+    with pytest.raises(ValueError, match=r"in\.parquet: row 1: field 'text' must be a string, got int"):
         run_pipeline(CurateConfig(stages=LIGHT), [str(tmp_path / "in.parquet")], tmp_path / "out", progress=False)
 
 
@@ -903,3 +904,30 @@ def test_gzipped_text_and_html_files_are_read_decompressed_as_pack_reads_them(tm
         assert texts == sorted([*stories, plain]), out
         report = json.loads((tmp_path / out / "report.json").read_text())
         assert "invalid_utf8_docs" not in report["stages"][0]["counters"], out
+
+
+def test_a_parquet_row_is_numbered_as_pack_tokenizer_train_and_eval_ppl_number_it(tmp_path, tok_dir, capsys):
+    """The same bad Parquet row was "in.parquet: row 1" to pack, tokenizer train and eval ppl (rows numbered from 1,
+    as lines and a JSON array's records are) and "in.parquet row 0" to curate run (from 0): after curate's error a
+    user fixed the row before the bad one. Curate numbers rows from 1 too, in its errors and in the removed
+    documents' source."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cookmind.cli import main as cli_main
+    from cookmind.curate.shards import read_jsonl
+
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"text": [3, 4]}), bad)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))}: row 1: field 'text' must be a string, got int"):
+        run_pipeline(CurateConfig(stages=LIGHT), [str(bad)], tmp_path / "out-bad", progress=False)
+    pack = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(bad), "--quiet"]
+    assert cli_main([*pack, "--out", str(tmp_path / "store")]) == 2
+    assert f"{bad}: row 1: field 'text' must be a string, got int" in capsys.readouterr().err
+    good = "Simmer the stock with onions, carrots and a bay leaf for two hours, then strain it and season it well."
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": [good, "too short", good + " Again, with more."]}), src)
+    stages = [{"extract": {}}, {"gopher": {"min_words": 5}}]
+    result = run_pipeline(CurateConfig(stages=stages, removed=True), [str(src)], tmp_path / "out", progress=False)
+    removed = [r for p in sorted(result.removed.glob("shard-*")) for r in read_jsonl(p)]
+    assert [r["source"] for r in removed] == [{"file": str(src), "row": 2}]  # "too short", the second row

@@ -134,7 +134,7 @@ def iter_source(path: str) -> Iterator[dict]:
 def iter_located(path: str, text_field: str = "text") -> Iterator[tuple[dict, dict]]:
     """Documents of one input file, each with where it is: ``{"file": path}`` plus the 1-based ``line`` of a JSONL
     record, the byte ``offset`` of a WARC record (in the compressed file for .gz, where its gzip member starts) or the
-    0-based ``row`` of a Parquet row; an HTML file is one document, named by the file alone, and so is a text file
+    1-based ``row`` of a Parquet row; an HTML file is one document, named by the file alone, and so is a text file
     unless it holds ``<|endoftext|>``: then each document between those, as pack reads it, with its line. A record's
     text is its ``text_field``, given to the stages as ``text``."""
     p = Path(path)
@@ -151,7 +151,7 @@ def iter_located(path: str, text_field: str = "text") -> Iterator[tuple[dict, di
         except json_input.JsonLineError as exc:  # a file of the user's that no reader can read: how to do without it
             raise ValueError(f"{exc}: fix the file, or leave it out of --input (name a folder's other files)") from None
     elif kind == "parquet":
-        for row, rec in enumerate(read_parquet(p)):
+        for row, rec in enumerate(read_parquet(p), 1):  # from 1, as pack, tokenizer train and eval ppl number rows
             where = {"file": path, "row": row}
             yield _with_content(rec, where, text_field), where
     elif kind == "warc":
@@ -294,11 +294,11 @@ def iter_shard(
 
 
 def place(where: dict) -> str:
-    """file:line, file row N, file at byte N, or the file: where ``iter_located`` says a document is."""
+    """file:line, file: row N, file at byte N, or the file: where ``iter_located`` says a document is."""
     if "line" in where:
         return f"{where['file']}:{where['line']}"
     if "row" in where:
-        return f"{where['file']} row {where['row']}"
+        return f"{where['file']}: row {where['row']}"
     if "record" in where:
         return f"{where['file']}: record {where['record']}"
     if "offset" in where:
