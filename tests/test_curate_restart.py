@@ -204,3 +204,22 @@ def test_a_rerun_refused_for_other_inputs_names_a_file_that_differs(tmp_path):
     with pytest.raises(ValueError, match=r"the same 2 files in another order \(shards are numbered in it\)"):
         run_pipeline(cfg, [b, a], out, progress=False)
     assert run_pipeline(cfg, [a, b], out, progress=False).tasks_skipped == 2  # as it was: resumed
+
+
+def test_restart_refuses_an_output_holding_other_files_before_it_deletes_the_runs_own(tmp_path):
+    """A token store packed into a curate output folder (`pack --out curated/store`), then `curate run --restart`:
+    the run deleted its shards, report and work folder, and only then refused the folder for holding `store`, which
+    no curate run wrote: the user was left with neither the old output nor a new one. The refusal now comes first,
+    and deletes nothing."""
+    src = tmp_path / "docs.jsonl"
+    src.write_text('{"id": "a", "text": "hello world"}\n')
+    out = tmp_path / "out"
+    cfg = CurateConfig(stages=[{"pii": {}}])
+    run_pipeline(cfg, [str(src)], out, progress=False)
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    (out / "store").mkdir()
+    (out / "store" / "meta.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"already holds store, which no curate run there wrote"):
+        run_pipeline(cfg, [str(src)], out, restart=True, progress=False)
+    after = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if "store" not in p.parts)
+    assert after == before and "shard-00000.jsonl.gz" in before

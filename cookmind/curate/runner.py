@@ -337,6 +337,8 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
     if restart and work.exists():
         recorded = _recorded(path)
         _refuse_foreign_outputs(output, recorded)
+        # the run starts anew in the folder: what it would refuse there, it refuses before deleting the old run
+        _refuse_other_files(output, work, {Path(name).parts[0] for name in recorded})
         for name in recorded:
             (output / name).unlink(missing_ok=True)
         if (output / REMOVED).is_dir() and not any((output / REMOVED).iterdir()):
@@ -372,15 +374,21 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         _write_json(path, {**old, "input_files": files})
         return
     _refuse_foreign_outputs(output, [])
-    others = sorted(p.name for p in output.iterdir() if p != work) if output.is_dir() else []
-    if others:  # a new run writes a new or empty folder, as every command does: its files would mix with these
+    _refuse_other_files(output, work)
+    work.mkdir(parents=True, exist_ok=True)
+    _write_json(path, {**stamp, "input_files": files, "outputs": outputs + list(REPORTS)})
+
+
+def _refuse_other_files(output: Path, work: Path, ours: set[str] = frozenset()) -> None:
+    """Raise if ``output`` holds anything but the work folder and ``ours`` (the names an earlier run there recorded,
+    which ``--restart`` deletes): a new run writes a new or empty folder, as every command does."""
+    others = sorted(p.name for p in output.iterdir() if p != work and p.name not in ours) if output.is_dir() else []
+    if others:  # its files would mix with these
         named = " and ".join(others[:2]) + (f" (and {len(others) - 2} more)" if len(others) > 2 else "")
         raise ValueError(
             f"--output {output} already holds {named}, which no curate run there wrote; curate writes a new or "
             "empty folder (or its own, to resume): choose another --output or move them away"
         )
-    work.mkdir(parents=True, exist_ok=True)
-    _write_json(path, {**stamp, "input_files": files, "outputs": outputs + list(REPORTS)})
 
 
 def _recorded(run_json: Path) -> list[str]:
