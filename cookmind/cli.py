@@ -135,6 +135,14 @@ def finish_model_argument(parser: argparse.ArgumentParser, args: argparse.Namesp
     if not getattr(args, "_model_argument", False):
         return
     flag, pos = getattr(args, "model_flag", None), args.model
+    if pos is not None and os.path.isfile(pos):  # a model is a folder: this is a word too many after an option's value
+        how = (
+            ": --data takes one file (to score several, pack them into one store with `cookmind pack --input ...` "
+            "and pass the store, or join the text files into one)"
+            if getattr(args, "data", None) is not None
+            else ""
+        )
+        parser.error(f"{pos!r}, given as an argument, is a file, not a model (a directory){how}")
     if flag is not None and pos is not None and flag != pos:
         parser.error(f"two models given ({flag!r} with --model and {pos!r} as an argument); give one")
     args.model = flag if flag is not None else pos

@@ -60,3 +60,23 @@ def test_gsm8k_sampling_and_template_flags_are_refused_before_the_model_loads(tm
     assert err.startswith("cookmind eval gsm8k: error: --k 4: pass@4 needs 1..2 samples"), err
     err = _error([*argv, "--template", "Q: no placeholder"], capsys)
     assert err.startswith("cookmind eval gsm8k: error: --template 'Q: no placeholder' is neither one of"), err
+
+
+@pytest.mark.parametrize("with_model_flag", [True, False])
+def test_a_second_data_file_is_not_taken_for_the_model(tmp_path, capsys, no_model_load, with_model_flag):
+    """`eval ppl --model runs/x --data a.txt b.txt` (pack and tokenizer train take several inputs) said "two models
+    given ('runs/x' with --model and 'b.txt' as an argument)": the second file had become the positional model.
+    Without --model, b.txt was taken for the model. The error now says --data takes one file and what to do."""
+    model = tmp_path / "model"
+    model.mkdir()
+    files = []
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("Some held-out text.\n")
+        files.append(str(tmp_path / name))
+    argv = ["eval", "ppl", *(["--model", str(model)] if with_model_flag else []), "--data", *files]
+    with pytest.raises(SystemExit) as exc:  # argparse's usage error, before anything loads
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "b.txt" in err and "is a file, not a model" in err and "two models" not in err
+    assert "one" in err and "cookmind pack" in err  # the way to evaluate several files
