@@ -135,7 +135,7 @@ def test_a_rerun_refused_says_whether_the_config_or_the_inputs_differ(tmp_path):
     out = tmp_path / "out"
     run_pipeline(cfg, [src], out, progress=False)
     parquet = CurateConfig(stages=[{"pii": {}}], output_format="parquet")
-    said = r"another config \(its stages, their options, the output format or --removed\)"
+    said = r"another config \(its stages, their options, the output format, --removed or --text-field\)"
     with pytest.raises(ValueError, match=said):
         run_pipeline(parquet, [src], out, progress=False)
     (tmp_path / "in" / "docs2.jsonl").write_text('{"id": "in2", "text": "three"}\n')

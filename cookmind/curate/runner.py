@@ -348,7 +348,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         old = json.loads(path.read_text())
         if {k: old.get(k) for k in stamp} != json.loads(json.dumps(stamp)):
             what = (
-                "another config (its stages, their options, the output format or --removed)"
+                "another config (its stages, their options, the output format, --removed or --text-field)"
                 if old.get("config") != stamp["config"]
                 else _inputs_differ([f for shard in old.get("plan") or [] for f in shard], list(files))
             )
