@@ -311,6 +311,8 @@ DECONTAMINATE_HELP = """\
 # code-heavy docs pages (the report notes it); to keep those, e.g.:
 # - gopher: {max_dup_line_ratio: 0.6, max_dup_line_char_ratio: 0.5, min_alpha_words_ratio: 0.6,
 #            max_dup_ngram_char_ratio: {5: 0.4, 6: 0.4, 7: 0.4, 8: 0.4, 9: 0.4, 10: 0.4}}
+# JSON/Parquet records whose text is in another field than text (as pack's --text-field; or curate run --text-field):
+# text_field: body
 """
 
 
