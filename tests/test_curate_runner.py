@@ -877,6 +877,8 @@ def test_records_whose_text_is_in_another_field_are_read_with_text_field_as_pack
     both = _jsonl(tmp_path / "both.jsonl", [{"text": "a title", "body": "The body of it."}])
     with pytest.raises(ValueError, match=r"both\.jsonl:1: .*'text'.*'body'"):
         run_pipeline(CurateConfig(text_field="body"), [both], tmp_path / "out-both", progress=False)
+    with pytest.raises(ValueError, match="html.*extract.*drop --text-field"):  # taken as text, its tags were kept
+        CurateConfig.from_dict({"text_field": "html"})
     num = _jsonl(tmp_path / "num.jsonl", [{"body": 7}])
     with pytest.raises(ValueError, match=r"num\.jsonl:1: field 'body' must be a string, got int"):
         run_pipeline(CurateConfig(text_field="body"), [num], tmp_path / "out-num", progress=False)

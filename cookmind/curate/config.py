@@ -57,6 +57,11 @@ class CurateConfig:
             raise ValueError(f"{source}: removed must be true or false; got {d['removed']!r}")
         if "text_field" in d and not (isinstance(d["text_field"], str) and d["text_field"].strip()):
             raise ValueError(f"{source}: text_field must name a field, e.g. body; got {d['text_field']!r}")
+        if d.get("text_field") == "html":  # taken as a record's text, the page's tags and scripts were kept
+            raise ValueError(
+                f"{source}: text_field html: a record's html field is read as HTML already, by the extract stage, "
+                "which keeps its text: drop --text-field (text_field)"
+            )
         if "stages" in d and not isinstance(d["stages"], list):
             raise ValueError(
                 f"{source}: stages must be a list of stages, e.g. [extract, langid]; got {d['stages']!r} "
