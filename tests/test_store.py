@@ -205,3 +205,34 @@ def test_a_shard_opened_on_its_own_is_refused_for_another_tokenizer_as_its_store
         with pytest.raises(StoreError, match=rf"{re.escape(str(path))} was packed with .*fingerprint aaaa.*re-pack"):
             DatasetFactory.load("seq", path, 4, tokenizer_fingerprint="bbbb")
     DatasetFactory.load("seq", shard, 4, tokenizer_fingerprint="aaaa")  # its own tokenizer: fine
+
+
+def test_a_tokenizer_retrained_at_the_path_the_store_records_is_told_as_changed_not_as_another(tmp_path, tok_dir):
+    """Retraining a tokenizer in place (`tokenizer train --out tok --overwrite`, another --vocab-size) and training
+    on a store packed before: "st was packed with tokenizer /abs/tok (fingerprint a), not tok (fingerprint b);
+    train with the store's tokenizer or ..." named the same folder twice, as if two tokenizers, and told to use the
+    store's, which was gone (eval ppl was told to "train" too). It now says the tokenizer at that path changed since
+    the pack, and how to go on."""
+    import shutil
+
+    from lm_fixtures import CORPUS
+
+    from cookmind.store.packer import pack
+    from cookmind.store.token_store import StoreError
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    tok = tmp_path / "tok"
+    shutil.copytree(tok_dir, tok)
+    (tmp_path / "in.txt").write_text(CORPUS)
+    pack([str(tmp_path / "in.txt")], tmp_path / "st", tok, "seq", progress=False)
+    vocab, merges = train_bpe(tmp_path / "in.txt", 300, DEFAULT_SPECIAL_TOKENS, progress=False)
+    retrained = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
+    retrained.save(tok)
+    with pytest.raises(StoreError) as exc:
+        TokenStore(tmp_path / "st").check_tokenizer(retrained.fingerprint(), str(tok))
+    msg = str(exc.value)
+    assert "changed since" in msg and "re-pack" in msg and "train with" not in msg
+    other = tmp_path / "other"  # a tokenizer at another path is still told as another one
+    retrained.save(other)
+    with pytest.raises(StoreError, match=r"was packed with tokenizer .*, not .*other"):
+        TokenStore(tmp_path / "st").check_tokenizer(retrained.fingerprint(), str(other))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +71,16 @@ class TokenStore:
         if recorded.get("path"):
             packed_with = f"tokenizer {recorded['path']}"
         given = tokenizer_path or "the given tokenizer"
-        fix = "train with the store's tokenizer or re-pack the store with this one (`cookmind pack --tokenizer ...`)"
+        fix = "use the store's tokenizer, or re-pack the store with this one (`cookmind pack --tokenizer ...`)"
         mine = self.tokenizer_fingerprint
+        same_path = bool(tokenizer_path and recorded.get("path")) and _same_folder(recorded["path"], tokenizer_path)
+        if mine is not None and fingerprint is not None and mine != fingerprint and same_path:
+            raise StoreError(  # retrained in place (`tokenizer train --overwrite`): one folder, not two tokenizers
+                f"{self.path} was packed with the tokenizer at {recorded['path']}, which has changed since (retrained "
+                f"or replaced: fingerprint {mine[:16]} then, {fingerprint[:16]} now); re-pack the store with it "
+                "(`cookmind pack --tokenizer ... --overwrite`), or give the tokenizer the store was packed with (a "
+                "checkpoint trained on the store holds a copy: --tokenizer CHECKPOINT)"
+            )
         if mine is not None and fingerprint is not None and mine != fingerprint:
             raise StoreError(
                 f"{self.path} was packed with {packed_with} (fingerprint {mine[:16]}), "
@@ -192,3 +201,11 @@ def _identity_meta(meta: dict) -> dict:
             {k: v for k, v in s.items() if k != "path"} if isinstance(s, dict) else s for s in meta["sources"]
         ]
     return meta
+
+
+def _same_folder(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one folder (a relative one from the current directory)."""
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return False
