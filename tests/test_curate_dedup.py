@@ -381,3 +381,21 @@ def test_minhash_dedup_counts_and_warns_of_bytes_that_are_not_utf8(tmp_path, cap
         warnings.simplefilter("error")
         rc, res = _cli(argv[:5] + inputs[:1] + ["--output", str(tmp_path / "o2"), "--quiet"], capsys)
     assert rc == 0 and not any(k.startswith("invalid_utf8") for k in res)
+
+
+def test_exact_line_dedup_of_gzipped_text_files_reads_and_writes_them_compressed(tmp_path):
+    """`curate dedup --method lines --input a.txt.gz b.txt.gz` hashed the gzip bytes' "lines": a line both files
+    share stayed in both, the counts were of binary lines (78 "lines" in 200 of text), and a removed binary line
+    would have written a broken .gz. The files are read decompressed now (as curate run and pack read them), and
+    each is written back gzip-compressed under its own name."""
+    import gzip
+
+    shared = "This line is in both files and goes.\n"
+    texts = {"a.txt.gz": "Only in a, first.\n" + shared + "Only in a, last.\n", "b.txt.gz": shared + "Only in b.\n"}
+    for name, text in texts.items():
+        (tmp_path / name).write_bytes(gzip.compress(text.encode()))
+    outs = exact_line_dedup([tmp_path / n for n in texts], tmp_path / "out", num_partitions=2)
+    got = {p.name: gzip.decompress(p.read_bytes()).decode() for p in outs}
+    assert got == {name: text.replace(shared, "") for name, text in texts.items()}
+    summary = json.loads((tmp_path / "out" / ".cookmind-dedup.json").read_text())
+    assert (summary["lines_in"], summary["lines_removed"]) == (5, 2)

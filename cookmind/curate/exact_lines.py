@@ -10,6 +10,7 @@ every byte of a document but its removed lines stays as it was.
 from __future__ import annotations
 
 import functools
+import gzip
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
+from cookmind import text_input
 from cookmind.atomic import writing
 from cookmind.curate.dedup_output import building_dedup_output
 
@@ -115,17 +117,21 @@ def exact_line_dedup(
             text, n = remove_lines(_read(path), duplicated)
             removed += n
             emptied += bool(n) and not text.strip()
-            with writing(tmp / Path(path).name, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-                f.write(text)
+            data = text.encode("utf-8", "surrogateescape")
+            if text_input.is_gzip(path):  # read decompressed, written back as it came
+                data = gzip.compress(data, mtime=0)
+            with writing(tmp / Path(path).name, "wb") as f:
+                f.write(data)
         summary.update(lines_in=lines_in, lines_out=lines_in - removed, lines_removed=removed, files_emptied=emptied)
     return [output_dir / Path(path).name for path in input_files]
 
 
 def _read(path) -> str:
     """The file's text with its bytes intact: no newline translation, undecodable bytes kept as surrogates; a leading
-    byte-order mark is no text (-sig), so it is neither part of the first line nor written out."""
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        return f.read()
+    byte-order mark is no text (-sig), so it is neither part of the first line nor written out. A gzip file is read
+    decompressed (its gzip bytes' "lines" were hashed, and a line two files shared stayed in both)."""
+    with text_input.open_bytes(path) as f:
+        return f.read().decode("utf-8-sig", "surrogateescape")
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
