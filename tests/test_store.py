@@ -236,3 +236,21 @@ def test_a_tokenizer_retrained_at_the_path_the_store_records_is_told_as_changed_
     retrained.save(other)
     with pytest.raises(StoreError, match=r"was packed with tokenizer .*, not .*other"):
         TokenStore(tmp_path / "st").check_tokenizer(retrained.fingerprint(), str(other))
+
+
+def test_text_or_a_curate_output_given_as_a_store_is_told_to_be_packed_first(tmp_path):
+    """`train --train-data curated/` (a curate run's output) said "no meta.json; the store is incomplete or not a
+    cookmind store — re-run `cookmind pack`", though nothing had been packed, and `--val-data held.txt` "a file that
+    is not HDF5". Text given where a token store goes is now told as text, with the pack command that makes one."""
+    (tmp_path / "held.txt").write_text("Some held-out text.\n")
+    (tmp_path / "curated").mkdir()
+    (tmp_path / "curated" / "shard-00000.jsonl.gz").write_bytes(b"")
+    for given in (tmp_path / "held.txt", tmp_path / "curated"):
+        with pytest.raises(StoreError) as exc:
+            detect_format(given)
+        msg = str(exc.value)
+        assert "not a token store" in msg and f"cookmind pack --tokenizer TOK --train-type seq --input {given}" in msg
+        assert "re-run" not in msg and "incomplete" not in msg
+    (tmp_path / "half").mkdir()  # a folder that is neither: a store whose pack died before meta.json, say
+    with pytest.raises(StoreError, match="no meta.json"):
+        detect_format(tmp_path / "half")

@@ -37,11 +37,14 @@ def detect_format(path) -> str:
             if f.read(8) == HDF5_SIGNATURE:
                 return "h5"
         raise StoreError(
-            f"{path}: a file that is not HDF5; a store is a directory made by `cookmind pack` or an .h5 shard"
+            f"{path}: a file that is not HDF5, so not a token store (a directory made by `cookmind pack`, or an .h5 "
+            f"shard); if it is text, JSON lines or Parquet, {_pack_first(path)}"
         )
     if not path.is_dir():
         raise StoreError(f"{path}: no such store; make one with `cookmind pack --out {path}`")
     meta = path / META_NAME
+    if not meta.is_file() and any(path.glob("shard-*")):  # text a curate run wrote: never packed
+        raise StoreError(f"{path}: a `cookmind curate run` output (text), not a token store; {_pack_first(path)}")
     if not meta.is_file():
         raise StoreError(
             f"{path}: no {META_NAME}; the store is incomplete or not a cookmind store — re-run `cookmind pack`"
@@ -50,3 +53,10 @@ def detect_format(path) -> str:
     if fmt in StoreFactory._backends:
         return fmt
     raise StoreError(f"{meta}: unknown format {fmt!r}; expected one of {StoreFactory.names()}")
+
+
+def _pack_first(path: Path) -> str:
+    return (
+        f"tokenize it into one first: `cookmind pack --tokenizer TOK --train-type seq --input {path} --out STORE` "
+        "(add --val-fraction 0.01 --val-out VAL for a validation store), then pass STORE"
+    )
