@@ -9,6 +9,7 @@ use it.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import zlib
@@ -166,12 +167,35 @@ def refuse_unfinished_curate_output(folder: str | os.PathLike) -> None:
 
 def written_by_cookmind(p: Path) -> bool:
     """Whether ``p`` is a file a cookmind command wrote beside its documents, no input of its own: a curate output's
-    report (beside its ``_work/run.json``) or a synthetic crawl's ``manifest.json`` (``is_synthetic_crawl``)."""
+    report (beside its ``_work/run.json``), a synthetic crawl's ``manifest.json`` (``is_synthetic_crawl``) or a token
+    store's ``meta.json`` (``is_token_store``)."""
     if p.name in ("report.json", "report.md"):
         return (p.parent / "_work" / "run.json").is_file()
     if p.name == "manifest.json":
         return is_synthetic_crawl(p.parent)
+    if p.name == "meta.json":
+        return is_token_store(p.parent)
     return False
+
+
+def is_token_store(folder: Path) -> bool:
+    """Whether ``folder`` holds a token store ``cookmind pack`` wrote: its meta.json beside shard_NNNN folders or
+    .h5 files (token ids, no text to read)."""
+    return (folder / "meta.json").is_file() and any(folder.glob("shard_[0-9]*"))
+
+
+def token_store_as_input(folder: Path) -> str:
+    """What to say of a token store given where text goes: what it holds, the text it was packed from (its
+    meta.json's ``sources``), and where a store goes."""
+    try:
+        sources = [s["path"] for s in json.loads((folder / "meta.json").read_text()).get("sources", [])]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        sources = []
+    came = f"; it was packed from {', '.join(sources[:3])}{' ...' if len(sources) > 3 else ''}" if sources else ""
+    return (
+        f"{folder} is a token store (made by `cookmind pack`): it holds token ids, not text{came}. Give the text "
+        f"instead; a store is trained on as it is: `cookmind train --train-data {folder}`"
+    )
 
 
 def is_synthetic_crawl(folder: Path) -> bool:

@@ -1324,6 +1324,25 @@ def test_a_folder_without_shards_suggests_inputs_that_pack_reads(tmp_path, tok_d
     assert len(TokenStore(tmp_path / "s")) == len(DOCS) + 1
 
 
+def test_a_token_store_given_as_input_is_told_as_one_not_read_through_its_meta_json(tmp_path, tok_dir, capsys):
+    """`pack --input STORE` (or tokenizer train's) suggested "name the input files instead, e.g. STORE/*.json": its
+    meta.json, which pack then read as JSON records. A token store holds ids, not text: the error now says so, and
+    where its text came from."""
+    from cookmind.cli import main
+
+    src = _jsonl(tmp_path / "docs.jsonl", [{"text": d} for d in DOCS])
+    pack([src], tmp_path / "st", tok_dir, "seq", progress=False)
+    for argv in (
+        ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--out", str(tmp_path / "s2")],
+        ["tokenizer", "train", "--vocab-size", "300", "--out", str(tmp_path / "t2")],
+        ["curate", "run", "--output", str(tmp_path / "c2")],
+    ):
+        assert main([*argv, "--input", str(tmp_path / "st"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "is a token store" in err and "*.json" not in err and "docs.jsonl" in err, err
+        assert f"--train-data {tmp_path / 'st'}" in err
+
+
 @pytest.mark.parametrize(
     "train_type,record,hint",
     [

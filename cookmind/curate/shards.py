@@ -117,6 +117,8 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
             f"file on its own to read it: {NAMED_ALONE})",
             stacklevel=2,
         )
+    if not shards and (stores := [Path(i) for i in inputs if text_input.is_token_store(Path(i))]):
+        raise ValueError(text_input.token_store_as_input(stores[0]))
     if not shards:
         raise ValueError(
             f"no documents to read in {list(map(str, inputs))}: a folder gives its HTML, WARC, JSONL, Parquet and "

@@ -192,6 +192,8 @@ def expand_inputs(inputs) -> list[Path]:
         else:
             text_input.refuse_unfinished_curate_output(path)  # some shards of a stopped run (or none): not the corpus
             shards = sorted(p for p in path.glob("shard-*") if p.is_file() and not p.name.endswith(".done"))
+            if not shards and text_input.is_token_store(path):
+                raise FileNotFoundError(text_input.token_store_as_input(path))
             if not shards:
                 raise FileNotFoundError(
                     f"input folder {path} holds no shard-* files (the output of `cookmind curate run`); "
