@@ -497,3 +497,19 @@ def test_a_post_processor_that_puts_a_plain_token_before_every_text_is_refused_b
     path.write_text(json.dumps(doc))
     with pytest.raises(TokenizerError, match=r"tokenizer\.json: its post_processor puts ids \[65\] before every text"):
         Tokenizer.load(tmp_path / "llama")
+
+
+def test_a_training_run_given_as_the_tokenizer_names_its_newest_checkpoints_tokenizer(tok, tmp_path):
+    """`pack --tokenizer runs/pre` (to pack more data for a run, where --model takes a run directory) said "no
+    tokenizer in runs/pre ...; train one with `cookmind tokenizer train`", though the run's checkpoints each hold
+    its tokenizer. The error now names the newest checkpoint's."""
+    run = tmp_path / "runs" / "pre"
+    for step in ("step_00000002", "step_00000010"):
+        tok.save(run / "checkpoints" / step)
+    (run / "checkpoints" / "step_00000012").mkdir()  # a step being written, no tokenizer yet
+    with pytest.raises(TokenizerError) as exc:
+        Tokenizer.load(run)
+    msg = str(exc.value)
+    assert "training run" in msg and str(run / "checkpoints" / "step_00000010") in msg and "tokenizer train" not in msg
+    with pytest.raises(TokenizerError, match="train one with `cookmind tokenizer train`"):  # an empty folder
+        Tokenizer.load(tmp_path)

@@ -495,6 +495,12 @@ class Tokenizer:
             from cookmind.tokenizer.hf_format import load_gpt2_files
 
             return load_gpt2_files(directory / "vocab.json", directory / "merges.txt")
+        saved = sorted(p.parent for p in directory.glob(f"checkpoints/step_*/{FILE_NAME}"))
+        if saved:  # a training run (as --model takes one): each checkpoint holds the run's tokenizer
+            raise TokenizerError(
+                f"no tokenizer in {directory}, a training run: its checkpoints hold its tokenizer; pass the newest "
+                f"checkpoint's, {saved[-1]}"
+            )
         raise TokenizerError(
             f"no tokenizer in {directory}: expected {FILE_NAME} (or tokenizer.json, or vocab.json + merges.txt); "
             "train one with `cookmind tokenizer train`"
