@@ -877,6 +877,10 @@ def test_records_whose_text_is_in_another_field_are_read_with_text_field_as_pack
     both = _jsonl(tmp_path / "both.jsonl", [{"text": "a title", "body": "The body of it."}])
     with pytest.raises(ValueError, match=r"both\.jsonl:1: .*'text'.*'body'"):
         run_pipeline(CurateConfig(text_field="body"), [both], tmp_path / "out-both", progress=False)
+    strings = tmp_path / "strings.json"  # a string record is a document's text whatever the field, as pack reads it
+    strings.write_text(json.dumps(texts))
+    result = run_pipeline(CurateConfig(text_field="body"), [str(strings)], tmp_path / "out-str", progress=False)
+    assert result.stages[0].docs_in == 3 and result.stages[0].reasons.get("no_text", 0) == 0
     with pytest.raises(ValueError, match="html.*extract.*drop --text-field"):  # taken as text, its tags were kept
         CurateConfig.from_dict({"text_field": "html"})
     num = _jsonl(tmp_path / "num.jsonl", [{"body": 7}])

@@ -142,12 +142,12 @@ def iter_located(path: str, text_field: str = "text") -> Iterator[tuple[dict, di
     p = Path(path)
     kind = kind_of(p)
     if kind == "jsonl" and json_input.opens_array(p):
-        for n, rec in _json_array_records(p):
+        for n, rec in _json_array_records(p, text_field):
             where = {"file": path, "record": n}
             yield _with_content(rec, where, text_field), where
     elif kind == "jsonl":
         try:
-            for lineno, rec in _jsonl_lines(p):
+            for lineno, rec in _jsonl_lines(p, text_field):
                 where = {"file": path, "line": lineno}
                 yield _with_content(rec, where, text_field), where
         except json_input.JsonLineError as exc:  # a file of the user's that no reader can read: how to do without it
@@ -315,26 +315,26 @@ def read_jsonl(path: Path) -> Iterator[dict]:
         yield rec
 
 
-def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
+def _jsonl_lines(path: Path, text_field: str = "text") -> Iterator[tuple[int, dict]]:
     """(1-based line number, record) of a JSONL(.gz) file's non-blank lines (``_record``)."""
     for lineno, rec in json_input.jsonl_lines(path):
-        yield lineno, _record(rec, f"{path}:{lineno}")
+        yield lineno, _record(rec, f"{path}:{lineno}", text_field)
 
 
-def _json_array_records(path: Path) -> Iterator[tuple[int, dict]]:
+def _json_array_records(path: Path, text_field: str = "text") -> Iterator[tuple[int, dict]]:
     """(1-based record number, record) of a file holding one JSON array of records (``_record``), as pack reads
     one."""
     with text_input.open_bytes(path) as f:
         rows = json_input.array_elements(text_input.decode_utf8(f.read(), path), path)
     for n, rec in enumerate(rows, 1):
-        yield n, _record(rec, f"{path}: record {n}")
+        yield n, _record(rec, f"{path}: record {n}", text_field)
 
 
-def _record(value, where: str) -> dict:
-    """A JSON record as a document: an object as it is, a string as its text (as pack reads one); anything else is a
-    ValueError naming ``where``."""
+def _record(value, where: str, text_field: str = "text") -> dict:
+    """A JSON record as a document: an object as it is, a string as its text (its ``text_field``: a string is the
+    text whatever the field, as pack reads one); anything else is a ValueError naming ``where``."""
     if isinstance(value, str):
-        return {"text": value}
+        return {text_field: value}
     if not isinstance(value, dict):
         raise ValueError(
             f"{where}: expected a JSON object (or a string, a document's text), got {type(value).__name__}; fix the "
