@@ -77,10 +77,37 @@ def open_bytes(path: str | os.PathLike):
     raw = open(path, "rb")
     try:
         gz = os.fspath(path).lower().endswith(".gz") or raw.peek(2)[:2] == GZIP_MAGIC
+        if not gz:
+            refuse_other_compression(path, raw.peek(10)[:10])
     except BaseException:
         raw.close()
         raise
     return _NamedGzip(filename=os.fspath(path), mode="rb", fileobj=raw) if gz else raw
+
+
+# how files compressed otherwise than gzip begin: read as text, such a file was "invalid UTF-8 ... re-encode it" to
+# pack, tokenizer train and eval ppl, and one document of U+FFFD to curate run
+OTHER_COMPRESSIONS = (
+    (b"BZh", "bzip2", "bunzip2 -k"),
+    (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
+
+
+def refuse_other_compression(path: str | os.PathLike, head: bytes | None = None) -> None:
+    """Raise a ValueError naming ``path`` if its first bytes (``head``, else read) are those of a compression other
+    than gzip, which cookmind does not read."""
+    if head is None:
+        with open(path, "rb") as f:
+            head = f.read(10)
+    for magic, name, tool in OTHER_COMPRESSIONS:
+        bz2_block = head[3:4].isdigit() and head[4:10] in (b"1AY&SY", b"\x17rE8P\x90")  # a block, or the stream's end
+        if head.startswith(magic) and (name != "bzip2" or bz2_block):
+            raise ValueError(
+                f"{os.fspath(path)}: {name}-compressed, which cookmind does not read (gzip, .gz, it reads as it "
+                f"comes): decompress it first (`{tool} {os.fspath(path)}`), or recompress it with gzip"
+            )
 
 
 def parquet_rows(path: str | os.PathLike) -> Iterator[dict]:

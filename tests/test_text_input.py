@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 
 import pytest
 
@@ -104,3 +106,33 @@ def test_every_command_that_reads_a_cut_gzip_says_so_in_one_line(tmp_path, tok_d
             err = capsys.readouterr().err
             said = [line for line in err.split("\n") if "error" in line]  # progress bars share stderr
             assert "Traceback" not in err and len(said) == 1 and says in said[0], err
+
+
+@pytest.mark.parametrize(
+    "name,data,tool",
+    [
+        ("held.txt.bz2", bz2.compress(b"Some held-out text, compressed.\n" * 20), "bunzip2"),
+        ("held.txt.xz", lzma.compress(b"Some held-out text, compressed.\n" * 20), "unxz"),
+        ("held.txt.zst", b"\x28\xb5\x2f\xfd" + bytes(range(40)), "unzstd"),
+        ("held.zip", b"PK\x03\x04" + bytes(range(40)), "unzip"),
+    ],
+)
+def test_a_file_compressed_otherwise_than_gzip_is_told_as_compressed_not_as_bad_utf8(
+    tmp_path, tok_dir, name, data, tool, capsys
+):
+    """A held.txt.bz2 was read as text: pack, tokenizer train and eval ppl said "invalid UTF-8 ... re-encode the file
+    as UTF-8 (iconv)", and curate run read it as one document of U+FFFD (langid removed it) with the same note. Only
+    gzip is read decompressed; another compression is now an error naming it, and how to read the file."""
+    from cookmind.cli import main
+
+    src = tmp_path / name
+    src.write_bytes(data)
+    for argv in (
+        ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--out", str(tmp_path / "s"), "--input"],
+        ["tokenizer", "train", "--vocab-size", "300", "--out", str(tmp_path / "t"), "--input"],
+        ["curate", "run", "--output", str(tmp_path / "c"), "--input"],
+    ):
+        assert main([*argv, str(src), "--quiet"]) == 2, argv
+        err = capsys.readouterr().err
+        assert f"{src}: " in err and "compressed" in err and tool in err and "gzip" in err, err
+        assert "iconv" not in err and "UTF-8" not in err, err

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import regex
 
 from cookmind.pools import ignore_ctrl_c, pool_context, stop_pool, worker_pool
-from cookmind.text_input import Utf8Replaced, bad_utf8_note, line_at, not_utf8
+from cookmind.text_input import Utf8Replaced, bad_utf8_note, line_at, not_utf8, refuse_other_compression
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import GPT2_PATTERN, is_safe_end, safe_cut_kind, safe_end_bytes
 
@@ -425,6 +425,11 @@ def count_pretokens(
     if utf8_errors == "replace":
         read.invalid_utf8 = Utf8Replaced(files)
     plain = [p for p in files if is_plain_text(p)]
+    for p in plain:  # read in byte ranges, not through text_input.open_bytes, which refuses these
+        try:
+            refuse_other_compression(p)
+        except ValueError as exc:
+            raise TokenizerError(str(exc)) from None
     records = [p for p in files if p not in plain]
     read.text_files, read.record_files = len(plain), len(records)
     specials = list(special_tokens)
