@@ -135,7 +135,9 @@ def finish_model_argument(parser: argparse.ArgumentParser, args: argparse.Namesp
     if not getattr(args, "_model_argument", False):
         return
     flag, pos = getattr(args, "model_flag", None), args.model
-    if pos is not None and os.path.isfile(pos):  # a model is a folder: this is a word too many after an option's value
+    # a model is a folder: beside --model or --data this file is a word too many after an option's value (alone, the
+    # model loader names it: "FILE: a file, not a model folder")
+    if pos is not None and os.path.isfile(pos) and (flag is not None or getattr(args, "data", None) is not None):
         how = (
             ": --data takes one file (to score several, pack them into one store with `cookmind pack --input ...` "
             "and pass the store, or join the text files into one)"
