@@ -165,9 +165,9 @@ def test_torchrun_without_a_run_dir_names_one_directory_once(tmp_path):
     assert said == [f"cookmind train: run directory {tmp_path / 'runs' / made[0]}"], said
 
 
-def _config_on_rank(rank: int, root: str) -> str:
-    """Node 1 launched with another learning rate and another max_steps than node 0."""
-    mine = ["optim.lr=0.01", "train.max_steps=3"] if rank == 1 else []
+def _config_on_rank(rank: int, root: str, on_rank1: tuple[str, ...] = ("optim.lr=0.01", "train.max_steps=3")) -> str:
+    """Node 1 launched with overrides node 0 lacks (by default another learning rate and another max_steps)."""
+    mine = list(on_rank1) if rank == 1 else []
     try:
         Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", *mine]))
     except ValueError as exc:
@@ -189,21 +189,13 @@ def test_ranks_started_with_different_configs_refuse_with_the_keys(tmp_path, kee
     assert msgs[0].endswith("Start every node and process with the same --config and overrides")
 
 
-def _resume_on_rank1(rank: int, root: str) -> str:
-    """Node 1 launched with ``--resume auto``, node 0 without."""
-    mine = ["checkpoint.resume=auto"] if rank == 1 else []
-    try:
-        Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/run", *mine]))
-    except ValueError as exc:
-        return str(exc)
-    return "started without an error"
-
-
 def test_a_config_difference_names_the_flag_the_user_typed_and_the_key(tmp_path, keep_threads):
     # the user typed --resume auto on one node; the refusal named only checkpoint.resume, which they never wrote
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
-    msgs = run_on_gloo_ranks(functools.partial(_resume_on_rank1, root=str(tmp_path)), 2, tmp_path)
+    msgs = run_on_gloo_ranks(
+        functools.partial(_config_on_rank, root=str(tmp_path), on_rank1=("checkpoint.resume=auto",)), 2, tmp_path
+    )
     at = f"(on {socket.gethostname()})"
     expected = f"--resume (checkpoint.resume) is None on rank 0 {at} but 'auto' on rank 1 {at}."
     assert msgs[0] == msgs[1] and expected in msgs[0], msgs
