@@ -1548,3 +1548,67 @@ def test_an_override_the_run_does_not_read_is_refused(argv, said, capsys):
     assert main(["train", "--print-config", "lora.enabled=true", "lora.r=4", "--objective", "dpo", "dpo.beta=0.5"]) == 0
     assert main(["train", "--print-config", "--objective", "grpo", "grpo.group_size=4"]) == 0
     assert main(["train", "--print-config", "--objective", "grpo", "grpo.eval_problems=p", "grpo.eval_size=5"]) == 0
+
+
+def test_an_override_the_found_run_reads_is_taken_on_a_resume_auto_without_run_dir(tmp_path, monkeypatch, capsys):
+    """--resume auto without --run-dir checked the overrides against the preset, before the run found took its
+    place: ``grpo.eval_size=5`` was refused as changing nothing without grpo.eval_problems, which the found run sets
+    (with --run-dir the same command resumed)."""
+    from cookmind.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "runs" / "tiny-cpu-20261204-170000"
+    (run / "checkpoints").mkdir(parents=True)
+    assert main(["train", "--print-config", "--objective", "grpo", "grpo.eval_problems=gsm8k.jsonl"]) == 0
+    (run / "config.yaml").write_text(capsys.readouterr().out)
+    cfg = cli.resolve_config(_args("--objective", "grpo", "--resume", "auto", "grpo.eval_size=5"))
+    assert (cfg.logging.run_dir, cfg.grpo["eval_problems"], cfg.grpo["eval_size"]) == (
+        str(Path("runs") / run.name),
+        "gsm8k.jsonl",
+        5,
+    )
+    # the preset's own run still refuses what no run of it reads
+    with pytest.raises(ValueError, match="grpo.eval_size=5"):
+        cli.resolve_config(_args("--objective", "grpo", "grpo.eval_size=5"))
+
+
+def test_a_config_that_replaces_the_runs_own_is_not_held_to_the_run_it_replaces(tmp_path, store, capsys):
+    """The note naming what a --config changes loaded the run's old config.yaml with this command's overrides: an
+    override that fits only the new config (a longer window for a longer context) stopped the command with an error
+    about the config being replaced."""
+    from cookmind.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    assert main(["train", "--print-config", "--train-data", str(store), *TINY]) == 0
+    (run / "config.yaml").write_text(capsys.readouterr().out)
+    longer = "model.max_position_embeddings=512"
+    assert main(["train", "--print-config", "--train-data", str(store), *TINY, longer]) == 0
+    new = tmp_path / "new.yaml"
+    new.write_text(capsys.readouterr().out)
+    argv = ["--config", str(new), "--run-dir", str(run), "--resume", "auto", "--train-data", str(store)]
+    args = _args(*argv, "data.window_size=300")  # the run's context is 256, the new config's 512
+    cfg = cli.resolve_config(args)
+    assert (cfg.model["max_position_embeddings"], cfg.data.window_size) == (512, 300)
+    assert f"--config {new} replaces {run / 'config.yaml'}" in args.settings_note
+
+
+def test_a_found_run_whose_config_no_longer_loads_is_named_with_the_way_out(tmp_path, monkeypatch, capsys):
+    """--resume auto without --run-dir now loads the found run's config.yaml; one that no longer loads (a key since
+    renamed, a value since refused) said only the key's error, not whose config it was or how to resume anyway."""
+    from cookmind.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "runs" / "tiny-cpu-20261204-170000"
+    (run / "checkpoints").mkdir(parents=True)
+    assert main(["train", "--print-config"]) == 0
+    saved = yaml.safe_load(capsys.readouterr().out)
+    saved["optim"]["lr_old_name"] = 1e-3
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(ValueError) as info:
+        cli.resolve_config(_args("--resume", "auto"))
+    found = Path("runs") / run.name
+    assert str(info.value).startswith(f"{found / 'config.yaml'}, the config of the run --resume auto found, does not")
+    assert str(info.value).endswith(
+        f"resume it with --run-dir {found} --config C (a config that loads), or leave --resume out to start a new run"
+    )

@@ -109,7 +109,6 @@ def resolve_config(args: argparse.Namespace):
     cfg = TrainConfig.load(args.config, items + list(args.overrides))
     if given is None and args.config != DEFAULT_PRESET:
         args.resumed_settings = args.config  # main says where the settings came from
-    refuse_unread_overrides(cfg, list(args.overrides))
     run_yaml = Path(cfg.logging.run_dir or "") / "config.yaml"
     own = given is not None and Path(given).is_file() and Path(given).resolve() == run_yaml.resolve()
     if given and cfg.checkpoint.resume and cfg.logging.run_dir and run_yaml.is_file() and not own:
@@ -118,8 +117,13 @@ def resolve_config(args: argparse.Namespace):
                 f"--config {given} replaces {run_yaml}, the resumed run's own config, and names no training data: "
                 f"leave --config out to resume with the run's config, or pass --train-data (and --tokenizer)"
             )
-        saved = TrainConfig.load(str(run_yaml), items + list(args.overrides))
-        if differ := settings_that_differ(cfg, saved, "the run had"):
+        try:  # only for the note: the run's config need not take overrides meant for the config replacing it
+            differ = settings_that_differ(
+                cfg, TrainConfig.load(str(run_yaml), items + list(args.overrides)), "the run had"
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            differ = f"not compared ({run_yaml} does not load with this command's overrides: {exc})"
+        if differ:
             args.settings_note = (
                 f"--config {given} replaces {run_yaml}, the resumed run's own settings: {differ}; leave --config out "
                 "to resume the run as it was saved"
@@ -131,7 +135,14 @@ def resolve_config(args: argparse.Namespace):
         found = Path(cfg.logging.run_dir) / "config.yaml"
         if cfg.checkpoint.resume == "auto" and found.is_file():  # a run found: resumed as --run-dir RUN resumes it
             preset = given or DEFAULT_PRESET
-            run = TrainConfig.load(str(found), items + list(args.overrides))
+            try:
+                run = TrainConfig.load(str(found), items + list(args.overrides))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(
+                    f"{found}, the config of the run --resume auto found, does not load with this command's flags and "
+                    f"overrides ({exc}); resume it with --run-dir {cfg.logging.run_dir} --config C (a config that "
+                    "loads), or leave --resume out to start a new run"
+                ) from None
             run.logging.run_dir = cfg.logging.run_dir
             args.resumed_settings = str(found)
             if differ := settings_that_differ(run, cfg, f"{preset} has"):
@@ -140,6 +151,7 @@ def resolve_config(args: argparse.Namespace):
                     "override section.key=value changes one)"
                 )
             cfg = run
+    refuse_unread_overrides(cfg, list(args.overrides))  # the config the run trains on: a found run's, where one is
     return cfg
 
 
