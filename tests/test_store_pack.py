@@ -1366,3 +1366,13 @@ def test_records_of_another_train_type_are_named_with_the_train_type_that_reads_
     assert f"{src}:1: missing field" in str(exc.value)
     assert f"--train-type {hint}" in str(exc.value)
     assert "choose it with --text-field" not in str(exc.value)  # no field of these holds the document's text
+
+
+def test_a_text_record_under_another_text_field_is_told_to_choose_the_field_not_to_pack_seq():
+    """With --text-field body a record holding only 'text' was told it "looks like seq data, which cookmind pack
+    --train-type seq reads": the very command that refused it. It is told to choose its field."""
+    from cookmind.store.records import BadRecord, RecordOptions, make_seq
+
+    with pytest.raises(BadRecord) as info:
+        make_seq({"text": "a story", "title": "x"}, None, RecordOptions(train_type="seq", text_field="body"))
+    assert str(info.value) == "missing field 'body' (found ['text', 'title']); choose it with --text-field"

@@ -254,7 +254,7 @@ def make_seq(obj, tok, opts: RecordOptions) -> str:
         raise BadRecord(f"expected a JSON object with a {opts.text_field!r} field, got {type(obj).__name__}")
     if opts.text_field not in obj:
         missing = f"missing field {opts.text_field!r} (found {sorted(obj)})"
-        if kind := train_type_of(obj):  # a chat or a pair: no field of it holds a document's text
+        if (kind := train_type_of(obj)) and kind != "seq":  # a chat or a pair: no field of it holds a document's text
             raise BadRecord(f"{missing}: {_read_by(kind)}, not a text document")
         raise BadRecord(f"{missing}; choose it with --text-field")
     text = obj[opts.text_field]
