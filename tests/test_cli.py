@@ -1223,3 +1223,35 @@ def test_a_line_goes_out_in_one_write_so_ranks_sharing_a_stderr_do_not_merge_lin
     show("two\nlines", one_line=False)
     assert err.writes == ["cookmind train: error: runs/x already holds another run\n"], err.writes
     assert out.writes == ["two\nlines\n"], out.writes
+
+
+def test_readme_own_data_walkthrough_runs(tmp_path, shared_data, monkeypatch, capsys):
+    """The README's "Your own data, end to end" block runs as written, in a fresh folder, each command exiting 0 and
+    handing the next what it reads (training steps cut to 3; the chat reads one line and then the end of input)."""
+    import io
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Your own data, end to end", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert lines[0].startswith("cookmind curate crawl") and lines[-1].startswith("cookmind chat"), lines
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        argv = shlex.split(line.replace("../shared/data", str(shared_data)))
+        assert argv[0] == "cookmind", line
+        redirect = None
+        if ">" in argv:
+            argv, redirect = argv[: argv.index(">")], argv[argv.index(">") + 1]
+        argv = argv[1:]
+        if argv[0] == "train":
+            argv += ["train.max_steps=3"]
+        if argv[0] == "chat":
+            monkeypatch.setattr("sys.stdin", io.StringIO("Hello\n"))
+        assert cli_main(argv) == 0, line
+        out = capsys.readouterr().out
+        if redirect:
+            Path(redirect).write_text(out)
+    assert "you> bot> " in out, out  # the chat answered the one line
+    assert (tmp_path / "data" / "clean" / "report.md").is_file()
+    assert (tmp_path / "runs" / "pre" / "report.md").is_file() and (tmp_path / "runs" / "sft" / "checkpoints").is_dir()
