@@ -337,6 +337,7 @@ def bench_cookmind(
     fp8_blocks=False,
     fp8_projections="all",
     fp8_fast_accum="output",
+    fp8_scaling="tensorwise",
     master_weights=False,
     accum=1,
     parallel=None,
@@ -388,6 +389,7 @@ def bench_cookmind(
                 "fp8_blocks": fp8_blocks,
                 "fp8_projections": fp8_projections,
                 "fp8_fast_accum": fp8_fast_accum,
+                "fp8_scaling": fp8_scaling,
                 "master_weights": master_weights,
                 "threads": 0,
             },  # torch's default thread count, as the baselines it is compared with use
@@ -611,6 +613,18 @@ TRAINER_VARIANTS = {
     "master-weights-fp8fa-graph": (
         "train.master_weights=true, train.fp8_blocks=true, train.fp8_fast_accum=all, train.cuda_graph=true",
         {"master_weights": True, "fp8_blocks": True, "fp8_fast_accum": "all", "cuda_graph": True},
+        {},
+    ),
+    "master-weights-fp8fa-rowwise-graph": (
+        "train.master_weights=true, train.fp8_blocks=true, train.fp8_scaling=rowwise, train.fp8_fast_accum=all, "
+        "train.cuda_graph=true",
+        {
+            "master_weights": True,
+            "fp8_blocks": True,
+            "fp8_scaling": "rowwise",
+            "fp8_fast_accum": "all",
+            "cuda_graph": True,
+        },
         {},
     ),
     "sync-metrics": ("train.defer_metrics=false", {"defer_metrics": False}, {}),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|peerfp8gi|fp8loss-13b]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|peerfp8gi|fp8loss-13b|rowwise32|asset13b]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -104,6 +104,13 @@ for part in "${parts[@]}"; do
                 --shape qwen3-0.6b --no-peer --no-plain --batch 16 --steps 8 --warmup 4 \
                 --variants master-weights-fp8-all-graph ;;
         # the same FP8 run at micro-batch 32 (105 GiB): 67.7% in session 15, against 67.0% at B=16
+        # the blocks' float8 scales per row instead of per tensor, beside the tensorwise recipe, at B=32 (#18)
+        rowwise32) CUDA_VISIBLE_DEVICES=0 run qwen-b32-fp8-rowwise 330 python3 bench/bench_train.py --device cuda \
+                --shape qwen3-0.6b --no-peer --no-plain --batch 32 --steps 6 --warmup 4 \
+                --variants master-weights-fp8fa-graph,master-weights-fp8fa-rowwise-graph ;;
+        # the README's llama-1.3b row as set (B=4), against transformers in the same run
+        asset13b) CUDA_VISIBLE_DEVICES=0 run llama13b-as-set 260 python3 bench/bench_train.py --device cuda \
+                --shape llama-1.3b --variants master-weights-graph ;;
         qwen32) CUDA_VISIBLE_DEVICES=0 run qwen-b32-fp8-all-graph 300 python3 bench/bench_train.py --device cuda \
                 --shape qwen3-0.6b --no-peer --no-plain --batch 32 --steps 6 --warmup 4 \
                 --variants master-weights-fp8-all-graph ;;
