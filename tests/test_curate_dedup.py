@@ -399,3 +399,47 @@ def test_exact_line_dedup_of_gzipped_text_files_reads_and_writes_them_compressed
     assert got == {name: text.replace(shared, "") for name, text in texts.items()}
     summary = json.loads((tmp_path / "out" / ".cookmind-dedup.json").read_text())
     assert (summary["lines_in"], summary["lines_removed"]) == (5, 2)
+
+
+def test_exact_line_dedup_keeps_endoftext_separator_lines(tmp_path, capsys):
+    """Two TinyStories-style files, each `<story>\\n<|endoftext|>\\n<story>\\n`: `dedup --method lines` counted the
+    separator line (in both files) as a duplicated line and removed it, `lines_removed: 2`, and each file's two
+    stories ran together into one document. A separator line is no text line: never counted, shared nor removed."""
+    (tmp_path / "in").mkdir()
+    bodies = {
+        "a.txt": "The cat sat in the sun.\n<|endoftext|>\nThe dog ran to the river.\n",
+        "b.txt": "A bird sang on the roof.\n<|endoftext|>\r\nThe cat sat in the sun.\n  <|endoftext|> \nA fish swam.\n",
+    }
+    for name, body in bodies.items():
+        (tmp_path / "in" / name).write_bytes(body.encode())
+    inputs = [str(tmp_path / "in" / n) for n in bodies]
+    rc, res = _cli(
+        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o")], capsys
+    )
+    assert rc == 0
+    # text lines: 2 + 3; only "The cat sat in the sun." is in both files
+    assert (res["lines_in"], res["lines_removed"], res["lines_out"], res["files_emptied"]) == (5, 2, 3, 0)
+    assert {k: v for k, v in _files(tmp_path / "o").items() if not k.startswith(".")} == {
+        "a.txt": b"<|endoftext|>\nThe dog ran to the river.\n",
+        "b.txt": b"A bird sang on the roof.\n<|endoftext|>\r\n  <|endoftext|> \nA fish swam.\n",
+    }
+
+
+def test_curate_run_line_dedup_keeps_endoftext_lines_inside_a_record(tmp_path):
+    """A JSON record whose text holds `<|endoftext|>` lines (stories joined as pack's seq text is): curate run's
+    exact_lines stage, the same line hashing, removed the separators shared by the records and ran the stories
+    together."""
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.runner import read_outputs, run_pipeline
+
+    texts = [
+        "One cat slept on the warm mat.\n<|endoftext|>\nTwo dogs ran down the long road.",
+        "Three birds sat on the old wall.\n<|endoftext|>\nFour fish swam in the cold lake.",
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    stages = [{"extract": {}}, {"exact_lines": {"num_partitions": 2}}]
+    result = run_pipeline(CurateConfig(stages=stages), [str(src)], tmp_path / "out", progress=False)
+    assert [d["text"] for d in read_outputs(result.outputs)] == texts
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["stages"][1]["counters"].get("lines_removed", 0) == 0

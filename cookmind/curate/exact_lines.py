@@ -3,8 +3,9 @@
 Two passes over 64-bit line hashes, memory bounded: pass 1 writes each shard's hashes into
 ``num_partitions`` files by hash range; each partition is then counted on its own
 (np.unique), so the largest array in memory is one partition, never the corpus. Pass 2 drops
-the lines whose hash was counted more than once. Blank lines are kept (they mark paragraphs), and
-every byte of a document but its removed lines stays as it was.
+the lines whose hash was counted more than once. Blank lines are kept (they mark paragraphs), and so are
+``<|endoftext|>`` separator lines (they mark documents: TinyStories' stories, as pack reads them); every byte of a
+document but its removed lines stays as it was.
 """
 
 from __future__ import annotations
@@ -25,8 +26,13 @@ from cookmind.curate.dedup_output import building_dedup_output
 
 
 def line_hashes(text: str) -> np.ndarray:
-    """xxh64 of every non-blank line (trailing whitespace ignored)."""
-    return np.array([_hash(line) for line in text.split("\n") if line.strip()], dtype=np.uint64)
+    """xxh64 of every text line: not blank, not a separator (trailing whitespace ignored)."""
+    return np.array([_hash(line) for line in text.split("\n") if _is_text(line)], dtype=np.uint64)
+
+
+def _is_text(line: str) -> bool:
+    # a separator line is in every story file: counted as a shared line, it went, and the stories ran together
+    return bool(line.strip()) and line.strip() != text_input.ENDOFTEXT
 
 
 def partition_of(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
@@ -64,7 +70,7 @@ def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int]:
     if len(duplicated):
         hashes = np.array([_hash(line) for line in lines], dtype=np.uint64)
         idx = np.minimum(np.searchsorted(duplicated, hashes), len(duplicated) - 1)
-        hit = (duplicated[idx] == hashes) & ~np.array(blank)
+        hit = (duplicated[idx] == hashes) & np.array([_is_text(line) for line in lines])
     if not hit.any():
         return text, 0
     kept: list[str] = []
@@ -94,7 +100,7 @@ def exact_line_dedup(
 ) -> list[Path]:
     """Rewrite each input file (one document each) into ``output_dir`` without corpus-duplicated lines.
 
-    The folder is built whole (``dedup_output``); its record counts the non-blank lines in, out and removed, and
+    The folder is built whole (``dedup_output``); its record counts the text lines in, out and removed, and
     the files left empty. ``overwrite`` replaces an earlier dedup's folder there, never anything else.
     ``progress`` shows a bar over the files for each pass (hashed, then rewritten).
     """
