@@ -937,3 +937,18 @@ def test_a_parquet_row_is_numbered_as_pack_tokenizer_train_and_eval_ppl_number_i
     result = run_pipeline(CurateConfig(stages=stages, removed=True), [str(src)], tmp_path / "out", progress=False)
     removed = [r for p in sorted(result.removed.glob("shard-*")) for r in read_jsonl(p)]
     assert [r["source"] for r in removed] == [{"file": str(src), "row": 2}]  # "too short", the second row
+
+
+def test_text_field_a_record_lacks_is_named_missing_with_the_fields_it_has(tmp_path, capsys):
+    """`curate run --text-field body` over records holding only "text" said the record held a 'text' field "beside"
+    'body', which it did not hold: the message now says 'body' is missing, names the fields the record has and the
+    flag that reads its text."""
+    from cookmind.cli import main as cli_main
+
+    src = _jsonl(tmp_path / "in.jsonl", [{"text": "The soup is hot.", "lang": "en"}])
+    argv = ["curate", "run", "--input", src, "--output", str(tmp_path / "out"), "--text-field", "body", "--quiet"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"{src}:1: " in err and "no 'body' field" in err and "beside" not in err, err
+    assert "'text', 'lang'" in err and "--text-field text" in err, err

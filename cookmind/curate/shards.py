@@ -220,6 +220,12 @@ def count_bad_utf8(where: dict, stats) -> None:
 def _with_content(rec: dict, where: dict, text_field: str = "text") -> dict:
     """A record's text (its ``text_field``, then named "text") and "html" are strings; a null one is left out (a
     record with neither is counted as removed by extract, no_text)."""
+    if text_field != "text" and "text" in rec and text_field not in rec:  # its text is under "text"
+        fields = ", ".join(repr(k) for k in rec)
+        raise ValueError(
+            f"{place(where)}: the record has no {text_field!r} field, the --text-field (config text_field) to read; "
+            f"its fields: {fields}; to read its 'text', use --text-field text (the default)"
+        )
     if text_field != "text" and "text" in rec:  # the stages read and write "text": one of the two would be lost
         raise ValueError(
             f"{place(where)}: the record holds a 'text' field beside {text_field!r}, the --text-field (config "
