@@ -223,3 +223,39 @@ def test_restart_refuses_an_output_holding_other_files_before_it_deletes_the_run
         run_pipeline(cfg, [str(src)], out, restart=True, progress=False)
     after = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if "store" not in p.parts)
     assert after == before and "shard-00000.jsonl.gz" in before
+
+
+@pytest.mark.parametrize("stray", ["notes.txt", "shard-00009.jsonl.gz"])
+def test_restart_refuses_a_file_in_removed_it_did_not_write_before_it_deletes_anything(tmp_path, stray):
+    """`curate run --restart` over an output whose removed/ held a file the run did not write (a note, another run's
+    list) deleted the run's shards, reports and lists, and only then refused removed/: the user was left with
+    neither the old output nor a new one. It now refuses first and deletes nothing."""
+    listing = CurateConfig(stages=[{"gopher": {}}], removed=True)
+    src = _inputs(tmp_path, "in", ["too short", "also short"])
+    out = tmp_path / "out"
+    run_pipeline(listing, [src], out, progress=False)
+    (out / "removed" / stray).write_text("mine")
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert {"shard-00000.jsonl.gz", "removed/shard-00001.jsonl.gz", "report.json", f"removed/{stray}"} <= set(before)
+    with pytest.raises(ValueError, match=rf"already holds removed/{stray}, .*no curate run there wrote") as err:
+        run_pipeline(listing, [src], out, restart=True, progress=False)
+    assert "\n" not in str(err.value)
+    after = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_restart_refuses_a_file_where_the_removed_folder_was_before_it_deletes_anything(tmp_path):
+    """removed/ replaced by a file of that name: --restart deleted the run's shards and reports, then failed on
+    removed/shard-00000.jsonl.gz (not a folder). It refuses first now and deletes nothing."""
+    import shutil
+
+    listing = CurateConfig(stages=[{"gopher": {}}], removed=True)
+    src = _inputs(tmp_path, "in", ["too short"])
+    out = tmp_path / "out"
+    run_pipeline(listing, [src], out, progress=False)
+    shutil.rmtree(out / "removed")
+    (out / "removed").write_text("mine")
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match=r"already holds removed, which no curate run there wrote"):
+        run_pipeline(listing, [src], out, restart=True, progress=False)
+    assert {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -338,7 +338,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         recorded = _recorded(path)
         _refuse_foreign_outputs(output, recorded)
         # the run starts anew in the folder: what it would refuse there, it refuses before deleting the old run
-        _refuse_other_files(output, work, {Path(name).parts[0] for name in recorded})
+        _refuse_other_files(output, work, recorded)
         for name in recorded:
             (output / name).unlink(missing_ok=True)
         if (output / REMOVED).is_dir() and not any((output / REMOVED).iterdir()):
@@ -379,10 +379,16 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
     _write_json(path, {**stamp, "input_files": files, "outputs": outputs + list(REPORTS)})
 
 
-def _refuse_other_files(output: Path, work: Path, ours: set[str] = frozenset()) -> None:
+def _refuse_other_files(output: Path, work: Path, ours: list[str] = ()) -> None:
     """Raise if ``output`` holds anything but the work folder and ``ours`` (the names an earlier run there recorded,
-    which ``--restart`` deletes): a new run writes a new or empty folder, as every command does."""
-    others = sorted(p.name for p in output.iterdir() if p != work and p.name not in ours) if output.is_dir() else []
+    ``removed/`` ones too, which ``--restart`` deletes): a new run writes a new or empty folder, as every command
+    does."""
+    tops = {Path(name).parts[0] for name in ours}
+    others = sorted(p.name for p in output.iterdir() if p != work and p.name not in tops) if output.is_dir() else []
+    if REMOVED in tops and (output / REMOVED).is_dir():  # checked before --restart deletes the run's own lists
+        others += sorted(n for p in (output / REMOVED).iterdir() if (n := f"{REMOVED}/{p.name}") not in ours)
+    elif REMOVED in tops and (output / REMOVED).exists():  # a file where the run wrote its lists' folder
+        others.append(REMOVED)
     if others:  # its files would mix with these
         named = " and ".join(others[:2]) + (f" (and {len(others) - 2} more)" if len(others) > 2 else "")
         raise ValueError(
