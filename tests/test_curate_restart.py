@@ -259,3 +259,36 @@ def test_restart_refuses_a_file_where_the_removed_folder_was_before_it_deletes_a
     with pytest.raises(ValueError, match=r"already holds removed, which no curate run there wrote"):
         run_pipeline(listing, [src], out, restart=True, progress=False)
     assert {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_resuming_a_run_that_read_its_inputs_another_way_is_refused_until_restart(tmp_path, capsys):
+    """A half-finished run of an older cookmind over a TinyStories-style .txt (then one document a file; now one a
+    story, split at <|endoftext|>; Parquet rows then numbered from 0, now from 1) resumed under the same config
+    fingerprint, its finished shards read the old way and the rest the new way, mixed in one output. A run records
+    the version of its input reading; one recorded without it, or with another, is refused until --restart."""
+    from cookmind.cli import main as cli_main
+    from cookmind.curate.runner import read_outputs
+
+    src = tmp_path / "stories.txt"
+    src.write_text("The cat sat on the mat all day.\n<|endoftext|>\nThe dog ran to the old red barn.\n")
+    out = tmp_path / "out"
+    (tmp_path / "c.yaml").write_text("stages: [extract, exact_lines]\n")
+    argv = ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", str(src), "--output", str(out), "--quiet"]
+    assert cli_main(argv) == 0
+    capsys.readouterr()
+    run_json = out / WORK / "run.json"
+    older = {k: v for k, v in json.loads(run_json.read_text()).items() if k != "reading"}  # as an older run wrote it
+    run_json.write_text(json.dumps(older))
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert str(out / WORK) in err and "read its inputs another way" in err and "<|endoftext|>" in err, err
+    assert "pass --restart" in err, err
+    assert {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert cli_main([*argv, "--restart"]) == 0
+    assert [d["text"] for d in read_outputs(sorted(out.glob("shard-*")))] == [
+        "The cat sat on the mat all day.",
+        "The dog ran to the old red barn.",
+    ]
+    assert cli_main(argv) == 0  # the restarted run records the reading: it resumes

@@ -22,6 +22,8 @@ from cookmind.curate.config import CurateConfig
 from cookmind.curate.executors import documents_done_bar, make_executor
 from cookmind.curate.shards import (
     HTML_FILES_PER_SHARD,
+    READING,
+    READING_CHANGES,
     SOURCE_KEY,
     iter_shard,
     no_text_note,
@@ -325,7 +327,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
     so a rerun that writes fewer shards, or another format, leaves none of them for ``pack`` to read as its own.
     A new run refuses an output folder holding shard files or a report no curate run there recorded writing.
     """
-    stamp = {"config": config.fingerprint(), "plan": plan}
+    stamp = {"config": config.fingerprint(), "plan": plan, "reading": READING}
     files = {f: [(st := os.stat(f)).st_size, st.st_mtime_ns] for shard in plan for f in shard}
     path = work / "run.json"
     output = work.parent
@@ -346,6 +348,11 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         shutil.rmtree(work)
     if path.exists():
         old = json.loads(path.read_text())
+        if old.get("reading") != READING:  # resumed, its shards read one way would mix with the rest read another
+            raise ValueError(
+                f"{work} holds a run that read its inputs another way (input reading {old.get('reading') or 1}, this "
+                f"cookmind's {READING}: {READING_CHANGES}); pass --restart to start over, or choose another --output"
+            )
         if {k: old.get(k) for k in stamp} != json.loads(json.dumps(stamp)):
             what = (
                 "another config (its stages, their options, the output format, --removed or --text-field)"

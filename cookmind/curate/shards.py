@@ -133,6 +133,16 @@ def iter_source(path: str) -> Iterator[dict]:
         yield doc
 
 
+# the version of how an input file becomes documents, recorded by a run: a run resumed under another would mix two
+# readings in one output. 2: a .txt (and .txt.gz) holding <|endoftext|> is the documents between those, not one;
+# Parquet rows are numbered from 1; gzipped text and HTML are read decompressed (runs without it read them the old way)
+READING = 2
+READING_CHANGES = (
+    "a .txt file was one document, now the documents between its <|endoftext|> lines; Parquet rows were numbered "
+    "from 0, now from 1; gzipped text and HTML were read as their gzip bytes"
+)
+
+
 def iter_located(path: str, text_field: str = "text") -> Iterator[tuple[dict, dict]]:
     """Documents of one input file, each with where it is: ``{"file": path}`` plus the 1-based ``line`` of a JSONL
     record, the byte ``offset`` of a WARC record (in the compressed file for .gz, where its gzip member starts) or the
