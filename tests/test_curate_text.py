@@ -141,6 +141,26 @@ def test_gopher_duplicate_ngram_rule_matches_naive_count():
         assert failed == (share > bound), (trial, share)
 
 
+@pytest.mark.parametrize("sep", ["\n<|endoftext|>\n", "\n\n<|endoftext|>\n\n"])
+def test_gopher_counts_no_endoftext_separator_as_a_duplicated_line_or_paragraph(sep):
+    """A record holding five distinct stories joined by <|endoftext|> lines was removed as dup_line_ratio (4 separator
+    lines, 3 of them "repeats", in 9 lines: 0.33 > 0.3) or, with blank lines round them, dup_para_ratio: a separator
+    marks documents and is no line of text, as exact-line dedup keeps it; the stories alone pass."""
+    from cookmind.curate.gopher import gopher_reasons
+
+    stories = [
+        "Once upon a time a little cat lived in a warm house by the river, and she liked to sleep in the sun.",
+        "Tom had a red ball that he loved very much, and he played with it in the garden every single day.",
+        "The old owl woke up when the moon came out, and it flew over the hill to find all of its friends.",
+        "A small girl named Lily found a shiny stone on the path, and she gave it to her mother as a gift.",
+        "The kind baker made fresh bread in the morning, and the whole town came to his shop to buy some.",
+    ]
+    assert gopher_reasons("\n".join(stories)) == []
+    assert gopher_reasons(sep.join(stories)) == []
+    # a line of text repeated is still counted: the same story four times over is 3 repeats in 4 lines
+    assert "dup_line_ratio" in gopher_reasons(sep.join([stories[0]] * 4 + stories[1:3]))
+
+
 def test_gopher_config_rejects_unknown_option():
     with pytest.raises(ValueError, match="min_wordz"):
         GopherConfig.from_dict({"min_wordz": 3})

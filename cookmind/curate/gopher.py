@@ -12,6 +12,8 @@ from collections import Counter
 
 import numpy as np
 
+from cookmind import text_input
+
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
 ELLIPSES = ("...", "…")
@@ -59,8 +61,9 @@ class GopherConfig:
 
 
 def _duplicate_ratios(items: list[str]) -> tuple[float, float]:
-    """(share of items that repeat an earlier one, share of characters in those repeats)."""
-    items = [x for x in items if x.strip()]
+    """(share of items that repeat an earlier one, share of characters in those repeats); blank items and
+    ``<|endoftext|>`` separators are none (a record of stories joined by them was removed for their repeats)."""
+    items = [x for x in items if x.strip() and x.strip() != text_input.ENDOFTEXT]
     if not items:
         return 0.0, 0.0
     seen: set[str] = set()
