@@ -292,3 +292,18 @@ def test_resuming_a_run_that_read_its_inputs_another_way_is_refused_until_restar
         "The dog ran to the old red barn.",
     ]
     assert cli_main(argv) == 0  # the restarted run records the reading: it resumes
+
+
+def test_restart_over_an_empty_work_folder_starts_the_run(tmp_path, capsys):
+    """A run killed after making _work/ but before writing its run.json left the folder empty: a rerun started, but
+    `--restart` stopped with "_work/run.json: no such file or folder; check the path", a file the user never named."""
+    from cookmind.cli import main as cli_main
+
+    src = _inputs(tmp_path, "in", ["some text here"])
+    out = tmp_path / "out"
+    (out / WORK).mkdir(parents=True)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("stages: [extract]\n")
+    argv = ["curate", "run", "--config", str(cfg), "--input", src, "--output", str(out), "--quiet", "--restart"]
+    assert cli_main(argv) == 0, capsys.readouterr().err
+    assert _shards(out) == ["shard-00000.jsonl.gz"] and (out / WORK / "run.json").is_file()

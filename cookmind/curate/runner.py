@@ -337,7 +337,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
             "--restart deletes only a curate run's work folder: move it away or choose another --output"
         )
     if restart and work.exists():
-        recorded = _recorded(path)
+        recorded = _recorded(path) if path.is_file() else []  # killed before run.json: it wrote nothing else
         _refuse_foreign_outputs(output, recorded)
         # the run starts anew in the folder: what it would refuse there, it refuses before deleting the old run
         _refuse_other_files(output, work, recorded)
