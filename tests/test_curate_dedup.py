@@ -443,3 +443,29 @@ def test_curate_run_line_dedup_keeps_endoftext_lines_inside_a_record(tmp_path):
     assert [d["text"] for d in read_outputs(result.outputs)] == texts
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["stages"][1]["counters"].get("lines_removed", 0) == 0
+
+
+def test_a_file_or_record_left_with_only_separator_lines_is_counted_empty(tmp_path, capsys):
+    """Once separator lines stayed, two identical story files kept only their <|endoftext|> lines and dedup said
+    `files_emptied: 0`; in curate run such a record, its stories all gone, passed min_words_after on its separators
+    as words. A separator is no text: such a file is counted emptied, such a record removed as empty."""
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.runner import read_outputs, run_pipeline
+
+    (tmp_path / "in").mkdir()
+    same = "The cat sat in the sun.\n<|endoftext|>\nThe dog ran to the river.\n"
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "in" / name).write_text(same)
+    inputs = [str(tmp_path / "in" / n) for n in ("a.txt", "b.txt")]
+    rc, res = _cli(
+        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o")], capsys
+    )
+    assert rc == 0 and (res["lines_in"], res["lines_removed"], res["files_emptied"]) == (4, 4, 2)
+    assert (tmp_path / "o" / "a.txt").read_text() == "<|endoftext|>\n"
+    src = tmp_path / "in.jsonl"
+    texts = ["One cat slept.\n<|endoftext|>\nTwo dogs ran.", "One cat slept.\n<|endoftext|>\nTwo dogs ran.", "Own."]
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    stages = [{"extract": {}}, {"exact_lines": {"num_partitions": 2}}]
+    result = run_pipeline(CurateConfig(stages=stages), [str(src)], tmp_path / "out", progress=False)
+    assert [d["text"] for d in read_outputs(result.outputs)] == ["Own."]
+    assert result.stages[1].reasons == {"empty_after_line_dedup": 2}

@@ -30,6 +30,11 @@ def line_hashes(text: str) -> np.ndarray:
     return np.array([_hash(line) for line in text.split("\n") if _is_text(line)], dtype=np.uint64)
 
 
+def text_words(text: str) -> int:
+    """Words on the text lines of ``text``: a document left with only separators has none."""
+    return sum(len(line.split()) for line in text.split("\n") if _is_text(line))
+
+
 def _is_text(line: str) -> bool:
     # a separator line is in every story file: counted as a shared line, it went, and the stories ran together
     return bool(line.strip()) and line.strip() != text_input.ENDOFTEXT
@@ -122,7 +127,7 @@ def exact_line_dedup(
         for path in bar(input_files, desc="dedup lines: write"):  # pass 2: drop duplicated lines
             text, n = remove_lines(_read(path), duplicated)
             removed += n
-            emptied += bool(n) and not text.strip()
+            emptied += bool(n) and not text_words(text)
             data = text.encode("utf-8", "surrogateescape")
             if text_input.is_gzip(path):  # read decompressed, written back as it came
                 data = gzip.compress(data, mtime=0)

@@ -464,7 +464,7 @@ class ExactLinesStage(CorpusStage):
         text, n = exact_lines.remove_lines(doc["text"], state)
         stats.counters["lines_removed"] += n
         stats.counters["docs_edited"] += int(n > 0)
-        if len(text.split()) < self.min_words_after:
+        if exact_lines.text_words(text) < self.min_words_after:  # separators left alone are no words
             return stats.drop("empty_after_line_dedup", doc)  # listed with its text before the lines went
         doc["text"] = text
         return True
