@@ -256,3 +256,31 @@ def test_a_corpus_too_small_for_the_vocabulary_asked_is_a_warning_line_of_the_st
         "cookmind tokenizer train: warning: the corpus ran out of pairs to merge at 263 tokens, short of --vocab-size "
         "1000: the tokenizer written has 263; train on more text for a larger one\n"
     )
+
+
+def test_special_tokens_without_endoftext_get_it_and_the_user_is_told(tmp_path, capsys):
+    # --special-token without <|endoftext|> wrote a tokenizer that `cookmind pack` then refused ("has neither
+    # <|endoftext|> nor an EOS token"): pack ends every document with it, so training adds it after the user's
+    # specials (their ids stay as asked) and says so
+    from cookmind.cli import main
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import Tokenizer
+
+    path = tmp_path / "in.txt"
+    path.write_text("low lower lowest " * 10, encoding="utf-8")
+    argv = ["tokenizer", "train", "--input", str(path), "--vocab-size", "262", "--out", str(tmp_path / "t"), "--quiet"]
+    assert main([*argv, "--special-token", "<|im_start|>", "<|im_end|>"]) == 0
+    tok = Tokenizer.load(tmp_path / "t")
+    assert tok.special_tokens == {"<|im_start|>": 256, "<|im_end|>": 257, "<|endoftext|>": 258}
+    err = capsys.readouterr().err
+    assert (
+        "cookmind tokenizer train: added <|endoftext|> (id 258) to the --special-token set: cookmind pack ends "
+        "every document with it" in err
+    )
+    assert err.count("\n") == 1
+    meta = pack([path], tmp_path / "s", tmp_path / "t", "seq", progress=False)  # refused before
+    assert meta["tokenizer"]["eos_id"] == 258
+    # the default set and a set holding it: no note
+    assert main([*argv, "--overwrite", "--special-token", "<|endoftext|>", "<|im_start|>"]) == 0
+    assert Tokenizer.load(tmp_path / "t").special_tokens == {"<|endoftext|>": 256, "<|im_start|>": 257}
+    assert "added <|endoftext|>" not in capsys.readouterr().err

@@ -13,7 +13,7 @@ from cookmind import text_input
 from cookmind.atomic import building_dir, check_output_file, check_replaceable, write_text, writing
 from cookmind.cli import say
 from cookmind.run_layout import refuse_output_in_checkpoints
-from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS
+from cookmind.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS, ENDOFTEXT
 from cookmind.tokenizer.errors import TokenizerError
 
 
@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         default=None,
         metavar="TOK",
-        help=f"special tokens kept whole, ids 256.. in this order (default: {' '.join(DEFAULT_SPECIAL_TOKENS)})",
+        help=f"special tokens kept whole, ids 256.. in this order; {ENDOFTEXT}, which pack ends documents with, is "
+        f"added after them when missing (default: {' '.join(DEFAULT_SPECIAL_TOKENS)})",
     )
     t.add_argument("--pattern", default="gpt2", help="pre-tokenization regex: gpt2, gpt4 or a regex (default gpt2)")
     t.add_argument("--out", required=True, help="output directory (our JSON + Hugging Face files)")
@@ -182,6 +183,14 @@ def _train(args) -> int:
     from cookmind.tokenizer.tokenizer import Tokenizer
 
     specials = check_specials(DEFAULT_SPECIAL_TOKENS if args.special_token is None else args.special_token)
+    if ENDOFTEXT not in specials:  # pack ends every document with it and refuses a tokenizer without one
+        specials.append(ENDOFTEXT)  # after the user's: their ids stay as asked
+        say(
+            "cookmind tokenizer train",
+            None,
+            f"added {ENDOFTEXT} (id {255 + len(specials)}) to the --special-token set: cookmind pack ends every "
+            "document with it",
+        )
     least = 256 + len(specials)
     if args.vocab_size < least:  # said here by its flag: train_bpe's own refusal names its vocab_size argument
         raise TokenizerError(
