@@ -7,7 +7,7 @@ import argparse
 
 import httpx
 import pytest
-from test_server import LiveServer, make_model, make_tokenizer
+from test_server import LiveServer, free_port, make_model, make_tokenizer
 
 from cookmind.cli import finish_model_argument
 from cookmind.infer import cli_serve
@@ -39,8 +39,14 @@ def test_default_kv_pool_is_sized_from_the_model(model_dir):
     assert engine.num_slots == 32 and engine.kv_blocks()["kv_blocks_total"] == 32 * 16  # 2.1 MB, not 1 GiB
     per_block = 2 * 2 * 2 * 16 * 8 * 4  # K and V x layers x kv heads x block x head dim x fp32 bytes
     # --kv-cache-mb still decides; --max-batch alone sizes the pool for that many whole contexts
-    _, engine = cli_serve.build_app(parse(model_dir, "--device", "cpu", "--kv-cache-mb", "1"))
-    assert engine.kv_blocks()["kv_blocks_total"] == 2**20 // per_block - 1
+    app, engine = cli_serve.build_app(parse(model_dir, "--device", "cpu", "--kv-cache-mb", "1"))
+    assert engine.kv_blocks()["kv_blocks_total"] == 2**20 // per_block - 1 == 255
+    # the batch stays the default 32: it was raised to 255 without a word, one block per sequence
+    assert engine.num_slots == 32
+    assert app.state.kv_note == (
+        "KV cache 1.0 MiB (--kv-cache-mb 1): 255 blocks of 16 = 4,080 tokens, 15 sequence(s) of the whole "
+        "256-token context; batch 32 (all at once when each fills 112 tokens or fewer)"
+    )
     _, engine = cli_serve.build_app(parse(model_dir, "--device", "cpu", "--max-batch", "3"))
     assert engine.num_slots == 3 and engine.kv_blocks()["kv_blocks_total"] == 3 * 16
 
@@ -172,3 +178,101 @@ def test_out_of_range_numbers_are_usage_errors_and_the_context_is_not_exceeded(m
     finish_model_argument(parser, args)
     with pytest.raises(ValueError, match="--max-seq-len 100000 exceeds the model's context of"):
         cli_serve.build_app(args)  # it served 100000-token sequences (positions the model never saw)
+
+
+class _BigModel:
+    """What kv_sizing reads of a model: 24 layers, 8 KV heads of 128, bf16 (96 KiB of K and V per token), 2048
+    positions; a block of 16 is 1.5 MiB, a whole context 192 MiB."""
+
+    config = argparse.Namespace(
+        num_hidden_layers=24, num_key_value_heads=8, resolved_head_dim=128, max_position_embeddings=2048
+    )
+
+    def parameters(self):
+        import torch
+
+        return iter([torch.zeros((), dtype=torch.bfloat16)])
+
+
+@pytest.mark.parametrize(
+    "flags, slots, mib, note",
+    [
+        (  # the default: 32 whole contexts (6 GiB) capped at 1 GiB, 1024 / 1.5 - 1 (scratch) = 681 blocks
+            [],
+            32,
+            682 * 1.5,
+            "KV cache 1023.0 MiB (default, capped at 1024 MiB; --kv-cache-mb sets it): 681 blocks of 16 = 10,896 "
+            "tokens, 5 sequence(s) of the whole 2,048-token context; batch 32 (all at once when each fills 336 "
+            "tokens or fewer)",
+        ),
+        (  # 194 MiB: 129 blocks, one scratch: exactly one whole context (128 blocks)
+            ["--kv-cache-mb", "194"],
+            32,
+            129 * 1.5,
+            "KV cache 193.5 MiB (--kv-cache-mb 194): 128 blocks of 16 = 2,048 tokens, 1 sequence(s) of the whole "
+            "2,048-token context; batch 32 (all at once when each fills 64 tokens or fewer)",
+        ),
+        (  # blocks of 128 (12 MiB): 300 MiB holds 25, 24 past the scratch; a sequence needs one at the least
+            ["--kv-cache-mb", "300", "--block-size", "128", "--max-batch", "32"],
+            24,
+            300,
+            "KV cache 300.0 MiB (--kv-cache-mb 300): 24 blocks of 128 = 3,072 tokens, 1 sequence(s) of the whole "
+            "2,048-token context; --max-batch 32 lowered to 24 (a running sequence holds a block at the least); "
+            "raise --kv-cache-mb to run more",
+        ),
+        (  # slots: a whole context and the scratch column, 2049 x 96 KiB = 192.09 MiB; 1000 MiB holds 5
+            ["--kv-layout", "slots", "--kv-cache-mb", "1000"],
+            5,
+            5 * 2049 * 96 / 1024,
+            "KV cache 960.5 MiB (--kv-cache-mb 1000): 5 slots = 10,240 tokens, 5 sequence(s) of the whole "
+            "2,048-token context; batch 5, the whole contexts it holds",
+        ),
+        (  # slots with --max-batch: the budget was ignored (32 whole contexts, 6 GiB, for --kv-cache-mb 1000)
+            ["--kv-layout", "slots", "--kv-cache-mb", "1000", "--max-batch", "32"],
+            5,
+            5 * 2049 * 96 / 1024,
+            "KV cache 960.5 MiB (--kv-cache-mb 1000): 5 slots = 10,240 tokens, 5 sequence(s) of the whole "
+            "2,048-token context; --max-batch 32 lowered to 5 (each sequence holds a whole context); raise "
+            "--kv-cache-mb to run more",
+        ),
+    ],
+)
+def test_the_kv_cache_says_what_it_holds_and_what_was_changed(flags, slots, mib, note):
+    got_slots, got_bytes, got_note = cli_serve.kv_sizing(_BigModel(), parse("m", *flags))
+    assert (got_slots, got_bytes / 2**20, got_note) == (slots, pytest.approx(mib), note)
+
+
+def test_a_kv_cache_smaller_than_one_sequence_is_refused_naming_the_flag(model_dir):
+    # a 1.5 MiB block does not fit in 1 MiB: the engine said "KV cache budget of 1.00 MiB holds 0 blocks ... raise
+    # the budget or lower block_size", naming no flag; a pool short of one whole context refused requests later
+    with pytest.raises(ValueError) as exc:
+        cli_serve.kv_sizing(_BigModel(), parse("m", "--kv-cache-mb", "1"))
+    assert str(exc.value) == (
+        "--kv-cache-mb 1 holds 0 tokens of KV cache, less than one sequence of the 2,048-token context; give "
+        "--kv-cache-mb 194 or more, or a lower --max-seq-len"
+    )
+    # slots: a whole context and the scratch column, 192.09 MiB, or none
+    with pytest.raises(ValueError, match="--kv-cache-mb 100 holds 0 tokens .* give --kv-cache-mb 193 or more"):
+        cli_serve.kv_sizing(_BigModel(), parse("m", "--kv-cache-mb", "100", "--kv-layout", "slots"))
+
+
+def test_serve_prints_what_the_kv_cache_holds_at_start_up(model_dir, monkeypatch, capsys):
+    import uvicorn
+
+    class NoServer:
+        started = True
+
+        def __init__(self, config):
+            pass
+
+        def run(self):
+            pass
+
+    monkeypatch.setattr(uvicorn, "Server", NoServer)
+    args = parse(model_dir, "--device", "cpu", "--kv-cache-mb", "1", "--port", str(free_port()))
+    assert cli_serve.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == (
+        "cookmind serve: KV cache 1.0 MiB (--kv-cache-mb 1): 255 blocks of 16 = 4,080 tokens, 15 sequence(s) of the "
+        "whole 256-token context; batch 32 (all at once when each fills 112 tokens or fewer)"
+    )

@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-batch",
         type=int_in(1),
         default=None,
-        help=f"concurrent sequences (default {DEFAULT_SLOTS}, or what --kv-cache-mb holds)",
+        help=f"concurrent sequences (default {DEFAULT_SLOTS}; with --kv-layout slots and --kv-cache-mb, the whole "
+        "contexts it holds); lowered, and said so at start-up, to what the KV cache can run at once",
     )
     parser.add_argument(
         "--kv-cache-mb",
@@ -115,21 +116,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
 
 
-def kv_sizing(model, args: argparse.Namespace) -> tuple[int | None, int | None]:
-    """(num_slots, kv_budget_bytes) for the Engine. By default every sequence can hold the whole context,
-    capped at KV_CAP_BYTES (the pool then admits fewer long sequences at once); --kv-cache-mb overrides."""
-    if args.kv_cache_mb is not None:
-        return args.max_batch, args.kv_cache_mb * 2**20
+def kv_sizing(model, args: argparse.Namespace) -> tuple[int, int, str]:
+    """(num_slots, kv_budget_bytes, note) for the Engine; the note is the start-up line saying what the cache holds
+    and what was changed. By default the cache holds the batch's whole contexts, capped at KV_CAP_BYTES (it then
+    holds fewer); --kv-cache-mb sets it. The batch is --max-batch (default DEFAULT_SLOTS; with --kv-layout slots and
+    --kv-cache-mb, the whole contexts it holds), lowered, and said so, to what the cache can run at once (a paged
+    sequence holds a block at the least). ValueError when the cache cannot hold one sequence of the whole context."""
     cfg = model.config
-    slots = args.max_batch or DEFAULT_SLOTS
     context = args.max_seq_len or cfg.max_position_embeddings
     elem = next(model.parameters()).element_size()
     per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.resolved_head_dim * elem  # K and V
-    per_block = per_token * block_size(args)
-    blocks = slots * -(-context // block_size(args)) + 1  # + the scratch block
-    if blocks * per_block <= KV_CAP_BYTES:
-        return slots, blocks * per_block
-    return slots, KV_CAP_BYTES
+    paged, mb = args.kv_layout == "paged", args.kv_cache_mb
+    # the cache's unit: a block (paged; the pool has one more, its scratch block) or a whole context (slots; the
+    # runner adds a scratch column to each)
+    unit_tokens = block_size(args) if paged else context
+    unit_bytes = per_token * (unit_tokens if paged else context + 1)
+    per_seq, scratch = -(-context // unit_tokens), int(paged)  # units one whole-context sequence fills
+    asked = None if not paged and mb is not None and args.max_batch is None else args.max_batch or DEFAULT_SLOTS
+    if mb is not None:
+        units, source = mb * 2**20 // unit_bytes - scratch, f"--kv-cache-mb {mb}"
+        if units < per_seq:
+            need = -(-(per_seq + scratch) * unit_bytes // 2**20)
+            raise ValueError(
+                f"--kv-cache-mb {mb} holds {max(units, 0) * unit_tokens:,} tokens of KV cache, less than one "
+                f"sequence of the {context:,}-token context; give --kv-cache-mb {need} or more, or a lower "
+                "--max-seq-len"
+            )
+    else:
+        units, source = asked * per_seq, "default: the batch's whole contexts"
+        if (units + scratch) * unit_bytes > KV_CAP_BYTES:
+            units = max(per_seq, KV_CAP_BYTES // unit_bytes - scratch)
+            source = f"default, capped at {KV_CAP_BYTES // 2**20} MiB; --kv-cache-mb sets it"
+    slots = min(asked or 256, units)  # 256: the engine's most slots from a budget
+    if not paged:
+        units = slots  # the slots allocated, whatever the budget held beyond them
+    if asked is None:
+        batch = f"batch {slots}, the whole contexts it holds"
+    elif slots < asked:
+        why = "a running sequence holds a block at the least" if paged else "each sequence holds a whole context"
+        given = f"--max-batch {asked}" if args.max_batch else f"the default batch of {asked}"
+        batch = f"{given} lowered to {slots} ({why}); raise --kv-cache-mb to run more"
+    else:
+        shorter = f" (all at once when each fills {units // slots * unit_tokens:,} tokens or fewer)"
+        shorter = shorter if paged and slots > units // per_seq else ""
+        batch = f"batch {slots}{shorter}"
+    note = (
+        f"KV cache {(units + scratch) * unit_bytes / 2**20:.1f} MiB ({source}): {units:,} "
+        f"{f'blocks of {unit_tokens}' if paged else 'slots'} = {units * unit_tokens:,} tokens, "
+        f"{units // per_seq:,} sequence(s) of the whole {context:,}-token context; {batch}"
+    )
+    return slots, (units + scratch) * unit_bytes, note
 
 
 def speculative_config(args: argparse.Namespace, tokenizer, device: str, dtype):
@@ -174,7 +210,7 @@ def build_app(args: argparse.Namespace):
         )
     adapters = load_adapters(model, specs, base_name=path) if specs else None
     speculative = speculative_config(args, tokenizer, device, dtype)
-    num_slots, kv_bytes = kv_sizing(model, args)
+    num_slots, kv_bytes, kv_note = kv_sizing(model, args)
     engine = Engine(
         model,
         num_slots=num_slots,
@@ -199,6 +235,7 @@ def build_app(args: argparse.Namespace):
         allowed_hosts=[args.host, *args.allowed_host],
         max_body_bytes=int(args.max_body_mb * 2**20),
     )
+    app.state.kv_note = kv_note  # main prints it beside the address
     return app, engine
 
 
@@ -317,14 +354,13 @@ def main(args: argparse.Namespace) -> int:
     if warning:
         print(warning, file=sys.stderr)
     app, engine = build_app(args)
-    kv = engine.kv_blocks()
-    pool = f"{kv['kv_blocks_total']} blocks of {kv['kv_block_size']}" if kv else "one context per sequence"
     print(
         f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
-        f"({engine.num_slots} sequences x {engine.max_seq_len} tokens, {args.kv_layout} KV cache: {pool}"
+        f"({args.kv_layout} KV cache"
         f"{', prefix cache on' if args.prefix_cache else ''}"
         f"{f', speculative {args.speculative} k={speculative_tokens(args)}' if args.speculative else ''}"
         "; web chat at /)"
+        + f"\ncookmind serve: {app.state.kv_note}"
         + (f"\n  LoRA adapters (model ids): {', '.join(engine.adapter_names)}" if engine.adapter_names else ""),
         flush=True,
     )
