@@ -1078,3 +1078,47 @@ def test_gsm8k_chat_template_without_a_chat_template_names_the_templates_that_wo
     # template argument was passed! For information about writing templates ... see the documentation at ..."
     assert rc == 2 and len(err.splitlines()) == 1 and "no chat template" in err, err
     assert all(name in err for name in ("r1_zero", "compact", "plain")), err
+
+
+def test_ppl_skip_bad_leaves_bad_records_out_and_counts_them_as_pack_does(tmp_path, tok_dir, monkeypatch, capsys):
+    """`eval ppl` had no --skip-bad (pack and tokenizer train have it): a bad record always stopped it, with no
+    way on. Without it the first bad record is an error naming file:line and the flag; with it the bad records are
+    left out, counted by reason in the metrics' "skipped" (as pack's meta.json) and said in one line."""
+    from cookmind.cli import main
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    table = _bigram_cli(monkeypatch, tok)
+    docs = ["The cook stirs.", "Tom has 3 apples."]
+    bad = ['{"text": "cut off', json.dumps({"body": "x"})]  # invalid JSON, no text field
+    lines = [json.dumps({"text": docs[0]}), *bad, json.dumps({"text": docs[1]})]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(line + "\n" for line in lines))
+    argv = ["eval", "ppl", "--model", "m", "--data", str(data), "--window", "64", "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind eval ppl: error: {data}:2: invalid JSON") and err.count("\n") == 1, err
+    assert err.rstrip().endswith("; fix the record, or pass --skip-bad to skip bad records and count them")
+
+    assert main([*argv, "--skip-bad"]) == 0
+    out, err = capsys.readouterr()
+    m = json.loads(out.strip().splitlines()[-1])
+    eot = tok.special_tokens["<|endoftext|>"]
+    ids = [i for d in docs for i in tok.encode(d) + [eot]]  # the two good documents, as pack joins them
+    log_p = torch.log_softmax(table, -1)
+    nll = -sum(log_p[a, b].item() for a, b in zip(ids[:-1], ids[1:]))
+    assert (m["documents"], m["tokens"]) == (2, len(ids) - 1)
+    assert m["nll_per_token"] == pytest.approx(nll / (len(ids) - 1), rel=1e-5)
+    assert m["skipped"]["count"] == 2
+    assert m["skipped"]["by_reason"] == {"invalid JSON": 1, "missing field": 1}
+    assert [e.split(": ")[0] for e in m["skipped"]["examples"]] == [f"{data}:2", f"{data}:3"]
+    assert f"cookmind eval ppl: skipped 2 bad record(s) (invalid JSON 1, missing field 1); the first: {data}:2: " in err
+
+    # every record bad: said as such; --skip-bad on a store or plain text (nothing it could skip) is refused
+    (tmp_path / "bad.jsonl").write_text('{"text": 1}\n')
+    assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "bad.jsonl"), "--skip-bad", "--quiet"]) == 2
+    assert "holds no document to score: every record was bad; skipped 1 bad record(s)" in capsys.readouterr().err
+    (tmp_path / "t.txt").write_text(docs[0])
+    assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "t.txt"), "--skip-bad", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--skip-bad skips bad JSON or Parquet records, and --data" in err and "plain text" in err

@@ -107,6 +107,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="text and documents: evaluate only the first N bytes of their text",
     )
     p.add_argument("--max-windows", type=int_in(1), default=None, help="stores: evaluate only the first N windows")
+    p.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="JSON lines / Parquet: leave bad records out and report how many, as `pack --skip-bad` does (default: "
+        "the first is an error naming file:line)",
+    )
 
 
 def main(args) -> int:
@@ -151,7 +157,7 @@ def main(args) -> int:
         from cookmind.evals.perplexity import require_data
 
         _check_window(args.window, args.stride, _context_in_config(args.model))
-        require_data(args.data, args.max_bytes, args.max_windows, args.stride, args.text_field)
+        require_data(args.data, args.max_bytes, args.max_windows, args.stride, args.text_field, args.skip_bad)
     progress = not args.quiet
     model, tokenizer = load_for_inference(
         args.model, device, tokenizer_path=args.tokenizer, hf_native=True, progress=progress
@@ -180,6 +186,7 @@ def main(args) -> int:
     else:
         from cookmind.evals.gsm8k import context_length
         from cookmind.evals.perplexity import evaluate_data
+        from cookmind.store.records import SkippedRecords
 
         given_window = args.window
         args.window = args.window or context_length(model) or 256
@@ -196,6 +203,7 @@ def main(args) -> int:
             args.text_field or "text",
             progress,
             rows,
+            SkippedRecords() if args.skip_bad else None,
         )
         _say_what_was_left_out(args, metrics)
         if args.out:
@@ -356,7 +364,15 @@ def _share(part: int, whole: int) -> str:
 
 def _say_what_was_left_out(args, metrics: dict) -> None:
     """--max-bytes / --max-windows, empty documents: print how much of the data the perplexity leaves out (the
-    metrics say it too)."""
+    metrics say it too), and how many bad records --skip-bad left out."""
+    from collections import Counter
+
+    from cookmind.cli import say
+    from cookmind.store.records import SkippedRecords
+
+    if metrics.get("skipped", {}).get("count"):  # names the first bad record's file
+        skipped = metrics["skipped"]
+        say("cookmind eval ppl", None, SkippedRecords(Counter(skipped["by_reason"]), skipped["examples"]).summary())
     if metrics.get("empty_documents"):
         print(
             f"cookmind eval ppl: left out {metrics['empty_documents']:,} empty document(s), with no text to score, as "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
@@ -25,6 +26,9 @@ from cookmind import text_input
 from cookmind.align.losses import gather_log_probs, logits_of
 from cookmind.align.prompts import encode_text, is_hf_tokenizer
 from cookmind.tokenizer.documents import document_end_id, document_start_ids
+
+if TYPE_CHECKING:
+    from cookmind.store.records import SkippedRecords
 
 ENDOFTEXT = "<|endoftext|>"  # pack's document separator in plain text
 
@@ -205,12 +209,14 @@ def evaluate_text_file(
     }
 
 
-def read_documents(paths, text_field: str = "text", empty: list | None = None) -> Iterator[str]:
+def read_documents(
+    paths, text_field: str = "text", empty: list | None = None, skipped: SkippedRecords | None = None
+) -> Iterator[str]:
     """The documents of JSON lines / Parquet / text files (gzip too), in order, as ``pack --train-type seq`` reads
     them (``cookmind.store.sources``): each record's ``text_field``; text split at ``<|endoftext|>``. A document
     with no text is left out (it has nothing to score; ``empty``, when given, gets its place); a bad record is a
-    ValueError naming file:line."""
-    from cookmind.store.records import BadRecord, EmptyDocument, RecordOptions, make_seq, parse
+    ValueError naming file:line, or, with ``skipped`` given (``--skip-bad``), counted there and left out."""
+    from cookmind.store.records import BadRecord, EmptyDocument, RecordOptions, make_seq, parse, reason_kind
     from cookmind.store.sources import iter_items
 
     opts = RecordOptions("seq", text_field)
@@ -222,7 +228,11 @@ def read_documents(paths, text_field: str = "text", empty: list | None = None) -
                 if empty is not None:
                     empty.append(item.where)
             except BadRecord as exc:
-                raise ValueError(f"{item.where}: {exc}; fix or remove the record") from None
+                if skipped is None:
+                    raise ValueError(
+                        f"{item.where}: {exc}; fix the record, or pass --skip-bad to skip bad records and count them"
+                    ) from None
+                skipped.add(reason_kind(str(exc)), f"{item.where}: {exc}")
 
 
 def _first_bytes(docs: list[str], max_bytes: int) -> list[str]:
@@ -251,6 +261,7 @@ def evaluate_documents(
     progress: bool = True,
     rows: list[dict] | None = None,
     name: str | None = None,
+    skipped: SkippedRecords | None = None,
 ) -> dict:
     """``evaluate_text`` on the documents of ``paths`` (``read_documents``) joined as pack joins its records: each
     document's ids, then the ``<|endoftext|>`` token; the same as the plain text of the documents each followed by
@@ -258,7 +269,8 @@ def evaluate_documents(
     none); ``max_bytes`` keeps its first bytes, ``bytes_not_evaluated`` says how many that left out, so that
     ``bytes`` + ``context_bytes`` + ``bytes_not_evaluated`` == ``text_bytes``; ``empty_documents`` counts the records
     with no text, left out. ``name``: what the user gave (a curate folder), the report's ``path`` and errors' name
-    for the data (default: the paths, by commas)."""
+    for the data (default: the paths, by commas). ``skipped`` (``--skip-bad``): bad records are counted there and
+    left out, and the report's ``skipped`` says how many, by reason, and the first ones."""
     paths = [Path(p) for p in paths]
     where = name or ", ".join(map(str, paths))
     end = document_end_id(tokenizer)
@@ -268,7 +280,9 @@ def evaluate_documents(
             "pack does; use a tokenizer that has one"
         )
     empty: list[str] = []
-    docs = list(read_documents(paths, text_field, empty))
+    docs = list(read_documents(paths, text_field, empty, skipped))
+    if not docs and skipped is not None and skipped.count:
+        raise ValueError(f"perplexity: {where} holds no document to score: every record was bad; {skipped.summary()}")
     if not docs:
         raise ValueError(
             f"perplexity: {where} holds no document with text in its {text_field!r} field; nothing to score"
@@ -283,6 +297,7 @@ def evaluate_documents(
         **report,
         "documents": len(docs),
         "empty_documents": len(empty),  # records with no text: nothing to score, left out
+        **({"skipped": skipped.as_meta()} if skipped is not None else {}),  # bad records --skip-bad left out
         "text_bytes": all_bytes,
         "bytes_not_evaluated": all_bytes - evaluated,
     }
@@ -317,11 +332,16 @@ def data_kind(path) -> str:
     return "documents" if source_kind(path) in ("json", "parquet") else "text"
 
 
-def require_data(path, max_bytes=None, max_windows=None, stride=None, text_field=None) -> str:
+def require_data(path, max_bytes=None, max_windows=None, stride=None, text_field=None, skip_bad=False) -> str:
     """``data_kind(path)``, after refusing the options that do not apply to that kind (each was ignored without a
-    word): --max-bytes and --stride are for text and documents, --max-windows for a token store, --text-field for
-    JSON lines / Parquet documents."""
+    word): --max-bytes and --stride are for text and documents, --max-windows for a token store, --text-field and
+    --skip-bad for JSON lines / Parquet documents."""
     kind = data_kind(path)
+    if skip_bad and kind != "documents":
+        raise ValueError(
+            f"--skip-bad skips bad JSON or Parquet records, and --data {path} is "
+            f"{'a token store' if kind == 'store' else 'plain text, which has none'}: drop it"
+        )
     if text_field is not None and kind != "documents":
         raise ValueError(
             f"--text-field names a field of JSON or Parquet records, and --data {path} is "
@@ -352,20 +372,22 @@ def evaluate_data(
     text_field: str = "text",
     progress: bool = True,
     rows: list[dict] | None = None,
+    skipped: SkippedRecords | None = None,
 ) -> dict:
     """What ``cookmind eval ppl --data`` names (``data_kind``): a token store by ``evaluate_store``; JSON lines /
     Parquet files and a curate output folder by ``evaluate_documents``; any other file as UTF-8 text by
-    ``evaluate_text_file``. A limit that does not apply to the kind is a ValueError (``require_data``)."""
+    ``evaluate_text_file``. A limit that does not apply to the kind is a ValueError (``require_data``); ``skipped``
+    (``--skip-bad``, documents only) counts the bad records left out."""
     from cookmind.store.sources import expand_inputs
 
     path = Path(path)
-    kind = require_data(path, max_bytes, max_windows, stride)
+    kind = require_data(path, max_bytes, max_windows, stride, skip_bad=skipped is not None)
     if kind == "store":
         return evaluate_store(model, tokenizer, path, window, max_windows, progress, rows)
     if kind == "documents":
         paths = expand_inputs([path]) if path.is_dir() else [path]
         return evaluate_documents(
-            model, tokenizer, paths, window, stride, max_bytes, text_field, progress, rows, name=str(path)
+            model, tokenizer, paths, window, stride, max_bytes, text_field, progress, rows, str(path), skipped
         )
     return evaluate_text_file(model, tokenizer, path, window, stride, max_bytes, progress, rows)
 
