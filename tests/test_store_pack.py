@@ -1376,3 +1376,45 @@ def test_a_text_record_under_another_text_field_is_told_to_choose_the_field_not_
     with pytest.raises(BadRecord) as info:
         make_seq({"text": "a story", "title": "x"}, None, RecordOptions(train_type="seq", text_field="body"))
     assert str(info.value) == "missing field 'body' (found ['text', 'title']); choose it with --text-field"
+
+
+def test_a_split_counts_each_skipped_and_empty_record_in_the_one_store_whose_place_it_drew(
+    tmp_path, tok, tok_dir, capsys
+):
+    """pack --val-fraction wrote the same "skipped", "empty_records" and sources' record counts into both stores'
+    meta.json: summing the two stores double counted every bad line. A bad line or an empty document draws a place
+    in the split as a record does, so each store now counts those in its own places, and the command's report
+    states the totals once."""
+    import random
+
+    bad, empty = {3, 12, 15}, {7, 11}  # places (0-based lines) of invalid JSON lines and of empty documents
+    docs = [f"Document {i} about soup number {i * 7}." for i in range(20)]
+    lines = ['{"text": "cut' if i in bad else {"text": "" if i in empty else d} for i, d in enumerate(docs)]
+    src = _jsonl(tmp_path / "d.jsonl", lines)
+    # the split by hand, as pack's docstring gives it: selection sampling over the 20 places, round(0.25 x 20) = 5
+    # held out, seeded by --seed; a bad or empty line draws its place too
+    draw, left, hold, val_places = random.Random("0:val"), 20, 5, set()
+    for k in range(20):
+        if draw.random() * left < hold:
+            val_places.add(k)
+            hold -= 1
+        left -= 1
+    assert val_places == {7, 12, 15, 18, 19}  # bad and empty lines in both stores
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(src), "--quiet", "--skip-bad"]
+    argv += ["--out", str(tmp_path / "tr"), "--val-fraction", "0.25", "--val-out", str(tmp_path / "va")]
+    assert pack_cli.main(parser.parse_args(argv)) == 0
+    for store, places in (("tr", set(range(20)) - val_places), ("va", val_places)):
+        meta = json.loads((tmp_path / store / "meta.json").read_text())
+        good = sorted(places - bad - empty)
+        assert _records(tmp_path / store, "sequence") == [tok.encode(docs[i]) + [tok.eos_id] for i in good], store
+        assert meta["sources"] == [{"path": str(src), "records": len(good)}], store
+        assert meta["skipped"]["count"] == len(places & bad), store
+        assert [e.split(": ")[0] for e in meta["skipped"]["examples"]] == [
+            f"{src}:{i + 1}" for i in sorted(places & bad)
+        ]
+        assert meta["empty_records"] == len(places & empty), store
+    out = capsys.readouterr().out
+    assert "; skipped 3 bad record(s) (invalid JSON 3); the first: " + f"{src}:4: invalid JSON" in out
+    assert "; left out 2 record(s) with empty text (nothing to learn)" in out

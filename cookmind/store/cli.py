@@ -8,7 +8,6 @@ cookmind pack --tokenizer tok/ --train-type sft --input gsm8k/train.jsonl --out 
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 
 from cookmind.store.layout import TRAIN_TYPE_KEYS
 
@@ -102,7 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--val-out", default=None, help="the validation store's directory (with --val-fraction)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sft augmentation and of --val-fraction")
-    parser.add_argument("--skip-bad", action="store_true", help="skip bad lines and count them in meta.json")
+    parser.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip bad lines and count them in meta.json (with --val-fraction: each store those in its places)",
+    )
     parser.add_argument(
         "--utf8-errors",
         choices=["strict", "replace"],
@@ -120,8 +123,10 @@ def main(args: argparse.Namespace) -> int:
     """Pack, then print a one-line summary; a bad line prints file:line and the reason and returns 1."""
     from cookmind.store.layout import StoreError
     from cookmind.store.packer import PackError, pack
+    from cookmind.store.records import SkippedRecords
     from cookmind.store.sources import expand_inputs
 
+    skips = SkippedRecords()  # both stores' bad lines: each store's meta.json counts only its own
     try:
         meta = pack(
             expand_inputs(args.input),
@@ -144,19 +149,17 @@ def main(args: argparse.Namespace) -> int:
             val_fraction=args.val_fraction,
             val_out=args.val_out,
             utf8_errors=args.utf8_errors,
+            skipped=skips,
         )
     except (PackError, StoreError, ValueError, OSError) as exc:  # ValueError covers TokenizerError
         from cookmind.cli import os_error_line, say
 
         say("cookmind pack", "error", os_error_line(exc) if isinstance(exc, OSError) else exc)
         return 2  # bad input, as every stage answers it
-    from cookmind.store.records import SkippedRecords
     from cookmind.terminal import show
 
-    skipped = meta["skipped"]["count"]
-    empty = meta.get("empty_records", 0)
-    skips = SkippedRecords(Counter(meta["skipped"]["by_reason"]), meta["skipped"]["examples"])
     split = meta.get("split")
+    empty = meta.get("empty_records", 0) + (_meta(args.val_out).get("empty_records", 0) if split else 0)
     show(  # a line for a person (the store's meta.json is the record): it quotes paths and the first bad line's file
         f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
         f"{len(meta['shards'])} shard(s) -> {args.out} ({meta['format']})"
@@ -166,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
             if split
             else ""
         )
-        + (f"; {skips.summary()}" if skipped else "")
+        + (f"; {skips.summary()}" if skips.count else "")
         + (f"; left out {empty:,} record(s) with empty text (nothing to learn)" if empty else "")
     )
     return 0
@@ -183,8 +186,13 @@ def _asked(split: dict) -> str:
     return f", not the {asked:,} asked (round({split['val_fraction']} x {kept:,} records); {why})"
 
 
-def _num_tokens(store) -> int:
-    """The tokens of the store at ``store`` (its meta.json's count)."""
+def _meta(store) -> dict:
+    """The meta.json of the store at ``store``."""
     from cookmind.store.layout import META_NAME, read_meta
 
-    return int(read_meta(f"{store}/{META_NAME}")["num_tokens"])
+    return read_meta(f"{store}/{META_NAME}")
+
+
+def _num_tokens(store) -> int:
+    """The tokens of the store at ``store`` (its meta.json's count)."""
+    return int(_meta(store)["num_tokens"])

@@ -218,6 +218,7 @@ def pack(
     val_fraction: float | None = None,
     val_out=None,
     utf8_errors: str = "strict",
+    skipped: SkippedRecords | None = None,
 ) -> dict:
     """Pack ``inputs`` into a ``train_type`` store at ``out``; return the store's ``meta.json`` dict.
 
@@ -226,7 +227,10 @@ def pack(
     out for a validation store at ``val_out``: round(share x records) of them, at least one and never all, chosen
     from ``seed`` by their places in the input (the same split with any number of workers); both stores' meta.json
     say how they were split. With ``skip_bad``, bad lines draw places too (a line is known bad only once parsed and
-    tokenized), so the count held out can differ from the count asked; meta.json's split gives both.
+    tokenized), so the count held out can differ from the count asked; meta.json's split gives both. Each store's
+    meta.json counts what fell to it: its records by source, the bad lines skipped and the empty documents left out
+    in its places (the two stores' counts add up to the input's). ``skipped``, when given, gets every bad line
+    skipped, both stores' together (the command reports the totals from it).
     ``utf8_errors="replace"`` reads bad UTF-8 bytes as U+FFFD (as ``tokenizer train
     --utf8-errors replace`` does); "strict" makes them an error naming file:line (a bad JSON line, with ``skip_bad``,
     is skipped and counted). ``text_field`` (default "text"), ``separator`` (default ``<|endoftext|>``) and
@@ -323,9 +327,12 @@ def pack(
     items = itertools.chain.from_iterable(_items(p, separator, one_per_line, utf8_errors, replaced) for p in inputs)
     chunks = _chunks(items, CHUNK)
 
-    per_source = Counter()
-    skipped = SkippedRecords()
-    empty = 0
+    # by store ("train", "val"): what fell to each, its meta.json's counts (a bad line or an empty document drew a
+    # place too, so each is counted in the store whose place it drew, once)
+    per_source = {"train": Counter(), "val": Counter()}
+    skipped_in = {"train": SkippedRecords(), "val": SkippedRecords()}
+    empty = Counter()
+    skipped = SkippedRecords() if skipped is None else skipped  # both stores' together
     writer = StoreWriter(
         out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite, meta={"tokenizer": tok_meta}
     )
@@ -356,6 +363,7 @@ def pack(
                     if held_out.random() * to_read < to_hold:
                         into, to_hold = val_writer, to_hold - 1
                     to_read -= 1
+                store = "val" if into is val_writer else "train"
                 if reason is not None:
                     where = f"{at}: {reason}"
                     if not skip_bad:
@@ -364,24 +372,25 @@ def pack(
                         )
                         raise PackError(f"{where}; fix the line, or pass --skip-bad to skip and count bad lines{utf8}")
                     skipped.add(reason_kind(reason), where)
+                    skipped_in[store].add(reason_kind(reason), where)
                     continue
                 if isinstance(record, str) and record == EMPTY:
-                    empty += 1
+                    empty[store] += 1
                     continue
                 try:
                     into.add(record)
                 except ValueError as exc:
                     raise PackError(f"{at}: {exc}") from None
-                per_source[source] += 1
-                per_store["val" if into is val_writer else "train"] += 1
+                per_source[store][source] += 1
+                per_store[store] += 1
             bar.update(len(chunk))
             elapsed = time.perf_counter() - start
             bar.set_postfix_str(f"{(writer.num_tokens + writer._buf_tokens) / max(elapsed, 1e-9):,.0f} tok/s")
         seconds = time.perf_counter() - start
         meta = {
-            "sources": [{"path": str(p), "records": per_source.get(str(p), 0)} for p in inputs],
-            "skipped": skipped.as_meta(),
-            "empty_records": empty,  # documents with empty text: nothing to learn, left out
+            "sources": [{"path": str(p), "records": per_source["train"].get(str(p), 0)} for p in inputs],
+            "skipped": skipped_in["train"].as_meta(),
+            "empty_records": empty["train"],  # documents with empty text: nothing to learn, left out
             "pack": {
                 "seconds": round(seconds, 3),
                 "workers": workers,
@@ -398,8 +407,10 @@ def pack(
             warnings.warn(f"pack: {note}", stacklevel=2)
         if writer.keys is None and skipped.count:  # the writer's own message would not say why nothing was kept
             raise PackError(f"no records to write to {out}: every one was bad; {skipped.summary()}")
-        if writer.keys is None and empty:
-            raise PackError(f"no records to write to {out}: every one had empty text ({empty}); check --text-field")
+        if writer.keys is None and empty.total():
+            raise PackError(
+                f"no records to write to {out}: every one had empty text ({empty.total()}); check --text-field"
+            )
         if val_writer is not None:
             if not per_store["val"] or not per_store["train"]:  # a store of no records: say which way to move
                 kept, total = per_store["val"], per_store["val"] + per_store["train"]
@@ -414,7 +425,13 @@ def pack(
             split = {"val_fraction": val_fraction, "seed": seed, "train_out": str(out), "val_out": str(val_out)}
             split.update(train_records=per_store["train"], val_records=per_store["val"], val_records_asked=asked)
             meta["split"] = split
-            val_writer.finish({**meta, "role": "validation"})
+            val_meta = {
+                **meta,
+                "sources": [{"path": str(p), "records": per_source["val"].get(str(p), 0)} for p in inputs],
+                "skipped": skipped_in["val"].as_meta(),
+                "empty_records": empty["val"],
+            }
+            val_writer.finish({**val_meta, "role": "validation"})
         writer.finish(meta)  # the training store's last shard may be large: both stores whole before either moves
         if val_writer is not None:
             val_writer.commit()
