@@ -398,11 +398,8 @@ def test_readme_eval_examples_run(tmp_path, tok_dir, shared_data, capsys):
     (tmp_path / "text.txt").write_text(CORPUS)
     (tmp_path / "clean").mkdir()  # a curate output folder
     (tmp_path / "clean" / "shard-00000.jsonl.gz").write_bytes(gzip.compress(json.dumps({"text": CORPUS}).encode()))
-    lines = [
-        line.split("#")[0]
-        for line in (ROOT / "README.md").read_text().splitlines()
-        if line.startswith("cookmind eval ")
-    ]
+    section = (ROOT / "README.md").read_text().split("## Alignment and evaluation", 1)[1].split("\n## ", 1)[0]
+    lines = [line.split("#")[0] for line in section.splitlines() if line.startswith("cookmind eval ")]
     assert {shlex.split(line)[2] for line in lines} == {"gsm8k", "mmlu", "ppl"}
     shorten = {
         "gsm8k": ["--limit", "2", "--max-new-tokens", "3"],

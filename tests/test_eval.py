@@ -1122,3 +1122,22 @@ def test_ppl_skip_bad_leaves_bad_records_out_and_counts_them_as_pack_does(tmp_pa
     assert main(["eval", "ppl", "--model", "m", "--data", str(tmp_path / "t.txt"), "--skip-bad", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "--skip-bad skips bad JSON or Parquet records, and --data" in err and "plain text" in err
+
+
+def test_ppl_reports_the_window_it_scored_with(tmp_path, capsys):
+    """Train's validation reads windows of data.window_size, eval ppl (without --window) windows of the model's whole
+    context: a model trained on 128-token windows of a 512-token context read val_ppl 2.14 in train and 3.50 in eval
+    ppl, and neither report said which window it used. The metrics now name it (window_size, and the stride)."""
+    from cookmind.cli import main
+
+    tiny_hf_tokenizer(tmp_path / "hf")
+    tiny_hf_model(tmp_path / "hf")  # max_position_embeddings=1024
+    text = tmp_path / "t.txt"
+    text.write_text("hello world, hello tiny model. " * 10)
+    argv = ["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--quiet"]
+    assert main(argv) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert (metrics["window_size"], metrics["stride"]) == (1024, 1024)  # the context, windows side by side
+    assert main([*argv, "--window", "8", "--stride", "4"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert (metrics["window_size"], metrics["stride"]) == (8, 4)

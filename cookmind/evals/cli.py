@@ -205,6 +205,8 @@ def main(args) -> int:
             rows,
             SkippedRecords() if args.skip_bad else None,
         )
+        # the window it scored with: train's validation reads data.window_size, this the model's context by default
+        metrics.update(window_size=args.window, stride=args.stride or args.window)
         _say_what_was_left_out(args, metrics)
         if args.out:
             write_jsonl(args.out, rows)
