@@ -11,6 +11,7 @@ packages: every layer may use it.
     with temp_path(path) as tmp: torch.save(obj, tmp)                   a library that wants a path
     with building_dir(path, replace=..., is_ours=..., own_file=...) as tmp: ...   a directory built whole
     check_output_file(out, inputs, overwrite)                           before a command writes one file
+    refuse_nested(src, out, what)                                       before a command writes a folder from one
 """
 
 from __future__ import annotations
@@ -307,6 +308,26 @@ def check_output_file(
             raise ValueError(f"{flag} {out} is also the input {p}; writing it would destroy it; choose another {flag}")
     if out.exists() and not overwrite:
         raise FileExistsError(f"{flag} {out} already exists; choose another output path or pass --overwrite")
+
+
+def refuse_nested(src: str | os.PathLike, out: str | os.PathLike, reads: str, suffix: str = "out") -> None:
+    """ValueError (one line) when the output folder ``out`` is the folder ``src`` a command reads (``reads``: "the
+    folder import --hf reads"), lies inside it (the output lands among the files it was made from, and is read as
+    one of them next time), or holds it (``--overwrite`` would replace the input with the output); call it before
+    any work. The way out named: ``<src>-<suffix>`` beside the input."""
+    s, o = Path(os.path.abspath(src)), Path(os.path.abspath(out))
+    s_real, o_real = s.resolve(), o.resolve()  # a symlink to the input is the input
+    if o_real == s_real:
+        how = "the same folder as"
+    elif o_real.is_relative_to(s_real):
+        how = "inside"
+    elif s_real.is_relative_to(o_real):
+        how = "holds"
+    else:
+        return
+    instead = s.parent / f"{s.name}-{suffix}"
+    where = f"is {how} {src}" if how != "holds" else f"holds {src}"
+    raise ValueError(f"the output {out} {where}, {reads}; write it outside that folder, e.g. {instead}")
 
 
 @contextlib.contextmanager

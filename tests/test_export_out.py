@@ -133,3 +133,43 @@ def test_export_and_import_to_an_out_under_a_file_say_the_file_is_no_folder(run,
             "move it away\n"
         ), err
     assert notes.read_text() == "mine"
+
+
+def test_export_and_import_refuse_an_out_inside_the_folder_they_read_or_holding_it(run, tmp_path, capsys):
+    """`import --hf HF_DIR --out HF_DIR/sub` wrote a cookmind model inside the Hugging Face folder it read (and
+    `export --hf CKPT CKPT/hf` an export inside the checkpoint). An output inside the folder read, or one holding
+    it, is refused in one line before any work, naming both and a place beside the input instead."""
+    runs = run.parents[2]
+    hf = runs / "x-hf"
+    assert main(["export", "--hf", str(runs / "x"), str(hf)]) == 0
+    capsys.readouterr()
+    before = sorted(p.name for p in hf.iterdir())
+    cases = [
+        (["import", "--hf", str(hf), "--out", str(hf / "sub")], hf, hf / "sub", "inside", runs / "x-hf-import"),
+        (["import", "--hf", str(hf), str(hf)], hf, hf, "the same folder as", runs / "x-hf-import"),
+    ]
+    for argv, src, out, how, instead in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err == (
+            f"cookmind import: error: the output {out} is {how} {src}, the folder import --hf reads; "
+            f"write it outside that folder, e.g. {instead}\n"
+        ), err
+    assert sorted(p.name for p in hf.iterdir()) == before
+    ckpt = tmp_path / "model"  # a plain model folder (not a run's checkpoints folder)
+    shutil.copytree(run, ckpt)
+    assert main(["export", "--hf", str(ckpt), str(ckpt / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"cookmind export: error: the output {ckpt / 'hf'} is inside {ckpt}, the folder export --hf reads; "
+        f"write it outside that folder, e.g. {tmp_path / 'model-hf'}\n"
+    ), err
+    assert not (ckpt / "hf").exists()
+    # the input inside the output: --overwrite would replace the folder holding what it reads
+    assert main(["import", "--hf", str(hf), str(runs), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"cookmind import: error: the output {runs} holds {hf}, the folder import --hf reads; "
+        f"write it outside that folder, e.g. {runs / 'x-hf-import'}\n"
+    ), err
+    assert sorted(p.name for p in hf.iterdir()) == before

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cookmind.atomic import building_dir, check_replaceable, save_safetensors
+from cookmind.atomic import building_dir, check_replaceable, refuse_nested, save_safetensors
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.model_io import (
@@ -175,12 +175,17 @@ def _mark(folder: Path, mark: str, command: str, source: Path) -> None:
     (folder / mark).write_text(json.dumps({"written_by": command, "source": str(source)}) + "\n")
 
 
-def _check_out(out: Path, overwrite: bool, is_ours, what: str) -> None:
+def _check_out(out: Path, overwrite: bool, is_ours, what: str, src: Path, command: str, suffix: str) -> None:
     """Refuse ``out`` before any work unless it is absent, or ``overwrite`` and a ``what`` holding only its files;
-    never in a run's checkpoints folder, where training prunes it or takes it for the run's newest checkpoint."""
+    never in a run's checkpoints folder, where training prunes it or takes it for the run's newest checkpoint, nor
+    inside ``src``, the folder ``command`` reads, or around it (``<src>-<suffix>`` is offered instead)."""
     from cookmind.run_layout import refuse_output_in_checkpoints
 
     refuse_output_in_checkpoints(out, error=HFInteropError)
+    try:
+        refuse_nested(src, out, f"the folder {command} reads", suffix=suffix)
+    except ValueError as exc:
+        raise HFInteropError(str(exc)) from None
     try:
         check_replaceable(out, overwrite, is_ours, what, _own_file)
     except FileExistsError as exc:
@@ -215,7 +220,7 @@ def export_hf(
         )
     cfg = load_config(ckpt_dir)
     arch = hf_architecture(cfg)
-    _check_out(out_dir, overwrite, _an_export, "folder export --hf wrote")
+    _check_out(out_dir, overwrite, _an_export, "folder export --hf wrote", ckpt_dir, "export --hf", "hf")
     tokenizer_files = [name for name in TOKENIZER_FILES if (ckpt_dir / name).is_file()]  # before it may go
     weights_path, tensors = read_model_weights(ckpt_dir, cfg)  # model.safetensors, or a sharded checkpoint's dcp/
     check_state_dict(weights_path, _expected_shapes(cfg), tensors)
@@ -435,7 +440,7 @@ def import_hf(
     if not config_path.is_file():
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
     cfg = from_hf_config(json.loads(config_path.read_text()), config_path)  # generation_config.json is copied along
-    _check_out(out_dir, overwrite, _an_import, "folder import --hf wrote")
+    _check_out(out_dir, overwrite, _an_import, "folder import --hf wrote", hf_dir, "import --hf", "import")
     weights_path, tensors = _read_hf_weights(hf_dir)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
