@@ -7,7 +7,9 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -152,6 +154,49 @@ def test_a_second_fresh_run_into_the_same_dir_is_refused_in_one_line(tmp_path, s
     assert os.listdir(os.path.join(run, "checkpoints")) == ["step_00000002"]
     assert _run(store, "--run-dir", run, "--overwrite", "train.max_steps=1") == 0
     assert os.listdir(os.path.join(run, "checkpoints")) == ["step_00000001"]
+
+
+def test_a_crashed_run_rerun_with_its_own_command_is_named_so_with_the_way_out(tmp_path, store, capsys):
+    """A run of the same config that crashed (its folder there, its last checkpoint missing or half written) was
+    refused as "another run" when its command was run again. It is named as the same run stopped at step N (or before
+    its first checkpoint), with --resume auto where a checkpoint is there and --overwrite to start again; nothing
+    is deleted."""
+    run = tmp_path / "run"
+
+    def _run(store, *argv):  # checkpoint.every after TINY's 0
+        return _train("--train-data", str(store), *TINY, *argv)
+
+    argv = ("--run-dir", str(run), "train.max_steps=4", "checkpoint.every=2", "checkpoint.keep_last=3")
+    assert _run(store, *argv) == 0
+    ckpts = run / "checkpoints"
+    capsys.readouterr()
+    assert _run(store, *argv) == 2  # the same command after it completed
+    assert capsys.readouterr().err.strip().splitlines()[1] == (
+        f"cookmind train: error: {run} holds this command's own run, completed at step 4 "
+        f"({ckpts / 'step_00000004'}): use that model, or pass --overwrite to train it again (deleting its checkpoints)"
+    )
+    shutil.rmtree(ckpts / "step_00000004")  # it crashed in step 3 or 4: step 2 is its newest checkpoint
+    assert _run(store, *argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[1] == (
+        f"cookmind train: error: {run} holds this command's own run, stopped at step 2 (its newest checkpoint "
+        f"step_00000002): continue it with --resume auto, or pass --overwrite to start it again (deleting its "
+        f"checkpoints)"
+    ), err
+    assert os.listdir(ckpts) == ["step_00000002"]
+    # its only save was cut short: a killed writer's temporary folder (pid 4194305: past any pid_max), no checkpoint
+    (ckpts / "step_00000002").rename(ckpts / f".step_00000002.tmp-4194305@{socket.gethostname().split('.')[0]}")
+    assert _run(store, *argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[1] == (
+        f"cookmind train: error: {run} holds this command's own run, stopped before its first complete "
+        f"checkpoint: pass --overwrite to start it again (deleting its metrics)"
+    ), err
+    assert (run / "metrics.jsonl").is_file() and (run / "config.yaml").is_file()
+    assert _run(store, *argv[:-1], "checkpoint.keep_last=2") == 2  # another config: another run
+    assert "already holds another run" in capsys.readouterr().err
+    assert _run(store, *argv, "--overwrite") == 0
+    assert sorted(os.listdir(ckpts)) == ["step_00000002", "step_00000004"]
 
 
 def test_overwrite_and_pruning_delete_only_what_a_save_wrote(tmp_path, store, capsys):

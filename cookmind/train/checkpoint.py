@@ -48,7 +48,7 @@ from cookmind.model.model_io import (
     written_files,
 )
 from cookmind.model.sharded_layout import is_sharded_checkpoint
-from cookmind.run_layout import REPORT_FILES, RUN_ENTRIES
+from cookmind.run_layout import REPORT_FILES, RUN_ENTRIES, STEP_DIR
 from cookmind.tokenizer.files import copy_tokenizer_files
 from cookmind.train.config import setting
 from cookmind.train.objectives.base import unwrap
@@ -185,8 +185,12 @@ def refuse_overwriting_inputs(
             )
 
 
-def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None, overwrite: bool) -> None:
-    """Refuse to start a fresh run where another run left checkpoints or metrics (``--resume`` continues it).
+def check_run_dir(
+    ckpt_dir: str | Path, run_dir: str | Path, resume: str | None, overwrite: bool, cfg: Any = None
+) -> None:
+    """Refuse to start a fresh run where another run left checkpoints or metrics (``--resume`` continues it); where
+    that run is ``cfg``'s own (its config.yaml the same: the command run again after a crash), the refusal says so,
+    where it stopped, and how to go on.
 
     With ``overwrite`` the old run's checkpoints, metrics and report (with its plots) are deleted first: the user
     asked for that. A folder
@@ -200,6 +204,8 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
         return
     if not overwrite:
         what = f"checkpoints {', '.join(d.name for d in old[-3:])}" if old else "metrics.jsonl"
+        if not into_another_run and cfg is not None and _same_config(run_dir, cfg):
+            raise FileExistsError(_own_run_stopped(ckpt_dir, run_dir, old, cfg.train.max_steps))
         if into_another_run:
             raise FileExistsError(
                 f"{run_dir} already holds another run ({what}); resuming {resume} there would mix the two runs' "
@@ -221,6 +227,54 @@ def check_run_dir(ckpt_dir: str | Path, run_dir: str | Path, resume: str | None,
     metrics.unlink(missing_ok=True)
     for name in REPORT_FILES:  # its report and plots: a new run that plots less would leave the old ones beside its own
         (run_dir / name).unlink(missing_ok=True)
+
+
+# settings a run resolves as it starts (a window sized from the store, the model sized from the tokenizer or
+# init_from), saved so in its config.yaml: compared only where the user set them
+_RESOLVED_AT_START = ("model.", "data.window_size", "data.tokenizer")
+
+
+def _same_config(run_dir: Path, cfg: Any) -> bool:
+    """Whether ``run_dir``'s config.yaml is ``cfg``'s: every setting both give agrees, but the run directory, the
+    resume and overwrite flags and what a run resolves as it starts (``_RESOLVED_AT_START``, unless set)."""
+    from cookmind.train.config import TrainConfig
+
+    try:
+        saved = TrainConfig.load(str(run_dir / "config.yaml")).flat()
+    except (OSError, ValueError, KeyError, TypeError):  # none, or one that no longer loads: not this command's
+        return False
+    for key, value in cfg.flat().items():
+        if key in ("logging.run_dir", "checkpoint.resume", "checkpoint.overwrite") or value is None:
+            continue
+        if key.startswith(_RESOLVED_AT_START) and not cfg.is_user_set(key):
+            continue
+        if saved.get(key) is not None and saved[key] != value:
+            return False
+    return True
+
+
+def _own_run_stopped(ckpt_dir: Path, run_dir: Path, old: list[Path], max_steps: int) -> str:
+    """The refusal for a fresh start of the run already in ``run_dir`` (the same config): where it stopped (its
+    newest complete checkpoint, or before its first) and the way on: --resume auto from a checkpoint, --overwrite
+    to start again."""
+    newest = find_latest_checkpoint(ckpt_dir)
+    if newest is None:
+        deleting = "its metrics and checkpoints" if old else "its metrics"
+        incomplete = f" ({', '.join(d.name for d in old[-3:])}: none complete)" if old else ""
+        return (
+            f"{run_dir} holds this command's own run, stopped before its first complete checkpoint{incomplete}: pass "
+            f"--overwrite to start it again (deleting {deleting})"
+        )
+    step = int(STEP_DIR.match(newest.name).group(1))
+    if step >= max_steps:
+        return (
+            f"{run_dir} holds this command's own run, completed at step {step} ({newest}): use that model, or pass "
+            "--overwrite to train it again (deleting its checkpoints)"
+        )
+    return (
+        f"{run_dir} holds this command's own run, stopped at step {step} (its newest checkpoint {newest.name}): "
+        "continue it with --resume auto, or pass --overwrite to start it again (deleting its checkpoints)"
+    )
 
 
 def refuse_foreign_files(run_dir: Path, ckpt_dir: Path | None = None) -> None:

@@ -238,7 +238,7 @@ class Trainer:
                 lock_run_dir(self.run_dir)  # an existing one (a new one is locked once it is made, below)
         with stop_together(self.dist, "start"):  # its all-gather is the barrier: rank 0 has deleted before any reads
             if self.dist.is_main or not cfg.checkpoint.overwrite:  # every rank refuses alike; rank 0 deletes
-                check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite)
+                check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite, cfg)
                 clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
         self.run_id = uuid.uuid4().hex  # marks this run's checkpoints: only those are ever pruned
         with stop_together(self.dist, "start"):  # this node's tokenizer, stores and weights; no collective
