@@ -351,8 +351,44 @@ def run() -> None:
     keep_exit_status(code)
     process_group = sys.modules.get("cookmind.parallel.process_group")  # imported only by what may make one
     if process_group is not None:
+        leave_process_group(process_group, code)
         process_group.end_process(code)
     raise SystemExit(code)
+
+
+def leave_process_group(process_group, code: int) -> None:
+    """Destroy a process group the command left standing (a run that failed as it started; a Ctrl-C in the train
+    CLI's own teardown) before the exit callbacks: ``end_process`` ends without Python's finalization, and no
+    destructor would. A Ctrl-C while it is left waits for it, then ends the process with ``code`` (as
+    ``keep_exit_status``); a second one ends it at once: leaving can hang where a rank has gone."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    asked = []
+
+    def after_leaving(signum, frame):
+        if asked:
+            _exit_now(code)
+        asked.append(signum)
+
+    signal.signal(signal.SIGINT, after_leaving)
+    try:
+        process_group.destroy_distributed()
+    finally:
+        keep_exit_status(code)
+    if asked:
+        _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """End the process with ``code`` at once, its output flushed (no exit callbacks, no finalization)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or its reader gone
+            pass
+    os._exit(code)
 
 
 def keep_exit_status(code: int) -> None:
@@ -362,15 +398,7 @@ def keep_exit_status(code: int) -> None:
     the thread joins and the exit callbacks that libraries registered while main ran, a Ctrl-C ends the process at once
     with ``code`` (a hung join or callback can still be left); ``run`` ignores it from then on."""
 
-    def exit_now(signum, frame):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):  # closed, or its reader gone
-                pass
-        os._exit(code)
-
-    signal.signal(signal.SIGINT, exit_now)
+    signal.signal(signal.SIGINT, lambda signum, frame: _exit_now(code))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -260,6 +260,54 @@ cli.run()
     assert time.monotonic() - start < 20
 
 
+# A torchrun worker's command that left its process group standing (a run that failed as it started, a Ctrl-C in the
+# train CLI's own teardown), then a Ctrl-C as the process ends: while the group is left, or in an exit callback.
+_CTRL_C_AS_THE_GROUP_IS_LEFT = """
+import atexit, os, signal, sys
+import torch.distributed as dist
+import cookmind.cli as cli
+from cookmind.parallel import init_distributed
+
+def ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(100_000):  # Python code to run on: where a Python handler would take the signal
+        pass
+
+destroy = dist.destroy_process_group
+
+def destroy_with_a_ctrl_c(*args, **kwargs):
+    if sys.argv[1] == "while the group is left":
+        ctrl_c()
+    destroy(*args, **kwargs)
+    print("group left", dist.is_initialized(), flush=True)
+
+dist.destroy_process_group = destroy_with_a_ctrl_c
+
+def main(argv=None):
+    init_distributed("cpu", "gloo", group_of_one=True)
+    if sys.argv[1] == "in an exit callback":
+        atexit.register(ctrl_c)
+    print('{"status": "failed"}', flush=True)
+    return 2
+
+cli.main = main
+cli.run()
+"""
+
+
+@pytest.mark.parametrize("when", ["while the group is left", "in an exit callback"])
+def test_a_ctrl_c_as_a_torchrun_worker_ends_still_leaves_its_process_group(tmp_path, when):
+    """end_process ends a worker that was in a process group without Python's finalization: a group the command
+    left standing was never destroyed, and a Ctrl-C in that teardown ended the process at once (with the status)
+    past any destroy_process_group. The group is now left before the exit callbacks, a Ctrl-C meanwhile waits for
+    it, and the command's status is kept."""
+    script = tmp_path / "group.py"
+    script.write_text(_CTRL_C_AS_THE_GROUP_IS_LEFT)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, str(script), when], capture_output=True, text=True, env=env, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (2, '{"status": "failed"}\ngroup left False\n', "")
+
+
 def test_ctrl_c_is_one_line_and_leaves_no_half_written_output(tmp_path, tok_dir, monkeypatch, capsys):
     from cookmind.store.writer import StoreWriter
 

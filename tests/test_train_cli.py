@@ -1657,3 +1657,23 @@ def test_a_found_run_whose_config_no_longer_loads_is_named_with_the_way_out(tmp_
     assert str(info.value).endswith(
         f"resume it with --run-dir {found} --config C (a config that loads), or leave --resume out to start a new run"
     )
+
+
+def test_a_ctrl_c_as_the_run_drops_its_wrappers_still_leaves_the_process_group(monkeypatch):
+    """A second Ctrl-C while the train CLI's teardown dropped the model's wrappers (trainer.close, a garbage
+    collection) skipped destroy_distributed after it: the group was left standing into the process's end."""
+    import cookmind.parallel
+
+    left = []
+    monkeypatch.setattr(cookmind.parallel, "destroy_distributed", lambda: left.append("left"))
+
+    class Stopped:
+        def fit(self):
+            return {"status": "completed", "steps": 1}
+
+        def close(self):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cli._fit_and_report(Stopped(), None)
+    assert left == ["left"]

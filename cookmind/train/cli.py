@@ -448,8 +448,10 @@ def _fit_and_report(trainer, cfg) -> int:
     finally:
         from cookmind.parallel import destroy_distributed
 
-        trainer.close()  # the wrappers first: DDP's reducer must not be what frees the process group
-        destroy_distributed()
+        try:
+            trainer.close()  # the wrappers first: DDP's reducer must not be what frees the process group
+        finally:  # a second Ctrl-C in close leaves the group too
+            destroy_distributed()
     if trainer.dist.is_main:
         print(json.dumps({"run_dir": str(trainer.run_dir), **summary}))
         if summary["status"] == "completed" and trainer.stop_reason is not None:  # its handler said "stopping"
