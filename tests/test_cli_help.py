@@ -135,3 +135,25 @@ def test_curate_run_workers_help_says_what_a_shard_is_and_the_default(tmp_path, 
     assert [len(s) for s in plan_input_shards([tmp_path])] == [256, 1]
     (tmp_path / "a.jsonl").write_text('{"text": "soup"}\n')
     assert len(plan_input_shards([tmp_path / "a.jsonl", tmp_path / "p000.html"])) == 2
+
+
+def test_import_and_export_dtype_help_names_every_value_they_accept():
+    """`--dtype` said "fp32, bf16 or fp16" but took float32, bfloat16 and float16 as well: the help names all six."""
+    import torch
+
+    from cookmind.model.cli_dtype import parse_dtype
+
+    accepted = {
+        "fp32": torch.float32,
+        "float32": torch.float32,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+    }
+    assert {name: parse_dtype(name) for name in accepted} == accepted
+    for stage in ("import", "export"):
+        action = next(a for a in _stage_parser(stage)[0]._actions if "--dtype" in a.option_strings)
+        assert action.help == (
+            "cast weights: fp32, bf16 or fp16 (also spelled float32, bfloat16, float16; default: keep)"
+        ), (stage, action.help)

@@ -35,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="output directory (must not exist unless --overwrite; written atomically)",
     )
     parser.add_argument("paths", nargs="*", metavar="MODEL OUT", help="the same as --model MODEL --out OUT")
-    parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
+    from cookmind.model.cli_dtype import DTYPE_HELP
+
+    parser.add_argument("--dtype", default=None, help=DTYPE_HELP)
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an earlier output of this command (only such a folder)"
     )

@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="output CookMind model directory (must not exist unless --overwrite; written atomically)",
     )
     parser.add_argument("paths", nargs="*", metavar="HF_DIR OUT", help="the same as --model HF_DIR --out OUT")
-    parser.add_argument("--dtype", default=None, help="cast weights: fp32, bf16 or fp16 (default: keep)")
+    from cookmind.model.cli_dtype import DTYPE_HELP
+
+    parser.add_argument("--dtype", default=None, help=DTYPE_HELP)
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an earlier output of this command (only such a folder)"
     )
