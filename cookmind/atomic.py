@@ -310,24 +310,32 @@ def check_output_file(
         raise FileExistsError(f"{flag} {out} already exists; choose another output path or pass --overwrite")
 
 
-def refuse_nested(src: str | os.PathLike, out: str | os.PathLike, reads: str, suffix: str = "out") -> None:
+def refuse_nested(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    reads: str,
+    suffix: str = "out",
+    out_name: str = "the output",
+    around: bool = True,
+) -> None:
     """ValueError (one line) when the output folder ``out`` is the folder ``src`` a command reads (``reads``: "the
     folder import --hf reads"), lies inside it (the output lands among the files it was made from, and is read as
     one of them next time), or holds it (``--overwrite`` would replace the input with the output); call it before
-    any work. The way out named: ``<src>-<suffix>`` beside the input."""
+    any work. The way out named: ``<src>-<suffix>`` beside the input; ``out_name`` names the output (``--run-dir``);
+    ``around=False`` leaves an output holding ``src`` to the caller (a run's own checkpoints, read on resume)."""
     s, o = Path(os.path.abspath(src)), Path(os.path.abspath(out))
     s_real, o_real = s.resolve(), o.resolve()  # a symlink to the input is the input
     if o_real == s_real:
         how = "the same folder as"
     elif o_real.is_relative_to(s_real):
         how = "inside"
-    elif s_real.is_relative_to(o_real):
+    elif around and s_real.is_relative_to(o_real):
         how = "holds"
     else:
         return
     instead = s.parent / f"{s.name}-{suffix}"
     where = f"is {how} {src}" if how != "holds" else f"holds {src}"
-    raise ValueError(f"the output {out} {where}, {reads}; write it outside that folder, e.g. {instead}")
+    raise ValueError(f"{out_name} {out} {where}, {reads}; write it outside that folder, e.g. {instead}")
 
 
 @contextlib.contextmanager

@@ -1677,3 +1677,15 @@ def test_a_ctrl_c_as_the_run_drops_its_wrappers_still_leaves_the_process_group(m
     with pytest.raises(KeyboardInterrupt):
         cli._fit_and_report(Stopped(), None)
     assert left == ["left"]
+
+
+def test_a_run_dir_inside_a_folder_the_run_reads_is_refused_before_it_starts(tmp_path, store, capsys):
+    """`--train-data STORE --run-dir STORE/run` (as `import --hf HF --out HF/sub`) wrote the run into the folder it
+    reads: refused in one line naming the setting and a folder beside it instead; nothing is made there."""
+    assert _run(store, "--run-dir", str(store / "run"), "train.max_steps=1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"cookmind train: error: --run-dir {store / 'run'} is inside {store}, the folder --train-data "
+        f"(data.train_path) reads; write it outside that folder, e.g. {tmp_path / 'seq-run'}"
+    ), err
+    assert not (store / "run").exists()

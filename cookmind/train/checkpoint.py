@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from cookmind.atomic import building_dir, temp_path, write_json
+from cookmind.atomic import building_dir, refuse_nested, temp_path, write_json
 from cookmind.model.model_io import (
     META_NAME,
     OPTIMIZER_NAME,
@@ -164,6 +164,15 @@ def refuse_overwriting_inputs(
     refuse_output_in_checkpoints(run_dir, "--run-dir")
     if checkpoints_folder_of(ckpt_dir) not in (None, Path(os.path.abspath(ckpt_dir))):  # not its own folder
         refuse_output_in_checkpoints(ckpt_dir, "checkpoint.dir")
+    if not resume:  # a fresh run writes its folders inside none of the folders it reads (a resume's are there);
+        # one that is that folder, or holds it, is another run's or its own: check_run_dir and the checks below say so
+        outs = {"--run-dir": run_dir}
+        if not Path(ckpt_dir).resolve().is_relative_to(Path(run_dir).resolve()):  # a checkpoint.dir elsewhere
+            outs["checkpoint.dir"] = ckpt_dir
+        for key, value in reads.items():
+            for name, out in outs.items():
+                if value and Path(value).is_dir() and Path(value).resolve() != Path(out).resolve():
+                    refuse_nested(value, out, f"the folder {setting(key)} reads", Path(out).name, name, around=False)
     if not overwrite:
         return
     ckpt_dir, run_dir = Path(ckpt_dir).resolve(), Path(run_dir).resolve()
