@@ -6,8 +6,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported in the functions: the parsers read DEVICE_HELP, and --help loads no torch
+    import torch
+
+# the --device help of every command that takes one: the values resolve_device accepts
+DEVICE_HELP = "auto, cpu, cuda or cuda:N (default auto: this process's GPU when CUDA is present, else the CPU)"
 
 
 def resolve_device(name: str | None = "auto", local_rank: int = 0, what: str = "--device") -> torch.device:
@@ -16,6 +21,8 @@ def resolve_device(name: str | None = "auto", local_rank: int = 0, what: str = "
     A name torch does not know, or CUDA asked for where there is none, is a ValueError naming ``what`` (the key or
     flag the user set) and what to pass instead: the CLI prints it as one line.
     """
+    import torch
+
     if name is None or name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     given = f"{what} {name}" if what.startswith("--") else f"{what}={name}"
@@ -41,6 +48,8 @@ def resolve_device(name: str | None = "auto", local_rank: int = 0, what: str = "
 
 def cuda_missing(name: str, flag: str = "--device") -> str | None:
     """The line a benchmark's parser errors with when ``flag name`` asks for CUDA where there is none, else None."""
+    import torch
+
     if str(name).startswith("cuda") and not torch.cuda.is_available():
         return f"{flag} {name}: CUDA is not available here; pass {flag} cpu, or run this on a GPU machine"
     return None

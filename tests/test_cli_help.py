@@ -157,3 +157,34 @@ def test_import_and_export_dtype_help_names_every_value_they_accept():
         assert action.help == (
             "cast weights: fp32, bf16 or fp16 (also spelled float32, bfloat16, float16; default: keep)"
         ), (stage, action.help)
+
+
+def test_every_device_flag_names_every_value_the_device_check_takes():
+    """`--device` help in generate, chat, serve and eval said "cpu, cuda or cuda:N" while each took `auto` (and the
+    error for a bad one said "pass auto, cpu, cuda or cuda:N"): the help names every value resolve_device accepts."""
+    import argparse
+
+    import pytest
+
+    from cookmind.device import resolve_device
+
+    for value in ("auto", "cpu"):
+        resolve_device(value)  # accepted
+    with pytest.raises(ValueError, match="pass auto, cpu, cuda or cuda:N"):
+        resolve_device("tpu")
+    found = 0
+    for stage in ("generate", "chat", "serve", "eval"):
+        parser = _stage_parser(stage)[0]
+        parsers = [parser] + [
+            sub
+            for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for sub in action.choices.values()
+        ]
+        for p in parsers:
+            for action in p._actions:
+                if "--device" in action.option_strings:
+                    found += 1
+                    words = " ".join(action.help.split())
+                    assert "auto, cpu, cuda or cuda:N" in words, (stage, p.prog, words)
+    assert found >= 6, found  # generate, chat, serve, eval gsm8k / mmlu / ppl

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from cookmind.device import DEVICE_HELP
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Subcommands gsm8k, mmlu and ppl, each taking --model (CookMind checkpoint or HF folder) or MODEL."""
@@ -18,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     def common(p):
         add_model_argument(p)
         p.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the model dir)")
-        p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+        p.add_argument("--device", default=None, help=DEVICE_HELP)
         p.add_argument(
             "--out",
             default=None,

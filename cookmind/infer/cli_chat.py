@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from cookmind.cli import say
+from cookmind.device import DEVICE_HELP
 
 HELP = """commands:
   /reset          forget the conversation
@@ -36,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "it, leaving the oldest exchanges out until the conversation fits in the rest (a reply may run on into "
         "whatever room is left, up to this many tokens)",
     )
-    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument(
         "--dtype", default=None, help="float32 | bfloat16 | float16 (default: bfloat16 on CUDA, else the checkpoint's)"
     )

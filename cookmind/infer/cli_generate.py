@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from cookmind.cli import say
+from cookmind.device import DEVICE_HELP
 from cookmind.infer.reasoning import split_reasoning
 from cookmind.terminal import escape_controls
 from cookmind.tokenizer.documents import prompt_ids
@@ -117,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "it, sets its title, writes the clipboard), a \\r overwrites the line and a right-to-left override shows the "
         "line reordered",
     )
-    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument(
         "--dtype", default=None, help="float32 | bfloat16 | float16 (default: bfloat16 on CUDA, else the checkpoint's)"
     )

@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+from cookmind.device import DEVICE_HELP
+
 API_KEY_ENV = "COOKMIND_API_KEY"
 DEFAULT_SLOTS = 32  # concurrent sequences when --max-batch is not given
 KV_CAP_BYTES = 1024 * 2**20  # the default KV pool never exceeds this; --kv-cache-mb overrides
@@ -50,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "under the model id NAME; repeatable; requests for different adapters and the base share batches",
     )
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
-    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA)")
     parser.add_argument(
         "--max-batch",
