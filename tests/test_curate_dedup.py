@@ -469,3 +469,20 @@ def test_a_file_or_record_left_with_only_separator_lines_is_counted_empty(tmp_pa
     result = run_pipeline(CurateConfig(stages=stages), [str(src)], tmp_path / "out", progress=False)
     assert [d["text"] for d in read_outputs(result.outputs)] == ["Own."]
     assert result.stages[1].reasons == {"empty_after_line_dedup": 2}
+
+
+def test_dedup_help_says_a_text_file_with_separators_holds_many_documents(capsys):
+    """`curate dedup --help` said --input was "text files, one document each": a file of <|endoftext|>-separated
+    stories holds one document a story, whose separator lines the lines method keeps; minhash compares files whole."""
+    from cookmind.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["curate", "dedup", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "one document each" not in text and "one document per file" not in text
+    assert "a file is one document, or, holding <|endoftext|> lines, the documents between those" in text
+    assert "keeping blank and <|endoftext|> separator lines" in text
+    assert "each file compared whole as one document" in text
+    with pytest.raises(SystemExit):
+        main(["curate", "--help"])
+    assert "MinHash dedup of whole files" in " ".join(capsys.readouterr().out.split())

@@ -102,15 +102,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "files is refused",
     )
 
-    p = sub.add_parser("dedup", help="exact-line or MinHash dedup of text files (one document per file)")
+    p = sub.add_parser("dedup", help="exact-line dedup of text files, or MinHash dedup of whole files")
     p.add_argument(
         "--method",
         choices=["lines", "minhash"],
         required=True,
-        help="lines: drop every line that occurs more than once in the corpus (all its copies); minhash: keep one "
-        "of each group of near-duplicate files",
+        help="lines: drop every line that occurs more than once in the corpus (all its copies), keeping blank and "
+        "<|endoftext|> separator lines; minhash: keep one of each group of near-duplicate files, each file compared "
+        "whole as one document (the stories of a file with <|endoftext|> lines are not compared one by one)",
     )
-    p.add_argument("--input", nargs="+", required=True, help="text files, one document each (distinct file names)")
+    p.add_argument(
+        "--input",
+        nargs="+",
+        required=True,
+        help="text files (.txt, .gz too; distinct file names): a file is one document, or, holding <|endoftext|> "
+        "lines, the documents between those (lines keeps the separators; minhash compares the file whole)",
+    )
     p.add_argument(
         "--output",
         "--out",

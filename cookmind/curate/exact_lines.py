@@ -103,7 +103,8 @@ def exact_line_dedup(
     overwrite: bool = False,
     progress: bool = False,
 ) -> list[Path]:
-    """Rewrite each input file (one document each) into ``output_dir`` without corpus-duplicated lines.
+    """Rewrite each input file (its documents between <|endoftext|> lines, or one) into ``output_dir`` without
+    corpus-duplicated lines.
 
     The folder is built whole (``dedup_output``); its record counts the text lines in, out and removed, and
     the files left empty. ``overwrite`` replaces an earlier dedup's folder there, never anything else.
