@@ -101,6 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replace a crawl already in --output, whole (and an existing --labelled); a folder holding other "
         "files is refused",
     )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars, as the other curate commands' --quiet (crawl draws none; the manifest is printed)",
+    )
 
     p = sub.add_parser("dedup", help="exact-line dedup of text files, or MinHash dedup of whole files")
     p.add_argument(
