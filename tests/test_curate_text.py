@@ -374,3 +374,31 @@ def test_toxic_stage_batch_equals_one_by_one():
     assert flags == [True, False, False, True]
     assert stage.process_batch([dict(d) for d in docs], batch) == flags
     assert one.reasons == batch.reasons and sum(one.reasons.values()) == 2
+
+
+def test_toxic_line_share_counts_no_separator_line():
+    """The per-line toxicity check counted <|endoftext|> separator lines as clean lines: one rude line among 9 text
+    lines of 5 stories was 1 in 13 (under the 0.1 bound, kept) where it is 1 in 9 (over it, removed)."""
+    from cookmind.curate.harmful import toxic_line_share
+    from cookmind.curate.stages import ToxicStage
+    from cookmind.curate.stats import StageStats
+
+    clean = [
+        "Tom had a red ball.",
+        "He liked to play in the park.",
+        "One day the ball rolled away.",
+        "Tom ran after it.",
+        "A kind dog found the ball.",
+        "The dog gave it back to Tom.",
+        "Tom said thank you.",
+        "They played all day.",
+    ]
+    sep = "<|endoftext|>"
+    text = "\n".join([*clean[:2], sep, *clean[2:4], sep, "you are stupid", sep, *clean[4:6], sep, *clean[6:]])
+    assert toxic_line_share(text, 0.9) == pytest.approx(1 / 9)
+    assert classify_toxic_speech(text)[0] == "non_toxic"  # the record as a whole passes: the line rule decides
+    one, batch = StageStats("toxic"), StageStats("toxic")
+    assert ToxicStage().process({"text": text}, one) is False
+    assert ToxicStage().process_batch([{"text": text}], batch) == [False]
+    assert one.reasons == batch.reasons == {"toxic_lines": 1}
+    assert toxic_line_share(f"{sep}\n\n{sep}\n", 0.9) == 0.0

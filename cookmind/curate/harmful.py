@@ -17,6 +17,7 @@ import re
 
 from cookmind.curate.classifier import load_classifier
 from cookmind.curate.obfuscation import deobfuscate
+from cookmind.curate.shards import is_text_line
 
 # Explicit sexual-content terms; a page is NSFW when they are a noticeable share of its words.
 SEXUAL_TERMS = frozenset(
@@ -106,9 +107,15 @@ def classify_toxic_speech(text: str, threshold: float = 0.5, model: str | None =
     return ("toxic" if p >= threshold else "non_toxic"), p
 
 
+def text_lines(text: str) -> list[str]:
+    """The lines the per-line check judges: not blank, not an ``<|endoftext|>`` separator (counted as clean lines,
+    separators lowered the toxic share of a record of stories)."""
+    return [line for line in text.splitlines() if is_text_line(line)]
+
+
 def toxic_line_share(text: str, threshold: float = 0.5) -> float:
-    """Share of non-empty lines alt-profanity-check calls toxic (one long clean page can hide a rant)."""
-    lines = [line for line in plain_text(text).splitlines() if line.strip()]
+    """Share of text lines (``text_lines``) alt-profanity-check calls toxic (one long clean page can hide a rant)."""
+    lines = text_lines(plain_text(text))
     if not lines:
         return 0.0
     probs = _profanity().predict_prob(lines)

@@ -29,6 +29,12 @@ TEXT_SUFFIXES = (".txt", ".text")
 SOURCE_KEY = "_cookmind_source"  # where an input document came from, carried between curate's passes when listed
 
 
+def is_text_line(line: str) -> bool:
+    """Whether ``line`` holds text: not blank, not an ``<|endoftext|>`` separator (it marks where a document ends,
+    as pack reads it, and is no line of text to count, share, or judge)."""
+    return bool(line.strip()) and line.strip() != text_input.ENDOFTEXT
+
+
 def kind_of(path: Path) -> str:
     """ "html" | "warc" | "jsonl" | "parquet" | "text" by file name."""
     name = path.name.lower()

@@ -220,10 +220,10 @@ class ToxicStage(DocStage):
         """One call of the linear model for every document and line of the batch (its per-call cost dominates)."""
         if self.model is not None:
             return [self.process(doc, stats) for doc in docs]
-        from cookmind.curate.harmful import _profanity, plain_text
+        from cookmind.curate.harmful import _profanity, plain_text, text_lines
 
         texts = [plain_text(d["text"]) for d in docs]
-        lines = [[line for line in t.splitlines() if line.strip()] for t in texts]
+        lines = [text_lines(t) for t in texts]
         flat = texts + [line for ls in lines for line in ls]
         probs = _profanity().predict_prob(flat) if flat else []
         keep, k = [], len(docs)
