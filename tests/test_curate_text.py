@@ -402,3 +402,28 @@ def test_toxic_line_share_counts_no_separator_line():
     assert ToxicStage().process_batch([{"text": text}], batch) == [False]
     assert one.reasons == batch.reasons == {"toxic_lines": 1}
     assert toxic_line_share(f"{sep}\n\n{sep}\n", 0.9) == 0.0
+
+
+def test_gopher_line_and_word_rules_count_no_separator_line():
+    """The gopher rules counted <|endoftext|> separator lines as lines and words: three ellipsis lines in nine text
+    lines (1/3, over the 0.3 bound) were 3 in 11 and passed, ten bullet lines (all, over 0.9) 10 in 12, a record of
+    48 words passed min_words 50 on its two separators, and one code-like line in four (the 0.25 share that notes
+    code) was 1 in 6."""
+    from cookmind.curate.gopher import looks_like_code
+
+    sep = "<|endoftext|>"
+    story = [
+        "Tom and the dog went to the park with a red ball",  # 12, 12 and 11 words
+        "They played in the sun until it was time to go home",
+        "Then the dog was tired and slept by the warm fire...",
+    ]
+    text = "\n".join([*story, sep, *story, sep, *story])  # 105 words, 9 text lines, 3 ending in "..."
+    assert "ellipsis_lines_ratio" in gopher_reasons(text)
+    bullets = "\n".join(f"- the cat sat on the mat with a hat {i}" for i in range(10)).split("\n")
+    text = "\n".join([*bullets[:4], sep, *bullets[4:7], sep, *bullets[7:]])  # 110 words, 10 bullet lines
+    assert "bullet_lines_ratio" in gopher_reasons(text)
+    words = " ".join(["the cat and the dog sat with a hat"] * 6).split()[:48]  # 48 words
+    text = "\n".join([" ".join(words[:16]), sep, " ".join(words[16:32]), sep, " ".join(words[32:])])
+    assert gopher_reasons(text) == ["too_few_words"]
+    code = "\n".join(["Tom ran home.", sep, "Ann said hello,", sep, "They ate lunch.", "The sun set."])
+    assert looks_like_code(code)

@@ -13,6 +13,7 @@ from collections import Counter
 import numpy as np
 
 from cookmind import text_input
+from cookmind.curate.shards import is_text_line
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
@@ -58,6 +59,13 @@ class GopherConfig:
             if key in d:
                 d[key] = {**getattr(defaults, key), **{int(k): float(v) for k, v in d[key].items()}}
         return cls(**d)
+
+
+def _without_separators(text: str) -> str:
+    """``text`` without its ``<|endoftext|>`` separator lines: they mark where a record's stories end and are no
+    lines or words to the rules (counted, they lowered the bullet and ellipsis line shares and passed a record short of
+    ``min_words`` on its separators)."""
+    return "\n".join(line for line in text.split("\n") if line.strip() != text_input.ENDOFTEXT)
 
 
 def _duplicate_ratios(items: list[str]) -> tuple[float, float]:
@@ -129,6 +137,7 @@ def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
 def gopher_reasons(text: str, cfg: GopherConfig | None = None) -> list[str]:
     """Names of the Gopher rules ``text`` fails (empty list: it passes)."""
     cfg = cfg or GopherConfig()
+    text = _without_separators(text)
     words = text.split()
     n = len(words)
     if n < cfg.min_words:
@@ -173,7 +182,8 @@ def gopher_quality_filter(text: str, cfg: GopherConfig | None = None) -> bool:
 
 
 def looks_like_code(text: str) -> bool:
-    """True when at least ``CODE_LINES_SHARE`` of ``text``'s non-blank lines look like code (``CODE_LINE``): source,
-    or documentation with code blocks, which the rules above, written for prose, often remove."""
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    """True when at least ``CODE_LINES_SHARE`` of ``text``'s text lines (``shards.is_text_line``) look like code
+    (``CODE_LINE``): source, or documentation with code blocks, which the rules above, written for prose, often
+    remove."""
+    lines = [line.rstrip() for line in text.splitlines() if is_text_line(line)]  # a separator is no line of prose
     return bool(lines) and sum(bool(CODE_LINE.search(line)) for line in lines) >= CODE_LINES_SHARE * len(lines)
