@@ -188,9 +188,9 @@ def test_remove_lines_keeps_every_byte_but_the_removed_lines(text, expected):
     from cookmind.curate.exact_lines import remove_lines
 
     dup = np.sort(np.array([xxhash.xxh64_intdigest(b"shared line")], dtype=np.uint64))
-    got, n = remove_lines(text, dup)
+    got, n, emptied = remove_lines(text, dup)
     assert got == expected == _naive_remove(text, {"shared line"})
-    assert n == text.count("shared line")
+    assert n == text.count("shared line") and emptied == (expected == "")
 
 
 def test_exact_line_dedup_files_keep_final_newline_crlf_and_bytes(tmp_path):
@@ -419,9 +419,9 @@ def test_exact_line_dedup_keeps_endoftext_separator_lines(tmp_path, capsys):
     assert rc == 0
     # text lines: 2 + 3; only "The cat sat in the sun." is in both files
     assert (res["lines_in"], res["lines_removed"], res["lines_out"], res["files_emptied"]) == (5, 2, 3, 0)
-    assert {k: v for k, v in _files(tmp_path / "o").items() if not k.startswith(".")} == {
-        "a.txt": b"<|endoftext|>\nThe dog ran to the river.\n",
-        "b.txt": b"A bird sang on the roof.\n<|endoftext|>\r\n  <|endoftext|> \nA fish swam.\n",
+    assert {k: v for k, v in _files(tmp_path / "o").items() if not k.startswith(".")} == {  # each story of one
+        "a.txt": b"The dog ran to the river.\n",  # line, the shared one, goes with the separator after it
+        "b.txt": b"A bird sang on the roof.\n<|endoftext|>\r\nA fish swam.\n",
     }
 
 
@@ -461,7 +461,7 @@ def test_a_file_or_record_left_with_only_separator_lines_is_counted_empty(tmp_pa
         ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o")], capsys
     )
     assert rc == 0 and (res["lines_in"], res["lines_removed"], res["files_emptied"]) == (4, 4, 2)
-    assert (tmp_path / "o" / "a.txt").read_text() == "<|endoftext|>\n"
+    assert (tmp_path / "o" / "a.txt").read_text() == ""  # both stories gone, and the separator between them
     src = tmp_path / "in.jsonl"
     texts = ["One cat slept.\n<|endoftext|>\nTwo dogs ran.", "One cat slept.\n<|endoftext|>\nTwo dogs ran.", "Own."]
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
@@ -486,3 +486,83 @@ def test_dedup_help_says_a_text_file_with_separators_holds_many_documents(capsys
     with pytest.raises(SystemExit):
         main(["curate", "--help"])
     assert "MinHash dedup of whole files" in " ".join(capsys.readouterr().out.split())
+
+
+SEP = "<|endoftext|>"
+
+
+@pytest.mark.parametrize(
+    "text, expected, emptied",
+    [
+        (f"A\n{SEP}\nshared line\n{SEP}\nC\n", f"A\n{SEP}\nC\n", 1),  # the separator after it goes too
+        (f"shared line\n{SEP}\nB\n", "B\n", 1),  # none left at the start
+        (f"A\n{SEP}\nshared line\n", "A\n", 1),  # nor at the end
+        (f"A\n{SEP}\nshared line\n{SEP}\n", f"A\n{SEP}\n", 1),  # a file ending each story in one keeps that
+        (f"{SEP}\nshared line\n{SEP}\nB", f"{SEP}\nB", 1),  # one starting each story with one keeps that
+        (f"A\n\n{SEP}\n\nshared line\nshared line\n\n{SEP}\n\nC\n", f"A\n\n{SEP}\n\nC\n", 1),
+        (f"A\r\n{SEP}\r\nshared line\r\n  {SEP} \r\nC\r\n", f"A\r\n{SEP}\r\nC\r\n", 1),
+        (f"A\n{SEP}\nshared line\n{SEP}\nshared line\n", "A\n", 2),
+        (f"shared line\n{SEP}\nshared line\n", "", 2),
+        (f"A\nshared line\n{SEP}\nB\n", f"A\n{SEP}\nB\n", 0),  # a story keeping a line keeps its separators
+    ],
+)
+def test_a_story_whose_every_line_is_removed_goes_with_one_separator(text, expected, emptied):
+    """Separator lines stayed while every line of a story between them went, leaving an empty document between two
+    separators (or a separator at the start or end of the text), and nothing counted it: the story goes whole with
+    one separator, and is counted."""
+    from cookmind.curate.exact_lines import remove_lines
+
+    dup = np.sort(np.array([xxhash.xxh64_intdigest(b"shared line")], dtype=np.uint64))
+    assert remove_lines(text, dup) == (expected, text.count("shared line"), emptied)
+
+
+def test_dedup_lines_collapses_the_stories_it_empties_in_tinystories(tmp_path, capsys, shared_data):
+    """The five-story sample beside a file holding its 2nd and 4th stories and one of its own: `dedup --method
+    lines` removed those two stories' lines from both files and left their separators, an empty document between
+    two of them. Each emptied story goes with one separator; documents_emptied counts the 4."""
+    from cookmind.text_input import separated_documents
+
+    sample = (shared_data / "text" / "tinystories_sample.txt").read_text(encoding="utf-8")
+    lines = sample.splitlines(keepends=True)  # 0 blank, stories on 1-5, 7-9, 11-13, 15 (blank)-19, 21-23
+    assert [i for i, ln in enumerate(lines) if ln.strip() == SEP] == [6, 10, 14, 20, 24] and len(lines) == 25
+    stories = [doc for _, doc in separated_documents(sample)]
+    assert len(stories) == 5
+    own = f"{stories[1]}\n{SEP}\nA small red hen sang.\n{SEP}\n{stories[3]}\n{SEP}\n"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text(sample, encoding="utf-8")
+    (tmp_path / "in" / "b.txt").write_text(own, encoding="utf-8")
+    inputs = [str(tmp_path / "in" / n) for n in ("a.txt", "b.txt")]
+    rc, res = _cli(
+        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o"), "--quiet"],
+        capsys,
+    )
+    assert rc == 0
+    out = (tmp_path / "o" / "a.txt").read_text(encoding="utf-8")
+    assert out == "".join(lines[0:7] + lines[11:15] + lines[21:25])  # 7-9 with 10's separator, 15-19 with 20's
+    assert [doc for _, doc in separated_documents(out)] == [stories[0], stories[2], stories[4]]
+    assert (tmp_path / "o" / "b.txt").read_text(encoding="utf-8") == f"A small red hen sang.\n{SEP}\n"
+    shared = len(stories[1].splitlines()) + len(stories[3].splitlines())  # 3 + 4 lines, in both files
+    assert shared == 7
+    assert (res["lines_removed"], res["documents_emptied"], res["files_emptied"]) == (2 * shared, 4, 0)
+
+
+def test_curate_run_exact_lines_collapses_and_counts_the_stories_it_empties(tmp_path):
+    """In curate run, a record's text of stories joined by separators kept an empty document where exact_lines
+    removed a story whole; the story goes with one separator and documents_emptied counts it."""
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.runner import read_outputs, run_pipeline
+
+    texts = [
+        f"One cat slept on the mat.\n{SEP}\nTwo dogs ran down the road.\n{SEP}\nThree birds sat on the wall.",
+        f"Four fish swam in the lake.\n{SEP}\nTwo dogs ran down the road.",
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    stages = [{"extract": {}}, {"exact_lines": {"num_partitions": 2}}]
+    result = run_pipeline(CurateConfig(stages=stages), [str(src)], tmp_path / "out", progress=False)
+    assert [d["text"] for d in read_outputs(result.outputs)] == [
+        f"One cat slept on the mat.\n{SEP}\nThree birds sat on the wall.",
+        "Four fish swam in the lake.",
+    ]
+    counters = result.stages[1].counters
+    assert (counters["lines_removed"], counters["documents_emptied"], counters["docs_edited"]) == (2, 2, 2)

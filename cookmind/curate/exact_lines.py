@@ -37,7 +37,11 @@ def text_words(text: str) -> int:
 
 def _is_text(line: str) -> bool:
     # a separator line is in every story file: counted as a shared line, it went, and the stories ran together
-    return bool(line.strip()) and line.strip() != text_input.ENDOFTEXT
+    return bool(line.strip()) and not _is_separator(line)
+
+
+def _is_separator(line: str) -> bool:
+    return line.strip() == text_input.ENDOFTEXT
 
 
 def partition_of(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
@@ -62,33 +66,60 @@ def count_partition(shard_dirs: Iterable[Path], p: int) -> np.ndarray:
     return uniq[counts > 1]
 
 
-def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int]:
-    """``text`` without the lines whose hash is in the sorted array ``duplicated``; (text, lines removed).
+def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int, int]:
+    """``text`` without the lines whose hash is in the sorted array ``duplicated``; (text, lines removed, documents
+    emptied).
 
     Every other byte stays (line endings, indentation, the final newline), except blank lines the removal
-    strands: a blank run that a removal joins to another blank run, or to the start or end of the text.
+    strands: a blank run that a removal joins to another blank run, or to the start or end of the text; and a
+    document (the lines between ``<|endoftext|>`` separator lines, or all of them) whose every text line was
+    removed: it goes whole with the separator after it (the last one's: before it), so no removal leaves an empty
+    document between two separators, nor a separator at the start or end of the text. Those are counted.
     """
     body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")  # the final newline is no line
     lines = body.split("\n")
-    blank = [not line.strip() for line in lines]
     hit = np.zeros(len(lines), bool)
     if len(duplicated):
         hashes = np.array([_hash(line) for line in lines], dtype=np.uint64)
         idx = np.minimum(np.searchsorted(duplicated, hashes), len(duplicated) - 1)
         hit = (duplicated[idx] == hashes) & np.array([_is_text(line) for line in lines])
     if not hit.any():
-        return text, 0
+        return text, 0, 0
+    drop, emptied = _emptied_documents(lines, hit)
     kept: list[str] = []
     gap = False  # a line was removed since the last kept one
-    for line, is_blank, removed in zip(lines, blank, hit):
+    for line, removed in zip(lines, drop):
         if removed:
             gap = True
-        elif not (is_blank and gap and (not kept or not kept[-1].strip())):
+        elif not (not line.strip() and gap and (not kept or not kept[-1].strip())):
             kept.append(line)
             gap = False
     while gap and kept and not kept[-1].strip():  # the text ended inside a removal
         kept.pop()
-    return ("\n".join(kept) + end if kept else ""), int(hit.sum())
+    return ("\n".join(kept) + end if kept else ""), int(hit.sum()), emptied
+
+
+def _emptied_documents(lines: list[str], hit: np.ndarray) -> tuple[list[bool], int]:
+    """(the lines to drop, the documents emptied): the ``hit`` lines, and each document whose text lines were all
+    hit, whole, with one separator: the kept documents stay joined by the separator that followed each, so an
+    emptied document's lines and the separator after it go (the last document's: the one before it)."""
+    doc_of, d = [], 0  # the document of each line; a separator's: the one it ends
+    for line in lines:
+        doc_of.append(d)
+        d += _is_separator(line)
+    had, left = [False] * (d + 1), [False] * (d + 1)  # text lines before the removal, and after it
+    for line, doc, removed in zip(lines, doc_of, hit):
+        if _is_text(line):
+            had[doc] = True
+            left[doc] = left[doc] or not removed
+    emptied = [h and not k for h, k in zip(had, left)]
+    kept_docs = [doc for doc in range(d + 1) if not emptied[doc]]
+    joining = set(kept_docs[:-1])  # the separators that still join two kept documents, by the one they end
+    drop = [
+        doc not in joining if _is_separator(line) else bool(removed) or emptied[doc]
+        for line, doc, removed in zip(lines, doc_of, hit)
+    ]
+    return drop, sum(emptied)
 
 
 def _hash(line: str) -> int:
@@ -106,8 +137,9 @@ def exact_line_dedup(
     """Rewrite each input file (its documents between <|endoftext|> lines, or one) into ``output_dir`` without
     corpus-duplicated lines.
 
-    The folder is built whole (``dedup_output``); its record counts the text lines in, out and removed, and
-    the files left empty. ``overwrite`` replaces an earlier dedup's folder there, never anything else.
+    The folder is built whole (``dedup_output``); its record counts the text lines in, out and removed, the
+    documents whose every line went (``remove_lines``: each taken out whole with a separator), and the files left
+    empty. ``overwrite`` replaces an earlier dedup's folder there, never anything else.
     ``progress`` shows a bar over the files for each pass (hashed, then rewritten).
     """
     from tqdm import tqdm
@@ -124,17 +156,23 @@ def exact_line_dedup(
                 write_partitions(hashes, d, num_partitions)
                 shard_dirs.append(d)
             duplicated = np.sort(np.concatenate([count_partition(shard_dirs, p) for p in range(num_partitions)]))
-        removed = emptied = 0
+        removed = emptied = docs_emptied = 0
         for path in bar(input_files, desc="dedup lines: write"):  # pass 2: drop duplicated lines
-            text, n = remove_lines(_read(path), duplicated)
-            removed += n
+            text, n, e = remove_lines(_read(path), duplicated)
+            removed, docs_emptied = removed + n, docs_emptied + e
             emptied += bool(n) and not text_words(text)
             data = text.encode("utf-8", "surrogateescape")
             if text_input.is_gzip(path):  # read decompressed, written back as it came
                 data = gzip.compress(data, mtime=0)
             with writing(tmp / Path(path).name, "wb") as f:
                 f.write(data)
-        summary.update(lines_in=lines_in, lines_out=lines_in - removed, lines_removed=removed, files_emptied=emptied)
+        summary.update(
+            lines_in=lines_in,
+            lines_out=lines_in - removed,
+            lines_removed=removed,
+            documents_emptied=docs_emptied,
+            files_emptied=emptied,
+        )
     return [output_dir / Path(path).name for path in input_files]
 
 

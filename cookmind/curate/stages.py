@@ -461,8 +461,9 @@ class ExactLinesStage(CorpusStage):
         return np.load(scratch / "duplicated.npy")
 
     def keep(self, doc, local_idx, state, stats):
-        text, n = exact_lines.remove_lines(doc["text"], state)
+        text, n, emptied = exact_lines.remove_lines(doc["text"], state)
         stats.counters["lines_removed"] += n
+        stats.counters["documents_emptied"] += emptied  # a story between separators gone whole, or the record
         stats.counters["docs_edited"] += int(n > 0)
         if exact_lines.text_words(text) < self.min_words_after:  # separators left alone are no words
             return stats.drop("empty_after_line_dedup", doc)  # listed with its text before the lines went
