@@ -427,3 +427,24 @@ def test_gopher_line_and_word_rules_count_no_separator_line():
     assert gopher_reasons(text) == ["too_few_words"]
     code = "\n".join(["Tom ran home.", sep, "Ann said hello,", sep, "They ate lunch.", "The sun set."])
     assert looks_like_code(code)
+
+
+def test_nsfw_word_share_counts_no_separator_line():
+    """The NSFW lexicon backstop counted each <|endoftext|> separator as a word ("endoftext"): three explicit words
+    in 299 words of three stories (0.01003, at the 0.01 bound) were 3 in 301 (0.00997) and the record kept."""
+    from cookmind.curate.harmful import nsfw_score
+    from cookmind.curate.stages import NsfwStage
+    from cookmind.curate.stats import StageStats
+
+    sep = "<|endoftext|>"
+    filler = "the girl walked to the shop and back home again".split()  # 10 words
+    stories = [
+        " ".join(["she", "saw", "porn", *(filler * 10)[:97]]),  # 100 words
+        " ".join(["a", "nude", "man", *(filler * 10)[:97]]),
+        " ".join(["he", "was", "naked", *(filler * 10)[:96]]),  # 99 words
+    ]
+    text = "\n".join([stories[0], sep, stories[1], sep, stories[2]])
+    assert nsfw_score(text.replace(sep, "")) == (3, 3 / 299)
+    assert classify_nsfw(text)[0] == "nsfw" and classify_nsfw(text)[1] == pytest.approx((3 / 299) / 0.02)
+    stats = StageStats("nsfw")
+    assert NsfwStage().process({"text": text}, stats) is False and stats.reasons == {"nsfw": 1}

@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 
 from cookmind import text_input
-from cookmind.curate.shards import is_text_line
+from cookmind.curate.shards import is_text_line, without_separator_lines
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
@@ -59,13 +59,6 @@ class GopherConfig:
             if key in d:
                 d[key] = {**getattr(defaults, key), **{int(k): float(v) for k, v in d[key].items()}}
         return cls(**d)
-
-
-def _without_separators(text: str) -> str:
-    """``text`` without its ``<|endoftext|>`` separator lines: they mark where a record's stories end and are no
-    lines or words to the rules (counted, they lowered the bullet and ellipsis line shares and passed a record short of
-    ``min_words`` on its separators)."""
-    return "\n".join(line for line in text.split("\n") if line.strip() != text_input.ENDOFTEXT)
 
 
 def _duplicate_ratios(items: list[str]) -> tuple[float, float]:
@@ -137,7 +130,7 @@ def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
 def gopher_reasons(text: str, cfg: GopherConfig | None = None) -> list[str]:
     """Names of the Gopher rules ``text`` fails (empty list: it passes)."""
     cfg = cfg or GopherConfig()
-    text = _without_separators(text)
+    text = without_separator_lines(text)  # counted, they lowered the line shares and made up words
     words = text.split()
     n = len(words)
     if n < cfg.min_words:

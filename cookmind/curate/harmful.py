@@ -17,7 +17,7 @@ import re
 
 from cookmind.curate.classifier import load_classifier
 from cookmind.curate.obfuscation import deobfuscate
-from cookmind.curate.shards import is_text_line
+from cookmind.curate.shards import is_text_line, without_separator_lines
 
 # Explicit sexual-content terms; a page is NSFW when they are a noticeable share of its words.
 SEXUAL_TERMS = frozenset(
@@ -58,7 +58,7 @@ def plain_text(text: str) -> str:
 def classify_nsfw(
     text: str, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None, threshold: float = 0.5
 ) -> tuple[str, float]:
-    """("nsfw" | "non_nsfw", score), judged on the text with disguised words undone.
+    """("nsfw" | "non_nsfw", score), judged on the text with disguised words undone (separator lines left out).
 
     Default: NSFW when alt-profanity-check scores the text at least ``threshold`` and it holds an obscene
     word or a disguised lexicon word (the model alone also flags plain insults, which the toxicity check
@@ -67,7 +67,7 @@ def classify_nsfw(
     probability (0 without such a word) and min(1, (hits / words) / (2 * min_ratio)).
     ``model``: a classifier of ours (or a fastText .bin) with an "nsfw" label; score = P(nsfw).
     """
-    text, disguised = deobfuscate(text, NSFW_LEXICON)
+    text, disguised = deobfuscate(without_separator_lines(text), NSFW_LEXICON)  # a separator is no word of text
     if model:
         p = _cached_classifier(str(model)).prob(text, "nsfw")
         return ("nsfw" if p >= threshold else "non_nsfw"), p

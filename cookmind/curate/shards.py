@@ -35,6 +35,12 @@ def is_text_line(line: str) -> bool:
     return bool(line.strip()) and line.strip() != text_input.ENDOFTEXT
 
 
+def without_separator_lines(text: str) -> str:
+    """``text`` without its ``<|endoftext|>`` separator lines, for a check that counts lines or words: they mark
+    where a record's stories end and are none of either."""
+    return "\n".join(line for line in text.split("\n") if line.strip() != text_input.ENDOFTEXT)
+
+
 def kind_of(path: Path) -> str:
     """ "html" | "warc" | "jsonl" | "parquet" | "text" by file name."""
     name = path.name.lower()
