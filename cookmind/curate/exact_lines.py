@@ -23,25 +23,18 @@ import xxhash
 from cookmind import text_input
 from cookmind.atomic import writing
 from cookmind.curate.dedup_output import building_dedup_output
+from cookmind.curate.shards import is_separator_line, is_text_line
 
 
 def line_hashes(text: str) -> np.ndarray:
-    """xxh64 of every text line: not blank, not a separator (trailing whitespace ignored)."""
-    return np.array([_hash(line) for line in text.split("\n") if _is_text(line)], dtype=np.uint64)
+    """xxh64 of every text line: not blank, not a separator (trailing whitespace ignored). A separator line is in
+    every story file: counted as a shared line, it went, and the stories ran together."""
+    return np.array([_hash(line) for line in text.split("\n") if is_text_line(line)], dtype=np.uint64)
 
 
 def text_words(text: str) -> int:
     """Words on the text lines of ``text``: a document left with only separators has none."""
-    return sum(len(line.split()) for line in text.split("\n") if _is_text(line))
-
-
-def _is_text(line: str) -> bool:
-    # a separator line is in every story file: counted as a shared line, it went, and the stories ran together
-    return bool(line.strip()) and not _is_separator(line)
-
-
-def _is_separator(line: str) -> bool:
-    return line.strip() == text_input.ENDOFTEXT
+    return sum(len(line.split()) for line in text.split("\n") if is_text_line(line))
 
 
 def partition_of(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
@@ -82,7 +75,7 @@ def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int, int]:
     if len(duplicated):
         hashes = np.array([_hash(line) for line in lines], dtype=np.uint64)
         idx = np.minimum(np.searchsorted(duplicated, hashes), len(duplicated) - 1)
-        hit = (duplicated[idx] == hashes) & np.array([_is_text(line) for line in lines])
+        hit = (duplicated[idx] == hashes) & np.array([is_text_line(line) for line in lines])
     if not hit.any():
         return text, 0, 0
     drop, emptied = _emptied_documents(lines, hit)
@@ -106,17 +99,17 @@ def _emptied_documents(lines: list[str], hit: np.ndarray) -> tuple[list[bool], i
     doc_of, d = [], 0  # the document of each line; a separator's: the one it ends
     for line in lines:
         doc_of.append(d)
-        d += _is_separator(line)
+        d += is_separator_line(line)
     had, left = [False] * (d + 1), [False] * (d + 1)  # text lines before the removal, and after it
     for line, doc, removed in zip(lines, doc_of, hit):
-        if _is_text(line):
+        if is_text_line(line):
             had[doc] = True
             left[doc] = left[doc] or not removed
     emptied = [h and not k for h, k in zip(had, left)]
     kept_docs = [doc for doc in range(d + 1) if not emptied[doc]]
     joining = set(kept_docs[:-1])  # the separators that still join two kept documents, by the one they end
     drop = [
-        doc not in joining if _is_separator(line) else bool(removed) or emptied[doc]
+        doc not in joining if is_separator_line(line) else bool(removed) or emptied[doc]
         for line, doc, removed in zip(lines, doc_of, hit)
     ]
     return drop, sum(emptied)

@@ -12,7 +12,6 @@ from collections import Counter
 
 import numpy as np
 
-from cookmind import text_input
 from cookmind.curate.shards import is_text_line, without_separator_lines
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
@@ -64,7 +63,7 @@ class GopherConfig:
 def _duplicate_ratios(items: list[str]) -> tuple[float, float]:
     """(share of items that repeat an earlier one, share of characters in those repeats); blank items and
     ``<|endoftext|>`` separators are none (a record of stories joined by them was removed for their repeats)."""
-    items = [x for x in items if x.strip() and x.strip() != text_input.ENDOFTEXT]
+    items = [x for x in items if is_text_line(x)]
     if not items:
         return 0.0, 0.0
     seen: set[str] = set()

@@ -29,16 +29,20 @@ TEXT_SUFFIXES = (".txt", ".text")
 SOURCE_KEY = "_cookmind_source"  # where an input document came from, carried between curate's passes when listed
 
 
+def is_separator_line(line: str) -> bool:
+    """Whether ``line`` is an ``<|endoftext|>`` separator (whitespace round it aside): it marks where a document
+    ends, as pack reads it, and is no line of text to count, share, or judge."""
+    return line.strip() == text_input.ENDOFTEXT
+
+
 def is_text_line(line: str) -> bool:
-    """Whether ``line`` holds text: not blank, not an ``<|endoftext|>`` separator (it marks where a document ends,
-    as pack reads it, and is no line of text to count, share, or judge)."""
-    return bool(line.strip()) and line.strip() != text_input.ENDOFTEXT
+    """Whether ``line`` holds text: not blank, not a separator."""
+    return bool(line.strip()) and not is_separator_line(line)
 
 
 def without_separator_lines(text: str) -> str:
-    """``text`` without its ``<|endoftext|>`` separator lines, for a check that counts lines or words: they mark
-    where a record's stories end and are none of either."""
-    return "\n".join(line for line in text.split("\n") if line.strip() != text_input.ENDOFTEXT)
+    """``text`` without its separator lines, for a check that counts lines or words: they are none of either."""
+    return "\n".join(line for line in text.split("\n") if not is_separator_line(line))
 
 
 def kind_of(path: Path) -> str:
