@@ -234,3 +234,17 @@ def test_an_eval_set_is_read_by_every_records_suffix_curate_and_pack_read(tmp_pa
         assert [stage.process(dict(d), StageStats("decontaminate")) for d in docs] == [False, True], name
     stage = build_stage("decontaminate", {"eval_sets": {"t": str(sets)}})  # the folder: each file once
     assert stage.sets[0].items == 8
+
+
+def test_a_text_eval_set_of_separated_stories_counts_no_separator_as_an_item(tmp_path, capsys, shared_data):
+    """A text eval set of TinyStories-style stories: its <|endoftext|> lines were read as items, and the stage said
+    "23 items, ...; 6 shorter than 13 words cannot match" for the sample's 18 story lines (one of 11 words)."""
+    sample = (shared_data / "text" / "tinystories_sample.txt").read_text(encoding="utf-8")
+    lines = [ln for ln in sample.splitlines() if ln.strip()]
+    assert len(lines) == 23 and sum(ln.strip() == "<|endoftext|>" for ln in lines) == 5  # 18 story lines
+    (tmp_path / "stories.txt").write_text(sample, encoding="utf-8")
+    stage = build_stage("decontaminate", {"eval_sets": {"stories": str(tmp_path / "stories.txt")}})
+    assert (stage.sets[0].items, stage.sets[0].short) == (18, 1)  # "And that's how Ben found an amazing vase ..."
+    assert f"stories ({tmp_path / 'stories.txt'}): 18 items, " in capsys.readouterr().err
+    doc = {"text": "A tale. " + lines[1]}  # a story's line (line 3 of the file) copied into a document
+    assert stage.process(doc, StageStats("decontaminate")) is False

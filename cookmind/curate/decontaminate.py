@@ -109,8 +109,9 @@ def eval_files(path: str | Path) -> list[Path]:
 
 def iter_eval_items(path: Path, stats=None):
     """The items of one eval file as text: a record's string fields joined in order, a CSV row's cells,
-    a text file's non-blank lines (its bytes that are not UTF-8 read as U+FFFD, counted in ``stats``, a
-    ``StageStats``: ``shards.count_bad_utf8``; JSON, JSONL and CSV files refuse them, naming file:line)."""
+    a text file's text lines, neither blank nor ``<|endoftext|>`` separators (its bytes that are not UTF-8 read as
+    U+FFFD, counted in ``stats``, a ``StageStats``: ``shards.count_bad_utf8``; JSON, JSONL and CSV files refuse
+    them, naming file:line)."""
     from cookmind.curate.shards import kind_of, read_jsonl, read_parquet
 
     name = path.name
@@ -136,10 +137,10 @@ def iter_eval_items(path: Path, stats=None):
         for rec in read_parquet(path):
             yield _strings(rec)
     else:
-        from cookmind.curate.shards import read_text_counting_bad_utf8
+        from cookmind.curate.shards import is_text_line, read_text_counting_bad_utf8
 
         for line in read_text_counting_bad_utf8(path, stats).splitlines():
-            if line.strip():
+            if is_text_line(line):  # a separator line is no item: it was counted one, and "too short to match"
                 yield line
 
 
