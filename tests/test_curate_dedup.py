@@ -504,6 +504,10 @@ SEP = "<|endoftext|>"
         (f"A\n{SEP}\nshared line\n{SEP}\nshared line\n", "A\n", 2),
         (f"shared line\n{SEP}\nshared line\n", "", 2),
         (f"A\nshared line\n{SEP}\nB\n", f"A\n{SEP}\nB\n", 0),  # a story keeping a line keeps its separators
+        (f"A\n{SEP}\n{SEP}\nshared line\n", "A\n", 1),  # the input's empty document left last goes too
+        (f"shared line\n{SEP}\n\n{SEP}\nB\n", "B\n", 1),  # and left first
+        (f"A\n{SEP}\n{SEP}\nshared line\n{SEP}\nC", f"A\n{SEP}\n{SEP}\nC", 1),  # between two kept: the input's
+        (f"{SEP}\nshared line\n{SEP}\n", "", 1),  # a file of one story, its separators round it: empty
     ],
 )
 def test_a_story_whose_every_line_is_removed_goes_with_one_separator(text, expected, emptied):

@@ -107,9 +107,18 @@ def _emptied_documents(lines: list[str], hit: np.ndarray) -> tuple[list[bool], i
             left[doc] = left[doc] or not removed
     emptied = [h and not k for h, k in zip(had, left)]
     kept_docs = [doc for doc in range(d + 1) if not emptied[doc]]
+    # an empty document the input had between two separators ("<S>\n<S>") that a removal leaves first or last would
+    # leave a separator at that end: it goes too (the input's own leading or trailing one, "<S>\nA", stays)
+    while kept_docs and kept_docs[-1] != d and not had[kept_docs[-1]]:
+        kept_docs.pop()
+    while kept_docs and kept_docs[0] != 0 and not had[kept_docs[0]]:
+        kept_docs.pop(0)
+    if any(emptied) and not any(had[doc] for doc in kept_docs):  # no story left: no separator either
+        kept_docs = []
+    gone = set(range(d + 1)) - set(kept_docs)
     joining = set(kept_docs[:-1])  # the separators that still join two kept documents, by the one they end
     drop = [
-        doc not in joining if is_separator_line(line) else bool(removed) or emptied[doc]
+        doc not in joining if is_separator_line(line) else bool(removed) or doc in gone
         for line, doc, removed in zip(lines, doc_of, hit)
     ]
     return drop, sum(emptied)
