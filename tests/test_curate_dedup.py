@@ -481,7 +481,8 @@ def test_dedup_help_says_a_text_file_with_separators_holds_many_documents(capsys
     text = " ".join(capsys.readouterr().out.split())
     assert "one document each" not in text and "one document per file" not in text
     assert "a file is one document, or, holding <|endoftext|> lines, the documents between those" in text
-    assert "keeping blank and <|endoftext|> separator lines" in text
+    assert "keeping blank and <|endoftext|> separator lines, but a story whose every line goes takes one " in text
+    assert "separator with it (counted as documents_emptied)" in text
     assert "each file compared whole as one document" in text
     with pytest.raises(SystemExit):
         main(["curate", "--help"])

@@ -113,15 +113,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["lines", "minhash"],
         required=True,
         help="lines: drop every line that occurs more than once in the corpus (all its copies), keeping blank and "
-        "<|endoftext|> separator lines; minhash: keep one of each group of near-duplicate files, each file compared "
-        "whole as one document (the stories of a file with <|endoftext|> lines are not compared one by one)",
+        "<|endoftext|> separator lines, but a story whose every line goes takes one separator with it (counted as "
+        "documents_emptied); minhash: keep one of each group of near-duplicate files, each file compared whole as "
+        "one document (the stories of a file with <|endoftext|> lines are not compared one by one)",
     )
     p.add_argument(
         "--input",
         nargs="+",
         required=True,
-        help="text files (.txt, .gz too; distinct file names): a file is one document, or, holding <|endoftext|> "
-        "lines, the documents between those (lines keeps the separators; minhash compares the file whole)",
+        help="text files (gzipped too; distinct file names): a file is one document, or, holding <|endoftext|> "
+        "lines, the documents between those (lines keeps the separators between the stories it keeps; minhash "
+        "compares the file whole)",
     )
     p.add_argument(
         "--output",
