@@ -4,8 +4,8 @@ Two passes over 64-bit line hashes, memory bounded: pass 1 writes each shard's h
 ``num_partitions`` files by hash range; each partition is then counted on its own
 (np.unique), so the largest array in memory is one partition, never the corpus. Pass 2 drops
 the lines whose hash was counted more than once. Blank lines are kept (they mark paragraphs), and so are
-``<|endoftext|>`` separator lines (they mark documents: TinyStories' stories, as pack reads them); every byte of a
-document but its removed lines stays as it was.
+``<|endoftext|>`` separator lines (they mark documents: TinyStories' stories, as pack reads them), but for the one a
+story whose every line went takes with it; every byte of a document but its removed lines stays as it was.
 """
 
 from __future__ import annotations
