@@ -276,3 +276,16 @@ def test_serve_prints_what_the_kv_cache_holds_at_start_up(model_dir, monkeypatch
         "cookmind serve: KV cache 1.0 MiB (--kv-cache-mb 1): 255 blocks of 16 = 4,080 tokens, 15 sequence(s) of the "
         "whole 256-token context; batch 32 (all at once when each fills 112 tokens or fewer)"
     )
+
+
+def test_a_default_kv_cache_past_the_cap_says_so_rather_than_capped():
+    """A context whose one sequence outgrows the default's 1 GiB cap (an imported Qwen3-0.6B serves 40,960 tokens)
+    got a cache of one whole context, 4.4 GiB, under a line saying "capped at 1024 MiB". Here 16,384 tokens of 96 KiB
+    are 1,024 blocks of 1.5 MiB, 1,536 MiB, and the scratch block: the line says the cap was passed, and why."""
+    got_slots, got_bytes, note = cli_serve.kv_sizing(_BigModel(), parse("m", "--max-seq-len", "16384"))
+    assert (got_slots, got_bytes / 2**20) == (32, pytest.approx(1025 * 1.5))
+    assert note == (
+        "KV cache 1537.5 MiB (default: one whole 16,384-token context, past the 1024 MiB the default otherwise keeps "
+        "to; --kv-cache-mb or a lower --max-seq-len sets it): 1,024 blocks of 16 = 16,384 tokens, 1 sequence(s) of "
+        "the whole 16,384-token context; batch 32 (all at once when each fills 512 tokens or fewer)"
+    )

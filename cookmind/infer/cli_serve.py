@@ -147,8 +147,14 @@ def kv_sizing(model, args: argparse.Namespace) -> tuple[int, int, str]:
     else:
         units, source = asked * per_seq, "default: the batch's whole contexts"
         if (units + scratch) * unit_bytes > KV_CAP_BYTES:
-            units = max(per_seq, KV_CAP_BYTES // unit_bytes - scratch)
+            units = KV_CAP_BYTES // unit_bytes - scratch
             source = f"default, capped at {KV_CAP_BYTES // 2**20} MiB; --kv-cache-mb sets it"
+            if units < per_seq:  # one whole context outgrows the cap (an imported long-context model): it holds one
+                units = per_seq
+                source = (
+                    f"default: one whole {context:,}-token context, past the {KV_CAP_BYTES // 2**20} MiB the default "
+                    "otherwise keeps to; --kv-cache-mb or a lower --max-seq-len sets it"
+                )
     slots = min(asked or 256, units)  # 256: the engine's most slots from a budget
     if not paged:
         units = slots  # the slots allocated, whatever the budget held beyond them
