@@ -55,6 +55,12 @@ def _is_runs_checkpoints(folder: Path) -> bool:
     return started or _holds_checkpoints(folder)
 
 
+def is_run_dir(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` is a training run's directory: its ``checkpoints/`` is a run's (``_is_runs_checkpoints``).
+    A command reads such a folder only through its newest checkpoint."""
+    return _is_runs_checkpoints(Path(folder) / "checkpoints")
+
+
 def checkpoints_folder_of(path: str | os.PathLike) -> Path | None:
     """The checkpoints folder of a training run that ``path`` is or lies in, else None: a run's ``checkpoints/``
     (``_is_runs_checkpoints``), a ``step_N`` folder's parent that is one or holds a checkpoint (a

@@ -1689,3 +1689,26 @@ def test_a_run_dir_inside_a_folder_the_run_reads_is_refused_before_it_starts(tmp
         f"(data.train_path) reads; write it outside that folder, e.g. {tmp_path / 'seq-run'}"
     ), err
     assert not (store / "run").exists()
+
+
+def test_a_run_dir_inside_the_run_it_starts_from_is_accepted(tmp_path, store, capsys):
+    """`--init-from runs/pre --run-dir runs/pre/sft` was refused as 'inside runs/pre, the folder --init-from reads',
+    though a run directory is read only through its checkpoints/ (which refuse any output inside them): the new run
+    beside them harms nothing, and the run it started from still loads and resumes."""
+    pre = tmp_path / "pre"
+    assert _run(store, "--run-dir", str(pre), "train.max_steps=1") == 0
+    capsys.readouterr()
+    assert _run(store, "--init-from", str(pre), "--run-dir", str(pre / "next"), "train.max_steps=1") == 0
+    assert (pre / "next" / "checkpoints").is_dir()
+    # its checkpoints/ still refuse: the new run would be another run's checkpoint there
+    assert _run(store, "--init-from", str(pre), "--run-dir", str(pre / "checkpoints" / "x"), "train.max_steps=1") == 2
+    assert "checkpoints" in capsys.readouterr().err
+
+
+def test_a_fresh_run_under_resume_auto_inside_a_folder_it_reads_is_refused(tmp_path, store, capsys):
+    """`--resume auto` that finds nothing starts a fresh run: job scripts pass it always. It skipped the check, so
+    `--train-data STORE --run-dir STORE/run --resume auto` wrote the run inside the store."""
+    assert _run(store, "--run-dir", str(store / "run"), "--resume", "auto", "train.max_steps=1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert f"--run-dir {store / 'run'} is inside {store}, the folder --train-data (data.train_path) reads" in err[-1]
+    assert not (store / "run").exists()

@@ -48,7 +48,7 @@ from cookmind.model.model_io import (
     written_files,
 )
 from cookmind.model.sharded_layout import is_sharded_checkpoint
-from cookmind.run_layout import REPORT_FILES, RUN_ENTRIES, STEP_DIR
+from cookmind.run_layout import REPORT_FILES, RUN_ENTRIES, STEP_DIR, is_run_dir
 from cookmind.tokenizer.files import copy_tokenizer_files
 from cookmind.train.config import setting
 from cookmind.train.objectives.base import unwrap
@@ -164,14 +164,20 @@ def refuse_overwriting_inputs(
     refuse_output_in_checkpoints(run_dir, "--run-dir")
     if checkpoints_folder_of(ckpt_dir) not in (None, Path(os.path.abspath(ckpt_dir))):  # not its own folder
         refuse_output_in_checkpoints(ckpt_dir, "checkpoint.dir")
-    if not resume:  # a fresh run writes its folders inside none of the folders it reads (a resume's are there);
-        # one that is that folder, or holds it, is another run's or its own: check_run_dir and the checks below say so
+    # a fresh run (a resume that finds nothing to continue is one: scripts pass --resume auto always) writes its
+    # folders inside none of the folders it reads (a resume's are there); one that is that folder, or holds it, is
+    # another run's or its own: check_run_dir and the checks below say so. A run directory it reads (--init-from
+    # runs/pre) is read only through its checkpoints/, which refuse any output inside them (above): beside them is no
+    # harm.
+    if not resume or (resume == "auto" and not list_checkpoints(ckpt_dir)):
         outs = {"--run-dir": run_dir}
         if not Path(ckpt_dir).resolve().is_relative_to(Path(run_dir).resolve()):  # a checkpoint.dir elsewhere
             outs["checkpoint.dir"] = ckpt_dir
         for key, value in reads.items():
+            if not value or not Path(value).is_dir() or is_run_dir(value):
+                continue
             for name, out in outs.items():
-                if value and Path(value).is_dir() and Path(value).resolve() != Path(out).resolve():
+                if Path(value).resolve() != Path(out).resolve():
                     refuse_nested(value, out, f"the folder {setting(key)} reads", Path(out).name, name, around=False)
     if not overwrite:
         return
