@@ -1712,3 +1712,19 @@ def test_a_fresh_run_under_resume_auto_inside_a_folder_it_reads_is_refused(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert f"--run-dir {store / 'run'} is inside {store}, the folder --train-data (data.train_path) reads" in err[-1]
     assert not (store / "run").exists()
+
+
+def test_a_completed_run_is_its_own_whatever_way_its_paths_are_spelled(tmp_path, store, capsys, monkeypatch):
+    """The same command typed with `--train-data seq/` (tab completion's slash) or an absolute path was told its own
+    completed run was 'another run': the paths it reads are compared as the files they name."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("--run-dir", "run", "train.max_steps=2")
+    assert _train("--train-data", "seq", *TINY, *argv) == 0
+    capsys.readouterr()
+    for spelled in ("seq/", str(store), "./seq"):
+        assert _train("--train-data", spelled, *TINY, *argv) == 2
+        err = capsys.readouterr().err
+        assert "holds this command's own run, completed at step 2" in err, (spelled, err)
+    other = write_store(tmp_path / "seq2", "seq", [{"sequence": np.arange(1, 41) % 64} for _ in range(4)], 64)
+    assert _train("--train-data", str(other), *TINY, *argv) == 2  # another store: another run
+    assert "already holds another run" in capsys.readouterr().err

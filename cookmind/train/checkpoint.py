@@ -263,9 +263,16 @@ def _same_config(run_dir: Path, cfg: Any) -> bool:
             continue
         if key.startswith(_RESOLVED_AT_START) and not cfg.is_user_set(key):
             continue
-        if saved.get(key) is not None and saved[key] != value:
+        if saved.get(key) is not None and saved[key] != value and not _same_path(saved[key], value):
             return False
     return True
+
+
+def _same_path(a: Any, b: Any) -> bool:
+    """Whether two settings are one file or folder spelled two ways (``seq/``, ``./seq``, an absolute path)."""
+    if not (isinstance(a, str) and isinstance(b, str)) or not (os.path.exists(a) or os.path.exists(b)):
+        return False
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _own_run_stopped(ckpt_dir: Path, run_dir: Path, old: list[Path], max_steps: int) -> str:
