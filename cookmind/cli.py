@@ -12,6 +12,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 
 # name -> (module, one-line help), in pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -373,10 +374,26 @@ def leave_process_group(process_group, code: int) -> None:
         asked.append(signum)
 
     signal.signal(signal.SIGINT, after_leaving)
+    failed: list[BaseException] = []
+
+    def leave() -> None:
+        try:
+            process_group.destroy_distributed()
+        except Exception as e:  # the command's status stands; the failure is said in one line
+            failed.append(e)
+
+    # in a thread of its own: leaving can wait in C++ (a peer gone), where no Python handler runs in the thread
+    # that waits; the main thread joins in short waits, so a Ctrl-C is taken at once (and a second ends it)
+    leaving = threading.Thread(target=leave, name="leave-process-group", daemon=True)
     try:
-        process_group.destroy_distributed()
+        leaving.start()
+        while leaving.is_alive():
+            leaving.join(0.1)
     finally:
         keep_exit_status(code)
+    if failed:
+        e = failed[0]
+        print(f"cookmind: warning: leaving the process group failed ({type(e).__name__}: {e})", file=sys.stderr)
     if asked:
         _exit_now(code)
 

@@ -1300,3 +1300,57 @@ def test_readme_own_data_walkthrough_runs(tmp_path, shared_data, monkeypatch, ca
     assert "you> bot> " in out, out  # the chat answered the one line
     assert (tmp_path / "data" / "clean" / "report.md").is_file()
     assert (tmp_path / "runs" / "pre" / "report.md").is_file() and (tmp_path / "runs" / "sft" / "checkpoints").is_dir()
+
+
+# The group's teardown stuck in C++ (a peer gone: here a TCPStore wait), or failing: a second Ctrl-C must end it, and
+# a failure must keep the command's status.
+_TEARDOWN_HANGS_OR_FAILS = """
+import datetime, os, signal, sys, threading, time
+import torch.distributed as dist
+import cookmind.cli as cli
+from cookmind.parallel import init_distributed, process_group
+
+def stuck_destroy():
+    if sys.argv[1] == "fails":
+        raise RuntimeError("the peer is gone")
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=60))
+
+    def two_ctrl_c():
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=two_ctrl_c, daemon=True).start()
+    store.wait(["never"])  # in C++: no Python handler runs in this thread until it returns
+
+process_group.destroy_distributed = stuck_destroy
+
+def main(argv=None):
+    init_distributed("cpu", "gloo", group_of_one=True)
+    print('{"status": "failed"}', flush=True)
+    return 2
+
+cli.main = main
+cli.run()
+"""
+
+
+@pytest.mark.parametrize("how", ["hangs", "fails"])
+def test_a_process_group_teardown_that_hangs_or_fails_keeps_the_exit_status(tmp_path, how):
+    """Leaving a group can hang in C++ where a rank has gone: a second Ctrl-C was meant to end it at once, but a
+    Python handler runs only when the main thread is back in Python, so it waited out the C++ call (60 s here).
+    A teardown that raised escaped as a traceback with exit status 1. Now the teardown runs beside a main thread
+    that takes the signals: the second Ctrl-C ends the process with the command's status within seconds, and a
+    failed teardown is one line, the status kept."""
+    script = tmp_path / "teardown.py"
+    script.write_text(_TEARDOWN_HANGS_OR_FAILS)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2 and done.stdout == '{"status": "failed"}\n', (done.returncode, done.stdout)
+    assert "Traceback" not in done.stderr, done.stderr
+    if how == "hangs":
+        assert time.monotonic() - start < 30, time.monotonic() - start
+    else:
+        assert done.stderr == "cookmind: warning: leaving the process group failed (RuntimeError: the peer is gone)\n"
