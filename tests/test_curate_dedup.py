@@ -571,3 +571,51 @@ def test_curate_run_exact_lines_collapses_and_counts_the_stories_it_empties(tmp_
     ]
     counters = result.stages[1].counters
     assert (counters["lines_removed"], counters["documents_emptied"], counters["docs_edited"]) == (2, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "text, expected, emptied",
+    [
+        (f"A\nshared line{SEP}\nB\n", f"A\n{SEP}\nB\n", 0),  # the separator stays, on its own line
+        (f"A\nshared line {SEP} B\n", f"A\n {SEP} B\n", 0),  # and the text after it on its line
+        (f"A\n{SEP}shared line\nB{SEP}\nC\n", f"A\n{SEP}\nB{SEP}\nC\n", 0),
+        (f"A{SEP}\nshared line{SEP}\nC{SEP}\n", f"A{SEP}\nC{SEP}\n", 1),  # a story emptied takes one separator
+        (f"A{SEP}shared line{SEP}C\n", f"A{SEP}C\n", 1),
+        (f"A{SEP}\nshared line{SEP}\n", f"A{SEP}\n", 1),
+    ],
+)
+def test_a_separator_at_the_end_of_a_line_is_no_part_of_the_line(text, expected, emptied):
+    """A separator at the end of a text line ("friends.<|endoftext|>"), where pack and curate run's reader end a
+    story, was part of the line: a duplicated last line went with its separator, and two stories ran together. The
+    line's text is hashed alone, and a removal leaves its separator."""
+    from cookmind.curate.exact_lines import line_hashes, remove_lines
+
+    dup = np.sort(np.array([xxhash.xxh64_intdigest(b"shared line")], dtype=np.uint64))
+    assert remove_lines(text, dup) == (expected, text.count("shared line"), emptied)
+    hashes = [xxhash.xxh64_intdigest(t.encode()) for t in ("A", "shared line", "B", "C") if t in text]
+    assert sorted(line_hashes(text).tolist()) == sorted(hashes)
+
+
+def test_dedup_lines_keeps_the_separator_that_ends_a_duplicated_last_line(tmp_path, capsys):
+    """Two TinyStories files whose stories end on the same line, the separator right after it: `dedup --method
+    lines` removed "They were best friends.<|endoftext|>" whole from both, and each file's first two stories became
+    one. The line goes, its separator stays, and the files hold the stories they held."""
+    from cookmind.text_input import separated_documents
+
+    a = f"Tom had a red ball.\nThey were best friends.{SEP}\nLily saw a cat.\nThe cat was soft.{SEP}\n"
+    b = f"Ben found a shell.\nThey were best friends.{SEP}\nA bird sang.{SEP}\n"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text(a, encoding="utf-8")
+    (tmp_path / "in" / "b.txt").write_text(b, encoding="utf-8")
+    inputs = [str(tmp_path / "in" / n) for n in ("a.txt", "b.txt")]
+    rc, res = _cli(
+        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o"), "--quiet"],
+        capsys,
+    )
+    assert rc == 0
+    out_a = (tmp_path / "o" / "a.txt").read_text(encoding="utf-8")
+    out_b = (tmp_path / "o" / "b.txt").read_text(encoding="utf-8")
+    assert out_a == f"Tom had a red ball.\n{SEP}\nLily saw a cat.\nThe cat was soft.{SEP}\n"
+    assert out_b == f"Ben found a shell.\n{SEP}\nA bird sang.{SEP}\n"
+    assert [d for _, d in separated_documents(out_b)] == ["Ben found a shell.", "A bird sang."]
+    assert (res["lines_in"], res["lines_removed"], res["documents_emptied"]) == (7, 2, 0)

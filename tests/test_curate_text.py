@@ -464,3 +464,30 @@ def test_language_id_reads_no_separator_line():
     stats, doc = StageStats("langid"), {"text": record}
     assert LangIdStage(languages=["de"]).process(doc, stats) is True, stats.reasons  # was low_confidence
     assert doc["lang_score"] == round(score, 4) and identify_language(record) == (lang, score)  # the same line
+
+
+def test_a_separator_at_the_end_of_a_line_is_no_word_and_ends_the_line(tmp_path):
+    """The checks left out separator lines, but not a separator where TinyStories often puts it, at the end of a
+    story's last line ("fire...<|endoftext|>"): gopher saw no ellipsis at the line's end and read the separator as a
+    word, the NSFW backstop counted "endoftext" as one, and the per-line toxicity check read two stories' lines as
+    one, and a .txt eval set's item. Each reads such a text as it reads the separator on its own line."""
+    from cookmind.curate.decontaminate import iter_eval_items
+    from cookmind.curate.gopher import looks_like_code
+    from cookmind.curate.harmful import toxic_line_share
+    from cookmind.curate.shards import text_lines
+
+    sep = "<|endoftext|>"
+    story = "Tom and the dog went to the park with a red ball\nThen the dog slept by the warm fire..."  # 23 words
+    text = f"{story}{sep}\n{story}{sep}\n{story}{sep}"  # 69 words, 6 text lines, 3 ending in "..."
+    reasons = gopher_reasons(text)
+    assert "ellipsis_lines_ratio" in reasons and reasons == gopher_reasons(text.replace(sep, ""))
+    assert text_lines(f"A{sep}B\n {sep} \nC {sep}") == ["A", "B", "C"]
+    assert toxic_line_share(f"Tom ran home.{sep}you are stupid\nAnn ate lunch.\nThey sang.", 0.9) == 1 / 4
+    words = ["porn", *["dog"] * 99]  # one lexicon word in 100: backstop score (1 / 100) / (2 * 0.01)
+    assert classify_nsfw(f"{' '.join(words[:50])}{sep}\n{' '.join(words[50:])}{sep}")[1] == pytest.approx(0.5)
+    (tmp_path / "ev.txt").write_text(f"What is two and two?{sep}\n{sep}Four.\n", encoding="utf-8")
+    assert list(iter_eval_items(tmp_path / "ev.txt")) == ["What is two and two?", "Four."]
+    assert looks_like_code(f"Tom ran home.{sep}Ann said hello,\nThey ate lunch.{sep}\nThe sun set.")
+    assert identify_language(f"Der Hund lief.{sep}\nDie Katze schlief.{sep}\n") == identify_language(
+        "Der Hund lief.\nDie Katze schlief.\n"
+    )

@@ -137,11 +137,10 @@ def iter_eval_items(path: Path, stats=None):
         for rec in read_parquet(path):
             yield _strings(rec)
     else:
-        from cookmind.curate.shards import is_text_line, read_text_counting_bad_utf8
+        from cookmind.curate.shards import read_text_counting_bad_utf8, text_lines
 
-        for line in read_text_counting_bad_utf8(path, stats).splitlines():
-            if is_text_line(line):  # a separator line is no item: it was counted one, and "too short to match"
-                yield line
+        # a separator is no item (nor a piece of one): it was counted one, and "too short to match"
+        yield from text_lines(read_text_counting_bad_utf8(path, stats))
 
 
 def _strings(value) -> str:

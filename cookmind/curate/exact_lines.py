@@ -4,8 +4,9 @@ Two passes over 64-bit line hashes, memory bounded: pass 1 writes each shard's h
 ``num_partitions`` files by hash range; each partition is then counted on its own
 (np.unique), so the largest array in memory is one partition, never the corpus. Pass 2 drops
 the lines whose hash was counted more than once. Blank lines are kept (they mark paragraphs), and so are
-``<|endoftext|>`` separator lines (they mark documents: TinyStories' stories, as pack reads them), but for the one a
-story whose every line went takes with it; every byte of a document but its removed lines stays as it was.
+``<|endoftext|>`` separators, on a line of their own or at either end of a text line (they mark documents:
+TinyStories' stories, as pack reads them), but for the one a story whose every line went takes with it; every byte
+of a document but its removed lines stays as it was.
 """
 
 from __future__ import annotations
@@ -23,18 +24,29 @@ import xxhash
 from cookmind import text_input
 from cookmind.atomic import writing
 from cookmind.curate.dedup_output import building_dedup_output
-from cookmind.curate.shards import is_separator_line, is_text_line
+from cookmind.curate.shards import is_separator_line, is_text_line, line_pieces
 
 
 def line_hashes(text: str) -> np.ndarray:
-    """xxh64 of every text line: not blank, not a separator (trailing whitespace ignored). A separator line is in
-    every story file: counted as a shared line, it went, and the stories ran together."""
-    return np.array([_hash(line) for line in text.split("\n") if is_text_line(line)], dtype=np.uint64)
+    """xxh64 of every text line: not blank, not a separator (trailing whitespace ignored), a line cut where a
+    separator stands in it (``shards.line_pieces``). A separator line is in every story file: counted as a shared
+    line, it went, and the stories ran together; so did a story's last line with the separator after it."""
+    return np.array([_hash(piece) for piece in _pieces(text)[0] if is_text_line(piece)], dtype=np.uint64)
 
 
 def text_words(text: str) -> int:
     """Words on the text lines of ``text``: a document left with only separators has none."""
-    return sum(len(line.split()) for line in text.split("\n") if is_text_line(line))
+    return sum(len(piece.split()) for piece in _pieces(text)[0] if is_text_line(piece))
+
+
+def _pieces(body: str) -> tuple[list[str], list[int]]:
+    """The pieces of ``body``'s lines (``shards.line_pieces``: text, separators, blank lines) and the line of each."""
+    pieces, line_of = [], []
+    for i, line in enumerate(body.split("\n")):
+        for piece in line_pieces(line):
+            pieces.append(piece)
+            line_of.append(i)
+    return pieces, line_of
 
 
 def partition_of(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
@@ -63,33 +75,38 @@ def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int, int]:
     """``text`` without the lines whose hash is in the sorted array ``duplicated``; (text, lines removed, documents
     emptied).
 
-    Every other byte stays (line endings, indentation, the final newline), except blank lines the removal
-    strands: a blank run that a removal joins to another blank run, or to the start or end of the text; and a
-    document (the lines between ``<|endoftext|>`` separator lines, or all of them) whose every text line was
-    removed: it goes whole with the separator after it (the last one's: before it), so no removal leaves an empty
-    document between two separators, nor a separator at the start or end of the text. Those are counted.
+    A line is taken as the pieces ``shards.line_pieces`` cuts it into: text removed from a line that also holds a
+    separator leaves the separator there. Every other byte stays (line endings, indentation, the final newline),
+    except blank lines the removal strands: a blank run that a removal joins to another blank run, or to the start
+    or end of the text; and a document (the text between ``<|endoftext|>`` separators, or all of it) whose every
+    text line was removed: it goes whole with the separator after it (the last one's: before it), so no removal
+    leaves an empty document between two separators, nor a separator at the start or end of the text. Those are
+    counted.
     """
     body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")  # the final newline is no line
-    lines = body.split("\n")
-    hit = np.zeros(len(lines), bool)
+    pieces, line_of = _pieces(body)
+    hit = np.zeros(len(pieces), bool)
     if len(duplicated):
-        hashes = np.array([_hash(line) for line in lines], dtype=np.uint64)
+        hashes = np.array([_hash(piece) for piece in pieces], dtype=np.uint64)
         idx = np.minimum(np.searchsorted(duplicated, hashes), len(duplicated) - 1)
-        hit = (duplicated[idx] == hashes) & np.array([is_text_line(line) for line in lines])
+        hit = (duplicated[idx] == hashes) & np.array([is_text_line(piece) for piece in pieces])
     if not hit.any():
         return text, 0, 0
-    drop, emptied = _emptied_documents(lines, hit)
-    kept: list[str] = []
-    gap = False  # a line was removed since the last kept one
-    for line, removed in zip(lines, drop):
+    drop, emptied = _emptied_documents(pieces, hit)
+    kept: list[int] = []  # the kept pieces, by index
+    gap = False  # a piece was removed since the last kept one
+    for k, (piece, removed) in enumerate(zip(pieces, drop)):
         if removed:
             gap = True
-        elif not (not line.strip() and gap and (not kept or not kept[-1].strip())):
-            kept.append(line)
+        elif not (not piece.strip() and gap and (not kept or not pieces[kept[-1]].strip())):
+            kept.append(k)
             gap = False
-    while gap and kept and not kept[-1].strip():  # the text ended inside a removal
+    while gap and kept and not pieces[kept[-1]].strip():  # the text ended inside a removal
         kept.pop()
-    return ("\n".join(kept) + end if kept else ""), int(hit.sum()), emptied
+    lines: dict[int, str] = {}  # a line's kept pieces, joined as they stood
+    for k in kept:
+        lines[line_of[k]] = lines.get(line_of[k], "") + pieces[k]
+    return ("\n".join(lines.values()) + end if kept else ""), int(hit.sum()), emptied
 
 
 def _emptied_documents(lines: list[str], hit: np.ndarray) -> tuple[list[bool], int]:

@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 
-from cookmind.curate.shards import is_text_line, without_separator_lines
+from cookmind.curate.shards import is_text_line, text_lines, without_separators
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
@@ -129,7 +129,7 @@ def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
 def gopher_reasons(text: str, cfg: GopherConfig | None = None) -> list[str]:
     """Names of the Gopher rules ``text`` fails (empty list: it passes)."""
     cfg = cfg or GopherConfig()
-    text = without_separator_lines(text)  # counted, they lowered the line shares and made up words
+    text = without_separators(text)  # counted, they lowered the line shares and made up words
     words = text.split()
     n = len(words)
     if n < cfg.min_words:
@@ -174,8 +174,8 @@ def gopher_quality_filter(text: str, cfg: GopherConfig | None = None) -> bool:
 
 
 def looks_like_code(text: str) -> bool:
-    """True when at least ``CODE_LINES_SHARE`` of ``text``'s text lines (``shards.is_text_line``) look like code
+    """True when at least ``CODE_LINES_SHARE`` of ``text``'s text lines (``shards.text_lines``) look like code
     (``CODE_LINE``): source, or documentation with code blocks, which the rules above, written for prose, often
     remove."""
-    lines = [line.rstrip() for line in text.splitlines() if is_text_line(line)]  # a separator is no line of prose
+    lines = [line.rstrip() for line in text_lines(text)]  # a separator is no line of prose
     return bool(lines) and sum(bool(CODE_LINE.search(line)) for line in lines) >= CODE_LINES_SHARE * len(lines)

@@ -17,7 +17,7 @@ import re
 
 from cookmind.curate.classifier import load_classifier
 from cookmind.curate.obfuscation import deobfuscate
-from cookmind.curate.shards import is_text_line, without_separator_lines
+from cookmind.curate.shards import text_lines, without_separators
 
 # Explicit sexual-content terms; a page is NSFW when they are a noticeable share of its words.
 SEXUAL_TERMS = frozenset(
@@ -58,7 +58,7 @@ def plain_text(text: str) -> str:
 def classify_nsfw(
     text: str, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None, threshold: float = 0.5
 ) -> tuple[str, float]:
-    """("nsfw" | "non_nsfw", score), judged on the text with disguised words undone (separator lines left out).
+    """("nsfw" | "non_nsfw", score), judged on the text with disguised words undone (separators left out).
 
     Default: NSFW when alt-profanity-check scores the text at least ``threshold`` and it holds an obscene
     word or a disguised lexicon word (the model alone also flags plain insults, which the toxicity check
@@ -67,7 +67,7 @@ def classify_nsfw(
     probability (0 without such a word) and min(1, (hits / words) / (2 * min_ratio)).
     ``model``: a classifier of ours (or a fastText .bin) with an "nsfw" label; score = P(nsfw).
     """
-    text, disguised = deobfuscate(without_separator_lines(text), NSFW_LEXICON)  # a separator is no word of text
+    text, disguised = deobfuscate(without_separators(text), NSFW_LEXICON)  # a separator is no word of text
     if model:
         p = _cached_classifier(str(model)).prob(text, "nsfw")
         return ("nsfw" if p >= threshold else "non_nsfw"), p
@@ -107,14 +107,9 @@ def classify_toxic_speech(text: str, threshold: float = 0.5, model: str | None =
     return ("toxic" if p >= threshold else "non_toxic"), p
 
 
-def text_lines(text: str) -> list[str]:
-    """The lines the per-line check judges: not blank, not an ``<|endoftext|>`` separator (counted as clean lines,
-    separators lowered the toxic share of a record of stories)."""
-    return [line for line in text.splitlines() if is_text_line(line)]
-
-
 def toxic_line_share(text: str, threshold: float = 0.5) -> float:
-    """Share of text lines (``text_lines``) alt-profanity-check calls toxic (one long clean page can hide a rant)."""
+    """Share of text lines (``shards.text_lines``: separators are no lines, and counted as clean ones they lowered
+    the toxic share of a record of stories) alt-profanity-check calls toxic (one long clean page can hide a rant)."""
     lines = text_lines(plain_text(text))
     if not lines:
         return 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -30,19 +31,42 @@ SOURCE_KEY = "_cookmind_source"  # where an input document came from, carried be
 
 
 def is_separator_line(line: str) -> bool:
-    """Whether ``line`` is an ``<|endoftext|>`` separator (whitespace round it aside): it marks where a document
-    ends, as pack reads it, and is no line of text to count, share, or judge."""
+    """Whether ``line`` (or a piece of one, ``line_pieces``) is an ``<|endoftext|>`` separator (whitespace round it
+    aside): it marks where a document ends, as pack reads it, and is no line of text to count, share, or judge."""
     return line.strip() == text_input.ENDOFTEXT
 
 
 def is_text_line(line: str) -> bool:
-    """Whether ``line`` holds text: not blank, not a separator."""
+    """Whether ``line`` (or a piece of one) holds text: not blank, not a separator."""
     return bool(line.strip()) and not is_separator_line(line)
 
 
-def without_separator_lines(text: str) -> str:
-    """``text`` without its separator lines, for a check that counts lines or words: they are none of either."""
-    return "\n".join(line for line in text.split("\n") if not is_separator_line(line))
+# a separator with the whitespace round it: pack and curate run's reader cut a document there wherever it stands
+_SEPARATOR = re.compile(r"(\s*" + re.escape(text_input.ENDOFTEXT) + r"\s*)")
+
+
+def line_pieces(line: str) -> list[str]:
+    """``line`` cut at each ``<|endoftext|>`` in it: its text pieces and its separators (each with the whitespace
+    round it), which join back to ``line``. "friends.<|endoftext|>" is the text "friends." and a separator: read as
+    one line, a check took the separator for a word, and line dedup removed it with a duplicated last line."""
+    return [piece for piece in _SEPARATOR.split(line) if piece] or [line]
+
+
+def separated_lines(text: str) -> list[str]:
+    """``text``'s lines with each separator taken as a line break, wherever it stands, and left out: the lines a
+    check counts or reads (blank ones kept)."""
+    return [piece for line in text.split("\n") for piece in line_pieces(line) if not is_separator_line(piece)]
+
+
+def text_lines(text: str) -> list[str]:
+    """``text``'s text lines (``separated_lines``, blank ones left out): the lines a per-line check judges."""
+    return [piece for line in text.splitlines() for piece in line_pieces(line) if is_text_line(piece)]
+
+
+def without_separators(text: str) -> str:
+    """``text`` without its separators (``separated_lines``), for a check that counts lines or words or scores the
+    text: they are none of either, and no text of any language."""
+    return "\n".join(separated_lines(text))
 
 
 def kind_of(path: Path) -> str:
