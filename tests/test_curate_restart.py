@@ -307,3 +307,30 @@ def test_restart_over_an_empty_work_folder_starts_the_run(tmp_path, capsys):
     argv = ["curate", "run", "--config", str(cfg), "--input", src, "--output", str(out), "--quiet", "--restart"]
     assert cli_main(argv) == 0, capsys.readouterr().err
     assert _shards(out) == ["shard-00000.jsonl.gz"] and (out / WORK / "run.json").is_file()
+
+
+@pytest.mark.parametrize("where", ["", "removed/"])
+def test_restart_and_resume_after_a_killed_run_take_its_temporary_files_for_its_own(tmp_path, where):
+    """A run killed while writing a shard (or its removed list) leaves `.shard-00000.jsonl.gz.tmp-PID@host`:
+    `curate run --restart` refused the folder, saying no curate run wrote that file, and a resumed run left it
+    there. A temporary of a name the run recorded is the run's own: both remove it (its writer is dead)."""
+    import os
+    import socket
+
+    listing = CurateConfig(stages=[{"gopher": {}}], removed=True)
+    src = _inputs(tmp_path, "in", ["too short", "also short"])
+    out = tmp_path / "out"
+    run_pipeline(listing, [src], out, progress=False)
+    dead = 2**22 + 12345  # above Linux's largest pid: no process has it
+    temp = out / f"{where}.shard-00000.jsonl.gz.tmp-{dead}@{socket.gethostname().split('.')[0]}"
+    temp.write_bytes(b"partial")
+    run_pipeline(listing, [src], out, restart=True, progress=False)
+    assert not temp.exists() and (out / f"{where}shard-00000.jsonl.gz").is_file()
+    temp.write_bytes(b"partial")
+    (out / f"{where}shard-00000.jsonl.gz").unlink()  # killed before the rename
+    run_pipeline(listing, [src], out, progress=False)
+    assert not temp.exists() and (out / f"{where}shard-00000.jsonl.gz").is_file()
+    assert not os.path.exists(out / ".notes.txt.tmp-1@host")
+    (out / ".notes.txt.tmp-1@host").write_text("not of a name the run wrote")
+    with pytest.raises(ValueError, match=r"already holds \.notes\.txt\.tmp-1@host, which no curate run there wrote"):
+        run_pipeline(listing, [src], out, restart=True, progress=False)

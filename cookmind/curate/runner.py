@@ -17,7 +17,7 @@ import time
 import warnings
 from pathlib import Path
 
-from cookmind.atomic import write_json, writing
+from cookmind.atomic import clean_stale_temps, is_temp_name, write_json, writing
 from cookmind.curate.config import CurateConfig
 from cookmind.curate.executors import documents_done_bar, make_executor
 from cookmind.curate.shards import (
@@ -343,6 +343,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         _refuse_other_files(output, work, recorded)
         for name in recorded:
             (output / name).unlink(missing_ok=True)
+        _clean_own_temps(output, recorded)
         if (output / REMOVED).is_dir() and not any((output / REMOVED).iterdir()):
             (output / REMOVED).rmdir()
         shutil.rmtree(work)
@@ -378,6 +379,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
             )
         if "outputs" in old:  # a run from before outputs were recorded cannot tell
             _refuse_foreign_outputs(output, _recorded(path))
+        _clean_own_temps(output, _recorded(path))
         _write_json(path, {**old, "input_files": files})
         return
     _refuse_foreign_outputs(output, [])
@@ -391,9 +393,17 @@ def _refuse_other_files(output: Path, work: Path, ours: list[str] = ()) -> None:
     ``removed/`` ones too, which ``--restart`` deletes): a new run writes a new or empty folder, as every command
     does."""
     tops = {Path(name).parts[0] for name in ours}
-    others = sorted(p.name for p in output.iterdir() if p != work and p.name not in tops) if output.is_dir() else []
+    others = (
+        sorted(p.name for p in output.iterdir() if p != work and p.name not in tops and not _own_temp(p.name, ours))
+        if output.is_dir()
+        else []
+    )
     if REMOVED in tops and (output / REMOVED).is_dir():  # checked before --restart deletes the run's own lists
-        others += sorted(n for p in (output / REMOVED).iterdir() if (n := f"{REMOVED}/{p.name}") not in ours)
+        others += sorted(
+            n
+            for p in (output / REMOVED).iterdir()
+            if (n := f"{REMOVED}/{p.name}") not in ours and not _own_temp(n, ours)
+        )
     elif REMOVED in tops and (output / REMOVED).exists():  # a file where the run wrote its lists' folder
         others.append(REMOVED)
     if others:  # its files would mix with these
@@ -402,6 +412,23 @@ def _refuse_other_files(output: Path, work: Path, ours: list[str] = ()) -> None:
             f"--output {output} already holds {named}, which no curate run there wrote; curate writes a new or "
             "empty folder (or its own, to resume): choose another --output or move them away"
         )
+
+
+def _own_temp(name: str, ours: list[str]) -> bool:
+    """Whether ``name`` (``removed/`` ones with that prefix) is a temporary file of an output a run recorded
+    (``.NAME.tmp-PID@HOST``, cookmind.atomic's): a run killed while writing that output left it."""
+    folder, _, base = name.rpartition("/")
+    if not is_temp_name(base):
+        return False
+    own = base[1:].rsplit(".", 1)[0]  # ".shard-00000.jsonl.gz.tmp-PID@HOST": the host has no dot
+    return (f"{folder}/{own}" if folder else own) in ours
+
+
+def _clean_own_temps(output: Path, ours: list[str]) -> None:
+    """Remove the temporary files a killed run left of the outputs it recorded, in ``output`` and ``removed/``
+    (those of a writer still alive stay)."""
+    for name in ours:
+        clean_stale_temps((output / name).parent, Path(name).name)
 
 
 def _recorded(run_json: Path) -> list[str]:
