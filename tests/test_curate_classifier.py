@@ -189,3 +189,30 @@ def test_train_classifier_quiet_shows_no_progress_bar_as_the_other_curate_comman
     assert main([*argv, "--output", str(tmp_path / "b.npz"), "--quiet"]) == 0
     out, err = capsys.readouterr()
     assert "train-classifier" not in err and json.loads(out)["train"] == 18
+
+
+def test_quality_and_toxic_models_score_a_record_without_its_separators(tmp_path):
+    """The quality stage and the toxic stage (its model, and the built-in whole-text score) scored a record of
+    stories with its <|endoftext|> separators in it, read as a word: a three-story record scored 0.588 where its
+    stories score 0.627. Each scores the stories as they read without separators, as the other checks do."""
+    from cookmind.curate.harmful import classify_toxic_speech
+    from cookmind.curate.stages import QualityStage, ToxicStage
+    from cookmind.curate.stats import StageStats
+
+    sep = "<|endoftext|>"
+    rows = [{"text": f"the cat sat on the mat {i}", "label": "good"} for i in range(20)]
+    rows += [{"text": f"{sep} buy now {sep} click here {i}", "label": "spam"} for i in range(20)]
+    quality = train_classifier(rows, cfg=ClassifierConfig(bucket=1024, seed=0)).save(tmp_path / "q.npz")
+    rows = [{"text": f"you idiot moron {i} {sep}", "label": "toxic"} for i in range(20)]
+    rows += [{"text": f"thanks for the lovely soup {i}", "label": "fine"} for i in range(20)]
+    toxic = train_classifier(rows, cfg=ClassifierConfig(bucket=1024, seed=0)).save(tmp_path / "t.npz")
+    stories = ["The cat sat on the mat.", "The dog sat on the rug.", "Thanks for the lovely soup."]
+    record, plain = f"\n{sep}\n".join(stories) + f"{sep}\n", "\n".join(stories)
+    p = classify_quality(plain, model=str(quality))[1]
+    doc = {"text": record}
+    QualityStage(model=str(quality)).process(doc, StageStats("quality"))
+    assert classify_quality(record, model=str(quality))[1] == p and doc["quality"] == round(p, 4)
+    assert classify_toxic_speech(record, model=str(toxic)) == classify_toxic_speech(plain, model=str(toxic))
+    assert classify_toxic_speech(record) == classify_toxic_speech(plain)
+    for stage in (ToxicStage(), ToxicStage(model=str(toxic))):
+        assert stage.process_batch([{"text": record}], StageStats("toxic")) == [True]

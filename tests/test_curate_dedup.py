@@ -619,3 +619,11 @@ def test_dedup_lines_keeps_the_separator_that_ends_a_duplicated_last_line(tmp_pa
     assert out_b == f"Ben found a shell.\n{SEP}\nA bird sang.{SEP}\n"
     assert [d for _, d in separated_documents(out_b)] == ["Ben found a shell.", "A bird sang."]
     assert (res["lines_in"], res["lines_removed"], res["documents_emptied"]) == (7, 2, 0)
+
+
+def test_minhash_shingles_read_no_separator_as_a_word():
+    """MinHash read each <|endoftext|> as the word "endoftext": the same stories, joined by separators in one
+    record (or file) and not in another, shared fewer shingles than their words do. A separator is no word."""
+    plain = shingles("the cat sat on the mat", 3)
+    assert shingles(f"the cat sat\n{SEP}\non the mat{SEP}", 3).tolist() == plain.tolist()
+    assert len(plain) == 4  # the cat sat, cat sat on, sat on the, on the mat

@@ -51,8 +51,9 @@ def nsfw_score(text: str) -> tuple[int, float]:
 
 
 def plain_text(text: str) -> str:
-    """``text`` with disguised lexicon words written plainly, as both harmful-content checks see it."""
-    return deobfuscate(text, NSFW_LEXICON)[0]
+    """``text`` without its separators, disguised lexicon words written plainly, as both harmful-content checks see
+    it."""
+    return deobfuscate(without_separators(text), NSFW_LEXICON)[0]
 
 
 def classify_nsfw(
@@ -95,7 +96,8 @@ def _cached_classifier(path: str):
 
 
 def classify_toxic_speech(text: str, threshold: float = 0.5, model: str | None = None) -> tuple[str, float]:
-    """("toxic" | "non_toxic", probability of toxic), judged on the text with disguised words undone.
+    """("toxic" | "non_toxic", probability of toxic), judged on the text with disguised words undone (``plain_text``:
+    a separator read as a word moved the score).
 
     Default model: alt-profanity-check (offline). ``model``: a classifier of ours with a "toxic" label.
     """
@@ -120,6 +122,7 @@ def toxic_line_share(text: str, threshold: float = 0.5) -> float:
 def classify_quality(text: str, model: str | None = None, good_label: str = "good") -> tuple[str, float]:
     """(label, probability of ``good_label``) from a classifier trained by `cookmind curate train-classifier`.
 
+    Judged on the text without its separators (read as a word, they moved a record of stories' score).
     Without a model there is nothing to judge by: raise, naming the command that makes one.
     """
     if not model:
@@ -128,6 +131,6 @@ def classify_quality(text: str, model: str | None = None, good_label: str = "goo
             "--input labelled.jsonl --output quality.npz` and pass model=..."
         )
     clf = _cached_classifier(str(model))
-    p = clf.prob(text, good_label)
+    p = clf.prob(without_separators(text), good_label)
     label = good_label if p >= 0.5 else next((x for x in clf.labels if x != good_label), "bad")
     return label, p

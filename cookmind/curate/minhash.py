@@ -25,7 +25,7 @@ from cookmind.atomic import writing
 from cookmind.curate.dedup_output import building_dedup_output
 from cookmind.curate.shards import read_text_counting_bad_utf8
 from cookmind.curate.stats import StageStats
-from cookmind.text_input import BAD_UTF8, bad_utf8_note
+from cookmind.text_input import BAD_UTF8, ENDOFTEXT, bad_utf8_note
 
 MERSENNE_31 = np.uint64((1 << 31) - 1)
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -33,8 +33,9 @@ _MAX_ALL_PAIRS = 64  # buckets larger than this are joined as a star (first vs r
 
 
 def normalize_words(text: str) -> list[str]:
-    """Lower-cased word tokens (punctuation and spacing do not make documents differ)."""
-    return _WORD.findall(text.lower())
+    """Lower-cased word tokens (punctuation, spacing and ``<|endoftext|>`` separators do not make documents differ:
+    read as the word "endoftext", they did)."""
+    return _WORD.findall(text.replace(ENDOFTEXT, " ").lower())
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
