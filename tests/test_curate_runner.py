@@ -968,3 +968,19 @@ def test_curate_crawl_takes_quiet_as_the_other_curate_commands(tmp_path, capsys)
     for name in ("crawl-00000.jsonl.gz", "crawl-00001.jsonl.gz"):  # the same crawl: pages 0, 2, .. and 1, 3, ..
         rows = gzip.decompress((tmp_path / "b" / name).read_bytes()).decode().splitlines()
         assert rows == gzip.decompress((tmp_path / "a" / name).read_bytes()).decode().splitlines() and len(rows) == 6
+
+
+def test_the_flag_a_failed_first_shard_names_runs_in_the_same_output(tmp_path, capsys):
+    """`curate run --text-field body` failed on a record without 'body' and said to use --text-field text, but that
+    rerun was refused: the failed run's _work/run.json held text_field body ("holds a run with another config"). A
+    run that fails before any shard is done keeps no work folder, so the rerun the message names runs."""
+    from cookmind.cli import main as cli_main
+
+    src = _jsonl(tmp_path / "in.jsonl", [{"text": "The soup is hot.", "lang": "en"}])
+    out = tmp_path / "out"
+    argv = ["curate", "run", "--input", src, "--output", str(out), "--quiet"]
+    assert cli_main([*argv, "--text-field", "body"]) == 2
+    assert "--text-field text" in capsys.readouterr().err
+    assert not (out / "_work").exists()
+    assert cli_main([*argv, "--text-field", "text"]) == 0, capsys.readouterr().err
+    assert (out / "shard-00000.jsonl.gz").is_file()

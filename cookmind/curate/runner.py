@@ -9,6 +9,7 @@ into ``OUTPUT/removed/shard-NNNNN.jsonl.gz``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -229,59 +230,60 @@ def run_pipeline(
     specs: list = plan
     totals: list[StageStats] = []
     run = skipped = 0
-    for k, seg in enumerate(segs):
-        last = k == len(segs) - 1
-        seg_dir = seg_dirs[k]
-        seg_dir.mkdir(parents=True, exist_ok=True)
-        fmt = config.output_format if last else "jsonl.gz"
-        outs = [
-            str((output if last else seg_dir) / f"shard-{i:05d}{suffix if last else '.jsonl.gz'}")
-            for i in range(len(specs))
-        ]
-        lists = [str(seg_dir / f"removed-{i:05d}.jsonl.gz") if removed else None for i in range(len(specs))]
-        if not seg[0].corpus:
-            dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
-            todo = [
-                (seg, specs[i], outs[i], str(dones[i]), fmt, lists[i], last, config.text_field)
+    with _forgotten_unless_a_shard_is_done(work):
+        for k, seg in enumerate(segs):
+            last = k == len(segs) - 1
+            seg_dir = seg_dirs[k]
+            seg_dir.mkdir(parents=True, exist_ok=True)
+            fmt = config.output_format if last else "jsonl.gz"
+            outs = [
+                str((output if last else seg_dir) / f"shard-{i:05d}{suffix if last else '.jsonl.gz'}")
                 for i in range(len(specs))
-                if not (dones[i].exists() and Path(outs[i]).exists())
             ]
-            ex.map(run_doc_shard, todo, desc=f"curate {'+'.join(s.name for s in seg)}")
-        else:
-            stage = seg[0]
-            scratch = seg_dir / "scratch"
-            scratch.mkdir(exist_ok=True)
-            scan_dones = [seg_dir / f"scan-{i:05d}.done" for i in range(len(specs))]
-            todo_scan = [
-                (stage, specs[i], str(scratch), i, str(scan_dones[i]))
-                for i in range(len(specs))
-                if not scan_dones[i].exists()
-            ]
-            ex.map(run_scan, todo_scan, desc=f"curate {stage.name} scan")
-            reduce_done = seg_dir / "reduce.done"
-            if todo_scan or not reduce_done.exists():
-                t0 = time.process_time()
-                stage.reduce(scratch, len(specs))
-                _write_json(reduce_done, {"seconds": time.process_time() - t0})
-            dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
-            todo = [
-                (stage, specs[i], outs[i], str(scratch), i, fmt, str(dones[i]), lists[i], last)
-                for i in range(len(specs))
-                if todo_scan or not (dones[i].exists() and Path(outs[i]).exists())
-            ]
-            ex.map(run_apply, todo, desc=f"curate {stage.name} apply")
-            extra = sum(json.loads(d.read_text())["seconds"] for d in scan_dones)
-            extra += json.loads(reduce_done.read_text())["seconds"]
-        run += len(todo)
-        skipped += len(specs) - len(todo)
-        seg_stats = [StageStats(s.name) for s in seg]
-        for d in dones:
-            for st, rec in zip(seg_stats, json.loads(d.read_text())):
-                st.merge(StageStats.from_dict(rec))
-        if seg[0].corpus:
-            seg_stats[0].seconds += extra
-        totals += seg_stats
-        specs = outs
+            lists = [str(seg_dir / f"removed-{i:05d}.jsonl.gz") if removed else None for i in range(len(specs))]
+            if not seg[0].corpus:
+                dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
+                todo = [
+                    (seg, specs[i], outs[i], str(dones[i]), fmt, lists[i], last, config.text_field)
+                    for i in range(len(specs))
+                    if not (dones[i].exists() and Path(outs[i]).exists())
+                ]
+                ex.map(run_doc_shard, todo, desc=f"curate {'+'.join(s.name for s in seg)}")
+            else:
+                stage = seg[0]
+                scratch = seg_dir / "scratch"
+                scratch.mkdir(exist_ok=True)
+                scan_dones = [seg_dir / f"scan-{i:05d}.done" for i in range(len(specs))]
+                todo_scan = [
+                    (stage, specs[i], str(scratch), i, str(scan_dones[i]))
+                    for i in range(len(specs))
+                    if not scan_dones[i].exists()
+                ]
+                ex.map(run_scan, todo_scan, desc=f"curate {stage.name} scan")
+                reduce_done = seg_dir / "reduce.done"
+                if todo_scan or not reduce_done.exists():
+                    t0 = time.process_time()
+                    stage.reduce(scratch, len(specs))
+                    _write_json(reduce_done, {"seconds": time.process_time() - t0})
+                dones = [seg_dir / f"shard-{i:05d}.done" for i in range(len(specs))]
+                todo = [
+                    (stage, specs[i], outs[i], str(scratch), i, fmt, str(dones[i]), lists[i], last)
+                    for i in range(len(specs))
+                    if todo_scan or not (dones[i].exists() and Path(outs[i]).exists())
+                ]
+                ex.map(run_apply, todo, desc=f"curate {stage.name} apply")
+                extra = sum(json.loads(d.read_text())["seconds"] for d in scan_dones)
+                extra += json.loads(reduce_done.read_text())["seconds"]
+            run += len(todo)
+            skipped += len(specs) - len(todo)
+            seg_stats = [StageStats(s.name) for s in seg]
+            for d in dones:
+                for st, rec in zip(seg_stats, json.loads(d.read_text())):
+                    st.merge(StageStats.from_dict(rec))
+            if seg[0].corpus:
+                seg_stats[0].seconds += extra
+            totals += seg_stats
+            specs = outs
     removed_dir = None
     if removed:  # each shard's lists, one per segment, joined (gzip members concatenate) in pipeline order
         removed_dir = output / REMOVED
@@ -298,6 +300,19 @@ def run_pipeline(
         notes.insert(0, bad_utf8)
     report_json, report_md = write_report(totals, output, removed_dir, notes)
     return RunResult(totals, [Path(p) for p in specs], run, skipped, report_json, report_md, removed_dir)
+
+
+@contextlib.contextmanager
+def _forgotten_unless_a_shard_is_done(work: Path):
+    """Remove the work folder if the run fails before any shard (or scan) is done: there is nothing to resume, and
+    its run.json would refuse the corrected rerun the error names (`--text-field text` after `--text-field body`
+    failed) as "a run with another config"."""
+    try:
+        yield
+    except Exception:
+        if not any(work.rglob("*.done")):
+            shutil.rmtree(work, ignore_errors=True)
+        raise
 
 
 def _check_output_apart(inputs: list[str], output: Path) -> None:
