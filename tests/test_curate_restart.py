@@ -334,3 +334,35 @@ def test_restart_and_resume_after_a_killed_run_take_its_temporary_files_for_its_
     (out / ".notes.txt.tmp-1@host").write_text("not of a name the run wrote")
     with pytest.raises(ValueError, match=r"already holds \.notes\.txt\.tmp-1@host, which no curate run there wrote"):
         run_pipeline(listing, [src], out, restart=True, progress=False)
+
+
+def test_a_run_recorded_without_its_reading_resumes_unless_an_input_is_read_another_way_now(tmp_path, capsys):
+    """A run recorded without its input reading (an older cookmind) was refused whatever its inputs, with a message
+    listing .txt, Parquet and gzip changes: a JSONL-only run too, though nothing it reads changed. It resumes now;
+    one over a .txt is refused naming that change alone, and one recorded by a newer cookmind's reading is refused
+    saying so."""
+    from cookmind.cli import main as cli_main
+    from cookmind.curate.shards import READING
+
+    src = _inputs(tmp_path, "in", ["The cat sat on the mat all day.", "The dog ran to the old red barn."])
+    (tmp_path / "c.yaml").write_text("stages: [extract, exact_lines]\n")
+    run_json = tmp_path / "out" / WORK / "run.json"
+
+    def older(reading, inputs):
+        argv = ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", *inputs]
+        argv += ["--output", str(tmp_path / "out"), "--quiet"]
+        assert cli_main([*argv, "--restart"]) == 0
+        recorded = {k: v for k, v in json.loads(run_json.read_text()).items() if k != "reading"}
+        run_json.write_text(json.dumps({**recorded, **({"reading": reading} if reading else {})}))
+        capsys.readouterr()
+        return cli_main(argv), capsys.readouterr().err
+
+    assert older(None, [src]) == (0, "")  # JSONL only: nothing it reads changed
+    assert json.loads(run_json.read_text())["reading"] == READING  # and the resumed run records its reading
+    (tmp_path / "stories.txt").write_text("The hen sang a song.\n<|endoftext|>\nThe fox slept.\n")
+    rc, err = older(None, [src, str(tmp_path / "stories.txt")])
+    assert rc == 2 and err.count("\n") == 1 and "<|endoftext|>" in err and "pass --restart" in err, err
+    assert "Parquet" not in err and "gzip" not in err, err
+    rc, err = older(READING + 1, [src])
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"input reading {READING + 1}" in err and "newer cookmind" in err and "<|endoftext|>" not in err, err

@@ -24,11 +24,11 @@ from cookmind.curate.executors import documents_done_bar, make_executor
 from cookmind.curate.shards import (
     HTML_FILES_PER_SHARD,
     READING,
-    READING_CHANGES,
     SOURCE_KEY,
     iter_shard,
     no_text_note,
     plan_input_shards,
+    reading_changes,
     shard_suffix,
     write_shard,
 )
@@ -364,12 +364,21 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         shutil.rmtree(work)
     if path.exists():
         old = json.loads(path.read_text())
-        if old.get("reading") != READING:  # resumed, its shards read one way would mix with the rest read another
+        reading = old.get("reading") or 1  # runs before it was recorded read as 1
+        if reading > READING:
             raise ValueError(
-                f"{work} holds a run that read its inputs another way (input reading {old.get('reading') or 1}, this "
-                f"cookmind's {READING}: {READING_CHANGES}); pass --restart to start over, or choose another --output"
+                f"{work} holds a run of a newer cookmind (input reading {reading}, this cookmind's {READING}), which "
+                "reads some inputs another way: resume it with that cookmind, pass --restart to start over, or "
+                "choose another --output"
             )
-        if {k: old.get(k) for k in stamp} != json.loads(json.dumps(stamp)):
+        # resumed, its shards read one way would mix with the rest read another
+        if reading < READING and (changes := reading_changes(files)):
+            raise ValueError(
+                f"{work} holds a run that read its inputs another way (input reading {reading}, this cookmind's "
+                f"{READING}: {'; '.join(changes)}); pass --restart to start over, or choose another --output"
+            )
+        same = ("config", "plan")  # the reading is checked above
+        if {k: old.get(k) for k in same} != json.loads(json.dumps({k: stamp[k] for k in same})):
             what = (
                 "another config (its stages, their options, the output format, --removed or --text-field)"
                 if old.get("config") != stamp["config"]
@@ -395,7 +404,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         if "outputs" in old:  # a run from before outputs were recorded cannot tell
             _refuse_foreign_outputs(output, _recorded(path))
         _clean_own_temps(output, _recorded(path))
-        _write_json(path, {**old, "input_files": files})
+        _write_json(path, {**old, "reading": READING, "input_files": files})  # it reads its inputs as this one
         return
     _refuse_foreign_outputs(output, [])
     _refuse_other_files(output, work)

@@ -177,10 +177,20 @@ def iter_source(path: str) -> Iterator[dict]:
 # readings in one output. 2: a .txt (and .txt.gz) holding <|endoftext|> is the documents between those, not one;
 # Parquet rows are numbered from 1; gzipped text and HTML are read decompressed (runs without it read them the old way)
 READING = 2
-READING_CHANGES = (
-    "a .txt file was one document, now the documents between its <|endoftext|> lines; Parquet rows were numbered "
-    "from 0, now from 1; gzipped text and HTML were read as their gzip bytes"
-)
+
+
+def reading_changes(files: Iterable[str]) -> list[str]:
+    """The changes from input reading 1 to 2 that touch ``files`` (a run's inputs): a run of reading 1 over none of
+    them (JSONL, WARC, plain HTML) read them as this one does."""
+    kinds = {(kind_of(Path(f)), f.lower().endswith(".gz")) for f in files}
+    changes = {
+        "a text file was one document, now the documents between its <|endoftext|> lines": any(
+            k == "text" for k, _ in kinds
+        ),
+        "Parquet rows were numbered from 0, now from 1": any(k == "parquet" for k, _ in kinds),
+        "gzipped text and HTML were read as their gzip bytes": any(k in ("text", "html") and gz for k, gz in kinds),
+    }
+    return [change for change, applies in changes.items() if applies]
 
 
 def iter_located(path: str, text_field: str = "text") -> Iterator[tuple[dict, dict]]:
