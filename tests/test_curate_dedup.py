@@ -627,3 +627,29 @@ def test_minhash_shingles_read_no_separator_as_a_word():
     plain = shingles("the cat sat on the mat", 3)
     assert shingles(f"the cat sat\n{SEP}\non the mat{SEP}", 3).tolist() == plain.tolist()
     assert len(plain) == 4  # the cat sat, cat sat on, sat on the, on the mat
+
+
+def test_curate_run_exact_lines_counts_a_removed_record_once(tmp_path):
+    """A record whose every line was removed counted as empty_after_line_dedup, documents_emptied and docs_edited
+    alike. Now a removed record counts once (empty_after_line_dedup), documents_emptied counts the stories removed
+    from records that stay, and docs_edited the records that stay with lines removed."""
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.runner import run_pipeline
+
+    texts = [
+        f"One cat slept on the mat.\n{SEP}\nTwo dogs ran down the road.",  # keeps a story: 1 emptied, 1 edited
+        "Two dogs ran down the road.",  # every line gone: removed
+        f"Two dogs ran down the road.\n{SEP}\nTwo dogs ran down the road.",  # both stories gone: removed
+        "A lone frog sang.",  # untouched
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    stages = [{"extract": {}}, {"exact_lines": {"num_partitions": 2}}]
+    result = run_pipeline(CurateConfig(stages=stages), [str(src)], tmp_path / "out", progress=False)
+    stats = result.stages[1]
+    assert stats.reasons == {"empty_after_line_dedup": 2}
+    assert (stats.counters["lines_removed"], stats.counters["documents_emptied"], stats.counters["docs_edited"]) == (
+        4,
+        1,
+        1,
+    )

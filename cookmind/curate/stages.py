@@ -440,7 +440,13 @@ class MinHashStage(CorpusStage):
 
 
 class ExactLinesStage(CorpusStage):
-    """Lines seen more than once in the corpus are removed (see exact_lines.py)."""
+    """Lines seen more than once in the corpus are removed (see exact_lines.py).
+
+    A record left with fewer than ``min_words_after`` words is removed (reason ``empty_after_line_dedup``); of the
+    records that stay, ``docs_edited`` counts those that lost lines and ``documents_emptied`` the stories (documents
+    between ``<|endoftext|>`` separators) they lost whole, so no record counts in two of them. ``lines_removed``
+    counts every line removed, a removed record's too.
+    """
 
     name = "exact_lines"
 
@@ -463,10 +469,10 @@ class ExactLinesStage(CorpusStage):
     def keep(self, doc, local_idx, state, stats):
         text, n, emptied = exact_lines.remove_lines(doc["text"], state)
         stats.counters["lines_removed"] += n
-        stats.counters["documents_emptied"] += emptied  # a story between separators gone whole, or the record
-        stats.counters["docs_edited"] += int(n > 0)
         if exact_lines.text_words(text) < self.min_words_after:  # separators left alone are no words
             return stats.drop("empty_after_line_dedup", doc)  # listed with its text before the lines went
+        stats.counters["documents_emptied"] += emptied  # a story between separators gone whole from a kept record
+        stats.counters["docs_edited"] += int(n > 0)
         doc["text"] = text
         return True
 
