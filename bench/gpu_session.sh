@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check and figure in one device call (device time is scarce: one warm machine, one command).
 #
-#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|peerfp8gi|fp8loss-13b|rowwise32|asset13b]...
+#   bash bench/gpu_session.sh [tests|tests1|tests2|tests3|tests-par|train|decode|ddp|scale|rl|mfu|b8|qwen16|qwen32|masterw|fp8loss|fp8loss-fp8|fp8auto|cdtune|fsdp1|fastaccum|fastaccum32|fastaccum-check|fp8loss-fa|peerfp8|fp8loss-par|fp8loss-headgrad|qwen32-blocks|peerfp8fa|peerfp8gi|fp8loss-13b|rowwise32|asset13b|asset06b]...
 #   (default: tests-par train decode rl ddp scale; ddp and scale need 2 GPUs)
 #
 # Writes each part's log to $OUT (or ./gpu-logs) and prints the JSON figures. Each part has its own timeout
@@ -108,6 +108,9 @@ for part in "${parts[@]}"; do
         rowwise32) CUDA_VISIBLE_DEVICES=0 run qwen-b32-fp8-rowwise 330 python3 bench/bench_train.py --device cuda \
                 --shape qwen3-0.6b --no-peer --no-plain --batch 32 --steps 6 --warmup 4 \
                 --variants master-weights-fp8fa-graph,master-weights-fp8fa-rowwise-graph ;;
+        # the README's qwen3-0.6b row as set (B=8), against transformers in the same run
+        asset06b) CUDA_VISIBLE_DEVICES=0 run qwen06b-as-set 260 python3 bench/bench_train.py --device cuda \
+                --shape qwen3-0.6b --variants master-weights-graph ;;
         # the README's llama-1.3b row as set (B=4), against transformers in the same run
         asset13b) CUDA_VISIBLE_DEVICES=0 run llama13b-as-set 260 python3 bench/bench_train.py --device cuda \
                 --shape llama-1.3b --variants master-weights-graph ;;
