@@ -609,3 +609,20 @@ def test_problem_files_are_split_at_newlines_only(tmp_path):
     path.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": 4\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"p\.jsonl:2: not valid JSON \(Expecting ',' delimiter at column 33\)"):
         load_problems(path)
+
+
+def test_offline_rollouts_report_only_what_they_measured():
+    # stored responses carry a reward and nothing else: no grading, no groups, no budget to run into
+    model = tiny_hf_model(vocab_size=5)
+    obj = GRPOObjective(GRPOConfig(group_size=2, template="{question}", stop_strings=()), tokenizer=XYZ())
+    batch = {
+        "prompt_ids": torch.tensor([[4, 4], [4, 3]]),
+        "prompt_lengths": torch.tensor([2, 1]),
+        "response_ids": torch.tensor([[1, 2, 0], [3, 0, 0]]),
+        "response_mask": torch.tensor([[1, 1, 0], [1, 0, 0]]),
+        "reward": torch.tensor([1.0, 0.0]),
+    }
+    _, metrics = obj(model, obj.prepare(model, batch))
+    assert metrics["reward"] == 0.5 and metrics["response_length"] == 1.5
+    for unmeasured in ("accuracy", "format_reward", "cut_short", "frac_zero_std_groups"):
+        assert unmeasured not in metrics, unmeasured

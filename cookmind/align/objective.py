@@ -570,16 +570,19 @@ class GRPOObjective(Objective):
         )
         loss = aggregate_token_loss(per_token, mask, self.cfg.length_normalization, float(self.cfg.max_new_tokens))
         rm = batch.get("rollout_metrics", {})
-        metrics = {
-            "loss": loss.detach(),
-            "reward": rm.get("reward_mean", 0.0),
-            "format_reward": rm.get("format_reward_mean", 0.0),
-            "accuracy": rm.get("answer_reward_mean", 0.0),
-            "response_length": rm.get("response_length", 0.0),
-            "cut_short": rm.get("cut_short", 0.0),
-            "frac_zero_std_groups": rm.get("frac_zero_std_groups", 0.0),
-            "entropy": masked_mean(out["token_entropy"].detach(), mask).item(),
-        }
+        metrics = {"loss": loss.detach()}
+        # offline responses were never graded, grouped or sampled: a metric they lack is left out, not reported as 0
+        for name, key in (
+            ("reward", "reward_mean"),
+            ("format_reward", "format_reward_mean"),
+            ("accuracy", "answer_reward_mean"),
+            ("response_length", "response_length"),
+            ("cut_short", "cut_short"),
+            ("frac_zero_std_groups", "frac_zero_std_groups"),
+        ):
+            if key in rm:
+                metrics[name] = rm[key]
+        metrics["entropy"] = masked_mean(out["token_entropy"].detach(), mask).item()
         if "clipped" in meta:
             metrics["clip_fraction"] = masked_mean(meta["clipped"].float(), mask).item()
         if "kl" in meta:
