@@ -85,3 +85,23 @@ def test_a_grpo_run_with_a_validation_store_is_refused_naming_eval_problems(grpo
         "--train-type grpo` reads), graded greedily at every evaluation: pass that instead"
     )
     assert not (tmp_path / "g" / "metrics.jsonl").exists()
+
+
+def test_offline_rollouts_one_a_micro_batch_are_refused_naming_the_fix(grpo_run_inputs, tmp_path, capsys):
+    # a stored response's advantage is its reward minus the micro-batch's mean: alone in it, that is its own reward,
+    # every advantage was 0 and 12 steps moved the weights by weight decay alone, the run saying nothing
+    from cookmind.cli import main
+    from cookmind.store.packer import pack
+
+    root = grpo_run_inputs
+    rows = [{"prompt": f"{a} + 1?", "response": str(a + 1), "reward": float(a % 2)} for a in range(4)]
+    (tmp_path / "off.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pack([tmp_path / "off.jsonl"], tmp_path / "off", str(root / "tok"), "grpo", progress=False)
+    argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--train-data", str(tmp_path / "off")]
+    argv += ["--tokenizer", str(root / "tok"), "train.max_steps=1", "train.micro_batch_size=1"]
+    assert main([*argv, "--run-dir", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"cookmind train: error: {tmp_path / 'off'} holds offline rollouts") and all(
+        s in err for s in ("train.micro_batch_size=1", "grpo.loss_type=no_baseline")
+    ), err
+    assert main([*argv, "--run-dir", str(tmp_path / "b"), "grpo.loss_type=no_baseline"]) == 0  # raw rewards train

@@ -347,6 +347,7 @@ class GRPOObjective(Objective):
             self._dist, self._trainer = dist, weakref.ref(trainer)
         self.seed = trainer.cfg.train.seed
         self._check_store_template(trainer)
+        self._check_offline_batch(trainer)
         context = getattr(getattr(trainer.bare_model, "config", None), "max_position_embeddings", None)
         if isinstance(context, int):  # a prompt that fills the context stopped the run at its step (or evaluation)
             lengths: dict[str, int] = {}  # question -> its prompt's tokens, encoded once for both checks
@@ -409,6 +410,20 @@ class GRPOObjective(Objective):
                 f"{trainer.cfg.data.train_path} was packed with --prompt-template {packed!r}, but grpo.template="
                 f"{self.cfg.template!r} grades the answers (their format, where they stop) of another prompt; set "
                 f"grpo.template={named}, or repack the store with that template's text as --prompt-template"
+            )
+
+    def _check_offline_batch(self, trainer: Any) -> None:
+        """Refuse offline rollouts one a micro-batch under a baseline: a stored response's advantage is its reward
+        minus the micro-batch's mean, so alone it is 0 and nothing trains (weight decay alone moves the weights)."""
+        dataset = getattr(getattr(getattr(trainer, "train_loader", None), "loader", None), "dataset", None)
+        if getattr(dataset, "offline", False) is not True or self.cfg.loss_type == "no_baseline":
+            return
+        if trainer.cfg.train.micro_batch_size < 2:
+            raise ValueError(
+                f"{trainer.cfg.data.train_path} holds offline rollouts, whose advantage is the reward minus the "
+                f"micro-batch's mean: with train.micro_batch_size={trainer.cfg.train.micro_batch_size} every "
+                f"advantage is 0 and nothing trains; set train.micro_batch_size to 2 or more, or "
+                "grpo.loss_type=no_baseline to train on the raw rewards"
             )
 
     def _say_short_of_room(self, trainer: Any, context: int, length: Callable[[dict], int]) -> None:
