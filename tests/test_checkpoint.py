@@ -204,3 +204,18 @@ def test_a_run_directory_holding_only_what_a_dpo_or_grpo_run_wrote_is_a_runs(tmp
     # leaves the user's file
     check_run_dir(run / "checkpoints", run, None, overwrite=True)
     assert {p.name for p in run.iterdir()} == {"checkpoints", "config.yaml", "notes.txt"}
+
+
+def test_load_model_takes_a_run_directory_as_every_command_does(tmp_path):
+    # load_model("runs/x") said "none of its checkpoints (step_00000002) is complete and whole (the warnings above
+    # say why)", with no warning above and both checkpoints whole
+    from cookmind.model.model_io import load_model
+
+    model = _model()
+    save_checkpoint(tmp_path / "run" / "checkpoints", 1, _model(), None, {})
+    save_checkpoint(tmp_path / "run" / "checkpoints", 2, model, None, {})
+    (tmp_path / "run" / "config.yaml").write_text("train: {}\n")
+    for named in (tmp_path / "run", tmp_path / "run" / "checkpoints"):
+        loaded = load_model(named)
+        for (k, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+            assert torch.equal(a, b), k

@@ -488,9 +488,10 @@ def load_model(
 ) -> CookMindLM:
     """Load a model saved by save_model (or the model part of a training checkpoint, full or sharded).
 
+    A training run (or its ``checkpoints/``) means its newest complete checkpoint, as for every command.
     dtype=None keeps the dtype stored in the file. Errors name the file and the mismatch.
     """
-    directory = Path(directory)
+    directory = resolve_model_dir(directory)
     cfg = load_config(directory)
     weights_path, found = read_model_weights(directory, cfg)
     with torch.device("meta"):  # shapes only: no random init of weights about to be overwritten
