@@ -1418,3 +1418,25 @@ def test_a_split_counts_each_skipped_and_empty_record_in_the_one_store_whose_pla
     out = capsys.readouterr().out
     assert "; skipped 3 bad record(s) (invalid JSON 3); the first: " + f"{src}:4: invalid JSON" in out
     assert "; left out 2 record(s) with empty text (nothing to learn)" in out
+
+
+def test_a_pair_with_its_prompt_apart_and_answers_as_assistant_messages_packs_as_the_whole_chats(tmp_path, tok_dir):
+    # TRL's conversational preference rows keep the prompt apart: {"prompt": [user], "chosen": [assistant], ...};
+    # pack read the chosen list alone and refused each as "roles out of order: message 1 is assistant at the start"
+    user = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The cook?"}]
+
+    def answer(text):
+        return [{"role": "assistant", "content": text}]
+
+    rows = [
+        {"prompt": user, "chosen": answer("Stirs the soup."), "rejected": answer("No.")},
+        {"prompt": "The cook?", "chosen": answer("Stirs."), "rejected": answer("No.")},
+    ]
+    whole = [
+        {"chosen": user + answer("Stirs the soup."), "rejected": user + answer("No.")},
+        {"prompt": "The cook?", "chosen": "Stirs.", "rejected": "No."},
+    ]
+    pack([_jsonl(tmp_path / "apart.jsonl", rows)], tmp_path / "a", tok_dir, "dpo", progress=False)
+    pack([_jsonl(tmp_path / "whole.jsonl", whole)], tmp_path / "w", tok_dir, "dpo", progress=False)
+    for key in ("chosen", "rejected", "chosen_mask", "rejected_mask"):
+        assert _records(tmp_path / "a", key) == _records(tmp_path / "w", key), key

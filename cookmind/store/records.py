@@ -283,12 +283,16 @@ def make_sft(obj, tok, opts: RecordOptions, rng: random.Random) -> dict[str, np.
 
 
 def _preference_side(obj: dict, side: str) -> list[dict]:
+    """One side of a pair as a whole chat: a chat as given, or the ``prompt`` and then the answer (a string, or
+    assistant messages as TRL's conversational rows keep them apart from their prompt)."""
     value = _field(obj, side)
-    if isinstance(value, list):
+    first = value[0] if isinstance(value, list) and value else None
+    answer_only = isinstance(first, dict) and first.get("role") == "assistant"
+    if isinstance(value, list) and not (answer_only and "prompt" in obj):
         return value
     prompt = _field(obj, "prompt")
     head = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-    return head + [{"role": "assistant", "content": value}]
+    return head + (value if answer_only else [{"role": "assistant", "content": value}])
 
 
 def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
