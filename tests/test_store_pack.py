@@ -1440,3 +1440,18 @@ def test_a_pair_with_its_prompt_apart_and_answers_as_assistant_messages_packs_as
     pack([_jsonl(tmp_path / "whole.jsonl", whole)], tmp_path / "w", tok_dir, "dpo", progress=False)
     for key in ("chosen", "rejected", "chosen_mask", "rejected_mask"):
         assert _records(tmp_path / "a", key) == _records(tmp_path / "w", key), key
+
+
+def test_online_and_offline_grpo_records_in_one_pack_are_refused_naming_both_kinds(tmp_path, tok_dir):
+    # the error said "record keys ['answers', 'prompts'] differ from the store's keys ['masks', 'prompts', ...]"
+    rows = [{"prompt": "1 + 1?", "response": "2", "reward": 1.0}, {"question": "2 + 1?", "answer": "#### 3"}]
+    src = _jsonl(tmp_path / "mixed.jsonl", rows)
+    with pytest.raises(PackError) as err:
+        pack([src], tmp_path / "g", tok_dir, "grpo", progress=False)
+    assert str(err.value) == (
+        f"{src}:2: this record is a problem with its reference answer (online), the ones before it scored responses "
+        "(offline, prompt/response/reward): a grpo store holds one kind; pack each kind into its own store"
+    )
+    flipped = r"other\.jsonl:2: this record is scored responses \(offline, prompt/response/reward\), the ones before"
+    with pytest.raises(PackError, match=flipped):
+        pack([_jsonl(tmp_path / "other.jsonl", rows[::-1])], tmp_path / "h", tok_dir, "grpo", progress=False)

@@ -29,6 +29,11 @@ from cookmind.store.layout import (
     token_dtype,
 )
 
+_GRPO_KINDS = {
+    False: "a problem with its reference answer (online)",
+    True: "scored responses (offline, prompt/response/reward)",
+}
+
 
 class StoreWriter:
     """Write a store of ``train_type`` records in ``storage_type`` format under ``out``.
@@ -78,6 +83,12 @@ class StoreWriter:
             self.keys = check_keys(self.train_type, record.keys())
             self._dtypes = {k: key_dtype(k, self.tokens_dtype) for k in self.keys}
         elif set(record) != set(self.keys):
+            if self.train_type == "grpo":  # the one type of two record kinds: prompts with answers, scored responses
+                this, first = _GRPO_KINDS["responses" in record], _GRPO_KINDS["responses" in self.keys]
+                raise ValueError(
+                    f"this record is {this}, the ones before it {first}: a grpo store holds one kind; pack each kind "
+                    "into its own store"
+                )
             raise ValueError(f"record keys {sorted(record)} differ from the store's keys {sorted(self.keys)}")
         for key in self.keys:
             arr = np.asarray(record[key]).reshape(-1)
