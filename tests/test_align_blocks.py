@@ -176,3 +176,31 @@ def test_grpo_clip_train_step_reports_clip_fraction_and_scales():
     assert loss.item() == pytest.approx(-(1.2 + 1.0) / 2 / 4)
     # clipped token has no gradient; the other has d/dlp (-ratio*A)/(2*4) = -1/8
     close(lp.grad, [[0.0, -0.125]])
+
+
+def test_the_base_reference_of_a_cookmind_lora_model_is_the_model_before_its_adapters():
+    # `train --objective grpo lora.enabled=true grpo.kl_coef=0.1 grpo.reference=base` stopped with "reference 'base'
+    # needs a LoRA model (peft, or one with disable_adapters()); use 'copy'": cookmind's own LoRA was not seen
+    import copy
+
+    from lm_fixtures import tiny_lm
+
+    from cookmind.align.losses import get_response_log_probs
+    from cookmind.align.reference import Reference
+    from cookmind.model.lora import apply_lora, lora_modules
+
+    torch.manual_seed(0)
+    model = tiny_lm()
+    base = copy.deepcopy(model)
+    apply_lora(model, r=2, alpha=4)
+    for _, m in lora_modules(model):  # trained adapters: the policy now differs from its base
+        for p in m.parameters():
+            if p.requires_grad:
+                p.data.normal_()
+    ids = torch.randint(0, 32, (2, 6))
+    labels = torch.randint(0, 32, (2, 6))
+    expected = get_response_log_probs(base, ids, labels)["log_probs"]
+    policy = get_response_log_probs(model, ids, labels)["log_probs"]
+    assert not torch.allclose(policy, expected)
+    torch.testing.assert_close(Reference(model, "base").log_probs(ids, labels), expected)
+    torch.testing.assert_close(get_response_log_probs(model, ids, labels)["log_probs"], policy)  # adapters back on

@@ -16,6 +16,10 @@ from cookmind.parallel.fsdp import copy_shards, is_sharded
 
 def _adapters_off(model):
     """A context manager that runs ``model`` without its LoRA adapters, or None when it has none."""
+    from cookmind.model.lora import adapters_disabled, has_lora
+
+    if has_lora(model):  # cookmind's own (lora.enabled=true)
+        return adapters_disabled(model)
     if hasattr(model, "disable_adapter"):  # peft
         return model.disable_adapter()
     if hasattr(model, "disable_adapters") and callable(model.disable_adapters):
