@@ -128,3 +128,20 @@ def test_dpo_nll_weight_adds_each_chosen_responses_token_cross_entropy_averaged_
     assert float(m["chosen_nll"]) == pytest.approx(ce.item(), abs=1e-5)
     mean, m = DPOObjective(beta=0.3, reference=ref, nll_weight=0.5, reduction="mean")(policy, batch)
     assert float(m["chosen_nll"]) == pytest.approx(ce.item(), abs=1e-5)  # the same term whatever the reduction
+
+
+@pytest.mark.parametrize("word", ["copy", "base", "none"])
+def test_a_grpo_reference_word_as_dpo_reference_says_what_dpo_reference_takes(tmp_path, monkeypatch, word):
+    # `dpo.reference=copy` (grpo.reference's word for a frozen copy) said "copy: no such model folder"
+    from cookmind.train import TrainConfig
+    from cookmind.train.build import build_objective
+
+    monkeypatch.chdir(tmp_path)
+    cfg = TrainConfig.from_dict({"train": {"objective": "dpo", "init_from": "runs/sft"}, "dpo": {"reference": word}})
+    with pytest.raises(ValueError) as err:
+        build_objective(cfg, trainer=None)
+    assert str(err.value) == (
+        f"dpo.reference={word}: no such model folder; dpo.reference names a model (a checkpoint, a run or a Hugging "
+        "Face folder), not grpo.reference's none/copy/base: leave it out for a frozen copy of the train.init_from "
+        "model (under lora.enabled=true, that model with its adapters off)"
+    )

@@ -138,6 +138,12 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
                 reference_context=adapters_disabled,
                 nll_weight=d.nll_weight,
             )
+        if d.reference in ("none", "copy", "base") and not Path(d.reference).exists():  # grpo.reference's words
+            raise ValueError(
+                f"dpo.reference={d.reference}: no such model folder; dpo.reference names a model (a checkpoint, a run "
+                "or a Hugging Face folder), not grpo.reference's none/copy/base: leave it out for a frozen copy of "
+                "the train.init_from model (under lora.enabled=true, that model with its adapters off)"
+            )
         ref_path = d.reference or cfg.train.init_from
         if ref_path is None:
             raise ValueError(
