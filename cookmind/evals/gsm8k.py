@@ -48,11 +48,18 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
             'JSONL of {"question": ..., "answer": "... #### N"} records'
         )
     for lineno, row in rows:
-        if not isinstance(row, dict) or "question" not in row or "answer" not in row:
+        # the field names `pack --train-type grpo` and grpo.eval_problems read, so one problem file serves all three
+        question = next((f for f in ("question", "prompt") if isinstance(row, dict) and f in row), None)
+        answer = next(
+            (f for f in ("answer", "reference_answer", "ground_truth") if isinstance(row, dict) and f in row), None
+        )
+        if question is None or answer is None:
+            got = sorted(row) if isinstance(row, dict) else type(row).__name__
             raise ValueError(
-                f"{path}:{lineno}: a GSM8K record needs 'question' and 'answer' fields, got "
-                f"{sorted(row) if isinstance(row, dict) else type(row).__name__}"
+                f"{path}:{lineno}: a GSM8K record needs a question ('question' or 'prompt') and its answer ('answer', "
+                f"'reference_answer' or 'ground_truth'), got {got}; fix the record or pass another --data"
             )
+        row["question"], row["answer"] = row.pop(question), row.pop(answer)
         try:  # a number answer is graded as its text; another type would stop the run after the generation
             if not isinstance(row["question"], str):
                 raise ValueError(f"'question' must be text, got {type(row['question']).__name__}")
