@@ -749,3 +749,25 @@ def test_serving_a_sharded_lora_run_on_another_base_warns_as_the_full_formats_do
     other = tiny_lm()  # the same shapes, other weights
     with pytest.warns(UserWarning, match="was trained on"):  # a full-format adapter warned; the sharded one did not
         load_adapters(other, {"sharded": tmp_path / "sharded"}, base_name="other")
+
+
+def test_reading_a_sharded_checkpoint_prints_no_torch_single_process_warning(tmp_path, store):
+    # `cookmind eval ppl --model RUN` first imported the sharded reader inside a catch_warnings block (its LoRA-base
+    # look-up), which dropped the reader's filter on the way out: torch's "torch.distributed is disabled, ...,
+    # assuming the intent is to load in a single process" UserWarning was printed above the perplexity
+    import subprocess
+    import sys
+
+    _train(store, tmp_path / "sharded", "train.max_steps=1", "checkpoint.format=sharded")
+    step = tmp_path / "sharded" / "checkpoints" / "step_00000001"
+    code = (
+        "import sys, warnings\n"
+        "with warnings.catch_warnings():\n"
+        "    import cookmind.model.sharded_io as io\n"
+        "print(len(io.read_sharded_weights(sys.argv[1])))\n"
+    )
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code, str(step)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len(_weights(tmp_path / "sharded", 1))
+    assert "Warning" not in done.stderr, done.stderr

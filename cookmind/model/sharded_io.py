@@ -9,11 +9,13 @@ metadata classes, ``torch.Size``/dtypes and paths, and every non-tensor entry mu
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,17 @@ from cookmind.model.sharded_layout import METADATA_NAME, MODEL_KEY, OPTIM_KEY, S
 
 _PATH_CLASSES = {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"}
 # One process without a group is what we mean when we say no_dist (also from async_save's background thread).
-warnings.filterwarnings("ignore", message=r".*assuming the intent is to (save|load) in a single process")
+_SINGLE_PROCESS = r".*assuming the intent is to (save|load) in a single process"
+warnings.filterwarnings("ignore", message=_SINGLE_PROCESS)
+
+
+@contextlib.contextmanager
+def quiet_single_process() -> Iterator[None]:
+    """Around a DCP call without a group: the filter above is lost if this module was first imported inside a
+    ``warnings.catch_warnings()`` block (eval's LoRA-base look-up does), so each call sets it again."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_SINGLE_PROCESS)
+        yield
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -132,7 +144,8 @@ def read_sharded_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor
         raise ShardedCheckpointError(f"{dcp_dir(directory) / METADATA_NAME}: lists no model weights")
     state = {MODEL_KEY: weights}
     try:
-        dcp_load(state, storage_reader=SafeReader(dcp_dir(directory)), planner=SafeLoadPlanner(), no_dist=True)
+        with quiet_single_process():
+            dcp_load(state, storage_reader=SafeReader(dcp_dir(directory)), planner=SafeLoadPlanner(), no_dist=True)
     except (Exception, CheckpointException) as exc:
         raise load_error(exc, f"{dcp_dir(directory)}: cannot read the shards") from None
     return state[MODEL_KEY]

@@ -55,7 +55,14 @@ from cookmind.model.model_io import (
     is_own_checkpoint,
     written_files,
 )
-from cookmind.model.sharded_io import SafeLoadPlanner, SafeReader, error_reason, load_error, read_metadata
+from cookmind.model.sharded_io import (
+    SafeLoadPlanner,
+    SafeReader,
+    error_reason,
+    load_error,
+    quiet_single_process,
+    read_metadata,
+)
 from cookmind.model.sharded_layout import MODEL_KEY, OPTIM_KEY, dcp_dir
 from cookmind.parallel import unwrap
 from cookmind.parallel.fsdp import plain_name
@@ -174,7 +181,8 @@ class ShardedCheckpointer:
                 self._group = dist.new_group(backend="gloo")
             # DCP copies the state to CPU memory before returning; without a group it writes as one process
             return dcp.async_save(state, checkpoint_id=str(dcp_dir(tmp)), process_group=self._group)
-        dcp.save(state, checkpoint_id=str(dcp_dir(tmp)), no_dist=not self.distributed)
+        with quiet_single_process():
+            dcp.save(state, checkpoint_id=str(dcp_dir(tmp)), no_dist=not self.distributed)
         return None
 
     def wait(self) -> Path | None:
@@ -284,12 +292,13 @@ def load_sharded(
                 "resume with the same model config"
             )
     try:
-        dcp.load(
-            state,
-            storage_reader=SafeReader(dcp_dir(path)),
-            planner=SafeLoadPlanner(),
-            no_dist=not dist.is_initialized(),
-        )
+        with quiet_single_process():
+            dcp.load(
+                state,
+                storage_reader=SafeReader(dcp_dir(path)),
+                planner=SafeLoadPlanner(),
+                no_dist=not dist.is_initialized(),
+            )
     except (Exception, dcp.CheckpointException) as exc:
         hint = "resume with the same model, optimizer and LoRA settings"
         raise load_error(exc, f"{dcp_dir(path)}: cannot load", hint) from None
