@@ -132,18 +132,18 @@ def test_ranks_that_find_different_checkpoints_refuse_to_resume(tmp_path, keep_t
         assert f"rank {rank} found {'step 2' if rank == 0 else 'none'}" in msg and "filesystem every node shares" in msg
 
 
-def _run_dir_on_rank(rank: int, root: str) -> str:
-    """The run directory a Trainer uses when each rank was given its own (as two ranks a second apart name a
-    default one by the clock)."""
-    return str(Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/rank{rank}"])).run_dir)
+def _clock_run_dir_on_rank(rank: int, root: str) -> str:
+    """The run directory a Trainer uses when two ranks a second apart named a default one by the clock."""
+    run_dir = f"logging.run_dir={root}/run-20261204-20193{rank}"
+    return str(Trainer(TrainConfig.load(None, [*_tiny_run(root), run_dir])).run_dir)
 
 
 def test_every_rank_takes_rank0s_run_directory(tmp_path, keep_threads):
     rng = np.random.default_rng(0)
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
-    dirs = run_on_gloo_ranks(functools.partial(_run_dir_on_rank, root=str(tmp_path)), 2, tmp_path)
-    assert dirs == [str(tmp_path / "rank0")] * 2
-    assert (tmp_path / "rank0").is_dir() and not (tmp_path / "rank1").exists()
+    dirs = run_on_gloo_ranks(functools.partial(_clock_run_dir_on_rank, root=str(tmp_path)), 2, tmp_path)
+    assert dirs == [str(tmp_path / "run-20261204-201930")] * 2
+    assert (tmp_path / "run-20261204-201930").is_dir() and not (tmp_path / "run-20261204-201931").exists()
 
 
 def test_torchrun_without_a_run_dir_names_one_directory_once(tmp_path):
@@ -199,6 +199,34 @@ def test_a_config_difference_names_the_flag_the_user_typed_and_the_key(tmp_path,
     at = f"(on {socket.gethostname()})"
     expected = f"--resume (checkpoint.resume) is None on rank 0 {at} but 'auto' on rank 1 {at}."
     assert msgs[0] == msgs[1] and expected in msgs[0], msgs
+
+
+def _run_dir_or_refusal(rank: int, root: str, dirs: tuple[str, str]) -> str:
+    try:
+        trainer = Trainer(TrainConfig.load(None, [*_tiny_run(root), f"logging.run_dir={root}/{dirs[rank]}"]))
+    except ValueError as exc:
+        return str(exc)
+    return f"started in {trainer.run_dir}"
+
+
+def test_a_node_given_another_run_dir_than_rank0_refuses_with_both(tmp_path, keep_threads):
+    # node 0 was started with --run-dir runs/job, node 1 without (runs/<preset>-<UTC time>): rank 0 was node 1, and
+    # the whole job trained in runs/tiny-cpu-20261204-201938 with no word about runs/job
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    stamped = ("runs/tiny-cpu-20261204-201938", "runs/job")
+    msgs = run_on_gloo_ranks(functools.partial(_run_dir_or_refusal, root=str(tmp_path), dirs=stamped), 2, tmp_path)
+    at = f"(on {socket.gethostname()})"
+    expected = (
+        f"--run-dir (logging.run_dir) is '{tmp_path}/runs/tiny-cpu-<UTC time>' on rank 0 {at} but "
+        f"'{tmp_path}/runs/job' on rank 1 {at}."
+    )
+    assert msgs[0] == msgs[1] and expected in msgs[0], msgs
+    assert not (tmp_path / "runs").exists()
+    # each rank's clock names its own directory without --run-dir: rank 0's is the job's, as before
+    clocks = ("runs/tiny-cpu-20261204-201938", "runs/tiny-cpu-20261204-201940")
+    msgs = run_on_gloo_ranks(functools.partial(_run_dir_or_refusal, root=str(tmp_path), dirs=clocks), 2, tmp_path)
+    assert msgs == [f"started in {tmp_path}/{clocks[0]}"] * 2, msgs
 
 
 def _start_in(rank: int, root: str) -> str:

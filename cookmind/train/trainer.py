@@ -162,12 +162,18 @@ def _drop_reasons(dataset) -> str:
     return ", ".join(f"{n} with {why}" for n, why in said) or reasons[0][1]
 
 
-def _check_same_config(cfg: TrainConfig, info) -> None:
+def _check_same_config(cfg: TrainConfig, info, own_run_dir: str | None = None) -> None:
     """Every rank must run the same config: nodes launched with different overrides trained apart (another learning
-    rate), hung at the end (other max_steps) or failed in DDP's own traceback (another width)."""
+    rate), hung at the end (other max_steps) or failed in DDP's own traceback (another width). ``own_run_dir``: this
+    rank's run directory before rank 0's was taken; the clock's part of a default one may differ between ranks."""
+    import re
+
+    from cookmind.train.cli import STAMP
 
     values = cfg.flat()
     values.pop("checkpoint.dir")  # may name each node's own disk; that the ranks resume alike is checked on resume
+    if own_run_dir is not None:  # a node with --run-dir and one without: both trained in rank 0's, unsaid
+        values["logging.run_dir"] = re.sub(STAMP + "$", "-<UTC time>", str(own_run_dir))
     values = {setting(key): value for key, value in values.items()}  # "--resume (checkpoint.resume)": as typed
     diff = differences_from_rank0(values, info)
     if diff:
@@ -215,8 +221,9 @@ class Trainer:
         seed_everything(cfg.train.seed)
         # rank 0's run directory on every rank: a default one is named by each rank's clock (`cookmind train`
         # without --run-dir), and ranks a second apart would write and resume in different directories
+        own_run_dir = cfg.logging.run_dir
         cfg.logging.run_dir = rank0_value(cfg.logging.run_dir, self.dist)
-        _check_same_config(cfg, self.dist)
+        _check_same_config(cfg, self.dist, own_run_dir)
         self.run_dir = Path(cfg.logging.run_dir)
         self.ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
         reads = {
