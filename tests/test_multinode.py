@@ -21,6 +21,7 @@ from lm_fixtures import tiny_cli_overrides
 from cookmind.model import load_model
 from cookmind.store import write_store
 from cookmind.train import TrainConfig, Trainer
+from cookmind.train import cli as train_cli
 from cookmind.train.callbacks import Callback
 from cookmind.train.checkpoint import find_latest_checkpoint
 
@@ -385,6 +386,44 @@ def test_a_sigterm_to_one_node_stops_every_rank_by_that_signal(tmp_path, keep_th
     write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
     got = run_on_gloo_ranks(functools.partial(_sigterm_to_rank1, root=str(tmp_path)), 2, tmp_path)
     assert got == [("stopped", 2, "signal SIGTERM")] * 2, got
+
+
+def _sigterm_to_node1_through_the_cli(rank: int, root: str) -> tuple:
+    """Two nodes of one process each (LOCAL_RANK 0 on both): node 1 gets a SIGTERM before step 2."""
+    import contextlib
+    import io
+    import signal
+
+    import cookmind.parallel
+
+    os.environ["LOCAL_RANK"] = "0"
+    cookmind.parallel.destroy_distributed = lambda: None  # the harness tears the group down
+    cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=6", f"logging.run_dir={root}/run"])
+    trainer = Trainer(cfg)
+    launch = trainer._launch_step
+
+    def launch_and_kill():
+        if rank == 1 and trainer.step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return launch()
+
+    trainer._launch_step = launch_and_kill
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out), trainer.handling_signals():
+        status = train_cli._fit_and_report(trainer, cfg)
+    return status, [line for line in err.getvalue().splitlines() if "stopped by" in line]
+
+
+def test_every_node_says_its_run_stopped_and_how_to_resume(tmp_path, keep_threads):
+    # a SIGTERM to one node of two: node 0's log (rank 1) held only torchrun's "exitcode: 143", no cookmind line
+    rng = np.random.default_rng(0)
+    write_store(tmp_path / "seq", "seq", [{"sequence": rng.integers(1, 64, size=60)} for _ in range(8)], vocab_size=64)
+    got = run_on_gloo_ranks(functools.partial(_sigterm_to_node1_through_the_cli, root=str(tmp_path)), 2, tmp_path)
+    line = (
+        f"cookmind train: stopped by signal SIGTERM at step 2; checkpoint saved, continue with --resume auto "
+        f"--run-dir {tmp_path}/run"
+    )
+    assert got == [(128 + 15, [line])] * 2, got
 
 
 def _resume_past_a_damaged_checkpoint(rank: int, root: str) -> list[str]:

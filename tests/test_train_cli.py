@@ -543,7 +543,8 @@ def test_sigterm_saves_and_exits_non_zero(tmp_path, store, sigterm_at_step, caps
 
 def test_a_stop_is_said_once_by_rank_0_not_by_every_rank(tmp_path, store, monkeypatch, capsys):
     """Under torchrun every rank stops at the same step, and each printed 'stopped by signal SIGTERM ...' (a
-    two-rank FSDP run said it twice). Rank 0 says it; every rank exits 128 + N."""
+    two-rank FSDP run said it twice). Rank 0 says it (and local rank 0 of every other node: test_multinode); every
+    rank exits 128 + N."""
     from cookmind.parallel import DistInfo
     from cookmind.train import trainer as trainer_module
 
@@ -561,7 +562,8 @@ def test_a_stop_is_said_once_by_rank_0_not_by_every_rank(tmp_path, store, monkey
             return contextlib.nullcontext()
 
     monkeypatch.setattr(trainer_module, "Trainer", Stopped)
-    for rank, says in ((0, 1), (1, 0)):
+    for rank, says in ((0, 1), (1, 0)):  # one node: torchrun's LOCAL_RANK is the rank
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
         assert _run(store, "--run-dir", str(tmp_path / f"r{rank}")) == 128 + signal.SIGTERM
         err = capsys.readouterr().err
         assert err.count("cookmind train: stopped by signal SIGTERM at step 3; checkpoint saved") == says, err

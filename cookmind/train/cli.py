@@ -462,7 +462,8 @@ def _fit_and_report(trainer, cfg) -> int:
     if summary["status"] == "stopped":
         # Not 0: `cookmind train && cookmind export` must not export a half-trained model.
         reason = trainer.stop_reason or "a stop request"
-        if trainer.dist.is_main:  # every rank stops; one says so
+        # every rank stops; one a node says so (its own log may be all a user of that node reads)
+        if trainer.dist.is_main or os.environ.get("LOCAL_RANK", "0") == "0":
             _note(
                 f"stopped by {reason} at step {summary['steps']}; checkpoint saved, continue with "
                 f"--resume auto --run-dir {trainer.run_dir}"
