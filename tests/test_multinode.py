@@ -98,8 +98,8 @@ def test_two_nodes_on_loopback_equal_one_process(tmp_path, keep_threads):
 
 def _resume_on_rank(rank: int, root: str) -> str:
     """Rank r resumes from its own node's checkpoints (no shared filesystem): only node 0's hold one. (The run
-    directory is rank 0's on every rank; its own checkpoint.dir stands for what another node's disk holds.)"""
-    own = [f"logging.run_dir={root}/node{rank}", f"checkpoint.dir={root}/node{rank}/checkpoints"]
+    directory is the same on every rank; its own checkpoint.dir stands for what another node's disk holds.)"""
+    own = [f"logging.run_dir={root}/node0", f"checkpoint.dir={root}/node{rank}/checkpoints"]
     cfg = TrainConfig.load(None, [*_tiny_run(root), *own, "checkpoint.resume=auto"])
     try:
         Trainer(cfg)

@@ -177,7 +177,7 @@ def _close_drops_ddp(rank: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel
 
     root, overrides = os.environ["DDP_CLOSE_ROOT"], json.loads(os.environ["DDP_CLOSE_OVERRIDES"])
-    overrides = overrides + [f"logging.run_dir={root}/run{rank}"]
+    overrides = overrides + [f"logging.run_dir={root}/run0"]  # one run directory for the job
     trainer = Trainer(TrainConfig.load("tiny-cpu", overrides + ["train.micro_batch_size=2", "parallel.ddp=torch"]))
     trainer.fit()
     held = lambda: sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())  # noqa: E731

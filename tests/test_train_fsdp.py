@@ -269,7 +269,7 @@ def _grpo_trainer(rank: int, fsdp: bool, run_dir: str, **grpo):
             "parallel": {"backend": "gloo", "fsdp": fsdp},
             "checkpoint": {"every": 0},
             "logging": {
-                "run_dir": f"{run_dir}/grpo-{fsdp}-{rank}",
+                "run_dir": f"{run_dir}/grpo-{fsdp}-0",  # rank 0's on every rank (ranks must agree)
                 "progress": False,
                 "report": False,
                 "log_every": 1,
