@@ -495,3 +495,12 @@ def test_a_sharded_reference_copy_on_one_gpu_gives_the_policys_log_probs():
     finally:
         dist.destroy_process_group()
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_fsdp_over_a_run_of_our_ddp_names_a_way_out_that_loads():
+    """Resuming a parallel.ddp=ours run with parallel.fsdp=true said "drop parallel.ddp": the run's config.yaml keeps
+    `ddp: ours`, and parallel.ddp=null is no value. The message names parallel.ddp=torch, and that setting loads."""
+    with pytest.raises(ValueError) as exc:
+        TrainConfig.from_dict({"parallel": {"fsdp": True, "ddp": "ours"}})
+    assert "set parallel.ddp=torch" in str(exc.value), exc.value
+    assert TrainConfig.from_dict({"parallel": {"fsdp": True, "ddp": "torch"}}).parallel.fsdp

@@ -546,7 +546,8 @@ def _check_fsdp(cfg: TrainConfig) -> None:
     if cfg.parallel.ddp == "ours":
         raise ValueError(
             "parallel.fsdp=true shards the model itself and cannot go inside parallel.ddp=ours; "
-            "drop parallel.ddp (or set parallel.fsdp=false)"
+            "set parallel.ddp=torch (FSDP reduces the gradients itself; a resume keeps the run's ddp: ours unless "
+            "told) or parallel.fsdp=false"
         )
     if cfg.parallel.zero1:
         raise ValueError(
