@@ -345,6 +345,8 @@ def test_pack_help_examples_pack(tmp_path, tok_dir):
         head = line[2:8].strip()
         if head in ("seq", "sft", "dpo", "grpo"):
             section = head
+        elif line.startswith(" " * 11) and line.strip().startswith('"') and examples.get(section):
+            examples[section][-1] += " " + line.strip()  # a long example's next line (TRL's DPO rows)
         elif line.startswith(" " * 10) and section:
             examples.setdefault(section, []).append(line.strip())
     assert set(examples) == {"seq", "sft", "dpo", "grpo"}

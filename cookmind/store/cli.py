@@ -31,6 +31,10 @@ what each --train-type reads (one example line each):
           {"prompt": "Say hi", "response": "Hi!"}
   dpo   a prompt and two answers (strings), or chosen/rejected as whole chats ending with the assistant
           {"prompt": "Say hi", "chosen": "Hi!", "rejected": "Go away."}
+        or TRL's conversational rows: the prompt as messages, each answer as the assistant's messages
+          {"prompt": [{"role": "user", "content": "Say hi"}],
+           "chosen": [{"role": "assistant", "content": "Hi!"}],
+           "rejected": [{"role": "assistant", "content": "Go away."}]}
   grpo  a question (or prompt) and its reference answer (or reference_answer/ground_truth; GSM8K's "#### N" is read)
           {"question": "What is 2+3?", "answer": "#### 5"}
         or an offline rollout with its reward
