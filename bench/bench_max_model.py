@@ -288,7 +288,10 @@ def main(argv=None) -> int:
     shape, batch, seq = model_shape(args)
     try:
         with tempfile.TemporaryDirectory(prefix="bench_max_model_") as tmp:
-            args.run_dir = str(Path(tmp) / "run")
+            # one run directory for every rank (ranks that name different ones are refused): rank 0's
+            shared = [str(Path(tmp) / "run")]
+            dist.broadcast_object_list(shared, src=0)
+            args.run_dir = shared[0]
             for method in args.methods:
                 row = largest(method, shape, batch, seq, args, device)
                 if info.rank == 0:

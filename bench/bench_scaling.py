@@ -120,9 +120,11 @@ def launch(args, method: str, gpus: int, variant: str = "") -> dict:
     """One torchrun job of ``method`` (with ``variant``'s settings) on ``gpus`` processes; rank 0's JSON line."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
     cmd += [str(Path(__file__).resolve()), "--worker", method, "--variant", variant] + passthrough(args)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.job_timeout_s)
+        # one run directory for the job's ranks (a job whose ranks name different ones is refused); nothing is saved
+        with tempfile.TemporaryDirectory(prefix="cookmind-scaling-") as tmp:
+            env = dict(os.environ, PYTHONUNBUFFERED="1", COOKMIND_BENCH_RUN_DIR=tmp)
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.job_timeout_s)
     except subprocess.TimeoutExpired:
         return {"method": method, "gpus": gpus, "error": f"timed out after {args.job_timeout_s:.0f} s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -228,7 +230,8 @@ def worker(args) -> None:
     cuda = args.device == "cuda"
     world = int(os.environ.get("WORLD_SIZE", "1"))
     profiler = TraceSteps(args.warmup + args.steps, 3) if args.profile and cuda else None
-    with tempfile.TemporaryDirectory(prefix="cookmind-scaling-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="cookmind-scaling-") as own:
+        tmp = os.environ.get("COOKMIND_BENCH_RUN_DIR", own)  # the job's one folder (launch), else this rank's
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         fig = bench_cookmind(
@@ -240,7 +243,7 @@ def worker(args) -> None:
             torch.device(args.device),
             "bf16" if cuda else "fp32",
             not args.no_compile,
-            tmp,  # the Trainer takes rank 0's on every rank; nothing is saved there
+            tmp,  # every rank's run directory, the same; nothing is saved there
             parallel={**METHODS[args.worker], **parse_variant(args.variant)},
             callbacks=[profiler] if profiler else [],
             extra_steps=3 if profiler else 0,
