@@ -577,10 +577,8 @@ def test_curate_run_exact_lines_collapses_and_counts_the_stories_it_empties(tmp_
     "text, expected, emptied",
     [
         (f"A\nshared line{SEP}\nB\n", f"A\n{SEP}\nB\n", 0),  # the separator stays, on its own line
-        (f"A\nshared line {SEP} B\n", f"A\n {SEP} B\n", 0),  # and the text after it on its line
         (f"A\n{SEP}shared line\nB{SEP}\nC\n", f"A\n{SEP}\nB{SEP}\nC\n", 0),
         (f"A{SEP}\nshared line{SEP}\nC{SEP}\n", f"A{SEP}\nC{SEP}\n", 1),  # a story emptied takes one separator
-        (f"A{SEP}shared line{SEP}C\n", f"A{SEP}C\n", 1),
         (f"A{SEP}\nshared line{SEP}\n", f"A{SEP}\n", 1),
     ],
 )
@@ -594,6 +592,18 @@ def test_a_separator_at_the_end_of_a_line_is_no_part_of_the_line(text, expected,
     assert remove_lines(text, dup) == (expected, text.count("shared line"), emptied)
     hashes = [xxhash.xxh64_intdigest(t.encode()) for t in ("A", "shared line", "B", "C") if t in text]
     assert sorted(line_hashes(text).tolist()) == sorted(hashes)
+
+
+@pytest.mark.parametrize("text", [f"A\nshared line {SEP} B\n", f"A{SEP}shared line{SEP}C\n"])
+def test_a_separator_mid_line_leaves_the_line_one_line_to_dedup(text):
+    """Only a separator at a line's start or end is split off: a line holding one mid-sentence is hashed whole, so
+    its "shared line" part is no duplicate of a line "shared line", and nothing is removed."""
+    from cookmind.curate.exact_lines import line_hashes, remove_lines
+
+    dup = np.sort(np.array([xxhash.xxh64_intdigest(b"shared line")], dtype=np.uint64))
+    assert remove_lines(text, dup) == (text, 0, 0)
+    whole = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    assert sorted(line_hashes(text).tolist()) == sorted(xxhash.xxh64_intdigest(t.encode()) for t in whole)
 
 
 def test_dedup_lines_keeps_the_separator_that_ends_a_duplicated_last_line(tmp_path, capsys):
@@ -653,3 +663,24 @@ def test_curate_run_exact_lines_counts_a_removed_record_once(tmp_path):
         1,
         1,
     )
+
+
+def test_a_line_that_mentions_the_separator_mid_sentence_is_one_line_to_dedup(tmp_path, capsys):
+    """Cutting every line at each <|endoftext|> made two different lines that merely mention the token share their
+    tail (", which tells the model to stop."), and dedup removed it from both: only a separator at a line's start or
+    end is split off (a story's last line, "friends.<|endoftext|>"); a line holding one mid-sentence is one line, and
+    the counts count lines."""
+    a = f"Docs note.\nA story ends with the special token {SEP}, which tells the model to stop.\nMore words a.\n"
+    b = f"Other doc.\nGPT-2 separates documents with {SEP}, which tells the model to stop.\nMore words b.\n"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text(a, encoding="utf-8")
+    (tmp_path / "in" / "b.txt").write_text(b, encoding="utf-8")
+    inputs = [str(tmp_path / "in" / n) for n in ("a.txt", "b.txt")]
+    rc, res = _cli(
+        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o"), "--quiet"],
+        capsys,
+    )
+    assert rc == 0
+    assert (res["lines_in"], res["lines_removed"]) == (6, 0), res
+    assert (tmp_path / "o" / "a.txt").read_text(encoding="utf-8") == a
+    assert (tmp_path / "o" / "b.txt").read_text(encoding="utf-8") == b

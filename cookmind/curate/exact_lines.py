@@ -24,13 +24,14 @@ import xxhash
 from cookmind import text_input
 from cookmind.atomic import writing
 from cookmind.curate.dedup_output import building_dedup_output
-from cookmind.curate.shards import is_separator_line, is_text_line, line_pieces
+from cookmind.curate.shards import edge_pieces, is_separator_line, is_text_line
 
 
 def line_hashes(text: str) -> np.ndarray:
     """xxh64 of every text line: not blank, not a separator (trailing whitespace ignored), a line cut where a
-    separator stands in it (``shards.line_pieces``). A separator line is in every story file: counted as a shared
-    line, it went, and the stories ran together; so did a story's last line with the separator after it."""
+    separator stands at its start or end (``shards.edge_pieces``). A separator line is in every story file: counted
+    as a shared line, it went, and the stories ran together; so did a story's last line with the separator after
+    it."""
     return np.array([_hash(piece) for piece in _pieces(text)[0] if is_text_line(piece)], dtype=np.uint64)
 
 
@@ -40,10 +41,11 @@ def text_words(text: str) -> int:
 
 
 def _pieces(body: str) -> tuple[list[str], list[int]]:
-    """The pieces of ``body``'s lines (``shards.line_pieces``: text, separators, blank lines) and the line of each."""
+    """The pieces of ``body``'s lines (``shards.edge_pieces``: text, the separators at a line's ends, blank lines)
+    and the line of each."""
     pieces, line_of = [], []
     for i, line in enumerate(body.split("\n")):
-        for piece in line_pieces(line):
+        for piece in edge_pieces(line):
             pieces.append(piece)
             line_of.append(i)
     return pieces, line_of
@@ -75,7 +77,7 @@ def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int, int]:
     """``text`` without the lines whose hash is in the sorted array ``duplicated``; (text, lines removed, documents
     emptied).
 
-    A line is taken as the pieces ``shards.line_pieces`` cuts it into: text removed from a line that also holds a
+    A line is taken as the pieces ``shards.edge_pieces`` cuts it into: text removed from a line that also holds a
     separator leaves the separator there. Every other byte stays (line endings, indentation, the final newline),
     except blank lines the removal strands: a blank run that a removal joins to another blank run, or to the start
     or end of the text; and a document (the text between ``<|endoftext|>`` separators, or all of it) whose every

@@ -52,6 +52,21 @@ def line_pieces(line: str) -> list[str]:
     return [piece for piece in _SEPARATOR.split(line) if piece] or [line]
 
 
+def edge_pieces(line: str) -> list[str]:
+    """``line`` with the separators at its start and end split off (``line_pieces`` keeps only those): what line
+    dedup hashes and removes. A separator mid-sentence leaves the line one piece, so two lines that merely mention
+    the token do not share their tails."""
+    pieces = line_pieces(line)
+    start = 0
+    while start < len(pieces) and is_separator_line(pieces[start]):
+        start += 1
+    end = len(pieces)
+    while end > start and is_separator_line(pieces[end - 1]):
+        end -= 1
+    middle = ["".join(pieces[start:end])] if end > start else []
+    return pieces[:start] + middle + pieces[end:]
+
+
 def separated_lines(text: str) -> list[str]:
     """``text``'s lines with each separator taken as a line break, wherever it stands, and left out: the lines a
     check counts or reads (blank ones kept)."""
