@@ -366,3 +366,21 @@ def test_a_run_recorded_without_its_reading_resumes_unless_an_input_is_read_anot
     rc, err = older(READING + 1, [src])
     assert rc == 2 and err.count("\n") == 1, err
     assert f"input reading {READING + 1}" in err and "newer cookmind" in err and "<|endoftext|>" not in err, err
+
+
+@pytest.mark.parametrize("where", ["", "removed/"])
+def test_restart_keeps_the_old_run_when_a_temporary_file_of_a_live_or_remote_writer_is_there(tmp_path, where):
+    """A temporary of a recorded output whose writer is alive, or on another host (a shared filesystem), is not
+    removed: `--restart` deleted the old run's shards, reports and _work/ and only then refused that file as one
+    'no curate run there wrote', and every later --restart failed alike. It now refuses first, naming the writer,
+    and the old run is there as it was."""
+    listing = CurateConfig(stages=[{"gopher": {}}], removed=True)
+    src = _inputs(tmp_path, "in", ["too short", "also short"])
+    out = tmp_path / "out"
+    run_pipeline(listing, [src], out, progress=False)
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    temp = out / f"{where}.shard-00000.jsonl.gz.tmp-12345@othernode"
+    temp.write_bytes(b"partial")
+    with pytest.raises(ValueError, match=r"tmp-12345@othernode.* alive or on another host"):
+        run_pipeline(listing, [src], out, restart=True, progress=False)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p != temp) == before

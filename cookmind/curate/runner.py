@@ -356,9 +356,10 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         _refuse_foreign_outputs(output, recorded)
         # the run starts anew in the folder: what it would refuse there, it refuses before deleting the old run
         _refuse_other_files(output, work, recorded)
+        _clean_own_temps(output, recorded)  # a dead writer's; one alive or on another host stays, and is refused
+        _refuse_live_temps(output, recorded)
         for name in recorded:
             (output / name).unlink(missing_ok=True)
-        _clean_own_temps(output, recorded)
         if (output / REMOVED).is_dir() and not any((output / REMOVED).iterdir()):
             (output / REMOVED).rmdir()
         shutil.rmtree(work)
@@ -446,6 +447,21 @@ def _own_temp(name: str, ours: list[str]) -> bool:
         return False
     own = base[1:].rsplit(".", 1)[0]  # ".shard-00000.jsonl.gz.tmp-PID@HOST": the host has no dot
     return (f"{folder}/{own}" if folder else own) in ours
+
+
+def _refuse_live_temps(output: Path, ours: list[str]) -> None:
+    """Raise if a temporary file of an output the run recorded is still there once the dead writers' are gone: its
+    writer is alive, or on another host sharing the folder; --restart would delete the run under it."""
+    left = []
+    for folder in {output} | ({output / REMOVED} if (output / REMOVED).is_dir() else set()):
+        prefix = "" if folder == output else f"{REMOVED}/"
+        left += sorted(f"{prefix}{p.name}" for p in folder.iterdir() if _own_temp(f"{prefix}{p.name}", ours))
+    if left:
+        raise ValueError(
+            f"--output {output} holds {left[0]}, a temporary file of this run's output whose writer "
+            f"({left[0].rpartition('tmp-')[2]}) is alive or on another host; stop that run (or remove the file if "
+            "it is gone) before --restart"
+        )
 
 
 def _clean_own_temps(output: Path, ours: list[str]) -> None:
