@@ -237,6 +237,20 @@ def _cli(argv, capsys):
     return rc, (json.loads(cap.out) if rc == 0 else cap.err)
 
 
+def _dedup_lines_of_two(tmp_path, capsys, a: str, b: str) -> dict:
+    """`curate dedup --method lines` over in/a.txt and in/b.txt holding ``a`` and ``b``, into o/: its summary."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text(a, encoding="utf-8")
+    (tmp_path / "in" / "b.txt").write_text(b, encoding="utf-8")
+    inputs = [str(tmp_path / "in" / n) for n in ("a.txt", "b.txt")]
+    rc, res = _cli(
+        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o"), "--quiet"],
+        capsys,
+    )
+    assert rc == 0, res
+    return res
+
+
 def test_dedup_overwrite_replaces_the_earlier_output_whole_and_refuses_the_users_folder(tmp_path, capsys):
     """Run 2 with --overwrite kept only a.txt, yet run 1's c.txt stayed in the folder beside it; and a folder of
     the user's own files was written into silently."""
@@ -533,15 +547,7 @@ def test_dedup_lines_collapses_the_stories_it_empties_in_tinystories(tmp_path, c
     stories = [doc for _, doc in separated_documents(sample)]
     assert len(stories) == 5
     own = f"{stories[1]}\n{SEP}\nA small red hen sang.\n{SEP}\n{stories[3]}\n{SEP}\n"
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.txt").write_text(sample, encoding="utf-8")
-    (tmp_path / "in" / "b.txt").write_text(own, encoding="utf-8")
-    inputs = [str(tmp_path / "in" / n) for n in ("a.txt", "b.txt")]
-    rc, res = _cli(
-        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o"), "--quiet"],
-        capsys,
-    )
-    assert rc == 0
+    res = _dedup_lines_of_two(tmp_path, capsys, sample, own)
     out = (tmp_path / "o" / "a.txt").read_text(encoding="utf-8")
     assert out == "".join(lines[0:7] + lines[11:15] + lines[21:25])  # 7-9 with 10's separator, 15-19 with 20's
     assert [doc for _, doc in separated_documents(out)] == [stories[0], stories[2], stories[4]]
@@ -614,15 +620,7 @@ def test_dedup_lines_keeps_the_separator_that_ends_a_duplicated_last_line(tmp_pa
 
     a = f"Tom had a red ball.\nThey were best friends.{SEP}\nLily saw a cat.\nThe cat was soft.{SEP}\n"
     b = f"Ben found a shell.\nThey were best friends.{SEP}\nA bird sang.{SEP}\n"
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.txt").write_text(a, encoding="utf-8")
-    (tmp_path / "in" / "b.txt").write_text(b, encoding="utf-8")
-    inputs = [str(tmp_path / "in" / n) for n in ("a.txt", "b.txt")]
-    rc, res = _cli(
-        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o"), "--quiet"],
-        capsys,
-    )
-    assert rc == 0
+    res = _dedup_lines_of_two(tmp_path, capsys, a, b)
     out_a = (tmp_path / "o" / "a.txt").read_text(encoding="utf-8")
     out_b = (tmp_path / "o" / "b.txt").read_text(encoding="utf-8")
     assert out_a == f"Tom had a red ball.\n{SEP}\nLily saw a cat.\nThe cat was soft.{SEP}\n"
@@ -672,15 +670,7 @@ def test_a_line_that_mentions_the_separator_mid_sentence_is_one_line_to_dedup(tm
     the counts count lines."""
     a = f"Docs note.\nA story ends with the special token {SEP}, which tells the model to stop.\nMore words a.\n"
     b = f"Other doc.\nGPT-2 separates documents with {SEP}, which tells the model to stop.\nMore words b.\n"
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.txt").write_text(a, encoding="utf-8")
-    (tmp_path / "in" / "b.txt").write_text(b, encoding="utf-8")
-    inputs = [str(tmp_path / "in" / n) for n in ("a.txt", "b.txt")]
-    rc, res = _cli(
-        ["curate", "dedup", "--method", "lines", "--input", *inputs, "--output", str(tmp_path / "o"), "--quiet"],
-        capsys,
-    )
-    assert rc == 0
+    res = _dedup_lines_of_two(tmp_path, capsys, a, b)
     assert (res["lines_in"], res["lines_removed"]) == (6, 0), res
     assert (tmp_path / "o" / "a.txt").read_text(encoding="utf-8") == a
     assert (tmp_path / "o" / "b.txt").read_text(encoding="utf-8") == b
