@@ -109,7 +109,7 @@ for part in "${parts[@]}"; do
                 --shape qwen3-0.6b --no-peer --no-plain --batch 32 --steps 6 --warmup 4 \
                 --variants master-weights-fp8fa-graph,master-weights-fp8fa-rowwise-graph ;;
         # the README's qwen3-0.6b row as set (B=8), against transformers in the same run
-        asset06b) CUDA_VISIBLE_DEVICES=0 run qwen06b-as-set 260 python3 bench/bench_train.py --device cuda \
+        asset06b) CUDA_VISIBLE_DEVICES=0 run qwen06b-as-set 480 python3 bench/bench_train.py --device cuda \
                 --shape qwen3-0.6b --variants master-weights-graph ;;
         # the README's llama-1.3b row as set (B=4), against transformers in the same run
         asset13b) CUDA_VISIBLE_DEVICES=0 run llama13b-as-set 260 python3 bench/bench_train.py --device cuda \
