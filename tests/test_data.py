@@ -198,6 +198,19 @@ def test_factory_rejects_mismatches_with_clear_messages(tmp_path):
         DatasetFactory.load("seq", path, 2, packing=True)
     with pytest.raises(ValueError, match="unknown train type"):
         DatasetFactory.load("rlhf", path, 2)
+
+
+def test_factory_refusals_open_with_the_flag_the_store_came_from(tmp_path):
+    # a grpo store given as --val-data to a dpo run was "X is a 'grpo' store, not 'dpo'": nothing said it was the
+    # validation store, not the training one
+    path = _seq_store(tmp_path, "bin", [[1, 2, 3]])
+    source = "--val-data (data.val_path)"
+    with pytest.raises(StoreError) as err:
+        DatasetFactory.load("sft", path, 4, source=source)
+    assert str(err.value).startswith(f"--val-data (data.val_path): {path} is a 'seq' store, not 'sft'")
+    with pytest.raises(StoreError) as err:
+        DatasetFactory.load("seq", tmp_path / "nowhere", 4, source=source)
+    assert str(err.value).startswith(f"--val-data (data.val_path): {tmp_path / 'nowhere'}: no such store")
     sft = _sft_store(tmp_path, "bin", [([1, 2], [0, 1])])
     with pytest.raises(ValueError, match="stride applies to seq windows only"):
         DatasetFactory.load("sft", sft, 4, stride=2)

@@ -323,9 +323,10 @@ def test_a_node_missing_its_training_store_stops_every_rank_with_that_error(tmp_
     gloo's 'Connection closed by peer' traceback, never saying why. Every rank now stops with node 1's reason."""
     _two_nodes(tmp_path, node1_has=())
     msgs = _said_on_ranks(tmp_path, _start_on_node)
-    assert msgs[1] == "StoreError: seq: no such store; make one with `cookmind pack --out seq`", msgs
+    said = "--train-data (data.train_path): seq: no such store; make one with `cookmind pack --out seq`"
+    assert msgs[1] == f"StoreError: {said}", msgs
     assert msgs[0].startswith("RankFailed: rank 1 (on "), msgs
-    assert msgs[0].endswith(" could not start: seq: no such store; make one with `cookmind pack --out seq`"), msgs
+    assert msgs[0].endswith(f" could not start: {said}"), msgs
 
 
 def test_a_node_missing_its_validation_store_stops_every_rank_with_that_error(tmp_path, keep_threads):

@@ -533,6 +533,29 @@ def test_a_store_of_another_kind_or_none_names_the_flag_to_change(tmp_path, caps
     )
 
 
+def test_a_validation_store_of_another_kind_or_none_is_named_as_the_val_data(tmp_path, store, capsys):
+    # a grpo store as --val-data of a dpo run said "grpo is a 'grpo' store, not 'dpo'" once the model was built, the
+    # same words as for the training store: which of the two was wrong went unsaid
+    mask = np.array([0, 0, 1, 1], np.uint8)
+    sft = write_store(tmp_path / "sft", "sft", [{"sequence": np.arange(1, 5), "loss_mask": mask}] * 4, vocab_size=64)
+    assert _run(store, "--val-data", str(sft), "--run-dir", str(tmp_path / "a"), "train.max_steps=1") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"cookmind train: error: --val-data {sft} (data.val_path) is a 'sft' store and the run trains on 'seq' "
+        "stores: validate on a 'seq' store (`cookmind pack --train-type seq --val-fraction F --val-out VAL` splits "
+        "one off the training input)"
+    )
+    assert _run(sft, "--objective", "pretrain", "--run-dir", str(tmp_path / "b"), "train.max_steps=1") == 2
+    assert f"error: --train-data {sft} (data.train_path) is a 'sft' store" in capsys.readouterr().err
+    assert _run(store, "--val-data", str(tmp_path / "nowhere"), "--run-dir", str(tmp_path / "c")) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .startswith(f"cookmind train: error: --val-data (data.val_path): {tmp_path / 'nowhere'}: no such store")
+    )
+    assert not any((tmp_path / r).exists() for r in "abc")
+
+
 def test_sigterm_saves_and_exits_non_zero(tmp_path, store, sigterm_at_step, capsys):
     sigterm_at_step(1)
     run = tmp_path / "run"

@@ -27,6 +27,7 @@ class DatasetFactory:
         tokenizer_fingerprint: str | None = None,
         tokenizer_path: str | None = None,
         tokenizer_framing: dict | None = None,
+        source: str | None = None,
         **options,
     ):
         """Open the store at ``load_path`` and return its ``train_type`` dataset.
@@ -36,17 +37,24 @@ class DatasetFactory:
         option is an error naming the ones that exist. With ``tokenizer_fingerprint`` a store
         packed by another tokenizer is refused (the error names ``tokenizer_path`` too), and with
         ``tokenizer_framing`` one whose documents open or end otherwise (``TokenStore.check_tokenizer``).
+        ``source`` names where the caller took ``load_path`` from (a flag, a setting: ``--val-data (data.val_path)``);
+        a refusal then opens with it.
         """
         if train_type not in cls._datasets:
             raise ValueError(f"unknown train type {train_type!r}; choose one of {sorted(cls._datasets)}")
-        store = TokenStore(load_path, storage_type)
-        if store.train_type != train_type:
-            raise StoreError(
-                f"{load_path} is a {store.train_type!r} store, not {train_type!r}; "
-                f"pack it with `cookmind pack --train-type {train_type}`"
-            )
-        if tokenizer_fingerprint is not None or tokenizer_framing is not None:
-            store.check_tokenizer(tokenizer_fingerprint, tokenizer_path, tokenizer_framing)
+        try:
+            store = TokenStore(load_path, storage_type)
+            if store.train_type != train_type:
+                raise StoreError(
+                    f"{load_path} is a {store.train_type!r} store, not {train_type!r}; "
+                    f"pack it with `cookmind pack --train-type {train_type}`"
+                )
+            if tokenizer_fingerprint is not None or tokenizer_framing is not None:
+                store.check_tokenizer(tokenizer_fingerprint, tokenizer_path, tokenizer_framing)
+        except StoreError as exc:
+            if source is None:
+                raise
+            raise StoreError(f"{source}: {exc}") from exc
         klass = cls._datasets[train_type]
         allowed = [p for p in inspect.signature(klass).parameters if p not in ("store", "window_size")]
         unknown = sorted(set(options) - set(allowed))

@@ -177,9 +177,10 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
     raise ValueError(f"unknown {setting('train.objective')} {name!r}; known: {known}")
 
 
-def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
+def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None, key: str | None = None):
     """A dataset over the store at ``path`` for ``train_type``; a store packed by another tokenizer than
-    ``tokenizer`` (the run's) is refused, naming both."""
+    ``tokenizer`` (the run's) is refused, naming both. ``key`` (``data.val_path``) is the setting that gave ``path``:
+    a refusal names it and its flag first."""
     from cookmind.data import DatasetFactory
 
     stride = cfg.data.stride if train_type == "seq" else None
@@ -193,6 +194,7 @@ def build_dataset(cfg: TrainConfig, path: str, train_type: str, tokenizer=None):
         tokenizer_fingerprint=fingerprint,
         tokenizer_path=cfg.data.tokenizer,
         tokenizer_framing=framing,
+        source=setting(key) if key else None,
     )
 
 
@@ -217,24 +219,43 @@ def check_train_store(cfg: TrainConfig, objective: Objective | None = None) -> N
             "held-out check is grpo.eval_problems=FILE (JSON lines of question and answer, as `pack --train-type "
             "grpo` reads), graded greedily at every evaluation: pass that instead"
         )
-    if not cfg.data.train_path:
-        return
+    from cookmind.store import StoreError
+
+    want = cfg.data.train_type or reads
+    if cfg.data.train_path:
+        store = open_store("data.train_path", cfg.data.train_path)  # a missing one: "no such store; make one ..."
+        if want is not None and store.train_type != want:
+            fits = {v: k for k, v in STORE_TYPE_OF_OBJECTIVE.items()}.get(store.train_type, store.train_type)
+            if cfg.data.train_type:
+                reader = f"data.train_type={cfg.data.train_type}"
+            elif objective is not None:
+                reader = f"the run's objective ({type(objective).__name__})"
+            else:
+                reader = setting("train.objective", cfg.train.objective)
+            raise StoreError(
+                f"{setting('data.train_path', cfg.data.train_path)} is a {store.train_type!r} store and {reader} "
+                f"reads {want!r} stores: pass --objective {fits} to train on it, or pack a {want!r} store "
+                f"(`cookmind pack --train-type {want}`)"
+            )
+    if cfg.data.val_path:  # checked here too: it was found only once the model was built, named as a bare path
+        val = open_store("data.val_path", cfg.data.val_path)
+        if want is not None and val.train_type != want:
+            raise StoreError(
+                f"{setting('data.val_path', cfg.data.val_path)} is a {val.train_type!r} store and the run trains on "
+                f"{want!r} stores: validate on a {want!r} store (`cookmind pack --train-type {want} --val-fraction F "
+                "--val-out VAL` splits one off the training input)"
+            )
+
+
+def open_store(key: str, path: str):
+    """The token store at ``path``, the config ``key`` that named it (``data.val_path``) as its errors' first words:
+    a missing or unreadable store says which flag gave it."""
     from cookmind.store import StoreError, TokenStore
 
-    store = TokenStore(cfg.data.train_path)  # a missing one: "no such store; make one with `cookmind pack`"
-    want = cfg.data.train_type or reads
-    if want is not None and store.train_type != want:
-        fits = {v: k for k, v in STORE_TYPE_OF_OBJECTIVE.items()}.get(store.train_type, store.train_type)
-        if cfg.data.train_type:
-            reader = f"data.train_type={cfg.data.train_type}"
-        elif objective is not None:
-            reader = f"the run's objective ({type(objective).__name__})"
-        else:
-            reader = setting("train.objective", cfg.train.objective)
-        raise StoreError(
-            f"{cfg.data.train_path} is a {store.train_type!r} store and {reader} reads {want!r} stores: pass "
-            f"--objective {fits} to train on it, or pack a {want!r} store (`cookmind pack --train-type {want}`)"
-        )
+    try:
+        return TokenStore(path)
+    except StoreError as exc:
+        raise StoreError(f"{setting(key)}: {exc}") from exc
 
 
 def window_for_store(path: str, train_type: str, max_positions: int) -> int:
@@ -313,7 +334,7 @@ def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str
     device-side assert on CUDA), and first a store packed by another tokenizer than ``tokenizer``; return a note
     when the model's vocabulary is larger than the data's (rows that never train: a preset's vocab_size kept with a
     smaller tokenizer of one's own), else None."""
-    from cookmind.store import TokenStore
+    from cookmind.store import StoreError, TokenStore
 
     config = getattr(model, "config", None)
     n = getattr(config, "vocab_size", None)
@@ -339,7 +360,10 @@ def check_vocab(cfg: TrainConfig, model: torch.nn.Module, tokenizer=None) -> str
             packed = store.meta.get("vocab_size") if store is not None else None
             if tokenizer is not None and store is not None:
                 # a store of another tokenizer is that, whatever its vocabulary: not a model.vocab_size to raise
-                store.check_tokenizer(fingerprint, cfg.data.tokenizer, framing)
+                try:
+                    store.check_tokenizer(fingerprint, cfg.data.tokenizer, framing)
+                except StoreError as exc:  # which flag gave the store: --train-data or --val-data
+                    raise StoreError(f"{setting(f'data.{field}')}: {exc}") from exc
             if packed is not None:
                 sources.append((f"the store at data.{field}={path}", int(packed)))
     for what, v in sources:

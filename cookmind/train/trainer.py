@@ -466,7 +466,9 @@ class Trainer:
                         "grpo.problems) or give the Trainer a train_dataset"
                     )
                 return None
-            dataset = B.build_dataset(self.cfg, path, self.train_type, self.tokenizer)
+            dataset = B.build_dataset(
+                self.cfg, path, self.train_type, self.tokenizer, "data.train_path" if train else "data.val_path"
+            )
         store = getattr(dataset, "store", None)
         if hasattr(store, "fingerprint"):  # recorded in each checkpoint: a resume continues on the same data
             where = str(path) if path is not None else str(store.path)
