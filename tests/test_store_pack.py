@@ -588,6 +588,29 @@ def test_a_split_of_one_plain_text_document_says_how_to_make_each_line_a_record(
     assert len(_records(tmp_path / "va", "sequence")) == 2 and len(_records(tmp_path / "tr", "sequence")) == 18
 
 
+def test_val_fraction_for_grpo_is_refused_at_pack_time_naming_grpo_eval_problems(tmp_path, tok_dir, capsys):
+    """`pack --train-type grpo --val-fraction F` wrote a validation store that `train` then refused as --val-data
+    (GRPO has no validation loss): the pack refuses it in one line, before anything is written, naming what a GRPO
+    run validates on instead; `pack --help` says --val-fraction is not for grpo."""
+    rows = [{"question": f"What is {i}+1?", "answer": f"#### {i + 1}"} for i in range(10)]
+    src = _jsonl(tmp_path / "problems.jsonl", rows)
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "grpo", "--input", str(src), "--quiet"]
+    argv += ["--out", str(tmp_path / "tr"), "--val-fraction", "0.2", "--val-out", str(tmp_path / "va")]
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    assert pack_cli.main(parser.parse_args(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "cookmind pack: error: --val-fraction 0.2: a grpo run takes no validation store (`cookmind train` refuses "
+        "--val-data for grpo); its held-out check is grpo.eval_problems=FILE, a JSON lines file of problems: split "
+        "the held-out problems off into a file of their own, pack the rest without --val-fraction, and pass that "
+        "file to train as grpo.eval_problems=FILE"
+    )
+    assert not (tmp_path / "tr").exists() and not (tmp_path / "va").exists()
+    help_text = " ".join(parser.format_help().split())
+    assert "(seq, sft, dpo; refused for grpo, which validates on held-out problems instead" in help_text
+
+
 def test_val_fraction_holds_out_round_share_times_records_chosen_by_seed(tmp_path, tok_dir):
     """--val-fraction 0.2 on 5 records held out none for most seeds (each record was drawn on its own) and then
     refused with 'raise it'. It holds out round(F x N) records, at least one and never all, the same ones for the

@@ -101,7 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float_in(0, 1),
         default=None,
         help="hold this share of the records out (e.g. 0.01; round(share x records), at least 1, never all), chosen "
-        "with --seed, into a validation store at --val-out",
+        "with --seed, into a validation store at --val-out (seq, sft, dpo; refused for grpo, which validates on "
+        "held-out problems instead: train's grpo.eval_problems=FILE, a JSON lines file)",
     )
     parser.add_argument("--val-out", default=None, help="the validation store's directory (with --val-fraction)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sft augmentation and of --val-fraction")

@@ -247,6 +247,13 @@ def pack(
         )
     if bool(val_fraction) != (val_out is not None):
         raise PackError("--val-fraction and --val-out go together: the share of records to hold out, and its store")
+    if val_fraction and train_type == "grpo":  # the store it wrote was one `cookmind train` then refused
+        raise PackError(
+            f"--val-fraction {val_fraction}: a grpo run takes no validation store (`cookmind train` refuses "
+            "--val-data for grpo); its held-out check is grpo.eval_problems=FILE, a JSON lines file of problems: split "
+            "the held-out problems off into a file of their own, pack the rest without --val-fraction, and pass that "
+            "file to train as grpo.eval_problems=FILE"
+        )
     if val_out is not None and Path(val_out).resolve() == Path(out).resolve():
         raise PackError(f"--val-out {val_out} is --out; give the validation store its own folder")
     if val_out is not None:
