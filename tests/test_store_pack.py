@@ -1252,6 +1252,37 @@ def test_a_preference_pair_whose_chats_ask_different_things_is_a_bad_record(tmp_
     assert meta["num_records"] == 1 and meta["skipped"]["count"] == 2
 
 
+def test_a_prompt_beside_whole_chats_must_be_theirs_or_the_pair_is_a_bad_record(tmp_path, tok_dir):
+    """A pair given as whole chats with a `prompt` too had its prompt ignored without a word, whatever it said: a
+    prompt that restates the chats' (UltraFeedback's rows: the user's text, then each side as the chat; or the
+    messages before the last answer) packs as the chats alone; another is a bad record naming the side, counted
+    under --skip-bad."""
+    user = {"role": "user", "content": "Say hi"}
+    system = {"role": "system", "content": "Be brief."}
+
+    def pair(prompt, head):
+        row = {"chosen": [*head, {"role": "assistant", "content": "Hi"}]}
+        row["rejected"] = [*head, {"role": "assistant", "content": "Go away."}]
+        return row if prompt is None else {"prompt": prompt, **row}
+
+    plain = [pair(None, [system, user])]
+    restated = [pair("Say hi", [system, user]), pair([system, user], [system, user])]
+    pack([_jsonl(tmp_path / "plain.jsonl", plain * 2)], tmp_path / "p", tok_dir, "dpo", progress=False)
+    pack([_jsonl(tmp_path / "restated.jsonl", restated)], tmp_path / "r", tok_dir, "dpo", progress=False)
+    for key in ("chosen", "rejected", "chosen_mask", "rejected_mask"):
+        assert _records(tmp_path / "r", key) == _records(tmp_path / "p", key), key
+    src = _jsonl(tmp_path / "other.jsonl", [*restated, pair("Say bye", [user]), pair([user], [system, user])])
+    said = (
+        f"{src}:3: prompt 'Say bye' is not the prompt of the whole chat in 'chosen' (its messages before the last "
+        "answer, or as text its last user message): give chosen/rejected as answers to the prompt, or leave prompt out"
+    )
+    with pytest.raises(PackError, match=re.escape(said)):
+        pack([src], tmp_path / "o", tok_dir, "dpo", progress=False)
+    meta = pack([src], tmp_path / "s", tok_dir, "dpo", skip_bad=True, progress=False)
+    assert meta["num_records"] == 2 and meta["skipped"]["count"] == 2
+    assert [e.split(": ", 1)[0] for e in meta["skipped"]["examples"]] == [f"{src}:3", f"{src}:4"]
+
+
 def test_a_text_field_for_plain_text_inputs_is_refused_and_a_bad_line_is_one_line(tmp_path, tok_dir, capsys):
     """--text-field names a JSON/Parquet field: on plain text inputs it was ignored without a word. And a bad line's
     error printed its advice on a second line, where every other error is one."""

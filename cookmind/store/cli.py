@@ -29,7 +29,8 @@ what each --train-type reads (one example line each):
         or question/answer (GSM8K), or prompt/response (or prompt/completion): one user and one assistant turn
           {"question": "What is 2+3?", "answer": "2+3=5\\n#### 5"}
           {"prompt": "Say hi", "response": "Hi!"}
-  dpo   a prompt and two answers (strings), or chosen/rejected as whole chats ending with the assistant
+  dpo   a prompt and two answers (strings), or chosen/rejected as whole chats ending with the assistant (a
+        "prompt" beside them must be theirs: the messages before the last answer, or the last user message's text)
           {"prompt": "Say hi", "chosen": "Hi!", "rejected": "Go away."}
         or TRL's conversational rows: the prompt as messages, each answer as the assistant's messages
           {"prompt": [{"role": "user", "content": "Say hi"}],

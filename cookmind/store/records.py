@@ -282,17 +282,36 @@ def make_sft(obj, tok, opts: RecordOptions, rng: random.Random) -> dict[str, np.
     return {"sequence": ids, "loss_mask": mask}
 
 
-def _preference_side(obj: dict, side: str) -> list[dict]:
+def _preference_side(obj: dict, side: str) -> tuple[list[dict], bool]:
     """One side of a pair as a whole chat: a chat as given, or the ``prompt`` and then the answer (a string, or
-    assistant messages as TRL's conversational rows keep them apart from their prompt)."""
+    assistant messages as TRL's conversational rows keep them apart from their prompt); and whether it was given
+    whole (a ``prompt`` beside it then only restates the chat's own, ``_check_restated_prompt``)."""
     value = _field(obj, side)
     first = value[0] if isinstance(value, list) and value else None
     answer_only = isinstance(first, dict) and first.get("role") == "assistant"
     if isinstance(value, list) and not (answer_only and "prompt" in obj):
-        return value
+        return value, True
     prompt = _field(obj, "prompt")
     head = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-    return head + (value if answer_only else [{"role": "assistant", "content": value}])
+    return head + (value if answer_only else [{"role": "assistant", "content": value}]), False
+
+
+def _check_restated_prompt(prompt, asked: list[dict], side: str) -> None:
+    """A ``prompt`` beside whole chats (UltraFeedback's rows: the user's text, then each side as the chat) is not
+    read: the chat holds the prompt. It must be that chat's: its messages before the last answer, or as text the last
+    user message's; another prompt is a bad record, not one left out without a word (which did the pair answer?)."""
+    if isinstance(prompt, list):
+        if prompt == asked:
+            return
+    elif isinstance(prompt, str):
+        users = [m.get("content") for m in asked if m.get("role") == "user"]
+        if users and isinstance(users[-1], str) and users[-1].strip() == prompt.strip():
+            return
+    shown = repr(prompt) if len(repr(prompt)) <= 60 else repr(prompt)[:57] + "..."
+    raise BadRecord(
+        f"prompt {shown} is not the prompt of the whole chat in {side!r} (its messages before the last answer, or "
+        "as text its last user message): give chosen/rejected as answers to the prompt, or leave prompt out"
+    )
 
 
 def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
@@ -300,12 +319,14 @@ def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
     record, asked = {}, {}
     for side in ("chosen", "rejected"):
-        chat = _preference_side(obj, side)
+        chat, whole = _preference_side(obj, side)
         try:
             messages = reasoning_from_content(check_messages(chat, end_with_assistant=True))
         except BadRecord as exc:  # a pair holds two chats: say which (after the reason, whose start is its kind)
             raise BadRecord(f"{exc} (in {side!r})") from None
         asked[side] = messages[:-1]
+        if whole and "prompt" in obj:
+            _check_restated_prompt(obj["prompt"], chat[:-1], side)
         ids, mask = _render(tok, messages, tools=obj.get("tools"))
         record[side] = ids
         record[f"{side}_mask"] = last_turn_mask(tok, messages, ids, mask, tools=obj.get("tools"))
