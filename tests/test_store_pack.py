@@ -1504,8 +1504,53 @@ def test_online_and_offline_grpo_records_in_one_pack_are_refused_naming_both_kin
         pack([src], tmp_path / "g", tok_dir, "grpo", progress=False)
     assert str(err.value) == (
         f"{src}:2: this record is a problem with its reference answer (online), the ones before it scored responses "
-        "(offline, prompt/response/reward): a grpo store holds one kind; pack each kind into its own store"
+        "(offline, prompt/response/reward): a grpo store holds one kind; pack each kind into its own store, or pass "
+        "--skip-bad to keep the input's more common kind and skip and count the other"
     )
     flipped = r"other\.jsonl:2: this record is scored responses \(offline, prompt/response/reward\), the ones before"
     with pytest.raises(PackError, match=flipped):
         pack([_jsonl(tmp_path / "other.jsonl", rows[::-1])], tmp_path / "h", tok_dir, "grpo", progress=False)
+
+
+def test_skip_bad_keeps_the_more_common_grpo_kind_and_skips_and_counts_the_other(tmp_path, tok_dir, capsys):
+    # --skip-bad stopped at the first record of the other kind as without it: the minority kind is now skipped and
+    # counted as bad lines are (meta.json, the summary line), wherever in the input it comes; the store is the one
+    # the majority's records alone make
+    online = [{"question": f"{i} + 1?", "answer": f"#### {i + 1}"} for i in range(6)]
+    offline = [{"prompt": f"{i} + 2?", "response": str(i + 2), "reward": 1.0} for i in range(2)]
+    rows = [online[0], offline[0], *online[1:4], offline[1], *online[4:]]
+    src = _jsonl(tmp_path / "mixed.jsonl", rows)
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "grpo", "--input", str(src), "--quiet", "--skip-bad"]
+    argv += ["--out", str(tmp_path / "g")]
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    assert pack_cli.main(parser.parse_args(argv)) == 0
+    out = capsys.readouterr().out
+    reason = (
+        "minority grpo kind: this record is a scored response (offline), and 6 of the input's 8 records are problems "
+        "with reference answers (online): a grpo store holds one kind, the input's more common one; pack this kind "
+        "into its own store"
+    )
+    assert out.startswith("packed 6 grpo records, ")
+    assert f"; skipped 2 bad record(s) (minority grpo kind 2); the first: {src}:2: {reason}" in out
+    meta = json.loads((tmp_path / "g" / "meta.json").read_text())
+    assert meta["skipped"] == {
+        "count": 2,
+        "by_reason": {"minority grpo kind": 2},
+        "examples": [f"{src}:2: {reason}", f"{src}:6: {reason}"],
+    }
+    pack([_jsonl(tmp_path / "online.jsonl", online)], tmp_path / "only", tok_dir, "grpo", progress=False)
+    for key in ("prompts", "answers"):
+        assert _records(tmp_path / "g", key) == _records(tmp_path / "only", key), key
+    # the other way round: the offline records are the more common kind
+    flipped = _jsonl(tmp_path / "flipped.jsonl", [offline[0], online[0], offline[1], offline[0]])
+    meta = pack([flipped], tmp_path / "f", tok_dir, "grpo", skip_bad=True, progress=False)
+    assert meta["num_records"] == 3 and meta["skipped"]["by_reason"] == {"minority grpo kind": 1}
+    assert (
+        "this record is a problem with its reference answer (online), and 3 of the input's 4 records are scored"
+        in (meta["skipped"]["examples"][0])
+    )
+    # as many of each: no kind to keep, said in one line
+    even = _jsonl(tmp_path / "even.jsonl", [online[0], offline[0]])
+    with pytest.raises(PackError, match=r"as many scored responses \(offline\) as problems \(online\), 1 of each"):
+        pack([even], tmp_path / "e", tok_dir, "grpo", skip_bad=True, progress=False)

@@ -40,6 +40,7 @@ what each --train-type reads (one example line each):
           {"question": "What is 2+3?", "answer": "#### 5"}
         or an offline rollout with its reward
           {"prompt": "What is 2+3?", "response": "5", "reward": 1.0}
+        (a store holds one kind; with --skip-bad an input's less common kind is skipped and counted)
 """
 
 

@@ -120,6 +120,32 @@ def _chunks(iterable, size):
         yield chunk
 
 
+def _grpo_kinds(inputs, utf8_errors: str) -> Counter:
+    """How many of the inputs' grpo records are scored responses (True: offline, they have a "response") and how
+    many problems (False: online), as ``make_grpo`` tells them apart; what does not parse is left to the pack."""
+    kinds: Counter = Counter()
+    for path in inputs:
+        for item in iter_items(path, utf8_errors=utf8_errors, replaced=text_input.Utf8Replaced()):
+            try:
+                obj = parse(item)
+            except BadRecord:
+                continue
+            if isinstance(obj, dict):
+                kinds["response" in obj] += 1
+    return kinds
+
+
+def _minority_reason(offline: bool, kinds: Counter) -> str:
+    """Why --skip-bad leaves a grpo record of the input's rarer kind out (``reason_kind``: "minority grpo kind")."""
+    one = {False: "a problem with its reference answer (online)", True: "a scored response (offline)"}
+    many = {False: "problems with reference answers (online)", True: "scored responses (offline)"}
+    return (
+        f"minority grpo kind: this record is {one[offline]}, and {kinds[not offline]:,} of the input's "
+        f"{kinds.total():,} records are {many[not offline]}: a grpo store holds one kind, the input's more common "
+        "one; pack this kind into its own store"
+    )
+
+
 def _check_flags_apply(
     train_type: str, given: dict[str, bool], inputs: list[Path], separator: str | None, one_per_line: bool
 ) -> None:
@@ -330,6 +356,22 @@ def pack(
             )
         )
     to_hold = min(max(round(val_fraction * to_read), 1), to_read - 1) if val_out is not None else 0
+    # a grpo store holds problems (online) or scored responses (offline): with skip_bad the input's rarer kind is
+    # left out and counted, as a bad line is (which kind that is needs every record read first)
+    keep_offline, kinds = None, Counter()
+    if train_type == "grpo" and skip_bad:
+        try:
+            kinds = _grpo_kinds(inputs, utf8_errors)
+        except ValueError as exc:
+            raise _with_utf8_hint(exc) from None
+        if kinds[True] and kinds[True] == kinds[False]:
+            raise PackError(
+                f"the input holds as many scored responses (offline) as problems (online), {kinds[True]:,} of each: "
+                "a grpo store holds one kind, and --skip-bad keeps the more common one; pack each kind into its own "
+                "store"
+            )
+        if kinds[True] and kinds[False]:
+            keep_offline = kinds[True] > kinds[False]
     replaced = text_input.Utf8Replaced()  # bytes read as U+FFFD (--utf8-errors replace): counted, warned of
     items = itertools.chain.from_iterable(_items(p, separator, one_per_line, utf8_errors, replaced) for p in inputs)
     chunks = _chunks(items, CHUNK)
@@ -371,6 +413,8 @@ def pack(
                         into, to_hold = val_writer, to_hold - 1
                     to_read -= 1
                 store = "val" if into is val_writer else "train"
+                if reason is None and keep_offline is not None and ("responses" in record) != keep_offline:
+                    reason = _minority_reason(not keep_offline, kinds)
                 if reason is not None:
                     where = f"{at}: {reason}"
                     if not skip_bad:
@@ -387,7 +431,9 @@ def pack(
                 try:
                     into.add(record)
                 except ValueError as exc:
-                    raise PackError(f"{at}: {exc}") from None
+                    mixed = train_type == "grpo" and "a grpo store holds one kind" in str(exc)
+                    hint = ", or pass --skip-bad to keep the input's more common kind and skip and count the other"
+                    raise PackError(f"{at}: {exc}{hint * mixed}") from None
                 per_source[store][source] += 1
                 per_store[store] += 1
             bar.update(len(chunk))

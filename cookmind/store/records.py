@@ -42,7 +42,14 @@ class EmptyDocument(BadRecord):
     leaves it out and counts it; an SFT/DPO/GRPO record whose required text is empty is a plain ``BadRecord``."""
 
 
-REASON_KINDS = ("invalid UTF-8", "invalid JSON", "missing field", "roles out of order", "empty text")
+REASON_KINDS = (
+    "invalid UTF-8",
+    "invalid JSON",
+    "missing field",
+    "roles out of order",
+    "empty text",
+    "minority grpo kind",
+)
 
 
 def reason_kind(reason: str) -> str:
