@@ -1,5 +1,7 @@
 """LoRA: starts equal to the base, merge/unmerge equal, only adapters train, PEFT loads our adapter."""
 
+import os
+
 import pytest
 import torch
 from lm_fixtures import tiny_config as _cfg
@@ -96,6 +98,57 @@ def test_peft_loads_our_adapter_onto_the_exported_hf_model(tmp_path, gqa_tied):
     # and the adapter really changes the output (not a vacuous equality)
     with torch.no_grad(), peft_model.disable_adapter():
         assert (peft_model(input_ids=ids).logits - theirs).abs().max().item() > 1e-3
+
+
+def test_a_lora_runs_adapter_names_its_base_and_peft_loads_it_there(tmp_path, keep_threads):
+    """Every LoRA checkpoint's adapter_config.json said base_model_name_or_path: null, so nothing in the adapter named
+    the model it adapts (AutoPeftModel has nothing to load). It names the checkpoint train.init_from loaded (a run's
+    newest), as an absolute path; PEFT loads the adapter onto that base's Hugging Face export with the run's merged
+    model's logits."""
+    import json
+
+    import numpy as np
+
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    from cookmind.model import load_model
+    from cookmind.model.hf import export_hf
+    from cookmind.store import write_store
+    from cookmind.train import TrainConfig, Trainer
+    from cookmind.train.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path / "base" / "checkpoints", 1, CookMindLM(_cfg()), None, {"run_id": "base"})
+    mask = np.array([0, 0, 0, 1, 1, 1], np.uint8)
+    rows = [{"sequence": np.arange(1 + i, 7 + i), "loss_mask": mask} for i in range(4)]
+    write_store(tmp_path / "sft", "sft", rows, vocab_size=64)
+    cfg = {
+        "train": {"objective": "sft", "init_from": "base", "max_steps": 2, "micro_batch_size": 2, "seed": 0},
+        "data": {"train_path": str(tmp_path / "sft"), "window_size": 8},
+        "lora": {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0},
+        "optim": {"lr": 0.05, "warmup_steps": 0},
+        "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "report": False},
+    }
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # --init-from base, relative as a user types it
+    try:
+        assert Trainer(TrainConfig.from_dict(cfg)).fit()["status"] == "completed"
+    finally:
+        os.chdir(cwd)
+    ckpt = tmp_path / "run" / "checkpoints" / "step_00000002"
+    said = json.loads((ckpt / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert said == str(tmp_path / "base" / "checkpoints" / "step_00000001")
+    export_hf(said, tmp_path / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", torch_dtype=torch.float32)
+    peft_model = peft.PeftModel.from_pretrained(hf, ckpt).eval()
+    ids = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        theirs = peft_model(input_ids=ids).logits
+        merged = load_model(ckpt).eval()(ids).logits
+        assert (merged - theirs).abs().max().item() < 1e-4
+        with peft_model.disable_adapter():  # the run trained the adapter: not a vacuous equality
+            assert (peft_model(input_ids=ids).logits - theirs).abs().max().item() > 1e-4
 
 
 def test_the_base_fingerprint_of_a_matrix_over_2_24_values_samples_inside_it():

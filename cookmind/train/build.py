@@ -106,6 +106,15 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
     return model
 
 
+def lora_base(cfg: TrainConfig) -> str | None:
+    """The model a LoRA run adapts, for its adapter_config.json's ``base_model_name_or_path``: the folder
+    ``train.init_from`` loaded (a run's newest checkpoint then, a Hugging Face folder as it is), made absolute so the
+    adapter names it from anywhere; None without ``train.init_from``."""
+    if not cfg.train.init_from:
+        return None
+    return str(Path(resolve_model_dir(cfg.train.init_from)).absolute())
+
+
 def _load_weights(field: str, path: str, device: str):
     """The model at a config path (a checkpoint, a run's newest checkpoint or a Hugging Face folder) through the one
     loader; errors name the config field."""

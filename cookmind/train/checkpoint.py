@@ -2,8 +2,8 @@
 
     <root>/step_00000120/
         model.safetensors, config.json   weights via cookmind.model.save_model (LoRA runs: merged)
-        adapter_model.safetensors,       LoRA runs only: the trainable adapter, PEFT names
-        adapter_config.json
+        adapter_model.safetensors,       LoRA runs only: the trainable adapter, PEFT names; its config's
+        adapter_config.json              base_model_name_or_path is the train.init_from checkpoint it adapts
         cookmind_tokenizer.json, ...     the run's tokenizer files, when it has one
         optimizer.pt                     optimizer (+ grad scaler) state, loaded with weights_only=True
         meta.json                        step, tokens, sampler position, RNG states, world size, config, the
@@ -75,6 +75,7 @@ def save_checkpoint(
     keep_last: int = 0,
     scaler: Any | None = None,
     optimizer_state: dict[str, Any] | None = None,
+    lora_base: str | None = None,
 ) -> Path:
     """Write ``<root>/step_<step>`` atomically, then prune the run's own checkpoints to the newest ``keep_last``.
 
@@ -82,7 +83,8 @@ def save_checkpoint(
     ``meta`` says the run is diverged or its last steps were bad (``consecutive_bad`` > 0), so a good
     checkpoint is never dropped for a doubtful one. ``optimizer_state`` replaces ``optimizer.state_dict()``
     when the caller gathered it already (a sharded optimizer's state_dict is collective: every rank calls
-    it, rank 0 saves).
+    it, rank 0 saves). ``lora_base`` is the base model a LoRA model's adapter was trained on (adapter_config.json's
+    ``base_model_name_or_path``).
     """
     from cookmind.model import save_model
     from cookmind.model.lora import has_lora, merged_copy, save_adapter
@@ -93,7 +95,7 @@ def save_checkpoint(
     with building_dir(final, replace=True, is_ours=is_own_checkpoint, what="cookmind checkpoint") as tmp:
         if has_lora(bare):
             save_model(tmp, merged_copy(bare))
-            save_adapter(tmp, bare)
+            save_adapter(tmp, bare, base_model_path=lora_base)
         else:
             save_model(tmp, bare)
         if tokenizer_dir is not None:

@@ -248,6 +248,7 @@ class Trainer:
                 check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite, cfg)
                 clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
         self.run_id = uuid.uuid4().hex  # marks this run's checkpoints: only those are ever pruned
+        self.lora_base: str | None = None  # the model a LoRA run adapts (adapter_config.json), when built from a path
         with stop_together(self.dist, "start"):  # this node's tokenizer, stores and weights; no collective
             if train_dataset is None:
                 B.check_train_store(cfg, objective)
@@ -263,6 +264,8 @@ class Trainer:
             # bare_model in place: the optimizer below is built over its sharded parameters) applied from outside.
             if model is None:
                 model = B.build_model(cfg, self.tokenizer)
+                if cfg.lora.enabled:  # the base the adapters train on, as loaded: adapter_config.json names it
+                    self.lora_base = B.lora_base(cfg)
             elif cfg.lora.enabled:
                 from cookmind.model.lora import apply_lora, has_lora
 
@@ -1406,6 +1409,7 @@ class Trainer:
                         keep_last=keep_last,
                         scaler=self.scaler,
                         optimizer_state=gathered,
+                        lora_base=self.lora_base,
                     )
         return saved
 
