@@ -151,6 +151,20 @@ def test_the_truncation_warning_of_an_init_from_run_does_not_advise_a_longer_con
     whole = r"whole context, max_position_embeddings=64, of the model at --init-from \(train.init_from\)"
     with pytest.warns(UserWarning, match=whole):
         Trainer(cfg)
+    # a window below the loaded model's context said "Raise data.window_size (and the model's max_position_embeddings)",
+    # the one setting an init_from run cannot change: it names how far the window can go and why no further
+    init = [f"train.init_from={tmp_path / 'run'}", f"logging.run_dir={tmp_path / 'short'}", "data.window_size=24"]
+    cfg = _cfg(tmp_path, store, *init)
+    cfg.model = {}
+    with pytest.warns(UserWarning) as caught:
+        Trainer(cfg)
+    (msg,) = [str(w.message) for w in caught]
+    assert msg.endswith(
+        "Raise data.window_size=24 up to 64 (the longest record holds 90 tokens): the model at --init-from "
+        "(train.init_from) fixes its context, max_position_embeddings=64, so the window can grow to it and no further; "
+        "or leave the longest records out of the data you pack (pack keeps each record whole)."
+    ), msg
+    assert "max_position_embeddings)" not in msg
 
 
 def test_an_unset_grpo_window_is_the_models_context_not_the_presets(tmp_path, tok_dir, capsys, keep_threads):

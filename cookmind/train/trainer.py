@@ -147,6 +147,16 @@ def _note(text: str) -> None:
     say("cookmind train", None, text)
 
 
+def _longest_record(dataset) -> int | None:
+    """The tokens of the longest record of an sft or dpo dataset's store (a window that long cuts none); None for
+    another dataset."""
+    store = getattr(dataset, "store", None)
+    keys = [k for k in ("sequence", "chosen", "rejected") if k in getattr(store, "keys", ())]
+    if not keys or not len(store) or getattr(dataset, "num_truncated", None) is None:
+        return None
+    return max(int(store.lengths(k).max()) for k in keys)
+
+
 def _drop_reasons(dataset) -> str:
     """Why an sft/dpo/grpo dataset dropped the records it did at its window, by count where there are two reasons."""
     if getattr(dataset, "num_truncated", None) is None:  # grpo: a prompt is never cut, only dropped
@@ -586,11 +596,21 @@ class Trainer:
                 + (f"; {rarely} a whole answer or its end of turn" if share > 0.5 else "")
             )
             max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
-            if self.cfg.train.init_from and max_pos is not None and self.cfg.data.window_size >= max_pos:
+            window = self.cfg.data.window_size
+            if self.cfg.train.init_from and max_pos is not None and window >= max_pos:
                 advice = (  # the loaded model fixes its context: raising it is refused
                     f"The window is already the whole context, max_position_embeddings={max_pos}, of the model at "
                     f"{setting('train.init_from')}: leave the longest records out of the data you pack (pack "
                     f"keeps each record whole), or start from a model with a longer context."
+                )
+            elif self.cfg.train.init_from and max_pos is not None:  # room below the context the loaded model fixes
+                longest = _longest_record(dataset)
+                fits = f" (the longest record holds {longest} tokens)" if longest is not None else ""
+                advice = (
+                    f"Raise data.window_size={window} up to {min(longest or max_pos, max_pos)}{fits}: the model at "
+                    f"{setting('train.init_from')} fixes its context, max_position_embeddings={max_pos}, so the "
+                    "window can grow to it and no further; or leave the longest records out of the data you pack "
+                    "(pack keeps each record whole)."
                 )
             else:
                 advice = (
