@@ -742,6 +742,28 @@ def test_a_gsm8k_answer_given_as_a_number_is_graded_not_a_crash(tmp_path):
         load_gsm8k(path)
 
 
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ('{"prompt": 5, "answer": "#### 3"}', "'prompt' must be text, got int"),
+        ('{"question": ["2+2?"], "answer": "4"}', "'question' must be text, got list"),
+        ('{"prompt": "2+2?", "reference_answer": [4]}', "'reference_answer' must be text ('... #### N') or a finite"),
+        ('{"question": "2+2?", "ground_truth": true}', "'ground_truth' must be text ('... #### N') or a finite"),
+        ('{"prompt": "  ", "answer": "4"}', "empty text in 'prompt'; fix or remove the record"),
+        ('{"question": "2+2?", "reference_answer": " "}', "empty text in 'reference_answer'; fix or remove the record"),
+    ],
+)
+def test_a_bad_gsm8k_field_is_named_as_the_record_spells_it(tmp_path, record, reason):
+    """A problem file in pack's grpo fields ({"prompt", "reference_answer"}) whose prompt was not text said "'question'
+    must be text" (its answer: "'answer' must be ..."), fields the record did not have: the error names the field the
+    record holds, and its line."""
+    path = tmp_path / "g.jsonl"
+    path.write_text('{"question": "1+1?", "answer": "#### 2"}\n' + record + "\n")
+    with pytest.raises(ValueError) as err:
+        load_gsm8k(path)
+    assert str(err.value).startswith(f"{path}:2: {reason}"), str(err.value)
+
+
 def test_a_bad_mmlu_row_says_what_it_found_and_a_header_row_is_named_as_one(tmp_path):
     """Every bad row read "expected question,A,B,C,D,answer with answer in A-D", whatever was wrong: a CSV saved
     with a header (as spreadsheet and Hugging Face exports are) failed at line 1 with no word of the header, a row

@@ -1211,6 +1211,24 @@ def test_grpo_numbers_that_are_not_finite_numbers_are_bad_records(tmp_path, tok_
     assert f"{src}:2: {reason}" in str(exc.value), str(exc.value)
 
 
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ('{"question": 5, "answer": "7"}', "question must be a string, got int"),
+        ('{"prompt": "3 + 4?", "ground_truth": [7]}', "'ground_truth' must be text ('... #### N') or a finite number"),
+        ('{"prompt": "3 + 4?", "reference_answer": " "}', "empty text in reference_answer"),
+        ('{"question": " ", "answer": "7"}', "empty text in question"),
+    ],
+)
+def test_a_bad_grpo_field_is_named_as_the_record_spells_it(tmp_path, tok_dir, record, reason):
+    """A grpo record's question that was not text was "prompt must be a string", its ground_truth "'answer' must be
+    text": fields the record did not have. The reason names the field the record holds."""
+    src = _jsonl(tmp_path / "g.jsonl", ['{"question": "1 + 1?", "answer": "2"}', record])
+    with pytest.raises(PackError) as exc:
+        pack([src], tmp_path / "g", tok_dir, "grpo", progress=False)
+    assert f"{src}:2: {reason}" in str(exc.value), str(exc.value)
+
+
 def test_blank_lines_under_one_per_line_are_empty_documents_counted(tmp_path, tok, tok_dir, capsys):
     """With --one-per-line each line is a document, and a blank one was dropped quietly ("packed 3 seq records",
     empty_records 0) where a blank document between separators is counted. A whitespace-only last line without a

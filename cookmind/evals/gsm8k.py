@@ -61,12 +61,13 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
             )
         row["question"], row["answer"] = row.pop(question), row.pop(answer)
         try:  # a number answer is graded as its text; another type would stop the run after the generation
+            # errors name the fields as the record spells them ('prompt', 'reference_answer'), not as read here
             if not isinstance(row["question"], str):
-                raise ValueError(f"'question' must be text, got {type(row['question']).__name__}")
-            row["answer"] = reference_text(row["answer"])
-            for field in ("question", "answer"):  # as pack reads it: an empty required field makes a bad record
+                raise ValueError(f"{question!r} must be text, got {type(row['question']).__name__}")
+            row["answer"] = reference_text(row["answer"], answer)
+            for field, named in (("question", question), ("answer", answer)):  # as pack reads it: a bad record
                 if not row[field].strip():
-                    raise ValueError(f"empty text in {field!r}; fix or remove the record")
+                    raise ValueError(f"empty text in {named!r}; fix or remove the record")
         except ValueError as exc:
             raise ValueError(f"{path}:{lineno}: {exc}") from None
     return [row for _, row in rows]

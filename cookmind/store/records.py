@@ -245,9 +245,10 @@ def reference_text(value, field: str = "answer") -> str:
     raise BadRecord(f"{field!r} must be text ('... #### N') or a finite number, got {got}")
 
 
-def reference_answer(answer) -> str:
-    """GSM8K style: the text after ``####`` when present, else the whole answer, stripped."""
-    answer = _text(reference_text(answer), "answer")
+def reference_answer(answer, field: str = "answer") -> str:
+    """GSM8K style: the text after ``####`` when present, else the whole answer, stripped; errors name ``field``, the
+    record's field that held it (``reference_answer``, ``ground_truth``)."""
+    answer = _text(reference_text(answer, field), field)
     return answer.split("####")[-1].strip() if "####" in answer else answer.strip()
 
 
@@ -351,11 +352,11 @@ def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
     return record
 
 
-def _prompt_ids(question, tok, opts: RecordOptions) -> np.ndarray:
+def _prompt_ids(question, tok, opts: RecordOptions, field: str = "prompt") -> np.ndarray:
     if isinstance(question, list):
         messages = check_messages(question, need_assistant=False)
         return _render(tok, messages, add_generation_prompt=True)[0]
-    question = _text(question, "prompt")
+    question = _text(question, field)
     if opts.prompt_template == "chat":
         return _render(tok, [{"role": "user", "content": question}], add_generation_prompt=True)[0]
     text = opts.prompt_template.replace("{question}", question.strip())
@@ -366,9 +367,11 @@ def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
     if not isinstance(obj, dict):
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
     question = _field(obj, "question", "prompt")
-    prompt = _prompt_ids(question, tok, opts)
+    asked = "question" if "question" in obj else "prompt"  # the field that held it: errors name what the user wrote
+    prompt = _prompt_ids(question, tok, opts, asked)
     if "response" not in obj:  # online: prompt + reference answer
-        answer = reference_answer(_field(obj, "answer", "reference_answer", "ground_truth"))
+        answer = _field(obj, "answer", "reference_answer", "ground_truth")
+        answer = reference_answer(answer, next(f for f in ("answer", "reference_answer", "ground_truth") if f in obj))
         return {"prompts": prompt, "answers": np.frombuffer(answer.encode("utf-8"), dtype=np.uint8)}
     response = _text(obj["response"], "response")
     reward = _field(obj, "reward")
