@@ -738,11 +738,11 @@ def test_a_bad_preference_pair_names_the_side_and_is_counted_under_its_reason(tm
         {"chosen": [user, {"role": "assistant", "content": "Hi"}], "rejected": [user]},
         {"prompt": "Say hi", "chosen": " ", "rejected": "No."},
     ]
-    for line, reason in ((2, "no assistant message to learn from (in 'rejected')"), (3, "empty text in message 2")):
+    for line, reason in ((2, "no assistant message to learn from (in 'rejected')"), (3, "empty text in chosen")):
         src = _jsonl(tmp_path / f"p{line}.jsonl", [rows[0], rows[line - 1]])
         with pytest.raises(PackError, match=re.escape(f"{src}:2: {reason}")):
             pack([src], tmp_path / f"d{line}", tok_dir, "dpo", progress=False)
-    with pytest.raises(PackError, match=r"p3\.jsonl:2: empty text in message 2 \(assistant\) \(in 'chosen'\)"):
+    with pytest.raises(PackError, match=r"p3\.jsonl:2: empty text in chosen;"):
         pack([tmp_path / "p3.jsonl"], tmp_path / "d", tok_dir, "dpo", progress=False)
     meta = pack([_jsonl(tmp_path / "all.jsonl", rows)], tmp_path / "s", tok_dir, "dpo", skip_bad=True, progress=False)
     assert meta["skipped"]["by_reason"] == {"invalid record": 1, "empty text": 1}
@@ -1072,7 +1072,7 @@ def test_an_empty_document_is_left_out_and_counted_as_tokenizer_train_and_eval_p
         pack([only_empty], tmp_path / "e", tok_dir, "seq", progress=False)
     # an SFT record with an empty required field is bad: it stops the pack, naming file:line
     chat = _jsonl(tmp_path / "c.jsonl", [{"prompt": "3 + 4?", "response": "7"}, {"prompt": "2 + 2?", "response": ""}])
-    with pytest.raises(PackError, match=r"c\.jsonl:2: empty text in message 2 \(assistant\)"):
+    with pytest.raises(PackError, match=r"c\.jsonl:2: empty text in response;"):
         pack([chat], tmp_path / "c", tok_dir, "sft", progress=False)
 
 
@@ -1227,6 +1227,29 @@ def test_a_bad_grpo_field_is_named_as_the_record_spells_it(tmp_path, tok_dir, re
     with pytest.raises(PackError) as exc:
         pack([src], tmp_path / "g", tok_dir, "grpo", progress=False)
     assert f"{src}:2: {reason}" in str(exc.value), str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "train_type, record, reason",
+    [
+        ("sft", '{"question": 5, "answer": "7"}', "question must be a string, got int"),
+        ("sft", '{"question": "3 + 4?", "answer": " "}', "empty text in answer"),
+        ("sft", '{"prompt": "3 + 4?", "completion": ["7"]}', "completion must be a string, got list"),
+        ("sft", '{"prompt": "", "response": "7"}', "empty text in prompt"),
+        ("dpo", '{"prompt": 5, "chosen": "7", "rejected": "8"}', "prompt must be a string, got int"),
+        ("dpo", '{"prompt": "3 + 4?", "chosen": "7", "rejected": 8}', "rejected must be a string, got int"),
+    ],
+)
+def test_a_bad_sft_or_dpo_text_field_is_named_as_the_record_spells_it(tmp_path, tok_dir, train_type, record, reason):
+    """An exchange's fields (question/answer, prompt/response) become a chat, and a bad one was named as the message
+    it became: "message 1 (user): content must be a string" of a question, "empty text in message 2 (assistant)" of
+    a response, fields the record does not have. The reason names the field."""
+    good = {"sft": '{"question": "1 + 1?", "answer": "2"}'}
+    good["dpo"] = '{"prompt": "1 + 1?", "chosen": "2", "rejected": "3"}'
+    src = _jsonl(tmp_path / "r.jsonl", [good[train_type], record])
+    with pytest.raises(PackError) as exc:
+        pack([src], tmp_path / "r", tok_dir, train_type, progress=False)
+    assert f"{src}:2: {reason}; fix the line" in str(exc.value), str(exc.value)
 
 
 def test_blank_lines_under_one_per_line_are_empty_documents_counted(tmp_path, tok, tok_dir, capsys):

@@ -166,12 +166,18 @@ def _messages(obj) -> list[dict]:
     for key in ("conversations", "messages"):
         if key in obj:
             return obj[key]
+    # one exchange: a bad field is named as the record spells it, not as the chat's "message 2 (assistant)" it becomes
     if "question" in obj:
-        return [{"role": "user", "content": obj["question"]}, {"role": "assistant", "content": _field(obj, "answer")}]
-    if "prompt" in obj:
+        answer = _field(obj, "answer")
         return [
-            {"role": "user", "content": obj["prompt"]},
-            {"role": "assistant", "content": _field(obj, "response", "completion")},
+            {"role": "user", "content": _text(obj["question"], "question")},
+            {"role": "assistant", "content": _text(answer, "answer")},
+        ]
+    if "prompt" in obj:
+        answer = _field(obj, "response", "completion")
+        return [
+            {"role": "user", "content": _text(obj["prompt"], "prompt")},
+            {"role": "assistant", "content": _text(answer, "response" if "response" in obj else "completion")},
         ]
     raise BadRecord(
         f"missing field: expected 'conversations', 'messages', question/answer or prompt/response, found {sorted(obj)}"
@@ -300,8 +306,9 @@ def _preference_side(obj: dict, side: str) -> tuple[list[dict], bool]:
     if isinstance(value, list) and not (answer_only and "prompt" in obj):
         return value, True
     prompt = _field(obj, "prompt")
-    head = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-    return head + (value if answer_only else [{"role": "assistant", "content": value}]), False
+    # text fields named as the record spells them (they were "message 2 (assistant)" of the chat they become)
+    head = prompt if isinstance(prompt, list) else [{"role": "user", "content": _text(prompt, "prompt")}]
+    return head + (value if answer_only else [{"role": "assistant", "content": _text(value, side)}]), False
 
 
 def _check_restated_prompt(prompt, asked: list[dict], side: str) -> None:
