@@ -1324,6 +1324,34 @@ def test_a_prompt_beside_whole_chats_must_be_theirs_or_the_pair_is_a_bad_record(
     assert [e.split(": ", 1)[0] for e in meta["skipped"]["examples"]] == [f"{src}:3", f"{src}:4"]
 
 
+def test_a_prompt_or_question_beside_an_sft_chat_must_be_one_of_its_user_messages(tmp_path, tok_dir):
+    """An sft record holding a chat (`messages` / `conversations`) and a `prompt` or `question` too had that field
+    ignored without a word, whatever it said. One that restates a user message of the chat (UltraChat's rows: the
+    first user message as `prompt`) packs as the chat alone; another is a bad record naming the field (file:line,
+    counted under --skip-bad); and a record with both `messages` and `conversations` that differ is refused too."""
+    chat = [
+        {"role": "user", "content": "Say hi"},
+        {"role": "assistant", "content": "Hi"},
+        {"role": "user", "content": "Again"},
+        {"role": "assistant", "content": "Hi again"},
+    ]
+    pack([_jsonl(tmp_path / "plain.jsonl", [{"messages": chat}] * 3)], tmp_path / "p", tok_dir, "sft", progress=False)
+    restated = [{"prompt": "Say hi", "messages": chat}, {"question": "Again", "messages": chat}]
+    restated.append({"messages": chat, "conversations": chat})
+    pack([_jsonl(tmp_path / "restated.jsonl", restated)], tmp_path / "r", tok_dir, "sft", progress=False)
+    for key in ("sequence", "loss_mask"):
+        assert _records(tmp_path / "r", key) == _records(tmp_path / "p", key), key
+    other = [{"prompt": "Say bye", "messages": chat}, {"messages": chat, "conversations": chat[:2]}]
+    src = _jsonl(tmp_path / "other.jsonl", [*restated, *other])
+    said = f"{src}:4: prompt 'Say bye' is not a user message of the chat in 'messages'"
+    with pytest.raises(PackError, match=re.escape(said)):
+        pack([src], tmp_path / "o", tok_dir, "sft", progress=False)
+    meta = pack([src], tmp_path / "s", tok_dir, "sft", skip_bad=True, progress=False)
+    assert meta["num_records"] == 3 and meta["skipped"]["count"] == 2
+    assert [e.split(": ", 1)[0] for e in meta["skipped"]["examples"]] == [f"{src}:4", f"{src}:5"]
+    assert "'messages' and 'conversations' hold different chats" in meta["skipped"]["examples"][1]
+
+
 def test_a_text_field_for_plain_text_inputs_is_refused_and_a_bad_line_is_one_line(tmp_path, tok_dir, capsys):
     """--text-field names a JSON/Parquet field: on plain text inputs it was ignored without a word. And a bad line's
     error printed its advice on a second line, where every other error is one."""

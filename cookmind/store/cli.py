@@ -24,7 +24,8 @@ what each --train-type reads (one example line each):
           {"text": "Once upon a time there was a cat."}
         each document is stored as the tokenizer's BOS if it opens every text with one (Llama's <s>), its tokens,
         then <|endoftext|> (a tokenizer without it: its EOS, e.g. </s>)
-  sft   a chat as "messages" (or "conversations"), roles system/user/assistant/tool; optional "tools"
+  sft   a chat as "messages" (or "conversations"), roles system/user/assistant/tool; optional "tools" (a "prompt"
+        or "question" beside the chat, as UltraChat's rows carry, must be one of its user messages)
           {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}
         or question/answer (GSM8K), or prompt/response (or prompt/completion): one user and one assistant turn
           {"question": "What is 2+3?", "answer": "2+3=5\\n#### 5"}

@@ -165,6 +165,7 @@ def _messages(obj) -> list[dict]:
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
     for key in ("conversations", "messages"):
         if key in obj:
+            _check_beside_chat(obj, key)
             return obj[key]
     # one exchange: a bad field is named as the record spells it, not as the chat's "message 2 (assistant)" it becomes
     if "question" in obj:
@@ -182,6 +183,32 @@ def _messages(obj) -> list[dict]:
     raise BadRecord(
         f"missing field: expected 'conversations', 'messages', question/answer or prompt/response, found {sorted(obj)}"
     )
+
+
+def _check_beside_chat(obj: dict, key: str) -> None:
+    """A chat's record read as its chat alone: a ``prompt`` or ``question`` beside it (UltraChat's rows carry the
+    first user message as ``prompt``) must restate one of its user messages, and ``messages`` beside
+    ``conversations`` must be the same chat; otherwise which did the record mean? A bad record, not a field left out
+    without a word. (An answer field is not checked: a reference such as GSM8K's '... #### 5' may rightly differ
+    from the reply.)"""
+    other = "messages" if key == "conversations" else "conversations"
+    if other in obj and obj[other] != obj[key]:
+        raise BadRecord("'messages' and 'conversations' hold different chats: keep one of them")
+    chat = obj[key] if isinstance(obj[key], list) else []
+    users = [m.get("content") for m in chat if isinstance(m, dict) and m.get("role") == "user"]
+    for name in ("prompt", "question"):
+        if name not in obj:
+            continue
+        value = obj[name]
+        if isinstance(value, str) and any(isinstance(u, str) and u.strip() == value.strip() for u in users):
+            continue
+        if isinstance(value, list) and value == chat[: len(value)]:
+            continue
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise BadRecord(
+            f"{name} {shown} is not a user message of the chat in {key!r}: leave {name} out, or give the record as "
+            f"{'question/answer' if name == 'question' else 'prompt/response'} without {key!r}"
+        )
 
 
 def reasoning_from_content(messages: list[dict]) -> list[dict]:
