@@ -384,3 +384,51 @@ def test_restart_keeps_the_old_run_when_a_temporary_file_of_a_live_or_remote_wri
     with pytest.raises(ValueError, match=r"tmp-12345@othernode.* alive or on another host"):
         run_pipeline(listing, [src], out, restart=True, progress=False)
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p != temp) == before
+
+
+def test_resuming_a_run_whose_stage_logic_changed_since_is_refused_until_restart(tmp_path, capsys, monkeypatch):
+    """run.json recorded the inputs and options but not the stages' own logic: a run killed under one cookmind and
+    resumed under a newer one, whose stage keeps other documents, mixed the two stages' results in one output. Each
+    stage has a logic version, recorded per stage; a resume is refused where a stage that did work has another one
+    (a newer cookmind's run too), and goes on where the changed stage has done nothing yet. A run recorded without
+    versions (an older cookmind) ran every stage's first version."""
+    from cookmind.cli import main as cli_main
+    from cookmind.curate.stages import ExactLinesStage, ExtractStage
+
+    src = _inputs(tmp_path, "in", ["The cat sat on the mat all day.", "The dog ran to the old red barn."])
+    out = tmp_path / "out"
+    (tmp_path / "c.yaml").write_text("stages: [extract, exact_lines]\n")
+    argv = ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", src, "--output", str(out), "--quiet"]
+    run_json = out / WORK / "run.json"
+    assert cli_main(argv) == 0
+    assert json.loads(run_json.read_text())["stage_versions"] == {"extract": 1, "exact_lines": 1}
+    for dedup_work in out.glob(f"{WORK}/01-exact_lines/*.done"):  # as if killed before exact_lines did anything
+        dedup_work.unlink()
+    capsys.readouterr()
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    monkeypatch.setattr(ExtractStage, "version", 2)  # a newer cookmind: extract's output changed
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(out / WORK) in err and "pass --restart" in err, err
+    assert "logic version of extract 1, this cookmind's 2" in err and "exact_lines" not in err, err
+    assert {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    monkeypatch.setattr(ExtractStage, "version", 1)
+
+    monkeypatch.setattr(ExactLinesStage, "version", 2)  # changed, but it did no work in the run: it resumes
+    assert cli_main(argv) == 0, capsys.readouterr().err
+    assert json.loads(run_json.read_text())["stage_versions"] == {"extract": 1, "exact_lines": 2}
+    monkeypatch.setattr(ExactLinesStage, "version", 1)  # back to the older cookmind: exact_lines 2 did its work
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "newer cookmind" in err and "exact_lines 2, this cookmind's 1" in err and "pass --restart" in err, err
+
+    assert cli_main([*argv, "--restart"]) == 0
+    recorded = json.loads(run_json.read_text())
+    run_json.write_text(json.dumps({k: v for k, v in recorded.items() if k != "stage_versions"}))  # an older run's
+    assert cli_main(argv) == 0  # it ran the first version of every stage: this cookmind's
+    assert json.loads(run_json.read_text())["stage_versions"] == {"extract": 1, "exact_lines": 1}
+    run_json.write_text(json.dumps({k: v for k, v in recorded.items() if k != "stage_versions"}))
+    monkeypatch.setattr(ExtractStage, "version", 2)
+    assert cli_main(argv) == 2
+    assert "logic version of extract 1, this cookmind's 2" in capsys.readouterr().err

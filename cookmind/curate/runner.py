@@ -214,7 +214,10 @@ def run_pipeline(
     plan = plan_input_shards(inputs)
     suffix = shard_suffix(config.output_format)
     removed = [f"{REMOVED}/shard-{i:05d}.jsonl.gz" for i in range(len(plan))] if config.removed else []
-    _check_resume(work, config, plan, restart, [f"shard-{i:05d}{suffix}" for i in range(len(plan))] + removed)
+    segs = _segments(stages)
+    seg_dirs = [work / f"{k:02d}-{'+'.join(s.name for s in seg)}" for k, seg in enumerate(segs)]
+    outputs = [f"shard-{i:05d}{suffix}" for i in range(len(plan))] + removed
+    _check_resume(work, config, plan, restart, outputs, [(s, d) for seg, d in zip(segs, seg_dirs) for s in seg])
     if (asked := workers or config.workers) > len(plan):  # a process curates one shard at a time
         named = f"--workers {workers}" if workers else f"the config's workers: {config.workers}"
         warnings.warn(
@@ -225,8 +228,6 @@ def run_pipeline(
             stacklevel=2,
         )
     ex = make_executor(executor, workers or config.workers, ray_address, progress)
-    segs = _segments(stages)
-    seg_dirs = [work / f"{k:02d}-{'+'.join(s.name for s in seg)}" for k, seg in enumerate(segs)]
     specs: list = plan
     totals: list[StageStats] = []
     run = skipped = 0
@@ -335,14 +336,18 @@ def _check_output_apart(inputs: list[str], output: Path) -> None:
 REPORTS = ("report.json", "report.md")  # written by every run after its shards
 
 
-def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, outputs: list[str]) -> None:
-    """Refuse to mix a resumed run with another config or other inputs (or wipe it with ``restart``).
+def _check_resume(
+    work: Path, config: CurateConfig, plan: list, restart: bool, outputs: list[str], stages: list[tuple]
+) -> None:
+    """Refuse to mix a resumed run with another config, other inputs or another logic of a stage that did work (or
+    wipe it with ``restart``). ``stages``: each stage with the folder of its segment's work.
 
     The run's final shard names go into ``run.json``: ``restart`` deletes the old run's shards with its work folder,
     so a rerun that writes fewer shards, or another format, leaves none of them for ``pack`` to read as its own.
     A new run refuses an output folder holding shard files or a report no curate run there recorded writing.
     """
-    stamp = {"config": config.fingerprint(), "plan": plan, "reading": READING}
+    versions = {stage.name: stage.version for stage, _ in stages}
+    stamp = {"config": config.fingerprint(), "plan": plan, "reading": READING, "stage_versions": versions}
     files = {f: [(st := os.stat(f)).st_size, st.st_mtime_ns] for shard in plan for f in shard}
     path = work / "run.json"
     output = work.parent
@@ -388,6 +393,7 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
             raise ValueError(
                 f"{work} holds a run with {what}; pass --restart to start over, or choose another --output"
             )
+        _refuse_changed_stages(work, old, stages)
         # same paths, new content: a shard read before would hand back the old text (one that failed may be fixed)
         seen = old.get("input_files", files)  # runs before input_files was recorded cannot tell
         changed = [
@@ -405,12 +411,40 @@ def _check_resume(work: Path, config: CurateConfig, plan: list, restart: bool, o
         if "outputs" in old:  # a run from before outputs were recorded cannot tell
             _refuse_foreign_outputs(output, _recorded(path))
         _clean_own_temps(output, _recorded(path))
-        _write_json(path, {**old, "reading": READING, "input_files": files})  # it reads its inputs as this one
+        # it reads its inputs, and runs the stages still to do, as this one
+        _write_json(path, {**old, "reading": READING, "input_files": files, "stage_versions": versions})
         return
     _refuse_foreign_outputs(output, [])
     _refuse_other_files(output, work)
     work.mkdir(parents=True, exist_ok=True)
     _write_json(path, {**stamp, "input_files": files, "outputs": outputs + list(REPORTS)})
+
+
+def _refuse_changed_stages(work: Path, old: dict, stages: list[tuple]) -> None:
+    """Raise if a stage whose logic version differs from the one ``old`` (the run's run.json) recorded has done work
+    in the run (a ``.done`` file in its segment's folder): its finished shards would mix with this code's. A stage
+    that did none yet runs wholly under this code, and resumes. A run recorded without versions (a cookmind before
+    them) ran every stage's FIRST_VERSION."""
+    from cookmind.curate.stages import FIRST_VERSION
+
+    recorded = old.get("stage_versions") or {}
+    changed = [
+        (stage.name, then, stage.version)
+        for stage, seg_dir in stages
+        if (then := recorded.get(stage.name, FIRST_VERSION)) != stage.version and any(seg_dir.glob("*.done"))
+    ]
+    if not changed:
+        return
+    named = ", ".join(f"{name} {then}, this cookmind's {now}" for name, then, now in changed)
+    if any(then > now for _, then, now in changed):
+        raise ValueError(
+            f"{work} holds a run of a newer cookmind, whose stage logic differs from this one's (logic version of "
+            f"{named}): resume it with that cookmind, pass --restart to start over, or choose another --output"
+        )
+    raise ValueError(
+        f"{work} holds a run whose stage logic has changed since it started (logic version of {named}), so its "
+        "finished shards would mix with this cookmind's: pass --restart to start over, or choose another --output"
+    )
 
 
 def _refuse_other_files(output: Path, work: Path, ours: list[str] = ()) -> None:

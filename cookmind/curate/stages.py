@@ -26,11 +26,18 @@ from cookmind.curate.gopher import CODE_LINES_SHARE, GopherConfig, gopher_reason
 from cookmind.curate.shards import SOURCE_KEY, iter_shard, write_shard
 from cookmind.curate.stats import StageStats, text_bytes
 
+# A stage's logic version: bump it (in the stage's class) whenever its output changes for the same input and options:
+# which documents it keeps, their text or fields, its removal reasons (a change in a function it calls, too). A run
+# records each stage's version in run.json, and a resume refuses a run whose stage did work under another version:
+# its finished shards would mix with this code's.
+FIRST_VERSION = 1  # every stage's logic before versions were recorded (a run.json without them ran these)
+
 
 class DocStage:
-    """A per-document stage; subclasses set ``name`` and implement ``process``."""
+    """A per-document stage; subclasses set ``name`` (and ``version``, see above) and implement ``process``."""
 
     name = "stage"
+    version = FIRST_VERSION
     corpus = False
 
     def process(self, doc: dict, stats: StageStats) -> bool:  # pragma: no cover - interface
@@ -45,6 +52,7 @@ class ExtractStage(DocStage):
     """HTML -> main-content text (documents that arrive as text pass through)."""
 
     name = "extract"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
 
     def __init__(self, main_content: bool = True):
         self.main_content = main_content
@@ -69,6 +77,7 @@ class GopherStage(DocStage):
     """
 
     name = "gopher"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
     CODE_NOTE_SHARE = 0.1  # of the removals, and at least CODE_NOTE_MIN documents, for the report to say so
     CODE_NOTE_MIN = 3
 
@@ -104,6 +113,7 @@ class LangIdStage(DocStage):
     """Keep documents in ``languages`` identified with at least ``threshold`` confidence."""
 
     name = "langid"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
 
     def __init__(self, languages=("en",), threshold: float = 0.65):
         self.languages = set(languages)
@@ -125,6 +135,7 @@ class PiiStage(DocStage):
     """Mask e-mails, IPs and phone numbers; counts what was masked; removes nothing."""
 
     name = "pii"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
 
     def __init__(self, emails: bool = True, phones: bool = True, ips: bool = True):
         self.emails, self.phones, self.ips = emails, phones, ips
@@ -167,6 +178,7 @@ class NsfwStage(DocStage):
     """Remove documents the NSFW check (learned model + lexicon, or a trained classifier ``model``) flags."""
 
     name = "nsfw"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
 
     def __init__(self, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None, threshold: float = 0.5):
         self.min_hits, self.min_ratio = int(min_hits), float(min_ratio)
@@ -191,6 +203,7 @@ class ToxicStage(DocStage):
     """
 
     name = "toxic"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
 
     def __init__(
         self,
@@ -243,6 +256,7 @@ class QualityStage(DocStage):
     """Keep documents the quality classifier scores at least ``threshold`` for ``good_label``."""
 
     name = "quality"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
 
     def __init__(self, model: str | None = None, threshold: float = 0.5, good_label: str = "good"):
         if not model:
@@ -275,6 +289,7 @@ class DecontaminateStage(DocStage):
     """
 
     name = "decontaminate"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
 
     def __init__(self, eval_sets: dict | list | None = None, ngram: int = 13, min_matches: int = 1):
         import sys
@@ -336,6 +351,7 @@ class CorpusStage:
     """A stage that must see the whole corpus: scan every shard, reduce, apply to every shard."""
 
     name = "corpus"
+    version = FIRST_VERSION
     corpus = True
 
     def scan(self, shard: str | list[str], scratch: Path, idx: int) -> None:  # pragma: no cover
@@ -382,6 +398,7 @@ class MinHashStage(CorpusStage):
     """Near- and exact-duplicate documents: one kept per MinHash/LSH cluster (see minhash.py)."""
 
     name = "minhash"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
 
     def __init__(
         self, num_hashes: int = 128, num_bands: int = 16, ngrams: int = 5, jaccard_threshold: float = 0.8, seed: int = 0
@@ -449,6 +466,7 @@ class ExactLinesStage(CorpusStage):
     """
 
     name = "exact_lines"
+    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
 
     def __init__(self, num_partitions: int = 16, min_words_after: int = 1):
         self.num_partitions, self.min_words_after = int(num_partitions), int(min_words_after)
