@@ -289,7 +289,8 @@ class DecontaminateStage(DocStage):
     """
 
     name = "decontaminate"
-    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: no n-gram holds or spans a separator
+    version = 2
 
     def __init__(self, eval_sets: dict | list | None = None, ngram: int = 13, min_matches: int = 1):
         import sys
