@@ -37,8 +37,16 @@ class Parser(argparse.ArgumentParser):
     too (argparse makes them of their parent's)."""
 
     def error(self, message: str):
-        self.print_usage(sys.stderr)
-        say(self.prog, "error", message)
+        def usage_and_error() -> None:
+            self.print_usage(sys.stderr)
+            say(self.prog, "error", message)
+
+        if under_torchrun():  # every rank has the same arguments: said once a node, not once a rank
+            from cookmind.parallel.process_group import say_once_per_node
+
+            say_once_per_node(f"{self.prog}: {message}", usage_and_error)
+        else:
+            usage_and_error()
         self.exit(2)
 
 
@@ -222,6 +230,22 @@ def say(command: str, kind: str | None, text: str) -> None:
     from cookmind.terminal import show
 
     show(f"{command}: {f'{kind}: ' if kind else ''}{text}", file=sys.stderr)
+
+
+def under_torchrun() -> bool:
+    """Whether this process is one of several ranks torchrun started."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def say_error(command: str, line: str, reason: str | None = None) -> None:
+    """``say(command, "error", line)``; under torchrun once a node (``say_once_per_node``, by ``reason``, default
+    ``line``): every rank met the same bad config key or missing file, and the user read its line once per rank."""
+    if not under_torchrun():
+        say(command, "error", line)
+        return
+    from cookmind.parallel.process_group import say_once_per_node
+
+    say_once_per_node(line if reason is None else reason, lambda: say(command, "error", line))
 
 
 def warnings_as_lines(stage: str) -> None:
@@ -444,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("COOKMIND_DEBUG"):
             raise
         line = os_error_line(exc) if isinstance(exc, OSError) else str(exc)
-        say(command, "error", line)
+        # another rank's reason (RankFailed) is said once a node too, by the failed rank or one that heard it
+        say_error(command, line, exc.reason if type(exc).__name__ == "RankFailed" else line)
         if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") and type(exc).__name__ != "RankFailed":
             # under torchrun, before this rank joined the process group: the ranks waiting for it hear why
             from cookmind.parallel.process_group import tell_other_ranks

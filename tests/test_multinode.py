@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -524,6 +525,33 @@ def test_a_node_that_fails_before_joining_the_group_stops_the_others(tmp_path):
     assert said[1] == [f"cookmind train: error: config file 'cfg.yaml' not found: {said[1][0].split(': ', 3)[3]}"]
     assert len(said[0]) == 1 and said[0][0].startswith("cookmind train: error: rank 1 (on "), errs[0][-3000:]
     assert said[0][0].endswith(" could not start: " + said[1][0].removeprefix("cookmind train: error: ")), said
+
+
+@pytest.mark.parametrize(
+    "bad, said",
+    [
+        ("train.bogus_key=1", "override 'train.bogus_key=1': unknown key in section 'train' 'bogus_key'; valid: "),
+        ("data.train_path={root}/gone", "{root}/gone: no such store; make one with `cookmind pack --out {root}/gone`"),
+        ("--bogus-flag", "unrecognized arguments: --bogus-flag"),
+    ],
+    ids=["config key", "data file", "flag"],
+)
+def test_a_start_up_error_every_rank_meets_is_said_once_not_once_a_rank(tmp_path, bad, said):
+    """`torchrun --nproc-per-node 2 -m cookmind train` with a bad config key (before the process group), a missing
+    data file (in it) or a bad flag (argparse's usage error): every rank printed the error, the same line once per
+    rank. One of the node's ranks says it now, and every rank still stops, none with status 0."""
+    root = str(tmp_path)
+    port = find_free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port)]
+    cmd += ["-m", "cookmind", "train", *_tiny_run(root), f"logging.run_dir={root}/run", bad.format(root=root)]
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("cookmind train: error: ")]
+    assert len(errors) == 1 and errors[0].startswith("cookmind train: error: " + said.format(root=root)), done.stderr
+    assert done.stderr.count("usage: cookmind train") == (bad == "--bogus-flag"), done.stderr
+    # torchrun's summary: each rank's exit status (a rank still waiting as another exits is ended by SIGTERM)
+    statuses = [int(s) for s in re.findall(r"^\s+exitcode\s+: (-?\d+)", done.stderr, re.MULTILINE)]
+    assert done.returncode != 0 and len(statuses) == 2 and 2 in statuses and 0 not in statuses, done.stderr[-3000:]
 
 
 SFT_LENGTHS = (16, 4, 12, 6, 5, 10, 7, 9)  # the records' lengths, in the store's order

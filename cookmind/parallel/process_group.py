@@ -88,13 +88,14 @@ _ARRIVED, _FAILED = "cookmind/arrived", "cookmind/failed"
 _FAILED_RANKS, _HEARD = "cookmind/failed-ranks", "cookmind/heard"
 
 
-def _launcher_store() -> dist.TCPStore | None:
+def _launcher_store(seconds: float = 60) -> dist.TCPStore | None:
     """A client of the store torchrun's launcher holds for this attempt's workers (on the node of group rank 0),
-    or None outside torchrun: there the store is rank 0's own, made as the group is."""
+    or None outside torchrun: there the store is rank 0's own, made as the group is. ``seconds``: how long a call
+    waits for it."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    return dist.TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=60))
+    return dist.TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=seconds))
 
 
 def _wait_for_every_rank(world: int) -> None:
@@ -111,7 +112,8 @@ def _wait_for_every_rank(world: int) -> None:
     while store.add(_ARRIVED, 0) < world and time.monotonic() < deadline:
         if store.check([_FAILED]):
             store.add(_HEARD, 1)
-            raise RankFailed(store.get(_FAILED).decode())
+            said = store.get(_FAILED).decode()
+            raise RankFailed(said, reason=said.partition(" could not start: ")[2] or said)
         time.sleep(0.1)
 
 
@@ -137,6 +139,43 @@ def tell_other_ranks(reason: str) -> None:
             failed = store.add(_FAILED_RANKS, 0)
     except (RuntimeError, OSError, ValueError):  # the store's launcher has gone: no rank is left to tell
         pass
+
+
+_SAID = "cookmind/said"  # + the node's launch, the attempt and the reason: a rank of that node has claimed it
+
+
+def say_once_per_node(reason: str, say_it) -> None:
+    """Call ``say_it`` (which prints ``reason``'s line) on one rank of this node only, under torchrun with more than
+    one rank: the first of the node's ranks to have ``reason`` to say says it; the others wait until it has (up to
+    10 s: their exit would end the job, the saying rank with it) and say nothing. One error met by every rank (a
+    bad config key, a missing data file) was printed once per rank, the same line N times; a reason another rank
+    gave (``RankFailed.reason``) is said once too, by whichever of its node's ranks comes first. A node is one
+    torchrun launch (its ``GROUP_RANK``), with its own output: each node says it once. Outside torchrun, or where
+    the launcher's store cannot be reached, ``say_it`` is called."""
+    import hashlib
+    import time
+
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        say_it()
+        return
+    node = os.environ.get("GROUP_RANK", socket.gethostname())
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    key = f"{_SAID}/{node}/{attempt}/{hashlib.sha256(reason.encode('utf-8', 'replace')).hexdigest()[:16]}"
+    try:
+        store = _launcher_store(seconds=10)
+        first = store is None or store.add(key, 1) == 1
+    except (RuntimeError, OSError, ValueError):  # the launcher's store has gone: say it here
+        store, first = None, True
+    if first:
+        say_it()
+        with contextlib.suppress(RuntimeError, OSError, ValueError):
+            if store is not None:
+                store.set(f"{key}/done", "1")
+        return
+    deadline = time.monotonic() + 10
+    with contextlib.suppress(RuntimeError, OSError, ValueError):
+        while not store.check([f"{key}/done"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def all_reduce_flag(flag: bool, info: DistInfo) -> bool:
@@ -225,7 +264,12 @@ def lost_peer_reason(exc: BaseException) -> str | None:
 
 
 class RankFailed(ValueError):
-    """Another rank could not go on (``stop_together``): raised on the ranks that could, with its reason."""
+    """Another rank could not go on (``stop_together``): raised on the ranks that could, with its reason (the
+    message names the rank too; ``reason`` is the rank's own one-line error)."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 def _reason(exc: BaseException) -> str:
@@ -270,7 +314,7 @@ def raise_together(info: DistInfo, failure: tuple[str, Exception] | None) -> Non
         failed = [(rank, s) for rank, s in enumerate(said) if s is not None]
         if failed and failure is None:
             rank, (host, what, reason) = failed[0]
-            raise RankFailed(f"rank {rank} (on {host}) could not {what}: {reason}")
+            raise RankFailed(f"rank {rank} (on {host}) could not {what}: {reason}", reason=reason)
     if failure is not None:
         raise failure[1]
 
