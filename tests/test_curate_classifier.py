@@ -216,3 +216,17 @@ def test_quality_and_toxic_models_score_a_record_without_its_separators(tmp_path
     assert classify_toxic_speech(record) == classify_toxic_speech(plain)
     for stage in (ToxicStage(), ToxicStage(model=str(toxic))):
         assert stage.process_batch([{"text": record}], StageStats("toxic")) == [True]
+
+
+def test_a_classifier_learns_no_feature_of_a_separator(tmp_path):
+    """train-classifier read a labelled record's <|endoftext|> separators as the word "endoftext" (and bigrams across
+    them): features the model learned from its training records, and never saw in what the stages score, which is
+    read without separators. A record trains as the same text without them."""
+    sep = "<|endoftext|>"
+    joined = [{"text": f"the cat sat {i}{sep}the dog ran {sep}", "label": "good"} for i in range(10)]
+    joined += [{"text": f"buy now {i}\n{sep}\nclick here", "label": "spam"} for i in range(10)]
+    plain = [{**r, "text": r["text"].replace(sep, "\n")} for r in joined]
+    cfg = ClassifierConfig(bucket=1024, dim=8, epoch=2, seed=0)
+    a, b = train_classifier(joined, cfg=cfg), train_classifier(plain, cfg=cfg)
+    np.testing.assert_array_equal(a.E, b.E)
+    np.testing.assert_array_equal(a.W, b.W)
