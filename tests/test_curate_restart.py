@@ -432,3 +432,47 @@ def test_resuming_a_run_whose_stage_logic_changed_since_is_refused_until_restart
     monkeypatch.setattr(ExtractStage, "version", 2)
     assert cli_main(argv) == 2
     assert "logic version of extract 1, this cookmind's 2" in capsys.readouterr().err
+
+
+def test_resuming_a_run_whose_eval_set_or_model_changed_since_is_refused_until_restart(tmp_path, capsys):
+    """run.json recorded the input files' size and time but not those of the files a stage reads, its eval sets and
+    models (the config names their paths only): an eval set given more items, or a quality model retrained, while a
+    run was stopped, judged the rest of the shards by the new one, the finished ones by the old. A run records
+    them per stage and a resume where one changed since its stage did work is refused until --restart."""
+    from cookmind.cli import main as cli_main
+    from cookmind.curate.classifier import ClassifierConfig, train_classifier
+
+    src = _inputs(tmp_path, "in", ["The cat sat on the mat all day long.", "The dog ran to the old red barn."])
+    evals = tmp_path / "evals.jsonl"
+    evals.write_text(json.dumps({"question": "What is two and two?"}) + "\n")
+    rows = [{"text": f"the cat sat {i}", "label": "good"} for i in range(6)]
+    rows += [{"text": f"buy now click {i}", "label": "bad"} for i in range(6)]
+    cfg_model = ClassifierConfig(bucket=256, dim=4, epoch=1)
+    model = train_classifier(rows, cfg=cfg_model).save(tmp_path / "q.npz")
+    (tmp_path / "c.yaml").write_text(
+        f"stages: [{{decontaminate: {{eval_sets: {{qa: {evals}}}, ngram: 3}}}}, "
+        f"{{quality: {{model: {model}, threshold: 0.0}}}}]\n"
+    )
+    out = tmp_path / "out"
+    argv = ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", src, "--output", str(out), "--quiet"]
+    run_json = out / WORK / "run.json"
+    assert cli_main(argv) == 0
+    assert sorted(json.loads(run_json.read_text())["stage_files"]) == ["decontaminate", "quality"]
+    assert cli_main(argv) == 0  # nothing changed: it resumes
+    capsys.readouterr()
+    with evals.open("a") as f:
+        f.write(json.dumps({"question": "The cat sat on the mat?"}) + "\n")
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"{evals}, read by the decontaminate stage, changed since the run" in err, err
+    assert "pass --restart" in err, err
+    assert cli_main([*argv, "--restart"]) == 0
+    train_classifier(list(reversed(rows)), cfg=cfg_model).save(tmp_path / "q.npz")  # retrained in place
+    capsys.readouterr()
+    assert cli_main(argv) == 2
+    assert f"{model}, read by the quality stage, changed since" in capsys.readouterr().err
+    recorded = json.loads(run_json.read_text())
+    run_json.write_text(json.dumps({k: v for k, v in recorded.items() if k != "stage_files"}))  # an older run's
+    assert cli_main(argv) == 0  # it cannot tell, and resumes (as one recorded without its input files' times)
+    assert "quality" in json.loads(run_json.read_text())["stage_files"]

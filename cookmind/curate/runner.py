@@ -348,6 +348,7 @@ def _check_resume(
     """
     versions = {stage.name: stage.version for stage, _ in stages}
     stamp = {"config": config.fingerprint(), "plan": plan, "reading": READING, "stage_versions": versions}
+    stage_files = _stage_files(stages)
     files = {f: [(st := os.stat(f)).st_size, st.st_mtime_ns] for shard in plan for f in shard}
     path = work / "run.json"
     output = work.parent
@@ -394,6 +395,7 @@ def _check_resume(
                 f"{work} holds a run with {what}; pass --restart to start over, or choose another --output"
             )
         _refuse_changed_stages(work, old, stages)
+        _refuse_changed_stage_files(work, old.get("stage_files"), stage_files, stages)
         # same paths, new content: a shard read before would hand back the old text (one that failed may be fixed)
         seen = old.get("input_files", files)  # runs before input_files was recorded cannot tell
         changed = [
@@ -412,12 +414,13 @@ def _check_resume(
             _refuse_foreign_outputs(output, _recorded(path))
         _clean_own_temps(output, _recorded(path))
         # it reads its inputs, and runs the stages still to do, as this one
-        _write_json(path, {**old, "reading": READING, "input_files": files, "stage_versions": versions})
+        now = {"input_files": files, "stage_versions": versions, "stage_files": stage_files}
+        _write_json(path, {**old, "reading": READING, **now})
         return
     _refuse_foreign_outputs(output, [])
     _refuse_other_files(output, work)
     work.mkdir(parents=True, exist_ok=True)
-    _write_json(path, {**stamp, "input_files": files, "outputs": outputs + list(REPORTS)})
+    _write_json(path, {**stamp, "input_files": files, "stage_files": stage_files, "outputs": outputs + list(REPORTS)})
 
 
 def _refuse_changed_stages(work: Path, old: dict, stages: list[tuple]) -> None:
@@ -445,6 +448,33 @@ def _refuse_changed_stages(work: Path, old: dict, stages: list[tuple]) -> None:
         f"{work} holds a run whose stage logic has changed since it started (logic version of {named}), so its "
         "finished shards would mix with this cookmind's: pass --restart to start over, or choose another --output"
     )
+
+
+def _stage_files(stages: list[tuple]) -> dict[str, dict[str, list[int]]]:
+    """Each stage's files (its model, its eval sets: ``files()``), with their size and modification time."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for stage, _ in stages:
+        for f in stage.files():
+            st = os.stat(f)
+            out.setdefault(stage.name, {})[f] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _refuse_changed_stage_files(work: Path, then: dict | None, now: dict, stages: list[tuple]) -> None:
+    """Raise if a file a stage reads (its model, an eval set) changed, or is another, since the run recorded it,
+    where that stage has done work: its finished shards were judged by the old one. A run recorded without them
+    (an older cookmind) cannot tell."""
+    if then is None:
+        return
+    for stage, seg_dir in stages:
+        old, new = then.get(stage.name, {}), now.get(stage.name, {})
+        changed = [f for f in new if old.get(f) != new[f]] + [f for f in old if f not in new]
+        if changed and any(seg_dir.glob("*.done")):
+            raise ValueError(
+                f"{changed[0]}, read by the {stage.name} stage, changed since the run in {work} started (size or "
+                "modification time), and the shards that stage finished were judged by the old one: pass --restart "
+                "to start over, or choose another --output"
+            )
 
 
 def _refuse_other_files(output: Path, work: Path, ours: list[str] = ()) -> None:

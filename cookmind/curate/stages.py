@@ -47,6 +47,11 @@ class DocStage:
         """Keep-flags for a batch; stages whose model has a per-call cost override this."""
         return [self.process(doc, stats) for doc in docs]
 
+    def files(self) -> list[str]:
+        """The files the stage's output depends on beside its input (a model, an eval set): a run records their size
+        and modification time, and a resume refuses one changed since the stage did work."""
+        return [self.model] if getattr(self, "model", None) else []
+
 
 class ExtractStage(DocStage):
     """HTML -> main-content text (documents that arrive as text pass through)."""
@@ -311,6 +316,7 @@ class DecontaminateStage(DocStage):
             raise ValueError(f"stage decontaminate: ngram ({ngram}) and min_matches ({min_matches}) must be >= 1")
         self.ngram, self.min_matches = int(ngram), int(min_matches)
         self.sets = []
+        self.eval_paths = [str(path) for path in eval_sets.values()]
         for set_name, path in eval_sets.items():
             try:
                 es = load_eval_set(str(set_name), path, self.ngram)
@@ -325,6 +331,11 @@ class DecontaminateStage(DocStage):
                 f"{self.ngram}-grams{note}",
                 file=sys.stderr,
             )
+
+    def files(self) -> list[str]:
+        from cookmind.curate.decontaminate import eval_files
+
+        return [str(f) for path in self.eval_paths for f in eval_files(path)]
 
     def note(self, stats: StageStats) -> str | None:
         """The eval sets' text files' bytes that were not UTF-8 (read as U+FFFD), for the report."""
@@ -366,6 +377,10 @@ class CorpusStage:
 
     def load_state(self, scratch: Path, idx: int) -> Any:  # pragma: no cover
         raise NotImplementedError
+
+    def files(self) -> list[str]:
+        """As ``DocStage.files``: none for the dedups."""
+        return []
 
     def apply(
         self, shard, out_path: Path, scratch: Path, idx: int, fmt: str, list_removed: bool = False, final: bool = True
