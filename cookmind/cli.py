@@ -41,10 +41,11 @@ class Parser(argparse.ArgumentParser):
             self.print_usage(sys.stderr)
             say(self.prog, "error", message)
 
-        if under_torchrun():  # every rank has the same arguments: said once a node, not once a rank
-            from cookmind.parallel.process_group import say_once_per_node
+        if under_torchrun():  # a node's ranks have the same arguments: said once a node, not once a rank
+            from cookmind.parallel.process_group import say_once_per_node, tell_other_ranks
 
             say_once_per_node(f"{self.prog}: {message}", usage_and_error)
+            tell_other_ranks(message)  # another node, launched with other arguments, waited for this one 30 minutes
         else:
             usage_and_error()
         self.exit(2)

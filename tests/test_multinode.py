@@ -527,6 +527,40 @@ def test_a_node_that_fails_before_joining_the_group_stops_the_others(tmp_path):
     assert said[0][0].endswith(" could not start: " + said[1][0].removeprefix("cookmind train: error: ")), said
 
 
+def test_a_node_launched_with_a_bad_flag_stops_the_others(tmp_path):
+    """Node 1 launched with a flag `cookmind train` does not know: its usage error ended it before it joined the
+    process group, without telling the others, and node 0 waited in the rendezvous for it up to the group's
+    30-minute timeout, as for a config file missing on a node. Node 0 now stops at once with node 1's reason."""
+    import time
+
+    common = data_parallel_overrides(tmp_path, max_steps=2)
+    args = ["--run-dir", str(tmp_path / "run"), "train.micro_batch_size=2", *common]
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    port = find_free_port()
+    procs = []
+    try:
+        for node in (0, 1):  # node 0 first: its launcher holds the rendezvous store, as the endpoint's node
+            extra = ["--bogus-flag"] if node == 1 else []
+            popen = subprocess.Popen(
+                node_cmd(node, port, *args, *extra), cwd=tmp_path, env=env, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            procs.append(popen)
+            deadline = time.monotonic() + 60
+            while node == 0 and not _listening(port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        errs = [p.communicate(timeout=90)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    said = [[line for line in err.splitlines() if line.startswith("cookmind train: error:")] for err in errs]
+    assert said[1] == ["cookmind train: error: unrecognized arguments: --bogus-flag"], errs[1][-3000:]
+    assert said[0] == [f"cookmind train: error: rank 1 (on {socket.gethostname()}) could not start: unrecognized "
+                       "arguments: --bogus-flag"], errs[0][-3000:]  # fmt: skip
+    assert all(p.returncode != 0 for p in procs)
+
+
 @pytest.mark.parametrize(
     "bad, said",
     [
