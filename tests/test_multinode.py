@@ -565,7 +565,11 @@ def test_a_node_launched_with_a_bad_flag_stops_the_others(tmp_path):
     "bad, said",
     [
         ("train.bogus_key=1", "override 'train.bogus_key=1': unknown key in section 'train' 'bogus_key'; valid: "),
-        ("data.train_path={root}/gone", "{root}/gone: no such store; make one with `cookmind pack --out {root}/gone`"),
+        (
+            "data.train_path={root}/gone",
+            "--train-data (data.train_path): {root}/gone: no such store; "
+            "make one with `cookmind pack --out {root}/gone`",
+        ),
         ("--bogus-flag", "unrecognized arguments: --bogus-flag"),
     ],
     ids=["config key", "data file", "flag"],
