@@ -1312,10 +1312,20 @@ def test_a_prompt_beside_whole_chats_must_be_theirs_or_the_pair_is_a_bad_record(
     pack([_jsonl(tmp_path / "restated.jsonl", restated)], tmp_path / "r", tok_dir, "dpo", progress=False)
     for key in ("chosen", "rejected", "chosen_mask", "rejected_mask"):
         assert _records(tmp_path / "r", key) == _records(tmp_path / "p", key), key
+    # a multi-turn pair whose prompt is its first user message (UltraChat's convention), and a null prompt, pack too
+    turns = [user, {"role": "assistant", "content": "Hi"}, {"role": "user", "content": "Again"}]
+    pack(
+        [_jsonl(tmp_path / "turns.jsonl", [pair("Say hi", turns), pair(None, turns)])],
+        tmp_path / "t",
+        tok_dir,
+        "dpo",
+        progress=False,
+    )
+    assert len(_records(tmp_path / "t", "chosen")) == 2
     src = _jsonl(tmp_path / "other.jsonl", [*restated, pair("Say bye", [user]), pair([user], [system, user])])
     said = (
-        f"{src}:3: prompt 'Say bye' is not the prompt of the whole chat in 'chosen' (its messages before the last "
-        "answer, or as text its last user message): give chosen/rejected as answers to the prompt, or leave prompt out"
+        f"{src}:3: prompt 'Say bye' is not the prompt of the whole chat in 'chosen' (one of its user messages, or "
+        "its first messages): give chosen/rejected as answers to the prompt, or leave prompt out"
     )
     with pytest.raises(PackError, match=re.escape(said)):
         pack([src], tmp_path / "o", tok_dir, "dpo", progress=False)
@@ -1338,6 +1348,16 @@ def test_a_prompt_or_question_beside_an_sft_chat_must_be_one_of_its_user_message
     pack([_jsonl(tmp_path / "plain.jsonl", [{"messages": chat}] * 3)], tmp_path / "p", tok_dir, "sft", progress=False)
     restated = [{"prompt": "Say hi", "messages": chat}, {"question": "Again", "messages": chat}]
     restated.append({"messages": chat, "conversations": chat})
+    # null (a column missing from some rows, as pandas writes it) is no prompt; a question a template wraps is one
+    templated = [{"role": "user", "content": "Solve this: Say hi\nShow your work."}, *chat[1:]]
+    more = [{"prompt": None, "question": None, "messages": chat}, {"question": "Say hi", "messages": templated}]
+    pack([_jsonl(tmp_path / "more.jsonl", more)], tmp_path / "m", tok_dir, "sft", progress=False)
+    assert _records(tmp_path / "m", "sequence")[0] == _records(tmp_path / "p", "sequence")[0]
+    # a chat that is no chat is said as such, not blamed on the prompt beside it (ShareGPT's from/value keys)
+    sharegpt = {"prompt": "Hi", "messages": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]}
+    with pytest.raises(PackError, match="role") as bad:
+        pack([_jsonl(tmp_path / "sharegpt.jsonl", [sharegpt])], tmp_path / "g", tok_dir, "sft", progress=False)
+    assert "prompt" not in str(bad.value).split("sharegpt.jsonl:1:")[1]
     pack([_jsonl(tmp_path / "restated.jsonl", restated)], tmp_path / "r", tok_dir, "sft", progress=False)
     for key in ("sequence", "loss_mask"):
         assert _records(tmp_path / "r", key) == _records(tmp_path / "p", key), key

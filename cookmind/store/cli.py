@@ -25,13 +25,13 @@ what each --train-type reads (one example line each):
         each document is stored as the tokenizer's BOS if it opens every text with one (Llama's <s>), its tokens,
         then <|endoftext|> (a tokenizer without it: its EOS, e.g. </s>)
   sft   a chat as "messages" (or "conversations"), roles system/user/assistant/tool; optional "tools" (a "prompt"
-        or "question" beside the chat, as UltraChat's rows carry, must be one of its user messages)
+        or "question" beside the chat, as UltraChat's rows carry, must restate a user message: its text, or within it)
           {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}
         or question/answer (GSM8K), or prompt/response (or prompt/completion): one user and one assistant turn
           {"question": "What is 2+3?", "answer": "2+3=5\\n#### 5"}
           {"prompt": "Say hi", "response": "Hi!"}
   dpo   a prompt and two answers (strings), or chosen/rejected as whole chats ending with the assistant (a
-        "prompt" beside them must be theirs: the messages before the last answer, or the last user message's text)
+        "prompt" beside them must be theirs: their first messages, or a user message's text, or within it)
           {"prompt": "Say hi", "chosen": "Hi!", "rejected": "Go away."}
         or TRL's conversational rows: the prompt as messages, each answer as the assistant's messages
           {"prompt": [{"role": "user", "content": "Say hi"}],

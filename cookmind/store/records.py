@@ -165,7 +165,6 @@ def _messages(obj) -> list[dict]:
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
     for key in ("conversations", "messages"):
         if key in obj:
-            _check_beside_chat(obj, key)
             return obj[key]
     # one exchange: a bad field is named as the record spells it, not as the chat's "message 2 (assistant)" it becomes
     if "question" in obj:
@@ -185,30 +184,37 @@ def _messages(obj) -> list[dict]:
     )
 
 
-def _check_beside_chat(obj: dict, key: str) -> None:
-    """A chat's record read as its chat alone: a ``prompt`` or ``question`` beside it (UltraChat's rows carry the
-    first user message as ``prompt``) must restate one of its user messages, and ``messages`` beside
-    ``conversations`` must be the same chat; otherwise which did the record mean? A bad record, not a field left out
-    without a word. (An answer field is not checked: a reference such as GSM8K's '... #### 5' may rightly differ
-    from the reply.)"""
+def restates_prompt(value, chat: list[dict]) -> bool:
+    """Whether ``value``, a ``prompt`` or ``question`` field beside a whole chat, says what the chat asks: none
+    (absent or null: a column missing from some rows, as pandas writes it), the text of one of its user messages or
+    within one (UltraChat's rows give the first user message; a template may wrap a question), or the chat's first
+    messages themselves."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        users = [m.get("content") for m in chat if isinstance(m, dict) and m.get("role") == "user"]
+        return any(isinstance(u, str) and value.strip() in u for u in users) and bool(value.strip())
+    return isinstance(value, list) and bool(value) and value == chat[: len(value)]
+
+
+def _shown(value) -> str:
+    return repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+
+
+def _check_beside_chat(obj: dict, key: str, chat: list[dict]) -> None:
+    """A chat's record is read as its chat alone (``chat``: as checked): a ``prompt`` or ``question`` beside it must
+    restate what it asks (``restates_prompt``), and ``messages`` beside ``conversations`` must be the same chat;
+    otherwise which did the record mean? A bad record, not a field left out without a word. (An answer field is not
+    checked: a reference such as GSM8K's '... #### 5' may rightly differ from the reply.)"""
     other = "messages" if key == "conversations" else "conversations"
     if other in obj and obj[other] != obj[key]:
         raise BadRecord("'messages' and 'conversations' hold different chats: keep one of them")
-    chat = obj[key] if isinstance(obj[key], list) else []
-    users = [m.get("content") for m in chat if isinstance(m, dict) and m.get("role") == "user"]
     for name in ("prompt", "question"):
-        if name not in obj:
-            continue
-        value = obj[name]
-        if isinstance(value, str) and any(isinstance(u, str) and u.strip() == value.strip() for u in users):
-            continue
-        if isinstance(value, list) and value == chat[: len(value)]:
-            continue
-        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        raise BadRecord(
-            f"{name} {shown} is not a user message of the chat in {key!r}: leave {name} out, or give the record as "
-            f"{'question/answer' if name == 'question' else 'prompt/response'} without {key!r}"
-        )
+        if not restates_prompt(obj.get(name), chat):
+            raise BadRecord(
+                f"{name} {_shown(obj[name])} is not a user message of the chat in {key!r}: leave {name} out, or give "
+                f"the record as {'question/answer' if name == 'question' else 'prompt/response'} without {key!r}"
+            )
 
 
 def reasoning_from_content(messages: list[dict]) -> list[dict]:
@@ -315,7 +321,10 @@ def _tools(obj, messages: list[dict]):
 
 
 def make_sft(obj, tok, opts: RecordOptions, rng: random.Random) -> dict[str, np.ndarray]:
-    messages = reasoning_from_content(check_messages(_messages(obj)))
+    messages = check_messages(_messages(obj))
+    if key := next((k for k in ("conversations", "messages") if k in obj), None):
+        _check_beside_chat(obj, key, messages)  # after the chat's own check: a bad chat is said as such
+    messages = reasoning_from_content(messages)
     messages = _augment(messages, opts, rng)
     ids, mask = _render(tok, messages, tools=_tools(obj, messages))
     if not mask.any():
@@ -340,20 +349,13 @@ def _preference_side(obj: dict, side: str) -> tuple[list[dict], bool]:
 
 def _check_restated_prompt(prompt, asked: list[dict], side: str) -> None:
     """A ``prompt`` beside whole chats (UltraFeedback's rows: the user's text, then each side as the chat) is not
-    read: the chat holds the prompt. It must be that chat's: its messages before the last answer, or as text the last
-    user message's; another prompt is a bad record, not one left out without a word (which did the pair answer?)."""
-    if isinstance(prompt, list):
-        if prompt == asked:
-            return
-    elif isinstance(prompt, str):
-        users = [m.get("content") for m in asked if m.get("role") == "user"]
-        if users and isinstance(users[-1], str) and users[-1].strip() == prompt.strip():
-            return
-    shown = repr(prompt) if len(repr(prompt)) <= 60 else repr(prompt)[:57] + "..."
-    raise BadRecord(
-        f"prompt {shown} is not the prompt of the whole chat in {side!r} (its messages before the last answer, or "
-        "as text its last user message): give chosen/rejected as answers to the prompt, or leave prompt out"
-    )
+    read: the chat holds the prompt. It must restate what the chat asks (``restates_prompt`` of its messages before
+    the last answer); another prompt is a bad record, not one left out without a word (which did the pair answer?)."""
+    if not restates_prompt(prompt, asked):
+        raise BadRecord(
+            f"prompt {_shown(prompt)} is not the prompt of the whole chat in {side!r} (one of its user messages, or "
+            "its first messages): give chosen/rejected as answers to the prompt, or leave prompt out"
+        )
 
 
 def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
