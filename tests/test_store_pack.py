@@ -1616,9 +1616,9 @@ def test_skip_bad_keeps_the_more_common_grpo_kind_and_skips_and_counts_the_other
     assert pack_cli.main(parser.parse_args(argv)) == 0
     out = capsys.readouterr().out
     reason = (
-        "minority grpo kind: this record is a scored response (offline), and 6 of the input's 8 records are problems "
-        "with reference answers (online): a grpo store holds one kind, the input's more common one; pack this kind "
-        "into its own store"
+        "minority grpo kind: this record is a scored response (offline), and 6 of the input's 8 good records are "
+        "problems with reference answers (online): a grpo store holds one kind, the input's more common one; pack "
+        "this kind into its own store"
     )
     assert out.startswith("packed 6 grpo records, ")
     assert f"; skipped 2 bad record(s) (minority grpo kind 2); the first: {src}:2: {reason}" in out
@@ -1636,9 +1636,15 @@ def test_skip_bad_keeps_the_more_common_grpo_kind_and_skips_and_counts_the_other
     meta = pack([flipped], tmp_path / "f", tok_dir, "grpo", skip_bad=True, progress=False)
     assert meta["num_records"] == 3 and meta["skipped"]["by_reason"] == {"minority grpo kind": 1}
     assert (
-        "this record is a problem with its reference answer (online), and 3 of the input's 4 records are scored"
+        "this record is a problem with its reference answer (online), and 3 of the input's 4 good records are scored"
         in (meta["skipped"]["examples"][0])
     )
+    # records bad anyway (an empty answer) count for neither kind: 3 good offline and 5 bad online keep the offline
+    bad_online = [{"question": f"{i} + 3?", "answer": ""} for i in range(5)]
+    spoilt = _jsonl(tmp_path / "spoilt.jsonl", [*bad_online, offline[0], offline[1], offline[0]])
+    meta = pack([spoilt], tmp_path / "b", tok_dir, "grpo", skip_bad=True, progress=False)
+    assert meta["num_records"] == 3 and meta["skipped"]["count"] == 5
+    assert "minority grpo kind" not in meta["skipped"]["by_reason"]
     # as many of each: no kind to keep, said in one line
     even = _jsonl(tmp_path / "even.jsonl", [online[0], offline[0]])
     with pytest.raises(PackError, match=r"as many scored responses \(offline\) as problems \(online\), 1 of each"):

@@ -27,6 +27,7 @@ from cookmind.store.records import (
     EmptyDocument,
     RecordOptions,
     SkippedRecords,
+    make_grpo,
     make_record,
     make_seq,
     parse,
@@ -120,18 +121,17 @@ def _chunks(iterable, size):
         yield chunk
 
 
-def _grpo_kinds(inputs, utf8_errors: str) -> Counter:
-    """How many of the inputs' grpo records are scored responses (True: offline, they have a "response") and how
-    many problems (False: online), as ``make_grpo`` tells them apart; what does not parse is left to the pack."""
+def _grpo_kinds(inputs, utf8_errors: str, tok, opts: RecordOptions) -> Counter:
+    """How many of the inputs' good grpo records are scored responses (True: offline, ``make_grpo`` returns their
+    "responses") and how many problems (False: online); a record bad anyway (one that does not parse, an empty
+    answer) counts for neither kind: the pack skips it for its own reason."""
     kinds: Counter = Counter()
     for path in inputs:
         for item in iter_items(path, utf8_errors=utf8_errors, replaced=text_input.Utf8Replaced()):
             try:
-                obj = parse(item)
+                kinds["responses" in make_grpo(parse(item), tok, opts)] += 1
             except BadRecord:
                 continue
-            if isinstance(obj, dict):
-                kinds["response" in obj] += 1
     return kinds
 
 
@@ -141,7 +141,7 @@ def _minority_reason(offline: bool, kinds: Counter) -> str:
     many = {False: "problems with reference answers (online)", True: "scored responses (offline)"}
     return (
         f"minority grpo kind: this record is {one[offline]}, and {kinds[not offline]:,} of the input's "
-        f"{kinds.total():,} records are {many[not offline]}: a grpo store holds one kind, the input's more common "
+        f"{kinds.total():,} good records are {many[not offline]}: a grpo store holds one kind, the input's more common "
         "one; pack this kind into its own store"
     )
 
@@ -361,7 +361,7 @@ def pack(
     keep_offline, kinds = None, Counter()
     if train_type == "grpo" and skip_bad:
         try:
-            kinds = _grpo_kinds(inputs, utf8_errors)
+            kinds = _grpo_kinds(inputs, utf8_errors, tok, opts)
         except ValueError as exc:
             raise _with_utf8_hint(exc) from None
         if kinds[True] and kinds[True] == kinds[False]:
