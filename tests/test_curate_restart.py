@@ -401,7 +401,7 @@ def test_resuming_a_run_whose_stage_logic_changed_since_is_refused_until_restart
     argv = ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", src, "--output", str(out), "--quiet"]
     run_json = out / WORK / "run.json"
     assert cli_main(argv) == 0
-    assert json.loads(run_json.read_text())["stage_versions"] == {"extract": 1, "exact_lines": 1}
+    assert json.loads(run_json.read_text())["stage_versions"] == {"0:extract": 1, "1:exact_lines": 1}
     for dedup_work in out.glob(f"{WORK}/01-exact_lines/*.done"):  # as if killed before exact_lines did anything
         dedup_work.unlink()
     capsys.readouterr()
@@ -417,7 +417,7 @@ def test_resuming_a_run_whose_stage_logic_changed_since_is_refused_until_restart
 
     monkeypatch.setattr(ExactLinesStage, "version", 2)  # changed, but it did no work in the run: it resumes
     assert cli_main(argv) == 0, capsys.readouterr().err
-    assert json.loads(run_json.read_text())["stage_versions"] == {"extract": 1, "exact_lines": 2}
+    assert json.loads(run_json.read_text())["stage_versions"] == {"0:extract": 1, "1:exact_lines": 2}
     monkeypatch.setattr(ExactLinesStage, "version", 1)  # back to the older cookmind: exact_lines 2 did its work
     assert cli_main(argv) == 2
     err = capsys.readouterr().err
@@ -427,7 +427,7 @@ def test_resuming_a_run_whose_stage_logic_changed_since_is_refused_until_restart
     recorded = json.loads(run_json.read_text())
     run_json.write_text(json.dumps({k: v for k, v in recorded.items() if k != "stage_versions"}))  # an older run's
     assert cli_main(argv) == 0  # it ran the first version of every stage: this cookmind's
-    assert json.loads(run_json.read_text())["stage_versions"] == {"extract": 1, "exact_lines": 1}
+    assert json.loads(run_json.read_text())["stage_versions"] == {"0:extract": 1, "1:exact_lines": 1}
     run_json.write_text(json.dumps({k: v for k, v in recorded.items() if k != "stage_versions"}))
     monkeypatch.setattr(ExtractStage, "version", 2)
     assert cli_main(argv) == 2
@@ -457,7 +457,7 @@ def test_resuming_a_run_whose_eval_set_or_model_changed_since_is_refused_until_r
     argv = ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", src, "--output", str(out), "--quiet"]
     run_json = out / WORK / "run.json"
     assert cli_main(argv) == 0
-    assert sorted(json.loads(run_json.read_text())["stage_files"]) == ["decontaminate", "quality"]
+    assert sorted(json.loads(run_json.read_text())["stage_files"]) == ["0:decontaminate", "1:quality"]
     assert cli_main(argv) == 0  # nothing changed: it resumes
     capsys.readouterr()
     with evals.open("a") as f:
@@ -475,4 +475,37 @@ def test_resuming_a_run_whose_eval_set_or_model_changed_since_is_refused_until_r
     recorded = json.loads(run_json.read_text())
     run_json.write_text(json.dumps({k: v for k, v in recorded.items() if k != "stage_files"}))  # an older run's
     assert cli_main(argv) == 0  # it cannot tell, and resumes (as one recorded without its input files' times)
-    assert "quality" in json.loads(run_json.read_text())["stage_files"]
+    assert "1:quality" in json.loads(run_json.read_text())["stage_files"]
+
+
+def test_two_stages_of_one_name_keep_their_own_files_and_versions_in_run_json(tmp_path, capsys):
+    """run.json kept a stage's files under its name, so two decontaminate stages merged theirs: an eval set of the
+    second changed while only the first had finished shards was refused as 'read by the decontaminate stage', whose
+    finished shards had never read it. Each stage is recorded under its place in the config."""
+    from cookmind.cli import main as cli_main
+
+    src = _inputs(tmp_path, "in", ["The cat sat on the mat all day long.", "The dog ran to the old red barn."])
+    ev_a, ev_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for ev in (ev_a, ev_b):
+        ev.write_text(json.dumps({"question": "What is two and two?"}) + "\n")
+    (tmp_path / "c.yaml").write_text(
+        f"stages: [{{decontaminate: {{eval_sets: {{a: {ev_a}}}, ngram: 3}}}}, exact_lines, "
+        f"{{decontaminate: {{eval_sets: {{b: {ev_b}}}, ngram: 3}}}}]\n"
+    )
+    out = tmp_path / "out"
+    argv = ["curate", "run", "--config", str(tmp_path / "c.yaml"), "--input", src, "--output", str(out), "--quiet"]
+    assert cli_main(argv) == 0
+    recorded = json.loads((out / WORK / "run.json").read_text())
+    assert sorted(recorded["stage_files"]) == ["0:decontaminate", "2:decontaminate"]
+    assert recorded["stage_versions"] == {"0:decontaminate": 2, "1:exact_lines": 1, "2:decontaminate": 2}
+    segments = sorted(p for p in (out / WORK).iterdir() if p.is_dir())
+    for done in segments[-1].glob("*.done"):  # as if killed before the last segment (the second decontaminate) ran
+        done.unlink()
+    with ev_b.open("a") as f:
+        f.write(json.dumps({"question": "Where did the dog run to?"}) + "\n")
+    capsys.readouterr()
+    assert cli_main(argv) == 0, capsys.readouterr().err  # b.jsonl is read only by a stage that had done nothing
+    with ev_a.open("a") as f:
+        f.write(json.dumps({"question": "Where did the cat sit?"}) + "\n")
+    assert cli_main(argv) == 2
+    assert f"{ev_a}, read by the decontaminate stage, changed since" in capsys.readouterr().err

@@ -346,7 +346,7 @@ def _check_resume(
     so a rerun that writes fewer shards, or another format, leaves none of them for ``pack`` to read as its own.
     A new run refuses an output folder holding shard files or a report no curate run there recorded writing.
     """
-    versions = {stage.name: stage.version for stage, _ in stages}
+    versions = {_stage_key(k, stage): stage.version for k, (stage, _) in enumerate(stages)}
     stamp = {"config": config.fingerprint(), "plan": plan, "reading": READING, "stage_versions": versions}
     stage_files = _stage_files(stages)
     files = {f: [(st := os.stat(f)).st_size, st.st_mtime_ns] for shard in plan for f in shard}
@@ -433,8 +433,8 @@ def _refuse_changed_stages(work: Path, old: dict, stages: list[tuple]) -> None:
     recorded = old.get("stage_versions") or {}
     changed = [
         (stage.name, then, stage.version)
-        for stage, seg_dir in stages
-        if (then := recorded.get(stage.name, FIRST_VERSION)) != stage.version and any(seg_dir.glob("*.done"))
+        for k, (stage, seg_dir) in enumerate(stages)
+        if (then := recorded.get(_stage_key(k, stage), FIRST_VERSION)) != stage.version and any(seg_dir.glob("*.done"))
     ]
     if not changed:
         return
@@ -450,13 +450,19 @@ def _refuse_changed_stages(work: Path, old: dict, stages: list[tuple]) -> None:
     )
 
 
+def _stage_key(k: int, stage) -> str:
+    """A stage's key in run.json: its place in the config and its name ("2:decontaminate"), so that two stages of
+    one name keep their own versions and files."""
+    return f"{k}:{stage.name}"
+
+
 def _stage_files(stages: list[tuple]) -> dict[str, dict[str, list[int]]]:
     """Each stage's files (its model, its eval sets: ``files()``), with their size and modification time."""
     out: dict[str, dict[str, list[int]]] = {}
-    for stage, _ in stages:
+    for k, (stage, _) in enumerate(stages):
         for f in stage.files():
             st = os.stat(f)
-            out.setdefault(stage.name, {})[f] = [st.st_size, st.st_mtime_ns]
+            out.setdefault(_stage_key(k, stage), {})[f] = [st.st_size, st.st_mtime_ns]
     return out
 
 
@@ -466,8 +472,8 @@ def _refuse_changed_stage_files(work: Path, then: dict | None, now: dict, stages
     (an older cookmind) cannot tell."""
     if then is None:
         return
-    for stage, seg_dir in stages:
-        old, new = then.get(stage.name, {}), now.get(stage.name, {})
+    for k, (stage, seg_dir) in enumerate(stages):
+        old, new = then.get(_stage_key(k, stage), {}), now.get(_stage_key(k, stage), {})
         changed = [f for f in new if old.get(f) != new[f]] + [f for f in old if f not in new]
         if changed and any(seg_dir.glob("*.done")):
             raise ValueError(
