@@ -167,6 +167,29 @@ def test_the_truncation_warning_of_an_init_from_run_does_not_advise_a_longer_con
     assert "max_position_embeddings)" not in msg
 
 
+def test_an_init_from_run_whose_window_drops_every_record_does_not_advise_a_larger_window(tmp_path, sft_store):
+    """Every record dropped at the window (their answers start past it) said 'raise data.window_size', which an
+    --init-from run whose window is already the loaded model's whole context cannot do: it says so, and what can."""
+    store, _ = sft_store
+    Trainer(_cfg(tmp_path, store)).fit()  # the model to start from: max_position_embeddings=64
+    late = []
+    for n in (100, 120, 140):
+        mask = np.zeros(n, np.uint8)
+        mask[80:] = 1  # every answer starts past the 64-token context
+        late.append({"sequence": np.arange(n) % 60 + 1, "loss_mask": mask})
+    late_store = write_store(tmp_path / "late", "sft", late, vocab_size=64)
+    init = [f"train.init_from={tmp_path / 'run'}", f"logging.run_dir={tmp_path / 'late-run'}", "data.window_size=64"]
+    cfg = _cfg(tmp_path, late_store, *init)
+    cfg.model = {}
+    with pytest.raises(ValueError, match="holds nothing to train on") as caught:
+        Trainer(cfg)
+    said = str(caught.value)
+    assert said.endswith(
+        "data.window_size=64 is already the whole context, max_position_embeddings=64, of the model at --init-from "
+        "(train.init_from): pack records whose answers start within it, or start from a model with a longer context"
+    ), said
+
+
 def test_an_unset_grpo_window_is_the_models_context_not_the_presets(tmp_path, tok_dir, capsys, keep_threads):
     """tiny-cpu's window (128) dropped the prompts of 150 and 200 tokens a 256-token model could take; the advice
     was to raise the model's context, which was already 256."""

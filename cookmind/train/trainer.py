@@ -468,6 +468,13 @@ class Trainer:
 
     # -- data -------------------------------------------------------------------------------
 
+    def _loaded_context(self) -> int | None:
+        """The context (max_position_embeddings) of the model an --init-from run loaded, which it cannot change;
+        None for a fresh model, whose context a window's advice may raise."""
+        if not self.cfg.train.init_from:
+            return None
+        return getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
+
     def _loader(self, dataset, path: str | None, shuffle: bool, train: bool):
         from cookmind.data import build_dataloader
 
@@ -497,10 +504,17 @@ class Trainer:
                     f"data.window_size={self.cfg.data.window_size}: lower data.window_size, or pack more text"
                 )
             if dropped := getattr(dataset, "num_dropped", 0):  # the window dropped them all: it is too short
+                window, max_pos = self.cfg.data.window_size, self._loaded_context()
+                advice = (  # a loaded model fixes its context: a window of all of it can grow no further
+                    f"data.window_size={window} is already the whole context, max_position_embeddings={max_pos}, of "
+                    f"the model at {setting('train.init_from')}: pack records whose answers start within it, or "
+                    "start from a model with a longer context"
+                    if max_pos is not None and window >= max_pos
+                    else "raise data.window_size"
+                )
                 raise ValueError(
                     f"the {what} dataset at {path} holds nothing to train on: every one of its {dropped} records was "
-                    f"dropped at data.window_size={self.cfg.data.window_size} ({_drop_reasons(dataset)}): raise "
-                    "data.window_size"
+                    f"dropped at data.window_size={window} ({_drop_reasons(dataset)}): {advice}"
                 )
             raise ValueError(f"the {what} dataset at {path} holds no records: pack some into it")
         world = self.dist.world_size if train else 1
@@ -595,15 +609,15 @@ class Trainer:
                 f"of its answer and its end of turn, a dropped one {never}"
                 + (f"; {rarely} a whole answer or its end of turn" if share > 0.5 else "")
             )
-            max_pos = getattr(getattr(self.bare_model, "config", None), "max_position_embeddings", None)
+            max_pos = self._loaded_context()
             window = self.cfg.data.window_size
-            if self.cfg.train.init_from and max_pos is not None and window >= max_pos:
+            if max_pos is not None and window >= max_pos:
                 advice = (  # the loaded model fixes its context: raising it is refused
                     f"The window is already the whole context, max_position_embeddings={max_pos}, of the model at "
                     f"{setting('train.init_from')}: leave the longest records out of the data you pack (pack "
                     f"keeps each record whole), or start from a model with a longer context."
                 )
-            elif self.cfg.train.init_from and max_pos is not None:  # room below the context the loaded model fixes
+            elif max_pos is not None:  # room below the context the loaded model fixes
                 longest = _longest_record(dataset)
                 fits = f" (the longest record holds {longest} tokens)" if longest is not None else ""
                 advice = (
