@@ -623,3 +623,30 @@ def test_generate_and_chat_say_why_a_reply_of_hidden_markup_or_whitespace_shows_
     )
     assert stopped in chat(tok.encode("ice in the soup"), stop_strings=("i",))
     assert "bot> (no reply: the model ended its turn at once)\nyou> " in chat([])
+
+
+def test_ctrl_c_mid_reply_keeps_the_reply_so_far_and_the_next_message_answers_a_whole_conversation(ckpt, monkeypatch):
+    """Ctrl-C mid-reply left the user's message in the history with no answer, so the next message made two user
+    turns in a row (/history showed them) and the reply printed so far was lost; the web page keeps a stopped reply.
+    Now the reply so far is the assistant's turn, and the chat says so."""
+    import cookmind.infer.chat_session as chat_session
+
+    _, model, tok = ckpt
+    real_stream, calls = chat_session.stream, []
+
+    def stream(*a, **kw):  # the first reply: Ctrl-C while the model computes its 9th token
+        calls.append(1)
+        for n, token in enumerate(real_stream(*a, **kw)):
+            if len(calls) == 1 and n == 8:
+                raise KeyboardInterrupt
+            yield token
+
+    monkeypatch.setattr(chat_session, "stream", stream)
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=30, stop_token_ids=control(tok)))
+    out = io.StringIO()
+    run(s, io.StringIO("hello\nsecond\n/quit\n"), out)
+    text = out.getvalue()
+    shown = text.split("bot> ", 1)[1].split(" (interrupted", 1)[0]
+    assert "(interrupted: the reply so far is kept in the conversation)" in text
+    assert [m["role"] for m in s.messages()] == ["user", "assistant", "user", "assistant"]
+    assert s.history[1] == {"role": "assistant", "content": shown} and shown.strip()

@@ -44,7 +44,19 @@ class ChatSession:
         counts the messages; the system prompt stays): every later turn was refused until a /reset, and before that
         the replies were cut short by the context's end."""
         before = list(self.history)
-        self.history.append({"role": "user", "content": text})
+        message = {"role": "user", "content": text}
+        self.history.append(message)
+        reasoning, content = [], []
+        try:
+            yield from self._reply(before, reasoning, content)
+        finally:
+            # stopped mid-way (Ctrl-C, or the caller closed the stream): the reply so far is the assistant's turn, as
+            # the web page keeps a stopped reply; the message left unanswered made two user turns in a row
+            if self.history and self.history[-1] is message:
+                self.history.append(_reply_message(reasoning, content))
+
+    def _reply(self, before: list[dict], reasoning: list[str], content: list[str]) -> Iterator[tuple[str, str]]:
+        """``send``'s body: stream the reply, gathering its pieces into ``reasoning`` and ``content``, and record it."""
         context = self.model.config.max_position_embeddings
         budget = reply_budget(self.cfg.max_new_tokens, context)
         self.dropped = 0
@@ -72,7 +84,6 @@ class ChatSession:
         detok = IncrementalDetokenizer(self.tokenizer, skip_ids=self.control_ids)
         stopper = StopStringMatcher(list(self.cfg.stop_strings))
         splitter = ReasoningSplitter()
-        reasoning, content = [], []
         self.reply_text, self.tokens, self.stopped = "", 0, False
 
         def route(piece: str):
@@ -106,10 +117,15 @@ class ChatSession:
         for kind, s in (("reasoning", r), ("content", c)):
             if s:
                 yield kind, s
-        reply = {"role": "assistant", "content": "".join(content)}
-        if "".join(reasoning).strip():
-            reply["reasoning_content"] = "".join(reasoning).strip("\n")
-        self.history.append(reply)
+        self.history.append(_reply_message(reasoning, content))
+
+
+def _reply_message(reasoning: list[str], content: list[str]) -> dict:
+    """The assistant's turn of a reply's pieces: its content, and its reasoning where it has any."""
+    reply = {"role": "assistant", "content": "".join(content)}
+    if "".join(reasoning).strip():
+        reply["reasoning_content"] = "".join(reasoning).strip("\n")
+    return reply
 
 
 def reply_budget(max_new_tokens: int, context: int) -> int:

@@ -89,9 +89,10 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
             continue
         print("bot> ", end="", file=stdout, flush=True)
         kind_before = None
+        reply = session.send(line)
         try:
             said = False
-            for kind, piece in session.send(line):
+            for kind, piece in reply:
                 said = said or _say_dropped(session, stdout)  # before the reply: the model no longer sees them
                 if kind != kind_before and kind_before == "reasoning":
                     print(reset + "\n", end="", file=stdout)
@@ -114,7 +115,8 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
             errors += 1
             print(f"(error: {exc})", end="", file=stdout)
         except KeyboardInterrupt:
-            print(" (interrupted)", end="", file=stdout)
+            reply.close()  # the reply so far becomes the assistant's turn (ChatSession.send)
+            print(reset + " (interrupted: the reply so far is kept in the conversation)", end="", file=stdout)
         print(reset if kind_before == "reasoning" else "", file=stdout, flush=True)
 
 
