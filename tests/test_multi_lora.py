@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -415,6 +416,19 @@ def test_an_adapter_path_that_is_not_there_says_so(setup, tmp_path):
     base, _, _ = setup
     with pytest.raises(FileNotFoundError, match=r"nope: no such directory; name a LoRA adapter folder or a LoRA"):
         load_adapters(base, {"x": tmp_path / "nope"})
+
+
+def test_an_adapter_path_that_is_a_file_says_so_and_names_its_folder(setup, tmp_path):
+    # --lora chef=run/checkpoints/step_N/adapter_model.safetensors said "...: no such directory", though it is there
+    base, _, _ = setup
+    _adapter(base, tmp_path / "chef", 1, r=4, alpha=8.0, targets=["q_proj"])
+    weights = tmp_path / "chef" / "adapter_model.safetensors"
+    with pytest.raises(
+        FileNotFoundError,
+        match=re.escape(f"{weights}: is a file, not a folder; name the folder that holds it, {weights.parent} ")
+        + re.escape("(adapter 'x')"),
+    ):
+        load_adapters(base, {"x": weights})
 
 
 def test_bad_lora_arguments():

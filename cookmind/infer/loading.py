@@ -170,6 +170,11 @@ def load_adapters(model, specs: dict[str, str | Path], base_name: str = "the bas
     linear = {n: m for n, m in model.named_modules() if isinstance(m, (Linear, torch.nn.Linear))}
     adapters = []
     for name, directory in specs.items():
+        if Path(directory).is_file():  # an adapter's file: its folder is the adapter
+            raise FileNotFoundError(
+                f"{directory}: is a file, not a folder; name the folder that holds it, {Path(directory).parent} "
+                f"(adapter {name!r})"
+            )
         if not Path(directory).is_dir():
             raise FileNotFoundError(
                 f"{directory}: no such directory; name a LoRA adapter folder or a LoRA training run (adapter {name!r})"
