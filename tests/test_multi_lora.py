@@ -431,6 +431,21 @@ def test_an_adapter_path_that_is_a_file_says_so_and_names_its_folder(setup, tmp_
         load_adapters(base, {"x": weights})
 
 
+def test_a_model_that_is_no_adapter_is_refused_naming_the_adapter_and_what_to_give(setup, tmp_path):
+    # --lora chef=runs/pre (a pretraining run) said ".../adapter_config.json: missing; ... holds no LoRA adapter":
+    # neither which --lora it was nor what an adapter is
+    from cookmind.model import save_model
+
+    base, _, _ = setup
+    save_model(tmp_path / "full", base)
+    with pytest.raises(
+        FileNotFoundError,
+        match=re.escape(f"adapter 'chef' ({tmp_path / 'full'}) holds no LoRA adapter (no adapter_config.json): ")
+        + r".*lora\.enabled=true.*save_adapter.*PEFT",
+    ):
+        load_adapters(base, {"chef": tmp_path / "full"})
+
+
 def test_bad_lora_arguments():
     from cookmind.infer.loading import parse_lora_specs
 

@@ -182,7 +182,13 @@ def load_adapters(model, specs: dict[str, str | Path], base_name: str = "the bas
         if not (Path(directory) / ADAPTER_CONFIG).is_file():  # a training run: its newest checkpoint
             directory = resolve_model_dir(directory)
         where = f"adapter {name!r} ({directory})"
-        cfg = read_adapter_config(directory)
+        try:
+            cfg = read_adapter_config(directory)
+        except FileNotFoundError as exc:  # "DIR/adapter_config.json: missing", naming neither the --lora nor a fix
+            raise FileNotFoundError(
+                f"{where} holds no LoRA adapter (no {ADAPTER_CONFIG}): name a LoRA training run (cookmind train ... "
+                "lora.enabled=true), cookmind's save_adapter output or a PEFT adapter folder"
+            ) from exc
         trained_on, fingerprint = adapter_base(directory)
         differs = fingerprint_mismatch(fingerprint, model) if fingerprint else None
         # what a structural mismatch below most likely means: an adapter trained on another model
