@@ -236,6 +236,23 @@ def test_completion_top_logprobs_keep_the_likeliest_token_of_each_text(setup):
     assert streamed == lp.top_logprobs
 
 
+def test_completion_top_logprobs_always_hold_the_chosen_token(setup):
+    """OpenAI's /v1/completions: "the API will always return the logprob of the sampled token, so there may be up to
+    logprobs+1 elements". A sampled token outside the top N was missing from its top_logprobs (logprobs=0 gave {}
+    for every token), so a client reading top_logprobs[token] failed."""
+    c = setup["client"]
+    for top in (0, 1):
+        kw = dict(model=MODEL, prompt="The cook", max_tokens=12, temperature=1.0, seed=3, logprobs=top)
+        for lp in [c.completions.create(**kw).choices[0].logprobs] + [
+            ch.choices[0].logprobs for ch in c.completions.create(**kw, stream=True) if ch.choices[0].logprobs
+        ]:
+            for token, logprob, tops in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+                # a text several tokens share (U+FFFD: part of a character) shows its likeliest token's logprob
+                assert tops[token] >= logprob - 1e-6 and len(tops) <= top + 1
+        if top == 0:
+            assert all(len(t) == 1 for t in lp.top_logprobs)
+
+
 def test_models_health_metrics(setup):
     c = setup["client"]
     assert [m.id for m in c.models.list().data] == [MODEL]
@@ -912,7 +929,8 @@ def test_completion_echo_logprobs_score_the_prompt(setup):
     assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None  # OpenAI: the first token has no context
     for i in range(1, n):
         assert lp.token_logprobs[i] == pytest.approx(chosen[i], abs=1e-4)
-        assert set(lp.top_logprobs[i]) == {tok.decode([t]) for t in tops[i]}
+        # the prompt's own token too, as OpenAI's top_logprobs always hold the chosen one
+        assert set(lp.top_logprobs[i]) == {tok.decode([t]) for t in tops[i]} | {lp.tokens[i]}
     assert lp.tokens[n:] == [tok.decode([t]) for t in out_ids]  # then the completion's own tokens
     assert lp.text_offset[0] == 0 and lp.text_offset[n] == len("".join(tok.decode([t]) for t in ids))
     # max_tokens=0: the prompt scored alone

@@ -80,13 +80,15 @@ class _TextOffsets:
         return offsets
 
 
-def _top_by_text(top) -> dict[str, float]:
+def _top_by_text(top, token: str, logprob: float) -> dict[str, float]:
     """OpenAI's top_logprobs dict, keyed by a token's text: where tokens share a text (byte tokens that hold part of
     a character all read U+FFFD) the likeliest one's logprob, the first (``top`` is likeliest first). The last one
-    overwrote it, so the chosen token's own text could show less than it was chosen with."""
+    overwrote it, so the chosen token's own text could show less than it was chosen with. The chosen token (text
+    ``token``) is always there, as OpenAI's "up to logprobs+1 elements": one sampled outside the top was missing."""
     out: dict[str, float] = {}
     for _, text, lp in top:
         out.setdefault(text, lp)
+    out.setdefault(token, logprob)
     return out
 
 
@@ -94,7 +96,9 @@ def _logprobs(entries, offsets: _TextOffsets) -> dict:
     return {
         "tokens": [e["token"] for e in entries],
         "token_logprobs": [e["logprob"] for e in entries],
-        "top_logprobs": [None if e["top"] is None else _top_by_text(e["top"]) for e in entries],
+        "top_logprobs": [
+            None if e["top"] is None else _top_by_text(e["top"], e["token"], e["logprob"]) for e in entries
+        ],
         "text_offset": offsets.take(entries),
     }
 
