@@ -272,6 +272,23 @@ def test_models_retrieve_one_model(setup):
     assert e.value.body["code"] == "model_not_found" and "'tiny-cook'" in e.value.body["message"]
 
 
+def test_an_unknown_path_or_method_says_what_the_server_serves(setup):
+    """A client whose base_url left out /v1 (OpenAI(base_url="http://127.0.0.1:8000")) got a bare 404 "Not Found", and
+    a GET of a POST route a bare 405 "Method Not Allowed": neither said what was wrong nor where the API is."""
+    url = setup["server"].url
+    no_v1 = openai.OpenAI(base_url=url, api_key=API_KEY, max_retries=0)
+    with pytest.raises(openai.NotFoundError) as e:
+        no_v1.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)
+    msg = e.value.body["message"]
+    assert "POST /chat/completions" in msg and "/v1/chat/completions" in msg and "base_url" in msg
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    r = httpx.get(url + "/v1/nothing", headers=auth)
+    assert r.status_code == 404 and "/v1/chat/completions, /v1/completions" in r.json()["error"]["message"]
+    r = httpx.get(url + "/v1/chat/completions", headers=auth)
+    assert r.status_code == 405 and "GET /v1/chat/completions" in r.json()["error"]["message"]
+    assert "POST" in r.json()["error"]["message"]
+
+
 def test_errors_are_openai_json_with_right_status(setup):
     c = setup["client"]
     with pytest.raises(openai.NotFoundError) as e:

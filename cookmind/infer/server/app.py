@@ -41,8 +41,21 @@ async def _api_error(_request, exc: APIError):
     return exc.response()
 
 
-async def _http_error(_request, exc: StarletteHTTPException):
-    return APIError(exc.status_code, str(exc.detail)).response()
+API_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
+
+
+async def _http_error(request, exc: StarletteHTTPException):
+    """Starlette's own errors, saying what was asked and what is served: a bare "Not Found" left a client whose
+    base_url lacks /v1 guessing, and "Method Not Allowed" named no method."""
+    message, asked = str(exc.detail), f"{request.method} {request.url.path}"
+    if exc.status_code == 404 and message == "Not Found":
+        message = f"{asked}: no such path; the API is at {', '.join(API_PATHS)} (the web page at /, /health, /metrics)"
+        if "/v1" + request.url.path in API_PATHS:
+            message += f": did you mean /v1{request.url.path}? An OpenAI client's base_url ends in /v1"
+    elif exc.status_code == 405 and message == "Method Not Allowed":
+        allowed = (exc.headers or {}).get("Allow")
+        message = f"{asked}: method not allowed" + (f"; this path takes {allowed}" if allowed else "")
+    return APIError(exc.status_code, message, headers=exc.headers).response()
 
 
 async def _validation_error(_request, exc: RequestValidationError):
