@@ -289,6 +289,27 @@ def test_an_unknown_path_or_method_says_what_the_server_serves(setup):
     assert "POST" in r.json()["error"]["message"]
 
 
+def test_a_failed_generation_step_says_why_to_the_client_and_on_the_servers_stderr(setup, monkeypatch, capfd):
+    """A decoding step that raised (a GPU out of memory, a bug) answered 500 "generation failed" and printed nothing
+    on the server's console: neither the client nor the operator learnt why. Both now read the exception."""
+    engine, c = setup["engine"], setup["client"]
+    real, failed = engine._prefill, []
+
+    def prefill():
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("out of memory in the test")
+        return real()
+
+    monkeypatch.setattr(engine, "_prefill", prefill)
+    with pytest.raises(openai.InternalServerError) as e:
+        c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3)
+    assert "generation failed: RuntimeError: out of memory in the test" in e.value.body["message"]
+    err = capfd.readouterr().err
+    assert "cookmind engine: error: a generation step failed (RuntimeError: out of memory in the test" in err
+    assert c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3).choices  # the server goes on
+
+
 def test_errors_are_openai_json_with_right_status(setup):
     c = setup["client"]
     with pytest.raises(openai.NotFoundError) as e:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import itertools
 import math
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -474,8 +476,18 @@ class Engine:
                 self._pending = None
                 if self.blocks is not None:  # what a failed step wrote is not trusted
                     self.blocks.forget_cached()
-                for req in [r for r in self.slots if r is not None]:
-                    self._finish(req, "error", f"{type(exc).__name__}: {exc}")
+                failed = [r for r in self.slots if r is not None]
+                why = f"{type(exc).__name__}: {exc}"
+                # said on the console too: the clients' 500s (or "error" finishes) were all anyone learnt
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                print(
+                    f"cookmind engine: error: a generation step failed ({why}, at {where.filename}:{where.lineno}); "
+                    f"its {len(failed)} request(s) end with an error, the server goes on",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                for req in failed:
+                    self._finish(req, "error", why)
         for req in [r for r in self.slots if r is not None] + list(self.waiting):
             self._finish(req, "cancelled")
         self.waiting.clear()

@@ -55,6 +55,7 @@ class OutputProcessor:
         self.reasoning = ReasoningSplitter() if split_reasoning else None
         self.tools = ToolCallParser(max_tool_calls) if parse_tool_calls else None
         self.completion_tokens = 0
+        self.error: str | None = None  # why the engine failed this choice (finish reason "error")
         self.finish_reason: str | None = None
         self.stopped_by_string = False
         self.content_parts: list[str] = []
@@ -215,7 +216,7 @@ class OutputProcessor:
             delta.content += rest
             self.content_parts.append(rest)
         delta.logprobs, self._unsent_logprobs = self._unsent_logprobs, []
-        self.finish_reason = reason
+        self.finish_reason, self.error = reason, error
         return delta
 
     @property

@@ -228,8 +228,8 @@ class Generation:
 def finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
     """OpenAI's finish_reason for a finished choice; a failed generation is a 500 for non-streamed calls. A reply cut
     by max_tokens is "length" even after whole tool calls: the turn is unfinished (a later call may be cut off)."""
-    if proc.finish_reason == "error":
-        raise APIError(500, "generation failed", "server_error")
+    if proc.finish_reason == "error":  # the reason, as the server's console has it (Engine._loop)
+        raise APIError(500, "generation failed" + (f": {proc.error}" if proc.error else ""), "server_error")
     if proc.finish_reason == "length":
         return "length"
     return "tool_calls" if tool_calls else "stop"
