@@ -650,3 +650,14 @@ def test_ctrl_c_mid_reply_keeps_the_reply_so_far_and_the_next_message_answers_a_
     assert "(interrupted: the reply so far is kept in the conversation)" in text
     assert [m["role"] for m in s.messages()] == ["user", "assistant", "user", "assistant"]
     assert s.history[1] == {"role": "assistant", "content": shown} and shown.strip()
+
+
+def test_a_piped_file_with_crlf_line_ends_is_read_as_its_lines(ckpt):
+    """A script of messages saved on Windows (CRLF) kept each line's \\r: "/quit\\r" and "/history\\r" were unknown
+    commands (the help printed, the chat went on) and every message ended in a carriage return the model saw."""
+    _, model, tok = ckpt
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=2))
+    out = io.StringIO()
+    run(s, io.StringIO("hello\r\n/history\r\n/quit\r\nnever sent\r\n"), out)
+    assert "unknown command" not in out.getvalue() and "[user] hello\n" in out.getvalue()
+    assert [m["content"] for m in s.messages() if m["role"] == "user"] == ["hello"]

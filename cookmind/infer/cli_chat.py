@@ -59,7 +59,7 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
         if not line:
             print(file=stdout)
             return errors
-        line = line.rstrip("\n")
+        line = line.rstrip("\n").removesuffix("\r")  # a CRLF file's line too
         if not line.strip():
             continue
         if line.startswith("//"):
