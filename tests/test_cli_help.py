@@ -188,3 +188,14 @@ def test_every_device_flag_names_every_value_the_device_check_takes():
                     words = " ".join(action.help.split())
                     assert "auto, cpu, cuda or cuda:N" in words, (stage, p.prog, words)
     assert found >= 6, found  # generate, chat, serve, eval gsm8k / mmlu / ppl
+
+
+def test_chat_help_lists_the_chats_commands_and_keys():
+    # `cookmind chat --help` named none of /reset, /system, /history, /quit nor what Ctrl-C and Ctrl-D do: they were
+    # in the README only, and in the chat once it had loaded the model
+    from cookmind.infer.cli_chat import HELP
+
+    parser = _stage_parser("chat")[0]
+    assert HELP in parser.format_help()  # as the chat's /help prints them, line by line
+    text = _help("chat")
+    assert "Ctrl-C while a reply streams stops it" in text and "Ctrl-D" in text and "piped" in text

@@ -20,11 +20,17 @@ HELP = """commands:
 
 TOP_P = 0.95  # chat samples by default: temperature 0.7, this top-p
 
+KEYS = """Ctrl-C while a reply streams stops it (the reply so far stays in the conversation); at the you> prompt Ctrl-C
+leaves (exit 130), Ctrl-D (end of input) leaves quietly. Messages may be piped in, one a line:
+  printf 'What is 2+3?\\n/history\\n' | cookmind chat runs/sft"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cookmind.cli import add_model_argument
     from cookmind.infer.cli_generate import add_sampling_arguments
 
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = f"{HELP}\n{KEYS}"
     add_model_argument(parser)
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
     parser.add_argument("--system", default=None, help="system prompt")
