@@ -199,3 +199,13 @@ def test_chat_help_lists_the_chats_commands_and_keys():
     assert HELP in parser.format_help()  # as the chat's /help prints them, line by line
     text = _help("chat")
     assert "Ctrl-C while a reply streams stops it" in text and "Ctrl-D" in text and "piped" in text
+
+
+def test_serve_help_says_where_the_api_is_and_how_a_client_reaches_it():
+    # `cookmind serve --help` named no endpoint: nothing said the API is under /v1 (a client's base_url without it
+    # gets 404 for every call), nor which paths it serves, nor that the key goes in as an OpenAI client's api_key
+    text = _help("serve")
+    assert 'OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=KEY)' in text
+    for path in ("POST /v1/chat/completions", "POST /v1/completions", "GET /v1/models", "/health", "/metrics"):
+        assert path in text, path
+    assert "web chat page: http://127.0.0.1:8000/" in text

@@ -14,10 +14,18 @@ API_KEY_ENV = "COOKMIND_API_KEY"
 DEFAULT_SLOTS = 32  # concurrent sequences when --max-batch is not given
 KV_CAP_BYTES = 1024 * 2**20  # the default KV pool never exceeds this; --kv-cache-mb overrides
 
+ENDPOINTS = f"""endpoints (at the default --host and --port):
+  web chat page: http://127.0.0.1:8000/      health: GET /health      Prometheus metrics: GET /metrics
+  OpenAI API: POST /v1/chat/completions, POST /v1/completions, GET /v1/models
+any OpenAI client: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=KEY)   (KEY: {API_KEY_ENV} or --api-key;
+  any text when the server has none). The model id a request names is --model-name, or a --lora NAME."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cookmind.cli import add_model_argument, float_in, int_in
 
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = ENDPOINTS
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int_in(1, 65535), default=8000, help="port to listen on (default 8000)")
