@@ -173,3 +173,20 @@ def test_export_and_import_refuse_an_out_inside_the_folder_they_read_or_holding_
         f"write it outside that folder, e.g. {runs / 'x-hf-import'}\n"
     ), err
     assert sorted(p.name for p in hf.iterdir()) == before
+
+
+def test_import_of_a_lora_adapter_folder_says_it_is_an_adapter_and_how_to_serve_it(tmp_path, capsys):
+    """`import --hf ADAPTER OUT` with a PEFT adapter folder (adapter_config.json + adapter_model.safetensors) said
+    "ADAPTER/config.json: missing; a Hugging Face model directory needs config.json", where generate and serve say it
+    holds a LoRA adapter and how to serve it on its base."""
+    import json
+
+    adapter = tmp_path / "peft-baker"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "x-hf"}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    assert main(["import", "--hf", str(adapter), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind import: error: {adapter} holds a LoRA adapter (adapter_config.json; trained on")
+    assert f"--lora NAME={adapter}" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()

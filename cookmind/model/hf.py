@@ -24,6 +24,7 @@ from cookmind.model.model_io import (
     CONFIG_NAME,
     WEIGHTS_NAME,
     ModelLoadError,
+    _adapter_not_model,
     check_state_dict,
     latest_checkpoint,
     load_config,
@@ -437,6 +438,8 @@ def import_hf(
             f"{hf_dir}: a cookmind model, not a Hugging Face folder; it needs no import (generate, serve and eval "
             "take it as is; export --hf makes a Hugging Face folder of it)"
         )
+    if not config_path.is_file() and (hf_dir / "adapter_config.json").is_file():  # as generate and serve say it
+        raise ModelLoadError(_adapter_not_model(hf_dir))
     if not config_path.is_file():
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
     cfg = from_hf_config(json.loads(config_path.read_text()), config_path)  # generation_config.json is copied along
