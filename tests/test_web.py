@@ -283,6 +283,9 @@ def test_a_served_lora_adapter_can_be_picked_and_the_pick_is_kept(browser, live,
         page.goto(live[0].url + "/")
         page.wait_for_function("document.getElementById('model-name').textContent.includes('tiny-cook')")
         assert not page.is_visible("#model-select") and page.locator("#model-select option").count() == 1
+        # its label too: "Model (the base or a LoRA adapter it serves)" showed above nothing (the sidebar's
+        # `label {display: block}` overrode the hidden attribute)
+        assert not page.is_visible("#model-select-label")
     finally:
         page.close()
 
