@@ -240,6 +240,34 @@ def test_small_context_first_message_and_server_errors(browser, tmp_path_factory
         server.close()
 
 
+def test_a_server_with_a_key_tells_the_page_user_where_the_key_goes(browser, tmp_path_factory):
+    """On a server with an API key the page said "401: Incorrect or missing API key: send 'Authorization: Bearer
+    KEY'", the words for an API client: nothing pointed at the page's own API key box. Now the error names it, and
+    the key typed there is used."""
+    tok = make_tokenizer(tmp_path_factory)
+    engine = Engine(make_model(tok.vocab_size, max_pos=64), num_slots=2, max_seq_len=64)
+    server = LiveServer(create_app(engine, tok, "keyed-cook", api_key="sekrit"))
+    page = browser.new_page()
+    try:
+        _open_fresh(page, server)
+        page.wait_for_function("document.getElementById('model-name').textContent.includes('unavailable')")
+        assert "enter the server's key in the API key box" in page.text_content("#model-name")
+        page.fill("#input", "What is in the soup?")
+        page.click("#send")
+        page.wait_for_function("document.getElementById('status').textContent === 'error'")
+        failed = page.locator(".msg.assistant").last.locator(".content").text_content()
+        assert "401" in failed and "enter the server's key in the API key box" in failed
+        page.fill("#api-key", "sekrit")
+        page.dispatch_event("#api-key", "change")
+        page.wait_for_function("document.getElementById('model-name').textContent.includes('keyed-cook')")
+        page.fill("#max-tokens", "2")
+        page.click("#send")  # the message went back into the box
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+    finally:
+        page.close()
+        server.close()
+
+
 def test_a_served_lora_adapter_can_be_picked_and_the_pick_is_kept(browser, live, tmp_path_factory):
     """A server with LoRA adapters lists the base and each adapter in /v1/models; the page used the first entry
     only, so an adapter could not be chatted with. Now it offers a picker (hidden when the base is all there is),
