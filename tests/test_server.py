@@ -586,6 +586,29 @@ def test_a_message_the_server_would_render_otherwise_than_asked_is_refused(setup
     assert says in e.value.body["message"], e.value.body
 
 
+def test_a_refusal_of_the_requests_own_checks_names_the_field_not_the_whole_body(setup):
+    """A check across the request's fields (a tool result answering no call, stream_options without stream) said
+    "the request body: ... (got {'model': 'tiny-cook', 'messages': [{'role': ..." with the body's first 100 characters
+    cut mid-way, and no param: the message now names the field alone, and param is it."""
+    c = setup["client"]
+    tool = [*MESSAGES, {"role": "tool", "tool_call_id": "call_9", "content": "3"}]
+    cases = [
+        (lambda: c.chat.completions.create(model=MODEL, messages=tool, max_tokens=2), "messages[2]"),
+        (
+            lambda: c.completions.create(
+                model=MODEL, prompt="The", max_tokens=2, stream_options={"include_usage": True}
+            ),
+            "stream_options",
+        ),
+    ]
+    for call, param in cases:
+        with pytest.raises(openai.BadRequestError) as e:
+            call()
+        body = e.value.body
+        assert body["param"] == param and body["message"].startswith(param), body
+        assert "the request body" not in body["message"] and "(got {" not in body["message"], body
+
+
 def test_a_tool_result_may_carry_its_function_name(setup):
     # a tool message's name is the function's, which its tool_call_id already identifies: accepted
     kw = {"model": MODEL, "max_tokens": 2, "temperature": 0}

@@ -21,6 +21,16 @@ from typing_extensions import TypedDict, is_typeddict  # pydantic reads typing's
 _CHECKED = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)  # Python's JSON reads NaN, Infinity
 
 
+class FieldError(ValueError):
+    """A check across a request's fields that names the field at fault (``param``) in its message: answered as a 400
+    of that message and param alone (``server.errors``), not as "the request body: ... (got {its first 100
+    characters})"."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+
+
 class _Strict(BaseModel):
     model_config = _CHECKED
 
@@ -233,7 +243,9 @@ class _SamplingFields(_Strict):
     @model_validator(mode="after")
     def _usage_in_a_stream(self):
         if self.stream_options is not None and not self.stream:
-            raise ValueError("stream_options needs stream=true; leave it out of a reply that is not streamed")
+            raise FieldError(
+                "stream_options", "stream_options needs stream=true; leave it out of a reply that is not streamed"
+            )
         return self
 
     def stop_list(self) -> list[str]:
@@ -316,9 +328,10 @@ class ChatCompletionRequest(_SamplingFields):
                 calls = {c.get("id") for c in m.tool_calls or []}
             elif m.role == "tool":
                 if not calls or m.tool_call_id not in calls:
-                    raise ValueError(
+                    raise FieldError(
+                        f"messages[{i}]",
                         f"messages[{i}] (a tool result for {m.tool_call_id!r}) answers no tool call of the assistant "
-                        "turn right before it; put it after the assistant message whose tool_calls hold that id"
+                        "turn right before it; put it after the assistant message whose tool_calls hold that id",
                     )
             else:
                 calls = None

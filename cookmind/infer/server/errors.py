@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from cookmind import json_input
-from cookmind.infer.schemas import error_body, field_types, object_types
+from cookmind.infer.schemas import FieldError, error_body, field_types, object_types
 
 
 class APIError(Exception):
@@ -49,6 +49,9 @@ def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
             raise APIError(400, _unknown_field(field, schema), param=_path(field)) from exc
         # a check of ours (a validator of schemas.py), or an error inside a union's member, says the most
         err = min(errors, key=lambda e: (e["type"] != "value_error", not _inside(e["loc"])))
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):  # a check across fields: its message names the field (the body's is noise)
+            raise APIError(400, str(cause), param=cause.param) from exc
         told_where = err["type"] == "value_error" or _inside(err["loc"])
         field, tag = (_untagged(err["loc"]), None) if told_where else _field_of(err["loc"])
         loc = _path(field)
