@@ -609,6 +609,22 @@ def test_a_refusal_of_the_requests_own_checks_names_the_field_not_the_whole_body
         assert "the request body" not in body["message"] and "(got {" not in body["message"], body
 
 
+def test_a_lone_surrogate_escape_is_named_as_such(setup):
+    """JSON text with half a UTF-16 pair ("\\ud800", as a cut emoji is escaped) got "the request body: Invalid JSON:
+    unexpected end of hex escape at line 1 column 60 (got b'{...')": no hex escape had ended early, and the body's
+    bytes followed. It now says what is wrong with the escape, without the body."""
+    body = b'{"model": "%s", "max_tokens": 2, ' % MODEL.encode()
+    body += b'"messages": [{"role": "user", "content": "cake \\ud83c"}]}'
+    r = httpx.post(
+        setup["server"].url + "/v1/chat/completions",
+        content=body,
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+    )
+    msg = r.json()["error"]["message"]
+    assert r.status_code == 400 and msg.startswith("the request body is not valid JSON: "), msg
+    assert "half of a UTF-16 surrogate pair" in msg and "(got b'" not in msg, msg
+
+
 def test_a_tool_result_may_carry_its_function_name(setup):
     # a tool message's name is the function's, which its tool_call_id already identifies: accepted
     kw = {"model": MODEL, "max_tokens": 2, "temperature": 0}

@@ -43,6 +43,14 @@ def _validate(raw: bytes, schema: type[BaseModel]) -> BaseModel:
         return schema.model_validate_json(raw)
     except ValidationError as exc:
         errors = exc.errors()
+        if errors[0]["type"] == "json_invalid":  # JSON to Python's parser, not to pydantic's: a lone surrogate escape
+            why = errors[0]["msg"].removeprefix("Invalid JSON: ")
+            if "escape" in why:  # pydantic's "unexpected end of hex escape" of a lone \ud800
+                why += (
+                    " (a \\uD800-\\uDFFF escape is half of a UTF-16 surrogate pair and needs its other half: a lone "
+                    "one is no character; send whole characters)"
+                )
+            raise APIError(400, f"the request body is not valid JSON: {why}") from exc
         unknown = next((e["loc"] for e in errors if e["type"] == "extra_forbidden"), None)
         if unknown:  # its last part is the client's key, whatever it looks like ("Content" is no union's tag)
             field = (*_untagged(unknown[:-1]), unknown[-1])
