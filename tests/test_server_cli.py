@@ -289,3 +289,29 @@ def test_a_default_kv_cache_past_the_cap_says_so_rather_than_capped():
         "to; --kv-cache-mb or a lower --max-seq-len sets it): 1,024 blocks of 16 = 16,384 tokens, 1 sequence(s) of "
         "the whole 16,384-token context; batch 32 (all at once when each fills 512 tokens or fewer)"
     )
+
+
+def test_a_stop_signal_while_requests_run_says_what_the_server_waits_for(capsys):
+    """Ctrl-C (or SIGTERM) with generations running left the server silent until the last one finished (uvicorn waits
+    for them, its own note hidden at log level warning): a long answer looked like a hung server. The first signal now
+    says how many requests it waits for and that a second Ctrl-C stops at once; an idle server stops quietly."""
+    import signal
+    from collections import deque
+    from types import SimpleNamespace
+
+    import uvicorn
+
+    def server(running, waiting):
+        engine = SimpleNamespace(slots=[object()] * running + [None], waiting=deque([object()] * waiting))
+        return cli_serve.make_server(uvicorn.Config(lambda *a: None), engine)
+
+    busy = server(running=2, waiting=1)
+    busy.handle_exit(signal.SIGINT, None)
+    assert capsys.readouterr().err == (
+        "cookmind serve: stopping: waiting for 3 request(s) to finish; Ctrl-C again stops at once (cutting them)\n"
+    )
+    busy.handle_exit(signal.SIGINT, None)  # the second: uvicorn's force exit, said nothing more
+    assert busy.force_exit and capsys.readouterr().err == ""
+    idle = server(running=0, waiting=0)
+    idle.handle_exit(signal.SIGTERM, None)
+    assert idle.should_exit and capsys.readouterr().err == ""

@@ -360,6 +360,28 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
     )
 
 
+def make_server(config, engine):
+    """uvicorn's Server, which on the first stop signal (Ctrl-C, SIGTERM) waits for the requests in flight to finish,
+    its note of that hidden at log level warning: a long answer made a stopping server look hung. This one says how
+    many requests it waits for, and that a second Ctrl-C stops at once."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            first = not self.should_exit
+            super().handle_exit(sig, frame)
+            busy = sum(r is not None for r in engine.slots) + len(engine.waiting)
+            if first and busy:
+                print(
+                    f"cookmind serve: stopping: waiting for {busy} request(s) to finish; Ctrl-C again stops at once "
+                    "(cutting them)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    return Server(config)
+
+
 def main(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -380,7 +402,7 @@ def main(args: argparse.Namespace) -> int:
         + (f"\n  LoRA adapters (model ids): {', '.join(engine.adapter_names)}" if engine.adapter_names else ""),
         flush=True,
     )
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+    server = make_server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"), engine)
     server.run()
     # uvicorn re-raises a SIGINT it shut down on, but asyncio.run's own SIGINT handler swallows that: Ctrl-C is
     # 'cookmind serve: interrupted', 130 (the record is uvicorn's, private: an older one without it exits 0)
