@@ -301,8 +301,14 @@ def test_a_stop_signal_while_requests_run_says_what_the_server_waits_for(capsys)
 
     import uvicorn
 
+    cut = []
+
     def server(running, waiting):
-        engine = SimpleNamespace(slots=[object()] * running + [None], waiting=deque([object()] * waiting))
+        engine = SimpleNamespace(
+            slots=[object()] * running + [None],
+            waiting=deque([object()] * waiting),
+            cancel_all=lambda reason: cut.append(reason) or running + waiting,
+        )
         return cli_serve.make_server(uvicorn.Config(lambda *a: None), engine)
 
     busy = server(running=2, waiting=1)
@@ -310,8 +316,74 @@ def test_a_stop_signal_while_requests_run_says_what_the_server_waits_for(capsys)
     assert capsys.readouterr().err == (
         "cookmind serve: stopping: waiting for 3 request(s) to finish; Ctrl-C again stops at once (cutting them)\n"
     )
-    busy.handle_exit(signal.SIGINT, None)  # the second: uvicorn's force exit, said nothing more
+    busy.handle_exit(signal.SIGINT, None)  # the second cuts them (the next test has it end to end)
+    assert cut == ["shutdown"] and not busy.force_exit and "cutting 3 request(s)" in capsys.readouterr().err
+    busy.handle_exit(signal.SIGINT, None)  # the third: uvicorn's force exit, said nothing more
     assert busy.force_exit and capsys.readouterr().err == ""
     idle = server(running=0, waiting=0)
     idle.handle_exit(signal.SIGTERM, None)
     assert idle.should_exit and capsys.readouterr().err == ""
+
+
+def test_a_second_stop_signal_cuts_the_running_requests_and_tells_each_client(tmp_path_factory, capsys):
+    """A second Ctrl-C was uvicorn's force exit: a traceback per request in flight on the console ("Exception in ASGI
+    application ... CancelledError"), a plain-text 500 "Internal Server Error" for a request not streamed and a
+    stream cut without a word. Now it cuts the generations in the engine: a request not streamed gets a 503 saying
+    the server stopped it (and after how many tokens), a stream its last chunk with finish_reason "error" and
+    [DONE]; then the server stops as after the first signal."""
+    import json
+    import signal
+    import threading
+    import time
+
+    import uvicorn
+
+    from cookmind.infer.engine import Engine
+    from cookmind.infer.server import create_app
+    from cookmind.infer.stop import control_token_ids
+
+    tok = make_tokenizer(tmp_path_factory)
+    model = make_model(tok.vocab_size, max_pos=2048, rare_ids=sorted(control_token_ids(tok)))  # it never ends early
+    engine = Engine(model, num_slots=4, max_seq_len=2048)
+    port = free_port()
+    server = cli_serve.make_server(
+        uvicorn.Config(create_app(engine, tok, "cook"), host="127.0.0.1", port=port, log_level="warning"), engine
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    url, body = f"http://127.0.0.1:{port}/v1/completions", {"model": "cook", "prompt": "The cook", "max_tokens": 2000}
+    got = {}
+
+    def whole():
+        got["whole"] = httpx.post(url, json=body, timeout=60)
+
+    def streamed():
+        with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as r:
+            got["stream"] = [line for line in r.iter_lines() if line.startswith("data: ")]
+
+    clients = [threading.Thread(target=whole), threading.Thread(target=streamed)]
+    for c in clients:
+        c.start()
+    try:
+        deadline = time.time() + 30
+        while sum(r is not None for r in engine.slots) < 2 or engine.tokens_generated < 20:
+            assert time.time() < deadline, "the two requests never ran"
+            time.sleep(0.01)
+        server.handle_exit(signal.SIGINT, None)
+        server.handle_exit(signal.SIGINT, None)
+        for c in clients:
+            c.join(timeout=30)
+        thread.join(timeout=30)
+        assert not thread.is_alive() and not server.force_exit
+    finally:
+        server.should_exit = server.force_exit = True
+    err = capsys.readouterr().err
+    assert "cookmind serve: stopping now: cutting 2 request(s)" in err and "Traceback" not in err, err
+    whole = got["whole"]
+    assert whole.status_code == 503, whole.text
+    message = whole.json()["error"]["message"]
+    assert message.startswith("the server is stopping and cut this generation after ") and "token(s)" in message
+    assert got["stream"][-1] == "data: [DONE]"
+    assert json.loads(got["stream"][-2].removeprefix("data: "))["choices"][0]["finish_reason"] == "error"

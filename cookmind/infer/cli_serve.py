@@ -361,17 +361,36 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
 
 
 def make_server(config, engine):
-    """uvicorn's Server, which on the first stop signal (Ctrl-C, SIGTERM) waits for the requests in flight to finish,
-    its note of that hidden at log level warning: a long answer made a stopping server look hung. This one says how
-    many requests it waits for, and that a second Ctrl-C stops at once."""
+    """uvicorn's Server, stopping in three steps. The first stop signal (Ctrl-C, SIGTERM) waits for the requests in
+    flight to finish, as uvicorn does, and says how many (its own note is hidden at log level warning: a long answer
+    made a stopping server look hung). The second cuts their generations in the engine, each client told so
+    (``shutdown``: a 503, or a stream's finish_reason "error"), and the server then stops as after the first; it was
+    uvicorn's force exit, a traceback per request on the console and a plain-text 500. A third Ctrl-C is that force
+    exit, quietly."""
+    import logging
+
     import uvicorn
 
     class Server(uvicorn.Server):
+        signals = 0
+
         def handle_exit(self, sig, frame) -> None:
-            first = not self.should_exit
-            super().handle_exit(sig, frame)
+            self.signals += 1
             busy = sum(r is not None for r in engine.slots) + len(engine.waiting)
-            if first and busy:
+            if self.signals == 2 and busy:
+                self._captured_signals.append(sig)  # a Ctrl-C still exits 130 ('interrupted')
+                cut = engine.cancel_all("shutdown")
+                print(
+                    f"cookmind serve: stopping now: cutting {cut} request(s), each client told so; Ctrl-C again "
+                    "quits at once",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return
+            if self.signals > 1 and sig == signal.SIGINT:  # uvicorn's force exit: its tracebacks of every
+                logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL + 1)  # request cut are no news
+            super().handle_exit(sig, frame)
+            if self.signals == 1 and busy:
                 print(
                     f"cookmind serve: stopping: waiting for {busy} request(s) to finish; Ctrl-C again stops at once "
                     "(cutting them)",

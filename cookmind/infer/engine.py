@@ -409,6 +409,14 @@ class Engine:
             req.cancelled = True
             self._cond.notify()
 
+    def cancel_all(self, reason: str) -> int:
+        """``cancel`` every request running or waiting (a server stopping: ``reason`` "shutdown"); how many."""
+        with self._cond:
+            reqs = [r for r in self.slots if r is not None and r.state != "done"] + list(self.waiting)
+        for req in reqs:
+            self.cancel(req, reason)
+        return len(reqs)
+
     def has_work(self) -> bool:
         return bool(self.waiting) or self._pending is not None or any(r is not None for r in self.slots)
 

@@ -230,6 +230,14 @@ def finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
     by max_tokens is "length" even after whole tool calls: the turn is unfinished (a later call may be cut off)."""
     if proc.finish_reason == "error":  # the reason, as the server's console has it (Engine._loop)
         raise APIError(500, "generation failed" + (f": {proc.error}" if proc.error else ""), "server_error")
+    if proc.finish_reason == "shutdown":  # a second Ctrl-C or SIGTERM to the server (cli_serve.make_server)
+        raise APIError(
+            503,
+            f"the server is stopping and cut this generation after {proc.completion_tokens} token(s); send the request "
+            "again once it is back",
+            "server_error",
+            code="server_shutting_down",
+        )
     if proc.finish_reason == "length":
         return "length"
     return "tool_calls" if tool_calls else "stop"
@@ -237,7 +245,7 @@ def finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
 
 def stream_finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
     """As finish_reason, but a failed generation says "error" in its last chunk (the status is already sent)."""
-    return "error" if proc.finish_reason == "error" else finish_reason(proc, tool_calls)
+    return "error" if proc.finish_reason in ("error", "shutdown") else finish_reason(proc, tool_calls)
 
 
 def sse(body: dict) -> str:
