@@ -209,3 +209,14 @@ def test_serve_help_says_where_the_api_is_and_how_a_client_reaches_it():
     for path in ("POST /v1/chat/completions", "POST /v1/completions", "GET /v1/models", "/health", "/metrics"):
         assert path in text, path
     assert "web chat page: http://127.0.0.1:8000/" in text
+
+
+def test_generate_chat_and_serve_say_the_same_of_tokenizer_the_checkpoints_own():
+    # serve said "default: the model directory" (a run directory holds none: its newest checkpoint does) where generate
+    # and chat said "the model's", and none said that another tokenizer than the model's is refused
+    helps = {}
+    for stage in ("generate", "chat", "serve"):
+        parser = _stage_parser(stage)[0]
+        helps[stage] = next(a.help for a in parser._actions if a.dest == "tokenizer")
+    assert len(set(helps.values())) == 1, helps
+    assert "the checkpoint's own" in helps["serve"] and "is refused" in helps["serve"], helps

@@ -27,12 +27,12 @@ leaves (exit 130), Ctrl-D (end of input) leaves quietly. Messages may be piped i
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cookmind.cli import add_model_argument
-    from cookmind.infer.cli_generate import add_sampling_arguments
+    from cookmind.infer.cli_generate import TOKENIZER_HELP, add_sampling_arguments
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = f"{HELP}\n{KEYS}"
     add_model_argument(parser)
-    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
+    parser.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     parser.add_argument("--system", default=None, help="system prompt")
     add_sampling_arguments(
         parser,

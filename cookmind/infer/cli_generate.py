@@ -15,6 +15,11 @@ from cookmind.infer.reasoning import split_reasoning
 from cookmind.terminal import escape_controls
 from cookmind.tokenizer.documents import prompt_ids
 
+TOKENIZER_HELP = (  # generate's, chat's and serve's
+    "tokenizer directory (default: the checkpoint's own, which it carries; one other than the model was trained with, "
+    "by fingerprint, is refused)"
+)
+
 
 def add_sampling_arguments(
     parser: argparse.ArgumentParser, max_new_tokens: int, temperature: float, top_p: float, max_new_tokens_help=""
@@ -101,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the chat template")
     parser.add_argument("--system", default=None, help="system prompt (with --chat)")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model's)")
+    parser.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     add_sampling_arguments(parser, max_new_tokens=128, temperature=0.0, top_p=1.0)
     parser.add_argument(
         "--keep-special-tokens",

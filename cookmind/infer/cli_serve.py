@@ -23,6 +23,7 @@ any OpenAI client: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=KEY)   (K
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cookmind.cli import add_model_argument, float_in, int_in
+    from cookmind.infer.cli_generate import TOKENIZER_HELP
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = ENDPOINTS
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "save_pretrained folder for this base) "
         "under the model id NAME; repeatable; requests for different adapters and the base share batches",
     )
-    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
+    parser.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA)")
     parser.add_argument(
