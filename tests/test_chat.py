@@ -661,3 +661,37 @@ def test_a_piped_file_with_crlf_line_ends_is_read_as_its_lines(ckpt):
     run(s, io.StringIO("hello\r\n/history\r\n/quit\r\nnever sent\r\n"), out)
     assert "unknown command" not in out.getvalue() and "[user] hello\n" in out.getvalue()
     assert [m["content"] for m in s.messages() if m["role"] == "user"] == ["hello"]
+
+
+def test_ctrl_c_ends_the_output_line_before_the_interrupted_line(ckpt, capsys, monkeypatch):
+    """Ctrl-C mid-output (generate streaming, chat at its you> prompt) left the line open, so 'cookmind generate:
+    interrupted' was printed after the model's last word on the same line ('... the dough^Ccookmind generate:
+    interrupted'), and the shell's prompt after it. The output's line is ended first."""
+    import importlib
+
+    gen_module = importlib.import_module("cookmind.infer.generate")  # the module, not the package's function
+    d, _, _ = ckpt
+    real = gen_module.stream
+
+    def stream(*a, **kw):  # Ctrl-C while the model computes its 11th token
+        for n, token in enumerate(real(*a, **kw)):
+            if n == 10:
+                raise KeyboardInterrupt
+            yield token
+
+    monkeypatch.setattr(gen_module, "stream", stream)
+    assert cli_main(["generate", str(d), "--prompt", "The cook", "--max-new-tokens", "20", "--raw"]) == 130
+    out, err = capsys.readouterr()
+    assert out.endswith("\n") and out.strip() and err == "cookmind generate: interrupted\n", (out, err)
+
+    class CtrlCAfterOneLine(io.StringIO):
+        def readline(self, *a):
+            line = super().readline(*a)
+            if not line:
+                raise KeyboardInterrupt
+            return line
+
+    monkeypatch.setattr("sys.stdin", CtrlCAfterOneLine("/history\n"))
+    assert cli_main(["chat", str(d)]) == 130
+    out, err = capsys.readouterr()
+    assert out.endswith("you> \n") and err == "cookmind chat: interrupted\n", (out, err)

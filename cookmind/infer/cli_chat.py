@@ -61,7 +61,11 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
     print("cookmind chat — type a message, /help for commands", file=stdout, flush=True)
     while True:
         print("you> ", end="", file=stdout, flush=True)
-        line = stdin.readline()
+        try:
+            line = stdin.readline()
+        except KeyboardInterrupt:  # 'cookmind chat: interrupted' on a line of its own, not after "you> "
+            print(file=stdout, flush=True)
+            raise
         if not line:
             print(file=stdout)
             return errors

@@ -203,15 +203,20 @@ def main(args: argparse.Namespace) -> int:
     detok, stopper = IncrementalDetokenizer(tok, skip_ids=skip), StopStringMatcher(args.stop)
     view = ChatView() if args.chat else None
     said, tokens, hit = "", 0, False
-    for token in stream(model, prompts[0], cfg):
-        tokens += 1
-        piece, hit = stopper.feed(detok.add(token))
-        said += piece
-        sys.stdout.write(show(view.show(piece, end=hit) if view else piece))
+    try:
+        for token in stream(model, prompts[0], cfg):
+            tokens += 1
+            piece, hit = stopper.feed(detok.add(token))
+            said += piece
+            sys.stdout.write(show(view.show(piece, end=hit) if view else piece))
+            sys.stdout.flush()
+            if hit:
+                break
+    except KeyboardInterrupt:  # the line ends before 'cookmind generate: interrupted', not after the last word
+        sys.stdout.write("\n")
         sys.stdout.flush()
-        if hit:
-            break
-    else:
+        raise
+    if not hit:  # it ran to its end (no --stop string): the text held back follows
         rest, hit = stopper.feed(detok.flush())  # a stop string the held end of a character completes
         rest += stopper.flush()
         said += rest
