@@ -405,6 +405,18 @@ def test_a_prompt_that_alone_fills_the_context_is_a_400_counting_its_tokens_only
         assert "in the prompt" not in body["message"] and "requested" not in body["message"]
 
 
+def test_web_search_and_audio_turned_on_with_their_defaults_are_refused(setup):
+    """OpenAI turns web search on with web_search_options={} (its documented form: every option at its default) and
+    audio output with audio={...}; the server refused only a non-empty object, so {} was accepted and the answer came
+    from the model alone, nothing said. null still means off."""
+    c = setup["client"]
+    for field in ("web_search_options", "audio"):
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, extra_body={field: {}})
+        assert e.value.body["param"] == field and "not supported by this server" in e.value.body["message"]
+        c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, extra_body={field: None})
+
+
 def test_openai_fields_we_do_not_implement_are_refused_not_ignored(setup):
     # they were dropped silently: a client's logit_bias or best_of changed nothing and nothing said so
     c = setup["client"]

@@ -307,7 +307,8 @@ class ChatCompletionRequest(_SamplingFields):
     @field_validator("audio", "reasoning_effort", "verbosity", "web_search_options", "moderation")
     @classmethod
     def _not_here(cls, v, info):
-        if v:
+        # an empty object turns a feature on with its defaults (OpenAI's web_search_options={}); null leaves it off
+        if v or isinstance(v, dict):
             raise ValueError(f"{info.field_name} is not supported by this server; leave it out")
         return v
 
