@@ -138,8 +138,10 @@ def test_cookmind_chat_takes_generates_stop_and_min_p(ckpt, monkeypatch):
     assert f"bot> {reply.split(stop, 1)[0]}\nyou> " in text  # str.split as reference; the stop string not shown
     # min-p 1 keeps only the most likely token: sampling hot is greedy then (and without it, for this seed, is not)
     hot = [*base, "--temperature", "1.5", "--seed", "3"]
-    assert f"bot> {reply}\nyou> " in _chat_cli([*hot, "--min-p", "1"], "hello\n/quit\n", monkeypatch)
-    assert f"bot> {reply}\nyou> " not in _chat_cli(hot, "hello\n/quit\n", monkeypatch)
+    ran_out = len(greedy) == n and greedy[-1] not in control(tok)  # to --max-new-tokens: the chat says so
+    note = f" (stopped at --max-new-tokens {n}; raise it for longer replies)" if ran_out else ""
+    assert f"bot> {reply}{note}\nyou> " in _chat_cli([*hot, "--min-p", "1"], "hello\n/quit\n", monkeypatch)
+    assert f"bot> {reply}{note}\nyou> " not in _chat_cli(hot, "hello\n/quit\n", monkeypatch)
 
 
 def test_serve_loader_reads_checkpoint_and_hf_export(ckpt, tmp_path):
@@ -497,7 +499,8 @@ def test_chat_shows_the_models_control_characters_escaped_and_keeps_them_in_the_
     _, model, tok = ckpt
     said = tok.encode("<think>" + CONTROLS + "</think>" + CONTROLS)
     monkeypatch.setattr(chat_session, "stream", lambda *a, **k: iter(said))
-    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
+    # room for every token said (the stub ignores the limit), so no "(stopped at --max-new-tokens)" note follows
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=len(said) + 1))
     out = io.StringIO()
     run(s, io.StringIO("hello\x1b[2J\n/history\n/quit\n"), out)
     text = out.getvalue()
@@ -566,7 +569,8 @@ def test_bidi_controls_and_line_separators_are_shown_escaped(ckpt, tmp_path, cap
     from cookmind.infer import chat_session
 
     monkeypatch.setattr(chat_session, "stream", lambda *a, **k: iter(said))
-    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
+    # room for every token said (the stub ignores the limit), so no "(stopped at --max-new-tokens)" note follows
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=len(said) + 1))
     out = io.StringIO()
     run(s, io.StringIO("hi \u202eevil\n/history\n/x\u202e\x1b[2J\n/quit\n"), out)
     assert "(unknown command /x\\u202e\\x1b[2J: nothing was sent" in out.getvalue()  # a piped line's too
@@ -695,3 +699,21 @@ def test_ctrl_c_ends_the_output_line_before_the_interrupted_line(ckpt, capsys, m
     assert cli_main(["chat", str(d)]) == 130
     out, err = capsys.readouterr()
     assert out.endswith("you> \n") and err == "cookmind chat: interrupted\n", (out, err)
+
+
+def test_a_reply_stopped_at_max_new_tokens_says_so(ckpt):
+    """A reply that ran to --max-new-tokens ended mid-sentence without a word in `cookmind chat`, where the web page
+    shows "length" under it and a reply cut by the context's end says "(cut: ...)". It now says where it stopped and
+    what to raise; a reply the model ended itself says nothing."""
+    _, model, tok = ckpt
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=6, stop_token_ids=control(tok)))
+    out = io.StringIO()
+    run(s, io.StringIO("hello\n/quit\n"), out)
+    prompt = tok.render([{"role": "user", "content": "hello"}], add_generation_prompt=True)[0]
+    ref = generate(model, [prompt], SamplingParams(temperature=0, max_new_tokens=6, stop_token_ids=control(tok)))[0]
+    assert len(ref) == 6 and ref[-1] not in control(tok), "the tiny model ended its reply itself: pick another prompt"
+    assert "(stopped at --max-new-tokens 6; raise it for longer replies)" in out.getvalue()
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=6, stop_token_ids=(ref[2],)))
+    out = io.StringIO()
+    run(s, io.StringIO("hello\n/quit\n"), out)  # the reply ends at its 3rd token, the stop token asked for
+    assert "--max-new-tokens" not in out.getvalue()

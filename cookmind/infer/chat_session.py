@@ -22,6 +22,7 @@ class ChatSession:
         self.system = system
         self.history: list[dict] = []
         self.cut = False  # the last reply stopped because the conversation filled the model's context
+        self.limited = False  # the last reply ran to --max-new-tokens (max_new_tokens), not to an end of its own
         self.dropped = 0  # the oldest messages the last send left out so the conversation fits the context
         # the last reply as generated, to say why one shows no text (``cli_generate.why_no_text``): its text up to a
         # stop string (think tags in), how many tokens (not the end token), whether it ended at a stop string
@@ -93,7 +94,7 @@ class ChatSession:
             content.append(c)
             return r, c
 
-        self.cut = False
+        self.cut = self.limited = False
         for tok in stream(self.model, prompt, cfg):
             self.tokens += 1
             piece, self.stopped = stopper.feed(detok.add(tok))
@@ -108,6 +109,7 @@ class ChatSession:
             self.cut = (
                 not self.stopped and self.tokens >= cfg.max_new_tokens and cfg.max_new_tokens < self.cfg.max_new_tokens
             )
+            self.limited = not self.stopped and self.tokens >= self.cfg.max_new_tokens
             for kind, s in zip(("reasoning", "content"), route(piece + stopper.flush())):
                 if s:
                     yield kind, s

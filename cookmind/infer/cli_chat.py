@@ -115,6 +115,12 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
             why = why_no_text(session.reply_text, session.tokens, session.stopped, chat=True)
             if why and not session.cut:  # a reply that shows no text says why, or "bot> " stands alone
                 print(f"(no reply: {why})", end="", file=stdout)
+            if session.limited:  # as the web page shows "length" under it
+                print(
+                    reset + f" (stopped at --max-new-tokens {session.cfg.max_new_tokens}; raise it for longer replies)",
+                    end="",
+                    file=stdout,
+                )
             if session.cut:  # the reply stopped mid-way without a word otherwise
                 print(
                     reset + " (cut: the conversation filled the model's context; /reset to start over)",
