@@ -387,3 +387,34 @@ def test_a_second_stop_signal_cuts_the_running_requests_and_tells_each_client(tm
     assert message.startswith("the server is stopping and cut this generation after ") and "token(s)" in message
     assert got["stream"][-1] == "data: [DONE]"
     assert json.loads(got["stream"][-2].removeprefix("data: "))["choices"][0]["finish_reason"] == "error"
+
+
+def test_the_start_up_line_writes_an_ipv6_address_as_a_url_can_hold_it(model_dir, monkeypatch, capsys):
+    # `serve --host ::1` printed "on http://::1:8000", which no browser or client opens: a URL writes [::1]:8000
+    import socket
+
+    import uvicorn
+
+    assert cli_serve.server_url("127.0.0.1", 8000) == "http://127.0.0.1:8000"
+    assert cli_serve.server_url("::1", 8000) == "http://[::1]:8000"
+    assert cli_serve.server_url("localhost", 80) == "http://localhost:80"
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here: the start-up line itself is not tried")
+
+    class NoServer:
+        started = True
+
+        def __init__(self, config):
+            pass
+
+        def run(self):
+            pass
+
+    monkeypatch.setattr(uvicorn, "Server", NoServer)
+    port = free_port()
+    try:
+        args = parse(model_dir, "--device", "cpu", "--host", "::1", "--port", str(port), "--api-key", "k")
+        assert cli_serve.main(args) == 0
+    except OSError as exc:  # ::1 cannot be bound here
+        pytest.skip(f"::1 cannot be bound here: {exc}")
+    assert f"on http://[::1]:{port} " in capsys.readouterr().out

@@ -343,6 +343,11 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def server_url(host: str, port: int) -> str:
+    """The address a browser or client opens: an IPv6 address in brackets (http://[::1]:8000; "::1:8000" is none)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def exposure_warning(host: str, api_key: str | None) -> str | None:
     """A warning when the server listens beyond this machine with no API key: anyone who reaches the port may use
     it (the Host check stops DNS rebinding, not a caller that uses the IP address)."""
@@ -413,7 +418,7 @@ def main(args: argparse.Namespace) -> int:
         print(warning, file=sys.stderr)
     app, engine = build_app(args)
     print(
-        f"cookmind serve: {args.model} as '{app.state.model_name}' on http://{args.host}:{args.port}  "
+        f"cookmind serve: {args.model} as '{app.state.model_name}' on {server_url(args.host, args.port)}  "
         f"({args.kv_layout} KV cache"
         f"{', prefix cache on' if args.prefix_cache else ''}"
         f"{f', speculative {args.speculative} k={speculative_tokens(args)}' if args.speculative else ''}"
