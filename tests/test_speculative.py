@@ -491,6 +491,21 @@ def test_a_draft_checkpoint_with_another_tokenizer_is_refused(tmp_path, tok_dir)
     assert load_draft_model(ckpt, Tokenizer.load(tok_dir)).config.vocab_size == 320
 
 
+def test_a_draft_checkpoint_without_a_tokenizer_and_a_smaller_vocabulary_is_refused(tmp_path, tok_dir):
+    # a draft folder with no tokenizer files (nothing to compare) and 300 tokens for a 320-token tokenizer was
+    # accepted: the server started, and every greedy request then failed with a 500 (IndexError: index 301 is out of
+    # bounds for dimension 0 with size 300), the draft unable to read the model's tokens
+    from cookmind.model import save_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    ckpt = save_model(tmp_path / "draft", tiny_lm(vocab_size=300))
+    with pytest.raises(ValueError, match=r"300 tokens, fewer than the 320 of the model's tokenizer.*--draft-model"):
+        load_draft_model(ckpt, tok)
+    ckpt = save_model(tmp_path / "fits", tiny_lm(vocab_size=320))  # no tokenizer either, but every id fits
+    assert load_draft_model(ckpt, tok).config.vocab_size == 320
+
+
 def test_serve_with_speculation_answers_as_plain_decoding_and_reports_metrics(tmp_path, tok_dir):
     import argparse
 

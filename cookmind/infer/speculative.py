@@ -639,4 +639,14 @@ def load_draft_model(path, tokenizer, device="cpu", dtype=None):
         given="the served model's tokenizer",
         hint="give a --draft-model trained with the same tokenizer as the model",
     )
-    return load_model_dir(path, device, dtype).eval()
+    draft = load_model_dir(path, device, dtype).eval()
+    # a draft that carries no tokenizer was compared with nothing: one that cannot read every id of the model's
+    # tokenizer would fail each greedy request mid-way (an index out of its embedding)
+    words = getattr(tokenizer, "vocab_size", None)
+    if words is not None and draft.config.vocab_size < words:
+        raise ValueError(
+            f"the draft model {path} has a vocabulary of {draft.config.vocab_size} tokens, fewer than the {words} of "
+            "the model's tokenizer: it was trained with another tokenizer; give a --draft-model trained with the same "
+            "tokenizer as the model"
+        )
+    return draft
