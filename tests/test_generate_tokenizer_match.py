@@ -67,3 +67,25 @@ def test_generate_cli_reports_the_mismatch_in_one_line(setup, capsys):
     )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "cookmind generate: error:" in err and str(tok_b) in err
+
+
+def test_a_tokenizer_larger_than_a_model_that_carries_none_is_refused_naming_both_sizes(setup, tmp_path, capsys):
+    """A model folder with no tokenizer (nothing to compare) and a --tokenizer of more tokens than its vocabulary
+    loaded, and generate then died in a traceback (IndexError: index 15496 is out of bounds for dimension 0 with
+    size 1575), as every chat message and every request to serve did: the ids past the model's rows name nothing."""
+    ckpt, tok_a, _ = setup
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(ckpt / name, bare / name)
+    (tmp_path / "big.txt").write_text(TEXT_A + TEXT_B)
+    vocab, merges = train_bpe(tmp_path / "big.txt", 400, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
+    Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS).save(tmp_path / "big")
+    big = Tokenizer.load(tmp_path / "big").vocab_size
+    assert big > 275
+    argv = ["generate", str(bare), "--tokenizer", str(tmp_path / "big"), "--prompt", "numbers like 345", "--raw"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cookmind generate: error: --tokenizer {tmp_path / 'big'} has {big} tokens, more than")
+    assert "vocabulary of 275" in err and err.count("\n") == 1, err
+    assert load_for_inference(bare, tokenizer_path=tok_a)[0].config.vocab_size == 275  # one that fits still loads

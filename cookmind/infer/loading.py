@@ -89,6 +89,14 @@ def load_for_inference(
             given=f"--tokenizer {tokenizer_path}",
             hint="drop --tokenizer to use the checkpoint's own",
         )
+        # a model that carries no tokenizer was compared with nothing: ids past its rows crash every generation
+        rows, words = model.config.vocab_size, getattr(tokenizer, "vocab_size", None)
+        if words is not None and words > rows:
+            raise ValueError(
+                f"--tokenizer {tokenizer_path} has {words} tokens, more than the model's vocabulary of {rows}: it is "
+                f"not the tokenizer {path} was trained with (its ids past {rows - 1} name no row of the model); give "
+                "that one"
+            )
     return model.eval(), tokenizer
 
 
