@@ -220,3 +220,10 @@ def test_generate_chat_and_serve_say_the_same_of_tokenizer_the_checkpoints_own()
         helps[stage] = next(a.help for a in parser._actions if a.dest == "tokenizer")
     assert len(set(helps.values())) == 1, helps
     assert "the checkpoint's own" in helps["serve"] and "is refused" in helps["serve"], helps
+
+
+def test_generate_help_says_how_to_give_a_prompt_from_a_file_or_stdin():
+    # `cookmind generate runs/x < prompt.txt` answered only "the following arguments are required: --prompt", and the
+    # help said "prompt text": nothing said how to give a file's text or a pipe's
+    text = _help("generate")
+    assert '--prompt "$(cat FILE)"' in text and '--prompt "$(cat)"' in text

@@ -102,7 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_model_argument(parser)
     parser.add_argument(
-        "--prompt", action="append", required=True, help="prompt text; repeat for a batch (printed one after another)"
+        "--prompt",
+        action="append",
+        required=True,
+        help='prompt text; repeat for a batch (printed one after another). A file\'s text: --prompt "$(cat FILE)"; '
+        'what is piped in: ... | cookmind generate MODEL --prompt "$(cat)"',
     )
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the chat template")
     parser.add_argument("--system", default=None, help="system prompt (with --chat)")
