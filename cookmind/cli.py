@@ -131,10 +131,12 @@ def float_in(low: float, high: float | None = None, *, above: bool = False, belo
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         too_low = value <= low if above else value < low
         too_high = high is not None and (value >= high if below else value > high)
-        if too_low or too_high or value != value:
+        if too_low or too_high or value != value or value in (float("inf"), float("-inf")):
             lo = f"above {low:g}" if above else f"{low:g} or more"
             hi = "" if high is None else f" and {'below' if below else 'at most'} {high:g}"
-            raise argparse.ArgumentTypeError(f"must be {lo}{hi}, got {text}")
+            # an infinity passed "0 or more": a --max-body-mb inf that no integer holds, a temperature of inf
+            finite = "a finite number, " if value in (float("inf"), float("-inf")) else ""
+            raise argparse.ArgumentTypeError(f"must be {finite}{lo}{hi}, got {text}")
         return value
 
     return parse

@@ -418,3 +418,23 @@ def test_the_start_up_line_writes_an_ipv6_address_as_a_url_can_hold_it(model_dir
     except OSError as exc:  # ::1 cannot be bound here
         pytest.skip(f"::1 cannot be bound here: {exc}")
     assert f"on http://[::1]:{port} " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["serve", "--max-body-mb", "inf"], "--max-body-mb"),
+        (["generate", "--prompt", "hi", "--temperature", "inf"], "--temperature"),
+        (["chat", "--temperature", "Infinity"], "--temperature"),
+    ],
+)
+def test_an_infinite_number_is_a_usage_error(model_dir, capsys, argv, flag):
+    # `serve --max-body-mb inf` died in a traceback (OverflowError: cannot convert float infinity to integer) and
+    # `generate --temperature inf` sampled every token uniformly: "must be 0 or more" let infinity through
+    from cookmind.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as e:
+        cli_main([argv[0], str(model_dir), *argv[1:]])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument {flag}: must be a finite number" in err and "Traceback" not in err, err
