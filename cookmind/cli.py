@@ -285,11 +285,32 @@ OOM_ADVICE = {
 }
 
 
+CPU_OOM = "DefaultCPUAllocator: can't allocate memory"  # torch's RuntimeError when the machine's memory runs out
+CPU_OOM_ADVICE = {  # OOM_ADVICE's, where the GPU's do not apply
+    "serve": "lower --kv-cache-mb, --max-seq-len or --max-batch",
+    "train": OOM_ADVICE["train"].split(", or shard")[0],
+    "eval": "lower --batch-size",
+    "": "free memory (another process may hold it) or use a smaller model",
+}
+
+
 def out_of_memory_line(exc: BaseException, advice: str) -> str:
-    """torch's CUDA out-of-memory message cut to what it tried and what the GPU had, then what to do: one line."""
+    """torch's CUDA out-of-memory message cut to what it tried and what the GPU had, then what to do: one line.
+    The CPU allocator's ("can't allocate memory: you tried to allocate N bytes") says what it tried, in KiB..TiB."""
     import re
 
     text = " ".join(str(exc).split())
+    if CPU_OOM in text:
+        tried = re.search(r"tried to allocate (\d+) bytes", text)
+        size = ""
+        if tried:
+            n, unit = float(tried.group(1)), "bytes"
+            for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+                if n < 1024 or unit == "TiB":
+                    break
+                n /= 1024
+            size = f" (tried to allocate {n:.1f} {unit})"
+        return f"out of memory on the CPU{size}; {advice}"
     tried = re.search(r"Tried to allocate [^.]*\.\d*\s*[KMGT]?i?B", text)
     had = re.search(r"total capacity of [^.]*\.\d*\s*[KMGT]?i?B of which [^.]*\.\d*\s*[KMGT]?i?B is free", text)
     said = "; ".join(m.group(0) for m in (tried, had) if m) or text[:160]
@@ -480,9 +501,11 @@ def main(argv: list[str] | None = None) -> int:
             tell_other_ranks(line)
         return 2
     except RuntimeError as exc:
-        if type(exc).__name__ != "OutOfMemoryError" or os.environ.get("COOKMIND_DEBUG"):  # torch's, by name: the
-            raise  # data stages never import torch
-        say(command, "error", out_of_memory_line(exc, OOM_ADVICE.get(argv[0], OOM_ADVICE[""])))
+        cpu = CPU_OOM in str(exc)  # the machine's memory, not the GPU's: other advice
+        if (type(exc).__name__ != "OutOfMemoryError" and not cpu) or os.environ.get("COOKMIND_DEBUG"):  # torch's,
+            raise  # by name: the data stages never import torch
+        advice = CPU_OOM_ADVICE if cpu else OOM_ADVICE
+        say(command, "error", out_of_memory_line(exc, advice.get(argv[0], advice[""])))
         return 2
     except KeyboardInterrupt:
         return _interrupted(command)

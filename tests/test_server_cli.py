@@ -438,3 +438,22 @@ def test_an_infinite_number_is_a_usage_error(model_dir, capsys, argv, flag):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert f"error: argument {flag}: must be a finite number" in err and "Traceback" not in err, err
+
+
+def test_a_kv_cache_larger_than_the_machines_memory_is_one_line(monkeypatch, capsys):
+    # `serve --kv-cache-mb 100000000` on a CPU died in a traceback ending "RuntimeError: [enforce fail at
+    # alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 26214400000000
+    # bytes": the README's one line for running out of memory, what it tried and the option to lower, was CUDA's only
+    from cookmind.cli import main as cli_main
+
+    def too_big(args):  # what torch raises for the pool of --kv-cache-mb 100000000 (not allocated here)
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+            "allocate 26214400000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(cli_serve, "main", too_big)
+    assert cli_main(["serve", "m", "--kv-cache-mb", "100000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cookmind serve: error: out of memory on the CPU (tried to allocate 23.8 TiB); lower "), err
+    assert "--kv-cache-mb" in err and err.count("\n") == 1 and "GPU" not in err, err
