@@ -457,3 +457,31 @@ def test_a_kv_cache_larger_than_the_machines_memory_is_one_line(monkeypatch, cap
     err = capsys.readouterr().err
     assert err.startswith("cookmind serve: error: out of memory on the CPU (tried to allocate 23.8 TiB); lower "), err
     assert "--kv-cache-mb" in err and err.count("\n") == 1 and "GPU" not in err, err
+
+
+def test_the_stop_signals_work_with_a_uvicorn_that_keeps_no_record_of_them(monkeypatch, capsys):
+    # uvicorn's record of the signals it caught (Server._captured_signals) is private and absent from older ones, as
+    # main's getattr allows: the second signal's cut appended to it and would raise inside the signal handler
+    import signal
+    from collections import deque
+    from types import SimpleNamespace
+
+    import uvicorn
+
+    class OlderServer:  # uvicorn's Server before the record
+        def __init__(self, config):
+            self.should_exit = self.force_exit = False
+
+        def handle_exit(self, sig, frame):
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            else:
+                self.should_exit = True
+
+    monkeypatch.setattr(uvicorn, "Server", OlderServer)
+    cut = []
+    engine = SimpleNamespace(slots=[object()], waiting=deque(), cancel_all=lambda reason: cut.append(reason) or 1)
+    server = cli_serve.make_server(None, engine)
+    server.handle_exit(signal.SIGINT, None)
+    server.handle_exit(signal.SIGINT, None)
+    assert cut == ["shutdown"] and "cutting 1 request(s)" in capsys.readouterr().err

@@ -384,7 +384,9 @@ def make_server(config, engine):
             self.signals += 1
             busy = sum(r is not None for r in engine.slots) + len(engine.waiting)
             if self.signals == 2 and busy:
-                self._captured_signals.append(sig)  # a Ctrl-C still exits 130 ('interrupted')
+                captured = getattr(self, "_captured_signals", None)  # uvicorn's private record, absent from older
+                if captured is not None:  # ones: a Ctrl-C still exits 130 ('interrupted') where it is kept
+                    captured.append(sig)
                 cut = engine.cancel_all("shutdown")
                 print(
                     f"cookmind serve: stopping now: cutting {cut} request(s), each client told so; Ctrl-C again "
