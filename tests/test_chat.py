@@ -717,3 +717,30 @@ def test_a_reply_stopped_at_max_new_tokens_says_so(ckpt):
     out = io.StringIO()
     run(s, io.StringIO("hello\n/quit\n"), out)  # the reply ends at its 3rd token, the stop token asked for
     assert "--max-new-tokens" not in out.getvalue()
+
+
+def test_a_seeded_chat_draws_each_reply_from_its_own_seed(ckpt):
+    """chat --seed N seeded every reply with N: each reply drew the same noise, so two prompts to a small model got
+    the same reply, and a reply asked again (after /reset) could not differ. Reply k of a session draws from seed
+    N + k: the session as a whole is reproducible, its replies distinct draws (reference: one sampled generate call
+    per reply, at that seed)."""
+    _, model, tok = ckpt
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=7)
+
+    def three(session):  # the same message sent afresh three times; each reply's text as generated (think tags in)
+        out = []
+        for _ in range(3):
+            session.reset()
+            list(session.send("Hi there"))
+            out.append(session.reply_text)
+        return out
+
+    replies = three(ChatSession(model, tok, params))
+    expected = []
+    for k in range(3):
+        ids = tok.render([{"role": "user", "content": "Hi there"}], add_generation_prompt=True)[0]
+        ref = SamplingParams(temperature=1.0, max_new_tokens=12, seed=7 + k, stop_token_ids=control(tok))
+        expected.append(without_control(tok, generate(model, [ids], ref)[0]))
+    assert replies == expected
+    assert len(set(replies)) > 1  # the same message sent afresh three times: not one draw three times
+    assert three(ChatSession(model, tok, params)) == replies

@@ -87,9 +87,10 @@ def test_eval_names_its_data_and_points_at_no_developer_folder(capsys):
 
 
 def test_chat_has_generates_sampling_options_with_the_same_help():
-    # chat lacked --stop and --min-p; the options both have are one definition, so they cannot drift apart
+    # chat lacked --stop and --min-p; the options both have are one definition, so they cannot drift apart (--seed
+    # too, but its help: chat's seeds a session, reply k at SEED + k)
     generate, chat = (_stage_parser(stage)[0] for stage in ("generate", "chat"))
-    shared = ("top_k", "min_p", "repetition_penalty", "stop", "seed")
+    shared = ("top_k", "min_p", "repetition_penalty", "stop")
     helps = [{a.dest: a.help for a in p._actions if a.dest in shared} for p in (generate, chat)]
     assert helps[0] == helps[1] and set(helps[0]) == set(shared)
     args = chat.parse_args(["--model", "m", "--stop", "###", "--stop", "END", "--min-p", "0.1"])

@@ -27,6 +27,7 @@ class ChatSession:
         # the last reply as generated, to say why one shows no text (``cli_generate.why_no_text``): its text up to a
         # stop string (think tags in), how many tokens (not the end token), whether it ended at a stop string
         self.reply_text, self.tokens, self.stopped = "", 0, False
+        self.replies = 0  # replies sampled so far: reply k draws from cfg.seed + k (a seeded session, not one draw)
 
     def reset(self) -> None:
         """Forget the conversation (the system prompt stays)."""
@@ -77,10 +78,15 @@ class ChatSession:
                 "tokens: nothing was sent; send a shorter one (or a shorter /system prompt)"
             )
         # stop strings are matched on the streamed text (never shown), not by the token loop
+        # a seed seeds the session: reply k draws from seed + k (each reply with the seed itself drew the same noise,
+        # so two messages to a small model got one reply, and a message asked again could not differ)
+        seed = None if self.cfg.seed is None else (self.cfg.seed + self.replies + 2**63) % 2**64 - 2**63  # 64-bit
+        self.replies += 1
         cfg = self.cfg.replace(
             max_new_tokens=min(self.cfg.max_new_tokens, room),
             min_new_tokens=min(self.cfg.min_new_tokens, room),
             stop_strings=(),
+            seed=seed,
         )
         detok = IncrementalDetokenizer(self.tokenizer, skip_ids=self.control_ids)
         stopper = StopStringMatcher(list(self.cfg.stop_strings))

@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         max_new_tokens_help="the chat keeps this much of the model's context free for each reply, at most half of "
         "it, leaving the oldest exchanges out until the conversation fits in the rest (a reply may run on into "
         "whatever room is left, up to this many tokens)",
+        seed_help="sampling seed of the session: its reply k (from 0) draws from SEED + k, so the same messages give "
+        "the same conversation (default: unseeded)",
     )
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument(

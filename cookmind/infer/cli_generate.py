@@ -22,7 +22,12 @@ TOKENIZER_HELP = (  # generate's, chat's and serve's
 
 
 def add_sampling_arguments(
-    parser: argparse.ArgumentParser, max_new_tokens: int, temperature: float, top_p: float, max_new_tokens_help=""
+    parser: argparse.ArgumentParser,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens_help="",
+    seed_help="sampling seed (default: unseeded)",
 ):
     """The sampling options of generate and chat: the same names, help and validation, each command's defaults
     (and what ``--max-new-tokens`` means to the command, in ``max_new_tokens_help``)."""
@@ -45,7 +50,7 @@ def add_sampling_arguments(
     parser.add_argument(
         "--stop", action="append", default=[], type=_stop_string, help="stop string (repeatable; not printed)"
     )
-    parser.add_argument("--seed", type=SEED, default=None, help="sampling seed (default: unseeded)")
+    parser.add_argument("--seed", type=SEED, default=None, help=seed_help)
 
 
 def _stop_string(text: str) -> str:
