@@ -744,3 +744,27 @@ def test_a_seeded_chat_draws_each_reply_from_its_own_seed(ckpt):
     assert replies == expected
     assert len(set(replies)) > 1  # the same message sent afresh three times: not one draw three times
     assert three(ChatSession(model, tok, params)) == replies
+
+
+def test_generate_reads_a_prompt_from_a_file_or_standard_input(ckpt, tmp_path, capsys, monkeypatch):
+    """generate took its prompt from --prompt only: `echo hi | cookmind generate MODEL` was a usage error and a file
+    needed the shell's "$(cat FILE)" (which drops its final newlines). --prompt-file FILE reads the file's text as it
+    is, '-' standard input; it is repeatable and joins the --prompt ones in a batch."""
+    d, model, tok = ckpt
+    text = "The cook\nsaid"
+    (tmp_path / "p.txt").write_bytes(("\ufeff" + text).encode())  # a byte-order mark is no text
+    ref = SamplingParams(temperature=0, max_new_tokens=7, stop_token_ids=(tok.eos_id, tok.im_end_id))
+    want = without_control(tok, generate(model, [tok.encode(text)], ref)[0]) + "\n"
+    base = ["generate", "--checkpoint", str(d), "--max-new-tokens", "7", "--raw"]
+    assert cli_main([*base, "--prompt-file", str(tmp_path / "p.txt")]) == 0
+    assert capsys.readouterr().out == want
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert cli_main([*base, "--prompt-file", "-"]) == 0
+    assert capsys.readouterr().out == want
+    assert cli_main([*base, "--prompt", "The cook", "--prompt-file", str(tmp_path / "p.txt")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("=== The cook\n") and f"=== {text}\n" in out
+    assert cli_main(base) == 2
+    assert "give a prompt: --prompt TEXT or --prompt-file FILE" in capsys.readouterr().err
+    assert cli_main([*base, "--prompt-file", str(tmp_path / "gone.txt")]) == 2
+    assert "gone.txt" in capsys.readouterr().err

@@ -102,6 +102,16 @@ def sampling_params(args: argparse.Namespace, **fields):
     )
 
 
+def read_prompt_file(path: str) -> str:
+    """A --prompt-file's text as it is ('-': standard input's, its bytes read as UTF-8)."""
+    from cookmind.text_input import decode_utf8, read_utf8
+
+    if path == "-":
+        stdin = getattr(sys.stdin, "buffer", None)
+        return decode_utf8(stdin.read(), "standard input") if stdin is not None else sys.stdin.read()
+    return read_utf8(path)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cookmind.cli import add_model_argument
 
@@ -109,9 +119,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prompt",
         action="append",
-        required=True,
-        help='prompt text; repeat for a batch (printed one after another). A file\'s text: --prompt "$(cat FILE)"; '
-        'what is piped in: ... | cookmind generate MODEL --prompt "$(cat)"',
+        default=[],
+        help="prompt text; repeat for a batch (printed one after another)",
+    )
+    parser.add_argument(
+        "--prompt-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a prompt from a UTF-8 file's whole text, as it is (its final newline too); '-' reads what is piped in "
+        "(... | cookmind generate MODEL --prompt-file -); repeatable, joining the --prompt ones in a batch after them",
     )
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the chat template")
     parser.add_argument("--system", default=None, help="system prompt (with --chat)")
@@ -151,6 +168,13 @@ def main(args: argparse.Namespace) -> int:
         text_stop_ids,
     )
 
+    if not args.prompt and not args.prompt_file:
+        print(
+            "cookmind generate: error: give a prompt: --prompt TEXT or --prompt-file FILE ('-': standard input)",
+            file=sys.stderr,
+        )
+        return 2
+    args.prompt = [*args.prompt, *(read_prompt_file(f) for f in args.prompt_file)]
     if args.system is not None and not args.chat:  # it was dropped without a word: a raw prompt has no system turn
         print("cookmind generate: error: --system needs --chat (the prompt as a chat turn)", file=sys.stderr)
         return 2
