@@ -227,4 +227,4 @@ def test_generate_help_says_how_to_give_a_prompt_from_a_file_or_stdin():
     # `cookmind generate runs/x < prompt.txt` answered only "the following arguments are required: --prompt", and the
     # help said "prompt text": nothing said how to give a file's text or a pipe's
     text = _help("generate")
-    assert '--prompt "$(cat FILE)"' in text and '--prompt "$(cat)"' in text
+    assert "--prompt-file FILE" in text and "--prompt-file -" in text
