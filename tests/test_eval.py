@@ -782,6 +782,22 @@ def test_a_bad_mmlu_row_says_what_it_found_and_a_header_row_is_named_as_one(tmp_
             load_mmlu(root)
 
 
+def test_an_mmlu_row_without_one_answer_letter_is_refused_not_graded_wrong(tmp_path):
+    """The answer check was `answer in "ABCD"`, a substring test: an empty answer field (a row whose letter was
+    lost), "AB" or "ABCD" passed it, and the question was scored against an answer no prediction could equal:
+    counted wrong without a word. Each now stops at its line, as an 'E' does."""
+    root = tmp_path / "mmlu"
+    (root / "test").mkdir(parents=True)
+    csv = root / "test" / "virology_test.csv"
+    good = "What?,a,b,c,d,A\n"
+    for answer in ("", " ", "AB", "BC", "ABCD"):
+        csv.write_text(good + f"What?,a,b,c,d,{answer}\n")
+        with pytest.raises(ValueError, match=r"virology_test\.csv:2: expected question,A,B,C,D,answer .*got answer"):
+            load_mmlu(root)
+    csv.write_text(good + "Why?,a,b,c,d, D\n")  # a letter with spaces around it is read, as before
+    assert [r["answer"] for r in load_mmlu(root)] == ["A", "D"]
+
+
 def test_ppl_says_how_many_documents_it_left_out_for_empty_text(tmp_path, tok_dir, monkeypatch, capsys):
     """Records with empty text were left out without a word: three records gave "documents": 2 and nothing said why
     the count fell short (tokenizer train counts them as empty_records). Now "empty_documents" says how many."""

@@ -87,13 +87,14 @@ def _subject_rows(f: Path, subject: str, limit: int | None) -> list[dict]:
             for n, rec in enumerate(reader, 1):
                 if limit is not None and n > limit:
                     break
-                if len(rec) != 6 or rec[5].strip() not in LETTERS:
+                # one letter: LETTERS is a string, and "", "AB" and "ABCD" are substrings of it
+                if len(rec) != 6 or rec[5].strip() not in tuple(LETTERS):
                     if len(rec) != 6:
                         found = f"got {len(rec)} fields"
                     elif n == 1 and rec[5].strip().lower() == "answer":
                         found = "this looks like a header row; MMLU's CSVs have none: remove it"
                     else:
-                        found = f"got answer {rec[5].strip()!r}"
+                        found = f"got answer {rec[5].strip()!r}" + (" (none)" if not rec[5].strip() else "")
                     raise ValueError(f"{f}:{start}: expected question,A,B,C,D,answer with answer in A-D; {found}")
                 rows.append({"subject": subject, "question": rec[0], "options": rec[1:5], "answer": rec[5].strip()})
                 start = reader.line_num + 1
