@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 from tokenizer_fixtures import run_cli, save_tokenizer
@@ -298,6 +299,39 @@ def test_gpt2_import_errors(tmp_path):
     (tmp_path / "vocab.json").write_text('["a", "b"]')  # was an AttributeError traceback
     with pytest.raises(TokenizerError, match=r"vocab.json: not a JSON object of token -> id \(got a list\)"):
         load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+
+
+def test_import_of_a_json_file_that_is_no_tokenizer_json_says_so_in_one_line(tok, tmp_path, capsys):
+    """`tokenizer import --tokenizer-json vocab.json` (GPT-2's vocab, whose token "model" has an id) ended in an
+    AttributeError traceback; a JSON list, a BPE model without its vocab, a merge of three parts or one not in
+    GPT-2's byte-to-unicode form did too (TypeError, KeyError, ValueError). Each is now one line naming the file."""
+    from cookmind.tokenizer.hf_format import hf_tokenizer_json
+
+    good = hf_tokenizer_json(tok)
+
+    def with_model(**changes):
+        return {**good, "model": {**good["model"], **changes}}
+
+    first_merge = good["model"]["merges"][0]
+    first_merge = first_merge if isinstance(first_merge, str) else " ".join(first_merge)
+    cases = {
+        "vocab_like": ({"model": 3, "the": 1}, r"no \"model\" object"),
+        "list": ([1, 2], r"no \"model\" object"),
+        "no_vocab": ({**good, "model": {"type": "BPE", "merges": []}}, r"model\.vocab"),
+        "vocab_list": (with_model(vocab=[["a", 0.0]]), r"model\.vocab"),
+        "no_merges": ({**good, "model": {k: v for k, v in good["model"].items() if k != "merges"}}, r"model\.merges"),
+        "three_part_merge": (with_model(merges=[first_merge + " x"]), r"merge #0"),
+        "not_byte_form": (with_model(merges=["\u0000 a"]), r"merge #0"),
+        "added_no_content": ({**good, "added_tokens": [{"id": 256}]}, r"added_tokens"),
+    }
+    for name, (doc, why) in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(doc))
+        assert run_cli(["import", "--tokenizer-json", str(path), "--out", str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith(f"cookmind tokenizer import: error: {path}: "), (name, err)
+        assert len(err.strip().splitlines()) == 1 and re.search(why, err), (name, err)
+        assert not (tmp_path / name).exists()
 
 
 def test_encode_names_a_folder_given_as_its_input(tmp_path, tok, capsys):

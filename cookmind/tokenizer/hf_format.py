@@ -223,7 +223,13 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
         raise TokenizerError(
             f"{path}:{exc.lineno}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"
         ) from None
-    model = doc.get("model") or {}
+    model = doc.get("model") if isinstance(doc, dict) else None
+    if not isinstance(model, dict):  # another JSON file: GPT-2's vocab.json (its token "model" has an id), a config
+        vocab_like = isinstance(doc, dict) and bool(doc) and all(isinstance(v, int) for v in doc.values())
+        raise TokenizerError(
+            f'{path}: no "model" object: not a Hugging Face tokenizer.json'
+            + ("; it looks like a GPT-2 vocab.json, which is read with its merges.txt" if vocab_like else "")
+        )
     if model.get("type") != "BPE":
         raise TokenizerError(f"{path}: model type {model.get('type')!r} is not BPE")
     for key in ("byte_fallback", "ignore_merges", "dropout", "continuing_subword_prefix", "end_of_word_suffix"):
@@ -232,19 +238,32 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
     if doc.get("normalizer"):
         raise TokenizerError(f"{path}: a normalizer ({doc['normalizer'].get('type')}) is not supported")
     pattern = _pattern_from_pre_tokenizer(doc.get("pre_tokenizer"), str(path))
-    specials = {a["content"]: int(a["id"]) for a in doc.get("added_tokens", [])}
+    if not isinstance(model.get("vocab"), dict) or not all(type(i) is int for i in model["vocab"].values()):
+        raise TokenizerError(f"{path}: model.vocab is not an object of token -> id; re-save the tokenizer")
+    if not isinstance(model.get("merges"), list):
+        raise TokenizerError(f"{path}: model.merges is not a list of merges; re-save the tokenizer")
+    specials = {}
+    for a in doc.get("added_tokens") or []:
+        if not (isinstance(a, dict) and isinstance(a.get("content"), str) and type(a.get("id")) is int):
+            raise TokenizerError(f'{path}: added_tokens entry {a!r} needs a "content" text and an "id" number')
+        specials[a["content"]] = a["id"]
     vocab: dict[int, bytes] = {i: s.encode("utf-8") for s, i in specials.items()}
     for t, i in model["vocab"].items():
-        if int(i) in vocab:
+        if i in vocab:
             continue
         try:
-            vocab[int(i)] = str_to_token(t)
+            vocab[i] = str_to_token(t)
         except KeyError:
             raise TokenizerError(f"{path}: token {t!r} is not in GPT-2's byte-to-unicode form") from None
     merges = []
-    for m in model["merges"]:
-        a, b = m if isinstance(m, list) else m.split(" ")
-        merges.append((str_to_token(a), str_to_token(b)))
+    for r, m in enumerate(model["merges"]):
+        try:
+            a, b = m if isinstance(m, list) else m.split(" ")
+            merges.append((str_to_token(a), str_to_token(b)))
+        except (AttributeError, TypeError, ValueError, KeyError):
+            raise TokenizerError(
+                f"{path}: merge #{r} {m!r} is not two tokens in GPT-2's byte-to-unicode form; re-save the tokenizer"
+            ) from None
     bos_ids = _added_before(doc, path)
     if not set(bos_ids) <= set(specials.values()):
         raise TokenizerError(
