@@ -99,6 +99,20 @@ def test_fast_path_equals_reference_on_random_and_real_text(tok, shared_data):
         assert tok.encode(t, allowed_special="all") == tok.encode_reference(t, allowed_special="all")
 
 
+def test_lone_surrogates_encode_as_u_fffd_in_both_encoders(tok):
+    """A lone surrogate (JSON's "\\ud800", which json.loads reads) is no character UTF-8 can hold: the fast path
+    (tiktoken) read each as U+FFFD, the reference encoder, the definition, ended in UnicodeEncodeError, so the two
+    were not the same encoder. Both now give the ids of the text with U+FFFD written in its place."""
+    for text, written in (
+        ("a \ud800 b", "a \ufffd b"),
+        ("x\udfffy\ud83d", "x\ufffdy\ufffd"),
+        ("lone \udc00 then <|endoftext|> and \ud800\ud800", "lone \ufffd then <|endoftext|> and \ufffd\ufffd"),
+    ):
+        expected = tok.encode_reference(written)
+        assert tok.encode_reference(text) == expected == tok.encode(text)
+        assert tok.encode_reference(text, allowed_special="all") == tok.encode_reference(written, allowed_special="all")
+
+
 def test_special_tokens_become_single_ids_only_when_allowed(tok):
     text = "a<|im_start|>user\nhi<|im_end|><|endoftext|>"
     ids = tok.encode(text, allowed_special="all")

@@ -206,6 +206,21 @@ def test_train_summary_says_how_many_files_records_and_bytes_it_read(tmp_path, c
     }
 
 
+def test_lone_surrogates_in_json_text_train_as_u_fffd_and_are_counted(tmp_path, capsys):
+    """JSON text may spell a lone surrogate ("\\ud800"), which no UTF-8 can hold: pack encodes it as U+FFFD (as
+    tiktoken does), but tokenizer train ended, after reading every file, in "'utf-8' codec can't encode character
+    '\\ud800' ... surrogates not allowed", naming no file. It now learns U+FFFD there (the tokenizer trained on the
+    same text with U+FFFD written in) and says how many it read so."""
+    docs = ["The cook \ud800 adds salt \ud800.", "Stir \udfff twice, then \ud800\ud800 serve."]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    assert _train(tmp_path, tmp_path / "tok", tmp_path / "d.jsonl") == 0, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert json.loads(out)["read"]["lone_surrogates"] == 5
+    assert "5 lone surrogate" in err and "U+FFFD" in err, err
+    written = [re.sub("[\ud800-\udfff]", "\ufffd", d) for d in docs]
+    assert Tokenizer.load(tmp_path / "tok").fingerprint() == _reference(tmp_path, written)
+
+
 @pytest.mark.parametrize("workers", [1, 3])
 def test_a_plain_text_input_is_reported_by_its_lines_not_as_no_records(tmp_path, capsys, workers):
     """`tokenizer train` on a plain text file said "records": 0: it reads such a file whole, as text, and counted

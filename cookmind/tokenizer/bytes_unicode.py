@@ -38,3 +38,9 @@ def str_to_token(text: str) -> bytes:
     """Read a token written in GPT-2's printable form back into bytes (KeyError on a foreign character)."""
     table = unicode_to_bytes()
     return bytes(table[c] for c in text)
+
+
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (no character, so no UTF-8: JSON's "\\ud800" reads as one) as U+FFFD, as
+    tiktoken's ``encode`` reads it; two surrogates of a pair written apart become their character, as there."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")

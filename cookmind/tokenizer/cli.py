@@ -237,6 +237,13 @@ def _train(args) -> int:
     )
     if skipped is not None and skipped.count:
         say("cookmind tokenizer train", None, skipped.summary())  # names the first bad record's file
+    if read.lone_surrogates:
+        say(
+            "cookmind tokenizer train",
+            "warning",
+            f"{read.lone_surrogates:,} lone surrogate(s) in the records' text (JSON escapes such as \\ud800, no "
+            "character) were learned as U+FFFD, as encode and pack read them (read.lone_surrogates)",
+        )
     if tok.vocab_size < args.vocab_size:
         say(
             "cookmind tokenizer train",

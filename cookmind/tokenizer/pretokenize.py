@@ -33,12 +33,14 @@ import regex
 
 from cookmind.pools import ignore_ctrl_c, pool_context, stop_pool, worker_pool
 from cookmind.text_input import Utf8Replaced, bad_utf8_note, line_at, not_utf8, refuse_other_compression
+from cookmind.tokenizer.bytes_unicode import without_lone_surrogates
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import GPT2_PATTERN, is_safe_end, safe_cut_kind, safe_end_bytes
 
 if TYPE_CHECKING:
     from cookmind.store.records import SkippedRecords
 
+_SURROGATE = regex.compile("[\ud800-\udfff]")
 _WINDOW = 1 << 20
 _MIN_CHUNK = 256 << 10  # bytes: the smallest chunk count_pretokens cuts to spread work
 
@@ -61,6 +63,7 @@ class ReadCounts:
     text_lines: int = 0
     text_bytes: int = 0
     invalid_utf8: Utf8Replaced | None = None
+    lone_surrogates: int = 0  # JSON text's "\\ud800" escapes, no character: learned as U+FFFD, as encode reads them
 
     def as_dict(self) -> dict:
         return {
@@ -69,6 +72,7 @@ class ReadCounts:
             **({"text_files": self.text_files, "text_lines": self.text_lines} if self.text_files else {}),
             "text_bytes": self.text_bytes,
             **({"invalid_utf8": self.invalid_utf8.as_meta()} if self.invalid_utf8 is not None else {}),
+            **({"lone_surrogates": self.lone_surrogates} if self.lone_surrogates else {}),
         }
 
 
@@ -353,6 +357,11 @@ def document_texts(
                 raise TokenizerError(where + hint) from None
             if read is not None:
                 read.records += 1
+            if _SURROGATE.search(text):  # JSON text may spell one; no UTF-8 holds it: U+FFFD, as encode reads it
+                fixed = without_lone_surrogates(text)
+                if read is not None:
+                    read.lone_surrogates += fixed.count("\ufffd") - text.count("\ufffd")
+                text = fixed
             yield text
     except TokenizerError:
         raise

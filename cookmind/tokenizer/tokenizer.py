@@ -24,7 +24,7 @@ import regex
 
 from cookmind.atomic import write_text
 from cookmind.tokenizer.bpe_encode import Ranks, bpe_merge
-from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str
+from cookmind.tokenizer.bytes_unicode import str_to_token, token_to_str, without_lone_surrogates
 from cookmind.tokenizer.chat_template import IM_END, IM_START, chat_segments, render_text
 from cookmind.tokenizer.documents import end_of_document
 from cookmind.tokenizer.errors import TokenizerError
@@ -196,7 +196,14 @@ class Tokenizer:
             yield pos, end, False
 
     def encode_reference(self, text: str, *, allowed_special: str | Collection[str] = ()) -> list[int]:
-        """Encode with the pure-Python reference: split on allowed specials, pre-tokenize, replay merges."""
+        """Encode with the pure-Python reference: split on allowed specials, pre-tokenize, replay merges. A lone
+        surrogate, which UTF-8 cannot hold, is read as U+FFFD, as the fast path (tiktoken) reads it."""
+        try:
+            return self._encode_reference(text, allowed_special)
+        except UnicodeEncodeError:
+            return self._encode_reference(without_lone_surrogates(text), allowed_special)
+
+    def _encode_reference(self, text: str, allowed_special: str | Collection[str]) -> list[int]:
         ids: list[int] = []
         for s, e, special in self._segments(text, self._allowed_re(allowed_special)):
             if special:
