@@ -628,6 +628,52 @@ def test_ppl_refuses_limits_that_do_not_apply_to_its_data_before_loading_the_mod
         assert err.startswith("cookmind eval ppl: error: ") and says in err and str(model) not in err, err
 
 
+def test_gsm8k_and_mmlu_metrics_name_what_was_measured_and_how_much_limit_left_out(tmp_path, monkeypatch, capsys):
+    """The metrics JSON of gsm8k and mmlu (printed and saved beside --out) named neither the data, the template or
+    split, nor the flags that chose the items: a metrics file said "accuracy": 0.5 of something. And --limit cut
+    GSM8K's 5 problems to 2, MMLU's 3 questions a subject to 1, without a word of how many the data held (ppl's
+    --max-bytes says it). Each now names its task, model, data and settings, and a --limit that left items out is
+    said on stderr and recorded (num_problems_in_data, num_questions_in_data), counted here from the files."""
+    import cookmind.infer.loading
+    from cookmind.cli import main
+
+    answers = {f"Q{i}?": f" {i}</think> <answer>{i}</answer>" for i in range(5)}
+    model = OracleLM(lambda prompt: next(a for q, a in answers.items() if q in prompt))
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (model, CharTok()))
+    data = tmp_path / "g.jsonl"
+    data.write_text("".join(json.dumps({"question": q, "answer": f"#### {q[1]}"}) + "\n\n" for q in answers))
+    out = tmp_path / "g_out.jsonl"
+    argv = ["eval", "gsm8k", "m", "--data", str(data), "--quiet", "--limit", "2", "--out", str(out)]
+    assert main([*argv, "--max-new-tokens", "40"]) == 0
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)
+    assert metrics["accuracy"] == 1.0 and metrics["num_problems"] == 2
+    expected = {"task": "gsm8k", "model": "m", "data": str(data), "template": "r1_zero", "temperature": 0.0}
+    assert {k: metrics[k] for k in expected} == expected
+    assert (metrics["max_new_tokens"], metrics["limit"], metrics["num_problems_in_data"]) == (40, 2, 5)
+    assert json.loads(out.with_suffix(".metrics.json").read_text()) == metrics
+    assert "--limit 2: evaluated the first 2 of 5 problems" in captured.err, captured.err
+    assert main([*argv[:-2], "--limit", "5"]) == 0  # nothing left out: nothing said
+    captured = capsys.readouterr()
+    assert "--limit" not in captured.err and json.loads(captured.out)["num_problems_in_data"] == 5
+
+    model.respond = lambda prompt: " B"
+    model.marker = "Answer:"
+    root = tmp_path / "mmlu"
+    (root / "val").mkdir(parents=True)
+    for subject in ("law", "art"):
+        (root / "val" / f"{subject}_val.csv").write_text("".join(f"Q{i}?,a,b,c,d,{'AB'[i % 2]}\n" for i in range(3)))
+    argv = ["eval", "mmlu", "m", "--data", str(root), "--split", "val", "--quiet", "--scoring", "generate"]
+    assert main([*argv, "--limit", "2"]) == 0
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)
+    assert (metrics["num_questions"], metrics["micro_accuracy"]) == (4, 0.5)  # B right on Q1 of each subject
+    expected = {"task": "mmlu", "model": "m", "data": str(root), "split": "val", "subjects": ["art", "law"]}
+    assert {k: metrics[k] for k in expected} == expected
+    assert (metrics["limit_per_subject"], metrics["num_questions_in_data"]) == (2, 6)
+    assert "--limit-per-subject 2: evaluated 4 of the 6 questions" in captured.err, captured.err
+
+
 def test_eval_refusing_an_existing_out_names_the_file_the_user_passed(tmp_path, monkeypatch, capsys):
     """Re-running with an existing `--out ev/gsm8k.jsonl` complained about ev/gsm8k.metrics.json, a file the user
     never named; the --out itself comes first, and the metrics file is named as the one beside it."""

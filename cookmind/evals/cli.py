@@ -212,6 +212,8 @@ def main(args) -> int:
         _say_what_was_left_out(args, metrics)
         if args.out:
             write_jsonl(args.out, rows)
+    metrics = {**_what_was_measured(args), **metrics}
+    _say_what_limit_left_out(args, metrics)
     skipped = metrics.get("num_skipped_too_long", 0)
     if skipped:
         total = skipped + metrics.get("num_problems", metrics.get("num_questions", 0))
@@ -254,6 +256,56 @@ def main(args) -> int:
     if args.out:
         write_json(Path(args.out).with_suffix(".metrics.json"), metrics)
     return 0
+
+
+def _what_was_measured(args) -> dict:
+    """What the metrics are of: the task, the model and data as given, and the settings that chose and graded the
+    items; with a --limit that left some out, how many the data holds. A metrics file read later says what it is."""
+    measured = {"task": args.task, "model": args.model}
+    if args.task == "gsm8k":
+        measured.update(
+            data=args.data,
+            template=args.template,
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+            seed=args.seed,
+            limit=args.limit,
+        )
+        if args.limit is not None:
+            from cookmind.evals.gsm8k import count_records
+
+            measured["num_problems_in_data"] = count_records(args.data)
+    elif args.task == "mmlu":
+        from cookmind.evals.mmlu import count_questions, subjects_in
+
+        subjects = subjects_in(args.data, args.split, args.subjects)
+        measured.update(data=args.data, split=args.split, subjects=subjects, limit_per_subject=args.limit_per_subject)
+        if args.limit_per_subject is not None:
+            measured["num_questions_in_data"] = count_questions(args.data, args.split, subjects)
+    return measured
+
+
+def _say_what_limit_left_out(args, metrics: dict) -> None:
+    """One line on stderr when --limit left items of the data out (the metrics record how many it holds)."""
+    if metrics.get("num_problems_in_data") is not None:
+        given = metrics.get("num_problems", 0) + metrics.get("num_skipped_too_long", 0)
+        of = metrics["num_problems_in_data"]
+        if of > given:
+            print(
+                f"cookmind eval gsm8k: --limit {args.limit}: evaluated the first {given:,} of {of:,} problems in "
+                f"--data; {of - given:,} left out (num_problems_in_data)",
+                file=sys.stderr,
+            )
+    if metrics.get("num_questions_in_data") is not None:
+        given = metrics.get("num_questions", 0) + metrics.get("num_skipped_too_long", 0)
+        of = metrics["num_questions_in_data"]
+        if of > given:
+            print(
+                f"cookmind eval mmlu: --limit-per-subject {args.limit_per_subject}: evaluated {given:,} of the {of:,} "
+                f"questions of the {args.split} split's {len(metrics['subjects'])} subject(s); {of - given:,} left "
+                "out (num_questions_in_data)",
+                file=sys.stderr,
+            )
 
 
 def _context_in_config(model) -> int | None:

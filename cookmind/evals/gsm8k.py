@@ -73,6 +73,15 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
     return [row for _, row in rows]
 
 
+def count_records(path) -> int | None:
+    """The records of a JSONL file (its lines that are not blank), read again to say how many --limit left out;
+    None for a pipe, which has been read once."""
+    if not Path(path).is_file():
+        return None
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
 def as_problem(p) -> dict:
     """A problem as {"question", "answer"}, from a dict or an object with those attributes."""
     if isinstance(p, dict):

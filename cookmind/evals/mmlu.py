@@ -77,6 +77,26 @@ def load_mmlu(
     return rows
 
 
+def subjects_in(root, split: str = "test", subjects: list[str] | None = None) -> list[str]:
+    """The subjects ``load_mmlu`` reads: ``subjects`` of those with a CSV of ``split`` under ``root``, else all."""
+    suffix = f"_{split}.csv"
+    found = sorted(f.name[: -len(suffix)] for f in (Path(root) / split).glob(f"*{suffix}"))
+    return [s for s in found if not subjects or s in subjects]
+
+
+def count_questions(root, split: str, subjects: list[str]) -> int | None:
+    """The CSV records of these subjects' files: how many questions the data holds where --limit-per-subject read
+    fewer; None when a file past the rows read does not parse (nothing was read from there)."""
+    total = 0
+    try:
+        for subject in subjects:
+            with open(Path(root) / split / f"{subject}_{split}.csv", newline="", encoding="utf-8-sig") as fh:
+                total += sum(1 for _ in csv.reader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return total
+
+
 def _subject_rows(f: Path, subject: str, limit: int | None) -> list[dict]:
     """One subject's CSV; an error names the file line a record starts on (a quoted field may span lines)."""
     rows = []
