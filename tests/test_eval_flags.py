@@ -80,3 +80,25 @@ def test_a_second_data_file_is_not_taken_for_the_model(tmp_path, capsys, no_mode
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "b.txt" in err and "is a file, not a model" in err and "two models" not in err
     assert "one" in err and "cookmind pack" in err  # the way to evaluate several files
+
+
+def test_gsm8k_template_typed_with_backslash_n_puts_a_new_line_in_the_prompt(tmp_path, monkeypatch, capsys):
+    """`--template 'Question: {question}\nAnswer:'` (lm-eval-harness's GSM8K prompt, as typed in a shell, where
+    quotes keep the backslash) put a backslash and an 'n' into every prompt, one line where two were meant, and the
+    model was scored on a prompt nobody wrote. The template's \\n and \\t are now a new line and a tab (\\\\ a
+    backslash), in the prompt and in the metrics' template."""
+    from test_align_fixtures import CharTok, OracleLM
+
+    import cookmind.infer.loading
+
+    model = OracleLM(lambda prompt: " 2", "Answer:")
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (model, CharTok()))
+    data = tmp_path / "g.jsonl"
+    data.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
+    out = tmp_path / "g_out.jsonl"
+    typed = r"Question: {question}\nAnswer:\t(C:\\x)"  # what the shell hands over from '...\n...\t...\\...'
+    argv = ["eval", "gsm8k", "m", "--data", str(data), "--quiet", "--template", typed, "--out", str(out)]
+    assert main(argv) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["template"] == "Question: {question}\nAnswer:\t(C:\\x)"
+    assert json.loads(out.read_text())["prompt"] == "Question: 1+1?\nAnswer:\t(C:\\x)"

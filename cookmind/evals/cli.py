@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="r1_zero",
         help="r1_zero | compact | plain (graded by <answer> tags or the last number) | chat (the "
         "tokenizer's chat template, for a model SFT'd on chats; graded by '#### N') | a string "
-        "with {question} (default r1_zero)",
+        "with {question}, where \\n is a new line, \\t a tab and \\\\ a backslash (default r1_zero)",
     )
     g.add_argument("--num-samples", type=int_in(1), default=1, help="answers per problem (> 1 needs --temperature > 0)")
     g.add_argument("--k", type=int_in(1), nargs="*", default=[1], help="pass@k values to report")
@@ -149,6 +149,7 @@ def main(args) -> int:
     if args.task == "gsm8k":
         from cookmind.evals.gsm8k import check_options, load_gsm8k
 
+        args.template = _template_escapes(args.template)
         check_options(args.template, args.num_samples, args.k, args.temperature)
         problems = load_gsm8k(args.data, args.limit)
     elif args.task == "mmlu":
@@ -256,6 +257,19 @@ def main(args) -> int:
     if args.out:
         write_json(Path(args.out).with_suffix(".metrics.json"), metrics)
     return 0
+
+
+def _template_escapes(template: str) -> str:
+    """A --template of one's own with its \\n, \\t and \\\\ read as a new line, a tab and a backslash: a shell's
+    quotes hand them over as typed ('Question: {question}\\nAnswer:'), and a prompt with a backslash and an 'n'
+    where a line break was meant is a prompt nobody wrote. A template's name is left as it is."""
+    import re
+
+    from cookmind.align.prompts import PROMPTS
+
+    if template == "chat" or template in PROMPTS:
+        return template
+    return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), "\\"), template)
 
 
 def _what_was_measured(args) -> dict:
