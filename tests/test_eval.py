@@ -858,6 +858,30 @@ def test_ppl_says_how_many_documents_it_left_out_for_empty_text(tmp_path, tok_di
     assert (m["documents"], m["empty_documents"]) == (2, 2)
 
 
+def test_ppl_scores_a_lone_surrogate_in_json_text_as_the_u_fffd_pack_stores(tmp_path, tok_dir, monkeypatch, capsys):
+    """JSON text may spell a lone surrogate ("\\ud800"), which pack stores as U+FFFD's ids; `eval ppl` on the same
+    file stopped with "'utf-8' codec can't encode character '\\ud800' ... surrogates not allowed", naming no file
+    or line. It now scores the text as pack stores it: the same figures as the file with U+FFFD written in, and
+    says how many it read so (lone_surrogates)."""
+    from cookmind.cli import main
+    from cookmind.tokenizer import Tokenizer
+
+    _bigram_cli(monkeypatch, Tokenizer.load(tok_dir))
+    docs = ["The cook \ud800 stirs.", "Tom has \udfff\ud800 3 apples."]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    (tmp_path / "f.jsonl").write_text(
+        "".join(json.dumps({"text": d.replace("\ud800", "\ufffd").replace("\udfff", "\ufffd")}) + "\n" for d in docs)
+    )
+    figures = []
+    for name in ("s.jsonl", "f.jsonl"):
+        assert main(["eval", "ppl", "m", "--data", str(tmp_path / name), "--window", "64", "--quiet"]) == 0
+        figures.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert figures[0].pop("lone_surrogates") == 3 and "lone_surrogates" not in figures[1]
+    for m in figures:
+        m.pop("path"), m.pop("data", None)
+    assert figures[0] == figures[1]
+
+
 def test_bits_per_byte_counts_the_documents_bytes_not_the_separator_spelled_out(tmp_path):
     """Bits per byte divided by the text's bytes with each <|endoftext|> counted as its 13 characters: two 5-byte
     documents scored over 35 bytes instead of 9. A document separator is not text; its prediction stays in the NLL

@@ -443,6 +443,12 @@ def _say_what_was_left_out(args, metrics: dict) -> None:
     if metrics.get("skipped", {}).get("count"):  # names the first bad record's file
         skipped = metrics["skipped"]
         say("cookmind eval ppl", None, SkippedRecords(Counter(skipped["by_reason"]), skipped["examples"]).summary())
+    if metrics.get("lone_surrogates"):
+        print(
+            f"cookmind eval ppl: read {metrics['lone_surrogates']:,} lone surrogate(s) in the records' text (JSON "
+            "escapes such as \\ud800, no character) as U+FFFD, as pack stores them (lone_surrogates)",
+            file=sys.stderr,
+        )
     if metrics.get("empty_documents"):
         print(
             f"cookmind eval ppl: left out {metrics['empty_documents']:,} empty document(s), with no text to score, as "

@@ -15,6 +15,7 @@ its text, then the end of a document (``<|endoftext|>``, else the tokenizer's EO
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,12 +26,14 @@ from tqdm import tqdm
 from cookmind import text_input
 from cookmind.align.losses import gather_log_probs, logits_of
 from cookmind.align.prompts import encode_text, is_hf_tokenizer
+from cookmind.tokenizer.bytes_unicode import without_lone_surrogates
 from cookmind.tokenizer.documents import document_end_id, document_start_ids
 
 if TYPE_CHECKING:
     from cookmind.store.records import SkippedRecords
 
 ENDOFTEXT = "<|endoftext|>"  # pack's document separator in plain text
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @torch.no_grad()
@@ -210,12 +213,18 @@ def evaluate_text_file(
 
 
 def read_documents(
-    paths, text_field: str = "text", empty: list | None = None, skipped: SkippedRecords | None = None
+    paths,
+    text_field: str = "text",
+    empty: list | None = None,
+    skipped: SkippedRecords | None = None,
+    lone_surrogates: list[int] | None = None,
 ) -> Iterator[str]:
     """The documents of JSON lines / Parquet / text files (gzip too), in order, as ``pack --train-type seq`` reads
     them (``cookmind.store.sources``): each record's ``text_field``; text split at ``<|endoftext|>``. A document
     with no text is left out (it has nothing to score; ``empty``, when given, gets its place); a bad record is a
-    ValueError naming file:line, or, with ``skipped`` given (``--skip-bad``), counted there and left out."""
+    ValueError naming file:line, or, with ``skipped`` given (``--skip-bad``), counted there and left out. A lone
+    surrogate in JSON text ("\\ud800", no character) is read as U+FFFD, as pack's encoder stores it
+    (``lone_surrogates[0]``, when given, counts them)."""
     from cookmind.store.records import BadRecord, EmptyDocument, RecordOptions, make_seq, parse, reason_kind
     from cookmind.store.sources import iter_items
 
@@ -223,7 +232,7 @@ def read_documents(
     for path in paths:
         for item in iter_items(path, separator=ENDOFTEXT):
             try:
-                yield make_seq(parse(item), None, opts)
+                text = make_seq(parse(item), None, opts)
             except EmptyDocument:
                 if empty is not None:
                     empty.append(item.where)
@@ -233,6 +242,13 @@ def read_documents(
                         f"{item.where}: {exc}; fix the record, or pass --skip-bad to skip bad records and count them"
                     ) from None
                 skipped.add(reason_kind(str(exc)), f"{item.where}: {exc}")
+            else:
+                if _SURROGATE.search(text):
+                    fixed = without_lone_surrogates(text)
+                    if lone_surrogates is not None:
+                        lone_surrogates[0] += fixed.count("\ufffd") - text.count("\ufffd")
+                    text = fixed
+                yield text
 
 
 def _first_bytes(docs: list[str], max_bytes: int) -> list[str]:
@@ -280,7 +296,8 @@ def evaluate_documents(
             "pack does; use a tokenizer that has one"
         )
     empty: list[str] = []
-    docs = list(read_documents(paths, text_field, empty, skipped))
+    lone = [0]
+    docs = list(read_documents(paths, text_field, empty, skipped, lone))
     if not docs and skipped is not None and skipped.count:
         raise ValueError(f"perplexity: {where} holds no document to score: every record was bad; {skipped.summary()}")
     if not docs:
@@ -297,6 +314,7 @@ def evaluate_documents(
         **report,
         "documents": len(docs),
         "empty_documents": len(empty),  # records with no text: nothing to score, left out
+        **({"lone_surrogates": lone[0]} if lone[0] else {}),  # JSON's "\\ud800": scored as U+FFFD, as pack stores it
         **({"skipped": skipped.as_meta()} if skipped is not None else {}),  # bad records --skip-bad left out
         "text_bytes": all_bytes,
         "bytes_not_evaluated": all_bytes - evaluated,
