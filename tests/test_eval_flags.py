@@ -102,3 +102,23 @@ def test_gsm8k_template_typed_with_backslash_n_puts_a_new_line_in_the_prompt(tmp
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["template"] == "Question: {question}\nAnswer:\t(C:\\x)"
     assert json.loads(out.read_text())["prompt"] == "Question: 1+1?\nAnswer:\t(C:\\x)"
+
+
+def test_gsm8k_chat_template_on_a_tokenizer_without_chatml_names_the_templates_that_work(monkeypatch, tmp_path, capsys):
+    """`eval gsm8k --template chat` with a model whose tokenizer has no <|im_start|>/<|im_end|> (GPT-2's, imported)
+    was refused with the tokenizer's own hint for other commands ("generate without --chat, pack --train-type
+    seq"), not a word of eval's --template; a Hugging Face tokenizer without a chat template is told the templates
+    that work. This one is too."""
+    from test_align_fixtures import OracleLM
+
+    import cookmind.infer.loading
+    from cookmind.tokenizer import Tokenizer
+
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"<|endoftext|>"}
+    tok = Tokenizer(vocab, [], ["<|endoftext|>"])
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (OracleLM(lambda p: " 2"), tok))
+    data = tmp_path / "g.jsonl"
+    data.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
+    err = _error(["eval", "gsm8k", "m", "--data", str(data), "--quiet", "--template", "chat"], capsys)
+    assert err.startswith("cookmind eval gsm8k: error: --template chat renders chats in ChatML"), err
+    assert "use --template r1_zero, compact or plain" in err and "generate without --chat" not in err, err

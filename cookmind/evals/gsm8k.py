@@ -22,6 +22,7 @@ from cookmind.atomic import write_jsonl
 from cookmind.evals.atomic_io import read_jsonl_lines
 from cookmind.evals.passk import pass_at_k
 from cookmind.infer import SamplingParams, generate
+from cookmind.tokenizer import Tokenizer
 
 
 def load_gsm8k(path, limit: int | None = None) -> list[dict]:
@@ -155,6 +156,13 @@ def evaluate_gsm8k(
     Greedy decoding (temperature 0) with num_samples > 1 would repeat itself, so it is refused.
     """
     check_options(template, num_samples, ks, temperature)
+    if template == "chat" and isinstance(tokenizer, Tokenizer) and None in (tokenizer.im_start_id, tokenizer.im_end_id):
+        # ours without ChatML's tokens (GPT-2's imported; a Hugging Face one renders its own template): its own
+        # refusal's hint is for generate and pack
+        raise ValueError(
+            "--template chat renders chats in ChatML, and this tokenizer has no <|im_start|>/<|im_end|> special "
+            "tokens (a base model's): use --template r1_zero, compact or plain"
+        )
     problems = [as_problem(p) for p in problems]
     reward_fn = reward_fn_for(template)
     if stop_strings is None:
