@@ -334,6 +334,29 @@ def test_import_of_a_json_file_that_is_no_tokenizer_json_says_so_in_one_line(tok
         assert not (tmp_path / name).exists()
 
 
+def test_import_refuses_flags_a_tokenizer_json_does_not_read(tok, tmp_path, capsys):
+    """`tokenizer import --tokenizer-json T --pattern gpt4` saved T's own pattern without a word, and --vocab/--merges
+    beside --tokenizer-json were passed over the same way: the user got another tokenizer than the one asked for.
+    Each is now refused naming the flag; and --vocab without --merges names the one missing."""
+    tok.save(tmp_path / "src")
+    tj = str(tmp_path / "src" / "tokenizer.json")
+    (tmp_path / "vocab.json").write_text("{}")
+    (tmp_path / "merges.txt").write_text("")
+    for extra, flag in (
+        (["--pattern", "gpt4"], "--pattern"),
+        (["--special-token", "<|x|>"], "--special-token"),
+        (["--vocab", str(tmp_path / "vocab.json"), "--merges", str(tmp_path / "merges.txt")], "--vocab"),
+    ):
+        assert run_cli(["import", "--tokenizer-json", tj, *extra, "--out", str(tmp_path / "out")]) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith(f"cookmind tokenizer import: error: {flag} ") and "--tokenizer-json" in err, err
+        assert not (tmp_path / "out").exists()
+    assert run_cli(["import", "--vocab", str(tmp_path / "vocab.json"), "--out", str(tmp_path / "out")]) == 2
+    assert "--vocab needs --merges" in capsys.readouterr().err
+    assert run_cli(["import", "--tokenizer-json", tj, "--out", str(tmp_path / "out")]) == 0  # alone: as before
+    assert Tokenizer.load(tmp_path / "out").fingerprint() == tok.fingerprint()
+
+
 def test_encode_names_a_folder_given_as_its_input(tmp_path, tok, capsys):
     folder = save_tokenizer(tok, tmp_path / "tok")
     (tmp_path / "texts").mkdir()

@@ -117,7 +117,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "neither a byte nor made by a merge, in id order: GPT-2's <|endoftext|>, or all five of a cookmind tokenizer "
         "exported with --format gpt2). A tokenizer.json names its own",
     )
-    i.add_argument("--pattern", default="gpt2", help="pre-tokenization regex: gpt2 (default), gpt4 or a regex")
+    i.add_argument(
+        "--pattern",
+        default=None,
+        help="--vocab/--merges: pre-tokenization regex: gpt2 (default), gpt4 or a regex (tokenizer.json: its own)",
+    )
     i.add_argument("--out", required=True, help="output tokenizer directory")
     i.add_argument(
         "--overwrite",
@@ -375,9 +379,24 @@ def _import(args) -> int:
     from cookmind.tokenizer.hf_format import load_gpt2_files, load_hf_tokenizer_json
 
     if args.tokenizer_json:
+        # what a tokenizer.json holds itself: a flag for it would be passed over, another tokenizer than asked for
+        for flag, given in (
+            ("--vocab", args.vocab),
+            ("--merges", args.merges),
+            ("--special-token", args.special_token),
+            ("--pattern", args.pattern),
+        ):
+            if given is not None:
+                raise TokenizerError(
+                    f"{flag} is for --vocab/--merges; a --tokenizer-json names its own vocabulary, merges, special "
+                    f"tokens and pattern: drop {flag}"
+                )
         tok = load_hf_tokenizer_json(args.tokenizer_json)
     elif args.vocab and args.merges:
-        tok = load_gpt2_files(args.vocab, args.merges, args.special_token, args.pattern)
+        tok = load_gpt2_files(args.vocab, args.merges, args.special_token, args.pattern or "gpt2")
+    elif args.vocab or args.merges:
+        given, missing = ("--vocab", "--merges") if args.vocab else ("--merges", "--vocab")
+        raise TokenizerError(f"{given} needs {missing} beside it (GPT-2's vocab.json and merges.txt)")
     else:
         raise TokenizerError("pass --vocab and --merges, or --tokenizer-json")
     check_out(Path(args.out), args.overwrite, (args.vocab, args.merges, args.tokenizer_json))
