@@ -674,6 +674,25 @@ def test_gsm8k_and_mmlu_metrics_name_what_was_measured_and_how_much_limit_left_o
     assert "--limit-per-subject 2: evaluated 4 of the 6 questions" in captured.err, captured.err
 
 
+def test_gsm8k_out_with_a_lone_surrogate_in_a_question_is_written(tmp_path, monkeypatch, capsys):
+    """A question whose JSON spells a lone surrogate ("\\ud800", no character; the encoder reads it as U+FFFD) was
+    answered and graded, and then writing --out failed on it ("'utf-8' codec can't encode character '\\ud800'"):
+    the whole run's answers lost, exit 2. The question is now read as the model is given it, with U+FFFD there, and
+    --out is written."""
+    import cookmind.infer.loading
+    from cookmind.cli import main
+
+    model = OracleLM(lambda prompt: " 4</think> <answer>4</answer>")
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (model, CharTok()))
+    data = tmp_path / "g.jsonl"
+    data.write_text('{"question": "What is 2+2? \\ud800", "answer": "#### 4"}\n')
+    out = tmp_path / "g_out.jsonl"
+    assert main(["eval", "gsm8k", "m", "--data", str(data), "--quiet", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["accuracy"] == 1.0
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["question"] == "What is 2+2? \ufffd" and record["grades"] == [1.0]
+
+
 def test_eval_refusing_an_existing_out_names_the_file_the_user_passed(tmp_path, monkeypatch, capsys):
     """Re-running with an existing `--out ev/gsm8k.jsonl` complained about ev/gsm8k.metrics.json, a file the user
     never named; the --out itself comes first, and the metrics file is named as the one beside it."""

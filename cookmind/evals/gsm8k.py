@@ -23,6 +23,7 @@ from cookmind.evals.atomic_io import read_jsonl_lines
 from cookmind.evals.passk import pass_at_k
 from cookmind.infer import SamplingParams, generate
 from cookmind.tokenizer import Tokenizer
+from cookmind.tokenizer.bytes_unicode import without_lone_surrogates
 
 
 def load_gsm8k(path, limit: int | None = None) -> list[dict]:
@@ -71,6 +72,8 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
                     raise ValueError(f"empty text in {named!r}; fix or remove the record")
         except ValueError as exc:
             raise ValueError(f"{path}:{lineno}: {exc}") from None
+        for field in ("question", "answer"):  # JSON's "\\ud800", no character: as the encoder reads it, and --out
+            row[field] = without_lone_surrogates(row[field])  # can write it (UTF-8 cannot hold a lone surrogate)
     return [row for _, row in rows]
 
 
