@@ -104,6 +104,29 @@ def test_load_errors_are_clear(tmp_path):
         Tokenizer.load(tmp_path)
 
 
+def test_a_cookmind_tokenizer_file_of_another_shape_is_one_line_naming_it(tok, tmp_path, capsys):
+    """A cookmind_tokenizer.json that parses but is not the format's object (a JSON list or number, a file without
+    its special_tokens or pattern, specials that are no token -> id object) ended `tokenizer info` (and every command
+    that loads it) in an AttributeError or KeyError traceback. Each is now one line naming the file."""
+    good = tok.to_dict()
+    cases = {
+        "list": [],
+        "number": 3,
+        "no_specials": {k: v for k, v in good.items() if k != "special_tokens"},
+        "no_pattern": {k: v for k, v in good.items() if k != "pattern"},
+        "specials_list": {**good, "special_tokens": ["<|endoftext|>"]},
+        "special_id_text": {**good, "special_tokens": {"<|endoftext|>": "x"}},
+    }
+    for name, doc in cases.items():
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / "cookmind_tokenizer.json"
+        path.write_text(json.dumps(doc))
+        assert run_cli(["info", "--tokenizer", str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith(f"cookmind tokenizer info: error: {path}: "), (name, err)
+        assert len(err.strip().splitlines()) == 1 and "re-save the tokenizer" in err, (name, err)
+
+
 def test_a_damaged_tokenizer_file_is_named_not_replaced_by_its_tokenizer_json(tok, tmp_path, capsys):
     """A cookmind folder whose cookmind_tokenizer.json is damaged (cut short, edited) was read through transformers
     from the tokenizer.json beside it, without a word: pack wrote a store under another fingerprint (train then

@@ -438,6 +438,8 @@ class Tokenizer:
     @classmethod
     def from_dict(cls, d: dict, where: str = "<dict>") -> Tokenizer:
         """Rebuild a tokenizer from to_dict()'s output."""
+        if not isinstance(d, dict):
+            raise TokenizerError(f"{where}: not a JSON object but a {type(d).__name__}; re-save the tokenizer")
         if d.get("format") != FORMAT:
             raise TokenizerError(f"{where}: not a cookmind tokenizer (format={d.get('format')!r}, expected {FORMAT!r})")
         try:
@@ -445,7 +447,11 @@ class Tokenizer:
             merges = [(str_to_token(a), str_to_token(b)) for a, b in d["merges"]]
         except (KeyError, ValueError, TypeError) as exc:
             raise TokenizerError(f"{where}: malformed vocab or merges ({exc!r}); re-save the tokenizer") from None
-        specials = {s: int(i) for s, i in d["special_tokens"].items()}
+        specials = d.get("special_tokens")
+        if not isinstance(specials, dict) or not all(type(i) is int for i in specials.values()):
+            raise TokenizerError(f"{where}: special_tokens is not an object of token -> id; re-save the tokenizer")
+        if not isinstance(d.get("pattern"), str):
+            raise TokenizerError(f"{where}: no pattern (the pre-tokenization regex); re-save the tokenizer")
         return cls(vocab, merges, specials, d["pattern"], eos_token=d.get("eos_token"), bos_ids=d.get("bos_ids", ()))
 
     def fingerprint(self) -> str:
