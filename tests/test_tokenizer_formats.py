@@ -380,6 +380,47 @@ def test_import_refuses_flags_a_tokenizer_json_does_not_read(tok, tmp_path, caps
     assert Tokenizer.load(tmp_path / "out").fingerprint() == tok.fingerprint()
 
 
+def test_import_refuses_a_vocab_whose_ids_are_not_distinct_whole_numbers(tok, tmp_path, capsys):
+    """vocab.json ids were read with int(): a null ended in a TypeError traceback, "x" in a bare "invalid literal for
+    int()" naming no file, 1.5 was read as 1, a negative id was kept (a store's unsigned ids wrap it), and two
+    tokens given one id kept the second, so the first's byte went missing: "the vocabulary lacks single-byte tokens
+    [34]". Each is now refused naming the file and the token (tokenizer.json's model.vocab too)."""
+    from cookmind.tokenizer.hf_format import hf_tokenizer_json
+
+    tok.save(tmp_path / "src")
+    assert (
+        run_cli(["export", "--tokenizer", str(tmp_path / "src"), "--out", str(tmp_path / "g"), "--format", "gpt2"]) == 0
+    )
+    capsys.readouterr()
+    good = json.loads((tmp_path / "g" / "vocab.json").read_text())
+    first, second = list(good)[:2]
+    hf = hf_tokenizer_json(tok)
+    for name, value, why in (
+        ("null", None, "is not a whole number"),
+        ("text", "x", "is not a whole number"),
+        ("half", 1.5, "is not a whole number"),
+        ("negative", -5, "is not a whole number"),
+        ("twice", good[first], f"also the id of {first!r}"),
+    ):
+        (tmp_path / f"{name}.json").write_text(json.dumps({**good, second: value}))
+        argv = ["import", "--vocab", str(tmp_path / f"{name}.json"), "--merges", str(tmp_path / "g" / "merges.txt")]
+        assert run_cli([*argv, "--out", str(tmp_path / "o")]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith(f"cookmind tokenizer import: error: {tmp_path / f'{name}.json'}: "), (name, err)
+        assert why in err and repr(second) in err, (name, err)
+        bad_hf = {**hf, "model": {**hf["model"], "vocab": {**hf["model"]["vocab"], second: value}}}
+        (tmp_path / f"{name}.tokenizer.json").write_text(json.dumps(bad_hf))
+        assert (
+            run_cli(
+                ["import", "--tokenizer-json", str(tmp_path / f"{name}.tokenizer.json"), "--out", str(tmp_path / "o")]
+            )
+            == 2
+        )
+        err = capsys.readouterr().err
+        assert err.startswith(f"cookmind tokenizer import: error: {tmp_path / f'{name}.tokenizer.json'}: "), (name, err)
+        assert not (tmp_path / "o").exists()
+
+
 def test_encode_names_a_folder_given_as_its_input(tmp_path, tok, capsys):
     folder = save_tokenizer(tok, tmp_path / "tok")
     (tmp_path / "texts").mkdir()

@@ -132,6 +132,7 @@ def load_gpt2_files(
         raise TokenizerError(f"{vocab_path}: not a JSON object of token -> id ({exc})") from None
     if not isinstance(table, dict):
         raise TokenizerError(f"{vocab_path}: not a JSON object of token -> id (got a {type(table).__name__})")
+    _check_ids(table, vocab_path)
     merges = _read_merges(merges_path)
     if special_tokens is None:
         made = {a + b for a, b in merges}
@@ -143,6 +144,20 @@ def load_gpt2_files(
         except KeyError:
             raise TokenizerError(f"{vocab_path}: token {t!r} (id {i}) is not in GPT-2's byte-to-unicode form") from None
     return Tokenizer(vocab, merges, list(special_tokens), pattern)
+
+
+def _check_ids(table: dict, where) -> None:
+    """TokenizerError naming the token whose id in a token -> id ``table`` is not a whole number 0 or more, or is
+    another token's too (one of the two would be lost: a byte's, and the vocabulary 'lacks' it)."""
+    owner: dict[int, str] = {}
+    for t, i in table.items():
+        if type(i) is not int or i < 0:
+            raise TokenizerError(f"{where}: token {t!r} has id {i!r}, which is not a whole number 0 or more")
+        if i in owner:
+            raise TokenizerError(
+                f"{where}: token {t!r} has id {i}, also the id of {owner[i]!r}; each token needs an id of its own"
+            )
+        owner[i] = t
 
 
 def _unmade(token: str, made: set[bytes]) -> bool:
@@ -238,8 +253,9 @@ def load_hf_tokenizer_json(path: str | os.PathLike) -> Tokenizer:
     if doc.get("normalizer"):
         raise TokenizerError(f"{path}: a normalizer ({doc['normalizer'].get('type')}) is not supported")
     pattern = _pattern_from_pre_tokenizer(doc.get("pre_tokenizer"), str(path))
-    if not isinstance(model.get("vocab"), dict) or not all(type(i) is int for i in model["vocab"].values()):
+    if not isinstance(model.get("vocab"), dict):
         raise TokenizerError(f"{path}: model.vocab is not an object of token -> id; re-save the tokenizer")
+    _check_ids(model["vocab"], path)
     if not isinstance(model.get("merges"), list):
         raise TokenizerError(f"{path}: model.merges is not a list of merges; re-save the tokenizer")
     specials = {}
