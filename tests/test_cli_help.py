@@ -228,3 +228,14 @@ def test_generate_help_says_how_to_give_a_prompt_from_a_file_or_stdin():
     # help said "prompt text": nothing said how to give a file's text or a pipe's
     text = _help("generate")
     assert "--prompt-file FILE" in text and "--prompt-file -" in text
+
+
+def test_mmlu_help_says_its_questions_are_asked_zero_shot(capsys):
+    """Nothing said that `eval mmlu` asks each question with no worked examples before it (zero-shot), where
+    published MMLU figures are mostly 5-shot from the dev split: a user compared the two as one measure."""
+    import pytest
+
+    with pytest.raises(SystemExit):
+        _stage_parser("eval")[0].parse_args(["mmlu", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "zero-shot" in text and "5-shot" in text, text

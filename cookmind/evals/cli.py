@@ -72,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="letter",
         choices=["letter", "option", "generate"],
         help="letter: the likeliest of ' A'..' D' after the prompt (default); option: the likeliest option text, "
-        "per token; generate: greedy text, the letter read from it",
+        "per token; generate: greedy text, the letter read from it. Every question is asked zero-shot (no worked "
+        "examples before it; published MMLU figures are mostly 5-shot, from the dev split)",
     )
     m.add_argument("--batch-size", type=int_in(1), default=8, help="questions scored together (default 8)")
 
