@@ -239,3 +239,14 @@ def test_mmlu_help_says_its_questions_are_asked_zero_shot(capsys):
         _stage_parser("eval")[0].parse_args(["mmlu", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "zero-shot" in text and "5-shot" in text, text
+
+
+def test_gsm8k_seed_help_says_the_samples_follow_the_batch_size_too(capsys):
+    """`--seed` read "sampling seed (default 0)", and the same seed gave other samples (and another accuracy) at
+    another --batch-size: each batch of problems draws from its own generator. The help now says both fix them."""
+    import pytest
+
+    with pytest.raises(SystemExit):
+        _stage_parser("eval")[0].parse_args(["gsm8k", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the same --seed and --batch-size give the same samples" in text, text

@@ -49,7 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=float_in(0), default=0.0, help="0 = greedy (default)")
     g.add_argument("--max-new-tokens", type=int_in(1), default=256, help="answer length cap (default 256)")
     g.add_argument("--batch-size", type=int_in(1), default=32, help="problems generated together (default 32)")
-    g.add_argument("--seed", type=SEED, default=0, help="sampling seed (default 0)")
+    g.add_argument(
+        "--seed",
+        type=SEED,
+        default=0,
+        help="sampling seed (default 0); each batch of problems draws from its own generator, so the same --seed and "
+        "--batch-size give the same samples (another --batch-size, others)",
+    )
 
     m = sub.add_parser("mmlu", help="MMLU accuracy per subject and macro-averaged")
     common(m)
