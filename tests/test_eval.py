@@ -132,6 +132,27 @@ def test_mmlu_letter_scores_match_hf_log_softmax(tmp_path):
     assert m["num_questions"] == 1
 
 
+def test_a_typed_special_token_is_text_in_eval_with_a_hugging_face_tokenizer(tmp_path):
+    """With a Hugging Face model folder the eval holds transformers' own tokenizer, and its prompts and documents
+    were encoded with `encode(text, add_special_tokens=False)`, which reads a typed special token as the token: an
+    MMLU question or GSM8K prompt spelling "<eos>" put the end-of-text id in the prompt, and eval ppl scored the
+    documents' own text "<eos>" as one end token (pack stores it as its bytes). It is now text there, as in pack,
+    generate and the guide: the ids of its bytes, by GPT-2's byte map."""
+    from cookmind.tokenizer.bytes_unicode import bytes_to_unicode
+    from cookmind.tokenizer.documents import encode_text, prompt_ids
+
+    tok = tiny_hf_tokenizer(tmp_path)
+    text = "Q: a<eos>b?"
+    by_hand = [tok.convert_tokens_to_ids(bytes_to_unicode()[b]) for b in text.encode()]
+    assert tok.eos_token_id not in by_hand
+    assert encode_text(tok, text) == by_hand and prompt_ids(tok, text) == by_hand
+    rows = [{"subject": "toy", "question": "a<eos>b?", "options": ["3", "4", "5", "6"], "answer": "B"}]
+    from cookmind.align.losses import tokenize_prompt_and_output
+
+    batch = tokenize_prompt_and_output([mmlu_prompt(rows[0])], [" B"], tok)
+    assert tok.eos_token_id not in batch["input_ids"][0].tolist()
+
+
 def test_perplexity_matches_hf_loss_and_bits_per_byte(shared_data, tmp_path):
     tok, model = tiny_hf_tokenizer(tmp_path), tiny_hf_model()
     text = (shared_data / "text" / "tinystories_sample.txt").read_text()[:300].strip()  # as pack reads a document

@@ -57,7 +57,9 @@ def encode_text(tokenizer, text: str) -> list[int]:
     if is_hf_tokenizer(tokenizer):
         # verbose=False: cookmind windows or refuses a text longer than the model's context itself; transformers'
         # "would cause indexing errors" (past an export's model_max_length) is no news
-        return list(tokenizer.encode(text, add_special_tokens=False, verbose=False))
+        # split_special_tokens: a special token typed in the text is that text, as ours (and pack's adapter) encode
+        # it; transformers' default reads it as the token
+        return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True, verbose=False))
     return list(tokenizer.encode(text))
 
 
