@@ -153,6 +153,36 @@ def test_a_typed_special_token_is_text_in_eval_with_a_hugging_face_tokenizer(tmp
     assert tok.eos_token_id not in batch["input_ids"][0].tolist()
 
 
+def test_ppl_on_a_store_packed_with_another_tokenizer_than_a_hugging_face_models_is_refused(tmp_path, tok_dir, capsys):
+    """With a Hugging Face model folder the eval holds transformers' tokenizer, which has no fingerprint: a store
+    packed with another tokenizer of the same size and end id was scored without a word, its ids read as the
+    model's tokens (and its bytes as the model's tokenizer decodes them: 3,821 where the text has 3,693). The
+    store's fingerprint is now checked against the folder's tokenizer as pack reads it, as for cookmind's models."""
+    from lm_fixtures import CORPUS
+
+    from cookmind.cli import main
+    from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+
+    ours = Tokenizer.load(tok_dir)
+    (tmp_path / "c.txt").write_text(CORPUS)
+    vocab, merges = train_bpe(tmp_path / "c.txt", ours.vocab_size, DEFAULT_SPECIAL_TOKENS, pattern="gpt4", workers=1)
+    other = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS, "gpt4")
+    assert other.fingerprint() != ours.fingerprint() and other.eos_id == ours.eos_id
+    argv = ["pack", "--tokenizer", str(tok_dir), "--train-type", "seq", "--input", str(tmp_path / "c.txt")]
+    assert main([*argv, "--out", str(tmp_path / "store"), "--quiet"]) == 0
+    for name, tok in (("same", ours), ("other", other)):
+        tok.save(tmp_path / name)
+        (tmp_path / name / "cookmind_tokenizer.json").unlink()  # a Hugging Face folder: tokenizer.json and config
+        tiny_hf_model(tmp_path / name, vocab_size=tok.vocab_size)
+    capsys.readouterr()
+    argv = ["eval", "ppl", "--data", str(tmp_path / "store"), "--window", "64", "--quiet"]
+    assert main([*argv, "--model", str(tmp_path / "same")]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] > 0
+    assert main([*argv, "--model", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert "was packed with tokenizer" in err and other.fingerprint()[:16] in err, err
+
+
 def test_perplexity_matches_hf_loss_and_bits_per_byte(shared_data, tmp_path):
     tok, model = tiny_hf_tokenizer(tmp_path), tiny_hf_model()
     text = (shared_data / "text" / "tinystories_sample.txt").read_text()[:300].strip()  # as pack reads a document

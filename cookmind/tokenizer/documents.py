@@ -80,7 +80,27 @@ def tokenizer_identity(tokenizer) -> tuple[str | None, dict | None]:
     (``TokenStore.check_tokenizer``); (None, None) for no tokenizer."""
     if tokenizer is None:
         return None, None
-    return (tokenizer.fingerprint() if hasattr(tokenizer, "fingerprint") else None), document_framing(tokenizer)
+    if hasattr(tokenizer, "fingerprint"):
+        return tokenizer.fingerprint(), document_framing(tokenizer)
+    return _folder_fingerprint(tokenizer), document_framing(tokenizer)
+
+
+def _folder_fingerprint(tokenizer) -> str | None:
+    """The fingerprint pack records for a transformers tokenizer's folder (``name_or_path``): its tokenizer read as
+    pack reads it (ours, or through transformers), so a store packed with another tokenizer is refused, not scored
+    as the model's tokens. None when it names no folder cookmind can read."""
+    from pathlib import Path
+
+    from cookmind.tokenizer.errors import TokenizerError
+    from cookmind.tokenizer.hf_adapter import load_tokenizer
+
+    folder = getattr(tokenizer, "name_or_path", None)
+    if not folder or not Path(folder).is_dir():
+        return None
+    try:
+        return load_tokenizer(folder).fingerprint()
+    except (TokenizerError, OSError, ValueError):
+        return None
 
 
 def document_ids(tokenizer, text_ids) -> list[int]:
