@@ -183,6 +183,27 @@ def test_ppl_on_a_store_packed_with_another_tokenizer_than_a_hugging_face_models
     assert "was packed with tokenizer" in err and other.fingerprint()[:16] in err, err
 
 
+def test_bits_per_byte_of_a_store_window_cut_inside_a_character_counts_its_bytes_with_a_hugging_face_tokenizer(
+    tmp_path,
+):
+    """A store's windows are cut at any token, so inside a character where its UTF-8 bytes are tokens apart. With
+    a Hugging Face model the bytes were counted by decoding the window's ids to text, and each cut character's
+    piece decoded to U+FFFD, three bytes: on a store of CJK text and emoji GPT-2's tokenizer counted 11,933 bytes
+    where the windows hold 11,821 (ours, by its byte table), so bits per byte read 1% low. A byte-level tokenizer's
+    bytes are now counted as its tokens' bytes; here one token a byte, so the count is the bytes by hand."""
+    from cookmind.evals.perplexity import text_bytes
+
+    tok = tiny_hf_tokenizer(tmp_path)
+    text = "家族 😀 é, テキスト"
+    raw = text.encode()
+    ids = tok.encode(text, add_special_tokens=False)
+    assert len(ids) == len(raw)  # one token a byte
+    for cut in range(len(raw) + 1):
+        assert text_bytes(tok, ids[cut:]) == len(raw) - cut, cut
+        assert text_bytes(tok, ids[:cut]) == cut, cut
+    assert text_bytes(tok, [*ids, tok.eos_token_id]) == len(raw)  # a special token is no text
+
+
 def test_perplexity_matches_hf_loss_and_bits_per_byte(shared_data, tmp_path):
     tok, model = tiny_hf_tokenizer(tmp_path), tiny_hf_model()
     text = (shared_data / "text" / "tinystories_sample.txt").read_text()[:300].strip()  # as pack reads a document

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from cookmind import text_input
 from cookmind.align.losses import gather_log_probs, logits_of
 from cookmind.align.prompts import encode_text, is_hf_tokenizer
-from cookmind.tokenizer.bytes_unicode import without_lone_surrogates
+from cookmind.tokenizer.bytes_unicode import unicode_to_bytes, without_lone_surrogates
 from cookmind.tokenizer.documents import document_end_id, document_start_ids
 
 if TYPE_CHECKING:
@@ -101,12 +101,30 @@ def text_bytes(tokenizer, ids) -> int:
     """The UTF-8 bytes of the text ``ids`` stand for; a special token counts none (it separates text, it is none)."""
     ids = [int(i) for i in ids]
     if is_hf_tokenizer(tokenizer):
+        exact = _byte_level_bytes(tokenizer, ids)
+        if exact is not None:
+            return exact
         return len(tokenizer.decode(ids, skip_special_tokens=True).encode("utf-8"))
     specials = set(getattr(tokenizer, "special_tokens", {}).values())
     kept = [i for i in ids if i not in specials]
     if hasattr(tokenizer, "decode_bytes"):  # ours: the bytes themselves, a character cut by a window not replaced
         return len(tokenizer.decode_bytes(kept))
     return len(tokenizer.decode(kept).encode("utf-8"))
+
+
+def _byte_level_bytes(tokenizer, ids: list[int]) -> int | None:
+    """The bytes a byte-level transformers tokenizer's (GPT-2's, Qwen's) non-special ids stand for, counted by GPT-2's
+    byte table as ours counts them: decoding a window cut inside a character gives U+FFFD's three bytes for each
+    piece of it. None for another kind of tokenizer (SentencePiece's), or a token outside the table."""
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    if type(decoder).__name__ != "ByteLevel":
+        return None
+    specials = set(tokenizer.all_special_ids)
+    table = unicode_to_bytes()
+    tokens = tokenizer.convert_ids_to_tokens([i for i in ids if i not in specials])
+    if not all(isinstance(t, str) and all(c in table for c in t) for t in tokens):
+        return None
+    return sum(len(t) for t in tokens)
 
 
 def _joined_ids(tokenizer, pieces: Sequence[str], end_id: int) -> list[int]:
