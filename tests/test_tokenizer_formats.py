@@ -127,6 +127,24 @@ def test_a_cookmind_tokenizer_file_of_another_shape_is_one_line_naming_it(tok, t
         assert len(err.strip().splitlines()) == 1 and "re-save the tokenizer" in err, (name, err)
 
 
+def test_a_tokenizer_file_given_for_its_folder_is_told_to_name_the_folder(tok, tmp_path, capsys):
+    """`--tokenizer tok/tokenizer.json` (a file where the folder belongs) read "no tokenizer in tok/tokenizer.json:
+    expected cookmind_tokenizer.json (or tokenizer.json, ...); train one", as if the file were missing. It now says
+    the path is a file and names the folder to pass; another file is told a tokenizer is a folder."""
+    tok.save(tmp_path / "tok")
+    for name in ("tokenizer.json", "cookmind_tokenizer.json"):
+        assert run_cli(["info", "--tokenizer", str(tmp_path / "tok" / name)]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"cookmind tokenizer info: error: {tmp_path / 'tok' / name} is a file; a tokenizer is named "
+            f"by its folder: pass {tmp_path / 'tok'}\n"
+        ), err
+    (tmp_path / "notes.txt").write_text("x")
+    assert run_cli(["info", "--tokenizer", str(tmp_path / "notes.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "notes.txt is a file; a tokenizer is named by its folder" in err and "pass " not in err, err
+
+
 def test_a_damaged_tokenizer_file_is_named_not_replaced_by_its_tokenizer_json(tok, tmp_path, capsys):
     """A cookmind folder whose cookmind_tokenizer.json is damaged (cut short, edited) was read through transformers
     from the tokenizer.json beside it, without a word: pack wrote a store under another fingerprint (train then

@@ -514,6 +514,12 @@ class Tokenizer:
                 f"no tokenizer in {directory}, a training run: its checkpoints hold its tokenizer; pass the newest "
                 f"checkpoint's, {saved[-1]}"
             )
+        if directory.is_file():  # the tokenizer's file named where its folder belongs
+            known = directory.name in (FILE_NAME, "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+            raise TokenizerError(
+                f"{directory} is a file; a tokenizer is named by its folder"
+                + (f": pass {directory.parent}" if known else f" (holding {FILE_NAME} or tokenizer.json)")
+            )
         raise TokenizerError(
             f"no tokenizer in {directory}: expected {FILE_NAME} (or tokenizer.json, or vocab.json + merges.txt); "
             "train one with `cookmind tokenizer train`"
