@@ -49,3 +49,23 @@ def test_mmlu_generate_counts_answers_with_no_readable_letter_in_json_stderr_and
     # letter scoring always picks a letter: no such count to report
     assert main(["eval", "mmlu", "m", "--data", str(tmp_path / "mmlu"), "--quiet"]) == 0
     assert "num_no_letter" not in json.loads(capsys.readouterr().out)
+
+
+def test_mmlu_says_which_subject_files_held_no_question(tmp_path, monkeypatch, capsys):
+    """A subject whose CSV is empty (a download cut short) was left out of the per-subject scores and the macro
+    average without a word: two subjects asked for, one scored, nothing said why. The metrics now list it as
+    subjects_empty and a line on stderr names it."""
+    import cookmind.infer.loading
+    from cookmind.cli import main
+
+    monkeypatch.setattr(
+        cookmind.infer.loading, "load_for_inference", lambda *a, **k: (OracleLM(_respond, "Answer:"), CharTok())
+    )
+    (tmp_path / "mmlu" / "test").mkdir(parents=True)
+    (tmp_path / "mmlu" / "test" / "toy_test.csv").write_text("Q1?,xx,zz,qq,ww,B\n")
+    (tmp_path / "mmlu" / "test" / "cut_test.csv").write_text("")
+    assert main(["eval", "mmlu", "m", "--data", str(tmp_path / "mmlu"), "--scoring", "generate", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)
+    assert metrics["per_subject"] == {"toy": 1.0} and metrics["subjects_empty"] == ["cut"]
+    assert "1 subject file(s) held no question (cut)" in captured.err, captured.err

@@ -153,6 +153,7 @@ def main(args) -> int:
             raise type(exc)(f"--out {out}: the metrics file beside it, {metrics_file}, {why}") from None
     device = str(resolve_device(args.device))  # the checkpoint's dtype: scores as trained, on either device
     # the flags and the data before the model: a wrong one is said at once, not after a model has loaded
+    questions_read: list[dict] = []
     if args.task == "gsm8k":
         from cookmind.evals.gsm8k import check_options, load_gsm8k
 
@@ -163,6 +164,7 @@ def main(args) -> int:
         from cookmind.evals.mmlu import load_mmlu
 
         rows = load_mmlu(args.data, args.split, args.subjects, args.limit_per_subject)
+        questions_read = rows
     else:
         from cookmind.evals.perplexity import require_data
 
@@ -220,7 +222,7 @@ def main(args) -> int:
         _say_what_was_left_out(args, metrics)
         if args.out:
             write_jsonl(args.out, rows)
-    metrics = {**_what_was_measured(args), **metrics}
+    metrics = {**_what_was_measured(args, questions_read), **metrics}
     _say_what_limit_left_out(args, metrics)
     skipped = metrics.get("num_skipped_too_long", 0)
     if skipped:
@@ -252,6 +254,14 @@ def main(args) -> int:
             "which); --scoring letter scores each question by its likeliest letter instead",
             file=sys.stderr,
         )
+    if metrics.get("subjects_empty"):
+        empty = metrics["subjects_empty"]
+        say(  # the subjects are named by the user's CSV files
+            f"cookmind eval {args.task}",
+            None,
+            f"{len(empty)} subject file(s) held no question ({', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''}"
+            f"): not in per_subject nor macro_accuracy (subjects_empty)",
+        )
     if metrics.get("subjects_not_scored"):
         lost = metrics["subjects_not_scored"]
         say(  # the subjects are named by the user's CSV files
@@ -279,9 +289,10 @@ def _template_escapes(template: str) -> str:
     return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), "\\"), template)
 
 
-def _what_was_measured(args) -> dict:
+def _what_was_measured(args, questions_read: list[dict]) -> dict:
     """What the metrics are of: the task, the model and data as given, and the settings that chose and graded the
-    items; with a --limit that left some out, how many the data holds. A metrics file read later says what it is."""
+    items; with a --limit that left some out, how many the data holds; MMLU's subjects whose CSV held no question
+    (``questions_read``: the rows load_mmlu read). A metrics file read later says what it is."""
     measured = {"task": args.task, "model": args.model}
     if args.task == "gsm8k":
         measured.update(
@@ -303,6 +314,10 @@ def _what_was_measured(args) -> dict:
         measured.update(data=args.data, split=args.split, subjects=subjects, limit_per_subject=args.limit_per_subject)
         if args.limit_per_subject is not None:
             measured["num_questions_in_data"] = count_questions(args.data, args.split, subjects)
+        read = {row["subject"] for row in questions_read}
+        empty = [s for s in subjects if s not in read]  # a CSV with no rows: in no score, not even as skipped
+        if empty:
+            measured["subjects_empty"] = empty
     return measured
 
 
