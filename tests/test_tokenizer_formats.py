@@ -511,6 +511,47 @@ def test_cli_train_encode_decode(tmp_path, capsys):
     assert np.fromfile(tmp_path / "ids.bin", dtype="<u4").tolist() == Tokenizer.load(out).encode(text * 50)
 
 
+def test_decode_reads_the_ids_encode_wrote_and_writes_the_file_back_byte_for_byte(tok, tmp_path, capsys):
+    """`tokenizer encode --input F --output ids.bin` had no way back: decode took ids only as arguments (a .bin of
+    a book's ids could not be given; a text of them only through the shell) and printed with a newline added and
+    control characters escaped. decode --input reads what encode wrote (.bin or the text of ids) and --output
+    writes the bytes the ids stand for, so encode then decode gives back the file (CRLF, NUL, emoji, CJK)."""
+    folder = save_tokenizer(tok, tmp_path / "tok")
+    original = "a\r\nb\x00c \U0001f600 \u5bb6 <|endoftext|>\n\tend".encode() * 40
+    (tmp_path / "in.txt").write_bytes(original)
+    for name in ("ids.bin", "ids.txt"):
+        assert (
+            run_cli(
+                [
+                    "encode",
+                    "--tokenizer",
+                    str(folder),
+                    "--input",
+                    str(tmp_path / "in.txt"),
+                    "--output",
+                    str(tmp_path / name),
+                ]
+            )
+            == 0
+        )
+        back = tmp_path / f"back-{name}.txt"
+        assert (
+            run_cli(["decode", "--tokenizer", str(folder), "--input", str(tmp_path / name), "--output", str(back)]) == 0
+        )
+        assert back.read_bytes() == original, name
+        assert (
+            run_cli(["decode", "--tokenizer", str(folder), "--input", str(tmp_path / name), "--output", str(back)]) == 2
+        )
+        assert "already exists" in capsys.readouterr().err
+    ids = tok.encode("hi there")
+    (tmp_path / "few.txt").write_text(" ".join(map(str, ids)) + "\n")
+    assert run_cli(["decode", "--tokenizer", str(folder), "--input", str(tmp_path / "few.txt")]) == 0
+    assert capsys.readouterr().out == "hi there\n"  # to the terminal as before: escaped controls, a newline
+    (tmp_path / "bad.txt").write_text("12 x 4\n")
+    assert run_cli(["decode", "--tokenizer", str(folder), "--input", str(tmp_path / "bad.txt")]) == 2
+    assert "bad.txt: 'x' is not a token id" in capsys.readouterr().err
+
+
 def test_cli_bad_input_leaves_no_output(tmp_path, capsys):
     out = tmp_path / "tok"
     bad = tmp_path / "bad.txt"

@@ -84,7 +84,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     d = sub.add_parser("decode", help="token ids -> text")
     d.add_argument("--tokenizer", required=True, help="tokenizer directory")
-    d.add_argument("ids", nargs="+", type=int)
+    d.add_argument("ids", nargs="*", type=int, help="the ids to decode (or --input)")
+    d.add_argument(
+        "--input",
+        help="a file of ids, as encode --output writes them: .bin = raw little-endian uint32, else the ids as text",
+    )
+    d.add_argument(
+        "--output",
+        "--out",
+        help="write the bytes the ids stand for here, exactly (encode then decode gives the file back); default: "
+        "print the text",
+    )
+    d.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
     d.add_argument(
         "--raw",
         action="store_true",
@@ -323,6 +334,54 @@ def _encode(args) -> int:
     return 0
 
 
+def _read_ids(path: str) -> list[int]:
+    """The ids of a file encode --output wrote: a .bin of little-endian uint32, else the ids as text."""
+    import numpy as np
+
+    if Path(path).is_dir() or not text_input.readable_as_file(path):
+        raise TokenizerError(f"input {path} {'is a directory' if Path(path).is_dir() else 'does not exist'}")
+    if path.endswith(".bin"):
+        data = Path(path).read_bytes()
+        if len(data) % 4:
+            raise TokenizerError(f"{path}: {len(data)} bytes, not a whole number of uint32 ids (4 bytes each)")
+        return np.frombuffer(data, dtype="<u4").tolist()
+    try:
+        words = Path(path).read_text(encoding="utf-8").split()
+    except UnicodeDecodeError:
+        raise TokenizerError(f"{path}: not text of token ids (nor a .bin of them)") from None
+    bad = next((w for w in words if not w.isascii() or not w.isdigit()), None)
+    if bad is not None:
+        raise TokenizerError(f"{path}: {bad!r} is not a token id; give the ids encode wrote (a .bin, or text of ids)")
+    return [int(w) for w in words]
+
+
+def _decode(args) -> int:
+    from cookmind.terminal import escape_controls
+    from cookmind.tokenizer.tokenizer import Tokenizer, tokenizer_files
+
+    if args.input is not None and args.ids:
+        raise TokenizerError("give the ids as arguments or --input, not both")
+    if args.input is None and not args.ids:
+        raise TokenizerError("give the ids to decode as arguments, or --input FILE (what encode --output wrote)")
+    if args.output:  # the tokenizer's files and the ids are inputs too
+        inputs = ([args.input] if args.input else []) + tokenizer_files(args.tokenizer)
+        try:
+            check_output_file(args.output, inputs, args.overwrite, "--output")
+        except (OSError, ValueError) as exc:
+            raise TokenizerError(str(exc)) from None
+    tok = Tokenizer.load(args.tokenizer)
+    ids = _read_ids(args.input) if args.input is not None else args.ids
+    if args.output:
+        data = tok.decode_bytes(ids)  # the bytes themselves: a file cut inside a character comes back as it was
+        with writing(args.output, "wb") as f:
+            f.write(data)
+        print(json.dumps({"tokens": len(ids), "bytes": len(data)}), file=sys.stderr)
+        return 0
+    text = tok.decode(ids)
+    sys.stdout.write((text if args.raw else escape_controls(text)) + "\n")
+    return 0
+
+
 def _export(args) -> int:
     from cookmind.tokenizer.bytes_unicode import token_to_str
     from cookmind.tokenizer.fast_encode import tiktoken_file_text
@@ -425,11 +484,7 @@ def main(args) -> int:
         if args.action == "encode":
             return _encode(args)
         if args.action == "decode":
-            from cookmind.terminal import escape_controls
-
-            text = Tokenizer.load(args.tokenizer).decode(args.ids)
-            sys.stdout.write((text if args.raw else escape_controls(text)) + "\n")
-            return 0
+            return _decode(args)
         if args.action == "export":
             return _export(args)
         if args.action == "import":
