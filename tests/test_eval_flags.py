@@ -122,3 +122,26 @@ def test_gsm8k_chat_template_on_a_tokenizer_without_chatml_names_the_templates_t
     err = _error(["eval", "gsm8k", "m", "--data", str(data), "--quiet", "--template", "chat"], capsys)
     assert err.startswith("cookmind eval gsm8k: error: --template chat renders chats in ChatML"), err
     assert "use --template r1_zero, compact or plain" in err and "generate without --chat" not in err, err
+
+
+def test_gsm8k_metrics_record_the_batch_size_that_with_the_seed_decides_the_samples(tmp_path, monkeypatch, capsys):
+    """Sampled answers follow --seed and --batch-size together (each batch draws from its own generator), and the
+    metrics recorded the seed but not the batch size: a metrics file could not say how to sample its answers
+    again. It records batch_size and num_samples beside seed and temperature."""
+    from test_align_fixtures import CharTok, OracleLM
+
+    import cookmind.infer.loading
+
+    model = OracleLM(lambda prompt: " 2", "Answer:")
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (model, CharTok()))
+    data = tmp_path / "g.jsonl"
+    data.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
+    argv = ["eval", "gsm8k", "m", "--data", str(data), "--quiet", "--template", "plain", "--batch-size", "3"]
+    assert main([*argv, "--num-samples", "2", "--temperature", "0.5", "--seed", "7"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert {k: metrics[k] for k in ("seed", "batch_size", "num_samples", "temperature")} == {
+        "seed": 7,
+        "batch_size": 3,
+        "num_samples": 2,
+        "temperature": 0.5,
+    }

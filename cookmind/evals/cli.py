@@ -301,6 +301,7 @@ def _what_was_measured(args, questions_read: list[dict]) -> dict:
             temperature=args.temperature,
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
+            batch_size=args.batch_size,  # with the seed, what decides sampled answers
             limit=args.limit,
         )
         if args.limit is not None:
