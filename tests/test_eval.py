@@ -325,6 +325,15 @@ def test_perplexity_on_a_token_store_matches_bigram_by_hand(shared_data, tmp_pat
     other = Tokenizer(*train_bpe(src, 280, DEFAULT_SPECIAL_TOKENS), DEFAULT_SPECIAL_TOKENS)
     with pytest.raises(ValueError, match=r"s\.bin was packed with tokenizer .*tok .*not the model's"):
         evaluate_store(TableLM(), other, tmp_path / "s.bin", window=32, progress=False)  # it scored them as its ids
+    # the model's tokenizer, but documents framed otherwise (a store whose meta.json says they opened with id 1): the
+    # refusal read "the model's's documents"
+    meta_path = tmp_path / "s.bin" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["tokenizer"]["bos_ids"] = [1]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"documents open with ids \[1\]; the model's tokenizer's documents open") as e:
+        evaluate_store(TableLM(), tok, tmp_path / "s.bin", window=32, progress=False)
+    assert "'s's" not in str(e.value)
 
 
 def _tiny_cookmind(context, vocab=256):

@@ -457,7 +457,7 @@ def evaluate_store(
         str(path),
         window,
         tokenizer_fingerprint=fingerprint,
-        tokenizer_path="the model's",
+        tokenizer_path="the model's tokenizer",
         tokenizer_framing=framing,
     )
     spans = [ds.window_bounds(i) for i in range(len(ds))]
