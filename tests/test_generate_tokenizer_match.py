@@ -89,3 +89,19 @@ def test_a_tokenizer_larger_than_a_model_that_carries_none_is_refused_naming_bot
     assert err.startswith(f"cookmind generate: error: --tokenizer {tmp_path / 'big'} has {big} tokens, more than")
     assert "vocabulary of 275" in err and err.count("\n") == 1, err
     assert load_for_inference(bare, tokenizer_path=tok_a)[0].config.vocab_size == 275  # one that fits still loads
+
+
+@pytest.mark.parametrize("hf_native", [False, True])
+def test_a_hugging_face_model_folder_refuses_another_tokenizer_as_a_checkpoint_does(setup, tmp_path, hf_native):
+    """A checkpoint refused a --tokenizer other than its own, but a Hugging Face model folder (its tokenizer.json, no
+    cookmind_tokenizer.json) was compared with nothing: eval and generate ran the model on another tokenizer's ids
+    without a word. Its tokenizer.json is its own, and another is refused alike (transformers' loading too)."""
+    ckpt, tok_a, tok_b = setup
+    hf = tmp_path / "hf"
+    assert cli_main(["export", "--hf", str(ckpt), str(hf)]) == 0
+    (hf / "cookmind_tokenizer.json").unlink()  # as a Hugging Face model's own folder holds it: tokenizer.json only
+    assert (hf / "tokenizer.json").is_file()
+    with pytest.raises(ValueError) as info:
+        load_for_inference(hf, tokenizer_path=tok_b, hf_native=hf_native)
+    assert str(hf) in str(info.value) and str(tok_b) in str(info.value)
+    load_for_inference(hf, tokenizer_path=tok_a, hf_native=hf_native)  # the same tokenizer still loads

@@ -68,6 +68,8 @@ def load_for_inference(
     if hf_native and is_hf_model_dir(path):
         _require_tokenizer(path, tokenizer_path)
         kwargs = {} if dtype is None else {"dtype": _torch_dtype(dtype)}
+        if tokenizer_path is not None:  # another tokenizer than the folder's own would feed the model other ids
+            _check_given_tokenizer(path, tokenizer_path)
         tokenizer = transformers_load("AutoTokenizer", Path(tokenizer_path or path), "the tokenizer")
         model = transformers_load("AutoModelForCausalLM", path, "the model", progress=progress, **kwargs)
         return model.to(device).eval(), tokenizer
@@ -98,6 +100,26 @@ def load_for_inference(
                 "that one"
             )
     return model.eval(), tokenizer
+
+
+def _check_given_tokenizer(path: Path, tokenizer_path) -> None:
+    """transformers' loading: --tokenizer read as cookmind's tokenizer (where it is a byte-level BPE) and compared
+    with the one the model folder carries, as cookmind's own loading does."""
+    from cookmind.tokenizer import TokenizerError
+    from cookmind.tokenizer.hf_adapter import load_tokenizer
+    from cookmind.tokenizer.tokenizer import check_carried_tokenizer
+
+    try:
+        given = load_tokenizer(tokenizer_path)
+    except (TokenizerError, ValueError, OSError):
+        return  # not one cookmind reads: transformers loads it, or says why not
+    check_carried_tokenizer(
+        path,
+        given,
+        model=f"the model {path}",
+        given=f"--tokenizer {tokenizer_path}",
+        hint="drop --tokenizer to use the model's own",
+    )
 
 
 def _require_tokenizer(path: Path, tokenizer_path) -> None:

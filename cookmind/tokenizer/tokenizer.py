@@ -541,21 +541,37 @@ def tokenizer_files(directory: str | os.PathLike) -> list[Path]:
     return [directory / n for n in names if (directory / n).is_file()]
 
 
+def _carried_tokenizer(model_dir: Path) -> Tokenizer | None:
+    """The tokenizer a model folder carries: a checkpoint's cookmind_tokenizer.json, or a Hugging Face model's own
+    tokenizer.json where it reads as a byte-level BPE (one that does not cannot be compared: None)."""
+    if (model_dir / FILE_NAME).is_file():
+        return Tokenizer.load(model_dir)
+    if (model_dir / "tokenizer.json").is_file():
+        try:
+            return Tokenizer.load(model_dir)
+        except (TokenizerError, ValueError, KeyError):
+            return None
+    return None
+
+
 def check_carried_tokenizer(model_dir: str | os.PathLike, tokenizer, *, model: str, given: str, hint: str) -> None:
-    """Refuse ``tokenizer`` when the checkpoint in ``model_dir`` carries another one (its cookmind_tokenizer.json).
+    """Refuse ``tokenizer`` when the checkpoint in ``model_dir`` carries another one (its cookmind_tokenizer.json, or a
+    Hugging Face model folder's tokenizer.json).
 
     ``model`` and ``given`` name the two sides in the error (e.g. ``train.init_from=runs/a`` and
     ``data.tokenizer=tok``), ``hint`` says what to do. Another tokenizer is one with another fingerprint, or one
     that opens or ends a document with other ids (``documents.document_framing``, which the fingerprint does not
     cover: the model learned one framing and would be prompted with the other). Nothing is checked when the
-    checkpoint carries no tokenizer or ``tokenizer`` has no fingerprint (a Hugging Face tokenizer object).
+    checkpoint carries no tokenizer (or one that is no byte-level BPE) or ``tokenizer`` has no fingerprint (a Hugging
+    Face tokenizer object).
     """
     from cookmind.tokenizer.documents import tokenizer_identity
 
     model_dir = Path(model_dir)
-    if tokenizer is None or not hasattr(tokenizer, "fingerprint") or not (model_dir / FILE_NAME).is_file():
+    carried = _carried_tokenizer(model_dir)
+    if tokenizer is None or not hasattr(tokenizer, "fingerprint") or carried is None:
         return
-    theirs, their_framing = tokenizer_identity(Tokenizer.load(model_dir))
+    theirs, their_framing = tokenizer_identity(carried)
     ours, our_framing = tokenizer_identity(tokenizer)
     if theirs != ours:
         raise TokenizerError(
