@@ -1365,3 +1365,34 @@ def test_gsm8k_reads_the_problem_files_grpo_reads(tmp_path):
         "'reference_answer' or 'ground_truth'), got ['chosen', 'prompt', 'rejected']; fix the record or pass "
         "another --data"
     )
+
+
+def test_a_reference_answer_of_several_numbers_without_a_final_line_is_refused_everywhere_it_is_read(tmp_path, tok_dir):
+    """A problem whose answer is a worked solution without GSM8K's '#### N' line was graded against its first number
+    (to_number of '48/2 = 24 clips in May ... 72 clips' is 24): every right answer scored wrong, without a word. Eval
+    gsm8k, grpo.problems and pack --train-type grpo read such a record as a bad one naming its line; '#### N', a bare
+    value and words ('yes') still read."""
+    from cookmind.align.objective import load_problems
+    from cookmind.align.rewards import grade_gsm8k
+    from cookmind.store.packer import PackError, pack
+
+    worked = "She sold 48/2 = 24 clips in May, so 48+24 = 72 clips in all."
+    assert not grade_gsm8k("The answer is 72.", worked)  # what happened: the first number was the reference
+    good = [
+        {"question": "How many clips?", "answer": f"{worked}\n#### 72"},
+        {"question": "How many?", "answer": "72"},
+        {"question": "Is it even?", "answer": "yes"},
+        {"question": "Half of 3?", "answer": "\\frac{3}{2}"},
+    ]
+    src = tmp_path / "p.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [*good, {"question": "How many clips?", "answer": worked}]))
+    said = f"{src}:5: 'answer' holds 5 numbers and no '#### N' line"
+    with pytest.raises(ValueError, match=said):
+        load_gsm8k(src)
+    with pytest.raises(ValueError, match=said):
+        load_problems(src)
+    with pytest.raises(PackError, match=said):
+        pack([src], tmp_path / "g", tok_dir, "grpo", progress=False)
+    (tmp_path / "ok.jsonl").write_text("".join(json.dumps(r) + "\n" for r in good))
+    assert [p["answer"] for p in load_gsm8k(tmp_path / "ok.jsonl")] == [r["answer"] for r in good]
+    assert len(load_problems(tmp_path / "ok.jsonl")) == 4

@@ -52,6 +52,7 @@ from cookmind.align.rewards import reference_text, reward_fn_for_template
 from cookmind.align.rollout import SamplingParams, collect_rollouts, cut_short, generate_ids
 from cookmind.parallel.fsdp import gathered_weights, is_sharded
 from cookmind.parallel.parallelize import shard_frozen
+from cookmind.store.records import check_gradable
 from cookmind.train.config import coerce_value
 from cookmind.train.objectives.base import Objective, unwrap
 
@@ -210,6 +211,8 @@ def problem_of(obj) -> dict[str, str]:
         problem[name] = reference_text(value, field)
         if not problem[name].strip():  # as pack reads a GRPO record: an empty required field makes a bad record
             raise ValueError(f"empty text in {field!r}: a problem needs a question and an answer; fix or drop it")
+        if name == "answer":
+            check_gradable(problem[name], field)
     return problem
 
 

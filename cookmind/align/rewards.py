@@ -68,6 +68,11 @@ def to_number(text: str) -> Fraction | None:
         return None
 
 
+def numbers_in(text: str) -> list[str]:
+    """Every number-looking token in ``text`` (a LaTeX fraction is one), as the graders read them."""
+    return _NUM_RE.findall(_clean(text))
+
+
 def last_number(text: str) -> str | None:
     """The last number-looking token in ``text`` (commas kept), or None."""
     found = _NUM_RE.findall(_clean(text))

@@ -22,6 +22,7 @@ from cookmind.atomic import write_jsonl
 from cookmind.evals.atomic_io import read_jsonl_lines
 from cookmind.evals.passk import pass_at_k
 from cookmind.infer import SamplingParams, generate
+from cookmind.store.records import check_gradable
 from cookmind.tokenizer import Tokenizer
 from cookmind.tokenizer.bytes_unicode import without_lone_surrogates
 
@@ -70,6 +71,7 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
             for field, named in (("question", question), ("answer", answer)):  # as pack reads it: a bad record
                 if not row[field].strip():
                     raise ValueError(f"empty text in {named!r}; fix or remove the record")
+            check_gradable(row["answer"], answer)
         except ValueError as exc:
             raise ValueError(f"{path}:{lineno}: {exc}") from None
         for field in ("question", "answer"):  # JSON's "\\ud800", no character: as the encoder reads it, and --out

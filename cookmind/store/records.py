@@ -284,10 +284,24 @@ def reference_text(value, field: str = "answer") -> str:
     raise BadRecord(f"{field!r} must be text ('... #### N') or a finite number, got {got}")
 
 
+def check_gradable(answer: str, field: str = "answer") -> None:
+    """A reference answer a grader reads one answer from: GSM8K's '... #### N', or a bare value (a number, or words:
+    'yes'). A worked solution of several numbers and no '#### N' line names none as its answer (graders took its first
+    number): a BadRecord naming ``field``."""
+    from cookmind.align.rewards import numbers_in
+
+    if "####" not in answer and (n := len(numbers_in(answer))) > 1:
+        raise BadRecord(
+            f"{field!r} holds {n} numbers and no '#### N' line: which is the answer? End it with '#### N' (GSM8K's "
+            "form), or give the answer alone"
+        )
+
+
 def reference_answer(answer, field: str = "answer") -> str:
-    """GSM8K style: the text after ``####`` when present, else the whole answer, stripped; errors name ``field``, the
-    record's field that held it (``reference_answer``, ``ground_truth``)."""
+    """GSM8K style: the text after ``####`` when present, else the whole answer (``check_gradable``), stripped;
+    errors name ``field``, the record's field that held it (``reference_answer``, ``ground_truth``)."""
     answer = _text(reference_text(answer, field), field)
+    check_gradable(answer, field)
     return answer.split("####")[-1].strip() if "####" in answer else answer.strip()
 
 
