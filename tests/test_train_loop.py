@@ -535,3 +535,36 @@ def test_the_last_step_loads_no_batches_of_a_step_that_never_comes(tmp_path, sto
     t2._next_batch = lambda: drawn.append(1) or next_batch2()
     t2.fit()
     assert t2.step == 3 and drawn == []
+
+
+def test_the_report_shows_the_objectives_own_validation_metrics(tmp_path, monkeypatch):
+    """A DPO run's report showed its validation as loss and a perplexity of None: the held-out reward accuracy and
+    margin (GRPO's held-out accuracy) were in metrics.jsonl's val rows but nowhere in the report. The validation table
+    has a column for each of them now, and objective.png plots each beside the training curve of its name."""
+    from cookmind.train import report
+
+    run = tmp_path / "dpo"
+    run.mkdir()
+    rows = [
+        {"step": s, "split": "train", "loss": 0.7 - s / 100, "lr": 1e-3, "reward_accuracy": 0.5 + s / 100}
+        for s in (1, 2, 3, 4)
+    ]
+    rows += [
+        {"step": s, "split": "val", "val_loss": loss, "val_reward_accuracy": acc, "val_reward_margin": margin}
+        for s, loss, acc, margin in ((2, 0.67, 0.64, 0.2), (4, 0.65, 0.68, 0.4))
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    panels = {}
+    real = report.plot_panels
+    monkeypatch.setattr(report, "plot_panels", lambda path, p, **kw: (panels.update(p), real(path, p, **kw))[1])
+    report.write_report(run, "cookmind dpo run", {"status": "completed"})
+    text = (run / "report.md").read_text()
+    val = text.split("## Validation")[1].split("##")[0]
+    assert "| step | loss | reward_accuracy | reward_margin |" in val and "None" not in val and "perplexity" not in val
+    assert "| 2 | 0.67 | 0.64 | 0.2 |" in val and "| 4 | 0.65 | 0.68 | 0.4 |" in val
+    assert panels["reward_accuracy"] == {
+        "train": ([1, 2, 3, 4], [0.51, 0.52, 0.53, 0.54]),
+        "val": ([2, 4], [0.64, 0.68]),
+    }
+    assert panels["reward_margin"] == {"val": ([2, 4], [0.2, 0.4])}
+    assert (run / "objective.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

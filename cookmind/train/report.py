@@ -38,8 +38,9 @@ def plot_series(
     return path
 
 
-def plot_panels(path: Path, panels: dict[str, tuple[list[float], list[float]]], columns: int = 3) -> Path:
-    """One PNG with a small plot per named (step, value) series, each on its own scale, written atomically."""
+def plot_panels(path: Path, panels: dict[str, dict[str, tuple[list[float], list[float]]]], columns: int = 3) -> Path:
+    """One PNG with a small plot per named panel, each on its own scale, written atomically; a panel holds a line per
+    named (step, value) series (``train``, ``val``), with a legend where it holds more than one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,12 +49,15 @@ def plot_panels(path: Path, panels: dict[str, tuple[list[float], list[float]]], 
     rows = -(-len(panels) // columns)
     cols = min(columns, len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), dpi=100, squeeze=False)
-    for ax, (name, (xs, ys)) in zip(axes.flat, panels.items()):
-        ax.plot(xs, ys, marker="o" if len(xs) < 20 else None, markersize=3)
+    for ax, (name, lines) in zip(axes.flat, panels.items()):
+        for label, (xs, ys) in lines.items():
+            ax.plot(xs, ys, label=label, marker="o" if len(xs) < 20 else None, markersize=3)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
+        if len(lines) > 1:
+            ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
@@ -72,6 +76,27 @@ def objective_series(train: list[dict[str, Any]]) -> dict[str, tuple[list[float]
         if rows:
             series[name] = ([r["step"] for r in rows], [r[name] for r in rows])
     return series
+
+
+# what every evaluation logs besides the objective's own metrics (the loss is plotted with the training loss)
+_VAL_GENERIC = ("val_loss", "val_ppl")
+
+
+def validation_names(val: list[dict[str, Any]]) -> list[str]:
+    """The objective's own metrics in metrics.jsonl's val rows (DPO's reward accuracy and margin, GRPO's held-out
+    accuracy, ...), without their ``val_`` prefix, in the order first logged."""
+    keys = dict.fromkeys(k for r in val for k in r if k.startswith("val_") and k not in _VAL_GENERIC)
+    return [k.removeprefix("val_") for k in keys if any(is_number(r.get(k)) for r in val)]
+
+
+def objective_panels(train: list[dict[str, Any]], val: list[dict[str, Any]]) -> dict[str, dict[str, tuple]]:
+    """A panel per objective metric: its training curve, and beside it the validation curve of the same name (a
+    metric only the evaluation logs gets a panel of its own)."""
+    panels: dict[str, dict[str, tuple]] = {name: {"train": xy} for name, xy in objective_series(train).items()}
+    for name in validation_names(val):
+        rows = [r for r in val if is_number(r.get(f"val_{name}"))]
+        panels.setdefault(name, {})["val"] = ([r["step"] for r in rows], [r[f"val_{name}"] for r in rows])
+    return panels
 
 
 def write_report(
@@ -99,13 +124,22 @@ def write_report(
         plot_series(run_dir / LOSS_PLOT, series, "loss")
         plot_series(run_dir / LR_PLOT, {"lr": ([r["step"] for r in train], [r["lr"] for r in train])}, "learning rate")
         lines += ["## Curves", "", f"![loss]({LOSS_PLOT})", "", f"![learning rate]({LR_PLOT})", ""]
-        own = objective_series(train)
+        own = objective_panels(train, val)
         if own:
             plot_panels(run_dir / OBJECTIVE_PLOT, own)
             lines += ["## The objective's metrics", "", f"![objective metrics]({OBJECTIVE_PLOT})", ""]
     if val:
-        lines += ["## Validation", "", "| step | loss | perplexity |", "|---|---|---|"]
-        lines += [f"| {r['step']} | {_fmt(r['val_loss'])} | {_fmt(r.get('val_ppl'))} |" for r in val]
+        # a column per figure the evaluations logged: perplexity where the loss is a token NLL (pretrain, SFT), and
+        # the objective's own (DPO's held-out reward accuracy, GRPO's held-out accuracy, ...)
+        columns = [("loss", "val_loss")]
+        if any(is_number(r.get("val_ppl")) for r in val):
+            columns.append(("perplexity", "val_ppl"))
+        columns += [(name, f"val_{name}") for name in validation_names(val)]
+        lines += ["## Validation", "", "| step | " + " | ".join(c for c, _ in columns) + " |"]
+        lines.append("|---|" + "---|" * len(columns))
+        for r in val:
+            cells = [_fmt(r[key]) if is_number(r.get(key)) else "" for _, key in columns]
+            lines.append(f"| {r['step']} | " + " | ".join(cells) + " |")
         lines.append("")
     if samples:
         lines += ["## Samples", ""]
