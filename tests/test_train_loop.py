@@ -568,3 +568,39 @@ def test_the_report_shows_the_objectives_own_validation_metrics(tmp_path, monkey
     }
     assert panels["reward_margin"] == {"val": ([2, 4], [0.2, 0.4])}
     assert (run / "objective.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_progress_bar_in_a_pipe_or_a_log_is_plain_lines(tmp_path, store, capsys, monkeypatch):
+    """Into a pipe (capsys's stderr is not a terminal) the bar wrote as on a terminal: a carriage return and the whole
+    bar again at every step, so a run's log was one line, thousands of screens long, that tail -f showed nothing of.
+    Now each update is a line of its own (at most one every LINE_SECONDS), the last one the run's end."""
+    from cookmind import progress
+
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0.0)
+    Trainer(_cfg(tmp_path, store, "pipe", logging={"progress": True})).fit()
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err
+    lines = [line for line in err.splitlines() if line.startswith("pretrain:")]
+    assert lines[0].startswith("pretrain:   0% 0/4") and lines[-1].startswith("pretrain: 100% 4/4")
+    assert "step/s" in lines[-1] and "loss=" in lines[-1]
+
+
+def test_the_progress_bar_on_a_terminal_is_drawn_in_place_and_quiet_when_disabled():
+    import io
+
+    from cookmind.progress import progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, pipe = Terminal(), io.StringIO()
+    for file in (tty, pipe):
+        with progress_bar(total=3, desc="train", unit="step", file=file) as bar:
+            bar.update(3)
+    assert tty.getvalue().startswith("\rtrain:") and "3/3" in tty.getvalue()  # tqdm's own bar
+    assert "\r" not in pipe.getvalue() and pipe.getvalue().splitlines()[-1].startswith("train: 100% 3/3")
+    quiet = Terminal()
+    with progress_bar(total=3, file=quiet, enabled=False) as bar:
+        bar.update(3)
+    assert quiet.getvalue() == ""

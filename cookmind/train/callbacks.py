@@ -115,7 +115,7 @@ class CheckpointCallback(Callback):
 
 
 class ProgressCallback(Callback):
-    """A tqdm bar: loss, lr, tokens/s, MFU (on GPU) and ETA."""
+    """A tqdm bar: loss, lr, tokens/s, MFU (on GPU) and ETA; in a pipe or a log, a plain line now and then."""
 
     runs_no_collective = True
 
@@ -130,9 +130,9 @@ class ProgressCallback(Callback):
     def on_train_begin(self, trainer: Trainer) -> None:
         if not self.enabled:
             return
-        from tqdm.auto import tqdm
+        from cookmind.progress import progress_bar
 
-        self.bar = tqdm(
+        self.bar = progress_bar(  # a bar on a terminal, plain lines in a pipe or a log
             total=trainer.cfg.train.max_steps,
             initial=trainer.step,
             desc=self.desc,

@@ -1,0 +1,98 @@
+"""Progress bars of the long commands (``curate``, ``pack``, ``train``), one way for all: a tqdm bar on a terminal
+(rate, and ETA where the total is known); in a pipe or a log, plain lines, one every ``LINE_SECONDS`` and one at
+the end, each ending in a newline, with no carriage returns and no cursor moves; nothing with ``enabled=False``
+(``--quiet``, ``logging.progress=false``).
+
+tqdm writes its updates into a pipe as it draws them on a terminal: ``\\r`` and the whole bar again, a few times a
+second, and a second bar under the first (curate's documents under its shards) moved to with ``ESC[A``. A log of a
+long run was one line, thousands of screens long, that ``tail -f`` showed nothing of until the run ended, with
+escape codes in it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+# seconds between two progress lines in a pipe or a log (on a terminal tqdm redraws as it does)
+LINE_SECONDS = 30.0
+
+
+def is_terminal(file) -> bool:
+    """Whether ``file`` is a terminal (one that is closed or has no ``isatty``: no)."""
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel, where tqdm.auto draws a widget (a bar suits a notebook, not lines);
+    tqdm.autonotebook's test."""
+    ipython = sys.modules.get("IPython")
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+        return shell is not None and "IPKernelApp" in shell.config
+    except Exception:  # noqa: BLE001 - an IPython without a kernel, or one that answers otherwise: a console
+        return False
+
+
+def progress_bar(iterable=None, *, enabled: bool = True, file=None, **kwargs) -> tqdm:
+    """A tqdm bar (``kwargs`` as tqdm takes them) over ``iterable`` or updated by hand: drawn on a terminal, plain
+    lines in a pipe or a log (a bar under another one, ``position`` > 0, shows nothing there: the line of the bar
+    above says enough), disabled where not ``enabled``. ``file``: stderr by default."""
+    file = sys.stderr if file is None else file
+    if not enabled:
+        return tqdm(iterable, disable=True, **kwargs)
+    if is_terminal(file):
+        return tqdm(iterable, file=file, **kwargs)
+    if _in_notebook():
+        from tqdm.auto import tqdm as auto
+
+        return auto(iterable, file=file, **kwargs)
+    if kwargs.get("position"):
+        return tqdm(iterable, disable=True, **kwargs)
+    return LineBar(iterable, file=file, **kwargs)
+
+
+class _DropControl:
+    """The file a ``LineBar`` hands tqdm: tqdm's own lone writes (``\\r`` to clear its line, ``\\n`` after a bar that
+    stays) are dropped; the bar's lines go to the file itself."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def write(self, text: str) -> None:
+        if text.strip("\r\n"):
+            self.file.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+class LineBar(tqdm):
+    """tqdm for a pipe or a log: each update it shows is a line of its own (the stats: count, total, elapsed, ETA,
+    rate and the postfix; no bar drawn), at most one every ``LINE_SECONDS``, and the last count when it closes."""
+
+    def __init__(self, iterable=None, file=None, **kwargs):
+        self._out = sys.stderr if file is None else file
+        self._shown_n = None  # the count the last line showed: closing after it adds no second line of it
+        kwargs.update(
+            mininterval=max(LINE_SECONDS, kwargs.get("mininterval") or 0),
+            maxinterval=max(LINE_SECONDS, kwargs.get("maxinterval") or 0),
+            dynamic_ncols=False,
+            ncols=0,  # no bar: the numbers only
+            ascii=True,
+            leave=True,  # the last state is the line a log keeps
+            position=None,
+        )
+        super().__init__(iterable, file=_DropControl(self._out), **kwargs)
+
+    def display(self, msg=None, pos=None):
+        if msg == "" or (msg is None and self.n == self._shown_n):  # tqdm clears its line: a line written stays
+            return True
+        self._shown_n = self.n if msg is None else self._shown_n
+        self._out.write((self.__str__() if msg is None else msg).rstrip() + "\n")
+        self._out.flush()
+        return True
