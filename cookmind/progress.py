@@ -40,8 +40,9 @@ def _in_notebook() -> bool:
 
 def progress_bar(iterable=None, *, enabled: bool = True, file=None, **kwargs) -> tqdm:
     """A tqdm bar (``kwargs`` as tqdm takes them) over ``iterable`` or updated by hand: drawn on a terminal, plain
-    lines in a pipe or a log (a bar under another one, ``position`` > 0, shows nothing there: the line of the bar
-    above says enough), disabled where not ``enabled``. ``file``: stderr by default."""
+    lines in a pipe or a log (a bar under another one, ``position`` > 0, or one that goes when done, ``leave=False``,
+    writes its lines there only once it has lasted ``LINE_SECONDS``, and then its last one too), disabled where not
+    ``enabled``. ``file``: stderr by default."""
     file = sys.stderr if file is None else file
     if not enabled:
         return tqdm(iterable, disable=True, **kwargs)
@@ -51,8 +52,10 @@ def progress_bar(iterable=None, *, enabled: bool = True, file=None, **kwargs) ->
         from tqdm.auto import tqdm as auto
 
         return auto(iterable, file=file, **kwargs)
-    if kwargs.get("position"):
-        return tqdm(iterable, disable=True, **kwargs)
+    if kwargs.get("position") or kwargs.get("leave") is False:
+        # a bar under another or one that goes when done (curate's documents under its shards, one per shard): its
+        # lines only where it lasts LINE_SECONDS, not two for every short one
+        kwargs["delay"] = max(LINE_SECONDS, kwargs.get("delay") or 0)
     return LineBar(iterable, file=file, **kwargs)
 
 

@@ -121,11 +121,13 @@ def test_one_large_input_shows_its_documents_read_under_the_shard_bar(tmp_path, 
     read, and is gone (its line cleared) when the shard is done."""
     import json as _json
 
+    from cookmind import progress
     from cookmind.curate import executors
     from cookmind.curate.config import CurateConfig
     from cookmind.curate.runner import run_pipeline
 
     monkeypatch.setattr(executors, "DOC_BAR_SECONDS", 0, raising=False)  # draw every update, not every half second
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0)  # capsys is no terminal: the bars are lines, one every update
     src = tmp_path / "big.jsonl"
     src.write_text("".join(_json.dumps({"text": f"Soup number {i} of the day."}) + "\n" for i in range(700)))
     run_pipeline(CurateConfig(stages=[{"extract": {}}]), [str(src)], tmp_path / "out", progress=True)
@@ -182,11 +184,13 @@ def test_the_document_bar_counts_the_documents_each_batch_has_been_through_the_s
     it shows those of the batches before it, every one of them drawn."""
     import json as _json
 
+    from cookmind import progress
     from cookmind.curate import executors, runner
     from cookmind.curate.config import CurateConfig
     from cookmind.curate.stages import ExtractStage
 
     monkeypatch.setattr(executors, "DOC_BAR_SECONDS", 0, raising=False)  # draw every update, not every half second
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0)  # capsys is no terminal: the bars are lines, one every update
     shown = []  # what the bar shows each time the stages begin a batch
 
     def process_batch(self, docs, stats):
@@ -202,3 +206,23 @@ def test_the_document_bar_counts_the_documents_each_batch_has_been_through_the_s
     err = capsys.readouterr().err
     assert f"documents: {n} docs" in err  # the last batch's documents counted too
     assert runner.BATCH <= 64  # an HTML shard (256 pages) advances at least four times
+
+
+def test_the_bars_in_a_pipe_or_a_log_are_plain_lines(tmp_path, capsys):
+    """Into a pipe (capsys's stderr is not a terminal) curate run wrote its bars as on a terminal: carriage returns,
+    and the document bar drawn under the shard bar with cursor moves (ESC[A), an empty "documents: 0 docs" bar for
+    every shard. Each bar is plain lines now, the last one its end; a document bar that lasts less than
+    LINE_SECONDS (a small shard's) writes none."""
+    import json as _json
+
+    from cookmind.curate.config import CurateConfig
+    from cookmind.curate.runner import run_pipeline
+
+    for i in range(3):
+        (tmp_path / f"in-{i}.jsonl").write_text(_json.dumps({"text": f"Soup number {i} of the day."}) + "\n")
+    inputs = [str(tmp_path / f"in-{i}.jsonl") for i in range(3)]
+    run_pipeline(CurateConfig(stages=[{"extract": {}}]), inputs, tmp_path / "out", progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err and "documents" not in err
+    lines = err.splitlines()
+    assert lines[0].startswith("curate extract:   0% 0/3") and lines[-1].startswith("curate extract: 100% 3/3")

@@ -233,6 +233,6 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 
 def _bar(total: int, desc: str):
-    from tqdm import tqdm
+    from cookmind.progress import progress_bar
 
-    return tqdm(total=total, desc=desc, unit="batch")
+    return progress_bar(total=total, desc=desc, unit="batch")

@@ -163,10 +163,10 @@ def exact_line_dedup(
     empty. ``overwrite`` replaces an earlier dedup's folder there, never anything else.
     ``progress`` shows a bar over the files for each pass (hashed, then rewritten).
     """
-    from tqdm import tqdm
+    from cookmind.progress import progress_bar
 
     output_dir = Path(output_dir)
-    bar = functools.partial(tqdm, unit="file", disable=not progress, dynamic_ncols=True)
+    bar = functools.partial(progress_bar, unit="file", enabled=progress, dynamic_ncols=True)
     with building_dedup_output(output_dir, input_files, overwrite, "lines") as (tmp, summary):
         with tempfile.TemporaryDirectory(dir=tmp, prefix=".lines-") as scratch:
             shard_dirs, lines_in = [], 0

@@ -1,7 +1,7 @@
 """Where shard tasks run: inline, a local process pool, or Ray tasks on a Ray cluster.
 
 Each executor maps a module-level function over argument tuples and returns results in order,
-with a progress bar (tasks done, rate, ETA).
+with a progress bar (tasks done, rate, ETA; plain lines in a pipe or a log: ``cookmind.progress``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tqdm import tqdm
-
 from cookmind.pools import worker_pool
+from cookmind.progress import progress_bar
 
 # while LocalExecutor runs tasks in this process with a bar: document bars may be shown (and are closed after each)
 INLINE: dict = {"progress": False, "bars": []}
@@ -24,7 +23,7 @@ def document_bar(docs, desc: str = "documents"):
     process's bar would write over the driver's)."""
     if not INLINE["progress"]:
         return docs
-    bar = tqdm(docs, desc=desc, unit=" docs", position=1, leave=False, mininterval=DOC_BAR_SECONDS)
+    bar = progress_bar(docs, desc=desc, unit=" docs", position=1, leave=False, mininterval=DOC_BAR_SECONDS)
     INLINE["bars"].append(bar)  # closed when the task ends, an error too: before the error's line is printed
     return bar
 
@@ -36,7 +35,7 @@ def documents_done_bar(desc: str = "documents"):
     if not INLINE["progress"]:
         return None
     # miniters=1: every batch may be drawn (tqdm would wait for as many documents as the largest update held)
-    bar = tqdm(desc=desc, unit=" docs", position=1, leave=False, mininterval=DOC_BAR_SECONDS, miniters=1)
+    bar = progress_bar(desc=desc, unit=" docs", position=1, leave=False, mininterval=DOC_BAR_SECONDS, miniters=1)
     INLINE["bars"].append(bar)
     return bar
 
@@ -54,7 +53,10 @@ class LocalExecutor:
     def map(self, fn: Callable, args_list: Sequence[tuple], desc: str) -> list:
         results: list = [None] * len(args_list)
         # closed on an error too: the error's line is printed after the bar's, not over it
-        with tqdm(total=len(args_list), desc=desc, unit="shard", disable=not self.progress or not args_list) as bar:
+        # a bar on a terminal, plain lines in a pipe or a log (cookmind.progress)
+        with progress_bar(
+            total=len(args_list), desc=desc, unit="shard", enabled=self.progress and bool(args_list)
+        ) as bar:
             if self.workers == 1 or len(args_list) <= 1:
                 INLINE["progress"] = not bar.disable
                 try:
@@ -113,7 +115,9 @@ class RayExecutor:
         index = {ref: i for i, ref in enumerate(refs)}
         results: list = [None] * len(refs)
         pending = list(refs)
-        with tqdm(total=len(refs), desc=desc + " (ray)", unit="shard", disable=not self.progress or not refs) as bar:
+        with progress_bar(
+            total=len(refs), desc=desc + " (ray)", unit="shard", enabled=self.progress and bool(refs)
+        ) as bar:
             while pending:
                 done, pending = self.ray.wait(pending, num_returns=1)
                 for ref in done:

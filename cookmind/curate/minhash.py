@@ -160,11 +160,11 @@ def minhash_dedup(
     not UTF-8 (read as U+FFFD to compare the files, warned of with the first file:line). ``overwrite`` replaces
     an earlier dedup's folder there, never anything else. ``progress`` shows a bar over the files read.
     """
-    from tqdm import tqdm
+    from cookmind.progress import progress_bar
 
     output_dir = Path(output_dir)
     with building_dedup_output(output_dir, input_files, overwrite, "minhash") as (tmp, summary):
-        files = tqdm(input_files, desc="dedup minhash", unit="file", disable=not progress, dynamic_ncols=True)
+        files = progress_bar(input_files, desc="dedup minhash", unit="file", enabled=progress, dynamic_ncols=True)
         read = StageStats("minhash")  # bytes that are not UTF-8: read as U+FFFD, counted and warned of
         sets = [shingles(read_text_counting_bad_utf8(p, read), ngrams) for p in files]
         if note := bad_utf8_note(read, "input file(s)", "rerun with --overwrite to compare their characters"):
