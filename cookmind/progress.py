@@ -80,7 +80,7 @@ class LineBar(tqdm):
 
     def __init__(self, iterable=None, file=None, **kwargs):
         self._out = sys.stderr if file is None else file
-        self._shown_n = None  # the count the last line showed: closing after it adds no second line of it
+        self._shown = None  # the count and total the last line showed: closing after it adds no second line of it
         kwargs.update(
             mininterval=max(LINE_SECONDS, kwargs.get("mininterval") or 0),
             maxinterval=max(LINE_SECONDS, kwargs.get("maxinterval") or 0),
@@ -93,9 +93,9 @@ class LineBar(tqdm):
         super().__init__(iterable, file=_DropControl(self._out), **kwargs)
 
     def display(self, msg=None, pos=None):
-        if msg == "" or (msg is None and self.n == self._shown_n):  # tqdm clears its line: a line written stays
+        if msg == "" or (msg is None and (self.n, self.total) == self._shown):  # tqdm clears its line: it stays
             return True
-        self._shown_n = self.n if msg is None else self._shown_n
+        self._shown = (self.n, self.total) if msg is None else self._shown
         self._out.write((self.__str__() if msg is None else msg).rstrip() + "\n")
         self._out.flush()
         return True

@@ -1649,3 +1649,15 @@ def test_skip_bad_keeps_the_more_common_grpo_kind_and_skips_and_counts_the_other
     even = _jsonl(tmp_path / "even.jsonl", [online[0], offline[0]])
     with pytest.raises(PackError, match=r"as many scored responses \(offline\) as problems \(online\), 1 of each"):
         pack([even], tmp_path / "e", tok_dir, "grpo", skip_bad=True, progress=False)
+
+
+def test_the_bar_in_a_pipe_or_a_log_is_plain_lines_ending_at_the_true_count(tmp_path, tok_dir, capsys):
+    """Into a pipe (capsys's stderr is not a terminal) pack drew its bar as on a terminal: carriage returns and the
+    bar redrawn, three times at its end. It writes plain lines now, the last one the count packed, with its
+    tokens/s."""
+    txt = tmp_path / "a.txt"
+    txt.write_text("<|endoftext|>\n".join(DOCS) + "<|endoftext|>\n")
+    pack([txt], tmp_path / "t", tok_dir, "seq")
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err
+    assert err.splitlines()[-1].startswith("pack seq: 100% 3/3 [") and err.splitlines()[-1].endswith(" tok/s]")

@@ -18,10 +18,10 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from cookmind import text_input
 from cookmind.pools import ignore_ctrl_c, pool_context, stop_pool
+from cookmind.progress import progress_bar
 from cookmind.store.records import (
     BadRecord,
     EmptyDocument,
@@ -395,7 +395,8 @@ def pack(
     pool = None
     start = time.perf_counter()
     total = (to_read or sum(estimate_items(p, separator, one_per_line) for p in inputs)) if progress else None
-    bar = tqdm(desc=f"pack {train_type}", unit="doc", total=total, disable=not progress, dynamic_ncols=True)
+    # a bar on a terminal, plain lines in a pipe or a log (cookmind.progress)
+    bar = progress_bar(desc=f"pack {train_type}", unit="doc", total=total, enabled=progress, dynamic_ncols=True)
     try:
         if workers > 1:
             pool = pool_context().Pool(workers, initializer=_init_pool_worker, initargs=(tokenizer, opts))
