@@ -11,6 +11,7 @@ escape codes in it.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from tqdm import tqdm
@@ -25,6 +26,16 @@ def is_terminal(file) -> bool:
         return bool(file.isatty())
     except (AttributeError, ValueError, OSError):
         return False
+
+
+def _has_size(file) -> bool:
+    """Whether the terminal ``file`` says how many columns and rows it has (one that cannot be asked: yes, tqdm
+    then takes its defaults)."""
+    try:
+        size = os.get_terminal_size(file.fileno())
+    except (AttributeError, ValueError, OSError):
+        return True
+    return bool(size.columns and size.lines)
 
 
 def _in_notebook() -> bool:
@@ -47,6 +58,10 @@ def progress_bar(iterable=None, *, enabled: bool = True, file=None, **kwargs) ->
     if not enabled:
         return tqdm(iterable, disable=True, **kwargs)
     if is_terminal(file):
+        if not _has_size(file):
+            # a terminal that says it is 0 x 0 (a pseudo-terminal nobody sized: `script`, `docker exec -t`, some CI
+            # runners): tqdm fitted its bar on stderr to 0 rows and drew nothing at all
+            kwargs.update(dynamic_ncols=False, ncols=kwargs.get("ncols") or 80, nrows=kwargs.get("nrows") or 24)
         return tqdm(iterable, file=file, **kwargs)
     if _in_notebook():
         from tqdm.auto import tqdm as auto

@@ -604,3 +604,26 @@ def test_the_progress_bar_on_a_terminal_is_drawn_in_place_and_quiet_when_disable
     with progress_bar(total=3, file=quiet, enabled=False) as bar:
         bar.update(3)
     assert quiet.getvalue() == ""
+
+
+def test_the_progress_bar_shows_on_a_terminal_that_tells_no_size(monkeypatch):
+    """A terminal that says it is 0 columns by 0 rows (a pseudo-terminal nobody sized: `script`, `docker exec -t`,
+    some CI runners) got no bar at all on stderr: tqdm fitted it to 0 rows. It is drawn 80 columns wide there now."""
+    import pty
+    import select
+    import sys
+
+    from cookmind.progress import progress_bar
+
+    master, slave = pty.openpty()  # a new pseudo-terminal is 0 x 0
+    assert os.get_terminal_size(slave) == (0, 0)
+    shown = b""
+    with os.fdopen(slave, "w") as tty:
+        monkeypatch.setattr(sys, "stderr", tty)  # where the bar goes, as in `cookmind train`
+        with progress_bar(total=3, desc="train", unit="step") as bar:
+            bar.update(3)
+        tty.flush()
+        while select.select([master], [], [], 0.2)[0]:
+            shown += os.read(master, 4096)
+    os.close(master)
+    assert "train: 100%" in shown.decode() and "3/3" in shown.decode()
