@@ -1753,3 +1753,16 @@ def test_a_completed_run_is_its_own_whatever_way_its_paths_are_spelled(tmp_path,
     other = write_store(tmp_path / "seq2", "seq", [{"sequence": np.arange(1, 41) % 64} for _ in range(4)], 64)
     assert _train("--train-data", str(other), *TINY, *argv) == 2  # another store: another run
     assert "already holds another run" in capsys.readouterr().err
+
+
+def test_quiet_draws_no_progress_as_the_other_long_commands_quiet(tmp_path, store, capsys):
+    """curate, pack, tokenizer train, eval and demo take --quiet; train took only logging.progress=false, and refused
+    --quiet as an unknown argument. --quiet is logging.progress=false now: the run's notes and summary stay."""
+    quiet = [o for o in TINY if o != "logging.progress=false"]
+    assert _train("--train-data", str(store), "--run-dir", str(tmp_path / "q"), "--quiet", *quiet) == 0
+    captured = capsys.readouterr()
+    assert "pretrain:" not in captured.err and "run directory" in captured.err
+    assert json.loads(captured.out.splitlines()[-1])["status"] == "completed"
+    assert _args("--quiet").quiet and not _args().quiet
+    assert _train("--train-data", str(store), "--run-dir", str(tmp_path / "p"), *quiet, "train.max_steps=2") == 0
+    assert "pretrain: 100% 2/2" in capsys.readouterr().err  # without it: the bar (lines here, in no terminal)

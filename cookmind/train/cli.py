@@ -85,6 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start afresh in a --run-dir that holds another run, deleting its checkpoints "
         "(= checkpoint.overwrite=true)",
     )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (= logging.progress=false); the notes and the summary line stay",
+    )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
 
 
@@ -100,6 +105,8 @@ def resolve_config(args: argparse.Namespace):
     ]
     if getattr(args, "overwrite", False):
         items.append("checkpoint.overwrite=true")
+    if getattr(args, "quiet", False):
+        items.append("logging.progress=false")
     given = args.config
     if args.config is None:
         saved = run_config_to_resume(args)
