@@ -1766,3 +1766,14 @@ def test_quiet_draws_no_progress_as_the_other_long_commands_quiet(tmp_path, stor
     assert _args("--quiet").quiet and not _args().quiet
     assert _train("--train-data", str(store), "--run-dir", str(tmp_path / "p"), *quiet, "train.max_steps=2") == 0
     assert "pretrain: 100% 2/2" in capsys.readouterr().err  # without it: the bar (lines here, in no terminal)
+
+
+def test_a_sigterm_in_a_log_is_said_on_a_line_of_its_own_without_a_blank_one(tmp_path, store, sigterm_at_step, capfd):
+    """The stop's note began with a newline, to end a terminal bar's line; in a pipe or a log, where every progress
+    line ends in its own newline, it left a blank line in the log. The newline comes first on a terminal only."""
+    sigterm_at_step(1)
+    quiet = [o for o in TINY if o != "logging.progress=false"]
+    assert _train("--train-data", str(store), "--run-dir", str(tmp_path / "r"), *quiet, "train.max_steps=50") == 143
+    err = capfd.readouterr().err
+    assert "\ncookmind train: SIGTERM: stopping when the step under way ends, then saving\n" in err
+    assert "\n\n" not in err and "pretrain:   0% 0/50" in err
