@@ -139,3 +139,16 @@ def test_curate_demo_quiet_shows_no_progress_bars_as_curate_run_quiet(tmp_path, 
     out, err = capsys.readouterr()
     assert "shard/s" not in err and "docs/s" not in err and "%|" not in err, err
     assert "# Curation report" in out and "clean text: " in out
+
+
+def test_the_demos_tokenizer_stage_draws_no_bar_into_a_pipe_or_a_log(tmp_path, capsys):
+    """The demo's other stages write plain lines into a pipe (cookmind.progress), but its tokenizer stage asked
+    train_bpe for its bars even there: carriage returns and redrawn bars in the log, between the [demo] lines. It
+    asks for them on a terminal only now (capsys's stderr is none)."""
+    from cookmind.demo.pipeline import stage_data, stage_tokenizer
+
+    ctx = DemoContext(workdir=tmp_path, seed=0, sizes=DemoSizes.quick(), progress=True, skip_curate=True)
+    stage_data(ctx)
+    stage_tokenizer(ctx)
+    err = capsys.readouterr().err
+    assert "\r" not in err and "merges" not in err

@@ -210,7 +210,9 @@ def stage_tokenizer(ctx: DemoContext) -> dict[str, Any]:
     from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
     from cookmind.tokenizer.cli import is_saved_tokenizer
 
-    vocab, merges = train_bpe(ctx.paths["corpus"], ctx.sizes.vocab_size, DEFAULT_SPECIAL_TOKENS, progress=ctx.progress)
+    # its bars on a terminal only (None): into a pipe or a log tqdm writes carriage returns and redraws
+    progress = None if ctx.progress else False
+    vocab, merges = train_bpe(ctx.paths["corpus"], ctx.sizes.vocab_size, DEFAULT_SPECIAL_TOKENS, progress=progress)
     tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
     out = ctx.workdir / "tokenizer"
     # built whole and renamed: an earlier tokenizer's files never stay mixed into this one
