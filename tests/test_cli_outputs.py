@@ -164,3 +164,16 @@ def test_crawl_overwrite_is_whole_or_nothing(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big"]
     assert crawl.write_crawl(out, num_pages=40, seed=7, num_shards=2, replace=True)["seed"] == 7
     assert sorted(p.name for p in out.iterdir()) == ["crawl-00000.jsonl.gz", "crawl-00001.jsonl.gz", "manifest.json"]
+
+
+def test_crawl_shows_its_progress_and_quiet_none(tmp_path, capsys):
+    """curate crawl drew no bar (its --quiet said "crawl draws none"): 200,000 pages took a silent minute. It counts
+    the pages made and the pages written now, as lines here (capsys's stderr is no terminal); --quiet shows none."""
+    assert main(["curate", "crawl", "--output", str(tmp_path / "c"), "--num-pages", "40"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["num_pages"] == 40
+    lines = err.splitlines()
+    assert any(line.startswith("crawl: make pages: 100% 40/40") for line in lines), err
+    assert lines[-1].startswith("crawl: write shards: 100% 40/40") and "page/s" in lines[-1] and "\r" not in err
+    assert main(["curate", "crawl", "--output", str(tmp_path / "q"), "--num-pages", "40", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

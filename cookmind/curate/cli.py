@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quiet",
         action="store_true",
-        help="no progress bars, as the other curate commands' --quiet (crawl draws none; the manifest is printed)",
+        help="no progress bars (the pages made, then written); the manifest is printed",
     )
 
     p = sub.add_parser("dedup", help="exact-line dedup of text files, or MinHash dedup of whole files")
@@ -251,7 +251,9 @@ def _crawl(args) -> int:
 
     if args.labelled:  # checked before the crawl is written
         check_output_file(args.labelled, [], args.overwrite, "--labelled")
-    manifest = write_crawl(args.output, args.num_pages, args.seed, args.shards, replace=args.overwrite)
+    manifest = write_crawl(
+        args.output, args.num_pages, args.seed, args.shards, replace=args.overwrite, progress=not args.quiet
+    )
     if args.labelled:
         from cookmind.curate.shards import write_shard
 

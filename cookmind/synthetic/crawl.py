@@ -383,14 +383,35 @@ def _edit_words(paragraphs: list[str], rng: random.Random, n_edits: int = 3) -> 
     return paragraphs
 
 
-def make_crawl(num_pages: int = 600, seed: int = 0) -> tuple[list[Page], dict]:
-    """``num_pages`` pages in a seeded shuffled order, and a manifest {kind: count, "pii": {...}}."""
+class _Pages(list):
+    """The pages made so far, each counted on ``bar`` as it is added (the generators append them kind by kind)."""
+
+    def __init__(self, bar):
+        super().__init__()
+        self.bar = bar
+
+    def append(self, page: Page) -> None:
+        super().append(page)
+        self.bar.update(1)
+
+
+def make_crawl(num_pages: int = 600, seed: int = 0, progress: bool = False) -> tuple[list[Page], dict]:
+    """``num_pages`` pages in a seeded shuffled order, and a manifest {kind: count, "pii": {...}}. ``progress``
+    counts the pages made on a bar (``cookmind.progress``: plain lines in a pipe or a log)."""
+    from cookmind.progress import progress_bar
+
     rng = random.Random(f"cookmind-crawl-{seed}")
     counts = {kind: int(round(share * num_pages)) for kind, share in MIX.items()}
     counts["good"] = num_pages - sum(counts.values())
     if counts["good"] < max(1, counts["exact_dup"] + counts["near_dup"]):
         raise ValueError(f"num_pages={num_pages} is too small for the crawl's mix; use at least 20")
-    pages: list[Page] = []
+    with progress_bar(total=num_pages, desc="crawl: make pages", unit="page", enabled=progress) as bar:
+        pages, manifest = _make_pages(rng, counts, num_pages, seed, _Pages(bar))
+    return list(pages), manifest
+
+
+def _make_pages(rng: random.Random, counts: dict, num_pages: int, seed: int, pages: list) -> tuple[list, dict]:
+    """``make_crawl``'s pages, appended to ``pages``, and its manifest."""
     originals: list[tuple[str, list[str]]] = []
     pii = Counter()
     for i in range(counts["good"]):
@@ -474,15 +495,23 @@ def is_crawl(path: Path) -> bool:
 
 
 def write_crawl(
-    out_dir: str | os.PathLike, num_pages: int = 600, seed: int = 0, num_shards: int = 4, replace: bool = False
+    out_dir: str | os.PathLike,
+    num_pages: int = 600,
+    seed: int = 0,
+    num_shards: int = 4,
+    replace: bool = False,
+    progress: bool = False,
 ) -> dict:
     """Write the crawl as ``crawl-NNNNN.jsonl.gz`` shards of {"id", "url", "html", "kind"}; returns the manifest.
 
     The manifest is also written beside the shards as ``manifest.json``. The folder is built whole under a
     temporary name and renamed into place, so a crash leaves the earlier crawl (or none), never a mix. An empty
     folder is filled; a folder holding a crawl is replaced only with ``replace``; a folder holding anything
-    else (a file of another name) is refused, even with ``replace``.
+    else (a file of another name) is refused, even with ``replace``. ``progress``: bars over the pages made and
+    written (``cookmind.progress``).
     """
+    from cookmind.progress import progress_bar
+
     out_dir = Path(out_dir)
     empty = out_dir.is_dir() and not out_dir.is_symlink() and not any(out_dir.iterdir())
     if out_dir.exists() and not empty:
@@ -500,15 +529,19 @@ def write_crawl(
                 f"{out_dir} holds a crawl already ({len(list(out_dir.iterdir()))} files); choose another "
                 "folder or pass --overwrite to replace it"
             )
-    pages, manifest = make_crawl(num_pages, seed)
+    pages, manifest = make_crawl(num_pages, seed, progress)
     if empty:
         out_dir.rmdir()  # an empty folder the user made for us
-    with building_dir(out_dir, replace=replace, is_ours=is_crawl, what="crawl folder") as tmp:
+    with (
+        building_dir(out_dir, replace=replace, is_ours=is_crawl, what="crawl folder") as tmp,
+        progress_bar(total=len(pages), desc="crawl: write shards", unit="page", enabled=progress) as bar,
+    ):
         for s in range(num_shards):
             with gzip.open(tmp / f"crawl-{s:05d}.jsonl.gz", "wt", encoding="utf-8", compresslevel=3) as f:
                 for i in range(s, len(pages), num_shards):
                     p = pages[i]
                     f.write(json.dumps({"id": f"page-{i:06d}", "url": p.url, "html": p.html, "kind": p.kind}) + "\n")
+                    bar.update(1)
         write_json(tmp / "manifest.json", manifest, indent=2)
     return manifest
 
