@@ -139,3 +139,29 @@ def test_resuming_on_another_store_too_small_for_a_batch_names_the_store_not_the
     cfg.data.train_path = str(tmp_path / "small")
     with pytest.raises(ValueError, match="trained on the training store .*/seq .*, not on .*/small"):
         Trainer(cfg)
+
+
+def test_a_resumed_runs_report_covers_the_whole_run_and_says_where_it_resumed(tmp_path, monkeypatch):
+    """The report of a run stopped at step 3 and resumed plots steps 1-8, both attempts; its summary's `seconds` were
+    the last attempt's alone (a resumed run seemed to train 8 steps in the time of 5), and nothing said so. It says
+    `resumed_from_step` now: the step this attempt began at, its seconds counted from there."""
+    from cookmind.train import report
+
+    _stores(tmp_path)
+    plotted = {}
+    real = report.plot_series
+    monkeypatch.setattr(
+        report, "plot_series", lambda path, s, *a, **kw: (plotted.update({path.name: s}), real(path, s, *a, **kw))[1]
+    )
+
+    def config(resume=None):
+        cfg = _config(tmp_path, "pretrain", tmp_path / "cut", resume=resume)
+        cfg.logging.report = True
+        return cfg
+
+    first = Trainer(config(), callbacks=[StopAt(3)]).fit()
+    assert "resumed_from_step" not in first
+    summary = Trainer(config("auto")).fit()
+    assert summary["resumed_from_step"] == 3 and summary["steps"] == 8
+    assert plotted["loss.png"]["train"][0] == list(range(1, 9))  # both attempts' steps
+    assert "| resumed_from_step | 3 |" in (tmp_path / "cut" / "report.md").read_text()

@@ -846,6 +846,7 @@ class Trainer:
         cfg = self.cfg
         old_handlers = self._install_signal_handlers()
         t_start = time.perf_counter()
+        start_step = self.step  # a resumed run's: its summary's seconds are this attempt's, from this step on
         status = "completed"
         if self._rng_to_restore is not None:
             restore_rng(self._rng_to_restore)  # last, after everything that draws at start-up
@@ -915,6 +916,8 @@ class Trainer:
                 "tokens": self.tokens_seen,
                 "skipped_steps": self.skipped_steps,
                 "seconds": round(time.perf_counter() - t_start, 2),
+                # the steps before it trained in an earlier attempt: their time is not in "seconds"
+                **({"resumed_from_step": start_step} if start_step else {}),
                 # what the "auto" settings decided for this run (train.master_weights, train.cuda_graph)
                 "master_weights": self.master_weights,
                 "cuda_graph": self._graph is not None and self._graph.replays > 0,
