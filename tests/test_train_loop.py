@@ -627,3 +627,29 @@ def test_the_progress_bar_shows_on_a_terminal_that_tells_no_size(monkeypatch):
             shown += os.read(master, 4096)
     os.close(master)
     assert "train: 100%" in shown.decode() and "3/3" in shown.decode()
+
+
+def test_a_grpo_reports_held_out_accuracy_though_its_evaluations_log_no_loss(tmp_path, monkeypatch):
+    """A GRPO run evaluates its held-out problems (val_accuracy, val_format_rate) and, with no validation store,
+    logs no val_loss: the report took only val rows with a loss, so it had no validation section and its accuracy
+    panel showed the training curve alone."""
+    from cookmind.train import report
+
+    run = tmp_path / "grpo"
+    run.mkdir()
+    rows = [{"step": s, "split": "train", "loss": 0.1, "lr": 3e-5, "reward": r} for s, r in ((1, 0.25), (2, 0.5))]
+    rows += [{"step": s, "split": "val", "val_accuracy": a, "val_format_rate": 1.0} for s, a in ((0, 0.5), (2, 0.75))]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    panels, plotted = {}, {}
+    real_panels, real_series = report.plot_panels, report.plot_series
+    monkeypatch.setattr(report, "plot_panels", lambda path, p, **kw: (panels.update(p), real_panels(path, p, **kw))[1])
+    monkeypatch.setattr(
+        report,
+        "plot_series",
+        lambda path, s, *a, **kw: (plotted.update({path.name: s}), real_series(path, s, *a, **kw))[1],
+    )
+    report.write_report(run, "cookmind grpo run", {"status": "completed"})
+    val = (run / "report.md").read_text().split("## Validation")[1].split("##")[0]
+    assert "| step | accuracy | format_rate |" in val and "| 0 | 0.5 | 1 |" in val and "| 2 | 0.75 | 1 |" in val
+    assert panels["accuracy"] == {"val": ([0, 2], [0.5, 0.75])} and panels["reward"]["train"] == ([1, 2], [0.25, 0.5])
+    assert list(plotted["loss.png"]) == ["train"]  # no validation loss to plot beside it

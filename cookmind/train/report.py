@@ -111,7 +111,9 @@ def write_report(
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in records if r.get("split", "train") == "train" and "loss" in r]
-    val = [r for r in records if r.get("split") == "val" and "val_loss" in r]
+    # every evaluation's row: a GRPO run's held-out accuracy comes without a loss where it has no validation store
+    val = [r for r in records if r.get("split") == "val" and any(_is_val_number(k, v) for k, v in r.items())]
+    val_loss = [r for r in val if is_number(r.get("val_loss"))]
     lines = [f"# {title}", ""]
     if summary:
         lines += ["| metric | value |", "|---|---|"]
@@ -119,8 +121,8 @@ def write_report(
         lines.append("")
     if train:
         series = {"train": ([r["step"] for r in train], [r["loss"] for r in train])}
-        if val:
-            series["val"] = ([r["step"] for r in val], [r["val_loss"] for r in val])
+        if val_loss:
+            series["val"] = ([r["step"] for r in val_loss], [r["val_loss"] for r in val_loss])
         plot_series(run_dir / LOSS_PLOT, series, "loss")
         plot_series(run_dir / LR_PLOT, {"lr": ([r["step"] for r in train], [r["lr"] for r in train])}, "learning rate")
         lines += ["## Curves", "", f"![loss]({LOSS_PLOT})", "", f"![learning rate]({LR_PLOT})", ""]
@@ -131,7 +133,7 @@ def write_report(
     if val:
         # a column per figure the evaluations logged: perplexity where the loss is a token NLL (pretrain, SFT), and
         # the objective's own (DPO's held-out reward accuracy, GRPO's held-out accuracy, ...)
-        columns = [("loss", "val_loss")]
+        columns = [("loss", "val_loss")] if val_loss else []
         if any(is_number(r.get("val_ppl")) for r in val):
             columns.append(("perplexity", "val_ppl"))
         columns += [(name, f"val_{name}") for name in validation_names(val)]
@@ -152,6 +154,10 @@ def write_report(
     out = run_dir / REPORT_NAME
     write_text(out, "\n".join(lines))
     return out
+
+
+def _is_val_number(key: str, value: Any) -> bool:
+    return key.startswith("val_") and is_number(value)
 
 
 def _fmt(v: Any) -> str:
