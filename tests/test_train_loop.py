@@ -653,3 +653,27 @@ def test_a_grpo_reports_held_out_accuracy_though_its_evaluations_log_no_loss(tmp
     assert "| step | accuracy | format_rate |" in val and "| 0 | 0.5 | 1 |" in val and "| 2 | 0.75 | 1 |" in val
     assert panels["accuracy"] == {"val": ([0, 2], [0.5, 0.75])} and panels["reward"]["train"] == ([1, 2], [0.25, 0.5])
     assert list(plotted["loss.png"]) == ["train"]  # no validation loss to plot beside it
+
+
+@pytest.mark.parametrize("how", ["diverged", "stopped"])
+def test_the_step_a_run_stops_at_is_in_its_metrics_and_report(tmp_path, store, how):
+    """metrics.jsonl took a row every logging.log_every steps and at train.max_steps: a run that diverged at step 7
+    (or was stopped there) with log_every 5 ended its curves at step 5, and the report showed a healthy loss beside
+    status 'diverged'. The step it stops at is logged too."""
+    from cookmind.train import report
+
+    class Kill(Callback):
+        def on_step_end(self, trainer, step, metrics):
+            if step == 7:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    cfg = _cfg(tmp_path, store, how, train={"max_steps": 20, "max_bad_steps": 1}, logging={"log_every": 5})
+    if how == "diverged":
+        with pytest.raises(TrainingDiverged):
+            Trainer(cfg, objective=NaNAt({6, 7})).fit()
+    else:
+        assert Trainer(cfg, callbacks=[Kill()]).fit()["status"] == "stopped"
+    rows = [json.loads(x) for x in (tmp_path / how / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r.get("split") == "train"] == [5, 7]
+    assert f"| status | {how} |" in (tmp_path / how / "report.md").read_text()
+    assert report.read_metrics(tmp_path / how / "metrics.jsonl")[-1]["step"] == 7

@@ -65,20 +65,30 @@ class Callback:
 
 
 class MetricsCallback(Callback):
-    """Writes a metrics.jsonl line every ``log_every`` steps (and the last step)."""
+    """Writes a metrics.jsonl line every ``log_every`` steps, at the last step, and at the step a run stops at
+    (a stop or a divergence between two logged steps: the curves and the report end where the run did)."""
 
     runs_no_collective = True
 
     def __init__(self, log_every: int):
         self.log_every = max(1, log_every)
+        self._unlogged: tuple[int, dict[str, Any]] | None = None  # the last step ended, where it was not logged
 
     def needs_state_at(self, trainer: Trainer, step: int) -> bool:
         return False
 
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
         if step % self.log_every and step != trainer.cfg.train.max_steps:
+            self._unlogged = (step, dict(metrics))
             return
+        self._unlogged = None
         trainer.metrics_writer.write({"step": step, **metrics})
+
+    def on_train_end(self, trainer: Trainer, status: str) -> None:
+        if self._unlogged is not None and status != "completed":
+            step, metrics = self._unlogged
+            trainer.metrics_writer.write({"step": step, **metrics})
+        self._unlogged = None
 
 
 class EvalCallback(Callback):
