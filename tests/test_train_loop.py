@@ -677,3 +677,23 @@ def test_the_step_a_run_stops_at_is_in_its_metrics_and_report(tmp_path, store, h
     assert [r["step"] for r in rows if r.get("split") == "train"] == [5, 7]
     assert f"| status | {how} |" in (tmp_path / how / "report.md").read_text()
     assert report.read_metrics(tmp_path / how / "metrics.jsonl")[-1]["step"] == 7
+
+
+def test_a_long_run_brings_its_report_up_to_date_at_each_checkpoint(tmp_path, store):
+    """report.md was written once, when fit returned: a run of days showed no curves until its end, and one killed
+    outright (SIGKILL, a lost node) had none at all, though its checkpoints and metrics.jsonl were there. The report
+    is brought up to date at each checkpoint now (status 'running'); the end's report replaces it."""
+    seen = {}
+
+    class Look(Callback):
+        def on_step_end(self, trainer, step, metrics):
+            if step == 3:
+                seen["report"] = (tmp_path / "live" / "report.md").read_text()
+                seen["plot"] = (tmp_path / "live" / "loss.png").read_bytes()[:8]
+
+    cfg = _cfg(tmp_path, store, "live", train={"max_steps": 4}, checkpoint={"every": 2})
+    Trainer(cfg, callbacks=[Look()]).fit()
+    assert "| status | running |" in seen["report"] and "| steps | 2 |" in seen["report"]
+    assert "| of_steps | 4 |" in seen["report"] and seen["plot"] == b"\x89PNG\r\n\x1a\n"
+    final = (tmp_path / "live" / "report.md").read_text()
+    assert "| status | completed |" in final and "| steps | 4 |" in final and "running" not in final

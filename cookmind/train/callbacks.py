@@ -124,6 +124,49 @@ class CheckpointCallback(Callback):
             trainer.save_checkpoint()
 
 
+class ReportCallback(Callback):
+    """``report.md`` and its plots brought up to date at every checkpoint step but the last (rank 0; status
+    ``running``): a long run shows its curves while it trains, and one killed outright (SIGKILL, a lost node) keeps
+    the report of its last checkpoint. The report ``fit`` writes as the run ends replaces it. A report that cannot
+    be written is said once, in a warning, and the run goes on: it is no reason to stop training."""
+
+    runs_no_collective = True
+
+    def __init__(self, every: int, enabled: bool = True):
+        self.every, self.enabled = every, enabled
+        self._failed = False
+
+    def needs_state_at(self, trainer: Trainer, step: int) -> bool:
+        return False  # it reads metrics.jsonl and the step's own metrics
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, Any]) -> None:
+        if not self.enabled or self._failed or self.every <= 0 or step % self.every:
+            return
+        max_steps = trainer.cfg.train.max_steps
+        if step >= max_steps:
+            return  # fit writes the run's report
+        from cookmind.train.report import write_report
+
+        summary = {"status": "running", "steps": step, "of_steps": max_steps, "tokens": metrics.get("tokens")}
+        try:
+            write_report(
+                trainer.run_dir,
+                f"cookmind {trainer.cfg.train.objective} run",
+                summary,
+                trainer.samples,
+                trainer.cfg.to_dict(),
+            )
+        except Exception as exc:  # noqa: BLE001 - the run goes on; its last report is written (or fails) at the end
+            import warnings
+
+            self._failed = True
+            warnings.warn(
+                f"could not bring {trainer.run_dir}/report.md up to date at step {step} ({type(exc).__name__}: "
+                f"{exc}); training goes on, and the report is written again when the run ends",
+                stacklevel=2,
+            )
+
+
 class ProgressCallback(Callback):
     """A tqdm bar: loss, lr, tokens/s, MFU (on GPU) and ETA; in a pipe or a log, a plain line now and then."""
 

@@ -69,7 +69,14 @@ from cookmind.parallel.process_group import (
     sum_over_ranks,
 )
 from cookmind.train import build as B
-from cookmind.train.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback, ProgressCallback
+from cookmind.train.callbacks import (
+    Callback,
+    CheckpointCallback,
+    EvalCallback,
+    MetricsCallback,
+    ProgressCallback,
+    ReportCallback,
+)
 from cookmind.train.checkpoint import (
     check_run_dir,
     checkpoint_name,
@@ -371,6 +378,7 @@ class Trainer:
             MetricsCallback(cfg.logging.log_every),
             EvalCallback(cfg.eval.every),
             CheckpointCallback(cfg.checkpoint.every),
+            ReportCallback(cfg.checkpoint.every, cfg.logging.report and self.dist.is_main),  # the report meanwhile
             ProgressCallback(cfg.logging.progress and self.dist.is_main, desc=cfg.train.objective),
             *(callbacks or []),
         ]
