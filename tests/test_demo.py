@@ -152,3 +152,17 @@ def test_the_demos_tokenizer_stage_draws_no_bar_into_a_pipe_or_a_log(tmp_path, c
     stage_tokenizer(ctx)
     err = capsys.readouterr().err
     assert "\r" not in err and "merges" not in err
+
+
+def test_the_demo_report_links_each_training_stages_own_report(tmp_path):
+    """The demo report listed each training stage's report (its loss, lr and objective curves) as an absolute path in
+    code quotes: nothing a Markdown viewer opens, and wrong once the work directory moves. They are links relative to
+    the report now, as its GRPO curves image is."""
+    from cookmind.demo.pipeline import write_demo_report
+
+    ctx = DemoContext(workdir=tmp_path, seed=0, sizes=DemoSizes.quick(), progress=False)
+    for stage in ("pretrain", "dpo"):
+        ctx.results[stage] = {"seconds": 1.0, "report": str(tmp_path / "runs" / stage / "report.md")}
+    report = write_demo_report(ctx).read_text()
+    assert "- pretrain: [runs/pretrain/report.md](runs/pretrain/report.md)" in report
+    assert "- dpo: [runs/dpo/report.md](runs/dpo/report.md)" in report and str(tmp_path) not in report.split("##", 2)[2]

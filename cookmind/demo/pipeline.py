@@ -597,7 +597,9 @@ def write_demo_report(ctx: DemoContext) -> Path:
     ]
     if stage_reports:
         lines += ["", "## Training reports (loss and lr curves)", ""]
-        lines += [f"- {n}: `{p}`" for n, p in stage_reports]
+        # links relative to this report, as its GRPO curves image (an absolute path opened nothing in a viewer)
+        links = [(n, Path(os.path.relpath(p, ctx.workdir)).as_posix()) for n, p in stage_reports]
+        lines += [f"- {n}: [{rel}]({rel})" for n, rel in links]
     if ctx.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in ctx.notes]
     out = ctx.workdir / "report.md"
