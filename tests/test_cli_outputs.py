@@ -177,3 +177,18 @@ def test_crawl_shows_its_progress_and_quiet_none(tmp_path, capsys):
     assert lines[-1].startswith("crawl: write shards: 100% 40/40") and "page/s" in lines[-1] and "\r" not in err
     assert main(["curate", "crawl", "--output", str(tmp_path / "q"), "--num-pages", "40", "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_every_progress_bar_goes_through_cookmind_progress():
+    """curate, pack and train drew their bars through cookmind.progress (plain lines in a pipe or a log, a bar on a
+    terminal sized 0 x 0), while eval, tokenizer train/encode and the pretokenizer still made raw tqdm bars: carriage
+    returns and redraws into every log. No module but cookmind.progress makes a tqdm bar."""
+    import re
+    from pathlib import Path
+
+    import cookmind
+
+    root = Path(cookmind.__file__).parent
+    raw = re.compile(r"^\s*(from tqdm(\.\w+)? import|import tqdm)", re.M)
+    found = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if raw.search(p.read_text(encoding="utf-8")))
+    assert found == ["progress.py"], found

@@ -548,7 +548,7 @@ def test_the_perplexity_bar_counts_the_windows_it_runs(monkeypatch, stride):
             seen[-1]["run"] += 1
             yield item
 
-    monkeypatch.setattr(ppl, "tqdm", recording_tqdm)
+    monkeypatch.setattr(ppl, "progress_bar", recording_tqdm)
     model = tiny_lm().eval()
     rows = []
     with torch.no_grad():
@@ -1396,3 +1396,19 @@ def test_a_reference_answer_of_several_numbers_without_a_final_line_is_refused_e
     (tmp_path / "ok.jsonl").write_text("".join(json.dumps(r) + "\n" for r in good))
     assert [p["answer"] for p in load_gsm8k(tmp_path / "ok.jsonl")] == [r["answer"] for r in good]
     assert len(load_problems(tmp_path / "ok.jsonl")) == 4
+
+
+def test_the_eval_bars_write_plain_lines_into_a_pipe(tmp_path, capsys):
+    """eval ppl drew its tqdm bar into a pipe or a log as on a terminal: carriage returns and the bar redrawn. It
+    writes plain lines there now (cookmind.progress), the last one the windows it ran."""
+    from cookmind.cli import main
+
+    tiny_hf_tokenizer(tmp_path / "hf")
+    tiny_hf_model(tmp_path / "hf")
+    text = tmp_path / "t.txt"
+    text.write_text("hello world, hello tiny model. " * 10)
+    capsys.readouterr()
+    assert main(["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8"]) == 0
+    err = capsys.readouterr().err  # transformers' "Loading weights" bar too: on a terminal only
+    assert "\r" not in err and "\x1b" not in err, err
+    assert any(line.startswith("perplexity: 100%") for line in err.splitlines()), err

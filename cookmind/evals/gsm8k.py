@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tqdm import tqdm
-
 from cookmind import text_input
 from cookmind.align.prompts import (
     PROMPTS,
@@ -22,6 +20,7 @@ from cookmind.atomic import write_jsonl
 from cookmind.evals.atomic_io import read_jsonl_lines
 from cookmind.evals.passk import pass_at_k
 from cookmind.infer import SamplingParams, generate
+from cookmind.progress import progress_bar
 from cookmind.store.records import check_gradable
 from cookmind.tokenizer import Tokenizer
 from cookmind.tokenizer.bytes_unicode import without_lone_surrogates
@@ -195,7 +194,7 @@ def evaluate_gsm8k(
     records = []
     cut_by_context = 0
     chunk = max(1, batch_size // num_samples)
-    bar = tqdm(total=len(problems), desc="gsm8k", unit="problem", disable=not progress)
+    bar = progress_bar(total=len(problems), desc="gsm8k", unit="problem", enabled=progress)
     for start in range(0, len(problems), chunk):
         span = range(start, min(start + chunk, len(problems)))
         for i in span:

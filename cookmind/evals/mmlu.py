@@ -13,7 +13,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from cookmind import text_input
 from cookmind.align.losses import get_response_log_probs, tokenize_prompt_and_output
@@ -22,6 +21,7 @@ from cookmind.align.rewards import LETTERS, parse_mmlu_response
 from cookmind.atomic import write_jsonl
 from cookmind.evals.gsm8k import context_length, too_long
 from cookmind.infer import SamplingParams, generate
+from cookmind.progress import progress_bar
 
 SCORINGS = ("letter", "option", "generate")
 
@@ -199,7 +199,7 @@ def evaluate_mmlu(
     subjects = sorted({r["subject"] for r in rows})
     rows = [r for r, w in zip(rows, why) if w is None]
     records = []
-    bar = tqdm(total=len(rows), desc=f"mmlu/{scoring}", unit="q", disable=not progress)
+    bar = progress_bar(total=len(rows), desc=f"mmlu/{scoring}", unit="q", enabled=progress)
     for start in range(0, len(rows), batch_size):
         part = rows[start : start + batch_size]
         prompts = [mmlu_prompt(r) for r in part]

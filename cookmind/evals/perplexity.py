@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from tqdm import tqdm
 
 from cookmind import text_input
 from cookmind.align.losses import gather_log_probs, logits_of
 from cookmind.align.prompts import encode_text, is_hf_tokenizer
+from cookmind.progress import progress_bar
 from cookmind.tokenizer.bytes_unicode import unicode_to_bytes, without_lone_surrogates
 from cookmind.tokenizer.documents import document_end_id, document_start_ids
 
@@ -67,7 +67,7 @@ def sequence_nll(
         starts.append(start)
         if start + window + 1 >= len(ids):
             break
-    for start in tqdm(starts, desc="perplexity", unit="window", disable=not progress):
+    for start in progress_bar(starts, desc="perplexity", unit="window", enabled=progress):
         chunk = ids_t[start : start + window + 1]
         if len(chunk) < 2:
             break
@@ -469,7 +469,7 @@ def evaluate_store(
         raise ValueError(f"perplexity: the store at {path} has {stream_length} token(s); nothing to predict")
     total, count, n_bytes = 0.0, 0, 0
     evaluated = spans[:max_windows]
-    for i, (start, stop) in enumerate(tqdm(evaluated, desc="perplexity", unit="window", disable=not progress)):
+    for i, (start, stop) in enumerate(progress_bar(evaluated, desc="perplexity", unit="window", enabled=progress)):
         ids = ds.store.stream("sequence", start, stop).tolist()
         nll, k = sequence_nll(model, ids, window)
         b = text_bytes(tokenizer, ids[1:])

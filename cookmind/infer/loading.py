@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 
@@ -145,7 +146,10 @@ def transformers_load(auto_class: str, path: str | Path, what: str, progress: bo
     from safetensors import SafetensorError
     from transformers.utils import logging as transformers_logging
 
+    from cookmind.progress import is_terminal
+
     bars = transformers_logging.is_progress_bar_enabled()
+    progress = progress and is_terminal(sys.stderr)  # its raw tqdm bar: carriage returns into a pipe or a log
     if not progress:
         transformers_logging.disable_progress_bar()
     try:

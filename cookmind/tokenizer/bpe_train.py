@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -70,7 +71,7 @@ class _Vocab:
     """The growing vocabulary: each merge's new (or reused) id, its sort key, and the merges in order."""
 
     def __init__(self, vocab: dict[int, bytes], vocab_size: int, progress: bool | None) -> None:
-        from tqdm import tqdm
+        from cookmind.progress import is_terminal, progress_bar
 
         self.vocab, self.size = vocab, vocab_size
         self.key = {chr(i): _desc(b) for i, b in vocab.items()}  # token char -> its descending sort key
@@ -78,11 +79,13 @@ class _Vocab:
         self.by_bytes.update({b: i for i, b in vocab.items() if i >= 256 and b not in self.by_bytes})
         self.specials = set(range(256, len(vocab)))
         self.merges: list[Merge] = []
-        self.bar = tqdm(
+        self.bar = progress_bar(
             total=max(0, vocab_size - len(vocab)),
             desc="merges",
             unit="merge",
-            disable=None if progress is None else not progress,  # None: a terminal only; True: a pipe too
+            enabled=is_terminal(sys.stderr)
+            if progress is None
+            else progress,  # None: a terminal only; True: a pipe too
             leave=False,
         )
 

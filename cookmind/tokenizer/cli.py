@@ -69,7 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a tokenizer already at --out (only a folder holding nothing but tokenizer files)",
     )
-    t.add_argument("--quiet", action="store_true", help="no progress bars (shown even into a pipe or a log, as pack's)")
+    t.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress (a bar on a terminal; in a pipe or a log, a plain line now and then, as pack's)",
+    )
 
     e = sub.add_parser("encode", help="text -> token ids")
     e.add_argument("--tokenizer", required=True, help="tokenizer directory")
@@ -271,7 +275,7 @@ def _train(args) -> int:
 
 def _read_stream(path: str):
     """Yield the file's lines (newlines kept) with a progress bar in bytes."""
-    from tqdm import tqdm
+    from cookmind.progress import progress_bar
 
     if Path(path).is_dir():
         raise TokenizerError(f"input {path} is a directory; name the text file to encode")
@@ -280,7 +284,7 @@ def _read_stream(path: str):
     size = Path(path).stat().st_size if Path(path).is_file() else None  # a pipe's size is unknown
     with (
         open(path, encoding="utf-8-sig", newline="") as f,  # -sig: a leading byte-order mark is no text
-        tqdm(total=size, unit="B", unit_scale=True, desc="encode", leave=False) as bar,
+        progress_bar(total=size, unit="B", unit_scale=True, desc="encode", leave=False) as bar,
     ):
         lineno = 0
         try:

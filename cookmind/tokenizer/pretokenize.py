@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import os
 import re
+import sys
 import threading
 import warnings
 from collections import Counter, deque
@@ -424,7 +425,7 @@ def count_pretokens(
     skipped: where given, bad records are counted there and left out instead of raising (``document_texts``).
     read: where given, filled with the files, records and bytes of text read (``ReadCounts``).
     """
-    from tqdm import tqdm
+    from cookmind.progress import is_terminal, progress_bar
 
     if utf8_errors not in ("strict", "replace"):
         raise TokenizerError(f"utf8_errors must be 'strict' or 'replace', got {utf8_errors!r}")
@@ -459,12 +460,12 @@ def count_pretokens(
     counts: Counter = Counter()
     with (
         contextlib.ExitStack() as stack,
-        tqdm(
+        progress_bar(
             total=None if records else sum(e - s for _, s, e, *_ in tasks),
             unit="B",
             unit_scale=True,
             desc="pre-tokenize",
-            disable=None if progress is None else not progress,  # None: a terminal only; True: a pipe too
+            enabled=is_terminal(sys.stderr) if progress is None else progress,  # None: a terminal only; True: a pipe
             leave=False,
         ) as bar,
     ):
