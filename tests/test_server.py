@@ -310,6 +310,32 @@ def test_a_failed_generation_step_says_why_to_the_client_and_on_the_servers_stde
     assert c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3).choices  # the server goes on
 
 
+def test_a_failed_streamed_generation_raises_in_the_client_with_its_reason(setup, monkeypatch):
+    """A stream whose generation failed ended with finish_reason "error" and [DONE], and no word of why: the openai
+    client read it as a finished, shorter answer and raised nothing. An error event ({"error": {...}}, as OpenAI's
+    streams carry one) follows the failed choice's last chunk, and the client raises APIError with the reason."""
+    engine, c = setup["engine"], setup["client"]
+    real, failed = engine._prefill, []
+
+    def prefill():
+        if len(failed) < 2:
+            failed.append(1)
+            raise RuntimeError("out of memory in the test")
+        return real()
+
+    monkeypatch.setattr(engine, "_prefill", prefill)
+    for create in (
+        lambda: c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3, stream=True),
+        lambda: c.completions.create(model=MODEL, prompt="The cook", max_tokens=3, stream=True),
+    ):
+        with pytest.raises(openai.APIError) as e:
+            for _ in create():
+                pass
+        assert "generation failed: RuntimeError: out of memory in the test" in str(e.value)
+        assert e.value.body["type"] == "server_error"
+    assert list(c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3, stream=True))
+
+
 def test_errors_are_openai_json_with_right_status(setup):
     c = setup["client"]
     with pytest.raises(openai.NotFoundError) as e:

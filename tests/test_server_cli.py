@@ -386,7 +386,9 @@ def test_a_second_stop_signal_cuts_the_running_requests_and_tells_each_client(tm
     message = whole.json()["error"]["message"]
     assert message.startswith("the server is stopping and cut this generation after ") and "token(s)" in message
     assert got["stream"][-1] == "data: [DONE]"
-    assert json.loads(got["stream"][-2].removeprefix("data: "))["choices"][0]["finish_reason"] == "error"
+    assert json.loads(got["stream"][-3].removeprefix("data: "))["choices"][0]["finish_reason"] == "error"
+    cut = json.loads(got["stream"][-2].removeprefix("data: "))["error"]  # why, as a stream can still say it
+    assert cut["code"] == "server_shutting_down" and cut["message"].startswith("the server is stopping")
 
 
 def test_the_start_up_line_writes_an_ipv6_address_as_a_url_can_hold_it(model_dir, monkeypatch, capsys):

@@ -31,6 +31,7 @@ from cookmind.infer.server.generation import (
     finish_reason,
     response_grammar,
     sse,
+    stream_error,
     stream_finish_reason,
 )
 from cookmind.infer.server.state import ServerState, State
@@ -203,6 +204,8 @@ async def _stream(
             if d.finish_reason is not None:
                 reason = stream_finish_reason(gen.procs[i], gen.procs[i].tool_calls)
                 yield chunk([{"index": i, "delta": {}, "logprobs": None, "finish_reason": reason}])
+                if error := stream_error(gen.procs[i]):  # why it failed: the client raises it
+                    yield error
         if req.stream_options and req.stream_options.include_usage:
             yield chunk([], gen.usage(prompt_len, req.n))
         yield "data: [DONE]\n\n"

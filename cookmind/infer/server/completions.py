@@ -25,6 +25,7 @@ from cookmind.infer.server.generation import (
     max_new_tokens,
     response_grammar,
     sse,
+    stream_error,
     stream_finish_reason,
 )
 from cookmind.infer.server.state import ServerState, State
@@ -197,6 +198,8 @@ async def _stream(
                 yield chunk(
                     [{"index": i, "text": "", "logprobs": None, "finish_reason": stream_finish_reason(gen.procs[i])}]
                 )
+                if error := stream_error(gen.procs[i]):  # why it failed: the client raises it
+                    yield error
         if req.stream_options and req.stream_options.include_usage:
             yield chunk([], gen.usage(prompt_len, req.n))
         yield "data: [DONE]\n\n"

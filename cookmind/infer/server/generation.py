@@ -248,6 +248,19 @@ def stream_finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
     return "error" if proc.finish_reason in ("error", "shutdown") else finish_reason(proc, tool_calls)
 
 
+def stream_error(proc: OutputProcessor) -> str | None:
+    """The error event a stream carries after a failed or cut choice's last chunk (``{"error": {...}}``, as OpenAI's
+    streams do: the openai client raises APIError with its message), or None for one that finished. The status was
+    sent with the first chunk; without it a client read a failed generation as a finished, shorter answer."""
+    if proc.finish_reason not in ("error", "shutdown"):
+        return None
+    try:
+        finish_reason(proc)
+    except APIError as exc:
+        return sse(exc.body)
+    return None
+
+
 def sse(body: dict) -> str:
     """One server-sent event carrying a JSON chunk."""
     return f"data: {json.dumps(body)}\n\n"
