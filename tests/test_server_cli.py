@@ -487,3 +487,16 @@ def test_the_stop_signals_work_with_a_uvicorn_that_keeps_no_record_of_them(monke
     server.handle_exit(signal.SIGINT, None)
     server.handle_exit(signal.SIGINT, None)
     assert cut == ["shutdown"] and "cutting 1 request(s)" in capsys.readouterr().err
+
+
+def test_the_default_model_id_of_a_run_or_its_checkpoints_folder_names_the_run(tmp_path):
+    """`serve runs/x/checkpoints` served the model as 'checkpoints' (and a step folder as 'step_00000020'): the id a
+    client sends named no model. A run's checkpoints/ folder is served as the run, a step in it as RUN-STEP."""
+    run = tmp_path / "runs" / "sft"
+    step = run / "checkpoints" / "step_00000020"
+    step.mkdir(parents=True)
+    assert cli_serve.default_model_id(run) == "sft"
+    assert cli_serve.default_model_id(run / "checkpoints") == "sft"
+    assert cli_serve.default_model_id(f"{run}/checkpoints/") == "sft"
+    assert cli_serve.default_model_id(step) == "sft-step_00000020"
+    assert cli_serve.default_model_id(tmp_path / "Qwen3-0.6B") == "Qwen3-0.6B"

@@ -50,7 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=4.0,
         help="larger request bodies are refused with 413 (default 4)",
     )
-    parser.add_argument("--model-name", default=None, help="the model id clients send (default: the directory name)")
+    parser.add_argument(
+        "--model-name",
+        default=None,
+        help="the model id clients send (default: the directory's name; a run's checkpoints/ folder: the run's, a "
+        "step in it RUN-STEP)",
+    )
     parser.add_argument(
         "--lora",
         action="append",
@@ -206,6 +211,17 @@ def speculative_config(args: argparse.Namespace, tokenizer, device: str, dtype):
     )
 
 
+def default_model_id(path) -> str:
+    """The model id a server without --model-name serves: its folder's name, but a run's ``checkpoints/`` folder is
+    the run ("checkpoints" named no model) and a step folder in it RUN-STEP (no slash: /v1/models/ID holds one)."""
+    p = Path(path).resolve()
+    if p.name == "checkpoints":
+        return p.parent.name
+    if p.parent.name == "checkpoints":
+        return f"{p.parent.parent.name}-{p.name}"
+    return p.name
+
+
 def build_app(args: argparse.Namespace):
     """Load the model and return (FastAPI app, engine)."""
     from cookmind.device import inference_dtype, resolve_device
@@ -217,7 +233,7 @@ def build_app(args: argparse.Namespace):
     device = resolve_device(args.device)
     dtype = inference_dtype(args.dtype, device)
     device = str(device)
-    name = args.model_name or Path(path).resolve().name
+    name = args.model_name or default_model_id(path)
     specs = parse_lora_specs(args.lora, name)  # a malformed --lora fails before the model loads
     model, tokenizer = load_for_inference(path, device, dtype, args.tokenizer)
     context = model.config.max_position_embeddings
