@@ -492,24 +492,18 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_a_node_that_fails_before_joining_the_group_stops_the_others(tmp_path):
-    """Node 1 cannot even read its config (the file is on node 0 only): it stopped before joining the process
-    group, and node 0 waited in the rendezvous for a rank that would never come, up to the group's 30-minute
-    timeout. Node 0 now stops at once with node 1's reason."""
+def _two_nodes_stderr(args: list[list[str]], cwds: list) -> tuple[list[str], list[int]]:
+    """Launch node 0 and node 1 (each ``node_cmd`` with its own arguments, in its own folder) and return their stderr
+    and exit statuses; node 0 first, so that its launcher holds the rendezvous store, as the endpoint's node."""
     import time
 
-    common = data_parallel_overrides(tmp_path, max_steps=2)
-    for node in (0, 1):
-        (tmp_path / f"node{node}").mkdir()
-    (tmp_path / "node0" / "cfg.yaml").write_text("{}\n")
-    args = ["--config", "cfg.yaml", "--run-dir", str(tmp_path / "run"), "train.micro_batch_size=2", *common]
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
     port = find_free_port()
     procs = []
     try:
-        for node in (0, 1):  # node 0 first, so that its launcher holds the rendezvous store, as the endpoint's node
+        for node in (0, 1):
             popen = subprocess.Popen(
-                node_cmd(node, port, *args), cwd=tmp_path / f"node{node}", env=env, text=True,
+                node_cmd(node, port, *args[node]), cwd=cwds[node], env=env, text=True,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )  # fmt: skip
             procs.append(popen)
@@ -517,10 +511,24 @@ def test_a_node_that_fails_before_joining_the_group_stops_the_others(tmp_path):
             while node == 0 and not _listening(port) and time.monotonic() < deadline:
                 time.sleep(0.1)
         errs = [p.communicate(timeout=90)[1] for p in procs]
+        return errs, [p.returncode for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+
+
+def test_a_node_that_fails_before_joining_the_group_stops_the_others(tmp_path):
+    """Node 1 cannot even read its config (the file is on node 0 only): it stopped before joining the process
+    group, and node 0 waited in the rendezvous for a rank that would never come, up to the group's 30-minute
+    timeout. Node 0 now stops at once with node 1's reason."""
+
+    common = data_parallel_overrides(tmp_path, max_steps=2)
+    for node in (0, 1):
+        (tmp_path / f"node{node}").mkdir()
+    (tmp_path / "node0" / "cfg.yaml").write_text("{}\n")
+    args = ["--config", "cfg.yaml", "--run-dir", str(tmp_path / "run"), "train.micro_batch_size=2", *common]
+    errs, _ = _two_nodes_stderr([args, args], [tmp_path / "node0", tmp_path / "node1"])
     said = [[line for line in err.splitlines() if line.startswith("cookmind train: error:")] for err in errs]
     assert said[1] == [f"cookmind train: error: config file 'cfg.yaml' not found: {said[1][0].split(': ', 3)[3]}"]
     assert len(said[0]) == 1 and said[0][0].startswith("cookmind train: error: rank 1 (on "), errs[0][-3000:]
@@ -531,34 +539,15 @@ def test_a_node_launched_with_a_bad_flag_stops_the_others(tmp_path):
     """Node 1 launched with a flag `cookmind train` does not know: its usage error ended it before it joined the
     process group, without telling the others, and node 0 waited in the rendezvous for it up to the group's
     30-minute timeout, as for a config file missing on a node. Node 0 now stops at once with node 1's reason."""
-    import time
 
     common = data_parallel_overrides(tmp_path, max_steps=2)
     args = ["--run-dir", str(tmp_path / "run"), "train.micro_batch_size=2", *common]
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
-    port = find_free_port()
-    procs = []
-    try:
-        for node in (0, 1):  # node 0 first: its launcher holds the rendezvous store, as the endpoint's node
-            extra = ["--bogus-flag"] if node == 1 else []
-            popen = subprocess.Popen(
-                node_cmd(node, port, *args, *extra), cwd=tmp_path, env=env, text=True,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )  # fmt: skip
-            procs.append(popen)
-            deadline = time.monotonic() + 60
-            while node == 0 and not _listening(port) and time.monotonic() < deadline:
-                time.sleep(0.1)
-        errs = [p.communicate(timeout=90)[1] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    errs, codes = _two_nodes_stderr([args, [*args, "--bogus-flag"]], [tmp_path, tmp_path])
     said = [[line for line in err.splitlines() if line.startswith("cookmind train: error:")] for err in errs]
     assert said[1] == ["cookmind train: error: unrecognized arguments: --bogus-flag"], errs[1][-3000:]
     assert said[0] == [f"cookmind train: error: rank 1 (on {socket.gethostname()}) could not start: unrecognized "
                        "arguments: --bogus-flag"], errs[0][-3000:]  # fmt: skip
-    assert all(p.returncode != 0 for p in procs)
+    assert all(code != 0 for code in codes)
 
 
 @pytest.mark.parametrize(
