@@ -9,7 +9,7 @@ from lm_fixtures import MICRO, tiny_config
 from test_align_fixtures import XYZ, one_torch_thread, tiny_hf_model, x_fraction  # noqa: F401
 
 from cookmind.align.expert_iteration import ExpertIterationConfig, run_expert_iteration
-from cookmind.align.objective import GRPOConfig, GRPOObjective
+from cookmind.align.objective import GRPOConfig, GRPOObjective, sampling_params
 from cookmind.align.rollout import SamplingParams, generate_ids
 
 PROBLEMS = [{"question": "?" * k, "answer": ""} for k in range(1, 4)]
@@ -626,3 +626,35 @@ def test_offline_rollouts_report_only_what_they_measured():
     assert metrics["reward"] == 0.5 and metrics["response_length"] == 1.5
     for unmeasured in ("accuracy", "format_reward", "cut_short", "frac_zero_std_groups"):
         assert unmeasured not in metrics, unmeasured
+
+
+def test_plain_template_rollouts_and_held_out_answers_end_where_the_model_makes_up_the_next_question():
+    """grpo.template=plain (or a template of one's own) sampled on past the answer into a question the model made
+    up, and graded that question's last number: a right answer scored 0 in the rollouts and in val_accuracy, where
+    `eval gsm8k --template plain` (which stops at "\\nQuestion:") scored it 1. They stop alike now."""
+    from test_align_fixtures import CharTok, OracleLM
+
+    from cookmind.align.objective import evaluate_accuracy
+    from cookmind.evals.gsm8k import evaluate_gsm8k
+
+    problems = [{"question": "Tom has 1 apple and buys 2 more. How many?", "answer": "#### 3"}]
+
+    def respond(prompt):
+        return " 3\nQuestion: Ann has 7 pens and loses 3. How many?\nAnswer: 4"
+
+    oracle = OracleLM(respond, marker="Answer:")
+    cfg = GRPOConfig(group_size=2, max_new_tokens=80, template="plain", temperature=1.0)
+    held = evaluate_accuracy(oracle, CharTok(), problems, cfg)
+    want = evaluate_gsm8k(oracle, CharTok(), problems, template="plain", max_new_tokens=80, progress=False)
+    assert held["accuracy"] == want["accuracy"] == 1.0, held["responses"]
+    assert held["responses"] == [" 3\nQuestion:"]
+    objective = GRPOObjective(cfg, tokenizer=CharTok())
+    prompt = CharTok().encode("Question: " + problems[0]["question"] + "\nAnswer:")
+    batch = {"prompt_ids": torch.tensor([prompt]), "answer": [problems[0]["answer"]]}
+    assert objective.prepare(oracle, batch)["raw_rewards"].tolist() == [1.0, 1.0]
+    # a template of one's own stops at its question marker; chat and the think templates as before
+    custom = GRPOConfig(template="Q: {question}\nA:")
+    assert sampling_params(custom, CharTok(), seed=0).stop_strings == ("\nQ:",)
+    assert sampling_params(GRPOConfig(template="chat"), CharTok(), seed=0).stop_strings == ()
+    assert sampling_params(GRPOConfig(template="compact"), CharTok(), seed=0).stop_strings == ("</answer>",)
+    assert sampling_params(GRPOConfig(template="plain", stop_strings=()), CharTok(), seed=0).stop_strings == ()

@@ -43,6 +43,7 @@ from cookmind.align.prompts import (
     R1_ZERO_STOP,
     decode_response,
     encode_prompt,
+    next_question_stops,
     pad_id_of,
     stop_ids_of,
     uses_think_tags,
@@ -75,7 +76,9 @@ class GRPOConfig:
     top_p: float = 1.0
     max_new_tokens: int = 64
     min_new_tokens: int = 0
-    stop_strings: tuple[str, ...] | None = None  # None: "</answer>" for <think> templates, none otherwise
+    # None: "</answer>" for <think> templates; for plain and one's own, the next question a model makes up
+    # ("\nQuestion:", as `eval gsm8k` stops); none for chat (its turn ends with a stop token)
+    stop_strings: tuple[str, ...] | None = None
     template: str = "r1_zero"  # r1_zero | compact | chat | plain | a string with {question}
     format_weight: float = 0.0
     engine: str = "auto"
@@ -161,8 +164,8 @@ class GRPOConfig:
 def sampling_params(cfg: GRPOConfig, tokenizer, seed: int | None, greedy: bool = False) -> SamplingParams:
     """How rollouts (or, with ``greedy``, held-out answers) are decoded: the one place these are built."""
     stops = cfg.stop_strings
-    if stops is None:
-        stops = R1_ZERO_STOP if uses_think_tags(cfg.template) else ()
+    if stops is None:  # where `eval gsm8k` stops: an answer graded past them graded a question the model made up
+        stops = R1_ZERO_STOP if uses_think_tags(cfg.template) else next_question_stops(cfg.template)
     return SamplingParams(
         max_new_tokens=(cfg.eval_max_new_tokens or cfg.max_new_tokens) if greedy else cfg.max_new_tokens,
         min_new_tokens=0 if greedy else cfg.min_new_tokens,
