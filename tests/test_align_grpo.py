@@ -658,3 +658,42 @@ def test_plain_template_rollouts_and_held_out_answers_end_where_the_model_makes_
     assert sampling_params(GRPOConfig(template="chat"), CharTok(), seed=0).stop_strings == ()
     assert sampling_params(GRPOConfig(template="compact"), CharTok(), seed=0).stop_strings == ("</answer>",)
     assert sampling_params(GRPOConfig(template="plain", stop_strings=()), CharTok(), seed=0).stop_strings == ()
+
+
+def test_offline_micro_batches_whose_rewards_never_vary_say_so_once():
+    """Offline rollouts take each micro-batch's mean reward as the baseline: a run of micro-batches whose stored
+    rewards are all the same trains nothing (every advantage 0) and said nothing, where online GRPO warns."""
+    from cookmind.align.objective import NO_SIGNAL_BATCHES
+
+    model = tiny_hf_model(vocab_size=5)
+    obj = GRPOObjective(GRPOConfig(group_size=2, template="{question}", stop_strings=()), tokenizer=XYZ())
+
+    def batch(rewards):
+        return {
+            "prompt_ids": torch.tensor([[4, 4], [4, 3]]),
+            "prompt_lengths": torch.tensor([2, 1]),
+            "response_ids": torch.tensor([[1, 2, 0], [0, 0, 0]]),
+            "response_mask": torch.tensor([[1, 1, 0], [1, 0, 0]]),
+            "reward": torch.tensor(rewards),
+        }
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(NO_SIGNAL_BATCHES - 1):
+            assert obj.prepare(model, batch([1.0, 1.0]))["advantages"].abs().sum() == 0
+        obj.prepare(model, batch([1.0, 0.0]))  # one with a signal starts the count again
+        for _ in range(NO_SIGNAL_BATCHES - 1):
+            obj.prepare(model, batch([1.0, 1.0]))
+    assert not [w for w in caught if "no learning signal" in str(w.message)]
+    with pytest.warns(UserWarning, match="no learning signal") as caught:
+        obj.prepare(model, batch([1.0, 1.0]))
+    said = str(caught[0].message)
+    assert f"last {NO_SIGNAL_BATCHES} micro-batches of offline rollouts" in said and "rewards 1 to 1" in said, said
+    assert "train.micro_batch_size" in said and "grpo.loss_type=no_baseline" in said, said
+    # without a baseline the raw rewards train: nothing to say
+    raw = GRPOObjective(GRPOConfig(group_size=2, loss_type="no_baseline", template="{question}"), tokenizer=XYZ())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(NO_SIGNAL_BATCHES + 1):
+            raw.prepare(model, batch([1.0, 1.0]))
+    assert not [w for w in caught if "no learning signal" in str(w.message)]

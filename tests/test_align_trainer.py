@@ -105,3 +105,33 @@ def test_offline_rollouts_one_a_micro_batch_are_refused_naming_the_fix(grpo_run_
         s in err for s in ("train.micro_batch_size=1", "grpo.loss_type=no_baseline")
     ), err
     assert main([*argv, "--run-dir", str(tmp_path / "b"), "grpo.loss_type=no_baseline"]) == 0  # raw rewards train
+
+
+def test_offline_rollouts_of_one_reward_are_refused_as_training_nothing(grpo_run_inputs, tmp_path, capsys):
+    # a store of scored responses that all earned the same reward (every answer right, as a filtered set of good
+    # samples is): each advantage, a reward minus its micro-batch's mean, was 0, and the run trained 12 steps of
+    # nothing, its summary reading train_loss 0 and train_reward 1 without a word
+    from cookmind.cli import main
+    from cookmind.store.packer import pack
+
+    root = grpo_run_inputs
+    for name, reward in (("ones", 1.0), ("zeros", 0.0)):
+        rows = [{"prompt": f"{a} + 1?", "response": str(a + 1), "reward": reward} for a in range(4)]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        pack([tmp_path / f"{name}.jsonl"], tmp_path / name, str(root / "tok"), "grpo", progress=False)
+    argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--tokenizer", str(root / "tok")]
+    argv += ["train.max_steps=1", "train.micro_batch_size=2"]
+    for name, extra, said in (
+        ("ones", [], "every stored reward is 1"),
+        ("zeros", [], "every stored reward is 0"),
+        ("zeros", ["grpo.loss_type=no_baseline"], "every stored reward is 0"),
+    ):
+        run = tmp_path / f"run-{name}-{len(extra)}"
+        assert main([*argv, "--train-data", str(tmp_path / name), "--run-dir", str(run), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"cookmind train: error: {tmp_path / name} holds offline rollouts") and said in err, err
+        assert "nothing trains" in err, err
+    # the raw rewards of right answers do train (REINFORCE without a baseline: the likelihood of each one rises)
+    run = tmp_path / "run-ones-raw"
+    argv += ["--train-data", str(tmp_path / "ones"), "--run-dir", str(run), "grpo.loss_type=no_baseline"]
+    assert main(argv) == 0

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from cookmind import json_input
@@ -298,6 +299,17 @@ def no_signal_message(cfg: GRPOConfig, meta: dict[str, float], batches: int, cus
     )
 
 
+def offline_no_signal_message(meta: dict[str, float], batches: int) -> str:
+    """What to tell the user when ``batches`` micro-batches of stored rollouts in a row each held one reward."""
+    return (
+        f"grpo: no learning signal in the last {batches} micro-batches of offline rollouts: within each, every "
+        f"stored reward was the same (rewards {meta.get('reward_min', 0.0):g} to {meta.get('reward_max', 0.0):g}), "
+        "so every advantage (a reward minus its micro-batch's mean) is 0 and nothing trains; raise "
+        "train.micro_batch_size, keep data.shuffle=true so rollouts of different rewards meet, or set "
+        "grpo.loss_type=no_baseline to train on the raw rewards"
+    )
+
+
 class GRPOObjective(Objective):
     """Online GRPO on {"prompt_ids", "prompt_lengths", "answer"} batches (or offline scored responses).
 
@@ -419,17 +431,40 @@ class GRPOObjective(Objective):
             )
 
     def _check_offline_batch(self, trainer: Any) -> None:
-        """Refuse offline rollouts one a micro-batch under a baseline: a stored response's advantage is its reward
-        minus the micro-batch's mean, so alone it is 0 and nothing trains (weight decay alone moves the weights)."""
+        """Refuse offline rollouts that train nothing (weight decay alone would move the weights): one a micro-batch
+        under a baseline (a stored response's advantage is its reward minus the micro-batch's mean, so alone it is
+        0), or a store whose rewards are all the same (every advantage 0; without a baseline, all 0 rewards)."""
         dataset = getattr(getattr(getattr(trainer, "train_loader", None), "loader", None), "dataset", None)
-        if getattr(dataset, "offline", False) is not True or self.cfg.loss_type == "no_baseline":
+        if getattr(dataset, "offline", False) is not True:
             return
-        if trainer.cfg.train.micro_batch_size < 2:
+        baseline = self.cfg.loss_type != "no_baseline"
+        if baseline and trainer.cfg.train.micro_batch_size < 2:
             raise ValueError(
                 f"{trainer.cfg.data.train_path} holds offline rollouts, whose advantage is the reward minus the "
                 f"micro-batch's mean: with train.micro_batch_size={trainer.cfg.train.micro_batch_size} every "
                 f"advantage is 0 and nothing trains; set train.micro_batch_size to 2 or more, or "
                 "grpo.loss_type=no_baseline to train on the raw rewards"
+            )
+        store = dataset.store
+        rewards = store.stream("rewards", 0, store.stream_length("rewards"))
+        if len(rewards) != len(store) or not len(dataset.indices):  # not one reward a record: not pack's layout
+            return
+        values = np.unique(rewards[dataset.indices])
+        if len(values) == 1 and (baseline or values[0] == 0):
+            why = (
+                "each response's advantage is its reward minus its micro-batch's mean, 0 for every one"
+                if baseline
+                else f"with grpo.loss_type={self.cfg.loss_type} each response is weighted by its reward, 0"
+            )
+            fix = (
+                "add rollouts that scored otherwise (wrong answers beside the right ones), or set "
+                "grpo.loss_type=no_baseline to train on the raw rewards"
+                if baseline and values[0] != 0
+                else "add rollouts that scored otherwise (right answers beside the wrong ones)"
+            )
+            raise ValueError(
+                f"{trainer.cfg.data.train_path} holds offline rollouts and every stored reward is {float(values[0]):g}"
+                f" ({len(dataset.indices)} responses): {why}, so nothing trains; {fix}"
             )
 
     def _say_short_of_room(self, trainer: Any, context: int, length: Callable[[dict], int]) -> None:
@@ -514,6 +549,10 @@ class GRPOObjective(Objective):
                     "response_length": sum(map(len, responses)) / len(responses),
                 },
             )
+            if self.cfg.loss_type != "no_baseline":  # a micro-batch of one reward: every advantage is 0
+                low, high = reward.min().item(), reward.max().item()
+                flat = {"frac_zero_std_groups": float(low == high), "reward_min": low, "reward_max": high}
+                self._note_signal(flat, offline=True)
         else:
             params = sampling_params(
                 self.cfg, self.tokenizer, seed=(self.seed * 1_000_003 + self.calls) * 101 + self.rank
@@ -556,15 +595,19 @@ class GRPOObjective(Objective):
         trainer = self._trainer() if self._trainer is not None else None
         return stop_together(self._dist, "roll out" + (f" step {trainer.step + 1}" if trainer is not None else ""))
 
-    def _note_signal(self, meta: dict[str, float]) -> None:
-        """Count rollout batches in a row with no reward signal; at ``NO_SIGNAL_BATCHES`` say so (rank 0, once a run
-        of them)."""
+    def _note_signal(self, meta: dict[str, float], offline: bool = False) -> None:
+        """Count rollout batches (offline: micro-batches of stored rollouts) in a row with no reward signal; at
+        ``NO_SIGNAL_BATCHES`` say so (rank 0, once a run of them)."""
         if meta.get("frac_zero_std_groups", 0.0) < 1.0:
             self._no_signal = 0
             return
         self._no_signal += 1
         if self._no_signal == NO_SIGNAL_BATCHES and self.rank == 0:
-            warnings.warn(no_signal_message(self.cfg, meta, NO_SIGNAL_BATCHES, self.custom_reward), stacklevel=2)
+            if offline:
+                message = offline_no_signal_message(meta, NO_SIGNAL_BATCHES)
+            else:
+                message = no_signal_message(self.cfg, meta, NO_SIGNAL_BATCHES, self.custom_reward)
+            warnings.warn(message, stacklevel=2)
 
     @property
     def token_mean_loss(self) -> bool:
