@@ -697,3 +697,30 @@ def test_offline_micro_batches_whose_rewards_never_vary_say_so_once():
         for _ in range(NO_SIGNAL_BATCHES + 1):
             raw.prepare(model, batch([1.0, 1.0]))
     assert not [w for w in caught if "no learning signal" in str(w.message)]
+
+
+def test_expert_iteration_drops_and_counts_problems_whose_prompt_fills_the_context(tmp_path):
+    """One problem whose prompt filled the model's context stopped the whole run with generate's
+    "prompts[0] has 60 tokens" (an index into the repeated samples, naming no problem); GRPO drops and counts them."""
+    short = [{"question": "?" * n, "answer": ""} for n in (1, 2, 3)]
+    problems = [short[0], {"question": "?" * 48, "answer": ""}, *short[1:], {"question": "?" * 60, "answer": ""}]
+
+    def reward(resp, _t):
+        ok = float(resp.startswith("x"))
+        return {"reward": ok, "format_reward": 1.0, "answer_reward": ok}
+
+    cfg = ExpertIterationConfig(
+        n_rounds=1, questions_per_round=5, samples_per_question=2, max_new_tokens=2, template="{question}"
+    )
+    with pytest.warns(UserWarning) as caught:
+        hist = run_expert_iteration(
+            _tiny_cookmind(), XYZ(), problems, _train_cfg(tmp_path, 1, 4), cfg, eval_problems=problems, reward_fn=reward
+        )
+    said = [str(w.message) for w in caught]
+    tail = "problems are dropped: their prompts fill the model's context of 48 tokens"
+    assert f"run_expert_iteration: 2 of 5 training {tail}" in said, said
+    assert f"run_expert_iteration: 2 of 5 eval {tail}" in said, said
+    assert hist[0]["problems_dropped"] == 2 and hist[0]["eval_problems_dropped"] == 2
+    assert 0.0 <= hist[0]["eval_accuracy"] <= 1.0
+    with pytest.raises(ValueError, match="every training problem's prompt fills the model's context of 48 tokens"):
+        run_expert_iteration(_tiny_cookmind(), XYZ(), problems[1:2], _train_cfg(tmp_path / "b", 1, 4), cfg)

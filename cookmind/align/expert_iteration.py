@@ -15,6 +15,7 @@ import copy
 import math
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def run_expert_iteration(
     eval_problems=None,
     reward_fn=None,
 ) -> list[dict]:
-    """Train ``model`` (a CookMindLM) in place; one metrics dict per round (kept rollouts, sample and eval accuracy).
+    """Train ``model`` (a CookMindLM) in place; one metrics dict per round (kept rollouts, sample and eval accuracy,
+    ``problems_dropped`` / ``eval_problems_dropped``: those whose prompt fills the model's context, left out and warned
+    of, as GRPO leaves them out).
 
     ``train_cfg`` is the TrainConfig of the SFT rounds (its objective and step count are set per round).
     """
@@ -77,6 +80,10 @@ def run_expert_iteration(
     problems = [as_problem(p) for p in train_problems]
     if not problems:
         raise ValueError("run_expert_iteration: no training problems")
+    problems, dropped = _fitting(model, tokenizer, problems, cfg.template, "training")
+    eval_dropped = None
+    if eval_problems is not None:
+        eval_problems, eval_dropped = _fitting(model, tokenizer, [as_problem(p) for p in eval_problems], cfg.template)
     gcfg = GRPOConfig(template=cfg.template, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
     history = []
     for rnd in range(cfg.n_rounds):
@@ -100,13 +107,38 @@ def run_expert_iteration(
                     keep_p.append(rep[j])
                     keep_r.append(out)
         row = {"round": rnd + 1, "sample_accuracy": correct / max(1, len(outs)), "kept": len(keep_r), "sft_loss": None}
+        row["problems_dropped"] = dropped  # their prompts fill the model's context: never sampled
+        if eval_dropped is not None:
+            row["eval_problems_dropped"] = eval_dropped
         if keep_r:
             row["sft_loss"] = _sft_round(model, tokenizer, PairDataset(keep_p, keep_r), train_cfg, cfg, rnd)
         row["seconds"] = time.perf_counter() - t0
-        if eval_problems is not None:
+        if eval_problems:
             row["eval_accuracy"] = evaluate_accuracy(model, tokenizer, eval_problems, gcfg, reward_fn)["accuracy"]
         history.append(row)
     return history
+
+
+def _fitting(model, tokenizer, problems: list[dict], template: str, which: str = "eval") -> tuple[list[dict], int]:
+    """The problems whose prompt leaves room for an answer in the model's context, and how many were dropped (as
+    GRPO drops them: a cut prompt would ask another question, and one that fills the context stops generation).
+    Dropped ones are warned of; no training problem left is an error."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not isinstance(context, int):
+        return problems, 0
+    keep = [p for p in problems if len(encode_prompt(tokenizer, p["question"], template)) < context]
+    if which == "training" and not keep:
+        raise ValueError(
+            f"run_expert_iteration: every training problem's prompt fills the model's context of {context} tokens; "
+            "shorten them or use a shorter template"
+        )
+    if len(keep) < len(problems):
+        warnings.warn(
+            f"run_expert_iteration: {len(problems) - len(keep)} of {len(problems)} {which} problems are dropped: "
+            f"their prompts fill the model's context of {context} tokens",
+            stacklevel=3,
+        )
+    return keep, len(problems) - len(keep)
 
 
 def _sft_round(model, tokenizer, data: PairDataset, train_cfg, cfg: ExpertIterationConfig, rnd: int) -> float | None:
