@@ -145,3 +145,17 @@ def test_a_grpo_reference_word_as_dpo_reference_says_what_dpo_reference_takes(tm
         "Face folder), not grpo.reference's none/copy/base: leave it out for a frozen copy of the train.init_from "
         "model (under lora.enabled=true, that model with its adapters off)"
     )
+
+
+def test_label_smoothing_with_the_ipo_loss_is_refused_not_ignored(tmp_path, capsys):
+    # dpo.loss=ipo dpo.label_smoothing=0.1 trained plain IPO: the smoothing, conservative DPO's, was accepted and never
+    # read (IPO's loss (h - 1/(2 beta))^2 has no labels to smooth)
+    ref = tiny_lm()
+    with pytest.raises(ValueError) as err:
+        DPOObjective(beta=0.1, loss_type="ipo", label_smoothing=0.1, reference=ref)
+    assert str(err.value) == (
+        "dpo.label_smoothing=0.1 smooths the labels of the sigmoid loss (conservative DPO); dpo.loss=ipo has no labels "
+        "to smooth and would ignore it: leave dpo.label_smoothing out, or set dpo.loss=sigmoid"
+    )
+    for loss, smoothing in (("ipo", 0.0), ("sigmoid", 0.1)):  # both still work
+        DPOObjective(beta=0.1, loss_type=loss, label_smoothing=smoothing, reference=ref)

@@ -82,6 +82,12 @@ class DPOObjective(Objective):
         reference_context: Callable[[torch.nn.Module], contextlib.AbstractContextManager] | None = None,
         nll_weight: float = 0.0,
     ):
+        if loss_type == "ipo" and label_smoothing:  # IPO's (h - 1/(2 beta))^2 has no labels: it would go unread
+            raise ValueError(
+                f"dpo.label_smoothing={label_smoothing:g} smooths the labels of the sigmoid loss (conservative DPO); "
+                "dpo.loss=ipo has no labels to smooth and would ignore it: leave dpo.label_smoothing out, or set "
+                "dpo.loss=sigmoid"
+            )
         self.beta, self.reduction, self.loss_type, self.label_smoothing = beta, reduction, loss_type, label_smoothing
         self.nll_weight = nll_weight
         self.reference = reference
