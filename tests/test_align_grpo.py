@@ -724,3 +724,14 @@ def test_expert_iteration_drops_and_counts_problems_whose_prompt_fills_the_conte
     assert 0.0 <= hist[0]["eval_accuracy"] <= 1.0
     with pytest.raises(ValueError, match="every training problem's prompt fills the model's context of 48 tokens"):
         run_expert_iteration(_tiny_cookmind(), XYZ(), problems[1:2], _train_cfg(tmp_path / "b", 1, 4), cfg)
+
+
+def test_held_out_evaluations_say_how_many_problems_they_graded(tmp_path):
+    """grpo.eval_size=N grades the first N held-out problems, and nothing said so: the run's data row counted the
+    file's problems (grpo_eval_problems_records: 1319 for GSM8K's test set) beside a val_accuracy over 8."""
+    held = [{"question": "?" * n, "answer": "x"} for n in (1, 2, 3)]
+    for size, want in ((2, 2), (0, 3), (10, 3)):
+        gcfg = GRPOConfig(group_size=2, max_new_tokens=1, template="{question}", stop_strings=(), eval_size=size)
+        run = tmp_path / f"size{size}"
+        summary = _grpo_trainer(run, 1, problems=PROBLEMS, gcfg=gcfg, eval_problems=held).fit()
+        assert [r["val_problems"] for r in _rows(run, "val")] == [want] and summary["val_problems"] == want

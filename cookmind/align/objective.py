@@ -12,7 +12,8 @@ for every objective. Each rollout batch gets one optimizer step (on-policy: the 
 REINFORCE with a baseline). Sampling seeds come from ``train.seed`` and a rollout counter kept in ``state_dict``;
 the stream position is kept there too, so a resumed run replays the same prompts and rollouts. With held-out
 problems (``eval_problems``) every Trainer evaluation (``eval.every`` and the end) adds greedy exact accuracy,
-format rate and answer length as ``val_accuracy``, ``val_format_rate``, ``val_response_length``.
+format rate and answer length as ``val_accuracy``, ``val_format_rate``, ``val_response_length``, over
+``val_problems`` problems (the first ``eval_size``).
 """
 
 from __future__ import annotations
@@ -654,12 +655,16 @@ class GRPOObjective(Objective):
         return loss, metrics
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
-        """Greedy held-out accuracy, format rate, answer length and the share of answers cut short (the Trainer
-        prefixes them with ``val_``)."""
+        """Greedy held-out accuracy, format rate, answer length and the share of answers cut short, over
+        ``problems`` graded (grpo.eval_size's first ones; the Trainer prefixes them with ``val_``)."""
         if not self.eval_problems:
             return {}
-        res = evaluate_accuracy(unwrap(model), self.tokenizer, self._graded(), self.cfg, self.reward_fn)
-        return {k: res[k] for k in ("accuracy", "format_rate", "response_length", "cut_short")}
+        graded = self._graded()
+        res = evaluate_accuracy(unwrap(model), self.tokenizer, graded, self.cfg, self.reward_fn)
+        return {
+            "problems": len(graded),
+            **{k: res[k] for k in ("accuracy", "format_rate", "response_length", "cut_short")},
+        }
 
     def _graded(self) -> list[dict] | None:
         """The held-out problems each evaluation grades: the first ``grpo.eval_size`` of them (0: all)."""
