@@ -135,3 +135,31 @@ def test_offline_rollouts_of_one_reward_are_refused_as_training_nothing(grpo_run
     run = tmp_path / "run-ones-raw"
     argv += ["--train-data", str(tmp_path / "ones"), "--run-dir", str(run), "grpo.loss_type=no_baseline"]
     assert main(argv) == 0
+
+
+def test_rollout_settings_on_offline_rollouts_are_refused_not_ignored(grpo_run_inputs, tmp_path, capsys):
+    # grpo.group_size, grpo.temperature, grpo.normalize_by_std, ... shape how online rollouts are sampled, grouped and
+    # scored; on a store of scored responses they were accepted and never read (the advantage is the reward minus
+    # the micro-batch's mean, not divided by any std, whatever grpo.normalize_by_std said)
+    from cookmind.cli import main
+    from cookmind.store.packer import pack
+
+    root = grpo_run_inputs
+    rows = [{"prompt": f"{a} + 1?", "response": str(a + 1), "reward": float(a % 2)} for a in range(4)]
+    (tmp_path / "off.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pack([tmp_path / "off.jsonl"], tmp_path / "off", str(root / "tok"), "grpo", progress=False)
+    argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--train-data", str(tmp_path / "off")]
+    argv += ["--tokenizer", str(root / "tok"), "train.max_steps=1", "train.micro_batch_size=2"]
+    bad = ["grpo.group_size=4", "grpo.temperature=0.7", "grpo.normalize_by_std=true"]
+    assert main([*argv, "--run-dir", str(tmp_path / "a"), *bad]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        f"cookmind train: error: {tmp_path / 'off'} holds offline rollouts (responses stored with their rewards): "
+        "grpo.group_size, grpo.normalize_by_std, grpo.temperature shape how online rollouts are sampled, grouped or "
+        "scored, and would be ignored; leave them out (each stored response's advantage is its reward minus its "
+        "micro-batch's mean)"
+    ), err
+    assert not (tmp_path / "a" / "metrics.jsonl").exists()
+    # what offline rollouts do read (the loss, its normalisation, the held-out check's decoding) is taken
+    ok = ["grpo.loss_type=reinforce_with_baseline", "grpo.length_normalization=token", "grpo.max_new_tokens=8"]
+    assert main([*argv, "--run-dir", str(tmp_path / "b"), *ok]) == 0

@@ -60,6 +60,16 @@ from cookmind.train.config import coerce_value
 from cookmind.train.objectives.base import Objective, unwrap
 
 LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip")
+# settings that shape how online rollouts are sampled, grouped and scored: a store of scored responses reads none
+ONLINE_ONLY = (
+    "group_size",
+    "temperature",
+    "top_p",
+    "min_new_tokens",
+    "normalize_by_std",
+    "advantage_eps",
+    "format_weight",
+)
 
 
 @dataclass
@@ -351,6 +361,7 @@ class GRPOObjective(Objective):
             self.next_batch = self._next_problems  # the Trainer draws batches from the stream instead of a store
         self._wrapped = False
         self._no_signal = 0  # rollout batches in a row whose groups all scored flat
+        self.given: frozenset[str] = frozenset()  # the grpo.* keys the run set (build_objective): checked in setup
 
     def setup(self, trainer: Any) -> None:
         """Take the run's tokenizer, rank and seed; build the frozen reference (the start) when the KL is on."""
@@ -438,6 +449,15 @@ class GRPOObjective(Objective):
         dataset = getattr(getattr(getattr(trainer, "train_loader", None), "loader", None), "dataset", None)
         if getattr(dataset, "offline", False) is not True:
             return
+        unread = sorted(self.given & set(ONLINE_ONLY))
+        if unread:
+            shape = "shapes" if len(unread) == 1 else "shape"
+            raise ValueError(
+                f"{trainer.cfg.data.train_path} holds offline rollouts (responses stored with their rewards): "
+                f"{', '.join('grpo.' + k for k in unread)} {shape} how online rollouts are sampled, grouped or scored, "
+                "and would be ignored; leave them out (each stored response's advantage is its reward minus its "
+                "micro-batch's mean)"
+            )
         baseline = self.cfg.loss_type != "no_baseline"
         if baseline and trainer.cfg.train.micro_batch_size < 2:
             raise ValueError(
@@ -707,4 +727,6 @@ def build_objective(cfg, trainer) -> GRPOObjective:
         )
     problems = load_problems(gcfg.problems, "grpo.problems") if gcfg.problems else None
     held_out = load_problems(gcfg.eval_problems, "grpo.eval_problems") if gcfg.eval_problems else None
-    return GRPOObjective(gcfg, problems=problems, eval_problems=held_out, seed=cfg.train.seed)
+    objective = GRPOObjective(gcfg, problems=problems, eval_problems=held_out, seed=cfg.train.seed)
+    objective.given = frozenset(getattr(cfg, "grpo", None) or {})
+    return objective
