@@ -735,3 +735,18 @@ def test_held_out_evaluations_say_how_many_problems_they_graded(tmp_path):
         run = tmp_path / f"size{size}"
         summary = _grpo_trainer(run, 1, problems=PROBLEMS, gcfg=gcfg, eval_problems=held).fit()
         assert [r["val_problems"] for r in _rows(run, "val")] == [want] and summary["val_problems"] == want
+
+
+def test_a_reference_without_a_kl_term_is_refused_not_ignored():
+    """grpo.reference=copy (or base) with the default grpo.kl_coef=0 trained with no KL term and no reference, saying
+    nothing: the reference only serves the KL penalty. With grpo.reference=base outside LoRA, the error spoke of peft
+    and disable_adapters() instead of the setting to change."""
+    for kind in ("copy", "base"):
+        with pytest.raises(ValueError) as caught:
+            GRPOConfig.from_dict({"reference": kind})
+        assert str(caught.value) == (
+            f"grpo.reference={kind} is the reference of the KL penalty, and grpo.kl_coef=0 turns that off: set "
+            f"grpo.kl_coef above 0 (e.g. 0.04) to use it, or leave grpo.reference out"
+        )
+    assert GRPOConfig.from_dict({"reference": "copy", "kl_coef": 0.04}).reference == "copy"
+    assert GRPOConfig.from_dict({"reference": "none"}).reference == "none"

@@ -171,6 +171,11 @@ class GRPOConfig:
             raise ValueError(f"grpo.reference={self.reference!r}; choose none, copy or base")
         if self.kl_coef and self.reference == "none":
             raise ValueError("grpo.kl_coef > 0 needs a reference: set grpo.reference=copy (or base under LoRA)")
+        if not self.kl_coef and self.reference != "none":  # it would be neither built nor read
+            raise ValueError(
+                f"grpo.reference={self.reference} is the reference of the KL penalty, and grpo.kl_coef=0 turns that "
+                "off: set grpo.kl_coef above 0 (e.g. 0.04) to use it, or leave grpo.reference out"
+            )
 
 
 def sampling_params(cfg: GRPOConfig, tokenizer, seed: int | None, greedy: bool = False) -> SamplingParams:
