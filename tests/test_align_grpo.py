@@ -739,8 +739,7 @@ def test_held_out_evaluations_say_how_many_problems_they_graded(tmp_path):
 
 def test_a_reference_without_a_kl_term_is_refused_not_ignored():
     """grpo.reference=copy (or base) with the default grpo.kl_coef=0 trained with no KL term and no reference, saying
-    nothing: the reference only serves the KL penalty. With grpo.reference=base outside LoRA, the error spoke of peft
-    and disable_adapters() instead of the setting to change."""
+    nothing: the reference only serves the KL penalty."""
     for kind in ("copy", "base"):
         with pytest.raises(ValueError) as caught:
             GRPOConfig.from_dict({"reference": kind})
@@ -750,3 +749,18 @@ def test_a_reference_without_a_kl_term_is_refused_not_ignored():
         )
     assert GRPOConfig.from_dict({"reference": "copy", "kl_coef": 0.04}).reference == "copy"
     assert GRPOConfig.from_dict({"reference": "none"}).reference == "none"
+
+
+def test_a_base_reference_outside_lora_names_the_settings(tmp_path):
+    """grpo.reference=base in a run that trains no adapters said "reference 'base' needs a LoRA model (peft, or one
+    with disable_adapters()); use 'copy'": library words, where the run's settings are grpo.reference and
+    lora.enabled."""
+    gcfg = GRPOConfig(group_size=2, max_new_tokens=2, template="{question}", stop_strings=(), kl_coef=0.1)
+    gcfg.reference = "base"
+    with pytest.raises(ValueError) as caught:
+        _grpo_trainer(tmp_path, 1, gcfg=gcfg).fit()
+    assert str(caught.value) == (
+        "grpo.reference=base is the LoRA base model (the policy with its adapters off), and this run trains no "
+        "adapters (lora.enabled=false): set lora.enabled=true, or grpo.reference=copy for a frozen copy of the "
+        "starting model"
+    )

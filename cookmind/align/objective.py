@@ -401,6 +401,13 @@ class GRPOObjective(Objective):
                 "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers afresh for each "
                 "rollout; use grpo.engine=builtin (or auto)"
             )
+        lora = getattr(getattr(trainer.cfg, "lora", None), "enabled", False)
+        if self.cfg.kl_coef and self.reference is None and self.cfg.reference == "base" and not lora:
+            raise ValueError(
+                "grpo.reference=base is the LoRA base model (the policy with its adapters off), and this run trains "
+                "no adapters (lora.enabled=false): set lora.enabled=true, or grpo.reference=copy for a frozen copy "
+                "of the starting model"
+            )
         if self.cfg.kl_coef and self.reference is None:  # under FSDP a copy is sharded like the policy
             shard = functools.partial(shard_frozen, cfg=trainer.cfg) if is_sharded(trainer.bare_model) else None
             self.reference = Reference(trainer.bare_model, self.cfg.reference, shard=shard)
