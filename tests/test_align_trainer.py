@@ -163,3 +163,28 @@ def test_rollout_settings_on_offline_rollouts_are_refused_not_ignored(grpo_run_i
     # what offline rollouts do read (the loss, its normalisation, the held-out check's decoding) is taken
     ok = ["grpo.loss_type=reinforce_with_baseline", "grpo.length_normalization=token", "grpo.max_new_tokens=8"]
     assert main([*argv, "--run-dir", str(tmp_path / "b"), *ok]) == 0
+
+
+def test_offline_responses_cut_to_the_window_are_counted(grpo_run_inputs, tmp_path, capsys):
+    # a stored response longer than the window's room after its prompt was cut to fit and trained cut, and the run
+    # said "grpo data: 4 prompts; 0 leave no room for an answer": the cut responses went uncounted
+    from cookmind.cli import main
+    from cookmind.store.packer import pack
+    from cookmind.store.token_store import TokenStore
+
+    root = grpo_run_inputs
+    rows = [{"prompt": f"{a} + 1?", "response": "one more " * (1 + 6 * (a % 2)), "reward": a % 2} for a in range(4)]
+    (tmp_path / "off.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pack([tmp_path / "off.jsonl"], tmp_path / "off", str(root / "tok"), "grpo", progress=False)
+    store = TokenStore(tmp_path / "off")
+    window = 40
+    whole = store.lengths("prompts") + store.lengths("responses")
+    want = int((whole > window).sum())  # independent: the records whose prompt and response overflow the window
+    assert 0 < want < 4 and (store.lengths("prompts") < window).all(), (store.lengths("prompts"), whole)
+    argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--train-data", str(tmp_path / "off")]
+    argv += ["--tokenizer", str(root / "tok"), "--run-dir", str(tmp_path / "a"), "train.max_steps=1"]
+    assert main([*argv, "train.micro_batch_size=2", f"data.window_size={window}"]) == 0
+    err = capsys.readouterr().err
+    assert f"grpo data: 4 records; {want} truncated to data.window_size={window} and 0 dropped" in err, err
+    data = json.loads((tmp_path / "a" / "metrics.jsonl").read_text().splitlines()[0])
+    assert data["data_truncated"] == want and data["data_records"] == 4

@@ -15,7 +15,8 @@ class GRPODataset(Dataset):
 
     Prompts are never cut (a cut prompt asks another question): a prompt that leaves no room
     in ``window_size`` for one answer token is dropped and counted in ``num_dropped``. Offline
-    responses are truncated so that prompt + response fits the window.
+    responses are truncated so that prompt + response fits the window, and counted in ``num_truncated``
+    (None online, where no stored response is cut: the Trainer then speaks of prompts alone).
     """
 
     def __init__(self, store: TokenStore, window_size: int):
@@ -28,6 +29,10 @@ class GRPODataset(Dataset):
         # and a prompt that fills it cannot be answered (its rollout would stop the run at the step that drew it)
         self.indices = np.nonzero(lengths <= window_size - 1)[0].astype(np.int64)
         self.num_dropped = len(store) - len(self.indices)
+        self.num_truncated = None
+        if self.offline:  # kept records whose response runs past the window: trained cut, so counted
+            whole = lengths[self.indices] + store.lengths("responses")[self.indices]
+            self.num_truncated = int((whole > window_size).sum())
 
     def __len__(self) -> int:
         return len(self.indices)
