@@ -764,3 +764,22 @@ def test_a_base_reference_outside_lora_names_the_settings(tmp_path):
         "adapters (lora.enabled=false): set lora.enabled=true, or grpo.reference=copy for a frozen copy of the "
         "starting model"
     )
+
+
+def test_held_out_problems_that_are_training_problems_are_warned_of(tmp_path):
+    """grpo.eval_problems=gsm8k/train.jsonl beside training on the same file graded the problems the run trains on
+    as held out, and val_accuracy read as generalisation; a validation store with the training data is warned of."""
+    problems = [{"question": "?" * k, "answer": str(k)} for k in range(1, 7)]
+    held = [problems[1], {"question": "?" * 9, "answer": "9"}, problems[4]]
+    with pytest.warns(UserWarning) as caught:
+        _grpo_trainer(tmp_path / "a", 1, problems=problems, eval_problems=held)
+    said = [str(w.message) for w in caught if "held-out" in str(w.message)]
+    assert said == [
+        "grpo: 2 of the 3 held-out problems graded (grpo.eval_problems) are training problems too (their questions "
+        "are in grpo.problems): val_accuracy measures them after training on them, not held-out ones; hold them out of "
+        "the training problems (GSM8K: train.jsonl to train, test.jsonl to evaluate)"
+    ], said
+    with warnings.catch_warnings(record=True) as caught:  # apart: nothing to say
+        warnings.simplefilter("always")
+        _grpo_trainer(tmp_path / "b", 1, problems=problems, eval_problems=held[1:2])
+    assert not [w for w in caught if "held-out" in str(w.message)]

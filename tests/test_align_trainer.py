@@ -188,3 +188,19 @@ def test_offline_responses_cut_to_the_window_are_counted(grpo_run_inputs, tmp_pa
     assert f"grpo data: 4 records; {want} truncated to data.window_size={window} and 0 dropped" in err, err
     data = json.loads((tmp_path / "a" / "metrics.jsonl").read_text().splitlines()[0])
     assert data["data_truncated"] == want and data["data_records"] == 4
+
+
+def test_held_out_problems_packed_into_the_training_store_are_warned_of(grpo_run_inputs, tmp_path):
+    # the store's prompts as packed (chat template) against the held-out questions encoded the same way
+    from cookmind.cli import main
+
+    root = grpo_run_inputs
+    held = [json.loads(line) for line in (root / "problems.jsonl").read_text().splitlines()][:3]
+    held.append({"question": "Ann has 9 pens. She loses 2. How many?", "answer": "#### 7"})
+    (tmp_path / "held.jsonl").write_text("".join(json.dumps(p) + "\n" for p in held))
+    argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--train-data", str(root / "grpo.bin")]
+    argv += ["--tokenizer", str(root / "tok"), "--run-dir", str(tmp_path / "a"), "train.max_steps=1"]
+    argv += ["train.micro_batch_size=1", "grpo.group_size=2", "grpo.max_new_tokens=2"]
+    said = r"grpo: 3 of the 4 held-out problems graded \(grpo.eval_problems\) are training "
+    with pytest.warns(UserWarning, match=said):
+        assert main([*argv, f"grpo.eval_problems={tmp_path / 'held.jsonl'}"]) == 0

@@ -396,6 +396,7 @@ class GRPOObjective(Objective):
             self.problems = self._fitting(self.problems, context, "grpo.problems", length, trainer)
             self.eval_problems = self._fitting(self.eval_problems, context, "grpo.eval_problems", length, trainer)
             self._say_short_of_room(trainer, context, length)
+        self._say_if_held_out_problems_train(trainer)
         if self.cfg.engine == "serving" and is_sharded(trainer.bare_model):
             raise ValueError(
                 "grpo.engine=serving keeps an engine over weights that parallel.fsdp gathers afresh for each "
@@ -435,6 +436,35 @@ class GRPOObjective(Objective):
                 stacklevel=2,
             )
         return keep
+
+    def _say_if_held_out_problems_train(self, trainer: Any) -> None:
+        """Warn (rank 0) when held-out problems graded are training problems too: grpo.problems with the same
+        question, or an online grpo store holding the same prompt. val_accuracy then measures what the run trains
+        on, as a validation store with the training data's fingerprint would."""
+        graded = self._graded()
+        if self.rank != 0 or not graded:
+            return
+        dataset = getattr(getattr(getattr(trainer, "train_loader", None), "loader", None), "dataset", None)
+        if self.problems is not None:
+            source = "grpo.problems"
+            seen = {p["question"].strip() for p in self.problems}
+            shared = sum(p["question"].strip() in seen for p in graded)
+        elif getattr(dataset, "offline", True) is False:  # an online grpo store: its prompts as packed
+            source = f"--train-data {trainer.cfg.data.train_path}"
+            store = dataset.store
+            seen = {store.record("prompts", i).astype("int64").tobytes() for i in range(len(store))}
+            ids = (encode_prompt(self.tokenizer, p["question"], self.cfg.template) for p in graded)
+            shared = sum(np.asarray(i, dtype="int64").tobytes() in seen for i in ids)
+        else:
+            return
+        if shared:
+            warnings.warn(
+                f"grpo: {shared} of the {len(graded)} held-out problems graded (grpo.eval_problems) are training "
+                f"problems too (their questions are in {source}): val_accuracy measures them after training on "
+                "them, not held-out ones; hold them out of the training problems (GSM8K: train.jsonl to train, "
+                "test.jsonl to evaluate)",
+                stacklevel=2,
+            )
 
     def _check_store_template(self, trainer: Any) -> None:
         """Refuse an online grpo store whose prompts were packed with another template than ``grpo.template``: the
