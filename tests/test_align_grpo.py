@@ -783,3 +783,22 @@ def test_held_out_problems_that_are_training_problems_are_warned_of(tmp_path):
         warnings.simplefilter("always")
         _grpo_trainer(tmp_path / "b", 1, problems=problems, eval_problems=held[1:2])
     assert not [w for w in caught if "held-out" in str(w.message)]
+
+
+def test_no_baseline_rollouts_that_all_earn_a_reward_are_not_called_signal_free():
+    """grpo.loss_type=no_baseline weights each rollout by its raw reward: groups that all scored 1 train (each answer's
+    likelihood rises), yet after 10 such batches the run warned "no learning signal ... every advantage is 0". Only
+    rewards that are all 0 train nothing there."""
+    from cookmind.align.objective import NO_SIGNAL_BATCHES
+
+    obj = GRPOObjective(GRPOConfig(group_size=4, loss_type="no_baseline", template="chat"), tokenizer=XYZ())
+    earned = {"frac_zero_std_groups": 1.0, "reward_min": 1.0, "reward_max": 1.0}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(NO_SIGNAL_BATCHES + 1):
+            obj._note_signal(earned)
+    assert not [w for w in caught if "no learning signal" in str(w.message)]
+    nothing = {"frac_zero_std_groups": 1.0, "reward_min": 0.0, "reward_max": 0.0}
+    with pytest.warns(UserWarning, match="no learning signal.*no rollout earned any reward"):
+        for _ in range(NO_SIGNAL_BATCHES):
+            obj._note_signal(nothing)

@@ -661,7 +661,10 @@ class GRPOObjective(Objective):
     def _note_signal(self, meta: dict[str, float], offline: bool = False) -> None:
         """Count rollout batches (offline: micro-batches of stored rollouts) in a row with no reward signal; at
         ``NO_SIGNAL_BATCHES`` say so (rank 0, once a run of them)."""
-        if meta.get("frac_zero_std_groups", 0.0) < 1.0:
+        flat = meta.get("frac_zero_std_groups", 0.0) >= 1.0
+        if self.cfg.loss_type == "no_baseline":  # raw rewards weight the rollouts: only all-0 ones train nothing
+            flat = meta.get("reward_min", 0.0) == meta.get("reward_max", 0.0) == 0.0
+        if not flat:
             self._no_signal = 0
             return
         self._no_signal += 1
