@@ -204,3 +204,30 @@ def test_held_out_problems_packed_into_the_training_store_are_warned_of(grpo_run
     said = r"grpo: 3 of the 4 held-out problems graded \(grpo.eval_problems\) are training "
     with pytest.warns(UserWarning, match=said):
         assert main([*argv, f"grpo.eval_problems={tmp_path / 'held.jsonl'}"]) == 0
+
+
+@pytest.mark.parametrize("template", ["Q: {question}\\nA:", "Q: {question}\nA:"])
+def test_the_template_a_store_was_packed_with_is_offered_as_an_override_that_parses(
+    grpo_run_inputs, tmp_path, capsys, template
+):
+    # a store packed with a template of one's own, trained with the default grpo.template, was told "set
+    # grpo.template=Q: {question}\nA:": typed so, YAML reads a mapping and the override is refused ("not valid YAML").
+    # The suggestion is now quoted for the shell and YAML; run as given, it trains (a literal backslash-n, as bash's
+    # 'Q: {question}\nA:' gives, and a real newline alike)
+    import shlex
+
+    from cookmind.cli import main
+    from cookmind.store.packer import pack
+
+    root = grpo_run_inputs
+    source = root / "problems.jsonl"
+    pack([source], tmp_path / "rl", str(root / "tok"), "grpo", prompt_template=template, progress=False)
+    argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--train-data", str(tmp_path / "rl")]
+    argv += ["--tokenizer", str(root / "tok"), "train.max_steps=1", "train.micro_batch_size=1", "grpo.group_size=2"]
+    assert main([*argv, "--run-dir", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "; set " in err and ", or repack" in err, err
+    typed = err.split("; set ", 1)[1].split(", or repack", 1)[0]
+    override = shlex.split(typed)  # as the shell hands it to cookmind
+    assert len(override) == 1 and override[0].startswith("grpo.template="), typed
+    assert main([*argv, "--run-dir", str(tmp_path / "b"), *override, "grpo.max_new_tokens=2"]) == 0

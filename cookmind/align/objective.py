@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import shlex
 import typing
 import warnings
 import weakref
@@ -477,11 +479,14 @@ class GRPOObjective(Objective):
         if packed is None:  # a store from before pack recorded it, or not made by pack
             return
         if PROMPTS.get(packed, packed) != PROMPTS.get(self.cfg.template, self.cfg.template):
-            named = next((name for name, text in PROMPTS.items() if text == packed), packed)
+            named = next((name for name, text in PROMPTS.items() if text == packed), None)
+            # a text of one's own as the shell and YAML take it (JSON is YAML's double-quoted string): typed bare,
+            # "grpo.template=Q: {question}\nA:" is a YAML mapping and refused
+            override = f"grpo.template={named}" if named else shlex.quote("grpo.template=" + json.dumps(packed))
             raise ValueError(
                 f"{trainer.cfg.data.train_path} was packed with --prompt-template {packed!r}, but grpo.template="
                 f"{self.cfg.template!r} grades the answers (their format, where they stop) of another prompt; set "
-                f"grpo.template={named}, or repack the store with that template's text as --prompt-template"
+                f"{override}, or repack the store with that template's text as --prompt-template"
             )
 
     def _check_offline_batch(self, trainer: Any) -> None:
