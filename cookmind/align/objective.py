@@ -368,6 +368,7 @@ class GRPOObjective(Objective):
             self.next_batch = self._next_problems  # the Trainer draws batches from the stream instead of a store
         self._wrapped = False
         self._no_signal = 0  # rollout batches in a row whose groups all scored flat
+        self._rows = 0  # the most rollout rows of a batch (setup: micro_batch_size x group_size): the seed block
         self.given: frozenset[str] = frozenset()  # the grpo.* keys the run set (build_objective): checked in setup
 
     def setup(self, trainer: Any) -> None:
@@ -383,6 +384,7 @@ class GRPOObjective(Objective):
             self.rank, self.world = dist.rank, dist.world_size
             self._dist, self._trainer = dist, weakref.ref(trainer)
         self.seed = trainer.cfg.train.seed
+        self._rows = trainer.cfg.train.micro_batch_size * self.cfg.group_size
         self._check_store_template(trainer)
         self._check_offline_batch(trainer)
         context = getattr(getattr(trainer.bare_model, "config", None), "max_position_embeddings", None)
@@ -622,9 +624,7 @@ class GRPOObjective(Objective):
                 flat = {"frac_zero_std_groups": float(low == high), "reward_min": low, "reward_max": high}
                 self._note_signal(flat, offline=True)
         else:
-            params = sampling_params(
-                self.cfg, self.tokenizer, seed=(self.seed * 1_000_003 + self.calls) * 101 + self.rank
-            )
+            params = sampling_params(self.cfg, self.tokenizer, seed=self._rollout_seed(len(prompts)))
             # FSDP: rollouts stop at different lengths on each rank. Each rank rolls out and scores its own problems
             # (the reward function is the user's code): one that fails stops every rank with its reason, where it
             # left the others in the step's next collective (gloo's "Connection closed by peer", NCCL's timeout).
@@ -653,6 +653,14 @@ class GRPOObjective(Objective):
             )
         loss_batch["rollout_metrics"] = out["metadata"]
         return loss_batch
+
+    def _rollout_seed(self, prompts: int) -> int:
+        """The seed of this rank's next rollout batch, whose row i samples from ``seed + i``: each (call, rank) gets
+        a block of ``max(101, rows)`` seeds of its own, so no two rows of a run share a random stream (rank r once
+        drew rank 0's shifted by r rows, and a batch of over 101 rows the next batch's). One process with up to 101
+        rows a batch keeps the seeds it always had, ``(train.seed * 1_000_003 + calls) * 101``."""
+        self._rows = max(self._rows, prompts * self.cfg.group_size)
+        return ((self.seed * 1_000_003 + self.calls) * self.world + self.rank) * max(101, self._rows)
 
     def _stop_together_if_one_fails(self):
         """``stop_together`` over the trainer's ranks, "roll out step N" (a no-op in one process)."""
