@@ -846,3 +846,24 @@ def test_rollout_seeds_of_ranks_and_steps_never_overlap(monkeypatch):
         assert len(rows) == len(set(rows)), (prompts, group_size, world)  # no two rows share a random stream
     # one process, 8 x 8 rows: the seeds the demo's runs used
     assert [s.start for s in seeds(8, 8, 1, seed=3)] == [(3 * 1_000_003 + c) * 101 for c in range(3)]
+
+
+def test_expert_iteration_rounds_sample_from_streams_of_their_own(monkeypatch, tmp_path):
+    """Round k sampled its row i from seed (seed * 7919 + k) + i: round 2's rows drew round 1's random streams shifted
+    by one row (and a seed's rounds of more than 7919 rows the next seed's). Each round has a block of its own."""
+    import cookmind.align.expert_iteration as ei
+
+    seen = []
+
+    def fake_generate(model, prompts, params, tokenizer, **kwargs):
+        seen.append(range(params.seed, params.seed + len(prompts)))
+        return [[1] for _ in prompts]  # 'y': never right, so no SFT round runs
+
+    monkeypatch.setattr(ei, "generate_ids", fake_generate)
+    problems = [{"question": "?" * k, "answer": ""} for k in range(1, 9)]
+    cfg = ExpertIterationConfig(n_rounds=3, questions_per_round=6, samples_per_question=4, template="{question}")
+    for seed in (0, 1):
+        cfg.seed = seed
+        run_expert_iteration(_tiny_cookmind(), XYZ(), problems, _train_cfg(tmp_path, 1, 4), cfg, reward_fn=x_fraction)
+    rows = [r for span in seen for r in span]
+    assert len(seen) == 6 and len(rows) == len(set(rows)) == 6 * 24

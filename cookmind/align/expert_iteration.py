@@ -93,9 +93,10 @@ def run_expert_iteration(
         prompts = [encode_prompt(tokenizer, problems[i]["question"], cfg.template) for i in chosen]
         rep = [p for p in prompts for _ in range(cfg.samples_per_question)]
         model.eval()
-        outs = generate_ids(
-            model, rep, sampling_params(gcfg, tokenizer, seed=cfg.seed * 7919 + rnd), tokenizer, **rollout_options(gcfg)
-        )
+        # row i samples from seed + i: each round a block of seeds of its own (rounds one seed apart shared all but
+        # one row's random stream, shifted)
+        seed = (cfg.seed * 7919 + rnd) * max(1, cfg.questions_per_round * cfg.samples_per_question)
+        outs = generate_ids(model, rep, sampling_params(gcfg, tokenizer, seed=seed), tokenizer, **rollout_options(gcfg))
         keep_p, keep_r, seen = [], [], set()
         correct = 0
         for j, out in enumerate(outs):
