@@ -143,7 +143,8 @@ def test_stream_takes_each_problem_once_in_order_and_warns_on_wrap(tmp_path):
     trainer = _grpo_trainer(tmp_path, 2, problems=problems, prompts_per_step=2, gcfg=gcfg, reward_fn=reward)
     trainer.fit()
     assert seen == [i for i in range(4) for _ in range(4)]
-    assert trainer.objective.state_dict() == {"calls": 2, "position": 4}
+    state = trainer.objective.state_dict()
+    assert (state["calls"], state["position"]) == (2, 4) and len(state["problems"]) == 16  # the stream's fingerprint
     with pytest.warns(UserWarning, match="has 5 problems and the run has used 4"):
         trainer.objective.next_batch(trainer)
 
@@ -207,7 +208,8 @@ def test_grpo_resume_through_trainer_equals_uninterrupted_bit_for_bit(tmp_path):
     resumed = _grpo_trainer(
         tmp_path / "b", 4, problems=problems, prompts_per_step=2, gcfg=gcfg, checkpoint={"resume": "auto"}
     )
-    assert resumed.step == 2 and resumed.objective.state_dict() == {"calls": 2, "position": 4}
+    state = resumed.objective.state_dict()
+    assert resumed.step == 2 and (state["calls"], state["position"]) == (2, 4)
     resumed.fit()
     for (k, a), b in zip(straight.bare_model.state_dict().items(), resumed.bare_model.state_dict().values()):
         assert torch.equal(a, b), k
@@ -867,3 +869,24 @@ def test_expert_iteration_rounds_sample_from_streams_of_their_own(monkeypatch, t
         run_expert_iteration(_tiny_cookmind(), XYZ(), problems, _train_cfg(tmp_path, 1, 4), cfg, reward_fn=x_fraction)
     rows = [r for span in seen for r in span]
     assert len(seen) == 6 and len(rows) == len(set(rows)) == 6 * 24
+
+
+def test_a_resume_on_other_problems_than_the_stream_it_trained_on_is_refused(tmp_path):
+    """A resume takes the stream's next problems by position: with grpo.problems edited (or another file named)
+    between the runs, it went on at the old position in other problems, silently (a store that changed is
+    refused, by its fingerprint)."""
+    gcfg = GRPOConfig(group_size=2, max_new_tokens=2, template="{question}", stop_strings=())
+    problems = [{"question": "?" * k, "answer": ""} for k in range(1, 9)]
+    _grpo_trainer(tmp_path, 1, problems=problems, prompts_per_step=2, gcfg=gcfg, checkpoint={"every": 1}).fit()
+    edited = [{"question": "x" + p["question"], "answer": ""} for p in problems]
+    with pytest.raises(ValueError) as caught:
+        _grpo_trainer(tmp_path, 2, problems=edited, prompts_per_step=2, gcfg=gcfg, checkpoint={"resume": "auto"}).fit()
+    assert str(caught.value) == (
+        "grpo.problems: not the problems the checkpoint's run trained on (the file's problems have changed, or "
+        "another file is named): a resume takes the next problems of the same stream; give it back, or train the "
+        "checkpoint's weights on these with a new run (--init-from CHECKPOINT and another --run-dir)"
+    )
+    resume = {"resume": "auto"}
+    resumed = _grpo_trainer(tmp_path, 2, problems=problems, prompts_per_step=2, gcfg=gcfg, checkpoint=resume)
+    resumed.fit()
+    assert resumed.objective.position == 4

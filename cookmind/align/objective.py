@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import shlex
 import typing
@@ -361,6 +362,12 @@ class GRPOObjective(Objective):
         self.calls = 0  # rollout batches drawn so far: seeds the sampling
         self.position = 0  # problems of the stream used so far, over all ranks
         self.problems = [as_problem(p) for p in problems] if problems is not None else None
+        # the stream as given (before setup drops the prompts that fill the context): what a resume must find again
+        self._problems_fingerprint = (
+            hashlib.sha256(json.dumps(self.problems, sort_keys=True).encode()).hexdigest()[:16]
+            if self.problems is not None
+            else None
+        )
         self.eval_problems = [as_problem(p) for p in eval_problems] if eval_problems is not None else None
         if self.problems is not None:
             if not self.problems:
@@ -755,11 +762,24 @@ class GRPOObjective(Objective):
         return int(batch["input_ids"].numel())
 
     def state_dict(self) -> dict[str, Any]:
-        """The rollout counter and stream position (they fix the next prompts and sampling seeds on resume)."""
-        return {"calls": self.calls, "position": self.position}
+        """The rollout counter and stream position (they fix the next prompts and sampling seeds on resume), and
+        a fingerprint of the stream's problems (the position counts in them)."""
+        state: dict[str, Any] = {"calls": self.calls, "position": self.position}
+        if self._problems_fingerprint is not None:
+            state["problems"] = self._problems_fingerprint
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the rollout counter and stream position."""
+        """Restore the rollout counter and stream position; a stream of other problems than the checkpoint's (its
+        file edited, or another named) is refused: the position would count in them."""
+        saved = state.get("problems")
+        if saved is not None and self._problems_fingerprint is not None and saved != self._problems_fingerprint:
+            raise ValueError(
+                f"grpo.problems{'=' + self.cfg.problems if self.cfg.problems else ''}: not the problems the "
+                "checkpoint's run trained on (the file's problems have changed, or another file is named): a resume "
+                "takes the next problems of the same stream; give it back, or train the checkpoint's weights on these "
+                "with a new run (--init-from CHECKPOINT and another --run-dir)"
+            )
         self.calls = int(state.get("calls", 0))
         self.position = int(state.get("position", 0))
 
