@@ -890,3 +890,25 @@ def test_a_resume_on_other_problems_than_the_stream_it_trained_on_is_refused(tmp
     resumed = _grpo_trainer(tmp_path, 2, problems=problems, prompts_per_step=2, gcfg=gcfg, checkpoint=resume)
     resumed.fit()
     assert resumed.objective.position == 4
+
+
+def test_a_resume_past_the_end_of_the_stream_does_not_say_it_starts_again_from_the_first():
+    """Resumed at position 4 of a 3-problem stream, the run warned "the run has used 4; it starts again from the
+    first": it was already in its second pass, taking problem 2. It says which pass it is in now."""
+    from types import SimpleNamespace
+
+    problems = [{"question": "?" * k, "answer": ""} for k in (1, 2, 3)]
+    trainer = SimpleNamespace(cfg=SimpleNamespace(train=SimpleNamespace(micro_batch_size=1)))
+    obj = GRPOObjective(GRPOConfig(group_size=2, template="{question}"), tokenizer=XYZ(), problems=problems)
+    obj.load_state_dict({"calls": 4, "position": 4})
+    with pytest.warns(UserWarning) as caught:
+        batch = obj._next_problems(trainer)
+    assert [str(w.message) for w in caught] == [
+        "grpo: the problem stream has 3 problems and the run has used 4: it is in its pass 2 over them (problems "
+        "repeat)"
+    ]
+    assert batch["prompt_ids"].tolist() == [[4, 4]]  # problem 2 (0-based 1): "??"
+    fresh = GRPOObjective(GRPOConfig(group_size=2, template="{question}"), tokenizer=XYZ(), problems=problems)
+    fresh.load_state_dict({"calls": 2, "position": 2})
+    with pytest.warns(UserWarning, match="has used 2; it starts again from the first"):
+        fresh._next_problems(SimpleNamespace(cfg=SimpleNamespace(train=SimpleNamespace(micro_batch_size=2))))

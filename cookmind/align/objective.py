@@ -582,11 +582,14 @@ class GRPOObjective(Objective):
         n = len(self.problems)
         start = self.position + self.rank * per_rank
         if self.position + per_rank * self.world > n and not self._wrapped:
-            self._wrapped = True
+            self._wrapped = True  # once a process: a resume past the first pass is in a later one already
+            said = (
+                "; it starts again from the first (problems now repeat)"
+                if self.position <= n
+                else f": it is in its pass {self.position // n + 1} over them (problems repeat)"
+            )
             warnings.warn(
-                f"grpo: the problem stream has {n} problems and the run has used {self.position}; "
-                "it starts again from the first (problems now repeat)",
-                stacklevel=2,
+                f"grpo: the problem stream has {n} problems and the run has used {self.position}{said}", stacklevel=2
             )
         chosen = [self.problems[(start + i) % n] for i in range(per_rank)]
         self.position += per_rank * self.world
