@@ -41,6 +41,37 @@ def test_gsm8k_eval_grades_real_problems_and_writes_jsonl(shared_data, tmp_path)
     assert records[0]["prompt"].endswith("<think>") and records[0]["outputs"][0].endswith("</answer>")  # stopped there
 
 
+def test_gsm8k_samples_of_other_problems_chunks_and_seeds_are_not_one_another_shifted(tmp_path):
+    """Each chunk of problems sampled from seed + its first problem's index while its rows counted samples: with 4
+    samples a problem, problem 1's samples 0..2 were problem 0's 1..3 (the same random streams), and --seed 1 gave
+    --seed 0's samples shifted by one. Every chunk and seed now draws streams of its own: the samples of two identical
+    problems, and of two seeds, share none (six uniform digits: a chance repeat is one in a million)."""
+
+    class Digits(torch.nn.Module):  # after the prompt: a uniform digit, every step (no end before the limit)
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, ids):
+            logits = torch.full((ids.shape[0], ids.shape[1], 256), -30.0)
+            logits[:, :, ord("0") : ord("9") + 1] = 0.0
+            return logits
+
+    problems = [{"question": "What is 2+2?", "answer": "#### 4"}] * 2
+    kw = dict(template="Q {question} A>", num_samples=4, temperature=1.0, max_new_tokens=6, batch_size=4)
+    outputs = {}
+    for seed in (0, 1):
+        out = tmp_path / f"s{seed}.jsonl"
+        evaluate_gsm8k(Digits(), CharTok(), problems, out, seed=seed, progress=False, **kw)
+        outputs[seed] = [json.loads(line)["outputs"] for line in out.read_text().splitlines()]
+    first, second = outputs[0]
+    assert len(set(first)) == 4 and not set(first) & set(second), (first, second)
+    assert not set(first) & set(outputs[1][0]), (first, outputs[1][0])
+    again = tmp_path / "again.jsonl"  # the same seed is the same samples
+    evaluate_gsm8k(Digits(), CharTok(), problems, again, seed=0, progress=False, **kw)
+    assert [json.loads(line)["outputs"] for line in again.read_text().splitlines()] == outputs[0]
+
+
 def test_gsm8k_sampled_pass_at_k(tmp_path):
     problems = [{"question": "What is 2+2?", "answer": "#### 4"}]
 

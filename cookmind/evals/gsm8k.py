@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from cookmind import text_input
@@ -76,6 +77,13 @@ def load_gsm8k(path, limit: int | None = None) -> list[dict]:
         for field in ("question", "answer"):  # JSON's "\\ud800", no character: as the encoder reads it, and --out
             row[field] = without_lone_surrogates(row[field])  # can write it (UTF-8 cannot hold a lone surrogate)
     return [row for _, row in rows]
+
+
+def chunk_seed(seed: int, start: int) -> int:
+    """The first row's seed of the chunk of problems from ``start`` (its rows take the next ones): a hash of the run's
+    seed and ``start``, 62 bits, so that no two chunks or seeds share their streams."""
+    digest = hashlib.blake2b(f"gsm8k:{seed}:{start}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 2
 
 
 def count_records(path) -> int | None:
@@ -210,7 +218,13 @@ def evaluate_gsm8k(
                 )
         part = [i for i in span if i not in skipped]
         ids = [prompt_ids[i] for i in part for _ in range(num_samples)]
-        outs = generate(model, ids, params.replace(seed=seed + start), tokenizer, batch_size=batch_size) if ids else []
+        # row r of the chunk draws from chunk_seed + r: each (seed, chunk) its own block of streams (seed + start
+        # shifted the next chunk's rows, and the next seed's, onto this one's)
+        outs = (
+            generate(model, ids, params.replace(seed=chunk_seed(seed, start)), tokenizer, batch_size=batch_size)
+            if ids
+            else []
+        )
         for j, i in enumerate(part):
             mine = outs[j * num_samples : (j + 1) * num_samples]
             texts = [decode_response(tokenizer, o) for o in mine]
