@@ -1661,3 +1661,24 @@ def test_the_bar_in_a_pipe_or_a_log_is_plain_lines_ending_at_the_true_count(tmp_
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err
     assert err.splitlines()[-1].startswith("pack seq: 100% 3/3 [") and err.splitlines()[-1].endswith(" tok/s]")
+
+
+def test_pack_takes_the_named_grpo_templates_and_reads_a_typed_newline(tmp_path, tok_dir):
+    """train and eval take grpo.template / --template plain, r1_zero or compact, but pack refused them ('has no
+    {question}'), while the guide says to pack a store with the template grpo.template names; and a template of one's
+    own typed in a shell ('Q: {question}\\nA:') stored a backslash and an n. Both now pack as train and eval prompt
+    (align.prompts.encode_prompt is the reference)."""
+    from cookmind.align.prompts import encode_prompt
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    src = _jsonl(tmp_path / "p.jsonl", [{"question": "What is 2+3?", "answer": "#### 5"}])
+    for name in ("plain", "r1_zero", "compact"):
+        pack([src], tmp_path / name, tok_dir, "grpo", prompt_template=name, progress=False)
+        assert _records(tmp_path / name, "prompts") == [encode_prompt(tok, "What is 2+3?", name)], name
+    argv = ["--tokenizer", str(tok_dir), "--train-type", "grpo", "--input", str(src), "--quiet"]
+    argv += ["--prompt-template", "Q: {question}\\nA:", "--out", str(tmp_path / "typed")]
+    parser = argparse.ArgumentParser()
+    pack_cli.add_arguments(parser)
+    assert pack_cli.main(parser.parse_args(argv)) == 0
+    assert _records(tmp_path / "typed", "prompts") == [encode_prompt(tok, "What is 2+3?", "Q: {question}\nA:")]

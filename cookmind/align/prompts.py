@@ -5,6 +5,8 @@ tokens in the middle of a prompt+response join, so we ask it not to).
 
 from __future__ import annotations
 
+import re
+
 from cookmind.infer.stop import chat_stop_ids, control_token_ids
 
 # encode_text is this module's too (evals and losses import it from here): one definition, in tokenizer/documents.py
@@ -56,6 +58,16 @@ def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> s
         names = ["chat", *sorted(PROMPTS)]
         raise ValueError(f"prompt template {template!r} is neither one of {names} nor a string with {{question}}")
     return text.replace("{question}", question.strip())
+
+
+def template_escapes(template: str) -> str:
+    """A template of one's own as a flag gives it (eval's --template, pack's --prompt-template), its \\n, \\t and
+    \\\\ read as a new line, a tab and a backslash: a shell's quotes hand them over as typed
+    ('Question: {question}\\nAnswer:'), and a prompt with a backslash and an 'n' where a line break was meant is a
+    prompt nobody wrote. A template's name is left as it is."""
+    if template == "chat" or template in PROMPTS:
+        return template
+    return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), "\\"), template)
 
 
 def require_chat_template(tokenizer) -> None:

@@ -155,9 +155,10 @@ def main(args) -> int:
     # the flags and the data before the model: a wrong one is said at once, not after a model has loaded
     questions_read: list[dict] = []
     if args.task == "gsm8k":
+        from cookmind.align.prompts import template_escapes
         from cookmind.evals.gsm8k import check_options, load_gsm8k
 
-        args.template = _template_escapes(args.template)
+        args.template = template_escapes(args.template)
         check_options(args.template, args.num_samples, args.k, args.temperature)
         problems = load_gsm8k(args.data, args.limit)
     elif args.task == "mmlu":
@@ -274,19 +275,6 @@ def main(args) -> int:
     if args.out:
         write_json(Path(args.out).with_suffix(".metrics.json"), metrics)
     return 0
-
-
-def _template_escapes(template: str) -> str:
-    """A --template of one's own with its \\n, \\t and \\\\ read as a new line, a tab and a backslash: a shell's
-    quotes hand them over as typed ('Question: {question}\\nAnswer:'), and a prompt with a backslash and an 'n'
-    where a line break was meant is a prompt nobody wrote. A template's name is left as it is."""
-    import re
-
-    from cookmind.align.prompts import PROMPTS
-
-    if template == "chat" or template in PROMPTS:
-        return template
-    return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), "\\"), template)
 
 
 def _what_was_measured(args, questions_read: list[dict]) -> dict:

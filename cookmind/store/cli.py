@@ -85,7 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prompt-template",
         default=None,
-        help="grpo prompts: 'chat' (the chat template + generation prompt; the default) or a string with {question}",
+        help="grpo prompts: 'chat' (the chat template + generation prompt; the default), r1_zero | compact | plain "
+        "(grpo.template's named prompts), or a string with {question}, where \\n is a new line, \\t a tab and \\\\ a "
+        "backslash",
     )
     parser.add_argument(
         "--add-system-ratio",
@@ -129,6 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Pack, then print a one-line summary; a bad line prints file:line and the reason and returns 1."""
+    from cookmind.align.prompts import template_escapes
     from cookmind.store.layout import StoreError
     from cookmind.store.packer import PackError, pack
     from cookmind.store.records import SkippedRecords
@@ -149,7 +152,7 @@ def main(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             separator=args.separator,
             one_per_line=args.one_per_line,
-            prompt_template=args.prompt_template,
+            prompt_template=None if args.prompt_template is None else template_escapes(args.prompt_template),
             add_system_ratio=args.add_system_ratio,
             drop_empty_think_ratio=args.drop_empty_think_ratio,
             seed=args.seed,

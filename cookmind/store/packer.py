@@ -196,10 +196,13 @@ def _check_inputs_hold_records(train_type: str, inputs: list[Path]) -> None:
 def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
     """Refuse, before any line is read, options under which no record could come out right."""
     name = f"tokenizer {tokenizer}" if isinstance(tokenizer, (str, Path)) else "the tokenizer"
-    if opts.prompt_template != "chat" and "{question}" not in opts.prompt_template:
+    from cookmind.align.prompts import PROMPTS
+
+    if opts.prompt_template != "chat" and "{question}" not in PROMPTS.get(opts.prompt_template, opts.prompt_template):
         raise PackError(
             f"--prompt-template {opts.prompt_template!r} has no {{question}}: every prompt would be that text alone; "
-            "put {question} where the question goes (e.g. 'Q: {question}\\nA:'), or use 'chat'"
+            f"put {{question}} where the question goes (e.g. 'Q: {{question}}\\nA:'), or name one of chat, "
+            f"{', '.join(sorted(PROMPTS))}"
         )
     for flag, ratio in (
         ("--add-system-ratio", opts.add_system_ratio),

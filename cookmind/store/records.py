@@ -409,7 +409,10 @@ def _prompt_ids(question, tok, opts: RecordOptions, field: str = "prompt") -> np
     question = _text(question, field)
     if opts.prompt_template == "chat":
         return _render(tok, [{"role": "user", "content": question}], add_generation_prompt=True)[0]
-    text = opts.prompt_template.replace("{question}", question.strip())
+    from cookmind.align.prompts import PROMPTS
+
+    # a name (plain, r1_zero, compact: grpo.template's) is its text, as train and eval prompt
+    text = PROMPTS.get(opts.prompt_template, opts.prompt_template).replace("{question}", question.strip())
     return np.asarray(prompt_ids(tok, text), dtype=np.int64)  # a document's start first, as rollouts' prompts
 
 
