@@ -1034,6 +1034,7 @@ def test_tokenizer_train_shows_its_bars_into_a_pipe_as_pack_does_unless_quiet(tm
     assert cli_main([*argv, "--out", str(tmp_path / "t"), *(["--quiet"] if quiet else [])]) == 0
     err = capsys.readouterr().err  # captured: not a terminal
     assert ("pre-tokenize:" in err) != quiet and ("merges:" in err) != quiet
+    assert "\r" not in err and "\x1b" not in err  # plain lines in a log, as pack's (cookmind.progress)
 
 
 @pytest.mark.parametrize(

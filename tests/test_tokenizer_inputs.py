@@ -169,10 +169,15 @@ def test_the_data_stages_do_not_import_torch(tmp_path):
         f"    check('pack ' + fmt, main(['pack', '--tokenizer', {tok!r}, '--train-type', 'seq', "
         f"'--input', {curated!r}, '--out', {str(tmp_path)!r} + '/store-' + fmt, '--format', fmt, '--quiet', "
         "'--workers', '1']))\n"
+        # a grpo pack too: its prompt templates and its check of reference answers are read without torch
+        f'open({str(tmp_path / "p.jsonl")!r}, \'w\').write(\'{{"question": "2+3?", "answer": "#### 5"}}\\n\')\n'
+        f"check('pack grpo', main(['pack', '--tokenizer', {tok!r}, '--train-type', 'grpo', '--input', "
+        f"{str(tmp_path / 'p.jsonl')!r}, '--out', {str(tmp_path / 'store-grpo')!r}, '--prompt-template', 'plain', "
+        "'--quiet']))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    for stage in ("curate crawl", "curate run", "tokenizer train", "pack bin", "pack h5"):
+    for stage in ("curate crawl", "curate run", "tokenizer train", "pack bin", "pack h5", "pack grpo"):
         assert f"after {stage}, torch imported: False" in out.stdout, out.stdout + out.stderr
     assert (tmp_path / "tok" / "tokenizer.json").exists()
     assert any((tmp_path / "store-h5").glob("*.h5")), sorted(p.name for p in (tmp_path / "store-h5").iterdir())

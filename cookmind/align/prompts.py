@@ -5,34 +5,22 @@ tokens in the middle of a prompt+response join, so we ask it not to).
 
 from __future__ import annotations
 
-import re
-
 from cookmind.infer.stop import chat_stop_ids, control_token_ids
+
+# the templates' texts and names (and a flag's escapes) live in cookmind.prompt_templates, which the data stages
+# read without torch; they are this module's too
+from cookmind.prompt_templates import (  # noqa: F401
+    COMPACT_PROMPT,
+    PLAIN_PROMPT,
+    PROMPTS,
+    R1_ZERO_PROMPT,
+    template_escapes,
+)
 
 # encode_text is this module's too (evals and losses import it from here): one definition, in tokenizer/documents.py
 from cookmind.tokenizer.documents import encode_text, is_hf_tokenizer, prompt_ids  # noqa: F401
 
 # -- Prompt templates for reasoning with verifiable answers ---------------------------------------------------------
-
-
-# The R1-Zero template (DeepSeek-R1 paper): the model writes its reasoning, closes </think>,
-# then puts the answer in <answer> tags; the prompt ends inside <think> so generation starts there.
-R1_ZERO_PROMPT = (
-    "A conversation between User and Assistant. The User asks a question, and the Assistant solves it. "
-    "The Assistant first thinks about the reasoning process in the mind and then provides the User with the answer. "
-    "The reasoning process is enclosed within <think> </think> and answer is enclosed within <answer> </answer> tags, "
-    "respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>.\n"
-    "User: {question}\n"
-    "Assistant: <think>"
-)
-
-# A compact variant for tiny models with short context windows: same tags, same grading.
-COMPACT_PROMPT = "Q: {question}\nA: <think>"
-
-# Plain question answering for models never taught the tags (graded by the last number).
-PLAIN_PROMPT = "Question: {question}\nAnswer:"
-
-PROMPTS = {"r1_zero": R1_ZERO_PROMPT, "compact": COMPACT_PROMPT, "plain": PLAIN_PROMPT}
 
 # stop generating once the answer is closed
 R1_ZERO_STOP = ("</answer>",)
@@ -58,16 +46,6 @@ def format_prompt(question: str, template: str = "r1_zero", tokenizer=None) -> s
         names = ["chat", *sorted(PROMPTS)]
         raise ValueError(f"prompt template {template!r} is neither one of {names} nor a string with {{question}}")
     return text.replace("{question}", question.strip())
-
-
-def template_escapes(template: str) -> str:
-    """A template of one's own as a flag gives it (eval's --template, pack's --prompt-template), its \\n, \\t and
-    \\\\ read as a new line, a tab and a backslash: a shell's quotes hand them over as typed
-    ('Question: {question}\\nAnswer:'), and a prompt with a backslash and an 'n' where a line break was meant is a
-    prompt nobody wrote. A template's name is left as it is."""
-    if template == "chat" or template in PROMPTS:
-        return template
-    return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), "\\"), template)
 
 
 def require_chat_template(tokenizer) -> None:

@@ -8,28 +8,14 @@ import re
 from fractions import Fraction
 
 from cookmind.align.prompts import uses_think_tags
-from cookmind.store.records import reference_text  # noqa: F401 - graders and problem files read answers alike
+from cookmind.answer_numbers import NUMBER_RE, clean_number_text, numbers_in  # noqa: F401 - torch-free, for pack
 
 # -- Reading a final answer out of free text and deciding whether it equals the reference ---------------------------
+# how numbers are read out of text (torch-free: pack checks reference answers with it)
+from cookmind.store.records import reference_text  # noqa: F401 - graders and problem files read answers alike
 
-
-# a number: optional sign, digits with optional thousands groups, optional decimals, optional /denominator
-_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?|[-+]?\.\d+"
-_NUM_RE = re.compile(_NUM)
-_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}")
 _HASHES_RE = re.compile(r"####\s*(.+)")
 _ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
-def _clean(text: str) -> str:
-    """Unify signs, drop LaTeX/currency decoration that never changes a number's value."""
-    text = text.replace("\u2212", "-").replace("\u2013", "-")  # unicode minus / en dash
-    text = _FRAC_RE.sub(r"\1/\2", text)
-    for junk in ("\\$", "$", "\\%", "%", "\\!", "\\,", "\\left", "\\right", "\\text", "\\mathrm"):
-        text = text.replace(junk, "")
-    # a sign separated from its digits ("- 5") and a leading "$" after the sign ("-$5") both happen
-    text = re.sub(r"(?<![\w)])-\s+(?=\d)", "-", text)
-    return text
 
 
 def boxed_content(text: str) -> str | None:
@@ -53,7 +39,7 @@ def boxed_content(text: str) -> str | None:
 
 def to_number(text: str) -> Fraction | None:
     """The value of the first number in ``text`` ("1,234.5 dollars" -> 2469/2), or None."""
-    match = _NUM_RE.search(_clean(text))
+    match = NUMBER_RE.search(clean_number_text(text))
     if not match:
         return None
     token = match.group(0).replace(",", "").replace(" ", "")
@@ -68,14 +54,9 @@ def to_number(text: str) -> Fraction | None:
         return None
 
 
-def numbers_in(text: str) -> list[str]:
-    """Every number-looking token in ``text`` (a LaTeX fraction is one), as the graders read them."""
-    return _NUM_RE.findall(_clean(text))
-
-
 def last_number(text: str) -> str | None:
     """The last number-looking token in ``text`` (commas kept), or None."""
-    found = _NUM_RE.findall(_clean(text))
+    found = NUMBER_RE.findall(clean_number_text(text))
     return found[-1] if found else None
 
 
@@ -101,7 +82,7 @@ def extract_answer(text: str) -> str | None:
 
 
 def _normal_text(text: str) -> str:
-    return re.sub(r"\s+", " ", _clean(text)).strip().rstrip(".").lower()
+    return re.sub(r"\s+", " ", clean_number_text(text)).strip().rstrip(".").lower()
 
 
 def answers_match(predicted: str | None, reference: str) -> bool:

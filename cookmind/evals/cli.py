@@ -155,8 +155,8 @@ def main(args) -> int:
     # the flags and the data before the model: a wrong one is said at once, not after a model has loaded
     questions_read: list[dict] = []
     if args.task == "gsm8k":
-        from cookmind.align.prompts import template_escapes
         from cookmind.evals.gsm8k import check_options, load_gsm8k
+        from cookmind.prompt_templates import template_escapes
 
         args.template = template_escapes(args.template)
         check_options(args.template, args.num_samples, args.k, args.temperature)

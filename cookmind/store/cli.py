@@ -131,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Pack, then print a one-line summary; a bad line prints file:line and the reason and returns 1."""
-    from cookmind.align.prompts import template_escapes
+    from cookmind.prompt_templates import template_escapes
     from cookmind.store.layout import StoreError
     from cookmind.store.packer import PackError, pack
     from cookmind.store.records import SkippedRecords

@@ -196,7 +196,7 @@ def _check_inputs_hold_records(train_type: str, inputs: list[Path]) -> None:
 def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
     """Refuse, before any line is read, options under which no record could come out right."""
     name = f"tokenizer {tokenizer}" if isinstance(tokenizer, (str, Path)) else "the tokenizer"
-    from cookmind.align.prompts import PROMPTS
+    from cookmind.prompt_templates import PROMPTS
 
     if opts.prompt_template != "chat" and "{question}" not in PROMPTS.get(opts.prompt_template, opts.prompt_template):
         raise PackError(

@@ -288,7 +288,7 @@ def check_gradable(answer: str, field: str = "answer") -> None:
     """A reference answer a grader reads one answer from: GSM8K's '... #### N', or a bare value (a number, or words:
     'yes'). A worked solution of several numbers and no '#### N' line names none as its answer (graders took its first
     number): a BadRecord naming ``field``."""
-    from cookmind.align.rewards import numbers_in
+    from cookmind.answer_numbers import numbers_in
 
     if "####" not in answer and (n := len(numbers_in(answer))) > 1:
         raise BadRecord(
@@ -409,7 +409,7 @@ def _prompt_ids(question, tok, opts: RecordOptions, field: str = "prompt") -> np
     question = _text(question, field)
     if opts.prompt_template == "chat":
         return _render(tok, [{"role": "user", "content": question}], add_generation_prompt=True)[0]
-    from cookmind.align.prompts import PROMPTS
+    from cookmind.prompt_templates import PROMPTS
 
     # a name (plain, r1_zero, compact: grpo.template's) is its text, as train and eval prompt
     text = PROMPTS.get(opts.prompt_template, opts.prompt_template).replace("{question}", question.strip())

@@ -86,7 +86,7 @@ class _Vocab:
             enabled=is_terminal(sys.stderr)
             if progress is None
             else progress,  # None: a terminal only; True: a pipe too
-            leave=False,
+            leave=not is_terminal(sys.stderr),  # goes when done on a terminal; a log keeps its first and last lines
         )
 
     def full(self) -> bool:

@@ -466,7 +466,7 @@ def count_pretokens(
             unit_scale=True,
             desc="pre-tokenize",
             enabled=is_terminal(sys.stderr) if progress is None else progress,  # None: a terminal only; True: a pipe
-            leave=False,
+            leave=not is_terminal(sys.stderr),  # goes when done on a terminal; a log keeps its first and last lines
         ) as bar,
     ):
         if workers == 1:
