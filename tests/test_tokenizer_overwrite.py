@@ -88,6 +88,7 @@ def test_overwrite_names_a_users_file_in_a_tokenizer_folder_and_is_offered_only_
     out = tmp_path / "tok"
     assert run_cli([*argv, str(out)]) == 0
     (out / "NOTES.md").write_text("mine")
+    capsys.readouterr()  # the first run's progress lines (a log keeps them)
     assert run_cli([*argv, str(out), "--overwrite"]) == 2
     err = capsys.readouterr().err
     assert f"{out} holds NOTES.md, which a tokenizer folder never has" in err and err.count("\n") == 1
