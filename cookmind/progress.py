@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -96,6 +97,7 @@ class LineBar(tqdm):
     def __init__(self, iterable=None, file=None, **kwargs):
         self._out = sys.stderr if file is None else file
         self._shown = None  # the count and total the last line showed: closing after it adds no second line of it
+        self._last = None  # when the last line was written (time.monotonic)
         kwargs.update(
             mininterval=max(LINE_SECONDS, kwargs.get("mininterval") or 0),
             maxinterval=max(LINE_SECONDS, kwargs.get("maxinterval") or 0),
@@ -110,6 +112,12 @@ class LineBar(tqdm):
     def display(self, msg=None, pos=None):
         if msg == "" or (msg is None and (self.n, self.total) == self._shown):  # tqdm clears its line: it stays
             return True
+        now = time.monotonic()
+        # a refresh (pos None: update, set_postfix...) within LINE_SECONDS of the last line writes none: pack's
+        # postfix after every chunk made a line of each; the first line, and the last count at close (pos 0), are
+        if msg is None and pos is None and self._last is not None and now - self._last < LINE_SECONDS:
+            return True
+        self._last = now
         self._shown = (self.n, self.total) if msg is None else self._shown
         self._out.write((self.__str__() if msg is None else msg).rstrip() + "\n")
         self._out.flush()

@@ -192,3 +192,26 @@ def test_every_progress_bar_goes_through_cookmind_progress():
     raw = re.compile(r"^\s*(from tqdm(\.\w+)? import|import tqdm)", re.M)
     found = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if raw.search(p.read_text(encoding="utf-8")))
     assert found == ["progress.py"], found
+
+
+def test_a_bar_in_a_log_writes_at_most_one_line_every_line_seconds_whatever_refreshes_it(monkeypatch):
+    """pack set its bar's postfix after every chunk of 256 documents, and each set_postfix_str refreshed the bar: in a
+    pipe every refresh became a line (81 lines in under a second for 20,000 documents, thousands for a million),
+    where the bar promises one every LINE_SECONDS. A refresh within LINE_SECONDS of the last line writes none; the
+    first line and the last count (at close) are written."""
+    import io
+
+    from cookmind import progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    log = io.StringIO()
+    bar = progress.progress_bar(total=1000, desc="pack", file=log)
+    for i in range(1000):
+        clock[0] = i * 0.05  # 50 s in all: a line at the start, one at 30 s, and the last
+        bar.update(1)
+        bar.set_postfix_str(f"{i} docs")  # refresh=True: tqdm's default
+    bar.close()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and 2 <= len(lines) <= 3, lines
+    assert lines[-1].startswith("pack: 100% 1000/1000"), lines
