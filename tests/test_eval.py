@@ -768,6 +768,14 @@ def test_gsm8k_and_mmlu_metrics_name_what_was_measured_and_how_much_limit_left_o
     assert main([*argv[:-2], "--limit", "5"]) == 0  # nothing left out: nothing said
     captured = capsys.readouterr()
     assert "--limit" not in captured.err and json.loads(captured.out)["num_problems_in_data"] == 5
+    # gzipped data is counted as read (its compressed bytes' newlines were counted: 200 problems read as 12 or so)
+    import gzip
+
+    gz = tmp_path / "g.jsonl.gz"
+    gz.write_bytes(gzip.compress(data.read_bytes()))
+    assert main(["eval", "gsm8k", "m", "--data", str(gz), "--quiet", "--limit", "2", "--max-new-tokens", "40"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["num_problems_in_data"] == 5, captured.out
 
     model.respond = lambda prompt: " B"
     model.marker = "Answer:"
