@@ -308,6 +308,7 @@ def test_a_stop_signal_while_requests_run_says_what_the_server_waits_for(capsys)
             slots=[object()] * running + [None],
             waiting=deque([object()] * waiting),
             cancel_all=lambda reason: cut.append(reason) or running + waiting,
+            close_to_new=lambda reason: cut.append(f"closed: {reason}"),
         )
         return cli_serve.make_server(uvicorn.Config(lambda *a: None), engine)
 
@@ -317,7 +318,8 @@ def test_a_stop_signal_while_requests_run_says_what_the_server_waits_for(capsys)
         "cookmind serve: stopping: waiting for 3 request(s) to finish; Ctrl-C again stops at once (cutting them)\n"
     )
     busy.handle_exit(signal.SIGINT, None)  # the second cuts them (the next test has it end to end)
-    assert cut == ["shutdown"] and not busy.force_exit and "cutting 3 request(s)" in capsys.readouterr().err
+    assert cut == ["closed: shutdown", "shutdown"] and not busy.force_exit  # nothing new starts, what runs is cut
+    assert "cutting 3 request(s)" in capsys.readouterr().err
     busy.handle_exit(signal.SIGINT, None)  # the third: uvicorn's force exit, said nothing more
     assert busy.force_exit and capsys.readouterr().err == ""
     idle = server(running=0, waiting=0)
@@ -482,7 +484,12 @@ def test_the_stop_signals_work_with_a_uvicorn_that_keeps_no_record_of_them(monke
 
     monkeypatch.setattr(uvicorn, "Server", OlderServer)
     cut = []
-    engine = SimpleNamespace(slots=[object()], waiting=deque(), cancel_all=lambda reason: cut.append(reason) or 1)
+    engine = SimpleNamespace(
+        slots=[object()],
+        waiting=deque(),
+        cancel_all=lambda reason: cut.append(reason) or 1,
+        close_to_new=lambda reason: None,
+    )
     server = cli_serve.make_server(None, engine)
     server.handle_exit(signal.SIGINT, None)
     server.handle_exit(signal.SIGINT, None)
@@ -500,3 +507,61 @@ def test_the_default_model_id_of_a_run_or_its_checkpoints_folder_names_the_run(t
     assert cli_serve.default_model_id(f"{run}/checkpoints/") == "sft"
     assert cli_serve.default_model_id(step) == "sft-step_00000020"
     assert cli_serve.default_model_id(tmp_path / "Qwen3-0.6B") == "Qwen3-0.6B"
+
+
+def test_a_request_not_yet_handed_to_the_engine_is_counted_and_refused_when_the_server_stops(
+    tmp_path_factory, capsys, monkeypatch
+):
+    """The stop signals counted only the engine's requests: one that uvicorn had accepted but whose handler had not
+    yet submitted it (a fresh server, a long prompt to tokenize) was not 'waited for', and a second Ctrl-C fell
+    through to uvicorn's force exit, a plain-text 500 for it. Requests in flight count from their arrival now, and
+    once the server is stopping at once, one that reaches the engine afterwards is a 503 server_shutting_down."""
+    import signal
+    import threading
+    import time
+
+    import uvicorn
+
+    from cookmind.infer.engine import Engine
+    from cookmind.infer.server import create_app
+
+    tok = make_tokenizer(tmp_path_factory)
+    engine = Engine(make_model(tok.vocab_size, max_pos=256), num_slots=2, max_seq_len=256)
+    entered, release = threading.Event(), threading.Event()
+    real = engine.submit
+
+    def held_submit(*a, **k):  # the handler, between accepting the request and handing it to the engine
+        entered.set()
+        release.wait(30)
+        return real(*a, **k)
+
+    monkeypatch.setattr(engine, "submit", held_submit)
+    port = free_port()
+    server = cli_serve.make_server(
+        uvicorn.Config(create_app(engine, tok, "cook"), host="127.0.0.1", port=port, log_level="warning"), engine
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    got = {}
+    body = {"model": "cook", "prompt": "The cook", "max_tokens": 4}
+    client = threading.Thread(
+        target=lambda: got.update(r=httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60))
+    )
+    client.start()
+    try:
+        assert entered.wait(30), "the request never reached its handler"
+        server.handle_exit(signal.SIGINT, None)
+        server.handle_exit(signal.SIGINT, None)
+        release.set()
+        client.join(timeout=30)
+        thread.join(timeout=30)
+        assert not thread.is_alive() and not server.force_exit
+    finally:
+        release.set()
+        server.should_exit = server.force_exit = True
+    err = capsys.readouterr().err
+    assert "waiting for 1 request(s)" in err and "Traceback" not in err, err
+    r = got["r"]
+    assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutting_down", r.text

@@ -386,7 +386,8 @@ def make_server(config, engine):
     """uvicorn's Server, stopping in three steps. The first stop signal (Ctrl-C, SIGTERM) waits for the requests in
     flight to finish, as uvicorn does, and says how many (its own note is hidden at log level warning: a long answer
     made a stopping server look hung). The second cuts their generations in the engine, each client told so
-    (``shutdown``: a 503, or a stream's finish_reason "error"), and the server then stops as after the first; it was
+    (``shutdown``: a 503, or a stream's finish_reason "error" and its error event; a request its handler hands over
+    afterwards is a 503 too), and the server then stops as after the first; it was
     uvicorn's force exit, a traceback per request on the console and a plain-text 500. A third Ctrl-C is that force
     exit, quietly."""
     import logging
@@ -396,10 +397,18 @@ def make_server(config, engine):
     class Server(uvicorn.Server):
         signals = 0
 
+        def in_flight(self) -> int:
+            """Requests running: the engine's, or the HTTP requests uvicorn handles (one accepted whose handler has
+            not handed it to the engine yet counts too: a fresh server, a long prompt to tokenize)."""
+            engine_busy = sum(r is not None for r in engine.slots) + len(engine.waiting)
+            state = getattr(self, "server_state", None)
+            return max(engine_busy, len(getattr(state, "tasks", ())))
+
         def handle_exit(self, sig, frame) -> None:
             self.signals += 1
-            busy = sum(r is not None for r in engine.slots) + len(engine.waiting)
+            busy = self.in_flight()
             if self.signals == 2 and busy:
+                engine.close_to_new("shutdown")  # a request handed over from now on is a 503, not a generation
                 captured = getattr(self, "_captured_signals", None)  # uvicorn's private record, absent from older
                 if captured is not None:  # ones: a Ctrl-C still exits 130 ('interrupted') where it is kept
                     captured.append(sig)

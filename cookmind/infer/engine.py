@@ -89,6 +89,10 @@ class QueueFullError(RuntimeError):
     """The engine's waiting queue is full; the server answers 429."""
 
 
+class EngineClosedError(RuntimeError):
+    """The engine takes no new request (``close_to_new``: a server stopping at once); the server answers 503."""
+
+
 _ids = itertools.count()
 
 
@@ -256,6 +260,7 @@ class Engine:
         self.prefix = self.blocks.prefix if self.paged else None
         self.vocab_size = cfg.vocab_size
         self.max_waiting = max_waiting
+        self.closed_reason: str | None = None  # close_to_new's: a submit after it is refused with it
         self.prefill_chunk = prefill_chunk
         self._last_tok = torch.zeros(num_slots, dtype=torch.long, device=self.device)  # newest sampled token
         use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
@@ -371,6 +376,8 @@ class Engine:
         if self.blocks is not None:
             self.blocks.check_fits(req)
         with self._cond:
+            if self.closed_reason is not None:  # checked with the queue: none slips in after close_to_new
+                raise EngineClosedError(self.closed_reason)
             if len(self.waiting) >= self.max_waiting:
                 raise QueueFullError(f"the request queue is full ({self.max_waiting} waiting); retry later")
             self.waiting.append(req)
@@ -408,6 +415,12 @@ class Engine:
                 req.cancel_reason = reason
             req.cancelled = True
             self._cond.notify()
+
+    def close_to_new(self, reason: str) -> None:
+        """Refuse every later ``submit`` (EngineClosedError with ``reason``): a server stopping at once cuts what runs
+        (``cancel_all``), and a request its handler hands over afterwards must not start."""
+        with self._cond:
+            self.closed_reason = reason
 
     def cancel_all(self, reason: str) -> int:
         """``cancel`` every request running or waiting (a server stopping: ``reason`` "shutdown"); how many."""

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 
 from cookmind.infer.constraints import compile_grammar, grammar_for_response_format
-from cookmind.infer.engine import QueueFullError
+from cookmind.infer.engine import EngineClosedError, QueueFullError
 from cookmind.infer.output import Delta, OutputProcessor
 from cookmind.infer.sampling import SamplingParams
 from cookmind.infer.server.errors import APIError
@@ -140,6 +140,14 @@ class Generation:
                     )
                 )
                 self.procs.append(OutputProcessor(self.state.tokenizer, req.stop_list(), **processor_kw))
+        except EngineClosedError as exc:  # the server is stopping at once (a second Ctrl-C): it starts nothing new
+            self.cancel()
+            raise APIError(
+                503,
+                f"the server is stopping ({exc}) and did not start this request; send it again once it is back",
+                "server_error",
+                code="server_shutting_down",
+            ) from exc
         except QueueFullError as exc:
             self.cancel()
             raise APIError(
