@@ -768,3 +768,24 @@ def test_generate_reads_a_prompt_from_a_file_or_standard_input(ckpt, tmp_path, c
     assert "give a prompt: --prompt TEXT or --prompt-file FILE" in capsys.readouterr().err
     assert cli_main([*base, "--prompt-file", str(tmp_path / "gone.txt")]) == 2
     assert "gone.txt" in capsys.readouterr().err
+
+
+def test_a_reply_that_fails_leaves_the_conversation_as_it_was(ckpt, monkeypatch):
+    """A message whose reply failed (an error in generation, before any token) was kept with an empty assistant turn
+    after it, as a reply stopped by Ctrl-C is: the next message then answered a conversation holding a question nobody
+    answered. A failed reply leaves the history as it was before the message; a stopped one keeps what it said."""
+    import cookmind.infer.chat_session as cs
+
+    _, model, tok = ckpt
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=4))
+    list(s.send("Hi there"))
+    before = list(s.history)
+
+    def failing(*a, **k):
+        raise RuntimeError("out of memory in the test")
+        yield  # a generator, as stream is
+
+    monkeypatch.setattr(cs, "stream", failing)
+    with pytest.raises(RuntimeError):
+        list(s.send("And the soup?"))
+    assert s.history == before

@@ -51,11 +51,17 @@ class ChatSession:
         reasoning, content = [], []
         try:
             yield from self._reply(before, reasoning, content)
-        finally:
+        except (KeyboardInterrupt, GeneratorExit):
             # stopped mid-way (Ctrl-C, or the caller closed the stream): the reply so far is the assistant's turn, as
             # the web page keeps a stopped reply; the message left unanswered made two user turns in a row
             if self.history and self.history[-1] is message:
                 self.history.append(_reply_message(reasoning, content))
+            raise
+        except BaseException:
+            # failed (an error in generation): the conversation as it was, not a question with an empty answer
+            if self.history and self.history[-1] is message:
+                self.history = before
+            raise
 
     def _reply(self, before: list[dict], reasoning: list[str], content: list[str]) -> Iterator[tuple[str, str]]:
         """``send``'s body: stream the reply, gathering its pieces into ``reasoning`` and ``content``, and record it."""
