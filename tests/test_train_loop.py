@@ -697,3 +697,22 @@ def test_a_long_run_brings_its_report_up_to_date_at_each_checkpoint(tmp_path, st
     assert "| of_steps | 4 |" in seen["report"] and seen["plot"] == b"\x89PNG\r\n\x1a\n"
     final = (tmp_path / "live" / "report.md").read_text()
     assert "| status | completed |" in final and "| steps | 4 |" in final and "running" not in final
+
+
+def test_a_run_that_fails_after_a_checkpoint_does_not_leave_its_report_saying_running(tmp_path, store):
+    """The report brought up to date at a checkpoint said 'running'; a run that then died of an error (not a signal,
+    which ends with its own report) left it so, a run that looked alive. The error's report says 'failed', the step
+    it failed at and why."""
+    import pytest
+
+    class Fail(Callback):
+        def on_step_end(self, trainer, step, metrics):
+            if step == 3:
+                raise RuntimeError("the disk went away in the test")
+
+    cfg = _cfg(tmp_path, store, "dies", train={"max_steps": 6}, checkpoint={"every": 2})
+    with pytest.raises(RuntimeError, match="disk went away"):
+        Trainer(cfg, callbacks=[Fail()]).fit()
+    text = (tmp_path / "dies" / "report.md").read_text()
+    assert "| status | failed |" in text and "running" not in text, text
+    assert "RuntimeError: the disk went away in the test" in text

@@ -20,6 +20,7 @@ collectives (an evaluation, a save, an all-reduce of yours) that a held rank wou
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -135,6 +136,7 @@ class ReportCallback(Callback):
     def __init__(self, every: int, enabled: bool = True):
         self.every, self.enabled = every, enabled
         self._failed = False
+        self._running = False  # a 'running' report was written: an error then rewrites it
 
     def needs_state_at(self, trainer: Trainer, step: int) -> bool:
         return False  # it reads metrics.jsonl and the step's own metrics
@@ -145,17 +147,10 @@ class ReportCallback(Callback):
         max_steps = trainer.cfg.train.max_steps
         if step >= max_steps:
             return  # fit writes the run's report
-        from cookmind.train.report import write_report
-
         summary = {"status": "running", "steps": step, "of_steps": max_steps, "tokens": metrics.get("tokens")}
         try:
-            write_report(
-                trainer.run_dir,
-                f"cookmind {trainer.cfg.train.objective} run",
-                summary,
-                trainer.samples,
-                trainer.cfg.to_dict(),
-            )
+            self._write(trainer, summary)
+            self._running = True
         except Exception as exc:  # noqa: BLE001 - the run goes on; its last report is written (or fails) at the end
             import warnings
 
@@ -165,6 +160,25 @@ class ReportCallback(Callback):
                 f"{exc}); training goes on, and the report is written again when the run ends",
                 stacklevel=2,
             )
+
+    def on_train_error(self, trainer: Trainer, exc: BaseException) -> None:
+        """A run that dies of an error after a 'running' report (a signal's stop ends with its own report) leaves one
+        that says so: 'failed' (or 'interrupted'), the step and why, not a run that looks alive."""
+        if not self._running:
+            return
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        summary = {"status": status, "steps": trainer.step, "of_steps": trainer.cfg.train.max_steps}
+        summary["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        with contextlib.suppress(Exception):  # the error being raised is the one to report
+            self._write(trainer, summary)
+
+    def _write(self, trainer: Trainer, summary: dict) -> None:
+        from cookmind.train.report import write_report
+
+        write_report(
+            trainer.run_dir, f"cookmind {trainer.cfg.train.objective} run", summary, trainer.samples,
+            trainer.cfg.to_dict(),
+        )  # fmt: skip
 
 
 class ProgressCallback(Callback):
