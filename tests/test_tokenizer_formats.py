@@ -693,3 +693,14 @@ def test_a_training_run_given_as_the_tokenizer_names_its_newest_checkpoints_toke
     assert "training run" in msg and str(run / "checkpoints" / "step_00000010") in msg and "tokenizer train" not in msg
     with pytest.raises(TokenizerError, match="train one with `cookmind tokenizer train`"):  # an empty folder
         Tokenizer.load(tmp_path)
+
+
+def test_a_tiktoken_export_given_as_a_tokenizer_says_what_it_is(tok_dir, tmp_path, capsys):
+    """`tokenizer export --format tiktoken` writes a ranks file cookmind does not read back, and `--tokenizer` of that
+    folder said only 'no tokenizer in exp: expected cookmind_tokenizer.json (or ...)': nothing said the folder held
+    an export for tiktoken, nor what to pass instead."""
+    assert run_cli(["export", "--tokenizer", str(tok_dir), "--out", str(tmp_path / "tt"), "--format", "tiktoken"]) == 0
+    with pytest.raises(TokenizerError) as e:
+        Tokenizer.load(tmp_path / "tt")
+    said = str(e.value)
+    assert "tokenizer.tiktoken" in said and "tiktoken" in said and "--format hf" in said, said

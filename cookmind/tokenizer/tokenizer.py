@@ -520,6 +520,13 @@ class Tokenizer:
                 f"{directory} is a file; a tokenizer is named by its folder"
                 + (f": pass {directory.parent}" if known else f" (holding {FILE_NAME} or tokenizer.json)")
             )
+        ranks = sorted(directory.glob("*.tiktoken")) if directory.is_dir() else []
+        if ranks:  # `tokenizer export --format tiktoken`'s: a file for tiktoken, which holds no merges to read back
+            raise TokenizerError(
+                f"{directory} holds a tiktoken ranks file ({ranks[0].name}), which `cookmind tokenizer export --format "
+                "tiktoken` writes for tiktoken and cookmind does not read back: pass the tokenizer it was exported "
+                "from, or export that one with --format hf (tokenizer.json), which cookmind reads"
+            )
         raise TokenizerError(
             f"no tokenizer in {directory}: expected {FILE_NAME} (or tokenizer.json, or vocab.json + merges.txt); "
             "train one with `cookmind tokenizer train`"
