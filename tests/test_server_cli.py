@@ -256,19 +256,22 @@ def test_a_kv_cache_smaller_than_one_sequence_is_refused_naming_the_flag(model_d
         cli_serve.kv_sizing(_BigModel(), parse("m", "--kv-cache-mb", "100", "--kv-layout", "slots"))
 
 
+class _NoServer:
+    """uvicorn's Server that serves nothing: main prints its start-up lines and returns."""
+
+    started = True
+
+    def __init__(self, config):
+        pass
+
+    def run(self):
+        pass
+
+
 def test_serve_prints_what_the_kv_cache_holds_at_start_up(model_dir, monkeypatch, capsys):
     import uvicorn
 
-    class NoServer:
-        started = True
-
-        def __init__(self, config):
-            pass
-
-        def run(self):
-            pass
-
-    monkeypatch.setattr(uvicorn, "Server", NoServer)
+    monkeypatch.setattr(uvicorn, "Server", _NoServer)
     args = parse(model_dir, "--device", "cpu", "--kv-cache-mb", "1", "--port", str(free_port()))
     assert cli_serve.main(args) == 0
     out = capsys.readouterr().out.splitlines()
@@ -405,16 +408,7 @@ def test_the_start_up_line_writes_an_ipv6_address_as_a_url_can_hold_it(model_dir
     if not socket.has_ipv6:
         pytest.skip("no IPv6 here: the start-up line itself is not tried")
 
-    class NoServer:
-        started = True
-
-        def __init__(self, config):
-            pass
-
-        def run(self):
-            pass
-
-    monkeypatch.setattr(uvicorn, "Server", NoServer)
+    monkeypatch.setattr(uvicorn, "Server", _NoServer)
     port = free_port()
     try:
         args = parse(model_dir, "--device", "cpu", "--host", "::1", "--port", str(port), "--api-key", "k")
