@@ -87,16 +87,22 @@ def test_a_grpo_run_with_a_validation_store_is_refused_naming_eval_problems(grpo
     assert not (tmp_path / "g" / "metrics.jsonl").exists()
 
 
+def _offline_store(out, tok):
+    """A store of four scored responses (offline GRPO), rewards 0, 1, 0, 1."""
+    from cookmind.store.packer import pack
+
+    rows = [{"prompt": f"{a} + 1?", "response": str(a + 1), "reward": float(a % 2)} for a in range(4)]
+    out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pack([out.with_suffix(".jsonl")], out, str(tok), "grpo", progress=False)
+
+
 def test_offline_rollouts_one_a_micro_batch_are_refused_naming_the_fix(grpo_run_inputs, tmp_path, capsys):
     # a stored response's advantage is its reward minus the micro-batch's mean: alone in it, that is its own reward,
     # every advantage was 0 and 12 steps moved the weights by weight decay alone, the run saying nothing
     from cookmind.cli import main
-    from cookmind.store.packer import pack
 
     root = grpo_run_inputs
-    rows = [{"prompt": f"{a} + 1?", "response": str(a + 1), "reward": float(a % 2)} for a in range(4)]
-    (tmp_path / "off.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    pack([tmp_path / "off.jsonl"], tmp_path / "off", str(root / "tok"), "grpo", progress=False)
+    _offline_store(tmp_path / "off", root / "tok")
     argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--train-data", str(tmp_path / "off")]
     argv += ["--tokenizer", str(root / "tok"), "train.max_steps=1", "train.micro_batch_size=1"]
     assert main([*argv, "--run-dir", str(tmp_path / "a")]) == 2
@@ -142,12 +148,9 @@ def test_rollout_settings_on_offline_rollouts_are_refused_not_ignored(grpo_run_i
     # scored; on a store of scored responses they were accepted and never read (the advantage is the reward minus
     # the micro-batch's mean, not divided by any std, whatever grpo.normalize_by_std said)
     from cookmind.cli import main
-    from cookmind.store.packer import pack
 
     root = grpo_run_inputs
-    rows = [{"prompt": f"{a} + 1?", "response": str(a + 1), "reward": float(a % 2)} for a in range(4)]
-    (tmp_path / "off.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    pack([tmp_path / "off.jsonl"], tmp_path / "off", str(root / "tok"), "grpo", progress=False)
+    _offline_store(tmp_path / "off", root / "tok")
     argv = ["train", "--config", "tiny-cpu", "--objective", "grpo", "--train-data", str(tmp_path / "off")]
     argv += ["--tokenizer", str(root / "tok"), "train.max_steps=1", "train.micro_batch_size=2"]
     bad = ["grpo.group_size=4", "grpo.temperature=0.7", "grpo.normalize_by_std=true"]
