@@ -330,6 +330,26 @@ def test_a_stop_signal_while_requests_run_says_what_the_server_waits_for(capsys)
     assert idle.should_exit and capsys.readouterr().err == ""
 
 
+def _serve_in_a_thread(engine, tok):
+    """make_server's Server over ``engine`` on a free port, running in a thread: (server, thread, port) once started."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from cookmind.infer.server import create_app
+
+    port = free_port()
+    server = cli_serve.make_server(
+        uvicorn.Config(create_app(engine, tok, "cook"), host="127.0.0.1", port=port, log_level="warning"), engine
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    return server, thread, port
+
+
 def test_a_second_stop_signal_cuts_the_running_requests_and_tells_each_client(tmp_path_factory, capsys):
     """A second Ctrl-C was uvicorn's force exit: a traceback per request in flight on the console ("Exception in ASGI
     application ... CancelledError"), a plain-text 500 "Internal Server Error" for a request not streamed and a
@@ -341,23 +361,13 @@ def test_a_second_stop_signal_cuts_the_running_requests_and_tells_each_client(tm
     import threading
     import time
 
-    import uvicorn
-
     from cookmind.infer.engine import Engine
-    from cookmind.infer.server import create_app
     from cookmind.infer.stop import control_token_ids
 
     tok = make_tokenizer(tmp_path_factory)
     model = make_model(tok.vocab_size, max_pos=2048, rare_ids=sorted(control_token_ids(tok)))  # it never ends early
     engine = Engine(model, num_slots=4, max_seq_len=2048)
-    port = free_port()
-    server = cli_serve.make_server(
-        uvicorn.Config(create_app(engine, tok, "cook"), host="127.0.0.1", port=port, log_level="warning"), engine
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
+    server, thread, port = _serve_in_a_thread(engine, tok)
     url, body = f"http://127.0.0.1:{port}/v1/completions", {"model": "cook", "prompt": "The cook", "max_tokens": 2000}
     got = {}
 
@@ -512,12 +522,8 @@ def test_a_request_not_yet_handed_to_the_engine_is_counted_and_refused_when_the_
     once the server is stopping at once, one that reaches the engine afterwards is a 503 server_shutting_down."""
     import signal
     import threading
-    import time
-
-    import uvicorn
 
     from cookmind.infer.engine import Engine
-    from cookmind.infer.server import create_app
 
     tok = make_tokenizer(tmp_path_factory)
     engine = Engine(make_model(tok.vocab_size, max_pos=256), num_slots=2, max_seq_len=256)
@@ -530,14 +536,7 @@ def test_a_request_not_yet_handed_to_the_engine_is_counted_and_refused_when_the_
         return real(*a, **k)
 
     monkeypatch.setattr(engine, "submit", held_submit)
-    port = free_port()
-    server = cli_serve.make_server(
-        uvicorn.Config(create_app(engine, tok, "cook"), host="127.0.0.1", port=port, log_level="warning"), engine
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
+    server, thread, port = _serve_in_a_thread(engine, tok)
     got = {}
     body = {"model": "cook", "prompt": "The cook", "max_tokens": 4}
     client = threading.Thread(
