@@ -363,11 +363,10 @@ def test_a_checkpoint_rank0_cannot_save_stops_every_rank_with_its_reason(tmp_pat
     assert said[1].endswith(f" could not save step_00000001: {full}"), said
 
 
-def _sigterm_to_rank1(rank: int, root: str) -> tuple:
-    """A SIGTERM that reaches one node only (a scheduler preempting it), before step 2."""
+def _sigterm_rank1_before_step2(trainer, rank: int) -> None:
+    """Rank 1 sends itself a SIGTERM as it launches step 2 (a scheduler preempting its node)."""
     import signal
 
-    trainer = Trainer(TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=6", f"logging.run_dir={root}/run"]))
     launch = trainer._launch_step
 
     def launch_and_kill():
@@ -376,6 +375,13 @@ def _sigterm_to_rank1(rank: int, root: str) -> tuple:
         return launch()
 
     trainer._launch_step = launch_and_kill
+
+
+def _sigterm_to_rank1(rank: int, root: str) -> tuple:
+    """A SIGTERM that reaches one node only (a scheduler preempting it), before step 2."""
+
+    trainer = Trainer(TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=6", f"logging.run_dir={root}/run"]))
+    _sigterm_rank1_before_step2(trainer, rank)
     summary = trainer.fit()
     return summary["status"], summary["steps"], trainer.stop_reason
 
@@ -394,7 +400,6 @@ def _sigterm_to_node1_through_the_cli(rank: int, root: str) -> tuple:
     """Two nodes of one process each (LOCAL_RANK 0 on both): node 1 gets a SIGTERM before step 2."""
     import contextlib
     import io
-    import signal
 
     import cookmind.parallel
 
@@ -402,14 +407,7 @@ def _sigterm_to_node1_through_the_cli(rank: int, root: str) -> tuple:
     cookmind.parallel.destroy_distributed = lambda: None  # the harness tears the group down
     cfg = TrainConfig.load(None, [*_tiny_run(root), "train.max_steps=6", f"logging.run_dir={root}/run"])
     trainer = Trainer(cfg)
-    launch = trainer._launch_step
-
-    def launch_and_kill():
-        if rank == 1 and trainer.step == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return launch()
-
-    trainer._launch_step = launch_and_kill
+    _sigterm_rank1_before_step2(trainer, rank)
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out), trainer.handling_signals():
         status = train_cli._fit_and_report(trainer, cfg)
