@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -453,3 +454,40 @@ def test_a_reply_of_many_bidi_controls_is_drawn(browser, live):
     page.wait_for_selector(".msg.assistant")
     assert page.evaluate(markers) == n
     page.close()
+
+
+def test_the_page_behind_a_proxy_on_a_sub_path_calls_the_api_under_that_path(browser, live):
+    """The page fetched /v1/models and /v1/chat/completions from the host's root, so served by a reverse proxy at
+    https://host/llm/ it asked the host's own /v1/... (someone else's, or nothing) and never reached the model. Its
+    API calls now lie beside the page: under /llm/, whether the page's address ends in a slash or not (the page is the
+    app's root)."""
+    server, _ = live
+    outside = []  # the requests that left the proxy's sub-path
+
+    def proxy(route):
+        path = urllib.parse.urlsplit(route.request.url).path
+        if path != "/llm" and not path.startswith("/llm/"):
+            outside.append(path)
+            return route.fulfill(status=404, body="not this app")
+        rest = path[len("/llm") :] or "/"  # the proxy strips its prefix, as nginx's proxy_pass .../ does
+        response = route.fetch(url=server.url + rest)
+        route.fulfill(response=response)
+
+    for address in ("http://proxy.test/llm/", "http://proxy.test/llm"):
+        page = browser.new_page()
+        posted = _record_chat_requests(page)
+        page.route("http://proxy.test/**", proxy)
+        try:
+            page.goto(address)
+            page.evaluate("localStorage.clear()")
+            page.reload()
+            page.wait_for_function("document.getElementById('model-name').textContent !== 'model: …'")
+            assert page.text_content("#model-name") == "model: tiny-cook", (address, outside)
+            page.fill("#max-tokens", "2")
+            page.fill("#input", "What is in the soup?")
+            page.click("#send")
+            page.wait_for_function("/^(done|error)/.test(document.getElementById('status').textContent)")
+            assert page.text_content("#status").startswith("done"), (address, outside)
+            assert len(posted) == 1 and outside == [], (address, outside)
+        finally:
+            page.close()
