@@ -294,7 +294,7 @@ def test_a_default_kv_cache_past_the_cap_says_so_rather_than_capped():
     )
 
 
-def test_a_stop_signal_while_requests_run_says_what_the_server_waits_for(capsys):
+def test_a_stop_signal_while_requests_run_says_what_the_server_waits_for(capfd):
     """Ctrl-C (or SIGTERM) with generations running left the server silent until the last one finished (uvicorn waits
     for them, its own note hidden at log level warning): a long answer looked like a hung server. The first signal now
     says how many requests it waits for and that a second Ctrl-C stops at once; an idle server stops quietly."""
@@ -317,17 +317,17 @@ def test_a_stop_signal_while_requests_run_says_what_the_server_waits_for(capsys)
 
     busy = server(running=2, waiting=1)
     busy.handle_exit(signal.SIGINT, None)
-    assert capsys.readouterr().err == (
+    assert capfd.readouterr().err == (
         "cookmind serve: stopping: waiting for 3 request(s) to finish; Ctrl-C again stops at once (cutting them)\n"
     )
     busy.handle_exit(signal.SIGINT, None)  # the second cuts them (the next test has it end to end)
     assert cut == ["closed: shutdown", "shutdown"] and not busy.force_exit  # nothing new starts, what runs is cut
-    assert "cutting 3 request(s)" in capsys.readouterr().err
+    assert "cutting 3 request(s)" in capfd.readouterr().err
     busy.handle_exit(signal.SIGINT, None)  # the third: uvicorn's force exit, said nothing more
-    assert busy.force_exit and capsys.readouterr().err == ""
+    assert busy.force_exit and capfd.readouterr().err == ""
     idle = server(running=0, waiting=0)
     idle.handle_exit(signal.SIGTERM, None)
-    assert idle.should_exit and capsys.readouterr().err == ""
+    assert idle.should_exit and capfd.readouterr().err == ""
 
 
 def _serve_in_a_thread(engine, tok):
@@ -350,7 +350,7 @@ def _serve_in_a_thread(engine, tok):
     return server, thread, port
 
 
-def test_a_second_stop_signal_cuts_the_running_requests_and_tells_each_client(tmp_path_factory, capsys):
+def test_a_second_stop_signal_cuts_the_running_requests_and_tells_each_client(tmp_path_factory, capfd):
     """A second Ctrl-C was uvicorn's force exit: a traceback per request in flight on the console ("Exception in ASGI
     application ... CancelledError"), a plain-text 500 "Internal Server Error" for a request not streamed and a
     stream cut without a word. Now it cuts the generations in the engine: a request not streamed gets a 503 saying
@@ -394,7 +394,7 @@ def test_a_second_stop_signal_cuts_the_running_requests_and_tells_each_client(tm
         assert not thread.is_alive() and not server.force_exit
     finally:
         server.should_exit = server.force_exit = True
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert "cookmind serve: stopping now: cutting 2 request(s)" in err and "Traceback" not in err, err
     whole = got["whole"]
     assert whole.status_code == 503, whole.text
@@ -467,7 +467,7 @@ def test_a_kv_cache_larger_than_the_machines_memory_is_one_line(monkeypatch, cap
     assert "--kv-cache-mb" in err and err.count("\n") == 1 and "GPU" not in err, err
 
 
-def test_the_stop_signals_work_with_a_uvicorn_that_keeps_no_record_of_them(monkeypatch, capsys):
+def test_the_stop_signals_work_with_a_uvicorn_that_keeps_no_record_of_them(monkeypatch, capfd):
     # uvicorn's record of the signals it caught (Server._captured_signals) is private and absent from older ones, as
     # main's getattr allows: the second signal's cut appended to it and would raise inside the signal handler
     import signal
@@ -497,7 +497,7 @@ def test_the_stop_signals_work_with_a_uvicorn_that_keeps_no_record_of_them(monke
     server = cli_serve.make_server(None, engine)
     server.handle_exit(signal.SIGINT, None)
     server.handle_exit(signal.SIGINT, None)
-    assert cut == ["shutdown"] and "cutting 1 request(s)" in capsys.readouterr().err
+    assert cut == ["shutdown"] and "cutting 1 request(s)" in capfd.readouterr().err
 
 
 def test_the_default_model_id_of_a_run_or_its_checkpoints_folder_names_the_run(tmp_path):
@@ -514,7 +514,7 @@ def test_the_default_model_id_of_a_run_or_its_checkpoints_folder_names_the_run(t
 
 
 def test_a_request_not_yet_handed_to_the_engine_is_counted_and_refused_when_the_server_stops(
-    tmp_path_factory, capsys, monkeypatch
+    tmp_path_factory, capfd, monkeypatch
 ):
     """The stop signals counted only the engine's requests: one that uvicorn had accepted but whose handler had not
     yet submitted it (a fresh server, a long prompt to tokenize) was not 'waited for', and a second Ctrl-C fell
@@ -554,7 +554,50 @@ def test_a_request_not_yet_handed_to_the_engine_is_counted_and_refused_when_the_
     finally:
         release.set()
         server.should_exit = server.force_exit = True
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert "waiting for 1 request(s)" in err and "Traceback" not in err, err
     r = got["r"]
     assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutting_down", r.text
+
+
+def test_the_stop_notes_are_written_safely_from_the_signal_handler(monkeypatch, capfd):
+    """The stop notes were print()s inside the signal handler: a signal that came while the main thread was writing to
+    stderr ran the handler inside that write, and its print into the same buffer raised "RuntimeError: reentrant
+    call" (the note lost, the stop signal's handling cut short, the interrupted write failing). The notes now go to
+    fd 2 with os.write, touching neither sys.stderr nor sys.stdout."""
+    import io
+    import signal
+    import sys
+    from collections import deque
+    from types import SimpleNamespace
+
+    import uvicorn
+
+    cut = []
+    engine = SimpleNamespace(
+        slots=[object(), None],
+        waiting=deque([object()]),
+        cancel_all=lambda reason: cut.append(reason) or 2,
+        close_to_new=lambda reason: None,
+    )
+    server = cli_serve.make_server(uvicorn.Config(lambda *a: None), engine)
+    signals_due = [signal.SIGINT, signal.SIGINT]
+
+    class Raw(io.RawIOBase):
+        """A stderr whose writes each take a signal: the handler runs inside the write, as Python runs one."""
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            if signals_due:
+                server.handle_exit(signals_due.pop(0), None)
+            return len(b)
+
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(io.BufferedWriter(Raw()), write_through=True))
+    for _ in range(2):  # the first signal's note, then the second's
+        print("a line of the server's own", file=sys.stderr, flush=True)
+    assert signals_due == [] and cut == ["shutdown"]
+    err = capfd.readouterr().err
+    assert "cookmind serve: stopping: waiting for 2 request(s) to finish" in err
+    assert "cookmind serve: stopping now: cutting 2 request(s)" in err

@@ -382,6 +382,15 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
     )
 
 
+def _say_from_handler(line: str) -> None:
+    """Write a note from a signal handler: one os.write to fd 2, not print. The handler runs inside whatever the main
+    thread was doing, a write to sys.stderr too, and a print into the buffer it interrupted raises "reentrant call"."""
+    try:
+        os.write(2, (line + "\n").encode())
+    except OSError:  # no stderr left to tell: the stop goes on
+        pass
+
+
 def make_server(config, engine):
     """uvicorn's Server, stopping in three steps. The first stop signal (Ctrl-C, SIGTERM) waits for the requests in
     flight to finish, as uvicorn does, and says how many (its own note is hidden at log level warning: a long answer
@@ -413,22 +422,18 @@ def make_server(config, engine):
                 if captured is not None:  # ones: a Ctrl-C still exits 130 ('interrupted') where it is kept
                     captured.append(sig)
                 cut = engine.cancel_all("shutdown")
-                print(
+                _say_from_handler(
                     f"cookmind serve: stopping now: cutting {cut} request(s), each client told so; Ctrl-C again "
-                    "quits at once",
-                    file=sys.stderr,
-                    flush=True,
+                    "quits at once"
                 )
                 return
             if self.signals > 1 and sig == signal.SIGINT:  # uvicorn's force exit: its tracebacks of every
                 logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL + 1)  # request cut are no news
             super().handle_exit(sig, frame)
             if self.signals == 1 and busy:
-                print(
+                _say_from_handler(
                     f"cookmind serve: stopping: waiting for {busy} request(s) to finish; Ctrl-C again stops at once "
-                    "(cutting them)",
-                    file=sys.stderr,
-                    flush=True,
+                    "(cutting them)"
                 )
 
     return Server(config)
