@@ -1302,3 +1302,57 @@ def test_an_event_for_a_call_whose_event_loop_has_closed_is_dropped():
     sink(TokenEvent(1))
     sink(FinishEvent("length", None))
     assert gen.queue.empty()
+
+
+def test_a_generation_the_engine_cancels_is_not_reported_as_finished(tmp_path_factory):
+    """An app embedding create_app over an engine it runs itself (manage_engine=False) and stops, or whose own code
+    cancels a request, left each generation in flight finished as "cancelled", which the server answered as
+    finish_reason "stop": a client read the cut answer as the model's whole one. Now a call not streamed is a 503
+    saying the generation was cut, and a stream's choice ends with finish_reason "error" and an error event, as for a
+    server stopping (the openai client raises either)."""
+    tok = make_tokenizer(tmp_path_factory)
+    model = make_model(tok.vocab_size, rare_ids=sorted(control_token_ids(tok)))  # never ends early
+    engine = Engine(model, num_slots=4, max_seq_len=2048)
+    server = LiveServer(create_app(engine, tok, MODEL, manage_engine=False))
+    engine.start()
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
+    calls = {
+        "chat": lambda: c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=1500),
+        "completion": lambda: c.completions.create(model=MODEL, prompt="The cook", max_tokens=1500),
+        "chat stream": lambda: list(
+            c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=1500, stream=True)
+        ),
+        "completion stream": lambda: list(
+            c.completions.create(model=MODEL, prompt="The cook", max_tokens=1500, stream=True)
+        ),
+    }
+    got = {}
+
+    def run(name):
+        try:
+            got[name] = calls[name]()
+        except openai.APIError as exc:
+            got[name] = exc
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in calls]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.time() + 60
+        while sum(r is not None for r in engine.slots) < 4 or engine.tokens_generated < 40:
+            assert time.time() < deadline, "the four requests never ran"
+            time.sleep(0.01)
+        engine.stop()  # the embedding app stops its engine: every generation in flight is cancelled
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        server.close()
+    for name in ("chat", "completion"):
+        exc = got[name]
+        assert isinstance(exc, openai.InternalServerError) and exc.status_code == 503, (name, exc)
+        assert exc.body["code"] == "generation_cancelled", exc.body
+        assert "cancelled this generation after" in exc.body["message"], exc.body
+    for name in ("chat stream", "completion stream"):
+        exc = got[name]
+        assert isinstance(exc, openai.APIError) and not isinstance(exc, openai.APIStatusError), (name, exc)
+        assert exc.body["code"] == "generation_cancelled", exc.body

@@ -246,21 +246,35 @@ def finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
             "server_error",
             code="server_shutting_down",
         )
+    if proc.finish_reason == "cancelled":  # not by this call (its own cancels come after its last read): the app
+        # embedding the server stopped its engine, or cancelled the request. A "stop" would pass the cut text off as
+        # the model's whole answer; a 5xx tells the client it may send it again
+        raise APIError(
+            503,
+            f"the server's engine cancelled this generation after {proc.completion_tokens} token(s), before it "
+            "finished (the engine was stopped, or the request cancelled by the application serving it); send the "
+            "request again",
+            "server_error",
+            code="generation_cancelled",
+        )
     if proc.finish_reason == "length":
         return "length"
     return "tool_calls" if tool_calls else "stop"
 
 
+CUT = ("error", "shutdown", "cancelled")  # the engine's finishes of a generation that did not end: an error for it
+
+
 def stream_finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
-    """As finish_reason, but a failed generation says "error" in its last chunk (the status is already sent)."""
-    return "error" if proc.finish_reason in ("error", "shutdown") else finish_reason(proc, tool_calls)
+    """As finish_reason, but a failed or cut generation says "error" in its last chunk (the status is already sent)."""
+    return "error" if proc.finish_reason in CUT else finish_reason(proc, tool_calls)
 
 
 def stream_error(proc: OutputProcessor) -> str | None:
     """The error event a stream carries after a failed or cut choice's last chunk (``{"error": {...}}``, as OpenAI's
     streams do: the openai client raises APIError with its message), or None for one that finished. The status was
     sent with the first chunk; without it a client read a failed generation as a finished, shorter answer."""
-    if proc.finish_reason not in ("error", "shutdown"):
+    if proc.finish_reason not in CUT:
         return None
     try:
         finish_reason(proc)
