@@ -789,3 +789,42 @@ def test_a_reply_that_fails_leaves_the_conversation_as_it_was(ckpt, monkeypatch)
     with pytest.raises(RuntimeError):
         list(s.send("And the soup?"))
     assert s.history == before
+
+
+def test_a_message_of_several_lines_is_piped_between_triple_quote_lines(ckpt):
+    """Each line was a message of its own, so a poem or a piece of code could not be sent whole: its lines went one
+    by one, each answered. A line of three double quotes alone opens a message of several lines and another closes
+    it; the lines between are the message, sent as they are (a line that starts with / too), CRLF line ends read as
+    their lines. Through the CLI, with the message piped in."""
+    import subprocess
+    import sys
+
+    d, _, _ = ckpt
+    code = 'def soup():\n    """Hot."""\n\n/not a command\n    return 1'
+    text = '"""\n' + code + '\n"""\n/history\n'
+    for piped in (text, text.replace("\n", "\r\n")):
+        done = subprocess.run(
+            [sys.executable, "-m", "cookmind", "chat", str(d), "--max-new-tokens", "2"],
+            input=piped.encode(),
+            capture_output=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        out = done.stdout.decode()
+        assert f"[user] {code}\n[assistant]" in out, out
+        assert out.count("bot> ") == 1 and "unknown command" not in out, out  # one message, one reply
+
+
+def test_a_triple_quote_block_left_open_at_the_end_of_input_is_sent_and_said(ckpt):
+    _, model, tok = ckpt
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=2))
+    out = io.StringIO()
+    run(s, io.StringIO('"""\nfirst line\nsecond line\n'), out)
+    assert [m["content"] for m in s.messages() if m["role"] == "user"] == ["first line\nsecond line"]
+    assert '(the input ended inside a """ block: its 2 line(s) are sent as the message)' in out.getvalue()
+
+
+def test_chat_help_says_how_to_send_several_lines(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["chat", "--help"])
+    assert '"""' in capsys.readouterr().out

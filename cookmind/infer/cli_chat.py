@@ -16,13 +16,19 @@ HELP = """commands:
   /system TEXT    set the system prompt (empty: none) and start over
   /history        show the conversation
   /quit           leave (or Ctrl-D)
-  //TEXT          send a message that begins with / (as /TEXT)"""
+  //TEXT          send a message that begins with / (as /TEXT)
+  \"\"\"             a line of three double quotes alone starts a message of several lines (code, a poem), sent
+                  when another such line ends it; the lines between are sent as they are, / or not"""
+
+BLOCK = '"""'  # a line of it alone opens and closes a message of several lines (as ollama's chat has it)
 
 TOP_P = 0.95  # chat samples by default: temperature 0.7, this top-p
 
 KEYS = """Ctrl-C while a reply streams stops it (the reply so far stays in the conversation); at the you> prompt Ctrl-C
-leaves (exit 130), Ctrl-D (end of input) leaves quietly. Messages may be piped in, one a line:
-  printf 'What is 2+3?\\n/history\\n' | cookmind chat runs/sft"""
+leaves (exit 130), Ctrl-D (end of input) leaves quietly. Messages may be piped in, one a line, or several lines
+between two lines of \"\"\":
+  printf 'What is 2+3?\\n/history\\n' | cookmind chat runs/sft
+  printf '\"\"\"\\nRoses are red,\\nsoup is hot.\\n\"\"\"\\n' | cookmind chat runs/sft"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,9 +78,14 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
             print(file=stdout)
             return errors
         line = line.rstrip("\n").removesuffix("\r")  # a CRLF file's line too
+        block = line.rstrip() == BLOCK
+        if block:
+            line = _read_block(stdin, stdout)
         if not line.strip():
             continue
-        if line.startswith("//"):
+        if block:
+            pass  # a message of several lines is sent as typed: a first line of /reset is text
+        elif line.startswith("//"):
             line = line[1:]  # a message that begins with /, not a command
         elif line.startswith("/"):
             cmd, _, arg = line.partition(" ")
@@ -136,6 +147,29 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
             reply.close()  # the reply so far becomes the assistant's turn (ChatSession.send)
             print(reset + " (interrupted: the reply so far is kept in the conversation)", end="", file=stdout)
         print(reset if kind_before == "reasoning" else "", file=stdout, flush=True)
+
+
+def _read_block(stdin, stdout) -> str:
+    """The lines of a message typed or piped after a line of \"\"\", up to the next such line (not sent: it closes the
+    message), joined by newlines. The input ending first sends what was read, and says so."""
+    lines = []
+    while True:
+        print("...> ", end="", file=stdout, flush=True)
+        try:
+            line = stdin.readline()
+        except KeyboardInterrupt:
+            print(file=stdout, flush=True)
+            raise
+        if not line:
+            print(
+                f"\n(the input ended inside a {BLOCK} block: its {len(lines)} line(s) are sent as the message)",
+                file=stdout,
+            )
+            return "\n".join(lines)
+        line = line.rstrip("\n").removesuffix("\r")
+        if line.rstrip() == BLOCK:
+            return "\n".join(lines)
+        lines.append(line)
 
 
 def _say_dropped(session, stdout) -> bool:
