@@ -491,3 +491,39 @@ def test_the_page_behind_a_proxy_on_a_sub_path_calls_the_api_under_that_path(bro
             assert len(posted) == 1 and outside == [], (address, outside)
         finally:
             page.close()
+
+
+def test_two_servers_behind_one_host_keep_their_own_chats_and_keys(browser, live):
+    """The page kept its chat (localStorage) and its API key (sessionStorage) under one name per host, so two servers
+    a proxy serves under /a/ and /b/ of one host shared them: the chat with one showed on the other's page, and the
+    key typed for one went to the other. Each page's now keeps its own, named by the path it serves under."""
+    server, _ = live
+
+    def proxy(route):
+        path = urllib.parse.urlsplit(route.request.url).path
+        prefix = path[:2]
+        if prefix not in ("/a", "/b"):
+            return route.fulfill(status=404, body="not this app")
+        route.fulfill(response=route.fetch(url=server.url + (path[2:] or "/")))
+
+    context = browser.new_context()  # one browser profile: the storage the two pages would share
+    page = context.new_page()
+    page.route("http://proxy.test/**", proxy)
+    try:
+        page.goto("http://proxy.test/a/")
+        page.wait_for_function("document.getElementById('model-name').textContent.includes('tiny-cook')")
+        page.fill("#api-key", "key-of-a")
+        page.dispatch_event("#api-key", "change")
+        page.fill("#max-tokens", "2")
+        page.fill("#input", "What is in the soup?")
+        page.click("#send")
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('done')")
+        page.goto("http://proxy.test/b/")
+        page.wait_for_function("document.getElementById('model-name').textContent.includes('tiny-cook')")
+        assert page.locator(".msg").count() == 0 and page.input_value("#api-key") == ""
+        page.goto("http://proxy.test/a/")  # its own are still there
+        page.wait_for_selector(".msg.user")
+        assert page.locator(".msg.user .content").first.text_content() == "What is in the soup?"
+        assert page.input_value("#api-key") == "key-of-a"
+    finally:
+        context.close()
