@@ -234,8 +234,9 @@ class Generation:
 
 
 def finish_reason(proc: OutputProcessor, tool_calls=()) -> str:
-    """OpenAI's finish_reason for a finished choice; a failed generation is a 500 for non-streamed calls. A reply cut
-    by max_tokens is "length" even after whole tool calls: the turn is unfinished (a later call may be cut off)."""
+    """OpenAI's finish_reason for a finished choice; a failed generation is a 500 for non-streamed calls, one the
+    server cut (``CUT``: stopping, or its engine's cancel) a 503. A reply cut by max_tokens is "length" even after
+    whole tool calls: the turn is unfinished (a later call may be cut off)."""
     if proc.finish_reason == "error":  # the reason, as the server's console has it (Engine._loop)
         raise APIError(500, "generation failed" + (f": {proc.error}" if proc.error else ""), "server_error")
     if proc.finish_reason == "shutdown":  # a second Ctrl-C or SIGTERM to the server (cli_serve.make_server)
