@@ -163,6 +163,38 @@ def test_mmlu_letter_scores_match_hf_log_softmax(tmp_path):
     assert m["num_questions"] == 1
 
 
+@pytest.mark.parametrize("scoring", ["letter", "option"])
+@pytest.mark.parametrize("through", ["transformers", "adapter"])
+def test_mmlu_scores_the_ids_a_sentencepiece_tokenizer_gives_the_whole_prompt_and_answer(tmp_path, scoring, through):
+    """A SentencePiece-style tokenizer (Llama 2's and Mistral's tokenizer.json: a "▁" for each space and one before
+    every text) encodes " A" alone as "▁▁A", but "Answer: A" as "Answer:" then "▁A": the letter's ids were scored
+    with a "▁" too many. The answer's ids are now those transformers gives the prompt and answer written together,
+    after the prompt's own (lm-evaluation-harness's rule)."""
+    from tokenizer_fixtures import sentencepiece_style_tokenizer
+    from transformers import AutoTokenizer
+
+    from cookmind.tokenizer.hf_adapter import load_tokenizer
+
+    folder = sentencepiece_style_tokenizer(tmp_path / "sp")
+    hf = AutoTokenizer.from_pretrained(folder)
+    tok = hf if through == "transformers" else load_tokenizer(folder)
+    model = tiny_hf_model(vocab_size=len(hf))
+    rows = [{"subject": "toy", "question": "Which is red?", "options": ["sky", "blood", "grass", "ice"], "answer": "B"}]
+    evaluate_mmlu(model, tok, rows, scoring=scoring, out_path=tmp_path / "m.jsonl", progress=False)
+    rec = json.loads((tmp_path / "m.jsonl").read_text())
+    prompt = mmlu_prompt(rows[0])
+    context = hf.encode(prompt)  # <s> first, as transformers encodes a text
+    for i, answer in enumerate("ABCD" if scoring == "letter" else rows[0]["options"]):
+        whole = hf.encode(prompt + " " + answer)
+        assert whole[: len(context)] == context
+        cont = whole[len(context) :]
+        assert hf.convert_ids_to_tokens(cont)[0] == "▁"  # one "▁" for the space, not two
+        lp = torch.log_softmax(model(torch.tensor([whole])).logits[0, :-1].float(), -1)
+        expect = sum(lp[len(context) - 1 + j, cont[j]].item() for j in range(len(cont)))
+        expect = expect if scoring == "letter" else expect / len(cont)
+        assert rec["scores"][i] == pytest.approx(expect, abs=1e-4)
+
+
 def test_a_typed_special_token_is_text_in_eval_with_a_hugging_face_tokenizer(tmp_path):
     """With a Hugging Face model folder the eval holds transformers' own tokenizer, and its prompts and documents
     were encoded with `encode(text, add_special_tokens=False)`, which reads a typed special token as the token: an

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from cookmind import text_input
-from cookmind.align.losses import get_response_log_probs, tokenize_prompt_and_output
-from cookmind.align.prompts import decode_response, encode_text, prompt_ids, stop_ids_of
+from cookmind.align.losses import get_response_log_probs, pack_prompt_and_output
+from cookmind.align.prompts import decode_response, encode_text, pad_id_of, prompt_ids, stop_ids_of
 from cookmind.align.rewards import LETTERS, parse_mmlu_response
 from cookmind.atomic import write_jsonl
 from cookmind.evals.gsm8k import context_length, too_long
@@ -138,9 +138,22 @@ def _policy(model):
     return lambda ids: model(ids)
 
 
+def answer_ids(tokenizer, prompt: str, answer: str) -> tuple[list[int], list[int]]:
+    """(the prompt's ids, the answer's after them). The answer's are what the tokenizer gives prompt and answer
+    written together, past the prompt's own (lm-evaluation-harness's rule): a SentencePiece-style tokenizer (Llama 2's,
+    Mistral's) encodes " A" alone as "▁▁A", but "Answer: A" as "Answer:" then "▁A". Where the two encodings part
+    before the prompt's end (a token across the seam), the answer is encoded alone."""
+    context = prompt_ids(tokenizer, prompt)
+    whole = prompt_ids(tokenizer, prompt + answer)
+    if len(whole) > len(context) and whole[: len(context)] == context:
+        return context, whole[len(context) :]
+    return context, encode_text(tokenizer, answer)
+
+
 @torch.no_grad()
 def _continuation_log_probs(model, tokenizer, prompts: list[str], conts: list[str], normalise: bool) -> torch.Tensor:
-    batch = tokenize_prompt_and_output(prompts, conts, tokenizer)
+    pairs = [answer_ids(tokenizer, p, c) for p, c in zip(prompts, conts)]
+    batch = pack_prompt_and_output([p for p, _ in pairs], [c for _, c in pairs], pad_id_of(tokenizer))
     lp = get_response_log_probs(_policy(model), batch["input_ids"], batch["labels"])["log_probs"]
     mask = batch["response_mask"].float()
     total = (lp * mask).sum(-1)
@@ -151,11 +164,12 @@ def _why_too_long(row: dict, scoring: str, tokenizer, context: int | None) -> st
     """Why ``row`` cannot be scored within the model's context, or None when it fits."""
     if context is None:
         return None
-    prompt = len(prompt_ids(tokenizer, mmlu_prompt(row)))
+    text = mmlu_prompt(row)
     if scoring == "generate":
-        return too_long(prompt, context)
+        return too_long(len(prompt_ids(tokenizer, text)), context)
     conts = [f" {x}" for x in (LETTERS if scoring == "letter" else row["options"])]
-    longest = prompt + max(len(encode_text(tokenizer, c)) for c in conts) - 1  # the last token is only a target
+    pairs = [answer_ids(tokenizer, text, c) for c in conts]
+    longest = max(len(p) + len(c) for p, c in pairs) - 1  # the last token is only a target
     if longest > context:
         return f"prompt and option of {longest} tokens exceed the model's context of {context} tokens"
     return None
