@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an earlier output of this command (only such a folder)"
     )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -52,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     model, out_dir = model_and_out(args)
     ckpt = resolve_model_dir(Path(model))
     try:
-        out = export_hf(ckpt, out_dir, dtype=parse_dtype(args.dtype), overwrite=args.overwrite)
+        out = export_hf(ckpt, out_dir, dtype=parse_dtype(args.dtype), overwrite=args.overwrite, progress=not args.quiet)
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
         say("cookmind export", "error", exc)
         return 2

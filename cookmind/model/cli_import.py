@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an earlier output of this command (only such a folder)"
     )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -49,7 +50,9 @@ def main(args: argparse.Namespace) -> int:
 
     hf_dir, out_dir = model_and_out(args)
     try:
-        out = import_hf(hf_dir, out_dir, dtype=parse_dtype(args.dtype), overwrite=args.overwrite)
+        out = import_hf(
+            hf_dir, out_dir, dtype=parse_dtype(args.dtype), overwrite=args.overwrite, progress=not args.quiet
+        )
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:
         say("cookmind import", "error", exc)
         return 2

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cookmind.atomic import building_dir, check_replaceable, refuse_nested, save_safetensors
+from cookmind.atomic import building_dir, check_replaceable, refuse_nested
 from cookmind.model.config import CookMindConfig
 from cookmind.model.lm import CookMindLM
 from cookmind.model.model_io import (
@@ -31,6 +31,7 @@ from cookmind.model.model_io import (
     model_state_dict,
     read_model_weights,
     read_weights,
+    write_safetensors,
 )
 from cookmind.tokenizer.files import TOKENIZER_FILES, copy_tokenizer_files
 
@@ -205,12 +206,17 @@ def _atomic_dir(out: Path, fill, overwrite: bool, is_ours, what: str) -> Path:
 
 
 def export_hf(
-    ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None, overwrite: bool = False
+    ckpt_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    dtype: torch.dtype | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
 ) -> Path:
     """Write `out_dir` with config.json + model.safetensors (+ tokenizer files found in `ckpt_dir`).
 
     The result loads strictly with transformers.AutoModelForCausalLM.from_pretrained(out_dir).
-    dtype=None keeps the checkpoint's dtype; ``overwrite`` replaces an earlier export (nothing else).
+    dtype=None keeps the checkpoint's dtype; ``overwrite`` replaces an earlier export (nothing else); ``progress``
+    shows the weights being written (``write_safetensors``).
     """
     ckpt_dir, out_dir = Path(ckpt_dir), Path(out_dir)
     if is_hf_model_dir(ckpt_dir):
@@ -232,7 +238,7 @@ def export_hf(
 
     def fill(tmp: Path) -> None:
         hf_config.save_pretrained(tmp)
-        save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
+        write_safetensors(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"}, progress=progress)
         try:
             copied = copy_tokenizer_files(ckpt_dir, tmp)
         except FileNotFoundError:
@@ -419,10 +425,14 @@ def eos_ids(value) -> list[int]:
 
 
 def import_hf(
-    hf_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: torch.dtype | None = None, overwrite: bool = False
+    hf_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    dtype: torch.dtype | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
 ) -> Path:
     """Convert a HF Llama/Qwen2/Qwen3 directory into a CookMind model directory (+ its tokenizer files);
-    ``overwrite`` replaces an earlier import (nothing else)."""
+    ``overwrite`` replaces an earlier import (nothing else); ``progress`` shows the weights being written."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     config_path = hf_dir / CONFIG_NAME
     if not hf_dir.is_dir():
@@ -457,7 +467,7 @@ def import_hf(
 
     def fill(tmp: Path) -> None:
         (tmp / CONFIG_NAME).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-        save_safetensors({k: v.contiguous() for k, v in tensors.items()}, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
+        write_safetensors(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"}, progress=progress)
         copy_tokenizer_files(hf_dir, tmp)
         _mark(tmp, IMPORT_MARK, "cookmind import --hf", hf_dir)
 
