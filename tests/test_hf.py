@@ -427,6 +427,29 @@ def test_a_hugging_face_tokenizer_that_cookmind_uses_as_transformers_does_loads_
     assert prompt_ids(tok, "hi") == hf_tok.encode("hi")
 
 
+def test_a_sentencepiece_tokenizer_beside_a_cookmind_config_loads_without_transformers_reading_that_config(
+    tmp_path, recwarn
+):
+    """A cookmind model holding a SentencePiece-style tokenizer (an import of Llama 2 or Mistral) is read through
+    transformers' AutoTokenizer, which also read the folder's config.json, cookmind's, as a transformers config:
+    every generate, chat, serve and eval of it began with transformers' FutureWarning "`rope_scaling` is
+    deprecated". The tokenizer now loads without it, and encodes as transformers does from its own files."""
+    from tokenizer_fixtures import sentencepiece_style_tokenizer
+
+    from cookmind.infer.loading import load_for_inference
+    from cookmind.tokenizer.documents import prompt_ids
+
+    folder = sentencepiece_style_tokenizer(tmp_path / "sp")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    save_model(tmp_path / "m", tiny_lm(vocab_size=len(hf_tok), intermediate_size=48, max_position_embeddings=64))
+    for f in folder.iterdir():
+        (tmp_path / "m" / f.name).write_bytes(f.read_bytes())
+    _, tok = load_for_inference(tmp_path / "m")
+    assert type(tok).__name__ == "HFTokenizerAdapter"
+    assert not [str(w.message) for w in recwarn]
+    assert prompt_ids(tok, "Answer: A b") == hf_tok.encode("Answer: A b")
+
+
 def test_export_of_a_model_with_several_eos_ids_generates_in_transformers(tmp_path):
     # an eos_token_id list (an imported Llama 3's) was nested into generation_config.json's: [[e1, e2], im_end],
     # on which transformers' generate stopped with "TypeError: not a sequence"

@@ -13,13 +13,32 @@ from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.tokenizer import FILE_NAME, Tokenizer
 
 
+def auto_tokenizer(directory: str | Path):
+    """``transformers.AutoTokenizer`` of the tokenizer files in ``directory``, offline, no remote code. AutoTokenizer
+    also reads the folder's config.json as a model config: a cookmind model's own (no ``model_type``) is not one,
+    and transformers warned of its keys ("`rope_scaling` is deprecated") on every load; it gets an empty config
+    instead, which is what transformers falls back to for it."""
+    import transformers
+
+    kwargs = {}
+    config = Path(directory) / "config.json"
+    try:
+        own = config.is_file() and not {"model_type", "architectures"} & set(json.loads(config.read_text()))
+    except (OSError, ValueError, TypeError):
+        own = False  # transformers says what is wrong with it
+    if own:
+        empty = getattr(transformers, "PreTrainedConfig", None) or transformers.PretrainedConfig  # 5.x, 4.x
+        kwargs["config"] = empty()
+    return transformers.AutoTokenizer.from_pretrained(
+        str(directory), local_files_only=True, trust_remote_code=False, **kwargs
+    )
+
+
 class HFTokenizerAdapter:
     """A transformers tokenizer (tokenizer.json + tokenizer_config.json) behind cookmind's Tokenizer API."""
 
     def __init__(self, directory: str | Path):
-        from transformers import AutoTokenizer
-
-        self.hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
+        self.hf = auto_tokenizer(directory)
         vocab = self.hf.get_vocab()
         self.special_tokens = {t: vocab[t] for t in self.hf.all_special_tokens if t in vocab}
         for name in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>"):

@@ -327,12 +327,12 @@ def transformers_differences(directory: str | os.PathLike, tok, *, packing: bool
     directory = Path(directory)
     if (directory / "cookmind_tokenizer.json").is_file() or not (directory / "tokenizer.json").is_file():
         return []
-    from transformers import AutoTokenizer
+    from cookmind.tokenizer.hf_adapter import auto_tokenizer
 
     try:
-        with warnings.catch_warnings():  # transformers' notes on a cookmind config.json beside the tokenizer
+        with warnings.catch_warnings():  # what transformers says of the files is said where they are loaded for use
             warnings.simplefilter("ignore")
-            hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
+            hf = auto_tokenizer(directory)
     except (OSError, ValueError, TypeError):
         return []  # loading it is not what this checks; cookmind's own load has succeeded
     found = []
