@@ -638,8 +638,8 @@ def test_an_export_of_a_checkpoint_deleted_while_it_is_read_is_an_error_not_a_fo
     (step / "meta.json").write_text(json.dumps({"step": 10}))
     read = hf.read_model_weights
 
-    def read_then_pruned(directory, config):  # a running training's checkpoint.keep_last removes it meanwhile
-        found = read(directory, config)
+    def read_then_pruned(directory, config, **kwargs):  # a running training's checkpoint.keep_last removes it
+        found = read(directory, config, **kwargs)
         shutil.rmtree(directory)
         return found
 
@@ -833,3 +833,23 @@ def test_the_tensor_at_a_time_writer_writes_what_safetensors_writes_for_mixed_dt
     save_file({k: v.contiguous() for k, v in tensors.items()}, tmp_path / "ref.safetensors", metadata={"x": "y"})
     write_safetensors(tensors, tmp_path / "ours.safetensors", metadata={"x": "y"}, progress=False)
     assert (tmp_path / "ours.safetensors").read_bytes() == (tmp_path / "ref.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_export_and_import_show_the_weights_being_read_each_shard_in_a_pipe(tmp_path, capsys, monkeypatch, quiet):
+    """Reading a big model's weights (a 1B model's shards from a cold disk) was silent as their writing was; each
+    file read now has its progress lines in a pipe (none with --quiet, none under PROGRESS_BYTES, 0 here)."""
+    monkeypatch.setattr("cookmind.model.model_io.PROGRESS_BYTES", 0)
+    _hf_qwen3(tmp_path / "hf", 0, max_shard_size="40KB")
+    shards = sorted(p.name for p in (tmp_path / "hf").glob("model-0000*-of-0000*.safetensors"))
+    assert len(shards) > 1
+    quiet_flag = ["--quiet"] if quiet else []
+    capsys.readouterr()
+    assert cli_main(["import", "--hf", str(tmp_path / "hf"), str(tmp_path / "ours"), *quiet_flag]) == 0
+    err = capsys.readouterr().err
+    for shard in shards:
+        lines = [line for line in err.splitlines() if line.startswith(f"reading {shard}")]
+        assert (lines == []) if quiet else (lines and "100%" in lines[-1]), err
+    assert cli_main(["export", "--hf", str(tmp_path / "ours"), str(tmp_path / "back"), *quiet_flag]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("reading model.safetensors")]
+    assert (lines == []) if quiet else (lines and "100%" in lines[-1])

@@ -216,7 +216,7 @@ def export_hf(
 
     The result loads strictly with transformers.AutoModelForCausalLM.from_pretrained(out_dir).
     dtype=None keeps the checkpoint's dtype; ``overwrite`` replaces an earlier export (nothing else); ``progress``
-    shows the weights being written (``write_safetensors``).
+    shows the weights being read and written (``read_weights``, ``write_safetensors``).
     """
     ckpt_dir, out_dir = Path(ckpt_dir), Path(out_dir)
     if is_hf_model_dir(ckpt_dir):
@@ -229,7 +229,8 @@ def export_hf(
     arch = hf_architecture(cfg)
     _check_out(out_dir, overwrite, _an_export, "folder export --hf wrote", ckpt_dir, "export --hf", "hf")
     tokenizer_files = [name for name in TOKENIZER_FILES if (ckpt_dir / name).is_file()]  # before it may go
-    weights_path, tensors = read_model_weights(ckpt_dir, cfg)  # model.safetensors, or a sharded checkpoint's dcp/
+    # model.safetensors, or a sharded checkpoint's dcp/
+    weights_path, tensors = read_model_weights(ckpt_dir, cfg, progress=progress)
     check_state_dict(weights_path, _expected_shapes(cfg), tensors)
     if dtype is not None:
         tensors = {k: v.to(dtype) for k, v in tensors.items()}
@@ -377,18 +378,20 @@ def from_hf_config(d: dict[str, Any], path: Path) -> CookMindConfig:
         raise HFInteropError(f"{path}: cannot translate to a CookMind config: {exc}") from exc
 
 
-def _read_hf_weights(hf_dir: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+def _read_hf_weights(hf_dir: Path, progress: bool = False) -> tuple[Path, dict[str, torch.Tensor]]:
     """(the file named in errors, the weights): model.safetensors when there is one (transformers reads it before
-    an index, so a stale index beside it is ignored as there), else the shards model.safetensors.index.json names."""
+    an index, so a stale index beside it is ignored as there), else the shards model.safetensors.index.json names.
+    ``progress``: a bar of each file's reading."""
     index = hf_dir / "model.safetensors.index.json"
     if not (hf_dir / WEIGHTS_NAME).is_file() and index.is_file():
-        return index, {k: v for shard in _index_shards(index) for k, v in read_weights(hf_dir / shard).items()}
+        shards = _index_shards(index)
+        return index, {k: v for shard in shards for k, v in read_weights(hf_dir / shard, progress=progress).items()}
     if not (hf_dir / WEIGHTS_NAME).is_file() and any(hf_dir.glob("*.bin")):
         raise HFInteropError(
             f"{hf_dir}: only pickle .bin weights found; convert to safetensors first "
             "(cookmind never unpickles untrusted files)"
         )
-    return hf_dir / WEIGHTS_NAME, read_weights(hf_dir / WEIGHTS_NAME)
+    return hf_dir / WEIGHTS_NAME, read_weights(hf_dir / WEIGHTS_NAME, progress=progress)
 
 
 def _index_shards(index: Path) -> list[str]:
@@ -432,7 +435,7 @@ def import_hf(
     progress: bool = False,
 ) -> Path:
     """Convert a HF Llama/Qwen2/Qwen3 directory into a CookMind model directory (+ its tokenizer files);
-    ``overwrite`` replaces an earlier import (nothing else); ``progress`` shows the weights being written."""
+    ``overwrite`` replaces an earlier import (nothing else); ``progress`` shows the weights being read and written."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     config_path = hf_dir / CONFIG_NAME
     if not hf_dir.is_dir():
@@ -454,7 +457,7 @@ def import_hf(
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
     cfg = from_hf_config(json.loads(config_path.read_text()), config_path)  # generation_config.json is copied along
     _check_out(out_dir, overwrite, _an_import, "folder import --hf wrote", hf_dir, "import --hf", "import")
-    weights_path, tensors = _read_hf_weights(hf_dir)
+    weights_path, tensors = _read_hf_weights(hf_dir, progress)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
     for name in [k for k in tensors if k.endswith("rotary_emb.inv_freq")]:

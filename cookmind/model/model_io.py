@@ -386,25 +386,46 @@ def load_config(directory: str | os.PathLike) -> CookMindConfig:
         raise ModelLoadError(f"{path}: {exc}") from exc
 
 
-def read_weights(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """All tensors of a safetensors file; a missing or truncated file raises ModelLoadError naming it."""
+def read_weights(path: Path, device: str | torch.device = "cpu", progress: bool = False) -> dict[str, torch.Tensor]:
+    """All tensors of a safetensors file; a missing or truncated file raises ModelLoadError naming it. ``progress``:
+    a bar of the bytes read (``cookmind.progress``), for a file of ``PROGRESS_BYTES`` or more."""
+    from cookmind.progress import progress_bar
+
     if not path.is_file():
         raise ModelLoadError(f"{path}: missing weights file")
+    size = path.stat().st_size
     try:
-        with safe_open(str(path), framework="pt", device=str(device)) as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
+        with (
+            safe_open(str(path), framework="pt", device=str(device)) as f,
+            progress_bar(
+                total=size,
+                desc=f"reading {path.name}",
+                unit="B",
+                unit_scale=True,
+                enabled=progress and size >= PROGRESS_BYTES,
+            ) as bar,
+        ):
+            tensors = {}
+            for k in f.keys():
+                tensors[k] = f.get_tensor(k)
+                bar.update(tensors[k].numel() * tensors[k].element_size())
+            bar.update(size - bar.n)  # the header
+            return tensors
     except (SafetensorError, OSError, RuntimeError) as exc:
         raise ModelLoadError(f"{path}: cannot read safetensors ({exc}); the file is truncated or corrupt") from exc
 
 
-def read_model_weights(directory: str | os.PathLike, config: CookMindConfig) -> tuple[Path, dict[str, torch.Tensor]]:
-    """(the file named in errors, the weights) of a model directory: ``model.safetensors``, or a sharded
-    checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight`` dropped, as save_model does)."""
+def read_model_weights(
+    directory: str | os.PathLike, config: CookMindConfig, progress: bool = False
+) -> tuple[Path, dict[str, torch.Tensor]]:
+    """(the file named in errors, the weights) of a model directory: ``model.safetensors`` (``progress``: a bar of
+    its reading), or a sharded checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight``
+    dropped, as save_model does)."""
     directory = Path(directory)
     if not is_sharded_checkpoint(directory):  # a sharded one is its dcp/, as resume reads it, whatever lies beside
         if (directory / WEIGHTS_NAME).is_file():
             verify_checksums(directory, skip=(OPTIMIZER_NAME,))
-        return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
+        return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME, progress=progress)
     from cookmind.model.sharded_io import read_sharded_weights  # DCP, imported only for a sharded checkpoint
 
     verify_checksums(directory)  # the shards (model and optimizer share them), as saved
