@@ -138,26 +138,39 @@ def _policy(model):
     return lambda ids: model(ids)
 
 
-def answer_ids(tokenizer, prompt: str, answer: str) -> tuple[list[int], list[int]]:
-    """(the prompt's ids, the answer's after them). The answer's are what the tokenizer gives prompt and answer
-    written together, past the prompt's own (lm-evaluation-harness's rule): a SentencePiece-style tokenizer (Llama 2's,
-    Mistral's) encodes " A" alone as "▁▁A", but "Answer: A" as "Answer:" then "▁A". Where the two encodings part
-    before the prompt's end (a token across the seam), the answer is encoded alone."""
+def answer_ids(tokenizer, prompt: str, answers: list[str]) -> tuple[list[int], list[list[int]]]:
+    """(the prompt's ids, each answer's ids after them). An answer's are what the tokenizer gives prompt and answer
+    written together, past the prompt's own (lm-evaluation-harness's rule): a SentencePiece-style tokenizer (Llama
+    2's, Mistral's) encodes " A" alone as "▁▁A", but "Answer: A" as "Answer:" then "▁A". Where the two encodings
+    part before the prompt's end (a token across the seam), the answer is encoded alone."""
     context = prompt_ids(tokenizer, prompt)
-    whole = prompt_ids(tokenizer, prompt + answer)
-    if len(whole) > len(context) and whole[: len(context)] == context:
-        return context, whole[len(context) :]
-    return context, encode_text(tokenizer, answer)
+    ids = []
+    for answer in answers:
+        whole = prompt_ids(tokenizer, prompt + answer)
+        apart = len(whole) <= len(context) or whole[: len(context)] != context
+        ids.append(encode_text(tokenizer, answer) if apart else whole[len(context) :])
+    return context, ids
+
+
+def _answers(row: dict, scoring: str) -> list[str]:
+    """The continuations scored after the prompt: " A".." D", or " " and each option's text."""
+    return [f" {x}" for x in (LETTERS if scoring == "letter" else row["options"])]
 
 
 @torch.no_grad()
-def _continuation_log_probs(model, tokenizer, prompts: list[str], conts: list[str], normalise: bool) -> torch.Tensor:
-    pairs = [answer_ids(tokenizer, p, c) for p, c in zip(prompts, conts)]
-    batch = pack_prompt_and_output([p for p, _ in pairs], [c for _, c in pairs], pad_id_of(tokenizer))
+def _answer_log_probs(model, tokenizer, part: list[dict], scoring: str) -> torch.Tensor:
+    """(questions, 4): log p(answer | prompt) of each question's four answers, per token with ``option``."""
+    prompts, answers = [], []
+    for row in part:
+        context, ids = answer_ids(tokenizer, mmlu_prompt(row), _answers(row, scoring))
+        prompts += [context] * len(ids)
+        answers += ids
+    batch = pack_prompt_and_output(prompts, answers, pad_id_of(tokenizer))
     lp = get_response_log_probs(_policy(model), batch["input_ids"], batch["labels"])["log_probs"]
     mask = batch["response_mask"].float()
     total = (lp * mask).sum(-1)
-    return total / mask.sum(-1).clamp(min=1) if normalise else total
+    total = total / mask.sum(-1).clamp(min=1) if scoring == "option" else total
+    return total.view(len(part), len(LETTERS))
 
 
 def _why_too_long(row: dict, scoring: str, tokenizer, context: int | None) -> str | None:
@@ -167,9 +180,8 @@ def _why_too_long(row: dict, scoring: str, tokenizer, context: int | None) -> st
     text = mmlu_prompt(row)
     if scoring == "generate":
         return too_long(len(prompt_ids(tokenizer, text)), context)
-    conts = [f" {x}" for x in (LETTERS if scoring == "letter" else row["options"])]
-    pairs = [answer_ids(tokenizer, text, c) for c in conts]
-    longest = max(len(p) + len(c) for p, c in pairs) - 1  # the last token is only a target
+    context_ids, ids = answer_ids(tokenizer, text, _answers(row, scoring))
+    longest = len(context_ids) + max(map(len, ids)) - 1  # the last token is only a target
     if longest > context:
         return f"prompt and option of {longest} tokens exceed the model's context of {context} tokens"
     return None
@@ -230,13 +242,7 @@ def evaluate_mmlu(
             preds = [parse_mmlu_response(r, t) for r, t in zip(part, texts)]
             scores = [None] * len(part)
         else:
-            rep_prompts = [p for p in prompts for _ in LETTERS]
-            if scoring == "letter":
-                conts = [f" {letter}" for _ in part for letter in LETTERS]
-            else:
-                conts = [f" {opt}" for r in part for opt in r["options"]]
-            s = _continuation_log_probs(model, tokenizer, rep_prompts, conts, normalise=scoring == "option").to(device)
-            s = s.view(len(part), len(LETTERS))
+            s = _answer_log_probs(model, tokenizer, part, scoring).to(device)
             preds = [LETTERS[int(i)] for i in s.argmax(-1)]
             scores = s.tolist()
             texts = [None] * len(part)
