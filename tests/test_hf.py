@@ -853,3 +853,25 @@ def test_export_and_import_show_the_weights_being_read_each_shard_in_a_pipe(tmp_
     assert cli_main(["export", "--hf", str(tmp_path / "ours"), str(tmp_path / "back"), *quiet_flag]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("reading model.safetensors")]
     assert (lines == []) if quiet else (lines and "100%" in lines[-1])
+
+
+def test_export_of_a_sharded_checkpoint_shows_its_shards_being_read(tmp_path, capsys, monkeypatch):
+    """A sharded checkpoint's dcp/ was read in one torch.distributed.checkpoint call, silent however big; it is now
+    read a group of tensors at a time under a progress bar (PROGRESS_BYTES 0 here), and exports the same weights."""
+    from safetensors.torch import load_file
+
+    from cookmind.optim import AdamW
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer
+
+    monkeypatch.setattr("cookmind.model.model_io.PROGRESS_BYTES", 0)
+    monkeypatch.setattr("cookmind.model.sharded_io.GROUP_BYTES", 4096)  # a few tensors a read
+    model = _randomize(tiny_lm(**BASE, num_key_value_heads=2, tie_word_embeddings=False))
+    run = tmp_path / "run" / "checkpoints"
+    step = ShardedCheckpointer().save(run / "step_00000001", model, AdamW(model.parameters()), {"step": 1})
+    capsys.readouterr()
+    assert cli_main(["export", "--hf", str(step), str(tmp_path / "hf")]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("reading dcp")]
+    assert lines and "100%" in lines[-1]
+    exported = load_file(tmp_path / "hf" / "model.safetensors")
+    expected = model.state_dict()
+    assert exported.keys() == expected.keys() and all(torch.equal(exported[k], v) for k, v in expected.items())

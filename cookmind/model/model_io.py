@@ -418,9 +418,9 @@ def read_weights(path: Path, device: str | torch.device = "cpu", progress: bool 
 def read_model_weights(
     directory: str | os.PathLike, config: CookMindConfig, progress: bool = False
 ) -> tuple[Path, dict[str, torch.Tensor]]:
-    """(the file named in errors, the weights) of a model directory: ``model.safetensors`` (``progress``: a bar of
-    its reading), or a sharded checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight``
-    dropped, as save_model does)."""
+    """(the file named in errors, the weights) of a model directory: ``model.safetensors``, or a sharded
+    checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight`` dropped, as save_model does);
+    ``progress``: a bar of their reading."""
     directory = Path(directory)
     if not is_sharded_checkpoint(directory):  # a sharded one is its dcp/, as resume reads it, whatever lies beside
         if (directory / WEIGHTS_NAME).is_file():
@@ -430,7 +430,7 @@ def read_model_weights(
 
     verify_checksums(directory)  # the shards (model and optimizer share them), as saved
     try:
-        found = read_sharded_weights(directory)
+        found = read_sharded_weights(directory, progress=progress)
     except ShardedCheckpointError as exc:
         raise ModelLoadError(str(exc)) from None
     if found and all(".lora_A." in k or ".lora_B." in k for k in found):

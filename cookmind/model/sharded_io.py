@@ -127,11 +127,20 @@ def sharded_problem(directory: str | os.PathLike, need_optimizer: bool = False) 
     return None
 
 
-def read_sharded_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+# bytes of tensors read by one DCP load: a progress step of a big checkpoint's reading
+GROUP_BYTES = 256 << 20
+
+
+def read_sharded_weights(directory: str | os.PathLike, progress: bool = False) -> dict[str, torch.Tensor]:
     """The model's full (consolidated) weights from a sharded checkpoint, in one process without a group.
 
     Whatever world size wrote it, each tensor comes back whole, on the CPU, named as in ``model.state_dict()``.
+    They are read ``GROUP_BYTES`` at a time, ``progress`` showing it (for ``PROGRESS_BYTES`` or more): one DCP
+    load of them all said nothing however long it took.
     """
+    from cookmind.model.model_io import PROGRESS_BYTES
+    from cookmind.progress import progress_bar
+
     metadata = read_metadata(directory)
     prefix = MODEL_KEY + "."
     weights: dict[str, torch.Tensor] = {}
@@ -142,13 +151,28 @@ def read_sharded_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor
             raise ShardedCheckpointError(f"{dcp_dir(directory) / METADATA_NAME}: {key} has an unknown kind of entry")
     if not weights:
         raise ShardedCheckpointError(f"{dcp_dir(directory) / METADATA_NAME}: lists no model weights")
-    state = {MODEL_KEY: weights}
-    try:
-        with quiet_single_process():
-            dcp_load(state, storage_reader=SafeReader(dcp_dir(directory)), planner=SafeLoadPlanner(), no_dist=True)
-    except (Exception, CheckpointException) as exc:
-        raise load_error(exc, f"{dcp_dir(directory)}: cannot read the shards") from None
-    return state[MODEL_KEY]
+    groups: list[dict[str, torch.Tensor]] = [{}]
+    for name, tensor in weights.items():
+        if groups[-1] and sum(t.nbytes for t in groups[-1].values()) + tensor.nbytes > GROUP_BYTES:
+            groups.append({})
+        groups[-1][name] = tensor
+    total = sum(t.nbytes for t in weights.values())
+    with progress_bar(
+        total=total, desc="reading dcp", unit="B", unit_scale=True, enabled=progress and total >= PROGRESS_BYTES
+    ) as bar:
+        for group in groups:  # DCP fills the tensors of the state it is given, and reads only those
+            try:
+                with quiet_single_process():
+                    dcp_load(
+                        {MODEL_KEY: group},
+                        storage_reader=SafeReader(dcp_dir(directory)),
+                        planner=SafeLoadPlanner(),
+                        no_dist=True,
+                    )
+            except (Exception, CheckpointException) as exc:
+                raise load_error(exc, f"{dcp_dir(directory)}: cannot read the shards") from None
+            bar.update(sum(t.nbytes for t in group.values()))
+    return weights
 
 
 def load_error(exc: BaseException, what: str, hint: str = "") -> ShardedCheckpointError:
