@@ -152,10 +152,13 @@ def read_sharded_weights(directory: str | os.PathLike, progress: bool = False) -
     if not weights:
         raise ShardedCheckpointError(f"{dcp_dir(directory) / METADATA_NAME}: lists no model weights")
     groups: list[dict[str, torch.Tensor]] = [{}]
+    size = 0  # of the last group
     for name, tensor in weights.items():
-        if groups[-1] and sum(t.nbytes for t in groups[-1].values()) + tensor.nbytes > GROUP_BYTES:
+        if groups[-1] and size + tensor.nbytes > GROUP_BYTES:
             groups.append({})
+            size = 0
         groups[-1][name] = tensor
+        size += tensor.nbytes
     total = sum(t.nbytes for t in weights.values())
     with progress_bar(
         total=total, desc="reading dcp", unit="B", unit_scale=True, enabled=progress and total >= PROGRESS_BYTES
