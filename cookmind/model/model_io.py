@@ -46,10 +46,10 @@ def write_safetensors(
     tensors: dict[str, torch.Tensor],
     path: str | os.PathLike,
     metadata: dict[str, str] | None = None,
-    progress: bool = True,
+    progress: bool = False,
 ) -> Path:
     """Write ``tensors`` to ``path`` as safetensors' ``save_file`` does, byte for byte, a tensor at a time under a
-    progress bar of the bytes written (``cookmind.progress``; off with ``progress=False``, and for a file under
+    progress bar of the bytes written with ``progress`` (``cookmind.progress``; none for a file under
     ``PROGRESS_BYTES``). One save_file call was minutes of silence for a 1B model. The file is written where
     ``path`` says: an atomic caller gives a temporary name.
 
