@@ -216,7 +216,7 @@ def export_hf(
 
     The result loads strictly with transformers.AutoModelForCausalLM.from_pretrained(out_dir).
     dtype=None keeps the checkpoint's dtype; ``overwrite`` replaces an earlier export (nothing else); ``progress``
-    shows the weights being read and written (``read_weights``, ``write_safetensors``).
+    shows the weights being read (a sharded checkpoint's) and written (``write_safetensors``).
     """
     ckpt_dir, out_dir = Path(ckpt_dir), Path(out_dir)
     if is_hf_model_dir(ckpt_dir):
@@ -232,14 +232,12 @@ def export_hf(
     # model.safetensors, or a sharded checkpoint's dcp/
     weights_path, tensors = read_model_weights(ckpt_dir, cfg, progress=progress)
     check_state_dict(weights_path, _expected_shapes(cfg), tensors)
-    if dtype is not None:
-        tensors = {k: v.to(dtype) for k, v in tensors.items()}
-    file_dtype = next(iter(tensors.values())).dtype
+    file_dtype = dtype or next(iter(tensors.values())).dtype  # each tensor cast as it is written
     hf_config = to_hf_config(cfg, file_dtype)
 
     def fill(tmp: Path) -> None:
         hf_config.save_pretrained(tmp)
-        write_safetensors(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"}, progress=progress)
+        write_safetensors(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"}, progress=progress, dtype=dtype)
         try:
             copied = copy_tokenizer_files(ckpt_dir, tmp)
         except FileNotFoundError:
@@ -378,20 +376,19 @@ def from_hf_config(d: dict[str, Any], path: Path) -> CookMindConfig:
         raise HFInteropError(f"{path}: cannot translate to a CookMind config: {exc}") from exc
 
 
-def _read_hf_weights(hf_dir: Path, progress: bool = False) -> tuple[Path, dict[str, torch.Tensor]]:
+def _read_hf_weights(hf_dir: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     """(the file named in errors, the weights): model.safetensors when there is one (transformers reads it before
-    an index, so a stale index beside it is ignored as there), else the shards model.safetensors.index.json names.
-    ``progress``: a bar of each file's reading."""
+    an index, so a stale index beside it is ignored as there), else the shards model.safetensors.index.json names
+    (mapped, not read: ``read_weights``)."""
     index = hf_dir / "model.safetensors.index.json"
     if not (hf_dir / WEIGHTS_NAME).is_file() and index.is_file():
-        shards = _index_shards(index)
-        return index, {k: v for shard in shards for k, v in read_weights(hf_dir / shard, progress=progress).items()}
+        return index, {k: v for shard in _index_shards(index) for k, v in read_weights(hf_dir / shard).items()}
     if not (hf_dir / WEIGHTS_NAME).is_file() and any(hf_dir.glob("*.bin")):
         raise HFInteropError(
             f"{hf_dir}: only pickle .bin weights found; convert to safetensors first "
             "(cookmind never unpickles untrusted files)"
         )
-    return hf_dir / WEIGHTS_NAME, read_weights(hf_dir / WEIGHTS_NAME, progress=progress)
+    return hf_dir / WEIGHTS_NAME, read_weights(hf_dir / WEIGHTS_NAME)
 
 
 def _index_shards(index: Path) -> list[str]:
@@ -435,7 +432,7 @@ def import_hf(
     progress: bool = False,
 ) -> Path:
     """Convert a HF Llama/Qwen2/Qwen3 directory into a CookMind model directory (+ its tokenizer files);
-    ``overwrite`` replaces an earlier import (nothing else); ``progress`` shows the weights being read and written."""
+    ``overwrite`` replaces an earlier import (nothing else); ``progress`` shows the weights being written."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     config_path = hf_dir / CONFIG_NAME
     if not hf_dir.is_dir():
@@ -457,7 +454,7 @@ def import_hf(
         raise ModelLoadError(f"{config_path}: missing; a Hugging Face model directory needs config.json")
     cfg = from_hf_config(json.loads(config_path.read_text()), config_path)  # generation_config.json is copied along
     _check_out(out_dir, overwrite, _an_import, "folder import --hf wrote", hf_dir, "import --hf", "import")
-    weights_path, tensors = _read_hf_weights(hf_dir, progress)
+    weights_path, tensors = _read_hf_weights(hf_dir)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
     for name in [k for k in tensors if k.endswith("rotary_emb.inv_freq")]:
@@ -465,12 +462,10 @@ def import_hf(
         # them out on load, as here (they were "unexpected tensors", and the model refused)
         del tensors[name]
     check_state_dict(weights_path, _expected_shapes(cfg), tensors)
-    if dtype is not None:
-        tensors = {k: v.to(dtype) for k, v in tensors.items()}
 
     def fill(tmp: Path) -> None:
         (tmp / CONFIG_NAME).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-        write_safetensors(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"}, progress=progress)
+        write_safetensors(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"}, progress=progress, dtype=dtype)
         copy_tokenizer_files(hf_dir, tmp)
         _mark(tmp, IMPORT_MARK, "cookmind import --hf", hf_dir)
 

@@ -47,11 +47,13 @@ def write_safetensors(
     path: str | os.PathLike,
     metadata: dict[str, str] | None = None,
     progress: bool = False,
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """Write ``tensors`` to ``path`` as safetensors' ``save_file`` does, byte for byte, a tensor at a time under a
     progress bar of the bytes written with ``progress`` (``cookmind.progress``; none for a file under
     ``PROGRESS_BYTES``). One save_file call was minutes of silence for a 1B model. The file is written where
-    ``path`` says: an atomic caller gives a temporary name.
+    ``path`` says: an atomic caller gives a temporary name. ``dtype``: each tensor cast to it as it is written.
+    Tensors ``read_weights`` mapped are read from the disk here, under the bar.
 
     The layout is the library's: an 8-byte little-endian header length, a JSON header padded with spaces to 8
     bytes, then the tensors' bytes in the header's order; that order (by dtype, then name) is safetensors' own,
@@ -61,14 +63,14 @@ def write_safetensors(
     from cookmind.progress import progress_bar
 
     path = Path(path)
-    probe = safetensors_bytes({k: torch.empty(0, dtype=v.dtype) for k, v in tensors.items()})
+    probe = safetensors_bytes({k: torch.empty(0, dtype=dtype or v.dtype) for k, v in tensors.items()})
     order = json.loads(probe[8 : 8 + int.from_bytes(probe[:8], "little")])  # {name: {"dtype": "BF16", ...}}
     names = [k for k in order if k != "__metadata__"]
     header: dict = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for name in names:
         t = tensors[name]
-        end = offset + t.numel() * t.element_size()
+        end = offset + t.numel() * (dtype or t.dtype).itemsize
         header[name] = {"dtype": order[name]["dtype"], "shape": list(t.shape), "data_offsets": [offset, end]}
         offset = end
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -85,7 +87,8 @@ def write_safetensors(
     ):
         f.write(len(text).to_bytes(8, "little") + text)
         for name in names:
-            data = tensors[name].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+            t = tensors[name].detach().cpu()
+            data = (t if dtype is None else t.to(dtype)).contiguous().reshape(-1).view(torch.uint8).numpy()
             for start in range(0, len(data), _WRITE_CHUNK):
                 f.write(data[start : start + _WRITE_CHUNK])
                 bar.update(min(_WRITE_CHUNK, len(data) - start))
@@ -386,31 +389,14 @@ def load_config(directory: str | os.PathLike) -> CookMindConfig:
         raise ModelLoadError(f"{path}: {exc}") from exc
 
 
-def read_weights(path: Path, device: str | torch.device = "cpu", progress: bool = False) -> dict[str, torch.Tensor]:
-    """All tensors of a safetensors file; a missing or truncated file raises ModelLoadError naming it. ``progress``:
-    a bar of the bytes read (``cookmind.progress``), for a file of ``PROGRESS_BYTES`` or more."""
-    from cookmind.progress import progress_bar
-
+def read_weights(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """All tensors of a safetensors file; a missing or truncated file raises ModelLoadError naming it. On the CPU they
+    are mapped, not read: their bytes come from the disk where they are first used (``write_safetensors`` shows it)."""
     if not path.is_file():
         raise ModelLoadError(f"{path}: missing weights file")
-    size = path.stat().st_size
     try:
-        with (
-            safe_open(str(path), framework="pt", device=str(device)) as f,
-            progress_bar(
-                total=size,
-                desc=f"reading {path.name}",
-                unit="B",
-                unit_scale=True,
-                enabled=progress and size >= PROGRESS_BYTES,
-            ) as bar,
-        ):
-            tensors = {}
-            for k in f.keys():
-                tensors[k] = f.get_tensor(k)
-                bar.update(tensors[k].numel() * tensors[k].element_size())
-            bar.update(size - bar.n)  # the header
-            return tensors
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
+            return {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError, RuntimeError) as exc:
         raise ModelLoadError(f"{path}: cannot read safetensors ({exc}); the file is truncated or corrupt") from exc
 
@@ -420,12 +406,12 @@ def read_model_weights(
 ) -> tuple[Path, dict[str, torch.Tensor]]:
     """(the file named in errors, the weights) of a model directory: ``model.safetensors``, or a sharded
     checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight`` dropped, as save_model does);
-    ``progress``: a bar of their reading."""
+    ``progress``: a bar of the shards' reading (a model.safetensors is mapped, not read here)."""
     directory = Path(directory)
     if not is_sharded_checkpoint(directory):  # a sharded one is its dcp/, as resume reads it, whatever lies beside
         if (directory / WEIGHTS_NAME).is_file():
             verify_checksums(directory, skip=(OPTIMIZER_NAME,))
-        return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME, progress=progress)
+        return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
     from cookmind.model.sharded_io import read_sharded_weights  # DCP, imported only for a sharded checkpoint
 
     verify_checksums(directory)  # the shards (model and optimizer share them), as saved
