@@ -601,3 +601,27 @@ def test_the_stop_notes_are_written_safely_from_the_signal_handler(monkeypatch, 
     err = capfd.readouterr().err
     assert "cookmind serve: stopping: waiting for 2 request(s) to finish" in err
     assert "cookmind serve: stopping now: cutting 2 request(s)" in err
+
+
+def test_root_path_serves_under_a_prefix_and_a_bad_one_is_a_usage_error(model_dir, monkeypatch, capsys):
+    """`cookmind serve` had no --root-path: behind a proxy that passes /llm/... as it came every path was a 404."""
+    import uvicorn
+
+    from cookmind.cli import main as cli_main
+
+    app, _ = cli_serve.build_app(parse(model_dir, "--device", "cpu", "--max-batch", "1", "--root-path", "/llm/"))
+    server = LiveServer(app)
+    try:
+        for prefix in ("/llm", ""):  # the proxy kept the prefix, or stripped it
+            assert httpx.get(server.url + prefix + "/v1/models").json()["data"][0]["id"] == "tiny-cook"
+    finally:
+        server.close()
+    monkeypatch.setattr(uvicorn, "Server", _NoServer)
+    port = free_port()
+    assert cli_serve.main(parse(model_dir, "--device", "cpu", "--port", str(port), "--root-path", "/llm")) == 0
+    assert f"on http://127.0.0.1:{port}/llm/ " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli_main(["serve", str(model_dir), "--root-path", "llm"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: argument --root-path: root path 'llm' must start with /" in err and "Traceback" not in err, err

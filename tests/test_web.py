@@ -527,3 +527,43 @@ def test_two_servers_behind_one_host_keep_their_own_chats_and_keys(browser, live
         assert page.input_value("#api-key") == "key-of-a"
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("strips", [False, True], ids=["proxy-keeps-the-prefix", "proxy-strips-it"])
+def test_the_page_of_a_server_with_a_root_path_works_behind_either_proxy(browser, tmp_path_factory, strips):
+    """A proxy that passes /llm/... as it came (nginx's proxy_pass without a path, Traefik without StripPrefix) got a
+    404 for the page and every API call: the server had no --root-path. With root_path="/llm" both proxies serve
+    the page, its model list and a reply, at the address with its slash and without."""
+    tok = make_tokenizer(tmp_path_factory)
+    engine = Engine(make_model(tok.vocab_size, max_pos=256), num_slots=2, max_seq_len=256)
+    server = LiveServer(create_app(engine, tok, "tiny-cook", root_path="/llm"))
+    outside = []
+
+    def proxy(route):
+        path = urllib.parse.urlsplit(route.request.url).path
+        if path != "/llm" and not path.startswith("/llm/"):
+            outside.append(path)
+            return route.fulfill(status=404, body="not this app")
+        upstream = (path[len("/llm") :] or "/") if strips else path
+        route.fulfill(response=route.fetch(url=server.url + upstream, max_redirects=0))
+
+    try:
+        for address in ("http://proxy.test/llm/", "http://proxy.test/llm"):
+            page = browser.new_page()
+            page.route("http://proxy.test/**", proxy)
+            try:
+                page.goto(address)
+                page.evaluate("localStorage.clear()")
+                page.reload()
+                page.wait_for_function("document.getElementById('model-name').textContent !== 'model: …'")
+                assert page.text_content("#model-name") == "model: tiny-cook", (address, outside)
+                page.fill("#max-tokens", "2")
+                page.fill("#input", "What is in the soup?")
+                page.click("#send")
+                page.wait_for_function("/^(done|error)/.test(document.getElementById('status').textContent)")
+                assert page.text_content("#status").startswith("done"), (address, page.text_content("#status"))
+                assert outside == [], (address, outside)
+            finally:
+                page.close()
+    finally:
+        server.close()

@@ -45,6 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "machine's DNS name behind a proxy); repeatable; '*' serves any (no DNS-rebinding check)",
     )
     parser.add_argument(
+        "--root-path",
+        type=root_path_arg,
+        default=None,
+        metavar="PATH",
+        help="the prefix a reverse proxy serves the server under (e.g. /llm, for https://host/llm/): the proxy may "
+        "pass /llm/... on as it came or strip /llm, both are served (default: none)",
+    )
+    parser.add_argument(
         "--max-body-mb",
         type=float_in(0, above=True),
         default=4.0,
@@ -130,6 +138,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
     parser.add_argument("--no-compile", action="store_true", help="do not torch.compile the forward on CUDA")
+
+
+def root_path_arg(text: str) -> str:
+    """An argparse type: --root-path as the app keeps it ('/llm/' -> '/llm'), else a usage error saying why."""
+    from cookmind.infer.server.app import check_root_path
+
+    try:
+        return check_root_path(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def kv_sizing(model, args: argparse.Namespace) -> tuple[int, int, str]:
@@ -267,6 +285,7 @@ def build_app(args: argparse.Namespace):
         api_key=api_key,
         allowed_hosts=[args.host, *args.allowed_host],
         max_body_bytes=int(args.max_body_mb * 2**20),
+        root_path=args.root_path or "",
     )
     app.state.kv_note = kv_note  # main prints it beside the address
     return app, engine
@@ -449,12 +468,13 @@ def main(args: argparse.Namespace) -> int:
     if warning:
         print(warning, file=sys.stderr)
     app, engine = build_app(args)
+    root = f"{args.root_path}/" if args.root_path else ""
     print(
-        f"cookmind serve: {args.model} as '{app.state.model_name}' on {server_url(args.host, args.port)}  "
+        f"cookmind serve: {args.model} as '{app.state.model_name}' on {server_url(args.host, args.port)}{root}  "
         f"({args.kv_layout} KV cache"
         f"{', prefix cache on' if args.prefix_cache else ''}"
         f"{f', speculative {args.speculative} k={speculative_tokens(args)}' if args.speculative else ''}"
-        "; web chat at /)"
+        f"; web chat at {root or '/'})"
         + f"\ncookmind serve: {app.state.kv_note}"
         + (f"\n  LoRA adapters (model ids): {', '.join(engine.adapter_names)}" if engine.adapter_names else ""),
         flush=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable
 
 from fastapi import FastAPI
@@ -12,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cookmind.infer.engine import Engine
 from cookmind.infer.server import chat, completions, info
 from cookmind.infer.server.errors import APIError
-from cookmind.infer.server.security import DEFAULT_MAX_BODY_BYTES, HostPolicy, RequestGuard
+from cookmind.infer.server.security import DEFAULT_MAX_BODY_BYTES, HostPolicy, RequestGuard, route_path
 from cookmind.infer.server.state import ServerState
 
 
@@ -37,6 +38,59 @@ class _CountResponses:
         await self.app(scope, receive, counting_send)
 
 
+class _RootPath:
+    """ASGI middleware serving the app under a root path (/llm) for a proxy that passes /llm/... as it came and for one
+    that strips /llm: a path gets the prefix where it lacks it and the scope's root_path names it, so Starlette routes
+    the rest. uvicorn's own root_path prepends it to every path, which only a stripping proxy survives (/llm/v1/models
+    became /llm/llm/v1/models: 404). The bare /llm is the page itself: a redirect to /llm/ would name the Host the
+    proxy sent upstream, not the one the browser asked."""
+
+    def __init__(self, app, root_path: str):
+        self.app, self.root, self.raw_root = app, root_path, root_path.encode("ascii")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] in ("http", "websocket"):
+            scope = {**scope, "root_path": self.root, "path": _under(self.root, scope["path"], "/")}
+            if scope.get("raw_path") is not None:
+                scope["raw_path"] = _under(self.raw_root, scope["raw_path"], b"/")
+        await self.app(scope, receive, send)
+
+
+def _under(root, path, slash):
+    """``path`` under ``root``: as it is when it already is (the proxy kept the prefix), the prefix added when not
+    (the proxy stripped it, or a client on this machine), the bare root as its page."""
+    if path == root:
+        return root + slash
+    return path if path.startswith(root + slash) else root + path
+
+
+_SEGMENT = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@-]+")  # a URL path segment that needs no %-escape
+ROUTE_ROOTS = ("v1", "health", "metrics", "openapi.json")  # the first segments of the app's own paths
+
+
+def check_root_path(value: str) -> str:
+    """A root path as the app keeps it ('/llm/' -> '/llm', '/' -> '': none); ValueError saying why for one that
+    cannot work: not absolute, characters a URL sends %-escaped, or one starting like the app's own paths (/v1/models
+    could then not be told from /v1 + /models)."""
+    if not value.startswith("/"):
+        raise ValueError(f"root path {value!r} must start with / (the prefix the proxy serves under, e.g. /llm)")
+    root = value.rstrip("/")
+    segments = root.split("/")[1:]
+    if "" in segments:
+        raise ValueError(f"root path {value!r} has an empty segment (//); give it as /a/b")
+    if odd := next((s for s in segments if not _SEGMENT.fullmatch(s)), None):
+        raise ValueError(
+            f"root path {value!r}: {odd!r} may hold only letters, digits and -._~!$&'()*+,;=:@ (no %, ?, # or "
+            "spaces: the path as a URL sends it)"
+        )
+    if segments and segments[0] in ROUTE_ROOTS:
+        raise ValueError(
+            f"root path {value!r} starts like the server's own /{segments[0]} paths, which it would hide; "
+            "choose another prefix (e.g. /llm)"
+        )
+    return root
+
+
 async def _api_error(_request, exc: APIError):
     return exc.response()
 
@@ -48,10 +102,13 @@ async def _http_error(request, exc: StarletteHTTPException):
     """Starlette's own errors, saying what was asked and what is served: a bare "Not Found" left a client whose
     base_url lacks /v1 guessing, and "Method Not Allowed" named no method."""
     message, asked = str(exc.detail), f"{request.method} {request.url.path}"
+    root, path = request.scope.get("root_path", ""), route_path(request.scope)  # the paths as the client names them
     if exc.status_code == 404 and message == "Not Found":
-        message = f"{asked}: no such path; the API is at {', '.join(API_PATHS)} (the web page at /, /health, /metrics)"
-        if "/v1" + request.url.path in API_PATHS:
-            message += f": did you mean /v1{request.url.path}? An OpenAI client's base_url ends in /v1"
+        served = ", ".join(root + p for p in API_PATHS)
+        others = f"the web page at {root}/, {root}/health, {root}/metrics"
+        message = f"{asked}: no such path; the API is at {served} ({others})"
+        if "/v1" + path in API_PATHS:
+            message += f": did you mean {root}/v1{path}? An OpenAI client's base_url ends in /v1"
     elif exc.status_code == 405 and message == "Method Not Allowed":
         allowed = (exc.headers or {}).get("Allow")
         message = f"{asked}: method not allowed" + (f"; this path takes {allowed}" if allowed else "")
@@ -71,12 +128,14 @@ def create_app(
     *,
     allowed_hosts: Iterable[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    root_path: str = "",
 ) -> FastAPI:
     """Build the FastAPI app. With manage_engine the engine thread starts and stops with the app.
 
     api_key: required as ``Authorization: Bearer KEY`` everywhere but the web page and /health.
     allowed_hosts: Host names served besides localhost and IP addresses (give the bind name; "*": any).
     max_body_bytes: larger request bodies are answered 413 unread.
+    root_path: the prefix a reverse proxy serves the app under (/llm), whether it passes it on or strips it.
     An engine built without a tokenizer gets this one (response_format grammars are matched against it).
     """
 
@@ -103,4 +162,7 @@ def create_app(
     # added last = outermost: refused requests are counted too
     app.add_middleware(RequestGuard, api_key=api_key, hosts=HostPolicy(allowed_hosts), max_body_bytes=max_body_bytes)
     app.add_middleware(_CountResponses, stats=state.stats)
+    root_path = check_root_path(root_path) if root_path else ""
+    if root_path:
+        app.add_middleware(_RootPath, root_path=root_path)
     return app

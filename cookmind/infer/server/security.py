@@ -22,6 +22,15 @@ OPEN_PATHS = ("/", "/health")  # the page asks for the key itself; load balancer
 DEFAULT_MAX_BODY_BYTES = 4 * 2**20
 
 
+def route_path(scope) -> str:
+    """The path the app routes: the request's path less the scope's root_path (an ASGI path holds the root path:
+    a Starlette Mount's, uvicorn's --root-path, the server's own)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and (path == root or path.startswith(root + "/")):
+        return path[len(root) :] or "/"
+    return path
+
+
 def host_name(host_header: str) -> str:
     """The name in a Host header without its port: 'a.b:80' -> 'a.b', '[::1]:80' -> '::1'."""
     h = host_header.strip().lower()
@@ -103,7 +112,7 @@ class RequestGuard:
                 f"by its address or localhost, or start it with --allowed-host NAME",
                 code="host_not_allowed",
             )
-        if self.api_key is not None and scope["path"] not in OPEN_PATHS:
+        if self.api_key is not None and route_path(scope) not in OPEN_PATHS:
             auth = headers.get("authorization", "")
             token = auth[7:].strip().encode() if auth[:7].lower() == "bearer " else b""
             if not secrets.compare_digest(token, self.api_key):
