@@ -828,3 +828,37 @@ def test_chat_help_says_how_to_send_several_lines(capsys):
     with pytest.raises(SystemExit):
         cli_main(["chat", "--help"])
     assert '"""' in capsys.readouterr().out
+
+
+def test_generate_names_a_prompt_from_a_file_by_its_file(ckpt, tmp_path, capsys, monkeypatch):
+    """A prompt from --prompt-file was named "--prompt 2 of 2" in generate's errors, warnings and notes, a flag the
+    user never gave; `--prompt-file -` twice read standard input twice, the second time nothing ("--prompt 2 of 2 is
+    empty"); and an empty chat message (`--chat --prompt ""`, an empty file) was sent without a word."""
+    import sys
+
+    gen = sys.modules["cookmind.infer.generate"]
+    d, _, tok = ckpt
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "long.txt").write_text("the cook stirs the soup " * 60)
+    n = len(tok.encode((tmp_path / "long.txt").read_text()))
+    assert n >= 256  # the tiny model's context
+    base = ["generate", "--model", str(d), "--max-new-tokens", "2"]
+    assert cli_main([*base, "--prompt", "Soup", "--prompt-file", str(tmp_path / "empty.txt")]) == 2
+    err = capsys.readouterr().err
+    empty = tmp_path / "empty.txt"
+    assert err == f"cookmind generate: error: --prompt-file {empty} is empty: give some text to continue\n", err
+    assert cli_main([*base, "--prompt", "Soup", "--prompt-file", str(tmp_path / "long.txt")]) == 2
+    err = capsys.readouterr().err
+    assert f"--prompt-file {tmp_path / 'long.txt'} ({n} tokens) fills the model's context of 256 tokens" in err, err
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"Soup")))
+    assert cli_main([*base, "--prompt-file", "-", "--prompt-file", "-"]) == 2
+    err = capsys.readouterr().err
+    assert err == "cookmind generate: error: --prompt-file - is given twice: standard input is read once\n", err
+    for argv in (["--prompt", ""], ["--prompt-file", str(tmp_path / "empty.txt")]):
+        assert cli_main([*base, "--chat", *argv]) == 2
+        assert "is empty: give some text to continue" in capsys.readouterr().err
+    monkeypatch.setattr(gen, "generate", lambda model, prompts, *a, **k: [[] for _ in prompts])  # ends at once
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"Soup")))
+    assert cli_main([*base, "--prompt", "The cook", "--prompt-file", "-"]) == 0
+    err = capsys.readouterr().err
+    assert "no text for --prompt 'The cook': " in err and "no text for --prompt-file - (standard input): " in err, err

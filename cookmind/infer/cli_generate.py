@@ -174,6 +174,10 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.prompt_file.count("-") > 1:  # the second read found nothing: "--prompt 2 of 2 is empty"
+        print("cookmind generate: error: --prompt-file - is given twice: standard input is read once", file=sys.stderr)
+        return 2
+    sources, typed = prompt_sources(args.prompt, args.prompt_file), len(args.prompt)
     args.prompt = [*args.prompt, *(read_prompt_file(f) for f in args.prompt_file)]
     if args.system is not None and not args.chat:  # it was dropped without a word: a raw prompt has no system turn
         print("cookmind generate: error: --system needs --chat (the prompt as a chat turn)", file=sys.stderr)
@@ -204,16 +208,16 @@ def main(args: argparse.Namespace) -> int:
             prompts.append(prompt_ids(tok, text))  # Llama's <s> first, as the model's documents began
     context = model.config.max_position_embeddings
     for i, prompt in enumerate(prompts):
-        if not prompt:  # said before the context's warning, once ("generate: every prompt needs ..." came after it)
-            named = "the prompt" if len(prompts) == 1 else f"--prompt {i + 1} of {len(prompts)}"
-            raise ValueError(f"{named} is empty: give some text to continue")
+        # said before the context's warning, once; a chat's empty message too (its template makes tokens of it)
+        if not prompt or not args.prompt[i]:
+            raise ValueError(f"{sources[i]} is empty: give some text to continue")
         if len(prompt) >= context:  # named here, where its text is known (generate knows its row only)
-            named = _prompt_named(args.prompt, i, len(prompt), args.chat)
+            named = _prompt_named(args.prompt, sources, i, len(prompt), args.chat)
             raise ValueError(f"{named} fills the model's context of {context} tokens; shorten it")
     for i, prompt in enumerate(prompts):  # each prompt's own room: a long one does not cut the others' answers
         room = context - len(prompt)
         if room < args.max_new_tokens:  # the answer is cut where the context ends: say so before it is
-            named = "the prompt" if len(prompts) == 1 else _prompt_named(args.prompt, i, len(prompt), args.chat)
+            named = sources[i] if len(prompts) == 1 else _prompt_named(args.prompt, sources, i, len(prompt), args.chat)
             print(
                 f"cookmind generate: warning: the model's context of {context} tokens leaves room for {room} new "
                 f"tokens after {named}, fewer than --max-new-tokens {args.max_new_tokens}; its answer stops there",
@@ -222,7 +226,7 @@ def main(args: argparse.Namespace) -> int:
     show = (lambda text: text) if args.raw else escape_controls
     if len(prompts) > 1:  # a batch: generate together, print each
         outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string
-        for text, out in zip(args.prompt, outs):
+        for i, (text, out) in enumerate(zip(args.prompt, outs)):
             stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
             reply, hit = stopper.feed(decode_text(tok, out, skip))
             reply += stopper.flush()
@@ -230,8 +234,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"=== {show(text)}\n{show(ChatView().show(reply, end=True) if args.chat else reply)}")
             why = why_no_text(reply, len(out), hit, args.chat, args.raw)
             if why:
-                which = f" for --prompt {text!r}" if text else ""
-                print(f"cookmind generate: no text{which}: {why}", file=sys.stderr)
+                which = f"--prompt {text!r}" if i < typed else sources[i]
+                print(f"cookmind generate: no text for {which}: {why}", file=sys.stderr)
         return 0
     detok, stopper = IncrementalDetokenizer(tok, skip_ids=skip), StopStringMatcher(args.stop)
     view = ChatView() if args.chat else None
@@ -292,14 +296,23 @@ def _head(text: str, chars: int = 60) -> str:
     return repr(text[:chars]) + ("…" if len(text) > chars else "")
 
 
-def _prompt_named(texts: list[str], i: int, tokens: int, chat: bool) -> str:
-    """Prompt i as the user gave it: "the prompt (N tokens)", or "--prompt 2 of 3 ('its first words…', N tokens)"."""
+def prompt_sources(prompts: list[str], files: list[str]) -> list[str]:
+    """Each prompt of the batch as the user gave it (the --prompt ones first): "the prompt" (one --prompt alone),
+    "--prompt 2 of 3", or "--prompt-file notes.txt" ("--prompt-file - (standard input)")."""
+    n = len(prompts) + len(files)
+    named = ["the prompt" if n == 1 else f"--prompt {i + 1} of {n}" for i in range(len(prompts))]
+    return named + [f"--prompt-file {f}" + (" (standard input)" if f == "-" else "") for f in files]
+
+
+def _prompt_named(texts: list[str], sources: list[str], i: int, tokens: int, chat: bool) -> str:
+    """Prompt i with its size: "the prompt (N tokens)", "--prompt 2 of 3 ('its first words…', N tokens)" or
+    "--prompt-file notes.txt (N tokens)" (its file names it)."""
     size = f"{tokens} tokens{' with the chat template' if chat else ''}"
-    if len(texts) == 1:
-        return f"the prompt ({size})"
+    if not sources[i].startswith("--prompt "):
+        return f"{sources[i]} ({size})"
     words = texts[i].split()
     head = " ".join(words[:6]) + ("…" if len(words) > 6 else "")
-    return f"--prompt {i + 1} of {len(texts)} ({head!r}, {size})"
+    return f"{sources[i]} ({head!r}, {size})"
 
 
 class ChatView:
