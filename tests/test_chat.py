@@ -862,3 +862,17 @@ def test_generate_names_a_prompt_from_a_file_by_its_file(ckpt, tmp_path, capsys,
     assert cli_main([*base, "--prompt", "The cook", "--prompt-file", "-"]) == 0
     err = capsys.readouterr().err
     assert "no text for --prompt 'The cook': " in err and "no text for --prompt-file - (standard input): " in err, err
+
+
+def test_an_empty_block_and_an_empty_history_say_so(ckpt):
+    """A \"\"\" block of nothing or blank lines (a paste that lost its text) went unsent without a word, the prompt back
+    as if it had been; /history of an empty conversation printed nothing, as if the command were not read."""
+    _, model, tok = ckpt
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=2))
+    out = io.StringIO()
+    run(s, io.StringIO('/history\n"""\n"""\n"""\n  \n\n"""\n\n'), out)
+    assert s.messages() == []
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "you> (the conversation is empty)", lines
+    assert out.getvalue().count('(the """ block holds no text: nothing was sent)') == 2, lines
+    assert "bot> " not in out.getvalue()

@@ -82,6 +82,8 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
         if block:
             line = _read_block(stdin, stdout)
         if not line.strip():
+            if block:  # a paste that lost its text: the prompt back alone read as if it had been sent
+                print(f"(the {BLOCK} block holds no text: nothing was sent)", file=stdout)
             continue
         if block:
             pass  # a message of several lines is sent as typed: a first line of /reset is text
@@ -101,6 +103,8 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
             elif cmd == "/history":
                 for m in session.messages():
                     print(f"[{m['role']}] {escape_controls(m['content'])}", file=stdout)
+                if not session.messages():
+                    print("(the conversation is empty)", file=stdout)
             else:
                 if cmd != "/help":
                     print(
