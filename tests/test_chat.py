@@ -876,3 +876,44 @@ def test_an_empty_block_and_an_empty_history_say_so(ckpt):
     assert lines[1] == "you> (the conversation is empty)", lines
     assert out.getvalue().count('(the """ block holds no text: nothing was sent)') == 2, lines
     assert "bot> " not in out.getvalue()
+
+
+def test_generate_draws_several_samples_of_a_prompt_as_the_servers_n_does(ckpt, capsys, monkeypatch):
+    """Several samples of one prompt took the prompt given again and again (--prompt X --prompt X), which a piped
+    prompt cannot be (standard input is read once). --num-samples N draws N of each prompt; with --seed, sample k draws
+    from SEED + k, the server's n choices for that prompt and seed (a request of its own), checked against a server."""
+    import json
+
+    import openai
+    from test_server import LiveServer
+
+    from cookmind.infer.engine import Engine
+    from cookmind.infer.server import create_app
+
+    d, model, tok = ckpt
+    first, second = "The cook said", "Soup"
+    server = LiveServer(create_app(Engine(model, num_slots=4, max_seq_len=256), tok, "tiny"))
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        want = {
+            text: [
+                c.text
+                for c in client.completions.create(
+                    model="tiny", prompt=text, n=3, seed=11, temperature=1.0, max_tokens=6
+                ).choices
+            ]
+            for text in (first, second)
+        }
+    finally:
+        server.close()
+    assert len(set(want[first])) > 1  # three draws, not one three times
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(second.encode())))
+    argv = ["generate", str(d), "--prompt", first, "--prompt-file", "-", "--num-samples", "3", "--seed", "11"]
+    assert cli_main([*argv, "--temperature", "1", "--max-new-tokens", "6", "--raw"]) == 0
+    out = capsys.readouterr().out
+    got = {}
+    for block in out.split("=== ")[1:]:
+        head, _, reply = block.partition("\n")
+        which, _, text = head.partition(": ")
+        got.setdefault(text, []).append((which, reply.removesuffix("\n")))
+    assert got == {t: [(f"sample {k + 1} of 3", w) for k, w in enumerate(want[t])] for t in want}, json.dumps(got)

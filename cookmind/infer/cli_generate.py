@@ -74,6 +74,7 @@ def greedy_ignores(args: argparse.Namespace, top_p_default: float = 1.0) -> str 
             ("--top-p", args.top_p != top_p_default),
             ("--min-p", args.min_p > 0),
             ("--seed", args.seed is not None),
+            ("--num-samples", getattr(args, "num_samples", 1) > 1),  # generate's: N copies of the greedy text
         )
         if given
     ]
@@ -113,7 +114,7 @@ def read_prompt_file(path: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from cookmind.cli import add_model_argument
+    from cookmind.cli import add_model_argument, int_in
 
     add_model_argument(parser)
     parser.add_argument(
@@ -129,6 +130,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a prompt from a UTF-8 file's whole text, as it is (its final newline too); '-' reads what is piped in "
         "(... | cookmind generate MODEL --prompt-file -); repeatable, joining the --prompt ones in a batch after them",
+    )
+    parser.add_argument(
+        "--num-samples",
+        type=int_in(1),
+        default=1,
+        metavar="N",
+        help="samples of each prompt (default 1; with a --temperature above 0 they differ); with --seed, sample k "
+        "draws from SEED + k, as the server's n choices for that prompt and seed",
     )
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the chat template")
     parser.add_argument("--system", default=None, help="system prompt (with --chat)")
@@ -224,17 +233,26 @@ def main(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     show = (lambda text: text) if args.raw else escape_controls
-    if len(prompts) > 1:  # a batch: generate together, print each
-        outs = generate(model, prompts, cfg.replace(stop_strings=tuple(args.stop)), tok)  # rows end at a stop string
-        for i, (text, out) in enumerate(zip(args.prompt, outs)):
+    n = args.num_samples
+    if len(prompts) > 1 or n > 1:  # a batch: generate together, print each
+        batch_cfg = cfg.replace(stop_strings=tuple(args.stop))  # rows end at a stop string
+        if n == 1:
+            outs = generate(model, prompts, batch_cfg, tok)
+        else:  # a call per prompt: its sample k is row k, seeded SEED + k as the server's choice k of n
+            outs = [out for prompt in prompts for out in generate(model, [prompt] * n, batch_cfg, tok)]
+        for row, out in enumerate(outs):
+            i, k = divmod(row, n)
+            text = args.prompt[i]
             stopper = StopStringMatcher(args.stop)  # the text before it (a stop string is not printed)
             reply, hit = stopper.feed(decode_text(tok, out, skip))
             reply += stopper.flush()
             # the prompt too: its text may come from a file (--prompt "$(cat f)"), as /history shows a chat's escaped
-            print(f"=== {show(text)}\n{show(ChatView().show(reply, end=True) if args.chat else reply)}")
+            sample = f"sample {k + 1} of {n}: " if n > 1 else ""
+            print(f"=== {sample}{show(text)}\n{show(ChatView().show(reply, end=True) if args.chat else reply)}")
             why = why_no_text(reply, len(out), hit, args.chat, args.raw)
             if why:
                 which = f"--prompt {text!r}" if i < typed else sources[i]
+                which += f" (sample {k + 1} of {n})" if n > 1 else ""
                 print(f"cookmind generate: no text for {which}: {why}", file=sys.stderr)
         return 0
     detok, stopper = IncrementalDetokenizer(tok, skip_ids=skip), StopStringMatcher(args.stop)
