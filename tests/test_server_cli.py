@@ -625,3 +625,28 @@ def test_root_path_serves_under_a_prefix_and_a_bad_one_is_a_usage_error(model_di
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "error: argument --root-path: root path 'llm' must start with /" in err and "Traceback" not in err, err
+
+
+def test_serving_a_lora_run_says_it_serves_the_merged_weights_and_how_to_serve_the_adapter(
+    model_dir, tmp_path, monkeypatch, capsys
+):
+    """`cookmind serve runs/dpo` (the demo's DPO is a LoRA run) served the weights with the adapter merged in and said
+    nothing of it: whether the adapter was applied, and how to serve it beside its base (one server, both models), was
+    left to guess. A LoRA checkpoint (its adapter_config.json beside the merged weights) now says both."""
+    import json
+    import shutil
+
+    import uvicorn
+
+    run = tmp_path / "dpo" / "checkpoints" / "step_00000100"
+    shutil.copytree(model_dir, run)
+    (run / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "runs/sft"}))
+    monkeypatch.setattr(uvicorn, "Server", _NoServer)
+    assert cli_serve.main(parse(tmp_path / "dpo", "--device", "cpu", "--port", str(free_port()))) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"cookmind serve: {run} is a LoRA checkpoint: served with its adapter merged into its base's weights; to "
+        f"serve the adapter beside the base instead: cookmind serve runs/sft --lora NAME={tmp_path / 'dpo'}\n"
+    ) in out, out
+    assert cli_serve.main(parse(model_dir, "--device", "cpu", "--port", str(free_port()))) == 0
+    assert "LoRA" not in capsys.readouterr().out

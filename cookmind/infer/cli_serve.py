@@ -240,6 +240,22 @@ def default_model_id(path) -> str:
     return p.name
 
 
+def lora_note(path) -> str | None:
+    """The start-up line for a LoRA checkpoint (or run) served as the model: it holds the weights with the adapter
+    merged in (served) beside the adapter itself, which --lora serves on its base instead; None for any other model."""
+    from cookmind.model import resolve_model_dir
+    from cookmind.model.lora import ADAPTER_CONFIG, adapter_base
+
+    checkpoint = resolve_model_dir(path)
+    if not (checkpoint / ADAPTER_CONFIG).is_file():
+        return None
+    base = adapter_base(checkpoint)[0] or "BASE"
+    return (
+        f"cookmind serve: {checkpoint} is a LoRA checkpoint: served with its adapter merged into its base's weights; "
+        f"to serve the adapter beside the base instead: cookmind serve {base} --lora NAME={path}"
+    )
+
+
 def build_app(args: argparse.Namespace):
     """Load the model and return (FastAPI app, engine)."""
     from cookmind.device import inference_dtype, resolve_device
@@ -476,6 +492,7 @@ def main(args: argparse.Namespace) -> int:
         f"{f', speculative {args.speculative} k={speculative_tokens(args)}' if args.speculative else ''}"
         f"; web chat at {root or '/'})"
         + f"\ncookmind serve: {app.state.kv_note}"
+        + (f"\n{note}" if (note := lora_note(args.model)) else "")
         + (f"\n  LoRA adapters (model ids): {', '.join(engine.adapter_names)}" if engine.adapter_names else ""),
         flush=True,
     )
