@@ -50,6 +50,12 @@ class Parser(argparse.ArgumentParser):
             usage_and_error()
         self.exit(2)
 
+    def _print_message(self, message: str, file=None) -> None:
+        # --help, --version and the usage with no stage go to stdout: under torchrun, once a node (its first rank)
+        if (file is None or file is sys.stdout) and a_nodes_other_rank():
+            return
+        super()._print_message(message, file)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
@@ -238,6 +244,13 @@ def say(command: str, kind: str | None, text: str) -> None:
 def under_torchrun() -> bool:
     """Whether this process is one of several ranks torchrun started."""
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def a_nodes_other_rank() -> bool:
+    """Whether this process is one of several ranks and not its node's first (``LOCAL_RANK`` above 0): what every
+    rank of a node would print alike (``--help``, ``--version``) is printed by the first alone, as errors are said
+    once a node (``say_error``)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("LOCAL_RANK", "0") != "0"
 
 
 def say_error(command: str, line: str, reason: str | None = None) -> None:

@@ -250,3 +250,33 @@ def test_gsm8k_seed_help_says_the_samples_follow_the_batch_size_too(capsys):
         _stage_parser("eval")[0].parse_args(["gsm8k", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "the same --seed and --batch-size give the same samples" in text, text
+
+
+def test_help_under_torchrun_prints_once_a_node_and_the_other_ranks_exit_quietly(tmp_path):
+    """`torchrun --nproc-per-node 4 -m cookmind train --help` printed the whole help four times, one per rank, as
+    session 33 found the start-up errors did. Each node's LOCAL_RANK 0 prints it now (a node's log is all its user may
+    read); the node's other ranks print nothing and exit 0, as they do for --version and each stage's --help."""
+    import os
+    import subprocess
+    import sys
+
+    import cookmind
+
+    root = os.path.dirname(os.path.dirname(cookmind.__file__))
+    asks = (["train", "--help"], ["--help"], [], ["eval", "gsm8k", "--help"], ["--version"])
+    started = []
+    for argv in asks:
+        for rank, local in ((0, 0), (1, 1), (2, 0), (3, 1)):  # two nodes of two ranks each
+            env = dict(os.environ, PYTHONPATH=root, WORLD_SIZE="4", RANK=str(rank), LOCAL_RANK=str(local))
+            env.update(GROUP_RANK=str(rank // 2), TORCHELASTIC_USE_AGENT_STORE="True")
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="9")  # no launcher's store: help needs none
+            cmd = [sys.executable, "-m", "cookmind", *argv]
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            started.append((argv, local, proc))
+    for argv, local, proc in started:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (argv, local, err.decode())
+        if local == 0:
+            assert out.decode().startswith("usage: cookmind") or out.decode().startswith("cookmind "), (argv, out)
+        else:
+            assert out == b"" and err == b"", (argv, local, out, err)
