@@ -912,3 +912,27 @@ def test_a_resume_past_the_end_of_the_stream_does_not_say_it_starts_again_from_t
     fresh.load_state_dict({"calls": 2, "position": 2})
     with pytest.warns(UserWarning, match="has used 2; it starts again from the first"):
         fresh._next_problems(SimpleNamespace(cfg=SimpleNamespace(train=SimpleNamespace(micro_batch_size=2))))
+
+
+def test_the_count_of_held_out_problems_is_in_the_reports_text_not_a_curve(tmp_path, monkeypatch):
+    """A GRPO run with held-out problems logs val_problems (how many each evaluation graded) beside val_accuracy, and
+    report.md drew it as a panel of objective.png, a flat line among the curves to read the objective by. A count
+    says how big the evaluation was: it is a column of the validation table, beside the accuracy it is the
+    denominator of, and no panel."""
+    from cookmind.train import report
+
+    panels = {}
+    real = report.plot_panels
+    monkeypatch.setattr(report, "plot_panels", lambda path, p, **kw: (panels.update(p), real(path, p, **kw))[1])
+    held = [{"question": "?" * k, "answer": ""} for k in (4, 5)]  # none of them a training problem
+    trainer = _grpo_trainer(tmp_path, 2, eval_problems=held, logging={"report": True}, eval={"every": 1})
+    trainer.fit()
+    val = _rows(tmp_path, "val")
+    assert val and all(r["val_problems"] == 2 for r in val)  # what the run logs is unchanged
+    assert "problems" not in panels and "accuracy" in panels and panels["accuracy"]["val"][0] == [1, 2]
+    table = (tmp_path / "report.md").read_text().split("## Validation")[1].split("\n## ")[0]
+    header = next(line for line in table.splitlines() if line.startswith("| step |"))
+    assert "| problems |" in header, table
+    column = header.strip("|").split("|").index(" problems ")
+    rows = [line.strip("|").split("|") for line in table.splitlines() if line.startswith("| 1 |")]
+    assert rows and rows[0][column].strip() == "2", table

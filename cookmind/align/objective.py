@@ -338,6 +338,7 @@ class GRPOObjective(Objective):
     """
 
     train_type = "grpo"
+    count_metrics = ("problems",)  # an evaluation's held-out problems graded: its size (report.md: a column)
 
     def __init__(
         self,

@@ -177,7 +177,7 @@ class ReportCallback(Callback):
 
         write_report(
             trainer.run_dir, f"cookmind {trainer.cfg.train.objective} run", summary, trainer.samples,
-            trainer.cfg.to_dict(),
+            trainer.cfg.to_dict(), getattr(trainer.objective, "count_metrics", ()),
         )  # fmt: skip
 
 

@@ -89,11 +89,17 @@ def validation_names(val: list[dict[str, Any]]) -> list[str]:
     return [k.removeprefix("val_") for k in keys if any(is_number(r.get(k)) for r in val)]
 
 
-def objective_panels(train: list[dict[str, Any]], val: list[dict[str, Any]]) -> dict[str, dict[str, tuple]]:
+def objective_panels(
+    train: list[dict[str, Any]], val: list[dict[str, Any]], counts: tuple[str, ...] = ()
+) -> dict[str, dict[str, tuple]]:
     """A panel per objective metric: its training curve, and beside it the validation curve of the same name (a
-    metric only the evaluation logs gets a panel of its own)."""
-    panels: dict[str, dict[str, tuple]] = {name: {"train": xy} for name, xy in objective_series(train).items()}
-    for name in validation_names(val):
+    metric only the evaluation logs gets a panel of its own). The objective's ``counts`` (GRPO's held-out problems
+    graded, SFT's supervised tokens) say how big a batch or an evaluation was, no curve to read the objective by:
+    they get no panel (the validation table has them)."""
+    panels: dict[str, dict[str, tuple]] = {
+        name: {"train": xy} for name, xy in objective_series(train).items() if name not in counts
+    }
+    for name in (n for n in validation_names(val) if n not in counts):
         rows = [r for r in val if is_number(r.get(f"val_{name}"))]
         panels.setdefault(name, {})["val"] = ([r["step"] for r in rows], [r[f"val_{name}"] for r in rows])
     return panels
@@ -105,9 +111,10 @@ def write_report(
     summary: dict[str, Any],
     samples: list[dict[str, str]] | None = None,
     config: dict[str, Any] | None = None,
+    counts: tuple[str, ...] = (),
 ) -> Path:
     """Write ``<run_dir>/report.md`` (+ ``loss.png``, ``lr.png``, and ``objective.png`` when the objective logs
-    metrics of its own) from ``metrics.jsonl``."""
+    metrics of its own) from ``metrics.jsonl``; ``counts``: the objective's ``count_metrics``, in the text only."""
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")
     train = [r for r in records if r.get("split", "train") == "train" and "loss" in r]
@@ -126,7 +133,7 @@ def write_report(
         plot_series(run_dir / LOSS_PLOT, series, "loss")
         plot_series(run_dir / LR_PLOT, {"lr": ([r["step"] for r in train], [r["lr"] for r in train])}, "learning rate")
         lines += ["## Curves", "", f"![loss]({LOSS_PLOT})", "", f"![learning rate]({LR_PLOT})", ""]
-        own = objective_panels(train, val)
+        own = objective_panels(train, val, counts)
         if own:
             plot_panels(run_dir / OBJECTIVE_PLOT, own)
             lines += ["## The objective's metrics", "", f"![objective metrics]({OBJECTIVE_PLOT})", ""]

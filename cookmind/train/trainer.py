@@ -941,8 +941,9 @@ class Trainer:
                     from cookmind.train.report import write_report
 
                     write_report(
-                        self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict()
-                    )
+                        self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict(),
+                        getattr(self.objective, "count_metrics", ()),
+                    )  # fmt: skip
                 release_run_dir(self.run_dir)  # its last write is done: the run directory is free for the next run
         except BaseException:
             self._fit_raised = True  # a signal from here on finds the run ending on its error (the handler)
