@@ -660,7 +660,7 @@ def test_the_step_a_run_stops_at_is_in_its_metrics_and_report(tmp_path, store, h
     """metrics.jsonl took a row every logging.log_every steps and at train.max_steps: a run that diverged at step 7
     (or was stopped there) with log_every 5 ended its curves at step 5, and the report showed a healthy loss beside
     status 'diverged'. The step it stops at is logged too."""
-    from cookmind.train import report
+    from cookmind.train.metrics import read_metrics
 
     class Kill(Callback):
         def on_step_end(self, trainer, step, metrics):
@@ -676,7 +676,7 @@ def test_the_step_a_run_stops_at_is_in_its_metrics_and_report(tmp_path, store, h
     rows = [json.loads(x) for x in (tmp_path / how / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r.get("split") == "train"] == [5, 7]
     assert f"| status | {how} |" in (tmp_path / how / "report.md").read_text()
-    assert report.read_metrics(tmp_path / how / "metrics.jsonl")[-1]["step"] == 7
+    assert read_metrics(tmp_path / how / "metrics.jsonl")[-1]["step"] == 7
 
 
 def test_a_long_run_brings_its_report_up_to_date_at_each_checkpoint(tmp_path, store):

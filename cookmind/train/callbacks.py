@@ -137,6 +137,7 @@ class ReportCallback(Callback):
         self.every, self.enabled = every, enabled
         self._failed = False
         self._running = False  # a 'running' report was written: an error then rewrites it
+        self.series = None  # metrics.jsonl as the last report read it (a MetricsSeries): the next reads what is new
 
     def needs_state_at(self, trainer: Trainer, step: int) -> bool:
         return False  # it reads metrics.jsonl and the step's own metrics
@@ -173,11 +174,14 @@ class ReportCallback(Callback):
             self._write(trainer, summary)
 
     def _write(self, trainer: Trainer, summary: dict) -> None:
-        from cookmind.train.report import write_report
+        from cookmind.run_layout import RUN_METRICS
+        from cookmind.train.report import MetricsSeries, write_report
 
+        if self.series is None:
+            self.series = MetricsSeries(trainer.run_dir / RUN_METRICS)
         write_report(
             trainer.run_dir, f"cookmind {trainer.cfg.train.objective} run", summary, trainer.samples,
-            trainer.cfg.to_dict(), getattr(trainer.objective, "count_metrics", ()),
+            trainer.cfg.to_dict(), getattr(trainer.objective, "count_metrics", ()), self.series,
         )  # fmt: skip
 
 

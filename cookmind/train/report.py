@@ -3,12 +3,125 @@ and accuracy, DPO's reward margin, ...) as curves, and sample generations."""
 
 from __future__ import annotations
 
+import json
+import math
+import os
+from array import array
 from pathlib import Path
 from typing import Any
 
 from cookmind.atomic import write_text, writing
-from cookmind.run_layout import LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT, REPORT_NAME
-from cookmind.train.metrics import is_number, read_metrics, training_metric_names
+from cookmind.run_layout import LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT, REPORT_NAME, RUN_METRICS
+from cookmind.train.metrics import STEP_BOOKKEEPING, is_number
+
+# the most rows a curve draws: a figure 600 pixels wide shows no more, and a million rows took seconds to draw at every
+# checkpoint. A longer series is drawn at every stride-th row (and its last), as log_every samples the steps; the
+# report says so
+PLOT_POINTS = 2000
+# a train row's keys that are not the objective's own metrics
+_NOT_OWN = frozenset(("step", "split", "loss", *STEP_BOOKKEEPING))
+
+
+class MetricsSeries:
+    """metrics.jsonl as the report reads it, kept from one report to the next: ``update`` parses only the lines
+    appended since it last read, so a report at each checkpoint of a long run costs what the run logged since the
+    last. A file replaced or cut (a resume's rewind rewrites it) is read again from its start. A last line without
+    its newline (a killed write) is left for later, its bytes counted in ``cut_short``."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._clear()
+
+    def _clear(self) -> None:
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file read
+        self._offset = 0  # bytes of whole lines read
+        self._tail = b""  # the last of them: a file rewritten under the same name differs there
+        self._lines = 0
+        self.steps, self.loss, self.lr = array("d"), array("d"), array("d")  # the train rows'
+        self.own: dict[str, tuple[array, array]] = {}  # the train rows' own metrics as (steps, values), first logged
+        self.val: list[dict[str, Any]] = []  # every evaluation's row
+        self.cut_short = 0
+
+    def update(self) -> MetricsSeries:
+        """Read what the file gained since the last call (all of it the first time, or when it was rewritten)."""
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            self._clear()
+            return self
+        with f:
+            st = os.fstat(f.fileno())
+            if (st.st_dev, st.st_ino) != self._file or st.st_size < self._offset or not self._same_tail(f):
+                self._clear()
+                self._file = (st.st_dev, st.st_ino)
+            f.seek(self._offset)
+            data = f.read(st.st_size - self._offset)
+        whole = data.rfind(b"\n") + 1
+        for line in data[:whole].split(b"\n")[:-1]:
+            self._lines += 1
+            if line.strip():
+                self._add(self._parse(line))
+        self._offset += whole
+        self._tail = (self._tail + data[:whole])[-64:]
+        self.cut_short = len(data) - whole
+        return self
+
+    def _same_tail(self, f) -> bool:
+        f.seek(self._offset - len(self._tail))
+        return f.read(len(self._tail)) == self._tail
+
+    def _parse(self, line: bytes) -> dict[str, Any]:
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(
+                f"{self.path}:{self._lines}: not a JSON row ({exc}); the report cannot read it: fix or remove the line"
+            ) from None
+        if not isinstance(record, dict) or not is_number(record.get("step")):
+            raise ValueError(
+                f"{self.path}:{self._lines}: a row without a step ({line[:80]!r}); the report cannot read it: fix or "
+                "remove the line"
+            )
+        return record
+
+    def _add(self, r: dict[str, Any]) -> None:
+        split, step = r.get("split", "train"), r["step"]
+        if split == "train" and "loss" in r:
+            self.steps.append(step)
+            self.loss.append(_number(r["loss"]))
+            self.lr.append(_number(r.get("lr")))
+            for name, value in r.items():
+                if name not in _NOT_OWN:
+                    xs, ys = self.own.setdefault(name, (array("d"), array("d")))
+                    if is_number(value):
+                        xs.append(step)
+                        ys.append(value)
+        # every evaluation's row: a GRPO run's held-out accuracy comes without a loss where it has no validation store
+        elif split == "val" and any(_is_val_number(k, v) for k, v in r.items()):
+            self.val.append(r)
+
+
+def _number(value: Any) -> float:
+    return float(value) if is_number(value) else math.nan
+
+
+def _stride(n: int) -> int:
+    return max(1, -(-n // PLOT_POINTS))
+
+
+def thinned(xs, ys) -> tuple[list[float], list[float]]:
+    """At most ``PLOT_POINTS`` (+1) of the (xs, ys) series: every stride-th point, and the last."""
+    stride = _stride(len(xs))
+    px, py = list(xs[::stride]), list(ys[::stride])
+    if len(xs) and (len(xs) - 1) % stride:
+        px.append(xs[-1])
+        py.append(ys[-1])
+    return px, py
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def plot_series(
@@ -67,17 +180,6 @@ def plot_panels(path: Path, panels: dict[str, dict[str, tuple[list[float], list[
     return path
 
 
-def objective_series(train: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
-    """The objective's own metrics in metrics.jsonl's train rows (all but the loss and the Trainer's bookkeeping),
-    each as (steps, values) over the rows that logged a number for it."""
-    series = {}
-    for name in training_metric_names(train):
-        rows = [r for r in train if name != "loss" and is_number(r.get(name))]
-        if rows:
-            series[name] = ([r["step"] for r in rows], [r[name] for r in rows])
-    return series
-
-
 # what every evaluation logs besides the objective's own metrics (the loss is plotted with the training loss)
 _VAL_GENERIC = ("val_loss", "val_ppl")
 
@@ -89,19 +191,17 @@ def validation_names(val: list[dict[str, Any]]) -> list[str]:
     return [k.removeprefix("val_") for k in keys if any(is_number(r.get(k)) for r in val)]
 
 
-def objective_panels(
-    train: list[dict[str, Any]], val: list[dict[str, Any]], counts: tuple[str, ...] = ()
-) -> dict[str, dict[str, tuple]]:
+def objective_panels(series: MetricsSeries, counts: tuple[str, ...] = ()) -> dict[str, dict[str, tuple]]:
     """A panel per objective metric: its training curve, and beside it the validation curve of the same name (a
     metric only the evaluation logs gets a panel of its own). The objective's ``counts`` (GRPO's held-out problems
     graded, SFT's supervised tokens) say how big a batch or an evaluation was, no curve to read the objective by:
     they get no panel (the validation table has them)."""
     panels: dict[str, dict[str, tuple]] = {
-        name: {"train": xy} for name, xy in objective_series(train).items() if name not in counts
+        name: {"train": thinned(*xy)} for name, xy in series.own.items() if len(xy[0]) and name not in counts
     }
-    for name in (n for n in validation_names(val) if n not in counts):
-        rows = [r for r in val if is_number(r.get(f"val_{name}"))]
-        panels.setdefault(name, {})["val"] = ([r["step"] for r in rows], [r[f"val_{name}"] for r in rows])
+    for name in (n for n in validation_names(series.val) if n not in counts):
+        rows = [r for r in series.val if is_number(r.get(f"val_{name}"))]
+        panels.setdefault(name, {})["val"] = thinned([r["step"] for r in rows], [r[f"val_{name}"] for r in rows])
     return panels
 
 
@@ -112,28 +212,43 @@ def write_report(
     samples: list[dict[str, str]] | None = None,
     config: dict[str, Any] | None = None,
     counts: tuple[str, ...] = (),
+    series: MetricsSeries | None = None,
 ) -> Path:
     """Write ``<run_dir>/report.md`` (+ ``loss.png``, ``lr.png``, and ``objective.png`` when the objective logs
-    metrics of its own) from ``metrics.jsonl``; ``counts``: the objective's ``count_metrics``, in the text only."""
+    metrics of its own) from ``metrics.jsonl``; ``counts``: the objective's ``count_metrics``, in the text only;
+    ``series``: the run's ``MetricsSeries`` kept from its last report (it reads only what is new), else one of its
+    own."""
     run_dir = Path(run_dir)
-    records = read_metrics(run_dir / "metrics.jsonl")
-    train = [r for r in records if r.get("split", "train") == "train" and "loss" in r]
-    # every evaluation's row: a GRPO run's held-out accuracy comes without a loss where it has no validation store
-    val = [r for r in records if r.get("split") == "val" and any(_is_val_number(k, v) for k, v in r.items())]
+    series = (series or MetricsSeries(run_dir / RUN_METRICS)).update()
+    val = series.val
     val_loss = [r for r in val if is_number(r.get("val_loss"))]
     lines = [f"# {title}", ""]
     if summary:
         lines += ["| metric | value |", "|---|---|"]
         lines += [f"| {k} | {_fmt(v)} |" for k, v in summary.items()]
         lines.append("")
-    if train:
-        series = {"train": ([r["step"] for r in train], [r["loss"] for r in train])}
+    if series.cut_short:
+        lines += [
+            f"{RUN_METRICS} ends in a row cut short ({series.cut_short} bytes with no end of line: a write the run "
+            "was killed in); it is in no curve or table.",
+            "",
+        ]
+    if series.steps:
+        loss = {"train": thinned(series.steps, series.loss)}
         if val_loss:
-            series["val"] = ([r["step"] for r in val_loss], [r["val_loss"] for r in val_loss])
-        plot_series(run_dir / LOSS_PLOT, series, "loss")
-        plot_series(run_dir / LR_PLOT, {"lr": ([r["step"] for r in train], [r["lr"] for r in train])}, "learning rate")
-        lines += ["## Curves", "", f"![loss]({LOSS_PLOT})", "", f"![learning rate]({LR_PLOT})", ""]
-        own = objective_panels(train, val, counts)
+            loss["val"] = thinned([r["step"] for r in val_loss], [r["val_loss"] for r in val_loss])
+        plot_series(run_dir / LOSS_PLOT, loss, "loss")
+        plot_series(run_dir / LR_PLOT, {"lr": thinned(series.steps, series.lr)}, "learning rate")
+        lines += ["## Curves", ""]
+        stride = _stride(len(series.steps))
+        if stride > 1:
+            lines += [
+                f"The curves draw every {_ordinal(stride)} of the {len(series.steps)} logged steps (and the last): "
+                f"{PLOT_POINTS} points a curve at most; metrics.jsonl has them all.",
+                "",
+            ]
+        lines += [f"![loss]({LOSS_PLOT})", "", f"![learning rate]({LR_PLOT})", ""]
+        own = objective_panels(series, counts)
         if own:
             plot_panels(run_dir / OBJECTIVE_PLOT, own)
             lines += ["## The objective's metrics", "", f"![objective metrics]({OBJECTIVE_PLOT})", ""]

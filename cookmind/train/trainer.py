@@ -940,9 +940,11 @@ class Trainer:
                 if self.dist.is_main and cfg.logging.report:
                     from cookmind.train.report import write_report
 
+                    # the checkpoints' reports read metrics.jsonl up to their step: this one reads what came since
+                    kept = next((cb.series for cb in self.callbacks if isinstance(cb, ReportCallback)), None)
                     write_report(
                         self.run_dir, f"cookmind {cfg.train.objective} run", summary, self.samples, cfg.to_dict(),
-                        getattr(self.objective, "count_metrics", ()),
+                        getattr(self.objective, "count_metrics", ()), kept,
                     )  # fmt: skip
                 release_run_dir(self.run_dir)  # its last write is done: the run directory is free for the next run
         except BaseException:

@@ -1,0 +1,148 @@
+"""report.md brought up to date at every checkpoint reads only what metrics.jsonl gained since the last report: a run of
+a million logged steps re-read and re-parsed the whole file, and redrew every point, on rank 0 at each checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from cookmind.train import report
+from cookmind.train.metrics import MetricsWriter
+
+
+def _row(step: int, shift: float = 0.0) -> dict:
+    return {"step": step, "split": "train", "loss": 3.0 - step / 100 + shift, "lr": 1e-3, "reward": step / 50}
+
+
+def _val(step: int) -> dict:
+    return {"step": step, "split": "val", "val_loss": 2.5 - step / 200, "val_accuracy": step / 40, "val_problems": 8}
+
+
+def _append(path, rows) -> None:
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _plotted(monkeypatch) -> dict:
+    """What each plot of the next report draws, by file name (plot_series' and plot_panels' arguments)."""
+    seen = {}
+    real_series, real_panels = report.plot_series, report.plot_panels
+
+    def series(path, s, *a, **kw):
+        seen[path.name] = {k: (list(xs), list(ys)) for k, (xs, ys) in s.items()}
+        return real_series(path, s, *a, **kw)
+
+    def panels(path, p, **kw):
+        seen[path.name] = {n: {k: (list(xs), list(ys)) for k, (xs, ys) in lines.items()} for n, lines in p.items()}
+        return real_panels(path, p, **kw)
+
+    monkeypatch.setattr(report, "plot_series", series)
+    monkeypatch.setattr(report, "plot_panels", panels)
+    return seen
+
+
+def _both(run, monkeypatch, kept: report.MetricsSeries) -> tuple:
+    """The report written with ``kept`` (brought up to date) and one written from scratch: (text, plots) each."""
+    seen = _plotted(monkeypatch)
+    report.write_report(run, "run", {"status": "running"}, counts=("problems",), series=kept)
+    incremental = ((run / "report.md").read_text(), dict(seen))
+    seen.clear()
+    report.write_report(run, "run", {"status": "running"}, counts=("problems",))
+    return incremental, ((run / "report.md").read_text(), dict(seen))
+
+
+def _naive_losses(path) -> tuple[list, list]:
+    """The train rows' (steps, losses) of every whole line: an independent full read."""
+    rows = [json.loads(line) for line in path.read_bytes().split(b"\n")[:-1] if line.strip()]
+    train = [r for r in rows if r.get("split") == "train"]
+    return [r["step"] for r in train], [r["loss"] for r in train]
+
+
+def test_an_incremental_report_equals_one_from_scratch_after_appends_a_cut_line_and_a_resume(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "metrics.jsonl"
+    kept = report.MetricsSeries(path)
+    _append(path, [*map(_row, range(1, 6)), _val(5)])
+    first, scratch = _both(run, monkeypatch, kept)
+    assert first == scratch
+    _append(path, [*map(_row, range(6, 11)), _val(10)])
+    with open(path, "a") as f:
+        f.write('{"step": 11, "split": "train", "lo')  # a kill in the middle of a write
+    grown, scratch = _both(run, monkeypatch, kept)
+    assert grown == scratch
+    assert grown[1]["loss.png"]["train"] == _naive_losses(path) and grown[1]["loss.png"]["train"][0][-1] == 10
+    assert "cut short" in grown[0]  # the cut row is said, not dropped silently
+    assert "problems" not in grown[1]["objective.png"] and grown[1]["objective.png"]["accuracy"]["val"][0] == [5, 10]
+    # the resume from the checkpoint at step 7 rewinds the file (its rows after step 7 and the cut line go) and logs
+    # steps 8.. again, with other values
+    assert MetricsWriter(path).rewind(7)
+    _append(path, [_row(s, shift=0.5) for s in range(8, 13)])
+    resumed, scratch = _both(run, monkeypatch, kept)
+    assert resumed == scratch
+    assert resumed[1]["loss.png"]["train"] == _naive_losses(path)
+    assert resumed[1]["loss.png"]["train"][1][-1] == pytest.approx(3.0 - 12 / 100 + 0.5)
+    assert "cut short" not in resumed[0] and resumed[1]["objective.png"]["accuracy"]["val"][0] == [5]
+
+
+def test_each_report_of_a_run_parses_only_the_rows_logged_since_the_last(tmp_path, monkeypatch):
+    """Counted by the lines json.loads reads while the reports are written (not timed): each row of metrics.jsonl is
+    parsed once over the run, the checkpoints' reports and the end's together."""
+    import numpy as np
+    from lm_fixtures import TINY
+
+    from cookmind.store import write_store
+    from cookmind.train import TrainConfig, Trainer
+
+    rng = np.random.default_rng(0)
+    store = tmp_path / "seq"
+    write_store(store, "seq", [{"sequence": rng.integers(1, 64, size=80)} for _ in range(8)], vocab_size=64)
+    parsed, writing = [], []
+    real_loads, real_write = json.loads, report.write_report
+
+    def loads(text, *a, **kw):
+        if writing and '"step"' in str(text):  # a row (matplotlib reads its font cache as JSON once)
+            parsed[-1] += 1
+        return real_loads(text, *a, **kw)
+
+    def write(*a, **kw):
+        writing.append(1)
+        parsed.append(0)
+        try:
+            return real_write(*a, **kw)
+        finally:
+            writing.pop()
+
+    monkeypatch.setattr(json, "loads", loads)
+    monkeypatch.setattr(report, "write_report", write)
+    cfg = TrainConfig.from_dict(
+        {
+            "model": dict(TINY),
+            "data": {"train_path": str(store), "window_size": 16},
+            "train": {"max_steps": 6, "micro_batch_size": 2, "seed": 1},
+            "optim": {"lr": 1e-2, "warmup_steps": 1},
+            "checkpoint": {"every": 2},
+            "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "log_every": 1, "report": True},
+        }
+    )
+    Trainer(cfg).fit()
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(parsed) == 3, parsed  # at the checkpoints of steps 2 and 4, and as the run ends
+    assert sum(parsed) == len(lines), (parsed, len(lines))  # a full re-read each time parsed 2 + 4 + 6 train rows
+    assert max(parsed) <= 3, parsed  # two steps' rows (and the end's evaluation) a report
+
+
+def test_a_long_series_is_drawn_thinned_and_the_report_says_so(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    _append(run / "metrics.jsonl", map(_row, range(1, 11)))
+    monkeypatch.setattr(report, "PLOT_POINTS", 4)
+    seen = _plotted(monkeypatch)
+    report.write_report(run, "run", {})
+    # every 3rd row of 10 (ceil(10 / 4)): rows 1, 4, 7, 10; the last is drawn always
+    assert seen["loss.png"]["train"][0] == [1, 4, 7, 10]
+    assert seen["objective.png"]["reward"]["train"] == ([1, 4, 7, 10], [0.02, 0.08, 0.14, 0.2])
+    assert "every 3rd of the 10 logged" in (run / "report.md").read_text()
+    assert math.isclose(seen["loss.png"]["train"][1][-1], 2.9)
