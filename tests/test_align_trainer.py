@@ -234,3 +234,57 @@ def test_the_template_a_store_was_packed_with_is_offered_as_an_override_that_par
     override = shlex.split(typed)  # as the shell hands it to cookmind
     assert len(override) == 1 and override[0].startswith("grpo.template="), typed
     assert main([*argv, "--run-dir", str(tmp_path / "b"), *override, "grpo.max_new_tokens=2"]) == 0
+
+
+def test_the_held_out_check_reads_a_bounded_share_of_a_big_store(grpo_run_inputs, tmp_path, monkeypatch):
+    """The check that held-out problems are not training prompts read every prompt of the grpo store at start-up (a
+    full pass over a store of millions). It reads only the prompts as long as a held-out one (no other can be one),
+    at most HELD_OUT_CHECK_ROWS of them, and stops once every held-out prompt is found; it still warns of an overlap,
+    and says when the bound left prompts unread. Counted in store rows read, not timed."""
+    from types import SimpleNamespace
+
+    from cookmind.align import objective as objective_module
+    from cookmind.align.objective import GRPOConfig, GRPOObjective
+    from cookmind.store.packer import pack
+    from cookmind.store.token_store import TokenStore
+    from cookmind.tokenizer import Tokenizer
+
+    root = grpo_run_inputs
+    # 40 prompts of several lengths (1- to 3-digit counts); the held-out set: two of them and one of its own
+    problems = [{"question": f"Tom has {7**k % 997} apples. How many?", "answer": "#### 1"} for k in range(40)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    pack([tmp_path / "train.jsonl"], tmp_path / "rl", str(root / "tok"), "grpo", progress=False)
+    held = [problems[3], problems[30], {"question": "Ann has 9 pens. How many?", "answer": "#### 9"}]
+    store = TokenStore(tmp_path / "rl")
+    reads = []
+    real = TokenStore.record
+    monkeypatch.setattr(TokenStore, "record", lambda self, key, i: (reads.append(i), real(self, key, i))[1])
+    trainer = SimpleNamespace(
+        cfg=SimpleNamespace(data=SimpleNamespace(train_path=str(tmp_path / "rl"))),
+        train_loader=SimpleNamespace(loader=SimpleNamespace(dataset=SimpleNamespace(offline=False, store=store))),
+    )
+    objective = GRPOObjective(GRPOConfig(template="chat"), tokenizer=Tokenizer.load(root / "tok"), eval_problems=held)
+    said = r"grpo: 2 of the 3 held-out problems graded \(grpo.eval_problems\) are training problems too"
+    with pytest.warns(UserWarning, match=said):
+        objective._say_if_held_out_problems_train(trainer)
+    first = list(reads)
+    # the prompts that could be a held-out one: those of the same length as one (the third's as the chat template
+    # packs it: the store's prompts of a question of the same length)
+    monkeypatch.setattr(TokenStore, "record", real)
+    own = tmp_path / "own.jsonl"
+    own.write_text(json.dumps(held[2]) + "\n")
+    pack([own], tmp_path / "own", str(root / "tok"), "grpo", progress=False)
+    lengths = {len(store.record("prompts", i)) for i in (3, 30)} | {
+        len(TokenStore(tmp_path / "own").record("prompts", 0))
+    }
+    could = [i for i in range(len(store)) if len(store.record("prompts", i)) in lengths]
+    assert 2 <= len(could) < 40
+    assert sorted(set(first)) == first and set(first) <= set(could), (first, could)
+    monkeypatch.setattr(TokenStore, "record", lambda self, key, i: (reads.append(i), real(self, key, i))[1])
+    reads.clear()
+    monkeypatch.setattr(objective_module, "HELD_OUT_CHECK_ROWS", 2)
+    with pytest.warns(UserWarning) as caught:
+        objective._say_if_held_out_problems_train(trainer)
+    assert len(reads) == 2, reads
+    text = " ".join(str(w.message) for w in caught)
+    assert f"the first 2 of the {len(could)} training prompts" in text, text

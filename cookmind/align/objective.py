@@ -329,6 +329,34 @@ def offline_no_signal_message(meta: dict[str, float], batches: int) -> str:
     )
 
 
+# the most prompts of a grpo store the held-out check reads: it read every one, a full pass at start-up
+HELD_OUT_CHECK_ROWS = 100_000
+
+
+def _prompts_in_store(store: Any, wanted: dict[bytes, int], source: str) -> set[bytes]:
+    """The ``wanted`` prompts (int64 token bytes -> their length) that are prompts of the grpo ``store``. Only a prompt
+    of a wanted one's length can be one (the store's offsets say each length, no row read), at most
+    ``HELD_OUT_CHECK_ROWS`` of those are read, in the store's order, and the reading stops once all are found; a
+    bound that leaves some unread is said."""
+    lengths = store.lengths("prompts")
+    could = np.flatnonzero(np.isin(lengths, list(set(wanted.values()))))
+    found: set[bytes] = set()
+    for i in could[:HELD_OUT_CHECK_ROWS]:
+        row = store.record("prompts", int(i)).astype("int64").tobytes()
+        if row in wanted:
+            found.add(row)
+            if len(found) == len(wanted):
+                return found
+    if len(could) > HELD_OUT_CHECK_ROWS:
+        warnings.warn(
+            f"grpo: the check that held-out problems (grpo.eval_problems) are not training prompts read the first "
+            f"{HELD_OUT_CHECK_ROWS} of the {len(could)} training prompts of their lengths in {source}; the others "
+            "went unchecked",
+            stacklevel=3,
+        )
+    return found
+
+
 class GRPOObjective(Objective):
     """Online GRPO on {"prompt_ids", "prompt_lengths", "answer"} batches (or offline scored responses).
 
@@ -463,10 +491,9 @@ class GRPOObjective(Objective):
             shared = sum(p["question"].strip() in seen for p in graded)
         elif getattr(dataset, "offline", True) is False:  # an online grpo store: its prompts as packed
             source = f"--train-data {trainer.cfg.data.train_path}"
-            store = dataset.store
-            seen = {store.record("prompts", i).astype("int64").tobytes() for i in range(len(store))}
-            ids = (encode_prompt(self.tokenizer, p["question"], self.cfg.template) for p in graded)
-            shared = sum(np.asarray(i, dtype="int64").tobytes() in seen for i in ids)
+            ids = [np.asarray(encode_prompt(self.tokenizer, p["question"], self.cfg.template), "int64") for p in graded]
+            found = _prompts_in_store(dataset.store, {i.tobytes(): len(i) for i in ids}, source)
+            shared = sum(i.tobytes() in found for i in ids)
         else:
             return
         if shared:
