@@ -1777,3 +1777,25 @@ def test_a_sigterm_in_a_log_is_said_on_a_line_of_its_own_without_a_blank_one(tmp
     err = capfd.readouterr().err
     assert "\ncookmind train: SIGTERM: stopping when the step under way ends, then saving\n" in err
     assert "\n\n" not in err and "pretrain:   0% 0/50" in err
+
+
+def test_a_resume_shows_its_progress_bar_unless_this_command_asks_for_quiet(tmp_path, store, monkeypatch, capsys):
+    """A run started with --quiet saved logging.progress=false in its config.yaml, and `--resume auto` took it with
+    the run's settings: the resumed run, started without --quiet at a terminal, showed no progress at all (the note
+    listed it among the run's settings kept). The bar is this command's, as --quiet is: a resume shows it unless
+    this command says --quiet (or logging.progress=false)."""
+    monkeypatch.chdir(tmp_path)
+    tiny = [o for o in TINY if not o.startswith("logging.progress")]
+    argv = ["--train-data", str(store), "--quiet", "train.max_steps=1", *tiny]
+    assert _train("--run-dir", "named", *argv) == 0
+    assert _train(*argv) == 0  # a run of the preset's default run directory, found by --resume auto
+    assert yaml.safe_load(Path("named/config.yaml").read_text())["logging"]["progress"] is False
+    capsys.readouterr()
+    for found in (["--run-dir", "named"], ["--train-data", str(store)]):
+        resume = [*found, "--resume", "auto", "train.max_steps=2"]
+        assert cli.resolve_config(_args(*resume)).logging.progress is True, found
+        assert cli.resolve_config(_args(*resume, "--quiet")).logging.progress is False, found
+        assert cli.resolve_config(_args(*resume, "logging.progress=false")).logging.progress is False, found
+        assert _train(*resume) == 0
+        err = capsys.readouterr().err
+        assert "pretrain: 100% 2/2" in err and "logging.progress" not in err, err

@@ -88,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quiet",
         action="store_true",
-        help="no progress bar (= logging.progress=false); the notes and the summary line stay",
+        help="no progress bar (= logging.progress=false), for this command: a resume draws it unless it says --quiet "
+        "too; the notes and the summary line stay",
     )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
 
@@ -107,14 +108,18 @@ def resolve_config(args: argparse.Namespace):
         items.append("checkpoint.overwrite=true")
     if getattr(args, "quiet", False):
         items.append("logging.progress=false")
+    # a resumed run's saved settings: all but the progress bar, which is this command's, as --quiet is (a run started
+    # with --quiet was resumed at a terminal showing no progress)
+    bar = [] if getattr(args, "quiet", False) else ["logging.progress=true"]
     given = args.config
     if args.config is None:
         saved = run_config_to_resume(args)
         if saved is None:
             refuse_a_resume_of_no_run(args)
         args.config = saved or DEFAULT_PRESET
-    cfg = TrainConfig.load(args.config, items + list(args.overrides))
-    if given is None and args.config != DEFAULT_PRESET:
+    from_run = given is None and args.config != DEFAULT_PRESET  # the run's own config.yaml
+    cfg = TrainConfig.load(args.config, (bar if from_run else []) + items + list(args.overrides))
+    if from_run:
         args.resumed_settings = args.config  # main says where the settings came from
     run_yaml = Path(cfg.logging.run_dir or "") / "config.yaml"
     own = given is not None and Path(given).is_file() and Path(given).resolve() == run_yaml.resolve()
@@ -143,7 +148,7 @@ def resolve_config(args: argparse.Namespace):
         if cfg.checkpoint.resume == "auto" and found.is_file():  # a run found: resumed as --run-dir RUN resumes it
             preset = given or DEFAULT_PRESET
             try:
-                run = TrainConfig.load(str(found), items + list(args.overrides))
+                run = TrainConfig.load(str(found), bar + items + list(args.overrides))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(
                     f"{found}, the config of the run --resume auto found, does not load with this command's flags and "
