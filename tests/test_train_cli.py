@@ -1799,3 +1799,20 @@ def test_a_resume_shows_its_progress_bar_unless_this_command_asks_for_quiet(tmp_
         assert _train(*resume) == 0
         err = capsys.readouterr().err
         assert "pretrain: 100% 2/2" in err and "logging.progress" not in err, err
+
+
+def test_a_resume_from_a_checkpoint_path_alone_names_the_run_that_saved_it(tmp_path, store, capsys):
+    """`--resume RUN/checkpoints/step_N` with nothing else (as a user copies the path the stop printed) said "no
+    training data: pass --train-data STORE": the default preset was taken, not the settings of the run that saved the
+    checkpoint. It now names that run and the command that resumes it."""
+    run = tmp_path / "run"
+    assert _run_after_tiny(store, "--run-dir", str(run), "train.max_steps=2", "checkpoint.every=1") == 0
+    ckpt = run / "checkpoints" / "step_00000001"
+    capsys.readouterr()
+    assert _train("--resume", str(ckpt)) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        f"cookmind train: error: --resume {ckpt} takes its settings from --run-dir: the run that saved it is {run} "
+        f"(its config.yaml); resume it with --run-dir {run} --resume {ckpt} (or --resume auto, its newest "
+        "checkpoint), or pass --train-data STORE and the settings to train a new run from it"
+    ), err

@@ -256,12 +256,21 @@ def refuse_a_resume_of_no_run(args: argparse.Namespace) -> None:
     """``--run-dir RUN --resume auto`` with no --config and no training data, where RUN holds no config.yaml: there
     is nothing to take the settings from, and the default preset failed on what it lacks (no tokenizer to size the
     vocabulary); a ValueError says there is no run to resume and what to pass. With --train-data it is a fresh start
-    (a job that always resumes), as before."""
+    (a job that always resumes), as before. ``--resume RUN/checkpoints/step_N`` alone, with no data, is refused
+    naming RUN and ``--run-dir RUN``, which takes its settings (the default preset said "no training data")."""
     run_dir = _flag_or_override(args, "run_dir", "logging.run_dir")
     resume = _flag_or_override(args, "resume", "checkpoint.resume")
     data = _flag_or_override(args, "train_data", "data.train_path") or _flag_or_override(
         args, "grpo_problems", "grpo.problems"
     )
+    if run_dir is None and resume not in (None, "auto", "null", "none", "false") and data is None:
+        saved_by = Path(resume).parent.parent  # RUN/checkpoints/step_N: a copied path the stop's note printed
+        if Path(resume).parent.name == "checkpoints" and (saved_by / "config.yaml").is_file():
+            raise ValueError(
+                f"--resume {resume} takes its settings from --run-dir: the run that saved it is {saved_by} (its "
+                f"config.yaml); resume it with --run-dir {saved_by} --resume {resume} (or --resume auto, its newest "
+                "checkpoint), or pass --train-data STORE and the settings to train a new run from it"
+            )
     if run_dir is None or resume != "auto" or data is not None:
         return
     run = Path(run_dir)
