@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import warnings
 
 import numpy as np
 import pytest
@@ -716,3 +717,29 @@ def test_a_run_that_fails_after_a_checkpoint_does_not_leave_its_report_saying_ru
     text = (tmp_path / "dies" / "report.md").read_text()
     assert "| status | failed |" in text and "running" not in text, text
     assert "RuntimeError: the disk went away in the test" in text
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_the_windows_an_epoch_leaves_out_are_counted(tmp_path, store, capsys, shuffle):
+    """An epoch ends where fewer items than a global batch are left, and those are dropped: nothing said so, and with
+    data.shuffle=false the same last items were never trained, however long the run. 640 tokens in windows of 16
+    make 40 windows; a global batch of 3 takes 39 of them an epoch (13 steps), 1 left out."""
+    train = {"max_steps": 14, "micro_batch_size": 3}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(_cfg(tmp_path, store, f"s{shuffle}", train=train, data={"shuffle": shuffle}))
+    err = capsys.readouterr().err
+    assert "seq data: 640 tokens in 40 windows of data.window_size=16" in err, err
+    said = [str(w.message) for w in caught if "epoch" in str(w.message)]
+    if shuffle:
+        assert "an epoch is 13 steps of 3 windows: 1 of the 40 is left out of each (others each epoch)" in err, err
+        assert not said
+    else:
+        assert said == [
+            "data.shuffle=false: the last 1 of the 40 training windows is never trained: an epoch is 13 steps of 3 "
+            "(train.micro_batch_size x train.grad_accum_steps x processes) and ends where fewer are left; set "
+            "data.shuffle=true, or a global batch that divides 40"
+        ], said
+    capsys.readouterr()
+    Trainer(_cfg(tmp_path, store, f"short{shuffle}", train={**train, "max_steps": 13}, data={"shuffle": shuffle}))
+    assert "left out" not in capsys.readouterr().err  # a run of one epoch or less leaves nothing out at an epoch's end

@@ -548,6 +548,8 @@ class Trainer:
                 f"train.micro_batch_size={micro} x train.grad_accum_steps={accum} x {world} processes); lower "
                 "train.micro_batch_size or train.grad_accum_steps, or pack more data"
             )
+        if train:
+            self._say_what_an_epoch_leaves_out(len(dataset), shuffle)
         if not train:  # each evaluation scores the first eval.max_batches batches: say so when that is not all
             scored, limit = min(len(loader), self.cfg.eval.max_batches), self.cfg.eval.max_batches
             self.summary_stats.update(val_data_batches=len(loader), val_data_batches_scored=scored)
@@ -559,6 +561,28 @@ class Trainer:
         # A private generator: creating a loader iterator must not draw from the global RNG (exact resume).
         loader.loader.generator = torch.Generator()
         return loader
+
+    def _say_what_an_epoch_leaves_out(self, items: int, shuffle: bool) -> None:
+        """An epoch ends where fewer than a global batch of items are left (``_next_batch``): where the run goes past
+        one, say how many each leaves out; with data.shuffle=false the same last ones, never trained (a warning)."""
+        batch = self._global_batch()
+        steps, left = divmod(items, batch)
+        if not left or self.cfg.train.max_steps <= steps or not self.dist.is_main:
+            return
+        what = {"seq": "windows", "grpo": "prompts"}.get(self.train_type, "records")
+        verb = "is" if left == 1 else "are"
+        if shuffle:
+            _note(f"an epoch is {steps} steps of {batch} {what}: {left} of the {items} {verb} left out of each (others "
+                  "each epoch)")  # fmt: skip
+            return
+        import warnings
+
+        warnings.warn(
+            f"data.shuffle=false: the last {left} of the {items} training {what} {verb} never trained: an epoch is "
+            f"{steps} steps of {batch} (train.micro_batch_size x train.grad_accum_steps x processes) and ends where "
+            f"fewer are left; set data.shuffle=true, or a global batch that divides {items}",
+            stacklevel=4,
+        )
 
     def _warn_if_validating_on_training_data(self) -> None:
         """A validation store with the training store's fingerprint (the same store, or a copy) measures the fit to
