@@ -146,3 +146,27 @@ def test_a_long_series_is_drawn_thinned_and_the_report_says_so(tmp_path, monkeyp
     assert seen["objective.png"]["reward"]["train"] == ([1, 4, 7, 10], [0.02, 0.08, 0.14, 0.2])
     assert "every 3rd of the 10 logged" in (run / "report.md").read_text()
     assert math.isclose(seen["loss.png"]["train"][1][-1], 2.9)
+
+
+def test_a_panel_of_held_out_figures_alone_says_they_are_held_out(tmp_path, monkeypatch):
+    """objective.png drew a metric only the evaluation logs (GRPO's held-out format_rate) as one line in the first
+    colour, with no legend, as a training curve looks: a reader took the held-out figure for the training one. A
+    panel says which its lines are wherever it is not the training curve alone, and draws each in its own colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+
+    legends = {}
+    real_legend = Axes.legend
+
+    def legend(self, *a, **kw):
+        legends[self.get_title()] = [(line.get_label(), line.get_color()) for line in self.get_lines()]
+        return real_legend(self, *a, **kw)
+
+    monkeypatch.setattr(Axes, "legend", legend)
+    panels = {"reward": {"train": ([1, 2], [0.1, 0.2])}, "format_rate": {"val": ([1, 2], [0.5, 0.6])}}
+    panels["accuracy"] = {"train": ([1, 2], [0.0, 0.5]), "val": ([2], [0.25])}
+    report.plot_panels(tmp_path / "objective.png", panels)
+    # and a held-out line has the one colour in every panel: the second (C1), as beside a training curve
+    assert legends == {"format_rate": [("val", "C1")], "accuracy": [("train", "C0"), ("val", "C1")]}, legends

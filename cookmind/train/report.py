@@ -151,9 +151,13 @@ def plot_series(
     return path
 
 
+_COLORS = {"train": "C0", "val": "C1"}  # each line's colour, the same in every panel
+
+
 def plot_panels(path: Path, panels: dict[str, dict[str, tuple[list[float], list[float]]]], columns: int = 3) -> Path:
     """One PNG with a small plot per named panel, each on its own scale, written atomically; a panel holds a line per
-    named (step, value) series (``train``, ``val``), with a legend where it holds more than one."""
+    named (step, value) series (``train``, ``val``), each in its colour, with a legend but for a training curve
+    alone."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -164,12 +168,13 @@ def plot_panels(path: Path, panels: dict[str, dict[str, tuple[list[float], list[
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), dpi=100, squeeze=False)
     for ax, (name, lines) in zip(axes.flat, panels.items()):
         for label, (xs, ys) in lines.items():
-            ax.plot(xs, ys, label=label, marker="o" if len(xs) < 20 else None, markersize=3)
+            color = _COLORS.get(label)  # a held-out line alone is not drawn in the training curve's colour
+            ax.plot(xs, ys, label=label, color=color, marker="o" if len(xs) < 20 else None, markersize=3)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        if len(lines) > 1:
+        if list(lines) != ["train"]:  # a held-out figure alone says so
             ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
