@@ -255,7 +255,8 @@ def test_gsm8k_seed_help_says_the_samples_follow_the_batch_size_too(capsys):
 def test_help_under_torchrun_prints_once_a_node_and_the_other_ranks_exit_quietly(tmp_path):
     """`torchrun --nproc-per-node 4 -m cookmind train --help` printed the whole help four times, one per rank, as
     session 33 found the start-up errors did. Each node's LOCAL_RANK 0 prints it now (a node's log is all its user may
-    read); the node's other ranks print nothing and exit 0, as they do for --version and each stage's --help."""
+    read); the node's other ranks print nothing and exit 0, as they do for --version, each stage's --help and
+    `train --print-config`."""
     import os
     import subprocess
     import sys
@@ -264,6 +265,7 @@ def test_help_under_torchrun_prints_once_a_node_and_the_other_ranks_exit_quietly
 
     root = os.path.dirname(os.path.dirname(cookmind.__file__))
     asks = (["train", "--help"], ["--help"], [], ["eval", "gsm8k", "--help"], ["--version"])
+    asks += (["train", "--print-config"],)
     started = []
     for argv in asks:
         for rank, local in ((0, 0), (1, 1), (2, 0), (3, 1)):  # two nodes of two ranks each
@@ -277,6 +279,6 @@ def test_help_under_torchrun_prints_once_a_node_and_the_other_ranks_exit_quietly
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, (argv, local, err.decode())
         if local == 0:
-            assert out.decode().startswith("usage: cookmind") or out.decode().startswith("cookmind "), (argv, out)
+            assert out.decode().startswith(("usage: cookmind", "cookmind ", "model:")), (argv, out)
         else:
             assert out == b"" and err == b"", (argv, local, out, err)

@@ -24,7 +24,7 @@ import signal
 import time
 from pathlib import Path
 
-from cookmind.cli import say
+from cookmind.cli import a_nodes_other_rank, say
 
 
 def preset_names() -> list[str]:
@@ -421,7 +421,8 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = resolve_config(args)  # bad input: cookmind.cli says it in one line, exit status 2 (and tells other ranks)
     if args.print_config:
-        print(yaml.safe_dump(printable_config(cfg), sort_keys=False))
+        if not a_nodes_other_rank():  # under torchrun once a node, as --help
+            print(yaml.safe_dump(printable_config(cfg), sort_keys=False))
         return 0
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank takes rank 0's (the Trainer agrees it)
         _note(f"run directory {cfg.logging.run_dir}")
