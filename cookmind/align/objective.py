@@ -479,8 +479,9 @@ class GRPOObjective(Objective):
 
     def _say_if_held_out_problems_train(self, trainer: Any) -> None:
         """Warn (rank 0) when held-out problems graded are training problems too: grpo.problems with the same
-        question, or an online grpo store holding the same prompt. val_accuracy then measures what the run trains
-        on, as a validation store with the training data's fingerprint would."""
+        question, or an online grpo store holding the same prompt (``_prompts_in_store``: its prompts of a held-out
+        one's length, a bounded share). val_accuracy then measures what the run trains on, as a validation store with
+        the training data's fingerprint would."""
         graded = self._graded()
         if self.rank != 0 or not graded:
             return
