@@ -240,7 +240,7 @@ def test_a_plain_text_input_is_reported_by_its_lines_not_as_no_records(tmp_path,
     b = tmp_path / "b.txt"
     b.write_text("One more line\nand a last one without its newline")
     read = ReadCounts()
-    count_pretokens([a, b], DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, workers=workers, chunk_bytes=100, read=read)
+    count_pretokens([a, b], GPT2_PATTERN, workers=workers, chunk_bytes=100, read=read)
     assert (read.text_files, read.text_lines) == (2, len(lines) + 2)
     assert _train(tmp_path, tmp_path / "tok", a) == 0, capsys.readouterr().err
     said = json.loads(capsys.readouterr().out)["read"]
@@ -319,9 +319,7 @@ def test_utf8_errors_replace_counts_a_line_at_a_range_cut_once(tmp_path):
     for workers in (1, 2):
         read = ReadCounts()
         with pytest.warns(UserWarning, match=re.escape(f"{says}{lines} lines)")):
-            count_pretokens(
-                path, DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, workers=workers, chunk_bytes=2, **replace, read=read
-            )
+            count_pretokens(path, GPT2_PATTERN, workers=workers, chunk_bytes=2, **replace, read=read)
         assert read.invalid_utf8.as_meta() == {"files": 1, "lines": lines, "bytes": n_bytes, "first": f"{path}:{first}"}
 
 
@@ -349,7 +347,6 @@ def test_an_error_while_counting_beside_a_pool_stops_the_pool_at_once(tmp_path):
     with pytest.raises(RuntimeError, match="the loop's own error") as held:
         count_pretokens(
             path,
-            DEFAULT_SPECIAL_TOKENS,
             GPT2_PATTERN,
             workers=2,
             chunk_bytes=100_000,

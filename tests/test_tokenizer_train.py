@@ -13,13 +13,11 @@ from tokenizer_fixtures import MULTILINGUAL_WORDS
 from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, GPT4_PATTERN, TokenizerError, train_bpe
 
 
-def naive_train(text: str, vocab_size: int, specials: list[str], pattern: str = GPT2_PATTERN):
-    """The textbook trainer: recount every pair each step, merge the max (count, (bytes_a, bytes_b))."""
-    docs = (
-        regex.split("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True)), text)
-        if specials
-        else [text]
-    )
+def naive_train(text: str | list[str], vocab_size: int, specials: list[str], pattern: str = GPT2_PATTERN):
+    """The textbook trainer: recount every pair each step, merge the max (count, (bytes_a, bytes_b)). ``text``: a
+    plain text file's text, its documents split at <|endoftext|> as pack splits them (another special token spelled
+    there is text, as pack encodes it); or a list of records' texts, each a document whole."""
+    docs = text.split("<|endoftext|>") if isinstance(text, str) else text
     words = Counter()
     for d in docs:
         for t in regex.findall(pattern, d):
@@ -67,7 +65,7 @@ def multilingual(seed: int, n: int) -> str:
 def corpora(shared):
     out = {
         "multilingual": (multilingual(0, 300), 420),
-        "specials": ("hello<|endoftext|>world <|im_start|>user\nhi<|im_end|>\n" * 5 + multilingual(1, 60), 330),
+        "specials": ("hello<|endoftext|>world <|im_start|>user\nhi<|im_end|>\n" * 30 + multilingual(1, 60), 330),
         "aaaa": ("aaaa aaa aa a aaaaaa b" * 3 + "\n", 270),
     }
     if shared is not None:
@@ -137,6 +135,22 @@ def test_parallel_chunks_equal_one_chunk(tmp_path, shared_or_none):
     one = train_bpe([a, b], 500, DEFAULT_SPECIAL_TOKENS, workers=1, chunk_bytes=1 << 30, progress=False)
     many = train_bpe([a, b], 500, DEFAULT_SPECIAL_TOKENS, workers=2, chunk_bytes=2000, progress=False)
     assert one == many
+
+
+def test_special_token_text_in_a_record_is_learned_as_the_text_pack_encodes(tmp_path):
+    # pack encodes <|endoftext|> typed in a JSON record's text as its 13 characters (text a user typed never becomes
+    # a control token), and training split the text there: its merges were learned over other pre-tokens than pack's
+    import json
+
+    texts = ["ab<|endoftext|>ab <|im_start|>cd|>", "<|endoftext|>", "x <|im_end|><|endoftext|>y"] * 3
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    vocab, merges = train_bpe(path, 300, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)
+    assert (vocab, merges) == naive_train(texts, 300, DEFAULT_SPECIAL_TOKENS)
+    assert (b"<", b"|") in merges  # only the marker's bytes hold that pair
+    # a record that is nothing but the marker is text to learn, not an empty corpus
+    path.write_text(json.dumps({"text": "<|endoftext|>"}) + "\n", encoding="utf-8")
+    assert train_bpe(path, 300, DEFAULT_SPECIAL_TOKENS, workers=1, progress=False)[1][0] in {(b"<", b"|"), (b"|", b">")}
 
 
 def test_special_tokens_are_never_merged_across(tmp_path):

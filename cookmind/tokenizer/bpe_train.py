@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import resolve_pattern
-from cookmind.tokenizer.pretokenize import ReadCounts, count_pretokens
+from cookmind.tokenizer.pretokenize import SEPARATORS, ReadCounts, count_pretokens
 
 if TYPE_CHECKING:
     from cookmind.store.records import SkippedRecords
@@ -402,7 +402,6 @@ def train_bpe(
         )
     counts = count_pretokens(
         input_path,
-        specials,
         pattern,
         workers=workers,
         chunk_bytes=chunk_bytes,
@@ -417,7 +416,7 @@ def train_bpe(
         raise TokenizerError(f"no record of {inputs} was good: {skipped.summary()}")
     if not counts:
         raise TokenizerError(
-            f"the corpus {inputs} has no text outside special tokens; give files with text to learn from"
+            f"the corpus {inputs} has no text outside {SEPARATORS[0]} separators; give files with text to learn from"
         )
     # distinct pre-tokens have distinct UTF-8 bytes (encoding fails, as before, on a lone surrogate)
     word_counts: dict[bytes, int] = {tok.encode("utf-8"): n for tok, n in counts.items()}

@@ -1,7 +1,9 @@
 """Count pre-tokens of a corpus once, streaming, in parallel over chunks cut at safe places.
 
-The text is split on special tokens (so no merge crosses one), then into pre-tokens by the
-pattern. Files are cut into chunks of about `chunk_bytes` at safe newlines (see patterns.py),
+A plain text file is split at ``<|endoftext|>``, its document separator as ``pack`` reads it (so no merge crosses
+one), then into pre-tokens by the pattern; any other special token spelled in it, and every special token spelled in
+a record's text, is learned as the text it is, as ``pack`` encodes it (text never becomes a control token). Files are
+cut into chunks of about `chunk_bytes` at safe newlines (see patterns.py),
 each worker reads and counts its own chunk, and only the counts travel back, so memory is
 bounded by the number of distinct pre-tokens, not by the corpus size.
 
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING
 import regex
 
 from cookmind.pools import ignore_ctrl_c, pool_context, stop_pool, worker_pool
-from cookmind.text_input import Utf8Replaced, bad_utf8_note, line_at, not_utf8, refuse_other_compression
+from cookmind.text_input import ENDOFTEXT, Utf8Replaced, bad_utf8_note, line_at, not_utf8, refuse_other_compression
 from cookmind.tokenizer.bytes_unicode import without_lone_surrogates
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import GPT2_PATTERN, is_safe_end, safe_cut_kind, safe_end_bytes
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 _SURROGATE = regex.compile("[\ud800-\udfff]")
 _WINDOW = 1 << 20
 _MIN_CHUNK = 256 << 10  # bytes: the smallest chunk count_pretokens cuts to spread work
+SEPARATORS = (ENDOFTEXT,)  # where a plain text file's documents end, as pack's default --separator
 
 
 @dataclass
@@ -120,10 +123,11 @@ def ascii_findall(pattern_str: str):
 
 
 def count_text(
-    text: str, pattern: regex.Pattern, special_re: regex.Pattern | None, kind: str | None, counts: Counter
+    text: str, pattern: regex.Pattern, separator_re: regex.Pattern | None, kind: str | None, counts: Counter
 ) -> None:
-    """Add the pre-token counts of `text` to `counts` (identical safe pieces are split once)."""
-    docs = special_re.split(text) if special_re is not None else [text]
+    """Add the pre-token counts of `text`, split into documents at `separator_re` where given, to `counts`
+    (identical safe pieces are split once)."""
+    docs = separator_re.split(text) if separator_re is not None else [text]
     pieces: Counter = Counter()
     for doc in docs:
         if doc:
@@ -181,7 +185,7 @@ def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, i
     """Count one byte range of a text file into `counts` (a new Counter where None); returns it, the bytes read,
     what of them was read as U+FFFD (None where nothing) and the lines it ends (the file's last, without its newline,
     too)."""
-    path, start, end, pattern_str, specials, utf8_errors = task
+    path, start, end, pattern_str, separators, utf8_errors = task
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
@@ -193,7 +197,7 @@ def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, i
         replaced = Utf8Replaced()
         replaced.add(path, not_utf8(data[mark:]), at=start)  # a range begins a line; which, found for the first only
     counts = Counter() if counts is None else counts
-    count_text(text, regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str), counts)
+    count_text(text, regex.compile(pattern_str), special_split_regex(separators), safe_cut_kind(pattern_str), counts)
     last_line = bool(data) and not data.endswith(b"\n") and end >= os.path.getsize(path)
     return counts, end - start, replaced, data.count(b"\n") + last_line
 
@@ -242,7 +246,8 @@ def _count_alongside(
 
 
 def _next_cut(f, pos: int, size: int, specials: Sequence[bytes], safe: frozenset[int]) -> int | None:
-    """First safe byte position >= pos: before a newline that follows a safe ASCII byte, spanned by no special token."""
+    """First safe byte position >= pos: before a newline that follows a safe ASCII byte, spanned by none of
+    ``specials`` (the separators)."""
     if not safe:
         return None
     margin = max((len(s) for s in specials), default=1)
@@ -270,7 +275,8 @@ def _next_cut(f, pos: int, size: int, specials: Sequence[bytes], safe: frozenset
 
 
 def chunk_file(path: str, chunk_bytes: int, specials: Sequence[str], pattern: str) -> list[tuple[int, int]]:
-    """Cut a file into (start, end) byte ranges of about chunk_bytes, each ending at a safe cut."""
+    """Cut a file into (start, end) byte ranges of about chunk_bytes, each ending at a safe cut (inside none of
+    ``specials``)."""
     size = os.path.getsize(path)
     if size == 0:
         return []
@@ -392,19 +398,18 @@ def _text_batches(
 
 
 def _count_texts(task: tuple) -> tuple[Counter, int, None, int]:
-    """Count a batch of records' texts (what they read as U+FFFD was counted as they were read: None; lines are
-    counted of plain text files only: 0)."""
-    texts, pattern_str, specials = task
-    pattern, special_re, kind = regex.compile(pattern_str), special_split_regex(specials), safe_cut_kind(pattern_str)
+    """Count a batch of records' texts, each a document whole (what they read as U+FFFD was counted as they were
+    read: None; lines are counted of plain text files only: 0)."""
+    texts, pattern_str = task
+    pattern, kind = regex.compile(pattern_str), safe_cut_kind(pattern_str)
     counts: Counter = Counter()
     for text in texts:
-        count_text(text, pattern, special_re, kind, counts)
+        count_text(text, pattern, None, kind, counts)
     return counts, sum(len(t.encode("utf-8")) for t in texts), None, 0
 
 
 def count_pretokens(
     paths: Sequence[str | os.PathLike] | str | os.PathLike,
-    special_tokens: Sequence[str],
     pattern: str,
     *,
     workers: int | None = None,
@@ -415,7 +420,8 @@ def count_pretokens(
     skipped: SkippedRecords | None = None,
     read: ReadCounts | None = None,
 ) -> Counter:
-    """Pre-token (str) -> count over all inputs, splitting on special tokens first.
+    """Pre-token (str) -> count over all inputs: a plain text file split into documents at ``<|endoftext|>``
+    first, a record's text whole; a special token spelled in the text is that text, as ``pack`` encodes it.
 
     Inputs: text files, JSON lines / JSON / Parquet (the ``text_field`` of each record), any of them gzipped,
     and folders of ``shard-*`` files (``cookmind curate run``'s output), read as ``pack`` reads them.
@@ -442,18 +448,15 @@ def count_pretokens(
             raise TokenizerError(str(exc)) from None
     records = [p for p in files if p not in plain]
     read.text_files, read.record_files = len(plain), len(records)
-    specials = list(special_tokens)
     want = workers or os.cpu_count() or 1
     piece = chunk_bytes
     if want > 1:  # about 8 chunks per process, so that they end together (chunk_bytes stays the largest)
         piece = min(chunk_bytes, max(_MIN_CHUNK, -(-sum(os.path.getsize(p) for p in plain) // (8 * want))))
     tasks = [
-        (p, s, e, pattern, specials, utf8_errors)
-        for p in plain
-        for s, e in chunk_file(p, piece, special_tokens, pattern)
+        (p, s, e, pattern, SEPARATORS, utf8_errors) for p in plain for s, e in chunk_file(p, piece, SEPARATORS, pattern)
     ]
     batches = _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped, read)
-    record_tasks = ((batch, pattern, specials) for batch in batches)
+    record_tasks = ((batch, pattern) for batch in batches)
     # the record batches are not known ahead: about one per chunk_bytes on disk (more where compressed)
     expected = len(tasks) + -(-sum(os.path.getsize(p) for p in records) // chunk_bytes)
     workers = max(1, min(want, expected or 1))
