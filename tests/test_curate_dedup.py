@@ -59,6 +59,19 @@ def test_shingle_jaccard_is_true_jaccard():
     assert jaccard(shingles(a, 3), shingles(b, 3)) == pytest.approx(len(ga & gb) / len(ga | gb))
 
 
+def test_minhash_shingles_do_not_span_a_separator():
+    # the guide says MinHash's n-grams neither hold an <|endoftext|> separator nor span one; shingles() read it as a
+    # space, so a story's last words and the next one's first made shingles that neither story holds
+    text = "The cat sat.\n<|endoftext|>\nA dog ran far<|endoftext|>Hi!\n<|endoftext|>\n"
+    # by hand, n=3: "the cat sat"; "a dog ran", "dog ran far"; "hi" (fewer words than n: one shingle of them all)
+    stories = ["The cat sat.", "A dog ran far", "Hi!"]
+    expected = np.unique(np.concatenate([shingles(story, 3) for story in stories]))
+    assert [len(shingles(story, 3)) for story in stories] == [1, 2, 1]
+    assert np.array_equal(shingles(text, 3), expected)
+    # the same stories in another order are the same shingles
+    assert np.array_equal(shingles("<|endoftext|>".join(reversed(stories)), 3), expected)
+
+
 def test_minhash_estimate_tracks_true_jaccard_like_datasketch():
     from datasketch import MinHash
 
@@ -631,10 +644,11 @@ def test_dedup_lines_keeps_the_separator_that_ends_a_duplicated_last_line(tmp_pa
 
 def test_minhash_shingles_read_no_separator_as_a_word():
     """MinHash read each <|endoftext|> as the word "endoftext": the same stories, joined by separators in one
-    record (or file) and not in another, shared fewer shingles than their words do. A separator is no word."""
-    plain = shingles("the cat sat on the mat", 3)
-    assert shingles(f"the cat sat\n{SEP}\non the mat{SEP}", 3).tolist() == plain.tolist()
-    assert len(plain) == 4  # the cat sat, cat sat on, sat on the, on the mat
+    record (or file) and not in another, shared fewer shingles than their words do. A separator is no word, and no
+    shingle spans one (the guide's rule; test_minhash_shingles_do_not_span_a_separator)."""
+    stories = np.union1d(shingles("the cat sat", 3), shingles("on the mat", 3))
+    assert shingles(f"the cat sat\n{SEP}\non the mat{SEP}", 3).tolist() == stories.tolist()
+    assert len(stories) == 2  # the cat sat; on the mat
 
 
 def test_curate_run_exact_lines_counts_a_removed_record_once(tmp_path):

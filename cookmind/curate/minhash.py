@@ -38,6 +38,12 @@ def normalize_words(text: str) -> list[str]:
     return _WORD.findall(text.replace(ENDOFTEXT, " ").lower())
 
 
+def _stories(text: str) -> list[list[str]]:
+    """The words (``normalize_words``) of each document of ``text``, the text between ``<|endoftext|>`` separators
+    as pack reads it; those with no words left out."""
+    return [words for doc in text.split(ENDOFTEXT) if (words := normalize_words(doc))]
+
+
 def _mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser: spreads the bits of a polynomial n-gram id over all 64 bits."""
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -46,17 +52,22 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 
 def shingles(text: str, ngrams: int = 5) -> np.ndarray:
-    """Sorted unique 64-bit ids of the word n-grams of ``text`` (fewer words than n: one shingle)."""
-    words = normalize_words(text)
-    if not words:
-        return np.zeros(0, dtype=np.uint64)
+    """Sorted unique 64-bit ids of the word n-grams of ``text``, each within one document: no n-gram spans an
+    ``<|endoftext|>`` separator (a story's last words and the next one's first are in neither). A document of fewer
+    words than n: one shingle of them."""
+    parts = [_ngram_ids(words, ngrams) for words in _stories(text)]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def _ngram_ids(words: list[str], ngrams: int) -> np.ndarray:
+    """The 64-bit id of each word n-gram of ``words`` (fewer than n: one, of them all)."""
     ids = np.fromiter((xxhash.xxh64_intdigest(w.encode()) for w in words), dtype=np.uint64, count=len(words))
     n = min(ngrams, len(ids))
     h = np.zeros(len(ids) - n + 1, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for k in range(n):  # id(w_i..w_{i+n-1}) = sum_k id(w_{i+k}) * P^(n-1-k)  mod 2^64
             h = h * np.uint64(0x100000001B3) + ids[k : len(ids) - n + 1 + k]
-        return np.unique(_mix64(h))
+        return _mix64(h)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

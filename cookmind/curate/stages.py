@@ -414,7 +414,8 @@ class MinHashStage(CorpusStage):
     """Near- and exact-duplicate documents: one kept per MinHash/LSH cluster (see minhash.py)."""
 
     name = "minhash"
-    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: no shingle spans a separator
+    version = 2
 
     def __init__(
         self, num_hashes: int = 128, num_bands: int = 16, ngrams: int = 5, jaccard_threshold: float = 0.8, seed: int = 0
