@@ -1651,6 +1651,66 @@ def test_skip_bad_keeps_the_more_common_grpo_kind_and_skips_and_counts_the_other
         pack([even], tmp_path / "e", tok_dir, "grpo", skip_bad=True, progress=False)
 
 
+def test_skip_bad_grpo_tokenizes_each_record_once(tmp_path, tok, tok_dir, monkeypatch):
+    # --skip-bad read and tokenized a grpo input twice: once to count its good records of each kind, once to pack
+    # them. Now once; the store is the one the majority's records alone make, the skipped counted in input order.
+    from collections import Counter
+
+    online = [{"question": f"{i} + 1?", "answer": f"#### {i + 1}"} for i in range(30)]
+    offline = [{"prompt": f"{i} + 2?", "response": f"{i + 2} apples", "reward": 1.0} for i in range(25)]
+    rows, expected_skips = [], []  # by hand: (line, reason) of each record skipped
+    for i in range(30):
+        rows.append(online[i])
+        if i < 25:
+            rows.append(offline[i])
+            expected_skips.append((len(rows), "minority grpo kind"))
+        if i in (2, 20):
+            rows.append({"question": "3 + 3?", "answer": ""})
+            expected_skips.append((len(rows), "empty text in answer"))
+        if i == 4:
+            rows.append({"question": 5, "answer": "#### 1"})
+            expected_skips.append((len(rows), "question must be a string, got int"))
+    src = _jsonl(tmp_path / "mixed.jsonl", rows)
+    calls: Counter = Counter()
+    encode = tok.encode
+
+    def counting(text, *args, **kwargs):
+        calls[text] += 1
+        return encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(tok, "encode", counting)
+    template = "Q: {question}\nA:"
+    kw = dict(prompt_template=template, shard_tokens=60, progress=False)
+    pack([src], tmp_path / "g", tok, "grpo", skip_bad=True, **kw)
+    # by hand: each record's prompt text once (a good record's, and an empty answer's, read before its answer; the
+    # two empty answers ask the same), each offline response once; an online answer is stored as bytes, not tokens
+    prompts = [template.replace("{question}", r["question"]) for r in online] + ["Q: 3 + 3?\nA:"] * 2
+    prompts += [template.replace("{question}", r["prompt"]) for r in offline]
+    assert calls == Counter(prompts + [r["response"] for r in offline])
+    pack([_jsonl(tmp_path / "online.jsonl", online)], tmp_path / "only", tok, "grpo", **kw)
+    only = sorted(p.relative_to(tmp_path / "only") for p in (tmp_path / "only").rglob("shard_*/*"))
+    assert len(only) > 4
+    # the same from 2 worker processes (each loads the tokenizer from its folder)
+    pack([src], tmp_path / "w", tok_dir, "grpo", skip_bad=True, workers=2, **kw)
+    for store in (tmp_path / "g", tmp_path / "w"):
+        # the shards are byte for byte those of the online records packed alone
+        assert sorted(p.relative_to(store) for p in store.rglob("shard_*/*")) == only
+        for name in only:
+            assert (store / name).read_bytes() == (tmp_path / "only" / name).read_bytes(), name
+        meta = json.loads((store / "meta.json").read_text())
+        assert meta["num_records"] == 30 and meta["sources"] == [{"path": str(src), "records": 30}]
+        skipped = meta["skipped"]
+        assert skipped["count"] == len(expected_skips) == 28
+        assert list(skipped["by_reason"].items()) == [
+            ("minority grpo kind", 25),
+            ("empty text", 2),
+            ("invalid record", 1),
+        ]
+        assert [e.split(": ")[:2] for e in skipped["examples"]] == [[f"{src}:{n}", r] for n, r in expected_skips[:20]]
+        assert "and 30 of the input's 55 good records are problems" in skipped["examples"][0]
+    assert not list(tmp_path.glob(".*"))  # no temporary folder left, the offline kind's neither
+
+
 def test_the_bar_in_a_pipe_or_a_log_is_plain_lines_ending_at_the_true_count(tmp_path, tok_dir, capsys):
     """Into a pipe (capsys's stderr is not a terminal) pack drew its bar as on a terminal: carriage returns and the
     bar redrawn, three times at its end. It writes plain lines now, the last one the count packed, with its

@@ -27,7 +27,6 @@ from cookmind.store.records import (
     EmptyDocument,
     RecordOptions,
     SkippedRecords,
-    make_grpo,
     make_record,
     make_seq,
     parse,
@@ -121,29 +120,55 @@ def _chunks(iterable, size):
         yield chunk
 
 
-def _grpo_kinds(inputs, utf8_errors: str, tok, opts: RecordOptions) -> Counter:
-    """How many of the inputs' good grpo records are scored responses (True: offline, ``make_grpo`` returns their
-    "responses") and how many problems (False: online); a record bad anyway (one that does not parse, an empty
-    answer) counts for neither kind: the pack skips it for its own reason."""
-    kinds: Counter = Counter()
-    for path in inputs:
-        for item in iter_items(path, utf8_errors=utf8_errors, replaced=text_input.Utf8Replaced()):
-            try:
-                kinds["responses" in make_grpo(parse(item), tok, opts)] += 1
-            except BadRecord:
-                continue
-    return kinds
+MINORITY = "minority grpo kind"  # the reason_kind of a grpo record --skip-bad leaves out for the input's rarer kind
+_MINORITY_SAYS = "\0minority"  # stands in an example's reason until the kinds are counted (``_KindSkips``)
 
 
 def _minority_reason(offline: bool, kinds: Counter) -> str:
-    """Why --skip-bad leaves a grpo record of the input's rarer kind out (``reason_kind``: "minority grpo kind")."""
+    """Why --skip-bad leaves a grpo record of the input's rarer kind out (``reason_kind``: ``MINORITY``)."""
     one = {False: "a problem with its reference answer (online)", True: "a scored response (offline)"}
     many = {False: "problems with reference answers (online)", True: "scored responses (offline)"}
     return (
-        f"minority grpo kind: this record is {one[offline]}, and {kinds[not offline]:,} of the input's "
+        f"{MINORITY}: this record is {one[offline]}, and {kinds[not offline]:,} of the input's "
         f"{kinds.total():,} good records are {many[not offline]}: a grpo store holds one kind, the input's more common "
         "one; pack this kind into its own store"
     )
+
+
+class _KindSkips:
+    """A grpo pack's records --skip-bad leaves out, in input order, as they would be were either kind the rarer one
+    (which is, is known once the input is read: it is read once, each record tokenized once). ``kinds`` counts the
+    good records of each kind (True: scored responses, offline; False: problems, online); a record bad anyway
+    counts for neither, and is skipped for its own reason whichever kind is kept."""
+
+    def __init__(self):
+        self.kinds: Counter = Counter()
+        self.if_rarer = {False: SkippedRecords(), True: SkippedRecords()}
+
+    def bad(self, kind: str, where: str) -> None:
+        for skips in self.if_rarer.values():
+            skips.add(kind, where)
+
+    def good(self, offline: bool, at: str) -> None:
+        self.kinds[offline] += 1
+        self.if_rarer[offline].add(MINORITY, f"{at}: {_MINORITY_SAYS}")
+
+    def keep_offline(self) -> bool:
+        """The kind to keep, the more common (an input of one kind, or none: that one); as many of each is refused."""
+        kinds = self.kinds
+        if kinds[True] and kinds[True] == kinds[False]:
+            raise PackError(
+                f"the input holds as many scored responses (offline) as problems (online), {kinds[True]:,} of each: "
+                "a grpo store holds one kind, and --skip-bad keeps the more common one; pack each kind into its own "
+                "store"
+            )
+        return kinds[True] > kinds[False]
+
+    def skipped(self, offline_kept: bool) -> SkippedRecords:
+        """The records left out when ``offline_kept`` says which kind is kept: the other kind's, and the bad ones."""
+        skips = self.if_rarer[not offline_kept]
+        says = _minority_reason(not offline_kept, self.kinds)
+        return SkippedRecords(skips.by_reason, [e.replace(_MINORITY_SAYS, says) for e in skips.examples])
 
 
 def _check_flags_apply(
@@ -360,21 +385,9 @@ def pack(
         )
     to_hold = min(max(round(val_fraction * to_read), 1), to_read - 1) if val_out is not None else 0
     # a grpo store holds problems (online) or scored responses (offline): with skip_bad the input's rarer kind is
-    # left out and counted, as a bad line is (which kind that is needs every record read first)
-    keep_offline, kinds = None, Counter()
-    if train_type == "grpo" and skip_bad:
-        try:
-            kinds = _grpo_kinds(inputs, utf8_errors, tok, opts)
-        except ValueError as exc:
-            raise _with_utf8_hint(exc) from None
-        if kinds[True] and kinds[True] == kinds[False]:
-            raise PackError(
-                f"the input holds as many scored responses (offline) as problems (online), {kinds[True]:,} of each: "
-                "a grpo store holds one kind, and --skip-bad keeps the more common one; pack each kind into its own "
-                "store"
-            )
-        if kinds[True] and kinds[False]:
-            keep_offline = kinds[True] > kinds[False]
+    # left out and counted, as a bad line is. Which kind that is is known once every record is read: each kind is
+    # written to a store of its own meanwhile, and the rarer one's thrown away (no val store: grpo takes none)
+    by_kind = _KindSkips() if train_type == "grpo" and skip_bad else None
     replaced = text_input.Utf8Replaced()  # bytes read as U+FFFD (--utf8-errors replace): counted, warned of
     items = itertools.chain.from_iterable(_items(p, separator, one_per_line, utf8_errors, replaced) for p in inputs)
     chunks = _chunks(items, CHUNK)
@@ -388,11 +401,27 @@ def pack(
     writer = StoreWriter(
         out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite, meta={"tokenizer": tok_meta}
     )
+    writers = [writer]  # each aborted on an error
+    offline_writer = None  # by_kind's offline records, beside writer's online ones
+    if by_kind is not None:
+        offline_writer = StoreWriter(
+            out,
+            train_type,
+            tok_meta["vocab_size"],
+            storage_type,
+            shard_tokens,
+            overwrite,
+            {"tokenizer": tok_meta},
+            part="offline",
+        )
+        writers.append(offline_writer)
+        offline_source = Counter()  # per_source["train"] of the offline records
     val_writer = None
     if val_out is not None:
         val_writer = StoreWriter(
             val_out, train_type, tok_meta["vocab_size"], storage_type, shard_tokens, overwrite, {"tokenizer": tok_meta}
         )
+        writers.append(val_writer)
     held_out = random.Random(f"{seed}:val")
     per_store = Counter()
     pool = None
@@ -417,8 +446,15 @@ def pack(
                         into, to_hold = val_writer, to_hold - 1
                     to_read -= 1
                 store = "val" if into is val_writer else "train"
-                if reason is None and keep_offline is not None and ("responses" in record) != keep_offline:
-                    reason = _minority_reason(not keep_offline, kinds)
+                if by_kind is not None:
+                    if reason is not None:
+                        by_kind.bad(reason_kind(reason), f"{at}: {reason}")
+                        continue
+                    offline = "responses" in record
+                    by_kind.good(offline, at)
+                    (offline_writer if offline else writer).add(record)
+                    (offline_source if offline else per_source["train"])[source] += 1
+                    continue
                 if reason is not None:
                     where = f"{at}: {reason}"
                     if not skip_bad:
@@ -442,8 +478,18 @@ def pack(
                 per_store[store] += 1
             bar.update(len(chunk))
             elapsed = time.perf_counter() - start
-            bar.set_postfix_str(f"{(writer.num_tokens + writer._buf_tokens) / max(elapsed, 1e-9):,.0f} tok/s")
+            written = sum(w.num_tokens + w._buf_tokens for w in writers)
+            bar.set_postfix_str(f"{written / max(elapsed, 1e-9):,.0f} tok/s")
         seconds = time.perf_counter() - start
+        if by_kind is not None:  # keep the more common kind's store; the other kind's records were skipped
+            keep_offline = by_kind.keep_offline()
+            (writer if keep_offline else offline_writer).abort()
+            if keep_offline:
+                writer, per_source["train"] = offline_writer, offline_source
+            skipped_in["train"] = by_kind.skipped(keep_offline)
+            for kind, n in skipped_in["train"].by_reason.items():  # the caller's, given empty: as added one by one
+                skipped.by_reason[kind] += n
+            skipped.examples.extend(skipped_in["train"].examples[: SkippedRecords.MAX_EXAMPLES - len(skipped.examples)])
         meta = {
             "sources": [{"path": str(p), "records": per_source["train"].get(str(p), 0)} for p in inputs],
             "skipped": skipped_in["train"].as_meta(),
@@ -496,9 +542,8 @@ def pack(
         bar.total = bar.n  # the estimate counted lines; show the true end
         bar.refresh()
     except BaseException:
-        writer.abort()
-        if val_writer is not None:
-            val_writer.abort()
+        for w in writers:
+            w.abort()
         raise
     finally:
         bar.close()

@@ -51,7 +51,10 @@ class StoreWriter:
         shard_tokens: int = 100_000_000,
         overwrite: bool = False,
         meta: dict | None = None,
+        part: str = "",
     ):
+        """``part`` names the temporary folder of a second writer for the same ``out`` in one process apart (pack's
+        grpo kinds: only one of the two is committed)."""
         self.out = Path(out)
         self.train_type = train_type
         self.backend = StoreFactory.create(storage_type)
@@ -64,7 +67,7 @@ class StoreWriter:
         check_store_out(self.out, overwrite)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(self.out.parent)  # what a killed pack left behind
-        self.tmp = temp_name(self.out)
+        self.tmp = temp_name(self.out.with_name(f"{self.out.name}~{part}") if part else self.out)
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp.mkdir()
         self.shards: list[dict] = []
