@@ -357,3 +357,22 @@ def test_an_error_while_counting_beside_a_pool_stops_the_pool_at_once(tmp_path):
     # the pool was starting (in a thread) or had started: neither is left
     assert [t.name for t in threading.enumerate() if t.name == "count-pool-start"] == []
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("how", ["separator", "one_per_line"])
+def test_train_splits_a_text_file_where_pack_does_with_separator_or_one_per_line(tmp_path, capsys, how):
+    # pack --separator S or --one-per-line cut a text file's documents there; tokenizer train had neither flag and
+    # learned the separator's text (or the newlines) as text: merges pack's documents never hold
+    docs = ["The cook stirs the soup.", "Tom has 3 apples.", "Soup, bread and tea: supper."] * 4
+    sep = "\n<doc>\n" if how == "separator" else "\n"
+    (tmp_path / "a.txt").write_text(sep.join(docs), encoding="utf-8")
+    extra = ["--separator", "<doc>"] if how == "separator" else ["--one-per-line"]
+    assert _train(tmp_path, tmp_path / "tok", tmp_path / "a.txt", extra=extra) == 0, capsys.readouterr().err
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    assert _train(tmp_path, tmp_path / "ref", tmp_path / "docs.jsonl") == 0, capsys.readouterr().err
+    assert Tokenizer.load(tmp_path / "tok").fingerprint() == Tokenizer.load(tmp_path / "ref").fingerprint()
+    # as pack, a flag for plain text files given with none is refused, in one line naming it
+    capsys.readouterr()
+    assert _train(tmp_path, tmp_path / "tok2", tmp_path / "docs.jsonl", extra=extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and extra[0] in err and "no input is plain text" in err

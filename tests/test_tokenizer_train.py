@@ -15,9 +15,9 @@ from cookmind.tokenizer import DEFAULT_SPECIAL_TOKENS, GPT2_PATTERN, GPT4_PATTER
 
 def naive_train(text: str | list[str], vocab_size: int, specials: list[str], pattern: str = GPT2_PATTERN):
     """The textbook trainer: recount every pair each step, merge the max (count, (bytes_a, bytes_b)). ``text``: a
-    plain text file's text, its documents split at <|endoftext|> as pack splits them (another special token spelled
-    there is text, as pack encodes it); or a list of records' texts, each a document whole."""
-    docs = text.split("<|endoftext|>") if isinstance(text, str) else text
+    plain text file's text, its documents split at <|endoftext|> and stripped as pack reads them (another special
+    token spelled there is text, as pack encodes it); or a list of records' texts, each a document whole."""
+    docs = [d.strip() for d in text.split("<|endoftext|>")] if isinstance(text, str) else text
     words = Counter()
     for d in docs:
         for t in regex.findall(pattern, d):
@@ -67,6 +67,8 @@ def corpora(shared):
         "multilingual": (multilingual(0, 300), 420),
         "specials": ("hello<|endoftext|>world <|im_start|>user\nhi<|im_end|>\n" * 30 + multilingual(1, 60), 330),
         "aaaa": ("aaaa aaa aa a aaaaaa b" * 3 + "\n", 270),
+        # whitespace round a separator and at the file's ends is no document's: pack strips each
+        "stripped": ("\n\n  A cat sat.\n\n<|endoftext|>\n\n" * 30 + multilingual(4, 40) + " \n\n\n", 330),
     }
     if shared is not None:
         out["corpus.en"] = ((shared / "text/corpus.en").read_text()[:12000], 600)
@@ -81,7 +83,7 @@ def shared_or_none(request):
     return SHARED_DATA if SHARED_DATA.is_dir() else None
 
 
-@pytest.mark.parametrize("name", ["multilingual", "specials", "aaaa", "corpus.en", "tinystories"])
+@pytest.mark.parametrize("name", ["multilingual", "specials", "aaaa", "stripped", "corpus.en", "tinystories"])
 def test_merges_equal_naive_reference(tmp_path, shared_or_none, name):
     table = corpora(shared_or_none)
     if name not in table:
@@ -98,7 +100,7 @@ def test_merges_equal_naive_reference(tmp_path, shared_or_none, name):
 
 
 @pytest.mark.parametrize("min_sites", [0, 3])
-@pytest.mark.parametrize("name", ["multilingual", "specials", "aaaa", "corpus.en"])
+@pytest.mark.parametrize("name", ["multilingual", "specials", "aaaa", "stripped", "corpus.en"])
 def test_array_merges_equal_naive_reference(tmp_path, shared_or_none, monkeypatch, name, min_sites):
     # the first merges run in numpy (_merge_arrays) while they touch many places: here all of them (0), or until
     # the places fall under 3 and the str loop takes over, on corpora small enough that neither would by default

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.patterns import resolve_pattern
-from cookmind.tokenizer.pretokenize import SEPARATORS, ReadCounts, count_pretokens
+from cookmind.tokenizer.pretokenize import ReadCounts, count_pretokens
 
 if TYPE_CHECKING:
     from cookmind.store.records import SkippedRecords
@@ -380,9 +380,13 @@ def train_bpe(
     text_field: str = "text",
     skipped: SkippedRecords | None = None,
     read: ReadCounts | None = None,
+    separator: str = "<|endoftext|>",
+    one_per_line: bool = False,
 ) -> tuple[dict[int, bytes], list[Merge]]:
     """Train a byte-level BPE on one or more inputs: UTF-8 text files, or what ``pack`` reads besides (JSON lines,
-    JSON, Parquet: each record's ``text_field``; gzip; ``cookmind curate run`` output folders).
+    JSON, Parquet: each record's ``text_field``; gzip; ``cookmind curate run`` output folders). A plain text file's
+    documents are those ``pack`` reads: split at ``separator`` (default ``<|endoftext|>``), or one a line with
+    ``one_per_line``.
 
     Returns (vocab: id -> bytes, merges in creation order). Ids: bytes 0..255, then the special
     tokens in order, then merged tokens. Raises TokenizerError for a missing file, an empty
@@ -410,13 +414,15 @@ def train_bpe(
         text_field=text_field,
         skipped=skipped,
         read=read,
+        separator=separator,
+        one_per_line=one_per_line,
     )
     inputs = input_path if isinstance(input_path, (str, os.PathLike)) else ", ".join(map(str, input_path))
     if not counts and skipped is not None and skipped.count:
         raise TokenizerError(f"no record of {inputs} was good: {skipped.summary()}")
     if not counts:
         raise TokenizerError(
-            f"the corpus {inputs} has no text outside {SEPARATORS[0]} separators; give files with text to learn from"
+            f"the corpus {inputs} has no text outside its document separators; give files with text to learn from"
         )
     # distinct pre-tokens have distinct UTF-8 bytes (encoding fails, as before, on a lone surrogate)
     word_counts: dict[bytes, int] = {tok.encode("utf-8"): n for tok, n in counts.items()}

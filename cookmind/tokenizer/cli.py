@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="JSON/Parquet field holding a document's text (default text, as curate writes)",
     )
+    t.add_argument(
+        "--separator",
+        default=None,
+        help="document separator in plain text files, as pack's (default <|endoftext|>): no merge crosses one",
+    )
+    t.add_argument("--one-per-line", action="store_true", help="plain text: one document per line, as pack's")
     t.add_argument("--vocab-size", type=int, required=True, help="final vocabulary size (bytes + specials + merges)")
     t.add_argument(
         "--special-token",
@@ -195,6 +201,22 @@ def _save_new(tok, out: Path, overwrite: bool) -> None:
         tok.save(tmp)
 
 
+def _check_text_flags(args) -> None:
+    """Refuse --separator or --one-per-line where they would be ignored, as pack does."""
+    from cookmind.store.sources import expand_inputs, source_kind
+
+    if args.one_per_line and args.separator is not None:
+        raise TokenizerError("--one-per-line and --separator both say where documents end: give one")
+    if (args.one_per_line or args.separator is not None) and not any(
+        source_kind(p) == "text" for p in expand_inputs(args.input)
+    ):
+        flag = "--one-per-line" if args.one_per_line else "--separator"
+        raise TokenizerError(
+            f"{flag} says where a plain text file's documents end, and no input is plain text (JSON lines, JSON "
+            "and Parquet hold one document a record): drop it"
+        )
+
+
 def _train(args) -> int:
     from cookmind.store.records import SkippedRecords
     from cookmind.tokenizer.bpe_train import check_specials, train_bpe
@@ -222,6 +244,7 @@ def _train(args) -> int:
         from cookmind.store.sources import check_text_field_applies, expand_inputs
 
         check_text_field_applies(expand_inputs(args.input))
+    _check_text_flags(args)
     t0 = time.perf_counter()
     skipped = SkippedRecords() if args.skip_bad else None
     read = ReadCounts()
@@ -237,6 +260,8 @@ def _train(args) -> int:
         skipped=skipped,
         read=read,
         progress=not args.quiet,
+        separator=ENDOFTEXT if args.separator is None else args.separator,
+        one_per_line=args.one_per_line,
     )
     tok = Tokenizer(vocab, merges, specials, args.pattern)
     _save_new(tok, out, args.overwrite)

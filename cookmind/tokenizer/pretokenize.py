@@ -46,7 +46,16 @@ if TYPE_CHECKING:
 _SURROGATE = regex.compile("[\ud800-\udfff]")
 _WINDOW = 1 << 20
 _MIN_CHUNK = 256 << 10  # bytes: the smallest chunk count_pretokens cuts to spread work
-SEPARATORS = (ENDOFTEXT,)  # where a plain text file's documents end, as pack's default --separator
+_SPACE = r"[\s\x1c-\x1f]"  # what str.strip takes off a document (regex's \s leaves out U+001C..U+001F)
+
+
+def document_split(separator: str = ENDOFTEXT, one_per_line: bool = False) -> str | None:
+    """The regex that cuts a plain text file into documents as ``pack`` does: at ``separator`` and the whitespace
+    round it (pack strips each document), or with ``one_per_line`` at each line end; None: not at all (an empty
+    separator: the file is one document)."""
+    if one_per_line:
+        return r"\r*\n"
+    return f"{_SPACE}*{regex.escape(separator)}{_SPACE}*" if separator else None
 
 
 @dataclass
@@ -126,11 +135,11 @@ def count_text(
     text: str, pattern: regex.Pattern, separator_re: regex.Pattern | None, kind: str | None, counts: Counter
 ) -> None:
     """Add the pre-token counts of `text`, split into documents at `separator_re` where given, to `counts`
-    (identical safe pieces are split once)."""
+    (identical safe pieces are split once; a document of whitespace alone is empty, as pack leaves it out)."""
     docs = separator_re.split(text) if separator_re is not None else [text]
     pieces: Counter = Counter()
     for doc in docs:
-        if doc:
+        if doc and not doc.isspace():
             pieces.update(safe_pieces(doc, kind))
     singles: list[str] = []  # pre-tokens of pieces seen once, counted in C in batches
     findall = pattern.findall
@@ -185,7 +194,7 @@ def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, i
     """Count one byte range of a text file into `counts` (a new Counter where None); returns it, the bytes read,
     what of them was read as U+FFFD (None where nothing) and the lines it ends (the file's last, without its newline,
     too)."""
-    path, start, end, pattern_str, separators, utf8_errors = task
+    path, start, end, pattern_str, split, strip, utf8_errors = task
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
@@ -197,7 +206,11 @@ def _count_chunk(task: tuple, counts: Counter | None = None) -> tuple[Counter, i
         replaced = Utf8Replaced()
         replaced.add(path, not_utf8(data[mark:]), at=start)  # a range begins a line; which, found for the first only
     counts = Counter() if counts is None else counts
-    count_text(text, regex.compile(pattern_str), special_split_regex(separators), safe_cut_kind(pattern_str), counts)
+    split_re = regex.compile(split) if split is not None else None
+    if strip:  # pack strips each document: the file's first and last too
+        text = text.lstrip() if start == 0 else text
+        text = text.rstrip() if end >= os.path.getsize(path) else text
+    count_text(text, regex.compile(pattern_str), split_re, safe_cut_kind(pattern_str), counts)
     last_line = bool(data) and not data.endswith(b"\n") and end >= os.path.getsize(path)
     return counts, end - start, replaced, data.count(b"\n") + last_line
 
@@ -331,9 +344,12 @@ def document_texts(
     utf8_errors: str = "strict",
     skipped: SkippedRecords | None = None,
     read: ReadCounts | None = None,
+    separator: str = ENDOFTEXT,
+    one_per_line: bool = False,
 ) -> Iterator[str]:
     """The documents of a JSON-lines, JSON, Parquet or gzip file as ``pack --train-type seq`` reads them (each
-    record's ``text_field``; gzip text split at <|endoftext|>); an empty document is skipped (nothing to learn).
+    record's ``text_field``; gzip text split at ``separator``, or its lines with ``one_per_line``); an empty document
+    is skipped (nothing to learn).
     A bad record (invalid JSON, a missing or non-text field, bad UTF-8 under ``utf8_errors="strict"``) is an
     error naming file:line, or, with ``skipped`` given, counted there and left out (``--skip-bad``). ``read``, where
     given, counts the records yielded and the empty ones left out."""
@@ -343,7 +359,7 @@ def document_texts(
     opts = RecordOptions("seq", text_field)
     replaced = read.invalid_utf8 if read is not None else None
     try:
-        for item in iter_items(path, utf8_errors=utf8_errors, replaced=replaced):
+        for item in iter_items(path, separator, one_per_line, utf8_errors=utf8_errors, replaced=replaced):
             try:
                 text = make_seq(parse(item), None, opts)
             except EmptyDocument:
@@ -383,11 +399,13 @@ def _text_batches(
     batch_chars: int,
     skipped: SkippedRecords | None = None,
     read: ReadCounts | None = None,
+    separator: str = ENDOFTEXT,
+    one_per_line: bool = False,
 ) -> Iterator[list[str]]:
     batch: list[str] = []
     size = 0
     for path in files:
-        for text in document_texts(path, text_field, utf8_errors, skipped, read):
+        for text in document_texts(path, text_field, utf8_errors, skipped, read, separator, one_per_line):
             batch.append(text)
             size += len(text)
             if size >= batch_chars:
@@ -419,9 +437,12 @@ def count_pretokens(
     text_field: str = "text",
     skipped: SkippedRecords | None = None,
     read: ReadCounts | None = None,
+    separator: str = ENDOFTEXT,
+    one_per_line: bool = False,
 ) -> Counter:
-    """Pre-token (str) -> count over all inputs: a plain text file split into documents at ``<|endoftext|>``
-    first, a record's text whole; a special token spelled in the text is that text, as ``pack`` encodes it.
+    """Pre-token (str) -> count over all inputs: a plain text file split into documents first, as ``pack`` splits it
+    (at ``separator``, default ``<|endoftext|>``, or at each line end with ``one_per_line``), a record's text whole;
+    a special token spelled in the text is that text, as ``pack`` encodes it.
 
     Inputs: text files, JSON lines / JSON / Parquet (the ``text_field`` of each record), any of them gzipped,
     and folders of ``shard-*`` files (``cookmind curate run``'s output), read as ``pack`` reads them.
@@ -452,10 +473,14 @@ def count_pretokens(
     piece = chunk_bytes
     if want > 1:  # about 8 chunks per process, so that they end together (chunk_bytes stays the largest)
         piece = min(chunk_bytes, max(_MIN_CHUNK, -(-sum(os.path.getsize(p) for p in plain) // (8 * want))))
+    split = document_split(separator, one_per_line)
+    within = [separator] if separator and not one_per_line else []  # no chunk ends inside a separator
     tasks = [
-        (p, s, e, pattern, SEPARATORS, utf8_errors) for p in plain for s, e in chunk_file(p, piece, SEPARATORS, pattern)
+        (p, s, e, pattern, split, not one_per_line, utf8_errors)
+        for p in plain
+        for s, e in chunk_file(p, piece, within, pattern)
     ]
-    batches = _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped, read)
+    batches = _text_batches(records, text_field, utf8_errors, chunk_bytes, skipped, read, separator, one_per_line)
     record_tasks = ((batch, pattern) for batch in batches)
     # the record batches are not known ahead: about one per chunk_bytes on disk (more where compressed)
     expected = len(tasks) + -(-sum(os.path.getsize(p) for p in records) // chunk_bytes)
