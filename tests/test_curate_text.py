@@ -161,6 +161,22 @@ def test_gopher_counts_no_endoftext_separator_as_a_duplicated_line_or_paragraph(
     assert "dup_line_ratio" in gopher_reasons(sep.join([stories[0]] * 4 + stories[1:3]))
 
 
+def test_gopher_ngram_rules_count_no_ngram_across_a_separator():
+    """The top and duplicate n-gram rules joined the stories of a record across their <|endoftext|> separators: each
+    story's last word and the next one's first made a 2-gram ("omega once") that no story holds, 4 times in 5
+    stories: 4 x 9 of the 100 characters (0.36) in the top 2-gram and in duplicated ones. Within the stories every
+    2-gram is distinct: neither rule has a repeat to count."""
+    from cookmind.curate.gopher import gopher_reasons
+
+    stories = [f"once alpha{i} beta{i} omega" for i in range(5)]  # 4 + 6 + 5 + 5 = 20 characters a story
+    loose = dict(min_words=1, min_mean_word_length=0, min_stop_words=0, min_alpha_words_ratio=0)
+    cfg = GopherConfig(**loose, max_top_ngram_char_ratio={2: 0.35}, max_dup_ngram_char_ratio={2: 0.35})
+    rules = {"top_2gram_char_ratio", "dup_2gram_char_ratio"}
+    assert rules <= set(gopher_reasons(" ".join(stories), cfg))  # one story of them all: 0.36 > 0.35 both
+    for sep in ("<|endoftext|>", "\n<|endoftext|>\n", " <|endoftext|> "):
+        assert not rules & set(gopher_reasons(sep.join(stories), cfg)), sep
+
+
 def test_gopher_config_rejects_unknown_option():
     with pytest.raises(ValueError, match="min_wordz"):
         GopherConfig.from_dict({"min_wordz": 3})

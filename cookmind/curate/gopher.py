@@ -13,6 +13,7 @@ from collections import Counter
 import numpy as np
 
 from cookmind.curate.shards import is_text_line, text_lines, without_separators
+from cookmind.text_input import ENDOFTEXT
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
@@ -87,8 +88,9 @@ def _ngram_ids(word_ids: np.ndarray, n: int) -> np.ndarray:
     return h
 
 
-def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
-    """The top-n-gram and duplicate-n-gram character-share rules."""
+def _ngram_rules(words: list[str], cfg: GopherConfig, story: np.ndarray) -> list[str]:
+    """The top-n-gram and duplicate-n-gram character-share rules, over the n-grams within one story (``story``: the
+    index of each word's, between ``<|endoftext|>`` separators): none spans a separator."""
     reasons = []
     vocab: dict[str, int] = {}
     ids = np.fromiter((vocab.setdefault(w, len(vocab) + 1) for w in words), dtype=np.uint64, count=len(words))
@@ -99,12 +101,15 @@ def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
     for n, bound in sorted(cfg.max_top_ngram_char_ratio.items()):
         if len(words) < n:
             continue
-        grams = _ngram_ids(ids, n)
+        starts = np.nonzero(story[: len(words) - n + 1] == story[n - 1 :])[0]
+        grams = _ngram_ids(ids, n)[starts]
         uniq, first, counts = np.unique(grams, return_index=True, return_counts=True)
+        if not len(counts):
+            continue
         top = int(np.argmax(counts))
         if counts[top] < 2:
             continue
-        start = int(first[top])
+        start = int(starts[first[top]])
         # share of characters in the most frequent n-gram, counted at each occurrence
         ratio = int(lengths[start : start + n].sum()) * int(counts[top]) / total
         if ratio > bound:
@@ -112,9 +117,10 @@ def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
     for n, bound in sorted(cfg.max_dup_ngram_char_ratio.items()):
         if len(words) < n:
             continue
-        grams = _ngram_ids(ids, n)
+        starts = np.nonzero(story[: len(words) - n + 1] == story[n - 1 :])[0]
+        grams = _ngram_ids(ids, n)[starts]
         _, inverse, counts = np.unique(grams, return_inverse=True, return_counts=True)
-        dup_starts = np.nonzero(counts[inverse] > 1)[0]
+        dup_starts = starts[counts[inverse] > 1]
         if len(dup_starts) == 0:
             continue
         covered = np.zeros(len(words) + 1, dtype=np.int64)
@@ -129,6 +135,7 @@ def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
 def gopher_reasons(text: str, cfg: GopherConfig | None = None) -> list[str]:
     """Names of the Gopher rules ``text`` fails (empty list: it passes)."""
     cfg = cfg or GopherConfig()
+    stories = [doc.split() for doc in text.split(ENDOFTEXT)]  # the words of each, for the n-gram rules
     text = without_separators(text)  # counted, they lowered the line shares and made up words
     words = text.split()
     n = len(words)
@@ -164,7 +171,8 @@ def gopher_reasons(text: str, cfg: GopherConfig | None = None) -> list[str]:
         reasons.append("dup_line_char_ratio")
     if para_dup_chars > cfg.max_dup_para_char_ratio:
         reasons.append("dup_para_char_ratio")
-    reasons += _ngram_rules(words, cfg)
+    story = np.repeat(np.arange(len(stories)), [len(s) for s in stories])
+    reasons += _ngram_rules(words, cfg, story)
     return reasons
 
 
