@@ -407,6 +407,18 @@ def test_format_settings_that_cannot_work_are_one_line_errors(tmp_path):
         sharded_checkpointer(CheckpointConfig(async_save=True), tiny_lm(), 0, 1)
 
 
+def test_format_settings_the_config_decides_are_refused_at_load_before_the_model_is_built(tmp_path):
+    # parallel.fsdp=true always shards the model (one process is a one-rank group), so these two cannot work
+    # whatever the model: they were found only once the model was built and sharded (10 s at gpt2-small on a CPU)
+    base = [f"logging.run_dir={tmp_path}", *COMMON]
+    with pytest.raises(ValueError, match="checkpoint.format=full cannot save an FSDP-sharded model"):
+        TrainConfig.load("tiny-cpu", [*base, "parallel.fsdp=true", "checkpoint.format=full"])
+    with pytest.raises(ValueError, match=r"checkpoint.async_save needs checkpoint.format=sharded"):
+        TrainConfig.load("tiny-cpu", [*base, "checkpoint.async_save=true"])  # auto without FSDP is full
+    TrainConfig.load("tiny-cpu", [*base, "checkpoint.async_save=true", "parallel.fsdp=true"])
+    TrainConfig.load("tiny-cpu", [*base, "checkpoint.async_save=true", "checkpoint.format=sharded"])
+
+
 def test_a_background_save_holds_the_weights_of_when_it_was_called(tmp_path):
     from cookmind.train.sharded_checkpoint import ShardedCheckpointer
 

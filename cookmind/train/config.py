@@ -283,8 +283,14 @@ class TrainConfig:
                 "checkpoint.format=sharded does not support parallel.zero1 (its optimizer state is sharded "
                 "its own way); use checkpoint.format=full"
             )
-        if self.checkpoint.async_save and self.checkpoint.format == "full":
-            raise ValueError("checkpoint.async_save needs checkpoint.format=sharded (or auto with FSDP)")
+        if self.checkpoint.async_save and (
+            self.checkpoint.format == "full" or (self.checkpoint.format == "auto" and not self.parallel.fsdp)
+        ):  # auto is sharded exactly when parallel.fsdp shards the model: decided here, not after it is built
+            raise ValueError(
+                f"checkpoint.async_save needs checkpoint.format=sharded (format={self.checkpoint.format} is the full "
+                "format here: auto is sharded only with parallel.fsdp=true); set checkpoint.format=sharded, "
+                "parallel.fsdp=true or checkpoint.async_save=false"
+            )
         _choice(
             "train.compile_mode",
             self.train.compile_mode,
@@ -557,6 +563,11 @@ def _check_fsdp(cfg: TrainConfig) -> None:
         raise ValueError(
             "train.cuda_graph=true cannot capture FSDP's collectives (parallel.fsdp=true); "
             "set train.cuda_graph=false or auto"
+        )
+    if cfg.checkpoint.format == "full":  # FSDP shards the model on any number of ranks, one included
+        raise ValueError(
+            "checkpoint.format=full cannot save an FSDP-sharded model (parallel.fsdp=true: every rank holds a part "
+            "of it); set checkpoint.format=sharded or auto"
         )
 
 
