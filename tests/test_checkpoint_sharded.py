@@ -390,6 +390,43 @@ def test_fsdp_sharded_model_saves_and_resumes_on_two_ranks_and_loads_in_one_proc
     assert all(float(s["step"]) == 1.0 for s in opt.state_dict()["state"].values())
 
 
+def _save_where_each_rank_sees_its_own_directory(rank):
+    """Two nodes whose checkpoint directory is not shared: the same relative path names another folder on each
+    rank (each runs in a folder of its own). Returns the error the save raised, or None."""
+    from cookmind.parallel.process_group import DistInfo
+    from cookmind.train.sharded_checkpoint import ShardedCheckpointer, check_shared
+
+    node = Path(os.environ["COOKMIND_TEST_ROOT"]) / f"node{rank}"
+    (node / "ckpt").mkdir(parents=True)
+    os.chdir(node)
+    torch.manual_seed(0)
+    said = []
+    for start in (True, False):  # the Trainer's check as a run starts, then a save
+        try:
+            if start:
+                check_shared("ckpt/not_made_yet", DistInfo(rank, 2))  # rank 0 tries the nearest folder it has
+            else:
+                ShardedCheckpointer(rank, 2).save(Path("ckpt/step_00000001"), tiny_lm(), None, {"step": 1})
+            said.append(None)
+        except Exception as exc:  # noqa: BLE001 - the test reads its message
+            said.append(str(exc))
+    return said
+
+
+def test_a_checkpoint_directory_the_nodes_do_not_share_stops_the_save_with_one_line(tmp_path, monkeypatch):
+    # each rank wrote its shard into its own node's folder and rank 0 named the step complete, its meta.json
+    # hashing a shard its folder lacks: the run ended "completed" with every checkpoint unreadable
+    root = tmp_path / "nodes"
+    monkeypatch.setenv("COOKMIND_TEST_ROOT", str(root))
+    ranks = run_on_gloo_ranks(_save_where_each_rank_sees_its_own_directory, 2, tmp_path)
+    errors = [e for said in ranks for e in said]
+    assert all(e is not None and "a filesystem every node shares" in e for e in errors), errors
+    assert all("rank 1" in e for e in ranks[0]), ranks[0]  # rank 0 names the rank that could not see its folder
+    assert "could not start" in ranks[0][0] and "could not save step_00000001" in ranks[0][1], ranks[0]
+    for r in (0, 1):  # nothing that looks like a checkpoint, no shard left behind on either node
+        assert sorted(p.name for p in (root / f"node{r}" / "ckpt").iterdir()) == []
+
+
 def test_format_settings_that_cannot_work_are_one_line_errors(tmp_path):
     from cookmind.train.config import CheckpointConfig
     from cookmind.train.sharded_checkpoint import sharded_checkpointer

@@ -219,7 +219,8 @@ class ShardedCheckpointer:
         return final
 
     def _agree_on_temp_dir(self, final: Path) -> Path:
-        """Rank 0 checks ``final`` may be replaced, names and creates the temporary directory; all ranks get it."""
+        """Rank 0 checks ``final`` may be replaced, names and creates the temporary directory; all ranks get it
+        and must see it."""
         answer: list[Any] = [None]
         if self.rank == 0:
             try:
@@ -236,7 +237,61 @@ class ShardedCheckpointer:
             dist.broadcast_object_list(answer, src=0)
         if isinstance(answer[0], BaseException):
             raise answer[0]
-        return Path(answer[0])
+        tmp = Path(answer[0])
+        try:
+            # every rank writes its shard into rank 0's folder: a node that does not see it would write into its own
+            # disk, and rank 0 would name the step complete without that shard (every checkpoint unreadable)
+            _every_rank_sees(tmp, self._info, f"save {final.name}")
+        except BaseException:
+            if self.rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return tmp
+
+
+def saves_sharded(cfg: Any) -> bool:
+    """Whether a run of ``cfg`` (a TrainConfig) saves sharded checkpoints: ``auto`` does exactly under FSDP."""
+    fmt = cfg.checkpoint.format
+    return fmt == "sharded" or (fmt == "auto" and bool(cfg.parallel.fsdp))
+
+
+def check_shared(directory: str | Path, info: DistInfo) -> None:
+    """As a run of several ranks that saves sharded checkpoints starts: every rank must see a folder rank 0 makes
+    in ``directory`` (the run's checkpoint directory; rank 0 takes its nearest existing parent while there is
+    none), or every rank stops now, naming the one that does not, instead of at the first save hours in. Call it on
+    every rank; in one process there is nothing to check."""
+    if not (info.enabled and dist.is_initialized()):
+        return
+    answer: list[Any] = [None]
+    if info.rank == 0:
+        try:
+            there = Path(directory)
+            while not there.is_dir() and there != there.parent:
+                there = there.parent
+            probe = temp_name(there / "shared_check")
+            probe.mkdir()
+            answer = [str(probe)]
+        except Exception as exc:  # the other ranks raise it too instead of waiting for a name
+            answer = [exc]
+    dist.broadcast_object_list(answer, src=0)
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    try:
+        _every_rank_sees(Path(answer[0]), info, "start")
+    finally:
+        if info.rank == 0:
+            shutil.rmtree(answer[0], ignore_errors=True)
+
+
+def _every_rank_sees(folder: Path, info: DistInfo, what: str) -> None:
+    """Every rank raises, naming the first that does not see ``folder`` (which rank 0 made), if one does not."""
+    with stop_together(info, what):
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"{folder.parent}: this rank does not see the folder {folder.name} that rank 0 made there: the "
+                "checkpoint directory (checkpoint.dir, or the run directory's checkpoints/) must be on a filesystem "
+                "every node shares (NFS, Lustre, ...), at the same path"
+            )
 
 
 def _shard_hashes(tmp: Path, rank: int) -> dict[str, str]:

@@ -96,7 +96,7 @@ from cookmind.train.objectives.base import Objective
 from cookmind.train.precision import autocast_context, make_grad_scaler
 from cookmind.train.rng_state import capture_rng, restore_rng, seed_everything
 from cookmind.train.run_lock import lock_run_dir, release_run_dir
-from cookmind.train.sharded_checkpoint import sharded_checkpointer
+from cookmind.train.sharded_checkpoint import check_shared, saves_sharded, sharded_checkpointer
 
 # the settings the learning rate of a step is computed from (Trainer.lr_at): a resume that changes one warns
 SCHEDULE_KEYS = ("train.max_steps", "optim.lr", "optim.min_lr_ratio", "optim.warmup_steps", "optim.schedule")
@@ -264,6 +264,8 @@ class Trainer:
             if self.dist.is_main or not cfg.checkpoint.overwrite:  # every rank refuses alike; rank 0 deletes
                 check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite, cfg)
                 clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
+        if saves_sharded(cfg):  # every rank writes its shards there: a node that does not see it stops here
+            check_shared(self.ckpt_dir, self.dist)
         self.run_id = uuid.uuid4().hex  # marks this run's checkpoints: only those are ever pruned
         self.lora_base: str | None = None  # the model a LoRA run adapts (adapter_config.json), when built from a path
         with stop_together(self.dist, "start"):  # this node's tokenizer, stores and weights; no collective
