@@ -286,7 +286,11 @@ def check_shared(directory: str | Path, info: DistInfo) -> None:
 def _every_rank_sees(folder: Path, info: DistInfo, what: str) -> None:
     """Every rank raises, naming the first that does not see ``folder`` (which rank 0 made), if one does not."""
     with stop_together(info, what):
-        if not folder.is_dir():
+        for _ in range(10):  # a network filesystem may show another node's new folder a moment late
+            if folder.is_dir():
+                break
+            time.sleep(0.5)
+        else:
             raise FileNotFoundError(
                 f"{folder.parent}: this rank does not see the folder {folder.name} that rank 0 made there: the "
                 "checkpoint directory (checkpoint.dir, or the run directory's checkpoints/) must be on a filesystem "
