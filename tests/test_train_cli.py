@@ -1604,6 +1604,10 @@ def test_a_peer_lost_after_the_last_step_is_not_told_at_a_step_past_max_steps():
         (["--objective", "sft", "dpo.beta=0.5"], "only a dpo run reads the dpo section (train.objective=sft)"),
         (["grpo.group_size=4"], "only a grpo run reads the grpo section (train.objective=pretrain)"),
         (["--objective", "grpo", "grpo.eval_size=5"], "'grpo.eval_size=5': changes nothing without grpo.eval_problems"),
+        (["parallel.reshard_after_forward=false"], "'parallel.reshard_after_forward=false': changes nothing without "),
+        (["parallel.fsdp_unit_blocks=2"], "changes nothing without parallel.fsdp=true"),
+        (["parallel.fsdp_prefetch=true"], "changes nothing without parallel.fsdp=true"),
+        (["parallel.fsdp=true", "parallel.bucket_mb=50"], "'parallel.bucket_mb=50': changes nothing with "),
     ],
 )
 def test_an_override_the_run_does_not_read_is_refused(argv, said, capsys):
@@ -1618,6 +1622,8 @@ def test_an_override_the_run_does_not_read_is_refused(argv, said, capsys):
     assert main(["train", "--print-config", "lora.enabled=true", "lora.r=4", "--objective", "dpo", "dpo.beta=0.5"]) == 0
     assert main(["train", "--print-config", "--objective", "grpo", "grpo.group_size=4"]) == 0
     assert main(["train", "--print-config", "--objective", "grpo", "grpo.eval_problems=p", "grpo.eval_size=5"]) == 0
+    assert main(["train", "--print-config", "parallel.fsdp=true", "parallel.fsdp_unit_blocks=2"]) == 0
+    assert main(["train", "--print-config", "parallel.bucket_mb=50"]) == 0
 
 
 def test_an_override_the_found_run_reads_is_taken_on_a_resume_auto_without_run_dir(tmp_path, monkeypatch, capsys):

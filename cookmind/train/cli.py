@@ -186,10 +186,14 @@ def settings_that_differ(used, other, other_has: str, most: int = 4) -> str:
     return ", ".join(differ[:most]) + more
 
 
+_FSDP_ONLY = ("reshard_after_forward", "fsdp_unit_blocks", "fsdp_prefetch")  # parallel.* that only FSDP reads
+
+
 def refuse_unread_overrides(cfg, overrides: list[str]) -> None:
     """An override of a section the run does not read is a ValueError: ``lora.*`` without ``lora.enabled=true``,
     ``dpo.*`` or ``grpo.*`` in another objective's run, ``grpo.eval_size``/``eval_max_new_tokens`` without
-    ``grpo.eval_problems``. They were taken and ignored: ``--objective sft lora.r=4``,
+    ``grpo.eval_problems``, FSDP's ``parallel.*`` settings without ``parallel.fsdp=true`` and DDP's
+    ``parallel.bucket_mb`` with it. They were taken and ignored: ``--objective sft lora.r=4``,
     with ``lora.enabled=true`` forgotten, fine-tuned the whole model, saying nothing. A config file's sections are not
     checked (a preset, or ``--print-config``'s output, holds every section)."""
     for item in overrides:
@@ -203,6 +207,16 @@ def refuse_unread_overrides(cfg, overrides: list[str]) -> None:
             raise ValueError(
                 f"override {item!r}: only a {section} run reads the {section} section (train.objective="
                 f"{cfg.train.objective}); pass --objective {section}, or leave it out"
+            )
+        if section == "parallel" and key in _FSDP_ONLY and not cfg.parallel.fsdp:
+            raise ValueError(
+                f"override {item!r}: changes nothing without parallel.fsdp=true (the run is data-parallel); add "
+                "parallel.fsdp=true to shard the model, or leave it out"
+            )
+        if section == "parallel" and key == "bucket_mb" and cfg.parallel.fsdp:
+            raise ValueError(
+                f"override {item!r}: changes nothing with parallel.fsdp=true (FSDP2 reduces each unit's gradients "
+                "itself; bucket_mb sizes DDP's buckets); leave it out, or set parallel.fsdp_unit_blocks"
             )
         if (
             section == "grpo"
