@@ -30,6 +30,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+_TORCHRUN_OPTIONS = {  # torchrun's, written with dashes (it takes underscores too)
+    "--nnodes", "--nproc-per-node", "--node-rank", "--standalone", "--master-addr", "--master-port", "--max-restarts",
+    "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--local-addr", "--monitor-interval",
+}  # fmt: skip
+
+
 class Parser(argparse.ArgumentParser):
     """cookmind's argument parser: a usage error (``cookmind pack: error: unrecognized arguments: ...``) quotes what
     the user typed, and is printed through ``say``, its control and bidi characters escaped (argparse printed an
@@ -37,6 +43,11 @@ class Parser(argparse.ArgumentParser):
     too (argparse makes them of their parent's)."""
 
     def error(self, message: str):
+        if message.startswith("unrecognized arguments:") and any(
+            word.split("=")[0].replace("_", "-") in _TORCHRUN_OPTIONS for word in message.split()
+        ):  # `torchrun -m cookmind train --nnodes 2 ...`: torchrun handed its own option on
+            message += "; torchrun's own options go before -m cookmind (torchrun --nnodes 2 ... -m cookmind train ...)"
+
         def usage_and_error() -> None:
             self.print_usage(sys.stderr)
             say(self.prog, "error", message)

@@ -1357,3 +1357,18 @@ def test_a_process_group_teardown_that_hangs_or_fails_keeps_the_exit_status(tmp_
         assert time.monotonic() - start < 30, time.monotonic() - start
     else:
         assert done.stderr == "cookmind: warning: leaving the process group failed (RuntimeError: the peer is gone)\n"
+
+
+@pytest.mark.parametrize("flag", ["--node-rank 0", "--nnodes=2", "--nproc_per_node 2", "--rdzv-endpoint h:29500"])
+def test_a_torchrun_flag_after_the_module_says_that_torchrun_s_flags_go_first(flag, capsys):
+    """`torchrun -m cookmind train --node-rank 0 ...` (torchrun's flag after the module, so handed to cookmind) said
+    only `unrecognized arguments: --node-rank 0`."""
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["train", "--print-config", *flag.split()])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"unrecognized arguments: {flag.split()[0]}" in err, err
+    assert "torchrun's own options go before -m cookmind" in err and err.count("error:") == 1, err
+    # an unknown option of no launcher keeps the plain message
+    with pytest.raises(SystemExit):
+        cli_main(["train", "--print-config", "--bogus"])
+    assert "torchrun" not in capsys.readouterr().err
