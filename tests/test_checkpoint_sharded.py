@@ -329,6 +329,26 @@ def test_a_sharded_lora_runs_adapter_serves_as_the_full_formats_does(tmp_path, s
         assert torch.equal(a, sharded.weights[module][0]) and torch.equal(b, sharded.weights[module][1]), module
 
 
+def test_a_sharded_lora_run_whose_base_is_gone_says_what_would_read_it(tmp_path, store):
+    """Its export said "resume the run and save with checkpoint.format=full": a resume needs the same base, and an
+    FSDP run refuses that format. The error says what does work: the base back at its path, or the directory a
+    relative train.init_from is read from."""
+    from cookmind.model import save_model
+    from cookmind.model.model_io import ModelLoadError, read_model_weights
+
+    torch.manual_seed(5)
+    save_model(tmp_path / "init", tiny_lm())
+    lora = [f"train.init_from={tmp_path / 'init'}", "lora.enabled=true", "lora.r=4", "lora.alpha=8"]
+    _train(store, tmp_path / "sharded", "train.max_steps=2", "checkpoint.format=sharded", *lora)
+    (tmp_path / "init").rename(tmp_path / "moved")
+    step = tmp_path / "sharded" / "checkpoints" / "step_00000002"
+    with pytest.raises(ModelLoadError) as e:
+        read_model_weights(step, load_model(tmp_path / "moved").config)
+    said = str(e.value)
+    assert f"train.init_from={str(tmp_path / 'init')!r}" in said and "format=full" not in said, said
+    assert "put the base model back at that path" in said and "\n" not in said, said
+
+
 # -- FSDP2-sharded models (two gloo ranks, fully_shard applied here until parallel.fsdp lands) -------------------
 
 

@@ -468,8 +468,8 @@ def _merged_onto_base(directory: Path, adapter: dict[str, torch.Tensor]) -> dict
     if base_dir is None or not (base_dir / CONFIG_NAME).is_file():
         raise ModelLoadError(
             f"{dcp_dir(directory)}: holds a LoRA adapter only, and its base model train.init_from={base!r} (from "
-            f"{directory / META_NAME}) is not a model directory here; run from the training's directory "
-            "or resume the run and save with checkpoint.format=full"
+            f"{directory / META_NAME}) is not a model directory here; put the base model back at that path (a "
+            "relative one is read from the directory this command runs in: run it where the training ran)"
         )
     from cookmind.model.hf import load_model_or_hf  # hf reads through this module: imported here
 
