@@ -166,3 +166,35 @@ def test_the_demo_report_links_each_training_stages_own_report(tmp_path):
     report = write_demo_report(ctx).read_text()
     assert "- pretrain: [runs/pretrain/report.md](runs/pretrain/report.md)" in report
     assert "- dpo: [runs/dpo/report.md](runs/dpo/report.md)" in report and str(tmp_path) not in report.split("##", 2)[2]
+
+
+def test_the_demos_held_out_score_is_cookmind_eval_gsm8ks(tmp_path, monkeypatch):
+    """The demo graded its held-out problems on a path of its own (its own chat prompt, stops and `####` parser), so a
+    user could not tell which `cookmind eval gsm8k` flags reproduce its figures. The score is now that command's
+    (evaluate_gsm8k, template chat), the answers are written as its --out writes them, and the result names the
+    command; the accuracy is the share of graded answers in that file (counted here)."""
+    from lm_fixtures import MICRO, tiny_config
+
+    import cookmind.evals.gsm8k as gsm8k_eval
+    from cookmind.demo.pipeline import arithmetic_accuracy, stage_data, stage_tokenizer
+    from cookmind.model import CookMindLM, save_model
+    from cookmind.tokenizer import Tokenizer
+
+    ctx = DemoContext(workdir=tmp_path / "w", sizes=DemoSizes.quick(), progress=False)
+    ctx.workdir.mkdir()
+    stage_data(ctx)
+    stage_tokenizer(ctx)
+    torch.manual_seed(0)
+    vocab = Tokenizer.load(ctx.paths["tokenizer"]).vocab_size
+    save_model(tmp_path / "m", CookMindLM(tiny_config(**MICRO, vocab_size=vocab, max_position_embeddings=128)))
+    calls, real = [], gsm8k_eval.evaluate_gsm8k
+    monkeypatch.setattr(gsm8k_eval, "evaluate_gsm8k", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    res = arithmetic_accuracy(ctx, tmp_path / "m", name="sft")
+    assert len(calls) == 1 and calls[0]["template"] == "chat" and calls[0]["temperature"] == 0.0
+    records = [json.loads(line) for line in (ctx.workdir / res["answers"]).read_text().splitlines()]
+    assert len(records) == res["n"] == ctx.sizes.eval_problems
+    assert res["accuracy"] == sum(r["grades"][0] for r in records) / len(records)
+    assert res["command"] == (
+        "cookmind eval gsm8k runs/sft --data data/eval_problems.jsonl --template chat "
+        f"--max-new-tokens {calls[0]['max_new_tokens']}"
+    )

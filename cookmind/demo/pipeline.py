@@ -440,35 +440,54 @@ def _greedy_answers(
     return out
 
 
-def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, batch_size: int = 100) -> dict[str, Any]:
-    """Exact-answer accuracy on the held-out problems: greedy chat answer, ``#### N`` must equal the truth."""
-    from cookmind.demo.rl import shows_working
-    from cookmind.synthetic import extract_answer
+# The held-out answers' length cap: a three-step worked answer is ~25 tokens.
+HELDOUT_MAX_NEW_TOKENS = 40
 
-    problems = [json.loads(line) for line in ctx.paths["eval_problems"].read_text().splitlines()]
-    answers = _greedy_answers(ctx, checkpoint, [p["question"] for p in problems], batch_size)
-    correct = formatted = worked = 0
-    examples = []
-    for p, text in zip(problems, answers):
-        got = extract_answer(text)
-        formatted += got is not None
-        worked += shows_working(text)
-        correct += got == p["value"]
-        if len(examples) < 3:
-            examples.append({"question": p["question"], "answer": text, "truth": p["value"]})
-    n = len(problems)
+
+def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, name: str, batch_size: int = 100) -> dict[str, Any]:
+    """Exact-answer accuracy on the held-out problems as `cookmind eval gsm8k --template chat` scores it (greedy chat
+    answer, ``#### N`` must equal the truth); its per-problem JSONL in ``eval/NAME.jsonl``, the command in the
+    result."""
+    from cookmind.demo.rl import shows_working
+    from cookmind.evals import gsm8k as gsm8k_eval
+    from cookmind.model import load_model
+    from cookmind.tokenizer import Tokenizer
+
+    problems = gsm8k_eval.load_gsm8k(ctx.paths["eval_problems"])
+    answers = Path("eval") / f"{name}.jsonl"
+    with torch.no_grad():
+        metrics = gsm8k_eval.evaluate_gsm8k(
+            load_model(checkpoint).eval(),
+            Tokenizer.load(ctx.paths["tokenizer"]),
+            problems,
+            ctx.workdir / answers,
+            template="chat",
+            temperature=0.0,
+            max_new_tokens=HELDOUT_MAX_NEW_TOKENS,
+            batch_size=batch_size,
+            progress=False,
+        )
+    records = [json.loads(line) for line in (ctx.workdir / answers).read_text().splitlines()]
+    texts = [r["outputs"][0] for r in records]
+    data = Path(os.path.relpath(ctx.paths["eval_problems"], ctx.workdir)).as_posix()
     return {
-        "accuracy": correct / n,
-        "answered_in_format": formatted / n,
-        "shows_working": worked / n,
-        "n": n,
-        "examples": examples,
+        "accuracy": metrics["accuracy"],
+        "answered_in_format": metrics["format_rate"],
+        "shows_working": sum(map(shows_working, texts)) / len(texts),
+        "n": metrics["num_problems"],
+        "examples": [{"question": r["question"], "answer": t, "truth": r["reference"]} for r, t in zip(records, texts)][
+            :3
+        ],
+        "answers": answers.as_posix(),
+        # what reproduces the figure, run in the work directory
+        "command": f"cookmind eval gsm8k runs/{name} --data {data} --template chat "
+        f"--max-new-tokens {HELDOUT_MAX_NEW_TOKENS}",
     }
 
 
 def _eval_stage(name: str, source: str) -> Stage:
     def stage(ctx: DemoContext) -> dict[str, Any]:
-        res = arithmetic_accuracy(ctx, ctx.checkpoints[source])
+        res = arithmetic_accuracy(ctx, ctx.checkpoints[source], source)
         ctx.say(
             f"accuracy after {source}: {100 * res['accuracy']:.1f}% "
             f"({100 * res['answered_in_format']:.0f}% answered in the '#### N' format)"
@@ -581,6 +600,14 @@ def write_demo_report(ctx: DemoContext) -> Path:
             f"{100 * a.get('answered_in_format', 0):.0f}% | {_pct(a.get('shows_working'))} |"
             for n, a in acc
         ]
+        cmd = next((a["command"] for n, a in acc if "command" in a), None)
+        if cmd is not None:  # the GRPO row is graded the same way (template chat, greedy, the same cap)
+            generic = " ".join("runs/STAGE" if w.startswith("runs/") else w for w in cmd.split())
+            lines += [
+                "",
+                f"Each row is `{generic}` run in this folder; the pretrain, SFT and DPO rows keep their answers "
+                "in `eval/STAGE.jsonl`.",
+            ]
     if "accuracy_before" in r.get("grpo", {}):
         lines += _grpo_section(r["grpo"], r.get("eval_sft", {}).get("accuracy"), ctx.workdir)
     curate_md = Path(r.get("curate", {}).get("report_md", "")) if "report_md" in r.get("curate", {}) else None
