@@ -166,3 +166,24 @@ def test_eval_out_under_a_file_is_refused_before_the_evaluation(run_with_data, t
         "another path or move it away\n"
     ), err
     assert (root / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("task", ["ppl", "gsm8k", "mmlu"])
+def test_eval_metrics_name_the_checkpoint_a_run_resolved_to_and_the_tokenizer_given(run_with_data, task, capsys):
+    """`eval TASK runs/pre` scored the run's newest checkpoint but its metrics said only "model": "runs/pre": once the
+    run trained on, nothing told which weights a metrics file measured; --tokenizer, which changes every score, went
+    unrecorded too. The metrics name the checkpoint the run resolved to and the tokenizer given."""
+    import json
+
+    root, step = run_with_data
+    newer = step.parent / "step_00000020"
+    shutil.copytree(step, newer)
+    out = root / f"{task}.jsonl"
+    argv = ["eval", task, str(root / "runs" / "pre"), "--data", str(root / DATA[task]), "--quiet", "--device", "cpu"]
+    argv += ["--tokenizer", str(root / "tok"), "--out", str(out)]
+    argv += ["--max-new-tokens", "2", "--template", "chat"] if task == "gsm8k" else []
+    assert main(argv) == 0, capsys.readouterr().err
+    metrics = json.loads(out.with_suffix(".metrics.json").read_text())
+    assert metrics["model"] == str(root / "runs" / "pre")
+    assert metrics["checkpoint"] == str(newer) and metrics["tokenizer"] == str(root / "tok")
+    assert json.loads(capsys.readouterr().out) == metrics

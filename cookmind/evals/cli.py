@@ -282,6 +282,11 @@ def _what_was_measured(args, questions_read: list[dict]) -> dict:
     items; with a --limit that left some out, how many the data holds; MMLU's subjects whose CSV held no question
     (``questions_read``: the rows load_mmlu read). A metrics file read later says what it is."""
     measured = {"task": args.task, "model": args.model}
+    checkpoint = _checkpoint_of(args.model)
+    if checkpoint is not None:  # a run scored its newest checkpoint: which one, once the run trains on
+        measured["checkpoint"] = checkpoint
+    if args.tokenizer:
+        measured["tokenizer"] = args.tokenizer
     if args.task == "gsm8k":
         measured.update(
             data=args.data,
@@ -308,6 +313,19 @@ def _what_was_measured(args, questions_read: list[dict]) -> dict:
         if empty:
             measured["subjects_empty"] = empty
     return measured
+
+
+def _checkpoint_of(model) -> str | None:
+    """The checkpoint folder a training run given as the model resolved to (its newest complete one), or None when
+    the model was named as a folder of its own."""
+    import warnings
+
+    from cookmind.model import resolve_model_dir
+
+    with warnings.catch_warnings():  # a checkpoint passed over was named when the model loaded
+        warnings.simplefilter("ignore")
+        found = resolve_model_dir(model)
+    return None if os.path.abspath(found) == os.path.abspath(model) else str(found)
 
 
 def _say_what_limit_left_out(args, metrics: dict) -> None:
