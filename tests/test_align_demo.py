@@ -89,7 +89,7 @@ def test_demo_rl_guard_stops_early_and_says_so(quick_ctx, tmp_path, monkeypatch)
     assert any("safety guard fired after 1 of 2 steps" in n for n in ctx.notes)
 
 
-def test_pass_at_k_at_temperature_zero_is_greedy_accuracy(quick_ctx):
+def test_pass_at_1_at_temperature_zero_is_greedy_accuracy(quick_ctx):
     from dataclasses import replace
 
     from cookmind.align.objective import evaluate_accuracy
@@ -101,7 +101,7 @@ def test_pass_at_k_at_temperature_zero_is_greedy_accuracy(quick_ctx):
     model = load_model(quick_ctx.checkpoints["sft"])
     problems = [json.loads(line) for line in quick_ctx.paths["eval_problems"].read_text().splitlines()][:6]
     greedy = replace(QUICK_GRPO, temperature=0.0)
-    sampled = pass_at_k(model, tok, problems, greedy, k=3)
+    sampled = pass_at_k(model, tok, problems, greedy, k=1)  # more than one greedy answer is refused: the same
     assert sampled["pass_at_k"] == sampled["pass_at_1"] == evaluate_accuracy(model, tok, problems, greedy)["accuracy"]
 
 
@@ -133,3 +133,36 @@ def test_demo_grpo_problems_are_fresh(quick_ctx, tmp_path):
             if "text" in row and row["text"].startswith("Question: "):
                 trained.add(row["text"].split("\n")[0][len("Question: ") :])
     assert len(trained) > 100 and not set(stream) & (held | trained)
+
+
+def test_the_demos_sampled_pass_at_k_is_cookmind_eval_gsm8ks(quick_ctx, tmp_path, capsys):
+    """The RL stage sampled its held-out pass@k on a path of its own (its own seed and streams), so no `cookmind eval
+    gsm8k` run gave its figures. It now samples through evaluate_gsm8k, keeps the answers as --out writes them, and
+    names the command: that command, run in the work directory, writes the same answers and the same pass@k."""
+    import os
+
+    from cookmind.cli import main
+    from cookmind.demo.rl import QUICK_GRPO, pass_at_k
+    from cookmind.model import load_model
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(quick_ctx.paths["tokenizer"])
+    model = load_model(quick_ctx.checkpoints["sft"])
+    problems = [json.loads(line) for line in quick_ctx.paths["eval_problems"].read_text().splitlines()]
+    sampled = pass_at_k(model, tok, problems, QUICK_GRPO, k=3, out_path=tmp_path / "demo.jsonl")
+    command = sampled["command"].split()
+    assert command[:3] == ["cookmind", "eval", "gsm8k"] and "--num-samples" in command
+    model_dir = os.path.relpath(quick_ctx.checkpoints["sft"], quick_ctx.workdir)
+    argv = [model_dir if w == "MODEL" else w for w in command[1:]] + ["--quiet", "--device", "cpu"]
+    argv += ["--tokenizer", str(quick_ctx.paths["tokenizer"])]  # the fixture's model folder holds none
+    cwd = os.getcwd()
+    os.chdir(quick_ctx.workdir)
+    try:
+        assert main([*argv, "--out", str(tmp_path / "cli.jsonl")]) == 0, capsys.readouterr().err
+    finally:
+        os.chdir(cwd)
+    metrics = json.loads(capsys.readouterr().out)
+    assert (metrics["pass@3"], metrics["pass@1"]) == (sampled["pass_at_k"], sampled["pass_at_1"])
+    demo = [json.loads(line)["outputs"] for line in (tmp_path / "demo.jsonl").read_text().splitlines()]
+    cli = [json.loads(line)["outputs"] for line in (tmp_path / "cli.jsonl").read_text().splitlines()]
+    assert demo == cli and len(demo) == len(problems) and all(len(o) == 3 for o in demo)

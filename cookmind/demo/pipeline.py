@@ -659,7 +659,12 @@ def _grpo_section(g: dict[str, Any], sft_accuracy: float | None, workdir: Path) 
         f"- sampled at temperature {cfg.get('temperature')}, {cfg.get('group_size')} answers per held-out problem: "
         f"pass@{cfg.get('group_size')} {_pct(g.get('pass_at_k_before'))} → {_pct(g.get('pass_at_k'))}, "
         f"one sample right {_pct(g.get('sampled_accuracy_before'))} → {_pct(g.get('sampled_accuracy'))} "
-        "(pass@k far above greedy accuracy is the room RL has)",
+        "(pass@k far above greedy accuracy is the room RL has)"
+        + (
+            f"; `{g['sampled_command']}` in this folder gives the after figures (answers: `grpo/sampled_after.jsonl`)"
+            if g.get("sampled_command")
+            else ""
+        ),
         f"- answers that show their working: {_pct(g.get('shows_working_before'))} → {_pct(g.get('shows_working'))}; "
         f"mean answer length {g.get('response_length_before', 0):.1f} → {g.get('response_length', 0):.1f} tokens",
         f"- held-out answers wrong before and right after: {g.get('heldout_fixed')}; right before and wrong after: "

@@ -26,7 +26,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from cookmind.align.objective import GRPOConfig, as_problem, evaluate_accuracy, rollout_options, sampling_params
+from cookmind.align.objective import GRPOConfig, as_problem, evaluate_accuracy
 from cookmind.train.callbacks import Callback
 
 # Chosen on the demo's model (4 layers x 128 wide, ~0.9M parameters) on 2 CPU cores, from a
@@ -50,6 +50,8 @@ QUICK_GRPO = replace(DEMO_GRPO, group_size=4, max_new_tokens=8)
 QUICK_LOOP = {"steps": 2, "prompts_per_step": 2, "lr": 3e-5, "warmup_steps": 0, "eval_every": 0}
 # The safety stop (seconds) when COOKMIND_GRPO_SECONDS is unset; the fixed steps take ~2 minutes on 2 cores.
 DEFAULT_GUARD_S = 420.0
+# The held-out problems, as the work directory names them (the data stage writes them there).
+HELD_OUT = "data/eval_problems.jsonl"
 
 _STEP = re.compile(r"\d+\s*[-+*]\s*\d+\s*=\s*-?\d+")
 
@@ -127,7 +129,10 @@ def demo_stage(ctx) -> dict[str, Any]:
     t0 = time.perf_counter()
     model = load_model(start, device="cpu")
     before = evaluate_accuracy(model, tokenizer, heldout, cfg)
-    sampled_before = pass_at_k(model, tokenizer, heldout, cfg, k=cfg.group_size)
+    data = Path(os.path.relpath(held_path, ctx.workdir)).as_posix()
+    sampled_before = pass_at_k(
+        model, tokenizer, heldout, cfg, k=cfg.group_size, out_path=workdir / "sampled_before.jsonl", data=data
+    )
     del model
     guard = TimeGuard(float(os.environ.get("COOKMIND_GRPO_SECONDS", 60 if quick else DEFAULT_GUARD_S)))
     knobs = {
@@ -158,7 +163,9 @@ def demo_stage(ctx) -> dict[str, Any]:
     )
     model = load_model(ctx.checkpoints["grpo"], device="cpu")
     after = evaluate_accuracy(model, tokenizer, heldout, cfg)
-    sampled_after = pass_at_k(model, tokenizer, heldout, cfg, k=cfg.group_size)
+    sampled_after = pass_at_k(
+        model, tokenizer, heldout, cfg, k=cfg.group_size, out_path=workdir / "sampled_after.jsonl", data=data
+    )
     history = _history(Path(run["run_dir"]) / "metrics.jsonl")
     png = plot_grpo_curves(
         history,
@@ -184,6 +191,11 @@ def demo_stage(ctx) -> dict[str, Any]:
         "pass_at_k": sampled_after["pass_at_k"],
         "sampled_accuracy_before": sampled_before["pass_at_1"],
         "sampled_accuracy": sampled_after["pass_at_1"],
+        # what gives the sampled figures, run in the work directory (the answers: grpo/sampled_{before,after}.jsonl)
+        "sampled_command_before": sampled_before["command"].replace(
+            "MODEL", Path(os.path.relpath(start, ctx.workdir)).as_posix(), 1
+        ),
+        "sampled_command": sampled_after["command"].replace("MODEL", "runs/grpo", 1),
         "shows_working_before": sum(map(shows_working, before["responses"])) / len(before["responses"]),
         "shows_working": sum(map(shows_working, after["responses"])) / len(after["responses"]),
         "response_length_before": before["response_length"],
@@ -229,34 +241,52 @@ def _history(metrics_path: Path) -> list[dict[str, Any]]:
     return history
 
 
-def pass_at_k(model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int = 12345) -> dict[str, float]:
-    """Sampled accuracy at the run's temperature: pass@k (share of problems with >= 1 of k samples right) and pass@1.
+def pass_at_k(
+    model, tokenizer, problems, cfg: GRPOConfig, k: int = 8, seed: int = 12345, out_path=None, data: str = HELD_OUT
+) -> dict[str, Any]:
+    """Sampled accuracy at the run's temperature, as `cookmind eval gsm8k --num-samples k --k 1 k` scores it: pass@k
+    (share of problems with >= 1 of k samples right), pass@1, and ``command``, that command (its ``MODEL`` the model's
+    folder; run in the demo's work directory, it writes the same answers as ``out_path``).
 
     pass@k well above the greedy accuracy is the room RL has: right answers the policy already
     samples, which the reward can make its first choice.
     """
-    from cookmind.align.prompts import decode_response, encode_prompt
-    from cookmind.align.rewards import reward_fn_for_template
-    from cookmind.align.rollout import generate_ids
+    import shlex
 
-    grade = reward_fn_for_template(cfg.template, cfg.format_weight)
-    problems = [as_problem(p) for p in problems]
-    ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
+    from cookmind.evals import gsm8k as gsm8k_eval
+
+    if cfg.top_p != 1.0 or cfg.min_new_tokens or cfg.stop_strings is not None or cfg.format_weight:
+        raise ValueError(
+            "the demo's pass@k is `cookmind eval gsm8k`'s, which samples with top_p 1, no min_new_tokens, the "
+            "template's stops and no format reward; this GRPOConfig sets one of them"
+        )
     was_training = model.training
     model.eval()
-    outs = generate_ids(
+    batch = cfg.rollout_chunk  # k samples of batch // k problems a forward
+    metrics = gsm8k_eval.evaluate_gsm8k(
         model,
-        [x for x in ids for _ in range(k)],
-        sampling_params(cfg, tokenizer, seed),
         tokenizer,
-        **rollout_options(cfg),
+        problems,
+        out_path,
+        template=cfg.template,
+        num_samples=k,
+        ks=(1, k),
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=seed,
+        batch_size=batch,
+        progress=False,
     )
     model.train(was_training)
-    right = [
-        grade(decode_response(tokenizer, o), problems[i // k]["answer"])["answer_reward"] for i, o in enumerate(outs)
-    ]
-    per_problem = [max(right[i * k : (i + 1) * k]) for i in range(len(problems))]
-    return {"pass_at_k": sum(per_problem) / len(problems), "pass_at_1": sum(right) / len(right), "k": k}
+    flags = ["--data", data, "--template", cfg.template, "--max-new-tokens", str(cfg.max_new_tokens)]
+    flags += ["--num-samples", str(k), "--temperature", str(cfg.temperature), "--k", "1", str(k)]
+    flags += ["--seed", str(seed), "--batch-size", str(batch)]
+    return {
+        "pass_at_k": metrics[f"pass@{k}"],
+        "pass_at_1": metrics["pass@1"],
+        "k": k,
+        "command": shlex.join(["cookmind", "eval", "gsm8k", "MODEL", *flags]),
+    }
 
 
 def _flips(problems, before: list[str], after: list[str], cfg: GRPOConfig) -> dict[str, Any]:
