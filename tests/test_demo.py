@@ -198,3 +198,42 @@ def test_the_demos_held_out_score_is_cookmind_eval_gsm8ks(tmp_path, monkeypatch)
         "cookmind eval gsm8k runs/sft --data data/eval_problems.jsonl --template chat "
         f"--max-new-tokens {calls[0]['max_new_tokens']}"
     )
+
+
+def test_the_demo_mines_as_wrong_only_answers_cookmind_eval_gsm8k_grades_wrong(tmp_path, monkeypatch):
+    """Mining DPO pairs graded the SFT model's answers with a `####` parser of its own (the first number after it),
+    so an answer `cookmind eval gsm8k --template chat` and GRPO's reward grade right ("#### 9 - 2 = 7", truth 7: the
+    line's result) was pushed down as a mistake. Here every answer ends `#### A - B = TRUTH`: none is a mistake."""
+    from lm_fixtures import MICRO, tiny_config
+
+    import cookmind.evals.gsm8k as gsm8k_eval
+    import cookmind.infer
+    from cookmind.demo.pipeline import stage_data, stage_mine_pairs, stage_tokenizer
+    from cookmind.model import CookMindLM, save_model
+    from cookmind.tokenizer import Tokenizer
+
+    ctx = DemoContext(workdir=tmp_path / "w", sizes=DemoSizes.quick(), progress=False)
+    ctx.workdir.mkdir()
+    stage_data(ctx)
+    stage_tokenizer(ctx)
+    tok = Tokenizer.load(ctx.paths["tokenizer"])
+    save_model(tmp_path / "m", CookMindLM(tiny_config(**MICRO, vocab_size=tok.vocab_size, max_position_embeddings=256)))
+    ctx.checkpoints["sft"] = tmp_path / "m"
+    truth = {}
+    for name in ("dpo", "dpo_val"):
+        for line in (ctx.paths["data"] / f"{name}.jsonl").read_text().splitlines():
+            chosen = json.loads(line)["chosen"]
+            truth[chosen[0]["content"]] = int(chosen[-1]["content"].rsplit("####", 1)[1])
+
+    def right_answers(model, prompts, params, tokenizer=None, **kw):
+        out = []
+        for ids in prompts:
+            text = tok.decode(list(ids))
+            value = next(v for q, v in truth.items() if q in text)
+            out.append(tok.encode(f"#### {value + 2} - 2 = {value}") + [tok.im_end_id])
+        return out
+
+    monkeypatch.setattr(cookmind.infer, "generate", right_answers)
+    monkeypatch.setattr(gsm8k_eval, "generate", right_answers)
+    res = stage_mine_pairs(ctx)
+    assert res["pairs"] == ctx.sizes.dpo_pairs and res["from_model_mistakes"] == 0 == res["val_from_model_mistakes"]

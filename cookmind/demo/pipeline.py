@@ -348,24 +348,47 @@ def stage_sft(ctx: DemoContext) -> dict[str, Any]:
     )
 
 
+# The length cap of the SFT model's answers mined and of the held-out answers: a three-step worked answer is ~25 tokens.
+HELDOUT_MAX_NEW_TOKENS = 40
+
+
 def stage_mine_pairs(ctx: DemoContext) -> dict[str, Any]:
     """Preference pairs from the SFT model's own mistakes: the correct answer over the model's wrong one.
 
     The validation pairs are mined the same way, so DPO's held-out reward accuracy measures what it was trained
     for: preferring the right answer over what this model says when it is wrong, on questions it never trained on.
     """
+    from cookmind.evals import gsm8k as gsm8k_eval
+    from cookmind.model import load_model
     from cookmind.store.packer import pack
-    from cookmind.synthetic import extract_answer
+    from cookmind.tokenizer import Tokenizer
 
+    model = load_model(ctx.checkpoints["sft"]).eval()
+    tokenizer = Tokenizer.load(ctx.paths["tokenizer"])
     out: dict[str, Any] = {}
     for name in ("dpo", "dpo_val"):
         rows = [json.loads(line) for line in (ctx.paths["data"] / f"{name}.jsonl").read_text().splitlines()]
-        answers = _greedy_answers(ctx, ctx.checkpoints["sft"], [r["chosen"][0]["content"] for r in rows])
+        # graded as `cookmind eval gsm8k --template chat` grades the held-out problems (and GRPO its rollouts)
+        problems = [{"question": r["chosen"][0]["content"], "answer": r["chosen"][-1]["content"]} for r in rows]
+        answers = ctx.workdir / "eval" / f"sft_on_{name}.jsonl"
+        with torch.no_grad():
+            gsm8k_eval.evaluate_gsm8k(
+                model,
+                tokenizer,
+                problems,
+                answers,
+                template="chat",
+                temperature=0.0,
+                max_new_tokens=HELDOUT_MAX_NEW_TOKENS,
+                batch_size=100,
+                progress=False,
+            )
+        records = [json.loads(line) for line in answers.read_text().splitlines()]
         pairs, mined, empty = [], 0, 0
-        for row, answer in zip(rows, answers):
-            truth = extract_answer(row["chosen"][-1]["content"])
+        for row, record in zip(rows, records):
+            answer = record["outputs"][0]
             empty += not answer.strip()
-            if extract_answer(answer) != truth and answer.strip():
+            if not record["grades"][0] and answer.strip():
                 # on-policy: push down exactly what the model says when it is wrong
                 wrong = row["chosen"][:-1] + [{"role": "assistant", "content": answer}]
                 row = {"chosen": row["chosen"], "rejected": wrong}
@@ -414,34 +437,6 @@ def stage_dpo(ctx: DemoContext) -> dict[str, Any]:
     overrides["data"] = {"train_path": str(ctx.paths["store_dpo"]), "val_path": str(ctx.paths["store_dpo_val"])}
     overrides["eval"] = {"every": 0, "prompts": DEMO_PROMPTS[:2]}
     return _train(ctx, "dpo", overrides)
-
-
-def _greedy_answers(
-    ctx: DemoContext, checkpoint: Path, questions: list[str], batch_size: int = 100, max_new_tokens: int = 40
-) -> list[str]:
-    """The model's greedy chat answer to each question (batched, KV-cached generation)."""
-    from cookmind.infer import SamplingParams, generate
-    from cookmind.infer.stop import chat_stop_ids
-    from cookmind.model import load_model
-    from cookmind.tokenizer import Tokenizer
-
-    tok = Tokenizer.load(ctx.paths["tokenizer"])
-    model = load_model(checkpoint).eval()
-    stops = chat_stop_ids(tok)  # a reply ends at the first control token
-    gcfg = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops)
-    out = []
-    with torch.no_grad():
-        for i in range(0, len(questions), batch_size):
-            prompts = [
-                list(tok.render([{"role": "user", "content": q}], add_generation_prompt=True)[0])
-                for q in questions[i : i + batch_size]
-            ]
-            out += [tok.decode(o) for o in generate(model, prompts, gcfg, tokenizer=tok)]
-    return out
-
-
-# The held-out answers' length cap: a three-step worked answer is ~25 tokens.
-HELDOUT_MAX_NEW_TOKENS = 40
 
 
 def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, name: str, batch_size: int = 100) -> dict[str, Any]:
