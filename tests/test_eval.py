@@ -1483,3 +1483,28 @@ def test_the_eval_bars_write_plain_lines_into_a_pipe(tmp_path, capsys):
     err = capsys.readouterr().err  # transformers' "Loading weights" bar too: on a terminal only
     assert "\r" not in err and "\x1b" not in err, err
     assert any(line.startswith("perplexity: 100%") for line in err.splitlines()), err
+
+
+def test_gsm8k_says_when_no_answer_was_in_the_templates_format(tmp_path, monkeypatch, capsys):
+    """A chat model (the demo's SFT run) scored with the default --template r1_zero answers `#### N`, never in
+    <answer> tags: every answer graded 0, "format_rate": 0.0, and not a word on stderr; a user read 0% as the
+    model's skill. A run where no answer was in the template's format now says so, naming format_rate and the
+    templates; one where some were stays quiet."""
+    import cookmind.infer.loading
+    from cookmind.cli import main
+
+    respond = {"text": " 2 + 2 = 4\n#### 4"}  # a chat model's answer, after the r1_zero prompt's <think>
+    model = OracleLM(lambda prompt: respond["text"])
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (model, CharTok()))
+    data = tmp_path / "g.jsonl"
+    data.write_text('{"question": "What is 2+2?", "answer": "#### 4"}\n' * 2)
+    argv = ["eval", "gsm8k", "m", "--data", str(data), "--quiet", "--max-new-tokens", "40"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["format_rate"] == 0.0
+    assert "none of the 2 answers was in --template r1_zero's format (format_rate 0)" in captured.err, captured.err
+    assert "--template chat" in captured.err
+    respond["text"] = " 2 + 2 = 4 </think> <answer> 4 </answer>"
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["format_rate"] == 1.0 and "format_rate" not in captured.err, captured.err

@@ -248,6 +248,10 @@ def main(args) -> int:
             "end: use a model with a longer context, or a shorter --template (compact, plain)",
             file=sys.stderr,
         )
+    answers = metrics.get("num_problems", 0) * metrics.get("num_samples", 1)
+    # every answer cut short: the lines above say why none ended in the format
+    if args.task == "gsm8k" and metrics["format_rate"] == 0 and metrics["num_cut_short"] < answers:
+        _say_no_answer_in_format(args, answers)
     if metrics.get("num_no_letter"):
         print(
             f"cookmind eval {args.task}: {metrics['num_no_letter']} of {metrics['num_questions']} answers named no "
@@ -313,6 +317,25 @@ def _what_was_measured(args, questions_read: list[dict]) -> dict:
         if empty:
             measured["subjects_empty"] = empty
     return measured
+
+
+def _say_no_answer_in_format(args, answers: int) -> None:
+    """One line on stderr when no GSM8K answer was in the template's format: each was graded wrong, and a 0 read as
+    the model's skill is most often a model taught another format (a chat model under the default r1_zero)."""
+    from cookmind.align.prompts import PROMPTS, uses_think_tags
+
+    template = args.template
+    if uses_think_tags(template):
+        shape = "<answer>...</answer> tags"
+    else:
+        shape = "a '#### N' line" if template == "chat" else "a number"
+    which = f"--template {template}'s" if template in ("chat", *PROMPTS) else "the --template's"
+    print(
+        f"cookmind eval gsm8k: none of the {answers} answers was in {which} format (format_rate 0): "
+        f"{shape}; each was graded wrong. A model SFT'd on chats (the demo's runs) answers --template chat with "
+        "'#### N'; one trained on r1_zero prompts, <answer> tags; a base model, plain",
+        file=sys.stderr,
+    )
 
 
 def _checkpoint_of(model) -> str | None:
