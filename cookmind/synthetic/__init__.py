@@ -7,7 +7,7 @@
 - ``crawl``: a small synthetic web crawl (see cookmind/synthetic/crawl.py)
 """
 
-from cookmind.synthetic.arithmetic import Problem, arithmetic_problems, direct_answer, extract_answer, make_problem
+from cookmind.synthetic.arithmetic import Problem, arithmetic_problems, direct_answer, make_problem
 from cookmind.synthetic.chats import chats, problem_chat
 from cookmind.synthetic.preferences import preference_pairs, wrong_answer
 from cookmind.synthetic.stories import make_story, stories
@@ -16,7 +16,6 @@ __all__ = [
     "Problem",
     "arithmetic_problems",
     "direct_answer",
-    "extract_answer",
     "make_problem",
     "chats",
     "problem_chat",

@@ -4,20 +4,17 @@ Level 1 is one addition or subtraction with small numbers (a tiny model can lear
 minutes); level 2 adds multiplication of small factors; level 3 chains two operations;
 level 4 is only two-step problems (add then take away, or take away then add), the demo's
 RL task: the worked solution computes the intermediate result on its own line.
-Answers are never negative. ``extract_answer`` is the grader's parser for ``#### N``;
+Answers are never negative (graded as every GSM8K answer is: ``cookmind.align.rewards``);
 ``direct_answer`` is the same problem answered without the working.
 """
 
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 
 from cookmind.synthetic.rng import make_rng
 from cookmind.synthetic.vocabulary import ITEMS, NAMES
-
-_ANSWER = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
 
 
 @dataclass(frozen=True)
@@ -31,18 +28,6 @@ class Problem:
     def to_dict(self) -> dict:
         """GSM8K's JSONL record: {"question", "answer"}."""
         return {"question": self.question, "answer": self.answer}
-
-
-def extract_answer(text: str) -> int | None:
-    """The number after the first ``####`` in ``text`` (commas allowed), or None when absent."""
-    m = _ANSWER.search(text)
-    if not m:
-        return None
-    try:
-        value = float(m.group(1).replace(",", ""))
-    except ValueError:
-        return None
-    return int(value) if value.is_integer() else None
 
 
 def _add(rng: random.Random, hi: int) -> Problem:
