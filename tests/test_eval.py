@@ -1508,3 +1508,21 @@ def test_gsm8k_says_when_no_answer_was_in_the_templates_format(tmp_path, monkeyp
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["format_rate"] == 1.0 and "format_rate" not in captured.err, captured.err
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["gsm8k", "m", "--data", "d.jsonl", "--k"], "--k"),
+        (["mmlu", "m", "--data", "mmlu", "--subjects"], "--subjects"),
+    ],
+)
+def test_a_list_option_given_no_values_is_a_usage_error(argv, flag, capsys):
+    """`eval gsm8k --k` (the values forgotten) reported no pass@ at all, saying nothing; `eval mmlu --subjects` alone
+    asked for no subject. Each is a usage error naming the option."""
+    from cookmind.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["eval", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"argument {flag}: expected at least one argument" in err, err

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with {question}, where \\n is a new line, \\t a tab and \\\\ a backslash (default r1_zero)",
     )
     g.add_argument("--num-samples", type=int_in(1), default=1, help="answers per problem (> 1 needs --temperature > 0)")
-    g.add_argument("--k", type=int_in(1), nargs="*", default=[1], help="pass@k values to report")
+    g.add_argument("--k", type=int_in(1), nargs="+", default=[1], help="pass@k values to report")
     g.add_argument("--temperature", type=float_in(0), default=0.0, help="0 = greedy (default)")
     g.add_argument("--max-new-tokens", type=int_in(1), default=256, help="answer length cap (default 256)")
     g.add_argument("--batch-size", type=int_in(1), default=32, help="problems generated together (default 32)")
@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--data", required=True, help="MMLU root: its dev/, val/ and test/ folders of SUBJECT_SPLIT.csv files"
     )
     m.add_argument("--split", default="test", choices=["dev", "val", "test"], help="default test")
-    m.add_argument("--subjects", nargs="*", default=None, help="subject names (e.g. anatomy); default all found")
+    m.add_argument("--subjects", nargs="+", default=None, help="subject names (e.g. anatomy); default all found")
     m.add_argument(  # --limit too: what gsm8k calls it, and lm-evaluation-harness's per-task limit (a subject a task)
         "--limit-per-subject",
         "--limit",
