@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import torch
 
-from cookmind.align.prompts import encode_text, pad_id_of, prompt_ids
+from cookmind.align.prompts import pad_id_of
+from cookmind.tokenizer.documents import continuation_ids
 
 # -- Reductions that count only the positions a mask selects --------------------------------------------------------
 
@@ -291,8 +292,9 @@ def grpo_microbatch_train_step(
 
 
 def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], tokenizer) -> dict[str, torch.Tensor]:
-    """Tokenize prompts and outputs separately, join them and pad to the longest join. A prompt opens a document
-    (``prompt_ids``: Llama's <s> first, none for cookmind's tokenizers), an output follows it as plain text.
+    """Tokenize each prompt and its output, join them and pad to the longest join. A prompt opens a document
+    (``prompt_ids``: Llama's <s> first, none for cookmind's tokenizers); an output's ids are those of prompt and
+    output written as one text, past the prompt's (``continuation_ids``: no SentencePiece dummy "▁" between).
 
     Returns ``input_ids`` = joined[:, :-1], ``labels`` = joined[:, 1:] and ``response_mask``
     (1 where the *label* is a response token), each (batch, longest prompt+output - 1).
@@ -304,9 +306,9 @@ def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], t
             f"tokenize_prompt_and_output: {len(prompt_strs)} prompts but {len(output_strs)} outputs; "
             "pass one output per prompt"
         )
-    prompts = [prompt_ids(tokenizer, p) for p in prompt_strs]  # each opens a document (Llama's <s>)
-    outputs = [encode_text(tokenizer, o) for o in output_strs]
-    return pack_prompt_and_output(prompts, outputs, pad_id_of(tokenizer))
+    # each prompt opens a document (Llama's <s>); its output's ids are those it has written after it
+    prompts, outputs = zip(*(continuation_ids(tokenizer, p, o) for p, o in zip(prompt_strs, output_strs)))
+    return pack_prompt_and_output(list(prompts), list(outputs), pad_id_of(tokenizer))
 
 
 def pack_prompt_and_output(

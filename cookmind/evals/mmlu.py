@@ -16,12 +16,13 @@ import torch
 
 from cookmind import text_input
 from cookmind.align.losses import get_response_log_probs, pack_prompt_and_output
-from cookmind.align.prompts import decode_response, encode_text, pad_id_of, prompt_ids, stop_ids_of
+from cookmind.align.prompts import decode_response, pad_id_of, prompt_ids, stop_ids_of
 from cookmind.align.rewards import LETTERS, parse_mmlu_response
 from cookmind.atomic import write_jsonl
 from cookmind.evals.gsm8k import context_length, too_long
 from cookmind.infer import SamplingParams, generate
 from cookmind.progress import progress_bar
+from cookmind.tokenizer.documents import continuation_ids
 
 SCORINGS = ("letter", "option", "generate")
 
@@ -144,12 +145,7 @@ def answer_ids(tokenizer, prompt: str, answers: list[str]) -> tuple[list[int], l
     2's, Mistral's) encodes " A" alone as "▁▁A", but "Answer: A" as "Answer:" then "▁A". Where the two encodings
     part before the prompt's end (a token across the seam), the answer is encoded alone."""
     context = prompt_ids(tokenizer, prompt)
-    ids = []
-    for answer in answers:
-        whole = prompt_ids(tokenizer, prompt + answer)
-        apart = len(whole) <= len(context) or whole[: len(context)] != context
-        ids.append(encode_text(tokenizer, answer) if apart else whole[len(context) :])
-    return context, ids
+    return context, [continuation_ids(tokenizer, prompt, answer)[1] for answer in answers]
 
 
 def _answers(row: dict, scoring: str) -> list[str]:

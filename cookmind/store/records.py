@@ -17,7 +17,7 @@ import numpy as np
 
 from cookmind import json_input
 from cookmind.store.sources import Item
-from cookmind.tokenizer.documents import document_ids, prompt_ids
+from cookmind.tokenizer.documents import continuation_ids, document_ids, prompt_ids
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -409,11 +409,15 @@ def _prompt_ids(question, tok, opts: RecordOptions, field: str = "prompt") -> np
     question = _text(question, field)
     if opts.prompt_template == "chat":
         return _render(tok, [{"role": "user", "content": question}], add_generation_prompt=True)[0]
+    return np.asarray(prompt_ids(tok, _prompt_text(question, opts)), dtype=np.int64)  # a document's start first
+
+
+def _prompt_text(question: str, opts: RecordOptions) -> str:
+    """A text prompt template filled (a name: plain, r1_zero, compact: grpo.template's, is its text, as train and eval
+    prompt)."""
     from cookmind.prompt_templates import PROMPTS
 
-    # a name (plain, r1_zero, compact: grpo.template's) is its text, as train and eval prompt
-    text = PROMPTS.get(opts.prompt_template, opts.prompt_template).replace("{question}", question.strip())
-    return np.asarray(prompt_ids(tok, text), dtype=np.int64)  # a document's start first, as rollouts' prompts
+    return PROMPTS.get(opts.prompt_template, opts.prompt_template).replace("{question}", question.strip())
 
 
 def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
@@ -435,8 +439,10 @@ def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
         ids, mask = _render(tok, reasoning_from_content(chat))
         n = len(prompt)
         resp, resp_mask = ids[n:], mask[n:]
-    else:
-        resp = np.asarray(tok.encode(response) + [tok.eos_id], dtype=np.int64)
+    else:  # a text prompt: the response's ids as written after it (no SentencePiece dummy "▁" between)
+        text = None if isinstance(question, list) else _prompt_text(question, opts)
+        ids = tok.encode(response) if text is None else continuation_ids(tok, text, response)[1]
+        resp = np.asarray(ids + [tok.eos_id], dtype=np.int64)
         resp_mask = np.ones(len(resp), dtype=np.uint8)
     return {"prompts": prompt, "responses": resp, "masks": resp_mask, "rewards": np.array([reward], dtype=np.float32)}
 

@@ -69,6 +69,19 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
     return [*document_start_ids(tokenizer), *encode_text(tokenizer, text)]
 
 
+def continuation_ids(tokenizer, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+    """(``prompt_ids(prompt)``, the ids of ``continuation`` after them): what the tokenizer gives the two written as
+    one text, past the prompt's own (lm-evaluation-harness's rule). A SentencePiece-style tokenizer (Llama 2's,
+    Mistral's) puts a dummy "▁" before each encode: " A" alone is "▁▁A", but "Answer: A" is "Answer:" then "▁A".
+    Where the two encodings part before the prompt's end (a token across the seam), the continuation is encoded
+    alone."""
+    context = prompt_ids(tokenizer, prompt)
+    whole = prompt_ids(tokenizer, prompt + continuation)
+    if len(whole) > len(context) and whole[: len(context)] == context:
+        return context, whole[len(context) :]
+    return context, encode_text(tokenizer, continuation)
+
+
 def document_framing(tokenizer) -> dict:
     """How the tokenizer frames a document, as pack records it in a store's meta.json (``eos_id``, ``bos_ids``): a
     store whose documents were framed otherwise is refused for training (``TokenStore.check_tokenizer``)."""
