@@ -44,3 +44,50 @@ def test_tokenize_prompt_and_output_joins_as_transformers_encodes_the_whole_text
         assert batch["response_mask"][row, : n - 1].sum().item() == len(want) - len(
             hf("Answer:" if row == 0 else "Say")["input_ids"]
         )
+
+
+def test_cookminds_gpt2_packs_offline_grpo_as_tiktoken_encodes_prompt_and_response(tmp_path, shared_data, monkeypatch):
+    """cookmind's byte-level BPE has no dummy prefix: a response packed after its text prompt is what tiktoken's own
+    GPT-2 encoding gives the two as one text, at seams of a space, a newline and none."""
+    import hashlib
+
+    import tiktoken
+    import tiktoken.registry
+
+    from cookmind.prompt_templates import PROMPTS
+
+    base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
+    files = {
+        "vocab.bpe": b"#version: 0.2\n" + (shared_data / "gpt2/merges.txt").read_bytes(),
+        "encoder.json": (shared_data / "gpt2/vocab.json").read_bytes(),
+    }
+    for name, data in files.items():
+        (tmp_path / hashlib.sha1((base + name).encode()).hexdigest()).write_bytes(data)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    tiktoken.registry.ENCODINGS.pop("gpt2", None)
+    try:
+        ref = tiktoken.get_encoding("gpt2")
+    finally:
+        tiktoken.registry.ENCODINGS.pop("gpt2", None)
+    lines = (shared_data / "gsm8k/test.jsonl").read_text().splitlines()[:24]
+    rows = [json.loads(line) for line in lines]
+    rows = [
+        {"prompt": r["question"], "response": ["", " ", "\n"][k % 3] + r["answer"], "reward": 1.0}
+        for k, r in enumerate(rows)
+    ]
+    (tmp_path / "o.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for template in ("plain", "r1_zero", "Q:{question}"):
+        pack(
+            [tmp_path / "o.jsonl"],
+            tmp_path / "o",
+            shared_data / "gpt2",
+            "grpo",
+            prompt_template=template,
+            progress=False,
+            overwrite=True,
+        )
+        store = TokenStore(tmp_path / "o")
+        for i, r in enumerate(rows):
+            text = PROMPTS.get(template, template).replace("{question}", r["prompt"].strip()) + r["response"]
+            joined = store.record("prompts", i).tolist() + store.record("responses", i).tolist()
+            assert joined == ref.encode_ordinary(text) + [ref.eot_token], (template, i)
