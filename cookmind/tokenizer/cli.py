@@ -413,7 +413,7 @@ def _decode(args) -> int:
 
 def _export(args) -> int:
     from cookmind.tokenizer.bytes_unicode import token_to_str
-    from cookmind.tokenizer.fast_encode import tiktoken_file_text
+    from cookmind.tokenizer.fast_encode import fast_path_blocker, tiktoken_file_text
     from cookmind.tokenizer.hf_format import hf_tokenizer_config, hf_tokenizer_json
     from cookmind.tokenizer.tokenizer import Tokenizer, tokenizer_files
 
@@ -428,6 +428,11 @@ def _export(args) -> int:
             "tokenizer_config.json": json.dumps(hf_tokenizer_config(tok), ensure_ascii=False, indent=2),
         }
     elif args.format == "tiktoken":
+        if (why := fast_path_blocker(tok)) is not None:  # tiktoken would read the file to other ids
+            raise TokenizerError(
+                f"--tokenizer {args.tokenizer} cannot be exported for tiktoken, which would encode with other ids "
+                f"({why}); export it with --format hf (tokenizer.json) instead"
+            )
         files = {
             "tokenizer.tiktoken": tiktoken_file_text(tok),
             "tiktoken_config.json": json.dumps(
