@@ -1742,3 +1742,26 @@ def test_pack_takes_the_named_grpo_templates_and_reads_a_typed_newline(tmp_path,
     pack_cli.add_arguments(parser)
     assert pack_cli.main(parser.parse_args(argv)) == 0
     assert _records(tmp_path / "typed", "prompts") == [encode_prompt(tok, "What is 2+3?", "Q: {question}\nA:")]
+
+
+def test_a_gpt2_user_without_chat_tokens_is_told_the_import_that_adds_them_and_it_works(shared_data, tmp_path):
+    """The SFT "no <|im_start|>" error said only "train a tokenizer": a GPT-2 user needs GPT-2's own files imported
+    with the chat tokens added. The error names that import, and the import it names packs the same chats."""
+    from tokenizer_fixtures import run_cli
+
+    g2 = shared_data / "gpt2"
+    files = ["--vocab", str(g2 / "vocab.json"), "--merges", str(g2 / "merges.txt")]
+    assert run_cli(["import", *files, "--out", str(tmp_path / "plain")]) == 0
+    chats = _jsonl(
+        tmp_path / "c.jsonl",
+        [{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}],
+    )
+    with pytest.raises(PackError) as e:
+        pack([chats], tmp_path / "s", tmp_path / "plain", "sft", progress=False)
+    flags = "--special-token '<|endoftext|>' '<|im_start|>' '<|im_end|>'"
+    assert "cookmind tokenizer import" in str(e.value) and flags in str(e.value) and "tokenizer train" in str(e.value)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    assert run_cli(["import", *files, "--special-token", *specials, "--out", str(tmp_path / "chat")]) == 0
+    pack([chats], tmp_path / "s", tmp_path / "chat", "sft", progress=False)
+    chat = Tokenizer.load(tmp_path / "chat")
+    assert chat.decode(TokenStore(tmp_path / "s").record("sequence", 0).tolist()).startswith("<|im_start|>user\nHi")

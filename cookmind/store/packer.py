@@ -238,15 +238,18 @@ def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
     if document_end_id(tok) is None:
         raise PackError(
             f"{name} has neither <|endoftext|> nor an EOS token (tokenizer_config.json's eos_token) to end every "
-            "packed record with: train the tokenizer with --special-token '<|endoftext|>' (the default set has it), "
+            "packed record with: train the tokenizer with --special-token '<|endoftext|>' (the default set has it) "
+            "or import GPT-2 style files with `cookmind tokenizer import --special-token '<|endoftext|>' ...`, "
             "or name a Hugging Face tokenizer's EOS in its tokenizer_config.json"
         )
     chat = opts.train_type in ("sft", "dpo") or (opts.train_type == "grpo" and opts.prompt_template == "chat")
     if chat and (tok.im_start_id is None or tok.im_end_id is None):
         raise PackError(
             f"{name} has no <|im_start|>/<|im_end|> tokens, which the chat template needs for {opts.train_type} "
-            "(cookmind renders chats in ChatML only): train a tokenizer with the default --special-token set, or "
-            "pack such a model's data (a Hugging Face model with another chat template) as --train-type seq"
+            "(cookmind renders chats in ChatML only): `cookmind tokenizer train` with the default --special-token "
+            "set, or add them to GPT-2 style files with `cookmind tokenizer import --vocab vocab.json --merges "
+            "merges.txt --special-token '<|endoftext|>' '<|im_start|>' '<|im_end|>'`, "
+            "or pack such a model's data (a Hugging Face model with another chat template) as --train-type seq"
             + (", or give grpo prompts a --prompt-template with {question}" if opts.train_type == "grpo" else "")
         )
 
