@@ -1765,3 +1765,15 @@ def test_a_gpt2_user_without_chat_tokens_is_told_the_import_that_adds_them_and_i
     pack([chats], tmp_path / "s", tmp_path / "chat", "sft", progress=False)
     chat = Tokenizer.load(tmp_path / "chat")
     assert chat.decode(TokenStore(tmp_path / "s").record("sequence", 0).tolist()).startswith("<|im_start|>user\nHi")
+
+
+def test_val_fraction_counting_pass_shows_progress_before_the_pack(tmp_path, tok_dir, capsys):
+    """`pack --val-fraction` read every input once to count its records with nothing on screen: on a big corpus,
+    minutes of silence before the pack's own bar. That pass has a bar of its own now, counting the 7 documents."""
+    src = tmp_path / "c.txt"
+    src.write_text("<|endoftext|>".join(f"story {i}" for i in range(7)), encoding="utf-8")
+    pack([src], tmp_path / "tr", tok_dir, "seq", progress=True, val_fraction=0.3, val_out=tmp_path / "va")
+    err = capsys.readouterr().err
+    counting = [line for line in err.splitlines() if "counting" in line]
+    assert counting and "7" in counting[-1], err
+    assert err.index(counting[-1]) < err.index("pack seq"), err

@@ -254,6 +254,24 @@ def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
         )
 
 
+def _count_records(inputs, separator, one_per_line: bool, utf8_errors: str, progress: bool) -> int:
+    """How many records the inputs hold (``--val-fraction`` splits by that count): a pass over them, with a bar of
+    its own, not minutes of silence before the pack's."""
+    total = sum(estimate_items(p, separator, one_per_line) for p in inputs) if progress else None
+    count = 0
+    with progress_bar(desc="pack: counting records", unit="doc", total=total, enabled=progress) as bar:
+        for p in inputs:  # a disabled bar counts nothing: the count is kept here
+            if source_kind(p) == "parquet":  # its footer says
+                n = count_items(p, separator, one_per_line, utf8_errors)
+                count += n
+                bar.update(n)
+            else:
+                for _ in iter_items(p, separator, one_per_line, utf8_errors):
+                    count += 1
+                    bar.update()
+    return count
+
+
 def pack(
     inputs,
     out,
@@ -371,9 +389,7 @@ def pack(
         if target is not None:
             check_store_out(target, overwrite)
     try:
-        to_read = (
-            sum(count_items(p, separator, one_per_line, utf8_errors) for p in inputs) if val_out is not None else 0
-        )
+        to_read = _count_records(inputs, separator, one_per_line, utf8_errors, progress) if val_out is not None else 0
     except ValueError as exc:
         raise _with_utf8_hint(exc) from None
     if val_out is not None and to_read < 2:
