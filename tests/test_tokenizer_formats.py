@@ -704,3 +704,23 @@ def test_a_tiktoken_export_given_as_a_tokenizer_says_what_it_is(tok_dir, tmp_pat
         Tokenizer.load(tmp_path / "tt")
     said = str(e.value)
     assert "tokenizer.tiktoken" in said and "tiktoken" in said and "--format hf" in said, said
+
+
+def test_info_and_encode_accept_a_sentencepiece_tokenizer_as_pack_does(shared_data, tmp_path, capsys):
+    """`tokenizer info` and `tokenizer encode` said "byte_fallback=True is not supported" of a Llama-style
+    SentencePiece tokenizer that pack, generate and eval read through transformers. Both read it now, encode giving
+    transformers' own ids for real text."""
+    import transformers
+    from tokenizer_fixtures import run_cli, sentencepiece_style_tokenizer
+
+    path = sentencepiece_style_tokenizer(tmp_path / "sp")
+    hf = transformers.AutoTokenizer.from_pretrained(path)
+    capsys.readouterr()
+    assert run_cli(["info", "--tokenizer", str(path)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["vocab_size"] == len(hf) and info["eos_id"] == hf.eos_token_id
+    text = (shared_data / "text" / "tinystories_sample.txt").read_text(encoding="utf-8")[:3000]
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    assert run_cli(["encode", "--tokenizer", str(path), "--input", str(tmp_path / "in.txt")]) == 0
+    ids = [int(w) for w in capsys.readouterr().out.split()]
+    assert ids == hf.encode(text, add_special_tokens=False)

@@ -329,16 +329,19 @@ def _read_stream(path: str):
 def _encode(args) -> int:
     import numpy as np
 
+    from cookmind.tokenizer.hf_adapter import load_tokenizer
     from cookmind.tokenizer.tokenizer import Tokenizer, tokenizer_files
 
     if args.output:  # the tokenizer's files are inputs too: ids written over one destroy it
         inputs = ([args.input] if args.input else []) + tokenizer_files(args.tokenizer)
         check_output_file(args.output, inputs, args.overwrite, "--output")
-    tok = Tokenizer.load(args.tokenizer)
-    if args.reference:
+    tok = load_tokenizer(args.tokenizer)  # what pack, generate and eval read: a SentencePiece one through transformers
+    if args.reference and isinstance(tok, Tokenizer):
         tok._fast, tok._fast_checked = None, True
     t0 = time.perf_counter()
     source = [args.text] if args.text is not None else _read_stream(args.input)
+    if not isinstance(tok, Tokenizer):  # transformers encodes the whole text, as pack hands it a whole record
+        tok = _WholeText(tok)
     n = 0
     if args.output and args.output.endswith(".bin"):
         with writing(args.output, "wb") as f:
@@ -361,6 +364,17 @@ def _encode(args) -> int:
             sys.stdout.write(text)
     print(json.dumps({"tokens": n, "seconds": round(time.perf_counter() - t0, 3)}), file=sys.stderr)
     return 0
+
+
+class _WholeText:
+    """A transformers-read tokenizer's encode_iterable: the chunks joined and encoded at once (its pieces can span a
+    line's end, so line by line would give other ids)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def encode_iterable(self, chunks):
+        return iter(self.tok.encode("".join(chunks)))
 
 
 def _read_ids(path: str) -> list[int]:
@@ -524,8 +538,9 @@ def main(args) -> int:
         if args.action == "import":
             return _import(args)
         from cookmind.tokenizer.documents import document_framing
+        from cookmind.tokenizer.hf_adapter import load_tokenizer
 
-        tok = Tokenizer.load(args.tokenizer)
+        tok = load_tokenizer(args.tokenizer)  # what pack, generate and eval read: a SentencePiece one too
         # machine output for a terminal, as train's, import's and export's lines are: json's default ensure_ascii
         # writes every non-ASCII character as \uXXXX (JSON escapes only the C0 controls itself), so a special
         # token's bidi override (U+202E) or C1 CSI (U+009B) cannot reorder or drive what the terminal shows; the
@@ -534,12 +549,12 @@ def main(args) -> int:
             json.dumps(
                 {
                     "vocab_size": tok.vocab_size,
-                    "merges": len(tok.merges),
-                    "pattern": tok.pattern,
+                    "merges": len(tok.merges) if isinstance(tok, Tokenizer) else None,  # transformers': its own
+                    "pattern": tok.pattern if isinstance(tok, Tokenizer) else None,
                     "special_tokens": tok.special_tokens,
                     "fingerprint": tok.fingerprint(),
                     **document_framing(tok),
-                    "fast_path": tok.fast_encoding is not None,
+                    "fast_path": isinstance(tok, Tokenizer) and tok.fast_encoding is not None,
                 },
             )
         )
