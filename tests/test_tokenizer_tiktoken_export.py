@@ -67,3 +67,29 @@ def test_a_tokenizer_tiktoken_cannot_encode_is_refused_not_exported_to_give_othe
     assert run_cli(argv) != 0
     assert "tiktoken" in capsys.readouterr().err and not (tmp_path / "tt" / "tokenizer.tiktoken").exists()
     assert hf.encode("bcd").ids == [vocab["b"], vocab["cd"]]
+
+
+@pytest.mark.parametrize("fmt", ["hf", "gpt2"])
+def test_the_formats_that_keep_merge_order_apart_from_ids_read_back_in_tokenizers_with_its_ids(tmp_path, fmt):
+    """The tokenizer tiktoken cannot take (ids not in merge order) exported as tokenizer.json or vocab.json +
+    merges.txt, which name merges by their order and ids apart: Hugging Face's tokenizers reads each to its ids."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab.update({"bc": len(vocab), "cd": len(vocab) + 1})
+    hf = HFTokenizer(models.BPE(vocab=vocab, merges=[("c", "d"), ("b", "c")]))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.save(str(tmp_path / "tokenizer.json"))
+    assert run_cli(["import", "--tokenizer-json", str(tmp_path / "tokenizer.json"), "--out", str(tmp_path / "t")]) == 0
+    argv = ["export", "--tokenizer", str(tmp_path / "t"), "--out", str(tmp_path / "x"), "--format", fmt]
+    assert run_cli(argv) == 0
+    if fmt == "hf":
+        back = HFTokenizer.from_file(str(tmp_path / "x" / "tokenizer.json"))
+    else:
+        back = HFTokenizer(models.BPE.from_file(str(tmp_path / "x" / "vocab.json"), str(tmp_path / "x" / "merges.txt")))
+        back.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    for text in ("bcd", "abcdcb", "cd bc bcd"):
+        assert back.encode(text, add_special_tokens=False).ids == hf.encode(text).ids, text
+    assert hf.encode("bcd").ids == [vocab["b"], vocab["cd"]]
