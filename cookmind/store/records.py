@@ -441,7 +441,7 @@ def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
         resp, resp_mask = ids[n:], mask[n:]
     else:  # a text prompt: the response's ids as written after it (no SentencePiece dummy "▁" between)
         text = None if isinstance(question, list) else _prompt_text(question, opts)
-        ids = tok.encode(response) if text is None else continuation_ids(tok, text, response)[1]
+        ids = tok.encode(response) if text is None else continuation_ids(tok, text, response, prompt.tolist())[1]
         resp = np.asarray(ids + [tok.eos_id], dtype=np.int64)
         resp_mask = np.ones(len(resp), dtype=np.uint8)
     return {"prompts": prompt, "responses": resp, "masks": resp_mask, "rewards": np.array([reward], dtype=np.float32)}

@@ -69,13 +69,21 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
     return [*document_start_ids(tokenizer), *encode_text(tokenizer, text)]
 
 
-def continuation_ids(tokenizer, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+def continuation_ids(
+    tokenizer, prompt: str, continuation: str, context: list[int] | None = None
+) -> tuple[list[int], list[int]]:
     """(``prompt_ids(prompt)``, the ids of ``continuation`` after them): what the tokenizer gives the two written as
     one text, past the prompt's own (lm-evaluation-harness's rule). A SentencePiece-style tokenizer (Llama 2's,
     Mistral's) puts a dummy "▁" before each encode: " A" alone is "▁▁A", but "Answer: A" is "Answer:" then "▁A".
     Where the two encodings part before the prompt's end (a token across the seam), the continuation is encoded
-    alone."""
-    context = prompt_ids(tokenizer, prompt)
+    alone. ``context``: the prompt's ids, where the caller has them. cookmind's own byte-level BPE adds nothing
+    before a text, and where its joined encoding keeps the prompt's ids the rest is the continuation's own: it is
+    encoded alone, once."""
+    from cookmind.tokenizer.tokenizer import Tokenizer  # it imports this module
+
+    context = prompt_ids(tokenizer, prompt) if context is None else list(context)
+    if isinstance(tokenizer, Tokenizer):
+        return context, encode_text(tokenizer, continuation)
     whole = prompt_ids(tokenizer, prompt + continuation)
     if len(whole) > len(context) and whole[: len(context)] == context:
         return context, whole[len(context) :]
