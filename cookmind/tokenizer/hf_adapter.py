@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from cookmind.tokenizer.documents import document_start_ids
 from cookmind.tokenizer.errors import TokenizerError
 from cookmind.tokenizer.tokenizer import FILE_NAME, Tokenizer
+
+GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' assistant-mask markup in a template
 
 
 def auto_tokenizer(directory: str | Path):
@@ -73,8 +76,29 @@ class HFTokenizerAdapter:
         )
 
     def render(self, messages, add_generation_prompt: bool = False, tools=None):
+        """(ids, assistant_mask) as ``Tokenizer.render``: mask[i] = 1 for the tokens of each assistant message's
+        content and its end-of-turn token (not its role header, nor the template's text after that token)."""
+        ids = self._ids(messages, add_generation_prompt, tools)
+        turns = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"]
+        if not turns:
+            return ids, [0] * len(ids)
+        if GENERATION_BLOCK.search(self.hf.get_chat_template(None, tools) or ""):
+            # the template marks its assistant text itself; transformers cannot sanitize and mask in one call, so its
+            # mask holds where no message spells a control token (the two renders are the same ids)
+            out = self.hf.apply_chat_template(
+                messages,
+                tools=tools,
+                add_generation_prompt=add_generation_prompt,
+                return_dict=True,
+                return_assistant_tokens_mask=True,
+            )
+            if list(out["input_ids"]) == ids:
+                return ids, list(out["assistant_masks"])
+        return ids, self._turn_diff_mask(messages, turns, ids, tools)
+
+    def _ids(self, messages, add_generation_prompt: bool = False, tools=None) -> list[int]:
         # special tokens only from the template: transformers wraps those typed in the messages and encodes them as text
-        ids = list(
+        return list(
             self.hf.apply_chat_template(
                 messages,
                 tools=tools,
@@ -83,7 +107,35 @@ class HFTokenizerAdapter:
                 return_dict=False,
             )
         )
-        return ids, [0] * len(ids)
+
+    def _turn_diff_mask(self, messages, turns: list[int], ids: list[int], tools) -> list[int]:
+        """The assistant mask of a template with no generation blocks, from renders of the conversation's prefixes:
+        message i's tokens are those of messages[:i+1] past those of messages[:i] with the generation prompt (a token
+        across that seam counts as the assistant's, as ours), through the last special token of the turn (its
+        end-of-turn: <|im_end|>, </s>, <|eot_id|>), or the whole turn when it has none. A template whose render of a
+        conversation's first turns is not the start of its render of all of them (one that drops past reasoning)
+        is refused: which tokens are whose cannot be told."""
+        specials = {i for i, t in self.hf.added_tokens_decoder.items() if t.special}
+        text = self.hf.apply_chat_template(messages, tools=tools, tokenize=False)
+        mask = [0] * len(ids)
+        for i in turns:
+            asked = self.hf.apply_chat_template(messages[:i], tools=tools, add_generation_prompt=True, tokenize=False)
+            said = self.hf.apply_chat_template(messages[: i + 1], tools=tools, tokenize=False)
+            before, turn = self._ids(messages[:i], True, tools), self._ids(messages[: i + 1], False, tools)
+            start = next((k for k, (a, b) in enumerate(zip(before, turn)) if a != b), min(len(before), len(turn)))
+            ends = [k for k in range(start, len(turn)) if turn[k] in specials]
+            end = ends[-1] + 1 if ends else len(turn)
+            if not (said.startswith(asked) and text.startswith(said)) or ids[:end] != turn[:end]:
+                raise TokenizerError(
+                    f"{self._tokenizer_json.parent}: its chat template renders a conversation's first {i + 1} "
+                    f"message(s) (or the first {i} with the generation prompt) as text that is not the start of its "
+                    "render of the whole (it rewrites earlier turns, as templates that drop past reasoning do), so "
+                    "cookmind cannot tell which tokens are the assistant's: put {% generation %}...{% endgeneration %} "
+                    "around each assistant answer in the template (transformers' assistant mask), or use a template "
+                    "that renders each turn the same whatever follows"
+                )
+            mask[start:end] = [1] * (end - start)
+        return mask
 
 
 def load_tokenizer(path: str | Path):

@@ -1,0 +1,147 @@
+"""A Hugging Face chat template's assistant mask: what cookmind's own template marks (the assistant's content and its
+end-of-turn token, not the role header nor the newline after), for a template with no ``{% generation %}`` block.
+The references are independent: the assistant spans found by hand in transformers' rendered text, mapped to tokens by
+the tokenizer's ``offset_mapping``; for a ``{% generation %}`` template, transformers' own assistant mask."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from tokenizer_fixtures import sentencepiece_style_tokenizer  # noqa: E402
+
+from cookmind.store import TokenStore  # noqa: E402
+from cookmind.tokenizer.errors import TokenizerError  # noqa: E402
+from cookmind.tokenizer.hf_adapter import HFTokenizerAdapter, load_tokenizer  # noqa: E402
+
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+CHATML_GENERATION = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}"
+    "{% if m.role == 'assistant' %}{% generation %}{{ m.content + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
+    "{% else %}{{ m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+LLAMA2 = (
+    "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}{{ '[INST] ' + m.content + ' [/INST]' }}"
+    "{% elif m.role == 'assistant' %}{{ ' ' + m.content + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+# renders only the last assistant answer: a conversation's render is not the start of a longer one's
+LAST_ONLY = (
+    "{% for m in messages %}{% if m.role == 'user' or loop.last %}"
+    "{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is two and two?"},
+    {"role": "assistant", "content": "Four, Tom."},
+    {"role": "user", "content": "And three and three?"},
+    {"role": "assistant", "content": " six, said the man."},
+]
+
+
+def sp_folder(path, template, chatml: bool = True):
+    """A SentencePiece-style tokenizer (Llama 2's kind: transformers reads it, cookmind's codec cannot) with the chat
+    ``template``; ``chatml``: with <|im_start|> and <|im_end|> as special tokens."""
+    folder = sentencepiece_style_tokenizer(path)
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    if chatml:
+        hf.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    hf.chat_template = template
+    hf.save_pretrained(folder)
+    assert isinstance(load_tokenizer(folder), HFTokenizerAdapter)  # the adapter's render, not cookmind's ChatML
+    return folder
+
+
+def hand_mask(folder, messages, turn_end: str, lead: str = "") -> list[int]:
+    """Tokens overlapping each assistant message's content through its end-of-turn text ``turn_end``, found by hand
+    in transformers' rendered text, mapped by the tokenizer's offsets; ``lead``: the template's text before the
+    content that its generation prompt does not hold (Llama 2's " " after [/INST]), which the model writes."""
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    text = hf.apply_chat_template(messages, tokenize=False)
+    spans, pos = [], 0
+    for m in messages:
+        if m["role"] == "assistant":
+            start = text.index(lead + m["content"], pos)
+            end = text.index(turn_end, start + len(lead + m["content"])) + len(turn_end)
+            spans.append((start, end))
+            pos = end
+    enc = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert enc["input_ids"] == hf.apply_chat_template(messages, return_dict=False)
+    return [int(any(a < e and b > s for s, e in spans)) for a, b in enc["offset_mapping"]]
+
+
+@pytest.mark.parametrize("messages", [CHAT, CHAT[1:3], CHAT[:3]])
+def test_chatml_template_marks_assistant_content_and_im_end_as_found_by_hand(tmp_path, messages):
+    folder = sp_folder(tmp_path / "t", CHATML)
+    ids, mask = load_tokenizer(folder).render(messages)
+    assert mask == hand_mask(folder, messages, "<|im_end|>")
+    assert sum(mask) > 0
+
+
+@pytest.mark.parametrize("messages", [CHAT[1:], CHAT[1:3]])
+def test_llama2_sentencepiece_template_marks_answer_and_eos_as_found_by_hand(tmp_path, messages):
+    folder = sp_folder(tmp_path / "t", LLAMA2)
+    ids, mask = load_tokenizer(folder).render(messages)
+    assert mask == hand_mask(folder, messages, "</s>", " ")
+    assert sum(mask) > 0
+
+
+def test_generation_template_mask_is_transformers_own(tmp_path):
+    folder = sp_folder(tmp_path / "t", CHATML_GENERATION)
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    want = hf.apply_chat_template(CHAT, return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = load_tokenizer(folder).render(CHAT)
+    assert ids == want["input_ids"]
+    assert mask == want["assistant_masks"]
+    assert sum(mask) > 0
+
+
+def test_a_template_whose_renders_are_not_prefix_stable_is_refused_naming_it(tmp_path):
+    tok = load_tokenizer(sp_folder(tmp_path / "t", LAST_ONLY))
+    with pytest.raises(TokenizerError, match="chat template.*not the start of"):
+        tok.render(CHAT)
+
+
+def gsm8k_rows(shared_data, n=4):
+    return [json.loads(line) for line in (shared_data / "gsm8k" / "test.jsonl").read_text().splitlines()[:n]]
+
+
+@pytest.mark.parametrize("make_folder", ["chatml", "llama2"])
+def test_sft_and_dpo_pack_gsm8k_with_a_hugging_face_template_and_its_masks(tmp_path, shared_data, make_folder):
+    from cookmind.cli import main as cookmind_main
+
+    folder = sp_folder(tmp_path / "t", CHATML if make_folder == "chatml" else LLAMA2)
+    turn_end, lead = ("<|im_end|>", "") if make_folder == "chatml" else ("</s>", " ")
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    rows = gsm8k_rows(shared_data)
+    (tmp_path / "dpo.jsonl").write_text(
+        "".join(
+            json.dumps({"prompt": r["question"], "chosen": r["answer"], "rejected": "No idea. #### 0"}) + "\n"
+            for r in rows
+        )
+    )
+    base = ["pack", "--tokenizer", str(folder), "--quiet"]
+    sft_in = shared_data / "gsm8k" / "test.jsonl"
+    assert cookmind_main([*base, "--train-type", "sft", "--input", str(sft_in), "--out", str(tmp_path / "s")]) == 0
+    assert (
+        cookmind_main(
+            [*base, "--train-type", "dpo", "--input", str(tmp_path / "dpo.jsonl"), "--out", str(tmp_path / "d")]
+        )
+        == 0
+    )
+    sft, dpo = TokenStore(tmp_path / "s"), TokenStore(tmp_path / "d")
+    for k, r in enumerate(rows):
+        chat = [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}]
+        assert sft.record("sequence", k).tolist() == hf.apply_chat_template(chat, return_dict=False)
+        assert sft.record("loss_mask", k).tolist() == hand_mask(folder, chat, turn_end, lead)
+        for side, answer in (("chosen", r["answer"]), ("rejected", "No idea. #### 0")):
+            chat[1]["content"] = answer
+            assert dpo.record(side, k).tolist() == hf.apply_chat_template(chat, return_dict=False)
+            assert dpo.record(f"{side}_mask", k).tolist() == hand_mask(folder, chat, turn_end, lead)
