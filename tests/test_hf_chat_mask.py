@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 transformers = pytest.importorskip("transformers")
@@ -14,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 from tokenizer_fixtures import sentencepiece_style_tokenizer  # noqa: E402
 
 from cookmind.store import TokenStore  # noqa: E402
+from cookmind.store.packer import pack  # noqa: E402
 from cookmind.tokenizer.errors import TokenizerError  # noqa: E402
 from cookmind.tokenizer.hf_adapter import HFTokenizerAdapter, load_tokenizer  # noqa: E402
 
@@ -145,3 +147,39 @@ def test_sft_and_dpo_pack_gsm8k_with_a_hugging_face_template_and_its_masks(tmp_p
             chat[1]["content"] = answer
             assert dpo.record(side, k).tolist() == hf.apply_chat_template(chat, return_dict=False)
             assert dpo.record(f"{side}_mask", k).tolist() == hand_mask(folder, chat, turn_end, lead)
+
+
+def test_offline_grpo_chat_question_packs_its_response_as_the_templates_assistant_turn(tmp_path):
+    folder = sp_folder(tmp_path / "t", LLAMA2)
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    question = [{"role": "user", "content": "What is four and four"}]
+    rows = [
+        {"question": question, "response": "eight, Tom.", "reward": 1.0},
+        {"question": "What is four and four", "response": "eight, Tom.", "reward": 1.0},
+    ]
+    (tmp_path / "o.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pack([tmp_path / "o.jsonl"], tmp_path / "o", folder, "grpo", prompt_template="chat", progress=False)
+    store = TokenStore(tmp_path / "o")
+    chat = [*question, {"role": "assistant", "content": "eight, Tom."}]
+    want = hf.apply_chat_template(chat, return_dict=False)
+    mask = hand_mask(folder, chat, "</s>", " ")
+    for k in range(2):
+        prompt = store.record("prompts", k).tolist()
+        assert prompt == hf.apply_chat_template(question, add_generation_prompt=True, return_dict=False)
+        assert prompt + store.record("responses", k).tolist() == want
+        assert store.record("masks", k).tolist() == mask[len(prompt) :]
+        assert np.any(store.record("masks", k))
+
+
+def test_cookminds_tokenizer_packs_an_offline_grpo_chat_questions_response_as_its_assistant_turn(tmp_path, tok_dir):
+    """The response of a question given as messages was encoded apart and ended with EOS, not as the template's turn;
+    the reference is transformers rendering the same chat with the Jinja template our tokenizer saves."""
+    hf = transformers.AutoTokenizer.from_pretrained(str(tok_dir))
+    question = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is four and four"}]
+    (tmp_path / "o.jsonl").write_text(json.dumps({"question": question, "response": " eight.", "reward": 1.0}) + "\n")
+    pack([tmp_path / "o.jsonl"], tmp_path / "o", tok_dir, "grpo", progress=False)
+    store = TokenStore(tmp_path / "o")
+    chat = [*question, {"role": "assistant", "content": " eight."}]
+    prompt = store.record("prompts", 0).tolist()
+    assert prompt + store.record("responses", 0).tolist() == hf.apply_chat_template(chat, return_dict=False)
+    assert hf.decode(store.record("responses", 0)[store.record("masks", 0) == 1]) == " eight.<|im_end|>"

@@ -434,14 +434,22 @@ def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
     reward = _field(obj, "reward")
     if not isinstance(reward, (int, float)) or isinstance(reward, bool) or not math.isfinite(reward):
         raise BadRecord(f"reward must be a finite number, got {reward!r}")
-    if opts.prompt_template == "chat" and not isinstance(question, list):
-        chat = [{"role": "user", "content": question}, {"role": "assistant", "content": response}]
+    if isinstance(question, list) or opts.prompt_template == "chat":  # the response is the chat's assistant turn
+        asked = question if isinstance(question, list) else [{"role": "user", "content": question}]
+        chat = [*check_messages(asked, need_assistant=False), {"role": "assistant", "content": response}]
         ids, mask = _render(tok, reasoning_from_content(chat))
         n = len(prompt)
+        if not np.array_equal(ids[:n], prompt):
+            raise BadRecord(
+                "the chat template renders the prompt otherwise when the response follows it: its render of the "
+                "prompt is not the start of its render of prompt and response; give a --prompt-template with "
+                "{question}, or a template that renders each turn the same whatever follows"
+            )
         resp, resp_mask = ids[n:], mask[n:]
+        if not resp_mask.any():
+            raise BadRecord("the chat template marked no response token")
     else:  # a text prompt: the response's ids as written after it (no SentencePiece dummy "▁" between)
-        text = None if isinstance(question, list) else _prompt_text(question, opts)
-        ids = tok.encode(response) if text is None else continuation_ids(tok, text, response, prompt.tolist())[1]
+        ids = continuation_ids(tok, _prompt_text(question, opts), response, prompt.tolist())[1]
         resp = np.asarray(ids + [tok.eos_id], dtype=np.int64)
         resp_mask = np.ones(len(resp), dtype=np.uint8)
     return {"prompts": prompt, "responses": resp, "masks": resp_mask, "rewards": np.array([reward], dtype=np.float32)}
