@@ -183,3 +183,26 @@ def test_cookminds_tokenizer_packs_an_offline_grpo_chat_questions_response_as_it
     prompt = store.record("prompts", 0).tolist()
     assert prompt + store.record("responses", 0).tolist() == hf.apply_chat_template(chat, return_dict=False)
     assert hf.decode(store.record("responses", 0)[store.record("masks", 0) == 1]) == " eight.<|im_end|>"
+
+
+def test_a_llama2_tokenizer_without_chatml_tokens_packs_sft_through_its_own_template(tmp_path, shared_data):
+    """pack refused sft/dpo for any tokenizer without <|im_start|>/<|im_end|> ("cookmind renders chats in ChatML
+    only"), though a Hugging Face tokenizer's chats are rendered by its own template: a real Llama 2 tokenizer could
+    not be packed for SFT. Without a template of its own the refusal stands."""
+    from cookmind.cli import main as cookmind_main
+
+    folder = sp_folder(tmp_path / "t", LLAMA2, chatml=False)
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    sft_in = shared_data / "gsm8k" / "test.jsonl"
+    argv = ["pack", "--tokenizer", str(folder), "--quiet", "--train-type", "sft", "--input", str(sft_in)]
+    assert cookmind_main([*argv, "--out", str(tmp_path / "s")]) == 0
+    store = TokenStore(tmp_path / "s")
+    (r,) = gsm8k_rows(shared_data, 1)
+    chat = [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}]
+    assert store.record("sequence", 0).tolist() == hf.apply_chat_template(chat, return_dict=False)
+    assert store.record("loss_mask", 0).tolist() == hand_mask(folder, chat, "</s>", " ")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    assert cookmind_main([*argv, "--out", str(tmp_path / "n")]) == 2

@@ -243,13 +243,14 @@ def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
             "or name a Hugging Face tokenizer's EOS in its tokenizer_config.json"
         )
     chat = opts.train_type in ("sft", "dpo") or (opts.train_type == "grpo" and opts.prompt_template == "chat")
-    if chat and (tok.im_start_id is None or tok.im_end_id is None):
+    own_template = getattr(getattr(tok, "hf", None), "chat_template", None)  # a Hugging Face tokenizer's renders chats
+    if chat and not own_template and (tok.im_start_id is None or tok.im_end_id is None):
         raise PackError(
-            f"{name} has no <|im_start|>/<|im_end|> tokens, which the chat template needs for {opts.train_type} "
-            "(cookmind renders chats in ChatML only): `cookmind tokenizer train` with the default --special-token "
-            "set, or add them to GPT-2 style files with `cookmind tokenizer import --vocab vocab.json --merges "
-            "merges.txt --special-token '<|endoftext|>' '<|im_start|>' '<|im_end|>'`, "
-            "or pack such a model's data (a Hugging Face model with another chat template) as --train-type seq"
+            f"{name} has no <|im_start|>/<|im_end|> tokens, which cookmind's chat template needs for "
+            f"{opts.train_type}, and no chat template of its own: `cookmind tokenizer train` with the default "
+            "--special-token set, or add them to GPT-2 style files with `cookmind tokenizer import --vocab "
+            "vocab.json --merges merges.txt --special-token '<|endoftext|>' '<|im_start|>' '<|im_end|>'`, "
+            "or give a Hugging Face tokenizer its model's chat template (tokenizer_config.json's chat_template)"
             + (", or give grpo prompts a --prompt-template with {question}" if opts.train_type == "grpo" else "")
         )
 
