@@ -246,11 +246,12 @@ def _check_options(opts: RecordOptions, tok, tokenizer) -> None:
     own_template = getattr(getattr(tok, "hf", None), "chat_template", None)  # a Hugging Face tokenizer's renders chats
     if chat and not own_template and (tok.im_start_id is None or tok.im_end_id is None):
         raise PackError(
-            f"{name} has no <|im_start|>/<|im_end|> tokens, which cookmind's chat template needs for "
+            f"{name} has no <|im_start|>/<|im_end|> tokens, which cookmind's ChatML template needs for "
             f"{opts.train_type}, and no chat template of its own: `cookmind tokenizer train` with the default "
             "--special-token set, or add them to GPT-2 style files with `cookmind tokenizer import --vocab "
             "vocab.json --merges merges.txt --special-token '<|endoftext|>' '<|im_start|>' '<|im_end|>'`, "
-            "or give a Hugging Face tokenizer its model's chat template (tokenizer_config.json's chat_template)"
+            "or give a Hugging Face tokenizer its model's chat template (tokenizer_config.json's chat_template), "
+            "or pack the data as --train-type seq"
             + (", or give grpo prompts a --prompt-template with {question}" if opts.train_type == "grpo" else "")
         )
 
