@@ -475,7 +475,7 @@ def _exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # closed, or its reader gone
+        except (OSError, ValueError, RuntimeError):  # closed, its reader gone, or the signal landed inside its write
             pass
     os._exit(code)
 

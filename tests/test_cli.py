@@ -1,6 +1,7 @@
 import argparse
 import gzip
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -1372,3 +1373,26 @@ def test_a_torchrun_flag_after_the_module_says_that_torchrun_s_flags_go_first(fl
     with pytest.raises(SystemExit):
         cli_main(["train", "--print-config", "--bogus"])
     assert "torchrun" not in capsys.readouterr().err
+
+
+def test_the_ctrl_c_exit_ends_the_process_when_the_signal_lands_inside_a_write(monkeypatch):
+    """keep_exit_status's Ctrl-C handler flushed stdout and stderr before os._exit; a Ctrl-C landing while the main
+    thread was inside a write to one of them made that flush raise `RuntimeError: reentrant call inside
+    <_io.BufferedWriter>`, and os._exit never ran (the process went on, the exit status lost)."""
+    import cookmind.cli as cli
+
+    ended = []
+
+    class Writing:  # a buffered stream the signal interrupted mid-write, as Python's BufferedWriter says it
+        def flush(self):
+            raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stdout>'>")
+
+    monkeypatch.setattr(sys, "stdout", Writing())
+    monkeypatch.setattr(cli.os, "_exit", ended.append)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        cli.keep_exit_status(3)
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert ended == [3]
