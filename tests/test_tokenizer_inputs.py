@@ -376,3 +376,57 @@ def test_train_splits_a_text_file_where_pack_does_with_separator_or_one_per_line
     assert _train(tmp_path, tmp_path / "tok2", tmp_path / "docs.jsonl", extra=extra) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and extra[0] in err and "no input is plain text" in err
+
+
+def test_chat_pair_and_problem_records_train_on_their_texts_each_a_document(tmp_path, capsys):
+    """`tokenizer train --input gsm8k/train.jsonl` stopped at line 1 ("missing field 'text' ... it looks like sft
+    data"), with no way to learn the text of the chats the user then packs with the same tokenizer. Now a record
+    without the text field that holds a chat, a pair or a problem is learned from each of its texts as its own
+    document (a reply's leading <think> block as its reasoning, the tags being chat tokens), and counted: the
+    tokenizer equals the one trained on those texts, written by hand here, as a plain text file's documents."""
+    records = [
+        {"question": "Tom has 5 apples. He buys 3 more.", "answer": "5 + 3 = 8\n#### 8"},
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Name a soup."},
+                {"role": "assistant", "content": "<think>\nonions are cheap\n</think>\n\nOnion soup."},
+            ]
+        },
+        {"prompt": "Say hi", "chosen": "Hi there!", "rejected": "Go away."},
+        {"prompt": "What is 2+3?", "response": "It is 5.", "reward": 1.0},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Parts of a message."}]}]},
+        {"text": "A plain document beside them."},
+    ]
+    expected = [
+        "Tom has 5 apples. He buys 3 more.",
+        "5 + 3 = 8\n#### 8",
+        "Be brief.",
+        "Name a soup.",
+        "onions are cheap",
+        "Onion soup.",
+        "Say hi",
+        "Hi there!",
+        "Go away.",
+        "What is 2+3?",
+        "It is 5.",
+        "Parts of a message.",
+        "A plain document beside them.",
+    ]
+    data = tmp_path / "chats.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert _train(tmp_path, tmp_path / "tok", data) == 0, capsys.readouterr().err
+    captured = capsys.readouterr()
+    read = json.loads(captured.out)["read"]
+    assert (read["records"], read["chat_records"]) == (6, 5)
+    assert read["text_bytes"] == sum(len(t.encode()) for t in expected)
+    assert "5 record(s) held a chat, a preference pair or an RL problem" in captured.err
+    assert Tokenizer.load(tmp_path / "tok").fingerprint() == _reference(tmp_path, expected)
+
+
+def test_a_chat_record_with_a_field_of_another_type_is_an_error_naming_it(tmp_path, capsys):
+    data = tmp_path / "chats.jsonl"
+    data.write_text(json.dumps({"question": "Hi?", "answer": 7}) + "\n", encoding="utf-8")
+    assert _train(tmp_path, tmp_path / "tok", data) == 2
+    err = capsys.readouterr().err
+    assert "chats.jsonl:1: field 'answer': expected text or a list of messages, got int" in err, err

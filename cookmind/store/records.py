@@ -477,6 +477,50 @@ def train_type_of(obj) -> str | None:
     return None
 
 
+# the fields of chat, pair and problem records that hold text a model reads or writes (what train_type_of tells apart)
+CHAT_TEXT_FIELDS = (
+    "conversations", "messages", "prompt", "question", "chosen", "rejected", "answer", "response", "completion",
+    "reference_answer", "ground_truth",
+)  # fmt: skip
+
+
+def chat_texts(obj: dict) -> list[str]:
+    """The texts of a chat, preference pair or RL problem record (``train_type_of`` says sft, dpo or grpo), each
+    one a document for tokenizer training, as pack's chat tokens separate them: every message's content and
+    reasoning (a reply's leading <think> block as its reasoning, as pack renders it), the prompt, question and
+    answers, in ``CHAT_TEXT_FIELDS`` order; blank ones left out. A field of another type is a BadRecord."""
+    out: list[str] = []
+
+    def add(value, where: str) -> None:
+        if value is None:
+            return
+        if isinstance(value, str):
+            if value.strip():
+                out.append(value)
+            return
+        if isinstance(value, dict) and isinstance(value.get("text"), str):  # a content part {"type": "text", ...}
+            add(value["text"], where)
+            return
+        if isinstance(value, list) and where.count(".") == 0:  # a field's list of messages
+            messages = [m for m in value if isinstance(m, dict)]
+            if len(messages) != len(value):
+                raise BadRecord(f"field {where!r}: expected a list of messages (objects), got another item")
+            for i, m in enumerate(reasoning_from_content(messages)):
+                add(m.get("reasoning_content"), f"{where}.{i}.reasoning_content")
+                add(m.get("content"), f"{where}.{i}.content")
+            return
+        if isinstance(value, list) and where.endswith(".content"):  # a message's list of content parts
+            for part in value:
+                add(part, where + ".part")
+            return
+        raise BadRecord(f"field {where!r}: expected text or a list of messages, got {type(value).__name__}")
+
+    for name in CHAT_TEXT_FIELDS:
+        if name in obj:
+            add(obj[name], name)
+    return out
+
+
 def _read_by(kind: str) -> str:
     return f"it looks like {kind} data, which `cookmind pack --train-type {kind}` reads"
 

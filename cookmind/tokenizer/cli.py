@@ -35,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--text-field",
         default=None,
-        help="JSON/Parquet field holding a document's text (default text, as curate writes)",
+        help="JSON/Parquet field holding a document's text (default text, as curate writes); a record without "
+        "it that holds a chat, a preference pair or an RL problem (what pack --train-type sft/dpo/grpo reads) is "
+        "learned from each message's, prompt's and answer's text",
     )
     t.add_argument(
         "--separator",
@@ -279,6 +281,14 @@ def _train(args) -> int:
             }
         )
     )
+    if read.chat_records:
+        say(
+            "cookmind tokenizer train",
+            None,
+            f"{read.chat_records:,} record(s) held a chat, a preference pair or an RL problem, not a "
+            f"{args.text_field or 'text'!r} field: learned from their messages', prompts' and answers' text, each "
+            "its own document (read.chat_records)",
+        )
     if skipped is not None and skipped.count:
         say("cookmind tokenizer train", None, skipped.summary())  # names the first bad record's file
     if read.lone_surrogates:

@@ -77,6 +77,7 @@ class ReadCounts:
     text_bytes: int = 0
     invalid_utf8: Utf8Replaced | None = None
     lone_surrogates: int = 0  # JSON text's "\\ud800" escapes, no character: learned as U+FFFD, as encode reads them
+    chat_records: int = 0  # records holding a chat, pair or problem (no text field): learned from their texts
 
     def as_dict(self) -> dict:
         return {
@@ -86,6 +87,7 @@ class ReadCounts:
             "text_bytes": self.text_bytes,
             **({"invalid_utf8": self.invalid_utf8.as_meta()} if self.invalid_utf8 is not None else {}),
             **({"lone_surrogates": self.lone_surrogates} if self.lone_surrogates else {}),
+            **({"chat_records": self.chat_records} if self.chat_records else {}),
         }
 
 
@@ -349,11 +351,22 @@ def document_texts(
 ) -> Iterator[str]:
     """The documents of a JSON-lines, JSON, Parquet or gzip file as ``pack --train-type seq`` reads them (each
     record's ``text_field``; gzip text split at ``separator``, or its lines with ``one_per_line``); an empty document
-    is skipped (nothing to learn).
+    is skipped (nothing to learn). A record without ``text_field`` that holds a chat, a preference pair or an RL
+    problem (what ``pack --train-type sft/dpo/grpo`` reads) gives each of its texts as a document (``chat_texts``),
+    counted in ``read.chat_records``.
     A bad record (invalid JSON, a missing or non-text field, bad UTF-8 under ``utf8_errors="strict"``) is an
     error naming file:line, or, with ``skipped`` given, counted there and left out (``--skip-bad``). ``read``, where
     given, counts the records yielded and the empty ones left out."""
-    from cookmind.store.records import BadRecord, EmptyDocument, RecordOptions, make_seq, parse, reason_kind
+    from cookmind.store.records import (
+        BadRecord,
+        EmptyDocument,
+        RecordOptions,
+        chat_texts,
+        make_seq,
+        parse,
+        reason_kind,
+        train_type_of,
+    )
     from cookmind.store.sources import iter_items
 
     opts = RecordOptions("seq", text_field)
@@ -361,7 +374,11 @@ def document_texts(
     try:
         for item in iter_items(path, separator, one_per_line, utf8_errors=utf8_errors, replaced=replaced):
             try:
-                text = make_seq(parse(item), None, opts)
+                obj = parse(item)
+                chat = isinstance(obj, dict) and text_field not in obj and train_type_of(obj) in ("sft", "dpo", "grpo")
+                texts = chat_texts(obj) if chat else [make_seq(obj, None, opts)]
+                if not texts:
+                    raise EmptyDocument("a chat with no text")
             except EmptyDocument:
                 if read is not None:
                     read.empty_records += 1
@@ -380,12 +397,14 @@ def document_texts(
                 raise TokenizerError(where + hint) from None
             if read is not None:
                 read.records += 1
-            if _SURROGATE.search(text):  # JSON text may spell one; no UTF-8 holds it: U+FFFD, as encode reads it
-                fixed = without_lone_surrogates(text)
-                if read is not None:
-                    read.lone_surrogates += fixed.count("\ufffd") - text.count("\ufffd")
-                text = fixed
-            yield text
+                read.chat_records += chat
+            for text in texts:
+                if _SURROGATE.search(text):  # JSON text may spell one; no UTF-8 holds it: U+FFFD, as encode reads it
+                    fixed = without_lone_surrogates(text)
+                    if read is not None:
+                        read.lone_surrogates += fixed.count("\ufffd") - text.count("\ufffd")
+                    text = fixed
+                yield text
     except TokenizerError:
         raise
     except ValueError as exc:  # the reader's own one-line errors (bad UTF-8 in gzip text, a broken JSON array)
