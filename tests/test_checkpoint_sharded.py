@@ -443,8 +443,38 @@ def test_a_checkpoint_directory_the_nodes_do_not_share_stops_the_save_with_one_l
     assert all(e is not None and "a filesystem every node shares" in e for e in errors), errors
     assert all("rank 1" in e for e in ranks[0]), ranks[0]  # rank 0 names the rank that could not see its folder
     assert "could not start" in ranks[0][0] and "could not save step_00000001" in ranks[0][1], ranks[0]
+    # the start's check made its folder in the run's own checkpoint directory, not in the nearest folder above it
+    assert all("ckpt/not_made_yet: this rank does not see" in e for e in (ranks[0][0], ranks[1][0])), ranks
     for r in (0, 1):  # nothing that looks like a checkpoint, no shard left behind on either node
         assert sorted(p.name for p in (root / f"node{r}" / "ckpt").iterdir()) == []
+
+
+def _check_shared_under_a_file(rank):
+    """The start's check where the checkpoint directory cannot be made (a file stands where a folder of its path
+    goes), on a filesystem both ranks share. Returns the error it raised, or None."""
+    from cookmind.parallel.process_group import DistInfo
+    from cookmind.train.sharded_checkpoint import check_shared
+
+    root = Path(os.environ["COOKMIND_TEST_ROOT"])
+    try:
+        check_shared(root / "a_file" / "ckpt", DistInfo(rank, 2))
+    except Exception as exc:  # noqa: BLE001 - the test reads its message
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def test_a_checkpoint_directory_that_cannot_be_made_stops_the_start_with_one_line(tmp_path, monkeypatch):
+    # the check walked up to the nearest folder that exists (root here, or /) and probed there: it passed, and the
+    # run failed at its first save; where that folder was not writable it raised a bare PermissionError
+    root = tmp_path / "shared"
+    root.mkdir()
+    (root / "a_file").write_text("not a folder")
+    monkeypatch.setenv("COOKMIND_TEST_ROOT", str(root))
+    said = run_on_gloo_ranks(_check_shared_under_a_file, 2, tmp_path)
+    assert said[0] is not None and said[0].startswith(f"OSError: {root / 'a_file' / 'ckpt'}: cannot make "), said
+    assert f"({root / 'a_file'} is not a folder)" in said[0] and "checkpoint.dir" in said[0], said[0]
+    assert said[1] == said[0]  # rank 1 stops with rank 0's error
+    assert sorted(p.name for p in root.iterdir()) == ["a_file"]  # no probe left beside it
 
 
 def test_format_settings_that_cannot_work_are_one_line_errors(tmp_path):

@@ -16,6 +16,7 @@ With ``async_save`` DCP writes in the background and the next save (or the end o
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from concurrent.futures import Future
@@ -257,30 +258,49 @@ def saves_sharded(cfg: Any) -> bool:
 
 def check_shared(directory: str | Path, info: DistInfo) -> None:
     """As a run of several ranks that saves sharded checkpoints starts: every rank must see a folder rank 0 makes
-    in ``directory`` (the run's checkpoint directory; rank 0 takes its nearest existing parent while there is
-    none), or every rank stops now, naming the one that does not, instead of at the first save hours in. Call it on
-    every rank; in one process there is nothing to check."""
+    in ``directory`` (the run's checkpoint directory, made here where there is none yet, and removed again with the
+    folders above it that it made: a run that cannot start leaves none), or every rank stops now, naming the one that
+    does not, instead of at the first save hours in. A directory that cannot be made or written is a one-line
+    OSError. Call it on every rank; in one process there is nothing to check."""
     if not (info.enabled and dist.is_initialized()):
         return
     answer: list[Any] = [None]
+    made: list[Path] = []  # the folders rank 0 made, deepest first
     if info.rank == 0:
         try:
-            there = Path(directory)
-            while not there.is_dir() and there != there.parent:
-                there = there.parent
-            probe = temp_name(there / "shared_check")
-            probe.mkdir()
-            answer = [str(probe)]
+            answer = [str(_make_probe(Path(directory), made))]
         except Exception as exc:  # the other ranks raise it too instead of waiting for a name
             answer = [exc]
-    dist.broadcast_object_list(answer, src=0)
-    if isinstance(answer[0], BaseException):
-        raise answer[0]
     try:
+        dist.broadcast_object_list(answer, src=0)
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
         _every_rank_sees(Path(answer[0]), info, "start")
     finally:
         if info.rank == 0:
-            shutil.rmtree(answer[0], ignore_errors=True)
+            if isinstance(answer[0], str):
+                shutil.rmtree(answer[0], ignore_errors=True)
+            for folder in made:  # only while empty: a save of another process may have begun there
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+
+
+def _make_probe(directory: Path, made: list[Path]) -> Path:
+    """Make ``directory`` (each folder made is added to ``made``, deepest first) and a temporary folder in it."""
+    try:
+        missing = [p for p in (directory, *directory.parents) if not p.is_dir()]
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.insert(0, folder)
+        probe = temp_name(directory / "shared_check")
+        probe.mkdir()
+    except OSError as exc:
+        why = f"{exc.filename} is not a folder" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
+        raise OSError(
+            f"{directory}: cannot make the checkpoint directory or write in it ({why}): set "
+            "checkpoint.dir (or --run-dir) to a folder this user can write, on a filesystem every node shares"
+        ) from None
+    return probe
 
 
 def _every_rank_sees(folder: Path, info: DistInfo, what: str) -> None:
