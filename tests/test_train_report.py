@@ -170,3 +170,49 @@ def test_a_panel_of_held_out_figures_alone_says_they_are_held_out(tmp_path, monk
     report.plot_panels(tmp_path / "objective.png", panels)
     # and a held-out line has the one colour in every panel: the second (C1), as beside a training curve
     assert legends == {"format_rate": [("val", "C1")], "accuracy": [("train", "C0"), ("val", "C1")]}, legends
+
+
+def test_a_bad_row_keeps_what_was_read_before_it_and_is_read_again_from_its_own_line(tmp_path):
+    # update() added the rows before a bad line, then raised without moving past them: the next update read them
+    # again (each step twice in every curve) and counted their lines again (the error named line 6, not 3)
+    path = tmp_path / "metrics.jsonl"
+    good = [json.dumps(_row(s)) + "\n" for s in (1, 2)]
+    bad = '{"step": 3, "split": "train", "loss": 2.97, "lr": 0.001, "reward": 0.06 oops\n'
+    path.write_text("".join(good) + bad)
+    kept = report.MetricsSeries(path)
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"metrics\.jsonl:3: not a JSON row"):
+            kept.update()
+    assert list(kept.steps) == [1, 2]
+    fixed = json.dumps(_row(3)).ljust(len(bad) - 1) + "\n"  # the same file, the line mended in place
+    with open(path, "r+") as f:
+        f.seek(len("".join(good)))
+        f.write(fixed)
+    kept.update()
+    assert list(kept.steps) == [1, 2, 3] and list(kept.loss) == [_row(s)["loss"] for s in (1, 2, 3)]
+
+
+def test_a_line_still_being_written_is_read_once_it_ends(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    line = json.dumps(_row(2)) + "\n"
+    path.write_text(json.dumps(_row(1)) + "\n" + line[:20])
+    kept = report.MetricsSeries(path).update()
+    assert list(kept.steps) == [1] and kept.cut_short == 20
+    with open(path, "a") as f:
+        f.write(line[20:])
+    kept.update()
+    assert list(kept.steps) == [1, 2] and kept.cut_short == 0
+
+
+def test_read_metrics_skips_a_cut_last_line_saying_so_and_names_a_bad_line_before_it(tmp_path):
+    from cookmind.train.metrics import read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    whole = json.dumps(_row(1)) + "\n" + json.dumps(_row(2)) + "\n"
+    path.write_text(whole + '{"step": 3, "split": "tr')  # the trainer is writing its third row
+    with pytest.warns(UserWarning, match=r"metrics\.jsonl:3: .*cut short.*\(24 bytes"):
+        rows = read_metrics(path)
+    assert rows == [_row(1), _row(2)]
+    path.write_text(json.dumps(_row(1)) + "\n" + '{"step": 2, "spl\n' + json.dumps(_row(3)) + "\n")
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not a JSON row"):
+        read_metrics(path)

@@ -94,11 +94,32 @@ class MetricsWriter:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a metrics.jsonl (missing file -> [])."""
+    """All records of a metrics.jsonl (missing file -> []). A last line without its newline that does not parse (the
+    trainer still writing it, or a kill that cut it) is left out with a warning; any other bad line is a ValueError
+    naming its file:line."""
     p = Path(path)
     if not p.is_file():
         return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    text = p.read_text()
+    lines = text.split("\n")  # the last item: what follows the last newline ("" in a whole file)
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError as exc:
+            if n == len(lines):
+                import warnings
+
+                warnings.warn(
+                    f"{p}:{n}: the last line is cut short ({len(line.encode())} bytes with no end of line: a row the "
+                    "run is still writing, or one a kill cut); read without it",
+                    stacklevel=2,
+                )
+                break
+            raise ValueError(f"{p}:{n}: not a JSON row ({exc}); fix or remove the line") from None
+    return rows
 
 
 def _round(v: Any) -> Any:

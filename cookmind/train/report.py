@@ -26,7 +26,8 @@ class MetricsSeries:
     """metrics.jsonl as the report reads it, kept from one report to the next: ``update`` parses only the lines
     appended since it last read, so a report at each checkpoint of a long run costs what the run logged since the
     last. A file replaced or cut (a resume's rewind rewrites it) is read again from its start. A last line without
-    its newline (a killed write) is left for later, its bytes counted in ``cut_short``."""
+    its newline (a write under way, or one a kill cut) is left for later, its bytes counted in ``cut_short``; a line
+    that does not parse is a ValueError naming its file:line, the rows before it kept (the next call starts at it)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -57,29 +58,33 @@ class MetricsSeries:
             f.seek(self._offset)
             data = f.read(st.st_size - self._offset)
         whole = data.rfind(b"\n") + 1
-        for line in data[:whole].split(b"\n")[:-1]:
-            self._lines += 1
-            if line.strip():
-                self._add(self._parse(line))
-        self._offset += whole
-        self._tail = (self._tail + data[:whole])[-64:]
         self.cut_short = len(data) - whole
+        start = 0
+        while start < whole:  # a line at a time: one that does not parse raises with what came before it kept
+            end = data.index(b"\n", start) + 1
+            line = data[start:end]
+            if line.strip():
+                self._add(self._parse(line, self._lines + 1))
+            self._lines += 1
+            self._offset += len(line)
+            self._tail = (self._tail + line)[-64:]
+            start = end
         return self
 
     def _same_tail(self, f) -> bool:
         f.seek(self._offset - len(self._tail))
         return f.read(len(self._tail)) == self._tail
 
-    def _parse(self, line: bytes) -> dict[str, Any]:
+    def _parse(self, line: bytes, n: int) -> dict[str, Any]:
         try:
             record = json.loads(line)
         except ValueError as exc:
             raise ValueError(
-                f"{self.path}:{self._lines}: not a JSON row ({exc}); the report cannot read it: fix or remove the line"
+                f"{self.path}:{n}: not a JSON row ({exc}); the report cannot read it: fix or remove the line"
             ) from None
         if not isinstance(record, dict) or not is_number(record.get("step")):
             raise ValueError(
-                f"{self.path}:{self._lines}: a row without a step ({line[:80]!r}); the report cannot read it: fix or "
+                f"{self.path}:{n}: a row without a step ({line[:80]!r}); the report cannot read it: fix or "
                 "remove the line"
             )
         return record
