@@ -936,3 +936,28 @@ def test_the_count_of_held_out_problems_is_in_the_reports_text_not_a_curve(tmp_p
     column = header.strip("|").split("|").index(" problems ")
     rows = [line.strip("|").split("|") for line in table.splitlines() if line.startswith("| 1 |")]
     assert rows and rows[0][column].strip() == "2", table
+
+
+def test_held_out_accuracy_shows_its_progress_and_grades_as_before(monkeypatch, capsys):
+    """GRPO's held-out evaluation (evaluate_accuracy: every grpo.eval_problems answer generated at each evaluation)
+    drew no progress, so a large held-out set looked like a hung run; it counts its problems now, as `eval gsm8k`."""
+    from test_align_fixtures import CharTok, OracleLM
+
+    from cookmind import progress
+    from cookmind.align.objective import evaluate_accuracy
+
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0.0)  # a line at every update in a pipe (no waiting in a test)
+    problems = [{"question": f"What is {n} plus 1?", "answer": f"#### {n + 1}"} for n in range(5)]
+
+    def respond(prompt):  # right for the even numbers: 3 of 5
+        n = int(prompt.split("What is ")[1].split(" ")[0])
+        return f" {n + 1 if n % 2 == 0 else n}"
+
+    cfg = GRPOConfig(max_new_tokens=8, template="plain", rollout_chunk=2)
+    held = evaluate_accuracy(OracleLM(respond, marker="Answer:"), CharTok(), problems, cfg, progress=True)
+    assert held["accuracy"] == pytest.approx(3 / 5)
+    assert [r.strip() for r in held["responses"]] == ["1", "1", "3", "3", "5"]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and lines[-1].startswith("held-out accuracy") and "5/5" in lines[-1], lines
+    evaluate_accuracy(OracleLM(respond, marker="Answer:"), CharTok(), problems, cfg, progress=False)
+    assert capsys.readouterr().err == ""

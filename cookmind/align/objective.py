@@ -261,15 +261,27 @@ def load_problems(path: str | Path, key: str = "grpo.problems") -> list[dict[str
     return rows
 
 
-def evaluate_accuracy(model, tokenizer, problems, cfg: GRPOConfig, reward_fn=None) -> dict[str, Any]:
-    """Greedy exact accuracy, format rate and mean response length (tokens) on ``problems``, with the responses."""
+def evaluate_accuracy(
+    model, tokenizer, problems, cfg: GRPOConfig, reward_fn=None, progress: bool = False
+) -> dict[str, Any]:
+    """Greedy exact accuracy, format rate and mean response length (tokens) on ``problems``, with the responses.
+    ``progress``: a bar of the problems answered (``cookmind.progress``; a held-out set of thousands takes minutes)."""
+    from cookmind.progress import progress_bar
+
     reward_fn = reward_fn or reward_fn_for_template(cfg.template, cfg.format_weight)
     problems = [as_problem(p) for p in problems]
     ids = [encode_prompt(tokenizer, p["question"], cfg.template) for p in problems]
     was_training = model.training
     model.eval()
     params = sampling_params(cfg, tokenizer, seed=0, greedy=True)
-    outs = generate_ids(model, ids, params, tokenizer, **rollout_options(cfg, model))
+    options = rollout_options(cfg, model)
+    outs: list[list[int]] = []
+    # a chunk of rows at a time for the bar; row i keeps seed i (0 + i, as in one call)
+    with progress_bar(total=len(ids), desc="held-out accuracy", unit="problem", leave=False, enabled=progress) as bar:
+        for start in range(0, len(ids), options["batch_size"]):
+            chunk = ids[start : start + options["batch_size"]]
+            outs += generate_ids(model, chunk, params.replace(seed=start), tokenizer, **options)
+            bar.update(len(chunk))
     model.train(was_training)
     texts = [decode_response(tokenizer, o) for o in outs]
     scores = [reward_fn(t, p["answer"]) for t, p in zip(texts, problems)]
@@ -403,6 +415,7 @@ class GRPOObjective(Objective):
                 raise ValueError("GRPOObjective: the problem stream is empty")
             self.next_batch = self._next_problems  # the Trainer draws batches from the stream instead of a store
         self._wrapped = False
+        self._progress = False  # the held-out evaluation's bar (setup: the run's logging.progress, on rank 0)
         self._no_signal = 0  # rollout batches in a row whose groups all scored flat
         self._rows = 0  # the most rollout rows of a batch (setup: micro_batch_size x group_size): the seed block
         self.given: frozenset[str] = frozenset()  # the grpo.* keys the run set (build_objective): checked in setup
@@ -420,6 +433,8 @@ class GRPOObjective(Objective):
             self.rank, self.world = dist.rank, dist.world_size
             self._dist, self._trainer = dist, weakref.ref(trainer)
         self.seed = trainer.cfg.train.seed
+        # the held-out evaluation's bar: where the run draws its own (rank 0 evaluates)
+        self._progress = bool(trainer.cfg.logging.progress) and (dist is None or dist.is_main)
         self._rows = trainer.cfg.train.micro_batch_size * self.cfg.group_size
         self._check_store_template(trainer)
         self._check_offline_batch(trainer)
@@ -777,7 +792,7 @@ class GRPOObjective(Objective):
         if not self.eval_problems:
             return {}
         graded = self._graded()
-        res = evaluate_accuracy(unwrap(model), self.tokenizer, graded, self.cfg, self.reward_fn)
+        res = evaluate_accuracy(unwrap(model), self.tokenizer, graded, self.cfg, self.reward_fn, self._progress)
         return {
             "problems": len(graded),
             **{k: res[k] for k in ("accuracy", "format_rate", "response_length", "cut_short")},
