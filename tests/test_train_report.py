@@ -216,3 +216,25 @@ def test_read_metrics_skips_a_cut_last_line_saying_so_and_names_a_bad_line_befor
     path.write_text(json.dumps(_row(1)) + "\n" + '{"step": 2, "spl\n' + json.dumps(_row(3)) + "\n")
     with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not a JSON row"):
         read_metrics(path)
+
+
+def test_a_plot_the_new_report_does_not_draw_is_removed_only_where_our_report_had_drawn_it(tmp_path):
+    # a report without the objective's metrics (its rows rewound by a resume, or a run of another objective) left
+    # the earlier report's objective.png beside it, a figure of rows metrics.jsonl no longer holds
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "metrics.jsonl"
+    _append(path, map(_row, range(1, 4)))
+    report.write_report(run, "run", {})
+    assert "(objective.png)" in (run / "report.md").read_text() and (run / "objective.png").is_file()
+    path.write_text("".join(json.dumps({k: v for k, v in _row(s).items() if k != "reward"}) + "\n" for s in (1, 2)))
+    report.write_report(run, "run", {})
+    assert sorted(p.name for p in run.iterdir()) == ["loss.png", "lr.png", "metrics.jsonl", "report.md"]
+    assert "objective.png" not in (run / "report.md").read_text()
+    # a figure of the user's own under that name, which no report of ours drew, stays
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "objective.png").write_bytes(b"the user's")
+    (mine / "metrics.jsonl").write_text(path.read_text())
+    report.write_report(mine, "run", {})
+    assert (mine / "objective.png").read_bytes() == b"the user's"

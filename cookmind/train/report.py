@@ -284,8 +284,22 @@ def write_report(
 
         lines += ["## Config", "", "```yaml", yaml.safe_dump(config, sort_keys=False).rstrip(), "```", ""]
     out = run_dir / REPORT_NAME
+    _remove_plots_not_drawn(out, "\n".join(lines))  # before the new report: the old one is the record of them
     write_text(out, "\n".join(lines))
     return out
+
+
+def _remove_plots_not_drawn(report: Path, text: str) -> None:
+    """Remove the plots the report at ``report`` shows that ``text`` (the report replacing it) does not: an earlier
+    report's objective.png beside one without the objective's metrics showed rows metrics.jsonl no longer holds. Only
+    our plot names, and only those the old report links (which our report drew): a user's file of that name stays."""
+    try:
+        old = report.read_text()
+    except (OSError, UnicodeDecodeError):  # none yet
+        return
+    for name in (LOSS_PLOT, LR_PLOT, OBJECTIVE_PLOT):
+        if f"]({name})" in old and f"]({name})" not in text:
+            (report.parent / name).unlink(missing_ok=True)
 
 
 def _is_val_number(key: str, value: Any) -> bool:
