@@ -585,6 +585,7 @@ def test_a_stop_is_said_once_by_rank_0_not_by_every_rank(tmp_path, store, monkey
             return contextlib.nullcontext()
 
     monkeypatch.setattr(trainer_module, "Trainer", Stopped)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it
     for rank, says in ((0, 1), (1, 0)):  # one node: torchrun's LOCAL_RANK is the rank
         monkeypatch.setenv("LOCAL_RANK", str(rank))
         assert _run(store, "--run-dir", str(tmp_path / f"r{rank}")) == 128 + signal.SIGTERM
@@ -1822,3 +1823,13 @@ def test_a_resume_from_a_checkpoint_path_alone_names_the_run_that_saved_it(tmp_p
         f"(its config.yaml); resume it with --run-dir {run} --resume {ckpt} (or --resume auto, its newest "
         "checkpoint), or pass --train-data STORE and the settings to train a new run from it"
     ), err
+
+
+def test_the_train_package_reads_torchruns_local_rank_through_one_rule():
+    # the stop note's "once a node" read LOCAL_RANK itself beside cookmind.cli.a_nodes_other_rank, the one rule the
+    # other once-a-node lines follow (and which also asks whether there are several ranks at all)
+    import cookmind.train
+
+    package = Path(cookmind.train.__file__).parent
+    readers = [p.name for p in sorted(package.glob("*.py")) if "LOCAL_RANK" in p.read_text()]
+    assert readers == [], readers

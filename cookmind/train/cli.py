@@ -499,7 +499,7 @@ def _fit_and_report(trainer, cfg) -> int:
         # Not 0: `cookmind train && cookmind export` must not export a half-trained model.
         reason = trainer.stop_reason or "a stop request"
         # every rank stops; one a node says so (its own log may be all a user of that node reads)
-        if trainer.dist.is_main or os.environ.get("LOCAL_RANK", "0") == "0":
+        if trainer.dist.is_main or not a_nodes_other_rank():
             _note(
                 f"stopped by {reason} at step {summary['steps']}; checkpoint saved, continue with "
                 f"--resume auto --run-dir {trainer.run_dir}"
