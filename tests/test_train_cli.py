@@ -1825,6 +1825,21 @@ def test_a_resume_from_a_checkpoint_path_alone_names_the_run_that_saved_it(tmp_p
     ), err
 
 
+def test_a_warmup_as_long_as_the_run_is_said_in_one_line(tmp_path, store, capsys):
+    # optim.warmup_steps >= train.max_steps: the learning rate rose through the whole run, never reaching its decay
+    # (nor, past max_steps, optim.lr), without a word
+    lr = ["optim.lr=0.001", "optim.schedule=cosine"]
+    assert _run(store, "--run-dir", str(tmp_path / "a"), *lr, "optim.warmup_steps=8", "train.max_steps=4") == 0
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if "optim.warmup_steps" in ln]
+    assert notes == [
+        "cookmind train: optim.warmup_steps=8 is not below train.max_steps=4: the learning rate rises through the "
+        "whole run (to 0.0005 at its last step, of optim.lr=0.001) and never decays; lower optim.warmup_steps (a "
+        "few percent of the steps is usual) or raise train.max_steps"
+    ], notes
+    assert _run(store, "--run-dir", str(tmp_path / "b"), *lr, "optim.warmup_steps=3", "train.max_steps=4") == 0
+    assert "optim.warmup_steps" not in capsys.readouterr().err
+
+
 def test_the_train_package_reads_torchruns_local_rank_through_one_rule():
     # the stop note's "once a node" read LOCAL_RANK itself beside cookmind.cli.a_nodes_other_rank, the one rule the
     # other once-a-node lines follow (and which also asks whether there are several ranks at all)

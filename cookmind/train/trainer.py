@@ -419,6 +419,20 @@ class Trainer:
                         )
                     )
                 cfg.save(self.run_dir / "config.yaml")
+                self._say_if_warmup_outlasts_the_run()
+
+    def _say_if_warmup_outlasts_the_run(self) -> None:
+        """A line where ``optim.warmup_steps`` is not below ``train.max_steps``: the learning rate rises through the
+        whole run and never decays (nor, past max_steps, reaches optim.lr)."""
+        o, steps = self.cfg.optim, self.cfg.train.max_steps
+        if not o.warmup_steps or o.warmup_steps < steps:
+            return
+        decays = " and never decays" if o.schedule != "constant" else ""
+        _note(
+            f"optim.warmup_steps={o.warmup_steps} is not below train.max_steps={steps}: the learning rate rises "
+            f"through the whole run (to {self.lr_at(steps - 1):.3g} at its last step, of optim.lr={o.lr:g}){decays}; "
+            "lower optim.warmup_steps (a few percent of the steps is usual) or raise train.max_steps"
+        )
 
     def _check_ranks_read_the_same_data(self) -> None:
         """Every rank must read the same stores: nodes whose store at the configured path held other data trained
