@@ -29,6 +29,7 @@ controls too, as ``\\u202e``: still the same strings to a program that parses th
 
 from __future__ import annotations
 
+import os
 import sys
 
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"}
@@ -55,3 +56,16 @@ def show(text: object, file=None, one_line: bool = True) -> None:
     written are printed as they are, not through here. The text and its newline go out in one write: ranks under
     torchrun share one stderr, and print's two writes (the text, then the newline) let their lines run together."""
     (sys.stdout if file is None else file).write(escape_controls(str(text), one_line) + "\n")
+
+
+def say_from_handler(line: str) -> None:
+    """Write ``line`` from a signal handler: it and its newline in one ``os.write`` to fd 2, not print. The handler
+    runs inside whatever the main thread was doing, a write to sys.stderr too (a progress bar's), and a print into the
+    buffer it interrupted raises "reentrant call". On a terminal a newline goes first, ending the line a progress bar
+    (or the echoed ^C) left open; in a pipe or a log every line ends in its own. With no stderr left to tell (closed,
+    its reader gone) nothing is said: the stop goes on."""
+    try:
+        start = "\n" if os.isatty(2) else ""
+        os.write(2, f"{start}{line}\n".encode())
+    except OSError:
+        pass

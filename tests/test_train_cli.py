@@ -1848,3 +1848,41 @@ def test_the_train_package_reads_torchruns_local_rank_through_one_rule():
     package = Path(cookmind.train.__file__).parent
     readers = [p.name for p in sorted(package.glob("*.py")) if "LOCAL_RANK" in p.read_text()]
     assert readers == [], readers
+
+
+def test_a_stop_note_into_a_closed_stderr_does_not_end_the_run(monkeypatch):
+    """The stop handler wrote its note by os.write with no guard: with stderr gone (`cookmind train ... 2>&1 | head`
+    ended, a closed terminal) the handler raised BrokenPipeError into whatever the step was doing, and the run
+    ended on it instead of stopping after the step with its checkpoint. The note is cookmind.terminal's
+    say_from_handler now, which serve's handler uses too."""
+    from types import SimpleNamespace
+
+    from cookmind import terminal
+
+    def gone(fd, data):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    run = SimpleNamespace(_stop_reason=None, dist=SimpleNamespace(is_main=True), step=0)
+    run.cfg = SimpleNamespace(train=SimpleNamespace(max_steps=5))
+    run.request_stop = lambda reason: setattr(run, "_stop_reason", reason)
+    old = Trainer._install_signal_handlers(run)
+    try:
+        handler = signal.getsignal(signal.SIGTERM)
+        monkeypatch.setattr(os, "write", gone)
+        handler(signal.SIGTERM, None)  # raised BrokenPipeError
+        terminal.say_from_handler("cookmind serve: stopping")  # nothing to tell: nothing raised either
+    finally:
+        Trainer._restore_signal_handlers(old)
+    assert run._stop_reason == "signal SIGTERM"
+
+
+def test_a_note_from_a_signal_handler_is_one_write_of_the_line(monkeypatch):
+    from cookmind import terminal
+
+    writes = []
+    monkeypatch.setattr(os, "write", lambda fd, data: writes.append((fd, data)) or len(data))
+    monkeypatch.setattr(os, "isatty", lambda fd: False)
+    terminal.say_from_handler("cookmind train: SIGTERM: stopping")
+    monkeypatch.setattr(os, "isatty", lambda fd: True)  # a terminal: a newline ends the progress bar's line first
+    terminal.say_from_handler("cookmind train: SIGTERM: stopping")
+    assert writes == [(2, b"cookmind train: SIGTERM: stopping\n"), (2, b"\ncookmind train: SIGTERM: stopping\n")]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from cookmind.device import DEVICE_HELP
+from cookmind.terminal import say_from_handler
 
 API_KEY_ENV = "COOKMIND_API_KEY"
 DEFAULT_SLOTS = 32  # concurrent sequences when --max-batch is not given
@@ -417,15 +418,6 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
     )
 
 
-def _say_from_handler(line: str) -> None:
-    """Write a note from a signal handler: one os.write to fd 2, not print. The handler runs inside whatever the main
-    thread was doing, a write to sys.stderr too, and a print into the buffer it interrupted raises "reentrant call"."""
-    try:
-        os.write(2, (line + "\n").encode())
-    except OSError:  # no stderr left to tell: the stop goes on
-        pass
-
-
 def make_server(config, engine):
     """uvicorn's Server, stopping in three steps. The first stop signal (Ctrl-C, SIGTERM) waits for the requests in
     flight to finish, as uvicorn does, and says how many (its own note is hidden at log level warning: a long answer
@@ -457,7 +449,7 @@ def make_server(config, engine):
                 if captured is not None:  # ones: a Ctrl-C still exits 130 ('interrupted') where it is kept
                     captured.append(sig)
                 cut = engine.cancel_all("shutdown")
-                _say_from_handler(
+                say_from_handler(
                     f"cookmind serve: stopping now: cutting {cut} request(s), each client told so; Ctrl-C again "
                     "quits at once"
                 )
@@ -466,7 +458,7 @@ def make_server(config, engine):
                 logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL + 1)  # request cut are no news
             super().handle_exit(sig, frame)
             if self.signals == 1 and busy:
-                _say_from_handler(
+                say_from_handler(
                     f"cookmind serve: stopping: waiting for {busy} request(s) to finish; Ctrl-C again stops at once "
                     "(cutting them)"
                 )

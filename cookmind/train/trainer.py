@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
 import signal
 import time
 import uuid
@@ -68,6 +67,7 @@ from cookmind.parallel.process_group import (
     stop_together,
     sum_over_ranks,
 )
+from cookmind.terminal import say_from_handler
 from cookmind.train import build as B
 from cookmind.train.callbacks import (
     Callback,
@@ -1783,19 +1783,18 @@ class Trainer:
                 name = signal.Signals(signum).name
                 again = "; Ctrl-C again ends it at once" if signum == signal.SIGINT else ""
                 note = f"{name} came as the run was ending on its error; nothing is saved{again}"
-                os.write(2, f"{_note_start()}cookmind train: {note}\n".encode())  # its error prints after clean-up
+                say_from_handler(f"cookmind train: {note}")  # its error prints after clean-up
             elif first and self.dist.is_main:  # said at once: a long step (accumulation, a CPU) can take minutes
                 name = signal.Signals(signum).name
                 again = "; Ctrl-C again stops without it" if signum == signal.SIGINT else ""
-                # os.write, not print: a handler that prints while the progress bar writes can raise "reentrant call"
-                said = f"cookmind train: {name}: stopping when the step under way ends, then saving{again}\n"
+                said = f"cookmind train: {name}: stopping when the step under way ends, then saving{again}"
                 if self.step >= self.cfg.train.max_steps:  # nothing left to stop: fit completes the run
                     again = "; Ctrl-C again stops without them" if signum == signal.SIGINT else ""
                     said = (
                         f"cookmind train: {name}: the last step has run; the run ends once its checkpoint and report "
-                        f"are written{again}\n"
+                        f"are written{again}"
                     )
-                os.write(2, (_note_start() + said).encode())
+                say_from_handler(said)
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             old[sig] = signal.signal(sig, handler)
@@ -1805,15 +1804,6 @@ class Trainer:
     def _restore_signal_handlers(old: dict) -> None:
         for sig, h in old.items():
             signal.signal(sig, h)
-
-
-def _note_start() -> str:
-    """What a note written from a signal handler starts with: a newline on a terminal, where it ends the progress
-    bar's line; nothing in a pipe or a log, where every progress line ends in its own (a blank line there)."""
-    try:
-        return "\n" if os.isatty(2) else ""
-    except OSError:
-        return ""
 
 
 RECENT_STEPS = 20  # the run summary's train_* figures: means over this many last steps
