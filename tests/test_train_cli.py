@@ -1887,3 +1887,41 @@ def test_a_note_from_a_signal_handler_is_one_write_of_the_line(monkeypatch):
     monkeypatch.setattr(os, "isatty", lambda fd: True)  # a terminal: a newline ends the progress bar's line first
     terminal.say_from_handler("cookmind train: SIGTERM: stopping")
     assert writes == [(2, b"cookmind train: SIGTERM: stopping\n"), (2, b"\ncookmind train: SIGTERM: stopping\n")]
+
+
+def _sigterm_as_the_trainer_starts(monkeypatch) -> None:
+    """SIGTERM to this process as the Trainer starts to set the run up (before fit's handlers)."""
+    init = Trainer.__init__
+
+    def init_and_kill(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "__init__", init_and_kill)
+
+
+def test_a_sigterm_as_the_run_starts_says_it_stopped_before_its_first_step(tmp_path, store):
+    # In a subprocess: the default handler ended the process without a word (exit -15), the user left to guess
+    # whether a step ran or anything was saved
+    import subprocess
+    import sys
+    import textwrap
+
+    run = tmp_path / "run"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import pytest
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import test_train_cli as t
+        with pytest.MonkeyPatch.context() as mp:
+            t._sigterm_as_the_trainer_starts(mp)
+            sys.exit(t._run({str(store)!r}, "--run-dir", {str(run)!r}, "train.max_steps=5"))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr.splitlines()[-1] == (
+        "cookmind train: SIGTERM came as the run was starting: stopped before its first step; nothing was saved"
+    ), proc.stderr[-2000:]
+    assert not run.exists()  # the run directory is made last, once the run can start

@@ -11,12 +11,13 @@ RUN without one, and no --train-data, holds no run to resume: one line says so);
 names the runs searched, and a line names where it differs from the run found. Only an explicit --config with
 --run-dir replaces the run's config.yaml (a line names the settings that differ).
 Exit status: 0 completed, 2 bad input or a diverged run, 128 + N stopped by signal N (checkpoint saved; resume
-with --resume auto).
+with --resume auto; a SIGTERM as the run starts stops it before its first step, nothing saved).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -426,6 +427,35 @@ def _note(text: str) -> None:
     say("cookmind train", None, text)
 
 
+class _StoppedAtStart(BaseException):
+    """A SIGTERM while the Trainer sets the run up, before fit's own stop handlers (a BaseException: no start-up
+    ``except Exception`` takes it for a failure to report)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stopping_at_start():
+    """SIGTERM raises ``_StoppedAtStart`` in the block (its default handler ended the process without a word), the
+    previous handler back after it. A Ctrl-C is a KeyboardInterrupt there already (cookmind.cli says it)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _StoppedAtStart(signum)
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def main(args: argparse.Namespace) -> int:
     """Train; print a one-line JSON summary (rank 0)."""
     import torch
@@ -445,7 +475,15 @@ def main(args: argparse.Namespace) -> int:
         if note := getattr(args, "settings_note", None):
             _note(note)
     try:
-        trainer = Trainer(cfg)
+        with _stopping_at_start():
+            trainer = Trainer(cfg)
+    except _StoppedAtStart as stop:
+        if not a_nodes_other_rank():  # every rank got it: said once a node
+            _note(
+                f"{signal.Signals(stop.signum).name} came as the run was starting: stopped before its first step; "
+                "nothing was saved"
+            )
+        return 128 + stop.signum
     except torch.OutOfMemoryError as exc:
         say("cookmind train", "error", _out_of_memory(exc, cfg, None))
         return 2
