@@ -248,25 +248,3 @@ def test_a_text_eval_set_of_separated_stories_counts_no_separator_as_an_item(tmp
     assert f"stories ({tmp_path / 'stories.txt'}): 18 items, " in capsys.readouterr().err
     doc = {"text": "A tale. " + lines[1]}  # a story's line (line 3 of the file) copied into a document
     assert stage.process(doc, StageStats("decontaminate")) is False
-
-
-def test_ngrams_hold_no_separator_and_span_none(tmp_path):
-    """A record's n-grams took its <|endoftext|> separator for the word "endoftext" and ran across it, joining one
-    story's end to the next one's start: a record whose only overlap with an eval item (one holding the same two
-    stories' ends, as a TinyStories-style record does) spanned a separator was removed, though neither story shared
-    13 words with it. n-grams are the stories' own now; a genuine 13-word overlap next to a separator still counts."""
-    end = "and the little dog slept by the warm fire."  # 9 words
-    start = "Once upon a time a girl found a shiny red ball."  # 11 words
-    assert len(ngram_hashes(f"{end}<|endoftext|>{start}", 3)) == (9 - 2) + (11 - 2)
-    assert sorted(ngram_hashes(f"{end}\n<|endoftext|>\n{start}", 3).tolist()) == sorted(
-        ngram_hashes(end, 3).tolist() + ngram_hashes(start, 3).tolist()
-    )
-    evals = _write_gsm8k(tmp_path / "stories.jsonl", [{"text": f"{end}\n<|endoftext|>\n{start}"}, {"text": PROSE}])
-    stage = build_stage("decontaminate", {"eval_sets": {"stories": str(evals)}, "ngram": 13})
-    assert (stage.sets[0].items, stage.sets[0].short) == (2, 1)  # neither story has 13 words
-    spanning = {"text": f"A dog story.\n{end}<|endoftext|>{start} She kept it."}
-    beside = {"text": f"{end}\n<|endoftext|>\n{PROSE[:120]}"}  # PROSE's first 22 words, after a separator
-    before = {"text": f"The end of {PROSE[:120]}<|endoftext|>Another story."}
-    stats = StageStats("decontaminate")
-    assert [stage.process(d, stats) for d in (spanning, beside, before)] == [True, False, False]
-    assert stats.reasons == {"eval:stories": 2}

@@ -60,16 +60,16 @@ def test_shingle_jaccard_is_true_jaccard():
 
 
 def test_minhash_shingles_do_not_span_a_separator():
-    # the guide says MinHash's n-grams neither hold an <|endoftext|> separator nor span one; shingles() read it as a
-    # space, so a story's last words and the next one's first made shingles that neither story holds
+    # the guide says MinHash's n-grams of a text file neither hold an <|endoftext|> separator nor span one; shingles()
+    # read it as a space, so a story's last words and the next one's first made shingles that neither story holds
     text = "The cat sat.\n<|endoftext|>\nA dog ran far<|endoftext|>Hi!\n<|endoftext|>\n"
     # by hand, n=3: "the cat sat"; "a dog ran", "dog ran far"; "hi" (fewer words than n: one shingle of them all)
     stories = ["The cat sat.", "A dog ran far", "Hi!"]
     expected = np.unique(np.concatenate([shingles(story, 3) for story in stories]))
     assert [len(shingles(story, 3)) for story in stories] == [1, 2, 1]
-    assert np.array_equal(shingles(text, 3), expected)
+    assert np.array_equal(shingles(text, 3, separated=True), expected)
     # the same stories in another order are the same shingles
-    assert np.array_equal(shingles("<|endoftext|>".join(reversed(stories)), 3), expected)
+    assert np.array_equal(shingles("<|endoftext|>".join(reversed(stories)), 3, separated=True), expected)
 
 
 def test_minhash_estimate_tracks_true_jaccard_like_datasketch():
@@ -452,26 +452,6 @@ def test_exact_line_dedup_keeps_endoftext_separator_lines(tmp_path, capsys):
     }
 
 
-def test_curate_run_line_dedup_keeps_endoftext_lines_inside_a_record(tmp_path):
-    """A JSON record whose text holds `<|endoftext|>` lines (stories joined as pack's seq text is): curate run's
-    exact_lines stage, the same line hashing, removed the separators shared by the records and ran the stories
-    together."""
-    from cookmind.curate.config import CurateConfig
-    from cookmind.curate.runner import read_outputs, run_pipeline
-
-    texts = [
-        "One cat slept on the warm mat.\n<|endoftext|>\nTwo dogs ran down the long road.",
-        "Three birds sat on the old wall.\n<|endoftext|>\nFour fish swam in the cold lake.",
-    ]
-    src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    stages = [{"extract": {}}, {"exact_lines": {"num_partitions": 2}}]
-    result = run_pipeline(CurateConfig(stages=stages), [str(src)], tmp_path / "out", progress=False)
-    assert [d["text"] for d in read_outputs(result.outputs)] == texts
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert report["stages"][1]["counters"].get("lines_removed", 0) == 0
-
-
 def test_a_file_or_record_left_with_only_separator_lines_is_counted_empty(tmp_path, capsys):
     """Once separator lines stayed, two identical story files kept only their <|endoftext|> lines and dedup said
     `files_emptied: 0`; in curate run such a record, its stories all gone, passed min_words_after on its separators
@@ -545,7 +525,7 @@ def test_a_story_whose_every_line_is_removed_goes_with_one_separator(text, expec
     from cookmind.curate.exact_lines import remove_lines
 
     dup = np.sort(np.array([xxhash.xxh64_intdigest(b"shared line")], dtype=np.uint64))
-    assert remove_lines(text, dup) == (expected, text.count("shared line"), emptied)
+    assert remove_lines(text, dup, separated=True) == (expected, text.count("shared line"), emptied)
 
 
 def test_dedup_lines_collapses_the_stories_it_empties_in_tinystories(tmp_path, capsys, shared_data):
@@ -570,28 +550,6 @@ def test_dedup_lines_collapses_the_stories_it_empties_in_tinystories(tmp_path, c
     assert (res["lines_removed"], res["documents_emptied"], res["files_emptied"]) == (2 * shared, 4, 0)
 
 
-def test_curate_run_exact_lines_collapses_and_counts_the_stories_it_empties(tmp_path):
-    """In curate run, a record's text of stories joined by separators kept an empty document where exact_lines
-    removed a story whole; the story goes with one separator and documents_emptied counts it."""
-    from cookmind.curate.config import CurateConfig
-    from cookmind.curate.runner import read_outputs, run_pipeline
-
-    texts = [
-        f"One cat slept on the mat.\n{SEP}\nTwo dogs ran down the road.\n{SEP}\nThree birds sat on the wall.",
-        f"Four fish swam in the lake.\n{SEP}\nTwo dogs ran down the road.",
-    ]
-    src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    stages = [{"extract": {}}, {"exact_lines": {"num_partitions": 2}}]
-    result = run_pipeline(CurateConfig(stages=stages), [str(src)], tmp_path / "out", progress=False)
-    assert [d["text"] for d in read_outputs(result.outputs)] == [
-        f"One cat slept on the mat.\n{SEP}\nThree birds sat on the wall.",
-        "Four fish swam in the lake.",
-    ]
-    counters = result.stages[1].counters
-    assert (counters["lines_removed"], counters["documents_emptied"], counters["docs_edited"]) == (2, 2, 2)
-
-
 @pytest.mark.parametrize(
     "text, expected, emptied",
     [
@@ -608,9 +566,9 @@ def test_a_separator_at_the_end_of_a_line_is_no_part_of_the_line(text, expected,
     from cookmind.curate.exact_lines import line_hashes, remove_lines
 
     dup = np.sort(np.array([xxhash.xxh64_intdigest(b"shared line")], dtype=np.uint64))
-    assert remove_lines(text, dup) == (expected, text.count("shared line"), emptied)
+    assert remove_lines(text, dup, separated=True) == (expected, text.count("shared line"), emptied)
     hashes = [xxhash.xxh64_intdigest(t.encode()) for t in ("A", "shared line", "B", "C") if t in text]
-    assert sorted(line_hashes(text).tolist()) == sorted(hashes)
+    assert sorted(line_hashes(text, separated=True).tolist()) == sorted(hashes)
 
 
 @pytest.mark.parametrize("text", [f"A\nshared line {SEP} B\n", f"A{SEP}shared line{SEP}C\n"])
@@ -620,9 +578,10 @@ def test_a_separator_mid_line_leaves_the_line_one_line_to_dedup(text):
     from cookmind.curate.exact_lines import line_hashes, remove_lines
 
     dup = np.sort(np.array([xxhash.xxh64_intdigest(b"shared line")], dtype=np.uint64))
-    assert remove_lines(text, dup) == (text, 0, 0)
+    assert remove_lines(text, dup, separated=True) == (text, 0, 0)
     whole = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-    assert sorted(line_hashes(text).tolist()) == sorted(xxhash.xxh64_intdigest(t.encode()) for t in whole)
+    want = sorted(xxhash.xxh64_intdigest(t.encode()) for t in whole)
+    assert sorted(line_hashes(text, separated=True).tolist()) == want
 
 
 def test_dedup_lines_keeps_the_separator_that_ends_a_duplicated_last_line(tmp_path, capsys):
@@ -643,25 +602,25 @@ def test_dedup_lines_keeps_the_separator_that_ends_a_duplicated_last_line(tmp_pa
 
 
 def test_minhash_shingles_read_no_separator_as_a_word():
-    """MinHash read each <|endoftext|> as the word "endoftext": the same stories, joined by separators in one
-    record (or file) and not in another, shared fewer shingles than their words do. A separator is no word, and no
-    shingle spans one (the guide's rule; test_minhash_shingles_do_not_span_a_separator)."""
+    """MinHash read each <|endoftext|> of a text file as the word "endoftext": the same stories, joined by
+    separators in one file and not in another, shared fewer shingles than their words do. A separator is no word,
+    and no shingle spans one (the guide's rule; test_minhash_shingles_do_not_span_a_separator)."""
     stories = np.union1d(shingles("the cat sat", 3), shingles("on the mat", 3))
-    assert shingles(f"the cat sat\n{SEP}\non the mat{SEP}", 3).tolist() == stories.tolist()
+    assert shingles(f"the cat sat\n{SEP}\non the mat{SEP}", 3, separated=True).tolist() == stories.tolist()
     assert len(stories) == 2  # the cat sat; on the mat
 
 
 def test_curate_run_exact_lines_counts_a_removed_record_once(tmp_path):
     """A record whose every line was removed counted as empty_after_line_dedup, documents_emptied and docs_edited
-    alike. Now a removed record counts once (empty_after_line_dedup), documents_emptied counts the stories removed
-    from records that stay, and docs_edited the records that stay with lines removed."""
+    alike. Now a removed record counts once (empty_after_line_dedup), and docs_edited the records that stay with
+    lines removed. A line "<|endoftext|>" in a record is a line of text: shared by two records, it goes."""
     from cookmind.curate.config import CurateConfig
     from cookmind.curate.runner import run_pipeline
 
     texts = [
-        f"One cat slept on the mat.\n{SEP}\nTwo dogs ran down the road.",  # keeps a story: 1 emptied, 1 edited
+        f"One cat slept on the mat.\n{SEP}\nTwo dogs ran down the road.",  # keeps its first line: 1 edited
         "Two dogs ran down the road.",  # every line gone: removed
-        f"Two dogs ran down the road.\n{SEP}\nTwo dogs ran down the road.",  # both stories gone: removed
+        f"Two dogs ran down the road.\n{SEP}\nTwo dogs ran down the road.",  # all 3 lines gone: removed
         "A lone frog sang.",  # untouched
     ]
     src = tmp_path / "in.jsonl"
@@ -671,8 +630,8 @@ def test_curate_run_exact_lines_counts_a_removed_record_once(tmp_path):
     stats = result.stages[1]
     assert stats.reasons == {"empty_after_line_dedup": 2}
     assert (stats.counters["lines_removed"], stats.counters["documents_emptied"], stats.counters["docs_edited"]) == (
-        4,
-        1,
+        2 + 1 + 3,
+        0,
         1,
     )
 

@@ -395,6 +395,7 @@ def test_resuming_a_run_whose_stage_logic_changed_since_is_refused_until_restart
     from cookmind.cli import main as cli_main
     from cookmind.curate.stages import ExactLinesStage, ExtractStage
 
+    monkeypatch.setattr(ExactLinesStage, "version", 1)  # a cookmind whose stages here are all at their first version
     src = _inputs(tmp_path, "in", ["The cat sat on the mat all day.", "The dog ran to the old red barn."])
     out = tmp_path / "out"
     (tmp_path / "c.yaml").write_text("stages: [extract, exact_lines]\n")
@@ -497,7 +498,7 @@ def test_two_stages_of_one_name_keep_their_own_files_and_versions_in_run_json(tm
     assert cli_main(argv) == 0
     recorded = json.loads((out / WORK / "run.json").read_text())
     assert sorted(recorded["stage_files"]) == ["0:decontaminate", "2:decontaminate"]
-    assert recorded["stage_versions"] == {"0:decontaminate": 2, "1:exact_lines": 1, "2:decontaminate": 2}
+    assert recorded["stage_versions"] == {"0:decontaminate": 3, "1:exact_lines": 2, "2:decontaminate": 3}
     segments = sorted(p for p in (out / WORK).iterdir() if p.is_dir())
     for done in segments[-1].glob("*.done"):  # as if killed before the last segment (the second decontaminate) ran
         done.unlink()

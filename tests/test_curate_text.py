@@ -141,42 +141,6 @@ def test_gopher_duplicate_ngram_rule_matches_naive_count():
         assert failed == (share > bound), (trial, share)
 
 
-@pytest.mark.parametrize("sep", ["\n<|endoftext|>\n", "\n\n<|endoftext|>\n\n"])
-def test_gopher_counts_no_endoftext_separator_as_a_duplicated_line_or_paragraph(sep):
-    """A record holding five distinct stories joined by <|endoftext|> lines was removed as dup_line_ratio (4 separator
-    lines, 3 of them "repeats", in 9 lines: 0.33 > 0.3) or, with blank lines round them, dup_para_ratio: a separator
-    marks documents and is no line of text, as exact-line dedup keeps it; the stories alone pass."""
-    from cookmind.curate.gopher import gopher_reasons
-
-    stories = [
-        "Once upon a time a little cat lived in a warm house by the river, and she liked to sleep in the sun.",
-        "Tom had a red ball that he loved very much, and he played with it in the garden every single day.",
-        "The old owl woke up when the moon came out, and it flew over the hill to find all of its friends.",
-        "A small girl named Lily found a shiny stone on the path, and she gave it to her mother as a gift.",
-        "The kind baker made fresh bread in the morning, and the whole town came to his shop to buy some.",
-    ]
-    assert gopher_reasons("\n".join(stories)) == []
-    assert gopher_reasons(sep.join(stories)) == []
-    # a line of text repeated is still counted: the same story four times over is 3 repeats in 4 lines
-    assert "dup_line_ratio" in gopher_reasons(sep.join([stories[0]] * 4 + stories[1:3]))
-
-
-def test_gopher_ngram_rules_count_no_ngram_across_a_separator():
-    """The top and duplicate n-gram rules joined the stories of a record across their <|endoftext|> separators: each
-    story's last word and the next one's first made a 2-gram ("omega once") that no story holds, 4 times in 5
-    stories: 4 x 9 of the 100 characters (0.36) in the top 2-gram and in duplicated ones. Within the stories every
-    2-gram is distinct: neither rule has a repeat to count."""
-    from cookmind.curate.gopher import gopher_reasons
-
-    stories = [f"once alpha{i} beta{i} omega" for i in range(5)]  # 4 + 6 + 5 + 5 = 20 characters a story
-    loose = dict(min_words=1, min_mean_word_length=0, min_stop_words=0, min_alpha_words_ratio=0)
-    cfg = GopherConfig(**loose, max_top_ngram_char_ratio={2: 0.35}, max_dup_ngram_char_ratio={2: 0.35})
-    rules = {"top_2gram_char_ratio", "dup_2gram_char_ratio"}
-    assert rules <= set(gopher_reasons(" ".join(stories), cfg))  # one story of them all: 0.36 > 0.35 both
-    for sep in ("<|endoftext|>", "\n<|endoftext|>\n", " <|endoftext|> "):
-        assert not rules & set(gopher_reasons(sep.join(stories), cfg)), sep
-
-
 def test_gopher_config_rejects_unknown_option():
     with pytest.raises(ValueError, match="min_wordz"):
         GopherConfig.from_dict({"min_wordz": 3})
@@ -392,118 +356,15 @@ def test_toxic_stage_batch_equals_one_by_one():
     assert one.reasons == batch.reasons and sum(one.reasons.values()) == 2
 
 
-def test_toxic_line_share_counts_no_separator_line():
-    """The per-line toxicity check counted <|endoftext|> separator lines as clean lines: one rude line among 9 text
-    lines of 5 stories was 1 in 13 (under the 0.1 bound, kept) where it is 1 in 9 (over it, removed)."""
-    from cookmind.curate.harmful import toxic_line_share
-    from cookmind.curate.stages import ToxicStage
-    from cookmind.curate.stats import StageStats
-
-    clean = [
-        "Tom had a red ball.",
-        "He liked to play in the park.",
-        "One day the ball rolled away.",
-        "Tom ran after it.",
-        "A kind dog found the ball.",
-        "The dog gave it back to Tom.",
-        "Tom said thank you.",
-        "They played all day.",
-    ]
-    sep = "<|endoftext|>"
-    text = "\n".join([*clean[:2], sep, *clean[2:4], sep, "you are stupid", sep, *clean[4:6], sep, *clean[6:]])
-    assert toxic_line_share(text, 0.9) == pytest.approx(1 / 9)
-    assert classify_toxic_speech(text)[0] == "non_toxic"  # the record as a whole passes: the line rule decides
-    one, batch = StageStats("toxic"), StageStats("toxic")
-    assert ToxicStage().process({"text": text}, one) is False
-    assert ToxicStage().process_batch([{"text": text}], batch) == [False]
-    assert one.reasons == batch.reasons == {"toxic_lines": 1}
-    assert toxic_line_share(f"{sep}\n\n{sep}\n", 0.9) == 0.0
-
-
-def test_gopher_line_and_word_rules_count_no_separator_line():
-    """The gopher rules counted <|endoftext|> separator lines as lines and words: three ellipsis lines in nine text
-    lines (1/3, over the 0.3 bound) were 3 in 11 and passed, ten bullet lines (all, over 0.9) 10 in 12, a record of
-    48 words passed min_words 50 on its two separators, and one code-like line in four (the 0.25 share that notes
-    code) was 1 in 6."""
-    from cookmind.curate.gopher import looks_like_code
-
-    sep = "<|endoftext|>"
-    story = [
-        "Tom and the dog went to the park with a red ball",  # 12, 12 and 11 words
-        "They played in the sun until it was time to go home",
-        "Then the dog was tired and slept by the warm fire...",
-    ]
-    text = "\n".join([*story, sep, *story, sep, *story])  # 105 words, 9 text lines, 3 ending in "..."
-    assert "ellipsis_lines_ratio" in gopher_reasons(text)
-    bullets = "\n".join(f"- the cat sat on the mat with a hat {i}" for i in range(10)).split("\n")
-    text = "\n".join([*bullets[:4], sep, *bullets[4:7], sep, *bullets[7:]])  # 110 words, 10 bullet lines
-    assert "bullet_lines_ratio" in gopher_reasons(text)
-    words = " ".join(["the cat and the dog sat with a hat"] * 6).split()[:48]  # 48 words
-    text = "\n".join([" ".join(words[:16]), sep, " ".join(words[16:32]), sep, " ".join(words[32:])])
-    assert gopher_reasons(text) == ["too_few_words"]
-    code = "\n".join(["Tom ran home.", sep, "Ann said hello,", sep, "They ate lunch.", "The sun set."])
-    assert looks_like_code(code)
-
-
-def test_nsfw_word_share_counts_no_separator_line():
-    """The NSFW lexicon backstop counted each <|endoftext|> separator as a word ("endoftext"): three explicit words
-    in 299 words of three stories (0.01003, at the 0.01 bound) were 3 in 301 (0.00997) and the record kept."""
-    from cookmind.curate.harmful import nsfw_score
-    from cookmind.curate.stages import NsfwStage
-    from cookmind.curate.stats import StageStats
-
-    sep = "<|endoftext|>"
-    filler = "the girl walked to the shop and back home again".split()  # 10 words
-    stories = [
-        " ".join(["she", "saw", "porn", *(filler * 10)[:97]]),  # 100 words
-        " ".join(["a", "nude", "man", *(filler * 10)[:97]]),
-        " ".join(["he", "was", "naked", *(filler * 10)[:96]]),  # 99 words
-    ]
-    text = "\n".join([stories[0], sep, stories[1], sep, stories[2]])
-    assert nsfw_score(text.replace(sep, "")) == (3, 3 / 299)
-    assert classify_nsfw(text)[0] == "nsfw" and classify_nsfw(text)[1] == pytest.approx((3 / 299) / 0.02)
-    stats = StageStats("nsfw")
-    assert NsfwStage().process({"text": text}, stats) is False and stats.reasons == {"nsfw": 1}
-
-
-def test_language_id_reads_no_separator_line():
-    """Language id read <|endoftext|> separator lines as words: a German record of two short stories joined by them
-    scored 0.54, under langid's 0.65, and was removed as low_confidence; without them it is the stories' 0.72."""
-    from cookmind.curate.stages import LangIdStage
-    from cookmind.curate.stats import StageStats
-
-    sep = "<|endoftext|>"
-    stories = "Der Hund lief.\nDie Katze schlief.\n"
-    lang, score = identify_language(stories)
-    assert lang == "de" and score > 0.65
-    record = f"Der Hund lief.\n{sep}\nDie Katze schlief.\n{sep}\n"
-    stats, doc = StageStats("langid"), {"text": record}
-    assert LangIdStage(languages=["de"]).process(doc, stats) is True, stats.reasons  # was low_confidence
-    assert doc["lang_score"] == round(score, 4) and identify_language(record) == (lang, score)  # the same line
-
-
-def test_a_separator_at_the_end_of_a_line_is_no_word_and_ends_the_line(tmp_path):
-    """The checks left out separator lines, but not a separator where TinyStories often puts it, at the end of a
-    story's last line ("fire...<|endoftext|>"): gopher saw no ellipsis at the line's end and read the separator as a
-    word, the NSFW backstop counted "endoftext" as one, and the per-line toxicity check read two stories' lines as
-    one, and a .txt eval set's item. Each reads such a text as it reads the separator on its own line."""
+def test_a_separator_at_the_end_of_a_line_of_a_plain_text_ends_the_line(tmp_path):
+    """In a plain text file a separator where TinyStories often puts it, at the end of a story's last line
+    ("fire...<|endoftext|>"), ends the line as one on its own line does: a .txt eval set's items are the text
+    between them. (A record's text is one document: tests/test_curate_record_separator.py.)"""
     from cookmind.curate.decontaminate import iter_eval_items
-    from cookmind.curate.gopher import looks_like_code
-    from cookmind.curate.harmful import toxic_line_share
     from cookmind.curate.shards import text_lines
 
     sep = "<|endoftext|>"
-    story = "Tom and the dog went to the park with a red ball\nThen the dog slept by the warm fire..."  # 23 words
-    text = f"{story}{sep}\n{story}{sep}\n{story}{sep}"  # 69 words, 6 text lines, 3 ending in "..."
-    reasons = gopher_reasons(text)
-    assert "ellipsis_lines_ratio" in reasons and reasons == gopher_reasons(text.replace(sep, ""))
-    assert text_lines(f"A{sep}B\n {sep} \nC {sep}") == ["A", "B", "C"]
-    assert toxic_line_share(f"Tom ran home.{sep}you are stupid\nAnn ate lunch.\nThey sang.", 0.9) == 1 / 4
-    words = ["porn", *["dog"] * 99]  # one lexicon word in 100: backstop score (1 / 100) / (2 * 0.01)
-    assert classify_nsfw(f"{' '.join(words[:50])}{sep}\n{' '.join(words[50:])}{sep}")[1] == pytest.approx(0.5)
+    assert text_lines(f"A{sep}B\n {sep} \nC {sep}", separated=True) == ["A", "B", "C"]
+    assert text_lines(f"A{sep}B\n {sep} \nC {sep}", separated=False) == [f"A{sep}B", f" {sep} ", f"C {sep}"]
     (tmp_path / "ev.txt").write_text(f"What is two and two?{sep}\n{sep}Four.\n", encoding="utf-8")
     assert list(iter_eval_items(tmp_path / "ev.txt")) == ["What is two and two?", "Four."]
-    assert looks_like_code(f"Tom ran home.{sep}Ann said hello,\nThey ate lunch.{sep}\nThe sun set.")
-    assert identify_language(f"Der Hund lief.{sep}\nDie Katze schlief.{sep}\n") == identify_language(
-        "Der Hund lief.\nDie Katze schlief.\n"
-    )

@@ -208,16 +208,12 @@ def train_classifier(
     progress: bool = False,
 ) -> FastTextClassifier:
     """Train on labelled records ({text_field: str, label_field: str}); labels sorted for stability. A text is read
-    without its ``<|endoftext|>`` separators, as the stages score one (``shards.without_separators``): read as the
-    word "endoftext", they were features the model learned and never saw again."""
-    from cookmind.curate.shards import without_separators
-
+    as it is, as the stages score one."""
     texts, labels = [], []
     for i, rec in enumerate(records):
         if text_field not in rec or label_field not in rec:
             raise ValueError(f"record {i} lacks {text_field!r} or {label_field!r}: keys {sorted(rec)}")
-        text = rec[text_field]
-        texts.append(without_separators(text) if isinstance(text, str) else text)
+        texts.append(rec[text_field])
         labels.append(str(rec[label_field]))
     if len(set(labels)) < 2:
         raise ValueError(f"need at least two labels to train a classifier, got {sorted(set(labels))}")

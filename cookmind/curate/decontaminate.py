@@ -37,20 +37,8 @@ def normalised_words(text: str) -> list[str]:
 
 
 def ngram_hashes(text: str, n: int) -> np.ndarray:
-    """uint64 hash of each n-gram of ``text``'s normalised words (empty when it has fewer than n words). An
-    ``<|endoftext|>`` separator is no word, and no n-gram spans one: the documents it separates are apart (read as
-    the word "endoftext", it joined the story before it to the one after, and a record matched an eval item that
-    held the same two stories' ends though no n words of either story were shared)."""
-    from cookmind.curate.shards import is_separator_line, line_pieces
-
-    if text_input.ENDOFTEXT in text:
-        parts = [_piece_hashes(p, n) for p in line_pieces(text) if not is_separator_line(p)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-    return _piece_hashes(text, n)
-
-
-def _piece_hashes(text: str, n: int) -> np.ndarray:
-    """``ngram_hashes`` of a text holding no separator."""
+    """uint64 hash of each n-gram of ``text``'s normalised words (empty when it has fewer than n words). ``text`` is
+    one document (a record's text, an eval item): an ``<|endoftext|>`` in it is text, the word "endoftext"."""
     words = normalised_words(text)
     m = len(words) - n + 1
     if m <= 0:
@@ -153,7 +141,7 @@ def iter_eval_items(path: Path, stats=None):
         from cookmind.curate.shards import read_text_counting_bad_utf8, text_lines
 
         # a separator is no item (nor a piece of one): it was counted one, and "too short to match"
-        yield from text_lines(read_text_counting_bad_utf8(path, stats))
+        yield from text_lines(read_text_counting_bad_utf8(path, stats), separated=True)
 
 
 def _strings(value) -> str:

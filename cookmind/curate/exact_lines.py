@@ -3,10 +3,11 @@
 Two passes over 64-bit line hashes, memory bounded: pass 1 writes each shard's hashes into
 ``num_partitions`` files by hash range; each partition is then counted on its own
 (np.unique), so the largest array in memory is one partition, never the corpus. Pass 2 drops
-the lines whose hash was counted more than once. Blank lines are kept (they mark paragraphs), and so are
-``<|endoftext|>`` separators, on a line of their own or at either end of a text line (they mark documents:
-TinyStories' stories, as pack reads them), but for the one a story whose every line went takes with it; every byte
-of a document but its removed lines stays as it was.
+the lines whose hash was counted more than once. Blank lines are kept (they mark paragraphs), and so are a plain
+text file's ``<|endoftext|>`` separators, on a line of their own or at either end of a text line (they mark its
+documents: TinyStories' stories, as pack reads them), but for the one a story whose every line went takes with it;
+every byte of a document but its removed lines stays as it was. A record's text (curate run's documents) is one
+document: a line holding the token is a line of text like any other.
 """
 
 from __future__ import annotations
@@ -27,25 +28,38 @@ from cookmind.curate.dedup_output import building_dedup_output
 from cookmind.curate.shards import edge_pieces, is_separator_line, is_text_line
 
 
-def line_hashes(text: str) -> np.ndarray:
-    """xxh64 of every text line: not blank, not a separator (trailing whitespace ignored), a line cut where a
-    separator stands at its start or end (``shards.edge_pieces``). A separator line is in every story file: counted
-    as a shared line, it went, and the stories ran together; so did a story's last line with the separator after
-    it."""
-    return np.array([_hash(piece) for piece in _pieces(text)[0] if is_text_line(piece)], dtype=np.uint64)
+def line_hashes(text: str, separated: bool = False) -> np.ndarray:
+    """xxh64 of every text line (trailing whitespace ignored). ``separated``: ``text`` is a plain text file's, whose
+    separators are no text lines, and a line is cut where one stands at its start or end (``shards.edge_pieces``). A
+    separator line is in every story file: counted as a shared line, it went, and the stories ran together; so did a
+    story's last line with the separator after it."""
+    return np.array(
+        [_hash(piece) for piece in _pieces(text, separated)[0] if _is_text(piece, separated)], dtype=np.uint64
+    )
 
 
-def text_words(text: str) -> int:
-    """Words on the text lines of ``text``: a document left with only separators has none."""
-    return sum(len(piece.split()) for piece in _pieces(text)[0] if is_text_line(piece))
+def text_words(text: str, separated: bool = False) -> int:
+    """Words on the text lines of ``text`` (``separated``: as ``line_hashes``): a plain text left with only
+    separators has none."""
+    return sum(len(piece.split()) for piece in _pieces(text, separated)[0] if _is_text(piece, separated))
 
 
-def _pieces(body: str) -> tuple[list[str], list[int]]:
-    """The pieces of ``body``'s lines (``shards.edge_pieces``: text, the separators at a line's ends, blank lines)
-    and the line of each."""
+def _is_text(piece: str, separated: bool) -> bool:
+    """Whether a piece is a text line: not blank, nor (in a plain text, ``separated``) a separator."""
+    return is_text_line(piece) if separated else bool(piece.strip())
+
+
+def _is_separator(piece: str, separated: bool) -> bool:
+    """Whether a piece ends a document: a separator of a plain text (``separated``); a record's text has none."""
+    return separated and is_separator_line(piece)
+
+
+def _pieces(body: str, separated: bool) -> tuple[list[str], list[int]]:
+    """The pieces of ``body``'s lines (``separated``: ``shards.edge_pieces``, text, the separators at a line's ends,
+    blank lines; else its lines) and the line of each."""
     pieces, line_of = [], []
     for i, line in enumerate(body.split("\n")):
-        for piece in edge_pieces(line):
+        for piece in edge_pieces(line) if separated else [line]:
             pieces.append(piece)
             line_of.append(i)
     return pieces, line_of
@@ -73,28 +87,28 @@ def count_partition(shard_dirs: Iterable[Path], p: int) -> np.ndarray:
     return uniq[counts > 1]
 
 
-def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int, int]:
+def remove_lines(text: str, duplicated: np.ndarray, separated: bool = False) -> tuple[str, int, int]:
     """``text`` without the lines whose hash is in the sorted array ``duplicated``; (text, lines removed, documents
     emptied).
 
-    A line is taken as the pieces ``shards.edge_pieces`` cuts it into: text removed from a line that also holds a
-    separator leaves the separator there. Every other byte stays (line endings, indentation, the final newline),
-    except blank lines the removal strands: a blank run that a removal joins to another blank run, or to the start
-    or end of the text; and a document (the text between ``<|endoftext|>`` separators, or all of it) whose every
-    text line was removed: it goes whole with the separator after it (the last one's: before it), so no removal
-    leaves an empty document between two separators, nor a separator at the start or end of the text. Those are
-    counted.
+    ``separated`` (a plain text file's ``text``): a line is taken as the pieces ``shards.edge_pieces`` cuts it
+    into, and text removed from a line that also holds a separator leaves the separator there. Every other byte
+    stays (line endings, indentation, the final newline), except blank lines the removal strands: a blank run that a
+    removal joins to another blank run, or to the start or end of the text; and a document (``separated``: the text
+    between ``<|endoftext|>`` separators; else all of it) whose every text line was removed: it goes whole with the
+    separator after it (the last one's: before it), so no removal leaves an empty document between two separators,
+    nor a separator at the start or end of the text. Those are counted.
     """
     body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")  # the final newline is no line
-    pieces, line_of = _pieces(body)
+    pieces, line_of = _pieces(body, separated)
     hit = np.zeros(len(pieces), bool)
     if len(duplicated):
         hashes = np.array([_hash(piece) for piece in pieces], dtype=np.uint64)
         idx = np.minimum(np.searchsorted(duplicated, hashes), len(duplicated) - 1)
-        hit = (duplicated[idx] == hashes) & np.array([is_text_line(piece) for piece in pieces])
+        hit = (duplicated[idx] == hashes) & np.array([_is_text(piece, separated) for piece in pieces])
     if not hit.any():
         return text, 0, 0
-    drop, emptied = _emptied_documents(pieces, hit)
+    drop, emptied = _emptied_documents(pieces, hit, separated)
     kept: list[int] = []  # the kept pieces, by index
     gap = False  # a piece was removed since the last kept one
     for k, (piece, removed) in enumerate(zip(pieces, drop)):
@@ -111,17 +125,17 @@ def remove_lines(text: str, duplicated: np.ndarray) -> tuple[str, int, int]:
     return ("\n".join(lines.values()) + end if kept else ""), int(hit.sum()), emptied
 
 
-def _emptied_documents(lines: list[str], hit: np.ndarray) -> tuple[list[bool], int]:
+def _emptied_documents(lines: list[str], hit: np.ndarray, separated: bool) -> tuple[list[bool], int]:
     """(the lines to drop, the documents emptied): the ``hit`` lines, and each document whose text lines were all
     hit, whole, with one separator: the kept documents stay joined by the separator that followed each, so an
     emptied document's lines and the separator after it go (the last document's: the one before it)."""
     doc_of, d = [], 0  # the document of each line; a separator's: the one it ends
     for line in lines:
         doc_of.append(d)
-        d += is_separator_line(line)
+        d += _is_separator(line, separated)
     had, left = [False] * (d + 1), [False] * (d + 1)  # text lines before the removal, and after it
     for line, doc, removed in zip(lines, doc_of, hit):
-        if is_text_line(line):
+        if _is_text(line, separated):
             had[doc] = True
             left[doc] = left[doc] or not removed
     emptied = [h and not k for h, k in zip(had, left)]
@@ -137,7 +151,7 @@ def _emptied_documents(lines: list[str], hit: np.ndarray) -> tuple[list[bool], i
     gone = set(range(d + 1)) - set(kept_docs)
     joining = set(kept_docs[:-1])  # the separators that still join two kept documents, by the one they end
     drop = [
-        doc not in joining if is_separator_line(line) else bool(removed) or doc in gone
+        doc not in joining if _is_separator(line, separated) else bool(removed) or doc in gone
         for line, doc, removed in zip(lines, doc_of, hit)
     ]
     return drop, sum(emptied)
@@ -172,16 +186,16 @@ def exact_line_dedup(
             shard_dirs, lines_in = [], 0
             for i, path in enumerate(bar(input_files, desc="dedup lines: hash")):  # pass 1: hashes to partitions
                 d = Path(scratch) / f"{i:06d}"
-                hashes = line_hashes(_read(path))
+                hashes = line_hashes(_read(path), separated=True)
                 lines_in += len(hashes)
                 write_partitions(hashes, d, num_partitions)
                 shard_dirs.append(d)
             duplicated = np.sort(np.concatenate([count_partition(shard_dirs, p) for p in range(num_partitions)]))
         removed = emptied = docs_emptied = 0
         for path in bar(input_files, desc="dedup lines: write"):  # pass 2: drop duplicated lines
-            text, n, e = remove_lines(_read(path), duplicated)
+            text, n, e = remove_lines(_read(path), duplicated, separated=True)
             removed, docs_emptied = removed + n, docs_emptied + e
-            emptied += bool(n) and not text_words(text)
+            emptied += bool(n) and not text_words(text, separated=True)
             data = text.encode("utf-8", "surrogateescape")
             if text_input.is_gzip(path):  # read decompressed, written back as it came
                 data = gzip.compress(data, mtime=0)

@@ -12,9 +12,6 @@ from collections import Counter
 
 import numpy as np
 
-from cookmind.curate.shards import is_text_line, text_lines, without_separators
-from cookmind.text_input import ENDOFTEXT
-
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
 ELLIPSES = ("...", "…")
@@ -62,9 +59,8 @@ class GopherConfig:
 
 
 def _duplicate_ratios(items: list[str]) -> tuple[float, float]:
-    """(share of items that repeat an earlier one, share of characters in those repeats); blank items and
-    ``<|endoftext|>`` separators are none (a record of stories joined by them was removed for their repeats)."""
-    items = [x for x in items if is_text_line(x)]
+    """(share of items that repeat an earlier one, share of characters in those repeats); blank items are none."""
+    items = [x for x in items if x.strip()]
     if not items:
         return 0.0, 0.0
     seen: set[str] = set()
@@ -88,9 +84,8 @@ def _ngram_ids(word_ids: np.ndarray, n: int) -> np.ndarray:
     return h
 
 
-def _ngram_rules(words: list[str], cfg: GopherConfig, story: np.ndarray) -> list[str]:
-    """The top-n-gram and duplicate-n-gram character-share rules, over the n-grams within one story (``story``: the
-    index of each word's, between ``<|endoftext|>`` separators): none spans a separator."""
+def _ngram_rules(words: list[str], cfg: GopherConfig) -> list[str]:
+    """The top-n-gram and duplicate-n-gram character-share rules."""
     reasons = []
     vocab: dict[str, int] = {}
     ids = np.fromiter((vocab.setdefault(w, len(vocab) + 1) for w in words), dtype=np.uint64, count=len(words))
@@ -101,15 +96,14 @@ def _ngram_rules(words: list[str], cfg: GopherConfig, story: np.ndarray) -> list
     for n, bound in sorted(cfg.max_top_ngram_char_ratio.items()):
         if len(words) < n:
             continue
-        starts = np.nonzero(story[: len(words) - n + 1] == story[n - 1 :])[0]
-        grams = _ngram_ids(ids, n)[starts]
+        grams = _ngram_ids(ids, n)
         uniq, first, counts = np.unique(grams, return_index=True, return_counts=True)
         if not len(counts):
             continue
         top = int(np.argmax(counts))
         if counts[top] < 2:
             continue
-        start = int(starts[first[top]])
+        start = int(first[top])
         # share of characters in the most frequent n-gram, counted at each occurrence
         ratio = int(lengths[start : start + n].sum()) * int(counts[top]) / total
         if ratio > bound:
@@ -117,10 +111,8 @@ def _ngram_rules(words: list[str], cfg: GopherConfig, story: np.ndarray) -> list
     for n, bound in sorted(cfg.max_dup_ngram_char_ratio.items()):
         if len(words) < n:
             continue
-        starts = np.nonzero(story[: len(words) - n + 1] == story[n - 1 :])[0]
-        grams = _ngram_ids(ids, n)[starts]
-        _, inverse, counts = np.unique(grams, return_inverse=True, return_counts=True)
-        dup_starts = starts[counts[inverse] > 1]
+        _, inverse, counts = np.unique(_ngram_ids(ids, n), return_inverse=True, return_counts=True)
+        dup_starts = np.nonzero(counts[inverse] > 1)[0]
         if len(dup_starts) == 0:
             continue
         covered = np.zeros(len(words) + 1, dtype=np.int64)
@@ -133,10 +125,9 @@ def _ngram_rules(words: list[str], cfg: GopherConfig, story: np.ndarray) -> list
 
 
 def gopher_reasons(text: str, cfg: GopherConfig | None = None) -> list[str]:
-    """Names of the Gopher rules ``text`` fails (empty list: it passes)."""
+    """Names of the Gopher rules ``text`` fails (empty list: it passes). ``text`` is one document (a record's
+    text, or a plain text file's between its separators): an ``<|endoftext|>`` in it is a word like any other."""
     cfg = cfg or GopherConfig()
-    stories = [doc.split() for doc in text.split(ENDOFTEXT)]  # the words of each, for the n-gram rules
-    text = without_separators(text)  # counted, they lowered the line shares and made up words
     words = text.split()
     n = len(words)
     if n < cfg.min_words:
@@ -171,8 +162,7 @@ def gopher_reasons(text: str, cfg: GopherConfig | None = None) -> list[str]:
         reasons.append("dup_line_char_ratio")
     if para_dup_chars > cfg.max_dup_para_char_ratio:
         reasons.append("dup_para_char_ratio")
-    story = np.repeat(np.arange(len(stories)), [len(s) for s in stories])
-    reasons += _ngram_rules(words, cfg, story)
+    reasons += _ngram_rules(words, cfg)
     return reasons
 
 
@@ -182,8 +172,7 @@ def gopher_quality_filter(text: str, cfg: GopherConfig | None = None) -> bool:
 
 
 def looks_like_code(text: str) -> bool:
-    """True when at least ``CODE_LINES_SHARE`` of ``text``'s text lines (``shards.text_lines``) look like code
-    (``CODE_LINE``): source, or documentation with code blocks, which the rules above, written for prose, often
-    remove."""
-    lines = [line.rstrip() for line in text_lines(text)]  # a separator is no line of prose
+    """True when at least ``CODE_LINES_SHARE`` of ``text``'s non-blank lines look like code (``CODE_LINE``): source,
+    or documentation with code blocks, which the rules above, written for prose, often remove."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     return bool(lines) and sum(bool(CODE_LINE.search(line)) for line in lines) >= CODE_LINES_SHARE * len(lines)

@@ -17,7 +17,6 @@ import re
 
 from cookmind.curate.classifier import load_classifier
 from cookmind.curate.obfuscation import deobfuscate
-from cookmind.curate.shards import text_lines, without_separators
 
 # Explicit sexual-content terms; a page is NSFW when they are a noticeable share of its words.
 SEXUAL_TERMS = frozenset(
@@ -51,15 +50,20 @@ def nsfw_score(text: str) -> tuple[int, float]:
 
 
 def plain_text(text: str) -> str:
-    """``text`` without its separators, disguised lexicon words written plainly, as both harmful-content checks see
-    it."""
-    return deobfuscate(without_separators(text), NSFW_LEXICON)[0]
+    """``text`` with disguised lexicon words written plainly, as both harmful-content checks see it."""
+    return deobfuscate(text, NSFW_LEXICON)[0]
+
+
+def text_lines(text: str) -> list[str]:
+    """``text``'s non-blank lines, the ones the per-line check scores (a line holding ``<|endoftext|>`` too: in a
+    record it is text, and the documents of a plain text file are read apart before any check)."""
+    return [line for line in text.splitlines() if line.strip()]
 
 
 def classify_nsfw(
     text: str, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None, threshold: float = 0.5
 ) -> tuple[str, float]:
-    """("nsfw" | "non_nsfw", score), judged on the text with disguised words undone (separators left out).
+    """("nsfw" | "non_nsfw", score), judged on the text with disguised words undone.
 
     Default: NSFW when alt-profanity-check scores the text at least ``threshold`` and it holds an obscene
     word or a disguised lexicon word (the model alone also flags plain insults, which the toxicity check
@@ -68,7 +72,7 @@ def classify_nsfw(
     probability (0 without such a word) and min(1, (hits / words) / (2 * min_ratio)).
     ``model``: a classifier of ours (or a fastText .bin) with an "nsfw" label; score = P(nsfw).
     """
-    text, disguised = deobfuscate(without_separators(text), NSFW_LEXICON)  # a separator is no word of text
+    text, disguised = deobfuscate(text, NSFW_LEXICON)
     if model:
         p = _cached_classifier(str(model)).prob(text, "nsfw")
         return ("nsfw" if p >= threshold else "non_nsfw"), p
@@ -96,8 +100,7 @@ def _cached_classifier(path: str):
 
 
 def classify_toxic_speech(text: str, threshold: float = 0.5, model: str | None = None) -> tuple[str, float]:
-    """("toxic" | "non_toxic", probability of toxic), judged on the text with disguised words undone (``plain_text``:
-    a separator read as a word moved the score).
+    """("toxic" | "non_toxic", probability of toxic), judged on the text with disguised words undone (``plain_text``).
 
     Default model: alt-profanity-check (offline). ``model``: a classifier of ours with a "toxic" label.
     """
@@ -110,8 +113,8 @@ def classify_toxic_speech(text: str, threshold: float = 0.5, model: str | None =
 
 
 def toxic_line_share(text: str, threshold: float = 0.5) -> float:
-    """Share of text lines (``shards.text_lines``: separators are no lines, and counted as clean ones they lowered
-    the toxic share of a record of stories) alt-profanity-check calls toxic (one long clean page can hide a rant)."""
+    """Share of non-blank lines (``text_lines``) alt-profanity-check calls toxic (one long clean page can hide a
+    rant)."""
     lines = text_lines(plain_text(text))
     if not lines:
         return 0.0
@@ -122,7 +125,6 @@ def toxic_line_share(text: str, threshold: float = 0.5) -> float:
 def classify_quality(text: str, model: str | None = None, good_label: str = "good") -> tuple[str, float]:
     """(label, probability of ``good_label``) from a classifier trained by `cookmind curate train-classifier`.
 
-    Judged on the text without its separators (read as a word, they moved a record of stories' score).
     Without a model there is nothing to judge by: raise, naming the command that makes one.
     """
     if not model:
@@ -131,6 +133,6 @@ def classify_quality(text: str, model: str | None = None, good_label: str = "goo
             "--input labelled.jsonl --output quality.npz` and pass model=..."
         )
     clf = _cached_classifier(str(model))
-    p = clf.prob(without_separators(text), good_label)
+    p = clf.prob(text, good_label)
     label = good_label if p >= 0.5 else next((x for x in clf.labels if x != good_label), "bad")
     return label, p

@@ -33,12 +33,9 @@ def _model():
 def identify_language(text: str) -> tuple[str, float]:
     """(ISO 639 code such as "en", confidence in [0, 1]) of ``text``'s main language.
 
-    fastText predicts one line at a time, so newlines become spaces. ``<|endoftext|>`` separators are no text
-    of any language: read as words, they cut a German record of two short stories from 0.72 to 0.54 confidence.
+    fastText predicts one line at a time, so newlines become spaces.
     """
-    from cookmind.curate.shards import without_separators
-
-    line = " ".join(without_separators(text).split())
+    line = " ".join(text.split())
     if not line:
         return "unknown", 0.0
     labels, probs = _model().predict(line, k=1)

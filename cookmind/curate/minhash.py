@@ -33,14 +33,13 @@ _MAX_ALL_PAIRS = 64  # buckets larger than this are joined as a star (first vs r
 
 
 def normalize_words(text: str) -> list[str]:
-    """Lower-cased word tokens (punctuation, spacing and ``<|endoftext|>`` separators do not make documents differ:
-    read as the word "endoftext", they did)."""
-    return _WORD.findall(text.replace(ENDOFTEXT, " ").lower())
+    """Lower-cased word tokens (punctuation and spacing do not make documents differ)."""
+    return _WORD.findall(text.lower())
 
 
 def _stories(text: str) -> list[list[str]]:
-    """The words (``normalize_words``) of each document of ``text``, the text between ``<|endoftext|>`` separators
-    as pack reads it; those with no words left out."""
+    """The words (``normalize_words``) of each document of the plain text ``text``, the text between
+    ``<|endoftext|>`` separators as pack reads it; those with no words left out."""
     return [words for doc in text.split(ENDOFTEXT) if (words := normalize_words(doc))]
 
 
@@ -51,11 +50,13 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def shingles(text: str, ngrams: int = 5) -> np.ndarray:
-    """Sorted unique 64-bit ids of the word n-grams of ``text``, each within one document: no n-gram spans an
-    ``<|endoftext|>`` separator (a story's last words and the next one's first are in neither). A document of fewer
-    words than n: one shingle of them."""
-    parts = [_ngram_ids(words, ngrams) for words in _stories(text)]
+def shingles(text: str, ngrams: int = 5, separated: bool = False) -> np.ndarray:
+    """Sorted unique 64-bit ids of the word n-grams of ``text``. ``separated``: ``text`` is a plain text file's,
+    and each n-gram lies within one of its documents: none spans an ``<|endoftext|>`` separator (a story's last words
+    and the next one's first are in neither); a record's text is one document, the token in it text like any other.
+    A document of fewer words than n: one shingle of them."""
+    stories = _stories(text) if separated else [words for words in [normalize_words(text)] if words]
+    parts = [_ngram_ids(words, ngrams) for words in stories]
     return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
 
 
@@ -177,7 +178,7 @@ def minhash_dedup(
     with building_dedup_output(output_dir, input_files, overwrite, "minhash") as (tmp, summary):
         files = progress_bar(input_files, desc="dedup minhash", unit="file", enabled=progress, dynamic_ncols=True)
         read = StageStats("minhash")  # bytes that are not UTF-8: read as U+FFFD, counted and warned of
-        sets = [shingles(read_text_counting_bad_utf8(p, read), ngrams) for p in files]
+        sets = [shingles(read_text_counting_bad_utf8(p, read), ngrams, separated=True) for p in files]
         if note := bad_utf8_note(read, "input file(s)", "rerun with --overwrite to compare their characters"):
             warnings.warn(f"curate: {note}", stacklevel=2)
         a, b = permutations(num_hashes, seed)

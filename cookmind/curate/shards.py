@@ -32,30 +32,31 @@ SOURCE_KEY = "_cookmind_source"  # where an input document came from, carried be
 
 def is_separator_line(line: str) -> bool:
     """Whether ``line`` (or a piece of one, ``line_pieces``) is an ``<|endoftext|>`` separator (whitespace round it
-    aside): it marks where a document ends, as pack reads it, and is no line of text to count, share, or judge."""
+    aside): in a plain text file it marks where a document ends, as pack reads it. In a record's text (JSONL,
+    Parquet, WARC) it is text like any other: pack encodes it as the characters it is, and so the checks read it."""
     return line.strip() == text_input.ENDOFTEXT
 
 
 def is_text_line(line: str) -> bool:
-    """Whether ``line`` (or a piece of one) holds text: not blank, not a separator."""
+    """Whether ``line`` (or a piece of one) of a plain text holds text: not blank, not a separator."""
     return bool(line.strip()) and not is_separator_line(line)
 
 
-# a separator with the whitespace round it: pack and curate run's reader cut a document there wherever it stands
+# a separator with the whitespace round it: pack and curate run's reader cut a plain text there wherever it stands
 _SEPARATOR = re.compile(r"(\s*" + re.escape(text_input.ENDOFTEXT) + r"\s*)")
 
 
 def line_pieces(line: str) -> list[str]:
-    """``line`` cut at each ``<|endoftext|>`` in it: its text pieces and its separators (each with the whitespace
-    round it), which join back to ``line``. "friends.<|endoftext|>" is the text "friends." and a separator: read as
-    one line, a check took the separator for a word, and line dedup removed it with a duplicated last line."""
+    """``line`` of a plain text cut at each ``<|endoftext|>`` in it: its text pieces and its separators (each with
+    the whitespace round it), which join back to ``line``. "friends.<|endoftext|>" is the text "friends." and a
+    separator: read as one line, line dedup removed the separator with a duplicated last line."""
     return [piece for piece in _SEPARATOR.split(line) if piece] or [line]
 
 
 def edge_pieces(line: str) -> list[str]:
-    """``line`` with the separators at its start and end split off (``line_pieces`` keeps only those): what line
-    dedup hashes and removes. A separator mid-sentence leaves the line one piece, so two lines that merely mention
-    the token do not share their tails."""
+    """``line`` of a plain text with the separators at its start and end split off (``line_pieces`` keeps only
+    those): what line dedup hashes and removes. A separator mid-sentence leaves the line one piece, so two lines that
+    merely mention the token do not share their tails."""
     pieces = line_pieces(line)
     start = 0
     while start < len(pieces) and is_separator_line(pieces[start]):
@@ -67,21 +68,13 @@ def edge_pieces(line: str) -> list[str]:
     return pieces[:start] + middle + pieces[end:]
 
 
-def separated_lines(text: str) -> list[str]:
-    """``text``'s lines with each separator taken as a line break, wherever it stands, and left out: the lines a
-    check counts or reads (blank ones kept)."""
-    return [piece for line in text.split("\n") for piece in line_pieces(line) if not is_separator_line(piece)]
-
-
-def text_lines(text: str) -> list[str]:
-    """``text``'s text lines (``separated_lines``, blank ones left out): the lines a per-line check judges."""
+def text_lines(text: str, separated: bool) -> list[str]:
+    """``text``'s text lines, blank ones left out: the lines a per-line check judges. ``separated``: ``text`` is a
+    plain text file's, whose ``<|endoftext|>`` separators are no lines and end one wherever they stand
+    (``line_pieces``); a record's text is not, and a line holding the token is a line of text."""
+    if not separated:
+        return [line for line in text.splitlines() if line.strip()]
     return [piece for line in text.splitlines() for piece in line_pieces(line) if is_text_line(piece)]
-
-
-def without_separators(text: str) -> str:
-    """``text`` without its separators (``separated_lines``), for a check that counts lines or words or scores the
-    text: they are none of either, and no text of any language."""
-    return "\n".join(separated_lines(text))
 
 
 def kind_of(path: Path) -> str:

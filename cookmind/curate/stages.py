@@ -82,8 +82,9 @@ class GopherStage(DocStage):
     """
 
     name = "gopher"
-    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: no n-gram spans a separator
-    version = 2
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: no n-gram spans a separator; 3:
+    # a record's <|endoftext|> is text, as pack reads it (a word, in n-grams, in lines)
+    version = 3
     CODE_NOTE_SHARE = 0.1  # of the removals, and at least CODE_NOTE_MIN documents, for the report to say so
     CODE_NOTE_MIN = 3
 
@@ -119,7 +120,9 @@ class LangIdStage(DocStage):
     """Keep documents in ``languages`` identified with at least ``threshold`` confidence."""
 
     name = "langid"
-    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: a record's <|endoftext|> is text, as
+    # pack reads it
+    version = 2
 
     def __init__(self, languages=("en",), threshold: float = 0.65):
         self.languages = set(languages)
@@ -184,7 +187,9 @@ class NsfwStage(DocStage):
     """Remove documents the NSFW check (learned model + lexicon, or a trained classifier ``model``) flags."""
 
     name = "nsfw"
-    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: a record's <|endoftext|> is text, as
+    # pack reads it
+    version = 2
 
     def __init__(self, min_hits: int = 3, min_ratio: float = 0.01, model: str | None = None, threshold: float = 0.5):
         self.min_hits, self.min_ratio = int(min_hits), float(min_ratio)
@@ -209,7 +214,9 @@ class ToxicStage(DocStage):
     """
 
     name = "toxic"
-    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: a record's <|endoftext|> is text, as
+    # pack reads it
+    version = 2
 
     def __init__(
         self,
@@ -262,7 +269,9 @@ class QualityStage(DocStage):
     """Keep documents the quality classifier scores at least ``threshold`` for ``good_label``."""
 
     name = "quality"
-    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: a record's <|endoftext|> is text, as
+    # pack reads it
+    version = 2
 
     def __init__(self, model: str | None = None, threshold: float = 0.5, good_label: str = "good"):
         if not model:
@@ -295,8 +304,9 @@ class DecontaminateStage(DocStage):
     """
 
     name = "decontaminate"
-    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: no n-gram holds or spans a separator
-    version = 2
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: no n-gram holds or spans a separator;
+    # 3: a record's <|endoftext|> is text, as pack reads it
+    version = 3
 
     def __init__(self, eval_sets: dict | list | None = None, ngram: int = 13, min_matches: int = 1):
         import sys
@@ -415,8 +425,9 @@ class MinHashStage(CorpusStage):
     """Near- and exact-duplicate documents: one kept per MinHash/LSH cluster (see minhash.py)."""
 
     name = "minhash"
-    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: no shingle spans a separator
-    version = 2
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: no shingle spans a separator; 3:
+    # a record's <|endoftext|> is text, as pack reads it
+    version = 3
 
     def __init__(
         self, num_hashes: int = 128, num_bands: int = 16, ngrams: int = 5, jaccard_threshold: float = 0.8, seed: int = 0
@@ -478,13 +489,15 @@ class ExactLinesStage(CorpusStage):
     """Lines seen more than once in the corpus are removed (see exact_lines.py).
 
     A record left with fewer than ``min_words_after`` words is removed (reason ``empty_after_line_dedup``); of the
-    records that stay, ``docs_edited`` counts those that lost lines and ``documents_emptied`` the stories (documents
-    between ``<|endoftext|>`` separators) they lost whole, so no record counts in two of them. ``lines_removed``
-    counts every line removed, a removed record's too.
+    records that stay, ``docs_edited`` counts those that lost lines and ``documents_emptied`` those that lost every
+    line (with ``min_words_after: 0``). ``lines_removed`` counts every line removed, a removed record's too. A
+    record is one document: a line holding ``<|endoftext|>`` is a line of text.
     """
 
     name = "exact_lines"
-    version = 1  # its logic version: bump it when its output changes (see FIRST_VERSION)
+    # its logic version: bump it when its output changes (see FIRST_VERSION); 2: a record's <|endoftext|> is text, as
+    # pack reads it
+    version = 2
 
     def __init__(self, num_partitions: int = 16, min_words_after: int = 1):
         self.num_partitions, self.min_words_after = int(num_partitions), int(min_words_after)
@@ -505,9 +518,9 @@ class ExactLinesStage(CorpusStage):
     def keep(self, doc, local_idx, state, stats):
         text, n, emptied = exact_lines.remove_lines(doc["text"], state)
         stats.counters["lines_removed"] += n
-        if exact_lines.text_words(text) < self.min_words_after:  # separators left alone are no words
+        if exact_lines.text_words(text) < self.min_words_after:
             return stats.drop("empty_after_line_dedup", doc)  # listed with its text before the lines went
-        stats.counters["documents_emptied"] += emptied  # a story between separators gone whole from a kept record
+        stats.counters["documents_emptied"] += emptied  # a kept record that lost every line
         stats.counters["docs_edited"] += int(n > 0)
         doc["text"] = text
         return True
