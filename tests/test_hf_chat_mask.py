@@ -206,3 +206,41 @@ def test_a_llama2_tokenizer_without_chatml_tokens_packs_sft_through_its_own_temp
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     (folder / "chat_template.jinja").unlink(missing_ok=True)
     assert cookmind_main([*argv, "--out", str(tmp_path / "n")]) == 2
+
+
+CHATML_REASONING = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}"
+    "{% if m.reasoning_content %}{{ '<think>' + m.reasoning_content + '</think>' }}{% endif %}"
+    "{{ m.content + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_a_think_block_in_a_reply_stays_in_the_text_of_a_template_that_does_not_read_reasoning(tmp_path, capsys):
+    """An assistant reply "<think>...</think>answer" was split into reasoning_content and content, and Llama 2's
+    template, which reads no reasoning_content, rendered the answer alone: the reasoning left the training text
+    without a word. Such a template gets the reply whole; one that reads reasoning_content gets it apart; and a
+    record's own reasoning_content that the template would drop is a bad record saying what to do."""
+    from cookmind.cli import main as cookmind_main
+
+    chat = [
+        {"role": "user", "content": "What is two and two?"},
+        {"role": "assistant", "content": "<think>two and two make four</think>Four."},
+    ]
+    apart = [chat[0], {"role": "assistant", "content": "Four.", "reasoning_content": "two and two make four"}]
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"messages": chat}) + "\n")
+    for name, template, want_chat in [("llama2", LLAMA2, chat), ("reads", CHATML_REASONING, apart)]:
+        folder = sp_folder(tmp_path / name, template, chatml=name != "llama2")
+        hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+        argv = ["pack", "--tokenizer", str(folder), "--quiet", "--train-type", "sft", "--input", str(src)]
+        assert cookmind_main([*argv, "--out", str(tmp_path / f"s-{name}")]) == 0
+        want = hf.apply_chat_template(want_chat, return_dict=False)
+        assert TokenStore(tmp_path / f"s-{name}").record("sequence", 0).tolist() == want, name
+        assert "two and two make four" in hf.decode(want), name
+    src.write_text(json.dumps({"messages": apart}) + "\n")
+    argv = ["pack", "--tokenizer", str(tmp_path / "llama2"), "--quiet", "--train-type", "sft", "--input", str(src)]
+    capsys.readouterr()
+    assert cookmind_main([*argv, "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "reasoning_content" in err and "does not render" in err and err.count("\n") == 1, err

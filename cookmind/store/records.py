@@ -217,16 +217,26 @@ def _check_beside_chat(obj: dict, key: str, chat: list[dict]) -> None:
             )
 
 
-def reasoning_from_content(messages: list[dict]) -> list[dict]:
-    """Assistant replies that open with <think>...</think> get it as reasoning_content, the rest as content.
+def reasoning_from_content(messages: list[dict], tok) -> list[dict]:
+    """Assistant replies that open with <think>...</think> get it as reasoning_content, the rest as content, where
+    ``tok``'s chat template renders reasoning_content (ours does; a Hugging Face one says by ``renders_reasoning``).
 
     The chat template then writes the think tokens itself; `<think>` typed anywhere else (a user message,
-    the middle of a reply) stays text, like every other special token in data.
+    the middle of a reply) stays text, like every other special token in data. A template that reads no
+    reasoning_content (Llama 2's) would drop it from the training text: the reply stays whole there, and a message's
+    own non-empty reasoning_content is a bad record.
     """
+    renders = getattr(tok, "renders_reasoning", True)
     out = []
-    for m in messages:
+    for k, m in enumerate(messages, 1):
         content = m.get("content")
-        if m.get("role") == "assistant" and m.get("reasoning_content") is None and isinstance(content, str):
+        if not renders and str(m.get("reasoning_content") or "").strip():
+            raise BadRecord(
+                f"message {k} ({m.get('role')}) has reasoning_content, but the tokenizer's chat template does not "
+                "render it (it would be left out of the training text): put it in content as "
+                "'<think>...</think>answer', or use a tokenizer whose template reads reasoning_content"
+            )
+        if renders and m.get("role") == "assistant" and m.get("reasoning_content") is None and isinstance(content, str):
             hit = LEADING_THINK.match(content)
             if hit:
                 m = {**m, "reasoning_content": hit.group(1).strip("\n"), "content": content[hit.end() :]}
@@ -338,7 +348,7 @@ def make_sft(obj, tok, opts: RecordOptions, rng: random.Random) -> dict[str, np.
     messages = check_messages(_messages(obj))
     if key := next((k for k in ("conversations", "messages") if k in obj), None):
         _check_beside_chat(obj, key, messages)  # after the chat's own check: a bad chat is said as such
-    messages = reasoning_from_content(messages)
+    messages = reasoning_from_content(messages, tok)
     messages = _augment(messages, opts, rng)
     ids, mask = _render(tok, messages, tools=_tools(obj, messages))
     if not mask.any():
@@ -379,7 +389,7 @@ def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
     for side in ("chosen", "rejected"):
         chat, whole = _preference_side(obj, side)
         try:
-            messages = reasoning_from_content(check_messages(chat, end_with_assistant=True))
+            messages = reasoning_from_content(check_messages(chat, end_with_assistant=True), tok)
         except BadRecord as exc:  # a pair holds two chats: say which (after the reason, whose start is its kind)
             raise BadRecord(f"{exc} (in {side!r})") from None
         asked[side] = messages[:-1]
@@ -437,7 +447,7 @@ def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
     if isinstance(question, list) or opts.prompt_template == "chat":  # the response is the chat's assistant turn
         asked = question if isinstance(question, list) else [{"role": "user", "content": question}]
         chat = [*check_messages(asked, need_assistant=False), {"role": "assistant", "content": response}]
-        ids, mask = _render(tok, reasoning_from_content(chat))
+        ids, mask = _render(tok, reasoning_from_content(chat, tok))
         n = len(prompt)
         if not np.array_equal(ids[:n], prompt):
             raise BadRecord(

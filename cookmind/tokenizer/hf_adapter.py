@@ -4,6 +4,7 @@ loader that picks ours or it."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -54,6 +55,17 @@ class HFTokenizerAdapter:
         self.pad_id = self.hf.pad_token_id if self.hf.pad_token_id is not None else self.eos_id
         self.bos_ids = tuple(document_start_ids(self.hf))  # what transformers puts before every text (Llama's <s>)
         self._tokenizer_json = Path(directory) / "tokenizer.json"
+
+    @functools.cached_property
+    def renders_reasoning(self) -> bool:
+        """Whether its chat template writes an assistant message's reasoning_content (Qwen3's does, Llama 2's reads
+        no such field): pack moves a reply's leading <think>...</think> there only when it does."""
+        probe = "cookmind reasoning probe"
+        chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": probe}]
+        try:
+            return probe in self.hf.apply_chat_template(chat, tokenize=False)
+        except Exception:  # noqa: BLE001 - a template that cannot render a chat says why when pack renders one
+            return False
 
     def encode(self, text: str) -> list[int]:
         # text that spells a special token stays text, as with cookmind's Tokenizer; cookmind windows long texts itself
