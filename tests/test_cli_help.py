@@ -282,3 +282,23 @@ def test_help_under_torchrun_prints_once_a_node_and_the_other_ranks_exit_quietly
             assert out.decode().startswith(("usage: cookmind", "cookmind ", "model:")), (argv, out)
         else:
             assert out == b"" and err == b"", (argv, local, out, err)
+
+
+def test_encode_says_a_transformers_tokenizer_reads_its_input_whole():
+    """The README and `tokenizer encode --help` called encode streamed, but a tokenizer read through transformers
+    (Llama 2's SentencePiece kind) encodes the file as one text in memory: its ids depend on the whole text (no
+    pre-tokenizer, a "▁" put before the text's start), so blocks would give other ids. Both say so."""
+    import argparse
+    from pathlib import Path
+
+    import cookmind
+    from cookmind.tokenizer.cli import add_arguments
+
+    readme = (Path(cookmind.__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    line = next(ln for ln in readme.splitlines() if ln.startswith("cookmind tokenizer encode"))
+    assert "transformers" in line and "whole" in line, line
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    text = " ".join(sub.choices["encode"].format_help().split())
+    assert "a tokenizer read through transformers encodes it whole, in memory" in text, text

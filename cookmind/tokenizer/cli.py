@@ -87,7 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--tokenizer", required=True, help="tokenizer directory")
     src = e.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to encode")
-    src.add_argument("--input", help="UTF-8 file to encode, streamed")
+    src.add_argument(
+        "--input",
+        help="UTF-8 file to encode, streamed with a cookmind tokenizer; a tokenizer read through transformers encodes "
+        "it whole, in memory (its ids depend on the whole text: blocks would give others)",
+    )
     e.add_argument(
         "--output", "--out", help="write ids here: .bin = raw little-endian uint32, else text; default stdout"
     )
@@ -377,8 +381,9 @@ def _encode(args) -> int:
 
 
 class _WholeText:
-    """A transformers-read tokenizer's encode_iterable: the chunks joined and encoded at once (its pieces can span a
-    line's end, so line by line would give other ids)."""
+    """A transformers-read tokenizer's encode_iterable: the chunks joined and encoded at once. Such a tokenizer (Llama
+    2's SentencePiece kind) has no pre-tokenizer and puts a "▁" before the text's start: its merges can span a line's
+    end and a block's start reads as a text's, so no cut is known to keep the whole text's ids (the help says so)."""
 
     def __init__(self, tok):
         self.tok = tok
