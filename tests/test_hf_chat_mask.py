@@ -244,3 +244,26 @@ def test_a_think_block_in_a_reply_stays_in_the_text_of_a_template_that_does_not_
     assert cookmind_main([*argv, "--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err
     assert "reasoning_content" in err and "does not render" in err and err.count("\n") == 1, err
+
+
+def test_a_part_of_a_chat_the_template_leaves_out_is_a_bad_record_not_dropped(tmp_path, capsys):
+    """A Hugging Face template that renders only user and assistant turns (the test's Llama 2 one) packed a chat's
+    system message, a tool's reply and the tool schemas as nothing: the training text lacked them without a word.
+    Each is a bad record naming the message (or the tools) and what to do; a chat it renders whole packs."""
+    from cookmind.cli import main as cookmind_main
+
+    folder = sp_folder(tmp_path / "t", LLAMA2, chatml=False)
+    src = tmp_path / "in.jsonl"
+    tools = [{"type": "function", "function": {"name": "add_numbers", "parameters": {"type": "object"}}}]
+    for record, said in [
+        ({"messages": CHAT}, "message 1 (system): its content"),
+        ({"messages": CHAT[1:3], "tools": tools}, "the tool schema 'add_numbers'"),
+    ]:
+        src.write_text(json.dumps(record) + "\n")
+        argv = ["pack", "--tokenizer", str(folder), "--quiet", "--train-type", "sft", "--input", str(src)]
+        capsys.readouterr()
+        assert cookmind_main([*argv, "--out", str(tmp_path / "bad")]) == 2, said
+        err = capsys.readouterr().err
+        assert f"{src}:1: " in err and said in err and "not in the chat template's render" in err, err
+    src.write_text(json.dumps({"messages": CHAT[1:]}) + "\n")
+    assert cookmind_main([*argv, "--out", str(tmp_path / "ok")]) == 0

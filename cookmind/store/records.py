@@ -223,19 +223,13 @@ def reasoning_from_content(messages: list[dict], tok) -> list[dict]:
 
     The chat template then writes the think tokens itself; `<think>` typed anywhere else (a user message,
     the middle of a reply) stays text, like every other special token in data. A template that reads no
-    reasoning_content (Llama 2's) would drop it from the training text: the reply stays whole there, and a message's
-    own non-empty reasoning_content is a bad record.
+    reasoning_content (Llama 2's) would drop it from the training text: the reply stays whole there (and a message's
+    own reasoning_content is a bad record, as ``_render`` refuses any part of a chat the template leaves out).
     """
     renders = getattr(tok, "renders_reasoning", True)
     out = []
-    for k, m in enumerate(messages, 1):
+    for m in messages:
         content = m.get("content")
-        if not renders and str(m.get("reasoning_content") or "").strip():
-            raise BadRecord(
-                f"message {k} ({m.get('role')}) has reasoning_content, but the tokenizer's chat template does not "
-                "render it (it would be left out of the training text): put it in content as "
-                "'<think>...</think>answer', or use a tokenizer whose template reads reasoning_content"
-            )
         if renders and m.get("role") == "assistant" and m.get("reasoning_content") is None and isinstance(content, str):
             hit = LEADING_THINK.match(content)
             if hit:
@@ -264,6 +258,10 @@ def _render(tok, messages, tools=None, add_generation_prompt=False) -> tuple[np.
         raise
     except ValueError as exc:  # the chat template refused the messages (e.g. a malformed tool call)
         raise BadRecord(f"invalid record: {exc}") from None
+    # a Hugging Face template may render only some parts of a chat (ours renders every one): none is dropped unsaid
+    left_out = getattr(tok, "left_out", None)
+    if left_out is not None and (what := left_out(messages, tools=tools)):
+        raise BadRecord(what)
     return np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=np.uint8)
 
 

@@ -67,6 +67,42 @@ class HFTokenizerAdapter:
         except Exception:  # noqa: BLE001 - a template that cannot render a chat says why when pack renders one
             return False
 
+    def left_out(self, messages, tools=None) -> str | None:
+        """What of a chat its template leaves out of its render (a system or tool message of a template that renders
+        only user and assistant turns, a reasoning_content it reads no such field for, tool calls, tool schemas), the
+        first said as a record's error with what to do; None when it renders every part. pack refuses such a record:
+        the part would be missing from the training text without a word."""
+        text = self.hf.apply_chat_template(messages, tools=tools, tokenize=False)
+        missing = "is not in the chat template's render (the template does not render it, and it would be left out "
+        missing += "of the training text)"
+        for k, m in enumerate(messages, 1):
+            if not isinstance(m, dict):
+                continue
+            role = m.get("role")
+            for key in ("content", "reasoning_content"):
+                value = m.get(key)
+                if isinstance(value, str) and value.strip() and value.strip() not in text:
+                    fix = (
+                        "put it in content as '<think>...</think>answer', or use a tokenizer whose template reads "
+                        "reasoning_content"
+                        if key == "reasoning_content"
+                        else f"use a tokenizer whose template renders {role} messages, or leave them out"
+                    )
+                    return f"message {k} ({role}): its {key} {missing}: {fix}"
+            for call in m.get("tool_calls") or []:
+                name = _function_name(call)
+                if name and name not in text:
+                    return (
+                        f"message {k} ({role}): its tool call {name!r} {missing}: use a tokenizer whose template "
+                        "renders tool_calls"
+                    )
+        for tool in tools or []:
+            name = _function_name(tool)
+            if name and name not in text:
+                fix = "use a tokenizer whose template renders tools, or leave tools out"
+                return f"the tool schema {name!r} {missing}: {fix}"
+        return None
+
     def encode(self, text: str) -> list[int]:
         # text that spells a special token stays text, as with cookmind's Tokenizer; cookmind windows long texts itself
         return self.hf.encode(text, add_special_tokens=False, split_special_tokens=True, verbose=False)
@@ -148,6 +184,14 @@ class HFTokenizerAdapter:
                 )
             mask[start:end] = [1] * (end - start)
         return mask
+
+
+def _function_name(value) -> str | None:
+    """The function name of a tool call or tool schema, OpenAI's nested form ({"function": {"name"}}) or flat."""
+    if not isinstance(value, dict):
+        return None
+    name = (value.get("function") if isinstance(value.get("function"), dict) else value).get("name")
+    return name if isinstance(name, str) and name else None
 
 
 def load_tokenizer(path: str | Path):
