@@ -917,3 +917,26 @@ def test_generate_draws_several_samples_of_a_prompt_as_the_servers_n_does(ckpt, 
         which, _, text = head.partition(": ")
         got.setdefault(text, []).append((which, reply.removesuffix("\n")))
     assert got == {t: [(f"sample {k + 1} of 3", w) for k, w in enumerate(want[t])] for t in want}, json.dumps(got)
+
+
+def test_ctrl_c_inside_a_triple_quote_block_discards_it_and_the_chat_goes_on(ckpt):
+    """Ctrl-C while typing a \"\"\" block left the chat (exit 130), the conversation lost with the half-typed message;
+    as in a shell, it now drops the block, says so, and the you> prompt comes back."""
+    _, model, tok = ckpt
+
+    class CtrlCOnTheThirdLine(io.StringIO):
+        def __init__(self, text):
+            super().__init__(text)
+            self.lines = 0
+
+        def readline(self, *a):
+            self.lines += 1
+            if self.lines == 3:
+                raise KeyboardInterrupt
+            return super().readline(*a)
+
+    s = ChatSession(model, tok, SamplingParams(temperature=0, max_new_tokens=2))
+    out = io.StringIO()
+    assert run(s, CtrlCOnTheThirdLine('"""\nhalf a poem\nhello\n/history\n/quit\n'), out) == 0
+    assert [m["content"] for m in s.messages() if m["role"] == "user"] == ["hello"]
+    assert '...> \n(the """ block is discarded: its 1 line(s) were not sent)\nyou> ' in out.getvalue(), out.getvalue()

@@ -24,9 +24,9 @@ BLOCK = '"""'  # a line of it alone opens and closes a message of several lines 
 
 TOP_P = 0.95  # chat samples by default: temperature 0.7, this top-p
 
-KEYS = """Ctrl-C while a reply streams stops it (the reply so far stays in the conversation); at the you> prompt Ctrl-C
-leaves (exit 130), Ctrl-D (end of input) leaves quietly. Messages may be piped in, one a line, or several lines
-between two lines of \"\"\":
+KEYS = """Ctrl-C while a reply streams stops it (the reply so far stays in the conversation); inside a \"\"\" block it
+discards the block; at the you> prompt Ctrl-C leaves (exit 130), Ctrl-D (end of input) leaves quietly. Messages may be
+piped in, one a line, or several lines between two lines of \"\"\":
   printf 'What is 2+3?\\n/history\\n' | cookmind chat runs/sft
   printf '\"\"\"\\nRoses are red,\\nsoup is hot.\\n\"\"\"\\n' | cookmind chat runs/sft"""
 
@@ -81,6 +81,8 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
         block = line.rstrip() == BLOCK
         if block:
             line = _read_block(stdin, stdout)
+            if line is None:  # Ctrl-C inside the block: it is dropped, as a shell drops a half-typed command
+                continue
         if not line.strip():
             if block:  # a paste that lost its text: the prompt back alone read as if it had been sent
                 print(f"(the {BLOCK} block holds no text: nothing was sent)", file=stdout)
@@ -153,17 +155,18 @@ def run(session, stdin=None, stdout=None, color: bool = False) -> int:
         print(reset if kind_before == "reasoning" else "", file=stdout, flush=True)
 
 
-def _read_block(stdin, stdout) -> str:
+def _read_block(stdin, stdout) -> str | None:
     """The lines of a message typed or piped after a line of \"\"\", up to the next such line (not sent: it closes the
-    message), joined by newlines. The input ending first sends what was read, and says so."""
+    message), joined by newlines. The input ending first sends what was read, and says so; Ctrl-C discards the block
+    (None), and says so."""
     lines = []
     while True:
         print("...> ", end="", file=stdout, flush=True)
         try:
             line = stdin.readline()
         except KeyboardInterrupt:
-            print(file=stdout, flush=True)
-            raise
+            print(f"\n(the {BLOCK} block is discarded: its {len(lines)} line(s) were not sent)", file=stdout)
+            return None
         if not line:
             print(
                 f"\n(the input ended inside a {BLOCK} block: its {len(lines)} line(s) are sent as the message)",
