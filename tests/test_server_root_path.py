@@ -68,6 +68,30 @@ def test_the_root_path_without_its_slash_is_the_page_and_404s_name_the_paths_und
     assert "did you mean /llm/v1/models?" in message, message
 
 
+@pytest.mark.parametrize("prefix", ["/llm", ""], ids=["proxy-keeps-the-prefix", "proxy-strips-it"])
+def test_a_trailing_slash_redirect_stays_under_the_proxys_path(server, tok, prefix):
+    """/metrics/ was redirected to an absolute URL built from what reached the server (http://127.0.0.1:PORT/...,
+    or the proxy's upstream Host), which a browser or client behind the proxy cannot reach; the Location is now
+    relative, and resolves (RFC 3986, as urljoin does) against the address the client asked to the path under the
+    proxy's prefix. Without --root-path too: a stripping proxy's prefix is kept. Two trailing slashes get the 404
+    naming the paths, not a redirect that clients resolve differently."""
+    from urllib.parse import urljoin
+
+    asked = "http://proxy.test/llm/metrics/?limit=1"  # the address the client used
+    r = httpx.get(f"{server.url}{prefix}/metrics/?limit=1", headers=AUTH, follow_redirects=False)
+    assert r.status_code == 307, r.text
+    assert urljoin(asked, r.headers["location"]) == "http://proxy.test/llm/metrics?limit=1", r.headers["location"]
+    follow = httpx.get(f"{server.url}{prefix}/metrics/", headers=AUTH, follow_redirects=True)
+    assert follow.status_code == 200 and "cookmind_requests_total" in follow.text
+    twice = httpx.get(f"{server.url}{prefix}/metrics//", headers=AUTH, follow_redirects=False)
+    assert twice.status_code == 404 and "no such path" in twice.json()["error"]["message"]
+    engine = Engine(make_model(tok.vocab_size, max_pos=256), num_slots=1, max_seq_len=256)
+    app = create_app(engine, tok, MODEL, api_key=KEY, manage_engine=False)
+    r = TestClient(app, base_url="http://localhost", follow_redirects=False).get("/metrics/", headers=AUTH)
+    assert r.status_code == 307  # no root path: the proxy strips /llm, which the client's address keeps
+    assert urljoin(asked, r.headers["location"]) == "http://proxy.test/llm/metrics", r.headers["location"]
+
+
 def test_an_app_that_mounts_the_server_keeps_its_page_and_health_open(tok):
     """The guard compared the whole path with "/" and "/health": mounted at /llm, the page and /health asked for the
     key (401), and a 404 offered /v1 paths the client could not reach."""

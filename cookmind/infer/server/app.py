@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterable
+from urllib.parse import quote
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import RedirectResponse
+from starlette.routing import Match
 
 from cookmind.infer.engine import Engine
 from cookmind.infer.server import chat, completions, info
@@ -62,6 +65,29 @@ def _under(root, path, slash):
     if path == root:
         return root + slash
     return path if path.startswith(root + slash) else root + path
+
+
+def _relative_slash_redirect(router):
+    """The router's answer to a path no route takes: where that path less its one trailing slash (or with one) is a
+    route, a redirect there by a relative Location (/llm/metrics/ -> ../metrics), which the client resolves against
+    the address it asked, so it stays under a proxy's prefix (Starlette's own redirect named the absolute URL that
+    reached the server: the upstream's Host, without a stripping proxy's prefix); else the router's 404. Not for
+    several trailing slashes: clients resolve ../ after an empty segment differently (browsers climb it, Python's
+    urljoin and httpx drop it)."""
+
+    async def default(scope, receive, send):
+        path = scope["path"]
+        if scope["type"] == "http" and route_path(scope) != "/" and not path.endswith("//"):
+            other = path[:-1] if path.endswith("/") else path + "/"
+            segment = quote(other.rstrip("/").rsplit("/", 1)[-1], safe="!$&'()*+,;=:@-._~")
+            if segment and any(r.matches({**scope, "path": other})[0] is not Match.NONE for r in router.routes):
+                where = f"../{segment}" if path.endswith("/") else f"./{segment}/"
+                query = scope.get("query_string", b"").decode("latin-1")
+                response = RedirectResponse(where + (f"?{query}" if query else ""))
+                return await response(scope, receive, send)
+        await router.not_found(scope, receive, send)
+
+    return default
 
 
 _SEGMENT = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@-]+")  # a URL path segment that needs no %-escape
@@ -156,6 +182,7 @@ def create_app(
     app.state.server, app.state.model_name, app.state.engine = state, model_name, engine
     for router in (info.router, chat.router, completions.router):
         app.include_router(router)
+    app.router.redirect_slashes, app.router.default = False, _relative_slash_redirect(app.router)
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
