@@ -724,3 +724,30 @@ def test_info_and_encode_accept_a_sentencepiece_tokenizer_as_pack_does(shared_da
     assert run_cli(["encode", "--tokenizer", str(path), "--input", str(tmp_path / "in.txt")]) == 0
     ids = [int(w) for w in capsys.readouterr().out.split()]
     assert ids == hf.encode(text, add_special_tokens=False)
+
+
+def test_decode_accepts_a_sentencepiece_tokenizer_as_encode_does(shared_data, tmp_path, capsys):
+    """`tokenizer decode` said "byte_fallback=True is not supported" of the SentencePiece tokenizer that info and
+    encode read through transformers. It decodes as transformers' own decode does, --output writes that text's
+    bytes (encode then decode gives a file back), and an id past the vocabulary is refused, not dropped without a
+    word as transformers' decode drops it."""
+    import transformers
+    from tokenizer_fixtures import run_cli, sentencepiece_style_tokenizer
+
+    path = sentencepiece_style_tokenizer(tmp_path / "sp")
+    hf = transformers.AutoTokenizer.from_pretrained(path)
+    text = (shared_data / "text" / "tinystories_sample.txt").read_text(encoding="utf-8")[:2000] + " Z\u00e9 \U0001f600"
+    ids = hf.encode(text, add_special_tokens=False)
+    capsys.readouterr()
+    assert run_cli(["decode", "--tokenizer", str(path), "--raw", *map(str, ids)]) == 0
+    assert capsys.readouterr().out == hf.decode(ids) + "\n"
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    encode = ["encode", "--tokenizer", str(path), "--input", str(tmp_path / "in.txt")]
+    assert run_cli([*encode, "--output", str(tmp_path / "ids.bin")]) == 0
+    back = tmp_path / "back.txt"
+    decode = ["decode", "--tokenizer", str(path), "--input", str(tmp_path / "ids.bin")]
+    assert run_cli([*decode, "--output", str(back)]) == 0
+    assert back.read_bytes() == text.encode("utf-8")
+    capsys.readouterr()
+    assert run_cli(["decode", "--tokenizer", str(path), "5", str(len(hf))]) == 2
+    assert f"id {len(hf)} is not in the vocabulary (ids run 0..{len(hf) - 1})" in capsys.readouterr().err

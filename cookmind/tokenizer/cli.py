@@ -108,8 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument(
         "--output",
         "--out",
-        help="write the bytes the ids stand for here, exactly (encode then decode gives the file back); default: "
-        "print the text",
+        help="write the bytes the ids stand for here, exactly (encode then decode gives the file back; a tokenizer "
+        "read through transformers: the UTF-8 of its decoded text); default: print the text",
     )
     d.add_argument("--overwrite", action="store_true", help="replace a file already at --output")
     d.add_argument(
@@ -415,7 +415,8 @@ def _read_ids(path: str) -> list[int]:
 
 def _decode(args) -> int:
     from cookmind.terminal import escape_controls
-    from cookmind.tokenizer.tokenizer import Tokenizer, tokenizer_files
+    from cookmind.tokenizer.hf_adapter import load_tokenizer
+    from cookmind.tokenizer.tokenizer import tokenizer_files
 
     if args.input is not None and args.ids:
         raise TokenizerError("give the ids as arguments or --input, not both")
@@ -427,15 +428,15 @@ def _decode(args) -> int:
             check_output_file(args.output, inputs, args.overwrite, "--output")
         except (OSError, ValueError) as exc:
             raise TokenizerError(str(exc)) from None
-    tok = Tokenizer.load(args.tokenizer)
+    tok = load_tokenizer(args.tokenizer)  # as encode reads it: a SentencePiece one through transformers
     ids = _read_ids(args.input) if args.input is not None else args.ids
+    data = tok.decode_bytes(ids)  # the bytes themselves: a file cut inside a character comes back as it was
     if args.output:
-        data = tok.decode_bytes(ids)  # the bytes themselves: a file cut inside a character comes back as it was
         with writing(args.output, "wb") as f:
             f.write(data)
         print(json.dumps({"tokens": len(ids), "bytes": len(data)}), file=sys.stderr)
         return 0
-    text = tok.decode(ids)
+    text = data.decode("utf-8", errors="replace")  # Tokenizer.decode
     sys.stdout.write((text if args.raw else escape_controls(text)) + "\n")
     return 0
 

@@ -118,6 +118,15 @@ class HFTokenizerAdapter:
     def decode(self, ids) -> str:
         return self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
+    def decode_bytes(self, ids) -> bytes:
+        """The UTF-8 of ``decode``, as ``Tokenizer.decode_bytes`` for `tokenizer decode --output`: transformers decodes
+        to text, so a character cut between byte-fallback ids comes back as U+FFFD. An id outside the vocabulary is
+        refused: transformers' decode drops it without a word."""
+        ids = [int(i) for i in ids]
+        if (bad := next((i for i in ids if not 0 <= i < self.vocab_size), None)) is not None:
+            raise TokenizerError(f"id {bad} is not in the vocabulary (ids run 0..{self.vocab_size - 1})")
+        return self.decode(ids).encode("utf-8")
+
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
         return self.hf.apply_chat_template(
             messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
