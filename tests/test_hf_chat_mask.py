@@ -39,6 +39,10 @@ LAST_ONLY = (
     "{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# no {% if add_generation_prompt %}: the assistant's header comes only with its answer
+CHATML_NO_PROMPT = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+)
 CHAT = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "What is two and two?"},
@@ -109,6 +113,49 @@ def test_a_template_whose_renders_are_not_prefix_stable_is_refused_naming_it(tmp
     tok = load_tokenizer(sp_folder(tmp_path / "t", LAST_ONLY))
     with pytest.raises(TokenizerError, match="chat template.*not the start of"):
         tok.render(CHAT)
+
+
+def test_a_template_without_a_generation_prompt_is_refused_not_trained_on_its_header(tmp_path):
+    """A template that ignores add_generation_prompt renders the assistant's header (<|im_start|>assistant) only
+    with the answer, so the prefix diff put the header inside the trained mask without a word. Such a template is
+    refused saying what to add; one whose answer follows the prompt with no header (Llama 2's) is not, nor a prompt
+    for a reply (its mask is not trained on)."""
+    folder = sp_folder(tmp_path / "t", CHATML_NO_PROMPT)
+    hf = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert hf.apply_chat_template(CHAT[:2], tokenize=False) == hf.apply_chat_template(
+        CHAT[:2], add_generation_prompt=True, tokenize=False
+    )
+    tok = load_tokenizer(folder)
+    with pytest.raises(TokenizerError, match="ignores add_generation_prompt") as e:
+        tok.render(CHAT[1:3])
+    assert "\n" not in str(e.value) and "{% if add_generation_prompt %}" in str(e.value)
+    ids, _ = tok.render(CHAT, add_generation_prompt=True)
+    assert ids == hf.apply_chat_template(CHAT, add_generation_prompt=True, return_dict=False)
+    _, mask = load_tokenizer(sp_folder(tmp_path / "l", LLAMA2)).render(CHAT[1:3])  # no header to keep out
+    assert mask == hand_mask(tmp_path / "l", CHAT[1:3], "</s>", " ")
+
+
+def test_the_mask_renders_each_prefix_once_and_only_those_ending_at_an_assistant_turn(tmp_path):
+    """Each assistant turn's mask comes from renders of the conversation up to it; the last turn's render (the whole
+    conversation) was made twice more, as text and as ids, beside the render of the whole: a one-turn SFT record
+    took six renders where four tell the same. The mask is as found by hand, with no render repeated."""
+    folder = sp_folder(tmp_path / "t", CHATML)
+    tok = load_tokenizer(folder)
+    tok.render(CHAT)  # a template's first render may probe it
+    real, seen = tok.hf.apply_chat_template, []
+
+    def counting(messages, *a, **kw):
+        seen.append((len(messages), bool(kw.get("add_generation_prompt")), kw.get("tokenize", True)))
+        return real(messages, *a, **kw)
+
+    tok.hf.apply_chat_template = counting
+    for messages in (CHAT, CHAT[1:3], CHAT[:4]):
+        seen.clear()
+        _, mask = tok.render(messages)
+        assert mask == hand_mask(folder, messages, "<|im_end|>")
+        assert len(seen) == len(set(seen)), seen
+        ends = {i for i, m in enumerate(messages) if m["role"] == "assistant"}
+        assert {n for n, _, _ in seen} <= {len(messages)} | ends | {i + 1 for i in ends}, seen
 
 
 def gsm8k_rows(shared_data, n=4):

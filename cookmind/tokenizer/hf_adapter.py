@@ -55,6 +55,7 @@ class HFTokenizerAdapter:
         self.pad_id = self.hf.pad_token_id if self.hf.pad_token_id is not None else self.eos_id
         self.bos_ids = tuple(document_start_ids(self.hf))  # what transformers puts before every text (Llama's <s>)
         self._tokenizer_json = Path(directory) / "tokenizer.json"
+        self._checked_templates: set[str] = set()  # chat templates _check_generation_prompt passed
 
     @functools.cached_property
     def renders_reasoning(self) -> bool:
@@ -151,7 +152,9 @@ class HFTokenizerAdapter:
             )
             if list(out["input_ids"]) == ids:
                 return ids, list(out["assistant_masks"])
-        return ids, self._turn_diff_mask(messages, turns, ids, tools)
+        if not add_generation_prompt:  # a prompt for a reply (its mask is not trained on) is rendered all the same
+            self._check_generation_prompt(messages, turns[0], tools)
+        return ids, self._turn_diff_mask(messages, turns, ids, tools, add_generation_prompt)
 
     def _ids(self, messages, add_generation_prompt: bool = False, tools=None) -> list[int]:
         # special tokens only from the template: transformers wraps those typed in the messages and encodes them as text
@@ -165,20 +168,53 @@ class HFTokenizerAdapter:
             )
         )
 
-    def _turn_diff_mask(self, messages, turns: list[int], ids: list[int], tools) -> list[int]:
+    def _check_generation_prompt(self, messages, i: int, tools) -> None:
+        """Refuse a template that ignores add_generation_prompt and renders the assistant's header only with its
+        answer: the prefix diff would train the header as the answer's first tokens. Told apart from one whose answer
+        follows the prompt with no header (Llama 2's, after [/INST]) by a probe answer after the first ``i`` messages,
+        once a template."""
+        template = self.hf.get_chat_template(None, tools) or ""
+        if template in self._checked_templates:
+            return
+        probe = "cookmind probes the template"
+        plain = self.hf.apply_chat_template(messages[:i], tools=tools, tokenize=False)
+        asked = self.hf.apply_chat_template(messages[:i], tools=tools, add_generation_prompt=True, tokenize=False)
+        said = self.hf.apply_chat_template(
+            [*messages[:i], {"role": "assistant", "content": probe}], tools=tools, tokenize=False
+        )
+        at = said.find(probe, len(plain))
+        header = said[len(plain) : at] if asked == plain and said.startswith(plain) and at >= 0 else ""
+        if header.strip():  # whitespace alone is the answer's lead (Llama 2's " "), the model's to write
+            raise TokenizerError(
+                f"{self._tokenizer_json.parent}: its chat template ignores add_generation_prompt and renders the "
+                f"assistant's header {header!r} only with the answer, so the header would be trained as the answer "
+                "(and a prompt for a reply lacks it): add {% if add_generation_prompt %}{{ "
+                f"{header!r} }}}}{{% endif %}} at the template's end, or put "
+                "{% generation %}...{% endgeneration %} around each assistant answer"
+            )
+        self._checked_templates.add(template)
+
+    def _turn_diff_mask(self, messages, turns: list[int], ids: list[int], tools, add_generation_prompt) -> list[int]:
         """The assistant mask of a template with no generation blocks, from renders of the conversation's prefixes:
         message i's tokens are those of messages[:i+1] past those of messages[:i] with the generation prompt (a token
         across that seam counts as the assistant's, as ours), through the last special token of the turn (its
-        end-of-turn: <|im_end|>, </s>, <|eot_id|>), or the whole turn when it has none. A template whose render of a
-        conversation's first turns is not the start of its render of all of them (one that drops past reasoning)
-        is refused: which tokens are whose cannot be told."""
+        end-of-turn: <|im_end|>, </s>, <|eot_id|>), or the whole turn when it has none. Each prefix ending at an
+        assistant turn is rendered once (the whole conversation's renders serve a last one). A template whose render
+        of a conversation's first turns is not the start of its render of all of them (one that drops past
+        reasoning) is refused: which tokens are whose cannot be told."""
         specials = {i for i, t in self.hf.added_tokens_decoder.items() if t.special}
         text = self.hf.apply_chat_template(messages, tools=tools, tokenize=False)
         mask = [0] * len(ids)
         for i in turns:
             asked = self.hf.apply_chat_template(messages[:i], tools=tools, add_generation_prompt=True, tokenize=False)
-            said = self.hf.apply_chat_template(messages[: i + 1], tools=tools, tokenize=False)
-            before, turn = self._ids(messages[:i], True, tools), self._ids(messages[: i + 1], False, tools)
+            before = self._ids(messages[:i], True, tools)
+            if i + 1 == len(messages) and not add_generation_prompt:
+                said, turn = text, ids
+            else:
+                said, turn = (
+                    self.hf.apply_chat_template(messages[: i + 1], tools=tools, tokenize=False),
+                    self._ids(messages[: i + 1], False, tools),
+                )
             start = next((k for k, (a, b) in enumerate(zip(before, turn)) if a != b), min(len(before), len(turn)))
             ends = [k for k in range(start, len(turn)) if turn[k] in specials]
             end = ends[-1] + 1 if ends else len(turn)
