@@ -751,3 +751,16 @@ def test_decode_accepts_a_sentencepiece_tokenizer_as_encode_does(shared_data, tm
     capsys.readouterr()
     assert run_cli(["decode", "--tokenizer", str(path), "5", str(len(hf))]) == 2
     assert f"id {len(hf)} is not in the vocabulary (ids run 0..{len(hf) - 1})" in capsys.readouterr().err
+
+
+def test_export_of_a_sentencepiece_tokenizer_says_its_files_are_already_the_hugging_face_format(tmp_path, capsys):
+    """`tokenizer export` of the SentencePiece tokenizer that info, encode and decode read through transformers
+    said only "model.byte_fallback=True is not supported by cookmind's byte-level BPE", not what to do instead."""
+    from tokenizer_fixtures import run_cli, sentencepiece_style_tokenizer
+
+    path = sentencepiece_style_tokenizer(tmp_path / "sp")
+    capsys.readouterr()
+    assert run_cli(["export", "--tokenizer", str(path), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reads through transformers" in err and "copy its files" in err, err
+    assert not (tmp_path / "x").exists()

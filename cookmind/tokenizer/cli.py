@@ -444,6 +444,7 @@ def _decode(args) -> int:
 def _export(args) -> int:
     from cookmind.tokenizer.bytes_unicode import token_to_str
     from cookmind.tokenizer.fast_encode import fast_path_blocker, tiktoken_file_text
+    from cookmind.tokenizer.hf_adapter import load_tokenizer
     from cookmind.tokenizer.hf_format import hf_tokenizer_config, hf_tokenizer_json
     from cookmind.tokenizer.tokenizer import Tokenizer, tokenizer_files
 
@@ -451,7 +452,13 @@ def _export(args) -> int:
     if out.exists() and not out.is_dir():
         raise TokenizerError(f"--out {out} is a file; export writes its files into a folder: name a folder")
     refuse_output_in_checkpoints(out, "--out", TokenizerError)  # into a checkpoint: its own tokenizer replaced
-    tok = Tokenizer.load(args.tokenizer)
+    tok = load_tokenizer(args.tokenizer)  # as info, encode and decode read it
+    if not isinstance(tok, Tokenizer):
+        raise TokenizerError(
+            f"{args.tokenizer}: a tokenizer cookmind reads through transformers (not a byte-level BPE), which export "
+            f"cannot write as --format {args.format}; its tokenizer.json is already Hugging Face's format: copy its "
+            "files as they are"
+        )
     if args.format == "hf":
         files = {
             "tokenizer.json": json.dumps(hf_tokenizer_json(tok), ensure_ascii=False),
