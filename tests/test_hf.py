@@ -835,6 +835,33 @@ def test_the_tensor_at_a_time_writer_writes_what_safetensors_writes_for_mixed_dt
     assert (tmp_path / "ours.safetensors").read_bytes() == (tmp_path / "ref.safetensors").read_bytes()
 
 
+@pytest.mark.parametrize("metadata", [None, {}, {"format": "pt"}])
+def test_the_tensor_at_a_time_writer_writes_safetensors_bytes_with_any_metadata_and_each_tied_tensor_in_full(
+    tmp_path, metadata
+):
+    """write_safetensors promised save_file's bytes, byte for byte; with metadata={} save_file writes an empty
+    "__metadata__" and ours wrote none. Tensors that share memory (tied weights), which save_file refuses, are each
+    written in full, as save_file writes two tensors of the same values."""
+    from safetensors.torch import load_file, save_file
+
+    from cookmind.model.model_io import write_safetensors
+
+    fused = torch.arange(12, dtype=torch.float32)
+    tensors = {"w": torch.randn(3, 2), "q": fused[:6], "k": fused[6:]}  # views of one storage, side by side
+    save_file(tensors, tmp_path / "ref.safetensors", metadata=metadata)
+    write_safetensors(tensors, tmp_path / "ours.safetensors", metadata=metadata)
+    assert (tmp_path / "ours.safetensors").read_bytes() == (tmp_path / "ref.safetensors").read_bytes()
+
+    tied = torch.randn(4, 2)
+    with pytest.raises(RuntimeError, match="share memory"):
+        save_file({"embed": tied, "head": tied}, tmp_path / "refused.safetensors", metadata=metadata)
+    write_safetensors({"embed": tied, "head": tied}, tmp_path / "tied.safetensors", metadata=metadata)
+    save_file({"embed": tied, "head": tied.clone()}, tmp_path / "copies.safetensors", metadata=metadata)
+    assert (tmp_path / "tied.safetensors").read_bytes() == (tmp_path / "copies.safetensors").read_bytes()
+    back = load_file(tmp_path / "tied.safetensors")
+    assert torch.equal(back["embed"], tied) and torch.equal(back["head"], tied)
+
+
 @pytest.mark.parametrize("dtype", [[], ["--dtype", "bf16"]])
 def test_a_safetensors_files_reading_is_under_the_writing_bar_not_a_bar_of_its_own(
     tmp_path, capsys, monkeypatch, dtype

@@ -53,7 +53,8 @@ def write_safetensors(
     progress bar of the bytes written with ``progress`` (``cookmind.progress``; none for a file under
     ``PROGRESS_BYTES``). One save_file call was minutes of silence for a 1B model. The file is written where
     ``path`` says: an atomic caller gives a temporary name. ``dtype``: each tensor cast to it as it is written.
-    Tensors ``read_weights`` mapped are read from the disk here, under the bar.
+    Tensors ``read_weights`` mapped are read from the disk here, under the bar. One difference: tensors that share
+    memory (tied weights), which save_file refuses, are each written in full (save_file's bytes for copies of them).
 
     The layout is the library's: an 8-byte little-endian header length, a JSON header padded with spaces to 8
     bytes, then the tensors' bytes in the header's order; that order (by dtype, then name) is safetensors' own,
@@ -66,7 +67,7 @@ def write_safetensors(
     probe = safetensors_bytes({k: torch.empty(0, dtype=dtype or v.dtype) for k, v in tensors.items()})
     order = json.loads(probe[8 : 8 + int.from_bytes(probe[:8], "little")])  # {name: {"dtype": "BF16", ...}}
     names = [k for k in order if k != "__metadata__"]
-    header: dict = {"__metadata__": metadata} if metadata else {}
+    header: dict = {"__metadata__": metadata} if metadata is not None else {}  # save_file writes {} too
     offset = 0
     for name in names:
         t = tensors[name]
