@@ -196,3 +196,29 @@ def test_a_token_store_or_a_tokenizer_given_as_a_model_says_what_it_is(tmp_path,
         assert main(["generate", str(folder), "--prompt", "hi"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"cookmind generate: error: {folder} holds {said}") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("what", ["adapter", "model"])
+def test_a_save_killed_before_its_last_file_leaves_no_folder_under_the_final_name(tmp_path, monkeypatch, what):
+    """save_adapter made its folder, then wrote adapter_model.safetensors, then adapter_config.json: killed between
+    the two, a folder with weights and no config stood under the final name (serve --lora read it as no adapter).
+    A new folder is now built under a temporary name and renamed whole, as save_model's is."""
+    import cookmind.model.lora
+    import cookmind.model.model_io
+
+    model = CookMindLM(_cfg())
+    if what == "adapter":
+        apply_lora(model, r=2, alpha=4)
+
+    def killed(path, *args, **kwargs):  # the process dies before the config file is written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cookmind.model.lora, "write_json", killed)
+    monkeypatch.setattr(cookmind.model.model_io, "write_json", killed)
+    with pytest.raises(KeyboardInterrupt):
+        (save_adapter if what == "adapter" else save_model)(tmp_path / "out", model)
+    assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    (save_adapter if what == "adapter" else save_model)(tmp_path / "out", model)
+    written = {"adapter": ["adapter_config.json", "adapter_model.safetensors"]}
+    assert sorted(os.listdir(tmp_path / "out")) == written.get(what, ["config.json", "model.safetensors"])

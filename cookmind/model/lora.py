@@ -25,7 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
 
-from cookmind.atomic import save_safetensors, temp_path, write_json
+from cookmind.atomic import building_dir, save_safetensors, temp_path, write_json
 from cookmind.model.linear import Linear
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -200,11 +200,12 @@ def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path
     """Write ``adapter_model.safetensors`` + ``adapter_config.json`` (PEFT LoRA format) into ``directory``.
 
     The weights file's metadata also records the base's ``fingerprint.weights_fingerprint``, which serving checks
-    (PEFT and vLLM ignore it; a new key in adapter_config.json would make PEFT warn that it is out of date)."""
+    (PEFT and vLLM ignore it; a new key in adapter_config.json would make PEFT warn that it is out of date).
+    A new directory is built under a temporary sibling name and renamed, so a crash never leaves half an adapter;
+    into an existing one (a checkpoint being assembled) each file is written to a temporary name and renamed."""
     from cookmind.model.fingerprint import weights_fingerprint
 
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     cfg = getattr(model, "lora_config", None)
     if cfg is None or not has_lora(model):
         raise ValueError("save_adapter: the model has no LoRA adapters (call apply_lora first)")
@@ -228,10 +229,19 @@ def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path
     metadata = {"format": "pt"}
     if (fingerprint := weights_fingerprint(model)) is not None:
         metadata[BASE_FINGERPRINT] = json.dumps(fingerprint)
+    if directory.is_dir():
+        _write_adapter_files(directory, tensors, metadata, peft_cfg)
+        return directory
+    with building_dir(directory) as tmp:
+        _write_adapter_files(tmp, tensors, metadata, peft_cfg)
+    return directory
+
+
+def _write_adapter_files(directory: Path, tensors: dict, metadata: dict[str, str], peft_cfg: dict) -> None:
+    """Write each file under a temporary name inside `directory`, then rename it into place."""
     with temp_path(directory / ADAPTER_WEIGHTS) as tmp:
         save_safetensors(tensors, tmp, metadata=metadata)
     write_json(directory / ADAPTER_CONFIG, peft_cfg, indent=2)
-    return directory
 
 
 def adapter_base(directory: str | os.PathLike) -> tuple[str | None, dict | None]:
