@@ -219,3 +219,30 @@ def test_load_model_takes_a_run_directory_as_every_command_does(tmp_path):
         loaded = load_model(named)
         for (k, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
             assert torch.equal(a, b), k
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_checking_a_checkpoints_sha256s_reads_its_files_under_a_progress_bar(tmp_path, capsys, monkeypatch, progress):
+    """Loading a checkpoint reads every byte of its weights to check the SHA-256 meta.json recorded: minutes of
+    silence for a large model before its weights were read (under a bar of their own). The check now shows a bar of
+    the bytes read through cookmind.progress (plain lines in a pipe), and none where progress is off."""
+    import hashlib
+
+    from lm_fixtures import tiny_config
+    from tqdm import tqdm
+
+    from cookmind.model import CookMindLM, save_model
+    from cookmind.model.model_io import load_config, read_model_weights
+
+    monkeypatch.setattr("cookmind.model.model_io.PROGRESS_BYTES", 0)  # a tiny model's file is big enough here
+    save_model(tmp_path / "m", CookMindLM(tiny_config()))
+    names = ["config.json", "model.safetensors"]
+    digests = {n: hashlib.sha256((tmp_path / "m" / n).read_bytes()).hexdigest() for n in names}
+    (tmp_path / "m" / "meta.json").write_text(json.dumps({"sha256": digests}))
+    capsys.readouterr()
+    read_model_weights(tmp_path / "m", load_config(tmp_path / "m"), progress=progress)
+    err = capsys.readouterr().err
+    size = tqdm.format_sizeof((tmp_path / "m" / "model.safetensors").stat().st_size)  # load_config checked the rest
+    lines = [line for line in err.splitlines() if "checking" in line]
+    assert (lines and f"100% {size}/{size}" in lines[-1]) if progress else not err, err
+    assert "\r" not in err

@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import re
+import threading
 import warnings
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -143,20 +145,38 @@ SHA256_KEY = "sha256"  # meta.json: {file name: SHA-256 hex} of the files a save
 _verified: dict[tuple[str, int, int], str] = {}  # (file, size, mtime): the digest it matched in this process
 
 
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes (what ``sha256sum`` prints)."""
+def file_sha256(path: Path, read: Callable[[int], object] | None = None) -> str:
+    """The SHA-256 of a file's bytes (what ``sha256sum`` prints); ``read(n)`` is told of each ``n`` bytes read."""
+    h = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        while chunk := f.read(_WRITE_CHUNK):
+            h.update(chunk)  # lets go of the GIL: the other files hash meanwhile
+            if read is not None:
+                read(len(chunk))
+    return h.hexdigest()
 
 
-def _sha256_all(files: list[Path]) -> list[str]:
-    """``file_sha256`` of each file, a thread a file (hashlib lets go of the GIL): the largest file sets the time."""
+def _sha256_all(files: list[Path], progress: bool = False) -> list[str]:
+    """``file_sha256`` of each file, a thread a file (hashlib lets go of the GIL): the largest file sets the time.
+    ``progress``: a bar of the bytes read (``cookmind.progress``; none under ``PROGRESS_BYTES`` in all)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if len(files) < 2:
-        return [file_sha256(f) for f in files]
-    with ThreadPoolExecutor(max_workers=min(4, len(files))) as pool:
-        return list(pool.map(file_sha256, files))
+    from cookmind.progress import progress_bar
+
+    total = sum(f.stat().st_size for f in files if f.is_file())
+    lock = threading.Lock()
+    with progress_bar(
+        total=total, desc="checking SHA-256", unit="B", unit_scale=True, enabled=progress and total >= PROGRESS_BYTES
+    ) as bar:
+
+        def read(n: int) -> None:
+            with lock:  # the threads update one bar
+                bar.update(n)
+
+        if len(files) < 2:
+            return [file_sha256(f, read) for f in files]
+        with ThreadPoolExecutor(max_workers=min(4, len(files))) as pool:
+            return list(pool.map(lambda f: file_sha256(f, read), files))
 
 
 def content_hashes(directory: Path) -> dict[str, str]:
@@ -171,10 +191,11 @@ def file_hashes(directory: Path, files: list[Path]) -> dict[str, str]:
     return dict(zip((p.relative_to(directory).as_posix() for p in files), _sha256_all(files)))
 
 
-def checksum_problem(directory: Path, skip: tuple[str, ...] = ()) -> str | None:
+def checksum_problem(directory: Path, skip: tuple[str, ...] = (), progress: bool = False) -> str | None:
     """The first file (but ``skip``) whose bytes differ from the SHA-256 its checkpoint's meta.json recorded at save,
     said as "FILE: ..."; None when all match, and for a checkpoint saved before hashes were recorded. A file checked
-    once in this process is not read again while its size and mtime stay (finding a checkpoint, then loading it)."""
+    once in this process is not read again while its size and mtime stay (finding a checkpoint, then loading it).
+    ``progress``: a bar of the bytes read."""
     meta = Path(directory) / META_NAME
     try:
         recorded = json.loads(meta.read_text()).get(SHA256_KEY) if meta.is_file() else None
@@ -192,16 +213,17 @@ def checksum_problem(directory: Path, skip: tuple[str, ...] = ()) -> str | None:
         key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
         if _verified.get(key) != digest:
             to_check.append((f, key, digest))
-    for (f, key, digest), found in zip(to_check, _sha256_all([f for f, _, _ in to_check])):
+    for (f, key, digest), found in zip(to_check, _sha256_all([f for f, _, _ in to_check], progress)):
         if found != digest:
             return f"{f}: does not match the SHA-256 {META_NAME} recorded at save: it is truncated, corrupt or changed"
         _verified[key] = digest
     return None
 
 
-def verify_checksums(directory: str | os.PathLike, skip: tuple[str, ...] = ()) -> None:
-    """ModelLoadError (one line: the file, what to do) when a file of the checkpoint fails ``checksum_problem``."""
-    problem = checksum_problem(Path(directory), skip)
+def verify_checksums(directory: str | os.PathLike, skip: tuple[str, ...] = (), progress: bool = False) -> None:
+    """ModelLoadError (one line: the file, what to do) when a file of the checkpoint fails ``checksum_problem``;
+    ``progress``: a bar of the bytes read (a large model's weights are minutes of reading)."""
+    problem = checksum_problem(Path(directory), skip, progress)
     if problem is not None:
         raise ModelLoadError(f"{problem}; use an earlier checkpoint")
 
@@ -407,15 +429,16 @@ def read_model_weights(
 ) -> tuple[Path, dict[str, torch.Tensor]]:
     """(the file named in errors, the weights) of a model directory: ``model.safetensors``, or a sharded
     checkpoint's ``dcp/`` consolidated in this process (a tied ``lm_head.weight`` dropped, as save_model does);
-    ``progress``: a bar of the shards' reading (a model.safetensors is mapped, not read here)."""
+    ``progress``: a bar of the shards' reading (a model.safetensors is mapped, not read here) and of the check of the
+    SHA-256s its meta.json recorded."""
     directory = Path(directory)
     if not is_sharded_checkpoint(directory):  # a sharded one is its dcp/, as resume reads it, whatever lies beside
         if (directory / WEIGHTS_NAME).is_file():
-            verify_checksums(directory, skip=(OPTIMIZER_NAME,))
+            verify_checksums(directory, skip=(OPTIMIZER_NAME,), progress=progress)
         return directory / WEIGHTS_NAME, read_weights(directory / WEIGHTS_NAME)
     from cookmind.model.sharded_io import read_sharded_weights  # DCP, imported only for a sharded checkpoint
 
-    verify_checksums(directory)  # the shards (model and optimizer share them), as saved
+    verify_checksums(directory, progress=progress)  # the shards (model and optimizer share them), as saved
     try:
         found = read_sharded_weights(directory, progress=progress)
     except ShardedCheckpointError as exc:
