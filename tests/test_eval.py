@@ -1049,7 +1049,7 @@ def test_ppl_scores_a_lone_surrogate_in_json_text_as_the_u_fffd_pack_stores(tmp_
         figures.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
     assert figures[0].pop("lone_surrogates") == 3 and "lone_surrogates" not in figures[1]
     for m in figures:
-        m.pop("path"), m.pop("data", None)
+        m.pop("data")
     assert figures[0] == figures[1]
 
 
@@ -1526,3 +1526,42 @@ def test_a_list_option_given_no_values_is_a_usage_error(argv, flag, capsys):
         main(["eval", *argv])
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"argument {flag}: expected at least one argument" in err, err
+
+
+def test_every_evals_metrics_name_its_data_as_data_and_record_the_settings_its_score_depends_on(
+    tmp_path, monkeypatch, capsys
+):
+    """gsm8k's and mmlu's metrics named the evaluated file "data", ppl's "path" (and none of its --max-bytes, --text-
+    field, --skip-bad); mmlu --scoring generate recorded neither the answer length cap (16 tokens) nor that it is
+    greedy, which gsm8k's records (max_new_tokens, temperature). Every eval now names its data "data" (as given) and
+    records the settings its score depends on."""
+    import cookmind.infer.loading
+    from cookmind.cli import main
+
+    tiny_hf_tokenizer(tmp_path / "hf")
+    tiny_hf_model(tmp_path / "hf")
+    text = tmp_path / "t.txt"
+    text.write_text("hello world, hello tiny model. " * 10)
+    out = tmp_path / "p.jsonl"
+    argv = ["eval", "ppl", "--model", str(tmp_path / "hf"), "--data", str(text), "--window", "8", "--quiet"]
+    assert main([*argv, "--max-bytes", "100", "--out", str(out)]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert json.loads(out.with_suffix(".metrics.json").read_text()) == metrics
+    assert "path" not in metrics and (metrics["task"], metrics["data"]) == ("ppl", str(text))
+    assert (metrics["window_size"], metrics["stride"], metrics["max_bytes"]) == (8, 8, 100)
+
+    model = OracleLM(lambda prompt: " B")
+    model.marker = "Answer:"
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (model, CharTok()))
+    root = tmp_path / "mmlu"
+    (root / "val").mkdir(parents=True)
+    (root / "val" / "law_val.csv").write_text("".join(f"Q{i}?,a,b,c,d,{'AB'[i % 2]}\n" for i in range(2)))
+    argv = ["eval", "mmlu", "m", "--data", str(root), "--split", "val", "--quiet"]
+    assert main([*argv, "--scoring", "generate"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert (metrics["data"], metrics["scoring"], metrics["max_new_tokens"], metrics["temperature"]) == (
+        str(root),
+        "generate",
+        16,
+        0.0,
+    )

@@ -223,7 +223,8 @@ def main(args) -> int:
         _say_what_was_left_out(args, metrics)
         if args.out:
             write_jsonl(args.out, rows)
-    metrics = {**_what_was_measured(args, questions_read), **metrics}
+    # "data" names the evaluated data in every eval's metrics: perplexity's own report calls it "path"
+    metrics = {**_what_was_measured(args, questions_read), **{k: v for k, v in metrics.items() if k != "path"}}
     _say_what_limit_left_out(args, metrics)
     skipped = metrics.get("num_skipped_too_long", 0)
     if skipped:
@@ -282,9 +283,9 @@ def main(args) -> int:
 
 
 def _what_was_measured(args, questions_read: list[dict]) -> dict:
-    """What the metrics are of: the task, the model and data as given, and the settings that chose and graded the
-    items; with a --limit that left some out, how many the data holds; MMLU's subjects whose CSV held no question
-    (``questions_read``: the rows load_mmlu read). A metrics file read later says what it is."""
+    """What the metrics are of: the task, the model and data as given (``data`` for every task), and the settings that
+    chose and graded the items; with a --limit that left some out, how many the data holds; MMLU's subjects whose CSV
+    held no question (``questions_read``: the rows load_mmlu read). A metrics file read later says what it is."""
     measured = {"task": args.task, "model": args.model}
     checkpoint = _checkpoint_of(args.model)
     if checkpoint is not None:  # a run scored its newest checkpoint: which one, once the run trains on
@@ -316,6 +317,14 @@ def _what_was_measured(args, questions_read: list[dict]) -> dict:
         empty = [s for s in subjects if s not in read]  # a CSV with no rows: in no score, not even as skipped
         if empty:
             measured["subjects_empty"] = empty
+    else:  # ppl: the window and stride it scored with follow, from the run
+        measured.update(
+            data=args.data,
+            text_field=args.text_field,
+            max_bytes=args.max_bytes,
+            max_windows=args.max_windows,
+            skip_bad=args.skip_bad,
+        )
     return measured
 
 

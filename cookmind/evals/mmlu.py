@@ -273,6 +273,7 @@ def evaluate_mmlu(
         "num_subjects": len(subject_acc),
     }
     if scoring == "generate":  # an answer naming no letter is graded wrong: say how many, as GSM8K's format_rate
+        metrics.update(max_new_tokens=max_new_tokens, temperature=0.0)  # what the answers were generated under
         no_letter = sum(r["no_letter"] for r in records)
         metrics["num_no_letter"] = no_letter
         metrics["format_rate"] = 1 - no_letter / max(1, len(records))
