@@ -166,3 +166,25 @@ def test_the_demos_sampled_pass_at_k_is_cookmind_eval_gsm8ks(quick_ctx, tmp_path
     demo = [json.loads(line)["outputs"] for line in (tmp_path / "demo.jsonl").read_text().splitlines()]
     cli = [json.loads(line)["outputs"] for line in (tmp_path / "cli.jsonl").read_text().splitlines()]
     assert demo == cli and len(demo) == len(problems) and all(len(o) == 3 for o in demo)
+
+
+def test_the_rl_stage_writes_nothing_outside_its_workdir_and_its_command_names_its_run_there(
+    quick_ctx, tmp_path, monkeypatch
+):
+    """`cookmind demo --workdir X` keeps everything under X: the RL stage run from another directory writes nothing
+    there nor beside X, and the command it gives for its sampled figures (run in X) names the GRPO run it trained
+    (the after-model), where `cookmind eval` finds the checkpoint the stage scored."""
+    import os
+    import shlex
+
+    from cookmind.demo.rl import demo_stage
+    from cookmind.model import resolve_model_dir
+
+    ctx = _fork(quick_ctx, tmp_path / "work" / "x")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    res = demo_stage(ctx)
+    everything = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if not p.is_dir())
+    assert everything and all(p.startswith("work/x/") for p in everything), everything
+    model = shlex.split(res["sampled_command"])[3]
+    assert not os.path.isabs(model) and resolve_model_dir(ctx.workdir / model) == Path(res["checkpoint"])

@@ -195,7 +195,9 @@ def demo_stage(ctx) -> dict[str, Any]:
         "sampled_command_before": sampled_before["command"].replace(
             "MODEL", Path(os.path.relpath(start, ctx.workdir)).as_posix(), 1
         ),
-        "sampled_command": sampled_after["command"].replace("MODEL", "runs/grpo", 1),
+        "sampled_command": sampled_after["command"].replace(
+            "MODEL", Path(os.path.relpath(run["run_dir"], ctx.workdir)).as_posix(), 1
+        ),
         "shows_working_before": sum(map(shows_working, before["responses"])) / len(before["responses"]),
         "shows_working": sum(map(shows_working, after["responses"])) / len(after["responses"]),
         "response_length_before": before["response_length"],
