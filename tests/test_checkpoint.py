@@ -246,3 +246,26 @@ def test_checking_a_checkpoints_sha256s_reads_its_files_under_a_progress_bar(tmp
     lines = [line for line in err.splitlines() if "checking" in line]
     assert (lines and f"100% {size}/{size}" in lines[-1]) if progress else not err, err
     assert "\r" not in err
+
+
+@pytest.mark.parametrize("quiet", [[], ["--quiet"]])
+def test_a_run_given_as_the_model_has_its_newest_checkpoints_sha256s_checked_under_a_bar(
+    tmp_path, capsys, monkeypatch, quiet
+):
+    """A training run named as the model is resolved to its newest whole checkpoint first, and finding it hashed the
+    checkpoint's files (its weights: minutes for a large model) with no bar; the bar of read_model_weights came after,
+    with nothing left to read. `cookmind export RUN OUT` now shows the check under a bar, and --quiet none."""
+    from tqdm import tqdm
+
+    from cookmind.cli import main
+
+    monkeypatch.setattr("cookmind.model.model_io.PROGRESS_BYTES", 0)
+    model = _model()
+    opt = AdamW(model.parameters(), lr=1e-2)
+    step = save_checkpoint(tmp_path / "run" / "checkpoints", 1, model, opt, {})
+    capsys.readouterr()
+    assert main(["export", "--hf", str(tmp_path / "run"), str(tmp_path / "hf"), *quiet]) == 0
+    err = capsys.readouterr().err
+    size = tqdm.format_sizeof(sum((step / n).stat().st_size for n in ("config.json", "model.safetensors")))
+    lines = [line for line in err.splitlines() if "checking" in line]
+    assert (not lines) if quiet else (lines and f"100% {size}/{size}" in lines[-1]), err

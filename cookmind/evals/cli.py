@@ -169,7 +169,7 @@ def main(args) -> int:
     else:
         from cookmind.evals.perplexity import require_data
 
-        _check_window(args.window, args.stride, _context_in_config(args.model))
+        _check_window(args.window, args.stride, _context_in_config(args.model, not args.quiet))
         require_data(args.data, args.max_bytes, args.max_windows, args.stride, args.text_field, args.skip_bad)
     progress = not args.quiet
     model, tokenizer = load_for_inference(
@@ -383,7 +383,7 @@ def _say_what_limit_left_out(args, metrics: dict) -> None:
             )
 
 
-def _context_in_config(model) -> int | None:
+def _context_in_config(model, progress: bool = False) -> int | None:
     """The model's context (max_position_embeddings) as its config.json says, read before the model loads; None
     when it does not say (the check after loading catches what this misses)."""
     import warnings
@@ -393,7 +393,8 @@ def _context_in_config(model) -> int | None:
     try:
         with warnings.catch_warnings():  # a checkpoint passed over is named when the model loads, not twice
             warnings.simplefilter("ignore")
-            n = json.loads((resolve_model_dir(model) / "config.json").read_text()).get("max_position_embeddings")
+            found = resolve_model_dir(model, progress=progress)  # its bar: the checkpoint's SHA-256s are checked
+            n = json.loads((found / "config.json").read_text()).get("max_position_embeddings")
     except (OSError, ValueError, TypeError, AttributeError):
         return None
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
@@ -433,7 +434,7 @@ def _folders_read(args) -> list[tuple[Path, str, Path]]:
     read = []
     with warnings.catch_warnings():  # a checkpoint passed over is named when the model loads, not twice
         warnings.simplefilter("ignore")
-        model = resolve_model_dir(args.model) if args.model else None
+        model = resolve_model_dir(args.model, progress=not args.quiet) if args.model else None
     if model is not None and (model / "config.json").is_file():
         beside = model.parent.parent if model.parent.name == "checkpoints" else model.parent  # the run, if any
         read.append((model, "the model folder", beside))

@@ -60,12 +60,13 @@ def load_for_inference(
     imported into a CookMindLM (Llama/Qwen; the engine serves it), or with hf_native=True loaded as it is by
     transformers (any architecture; its own tokenizer object), offline either way. tokenizer_path overrides the
     checkpoint's tokenizer; one other than the checkpoint carries (cookmind_tokenizer.json) is refused.
-    ``progress=False`` (eval --quiet) hides transformers' "Loading weights" bar.
+    ``progress=False`` (eval --quiet) hides transformers' "Loading weights" bar, and ours of the check of a run's
+    newest checkpoint.
     """
     from cookmind.model import resolve_model_dir
     from cookmind.model.hf import is_hf_model_dir
 
-    path = resolve_model_dir(path)
+    path = resolve_model_dir(path, progress=progress)
     if hf_native and is_hf_model_dir(path):
         _require_tokenizer(path, tokenizer_path)
         kwargs = {} if dtype is None else {"dtype": _torch_dtype(dtype)}

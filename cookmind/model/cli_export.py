@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.model.model_io import ModelLoadError, resolve_model_dir
 
     model, out_dir = model_and_out(args)
-    ckpt = resolve_model_dir(Path(model))
+    ckpt = resolve_model_dir(Path(model), progress=not args.quiet)
     try:
         out = export_hf(ckpt, out_dir, dtype=parse_dtype(args.dtype), overwrite=args.overwrite, progress=not args.quiet)
     except (HFInteropError, ModelLoadError, argparse.ArgumentTypeError) as exc:

@@ -166,7 +166,11 @@ def _sha256_all(files: list[Path], progress: bool = False) -> list[str]:
     total = sum(f.stat().st_size for f in files if f.is_file())
     lock = threading.Lock()
     with progress_bar(
-        total=total, desc="checking SHA-256", unit="B", unit_scale=True, enabled=progress and total >= PROGRESS_BYTES
+        total=total,
+        desc="checking SHA-256",
+        unit="B",
+        unit_scale=True,
+        enabled=progress and total > 0 and total >= PROGRESS_BYTES,
     ) as bar:
 
         def read(n: int) -> None:
@@ -285,8 +289,9 @@ def is_own_checkpoint(path: Path) -> bool:
     return not foreign_files(path)
 
 
-def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | None:
-    """Why ``directory`` cannot be used as a checkpoint (missing or truncated files), or None.
+def checkpoint_problem(directory: Path, need_optimizer: bool = False, progress: bool = False) -> str | None:
+    """Why ``directory`` cannot be used as a checkpoint (missing or truncated files), or None. ``progress``: a bar of
+    the check of its files' SHA-256s (``checksum_problem``).
 
     Cheap: reads the safetensors header and checks the file holds every byte it promises, and opens the
     optimizer's zip directory (at the file's end, so a truncated file fails), without loading tensors. A sharded
@@ -301,7 +306,7 @@ def checkpoint_problem(directory: Path, need_optimizer: bool = False) -> str | N
         return "it was saved by a diverged run"
     problem = _file_problem(directory, need_optimizer)
     if problem is None:  # every file whole: its bytes as saved (a checkpoint with hashes in meta.json)
-        problem = checksum_problem(directory, skip=() if need_optimizer else (OPTIMIZER_NAME,))
+        problem = checksum_problem(directory, skip=() if need_optimizer else (OPTIMIZER_NAME,), progress=progress)
     return problem
 
 
@@ -336,7 +341,7 @@ def _file_problem(directory: Path, need_optimizer: bool) -> str | None:
     return None
 
 
-def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> Path | None:
+def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False, progress: bool = False) -> Path | None:
     """THE rule for "the newest complete checkpoint", used by resume, load, export, eval and generate.
 
     ``path`` is a checkpoint itself (returned as is), a checkpoint root with ``step_N`` directories, or a run
@@ -344,7 +349,8 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
     last file) or a saved model (config.json + weights: model.safetensors or a sharded ``dcp/``), whose files are
     whole (and match the SHA-256s its meta.json recorded) and which was not saved by a diverged run, wins; each
     newer one passed over is named in a CheckpointWarning. ``need_optimizer`` (resume) also requires the optimizer
-    state (``optimizer.pt`` readable, or listed in the sharded checkpoint).
+    state (``optimizer.pt`` readable, or listed in the sharded checkpoint). ``progress``: a bar of the check of the
+    SHA-256s (a checkpoint's weights are read whole: minutes for a large model).
     """
     path = Path(path)
     if (path / META_NAME).is_file() or (path / CONFIG_NAME).is_file():
@@ -352,7 +358,7 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
     for root in (path, path / "checkpoints"):
         complete = [d for _, d in step_dirs(root) if is_checkpoint_dir(d)]
         for k, d in reversed(list(enumerate(complete))):
-            problem = checkpoint_problem(d, need_optimizer)
+            problem = checkpoint_problem(d, need_optimizer, progress)
             if problem is None:
                 return d
             then = "trying an older one" if k else "and there is no older one"
@@ -362,10 +368,10 @@ def latest_checkpoint(path: str | os.PathLike, need_optimizer: bool = False) -> 
     return None
 
 
-def resolve_model_dir(path: str | os.PathLike) -> Path:
+def resolve_model_dir(path: str | os.PathLike, progress: bool = False) -> Path:
     """A model directory as given; a training run (or its ``checkpoints/``) -> its newest complete checkpoint
-    (``latest_checkpoint``). Anything else is returned unchanged, for the loader to report."""
-    found = latest_checkpoint(path)
+    (``latest_checkpoint``, ``progress`` its bar). Anything else is returned unchanged, for the loader to report."""
+    found = latest_checkpoint(path, progress=progress)
     return found if found is not None else Path(path)
 
 

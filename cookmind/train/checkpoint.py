@@ -143,13 +143,13 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     return [d for _, d in step_dirs(root) if (d / META_NAME).is_file()]
 
 
-def find_latest_checkpoint(root: str | Path, need_optimizer: bool = False) -> Path | None:
+def find_latest_checkpoint(root: str | Path, need_optimizer: bool = False, progress: bool = False) -> Path | None:
     """The newest usable checkpoint under ``root`` (or ``root`` itself if it is one), else None.
 
     The one rule, ``cookmind.model.model_io.latest_checkpoint``: damaged or diverged ones are passed over
-    with a warning.
+    with a warning. ``progress``: a bar of the check of the SHA-256s its meta.json recorded.
     """
-    return latest_checkpoint(root, need_optimizer)
+    return latest_checkpoint(root, need_optimizer, progress)
 
 
 def refuse_overwriting_inputs(

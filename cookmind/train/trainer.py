@@ -1508,7 +1508,11 @@ class Trainer:
         with warnings.catch_warnings():
             if not self.dist.is_main:
                 warnings.simplefilter("ignore", CheckpointWarning)
-            return find_latest_checkpoint(self.ckpt_dir if spec == "auto" else spec, need_optimizer=True)
+            return find_latest_checkpoint(
+                self.ckpt_dir if spec == "auto" else spec,
+                need_optimizer=True,
+                progress=self.cfg.logging.progress and self.dist.is_main,  # the weights and optimizer, read whole
+            )
 
     def _check_lora_base(self, path: Path, meta: dict) -> None:
         """A sharded LoRA checkpoint holds the adapter alone, and the resume rebuilt the frozen base from
