@@ -513,7 +513,7 @@ def chat_texts(obj: dict) -> list[str]:
             messages = [m for m in value if isinstance(m, dict)]
             if len(messages) != len(value):
                 raise BadRecord(f"field {where!r}: expected a list of messages (objects), got another item")
-            for i, m in enumerate(reasoning_from_content(messages)):
+            for i, m in enumerate(reasoning_from_content(messages, None)):
                 add(m.get("reasoning_content"), f"{where}.{i}.reasoning_content")
                 add(m.get("content"), f"{where}.{i}.content")
             return
