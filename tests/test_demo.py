@@ -8,7 +8,7 @@ import torch
 from cookmind.demo import STAGES, DemoContext, DemoSizes, run_demo
 
 
-def test_quick_demo_runs_every_stage(tmp_path):
+def test_quick_demo_runs_every_stage(tmp_path, capfd):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -33,6 +33,10 @@ def test_quick_demo_runs_every_stage(tmp_path):
     assert ctx.results["mine_pairs"]["pairs"] == ctx.sizes.dpo_pairs
     # the sample chats show no run of blank lines a small model can end its reply with (some ran 40 lines)
     assert all(c["assistant"] == c["assistant"].strip() for c in ctx.results["chat"]["chats"])
+    # the demo's own settings draw no advice to change them: --quick's few steps took the full demo's warm-up, and
+    # every training stage said "optim.warmup_steps=20 is not below train.max_steps=6 ... lower optim.warmup_steps"
+    err = capfd.readouterr().err
+    assert "warmup_steps" not in err, err
     # a training stage's loss arrow spans its first and last steps, not one logged step twice ("5.642 → 5.642")
     for stage in ("pretrain", "sft"):
         rows = [json.loads(line) for line in (tmp_path / "runs" / stage / "metrics.jsonl").read_text().splitlines()]

@@ -283,6 +283,8 @@ def _train(
     cfg.update(base, source=f"demo stage {name}")
     # at least five logged steps, so the report's loss arrow and plot span the run (--quick runs 4-6 steps)
     cfg.logging.log_every = max(1, min(cfg.logging.log_every, cfg.train.max_steps // 5))
+    if cfg.optim.warmup_steps >= cfg.train.max_steps:  # --quick: the full demo's warm-up would be the whole run
+        cfg.optim.warmup_steps = cfg.train.max_steps // 5
     cfg.validate()
     ctx.say(
         f"{name}: {cfg.train.max_steps} steps, objective {cfg.train.objective}"
