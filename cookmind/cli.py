@@ -264,6 +264,17 @@ def a_nodes_other_rank() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("LOCAL_RANK", "0") != "0"
 
 
+def not_global_rank_zero() -> bool:
+    """Whether this process is one of several ranks and not the job's first (``RANK`` above 0): what one rank says
+    for the whole job (the run directory, the model's shape) is said by rank 0 alone. A single process speaks."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("RANK", "0") != "0"
+
+
+def rank_name() -> str:
+    """This rank's number as torchrun gave it (``RANK``), or ``?`` outside torchrun: what a line about it names."""
+    return os.environ.get("RANK", "?")
+
+
 def say_error(command: str, line: str, reason: str | None = None) -> None:
     """``say(command, "error", line)``; under torchrun once a node (``say_once_per_node``, by ``reason``, default
     ``line``): every rank met the same bad config key or missing file, and the user read its line once per rank."""

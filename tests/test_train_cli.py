@@ -1851,6 +1851,59 @@ def test_the_train_package_reads_torchruns_local_rank_through_one_rule():
     assert readers == [], readers
 
 
+def test_the_package_reads_torchruns_rank_through_one_rule():
+    # "who speaks" read RANK inline in three places (the run directory note, init_from's shape note), beside
+    # cookmind.cli's a_nodes_other_rank; every such read is cookmind.cli's not_global_rank_zero now, and only the
+    # launch itself (cookmind.parallel.process_group, cookmind.cli) reads torchrun's variables
+    import cookmind
+
+    package = Path(cookmind.__file__).parent
+    reads = re.compile(r"""environ(\.get\(|\[)\s*["'](LOCAL_)?RANK["']""")
+    launch = ("cli.py", "parallel/process_group.py")
+    readers = sorted(
+        p.relative_to(package).as_posix()
+        for p in package.rglob("*.py")
+        if reads.search(p.read_text()) and p.relative_to(package).as_posix() not in launch
+    )
+    assert readers == [], readers
+
+
+@pytest.mark.parametrize(
+    "env, other",
+    [
+        ({}, False),  # one process
+        ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, False),
+        ({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}, True),
+        ({"WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "0"}, True),  # a second node's first rank: not rank 0
+        ({"WORLD_SIZE": "1", "RANK": "3"}, False),  # a stray RANK in a single process's environment
+    ],
+)
+def test_not_global_rank_zero_follows_torchruns_variables(monkeypatch, env, other):
+    from cookmind.cli import not_global_rank_zero
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert not_global_rank_zero() is other
+
+
+def test_the_run_directory_note_is_said_by_global_rank_zero_alone(monkeypatch, capsys, store, tmp_path):
+    def stopped(cfg):
+        raise cli._StoppedAtStart(signal.SIGTERM)
+
+    monkeypatch.setattr("cookmind.train.trainer.Trainer", stopped)
+    said = {}
+    for rank in ("0", "1"):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("LOCAL_RANK", "0")  # each rank the first of its node
+        args = _args("--train-data", str(store), "--run-dir", str(tmp_path / f"run{rank}"), *TINY)
+        assert cli.main(args) == 128 + signal.SIGTERM
+        said[rank] = capsys.readouterr().err
+    assert "run directory" in said["0"] and "run directory" not in said["1"]
+
+
 def test_a_stop_note_into_a_closed_stderr_does_not_end_the_run(monkeypatch):
     """The stop handler wrote its note by os.write with no guard: with stderr gone (`cookmind train ... 2>&1 | head`
     ended, a closed terminal) the handler raised BrokenPipeError into whatever the step was doing, and the run

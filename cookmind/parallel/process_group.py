@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from cookmind.cli import rank_name
 from cookmind.device import resolve_device
 
 
@@ -130,7 +131,7 @@ def tell_other_ranks(reason: str) -> None:
         store = _launcher_store()
         if store is None:
             return
-        said = f"rank {os.environ.get('RANK', '?')} (on {socket.gethostname()}) could not start: {reason}"
+        said = f"rank {rank_name()} (on {socket.gethostname()}) could not start: {reason}"
         store.compare_set(_FAILED, "", said)  # the first rank that failed is the one named
         failed = store.add(_FAILED_RANKS, 1)
         deadline = time.monotonic() + 10

@@ -6,7 +6,6 @@ Kept apart from the loop so a caller (the demo, a test, GRPO) can pass any part 
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import torch
 
+from cookmind.cli import not_global_rank_zero
 from cookmind.model.model_io import resolve_model_dir
 from cookmind.tokenizer.documents import tokenizer_identity
 from cookmind.train.config import TrainConfig, setting
@@ -67,7 +67,7 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
             # the run's config.yaml (and a resume from it) records the shape that trained, not the preset's
             shape = {k: getattr(model.config, k) for k in cfg.model if k not in RUNTIME_OPTIONS}
             replaced = {k: v for k, v in shape.items() if cfg.model[k] != v}
-            if replaced and os.environ.get("RANK", "0") == "0":
+            if replaced and not not_global_rank_zero():
                 print(
                     f"cookmind train: the model's shape comes from {setting('train.init_from', cfg.train.init_from)}: "
                     + ", ".join(f"{k} {v} (the preset said {cfg.model[k]})" for k, v in replaced.items()),

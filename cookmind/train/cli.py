@@ -25,7 +25,7 @@ import signal
 import time
 from pathlib import Path
 
-from cookmind.cli import a_nodes_other_rank, say
+from cookmind.cli import a_nodes_other_rank, not_global_rank_zero, rank_name, say
 
 
 def preset_names() -> list[str]:
@@ -409,7 +409,7 @@ def _lost_peer(exc: BaseException, when: str, run_dir, info) -> str | None:
 
     from cookmind.parallel.process_group import lost_peer_reason
 
-    rank, world = (info.rank, info.world_size) if info is not None else (os.environ.get("RANK", "?"), None)
+    rank, world = (info.rank, info.world_size) if info is not None else (rank_name(), None)
     if os.environ.get("COOKMIND_DEBUG"):  # the traceback, as for every other error
         return None
     if (world or int(os.environ.get("WORLD_SIZE", "1"))) < 2 or (reason := lost_peer_reason(exc)) is None:
@@ -468,7 +468,7 @@ def main(args: argparse.Namespace) -> int:
         if not a_nodes_other_rank():  # under torchrun once a node, as --help
             print(yaml.safe_dump(printable_config(cfg), sort_keys=False))
         return 0
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank takes rank 0's (the Trainer agrees it)
+    if not not_global_rank_zero():  # under torchrun every rank takes rank 0's (the Trainer agrees it)
         _note(f"run directory {cfg.logging.run_dir}")
         if saved := getattr(args, "resumed_settings", None):
             _note(f"settings from {saved} (the run being resumed), with this command's flags and overrides on top")
