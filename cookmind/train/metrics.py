@@ -70,17 +70,26 @@ class MetricsWriter:
     def rewind(self, step: int) -> list[int]:
         """Drop the rows logged after ``step``: a resume from the checkpoint at ``step`` trains those steps again, and
         an attempt killed between checkpoints logged them once already (the plots and report would read both). A
-        line a kill cut short goes too. Returns the steps of the rows dropped (rewritten atomically)."""
+        line a kill cut short (after the last end of line) goes too, as -1. Returns the steps of the rows dropped
+        (rewritten atomically). Any other line that is not JSON is damage, not a cut write: a ValueError names its
+        file:line, the file left as it was (its step is unknown, so dropping it may lose a row the resume keeps;
+        ``read_metrics`` refuses it too, at the run's report)."""
         if not self.enabled or not self.path.is_file():
             return []
         keep, dropped = [], []
-        for line in self.path.read_text().splitlines():
+        lines = self.path.read_text().split("\n")  # the last item: what follows the last newline ("" in a whole file)
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-            except ValueError:  # the last line of a killed write
-                dropped.append(-1)
+            except ValueError as exc:
+                if n < len(lines):
+                    raise ValueError(
+                        f"{self.path}:{n}: not a JSON row ({exc}), in the middle of the run's metrics, which the "
+                        "resume rewinds; fix or remove the line, then resume"
+                    ) from None
+                dropped.append(-1)  # the last line of a killed write
                 continue
             if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] > step:
                 dropped.append(record["step"])
