@@ -1978,3 +1978,20 @@ def test_a_sigterm_as_the_run_starts_says_it_stopped_before_its_first_step(tmp_p
         "cookmind train: SIGTERM came as the run was starting: stopped before its first step; nothing was saved"
     ), proc.stderr[-2000:]
     assert not run.exists()  # the run directory is made last, once the run can start
+
+
+def test_a_ctrl_c_as_the_run_starts_says_it_stopped_before_its_first_step(monkeypatch, capsys, tmp_path, store):
+    # a SIGTERM there said "stopped before its first step; nothing was saved", a Ctrl-C only "cookmind train:
+    # interrupted", leaving the user to guess whether a step ran or anything was saved
+    monkeypatch.delenv("COOKMIND_DEBUG", raising=False)
+
+    def ctrl_c(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "__init__", ctrl_c)
+    run = tmp_path / "run"
+    assert _train("--train-data", str(store), "--run-dir", str(run), *TINY) == 128 + signal.SIGINT
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "cookmind train: SIGINT came as the run was starting: stopped before its first step; nothing was saved"
+    )
+    assert not run.exists()

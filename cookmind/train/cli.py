@@ -11,7 +11,7 @@ RUN without one, and no --train-data, holds no run to resume: one line says so);
 names the runs searched, and a line names where it differs from the run found. Only an explicit --config with
 --run-dir replaces the run's config.yaml (a line names the settings that differ).
 Exit status: 0 completed, 2 bad input or a diverged run, 128 + N stopped by signal N (checkpoint saved; resume
-with --resume auto; a SIGTERM as the run starts stops it before its first step, nothing saved).
+with --resume auto; a SIGTERM or Ctrl-C as the run starts stops it before its first step, nothing saved).
 """
 
 from __future__ import annotations
@@ -439,7 +439,7 @@ class _StoppedAtStart(BaseException):
 @contextlib.contextmanager
 def _stopping_at_start():
     """SIGTERM raises ``_StoppedAtStart`` in the block (its default handler ended the process without a word), the
-    previous handler back after it. A Ctrl-C is a KeyboardInterrupt there already (cookmind.cli says it)."""
+    previous handler back after it. A Ctrl-C is a KeyboardInterrupt there already (``main`` says it alike)."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -477,13 +477,16 @@ def main(args: argparse.Namespace) -> int:
     try:
         with _stopping_at_start():
             trainer = Trainer(cfg)
-    except _StoppedAtStart as stop:
+    except (_StoppedAtStart, KeyboardInterrupt) as stop:  # a Ctrl-C got cookmind.cli's bare "interrupted"
+        if isinstance(stop, KeyboardInterrupt) and os.environ.get("COOKMIND_DEBUG"):
+            raise  # the traceback, as cookmind.cli shows it for a Ctrl-C
+        signum = getattr(stop, "signum", signal.SIGINT)
         if not a_nodes_other_rank():  # every rank got it: said once a node
             _note(
-                f"{signal.Signals(stop.signum).name} came as the run was starting: stopped before its first step; "
+                f"{signal.Signals(signum).name} came as the run was starting: stopped before its first step; "
                 "nothing was saved"
             )
-        return 128 + stop.signum
+        return 128 + signum
     except torch.OutOfMemoryError as exc:
         say("cookmind train", "error", _out_of_memory(exc, cfg, None))
         return 2
