@@ -961,3 +961,33 @@ def test_held_out_accuracy_shows_its_progress_and_grades_as_before(monkeypatch, 
     assert lines and lines[-1].startswith("held-out accuracy") and "5/5" in lines[-1], lines
     evaluate_accuracy(OracleLM(respond, marker="Answer:"), CharTok(), problems, cfg, progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_held_out_accuracy_hands_the_engine_several_chunks_a_call_and_answers_as_one_call(monkeypatch):
+    """evaluate_accuracy generated one grpo.rollout_chunk a call (for its bar), so the serving engine could not
+    refill the slots a chunk's short answers freed with the next chunk's problems; it hands it several chunks a call
+    now, and every response is the one a single call over all the problems gives (row i seeded i)."""
+    from lm_fixtures import tiny_lm
+    from test_align_fixtures import CharTok
+
+    from cookmind.align import objective
+    from cookmind.align.prompts import decode_response, encode_prompt
+
+    torch.manual_seed(0)
+    model = tiny_lm(vocab_size=256)
+    tok = CharTok()
+    problems = [{"question": f"What is {n} plus {n % 3}?", "answer": f"#### {n + n % 3}"} for n in range(9)]
+    cfg = GRPOConfig(max_new_tokens=6, template="plain", rollout_chunk=2, engine="serving")
+    calls = []
+
+    def recorded(model, prompts, params, tokenizer=None, **kw):
+        calls.append(len(prompts))
+        return generate_ids(model, prompts, params, tokenizer, **kw)
+
+    monkeypatch.setattr(objective, "generate_ids", recorded)
+    held = objective.evaluate_accuracy(model, tok, problems, cfg)
+    assert sum(calls) == 9 and max(calls) > cfg.rollout_chunk, calls
+    ids = [encode_prompt(tok, p["question"], cfg.template) for p in problems]
+    params = sampling_params(cfg, tok, seed=0, greedy=True)
+    one = generate_ids(model, ids, params, tok, batch_size=cfg.rollout_chunk, engine="serving")
+    assert held["responses"] == [decode_response(tok, o) for o in one]

@@ -261,6 +261,9 @@ def load_problems(path: str | Path, key: str = "grpo.problems") -> list[dict[str
     return rows
 
 
+EVAL_CHUNKS_A_CALL = 8  # grpo.rollout_chunk's a generation call of the held-out evaluation (its bar moves per call)
+
+
 def evaluate_accuracy(
     model, tokenizer, problems, cfg: GRPOConfig, reward_fn=None, progress: bool = False
 ) -> dict[str, Any]:
@@ -276,10 +279,13 @@ def evaluate_accuracy(
     params = sampling_params(cfg, tokenizer, seed=0, greedy=True)
     options = rollout_options(cfg, model)
     outs: list[list[int]] = []
-    # a chunk of rows at a time for the bar; row i keeps seed i (0 + i, as in one call)
+    # EVAL_CHUNKS_A_CALL chunks of rows a call, for the bar: the engine refills the slots short answers free with the
+    # next chunk's problems (a chunk a call left them idle until its longest answer ended); row i keeps seed i (0 + i,
+    # as in one call)
+    rows = options["batch_size"] * EVAL_CHUNKS_A_CALL
     with progress_bar(total=len(ids), desc="held-out accuracy", unit="problem", leave=False, enabled=progress) as bar:
-        for start in range(0, len(ids), options["batch_size"]):
-            chunk = ids[start : start + options["batch_size"]]
+        for start in range(0, len(ids), rows):
+            chunk = ids[start : start + rows]
             outs += generate_ids(model, chunk, params.replace(seed=start), tokenizer, **options)
             bar.update(len(chunk))
     model.train(was_training)
