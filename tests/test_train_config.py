@@ -79,3 +79,18 @@ def test_a_window_longer_than_the_presets_context_is_left_to_the_init_from_model
         TrainConfig.load(
             "tiny-cpu", ["train.init_from=runs/sft", "model.max_position_embeddings=128", "data.window_size=300"]
         )
+
+
+@pytest.mark.parametrize(
+    "where", [["train.device=cpu"], ["parallel.backend=gloo"], ["train.device=cpu", "parallel.backend=auto"]]
+)
+def test_bf16_gradient_reduction_through_torchs_ddp_on_gloo_is_refused_at_load(where):
+    # torch's bf16 hook needs NCCL: the run was refused only once its model was built (wrap_data_parallel)
+    with pytest.raises(ValueError) as e:
+        TrainConfig.load(None, ["parallel.reduce_dtype=bf16", *where])
+    line = str(e.value)
+    assert line.startswith("parallel.reduce_dtype=bf16 with parallel.ddp=torch needs the NCCL backend"), line
+    assert "parallel.ddp=ours" in line and "parallel.reduce_dtype=fp32" in line and "\n" not in line
+    # ours reduces in bf16 on any backend; on CUDA the backend is NCCL
+    TrainConfig.load(None, ["parallel.reduce_dtype=bf16", "parallel.ddp=ours", *where])
+    TrainConfig.load(None, ["parallel.reduce_dtype=bf16", "train.device=cuda", "parallel.backend=nccl"])

@@ -310,6 +310,7 @@ class TrainConfig:
         _choice("dpo.loss", self.dpo.loss, ("sigmoid", "ipo"))
         _choice("parallel.ddp", self.parallel.ddp, ("torch", "ours"))
         _choice("parallel.backend", self.parallel.backend, ("auto", "gloo", "nccl"))
+        _check_reduce_dtype(self)
         if self.parallel.fsdp:
             _check_fsdp(self)
         if self.train.master_weights == "true":
@@ -545,6 +546,25 @@ def coerce_value(value: Any, tp: Any, where: str) -> Any:
             raise ValueError(f"{where}: expected a string, got {value!r}")
         return str(value)
     return value
+
+
+def _check_reduce_dtype(cfg: TrainConfig) -> None:
+    """parallel.reduce_dtype=bf16 through torch's DDP (its bf16 hook) needs NCCL: refused where the config says the
+    backend is gloo (parallel.backend=gloo, or auto on train.device=cpu), not once the model is built. A train.device
+    of auto on a machine without CUDA is only known there (``wrap_data_parallel`` refuses it)."""
+    p = cfg.parallel
+    if p.fsdp or p.ddp != "torch" or p.reduce_dtype != "bf16":
+        return
+    if p.backend == "gloo":
+        runs = "parallel.backend=gloo"
+    elif p.backend == "auto" and str(cfg.train.device).split(":")[0] == "cpu":
+        runs = "train.device=cpu runs parallel.backend=auto as gloo"
+    else:
+        return
+    raise ValueError(
+        f"parallel.reduce_dtype=bf16 with parallel.ddp=torch needs the NCCL backend (torch's bf16 hook), and "
+        f"{runs}; use parallel.ddp=ours, which reduces in bf16 on any backend, or parallel.reduce_dtype=fp32"
+    )
 
 
 def _check_fsdp(cfg: TrainConfig) -> None:
