@@ -1995,3 +1995,25 @@ def test_a_ctrl_c_as_the_run_starts_says_it_stopped_before_its_first_step(monkey
         "cookmind train: SIGINT came as the run was starting: stopped before its first step; nothing was saved"
     )
     assert not run.exists()
+
+
+def test_a_floor_ratio_a_constant_schedule_never_reaches_is_noted(monkeypatch, capsys, store, tmp_path):
+    # optim.min_lr_ratio is the cosine's floor: given with optim.schedule=constant it was taken and ignored, saying
+    # nothing (a note, not a refusal: a resume that follows the schedule warning's advice repeats its command with
+    # optim.schedule=constant added)
+    def stopped(cfg):
+        raise cli._StoppedAtStart(signal.SIGTERM)
+
+    monkeypatch.setattr("cookmind.train.trainer.Trainer", stopped)
+    said = {}
+    for schedule in ("constant", "cosine"):
+        args = _args("--train-data", str(store), "--run-dir", str(tmp_path / schedule), *TINY)
+        args.overrides += [f"optim.schedule={schedule}", "optim.min_lr_ratio=0.05"]
+        assert cli.main(args) == 128 + signal.SIGTERM
+        said[schedule] = capsys.readouterr().err
+    assert (
+        "cookmind train: optim.min_lr_ratio=0.05 changes nothing with optim.schedule=constant (the learning rate "
+        "stays at optim.lr after its warmup; the ratio is the cosine schedule's floor): set optim.schedule=cosine to "
+        "decay to it, or leave it out\n"
+    ) in said["constant"]
+    assert "min_lr_ratio" not in said["cosine"]

@@ -165,6 +165,7 @@ def resolve_config(args: argparse.Namespace):
                 )
             cfg = run
     refuse_unread_overrides(cfg, list(args.overrides))  # the config the run trains on: a found run's, where one is
+    args.schedule_notes = schedule_notes(cfg, list(args.overrides))
     return cfg
 
 
@@ -228,6 +229,21 @@ def refuse_unread_overrides(cfg, overrides: list[str]) -> None:
                 f"override {item!r}: changes nothing without grpo.eval_problems (the held-out problems it applies "
                 "to); add grpo.eval_problems=FILE, or leave it out"
             )
+
+
+def schedule_notes(cfg, overrides: list[str]) -> list[str]:
+    """Lines for schedule overrides the run takes but that change nothing: ``optim.min_lr_ratio`` (the cosine's floor)
+    with ``optim.schedule=constant``. Notes, not refusals: a resume following the schedule warning's advice repeats
+    its command with ``optim.schedule=constant`` added."""
+    notes = []
+    for item in overrides:
+        if item.partition("=")[0].strip() == "optim.min_lr_ratio" and cfg.optim.schedule == "constant":
+            notes.append(
+                f"{item.strip()} changes nothing with optim.schedule=constant (the learning rate stays at optim.lr "
+                "after its warmup; the ratio is the cosine schedule's floor): set optim.schedule=cosine to decay to "
+                "it, or leave it out"
+            )
+    return notes
 
 
 def printable_config(cfg) -> dict:
@@ -473,6 +489,8 @@ def main(args: argparse.Namespace) -> int:
         if saved := getattr(args, "resumed_settings", None):
             _note(f"settings from {saved} (the run being resumed), with this command's flags and overrides on top")
         if note := getattr(args, "settings_note", None):
+            _note(note)
+        for note in getattr(args, "schedule_notes", []):
             _note(note)
     try:
         with _stopping_at_start():
