@@ -243,14 +243,22 @@ def test_a_plot_the_new_report_does_not_draw_is_removed_only_where_our_report_ha
 def test_a_resume_refuses_a_malformed_middle_line_of_metrics_jsonl_naming_it(tmp_path):
     # rewind took any line json could not read for the cut last line of a killed write and dropped it: a damaged row
     # in the middle went silently (its step unknown, it may be one the resume keeps). Only the part after the last
-    # end of line is a cut write; any other bad line is named by file:line and the file is left as it was
+    # end of line is a cut write; a bad line before the rows dropped is refused by file:line, the file as it was
     path = tmp_path / "metrics.jsonl"
     rows = [json.dumps({"step": s, "split": "train", "loss": 1.0}) for s in (1, 2, 3, 4)]
     text = "\n".join([rows[0], "{not json", *rows[1:]]) + "\n"
     path.write_text(text)
-    with pytest.raises(ValueError, match=rf"^{path}:2: not a JSON row .*fix or remove the line"):
+    with pytest.raises(ValueError, match=rf"^{path}:2: not a JSON row .*a resume from step 2 keeps; fix or remove"):
         MetricsWriter(path).rewind(2)
     assert path.read_text() == text
+    # one among the rows the resume drops (after a row past the step: rows are logged in step order) goes with them,
+    # named; so does one where the resume keeps no step (an attempt that saved no checkpoint)
+    for step, want in ((2, [3, -1, 4]), (-1, [1, 2, 3, -1, 4])):
+        bad = "\n".join([*rows[:3], "{not json", rows[3]]) + "\n"
+        path.write_text(bad)
+        with pytest.warns(UserWarning, match=rf"^{path}:4: not a JSON row .*dropped with the rows logged after step "):
+            assert MetricsWriter(path).rewind(step) == want
+        assert path.read_text() == "".join(r + "\n" for r in rows[: max(step, 0)])
     # a cut last line (no end of line) still goes, with the rows after the step
     path.write_text("\n".join(rows) + '\n{"step": 5, "spl')
     assert MetricsWriter(path).rewind(2) == [3, 4, -1]

@@ -71,9 +71,11 @@ class MetricsWriter:
         """Drop the rows logged after ``step``: a resume from the checkpoint at ``step`` trains those steps again, and
         an attempt killed between checkpoints logged them once already (the plots and report would read both). A
         line a kill cut short (after the last end of line) goes too, as -1. Returns the steps of the rows dropped
-        (rewritten atomically). Any other line that is not JSON is damage, not a cut write: a ValueError names its
-        file:line, the file left as it was (its step is unknown, so dropping it may lose a row the resume keeps;
-        ``read_metrics`` refuses it too, at the run's report)."""
+        (rewritten atomically). Any other line that is not JSON is damage, not a cut write: among the rows dropped
+        (after one logged past ``step``: rows are logged in step order; or every step dropped, ``step`` below 0) it
+        goes with them, -1 too, a warning naming its file:line; before them its step is unknown and dropping it may
+        lose a row the resume keeps, so a ValueError names its file:line, the file left as it was (``read_metrics``
+        refuses it too, at the run's report)."""
         if not self.enabled or not self.path.is_file():
             return []
         keep, dropped = [], []
@@ -84,12 +86,19 @@ class MetricsWriter:
             try:
                 record = json.loads(line)
             except ValueError as exc:
-                if n < len(lines):
+                if n < len(lines) and step >= 0 and not any(s >= 0 for s in dropped):
                     raise ValueError(
-                        f"{self.path}:{n}: not a JSON row ({exc}), in the middle of the run's metrics, which the "
-                        "resume rewinds; fix or remove the line, then resume"
+                        f"{self.path}:{n}: not a JSON row ({exc}), among the rows a resume from step {step} keeps; "
+                        "fix or remove the line, then resume"
                     ) from None
-                dropped.append(-1)  # the last line of a killed write
+                if n < len(lines):
+                    import warnings
+
+                    warnings.warn(
+                        f"{self.path}:{n}: not a JSON row ({exc}); dropped with the rows logged after step {step}",
+                        stacklevel=2,
+                    )
+                dropped.append(-1)  # the last line of a killed write, or a damaged one among those dropped
                 continue
             if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] > step:
                 dropped.append(record["step"])
