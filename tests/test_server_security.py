@@ -152,6 +152,10 @@ class SlowTokenizer:
         time.sleep(self.delay)
         return self._tok.render(*args, **kw)
 
+    def render_prompt(self, *args, **kw):  # what the chat route renders with
+        time.sleep(self.delay)
+        return self._tok.render_prompt(*args, **kw)
+
 
 @pytest.mark.parametrize("route", ["chat", "completions"])
 def test_tokenizing_does_not_stall_other_requests(tok, model, route):

@@ -92,7 +92,7 @@ def encode_prompt(tokenizer, question: str, template: str) -> list[int]:
                 messages, add_generation_prompt=True, sanitize_control_tokens=True, return_dict=False
             )
         )
-    return list(tokenizer.render(messages, add_generation_prompt=True)[0])
+    return list(tokenizer.render_prompt(messages))
 
 
 def decode_ids(tokenizer, ids) -> str:

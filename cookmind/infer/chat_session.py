@@ -69,7 +69,7 @@ class ChatSession:
         budget = reply_budget(self.cfg.max_new_tokens, context)
         self.dropped = 0
         while True:
-            prompt = self.tokenizer.render(self.messages(), add_generation_prompt=True)[0]
+            prompt = self.tokenizer.render_prompt(self.messages())
             room = context - len(prompt)
             if room >= budget or len(self.history) == 1:  # the newest message alone: kept while it leaves any room
                 break

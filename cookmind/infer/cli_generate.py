@@ -212,7 +212,7 @@ def main(args: argparse.Namespace) -> int:
             msgs = ([{"role": "system", "content": args.system}] if args.system else []) + [
                 {"role": "user", "content": text}
             ]
-            prompts.append(tok.render(msgs, add_generation_prompt=True)[0])
+            prompts.append(tok.render_prompt(msgs))
         else:
             prompts.append(prompt_ids(tok, text))  # Llama's <s> first, as the model's documents began
     context = model.config.max_position_embeddings

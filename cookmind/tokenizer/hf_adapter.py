@@ -156,6 +156,12 @@ class HFTokenizerAdapter:
             self._check_generation_prompt(messages, turns[0], tools)
         return ids, self._turn_diff_mask(messages, turns, ids, tools, add_generation_prompt)
 
+    def render_prompt(self, messages, tools=None) -> list[int]:
+        """The prompt ids for the assistant's next turn, as transformers' ``apply_chat_template(...,
+        add_generation_prompt=True)``: one render, no training mask (``render``'s prefix renders per assistant turn
+        made a reply's prompt quadratic in the conversation, and refused a template that rewrites earlier turns)."""
+        return self._ids(messages, True, tools)
+
     def _ids(self, messages, add_generation_prompt: bool = False, tools=None) -> list[int]:
         # special tokens only from the template: transformers wraps those typed in the messages and encodes them as text
         return list(

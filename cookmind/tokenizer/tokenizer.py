@@ -389,6 +389,11 @@ class Tokenizer:
             pos = b
         return ids, mask
 
+    def render_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:
+        """The prompt ids for the assistant's next turn (``render``'s with the generation prompt): what inference
+        asks for, as of ``HFTokenizerAdapter.render_prompt``."""
+        return self.render(messages, True, tools)[0]
+
     def _render_span(
         self, text: str, start: int, end: int, charmask: bytearray, changes: list[int], ids: list[int], mask: list[int]
     ) -> None:

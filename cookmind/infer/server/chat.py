@@ -50,7 +50,7 @@ def _render(tokenizer, req: ChatCompletionRequest, choice: ToolChoice) -> list[i
         if m.tool_calls:
             d["tool_calls"] = m.tool_calls
         messages.append(d)
-    return tokenizer.render(messages, add_generation_prompt=True, tools=req.tools if choice.parses else None)[0]
+    return tokenizer.render_prompt(messages, tools=req.tools if choice.parses else None)
 
 
 def _tool_grammar(req: ChatCompletionRequest, choice: ToolChoice) -> str | None:
