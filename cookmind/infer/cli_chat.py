@@ -202,7 +202,11 @@ def main(args: argparse.Namespace) -> int:
     model, tok = load_for_inference(args.model, str(device), inference_dtype(args.dtype, device), args.tokenizer)
     cfg = sampling_params(args, stop_strings=tuple(args.stop))  # matched on the reply's text: ChatSession.send
     if args.system:  # else every message was refused, each told to be shorter
-        n = len(tok.render([{"role": "system", "content": args.system}], add_generation_prompt=True)[0])
+        try:
+            n = len(tok.render_prompt([{"role": "system", "content": args.system}]))
+        except ValueError as exc:  # a template that leaves the system message out: every message would be refused
+            say("cookmind chat", "error", f"--system: {exc}")
+            return 2
         context = model.config.max_position_embeddings
         if n >= context:
             say(

@@ -68,19 +68,20 @@ class HFTokenizerAdapter:
         except Exception:  # noqa: BLE001 - a template that cannot render a chat says why when pack renders one
             return False
 
-    def left_out(self, messages, tools=None) -> str | None:
+    def left_out(self, messages, tools=None, *, prompt: bool = False) -> str | None:
         """What of a chat its template leaves out of its render (a system or tool message of a template that renders
         only user and assistant turns, a reasoning_content it reads no such field for, tool calls, tool schemas), the
         first said as a record's error with what to do; None when it renders every part. pack refuses such a record:
-        the part would be missing from the training text without a word."""
-        text = self.hf.apply_chat_template(messages, tools=tools, tokenize=False)
+        the part would be missing from the training text without a word. ``prompt``: a prompt for a reply, where
+        only a system or tool message and the tool schemas are asked after (a template may drop past reasoning)."""
+        text = self.hf.apply_chat_template(messages, tools=tools, add_generation_prompt=prompt, tokenize=False)
         missing = "is not in the chat template's render (the template does not render it, and it would be left out "
-        missing += "of the training text)"
+        missing += "of the prompt: the model would answer as if it had read it)" if prompt else "of the training text)"
         for k, m in enumerate(messages, 1):
-            if not isinstance(m, dict):
+            if not isinstance(m, dict) or (prompt and m.get("role") not in ("system", "tool")):
                 continue
             role = m.get("role")
-            for key in ("content", "reasoning_content"):
+            for key in ("content",) if prompt else ("content", "reasoning_content"):
                 value = m.get(key)
                 if isinstance(value, str) and value.strip() and value.strip() not in text:
                     fix = (
@@ -159,7 +160,11 @@ class HFTokenizerAdapter:
     def render_prompt(self, messages, tools=None) -> list[int]:
         """The prompt ids for the assistant's next turn, as transformers' ``apply_chat_template(...,
         add_generation_prompt=True)``: one render, no training mask (``render``'s prefix renders per assistant turn
-        made a reply's prompt quadratic in the conversation, and refused a template that rewrites earlier turns)."""
+        made a reply's prompt quadratic in the conversation, and refused a template that rewrites earlier turns). A
+        system or tool message, or a tool schema, the template leaves out is refused (``left_out``), not answered as
+        if read."""
+        if why := self.left_out(messages, tools, prompt=True):
+            raise TokenizerError(why)
         return self._ids(messages, True, tools)
 
     def _ids(self, messages, add_generation_prompt: bool = False, tools=None) -> list[int]:
