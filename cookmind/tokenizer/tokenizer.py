@@ -539,29 +539,27 @@ class Tokenizer:
 
 
 def tokenizer_files(directory: str | os.PathLike) -> list[Path]:
-    """The tokenizer files in ``directory``: ours and the Hugging Face / GPT-2 files ``Tokenizer.load`` reads or
-    ``Tokenizer.save`` writes beside ours. An output written over one of them destroys the tokenizer."""
+    """The tokenizer files in ``directory``: ours and the Hugging Face / GPT-2 / SentencePiece files beside it
+    (``files.TOKENIZER_FILES``: its chat_template.jinja, tokenizer.model, generation settings too). An output written
+    over one of them destroys the tokenizer."""
+    from cookmind.tokenizer.files import TOKENIZER_FILES
+
     directory = Path(directory)
-    names = (
-        FILE_NAME,
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "vocab.json",
-        "merges.txt",
-    )
-    return [directory / n for n in names if (directory / n).is_file()]
+    return [directory / n for n in TOKENIZER_FILES if (directory / n).is_file()]
 
 
-def _carried_tokenizer(model_dir: Path) -> Tokenizer | None:
+def _carried_tokenizer(model_dir: Path):
     """The tokenizer a model folder carries: a checkpoint's cookmind_tokenizer.json, or a Hugging Face model's own
-    tokenizer.json where it reads as a byte-level BPE (one that does not cannot be compared: None)."""
+    tokenizer.json, ours where it reads as a byte-level BPE, else read through transformers (a SentencePiece-style
+    BPE, compared by its fingerprint as ours); None when neither reads it (it cannot be compared)."""
     if (model_dir / FILE_NAME).is_file():
         return Tokenizer.load(model_dir)
     if (model_dir / "tokenizer.json").is_file():
+        from cookmind.tokenizer.hf_adapter import load_tokenizer
+
         try:
-            return Tokenizer.load(model_dir)
-        except (TokenizerError, ValueError, KeyError):
+            return load_tokenizer(model_dir)
+        except (TokenizerError, ValueError, KeyError, OSError):
             return None
     return None
 
@@ -574,8 +572,8 @@ def check_carried_tokenizer(model_dir: str | os.PathLike, tokenizer, *, model: s
     ``data.tokenizer=tok``), ``hint`` says what to do. Another tokenizer is one with another fingerprint, or one
     that opens or ends a document with other ids (``documents.document_framing``, which the fingerprint does not
     cover: the model learned one framing and would be prompted with the other). Nothing is checked when the
-    checkpoint carries no tokenizer (or one that is no byte-level BPE) or ``tokenizer`` has no fingerprint (a Hugging
-    Face tokenizer object).
+    checkpoint carries no tokenizer (or one neither cookmind nor transformers reads) or ``tokenizer`` has no
+    fingerprint (a Hugging Face tokenizer object).
     """
     from cookmind.tokenizer.documents import tokenizer_identity
 
