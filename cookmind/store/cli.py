@@ -102,6 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sft: probability of dropping an empty <think></think> block (default 0: kept)",
     )
     parser.add_argument(
+        "--split-turns",
+        action="store_true",
+        help="sft: each assistant turn of a chat its own record, the chat before it rendered as the prompt it "
+        "answers at inference (add_generation_prompt), so each turn trains in the context it is generated in; for "
+        "chat templates that render earlier turns otherwise once more follow (Qwen3's drops past reasoning)",
+    )
+    parser.add_argument(
         "--val-fraction",
         type=float_in(0, 1),
         default=None,
@@ -161,6 +168,7 @@ def main(args: argparse.Namespace) -> int:
             val_out=args.val_out,
             utf8_errors=args.utf8_errors,
             skipped=skips,
+            split_turns=args.split_turns,
         )
     except (PackError, StoreError, ValueError, OSError) as exc:  # ValueError covers TokenizerError
         from cookmind.cli import os_error_line, say
@@ -170,10 +178,12 @@ def main(args: argparse.Namespace) -> int:
     from cookmind.terminal import show
 
     split = meta.get("split")
+    turns = meta["pack"].get("split_turns")
     empty = meta.get("empty_records", 0) + (_meta(args.val_out).get("empty_records", 0) if split else 0)
     show(  # a line for a person (the store's meta.json is the record): it quotes paths and the first bad line's file
         f"packed {meta['num_records']:,} {args.train_type} records, {meta['num_tokens']:,} tokens, "
         f"{len(meta['shards'])} shard(s) -> {args.out} ({meta['format']})"
+        + (f" ({turns['chats']:,} chats became {turns['records']:,} records, one an assistant turn)" if turns else "")
         + (
             f"; {split['val_records']:,} held out{_asked(split)} ({_num_tokens(args.val_out):,} tokens) -> "
             f"{args.val_out}"

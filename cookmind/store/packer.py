@@ -183,6 +183,7 @@ def _check_flags_apply(
         "--add-system-ratio": "sft",
         "--drop-empty-think-ratio": "sft",
         "--prompt-template": "grpo",
+        "--split-turns": "sft",
     }
     for flag, for_type in only.items():
         if given.get(flag) and train_type != for_type:
@@ -296,6 +297,7 @@ def pack(
     val_out=None,
     utf8_errors: str = "strict",
     skipped: SkippedRecords | None = None,
+    split_turns: bool = False,
 ) -> dict:
     """Pack ``inputs`` into a ``train_type`` store at ``out``; return the store's ``meta.json`` dict.
 
@@ -312,6 +314,8 @@ def pack(
     --utf8-errors replace`` does); "strict" makes them an error naming file:line (a bad JSON line, with ``skip_bad``,
     is skipped and counted). ``text_field`` (default "text"), ``separator`` (default ``<|endoftext|>``) and
     ``prompt_template`` (default "chat") are None when not given: a given one the pack would not read is refused.
+    ``split_turns`` (sft): each assistant turn of a chat its own record, the chat before it rendered as the prompt
+    it answers at inference; meta.json's pack.split_turns says how many chats became how many records.
     """
     if utf8_errors not in ("strict", "replace"):
         raise PackError(f"--utf8-errors {utf8_errors!r}: choose strict or replace")
@@ -363,13 +367,16 @@ def pack(
         "--add-system-ratio": add_system_ratio > 0,
         "--drop-empty-think-ratio": drop_empty_think_ratio > 0,
         "--prompt-template": prompt_template is not None,
+        "--split-turns": split_turns,
     }
     _check_flags_apply(train_type, given, inputs, separator, one_per_line)
     _check_inputs_hold_records(train_type, inputs)
     text_field = "text" if text_field is None else text_field
     separator = "<|endoftext|>" if separator is None else separator
     prompt_template = "chat" if prompt_template is None else prompt_template
-    opts = RecordOptions(train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed)
+    opts = RecordOptions(
+        train_type, text_field, prompt_template, add_system_ratio, drop_empty_think_ratio, seed, split_turns
+    )
     tok = _load_tokenizer(tokenizer)
     _check_options(opts, tok, tokenizer)
     if isinstance(tokenizer, (str, Path)):
@@ -445,6 +452,7 @@ def pack(
         writers.append(val_writer)
     held_out = random.Random(f"{seed}:val")
     per_store = Counter()
+    chats = 0  # items whose turns became records (split_turns)
     pool = None
     start = time.perf_counter()
     total = (to_read or sum(estimate_items(p, separator, one_per_line) for p in inputs)) if progress else None
@@ -489,14 +497,17 @@ def pack(
                 if isinstance(record, str) and record == EMPTY:
                     empty[store] += 1
                     continue
+                records = record if isinstance(record, list) else [record]  # a chat's turns (split_turns)
                 try:
-                    into.add(record)
+                    for one in records:
+                        into.add(one)
                 except ValueError as exc:
                     mixed = train_type == "grpo" and "a grpo store holds one kind" in str(exc)
                     hint = ", or pass --skip-bad to keep the input's more common kind and skip and count the other"
                     raise PackError(f"{at}: {exc}{hint * mixed}") from None
-                per_source[store][source] += 1
-                per_store[store] += 1
+                chats += 1
+                per_source[store][source] += len(records)
+                per_store[store] += len(records)
             bar.update(len(chunk))
             elapsed = time.perf_counter() - start
             written = sum(w.num_tokens + w._buf_tokens for w in writers)
@@ -525,6 +536,7 @@ def pack(
                 "seed": seed,
                 "utf8_errors": utf8_errors,
                 **({"invalid_utf8": replaced.as_meta()} if utf8_errors == "replace" else {}),
+                **({"split_turns": {"chats": chats, "records": sum(per_store.values())}} if split_turns else {}),
             },
         }
         if note := text_input.bad_utf8_note(replaced, "input file(s)", "pack again to keep their characters"):

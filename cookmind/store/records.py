@@ -95,6 +95,7 @@ class RecordOptions:
     add_system_ratio: float = 0.0
     drop_empty_think_ratio: float = 0.0
     seed: int = 0
+    split_turns: bool = False  # sft: each assistant turn its own record, in the context it is generated in
 
 
 def parse(item: Item) -> object:
@@ -251,34 +252,40 @@ def _augment(messages: list[dict], opts: RecordOptions, rng: random.Random) -> l
     return messages
 
 
-def _render(tok, messages, tools=None, add_generation_prompt=False) -> tuple[np.ndarray, np.ndarray]:
+def _render(tok, messages, tools=None, add_generation_prompt=False, last_turn=False) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, mask) of a chat as a record; ``last_turn``: the mask on its last message alone (an assistant turn), the
+    chat before it rendered as the prompt it answers at inference (``render_last_turn``)."""
     try:
-        ids, mask = tok.render(messages, add_generation_prompt=add_generation_prompt, tools=tools)
+        if last_turn:
+            ids, mask = tok.render_last_turn(messages, tools=tools)
+        else:
+            ids, mask = tok.render(messages, add_generation_prompt=add_generation_prompt, tools=tools)
     except BadRecord:
         raise
     except ValueError as exc:  # the chat template refused the messages (e.g. a malformed tool call)
         raise BadRecord(f"invalid record: {exc}") from None
     # a Hugging Face template may render only some parts of a chat (ours renders every one): none is dropped unsaid
     left_out = getattr(tok, "left_out", None)
+    if last_turn:  # earlier turns' reasoning is the template's to drop (Qwen3's does): the model never sees it then
+        messages = [_without_reasoning(m) for m in messages[:-1]] + [messages[-1]]
     if left_out is not None and (what := left_out(messages, tools=tools)):
         raise BadRecord(what)
     return np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=np.uint8)
 
 
-def last_turn_mask(tok, messages: list[dict], ids: np.ndarray, mask: np.ndarray, tools=None) -> np.ndarray:
-    """The assistant mask kept only on the last assistant message (the response of a preference pair)."""
-    prefix, _ = _render(tok, messages[:-1], tools=tools)
-    out = mask.copy()
-    if len(prefix) <= len(ids) and np.array_equal(ids[: len(prefix)], prefix):
-        out[: len(prefix)] = 0
-        return out
-    # template not prefix-stable: keep the last contiguous run of ones
-    ones = np.nonzero(mask)[0]
-    if len(ones):
-        gaps = np.nonzero(np.diff(ones) > 1)[0]
-        start = ones[gaps[-1] + 1] if len(gaps) else ones[0]
-        out[:start] = 0
-    return out
+def _without_reasoning(message: dict) -> dict:
+    return {k: v for k, v in message.items() if k != "reasoning_content"}
+
+
+def _render_prompt(tok, messages, tools=None) -> np.ndarray:
+    """The ids of a prompt for the assistant's next turn (``render_prompt``: no training mask to compute)."""
+    try:
+        ids = tok.render_prompt(messages, tools=tools)
+    except BadRecord:
+        raise
+    except ValueError as exc:
+        raise BadRecord(f"invalid record: {exc}") from None  # a system message the template leaves out, too
+    return np.asarray(ids, dtype=np.int64)
 
 
 def reference_text(value, field: str = "answer") -> str:
@@ -348,7 +355,16 @@ def make_sft(obj, tok, opts: RecordOptions, rng: random.Random) -> dict[str, np.
         _check_beside_chat(obj, key, messages)  # after the chat's own check: a bad chat is said as such
     messages = reasoning_from_content(messages, tok)
     messages = _augment(messages, opts, rng)
-    ids, mask = _render(tok, messages, tools=_tools(obj, messages))
+    tools = _tools(obj, messages)
+    if opts.split_turns:  # each assistant turn after the chat before it, as the model sees it when it writes the turn
+        records = []
+        for i in (i for i, m in enumerate(messages) if m["role"] == "assistant"):
+            ids, mask = _render(tok, messages[: i + 1], tools=tools, last_turn=True)
+            if not mask.any():
+                raise BadRecord(f"the chat template marked no token of message {i + 1} (assistant)")
+            records.append({"sequence": ids, "loss_mask": mask})
+        return records
+    ids, mask = _render(tok, messages, tools=tools)
     if not mask.any():
         raise BadRecord("the chat template marked no assistant token")
     return {"sequence": ids, "loss_mask": mask}
@@ -393,9 +409,8 @@ def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
         asked[side] = messages[:-1]
         if whole and "prompt" in obj:
             _check_restated_prompt(obj["prompt"], chat[:-1], side)
-        ids, mask = _render(tok, messages, tools=obj.get("tools"))
-        record[side] = ids
-        record[f"{side}_mask"] = last_turn_mask(tok, messages, ids, mask, tools=obj.get("tools"))
+        # the answer's tokens past its prompt with the generation prompt, as at inference
+        record[side], record[f"{side}_mask"] = _render(tok, messages, tools=obj.get("tools"), last_turn=True)
         if not record[f"{side}_mask"].any():
             raise BadRecord(f"{side}: the chat template marked no response token")
     if asked["chosen"] != asked["rejected"]:  # DPO compares two answers to one prompt
@@ -413,10 +428,10 @@ def make_dpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
 def _prompt_ids(question, tok, opts: RecordOptions, field: str = "prompt") -> np.ndarray:
     if isinstance(question, list):
         messages = check_messages(question, need_assistant=False)
-        return _render(tok, messages, add_generation_prompt=True)[0]
+        return _render_prompt(tok, messages)
     question = _text(question, field)
     if opts.prompt_template == "chat":
-        return _render(tok, [{"role": "user", "content": question}], add_generation_prompt=True)[0]
+        return _render_prompt(tok, [{"role": "user", "content": question}])
     return np.asarray(prompt_ids(tok, _prompt_text(question, opts)), dtype=np.int64)  # a document's start first
 
 
@@ -445,7 +460,7 @@ def make_grpo(obj, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
     if isinstance(question, list) or opts.prompt_template == "chat":  # the response is the chat's assistant turn
         asked = question if isinstance(question, list) else [{"role": "user", "content": question}]
         chat = [*check_messages(asked, need_assistant=False), {"role": "assistant", "content": response}]
-        ids, mask = _render(tok, reasoning_from_content(chat, tok))
+        ids, mask = _render(tok, reasoning_from_content(chat, tok), last_turn=True)
         n = len(prompt)
         if not np.array_equal(ids[:n], prompt):
             raise BadRecord(
@@ -533,8 +548,9 @@ def _read_by(kind: str) -> str:
     return f"it looks like {kind} data, which `cookmind pack --train-type {kind}` reads"
 
 
-def make_record(item: Item, tok, opts: RecordOptions) -> dict[str, np.ndarray]:
-    """The store record for one item (seq: the document's ids, framed by ``document_ids``)."""
+def make_record(item: Item, tok, opts: RecordOptions) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+    """The store record for one item (seq: the document's ids, framed by ``document_ids``); sft with
+    ``split_turns``: a list of them, one an assistant turn."""
     obj = parse(item)
     if opts.train_type == "seq":
         return {"sequence": np.asarray(document_ids(tok, tok.encode(make_seq(obj, tok, opts))), dtype=np.int64)}

@@ -157,6 +157,25 @@ class HFTokenizerAdapter:
             self._check_generation_prompt(messages, turns[0], tools)
         return ids, self._turn_diff_mask(messages, turns, ids, tools, add_generation_prompt)
 
+    def render_last_turn(self, messages, tools=None):
+        """(ids, mask) of a chat that ends with an assistant turn, the mask on that turn alone: its tokens past the
+        render of the messages before it with the generation prompt (the prompt it answers at inference) through its
+        end-of-turn token, as ``render`` marks each turn. Only that one prefix is rendered, so a template that
+        rewrites earlier turns once more follow (Qwen3's drops past reasoning) is read as it is at inference: pack's
+        --split-turns and a preference pair's answer."""
+        if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
+            raise TokenizerError("the chat's last message is not the assistant's: there is no last turn to mark")
+        ids, last = self._ids(messages, False, tools), len(messages) - 1
+        if GENERATION_BLOCK.search(self.hf.get_chat_template(None, tools) or ""):
+            out = self.hf.apply_chat_template(
+                messages, tools=tools, return_dict=True, return_assistant_tokens_mask=True
+            )
+            prompt = self._ids(messages[:last], True, tools)
+            if list(out["input_ids"]) == ids and ids[: len(prompt)] == prompt:
+                return ids, [0] * len(prompt) + list(out["assistant_masks"])[len(prompt) :]
+        self._check_generation_prompt(messages, last, tools)
+        return ids, self._turn_diff_mask(messages, [last], ids, tools, False)
+
     def render_prompt(self, messages, tools=None) -> list[int]:
         """The prompt ids for the assistant's next turn, as transformers' ``apply_chat_template(...,
         add_generation_prompt=True)``: one render, no training mask (``render``'s prefix renders per assistant turn
@@ -235,8 +254,9 @@ class HFTokenizerAdapter:
                     f"message(s) (or the first {i} with the generation prompt) as text that is not the start of its "
                     "render of the whole (it rewrites earlier turns, as templates that drop past reasoning do), so "
                     "cookmind cannot tell which tokens are the assistant's: put {% generation %}...{% endgeneration %} "
-                    "around each assistant answer in the template (transformers' assistant mask), or use a template "
-                    "that renders each turn the same whatever follows"
+                    "around each assistant answer in the template (transformers' assistant mask), or pack with "
+                    "--split-turns (each assistant turn its own record, after the chat before it as the model sees it "
+                    "at inference), or use a template that renders each turn the same whatever follows"
                 )
             mask[start:end] = [1] * (end - start)
         return mask

@@ -389,6 +389,19 @@ class Tokenizer:
             pos = b
         return ids, mask
 
+    def render_last_turn(
+        self, messages: Sequence[dict], tools: Sequence[dict] | None = None
+    ) -> tuple[list[int], list[int]]:
+        """``render``'s (ids, mask) of a chat that ends with an assistant turn, the mask on that turn alone: its
+        tokens past the render of the messages before it with the generation prompt (a pre-token across that seam
+        counts as the turn's, as ``render`` counts it)."""
+        if not messages or messages[-1].get("role") != "assistant":
+            raise TokenizerError("the chat's last message is not the assistant's: there is no last turn to mark")
+        ids, mask = self.render(messages, False, tools)
+        prompt = self.render_prompt(messages[:-1], tools)
+        start = next((k for k, (a, b) in enumerate(zip(prompt, ids)) if a != b), min(len(prompt), len(ids)))
+        return ids, [0] * start + mask[start:]
+
     def render_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:
         """The prompt ids for the assistant's next turn (``render``'s with the generation prompt): what inference
         asks for, as of ``HFTokenizerAdapter.render_prompt``."""
