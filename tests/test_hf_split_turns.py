@@ -123,3 +123,24 @@ def test_a_preference_pairs_mask_is_its_last_turn_exactly_with_a_non_prefix_stab
         ids, mask = turn_reference(folder, [*prompt, answer], 4)
         assert record[side].tolist() == ids
         assert record[f"{side}_mask"].tolist() == mask
+
+
+def test_split_turns_with_val_fraction_holds_out_whole_chats_and_says_the_share_of_chats(tmp_path, capsys):
+    """A chat is one place in the split (its turns never straddle the two stores); the share asked is of chats: it
+    was counted of records, so a split of chats of unequal turns was said to miss what was asked, "bad or empty lines
+    drew places", when none did."""
+    folder = sp_folder(tmp_path / "t", CHATML)
+    one = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
+    three = one + [{"role": "user", "content": "Again?"}, {"role": "assistant", "content": "Hello again."}] * 2
+    src = tmp_path / "chats.jsonl"
+    src.write_text("".join(json.dumps({"messages": m}) + "\n" for m in (one, three, one, three, one, three)))
+    for seed in range(4):
+        out, val = tmp_path / f"s{seed}", tmp_path / f"v{seed}"
+        argv = pack_argv(folder, src, out, "--split-turns", "--val-fraction", "0.5", "--val-out", str(val))
+        assert cookmind_main([*argv, "--seed", str(seed)]) == 0
+        said = capsys.readouterr().out
+        assert "asked" not in said, said
+        split = json.loads((out / "meta.json").read_text())["split"]
+        assert split["val_chats"] == split["train_chats"] == 3
+        assert split["val_records"] + split["train_records"] == 12
+        assert len(TokenStore(val)) == split["val_records"]

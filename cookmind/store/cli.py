@@ -199,12 +199,13 @@ def main(args: argparse.Namespace) -> int:
 def _asked(split: dict) -> str:
     """ ", not the N asked (...)" where bad lines (--skip-bad) or empty documents drew places in the split; else
     nothing."""
-    asked = split.get("val_records_asked", split["val_records"])
-    if asked == split["val_records"]:
+    what = "chats" if "val_chats" in split else "records"  # --split-turns: a chat's turns are held out together
+    asked = split.get(f"val_{what}_asked", split[f"val_{what}"])
+    if asked == split[f"val_{what}"]:
         return ""
-    kept = split["val_records"] + split["train_records"]
+    kept = split[f"val_{what}"] + split[f"train_{what}"]
     why = "bad or empty lines drew places"
-    return f", not the {asked:,} asked (round({split['val_fraction']} x {kept:,} records); {why})"
+    return f", not the {asked:,} asked (round({split['val_fraction']} x {kept:,} {what}); {why})"
 
 
 def _meta(store) -> dict:

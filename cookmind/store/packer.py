@@ -452,7 +452,7 @@ def pack(
         writers.append(val_writer)
     held_out = random.Random(f"{seed}:val")
     per_store = Counter()
-    chats = 0  # items whose turns became records (split_turns)
+    chats = Counter()  # by store: the items whose turns became records (split_turns), each one place in the split
     pool = None
     start = time.perf_counter()
     total = (to_read or sum(estimate_items(p, separator, one_per_line) for p in inputs)) if progress else None
@@ -505,7 +505,7 @@ def pack(
                     mixed = train_type == "grpo" and "a grpo store holds one kind" in str(exc)
                     hint = ", or pass --skip-bad to keep the input's more common kind and skip and count the other"
                     raise PackError(f"{at}: {exc}{hint * mixed}") from None
-                chats += 1
+                chats[store] += 1
                 per_source[store][source] += len(records)
                 per_store[store] += len(records)
             bar.update(len(chunk))
@@ -536,7 +536,7 @@ def pack(
                 "seed": seed,
                 "utf8_errors": utf8_errors,
                 **({"invalid_utf8": replaced.as_meta()} if utf8_errors == "replace" else {}),
-                **({"split_turns": {"chats": chats, "records": sum(per_store.values())}} if split_turns else {}),
+                **({"split_turns": {"chats": chats.total(), "records": per_store.total()}} if split_turns else {}),
             },
         }
         if note := text_input.bad_utf8_note(replaced, "input file(s)", "pack again to keep their characters"):
@@ -556,10 +556,15 @@ def pack(
                 )
             # bad lines and empty documents drew places too (they are known only once parsed and tokenized; counting
             # the good records first would cost a second full parse), so say how many were asked of the records kept
-            kept = per_store["val"] + per_store["train"]
+            places = chats if split_turns else per_store  # a chat's turns go to one store together
+            kept = places["val"] + places["train"]
             asked = min(max(round(val_fraction * kept), 1), kept - 1)
             split = {"val_fraction": val_fraction, "seed": seed, "train_out": str(out), "val_out": str(val_out)}
-            split.update(train_records=per_store["train"], val_records=per_store["val"], val_records_asked=asked)
+            split.update(train_records=per_store["train"], val_records=per_store["val"])
+            if split_turns:
+                split.update(train_chats=chats["train"], val_chats=chats["val"], val_chats_asked=asked)
+            else:
+                split["val_records_asked"] = asked
             meta["split"] = split
             val_meta = {
                 **meta,
