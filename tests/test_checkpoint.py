@@ -269,3 +269,42 @@ def test_a_run_given_as_the_model_has_its_newest_checkpoints_sha256s_checked_und
     size = tqdm.format_sizeof(sum((step / n).stat().st_size for n in ("config.json", "model.safetensors")))
     lines = [line for line in err.splitlines() if "checking" in line]
     assert (not lines) if quiet else (lines and f"100% {size}/{size}" in lines[-1]), err
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_a_run_given_as_train_init_from_has_its_newest_checkpoints_sha256s_checked_under_a_bar(
+    tmp_path, capsys, monkeypatch, progress
+):
+    """A training run named as train.init_from is resolved to its newest whole checkpoint, and finding it hashed the
+    checkpoint's files (its weights: minutes for a large model) with no bar before the run started. The check is now
+    under a bar with logging.progress (on rank 0), and silent without."""
+    import numpy as np
+    from tqdm import tqdm
+
+    from cookmind.store import write_store
+    from cookmind.train import TrainConfig, Trainer
+
+    monkeypatch.setattr("cookmind.model.model_io.PROGRESS_BYTES", 0)
+    step = save_checkpoint(tmp_path / "init" / "checkpoints", 1, _model(vocab_size=64, num_hidden_layers=1), None, {})
+    rng = np.random.default_rng(0)
+    store = write_store(tmp_path / "data", "seq", [{"sequence": rng.integers(1, 64, size=200)}], vocab_size=64)
+    cfg = TrainConfig.load(
+        "tiny-cpu",
+        [
+            f"data.train_path={store}",
+            f"logging.run_dir={tmp_path / 'run'}",
+            f"train.init_from={tmp_path / 'init'}",
+            "train.max_steps=1",
+            f"logging.progress={str(progress).lower()}",
+            "eval.every=0",
+            "data.window_size=16",
+            "train.micro_batch_size=2",
+        ],
+    )
+    cfg.model = {}  # the shape comes from the checkpoint
+    capsys.readouterr()
+    Trainer(cfg)
+    err = capsys.readouterr().err
+    size = tqdm.format_sizeof(sum((step / n).stat().st_size for n in ("config.json", "model.safetensors")))
+    lines = [line for line in err.splitlines() if "checking" in line]
+    assert (lines and f"100% {size}/{size}" in lines[-1]) if progress else not lines, err

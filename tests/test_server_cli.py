@@ -650,3 +650,47 @@ def test_serving_a_lora_run_says_it_serves_the_merged_weights_and_how_to_serve_t
     ) in out, out
     assert cli_serve.main(parse(model_dir, "--device", "cpu", "--port", str(free_port()))) == 0
     assert "LoRA" not in capsys.readouterr().out
+
+
+def test_serving_runs_checks_their_newest_checkpoints_sha256s_under_a_bar_each(
+    tmp_path, tmp_path_factory, capsys, monkeypatch
+):
+    """`cookmind serve RUN --speculative draft --draft-model RUN2` hashed the draft's newest checkpoint (its weights:
+    minutes for a large model) with no bar, after the model's under one: each check is shown, to its last byte."""
+    from tqdm import tqdm
+
+    from cookmind.model import model_io
+    from cookmind.train.checkpoint import save_checkpoint
+
+    monkeypatch.setattr(model_io, "PROGRESS_BYTES", 0)  # a tiny model's file is big enough here
+    hashed = []  # the sizes of the checks that read the weights (config.json and the tokenizer's alone are quick)
+    real = model_io._sha256_all
+
+    def spy(files, *args, **kwargs):
+        if any(f.name == "model.safetensors" for f in files):
+            hashed.append(sum(f.stat().st_size for f in files))
+        return real(files, *args, **kwargs)
+
+    monkeypatch.setattr(model_io, "_sha256_all", spy)
+    tok, tok_dir = make_tokenizer(tmp_path_factory), tmp_path / "tok"
+    tok.save(tok_dir)
+    for run in ("run", "draft"):
+        save_checkpoint(tmp_path / run / "checkpoints", 1, make_model(tok.vocab_size, 256), None, {}, tok_dir)
+
+    class Server:
+        started = True
+
+        def run(self):
+            pass
+
+    monkeypatch.setattr(cli_serve, "make_server", lambda config, engine: Server())
+    monkeypatch.setattr(cli_serve, "check_port_free", lambda host, port: None)
+    hashed.clear()  # the save's own (it records them)
+    capsys.readouterr()
+    draft = ("--speculative", "draft", "--draft-model", tmp_path / "draft")
+    assert cli_serve.main(parse(tmp_path / "run", *draft, "--device", "cpu", "--max-batch", "1", "--no-compile")) == 0
+    err = capsys.readouterr().err
+    for n in hashed:  # each check of the weights ended its own bar at its last byte
+        assert f"checking SHA-256: 100% {tqdm.format_sizeof(n)}/{tqdm.format_sizeof(n)}" in err, err
+    done = [line for line in err.splitlines() if "checking" in line and "100%" in line]
+    assert len(hashed) == 2 and len(done) >= len(hashed), err  # the model's and the draft's

@@ -287,7 +287,7 @@ def _what_was_measured(args, questions_read: list[dict]) -> dict:
     chose and graded the items; with a --limit that left some out, how many the data holds; MMLU's subjects whose CSV
     held no question (``questions_read``: the rows load_mmlu read). A metrics file read later says what it is."""
     measured = {"task": args.task, "model": args.model}
-    checkpoint = _checkpoint_of(args.model)
+    checkpoint = _checkpoint_of(args.model, progress=not args.quiet)
     if checkpoint is not None:  # a run scored its newest checkpoint: which one, once the run trains on
         measured["checkpoint"] = checkpoint
     if args.tokenizer:
@@ -347,16 +347,17 @@ def _say_no_answer_in_format(args, answers: int) -> None:
     )
 
 
-def _checkpoint_of(model) -> str | None:
+def _checkpoint_of(model, progress: bool = False) -> str | None:
     """The checkpoint folder a training run given as the model resolved to (its newest complete one), or None when
-    the model was named as a folder of its own."""
+    the model was named as a folder of its own. ``progress``: a bar of the check of its SHA-256s (none when loading
+    the model checked them already: a file is hashed once a process)."""
     import warnings
 
     from cookmind.model import resolve_model_dir
 
     with warnings.catch_warnings():  # a checkpoint passed over was named when the model loaded
         warnings.simplefilter("ignore")
-        found = resolve_model_dir(model)
+        found = resolve_model_dir(model, progress=progress)
     return None if os.path.abspath(found) == os.path.abspath(model) else str(found)
 
 
@@ -438,7 +439,7 @@ def _folders_read(args) -> list[tuple[Path, str, Path]]:
     if model is not None and (model / "config.json").is_file():
         beside = model.parent.parent if model.parent.name == "checkpoints" else model.parent  # the run, if any
         read.append((model, "the model folder", beside))
-        base = _lora_base(model)
+        base = _lora_base(model, progress=not args.quiet)
         if base is not None:  # a sharded LoRA checkpoint's adapter is merged onto its base: read too
             beside = base.parent.parent if base.parent.name == "checkpoints" else base.parent
             read.append((base, "the base model folder of its LoRA adapter (train.init_from)", beside))
@@ -448,9 +449,10 @@ def _folders_read(args) -> list[tuple[Path, str, Path]]:
     return read
 
 
-def _lora_base(model: Path) -> Path | None:
+def _lora_base(model: Path, progress: bool = False) -> Path | None:
     """The base model folder a sharded LoRA checkpoint (its dcp/ holds the adapter only) is merged onto when it
-    loads: its meta.json's train.init_from, as the loader resolves it; None for any other model."""
+    loads: its meta.json's train.init_from, as the loader resolves it; None for any other model. ``progress``: a bar
+    of the check of a base run's newest checkpoint's SHA-256s."""
     import warnings
 
     from cookmind.model import ModelLoadError, resolve_model_dir
@@ -467,7 +469,7 @@ def _lora_base(model: Path) -> Path | None:
         return None
     with warnings.catch_warnings():  # a checkpoint passed over is named when the model loads, not twice
         warnings.simplefilter("ignore")
-        found = resolve_model_dir(base)
+        found = resolve_model_dir(base, progress=progress)
     return found if found.is_dir() else None
 
 

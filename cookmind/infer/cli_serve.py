@@ -221,7 +221,7 @@ def speculative_config(args: argparse.Namespace, tokenizer, device: str, dtype):
         raise ValueError("--draft-model is used only with --speculative draft; add that or drop --draft-model")
     if method is None:
         return None
-    draft = load_draft_model(draft_path, tokenizer, device, dtype) if draft_path is not None else None
+    draft = load_draft_model(draft_path, tokenizer, device, dtype, progress=True) if draft_path is not None else None
     return SpeculativeConfig(
         method,
         num_tokens=speculative_tokens(args),

@@ -21,20 +21,23 @@ DTYPES = {
 }
 
 
-def load_model_dir(path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None):
+def load_model_dir(
+    path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None, progress: bool = False
+):
     """A CookMindLM from a model or checkpoint directory, a training run (its newest checkpoint) or a Hugging
-    Face Llama/Qwen folder (imported). dtype: a torch dtype or one of DTYPES' names; None keeps the stored one."""
+    Face Llama/Qwen folder (imported). dtype: a torch dtype or one of DTYPES' names; None keeps the stored one.
+    ``progress``: bars of the checks of the weights' SHA-256s (a run's newest checkpoint is found by them)."""
     from cookmind.model import resolve_model_dir
     from cookmind.model.hf import load_model_or_hf
 
-    path = resolve_model_dir(path)
+    path = resolve_model_dir(path, progress=progress)
     if not path.is_dir():
         what = "a file, not a model folder" if path.exists() else "no such model folder"
         raise FileNotFoundError(
             f"{path}: {what} (give a cookmind checkpoint, a training run or a Hugging Face model folder)"
         )
     torch_dtype = _torch_dtype(dtype)
-    return load_model_or_hf(path, device=device, dtype=torch_dtype)
+    return load_model_or_hf(path, device=device, dtype=torch_dtype, progress=progress)
 
 
 def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
@@ -75,7 +78,7 @@ def load_for_inference(
         tokenizer = transformers_load("AutoTokenizer", Path(tokenizer_path or path), "the tokenizer")
         model = transformers_load("AutoModelForCausalLM", path, "the model", progress=progress, **kwargs)
         return model.to(device).eval(), tokenizer
-    model = load_model_dir(path, device, dtype)
+    model = load_model_dir(path, device, dtype, progress)
     _require_tokenizer(path, tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_path or path)
     from cookmind.tokenizer.hf_format import transformers_differences

@@ -625,21 +625,23 @@ class Speculator:
         return [d[:a] + [b] for d, a, b in zip(drafts, accepted, bonus)]
 
 
-def load_draft_model(path, tokenizer, device="cpu", dtype=None):
-    """A draft model from a checkpoint directory, refused when it carries another tokenizer than ``tokenizer``
-    (the served model's): its token ids would mean other text."""
+def load_draft_model(path, tokenizer, device="cpu", dtype=None, progress=False):
+    """A draft model from a checkpoint directory (or a run: its newest checkpoint), refused when it carries another
+    tokenizer than ``tokenizer`` (the served model's): its token ids would mean other text. ``progress``: bars of
+    the checks of its weights' SHA-256s."""
     from cookmind.infer.loading import load_model_dir
     from cookmind.model import resolve_model_dir
     from cookmind.tokenizer.tokenizer import check_carried_tokenizer
 
+    found = resolve_model_dir(path, progress=progress)  # once: finding a run's newest checkpoint hashes its weights
     check_carried_tokenizer(
-        resolve_model_dir(path),
+        found,
         tokenizer,
         model=f"the draft model {path}",
         given="the served model's tokenizer",
         hint="give a --draft-model trained with the same tokenizer as the model",
     )
-    draft = load_model_dir(path, device, dtype).eval()
+    draft = load_model_dir(found, device, dtype, progress).eval()
     # a draft that carries no tokenizer was compared with nothing: one that cannot read every id of the model's
     # tokenizer would fail each greedy request mid-way (an index out of its embedding)
     words = getattr(tokenizer, "vocab_size", None)

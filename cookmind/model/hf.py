@@ -473,14 +473,18 @@ def import_hf(
 
 
 def load_model_or_hf(
-    path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+    path: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    progress: bool = False,
 ) -> CookMindLM:
     """A CookMindLM from a cookmind model directory or a Hugging Face Llama/Qwen folder (imported on the way), its
-    config's eos ids joined by those of the folder's generation_config.json (``_with_generation_eos``)."""
+    config's eos ids joined by those of the folder's generation_config.json (``_with_generation_eos``). ``progress``:
+    ``load_model``'s bars."""
     from cookmind.model.model_io import load_model
 
     if not is_hf_model_dir(path):
-        model = load_model(path, device=device, dtype=dtype)
+        model = load_model(path, device=device, dtype=dtype, progress=progress)
     else:
         with tempfile.TemporaryDirectory(prefix="cookmind-import-") as tmp:
             import_hf(path, Path(tmp) / "model")

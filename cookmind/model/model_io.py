@@ -450,7 +450,7 @@ def read_model_weights(
     except ShardedCheckpointError as exc:
         raise ModelLoadError(str(exc)) from None
     if found and all(".lora_A." in k or ".lora_B." in k for k in found):
-        found = _merged_onto_base(directory, found)
+        found = _merged_onto_base(directory, found, progress)
     if config.tie_word_embeddings:
         found.pop("lm_head.weight", None)
     return dcp_dir(directory), found
@@ -487,14 +487,16 @@ def recorded_lora_base(directory: str | os.PathLike) -> tuple[dict, dict, str | 
     return meta, lora, base
 
 
-def _merged_onto_base(directory: Path, adapter: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _merged_onto_base(
+    directory: Path, adapter: dict[str, torch.Tensor], progress: bool = False
+) -> dict[str, torch.Tensor]:
     """A LoRA run's sharded checkpoint holds its adapter only: fold it into the run's base (``train.init_from``
     in meta.json) to get the weights a full-format checkpoint would hold. Where the base is a run that saved on
     since, the checkpoint whose weights the adapter recorded (``BASE_FINGERPRINT_KEY``) is taken, not the newest."""
     from cookmind.model.lora import apply_lora, merged_copy
 
     meta, lora, base = recorded_lora_base(directory)
-    base_dir = resolve_model_dir(base) if base else None
+    base_dir = resolve_model_dir(base, progress=progress) if base else None
     if base_dir is None or not (base_dir / CONFIG_NAME).is_file():
         raise ModelLoadError(
             f"{dcp_dir(directory)}: holds a LoRA adapter only, and its base model train.init_from={base!r} (from "
@@ -577,16 +579,20 @@ def check_state_dict(path: Path, expected: dict[str, torch.Tensor], found: dict[
 
 
 def load_model(
-    directory: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+    directory: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    progress: bool = False,
 ) -> CookMindLM:
     """Load a model saved by save_model (or the model part of a training checkpoint, full or sharded).
 
     A training run (or its ``checkpoints/``) means its newest complete checkpoint, as for every command.
-    dtype=None keeps the dtype stored in the file. Errors name the file and the mismatch.
+    dtype=None keeps the dtype stored in the file. Errors name the file and the mismatch. ``progress``: bars of
+    the checks of the weights' SHA-256s (finding a run's newest checkpoint, then reading it) and of a sharded read.
     """
-    directory = resolve_model_dir(directory)
+    directory = resolve_model_dir(directory, progress=progress)
     cfg = load_config(directory)
-    weights_path, found = read_model_weights(directory, cfg)
+    weights_path, found = read_model_weights(directory, cfg, progress)
     with torch.device("meta"):  # shapes only: no random init of weights about to be overwritten
         model = CookMindLM(cfg)
     check_state_dict(weights_path, model_state_dict(model), found)

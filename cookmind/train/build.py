@@ -39,12 +39,13 @@ def load_tokenizer(path: str | None):
     return load_tokenizer(path)
 
 
-def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
-    """A fresh CookMindLM from ``cfg.model``, or the weights at ``train.init_from``; LoRA applied if enabled."""
+def build_model(cfg: TrainConfig, tokenizer=None, progress: bool = False) -> torch.nn.Module:
+    """A fresh CookMindLM from ``cfg.model``, or the weights at ``train.init_from``; LoRA applied if enabled.
+    ``progress``: bars of the checks of the loaded weights' SHA-256s (rank 0's)."""
     from cookmind.model import CookMindConfig, CookMindLM
 
     if cfg.train.init_from:
-        model = _load_weights("train.init_from", cfg.train.init_from, "cpu")
+        model = _load_weights("train.init_from", cfg.train.init_from, "cpu", progress)
         if cfg.model:
             from cookmind.model.lm import RUNTIME_OPTIONS
 
@@ -106,23 +107,24 @@ def build_model(cfg: TrainConfig, tokenizer=None) -> torch.nn.Module:
     return model
 
 
-def lora_base(cfg: TrainConfig) -> str | None:
+def lora_base(cfg: TrainConfig, progress: bool = False) -> str | None:
     """The model a LoRA run adapts, for its adapter_config.json's ``base_model_name_or_path``: the folder
     ``train.init_from`` loaded (a run's newest checkpoint then, a Hugging Face folder as it is), made absolute so the
-    adapter names it from anywhere; None without ``train.init_from``."""
+    adapter names it from anywhere; None without ``train.init_from``. ``progress``: a bar of the check of a run's
+    newest checkpoint's SHA-256s."""
     if not cfg.train.init_from:
         return None
-    return str(Path(resolve_model_dir(cfg.train.init_from)).absolute())
+    return str(Path(resolve_model_dir(cfg.train.init_from, progress=progress)).absolute())
 
 
-def _load_weights(field: str, path: str, device: str):
+def _load_weights(field: str, path: str, device: str, progress: bool = False):
     """The model at a config path (a checkpoint, a run's newest checkpoint or a Hugging Face folder) through the one
     loader; errors name the config field."""
     from cookmind.infer.loading import load_model_dir
     from cookmind.model.model_io import ModelLoadError
 
     try:
-        return load_model_dir(path, device=device)
+        return load_model_dir(path, device=device, progress=progress)
     except (FileNotFoundError, ModelLoadError) as exc:
         raise type(exc)(f"{field}={path}: {exc}") from exc
 
@@ -161,7 +163,8 @@ def build_objective(cfg: TrainConfig, trainer: Any) -> Objective:
             )
         where = "cpu" if cfg.parallel.fsdp else str(trainer.device)  # FSDP: sharding moves each rank's shards
         field = "dpo.reference" if d.reference else "train.init_from"
-        ref = _load_weights(field, ref_path, where).eval()
+        progress = cfg.logging.progress and trainer.dist.is_main
+        ref = _load_weights(field, ref_path, where, progress).eval()
         ref.requires_grad_(False)
         # one that carries no tokenizer to check (a Hugging Face folder) may still have another vocabulary
         ours = getattr(getattr(trainer.bare_model, "config", None), "vocab_size", None)
@@ -278,14 +281,15 @@ def window_for_store(path: str, train_type: str, max_positions: int) -> int:
     return max(1, min(longest, max_positions))
 
 
-def find_tokenizer(cfg: TrainConfig) -> str | None:
+def find_tokenizer(cfg: TrainConfig, progress: bool = False) -> str | None:
     """The tokenizer a run without ``data.tokenizer`` should use: the one a checkpoint at ``train.init_from``
-    carries, else the one the training store recorded at pack time (when that folder still exists)."""
+    carries, else the one the training store recorded at pack time (when that folder still exists). ``progress``: a
+    bar of the check of a run's newest checkpoint's SHA-256s (finding it reads its weights)."""
     import json
 
     if cfg.train.init_from:
         try:
-            d = resolve_model_dir(cfg.train.init_from)
+            d = resolve_model_dir(cfg.train.init_from, progress=progress)
         except FileNotFoundError:
             d = None
         if d is not None and (d / "cookmind_tokenizer.json").is_file():
@@ -306,10 +310,11 @@ def find_tokenizer(cfg: TrainConfig) -> str | None:
     return None
 
 
-def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
+def check_init_tokenizer(cfg: TrainConfig, tokenizer, progress: bool = False) -> None:
     """Refuse to fine-tune a checkpoint (``train.init_from``) with another tokenizer than the one it carries, and a
     DPO reference (``dpo.reference``) that carries another one: it scored the pairs' ids as other text, or crashed
-    at the first step with an IndexError from its smaller embedding."""
+    at the first step with an IndexError from its smaller embedding. ``progress``: bars of the checks of a run's
+    newest checkpoint's SHA-256s (finding it reads its weights)."""
     from cookmind.tokenizer.tokenizer import check_carried_tokenizer
 
     models = [("train.init_from", cfg.train.init_from, "drop --tokenizer to use the checkpoint's")]
@@ -326,7 +331,7 @@ def check_init_tokenizer(cfg: TrainConfig, tokenizer) -> None:
         if not path:
             continue
         try:
-            d = resolve_model_dir(path)
+            d = resolve_model_dir(path, progress=progress)
         except FileNotFoundError:
             continue  # build_model or build_objective reports it
         check_carried_tokenizer(

@@ -268,23 +268,26 @@ class Trainer:
             check_shared(self.ckpt_dir, self.dist)
         self.run_id = uuid.uuid4().hex  # marks this run's checkpoints: only those are ever pruned
         self.lora_base: str | None = None  # the model a LoRA run adapts (adapter_config.json), when built from a path
+        # finding a run's newest checkpoint (train.init_from, dpo.reference) hashes its weights: rank 0 shows a bar
+        progress = cfg.logging.progress and self.dist.is_main
         with stop_together(self.dist, "start"):  # this node's tokenizer, stores and weights; no collective
             if train_dataset is None:
                 B.check_train_store(cfg, objective)
             if tokenizer is None and not cfg.data.tokenizer:
-                cfg.data.tokenizer = B.find_tokenizer(cfg)  # the checkpoint's or the store's: copied into checkpoints
+                # the checkpoint's or the store's: copied into checkpoints
+                cfg.data.tokenizer = B.find_tokenizer(cfg, progress)
                 if cfg.data.tokenizer and self.dist.is_main:
                     _note(f"{setting('data.tokenizer')} not set; using {cfg.data.tokenizer}")
             self.metrics_writer = MetricsWriter(self.run_dir / "metrics.jsonl", enabled=self.dist.is_main)
             self.tokenizer = tokenizer if tokenizer is not None else B.load_tokenizer(cfg.data.tokenizer)
-            B.check_init_tokenizer(cfg, self.tokenizer)
+            B.check_init_tokenizer(cfg, self.tokenizer, progress)
 
             # Model: fp32 master weights on this rank's device; checkpointing, compile and DDP (or FSDP, which shards
             # bare_model in place: the optimizer below is built over its sharded parameters) applied from outside.
             if model is None:
-                model = B.build_model(cfg, self.tokenizer)
+                model = B.build_model(cfg, self.tokenizer, progress)
                 if cfg.lora.enabled:  # the base the adapters train on, as loaded: adapter_config.json names it
-                    self.lora_base = B.lora_base(cfg)
+                    self.lora_base = B.lora_base(cfg, progress)
             elif cfg.lora.enabled:
                 from cookmind.model.lora import apply_lora, has_lora
 
