@@ -1565,3 +1565,23 @@ def test_every_evals_metrics_name_its_data_as_data_and_record_the_settings_its_s
         16,
         0.0,
     )
+
+
+def test_evaluate_gsm8ks_own_metrics_name_the_settings_its_answers_were_generated_under():
+    """Only `cookmind eval gsm8k` added template, temperature, max_new_tokens, seed and batch_size to the metrics: a
+    library caller's result did not say how its answers were generated. evaluate_gsm8k's result holds them now."""
+    problems = [{"question": "1 + 1?", "answer": "#### 2"}]
+    said = " </think> <answer> 2 </answer>"
+    metrics = evaluate_gsm8k(
+        OracleLM(lambda p: said),
+        CharTok(),
+        problems,
+        template="plain",
+        max_new_tokens=40,
+        seed=3,
+        batch_size=5,
+        progress=False,
+    )
+    assert metrics["accuracy"] == 1.0
+    settings = {k: metrics.get(k) for k in ("template", "temperature", "max_new_tokens", "seed", "batch_size")}
+    assert settings == {"template": "plain", "temperature": 0.0, "max_new_tokens": 40, "seed": 3, "batch_size": 5}

@@ -69,3 +69,27 @@ def test_mmlu_says_which_subject_files_held_no_question(tmp_path, monkeypatch, c
     metrics = json.loads(captured.out)
     assert metrics["per_subject"] == {"toy": 1.0} and metrics["subjects_empty"] == ["cut"]
     assert "1 subject file(s) held no question (cut)" in captured.err, captured.err
+
+
+def test_mmlu_generate_answers_run_to_max_new_tokens_and_the_metrics_say_it(tmp_path, monkeypatch, capsys):
+    """`--scoring generate` cut every answer at 16 tokens with no flag to raise it: a model that reasons before its
+    letter was graded as naming none. --max-new-tokens sets the cap (default 16), and the metrics record it."""
+    import cookmind.infer.loading
+    from cookmind.cli import main
+
+    said = " Let me think this through with care. The answer is B"  # 53 characters (CharTok: a token each)
+    monkeypatch.setattr(
+        cookmind.infer.loading, "load_for_inference", lambda *a, **k: (OracleLM(lambda p: said, "Answer:"), CharTok())
+    )
+    (tmp_path / "mmlu" / "test").mkdir(parents=True)
+    (tmp_path / "mmlu" / "test" / "toy_test.csv").write_text("Q1?,xx,zz,qq,ww,B\n")
+    argv = ["eval", "mmlu", "m", "--data", str(tmp_path / "mmlu"), "--scoring", "generate", "--quiet"]
+    assert main(argv) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["max_new_tokens"] == 16 and metrics["num_no_letter"] == 1  # " Let me think thi": no letter
+    assert main([*argv, "--max-new-tokens", "64"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["max_new_tokens"] == 64 and metrics["micro_accuracy"] == 1.0 and metrics["num_no_letter"] == 0
+    # letter scoring generates nothing: the flag is refused, not ignored
+    assert main([*argv[:5], "--quiet", "--max-new-tokens", "64"]) != 0
+    assert "--max-new-tokens is used only with --scoring generate" in capsys.readouterr().err

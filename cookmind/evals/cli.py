@@ -82,6 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "examples before it; published MMLU figures are mostly 5-shot, from the dev split)",
     )
     m.add_argument("--batch-size", type=int_in(1), default=8, help="questions scored together (default 8)")
+    m.add_argument(
+        "--max-new-tokens",
+        type=int_in(1),
+        default=None,
+        help="--scoring generate: answer length cap (default 16; raise it for a model that reasons before its letter)",
+    )
 
     p = sub.add_parser("ppl", help="perplexity and bits per byte on text, documents or a token store")
     common(p)
@@ -164,6 +170,8 @@ def main(args) -> int:
     elif args.task == "mmlu":
         from cookmind.evals.mmlu import load_mmlu
 
+        if args.max_new_tokens is not None and args.scoring != "generate":  # letter/option generate nothing
+            raise ValueError("--max-new-tokens is used only with --scoring generate; add that or drop --max-new-tokens")
         rows = load_mmlu(args.data, args.split, args.subjects, args.limit_per_subject)
         questions_read = rows
     else:
@@ -195,7 +203,10 @@ def main(args) -> int:
     elif args.task == "mmlu":
         from cookmind.evals.mmlu import evaluate_mmlu
 
-        metrics = evaluate_mmlu(model, tokenizer, rows, args.scoring, args.out, args.batch_size, progress=progress)
+        new_tokens = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+        metrics = evaluate_mmlu(
+            model, tokenizer, rows, args.scoring, args.out, args.batch_size, progress=progress, **new_tokens
+        )
     else:
         from cookmind.evals.gsm8k import context_length
         from cookmind.evals.perplexity import evaluate_data

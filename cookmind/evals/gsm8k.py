@@ -162,7 +162,8 @@ def evaluate_gsm8k(
     """Generate ``num_samples`` answers per problem and grade them.
 
     Returns {"accuracy" (mean over all samples), "pass@k" for each k (each must be <= num_samples),
-    "format_rate", "num_problems" (graded), "num_skipped_too_long"}; with ``out_path`` writes one
+    "format_rate", "num_problems" (graded), "num_skipped_too_long", and the generation settings: "template",
+    "temperature", "max_new_tokens", "seed", "batch_size"}; with ``out_path`` writes one
     JSONL record per problem. A problem whose prompt fills the model's context is not generated:
     it is counted in ``num_skipped_too_long``, left out of the scores, and its record says why.
     Greedy decoding (temperature 0) with num_samples > 1 would repeat itself, so it is refused.
@@ -264,6 +265,12 @@ def evaluate_gsm8k(
         # answers graded as they were when --max-new-tokens or the context ran out: raise it, or expect misses
         "num_cut_short": sum(sum(r["cut_short"]) for r in graded),
         "num_cut_by_context": cut_by_context,  # of num_cut_short: those the model's context ended
+        # what the answers were generated under (with the seed, batch_size decides sampled ones)
+        "template": template,
+        "temperature": temperature,
+        "max_new_tokens": max_new_tokens,
+        "seed": seed,
+        "batch_size": batch_size,
     }
     for k in ks:
         metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, int(sum(r["grades"])), k) for r in graded) / n
