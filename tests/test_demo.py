@@ -190,16 +190,18 @@ def test_the_demos_held_out_score_is_cookmind_eval_gsm8ks(tmp_path, monkeypatch)
     stage_tokenizer(ctx)
     torch.manual_seed(0)
     vocab = Tokenizer.load(ctx.paths["tokenizer"]).vocab_size
-    save_model(tmp_path / "m", CookMindLM(tiny_config(**MICRO, vocab_size=vocab, max_position_embeddings=128)))
+    # the checkpoint scored, not the run: `runs/sft` means its newest one, which another may be by the time it is read
+    scored = ctx.workdir / "runs" / "sft" / "checkpoints" / "step_3"
+    save_model(scored, CookMindLM(tiny_config(**MICRO, vocab_size=vocab, max_position_embeddings=128)))
     calls, real = [], gsm8k_eval.evaluate_gsm8k
     monkeypatch.setattr(gsm8k_eval, "evaluate_gsm8k", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
-    res = arithmetic_accuracy(ctx, tmp_path / "m", name="sft")
+    res = arithmetic_accuracy(ctx, scored, name="sft")
     assert len(calls) == 1 and calls[0]["template"] == "chat" and calls[0]["temperature"] == 0.0
     records = [json.loads(line) for line in (ctx.workdir / res["answers"]).read_text().splitlines()]
     assert len(records) == res["n"] == ctx.sizes.eval_problems
     assert res["accuracy"] == sum(r["grades"][0] for r in records) / len(records)
     assert res["command"] == (
-        "cookmind eval gsm8k runs/sft --data data/eval_problems.jsonl --template chat "
+        "cookmind eval gsm8k runs/sft/checkpoints/step_3 --data data/eval_problems.jsonl --template chat "
         f"--max-new-tokens {calls[0]['max_new_tokens']}"
     )
 

@@ -467,6 +467,8 @@ def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, name: str, batch_siz
     records = [json.loads(line) for line in (ctx.workdir / answers).read_text().splitlines()]
     texts = [r["outputs"][0] for r in records]
     data = Path(os.path.relpath(ctx.paths["eval_problems"], ctx.workdir)).as_posix()
+    # the checkpoint scored: the run's name would mean its newest one, another once the run trains on
+    scored = Path(os.path.relpath(checkpoint, ctx.workdir)).as_posix()
     return {
         "accuracy": metrics["accuracy"],
         "answered_in_format": metrics["format_rate"],
@@ -477,7 +479,7 @@ def arithmetic_accuracy(ctx: DemoContext, checkpoint: Path, name: str, batch_siz
         ],
         "answers": answers.as_posix(),
         # what reproduces the figure, run in the work directory
-        "command": f"cookmind eval gsm8k runs/{name} --data {data} --template chat "
+        "command": f"cookmind eval gsm8k {scored} --data {data} --template chat "
         f"--max-new-tokens {HELDOUT_MAX_NEW_TOKENS}",
     }
 
