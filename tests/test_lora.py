@@ -222,3 +222,31 @@ def test_a_save_killed_before_its_last_file_leaves_no_folder_under_the_final_nam
     (save_adapter if what == "adapter" else save_model)(tmp_path / "out", model)
     written = {"adapter": ["adapter_config.json", "adapter_model.safetensors"]}
     assert sorted(os.listdir(tmp_path / "out")) == written.get(what, ["config.json", "model.safetensors"])
+
+
+def test_save_adapter_into_a_folder_holding_an_adapter_refuses_unless_overwrite(tmp_path):
+    """save_adapter into an existing folder replaced the adapter files there without a word, whoever wrote them (a
+    PEFT adapter, another run's). It refuses in one line naming the folder, and replaces them with overwrite=True;
+    a folder without an adapter's files (one being assembled, an empty one) is written into as before."""
+    from safetensors import safe_open
+
+    from cookmind.model.lora import lora_state_dict
+
+    model = CookMindLM(_cfg())
+    apply_lora(model, r=4, alpha=8)
+    _randomize_b(model)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 16}')
+    (theirs / "adapter_model.safetensors").write_bytes(b"someone else's")
+    with pytest.raises(FileExistsError, match=r"theirs.*adapter.*overwrite=True"):
+        save_adapter(theirs, model)
+    assert (theirs / "adapter_model.safetensors").read_bytes() == b"someone else's"
+    assert (theirs / "adapter_config.json").read_text() == '{"peft_type": "LORA", "r": 16}'
+    save_adapter(theirs, model, overwrite=True)
+    with safe_open(theirs / "adapter_model.safetensors", "pt") as f:
+        assert len(list(f.keys())) == len(lora_state_dict(model))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    save_adapter(empty, model)
+    assert (empty / "adapter_config.json").is_file()

@@ -196,13 +196,16 @@ def merged_copy(model: nn.Module) -> nn.Module:
     return out
 
 
-def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path: str | None = None) -> Path:
+def save_adapter(
+    directory: str | os.PathLike, model: nn.Module, base_model_path: str | None = None, overwrite: bool = False
+) -> Path:
     """Write ``adapter_model.safetensors`` + ``adapter_config.json`` (PEFT LoRA format) into ``directory``.
 
     The weights file's metadata also records the base's ``fingerprint.weights_fingerprint``, which serving checks
     (PEFT and vLLM ignore it; a new key in adapter_config.json would make PEFT warn that it is out of date).
     A new directory is built under a temporary sibling name and renamed, so a crash never leaves half an adapter;
-    into an existing one (a checkpoint being assembled) each file is written to a temporary name and renamed."""
+    into an existing one (a checkpoint being assembled) each file is written to a temporary name and renamed. One
+    that holds an adapter's files already is refused (FileExistsError) unless ``overwrite``: they may not be ours."""
     from cookmind.model.fingerprint import weights_fingerprint
 
     directory = Path(directory)
@@ -230,6 +233,12 @@ def save_adapter(directory: str | os.PathLike, model: nn.Module, base_model_path
     if (fingerprint := weights_fingerprint(model)) is not None:
         metadata[BASE_FINGERPRINT] = json.dumps(fingerprint)
     if directory.is_dir():
+        there = [n for n in (ADAPTER_WEIGHTS, ADAPTER_CONFIG) if (directory / n).exists()]
+        if there and not overwrite:
+            raise FileExistsError(
+                f"{directory}: holds an adapter already ({', '.join(there)}); choose another folder, or pass "
+                "overwrite=True to replace it"
+            )
         _write_adapter_files(directory, tensors, metadata, peft_cfg)
         return directory
     with building_dir(directory) as tmp:
