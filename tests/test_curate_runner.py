@@ -367,6 +367,23 @@ def test_a_folder_gives_its_documents_and_counts_the_files_it_leaves_out(tmp_pat
     assert plan_input_shards([site / "LICENSE"]) == [[str(site / "LICENSE")]]  # named alone: read as text
 
 
+def test_the_report_records_the_files_a_folder_left_out_by_suffix(tmp_path):
+    """`curate run` warned that N files in the input folders are not documents and were left out, but report.json and
+    report.md, what a user reads later, did not say so. report.json counts them by suffix (input_files_left_out) and
+    report.md has the warning's note."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "page.html").write_text("<html><body><p>A page about soup and its making.</p></body></html>")
+    for name in ("a.js", "b.js", "style.css", "logo.png"):
+        (site / name).write_bytes(b"\x00not a document")
+    with pytest.warns(UserWarning, match="4 files in the input folders are not documents"):
+        result = run_pipeline(CurateConfig(stages=[{"extract": {}}]), [str(site)], tmp_path / "out", progress=False)
+    report = json.loads(result.report_json.read_text())
+    assert report["input_files_left_out"] == {".js": 2, ".css": 1, ".png": 1}
+    md = result.report_md.read_text()
+    assert "4 files in the input folders are not documents and are left out (2 .js, 1 .css, 1 .png)" in md, md
+
+
 def test_a_folders_markdown_json_and_yaml_files_are_counted_where_they_are_left_out(tmp_path):
     """A folder's .md, .json, .yaml (and .npz, .npy, .done) files were left out without a word: beside HTML pages
     they were missing from the warning's count, and a folder of Markdown pages gave "no input files found". They are

@@ -26,6 +26,7 @@ from cookmind.curate.shards import (
     READING,
     SOURCE_KEY,
     iter_shard,
+    left_out_note,
     no_text_note,
     plan_input_shards,
     reading_changes,
@@ -211,7 +212,8 @@ def run_pipeline(
             "that reads 'text'; begin the stages with extract (it reads the field and writes it as text)"
         )
     _check_output_apart(inputs, output)
-    plan = plan_input_shards(inputs)
+    left_out: dict[str, int] = {}  # the folders' files that are not documents, by suffix: warned, and reported
+    plan = plan_input_shards(inputs, left_out)
     suffix = shard_suffix(config.output_format)
     removed = [f"{REMOVED}/shard-{i:05d}.jsonl.gz" for i in range(len(plan))] if config.removed else []
     segs = _segments(stages)
@@ -299,7 +301,9 @@ def run_pipeline(
     if bad_utf8 := bad_utf8_note(totals[0]):  # the first pass read the inputs and counted them
         warnings.warn(f"curate: {bad_utf8}", stacklevel=2)
         notes.insert(0, bad_utf8)
-    report_json, report_md = write_report(totals, output, removed_dir, notes)
+    if left_out:
+        notes.insert(0, left_out_note(left_out))
+    report_json, report_md = write_report(totals, output, removed_dir, notes, left_out)
     return RunResult(totals, [Path(p) for p in specs], run, skipped, report_json, report_md, removed_dir)
 
 

@@ -105,13 +105,25 @@ def _in_curate_leftovers(p: Path, root: Path) -> bool:
     return False
 
 
-def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
+def left_out_note(left_out: dict[str, int]) -> str:
+    """What a folder's files that are not documents (``left_out``: their count by suffix) mean, for the warning and
+    the report."""
+    counts = ", ".join(f"{n} {suffix}" for suffix, n in sorted(left_out.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (
+        f"{sum(left_out.values())} files in the input folders are not documents and are left out ({counts}); a "
+        f"folder gives its HTML, WARC, JSONL, Parquet and {'/'.join(TEXT_SUFFIXES)} files (name a file on its own to "
+        f"read it: {NAMED_ALONE})"
+    )
+
+
+def plan_input_shards(inputs: Iterable[str | os.PathLike], left_out: dict[str, int] | None = None) -> list[list[str]]:
     """Group input paths into shards: each WARC/JSONL/Parquet file is one; HTML/text files go 256 to a shard.
     A file named twice (directly, by another spelling of its path, or through its folder) is a ValueError: it would
-    be curated twice, every count doubled and its second copy removed as a duplicate (as pack refuses it)."""
+    be curated twice, every count doubled and its second copy removed as a duplicate (as pack refuses it).
+    ``left_out`` (a dict) receives the count by suffix of the folders' files that are not documents (warned)."""
     shards: list[list[str]] = []
     loose: list[str] = []
-    skipped: dict[str, int] = {}
+    skipped: dict[str, int] = {} if left_out is None else left_out
     seen: dict[Path, str] = {}  # resolved path -> how the user named it
     for raw in inputs:
         path = Path(raw)
@@ -158,13 +170,7 @@ def plan_input_shards(inputs: Iterable[str | os.PathLike]) -> list[list[str]]:
     for i in range(0, len(loose), HTML_FILES_PER_SHARD):
         shards.append(loose[i : i + HTML_FILES_PER_SHARD])
     if skipped:
-        counts = ", ".join(f"{n} {suffix}" for suffix, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
-        warnings.warn(
-            f"curate: {sum(skipped.values())} files in the input folders are not documents and are left out "
-            f"({counts}); a folder gives its HTML, WARC, JSONL, Parquet and {'/'.join(TEXT_SUFFIXES)} files (name a "
-            f"file on its own to read it: {NAMED_ALONE})",
-            stacklevel=2,
-        )
+        warnings.warn(f"curate: {left_out_note(skipped)}", stacklevel=2)
     if not shards and (stores := [Path(i) for i in inputs if text_input.is_token_store(Path(i))]):
         raise ValueError(text_input.token_store_as_input(stores[0]))
     if not shards:

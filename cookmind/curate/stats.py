@@ -123,17 +123,21 @@ def write_report(
     out_dir: str | os.PathLike,
     removed: str | os.PathLike | None = None,
     notes: list[str] = (),
+    files_left_out: dict[str, int] | None = None,
 ) -> tuple[Path, Path]:
     """``report.json`` and ``report.md`` in ``out_dir``, each written atomically; ``removed``: the folder listing
-    the removed documents, if the run wrote one; ``notes``: the stages' notes on what they did."""
+    the removed documents, if the run wrote one; ``notes``: the stages' notes on what they did; ``files_left_out``:
+    the input folders' files that are not documents, by suffix (report.json's ``input_files_left_out``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    left = dict(sorted((files_left_out or {}).items(), key=lambda kv: (-kv[1], kv[0])))  # most first, as the note
     payload = {
         "stages": [s.to_dict() for s in stages],
         "input_docs": stages[0].docs_in if stages else 0,
         "output_docs": stages[-1].docs_out if stages else 0,
         **({"removed": str(removed)} if removed else {}),
         **({"notes": list(notes)} if notes else {}),
+        **({"input_files_left_out": left} if left else {}),
     }
     paths = []
     for name, body in (
