@@ -647,3 +647,25 @@ def test_a_line_that_mentions_the_separator_mid_sentence_is_one_line_to_dedup(tm
     assert (res["lines_in"], res["lines_removed"]) == (6, 0), res
     assert (tmp_path / "o" / "a.txt").read_text(encoding="utf-8") == a
     assert (tmp_path / "o" / "b.txt").read_text(encoding="utf-8") == b
+
+
+@pytest.mark.parametrize("method", ["lines", "minhash"])
+@pytest.mark.parametrize("name", ["docs.jsonl", "docs.jsonl.gz", "docs.parquet"])
+def test_curate_dedup_refuses_record_files_and_names_curate_run(tmp_path, capsys, method, name):
+    """curate dedup read any input as plain text: a JSONL file was deduplicated as text lines (a record's JSON line
+    is no document's line) and split at an <|endoftext|> inside its records. A JSONL or Parquet input is refused in
+    one line naming the file and curate run (whose dedup stages read records as documents); nothing is written."""
+    import gzip
+
+    from cookmind.cli import main
+
+    records = tmp_path / name
+    body = b'{"text": "one story<|endoftext|>two"}\n{"text": "one story<|endoftext|>two"}\n'
+    records.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)  # refused by its name: never read
+    (tmp_path / "a.txt").write_text("plain text\n")
+    out = tmp_path / "out"
+    argv = ["curate", "dedup", "--method", method, "--input", str(tmp_path / "a.txt"), str(records), "--output"]
+    assert main([*argv, str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(records) in err and "cookmind curate run" in err, err
+    assert not out.exists()

@@ -123,7 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="text files (gzipped too; distinct file names): a file is one document, or, holding <|endoftext|> "
         "lines, the documents between those (lines keeps the separators between the stories it keeps; minhash "
-        "compares the file whole)",
+        "compares the file whole); JSONL, Parquet and WARC records are refused: curate run's dedup stages read them",
     )
     p.add_argument(
         "--output",
@@ -274,9 +274,17 @@ def _dedup(args) -> int:
             f"inputs share the file name(s) {', '.join(clashes)}, and each is written to --output under its name; "
             "give files of distinct names"
         )
+    from cookmind.curate.shards import kind_of
+
     for p in args.input:  # before the progress bar and any work, as the error handler words it
         if not Path(p).exists():
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(p))
+        if (kind := kind_of(Path(p))) in ("jsonl", "parquet", "warc"):  # records: their lines are no text's lines
+            raise ValueError(
+                f"--input {p}: {kind.upper()} records, which curate dedup would read as plain text (a JSON line as a "
+                "line of text); to deduplicate records as documents, run `cookmind curate run --input FILES --config "
+                "CFG` with the minhash or exact_lines stage (`cookmind curate default-config` lists them)"
+            )
     if args.method == "lines":
         from cookmind.curate.exact_lines import exact_line_dedup
 
