@@ -652,14 +652,17 @@ def test_serving_a_lora_run_says_it_serves_the_merged_weights_and_how_to_serve_t
     assert "LoRA" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("other", ["draft", "lora"])
 def test_serving_runs_checks_their_newest_checkpoints_sha256s_under_a_bar_each(
-    tmp_path, tmp_path_factory, capsys, monkeypatch
+    tmp_path, tmp_path_factory, capsys, monkeypatch, other
 ):
-    """`cookmind serve RUN --speculative draft --draft-model RUN2` hashed the draft's newest checkpoint (its weights:
-    minutes for a large model) with no bar, after the model's under one: each check is shown, to its last byte."""
+    """`cookmind serve RUN --speculative draft --draft-model RUN2` (or `--lora chef=LORA_RUN`) hashed the other run's
+    newest checkpoint (its weights: minutes for a large model) with no bar, after the model's under one: each check
+    is shown, to its last byte."""
     from tqdm import tqdm
 
     from cookmind.model import model_io
+    from cookmind.model.lora import apply_lora
     from cookmind.train.checkpoint import save_checkpoint
 
     monkeypatch.setattr(model_io, "PROGRESS_BYTES", 0)  # a tiny model's file is big enough here
@@ -674,8 +677,11 @@ def test_serving_runs_checks_their_newest_checkpoints_sha256s_under_a_bar_each(
     monkeypatch.setattr(model_io, "_sha256_all", spy)
     tok, tok_dir = make_tokenizer(tmp_path_factory), tmp_path / "tok"
     tok.save(tok_dir)
-    for run in ("run", "draft"):
-        save_checkpoint(tmp_path / run / "checkpoints", 1, make_model(tok.vocab_size, 256), None, {}, tok_dir)
+    base = make_model(tok.vocab_size, 256)
+    save_checkpoint(tmp_path / "run" / "checkpoints", 1, base, None, {}, tok_dir)
+    if other == "lora":
+        apply_lora(base, r=2, alpha=4.0, targets=["q_proj"])  # its checkpoint: the merged weights and the adapter
+    save_checkpoint(tmp_path / other / "checkpoints", 1, base, None, {}, tok_dir)
 
     class Server:
         started = True
@@ -687,10 +693,12 @@ def test_serving_runs_checks_their_newest_checkpoints_sha256s_under_a_bar_each(
     monkeypatch.setattr(cli_serve, "check_port_free", lambda host, port: None)
     hashed.clear()  # the save's own (it records them)
     capsys.readouterr()
-    draft = ("--speculative", "draft", "--draft-model", tmp_path / "draft")
-    assert cli_serve.main(parse(tmp_path / "run", *draft, "--device", "cpu", "--max-batch", "1", "--no-compile")) == 0
+    flags = ("--speculative", "draft", "--draft-model", tmp_path / "draft")
+    if other == "lora":
+        flags = ("--lora", f"chef={tmp_path / 'lora'}")
+    assert cli_serve.main(parse(tmp_path / "run", *flags, "--device", "cpu", "--max-batch", "1", "--no-compile")) == 0
     err = capsys.readouterr().err
     for n in hashed:  # each check of the weights ended its own bar at its last byte
         assert f"checking SHA-256: 100% {tqdm.format_sizeof(n)}/{tqdm.format_sizeof(n)}" in err, err
     done = [line for line in err.splitlines() if "checking" in line and "100%" in line]
-    assert len(hashed) == 2 and len(done) >= len(hashed), err  # the model's and the draft's
+    assert len(hashed) == 2 and len(done) >= len(hashed), err  # the model's and the other run's

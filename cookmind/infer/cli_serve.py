@@ -276,7 +276,7 @@ def build_app(args: argparse.Namespace):
         raise ValueError(
             f"--max-seq-len {args.max_seq_len} exceeds the model's context of {context} tokens; use {context} or less"
         )
-    adapters = load_adapters(model, specs, base_name=path) if specs else None
+    adapters = load_adapters(model, specs, base_name=path, progress=True) if specs else None
     speculative = speculative_config(args, tokenizer, device, dtype)
     num_slots, kv_bytes, kv_note = kv_sizing(model, args)
     engine = Engine(

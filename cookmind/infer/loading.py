@@ -187,14 +187,15 @@ def parse_lora_specs(specs: list[str], base_name: str) -> dict[str, Path]:
     return out
 
 
-def load_adapters(model, specs: dict[str, str | Path], base_name: str = "the base model"):
+def load_adapters(model, specs: dict[str, str | Path], base_name: str = "the base model", progress: bool = False):
     """Read LoRA adapters ({name: directory}) for ``model``: cookmind's ``save_adapter`` output, PEFT's own
     ``save_pretrained`` on the Hugging Face export (both PEFT-format adapter_config.json + adapter_model.safetensors)
     or a LoRA training run (its newest checkpoint holds the adapter). Each is checked against the base: every
     tensor's module must be a linear layer of the model with matching shapes and rank, and every module the config
     targets must have its pair; a mismatch is a ValueError naming the adapter and the module. An adapter that
     recorded its base's weights (``save_adapter``) and finds other ones in ``model`` (named ``base_name``) loads with
-    a warning naming both: the same shapes, but not the outputs it was trained for. Returns
+    a warning naming both: the same shapes, but not the outputs it was trained for. ``progress``: a bar of the check
+    of a run's newest checkpoint's SHA-256s. Returns
     ``multi_lora.LoRAAdapter``s in the given order."""
     import re
     import warnings
@@ -218,7 +219,7 @@ def load_adapters(model, specs: dict[str, str | Path], base_name: str = "the bas
                 f"{directory}: no such directory; name a LoRA adapter folder or a LoRA training run (adapter {name!r})"
             )
         if not (Path(directory) / ADAPTER_CONFIG).is_file():  # a training run: its newest checkpoint
-            directory = resolve_model_dir(directory)
+            directory = resolve_model_dir(directory, progress=progress)
         where = f"adapter {name!r} ({directory})"
         try:
             cfg = read_adapter_config(directory)
