@@ -165,3 +165,25 @@ def test_a_resumed_runs_report_covers_the_whole_run_and_says_where_it_resumed(tm
     assert summary["resumed_from_step"] == 3 and summary["steps"] == 8
     assert plotted["loss.png"]["train"][0] == list(range(1, 9))  # both attempts' steps
     assert "| resumed_from_step | 3 |" in (tmp_path / "cut" / "report.md").read_text()
+
+
+def test_resume_naming_the_run_checks_its_newest_checkpoints_sha256s_under_a_bar(tmp_path, capsys, monkeypatch):
+    """`--resume RUN` into a run directory holding checkpoints first checked that RUN is this directory's own, and
+    that check hashed the newest checkpoint's weights and optimizer state (minutes for a large model) with no bar;
+    the resume's bar that came after had nothing left to read. With logging.progress the check is under a bar."""
+    from tqdm import tqdm
+
+    monkeypatch.setattr("cookmind.model.model_io.PROGRESS_BYTES", 0)
+    _stores(tmp_path)
+    first = Trainer(_config(tmp_path, "pretrain", tmp_path / "cut"), callbacks=[StopAt(2)])
+    assert first.fit()["status"] == "stopped"
+    step = tmp_path / "cut" / "checkpoints" / "step_00000002"
+    checked = [p for p in step.iterdir() if p.name != "meta.json"]  # every file it recorded a SHA-256 of
+    size = tqdm.format_sizeof(sum(p.stat().st_size for p in checked))
+    cfg = _config(tmp_path, "pretrain", tmp_path / "cut", resume=str(tmp_path / "cut"))
+    cfg.logging.progress = True
+    capsys.readouterr()
+    assert Trainer(cfg).step == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "checking" in line]
+    assert lines and f"100% {size}/{size}" in lines[-1], err

@@ -203,7 +203,12 @@ def refuse_overwriting_inputs(
 
 
 def check_run_dir(
-    ckpt_dir: str | Path, run_dir: str | Path, resume: str | None, overwrite: bool, cfg: Any = None
+    ckpt_dir: str | Path,
+    run_dir: str | Path,
+    resume: str | None,
+    overwrite: bool,
+    cfg: Any = None,
+    progress: bool = False,
 ) -> None:
     """Refuse to start a fresh run where another run left checkpoints or metrics (``--resume`` continues it); where
     that run is ``cfg``'s own (its config.yaml the same: the command run again after a crash), the refusal says so,
@@ -212,11 +217,14 @@ def check_run_dir(
     With ``overwrite`` the old run's checkpoints, metrics and report (with its plots) are deleted first: the user
     asked for that. A folder
     holding other files is refused before this, by ``refuse_foreign_files`` (the Trainer, before it takes the lock).
+    ``progress``: a bar of the check of the SHA-256s of the checkpoint an explicit ``--resume PATH`` names.
     """
     ckpt_dir, run_dir = Path(ckpt_dir), Path(run_dir)
     old = [d for _, d in step_dirs(ckpt_dir)]
     metrics = run_dir / "metrics.jsonl"
-    into_another_run = resume and resume != "auto" and old and _check_explicit_resume(Path(resume), ckpt_dir, run_dir)
+    into_another_run = (
+        resume and resume != "auto" and old and _check_explicit_resume(Path(resume), ckpt_dir, run_dir, progress)
+    )
     if (resume and not into_another_run) or not (old or metrics.exists()):
         return
     if not overwrite:
@@ -329,12 +337,12 @@ def _refuse_others(folder: Path, ours: set[str], what_to_do: str) -> None:
         )
 
 
-def _check_explicit_resume(resume: Path, ckpt_dir: Path, run_dir: Path) -> bool:
+def _check_explicit_resume(resume: Path, ckpt_dir: Path, run_dir: Path, progress: bool = False) -> bool:
     """``--resume PATH`` into a run directory that holds checkpoints: it must be this directory's own newest.
     Another run's directory would get this run's checkpoints beside its own, a step of the same number overwritten
     and the rest pruned; an older step of its own leaves the abandoned steps after it as the newest. True: PATH is
     another run's, which --overwrite (checked by the caller) may clear the directory for."""
-    source = find_latest_checkpoint(resume, need_optimizer=True)  # the one the resume loads
+    source = find_latest_checkpoint(resume, need_optimizer=True, progress=progress)  # the one the resume loads
     if source is None:
         return False  # the resume itself says there is no checkpoint there
     source = source.resolve()

@@ -262,7 +262,14 @@ class Trainer:
                 lock_run_dir(self.run_dir)  # an existing one (a new one is locked once it is made, below)
         with stop_together(self.dist, "start"):  # its all-gather is the barrier: rank 0 has deleted before any reads
             if self.dist.is_main or not cfg.checkpoint.overwrite:  # every rank refuses alike; rank 0 deletes
-                check_run_dir(self.ckpt_dir, self.run_dir, cfg.checkpoint.resume, cfg.checkpoint.overwrite, cfg)
+                check_run_dir(
+                    self.ckpt_dir,
+                    self.run_dir,
+                    cfg.checkpoint.resume,
+                    cfg.checkpoint.overwrite,
+                    cfg,
+                    progress=cfg.logging.progress and self.dist.is_main,  # --resume PATH's weights, read whole
+                )
                 clean_stale_temps(self.ckpt_dir)  # what a killed save left behind
         if saves_sharded(cfg):  # every rank writes its shards there: a node that does not see it stops here
             check_shared(self.ckpt_dir, self.dist)
