@@ -303,7 +303,7 @@ def test_a_run_given_as_train_init_from_has_its_newest_checkpoints_sha256s_check
     )
     cfg.model = {}  # the shape comes from the checkpoint
     capsys.readouterr()
-    Trainer(cfg)
+    Trainer(cfg).close()
     err = capsys.readouterr().err
     size = tqdm.format_sizeof(sum((step / n).stat().st_size for n in ("config.json", "model.safetensors")))
     lines = [line for line in err.splitlines() if "checking" in line]

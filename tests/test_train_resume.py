@@ -183,7 +183,9 @@ def test_resume_naming_the_run_checks_its_newest_checkpoints_sha256s_under_a_bar
     cfg = _config(tmp_path, "pretrain", tmp_path / "cut", resume=str(tmp_path / "cut"))
     cfg.logging.progress = True
     capsys.readouterr()
-    assert Trainer(cfg).step == 2
+    resumed = Trainer(cfg)
+    resumed.close()
+    assert resumed.step == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "checking" in line]
     assert lines and f"100% {size}/{size}" in lines[-1], err
