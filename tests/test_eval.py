@@ -1173,6 +1173,38 @@ def test_ppl_on_text_scores_the_ids_pack_stores_for_it(tmp_path, monkeypatch, ca
     assert "left out 2 empty document(s)" in captured.err and json.loads(captured.out)["empty_documents"] == 2
 
 
+def test_ppl_on_text_ends_its_last_document_as_pack_does(tmp_path, tok_dir):
+    """A text file whose last document has no <|endoftext|> after it ("hello<|endoftext|>world", corpus.en, any file
+    of one document) is packed with an end token after that document too, as after every other; eval ppl scored it
+    without one, a token fewer than the store holds, so the model's guess of where the text ends was never scored.
+    Text and its packed store now score the same ids: by hand, each document's ids and then the end token."""
+    from cookmind.evals import evaluate_data
+    from cookmind.store import TokenStore
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    eot = tok.special_tokens["<|endoftext|>"]
+    torch.manual_seed(0)
+    model = torch.nn.Embedding(tok.vocab_size, tok.vocab_size)  # a bigram table
+    for name, text, docs in (
+        ("two", "hello<|endoftext|>world\n", ["hello", "world"]),
+        ("one", "The cook said stir it.\nTom has 3 apples.", ["The cook said stir it.\nTom has 3 apples."]),
+    ):
+        (tmp_path / f"{name}.txt").write_text(text)
+        by_hand = [i for d in docs for i in [*tok.encode(d), eot]]
+        pack([tmp_path / f"{name}.txt"], tmp_path / name, tok_dir, "seq", progress=False)
+        store = TokenStore(tmp_path / name)
+        assert store.stream("sequence", 0, store.stream_length("sequence")).tolist() == by_hand, name
+        scored = evaluate_data(model, tok, tmp_path / f"{name}.txt", window=64, progress=False)
+        packed = evaluate_data(model, tok, tmp_path / name, window=64, progress=False)
+        logp = torch.log_softmax(model.weight.detach()[by_hand[:-1]], -1)
+        nll = -logp[torch.arange(len(by_hand) - 1), by_hand[1:]].sum().item()
+        assert scored["tokens"] == packed["tokens"] == len(by_hand) - 1, name
+        assert scored["nll_per_token"] == pytest.approx(nll / (len(by_hand) - 1), rel=1e-5), name
+        assert scored["bytes"] == packed["bytes"], name
+
+
 def test_ppl_on_text_strips_each_document_as_pack_does(shared_data, tmp_path, tok_dir):
     """eval ppl on tinystories_sample.txt scored 10 tokens more than the store pack made of it holds: the newlines
     around each <|endoftext|>, which pack strips off each document, were scored as text. Each document of a text file

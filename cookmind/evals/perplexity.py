@@ -145,17 +145,20 @@ def _joined_ids(tokenizer, pieces: Sequence[str], end_id: int) -> list[int]:
     return ids
 
 
-def _text_ids(tokenizer, text: str) -> tuple[list[int], int, int]:
+def _text_ids(tokenizer, text: str, end_last: bool = False) -> tuple[list[int], int, int]:
     """Ids for ``text``, the UTF-8 bytes of its text and the empty documents left out, as pack reads a text file
     (``cookmind.store.sources``): where it spells ``<|endoftext|>`` goes the end of a document (``document_end_id``),
-    and no bytes; each document is stripped of the whitespace around it, and a blank one is left out."""
+    and no bytes; each document is stripped of the whitespace around it, and a blank one is left out. ``end_last``:
+    the last document is ended too where the text does not spell its end, as pack ends every document of a file
+    (not of a file cut short by --max-bytes: its last document goes on past the cut)."""
     end = document_end_id(tokenizer)
     if end is None:  # no end of a document to put where the text spells one: it is all text
         return encode_text(tokenizer, text), len(text.encode("utf-8")), 0
     *ended, last = (piece.strip() for piece in text.split(ENDOFTEXT))
-    docs = [p for p in ended if p]
-    pieces = [*docs, last] if last else [*docs, ""]  # "": the last document ended by its separator
-    return _joined_ids(tokenizer, pieces, end), sum(len(p.encode("utf-8")) for p in pieces), len(ended) - len(docs)
+    docs = [p for p in ended if p] + ([last] if last else [])
+    pieces = docs if last and not end_last else [*docs, ""]  # "": the last document's end
+    empty = len(ended) - len(docs) + bool(last)
+    return _joined_ids(tokenizer, pieces, end), sum(len(p.encode("utf-8")) for p in pieces), empty
 
 
 def _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows, what="the text") -> dict:
@@ -179,13 +182,15 @@ def evaluate_text(
     stride: int | None = None,
     progress: bool = False,
     rows: list[dict] | None = None,
+    end_last: bool = False,
 ) -> dict:
     """Perplexity and bits per byte on ``text``. ``bytes`` exclude the first token's, ``context_bytes`` (it is never
     predicted).
-    A ``<|endoftext|>`` in the text separates documents, as ``pack`` reads plain text (``_text_ids``).
+    A ``<|endoftext|>`` in the text separates documents, as ``pack`` reads plain text (``_text_ids``); the last
+    document ends only where the text spells its end, or with ``end_last`` (a whole file, ended as pack ends it).
 
     ``rows``, when given, gets one row per window: window, start (token), tokens scored, nll, nll_per_token."""
-    ids, n_bytes, empty = _text_ids(tokenizer, text)
+    ids, n_bytes, empty = _text_ids(tokenizer, text, end_last)
     report = _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows)
     return {**report, "empty_documents": empty}  # blank pieces between separators: nothing to score, left out
 
@@ -207,7 +212,8 @@ def evaluate_text_file(
     with text_input.open_bytes(path) as f:
         data = f.read()
     file_bytes = len(data)
-    if max_bytes is not None and file_bytes > max_bytes:
+    cut = max_bytes is not None and file_bytes > max_bytes
+    if cut:
         data = data[:max_bytes]
         # the cut may split a character: its first bytes are left out, not an error
         try:
@@ -219,7 +225,7 @@ def evaluate_text_file(
     mark = len(text_input.BOM.encode()) if data.startswith(text_input.BOM.encode()) else 0
     # bad bytes dropped or replaced would change the perplexity: an error naming file:line
     text = text_input.decode_utf8(data, path)
-    report = evaluate_text(model, tokenizer, text, window, stride, progress, rows)
+    report = evaluate_text(model, tokenizer, text, window, stride, progress, rows, end_last=not cut)
     evaluated = mark + len(text.encode("utf-8"))
     return {
         "path": str(path),
