@@ -1205,6 +1205,67 @@ def test_ppl_on_text_ends_its_last_document_as_pack_does(tmp_path, tok_dir):
         assert scored["bytes"] == packed["bytes"], name
 
 
+def test_ppl_reads_a_text_file_with_packs_one_per_line_and_separator(tmp_path, tok_dir, monkeypatch, capsys):
+    """A corpus of one sentence a line (corpus.en) is packed with --one-per-line, each line a document ended by the
+    end token; eval ppl took no --one-per-line (nor pack's --separator) and scored the file as one document, its
+    newlines as text. Both flags now read the text as pack does: the same ids as the store, by hand each document's
+    ids and then the end token; they are refused where --data is no plain text, and together."""
+    from cookmind.cli import main
+    from cookmind.evals import evaluate_data
+    from cookmind.store import TokenStore
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    eot = tok.special_tokens["<|endoftext|>"]
+    table = _bigram_cli(monkeypatch, tok)
+    lines = (
+        tmp_path / "lines.txt",
+        "The cook said stir it.\r\n  \n Tom has 3 apples.\nHe eats one.\n",
+        {"one_per_line": True},
+    )
+    seps = (
+        tmp_path / "seps.txt",
+        "The cook said stir it.\n---\nTom has 3 apples.---\n---He eats one.",
+        {"separator": "---"},
+    )
+    docs = ["The cook said stir it.", " Tom has 3 apples.", "He eats one."]  # pack keeps a line's other whitespace
+    for path, text, how in (lines, seps):
+        path.write_bytes(text.encode())
+        pack([path], tmp_path / f"{path.stem}.store", tok_dir, "seq", progress=False, **how)
+        store = TokenStore(tmp_path / f"{path.stem}.store")
+        ids = store.stream("sequence", 0, store.stream_length("sequence")).tolist()
+        wanted = docs if "one_per_line" in how else [d.strip() for d in docs]
+        by_hand = [i for d in wanted for i in [*tok.encode(d), eot]]
+        assert ids == by_hand, path.name
+        flags = ["--one-per-line"] if "one_per_line" in how else ["--separator", "---"]
+        assert main(["eval", "ppl", "--model", "m", "--data", str(path), "--quiet", *flags]) == 0, path.name
+        out = capsys.readouterr()
+        scored = json.loads(out.out)
+        logp = torch.log_softmax(table[by_hand[:-1]], -1)
+        nll = -logp[torch.arange(len(by_hand) - 1), by_hand[1:]].sum().item()
+        assert scored["tokens"] == len(by_hand) - 1, path.name
+        assert scored["nll_per_token"] == pytest.approx(nll / (len(by_hand) - 1), rel=1e-5), path.name
+        assert scored["empty_documents"] == 1 and "left out 1 empty document(s)" in out.err, path.name
+        packed = evaluate_data(
+            torch.nn.Embedding.from_pretrained(table),
+            tok,
+            tmp_path / f"{path.stem}.store",
+            window=64,
+            progress=False,
+        )
+        assert scored["bytes"] == packed["bytes"], path.name
+    (tmp_path / "d.jsonl").write_text('{"text": "hello"}\n')
+    for data, flags in (
+        (tmp_path / "d.jsonl", ["--one-per-line"]),
+        (tmp_path / "lines.store", ["--separator", "---"]),
+        (lines[0], ["--one-per-line", "--separator", "---"]),
+    ):
+        assert main(["eval", "ppl", "--model", "m", "--data", str(data), "--quiet", *flags]) == 2, flags
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("cookmind eval ppl: error: --") and "drop" in err[0], err
+
+
 def test_ppl_on_text_strips_each_document_as_pack_does(shared_data, tmp_path, tok_dir):
     """eval ppl on tinystories_sample.txt scored 10 tokens more than the store pack made of it holds: the newlines
     around each <|endoftext|>, which pack strips off each document, were scored as text. Each document of a text file

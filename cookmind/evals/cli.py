@@ -94,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data",
         required=True,
-        help="what `cookmind pack --input` reads: a UTF-8 text file (<|endoftext|> separates documents), JSON lines "
+        help="what `cookmind pack --input` reads: a UTF-8 text file (<|endoftext|> separates documents; or "
+        "--separator, --one-per-line), JSON lines "
         "(.jsonl) or Parquet documents (their --text-field, each ended as pack ends it: by <|endoftext|>, else the "
         "tokenizer's EOS), optionally .gz, "
         "or a curate output folder (its shard-* files); or a token store made by pack (a folder with meta.json, .h5)",
@@ -122,6 +123,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="text and documents: evaluate only the first N bytes of their text",
     )
     p.add_argument("--max-windows", type=int_in(1), default=None, help="stores: evaluate only the first N windows")
+    p.add_argument(
+        "--separator",
+        default=None,
+        help="plain text: the document separator, as pack's (default <|endoftext|>): each document is ended by the "
+        "end token pack puts there",
+    )
+    p.add_argument("--one-per-line", action="store_true", help="plain text: one document a line, as pack's")
     p.add_argument(
         "--skip-bad",
         action="store_true",
@@ -178,7 +186,16 @@ def main(args) -> int:
         from cookmind.evals.perplexity import require_data
 
         _check_window(args.window, args.stride, _context_in_config(args.model, not args.quiet))
-        require_data(args.data, args.max_bytes, args.max_windows, args.stride, args.text_field, args.skip_bad)
+        require_data(
+            args.data,
+            args.max_bytes,
+            args.max_windows,
+            args.stride,
+            args.text_field,
+            args.skip_bad,
+            args.separator,
+            args.one_per_line,
+        )
     progress = not args.quiet
     model, tokenizer = load_for_inference(
         args.model, device, tokenizer_path=args.tokenizer, hf_native=True, progress=progress
@@ -228,6 +245,8 @@ def main(args) -> int:
             progress,
             rows,
             SkippedRecords() if args.skip_bad else None,
+            args.separator,
+            args.one_per_line,
         )
         # the window it scored with: train's validation reads data.window_size, this the model's context by default
         metrics.update(window_size=args.window, stride=args.stride or args.window)
@@ -335,6 +354,8 @@ def _what_was_measured(args, questions_read: list[dict]) -> dict:
             max_bytes=args.max_bytes,
             max_windows=args.max_windows,
             skip_bad=args.skip_bad,
+            separator=args.separator,
+            one_per_line=args.one_per_line,
         )
     return measured
 

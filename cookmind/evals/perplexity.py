@@ -145,19 +145,27 @@ def _joined_ids(tokenizer, pieces: Sequence[str], end_id: int) -> list[int]:
     return ids
 
 
-def _text_ids(tokenizer, text: str, end_last: bool = False) -> tuple[list[int], int, int]:
+def _text_ids(
+    tokenizer, text: str, end_last: bool = False, separator: str = ENDOFTEXT, one_per_line: bool = False
+) -> tuple[list[int], int, int]:
     """Ids for ``text``, the UTF-8 bytes of its text and the empty documents left out, as pack reads a text file
-    (``cookmind.store.sources``): where it spells ``<|endoftext|>`` goes the end of a document (``document_end_id``),
-    and no bytes; each document is stripped of the whitespace around it, and a blank one is left out. ``end_last``:
+    (``cookmind.store.sources``): where it spells ``separator`` goes the end of a document (``document_end_id``),
+    and no bytes; each document is stripped of the whitespace around it, and a blank one is left out. With
+    ``one_per_line`` each line is a document, less its line ending (pack keeps its other whitespace). ``end_last``:
     the last document is ended too where the text does not spell its end, as pack ends every document of a file
     (not of a file cut short by --max-bytes: its last document goes on past the cut)."""
     end = document_end_id(tokenizer)
     if end is None:  # no end of a document to put where the text spells one: it is all text
         return encode_text(tokenizer, text), len(text.encode("utf-8")), 0
-    *ended, last = (piece.strip() for piece in text.split(ENDOFTEXT))
-    docs = [p for p in ended if p] + ([last] if last else [])
+    if one_per_line:
+        *ended, last = (line.removesuffix("\r") for line in text.split("\n"))
+    else:
+        *ended, last = (piece.strip() for piece in (text.split(separator) if separator else [text]))
+    last = last if last.strip() else ""
+    docs = [p for p in ended if p.strip()]
+    empty = len(ended) - len(docs)
+    docs += [last] if last else []
     pieces = docs if last and not end_last else [*docs, ""]  # "": the last document's end
-    empty = len(ended) - len(docs) + bool(last)
     return _joined_ids(tokenizer, pieces, end), sum(len(p.encode("utf-8")) for p in pieces), empty
 
 
@@ -183,14 +191,17 @@ def evaluate_text(
     progress: bool = False,
     rows: list[dict] | None = None,
     end_last: bool = False,
+    separator: str = ENDOFTEXT,
+    one_per_line: bool = False,
 ) -> dict:
     """Perplexity and bits per byte on ``text``. ``bytes`` exclude the first token's, ``context_bytes`` (it is never
     predicted).
-    A ``<|endoftext|>`` in the text separates documents, as ``pack`` reads plain text (``_text_ids``); the last
+    A ``<|endoftext|>`` (or ``separator``; each line with ``one_per_line``) in the text separates documents, as
+    ``pack`` reads plain text (``_text_ids``); the last
     document ends only where the text spells its end, or with ``end_last`` (a whole file, ended as pack ends it).
 
     ``rows``, when given, gets one row per window: window, start (token), tokens scored, nll, nll_per_token."""
-    ids, n_bytes, empty = _text_ids(tokenizer, text, end_last)
+    ids, n_bytes, empty = _text_ids(tokenizer, text, end_last, separator, one_per_line)
     report = _evaluate_ids(model, tokenizer, ids, n_bytes, window, stride, progress, rows)
     return {**report, "empty_documents": empty}  # blank pieces between separators: nothing to score, left out
 
@@ -204,11 +215,14 @@ def evaluate_text_file(
     max_bytes: int | None = None,
     progress: bool = True,
     rows: list[dict] | None = None,
+    separator: str = ENDOFTEXT,
+    one_per_line: bool = False,
 ) -> dict:
     """``evaluate_text`` on a UTF-8 file (its first ``max_bytes`` bytes when given: ``file_bytes`` and
-    ``bytes_not_evaluated`` say how much that left out). A gzip file is read decompressed. The file's bytes add up:
-    ``bytes`` + ``context_bytes`` + ``not_text_bytes`` (a byte-order mark, each ``<|endoftext|>`` spelled out and
-    the whitespace around documents, in the part evaluated) + ``bytes_not_evaluated`` == ``file_bytes``."""
+    ``bytes_not_evaluated`` say how much that left out), its documents split as ``pack --separator`` or
+    ``--one-per-line`` splits them. A gzip file is read decompressed. The file's bytes add up: ``bytes`` +
+    ``context_bytes`` + ``not_text_bytes`` (a byte-order mark, each separator spelled out and the whitespace around
+    documents, in the part evaluated) + ``bytes_not_evaluated`` == ``file_bytes``."""
     with text_input.open_bytes(path) as f:
         data = f.read()
     file_bytes = len(data)
@@ -225,7 +239,7 @@ def evaluate_text_file(
     mark = len(text_input.BOM.encode()) if data.startswith(text_input.BOM.encode()) else 0
     # bad bytes dropped or replaced would change the perplexity: an error naming file:line
     text = text_input.decode_utf8(data, path)
-    report = evaluate_text(model, tokenizer, text, window, stride, progress, rows, end_last=not cut)
+    report = evaluate_text(model, tokenizer, text, window, stride, progress, rows, not cut, separator, one_per_line)
     evaluated = mark + len(text.encode("utf-8"))
     return {
         "path": str(path),
@@ -374,11 +388,26 @@ def data_kind(path) -> str:
     return "documents" if source_kind(path) in ("json", "parquet") else "text"
 
 
-def require_data(path, max_bytes=None, max_windows=None, stride=None, text_field=None, skip_bad=False) -> str:
+def require_data(
+    path,
+    max_bytes=None,
+    max_windows=None,
+    stride=None,
+    text_field=None,
+    skip_bad=False,
+    separator=None,
+    one_per_line=False,
+) -> str:
     """``data_kind(path)``, after refusing the options that do not apply to that kind (each was ignored without a
     word): --max-bytes and --stride are for text and documents, --max-windows for a token store, --text-field and
-    --skip-bad for JSON lines / Parquet documents."""
+    --skip-bad for JSON lines / Parquet documents, --separator and --one-per-line (one of them) for plain text."""
+    if one_per_line and separator is not None:
+        raise ValueError("--one-per-line and --separator both say where documents end: drop one")
     kind = data_kind(path)
+    if (one_per_line or separator is not None) and kind != "text":
+        flag = "--one-per-line" if one_per_line else "--separator"
+        held = "a token store" if kind == "store" else "JSON lines or Parquet records, one document a record"
+        raise ValueError(f"{flag} says where a plain text file's documents end, and --data {path} is {held}: drop it")
     if skip_bad and kind != "documents":
         raise ValueError(
             f"--skip-bad skips bad JSON or Parquet records, and --data {path} is "
@@ -415,15 +444,18 @@ def evaluate_data(
     progress: bool = True,
     rows: list[dict] | None = None,
     skipped: SkippedRecords | None = None,
+    separator: str | None = None,
+    one_per_line: bool = False,
 ) -> dict:
     """What ``cookmind eval ppl --data`` names (``data_kind``): a token store by ``evaluate_store``; JSON lines /
     Parquet files and a curate output folder by ``evaluate_documents``; any other file as UTF-8 text by
-    ``evaluate_text_file``. A limit that does not apply to the kind is a ValueError (``require_data``); ``skipped``
-    (``--skip-bad``, documents only) counts the bad records left out."""
+    ``evaluate_text_file`` (``separator``, default ``<|endoftext|>``, or ``one_per_line`` split its documents). A
+    limit that does not apply to the kind is a ValueError (``require_data``); ``skipped`` (``--skip-bad``, documents
+    only) counts the bad records left out."""
     from cookmind.store.sources import expand_inputs
 
     path = Path(path)
-    kind = require_data(path, max_bytes, max_windows, stride, skip_bad=skipped is not None)
+    kind = require_data(path, max_bytes, max_windows, stride, None, skipped is not None, separator, one_per_line)
     if kind == "store":
         return evaluate_store(model, tokenizer, path, window, max_windows, progress, rows)
     if kind == "documents":
@@ -431,7 +463,10 @@ def evaluate_data(
         return evaluate_documents(
             model, tokenizer, paths, window, stride, max_bytes, text_field, progress, rows, str(path), skipped
         )
-    return evaluate_text_file(model, tokenizer, path, window, stride, max_bytes, progress, rows)
+    separator = ENDOFTEXT if separator is None else separator
+    return evaluate_text_file(
+        model, tokenizer, path, window, stride, max_bytes, progress, rows, separator, one_per_line
+    )
 
 
 def evaluate_store(
