@@ -796,7 +796,7 @@ def test_gsm8k_and_mmlu_metrics_name_what_was_measured_and_how_much_limit_left_o
     assert {k: metrics[k] for k in expected} == expected
     assert (metrics["max_new_tokens"], metrics["limit"], metrics["num_problems_in_data"]) == (40, 2, 5)
     assert json.loads(out.with_suffix(".metrics.json").read_text()) == metrics
-    assert "--limit 2: evaluated the first 2 of 5 problems" in captured.err, captured.err
+    assert "--limit 2: took the first 2 of 5 problems" in captured.err, captured.err
     assert main([*argv[:-2], "--limit", "5"]) == 0  # nothing left out: nothing said
     captured = capsys.readouterr()
     assert "--limit" not in captured.err and json.loads(captured.out)["num_problems_in_data"] == 5
@@ -823,7 +823,46 @@ def test_gsm8k_and_mmlu_metrics_name_what_was_measured_and_how_much_limit_left_o
     expected = {"task": "mmlu", "model": "m", "data": str(root), "split": "val", "subjects": ["art", "law"]}
     assert {k: metrics[k] for k in expected} == expected
     assert (metrics["limit_per_subject"], metrics["num_questions_in_data"]) == (2, 6)
-    assert "--limit-per-subject 2: evaluated 4 of the 6 questions" in captured.err, captured.err
+    assert "--limit-per-subject 2: took 4 of the 6 questions" in captured.err, captured.err
+
+
+def test_the_limit_line_does_not_count_a_question_too_long_for_the_context_as_evaluated(tmp_path, monkeypatch, capsys):
+    """`eval mmlu --limit 2` on a 256-token model said "evaluated 114 of the 14,042 questions", then "skipped 17 of 114
+    items whose prompt does not fit": 97 were evaluated (num_questions). gsm8k's line said the same. The --limit line
+    now says how many --limit took and how many of them were evaluated, the counts of the metrics."""
+    from types import SimpleNamespace
+
+    import cookmind.infer.loading
+    from cookmind.cli import main
+
+    answers = {f"Q{i}?": f" {i}</think> <answer>{i}</answer>" for i in range(5)}
+    model = OracleLM(lambda prompt: next((a for q, a in answers.items() if q in prompt), " 0"))
+    model.config = SimpleNamespace(max_position_embeddings=600)  # CharTok: a token a character
+    monkeypatch.setattr(cookmind.infer.loading, "load_for_inference", lambda *a, **k: (model, CharTok()))
+    data = tmp_path / "g.jsonl"
+    questions = ["Q0?", "Q1? " + "long " * 200, "Q2?", "Q3?", "Q4?"]
+    data.write_text("".join(json.dumps({"question": q, "answer": f"#### {q[1]}"}) + "\n" for q in questions))
+    argv = ["eval", "gsm8k", "m", "--data", str(data), "--quiet", "--limit", "3", "--max-new-tokens", "40"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)
+    assert (metrics["num_problems"], metrics["num_skipped_too_long"], metrics["num_problems_in_data"]) == (2, 1, 5)
+    assert "--limit 3: took the first 3 of 5 problems in --data (2 evaluated" in captured.err, captured.err
+    assert "evaluated the first 3" not in captured.err
+
+    model.respond = lambda prompt: " B"
+    model.marker = "Answer:"
+    root = tmp_path / "mmlu"
+    (root / "val").mkdir(parents=True)
+    rows = ["Q0?,a,b,c,d,A\n", f"Q1? {'long ' * 200},a,b,c,d,B\n", "Q2?,a,b,c,d,A\n"]
+    (root / "val" / "art_val.csv").write_text("".join(rows))
+    argv = ["eval", "mmlu", "m", "--data", str(root), "--split", "val", "--quiet", "--scoring", "generate"]
+    assert main([*argv, "--limit", "2"]) == 0
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)
+    assert (metrics["num_questions"], metrics["num_skipped_too_long"], metrics["num_questions_in_data"]) == (1, 1, 3)
+    assert "--limit-per-subject 2: took 2 of the 3 questions" in captured.err, captured.err
+    assert "(1 evaluated" in captured.err and "evaluated 2 of" not in captured.err, captured.err
 
 
 def test_gsm8k_out_with_a_lone_surrogate_in_a_question_is_written(tmp_path, monkeypatch, capsys):

@@ -394,24 +394,29 @@ def _checkpoint_of(model, progress: bool = False) -> str | None:
 
 
 def _say_what_limit_left_out(args, metrics: dict) -> None:
-    """One line on stderr when --limit left items of the data out (the metrics record how many it holds)."""
+    """One line on stderr when --limit left items of the data out (the metrics record how many it holds); of those it
+    took, only those the model read count as evaluated (a prompt too long for its context is skipped)."""
+    evaluated, skipped = (metrics.get(k, 0) for k in ("num_problems", "num_skipped_too_long"))
+    read = f" ({evaluated:,} evaluated, {skipped:,} too long for the context)" if skipped else ""
     if metrics.get("num_problems_in_data") is not None:
-        given = metrics.get("num_problems", 0) + metrics.get("num_skipped_too_long", 0)
+        given = evaluated + skipped
         of = metrics["num_problems_in_data"]
         if of > given:
             print(
-                f"cookmind eval gsm8k: --limit {args.limit}: evaluated the first {given:,} of {of:,} problems in "
-                f"--data; {of - given:,} left out (num_problems_in_data)",
+                f"cookmind eval gsm8k: --limit {args.limit}: took the first {given:,} of {of:,} problems in "
+                f"--data{read}; {of - given:,} left out (num_problems_in_data)",
                 file=sys.stderr,
             )
     if metrics.get("num_questions_in_data") is not None:
-        given = metrics.get("num_questions", 0) + metrics.get("num_skipped_too_long", 0)
+        evaluated = metrics.get("num_questions", 0)
+        read = f" ({evaluated:,} evaluated, {skipped:,} too long for the context)" if skipped else ""
+        given = evaluated + skipped
         of = metrics["num_questions_in_data"]
         if of > given:
             print(
-                f"cookmind eval mmlu: --limit-per-subject {args.limit_per_subject}: evaluated {given:,} of the {of:,} "
-                f"questions of the {args.split} split's {len(metrics['subjects'])} subject(s); {of - given:,} left "
-                "out (num_questions_in_data)",
+                f"cookmind eval mmlu: --limit-per-subject {args.limit_per_subject}: took {given:,} of the {of:,} "
+                f"questions of the {args.split} split's {len(metrics['subjects'])} subject(s){read}; {of - given:,} "
+                "left out (num_questions_in_data)",
                 file=sys.stderr,
             )
 
