@@ -1305,6 +1305,31 @@ def test_ppl_reads_a_text_file_with_packs_one_per_line_and_separator(tmp_path, t
         assert len(err) == 1 and err[0].startswith("cookmind eval ppl: error: --") and "drop" in err[0], err
 
 
+def test_ppl_on_chat_records_says_to_name_a_text_field_not_to_pack_them_as_sft(tmp_path, tok_dir, monkeypatch, capsys):
+    """`eval ppl --data gsm8k/test.jsonl` said "it looks like sft data, which `cookmind pack --train-type sft` reads
+    ... or pass --skip-bad": pack's advice, a dead end here (ppl refuses an sft store; --skip-bad skips every record).
+    It now says that ppl scores a field of text and names --text-field; with it, that field's text is scored."""
+    from cookmind.cli import main
+    from cookmind.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_dir)
+    table = _bigram_cli(monkeypatch, tok)
+    data = tmp_path / "g.jsonl"
+    rows = [{"question": "Tom has 3 apples.", "answer": "He eats one.\n#### 2"}, {"question": "Q?", "answer": "#### 4"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", "ppl", "--model", "m", "--data", str(data), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"cookmind eval ppl: error: {data}:1: "), err
+    assert "--text-field" in err[0] and "pack --train-type sft" not in err[0] and "--skip-bad" not in err[0], err
+    assert main(["eval", "ppl", "--model", "m", "--data", str(data), "--text-field", "answer", "--quiet"]) == 0
+    eot = tok.special_tokens["<|endoftext|>"]
+    ids = [i for r in rows for i in [*tok.encode(r["answer"]), eot]]  # by hand: each answer, then the end token
+    logp = torch.log_softmax(table[ids[:-1]], -1)
+    nll = -logp[torch.arange(len(ids) - 1), ids[1:]].sum().item()
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["tokens"] == len(ids) - 1 and scored["nll_per_token"] == pytest.approx(nll / (len(ids) - 1), rel=1e-5)
+
+
 def test_ppl_on_text_strips_each_document_as_pack_does(shared_data, tmp_path, tok_dir):
     """eval ppl on tinystories_sample.txt scored 10 tokens more than the store pack made of it holds: the newlines
     around each <|endoftext|>, which pack strips off each document, were scored as text. Each document of a text file

@@ -263,18 +263,37 @@ def read_documents(
     ValueError naming file:line, or, with ``skipped`` given (``--skip-bad``), counted there and left out. A lone
     surrogate in JSON text ("\\ud800", no character) is read as U+FFFD, as pack's encoder stores it
     (``lone_surrogates[0]``, when given, counts them)."""
-    from cookmind.store.records import BadRecord, EmptyDocument, RecordOptions, make_seq, parse, reason_kind
+    from cookmind.store.records import (
+        BadRecord,
+        EmptyDocument,
+        RecordOptions,
+        make_seq,
+        parse,
+        reason_kind,
+        train_type_of,
+    )
     from cookmind.store.sources import iter_items
 
     opts = RecordOptions("seq", text_field)
     for path in paths:
         for item in iter_items(path, separator=ENDOFTEXT):
+            obj = None
             try:
-                text = make_seq(parse(item), None, opts)
+                obj = parse(item)
+                text = make_seq(obj, None, opts)
             except EmptyDocument:
                 if empty is not None:
                     empty.append(item.where)
             except BadRecord as exc:
+                kind = train_type_of(obj) if isinstance(obj, dict) and text_field not in obj else None
+                if skipped is None and kind not in (None, "seq"):
+                    # pack's advice (pack it as sft data, or --skip-bad) is a dead end here: ppl reads no sft store,
+                    # and every record of such a file would be skipped
+                    raise ValueError(
+                        f"{item.where}: missing field {text_field!r} (found {sorted(obj)}): a record of {kind} data, "
+                        "not a text document; eval ppl scores documents' text: name the field that holds it with "
+                        "--text-field FIELD"
+                    ) from None
                 if skipped is None:
                     raise ValueError(
                         f"{item.where}: {exc}; fix the record, or pass --skip-bad to skip bad records and count them"
