@@ -1114,11 +1114,11 @@ def test_bits_per_byte_counts_the_documents_bytes_not_the_separator_spelled_out(
         r = evaluate_data(model, tok, tmp_path / data, window=16, progress=False)
         assert (r["tokens"], r["bytes"]) == (11, 9), data
         assert r["bits_per_byte"] == pytest.approx(expected, rel=1e-6), data
-    # a separator first closes an empty document, left out as pack leaves it: "hello" then its end token, 5 predicted
-    # over 4 bytes (the first "h" is context)
+    # a separator first opens no document (pack counts none): "hello" then its end token, 5 predicted over 4 bytes
+    # (the first "h" is context)
     (tmp_path / "e.txt").write_text("<|endoftext|>hello<|endoftext|>")
     r = evaluate_data(model, tok, tmp_path / "e.txt", window=16, progress=False)
-    assert (r["tokens"], r["bytes"], r["empty_documents"]) == (5, 4, 1)
+    assert (r["tokens"], r["bytes"], r["empty_documents"]) == (5, 4, 0)
     # --max-bytes on documents counts their text: 7 bytes are "hello" (then its end token) and "wo"
     r = evaluate_data(model, tok, tmp_path / "d.jsonl", window=16, max_bytes=7, progress=False)
     assert (r["tokens"], r["bytes"], r["context_bytes"], r["text_bytes"], r["bytes_not_evaluated"]) == (7, 6, 1, 10, 3)
@@ -1328,6 +1328,32 @@ def test_ppl_on_chat_records_says_to_name_a_text_field_not_to_pack_them_as_sft(t
     nll = -logp[torch.arange(len(ids) - 1), ids[1:]].sum().item()
     scored = json.loads(capsys.readouterr().out)
     assert scored["tokens"] == len(ids) - 1 and scored["nll_per_token"] == pytest.approx(nll / (len(ids) - 1), rel=1e-5)
+
+
+def test_ppl_counts_the_empty_documents_of_a_text_file_that_pack_counts(tmp_path, tok_dir, monkeypatch, capsys):
+    """A text file opening with <|endoftext|> made eval ppl say "left out 1 empty document(s) ... as pack leaves them
+    out", where pack's meta.json said empty_records 0: blank text before the first separator is no document to pack
+    (nor after the last). The count is now pack's: by hand, the blank pieces between two separators (and blank lines
+    under --one-per-line, each a document)."""
+    from cookmind.cli import main
+    from cookmind.store.packer import pack
+    from cookmind.tokenizer import Tokenizer
+
+    _bigram_cli(monkeypatch, Tokenizer.load(tok_dir))
+    for k, (text, how, by_hand) in enumerate(
+        (
+            ("<|endoftext|>hello there<|endoftext|>", {}, 0),
+            (" \n<|endoftext|>hello<|endoftext|> <|endoftext|>there\n<|endoftext|>\n", {}, 1),
+            ("\nhello\n \nthere\n\n", {"one_per_line": True}, 3),
+        )
+    ):
+        path = tmp_path / f"t{k}.txt"
+        path.write_text(text)
+        pack([path], tmp_path / f"s{k}", tok_dir, "seq", progress=False, **how)
+        assert json.loads((tmp_path / f"s{k}" / "meta.json").read_text())["empty_records"] == by_hand, text
+        flags = ["--one-per-line"] if how else []
+        assert main(["eval", "ppl", "--model", "m", "--data", str(path), "--quiet", *flags]) == 0
+        assert json.loads(capsys.readouterr().out)["empty_documents"] == by_hand, text
 
 
 def test_ppl_on_text_strips_each_document_as_pack_does(shared_data, tmp_path, tok_dir):

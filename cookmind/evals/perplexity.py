@@ -163,7 +163,8 @@ def _text_ids(
         *ended, last = (piece.strip() for piece in (text.split(separator) if separator else [text]))
     last = last if last.strip() else ""
     docs = [p for p in ended if p.strip()]
-    empty = len(ended) - len(docs)
+    # blank text before the first separator is no document, as pack reads it; a blank first line is one
+    empty = len(ended) - len(docs) - (not one_per_line and bool(ended) and not ended[0])
     docs += [last] if last else []
     pieces = docs if last and not end_last else [*docs, ""]  # "": the last document's end
     return _joined_ids(tokenizer, pieces, end), sum(len(p.encode("utf-8")) for p in pieces), empty
