@@ -229,7 +229,7 @@ def parse_stage_args(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         _subcommand_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
-    finish_model_argument(parser, args)
+    finish_model_argument(_subcommand_parser(parser, args), args)  # 'cookmind eval ppl: error: ...', as argparse's
     return args
 
 

@@ -1396,3 +1396,23 @@ def test_the_ctrl_c_exit_ends_the_process_when_the_signal_lands_inside_a_write(m
     finally:
         signal.signal(signal.SIGINT, before)
     assert ended == [3]
+
+
+def test_a_missing_or_doubled_model_is_an_error_naming_the_subcommand(tmp_path, capsys):
+    """`cookmind eval ppl --data t.txt` said 'cookmind eval: error: the model is missing', under `cookmind eval`'s
+    usage, where every other error of that command says 'cookmind eval ppl: error: ...' (as the README promises:
+    `cookmind STAGE [SUB-COMMAND]: error: ...'). The model's errors now name the subcommand, as argparse's own do."""
+    (tmp_path / "t.txt").write_text("hello")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for task in ("ppl", "gsm8k", "mmlu"):
+        for argv, says in (
+            (["--data", str(tmp_path / "t.txt")], "the model is missing"),
+            ([str(tmp_path / "a"), "--model", str(tmp_path / "b"), "--data", str(tmp_path / "t.txt")], "two models"),
+        ):
+            with pytest.raises(SystemExit) as exit_:
+                cli_main(["eval", task, *argv])
+            err = capsys.readouterr().err
+            assert exit_.value.code == 2
+            assert err.strip().splitlines()[-1].startswith(f"cookmind eval {task}: error: {says}"), err
+            assert f"usage: cookmind eval {task} " in err, err
