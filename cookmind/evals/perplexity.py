@@ -198,8 +198,8 @@ def evaluate_text(
     """Perplexity and bits per byte on ``text``. ``bytes`` exclude the first token's, ``context_bytes`` (it is never
     predicted).
     A ``<|endoftext|>`` (or ``separator``; each line with ``one_per_line``) in the text separates documents, as
-    ``pack`` reads plain text (``_text_ids``); the last
-    document ends only where the text spells its end, or with ``end_last`` (a whole file, ended as pack ends it).
+    ``pack`` reads plain text (``_text_ids``); the last document ends only where the text spells its end, or with
+    ``end_last`` (a whole file, ended as pack ends it).
 
     ``rows``, when given, gets one row per window: window, start (token), tokens scored, nll, nll_per_token."""
     ids, n_bytes, empty = _text_ids(tokenizer, text, end_last, separator, one_per_line)
