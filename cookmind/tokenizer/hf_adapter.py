@@ -74,6 +74,9 @@ class HFTokenizerAdapter:
         first said as a record's error with what to do; None when it renders every part. pack refuses such a record:
         the part would be missing from the training text without a word. ``prompt``: a prompt for a reply, where
         only a system or tool message and the tool schemas are asked after (a template may drop past reasoning)."""
+        asked_after = [m for m in messages if isinstance(m, dict) and m.get("role") in ("system", "tool")]
+        if prompt and not tools and not asked_after:
+            return None  # nothing a prompt's check reads: no second render on every chat request
         text = self.hf.apply_chat_template(messages, tools=tools, add_generation_prompt=prompt, tokenize=False)
         missing = "is not in the chat template's render (the template does not render it, and it would be left out "
         missing += "of the prompt: the model would answer as if it had read it)" if prompt else "of the training text)"
